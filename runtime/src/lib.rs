@@ -1,0 +1,14 @@
+//! `mcp-runtime`: an MCP Streamable HTTP server runtime (legacy session era: 2025-03-26,
+//! 2025-06-18, 2025-11-25).
+//!
+//! Layout:
+//! - [`proto`]: sans-IO protocol core (admission, JSON-RPC, state machines, replay window,
+//!   cursor codec, the error table). No async runtime, no clock.
+//! - [`sse`]: SSE frame encoder and WHATWG decoder (pure).
+//! - [`tools`]: tool, resource and prompt traits, the registry and the tool context.
+//! - [`actor`]: actix actors (supervisor, session, stream) that drive the state machines.
+//! - [`http`]: the actix-web `/mcp` endpoint and the one `ResponseError`.
+#![warn(missing_docs)]
+
+pub mod proto;
+pub mod sse;

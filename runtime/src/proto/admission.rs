@@ -1,0 +1,360 @@
+//! The one front door: [`admit`] turns an HTTP request head and body into a typed
+//! [`Command`] or a typed [`Rejection`]. Pure: no session lookups, no clock. Checks, in order:
+//! `Origin`, `Host`, authentication, HTTP method, `Accept`, `Content-Type`, body size, body
+//! shape, `MCP-Session-Id` presence, and `MCP-Protocol-Version` support. Session-dependent
+//! rules (batches only on 2025-03-26 sessions, ownership, in-flight ids) are the session's.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::error::Rejection;
+use super::ids::{JsonRpcId, SessionId};
+use super::jsonrpc::{Incoming, Message, ParseError, parse_body};
+use super::version::ProtocolVersion;
+
+/// HTTP method, as far as the endpoint cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HttpMethod {
+    /// POST: send one message (or a 2025-03-26 batch).
+    Post,
+    /// GET: open or resume a stream.
+    Get,
+    /// DELETE: end the session.
+    Delete,
+    /// Anything else.
+    Other,
+}
+
+/// The request head fields admission reads. Values are raw header strings.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestHead<'a> {
+    /// Method.
+    pub method: HttpMethod,
+    /// `Accept`.
+    pub accept: Option<&'a str>,
+    /// `Content-Type`.
+    pub content_type: Option<&'a str>,
+    /// `MCP-Session-Id`.
+    pub session_id: Option<&'a str>,
+    /// `MCP-Protocol-Version`.
+    pub protocol_version: Option<&'a str>,
+    /// `Origin`.
+    pub origin: Option<&'a str>,
+    /// `Host`.
+    pub host: Option<&'a str>,
+    /// `Last-Event-ID`.
+    pub last_event_id: Option<&'a str>,
+    /// `Authorization`.
+    pub authorization: Option<&'a str>,
+}
+
+impl<'a> RequestHead<'a> {
+    /// A head with only the method set.
+    #[must_use]
+    pub fn new(method: HttpMethod) -> RequestHead<'a> {
+        RequestHead {
+            method,
+            accept: None,
+            content_type: None,
+            session_id: None,
+            protocol_version: None,
+            origin: None,
+            host: None,
+            last_event_id: None,
+            authorization: None,
+        }
+    }
+}
+
+/// How the response to a POSTed request is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyMode {
+    /// `text/event-stream`: resumable, carries related notifications and server requests.
+    Sse,
+    /// `application/json`: one object.
+    Json,
+}
+
+/// Static bearer tokens mapped to principals. Tokens are kept only as SHA-256 digests, so a
+/// lookup's timing does not depend on how much of a guessed token is right.
+#[derive(Debug, Clone, Default)]
+pub struct TokenMap(HashMap<[u8; 32], Arc<str>>);
+
+impl TokenMap {
+    /// Build from `(token, principal)` pairs.
+    #[must_use]
+    pub fn new<'t>(pairs: impl IntoIterator<Item = (&'t str, &'t str)>) -> TokenMap {
+        TokenMap(pairs.into_iter().map(|(t, p)| (Sha256::digest(t.as_bytes()).into(), Arc::from(p))).collect())
+    }
+
+    fn principal(&self, token: &str) -> Option<Arc<str>> {
+        let d: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        self.0.get(&d).cloned()
+    }
+}
+
+/// What admission enforces; built once from config.
+#[derive(Debug, Clone)]
+pub struct AdmitPolicy {
+    /// Accept `Origin`s on localhost, 127.0.0.1 and [::1] (any port, http or https).
+    pub allow_localhost_origins: bool,
+    /// Further allowed origins, lowercase `scheme://host[:port]`. `"*"` allows any.
+    pub allowed_origins: Vec<String>,
+    /// Require `Host` to be a localhost name (DNS-rebinding defence for loopback binds).
+    pub localhost_hosts_only: bool,
+    /// Further allowed hosts (lowercase, with or without port).
+    pub allowed_hosts: Vec<String>,
+    /// Largest accepted body.
+    pub max_body_bytes: usize,
+    /// Bearer tokens; `None` disables authentication.
+    pub auth: Option<TokenMap>,
+    /// Prefer SSE when the client accepts both.
+    pub prefer_sse: bool,
+}
+
+impl Default for AdmitPolicy {
+    fn default() -> AdmitPolicy {
+        AdmitPolicy {
+            allow_localhost_origins: true,
+            allowed_origins: Vec::new(),
+            localhost_hosts_only: true,
+            allowed_hosts: Vec::new(),
+            max_body_bytes: 4 << 20,
+            auth: None,
+            prefer_sse: true,
+        }
+    }
+}
+
+/// An admitted request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Admitted {
+    /// The authenticated caller, when authentication is configured.
+    pub principal: Option<Arc<str>>,
+    /// What to do.
+    pub command: Command,
+}
+
+/// The typed command of an admitted request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    /// Create a session.
+    Initialize {
+        /// Request id.
+        id: JsonRpcId,
+        /// `initialize` params.
+        params: Option<Value>,
+        /// Reply format.
+        reply: ReplyMode,
+    },
+    /// Messages for an existing session.
+    Post {
+        /// Session.
+        session: SessionId,
+        /// Parsed `MCP-Protocol-Version` (validated as supported), if sent.
+        version: Option<ProtocolVersion>,
+        /// The message(s).
+        incoming: Incoming,
+        /// Reply format for requests.
+        reply: ReplyMode,
+    },
+    /// Open the standalone GET stream.
+    OpenStream {
+        /// Session.
+        session: SessionId,
+    },
+    /// Resume a stream from `Last-Event-ID`.
+    Resume {
+        /// Session.
+        session: SessionId,
+        /// The raw cursor, verified later by the session's signer.
+        cursor: String,
+    },
+    /// End the session.
+    Delete {
+        /// Session.
+        session: SessionId,
+    },
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Accepts {
+    json: bool,
+    sse: bool,
+}
+
+fn parse_accept(accept: Option<&str>) -> Accepts {
+    let Some(accept) = accept else { return Accepts { json: true, sse: true } };
+    let mut a = Accepts::default();
+    for range in accept.split(',') {
+        let mut parts = range.split(';');
+        let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+        let refused = parts.any(|p| {
+            let p = p.trim();
+            p.strip_prefix("q=").or_else(|| p.strip_prefix("Q=")).is_some_and(|q| q.trim().parse::<f32>().ok() == Some(0.0))
+        });
+        if refused {
+            continue;
+        }
+        match media.as_str() {
+            "*/*" => {
+                a.json = true;
+                a.sse = true;
+            }
+            "application/json" | "application/*" => a.json = true,
+            "text/event-stream" | "text/*" => a.sse = true,
+            _ => {}
+        }
+    }
+    a
+}
+
+fn is_localhost_name(host: &str) -> bool {
+    let host = host.to_ascii_lowercase();
+    host == "localhost" || host == "127.0.0.1" || host == "[::1]"
+}
+
+/// Split `host[:port]` (bracketed IPv6 allowed) into the host part.
+fn host_part(authority: &str) -> &str {
+    if authority.starts_with('[') {
+        return authority.find(']').map_or(authority, |i| &authority[..=i]);
+    }
+    authority.rsplit_once(':').map_or(authority, |(h, p)| if p.bytes().all(|b| b.is_ascii_digit()) { h } else { authority })
+}
+
+fn origin_allowed(origin: &str, p: &AdmitPolicy) -> bool {
+    let lower = origin.trim().to_ascii_lowercase();
+    if p.allowed_origins.iter().any(|o| o == "*" || *o == lower) {
+        return true;
+    }
+    if !p.allow_localhost_origins {
+        return false;
+    }
+    let Some(rest) = lower.strip_prefix("http://").or_else(|| lower.strip_prefix("https://")) else {
+        return false;
+    };
+    !rest.contains('/') && is_localhost_name(host_part(rest))
+}
+
+fn host_allowed(host: &str, p: &AdmitPolicy) -> bool {
+    if !p.localhost_hosts_only {
+        return p.allowed_hosts.is_empty() || {
+            let lower = host.to_ascii_lowercase();
+            p.allowed_hosts.iter().any(|h| *h == lower || *h == host_part(&lower))
+        };
+    }
+    let lower = host.to_ascii_lowercase();
+    is_localhost_name(host_part(&lower)) || p.allowed_hosts.iter().any(|h| *h == lower || *h == host_part(&lower))
+}
+
+fn session_of(head: &RequestHead<'_>) -> Result<SessionId, Rejection> {
+    let raw = head.session_id.ok_or(Rejection::MissingSession)?;
+    // An id with characters we never mint cannot name a live session.
+    SessionId::parse(raw.trim()).ok_or(Rejection::SessionNotFound)
+}
+
+fn version_of(head: &RequestHead<'_>) -> Result<Option<ProtocolVersion>, Rejection> {
+    match head.protocol_version.map(str::trim) {
+        None => Ok(None),
+        Some(v) => ProtocolVersion::parse(v).map(Some).ok_or_else(|| Rejection::UnsupportedVersion(v.to_owned())),
+    }
+}
+
+fn invalid(e: ParseError) -> Rejection {
+    match e {
+        ParseError::Json(_) => Rejection::Parse,
+        ParseError::Invalid { reason, id } => Rejection::InvalidMessage { reason: reason.into(), id },
+    }
+}
+
+/// Classify one HTTP request.
+///
+/// # Errors
+/// The [`Rejection`] for the first rule the request breaks, in the order listed in the module
+/// documentation.
+pub fn admit(head: &RequestHead<'_>, body: &[u8], policy: &AdmitPolicy) -> Result<Admitted, Rejection> {
+    if let Some(origin) = head.origin {
+        if !origin_allowed(origin, policy) {
+            return Err(Rejection::OriginNotAllowed);
+        }
+    }
+    if let Some(host) = head.host {
+        if !host_allowed(host, policy) {
+            return Err(Rejection::HostNotAllowed);
+        }
+    }
+    let principal = match &policy.auth {
+        None => None,
+        Some(tokens) => {
+            let token = head
+                .authorization
+                .and_then(|a| a.strip_prefix("Bearer ").or_else(|| a.strip_prefix("bearer ")))
+                .map(str::trim)
+                .ok_or(Rejection::Unauthorized)?;
+            Some(tokens.principal(token).ok_or(Rejection::Unauthorized)?)
+        }
+    };
+    let command = match head.method {
+        HttpMethod::Other => return Err(Rejection::MethodNotAllowed),
+        HttpMethod::Delete => Command::Delete { session: session_of(head)? },
+        HttpMethod::Get => {
+            if !parse_accept(head.accept).sse {
+                return Err(Rejection::NotAcceptable);
+            }
+            let session = session_of(head)?;
+            version_of(head)?;
+            match head.last_event_id.map(str::trim) {
+                Some(c) if !c.is_empty() => Command::Resume { session, cursor: c.to_owned() },
+                _ => Command::OpenStream { session },
+            }
+        }
+        HttpMethod::Post => admit_post(head, body, policy)?,
+    };
+    Ok(Admitted { principal, command })
+}
+
+fn admit_post(head: &RequestHead<'_>, body: &[u8], policy: &AdmitPolicy) -> Result<Command, Rejection> {
+    if let Some(ct) = head.content_type {
+        let media = ct.split(';').next().unwrap_or("").trim();
+        if !media.eq_ignore_ascii_case("application/json") {
+            return Err(Rejection::UnsupportedMediaType);
+        }
+    }
+    if body.len() > policy.max_body_bytes {
+        return Err(Rejection::PayloadTooLarge);
+    }
+    let incoming = parse_body(body).map_err(invalid)?;
+    let accepts = parse_accept(head.accept);
+    let has_request = match &incoming {
+        Incoming::Single(m) => m.is_request(),
+        Incoming::Batch(ms) => ms.iter().any(Message::is_request),
+    };
+    if has_request && !accepts.json && !accepts.sse {
+        return Err(Rejection::NotAcceptable);
+    }
+    let reply = if accepts.sse && (policy.prefer_sse || !accepts.json) { ReplyMode::Sse } else { ReplyMode::Json };
+    if let Incoming::Single(Message::Request { method, id, params }) = &incoming {
+        if method == "initialize" {
+            // The version header is never a reason to refuse `initialize` (negotiation
+            // happens in the body).
+            if head.session_id.is_some() {
+                return Err(Rejection::AlreadyInitialized);
+            }
+            return Ok(Command::Initialize { id: id.clone(), params: params.clone(), reply });
+        }
+    }
+    if let Incoming::Batch(ms) = &incoming {
+        if ms.iter().any(|m| matches!(m, Message::Request { method, .. } if method == "initialize")) {
+            return Err(Rejection::InvalidMessage { reason: "initialize must not be part of a batch".into(), id: None });
+        }
+    }
+    let session = session_of(head)?;
+    let version = version_of(head)?;
+    Ok(Command::Post { session, version, incoming, reply })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,116 @@
+//! Admission as a table: each row is a request head + body and the expected outcome.
+
+use super::*;
+
+const INIT: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}"#;
+const LIST: &str = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
+const NOTE: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+
+fn post<'a>() -> RequestHead<'a> {
+    RequestHead {
+        accept: Some("application/json, text/event-stream"),
+        content_type: Some("application/json"),
+        ..RequestHead::new(HttpMethod::Post)
+    }
+}
+
+fn status(r: Result<Admitted, Rejection>) -> u16 {
+    match r {
+        Ok(_) => 200,
+        Err(e) => e.status(),
+    }
+}
+
+#[test]
+fn admission_table() {
+    let p = AdmitPolicy::default();
+    let s = Some("sess-1");
+    let batch_init = format!("[{INIT}]");
+    let rows: Vec<(&str, RequestHead<'_>, &str, u16)> = vec![
+        ("initialize without session", post(), INIT, 200),
+        ("initialize ignores unknown version header", RequestHead { protocol_version: Some("2099-01-01"), ..post() }, INIT, 200),
+        ("initialize with a session id", RequestHead { session_id: s, ..post() }, INIT, 400),
+        ("request without session", post(), LIST, 400),
+        ("request with session", RequestHead { session_id: s, ..post() }, LIST, 200),
+        ("session id with a space is unknown", RequestHead { session_id: Some("a b"), ..post() }, LIST, 404),
+        ("unsupported version header", RequestHead { session_id: s, protocol_version: Some("2024-01-01"), ..post() }, LIST, 400),
+        ("older supported version header", RequestHead { session_id: s, protocol_version: Some("2025-03-26"), ..post() }, LIST, 200),
+        ("accept only json", RequestHead { session_id: s, accept: Some("application/json"), ..post() }, LIST, 200),
+        ("accept only sse", RequestHead { session_id: s, accept: Some("text/event-stream"), ..post() }, LIST, 200),
+        ("accept */*", RequestHead { session_id: s, accept: Some("*/*"), ..post() }, LIST, 200),
+        ("accept nothing usable", RequestHead { session_id: s, accept: Some("text/html"), ..post() }, LIST, 406),
+        ("accept json with q=0 only", RequestHead { session_id: s, accept: Some("application/json;q=0"), ..post() }, LIST, 406),
+        ("notification needs no acceptable type", RequestHead { session_id: s, accept: Some("text/html"), ..post() }, NOTE, 200),
+        ("wrong content type", RequestHead { session_id: s, content_type: Some("text/plain"), ..post() }, LIST, 415),
+        ("content type with charset", RequestHead { session_id: s, content_type: Some("application/json; charset=utf-8"), ..post() }, LIST, 200),
+        ("not json", RequestHead { session_id: s, ..post() }, "{", 400),
+        ("null id", RequestHead { session_id: s, ..post() }, r#"{"jsonrpc":"2.0","id":null,"method":"x"}"#, 400),
+        ("initialize in batch", RequestHead { session_id: s, ..post() }, &batch_init, 400),
+        ("evil origin", RequestHead { origin: Some("http://evil.example.com"), ..post() }, INIT, 403),
+        ("null origin", RequestHead { origin: Some("null"), ..post() }, INIT, 403),
+        ("localhost origin any port", RequestHead { origin: Some("http://localhost:5173"), ..post() }, INIT, 200),
+        ("127.0.0.1 origin", RequestHead { origin: Some("http://127.0.0.1:8080"), ..post() }, INIT, 200),
+        ("ipv6 loopback origin", RequestHead { origin: Some("https://[::1]:1"), ..post() }, INIT, 200),
+        ("localhost lookalike origin", RequestHead { origin: Some("http://localhost.evil.com"), ..post() }, INIT, 403),
+        ("evil host", RequestHead { host: Some("evil.example.com"), ..post() }, INIT, 403),
+        ("loopback host with port", RequestHead { host: Some("127.0.0.1:8080"), ..post() }, INIT, 200),
+        ("get without session", RequestHead::new(HttpMethod::Get), "", 400),
+        ("get with session", RequestHead { session_id: s, ..RequestHead::new(HttpMethod::Get) }, "", 200),
+        ("get not accepting sse", RequestHead { session_id: s, accept: Some("application/json"), ..RequestHead::new(HttpMethod::Get) }, "", 406),
+        ("delete without session", RequestHead::new(HttpMethod::Delete), "", 400),
+        ("delete with session", RequestHead { session_id: s, ..RequestHead::new(HttpMethod::Delete) }, "", 200),
+        ("put", RequestHead::new(HttpMethod::Other), "", 405),
+    ];
+    for (name, head, body, want) in rows {
+        assert_eq!(status(admit(&head, body.as_bytes(), &p)), want, "{name}");
+    }
+}
+
+#[test]
+fn oversized_body_is_413() {
+    let p = AdmitPolicy { max_body_bytes: 10, ..AdmitPolicy::default() };
+    assert_eq!(status(admit(&post(), LIST.as_bytes(), &p)), 413);
+}
+
+#[test]
+fn reply_mode_follows_accept_and_preference() {
+    let p = AdmitPolicy::default();
+    let mode = |accept| match admit(&RequestHead { accept: Some(accept), ..post() }, INIT.as_bytes(), &p).unwrap().command {
+        Command::Initialize { reply, .. } => reply,
+        c => panic!("{c:?}"),
+    };
+    assert_eq!(mode("application/json, text/event-stream"), ReplyMode::Sse);
+    assert_eq!(mode("application/json"), ReplyMode::Json);
+    assert_eq!(mode("text/event-stream"), ReplyMode::Sse);
+    let json_first = AdmitPolicy { prefer_sse: false, ..AdmitPolicy::default() };
+    let r = admit(&post(), INIT.as_bytes(), &json_first).unwrap();
+    assert!(matches!(r.command, Command::Initialize { reply: ReplyMode::Json, .. }));
+}
+
+#[test]
+fn get_with_last_event_id_is_a_resume() {
+    let head = RequestHead { session_id: Some("s"), last_event_id: Some("abc"), ..RequestHead::new(HttpMethod::Get) };
+    let r = admit(&head, b"", &AdmitPolicy::default()).unwrap();
+    assert_eq!(r.command, Command::Resume { session: SessionId::parse("s").unwrap(), cursor: "abc".into() });
+}
+
+#[test]
+fn bearer_tokens_resolve_principals() {
+    let p = AdmitPolicy { auth: Some(TokenMap::new([("tok-a", "alice")])), ..AdmitPolicy::default() };
+    assert_eq!(status(admit(&post(), INIT.as_bytes(), &p)), 401);
+    let bad = RequestHead { authorization: Some("Bearer nope"), ..post() };
+    assert_eq!(status(admit(&bad, INIT.as_bytes(), &p)), 401);
+    let good = RequestHead { authorization: Some("Bearer tok-a"), ..post() };
+    assert_eq!(admit(&good, INIT.as_bytes(), &p).unwrap().principal.as_deref(), Some("alice"));
+}
+
+#[test]
+fn configured_origin_and_host_are_allowed_on_top_of_localhost() {
+    let p = AdmitPolicy {
+        allowed_origins: vec!["https://app.example.com".into()],
+        allowed_hosts: vec!["mcp.example.com".into()],
+        ..AdmitPolicy::default()
+    };
+    let h = RequestHead { origin: Some("https://APP.example.com"), host: Some("mcp.example.com:443"), ..post() };
+    assert_eq!(status(admit(&h, INIT.as_bytes(), &p)), 200);
+}

@@ -1,0 +1,225 @@
+//! Event-id (cursor) codec: the one place where `Last-Event-ID` values are made and read.
+//!
+//! Layout before encoding (32 bytes): `generation u32 BE | stream u64 BE | seq u64 BE |
+//! tag[12]`, where `tag` is HMAC-SHA256 truncated to 96 bits over
+//! `len(session) | session | len(principal) | principal | payload`. The whole is base64url
+//! without padding (43 visible-ASCII characters).
+//!
+//! A cursor minted for another session, caller or stream fails verification without any
+//! store lookup; the tag is checked in constant time (`Mac::verify_truncated_left`).
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+use super::ids::{Generation, Seq, StreamId};
+
+type HmacSha256 = Hmac<Sha256>;
+
+const PAYLOAD_LEN: usize = 20;
+const TAG_LEN: usize = 12;
+const RAW_LEN: usize = PAYLOAD_LEN + TAG_LEN;
+/// Length of an encoded cursor in characters.
+pub const ENCODED_LEN: usize = 43;
+
+/// The decoded content of a cursor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EventId {
+    /// Generation of the session that minted it.
+    pub generation: Generation,
+    /// The stream the event belongs to.
+    pub stream: StreamId,
+    /// The event's position in its stream.
+    pub seq: Seq,
+}
+
+/// Why a cursor was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum CursorError {
+    /// Not a cursor this server could have minted (length, alphabet).
+    #[error("malformed cursor")]
+    Malformed,
+    /// Well-formed, but minted for another session or caller, or altered.
+    #[error("cursor was not issued to this session and caller")]
+    Forged,
+}
+
+/// A server-wide secret for cursor tags.
+#[derive(Clone)]
+pub struct CursorKey(HmacSha256);
+
+impl CursorKey {
+    /// Build from secret bytes (at least 32 recommended).
+    #[must_use]
+    pub fn new(secret: &[u8]) -> CursorKey {
+        // HMAC accepts keys of any length.
+        CursorKey(HmacSha256::new_from_slice(secret).expect("hmac takes any key length"))
+    }
+
+    /// Derive the signer for one session and caller. Do this once per session.
+    #[must_use]
+    pub fn signer(&self, session: &str, principal: Option<&str>) -> CursorSigner {
+        let mut mac = self.0.clone();
+        let principal = principal.unwrap_or("");
+        mac.update(&(session.len() as u32).to_be_bytes());
+        mac.update(session.as_bytes());
+        mac.update(&(principal.len() as u32).to_be_bytes());
+        mac.update(principal.as_bytes());
+        CursorSigner(mac)
+    }
+}
+
+/// Mints and verifies cursors for one (session, caller). Cheap to clone.
+#[derive(Clone)]
+pub struct CursorSigner(HmacSha256);
+
+impl std::fmt::Debug for CursorSigner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CursorSigner(..)")
+    }
+}
+
+impl CursorSigner {
+    fn payload(id: &EventId) -> [u8; PAYLOAD_LEN] {
+        let mut p = [0u8; PAYLOAD_LEN];
+        p[..4].copy_from_slice(&id.generation.0.to_be_bytes());
+        p[4..12].copy_from_slice(&id.stream.0.to_be_bytes());
+        p[12..].copy_from_slice(&id.seq.0.to_be_bytes());
+        p
+    }
+
+    /// Encode `id` into `out` (appends exactly [`ENCODED_LEN`] bytes).
+    pub fn encode_into(&self, id: &EventId, out: &mut Vec<u8>) {
+        let payload = Self::payload(id);
+        let mut mac = self.0.clone();
+        mac.update(&payload);
+        let tag = mac.finalize().into_bytes();
+        let mut raw = [0u8; RAW_LEN];
+        raw[..PAYLOAD_LEN].copy_from_slice(&payload);
+        raw[PAYLOAD_LEN..].copy_from_slice(&tag[..TAG_LEN]);
+        let start = out.len();
+        out.resize(start + ENCODED_LEN, 0);
+        let n = URL_SAFE_NO_PAD
+            .encode_slice(raw, &mut out[start..])
+            .expect("32 bytes always encode to 43 characters");
+        debug_assert_eq!(n, ENCODED_LEN);
+    }
+
+    /// Encode `id` as a string.
+    #[must_use]
+    pub fn encode(&self, id: &EventId) -> String {
+        let mut out = Vec::with_capacity(ENCODED_LEN);
+        self.encode_into(id, &mut out);
+        String::from_utf8(out).expect("base64url is ASCII")
+    }
+
+    /// Decode and verify a cursor presented by this session's caller.
+    ///
+    /// # Errors
+    /// [`CursorError::Malformed`] when it cannot be one of ours; [`CursorError::Forged`] when
+    /// the tag does not match this session and caller.
+    pub fn decode(&self, cursor: &str) -> Result<EventId, CursorError> {
+        if cursor.len() != ENCODED_LEN {
+            return Err(CursorError::Malformed);
+        }
+        let mut raw = [0u8; RAW_LEN + 2];
+        let n = URL_SAFE_NO_PAD
+            .decode_slice(cursor.as_bytes(), &mut raw)
+            .map_err(|_| CursorError::Malformed)?;
+        if n != RAW_LEN {
+            return Err(CursorError::Malformed);
+        }
+        let mut mac = self.0.clone();
+        mac.update(&raw[..PAYLOAD_LEN]);
+        mac.verify_truncated_left(&raw[PAYLOAD_LEN..RAW_LEN]).map_err(|_| CursorError::Forged)?;
+        let u32_at = |i: usize| u32::from_be_bytes(raw[i..i + 4].try_into().expect("4 bytes"));
+        let u64_at = |i: usize| u64::from_be_bytes(raw[i..i + 8].try_into().expect("8 bytes"));
+        Ok(EventId { generation: Generation(u32_at(0)), stream: StreamId(u64_at(4)), seq: Seq(u64_at(12)) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn key() -> CursorKey {
+        CursorKey::new(b"test key test key test key 12345")
+    }
+
+    fn id(stream: u64, seq: u64) -> EventId {
+        EventId { generation: Generation(3), stream: StreamId(stream), seq: Seq(seq) }
+    }
+
+    #[test]
+    fn cursor_from_another_session_is_forged() {
+        let a = key().signer("session-a", None);
+        let b = key().signer("session-b", None);
+        let c = a.encode(&id(1, 2));
+        assert_eq!(b.decode(&c), Err(CursorError::Forged));
+        assert_eq!(a.decode(&c), Ok(id(1, 2)));
+    }
+
+    #[test]
+    fn cursor_from_another_caller_is_forged() {
+        let alice = key().signer("s", Some("alice"));
+        let bob = key().signer("s", Some("bob"));
+        assert_eq!(bob.decode(&alice.encode(&id(1, 1))), Err(CursorError::Forged));
+    }
+
+    #[test]
+    fn session_and_principal_framing_is_unambiguous() {
+        // "ab" + "c" must not collide with "a" + "bc".
+        let x = key().signer("ab", Some("c"));
+        let y = key().signer("a", Some("bc"));
+        assert_eq!(y.decode(&x.encode(&id(1, 1))), Err(CursorError::Forged));
+    }
+
+    #[test]
+    fn malformed_cursors_are_rejected() {
+        let s = key().signer("s", None);
+        for bad in ["", "0", "not a cursor", &"A".repeat(44), &"!".repeat(43)] {
+            assert_eq!(s.decode(bad), Err(CursorError::Malformed), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn encoded_cursor_is_visible_ascii_of_fixed_length() {
+        let c = key().signer("s", None).encode(&id(u64::MAX, u64::MAX));
+        assert_eq!(c.len(), ENCODED_LEN);
+        assert!(c.bytes().all(|b| (0x21..=0x7e).contains(&b)));
+    }
+
+    proptest! {
+        #[test]
+        fn round_trip(g in any::<u32>(), st in any::<u64>(), sq in any::<u64>(), sess in "[!-~]{1,40}") {
+            let s = key().signer(&sess, None);
+            let e = EventId { generation: Generation(g), stream: StreamId(st), seq: Seq(sq) };
+            prop_assert_eq!(s.decode(&s.encode(&e)), Ok(e));
+        }
+
+        #[test]
+        fn any_single_character_change_is_rejected(st in any::<u64>(), sq in any::<u64>(), pos in 0usize..ENCODED_LEN, ch in "[A-Za-z0-9_-]") {
+            let s = key().signer("sess", Some("p"));
+            let c = s.encode(&id(st, sq));
+            let mut bytes = c.into_bytes();
+            let new = ch.as_bytes()[0];
+            prop_assume!(bytes[pos] != new);
+            bytes[pos] = new;
+            let altered = String::from_utf8(bytes).unwrap();
+            // The last character carries 4 padding bits: changing only those bits still
+            // decodes to the same 32 bytes, so that (and only that) may verify.
+            match s.decode(&altered) {
+                Ok(e) => prop_assert!(pos == ENCODED_LEN - 1 && e == id(st, sq)),
+                Err(_) => {}
+            }
+        }
+
+        #[test]
+        fn decode_never_panics(input in "\\PC{0,64}") {
+            let _ = key().signer("s", None).decode(&input);
+        }
+    }
+}

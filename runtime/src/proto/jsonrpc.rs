@@ -1,0 +1,308 @@
+//! JSON-RPC 2.0 parsing and encoding.
+//!
+//! Rules: ids keep string vs number; a request with `"id": null` is invalid (it is neither a
+//! request nor a notification); error responses omit an id that could not be read. Batches
+//! (arrays) are parsed here and allowed or refused by the caller, which knows the session's
+//! version.
+
+use bytes::Bytes;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+use smallvec::SmallVec;
+
+use super::ids::JsonRpcId;
+
+/// Standard JSON-RPC error codes, and the implementation-defined ones this server uses
+/// (`-32000..=-32019` is the legacy, implementation-defined range).
+pub mod code {
+    /// Invalid JSON.
+    pub const PARSE_ERROR: i64 = -32700;
+    /// Not a valid request object.
+    pub const INVALID_REQUEST: i64 = -32600;
+    /// Unknown method.
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    /// Invalid parameters.
+    pub const INVALID_PARAMS: i64 = -32602;
+    /// Internal error.
+    pub const INTERNAL_ERROR: i64 = -32603;
+    /// Generic transport-level refusal (bad headers, forbidden origin, ...).
+    pub const TRANSPORT: i64 = -32000;
+    /// Session not found (unknown, terminated, expired, or another caller's).
+    pub const SESSION_NOT_FOUND: i64 = -32001;
+    /// Resource not found (legacy era).
+    pub const RESOURCE_NOT_FOUND: i64 = -32002;
+    /// A request with this id is already in flight in this session.
+    pub const REQUEST_ID_IN_FLIGHT: i64 = -32003;
+    /// `Last-Event-ID` is malformed, forged, or belongs to another stream, session or caller.
+    pub const CURSOR_REJECTED: i64 = -32004;
+    /// The events after the cursor are no longer retained: they were lost.
+    pub const EVENTS_LOST: i64 = -32005;
+    /// The server is overloaded; retry after the indicated delay.
+    pub const OVERLOADED: i64 = -32006;
+}
+
+/// A JSON-RPC error object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorObject {
+    /// Error code.
+    pub code: i64,
+    /// Short description.
+    pub message: String,
+    /// Optional structured detail.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+}
+
+impl ErrorObject {
+    /// An error without data.
+    #[must_use]
+    pub fn new(code: i64, message: impl Into<String>) -> ErrorObject {
+        ErrorObject { code, message: message.into(), data: None }
+    }
+
+    /// Attach structured data.
+    #[must_use]
+    pub fn with_data(mut self, data: Value) -> ErrorObject {
+        self.data = Some(data);
+        self
+    }
+}
+
+/// One classified JSON-RPC message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Message {
+    /// A request: has a non-null id and a method.
+    Request {
+        /// Request id.
+        id: JsonRpcId,
+        /// Method name.
+        method: String,
+        /// Parameters (an object or array), if any.
+        params: Option<Value>,
+    },
+    /// A notification: a method and no id.
+    Notification {
+        /// Method name.
+        method: String,
+        /// Parameters, if any.
+        params: Option<Value>,
+    },
+    /// A successful response to a request we sent.
+    Response {
+        /// The id of our request.
+        id: JsonRpcId,
+        /// The result.
+        result: Value,
+    },
+    /// An error response to a request we sent. `id` is `None` when the peer could not read it.
+    ErrorResponse {
+        /// The id of our request, if the peer gave one.
+        id: Option<JsonRpcId>,
+        /// The error.
+        error: ErrorObject,
+    },
+}
+
+impl Message {
+    /// Whether this message needs an answer (is a request).
+    #[must_use]
+    pub fn is_request(&self) -> bool {
+        matches!(self, Message::Request { .. })
+    }
+}
+
+/// A parsed POST body: one message or a batch.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Incoming {
+    /// A single message.
+    Single(Message),
+    /// A non-empty JSON array of messages (2025-03-26 only; the caller decides).
+    Batch(SmallVec<[Message; 4]>),
+}
+
+/// Why a body could not be turned into messages. `id` is set when the offending object had a
+/// readable id, so the error response can carry it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ParseError {
+    /// Not JSON, or not UTF-8.
+    #[error("parse error: {0}")]
+    Json(String),
+    /// JSON, but not a valid JSON-RPC message.
+    #[error("invalid request: {reason}")]
+    Invalid {
+        /// Why.
+        reason: &'static str,
+        /// The id, when it could be read.
+        id: Option<JsonRpcId>,
+    },
+}
+
+impl ParseError {
+    /// The JSON-RPC error this parse error becomes.
+    #[must_use]
+    pub fn to_error_object(&self) -> ErrorObject {
+        match self {
+            ParseError::Json(_) => ErrorObject::new(code::PARSE_ERROR, "Parse error"),
+            ParseError::Invalid { reason, .. } => {
+                ErrorObject::new(code::INVALID_REQUEST, format!("Invalid request: {reason}"))
+            }
+        }
+    }
+
+    /// The id to echo in the error response, if one could be read.
+    #[must_use]
+    pub fn id(&self) -> Option<&JsonRpcId> {
+        match self {
+            ParseError::Json(_) => None,
+            ParseError::Invalid { id, .. } => id.as_ref(),
+        }
+    }
+}
+
+/// Distinguishes an absent member (`None`) from an explicit `null` (`Some(Value::Null)`).
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+#[derive(Deserialize)]
+struct Wire {
+    jsonrpc: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    id: Option<Value>,
+    method: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    params: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    result: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    error: Option<Value>,
+}
+
+/// Parse a POST body into one message or a batch.
+///
+/// # Errors
+/// [`ParseError::Json`] for invalid JSON; [`ParseError::Invalid`] for JSON that is not a
+/// JSON-RPC 2.0 message (including an empty batch and a `null` request id).
+pub fn parse_body(body: &[u8]) -> Result<Incoming, ParseError> {
+    let first = body.iter().find(|b| !b.is_ascii_whitespace());
+    if first == Some(&b'[') {
+        let items: Vec<Value> =
+            serde_json::from_slice(body).map_err(|e| ParseError::Json(e.to_string()))?;
+        if items.is_empty() {
+            return Err(ParseError::Invalid { reason: "empty batch", id: None });
+        }
+        let mut out = SmallVec::with_capacity(items.len());
+        for item in items {
+            let wire: Wire = serde_json::from_value(item)
+                .map_err(|_| ParseError::Invalid { reason: "batch item is not an object", id: None })?;
+            out.push(classify(wire)?);
+        }
+        return Ok(Incoming::Batch(out));
+    }
+    let wire: Wire = serde_json::from_slice(body).map_err(|e| {
+        if e.is_data() {
+            ParseError::Invalid { reason: "not a JSON-RPC object", id: None }
+        } else {
+            ParseError::Json(e.to_string())
+        }
+    })?;
+    classify(wire).map(Incoming::Single)
+}
+
+fn classify(w: Wire) -> Result<Message, ParseError> {
+    let id = match &w.id {
+        None => None,
+        Some(v) => match JsonRpcId::from_value(v) {
+            Some(id) => Some(id),
+            None if v.is_null() => None,
+            None => return Err(ParseError::Invalid { reason: "id must be a string or an integer", id: None }),
+        },
+    };
+    if w.jsonrpc.as_deref() != Some("2.0") {
+        return Err(ParseError::Invalid { reason: "jsonrpc must be \"2.0\"", id });
+    }
+    if let Some(method) = w.method {
+        if w.result.is_some() || w.error.is_some() {
+            return Err(ParseError::Invalid { reason: "a request cannot carry result or error", id });
+        }
+        let params = match w.params {
+            None => None,
+            Some(p @ (Value::Object(_) | Value::Array(_))) => Some(p),
+            Some(_) => return Err(ParseError::Invalid { reason: "params must be an object or array", id }),
+        };
+        return match (w.id, id) {
+            (None, _) => Ok(Message::Notification { method, params }),
+            (Some(_), Some(id)) => Ok(Message::Request { id, method, params }),
+            (Some(_), None) => Err(ParseError::Invalid { reason: "request id must not be null", id: None }),
+        };
+    }
+    match (w.result, w.error) {
+        (Some(result), None) => match id {
+            Some(id) => Ok(Message::Response { id, result }),
+            None => Err(ParseError::Invalid { reason: "response without an id", id: None }),
+        },
+        (None, Some(error)) => {
+            let error: ErrorObject = serde_json::from_value(error)
+                .map_err(|_| ParseError::Invalid { reason: "malformed error object", id: id.clone() })?;
+            Ok(Message::ErrorResponse { id, error })
+        }
+        _ => Err(ParseError::Invalid { reason: "neither a request, a notification nor a response", id }),
+    }
+}
+
+#[derive(Serialize)]
+struct OutResult<'a, R: Serialize + ?Sized> {
+    jsonrpc: &'static str,
+    id: &'a JsonRpcId,
+    result: &'a R,
+}
+
+#[derive(Serialize)]
+struct OutError<'a> {
+    jsonrpc: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<&'a JsonRpcId>,
+    error: &'a ErrorObject,
+}
+
+#[derive(Serialize)]
+struct OutCall<'a, P: Serialize + ?Sized> {
+    jsonrpc: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<&'a JsonRpcId>,
+    method: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    params: Option<&'a P>,
+}
+
+fn to_bytes<T: Serialize>(v: &T) -> Bytes {
+    // Serializing our own plain structs into a Vec cannot fail.
+    Bytes::from(serde_json::to_vec(v).unwrap_or_default())
+}
+
+/// Encode a success response.
+#[must_use]
+pub fn encode_result<R: Serialize + ?Sized>(id: &JsonRpcId, result: &R) -> Bytes {
+    to_bytes(&OutResult { jsonrpc: "2.0", id, result })
+}
+
+/// Encode an error response; the id is omitted when it is `None` (never `null`).
+#[must_use]
+pub fn encode_error(id: Option<&JsonRpcId>, error: &ErrorObject) -> Bytes {
+    to_bytes(&OutError { jsonrpc: "2.0", id, error })
+}
+
+/// Encode a notification.
+#[must_use]
+pub fn encode_notification<P: Serialize + ?Sized>(method: &str, params: Option<&P>) -> Bytes {
+    to_bytes(&OutCall { jsonrpc: "2.0", id: None, method, params })
+}
+
+/// Encode a request.
+#[must_use]
+pub fn encode_request<P: Serialize + ?Sized>(id: &JsonRpcId, method: &str, params: Option<&P>) -> Bytes {
+    to_bytes(&OutCall { jsonrpc: "2.0", id: Some(id), method, params })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,123 @@
+use proptest::prelude::*;
+use serde_json::json;
+
+use super::*;
+
+fn single(body: &str) -> Result<Message, ParseError> {
+    match parse_body(body.as_bytes())? {
+        Incoming::Single(m) => Ok(m),
+        Incoming::Batch(_) => panic!("unexpected batch"),
+    }
+}
+
+#[test]
+fn request_notification_response_are_classified() {
+    assert!(matches!(single(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#), Ok(Message::Request { .. })));
+    assert!(matches!(
+        single(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#),
+        Ok(Message::Notification { .. })
+    ));
+    assert!(matches!(single(r#"{"jsonrpc":"2.0","id":"a","result":{}}"#), Ok(Message::Response { .. })));
+    assert!(matches!(
+        single(r#"{"jsonrpc":"2.0","id":"a","error":{"code":-1,"message":"x"}}"#),
+        Ok(Message::ErrorResponse { .. })
+    ));
+}
+
+#[test]
+fn null_request_id_is_rejected_not_treated_as_notification() {
+    let err = single(r#"{"jsonrpc":"2.0","id":null,"method":"tools/list"}"#).unwrap_err();
+    assert!(matches!(err, ParseError::Invalid { id: None, .. }));
+    assert_eq!(err.to_error_object().code, code::INVALID_REQUEST);
+}
+
+#[test]
+fn string_and_number_ids_keep_their_type() {
+    let Message::Request { id, .. } = single(r#"{"jsonrpc":"2.0","id":"7","method":"m"}"#).unwrap() else {
+        panic!()
+    };
+    assert_eq!(id, JsonRpcId::String("7".into()));
+    let Message::Request { id, .. } = single(r#"{"jsonrpc":"2.0","id":7,"method":"m"}"#).unwrap() else {
+        panic!()
+    };
+    assert_eq!(id, JsonRpcId::Number(7));
+}
+
+#[test]
+fn wrong_version_keeps_readable_id_for_the_error() {
+    let err = single(r#"{"jsonrpc":"1.0","id":5,"method":"m"}"#).unwrap_err();
+    assert_eq!(err.id(), Some(&JsonRpcId::Number(5)));
+}
+
+#[test]
+fn invalid_json_is_a_parse_error_without_id() {
+    let err = parse_body(b"{not json").unwrap_err();
+    assert!(matches!(err, ParseError::Json(_)));
+    assert_eq!(err.id(), None);
+    assert_eq!(err.to_error_object().code, code::PARSE_ERROR);
+}
+
+#[test]
+fn scalar_params_and_empty_batch_are_invalid() {
+    assert!(single(r#"{"jsonrpc":"2.0","id":1,"method":"m","params":3}"#).is_err());
+    assert!(matches!(parse_body(b"[]"), Err(ParseError::Invalid { .. })));
+    assert!(matches!(parse_body(b"42"), Err(ParseError::Invalid { .. })));
+}
+
+#[test]
+fn batch_is_parsed_in_order() {
+    let Incoming::Batch(items) = parse_body(
+        br#"[{"jsonrpc":"2.0","id":1,"method":"a"},{"jsonrpc":"2.0","method":"b"}]"#,
+    )
+    .unwrap() else {
+        panic!()
+    };
+    assert_eq!(items.len(), 2);
+    assert!(items[0].is_request());
+    assert!(!items[1].is_request());
+}
+
+#[test]
+fn error_encoding_omits_unreadable_id() {
+    let bytes = encode_error(None, &ErrorObject::new(code::PARSE_ERROR, "Parse error"));
+    let v: Value = serde_json::from_slice(&bytes).unwrap();
+    assert!(v.get("id").is_none(), "id must be omitted, not null: {v}");
+}
+
+fn arb_id() -> impl Strategy<Value = JsonRpcId> {
+    prop_oneof![
+        any::<i64>().prop_map(JsonRpcId::Number),
+        "[ -~]{0,24}".prop_map(|s| JsonRpcId::String(s.into())),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn parser_never_panics_on_arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+        let _ = parse_body(&bytes);
+    }
+
+    #[test]
+    fn encoded_request_round_trips(id in arb_id(), method in "[a-z/]{1,20}", n in any::<i32>()) {
+        let bytes = encode_request(&id, &method, Some(&json!({"n": n})));
+        let parsed = parse_body(&bytes).unwrap();
+        prop_assert_eq!(parsed, Incoming::Single(Message::Request {
+            id, method, params: Some(json!({"n": n})),
+        }));
+    }
+
+    #[test]
+    fn encoded_result_round_trips(id in arb_id(), s in "[ -~]{0,32}") {
+        let bytes = encode_result(&id, &json!({"s": s}));
+        let parsed = parse_body(&bytes).unwrap();
+        prop_assert_eq!(parsed, Incoming::Single(Message::Response { id, result: json!({"s": s}) }));
+    }
+
+    #[test]
+    fn mutated_valid_messages_never_panic(cut in 0usize..60, flip in any::<u8>()) {
+        let mut bytes = br#"{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{"a":[1,2]}}"#.to_vec();
+        let i = cut % bytes.len();
+        bytes[i] ^= flip;
+        let _ = parse_body(&bytes);
+    }
+}

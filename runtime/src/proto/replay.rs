@@ -1,0 +1,233 @@
+//! The replay window: a stream's bounded memory of its own events, for resumption.
+//!
+//! Bounded by event count **and** bytes (both from config, independent of any channel size).
+//! Holds pre-encoded SSE frames so a replay is a cheap `Bytes` clone. The newest event is
+//! always kept, even when it alone exceeds the byte bound, so a final response is never
+//! dropped by its own size. A resume from a cursor whose successors were evicted returns an
+//! explicit [`ReplayGap`]; the window never skips silently and never replays from its oldest
+//! event instead.
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+
+use super::ids::Seq;
+
+/// Capacity of a replay window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowLimits {
+    /// Most events kept (at least 1).
+    pub max_events: usize,
+    /// Most bytes of encoded frames kept (the newest event is kept regardless).
+    pub max_bytes: usize,
+}
+
+/// The events after the requested cursor are partly gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplayGap {
+    /// Oldest sequence number still retained (or the next one to be assigned, if none).
+    pub oldest: Seq,
+    /// The cursor's sequence number.
+    pub requested: Seq,
+}
+
+/// Why a replay cannot be served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplayError {
+    /// Events after the cursor were evicted.
+    Gap(ReplayGap),
+    /// The cursor is ahead of anything this stream produced.
+    Ahead {
+        /// The newest sequence number assigned so far.
+        newest: Seq,
+        /// The cursor's sequence number.
+        requested: Seq,
+    },
+}
+
+/// A bounded ring of `(Seq, frame)`, in strictly increasing `Seq` order.
+#[derive(Debug)]
+pub struct ReplayWindow {
+    limits: WindowLimits,
+    events: VecDeque<(Seq, Bytes)>,
+    bytes: usize,
+    /// Sequence number the next pushed event must have.
+    next: Seq,
+    evicted: u64,
+}
+
+impl ReplayWindow {
+    /// An empty window; the first event pushed must be `Seq(1)`.
+    #[must_use]
+    pub fn new(limits: WindowLimits) -> ReplayWindow {
+        ReplayWindow {
+            limits: WindowLimits { max_events: limits.max_events.max(1), max_bytes: limits.max_bytes },
+            events: VecDeque::new(),
+            bytes: 0,
+            next: Seq::START.next(),
+            evicted: 0,
+        }
+    }
+
+    /// Append the frame of the next event and return its sequence number. Evicts the oldest
+    /// events while either bound is exceeded, always keeping the newest.
+    pub fn push(&mut self, frame: Bytes) -> Seq {
+        let seq = self.next;
+        self.next = seq.next();
+        self.bytes += frame.len();
+        self.events.push_back((seq, frame));
+        while self.events.len() > 1
+            && (self.events.len() > self.limits.max_events || self.bytes > self.limits.max_bytes)
+        {
+            if let Some((_, old)) = self.events.pop_front() {
+                self.bytes -= old.len();
+                self.evicted += 1;
+            }
+        }
+        seq
+    }
+
+    /// The sequence number the next event will get.
+    #[must_use]
+    pub fn next_seq(&self) -> Seq {
+        self.next
+    }
+
+    /// The newest assigned sequence number (`Seq::START` before any event).
+    #[must_use]
+    pub fn newest(&self) -> Seq {
+        Seq(self.next.0 - 1)
+    }
+
+    /// Oldest retained sequence number, or the next one if the window is empty.
+    #[must_use]
+    pub fn oldest(&self) -> Seq {
+        self.events.front().map_or(self.next, |(s, _)| *s)
+    }
+
+    /// Frames of every event after `after`, oldest first.
+    ///
+    /// # Errors
+    /// [`ReplayError::Gap`] when some event after `after` was evicted;
+    /// [`ReplayError::Ahead`] when `after` is newer than anything pushed.
+    pub fn replay_after(&self, after: Seq) -> Result<impl Iterator<Item = &Bytes> + '_, ReplayError> {
+        if after > self.newest() {
+            return Err(ReplayError::Ahead { newest: self.newest(), requested: after });
+        }
+        if after.0 + 1 < self.oldest().0 {
+            return Err(ReplayError::Gap(ReplayGap { oldest: self.oldest(), requested: after }));
+        }
+        let skip = self.events.partition_point(|(s, _)| *s <= after);
+        Ok(self.events.range(skip..).map(|(_, f)| f))
+    }
+
+    /// Retained events and bytes.
+    #[must_use]
+    pub fn len(&self) -> (usize, usize) {
+        (self.events.len(), self.bytes)
+    }
+
+    /// Whether no event is retained.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+
+    /// How many events were evicted so far.
+    #[must_use]
+    pub fn evicted(&self) -> u64 {
+        self.evicted
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn frame(n: u64, len: usize) -> Bytes {
+        let mut v = format!("{n}:").into_bytes();
+        v.resize(len.max(v.len()), b'x');
+        Bytes::from(v)
+    }
+
+    #[test]
+    fn replays_exactly_the_events_after_the_cursor() {
+        let mut w = ReplayWindow::new(WindowLimits { max_events: 10, max_bytes: 1 << 20 });
+        for i in 1..=5 {
+            assert_eq!(w.push(frame(i, 4)), Seq(i));
+        }
+        let got: Vec<_> = w.replay_after(Seq(2)).unwrap().cloned().collect();
+        assert_eq!(got, vec![frame(3, 4), frame(4, 4), frame(5, 4)]);
+        assert_eq!(w.replay_after(Seq(5)).unwrap().count(), 0);
+        assert_eq!(w.replay_after(Seq::START).unwrap().count(), 5);
+    }
+
+    #[test]
+    fn cursor_older_than_window_is_a_gap_not_a_silent_skip() {
+        let mut w = ReplayWindow::new(WindowLimits { max_events: 3, max_bytes: 1 << 20 });
+        for i in 1..=6 {
+            w.push(frame(i, 4));
+        }
+        assert_eq!(w.oldest(), Seq(4));
+        assert_eq!(w.replay_after(Seq(3)).unwrap().count(), 3, "cursor just before oldest is fine");
+        assert_eq!(
+            w.replay_after(Seq(2)).err(),
+            Some(ReplayError::Gap(ReplayGap { oldest: Seq(4), requested: Seq(2) }))
+        );
+    }
+
+    #[test]
+    fn byte_bound_evicts_but_keeps_the_newest_event() {
+        let mut w = ReplayWindow::new(WindowLimits { max_events: 100, max_bytes: 10 });
+        w.push(frame(1, 6));
+        w.push(frame(2, 6));
+        assert_eq!(w.len(), (1, 6));
+        w.push(frame(3, 50));
+        assert_eq!(w.len(), (1, 50), "an oversized newest event is still kept");
+        assert_eq!(w.replay_after(Seq(2)).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn cursor_ahead_of_stream_is_refused() {
+        let mut w = ReplayWindow::new(WindowLimits { max_events: 4, max_bytes: 100 });
+        w.push(frame(1, 2));
+        assert!(matches!(w.replay_after(Seq(9)), Err(ReplayError::Ahead { .. })));
+    }
+
+    proptest! {
+        /// Model check: the window agrees with an unbounded log on everything it answers, and
+        /// answers `Gap` exactly when the model's events after the cursor are not all retained.
+        #[test]
+        fn window_matches_unbounded_model(
+            sizes in proptest::collection::vec(1usize..40, 1..60),
+            max_events in 1usize..12,
+            max_bytes in 1usize..200,
+            cursor in 0u64..70,
+        ) {
+            let mut w = ReplayWindow::new(WindowLimits { max_events, max_bytes });
+            let mut model = Vec::new();
+            for (i, len) in sizes.iter().enumerate() {
+                let f = frame(i as u64 + 1, *len);
+                model.push(f.clone());
+                w.push(f);
+                let (n, b) = w.len();
+                prop_assert!(n >= 1 && n <= max_events);
+                prop_assert!(b <= max_bytes || n == 1);
+            }
+            let newest = model.len() as u64;
+            match w.replay_after(Seq(cursor)) {
+                Ok(it) => {
+                    let got: Vec<Bytes> = it.cloned().collect();
+                    prop_assert_eq!(got, model[cursor as usize..].to_vec());
+                }
+                Err(ReplayError::Gap(g)) => {
+                    prop_assert!(cursor + 1 < g.oldest.0);
+                    prop_assert_eq!(g.oldest, w.oldest());
+                }
+                Err(ReplayError::Ahead { .. }) => prop_assert!(cursor > newest),
+            }
+        }
+    }
+}

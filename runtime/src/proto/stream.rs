@@ -1,0 +1,324 @@
+//! The stream state machine: one SSE stream (a POST's response stream or the standalone GET
+//! stream), its replay window, and which connection (if any) is attached.
+//!
+//! ```text
+//! OPEN -> DISCONNECTED -> (resume) -> OPEN | CURSOR_REJECTED
+//! OPEN -> CLOSED (final response or cancellation; kept for late resumes)
+//! ```
+//!
+//! Every message gets the next sequence number and is appended to the window *before* it is
+//! offered to the attached connection, so a detach at any point loses nothing that the window
+//! still holds. Connections are numbered; a detach from an old connection is ignored.
+
+use bytes::Bytes;
+
+use super::error::Rejection;
+use super::event_id::{CursorSigner, EventId};
+use super::ids::{Generation, JsonRpcId, Seq, StreamId};
+use super::jsonrpc::{ErrorObject, code, encode_error};
+use super::replay::{ReplayError, ReplayWindow, WindowLimits};
+use crate::sse;
+
+/// What the stream carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamKind {
+    /// The response stream of a POSTed request.
+    Post {
+        /// The request it answers.
+        request: JsonRpcId,
+    },
+    /// The standalone GET stream.
+    Get,
+}
+
+/// Lifecycle state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamState {
+    /// A connection is attached.
+    Open,
+    /// No connection; events accumulate in the window.
+    Disconnected,
+    /// Finished: no more events will be produced.
+    Closed(CloseReason),
+}
+
+/// Why a stream closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    /// The final response was appended.
+    Responded,
+    /// The request was cancelled; it gets no response.
+    Cancelled,
+    /// A resume found a gap; the request was answered with an "events lost" error.
+    EventsLost,
+    /// The session ended.
+    SessionEnded,
+    /// A newer standalone GET stream replaced this one.
+    Replaced,
+}
+
+/// Settings shared by every stream of a session.
+#[derive(Debug, Clone)]
+pub struct StreamSettings {
+    /// Replay window bounds.
+    pub window: WindowLimits,
+    /// Send a priming event first (session negotiated >= 2025-11-25).
+    pub prime: bool,
+    /// `retry` hint in milliseconds, sent with priming and before server-initiated closes.
+    pub retry_ms: Option<u64>,
+}
+
+/// A connection attachment: its number and the frames to write first.
+#[derive(Debug)]
+#[must_use = "the initial frames must be written to the new connection"]
+pub struct Attachment {
+    /// Connection number, echoed in [`StreamCore::detach`].
+    pub conn: u64,
+    /// Frames to write before live events (priming or replay).
+    pub initial: Vec<Bytes>,
+    /// The stream is closed: end the connection after `initial`.
+    pub end_after_initial: bool,
+}
+
+/// What to do with a frame after appending it.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "a delivery must be offered to the attached connection"]
+pub enum Delivery {
+    /// No connection is attached; the window keeps the frame.
+    Buffered,
+    /// Write the frame to connection `conn`.
+    Write {
+        /// Connection number.
+        conn: u64,
+        /// The frame.
+        frame: Bytes,
+        /// End the connection after this frame (final response).
+        end: bool,
+    },
+    /// The stream is closed; the message was dropped.
+    Dropped,
+}
+
+/// Counters the shell exports.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct StreamStats {
+    /// Messages appended.
+    pub events: u64,
+    /// Successful resumes.
+    pub resumes: u64,
+    /// Resumes refused because of a gap.
+    pub gaps: u64,
+    /// Messages dropped because the stream was closed.
+    pub dropped_after_close: u64,
+}
+
+/// One stream.
+#[derive(Debug)]
+pub struct StreamCore {
+    id: StreamId,
+    generation: Generation,
+    kind: StreamKind,
+    signer: CursorSigner,
+    settings: StreamSettings,
+    window: ReplayWindow,
+    state: StreamState,
+    conn: Option<u64>,
+    next_conn: u64,
+    /// An event id went out on the current connection (polling close is allowed).
+    id_sent: bool,
+    stats: StreamStats,
+}
+
+impl StreamCore {
+    /// A new stream with no connection.
+    #[must_use]
+    pub fn new(id: StreamId, generation: Generation, kind: StreamKind, signer: CursorSigner, settings: StreamSettings) -> StreamCore {
+        StreamCore {
+            window: ReplayWindow::new(settings.window),
+            id,
+            generation,
+            kind,
+            signer,
+            settings,
+            state: StreamState::Disconnected,
+            conn: None,
+            next_conn: 1,
+            id_sent: false,
+            stats: StreamStats::default(),
+        }
+    }
+
+    /// Stream id.
+    #[must_use]
+    pub fn id(&self) -> StreamId {
+        self.id
+    }
+
+    /// Kind.
+    #[must_use]
+    pub fn kind(&self) -> &StreamKind {
+        &self.kind
+    }
+
+    /// State.
+    #[must_use]
+    pub fn state(&self) -> StreamState {
+        self.state
+    }
+
+    /// Counters.
+    #[must_use]
+    pub fn stats(&self) -> StreamStats {
+        self.stats
+    }
+
+    /// The attached connection, if any.
+    #[must_use]
+    pub fn connection(&self) -> Option<u64> {
+        self.conn
+    }
+
+    fn cursor(&self, seq: Seq) -> Vec<u8> {
+        let mut out = Vec::with_capacity(super::event_id::ENCODED_LEN);
+        self.signer.encode_into(&EventId { generation: self.generation, stream: self.id, seq }, &mut out);
+        out
+    }
+
+    /// The cursor of an event of this stream, as a client would send it back.
+    #[must_use]
+    pub fn cursor_string(&self, seq: Seq) -> String {
+        String::from_utf8(self.cursor(seq)).expect("cursors are ASCII")
+    }
+
+    fn new_conn(&mut self) -> u64 {
+        let c = self.next_conn;
+        self.next_conn += 1;
+        if !matches!(self.state, StreamState::Closed(_)) {
+            self.state = StreamState::Open;
+        }
+        self.conn = Some(c);
+        self.id_sent = false;
+        c
+    }
+
+    /// Attach the first connection of a new stream. Writes the priming event when the session
+    /// primes (its cursor is `Seq::START`: resuming from it replays everything).
+    pub fn attach_new(&mut self) -> Attachment {
+        let conn = self.new_conn();
+        let mut initial = Vec::new();
+        if self.settings.prime {
+            initial.push(sse::priming_frame(&self.cursor(self.window.newest()), self.settings.retry_ms));
+            self.id_sent = true;
+        }
+        Attachment { conn, initial, end_after_initial: false }
+    }
+
+    /// Attach a resuming connection after the event `after` (from a verified cursor). Any
+    /// previously attached connection is superseded.
+    ///
+    /// A POST stream whose events after `after` were evicted answers its request with an
+    /// "events lost" JSON-RPC error and closes; a GET stream in that case is refused.
+    ///
+    /// # Errors
+    /// [`Rejection::EventsLost`] for a gap on the GET stream; [`Rejection::CursorRejected`]
+    /// for a cursor ahead of the stream.
+    pub fn attach_resume(&mut self, after: Seq) -> Result<Attachment, Rejection> {
+        let replay: Result<Vec<Bytes>, ReplayError> = self.window.replay_after(after).map(|it| it.cloned().collect());
+        match replay {
+            Ok(initial) => {
+                self.stats.resumes += 1;
+                let end_after_initial = matches!(self.state, StreamState::Closed(_));
+                let conn = self.new_conn();
+                self.id_sent = true;
+                Ok(Attachment { conn, initial, end_after_initial })
+            }
+            Err(ReplayError::Ahead { .. }) => Err(Rejection::CursorRejected),
+            Err(ReplayError::Gap(gap)) => {
+                self.stats.gaps += 1;
+                let StreamKind::Post { request } = &self.kind else { return Err(Rejection::EventsLost) };
+                let error = ErrorObject::new(code::EVENTS_LOST, "Events after Last-Event-ID were lost; the response to this request cannot be delivered")
+                    .with_data(serde_json::json!({"oldestRetained": gap.oldest.0, "requested": gap.requested.0}));
+                let json = encode_error(Some(request), &error);
+                let seq = self.window.next_seq();
+                let frame = sse::event_frame(&self.cursor(seq), &json);
+                let pushed = self.window.push(frame.clone());
+                debug_assert_eq!(pushed, seq);
+                self.state = StreamState::Closed(CloseReason::EventsLost);
+                let conn = self.new_conn();
+                Ok(Attachment { conn, initial: vec![frame], end_after_initial: true })
+            }
+        }
+    }
+
+    /// Append a message (notification or server request) and say where it goes.
+    pub fn push(&mut self, json: &[u8]) -> Delivery {
+        self.append(json, false)
+    }
+
+    /// Append the final response and close the stream.
+    pub fn push_final(&mut self, json: &[u8]) -> Delivery {
+        self.append(json, true)
+    }
+
+    fn append(&mut self, json: &[u8], last: bool) -> Delivery {
+        if matches!(self.state, StreamState::Closed(_)) {
+            self.stats.dropped_after_close += 1;
+            return Delivery::Dropped;
+        }
+        let seq = self.window.next_seq();
+        let frame = sse::event_frame(&self.cursor(seq), json);
+        let pushed = self.window.push(frame.clone());
+        debug_assert_eq!(pushed, seq);
+        self.stats.events += 1;
+        if last {
+            self.state = StreamState::Closed(CloseReason::Responded);
+        }
+        match self.conn {
+            Some(conn) => {
+                self.id_sent = true;
+                Delivery::Write { conn, frame, end: last }
+            }
+            None => Delivery::Buffered,
+        }
+    }
+
+    /// Close without a further event (cancellation, session end, replacement). Returns the
+    /// connection to end, if one is attached.
+    pub fn close(&mut self, reason: CloseReason) -> Option<u64> {
+        if !matches!(self.state, StreamState::Closed(_)) {
+            self.state = StreamState::Closed(reason);
+        }
+        self.conn.take()
+    }
+
+    /// The connection `conn` went away (or was ended). Ignored unless it is the current one.
+    pub fn detach(&mut self, conn: u64) {
+        if self.conn == Some(conn) {
+            self.conn = None;
+            if self.state == StreamState::Open {
+                self.state = StreamState::Disconnected;
+            }
+        }
+    }
+
+    /// SEP-1699 polling: end the current connection without ending the stream. Allowed only
+    /// after an event id went out on it; returns the connection and the `retry` frame to write
+    /// before ending it.
+    pub fn close_for_polling(&mut self) -> Option<(u64, Option<Bytes>)> {
+        if !self.id_sent || matches!(self.state, StreamState::Closed(_)) {
+            return None;
+        }
+        let conn = self.conn.take()?;
+        self.state = StreamState::Disconnected;
+        Some((conn, self.settings.retry_ms.map(sse::retry_frame)))
+    }
+
+    /// Retained events and bytes.
+    #[must_use]
+    pub fn retained(&self) -> (usize, usize) {
+        self.window.len()
+    }
+}
+
+#[cfg(test)]
+mod tests;

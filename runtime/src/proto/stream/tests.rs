@@ -1,0 +1,123 @@
+use super::*;
+use crate::proto::event_id::CursorKey;
+use crate::sse::Decoder;
+
+fn settings(prime: bool, max_events: usize) -> StreamSettings {
+    StreamSettings { window: WindowLimits { max_events, max_bytes: 1 << 20 }, prime, retry_ms: Some(500) }
+}
+
+fn signer() -> CursorSigner {
+    CursorKey::new(b"k").signer("session", None)
+}
+
+fn post_stream(prime: bool, max_events: usize) -> StreamCore {
+    StreamCore::new(StreamId(7), Generation(1), StreamKind::Post { request: JsonRpcId::Number(1) }, signer(), settings(prime, max_events))
+}
+
+fn decode(frames: &[Bytes]) -> (Vec<String>, Decoder) {
+    let mut d = Decoder::new();
+    let mut out = Vec::new();
+    for f in frames {
+        out.extend(d.feed(f).into_iter().map(|e| e.data));
+    }
+    (out, d)
+}
+
+fn cursor_seq(c: &str) -> Seq {
+    signer().decode(c).unwrap().seq
+}
+
+#[test]
+fn priming_event_comes_first_and_resumes_from_the_start() {
+    let mut s = post_stream(true, 8);
+    let a = s.attach_new();
+    let (data, d) = decode(&a.initial);
+    assert!(data.is_empty(), "priming is not dispatched");
+    assert_eq!(d.retry_ms, Some(500));
+    assert_eq!(cursor_seq(d.last_event_id.as_deref().unwrap()), Seq::START);
+}
+
+#[test]
+fn no_priming_for_older_sessions() {
+    let mut s = post_stream(false, 8);
+    assert!(s.attach_new().initial.is_empty());
+    assert_eq!(s.close_for_polling(), None, "polling close needs an id sent first");
+}
+
+#[test]
+fn events_after_disconnect_are_buffered_and_replayed_in_order() {
+    let mut s = post_stream(true, 8);
+    let a = s.attach_new();
+    let Delivery::Write { frame: f1, .. } = s.push(br#"{"n":1}"#) else { panic!() };
+    s.detach(a.conn);
+    assert_eq!(s.state(), StreamState::Disconnected);
+    assert_eq!(s.push(br#"{"n":2}"#), Delivery::Buffered);
+    assert_eq!(s.push_final(br#"{"n":3}"#), Delivery::Buffered);
+    let (_, d) = decode(&[f1]);
+    let after = cursor_seq(d.last_event_id.as_deref().unwrap());
+    let r = s.attach_resume(after).unwrap();
+    assert!(r.end_after_initial, "a closed stream ends after replay");
+    assert_eq!(decode(&r.initial).0, vec![r#"{"n":2}"#, r#"{"n":3}"#]);
+}
+
+#[test]
+fn detach_of_a_superseded_connection_is_ignored() {
+    let mut s = post_stream(true, 8);
+    let a = s.attach_new();
+    let b = s.attach_resume(Seq::START).unwrap();
+    s.detach(a.conn);
+    assert_eq!(s.connection(), Some(b.conn));
+    assert_eq!(s.state(), StreamState::Open);
+}
+
+#[test]
+fn gap_on_post_stream_answers_the_request_with_events_lost() {
+    let mut s = post_stream(true, 2);
+    let _ = s.attach_new();
+    for i in 0..5 {
+        let _ = s.push(format!("{{\"n\":{i}}}").as_bytes());
+    }
+    let r = s.attach_resume(Seq(1)).unwrap();
+    assert!(r.end_after_initial);
+    let (data, _) = decode(&r.initial);
+    let v: serde_json::Value = serde_json::from_str(&data[0]).unwrap();
+    assert_eq!(v["id"], 1);
+    assert_eq!(v["error"]["code"], code::EVENTS_LOST);
+    assert_eq!(s.state(), StreamState::Closed(CloseReason::EventsLost));
+    assert_eq!(s.push_final(b"{}"), Delivery::Dropped, "the late response is not sent after the error");
+}
+
+#[test]
+fn gap_on_get_stream_is_refused_with_events_lost() {
+    let mut s = StreamCore::new(StreamId(1), Generation(1), StreamKind::Get, signer(), settings(true, 1));
+    let _ = s.attach_new();
+    let _ = s.push(b"{}");
+    let _ = s.push(b"{}");
+    assert_eq!(s.attach_resume(Seq::START).err(), Some(Rejection::EventsLost));
+}
+
+#[test]
+fn cursor_ahead_of_stream_is_rejected() {
+    let mut s = post_stream(true, 4);
+    assert_eq!(s.attach_resume(Seq(3)).err(), Some(Rejection::CursorRejected));
+}
+
+#[test]
+fn polling_close_sends_retry_and_keeps_the_stream() {
+    let mut s = post_stream(true, 4);
+    let a = s.attach_new();
+    let (conn, retry) = s.close_for_polling().unwrap();
+    assert_eq!(conn, a.conn);
+    assert_eq!(retry.unwrap(), Bytes::from_static(b"retry: 500\n\n"));
+    assert_eq!(s.state(), StreamState::Disconnected);
+    assert_eq!(s.push_final(b"{}"), Delivery::Buffered);
+}
+
+#[test]
+fn cancelled_stream_drops_later_messages() {
+    let mut s = post_stream(true, 4);
+    let a = s.attach_new();
+    assert_eq!(s.close(CloseReason::Cancelled), Some(a.conn));
+    assert_eq!(s.push_final(b"{}"), Delivery::Dropped);
+    assert_eq!(s.stats().dropped_after_close, 1);
+}
