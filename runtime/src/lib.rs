@@ -12,3 +12,7 @@
 
 pub mod proto;
 pub mod sse;
+pub mod actor;
+pub mod config;
+pub mod http;
+pub mod tools;

@@ -17,6 +17,17 @@ pub fn event_frame(cursor: &[u8], json: &[u8]) -> Bytes {
     b.freeze()
 }
 
+/// `data: <json>\n\n`: an event without an id (not resumable).
+#[must_use]
+pub fn data_frame(json: &[u8]) -> Bytes {
+    debug_assert!(!json.contains(&b'\n') && !json.contains(&b'\r'));
+    let mut b = BytesMut::with_capacity(json.len() + 8);
+    b.put_slice(b"data: ");
+    b.put_slice(json);
+    b.put_slice(b"\n\n");
+    b.freeze()
+}
+
 /// The SEP-1699 priming event: an id, an optional `retry`, and empty data, which clients
 /// record as their cursor and do not dispatch.
 #[must_use]

@@ -1,0 +1,212 @@
+//! The `conformance` pack: exactly the tools, resources and prompts the official MCP
+//! conformance suite exercises (shared/CONFORMANCE.md §3).
+
+use std::time::Duration;
+
+use mcp_runtime::proto::jsonrpc::ErrorObject;
+use mcp_runtime::proto::mcp::LogLevel;
+use mcp_runtime::tools::{
+    CallToolResult, CatalogBuilder, Content, GetPromptResult, PromptArgument, PromptMessage, PromptSpec, ResourceContents, ResourceSpec,
+    ResourceTemplateSpec, StaticResource, ToolError, ToolSpec, prompt_fn, template_fn, tool_fn,
+};
+use serde_json::{Value, json};
+
+const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==";
+const WAV: &str = "UklGRiYAAABXQVZFZm10IBAAAAABAAEAQB8AAAB9AAACABAAZGF0YQIAAAA=";
+
+fn empty_schema() -> Value {
+    json!({"type": "object", "properties": {}})
+}
+
+fn image() -> Content {
+    Content::Image { data: PNG.into(), mime_type: "image/png".into() }
+}
+
+fn text_arg(args: &Value, key: &str) -> String {
+    args.get(key).and_then(Value::as_str).unwrap_or_default().to_owned()
+}
+
+/// Ask the client to elicit with `schema` and describe the outcome.
+async fn elicit(cx: &mcp_runtime::tools::ToolContext, message: &str, schema: Value, prefix: &str) -> Result<CallToolResult, ToolError> {
+    let r = cx.request("elicitation/create", json!({"message": message, "requestedSchema": schema})).await.map_err(ToolError::Protocol)?;
+    let action = r.get("action").and_then(Value::as_str).unwrap_or("unknown");
+    let content = r.get("content").cloned().unwrap_or(Value::Null);
+    Ok(CallToolResult::text(format!("{prefix}: action={action}, content={content}")))
+}
+
+fn tools(b: CatalogBuilder) -> CatalogBuilder {
+    b.tool(tool_fn(ToolSpec::new("test_simple_text", "Returns a simple text response.", empty_schema()), |_, _| async {
+        Ok(CallToolResult::text("This is a simple text response for testing."))
+    }))
+    .tool(tool_fn(ToolSpec::new("test_image_content", "Returns a 1x1 PNG image.", empty_schema()), |_, _| async {
+        Ok(CallToolResult::content(vec![image()]))
+    }))
+    .tool(tool_fn(ToolSpec::new("test_audio_content", "Returns a short WAV clip.", empty_schema()), |_, _| async {
+        Ok(CallToolResult::content(vec![Content::Audio { data: WAV.into(), mime_type: "audio/wav".into() }]))
+    }))
+    .tool(tool_fn(ToolSpec::new("test_embedded_resource", "Returns an embedded text resource.", empty_schema()), |_, _| async {
+        Ok(CallToolResult::content(vec![Content::Resource {
+            resource: ResourceContents::text("test://embedded-resource", "text/plain", "This is an embedded resource content."),
+        }]))
+    }))
+    .tool(tool_fn(ToolSpec::new("test_multiple_content_types", "Returns text, image and resource content.", empty_schema()), |_, _| async {
+        Ok(CallToolResult::content(vec![
+            Content::text("Multiple content types test:"),
+            image(),
+            Content::Resource { resource: ResourceContents::text("test://mixed-content-resource", "application/json", r#"{"test":"data","value":123}"#) },
+        ]))
+    }))
+    .tool(tool_fn(ToolSpec::new("test_tool_with_logging", "Sends three log messages while running.", empty_schema()), |_, cx| async move {
+        for (i, msg) in ["Tool execution started", "Tool processing data", "Tool execution completed"].iter().enumerate() {
+            if i > 0 {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            cx.log(LogLevel::Info, None, json!(msg)).await;
+        }
+        Ok(CallToolResult::text("Tool with logging executed successfully"))
+    }))
+    .tool(tool_fn(ToolSpec::new("test_tool_with_progress", "Reports progress 0, 50 and 100 of 100.", empty_schema()), |_, cx| async move {
+        for (i, p) in [0.0, 50.0, 100.0].into_iter().enumerate() {
+            if i > 0 {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            cx.progress(p, Some(100.0), Some(&format!("Completed step {p} of 100"))).await;
+        }
+        let token = cx.progress_token().map(|t| t.as_str().map_or_else(|| t.to_string(), str::to_owned)).unwrap_or_default();
+        Ok(CallToolResult::text(token))
+    }))
+    .tool(tool_fn(ToolSpec::new("test_error_handling", "Always fails with a tool error.", empty_schema()), |_, _| async {
+        Err(ToolError::Failed("This tool intentionally returns an error for testing".into()))
+    }))
+    .tool(tool_fn(
+        ToolSpec::new(
+            "test_sampling",
+            "Asks the client's model to complete a prompt.",
+            json!({"type":"object","properties":{"prompt":{"type":"string","description":"The prompt"}},"required":["prompt"]}),
+        ),
+        |args, cx| async move {
+            let prompt = text_arg(&args, "prompt");
+            let r = cx
+                .request("sampling/createMessage", json!({"messages":[{"role":"user","content":{"type":"text","text":prompt}}],"maxTokens":100}))
+                .await
+                .map_err(ToolError::Protocol)?;
+            let text = r.pointer("/content/text").and_then(Value::as_str).unwrap_or_default();
+            Ok(CallToolResult::text(format!("LLM response: {text}")))
+        },
+    ))
+    .tool(tool_fn(
+        ToolSpec::new(
+            "test_elicitation",
+            "Asks the user for a username and email.",
+            json!({"type":"object","properties":{"message":{"type":"string","description":"The message to show"}},"required":["message"]}),
+        ),
+        |args, cx| async move {
+            let schema = json!({"type":"object","properties":{
+                "username":{"type":"string","description":"User's response"},
+                "email":{"type":"string","description":"User's email address"}},
+                "required":["username","email"]});
+            elicit(&cx, &text_arg(&args, "message"), schema, "User response").await
+        },
+    ))
+    .tool(tool_fn(ToolSpec::new("test_elicitation_sep1034_defaults", "Elicits fields that have default values (SEP-1034).", empty_schema()), |_, cx| async move {
+        let schema = json!({"type":"object","properties":{
+            "name":{"type":"string","default":"John Doe"},
+            "age":{"type":"integer","default":30},
+            "score":{"type":"number","default":95.5},
+            "status":{"type":"string","enum":["active","inactive","pending"],"default":"active"},
+            "verified":{"type":"boolean","default":true}},
+            "required":[]});
+        elicit(&cx, "Please review and update the form fields with defaults", schema, "Elicitation completed").await
+    }))
+    .tool(tool_fn(ToolSpec::new("test_elicitation_sep1330_enums", "Elicits enum fields of every SEP-1330 shape.", empty_schema()), |_, cx| async move {
+        let schema = json!({"type":"object","properties":{
+            "untitledSingle":{"type":"string","enum":["option1","option2","option3"]},
+            "titledSingle":{"type":"string","oneOf":[{"const":"value1","title":"First Option"},{"const":"value2","title":"Second Option"},{"const":"value3","title":"Third Option"}]},
+            "legacyEnum":{"type":"string","enum":["opt1","opt2","opt3"],"enumNames":["Option One","Option Two","Option Three"]},
+            "untitledMulti":{"type":"array","minItems":1,"maxItems":3,"items":{"type":"string","enum":["option1","option2","option3"]}},
+            "titledMulti":{"type":"array","minItems":1,"maxItems":3,"items":{"anyOf":[{"const":"value1","title":"First Choice"},{"const":"value2","title":"Second Choice"},{"const":"value3","title":"Third Choice"}]}}},
+            "required":[]});
+        elicit(&cx, "Please select options", schema, "Elicitation completed").await
+    }))
+    .tool(tool_fn(
+        ToolSpec::new("test_reconnection", "Closes its SSE stream after the priming event, then answers on the resumed stream (SEP-1699).", empty_schema()),
+        |_, cx| async move {
+            cx.close_stream_for_polling().await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            Ok(CallToolResult::text(
+                "Reconnection test completed successfully. If you received this, the client properly reconnected after stream closure.",
+            ))
+        },
+    ))
+    .tool(tool_fn(
+        ToolSpec::new(
+            "json_schema_2020_12_tool",
+            "Declares a JSON Schema 2020-12 input schema with $defs and echoes its arguments.",
+            json!({"$schema":"https://json-schema.org/draft/2020-12/schema","type":"object",
+                "$defs":{"address":{"type":"object","properties":{"street":{"type":"string"},"city":{"type":"string"}}}},
+                "properties":{"name":{"type":"string"},"address":{"$ref":"#/$defs/address"}},
+                "additionalProperties":false}),
+        ),
+        |args, _| async move { Ok(CallToolResult::text(format!("Received: {args}"))) },
+    ))
+}
+
+fn resources(b: CatalogBuilder) -> CatalogBuilder {
+    let spec = |uri: &str, name: &str, mime: &str| ResourceSpec { uri: uri.into(), name: name.into(), description: Some(format!("Test resource {name}")), mime_type: Some(mime.into()) };
+    b.resource(StaticResource::new(
+        spec("test://static-text", "static-text", "text/plain"),
+        vec![ResourceContents::text("test://static-text", "text/plain", "This is the content of the static text resource.")],
+    ))
+    .resource(StaticResource::new(spec("test://static-binary", "static-binary", "image/png"), vec![ResourceContents::blob("test://static-binary", "image/png", PNG)]))
+    .resource(StaticResource::new(
+        spec("test://watched-resource", "watched-resource", "text/plain"),
+        vec![ResourceContents::text("test://watched-resource", "text/plain", "Watched resource content")],
+    ))
+    .template(template_fn(
+        ResourceTemplateSpec {
+            uri_template: "test://template/{id}/data".into(),
+            name: "template".into(),
+            description: Some("Data for an id".into()),
+            mime_type: Some("application/json".into()),
+        },
+        |uri, vars| {
+            let id = vars.get("id").and_then(Value::as_str).unwrap_or_default();
+            let text = json!({"id": id, "templateTest": true, "data": format!("Data for ID: {id}")}).to_string();
+            Ok(vec![ResourceContents::text(uri, "application/json", text)])
+        },
+    ))
+}
+
+fn user(content: Content) -> PromptMessage {
+    PromptMessage { role: "user".into(), content }
+}
+
+fn arg(name: &str, description: &str) -> PromptArgument {
+    PromptArgument { name: name.into(), description: Some(description.into()), required: true }
+}
+
+fn prompts(b: CatalogBuilder) -> CatalogBuilder {
+    let spec = |name: &str, description: &str, arguments| PromptSpec { name: name.into(), description: description.into(), arguments };
+    let ok = |messages| -> Result<GetPromptResult, ErrorObject> { Ok(GetPromptResult { description: None, messages }) };
+    b.prompt(prompt_fn(spec("test_simple_prompt", "A simple prompt without arguments", vec![]), move |_| {
+        ok(vec![user(Content::text("This is a simple prompt for testing."))])
+    }))
+    .prompt(prompt_fn(spec("test_prompt_with_arguments", "A prompt with two required arguments", vec![arg("arg1", "First argument"), arg("arg2", "Second argument")]), move |a| {
+        let get = |k: &str| a.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
+        ok(vec![user(Content::text(format!("Prompt with arguments: arg1='{}', arg2='{}'", get("arg1"), get("arg2"))))])
+    }))
+    .prompt(prompt_fn(spec("test_prompt_with_embedded_resource", "A prompt that embeds a resource", vec![arg("resourceUri", "URI of the resource to embed")]), move |a| {
+        let uri = a.get("resourceUri").and_then(Value::as_str).unwrap_or_default();
+        ok(vec![
+            user(Content::Resource { resource: ResourceContents::text(uri, "text/plain", "Embedded resource content for testing.") }),
+            user(Content::text("Please process the embedded resource above.")),
+        ])
+    }))
+    .prompt(prompt_fn(spec("test_prompt_with_image", "A prompt that includes an image", vec![]), move |_| {
+        ok(vec![user(image()), user(Content::text("Please analyze the image above."))])
+    }))
+}
+
+pub(crate) fn pack() -> CatalogBuilder {
+    prompts(resources(tools(CatalogBuilder::default())))
+}

@@ -1,0 +1,19 @@
+//! Tool packs the host can serve, chosen by name in the config.
+
+mod conformance;
+mod echo;
+
+use mcp_runtime::tools::CatalogBuilder;
+
+/// Build the catalog contents for the named packs.
+pub(crate) fn build(names: &[String]) -> Result<CatalogBuilder, String> {
+    let mut b = CatalogBuilder::default();
+    for n in names {
+        b = b.merge(match n.as_str() {
+            "conformance" => conformance::pack(),
+            "echo" => echo::pack(),
+            other => return Err(format!("unknown tool pack {other:?} (known: conformance, echo)")),
+        });
+    }
+    Ok(b)
+}

@@ -1,0 +1,269 @@
+//! One actor per SSE stream: drives a [`StreamCore`] and the attached connection's queue.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::WeakAddr;
+use actix::prelude::*;
+use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use super::body::SseBody;
+use super::session::{SessionActor, StreamEvent};
+use crate::config::RuntimeConfig;
+use crate::proto::error::Rejection;
+use crate::proto::ids::Seq;
+use crate::proto::stream::{Attachment, CloseReason, Delivery, StreamCore, StreamState};
+use crate::sse::COMMENT_KEEPALIVE;
+
+struct Writer {
+    conn: u64,
+    tx: mpsc::Sender<Bytes>,
+}
+
+/// The actor.
+pub struct StreamActor {
+    core: StreamCore,
+    writer: Option<Writer>,
+    session: WeakAddr<SessionActor>,
+    cfg: Arc<RuntimeConfig>,
+    last_write: Instant,
+    retention: Option<SpawnHandle>,
+    /// Slow readers detached from this stream (exported as a metric later).
+    slow_reader_detaches: u64,
+}
+
+impl Actor for StreamActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.set_mailbox_capacity(64);
+        let every = Duration::from_millis(self.cfg.keepalive_ms);
+        ctx.run_interval(every, |act, _| act.keepalive());
+    }
+}
+
+/// Append a message; `last` marks the final response (closes the stream).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Emit {
+    pub(crate) json: Bytes,
+    pub(crate) last: bool,
+}
+
+/// Attach a resuming connection after `after`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Attach {
+    pub(crate) after: Seq,
+    pub(crate) reply: oneshot::Sender<Result<SseBody, Rejection>>,
+}
+
+/// A connection's body was dropped; `drained` = it returned every frame and ended normally.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Detached {
+    pub(crate) conn: u64,
+    pub(crate) drained: bool,
+}
+
+/// Close without a further event (cancellation).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Close(pub(crate) CloseReason);
+
+/// Close and stop at once (replaced GET stream, evicted from retention, session end).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Shutdown(pub(crate) CloseReason);
+
+/// SEP-1699: end the current connection, keep the stream.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct PollClose;
+
+impl StreamActor {
+    /// Start a stream with its first connection attached; returns the address and the body
+    /// of that connection.
+    pub(crate) fn start_attached(mut core: StreamCore, session: WeakAddr<SessionActor>, cfg: Arc<RuntimeConfig>) -> (Addr<StreamActor>, SseBody) {
+        let att = core.attach_new();
+        let (tx, rx) = mpsc::channel(cfg.write_queue_frames);
+        let conn = att.conn;
+        let addr = StreamActor {
+            core,
+            writer: Some(Writer { conn, tx }),
+            session,
+            cfg,
+            last_write: Instant::now(),
+            retention: None,
+            slow_reader_detaches: 0,
+        }
+        .start();
+        (addr.clone(), SseBody::new(att.initial, Some(rx), Some((addr, conn))))
+    }
+
+    fn tell_session(&self, ev: StreamEvent) {
+        if let Some(s) = self.session.upgrade() {
+            // Control message, one per state change of this stream.
+            s.do_send(ev);
+        }
+    }
+
+    fn body_for(&mut self, att: Attachment, ctx: &mut Context<Self>) -> SseBody {
+        // A new connection supersedes the old one: dropping its sender ends it.
+        self.writer = None;
+        self.tell_session(StreamEvent::Attached);
+        if att.end_after_initial {
+            return SseBody::new(att.initial, None, Some((ctx.address(), att.conn)));
+        }
+        let (tx, rx) = mpsc::channel(self.cfg.write_queue_frames);
+        self.writer = Some(Writer { conn: att.conn, tx });
+        self.last_write = Instant::now();
+        SseBody::new(att.initial, Some(rx), Some((ctx.address(), att.conn)))
+    }
+
+    fn deliver(&mut self, d: Delivery, ctx: &mut Context<Self>) {
+        let Delivery::Write { conn, frame, end } = d else { return };
+        let Some(w) = self.writer.as_ref().filter(|w| w.conn == conn) else {
+            self.core.detach(conn);
+            return;
+        };
+        match w.tx.try_send(frame) {
+            Ok(()) => {
+                self.last_write = Instant::now();
+                if end {
+                    // Dropping the sender ends the response once the queue drains.
+                    self.writer = None;
+                }
+            }
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                // Slow reader: detach it rather than buffer without bound or block the
+                // session. Nothing is lost: the window holds the frame; the client resumes.
+                self.slow_reader_detaches += 1;
+                tracing::debug!(stream = %self.core.id(), "slow SSE reader detached");
+                self.writer = None;
+                self.core.detach(conn);
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                self.writer = None;
+                self.core.detach(conn);
+            }
+        }
+        if matches!(self.core.state(), StreamState::Closed(_)) {
+            self.on_closed(ctx);
+        }
+    }
+
+    fn on_closed(&mut self, ctx: &mut Context<Self>) {
+        if self.retention.is_some() {
+            return;
+        }
+        self.tell_session(StreamEvent::Closed(self.core.id()));
+        if self.writer.is_none() && self.core.connection().is_none() {
+            self.retain_for(self.cfg.retention_undelivered_ms, ctx);
+        }
+        // Otherwise the final frame is being written; `Detached` picks the retention.
+    }
+
+    fn retain_for(&mut self, ms: u64, ctx: &mut Context<Self>) {
+        if let Some(h) = self.retention.take() {
+            ctx.cancel_future(h);
+        }
+        self.retention = Some(ctx.run_later(Duration::from_millis(ms), |act, ctx| {
+            act.tell_session(StreamEvent::Gone(act.core.id()));
+            ctx.stop();
+        }));
+    }
+
+    fn keepalive(&mut self) {
+        let Some(w) = &self.writer else { return };
+        if self.last_write.elapsed() >= Duration::from_millis(self.cfg.keepalive_ms) {
+            match w.tx.try_send(Bytes::from_static(COMMENT_KEEPALIVE)) {
+                Ok(()) => self.last_write = Instant::now(),
+                Err(mpsc::error::TrySendError::Closed(_)) => {
+                    let conn = w.conn;
+                    self.writer = None;
+                    self.core.detach(conn);
+                }
+                Err(mpsc::error::TrySendError::Full(_)) => {}
+            }
+        }
+    }
+}
+
+impl Handler<Emit> for StreamActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Emit, ctx: &mut Context<Self>) {
+        let d = if msg.last { self.core.push_final(&msg.json) } else { self.core.push(&msg.json) };
+        self.deliver(d, ctx);
+    }
+}
+
+impl Handler<Attach> for StreamActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Attach, ctx: &mut Context<Self>) {
+        let r = self.core.attach_resume(msg.after).map(|att| self.body_for(att, ctx));
+        if matches!(self.core.state(), StreamState::Closed(_)) {
+            self.on_closed(ctx);
+        }
+        let _ = msg.reply.send(r);
+    }
+}
+
+impl Handler<Detached> for StreamActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Detached, ctx: &mut Context<Self>) {
+        self.tell_session(StreamEvent::DetachedConn);
+        if self.writer.as_ref().is_some_and(|w| w.conn == msg.conn) {
+            self.writer = None;
+        }
+        let was_current = self.core.connection() == Some(msg.conn);
+        self.core.detach(msg.conn);
+        if was_current && matches!(self.core.state(), StreamState::Closed(_)) {
+            let ms = if msg.drained { self.cfg.retention_after_delivery_ms } else { self.cfg.retention_undelivered_ms };
+            self.retain_for(ms, ctx);
+        }
+    }
+}
+
+impl Handler<Close> for StreamActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Close, ctx: &mut Context<Self>) {
+        self.core.close(msg.0);
+        self.writer = None;
+        if self.retention.is_none() {
+            // Nothing is owed on a cancelled stream: keep it only briefly for late resumes.
+            self.tell_session(StreamEvent::Closed(self.core.id()));
+            self.retain_for(self.cfg.retention_after_delivery_ms, ctx);
+        }
+    }
+}
+
+impl Handler<Shutdown> for StreamActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Shutdown, ctx: &mut Context<Self>) {
+        self.core.close(msg.0);
+        self.writer = None;
+        ctx.stop();
+    }
+}
+
+impl Handler<PollClose> for StreamActor {
+    type Result = ();
+
+    fn handle(&mut self, _: PollClose, _: &mut Context<Self>) {
+        if let Some((conn, retry)) = self.core.close_for_polling() {
+            if let Some(w) = self.writer.take().filter(|w| w.conn == conn) {
+                if let Some(f) = retry {
+                    let _ = w.tx.try_send(f);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,352 @@
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::{Map, Value, json};
+
+use super::{BoxFuture, CallToolResult, Prompt, Resource, ResourceTemplate, Tool, ToolContext, ToolError, validate_arguments};
+use crate::proto::jsonrpc::{ErrorObject, code};
+
+/// `serverInfo` of the `initialize` result.
+#[derive(Debug, Clone)]
+pub struct ServerInfo {
+    /// Name.
+    pub name: String,
+    /// Version.
+    pub version: String,
+    /// Optional instructions for the model.
+    pub instructions: Option<String>,
+}
+
+/// The outcome of dispatching a request to the catalog.
+pub enum Dispatch {
+    /// Answered at once.
+    Ready(Result<Value, ErrorObject>),
+    /// Needs to run.
+    Pending(BoxFuture<Result<Value, ErrorObject>>),
+}
+
+impl std::fmt::Debug for Dispatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Dispatch::Ready(r) => f.debug_tuple("Ready").field(r).finish(),
+            Dispatch::Pending(_) => f.write_str("Pending(..)"),
+        }
+    }
+}
+
+/// Builds a [`Catalog`].
+#[derive(Default)]
+pub struct CatalogBuilder {
+    tools: Vec<Arc<dyn Tool>>,
+    resources: Vec<Arc<dyn Resource>>,
+    templates: Vec<Arc<dyn ResourceTemplate>>,
+    prompts: Vec<Arc<dyn Prompt>>,
+}
+
+impl CatalogBuilder {
+    /// Add a tool.
+    #[must_use]
+    pub fn tool(mut self, t: impl Tool) -> Self {
+        self.tools.push(Arc::new(t));
+        self
+    }
+
+    /// Add a resource.
+    #[must_use]
+    pub fn resource(mut self, r: impl Resource) -> Self {
+        self.resources.push(Arc::new(r));
+        self
+    }
+
+    /// Add a resource template.
+    #[must_use]
+    pub fn template(mut self, t: impl ResourceTemplate) -> Self {
+        self.templates.push(Arc::new(t));
+        self
+    }
+
+    /// Add a prompt.
+    #[must_use]
+    pub fn prompt(mut self, p: impl Prompt) -> Self {
+        self.prompts.push(Arc::new(p));
+        self
+    }
+
+    /// Merge another builder (a tool pack) into this one.
+    #[must_use]
+    pub fn merge(mut self, other: CatalogBuilder) -> Self {
+        self.tools.extend(other.tools);
+        self.resources.extend(other.resources);
+        self.templates.extend(other.templates);
+        self.prompts.extend(other.prompts);
+        self
+    }
+
+    /// Finish. Later entries with a duplicate name or URI are refused.
+    ///
+    /// # Errors
+    /// A message naming a duplicate tool, prompt or resource, or an invalid tool name.
+    pub fn build(self, info: ServerInfo) -> Result<Catalog, String> {
+        let mut tool_index = HashMap::new();
+        for (i, t) in self.tools.iter().enumerate() {
+            let name = &t.spec().name;
+            if name.is_empty() || name.len() > 64 || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-/".contains(&b)) {
+                return Err(format!("invalid tool name {name:?} (1-64 characters of [A-Za-z0-9_./-])"));
+            }
+            if tool_index.insert(name.clone(), i).is_some() {
+                return Err(format!("duplicate tool {name:?}"));
+            }
+        }
+        let mut prompt_index = HashMap::new();
+        for (i, p) in self.prompts.iter().enumerate() {
+            if prompt_index.insert(p.spec().name.clone(), i).is_some() {
+                return Err(format!("duplicate prompt {:?}", p.spec().name));
+            }
+        }
+        let mut resource_index = HashMap::new();
+        for (i, r) in self.resources.iter().enumerate() {
+            if resource_index.insert(r.spec().uri.clone(), i).is_some() {
+                return Err(format!("duplicate resource {:?}", r.spec().uri));
+            }
+        }
+        let tools_list = json!({"tools": self.tools.iter().map(|t| t.spec()).collect::<Vec<_>>()});
+        let prompts_list = json!({"prompts": self.prompts.iter().map(|p| p.spec()).collect::<Vec<_>>()});
+        let resources_list = json!({"resources": self.resources.iter().map(|r| r.spec()).collect::<Vec<_>>()});
+        let templates_list = json!({"resourceTemplates": self.templates.iter().map(|t| t.spec()).collect::<Vec<_>>()});
+        let mut caps = Map::new();
+        if !self.tools.is_empty() {
+            caps.insert("tools".into(), json!({"listChanged": false}));
+        }
+        if !self.resources.is_empty() || !self.templates.is_empty() {
+            caps.insert("resources".into(), json!({"subscribe": true, "listChanged": false}));
+        }
+        if !self.prompts.is_empty() {
+            caps.insert("prompts".into(), json!({"listChanged": false}));
+        }
+        caps.insert("logging".into(), json!({}));
+        caps.insert("completions".into(), json!({}));
+        Ok(Catalog {
+            server_info: json!({"name": info.name, "version": info.version}),
+            instructions: info.instructions,
+            capabilities: Value::Object(caps),
+            tools: self.tools,
+            tool_index,
+            resources: self.resources,
+            resource_index,
+            templates: self.templates,
+            prompts: self.prompts,
+            prompt_index,
+            tools_list,
+            prompts_list,
+            resources_list,
+            templates_list,
+        })
+    }
+}
+
+/// The immutable set of tools, resources and prompts a server offers.
+pub struct Catalog {
+    server_info: Value,
+    instructions: Option<String>,
+    capabilities: Value,
+    tools: Vec<Arc<dyn Tool>>,
+    tool_index: HashMap<String, usize>,
+    resources: Vec<Arc<dyn Resource>>,
+    resource_index: HashMap<String, usize>,
+    templates: Vec<Arc<dyn ResourceTemplate>>,
+    prompts: Vec<Arc<dyn Prompt>>,
+    prompt_index: HashMap<String, usize>,
+    tools_list: Value,
+    prompts_list: Value,
+    resources_list: Value,
+    templates_list: Value,
+}
+
+impl std::fmt::Debug for Catalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Catalog").field("tools", &self.tools.len()).field("prompts", &self.prompts.len()).finish_non_exhaustive()
+    }
+}
+
+fn invalid_params(msg: impl Into<String>) -> ErrorObject {
+    ErrorObject::new(code::INVALID_PARAMS, msg)
+}
+
+fn str_param<'a>(params: Option<&'a Value>, key: &str) -> Result<&'a str, ErrorObject> {
+    params.and_then(|p| p.get(key)).and_then(Value::as_str).ok_or_else(|| invalid_params(format!("missing string parameter {key:?}")))
+}
+
+/// We never issue pagination cursors (every list fits one page), so any cursor is invalid.
+fn no_cursor(params: Option<&Value>) -> Result<(), ErrorObject> {
+    match params.and_then(|p| p.get("cursor")) {
+        None | Some(Value::Null) => Ok(()),
+        Some(_) => Err(invalid_params("invalid pagination cursor")),
+    }
+}
+
+/// Match an RFC 6570 level-1 template (`{var}` expansions, each matching a non-empty run
+/// without `/`) against a URI.
+#[must_use]
+pub fn match_template(template: &str, uri: &str) -> Option<Map<String, Value>> {
+    let mut vars = Map::new();
+    let mut rest_t = template;
+    let mut rest_u = uri;
+    while !rest_t.is_empty() {
+        if let Some(after_brace) = rest_t.strip_prefix('{') {
+            let end = after_brace.find('}')?;
+            let name = &after_brace[..end];
+            rest_t = &after_brace[end + 1..];
+            let next_lit_end = rest_t.find('{').unwrap_or(rest_t.len());
+            let lit = &rest_t[..next_lit_end];
+            let stop = if lit.is_empty() { rest_u.find('/').unwrap_or(rest_u.len()) } else { rest_u.find(lit)? };
+            let value = &rest_u[..stop];
+            if value.is_empty() || value.contains('/') {
+                return None;
+            }
+            vars.insert(name.to_owned(), Value::from(value));
+            rest_u = &rest_u[stop..];
+        } else {
+            let lit_end = rest_t.find('{').unwrap_or(rest_t.len());
+            rest_u = rest_u.strip_prefix(&rest_t[..lit_end])?;
+            rest_t = &rest_t[lit_end..];
+        }
+    }
+    rest_u.is_empty().then_some(vars)
+}
+
+impl Catalog {
+    /// Start building.
+    #[must_use]
+    pub fn builder() -> CatalogBuilder {
+        CatalogBuilder::default()
+    }
+
+    /// `serverInfo`.
+    #[must_use]
+    pub fn server_info(&self) -> &Value {
+        &self.server_info
+    }
+
+    /// Instructions for the model.
+    #[must_use]
+    pub fn instructions(&self) -> Option<&str> {
+        self.instructions.as_deref()
+    }
+
+    /// `ServerCapabilities`.
+    #[must_use]
+    pub fn capabilities(&self) -> &Value {
+        &self.capabilities
+    }
+
+    /// A tool's spec by name.
+    #[must_use]
+    pub fn tool(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.tool_index.get(name).map(|&i| &self.tools[i])
+    }
+
+    /// Whether `uri` names a listed resource or matches a template.
+    #[must_use]
+    pub fn has_resource(&self, uri: &str) -> bool {
+        self.resource_index.contains_key(uri) || self.templates.iter().any(|t| match_template(&t.spec().uri_template, uri).is_some())
+    }
+
+    /// Dispatch a catalog method. `cx` is called only for `tools/call`.
+    pub fn dispatch(&self, method: &str, params: Option<&Value>, cx: impl FnOnce() -> ToolContext) -> Dispatch {
+        use Dispatch::Ready;
+        match method {
+            "tools/list" => Ready(no_cursor(params).map(|()| self.tools_list.clone())),
+            "prompts/list" => Ready(no_cursor(params).map(|()| self.prompts_list.clone())),
+            "resources/list" => Ready(no_cursor(params).map(|()| self.resources_list.clone())),
+            "resources/templates/list" => Ready(no_cursor(params).map(|()| self.templates_list.clone())),
+            "tools/call" => self.call_tool(params, cx),
+            "resources/read" => self.read_resource(params),
+            "prompts/get" => self.get_prompt(params),
+            "completion/complete" => Ready(Ok(json!({"completion": {"values": [], "total": 0, "hasMore": false}}))),
+            _ => Ready(Err(ErrorObject::new(code::METHOD_NOT_FOUND, format!("Method not found: {method}")))),
+        }
+    }
+
+    fn call_tool(&self, params: Option<&Value>, cx: impl FnOnce() -> ToolContext) -> Dispatch {
+        let name = match str_param(params, "name") {
+            Ok(n) => n,
+            Err(e) => return Dispatch::Ready(Err(e)),
+        };
+        let Some(tool) = self.tool(name) else {
+            return Dispatch::Ready(Err(invalid_params(format!("Unknown tool: {name}"))));
+        };
+        let args = match params.and_then(|p| p.get("arguments")) {
+            None | Some(Value::Null) => Value::Object(Map::new()),
+            Some(a @ Value::Object(_)) => a.clone(),
+            Some(_) => return Dispatch::Ready(Err(invalid_params("arguments must be an object"))),
+        };
+        if let Err(msg) = validate_arguments(&tool.spec().input_schema, &args) {
+            return Dispatch::Ready(Ok(to_value(&CallToolResult::error(format!("Invalid arguments: {msg}")))));
+        }
+        let fut = tool.call(args, cx());
+        Dispatch::Pending(Box::pin(async move {
+            match fut.await {
+                Ok(r) => Ok(to_value(&r)),
+                Err(ToolError::Failed(msg)) => Ok(to_value(&CallToolResult::error(msg))),
+                Err(ToolError::Protocol(e)) => Err(e),
+            }
+        }))
+    }
+
+    fn read_resource(&self, params: Option<&Value>) -> Dispatch {
+        let uri = match str_param(params, "uri") {
+            Ok(u) => u.to_owned(),
+            Err(e) => return Dispatch::Ready(Err(e)),
+        };
+        let fut = if let Some(&i) = self.resource_index.get(&uri) {
+            self.resources[i].read()
+        } else if let Some((t, vars)) = self.templates.iter().find_map(|t| match_template(&t.spec().uri_template, &uri).map(|v| (t, v))) {
+            t.read(&uri, &vars)
+        } else {
+            return Dispatch::Ready(Err(ErrorObject::new(code::RESOURCE_NOT_FOUND, "Resource not found").with_data(json!({"uri": uri}))));
+        };
+        Dispatch::Pending(Box::pin(async move { fut.await.map(|contents| json!({"contents": contents})) }))
+    }
+
+    fn get_prompt(&self, params: Option<&Value>) -> Dispatch {
+        let name = match str_param(params, "name") {
+            Ok(n) => n,
+            Err(e) => return Dispatch::Ready(Err(e)),
+        };
+        let Some(&i) = self.prompt_index.get(name) else {
+            return Dispatch::Ready(Err(invalid_params(format!("Unknown prompt: {name}"))));
+        };
+        let prompt = &self.prompts[i];
+        let args = match params.and_then(|p| p.get("arguments")) {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(m)) => m.clone(),
+            Some(_) => return Dispatch::Ready(Err(invalid_params("arguments must be an object"))),
+        };
+        for a in prompt.spec().arguments.iter().filter(|a| a.required) {
+            if !args.contains_key(&a.name) {
+                return Dispatch::Ready(Err(invalid_params(format!("missing required argument {:?}", a.name))));
+            }
+        }
+        let fut = prompt.get(args);
+        Dispatch::Pending(Box::pin(async move { fut.await.map(|r| to_value(&r)) }))
+    }
+}
+
+fn to_value<T: serde::Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn template_matching() {
+        let m = match_template("test://template/{id}/data", "test://template/123/data").unwrap();
+        assert_eq!(m["id"], "123");
+        assert!(match_template("test://template/{id}/data", "test://template//data").is_none());
+        assert!(match_template("test://template/{id}/data", "test://template/1/2/data").is_none());
+        assert!(match_template("a/{x}", "a/b").is_some());
+        assert!(match_template("a/{x}", "a/b/c").is_none());
+    }
+}

@@ -1,0 +1,133 @@
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::BoxFuture;
+use crate::proto::ids::JsonRpcId;
+use crate::proto::jsonrpc::{ErrorObject, code, encode_notification};
+use crate::proto::mcp::{LogLevel, method};
+
+/// Where a running request's related messages go. Implemented by the actor layer; tools see
+/// only [`ToolContext`].
+pub trait ToolOutbound: Send + Sync + 'static {
+    /// Send a notification related to the request (on its stream when it has one).
+    fn notify(&self, json: Bytes) -> BoxFuture<()>;
+    /// Send a server-to-client request related to the request and wait for the answer.
+    fn request(&self, method: &str, params: Value) -> BoxFuture<Result<Value, ErrorObject>>;
+    /// SEP-1699: end the current connection of the request's stream without ending the
+    /// stream; the client resumes with GET + `Last-Event-ID`.
+    fn close_for_polling(&self) -> BoxFuture<()>;
+}
+
+/// Everything a running tool may use: progress, logging, cancellation and server-to-client
+/// requests. Cheap to clone.
+#[derive(Clone)]
+pub struct ToolContext {
+    request_id: JsonRpcId,
+    progress_token: Option<Value>,
+    cancel: CancellationToken,
+    log_level: Option<LogLevel>,
+    client_capabilities: Arc<Value>,
+    out: Arc<dyn ToolOutbound>,
+}
+
+impl std::fmt::Debug for ToolContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolContext").field("request_id", &self.request_id).finish_non_exhaustive()
+    }
+}
+
+impl ToolContext {
+    /// Built by the session for each request.
+    #[must_use]
+    pub fn new(
+        request_id: JsonRpcId,
+        progress_token: Option<Value>,
+        cancel: CancellationToken,
+        log_level: Option<LogLevel>,
+        client_capabilities: Arc<Value>,
+        out: Arc<dyn ToolOutbound>,
+    ) -> ToolContext {
+        ToolContext { request_id, progress_token, cancel, log_level, client_capabilities, out }
+    }
+
+    /// The JSON-RPC id of the request being served.
+    #[must_use]
+    pub fn request_id(&self) -> &JsonRpcId {
+        &self.request_id
+    }
+
+    /// The request's `_meta.progressToken`, type preserved.
+    #[must_use]
+    pub fn progress_token(&self) -> Option<&Value> {
+        self.progress_token.as_ref()
+    }
+
+    /// Cancelled by `notifications/cancelled` or session end. The tool's future is dropped
+    /// right after this fires; watch it only to stop work spawned elsewhere.
+    #[must_use]
+    pub fn cancellation(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// Report progress; a no-op when the request carried no progress token. `progress` must
+    /// increase from call to call.
+    pub async fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
+        let Some(token) = &self.progress_token else { return };
+        let mut p = json!({"progressToken": token, "progress": progress});
+        if let Some(t) = total {
+            p["total"] = json!(t);
+        }
+        if let Some(m) = message {
+            p["message"] = json!(m);
+        }
+        self.out.notify(encode_notification(method::PROGRESS, Some(&p))).await;
+    }
+
+    /// Send a log message, unless the client set a higher minimum level.
+    pub async fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {
+        if self.log_level.is_some_and(|min| level < min) {
+            return;
+        }
+        let mut p = json!({"level": level.as_str(), "data": data});
+        if let Some(l) = logger {
+            p["logger"] = json!(l);
+        }
+        self.out.notify(encode_notification(method::MESSAGE, Some(&p))).await;
+    }
+
+    /// Whether the client declared a top-level capability (`sampling`, `elicitation`, ...).
+    #[must_use]
+    pub fn client_has(&self, capability: &str) -> bool {
+        self.client_capabilities.get(capability).is_some_and(|v| !v.is_null())
+    }
+
+    /// Send a server-to-client request (e.g. `sampling/createMessage`, `elicitation/create`)
+    /// on this request's stream and wait for the client's answer.
+    ///
+    /// # Errors
+    /// The client's JSON-RPC error; `-32601` when the client lacks the capability the method
+    /// needs; an error when the session ends first.
+    pub async fn request(&self, method: &str, params: Value) -> Result<Value, ErrorObject> {
+        let needs = match method {
+            "sampling/createMessage" => Some("sampling"),
+            "elicitation/create" => Some("elicitation"),
+            "roots/list" => Some("roots"),
+            _ => None,
+        };
+        if let Some(cap) = needs {
+            if !self.client_has(cap) {
+                return Err(ErrorObject::new(code::METHOD_NOT_FOUND, format!("client did not declare the {cap} capability")));
+            }
+        }
+        self.out.request(method, params).await
+    }
+
+    /// SEP-1699 polling: close the current connection of this request's stream; the client
+    /// reconnects with `Last-Event-ID` after the `retry` delay and gets everything it missed.
+    pub async fn close_stream_for_polling(&self) {
+        self.out.close_for_polling().await;
+    }
+}
