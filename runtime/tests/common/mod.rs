@@ -1,0 +1,291 @@
+//! Test harness: the real endpoint in an in-process actix service (no sockets), a client that
+//! speaks the legacy protocol to it, and test tools whose progress the test controls.
+#![allow(dead_code, unreachable_pub)]
+
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::body::{BoxBody, MessageBody};
+use actix_web::dev::ServiceResponse;
+use actix_web::test::{self, TestRequest};
+use actix_web::{App, http::StatusCode};
+use bytes::Bytes;
+use mcp_runtime::actor::Supervisor;
+use mcp_runtime::config::RuntimeConfig;
+use mcp_runtime::proto::mcp::LogLevel;
+use mcp_runtime::sse::{Decoder, SseEvent};
+use mcp_runtime::tools::{CallToolResult, Catalog, ServerInfo, ToolError, ToolSpec, tool_fn};
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+
+type Call = Rc<dyn Fn(TestRequest) -> Pin<Box<dyn Future<Output = ServiceResponse<BoxBody>>>>>;
+
+/// Permits the `gated` tool waits for (`open`), and permits it adds when it has returned
+/// (`finished`), so a test knows the response exists without sleeping.
+#[derive(Clone)]
+pub struct Gate {
+    go: Arc<Semaphore>,
+    done: Arc<Semaphore>,
+}
+
+impl Default for Gate {
+    fn default() -> Gate {
+        Gate { go: Arc::new(Semaphore::new(0)), done: Arc::new(Semaphore::new(0)) }
+    }
+}
+
+impl Gate {
+    pub fn open(&self, n: usize) {
+        self.go.add_permits(n);
+    }
+
+    /// Wait until `n` gated calls have produced their results.
+    pub async fn finished(&self, n: u32) {
+        let wait = self.done.acquire_many(n);
+        tokio::time::timeout(WAIT, wait).await.expect("gated tool did not finish").unwrap().forget();
+    }
+}
+
+/// Tools used by the integration tests.
+pub fn catalog(gate: Gate) -> Catalog {
+    let obj = json!({"type":"object","properties":{}});
+    let g = gate.clone();
+    Catalog::builder()
+        .tool(tool_fn(ToolSpec::new("echo", "Echo text", json!({"type":"object","properties":{"text":{"type":"string"}},"required":["text"]})), |a: Value, _| async move {
+            Ok(CallToolResult::text(a["text"].as_str().unwrap_or_default()))
+        }))
+        .tool(tool_fn(ToolSpec::new("gated", "Logs 'before', waits for the test's gate, logs 'after', answers 'done'", obj.clone()), move |_, cx| {
+            let g = g.clone();
+            async move {
+                cx.log(LogLevel::Info, None, json!("before")).await;
+                g.go.acquire().await.map_err(|e| ToolError::Failed(e.to_string()))?.forget();
+                cx.log(LogLevel::Info, None, json!("after")).await;
+                // The session completes the call in this same poll, before the test sees it.
+                g.done.add_permits(1);
+                Ok(CallToolResult::text("done"))
+            }
+        }))
+        .tool(tool_fn(ToolSpec::new("chatty", "Sends n log messages, then answers", json!({"type":"object","properties":{"n":{"type":"integer"}}})), |a: Value, cx| async move {
+            for i in 0..a["n"].as_u64().unwrap_or(1) {
+                cx.log(LogLevel::Info, None, json!(i)).await;
+            }
+            Ok(CallToolResult::text("chatty done"))
+        }))
+        .tool(tool_fn(ToolSpec::new("ask", "Asks the client to sample, returns its text", obj.clone()), |_, cx| async move {
+            let r = cx.request("sampling/createMessage", json!({"messages":[],"maxTokens":1})).await.map_err(ToolError::Protocol)?;
+            Ok(CallToolResult::text(format!("client said {}", r["content"]["text"].as_str().unwrap_or("?"))))
+        }))
+        .tool(tool_fn(ToolSpec::new("poll", "Closes its stream for polling, then answers", obj), |_, cx| async move {
+            cx.close_stream_for_polling().await;
+            Ok(CallToolResult::text("polled"))
+        }))
+        .build(ServerInfo { name: "test".into(), version: "0".into(), instructions: None })
+        .unwrap()
+}
+
+pub struct Harness {
+    call: Call,
+    pub sup: Arc<Supervisor>,
+    pub gate: Gate,
+}
+
+pub async fn harness() -> Harness {
+    harness_with(RuntimeConfig::default()).await
+}
+
+pub async fn harness_with(cfg: RuntimeConfig) -> Harness {
+    let gate = Gate::default();
+    let sup = Supervisor::new(cfg, catalog(gate.clone()));
+    let svc = Rc::new(test::init_service(App::new().configure(mcp_runtime::http::configure("/mcp", Arc::clone(&sup)))).await);
+    let call: Call = Rc::new(move |req: TestRequest| {
+        let svc = Rc::clone(&svc);
+        Box::pin(async move { test::call_service(&*svc, req.to_request()).await.map_into_boxed_body() })
+    });
+    Harness { call, sup, gate }
+}
+
+/// A response whose body can be read frame by frame.
+pub struct Resp {
+    pub status: StatusCode,
+    pub headers: actix_web::http::header::HeaderMap,
+    body: Option<BoxBody>,
+    pub sse: Decoder,
+    events: std::collections::VecDeque<SseEvent>,
+}
+
+const WAIT: Duration = Duration::from_secs(5);
+
+impl Resp {
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers.get(name).map(|v| v.to_str().unwrap().to_owned())
+    }
+
+    pub fn content_type(&self) -> String {
+        self.header("content-type").unwrap_or_default()
+    }
+
+    /// Next body chunk (fed to the SSE decoder as well); `None` at the end of the body.
+    /// Fails the test after 5 s.
+    pub async fn chunk(&mut self) -> Option<Bytes> {
+        let body = self.body.as_mut()?;
+        let next = tokio::time::timeout(WAIT, std::future::poll_fn(|cx| Pin::new(&mut *body).poll_next(cx))).await;
+        match next.expect("timed out waiting for a body chunk") {
+            Some(Ok(b)) => {
+                if self.headers.get("content-type").is_some_and(|v| v == "text/event-stream") {
+                    let evs = self.sse.feed(&b);
+                    self.events.extend(evs);
+                }
+                Some(b)
+            }
+            Some(Err(e)) => panic!("body error: {e}"),
+            None => {
+                self.body = None;
+                None
+            }
+        }
+    }
+
+    /// Next dispatched SSE event (priming events and comments update state but are skipped).
+    pub async fn event(&mut self) -> Option<SseEvent> {
+        loop {
+            if let Some(e) = self.events.pop_front() {
+                return Some(e);
+            }
+            self.chunk().await?;
+        }
+    }
+
+    /// Next event's data as JSON.
+    pub async fn message(&mut self) -> Value {
+        let e = self.event().await.expect("stream ended before the next message");
+        serde_json::from_str(&e.data).unwrap()
+    }
+
+    /// Every remaining message until the body ends.
+    pub async fn rest(&mut self) -> Vec<Value> {
+        let mut out = Vec::new();
+        while let Some(e) = self.event().await {
+            out.push(serde_json::from_str(&e.data).unwrap());
+        }
+        out
+    }
+
+    /// The response as JSON: the whole body of a JSON response, or the first message of an
+    /// SSE response.
+    pub async fn json(&mut self) -> Value {
+        if self.content_type() == "text/event-stream" {
+            return self.message().await;
+        }
+        let mut buf = Vec::new();
+        while let Some(c) = self.chunk().await {
+            buf.extend_from_slice(&c);
+        }
+        serde_json::from_slice(&buf).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&buf)))
+    }
+
+    /// Drop the body: the client disconnects.
+    pub fn disconnect(mut self) -> Decoder {
+        self.body = None;
+        std::mem::take(&mut self.sse)
+    }
+
+    pub fn last_event_id(&self) -> String {
+        self.sse.last_event_id.clone().expect("no event id seen")
+    }
+}
+
+impl Harness {
+    pub async fn send(&self, req: TestRequest) -> Resp {
+        let r = tokio::time::timeout(WAIT, (self.call)(req)).await.expect("timed out waiting for the response head");
+        let status = r.status();
+        let headers = r.headers().clone();
+        Resp { status, headers, body: Some(r.into_body()), sse: Decoder::new(), events: Default::default() }
+    }
+
+    /// Initialize a session at `version`; returns the client.
+    pub async fn client(&self, version: &str) -> Client<'_> {
+        self.client_as(version, None).await
+    }
+
+    pub async fn client_as(&self, version: &str, token: Option<&str>) -> Client<'_> {
+        let mut req = post().set_payload(init_body(version));
+        if let Some(t) = token {
+            req = req.insert_header(("Authorization", format!("Bearer {t}")));
+        }
+        let mut r = self.send(req).await;
+        assert_eq!(r.status, StatusCode::OK, "initialize failed");
+        let sid = r.header("mcp-session-id").expect("session id header");
+        let v = r.json().await;
+        assert_eq!(v["result"]["protocolVersion"], version);
+        let c = Client { h: self, sid, version: version.to_owned(), token: token.map(str::to_owned) };
+        assert_eq!(c.notify(json!({"jsonrpc":"2.0","method":"notifications/initialized"})).await, StatusCode::ACCEPTED);
+        c
+    }
+}
+
+pub fn init_body(version: &str) -> String {
+    json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":version,"capabilities":{"sampling":{}},"clientInfo":{"name":"t","version":"1"}}}).to_string()
+}
+
+/// A POST with JSON content type and both Accept types (initialize needs no session).
+pub fn post() -> TestRequest {
+    TestRequest::post()
+        .uri("/mcp")
+        .insert_header(("Content-Type", "application/json"))
+        .insert_header(("Accept", "application/json, text/event-stream"))
+        .insert_header(("Host", "127.0.0.1:8080"))
+}
+
+pub fn get() -> TestRequest {
+    TestRequest::get().uri("/mcp").insert_header(("Accept", "text/event-stream")).insert_header(("Host", "127.0.0.1:8080"))
+}
+
+pub struct Client<'a> {
+    pub h: &'a Harness,
+    pub sid: String,
+    pub version: String,
+    pub token: Option<String>,
+}
+
+impl Client<'_> {
+    pub fn with_session(&self, req: TestRequest) -> TestRequest {
+        let req = req.insert_header(("Mcp-Session-Id", self.sid.clone())).insert_header(("MCP-Protocol-Version", self.version.clone()));
+        match &self.token {
+            Some(t) => req.insert_header(("Authorization", format!("Bearer {t}"))),
+            None => req,
+        }
+    }
+
+    /// POST a request body; returns the response (SSE by default).
+    pub async fn request(&self, body: Value) -> Resp {
+        self.h.send(self.with_session(post()).set_payload(body.to_string())).await
+    }
+
+    pub async fn call_tool(&self, id: i64, name: &str, args: Value) -> Resp {
+        self.request(json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":name,"arguments":args}})).await
+    }
+
+    pub async fn notify(&self, body: Value) -> StatusCode {
+        self.request(body).await.status
+    }
+
+    pub async fn resume(&self, last_event_id: &str) -> Resp {
+        self.h.send(self.with_session(get()).insert_header(("Last-Event-ID", last_event_id.to_owned()))).await
+    }
+
+    pub async fn open_get(&self) -> Resp {
+        self.h.send(self.with_session(get())).await
+    }
+
+    pub async fn delete(&self) -> Resp {
+        self.h.send(self.with_session(TestRequest::delete().uri("/mcp").insert_header(("Host", "127.0.0.1:8080")))).await
+    }
+}
+
+/// The `result.content[0].text` of a response message.
+pub fn text_of(msg: &Value) -> &str {
+    msg["result"]["content"][0]["text"].as_str().unwrap_or_else(|| panic!("no text result in {msg}"))
+}
