@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Runs the official MCP conformance suite (both pinned releases) against a freshly started
+# mcp-host. Usage: scripts/conformance.sh [path/to/mcp-host]
+# Needs Node >= 22: the pinned npm package `node` provides it (see CONFORMANCE.md G1).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+HOST_BIN=${1:-target/debug/mcp-host}
+dir=scripts/conformance
+if ! command -v npm >/dev/null 2>&1; then
+  echo "conformance: installing nodejs and npm" >&2
+  apt-get update -qq && apt-get install -y -qq nodejs npm >/dev/null
+fi
+(cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+node_bin="$dir/node_modules/.bin/node"
+"$node_bin" --version >/dev/null
+
+log=$(mktemp -d)
+"$HOST_BIN" --port 0 > "$log/host.out" 2> "$log/host.err" &
+host_pid=$!
+trap 'kill $host_pid 2>/dev/null || true; wait $host_pid 2>/dev/null || true' EXIT
+for _ in $(seq 1 100); do
+  grep -q 'listening on' "$log/host.out" 2>/dev/null && break
+  sleep 0.1
+done
+url=$(awk '/listening on/ {print $NF; exit}' "$log/host.out")
+[ -n "$url" ] || { echo "conformance: mcp-host did not start" >&2; cat "$log/host.err" >&2; exit 1; }
+echo "conformance: mcp-host at $url"
+
+status=0
+run() {
+  local name=$1; shift
+  echo "=== conformance $name: $*"
+  if ! timeout 600 "$node_bin" "$dir/node_modules/$name/dist/index.js" server --url "$url" "$@" > "$log/$name.txt" 2>&1; then
+    status=1
+  fi
+  grep -E '^[✓✗] |^Total:' "$log/$name.txt" || true
+}
+run conformance-stable --suite all
+run conformance-next --requirements 2025-11-25
+
+# 0.1.16 must give server-sse-polling 3 passed (not warnings).
+if ! grep -q '^✓ server-sse-polling: 3 passed, 0 failed' "$log/conformance-stable.txt"; then
+  echo "conformance: server-sse-polling did not give 3 passed on 0.1.16" >&2
+  status=1
+fi
+for f in conformance-stable conformance-next; do
+  if ! grep -qE '^Total: [0-9]+ passed, 0 failed' "$log/$f.txt"; then
+    echo "conformance: $f had failures; full output follows" >&2
+    cat "$log/$f.txt" >&2
+    status=1
+  fi
+done
+exit $status
