@@ -1,1 +1,324 @@
-fn main() {}
+//! `mcp-bench`: side-by-side macro benchmark of `tools/call` echo on one MCP session at a
+//! given concurrency, against a raw actix-web JSON echo measured in the same run.
+//!
+//! Both servers run with one worker, pinned to one core (`--server-cpu`, via `taskset`); the
+//! driver should run on another core. Each of `--concurrency` keep-alive HTTP/1.1 connections
+//! sends requests back to back. Reported per target: requests/s, p50/p99/max latency, server
+//! CPU time per request (from /proc/<pid>/stat), and errors.
+//!
+//! Usage: mcp-bench [--concurrency 64] [--seconds 10] [--warmup 2] [--server-cpu 0]
+//!                  [--host-bin PATH] [--raw-bin PATH] [--json-out FILE]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, BytesMut};
+use hdrhistogram::Histogram;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+struct Args {
+    concurrency: usize,
+    seconds: u64,
+    warmup: u64,
+    server_cpu: Option<String>,
+    host_bin: String,
+    raw_bin: String,
+    json_out: Option<String>,
+}
+
+fn parse_args() -> Args {
+    let dir = std::env::current_exe().ok().and_then(|p| p.parent().map(|d| d.to_path_buf())).unwrap_or_default();
+    let mut a = Args {
+        concurrency: 64,
+        seconds: 10,
+        warmup: 2,
+        server_cpu: Some("0".into()),
+        host_bin: dir.join("mcp-host").display().to_string(),
+        raw_bin: dir.join("raw-echo").display().to_string(),
+        json_out: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut val = || it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+        match flag.as_str() {
+            "--concurrency" => a.concurrency = val().parse().expect("number"),
+            "--seconds" => a.seconds = val().parse().expect("number"),
+            "--warmup" => a.warmup = val().parse().expect("number"),
+            "--server-cpu" => {
+                let v = val();
+                a.server_cpu = (v != "none").then_some(v);
+            }
+            "--host-bin" => a.host_bin = val(),
+            "--raw-bin" => a.raw_bin = val(),
+            "--json-out" => a.json_out = Some(val()),
+            other => panic!("unknown flag {other}"),
+        }
+    }
+    a
+}
+
+/// A server under test, killed on drop.
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(bin: &str, args: &[&str], cpu: Option<&str>) -> Server {
+    let mut cmd = match cpu {
+        Some(c) => {
+            let mut t = Command::new("taskset");
+            t.args(["-c", c, bin]);
+            t
+        }
+        None => Command::new(bin),
+    };
+    let mut child = cmd.args(args).env("MCP_HOST_LOG", "warn").stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap_or_else(|e| panic!("cannot start {bin}: {e}"));
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("first line");
+    let url = line.split_whitespace().last().unwrap_or_default().to_owned();
+    assert!(url.starts_with("http://"), "{bin} printed {line:?}");
+    Server { child, url }
+}
+
+/// utime + stime of a process, in clock ticks (100 Hz on Linux).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    f.get(11).and_then(|u| u.parse::<u64>().ok()).unwrap_or(0) + f.get(12).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0)
+}
+
+/// The pid doing the work: with taskset, `taskset` execs the binary, so the pid is the same.
+fn pid_of(s: &Server) -> u32 {
+    s.child.id()
+}
+
+struct Conn {
+    stream: TcpStream,
+    buf: BytesMut,
+}
+
+impl Conn {
+    async fn open(addr: &str) -> Conn {
+        let stream = TcpStream::connect(addr).await.expect("connect");
+        stream.set_nodelay(true).expect("nodelay");
+        Conn { stream, buf: BytesMut::with_capacity(16 * 1024) }
+    }
+
+    async fn fill(&mut self) -> bool {
+        matches!(self.stream.read_buf(&mut self.buf).await, Ok(n) if n > 0)
+    }
+
+    /// Send a request, read the whole response; returns (status, body).
+    async fn round_trip(&mut self, head: &[u8], body: &[u8]) -> Option<(u16, Vec<u8>)> {
+        let mut req = Vec::with_capacity(head.len() + body.len() + 32);
+        req.extend_from_slice(head);
+        req.extend_from_slice(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes());
+        req.extend_from_slice(body);
+        self.stream.write_all(&req).await.ok()?;
+        let header_end = loop {
+            if let Some(p) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break p;
+            }
+            if !self.fill().await {
+                return None;
+            }
+        };
+        let head = String::from_utf8_lossy(&self.buf[..header_end]).to_ascii_lowercase();
+        self.buf.advance(header_end + 4);
+        let status: u16 = head.split_whitespace().nth(1)?.parse().ok()?;
+        let mut out = Vec::new();
+        if let Some(len) = head.lines().find_map(|l| l.strip_prefix("content-length:")).and_then(|v| v.trim().parse::<usize>().ok()) {
+            while self.buf.len() < len {
+                if !self.fill().await {
+                    return None;
+                }
+            }
+            out.extend_from_slice(&self.buf[..len]);
+            self.buf.advance(len);
+        } else {
+            // chunked
+            loop {
+                let line_end = loop {
+                    if let Some(p) = self.buf.windows(2).position(|w| w == b"\r\n") {
+                        break p;
+                    }
+                    if !self.fill().await {
+                        return None;
+                    }
+                };
+                let size = usize::from_str_radix(String::from_utf8_lossy(&self.buf[..line_end]).trim(), 16).ok()?;
+                self.buf.advance(line_end + 2);
+                while self.buf.len() < size + 2 {
+                    if !self.fill().await {
+                        return None;
+                    }
+                }
+                out.extend_from_slice(&self.buf[..size]);
+                self.buf.advance(size + 2);
+                if size == 0 {
+                    break;
+                }
+            }
+        }
+        Some((status, out))
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Target {
+    Raw,
+    Mcp { sse: bool },
+}
+
+struct Outcome {
+    name: &'static str,
+    requests: u64,
+    errors: u64,
+    seconds: f64,
+    hist: Histogram<u64>,
+    cpu_us_per_req: f64,
+}
+
+fn host_port(url: &str) -> (String, String) {
+    let rest = url.strip_prefix("http://").expect("http url");
+    let (hp, path) = rest.split_once('/').unwrap_or((rest, ""));
+    (hp.to_owned(), format!("/{path}"))
+}
+
+async fn initialize(addr: &str, path: &str) -> String {
+    let mut c = Conn::open(addr).await;
+    let head = format!("POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json\r\nConnection: close\r\n");
+    let body = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"mcp-bench","version":"1"}}}).to_string();
+    let mut req = head.into_bytes();
+    req.extend_from_slice(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes());
+    req.extend_from_slice(body.as_bytes());
+    c.stream.write_all(&req).await.expect("write");
+    let mut all = Vec::new();
+    c.stream.read_to_end(&mut all).await.expect("read");
+    let text = String::from_utf8_lossy(&all).to_string();
+    let sid = text
+        .lines()
+        .find_map(|l| l.to_ascii_lowercase().starts_with("mcp-session-id:").then(|| l.split_once(':').map(|(_, v)| v.trim().to_owned())).flatten())
+        .expect("session id in initialize response");
+    let mut c = Conn::open(addr).await;
+    let head = format!("POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: {sid}\r\nMCP-Protocol-Version: 2025-11-25\r\n");
+    let (status, _) = c.round_trip(head.as_bytes(), br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).await.expect("initialized");
+    assert_eq!(status, 202);
+    sid
+}
+
+async fn run(target: Target, url: &str, pid: u32, a: &Args) -> Outcome {
+    let (addr, path) = host_port(url);
+    let head = match target {
+        Target::Raw => format!("POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n"),
+        Target::Mcp { sse } => {
+            let sid = initialize(&addr, &path).await;
+            let accept = if sse { "application/json, text/event-stream" } else { "application/json" };
+            format!("POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: {accept}\r\nMcp-Session-Id: {sid}\r\nMCP-Protocol-Version: 2025-11-25\r\n")
+        }
+    };
+    let head = Arc::new(head.into_bytes());
+    let measuring = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let errors = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for conn_no in 0..a.concurrency {
+        let (head, measuring, stop, errors, addr) = (Arc::clone(&head), Arc::clone(&measuring), Arc::clone(&stop), Arc::clone(&errors), addr.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram");
+            let mut c = Conn::open(&addr).await;
+            let mut n: u64 = 0;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                let id = (conn_no as u64) * 1_000_000_000 + n;
+                let body = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"bench {id}"}}}}}}"#);
+                let t0 = Instant::now();
+                let ok = match c.round_trip(&head, body.as_bytes()).await {
+                    Some((200, resp)) => resp.windows(6).any(|w| w == b"bench ") && resp.windows(8).any(|w| w == b"\"result\""),
+                    Some(_) => false,
+                    None => {
+                        c = Conn::open(&addr).await;
+                        false
+                    }
+                };
+                if measuring.load(Ordering::Relaxed) {
+                    if ok {
+                        let _ = hist.record(t0.elapsed().as_micros().max(1) as u64);
+                    } else {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            hist
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(a.warmup)).await;
+    let cpu0 = cpu_ticks(pid);
+    let t0 = Instant::now();
+    measuring.store(true, Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_secs(a.seconds)).await;
+    measuring.store(false, Ordering::Relaxed);
+    let seconds = t0.elapsed().as_secs_f64();
+    let cpu1 = cpu_ticks(pid);
+    stop.store(true, Ordering::Relaxed);
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram");
+    for t in tasks {
+        if let Ok(h) = t.await {
+            hist.add(&h).expect("same bounds");
+        }
+    }
+    let requests = hist.len();
+    let cpu_us = (cpu1.saturating_sub(cpu0)) as f64 * 10_000.0;
+    let name = match target {
+        Target::Raw => "raw actix-web JSON echo",
+        Target::Mcp { sse: true } => "mcp-host tools/call echo (SSE)",
+        Target::Mcp { sse: false } => "mcp-host tools/call echo (JSON)",
+    };
+    Outcome { name, requests, errors: errors.load(Ordering::Relaxed), seconds, hist, cpu_us_per_req: if requests > 0 { cpu_us / requests as f64 } else { 0.0 } }
+}
+
+fn main() {
+    let a = parse_args();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
+    let cpu = a.server_cpu.as_deref();
+    let mut outcomes = Vec::new();
+    {
+        let raw = start(&a.raw_bin, &[], cpu);
+        outcomes.push(rt.block_on(run(Target::Raw, &raw.url, pid_of(&raw), &a)));
+    }
+    for sse in [true, false] {
+        let host = start(&a.host_bin, &["--port", "0", "--workers", "1", "--packs", "echo"], cpu);
+        outcomes.push(rt.block_on(run(Target::Mcp { sse }, &host.url, pid_of(&host), &a)));
+    }
+    println!("concurrency {} on one session, {} s measured after {} s warm-up, server pinned to cpu {:?}", a.concurrency, a.seconds, a.warmup, a.server_cpu);
+    println!("| target | req/s | p50 µs | p99 µs | max µs | server CPU µs/req | errors |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    let mut rows = Vec::new();
+    for o in &outcomes {
+        let rps = o.requests as f64 / o.seconds;
+        let (p50, p99, max) = (o.hist.value_at_quantile(0.50), o.hist.value_at_quantile(0.99), o.hist.max());
+        println!("| {} | {:.0} | {} | {} | {} | {:.1} | {} |", o.name, rps, p50, p99, max, o.cpu_us_per_req, o.errors);
+        rows.push(json!({"target": o.name, "requests": o.requests, "req_per_s": rps, "p50_us": p50, "p99_us": p99, "max_us": max, "server_cpu_us_per_req": o.cpu_us_per_req, "errors": o.errors}));
+    }
+    let raw_rps = outcomes[0].requests as f64 / outcomes[0].seconds;
+    for o in &outcomes[1..] {
+        println!("{}: {:.2}x the raw throughput", o.name, (o.requests as f64 / o.seconds) / raw_rps);
+    }
+    if let Some(path) = &a.json_out {
+        let doc = json!({"concurrency": a.concurrency, "seconds": a.seconds, "results": rows});
+        std::fs::write(path, serde_json::to_vec_pretty(&doc).expect("json")).expect("write json");
+    }
+}
