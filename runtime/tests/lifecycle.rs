@@ -175,3 +175,16 @@ async fn logging_level_filters_related_log_messages() {
     let mut bad = c.request(json!({"jsonrpc":"2.0","id":3,"method":"logging/setLevel","params":{"level":"loud"}})).await;
     assert_eq!(bad.message().await["error"]["code"], -32602);
 }
+
+#[actix_web::test]
+async fn idle_stream_gets_keep_alive_comments() {
+    tokio::time::pause();
+    let h = harness_with(RuntimeConfig { keepalive_ms: 1_000, ..RuntimeConfig::default() }).await;
+    let c = h.client("2025-11-25").await;
+    let mut g = c.open_get().await;
+    g.chunk().await.expect("priming");
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let chunk = g.chunk().await.expect("a keep-alive arrives on an idle stream");
+    assert_eq!(&chunk[..], b": keep-alive\n\n");
+    assert!(g.sse.comments >= 1);
+}

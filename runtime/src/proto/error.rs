@@ -237,6 +237,15 @@ mod tests {
     }
 
     #[test]
+    fn readme_error_table_matches_the_rejections() {
+        let readme = include_str!("../../../README.md");
+        for (r, when) in Rejection::table() {
+            let row = format!("| {} | {} | {} |", r.status(), r.code(), when);
+            assert!(readme.contains(&row), "README error table lacks or differs on: {row}");
+        }
+    }
+
+    #[test]
     fn internal_error_text_is_generic() {
         assert_eq!(Rejection::Internal.to_error_object().message, "Internal error");
     }
