@@ -10,6 +10,7 @@ export CARGO_TERM_COLOR=never
 log=$(mktemp -d)
 
 scripts/check-sans-io.sh
+cargo clippy --locked --workspace --all-targets -- -D warnings
 cargo build --locked --workspace --all-targets
 cargo test --locked --workspace 2>&1 | tee "$log/cargo.txt"
 cargo build --locked --manifest-path runtime/fuzz/Cargo.toml --target-dir target/fuzz

@@ -8,6 +8,8 @@
 //!
 //! Usage: mcp-bench [--concurrency 64] [--seconds 10] [--warmup 2] [--server-cpu 0]
 //!                  [--host-bin PATH] [--raw-bin PATH] [--json-out FILE]
+// A load driver measures wall time; nothing here is pausable or sans-IO.
+#![allow(clippy::disallowed_types)]
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};

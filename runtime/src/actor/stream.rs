@@ -258,12 +258,10 @@ impl Handler<PollClose> for StreamActor {
     type Result = ();
 
     fn handle(&mut self, _: PollClose, _: &mut Context<Self>) {
-        if let Some((conn, retry)) = self.core.close_for_polling() {
-            if let Some(w) = self.writer.take().filter(|w| w.conn == conn) {
-                if let Some(f) = retry {
+        if let Some((conn, retry)) = self.core.close_for_polling()
+            && let Some(w) = self.writer.take().filter(|w| w.conn == conn)
+                && let Some(f) = retry {
                     let _ = w.tx.try_send(f);
                 }
-            }
-        }
     }
 }

@@ -276,16 +276,14 @@ fn invalid(e: ParseError) -> Rejection {
 /// The [`Rejection`] for the first rule the request breaks, in the order listed in the module
 /// documentation.
 pub fn admit(head: &RequestHead<'_>, body: &[u8], policy: &AdmitPolicy) -> Result<Admitted, Rejection> {
-    if let Some(origin) = head.origin {
-        if !origin_allowed(origin, policy) {
+    if let Some(origin) = head.origin
+        && !origin_allowed(origin, policy) {
             return Err(Rejection::OriginNotAllowed);
         }
-    }
-    if let Some(host) = head.host {
-        if !host_allowed(host, policy) {
+    if let Some(host) = head.host
+        && !host_allowed(host, policy) {
             return Err(Rejection::HostNotAllowed);
         }
-    }
     let principal = match &policy.auth {
         None => None,
         Some(tokens) => {
@@ -336,8 +334,8 @@ fn admit_post(head: &RequestHead<'_>, body: &[u8], policy: &AdmitPolicy) -> Resu
         return Err(Rejection::NotAcceptable);
     }
     let reply = if accepts.sse && (policy.prefer_sse || !accepts.json) { ReplyMode::Sse } else { ReplyMode::Json };
-    if let Incoming::Single(Message::Request { method, id, params }) = &incoming {
-        if method == "initialize" {
+    if let Incoming::Single(Message::Request { method, id, params }) = &incoming
+        && method == "initialize" {
             // The version header is never a reason to refuse `initialize` (negotiation
             // happens in the body).
             if head.session_id.is_some() {
@@ -345,12 +343,10 @@ fn admit_post(head: &RequestHead<'_>, body: &[u8], policy: &AdmitPolicy) -> Resu
             }
             return Ok(Command::Initialize { id: id.clone(), params: params.clone(), reply });
         }
-    }
-    if let Incoming::Batch(ms) = &incoming {
-        if ms.iter().any(|m| matches!(m, Message::Request { method, .. } if method == "initialize")) {
+    if let Incoming::Batch(ms) = &incoming
+        && ms.iter().any(|m| matches!(m, Message::Request { method, .. } if method == "initialize")) {
             return Err(Rejection::InvalidMessage { reason: "initialize must not be part of a batch".into(), id: None });
         }
-    }
     let session = session_of(head)?;
     let version = version_of(head)?;
     Ok(Command::Post { session, version, incoming, reply })

@@ -8,7 +8,6 @@
 use bytes::Bytes;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
-use smallvec::SmallVec;
 
 use super::ids::JsonRpcId;
 
@@ -117,7 +116,7 @@ pub enum Incoming {
     /// A single message.
     Single(Message),
     /// A non-empty JSON array of messages (2025-03-26 only; the caller decides).
-    Batch(SmallVec<[Message; 4]>),
+    Batch(Vec<Message>),
 }
 
 /// Why a body could not be turned into messages. `id` is set when the offending object had a
@@ -191,7 +190,7 @@ pub fn parse_body(body: &[u8]) -> Result<Incoming, ParseError> {
         if items.is_empty() {
             return Err(ParseError::Invalid { reason: "empty batch", id: None });
         }
-        let mut out = SmallVec::with_capacity(items.len());
+        let mut out = Vec::with_capacity(items.len());
         for item in items {
             let wire: Wire = serde_json::from_value(item)
                 .map_err(|_| ParseError::Invalid { reason: "batch item is not an object", id: None })?;

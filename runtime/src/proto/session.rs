@@ -64,6 +64,9 @@ pub struct StreamEntry<S> {
     pub handle: S,
 }
 
+/// Everything a terminated session hands back to its shell: in-flight requests and streams.
+pub type Teardown<R, S> = (Vec<(JsonRpcId, InFlight<R>)>, Vec<StreamEntry<S>>);
+
 /// The session core.
 #[derive(Debug)]
 pub struct SessionCore<R, S> {
@@ -240,19 +243,17 @@ impl<R, S> SessionCore<R, S> {
     /// A stream finished producing events. Returns the streams evicted to respect
     /// `max_retained_streams` (the shell stops them).
     pub fn stream_closed(&mut self, sid: StreamId) -> Vec<StreamEntry<S>> {
-        if let Some(e) = self.streams.get_mut(&sid) {
-            if !e.closed {
+        if let Some(e) = self.streams.get_mut(&sid)
+            && !e.closed {
                 e.closed = true;
                 self.closed_order.push_back(sid);
             }
-        }
         let mut evicted = Vec::new();
         while self.closed_order.len() > self.limits.max_retained_streams {
-            if let Some(old) = self.closed_order.pop_front() {
-                if let Some(e) = self.remove_stream(old) {
+            if let Some(old) = self.closed_order.pop_front()
+                && let Some(e) = self.remove_stream(old) {
                     evicted.push(e);
                 }
-            }
         }
         evicted
     }
@@ -319,7 +320,7 @@ impl<R, S> SessionCore<R, S> {
 
     /// Teardown finished (or shutdown): everything in flight and every stream is handed back
     /// for the shell to stop.
-    pub fn terminate(&mut self) -> (Vec<(JsonRpcId, InFlight<R>)>, Vec<StreamEntry<S>>) {
+    pub fn terminate(&mut self) -> Teardown<R, S> {
         if self.state != SessionState::Expired {
             self.state = SessionState::Terminated;
         }

@@ -93,17 +93,15 @@ impl Decoder {
                 self.saw_data = true;
             }
             "event" => self.event = value.to_owned(),
-            "id" => {
-                if !value.contains('\0') {
+            "id"
+                if !value.contains('\0') => {
                     self.pending_id = Some(value.to_owned());
                     self.last_event_id = Some(value.to_owned());
                 }
-            }
-            "retry" => {
-                if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+            "retry"
+                if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
                     self.retry_ms = value.parse().ok();
                 }
-            }
             _ => {}
         }
     }

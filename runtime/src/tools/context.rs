@@ -117,11 +117,10 @@ impl ToolContext {
             "roots/list" => Some("roots"),
             _ => None,
         };
-        if let Some(cap) = needs {
-            if !self.client_has(cap) {
+        if let Some(cap) = needs
+            && !self.client_has(cap) {
                 return Err(ErrorObject::new(code::METHOD_NOT_FOUND, format!("client did not declare the {cap} capability")));
             }
-        }
         self.out.request(method, params).await
     }
 

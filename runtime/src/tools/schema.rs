@@ -46,16 +46,14 @@ fn check(root: &Value, schema: &Value, v: &Value, path: &str, depth: usize) -> R
         }
         _ => {}
     }
-    if let Some(Value::Array(allowed)) = schema.get("enum") {
-        if !allowed.contains(v) {
+    if let Some(Value::Array(allowed)) = schema.get("enum")
+        && !allowed.contains(v) {
             return Err(format!("{} must be one of {}", at(path), Value::Array(allowed.clone())));
         }
-    }
-    if let Some(c) = schema.get("const") {
-        if c != v {
+    if let Some(c) = schema.get("const")
+        && c != v {
             return Err(format!("{} must be {c}", at(path)));
         }
-    }
     if let Value::Object(obj) = v {
         if let Some(Value::Array(req)) = schema.get("required") {
             for r in req.iter().filter_map(Value::as_str) {
@@ -77,16 +75,14 @@ fn check(root: &Value, schema: &Value, v: &Value, path: &str, depth: usize) -> R
         }
     }
     if let Value::Array(items) = v {
-        if let Some(min) = schema.get("minItems").and_then(Value::as_u64) {
-            if (items.len() as u64) < min {
+        if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
+            && (items.len() as u64) < min {
                 return Err(format!("{} needs at least {min} items", at(path)));
             }
-        }
-        if let Some(max) = schema.get("maxItems").and_then(Value::as_u64) {
-            if (items.len() as u64) > max {
+        if let Some(max) = schema.get("maxItems").and_then(Value::as_u64)
+            && (items.len() as u64) > max {
                 return Err(format!("{} allows at most {max} items", at(path)));
             }
-        }
         if let Some(item_schema) = schema.get("items").filter(|s| s.is_object()) {
             for (i, it) in items.iter().enumerate() {
                 check(root, item_schema, it, &format!("{}[{i}]", at(path)), depth + 1)?;
