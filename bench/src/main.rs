@@ -102,6 +102,12 @@ fn cpu_ticks(pid: u32) -> u64 {
     f.get(11).and_then(|u| u.parse::<u64>().ok()).unwrap_or(0) + f.get(12).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0)
 }
 
+/// Peak resident memory of a process in KiB (`VmHWM`).
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0)
+}
+
 /// The pid doing the work: with taskset, `taskset` execs the binary, so the pid is the same.
 fn pid_of(s: &Server) -> u32 {
     s.child.id()
@@ -192,6 +198,7 @@ struct Outcome {
     seconds: f64,
     hist: Histogram<u64>,
     cpu_us_per_req: f64,
+    peak_rss_kib: u64,
 }
 
 fn host_port(url: &str) -> (String, String) {
@@ -289,7 +296,15 @@ async fn run(target: Target, url: &str, pid: u32, a: &Args) -> Outcome {
         Target::Mcp { sse: true } => "mcp-host tools/call echo (SSE)",
         Target::Mcp { sse: false } => "mcp-host tools/call echo (JSON)",
     };
-    Outcome { name, requests, errors: errors.load(Ordering::Relaxed), seconds, hist, cpu_us_per_req: if requests > 0 { cpu_us / requests as f64 } else { 0.0 } }
+    Outcome {
+        name,
+        requests,
+        errors: errors.load(Ordering::Relaxed),
+        seconds,
+        hist,
+        cpu_us_per_req: if requests > 0 { cpu_us / requests as f64 } else { 0.0 },
+        peak_rss_kib: peak_rss_kib(pid),
+    }
 }
 
 fn main() {
@@ -306,14 +321,16 @@ fn main() {
         outcomes.push(rt.block_on(run(Target::Mcp { sse }, &host.url, pid_of(&host), &a)));
     }
     println!("concurrency {} on one session, {} s measured after {} s warm-up, server pinned to cpu {:?}", a.concurrency, a.seconds, a.warmup, a.server_cpu);
-    println!("| target | req/s | p50 µs | p99 µs | max µs | server CPU µs/req | errors |");
-    println!("|---|---:|---:|---:|---:|---:|---:|");
+    println!("| target | req/s | p50 µs | p99 µs | max µs | server CPU µs/req | server peak RSS MiB | errors |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     let mut rows = Vec::new();
     for o in &outcomes {
         let rps = o.requests as f64 / o.seconds;
         let (p50, p99, max) = (o.hist.value_at_quantile(0.50), o.hist.value_at_quantile(0.99), o.hist.max());
-        println!("| {} | {:.0} | {} | {} | {} | {:.1} | {} |", o.name, rps, p50, p99, max, o.cpu_us_per_req, o.errors);
-        rows.push(json!({"target": o.name, "requests": o.requests, "req_per_s": rps, "p50_us": p50, "p99_us": p99, "max_us": max, "server_cpu_us_per_req": o.cpu_us_per_req, "errors": o.errors}));
+        let rss_mib = o.peak_rss_kib as f64 / 1024.0;
+        println!("| {} | {:.0} | {} | {} | {} | {:.1} | {:.1} | {} |", o.name, rps, p50, p99, max, o.cpu_us_per_req, rss_mib, o.errors);
+        rows.push(json!({"target": o.name, "requests": o.requests, "req_per_s": rps, "p50_us": p50, "p99_us": p99, "max_us": max,
+            "server_cpu_us_per_req": o.cpu_us_per_req, "server_peak_rss_mib": rss_mib, "errors": o.errors}));
     }
     let raw_rps = outcomes[0].requests as f64 / outcomes[0].seconds;
     for o in &outcomes[1..] {

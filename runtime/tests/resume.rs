@@ -239,3 +239,33 @@ async fn slow_reader_is_detached_without_blocking_the_session_and_loses_nothing(
     }
     assert_eq!(text_of(&got[50]), "chatty done");
 }
+
+#[actix_web::test]
+async fn stream_past_its_retention_is_410() {
+    tokio::time::pause();
+    let h = harness_with(RuntimeConfig { retention_after_delivery_ms: 1_000, ..RuntimeConfig::default() }).await;
+    let c = h.client("2025-11-25").await;
+    let mut r = c.call_tool(1, "echo", json!({"text": "x"})).await;
+    r.chunk().await;
+    let start = r.last_event_id();
+    assert_eq!(r.rest().await.len(), 1);
+    drop(r);
+    assert_eq!(c.resume(&start).await.rest().await.len(), 1, "still retained right after delivery");
+    tokio::time::sleep(std::time::Duration::from_millis(3_000)).await;
+    let mut gone = c.resume(&start).await;
+    assert_eq!(gone.status, StatusCode::GONE);
+    assert_eq!(gone.json().await["error"]["code"], -32005);
+}
+
+#[actix_web::test]
+async fn stream_evicted_by_the_retention_bound_is_410() {
+    let h = harness_with(RuntimeConfig { max_retained_streams_per_session: 1, ..RuntimeConfig::default() }).await;
+    let c = h.client("2025-11-25").await;
+    let mut first = c.call_tool(1, "echo", json!({"text": "1"})).await;
+    first.chunk().await;
+    let start = first.last_event_id();
+    assert_eq!(first.rest().await.len(), 1);
+    assert_eq!(c.call_tool(2, "echo", json!({"text": "2"})).await.rest().await.len(), 1);
+    assert_eq!(c.call_tool(3, "echo", json!({"text": "3"})).await.rest().await.len(), 1);
+    assert_eq!(c.resume(&start).await.status, StatusCode::GONE);
+}

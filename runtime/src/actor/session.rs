@@ -422,8 +422,15 @@ impl Handler<Resume> for SessionActor {
             let _ = msg.reply.send(Err(Rejection::EventsLost));
             return;
         };
-        if let Err(SendError::Full(m) | SendError::Closed(m)) = entry.handle.try_send(Attach { after: msg.event.seq, reply: msg.reply }) {
-            let _ = m.reply.send(Err(Rejection::Overloaded { retry_after_s: 1 }));
+        match entry.handle.try_send(Attach { after: msg.event.seq, reply: msg.reply }) {
+            Ok(()) => {}
+            Err(SendError::Full(m)) => {
+                let _ = m.reply.send(Err(Rejection::Overloaded { retry_after_s: 1 }));
+            }
+            // Its retention just ended and the `Gone` report is still on its way.
+            Err(SendError::Closed(m)) => {
+                let _ = m.reply.send(Err(Rejection::EventsLost));
+            }
         }
     }
 }
