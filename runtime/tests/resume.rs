@@ -80,7 +80,7 @@ async fn resuming_another_streams_cursor_replays_only_that_stream() {
     let mut a = c.call_tool(1, "echo", json!({"text": "A"})).await;
     let mut b = c.call_tool(2, "echo", json!({"text": "B"})).await;
     a.chunk().await;
-    let a_start = a.last_event_id();
+    let a_start = a.first_id();
     assert_eq!(text_of(&b.message().await), "B");
     let msgs = c.resume(&a_start).await.rest().await;
     assert_eq!(msgs.len(), 1);
@@ -186,9 +186,8 @@ async fn resume_of_a_finished_stream_replays_it_and_ends() {
     let h = harness().await;
     let c = h.client("2025-11-25").await;
     let mut r = c.call_tool(1, "echo", json!({"text": "x"})).await;
-    r.chunk().await;
-    let start = r.last_event_id();
     assert_eq!(r.rest().await.len(), 1);
+    let start = r.first_id();
     let again = c.resume(&start).await.rest().await;
     assert_eq!(again.len(), 1);
     assert_eq!(text_of(&again[0]), "x");
@@ -202,7 +201,9 @@ async fn priming_is_decided_by_the_sessions_version_not_the_header() {
     let body = json!({"jsonrpc":"2.0","id":1,"method":"ping"}).to_string();
     let mut r = h.send(old_header.set_payload(body)).await;
     let first = r.chunk().await.unwrap();
-    assert!(first.starts_with(b"id: ") && first.ends_with(b"data: \n\n"), "priming first: {first:?}");
+    let text = String::from_utf8_lossy(&first);
+    let priming_end = text.find("data: \n\n").expect("a priming event");
+    assert!(text.starts_with("id: ") && !text[..priming_end].contains("\"result\""), "priming first: {text:?}");
     assert_eq!(r.sse.retry_ms, Some(1000));
     let old = h.client("2025-06-18").await;
     let mut r = old.request(json!({"jsonrpc":"2.0","id":1,"method":"ping"})).await;
@@ -246,9 +247,8 @@ async fn stream_past_its_retention_is_410() {
     let h = harness_with(RuntimeConfig { retention_after_delivery_ms: 1_000, ..RuntimeConfig::default() }).await;
     let c = h.client("2025-11-25").await;
     let mut r = c.call_tool(1, "echo", json!({"text": "x"})).await;
-    r.chunk().await;
-    let start = r.last_event_id();
     assert_eq!(r.rest().await.len(), 1);
+    let start = r.first_id();
     drop(r);
     assert_eq!(c.resume(&start).await.rest().await.len(), 1, "still retained right after delivery");
     tokio::time::sleep(std::time::Duration::from_millis(3_000)).await;
@@ -262,9 +262,8 @@ async fn stream_evicted_by_the_retention_bound_is_410() {
     let h = harness_with(RuntimeConfig { max_retained_streams_per_session: 1, ..RuntimeConfig::default() }).await;
     let c = h.client("2025-11-25").await;
     let mut first = c.call_tool(1, "echo", json!({"text": "1"})).await;
-    first.chunk().await;
-    let start = first.last_event_id();
     assert_eq!(first.rest().await.len(), 1);
+    let start = first.first_id();
     assert_eq!(c.call_tool(2, "echo", json!({"text": "2"})).await.rest().await.len(), 1);
     assert_eq!(c.call_tool(3, "echo", json!({"text": "3"})).await.rest().await.len(), 1);
     assert_eq!(c.resume(&start).await.status, StatusCode::GONE);

@@ -32,7 +32,17 @@ impl SseBody {
     /// A body that writes `initial`, then whatever arrives on `live` until its sender is
     /// dropped (`live = None`: end after `initial`).
     pub(crate) fn new(initial: Vec<Bytes>, live: Option<mpsc::Receiver<Bytes>>, owner: Option<(Addr<StreamActor>, u64)>) -> SseBody {
-        SseBody { initial: initial.into(), live, owner, finished: false }
+        // Initial frames (priming + an immediate answer, or a replay) go out as one chunk.
+        let initial: VecDeque<Bytes> = if initial.len() > 1 {
+            let mut joined = bytes::BytesMut::with_capacity(initial.iter().map(Bytes::len).sum());
+            for f in &initial {
+                joined.extend_from_slice(f);
+            }
+            VecDeque::from([joined.freeze()])
+        } else {
+            initial.into()
+        };
+        SseBody { initial, live, owner, finished: false }
     }
 
     /// A body with fixed frames and no stream behind it.

@@ -208,11 +208,19 @@ impl SessionActor {
         format!("{}…", &id[..id.len().min(6)])
     }
 
-    fn new_stream(&mut self, kind: StreamKind, ctx: &mut Context<Self>) -> (Addr<StreamActor>, SseBody) {
-        let sid = self.core.next_stream_id();
+    /// Start the stream registered under `sid` in `sctx`; `final_json` when its request is
+    /// already answered.
+    fn start_stream(&mut self, sctx: Context<StreamActor>, sid: StreamId, kind: StreamKind, final_json: Option<Bytes>, ctx: &mut Context<Self>) -> SseBody {
         let core = StreamCore::new(sid, self.core.generation(), kind, (*self.signer).clone(), self.settings.clone());
         self.core.connection_delta(self.sup.now(), true);
-        StreamActor::start_attached(core, ctx.address().downgrade(), Arc::clone(self.sup.config()))
+        let closed = final_json.is_some();
+        let body = StreamActor::start_in(sctx, core, final_json.as_deref(), ctx.address().downgrade(), Arc::clone(self.sup.config()));
+        if closed {
+            for evicted in self.core.stream_closed(sid) {
+                evicted.handle.do_send(StreamShutdown(CloseReason::SessionEnded));
+            }
+        }
+        body
     }
 
     fn on_message(&mut self, m: Message, mode: ReplyMode, ctx: &mut Context<Self>) -> Result<PostOutcome, Rejection> {
@@ -263,20 +271,24 @@ impl SessionActor {
     fn start_request(&mut self, id: JsonRpcId, method: String, params: Option<Value>, mode: ReplyMode, ctx: &mut Context<Self>) -> Result<PostOutcome, Rejection> {
         let cancel = CancellationToken::new();
         self.core.begin_request(&id, RequestTask { spawn: None, cancel: cancel.clone(), json: None })?;
-        let (outcome, stream) = match mode {
+        // The stream's address exists before the stream starts, so the handler can be run
+        // first and an immediate answer can share the priming event's write.
+        let (stream, json_reply) = match mode {
             ReplyMode::Sse => {
-                let (addr, body) = self.new_stream(StreamKind::Post { request: id.clone() }, ctx);
-                self.core.open_post_stream(&id, addr.clone());
-                (PostOutcome::Sse(body), Some(addr))
+                let sctx = Context::<StreamActor>::new();
+                let addr = sctx.address();
+                let sid = self.core.open_post_stream(&id, addr.clone());
+                (Some((sctx, sid, addr)), None)
             }
             ReplyMode::Json => {
                 let (tx, rx) = oneshot::channel();
                 if let Some(f) = self.core.in_flight_mut(&id) {
                     f.handle.json = Some(tx);
                 }
-                (PostOutcome::Json(rx), None)
+                (None, Some(rx))
             }
         };
+        let stream_addr = stream.as_ref().map(|(_, _, a)| a.clone());
         let dispatch = match method.as_str() {
             method::PING => Dispatch::Ready(Ok(json!({}))),
             method::SET_LEVEL => Dispatch::Ready(self.set_level(params.as_ref())),
@@ -284,7 +296,7 @@ impl SessionActor {
             method::INITIALIZE => Dispatch::Ready(Err(ErrorObject::new(code::INVALID_REQUEST, "session already initialized"))),
             _ => {
                 let progress_token = params.as_ref().and_then(|p| p.pointer("/_meta/progressToken")).cloned();
-                let out: Arc<dyn ToolOutbound> = Arc::new(Outbound { session: ctx.address(), stream: stream.clone(), origin: id.clone() });
+                let out: Arc<dyn ToolOutbound> = Arc::new(Outbound { session: ctx.address(), stream: stream_addr, origin: id.clone() });
                 let log_level = self.core.log_level();
                 let caps = Arc::clone(&self.client_caps);
                 let catalog = Arc::clone(self.sup.catalog());
@@ -292,17 +304,38 @@ impl SessionActor {
                 catalog.dispatch(&method, params.as_ref(), move || ToolContext::new(rid, progress_token, cancel, log_level, caps, out))
             }
         };
-        match dispatch {
-            Dispatch::Ready(r) => self.complete(&id, r),
-            Dispatch::Pending(fut) => {
-                let rid = id.clone();
-                let h = ctx.spawn(fut.into_actor(self).map(move |r, act, _| act.complete(&rid, r)));
-                if let Some(f) = self.core.in_flight_mut(&id) {
-                    f.handle.spawn = Some(h);
+        let done = match dispatch {
+            Dispatch::Ready(r) => Some(r),
+            Dispatch::Pending(mut fut) => {
+                // One poll now: a handler that finishes without waiting answers in the same
+                // write as the priming event. One that waits has sent nothing yet (its first
+                // send is still pending), so ordering is kept; it runs on in this context.
+                match fut.as_mut().poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
+                    std::task::Poll::Ready(r) => Some(r),
+                    std::task::Poll::Pending => {
+                        let rid = id.clone();
+                        let h = ctx.spawn(fut.into_actor(self).map(move |r, act, _| act.complete(&rid, r)));
+                        if let Some(f) = self.core.in_flight_mut(&id) {
+                            f.handle.spawn = Some(h);
+                        }
+                        None
+                    }
                 }
             }
+        };
+        match (stream, json_reply) {
+            (Some((sctx, sid, _)), _) => {
+                let final_json = done.and_then(|r| self.take_response(&id, r).map(|(bytes, _, _)| bytes));
+                Ok(PostOutcome::Sse(self.start_stream(sctx, sid, StreamKind::Post { request: id }, final_json, ctx)))
+            }
+            (None, Some(rx)) => {
+                if let Some(r) = done {
+                    self.complete(&id, r);
+                }
+                Ok(PostOutcome::Json(rx))
+            }
+            (None, None) => Err(Rejection::Internal),
         }
-        Ok(outcome)
     }
 
     fn set_level(&mut self, params: Option<&Value>) -> Result<Value, ErrorObject> {
@@ -331,10 +364,10 @@ impl SessionActor {
         Ok(json!({}))
     }
 
-    /// A request finished: send its response on its own stream (or JSON reply), unless it
-    /// was cancelled, in which case nothing is sent.
-    fn complete(&mut self, id: &JsonRpcId, r: Result<Value, ErrorObject>) {
-        let Some(task) = self.core.end_request(id) else { return };
+    /// A request finished: forget it and encode its response. `None` when it was cancelled
+    /// (nothing is sent then). Also returns the task, for its reply route.
+    fn take_response(&mut self, id: &JsonRpcId, r: Result<Value, ErrorObject>) -> Option<(Bytes, RequestTask, Option<StreamId>)> {
+        let task = self.core.end_request(id)?;
         if !self.pending.is_empty() {
             self.pending.retain(|_, p| p.origin != *id);
         }
@@ -342,9 +375,16 @@ impl SessionActor {
             Ok(v) => encode_result(id, &v),
             Err(e) => encode_error(Some(id), &e),
         };
-        if let Some(tx) = task.handle.json {
+        Some((bytes, task.handle, task.stream))
+    }
+
+    /// A spawned request finished: send its response on its own stream (or JSON reply),
+    /// unless it was cancelled.
+    fn complete(&mut self, id: &JsonRpcId, r: Result<Value, ErrorObject>) {
+        let Some((bytes, task, stream)) = self.take_response(id, r) else { return };
+        if let Some(tx) = task.json {
             let _ = tx.send(bytes);
-        } else if let Some(s) = task.stream.and_then(|sid| self.core.stream(sid)) {
+        } else if let Some(s) = stream.and_then(|sid| self.core.stream(sid)) {
             // At most one final per stream; do_send so a busy stream never loses a response.
             s.handle.do_send(Emit { json: bytes, last: true });
         }
@@ -394,12 +434,12 @@ impl Handler<OpenGet> for SessionActor {
     fn handle(&mut self, msg: OpenGet, ctx: &mut Context<Self>) {
         self.core.touch(self.sup.now());
         let r = self.core.check_active().map(|()| {
-            let (addr, body) = self.new_stream(StreamKind::Get, ctx);
-            let (_, replaced) = self.core.open_get_stream(addr);
+            let sctx = Context::<StreamActor>::new();
+            let (sid, replaced) = self.core.open_get_stream(sctx.address());
             if let Some(old) = replaced {
                 old.handle.do_send(StreamShutdown(CloseReason::Replaced));
             }
-            body
+            self.start_stream(sctx, sid, StreamKind::Get, None, ctx)
         });
         let _ = msg.reply.send(r);
     }

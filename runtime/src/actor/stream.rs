@@ -84,23 +84,36 @@ pub(crate) struct Shutdown(pub(crate) CloseReason);
 pub(crate) struct PollClose;
 
 impl StreamActor {
-    /// Start a stream with its first connection attached; returns the address and the body
-    /// of that connection.
-    pub(crate) fn start_attached(mut core: StreamCore, session: WeakAddr<SessionActor>, cfg: Arc<RuntimeConfig>) -> (Addr<StreamActor>, SseBody) {
-        let att = core.attach_new();
-        let (tx, rx) = mpsc::channel(cfg.write_queue_frames);
+    /// Start a stream in `ctx` (created earlier so its address could be handed out) with its
+    /// first connection attached; returns that connection's body.
+    ///
+    /// `final_json`, when the request was already answered, is appended right after the
+    /// priming event: the connection then carries both in one write and ends.
+    pub(crate) fn start_in(
+        ctx: Context<StreamActor>,
+        mut core: StreamCore,
+        final_json: Option<&[u8]>,
+        session: WeakAddr<SessionActor>,
+        cfg: Arc<RuntimeConfig>,
+    ) -> SseBody {
+        let addr = ctx.address();
+        let mut att = core.attach_new();
         let conn = att.conn;
-        let addr = StreamActor {
-            core,
-            writer: Some(Writer { conn, tx }),
-            session,
-            cfg,
-            last_write: Instant::now(),
-            retention: None,
-            slow_reader_detaches: 0,
-        }
-        .start();
-        (addr.clone(), SseBody::new(att.initial, Some(rx), Some((addr, conn))))
+        let (writer, live) = match final_json {
+            Some(json) => {
+                if let Delivery::Write { frame, .. } = core.push_final(json) {
+                    att.initial.push(frame);
+                }
+                // The final frame is being written: `Detached` picks the retention.
+                (None, None)
+            }
+            None => {
+                let (tx, rx) = mpsc::channel(cfg.write_queue_frames);
+                (Some(Writer { conn, tx }), Some(rx))
+            }
+        };
+        ctx.run(StreamActor { core, writer, session, cfg, last_write: Instant::now(), retention: None, slow_reader_detaches: 0 });
+        SseBody::new(att.initial, live, Some((addr, conn)))
     }
 
     fn tell_session(&self, ev: StreamEvent) {

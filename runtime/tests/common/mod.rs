@@ -114,6 +114,8 @@ pub struct Resp {
     body: Option<BoxBody>,
     pub sse: Decoder,
     events: std::collections::VecDeque<SseEvent>,
+    /// Every SSE event id seen, in order (the first is the priming cursor on 2025-11-25).
+    pub ids: Vec<String>,
 }
 
 const WAIT: Duration = Duration::from_secs(5);
@@ -137,6 +139,8 @@ impl Resp {
                 if self.headers.get("content-type").is_some_and(|v| v == "text/event-stream") {
                     let evs = self.sse.feed(&b);
                     self.events.extend(evs);
+                    let text = String::from_utf8_lossy(&b);
+                    self.ids.extend(text.lines().filter_map(|l| l.strip_prefix("id: ")).map(str::to_owned));
                 }
                 Some(b)
             }
@@ -192,6 +196,11 @@ impl Resp {
         std::mem::take(&mut self.sse)
     }
 
+    /// The first event id of the stream (its priming cursor on 2025-11-25 sessions).
+    pub fn first_id(&self) -> String {
+        self.ids.first().cloned().expect("no event id seen")
+    }
+
     pub fn last_event_id(&self) -> String {
         self.sse.last_event_id.clone().expect("no event id seen")
     }
@@ -202,7 +211,7 @@ impl Harness {
         let r = tokio::time::timeout(WAIT, (self.call)(req)).await.expect("timed out waiting for the response head");
         let status = r.status();
         let headers = r.headers().clone();
-        Resp { status, headers, body: Some(r.into_body()), sse: Decoder::new(), events: Default::default() }
+        Resp { status, headers, body: Some(r.into_body()), sse: Decoder::new(), events: Default::default(), ids: Vec::new() }
     }
 
     /// Initialize a session at `version`; returns the client.
