@@ -8,7 +8,6 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use common::*;
 use mcp_runtime::config::RuntimeConfig;
-use mcp_runtime::proto::admission::{AdmitPolicy, TokenMap};
 use serde_json::{Value, json};
 
 fn log_data(m: &Value) -> Value {
@@ -119,11 +118,7 @@ async fn cursor_from_another_session_is_rejected() {
 
 #[actix_web::test]
 async fn cursor_from_another_caller_is_rejected() {
-    let cfg = RuntimeConfig {
-        admit: AdmitPolicy { auth: Some(TokenMap::new([("ta", "alice"), ("tb", "bob")])), ..AdmitPolicy::default() },
-        ..RuntimeConfig::default()
-    };
-    let h = harness_with(cfg).await;
+    let h = harness_with_two_callers().await;
     let alice = h.client_as("2025-11-25", Some("ta")).await;
     let bob = h.client_as("2025-11-25", Some("tb")).await;
     let mut a = alice.call_tool(1, "echo", json!({"text": "secret"})).await;

@@ -6,7 +6,7 @@ use actix_web::http::StatusCode;
 use actix_web::test::TestRequest;
 use common::*;
 use mcp_runtime::config::RuntimeConfig;
-use mcp_runtime::proto::admission::{AdmitPolicy, TokenMap};
+use mcp_runtime::proto::admission::AdmitPolicy;
 use serde_json::json;
 
 const LIST: &str = r#"{"jsonrpc":"2.0","id":5,"method":"tools/list"}"#;
@@ -190,11 +190,7 @@ async fn session_limit_is_503_with_retry_after() {
 
 #[actix_web::test]
 async fn with_auth_missing_token_is_401_and_another_callers_session_is_404() {
-    let cfg = RuntimeConfig {
-        admit: AdmitPolicy { auth: Some(TokenMap::new([("ta", "alice"), ("tb", "bob")])), ..AdmitPolicy::default() },
-        ..RuntimeConfig::default()
-    };
-    let h = harness_with(cfg).await;
+    let h = harness_with_two_callers().await;
     let r = h.send(post().set_payload(init_body("2025-11-25"))).await;
     assert_eq!(r.status, StatusCode::UNAUTHORIZED);
     assert_eq!(r.header("www-authenticate").as_deref(), Some("Bearer"));

@@ -96,6 +96,15 @@ pub async fn harness() -> Harness {
     harness_with(RuntimeConfig::default()).await
 }
 
+/// A harness with bearer authentication: token `ta` is alice, `tb` is bob.
+pub async fn harness_with_two_callers() -> Harness {
+    let admit = mcp_runtime::proto::admission::AdmitPolicy {
+        auth: Some(mcp_runtime::proto::admission::TokenMap::new([("ta", "alice"), ("tb", "bob")])),
+        ..Default::default()
+    };
+    harness_with(RuntimeConfig { admit, ..RuntimeConfig::default() }).await
+}
+
 pub async fn harness_with(cfg: RuntimeConfig) -> Harness {
     let gate = Gate::default();
     let sup = Supervisor::new(cfg, catalog(gate.clone()));
