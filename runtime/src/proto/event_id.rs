@@ -89,8 +89,9 @@ impl CursorSigner {
         p
     }
 
-    /// Encode `id` into `out` (appends exactly [`ENCODED_LEN`] bytes).
-    pub fn encode_into(&self, id: &EventId, out: &mut Vec<u8>) {
+    /// Encode `id` into a fixed-size ASCII array (no allocation).
+    #[must_use]
+    pub fn encode_array(&self, id: &EventId) -> [u8; ENCODED_LEN] {
         let payload = Self::payload(id);
         let mut mac = self.0.clone();
         mac.update(&payload);
@@ -98,20 +99,16 @@ impl CursorSigner {
         let mut raw = [0u8; RAW_LEN];
         raw[..PAYLOAD_LEN].copy_from_slice(&payload);
         raw[PAYLOAD_LEN..].copy_from_slice(&tag[..TAG_LEN]);
-        let start = out.len();
-        out.resize(start + ENCODED_LEN, 0);
-        let n = URL_SAFE_NO_PAD
-            .encode_slice(raw, &mut out[start..])
-            .expect("32 bytes always encode to 43 characters");
+        let mut out = [0u8; ENCODED_LEN];
+        let n = URL_SAFE_NO_PAD.encode_slice(raw, &mut out).expect("32 bytes always encode to 43 characters");
         debug_assert_eq!(n, ENCODED_LEN);
+        out
     }
 
     /// Encode `id` as a string.
     #[must_use]
     pub fn encode(&self, id: &EventId) -> String {
-        let mut out = Vec::with_capacity(ENCODED_LEN);
-        self.encode_into(id, &mut out);
-        String::from_utf8(out).expect("base64url is ASCII")
+        String::from_utf8(self.encode_array(id).to_vec()).expect("base64url is ASCII")
     }
 
     /// Decode and verify a cursor presented by this session's caller.

@@ -178,16 +178,8 @@ impl StreamCore {
         self.conn
     }
 
-    fn cursor(&self, seq: Seq) -> Vec<u8> {
-        let mut out = Vec::with_capacity(super::event_id::ENCODED_LEN);
-        self.signer.encode_into(&EventId { generation: self.generation, stream: self.id, seq }, &mut out);
-        out
-    }
-
-    /// The cursor of an event of this stream, as a client would send it back.
-    #[must_use]
-    pub fn cursor_string(&self, seq: Seq) -> String {
-        String::from_utf8(self.cursor(seq)).expect("cursors are ASCII")
+    fn cursor(&self, seq: Seq) -> [u8; super::event_id::ENCODED_LEN] {
+        self.signer.encode_array(&EventId { generation: self.generation, stream: self.id, seq })
     }
 
     fn new_conn(&mut self) -> u64 {
