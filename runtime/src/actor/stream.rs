@@ -30,8 +30,8 @@ pub struct StreamActor {
     cfg: Arc<RuntimeConfig>,
     last_write: Instant,
     retention: Option<SpawnHandle>,
-    /// Slow readers detached from this stream (exported as a metric later).
-    slow_reader_detaches: u64,
+    /// Runs only once a live connection has been attached.
+    keepalive: Option<SpawnHandle>,
 }
 
 impl Actor for StreamActor {
@@ -39,8 +39,9 @@ impl Actor for StreamActor {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.set_mailbox_capacity(64);
-        let every = Duration::from_millis(self.cfg.keepalive_ms);
-        ctx.run_interval(every, |act, _| act.keepalive());
+        if self.writer.is_some() {
+            self.ensure_keepalive(ctx);
+        }
     }
 }
 
@@ -112,8 +113,15 @@ impl StreamActor {
                 (Some(Writer { conn, tx }), Some(rx))
             }
         };
-        ctx.run(StreamActor { core, writer, session, cfg, last_write: Instant::now(), retention: None, slow_reader_detaches: 0 });
+        ctx.run(StreamActor { core, writer, session, cfg, last_write: Instant::now(), retention: None, keepalive: None });
         SseBody::new(att.initial, live, Some((addr, conn)))
+    }
+
+    fn ensure_keepalive(&mut self, ctx: &mut Context<Self>) {
+        if self.keepalive.is_none() {
+            let every = Duration::from_millis(self.cfg.keepalive_ms);
+            self.keepalive = Some(ctx.run_interval(every, |act, _| act.keepalive()));
+        }
     }
 
     fn tell_session(&self, ev: StreamEvent) {
@@ -133,6 +141,7 @@ impl StreamActor {
         let (tx, rx) = mpsc::channel(self.cfg.write_queue_frames);
         self.writer = Some(Writer { conn: att.conn, tx });
         self.last_write = Instant::now();
+        self.ensure_keepalive(ctx);
         SseBody::new(att.initial, Some(rx), Some((ctx.address(), att.conn)))
     }
 
@@ -153,7 +162,6 @@ impl StreamActor {
             Err(mpsc::error::TrySendError::Full(_)) => {
                 // Slow reader: detach it rather than buffer without bound or block the
                 // session. Nothing is lost: the window holds the frame; the client resumes.
-                self.slow_reader_detaches += 1;
                 tracing::debug!(stream = %self.core.id(), "slow SSE reader detached");
                 self.writer = None;
                 self.core.detach(conn);
