@@ -8,11 +8,13 @@
 //! - [`tools`]: tool, resource and prompt traits, the registry and the tool context.
 //! - [`actor`]: actix actors (supervisor, session, stream) that drive the state machines.
 //! - [`http`]: the actix-web `/mcp` endpoint and the one `ResponseError`.
+//! - [`client`]: the resilient client's sans-IO core (acceptance point, journal, pacing).
 #![warn(missing_docs)]
 
 pub mod proto;
 pub mod sse;
 pub mod actor;
+pub mod client;
 pub mod config;
 pub mod http;
 pub mod tools;

@@ -1,0 +1,289 @@
+//! The one acceptance point for server-to-client SSE events.
+//!
+//! [`Acceptor::accept_stream_event`] is the only way a message reaches the agent. In order it
+//! checks: the connection belongs to the current session, protocol version and caller; the
+//! stream is known; empty-data events (priming) only move the cursor; the data is a JSON-RPC
+//! message; a response answers a request outstanding **on that stream**; and the event is not
+//! a duplicate, by `(session generation, stream, event id, digest)`. Then it records the inbox
+//! receipt, the cursor and the dispatch in one journal step. A duplicate never moves the
+//! cursor, so a cursor never moves backwards.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+
+use super::journal::{Journal, JournalError, Recorded};
+use crate::proto::ids::JsonRpcId;
+use crate::proto::jsonrpc::{Incoming, Message, parse_body};
+use crate::proto::version::ProtocolVersion;
+
+/// A stream as the client knows it: the session epoch it was opened in and a local number.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StreamKey {
+    /// Client-side session epoch (incremented on every new handshake).
+    pub session_generation: u32,
+    /// Local stream number, never reused.
+    pub stream: u64,
+}
+
+/// Which event a receipt is for: the server's id, or a local number for events without one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum EventRef {
+    /// The SSE `id`.
+    Id(String),
+    /// An event without an id (cannot be replayed, so cannot be duplicated by a resume).
+    Unnamed(u64),
+}
+
+/// The deduplication key of an accepted event.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ReceiptKey {
+    /// The stream.
+    pub stream: StreamKey,
+    /// The event.
+    pub event: EventRef,
+    /// SHA-256 of the event data.
+    pub digest: [u8; 32],
+}
+
+/// Who a connection speaks for: session, negotiated version and caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binding {
+    /// Client-side session epoch.
+    pub session_generation: u32,
+    /// The `MCP-Session-Id` in use.
+    pub session_id: Arc<str>,
+    /// The negotiated version (sent as `MCP-Protocol-Version`).
+    pub protocol_version: ProtocolVersion,
+    /// The caller identity the connection authenticated as.
+    pub principal: Option<Arc<str>>,
+}
+
+/// One event as read from a connection of `stream`, opened under `binding`.
+#[derive(Debug, Clone, Copy)]
+pub struct IncomingEvent<'a> {
+    /// The stream the connection belongs to.
+    pub stream: &'a StreamKey,
+    /// The binding the connection was opened with.
+    pub binding: &'a Binding,
+    /// The SSE `id`, if the event had one.
+    pub id: Option<&'a str>,
+    /// The SSE data (empty for priming events).
+    pub data: &'a str,
+}
+
+/// What happened to an accepted event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Acceptance {
+    /// Empty data: the cursor moved; nothing to dispatch.
+    CursorOnly,
+    /// Recorded and queued for the agent.
+    Dispatched {
+        /// Outbox position.
+        seq: u64,
+        /// The stream's request that this response completed, if it was one.
+        completed: Option<JsonRpcId>,
+    },
+}
+
+/// Why an event was refused. Refused events are never dispatched.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The connection belongs to an earlier session (or another caller or version).
+    #[error("event from a connection of another session, version or caller")]
+    WrongBinding,
+    /// The stream is not known to this client.
+    #[error("event on an unknown stream")]
+    UnknownStream,
+    /// Already accepted (a replay): dropped, cursor unchanged.
+    #[error("duplicate event")]
+    Duplicate,
+    /// A response that answers no request outstanding on this stream.
+    #[error("response {0} does not belong to this stream")]
+    Uncorrelated(String),
+    /// Not a JSON-RPC message (or a batch).
+    #[error("malformed message")]
+    Malformed,
+    /// The journal failed; nothing was recorded.
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+}
+
+#[derive(Debug)]
+struct StreamEntry {
+    binding: Binding,
+    /// Requests whose responses may arrive on this stream.
+    outstanding: HashSet<JsonRpcId>,
+    cursor: Option<String>,
+}
+
+/// Counters.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct AcceptStats {
+    /// Messages dispatched.
+    pub dispatched: u64,
+    /// Empty-data events (cursor only).
+    pub cursor_only: u64,
+    /// Duplicates dropped.
+    pub duplicates: u64,
+    /// Responses refused for correlation.
+    pub uncorrelated: u64,
+    /// Events refused for binding or unknown stream.
+    pub misrouted: u64,
+}
+
+/// The client's stream table and acceptance point.
+#[derive(Debug)]
+pub struct Acceptor<J: Journal> {
+    current: Binding,
+    streams: HashMap<StreamKey, StreamEntry>,
+    next_stream: u64,
+    next_unnamed: u64,
+    journal: J,
+    stats: AcceptStats,
+}
+
+impl<J: Journal> Acceptor<J> {
+    /// An acceptor for the session in `binding`, recording into `journal`.
+    pub fn new(binding: Binding, journal: J) -> Acceptor<J> {
+        Acceptor { current: binding, streams: HashMap::new(), next_stream: 1, next_unnamed: 1, journal, stats: AcceptStats::default() }
+    }
+
+    /// The current binding.
+    #[must_use]
+    pub fn binding(&self) -> &Binding {
+        &self.current
+    }
+
+    /// Counters.
+    #[must_use]
+    pub fn stats(&self) -> AcceptStats {
+        self.stats
+    }
+
+    /// The journal (to read the outbox and acknowledge dispatches).
+    pub fn journal_mut(&mut self) -> &mut J {
+        &mut self.journal
+    }
+
+    fn open(&mut self, outstanding: HashSet<JsonRpcId>) -> StreamKey {
+        let key = StreamKey { session_generation: self.current.session_generation, stream: self.next_stream };
+        self.next_stream += 1;
+        self.streams.insert(key.clone(), StreamEntry { binding: self.current.clone(), outstanding, cursor: None });
+        key
+    }
+
+    /// Register the response stream of a POST carrying `requests`.
+    pub fn open_post_stream(&mut self, requests: &[JsonRpcId]) -> StreamKey {
+        self.open(requests.iter().cloned().collect())
+    }
+
+    /// Register a standalone GET stream (it never carries responses unless resuming a POST
+    /// stream, which keeps that stream's key).
+    pub fn open_get_stream(&mut self) -> StreamKey {
+        self.open(HashSet::new())
+    }
+
+    /// The `Last-Event-ID` to resume `stream` with: the newest accepted cursor (journal first,
+    /// so it survives a restart). `None` when no id was ever seen: the stream cannot resume.
+    #[must_use]
+    pub fn resume_cursor(&self, stream: &StreamKey) -> Option<String> {
+        self.streams.get(stream).and_then(|s| s.cursor.clone()).or_else(|| self.journal.cursor(stream))
+    }
+
+    /// Requests still unanswered on `stream`.
+    #[must_use]
+    pub fn outstanding(&self, stream: &StreamKey) -> Vec<JsonRpcId> {
+        self.streams.get(stream).map(|s| s.outstanding.iter().cloned().collect()).unwrap_or_default()
+    }
+
+    /// Forget a finished stream.
+    pub fn close_stream(&mut self, stream: &StreamKey) {
+        self.streams.remove(stream);
+    }
+
+    /// A new session replaced the old one (after a 404). Every stream of the old session is
+    /// dropped; their unanswered requests are returned so the caller can report them lost or
+    /// re-issue the idempotent ones — they are never moved into the new session silently.
+    pub fn rebind(&mut self, binding: Binding) -> Vec<JsonRpcId> {
+        self.current = binding;
+        let mut lost: Vec<JsonRpcId> = self.streams.drain().flat_map(|(_, s)| s.outstanding).collect();
+        lost.sort();
+        lost
+    }
+
+    /// The acceptance point. See the module documentation for the checks, in order.
+    ///
+    /// # Errors
+    /// A [`Refusal`]; the event was not dispatched and the cursor did not move.
+    pub fn accept_stream_event(&mut self, ev: IncomingEvent<'_>) -> Result<Acceptance, Refusal> {
+        if *ev.binding != self.current || ev.stream.session_generation != self.current.session_generation {
+            self.stats.misrouted += 1;
+            return Err(Refusal::WrongBinding);
+        }
+        let Some(entry) = self.streams.get(ev.stream) else {
+            self.stats.misrouted += 1;
+            return Err(Refusal::UnknownStream);
+        };
+        if entry.binding != self.current {
+            self.stats.misrouted += 1;
+            return Err(Refusal::WrongBinding);
+        }
+        let digest: [u8; 32] = Sha256::digest(ev.data.as_bytes()).into();
+        let event = match ev.id {
+            Some(id) => EventRef::Id(id.to_owned()),
+            None => {
+                self.next_unnamed += 1;
+                EventRef::Unnamed(self.next_unnamed)
+            }
+        };
+        let receipt = ReceiptKey { stream: ev.stream.clone(), event, digest };
+        if ev.data.is_empty() {
+            // Priming: the cursor moves, nothing is dispatched.
+            if self.journal.record(&receipt, ev.id, None)? == Recorded::Duplicate {
+                self.stats.duplicates += 1;
+                return Err(Refusal::Duplicate);
+            }
+            if let (Some(id), Some(e)) = (ev.id, self.streams.get_mut(ev.stream)) {
+                e.cursor = Some(id.to_owned());
+            }
+            self.stats.cursor_only += 1;
+            return Ok(Acceptance::CursorOnly);
+        }
+        let message = match parse_body(ev.data.as_bytes()) {
+            Ok(Incoming::Single(m)) => m,
+            _ => return Err(Refusal::Malformed),
+        };
+        let response_id = match &message {
+            Message::Response { id, .. } => Some(id.clone()),
+            Message::ErrorResponse { id: Some(id), .. } => Some(id.clone()),
+            Message::ErrorResponse { id: None, .. } | Message::Request { .. } | Message::Notification { .. } => None,
+        };
+        if let Some(id) = response_id.as_ref().filter(|id| !entry.outstanding.contains(*id)) {
+            // Either a replay of a response already accepted here, or a foreign one.
+            if self.journal.contains(&receipt) {
+                self.stats.duplicates += 1;
+                return Err(Refusal::Duplicate);
+            }
+            self.stats.uncorrelated += 1;
+            return Err(Refusal::Uncorrelated(id.to_string()));
+        }
+        let Recorded::New { dispatch: Some(seq) } = self.journal.record(&receipt, ev.id, Some(ev.data))? else {
+            self.stats.duplicates += 1;
+            return Err(Refusal::Duplicate);
+        };
+        let entry = self.streams.get_mut(ev.stream).expect("checked above");
+        if let Some(id) = ev.id {
+            entry.cursor = Some(id.to_owned());
+        }
+        if let Some(id) = &response_id {
+            entry.outstanding.remove(id);
+        }
+        self.stats.dispatched += 1;
+        Ok(Acceptance::Dispatched { seq, completed: response_id })
+    }
+}
+
+#[cfg(test)]
+mod tests;

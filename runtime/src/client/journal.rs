@@ -1,0 +1,129 @@
+//! Inbox receipts and the dispatch outbox, recorded together.
+//!
+//! A receipt says "this event was accepted"; a dispatch says "this message must reach the
+//! agent". Recording both in one step means a crash can never leave a message dispatched
+//! without its receipt (re-dispatched after restart) or a receipt without its dispatch (lost).
+
+use std::collections::{HashSet, VecDeque};
+
+use super::accept::{ReceiptKey, StreamKey};
+
+/// A message waiting for the agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dispatch {
+    /// Position in the outbox (strictly increasing).
+    pub seq: u64,
+    /// The stream it came from.
+    pub stream: StreamKey,
+    /// The JSON-RPC message text.
+    pub json: String,
+}
+
+/// Why the journal could not record.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("journal error: {0}")]
+pub struct JournalError(pub String);
+
+/// The outcome of [`Journal::record`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recorded {
+    /// The receipt was already there; nothing changed.
+    Duplicate,
+    /// Recorded; `dispatch` is the outbox position when a dispatch was enqueued.
+    New {
+        /// Outbox position of the dispatch.
+        dispatch: Option<u64>,
+    },
+}
+
+/// Durable (or not) storage of receipts, dispatches and per-stream cursors.
+pub trait Journal {
+    /// Record the receipt, the stream's new cursor and, if given, enqueue the dispatch, all in
+    /// one step; a duplicate receipt changes nothing.
+    ///
+    /// # Errors
+    /// Storage failure; nothing was recorded.
+    fn record(&mut self, receipt: &ReceiptKey, cursor: Option<&str>, dispatch: Option<&str>) -> Result<Recorded, JournalError>;
+
+    /// Whether this receipt was recorded (and is still remembered).
+    fn contains(&self, receipt: &ReceiptKey) -> bool;
+
+    /// Dispatches not yet acknowledged, oldest first.
+    fn pending(&self) -> Vec<Dispatch>;
+
+    /// The agent has handled every dispatch up to and including `seq`.
+    fn ack(&mut self, seq: u64);
+
+    /// The last recorded cursor of a stream (for resuming after a restart).
+    fn cursor(&self, stream: &StreamKey) -> Option<String>;
+}
+
+/// In-memory journal (tests, and clients that need no restart safety). Receipts are kept in
+/// a bounded FIFO set: duplicates older than `max_receipts` events are no longer recognised.
+#[derive(Debug)]
+pub struct MemoryJournal {
+    receipts: HashSet<ReceiptKey>,
+    order: VecDeque<ReceiptKey>,
+    max_receipts: usize,
+    outbox: VecDeque<Dispatch>,
+    next_seq: u64,
+    cursors: std::collections::HashMap<StreamKey, String>,
+}
+
+impl MemoryJournal {
+    /// A journal remembering at most `max_receipts` receipts.
+    #[must_use]
+    pub fn new(max_receipts: usize) -> MemoryJournal {
+        MemoryJournal {
+            receipts: HashSet::new(),
+            order: VecDeque::new(),
+            max_receipts: max_receipts.max(1),
+            outbox: VecDeque::new(),
+            next_seq: 1,
+            cursors: std::collections::HashMap::new(),
+        }
+    }
+}
+
+impl Journal for MemoryJournal {
+    fn record(&mut self, receipt: &ReceiptKey, cursor: Option<&str>, dispatch: Option<&str>) -> Result<Recorded, JournalError> {
+        if self.receipts.contains(receipt) {
+            return Ok(Recorded::Duplicate);
+        }
+        self.receipts.insert(receipt.clone());
+        self.order.push_back(receipt.clone());
+        while self.order.len() > self.max_receipts {
+            if let Some(old) = self.order.pop_front() {
+                self.receipts.remove(&old);
+            }
+        }
+        if let Some(c) = cursor {
+            self.cursors.insert(receipt.stream.clone(), c.to_owned());
+        }
+        let mut seq = None;
+        if let Some(json) = dispatch {
+            self.outbox.push_back(Dispatch { seq: self.next_seq, stream: receipt.stream.clone(), json: json.to_owned() });
+            seq = Some(self.next_seq);
+            self.next_seq += 1;
+        }
+        Ok(Recorded::New { dispatch: seq })
+    }
+
+    fn contains(&self, receipt: &ReceiptKey) -> bool {
+        self.receipts.contains(receipt)
+    }
+
+    fn pending(&self) -> Vec<Dispatch> {
+        self.outbox.iter().cloned().collect()
+    }
+
+    fn ack(&mut self, seq: u64) {
+        while self.outbox.front().is_some_and(|d| d.seq <= seq) {
+            self.outbox.pop_front();
+        }
+    }
+
+    fn cursor(&self, stream: &StreamKey) -> Option<String> {
+        self.cursors.get(stream).cloned()
+    }
+}
