@@ -79,7 +79,7 @@ fn accept(c: &mut Criterion) {
             n += 1;
             let id = n.to_string();
             let r = a.accept_stream_event(IncomingEvent { stream: &s, binding: &binding, id: Some(&id), data: note });
-            if n % 1024 == 0 {
+            if n.is_multiple_of(1024) {
                 let last = a.journal_mut().pending().last().map_or(0, |d| d.seq);
                 a.journal_mut().ack(last);
             }
