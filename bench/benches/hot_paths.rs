@@ -73,7 +73,7 @@ fn accept(c: &mut Criterion) {
     let note = r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":5}}"#;
     c.bench_function("accept_stream_event/notification", |b| {
         let mut a = Acceptor::new(binding.clone(), MemoryJournal::new(4096));
-        let s = a.open_post_stream(&[JsonRpcId::Number(1)]);
+        let s = a.open_post_stream(&[JsonRpcId::Number(1)]).unwrap();
         let mut n = 0u64;
         b.iter(|| {
             n += 1;

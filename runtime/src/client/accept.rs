@@ -9,6 +9,7 @@
 //! cursor, so a cursor never moves backwards.
 
 use std::collections::{HashMap, HashSet};
+
 use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
@@ -146,8 +147,32 @@ pub struct Acceptor<J: Journal> {
 
 impl<J: Journal> Acceptor<J> {
     /// An acceptor for the session in `binding`, recording into `journal`.
-    pub fn new(binding: Binding, journal: J) -> Acceptor<J> {
-        Acceptor { current: binding, streams: HashMap::new(), next_stream: 1, next_unnamed: 1, journal, stats: AcceptStats::default() }
+    ///
+    /// Streams the journal remembers from the same session generation are restored with their
+    /// cursors and unanswered requests (a restarted client resumes them and neither loses nor
+    /// re-dispatches); streams of other generations are forgotten. New stream numbers start
+    /// after the highest remembered one.
+    pub fn new(binding: Binding, mut journal: J) -> Acceptor<J> {
+        let mut streams = HashMap::new();
+        let mut next_stream = 1;
+        for (key, outstanding) in journal.streams() {
+            next_stream = next_stream.max(key.stream + 1);
+            if key.session_generation == binding.session_generation {
+                let cursor = journal.cursor(&key);
+                streams.insert(key, StreamEntry { binding: binding.clone(), outstanding: outstanding.into_iter().collect(), cursor });
+            } else {
+                journal.forget_stream(&key);
+            }
+        }
+        Acceptor { current: binding, streams, next_stream, next_unnamed: 1, journal, stats: AcceptStats::default() }
+    }
+
+    /// Streams currently known (restored or opened).
+    #[must_use]
+    pub fn stream_keys(&self) -> Vec<StreamKey> {
+        let mut keys: Vec<StreamKey> = self.streams.keys().cloned().collect();
+        keys.sort();
+        keys
     }
 
     /// The current binding.
@@ -167,22 +192,29 @@ impl<J: Journal> Acceptor<J> {
         &mut self.journal
     }
 
-    fn open(&mut self, outstanding: HashSet<JsonRpcId>) -> StreamKey {
+    fn open(&mut self, outstanding: &[JsonRpcId]) -> Result<StreamKey, JournalError> {
         let key = StreamKey { session_generation: self.current.session_generation, stream: self.next_stream };
+        self.journal.register_stream(&key, outstanding)?;
         self.next_stream += 1;
-        self.streams.insert(key.clone(), StreamEntry { binding: self.current.clone(), outstanding, cursor: None });
-        key
+        self.streams.insert(key.clone(), StreamEntry { binding: self.current.clone(), outstanding: outstanding.iter().cloned().collect(), cursor: None });
+        Ok(key)
     }
 
     /// Register the response stream of a POST carrying `requests`.
-    pub fn open_post_stream(&mut self, requests: &[JsonRpcId]) -> StreamKey {
-        self.open(requests.iter().cloned().collect())
+    ///
+    /// # Errors
+    /// The journal could not record the stream.
+    pub fn open_post_stream(&mut self, requests: &[JsonRpcId]) -> Result<StreamKey, JournalError> {
+        self.open(requests)
     }
 
     /// Register a standalone GET stream (it never carries responses unless resuming a POST
     /// stream, which keeps that stream's key).
-    pub fn open_get_stream(&mut self) -> StreamKey {
-        self.open(HashSet::new())
+    ///
+    /// # Errors
+    /// The journal could not record the stream.
+    pub fn open_get_stream(&mut self) -> Result<StreamKey, JournalError> {
+        self.open(&[])
     }
 
     /// The `Last-Event-ID` to resume `stream` with: the newest accepted cursor (journal first,
@@ -198,9 +230,11 @@ impl<J: Journal> Acceptor<J> {
         self.streams.get(stream).map(|s| s.outstanding.iter().cloned().collect()).unwrap_or_default()
     }
 
-    /// Forget a finished stream.
+    /// Forget a finished stream (and its receipts: a late replay on it is refused as an
+    /// unknown stream).
     pub fn close_stream(&mut self, stream: &StreamKey) {
         self.streams.remove(stream);
+        self.journal.forget_stream(stream);
     }
 
     /// A new session replaced the old one (after a 404). Every stream of the old session is
@@ -208,7 +242,12 @@ impl<J: Journal> Acceptor<J> {
     /// re-issue the idempotent ones — they are never moved into the new session silently.
     pub fn rebind(&mut self, binding: Binding) -> Vec<JsonRpcId> {
         self.current = binding;
-        let mut lost: Vec<JsonRpcId> = self.streams.drain().flat_map(|(_, s)| s.outstanding).collect();
+        let old: Vec<(StreamKey, StreamEntry)> = self.streams.drain().collect();
+        let mut lost = Vec::new();
+        for (key, entry) in old {
+            self.journal.forget_stream(&key);
+            lost.extend(entry.outstanding);
+        }
         lost.sort();
         lost
     }
@@ -241,7 +280,7 @@ impl<J: Journal> Acceptor<J> {
         let receipt = ReceiptKey { stream: ev.stream.clone(), event, digest };
         if ev.data.is_empty() {
             // Priming: the cursor moves, nothing is dispatched.
-            if self.journal.record(&receipt, ev.id, None)? == Recorded::Duplicate {
+            if self.journal.record(&receipt, ev.id, None, None)? == Recorded::Duplicate {
                 self.stats.duplicates += 1;
                 return Err(Refusal::Duplicate);
             }
@@ -269,7 +308,7 @@ impl<J: Journal> Acceptor<J> {
             self.stats.uncorrelated += 1;
             return Err(Refusal::Uncorrelated(id.to_string()));
         }
-        let Recorded::New { dispatch: Some(seq) } = self.journal.record(&receipt, ev.id, Some(ev.data))? else {
+        let Recorded::New { dispatch: Some(seq) } = self.journal.record(&receipt, ev.id, Some(ev.data), response_id.as_ref())? else {
             self.stats.duplicates += 1;
             return Err(Refusal::Duplicate);
         };

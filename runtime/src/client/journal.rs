@@ -4,9 +4,10 @@
 //! agent". Recording both in one step means a crash can never leave a message dispatched
 //! without its receipt (re-dispatched after restart) or a receipt without its dispatch (lost).
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 
 use super::accept::{ReceiptKey, StreamKey};
+use crate::proto::ids::JsonRpcId;
 
 /// A message waiting for the agent.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,12 +39,31 @@ pub enum Recorded {
 
 /// Durable (or not) storage of receipts, dispatches and per-stream cursors.
 pub trait Journal {
-    /// Record the receipt, the stream's new cursor and, if given, enqueue the dispatch, all in
-    /// one step; a duplicate receipt changes nothing.
+    /// Record the receipt, the stream's new cursor, the request the message answered (no
+    /// longer outstanding) and, if given, enqueue the dispatch, all in one step; a duplicate
+    /// receipt changes nothing.
     ///
     /// # Errors
     /// Storage failure; nothing was recorded.
-    fn record(&mut self, receipt: &ReceiptKey, cursor: Option<&str>, dispatch: Option<&str>) -> Result<Recorded, JournalError>;
+    fn record(
+        &mut self,
+        receipt: &ReceiptKey,
+        cursor: Option<&str>,
+        dispatch: Option<&str>,
+        answered: Option<&JsonRpcId>,
+    ) -> Result<Recorded, JournalError>;
+
+    /// Remember a new stream and the requests whose responses it will carry.
+    ///
+    /// # Errors
+    /// Storage failure.
+    fn register_stream(&mut self, stream: &StreamKey, outstanding: &[JsonRpcId]) -> Result<(), JournalError>;
+
+    /// Forget a finished stream: its cursor, outstanding requests and receipts.
+    fn forget_stream(&mut self, stream: &StreamKey);
+
+    /// Every remembered stream with its unanswered requests (to restore after a restart).
+    fn streams(&self) -> Vec<(StreamKey, Vec<JsonRpcId>)>;
 
     /// Whether this receipt was recorded (and is still remembered).
     fn contains(&self, receipt: &ReceiptKey) -> bool;
@@ -68,6 +88,7 @@ pub struct MemoryJournal {
     outbox: VecDeque<Dispatch>,
     next_seq: u64,
     cursors: std::collections::HashMap<StreamKey, String>,
+    streams: BTreeMap<StreamKey, Vec<JsonRpcId>>,
 }
 
 impl MemoryJournal {
@@ -81,14 +102,24 @@ impl MemoryJournal {
             outbox: VecDeque::new(),
             next_seq: 1,
             cursors: std::collections::HashMap::new(),
+            streams: BTreeMap::new(),
         }
     }
 }
 
 impl Journal for MemoryJournal {
-    fn record(&mut self, receipt: &ReceiptKey, cursor: Option<&str>, dispatch: Option<&str>) -> Result<Recorded, JournalError> {
+    fn record(
+        &mut self,
+        receipt: &ReceiptKey,
+        cursor: Option<&str>,
+        dispatch: Option<&str>,
+        answered: Option<&JsonRpcId>,
+    ) -> Result<Recorded, JournalError> {
         if self.receipts.contains(receipt) {
             return Ok(Recorded::Duplicate);
+        }
+        if let (Some(id), Some(out)) = (answered, self.streams.get_mut(&receipt.stream)) {
+            out.retain(|o| o != id);
         }
         self.receipts.insert(receipt.clone());
         self.order.push_back(receipt.clone());
@@ -125,5 +156,21 @@ impl Journal for MemoryJournal {
 
     fn cursor(&self, stream: &StreamKey) -> Option<String> {
         self.cursors.get(stream).cloned()
+    }
+
+    fn register_stream(&mut self, stream: &StreamKey, outstanding: &[JsonRpcId]) -> Result<(), JournalError> {
+        self.streams.insert(stream.clone(), outstanding.to_vec());
+        Ok(())
+    }
+
+    fn forget_stream(&mut self, stream: &StreamKey) {
+        self.streams.remove(stream);
+        self.cursors.remove(stream);
+        self.receipts.retain(|r| r.stream != *stream);
+        self.order.retain(|r| r.stream != *stream);
+    }
+
+    fn streams(&self) -> Vec<(StreamKey, Vec<JsonRpcId>)> {
+        self.streams.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
     }
 }

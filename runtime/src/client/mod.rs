@@ -3,13 +3,16 @@
 //! - [`accept`]: the one acceptance point, [`accept::Acceptor::accept_stream_event`], which
 //!   checks session, protocol version, caller, stream, cursor order, JSON-RPC correlation and
 //!   a content digest, then records the inbox receipt and the dispatch in one journal step.
-//! - [`journal`]: the inbox/outbox behind a trait ([`journal::Journal`]); in memory here.
+//! - [`journal`]: the inbox/outbox behind a trait ([`journal::Journal`]): in memory, and
+//!   [`durable::SqliteJournal`] so a restarted client neither loses nor re-dispatches.
 //! - [`budget`]: retry pacing: the server's `retry`, jittered backoff, and one global
 //!   reconnect budget (token bucket) so an outage cannot become a reconnect storm.
 //!
-//! No I/O and no clock: time arrives as [`Tick`](crate::proto::Tick), randomness as an
-//! argument. The HTTP driver that uses it comes with `mcp-load`.
+//! No network I/O and no clock: time arrives as [`Tick`](crate::proto::Tick), randomness as an
+//! argument; the only file I/O is the SQLite journal's. The HTTP driver that uses it comes
+//! with `mcp-load`.
 
 pub mod accept;
 pub mod budget;
+pub mod durable;
 pub mod journal;

@@ -20,7 +20,7 @@ const RESP1: &str = r#"{"jsonrpc":"2.0","id":1,"result":{}}"#;
 fn replayed_event_is_not_dispatched_twice() {
     let mut a = acceptor();
     let b = binding(1);
-    let s = a.open_post_stream(&[JsonRpcId::Number(1)]);
+    let s = a.open_post_stream(&[JsonRpcId::Number(1)]).unwrap();
     assert!(matches!(a.accept_stream_event(ev(&s, &b, Some("e1"), NOTE)), Ok(Acceptance::Dispatched { .. })));
     assert_eq!(a.accept_stream_event(ev(&s, &b, Some("e1"), NOTE)), Err(Refusal::Duplicate));
     assert!(matches!(a.accept_stream_event(ev(&s, &b, Some("e2"), RESP1)), Ok(Acceptance::Dispatched { completed: Some(_), .. })));
@@ -35,10 +35,10 @@ fn replayed_event_is_not_dispatched_twice() {
 fn response_on_a_foreign_stream_is_refused() {
     let mut a = acceptor();
     let b = binding(1);
-    let s1 = a.open_post_stream(&[JsonRpcId::Number(1)]);
-    let s2 = a.open_post_stream(&[JsonRpcId::Number(2)]);
+    let s1 = a.open_post_stream(&[JsonRpcId::Number(1)]).unwrap();
+    let s2 = a.open_post_stream(&[JsonRpcId::Number(2)]).unwrap();
     assert_eq!(a.accept_stream_event(ev(&s2, &b, Some("x"), RESP1)), Err(Refusal::Uncorrelated("1".into())));
-    let get = a.open_get_stream();
+    let get = a.open_get_stream().unwrap();
     assert!(matches!(a.accept_stream_event(ev(&get, &b, Some("y"), RESP1)), Err(Refusal::Uncorrelated(_))));
     assert!(a.accept_stream_event(ev(&s1, &b, Some("z"), RESP1)).is_ok());
     assert!(a.journal_mut().pending().iter().all(|d| d.stream == s1));
@@ -48,7 +48,7 @@ fn response_on_a_foreign_stream_is_refused() {
 fn string_and_number_ids_do_not_correlate() {
     let mut a = acceptor();
     let b = binding(1);
-    let s = a.open_post_stream(&[JsonRpcId::String("1".into())]);
+    let s = a.open_post_stream(&[JsonRpcId::String("1".into())]).unwrap();
     assert!(matches!(a.accept_stream_event(ev(&s, &b, None, RESP1)), Err(Refusal::Uncorrelated(_))));
 }
 
@@ -56,7 +56,7 @@ fn string_and_number_ids_do_not_correlate() {
 fn cursor_never_moves_backwards() {
     let mut a = acceptor();
     let b = binding(1);
-    let s = a.open_post_stream(&[JsonRpcId::Number(1)]);
+    let s = a.open_post_stream(&[JsonRpcId::Number(1)]).unwrap();
     assert_eq!(a.accept_stream_event(ev(&s, &b, Some("p0"), "")), Ok(Acceptance::CursorOnly));
     assert_eq!(a.resume_cursor(&s).as_deref(), Some("p0"));
     a.accept_stream_event(ev(&s, &b, Some("e1"), NOTE)).unwrap();
@@ -71,7 +71,7 @@ fn cursor_never_moves_backwards() {
 fn empty_data_moves_the_cursor_and_is_not_dispatched() {
     let mut a = acceptor();
     let b = binding(1);
-    let s = a.open_get_stream();
+    let s = a.open_get_stream().unwrap();
     assert_eq!(a.accept_stream_event(ev(&s, &b, Some("prime"), "")), Ok(Acceptance::CursorOnly));
     assert!(a.journal_mut().pending().is_empty());
     assert_eq!(a.resume_cursor(&s).as_deref(), Some("prime"));
@@ -81,7 +81,7 @@ fn empty_data_moves_the_cursor_and_is_not_dispatched() {
 fn events_from_the_old_session_are_refused_after_a_new_handshake() {
     let mut a = acceptor();
     let old = binding(1);
-    let s = a.open_post_stream(&[JsonRpcId::Number(1), JsonRpcId::Number(7)]);
+    let s = a.open_post_stream(&[JsonRpcId::Number(1), JsonRpcId::Number(7)]).unwrap();
     let lost = a.rebind(binding(2));
     assert_eq!(lost, vec![JsonRpcId::Number(1), JsonRpcId::Number(7)], "unanswered requests are reported, not moved");
     assert_eq!(a.accept_stream_event(ev(&s, &old, Some("e"), RESP1)), Err(Refusal::WrongBinding));
@@ -92,7 +92,7 @@ fn events_from_the_old_session_are_refused_after_a_new_handshake() {
 #[test]
 fn another_caller_or_version_on_the_connection_is_refused() {
     let mut a = acceptor();
-    let s = a.open_get_stream();
+    let s = a.open_get_stream().unwrap();
     let other_caller = Binding { principal: Some("mallory".into()), ..binding(1) };
     assert_eq!(a.accept_stream_event(ev(&s, &other_caller, Some("e"), NOTE)), Err(Refusal::WrongBinding));
     let other_version = Binding { protocol_version: ProtocolVersion::V2025_03_26, ..binding(1) };
@@ -105,7 +105,7 @@ fn unknown_stream_and_malformed_data_are_refused() {
     let b = binding(1);
     let ghost = StreamKey { session_generation: 1, stream: 99 };
     assert_eq!(a.accept_stream_event(ev(&ghost, &b, Some("e"), NOTE)), Err(Refusal::UnknownStream));
-    let s = a.open_get_stream();
+    let s = a.open_get_stream().unwrap();
     assert_eq!(a.accept_stream_event(ev(&s, &b, Some("e"), "{not json")), Err(Refusal::Malformed));
     assert_eq!(a.resume_cursor(&s), None, "a refused event does not move the cursor");
 }
@@ -114,7 +114,7 @@ fn unknown_stream_and_malformed_data_are_refused() {
 fn server_requests_on_a_stream_are_dispatched() {
     let mut a = acceptor();
     let b = binding(1);
-    let s = a.open_post_stream(&[JsonRpcId::Number(1)]);
+    let s = a.open_post_stream(&[JsonRpcId::Number(1)]).unwrap();
     let req = r#"{"jsonrpc":"2.0","id":1,"method":"sampling/createMessage","params":{}}"#;
     assert!(matches!(a.accept_stream_event(ev(&s, &b, Some("r"), req)), Ok(Acceptance::Dispatched { completed: None, .. })));
     assert_eq!(a.outstanding(&s), vec![JsonRpcId::Number(1)], "a server request with the same id is not our response");
