@@ -9,12 +9,14 @@
 //! - [`actor`]: actix actors (supervisor, session, stream) that drive the state machines.
 //! - [`http`]: the actix-web `/mcp` endpoint and the one `ResponseError`.
 //! - [`client`]: the resilient client's sans-IO core (acceptance point, journal, pacing).
+//! - [`client_http`]: the resilient client's HTTP driver (awc).
 #![warn(missing_docs)]
 
 pub mod proto;
 pub mod sse;
 pub mod actor;
 pub mod client;
+pub mod client_http;
 pub mod config;
 pub mod http;
 pub mod tools;

@@ -50,8 +50,9 @@ pub struct SessionActor {
     sup: Arc<Supervisor>,
     pending: HashMap<JsonRpcId, PendingServerRequest>,
     subscriptions: HashSet<String>,
-    /// Dropped with the actor on every exit path: deregisters the session.
-    _guard: RegistryGuard,
+    /// Deregisters the session when dropped: taken explicitly before a DELETE or expiry is
+    /// acknowledged, and dropped with the actor on every other exit path.
+    guard: Option<RegistryGuard>,
 }
 
 /// What a POST produced.
@@ -150,12 +151,14 @@ impl Actor for SessionActor {
         ctx.run_interval(every, |act, ctx| {
             if act.core.handle_timeout(act.sup.now()) {
                 tracing::debug!(session = %act.log_id(), "session expired");
+                act.guard.take();
                 ctx.stop();
             }
         });
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
+        self.guard.take();
         let (requests, streams) = self.core.terminate();
         for (_, r) in requests {
             r.handle.cancel.cancel();
@@ -198,7 +201,7 @@ impl SessionActor {
             sup,
             pending: HashMap::new(),
             subscriptions: HashSet::new(),
-            _guard: guard,
+            guard: Some(guard),
         }
     }
 
@@ -481,6 +484,8 @@ impl Handler<Delete> for SessionActor {
     fn handle(&mut self, msg: Delete, ctx: &mut Context<Self>) {
         let r = self.core.request_delete();
         if r.is_ok() {
+            // Gone from the registry before the client hears "deleted".
+            self.guard.take();
             ctx.stop();
         }
         let _ = msg.reply.send(r);
