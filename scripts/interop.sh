@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Our resilient client (mcp-load probe) against servers: the official TypeScript SDK server
+# (stateful, in-memory event store; scripts/conformance/ts-server.mjs) and mcp-host. Each
+# probe calls a tool whose stream the server closes early and requires the call to complete
+# through GET + Last-Event-ID. Needs `npm ci` in scripts/conformance (conformance.sh does it).
+# Usage: scripts/interop.sh [path/to/mcp-host] [path/to/mcp-load]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+HOST_BIN=${1:-target/debug/mcp-host}
+LOAD_BIN=${2:-target/debug/mcp-load}
+node_bin=scripts/conformance/node_modules/.bin/node
+[ -x "$node_bin" ] || (cd scripts/conformance && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+log=$(mktemp -d)
+pids=()
+trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT
+
+start() { # name, out file, command...
+  local out=$2; shift 2
+  "$@" > "$out" 2>"$out.err" &
+  pids+=($!)
+  for _ in $(seq 1 100); do grep -q 'listening on' "$out" 2>/dev/null && break; sleep 0.1; done
+  awk '/listening on/ {print $NF; exit}' "$out"
+}
+
+passed=0; failed=0
+probe() { # label, url, tool, expected text
+  if timeout 60 "$LOAD_BIN" probe --url "$2" --tool "$3" --expect-text "$4" --expect-resume; then
+    echo "interop: $1 ok"; passed=$((passed + 1))
+  else
+    echo "interop: $1 FAILED"; failed=$((failed + 1))
+  fi
+}
+
+ts_url=$(start ts "$log/ts.out" "$node_bin" scripts/conformance/ts-server.mjs)
+host_url=$(start host "$log/host.out" "$HOST_BIN" --port 0 --retry-ms 100)
+probe "TypeScript SDK server, resumed stream" "$ts_url" reconnect reconnected
+probe "mcp-host, resumed stream" "$host_url" test_reconnection \
+  "Reconnection test completed successfully. If you received this, the client properly reconnected after stream closure."
+echo "interop: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
