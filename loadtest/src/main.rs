@@ -49,10 +49,8 @@ async fn probe(url: &str, tool: &str, args: Value, expect_text: Option<&str>, ex
     }
     let result = client.request("tools/call", Some(json!({"name": tool, "arguments": args})), false).await.map_err(|e| format!("tools/call: {e}"))?;
     let text = result["content"][0]["text"].as_str().unwrap_or_default().to_owned();
-    if let Some(want) = expect_text {
-        if text != want {
-            return Err(format!("expected text {want:?}, got {text:?}"));
-        }
+    if let Some(want) = expect_text.filter(|w| *w != text) {
+        return Err(format!("expected text {want:?}, got {text:?}"));
     }
     let stats = client.stats();
     if expect_resume && stats.resumes == 0 {
