@@ -1,10 +1,14 @@
 //! `mcp-load`: drives MCP servers with the resilient client.
 //!
 //! Implemented so far: `probe`, one client against any MCP URL (connect, list tools, call a
-//! tool, optionally require that the call completed through a resumed stream, DELETE).
-//! The load generator, the fault-injecting proxy and the gate report are still to come.
+//! tool, optionally require that the call completed through a resumed stream, DELETE); and
+//! `run`, fault-free load from many virtual clients with a latency report. The
+//! fault-injecting proxy and the gate report are still to come.
+
+mod run;
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use mcp_runtime::client::journal::MemoryJournal;
@@ -38,6 +42,34 @@ enum Command {
         #[arg(long)]
         expect_resume: bool,
     },
+    /// Load from many virtual clients (one session each) calling a tool mix; prints a report.
+    Run {
+        /// MCP endpoint URL.
+        #[arg(long, required_unless_present = "spawn_host", conflicts_with = "spawn_host")]
+        url: Option<String>,
+        /// Start this mcp-host binary on a free port and load it.
+        #[arg(long)]
+        spawn_host: Option<String>,
+        /// Virtual clients (sessions), each with one call in flight.
+        #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        clients: u32,
+        /// Duration in seconds (1..=3600).
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+        seconds: u64,
+        /// Total calls per second across all clients (default: as fast as they complete).
+        #[arg(long)]
+        rate: Option<f64>,
+        /// Mix entry `tool[:weight][:args-json]`, repeatable. Default: mostly `echo`, some
+        /// `test_simple_text` and the 100 ms `test_tool_with_progress`.
+        #[arg(long = "call")]
+        calls: Vec<String>,
+        /// Also write the report as JSON here.
+        #[arg(long)]
+        json_out: Option<String>,
+        /// No progress bar.
+        #[arg(long)]
+        no_progress: bool,
+    },
 }
 
 async fn probe(url: &str, tool: &str, args: Value, expect_text: Option<&str>, expect_resume: bool) -> Result<Value, String> {
@@ -61,9 +93,52 @@ async fn probe(url: &str, tool: &str, args: Value, expect_text: Option<&str>, ex
     Ok(json!({"text": text, "resumes": stats.resumes, "handshakes": stats.handshakes, "notifications": notifications, "deleted": deleted}))
 }
 
+fn run_command(url: Option<String>, spawn_host: Option<String>, spec: run::RunSpec, json_out: Option<String>) -> ExitCode {
+    let host = match spawn_host.as_deref().map(run::spawn_host) {
+        Some(Ok(h)) => Some(h),
+        Some(Err(e)) => {
+            eprintln!("mcp-load: {e}");
+            return ExitCode::from(2);
+        }
+        None => None,
+    };
+    let url = host.as_ref().map(|h| h.url.clone()).or(url).unwrap_or_default();
+    match actix_rt::System::new().block_on(run::run(run::RunSpec { url, ..spec })) {
+        Ok(report) => {
+            run::print_table(&report);
+            let written = json_out.map(|p| std::fs::write(&p, serde_json::to_vec_pretty(&report).unwrap_or_default()).map_err(|e| format!("cannot write {p}: {e}")));
+            if let Some(Err(e)) = written {
+                eprintln!("mcp-load: {e}");
+                return ExitCode::from(2);
+            }
+            if report["calls_ok"].as_u64() == Some(0) { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+        }
+        Err(e) => {
+            eprintln!("mcp-load: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Run { url, spawn_host, clients, seconds, rate, calls, json_out, no_progress } => {
+            let calls = if calls.is_empty() {
+                vec!["echo:8:{\"text\":\"load\"}".to_owned(), "test_simple_text:1".to_owned(), "test_tool_with_progress:1".to_owned()]
+            } else {
+                calls
+            };
+            let mix = match run::parse_mix(&calls) {
+                Ok(m) => m,
+                Err(e) => {
+                    eprintln!("mcp-load: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let spec = run::RunSpec { url: String::new(), clients: clients as usize, duration: Duration::from_secs(seconds), rate, mix, progress: !no_progress };
+            run_command(url, spawn_host, spec, json_out)
+        }
         Command::Probe { url, tool, args, expect_text, expect_resume } => {
             let args: Value = match serde_json::from_str(&args) {
                 Ok(v @ Value::Object(_)) => v,

@@ -1,0 +1,224 @@
+//! `mcp-load run`: virtual clients (one session each) calling a weighted tool mix, with
+//! latency histograms per tool. No faults yet: the fault-injecting proxy comes next.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::rc::Rc;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use mcp_runtime::client::journal::MemoryJournal;
+use mcp_runtime::client_http::{ClientConfig, ClientError, McpClient};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+/// One entry of the tool mix.
+#[derive(Debug, Clone)]
+pub(crate) struct MixEntry {
+    pub(crate) tool: String,
+    pub(crate) args: Value,
+    pub(crate) weight: u32,
+    pub(crate) idempotent: bool,
+}
+
+/// Parse `tool[:weight][:args-json]` entries, e.g. `echo:8:{"text":"x"}`.
+pub(crate) fn parse_mix(specs: &[String]) -> Result<Vec<MixEntry>, String> {
+    specs
+        .iter()
+        .map(|s| {
+            let mut parts = s.splitn(3, ':');
+            let tool = parts.next().filter(|t| !t.is_empty()).ok_or_else(|| format!("empty tool in {s:?}"))?.to_owned();
+            let weight = parts.next().map_or(Ok(1), |w| w.parse::<u32>().map_err(|_| format!("bad weight in {s:?}")))?;
+            let args = parts.next().map_or(Ok(json!({})), |a| serde_json::from_str::<Value>(a).map_err(|e| format!("bad args in {s:?}: {e}")))?;
+            if !args.is_object() || weight == 0 {
+                return Err(format!("args must be a JSON object and weight > 0 in {s:?}"));
+            }
+            Ok(MixEntry { idempotent: tool == "echo" || tool.starts_with("test_simple"), tool, args, weight })
+        })
+        .collect()
+}
+
+/// Settings of a run.
+#[derive(Debug, Clone)]
+pub(crate) struct RunSpec {
+    pub(crate) url: String,
+    pub(crate) clients: usize,
+    pub(crate) duration: Duration,
+    pub(crate) rate: Option<f64>,
+    pub(crate) mix: Vec<MixEntry>,
+    pub(crate) progress: bool,
+}
+
+/// A host process started by `--spawn-host`, killed on drop.
+pub(crate) struct SpawnedHost {
+    child: Child,
+    pub(crate) url: String,
+}
+
+impl Drop for SpawnedHost {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub(crate) fn spawn_host(bin: &str) -> Result<SpawnedHost, String> {
+    use std::io::BufRead;
+    let mut child = Command::new(bin)
+        .args(["--port", "0", "--packs", "conformance,echo"])
+        .env("MCP_HOST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("cannot start {bin}: {e}"))?;
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().ok_or("no stdout")?).read_line(&mut line).map_err(|e| e.to_string())?;
+    let url = line.split_whitespace().last().unwrap_or_default().to_owned();
+    if !url.starts_with("http://") {
+        let _ = child.kill();
+        return Err(format!("{bin} printed {line:?}"));
+    }
+    Ok(SpawnedHost { child, url })
+}
+
+#[derive(Default)]
+struct Totals {
+    per_tool: BTreeMap<String, Histogram<u64>>,
+    errors: BTreeMap<String, u64>,
+    resumes: u64,
+    handshakes: u64,
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid bounds")
+}
+
+fn error_kind(e: &ClientError) -> String {
+    match e {
+        ClientError::Rpc(o) => format!("rpc {}", o.code),
+        ClientError::Lost(..) => "lost".into(),
+        ClientError::Http(s, _) => format!("http {s}"),
+        ClientError::Transport(_) => "transport".into(),
+    }
+}
+
+/// Run the load and return the JSON report.
+pub(crate) async fn run(spec: RunSpec) -> Result<Value, String> {
+    let totals = Rc::new(RefCell::new(Totals::default()));
+    let weight_sum: u32 = spec.mix.iter().map(|m| m.weight).sum();
+    let start = Instant::now();
+    let deadline = start + spec.duration;
+    // With a rate, each client waits its share of the interval between calls.
+    let per_client_gap = spec.rate.map(|r| Duration::from_secs_f64(spec.clients as f64 / r.max(0.001)));
+    let bar = if spec.progress {
+        let b = indicatif::ProgressBar::new(spec.duration.as_secs());
+        b.set_style(indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} s {msg}").map_err(|e| e.to_string())?);
+        Some(b)
+    } else {
+        None
+    };
+    let mut tasks = Vec::new();
+    for n in 0..spec.clients {
+        let (spec, totals) = (spec.clone(), Rc::clone(&totals));
+        tasks.push(actix_rt::spawn(async move {
+            let client = match McpClient::connect(ClientConfig::new(&spec.url), MemoryJournal::new(4096)).await {
+                Ok(c) => c,
+                Err(e) => {
+                    *totals.borrow_mut().errors.entry(format!("connect: {}", error_kind(&e))).or_default() += 1;
+                    return;
+                }
+            };
+            let mut pick = (n as u32).wrapping_mul(2_654_435_761);
+            while Instant::now() < deadline {
+                pick = pick.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                let mut r = pick % weight_sum;
+                let entry = spec.mix.iter().find(|m| if r < m.weight { true } else { r -= m.weight; false }).expect("weights cover the range");
+                let t0 = Instant::now();
+                let result = client.request("tools/call", Some(json!({"name": entry.tool, "arguments": entry.args})), entry.idempotent).await;
+                let us = t0.elapsed().as_micros().max(1) as u64;
+                {
+                    let mut t = totals.borrow_mut();
+                    match result {
+                        Ok(v) if v.get("isError") != Some(&Value::Bool(true)) => {
+                            let _ = t.per_tool.entry(entry.tool.clone()).or_insert_with(histogram).record(us);
+                        }
+                        Ok(_) => *t.errors.entry(format!("{}: tool error", entry.tool)).or_default() += 1,
+                        Err(e) => *t.errors.entry(format!("{}: {}", entry.tool, error_kind(&e))).or_default() += 1,
+                    }
+                }
+                if let Some(gap) = per_client_gap {
+                    let next = t0 + gap;
+                    if next > Instant::now() {
+                        tokio::time::sleep_until(next).await;
+                    }
+                }
+            }
+            let stats = client.stats();
+            {
+                let mut t = totals.borrow_mut();
+                t.resumes += stats.resumes;
+                t.handshakes += stats.handshakes;
+            }
+            let _ = client.close().await;
+        }));
+    }
+    if let Some(b) = &bar {
+        while Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let done: u64 = totals.borrow().per_tool.values().map(Histogram::len).sum();
+            b.set_position(start.elapsed().as_secs().min(spec.duration.as_secs()));
+            b.set_message(format!("{done} calls"));
+        }
+        b.finish_and_clear();
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let t = totals.borrow();
+    let ok: u64 = t.per_tool.values().map(Histogram::len).sum();
+    let failed: u64 = t.errors.values().sum();
+    let mut all = histogram();
+    let mut tools = serde_json::Map::new();
+    for (name, h) in &t.per_tool {
+        all.add(h).expect("same bounds");
+        tools.insert(name.clone(), json!({"calls": h.len(), "p50_us": h.value_at_quantile(0.5), "p99_us": h.value_at_quantile(0.99), "max_us": h.max()}));
+    }
+    Ok(json!({
+        "url": spec.url, "clients": spec.clients, "seconds": seconds,
+        "calls_ok": ok, "calls_failed": failed, "calls_per_s": ok as f64 / seconds,
+        "latency_us": {"p50": all.value_at_quantile(0.5), "p90": all.value_at_quantile(0.9), "p99": all.value_at_quantile(0.99), "max": all.max()},
+        "per_tool": tools, "errors": t.errors, "resumes": t.resumes, "handshakes": t.handshakes,
+    }))
+}
+
+/// Print the report as a table.
+pub(crate) fn print_table(r: &Value) {
+    println!("calls ok {}  failed {}  {:.0} calls/s over {:.1} s with {} clients", r["calls_ok"], r["calls_failed"], r["calls_per_s"].as_f64().unwrap_or(0.0), r["seconds"].as_f64().unwrap_or(0.0), r["clients"]);
+    println!("latency µs: p50 {}  p90 {}  p99 {}  max {}", r["latency_us"]["p50"], r["latency_us"]["p90"], r["latency_us"]["p99"], r["latency_us"]["max"]);
+    println!("| tool | calls | p50 µs | p99 µs | max µs |");
+    println!("|---|---:|---:|---:|---:|");
+    if let Some(tools) = r["per_tool"].as_object() {
+        for (name, t) in tools {
+            println!("| {name} | {} | {} | {} | {} |", t["calls"], t["p50_us"], t["p99_us"], t["max_us"]);
+        }
+    }
+    println!("resumes {}  handshakes {}  errors {}", r["resumes"], r["handshakes"], r["errors"]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mix_entries_parse_with_defaults_and_reject_bad_input() {
+        let m = parse_mix(&["echo:8:{\"text\":\"x\"}".into(), "test_tool_with_progress".into()]).unwrap();
+        assert_eq!((m[0].tool.as_str(), m[0].weight, m[0].idempotent), ("echo", 8, true));
+        assert_eq!(m[0].args["text"], "x");
+        assert_eq!((m[1].weight, m[1].idempotent), (1, false));
+        assert!(parse_mix(&["echo:0".into()]).is_err());
+        assert!(parse_mix(&["echo:1:[1]".into()]).is_err());
+        assert!(parse_mix(&[":1".into()]).is_err());
+    }
+}
