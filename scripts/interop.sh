@@ -36,5 +36,11 @@ host_url=$(start host "$log/host.out" "$HOST_BIN" --port 0 --retry-ms 100)
 probe "TypeScript SDK server, resumed stream" "$ts_url" reconnect reconnected
 probe "mcp-host, resumed stream" "$host_url" test_reconnection \
   "Reconnection test completed successfully. If you received this, the client properly reconnected after stream closure."
+# A short fault-free load run through the same client: every call must succeed.
+if timeout 60 "$LOAD_BIN" run --spawn-host "$HOST_BIN" --clients 8 --seconds 2 --no-progress --fail-on-error > "$log/run.txt" 2>&1; then
+  echo "interop: mcp-load run (8 clients, 2 s, no failures) ok"; passed=$((passed + 1))
+else
+  echo "interop: mcp-load run FAILED"; cat "$log/run.txt"; failed=$((failed + 1))
+fi
 echo "interop: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -69,6 +69,9 @@ enum Command {
         /// No progress bar.
         #[arg(long)]
         no_progress: bool,
+        /// Exit non-zero if any call failed (not only when none succeeded).
+        #[arg(long)]
+        fail_on_error: bool,
     },
 }
 
@@ -93,7 +96,7 @@ async fn probe(url: &str, tool: &str, args: Value, expect_text: Option<&str>, ex
     Ok(json!({"text": text, "resumes": stats.resumes, "handshakes": stats.handshakes, "notifications": notifications, "deleted": deleted}))
 }
 
-fn run_command(url: Option<String>, spawn_host: Option<String>, spec: run::RunSpec, json_out: Option<String>) -> ExitCode {
+fn run_command(url: Option<String>, spawn_host: Option<String>, spec: run::RunSpec, json_out: Option<String>, fail_on_error: bool) -> ExitCode {
     let host = match spawn_host.as_deref().map(run::spawn_host) {
         Some(Ok(h)) => Some(h),
         Some(Err(e)) => {
@@ -111,7 +114,8 @@ fn run_command(url: Option<String>, spawn_host: Option<String>, spec: run::RunSp
                 eprintln!("mcp-load: {e}");
                 return ExitCode::from(2);
             }
-            if report["calls_ok"].as_u64() == Some(0) { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+            let failed = report["calls_failed"].as_u64().unwrap_or(0);
+            if report["calls_ok"].as_u64() == Some(0) || (fail_on_error && failed > 0) { ExitCode::FAILURE } else { ExitCode::SUCCESS }
         }
         Err(e) => {
             eprintln!("mcp-load: {e}");
@@ -123,7 +127,7 @@ fn run_command(url: Option<String>, spawn_host: Option<String>, spec: run::RunSp
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Run { url, spawn_host, clients, seconds, rate, calls, json_out, no_progress } => {
+        Command::Run { url, spawn_host, clients, seconds, rate, calls, json_out, no_progress, fail_on_error } => {
             let calls = if calls.is_empty() {
                 vec!["echo:8:{\"text\":\"load\"}".to_owned(), "test_simple_text:1".to_owned(), "test_tool_with_progress:1".to_owned()]
             } else {
@@ -137,7 +141,7 @@ fn main() -> ExitCode {
                 }
             };
             let spec = run::RunSpec { url: String::new(), clients: clients as usize, duration: Duration::from_secs(seconds), rate, mix, progress: !no_progress };
-            run_command(url, spawn_host, spec, json_out)
+            run_command(url, spawn_host, spec, json_out, fail_on_error)
         }
         Command::Probe { url, tool, args, expect_text, expect_resume } => {
             let args: Value = match serde_json::from_str(&args) {

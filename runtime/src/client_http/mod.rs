@@ -437,12 +437,14 @@ impl<J: Journal> McpClient<J> {
                 if let Some(eid) = dec.last_event_id.as_deref().filter(|_| events.is_empty() && dec.last_event_id != before) {
                     let _ = inner.acceptor.accept_stream_event(IncomingEvent { stream: key, binding: &binding, id: Some(eid), data: "" });
                 }
+                let mut handed_out = None;
                 for e in events {
-                    let Ok(Acceptance::Dispatched { completed, .. }) =
+                    let Ok(Acceptance::Dispatched { completed, seq }) =
                         inner.acceptor.accept_stream_event(IncomingEvent { stream: key, binding: &binding, id: e.id.as_deref(), data: &e.data })
                     else {
                         continue;
                     };
+                    handed_out = Some(seq);
                     let msg: Value = serde_json::from_str(&e.data).unwrap_or(Value::Null);
                     if completed.as_ref() == Some(id) {
                         answer = Some(Self::result_of(id, msg));
@@ -452,9 +454,8 @@ impl<J: Journal> McpClient<J> {
                         inner.notifications.push(msg);
                     }
                 }
-                // Everything accepted was handed out above.
-                let last = inner.acceptor.journal_mut().pending().last().map(|d| d.seq);
-                if let Some(seq) = last {
+                // Everything accepted above was handed out (or is being answered) already.
+                if let Some(seq) = handed_out {
                     inner.acceptor.journal_mut().ack(seq);
                 }
             }
