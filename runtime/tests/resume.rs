@@ -263,3 +263,39 @@ async fn stream_evicted_by_the_retention_bound_is_410() {
     assert_eq!(c.call_tool(3, "echo", json!({"text": "3"})).await.rest().await.len(), 1);
     assert_eq!(c.resume(&start).await.status, StatusCode::GONE);
 }
+
+#[actix_web::test]
+async fn response_finished_while_disconnected_is_kept_for_the_undelivered_retention_then_released() {
+    tokio::time::pause();
+    let cfg = RuntimeConfig { retention_undelivered_ms: 5_000, retention_after_delivery_ms: 1_000, ..RuntimeConfig::default() };
+    let h = harness_with(cfg).await;
+    let c = h.client("2025-11-25").await;
+    let mut r = c.call_tool(1, "gated", json!({})).await;
+    r.chunk().await.expect("priming");
+    let cursor = r.first_id();
+    drop(r.disconnect());
+    h.gate.open(1);
+    h.gate.finished(1).await;
+    tokio::time::sleep(std::time::Duration::from_millis(3_000)).await;
+    let msgs = c.resume(&cursor).await.rest().await;
+    assert_eq!(text_of(msgs.last().unwrap()), "done", "still retained after 3 s (undelivered retention is 5 s)");
+    // Delivered now: the short retention applies from here.
+    tokio::time::sleep(std::time::Duration::from_millis(2_000)).await;
+    assert_eq!(c.resume(&cursor).await.status, StatusCode::GONE, "released after delivery + retention");
+}
+
+#[actix_web::test]
+async fn undelivered_response_is_released_after_its_retention_when_nobody_resumes() {
+    tokio::time::pause();
+    let cfg = RuntimeConfig { retention_undelivered_ms: 5_000, ..RuntimeConfig::default() };
+    let h = harness_with(cfg).await;
+    let c = h.client("2025-11-25").await;
+    let mut r = c.call_tool(1, "gated", json!({})).await;
+    r.chunk().await.expect("priming");
+    let cursor = r.first_id();
+    drop(r.disconnect());
+    h.gate.open(1);
+    h.gate.finished(1).await;
+    tokio::time::sleep(std::time::Duration::from_millis(6_000)).await;
+    assert_eq!(c.resume(&cursor).await.status, StatusCode::GONE, "released after the undelivered retention");
+}

@@ -146,7 +146,17 @@ impl StreamActor {
     }
 
     fn deliver(&mut self, d: Delivery, ctx: &mut Context<Self>) {
-        let Delivery::Write { conn, frame, end } = d else { return };
+        if let Delivery::Write { conn, frame, end } = d {
+            self.write(conn, frame, end);
+        }
+        // Also when the frame was only buffered (no connection): a stream that closed while
+        // detached must start its retention and tell the session, or it would never leave.
+        if matches!(self.core.state(), StreamState::Closed(_)) {
+            self.on_closed(ctx);
+        }
+    }
+
+    fn write(&mut self, conn: u64, frame: Bytes, end: bool) {
         let Some(w) = self.writer.as_ref().filter(|w| w.conn == conn) else {
             self.core.detach(conn);
             return;
@@ -170,9 +180,6 @@ impl StreamActor {
                 self.writer = None;
                 self.core.detach(conn);
             }
-        }
-        if matches!(self.core.state(), StreamState::Closed(_)) {
-            self.on_closed(ctx);
         }
     }
 
