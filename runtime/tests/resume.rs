@@ -86,6 +86,18 @@ async fn resuming_another_streams_cursor_replays_only_that_stream() {
     assert_eq!(text_of(&msgs[0]), "A", "a cursor names its own stream; replay never crosses streams");
 }
 
+/// Call `gated`, drop the connection after the priming event, let the tool finish; returns
+/// the priming cursor.
+async fn finish_while_disconnected(h: &Harness, c: &Client<'_>) -> String {
+    let mut r = c.call_tool(1, "gated", json!({})).await;
+    r.chunk().await.expect("priming");
+    let cursor = r.first_id();
+    drop(r.disconnect());
+    h.gate.open(1);
+    h.gate.finished(1).await;
+    cursor
+}
+
 fn flip_stream_byte(cursor: &str) -> String {
     let mut raw = URL_SAFE_NO_PAD.decode(cursor).unwrap();
     raw[11] ^= 1; // low byte of the stream id
@@ -99,9 +111,7 @@ async fn cursor_with_altered_stream_is_rejected() {
     let mut a = c.call_tool(1, "echo", json!({"text": "A"})).await;
     a.chunk().await;
     let forged = flip_stream_byte(&a.last_event_id());
-    let mut r = c.resume(&forged).await;
-    assert_eq!(r.status, StatusCode::BAD_REQUEST);
-    assert_eq!(r.json().await["error"]["code"], -32004);
+    assert_refused(c.resume(&forged).await, StatusCode::BAD_REQUEST, -32004).await;
 }
 
 #[actix_web::test]
@@ -111,9 +121,7 @@ async fn cursor_from_another_session_is_rejected() {
     let c2 = h.client("2025-11-25").await;
     let mut a = c1.call_tool(1, "echo", json!({"text": "secret"})).await;
     a.chunk().await;
-    let mut r = c2.resume(&a.last_event_id()).await;
-    assert_eq!(r.status, StatusCode::BAD_REQUEST);
-    assert_eq!(r.json().await["error"]["code"], -32004);
+    assert_refused(c2.resume(&a.last_event_id()).await, StatusCode::BAD_REQUEST, -32004).await;
 }
 
 #[actix_web::test]
@@ -135,9 +143,7 @@ async fn malformed_cursor_is_400_with_jsonrpc_error() {
     let h = harness().await;
     let c = h.client("2025-11-25").await;
     for bad in ["0", "garbage", "_GET_stream_1", &"A".repeat(43)] {
-        let mut r = c.resume(bad).await;
-        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}");
-        assert_eq!(r.json().await["error"]["code"], -32004);
+        assert_refused(c.resume(bad).await, StatusCode::BAD_REQUEST, -32004).await;
     }
 }
 
@@ -171,9 +177,7 @@ async fn cursor_older_than_get_window_is_410_with_jsonrpc_error() {
     let body = json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"chatty","arguments":{"n":10}}});
     let mut r = h.send(json_only.set_payload(body.to_string())).await;
     assert_eq!(text_of(&r.json().await), "chatty done");
-    let mut resumed = c.resume(&start).await;
-    assert_eq!(resumed.status, StatusCode::GONE);
-    assert_eq!(resumed.json().await["error"]["code"], -32005);
+    assert_refused(c.resume(&start).await, StatusCode::GONE, -32005).await;
 }
 
 #[actix_web::test]
@@ -247,9 +251,7 @@ async fn stream_past_its_retention_is_410() {
     drop(r);
     assert_eq!(c.resume(&start).await.rest().await.len(), 1, "still retained right after delivery");
     tokio::time::sleep(std::time::Duration::from_millis(3_000)).await;
-    let mut gone = c.resume(&start).await;
-    assert_eq!(gone.status, StatusCode::GONE);
-    assert_eq!(gone.json().await["error"]["code"], -32005);
+    assert_refused(c.resume(&start).await, StatusCode::GONE, -32005).await;
 }
 
 #[actix_web::test]
@@ -270,12 +272,7 @@ async fn response_finished_while_disconnected_is_kept_for_the_undelivered_retent
     let cfg = RuntimeConfig { retention_undelivered_ms: 5_000, retention_after_delivery_ms: 1_000, ..RuntimeConfig::default() };
     let h = harness_with(cfg).await;
     let c = h.client("2025-11-25").await;
-    let mut r = c.call_tool(1, "gated", json!({})).await;
-    r.chunk().await.expect("priming");
-    let cursor = r.first_id();
-    drop(r.disconnect());
-    h.gate.open(1);
-    h.gate.finished(1).await;
+    let cursor = finish_while_disconnected(&h, &c).await;
     tokio::time::sleep(std::time::Duration::from_millis(3_000)).await;
     let msgs = c.resume(&cursor).await.rest().await;
     assert_eq!(text_of(msgs.last().unwrap()), "done", "still retained after 3 s (undelivered retention is 5 s)");
@@ -290,12 +287,7 @@ async fn undelivered_response_is_released_after_its_retention_when_nobody_resume
     let cfg = RuntimeConfig { retention_undelivered_ms: 5_000, ..RuntimeConfig::default() };
     let h = harness_with(cfg).await;
     let c = h.client("2025-11-25").await;
-    let mut r = c.call_tool(1, "gated", json!({})).await;
-    r.chunk().await.expect("priming");
-    let cursor = r.first_id();
-    drop(r.disconnect());
-    h.gate.open(1);
-    h.gate.finished(1).await;
+    let cursor = finish_while_disconnected(&h, &c).await;
     tokio::time::sleep(std::time::Duration::from_millis(6_000)).await;
     assert_eq!(c.resume(&cursor).await.status, StatusCode::GONE, "released after the undelivered retention");
 }

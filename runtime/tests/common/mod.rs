@@ -303,6 +303,12 @@ impl Client<'_> {
     }
 }
 
+/// Assert an HTTP refusal and its JSON-RPC error code.
+pub async fn assert_refused(mut r: Resp, status: StatusCode, code: i64) {
+    assert_eq!(r.status, status);
+    assert_eq!(r.json().await["error"]["code"], code);
+}
+
 /// The `result.content[0].text` of a response message.
 pub fn text_of(msg: &Value) -> &str {
     msg["result"]["content"][0]["text"].as_str().unwrap_or_else(|| panic!("no text result in {msg}"))
