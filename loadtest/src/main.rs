@@ -5,6 +5,7 @@
 //! `run`, fault-free load from many virtual clients with a latency report. The
 //! fault-injecting proxy and the gate report are still to come.
 
+mod proxy;
 mod run;
 
 use std::process::ExitCode;
@@ -72,6 +73,13 @@ enum Command {
         /// Exit non-zero if any call failed (not only when none succeeded).
         #[arg(long)]
         fail_on_error: bool,
+        /// Fault: share of connections (0..=1) cut at a random point of an SSE response,
+        /// after its first event with an id (the client must resume and lose nothing).
+        #[arg(long, default_value_t = 0.0)]
+        cut_rate: f64,
+        /// Seed of the fault proxy's decisions.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
     },
 }
 
@@ -127,7 +135,7 @@ fn run_command(url: Option<String>, spawn_host: Option<String>, spec: run::RunSp
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Run { url, spawn_host, clients, seconds, rate, calls, json_out, no_progress, fail_on_error } => {
+        Command::Run { url, spawn_host, clients, seconds, rate, calls, json_out, no_progress, fail_on_error, cut_rate, seed } => {
             let calls = if calls.is_empty() {
                 vec!["echo:8:{\"text\":\"load\"}".to_owned(), "test_simple_text:1".to_owned(), "test_tool_with_progress:1".to_owned()]
             } else {
@@ -140,7 +148,12 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let spec = run::RunSpec { url: String::new(), clients: clients as usize, duration: Duration::from_secs(seconds), rate, mix, progress: !no_progress };
+            if !(0.0..=1.0).contains(&cut_rate) {
+                eprintln!("mcp-load: --cut-rate must be between 0 and 1");
+                return ExitCode::from(2);
+            }
+            let faults = (cut_rate > 0.0).then_some(proxy::FaultPlan { cut_rate, seed });
+            let spec = run::RunSpec { url: String::new(), clients: clients as usize, duration: Duration::from_secs(seconds), rate, mix, progress: !no_progress, faults };
             run_command(url, spawn_host, spec, json_out, fail_on_error)
         }
         Command::Probe { url, tool, args, expect_text, expect_resume } => {

@@ -48,6 +48,19 @@ pub(crate) struct RunSpec {
     pub(crate) rate: Option<f64>,
     pub(crate) mix: Vec<MixEntry>,
     pub(crate) progress: bool,
+    /// Route the clients through the fault-injecting proxy.
+    pub(crate) faults: Option<crate::proxy::FaultPlan>,
+}
+
+/// `http://host:port/path` -> (socket address, path).
+fn split_url(url: &str) -> Result<(std::net::SocketAddr, String), String> {
+    let rest = url.strip_prefix("http://").ok_or_else(|| format!("only http:// URLs can be proxied: {url}"))?;
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let addr = std::net::ToSocketAddrs::to_socket_addrs(authority).map_err(|e| format!("{authority}: {e}"))?.next().ok_or("no address")?;
+    if !addr.ip().is_loopback() {
+        return Err(format!("the fault proxy only fronts loopback servers, not {addr}"));
+    }
+    Ok((addr, format!("/{path}")))
 }
 
 /// A host process started by `--spawn-host`, killed on drop.
@@ -88,6 +101,8 @@ struct Totals {
     errors: BTreeMap<String, u64>,
     resumes: u64,
     handshakes: u64,
+    /// The first few error messages, verbatim.
+    samples: Vec<String>,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -104,7 +119,14 @@ fn error_kind(e: &ClientError) -> String {
 }
 
 /// Run the load and return the JSON report.
-pub(crate) async fn run(spec: RunSpec) -> Result<Value, String> {
+pub(crate) async fn run(mut spec: RunSpec) -> Result<Value, String> {
+    let mut proxy_stats = None;
+    if let Some(plan) = spec.faults {
+        let (upstream, path) = split_url(&spec.url)?;
+        let (addr, stats) = crate::proxy::start(upstream, plan).await.map_err(|e| format!("proxy: {e}"))?;
+        spec.url = format!("http://{addr}{path}");
+        proxy_stats = Some(stats);
+    }
     let totals = Rc::new(RefCell::new(Totals::default()));
     let weight_sum: u32 = spec.mix.iter().map(|m| m.weight).sum();
     let start = Instant::now();
@@ -144,7 +166,12 @@ pub(crate) async fn run(spec: RunSpec) -> Result<Value, String> {
                             let _ = t.per_tool.entry(entry.tool.clone()).or_insert_with(histogram).record(us);
                         }
                         Ok(_) => *t.errors.entry(format!("{}: tool error", entry.tool)).or_default() += 1,
-                        Err(e) => *t.errors.entry(format!("{}: {}", entry.tool, error_kind(&e))).or_default() += 1,
+                        Err(e) => {
+                            *t.errors.entry(format!("{}: {}", entry.tool, error_kind(&e))).or_default() += 1;
+                            if t.samples.len() < 5 {
+                                t.samples.push(format!("{}: {e}", entry.tool));
+                            }
+                        }
                     }
                 }
                 if let Some(gap) = per_client_gap {
@@ -189,7 +216,8 @@ pub(crate) async fn run(spec: RunSpec) -> Result<Value, String> {
         "url": spec.url, "clients": spec.clients, "seconds": seconds,
         "calls_ok": ok, "calls_failed": failed, "calls_per_s": ok as f64 / seconds,
         "latency_us": {"p50": all.value_at_quantile(0.5), "p90": all.value_at_quantile(0.9), "p99": all.value_at_quantile(0.99), "max": all.max()},
-        "per_tool": tools, "errors": t.errors, "resumes": t.resumes, "handshakes": t.handshakes,
+        "per_tool": tools, "errors": t.errors, "resumes": t.resumes, "handshakes": t.handshakes, "error_samples": t.samples,
+        "proxy": proxy_stats.map(|p| json!({"connections": p.connections.get(), "cuts": p.cuts.get()})),
     }))
 }
 
@@ -205,6 +233,12 @@ pub(crate) fn print_table(r: &Value) {
         }
     }
     println!("resumes {}  handshakes {}  errors {}", r["resumes"], r["handshakes"], r["errors"]);
+    for e in r["error_samples"].as_array().into_iter().flatten() {
+        println!("  e.g. {}", e.as_str().unwrap_or_default());
+    }
+    if !r["proxy"].is_null() {
+        println!("fault proxy: connections {}  cuts {}", r["proxy"]["connections"], r["proxy"]["cuts"]);
+    }
 }
 
 #[cfg(test)]

@@ -462,6 +462,7 @@ impl Handler<Resume> for SessionActor {
             return;
         }
         let Some(entry) = self.core.stream(msg.event.stream) else {
+            tracing::debug!(session = %self.log_id(), stream = %msg.event.stream, "resume of a stream no longer retained");
             let _ = msg.reply.send(Err(Rejection::EventsLost));
             return;
         };
@@ -472,6 +473,7 @@ impl Handler<Resume> for SessionActor {
             }
             // Its retention just ended and the `Gone` report is still on its way.
             Err(SendError::Closed(m)) => {
+                tracing::debug!(session = %self.log_id(), stream = %msg.event.stream, "resume of a stream whose retention just ended");
                 let _ = m.reply.send(Err(Rejection::EventsLost));
             }
         }
@@ -510,10 +512,12 @@ impl Handler<StreamEvent> for SessionActor {
             StreamEvent::DetachedConn => self.core.connection_delta(now, false),
             StreamEvent::Closed(sid) => {
                 for evicted in self.core.stream_closed(sid) {
+                    tracing::debug!(session = %self.log_id(), "closed stream evicted by max_retained_streams");
                     evicted.handle.do_send(StreamShutdown(CloseReason::SessionEnded));
                 }
             }
             StreamEvent::Gone(sid) => {
+                tracing::debug!(session = %self.log_id(), stream = %sid, "stream retention ended");
                 self.core.remove_stream(sid);
             }
         }

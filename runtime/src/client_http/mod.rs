@@ -366,7 +366,12 @@ impl<J: Journal> McpClient<J> {
     /// response arrives.
     async fn follow(&self, key: &StreamKey, id: &JsonRpcId, mut resp: awc::ClientResponse) -> Result<Value, ClientError> {
         let mut retry_hint = None;
-        let mut attempt = 0u32;
+        // Backoff grows only while resumes fail to reach a healthy server; a 200 resets it.
+        let mut failures = 0u32;
+        // Resumes in a row that brought no new event: bounds a server that answers 200 and
+        // closes without progress (which would otherwise loop forever).
+        let mut no_progress = 0u32;
+        let mut last_cursor: Option<String> = None;
         loop {
             if let Some(v) = self.read_events(key, id, &mut resp, &mut retry_hint).await? {
                 return v;
@@ -376,13 +381,17 @@ impl<J: Journal> McpClient<J> {
             let Some(cursor) = cursor else {
                 return Err(ClientError::Lost(id.to_string(), "stream ended before any event id: cannot resume".into()));
             };
+            if last_cursor.as_deref() == Some(cursor.as_str()) {
+                no_progress += 1;
+            } else {
+                no_progress = 0;
+                last_cursor = Some(cursor.clone());
+            }
             loop {
-                if attempt >= self.cfg.max_resume_attempts {
-                    return Err(ClientError::Lost(id.to_string(), format!("gave up after {attempt} resume attempts")));
+                if no_progress >= self.cfg.max_resume_attempts || failures >= self.cfg.max_resume_attempts {
+                    return Err(ClientError::Lost(id.to_string(), format!("gave up resuming ({no_progress} resumes without progress, {failures} failed)")));
                 }
-                let jitter = self.jitter();
-                let delay = self.cfg.backoff.delay_ms(retry_hint, attempt, jitter);
-                attempt += 1;
+                let delay = self.cfg.backoff.delay_ms(retry_hint, failures, self.jitter());
                 tokio::time::sleep(Duration::from_millis(delay)).await;
                 self.wait_for_budget().await;
                 self.inner.borrow_mut().stats.resumes += 1;
@@ -395,17 +404,18 @@ impl<J: Journal> McpClient<J> {
                     .await;
                 match sent {
                     Ok(r) if r.status().as_u16() == 200 => {
+                        failures = 0;
                         resp = r;
                         break;
                     }
                     Ok(r) if r.status().as_u16() == 404 => return Err(ClientError::Http(404, "session not found".into())),
-                    // 400 (cursor refused) and 410 (events lost) are final answers.
-                    Ok(mut r) if r.status().is_client_error() => {
+                    // 400 (cursor refused) and 410 (events lost) are final answers; 429 is not.
+                    Ok(mut r) if r.status().is_client_error() && r.status().as_u16() != 429 => {
                         let body = r.body().await.unwrap_or_default();
                         return Err(ClientError::Lost(id.to_string(), format!("resume refused: HTTP {} {}", r.status().as_u16(), String::from_utf8_lossy(&body))));
                     }
-                    // 5xx, 429, network: try again after a backoff.
-                    Ok(_) | Err(_) => {}
+                    // 5xx, 429, network: back off and try again.
+                    Ok(_) | Err(_) => failures += 1,
                 }
             }
         }

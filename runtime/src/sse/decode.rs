@@ -20,9 +20,12 @@ pub struct Decoder {
     started: bool,
     data: String,
     event: String,
-    pending_id: Option<String>,
+    /// WHATWG "last event ID buffer": set by `id` lines, committed only at dispatch.
+    id_buffer: Option<String>,
     saw_data: bool,
-    /// The last event id set by the stream.
+    /// The stream's last event ID: committed when an event ends (blank line), including
+    /// events with empty data. An `id` line of an event that never ended does not count, so
+    /// a cut in the middle of an event never skips that event on resume.
     pub last_event_id: Option<String>,
     /// The last valid `retry` value, in milliseconds.
     pub retry_ms: Option<u64>,
@@ -93,11 +96,7 @@ impl Decoder {
                 self.saw_data = true;
             }
             "event" => self.event = value.to_owned(),
-            "id"
-                if !value.contains('\0') => {
-                    self.pending_id = Some(value.to_owned());
-                    self.last_event_id = Some(value.to_owned());
-                }
+            "id" if !value.contains('\0') => self.id_buffer = Some(value.to_owned()),
             "retry"
                 if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
                     self.retry_ms = value.parse().ok();
@@ -107,7 +106,8 @@ impl Decoder {
     }
 
     fn dispatch(&mut self, out: &mut Vec<SseEvent>) {
-        let id = self.pending_id.take().or_else(|| self.last_event_id.clone());
+        self.last_event_id.clone_from(&self.id_buffer);
+        let id = self.last_event_id.clone();
         let event = std::mem::take(&mut self.event);
         let mut data = std::mem::take(&mut self.data);
         let saw = std::mem::replace(&mut self.saw_data, false);
@@ -153,6 +153,19 @@ mod tests {
             assert_eq!(d.retry_ms, Some(250));
             assert_eq!(d.comments, 1);
         }
+    }
+
+    #[test]
+    fn id_of_an_unfinished_event_is_not_the_cursor() {
+        let mut d = Decoder::new();
+        d.feed(b"id: p\ndata: \n\n");
+        assert_eq!(d.last_event_id.as_deref(), Some("p"));
+        // A connection cut after the next event's id and data lines, before its blank line.
+        assert!(d.feed(b"id: r\ndata: {\"result\":1}\n").is_empty());
+        assert_eq!(d.last_event_id.as_deref(), Some("p"), "resume must replay the unfinished event");
+        let evs = d.feed(b"\n");
+        assert_eq!(evs[0].id.as_deref(), Some("r"));
+        assert_eq!(d.last_event_id.as_deref(), Some("r"));
     }
 
     #[test]
