@@ -42,5 +42,15 @@ if timeout 60 "$LOAD_BIN" run --spawn-host "$HOST_BIN" --clients 8 --seconds 2 -
 else
   echo "interop: mcp-load run FAILED"; cat "$log/run.txt"; failed=$((failed + 1))
 fi
+# The same through the fault proxy: half the connections cut inside SSE responses; every
+# call must still complete (resumed), none lost.
+if timeout 90 "$LOAD_BIN" run --spawn-host "$HOST_BIN" --clients 8 --seconds 4 --no-progress --fail-on-error \
+    --cut-rate 0.5 --seed 7 --json-out "$log/cut.json" > "$log/cut.txt" 2>&1 \
+    && grep -q '"cuts": [1-9]' "$log/cut.json"; then
+  echo "interop: mcp-load run with connection cuts (no call lost) ok"; passed=$((passed + 1))
+  grep -E '^calls ok|^fault proxy' "$log/cut.txt"
+else
+  echo "interop: mcp-load run with connection cuts FAILED"; cat "$log/cut.txt"; failed=$((failed + 1))
+fi
 echo "interop: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
