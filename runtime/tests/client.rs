@@ -105,6 +105,34 @@ async fn non_idempotent_request_after_404_is_reported_lost_not_moved() {
 }
 
 #[actix_web::test]
+async fn server_to_client_requests_are_answered_by_the_handler() {
+    let (url, _sup) = serve(fast()).await;
+    let mut cfg = ClientConfig::new(&url);
+    cfg.capabilities = json!({"sampling": {}});
+    let seen = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let log = std::rc::Rc::clone(&seen);
+    let c = McpClient::connect(cfg, MemoryJournal::new(64)).await.unwrap().with_handler(std::rc::Rc::new(move |method: &str, _params: &serde_json::Value| {
+        log.borrow_mut().push(method.to_owned());
+        Ok(json!({"role": "assistant", "content": {"type": "text", "text": "hi"}, "model": "test"}))
+    }));
+    let r = c.request("tools/call", Some(json!({"name":"ask","arguments":{}})), false).await.unwrap();
+    assert_eq!(r["content"][0]["text"], "client said hi");
+    assert_eq!(*seen.borrow(), vec!["sampling/createMessage".to_owned()]);
+}
+
+#[actix_web::test]
+async fn without_a_handler_server_requests_get_method_not_found() {
+    let (url, _sup) = serve(fast()).await;
+    let mut cfg = ClientConfig::new(&url);
+    cfg.capabilities = json!({"sampling": {}});
+    let c = McpClient::connect(cfg, MemoryJournal::new(64)).await.unwrap();
+    match c.request("tools/call", Some(json!({"name":"ask","arguments":{}})), false).await {
+        Err(ClientError::Rpc(e)) => assert_eq!(e.code, -32601),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[actix_web::test]
 async fn close_sends_delete_and_the_session_is_gone() {
     let (url, sup) = serve(fast()).await;
     let c = connect(&url).await;

@@ -111,6 +111,10 @@ struct Inner<J: Journal> {
     jitter_state: u64,
 }
 
+/// Answers server-to-client requests (`sampling/createMessage`, `elicitation/create`,
+/// `roots/list`, ...). Declare the matching capabilities in [`ClientConfig::capabilities`].
+pub type ServerRequestHandler = Rc<dyn Fn(&str, &Value) -> Result<Value, ErrorObject>>;
+
 /// A resilient MCP client over Streamable HTTP (legacy era).
 pub struct McpClient<J: Journal = MemoryJournal> {
     http: awc::Client,
@@ -119,6 +123,7 @@ pub struct McpClient<J: Journal = MemoryJournal> {
     /// Serializes handshakes so concurrent 404s cause exactly one.
     handshake: Rc<tokio::sync::Mutex<()>>,
     origin: tokio::time::Instant,
+    handler: Option<ServerRequestHandler>,
 }
 
 enum Posted {
@@ -153,11 +158,19 @@ impl<J: Journal> McpClient<J> {
             notifications: Vec::new(),
             jitter_state: 0x9E37_79B9_7F4A_7C15,
         };
-        Ok(McpClient { http, cfg, inner: Rc::new(RefCell::new(inner)), handshake: Rc::new(tokio::sync::Mutex::new(())), origin })
+        Ok(McpClient { http, cfg, inner: Rc::new(RefCell::new(inner)), handshake: Rc::new(tokio::sync::Mutex::new(())), origin, handler: None })
     }
 
     fn now(&self) -> Tick {
         Tick(self.origin.elapsed().as_millis() as u64)
+    }
+
+    /// Answer server-to-client requests with `handler` (without one, `ping` gets `{}` and
+    /// everything else a JSON-RPC "method not found", so the server's tool never waits).
+    #[must_use]
+    pub fn with_handler(mut self, handler: ServerRequestHandler) -> McpClient<J> {
+        self.handler = Some(handler);
+        self
     }
 
     /// Counters.
@@ -479,14 +492,18 @@ impl<J: Journal> McpClient<J> {
         Ok(None)
     }
 
-    /// This client implements no server-to-client request handlers yet: it answers each with
-    /// a JSON-RPC "method not found" so the server's tool does not wait forever.
+    /// Answer a server-to-client request through the handler (see [`Self::with_handler`]).
     async fn answer_server_request(&self, req: &Value) -> Result<(), ClientError> {
         let Some(rid) = req.get("id").and_then(JsonRpcId::from_value) else { return Ok(()) };
-        let body = if req["method"] == "ping" {
-            encode_result(&rid, &json!({}))
-        } else {
-            encode_error(Some(&rid), &ErrorObject::new(crate::proto::jsonrpc::code::METHOD_NOT_FOUND, "client has no handler for this request"))
+        let method = req["method"].as_str().unwrap_or_default();
+        let answer = match (&self.handler, method) {
+            (Some(h), _) => h(method, req.get("params").unwrap_or(&Value::Null)),
+            (None, "ping") => Ok(json!({})),
+            (None, _) => Err(ErrorObject::new(crate::proto::jsonrpc::code::METHOD_NOT_FOUND, "client has no handler for this request")),
+        };
+        let body = match answer {
+            Ok(result) => encode_result(&rid, &result),
+            Err(e) => encode_error(Some(&rid), &e),
         };
         match self.post(body, self.session()).await? {
             Posted::Accepted => Ok(()),
