@@ -54,14 +54,10 @@ async fn cancelled_json_request_gets_no_response_body() {
     let body = json!({"jsonrpc":"2.0","id":"j","method":"tools/call","params":{"name":"gated","arguments":{}}});
     let pending = h.send(json_only.set_payload(body.to_string()));
     let cancel = c.notify(json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"j"}}));
-    let (mut r, status) = futures_join(pending, cancel).await;
+    let (mut r, status) = tokio::join!(pending, cancel);
     assert_eq!(status, StatusCode::ACCEPTED);
     assert_eq!(r.status, StatusCode::ACCEPTED, "cancelled: 202 and no JSON-RPC response");
     assert!(r.chunk().await.is_none());
-}
-
-async fn futures_join<A: std::future::Future, B: std::future::Future>(a: A, b: B) -> (A::Output, B::Output) {
-    tokio::join!(a, b)
 }
 
 #[actix_web::test]

@@ -2,7 +2,7 @@
 //! own context (so completion and cancellation are serialized with everything else the
 //! session does), and routes server-to-client requests and their answers.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -49,7 +49,6 @@ pub struct SessionActor {
     client_caps: Arc<Value>,
     sup: Arc<Supervisor>,
     pending: HashMap<JsonRpcId, PendingServerRequest>,
-    subscriptions: HashSet<String>,
     /// Deregisters the session when dropped: taken explicitly before a DELETE or expiry is
     /// acknowledged, and dropped with the actor on every other exit path.
     guard: Option<RegistryGuard>,
@@ -200,7 +199,6 @@ impl SessionActor {
             client_caps: Arc::new(client_caps),
             sup,
             pending: HashMap::new(),
-            subscriptions: HashSet::new(),
             guard: Some(guard),
         }
     }
@@ -351,18 +349,15 @@ impl SessionActor {
         Ok(json!({}))
     }
 
-    fn subscription(&mut self, method: &str, params: Option<&Value>) -> Result<Value, ErrorObject> {
+    /// `resources/subscribe` and `resources/unsubscribe`. Only known resources can be
+    /// subscribed to; no resource of ours changes yet, so nothing is recorded to notify.
+    fn subscription(&self, method: &str, params: Option<&Value>) -> Result<Value, ErrorObject> {
         let uri = params
             .and_then(|p| p.get("uri"))
             .and_then(Value::as_str)
             .ok_or_else(|| ErrorObject::new(code::INVALID_PARAMS, "missing string parameter \"uri\""))?;
-        if method == "resources/subscribe" {
-            if !self.sup.catalog().has_resource(uri) {
-                return Err(ErrorObject::new(code::RESOURCE_NOT_FOUND, "Resource not found").with_data(json!({"uri": uri})));
-            }
-            self.subscriptions.insert(uri.to_owned());
-        } else {
-            self.subscriptions.remove(uri);
+        if method == "resources/subscribe" && !self.sup.catalog().has_resource(uri) {
+            return Err(ErrorObject::new(code::RESOURCE_NOT_FOUND, "Resource not found").with_data(json!({"uri": uri})));
         }
         Ok(json!({}))
     }

@@ -190,10 +190,6 @@ impl<J: Journal> McpClient<J> {
         std::mem::take(&mut self.inner.borrow_mut().notifications)
     }
 
-    fn request_builder(&self, http: &awc::Client, method: awc::http::Method, session: Option<(&str, ProtocolVersion)>) -> awc::ClientRequest {
-        Self::builder(http, &self.cfg, method, session)
-    }
-
     fn builder(http: &awc::Client, cfg: &ClientConfig, method: awc::http::Method, session: Option<(&str, ProtocolVersion)>) -> awc::ClientRequest {
         let mut r = http.request(method, &cfg.url).insert_header(("Accept", "application/json, text/event-stream"));
         if let Some((sid, v)) = session {
@@ -276,8 +272,7 @@ impl<J: Journal> McpClient<J> {
     }
 
     async fn post(&self, body: Bytes, session: (String, ProtocolVersion)) -> Result<Posted, ClientError> {
-        let mut resp = self
-            .request_builder(&self.http, awc::http::Method::POST, Some((&session.0, session.1)))
+        let mut resp = Self::builder(&self.http, &self.cfg, awc::http::Method::POST, Some((&session.0, session.1)))
             .insert_header(("Content-Type", "application/json"))
             .send_body(body)
             .await
@@ -409,8 +404,7 @@ impl<J: Journal> McpClient<J> {
                 self.wait_for_budget().await;
                 self.inner.borrow_mut().stats.resumes += 1;
                 let session = self.session();
-                let sent = self
-                    .request_builder(&self.http, awc::http::Method::GET, Some((&session.0, session.1)))
+                let sent = Self::builder(&self.http, &self.cfg, awc::http::Method::GET, Some((&session.0, session.1)))
                     .insert_header(("Accept", "text/event-stream"))
                     .insert_header(("Last-Event-ID", cursor.as_str()))
                     .send()
@@ -544,7 +538,7 @@ impl<J: Journal> McpClient<J> {
     /// Transport failure.
     pub async fn close(self) -> Result<bool, ClientError> {
         let session = self.session();
-        let r = self.request_builder(&self.http, awc::http::Method::DELETE, Some((&session.0, session.1))).send().await.map_err(|e| ClientError::Transport(e.to_string()))?;
+        let r = Self::builder(&self.http, &self.cfg, awc::http::Method::DELETE, Some((&session.0, session.1))).send().await.map_err(|e| ClientError::Transport(e.to_string()))?;
         Ok(r.status().is_success())
     }
 }
