@@ -2,7 +2,8 @@
 # Our resilient client (mcp-load probe) against servers: the official TypeScript SDK server
 # (stateful, in-memory event store; scripts/conformance/ts-server.mjs) and mcp-host. Each
 # probe calls a tool whose stream the server closes early and requires the call to complete
-# through GET + Last-Event-ID. Needs `npm ci` in scripts/conformance (conformance.sh does it).
+# through GET + Last-Event-ID. Then mcp-load runs (fault-free, with cuts) and a short release
+# gate against mcp-host. Needs `npm ci` in scripts/conformance (conformance.sh does it).
 # Usage: scripts/interop.sh [path/to/mcp-host] [path/to/mcp-load]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,15 +43,24 @@ if timeout 60 "$LOAD_BIN" run --spawn-host "$HOST_BIN" --clients 8 --seconds 2 -
 else
   echo "interop: mcp-load run FAILED"; cat "$log/run.txt"; failed=$((failed + 1))
 fi
-# The same through the fault proxy: half the connections cut inside SSE responses; every
-# call must still complete (resumed), none lost.
+# The same through the fault proxy: half the SSE responses cut; every call must still
+# complete (resumed), none lost.
 if timeout 90 "$LOAD_BIN" run --spawn-host "$HOST_BIN" --clients 8 --seconds 4 --no-progress --fail-on-error \
     --cut-rate 0.5 --seed 7 --json-out "$log/cut.json" > "$log/cut.txt" 2>&1 \
-    && grep -q '"cuts": [1-9]' "$log/cut.json"; then
+    && grep -q '"cut": [1-9]' "$log/cut.json"; then
   echo "interop: mcp-load run with connection cuts (no call lost) ok"; passed=$((passed + 1))
   grep -E '^calls ok|^fault proxy' "$log/cut.txt"
 else
   echo "interop: mcp-load run with connection cuts FAILED"; cat "$log/cut.txt"; failed=$((failed + 1))
+fi
+# The release gate, short (debug build): a baseline phase, each fault scenario alone, then
+# all mixed; every gate must pass. The full run (>= 100,000 events per phase) is in README.
+if timeout 900 "$LOAD_BIN" gate --spawn-host "$HOST_BIN" --clients 32 --events-per-phase 1500 \
+    --phase-seconds 60 --min-events 15000 --seed 7 --no-progress --json-out "$log/gate.json" > "$log/gate.txt" 2>&1; then
+  echo "interop: mcp-load gate (short: 13 phases, every fault scenario) ok"; passed=$((passed + 1))
+  grep -E 'events, .* sessions' "$log/gate.txt"
+else
+  echo "interop: mcp-load gate FAILED"; cat "$log/gate.txt"; failed=$((failed + 1))
 fi
 echo "interop: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

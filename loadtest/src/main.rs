@@ -1,12 +1,16 @@
 //! `mcp-load`: drives MCP servers with the resilient client.
 //!
-//! Implemented so far: `probe`, one client against any MCP URL (connect, list tools, call a
-//! tool, optionally require that the call completed through a resumed stream, DELETE); and
-//! `run`, fault-free load from many virtual clients with a latency report. The
-//! fault-injecting proxy and the gate report are still to come.
+//! - `probe`: one client against any MCP URL (connect, list tools, call a tool, optionally
+//!   require that the call completed through a resumed stream, DELETE).
+//! - `run`: load from many virtual clients with a latency report, optionally through the
+//!   fault-injecting proxy.
+//! - `gate`: the release gate — every fault scenario, alone and mixed, with a pass/fail table.
 
+mod gate;
 mod proxy;
 mod run;
+#[cfg(test)]
+mod scenario_tests;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -73,14 +77,145 @@ enum Command {
         /// Exit non-zero if any call failed (not only when none succeeded).
         #[arg(long)]
         fail_on_error: bool,
-        /// Fault: share of connections (0..=1) cut at a random point of an SSE response,
-        /// after its first event with an id (the client must resume and lose nothing).
+        /// Fault: share of SSE responses (0..=1) cut at a random point after their first event
+        /// with an id (the client must resume and lose nothing). Same as `--fault cut=RATE`.
         #[arg(long, default_value_t = 0.0)]
         cut_rate: f64,
+        /// Fault `scenario=rate` through the proxy, repeatable (scenarios: see `mcp-load gate --help`).
+        #[arg(long = "fault")]
+        faults: Vec<String>,
         /// Seed of the fault proxy's decisions.
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
+    /// The release gate: a baseline phase, one phase per fault scenario and a mixed phase,
+    /// each through the fault proxy; prints the gate table, exits 1 if any gate fails.
+    ///
+    /// Scenarios: cut, lost-priming, crossed-ids, replay-after-ack, foreign-cursor,
+    /// expiry-race, lost-delete, old-token, missing-version, origin-rewrite, storm. The server
+    /// must serve the tools `echo`, `ledger_append`, `ledger_stats` and
+    /// `test_tool_with_progress` (mcp-host: `--packs conformance,echo,ledger`).
+    Gate {
+        /// MCP endpoint URL (loopback only: the fault proxy fronts it).
+        #[arg(long, required_unless_present = "spawn_host", conflicts_with = "spawn_host")]
+        url: Option<String>,
+        /// Start this mcp-host binary and gate it: two bearer tokens (for `old-token`) and a
+        /// 20 s idle-session TTL, so the sessions `old-token` makes clients abandon (each 404
+        /// leaves one behind) are reclaimed during the run.
+        #[arg(long)]
+        spawn_host: Option<String>,
+        /// Bearer token of the clients (with --url).
+        #[arg(long)]
+        token: Option<String>,
+        /// A valid token of another principal (with --url; needed by `old-token`).
+        #[arg(long)]
+        other_token: Option<String>,
+        /// Virtual clients.
+        #[arg(long, default_value_t = 48, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        clients: u32,
+        /// A phase ends after this many SSE events reached the clients...
+        #[arg(long, default_value_t = 100_000)]
+        events_per_phase: u64,
+        /// ...or after this many seconds.
+        #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=3600))]
+        phase_seconds: u64,
+        /// The run fails unless all phases together saw this many events.
+        #[arg(long, default_value_t = 100_000)]
+        min_events: u64,
+        /// Scenarios to run (comma-separated, or `all`).
+        #[arg(long, default_value = "all")]
+        scenarios: String,
+        /// Rate of a scenario in its own phase.
+        #[arg(long, default_value_t = 0.2)]
+        rate: f64,
+        /// Rate of each scenario in the mixed phase.
+        #[arg(long, default_value_t = 0.05)]
+        mixed_rate: f64,
+        /// Calls per session before a virtual client ends it and opens another.
+        #[arg(long, default_value_t = 100)]
+        calls_per_session: u64,
+        /// Seed of the fault proxy's decisions.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Also write the report as JSON here.
+        #[arg(long)]
+        json_out: Option<String>,
+        /// Also write an SVG chart of the latency distributions here.
+        #[arg(long)]
+        svg_out: Option<String>,
+        /// No progress bars.
+        #[arg(long)]
+        no_progress: bool,
+    },
+}
+
+/// Tokens of the host `gate --spawn-host` starts: the clients use the first; `old-token`
+/// sends the second, which belongs to another principal.
+const GATE_TOKENS: [&str; 2] = ["mcp-load-gate-alice", "mcp-load-gate-bob"];
+
+struct GateArgs {
+    url: Option<String>,
+    spawn_host: Option<String>,
+    json_out: Option<String>,
+    svg_out: Option<String>,
+}
+
+fn gate_command(args: GateArgs, mut spec: gate::GateSpec) -> ExitCode {
+    let mut config_file = None;
+    let host = match args.spawn_host.as_deref() {
+        Some(bin) => {
+            let path = std::env::temp_dir().join(format!("mcp-load-gate-{}.toml", std::process::id()));
+            let toml = format!("[security.bearer_tokens]\n\"{}\" = \"alice\"\n\"{}\" = \"bob\"\n", GATE_TOKENS[0], GATE_TOKENS[1]);
+            if let Err(e) = std::fs::write(&path, toml) {
+                eprintln!("mcp-load: cannot write {}: {e}", path.display());
+                return ExitCode::from(2);
+            }
+            let started = run::spawn_host(bin, &["--config", &path.to_string_lossy(), "--session-ttl-secs", "20"]);
+            config_file = Some(path);
+            match started {
+                Ok(h) => {
+                    spec.token = Some(GATE_TOKENS[0].into());
+                    spec.other_token = Some(GATE_TOKENS[1].into());
+                    Some(h)
+                }
+                Err(e) => {
+                    eprintln!("mcp-load: {e}");
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        None => None,
+    };
+    spec.url = host.as_ref().map(|h| h.url.clone()).or(args.url).unwrap_or_default();
+    if spec.scenarios.contains(&proxy::Scenario::OldToken) && spec.other_token.is_none() {
+        eprintln!("mcp-load: scenario old-token needs --other-token (or --spawn-host); leave it out with --scenarios");
+        return ExitCode::from(2);
+    }
+    let outcome = actix_rt::System::new().block_on(gate::run(spec));
+    drop(host);
+    if let Some(p) = config_file {
+        let _ = std::fs::remove_file(p);
+    }
+    match outcome {
+        Ok((report, pass)) => {
+            print!("{}", gate::render(&report));
+            let writes = [
+                args.json_out.map(|p| (p, serde_json::to_vec_pretty(&report).unwrap_or_default())),
+                args.svg_out.map(|p| (p, gate::svg(&report).into_bytes())),
+            ];
+            for (path, bytes) in writes.into_iter().flatten() {
+                if let Err(e) = std::fs::write(&path, bytes) {
+                    eprintln!("mcp-load: cannot write {path}: {e}");
+                    return ExitCode::from(2);
+                }
+            }
+            if pass { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+        }
+        Err(e) => {
+            eprintln!("mcp-load: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 async fn probe(url: &str, tool: &str, args: Value, expect_text: Option<&str>, expect_resume: bool) -> Result<Value, String> {
@@ -101,11 +236,11 @@ async fn probe(url: &str, tool: &str, args: Value, expect_text: Option<&str>, ex
     }
     let notifications = client.take_notifications().len();
     let deleted = client.close().await.map_err(|e| format!("DELETE: {e}"))?;
-    Ok(json!({"text": text, "resumes": stats.resumes, "handshakes": stats.handshakes, "notifications": notifications, "deleted": deleted}))
+    Ok(json!({"text": text, "resumes": stats.resumes, "handshakes": stats.handshakes, "notifications": notifications, "closed": format!("{deleted:?}")}))
 }
 
 fn run_command(url: Option<String>, spawn_host: Option<String>, spec: run::RunSpec, json_out: Option<String>, fail_on_error: bool) -> ExitCode {
-    let host = match spawn_host.as_deref().map(run::spawn_host) {
+    let host = match spawn_host.as_deref().map(|b| run::spawn_host(b, &[])) {
         Some(Ok(h)) => Some(h),
         Some(Err(e)) => {
             eprintln!("mcp-load: {e}");
@@ -132,10 +267,26 @@ fn run_command(url: Option<String>, spawn_host: Option<String>, spec: run::RunSp
     }
 }
 
+/// Parse `scenario=rate` entries.
+fn parse_faults(specs: &[String]) -> Result<std::collections::BTreeMap<proxy::Scenario, f64>, String> {
+    specs
+        .iter()
+        .map(|s| {
+            let (name, rate) = s.split_once('=').ok_or_else(|| format!("fault {s:?}: expected scenario=rate"))?;
+            let scenario = proxy::Scenario::parse(name).ok_or_else(|| format!("unknown fault scenario {name:?}"))?;
+            let rate: f64 = rate.parse().map_err(|_| format!("fault {s:?}: bad rate"))?;
+            if !(0.0..=1.0).contains(&rate) {
+                return Err(format!("fault {s:?}: rate must be between 0 and 1"));
+            }
+            Ok((scenario, rate))
+        })
+        .collect()
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Run { url, spawn_host, clients, seconds, rate, calls, json_out, no_progress, fail_on_error, cut_rate, seed } => {
+        Command::Run { url, spawn_host, clients, seconds, rate, calls, json_out, no_progress, fail_on_error, cut_rate, faults, seed } => {
             let calls = if calls.is_empty() {
                 vec!["echo:8:{\"text\":\"load\"}".to_owned(), "test_simple_text:1".to_owned(), "test_tool_with_progress:1".to_owned()]
             } else {
@@ -148,13 +299,71 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            if !(0.0..=1.0).contains(&cut_rate) {
-                eprintln!("mcp-load: --cut-rate must be between 0 and 1");
-                return ExitCode::from(2);
+            let mut specs = faults;
+            if cut_rate != 0.0 {
+                specs.push(format!("cut={cut_rate}"));
             }
-            let faults = (cut_rate > 0.0).then_some(proxy::FaultPlan { cut_rate, seed });
+            let faults = match parse_faults(&specs) {
+                Ok(rates) if rates.is_empty() => None,
+                Ok(rates) => Some(proxy::FaultPlan { rates, seed, other_token: None, limit: None }),
+                Err(e) => {
+                    eprintln!("mcp-load: {e}");
+                    return ExitCode::from(2);
+                }
+            };
             let spec = run::RunSpec { url: String::new(), clients: clients as usize, duration: Duration::from_secs(seconds), rate, mix, progress: !no_progress, faults };
             run_command(url, spawn_host, spec, json_out, fail_on_error)
+        }
+        Command::Gate {
+            url,
+            spawn_host,
+            token,
+            other_token,
+            clients,
+            events_per_phase,
+            phase_seconds,
+            min_events,
+            scenarios,
+            rate,
+            mixed_rate,
+            calls_per_session,
+            seed,
+            json_out,
+            svg_out,
+            no_progress,
+        } => {
+            let scenarios: Result<Vec<proxy::Scenario>, String> = if scenarios == "all" {
+                Ok(proxy::Scenario::ALL.to_vec())
+            } else {
+                scenarios.split(',').map(|s| proxy::Scenario::parse(s.trim()).ok_or_else(|| format!("unknown scenario {s:?}"))).collect()
+            };
+            let scenarios = match scenarios {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("mcp-load: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            if !(0.0..=1.0).contains(&rate) || !(0.0..=1.0).contains(&mixed_rate) || calls_per_session == 0 {
+                eprintln!("mcp-load: rates must be between 0 and 1, --calls-per-session above 0");
+                return ExitCode::from(2);
+            }
+            let spec = gate::GateSpec {
+                url: String::new(),
+                token,
+                other_token,
+                clients: clients as usize,
+                events_per_phase,
+                phase_seconds,
+                min_events,
+                scenarios,
+                rate,
+                mixed_rate,
+                seed,
+                calls_per_session,
+                progress: !no_progress,
+            };
+            gate_command(GateArgs { url, spawn_host, json_out, svg_out }, spec)
         }
         Command::Probe { url, tool, args, expect_text, expect_resume } => {
             let args: Value = match serde_json::from_str(&args) {

@@ -1,101 +1,224 @@
-//! A fault-injecting TCP proxy on loopback: real TCP between client, proxy and server.
+//! The fault-injecting proxy: real TCP between client, proxy and server, with HTTP/1.1
+//! framing understood (heads parsed with `httparse`, chunked bodies decoded and re-encoded),
+//! so faults land on requests, responses and single SSE events.
 //!
-//! Implemented fault so far: **cut** — a chosen share of connections is cut (both sides
-//! closed) at a random point of an SSE response, after its first event that carries an id has
-//! passed (so the client has a cursor and the stream is resumable). Everything else is
-//! forwarded unchanged. Other scenarios are still to come.
+//! Each fault is a named [`Scenario`] with a rate; a request gets at most one request-side
+//! fault, and an SSE response any combination of the response-side ones. The proxy also
+//! checks what it can see on the wire — that rewritten requests were refused, that no request
+//! reuses a session after its 404, how often each session reconnects — and counts it all
+//! (see [`Counts`]); `mcp-load gate` turns the counts into gates.
+//!
+//! Limits: request bodies must carry `Content-Length` (chunked requests get 501 from the
+//! proxy); SSE events are split at `\n\n` (what mcp-host and the official SDKs emit).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::rc::Rc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Instant;
 
-/// What the proxy does to connections.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct FaultPlan {
-    /// Share of connections (0..=1) to cut inside an SSE response.
-    pub(crate) cut_rate: f64,
-    /// Seed of the proxy's decisions (runs are repeatable).
-    pub(crate) seed: u64,
+/// A named fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum Scenario {
+    /// An SSE response is cut at a random point after its first event with an id.
+    Cut,
+    /// The priming event (id, empty data) of an SSE response is dropped.
+    LostPriming,
+    /// An event captured from another session's stream is injected into a response stream.
+    CrossedIds,
+    /// An event the client already accepted is sent again: on the same stream, and first on a
+    /// resume from its id.
+    ReplayAfterAck,
+    /// A resume's `Last-Event-ID` is replaced by a forged or another session's id.
+    ForeignCursor,
+    /// The session is deleted while a tool call's response is in flight; the response is cut.
+    ExpiryRace,
+    /// A DELETE reaches the server but its answer is lost (the connection closes).
+    LostDelete,
+    /// A request of a session carries another principal's (valid) bearer token.
+    OldToken,
+    /// The `MCP-Protocol-Version` header is stripped from a request of a session.
+    MissingVersion,
+    /// The `Origin` header is rewritten to a foreign origin.
+    OriginRewrite,
+    /// A reconnect episode (one session resuming from one cursor) is answered 429/503 (with
+    /// `Retry-After: 1`) one to three times in a row.
+    Storm,
 }
 
-/// Counters.
-#[derive(Debug, Default)]
-pub(crate) struct ProxyStats {
-    pub(crate) connections: Cell<u64>,
-    pub(crate) cuts: Cell<u64>,
-}
+impl Scenario {
+    pub(crate) const ALL: [Scenario; 11] = [
+        Scenario::Cut,
+        Scenario::LostPriming,
+        Scenario::CrossedIds,
+        Scenario::ReplayAfterAck,
+        Scenario::ForeignCursor,
+        Scenario::ExpiryRace,
+        Scenario::LostDelete,
+        Scenario::OldToken,
+        Scenario::MissingVersion,
+        Scenario::OriginRewrite,
+        Scenario::Storm,
+    ];
 
-/// Decides, from the server-to-client bytes of one connection, where to cut: after the first
-/// SSE event carrying an `id`, plus `extra` bytes. Pure; fed chunk by chunk.
-#[derive(Debug)]
-pub(crate) struct CutPoint {
-    extra: usize,
-    head: Vec<u8>,
-    body: Vec<u8>,
-    state: CutState,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum CutState {
-    /// Reading the response head.
-    Head,
-    /// In an SSE body, looking for the end of an event with an id.
-    Body,
-    /// Armed: this many more bytes may pass.
-    Armed(usize),
-    /// Not cutting this connection (not SSE, or limits exceeded).
-    Pass,
-}
-
-const MAX_SCAN: usize = 64 * 1024;
-
-impl CutPoint {
-    pub(crate) fn new(extra: usize) -> CutPoint {
-        CutPoint { extra, head: Vec::new(), body: Vec::new(), state: CutState::Head }
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Scenario::Cut => "cut",
+            Scenario::LostPriming => "lost-priming",
+            Scenario::CrossedIds => "crossed-ids",
+            Scenario::ReplayAfterAck => "replay-after-ack",
+            Scenario::ForeignCursor => "foreign-cursor",
+            Scenario::ExpiryRace => "expiry-race",
+            Scenario::LostDelete => "lost-delete",
+            Scenario::OldToken => "old-token",
+            Scenario::MissingVersion => "missing-version",
+            Scenario::OriginRewrite => "origin-rewrite",
+            Scenario::Storm => "storm",
+        }
     }
 
-    /// How many bytes of `chunk` to forward; `(n, true)` means cut after those `n` bytes.
-    pub(crate) fn feed(&mut self, chunk: &[u8]) -> (usize, bool) {
-        let mut i = 0;
-        while i < chunk.len() {
-            match self.state {
-                CutState::Pass => return (chunk.len(), false),
-                CutState::Armed(left) => {
-                    let n = left.min(chunk.len() - i);
-                    self.state = CutState::Armed(left - n);
-                    return (i + n, left - n == 0);
-                }
-                CutState::Head => {
-                    self.head.push(chunk[i]);
-                    i += 1;
-                    if self.head.ends_with(b"\r\n\r\n") {
-                        let head = String::from_utf8_lossy(&self.head).to_ascii_lowercase();
-                        self.state = if head.contains("content-type: text/event-stream") { CutState::Body } else { CutState::Pass };
-                    } else if self.head.len() > MAX_SCAN {
-                        self.state = CutState::Pass;
-                    }
-                }
-                CutState::Body => {
-                    self.body.push(chunk[i]);
-                    i += 1;
-                    if self.body.ends_with(b"\n\n") {
-                        let has_id = self.body.windows(4).any(|w| w == b"id: ");
-                        if has_id {
-                            self.state = CutState::Armed(self.extra);
-                        } else {
-                            self.body.clear();
-                        }
-                    } else if self.body.len() > MAX_SCAN {
-                        self.state = CutState::Pass;
-                    }
-                }
+    pub(crate) fn parse(s: &str) -> Option<Scenario> {
+        Scenario::ALL.into_iter().find(|x| x.name() == s)
+    }
+}
+
+/// What the proxy does to traffic.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct FaultPlan {
+    /// Scenario -> share (0..=1) of the requests (or streams) it applies to that it hits.
+    pub(crate) rates: BTreeMap<Scenario, f64>,
+    /// Seed of the proxy's decisions.
+    pub(crate) seed: u64,
+    /// For [`Scenario::OldToken`]: a token the server accepts, of another principal.
+    pub(crate) other_token: Option<String>,
+    /// Each scenario fires at most this many times (`None`: no limit).
+    pub(crate) limit: Option<u64>,
+}
+
+impl FaultPlan {
+    fn rate(&self, s: Scenario) -> f64 {
+        self.rates.get(&s).copied().unwrap_or(0.0)
+    }
+}
+
+/// Named counters (`"cut"`, `"origin.rejected"`, ...).
+pub(crate) type Counts = BTreeMap<&'static str, u64>;
+
+/// Most events kept for crossing and replaying.
+const POOL: usize = 4096;
+const FOREIGN_ORIGIN: &str = "http://evil.example";
+
+/// Raw events by id, and the ids in arrival order (to forget the oldest).
+type EventsById = (HashMap<String, Rc<[u8]>>, VecDeque<String>);
+
+/// State shared by every proxied connection (single-threaded runtime).
+pub(crate) struct Proxy {
+    upstream: SocketAddr,
+    plan: FaultPlan,
+    rng: Cell<u64>,
+    /// Times each scenario fired (for [`FaultPlan::limit`]).
+    hits: RefCell<BTreeMap<Scenario, u64>>,
+    counts: RefCell<Counts>,
+    /// Recent data events with ids: (session, raw event).
+    recent: RefCell<VecDeque<(String, Rc<[u8]>)>>,
+    /// Raw events by id, for replays.
+    by_id: RefCell<EventsById>,
+    /// Session -> resume refusals left in its storm.
+    storms: RefCell<HashMap<String, u32>>,
+    /// (session, cursor) reconnect episodes that had their storm already.
+    stormed: RefCell<HashSet<(String, String)>>,
+    /// Sessions that answered 404 to an unmodified request.
+    dead: RefCell<HashSet<String>>,
+    /// Session -> times of its resume attempts (GET with `Last-Event-ID`).
+    resumes: RefCell<HashMap<String, Vec<Instant>>>,
+}
+
+impl Proxy {
+    fn bump(&self, name: &'static str) {
+        *self.counts.borrow_mut().entry(name).or_default() += 1;
+    }
+
+    fn roll(&self, s: Scenario) -> bool {
+        let rate = self.plan.rate(s);
+        let mut hits = self.hits.borrow_mut();
+        let n = hits.entry(s).or_default();
+        if rate <= 0.0 || self.plan.limit.is_some_and(|l| *n >= l) || self.uniform() >= rate {
+            return false;
+        }
+        *n += 1;
+        true
+    }
+
+    fn uniform(&self) -> f64 {
+        let mut st = self.rng.get();
+        let r = next_random(&mut st);
+        self.rng.set(st);
+        (r >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn below(&self, n: u64) -> u64 {
+        (self.uniform() * n as f64) as u64 % n.max(1)
+    }
+
+    /// Counters so far.
+    pub(crate) fn counts(&self) -> Counts {
+        self.counts.borrow().clone()
+    }
+
+    /// The highest number of resume attempts any one session made within one second, and
+    /// the highest number across all sessions within one second.
+    pub(crate) fn reconnect_peaks(&self) -> (u64, u64) {
+        let resumes = self.resumes.borrow();
+        let per_session = resumes.values().map(|ts| max_in_window(ts, 1_000)).max().unwrap_or(0);
+        let mut all: Vec<Instant> = resumes.values().flatten().copied().collect();
+        all.sort();
+        (per_session, max_in_window(&all, 1_000))
+    }
+
+    fn remember(&self, session: &str, id: Option<&str>, ev: &Rc<[u8]>, has_data: bool) {
+        if has_data {
+            let mut recent = self.recent.borrow_mut();
+            recent.push_back((session.to_owned(), Rc::clone(ev)));
+            if recent.len() > POOL {
+                recent.pop_front();
             }
         }
-        (chunk.len(), self.state == CutState::Armed(0))
+        if let Some(id) = id {
+            let (map, order) = &mut *self.by_id.borrow_mut();
+            if map.insert(id.to_owned(), Rc::clone(ev)).is_none() {
+                order.push_back(id.to_owned());
+            }
+            if order.len() > POOL
+                && let Some(old) = order.pop_front()
+            {
+                map.remove(&old);
+            }
+        }
     }
+
+    /// A recent data event from a session other than `session`.
+    fn foreign_event(&self, session: &str) -> Option<Rc<[u8]>> {
+        let recent = self.recent.borrow();
+        let n = recent.len() as u64;
+        (0..8).map(|_| &recent[self.below(n) as usize]).find(|(s, _)| s != session).map(|(_, e)| Rc::clone(e))
+    }
+}
+
+/// Most timestamps within any window of `ms` (timestamps sorted).
+pub(crate) fn max_in_window(ts: &[Instant], ms: u64) -> u64 {
+    let window = std::time::Duration::from_millis(ms);
+    let mut best = 0;
+    let mut lo = 0;
+    for hi in 0..ts.len() {
+        while ts[hi] - ts[lo] >= window {
+            lo += 1;
+        }
+        best = best.max(hi - lo + 1);
+    }
+    best as u64
 }
 
 fn next_random(state: &mut u64) -> u64 {
@@ -108,54 +231,580 @@ fn next_random(state: &mut u64) -> u64 {
 }
 
 /// Start the proxy in front of `upstream` on the current (local) runtime.
-pub(crate) async fn start(upstream: SocketAddr, plan: FaultPlan) -> std::io::Result<(SocketAddr, Rc<ProxyStats>)> {
+pub(crate) async fn start(upstream: SocketAddr, plan: FaultPlan) -> std::io::Result<(SocketAddr, Rc<Proxy>)> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    let stats = Rc::new(ProxyStats::default());
-    let st = Rc::clone(&stats);
+    let proxy = Rc::new(Proxy {
+        upstream,
+        rng: Cell::new(plan.seed),
+        hits: RefCell::default(),
+        plan,
+        counts: RefCell::default(),
+        recent: RefCell::default(),
+        by_id: RefCell::default(),
+        storms: RefCell::default(),
+        stormed: RefCell::default(),
+        dead: RefCell::default(),
+        resumes: RefCell::default(),
+    });
+    let p = Rc::clone(&proxy);
     actix_rt::spawn(async move {
-        let mut rng = plan.seed;
         while let Ok((client, _)) = listener.accept().await {
-            st.connections.set(st.connections.get() + 1);
-            let cut = ((next_random(&mut rng) >> 11) as f64 / (1u64 << 53) as f64) < plan.cut_rate;
-            let extra = (next_random(&mut rng) % 256) as usize;
-            actix_rt::spawn(pipe(client, upstream, cut.then(|| CutPoint::new(extra)), Rc::clone(&st)));
+            p.bump("connections");
+            actix_rt::spawn(serve(client, Rc::clone(&p)));
         }
     });
-    Ok((addr, stats))
+    Ok((addr, proxy))
 }
 
-async fn pipe(client: TcpStream, upstream: SocketAddr, mut cut: Option<CutPoint>, stats: Rc<ProxyStats>) {
-    let Ok(server) = TcpStream::connect(upstream).await else { return };
-    let _ = (client.set_nodelay(true), server.set_nodelay(true));
-    let (mut cr, mut cw) = client.into_split();
-    let (mut sr, mut sw) = server.into_split();
-    let up = async move {
-        let _ = tokio::io::copy(&mut cr, &mut sw).await;
-        let _ = sw.shutdown().await;
-    };
-    let down = async move {
-        let mut buf = vec![0u8; 16 * 1024];
+/// `http://host:port/path` -> (socket address, path).
+pub(crate) fn split_url(url: &str) -> Result<(std::net::SocketAddr, String), String> {
+    let rest = url.strip_prefix("http://").ok_or_else(|| format!("only http:// URLs can be proxied: {url}"))?;
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let addr = std::net::ToSocketAddrs::to_socket_addrs(authority).map_err(|e| format!("{authority}: {e}"))?.next().ok_or("no address")?;
+    if !addr.ip().is_loopback() {
+        return Err(format!("the fault proxy only fronts loopback servers, not {addr}"));
+    }
+    Ok((addr, format!("/{path}")))
+}
+
+// ---- HTTP/1.1 framing ---------------------------------------------------------------------
+
+/// A TCP stream with a read buffer.
+struct Conn {
+    s: TcpStream,
+    buf: Vec<u8>,
+    /// The last response head read by [`send`].
+    head: Vec<u8>,
+}
+
+type IoResult<T> = std::io::Result<T>;
+
+fn eof() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "connection closed")
+}
+
+impl Conn {
+    fn new(s: TcpStream) -> Conn {
+        let _ = s.set_nodelay(true);
+        Conn { s, buf: Vec::with_capacity(16 * 1024), head: Vec::new() }
+    }
+
+    /// Read more bytes; `false` at end of stream.
+    async fn fill(&mut self) -> IoResult<bool> {
+        let mut tmp = [0u8; 16 * 1024];
+        let n = self.s.read(&mut tmp).await?;
+        self.buf.extend_from_slice(&tmp[..n]);
+        Ok(n > 0)
+    }
+
+    /// A message head (through the blank line). `None` on a clean end before any byte.
+    async fn read_head(&mut self) -> IoResult<Option<Vec<u8>>> {
         loop {
-            let n = match sr.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => n,
-            };
-            let (pass, cut_now) = cut.as_mut().map_or((n, false), |c| c.feed(&buf[..n]));
-            if cw.write_all(&buf[..pass]).await.is_err() {
-                break;
+            if let Some(p) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                return Ok(Some(self.buf.drain(..p + 4).collect()));
             }
-            if cut_now {
-                stats.cuts.set(stats.cuts.get() + 1);
-                return;
+            if self.buf.len() > 64 * 1024 {
+                return Err(std::io::Error::other("head too large"));
+            }
+            if !self.fill().await? {
+                return if self.buf.is_empty() { Ok(None) } else { Err(eof()) };
             }
         }
-        let _ = cw.shutdown().await;
+    }
+
+    async fn read_n(&mut self, n: usize) -> IoResult<Vec<u8>> {
+        while self.buf.len() < n {
+            if !self.fill().await? {
+                return Err(eof());
+            }
+        }
+        Ok(self.buf.drain(..n).collect())
+    }
+
+    async fn read_line(&mut self) -> IoResult<Vec<u8>> {
+        loop {
+            if let Some(p) = self.buf.windows(2).position(|w| w == b"\r\n") {
+                let line = self.buf.drain(..p + 2).take(p).collect();
+                return Ok(line);
+            }
+            if !self.fill().await? {
+                return Err(eof());
+            }
+        }
+    }
+
+    /// The next chunk of a chunked body; `None` after the last chunk (and trailers).
+    async fn read_chunk(&mut self) -> IoResult<Option<Vec<u8>>> {
+        let line = self.read_line().await?;
+        let size = parse_chunk_size(&line).ok_or_else(|| std::io::Error::other("bad chunk size"))?;
+        if size == 0 {
+            while !self.read_line().await?.is_empty() {}
+            return Ok(None);
+        }
+        let data = self.read_n(size).await?;
+        self.read_line().await?;
+        Ok(Some(data))
+    }
+
+    /// Whatever is buffered or arrives next; `None` at end of stream.
+    async fn read_some(&mut self) -> IoResult<Option<Vec<u8>>> {
+        if self.buf.is_empty() && !self.fill().await? {
+            return Ok(None);
+        }
+        Ok(Some(std::mem::take(&mut self.buf)))
+    }
+}
+
+fn parse_chunk_size(line: &[u8]) -> Option<usize> {
+    let hex = line.split(|b| *b == b';').next()?;
+    usize::from_str_radix(std::str::from_utf8(hex).ok()?.trim(), 16).ok()
+}
+
+fn chunk(data: &[u8]) -> Vec<u8> {
+    let mut out = format!("{:x}\r\n", data.len()).into_bytes();
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+/// A parsed request.
+#[derive(Debug, Clone)]
+struct Request {
+    method: String,
+    path: String,
+    headers: Vec<(String, Vec<u8>)>,
+    body: Vec<u8>,
+}
+
+impl Request {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).and_then(|(_, v)| std::str::from_utf8(v).ok())
+    }
+
+    fn remove(&mut self, name: &str) {
+        self.headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+    }
+
+    fn set(&mut self, name: &str, value: &str) {
+        self.remove(name);
+        self.headers.push((name.to_owned(), value.as_bytes().to_vec()));
+    }
+
+    fn to_bytes(&self) -> Vec<u8> {
+        let mut out = format!("{} {} HTTP/1.1\r\n", self.method, self.path).into_bytes();
+        for (n, v) in &self.headers {
+            out.extend_from_slice(n.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(v);
+            out.extend_from_slice(b"\r\n");
+        }
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(&self.body);
+        out
+    }
+}
+
+fn parse_request_head(head: &[u8]) -> Option<Request> {
+    let mut hs = [httparse::EMPTY_HEADER; 64];
+    let mut r = httparse::Request::new(&mut hs);
+    if !r.parse(head).ok()?.is_complete() {
+        return None;
+    }
+    let headers = r.headers.iter().map(|h| (h.name.to_owned(), h.value.to_vec())).collect();
+    Some(Request { method: r.method?.to_owned(), path: r.path?.to_owned(), headers, body: Vec::new() })
+}
+
+/// A parsed response head.
+#[derive(Debug, Clone)]
+struct ResponseHead {
+    status: u16,
+    chunked: bool,
+    length: Option<usize>,
+    sse: bool,
+    close: bool,
+}
+
+fn parse_response_head(head: &[u8]) -> Option<ResponseHead> {
+    let mut hs = [httparse::EMPTY_HEADER; 64];
+    let mut r = httparse::Response::new(&mut hs);
+    if !r.parse(head).ok()?.is_complete() {
+        return None;
+    }
+    let get = |name: &str| r.headers.iter().find(|h| h.name.eq_ignore_ascii_case(name)).and_then(|h| std::str::from_utf8(h.value).ok());
+    Some(ResponseHead {
+        status: r.code?,
+        chunked: get("transfer-encoding").is_some_and(|v| v.to_ascii_lowercase().contains("chunked")),
+        length: get("content-length").and_then(|v| v.trim().parse().ok()),
+        sse: get("content-type").is_some_and(|v| v.starts_with("text/event-stream")),
+        close: get("connection").is_some_and(|v| v.eq_ignore_ascii_case("close")),
+    })
+}
+
+// ---- SSE events ---------------------------------------------------------------------------
+
+/// The `id` of a raw SSE event, if it has one.
+fn event_id(ev: &[u8]) -> Option<&str> {
+    ev.split(|b| *b == b'\n').find_map(|l| l.strip_prefix(b"id:")).and_then(|v| std::str::from_utf8(v).ok()).map(|v| v.strip_prefix(' ').unwrap_or(v).trim_end_matches('\r'))
+}
+
+/// Whether a raw SSE event carries non-empty data.
+fn event_has_data(ev: &[u8]) -> bool {
+    ev.split(|b| *b == b'\n').filter_map(|l| l.strip_prefix(b"data:")).any(|v| !v.iter().all(|b| b.is_ascii_whitespace()))
+}
+
+/// Splits a decoded SSE body into whole events (each including its blank line).
+#[derive(Default)]
+struct EventSplitter {
+    carry: Vec<u8>,
+}
+
+impl EventSplitter {
+    fn feed(&mut self, data: &[u8]) -> Vec<Rc<[u8]>> {
+        self.carry.extend_from_slice(data);
+        let mut out = Vec::new();
+        while let Some(p) = self.carry.windows(2).position(|w| w == b"\n\n") {
+            out.push(self.carry.drain(..p + 2).collect::<Vec<u8>>().into());
+        }
+        out
+    }
+}
+
+// ---- the proxy ----------------------------------------------------------------------------
+
+/// The request-side fault chosen for one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rewrite {
+    None,
+    Origin,
+    Token,
+    Version,
+    Cursor,
+    Storm,
+    LostDelete,
+}
+
+/// The response-side faults chosen for one SSE response.
+#[derive(Debug, Default, Clone, Copy)]
+struct EventFaults {
+    /// Cut this many bytes after the first event with an id.
+    cut: Option<usize>,
+    drop_priming: bool,
+    cross: bool,
+    replay: bool,
+    expiry_race: bool,
+}
+
+async fn serve(client: TcpStream, p: Rc<Proxy>) {
+    let mut c = Conn::new(client);
+    let mut up: Option<Conn> = None;
+    loop {
+        match exchange(&p, &mut c, &mut up).await {
+            Ok(true) => {}
+            Ok(false) | Err(_) => return,
+        }
+    }
+}
+
+async fn upstream<'a>(p: &Proxy, up: &'a mut Option<Conn>) -> IoResult<&'a mut Conn> {
+    if up.is_none() {
+        *up = Some(Conn::new(TcpStream::connect(p.upstream).await?));
+    }
+    up.as_mut().ok_or_else(eof)
+}
+
+/// One request/response exchange. `Ok(true)`: the connection stays open.
+async fn exchange(p: &Proxy, c: &mut Conn, up: &mut Option<Conn>) -> IoResult<bool> {
+    let Some(head) = c.read_head().await? else { return Ok(false) };
+    let Some(mut req) = parse_request_head(&head) else {
+        c.s.write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").await?;
+        return Ok(false);
     };
-    // Whichever direction ends first ends the connection (a cut drops both sockets).
-    tokio::select! {
-        () = up => {}
-        () = down => {}
+    if req.header("transfer-encoding").is_some() {
+        c.s.write_all(b"HTTP/1.1 501 Not Implemented\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").await?;
+        return Ok(false);
+    }
+    let len = req.header("content-length").and_then(|v| v.trim().parse().ok()).unwrap_or(0);
+    req.body = c.read_n(len).await?;
+
+    let session = req.header("mcp-session-id").map(str::to_owned);
+    let resume_from = (req.method == "GET").then(|| req.header("last-event-id").map(str::to_owned)).flatten();
+    if let Some(s) = &session {
+        if p.dead.borrow().contains(s) {
+            p.bump("session.reused_after_404");
+        }
+        if resume_from.is_some() {
+            p.resumes.borrow_mut().entry(s.clone()).or_default().push(Instant::now());
+        }
+    }
+    // A storm in progress refuses this session's resumes without asking the server.
+    if let (Some(s), Some(_)) = (&session, &resume_from) {
+        let left = p.storms.borrow().get(s).copied().unwrap_or(0);
+        if left > 0 {
+            p.storms.borrow_mut().insert(s.clone(), left - 1);
+            return refuse_storm(p, c).await;
+        }
+    }
+    // One storm per reconnect episode: the attempts after it are not stormed again.
+    let stormable = match (&session, &resume_from) {
+        (Some(s), Some(c)) => p.stormed.borrow_mut().insert((s.clone(), c.clone())),
+        _ => false,
+    };
+    let rewrite = choose_rewrite(p, &req, session.is_some(), resume_from.is_some(), stormable);
+    match rewrite {
+        Rewrite::Origin => req.set("Origin", FOREIGN_ORIGIN),
+        Rewrite::Token => req.set("Authorization", &format!("Bearer {}", p.plan.other_token.as_deref().unwrap_or_default())),
+        Rewrite::Version => req.remove("MCP-Protocol-Version"),
+        Rewrite::Cursor => {
+            let foreign = session.as_deref().and_then(|s| p.foreign_event(s)).and_then(|e| event_id(&e).map(str::to_owned));
+            let forged = foreign.filter(|_| p.below(2) == 0).unwrap_or_else(|| format!("forged-{:016x}", p.below(u64::MAX)));
+            req.set("Last-Event-ID", &forged);
+        }
+        Rewrite::Storm => {
+            if let Some(s) = &session {
+                p.bump("storm.started");
+                p.storms.borrow_mut().insert(s.clone(), p.below(3) as u32);
+            }
+            return refuse_storm(p, c).await;
+        }
+        Rewrite::None | Rewrite::LostDelete => {}
+    }
+    let is_call = req.method == "POST" && session.is_some() && req.body.windows(12).any(|w| w == b"\"tools/call\"");
+    let faults = if is_call || resume_from.is_some() { choose_event_faults(p, is_call) } else { EventFaults::default() };
+
+    let reused = up.is_some();
+    if send(p, up, &req).await?.is_none() {
+        if !reused {
+            return Err(eof());
+        }
+        // The server closed the idle upstream connection without answering (its keep-alive
+        // ran out): a real proxy retries that on a new connection, and so do we.
+        *up = None;
+        send(p, up, &req).await?.ok_or_else(eof)?;
+    }
+    let Some(u) = up.as_mut() else { return Err(eof()) };
+    let rhead = std::mem::take(&mut u.head);
+    let r = parse_response_head(&rhead).ok_or_else(|| std::io::Error::other("bad response head"))?;
+    check_rewrite(p, rewrite, r.status);
+    if r.status == 404 && rewrite == Rewrite::None && let Some(s) = &session {
+        p.dead.borrow_mut().insert(s.clone());
+    }
+    if rewrite == Rewrite::LostDelete {
+        // The server ended the session; its answer never reaches the client.
+        skip_body(u, &r).await?;
+        p.bump("lost_delete");
+        return Ok(false);
+    }
+    c.s.write_all(&rhead).await?;
+    let keep = if r.sse && r.chunked && r.status == 200 {
+        let replay_first = resume_from.as_deref().filter(|_| faults.replay).and_then(|id| p.by_id.borrow().0.get(id).cloned());
+        let ctx = StreamCtx { session: session.unwrap_or_default(), faults, replay_first, req: &req };
+        relay_events(p, c, u, ctx).await?
+    } else {
+        relay_body(c, u, &r).await?
+    };
+    if !keep || r.close {
+        *up = None;
+    }
+    Ok(keep && !r.close)
+}
+
+/// Write `req` upstream and read the response head into `Conn::head`. `None`: the
+/// connection closed before any byte of a response.
+async fn send(p: &Proxy, up: &mut Option<Conn>, req: &Request) -> IoResult<Option<()>> {
+    let u = upstream(p, up).await?;
+    if u.s.write_all(&req.to_bytes()).await.is_err() {
+        return Ok(None);
+    }
+    Ok(u.read_head().await?.map(|h| u.head = h))
+}
+
+fn choose_rewrite(p: &Proxy, req: &Request, has_session: bool, resume: bool, stormable: bool) -> Rewrite {
+    let candidates = [
+        (Scenario::OriginRewrite, true, Rewrite::Origin),
+        (Scenario::OldToken, has_session && p.plan.other_token.is_some(), Rewrite::Token),
+        (Scenario::MissingVersion, has_session, Rewrite::Version),
+        (Scenario::ForeignCursor, resume, Rewrite::Cursor),
+        (Scenario::Storm, resume && has_session && stormable, Rewrite::Storm),
+        (Scenario::LostDelete, req.method == "DELETE" && has_session, Rewrite::LostDelete),
+    ];
+    candidates.into_iter().find(|(s, applies, _)| *applies && p.roll(*s)).map_or(Rewrite::None, |(_, _, r)| r)
+}
+
+fn choose_event_faults(p: &Proxy, is_call: bool) -> EventFaults {
+    let expiry_race = is_call && p.roll(Scenario::ExpiryRace);
+    EventFaults {
+        cut: (!expiry_race && p.roll(Scenario::Cut)).then(|| p.below(256) as usize),
+        drop_priming: is_call && p.roll(Scenario::LostPriming),
+        cross: p.roll(Scenario::CrossedIds),
+        replay: p.roll(Scenario::ReplayAfterAck),
+        expiry_race,
+    }
+}
+
+/// Record whether the server refused what it had to refuse.
+fn check_rewrite(p: &Proxy, rewrite: Rewrite, status: u16) {
+    let name = match (rewrite, status) {
+        (Rewrite::Origin, 403) => "origin.rejected",
+        (Rewrite::Origin, _) => "origin.accepted",
+        (Rewrite::Token, 401 | 403 | 404) => "old_token.rejected",
+        (Rewrite::Token, _) => "old_token.accepted",
+        (Rewrite::Version, 200..=299) => "missing_version.served",
+        // The session ended meanwhile (another fault): the header was not the reason.
+        (Rewrite::Version, 404) => "missing_version.session_gone",
+        (Rewrite::Version, _) => "missing_version.refused",
+        (Rewrite::Cursor, 400) => "foreign_cursor.rejected",
+        // The session ended meanwhile: nothing was replayed either.
+        (Rewrite::Cursor, 404) => "foreign_cursor.session_gone",
+        (Rewrite::Cursor, _) => "foreign_cursor.accepted",
+        (Rewrite::None | Rewrite::Storm | Rewrite::LostDelete, _) => return,
+    };
+    p.bump(name);
+}
+
+async fn refuse_storm(p: &Proxy, c: &mut Conn) -> IoResult<bool> {
+    p.bump("storm.refusals");
+    let answer: &[u8] = if p.below(2) == 0 {
+        b"HTTP/1.1 429 Too Many Requests\r\nretry-after: 1\r\ncontent-length: 0\r\n\r\n"
+    } else {
+        b"HTTP/1.1 503 Service Unavailable\r\nretry-after: 1\r\ncontent-length: 0\r\n\r\n"
+    };
+    c.s.write_all(answer).await?;
+    Ok(true)
+}
+
+async fn skip_body(u: &mut Conn, r: &ResponseHead) -> IoResult<()> {
+    if r.chunked {
+        while u.read_chunk().await?.is_some() {}
+    } else if let Some(n) = r.length {
+        u.read_n(n).await?;
+    }
+    Ok(())
+}
+
+/// Forward a body unchanged (re-chunked if chunked). `Ok(false)` if it was close-delimited.
+async fn relay_body(c: &mut Conn, u: &mut Conn, r: &ResponseHead) -> IoResult<bool> {
+    if r.chunked {
+        while let Some(data) = u.read_chunk().await? {
+            c.s.write_all(&chunk(&data)).await?;
+        }
+        c.s.write_all(b"0\r\n\r\n").await?;
+        Ok(true)
+    } else if let Some(n) = r.length {
+        let body = u.read_n(n).await?;
+        c.s.write_all(&body).await?;
+        Ok(true)
+    } else if r.status == 204 || r.status == 304 || (100..200).contains(&r.status) {
+        Ok(true)
+    } else {
+        while let Some(data) = u.read_some().await? {
+            c.s.write_all(&data).await?;
+        }
+        Ok(false)
+    }
+}
+
+struct StreamCtx<'a> {
+    session: String,
+    faults: EventFaults,
+    replay_first: Option<Rc<[u8]>>,
+    req: &'a Request,
+}
+
+/// Forward an SSE body event by event, applying the stream's faults. `Ok(false)` when the
+/// connection was cut on purpose.
+async fn relay_events(p: &Proxy, c: &mut Conn, u: &mut Conn, ctx: StreamCtx<'_>) -> IoResult<bool> {
+    let f = ctx.faults;
+    let mut split = EventSplitter::default();
+    let mut primed = false;
+    let mut crossed = false;
+    let mut pending_replay: Option<Rc<[u8]>> = None;
+    let mut replayed = false;
+    // Bytes that may still pass once the cut is armed.
+    let mut cut_left: Option<usize> = None;
+    if let Some(ev) = ctx.replay_first {
+        p.bump("replay_after_ack.resume");
+        c.s.write_all(&chunk(&ev)).await?;
+    }
+    while let Some(data) = u.read_chunk().await? {
+        for ev in split.feed(&data) {
+            let id = event_id(&ev);
+            let has_data = event_has_data(&ev);
+            if f.drop_priming && !primed && id.is_some() && !has_data {
+                primed = true;
+                p.bump("lost_priming");
+                continue;
+            }
+            primed = true;
+            p.remember(&ctx.session, id, &ev, has_data);
+            if f.cross && !crossed && has_data
+                && let Some(foreign) = p.foreign_event(&ctx.session)
+            {
+                crossed = true;
+                p.bump("crossed_ids");
+                c.s.write_all(&chunk(&foreign)).await?;
+            }
+            if let Some(dup) = pending_replay.take() {
+                p.bump("replay_after_ack.stream");
+                c.s.write_all(&chunk(&dup)).await?;
+            }
+            if let Some(left) = cut_left {
+                if ev.len() > left {
+                    c.s.write_all(&chunk(&ev[..left])).await?;
+                    p.bump("cut");
+                    return Ok(false);
+                }
+                cut_left = Some(left - ev.len());
+            }
+            c.s.write_all(&chunk(&ev)).await?;
+            if id.is_some() {
+                if f.expiry_race {
+                    end_session(p, ctx.req).await;
+                    return Ok(false);
+                }
+                if let (Some(extra), None) = (f.cut, cut_left) {
+                    cut_left = Some(extra);
+                }
+                if f.replay && !replayed && has_data {
+                    replayed = true;
+                    pending_replay = Some(ev);
+                }
+            }
+        }
+    }
+    if let Some(dup) = pending_replay {
+        p.bump("replay_after_ack.stream");
+        c.s.write_all(&chunk(&dup)).await?;
+    }
+    if cut_left.is_some() {
+        // The stream ended inside the cut allowance: cut before its end instead.
+        p.bump("cut");
+        return Ok(false);
+    }
+    c.s.write_all(b"0\r\n\r\n").await?;
+    Ok(true)
+}
+
+/// [`Scenario::ExpiryRace`]: end the session (DELETE, as an expiry would) while the
+/// request's response is still in flight.
+async fn end_session(p: &Proxy, req: &Request) {
+    let mut del = Request { method: "DELETE".into(), path: req.path.clone(), headers: Vec::new(), body: Vec::new() };
+    for name in ["host", "mcp-session-id", "mcp-protocol-version", "authorization"] {
+        if let Some(v) = req.header(name) {
+            del.set(name, v);
+        }
+    }
+    del.set("content-length", "0");
+    del.set("connection", "close");
+    let Ok(s) = TcpStream::connect(p.upstream).await else { return };
+    let mut conn = Conn::new(s);
+    if conn.s.write_all(&del.to_bytes()).await.is_ok()
+        && let Ok(Some(head)) = conn.read_head().await
+        && parse_response_head(&head).is_some_and(|r| (200..300).contains(&r.status))
+    {
+        p.bump("expiry_race");
+    } else {
+        p.bump("expiry_race.delete_failed");
     }
 }
 
@@ -163,44 +812,62 @@ async fn pipe(client: TcpStream, upstream: SocketAddr, mut cut: Option<CutPoint>
 mod tests {
     use super::*;
 
-    const HEAD: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
-
     #[test]
-    fn cuts_only_after_an_event_with_an_id_plus_extra_bytes() {
-        let mut c = CutPoint::new(5);
-        assert_eq!(c.feed(HEAD), (HEAD.len(), false));
-        let body = b"2a\r\nid: abc\nretry: 100\ndata: \n\n\r\n1f\r\nid: def\ndata: {}\n\n\r\n";
-        let (n, cut) = c.feed(body);
-        assert!(cut);
-        let first_event_end = body.windows(2).position(|w| w == b"\n\n").unwrap() + 2;
-        assert_eq!(n, first_event_end + 5);
+    fn chunk_sizes_parse_with_extensions_and_reject_garbage() {
+        assert_eq!(parse_chunk_size(b"1a"), Some(26));
+        assert_eq!(parse_chunk_size(b"1A;name=v"), Some(26));
+        assert_eq!(parse_chunk_size(b"0"), Some(0));
+        assert_eq!(parse_chunk_size(b"zz"), None);
+        assert_eq!(chunk(b"abc"), b"3\r\nabc\r\n");
     }
 
     #[test]
-    fn events_without_id_and_json_responses_are_not_cut() {
-        let mut c = CutPoint::new(0);
-        c.feed(HEAD);
-        assert_eq!(c.feed(b"data: {\"initialize\":1}\n\n"), (24, false));
-        let mut j = CutPoint::new(0);
-        let json = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}";
-        assert_eq!(j.feed(json), (json.len(), false));
-        assert_eq!(j.feed(b"more"), (4, false));
+    fn events_split_at_blank_lines_across_feeds() {
+        let mut s = EventSplitter::default();
+        assert!(s.feed(b"id: a\nretry: 10\ndata: \n").is_empty());
+        let evs = s.feed(b"\nid: b\ndata: {\"x\":1}\n\nid: c");
+        assert_eq!(evs.len(), 2);
+        assert_eq!((event_id(&evs[0]), event_has_data(&evs[0])), (Some("a"), false));
+        assert_eq!((event_id(&evs[1]), event_has_data(&evs[1])), (Some("b"), true));
+        assert_eq!(&*s.feed(b"\ndata: 1\n\n")[0], b"id: c\ndata: 1\n\n");
+        assert_eq!(event_id(b": comment\ndata: x\n\n"), None);
     }
 
     #[test]
-    fn split_feeding_finds_the_same_cut() {
-        let mut all = HEAD.to_vec();
-        all.extend_from_slice(b"id: x\ndata: \n\nid: y\ndata: {}\n\n");
-        let whole = CutPoint::new(3).feed(&all);
-        let mut c = CutPoint::new(3);
-        let mut passed = 0;
-        for b in all.chunks(1) {
-            let (n, cut) = c.feed(b);
-            passed += n;
-            if cut {
-                break;
-            }
+    fn request_heads_round_trip_with_rewrites() {
+        let mut r = parse_request_head(b"GET /mcp HTTP/1.1\r\nHost: x\r\nLast-Event-ID: abc\r\nOrigin: http://localhost\r\n\r\n").unwrap();
+        assert_eq!((r.method.as_str(), r.header("last-event-id")), ("GET", Some("abc")));
+        r.set("origin", FOREIGN_ORIGIN);
+        r.remove("Last-Event-ID");
+        let again = parse_request_head(&r.to_bytes()).unwrap();
+        assert_eq!(again.header("Origin"), Some(FOREIGN_ORIGIN));
+        assert_eq!(again.header("last-event-id"), None);
+        assert_eq!(again.header("host"), Some("x"));
+    }
+
+    #[test]
+    fn response_heads_report_framing() {
+        let r = parse_response_head(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n").unwrap();
+        assert!(r.sse && r.chunked && r.length.is_none() && r.status == 200);
+        let j = parse_response_head(b"HTTP/1.1 404 Not Found\r\ncontent-length: 12\r\nconnection: close\r\n\r\n").unwrap();
+        assert!(!j.sse && !j.chunked && j.length == Some(12) && j.close && j.status == 404);
+    }
+
+    #[test]
+    fn window_counts_the_densest_second() {
+        let t0 = Instant::now();
+        let ms = |m| t0 + std::time::Duration::from_millis(m);
+        let ts = [ms(0), ms(100), ms(900), ms(1000), ms(1500), ms(1950), ms(1999)];
+        // [1000, 2000) holds 4; [0, 1000) holds 3.
+        assert_eq!(max_in_window(&ts, 1000), 4);
+        assert_eq!(max_in_window(&[], 1000), 0);
+    }
+
+    #[test]
+    fn scenarios_parse_by_name() {
+        for s in Scenario::ALL {
+            assert_eq!(Scenario::parse(s.name()), Some(s));
         }
-        assert_eq!(passed, whole.0);
+        assert_eq!(Scenario::parse("nope"), None);
     }
 }

@@ -1,5 +1,5 @@
 //! `mcp-load run`: virtual clients (one session each) calling a weighted tool mix, with
-//! latency histograms per tool. No faults yet: the fault-injecting proxy comes next.
+//! latency histograms per tool, optionally through the fault-injecting proxy.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -52,17 +52,6 @@ pub(crate) struct RunSpec {
     pub(crate) faults: Option<crate::proxy::FaultPlan>,
 }
 
-/// `http://host:port/path` -> (socket address, path).
-fn split_url(url: &str) -> Result<(std::net::SocketAddr, String), String> {
-    let rest = url.strip_prefix("http://").ok_or_else(|| format!("only http:// URLs can be proxied: {url}"))?;
-    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-    let addr = std::net::ToSocketAddrs::to_socket_addrs(authority).map_err(|e| format!("{authority}: {e}"))?.next().ok_or("no address")?;
-    if !addr.ip().is_loopback() {
-        return Err(format!("the fault proxy only fronts loopback servers, not {addr}"));
-    }
-    Ok((addr, format!("/{path}")))
-}
-
 /// A host process started by `--spawn-host`, killed on drop.
 pub(crate) struct SpawnedHost {
     child: Child,
@@ -76,10 +65,13 @@ impl Drop for SpawnedHost {
     }
 }
 
-pub(crate) fn spawn_host(bin: &str) -> Result<SpawnedHost, String> {
+/// Start `bin` on a free loopback port with the `conformance`, `echo` and `ledger` packs, plus
+/// `extra` arguments.
+pub(crate) fn spawn_host(bin: &str, extra: &[&str]) -> Result<SpawnedHost, String> {
     use std::io::BufRead;
     let mut child = Command::new(bin)
-        .args(["--port", "0", "--packs", "conformance,echo"])
+        .args(["--port", "0", "--packs", "conformance,echo,ledger"])
+        .args(extra)
         .env("MCP_HOST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -121,8 +113,8 @@ fn error_kind(e: &ClientError) -> String {
 /// Run the load and return the JSON report.
 pub(crate) async fn run(mut spec: RunSpec) -> Result<Value, String> {
     let mut proxy_stats = None;
-    if let Some(plan) = spec.faults {
-        let (upstream, path) = split_url(&spec.url)?;
+    if let Some(plan) = spec.faults.clone() {
+        let (upstream, path) = crate::proxy::split_url(&spec.url)?;
         let (addr, stats) = crate::proxy::start(upstream, plan).await.map_err(|e| format!("proxy: {e}"))?;
         spec.url = format!("http://{addr}{path}");
         proxy_stats = Some(stats);
@@ -217,7 +209,7 @@ pub(crate) async fn run(mut spec: RunSpec) -> Result<Value, String> {
         "calls_ok": ok, "calls_failed": failed, "calls_per_s": ok as f64 / seconds,
         "latency_us": {"p50": all.value_at_quantile(0.5), "p90": all.value_at_quantile(0.9), "p99": all.value_at_quantile(0.99), "max": all.max()},
         "per_tool": tools, "errors": t.errors, "resumes": t.resumes, "handshakes": t.handshakes, "error_samples": t.samples,
-        "proxy": proxy_stats.map(|p| json!({"connections": p.connections.get(), "cuts": p.cuts.get()})),
+        "proxy": proxy_stats.map(|p| json!(p.counts())),
     }))
 }
 
@@ -237,7 +229,7 @@ pub(crate) fn print_table(r: &Value) {
         println!("  e.g. {}", e.as_str().unwrap_or_default());
     }
     if !r["proxy"].is_null() {
-        println!("fault proxy: connections {}  cuts {}", r["proxy"]["connections"], r["proxy"]["cuts"]);
+        println!("fault proxy: {}", r["proxy"]);
     }
 }
 

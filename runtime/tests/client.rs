@@ -137,6 +137,6 @@ async fn close_sends_delete_and_the_session_is_gone() {
     let (url, sup) = serve(fast()).await;
     let c = connect(&url).await;
     assert_eq!(sup.session_count(), 1);
-    assert!(c.close().await.unwrap());
+    assert_eq!(c.close().await.unwrap(), mcp_runtime::client_http::Closed::Ended);
     assert_eq!(sup.session_count(), 0);
 }

@@ -47,7 +47,8 @@ pub(crate) struct Flags {
     /// Idle session lifetime in seconds.
     #[arg(long)]
     pub(crate) session_ttl_secs: Option<u64>,
-    /// Tool packs to serve (comma-separated): conformance, echo.
+    /// Tool packs to serve (comma-separated): conformance, echo, ledger (a write tool with
+    /// idempotency keys, for fault-injection runs).
     #[arg(long, value_delimiter = ',')]
     pub(crate) packs: Option<Vec<String>>,
 }

@@ -3,8 +3,9 @@
 //! [`Acceptor::accept_stream_event`] is the only way a message reaches the agent. In order it
 //! checks: the connection belongs to the current session, protocol version and caller; the
 //! stream is known; empty-data events (priming) only move the cursor; the data is a JSON-RPC
-//! message; a response answers a request outstanding **on that stream**; and the event is not
-//! a duplicate, by `(session generation, stream, event id, digest)`. Then it records the inbox
+//! message; a response answers a request outstanding **on that stream**; a progress
+//! notification on a request's stream carries a progress token registered for that stream
+//! (see [`Acceptor::expect_progress`]); and the event is not a duplicate, by `(session generation, stream, event id, digest)`. Then it records the inbox
 //! receipt, the cursor and the dispatch in one journal step. A duplicate never moves the
 //! cursor, so a cursor never moves backwards.
 
@@ -116,6 +117,9 @@ struct StreamEntry {
     binding: Binding,
     /// Requests whose responses may arrive on this stream.
     outstanding: HashSet<JsonRpcId>,
+    /// Progress tokens (as JSON text) this stream may report on; `None` = any (standalone GET
+    /// streams, and streams restored after a restart, whose tokens were not journaled).
+    progress_tokens: Option<HashSet<String>>,
     cursor: Option<String>,
 }
 
@@ -159,7 +163,7 @@ impl<J: Journal> Acceptor<J> {
             next_stream = next_stream.max(key.stream + 1);
             if key.session_generation == binding.session_generation {
                 let cursor = journal.cursor(&key);
-                streams.insert(key, StreamEntry { binding: binding.clone(), outstanding: outstanding.into_iter().collect(), cursor });
+                streams.insert(key, StreamEntry { binding: binding.clone(), outstanding: outstanding.into_iter().collect(), progress_tokens: None, cursor });
             } else {
                 journal.forget_stream(&key);
             }
@@ -196,7 +200,8 @@ impl<J: Journal> Acceptor<J> {
         let key = StreamKey { session_generation: self.current.session_generation, stream: self.next_stream };
         self.journal.register_stream(&key, outstanding)?;
         self.next_stream += 1;
-        self.streams.insert(key.clone(), StreamEntry { binding: self.current.clone(), outstanding: outstanding.iter().cloned().collect(), cursor: None });
+        let progress_tokens = (!outstanding.is_empty()).then(HashSet::new);
+        self.streams.insert(key.clone(), StreamEntry { binding: self.current.clone(), outstanding: outstanding.iter().cloned().collect(), progress_tokens, cursor: None });
         Ok(key)
     }
 
@@ -206,6 +211,15 @@ impl<J: Journal> Acceptor<J> {
     /// The journal could not record the stream.
     pub fn open_post_stream(&mut self, requests: &[JsonRpcId]) -> Result<StreamKey, JournalError> {
         self.open(requests)
+    }
+
+    /// Allow `notifications/progress` with `token` on `stream` (the request sent on it asked
+    /// for progress with that token). Progress with any other token on a request's stream is
+    /// refused as uncorrelated.
+    pub fn expect_progress(&mut self, stream: &StreamKey, token: &serde_json::Value) {
+        if let Some(tokens) = self.streams.get_mut(stream).and_then(|e| e.progress_tokens.as_mut()) {
+            tokens.insert(token.to_string());
+        }
     }
 
     /// Register a standalone GET stream (it never carries responses unless resuming a POST
@@ -307,6 +321,15 @@ impl<J: Journal> Acceptor<J> {
             }
             self.stats.uncorrelated += 1;
             return Err(Refusal::Uncorrelated(id.to_string()));
+        }
+        if let (Message::Notification { method, params }, Some(tokens)) = (&message, &entry.progress_tokens)
+            && method == "notifications/progress"
+        {
+            let token = params.as_ref().and_then(|p| p.get("progressToken")).map(ToString::to_string).unwrap_or_default();
+            if !tokens.contains(&token) {
+                self.stats.uncorrelated += 1;
+                return Err(Refusal::Uncorrelated(format!("progress {token}")));
+            }
         }
         let Recorded::New { dispatch: Some(seq) } = self.journal.record(&receipt, ev.id, Some(ev.data), response_id.as_ref())? else {
             self.stats.duplicates += 1;

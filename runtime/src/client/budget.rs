@@ -79,6 +79,16 @@ impl Backoff {
         let ceiling = base.saturating_mul(1u64 << attempt.min(16)).min(self.max_ms.max(base));
         base + ((ceiling - base) as f64 * jitter.clamp(0.0, 1.0)) as u64
     }
+
+    /// Delay after a 429/503 that carried `Retry-After` (in ms): that long, never below the
+    /// server's `retry` hint, plus up to a quarter more of jitter so refused clients do not
+    /// return in lockstep. It does not grow with attempts: the server said when (the
+    /// reconnect budget still caps the rate).
+    #[must_use]
+    pub fn delay_after_refusal_ms(&self, retry_hint: Option<u64>, retry_after_ms: u64, jitter: f64) -> u64 {
+        let base = retry_after_ms.max(retry_hint.unwrap_or(0)).min(self.max_ms.max(retry_hint.unwrap_or(0)));
+        base + (base as f64 * 0.25 * jitter.clamp(0.0, 1.0)) as u64
+    }
 }
 
 #[cfg(test)]
@@ -110,6 +120,15 @@ mod tests {
         assert!(!b.try_take(Tick(0)));
         assert_eq!(b.ready_at(Tick(0)), Tick(500));
         assert!(b.try_take(Tick(500)));
+    }
+
+    #[test]
+    fn retry_after_sets_the_delay_without_exponential_growth() {
+        let b = Backoff { default_ms: 1000, max_ms: 30_000 };
+        assert_eq!(b.delay_after_refusal_ms(Some(500), 2000, 0.0), 2000);
+        assert_eq!(b.delay_after_refusal_ms(Some(500), 2000, 0.999), 2499, "at most a quarter of jitter");
+        assert_eq!(b.delay_after_refusal_ms(Some(3000), 1000, 0.0), 3000, "never below retry");
+        assert_eq!(b.delay_after_refusal_ms(None, 3_600_000, 0.0), 30_000, "capped");
     }
 
     #[test]

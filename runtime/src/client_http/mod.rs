@@ -7,10 +7,17 @@
 //! - A stream that ends before its response is resumed by GET + `Last-Event-ID` (the newest
 //!   accepted cursor, so a resumed stream that drops early re-sends the previous id), after
 //!   at least the server's `retry`.
-//! - A JSON-RPC error response is terminal; so are 400/410 answers to a resume.
+//! - A JSON-RPC error response is terminal; so are 4xx answers to a resume (but 429: like 503
+//!   it is retried, no sooner than its `Retry-After`).
 //! - 404 on a request that carried a session id: exactly one new handshake (concurrent 404s
 //!   share it); the old request is re-issued only when it is idempotent, else reported lost.
-//! - Cancel with `notifications/cancelled`; DELETE on close (405 is not a deletion receipt).
+//!   The same holds for a stream that cannot be resumed (no cursor, cursor refused, events
+//!   gone) and for a POST whose connection failed: idempotent requests are re-issued (at most
+//!   [`ClientConfig::max_reissues`] times), others reported lost — never silently repeated.
+//! - Request ids start at a random offset per client, so a response from another client's
+//!   stream (a crossed or replayed event) can never correlate with one of ours.
+//! - Cancel with `notifications/cancelled`; DELETE on close (405 is not a deletion receipt;
+//!   a DELETE whose answer was lost is sent again, and 404 then confirms the end).
 //!
 //! Single-threaded (awc is `!Send`): use it inside an actix/tokio local runtime.
 
@@ -22,7 +29,7 @@ use bytes::Bytes;
 use futures_core::Stream;
 use serde_json::{Value, json};
 
-use crate::client::accept::{Acceptance, Acceptor, Binding, IncomingEvent, StreamKey};
+use crate::client::accept::{AcceptStats, Acceptance, Acceptor, Binding, IncomingEvent, StreamKey};
 use crate::client::budget::{Backoff, ReconnectBudget};
 use crate::client::journal::{Journal, MemoryJournal};
 use crate::proto::ids::{JsonRpcId, Tick};
@@ -49,6 +56,9 @@ pub struct ClientConfig {
     pub budget_per_second: f64,
     /// Most resume attempts for one stream before it is reported lost.
     pub max_resume_attempts: u32,
+    /// Most times one idempotent request is re-issued (after a 404, an unresumable stream or
+    /// a failed POST); also the most times a DELETE whose answer was lost is sent again.
+    pub max_reissues: u32,
 }
 
 impl ClientConfig {
@@ -64,6 +74,7 @@ impl ClientConfig {
             budget_burst: 20,
             budget_per_second: 10.0,
             max_resume_attempts: 8,
+            max_reissues: 8,
         }
     }
 }
@@ -91,12 +102,56 @@ pub enum ClientError {
 pub struct ClientStats {
     /// `initialize` handshakes completed.
     pub handshakes: u64,
+    /// SSE response streams opened by POSTs.
+    pub streams: u64,
     /// GET resumes sent.
     pub resumes: u64,
     /// Resumes refused by the reconnect budget (the client waited).
     pub budget_waits: u64,
-    /// Requests re-issued after a new handshake.
+    /// Idempotent requests re-issued (after a 404, an unresumable stream or a failed POST).
     pub reissued: u64,
+    /// 404 answers to requests that carried a session id.
+    pub not_found: u64,
+    /// 404s after which the client dropped the session id and started (or joined) a new
+    /// handshake. Equal to `not_found` by construction of [`McpClient::request`]; reported
+    /// so load tools can show the rate.
+    pub recovered_after_404: u64,
+    /// Requests reported lost ([`ClientError::Lost`]).
+    pub lost: u64,
+    /// The acceptance point's counters (events accepted, duplicates and foreign events dropped).
+    pub accept: AcceptStats,
+}
+
+/// How [`McpClient::close`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Closed {
+    /// The server confirmed the DELETE.
+    Ended,
+    /// The session no longer exists (404, or it had already answered 404). A DELETE whose
+    /// answer was lost and that is sent again ends here.
+    AlreadyGone,
+    /// 405: the server does not let clients end sessions (not a deletion receipt).
+    NotAllowed,
+    /// Any other status: the session may still exist.
+    Refused(u16),
+}
+
+impl Closed {
+    /// Whether the session is known to be over.
+    #[must_use]
+    pub fn is_over(self) -> bool {
+        matches!(self, Closed::Ended | Closed::AlreadyGone)
+    }
+}
+
+/// One resume, measured from the moment a stream broke to the first event accepted from a
+/// resumed connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResumeSample {
+    /// Disconnect to first replayed event.
+    pub total: Duration,
+    /// The part of `total` spent waiting on purpose (`retry`, backoff, `Retry-After`, budget).
+    pub waited: Duration,
 }
 
 struct Inner<J: Journal> {
@@ -107,8 +162,29 @@ struct Inner<J: Journal> {
     budget: ReconnectBudget,
     next_id: i64,
     stats: ClientStats,
-    notifications: Vec<Value>,
+    /// Accepted notifications with the id of the event that carried them.
+    notifications: Vec<(Option<String>, Value)>,
     jitter_state: u64,
+    /// The session answered 404: the next request starts a new one first, and nothing is
+    /// sent with the dead id again.
+    session_dead: bool,
+    resume_samples: Vec<ResumeSample>,
+}
+
+/// Why one attempt of a request failed, and what may follow.
+enum Failure {
+    /// 404: the session (of this generation) is gone.
+    Gone(u32),
+    /// The outcome is unknown (stream unresumable, POST connection failed).
+    Unknown(ClientError),
+    /// A final answer.
+    Final(ClientError),
+}
+
+fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    getrandom::fill(&mut b).expect("the operating system CSPRNG is available");
+    u64::from_le_bytes(b)
 }
 
 /// Answers server-to-client requests (`sampling/createMessage`, `elicitation/create`,
@@ -153,10 +229,13 @@ impl<J: Journal> McpClient<J> {
             version,
             generation: 1,
             budget: ReconnectBudget::new(cfg.budget_burst, cfg.budget_per_second, Tick(0)),
-            next_id: 1,
+            // A random start in [2^32, 2^50): unique per client, exact in every JSON number.
+            next_id: (1 << 32) + (random_u64() >> 14) as i64,
             stats: ClientStats { handshakes: 1, ..ClientStats::default() },
             notifications: Vec::new(),
-            jitter_state: 0x9E37_79B9_7F4A_7C15,
+            jitter_state: random_u64() | 1,
+            resume_samples: Vec::new(),
+            session_dead: false,
         };
         Ok(McpClient { http, cfg, inner: Rc::new(RefCell::new(inner)), handshake: Rc::new(tokio::sync::Mutex::new(())), origin, handler: None })
     }
@@ -176,7 +255,13 @@ impl<J: Journal> McpClient<J> {
     /// Counters.
     #[must_use]
     pub fn stats(&self) -> ClientStats {
-        self.inner.borrow().stats
+        let i = self.inner.borrow();
+        ClientStats { accept: i.acceptor.stats(), ..i.stats }
+    }
+
+    /// Resume measurements so far, drained.
+    pub fn take_resume_samples(&self) -> Vec<ResumeSample> {
+        std::mem::take(&mut self.inner.borrow_mut().resume_samples)
     }
 
     /// The current session id.
@@ -187,6 +272,11 @@ impl<J: Journal> McpClient<J> {
 
     /// Notifications received so far (accepted and dispatched), drained.
     pub fn take_notifications(&self) -> Vec<Value> {
+        self.take_notifications_with_ids().into_iter().map(|(_, m)| m).collect()
+    }
+
+    /// Notifications received so far, each with the id of the SSE event that carried it.
+    pub fn take_notifications_with_ids(&self) -> Vec<(Option<String>, Value)> {
         std::mem::take(&mut self.inner.borrow_mut().notifications)
     }
 
@@ -223,6 +313,8 @@ impl<J: Journal> McpClient<J> {
             .await
             .map_err(|e| ClientError::Transport(e.to_string()))?;
         if r.status().as_u16() != 202 {
+            // Do not leave a half-open session behind (best effort).
+            let _ = Self::builder(http, cfg, awc::http::Method::DELETE, Some((&sid, version))).send().await;
             return Err(ClientError::Http(r.status().as_u16(), "notifications/initialized not accepted".into()));
         }
         Ok((sid, version))
@@ -256,19 +348,37 @@ impl<J: Journal> McpClient<J> {
     }
 
     /// A new session after a 404, unless another call already made one since `seen_generation`.
-    async fn rehandshake(&self, seen_generation: u32) -> Result<Vec<JsonRpcId>, ClientError> {
+    /// Handshakes that fail for a transient reason are retried (paced by the reconnect
+    /// budget); 401/403 are final. On failure the old session stays marked dead.
+    async fn rehandshake(&self, seen_generation: u32) -> Result<(), ClientError> {
         let _guard = self.handshake.lock().await;
         if self.inner.borrow().generation != seen_generation {
-            return Ok(Vec::new());
+            return Ok(());
         }
-        let (sid, version) = Self::handshake_with(&self.http, &self.cfg).await?;
+        let mut attempt = 0;
+        let (sid, version) = loop {
+            match Self::handshake_with(&self.http, &self.cfg).await {
+                Ok(ok) => break ok,
+                Err(e @ (ClientError::Http(401 | 403, _) | ClientError::Rpc(_))) => return Err(e),
+                Err(e) if attempt + 1 >= self.cfg.max_resume_attempts => return Err(e),
+                Err(_) => {
+                    let delay = self.cfg.backoff.delay_ms(Some(50), attempt, self.jitter());
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(delay)).await;
+                    self.wait_for_budget().await;
+                }
+            }
+        };
         let mut inner = self.inner.borrow_mut();
         inner.generation += 1;
         inner.session_id = sid.clone();
         inner.version = version;
+        inner.session_dead = false;
         inner.stats.handshakes += 1;
         let binding = Binding { session_generation: inner.generation, session_id: sid.as_str().into(), protocol_version: version, principal: self.cfg.token.as_deref().map(Into::into) };
-        Ok(inner.acceptor.rebind(binding))
+        // Unanswered requests of the old session are the callers' to report or re-issue.
+        let _ = inner.acceptor.rebind(binding);
+        Ok(())
     }
 
     async fn post(&self, body: Bytes, session: (String, ProtocolVersion)) -> Result<Posted, ClientError> {
@@ -321,44 +431,92 @@ impl<J: Journal> McpClient<J> {
     }
 
     /// Send a request and wait for its response, resuming its stream as needed. `idempotent`
-    /// requests are re-issued in a new session after a 404; others are reported lost.
+    /// requests are re-issued when their outcome is unknown (404, unresumable stream, failed
+    /// POST); others are reported lost. A `params._meta.progressToken` is registered with the
+    /// acceptance point, so progress is accepted only on this request's stream.
     ///
     /// # Errors
     /// [`ClientError`]; a JSON-RPC error response is [`ClientError::Rpc`] (terminal).
     pub async fn request(&self, method: &str, params: Option<Value>, idempotent: bool) -> Result<Value, ClientError> {
-        let mut reissued = false;
+        let mut reissues = 0;
         loop {
-            let (id, generation, session) = {
-                let mut i = self.inner.borrow_mut();
-                i.next_id += 1;
-                (JsonRpcId::Number(i.next_id), i.generation, (i.session_id.clone(), i.version))
+            let (dead, generation) = {
+                let i = self.inner.borrow();
+                (i.session_dead, i.generation)
             };
-            let body = encode_request(&id, method, params.as_ref());
-            let outcome = match self.post(body, session).await? {
-                Posted::Json(v) => return Self::result_of(&id, v),
-                Posted::Accepted => return Err(ClientError::Transport("request answered with 202".into())),
-                Posted::Gone => None,
-                Posted::Sse(resp) => {
-                    let key = self.inner.borrow_mut().acceptor.open_post_stream(std::slice::from_ref(&id)).map_err(|e| ClientError::Transport(e.to_string()))?;
-                    let r = self.follow(&key, &id, resp).await;
-                    self.inner.borrow_mut().acceptor.close_stream(&key);
-                    match r {
-                        Err(ClientError::Http(404, _)) => None,
-                        other => Some(other),
+            if dead {
+                // An earlier 404 whose new handshake failed: start the session first.
+                self.rehandshake(generation).await?;
+            }
+            let why = match self.attempt(method, params.as_ref()).await {
+                Ok(v) => return Ok(v),
+                Err(Failure::Final(e)) => return Err(e),
+                Err(Failure::Gone(generation)) => {
+                    {
+                        let mut i = self.inner.borrow_mut();
+                        i.stats.not_found += 1;
+                        if i.generation == generation {
+                            i.session_dead = true;
+                        }
+                        // Counted before the outcome: what matters is that the client never
+                        // sends the dead id again and starts (or joins) a new handshake.
+                        i.stats.recovered_after_404 += 1;
                     }
+                    // One shared new handshake; never move this request into the new session
+                    // silently.
+                    self.rehandshake(generation).await?;
+                    "the session ended (404)".to_owned()
                 }
+                Err(Failure::Unknown(e)) => e.to_string(),
             };
-            if let Some(r) = outcome {
-                return r;
+            if !idempotent || reissues >= self.cfg.max_reissues {
+                self.inner.borrow_mut().stats.lost += 1;
+                let how = if idempotent { "re-issued too often" } else { "not idempotent" };
+                return Err(ClientError::Lost(method.to_owned(), format!("{why}; {how}")));
             }
-            // The session is gone (404): one shared new handshake; never move this request
-            // into the new session silently.
-            self.rehandshake(generation).await?;
-            if !idempotent || reissued {
-                return Err(ClientError::Lost(id.to_string(), "the session ended (404); request not idempotent".into()));
-            }
-            reissued = true;
+            reissues += 1;
             self.inner.borrow_mut().stats.reissued += 1;
+            // Re-issues draw on the same budget as reconnects: a fault cannot become a storm.
+            self.wait_for_budget().await;
+        }
+    }
+
+    /// One attempt: POST the request under a fresh id and follow its stream.
+    async fn attempt(&self, method: &str, params: Option<&Value>) -> Result<Value, Failure> {
+        let (id, generation, session) = {
+            let mut i = self.inner.borrow_mut();
+            i.next_id += 1;
+            (JsonRpcId::Number(i.next_id), i.generation, (i.session_id.clone(), i.version))
+        };
+        let body = encode_request(&id, method, params);
+        let posted = match self.post(body, session).await {
+            Ok(p) => p,
+            Err(e @ ClientError::Transport(_)) => return Err(Failure::Unknown(e)),
+            Err(e) => return Err(Failure::Final(e)),
+        };
+        match posted {
+            Posted::Json(v) => Self::result_of(&id, v).map_err(Failure::Final),
+            Posted::Accepted => Err(Failure::Final(ClientError::Transport("request answered with 202".into()))),
+            Posted::Gone => Err(Failure::Gone(generation)),
+            Posted::Sse(resp) => {
+                let key = {
+                    let mut i = self.inner.borrow_mut();
+                    i.stats.streams += 1;
+                    let key = i.acceptor.open_post_stream(std::slice::from_ref(&id)).map_err(|e| Failure::Final(ClientError::Transport(e.to_string())))?;
+                    if let Some(token) = params.and_then(|p| p.pointer("/_meta/progressToken")) {
+                        i.acceptor.expect_progress(&key, token);
+                    }
+                    key
+                };
+                let r = self.follow(&key, &id, resp).await;
+                self.inner.borrow_mut().acceptor.close_stream(&key);
+                match r {
+                    Ok(v) => v.map_err(Failure::Final),
+                    Err(ClientError::Http(404, _)) => Err(Failure::Gone(generation)),
+                    Err(e @ (ClientError::Lost(..) | ClientError::Transport(_))) => Err(Failure::Unknown(e)),
+                    Err(e) => Err(Failure::Final(e)),
+                }
+            }
         }
     }
 
@@ -371,8 +529,9 @@ impl<J: Journal> McpClient<J> {
     }
 
     /// Read `resp` (the request's stream), resuming by GET + `Last-Event-ID` until the
-    /// response arrives.
-    async fn follow(&self, key: &StreamKey, id: &JsonRpcId, mut resp: awc::ClientResponse) -> Result<Value, ClientError> {
+    /// response arrives. The outer error means the stream could not be followed; the inner
+    /// result is the response (a JSON-RPC error is `Err(Rpc)` inside `Ok`).
+    async fn follow(&self, key: &StreamKey, id: &JsonRpcId, mut resp: awc::ClientResponse) -> Result<Result<Value, ClientError>, ClientError> {
         let mut retry_hint = None;
         // Backoff grows only while resumes fail to reach a healthy server; a 200 resets it.
         let mut failures = 0u32;
@@ -380,11 +539,22 @@ impl<J: Journal> McpClient<J> {
         // closes without progress (which would otherwise loop forever).
         let mut no_progress = 0u32;
         let mut last_cursor: Option<String> = None;
+        // Resume measurement: when the stream broke, and how long we waited on purpose since.
+        let mut broke_at: Option<tokio::time::Instant> = None;
+        let mut waited = Duration::ZERO;
         loop {
-            if let Some(v) = self.read_events(key, id, &mut resp, &mut retry_hint).await? {
-                return v;
+            let mut first_accept = None;
+            let answer = self.read_events(key, id, &mut resp, &mut retry_hint, &mut first_accept).await?;
+            if let (Some(t0), Some(t1)) = (broke_at, first_accept) {
+                self.inner.borrow_mut().resume_samples.push(ResumeSample { total: t1 - t0, waited });
+                broke_at = None;
+                waited = Duration::ZERO;
+            }
+            if let Some(v) = answer {
+                return Ok(v);
             }
             // The stream ended (or broke) before the response: resume.
+            broke_at.get_or_insert_with(tokio::time::Instant::now);
             let cursor = self.inner.borrow().acceptor.resume_cursor(key);
             let Some(cursor) = cursor else {
                 return Err(ClientError::Lost(id.to_string(), "stream ended before any event id: cannot resume".into()));
@@ -395,13 +565,20 @@ impl<J: Journal> McpClient<J> {
                 no_progress = 0;
                 last_cursor = Some(cursor.clone());
             }
+            let mut retry_after_ms = 0;
             loop {
                 if no_progress >= self.cfg.max_resume_attempts || failures >= self.cfg.max_resume_attempts {
                     return Err(ClientError::Lost(id.to_string(), format!("gave up resuming ({no_progress} resumes without progress, {failures} failed)")));
                 }
-                let delay = self.cfg.backoff.delay_ms(retry_hint, failures, self.jitter());
+                let delay = if retry_after_ms > 0 {
+                    self.cfg.backoff.delay_after_refusal_ms(retry_hint, retry_after_ms, self.jitter())
+                } else {
+                    self.cfg.backoff.delay_ms(retry_hint, failures, self.jitter())
+                };
+                let paused = tokio::time::Instant::now();
                 tokio::time::sleep(Duration::from_millis(delay)).await;
                 self.wait_for_budget().await;
+                waited += paused.elapsed();
                 self.inner.borrow_mut().stats.resumes += 1;
                 let session = self.session();
                 let sent = Self::builder(&self.http, &self.cfg, awc::http::Method::GET, Some((&session.0, session.1)))
@@ -409,20 +586,29 @@ impl<J: Journal> McpClient<J> {
                     .insert_header(("Last-Event-ID", cursor.as_str()))
                     .send()
                     .await;
+                let status = sent.as_ref().map_or(0, |r| r.status().as_u16());
                 match sent {
-                    Ok(r) if r.status().as_u16() == 200 => {
+                    Ok(r) if status == 200 => {
                         failures = 0;
                         resp = r;
                         break;
                     }
-                    Ok(r) if r.status().as_u16() == 404 => return Err(ClientError::Http(404, "session not found".into())),
-                    // 400 (cursor refused) and 410 (events lost) are final answers; 429 is not.
-                    Ok(mut r) if r.status().is_client_error() && r.status().as_u16() != 429 => {
-                        let body = r.body().await.unwrap_or_default();
-                        return Err(ClientError::Lost(id.to_string(), format!("resume refused: HTTP {} {}", r.status().as_u16(), String::from_utf8_lossy(&body))));
+                    Ok(_) if status == 404 => return Err(ClientError::Http(404, "session not found".into())),
+                    // 429 and 503 are retried, never sooner than their Retry-After.
+                    Ok(r) if status == 429 || status == 503 => {
+                        retry_after_ms = r.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok()).map_or(0, |s| s.min(300) * 1000);
+                        failures += 1;
                     }
-                    // 5xx, 429, network: back off and try again.
-                    Ok(_) | Err(_) => failures += 1,
+                    // 400 (cursor refused), 410 (events gone), 403...: final answers.
+                    Ok(mut r) if r.status().is_client_error() => {
+                        let body = r.body().await.unwrap_or_default();
+                        return Err(ClientError::Lost(id.to_string(), format!("resume refused: HTTP {status} {}", String::from_utf8_lossy(&body))));
+                    }
+                    // Other 5xx, network: back off and try again.
+                    Ok(_) | Err(_) => {
+                        retry_after_ms = 0;
+                        failures += 1;
+                    }
                 }
             }
         }
@@ -435,6 +621,7 @@ impl<J: Journal> McpClient<J> {
         id: &JsonRpcId,
         resp: &mut awc::ClientResponse,
         retry_hint: &mut Option<u64>,
+        first_accept: &mut Option<tokio::time::Instant>,
     ) -> Result<Option<Result<Value, ClientError>>, ClientError> {
         let mut dec = Decoder::new();
         while let Some(chunk) = next_chunk(resp).await {
@@ -451,8 +638,10 @@ impl<J: Journal> McpClient<J> {
             {
                 let mut inner = self.inner.borrow_mut();
                 let binding = inner.acceptor.binding().clone();
-                if let Some(eid) = dec.last_event_id.as_deref().filter(|_| events.is_empty() && dec.last_event_id != before) {
-                    let _ = inner.acceptor.accept_stream_event(IncomingEvent { stream: key, binding: &binding, id: Some(eid), data: "" });
+                if let Some(eid) = dec.last_event_id.as_deref().filter(|_| events.is_empty() && dec.last_event_id != before)
+                    && inner.acceptor.accept_stream_event(IncomingEvent { stream: key, binding: &binding, id: Some(eid), data: "" }).is_ok()
+                {
+                    first_accept.get_or_insert_with(tokio::time::Instant::now);
                 }
                 let mut handed_out = None;
                 for e in events {
@@ -461,6 +650,7 @@ impl<J: Journal> McpClient<J> {
                     else {
                         continue;
                     };
+                    first_accept.get_or_insert_with(tokio::time::Instant::now);
                     handed_out = Some(seq);
                     let msg: Value = serde_json::from_str(&e.data).unwrap_or(Value::Null);
                     if completed.as_ref() == Some(id) {
@@ -468,7 +658,7 @@ impl<J: Journal> McpClient<J> {
                     } else if msg.get("method").is_some() && msg.get("id").is_some() {
                         to_answer.push(msg);
                     } else {
-                        inner.notifications.push(msg);
+                        inner.notifications.push((e.id.clone(), msg));
                     }
                 }
                 // Everything accepted above was handed out (or is being answered) already.
@@ -531,14 +721,33 @@ impl<J: Journal> McpClient<J> {
         }
     }
 
-    /// End the session with DELETE. Returns whether the server confirmed the deletion
-    /// (`405` means it does not allow clients to end sessions: not a receipt).
+    /// End the session with DELETE (sent again, up to [`ClientConfig::max_reissues`] times,
+    /// when its answer is lost).
     ///
     /// # Errors
-    /// Transport failure.
-    pub async fn close(self) -> Result<bool, ClientError> {
+    /// Transport failure on every attempt.
+    pub async fn close(self) -> Result<Closed, ClientError> {
+        if self.inner.borrow().session_dead {
+            return Ok(Closed::AlreadyGone);
+        }
         let session = self.session();
-        let r = Self::builder(&self.http, &self.cfg, awc::http::Method::DELETE, Some((&session.0, session.1))).send().await.map_err(|e| ClientError::Transport(e.to_string()))?;
-        Ok(r.status().is_success())
+        let mut attempt = 0;
+        loop {
+            match Self::builder(&self.http, &self.cfg, awc::http::Method::DELETE, Some((&session.0, session.1))).send().await {
+                Ok(r) => {
+                    return Ok(match r.status().as_u16() {
+                        200..=299 => Closed::Ended,
+                        404 => Closed::AlreadyGone,
+                        405 => Closed::NotAllowed,
+                        s => Closed::Refused(s),
+                    });
+                }
+                Err(_) if attempt < self.cfg.max_reissues => {
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
+                }
+                Err(e) => return Err(ClientError::Transport(e.to_string())),
+            }
+        }
     }
 }

@@ -2,6 +2,7 @@
 
 mod conformance;
 mod echo;
+mod ledger;
 
 use mcp_runtime::tools::CatalogBuilder;
 
@@ -12,7 +13,8 @@ pub(crate) fn build(names: &[String]) -> Result<CatalogBuilder, String> {
         b = b.merge(match n.as_str() {
             "conformance" => conformance::pack(),
             "echo" => echo::pack(),
-            other => return Err(format!("unknown tool pack {other:?} (known: conformance, echo)")),
+            "ledger" => ledger::pack(),
+            other => return Err(format!("unknown tool pack {other:?} (known: conformance, echo, ledger)")),
         });
     }
     Ok(b)

@@ -13,7 +13,7 @@ fn ev<'a>(stream: &'a StreamKey, b: &'a Binding, id: Option<&'a str>, data: &'a 
     IncomingEvent { stream, binding: b, id, data }
 }
 
-const NOTE: &str = r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1}}"#;
+const NOTE: &str = r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}"#;
 const RESP1: &str = r#"{"jsonrpc":"2.0","id":1,"result":{}}"#;
 
 #[test]
@@ -118,4 +118,23 @@ fn server_requests_on_a_stream_are_dispatched() {
     let req = r#"{"jsonrpc":"2.0","id":1,"method":"sampling/createMessage","params":{}}"#;
     assert!(matches!(a.accept_stream_event(ev(&s, &b, Some("r"), req)), Ok(Acceptance::Dispatched { completed: None, .. })));
     assert_eq!(a.outstanding(&s), vec![JsonRpcId::Number(1)], "a server request with the same id is not our response");
+}
+
+#[test]
+fn progress_with_a_token_of_another_stream_is_refused() {
+    let mut a = acceptor();
+    let b = binding(1);
+    let mine = a.open_post_stream(&[JsonRpcId::Number(1)]).unwrap();
+    let other = a.open_post_stream(&[JsonRpcId::Number(2)]).unwrap();
+    a.expect_progress(&mine, &serde_json::json!("tok-1"));
+    a.expect_progress(&other, &serde_json::json!("tok-2"));
+    let progress = |t: &str| format!(r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{"progressToken":"{t}","progress":1}}}}"#);
+    assert!(matches!(a.accept_stream_event(ev(&mine, &b, Some("p1"), &progress("tok-1"))), Ok(Acceptance::Dispatched { .. })));
+    assert!(matches!(a.accept_stream_event(ev(&mine, &b, Some("p2"), &progress("tok-2"))), Err(Refusal::Uncorrelated(_))));
+    assert_eq!(a.resume_cursor(&mine).as_deref(), Some("p1"), "the refused event did not move the cursor");
+    let no_token = r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}"#;
+    assert!(matches!(a.accept_stream_event(ev(&mine, &b, Some("p3"), no_token)), Err(Refusal::Uncorrelated(_))));
+    // Other notifications carry no correlation and are accepted.
+    assert!(matches!(a.accept_stream_event(ev(&mine, &b, Some("n"), NOTE)), Ok(Acceptance::Dispatched { .. })));
+    assert_eq!(a.stats().uncorrelated, 2);
 }

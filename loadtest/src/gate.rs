@@ -1,0 +1,577 @@
+//! `mcp-load gate`: the release gate. Runs a fault-free baseline phase, one phase per fault
+//! scenario (that fault alone) and a mixed phase (every fault at once), each through a fresh
+//! fault proxy, with virtual clients calling three idempotent tools whose results can be
+//! checked end to end:
+//! - `echo` with a unique nonce (the result must be that nonce),
+//! - `ledger_append` with a unique idempotency key (the result must be that key; the server's
+//!   `ledger_stats` must show every key applied once),
+//! - `test_tool_with_progress` with a unique progress token (the result is the token; every
+//!   progress notification must carry it, each step once).
+//!
+//! A result or notification that belongs to another call is a cross-stream acceptance; a
+//! progress step seen twice, or a ledger key applied twice, is a duplicate dispatch; a call
+//! that ends without its result (other than a refusal the proxy provoked) is a lost response.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashSet};
+use std::fmt::Write as _;
+use std::rc::Rc;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use mcp_runtime::client::journal::MemoryJournal;
+use mcp_runtime::client_http::{ClientConfig, ClientError, ClientStats, Closed, McpClient};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use crate::proxy::{FaultPlan, Scenario};
+
+/// Settings of a gate run.
+#[derive(Debug, Clone)]
+pub(crate) struct GateSpec {
+    pub(crate) url: String,
+    pub(crate) token: Option<String>,
+    pub(crate) other_token: Option<String>,
+    pub(crate) clients: usize,
+    /// A phase ends after this many events (or `phase_seconds`).
+    pub(crate) events_per_phase: u64,
+    pub(crate) phase_seconds: u64,
+    /// The run fails unless its phases together saw this many events.
+    pub(crate) min_events: u64,
+    pub(crate) scenarios: Vec<Scenario>,
+    /// Rate of a scenario in its own phase, and of each scenario in the mixed phase.
+    pub(crate) rate: f64,
+    pub(crate) mixed_rate: f64,
+    pub(crate) seed: u64,
+    /// Calls per session before a virtual client ends it and starts another.
+    pub(crate) calls_per_session: u64,
+    pub(crate) progress: bool,
+}
+
+/// Reconnect budget the virtual clients run with (the client defaults).
+const BUDGET_BURST: u32 = 20;
+const BUDGET_PER_SECOND: f64 = 10.0;
+/// Recovery gate from the design: resume p99 under 5 s.
+const RESUME_P99_LIMIT_MS: u64 = 5_000;
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds")
+}
+
+/// What one phase measured.
+struct Phase {
+    name: String,
+    seconds: f64,
+    events: u64,
+    sessions: u64,
+    streams: u64,
+    calls_ok: u64,
+    /// Calls the server refused because the proxy made them illegal (401/403).
+    refused: u64,
+    lost: u64,
+    cross_stream: u64,
+    duplicate_dispatches: u64,
+    not_found: u64,
+    recovered_after_404: u64,
+    resumes: u64,
+    budget_waits: u64,
+    reissued: u64,
+    refused_events: u64,
+    duplicate_events_dropped: u64,
+    sessions_closed: u64,
+    sessions_not_closed: u64,
+    close_refused: u64,
+    connect_failures: u64,
+    latency_us: Histogram<u64>,
+    resume_ms: Histogram<u64>,
+    resume_unwaited_ms: Histogram<u64>,
+    proxy: BTreeMap<&'static str, u64>,
+    reconnect_peak_session: u64,
+    reconnect_peak_all: u64,
+    errors: Vec<String>,
+}
+
+impl Phase {
+    fn new(name: &str) -> Phase {
+        Phase {
+            name: name.to_owned(),
+            seconds: 0.0,
+            events: 0,
+            sessions: 0,
+            streams: 0,
+            calls_ok: 0,
+            refused: 0,
+            lost: 0,
+            cross_stream: 0,
+            duplicate_dispatches: 0,
+            not_found: 0,
+            recovered_after_404: 0,
+            resumes: 0,
+            budget_waits: 0,
+            reissued: 0,
+            refused_events: 0,
+            duplicate_events_dropped: 0,
+            sessions_closed: 0,
+            sessions_not_closed: 0,
+            close_refused: 0,
+            connect_failures: 0,
+            latency_us: histogram(),
+            resume_ms: histogram(),
+            resume_unwaited_ms: histogram(),
+            proxy: BTreeMap::new(),
+            reconnect_peak_session: 0,
+            reconnect_peak_all: 0,
+            errors: Vec::new(),
+        }
+    }
+
+    fn add_client_stats(&mut self, s: &ClientStats) {
+        let a = s.accept;
+        self.events += a.dispatched + a.cursor_only + a.duplicates + a.uncorrelated + a.misrouted;
+        self.sessions += s.handshakes;
+        self.streams += s.streams;
+        self.not_found += s.not_found;
+        self.recovered_after_404 += s.recovered_after_404;
+        self.resumes += s.resumes;
+        self.budget_waits += s.budget_waits;
+        self.reissued += s.reissued;
+        self.refused_events += a.uncorrelated + a.misrouted;
+        self.duplicate_events_dropped += a.duplicates;
+    }
+
+    fn count(&self, name: &str) -> u64 {
+        self.proxy.get(name).copied().unwrap_or(0)
+    }
+
+    fn to_json(&self) -> Value {
+        let q = |h: &Histogram<u64>| json!({"count": h.len(), "p50": h.value_at_quantile(0.5), "p90": h.value_at_quantile(0.9), "p99": h.value_at_quantile(0.99), "max": h.max()});
+        json!({
+            "name": self.name, "seconds": self.seconds, "events": self.events, "sessions": self.sessions, "streams": self.streams,
+            "calls_ok": self.calls_ok, "calls_refused": self.refused, "lost_responses": self.lost,
+            "cross_stream_acceptances": self.cross_stream, "duplicate_dispatches": self.duplicate_dispatches,
+            "not_found": self.not_found, "recovered_after_404": self.recovered_after_404,
+            "resumes": self.resumes, "budget_waits": self.budget_waits, "reissued": self.reissued,
+            "events_refused": self.refused_events, "duplicate_events_dropped": self.duplicate_events_dropped,
+            "sessions_closed": self.sessions_closed, "sessions_not_closed": self.sessions_not_closed, "close_refused": self.close_refused, "connect_failures": self.connect_failures,
+            "calls_per_s": self.calls_ok as f64 / self.seconds.max(1e-9),
+            "latency_us": q(&self.latency_us), "resume_ms": q(&self.resume_ms), "resume_without_wait_ms": q(&self.resume_unwaited_ms),
+            "reconnects_peak_per_session_1s": self.reconnect_peak_session, "reconnects_peak_all_1s": self.reconnect_peak_all,
+            "proxy": self.proxy, "error_samples": self.errors,
+        })
+    }
+}
+
+/// One call kind of the gate mix.
+#[derive(Clone, Copy)]
+enum Kind {
+    Echo,
+    Ledger,
+    Progress,
+}
+
+fn call_params(kind: Kind, nonce: &str) -> Value {
+    match kind {
+        Kind::Echo => json!({"name": "echo", "arguments": {"text": nonce}}),
+        Kind::Ledger => json!({"name": "ledger_append", "arguments": {"key": nonce}}),
+        Kind::Progress => json!({"name": "test_tool_with_progress", "arguments": {}, "_meta": {"progressToken": nonce}}),
+    }
+}
+
+fn client_config(spec: &GateSpec, url: &str) -> ClientConfig {
+    let mut cfg = ClientConfig::new(url);
+    cfg.token.clone_from(&spec.token);
+    cfg.budget_burst = BUDGET_BURST;
+    cfg.budget_per_second = BUDGET_PER_SECOND;
+    cfg
+}
+
+async fn connect(spec: &GateSpec, url: &str, phase: &RefCell<Phase>) -> Option<McpClient> {
+    // A handshake can be refused on purpose (a rewritten Origin): try again, a bounded number
+    // of times.
+    for _ in 0..50 {
+        match McpClient::connect(client_config(spec, url), MemoryJournal::new(4096)).await {
+            Ok(c) => return Some(c),
+            Err(e) => {
+                let mut p = phase.borrow_mut();
+                p.connect_failures += 1;
+                if p.errors.len() < 5 {
+                    p.errors.push(format!("connect: {e}"));
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
+}
+
+/// One virtual client for one phase.
+async fn virtual_client(spec: Rc<GateSpec>, url: Rc<str>, n: usize, phase_no: usize, phase: Rc<RefCell<Phase>>, live_events: Rc<Cell<u64>>, deadline: Instant) {
+    let mut k = 0u64;
+    let done = |events: &Cell<u64>| events.get() >= spec.events_per_phase || Instant::now() >= deadline;
+    while !done(&live_events) {
+        let Some(client) = connect(&spec, &url, &phase).await else { return };
+        let mut seen_events = 0;
+        for _ in 0..spec.calls_per_session {
+            if done(&live_events) {
+                break;
+            }
+            k += 1;
+            let kind = match k % 10 {
+                0..=5 => Kind::Echo,
+                6..=8 => Kind::Ledger,
+                _ => Kind::Progress,
+            };
+            let nonce = format!("g{}-p{phase_no}-c{n}-{k}", spec.seed);
+            let t0 = Instant::now();
+            let result = client.request("tools/call", Some(call_params(kind, &nonce)), true).await;
+            let us = t0.elapsed().as_micros().max(1) as u64;
+            let notes = client.take_notifications_with_ids();
+            let samples = client.take_resume_samples();
+            let stats = client.stats();
+            let a = stats.accept;
+            let events = a.dispatched + a.cursor_only + a.duplicates + a.uncorrelated + a.misrouted;
+            live_events.set(live_events.get() + events - seen_events);
+            seen_events = events;
+            let mut p = phase.borrow_mut();
+            match result {
+                Ok(v) => {
+                    let text = v["content"][0]["text"].as_str().unwrap_or_default();
+                    if text == nonce {
+                        p.calls_ok += 1;
+                        let _ = p.latency_us.record(us);
+                    } else {
+                        p.cross_stream += 1;
+                        if p.errors.len() < 5 {
+                            p.errors.push(format!("call {nonce} answered with {text:?}"));
+                        }
+                    }
+                }
+                Err(ClientError::Http(401 | 403, _)) => p.refused += 1,
+                Err(e) => {
+                    p.lost += 1;
+                    if p.errors.len() < 5 {
+                        p.errors.push(format!("call {nonce}: {e}"));
+                    }
+                }
+            }
+            // A progress step may legitimately repeat when the call was re-issued (the tool ran
+            // again, new events); the same *event* dispatched twice never may.
+            let mut seen = HashSet::new();
+            for (event_id, note) in notes.iter().filter(|(_, n)| n["method"] == "notifications/progress") {
+                if note["params"]["progressToken"].as_str() != Some(nonce.as_str()) {
+                    p.cross_stream += 1;
+                } else if event_id.as_ref().is_some_and(|id| !seen.insert(id.clone())) {
+                    p.duplicate_dispatches += 1;
+                }
+            }
+            for s in samples {
+                let _ = p.resume_ms.record(s.total.as_millis().max(1) as u64);
+                let _ = p.resume_unwaited_ms.record(s.total.saturating_sub(s.waited).as_millis().max(1) as u64);
+            }
+        }
+        let stats = client.stats();
+        let closed = client.close().await;
+        let mut p = phase.borrow_mut();
+        p.add_client_stats(&stats);
+        if closed.as_ref().is_ok_and(|c| c.is_over()) {
+            p.sessions_closed += 1;
+        } else if matches!(closed, Ok(Closed::Refused(401 | 403))) {
+            // The proxy made this DELETE illegal (Origin or token): counted with the refusals.
+            p.close_refused += 1;
+        } else {
+            p.sessions_not_closed += 1;
+            if p.errors.len() < 5 {
+                p.errors.push(format!("close: {closed:?}"));
+            }
+        }
+    }
+}
+
+async fn run_phase(spec: &Rc<GateSpec>, phase_no: usize, name: &str, rates: BTreeMap<Scenario, f64>) -> Result<Phase, String> {
+    let (upstream, path) = crate::proxy::split_url(&spec.url)?;
+    let plan = FaultPlan { rates, seed: spec.seed.wrapping_add(phase_no as u64), other_token: spec.other_token.clone(), limit: None };
+    let (addr, proxy) = crate::proxy::start(upstream, plan).await.map_err(|e| format!("proxy: {e}"))?;
+    let url: Rc<str> = format!("http://{addr}{path}").into();
+    let phase = Rc::new(RefCell::new(Phase::new(name)));
+    let live = Rc::new(Cell::new(0));
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(spec.phase_seconds);
+    let bar = spec.progress.then(|| {
+        let b = indicatif::ProgressBar::new(spec.events_per_phase);
+        b.set_style(indicatif::ProgressStyle::with_template("{prefix:>18} {bar:40} {pos}/{len} events {elapsed}").expect("valid template"));
+        b.set_prefix(name.to_owned());
+        b
+    });
+    let tasks: Vec<_> = (0..spec.clients)
+        .map(|n| actix_rt::spawn(virtual_client(Rc::clone(spec), Rc::clone(&url), n, phase_no, Rc::clone(&phase), Rc::clone(&live), deadline)))
+        .collect();
+    if let Some(b) = &bar {
+        while !tasks.iter().all(actix_rt::task::JoinHandle::is_finished) {
+            b.set_position(live.get().min(spec.events_per_phase));
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        b.finish_and_clear();
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    let mut p = Rc::try_unwrap(phase).map_err(|_| "phase still shared")?.into_inner();
+    p.seconds = start.elapsed().as_secs_f64();
+    p.proxy = proxy.counts();
+    (p.reconnect_peak_session, p.reconnect_peak_all) = proxy.reconnect_peaks();
+    Ok(p)
+}
+
+/// Scenarios that act on resumes: their phase also cuts streams, or nothing would resume.
+fn carried_by_cuts(s: Scenario) -> bool {
+    matches!(s, Scenario::ForeignCursor | Scenario::Storm | Scenario::ReplayAfterAck)
+}
+
+/// The counter that shows a scenario really fired in its phase.
+fn evidence(s: Scenario) -> &'static [&'static str] {
+    match s {
+        Scenario::Cut => &["cut"],
+        Scenario::LostPriming => &["lost_priming"],
+        Scenario::CrossedIds => &["crossed_ids"],
+        Scenario::ReplayAfterAck => &["replay_after_ack.stream", "replay_after_ack.resume"],
+        Scenario::ForeignCursor => &["foreign_cursor.rejected"],
+        Scenario::ExpiryRace => &["expiry_race"],
+        Scenario::LostDelete => &["lost_delete"],
+        Scenario::OldToken => &["old_token.rejected"],
+        Scenario::MissingVersion => &["missing_version.served"],
+        Scenario::OriginRewrite => &["origin.rejected"],
+        Scenario::Storm => &["storm.refusals"],
+    }
+}
+
+struct Gate {
+    name: String,
+    value: String,
+    threshold: String,
+    pass: bool,
+    /// Not applicable: the scenarios that exercise it were not selected.
+    skipped: bool,
+}
+
+fn rate_gate(name: &str, good: u64, total: u64) -> Gate {
+    let value = if total == 0 { "n/a (none sent)".into() } else { format!("{:.2} % ({good}/{total})", 100.0 * good as f64 / total as f64) };
+    Gate { name: name.into(), value, threshold: "100 %".into(), pass: total > 0 && good == total, skipped: false }
+}
+
+/// A rate gate that applies only when one of `needs` was selected.
+fn rate_gate_if(spec: &GateSpec, needs: &[Scenario], name: &str, good: u64, total: u64) -> Gate {
+    if needs.iter().any(|s| spec.scenarios.contains(s)) {
+        return rate_gate(name, good, total);
+    }
+    Gate { name: name.into(), value: "not exercised".into(), threshold: "100 %".into(), pass: true, skipped: true }
+}
+
+fn zero_gate(name: &str, v: u64) -> Gate {
+    Gate { name: name.into(), value: v.to_string(), threshold: "0".into(), pass: v == 0, skipped: false }
+}
+
+fn evaluate(spec: &GateSpec, phases: &[Phase], ledger: &Value) -> Vec<Gate> {
+    let sum = |f: &dyn Fn(&Phase) -> u64| phases.iter().map(f).sum::<u64>();
+    let count = |name: &str| sum(&|p| p.count(name));
+    let events = sum(&|p| p.events);
+    let mut gates = vec![Gate { name: "events".into(), value: events.to_string(), threshold: format!(">= {}", spec.min_events), pass: events >= spec.min_events, skipped: false }];
+    for s in &spec.scenarios {
+        let fired: u64 = phases.iter().filter(|p| p.name == s.name()).map(|p| evidence(*s).iter().map(|e| p.count(e)).sum::<u64>()).sum();
+        gates.push(Gate { name: format!("scenario {} fired", s.name()), value: fired.to_string(), threshold: "> 0".into(), pass: fired > 0, skipped: false });
+    }
+    gates.push(zero_gate("cross-stream acceptances", sum(&|p| p.cross_stream)));
+    let dup_server = ledger["duplicates"].as_u64();
+    gates.push(Gate {
+        name: "duplicate dispatches (client + server ledger)".into(),
+        value: format!("{} + {}", sum(&|p| p.duplicate_dispatches), dup_server.map_or("?".into(), |d| d.to_string())),
+        threshold: "0".into(),
+        pass: sum(&|p| p.duplicate_dispatches) == 0 && dup_server == Some(0),
+        skipped: false,
+    });
+    gates.push(zero_gate("lost responses", sum(&|p| p.lost)));
+    let explained = count("origin.rejected") + count("old_token.rejected");
+    let refused = sum(&|p| p.refused + p.close_refused);
+    gates.push(Gate {
+        name: "refused calls and DELETEs explained by injected faults".into(),
+        value: format!("{refused} refused, {explained} injected refusals"),
+        threshold: "refused <= injected".into(),
+        pass: refused <= explained,
+        skipped: false,
+    });
+    gates.push(rate_gate_if(spec, &[Scenario::ExpiryRace, Scenario::OldToken], "404 -> new handshake", sum(&|p| p.recovered_after_404), sum(&|p| p.not_found)));
+    gates.push(zero_gate("requests reusing a session after its 404", count("session.reused_after_404")));
+    gates.push(rate_gate_if(spec, &[Scenario::OriginRewrite], "illegal Origin rejected", count("origin.rejected"), count("origin.rejected") + count("origin.accepted")));
+    gates.push(rate_gate_if(spec, &[Scenario::OldToken], "other principal's token rejected", count("old_token.rejected"), count("old_token.rejected") + count("old_token.accepted")));
+    gates.push(rate_gate_if(spec, &[Scenario::ForeignCursor], "forged/foreign Last-Event-ID rejected", count("foreign_cursor.rejected"), count("foreign_cursor.rejected") + count("foreign_cursor.accepted")));
+    gates.push(rate_gate_if(spec, &[Scenario::MissingVersion], "missing version header served", count("missing_version.served"), count("missing_version.served") + count("missing_version.refused")));
+    let mut resume = histogram();
+    for p in phases {
+        resume.add(&p.resume_ms).expect("same bounds");
+    }
+    gates.push(Gate {
+        name: "resume latency p99 (with retry wait)".into(),
+        value: format!("{} ms", resume.value_at_quantile(0.99)),
+        threshold: format!("< {RESUME_P99_LIMIT_MS} ms"),
+        pass: resume.value_at_quantile(0.99) < RESUME_P99_LIMIT_MS,
+        skipped: false,
+    });
+    let peak = phases.iter().map(|p| p.reconnect_peak_session).max().unwrap_or(0);
+    let allowed = u64::from(BUDGET_BURST) + BUDGET_PER_SECOND as u64;
+    gates.push(Gate { name: "reconnects per session in any 1 s".into(), value: peak.to_string(), threshold: format!("<= {allowed} (budget)"), pass: peak <= allowed, skipped: false });
+    gates.push(rate_gate("sessions ended on close (DELETEs not refused on purpose)", sum(&|p| p.sessions_closed), sum(&|p| p.sessions_closed + p.sessions_not_closed)));
+    gates
+}
+
+async fn ledger_stats(spec: &GateSpec) -> Value {
+    let Ok(c) = McpClient::connect(client_config(spec, &spec.url), MemoryJournal::new(64)).await else { return Value::Null };
+    let v = c.request("tools/call", Some(json!({"name": "ledger_stats", "arguments": {}})), true).await;
+    let _ = c.close().await;
+    v.map(|r| r["structuredContent"].clone()).unwrap_or(Value::Null)
+}
+
+/// Run every phase; returns the report and whether every gate passed.
+pub(crate) async fn run(spec: GateSpec) -> Result<(Value, bool), String> {
+    let spec = Rc::new(spec);
+    let mut phases = Vec::new();
+    let mut plan: Vec<(String, BTreeMap<Scenario, f64>)> = vec![("baseline".into(), BTreeMap::new())];
+    for s in &spec.scenarios {
+        let mut rates = BTreeMap::from([(*s, spec.rate)]);
+        if carried_by_cuts(*s) {
+            rates.entry(Scenario::Cut).or_insert(spec.rate);
+        }
+        plan.push((s.name().into(), rates));
+    }
+    if spec.scenarios.len() > 1 {
+        plan.push(("mixed".into(), spec.scenarios.iter().map(|s| (*s, spec.mixed_rate)).collect()));
+    }
+    let started = Instant::now();
+    for (i, (name, rates)) in plan.into_iter().enumerate() {
+        let p = run_phase(&spec, i, &name, rates).await?;
+        if !spec.progress {
+            eprintln!("phase {name}: {} events, {} calls ok in {:.1} s", p.events, p.calls_ok, p.seconds);
+        }
+        phases.push(p);
+    }
+    let ledger = ledger_stats(&spec).await;
+    let gates = evaluate(&spec, &phases, &ledger);
+    let pass = gates.iter().all(|g| g.pass);
+    let mut all = histogram();
+    for p in &phases {
+        all.add(&p.latency_us).expect("same bounds");
+    }
+    let calls: u64 = phases.iter().map(|p| p.calls_ok).sum();
+    let seconds = started.elapsed().as_secs_f64();
+    let report = json!({
+        "pass": pass,
+        "url": spec.url, "clients": spec.clients, "seconds": seconds, "seed": spec.seed,
+        "events": phases.iter().map(|p| p.events).sum::<u64>(),
+        "sessions": phases.iter().map(|p| p.sessions).sum::<u64>(),
+        "streams": phases.iter().map(|p| p.streams).sum::<u64>(),
+        "calls_ok": calls, "calls_per_s": calls as f64 / seconds,
+        "latency_us": {"p50": all.value_at_quantile(0.5), "p90": all.value_at_quantile(0.9), "p99": all.value_at_quantile(0.99), "max": all.max()},
+        "reconnect_budget": {"burst": BUDGET_BURST, "per_second": BUDGET_PER_SECOND},
+        "ledger": ledger,
+        "gates": gates.iter().map(|g| json!({"gate": g.name, "value": g.value, "threshold": g.threshold, "pass": g.pass, "skipped": g.skipped})).collect::<Vec<_>>(),
+        "phases": phases.iter().map(Phase::to_json).collect::<Vec<_>>(),
+    });
+    Ok((report, pass))
+}
+
+/// The report as terminal tables.
+pub(crate) fn render(r: &Value) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "| phase | events | sessions | streams | calls ok | calls/s | p50 µs | p99 µs | resumes | resume p50/p99/max ms | same, without waits | lost | cross | dup |");
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|");
+    for p in r["phases"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {}/{}/{} | {}/{}/{} | {} | {} | {} |",
+            p["name"].as_str().unwrap_or_default(),
+            p["events"],
+            p["sessions"],
+            p["streams"],
+            p["calls_ok"],
+            p["calls_per_s"].as_f64().unwrap_or(0.0),
+            p["latency_us"]["p50"],
+            p["latency_us"]["p99"],
+            p["resumes"],
+            p["resume_ms"]["p50"],
+            p["resume_ms"]["p99"],
+            p["resume_ms"]["max"],
+            p["resume_without_wait_ms"]["p50"],
+            p["resume_without_wait_ms"]["p99"],
+            p["resume_without_wait_ms"]["max"],
+            p["lost_responses"],
+            p["cross_stream_acceptances"],
+            p["duplicate_dispatches"],
+        );
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(out, "| gate | value | threshold | result |");
+    let _ = writeln!(out, "|---|---|---|---|");
+    for g in r["gates"].as_array().into_iter().flatten() {
+        let _ = writeln!(out, "| {} | {} | {} | {} |", g["gate"].as_str().unwrap_or_default(), g["value"].as_str().unwrap_or_default(), g["threshold"].as_str().unwrap_or_default(), match (g["skipped"] == true, g["pass"] == true) {
+            (true, _) => "skipped",
+            (false, true) => "pass",
+            (false, false) => "FAIL",
+        });
+    }
+    let _ = writeln!(
+        out,
+        "\n{} events, {} sessions, {} streams, {} calls ok ({:.0}/s) in {:.1} s; latency µs p50 {} p90 {} p99 {} max {}; gate {}",
+        r["events"],
+        r["sessions"],
+        r["streams"],
+        r["calls_ok"],
+        r["calls_per_s"].as_f64().unwrap_or(0.0),
+        r["seconds"].as_f64().unwrap_or(0.0),
+        r["latency_us"]["p50"],
+        r["latency_us"]["p90"],
+        r["latency_us"]["p99"],
+        r["latency_us"]["max"],
+        if r["pass"] == true { "PASSED" } else { "FAILED" }
+    );
+    for p in r["phases"].as_array().into_iter().flatten() {
+        for e in p["error_samples"].as_array().into_iter().flatten() {
+            let _ = writeln!(out, "  {}: {}", p["name"].as_str().unwrap_or_default(), e.as_str().unwrap_or_default());
+        }
+    }
+    out
+}
+
+/// An SVG chart: call latency and resume latency by percentile, one line per phase.
+pub(crate) fn svg(r: &Value) -> String {
+    const W: f64 = 900.0;
+    const H: f64 = 300.0;
+    const COLORS: [&str; 7] = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2"];
+    let panels = [("Call latency (µs)", "latency_us"), ("Resume latency (ms)", "resume_ms")];
+    let mut out = format!("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{}\" font-family=\"sans-serif\" font-size=\"11\">\n", H * 2.0 + 40.0);
+    let phases: Vec<&Value> = r["phases"].as_array().map(|a| a.iter().collect()).unwrap_or_default();
+    for (pi, (title, key)) in panels.iter().enumerate() {
+        let top = pi as f64 * (H + 20.0) + 20.0;
+        let _ = writeln!(out, "<text x=\"60\" y=\"{}\" font-size=\"13\">{title}: p50, p90, p99, max per phase (log scale)</text>", top - 5.0);
+        let max = phases.iter().filter_map(|p| p[key]["max"].as_u64()).max().unwrap_or(1).max(10) as f64;
+        let y = |v: f64| top + H - 20.0 - (v.max(1.0).log10() / max.log10()) * (H - 40.0);
+        let stats = ["p50", "p90", "p99", "max"];
+        let x = |i: usize| 80.0 + i as f64 * (W - 260.0) / (stats.len() - 1) as f64;
+        for (i, s) in stats.iter().enumerate() {
+            let _ = writeln!(out, "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{s}</text>", x(i), top + H - 5.0);
+        }
+        for d in 0..=(max.log10().ceil() as u32) {
+            let v = 10f64.powi(d as i32);
+            let _ = writeln!(out, "<line x1=\"70\" x2=\"{}\" y1=\"{1}\" y2=\"{1}\" stroke=\"#ddd\"/><text x=\"65\" y=\"{1}\" text-anchor=\"end\">{v}</text>", W - 170.0, y(v));
+        }
+        for (n, p) in phases.iter().enumerate() {
+            if p[key]["count"].as_u64().unwrap_or(0) == 0 {
+                continue;
+            }
+            let color = COLORS[n % COLORS.len()];
+            let dash = if n >= COLORS.len() { " stroke-dasharray=\"5,3\"" } else { "" };
+            let points: Vec<String> = stats.iter().enumerate().map(|(i, s)| format!("{:.1},{:.1}", x(i), y(p[key][*s].as_f64().unwrap_or(1.0)))).collect();
+            let _ = writeln!(out, "<polyline fill=\"none\" stroke=\"{color}\"{dash} stroke-width=\"1.5\" points=\"{}\"/>", points.join(" "));
+            let _ = writeln!(out, "<text x=\"{}\" y=\"{}\" fill=\"{color}\">{}</text>", W - 160.0, top + 12.0 * n as f64 + 10.0, p["name"].as_str().unwrap_or_default());
+        }
+    }
+    out.push_str("</svg>\n");
+    out
+}
