@@ -139,6 +139,15 @@ impl Phase {
         self.duplicate_events_dropped += a.duplicates;
     }
 
+    /// Keep an error sample: up to three of each kind (the text before its first digit).
+    fn note_error(&mut self, e: String) {
+        let kind = |s: &str| s.split(|c: char| c.is_ascii_digit()).next().unwrap_or_default().to_owned();
+        let k = kind(&e);
+        if self.errors.len() < 30 && self.errors.iter().filter(|x| kind(x) == k).count() < 3 {
+            self.errors.push(e);
+        }
+    }
+
     fn count(&self, name: &str) -> u64 {
         self.proxy.get(name).copied().unwrap_or(0)
     }
@@ -194,9 +203,7 @@ async fn connect(spec: &GateSpec, url: &str, phase: &RefCell<Phase>) -> Option<M
             Err(e) => {
                 let mut p = phase.borrow_mut();
                 p.connect_failures += 1;
-                if p.errors.len() < 5 {
-                    p.errors.push(format!("connect: {e}"));
-                }
+                p.note_error(format!("connect: {e}"));
             }
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -241,17 +248,13 @@ async fn virtual_client(spec: Rc<GateSpec>, url: Rc<str>, n: usize, phase_no: us
                         let _ = p.latency_us.record(us);
                     } else {
                         p.cross_stream += 1;
-                        if p.errors.len() < 5 {
-                            p.errors.push(format!("call {nonce} answered with {text:?}"));
-                        }
+                        p.note_error(format!("call {nonce} answered with {text:?}"));
                     }
                 }
                 Err(ClientError::Http(401 | 403, _)) => p.refused += 1,
                 Err(e) => {
                     p.lost += 1;
-                    if p.errors.len() < 5 {
-                        p.errors.push(format!("call {nonce}: {e}"));
-                    }
+                    p.note_error(format!("call {nonce}: {e}"));
                 }
             }
             // A progress step may legitimately repeat when the call was re-issued (the tool ran
@@ -280,9 +283,7 @@ async fn virtual_client(spec: Rc<GateSpec>, url: Rc<str>, n: usize, phase_no: us
             p.close_refused += 1;
         } else {
             p.sessions_not_closed += 1;
-            if p.errors.len() < 5 {
-                p.errors.push(format!("close: {closed:?}"));
-            }
+            p.note_error(format!("close: {closed:?}"));
         }
     }
 }
@@ -574,4 +575,91 @@ pub(crate) fn svg(r: &Value) -> String {
     }
     out.push_str("</svg>\n");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(scenarios: Vec<Scenario>) -> GateSpec {
+        GateSpec {
+            url: String::new(),
+            token: None,
+            other_token: None,
+            clients: 1,
+            events_per_phase: 10,
+            phase_seconds: 1,
+            min_events: 10,
+            scenarios,
+            rate: 0.2,
+            mixed_rate: 0.05,
+            seed: 1,
+            calls_per_session: 10,
+            progress: false,
+        }
+    }
+
+    fn clean_phase(name: &str) -> Phase {
+        let mut p = Phase::new(name);
+        p.events = 10;
+        p.sessions_closed = 1;
+        p.proxy.insert("cut", 3);
+        let _ = p.resume_ms.record(1_000);
+        let _ = p.latency_us.record(500);
+        p
+    }
+
+    fn failing(gates: &[Gate]) -> Vec<&str> {
+        gates.iter().filter(|g| !g.pass).map(|g| g.name.as_str()).collect()
+    }
+
+    #[test]
+    fn a_clean_run_passes_and_each_defect_fails_its_gate() {
+        let s = spec(vec![Scenario::Cut]);
+        let ledger = json!({"duplicates": 0});
+        assert!(failing(&evaluate(&s, &[clean_phase("cut")], &ledger)).is_empty());
+
+        let mut p = clean_phase("cut");
+        p.cross_stream = 1;
+        assert_eq!(failing(&evaluate(&s, &[p], &ledger)), vec!["cross-stream acceptances"]);
+        let mut p = clean_phase("cut");
+        p.lost = 1;
+        assert_eq!(failing(&evaluate(&s, &[p], &ledger)), vec!["lost responses"]);
+        assert_eq!(failing(&evaluate(&s, &[clean_phase("cut")], &json!({"duplicates": 1}))), vec!["duplicate dispatches (client + server ledger)"]);
+        assert_eq!(failing(&evaluate(&s, &[clean_phase("cut")], &Value::Null)), vec!["duplicate dispatches (client + server ledger)"], "no ledger figure is not a pass");
+        let mut p = clean_phase("cut");
+        let _ = p.resume_ms.record_n(6_000, 10);
+        assert_eq!(failing(&evaluate(&s, &[p], &ledger)), vec!["resume latency p99 (with retry wait)"]);
+        let mut p = clean_phase("cut");
+        p.proxy.clear();
+        assert_eq!(failing(&evaluate(&s, &[p], &ledger)), vec!["scenario cut fired"], "a scenario that never fired is not a pass");
+    }
+
+    #[test]
+    fn rejection_rates_apply_only_to_selected_scenarios() {
+        let ledger = json!({"duplicates": 0});
+        let gates = evaluate(&spec(vec![Scenario::Cut]), &[clean_phase("cut")], &ledger);
+        assert!(gates.iter().find(|g| g.name == "illegal Origin rejected").is_some_and(|g| g.skipped));
+        let mut p = clean_phase("origin-rewrite");
+        p.proxy.insert("origin.rejected", 9);
+        p.proxy.insert("origin.accepted", 1);
+        let gates = evaluate(&spec(vec![Scenario::OriginRewrite]), &[p], &ledger);
+        assert_eq!(failing(&gates), vec!["illegal Origin rejected"]);
+    }
+
+    #[test]
+    fn report_renders_as_tables_and_svg() {
+        let s = spec(vec![Scenario::Cut]);
+        let phases = [clean_phase("baseline"), clean_phase("cut")];
+        let gates = evaluate(&s, &phases, &json!({"duplicates": 0}));
+        let report = json!({
+            "pass": true, "events": 20, "phases": phases.iter().map(Phase::to_json).collect::<Vec<_>>(),
+            "gates": gates.iter().map(|g| json!({"gate": g.name, "value": g.value, "threshold": g.threshold, "pass": g.pass, "skipped": g.skipped})).collect::<Vec<_>>(),
+        });
+        let table = render(&report);
+        assert!(table.contains("| cut | 10 |") && table.contains("| lost responses | 0 | 0 | pass |"), "{table}");
+        let svg = svg(&report);
+        assert_eq!(svg.matches("<polyline").count(), 2 * 2, "two panels, two phases with samples");
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    }
 }

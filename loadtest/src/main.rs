@@ -64,8 +64,11 @@ enum Command {
         /// Total calls per second across all clients (default: as fast as they complete).
         #[arg(long)]
         rate: Option<f64>,
-        /// Mix entry `tool[:weight][:args-json]`, repeatable. Default: mostly `echo`, some
-        /// `test_simple_text` and the 100 ms `test_tool_with_progress`.
+        /// Mix entry `tool[:weight][:args-json]`, repeatable; `{nonce}` in the args becomes a
+        /// unique string per call. Default: mostly `echo`, the write tool `ledger_append` with
+        /// a fresh idempotency key, `test_simple_text` and the 100 ms `test_tool_with_progress`
+        /// (mcp-host with `--packs conformance,echo,ledger`, as `--spawn-host` starts it).
+        /// Whether a call may be re-issued comes from the tool's annotations.
         #[arg(long = "call")]
         calls: Vec<String>,
         /// Also write the report as JSON here.
@@ -288,7 +291,12 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Run { url, spawn_host, clients, seconds, rate, calls, json_out, no_progress, fail_on_error, cut_rate, faults, seed } => {
             let calls = if calls.is_empty() {
-                vec!["echo:8:{\"text\":\"load\"}".to_owned(), "test_simple_text:1".to_owned(), "test_tool_with_progress:1".to_owned()]
+                vec![
+                    "echo:8:{\"text\":\"load\"}".to_owned(),
+                    "ledger_append:2:{\"key\":\"{nonce}\"}".to_owned(),
+                    "test_simple_text:1".to_owned(),
+                    "test_tool_with_progress:1".to_owned(),
+                ]
             } else {
                 calls
             };

@@ -45,7 +45,7 @@ pub(crate) enum Scenario {
     /// The `Origin` header is rewritten to a foreign origin.
     OriginRewrite,
     /// A reconnect episode (one session resuming from one cursor) is answered 429/503 (with
-    /// `Retry-After: 1`) one to three times in a row.
+    /// `Retry-After: 1`) once or twice in a row.
     Storm,
 }
 
@@ -563,7 +563,7 @@ async fn exchange(p: &Proxy, c: &mut Conn, up: &mut Option<Conn>) -> IoResult<bo
         Rewrite::Storm => {
             if let Some(s) = &session {
                 p.bump("storm.started");
-                p.storms.borrow_mut().insert(s.clone(), p.below(3) as u32);
+                p.storms.borrow_mut().insert(s.clone(), p.below(2) as u32);
             }
             return refuse_storm(p, c).await;
         }

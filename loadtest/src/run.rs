@@ -18,11 +18,34 @@ use tokio::time::Instant;
 pub(crate) struct MixEntry {
     pub(crate) tool: String,
     pub(crate) args: Value,
+    /// The args as written, when they contain `{nonce}` (replaced per call).
+    template: Option<String>,
     pub(crate) weight: u32,
+    /// From the server's annotations (`readOnlyHint` or `idempotentHint`), see [`annotate`].
     pub(crate) idempotent: bool,
 }
 
-/// Parse `tool[:weight][:args-json]` entries, e.g. `echo:8:{"text":"x"}`.
+impl MixEntry {
+    /// The arguments of call `nonce`.
+    fn args_for(&self, nonce: &str) -> Value {
+        self.template.as_ref().and_then(|t| serde_json::from_str(&t.replace("{nonce}", nonce)).ok()).unwrap_or_else(|| self.args.clone())
+    }
+}
+
+/// Mark each entry idempotent as the server's `tools/list` annotations say (read-only or
+/// idempotent tools may be re-issued when their outcome is unknown; others are reported
+/// lost). A tool the server does not list is an error.
+pub(crate) fn annotate(mix: &mut [MixEntry], tools: &Value) -> Result<(), String> {
+    for m in mix {
+        let t = tools["tools"].as_array().and_then(|ts| ts.iter().find(|t| t["name"] == m.tool.as_str())).ok_or_else(|| format!("the server does not list tool {:?}", m.tool))?;
+        let hint = |name: &str| t["annotations"][name] == true;
+        m.idempotent = hint("readOnlyHint") || hint("idempotentHint");
+    }
+    Ok(())
+}
+
+/// Parse `tool[:weight][:args-json]` entries, e.g. `echo:8:{"text":"x"}`; `{nonce}` in the
+/// args becomes a unique string per call (e.g. an idempotency key).
 pub(crate) fn parse_mix(specs: &[String]) -> Result<Vec<MixEntry>, String> {
     specs
         .iter()
@@ -34,7 +57,8 @@ pub(crate) fn parse_mix(specs: &[String]) -> Result<Vec<MixEntry>, String> {
             if !args.is_object() || weight == 0 {
                 return Err(format!("args must be a JSON object and weight > 0 in {s:?}"));
             }
-            Ok(MixEntry { idempotent: tool == "echo" || tool.starts_with("test_simple"), tool, args, weight })
+            let template = s.splitn(3, ':').nth(2).filter(|a| a.contains("{nonce}")).map(str::to_owned);
+            Ok(MixEntry { tool, args, template, weight, idempotent: false })
         })
         .collect()
 }
@@ -105,13 +129,20 @@ fn error_kind(e: &ClientError) -> String {
     match e {
         ClientError::Rpc(o) => format!("rpc {}", o.code),
         ClientError::Lost(..) => "lost".into(),
-        ClientError::Http(s, _) => format!("http {s}"),
+        ClientError::Http(s, _) | ClientError::Unavailable { status: s, .. } => format!("http {s}"),
         ClientError::Transport(_) => "transport".into(),
     }
 }
 
 /// Run the load and return the JSON report.
 pub(crate) async fn run(mut spec: RunSpec) -> Result<Value, String> {
+    // Idempotence from the server's annotations, asked directly (not through the faults).
+    let probe = McpClient::connect(ClientConfig::new(&spec.url), MemoryJournal::new(64)).await.map_err(|e| format!("connect: {e}"))?;
+    let tools = probe.request("tools/list", None, true).await.map_err(|e| format!("tools/list: {e}"))?;
+    let _ = probe.close().await;
+    annotate(&mut spec.mix, &tools)?;
+    // Unique per run, so `{nonce}` keys never repeat across runs against the same server.
+    let run_id = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     let mut proxy_stats = None;
     if let Some(plan) = spec.faults.clone() {
         let (upstream, path) = crate::proxy::split_url(&spec.url)?;
@@ -144,12 +175,15 @@ pub(crate) async fn run(mut spec: RunSpec) -> Result<Value, String> {
                 }
             };
             let mut pick = (n as u32).wrapping_mul(2_654_435_761);
+            let mut calls = 0u64;
             while Instant::now() < deadline {
                 pick = pick.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
                 let mut r = pick % weight_sum;
                 let entry = spec.mix.iter().find(|m| if r < m.weight { true } else { r -= m.weight; false }).expect("weights cover the range");
                 let t0 = Instant::now();
-                let result = client.request("tools/call", Some(json!({"name": entry.tool, "arguments": entry.args})), entry.idempotent).await;
+                calls += 1;
+                let args = entry.args_for(&format!("{run_id:x}-{n}-{calls}"));
+                let result = client.request("tools/call", Some(json!({"name": entry.tool, "arguments": args})), entry.idempotent).await;
                 let us = t0.elapsed().as_micros().max(1) as u64;
                 {
                     let mut t = totals.borrow_mut();
@@ -240,11 +274,32 @@ mod tests {
     #[test]
     fn mix_entries_parse_with_defaults_and_reject_bad_input() {
         let m = parse_mix(&["echo:8:{\"text\":\"x\"}".into(), "test_tool_with_progress".into()]).unwrap();
-        assert_eq!((m[0].tool.as_str(), m[0].weight, m[0].idempotent), ("echo", 8, true));
+        assert_eq!((m[0].tool.as_str(), m[0].weight), ("echo", 8));
         assert_eq!(m[0].args["text"], "x");
-        assert_eq!((m[1].weight, m[1].idempotent), (1, false));
+        assert_eq!(m[1].weight, 1);
         assert!(parse_mix(&["echo:0".into()]).is_err());
         assert!(parse_mix(&["echo:1:[1]".into()]).is_err());
         assert!(parse_mix(&[":1".into()]).is_err());
+    }
+
+    #[test]
+    fn nonce_placeholders_make_each_call_unique() {
+        let m = parse_mix(&["ledger_append:2:{\"key\":\"{nonce}\"}".into()]).unwrap();
+        assert_eq!(m[0].args_for("a")["key"], "a");
+        assert_eq!(m[0].args_for("b")["key"], "b");
+    }
+
+    #[test]
+    fn idempotence_comes_from_the_servers_annotations() {
+        let mut m = parse_mix(&["echo".into(), "ledger_append".into(), "write".into()]).unwrap();
+        let tools = json!({"tools": [
+            {"name": "echo", "annotations": {"readOnlyHint": true}},
+            {"name": "ledger_append", "annotations": {"readOnlyHint": false, "idempotentHint": true}},
+            {"name": "write"},
+        ]});
+        annotate(&mut m, &tools).unwrap();
+        assert_eq!(m.iter().map(|e| e.idempotent).collect::<Vec<_>>(), vec![true, true, false]);
+        let mut unknown = parse_mix(&["nope".into()]).unwrap();
+        assert!(annotate(&mut unknown, &tools).unwrap_err().contains("nope"));
     }
 }

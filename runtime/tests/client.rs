@@ -13,7 +13,11 @@ use serde_json::json;
 
 async fn serve(cfg: RuntimeConfig) -> (String, Arc<Supervisor>) {
     let sup = Supervisor::new(cfg, common::catalog(common::Gate::default()));
-    let app_sup = Arc::clone(&sup);
+    (serve_sup(Arc::clone(&sup)).await, sup)
+}
+
+async fn serve_sup(sup: Arc<Supervisor>) -> String {
+    let app_sup = sup;
     let server = HttpServer::new(move || App::new().configure(mcp_runtime::http::configure("/mcp", Arc::clone(&app_sup))))
         .workers(1)
         .disable_signals()
@@ -21,7 +25,7 @@ async fn serve(cfg: RuntimeConfig) -> (String, Arc<Supervisor>) {
         .unwrap();
     let url = format!("http://{}/mcp", server.addrs()[0]);
     actix_rt::spawn(server.run());
-    (url, sup)
+    url
 }
 
 fn fast() -> RuntimeConfig {
@@ -139,4 +143,48 @@ async fn close_sends_delete_and_the_session_is_gone() {
     assert_eq!(sup.session_count(), 1);
     assert_eq!(c.close().await.unwrap(), mcp_runtime::client_http::Closed::Ended);
     assert_eq!(sup.session_count(), 0);
+}
+
+#[actix_web::test]
+async fn handshake_refused_with_503_is_retried_no_sooner_than_retry_after() {
+    let (url, _sup) = serve(RuntimeConfig { max_sessions: 1, ..fast() }).await;
+    let a = connect(&url).await;
+    delete_session(&url, &a.session_id()).await;
+    let b = connect(&url).await; // takes the only slot: a's new handshake gets 503, Retry-After: 5
+    let release = async move {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        b.close().await.unwrap();
+    };
+    let t0 = tokio::time::Instant::now();
+    let (r, ()) = tokio::join!(a.request("tools/call", Some(json!({"name":"echo","arguments":{"text":"later"}})), true), release);
+    assert_eq!(r.unwrap()["content"][0]["text"], "later");
+    assert!(t0.elapsed() >= std::time::Duration::from_secs(5), "waited {:?}, less than Retry-After", t0.elapsed());
+    assert_eq!(a.stats().handshakes, 2);
+}
+
+#[actix_web::test]
+async fn idempotent_request_refused_with_503_is_retried_and_others_are_not() {
+    let gate = common::Gate::default();
+    let sup = Supervisor::new(RuntimeConfig { max_in_flight_per_session: 1, ..fast() }, common::catalog(gate.clone()));
+    let url = serve_sup(Arc::clone(&sup)).await;
+    let c = connect(&url).await;
+    let call = |idempotent| c.request("tools/call", Some(json!({"name":"echo","arguments":{"text":"x"}})), idempotent);
+    let hold = c.request("tools/call", Some(json!({"name":"gated","arguments":{}})), false);
+    let open_later = async {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        gate.open(1);
+    };
+    // While `gated` holds the only slot: a non-idempotent call gets the 503 back at once...
+    let probe = async {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let refused = call(false).await;
+        // ...an idempotent one waits Retry-After (1 s) and succeeds once the slot is free.
+        let retried = call(true).await;
+        (refused, retried)
+    };
+    let (held, (), (refused, retried)) = tokio::join!(hold, open_later, probe);
+    assert_eq!(held.unwrap()["content"][0]["text"], "done");
+    assert!(matches!(refused, Err(ClientError::Unavailable { status: 503, retry_after_ms: Some(1000), .. })), "{refused:?}");
+    assert_eq!(retried.unwrap()["content"][0]["text"], "x");
+    assert_eq!(c.stats().reissued, 1);
 }

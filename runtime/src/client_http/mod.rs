@@ -92,6 +92,18 @@ pub enum ClientError {
     /// An HTTP status the client does not handle.
     #[error("HTTP {0}: {1}")]
     Http(u16, String),
+    /// 429 or 503: the server refused for now (the request was not processed), with its
+    /// `Retry-After` in ms if it sent one. Idempotent requests and handshakes are retried
+    /// after it; this is what is left when they were retried too often.
+    #[error("HTTP {status} (retry after {retry_after_ms:?} ms): {body}")]
+    Unavailable {
+        /// 429 or 503.
+        status: u16,
+        /// `Retry-After` (seconds in the header), in ms.
+        retry_after_ms: Option<u64>,
+        /// The response body.
+        body: String,
+    },
     /// Connection-level failure.
     #[error("transport: {0}")]
     Transport(String),
@@ -177,8 +189,24 @@ enum Failure {
     Gone(u32),
     /// The outcome is unknown (stream unresumable, POST connection failed).
     Unknown(ClientError),
+    /// 429/503: not processed; may be retried after the delay (ms).
+    Busy(ClientError, u64),
     /// A final answer.
     Final(ClientError),
+}
+
+/// `Retry-After` in ms (delta-seconds form, capped at 5 minutes).
+fn retry_after_ms(headers: &awc::http::header::HeaderMap) -> Option<u64> {
+    headers.get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok()).map(|s| s.min(300) * 1000)
+}
+
+/// The error for a non-success status: [`ClientError::Unavailable`] for 429/503.
+fn status_error(status: u16, headers: &awc::http::header::HeaderMap, body: String) -> ClientError {
+    if status == 429 || status == 503 {
+        ClientError::Unavailable { status, retry_after_ms: retry_after_ms(headers), body }
+    } else {
+        ClientError::Http(status, body)
+    }
 }
 
 fn random_u64() -> u64 {
@@ -303,7 +331,11 @@ impl<J: Journal> McpClient<J> {
             .await
             .map_err(|e| ClientError::Transport(e.to_string()))?;
         let sid = resp.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
-        let result = Self::read_single(&mut resp).await?;
+        let headers = resp.headers().clone();
+        let result = Self::read_single(&mut resp).await.map_err(|e| match e {
+            ClientError::Http(s, body) => status_error(s, &headers, body),
+            other => other,
+        })?;
         let version = result.get("protocolVersion").and_then(Value::as_str).and_then(ProtocolVersion::parse).ok_or_else(|| ClientError::Transport("server offered an unsupported protocol version".into()))?;
         let sid = sid.ok_or_else(|| ClientError::Transport("no MCP-Session-Id in the initialize response".into()))?;
         let note = encode_notification::<Value>("notifications/initialized", None);
@@ -361,8 +393,11 @@ impl<J: Journal> McpClient<J> {
                 Ok(ok) => break ok,
                 Err(e @ (ClientError::Http(401 | 403, _) | ClientError::Rpc(_))) => return Err(e),
                 Err(e) if attempt + 1 >= self.cfg.max_resume_attempts => return Err(e),
-                Err(_) => {
-                    let delay = self.cfg.backoff.delay_ms(Some(50), attempt, self.jitter());
+                Err(e) => {
+                    let delay = match e {
+                        ClientError::Unavailable { retry_after_ms: Some(ms), .. } => self.cfg.backoff.delay_after_refusal_ms(None, ms, self.jitter()),
+                        _ => self.cfg.backoff.delay_ms(Some(50), attempt, self.jitter()),
+                    };
                     attempt += 1;
                     tokio::time::sleep(Duration::from_millis(delay)).await;
                     self.wait_for_budget().await;
@@ -399,7 +434,7 @@ impl<J: Journal> McpClient<J> {
             }
             s => {
                 let body = resp.body().await.unwrap_or_default();
-                Err(ClientError::Http(s, String::from_utf8_lossy(&body).into_owned()))
+                Err(status_error(s, resp.headers(), String::from_utf8_lossy(&body).into_owned()))
             }
         }
     }
@@ -468,6 +503,13 @@ impl<J: Journal> McpClient<J> {
                     "the session ended (404)".to_owned()
                 }
                 Err(Failure::Unknown(e)) => e.to_string(),
+                Err(Failure::Busy(e, delay)) => {
+                    if !idempotent || reissues >= self.cfg.max_reissues {
+                        return Err(e);
+                    }
+                    tokio::time::sleep(Duration::from_millis(delay)).await;
+                    e.to_string()
+                }
             };
             if !idempotent || reissues >= self.cfg.max_reissues {
                 self.inner.borrow_mut().stats.lost += 1;
@@ -492,6 +534,10 @@ impl<J: Journal> McpClient<J> {
         let posted = match self.post(body, session).await {
             Ok(p) => p,
             Err(e @ ClientError::Transport(_)) => return Err(Failure::Unknown(e)),
+            Err(e @ ClientError::Unavailable { retry_after_ms, .. }) => {
+                let delay = retry_after_ms.map_or_else(|| self.cfg.backoff.delay_ms(None, 0, self.jitter()), |ms| self.cfg.backoff.delay_after_refusal_ms(None, ms, self.jitter()));
+                return Err(Failure::Busy(e, delay));
+            }
             Err(e) => return Err(Failure::Final(e)),
         };
         match posted {
