@@ -203,6 +203,9 @@ impl Proxy {
     fn foreign_event(&self, session: &str) -> Option<Rc<[u8]>> {
         let recent = self.recent.borrow();
         let n = recent.len() as u64;
+        if n == 0 {
+            return None;
+        }
         (0..8).map(|_| &recent[self.below(n) as usize]).find(|(s, _)| s != session).map(|(_, e)| Rc::clone(e))
     }
 }

@@ -131,6 +131,7 @@ fn error_kind(e: &ClientError) -> String {
         ClientError::Lost(..) => "lost".into(),
         ClientError::Http(s, _) | ClientError::Unavailable { status: s, .. } => format!("http {s}"),
         ClientError::Transport(_) => "transport".into(),
+        ClientError::Cancelled => "cancelled".into(),
     }
 }
 

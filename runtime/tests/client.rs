@@ -188,3 +188,21 @@ async fn idempotent_request_refused_with_503_is_retried_and_others_are_not() {
     assert_eq!(retried.unwrap()["content"][0]["text"], "x");
     assert_eq!(c.stats().reissued, 1);
 }
+
+#[actix_web::test]
+async fn cancelling_a_request_tells_the_server_and_returns_cancelled() {
+    let gate = common::Gate::default();
+    let url = serve_sup(Supervisor::new(fast(), common::catalog(gate.clone()))).await;
+    let c = connect(&url).await;
+    let token = tokio_util::sync::CancellationToken::new();
+    let call = c.request_cancellable("tools/call", Some(json!({"name":"until_cancelled","arguments":{}})), true, &token);
+    let cancel_soon = async {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        token.cancel();
+    };
+    let (r, ()) = tokio::join!(call, cancel_soon);
+    assert_eq!(r, Err(ClientError::Cancelled));
+    // The tool saw the cancellation: the server got notifications/cancelled.
+    gate.finished(1).await;
+    assert_eq!(c.stats().reissued, 0, "a cancelled request is not re-issued");
+}

@@ -107,6 +107,9 @@ pub enum ClientError {
     /// Connection-level failure.
     #[error("transport: {0}")]
     Transport(String),
+    /// The caller cancelled the request; the server was told with `notifications/cancelled`.
+    #[error("cancelled")]
+    Cancelled,
 }
 
 /// Counters.
@@ -149,6 +152,17 @@ pub enum Closed {
 }
 
 impl Closed {
+    /// What a DELETE's status says about the session.
+    #[must_use]
+    pub fn from_status(status: u16) -> Closed {
+        match status {
+            200..=299 => Closed::Ended,
+            404 => Closed::AlreadyGone,
+            405 => Closed::NotAllowed,
+            s => Closed::Refused(s),
+        }
+    }
+
     /// Whether the session is known to be over.
     #[must_use]
     pub fn is_over(self) -> bool {
@@ -452,7 +466,8 @@ impl<J: Journal> McpClient<J> {
         }
     }
 
-    /// Cancel a request (the only way: a disconnect is not a cancellation).
+    /// Cancel a request by id (the only way: a disconnect is not a cancellation). For calls
+    /// made with [`Self::request`], use [`Self::request_cancellable`].
     ///
     /// # Errors
     /// HTTP or transport failure.
@@ -473,6 +488,16 @@ impl<J: Journal> McpClient<J> {
     /// # Errors
     /// [`ClientError`]; a JSON-RPC error response is [`ClientError::Rpc`] (terminal).
     pub async fn request(&self, method: &str, params: Option<Value>, idempotent: bool) -> Result<Value, ClientError> {
+        self.request_cancellable(method, params, idempotent, &tokio_util::sync::CancellationToken::new()).await
+    }
+
+    /// [`Self::request`] that `cancel` can stop: the request in flight is cancelled with
+    /// `notifications/cancelled` (sent before its stream is dropped — a disconnect is never
+    /// the cancellation), and this returns [`ClientError::Cancelled`].
+    ///
+    /// # Errors
+    /// As [`Self::request`], plus [`ClientError::Cancelled`].
+    pub async fn request_cancellable(&self, method: &str, params: Option<Value>, idempotent: bool, cancel: &tokio_util::sync::CancellationToken) -> Result<Value, ClientError> {
         let mut reissues = 0;
         loop {
             let (dead, generation) = {
@@ -483,7 +508,10 @@ impl<J: Journal> McpClient<J> {
                 // An earlier 404 whose new handshake failed: start the session first.
                 self.rehandshake(generation).await?;
             }
-            let why = match self.attempt(method, params.as_ref()).await {
+            if cancel.is_cancelled() {
+                return Err(ClientError::Cancelled);
+            }
+            let why = match self.attempt(method, params.as_ref(), cancel).await {
                 Ok(v) => return Ok(v),
                 Err(Failure::Final(e)) => return Err(e),
                 Err(Failure::Gone(generation)) => {
@@ -524,7 +552,7 @@ impl<J: Journal> McpClient<J> {
     }
 
     /// One attempt: POST the request under a fresh id and follow its stream.
-    async fn attempt(&self, method: &str, params: Option<&Value>) -> Result<Value, Failure> {
+    async fn attempt(&self, method: &str, params: Option<&Value>, cancel: &tokio_util::sync::CancellationToken) -> Result<Value, Failure> {
         let (id, generation, session) = {
             let mut i = self.inner.borrow_mut();
             i.next_id += 1;
@@ -554,7 +582,17 @@ impl<J: Journal> McpClient<J> {
                     }
                     key
                 };
-                let r = self.follow(&key, &id, resp).await;
+                let follow = self.follow(&key, &id, resp);
+                tokio::pin!(follow);
+                let r = tokio::select! {
+                    r = &mut follow => r,
+                    () = cancel.cancelled() => {
+                        // Tell the server first; the stream is dropped on return.
+                        let _ = self.cancel(&id, "cancelled by the caller").await;
+                        self.inner.borrow_mut().acceptor.close_stream(&key);
+                        return Err(Failure::Final(ClientError::Cancelled));
+                    }
+                };
                 self.inner.borrow_mut().acceptor.close_stream(&key);
                 match r {
                     Ok(v) => v.map_err(Failure::Final),
@@ -780,14 +818,7 @@ impl<J: Journal> McpClient<J> {
         let mut attempt = 0;
         loop {
             match Self::builder(&self.http, &self.cfg, awc::http::Method::DELETE, Some((&session.0, session.1))).send().await {
-                Ok(r) => {
-                    return Ok(match r.status().as_u16() {
-                        200..=299 => Closed::Ended,
-                        404 => Closed::AlreadyGone,
-                        405 => Closed::NotAllowed,
-                        s => Closed::Refused(s),
-                    });
-                }
+                Ok(r) => return Ok(Closed::from_status(r.status().as_u16())),
                 Err(_) if attempt < self.cfg.max_reissues => {
                     attempt += 1;
                     tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
@@ -795,5 +826,20 @@ impl<J: Journal> McpClient<J> {
                 Err(e) => return Err(ClientError::Transport(e.to_string())),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_405_to_delete_is_not_a_deletion_receipt() {
+        assert!(Closed::from_status(204).is_over());
+        assert!(Closed::from_status(404).is_over(), "already gone (e.g. a DELETE sent again after its answer was lost)");
+        assert_eq!(Closed::from_status(405), Closed::NotAllowed);
+        assert!(!Closed::from_status(405).is_over());
+        assert!(!Closed::from_status(403).is_over());
+        assert!(!Closed::from_status(500).is_over());
     }
 }

@@ -49,6 +49,15 @@ impl Gate {
     }
 }
 
+/// Adds a permit when dropped (a cancelled tool's future is dropped by its session).
+struct OnDrop(Arc<Semaphore>);
+
+impl Drop for OnDrop {
+    fn drop(&mut self) {
+        self.0.add_permits(1);
+    }
+}
+
 /// Tools used by the integration tests.
 pub fn catalog(gate: Gate) -> Catalog {
     let obj = json!({"type":"object","properties":{}});
@@ -66,6 +75,17 @@ pub fn catalog(gate: Gate) -> Catalog {
                 // The session completes the call in this same poll, before the test sees it.
                 g.done.add_permits(1);
                 Ok(CallToolResult::text("done"))
+            }
+        }))
+        .tool(tool_fn(ToolSpec::new("until_cancelled", "Waits until cancelled; counts as finished on the gate when the server drops it", obj.clone()), {
+            let g = gate.clone();
+            move |_, cx| {
+                let g = g.clone();
+                async move {
+                    let _finished_when_dropped = OnDrop(Arc::clone(&g.done));
+                    cx.cancellation().cancelled().await;
+                    Ok(CallToolResult::text("cancelled"))
+                }
             }
         }))
         .tool(tool_fn(ToolSpec::new("chatty", "Sends n log messages, then answers", json!({"type":"object","properties":{"n":{"type":"integer"}}})), |a: Value, cx| async move {
