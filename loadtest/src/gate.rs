@@ -416,6 +416,14 @@ fn evaluate(spec: &GateSpec, phases: &[Phase], ledger: &Value) -> Vec<Gate> {
         pass: resume.value_at_quantile(0.99) < RESUME_P99_LIMIT_MS,
         skipped: false,
     });
+    let early = count("resume.too_early");
+    gates.push(Gate {
+        name: "resumes sooner than the server's retry / Retry-After".into(),
+        value: format!("{early} of {} checked", early + count("resume.waited_enough")),
+        threshold: "0".into(),
+        pass: early == 0,
+        skipped: false,
+    });
     let peak = phases.iter().map(|p| p.reconnect_peak_session).max().unwrap_or(0);
     let allowed = u64::from(BUDGET_BURST) + BUDGET_PER_SECOND as u64;
     gates.push(Gate { name: "reconnects per session in any 1 s".into(), value: peak.to_string(), threshold: format!("<= {allowed} (budget)"), pass: peak <= allowed, skipped: false });

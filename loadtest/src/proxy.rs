@@ -107,6 +107,9 @@ impl FaultPlan {
 /// Named counters (`"cut"`, `"origin.rejected"`, ...).
 pub(crate) type Counts = BTreeMap<&'static str, u64>;
 
+/// Timer slack allowed when checking that a resume waited long enough.
+const EARLY_TOLERANCE: std::time::Duration = std::time::Duration::from_millis(2);
+
 /// Most events kept for crossing and replaying.
 const POOL: usize = 4096;
 const FOREIGN_ORIGIN: &str = "http://evil.example";
@@ -134,6 +137,10 @@ pub(crate) struct Proxy {
     dead: RefCell<HashSet<String>>,
     /// Session -> times of its resume attempts (GET with `Last-Event-ID`).
     resumes: RefCell<HashMap<String, Vec<Instant>>>,
+    /// Session -> the earliest moment its next resume is allowed: a cut stream's last `retry`
+    /// after the cut, or `Retry-After` after a storm refusal. An earlier one counts as
+    /// `resume.too_early`.
+    not_before: RefCell<HashMap<String, Instant>>,
 }
 
 impl Proxy {
@@ -249,6 +256,7 @@ pub(crate) async fn start(upstream: SocketAddr, plan: FaultPlan) -> std::io::Res
         stormed: RefCell::default(),
         dead: RefCell::default(),
         resumes: RefCell::default(),
+        not_before: RefCell::default(),
     });
     let p = Rc::clone(&proxy);
     actix_rt::spawn(async move {
@@ -451,6 +459,11 @@ fn event_id(ev: &[u8]) -> Option<&str> {
     ev.split(|b| *b == b'\n').find_map(|l| l.strip_prefix(b"id:")).and_then(|v| std::str::from_utf8(v).ok()).map(|v| v.strip_prefix(' ').unwrap_or(v).trim_end_matches('\r'))
 }
 
+/// The `retry` field of a raw SSE event, in ms.
+fn event_retry(ev: &[u8]) -> Option<u64> {
+    ev.split(|b| *b == b'\n').find_map(|l| l.strip_prefix(b"retry:")).and_then(|v| std::str::from_utf8(v).ok()).and_then(|v| v.trim().parse().ok())
+}
+
 /// Whether a raw SSE event carries non-empty data.
 fn event_has_data(ev: &[u8]) -> bool {
     ev.split(|b| *b == b'\n').filter_map(|l| l.strip_prefix(b"data:")).any(|v| !v.iter().all(|b| b.is_ascii_whitespace()))
@@ -537,7 +550,14 @@ async fn exchange(p: &Proxy, c: &mut Conn, up: &mut Option<Conn>) -> IoResult<bo
             p.bump("session.reused_after_404");
         }
         if resume_from.is_some() {
-            p.resumes.borrow_mut().entry(s.clone()).or_default().push(Instant::now());
+            let now = Instant::now();
+            p.resumes.borrow_mut().entry(s.clone()).or_default().push(now);
+            let due = p.not_before.borrow_mut().remove(s);
+            match due {
+                Some(t) if now + EARLY_TOLERANCE < t => p.bump("resume.too_early"),
+                Some(_) => p.bump("resume.waited_enough"),
+                None => {}
+            }
         }
     }
     // A storm in progress refuses this session's resumes without asking the server.
@@ -545,7 +565,7 @@ async fn exchange(p: &Proxy, c: &mut Conn, up: &mut Option<Conn>) -> IoResult<bo
         let left = p.storms.borrow().get(s).copied().unwrap_or(0);
         if left > 0 {
             p.storms.borrow_mut().insert(s.clone(), left - 1);
-            return refuse_storm(p, c).await;
+            return refuse_storm(p, c, s).await;
         }
     }
     // One storm per reconnect episode: the attempts after it are not stormed again.
@@ -568,7 +588,7 @@ async fn exchange(p: &Proxy, c: &mut Conn, up: &mut Option<Conn>) -> IoResult<bo
                 p.bump("storm.started");
                 p.storms.borrow_mut().insert(s.clone(), p.below(2) as u32);
             }
-            return refuse_storm(p, c).await;
+            return refuse_storm(p, c, session.as_deref().unwrap_or_default()).await;
         }
         Rewrite::None | Rewrite::LostDelete => {}
     }
@@ -665,8 +685,9 @@ fn check_rewrite(p: &Proxy, rewrite: Rewrite, status: u16) {
     p.bump(name);
 }
 
-async fn refuse_storm(p: &Proxy, c: &mut Conn) -> IoResult<bool> {
+async fn refuse_storm(p: &Proxy, c: &mut Conn, session: &str) -> IoResult<bool> {
     p.bump("storm.refusals");
+    p.not_before.borrow_mut().insert(session.to_owned(), Instant::now() + std::time::Duration::from_secs(1));
     let answer: &[u8] = if p.below(2) == 0 {
         b"HTTP/1.1 429 Too Many Requests\r\nretry-after: 1\r\ncontent-length: 0\r\n\r\n"
     } else {
@@ -725,6 +746,14 @@ async fn relay_events(p: &Proxy, c: &mut Conn, u: &mut Conn, ctx: StreamCtx<'_>)
     let mut replayed = false;
     // Bytes that may still pass once the cut is armed.
     let mut cut_left: Option<usize> = None;
+    // The stream's latest `retry` (ms): after a cut, the client must wait that long.
+    let mut retry_ms: Option<u64> = None;
+    let cut_here = |retry_ms: Option<u64>| {
+        p.bump("cut");
+        if let Some(ms) = retry_ms {
+            p.not_before.borrow_mut().insert(ctx.session.clone(), Instant::now() + std::time::Duration::from_millis(ms));
+        }
+    };
     if let Some(ev) = ctx.replay_first {
         p.bump("replay_after_ack.resume");
         c.s.write_all(&chunk(&ev)).await?;
@@ -733,6 +762,7 @@ async fn relay_events(p: &Proxy, c: &mut Conn, u: &mut Conn, ctx: StreamCtx<'_>)
         for ev in split.feed(&data) {
             let id = event_id(&ev);
             let has_data = event_has_data(&ev);
+            retry_ms = event_retry(&ev).or(retry_ms);
             if f.drop_priming && !primed && id.is_some() && !has_data {
                 primed = true;
                 p.bump("lost_priming");
@@ -754,7 +784,7 @@ async fn relay_events(p: &Proxy, c: &mut Conn, u: &mut Conn, ctx: StreamCtx<'_>)
             if let Some(left) = cut_left {
                 if ev.len() > left {
                     c.s.write_all(&chunk(&ev[..left])).await?;
-                    p.bump("cut");
+                    cut_here(retry_ms);
                     return Ok(false);
                 }
                 cut_left = Some(left - ev.len());
@@ -763,6 +793,9 @@ async fn relay_events(p: &Proxy, c: &mut Conn, u: &mut Conn, ctx: StreamCtx<'_>)
             if id.is_some() {
                 if f.expiry_race {
                     end_session(p, ctx.req).await;
+                    if let Some(ms) = retry_ms {
+                        p.not_before.borrow_mut().insert(ctx.session.clone(), Instant::now() + std::time::Duration::from_millis(ms));
+                    }
                     return Ok(false);
                 }
                 if let (Some(extra), None) = (f.cut, cut_left) {
@@ -781,7 +814,7 @@ async fn relay_events(p: &Proxy, c: &mut Conn, u: &mut Conn, ctx: StreamCtx<'_>)
     }
     if cut_left.is_some() {
         // The stream ended inside the cut allowance: cut before its end instead.
-        p.bump("cut");
+        cut_here(retry_ms);
         return Ok(false);
     }
     c.s.write_all(b"0\r\n\r\n").await?;
@@ -830,7 +863,8 @@ mod tests {
         assert!(s.feed(b"id: a\nretry: 10\ndata: \n").is_empty());
         let evs = s.feed(b"\nid: b\ndata: {\"x\":1}\n\nid: c");
         assert_eq!(evs.len(), 2);
-        assert_eq!((event_id(&evs[0]), event_has_data(&evs[0])), (Some("a"), false));
+        assert_eq!((event_id(&evs[0]), event_has_data(&evs[0]), event_retry(&evs[0])), (Some("a"), false, Some(10)));
+        assert_eq!(event_retry(&evs[1]), None);
         assert_eq!((event_id(&evs[1]), event_has_data(&evs[1])), (Some("b"), true));
         assert_eq!(&*s.feed(b"\ndata: 1\n\n")[0], b"id: c\ndata: 1\n\n");
         assert_eq!(event_id(b": comment\ndata: x\n\n"), None);

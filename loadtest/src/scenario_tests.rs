@@ -187,6 +187,30 @@ async fn storm_refusals_are_retried_no_sooner_than_retry_after() {
     let floor = std::time::Duration::from_secs(refusals);
     assert!(samples[0].waited >= floor, "waited {:?} for {refusals} refusals with Retry-After: 1", samples[0].waited);
     assert_eq!(c.stats().resumes, refusals + 1);
+    assert_eq!(count(&p.counts(), "resume.too_early"), 0);
+}
+
+#[actix_web::test]
+async fn a_resume_sooner_than_retry_after_is_counted_by_the_proxy() {
+    // Not our client: raw GETs, the second one right after the first was refused with
+    // Retry-After: 1. The proxy must see that (the gate's check can fail).
+    let (url, p) = setup(&[(Scenario::Storm, 1.0)], Some(1)).await;
+    let c = client(&url).await;
+    let http = awc::Client::default();
+    for _ in 0..2 {
+        let r = http
+            .get(&url)
+            .insert_header(("Mcp-Session-Id", c.session_id()))
+            .insert_header(("Authorization", format!("Bearer {ALICE}")))
+            .insert_header(("Accept", "text/event-stream"))
+            .insert_header(("Last-Event-ID", "any"))
+            .send()
+            .await
+            .expect("answer");
+        drop(r);
+    }
+    assert_eq!(count(&p.counts(), "storm.refusals"), 1, "{:?}", p.counts());
+    assert_eq!(count(&p.counts(), "resume.too_early"), 1, "{:?}", p.counts());
 }
 
 #[actix_web::test]
