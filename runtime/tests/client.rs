@@ -94,6 +94,7 @@ async fn a_404_triggers_exactly_one_new_handshake_for_concurrent_requests() {
     assert!(a.is_ok() && b.is_ok(), "{a:?} {b:?}");
     assert_eq!(c.stats().handshakes, 2, "initial + exactly one re-handshake: {:?}", c.stats());
     assert_eq!(c.stats().reissued, 2);
+    assert_eq!((c.stats().not_found, c.stats().recovered_after_404), (2, 2), "one made the handshake, the other joined it");
 }
 
 #[actix_web::test]

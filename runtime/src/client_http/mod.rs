@@ -127,9 +127,8 @@ pub struct ClientStats {
     pub reissued: u64,
     /// 404 answers to requests that carried a session id.
     pub not_found: u64,
-    /// 404s after which the client dropped the session id and started (or joined) a new
-    /// handshake. Equal to `not_found` by construction of [`McpClient::request`]; reported
-    /// so load tools can show the rate.
+    /// 404s after which the client sent a new `initialize` (without the dead id) that reached
+    /// the server, or found a newer session already made by a concurrent call.
     pub recovered_after_404: u64,
     /// Requests reported lost ([`ClientError::Lost`]).
     pub lost: u64,
@@ -396,14 +395,26 @@ impl<J: Journal> McpClient<J> {
     /// A new session after a 404, unless another call already made one since `seen_generation`.
     /// Handshakes that fail for a transient reason are retried (paced by the reconnect
     /// budget); 401/403 are final. On failure the old session stays marked dead.
-    async fn rehandshake(&self, seen_generation: u32) -> Result<(), ClientError> {
+    /// `after_404` counts this in [`ClientStats::recovered_after_404`] once an `initialize`
+    /// without the old id has been sent, or a newer session already exists.
+    async fn rehandshake(&self, seen_generation: u32, after_404: bool) -> Result<(), ClientError> {
         let _guard = self.handshake.lock().await;
         if self.inner.borrow().generation != seen_generation {
+            if after_404 {
+                self.inner.borrow_mut().stats.recovered_after_404 += 1;
+            }
             return Ok(());
         }
         let mut attempt = 0;
+        let mut counted = !after_404;
         let (sid, version) = loop {
-            match Self::handshake_with(&self.http, &self.cfg).await {
+            let sent = Self::handshake_with(&self.http, &self.cfg).await;
+            // A refused or failed handshake still went out without the dead id.
+            if !counted && !matches!(&sent, Err(ClientError::Transport(_))) {
+                counted = true;
+                self.inner.borrow_mut().stats.recovered_after_404 += 1;
+            }
+            match sent {
                 Ok(ok) => break ok,
                 Err(e @ (ClientError::Http(401 | 403, _) | ClientError::Rpc(_))) => return Err(e),
                 Err(e) if attempt + 1 >= self.cfg.max_resume_attempts => return Err(e),
@@ -506,7 +517,7 @@ impl<J: Journal> McpClient<J> {
             };
             if dead {
                 // An earlier 404 whose new handshake failed: start the session first.
-                self.rehandshake(generation).await?;
+                self.rehandshake(generation, false).await?;
             }
             if cancel.is_cancelled() {
                 return Err(ClientError::Cancelled);
@@ -521,13 +532,10 @@ impl<J: Journal> McpClient<J> {
                         if i.generation == generation {
                             i.session_dead = true;
                         }
-                        // Counted before the outcome: what matters is that the client never
-                        // sends the dead id again and starts (or joins) a new handshake.
-                        i.stats.recovered_after_404 += 1;
                     }
                     // One shared new handshake; never move this request into the new session
                     // silently.
-                    self.rehandshake(generation).await?;
+                    self.rehandshake(generation, true).await?;
                     "the session ended (404)".to_owned()
                 }
                 Err(Failure::Unknown(e)) => e.to_string(),
