@@ -258,7 +258,7 @@ impl SessionActor {
     }
 
     fn cancel(&mut self, id: &JsonRpcId, ctx: &mut Context<Self>) {
-        let Some(task) = self.core.end_request(id) else { return };
+        let Some(task) = self.core.end_request(id, self.sup.now()) else { return };
         task.handle.cancel.cancel();
         if let Some(h) = task.handle.spawn {
             ctx.cancel_future(h);
@@ -365,7 +365,7 @@ impl SessionActor {
     /// A request finished: forget it and encode its response. `None` when it was cancelled
     /// (nothing is sent then). Also returns the task, for its reply route.
     fn take_response(&mut self, id: &JsonRpcId, r: Result<Value, ErrorObject>) -> Option<(Bytes, RequestTask, Option<StreamId>)> {
-        let task = self.core.end_request(id)?;
+        let task = self.core.end_request(id, self.sup.now())?;
         if !self.pending.is_empty() {
             self.pending.retain(|_, p| p.origin != *id);
         }

@@ -186,9 +186,14 @@ impl<R, S> SessionCore<R, S> {
         self.in_flight.get_mut(id)
     }
 
-    /// The request finished (or was cancelled): forget it.
-    pub fn end_request(&mut self, id: &JsonRpcId) -> Option<InFlight<R>> {
-        self.in_flight.remove(id)
+    /// The request finished (or was cancelled) at `now`: forget it. The idle clock restarts
+    /// from here, so a long request does not leave its session expiring the moment it ends.
+    pub fn end_request(&mut self, id: &JsonRpcId, now: Tick) -> Option<InFlight<R>> {
+        let ended = self.in_flight.remove(id);
+        if ended.is_some() {
+            self.touch(now);
+        }
+        ended
     }
 
     /// Requests in flight.
@@ -293,10 +298,12 @@ impl<R, S> SessionCore<R, S> {
         id
     }
 
-    /// When the session expires if nothing happens, or `None` while a connection is attached.
+    /// When the session expires if nothing happens, or `None` while a connection is attached
+    /// or a request is in flight (a tool still running for a disconnected client is work the
+    /// client will resume to collect; expiry would cancel it).
     #[must_use]
     pub fn idle_deadline(&self) -> Option<Tick> {
-        (self.state == SessionState::Active && self.attached_connections == 0)
+        (self.state == SessionState::Active && self.attached_connections == 0 && self.in_flight.is_empty())
             .then(|| self.last_activity.plus_ms(self.limits.idle_ttl_ms))
     }
 

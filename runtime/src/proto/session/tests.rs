@@ -26,7 +26,7 @@ fn duplicate_in_flight_id_is_refused_and_original_kept() {
 fn answered_ids_are_forgotten() {
     let mut s = core();
     s.begin_request(&id(1), 0).unwrap();
-    assert!(s.end_request(&id(1)).is_some());
+    assert!(s.end_request(&id(1), Tick(0)).is_some());
     s.begin_request(&id(1), 0).unwrap();
     assert_eq!(s.in_flight_len(), 1);
 }
@@ -59,6 +59,16 @@ fn attached_connection_keeps_session_alive() {
     assert!(!s.handle_timeout(Tick(1_000_000)));
     s.connection_delta(Tick(2_000_000), false);
     assert_eq!(s.idle_deadline(), Some(Tick(2_001_000)));
+}
+
+#[test]
+fn request_in_flight_keeps_session_alive_and_its_end_restarts_the_idle_clock() {
+    let mut s = core();
+    s.begin_request(&id(1), 0).unwrap();
+    assert_eq!(s.idle_deadline(), None, "a running tool is not idleness");
+    assert!(!s.handle_timeout(Tick(1_000_000)));
+    s.end_request(&id(1), Tick(2_000_000)).unwrap();
+    assert_eq!(s.idle_deadline(), Some(Tick(2_001_000)), "the client gets a full TTL to collect the response");
 }
 
 #[test]
