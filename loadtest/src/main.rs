@@ -103,7 +103,7 @@ enum Command {
         #[arg(long, required_unless_present = "spawn_host", conflicts_with = "spawn_host")]
         url: Option<String>,
         /// Start this mcp-host binary and gate it: two bearer tokens (for `old-token`) and a
-        /// 20 s idle-session TTL, so the sessions `old-token` makes clients abandon (each 404
+        /// 10 s idle-session TTL, so the sessions `old-token` makes clients abandon (each 404
         /// leaves one behind) are reclaimed during the run.
         #[arg(long)]
         spawn_host: Option<String>,
@@ -173,7 +173,7 @@ fn gate_command(args: GateArgs, mut spec: gate::GateSpec) -> ExitCode {
                 eprintln!("mcp-load: cannot write {}: {e}", path.display());
                 return ExitCode::from(2);
             }
-            let started = run::spawn_host(bin, &["--config", &path.to_string_lossy(), "--session-ttl-secs", "20"]);
+            let started = run::spawn_host(bin, &["--config", &path.to_string_lossy(), "--session-ttl-secs", "10"]);
             config_file = Some(path);
             match started {
                 Ok(h) => {
