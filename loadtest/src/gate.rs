@@ -127,7 +127,7 @@ impl Phase {
 
     fn add_client_stats(&mut self, s: &ClientStats) {
         let a = s.accept;
-        self.events += a.dispatched + a.cursor_only + a.duplicates + a.uncorrelated + a.misrouted;
+        self.events += a.events();
         self.sessions += s.handshakes;
         self.streams += s.streams;
         self.not_found += s.not_found;
@@ -235,8 +235,7 @@ async fn virtual_client(spec: Rc<GateSpec>, url: Rc<str>, n: usize, phase_no: us
             let notes = client.take_notifications_with_ids();
             let samples = client.take_resume_samples();
             let stats = client.stats();
-            let a = stats.accept;
-            let events = a.dispatched + a.cursor_only + a.duplicates + a.uncorrelated + a.misrouted;
+            let events = stats.accept.events();
             live_events.set(live_events.get() + events - seen_events);
             seen_events = events;
             let mut p = phase.borrow_mut();
@@ -354,9 +353,15 @@ struct Gate {
     skipped: bool,
 }
 
+impl Gate {
+    fn new(name: impl Into<String>, value: impl Into<String>, threshold: impl Into<String>, pass: bool) -> Gate {
+        Gate { name: name.into(), value: value.into(), threshold: threshold.into(), pass, skipped: false }
+    }
+}
+
 fn rate_gate(name: &str, good: u64, total: u64) -> Gate {
     let value = if total == 0 { "n/a (none sent)".into() } else { format!("{:.2} % ({good}/{total})", 100.0 * good as f64 / total as f64) };
-    Gate { name: name.into(), value, threshold: "100 %".into(), pass: total > 0 && good == total, skipped: false }
+    Gate::new(name, value, "100 %", total > 0 && good == total)
 }
 
 /// A rate gate that applies only when one of `needs` was selected.
@@ -368,37 +373,35 @@ fn rate_gate_if(spec: &GateSpec, needs: &[Scenario], name: &str, good: u64, tota
 }
 
 fn zero_gate(name: &str, v: u64) -> Gate {
-    Gate { name: name.into(), value: v.to_string(), threshold: "0".into(), pass: v == 0, skipped: false }
+    Gate::new(name, v.to_string(), "0", v == 0)
 }
 
 fn evaluate(spec: &GateSpec, phases: &[Phase], ledger: &Value) -> Vec<Gate> {
     let sum = |f: &dyn Fn(&Phase) -> u64| phases.iter().map(f).sum::<u64>();
     let count = |name: &str| sum(&|p| p.count(name));
     let events = sum(&|p| p.events);
-    let mut gates = vec![Gate { name: "events".into(), value: events.to_string(), threshold: format!(">= {}", spec.min_events), pass: events >= spec.min_events, skipped: false }];
+    let mut gates = vec![Gate::new("events", events.to_string(), format!(">= {}", spec.min_events), events >= spec.min_events)];
     for s in &spec.scenarios {
         let fired: u64 = phases.iter().filter(|p| p.name == s.name()).map(|p| evidence(*s).iter().map(|e| p.count(e)).sum::<u64>()).sum();
-        gates.push(Gate { name: format!("scenario {} fired", s.name()), value: fired.to_string(), threshold: "> 0".into(), pass: fired > 0, skipped: false });
+        gates.push(Gate::new(format!("scenario {} fired", s.name()), fired.to_string(), "> 0", fired > 0));
     }
     gates.push(zero_gate("cross-stream acceptances", sum(&|p| p.cross_stream)));
     let dup_server = ledger["duplicates"].as_u64();
-    gates.push(Gate {
-        name: "duplicate dispatches (client + server ledger)".into(),
-        value: format!("{} + {}", sum(&|p| p.duplicate_dispatches), dup_server.map_or("?".into(), |d| d.to_string())),
-        threshold: "0".into(),
-        pass: sum(&|p| p.duplicate_dispatches) == 0 && dup_server == Some(0),
-        skipped: false,
-    });
+    gates.push(Gate::new(
+        "duplicate dispatches (client + server ledger)",
+        format!("{} + {}", sum(&|p| p.duplicate_dispatches), dup_server.map_or("?".into(), |d| d.to_string())),
+        "0",
+        sum(&|p| p.duplicate_dispatches) == 0 && dup_server == Some(0),
+    ));
     gates.push(zero_gate("lost responses", sum(&|p| p.lost)));
     let explained = count("origin.rejected") + count("old_token.rejected");
     let refused = sum(&|p| p.refused + p.close_refused);
-    gates.push(Gate {
-        name: "refused calls and DELETEs explained by injected faults".into(),
-        value: format!("{refused} refused, {explained} injected refusals"),
-        threshold: "refused <= injected".into(),
-        pass: refused <= explained,
-        skipped: false,
-    });
+    gates.push(Gate::new(
+        "refused calls and DELETEs explained by injected faults",
+        format!("{refused} refused, {explained} injected refusals"),
+        "refused <= injected",
+        refused <= explained,
+    ));
     gates.push(rate_gate_if(spec, &[Scenario::ExpiryRace, Scenario::OldToken], "404 -> new handshake", sum(&|p| p.recovered_after_404), sum(&|p| p.not_found)));
     gates.push(zero_gate("requests reusing a session after its 404", count("session.reused_after_404")));
     gates.push(rate_gate_if(spec, &[Scenario::OriginRewrite], "illegal Origin rejected", count("origin.rejected"), count("origin.rejected") + count("origin.accepted")));
@@ -409,24 +412,22 @@ fn evaluate(spec: &GateSpec, phases: &[Phase], ledger: &Value) -> Vec<Gate> {
     for p in phases {
         resume.add(&p.resume_ms).expect("same bounds");
     }
-    gates.push(Gate {
-        name: "resume latency p99 (with retry wait)".into(),
-        value: format!("{} ms", resume.value_at_quantile(0.99)),
-        threshold: format!("< {RESUME_P99_LIMIT_MS} ms"),
-        pass: resume.value_at_quantile(0.99) < RESUME_P99_LIMIT_MS,
-        skipped: false,
-    });
+    gates.push(Gate::new(
+        "resume latency p99 (with retry wait)",
+        format!("{} ms", resume.value_at_quantile(0.99)),
+        format!("< {RESUME_P99_LIMIT_MS} ms"),
+        resume.value_at_quantile(0.99) < RESUME_P99_LIMIT_MS,
+    ));
     let early = count("resume.too_early");
-    gates.push(Gate {
-        name: "resumes sooner than the server's retry / Retry-After".into(),
-        value: format!("{early} of {} checked", early + count("resume.waited_enough")),
-        threshold: "0".into(),
-        pass: early == 0,
-        skipped: false,
-    });
+    gates.push(Gate::new(
+        "resumes sooner than the server's retry / Retry-After",
+        format!("{early} of {} checked", early + count("resume.waited_enough")),
+        "0",
+        early == 0,
+    ));
     let peak = phases.iter().map(|p| p.reconnect_peak_session).max().unwrap_or(0);
     let allowed = u64::from(BUDGET_BURST) + BUDGET_PER_SECOND as u64;
-    gates.push(Gate { name: "reconnects per session in any 1 s".into(), value: peak.to_string(), threshold: format!("<= {allowed} (budget)"), pass: peak <= allowed, skipped: false });
+    gates.push(Gate::new("reconnects per session in any 1 s", peak.to_string(), format!("<= {allowed} (budget)"), peak <= allowed));
     gates.push(rate_gate("sessions ended on close (DELETEs not refused on purpose)", sum(&|p| p.sessions_closed), sum(&|p| p.sessions_closed + p.sessions_not_closed)));
     gates
 }

@@ -148,6 +148,11 @@ impl Proxy {
         *self.counts.borrow_mut().entry(name).or_default() += 1;
     }
 
+    /// `session` may not resume sooner than `ms` from now (checked on its next resume).
+    fn resume_not_before(&self, session: &str, ms: u64) {
+        self.not_before.borrow_mut().insert(session.to_owned(), Instant::now() + std::time::Duration::from_millis(ms));
+    }
+
     fn roll(&self, s: Scenario) -> bool {
         let rate = self.plan.rate(s);
         let mut hits = self.hits.borrow_mut();
@@ -687,7 +692,7 @@ fn check_rewrite(p: &Proxy, rewrite: Rewrite, status: u16) {
 
 async fn refuse_storm(p: &Proxy, c: &mut Conn, session: &str) -> IoResult<bool> {
     p.bump("storm.refusals");
-    p.not_before.borrow_mut().insert(session.to_owned(), Instant::now() + std::time::Duration::from_secs(1));
+    p.resume_not_before(session, 1_000);
     let answer: &[u8] = if p.below(2) == 0 {
         b"HTTP/1.1 429 Too Many Requests\r\nretry-after: 1\r\ncontent-length: 0\r\n\r\n"
     } else {
@@ -751,7 +756,7 @@ async fn relay_events(p: &Proxy, c: &mut Conn, u: &mut Conn, ctx: StreamCtx<'_>)
     let cut_here = |retry_ms: Option<u64>| {
         p.bump("cut");
         if let Some(ms) = retry_ms {
-            p.not_before.borrow_mut().insert(ctx.session.clone(), Instant::now() + std::time::Duration::from_millis(ms));
+            p.resume_not_before(&ctx.session, ms);
         }
     };
     if let Some(ev) = ctx.replay_first {
@@ -794,7 +799,7 @@ async fn relay_events(p: &Proxy, c: &mut Conn, u: &mut Conn, ctx: StreamCtx<'_>)
                 if f.expiry_race {
                     end_session(p, ctx.req).await;
                     if let Some(ms) = retry_ms {
-                        p.not_before.borrow_mut().insert(ctx.session.clone(), Instant::now() + std::time::Duration::from_millis(ms));
+                        p.resume_not_before(&ctx.session, ms);
                     }
                     return Ok(false);
                 }

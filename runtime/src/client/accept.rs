@@ -138,6 +138,14 @@ pub struct AcceptStats {
     pub misrouted: u64,
 }
 
+impl AcceptStats {
+    /// Every event that reached the acceptance point, accepted or refused.
+    #[must_use]
+    pub fn events(&self) -> u64 {
+        self.dispatched + self.cursor_only + self.duplicates + self.uncorrelated + self.misrouted
+    }
+}
+
 /// The client's stream table and acceptance point.
 #[derive(Debug)]
 pub struct Acceptor<J: Journal> {

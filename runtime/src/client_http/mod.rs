@@ -209,14 +209,14 @@ enum Failure {
 }
 
 /// `Retry-After` in ms (delta-seconds form, capped at 5 minutes).
-fn retry_after_ms(headers: &awc::http::header::HeaderMap) -> Option<u64> {
+fn retry_after_ms_of(headers: &awc::http::header::HeaderMap) -> Option<u64> {
     headers.get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok()).map(|s| s.min(300) * 1000)
 }
 
 /// The error for a non-success status: [`ClientError::Unavailable`] for 429/503.
 fn status_error(status: u16, headers: &awc::http::header::HeaderMap, body: String) -> ClientError {
     if status == 429 || status == 503 {
-        ClientError::Unavailable { status, retry_after_ms: retry_after_ms(headers), body }
+        ClientError::Unavailable { status, retry_after_ms: retry_after_ms_of(headers), body }
     } else {
         ClientError::Http(status, body)
     }
@@ -245,7 +245,7 @@ pub struct McpClient<J: Journal = MemoryJournal> {
 
 enum Posted {
     Accepted,
-    Json(Value),
+    Json(Bytes),
     Sse(awc::ClientResponse),
     Gone,
 }
@@ -454,8 +454,7 @@ impl<J: Journal> McpClient<J> {
             404 => Ok(Posted::Gone),
             200 if sse => Ok(Posted::Sse(resp)),
             200 => {
-                let body = resp.body().limit(64 << 20).await.map_err(|e| ClientError::Transport(e.to_string()))?;
-                serde_json::from_slice(&body).map(Posted::Json).map_err(|e| ClientError::Transport(e.to_string()))
+                resp.body().limit(64 << 20).await.map(Posted::Json).map_err(|e| ClientError::Transport(e.to_string()))
             }
             s => {
                 let body = resp.body().await.unwrap_or_default();
@@ -577,7 +576,7 @@ impl<J: Journal> McpClient<J> {
             Err(e) => return Err(Failure::Final(e)),
         };
         match posted {
-            Posted::Json(v) => Self::result_of(&id, v).map_err(Failure::Final),
+            Posted::Json(body) => Self::result_of(&id, &body).map_err(Failure::Final),
             Posted::Accepted => Err(Failure::Final(ClientError::Transport("request answered with 202".into()))),
             Posted::Gone => Err(Failure::Gone(generation)),
             Posted::Sse(resp) => {
@@ -612,11 +611,12 @@ impl<J: Journal> McpClient<J> {
         }
     }
 
-    fn result_of(id: &JsonRpcId, v: Value) -> Result<Value, ClientError> {
-        match parse_body(v.to_string().as_bytes()) {
+    /// The outcome carried by a response body to request `id`.
+    fn result_of(id: &JsonRpcId, body: &[u8]) -> Result<Value, ClientError> {
+        match parse_body(body) {
             Ok(Incoming::Single(Message::Response { id: rid, result })) if rid == *id => Ok(result),
             Ok(Incoming::Single(Message::ErrorResponse { error, .. })) => Err(ClientError::Rpc(error)),
-            _ => Err(ClientError::Transport(format!("unexpected JSON reply: {v}"))),
+            _ => Err(ClientError::Transport(format!("unexpected reply: {}", String::from_utf8_lossy(body)))),
         }
     }
 
@@ -688,7 +688,7 @@ impl<J: Journal> McpClient<J> {
                     Ok(_) if status == 404 => return Err(ClientError::Http(404, "session not found".into())),
                     // 429 and 503 are retried, never sooner than their Retry-After.
                     Ok(r) if status == 429 || status == 503 => {
-                        retry_after_ms = r.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok()).map_or(0, |s| s.min(300) * 1000);
+                        retry_after_ms = retry_after_ms_of(r.headers()).unwrap_or(0);
                         failures += 1;
                     }
                     // 400 (cursor refused), 410 (events gone), 403...: final answers.
@@ -744,10 +744,12 @@ impl<J: Journal> McpClient<J> {
                     };
                     first_accept.get_or_insert_with(tokio::time::Instant::now);
                     handed_out = Some(seq);
-                    let msg: Value = serde_json::from_str(&e.data).unwrap_or(Value::Null);
                     if completed.as_ref() == Some(id) {
-                        answer = Some(Self::result_of(id, msg));
-                    } else if msg.get("method").is_some() && msg.get("id").is_some() {
+                        answer = Some(Self::result_of(id, e.data.as_bytes()));
+                        continue;
+                    }
+                    let msg: Value = serde_json::from_str(&e.data).unwrap_or(Value::Null);
+                    if msg.get("method").is_some() && msg.get("id").is_some() {
                         to_answer.push(msg);
                     } else {
                         inner.notifications.push((e.id.clone(), msg));
