@@ -10,7 +10,6 @@ use mcp_runtime::actor::Supervisor;
 use mcp_runtime::client::journal::MemoryJournal;
 use mcp_runtime::client_http::{ClientConfig, ClientError, Closed, McpClient};
 use mcp_runtime::config::RuntimeConfig;
-use mcp_runtime::proto::admission::TokenMap;
 use mcp_runtime::tools::{CallToolResult, Catalog, ServerInfo, ToolSpec, tool_fn};
 use serde_json::{Value, json};
 
@@ -36,8 +35,9 @@ fn catalog() -> Catalog {
 
 /// The server, with bearer auth (two principals), fast `retry`.
 async fn serve() -> std::net::SocketAddr {
-    let mut cfg = RuntimeConfig { retry_ms: Some(20), ..RuntimeConfig::default() };
-    cfg.admit.auth = Some(TokenMap::new([(ALICE, "alice"), (BOB, "bob")]));
+    let mut cfg = RuntimeConfig::default();
+    cfg.sse.retry_ms = 20;
+    cfg.security.bearer_tokens = [(ALICE.to_owned(), "alice".to_owned()), (BOB.to_owned(), "bob".to_owned())].into();
     let sup = Supervisor::new(cfg, catalog());
     let server = HttpServer::new(move || App::new().configure(mcp_runtime::http::configure("/mcp", Arc::clone(&sup))))
         .workers(1)

@@ -1,115 +1,371 @@
-//! Runtime configuration: one typed tree with defaults, validated once at start.
+//! Runtime configuration: one typed tree with defaults, deserialized once and validated once
+//! at start. `mcp-host`'s TOML sections (`[security]`, `[sse]`, `[sessions]`, `[limits]`,
+//! `[quotas]`) are exactly these types, so every default lives here and nowhere else.
+//!
+//! Every field doc states its unit, default and trade-off; README's configuration table
+//! repeats them.
 
-use crate::proto::admission::AdmitPolicy;
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use crate::proto::admission::{AdmitPolicy, TokenMap};
+use crate::proto::limits::{HandshakeLimits, MessageLimits};
 
 /// Default replay window: events per stream.
 pub const DEFAULT_REPLAY_MAX_EVENTS: usize = 1024;
 /// Default replay window: bytes per stream.
 pub const DEFAULT_REPLAY_MAX_BYTES: usize = 1 << 20;
-/// Default SSE `retry` hint.
+/// Default SSE `retry` hint (ms).
 pub const DEFAULT_RETRY_MS: u64 = 1_000;
-/// Default idle session lifetime (30 minutes).
-pub const DEFAULT_SESSION_IDLE_TTL_MS: u64 = 30 * 60 * 1_000;
+/// Default idle session lifetime (s): 30 minutes.
+pub const DEFAULT_SESSION_IDLE_TTL_SECS: u64 = 30 * 60;
+/// Default deadline of a server-to-client request (s): 5 minutes, since a person may be
+/// answering an elicitation.
+pub const DEFAULT_CLIENT_REQUEST_TIMEOUT_SECS: u64 = 300;
+/// Default server-wide budget for replay windows and retained streams: 1 GiB.
+pub const DEFAULT_STREAM_MEMORY_BYTES: usize = 1 << 30;
 
-/// Everything the runtime needs to know. Field docs give unit, default and trade-off.
-#[derive(Debug, Clone)]
-pub struct RuntimeConfig {
-    /// Origin/Host/auth/body-size policy of the front door.
-    pub admit: AdmitPolicy,
+/// `[security]`: who may talk to the endpoint.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SecurityConfig {
+    /// Extra allowed `Origin`s, `scheme://host[:port]` (case-insensitive); `"*"` allows any.
+    /// Default none. Allowed origins also get CORS answers.
+    pub allowed_origins: Vec<String>,
+    /// Allow `http(s)://localhost|127.0.0.1|[::1]` on any port. Default true.
+    pub allow_localhost_origins: bool,
+    /// Extra allowed `Host`s. Default none.
+    pub allowed_hosts: Vec<String>,
+    /// Largest POST body (bytes). Default 4 MiB. The parsed size is bounded separately
+    /// (`[limits]`).
+    pub max_body_bytes: usize,
+    /// `token = "principal"`; non-empty turns bearer authentication on. Default none.
+    pub bearer_tokens: BTreeMap<String, String>,
+    /// Secret for cursor MACs, hex (at least 32 digits). Default: 32 random bytes per
+    /// process start (cursors do not survive a restart, and neither do sessions yet).
+    pub cursor_secret_hex: Option<String>,
+    /// Require a localhost `Host` (DNS-rebinding defence). Not read from the file: the host
+    /// sets it from its bind address (on for loopback binds).
+    #[serde(skip)]
+    pub localhost_hosts_only: bool,
+}
+
+impl Default for SecurityConfig {
+    fn default() -> SecurityConfig {
+        SecurityConfig {
+            allowed_origins: Vec::new(),
+            allow_localhost_origins: true,
+            allowed_hosts: Vec::new(),
+            max_body_bytes: 4 << 20,
+            bearer_tokens: BTreeMap::new(),
+            cursor_secret_hex: None,
+            localhost_hosts_only: true,
+        }
+    }
+}
+
+/// `[sse]`: streams, their replay windows and their connections.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SseConfig {
     /// Replay window per stream, in events. Default 1024. Larger = longer disconnects
     /// survive, more memory per stream.
     pub replay_max_events: usize,
     /// Replay window per stream, in bytes of encoded frames. Default 1 MiB. The newest event
     /// is always kept even when larger.
     pub replay_max_bytes: usize,
-    /// SSE `retry` hint sent with priming events and before server-initiated closes, in ms.
-    /// Default 1000. `None` sends no `retry` field.
-    pub retry_ms: Option<u64>,
-    /// Send SEP-1699 priming events on streams of sessions negotiated at >= 2025-11-25.
-    /// Default true; turn off only for intermediaries that reject empty events.
+    /// SSE `retry` hint sent with priming events and before server-initiated closes (ms).
+    /// Default 1000; 1 ms to 1 h.
+    pub retry_ms: u64,
+    /// SEP-1699 priming events on sessions negotiated at >= 2025-11-25. Default true; turn
+    /// off only for intermediaries that reject empty events.
     pub prime_streams: bool,
-    /// A session with no request and no attached stream for this long expires (ms).
-    /// Default 30 min.
-    pub session_idle_ttl_ms: u64,
-    /// Most live sessions; more are refused with 503. Default 10 000.
-    pub max_sessions: usize,
-    /// Most requests in flight per session; more are refused with 503. Default 256.
-    pub max_in_flight_per_session: usize,
-    /// Most closed streams a session keeps for late resumes (oldest evicted first; a resume
-    /// of an evicted stream gets 410). Default 64.
-    pub max_retained_streams_per_session: usize,
-    /// How long a closed stream whose final response was fully handed to its connection
-    /// stays resumable (ms). Default 10 s.
-    pub retention_after_delivery_ms: u64,
-    /// How long a closed stream whose final response never reached a connection stays
-    /// resumable (ms). Default 5 min.
-    pub retention_undelivered_ms: u64,
-    /// Idle SSE connections get a comment line this often (ms). Default 15 s.
+    /// A comment line on an SSE connection idle this long (ms). Default 15 s; 100 ms to 1 h.
     pub keepalive_ms: u64,
-    /// Frames queued for one SSE connection before it counts as a slow reader and is
-    /// detached (it can resume). Default 256.
+    /// Frames queued for one connection before it counts as a slow reader and is detached (it
+    /// can resume). Default 256.
     pub write_queue_frames: usize,
-    /// Session actor mailbox capacity; a full mailbox answers 503. Default 1024.
-    pub session_mailbox: usize,
-    /// Generation (config epoch) tagged into session ids and cursors. Default 1.
-    pub generation: u32,
-    /// Secret for cursor MACs. Default: 32 random bytes per process start (cursors do not
-    /// survive a restart, and neither do sessions yet).
-    pub cursor_secret: Option<Vec<u8>>,
 }
 
-impl Default for RuntimeConfig {
-    fn default() -> RuntimeConfig {
-        RuntimeConfig {
-            admit: AdmitPolicy::default(),
+impl Default for SseConfig {
+    fn default() -> SseConfig {
+        SseConfig {
             replay_max_events: DEFAULT_REPLAY_MAX_EVENTS,
             replay_max_bytes: DEFAULT_REPLAY_MAX_BYTES,
-            retry_ms: Some(DEFAULT_RETRY_MS),
+            retry_ms: DEFAULT_RETRY_MS,
             prime_streams: true,
-            session_idle_ttl_ms: DEFAULT_SESSION_IDLE_TTL_MS,
-            max_sessions: 10_000,
-            max_in_flight_per_session: 256,
-            max_retained_streams_per_session: 64,
-            retention_after_delivery_ms: 10_000,
-            retention_undelivered_ms: 300_000,
             keepalive_ms: 15_000,
             write_queue_frames: 256,
-            session_mailbox: 1024,
-            generation: 1,
-            cursor_secret: None,
         }
     }
 }
 
-/// A configuration value out of range.
+/// `[sessions]`: lifetime and bounds of one session.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SessionsConfig {
+    /// A session with no request in flight and no attached connection for this long expires
+    /// (s). Default 1800; 1 s to 7 days.
+    pub idle_ttl_secs: u64,
+    /// Most live sessions; more are refused with 503. Default 10 000.
+    pub max_sessions: usize,
+    /// Most requests in flight per session; more are refused with 503. Default 256.
+    pub max_in_flight: usize,
+    /// Most closed streams a session keeps for late resumes (oldest evicted first; a resume
+    /// of an evicted stream gets 410). Default 64.
+    pub max_retained_streams: usize,
+    /// Most bytes of closed streams a session keeps for late resumes (oldest evicted first;
+    /// the newest closed stream is always kept). Default 4 MiB.
+    pub max_retained_bytes: usize,
+    /// Resumable time of a closed stream whose final response was fully handed to its
+    /// connection (ms). Default 10 s.
+    pub retention_after_delivery_ms: u64,
+    /// Resumable time of a closed stream whose final response never reached a connection
+    /// (ms). Default 5 min.
+    pub retention_undelivered_ms: u64,
+    /// Deadline of a server-to-client request (sampling, elicitation, roots) (s). When it
+    /// passes, the tool gets a `-32008` error and the client a `notifications/cancelled`.
+    /// Default 300 (the TypeScript SDK's is 60 s); 1 s to 1 day.
+    pub client_request_timeout_secs: u64,
+    /// Session actor mailbox capacity; a full mailbox answers 503. Default 1024.
+    pub mailbox: usize,
+    /// Generation (config epoch) tagged into session ids and cursors. Default 1.
+    pub generation: u32,
+}
+
+impl Default for SessionsConfig {
+    fn default() -> SessionsConfig {
+        SessionsConfig {
+            idle_ttl_secs: DEFAULT_SESSION_IDLE_TTL_SECS,
+            max_sessions: 10_000,
+            max_in_flight: 256,
+            max_retained_streams: 64,
+            max_retained_bytes: 4 << 20,
+            retention_after_delivery_ms: 10_000,
+            retention_undelivered_ms: 300_000,
+            client_request_timeout_secs: DEFAULT_CLIENT_REQUEST_TIMEOUT_SECS,
+            mailbox: 1024,
+            generation: 1,
+        }
+    }
+}
+
+/// `[limits]`: bounds on what one message may make the server hold.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Deepest nesting of a POST body (arrays and objects). Default 64; at most 128.
+    pub json_max_depth: usize,
+    /// Most JSON values (scalars, arrays, objects, object members) in one POST body.
+    /// Default 262 144 (a parsed body then stays within tens of MiB).
+    pub json_max_values: usize,
+    /// `initialize`'s `capabilities` and `clientInfo`, each: most values. Default 1024.
+    pub handshake_max_values: usize,
+    /// ... deepest nesting. Default 16.
+    pub handshake_max_depth: usize,
+    /// ... most bytes of strings (keys and values). Default 64 KiB.
+    pub handshake_max_string_bytes: usize,
+    /// Longest string request id (bytes). Default 256.
+    pub id_max_bytes: usize,
+    /// Longest method name (bytes). Default 256.
+    pub method_max_bytes: usize,
+    /// Longest tool or prompt name in `tools/call` / `prompts/get` (bytes). Default 256.
+    pub name_max_bytes: usize,
+    /// Longest resource URI in `resources/*` (bytes). Default 8 KiB.
+    pub uri_max_bytes: usize,
+    /// Most messages in a 2025-03-26 batch. Default 64.
+    pub batch_max_items: usize,
+    /// Server-wide budget for the replay windows and retained streams of all sessions
+    /// (bytes). When full, requests that would open a stream (SSE POST, GET, initialize) get
+    /// 503 with `Retry-After`, and a stream that grows trims its own window to its newest
+    /// event. Default 1 GiB.
+    pub stream_memory_bytes: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> LimitsConfig {
+        let m = MessageLimits::default();
+        LimitsConfig {
+            json_max_depth: m.json_max_depth,
+            json_max_values: m.json_max_values,
+            handshake_max_values: m.handshake.max_values,
+            handshake_max_depth: m.handshake.max_depth,
+            handshake_max_string_bytes: m.handshake.max_string_bytes,
+            id_max_bytes: m.id_max_bytes,
+            method_max_bytes: m.method_max_bytes,
+            name_max_bytes: m.name_max_bytes,
+            uri_max_bytes: m.uri_max_bytes,
+            batch_max_items: m.batch_max_items,
+            stream_memory_bytes: DEFAULT_STREAM_MEMORY_BYTES,
+        }
+    }
+}
+
+/// `[quotas]`: per-principal (per remote address when authentication is off) bounds, so one
+/// caller cannot lock the others out. Defaults never throttle honest heavy use.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct QuotasConfig {
+    /// Most live sessions of one principal; more are refused with 429. Default 10 000 (= the
+    /// default `max_sessions`; lower it to reserve room for other principals).
+    pub sessions_per_principal: usize,
+    /// Sessions one principal may create per second, sustained; faster is refused with 429
+    /// and `Retry-After`. Default 20 000.
+    pub session_rate_per_sec: u32,
+    /// Sessions one principal may create at once (bucket size). Default 20 000.
+    pub session_burst: u32,
+}
+
+impl Default for QuotasConfig {
+    fn default() -> QuotasConfig {
+        QuotasConfig { sessions_per_principal: 10_000, session_rate_per_sec: 20_000, session_burst: 20_000 }
+    }
+}
+
+/// Everything the runtime needs to know.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RuntimeConfig {
+    /// `[security]`.
+    pub security: SecurityConfig,
+    /// `[sse]`.
+    pub sse: SseConfig,
+    /// `[sessions]`.
+    pub sessions: SessionsConfig,
+    /// `[limits]`.
+    pub limits: LimitsConfig,
+    /// `[quotas]`.
+    pub quotas: QuotasConfig,
+}
+
+/// A configuration value out of range, or unusable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid configuration: {0}")]
-pub struct ConfigError(pub String);
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A number outside its documented range.
+    #[error("{field} = {value} is out of range (allowed: {min}..={max})")]
+    OutOfRange {
+        /// `section.field`.
+        field: &'static str,
+        /// The value given.
+        value: u64,
+        /// Smallest allowed.
+        min: u64,
+        /// Largest allowed.
+        max: u64,
+    },
+    /// `security.cursor_secret_hex` is not hex or too short.
+    #[error("security.cursor_secret_hex must be at least 32 hexadecimal digits")]
+    CursorSecret,
+    /// Two settings contradict each other.
+    #[error("{0}")]
+    Inconsistent(&'static str),
+}
+
+const HOUR_MS: u64 = 3_600_000;
+const DAY_MS: u64 = 24 * HOUR_MS;
+
+fn check(field: &'static str, value: u64, min: u64, max: u64) -> Result<(), ConfigError> {
+    if (min..=max).contains(&value) { Ok(()) } else { Err(ConfigError::OutOfRange { field, value, min, max }) }
+}
+
+fn decode_hex(s: &str) -> Option<Vec<u8>> {
+    let s = s.trim();
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
+}
 
 impl RuntimeConfig {
-    /// Check ranges.
+    /// Check every range.
     ///
     /// # Errors
     /// [`ConfigError`] naming the first field out of range.
     pub fn validate(self) -> Result<RuntimeConfig, ConfigError> {
-        let positive = [
-            ("replay_max_events", self.replay_max_events as u64),
-            ("replay_max_bytes", self.replay_max_bytes as u64),
-            ("session_idle_ttl_ms", self.session_idle_ttl_ms),
-            ("max_sessions", self.max_sessions as u64),
-            ("max_in_flight_per_session", self.max_in_flight_per_session as u64),
-            ("keepalive_ms", self.keepalive_ms),
-            ("write_queue_frames", self.write_queue_frames as u64),
-            ("session_mailbox", self.session_mailbox as u64),
-            ("max_body_bytes", self.admit.max_body_bytes as u64),
+        let (se, ss, l, q) = (&self.sse, &self.sessions, &self.limits, &self.quotas);
+        let max = u64::MAX;
+        let rows: [(&'static str, u64, u64, u64); 27] = [
+            ("security.max_body_bytes", self.security.max_body_bytes as u64, 1, 1 << 30),
+            ("sse.replay_max_events", se.replay_max_events as u64, 1, 1 << 20),
+            ("sse.replay_max_bytes", se.replay_max_bytes as u64, 1, 1 << 30),
+            ("sse.retry_ms", se.retry_ms, 1, HOUR_MS),
+            ("sse.keepalive_ms", se.keepalive_ms, 100, HOUR_MS),
+            ("sse.write_queue_frames", se.write_queue_frames as u64, 1, 1 << 20),
+            ("sessions.idle_ttl_secs", ss.idle_ttl_secs, 1, 7 * 24 * 3600),
+            ("sessions.max_sessions", ss.max_sessions as u64, 1, 10_000_000),
+            ("sessions.max_in_flight", ss.max_in_flight as u64, 1, 1 << 16),
+            ("sessions.max_retained_streams", ss.max_retained_streams as u64, 1, 1 << 16),
+            ("sessions.max_retained_bytes", ss.max_retained_bytes as u64, 1, 1 << 34),
+            ("sessions.retention_after_delivery_ms", ss.retention_after_delivery_ms, 1, DAY_MS),
+            ("sessions.retention_undelivered_ms", ss.retention_undelivered_ms, 1, DAY_MS),
+            ("sessions.client_request_timeout_secs", ss.client_request_timeout_secs, 1, 24 * 3600),
+            ("sessions.mailbox", ss.mailbox as u64, 16, 1 << 20),
+            ("limits.json_max_depth", l.json_max_depth as u64, 2, 128),
+            ("limits.json_max_values", l.json_max_values as u64, 16, max),
+            ("limits.handshake_max_values", l.handshake_max_values as u64, 8, max),
+            ("limits.handshake_max_depth", l.handshake_max_depth as u64, 2, 128),
+            ("limits.handshake_max_string_bytes", l.handshake_max_string_bytes as u64, 64, max),
+            ("limits.id_max_bytes", l.id_max_bytes as u64, 8, max),
+            ("limits.method_max_bytes", l.method_max_bytes as u64, 32, max),
+            ("limits.name_max_bytes", l.name_max_bytes as u64, 8, max),
+            ("limits.uri_max_bytes", l.uri_max_bytes as u64, 64, max),
+            ("limits.batch_max_items", l.batch_max_items as u64, 1, 1 << 16),
+            ("limits.stream_memory_bytes", l.stream_memory_bytes as u64, 1 << 16, max),
+            ("quotas.sessions_per_principal", q.sessions_per_principal as u64, 1, ss.max_sessions as u64),
         ];
-        if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
-            return Err(ConfigError(format!("{name} must be greater than 0")));
+        for (field, value, min, max) in rows {
+            check(field, value, min, max)?;
         }
-        if self.cursor_secret.as_ref().is_some_and(|s| s.len() < 16) {
-            return Err(ConfigError("cursor_secret must be at least 16 bytes".into()));
+        check("quotas.session_rate_per_sec", u64::from(q.session_rate_per_sec), 1, u64::from(u32::MAX))?;
+        check("quotas.session_burst", u64::from(q.session_burst), 1, u64::from(u32::MAX))?;
+        if self.security.cursor_secret_hex.as_deref().is_some_and(|s| decode_hex(s).is_none_or(|b| b.len() < 16)) {
+            return Err(ConfigError::CursorSecret);
         }
         Ok(self)
+    }
+
+    /// The cursor secret, when configured (validated: at least 16 bytes).
+    #[must_use]
+    pub fn cursor_secret(&self) -> Option<Vec<u8>> {
+        self.security.cursor_secret_hex.as_deref().and_then(decode_hex)
+    }
+
+    /// The front door's policy, built once (bearer tokens are kept only as digests).
+    #[must_use]
+    pub fn admit_policy(&self) -> AdmitPolicy {
+        let s = &self.security;
+        let l = &self.limits;
+        AdmitPolicy {
+            allow_localhost_origins: s.allow_localhost_origins,
+            allowed_origins: s.allowed_origins.iter().map(|o| o.trim().to_ascii_lowercase()).collect(),
+            localhost_hosts_only: s.localhost_hosts_only,
+            allowed_hosts: s.allowed_hosts.iter().map(|h| h.trim().to_ascii_lowercase()).collect(),
+            max_body_bytes: s.max_body_bytes,
+            auth: (!s.bearer_tokens.is_empty()).then(|| TokenMap::new(s.bearer_tokens.iter().map(|(t, p)| (t.as_str(), p.as_str())))),
+            prefer_sse: true,
+            limits: MessageLimits {
+                json_max_depth: l.json_max_depth,
+                json_max_values: l.json_max_values,
+                handshake: HandshakeLimits {
+                    max_values: l.handshake_max_values,
+                    max_depth: l.handshake_max_depth,
+                    max_string_bytes: l.handshake_max_string_bytes,
+                },
+                id_max_bytes: l.id_max_bytes,
+                method_max_bytes: l.method_max_bytes,
+                name_max_bytes: l.name_max_bytes,
+                uri_max_bytes: l.uri_max_bytes,
+                batch_max_items: l.batch_max_items,
+            },
+        }
+    }
+
+    /// Idle session lifetime in ms.
+    #[must_use]
+    pub fn idle_ttl_ms(&self) -> u64 {
+        self.sessions.idle_ttl_secs.saturating_mul(1000)
     }
 }
 
@@ -117,12 +373,54 @@ impl RuntimeConfig {
 mod tests {
     use super::*;
 
+    fn with(f: impl FnOnce(&mut RuntimeConfig)) -> Result<RuntimeConfig, ConfigError> {
+        let mut c = RuntimeConfig::default();
+        f(&mut c);
+        c.validate()
+    }
+
     #[test]
-    fn defaults_validate_and_zero_limits_do_not() {
+    fn defaults_validate() {
         assert!(RuntimeConfig::default().validate().is_ok());
-        let bad = RuntimeConfig { replay_max_events: 0, ..RuntimeConfig::default() };
-        assert!(bad.validate().unwrap_err().0.contains("replay_max_events"));
-        let short = RuntimeConfig { cursor_secret: Some(vec![1; 4]), ..RuntimeConfig::default() };
-        assert!(short.validate().is_err());
+    }
+
+    #[test]
+    fn zero_and_out_of_range_values_are_refused_naming_the_field() {
+        type Edit = Box<dyn FnOnce(&mut RuntimeConfig)>;
+        let cases: Vec<(&str, Edit)> = vec![
+            ("sse.replay_max_events", Box::new(|c| c.sse.replay_max_events = 0)),
+            ("sse.retry_ms", Box::new(|c| c.sse.retry_ms = 0)),
+            ("sse.retry_ms", Box::new(|c| c.sse.retry_ms = HOUR_MS + 1)),
+            ("sse.keepalive_ms", Box::new(|c| c.sse.keepalive_ms = 0)),
+            ("sessions.max_retained_streams", Box::new(|c| c.sessions.max_retained_streams = 0)),
+            ("sessions.retention_after_delivery_ms", Box::new(|c| c.sessions.retention_after_delivery_ms = 0)),
+            ("sessions.retention_undelivered_ms", Box::new(|c| c.sessions.retention_undelivered_ms = 0)),
+            ("sessions.idle_ttl_secs", Box::new(|c| c.sessions.idle_ttl_secs = 0)),
+            ("sessions.client_request_timeout_secs", Box::new(|c| c.sessions.client_request_timeout_secs = 0)),
+            ("limits.json_max_depth", Box::new(|c| c.limits.json_max_depth = 500)),
+            ("quotas.sessions_per_principal", Box::new(|c| c.quotas.sessions_per_principal = 20_000)),
+            ("quotas.session_rate_per_sec", Box::new(|c| c.quotas.session_rate_per_sec = 0)),
+        ];
+        for (field, f) in cases {
+            match with(f) {
+                Err(ConfigError::OutOfRange { field: got, .. }) => assert_eq!(got, field),
+                other => panic!("{field}: expected a range error, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn cursor_secret_must_be_long_hex() {
+        assert_eq!(with(|c| c.security.cursor_secret_hex = Some("abcd".into())).unwrap_err(), ConfigError::CursorSecret);
+        assert_eq!(with(|c| c.security.cursor_secret_hex = Some("zz".repeat(16))).unwrap_err(), ConfigError::CursorSecret);
+        let ok = with(|c| c.security.cursor_secret_hex = Some("0f".repeat(16))).unwrap();
+        assert_eq!(ok.cursor_secret().unwrap(), vec![0x0f; 16]);
+    }
+
+    #[test]
+    fn sections_deserialize_with_defaults_and_refuse_unknown_fields() {
+        let c: RuntimeConfig = serde_json::from_value(serde_json::json!({"sse": {"retry_ms": 5}})).unwrap();
+        assert_eq!((c.sse.retry_ms, c.sse.replay_max_events), (5, DEFAULT_REPLAY_MAX_EVENTS));
+        assert!(serde_json::from_value::<RuntimeConfig>(serde_json::json!({"sse": {"retry": 5}})).is_err());
     }
 }

@@ -29,7 +29,7 @@ async fn serve_sup(sup: Arc<Supervisor>) -> String {
 }
 
 fn fast() -> RuntimeConfig {
-    RuntimeConfig { retry_ms: Some(20), ..RuntimeConfig::default() }
+    common::cfg(|c| c.sse.retry_ms = 20)
 }
 
 async fn connect(url: &str) -> McpClient {
@@ -148,7 +148,11 @@ async fn close_sends_delete_and_the_session_is_gone() {
 
 #[actix_web::test]
 async fn handshake_refused_with_503_is_retried_no_sooner_than_retry_after() {
-    let (url, _sup) = serve(RuntimeConfig { max_sessions: 1, ..fast() }).await;
+    let (url, _sup) = serve(common::cfg(|c| {
+        c.sse.retry_ms = 20;
+        c.sessions.max_sessions = 1;
+        c.quotas.sessions_per_principal = 1;
+    })).await;
     let a = connect(&url).await;
     delete_session(&url, &a.session_id()).await;
     let b = connect(&url).await; // takes the only slot: a's new handshake gets 503, Retry-After: 5
@@ -166,7 +170,13 @@ async fn handshake_refused_with_503_is_retried_no_sooner_than_retry_after() {
 #[actix_web::test]
 async fn idempotent_request_refused_with_503_is_retried_and_others_are_not() {
     let gate = common::Gate::default();
-    let sup = Supervisor::new(RuntimeConfig { max_in_flight_per_session: 1, ..fast() }, common::catalog(gate.clone()));
+    let sup = Supervisor::new(
+        common::cfg(|c| {
+            c.sse.retry_ms = 20;
+            c.sessions.max_in_flight = 1;
+        }),
+        common::catalog(gate.clone()),
+    );
     let url = serve_sup(Arc::clone(&sup)).await;
     let c = connect(&url).await;
     let call = |idempotent| c.request("tools/call", Some(json!({"name":"echo","arguments":{"text":"x"}})), idempotent);

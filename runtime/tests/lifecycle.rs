@@ -8,7 +8,6 @@ use std::time::Duration;
 use actix_web::http::StatusCode;
 use common::*;
 use mcp_runtime::actor::Phase;
-use mcp_runtime::config::RuntimeConfig;
 use serde_json::json;
 
 #[actix_web::test]
@@ -106,7 +105,7 @@ async fn client_error_answer_fails_the_server_request() {
 #[actix_web::test]
 async fn expired_sessions_are_freed() {
     tokio::time::pause();
-    let h = harness_with(RuntimeConfig { session_idle_ttl_ms: 1_000, ..RuntimeConfig::default() }).await;
+    let h = harness_with(cfg(|c| c.sessions.idle_ttl_secs = 1)).await;
     let c = h.client("2025-11-25").await;
     assert_eq!(h.sup.session_count(), 1);
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -121,7 +120,7 @@ async fn expired_sessions_are_freed() {
 #[actix_web::test]
 async fn attached_get_stream_keeps_an_idle_session_alive() {
     tokio::time::pause();
-    let h = harness_with(RuntimeConfig { session_idle_ttl_ms: 1_000, ..RuntimeConfig::default() }).await;
+    let h = harness_with(cfg(|c| c.sessions.idle_ttl_secs = 1)).await;
     let c = h.client("2025-11-25").await;
     let g = c.open_get().await;
     tokio::time::sleep(Duration::from_millis(5_000)).await;
@@ -175,7 +174,7 @@ async fn logging_level_filters_related_log_messages() {
 #[actix_web::test]
 async fn idle_stream_gets_keep_alive_comments() {
     tokio::time::pause();
-    let h = harness_with(RuntimeConfig { keepalive_ms: 1_000, ..RuntimeConfig::default() }).await;
+    let h = harness_with(cfg(|c| c.sse.keepalive_ms = 1_000)).await;
     let c = h.client("2025-11-25").await;
     let mut g = c.open_get().await;
     g.chunk().await.expect("priming");

@@ -7,7 +7,6 @@ use actix_web::http::StatusCode;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use common::*;
-use mcp_runtime::config::RuntimeConfig;
 use serde_json::{Value, json};
 
 fn log_data(m: &Value) -> Value {
@@ -149,7 +148,7 @@ async fn malformed_cursor_is_400_with_jsonrpc_error() {
 
 #[actix_web::test]
 async fn cursor_older_than_post_window_answers_the_request_with_events_lost() {
-    let h = harness_with(RuntimeConfig { replay_max_events: 4, ..RuntimeConfig::default() }).await;
+    let h = harness_with(cfg(|c| c.sse.replay_max_events = 4)).await;
     let c = h.client("2025-11-25").await;
     let mut r = c.call_tool(9, "chatty", json!({"n": 10})).await;
     r.chunk().await.expect("priming");
@@ -166,7 +165,7 @@ async fn cursor_older_than_post_window_answers_the_request_with_events_lost() {
 
 #[actix_web::test]
 async fn cursor_older_than_get_window_is_410_with_jsonrpc_error() {
-    let h = harness_with(RuntimeConfig { replay_max_events: 4, ..RuntimeConfig::default() }).await;
+    let h = harness_with(cfg(|c| c.sse.replay_max_events = 4)).await;
     let c = h.client("2025-11-25").await;
     let mut g = c.open_get().await;
     g.chunk().await.expect("priming");
@@ -223,7 +222,7 @@ async fn polling_close_sends_retry_then_resume_gets_the_response() {
 
 #[actix_web::test]
 async fn slow_reader_is_detached_without_blocking_the_session_and_loses_nothing() {
-    let h = harness_with(RuntimeConfig { write_queue_frames: 2, ..RuntimeConfig::default() }).await;
+    let h = harness_with(cfg(|c| c.sse.write_queue_frames = 2)).await;
     let c = h.client("2025-11-25").await;
     let mut slow = c.call_tool(1, "chatty", json!({"n": 50})).await;
     // Not reading `slow` at all; the session still answers at once.
@@ -243,7 +242,7 @@ async fn slow_reader_is_detached_without_blocking_the_session_and_loses_nothing(
 #[actix_web::test]
 async fn stream_past_its_retention_is_410() {
     tokio::time::pause();
-    let h = harness_with(RuntimeConfig { retention_after_delivery_ms: 1_000, ..RuntimeConfig::default() }).await;
+    let h = harness_with(cfg(|c| c.sessions.retention_after_delivery_ms = 1_000)).await;
     let c = h.client("2025-11-25").await;
     let mut r = c.call_tool(1, "echo", json!({"text": "x"})).await;
     assert_eq!(r.rest().await.len(), 1);
@@ -256,7 +255,7 @@ async fn stream_past_its_retention_is_410() {
 
 #[actix_web::test]
 async fn stream_evicted_by_the_retention_bound_is_410() {
-    let h = harness_with(RuntimeConfig { max_retained_streams_per_session: 1, ..RuntimeConfig::default() }).await;
+    let h = harness_with(cfg(|c| c.sessions.max_retained_streams = 1)).await;
     let c = h.client("2025-11-25").await;
     let mut first = c.call_tool(1, "echo", json!({"text": "1"})).await;
     assert_eq!(first.rest().await.len(), 1);
@@ -269,7 +268,10 @@ async fn stream_evicted_by_the_retention_bound_is_410() {
 #[actix_web::test]
 async fn response_finished_while_disconnected_is_kept_for_the_undelivered_retention_then_released() {
     tokio::time::pause();
-    let cfg = RuntimeConfig { retention_undelivered_ms: 5_000, retention_after_delivery_ms: 1_000, ..RuntimeConfig::default() };
+    let cfg = cfg(|c| {
+        c.sessions.retention_undelivered_ms = 5_000;
+        c.sessions.retention_after_delivery_ms = 1_000;
+    });
     let h = harness_with(cfg).await;
     let c = h.client("2025-11-25").await;
     let cursor = finish_while_disconnected(&h, &c).await;
@@ -284,7 +286,7 @@ async fn response_finished_while_disconnected_is_kept_for_the_undelivered_retent
 #[actix_web::test]
 async fn undelivered_response_is_released_after_its_retention_when_nobody_resumes() {
     tokio::time::pause();
-    let cfg = RuntimeConfig { retention_undelivered_ms: 5_000, ..RuntimeConfig::default() };
+    let cfg = cfg(|c| c.sessions.retention_undelivered_ms = 5_000);
     let h = harness_with(cfg).await;
     let c = h.client("2025-11-25").await;
     let cursor = finish_while_disconnected(&h, &c).await;

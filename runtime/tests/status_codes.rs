@@ -5,8 +5,6 @@ mod common;
 use actix_web::http::StatusCode;
 use actix_web::test::TestRequest;
 use common::*;
-use mcp_runtime::config::RuntimeConfig;
-use mcp_runtime::proto::admission::AdmitPolicy;
 use serde_json::json;
 
 const LIST: &str = r#"{"jsonrpc":"2.0","id":5,"method":"tools/list"}"#;
@@ -120,7 +118,7 @@ async fn bad_origin_and_host_are_403_and_localhost_origin_is_allowed() {
 
 #[actix_web::test]
 async fn oversized_body_413_wrong_media_type_415_other_method_405() {
-    let cfg = RuntimeConfig { admit: AdmitPolicy { max_body_bytes: 64, ..AdmitPolicy::default() }, ..RuntimeConfig::default() };
+    let cfg = cfg(|c| c.security.max_body_bytes = 64);
     let h = harness_with(cfg).await;
     let big = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{}"}}}}"#, "x".repeat(100));
     assert_eq!(h.send(post().set_payload(big)).await.status, StatusCode::PAYLOAD_TOO_LARGE);
@@ -181,11 +179,16 @@ async fn initialize_with_a_session_id_is_400() {
 
 #[actix_web::test]
 async fn session_limit_is_503_with_retry_after() {
-    let h = harness_with(RuntimeConfig { max_sessions: 1, ..RuntimeConfig::default() }).await;
-    let _c = h.client("2025-11-25").await;
-    let r = h.send(post().set_payload(init_body("2025-11-25"))).await;
-    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
-    assert!(r.header("retry-after").is_some());
+    let h = harness_with(cfg(|c| {
+        two_callers(c);
+        c.sessions.max_sessions = 1;
+        c.quotas.sessions_per_principal = 1;
+    }))
+    .await;
+    let _alice = h.client_as("2025-11-25", Some("ta")).await;
+    let r = h.send(post().insert_header(("Authorization", "Bearer tb")).set_payload(init_body("2025-11-25"))).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "the table is full: not bob's fault");
+    assert_eq!(r.header("retry-after").as_deref(), Some("5"));
 }
 
 #[actix_web::test]

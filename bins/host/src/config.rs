@@ -1,13 +1,11 @@
-//! `mcp-host` configuration: a TOML file (optional) overlaid by command-line flags, turned
-//! into the runtime's typed [`RuntimeConfig`].
+//! `mcp-host` configuration: a TOML file (optional) whose runtime sections are the runtime's
+//! own config types (every default lives there), overlaid by command-line flags.
 
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::PathBuf;
 
 use clap::Parser;
-use mcp_runtime::config::RuntimeConfig;
-use mcp_runtime::proto::admission::TokenMap;
+use mcp_runtime::config::{LimitsConfig, QuotasConfig, RuntimeConfig, SecurityConfig, SessionsConfig, SseConfig};
 use serde::Deserialize;
 
 /// Command-line flags. Each overrides the matching config-file field.
@@ -47,19 +45,28 @@ pub(crate) struct Flags {
     /// Idle session lifetime in seconds.
     #[arg(long)]
     pub(crate) session_ttl_secs: Option<u64>,
+    /// Deadline of server-to-client requests (sampling, elicitation, roots) in seconds.
+    #[arg(long)]
+    pub(crate) client_request_timeout_secs: Option<u64>,
     /// Tool packs to serve (comma-separated): conformance, echo, ledger (a write tool with
-    /// idempotency keys, for fault-injection runs).
+    /// idempotency keys, for fault-injection runs), soak (tools the soak run drives).
     #[arg(long, value_delimiter = ',')]
     pub(crate) packs: Option<Vec<String>>,
+    /// Print a `stats {json}` line on stdout this often (ms): sessions, streams, stream
+    /// memory, refusals by cause. For load and soak runs; off by default.
+    #[arg(long)]
+    pub(crate) stats_every_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub(crate) struct FileConfig {
     server: ServerSection,
-    security: SecuritySection,
-    sse: SseSection,
-    sessions: SessionsSection,
+    security: SecurityConfig,
+    sse: SseConfig,
+    sessions: SessionsConfig,
+    limits: LimitsConfig,
+    quotas: QuotasConfig,
     tools: ToolsSection,
 }
 
@@ -75,73 +82,6 @@ struct ServerSection {
 impl Default for ServerSection {
     fn default() -> Self {
         ServerSection { bind: IpAddr::from([127, 0, 0, 1]), port: 8080, path: "/mcp".into(), workers: None }
-    }
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-struct SecuritySection {
-    allowed_origins: Vec<String>,
-    allowed_hosts: Vec<String>,
-    allow_localhost_origins: bool,
-    max_body_bytes: usize,
-    /// token -> principal; empty disables authentication.
-    bearer_tokens: BTreeMap<String, String>,
-}
-
-impl Default for SecuritySection {
-    fn default() -> Self {
-        SecuritySection { allowed_origins: Vec::new(), allowed_hosts: Vec::new(), allow_localhost_origins: true, max_body_bytes: 4 << 20, bearer_tokens: BTreeMap::new() }
-    }
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-struct SseSection {
-    replay_max_events: usize,
-    replay_max_bytes: usize,
-    retry_ms: u64,
-    prime_streams: bool,
-    keepalive_ms: u64,
-    write_queue_frames: usize,
-}
-
-impl Default for SseSection {
-    fn default() -> Self {
-        let d = RuntimeConfig::default();
-        SseSection {
-            replay_max_events: d.replay_max_events,
-            replay_max_bytes: d.replay_max_bytes,
-            retry_ms: d.retry_ms.unwrap_or(1000),
-            prime_streams: d.prime_streams,
-            keepalive_ms: d.keepalive_ms,
-            write_queue_frames: d.write_queue_frames,
-        }
-    }
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-struct SessionsSection {
-    idle_ttl_secs: u64,
-    max_sessions: usize,
-    max_in_flight: usize,
-    max_retained_streams: usize,
-    retention_after_delivery_ms: u64,
-    retention_undelivered_ms: u64,
-}
-
-impl Default for SessionsSection {
-    fn default() -> Self {
-        let d = RuntimeConfig::default();
-        SessionsSection {
-            idle_ttl_secs: d.session_idle_ttl_ms / 1000,
-            max_sessions: d.max_sessions,
-            max_in_flight: d.max_in_flight_per_session,
-            max_retained_streams: d.max_retained_streams_per_session,
-            retention_after_delivery_ms: d.retention_after_delivery_ms,
-            retention_undelivered_ms: d.retention_undelivered_ms,
-        }
     }
 }
 
@@ -165,6 +105,7 @@ pub(crate) struct HostConfig {
     pub(crate) path: String,
     pub(crate) workers: Option<usize>,
     pub(crate) packs: Vec<String>,
+    pub(crate) stats_every_ms: Option<u64>,
     pub(crate) runtime: RuntimeConfig,
 }
 
@@ -183,39 +124,25 @@ impl HostConfig {
 
     fn merge(f: FileConfig, flags: Flags) -> Result<HostConfig, String> {
         let bind = flags.bind.unwrap_or(f.server.bind);
-        let mut admit = mcp_runtime::proto::admission::AdmitPolicy {
-            allow_localhost_origins: f.security.allow_localhost_origins,
-            allowed_origins: f.security.allowed_origins.iter().chain(&flags.allowed_origins).map(|o| o.to_ascii_lowercase()).collect(),
-            localhost_hosts_only: bind.is_loopback(),
-            allowed_hosts: f.security.allowed_hosts.iter().chain(&flags.allowed_hosts).map(|h| h.to_ascii_lowercase()).collect(),
-            max_body_bytes: f.security.max_body_bytes,
-            auth: None,
-            prefer_sse: true,
-        };
-        if !f.security.bearer_tokens.is_empty() {
-            admit.auth = Some(TokenMap::new(f.security.bearer_tokens.iter().map(|(t, p)| (t.as_str(), p.as_str()))));
-        }
-        let runtime = RuntimeConfig {
-            admit,
-            replay_max_events: flags.replay_max_events.unwrap_or(f.sse.replay_max_events),
-            replay_max_bytes: flags.replay_max_bytes.unwrap_or(f.sse.replay_max_bytes),
-            retry_ms: Some(flags.retry_ms.unwrap_or(f.sse.retry_ms)),
-            prime_streams: f.sse.prime_streams,
-            session_idle_ttl_ms: flags.session_ttl_secs.unwrap_or(f.sessions.idle_ttl_secs).saturating_mul(1000),
-            max_sessions: f.sessions.max_sessions,
-            max_in_flight_per_session: f.sessions.max_in_flight,
-            max_retained_streams_per_session: f.sessions.max_retained_streams,
-            retention_after_delivery_ms: f.sessions.retention_after_delivery_ms,
-            retention_undelivered_ms: f.sessions.retention_undelivered_ms,
-            keepalive_ms: f.sse.keepalive_ms,
-            write_queue_frames: f.sse.write_queue_frames,
-            ..RuntimeConfig::default()
-        }
-        .validate()
-        .map_err(|e| e.to_string())?;
+        let mut runtime = RuntimeConfig { security: f.security, sse: f.sse, sessions: f.sessions, limits: f.limits, quotas: f.quotas };
+        let (security, sse, sessions) = (&mut runtime.security, &mut runtime.sse, &mut runtime.sessions);
+        security.localhost_hosts_only = bind.is_loopback();
+        security.allowed_origins.extend(flags.allowed_origins);
+        security.allowed_hosts.extend(flags.allowed_hosts);
+        let set = |slot: &mut u64, v: Option<u64>| *slot = v.unwrap_or(*slot);
+        let set_usize = |slot: &mut usize, v: Option<usize>| *slot = v.unwrap_or(*slot);
+        set_usize(&mut sse.replay_max_events, flags.replay_max_events);
+        set_usize(&mut sse.replay_max_bytes, flags.replay_max_bytes);
+        set(&mut sse.retry_ms, flags.retry_ms);
+        set(&mut sessions.idle_ttl_secs, flags.session_ttl_secs);
+        set(&mut sessions.client_request_timeout_secs, flags.client_request_timeout_secs);
+        let runtime = runtime.validate().map_err(|e| e.to_string())?;
         let path = flags.path.unwrap_or(f.server.path);
         if !path.starts_with('/') {
             return Err(format!("path must start with '/': {path:?}"));
+        }
+        if flags.stats_every_ms == Some(0) {
+            return Err("--stats-every-ms must be greater than 0".into());
         }
         Ok(HostConfig {
             bind,
@@ -223,6 +150,7 @@ impl HostConfig {
             path,
             workers: flags.workers.or(f.server.workers),
             packs: flags.packs.unwrap_or(f.tools.packs),
+            stats_every_ms: flags.stats_every_ms,
             runtime,
         })
     }
@@ -240,35 +168,50 @@ mod tests {
     fn defaults_bind_loopback_8080_with_host_checks() {
         let c = HostConfig::merge(FileConfig::default(), flags(&[])).unwrap();
         assert_eq!((c.bind.to_string().as_str(), c.port, c.path.as_str()), ("127.0.0.1", 8080, "/mcp"));
-        assert!(c.runtime.admit.localhost_hosts_only);
+        assert!(c.runtime.admit_policy().localhost_hosts_only);
         assert_eq!(c.packs, vec!["conformance", "echo"]);
     }
 
     #[test]
     fn flags_override_file() {
         let file: FileConfig = toml::from_str("[server]\nport = 9000\n[sse]\nreplay_max_events = 10\n").unwrap();
-        let c = HostConfig::merge(file, flags(&["--port", "9001", "--allowed-origin", "https://A.example"])).unwrap();
+        let c = HostConfig::merge(file, flags(&["--port", "9001", "--allowed-origin", "https://A.example", "--retry-ms", "50"])).unwrap();
         assert_eq!(c.port, 9001);
-        assert_eq!(c.runtime.replay_max_events, 10);
-        assert_eq!(c.runtime.admit.allowed_origins, vec!["https://a.example"]);
+        assert_eq!((c.runtime.sse.replay_max_events, c.runtime.sse.retry_ms), (10, 50));
+        assert_eq!(c.runtime.admit_policy().allowed_origins, vec!["https://a.example"]);
+    }
+
+    #[test]
+    fn every_runtime_section_is_read_from_the_file() {
+        let text = "[sessions]\nmax_retained_bytes = 1024\nclient_request_timeout_secs = 7\n[limits]\nbatch_max_items = 3\n[quotas]\nsessions_per_principal = 5\n[security]\ncursor_secret_hex = \"00112233445566778899aabbccddeeff\"\n";
+        let c = HostConfig::merge(toml::from_str(text).unwrap(), flags(&[])).unwrap();
+        assert_eq!((c.runtime.sessions.max_retained_bytes, c.runtime.sessions.client_request_timeout_secs), (1024, 7));
+        assert_eq!((c.runtime.limits.batch_max_items, c.runtime.quotas.sessions_per_principal), (3, 5));
+        assert_eq!(c.runtime.cursor_secret().unwrap().len(), 16);
     }
 
     #[test]
     fn unknown_fields_and_bad_values_are_errors() {
         assert!(toml::from_str::<FileConfig>("[server]\nprot = 1\n").is_err());
-        let file: FileConfig = toml::from_str("[sse]\nreplay_max_events = 0\n").unwrap();
-        assert!(HostConfig::merge(file, flags(&[])).unwrap_err().contains("replay_max_events"));
+        assert!(toml::from_str::<FileConfig>("[limits]\nbatch_max = 1\n").is_err());
+        for bad in ["[sse]\nreplay_max_events = 0\n", "[sse]\nretry_ms = 0\n", "[sessions]\nmax_retained_streams = 0\n", "[sessions]\nretention_after_delivery_ms = 0\n"] {
+            let file: FileConfig = toml::from_str(bad).unwrap();
+            let field = bad.lines().nth(1).unwrap().split(' ').next().unwrap();
+            let err = HostConfig::merge(file, flags(&[])).unwrap_err();
+            assert!(err.contains(field), "{bad:?}: {err}");
+        }
+        assert!(HostConfig::merge(FileConfig::default(), flags(&["--retry-ms", "0"])).unwrap_err().contains("sse.retry_ms"));
     }
 
     #[test]
     fn non_loopback_bind_turns_off_localhost_host_check() {
         let c = HostConfig::merge(FileConfig::default(), flags(&["--bind", "0.0.0.0"])).unwrap();
-        assert!(!c.runtime.admit.localhost_hosts_only);
+        assert!(!c.runtime.admit_policy().localhost_hosts_only);
     }
 
     #[test]
     fn bearer_tokens_enable_auth() {
         let file: FileConfig = toml::from_str("[security.bearer_tokens]\n\"t1\" = \"alice\"\n").unwrap();
-        assert!(HostConfig::merge(file, flags(&[])).unwrap().runtime.admit.auth.is_some());
+        assert!(HostConfig::merge(file, flags(&[])).unwrap().runtime.admit_policy().auth.is_some());
     }
 }

@@ -3,7 +3,9 @@
 mod config;
 mod packs;
 
+use std::io::Write as _;
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix_web::{App, HttpServer};
 use clap::Parser;
@@ -24,11 +26,42 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
+    if std::env::var_os("MCP_HOST_EXIT_WITH_PARENT").is_some() {
+        exit_with_parent();
+    }
     match actix_web::rt::System::new().block_on(serve(cfg)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("mcp-host: {e}");
             std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// For test tools that spawn the host: exit as soon as the spawning process is gone, even
+/// if it was killed without a chance to stop us.
+fn exit_with_parent() {
+    let parent = std::os::unix::process::parent_id();
+    std::thread::spawn(move || {
+        while std::os::unix::process::parent_id() == parent {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        std::process::exit(3);
+    });
+}
+
+/// SIGTERM or SIGINT.
+async fn stop_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
         }
     }
 }
@@ -46,6 +79,7 @@ async fn serve(cfg: HostConfig) -> Result<(), String> {
                 let _ = tcp.set_nodelay(true);
             }
         })
+        .disable_signals()
         .shutdown_timeout(5);
     if let Some(w) = cfg.workers {
         server = server.workers(w);
@@ -56,7 +90,29 @@ async fn serve(cfg: HostConfig) -> Result<(), String> {
         println!("mcp-host listening on http://{addr}{}", cfg.path);
     }
     tracing::info!(packs = ?cfg.packs, "serving");
-    let result = server.run().await.map_err(|e| e.to_string());
+    let server = server.run();
+    let (handle, stopping) = (server.handle(), Arc::clone(&sup));
+    actix_web::rt::spawn(async move {
+        stop_signal().await;
+        // Refuse new sessions before the HTTP server's graceful stop lets open connections
+        // send more requests.
+        stopping.begin_drain();
+        tracing::info!("stopping");
+        handle.stop(true).await;
+    });
+    if let Some(ms) = cfg.stats_every_ms {
+        let s = Arc::clone(&sup);
+        actix_web::rt::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_millis(ms));
+            loop {
+                every.tick().await;
+                let line = serde_json::to_string(&s.stats_snapshot()).unwrap_or_default();
+                // A reader that went away must not stop the server.
+                let _ = writeln!(std::io::stdout(), "stats {line}");
+            }
+        });
+    }
+    let result = server.await.map_err(|e| e.to_string());
     let stopped = sup.shutdown();
     tracing::info!(sessions = stopped, "stopped");
     result

@@ -1,24 +1,39 @@
 //! The SSE response body of one connection: initial frames (priming or replay), then live
-//! frames from the stream actor's bounded queue. When it is dropped (the client went away, or
-//! the response finished) it tells its stream actor, so a detach is noticed at once.
+//! frames from the stream actor's bounded queue.
+//!
+//! Connection accounting cannot drift: whoever creates a body for a stream has counted the
+//! connection with its session, and the body's [`ConnectionOwner`] reports the end when the
+//! body is dropped (the client went away, the response finished, or the body was never
+//! sent), with `do_send`, which never drops a message while its receiver lives. It reports
+//! to the session directly, not through the stream actor, so a stream that stopped first
+//! (replaced, evicted, retention over) cannot leave its session counting a connection that
+//! is gone.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use actix::Addr;
+use actix::{Recipient, WeakRecipient};
 use actix_web::body::{BodySize, MessageBody};
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use super::stream::{Detached, StreamActor};
+use super::stream::{Detached, StreamReport};
+
+/// Where a body reports its end: its stream (to pick the retention) and its session (to
+/// count the connection off).
+pub(crate) struct ConnectionOwner {
+    pub(crate) stream: Recipient<Detached>,
+    pub(crate) session: WeakRecipient<StreamReport>,
+    pub(crate) conn: u64,
+}
 
 /// A streaming `text/event-stream` body bound to one stream connection.
 pub struct SseBody {
     initial: VecDeque<Bytes>,
     live: Option<mpsc::Receiver<Bytes>>,
-    owner: Option<(Addr<StreamActor>, u64)>,
+    owner: Option<ConnectionOwner>,
     finished: bool,
 }
 
@@ -30,8 +45,9 @@ impl std::fmt::Debug for SseBody {
 
 impl SseBody {
     /// A body that writes `initial`, then whatever arrives on `live` until its sender is
-    /// dropped (`live = None`: end after `initial`).
-    pub(crate) fn new(initial: Vec<Bytes>, live: Option<mpsc::Receiver<Bytes>>, owner: Option<(Addr<StreamActor>, u64)>) -> SseBody {
+    /// dropped (`live = None`: end after `initial`). With an `owner`, the caller has already
+    /// counted this connection with the session; the body counts it off when dropped.
+    pub(crate) fn new(initial: Vec<Bytes>, live: Option<mpsc::Receiver<Bytes>>, owner: Option<ConnectionOwner>) -> SseBody {
         // Initial frames (priming + an immediate answer, or a replay) go out as one chunk.
         let initial: VecDeque<Bytes> = if initial.len() > 1 {
             let mut joined = bytes::BytesMut::with_capacity(initial.iter().map(Bytes::len).sum());
@@ -81,9 +97,12 @@ impl MessageBody for SseBody {
 
 impl Drop for SseBody {
     fn drop(&mut self) {
-        if let Some((addr, conn)) = self.owner.take() {
-            // If the mailbox is full the stream notices on its next write (queue closed).
-            let _ = addr.try_send(Detached { conn, drained: self.finished });
+        if let Some(o) = self.owner.take() {
+            // One message each per connection, so the unbounded `do_send` stays bounded.
+            o.stream.do_send(Detached { conn: o.conn, drained: self.finished });
+            if let Some(session) = o.session.upgrade() {
+                session.do_send(StreamReport::ConnectionEnded);
+            }
         }
     }
 }

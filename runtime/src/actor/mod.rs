@@ -1,25 +1,34 @@
 //! Thin actors that drive the sans-IO state machines and do the I/O.
 //!
-//! - [`Supervisor`]: generation, registry, limits, lifecycle phase; creates sessions.
+//! - [`Supervisor`]: generation, registry, limits, quotas, memory budget, counters,
+//!   lifecycle phase; creates sessions.
 //! - [`SessionActor`]: one per session; owns the session core, runs requests, routes
-//!   server-to-client requests and their answers.
-//! - [`StreamActor`]: one per SSE stream; owns the stream core (and its replay window) and
-//!   the attached connection's write queue.
+//!   server-to-client requests and their answers, keeps the one timer its core asks for.
+//! - [`StreamActor`]: one per SSE stream; owns the stream core (and its replay window), the
+//!   attached connection's write queue and its charge on the memory budget.
 //!
 //! Edges: HTTP -> session uses `try_send` (full mailbox = 503). Session -> stream uses
-//! `do_send` only for a request's final response (at most one per stream, bounded by the
-//! in-flight limit) and control messages; tools -> stream use `send` (backpressure on the
-//! tool only). Stream -> connection is a bounded queue with `try_send`: a full queue detaches
-//! the slow reader, who resumes from the window. No actor awaits another's I/O.
+//! `try_send` for server-to-client requests (a full stream fails the tool's request at once)
+//! and `do_send` only for a request's final response (at most one per stream, bounded by the
+//! in-flight limit), GET-stream notifications and control messages; tools -> stream use
+//! `send` (backpressure on the tool only). Stream -> connection is a bounded queue with
+//! `try_send`: a full queue detaches the slow reader, who resumes from the window. Children
+//! (streams, connection bodies) report to their session through a `WeakRecipient` with
+//! `do_send`, one message per state change, so no report is ever lost while the session
+//! lives. No actor awaits another's I/O.
 
 mod body;
+mod budget;
 mod registry;
 mod session;
+mod stats;
 mod stream;
 mod supervisor;
 
 pub use body::SseBody;
-pub use registry::{Registry, SessionHandle};
-pub use session::{Delete, OpenGet, Post, PostOutcome, Resume, SessionActor};
+pub use budget::{Charge, MemoryBudget};
+pub use registry::{QuotaKey, Registry, SessionHandle};
+pub use session::{Delete, JsonReply, OpenGet, Post, PostOutcome, Resume, SessionActor};
+pub use stats::{RuntimeStats, StatsSnapshot};
 pub use stream::StreamActor;
 pub use supervisor::{Phase, Supervisor};

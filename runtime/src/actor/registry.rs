@@ -1,19 +1,37 @@
-//! Session registry: `SessionId -> SessionHandle` in a sharded map. Guards are held only for
-//! the lookup (never across an await); a handle is cloned out.
+//! Session registry: `SessionId -> SessionHandle` in a sharded map, the live-session count
+//! and the per-caller session counts of the quotas. Guards are held only for the lookup
+//! (never across an await); a handle is cloned out.
+//!
+//! Every slot is taken by a [`Reservation`] and given back by the drop of that reservation
+//! or of the [`RegistryGuard`] it becomes, on every exit path, so neither count can drift.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use actix::Addr;
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
 use super::session::SessionActor;
+use crate::proto::error::{Overload, Quota, Rejection};
 use crate::proto::event_id::CursorSigner;
 use crate::proto::ids::{Generation, SessionId};
 
 const SHARDS: usize = 16;
+
+/// Whom a quota counts: the authenticated principal, or the remote address when
+/// authentication is off.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum QuotaKey {
+    /// A bearer-token principal.
+    Principal(Arc<str>),
+    /// A remote address (authentication off).
+    Address(IpAddr),
+    /// Neither is known (in-process tests).
+    Unknown,
+}
 
 /// What a request needs to reach a session without messaging it: its address, owner and
 /// cursor signer.
@@ -36,11 +54,19 @@ pub struct Registry {
     hasher: RandomState,
     /// Live plus reserved sessions; reservations make the limit check atomic.
     count: AtomicUsize,
+    /// Live plus reserved sessions per caller; an entry is removed when it reaches 0, so the
+    /// map holds at most one entry per live session. Taken once per session start and end.
+    per_key: Mutex<HashMap<QuotaKey, usize>>,
 }
 
 impl Default for Registry {
     fn default() -> Registry {
-        Registry { shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(), hasher: RandomState::new(), count: AtomicUsize::new(0) }
+        Registry {
+            shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
+            hasher: RandomState::new(),
+            count: AtomicUsize::new(0),
+            per_key: Mutex::new(HashMap::new()),
+        }
     }
 }
 
@@ -55,20 +81,47 @@ impl Registry {
         self.shard(id).read().get(id).cloned()
     }
 
-    /// Reserve a slot if fewer than `max` sessions exist. The slot is released by dropping
-    /// the returned [`Reservation`] (or the [`RegistryGuard`] it becomes).
-    #[must_use]
-    pub fn reserve(self: &Arc<Self>, max: usize) -> Option<Reservation> {
+    /// Reserve a slot for `key` if it has fewer than `max_per_key` sessions and fewer than
+    /// `max` sessions exist in all. The slot is released by dropping the returned
+    /// [`Reservation`] (or the [`RegistryGuard`] it becomes).
+    ///
+    /// # Errors
+    /// [`Rejection::QuotaExceeded`] (429) when `key` is at its quota;
+    /// [`Rejection::Overloaded`] (503) when the table is full.
+    pub fn reserve(self: &Arc<Self>, key: QuotaKey, max: usize, max_per_key: usize) -> Result<Reservation, Rejection> {
+        let mut per_key = self.per_key.lock();
+        let mine = per_key.get(&key).copied().unwrap_or(0);
+        if mine >= max_per_key {
+            return Err(Rejection::QuotaExceeded { cause: Quota::Sessions, retry_after_s: Overload::Sessions.retry_after_s() });
+        }
         self.count
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1))
-            .ok()
-            .map(|_| Reservation { registry: Some(Arc::clone(self)) })
+            .map_err(|_| Rejection::Overloaded(Overload::Sessions))?;
+        per_key.insert(key.clone(), mine + 1);
+        Ok(Reservation { registry: Some(Arc::clone(self)), key: Some(key) })
+    }
+
+    fn release(&self, key: &QuotaKey) {
+        self.count.fetch_sub(1, Ordering::AcqRel);
+        let mut per_key = self.per_key.lock();
+        if let Some(n) = per_key.get_mut(key) {
+            *n -= 1;
+            if *n == 0 {
+                per_key.remove(key);
+            }
+        }
     }
 
     /// Live sessions (including reservations).
     #[must_use]
     pub fn len(&self) -> usize {
         self.count.load(Ordering::Acquire)
+    }
+
+    /// Live sessions (including reservations) of one caller.
+    #[must_use]
+    pub fn len_of(&self, key: &QuotaKey) -> usize {
+        self.per_key.lock().get(key).copied().unwrap_or(0)
     }
 
     /// Whether there is no session.
@@ -89,36 +142,69 @@ impl Registry {
 #[must_use = "dropping a reservation releases the slot"]
 pub struct Reservation {
     registry: Option<Arc<Registry>>,
+    key: Option<QuotaKey>,
 }
 
 impl Reservation {
     /// Publish the session under `id`; the returned guard deregisters it on drop.
     pub fn insert(mut self, id: SessionId, handle: SessionHandle) -> RegistryGuard {
         let registry = self.registry.take().expect("reservation used once");
+        let key = self.key.take().expect("reservation used once");
         registry.shard(&id).write().insert(id.clone(), handle);
-        RegistryGuard { registry, id }
+        RegistryGuard { registry, id, key }
     }
 }
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        if let Some(r) = &self.registry {
-            r.count.fetch_sub(1, Ordering::AcqRel);
+        if let (Some(r), Some(k)) = (&self.registry, &self.key) {
+            r.release(k);
         }
     }
 }
 
 /// Owned by the session actor: dropping it (on every exit path of the actor) removes the
-/// session from the registry and frees its slot.
+/// session from the registry and frees its slot and its caller's quota.
 #[derive(Debug)]
 pub struct RegistryGuard {
     registry: Arc<Registry>,
     id: SessionId,
+    key: QuotaKey,
 }
 
 impl Drop for RegistryGuard {
     fn drop(&mut self) {
         self.registry.shard(&self.id).write().remove(&self.id);
-        self.registry.count.fetch_sub(1, Ordering::AcqRel);
+        self.registry.release(&self.key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_key_quota_refuses_429_and_the_table_503_and_drops_give_back() {
+        let r = Arc::new(Registry::default());
+        let alice = QuotaKey::Principal("alice".into());
+        let bob = QuotaKey::Principal("bob".into());
+        let a1 = r.reserve(alice.clone(), 3, 2).unwrap();
+        let _a2 = r.reserve(alice.clone(), 3, 2).unwrap();
+        assert_eq!(r.reserve(alice.clone(), 3, 2).unwrap_err().status(), 429, "alice is at her quota");
+        let _b1 = r.reserve(bob.clone(), 3, 2).expect("bob is not locked out by alice");
+        assert_eq!(r.reserve(bob.clone(), 3, 2).unwrap_err().status(), 503, "the table is full");
+        drop(a1);
+        assert_eq!((r.len(), r.len_of(&alice)), (2, 1));
+        let _b2 = r.reserve(bob.clone(), 3, 2).unwrap();
+        assert_eq!(r.len_of(&bob), 2);
+    }
+
+    #[test]
+    fn a_refused_reservation_leaves_the_counts_unchanged() {
+        let r = Arc::new(Registry::default());
+        let k = QuotaKey::Unknown;
+        let _a = r.reserve(k.clone(), 1, 5).unwrap();
+        assert!(r.reserve(k.clone(), 1, 5).is_err());
+        assert_eq!((r.len(), r.len_of(&k)), (1, 1));
     }
 }

@@ -1,11 +1,15 @@
 //! One actor per legacy session: drives a [`SessionCore`], runs requests as futures in its
 //! own context (so completion and cancellation are serialized with everything else the
 //! session does), and routes server-to-client requests and their answers.
+//!
+//! Time: one timer at a time, armed at the core's [`SessionCore::poll_timeout`] (idle expiry,
+//! or the earliest client-request deadline) and re-armed after every handled message when
+//! the core wants an earlier wake-up.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use actix::WeakRecipient;
 use actix::prelude::*;
 use bytes::Bytes;
 use serde_json::{Value, json};
@@ -14,44 +18,55 @@ use tokio_util::sync::CancellationToken;
 
 use super::body::SseBody;
 use super::registry::RegistryGuard;
-use super::stream::{Attach, Close, Emit, PollClose, Shutdown as StreamShutdown, StreamActor};
+use super::stream::{Attach, Close, Emit, PollClose, Shutdown as StreamShutdown, StreamActor, StreamReport};
 use super::supervisor::Supervisor;
 use crate::proto::admission::ReplyMode;
-use crate::proto::error::Rejection;
+use crate::proto::error::{Overload, Rejection};
 use crate::proto::event_id::{CursorSigner, EventId};
-use crate::proto::ids::{Generation, JsonRpcId, SessionId, StreamId};
-use crate::proto::jsonrpc::{ErrorObject, Incoming, Message, code, encode_error, encode_request, encode_result};
+use crate::proto::ids::{Generation, JsonRpcId, SessionId, StreamId, Tick};
+use crate::proto::jsonrpc::{ErrorObject, Incoming, Message, code, encode_error, encode_notification, encode_request, encode_result};
 use crate::proto::mcp::{LogLevel, method};
 use crate::proto::replay::WindowLimits;
-use crate::proto::session::{SessionCore, SessionLimits};
+use crate::proto::session::{ClientRequestRefused, SessionCore, SessionLimits};
 use crate::proto::stream::{CloseReason, StreamCore, StreamKind, StreamSettings};
 use crate::proto::version::ProtocolVersion;
 use crate::tools::{BoxFuture, Dispatch, ToolContext, ToolOutbound};
+
+/// The answer to a request sent as JSON: its encoded response, or why there is none (the
+/// session ended). A dropped sender means the request was cancelled (no response is owed).
+pub type JsonReply = Result<Bytes, Rejection>;
 
 /// Shell data of an in-flight request.
 #[derive(Debug)]
 pub(crate) struct RequestTask {
     spawn: Option<SpawnHandle>,
     cancel: CancellationToken,
-    json: Option<oneshot::Sender<Bytes>>,
+    json: Option<oneshot::Sender<JsonReply>>,
 }
 
-struct PendingServerRequest {
-    origin: JsonRpcId,
+/// Shell data of a server-to-client request: where its answer goes and the stream it was
+/// sent on (where a timeout's `notifications/cancelled` goes).
+#[derive(Debug)]
+pub(crate) struct ClientRequestRoute {
     reply: oneshot::Sender<Result<Value, ErrorObject>>,
+    stream: Addr<StreamActor>,
 }
 
 /// The session actor.
 pub struct SessionActor {
-    core: SessionCore<RequestTask, Addr<StreamActor>>,
+    core: SessionCore<RequestTask, Addr<StreamActor>, ClientRequestRoute>,
+    principal: Option<Arc<str>>,
     signer: Arc<CursorSigner>,
     settings: StreamSettings,
     client_caps: Arc<Value>,
     sup: Arc<Supervisor>,
-    pending: HashMap<JsonRpcId, PendingServerRequest>,
     /// Deregisters the session when dropped: taken explicitly before a DELETE or expiry is
     /// acknowledged, and dropped with the actor on every other exit path.
     guard: Option<RegistryGuard>,
+    /// The one armed timer and the tick it is armed for.
+    timer: Option<(Tick, SpawnHandle)>,
+    /// Why the session ended, for JSON replies still owed.
+    ended_by: Rejection,
 }
 
 /// What a POST produced.
@@ -60,11 +75,11 @@ pub enum PostOutcome {
     /// Notification(s) or response(s) only: 202.
     Accepted,
     /// A JSON reply; the sender is dropped if the request is cancelled.
-    Json(oneshot::Receiver<Bytes>),
+    Json(oneshot::Receiver<JsonReply>),
     /// An SSE reply.
     Sse(SseBody),
     /// A 2025-03-26 batch: one JSON reply per request, in order.
-    Batch(Vec<oneshot::Receiver<Bytes>>),
+    Batch(Vec<oneshot::Receiver<JsonReply>>),
 }
 
 /// POSTed message(s) for this session.
@@ -110,20 +125,6 @@ pub struct Delete {
 #[rtype(result = "()")]
 pub(crate) struct Shutdown;
 
-/// Reports from this session's stream actors.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub(crate) enum StreamEvent {
-    /// A connection attached to one of the streams.
-    Attached,
-    /// A connection's body was dropped.
-    DetachedConn,
-    /// The stream produced its last event.
-    Closed(StreamId),
-    /// The stream's retention ended; it stopped.
-    Gone(StreamId),
-}
-
 /// A server-to-client request from a running tool.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -144,16 +145,8 @@ impl Actor for SessionActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        ctx.set_mailbox_capacity(self.sup.config().session_mailbox);
-        let ttl = self.sup.config().session_idle_ttl_ms;
-        let every = Duration::from_millis((ttl / 4).clamp(10, 30_000));
-        ctx.run_interval(every, |act, ctx| {
-            if act.core.handle_timeout(act.sup.now()) {
-                tracing::debug!(session = %act.log_id(), "session expired");
-                act.guard.take();
-                ctx.stop();
-            }
-        });
+        ctx.set_mailbox_capacity(self.sup.config().sessions.mailbox);
+        self.arm(ctx);
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
@@ -161,45 +154,53 @@ impl Actor for SessionActor {
         let (requests, streams) = self.core.terminate();
         for (_, r) in requests {
             r.handle.cancel.cancel();
+            if let Some(tx) = r.handle.json {
+                // The client is still waiting on its POST: say why no response comes.
+                let _ = tx.send(Err(self.ended_by.clone()));
+            }
         }
         for s in streams {
+            // Control message: it must arrive, or the stream would outlive its session.
             s.handle.do_send(StreamShutdown(CloseReason::SessionEnded));
         }
-        self.pending.clear();
     }
 }
 
+/// What a session is created with.
+pub(crate) struct SessionSeed {
+    pub(crate) id: SessionId,
+    pub(crate) principal: Option<Arc<str>>,
+    pub(crate) version: ProtocolVersion,
+    pub(crate) generation: Generation,
+    pub(crate) signer: Arc<CursorSigner>,
+    pub(crate) client_caps: Value,
+}
+
 impl SessionActor {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        id: SessionId,
-        principal: Option<Arc<str>>,
-        version: ProtocolVersion,
-        generation: Generation,
-        signer: Arc<CursorSigner>,
-        client_caps: Value,
-        sup: Arc<Supervisor>,
-        guard: RegistryGuard,
-    ) -> SessionActor {
+    pub(crate) fn new(seed: SessionSeed, sup: Arc<Supervisor>, guard: RegistryGuard) -> SessionActor {
         let cfg = sup.config();
         let limits = SessionLimits {
-            idle_ttl_ms: cfg.session_idle_ttl_ms,
-            max_in_flight: cfg.max_in_flight_per_session,
-            max_retained_streams: cfg.max_retained_streams_per_session,
+            idle_ttl_ms: cfg.idle_ttl_ms(),
+            max_in_flight: cfg.sessions.max_in_flight,
+            max_retained_streams: cfg.sessions.max_retained_streams,
+            max_retained_bytes: cfg.sessions.max_retained_bytes,
+            client_request_timeout_ms: cfg.sessions.client_request_timeout_secs.saturating_mul(1000),
         };
         let settings = StreamSettings {
-            window: WindowLimits { max_events: cfg.replay_max_events, max_bytes: cfg.replay_max_bytes },
-            prime: cfg.prime_streams && version.primes_streams(),
-            retry_ms: cfg.retry_ms,
+            window: WindowLimits { max_events: cfg.sse.replay_max_events, max_bytes: cfg.sse.replay_max_bytes },
+            prime: cfg.sse.prime_streams && seed.version.primes_streams(),
+            retry_ms: Some(cfg.sse.retry_ms),
         };
         SessionActor {
-            core: SessionCore::new(id, principal, version, generation, limits, sup.now()),
-            signer,
+            core: SessionCore::new(seed.id, seed.version, seed.generation, limits, sup.now()),
+            principal: seed.principal,
+            signer: seed.signer,
             settings,
-            client_caps: Arc::new(client_caps),
+            client_caps: Arc::new(seed.client_caps),
             sup,
-            pending: HashMap::new(),
             guard: Some(guard),
+            timer: None,
+            ended_by: Rejection::SessionNotFound,
         }
     }
 
@@ -209,19 +210,70 @@ impl SessionActor {
         format!("{}…", &id[..id.len().min(6)])
     }
 
+    /// Arm the timer for the core's next deadline, unless one is armed at or before it.
+    fn arm(&mut self, ctx: &mut Context<Self>) {
+        let Some(at) = self.core.poll_timeout() else { return };
+        if self.timer.as_ref().is_some_and(|(t, _)| *t <= at) {
+            return;
+        }
+        if let Some((_, h)) = self.timer.take() {
+            ctx.cancel_future(h);
+        }
+        let delay = Duration::from_millis(at.0.saturating_sub(self.sup.now().0));
+        let h = ctx.run_later(delay, |act, ctx| {
+            act.timer = None;
+            act.on_timeout(ctx);
+        });
+        self.timer = Some((at, h));
+    }
+
+    fn on_timeout(&mut self, ctx: &mut Context<Self>) {
+        let due = self.core.handle_timeout(self.sup.now());
+        self.sup.stats().client_requests_timed_out(due.timed_out.len());
+        let secs = self.sup.config().sessions.client_request_timeout_secs;
+        for (id, req) in due.timed_out {
+            tracing::debug!(session = %self.log_id(), method = %req.method, "client request timed out");
+            let msg = format!("the client did not answer {} within {secs} s", req.method);
+            let _ = req.handle.reply.send(Err(ErrorObject::new(code::REQUEST_TIMEOUT, msg)));
+            // Tell the client too; best effort (the stream may be busy or gone).
+            let cancelled = encode_notification(method::CANCELLED, Some(&json!({"requestId": id.to_value(), "reason": "timed out"})));
+            let _ = req.handle.stream.try_send(Emit { json: cancelled, last: false });
+        }
+        if due.expired {
+            tracing::debug!(session = %self.log_id(), "session expired");
+            self.guard.take();
+            ctx.stop();
+            return;
+        }
+        self.arm(ctx);
+    }
+
+    fn reports(ctx: &Context<Self>) -> WeakRecipient<StreamReport> {
+        WeakRecipient::from(ctx.address())
+    }
+
     /// Start the stream registered under `sid` in `sctx`; `final_json` when its request is
-    /// already answered.
+    /// already answered (the stream is then closed from the start). Counts the stream's first
+    /// connection.
     fn start_stream(&mut self, sctx: Context<StreamActor>, sid: StreamId, kind: StreamKind, final_json: Option<Bytes>, ctx: &mut Context<Self>) -> SseBody {
         let core = StreamCore::new(sid, self.core.generation(), kind, (*self.signer).clone(), self.settings.clone());
         self.core.connection_delta(self.sup.now(), true);
-        let closed = final_json.is_some();
-        let body = StreamActor::start_in(sctx, core, final_json.as_deref(), ctx.address().downgrade(), Arc::clone(self.sup.config()));
-        if closed {
-            for evicted in self.core.stream_closed(sid) {
-                evicted.handle.do_send(StreamShutdown(CloseReason::SessionEnded));
-            }
+        let (body, closed_with) = StreamActor::start_in(sctx, core, final_json.as_deref(), Self::reports(ctx), Arc::clone(self.sup.stream_env()));
+        if let Some(bytes) = closed_with {
+            let evicted = self.core.stream_closed(sid, bytes);
+            self.evict(evicted);
         }
         body
+    }
+
+    fn evict(&mut self, evicted: Vec<crate::proto::session::StreamEntry<Addr<StreamActor>>>) {
+        if !evicted.is_empty() {
+            tracing::debug!(session = %self.log_id(), n = evicted.len(), "closed streams evicted by the retention bounds");
+            self.sup.stats().streams_evicted(evicted.len());
+        }
+        for e in evicted {
+            e.handle.do_send(StreamShutdown(CloseReason::Evicted));
+        }
     }
 
     fn on_message(&mut self, m: Message, mode: ReplyMode, ctx: &mut Context<Self>) -> Result<PostOutcome, Rejection> {
@@ -232,14 +284,14 @@ impl SessionActor {
                 Ok(PostOutcome::Accepted)
             }
             Message::Response { id, result } => {
-                if let Some(p) = self.pending.remove(&id) {
-                    let _ = p.reply.send(Ok(result));
+                if let Some(p) = self.core.answer_client_request(&id) {
+                    let _ = p.handle.reply.send(Ok(result));
                 }
                 Ok(PostOutcome::Accepted)
             }
             Message::ErrorResponse { id, error } => {
-                if let Some(p) = id.and_then(|id| self.pending.remove(&id)) {
-                    let _ = p.reply.send(Err(error));
+                if let Some(p) = id.and_then(|id| self.core.answer_client_request(&id)) {
+                    let _ = p.handle.reply.send(Err(error));
                 }
                 Ok(PostOutcome::Accepted)
             }
@@ -266,7 +318,6 @@ impl SessionActor {
         if let Some(s) = task.stream.and_then(|sid| self.core.stream(sid)) {
             s.handle.do_send(Close(CloseReason::Cancelled));
         }
-        self.pending.retain(|_, p| p.origin != *id);
     }
 
     fn start_request(&mut self, id: JsonRpcId, method: String, params: Option<Value>, mode: ReplyMode, ctx: &mut Context<Self>) -> Result<PostOutcome, Rejection> {
@@ -300,9 +351,10 @@ impl SessionActor {
                 let out: Arc<dyn ToolOutbound> = Arc::new(Outbound { session: ctx.address(), stream: stream_addr, origin: id.clone() });
                 let log_level = self.core.log_level();
                 let caps = Arc::clone(&self.client_caps);
+                let principal = self.principal.clone();
                 let catalog = Arc::clone(self.sup.catalog());
                 let rid = id.clone();
-                catalog.dispatch(&method, params.as_ref(), move || ToolContext::new(rid, progress_token, cancel, log_level, caps, out))
+                catalog.dispatch(&method, params.as_ref(), move || ToolContext::new(rid, progress_token, cancel, log_level, caps, principal, out))
             }
         };
         let done = match dispatch {
@@ -315,7 +367,10 @@ impl SessionActor {
                     std::task::Poll::Ready(r) => Some(r),
                     std::task::Poll::Pending => {
                         let rid = id.clone();
-                        let h = ctx.spawn(fut.into_actor(self).map(move |r, act, _| act.complete(&rid, r)));
+                        let h = ctx.spawn(fut.into_actor(self).map(move |r, act, ctx| {
+                            act.complete(&rid, r);
+                            act.arm(ctx);
+                        }));
                         if let Some(f) = self.core.in_flight_mut(&id) {
                             f.handle.spawn = Some(h);
                         }
@@ -357,7 +412,7 @@ impl SessionActor {
             .and_then(Value::as_str)
             .ok_or_else(|| ErrorObject::new(code::INVALID_PARAMS, "missing string parameter \"uri\""))?;
         if method == "resources/subscribe" && !self.sup.catalog().has_resource(uri) {
-            return Err(ErrorObject::new(code::RESOURCE_NOT_FOUND, "Resource not found").with_data(json!({"uri": uri})));
+            return Err(crate::tools::resource_not_found(uri));
         }
         Ok(json!({}))
     }
@@ -366,9 +421,6 @@ impl SessionActor {
     /// (nothing is sent then). Also returns the task, for its reply route.
     fn take_response(&mut self, id: &JsonRpcId, r: Result<Value, ErrorObject>) -> Option<(Bytes, RequestTask, Option<StreamId>)> {
         let task = self.core.end_request(id, self.sup.now())?;
-        if !self.pending.is_empty() {
-            self.pending.retain(|_, p| p.origin != *id);
-        }
         let bytes = match r {
             Ok(v) => encode_result(id, &v),
             Err(e) => encode_error(Some(id), &e),
@@ -381,7 +433,7 @@ impl SessionActor {
     fn complete(&mut self, id: &JsonRpcId, r: Result<Value, ErrorObject>) {
         let Some((bytes, task, stream)) = self.take_response(id, r) else { return };
         if let Some(tx) = task.json {
-            let _ = tx.send(bytes);
+            let _ = tx.send(Ok(bytes));
         } else if let Some(s) = stream.and_then(|sid| self.core.stream(sid)) {
             // At most one final per stream; do_send so a busy stream never loses a response.
             s.handle.do_send(Emit { json: bytes, last: true });
@@ -413,7 +465,7 @@ impl Handler<Post> for SessionActor {
                         Err(rej) if is_request => {
                             // Answer this request in the batch with its own error.
                             let (tx, rx) = oneshot::channel();
-                            let _ = tx.send(encode_error(id.as_ref(), &rej.to_error_object()));
+                            let _ = tx.send(Ok(encode_error(id.as_ref(), &rej.to_error_object())));
                             replies.push(rx);
                         }
                         Err(_) => {}
@@ -423,6 +475,7 @@ impl Handler<Post> for SessionActor {
             }
         });
         let _ = msg.reply.send(r);
+        self.arm(ctx);
     }
 }
 
@@ -440,14 +493,16 @@ impl Handler<OpenGet> for SessionActor {
             self.start_stream(sctx, sid, StreamKind::Get, None, ctx)
         });
         let _ = msg.reply.send(r);
+        self.arm(ctx);
     }
 }
 
 impl Handler<Resume> for SessionActor {
     type Result = ();
 
-    fn handle(&mut self, msg: Resume, _: &mut Context<Self>) {
+    fn handle(&mut self, msg: Resume, ctx: &mut Context<Self>) {
         self.core.touch(self.sup.now());
+        self.arm(ctx);
         if let Err(e) = self.core.check_active() {
             let _ = msg.reply.send(Err(e));
             return;
@@ -464,7 +519,7 @@ impl Handler<Resume> for SessionActor {
         match entry.handle.try_send(Attach { after: msg.event.seq, reply: msg.reply }) {
             Ok(()) => {}
             Err(SendError::Full(m)) => {
-                let _ = m.reply.send(Err(Rejection::Overloaded { retry_after_s: 1 }));
+                let _ = m.reply.send(Err(Rejection::Overloaded(Overload::Mailbox)));
             }
             // Its retention just ended and the `Gone` report is still on its way.
             Err(SendError::Closed(m)) => {
@@ -493,51 +548,72 @@ impl Handler<Shutdown> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, _: Shutdown, ctx: &mut Context<Self>) {
+        self.ended_by = Rejection::Overloaded(Overload::Draining);
         ctx.stop();
     }
 }
 
-impl Handler<StreamEvent> for SessionActor {
+impl Handler<StreamReport> for SessionActor {
     type Result = ();
 
-    fn handle(&mut self, ev: StreamEvent, _: &mut Context<Self>) {
+    fn handle(&mut self, r: StreamReport, ctx: &mut Context<Self>) {
         let now = self.sup.now();
-        match ev {
-            StreamEvent::Attached => self.core.connection_delta(now, true),
-            StreamEvent::DetachedConn => self.core.connection_delta(now, false),
-            StreamEvent::Closed(sid) => {
-                for evicted in self.core.stream_closed(sid) {
-                    tracing::debug!(session = %self.log_id(), "closed stream evicted by max_retained_streams");
-                    evicted.handle.do_send(StreamShutdown(CloseReason::SessionEnded));
+        match r {
+            StreamReport::ConnectionStarted => self.core.connection_delta(now, true),
+            StreamReport::ConnectionEnded => self.core.connection_delta(now, false),
+            StreamReport::Closed { stream, bytes } => {
+                let evicted = self.core.stream_closed(stream, bytes);
+                self.evict(evicted);
+            }
+            StreamReport::EventsLost(sid) => {
+                if let Some(task) = self.core.events_lost(sid, now) {
+                    tracing::debug!(session = %self.log_id(), stream = %sid, "request ended: its events were lost");
+                    self.sup.stats().request_ended_by_gap();
+                    task.handle.cancel.cancel();
+                    if let Some(h) = task.handle.spawn {
+                        ctx.cancel_future(h);
+                    }
                 }
             }
-            StreamEvent::Gone(sid) => {
+            StreamReport::Gone(sid) => {
                 tracing::debug!(session = %self.log_id(), stream = %sid, "stream retention ended");
                 self.core.remove_stream(sid);
             }
         }
+        self.arm(ctx);
     }
 }
 
 impl Handler<ServerRequest> for SessionActor {
     type Result = ();
 
-    fn handle(&mut self, msg: ServerRequest, _: &mut Context<Self>) {
-        if self.core.in_flight_mut(&msg.origin).is_none() {
-            let _ = msg.reply.send(Err(ErrorObject::new(code::INTERNAL_ERROR, "the originating request is no longer running")));
-            return;
-        }
-        let target = msg.stream.or_else(|| self.core.get_stream().map(|(_, a)| a.clone()));
-        let Some(target) = target else {
+    fn handle(&mut self, msg: ServerRequest, ctx: &mut Context<Self>) {
+        let Some(target) = msg.stream.or_else(|| self.core.get_stream().map(|(_, a)| a.clone())) else {
             let _ = msg.reply.send(Err(ErrorObject::new(
                 code::INTERNAL_ERROR,
                 "no stream to carry a server-to-client request: accept text/event-stream or open a GET stream",
             )));
             return;
         };
-        let id = self.core.next_server_request_id();
-        target.do_send(Emit { json: encode_request(&id, &msg.method, Some(&msg.params)), last: false });
-        self.pending.insert(id, PendingServerRequest { origin: msg.origin, reply: msg.reply });
+        let route = ClientRequestRoute { reply: msg.reply, stream: target.clone() };
+        match self.core.begin_client_request(&msg.origin, &msg.method, self.sup.now(), route) {
+            Ok(id) => {
+                let json = encode_request(&id, &msg.method, Some(&msg.params));
+                if target.try_send(Emit { json, last: false }).is_err()
+                    && let Some(p) = self.core.answer_client_request(&id)
+                {
+                    let _ = p.handle.reply.send(Err(ErrorObject::new(code::INTERNAL_ERROR, "the request's stream is busy or gone")));
+                }
+            }
+            Err((route, why)) => {
+                let text = match why {
+                    ClientRequestRefused::OriginEnded => "the originating request is no longer running",
+                    ClientRequestRefused::TooMany => "too many server-to-client requests are waiting in this session",
+                };
+                let _ = route.reply.send(Err(ErrorObject::new(code::INTERNAL_ERROR, text)));
+            }
+        }
+        self.arm(ctx);
     }
 }
 

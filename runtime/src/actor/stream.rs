@@ -1,21 +1,62 @@
-//! One actor per SSE stream: drives a [`StreamCore`] and the attached connection's queue.
+//! One actor per SSE stream: drives a [`StreamCore`], the attached connection's bounded
+//! write queue, the stream's retention after it closed, and its share of the server-wide
+//! memory budget. Reports to its session through a [`WeakRecipient`] (it never names the
+//! session's type).
+//!
+//! Timers: a keep-alive interval runs only while a connection is attached, and a retention
+//! timer only while the stream is closed and no connection is attached; both end with the
+//! actor.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::WeakAddr;
 use actix::prelude::*;
+use actix::WeakRecipient;
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::body::SseBody;
-use super::session::{SessionActor, StreamEvent};
-use crate::config::RuntimeConfig;
+use super::body::{ConnectionOwner, SseBody};
+use super::budget::{Charge, MemoryBudget};
+use super::stats::RuntimeStats;
 use crate::proto::error::Rejection;
-use crate::proto::ids::Seq;
+use crate::proto::ids::{Seq, StreamId};
 use crate::proto::stream::{Attachment, CloseReason, Delivery, StreamCore, StreamState};
 use crate::sse::COMMENT_KEEPALIVE;
+
+/// What every stream of a supervisor shares: connection and retention settings, the memory
+/// budget and the counters.
+#[derive(Debug)]
+pub(crate) struct StreamEnv {
+    pub(crate) keepalive: Duration,
+    pub(crate) write_queue_frames: usize,
+    pub(crate) retention_after_delivery: Duration,
+    pub(crate) retention_undelivered: Duration,
+    pub(crate) budget: Arc<MemoryBudget>,
+    pub(crate) stats: Arc<RuntimeStats>,
+}
+
+/// Reports of a stream (and of its connections' bodies) to its session.
+#[derive(Message, Debug, Clone, Copy, PartialEq, Eq)]
+#[rtype(result = "()")]
+pub(crate) enum StreamReport {
+    /// A resuming connection attached (the first connection is counted by the session).
+    ConnectionStarted,
+    /// A connection's body was dropped (sent by the body itself).
+    ConnectionEnded,
+    /// The stream produced its last event; its window holds `bytes`.
+    Closed {
+        /// The stream.
+        stream: StreamId,
+        /// Bytes its window holds.
+        bytes: usize,
+    },
+    /// A resume found the events after its cursor lost; the stream answered its request
+    /// with an "events lost" error and closed: the request must end.
+    EventsLost(StreamId),
+    /// The stream's retention ended; it stopped.
+    Gone(StreamId),
+}
 
 struct Writer {
     conn: u64,
@@ -26,11 +67,12 @@ struct Writer {
 pub struct StreamActor {
     core: StreamCore,
     writer: Option<Writer>,
-    session: WeakAddr<SessionActor>,
-    cfg: Arc<RuntimeConfig>,
+    session: WeakRecipient<StreamReport>,
+    env: Arc<StreamEnv>,
+    charge: Charge,
     last_write: Instant,
+    closed_reported: bool,
     retention: Option<SpawnHandle>,
-    /// Runs only once a live connection has been attached.
     keepalive: Option<SpawnHandle>,
 }
 
@@ -39,9 +81,15 @@ impl Actor for StreamActor {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.set_mailbox_capacity(64);
+        self.env.stats.stream_started();
         if self.writer.is_some() {
-            self.ensure_keepalive(ctx);
+            self.start_keepalive(ctx);
         }
+    }
+
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        // The budget charge is released when the actor is dropped, right after this.
+        self.env.stats.stream_stopped(&self.core.stats());
     }
 }
 
@@ -86,17 +134,20 @@ pub(crate) struct PollClose;
 
 impl StreamActor {
     /// Start a stream in `ctx` (created earlier so its address could be handed out) with its
-    /// first connection attached; returns that connection's body.
+    /// first connection attached; returns that connection's body. The caller (the session)
+    /// counts that connection itself.
     ///
     /// `final_json`, when the request was already answered, is appended right after the
-    /// priming event: the connection then carries both in one write and ends.
+    /// priming event: the connection then carries both in one write and ends. The stream is
+    /// then closed from the start, and the bytes its window holds are returned for the
+    /// session to count (no `Closed` report follows).
     pub(crate) fn start_in(
         ctx: Context<StreamActor>,
         mut core: StreamCore,
         final_json: Option<&[u8]>,
-        session: WeakAddr<SessionActor>,
-        cfg: Arc<RuntimeConfig>,
-    ) -> SseBody {
+        session: WeakRecipient<StreamReport>,
+        env: Arc<StreamEnv>,
+    ) -> (SseBody, Option<usize>) {
         let addr = ctx.address();
         let mut att = core.attach_new();
         let conn = att.conn;
@@ -109,45 +160,81 @@ impl StreamActor {
                 (None, None)
             }
             None => {
-                let (tx, rx) = mpsc::channel(cfg.write_queue_frames);
+                let (tx, rx) = mpsc::channel(env.write_queue_frames);
                 (Some(Writer { conn, tx }), Some(rx))
             }
         };
-        ctx.run(StreamActor { core, writer, session, cfg, last_write: Instant::now(), retention: None, keepalive: None });
-        SseBody::new(att.initial, live, Some((addr, conn)))
+        let owner = ConnectionOwner { stream: addr.recipient(), session: session.clone(), conn };
+        let mut actor = StreamActor {
+            charge: env.budget.charge(),
+            core,
+            writer,
+            session,
+            env,
+            last_write: Instant::now(),
+            closed_reported: final_json.is_some(),
+            retention: None,
+            keepalive: None,
+        };
+        actor.update_charge();
+        let closed_with = final_json.map(|_| actor.core.retained_bytes());
+        ctx.run(actor);
+        (SseBody::new(att.initial, live, Some(owner)), closed_with)
     }
 
-    fn ensure_keepalive(&mut self, ctx: &mut Context<Self>) {
-        if self.keepalive.is_none() {
-            let every = Duration::from_millis(self.cfg.keepalive_ms);
-            self.keepalive = Some(ctx.run_interval(every, |act, _| act.keepalive()));
+    fn report(&self, r: StreamReport) {
+        if let Some(s) = self.session.upgrade() {
+            // Control message, at most one per state change of this stream.
+            s.do_send(r);
         }
     }
 
-    fn tell_session(&self, ev: StreamEvent) {
-        if let Some(s) = self.session.upgrade() {
-            // Control message, one per state change of this stream.
-            s.do_send(ev);
+    /// Charge the window's size to the budget; over it, keep only the newest event.
+    fn update_charge(&mut self) {
+        if self.charge.set(self.core.retained_bytes()) && self.core.trim_for_budget() > 0 {
+            tracing::debug!(stream = %self.core.id(), "stream memory budget full: window trimmed to its newest event");
+            self.charge.set(self.core.retained_bytes());
+        }
+    }
+
+    fn start_keepalive(&mut self, ctx: &mut Context<Self>) {
+        if self.keepalive.is_none() {
+            self.keepalive = Some(ctx.run_interval(self.env.keepalive, |act, ctx| act.keepalive(ctx)));
+        }
+    }
+
+    /// The only place the writer changes: the keep-alive runs exactly while there is one.
+    fn set_writer(&mut self, w: Option<Writer>, ctx: &mut Context<Self>) {
+        self.writer = w;
+        if self.writer.is_some() {
+            self.start_keepalive(ctx);
+        } else if let Some(h) = self.keepalive.take() {
+            ctx.cancel_future(h);
         }
     }
 
     fn body_for(&mut self, att: Attachment, ctx: &mut Context<Self>) -> SseBody {
-        // A new connection supersedes the old one: dropping its sender ends it.
-        self.writer = None;
-        self.tell_session(StreamEvent::Attached);
-        if att.end_after_initial {
-            return SseBody::new(att.initial, None, Some((ctx.address(), att.conn)));
+        // A connection is attached: the stream must not expire under it. Its detach restarts
+        // the retention.
+        if let Some(h) = self.retention.take() {
+            ctx.cancel_future(h);
         }
-        let (tx, rx) = mpsc::channel(self.cfg.write_queue_frames);
-        self.writer = Some(Writer { conn: att.conn, tx });
+        self.report(StreamReport::ConnectionStarted);
+        let owner = ConnectionOwner { stream: ctx.address().recipient(), session: self.session.clone(), conn: att.conn };
+        // A new connection supersedes the old one: dropping its sender ends it.
+        if att.end_after_initial {
+            self.set_writer(None, ctx);
+            return SseBody::new(att.initial, None, Some(owner));
+        }
+        let (tx, rx) = mpsc::channel(self.env.write_queue_frames);
+        self.set_writer(Some(Writer { conn: att.conn, tx }), ctx);
         self.last_write = Instant::now();
-        self.ensure_keepalive(ctx);
-        SseBody::new(att.initial, Some(rx), Some((ctx.address(), att.conn)))
+        SseBody::new(att.initial, Some(rx), Some(owner))
     }
 
     fn deliver(&mut self, d: Delivery, ctx: &mut Context<Self>) {
         if let Delivery::Write { conn, frame, end } = d {
-            self.write(conn, frame, end);
+            self.write(conn, frame, end, ctx);
         }
         // Also when the frame was only buffered (no connection): a stream that closed while
         // detached must start its retention and tell the session, or it would never leave.
@@ -156,7 +243,7 @@ impl StreamActor {
         }
     }
 
-    fn write(&mut self, conn: u64, frame: Bytes, end: bool) {
+    fn write(&mut self, conn: u64, frame: Bytes, end: bool, ctx: &mut Context<Self>) {
         let Some(w) = self.writer.as_ref().filter(|w| w.conn == conn) else {
             self.core.detach(conn);
             return;
@@ -166,52 +253,56 @@ impl StreamActor {
                 self.last_write = Instant::now();
                 if end {
                     // Dropping the sender ends the response once the queue drains.
-                    self.writer = None;
+                    self.set_writer(None, ctx);
                 }
             }
             Err(mpsc::error::TrySendError::Full(_)) => {
                 // Slow reader: detach it rather than buffer without bound or block the
                 // session. Nothing is lost: the window holds the frame; the client resumes.
                 tracing::debug!(stream = %self.core.id(), "slow SSE reader detached");
-                self.writer = None;
+                self.set_writer(None, ctx);
                 self.core.detach(conn);
             }
             Err(mpsc::error::TrySendError::Closed(_)) => {
-                self.writer = None;
+                self.set_writer(None, ctx);
                 self.core.detach(conn);
             }
+        }
+    }
+
+    fn report_closed(&mut self) {
+        if !self.closed_reported {
+            self.closed_reported = true;
+            self.report(StreamReport::Closed { stream: self.core.id(), bytes: self.core.retained_bytes() });
         }
     }
 
     fn on_closed(&mut self, ctx: &mut Context<Self>) {
-        if self.retention.is_some() {
-            return;
+        self.report_closed();
+        if self.retention.is_none() && self.writer.is_none() && self.core.connection().is_none() {
+            self.retain_for(self.env.retention_undelivered, ctx);
         }
-        self.tell_session(StreamEvent::Closed(self.core.id()));
-        if self.writer.is_none() && self.core.connection().is_none() {
-            self.retain_for(self.cfg.retention_undelivered_ms, ctx);
-        }
-        // Otherwise the final frame is being written; `Detached` picks the retention.
+        // Otherwise a connection is attached; its `Detached` starts the retention.
     }
 
-    fn retain_for(&mut self, ms: u64, ctx: &mut Context<Self>) {
+    fn retain_for(&mut self, d: Duration, ctx: &mut Context<Self>) {
         if let Some(h) = self.retention.take() {
             ctx.cancel_future(h);
         }
-        self.retention = Some(ctx.run_later(Duration::from_millis(ms), |act, ctx| {
-            act.tell_session(StreamEvent::Gone(act.core.id()));
+        self.retention = Some(ctx.run_later(d, |act, ctx| {
+            act.report(StreamReport::Gone(act.core.id()));
             ctx.stop();
         }));
     }
 
-    fn keepalive(&mut self) {
+    fn keepalive(&mut self, ctx: &mut Context<Self>) {
         let Some(w) = &self.writer else { return };
-        if self.last_write.elapsed() >= Duration::from_millis(self.cfg.keepalive_ms) {
+        if self.last_write.elapsed() >= self.env.keepalive {
             match w.tx.try_send(Bytes::from_static(COMMENT_KEEPALIVE)) {
                 Ok(()) => self.last_write = Instant::now(),
                 Err(mpsc::error::TrySendError::Closed(_)) => {
                     let conn = w.conn;
-                    self.writer = None;
+                    self.set_writer(None, ctx);
                     self.core.detach(conn);
                 }
                 Err(mpsc::error::TrySendError::Full(_)) => {}
@@ -225,6 +316,7 @@ impl Handler<Emit> for StreamActor {
 
     fn handle(&mut self, msg: Emit, ctx: &mut Context<Self>) {
         let d = if msg.last { self.core.push_final(&msg.json) } else { self.core.push(&msg.json) };
+        self.update_charge();
         self.deliver(d, ctx);
     }
 }
@@ -233,7 +325,14 @@ impl Handler<Attach> for StreamActor {
     type Result = ();
 
     fn handle(&mut self, msg: Attach, ctx: &mut Context<Self>) {
+        let was_closed = matches!(self.core.state(), StreamState::Closed(_));
         let r = self.core.attach_resume(msg.after).map(|att| self.body_for(att, ctx));
+        self.update_charge();
+        if !was_closed && self.core.state() == StreamState::Closed(CloseReason::EventsLost) {
+            // Before the reply: the client cannot retry the request id before its session
+            // has freed it.
+            self.report(StreamReport::EventsLost(self.core.id()));
+        }
         if matches!(self.core.state(), StreamState::Closed(_)) {
             self.on_closed(ctx);
         }
@@ -245,15 +344,14 @@ impl Handler<Detached> for StreamActor {
     type Result = ();
 
     fn handle(&mut self, msg: Detached, ctx: &mut Context<Self>) {
-        self.tell_session(StreamEvent::DetachedConn);
         if self.writer.as_ref().is_some_and(|w| w.conn == msg.conn) {
-            self.writer = None;
+            self.set_writer(None, ctx);
         }
         let was_current = self.core.connection() == Some(msg.conn);
         self.core.detach(msg.conn);
         if was_current && matches!(self.core.state(), StreamState::Closed(_)) {
-            let ms = if msg.drained { self.cfg.retention_after_delivery_ms } else { self.cfg.retention_undelivered_ms };
-            self.retain_for(ms, ctx);
+            let d = if msg.drained { self.env.retention_after_delivery } else { self.env.retention_undelivered };
+            self.retain_for(d, ctx);
         }
     }
 }
@@ -263,12 +361,10 @@ impl Handler<Close> for StreamActor {
 
     fn handle(&mut self, msg: Close, ctx: &mut Context<Self>) {
         self.core.close(msg.0);
-        self.writer = None;
-        if self.retention.is_none() {
-            // Nothing is owed on a cancelled stream: keep it only briefly for late resumes.
-            self.tell_session(StreamEvent::Closed(self.core.id()));
-            self.retain_for(self.cfg.retention_after_delivery_ms, ctx);
-        }
+        self.set_writer(None, ctx);
+        self.report_closed();
+        // Nothing is owed on a cancelled stream: keep it only briefly for late resumes.
+        self.retain_for(self.env.retention_after_delivery, ctx);
     }
 }
 
@@ -277,7 +373,7 @@ impl Handler<Shutdown> for StreamActor {
 
     fn handle(&mut self, msg: Shutdown, ctx: &mut Context<Self>) {
         self.core.close(msg.0);
-        self.writer = None;
+        self.set_writer(None, ctx);
         ctx.stop();
     }
 }
@@ -285,11 +381,14 @@ impl Handler<Shutdown> for StreamActor {
 impl Handler<PollClose> for StreamActor {
     type Result = ();
 
-    fn handle(&mut self, _: PollClose, _: &mut Context<Self>) {
-        if let Some((conn, retry)) = self.core.close_for_polling()
-            && let Some(w) = self.writer.take().filter(|w| w.conn == conn)
-                && let Some(f) = retry {
-                    let _ = w.tx.try_send(f);
-                }
+    fn handle(&mut self, _: PollClose, ctx: &mut Context<Self>) {
+        if let Some((conn, retry)) = self.core.close_for_polling() {
+            if let Some(w) = self.writer.take().filter(|w| w.conn == conn)
+                && let Some(f) = retry
+            {
+                let _ = w.tx.try_send(f);
+            }
+            self.set_writer(None, ctx);
+        }
     }
 }

@@ -1,18 +1,26 @@
-//! The supervisor: one per process. Owns the generation, the session registry, the limits and
-//! the lifecycle phase, and creates sessions.
+//! The supervisor: one per process. Owns the generation, the session registry, the limits,
+//! the quotas, the stream memory budget, the counters and the lifecycle phase, and creates
+//! sessions.
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix::{Actor, AsyncContext};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use tokio::time::Instant;
 
-use super::registry::{Registry, SessionHandle};
-use super::session::SessionActor;
+use super::budget::MemoryBudget;
+use super::registry::{QuotaKey, Registry, SessionHandle};
+use super::session::{SessionActor, SessionSeed};
+use super::stats::{RuntimeStats, StatsSnapshot};
+use super::stream::StreamEnv;
 use crate::config::RuntimeConfig;
-use crate::proto::error::Rejection;
+use crate::proto::admission::AdmitPolicy;
+use crate::proto::bucket::TokenBucket;
+use crate::proto::error::{Overload, Quota, Rejection};
 use crate::proto::event_id::CursorKey;
 use crate::proto::ids::{Generation, SessionId, Tick};
 use crate::proto::mcp::InitializeRequest;
@@ -24,18 +32,58 @@ use crate::tools::Catalog;
 pub enum Phase {
     /// Admitting new sessions of this generation.
     Serving(Generation),
-    /// Shutting down: no new sessions; existing ones are being stopped.
+    /// Stopping: no new sessions (503); existing ones finish or are being stopped.
     Draining(Generation),
+}
+
+/// Session-creation rate per caller: one token bucket per [`QuotaKey`]. Full buckets are
+/// forgotten (they equal new ones), so the map holds only callers active within the last
+/// `burst / rate` seconds, and never more than `max_entries`.
+#[derive(Debug)]
+struct RateLimiter {
+    buckets: Mutex<HashMap<QuotaKey, TokenBucket>>,
+    burst: u32,
+    per_second: f64,
+    max_entries: usize,
+}
+
+impl RateLimiter {
+    fn new(burst: u32, per_second: u32, max_entries: usize) -> RateLimiter {
+        RateLimiter { buckets: Mutex::new(HashMap::new()), burst, per_second: f64::from(per_second), max_entries }
+    }
+
+    /// Take a token for `key` at `now`; the refusal carries `Retry-After` (whole seconds,
+    /// at least 1).
+    fn take(&self, key: &QuotaKey, now: Tick) -> Result<(), Rejection> {
+        let mut buckets = self.buckets.lock();
+        if buckets.len() >= self.max_entries && !buckets.contains_key(key) {
+            buckets.retain(|_, b| !b.is_full_at(now));
+            if buckets.len() >= self.max_entries {
+                // Only a flood of distinct callers gets here; forgetting them all is safe
+                // (each is then treated as new) and keeps the map bounded.
+                buckets.clear();
+            }
+        }
+        let bucket = buckets.entry(key.clone()).or_insert_with(|| TokenBucket::new(self.burst, self.per_second, now));
+        if bucket.try_take(now) {
+            return Ok(());
+        }
+        let wait_ms = bucket.ready_at(now).0.saturating_sub(now.0);
+        Err(Rejection::QuotaExceeded { cause: Quota::SessionRate, retry_after_s: wait_ms.div_ceil(1000).max(1) as u32 })
+    }
 }
 
 /// Process-wide owner of sessions.
 pub struct Supervisor {
     cfg: Arc<RuntimeConfig>,
+    admit: AdmitPolicy,
     catalog: Arc<Catalog>,
     registry: Arc<Registry>,
+    rate: RateLimiter,
     key: CursorKey,
     origin: Instant,
     generation: Generation,
+    stream_env: Arc<StreamEnv>,
     /// Read on every `initialize`, written twice per process life; never held across await.
     phase: RwLock<Phase>,
 }
@@ -53,19 +101,32 @@ fn random_bytes<const N: usize>() -> [u8; N] {
 }
 
 impl Supervisor {
-    /// Start serving generation `cfg.generation`.
+    /// Start serving generation `cfg.sessions.generation`. `cfg` should have passed
+    /// [`RuntimeConfig::validate`].
     #[must_use]
     pub fn new(cfg: RuntimeConfig, catalog: Catalog) -> Arc<Supervisor> {
-        let secret = cfg.cursor_secret.clone().unwrap_or_else(|| random_bytes::<32>().to_vec());
-        let generation = Generation(cfg.generation);
+        let secret = cfg.cursor_secret().unwrap_or_else(|| random_bytes::<32>().to_vec());
+        let generation = Generation(cfg.sessions.generation);
+        let stream_env = Arc::new(StreamEnv {
+            keepalive: Duration::from_millis(cfg.sse.keepalive_ms),
+            write_queue_frames: cfg.sse.write_queue_frames,
+            retention_after_delivery: Duration::from_millis(cfg.sessions.retention_after_delivery_ms),
+            retention_undelivered: Duration::from_millis(cfg.sessions.retention_undelivered_ms),
+            budget: MemoryBudget::new(cfg.limits.stream_memory_bytes),
+            stats: Arc::new(RuntimeStats::default()),
+        });
+        let q = &cfg.quotas;
         Arc::new(Supervisor {
             key: CursorKey::new(&secret),
-            cfg: Arc::new(cfg),
+            admit: cfg.admit_policy(),
+            rate: RateLimiter::new(q.session_burst, q.session_rate_per_sec, cfg.sessions.max_sessions.max(1024)),
             catalog: Arc::new(catalog),
             registry: Arc::new(Registry::default()),
             origin: Instant::now(),
             generation,
+            stream_env,
             phase: RwLock::new(Phase::Serving(generation)),
+            cfg: Arc::new(cfg),
         })
     }
 
@@ -75,10 +136,39 @@ impl Supervisor {
         &self.cfg
     }
 
+    /// The front door's policy.
+    #[must_use]
+    pub fn admit_policy(&self) -> &AdmitPolicy {
+        &self.admit
+    }
+
     /// The catalog.
     #[must_use]
     pub fn catalog(&self) -> &Arc<Catalog> {
         &self.catalog
+    }
+
+    pub(crate) fn stream_env(&self) -> &Arc<StreamEnv> {
+        &self.stream_env
+    }
+
+    /// Counters.
+    #[must_use]
+    pub fn stats(&self) -> &RuntimeStats {
+        &self.stream_env.stats
+    }
+
+    /// Every figure at once.
+    #[must_use]
+    pub fn stats_snapshot(&self) -> StatsSnapshot {
+        self.stream_env.stats.snapshot(self.registry.len(), self.stream_env.budget.used())
+    }
+
+    /// Whether the stream memory budget is used up (requests that would open a stream are
+    /// then refused).
+    #[must_use]
+    pub fn stream_memory_full(&self) -> bool {
+        self.stream_env.budget.is_full()
     }
 
     /// Current phase.
@@ -111,41 +201,76 @@ impl Supervisor {
         Ok(h)
     }
 
-    /// Create a session for an `initialize` request. Must run on an actix arbiter.
+    /// Create a session for an `initialize` request of `key`. Must run on an actix arbiter.
     ///
     /// # Errors
-    /// [`Rejection::Overloaded`] when draining or at `max_sessions`.
-    pub fn create_session(self: &Arc<Self>, principal: Option<Arc<str>>, init: &InitializeRequest) -> Result<(SessionId, ProtocolVersion), Rejection> {
+    /// [`Rejection::Overloaded`] when stopping, when the stream memory budget is full or at
+    /// `max_sessions`; [`Rejection::QuotaExceeded`] past the caller's session quota or rate.
+    pub fn create_session(self: &Arc<Self>, key: QuotaKey, principal: Option<Arc<str>>, init: &InitializeRequest) -> Result<(SessionId, ProtocolVersion), Rejection> {
         if !matches!(self.phase(), Phase::Serving(_)) {
-            return Err(Rejection::Overloaded { retry_after_s: 5 });
+            return Err(Rejection::Overloaded(Overload::Draining));
         }
-        let reservation = self.registry.reserve(self.cfg.max_sessions).ok_or(Rejection::Overloaded { retry_after_s: 5 })?;
+        if self.stream_memory_full() {
+            return Err(Rejection::Overloaded(Overload::StreamMemory));
+        }
+        self.rate.take(&key, self.now())?;
+        let reservation = self.registry.reserve(key, self.cfg.sessions.max_sessions, self.cfg.quotas.sessions_per_principal)?;
         let version = ProtocolVersion::negotiate(init.requested_version.as_deref());
         let raw = format!("{}.{}", self.generation.0, URL_SAFE_NO_PAD.encode(random_bytes::<24>()));
         let id = SessionId::parse(&raw).expect("base64url and digits are visible ASCII");
         let signer = Arc::new(self.key.signer(id.as_str(), principal.as_deref()));
         let sup = Arc::clone(self);
-        let sid = id.clone();
-        let caps = init.capabilities.clone();
+        let seed = SessionSeed { id: id.clone(), principal, version, generation: self.generation, signer, client_caps: init.capabilities.clone() };
         SessionActor::create(move |ctx| {
-            let handle = SessionHandle { addr: ctx.address(), principal: principal.clone(), signer: Arc::clone(&signer), generation: sup.generation };
-            let guard = reservation.insert(sid.clone(), handle);
-            SessionActor::new(sid, principal, version, sup.generation, signer, caps, sup, guard)
+            let handle = SessionHandle { addr: ctx.address(), principal: seed.principal.clone(), signer: Arc::clone(&seed.signer), generation: seed.generation };
+            let guard = reservation.insert(seed.id.clone(), handle);
+            SessionActor::new(seed, sup, guard)
         });
         Ok((id, version))
+    }
+
+    /// Stop admitting sessions (`initialize` gets 503 with `Retry-After`); existing ones go
+    /// on. Call before the HTTP server's graceful stop.
+    pub fn begin_drain(&self) {
+        *self.phase.write() = Phase::Draining(self.generation);
     }
 
     /// Stop admitting sessions and stop every live one (their streams end, their requests are
     /// cancelled, they deregister). Returns how many were told to stop.
     pub fn shutdown(&self) -> usize {
-        {
-            let mut phase = self.phase.write();
-            *phase = Phase::Draining(self.generation);
-        }
+        self.begin_drain();
         let all = self.registry.all();
         for h in &all {
+            // Control message: it must arrive.
             h.addr.do_send(super::session::Shutdown);
         }
         all.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_rate_is_per_caller_with_retry_after() {
+        let r = RateLimiter::new(2, 1, 1024);
+        let a = QuotaKey::Principal("a".into());
+        let b = QuotaKey::Principal("b".into());
+        assert!(r.take(&a, Tick(0)).is_ok() && r.take(&a, Tick(0)).is_ok());
+        let refused = r.take(&a, Tick(0)).unwrap_err();
+        assert_eq!((refused.status(), refused.retry_after_s()), (429, Some(1)));
+        assert!(r.take(&b, Tick(0)).is_ok(), "another caller is not throttled");
+        assert!(r.take(&a, Tick(1000)).is_ok(), "one more a second");
+    }
+
+    #[test]
+    fn rate_map_stays_bounded_under_a_flood_of_callers() {
+        let r = RateLimiter::new(5, 1, 16);
+        for i in 0..1000u32 {
+            let k = QuotaKey::Address(std::net::IpAddr::from(i.to_be_bytes()));
+            r.take(&k, Tick(u64::from(i))).unwrap();
+            assert!(r.buckets.lock().len() <= 16);
+        }
     }
 }

@@ -2,15 +2,14 @@
 //! repeated failures, and one global token bucket shared by every stream of a client, so a
 //! network outage cannot turn into a reconnect storm.
 
+use crate::proto::bucket::TokenBucket;
 use crate::proto::ids::Tick;
 
-/// A token bucket: `capacity` reconnects at once, refilled at `per_second`.
+/// The reconnect budget: a token bucket, `capacity` reconnects at once, refilled at
+/// `per_second`, that counts the attempts it refused.
 #[derive(Debug, Clone)]
 pub struct ReconnectBudget {
-    capacity: f64,
-    tokens: f64,
-    per_ms: f64,
-    last: Tick,
+    bucket: TokenBucket,
     denied: u64,
 }
 
@@ -18,35 +17,22 @@ impl ReconnectBudget {
     /// A full bucket.
     #[must_use]
     pub fn new(capacity: u32, per_second: f64, now: Tick) -> ReconnectBudget {
-        let capacity = f64::from(capacity.max(1));
-        ReconnectBudget { capacity, tokens: capacity, per_ms: per_second.max(0.0) / 1000.0, last: now, denied: 0 }
-    }
-
-    fn refill(&mut self, now: Tick) {
-        let elapsed = now.0.saturating_sub(self.last.0) as f64;
-        self.tokens = (self.tokens + elapsed * self.per_ms).min(self.capacity);
-        self.last = self.last.max(now);
+        ReconnectBudget { bucket: TokenBucket::new(capacity, per_second, now), denied: 0 }
     }
 
     /// Take a token for one reconnect attempt; `false` means wait (see [`Self::ready_at`]).
     pub fn try_take(&mut self, now: Tick) -> bool {
-        self.refill(now);
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
-        } else {
+        let ok = self.bucket.try_take(now);
+        if !ok {
             self.denied += 1;
-            false
         }
+        ok
     }
 
     /// When the next token will be available.
     #[must_use]
     pub fn ready_at(&self, now: Tick) -> Tick {
-        if self.tokens >= 1.0 || self.per_ms <= 0.0 {
-            return now;
-        }
-        now.plus_ms(((1.0 - self.tokens) / self.per_ms).ceil() as u64)
+        self.bucket.ready_at(now)
     }
 
     /// Attempts refused so far.

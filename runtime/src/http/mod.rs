@@ -1,8 +1,10 @@
 //! The actix-web `/mcp` endpoint: reads the request head and body, calls
 //! [`admit`](crate::proto::admission::admit), and forwards the typed command to the
 //! supervisor or a session actor. Every refusal is a [`Rejection`] rendered by the one
-//! [`ApiError`] `ResponseError` impl.
+//! [`ApiError`] `ResponseError` impl and counted once, by cause. Responses to an allowed
+//! `Origin` carry the CORS headers, refusals included.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use actix_web::http::StatusCode;
@@ -12,11 +14,11 @@ use bytes::{Bytes, BytesMut};
 use futures_core::Stream as _;
 use tokio::sync::oneshot;
 
-use crate::actor::{Delete, OpenGet, Post, PostOutcome, Resume, SseBody, Supervisor};
-use crate::proto::admission::{Command, HttpMethod, ReplyMode, RequestHead, admit};
-use crate::proto::error::Rejection;
-use crate::proto::jsonrpc::{encode_error, encode_result};
-use crate::proto::mcp::{InitializeRequest, initialize_result};
+use crate::actor::{Delete, JsonReply, OpenGet, Post, PostOutcome, QuotaKey, Resume, SseBody, Supervisor};
+use crate::proto::admission::{Command, HttpMethod, ReplyMode, RequestHead, admit, cors_headers, cors_origin, cors_preflight_headers};
+use crate::proto::error::{Overload, Rejection};
+use crate::proto::jsonrpc::{Incoming, encode_result};
+use crate::proto::mcp::initialize_result;
 
 /// The session header, as written by this server.
 pub const SESSION_HEADER: &str = "mcp-session-id";
@@ -50,12 +52,41 @@ impl ResponseError for ApiError {
         for (k, v) in self.0.headers() {
             b.insert_header((k, v));
         }
-        b.content_type("application/json").body(encode_error(self.0.id(), &self.0.to_error_object()))
+        b.content_type("application/json").body(crate::proto::jsonrpc::encode_error(self.0.id(), &self.0.to_error_object()))
     }
 }
 
-fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    h.get(name).and_then(|v| v.to_str().ok())
+/// The headers admission reads, in the order they are checked for being visible ASCII.
+const READ_HEADERS: [(&str, &str); 10] = [
+    ("accept", "Accept"),
+    ("content-type", "Content-Type"),
+    (SESSION_HEADER, "MCP-Session-Id"),
+    ("mcp-protocol-version", "MCP-Protocol-Version"),
+    ("origin", "Origin"),
+    ("host", "Host"),
+    ("last-event-id", "Last-Event-ID"),
+    ("authorization", "Authorization"),
+    ("access-control-request-method", "Access-Control-Request-Method"),
+    ("content-length", "Content-Length"),
+];
+
+/// Read the request head as admission sees it. A header that is present but not visible
+/// ASCII is recorded as invalid (never treated as absent).
+fn request_head(method: HttpMethod, h: &HeaderMap) -> RequestHead<'_> {
+    let mut head = RequestHead::new(method);
+    let mut values: [Option<&str>; READ_HEADERS.len()] = [None; READ_HEADERS.len()];
+    for (slot, (name, display)) in values.iter_mut().zip(READ_HEADERS) {
+        if let Some(v) = h.get(name) {
+            match v.to_str() {
+                Ok(s) => *slot = Some(s),
+                Err(_) => {
+                    head.invalid_header.get_or_insert(display);
+                }
+            }
+        }
+    }
+    let [accept, content_type, session_id, protocol_version, origin, host, last_event_id, authorization, cors_request_method, _] = values;
+    RequestHead { accept, content_type, session_id, protocol_version, origin, host, last_event_id, authorization, cors_request_method, ..head }
 }
 
 fn method_of(req: &HttpRequest) -> HttpMethod {
@@ -63,6 +94,7 @@ fn method_of(req: &HttpRequest) -> HttpMethod {
         actix_web::http::Method::POST => HttpMethod::Post,
         actix_web::http::Method::GET => HttpMethod::Get,
         actix_web::http::Method::DELETE => HttpMethod::Delete,
+        actix_web::http::Method::OPTIONS => HttpMethod::Options,
         _ => HttpMethod::Other,
     }
 }
@@ -91,40 +123,72 @@ fn json(bytes: Bytes) -> HttpResponse {
     HttpResponse::Ok().content_type("application/json").body(bytes)
 }
 
+/// A JSON reply: the response, nothing (cancelled: 202), or why the session could not give
+/// one (its session ended meanwhile: 404, or 503 while stopping).
+fn json_reply(r: Result<JsonReply, oneshot::error::RecvError>) -> Result<HttpResponse, Rejection> {
+    match r {
+        Ok(Ok(bytes)) => Ok(json(bytes)),
+        Ok(Err(rejection)) => Err(rejection),
+        Err(_) => Ok(HttpResponse::Accepted().finish()),
+    }
+}
+
 /// The `/mcp` handler for every method.
-///
-/// # Errors
-/// [`ApiError`] for every refusal.
-pub async fn endpoint(req: HttpRequest, payload: web::Payload, sup: web::Data<Arc<Supervisor>>) -> Result<HttpResponse, ApiError> {
-    let cfg = sup.config();
-    let method = method_of(&req);
-    let h = req.headers();
-    let body = if method == HttpMethod::Post {
-        let declared = header(h, "content-length").and_then(|v| v.parse::<usize>().ok());
-        if declared.is_some_and(|n| n > cfg.admit.max_body_bytes) {
-            return Err(Rejection::PayloadTooLarge.into());
+pub async fn endpoint(req: HttpRequest, payload: web::Payload, sup: web::Data<Arc<Supervisor>>) -> HttpResponse {
+    let head = request_head(method_of(&req), req.headers());
+    let mut resp = match serve(&req, &head, payload, &sup).await {
+        Ok(r) => r,
+        Err(rejection) => {
+            sup.stats().refused(&rejection);
+            ApiError(rejection).error_response()
         }
-        read_body(payload, cfg.admit.max_body_bytes).await?
+    };
+    if let Some(origin) = cors_origin(&head, sup.admit_policy()) {
+        let h = resp.headers_mut();
+        for (k, v) in cors_headers(origin) {
+            if let (Ok(k), Ok(v)) = (header::HeaderName::try_from(k), header::HeaderValue::from_str(&v)) {
+                h.insert(k, v);
+            }
+        }
+    }
+    resp
+}
+
+fn quota_key(principal: Option<&Arc<str>>, peer: Option<SocketAddr>) -> QuotaKey {
+    match (principal, peer) {
+        (Some(p), _) => QuotaKey::Principal(Arc::clone(p)),
+        (None, Some(addr)) => QuotaKey::Address(addr.ip()),
+        (None, None) => QuotaKey::Unknown,
+    }
+}
+
+fn opens_stream(incoming: &Incoming, reply: ReplyMode) -> bool {
+    reply == ReplyMode::Sse && matches!(incoming, Incoming::Single(m) if m.is_request())
+}
+
+async fn serve(req: &HttpRequest, head: &RequestHead<'_>, payload: web::Payload, sup: &Arc<Supervisor>) -> Result<HttpResponse, Rejection> {
+    let policy = sup.admit_policy();
+    let body = if head.method == HttpMethod::Post && head.invalid_header.is_none() {
+        let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
+        if declared.is_some_and(|n| n > policy.max_body_bytes) {
+            return Err(Rejection::PayloadTooLarge);
+        }
+        read_body(payload, policy.max_body_bytes).await?
     } else {
         Bytes::new()
     };
-    let head = RequestHead {
-        method,
-        accept: header(h, "accept"),
-        content_type: header(h, "content-type"),
-        session_id: header(h, SESSION_HEADER),
-        protocol_version: header(h, "mcp-protocol-version"),
-        origin: header(h, "origin"),
-        host: header(h, "host"),
-        last_event_id: header(h, "last-event-id"),
-        authorization: header(h, "authorization"),
-    };
-    let admitted = admit(&head, &body, &cfg.admit)?;
+    let admitted = admit(head, &body, policy)?;
     let principal = admitted.principal;
     match admitted.command {
-        Command::Initialize { id, params, reply } => {
-            let init = InitializeRequest::from_params(params.as_ref());
-            let (session, version) = sup.create_session(principal, &init)?;
+        Command::Preflight => {
+            let mut b = HttpResponse::NoContent();
+            for (k, v) in cors_preflight_headers() {
+                b.insert_header((k, v));
+            }
+            Ok(b.finish())
+        }
+        Command::Initialize { id, init, reply } => {
+            let (session, version) = sup.create_session(quota_key(principal.as_ref(), req.peer_addr()), principal, &init)?;
             let catalog = sup.catalog();
             let result = initialize_result(version, catalog.capabilities(), catalog.server_info(), catalog.instructions());
             let bytes = encode_result(&id, &result);
@@ -140,18 +204,22 @@ pub async fn endpoint(req: HttpRequest, payload: web::Payload, sup: web::Data<Ar
         }
         Command::Post { session, version: _, incoming, reply } => {
             let handle = sup.lookup(&session, principal.as_ref())?;
+            if opens_stream(&incoming, reply) && sup.stream_memory_full() {
+                return Err(Rejection::Overloaded(Overload::StreamMemory));
+            }
             let (tx, rx) = oneshot::channel();
             handle.addr.try_send(Post { incoming, reply_mode: reply, reply: tx }).map_err(mailbox_error)?;
             match rx.await.map_err(|_| Rejection::SessionNotFound)?? {
                 PostOutcome::Accepted => Ok(HttpResponse::Accepted().finish()),
                 PostOutcome::Sse(body) => Ok(sse(body)),
-                // The sender is dropped when the request is cancelled: no response is owed.
-                PostOutcome::Json(rx) => Ok(rx.await.map_or_else(|_| HttpResponse::Accepted().finish(), json)),
+                PostOutcome::Json(rx) => json_reply(rx.await),
                 PostOutcome::Batch(rxs) => {
                     let mut out = Vec::with_capacity(rxs.len());
                     for rx in rxs {
-                        if let Ok(b) = rx.await {
-                            out.push(b);
+                        match rx.await {
+                            Ok(Ok(b)) => out.push(b),
+                            Ok(Err(rejection)) => return Err(rejection),
+                            Err(_) => {}
                         }
                     }
                     if out.is_empty() {
@@ -171,6 +239,9 @@ pub async fn endpoint(req: HttpRequest, payload: web::Payload, sup: web::Data<Ar
         }
         Command::OpenStream { session } => {
             let handle = sup.lookup(&session, principal.as_ref())?;
+            if sup.stream_memory_full() {
+                return Err(Rejection::Overloaded(Overload::StreamMemory));
+            }
             let (tx, rx) = oneshot::channel();
             handle.addr.try_send(OpenGet { reply: tx }).map_err(mailbox_error)?;
             Ok(sse(rx.await.map_err(|_| Rejection::SessionNotFound)??))
@@ -194,7 +265,7 @@ pub async fn endpoint(req: HttpRequest, payload: web::Payload, sup: web::Data<Ar
 
 fn mailbox_error<M>(e: actix::prelude::SendError<M>) -> Rejection {
     match e {
-        actix::prelude::SendError::Full(_) => Rejection::Overloaded { retry_after_s: 1 },
+        actix::prelude::SendError::Full(_) => Rejection::Overloaded(Overload::Mailbox),
         actix::prelude::SendError::Closed(_) => Rejection::SessionNotFound,
     }
 }

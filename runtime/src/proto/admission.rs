@@ -1,18 +1,24 @@
 //! The one front door: [`admit`] turns an HTTP request head and body into a typed
 //! [`Command`] or a typed [`Rejection`]. Pure: no session lookups, no clock. Checks, in order:
-//! `Origin`, `Host`, authentication, HTTP method, `Accept`, `Content-Type`, body size, body
-//! shape, `MCP-Session-Id` presence, and `MCP-Protocol-Version` support. Session-dependent
+//! header encoding, `Origin`, `Host`, CORS preflight, authentication, HTTP method, `Accept`,
+//! `Content-Type`, body size, parsed-size bounds (before parsing), body shape, message
+//! limits, `MCP-Session-Id` presence, and `MCP-Protocol-Version` support. Session-dependent
 //! rules (batches only on 2025-03-26 sessions, ownership, in-flight ids) are the session's.
+//!
+//! CORS: an allowed `Origin` gets [`cors_headers`] on every response (success or refusal) and
+//! its preflight ([`Command::Preflight`]) is answered before authentication, since browsers
+//! never send credentials on a preflight; a disallowed one is refused (403) like any request.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::error::Rejection;
 use super::ids::{JsonRpcId, SessionId};
 use super::jsonrpc::{Incoming, Message, ParseError, parse_body};
+use super::limits::{self, Limit, LimitExceeded, MessageLimits};
+use super::mcp::InitializeRequest;
 use super::version::ProtocolVersion;
 
 /// HTTP method, as far as the endpoint cares.
@@ -24,6 +30,9 @@ pub enum HttpMethod {
     Get,
     /// DELETE: end the session.
     Delete,
+    /// OPTIONS: a CORS preflight, when it carries `Origin` and
+    /// `Access-Control-Request-Method`.
+    Options,
     /// Anything else.
     Other,
 }
@@ -49,6 +58,11 @@ pub struct RequestHead<'a> {
     pub last_event_id: Option<&'a str>,
     /// `Authorization`.
     pub authorization: Option<&'a str>,
+    /// `Access-Control-Request-Method` (preflights).
+    pub cors_request_method: Option<&'a str>,
+    /// The first header among those above whose value is not visible ASCII (the shell could
+    /// not read it as text). Such a request is refused, never served as if it were absent.
+    pub invalid_header: Option<&'static str>,
 }
 
 impl<'a> RequestHead<'a> {
@@ -65,6 +79,8 @@ impl<'a> RequestHead<'a> {
             host: None,
             last_event_id: None,
             authorization: None,
+            cors_request_method: None,
+            invalid_header: None,
         }
     }
 }
@@ -113,6 +129,8 @@ pub struct AdmitPolicy {
     pub auth: Option<TokenMap>,
     /// Prefer SSE when the client accepts both.
     pub prefer_sse: bool,
+    /// Parsed-size and length bounds of messages.
+    pub limits: MessageLimits,
 }
 
 impl Default for AdmitPolicy {
@@ -125,6 +143,7 @@ impl Default for AdmitPolicy {
             max_body_bytes: 4 << 20,
             auth: None,
             prefer_sse: true,
+            limits: MessageLimits::default(),
         }
     }
 }
@@ -145,8 +164,8 @@ pub enum Command {
     Initialize {
         /// Request id.
         id: JsonRpcId,
-        /// `initialize` params.
-        params: Option<Value>,
+        /// What the client said (bounded by `limits.handshake_*`).
+        init: InitializeRequest,
         /// Reply format.
         reply: ReplyMode,
     },
@@ -178,6 +197,33 @@ pub enum Command {
         /// Session.
         session: SessionId,
     },
+    /// Answer a CORS preflight from an allowed origin (204 with [`cors_preflight_headers`]).
+    Preflight,
+}
+
+/// Request headers MCP uses, allowed on cross-origin requests.
+pub const CORS_ALLOW_HEADERS: &str = "Content-Type, Accept, Authorization, Mcp-Session-Id, MCP-Protocol-Version, Last-Event-ID";
+/// Methods of the endpoint, allowed on cross-origin requests.
+pub const CORS_ALLOW_METHODS: &str = "GET, POST, DELETE";
+/// Response headers a page may read: the session id, and what 401/429/503 say.
+pub const CORS_EXPOSE_HEADERS: &str = "Mcp-Session-Id, WWW-Authenticate, Retry-After";
+
+/// The `Origin` to echo in `Access-Control-Allow-Origin`, when the request has an allowed one.
+#[must_use]
+pub fn cors_origin<'a>(head: &RequestHead<'a>, p: &AdmitPolicy) -> Option<&'a str> {
+    head.origin.filter(|o| origin_allowed(o, p))
+}
+
+/// CORS headers of every response to an allowed origin.
+#[must_use]
+pub fn cors_headers(origin: &str) -> [(&'static str, String); 3] {
+    [("Access-Control-Allow-Origin", origin.to_owned()), ("Access-Control-Expose-Headers", CORS_EXPOSE_HEADERS.into()), ("Vary", "Origin".into())]
+}
+
+/// Extra headers of a preflight answer (besides [`cors_headers`]).
+#[must_use]
+pub fn cors_preflight_headers() -> [(&'static str, &'static str); 3] {
+    [("Access-Control-Allow-Methods", CORS_ALLOW_METHODS), ("Access-Control-Allow-Headers", CORS_ALLOW_HEADERS), ("Access-Control-Max-Age", "600")]
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -276,6 +322,9 @@ fn invalid(e: ParseError) -> Rejection {
 /// The [`Rejection`] for the first rule the request breaks, in the order listed in the module
 /// documentation.
 pub fn admit(head: &RequestHead<'_>, body: &[u8], policy: &AdmitPolicy) -> Result<Admitted, Rejection> {
+    if let Some(name) = head.invalid_header {
+        return Err(Rejection::InvalidHeader(name));
+    }
     if let Some(origin) = head.origin
         && !origin_allowed(origin, policy) {
             return Err(Rejection::OriginNotAllowed);
@@ -284,6 +333,12 @@ pub fn admit(head: &RequestHead<'_>, body: &[u8], policy: &AdmitPolicy) -> Resul
         && !host_allowed(host, policy) {
             return Err(Rejection::HostNotAllowed);
         }
+    if head.method == HttpMethod::Options {
+        return match (head.origin, head.cors_request_method) {
+            (Some(_), Some(_)) => Ok(Admitted { principal: None, command: Command::Preflight }),
+            _ => Err(Rejection::MethodNotAllowed),
+        };
+    }
     let principal = match &policy.auth {
         None => None,
         Some(tokens) => {
@@ -296,7 +351,7 @@ pub fn admit(head: &RequestHead<'_>, body: &[u8], policy: &AdmitPolicy) -> Resul
         }
     };
     let command = match head.method {
-        HttpMethod::Other => return Err(Rejection::MethodNotAllowed),
+        HttpMethod::Other | HttpMethod::Options => return Err(Rejection::MethodNotAllowed),
         HttpMethod::Delete => Command::Delete { session: session_of(head)? },
         HttpMethod::Get => {
             if !parse_accept(head.accept).sse {
@@ -324,7 +379,15 @@ fn admit_post(head: &RequestHead<'_>, body: &[u8], policy: &AdmitPolicy) -> Resu
     if body.len() > policy.max_body_bytes {
         return Err(Rejection::PayloadTooLarge);
     }
+    let limits = &policy.limits;
+    limits::scan(body, limits).map_err(Rejection::LimitExceeded)?;
     let incoming = parse_body(body).map_err(invalid)?;
+    match &incoming {
+        Incoming::Single(m) => limits::check_message(m, limits),
+        Incoming::Batch(ms) if ms.len() > limits.batch_max_items => Err(LimitExceeded { limit: Limit::BatchItems, max: limits.batch_max_items }),
+        Incoming::Batch(ms) => ms.iter().try_for_each(|m| limits::check_message(m, limits)),
+    }
+    .map_err(Rejection::LimitExceeded)?;
     let accepts = parse_accept(head.accept);
     let has_request = match &incoming {
         Incoming::Single(m) => m.is_request(),
@@ -341,7 +404,9 @@ fn admit_post(head: &RequestHead<'_>, body: &[u8], policy: &AdmitPolicy) -> Resu
             if head.session_id.is_some() {
                 return Err(Rejection::AlreadyInitialized);
             }
-            return Ok(Command::Initialize { id: id.clone(), params: params.clone(), reply });
+            let init = InitializeRequest::from_params(params.as_ref());
+            limits::check_handshake(&init.capabilities, &init.client_info, &limits.handshake).map_err(Rejection::LimitExceeded)?;
+            return Ok(Command::Initialize { id: id.clone(), init, reply });
         }
     if let Incoming::Batch(ms) = &incoming
         && ms.iter().any(|m| matches!(m, Message::Request { method, .. } if method == "initialize")) {

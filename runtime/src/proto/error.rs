@@ -4,6 +4,54 @@
 
 use super::ids::JsonRpcId;
 use super::jsonrpc::{ErrorObject, code};
+use super::limits::{Limit, LimitExceeded};
+
+/// Why a request was refused with 503 (the server is short of something; not the caller's
+/// fault). Each cause has its own `Retry-After`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Overload {
+    /// `sessions.max_sessions` live sessions.
+    Sessions,
+    /// The session's mailbox is full.
+    Mailbox,
+    /// `sessions.max_in_flight` requests in flight in the session.
+    InFlight,
+    /// The server is stopping.
+    Draining,
+    /// The server-wide stream memory budget (`limits.stream_memory_bytes`) is used up.
+    StreamMemory,
+}
+
+impl Overload {
+    /// Seconds the client should wait.
+    #[must_use]
+    pub fn retry_after_s(self) -> u32 {
+        match self {
+            Overload::Mailbox | Overload::InFlight => 1,
+            Overload::StreamMemory => 2,
+            Overload::Sessions | Overload::Draining => 5,
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Overload::Sessions => "session limit reached",
+            Overload::Mailbox => "session mailbox full",
+            Overload::InFlight => "too many requests in flight in this session",
+            Overload::Draining => "server is shutting down",
+            Overload::StreamMemory => "server-wide stream memory budget is full",
+        }
+    }
+}
+
+/// Which per-principal quota a request broke (429).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Quota {
+    /// `quotas.sessions_per_principal` live sessions.
+    Sessions,
+    /// `quotas.session_rate_per_sec` / `session_burst`.
+    SessionRate,
+}
 
 /// A typed refusal of an HTTP request.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -27,9 +75,12 @@ pub enum Rejection {
     /// Body larger than the configured limit.
     #[error("Payload Too Large")]
     PayloadTooLarge,
-    /// HTTP method other than POST, GET, DELETE.
+    /// HTTP method other than POST, GET, DELETE (or an OPTIONS that is no CORS preflight).
     #[error("Method Not Allowed")]
     MethodNotAllowed,
+    /// A header the endpoint reads is not visible ASCII.
+    #[error("Bad Request: the {0} header is not visible ASCII")]
+    InvalidHeader(&'static str),
     /// Body is not JSON.
     #[error("Parse error")]
     Parse,
@@ -41,6 +92,9 @@ pub enum Rejection {
         /// The request id, when readable.
         id: Option<JsonRpcId>,
     },
+    /// The message is over a size bound (by parsed size, length, or count).
+    #[error("Bad Request: {} exceeds its limit of {}", .0.limit.describe(), .0.max)]
+    LimitExceeded(LimitExceeded),
     /// No `MCP-Session-Id` on a request that needs one.
     #[error("Bad Request: missing MCP-Session-Id header")]
     MissingSession,
@@ -63,12 +117,17 @@ pub enum Rejection {
     /// after the cursor were evicted from its replay window.
     #[error("Gone: events after Last-Event-ID are no longer available")]
     EventsLost,
-    /// Too many sessions, or the session's mailbox is full.
-    #[error("Service Unavailable: overloaded")]
-    Overloaded {
+    /// The caller is over a per-principal quota.
+    #[error("Too Many Requests: {}", match .cause { Quota::Sessions => "too many live sessions for this caller", Quota::SessionRate => "sessions created too fast by this caller" })]
+    QuotaExceeded {
+        /// Which quota.
+        cause: Quota,
         /// Seconds the client should wait.
         retry_after_s: u32,
     },
+    /// The server is short of a resource.
+    #[error("Service Unavailable: {}", .0.describe())]
+    Overloaded(Overload),
     /// Anything unexpected. The client sees a generic text; details go to the log.
     #[error("Internal error")]
     Internal,
@@ -85,8 +144,10 @@ impl Rejection {
             Rejection::UnsupportedMediaType => 415,
             Rejection::PayloadTooLarge => 413,
             Rejection::MethodNotAllowed => 405,
-            Rejection::Parse
+            Rejection::InvalidHeader(_)
+            | Rejection::Parse
             | Rejection::InvalidMessage { .. }
+            | Rejection::LimitExceeded(_)
             | Rejection::MissingSession
             | Rejection::UnsupportedVersion(_)
             | Rejection::AlreadyInitialized
@@ -94,7 +155,8 @@ impl Rejection {
             Rejection::SessionNotFound => 404,
             Rejection::RequestIdInFlight(_) => 409,
             Rejection::EventsLost => 410,
-            Rejection::Overloaded { .. } => 503,
+            Rejection::QuotaExceeded { .. } => 429,
+            Rejection::Overloaded(_) => 503,
             Rejection::Internal => 500,
         }
     }
@@ -104,12 +166,13 @@ impl Rejection {
     pub fn code(&self) -> i64 {
         match self {
             Rejection::Parse => code::PARSE_ERROR,
-            Rejection::InvalidMessage { .. } | Rejection::AlreadyInitialized => code::INVALID_REQUEST,
+            Rejection::InvalidMessage { .. } | Rejection::AlreadyInitialized | Rejection::LimitExceeded(_) => code::INVALID_REQUEST,
             Rejection::SessionNotFound => code::SESSION_NOT_FOUND,
             Rejection::RequestIdInFlight(_) => code::REQUEST_ID_IN_FLIGHT,
             Rejection::CursorRejected => code::CURSOR_REJECTED,
             Rejection::EventsLost => code::EVENTS_LOST,
-            Rejection::Overloaded { .. } => code::OVERLOADED,
+            Rejection::QuotaExceeded { .. } => code::QUOTA_EXCEEDED,
+            Rejection::Overloaded(_) => code::OVERLOADED,
             Rejection::Internal => code::INTERNAL_ERROR,
             Rejection::OriginNotAllowed
             | Rejection::HostNotAllowed
@@ -118,6 +181,7 @@ impl Rejection {
             | Rejection::UnsupportedMediaType
             | Rejection::PayloadTooLarge
             | Rejection::MethodNotAllowed
+            | Rejection::InvalidHeader(_)
             | Rejection::MissingSession
             | Rejection::UnsupportedVersion(_) => code::TRANSPORT,
         }
@@ -133,13 +197,25 @@ impl Rejection {
         }
     }
 
+    /// `Retry-After` seconds, for 429 and 503.
+    #[must_use]
+    pub fn retry_after_s(&self) -> Option<u32> {
+        match self {
+            Rejection::QuotaExceeded { retry_after_s, .. } => Some(*retry_after_s),
+            Rejection::Overloaded(cause) => Some(cause.retry_after_s()),
+            _ => None,
+        }
+    }
+
     /// Extra response headers: `(name, value)`.
     #[must_use]
     pub fn headers(&self) -> Vec<(&'static str, String)> {
+        if let Some(s) = self.retry_after_s() {
+            return vec![("Retry-After", s.to_string())];
+        }
         match self {
             Rejection::Unauthorized => vec![("WWW-Authenticate", "Bearer".into())],
-            Rejection::MethodNotAllowed => vec![("Allow", "GET, POST, DELETE".into())],
-            Rejection::Overloaded { retry_after_s } => vec![("Retry-After", retry_after_s.to_string())],
+            Rejection::MethodNotAllowed => vec![("Allow", "GET, POST, DELETE, OPTIONS".into())],
             _ => Vec::new(),
         }
     }
@@ -152,28 +228,103 @@ impl Rejection {
             Rejection::UnsupportedVersion(_) => e.with_data(serde_json::json!({
                 "supported": super::version::SUPPORTED.map(|v| v.as_str()),
             })),
+            Rejection::LimitExceeded(l) => e.with_data(serde_json::json!({"limit": l.limit.describe(), "max": l.max})),
             _ => e,
         }
     }
 
+    /// A short, stable name of the refusal's cause, for counters (`refused.<cause>`).
+    #[must_use]
+    pub fn cause(&self) -> &'static str {
+        match self {
+            Rejection::OriginNotAllowed => "origin",
+            Rejection::HostNotAllowed => "host",
+            Rejection::Unauthorized => "unauthorized",
+            Rejection::NotAcceptable => "not_acceptable",
+            Rejection::UnsupportedMediaType => "media_type",
+            Rejection::PayloadTooLarge => "body_too_large",
+            Rejection::MethodNotAllowed => "method",
+            Rejection::InvalidHeader(_) => "invalid_header",
+            Rejection::Parse => "parse",
+            Rejection::InvalidMessage { .. } => "invalid_message",
+            Rejection::LimitExceeded(l) => match l.limit {
+                Limit::JsonDepth | Limit::JsonValues => "limit.json",
+                Limit::Capabilities | Limit::ClientInfo => "limit.handshake",
+                Limit::IdLength | Limit::MethodLength | Limit::NameLength | Limit::UriLength => "limit.length",
+                Limit::BatchItems => "limit.batch",
+            },
+            Rejection::MissingSession => "missing_session",
+            Rejection::SessionNotFound => "session_not_found",
+            Rejection::UnsupportedVersion(_) => "version",
+            Rejection::AlreadyInitialized => "already_initialized",
+            Rejection::RequestIdInFlight(_) => "id_in_flight",
+            Rejection::CursorRejected => "cursor_rejected",
+            Rejection::EventsLost => "events_lost",
+            Rejection::QuotaExceeded { cause: Quota::Sessions, .. } => "quota.sessions",
+            Rejection::QuotaExceeded { cause: Quota::SessionRate, .. } => "quota.session_rate",
+            Rejection::Overloaded(Overload::Sessions) => "overloaded.sessions",
+            Rejection::Overloaded(Overload::Mailbox) => "overloaded.mailbox",
+            Rejection::Overloaded(Overload::InFlight) => "overloaded.in_flight",
+            Rejection::Overloaded(Overload::Draining) => "overloaded.draining",
+            Rejection::Overloaded(Overload::StreamMemory) => "overloaded.stream_memory",
+            Rejection::Internal => "internal",
+        }
+    }
+
+    /// Every value [`Rejection::cause`] can return.
+    pub const CAUSES: [&'static str; 29] = [
+        "origin",
+        "host",
+        "unauthorized",
+        "not_acceptable",
+        "media_type",
+        "body_too_large",
+        "method",
+        "invalid_header",
+        "parse",
+        "invalid_message",
+        "limit.json",
+        "limit.handshake",
+        "limit.length",
+        "limit.batch",
+        "missing_session",
+        "session_not_found",
+        "version",
+        "already_initialized",
+        "id_in_flight",
+        "cursor_rejected",
+        "events_lost",
+        "quota.sessions",
+        "quota.session_rate",
+        "overloaded.sessions",
+        "overloaded.mailbox",
+        "overloaded.in_flight",
+        "overloaded.draining",
+        "overloaded.stream_memory",
+        "internal",
+    ];
+
     /// One representative of every variant, for the table test and README.
     #[must_use]
     pub fn table() -> Vec<(Rejection, &'static str)> {
+        let limit = |limit| Rejection::LimitExceeded(LimitExceeded { limit, max: 1 });
         vec![
-            (Rejection::OriginNotAllowed, "`Origin` present and not in the allow-list"),
+            (Rejection::OriginNotAllowed, "`Origin` present and not in the allow-list (also on a CORS preflight)"),
             (Rejection::HostNotAllowed, "`Host` not allowed (loopback binds accept only localhost names)"),
             (Rejection::Unauthorized, "auth configured; bearer token missing or unknown"),
             (Rejection::NotAcceptable, "POST accepts neither JSON nor SSE; GET does not accept SSE"),
             (Rejection::UnsupportedMediaType, "POST `Content-Type` is present and not `application/json`"),
-            (Rejection::PayloadTooLarge, "body larger than `max_body_bytes`"),
-            (Rejection::MethodNotAllowed, "method other than POST, GET, DELETE"),
+            (Rejection::PayloadTooLarge, "body larger than `security.max_body_bytes`"),
+            (Rejection::MethodNotAllowed, "method other than POST, GET, DELETE; OPTIONS that is not a CORS preflight"),
+            (Rejection::InvalidHeader("Last-Event-ID"), "a header the endpoint reads (`Accept`, `Content-Type`, `Origin`, `Host`, `Authorization`, `MCP-Session-Id`, `MCP-Protocol-Version`, `Last-Event-ID`) is not visible ASCII"),
             (Rejection::Parse, "body is not JSON"),
             (
                 Rejection::InvalidMessage { reason: "example".into(), id: None },
                 "not JSON-RPC 2.0; `null` id; batch on a session newer than 2025-03-26; `initialize` in a batch",
             ),
+            (limit(Limit::JsonValues), "body deeper or with more values than `limits.json_*`; `initialize` `capabilities` or `clientInfo` over `limits.handshake_*`; string id, method, tool/prompt name or URI longer than its `limits.*_max_bytes`; batch over `limits.batch_max_items` (`data` names the limit)"),
             (Rejection::MissingSession, "no `MCP-Session-Id` on a non-`initialize` request"),
-            (Rejection::SessionNotFound, "session unknown, deleted, expired, or owned by another caller"),
+            (Rejection::SessionNotFound, "session unknown, deleted (also while its request was running), expired, or owned by another caller"),
             (Rejection::UnsupportedVersion("1999-01-01".into()), "`MCP-Protocol-Version` not supported"),
             (Rejection::AlreadyInitialized, "`initialize` sent with an `MCP-Session-Id`"),
             (Rejection::RequestIdInFlight(JsonRpcId::Number(1)), "request id already in flight in the session"),
@@ -182,7 +333,8 @@ impl Rejection {
                 Rejection::EventsLost,
                 "GET resume: the stream is no longer retained, or (standalone GET stream) events after the cursor were evicted",
             ),
-            (Rejection::Overloaded { retry_after_s: 1 }, "session limit reached or session mailbox full"),
+            (Rejection::QuotaExceeded { cause: Quota::Sessions, retry_after_s: 5 }, "the caller (principal, or remote address without auth) has `quotas.sessions_per_principal` live sessions, or creates them faster than `quotas.session_rate_per_sec` (`Retry-After`: when a new one is allowed)"),
+            (Rejection::Overloaded(Overload::Sessions), "`sessions.max_sessions` reached (`Retry-After: 5`), the server is stopping (5), session mailbox full (1), `sessions.max_in_flight` reached (1), or the stream memory budget `limits.stream_memory_bytes` is full for a request that would open a stream (2)"),
             (Rejection::Internal, "unexpected server error (details only in the log)"),
         ]
     }
@@ -202,7 +354,9 @@ mod tests {
             (415, code::TRANSPORT),
             (413, code::TRANSPORT),
             (405, code::TRANSPORT),
+            (400, code::TRANSPORT),
             (400, code::PARSE_ERROR),
+            (400, code::INVALID_REQUEST),
             (400, code::INVALID_REQUEST),
             (400, code::TRANSPORT),
             (404, code::SESSION_NOT_FOUND),
@@ -211,6 +365,7 @@ mod tests {
             (409, code::REQUEST_ID_IN_FLIGHT),
             (400, code::CURSOR_REJECTED),
             (410, code::EVENTS_LOST),
+            (429, code::QUOTA_EXCEEDED),
             (503, code::OVERLOADED),
             (500, code::INTERNAL_ERROR),
         ];
@@ -230,10 +385,41 @@ mod tests {
     }
 
     #[test]
-    fn overload_and_auth_carry_their_headers() {
-        assert_eq!(Rejection::Overloaded { retry_after_s: 2 }.headers(), vec![("Retry-After", "2".to_string())]);
+    fn overload_and_quota_carry_retry_after_by_cause_and_auth_its_challenge() {
+        assert_eq!(Rejection::Overloaded(Overload::InFlight).headers(), vec![("Retry-After", "1".to_string())]);
+        assert_eq!(Rejection::Overloaded(Overload::Sessions).headers(), vec![("Retry-After", "5".to_string())]);
+        assert_eq!(Rejection::Overloaded(Overload::StreamMemory).headers(), vec![("Retry-After", "2".to_string())]);
+        let q = Rejection::QuotaExceeded { cause: Quota::SessionRate, retry_after_s: 3 };
+        assert_eq!((q.status(), q.headers()), (429, vec![("Retry-After", "3".to_string())]));
         assert_eq!(Rejection::Unauthorized.headers()[0].0, "WWW-Authenticate");
-        assert_eq!(Rejection::MethodNotAllowed.headers()[0].0, "Allow");
+        assert_eq!(Rejection::MethodNotAllowed.headers()[0], ("Allow", "GET, POST, DELETE, OPTIONS".to_string()));
+    }
+
+    #[test]
+    fn limit_errors_name_the_limit_in_message_and_data() {
+        let r = Rejection::LimitExceeded(LimitExceeded { limit: Limit::Capabilities, max: 1024 });
+        let e = r.to_error_object();
+        assert!(e.message.contains("capabilities") && e.message.contains("1024"), "{}", e.message);
+        assert_eq!(e.data.unwrap()["max"], 1024);
+    }
+
+    #[test]
+    fn every_cause_is_listed_once() {
+        let mut all: Vec<Rejection> = Rejection::table().into_iter().map(|(r, _)| r).collect();
+        for limit in [Limit::JsonDepth, Limit::JsonValues, Limit::Capabilities, Limit::ClientInfo, Limit::IdLength, Limit::MethodLength, Limit::NameLength, Limit::UriLength, Limit::BatchItems] {
+            all.push(Rejection::LimitExceeded(LimitExceeded { limit, max: 1 }));
+        }
+        for o in [Overload::Sessions, Overload::Mailbox, Overload::InFlight, Overload::Draining, Overload::StreamMemory] {
+            all.push(Rejection::Overloaded(o));
+        }
+        all.push(Rejection::QuotaExceeded { cause: Quota::SessionRate, retry_after_s: 1 });
+        for r in &all {
+            assert!(Rejection::CAUSES.contains(&r.cause()), "{r:?}");
+        }
+        let mut seen: Vec<&str> = all.iter().map(Rejection::cause).collect();
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen.len(), Rejection::CAUSES.len(), "CAUSES lists exactly the causes");
     }
 
     #[test]

@@ -38,6 +38,10 @@ pub mod code {
     pub const EVENTS_LOST: i64 = -32005;
     /// The server is overloaded; retry after the indicated delay.
     pub const OVERLOADED: i64 = -32006;
+    /// The caller is over one of its quotas; retry after the indicated delay.
+    pub const QUOTA_EXCEEDED: i64 = -32007;
+    /// A server-to-client request got no answer before its deadline.
+    pub const REQUEST_TIMEOUT: i64 = -32008;
 }
 
 /// A JSON-RPC error object.

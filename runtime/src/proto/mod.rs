@@ -9,10 +9,12 @@
 //! test command) fails the build if this folder imports an async runtime.
 
 pub mod admission;
+pub mod bucket;
 pub mod error;
 pub mod event_id;
 pub mod ids;
 pub mod jsonrpc;
+pub mod limits;
 pub mod mcp;
 pub mod replay;
 pub mod session;

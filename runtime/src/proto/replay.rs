@@ -53,7 +53,6 @@ pub struct ReplayWindow {
     bytes: usize,
     /// Sequence number the next pushed event must have.
     next: Seq,
-    evicted: u64,
 }
 
 impl ReplayWindow {
@@ -65,7 +64,6 @@ impl ReplayWindow {
             events: VecDeque::new(),
             bytes: 0,
             next: Seq::START.next(),
-            evicted: 0,
         }
     }
 
@@ -81,7 +79,6 @@ impl ReplayWindow {
         {
             if let Some((_, old)) = self.events.pop_front() {
                 self.bytes -= old.len();
-                self.evicted += 1;
             }
         }
         seq
@@ -133,10 +130,17 @@ impl ReplayWindow {
         self.events.is_empty()
     }
 
-    /// How many events were evicted so far.
-    #[must_use]
-    pub fn evicted(&self) -> u64 {
-        self.evicted
+    /// Drop every event but the newest (memory pressure); returns how many were dropped. A
+    /// replay from a cursor before the newest then reports a [`ReplayGap`].
+    pub fn trim_to_newest(&mut self) -> usize {
+        let mut dropped = 0;
+        while self.events.len() > 1 {
+            if let Some((_, old)) = self.events.pop_front() {
+                self.bytes -= old.len();
+                dropped += 1;
+            }
+        }
+        dropped
     }
 }
 
@@ -187,6 +191,18 @@ mod tests {
         w.push(frame(3, 50));
         assert_eq!(w.len(), (1, 50), "an oversized newest event is still kept");
         assert_eq!(w.replay_after(Seq(2)).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn trim_keeps_only_the_newest_and_older_cursors_then_gap() {
+        let mut w = ReplayWindow::new(WindowLimits { max_events: 10, max_bytes: 1 << 20 });
+        for n in 1..=4 {
+            w.push(frame(n, 4));
+        }
+        assert_eq!(w.trim_to_newest(), 3);
+        assert_eq!(w.len().0, 1);
+        assert!(matches!(w.replay_after(Seq(1)), Err(ReplayError::Gap(_))));
+        assert_eq!(w.replay_after(Seq(3)).unwrap().count(), 1, "the newest is still replayable");
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! The session state machine: lifecycle, in-flight requests, stream table, server-to-client
-//! request ids and idle expiry.
+//! The session state machine: lifecycle, in-flight requests, server-to-client requests and
+//! their deadlines, the stream table with its retention bounds, attached connections, and
+//! idle expiry.
 //!
 //! ```text
 //! ACTIVE -> DELETE_REQUESTED -> TERMINATED
@@ -7,15 +8,22 @@
 //! EXPIRED | TERMINATED -> (client must) REINITIALIZE   [404 on any use]
 //! ```
 //!
-//! Generic over the shell's per-request data `R` (e.g. a task handle) and per-stream data `S`
-//! (e.g. an actor address), so the shell keeps no second table. Memory stays bounded: at most
-//! `max_in_flight` requests and `max_retained_streams` closed streams; ids of answered
-//! requests are not remembered.
+//! Generic over the shell's per-request data `R` (a task handle), per-stream data `S` (an
+//! actor address) and per-client-request data `P` (the waiting tool's reply route), so the
+//! shell keeps no second table. Time comes in as `now`; [`SessionCore::poll_timeout`] says
+//! when the shell must call [`SessionCore::handle_timeout`] next.
+//!
+//! Memory stays bounded: at most `max_in_flight` requests and as many client requests,
+//! `max_retained_streams` closed streams holding at most `max_retained_bytes`; ids of
+//! answered requests are not remembered.
+//!
+//! Idleness is derived from state the shell cannot lose: the count of attached connections
+//! changes only through [`SessionCore::connection_delta`], which the shell calls from a guard
+//! whose drop always reaches the session, and the set of requests in flight.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
 
-use super::error::Rejection;
+use super::error::{Overload, Rejection};
 use super::ids::{Generation, JsonRpcId, SessionId, StreamId, Tick};
 use super::mcp::LogLevel;
 use super::version::ProtocolVersion;
@@ -36,12 +44,17 @@ pub enum SessionState {
 /// Bounds of one session.
 #[derive(Debug, Clone, Copy)]
 pub struct SessionLimits {
-    /// Idle time after which the session expires, in milliseconds.
+    /// Idle time after which the session expires (ms).
     pub idle_ttl_ms: u64,
-    /// Most requests in flight at once.
+    /// Most requests in flight at once; also the most client requests waiting at once.
     pub max_in_flight: usize,
     /// Most closed streams kept for late resumes (oldest evicted first).
     pub max_retained_streams: usize,
+    /// Most bytes of closed streams kept for late resumes (oldest evicted first; the newest
+    /// closed stream is always kept).
+    pub max_retained_bytes: usize,
+    /// Deadline of a server-to-client request (ms).
+    pub client_request_timeout_ms: u64,
 }
 
 /// A request being served.
@@ -53,6 +66,28 @@ pub struct InFlight<R> {
     pub handle: R,
 }
 
+/// A server-to-client request waiting for the client's answer.
+#[derive(Debug)]
+pub struct ClientRequest<P> {
+    /// The request (of the client) whose tool asked.
+    pub origin: JsonRpcId,
+    /// Its method, for the timeout message.
+    pub method: Box<str>,
+    /// When it is given up.
+    pub deadline: Tick,
+    /// Shell data (the tool's reply route).
+    pub handle: P,
+}
+
+/// Why a server-to-client request could not be sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientRequestRefused {
+    /// The tool's own request is no longer in flight.
+    OriginEnded,
+    /// `max_in_flight` client requests are already waiting.
+    TooMany,
+}
+
 /// A stream in the table.
 #[derive(Debug)]
 pub struct StreamEntry<S> {
@@ -60,6 +95,8 @@ pub struct StreamEntry<S> {
     pub request: Option<JsonRpcId>,
     /// Closed (kept for late resumes only).
     pub closed: bool,
+    /// Bytes its window held when it closed (counted against `max_retained_bytes`).
+    pub retained_bytes: usize,
     /// Shell data (actor address).
     pub handle: S,
 }
@@ -67,44 +104,57 @@ pub struct StreamEntry<S> {
 /// Everything a terminated session hands back to its shell: in-flight requests and streams.
 pub type Teardown<R, S> = (Vec<(JsonRpcId, InFlight<R>)>, Vec<StreamEntry<S>>);
 
+/// What [`SessionCore::handle_timeout`] found due.
+#[derive(Debug)]
+#[must_use = "timed-out client requests must be answered to their tools"]
+pub struct Due<P> {
+    /// The session expired just now (the shell stops it).
+    pub expired: bool,
+    /// Client requests past their deadline, with the id they were sent under; forgotten by
+    /// the core.
+    pub timed_out: Vec<(JsonRpcId, ClientRequest<P>)>,
+}
+
 /// The session core.
 #[derive(Debug)]
-pub struct SessionCore<R, S> {
+pub struct SessionCore<R, S, P> {
     id: SessionId,
-    principal: Option<Arc<str>>,
     version: ProtocolVersion,
     generation: Generation,
     state: SessionState,
     limits: SessionLimits,
     log_level: Option<LogLevel>,
     in_flight: HashMap<JsonRpcId, InFlight<R>>,
+    pending: HashMap<JsonRpcId, ClientRequest<P>>,
     streams: HashMap<StreamId, StreamEntry<S>>,
     closed_order: VecDeque<StreamId>,
+    retained_bytes: usize,
     get_stream: Option<StreamId>,
     next_stream: u64,
-    next_server_request: i64,
+    next_client_request: i64,
     last_activity: Tick,
     attached_connections: usize,
 }
 
-impl<R, S> SessionCore<R, S> {
+impl<R, S, P> SessionCore<R, S, P> {
     /// A new active session.
     #[must_use]
-    pub fn new(id: SessionId, principal: Option<Arc<str>>, version: ProtocolVersion, generation: Generation, limits: SessionLimits, now: Tick) -> Self {
+    pub fn new(id: SessionId, version: ProtocolVersion, generation: Generation, limits: SessionLimits, now: Tick) -> Self {
         SessionCore {
             id,
-            principal,
             version,
             generation,
             state: SessionState::Active,
             limits,
             log_level: None,
             in_flight: HashMap::new(),
+            pending: HashMap::new(),
             streams: HashMap::new(),
             closed_order: VecDeque::new(),
+            retained_bytes: 0,
             get_stream: None,
             next_stream: 1,
-            next_server_request: 1,
+            next_client_request: 1,
             last_activity: now,
             attached_connections: 0,
         }
@@ -114,12 +164,6 @@ impl<R, S> SessionCore<R, S> {
     #[must_use]
     pub fn id(&self) -> &SessionId {
         &self.id
-    }
-
-    /// Owner, when authentication is on.
-    #[must_use]
-    pub fn principal(&self) -> Option<&Arc<str>> {
-        self.principal.as_ref()
     }
 
     /// Negotiated version.
@@ -175,7 +219,7 @@ impl<R, S> SessionCore<R, S> {
             return Err(Rejection::RequestIdInFlight(id.clone()));
         }
         if self.in_flight.len() >= self.limits.max_in_flight {
-            return Err(Rejection::Overloaded { retry_after_s: 1 });
+            return Err(Rejection::Overloaded(Overload::InFlight));
         }
         self.in_flight.insert(id.clone(), InFlight { stream: None, handle });
         Ok(())
@@ -186,12 +230,16 @@ impl<R, S> SessionCore<R, S> {
         self.in_flight.get_mut(id)
     }
 
-    /// The request finished (or was cancelled) at `now`: forget it. The idle clock restarts
-    /// from here, so a long request does not leave its session expiring the moment it ends.
+    /// The request finished (or was cancelled) at `now`: forget it, and every client request
+    /// its tool was waiting on. The idle clock restarts from here, so a long request does not
+    /// leave its session expiring the moment it ends.
     pub fn end_request(&mut self, id: &JsonRpcId, now: Tick) -> Option<InFlight<R>> {
         let ended = self.in_flight.remove(id);
         if ended.is_some() {
             self.touch(now);
+            if !self.pending.is_empty() {
+                self.pending.retain(|_, p| p.origin != *id);
+            }
         }
         ended
     }
@@ -202,10 +250,42 @@ impl<R, S> SessionCore<R, S> {
         self.in_flight.len()
     }
 
+    /// A tool of request `origin` sends a server-to-client request at `now`: allocate its id
+    /// (never reused within the session) and start its deadline.
+    ///
+    /// # Errors
+    /// The handle back, with why, when `origin` is no longer in flight or too many client
+    /// requests are waiting.
+    pub fn begin_client_request(&mut self, origin: &JsonRpcId, method: &str, now: Tick, handle: P) -> Result<JsonRpcId, (P, ClientRequestRefused)> {
+        if !self.in_flight.contains_key(origin) {
+            return Err((handle, ClientRequestRefused::OriginEnded));
+        }
+        if self.pending.len() >= self.limits.max_in_flight {
+            return Err((handle, ClientRequestRefused::TooMany));
+        }
+        let id = JsonRpcId::Number(self.next_client_request);
+        self.next_client_request += 1;
+        let deadline = now.plus_ms(self.limits.client_request_timeout_ms);
+        self.pending.insert(id.clone(), ClientRequest { origin: origin.clone(), method: method.into(), deadline, handle });
+        Ok(id)
+    }
+
+    /// The client answered the request `id`; `None` when it is unknown (never sent, answered
+    /// already, timed out, or its tool ended).
+    pub fn answer_client_request(&mut self, id: &JsonRpcId) -> Option<ClientRequest<P>> {
+        self.pending.remove(id)
+    }
+
+    /// Client requests waiting.
+    #[must_use]
+    pub fn client_requests_len(&self) -> usize {
+        self.pending.len()
+    }
+
     /// Allocate a stream id and register the POST stream of `request`.
     pub fn open_post_stream(&mut self, request: &JsonRpcId, handle: S) -> StreamId {
         let sid = self.alloc_stream();
-        self.streams.insert(sid, StreamEntry { request: Some(request.clone()), closed: false, handle });
+        self.streams.insert(sid, StreamEntry { request: Some(request.clone()), closed: false, retained_bytes: 0, handle });
         if let Some(f) = self.in_flight.get_mut(request) {
             f.stream = Some(sid);
         }
@@ -215,8 +295,8 @@ impl<R, S> SessionCore<R, S> {
     /// Register a new standalone GET stream; returns the id and the stream it replaces.
     pub fn open_get_stream(&mut self, handle: S) -> (StreamId, Option<StreamEntry<S>>) {
         let sid = self.alloc_stream();
-        self.streams.insert(sid, StreamEntry { request: None, closed: false, handle });
-        let old = self.get_stream.replace(sid).and_then(|old| self.streams.remove(&old));
+        self.streams.insert(sid, StreamEntry { request: None, closed: false, retained_bytes: 0, handle });
+        let old = self.get_stream.replace(sid).and_then(|old| self.remove_stream(old));
         (sid, old)
     }
 
@@ -224,12 +304,6 @@ impl<R, S> SessionCore<R, S> {
         let sid = StreamId(self.next_stream);
         self.next_stream += 1;
         sid
-    }
-
-    /// Peek the next stream id (the shell builds the stream before registering it).
-    #[must_use]
-    pub fn next_stream_id(&self) -> StreamId {
-        StreamId(self.next_stream)
     }
 
     /// The standalone GET stream, if one is registered.
@@ -245,25 +319,32 @@ impl<R, S> SessionCore<R, S> {
         self.streams.get(&sid)
     }
 
-    /// A stream finished producing events. Returns the streams evicted to respect
-    /// `max_retained_streams` (the shell stops them).
-    pub fn stream_closed(&mut self, sid: StreamId) -> Vec<StreamEntry<S>> {
+    /// A stream finished producing events, holding `bytes` in its window. Returns the streams
+    /// evicted to respect `max_retained_streams` and `max_retained_bytes`, oldest first (the
+    /// shell stops them); the newest closed stream is never evicted.
+    pub fn stream_closed(&mut self, sid: StreamId, bytes: usize) -> Vec<StreamEntry<S>> {
         if let Some(e) = self.streams.get_mut(&sid)
-            && !e.closed {
-                e.closed = true;
-                self.closed_order.push_back(sid);
-            }
+            && !e.closed
+        {
+            e.closed = true;
+            e.retained_bytes = bytes;
+            self.retained_bytes += bytes;
+            self.closed_order.push_back(sid);
+        }
         let mut evicted = Vec::new();
-        while self.closed_order.len() > self.limits.max_retained_streams {
-            if let Some(old) = self.closed_order.pop_front()
-                && let Some(e) = self.remove_stream(old) {
-                    evicted.push(e);
-                }
+        while self.closed_order.len() > 1
+            && (self.closed_order.len() > self.limits.max_retained_streams || self.retained_bytes > self.limits.max_retained_bytes)
+        {
+            if let Some(old) = self.closed_order.front().copied()
+                && let Some(e) = self.remove_stream(old)
+            {
+                evicted.push(e);
+            }
         }
         evicted
     }
 
-    /// Forget a stream (its retention ended).
+    /// Forget a stream (its retention ended, or it was replaced or evicted).
     pub fn remove_stream(&mut self, sid: StreamId) -> Option<StreamEntry<S>> {
         if self.get_stream == Some(sid) {
             self.get_stream = None;
@@ -271,54 +352,96 @@ impl<R, S> SessionCore<R, S> {
         if let Some(pos) = self.closed_order.iter().position(|s| *s == sid) {
             self.closed_order.remove(pos);
         }
-        self.streams.remove(&sid)
+        let e = self.streams.remove(&sid)?;
+        if e.closed {
+            self.retained_bytes -= e.retained_bytes;
+        }
+        Some(e)
     }
 
-    /// Streams in the table (open and retained).
+    /// Bytes of closed streams retained.
     #[must_use]
-    pub fn stream_count(&self) -> usize {
-        self.streams.len()
+    pub fn retained_bytes(&self) -> usize {
+        self.retained_bytes
     }
 
-    /// A connection attached to or detached from one of this session's streams. A session
-    /// with an attached connection is never idle.
+    /// A resume of stream `sid` found the events after its cursor lost, and the stream
+    /// answered its request with an "events lost" error: that request ends now (its id is
+    /// free again, its client requests are forgotten). Returns it for the shell to cancel its
+    /// tool; `None` when the request had ended already.
+    pub fn events_lost(&mut self, sid: StreamId, now: Tick) -> Option<InFlight<R>> {
+        let request = self.streams.get(&sid)?.request.clone()?;
+        if self.in_flight.get(&request)?.stream != Some(sid) {
+            return None;
+        }
+        self.end_request(&request, now)
+    }
+
+    /// A connection attached to (`true`) or detached from one of this session's streams. A
+    /// session with an attached connection is never idle; the idle clock restarts on each
+    /// change.
     pub fn connection_delta(&mut self, now: Tick, attached: bool) {
         self.touch(now);
         if attached {
             self.attached_connections += 1;
         } else {
+            debug_assert!(self.attached_connections > 0, "a connection detached twice");
             self.attached_connections = self.attached_connections.saturating_sub(1);
         }
     }
 
-    /// A fresh id for a server-to-client request; never reused within the session.
-    pub fn next_server_request_id(&mut self) -> JsonRpcId {
-        let id = JsonRpcId::Number(self.next_server_request);
-        self.next_server_request += 1;
-        id
+    /// Connections attached now.
+    #[must_use]
+    pub fn attached_connections(&self) -> usize {
+        self.attached_connections
     }
 
     /// When the session expires if nothing happens, or `None` while a connection is attached
     /// or a request is in flight (a tool still running for a disconnected client is work the
-    /// client will resume to collect; expiry would cancel it).
+    /// client will resume to collect; a tool waiting on an absent client ends at its client
+    /// request's deadline, after which the session becomes idle).
     #[must_use]
     pub fn idle_deadline(&self) -> Option<Tick> {
         (self.state == SessionState::Active && self.attached_connections == 0 && self.in_flight.is_empty())
             .then(|| self.last_activity.plus_ms(self.limits.idle_ttl_ms))
     }
 
-    /// Advance time; returns `true` when the session just expired.
-    pub fn handle_timeout(&mut self, now: Tick) -> bool {
-        match self.idle_deadline() {
+    /// The earliest moment [`Self::handle_timeout`] has something to do, if any.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Tick> {
+        let client = self.pending.values().map(|p| p.deadline).min();
+        match (self.idle_deadline(), client) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Advance time: give up client requests past their deadline (forgotten here; the shell
+    /// fails their tools), and expire the session when it has been idle for its TTL.
+    pub fn handle_timeout(&mut self, now: Tick) -> Due<P> {
+        let mut timed_out = Vec::new();
+        if self.pending.values().any(|p| p.deadline <= now) {
+            let due: Vec<JsonRpcId> = self.pending.iter().filter(|(_, p)| p.deadline <= now).map(|(id, _)| id.clone()).collect();
+            for id in due {
+                if let Some(p) = self.pending.remove(&id) {
+                    timed_out.push((id, p));
+                }
+            }
+        }
+        let expired = match self.idle_deadline() {
             Some(deadline) if now >= deadline => {
                 self.state = SessionState::Expired;
                 true
             }
             _ => false,
-        }
+        };
+        Due { expired, timed_out }
     }
 
     /// DELETE: the session stops accepting requests.
+    ///
+    /// # Errors
+    /// [`Rejection::SessionNotFound`] when it is no longer active.
     pub fn request_delete(&mut self) -> Result<(), Rejection> {
         self.check_active()?;
         self.state = SessionState::DeleteRequested;
@@ -326,13 +449,15 @@ impl<R, S> SessionCore<R, S> {
     }
 
     /// Teardown finished (or shutdown): everything in flight and every stream is handed back
-    /// for the shell to stop.
+    /// for the shell to stop; waiting client requests are dropped.
     pub fn terminate(&mut self) -> Teardown<R, S> {
         if self.state != SessionState::Expired {
             self.state = SessionState::Terminated;
         }
         self.get_stream = None;
         self.closed_order.clear();
+        self.retained_bytes = 0;
+        self.pending.clear();
         (self.in_flight.drain().collect(), self.streams.drain().map(|(_, e)| e).collect())
     }
 }

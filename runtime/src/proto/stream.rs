@@ -55,6 +55,8 @@ pub enum CloseReason {
     SessionEnded,
     /// A newer standalone GET stream replaced this one.
     Replaced,
+    /// Evicted from retention by the session's bounds.
+    Evicted,
 }
 
 /// Settings shared by every stream of a session.
@@ -110,6 +112,8 @@ pub struct StreamStats {
     pub gaps: u64,
     /// Messages dropped because the stream was closed.
     pub dropped_after_close: u64,
+    /// Events dropped from the window to respect the server-wide memory budget.
+    pub budget_trimmed: u64,
 }
 
 /// One stream.
@@ -152,12 +156,6 @@ impl StreamCore {
     #[must_use]
     pub fn id(&self) -> StreamId {
         self.id
-    }
-
-    /// Kind.
-    #[must_use]
-    pub fn kind(&self) -> &StreamKind {
-        &self.kind
     }
 
     /// State.
@@ -305,10 +303,19 @@ impl StreamCore {
         Some((conn, self.settings.retry_ms.map(sse::retry_frame)))
     }
 
-    /// Retained events and bytes.
+    /// Bytes of encoded frames the window holds.
     #[must_use]
-    pub fn retained(&self) -> (usize, usize) {
-        self.window.len()
+    pub fn retained_bytes(&self) -> usize {
+        self.window.len().1
+    }
+
+    /// The server-wide memory budget is exhausted: keep only the newest event (a later resume
+    /// from an older cursor gets the explicit events-lost answer). Returns how many events
+    /// were dropped.
+    pub fn trim_for_budget(&mut self) -> usize {
+        let n = self.window.trim_to_newest();
+        self.stats.budget_trimmed += n as u64;
+        n
     }
 }
 

@@ -168,6 +168,12 @@ impl std::fmt::Debug for Catalog {
     }
 }
 
+/// The legacy era's "resource not found" error (`-32002`, with `data.uri`).
+#[must_use]
+pub fn resource_not_found(uri: &str) -> ErrorObject {
+    ErrorObject::new(code::RESOURCE_NOT_FOUND, "Resource not found").with_data(json!({"uri": uri}))
+}
+
 fn invalid_params(msg: impl Into<String>) -> ErrorObject {
     ErrorObject::new(code::INVALID_PARAMS, msg)
 }
@@ -303,7 +309,7 @@ impl Catalog {
         } else if let Some((t, vars)) = self.templates.iter().find_map(|t| match_template(&t.spec().uri_template, &uri).map(|v| (t, v))) {
             t.read(&uri, &vars)
         } else {
-            return Dispatch::Ready(Err(ErrorObject::new(code::RESOURCE_NOT_FOUND, "Resource not found").with_data(json!({"uri": uri}))));
+            return Dispatch::Ready(Err(resource_not_found(&uri)));
         };
         Dispatch::Pending(Box::pin(async move { fut.await.map(|contents| json!({"contents": contents})) }))
     }

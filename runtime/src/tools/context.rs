@@ -30,6 +30,7 @@ pub struct ToolContext {
     cancel: CancellationToken,
     log_level: Option<LogLevel>,
     client_capabilities: Arc<Value>,
+    principal: Option<Arc<str>>,
     out: Arc<dyn ToolOutbound>,
 }
 
@@ -48,9 +49,16 @@ impl ToolContext {
         cancel: CancellationToken,
         log_level: Option<LogLevel>,
         client_capabilities: Arc<Value>,
+        principal: Option<Arc<str>>,
         out: Arc<dyn ToolOutbound>,
     ) -> ToolContext {
-        ToolContext { request_id, progress_token, cancel, log_level, client_capabilities, out }
+        ToolContext { request_id, progress_token, cancel, log_level, client_capabilities, principal, out }
+    }
+
+    /// The authenticated caller (bearer principal), `None` when authentication is off.
+    #[must_use]
+    pub fn principal(&self) -> Option<&str> {
+        self.principal.as_deref()
     }
 
     /// The JSON-RPC id of the request being served.
@@ -109,7 +117,9 @@ impl ToolContext {
     ///
     /// # Errors
     /// The client's JSON-RPC error; `-32601` when the client lacks the capability the method
-    /// needs; an error when the session ends first.
+    /// needs; `-32008` when the client does not answer within
+    /// `sessions.client_request_timeout_secs` (the client is sent `notifications/cancelled`);
+    /// an error when the session ends first.
     pub async fn request(&self, method: &str, params: Value) -> Result<Value, ErrorObject> {
         let needs = match method {
             "sampling/createMessage" => Some("sampling"),

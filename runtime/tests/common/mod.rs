@@ -116,13 +116,21 @@ pub async fn harness() -> Harness {
     harness_with(RuntimeConfig::default()).await
 }
 
+/// The default configuration changed by `f`, validated.
+pub fn cfg(f: impl FnOnce(&mut RuntimeConfig)) -> RuntimeConfig {
+    let mut c = RuntimeConfig::default();
+    f(&mut c);
+    c.validate().expect("a valid test configuration")
+}
+
+/// Bearer tokens: `ta` is alice, `tb` is bob.
+pub fn two_callers(c: &mut RuntimeConfig) {
+    c.security.bearer_tokens = [("ta".to_owned(), "alice".to_owned()), ("tb".to_owned(), "bob".to_owned())].into();
+}
+
 /// A harness with bearer authentication: token `ta` is alice, `tb` is bob.
 pub async fn harness_with_two_callers() -> Harness {
-    let admit = mcp_runtime::proto::admission::AdmitPolicy {
-        auth: Some(mcp_runtime::proto::admission::TokenMap::new([("ta", "alice"), ("tb", "bob")])),
-        ..Default::default()
-    };
-    harness_with(RuntimeConfig { admit, ..RuntimeConfig::default() }).await
+    harness_with(cfg(two_callers)).await
 }
 
 pub async fn harness_with(cfg: RuntimeConfig) -> Harness {

@@ -3,6 +3,7 @@
 mod conformance;
 mod echo;
 mod ledger;
+mod soak;
 
 use mcp_runtime::tools::CatalogBuilder;
 
@@ -14,7 +15,8 @@ pub(crate) fn build(names: &[String]) -> Result<CatalogBuilder, String> {
             "conformance" => conformance::pack(),
             "echo" => echo::pack(),
             "ledger" => ledger::pack(),
-            other => return Err(format!("unknown tool pack {other:?} (known: conformance, echo, ledger)")),
+            "soak" => soak::pack(),
+            other => return Err(format!("unknown tool pack {other:?} (known: conformance, echo, ledger, soak)")),
         });
     }
     Ok(b)

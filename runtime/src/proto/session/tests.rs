@@ -1,11 +1,11 @@
 use super::*;
 
 fn limits() -> SessionLimits {
-    SessionLimits { idle_ttl_ms: 1_000, max_in_flight: 3, max_retained_streams: 2 }
+    SessionLimits { idle_ttl_ms: 1_000, max_in_flight: 3, max_retained_streams: 2, max_retained_bytes: 100, client_request_timeout_ms: 300 }
 }
 
-fn core() -> SessionCore<u32, &'static str> {
-    SessionCore::new(SessionId::parse("s").unwrap(), None, ProtocolVersion::LATEST, Generation(1), limits(), Tick(0))
+fn core() -> SessionCore<u32, &'static str, &'static str> {
+    SessionCore::new(SessionId::parse("s").unwrap(), ProtocolVersion::LATEST, Generation(1), limits(), Tick(0))
 }
 
 fn id(n: i64) -> JsonRpcId {
@@ -37,15 +37,16 @@ fn in_flight_limit_is_overload() {
     for i in 0..3 {
         s.begin_request(&id(i), 0).unwrap();
     }
-    assert!(matches!(s.begin_request(&id(9), 0), Err(Rejection::Overloaded { .. })));
+    assert_eq!(s.begin_request(&id(9), 0), Err(Rejection::Overloaded(Overload::InFlight)));
 }
 
 #[test]
 fn idle_session_expires_and_then_refuses_everything() {
     let mut s = core();
     s.touch(Tick(500));
-    assert!(!s.handle_timeout(Tick(1_499)));
-    assert!(s.handle_timeout(Tick(1_500)));
+    assert_eq!(s.poll_timeout(), Some(Tick(1_500)));
+    assert!(!s.handle_timeout(Tick(1_499)).expired);
+    assert!(s.handle_timeout(Tick(1_500)).expired);
     assert_eq!(s.state(), SessionState::Expired);
     assert_eq!(s.check_active(), Err(Rejection::SessionNotFound));
     assert_eq!(s.begin_request(&id(1), 0), Err(Rejection::SessionNotFound));
@@ -56,7 +57,8 @@ fn attached_connection_keeps_session_alive() {
     let mut s = core();
     s.connection_delta(Tick(0), true);
     assert_eq!(s.idle_deadline(), None);
-    assert!(!s.handle_timeout(Tick(1_000_000)));
+    assert_eq!(s.poll_timeout(), None, "nothing to wake up for");
+    assert!(!s.handle_timeout(Tick(1_000_000)).expired);
     s.connection_delta(Tick(2_000_000), false);
     assert_eq!(s.idle_deadline(), Some(Tick(2_001_000)));
 }
@@ -66,9 +68,60 @@ fn request_in_flight_keeps_session_alive_and_its_end_restarts_the_idle_clock() {
     let mut s = core();
     s.begin_request(&id(1), 0).unwrap();
     assert_eq!(s.idle_deadline(), None, "a running tool is not idleness");
-    assert!(!s.handle_timeout(Tick(1_000_000)));
+    assert!(!s.handle_timeout(Tick(1_000_000)).expired);
     s.end_request(&id(1), Tick(2_000_000)).unwrap();
     assert_eq!(s.idle_deadline(), Some(Tick(2_001_000)), "the client gets a full TTL to collect the response");
+}
+
+#[test]
+fn client_request_times_out_at_its_deadline_and_is_forgotten() {
+    let mut s = core();
+    s.begin_request(&id(1), 0).unwrap();
+    let asked = s.begin_client_request(&id(1), "elicitation/create", Tick(100), "reply").unwrap();
+    assert_eq!(s.poll_timeout(), Some(Tick(400)), "the deadline wakes the shell although the session is busy");
+    assert!(s.handle_timeout(Tick(399)).timed_out.is_empty());
+    let due = s.handle_timeout(Tick(400));
+    assert!(!due.expired);
+    assert_eq!(due.timed_out.len(), 1);
+    let (sent_as, req) = &due.timed_out[0];
+    assert_eq!((sent_as, &*req.method, req.handle), (&asked, "elicitation/create", "reply"));
+    assert!(s.answer_client_request(&asked).is_none(), "a late answer finds nothing");
+}
+
+#[test]
+fn session_waiting_only_on_an_absent_client_expires_after_the_deadline_and_the_ttl() {
+    let mut s = core();
+    s.begin_request(&id(1), 0).unwrap();
+    s.begin_client_request(&id(1), "sampling/createMessage", Tick(0), "reply").unwrap();
+    let due = s.handle_timeout(Tick(300));
+    assert_eq!(due.timed_out.len(), 1);
+    // The tool gets its error and ends; the session is idle from then on.
+    s.end_request(&id(1), Tick(301)).unwrap();
+    assert_eq!(s.poll_timeout(), Some(Tick(1_301)));
+    assert!(s.handle_timeout(Tick(1_301)).expired);
+}
+
+#[test]
+fn client_requests_are_refused_for_an_ended_origin_and_past_the_bound_and_end_with_it() {
+    let mut s = core();
+    assert_eq!(s.begin_client_request(&id(1), "roots/list", Tick(0), "r").unwrap_err().1, ClientRequestRefused::OriginEnded);
+    s.begin_request(&id(1), 0).unwrap();
+    for _ in 0..3 {
+        s.begin_client_request(&id(1), "roots/list", Tick(0), "r").unwrap();
+    }
+    assert_eq!(s.begin_client_request(&id(1), "roots/list", Tick(0), "r").unwrap_err().1, ClientRequestRefused::TooMany);
+    s.end_request(&id(1), Tick(1)).unwrap();
+    assert_eq!(s.client_requests_len(), 0, "a finished tool waits on nothing");
+}
+
+#[test]
+fn client_request_ids_are_never_reused() {
+    let mut s = core();
+    s.begin_request(&id(1), 0).unwrap();
+    let a = s.begin_client_request(&id(1), "roots/list", Tick(0), "r").unwrap();
+    s.answer_client_request(&a).unwrap();
+    let b = s.begin_client_request(&id(1), "roots/list", Tick(0), "r").unwrap();
+    assert_ne!(a, b);
 }
 
 #[test]
@@ -83,20 +136,65 @@ fn second_get_stream_replaces_the_first() {
     assert!(s.stream(a).is_none());
 }
 
+fn post_streams(s: &mut SessionCore<u32, &'static str, &'static str>, n: i64) -> Vec<StreamId> {
+    (0..n)
+        .map(|i| {
+            s.begin_request(&id(i), 0).unwrap();
+            s.open_post_stream(&id(i), "p")
+        })
+        .collect()
+}
+
 #[test]
-fn closed_streams_are_retained_up_to_the_limit() {
+fn closed_streams_are_retained_up_to_the_count_limit() {
     let mut s = core();
-    let ids: Vec<_> = (0..3).map(|i| {
-        s.begin_request(&id(i), 0).unwrap();
-        s.open_post_stream(&id(i), "p")
-    }).collect();
-    assert!(s.stream_closed(ids[0]).is_empty());
-    assert!(s.stream_closed(ids[1]).is_empty());
-    let evicted = s.stream_closed(ids[2]);
+    let ids = post_streams(&mut s, 3);
+    assert!(s.stream_closed(ids[0], 1).is_empty());
+    assert!(s.stream_closed(ids[1], 1).is_empty());
+    let evicted = s.stream_closed(ids[2], 1);
     assert_eq!(evicted.len(), 1);
     assert_eq!(evicted[0].request, Some(id(0)));
     assert!(s.stream(ids[0]).is_none());
     assert!(s.stream(ids[2]).is_some());
+    assert_eq!(s.retained_bytes(), 2);
+}
+
+#[test]
+fn closed_streams_are_retained_up_to_the_byte_limit_and_the_newest_always() {
+    let mut s = core();
+    let ids = post_streams(&mut s, 3);
+    assert!(s.stream_closed(ids[0], 60).is_empty());
+    let evicted = s.stream_closed(ids[1], 60);
+    assert_eq!(evicted.iter().map(|e| e.request.clone()).collect::<Vec<_>>(), vec![Some(id(0))], "120 > 100 bytes");
+    assert_eq!(s.retained_bytes(), 60);
+    // A single stream over the bound is still kept: it may hold an undelivered response.
+    let evicted = s.stream_closed(ids[2], 500);
+    assert_eq!(evicted.len(), 1);
+    assert!(s.stream(ids[2]).is_some());
+    assert_eq!(s.retained_bytes(), 500);
+}
+
+#[test]
+fn removing_a_retained_stream_releases_its_bytes() {
+    let mut s = core();
+    let ids = post_streams(&mut s, 1);
+    let _ = s.stream_closed(ids[0], 42);
+    assert_eq!(s.retained_bytes(), 42);
+    s.remove_stream(ids[0]).unwrap();
+    assert_eq!(s.retained_bytes(), 0);
+}
+
+#[test]
+fn events_lost_ends_the_request_of_that_stream_only() {
+    let mut s = core();
+    let ids = post_streams(&mut s, 2);
+    s.begin_client_request(&id(0), "elicitation/create", Tick(0), "r").unwrap();
+    let ended = s.events_lost(ids[0], Tick(5)).expect("request 0 ends");
+    assert_eq!(ended.stream, Some(ids[0]));
+    assert_eq!(s.in_flight_len(), 1);
+    assert_eq!(s.client_requests_len(), 0);
+    s.begin_request(&id(0), 0).expect("its id is free again");
+    assert!(s.events_lost(ids[0], Tick(6)).is_none(), "the new request under that id has no stream yet");
 }
 
 #[test]
@@ -109,12 +207,4 @@ fn delete_then_terminate_hands_back_everything() {
     let (reqs, streams) = s.terminate();
     assert_eq!((reqs.len(), streams.len()), (1, 1));
     assert_eq!(s.state(), SessionState::Terminated);
-}
-
-#[test]
-fn server_request_ids_are_never_reused() {
-    let mut s = core();
-    let a = s.next_server_request_id();
-    let b = s.next_server_request_id();
-    assert_ne!(a, b);
 }

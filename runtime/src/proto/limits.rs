@@ -1,0 +1,296 @@
+//! Bounds on what one message may make the server hold, by parsed size rather than wire
+//! size (a 4 MiB body of `[0,0,…]` parses into ~64 MiB of values):
+//!
+//! - [`scan`]: one pass over the raw body before it is parsed, bounding nesting depth and the
+//!   number of JSON values, so parsing itself cannot balloon;
+//! - [`check_handshake`]: `initialize`'s `capabilities` and `clientInfo`, which a session
+//!   keeps for its whole life, are bounded in values, depth and string bytes;
+//! - [`check_message`]: string ids, method names, tool/prompt names and resource URIs have
+//!   length limits.
+//!
+//! Over a limit the request is refused (400) with a message naming the limit; nothing is
+//! truncated, so a client never gets a session that silently lost its capabilities. Pure.
+
+use serde_json::Value;
+
+use super::ids::JsonRpcId;
+use super::jsonrpc::Message;
+
+/// Bounds on the handshake data a session keeps (`capabilities` and `clientInfo`, each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HandshakeLimits {
+    /// Most JSON values (scalars, arrays, objects).
+    pub max_values: usize,
+    /// Deepest nesting.
+    pub max_depth: usize,
+    /// Most bytes of strings, keys included.
+    pub max_string_bytes: usize,
+}
+
+/// Every per-message bound; see `config::LimitsConfig` for the documented defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MessageLimits {
+    /// Deepest nesting of a body.
+    pub json_max_depth: usize,
+    /// Most JSON values in a body (counted by [`scan`]).
+    pub json_max_values: usize,
+    /// `capabilities` and `clientInfo` of `initialize`.
+    pub handshake: HandshakeLimits,
+    /// Longest string request id.
+    pub id_max_bytes: usize,
+    /// Longest method name.
+    pub method_max_bytes: usize,
+    /// Longest tool or prompt name.
+    pub name_max_bytes: usize,
+    /// Longest resource URI.
+    pub uri_max_bytes: usize,
+    /// Most messages in a batch.
+    pub batch_max_items: usize,
+}
+
+impl Default for MessageLimits {
+    fn default() -> MessageLimits {
+        MessageLimits {
+            json_max_depth: 64,
+            json_max_values: 262_144,
+            handshake: HandshakeLimits { max_values: 1024, max_depth: 16, max_string_bytes: 64 << 10 },
+            id_max_bytes: 256,
+            method_max_bytes: 256,
+            name_max_bytes: 256,
+            uri_max_bytes: 8 << 10,
+            batch_max_items: 64,
+        }
+    }
+}
+
+/// Which bound a message broke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Limit {
+    /// Body nesting depth.
+    JsonDepth,
+    /// Values in the body.
+    JsonValues,
+    /// `initialize` `capabilities`: values, depth or string bytes.
+    Capabilities,
+    /// `initialize` `clientInfo`: values, depth or string bytes.
+    ClientInfo,
+    /// Length of a string request id.
+    IdLength,
+    /// Length of a method name.
+    MethodLength,
+    /// Length of a tool or prompt name.
+    NameLength,
+    /// Length of a resource URI.
+    UriLength,
+    /// Messages in a batch.
+    BatchItems,
+}
+
+impl Limit {
+    /// What the limit bounds, for the error message.
+    #[must_use]
+    pub fn describe(self) -> &'static str {
+        match self {
+            Limit::JsonDepth => "JSON nesting depth (limits.json_max_depth)",
+            Limit::JsonValues => "number of JSON values (limits.json_max_values)",
+            Limit::Capabilities => "initialize capabilities (limits.handshake_*)",
+            Limit::ClientInfo => "initialize clientInfo (limits.handshake_*)",
+            Limit::IdLength => "request id length in bytes (limits.id_max_bytes)",
+            Limit::MethodLength => "method name length in bytes (limits.method_max_bytes)",
+            Limit::NameLength => "tool or prompt name length in bytes (limits.name_max_bytes)",
+            Limit::UriLength => "resource URI length in bytes (limits.uri_max_bytes)",
+            Limit::BatchItems => "messages in a batch (limits.batch_max_items)",
+        }
+    }
+}
+
+/// A bound was exceeded: which one, and its value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitExceeded {
+    /// The bound.
+    pub limit: Limit,
+    /// Its configured maximum.
+    pub max: usize,
+}
+
+/// One pass over a raw JSON body: nesting depth and number of values, counted from its
+/// structure (every array or object opened, and every `,` and `:` outside strings; within a
+/// factor of two of the values a parser would allocate). Invalid JSON is left to the parser.
+///
+/// # Errors
+/// [`Limit::JsonDepth`] or [`Limit::JsonValues`].
+pub fn scan(body: &[u8], limits: &MessageLimits) -> Result<(), LimitExceeded> {
+    let mut depth = 0usize;
+    let mut values = 1usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in body {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                values += 1;
+                if depth > limits.json_max_depth {
+                    return Err(LimitExceeded { limit: Limit::JsonDepth, max: limits.json_max_depth });
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            b',' | b':' => values += 1,
+            _ => continue,
+        }
+        if values > limits.json_max_values {
+            return Err(LimitExceeded { limit: Limit::JsonValues, max: limits.json_max_values });
+        }
+    }
+    Ok(())
+}
+
+#[derive(Default)]
+struct Measure {
+    values: usize,
+    string_bytes: usize,
+}
+
+/// Walks `v`, stopping as soon as a bound is passed; `false` then.
+fn within(v: &Value, depth: usize, l: &HandshakeLimits, m: &mut Measure) -> bool {
+    m.values += 1;
+    if m.values > l.max_values || depth > l.max_depth {
+        return false;
+    }
+    match v {
+        Value::String(s) => {
+            m.string_bytes += s.len();
+            m.string_bytes <= l.max_string_bytes
+        }
+        Value::Array(items) => items.iter().all(|i| within(i, depth + 1, l, m)),
+        Value::Object(map) => map.iter().all(|(k, i)| {
+            m.string_bytes += k.len();
+            m.string_bytes <= l.max_string_bytes && within(i, depth + 1, l, m)
+        }),
+        Value::Null | Value::Bool(_) | Value::Number(_) => true,
+    }
+}
+
+/// Bound the handshake data a session keeps for its whole life.
+///
+/// # Errors
+/// [`Limit::Capabilities`] or [`Limit::ClientInfo`], with `max` = the value bound.
+pub fn check_handshake(capabilities: &Value, client_info: &Value, limits: &HandshakeLimits) -> Result<(), LimitExceeded> {
+    for (v, limit) in [(capabilities, Limit::Capabilities), (client_info, Limit::ClientInfo)] {
+        if !within(v, 1, limits, &mut Measure::default()) {
+            return Err(LimitExceeded { limit, max: limits.max_values });
+        }
+    }
+    Ok(())
+}
+
+fn id_ok(id: &JsonRpcId, l: &MessageLimits) -> Result<(), LimitExceeded> {
+    match id {
+        JsonRpcId::String(s) if s.len() > l.id_max_bytes => Err(LimitExceeded { limit: Limit::IdLength, max: l.id_max_bytes }),
+        _ => Ok(()),
+    }
+}
+
+fn param_len(params: Option<&Value>, key: &str, limit: Limit, max: usize) -> Result<(), LimitExceeded> {
+    match params.and_then(|p| p.get(key)).and_then(Value::as_str) {
+        Some(s) if s.len() > max => Err(LimitExceeded { limit, max }),
+        _ => Ok(()),
+    }
+}
+
+/// Length limits of one message: string ids, method names, and the tool/prompt name or
+/// resource URI of the methods that carry one.
+///
+/// # Errors
+/// The first [`LimitExceeded`] found.
+pub fn check_message(m: &Message, l: &MessageLimits) -> Result<(), LimitExceeded> {
+    let (method, params) = match m {
+        Message::Request { id, method, params } => {
+            id_ok(id, l)?;
+            (method, params.as_ref())
+        }
+        Message::Notification { method, params } => (method, params.as_ref()),
+        Message::Response { id, .. } => return id_ok(id, l),
+        Message::ErrorResponse { id, .. } => return id.as_ref().map_or(Ok(()), |id| id_ok(id, l)),
+    };
+    if method.len() > l.method_max_bytes {
+        return Err(LimitExceeded { limit: Limit::MethodLength, max: l.method_max_bytes });
+    }
+    match method.as_str() {
+        "tools/call" | "prompts/get" => param_len(params, "name", Limit::NameLength, l.name_max_bytes),
+        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => param_len(params, "uri", Limit::UriLength, l.uri_max_bytes),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn small() -> MessageLimits {
+        MessageLimits { json_max_depth: 4, json_max_values: 10, ..MessageLimits::default() }
+    }
+
+    #[test]
+    fn scan_bounds_depth_and_values_and_ignores_strings() {
+        let l = small();
+        assert!(scan(br#"{"a":[1,2,3]}"#, &l).is_ok());
+        assert_eq!(scan(b"[[[[[1]]]]]", &l).unwrap_err().limit, Limit::JsonDepth);
+        assert_eq!(scan(b"[0,0,0,0,0,0,0,0,0,0,0]", &l).unwrap_err().limit, Limit::JsonValues);
+        // Brackets, commas and escaped quotes inside strings are not structure.
+        assert!(scan(br#"{"a":"[[[[[[,,,,,,,,,,,\"]]]]"}"#, &l).is_ok());
+    }
+
+    #[test]
+    fn a_4_mib_array_of_zeros_is_refused_by_the_default_scan() {
+        let mut body = Vec::with_capacity(4 << 20);
+        body.push(b'[');
+        while body.len() < (4 << 20) - 2 {
+            body.extend_from_slice(b"0,");
+        }
+        body.extend_from_slice(b"0]");
+        assert_eq!(scan(&body, &MessageLimits::default()).unwrap_err().limit, Limit::JsonValues);
+    }
+
+    #[test]
+    fn handshake_is_bounded_in_values_depth_and_string_bytes() {
+        let l = HandshakeLimits { max_values: 8, max_depth: 3, max_string_bytes: 32 };
+        let info = json!({"name": "c", "version": "1"});
+        assert!(check_handshake(&json!({"sampling": {}, "roots": {"listChanged": true}}), &info, &l).is_ok());
+        assert_eq!(check_handshake(&json!({"x": [0, 0, 0, 0, 0, 0, 0, 0]}), &info, &l).unwrap_err().limit, Limit::Capabilities);
+        assert_eq!(check_handshake(&json!({"a": {"b": {"c": {}}}}), &info, &l).unwrap_err().limit, Limit::Capabilities);
+        assert_eq!(check_handshake(&json!({}), &json!({"name": "x".repeat(29)}), &l).unwrap_err().limit, Limit::ClientInfo);
+        assert_eq!(check_handshake(&json!({"k".repeat(33): 1}), &info, &l).unwrap_err().limit, Limit::Capabilities);
+    }
+
+    #[test]
+    fn ids_methods_names_and_uris_have_length_limits() {
+        let l = MessageLimits { id_max_bytes: 8, method_max_bytes: 32, name_max_bytes: 8, uri_max_bytes: 64, ..MessageLimits::default() };
+        let req = |id: JsonRpcId, method: &str, params: Value| Message::Request { id, method: method.into(), params: Some(params) };
+        assert!(check_message(&req(JsonRpcId::String("12345678".into()), "tools/call", json!({"name": "echo"})), &l).is_ok());
+        let long_id = req(JsonRpcId::String("123456789".into()), "ping", json!({}));
+        assert_eq!(check_message(&long_id, &l).unwrap_err().limit, Limit::IdLength);
+        let long_method = Message::Notification { method: "m".repeat(33), params: None };
+        assert_eq!(check_message(&long_method, &l).unwrap_err().limit, Limit::MethodLength);
+        let long_name = req(JsonRpcId::Number(1), "tools/call", json!({"name": "n".repeat(9)}));
+        assert_eq!(check_message(&long_name, &l).unwrap_err().limit, Limit::NameLength);
+        let long_prompt = req(JsonRpcId::Number(1), "prompts/get", json!({"name": "n".repeat(9)}));
+        assert_eq!(check_message(&long_prompt, &l).unwrap_err().limit, Limit::NameLength);
+        let long_uri = req(JsonRpcId::Number(1), "resources/read", json!({"uri": "u".repeat(65)}));
+        assert_eq!(check_message(&long_uri, &l).unwrap_err().limit, Limit::UriLength);
+        let answer = Message::Response { id: JsonRpcId::String("x".repeat(9).into()), result: json!({}) };
+        assert_eq!(check_message(&answer, &l).unwrap_err().limit, Limit::IdLength);
+    }
+}
