@@ -164,6 +164,36 @@ async fn cursor_older_than_post_window_answers_the_request_with_events_lost() {
 }
 
 #[actix_web::test]
+async fn resume_into_an_events_lost_gap_ends_the_request_and_frees_its_id() {
+    tokio::time::pause();
+    let h = harness_with(cfg(|c| {
+        c.sse.replay_max_events = 4;
+        c.sessions.idle_ttl_secs = 1;
+    }))
+    .await;
+    let c = h.client("2025-11-25").await;
+    let mut r = c.call_tool(9, "flood_then_wait", json!({"n": 10})).await;
+    r.chunk().await.expect("priming");
+    let start = r.first_id();
+    drop(r.disconnect());
+    h.gate.open(1);
+    h.gate.finished(1).await;
+    let mut resumed = c.resume(&start).await;
+    assert_eq!(resumed.status, StatusCode::OK);
+    let msgs = resumed.rest().await;
+    assert_eq!((msgs.len(), msgs[0]["id"].clone(), msgs[0]["error"]["code"].clone()), (1, json!(9), json!(-32005)), "{msgs:?}");
+    // The request ended with its answer: the tool was cancelled and its id is free.
+    h.gate.dropped(1).await;
+    let mut again = c.call_tool(9, "echo", json!({"text": "retry"})).await;
+    assert_eq!(again.status, StatusCode::OK, "the same id is not 409 after its events-lost answer");
+    assert_eq!(text_of(&again.message().await), "retry");
+    assert_eq!(h.sup.stats_snapshot().requests_ended_by_gap, 1);
+    drop((resumed, again));
+    tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+    assert_eq!(h.sup.session_count(), 0, "with nothing in flight the session goes idle and expires");
+}
+
+#[actix_web::test]
 async fn cursor_older_than_get_window_is_410_with_jsonrpc_error() {
     let h = harness_with(cfg(|c| c.sse.replay_max_events = 4)).await;
     let c = h.client("2025-11-25").await;

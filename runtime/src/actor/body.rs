@@ -106,3 +106,91 @@ impl Drop for SseBody {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use actix::prelude::{Actor, ActorContext, Context, Handler, Message, MessageResult};
+
+    use super::*;
+
+    /// Counts what it is told; a mailbox of one message.
+    #[derive(Default)]
+    struct Sink {
+        detached: usize,
+        ended: usize,
+    }
+
+    impl Actor for Sink {
+        type Context = Context<Self>;
+    }
+
+    impl Handler<Detached> for Sink {
+        type Result = ();
+        fn handle(&mut self, _: Detached, _: &mut Context<Self>) {
+            self.detached += 1;
+        }
+    }
+
+    impl Handler<StreamReport> for Sink {
+        type Result = ();
+        fn handle(&mut self, r: StreamReport, _: &mut Context<Self>) {
+            if r == StreamReport::ConnectionEnded {
+                self.ended += 1;
+            }
+        }
+    }
+
+    #[derive(Message)]
+    #[rtype(result = "(usize, usize)")]
+    struct Counts;
+
+    impl Handler<Counts> for Sink {
+        type Result = MessageResult<Counts>;
+        fn handle(&mut self, _: Counts, _: &mut Context<Self>) -> Self::Result {
+            MessageResult((self.detached, self.ended))
+        }
+    }
+
+    #[actix_web::test]
+    async fn a_dropped_body_reaches_its_stream_and_session_even_when_their_mailboxes_are_full() {
+        let stream = Sink::create(|ctx| {
+            ctx.set_mailbox_capacity(1);
+            Sink::default()
+        });
+        let session = Sink::create(|ctx| {
+            ctx.set_mailbox_capacity(1);
+            Sink::default()
+        });
+        // Fill both mailboxes (nothing runs until this task yields).
+        stream.try_send(Detached { conn: 0, drained: false }).unwrap();
+        assert!(stream.try_send(Detached { conn: 0, drained: false }).is_err(), "the stream's mailbox is full");
+        session.try_send(StreamReport::ConnectionStarted).unwrap();
+        assert!(session.try_send(StreamReport::ConnectionStarted).is_err(), "the session's mailbox is full");
+        let owner = ConnectionOwner { stream: stream.clone().recipient(), session: WeakRecipient::from(session.clone()), conn: 1 };
+        drop(SseBody::new(vec![], None, Some(owner)));
+        assert_eq!(stream.send(Counts).await.unwrap().0, 2, "the body's detach arrived after the queued one");
+        assert_eq!(session.send(Counts).await.unwrap().1, 1, "the session counted the connection off");
+    }
+
+    #[derive(Message)]
+    #[rtype(result = "()")]
+    struct Stop;
+
+    impl Handler<Stop> for Sink {
+        type Result = ();
+        fn handle(&mut self, _: Stop, ctx: &mut Context<Self>) {
+            ctx.stop();
+        }
+    }
+
+    #[actix_web::test]
+    async fn a_body_reports_to_its_session_although_its_stream_has_stopped() {
+        let session = Sink::create(|_| Sink::default());
+        let stream = Sink::create(|_| Sink::default());
+        stream.send(Stop).await.unwrap();
+        assert!(stream.send(Counts).await.is_err(), "the stream actor has stopped");
+        let owner = ConnectionOwner { stream: stream.recipient(), session: WeakRecipient::from(session.clone()), conn: 1 };
+        drop(SseBody::new(vec![], None, Some(owner)));
+        assert_eq!(session.send(Counts).await.unwrap().1, 1);
+    }
+}

@@ -56,7 +56,10 @@ impl RuntimeStats {
         add(&self.events, s.events);
         add(&self.resumes, s.resumes);
         add(&self.gaps, s.gaps);
-        add(&self.budget_trimmed, s.budget_trimmed);
+    }
+
+    pub(crate) fn budget_trimmed(&self, n: usize) {
+        add(&self.budget_trimmed, n as u64);
     }
 
     /// A request was refused (counted once, at the HTTP mapping point).
@@ -114,7 +117,7 @@ pub struct StatsSnapshot {
     pub resumes: u64,
     /// Resumes that found a gap, on streams that have stopped.
     pub gaps: u64,
-    /// Events trimmed from windows to respect the memory budget, by stopped streams.
+    /// Events trimmed from windows to respect the stream memory budget.
     pub budget_trimmed: u64,
 }
 

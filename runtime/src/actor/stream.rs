@@ -191,9 +191,13 @@ impl StreamActor {
 
     /// Charge the window's size to the budget; over it, keep only the newest event.
     fn update_charge(&mut self) {
-        if self.charge.set(self.core.retained_bytes()) && self.core.trim_for_budget() > 0 {
-            tracing::debug!(stream = %self.core.id(), "stream memory budget full: window trimmed to its newest event");
-            self.charge.set(self.core.retained_bytes());
+        if self.charge.set(self.core.retained_bytes()) {
+            let trimmed = self.core.trim_for_budget();
+            if trimmed > 0 {
+                tracing::debug!(stream = %self.core.id(), trimmed, "stream memory budget full: window trimmed to its newest event");
+                self.env.stats.budget_trimmed(trimmed);
+                self.charge.set(self.core.retained_bytes());
+            }
         }
     }
 

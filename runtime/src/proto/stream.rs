@@ -112,8 +112,6 @@ pub struct StreamStats {
     pub gaps: u64,
     /// Messages dropped because the stream was closed.
     pub dropped_after_close: u64,
-    /// Events dropped from the window to respect the server-wide memory budget.
-    pub budget_trimmed: u64,
 }
 
 /// One stream.
@@ -313,9 +311,7 @@ impl StreamCore {
     /// from an older cursor gets the explicit events-lost answer). Returns how many events
     /// were dropped.
     pub fn trim_for_budget(&mut self) -> usize {
-        let n = self.window.trim_to_newest();
-        self.stats.budget_trimmed += n as u64;
-        n
+        self.window.trim_to_newest()
     }
 }
 

@@ -29,11 +29,12 @@ type Call = Rc<dyn Fn(TestRequest) -> Pin<Box<dyn Future<Output = ServiceRespons
 pub struct Gate {
     go: Arc<Semaphore>,
     done: Arc<Semaphore>,
+    dropped: Arc<Semaphore>,
 }
 
 impl Default for Gate {
     fn default() -> Gate {
-        Gate { go: Arc::new(Semaphore::new(0)), done: Arc::new(Semaphore::new(0)) }
+        Gate { go: Arc::new(Semaphore::new(0)), done: Arc::new(Semaphore::new(0)), dropped: Arc::new(Semaphore::new(0)) }
     }
 }
 
@@ -46,6 +47,17 @@ impl Gate {
     pub async fn finished(&self, n: u32) {
         let wait = self.done.acquire_many(n);
         tokio::time::timeout(WAIT, wait).await.expect("gated tool did not finish").unwrap().forget();
+    }
+
+    /// Wait until `n` `flood_then_wait` calls were dropped by their session (cancelled).
+    pub async fn dropped(&self, n: u32) {
+        let wait = self.dropped.acquire_many(n);
+        tokio::time::timeout(WAIT, wait).await.expect("the tool was not dropped").unwrap().forget();
+    }
+
+    /// Whether a `flood_then_wait` call was dropped, without waiting.
+    pub fn was_dropped(&self) -> bool {
+        self.dropped.available_permits() > 0
     }
 }
 
@@ -88,6 +100,25 @@ pub fn catalog(gate: Gate) -> Catalog {
                 }
             }
         }))
+        .tool(tool_fn(
+            ToolSpec::new("flood_then_wait", "Waits for the gate, sends n log messages, counts as finished, then runs until dropped", json!({"type":"object","properties":{"n":{"type":"integer"}}})),
+            {
+                let g = gate.clone();
+                move |a: Value, cx| {
+                    let g = g.clone();
+                    async move {
+                        let _dropped = OnDrop(Arc::clone(&g.dropped));
+                        g.go.acquire().await.map_err(|e| ToolError::Failed(e.to_string()))?.forget();
+                        for i in 0..a["n"].as_u64().unwrap_or(1) {
+                            cx.log(LogLevel::Info, None, json!(i)).await;
+                        }
+                        g.done.add_permits(1);
+                        std::future::pending::<()>().await;
+                        Ok(CallToolResult::text("never"))
+                    }
+                }
+            },
+        ))
         .tool(tool_fn(ToolSpec::new("chatty", "Sends n log messages, then answers", json!({"type":"object","properties":{"n":{"type":"integer"}}})), |a: Value, cx| async move {
             for i in 0..a["n"].as_u64().unwrap_or(1) {
                 cx.log(LogLevel::Info, None, json!(i)).await;

@@ -1,0 +1,110 @@
+//! The real binary under SIGTERM: new sessions are refused from the moment the stop begins,
+//! also on connections that were open before it, while the HTTP server's graceful stop lets
+//! running responses finish. `MCP_HOST_BIN` overrides the binary (to check another build).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// The host process, killed on drop whatever the test's outcome.
+struct Host {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start() -> Host {
+    let bin = std::env::var("MCP_HOST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_mcp-host").to_owned());
+    let mut child = Command::new(bin)
+        .args(["--port", "0"])
+        .env("MCP_HOST_LOG", "warn")
+        .env("MCP_HOST_EXIT_WITH_PARENT", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start mcp-host");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("first line");
+    let url = line.split_whitespace().last().expect("url").to_owned();
+    let addr = url.trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
+    Host { child, addr }
+}
+
+fn connect(addr: &str) -> TcpStream {
+    let s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
+}
+
+const INIT: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+
+fn send(s: &mut TcpStream, head: &str, body: &str) {
+    let req = format!("{head}Host: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+    s.write_all(req.as_bytes()).unwrap();
+}
+
+/// Read one response head; returns (status, head text).
+fn read_head(s: &mut TcpStream) -> (u16, String) {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut byte).expect("response head"), 1, "connection closed before a response head");
+        buf.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&buf).into_owned();
+    let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).expect("status code");
+    (status, head)
+}
+
+/// Read a JSON response with Content-Length; returns (status, head).
+fn json_response(s: &mut TcpStream) -> (u16, String) {
+    let (status, head) = read_head(s);
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap()))
+        .expect("content-length");
+    let mut body = vec![0; len];
+    s.read_exact(&mut body).unwrap();
+    (status, head)
+}
+
+#[test]
+fn initialize_arriving_during_the_graceful_stop_is_refused() {
+    let host = start();
+    // An open SSE stream keeps the server in its graceful stop for a while.
+    let mut s = connect(&host.addr);
+    send(&mut s, "POST /mcp HTTP/1.1\r\nAccept: application/json\r\n", INIT);
+    let (_, head) = json_response(&mut s);
+    let sid = head
+        .lines()
+        .find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case("mcp-session-id")).map(|(_, v)| v.trim().to_owned()))
+        .expect("session id");
+    let get = format!("GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\nMcp-Session-Id: {sid}\r\n\r\n");
+    s.write_all(get.as_bytes()).unwrap();
+    assert_eq!(read_head(&mut s).0, 200);
+    // An initialize in progress: its head and half its body are sent before the signal.
+    let mut late = connect(&host.addr);
+    let head = format!("POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: application/json\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n", INIT.len());
+    let (first, rest) = INIT.split_at(INIT.len() / 2);
+    late.write_all(format!("{head}{first}").as_bytes()).unwrap();
+
+    let killed = Command::new("kill").args(["-TERM", &host.child.id().to_string()]).status().expect("kill");
+    assert!(killed.success());
+    // The listener closes once the stop has begun (the drain starts before it).
+    let closed = (0..250).any(|_| {
+        std::thread::sleep(Duration::from_millis(20));
+        TcpStream::connect(&host.addr).is_err()
+    });
+    assert!(closed, "the listener did not close within 5 s of SIGTERM");
+    late.write_all(rest.as_bytes()).unwrap();
+    let (status, head) = json_response(&mut late);
+    assert_eq!(status, 503, "initialize admitted during the graceful stop:\n{head}");
+    assert!(head.to_ascii_lowercase().contains("retry-after: 5"), "{head}");
+}
