@@ -235,9 +235,54 @@ pub fn check_message(m: &Message, l: &MessageLimits) -> Result<(), LimitExceeded
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
     use serde_json::json;
 
     use super::*;
+
+    fn values_of(v: &Value) -> usize {
+        1 + match v {
+            Value::Array(a) => a.iter().map(values_of).sum(),
+            Value::Object(m) => m.values().map(values_of).sum(),
+            _ => 0,
+        }
+    }
+
+    fn depth_of(v: &Value) -> usize {
+        match v {
+            Value::Array(a) => 1 + a.iter().map(depth_of).max().unwrap_or(0),
+            Value::Object(m) => 1 + m.values().map(depth_of).max().unwrap_or(0),
+            _ => 0,
+        }
+    }
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![Just(Value::Null), any::<bool>().prop_map(Value::from), any::<i64>().prop_map(Value::from), "[a-z\\[\\]{},:\"\\\\]{0,8}".prop_map(Value::from)];
+        leaf.prop_recursive(6, 64, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::from),
+                prop::collection::btree_map("[a-z,:\\[]{0,4}", inner, 0..6).prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        /// The scan's count is between the values a parser allocates and twice that (plus
+        /// one), and its depth is exact, whatever the strings contain.
+        #[test]
+        fn scan_counts_within_a_factor_of_two_and_depth_exactly(v in json_value()) {
+            let body = serde_json::to_vec(&v).unwrap();
+            let (values, depth) = (values_of(&v), depth_of(&v));
+            let l = |max_values, max_depth| MessageLimits { json_max_values: max_values, json_max_depth: max_depth, ..MessageLimits::default() };
+            prop_assert!(scan(&body, &l(2 * values + 1, depth.max(1))).is_ok());
+            if values > 1 {
+                prop_assert_eq!(scan(&body, &l(values - 1, 128)).unwrap_err().limit, Limit::JsonValues);
+            }
+            if depth > 1 {
+                prop_assert_eq!(scan(&body, &l(usize::MAX, depth - 1)).unwrap_err().limit, Limit::JsonDepth);
+            }
+        }
+    }
 
     fn small() -> MessageLimits {
         MessageLimits { json_max_depth: 4, json_max_values: 10, ..MessageLimits::default() }

@@ -114,3 +114,37 @@ fn configured_origin_and_host_are_allowed_on_top_of_localhost() {
     let h = RequestHead { origin: Some("https://APP.example.com"), host: Some("mcp.example.com:443"), ..post() };
     assert_eq!(status(admit(&h, INIT.as_bytes(), &p)), 200);
 }
+
+#[test]
+fn a_garbled_header_is_refused_before_anything_else() {
+    let h = RequestHead { invalid_header: Some("Last-Event-ID"), session_id: Some("s"), ..RequestHead::new(HttpMethod::Get) };
+    assert_eq!(admit(&h, b"", &AdmitPolicy::default()).unwrap_err(), Rejection::InvalidHeader("Last-Event-ID"));
+}
+
+#[test]
+fn cors_preflight_needs_an_allowed_origin_and_a_requested_method_but_no_token() {
+    let p = AdmitPolicy { auth: Some(TokenMap::new([("tok-a", "alice")])), ..AdmitPolicy::default() };
+    let options = RequestHead::new(HttpMethod::Options);
+    let pre = RequestHead { origin: Some("http://localhost:3000"), cors_request_method: Some("POST"), ..options };
+    assert_eq!(admit(&pre, b"", &p).unwrap(), Admitted { principal: None, command: Command::Preflight });
+    assert_eq!(status(admit(&RequestHead { origin: Some("https://evil.example"), ..pre }, b"", &p)), 403);
+    assert_eq!(status(admit(&RequestHead { cors_request_method: None, ..pre }, b"", &p)), 405);
+    assert_eq!(status(admit(&options, b"", &p)), 405);
+    assert_eq!(cors_origin(&pre, &p), Some("http://localhost:3000"));
+    assert_eq!(cors_origin(&RequestHead { origin: Some("https://evil.example"), ..pre }, &p), None);
+}
+
+#[test]
+fn parsed_size_and_batch_bounds_are_checked_at_the_door() {
+    let limits = MessageLimits { json_max_values: 16, batch_max_items: 2, ..MessageLimits::default() };
+    let p = AdmitPolicy { limits, ..AdmitPolicy::default() };
+    let s = RequestHead { session_id: Some("s"), ..post() };
+    let many = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"x","arguments":{{"a":[{}0]}}}}}}"#, "0,".repeat(20));
+    assert!(matches!(admit(&s, many.as_bytes(), &p), Err(Rejection::LimitExceeded(LimitExceeded { limit: Limit::JsonValues, .. }))));
+    let batch = format!("[{LIST},{LIST},{LIST}]");
+    let p = AdmitPolicy { limits: MessageLimits { batch_max_items: 2, ..MessageLimits::default() }, ..AdmitPolicy::default() };
+    assert!(matches!(admit(&s, batch.as_bytes(), &p), Err(Rejection::LimitExceeded(LimitExceeded { limit: Limit::BatchItems, .. }))));
+    let big_caps = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"capabilities":{"x":"y"},"clientInfo":{"name":"n","version":"1"}}}"#;
+    let tight = AdmitPolicy { limits: MessageLimits { handshake: limits::HandshakeLimits { max_values: 2, max_depth: 4, max_string_bytes: 100 }, ..MessageLimits::default() }, ..AdmitPolicy::default() };
+    assert!(matches!(admit(&post(), big_caps.as_bytes(), &tight), Err(Rejection::LimitExceeded(LimitExceeded { limit: Limit::ClientInfo, .. }))));
+}
