@@ -17,7 +17,7 @@ use parking_lot::{Mutex, RwLock};
 use super::session::SessionActor;
 use crate::proto::error::{Overload, Quota, Rejection};
 use crate::proto::event_id::CursorSigner;
-use crate::proto::ids::{Generation, SessionId};
+use crate::proto::ids::SessionId;
 
 const SHARDS: usize = 16;
 
@@ -43,8 +43,6 @@ pub struct SessionHandle {
     pub principal: Option<Arc<str>>,
     /// Verifies cursors for this session and owner.
     pub signer: Arc<CursorSigner>,
-    /// Generation the session belongs to.
-    pub generation: Generation,
 }
 
 /// The sharded session map.

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::body::SseBody;
 use super::registry::RegistryGuard;
-use super::stream::{Attach, Close, Emit, PollClose, Shutdown as StreamShutdown, StreamActor, StreamReport};
+use super::stream::{Attach, Close, Emit, PollClose, StreamActor, StreamReport, Stop as StopStream};
 use super::supervisor::Supervisor;
 use crate::proto::admission::ReplyMode;
 use crate::proto::error::{Overload, Rejection};
@@ -161,7 +161,7 @@ impl Actor for SessionActor {
         }
         for s in streams {
             // Control message: it must arrive, or the stream would outlive its session.
-            s.handle.do_send(StreamShutdown(CloseReason::SessionEnded));
+            s.handle.do_send(StopStream(CloseReason::SessionEnded));
         }
     }
 }
@@ -272,7 +272,7 @@ impl SessionActor {
             self.sup.stats().streams_evicted(evicted.len());
         }
         for e in evicted {
-            e.handle.do_send(StreamShutdown(CloseReason::Evicted));
+            e.handle.do_send(StopStream(CloseReason::Evicted));
         }
     }
 
@@ -488,7 +488,7 @@ impl Handler<OpenGet> for SessionActor {
             let sctx = Context::<StreamActor>::new();
             let (sid, replaced) = self.core.open_get_stream(sctx.address());
             if let Some(old) = replaced {
-                old.handle.do_send(StreamShutdown(CloseReason::Replaced));
+                old.handle.do_send(StopStream(CloseReason::Replaced));
             }
             self.start_stream(sctx, sid, StreamKind::Get, None, ctx)
         });

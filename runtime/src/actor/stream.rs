@@ -4,8 +4,8 @@
 //! session's type).
 //!
 //! Timers: a keep-alive interval runs only while a connection is attached, and a retention
-//! timer only while the stream is closed and no connection is attached; both end with the
-//! actor.
+//! timer only while the core says a retention applies (closed, no connection attached); the
+//! actor re-reads it after every message. Both end with the actor.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +21,7 @@ use super::budget::{Charge, MemoryBudget};
 use super::stats::RuntimeStats;
 use crate::proto::error::Rejection;
 use crate::proto::ids::{Seq, StreamId};
-use crate::proto::stream::{Attachment, CloseReason, Delivery, StreamCore, StreamState};
+use crate::proto::stream::{Attachment, CloseReason, Delivery, Retention, StreamCore, StreamState};
 use crate::sse::COMMENT_KEEPALIVE;
 
 /// What every stream of a supervisor shares: connection and retention settings, the memory
@@ -72,7 +72,8 @@ pub struct StreamActor {
     charge: Charge,
     last_write: Instant,
     closed_reported: bool,
-    retention: Option<SpawnHandle>,
+    /// The armed retention timer and the retention it is armed for.
+    retention: Option<(Retention, SpawnHandle)>,
     keepalive: Option<SpawnHandle>,
 }
 
@@ -85,6 +86,7 @@ impl Actor for StreamActor {
         if self.writer.is_some() {
             self.start_keepalive(ctx);
         }
+        self.sync_retention(ctx);
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
@@ -125,7 +127,7 @@ pub(crate) struct Close(pub(crate) CloseReason);
 /// Close and stop at once (replaced GET stream, evicted from retention, session end).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub(crate) struct Shutdown(pub(crate) CloseReason);
+pub(crate) struct Stop(pub(crate) CloseReason);
 
 /// SEP-1699: end the current connection, keep the stream.
 #[derive(Message)]
@@ -218,11 +220,6 @@ impl StreamActor {
     }
 
     fn body_for(&mut self, att: Attachment, ctx: &mut Context<Self>) -> SseBody {
-        // A connection is attached: the stream must not expire under it. Its detach restarts
-        // the retention.
-        if let Some(h) = self.retention.take() {
-            ctx.cancel_future(h);
-        }
         self.report(StreamReport::ConnectionStarted);
         let owner = ConnectionOwner { stream: ctx.address().recipient(), session: self.session.clone(), conn: att.conn };
         // A new connection supersedes the old one: dropping its sender ends it.
@@ -241,15 +238,15 @@ impl StreamActor {
             self.write(conn, frame, end, ctx);
         }
         // Also when the frame was only buffered (no connection): a stream that closed while
-        // detached must start its retention and tell the session, or it would never leave.
+        // detached must tell the session.
         if matches!(self.core.state(), StreamState::Closed(_)) {
-            self.on_closed(ctx);
+            self.report_closed();
         }
     }
 
     fn write(&mut self, conn: u64, frame: Bytes, end: bool, ctx: &mut Context<Self>) {
         let Some(w) = self.writer.as_ref().filter(|w| w.conn == conn) else {
-            self.core.detach(conn);
+            self.core.detach(conn, false);
             return;
         };
         match w.tx.try_send(frame) {
@@ -265,11 +262,11 @@ impl StreamActor {
                 // session. Nothing is lost: the window holds the frame; the client resumes.
                 tracing::debug!(stream = %self.core.id(), "slow SSE reader detached");
                 self.set_writer(None, ctx);
-                self.core.detach(conn);
+                self.core.detach(conn, false);
             }
             Err(mpsc::error::TrySendError::Closed(_)) => {
                 self.set_writer(None, ctx);
-                self.core.detach(conn);
+                self.core.detach(conn, false);
             }
         }
     }
@@ -281,22 +278,28 @@ impl StreamActor {
         }
     }
 
-    fn on_closed(&mut self, ctx: &mut Context<Self>) {
-        self.report_closed();
-        if self.retention.is_none() && self.writer.is_none() && self.core.connection().is_none() {
-            self.retain_for(self.env.retention_undelivered, ctx);
+    /// Arm, re-arm or cancel the retention timer to match the core (called after every
+    /// message). An attach cancels it (a stream never ends under its connection); the next
+    /// detach starts a full retention again.
+    fn sync_retention(&mut self, ctx: &mut Context<Self>) {
+        let want = self.core.retention();
+        if want == self.retention.as_ref().map(|(r, _)| *r) {
+            return;
         }
-        // Otherwise a connection is attached; its `Detached` starts the retention.
-    }
-
-    fn retain_for(&mut self, d: Duration, ctx: &mut Context<Self>) {
-        if let Some(h) = self.retention.take() {
+        if let Some((_, h)) = self.retention.take() {
             ctx.cancel_future(h);
         }
-        self.retention = Some(ctx.run_later(d, |act, ctx| {
-            act.report(StreamReport::Gone(act.core.id()));
-            ctx.stop();
-        }));
+        if let Some(r) = want {
+            let d = match r {
+                Retention::Delivered => self.env.retention_after_delivery,
+                Retention::Undelivered => self.env.retention_undelivered,
+            };
+            let h = ctx.run_later(d, |act, ctx| {
+                act.report(StreamReport::Gone(act.core.id()));
+                ctx.stop();
+            });
+            self.retention = Some((r, h));
+        }
     }
 
     fn keepalive(&mut self, ctx: &mut Context<Self>) {
@@ -307,7 +310,7 @@ impl StreamActor {
                 Err(mpsc::error::TrySendError::Closed(_)) => {
                     let conn = w.conn;
                     self.set_writer(None, ctx);
-                    self.core.detach(conn);
+                    self.core.detach(conn, false);
                 }
                 Err(mpsc::error::TrySendError::Full(_)) => {}
             }
@@ -322,6 +325,7 @@ impl Handler<Emit> for StreamActor {
         let d = if msg.last { self.core.push_final(&msg.json) } else { self.core.push(&msg.json) };
         self.update_charge();
         self.deliver(d, ctx);
+        self.sync_retention(ctx);
     }
 }
 
@@ -338,8 +342,9 @@ impl Handler<Attach> for StreamActor {
             self.report(StreamReport::EventsLost(self.core.id()));
         }
         if matches!(self.core.state(), StreamState::Closed(_)) {
-            self.on_closed(ctx);
+            self.report_closed();
         }
+        self.sync_retention(ctx);
         let _ = msg.reply.send(r);
     }
 }
@@ -351,12 +356,8 @@ impl Handler<Detached> for StreamActor {
         if self.writer.as_ref().is_some_and(|w| w.conn == msg.conn) {
             self.set_writer(None, ctx);
         }
-        let was_current = self.core.connection() == Some(msg.conn);
-        self.core.detach(msg.conn);
-        if was_current && matches!(self.core.state(), StreamState::Closed(_)) {
-            let d = if msg.drained { self.env.retention_after_delivery } else { self.env.retention_undelivered };
-            self.retain_for(d, ctx);
-        }
+        self.core.detach(msg.conn, msg.drained);
+        self.sync_retention(ctx);
     }
 }
 
@@ -367,15 +368,14 @@ impl Handler<Close> for StreamActor {
         self.core.close(msg.0);
         self.set_writer(None, ctx);
         self.report_closed();
-        // Nothing is owed on a cancelled stream: keep it only briefly for late resumes.
-        self.retain_for(self.env.retention_after_delivery, ctx);
+        self.sync_retention(ctx);
     }
 }
 
-impl Handler<Shutdown> for StreamActor {
+impl Handler<Stop> for StreamActor {
     type Result = ();
 
-    fn handle(&mut self, msg: Shutdown, ctx: &mut Context<Self>) {
+    fn handle(&mut self, msg: Stop, ctx: &mut Context<Self>) {
         self.core.close(msg.0);
         self.set_writer(None, ctx);
         ctx.stop();
@@ -394,5 +394,6 @@ impl Handler<PollClose> for StreamActor {
             }
             self.set_writer(None, ctx);
         }
+        self.sync_retention(ctx);
     }
 }

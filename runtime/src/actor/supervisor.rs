@@ -222,7 +222,7 @@ impl Supervisor {
         let sup = Arc::clone(self);
         let seed = SessionSeed { id: id.clone(), principal, version, generation: self.generation, signer, client_caps: init.capabilities.clone() };
         SessionActor::create(move |ctx| {
-            let handle = SessionHandle { addr: ctx.address(), principal: seed.principal.clone(), signer: Arc::clone(&seed.signer), generation: seed.generation };
+            let handle = SessionHandle { addr: ctx.address(), principal: seed.principal.clone(), signer: Arc::clone(&seed.signer) };
             let guard = reservation.insert(seed.id.clone(), handle);
             SessionActor::new(seed, sup, guard)
         });

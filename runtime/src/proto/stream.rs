@@ -59,6 +59,17 @@ pub enum CloseReason {
     Evicted,
 }
 
+/// How long a closed stream with no connection attached stays resumable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retention {
+    /// Its last connection returned its final frame in full, or nothing is owed (cancelled):
+    /// kept briefly for late resumes.
+    Delivered,
+    /// Its final response has not been handed out in full: kept long, for the client to
+    /// come back for it.
+    Undelivered,
+}
+
 /// Settings shared by every stream of a session.
 #[derive(Debug, Clone)]
 pub struct StreamSettings {
@@ -128,6 +139,8 @@ pub struct StreamCore {
     next_conn: u64,
     /// An event id went out on the current connection (polling close is allowed).
     id_sent: bool,
+    /// The last connection of the closed stream returned every frame (see [`Retention`]).
+    delivered: bool,
     stats: StreamStats,
 }
 
@@ -146,6 +159,7 @@ impl StreamCore {
             conn: None,
             next_conn: 1,
             id_sent: false,
+            delivered: false,
             stats: StreamStats::default(),
         }
     }
@@ -279,13 +293,28 @@ impl StreamCore {
         self.conn.take()
     }
 
-    /// The connection `conn` went away (or was ended). Ignored unless it is the current one.
-    pub fn detach(&mut self, conn: u64) {
+    /// The connection `conn` went away (or was ended); `drained` when it returned every frame
+    /// written to it. Ignored unless it is the current one.
+    pub fn detach(&mut self, conn: u64, drained: bool) {
         if self.conn == Some(conn) {
             self.conn = None;
-            if self.state == StreamState::Open {
-                self.state = StreamState::Disconnected;
+            match self.state {
+                StreamState::Open => self.state = StreamState::Disconnected,
+                StreamState::Closed(_) => self.delivered = drained,
+                StreamState::Disconnected => {}
             }
+        }
+    }
+
+    /// The retention that applies now: `None` while the stream is open or a connection is
+    /// attached (it must not end under its connection).
+    #[must_use]
+    pub fn retention(&self) -> Option<Retention> {
+        match self.state {
+            StreamState::Closed(reason) if self.conn.is_none() => {
+                Some(if self.delivered || reason == CloseReason::Cancelled { Retention::Delivered } else { Retention::Undelivered })
+            }
+            _ => None,
         }
     }
 

@@ -49,7 +49,7 @@ fn events_after_disconnect_are_buffered_and_replayed_in_order() {
     let mut s = post_stream(true, 8);
     let a = s.attach_new();
     let Delivery::Write { frame: f1, .. } = s.push(br#"{"n":1}"#) else { panic!() };
-    s.detach(a.conn);
+    s.detach(a.conn, false);
     assert_eq!(s.state(), StreamState::Disconnected);
     assert_eq!(s.push(br#"{"n":2}"#), Delivery::Buffered);
     assert_eq!(s.push_final(br#"{"n":3}"#), Delivery::Buffered);
@@ -65,7 +65,7 @@ fn detach_of_a_superseded_connection_is_ignored() {
     let mut s = post_stream(true, 8);
     let a = s.attach_new();
     let b = s.attach_resume(Seq::START).unwrap();
-    s.detach(a.conn);
+    s.detach(a.conn, false);
     assert_eq!(s.connection(), Some(b.conn));
     assert_eq!(s.state(), StreamState::Open);
 }
@@ -120,4 +120,28 @@ fn cancelled_stream_drops_later_messages() {
     assert_eq!(s.close(CloseReason::Cancelled), Some(a.conn));
     assert_eq!(s.push_final(b"{}"), Delivery::Dropped);
     assert_eq!(s.stats().dropped_after_close, 1);
+}
+
+#[test]
+fn retention_applies_only_to_a_closed_stream_without_a_connection_and_follows_its_last_delivery() {
+    let mut s = post_stream(true, 8);
+    let a = s.attach_new();
+    assert_eq!(s.retention(), None, "open");
+    let _ = s.push_final(b"{}");
+    assert_eq!(s.retention(), None, "closed, its final frame still being written");
+    s.detach(a.conn, true);
+    assert_eq!(s.retention(), Some(Retention::Delivered));
+    let r = s.attach_resume(Seq::START).unwrap();
+    assert_eq!(s.retention(), None, "a resumed connection is attached: it never ends under it");
+    s.detach(r.conn, false);
+    assert_eq!(s.retention(), Some(Retention::Undelivered), "the resumed copy did not get through");
+    let mut b = post_stream(true, 8);
+    let c = b.attach_new();
+    b.detach(c.conn, false);
+    let _ = b.push_final(b"{}");
+    assert_eq!(b.retention(), Some(Retention::Undelivered), "answered while disconnected");
+    let mut cancelled = post_stream(true, 8);
+    let _ = cancelled.attach_new();
+    let _ = cancelled.close(CloseReason::Cancelled);
+    assert_eq!(cancelled.retention(), Some(Retention::Delivered), "nothing is owed");
 }
