@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::proto::admission::{AdmitPolicy, TokenMap};
 use crate::proto::limits::{HandshakeLimits, MessageLimits};
@@ -27,7 +27,7 @@ pub const DEFAULT_CLIENT_REQUEST_TIMEOUT_SECS: u64 = 300;
 pub const DEFAULT_STREAM_MEMORY_BYTES: usize = 1 << 30;
 
 /// `[security]`: who may talk to the endpoint.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SecurityConfig {
     /// Extra allowed `Origin`s, `scheme://host[:port]` (case-insensitive); `"*"` allows any.
@@ -66,7 +66,7 @@ impl Default for SecurityConfig {
 }
 
 /// `[sse]`: streams, their replay windows and their connections.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SseConfig {
     /// Replay window per stream, in events. Default 1024. Larger = longer disconnects
@@ -102,7 +102,7 @@ impl Default for SseConfig {
 }
 
 /// `[sessions]`: lifetime and bounds of one session.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SessionsConfig {
     /// A session with no request in flight and no attached connection for this long expires
@@ -152,7 +152,7 @@ impl Default for SessionsConfig {
 }
 
 /// `[limits]`: bounds on what one message may make the server hold.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LimitsConfig {
     /// Deepest nesting of a POST body (arrays and objects). Default 64; at most 128.
@@ -160,11 +160,13 @@ pub struct LimitsConfig {
     /// Most JSON values (scalars, arrays, objects, object members) in one POST body.
     /// Default 262 144 (a parsed body then stays within tens of MiB).
     pub json_max_values: usize,
-    /// `initialize`'s `capabilities` and `clientInfo`, each: most values. Default 1024.
+    /// Most JSON values in `initialize`'s `capabilities`, and in its `clientInfo` (a session
+    /// keeps both for its whole life). Default 1024.
     pub handshake_max_values: usize,
-    /// ... deepest nesting. Default 16.
+    /// Deepest nesting of `capabilities`, and of `clientInfo`. Default 16.
     pub handshake_max_depth: usize,
-    /// ... most bytes of strings (keys and values). Default 64 KiB.
+    /// Most bytes of strings (keys and values) in `capabilities`, and in `clientInfo`.
+    /// Default 64 KiB.
     pub handshake_max_string_bytes: usize,
     /// Longest string request id (bytes). Default 256.
     pub id_max_bytes: usize,
@@ -204,7 +206,7 @@ impl Default for LimitsConfig {
 
 /// `[quotas]`: per-principal (per remote address when authentication is off) bounds, so one
 /// caller cannot lock the others out. Defaults never throttle honest heavy use.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct QuotasConfig {
     /// Most live sessions of one principal; more are refused with 429. Default 10 000 (= the
@@ -224,7 +226,7 @@ impl Default for QuotasConfig {
 }
 
 /// Everything the runtime needs to know.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RuntimeConfig {
     /// `[security]`.
@@ -415,6 +417,25 @@ mod tests {
         assert_eq!(with(|c| c.security.cursor_secret_hex = Some("zz".repeat(16))).unwrap_err(), ConfigError::CursorSecret);
         let ok = with(|c| c.security.cursor_secret_hex = Some("0f".repeat(16))).unwrap();
         assert_eq!(ok.cursor_secret().unwrap(), vec![0x0f; 16]);
+    }
+
+    #[test]
+    fn readme_documents_every_setting_with_its_default() {
+        let readme = include_str!("../../README.md");
+        let tree = serde_json::to_value(RuntimeConfig::default()).unwrap();
+        for (section, fields) in tree.as_object().unwrap() {
+            for (field, default) in fields.as_object().unwrap() {
+                let name = format!("`{section}.{field}`");
+                let row = readme.lines().find(|l| l.starts_with('|') && l.contains(&format!("| {name} |"))).unwrap_or_else(|| panic!("README lacks {name}"));
+                let shown = match default {
+                    serde_json::Value::Null => continue,
+                    serde_json::Value::Object(m) if m.is_empty() => "`{}`".to_owned(),
+                    serde_json::Value::Array(a) if a.is_empty() => "`[]`".to_owned(),
+                    v => format!("`{v}`"),
+                };
+                assert!(row.contains(&shown), "README row of {name} does not give its default {shown}: {row}");
+            }
+        }
     }
 
     #[test]
