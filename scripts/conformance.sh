@@ -15,15 +15,11 @@ node_bin="$dir/node_modules/.bin/node"
 "$node_bin" --version >/dev/null
 
 log=$(mktemp -d)
-"$HOST_BIN" --port 0 > "$log/host.out" 2> "$log/host.err" &
-host_pid=$!
-trap 'kill $host_pid 2>/dev/null || true; wait $host_pid 2>/dev/null || true' EXIT
-for _ in $(seq 1 100); do
-  grep -q 'listening on' "$log/host.out" 2>/dev/null && break
-  sleep 0.1
-done
-url=$(awk '/listening on/ {print $NF; exit}' "$log/host.out")
-[ -n "$url" ] || { echo "conformance: mcp-host did not start" >&2; cat "$log/host.err" >&2; exit 1; }
+. scripts/lib.sh
+trap stop_started EXIT
+bg_start "$log/host.out" "$HOST_BIN" --port 0
+wait_listening "$log/host.out" "$BG_PID" url \
+  || { echo "conformance: mcp-host did not start" >&2; cat "$log/host.out.err" >&2; exit 1; }
 echo "conformance: mcp-host at $url"
 
 status=0

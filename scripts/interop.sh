@@ -12,17 +12,8 @@ LOAD_BIN=${2:-target/debug/mcp-load}
 node_bin=scripts/conformance/node_modules/.bin/node
 [ -x "$node_bin" ] || (cd scripts/conformance && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 log=$(mktemp -d)
-pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT
-
-start() { # name, out file, command...
-  local out=$2; shift 2
-  "$@" > "$out" 2>"$out.err" &
-  pids+=($!)
-  for _ in $(seq 1 100); do grep -q 'listening on' "$out" 2>/dev/null && break; sleep 0.1; done
-  awk '/listening on/ {print $NF; exit}' "$out"
-}
-
+. scripts/lib.sh
+trap stop_started EXIT
 passed=0; failed=0
 probe() { # label, url, tool, expected text
   if timeout 60 "$LOAD_BIN" probe --url "$2" --tool "$3" --expect-text "$4" --expect-resume; then
@@ -32,8 +23,13 @@ probe() { # label, url, tool, expected text
   fi
 }
 
-ts_url=$(start ts "$log/ts.out" "$node_bin" scripts/conformance/ts-server.mjs)
-host_url=$(start host "$log/host.out" "$HOST_BIN" --port 0 --retry-ms 100)
+# Started here, in this shell (not inside $(...)), so the EXIT trap knows their PIDs.
+bg_start "$log/ts.out" "$node_bin" scripts/conformance/ts-server.mjs
+wait_listening "$log/ts.out" "$BG_PID" ts_url \
+  || { echo "interop: ts-server did not start" >&2; cat "$log/ts.out.err" >&2; exit 1; }
+bg_start "$log/host.out" "$HOST_BIN" --port 0 --retry-ms 100
+wait_listening "$log/host.out" "$BG_PID" host_url \
+  || { echo "interop: mcp-host did not start" >&2; cat "$log/host.out.err" >&2; exit 1; }
 probe "TypeScript SDK server, resumed stream" "$ts_url" reconnect reconnected
 probe "mcp-host, resumed stream" "$host_url" test_reconnection \
   "Reconnection test completed successfully. If you received this, the client properly reconnected after stream closure."

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # The official Python SDK client (mcp 2.x, legacy mode) against mcp-host.
 # Usage: scripts/python-sdk.sh [path/to/mcp-host]
+# pytest's fixtures start mcp-host themselves and stop it in a `finally`, which does not run if
+# pytest is killed (or if the host outlives `proc.wait(timeout=10)`). So pytest runs as the
+# leader of its own session, bounded by `timeout`, and the EXIT trap stops that whole session:
+# no host outlives this script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 HOST_BIN=${1:-target/debug/mcp-host}
@@ -9,4 +13,17 @@ if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv" 2>/dev/null || { apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null && python3 -m venv "$venv"; }
 fi
 "$venv/bin/pip" install -q --disable-pip-version-check -r bins/host/tests/python/requirements.txt
-MCP_HOST_BIN="$HOST_BIN" "$venv/bin/python" -m pytest -q -p no:cacheprovider bins/host/tests/python
+. scripts/lib.sh
+trap stop_started EXIT
+export MCP_HOST_BIN=$HOST_BIN
+bg_start_group - timeout 600 "$venv/bin/python" -m pytest -q -p no:cacheprovider bins/host/tests/python
+pytest_sid=$BG_PID
+status=0
+wait "$pytest_sid" || status=$?
+in_session "$pytest_sid"
+if [ "${#FOUND[@]}" -gt 0 ]; then
+  echo "python-sdk: FAILED: pytest left ${#FOUND[@]} process(es) behind (stopped on exit):" >&2
+  for p in "${FOUND[@]}"; do printf 'python-sdk:   pid %s: ' "$p" >&2; cmdline "$p" >&2; done
+  status=1
+fi
+exit "$status"

@@ -1,14 +1,51 @@
 #!/usr/bin/env bash
 # The whole test suite, from a clean clone: sans-IO check, cargo tests (unit, property,
 # integration), fuzz targets build, the official conformance suite (0.1.16 and
-# 0.2.0-alpha.12) against a freshly started mcp-host, the official Python SDK client, and our
-# client against the official TypeScript SDK server and mcp-host.
-# Installs what it needs (Node 22 via npm, Python packages via pip); starts and stops its own
-# mcp-host processes.
+# 0.2.0-alpha.12) against a freshly started mcp-host, the official Python SDK client, CORS in
+# headless Chromium and by curl (scripts/browser.sh), and our client against the official
+# TypeScript SDK server and mcp-host.
+# Installs what it needs (Node 22 via npm, Python packages via pip, Chromium via apt); starts
+# and stops its own mcp-host processes.
+#
+# Every process of the run inherits MCP_TEST_RUN (a random marker). At the end, and on an early
+# exit, no process carrying it may be alive (after 2 s of grace for hosts that exit when their
+# parent does): leftovers are listed, killed, and fail the suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
 log=$(mktemp -d)
+. scripts/lib.sh
+MCP_TEST_RUN=$(od -An -N8 -tx8 /dev/urandom | tr -d ' \n')
+export MCP_TEST_RUN
+run_mark="MCP_TEST_RUN=$MCP_TEST_RUN"
+
+# leftovers: true if no process of this run but this shell is alive within 2 s; else lists
+# them, kills them and fails. The scan uses bash builtins only, so it never sees itself.
+leftovers() {
+  local i p
+  for ((i = 0; i < 20; i++)); do
+    with_env "$run_mark"
+    [ "${#FOUND[@]}" -eq 0 ] && return 0
+    sleep 0.1
+  done
+  echo "test.sh: FAILED: ${#FOUND[@]} process(es) started by this run outlived it (now killed):" >&2
+  for p in "${FOUND[@]}"; do
+    printf 'test.sh:   pid %s: ' "$p" >&2
+    cmdline "$p" >&2
+  done
+  KW_WATCH=("${FOUND[@]}")
+  kill_wait "${FOUND[@]}"
+  return 1
+}
+checked=0
+on_exit() {
+  local rc=$?
+  if [ "$checked" -eq 0 ]; then
+    echo "test.sh: stopped part-way (exit status $rc)" >&2
+    leftovers || true
+  fi
+}
+trap on_exit EXIT
 
 scripts/check-sans-io.sh
 cargo clippy --locked --workspace --all-targets -- -D warnings
@@ -18,11 +55,20 @@ cargo build --locked --manifest-path runtime/fuzz/Cargo.toml --target-dir target
 echo "fuzz targets build: event_id jsonrpc replay_ops"
 scripts/conformance.sh target/debug/mcp-host 2>&1 | tee "$log/conformance.txt"
 scripts/python-sdk.sh target/debug/mcp-host 2>&1 | tee "$log/python.txt"
+scripts/browser.sh target/debug/mcp-host 2>&1 | tee "$log/browser.txt"
 scripts/interop.sh target/debug/mcp-host target/debug/mcp-load 2>&1 | tee "$log/interop.txt"
 
 cargo_passed=$(awk '/^test result:/ {s += $4} END {print s+0}' "$log/cargo.txt")
 conf_passed=$(awk '/^Total:/ {s += $2} END {print s+0}' "$log/conformance.txt")
 py_passed=$(grep -oE '[0-9]+ passed' "$log/python.txt" | tail -1 | awk '{print $1+0}')
+browser_passed=$(awk '/^browser: [0-9]+ passed/ {print $2}' "$log/browser.txt")
 interop_passed=$(awk '/^interop: [0-9]+ passed/ {print $2}' "$log/interop.txt")
-echo "cargo tests: $cargo_passed passed; conformance checks: $conf_passed passed; python sdk tests: ${py_passed:-0} passed; interop probes: ${interop_passed:-0} passed"
-echo "Summary: $((cargo_passed + conf_passed + ${py_passed:-0} + ${interop_passed:-0})) passed, 0 failed"
+echo "cargo tests: $cargo_passed passed; conformance checks: $conf_passed passed; python sdk tests: ${py_passed:-0} passed; browser checks: ${browser_passed:-0} passed; interop probes: ${interop_passed:-0} passed"
+total=$((cargo_passed + conf_passed + ${py_passed:-0} + ${browser_passed:-0} + ${interop_passed:-0}))
+checked=1
+if leftovers; then
+  echo "Summary: $total passed, 0 failed"
+else
+  echo "Summary: $total passed, 1 failed (processes left behind, listed above)"
+  exit 1
+fi
