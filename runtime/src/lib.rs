@@ -20,3 +20,5 @@ pub mod client_http;
 pub mod config;
 pub mod http;
 pub mod tools;
+mod clock;
+mod rng;

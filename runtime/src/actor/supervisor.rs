@@ -10,7 +10,6 @@ use actix::{Actor, AsyncContext};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use parking_lot::{Mutex, RwLock};
-use tokio::time::Instant;
 
 use super::budget::MemoryBudget;
 use super::registry::{QuotaKey, Registry, SessionHandle};
@@ -81,7 +80,7 @@ pub struct Supervisor {
     registry: Arc<Registry>,
     rate: RateLimiter,
     key: CursorKey,
-    origin: Instant,
+    clock: crate::clock::Clock,
     generation: Generation,
     stream_env: Arc<StreamEnv>,
     /// Read on every `initialize`, written twice per process life; never held across await.
@@ -94,18 +93,12 @@ impl std::fmt::Debug for Supervisor {
     }
 }
 
-fn random_bytes<const N: usize>() -> [u8; N] {
-    let mut b = [0u8; N];
-    getrandom::fill(&mut b).expect("the operating system CSPRNG is available");
-    b
-}
-
 impl Supervisor {
     /// Start serving generation `cfg.sessions.generation`. `cfg` should have passed
     /// [`RuntimeConfig::validate`].
     #[must_use]
     pub fn new(cfg: RuntimeConfig, catalog: Catalog) -> Arc<Supervisor> {
-        let secret = cfg.cursor_secret().unwrap_or_else(|| random_bytes::<32>().to_vec());
+        let secret = cfg.cursor_secret().unwrap_or_else(|| crate::rng::bytes::<32>().to_vec());
         let generation = Generation(cfg.sessions.generation);
         let stream_env = Arc::new(StreamEnv {
             keepalive: Duration::from_millis(cfg.sse.keepalive_ms),
@@ -122,7 +115,7 @@ impl Supervisor {
             rate: RateLimiter::new(q.session_burst, q.session_rate_per_sec, cfg.sessions.max_sessions.max(1024)),
             catalog: Arc::new(catalog),
             registry: Arc::new(Registry::default()),
-            origin: Instant::now(),
+            clock: crate::clock::Clock::start(),
             generation,
             stream_env,
             phase: RwLock::new(Phase::Serving(generation)),
@@ -180,7 +173,7 @@ impl Supervisor {
     /// Milliseconds since the supervisor started (the core's clock).
     #[must_use]
     pub fn now(&self) -> Tick {
-        Tick(self.origin.elapsed().as_millis() as u64)
+        self.clock.now()
     }
 
     /// Live sessions.
@@ -216,7 +209,7 @@ impl Supervisor {
         self.rate.take(&key, self.now())?;
         let reservation = self.registry.reserve(key, self.cfg.sessions.max_sessions, self.cfg.quotas.sessions_per_principal)?;
         let version = ProtocolVersion::negotiate(init.requested_version.as_deref());
-        let raw = format!("{}.{}", self.generation.0, URL_SAFE_NO_PAD.encode(random_bytes::<24>()));
+        let raw = format!("{}.{}", self.generation.0, URL_SAFE_NO_PAD.encode(crate::rng::bytes::<24>()));
         let id = SessionId::parse(&raw).expect("base64url and digits are visible ASCII");
         let signer = Arc::new(self.key.signer(id.as_str(), principal.as_deref()));
         let sup = Arc::clone(self);

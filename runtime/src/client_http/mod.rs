@@ -223,9 +223,7 @@ fn status_error(status: u16, headers: &awc::http::header::HeaderMap, body: Strin
 }
 
 fn random_u64() -> u64 {
-    let mut b = [0u8; 8];
-    getrandom::fill(&mut b).expect("the operating system CSPRNG is available");
-    u64::from_le_bytes(b)
+    u64::from_le_bytes(crate::rng::bytes::<8>())
 }
 
 /// Answers server-to-client requests (`sampling/createMessage`, `elicitation/create`,
@@ -239,7 +237,7 @@ pub struct McpClient<J: Journal = MemoryJournal> {
     inner: Rc<RefCell<Inner<J>>>,
     /// Serializes handshakes so concurrent 404s cause exactly one.
     handshake: Rc<tokio::sync::Mutex<()>>,
-    origin: tokio::time::Instant,
+    clock: crate::clock::Clock,
     handler: Option<ServerRequestHandler>,
 }
 
@@ -261,7 +259,7 @@ impl<J: Journal> McpClient<J> {
     /// The handshake failed.
     pub async fn connect(cfg: ClientConfig, journal: J) -> Result<McpClient<J>, ClientError> {
         let http = awc::Client::builder().disable_timeout().finish();
-        let origin = tokio::time::Instant::now();
+        let clock = crate::clock::Clock::start();
         let (session_id, version) = Self::handshake_with(&http, &cfg).await?;
         let binding = Binding { session_generation: 1, session_id: session_id.as_str().into(), protocol_version: version, principal: cfg.token.as_deref().map(Into::into) };
         let inner = Inner {
@@ -278,11 +276,11 @@ impl<J: Journal> McpClient<J> {
             resume_samples: Vec::new(),
             session_dead: false,
         };
-        Ok(McpClient { http, cfg, inner: Rc::new(RefCell::new(inner)), handshake: Rc::new(tokio::sync::Mutex::new(())), origin, handler: None })
+        Ok(McpClient { http, cfg, inner: Rc::new(RefCell::new(inner)), handshake: Rc::new(tokio::sync::Mutex::new(())), clock, handler: None })
     }
 
     fn now(&self) -> Tick {
-        Tick(self.origin.elapsed().as_millis() as u64)
+        self.clock.now()
     }
 
     /// Answer server-to-client requests with `handler` (without one, `ping` gets `{}` and
