@@ -108,7 +108,8 @@ pub struct SessionsConfig {
     /// A session with no request in flight and no attached connection for this long expires
     /// (s). Default 1800; 1 s to 7 days.
     pub idle_ttl_secs: u64,
-    /// Most live sessions; more are refused with 503. Default 10 000.
+    /// Most live sessions; more are refused with 503. Default 20 000 (an idle session costs
+    /// about 3.2 KiB: 64 MiB in all).
     pub max_sessions: usize,
     /// Most requests in flight per session; more are refused with 503. Default 256.
     pub max_in_flight: usize,
@@ -138,7 +139,7 @@ impl Default for SessionsConfig {
     fn default() -> SessionsConfig {
         SessionsConfig {
             idle_ttl_secs: DEFAULT_SESSION_IDLE_TTL_SECS,
-            max_sessions: 10_000,
+            max_sessions: 20_000,
             max_in_flight: 256,
             max_retained_streams: 64,
             max_retained_bytes: 4 << 20,
@@ -209,8 +210,8 @@ impl Default for LimitsConfig {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct QuotasConfig {
-    /// Most live sessions of one principal; more are refused with 429. Default 10 000 (= the
-    /// default `max_sessions`; lower it to reserve room for other principals).
+    /// Most live sessions of one principal; more are refused with 429. Default 10 000: half
+    /// the default `max_sessions`, so one caller can never take the whole table.
     pub sessions_per_principal: usize,
     /// Sessions one principal may create per second, sustained; faster is refused with 429
     /// and `Retry-After`. Default 20 000.
@@ -382,8 +383,9 @@ mod tests {
     }
 
     #[test]
-    fn defaults_validate() {
-        assert!(RuntimeConfig::default().validate().is_ok());
+    fn defaults_validate_and_no_caller_may_take_the_whole_table() {
+        let d = RuntimeConfig::default().validate().unwrap();
+        assert!(d.quotas.sessions_per_principal <= d.sessions.max_sessions / 2);
     }
 
     #[test]
