@@ -402,7 +402,7 @@ mod tests {
             ("sessions.idle_ttl_secs", Box::new(|c| c.sessions.idle_ttl_secs = 0)),
             ("sessions.client_request_timeout_secs", Box::new(|c| c.sessions.client_request_timeout_secs = 0)),
             ("limits.json_max_depth", Box::new(|c| c.limits.json_max_depth = 500)),
-            ("quotas.sessions_per_principal", Box::new(|c| c.quotas.sessions_per_principal = 20_000)),
+            ("quotas.sessions_per_principal", Box::new(|c| c.quotas.sessions_per_principal = 20_001)),
             ("quotas.session_rate_per_sec", Box::new(|c| c.quotas.session_rate_per_sec = 0)),
         ];
         for (field, f) in cases {
