@@ -11,14 +11,14 @@
 // A load driver measures wall time; nothing here is pausable or sans-IO.
 #![allow(clippy::disallowed_types)]
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
 use hdrhistogram::Histogram;
+use mcp_devtools::{HostProcess, cpu_ticks, peak_rss_kib};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -64,20 +64,8 @@ fn parse_args() -> Args {
     a
 }
 
-/// A server under test, killed on drop.
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(bin: &str, args: &[&str], cpu: Option<&str>) -> Server {
+/// Start a server under test (killed on drop), pinned with `taskset -c CPU` when given.
+fn start(bin: &str, args: &[&str], cpu: Option<&str>) -> HostProcess {
     let mut cmd = match cpu {
         Some(c) => {
             let mut t = Command::new("taskset");
@@ -86,31 +74,8 @@ fn start(bin: &str, args: &[&str], cpu: Option<&str>) -> Server {
         }
         None => Command::new(bin),
     };
-    let mut child = cmd.args(args).env("MCP_HOST_LOG", "warn").stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap_or_else(|e| panic!("cannot start {bin}: {e}"));
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("first line");
-    let url = line.split_whitespace().last().unwrap_or_default().to_owned();
-    assert!(url.starts_with("http://"), "{bin} printed {line:?}");
-    Server { child, url }
-}
-
-/// utime + stime of a process, in clock ticks (100 Hz on Linux).
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<&str> = after.split_whitespace().collect();
-    f.get(11).and_then(|u| u.parse::<u64>().ok()).unwrap_or(0) + f.get(12).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0)
-}
-
-/// Peak resident memory of a process in KiB (`VmHWM`).
-fn peak_rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0)
-}
-
-/// The pid doing the work: with taskset, `taskset` execs the binary, so the pid is the same.
-fn pid_of(s: &Server) -> u32 {
-    s.child.id()
+    cmd.args(args).stderr(Stdio::null());
+    HostProcess::spawn(cmd, mcp_devtools::DEFAULT_START_WAIT).unwrap_or_else(|e| panic!("{e}"))
 }
 
 struct Conn {
@@ -275,13 +240,13 @@ async fn run(target: Target, url: &str, pid: u32, a: &Args) -> Outcome {
         }));
     }
     tokio::time::sleep(Duration::from_secs(a.warmup)).await;
-    let cpu0 = cpu_ticks(pid);
+    let cpu0 = cpu_ticks(pid).unwrap_or(0);
     let t0 = Instant::now();
     measuring.store(true, Ordering::Relaxed);
     tokio::time::sleep(Duration::from_secs(a.seconds)).await;
     measuring.store(false, Ordering::Relaxed);
     let seconds = t0.elapsed().as_secs_f64();
-    let cpu1 = cpu_ticks(pid);
+    let cpu1 = cpu_ticks(pid).unwrap_or(0);
     stop.store(true, Ordering::Relaxed);
     let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram");
     for t in tasks {
@@ -303,7 +268,7 @@ async fn run(target: Target, url: &str, pid: u32, a: &Args) -> Outcome {
         seconds,
         hist,
         cpu_us_per_req: if requests > 0 { cpu_us / requests as f64 } else { 0.0 },
-        peak_rss_kib: peak_rss_kib(pid),
+        peak_rss_kib: peak_rss_kib(pid).unwrap_or(0),
     }
 }
 
@@ -314,11 +279,11 @@ fn main() {
     let mut outcomes = Vec::new();
     {
         let raw = start(&a.raw_bin, &[], cpu);
-        outcomes.push(rt.block_on(run(Target::Raw, &raw.url, pid_of(&raw), &a)));
+        outcomes.push(rt.block_on(run(Target::Raw, raw.url(), raw.pid(), &a)));
     }
     for sse in [true, false] {
         let host = start(&a.host_bin, &["--port", "0", "--workers", "1", "--packs", "echo"], cpu);
-        outcomes.push(rt.block_on(run(Target::Mcp { sse }, &host.url, pid_of(&host), &a)));
+        outcomes.push(rt.block_on(run(Target::Mcp { sse }, host.url(), host.pid(), &a)));
     }
     println!("concurrency {} on one session, {} s measured after {} s warm-up, server pinned to cpu {:?}", a.concurrency, a.seconds, a.warmup, a.server_cpu);
     println!("| target | req/s | p50 µs | p99 µs | max µs | server CPU µs/req | server peak RSS MiB | errors |");

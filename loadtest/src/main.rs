@@ -5,12 +5,16 @@
 //! - `run`: load from many virtual clients with a latency report, optionally through the
 //!   fault-injecting proxy.
 //! - `gate`: the release gate — every fault scenario, alone and mixed, with a pass/fail table.
+//! - `soak`: abusive and unlucky traffic against a host it starts, then silence; the host
+//!   must return to 0 sessions and streams and to its idle memory.
 
 mod gate;
+mod http1;
 mod proxy;
 mod run;
 #[cfg(test)]
 mod scenario_tests;
+mod soak;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -150,6 +154,119 @@ enum Command {
         #[arg(long)]
         no_progress: bool,
     },
+    /// Soak: mixed abusive and unlucky traffic (session churn, abandoned streams, replaced
+    /// GET streams, unanswered elicitations, payloads at and over every size limit, resumes
+    /// into gaps), then silence until the host's TTLs pass, with the host's RSS and stats
+    /// sampled every 250 ms. Exits 1 if any gate fails: sessions and streams back to 0,
+    /// final RSS <= 2 × idle RSS, no answer but the expected ones (each deliberate probe's
+    /// documented refusal included), host refusals = provoked ones by cause, every probe
+    /// and traffic kind run.
+    Soak {
+        /// The mcp-host binary to start (on a free port, packs conformance,echo,soak, a
+        /// stats line every 250 ms, the TTLs below).
+        #[arg(long)]
+        spawn_host: String,
+        /// Virtual clients.
+        #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        clients: u32,
+        /// Seconds of traffic (1..=3600).
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=3600))]
+        seconds: u64,
+        /// Total requests per second across all clients (0: unlimited). Keep it at or above
+        /// a request per second per client, or paced clients may outlive their sessions' TTL.
+        #[arg(long, default_value_t = 400.0)]
+        rate: f64,
+        /// Host: idle session TTL (s).
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=3600))]
+        session_ttl_secs: u64,
+        /// Host: deadline of server-to-client requests (s).
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=3600))]
+        client_request_timeout_secs: u64,
+        /// Host: replay window per stream, in events (small, so resumes find gaps).
+        #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+        replay_max_events: u64,
+        /// Host: resumable time of a delivered closed stream (ms).
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+        retention_after_delivery_ms: u64,
+        /// Host: resumable time of an undelivered closed stream (ms).
+        #[arg(long, default_value_t = 3000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+        retention_undelivered_ms: u64,
+        /// Host: `sse.keepalive_ms`, how often an idle stream gets a comment line. A stream
+        /// whose client dropped it is found gone only when a write fails: the second write
+        /// after the drop (the host's default is 15000).
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
+        keepalive_ms: u64,
+        /// Silence at least this long before the final figures (default: 3 × TTL + the
+        /// longest retention + 2 × keep-alive + 2 s; at most 600). Silence ends anyway at
+        /// 2 × this + 10 s.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=600))]
+        settle_seconds: Option<u64>,
+        /// Rounds of traffic and silence on the same host (does memory keep growing from
+        /// round to round, or plateau?). Sessions and streams must return to 0 in each.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100))]
+        rounds: u64,
+        /// Traffic kinds (comma-separated, or `all`): session-churn, abandoned-stream,
+        /// replaced-get, unanswered-elicitation, large-payloads, resume-into-gap.
+        #[arg(long, default_value = "all")]
+        kinds: String,
+        /// Seed of the clients' choices.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Also write the report (with every sample) as JSON here.
+        #[arg(long)]
+        json_out: Option<String>,
+        /// Also write an SVG chart of RSS and sessions over time here.
+        #[arg(long)]
+        svg_out: Option<String>,
+        /// No progress line.
+        #[arg(long)]
+        no_progress: bool,
+    },
+}
+
+/// Start the host for a soak, run it, print and write the report.
+fn soak_command(bin: &str, spec: soak::SoakSpec, json_out: Option<String>, svg_out: Option<String>) -> ExitCode {
+    let config = std::env::temp_dir().join(format!("mcp-load-soak-{}.toml", std::process::id()));
+    if let Err(e) = std::fs::write(&config, spec.config_toml()) {
+        eprintln!("mcp-load: cannot write {}: {e}", config.display());
+        return ExitCode::from(2);
+    }
+    let mut cmd = std::process::Command::new(bin);
+    cmd.args(spec.host_args(&config)).stderr(std::process::Stdio::inherit());
+    let started = mcp_devtools::HostProcess::spawn(cmd, mcp_devtools::DEFAULT_START_WAIT);
+    let outcome = match started {
+        Ok(mut host) => {
+            let r = actix_rt::System::new().block_on(soak::run(&spec, &mut host));
+            drop(host);
+            r
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&config);
+            eprintln!("mcp-load: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let _ = std::fs::remove_file(&config);
+    match outcome {
+        Ok(report) => {
+            print!("{}", soak::render(&report));
+            let writes = [
+                json_out.map(|p| (p, serde_json::to_vec_pretty(&report).unwrap_or_default())),
+                svg_out.map(|p| (p, soak::svg(&report).into_bytes())),
+            ];
+            for (path, bytes) in writes.into_iter().flatten() {
+                if let Err(e) = std::fs::write(&path, bytes) {
+                    eprintln!("mcp-load: cannot write {path}: {e}");
+                    return ExitCode::from(2);
+                }
+            }
+            if report["pass"] == true { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+        }
+        Err(e) => {
+            eprintln!("mcp-load: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// Tokens of the host `gate --spawn-host` starts: the clients use the first; `old-token`
@@ -189,7 +306,7 @@ fn gate_command(args: GateArgs, mut spec: gate::GateSpec) -> ExitCode {
         }
         None => None,
     };
-    spec.url = host.as_ref().map(|h| h.url.clone()).or(args.url).unwrap_or_default();
+    spec.url = host.as_ref().map(|h| h.url().to_owned()).or(args.url).unwrap_or_default();
     if spec.scenarios.contains(&proxy::Scenario::OldToken) && spec.other_token.is_none() {
         eprintln!("mcp-load: scenario old-token needs --other-token (or --spawn-host); leave it out with --scenarios");
         return ExitCode::from(2);
@@ -251,7 +368,7 @@ fn run_command(url: Option<String>, spawn_host: Option<String>, spec: run::RunSp
         }
         None => None,
     };
-    let url = host.as_ref().map(|h| h.url.clone()).or(url).unwrap_or_default();
+    let url = host.as_ref().map(|h| h.url().to_owned()).or(url).unwrap_or_default();
     match actix_rt::System::new().block_on(run::run(run::RunSpec { url, ..spec })) {
         Ok(report) => {
             run::print_table(&report);
@@ -372,6 +489,63 @@ fn main() -> ExitCode {
                 progress: !no_progress,
             };
             gate_command(GateArgs { url, spawn_host, json_out, svg_out }, spec)
+        }
+        Command::Soak {
+            spawn_host,
+            clients,
+            seconds,
+            rate,
+            session_ttl_secs,
+            client_request_timeout_secs,
+            replay_max_events,
+            retention_after_delivery_ms,
+            retention_undelivered_ms,
+            keepalive_ms,
+            settle_seconds,
+            rounds,
+            kinds,
+            seed,
+            json_out,
+            svg_out,
+            no_progress,
+        } => {
+            if !rate.is_finite() || rate < 0.0 {
+                eprintln!("mcp-load: --rate must be a number >= 0");
+                return ExitCode::from(2);
+            }
+            let kinds: Result<Vec<soak::Kind>, String> = if kinds == "all" {
+                Ok(soak::Kind::ALL.to_vec())
+            } else {
+                kinds.split(',').map(|k| soak::Kind::parse(k.trim()).ok_or_else(|| format!("unknown traffic kind {k:?}"))).collect()
+            };
+            let kinds = match kinds {
+                Ok(k) if !k.is_empty() => k,
+                Ok(_) => {
+                    eprintln!("mcp-load: --kinds is empty");
+                    return ExitCode::from(2);
+                }
+                Err(e) => {
+                    eprintln!("mcp-load: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let spec = soak::SoakSpec {
+                clients: clients as usize,
+                seconds,
+                rate: (rate > 0.0).then_some(rate),
+                session_ttl_secs,
+                client_request_timeout_secs,
+                replay_max_events: replay_max_events as usize,
+                retention_after_delivery_ms,
+                retention_undelivered_ms,
+                keepalive_ms,
+                rounds,
+                kinds,
+                settle_seconds,
+                seed,
+                progress: !no_progress,
+            };
+            soak_command(&spawn_host, spec, json_out, svg_out)
         }
         Command::Probe { url, tool, args, expect_text, expect_resume } => {
             let args: Value = match serde_json::from_str(&args) {

@@ -16,9 +16,11 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::rc::Rc;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
+
+use crate::http1::{Conn, IoResult, ResponseHead, chunk, eof, parse_response_head};
 
 /// A named fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -284,105 +286,7 @@ pub(crate) fn split_url(url: &str) -> Result<(std::net::SocketAddr, String), Str
     Ok((addr, format!("/{path}")))
 }
 
-// ---- HTTP/1.1 framing ---------------------------------------------------------------------
-
-/// A TCP stream with a read buffer.
-struct Conn {
-    s: TcpStream,
-    buf: Vec<u8>,
-    /// The last response head read by [`send`].
-    head: Vec<u8>,
-}
-
-type IoResult<T> = std::io::Result<T>;
-
-fn eof() -> std::io::Error {
-    std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "connection closed")
-}
-
-impl Conn {
-    fn new(s: TcpStream) -> Conn {
-        let _ = s.set_nodelay(true);
-        Conn { s, buf: Vec::with_capacity(16 * 1024), head: Vec::new() }
-    }
-
-    /// Read more bytes; `false` at end of stream.
-    async fn fill(&mut self) -> IoResult<bool> {
-        let mut tmp = [0u8; 16 * 1024];
-        let n = self.s.read(&mut tmp).await?;
-        self.buf.extend_from_slice(&tmp[..n]);
-        Ok(n > 0)
-    }
-
-    /// A message head (through the blank line). `None` on a clean end before any byte.
-    async fn read_head(&mut self) -> IoResult<Option<Vec<u8>>> {
-        loop {
-            if let Some(p) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                return Ok(Some(self.buf.drain(..p + 4).collect()));
-            }
-            if self.buf.len() > 64 * 1024 {
-                return Err(std::io::Error::other("head too large"));
-            }
-            if !self.fill().await? {
-                return if self.buf.is_empty() { Ok(None) } else { Err(eof()) };
-            }
-        }
-    }
-
-    async fn read_n(&mut self, n: usize) -> IoResult<Vec<u8>> {
-        while self.buf.len() < n {
-            if !self.fill().await? {
-                return Err(eof());
-            }
-        }
-        Ok(self.buf.drain(..n).collect())
-    }
-
-    async fn read_line(&mut self) -> IoResult<Vec<u8>> {
-        loop {
-            if let Some(p) = self.buf.windows(2).position(|w| w == b"\r\n") {
-                let line = self.buf.drain(..p + 2).take(p).collect();
-                return Ok(line);
-            }
-            if !self.fill().await? {
-                return Err(eof());
-            }
-        }
-    }
-
-    /// The next chunk of a chunked body; `None` after the last chunk (and trailers).
-    async fn read_chunk(&mut self) -> IoResult<Option<Vec<u8>>> {
-        let line = self.read_line().await?;
-        let size = parse_chunk_size(&line).ok_or_else(|| std::io::Error::other("bad chunk size"))?;
-        if size == 0 {
-            while !self.read_line().await?.is_empty() {}
-            return Ok(None);
-        }
-        let data = self.read_n(size).await?;
-        self.read_line().await?;
-        Ok(Some(data))
-    }
-
-    /// Whatever is buffered or arrives next; `None` at end of stream.
-    async fn read_some(&mut self) -> IoResult<Option<Vec<u8>>> {
-        if self.buf.is_empty() && !self.fill().await? {
-            return Ok(None);
-        }
-        Ok(Some(std::mem::take(&mut self.buf)))
-    }
-}
-
-fn parse_chunk_size(line: &[u8]) -> Option<usize> {
-    let hex = line.split(|b| *b == b';').next()?;
-    usize::from_str_radix(std::str::from_utf8(hex).ok()?.trim(), 16).ok()
-}
-
-fn chunk(data: &[u8]) -> Vec<u8> {
-    let mut out = format!("{:x}\r\n", data.len()).into_bytes();
-    out.extend_from_slice(data);
-    out.extend_from_slice(b"\r\n");
-    out
-}
+// ---- HTTP/1.1 requests -------------------------------------------------------------------
 
 /// A parsed request.
 #[derive(Debug, Clone)]
@@ -429,32 +333,6 @@ fn parse_request_head(head: &[u8]) -> Option<Request> {
     }
     let headers = r.headers.iter().map(|h| (h.name.to_owned(), h.value.to_vec())).collect();
     Some(Request { method: r.method?.to_owned(), path: r.path?.to_owned(), headers, body: Vec::new() })
-}
-
-/// A parsed response head.
-#[derive(Debug, Clone)]
-struct ResponseHead {
-    status: u16,
-    chunked: bool,
-    length: Option<usize>,
-    sse: bool,
-    close: bool,
-}
-
-fn parse_response_head(head: &[u8]) -> Option<ResponseHead> {
-    let mut hs = [httparse::EMPTY_HEADER; 64];
-    let mut r = httparse::Response::new(&mut hs);
-    if !r.parse(head).ok()?.is_complete() {
-        return None;
-    }
-    let get = |name: &str| r.headers.iter().find(|h| h.name.eq_ignore_ascii_case(name)).and_then(|h| std::str::from_utf8(h.value).ok());
-    Some(ResponseHead {
-        status: r.code?,
-        chunked: get("transfer-encoding").is_some_and(|v| v.to_ascii_lowercase().contains("chunked")),
-        length: get("content-length").and_then(|v| v.trim().parse().ok()),
-        sse: get("content-type").is_some_and(|v| v.starts_with("text/event-stream")),
-        close: get("connection").is_some_and(|v| v.eq_ignore_ascii_case("close")),
-    })
 }
 
 // ---- SSE events ---------------------------------------------------------------------------
@@ -601,17 +479,17 @@ async fn exchange(p: &Proxy, c: &mut Conn, up: &mut Option<Conn>) -> IoResult<bo
     let faults = if is_call || resume_from.is_some() { choose_event_faults(p, is_call) } else { EventFaults::default() };
 
     let reused = up.is_some();
-    if send(p, up, &req).await?.is_none() {
-        if !reused {
-            return Err(eof());
+    let rhead = match send(p, up, &req).await? {
+        Some(h) => h,
+        None if !reused => return Err(eof()),
+        None => {
+            // The server closed the idle upstream connection without answering (its
+            // keep-alive ran out): a real proxy retries that on a new connection, and so do we.
+            *up = None;
+            send(p, up, &req).await?.ok_or_else(eof)?
         }
-        // The server closed the idle upstream connection without answering (its keep-alive
-        // ran out): a real proxy retries that on a new connection, and so do we.
-        *up = None;
-        send(p, up, &req).await?.ok_or_else(eof)?;
-    }
+    };
     let Some(u) = up.as_mut() else { return Err(eof()) };
-    let rhead = std::mem::take(&mut u.head);
     let r = parse_response_head(&rhead).ok_or_else(|| std::io::Error::other("bad response head"))?;
     check_rewrite(p, rewrite, r.status);
     if r.status == 404 && rewrite == Rewrite::None && let Some(s) = &session {
@@ -637,14 +515,14 @@ async fn exchange(p: &Proxy, c: &mut Conn, up: &mut Option<Conn>) -> IoResult<bo
     Ok(keep && !r.close)
 }
 
-/// Write `req` upstream and read the response head into `Conn::head`. `None`: the
-/// connection closed before any byte of a response.
-async fn send(p: &Proxy, up: &mut Option<Conn>, req: &Request) -> IoResult<Option<()>> {
+/// Write `req` upstream and read the response head. `None`: the connection closed before
+/// any byte of a response.
+async fn send(p: &Proxy, up: &mut Option<Conn>, req: &Request) -> IoResult<Option<Vec<u8>>> {
     let u = upstream(p, up).await?;
     if u.s.write_all(&req.to_bytes()).await.is_err() {
         return Ok(None);
     }
-    Ok(u.read_head().await?.map(|h| u.head = h))
+    u.read_head().await
 }
 
 fn choose_rewrite(p: &Proxy, req: &Request, has_session: bool, resume: bool, stormable: bool) -> Rewrite {
@@ -854,15 +732,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn chunk_sizes_parse_with_extensions_and_reject_garbage() {
-        assert_eq!(parse_chunk_size(b"1a"), Some(26));
-        assert_eq!(parse_chunk_size(b"1A;name=v"), Some(26));
-        assert_eq!(parse_chunk_size(b"0"), Some(0));
-        assert_eq!(parse_chunk_size(b"zz"), None);
-        assert_eq!(chunk(b"abc"), b"3\r\nabc\r\n");
-    }
-
-    #[test]
     fn events_split_at_blank_lines_across_feeds() {
         let mut s = EventSplitter::default();
         assert!(s.feed(b"id: a\nretry: 10\ndata: \n").is_empty());
@@ -885,14 +754,6 @@ mod tests {
         assert_eq!(again.header("Origin"), Some(FOREIGN_ORIGIN));
         assert_eq!(again.header("last-event-id"), None);
         assert_eq!(again.header("host"), Some("x"));
-    }
-
-    #[test]
-    fn response_heads_report_framing() {
-        let r = parse_response_head(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n").unwrap();
-        assert!(r.sse && r.chunked && r.length.is_none() && r.status == 200);
-        let j = parse_response_head(b"HTTP/1.1 404 Not Found\r\ncontent-length: 12\r\nconnection: close\r\n\r\n").unwrap();
-        assert!(!j.sse && !j.chunked && j.length == Some(12) && j.close && j.status == 404);
     }
 
     #[test]

@@ -3,11 +3,12 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::rc::Rc;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
+use mcp_devtools::HostProcess;
 use mcp_runtime::client::journal::MemoryJournal;
 use mcp_runtime::client_http::{ClientConfig, ClientError, McpClient};
 use serde_json::{Value, json};
@@ -76,39 +77,12 @@ pub(crate) struct RunSpec {
     pub(crate) faults: Option<crate::proxy::FaultPlan>,
 }
 
-/// A host process started by `--spawn-host`, killed on drop.
-pub(crate) struct SpawnedHost {
-    child: Child,
-    pub(crate) url: String,
-}
-
-impl Drop for SpawnedHost {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// Start `bin` on a free loopback port with the `conformance`, `echo` and `ledger` packs, plus
-/// `extra` arguments.
-pub(crate) fn spawn_host(bin: &str, extra: &[&str]) -> Result<SpawnedHost, String> {
-    use std::io::BufRead;
-    let mut child = Command::new(bin)
-        .args(["--port", "0", "--packs", "conformance,echo,ledger"])
-        .args(extra)
-        .env("MCP_HOST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|e| format!("cannot start {bin}: {e}"))?;
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().ok_or("no stdout")?).read_line(&mut line).map_err(|e| e.to_string())?;
-    let url = line.split_whitespace().last().unwrap_or_default().to_owned();
-    if !url.starts_with("http://") {
-        let _ = child.kill();
-        return Err(format!("{bin} printed {line:?}"));
-    }
-    Ok(SpawnedHost { child, url })
+/// `extra` arguments (killed when the handle drops; exits by itself if we die).
+pub(crate) fn spawn_host(bin: &str, extra: &[&str]) -> Result<HostProcess, String> {
+    let mut cmd = Command::new(bin);
+    cmd.args(["--port", "0", "--packs", "conformance,echo,ledger"]).args(extra).stderr(Stdio::inherit());
+    HostProcess::spawn(cmd, mcp_devtools::DEFAULT_START_WAIT).map_err(|e| e.to_string())
 }
 
 #[derive(Default)]

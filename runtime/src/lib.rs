@@ -11,6 +11,7 @@
 //! - [`client`]: the resilient client's sans-IO core (acceptance point, journal, pacing).
 //! - [`client_http`]: the resilient client's HTTP driver (awc).
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod proto;
 pub mod sse;

@@ -77,11 +77,13 @@ struct ServerSection {
     port: u16,
     path: String,
     workers: Option<usize>,
+    /// Return freed memory to the OS this often when the footprint shrank (s); 0 = never.
+    trim_every_secs: u64,
 }
 
 impl Default for ServerSection {
     fn default() -> Self {
-        ServerSection { bind: IpAddr::from([127, 0, 0, 1]), port: 8080, path: "/mcp".into(), workers: None }
+        ServerSection { bind: IpAddr::from([127, 0, 0, 1]), port: 8080, path: "/mcp".into(), workers: None, trim_every_secs: 10 }
     }
 }
 
@@ -106,6 +108,7 @@ pub(crate) struct HostConfig {
     pub(crate) workers: Option<usize>,
     pub(crate) packs: Vec<String>,
     pub(crate) stats_every_ms: Option<u64>,
+    pub(crate) trim_every_secs: u64,
     pub(crate) runtime: RuntimeConfig,
 }
 
@@ -151,6 +154,7 @@ impl HostConfig {
             workers: flags.workers.or(f.server.workers),
             packs: flags.packs.unwrap_or(f.tools.packs),
             stats_every_ms: flags.stats_every_ms,
+            trim_every_secs: f.server.trim_every_secs,
             runtime,
         })
     }

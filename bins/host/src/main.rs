@@ -2,6 +2,7 @@
 
 mod config;
 mod packs;
+mod trim;
 
 use std::io::Write as _;
 use std::sync::Arc;
@@ -100,6 +101,9 @@ async fn serve(cfg: HostConfig) -> Result<(), String> {
         tracing::info!("stopping");
         handle.stop(true).await;
     });
+    if cfg.trim_every_secs > 0 {
+        actix_web::rt::spawn(trim::run(Arc::clone(&sup), Duration::from_secs(cfg.trim_every_secs)));
+    }
     if let Some(ms) = cfg.stats_every_ms {
         let s = Arc::clone(&sup);
         actix_web::rt::spawn(async move {

@@ -1,10 +1,11 @@
 //! The `soak` pack (off by default): tools `mcp-load soak` drives to put a host under the
 //! traffic of careless and hostile clients.
 //!
-//! `soak_flood {count, bytes, delay_ms}` waits `delay_ms`, then sends `count` log messages of
-//! `bytes` bytes each on its stream, then answers: with a small replay window and a client
-//! that disconnected during the wait, its resume finds the events lost. Every argument is
-//! bounded and the wait is cancellable.
+//! `soak_flood {count, bytes, delay_ms, hold_ms}` waits `delay_ms`, then sends `count` log
+//! messages of `bytes` bytes each on its stream, waits `hold_ms`, then answers: with a small
+//! replay window and a client that disconnected, its resume finds the events lost (while the
+//! tool still holds, the gap ends it). Every argument is bounded and the waits are
+//! cancellable.
 
 use std::time::Duration;
 
@@ -28,18 +29,21 @@ pub(crate) fn pack() -> CatalogBuilder {
     let schema = json!({"type":"object","properties":{
         "count":{"type":"integer","description":"Log messages to send (at most 10000)"},
         "bytes":{"type":"integer","description":"Bytes per message (at most 65536)"},
-        "delay_ms":{"type":"integer","description":"Wait before sending (at most 10000 ms)"}}});
+        "delay_ms":{"type":"integer","description":"Wait before sending (at most 10000 ms)"},
+        "hold_ms":{"type":"integer","description":"Wait after sending, before answering (at most 10000 ms)"}}});
     let spec = ToolSpec::new("soak_flood", "Waits, then floods its stream with log messages, then answers.", schema)
         .annotations(ToolAnnotations { read_only_hint: Some(true), idempotent_hint: Some(true), ..Default::default() });
     CatalogBuilder::default().tool(tool_fn(spec, |args: Value, cx| async move {
         let count = bounded(&args, "count", MAX_COUNT)?;
         let bytes = bounded(&args, "bytes", MAX_BYTES)? as usize;
         let delay = bounded(&args, "delay_ms", MAX_DELAY_MS)?;
+        let hold = bounded(&args, "hold_ms", MAX_DELAY_MS)?;
         tokio::time::sleep(Duration::from_millis(delay)).await;
         let pad = "x".repeat(bytes);
         for i in 0..count {
             cx.log(LogLevel::Info, Some("soak"), json!({"i": i, "pad": pad})).await;
         }
+        tokio::time::sleep(Duration::from_millis(hold)).await;
         Ok(CallToolResult::text(format!("flooded {count}")))
     }))
 }

@@ -1,0 +1,251 @@
+//! `mcp_devtools`: the one place where the test tools (`mcp-load`, `mcp-bench`) start a
+//! server process and read `/proc`.
+//!
+//! - [`HostProcess::spawn`] starts a [`Command`] (so callers keep control of the program,
+//!   its arguments, a `taskset` wrapper, stderr), waits a bounded time for its first stdout
+//!   line `... listening on http://ADDR/PATH`, then keeps reading stdout on a thread and
+//!   keeps the latest `stats {json}` line. The process is killed and reaped on drop.
+//! - [`rss_kib`], [`peak_rss_kib`] and [`cpu_ticks`] read one figure of a pid from `/proc`
+//!   (Linux); the parsers behind them are pure and tested on sample text.
+//!
+//! Invariants: a started process never outlives its [`HostProcess`] (drop kills it), nor
+//! the calling process: it gets `MCP_HOST_EXIT_WITH_PARENT=1`, so `mcp-host` exits on its
+//! own within about 200 ms when its parent dies, even by SIGKILL. Its stdout is always
+//! drained, so its later writes never block on a full pipe.
+//!
+//! Never: talks to the server over the network, or parses anything but its stdout lines.
+
+#![forbid(unsafe_code)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde_json::Value;
+
+/// Set to `1` on every spawned process: `mcp-host` then exits when its parent is gone.
+pub const EXIT_WITH_PARENT_ENV: &str = "MCP_HOST_EXIT_WITH_PARENT";
+/// `mcp-host`'s log filter; set to `warn` unless the command or our environment sets it.
+pub const LOG_ENV: &str = "MCP_HOST_LOG";
+/// A generous bound on the wait for the first stdout line (a debug build on a busy machine).
+pub const DEFAULT_START_WAIT: Duration = Duration::from_secs(30);
+
+/// Why a process could not be started as a host.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpawnError {
+    /// The OS refused to start it.
+    #[error("cannot start {program}: {source}")]
+    Start {
+        /// The program, as given to the command.
+        program: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// No stdout line within the wait (the process was killed).
+    #[error("{program} printed nothing on stdout within {waited:?}")]
+    NoLine {
+        /// The program.
+        program: String,
+        /// How long we waited.
+        waited: Duration,
+    },
+    /// Stdout closed before a first line (the process exited, or closed it).
+    #[error("{program} closed its stdout before printing its URL (exit status: {status})")]
+    Exited {
+        /// The program.
+        program: String,
+        /// Its exit status, if it had already exited, else `running`.
+        status: String,
+    },
+    /// The first line is not `... listening on http://...` (the process was killed).
+    #[error("{program} printed {line:?}, not `... listening on http://ADDR/PATH`")]
+    NotAUrl {
+        /// The program.
+        program: String,
+        /// The line it printed.
+        line: String,
+    },
+}
+
+/// The latest `stats {json}` line a host printed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatsLine {
+    /// 1 for the first stats line, then increasing: a sampler tells a fresh line from one it
+    /// already saw.
+    pub seq: u64,
+    /// The JSON after `stats `.
+    pub value: Value,
+}
+
+/// A started server process; killed and reaped on drop.
+#[derive(Debug)]
+pub struct HostProcess {
+    child: Child,
+    url: String,
+    /// Written by the stdout thread, read by the owner: a lock held for one clone or store
+    /// of a small value, never across I/O.
+    latest: Arc<Mutex<Option<StatsLine>>>,
+}
+
+/// The URL of a `... listening on http://ADDR/PATH` line.
+#[must_use]
+pub fn parse_listening_line(line: &str) -> Option<&str> {
+    if !line.contains(" listening on ") {
+        return None;
+    }
+    line.split_whitespace().last().filter(|u| u.starts_with("http://"))
+}
+
+/// The JSON of a `stats {json}` line.
+#[must_use]
+pub fn parse_stats_line(line: &str) -> Option<Value> {
+    let json = line.strip_prefix("stats ")?;
+    serde_json::from_str::<Value>(json).ok().filter(Value::is_object)
+}
+
+fn env_given(cmd: &Command, key: &str) -> bool {
+    cmd.get_envs().any(|(k, _)| k == key) || std::env::var_os(key).is_some()
+}
+
+/// The stdout thread: hands the first line to the spawner, then keeps the latest stats line
+/// until stdout closes.
+fn follow(stdout: ChildStdout, first: mpsc::SyncSender<String>, latest: &Mutex<Option<StatsLine>>) {
+    let mut reader = BufReader::new(stdout);
+    let mut first = Some(first);
+    let mut seq = 0;
+    let mut raw = Vec::new();
+    loop {
+        raw.clear();
+        match reader.read_until(b'\n', &mut raw) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let text = String::from_utf8_lossy(&raw);
+        let line = text.trim_end();
+        if let Some(tx) = first.take() {
+            let _ = tx.send(line.to_owned());
+        } else if let Some(value) = parse_stats_line(line) {
+            seq += 1;
+            *latest.lock() = Some(StatsLine { seq, value });
+        }
+    }
+}
+
+impl HostProcess {
+    /// Start `cmd` with stdout piped (and `MCP_HOST_EXIT_WITH_PARENT=1`, `MCP_HOST_LOG=warn`
+    /// unless set), and wait at most `wait` for its first stdout line, which must end with
+    /// the URL it serves.
+    ///
+    /// # Errors
+    /// [`SpawnError`]; on every error after the start the process is killed and reaped.
+    pub fn spawn(mut cmd: Command, wait: Duration) -> Result<HostProcess, SpawnError> {
+        cmd.env(EXIT_WITH_PARENT_ENV, "1").stdout(Stdio::piped());
+        if !env_given(&cmd, LOG_ENV) {
+            cmd.env(LOG_ENV, "warn");
+        }
+        let program = cmd.get_program().to_string_lossy().into_owned();
+        let mut child = cmd.spawn().map_err(|source| SpawnError::Start { program: program.clone(), source })?;
+        let stdout = child.stdout.take();
+        let latest = Arc::new(Mutex::new(None));
+        let (tx, rx) = mpsc::sync_channel(1);
+        let mut host = HostProcess { child, url: String::new(), latest: Arc::clone(&latest) };
+        let Some(stdout) = stdout else {
+            return Err(SpawnError::Exited { program, status: "no stdout".into() });
+        };
+        // Detached: it ends when the process's stdout closes, which drop guarantees.
+        let started = std::thread::Builder::new().name("host-stdout".into()).spawn(move || follow(stdout, tx, &latest));
+        if let Err(source) = started {
+            return Err(SpawnError::Start { program, source });
+        }
+        let line = match rx.recv_timeout(wait) {
+            Ok(line) => line,
+            Err(mpsc::RecvTimeoutError::Timeout) => return Err(SpawnError::NoLine { program, waited: wait }),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                let status = host.child.try_wait().ok().flatten().map_or_else(|| "running".to_owned(), |s| s.to_string());
+                return Err(SpawnError::Exited { program, status });
+            }
+        };
+        match parse_listening_line(&line) {
+            Some(url) => {
+                host.url = url.to_owned();
+                Ok(host)
+            }
+            None => Err(SpawnError::NotAUrl { program, line }),
+        }
+    }
+
+    /// The URL from the first stdout line.
+    #[must_use]
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The process id. With `taskset -c N bin`, `taskset` execs `bin`, so this is the
+    /// server's own pid.
+    #[must_use]
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The latest `stats {json}` line printed so far, if any.
+    #[must_use]
+    pub fn latest_stats(&self) -> Option<StatsLine> {
+        self.latest.lock().clone()
+    }
+
+    /// `Some(status)` once the process has exited; `None` while it runs.
+    pub fn exit_status(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+}
+
+impl Drop for HostProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A `kB` field of `/proc/<pid>/status` text, e.g. `VmRSS`.
+#[must_use]
+pub fn status_field_kib(status: &str, field: &str) -> Option<u64> {
+    status.lines().find_map(|l| l.strip_prefix(field)?.strip_prefix(':')).and_then(|v| v.split_whitespace().next()?.parse().ok())
+}
+
+/// utime + stime (fields 14 and 15) of `/proc/<pid>/stat` text. The command name in
+/// parentheses may contain spaces and parentheses, so fields are counted after the last `)`.
+#[must_use]
+pub fn stat_ticks(stat: &str) -> Option<u64> {
+    let (_, after) = stat.rsplit_once(')')?;
+    let f: Vec<&str> = after.split_whitespace().collect();
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+fn proc_status(pid: u32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/status")).ok()
+}
+
+/// Resident memory of a process now, in KiB (`VmRSS`); `None` if it is gone.
+#[must_use]
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    status_field_kib(&proc_status(pid)?, "VmRSS")
+}
+
+/// Peak resident memory of a process, in KiB (`VmHWM`); `None` if it is gone.
+#[must_use]
+pub fn peak_rss_kib(pid: u32) -> Option<u64> {
+    status_field_kib(&proc_status(pid)?, "VmHWM")
+}
+
+/// utime + stime of a process, in clock ticks (100 Hz on Linux); `None` if it is gone.
+#[must_use]
+pub fn cpu_ticks(pid: u32) -> Option<u64> {
+    stat_ticks(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,186 @@
+//! Request bodies at and just over the host's documented limits, and the two measures the
+//! host applies to them (mirrored here so a probe is exactly at, or exactly one past, its
+//! limit). Pure.
+
+use serde_json::{Value, json};
+
+/// The host's default limits (README "Error table"; `limits.*` in the config).
+pub(crate) const JSON_MAX_VALUES: usize = 262_144;
+pub(crate) const JSON_MAX_DEPTH: usize = 64;
+pub(crate) const HANDSHAKE_MAX_VALUES: usize = 1024;
+pub(crate) const HANDSHAKE_MAX_DEPTH: usize = 16;
+pub(crate) const HANDSHAKE_MAX_STRING_BYTES: usize = 64 << 10;
+pub(crate) const ID_MAX_BYTES: usize = 256;
+pub(crate) const METHOD_MAX_BYTES: usize = 256;
+pub(crate) const NAME_MAX_BYTES: usize = 256;
+pub(crate) const URI_MAX_BYTES: usize = 8 << 10;
+pub(crate) const MAX_BODY_BYTES: usize = 4 << 20;
+/// The large `echo` text: well under the body limit, far over the replay window's bytes.
+pub(crate) const BIG_TEXT_BYTES: usize = 3_670_016;
+
+/// Values, depth and string bytes of a handshake value, counted as the host counts them:
+/// every value once, the root at depth 1, string values and object keys in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Measure {
+    pub(crate) values: usize,
+    pub(crate) depth: usize,
+    pub(crate) string_bytes: usize,
+}
+
+pub(crate) fn measure(v: &Value) -> Measure {
+    fn walk(v: &Value, depth: usize, m: &mut Measure) {
+        m.values += 1;
+        m.depth = m.depth.max(depth);
+        match v {
+            Value::String(s) => m.string_bytes += s.len(),
+            Value::Array(items) => items.iter().for_each(|i| walk(i, depth + 1, m)),
+            Value::Object(map) => map.iter().for_each(|(k, i)| {
+                m.string_bytes += k.len();
+                walk(i, depth + 1, m);
+            }),
+            Value::Null | Value::Bool(_) | Value::Number(_) => {}
+        }
+    }
+    let mut m = Measure { values: 0, depth: 0, string_bytes: 0 };
+    walk(v, 1, &mut m);
+    m
+}
+
+/// Which handshake bound a probe passes by one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Over {
+    Nothing,
+    Values,
+    Depth,
+    Strings,
+}
+
+/// `capabilities` exactly at all three handshake limits (`Over::Nothing`), or one past one
+/// of them: `{"experimental": {"soak": {"deep": {"d": {...}}, "pad": "xxx", "a0": 0, ...}}}`.
+pub(crate) fn handshake_capabilities(over: Over) -> Value {
+    // Root, "experimental" and "soak" take depths 1..=3; the chain fills the rest.
+    let chain_len = HANDSHAKE_MAX_DEPTH - 3 + usize::from(over == Over::Depth);
+    let mut deep = json!({});
+    for _ in 1..chain_len {
+        deep = json!({ "d": deep });
+    }
+    let mut soak = serde_json::Map::new();
+    soak.insert("deep".into(), deep);
+    soak.insert("pad".into(), json!(""));
+    let base = measure(&json!({"experimental": {"soak": Value::Object(soak.clone())}}));
+    let numbers = HANDSHAKE_MAX_VALUES - base.values + usize::from(over == Over::Values);
+    for i in 0..numbers {
+        soak.insert(format!("a{i}"), json!(0));
+    }
+    let used = measure(&json!({"experimental": {"soak": Value::Object(soak.clone())}})).string_bytes;
+    let pad = (HANDSHAKE_MAX_STRING_BYTES + usize::from(over == Over::Strings)).saturating_sub(used);
+    soak.insert("pad".into(), json!("p".repeat(pad)));
+    json!({"experimental": {"soak": Value::Object(soak)}})
+}
+
+/// JSON values in a body as the host's pre-parse scan counts them: one, plus every array or
+/// object opened, plus every `,` and `:` outside strings; and the deepest nesting.
+pub(crate) fn scan(body: &[u8]) -> (usize, usize) {
+    let (mut values, mut depth, mut deepest) = (1usize, 0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for &b in body {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+                values += 1;
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            b',' | b':' => values += 1,
+            _ => {}
+        }
+    }
+    (values, deepest)
+}
+
+fn zeros(n: usize) -> String {
+    let mut s = String::with_capacity(2 * n + 2);
+    s.push('[');
+    for i in 0..n {
+        if i > 0 {
+            s.push(',');
+        }
+        s.push('0');
+    }
+    s.push(']');
+    s
+}
+
+/// `[0,0,...]`: one value past `limits.json_max_values`.
+pub(crate) fn values_over() -> Vec<u8> {
+    // `[` plus n-1 commas on top of the initial one: n zeros scan as n + 1 values.
+    zeros(JSON_MAX_VALUES).into_bytes()
+}
+
+/// A `ping` whose `params.pad` is an array of zeros sized so the whole body scans as exactly
+/// `limits.json_max_values` values (accepted).
+pub(crate) fn ping_with_values_at_limit(id: u64) -> Vec<u8> {
+    let frame = |n: usize| format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping","params":{{"pad":{}}}}}"#, zeros(n));
+    let probe = scan(frame(1).as_bytes()).0;
+    frame(1 + JSON_MAX_VALUES - probe).into_bytes()
+}
+
+/// A `ping` whose `params.pad` nests arrays so the body is `depth` deep.
+pub(crate) fn ping_with_depth(id: u64, depth: usize) -> Vec<u8> {
+    // The envelope and `params` take two levels.
+    let n = depth.saturating_sub(2);
+    format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping","params":{{"pad":{}{}}}}}"#, "[".repeat(n), "]".repeat(n)).into_bytes()
+}
+
+/// A `tools/call echo` of `text`, with request id `id`.
+pub(crate) fn echo(id: &Value, text: &str) -> Vec<u8> {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": text}}}).to_string().into_bytes()
+}
+
+/// A string of `n` bytes.
+pub(crate) fn filler(n: usize) -> String {
+    "x".repeat(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handshake_capabilities_sit_exactly_at_or_one_past_each_limit() {
+        let at = Measure { values: HANDSHAKE_MAX_VALUES, depth: HANDSHAKE_MAX_DEPTH, string_bytes: HANDSHAKE_MAX_STRING_BYTES };
+        assert_eq!(measure(&handshake_capabilities(Over::Nothing)), at);
+        assert_eq!(measure(&handshake_capabilities(Over::Values)), Measure { values: at.values + 1, ..at });
+        assert_eq!(measure(&handshake_capabilities(Over::Depth)), Measure { depth: at.depth + 1, values: at.values, ..at });
+        let strings = measure(&handshake_capabilities(Over::Strings));
+        assert_eq!(strings, Measure { string_bytes: at.string_bytes + 1, ..at });
+    }
+
+    #[test]
+    fn bodies_scan_exactly_at_or_one_past_the_value_and_depth_limits() {
+        assert_eq!(scan(&ping_with_values_at_limit(7)).0, JSON_MAX_VALUES);
+        assert_eq!(scan(&values_over()).0, JSON_MAX_VALUES + 1);
+        assert_eq!(scan(&ping_with_depth(7, JSON_MAX_DEPTH)).1, JSON_MAX_DEPTH);
+        assert_eq!(scan(&ping_with_depth(7, JSON_MAX_DEPTH + 1)).1, JSON_MAX_DEPTH + 1);
+        assert!(serde_json::from_slice::<Value>(&ping_with_values_at_limit(7)).is_ok());
+        assert!(serde_json::from_slice::<Value>(&ping_with_depth(7, JSON_MAX_DEPTH)).is_ok());
+        // Strings do not count, escapes included.
+        assert_eq!(scan(br#"{"a":"[,:\"{"}"#), (3, 1));
+    }
+
+    #[test]
+    fn the_large_echo_fits_the_body_limit() {
+        let body = echo(&json!(1), &filler(BIG_TEXT_BYTES));
+        assert!(body.len() < MAX_BODY_BYTES && body.len() > BIG_TEXT_BYTES);
+    }
+}
