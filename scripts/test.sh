@@ -2,8 +2,8 @@
 # The whole test suite, from a clean clone: sans-IO check, cargo tests (unit, property,
 # integration), fuzz targets build, the official conformance suite (0.1.16 and
 # 0.2.0-alpha.12) against a freshly started mcp-host, the official Python SDK client, CORS in
-# headless Chromium and by curl (scripts/browser.sh), and our client against the official
-# TypeScript SDK server and mcp-host.
+# headless Chromium and by curl (scripts/browser.sh), our client against the official
+# TypeScript SDK server and mcp-host, and a short soak (scripts/soak.sh).
 # Installs what it needs (Node 22 via npm, Python packages via pip, Chromium via apt); starts
 # and stops its own mcp-host processes.
 #
@@ -57,14 +57,16 @@ scripts/conformance.sh target/debug/mcp-host 2>&1 | tee "$log/conformance.txt"
 scripts/python-sdk.sh target/debug/mcp-host 2>&1 | tee "$log/python.txt"
 scripts/browser.sh target/debug/mcp-host 2>&1 | tee "$log/browser.txt"
 scripts/interop.sh target/debug/mcp-host target/debug/mcp-load 2>&1 | tee "$log/interop.txt"
+scripts/soak.sh target/debug/mcp-host target/debug/mcp-load 2>&1 | tee "$log/soak.txt"
 
 cargo_passed=$(awk '/^test result:/ {s += $4} END {print s+0}' "$log/cargo.txt")
 conf_passed=$(awk '/^Total:/ {s += $2} END {print s+0}' "$log/conformance.txt")
 py_passed=$(grep -oE '[0-9]+ passed' "$log/python.txt" | tail -1 | awk '{print $1+0}')
 browser_passed=$(awk '/^browser: [0-9]+ passed/ {print $2}' "$log/browser.txt")
 interop_passed=$(awk '/^interop: [0-9]+ passed/ {print $2}' "$log/interop.txt")
-echo "cargo tests: $cargo_passed passed; conformance checks: $conf_passed passed; python sdk tests: ${py_passed:-0} passed; browser checks: ${browser_passed:-0} passed; interop probes: ${interop_passed:-0} passed"
-total=$((cargo_passed + conf_passed + ${py_passed:-0} + ${browser_passed:-0} + ${interop_passed:-0}))
+soak_passed=$(awk '/^soak: [0-9]+ passed/ {print $2}' "$log/soak.txt")
+echo "cargo tests: $cargo_passed passed; conformance checks: $conf_passed passed; python sdk tests: ${py_passed:-0} passed; browser checks: ${browser_passed:-0} passed; interop probes: ${interop_passed:-0} passed; soak: ${soak_passed:-0} passed"
+total=$((cargo_passed + conf_passed + ${py_passed:-0} + ${browser_passed:-0} + ${interop_passed:-0} + ${soak_passed:-0}))
 checked=1
 if leftovers; then
   echo "Summary: $total passed, 0 failed"
