@@ -3,7 +3,9 @@
 //! 250 ms), then silence until the host's TTLs have passed, with the host's RSS (`VmRSS`)
 //! and its stats line sampled every [`SAMPLE_EVERY`] throughout.
 //!
-//! Phases: start, a one-session warm-up, one second of idle samples (the idle RSS), then
+//! Phases: start, a warm-up (one iteration of every selected kind, then silence until back
+//! to 0 and the settle time; the last sample is the idle RSS: that of a host that has served
+//! every path once, not of a fresh process), then
 //! `--rounds` rounds (default 1) on the same host of: traffic ([`traffic`]: `--clients`
 //! virtual clients for `--seconds`, the `--kinds` selected), then silence until sessions and
 //! streams are back to 0 and the settle time has passed, or the silence limit. Several rounds
@@ -222,17 +224,26 @@ pub(crate) async fn run(spec: &SoakSpec, host: &mut HostProcess) -> Result<Value
     let mut tick = tokio::time::interval(SAMPLE_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
-    // Warm-up, then one second of idle samples.
-    let warm = Rc::new(Traffic::new(target.clone(), spec.rate, spec.seed, vec![Kind::Churn]));
-    traffic::warm_up(Rc::clone(&warm)).await.map_err(|e| format!("warm-up session: {e}; {:?}", warm.tally.borrow().samples))?;
-    for _ in 0..4 {
+    // Warm-up: one iteration of every kind, then silence until back to 0 and the settle
+    // time, as after a round. The idle figure is the host's after that: a host that has
+    // served every path once (its code paged in, its pools and arenas made), not a fresh
+    // process, so what the gate compares is memory the traffic left behind.
+    let t = Rc::new(Traffic::new(target, spec.rate, spec.seed, spec.kinds.clone()));
+    let (settle, limit) = (spec.settle(), spec.silence_limit());
+    traffic::warm_up(Rc::clone(&t)).await.map_err(|e| format!("{e}; {:?}", t.tally.borrow().samples))?;
+    let warm_end = Instant::now();
+    loop {
         tick.tick().await;
-        show(bar.as_ref(), sampler.sample(Phase::Idle));
+        let s = sampler.sample(Phase::Idle);
+        show(bar.as_ref(), s);
+        let zero = s.stat("sessions") == Some(0) && s.stat("streams") == Some(0);
+        let quiet = warm_end.elapsed();
+        if (zero && quiet >= settle) || quiet >= limit {
+            break;
+        }
     }
     let idle_rss_kib = sampler.samples.last().and_then(|s| s.rss_kib);
 
-    let t = Rc::new(Traffic::new(target, spec.rate, spec.seed, spec.kinds.clone()));
-    let (settle, limit) = (spec.settle(), spec.silence_limit());
     let max_iterations = spec.seconds.saturating_mul(1000);
     let mut clients_overran = 0;
     let mut rounds = Vec::new();

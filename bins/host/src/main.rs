@@ -73,12 +73,15 @@ async fn serve(cfg: HostConfig) -> Result<(), String> {
     let sup = Supervisor::new(cfg.runtime, catalog);
     let app_sup = Arc::clone(&sup);
     let path = cfg.path.clone();
+    let stats = Arc::clone(sup.stats());
     let mut server = HttpServer::new(move || App::new().configure(mcp_runtime::http::configure(&path, Arc::clone(&app_sup))))
-        .on_connect(|conn, _| {
+        .on_connect(move |conn, data| {
             // Small SSE frames must not wait for Nagle's algorithm.
             if let Some(tcp) = conn.downcast_ref::<actix_web::rt::net::TcpStream>() {
                 let _ = tcp.set_nodelay(true);
             }
+            // Dropped with the connection: counts it closed.
+            data.insert(stats.connection());
         })
         .disable_signals()
         .shutdown_timeout(5);
@@ -102,6 +105,7 @@ async fn serve(cfg: HostConfig) -> Result<(), String> {
         handle.stop(true).await;
     });
     if cfg.trim_every_secs > 0 {
+        trim::fix_thresholds();
         actix_web::rt::spawn(trim::run(Arc::clone(&sup), Duration::from_secs(cfg.trim_every_secs)));
     }
     if let Some(ms) = cfg.stats_every_ms {

@@ -29,6 +29,6 @@ pub use body::SseBody;
 pub use budget::{Charge, MemoryBudget};
 pub use registry::{QuotaKey, Registry, SessionHandle};
 pub use session::{Delete, JsonReply, OpenGet, Post, PostOutcome, Resume, SessionActor};
-pub use stats::{RuntimeStats, StatsSnapshot};
+pub use stats::{ConnectionGuard, RuntimeStats, StatsSnapshot};
 pub use stream::StreamActor;
 pub use supervisor::{Phase, Supervisor};

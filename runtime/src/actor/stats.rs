@@ -2,6 +2,7 @@
 //! [`StatsSnapshot`] (for `mcp-host --stats-every-ms`, and the metrics endpoint to come).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use serde::Serialize;
@@ -12,6 +13,8 @@ use crate::proto::stream::StreamStats;
 /// Counters shared by every actor of a supervisor.
 #[derive(Debug)]
 pub struct RuntimeStats {
+    requests: AtomicU64,
+    connections: AtomicI64,
     streams_live: AtomicI64,
     refused: [AtomicU64; Rejection::CAUSES.len()],
     client_requests_timed_out: AtomicU64,
@@ -26,6 +29,8 @@ pub struct RuntimeStats {
 impl Default for RuntimeStats {
     fn default() -> RuntimeStats {
         RuntimeStats {
+            requests: AtomicU64::new(0),
+            connections: AtomicI64::new(0),
             streams_live: AtomicI64::new(0),
             refused: std::array::from_fn(|_| AtomicU64::new(0)),
             client_requests_timed_out: AtomicU64::new(0),
@@ -46,6 +51,19 @@ fn add(c: &AtomicU64, n: u64) {
 }
 
 impl RuntimeStats {
+    /// An HTTP request reached the endpoint.
+    pub(crate) fn request(&self) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A TCP connection opened; the guard counts it closed when dropped (the host keeps it in
+    /// the connection's data, which actix drops with the connection).
+    #[must_use]
+    pub fn connection(self: &Arc<Self>) -> ConnectionGuard {
+        self.connections.fetch_add(1, Ordering::Relaxed);
+        ConnectionGuard(Arc::clone(self))
+    }
+
     pub(crate) fn stream_started(&self) {
         self.streams_live.fetch_add(1, Ordering::Relaxed);
     }
@@ -94,9 +112,23 @@ impl RuntimeStats {
     }
 }
 
+/// Counts one open TCP connection; see [`RuntimeStats::connection`].
+#[derive(Debug)]
+pub struct ConnectionGuard(Arc<RuntimeStats>);
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// A point-in-time copy of the supervisor's figures.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct StatsSnapshot {
+    /// HTTP requests that reached the endpoint.
+    pub requests: u64,
+    /// TCP connections open (when the host counts them).
+    pub connections: i64,
     /// Live sessions (including reservations being set up).
     pub sessions: usize,
     /// Stream actors alive (open, and closed but retained).
@@ -127,6 +159,8 @@ impl RuntimeStats {
     pub fn snapshot(&self, sessions: usize, stream_memory_bytes: usize) -> StatsSnapshot {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         StatsSnapshot {
+            requests: get(&self.requests),
+            connections: self.connections.load(Ordering::Relaxed),
             sessions,
             streams: self.streams_live(),
             stream_memory_bytes,

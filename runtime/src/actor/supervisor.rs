@@ -147,7 +147,7 @@ impl Supervisor {
 
     /// Counters.
     #[must_use]
-    pub fn stats(&self) -> &RuntimeStats {
+    pub fn stats(&self) -> &Arc<RuntimeStats> {
         &self.stream_env.stats
     }
 

@@ -135,6 +135,7 @@ fn json_reply(r: Result<JsonReply, oneshot::error::RecvError>) -> Result<HttpRes
 
 /// The `/mcp` handler for every method.
 pub async fn endpoint(req: HttpRequest, payload: web::Payload, sup: web::Data<Arc<Supervisor>>) -> HttpResponse {
+    sup.stats().request();
     let head = request_head(method_of(&req), req.headers());
     let mut resp = match serve(&req, &head, payload, &sup).await {
         Ok(r) => r,
