@@ -7,7 +7,11 @@
 //! CPU time per request (from /proc/<pid>/stat), and errors.
 //!
 //! Usage: mcp-bench [--concurrency 64] [--seconds 10] [--warmup 2] [--server-cpu 0]
-//!                  [--host-bin PATH] [--raw-bin PATH] [--json-out FILE]
+//!                  [--host-bin PATH] [--raw-bin PATH] [--baseline-host-bin PATH]
+//!                  [--json-out FILE]
+//!
+//! `--baseline-host-bin` measures a second mcp-host build (say, the previous release) in the
+//! same run, each reply mode on the baseline right before the same mode on `--host-bin`.
 // A load driver measures wall time; nothing here is pausable or sans-IO.
 #![allow(clippy::disallowed_types)]
 
@@ -30,6 +34,8 @@ struct Args {
     server_cpu: Option<String>,
     host_bin: String,
     raw_bin: String,
+    /// Another mcp-host build measured in the same run (e.g. the previous release).
+    baseline_host_bin: Option<String>,
     json_out: Option<String>,
 }
 
@@ -42,6 +48,7 @@ fn parse_args() -> Args {
         server_cpu: Some("0".into()),
         host_bin: dir.join("mcp-host").display().to_string(),
         raw_bin: dir.join("raw-echo").display().to_string(),
+        baseline_host_bin: None,
         json_out: None,
     };
     let mut it = std::env::args().skip(1);
@@ -57,6 +64,7 @@ fn parse_args() -> Args {
             }
             "--host-bin" => a.host_bin = val(),
             "--raw-bin" => a.raw_bin = val(),
+            "--baseline-host-bin" => a.baseline_host_bin = Some(val()),
             "--json-out" => a.json_out = Some(val()),
             other => panic!("unknown flag {other}"),
         }
@@ -157,7 +165,7 @@ enum Target {
 }
 
 struct Outcome {
-    name: &'static str,
+    name: String,
     requests: u64,
     errors: u64,
     seconds: f64,
@@ -262,7 +270,7 @@ async fn run(target: Target, url: &str, pid: u32, a: &Args) -> Outcome {
         Target::Mcp { sse: false } => "mcp-host tools/call echo (JSON)",
     };
     Outcome {
-        name,
+        name: name.to_owned(),
         requests,
         errors: errors.load(Ordering::Relaxed),
         seconds,
@@ -281,9 +289,15 @@ fn main() {
         let raw = start(&a.raw_bin, &[], cpu);
         outcomes.push(rt.block_on(run(Target::Raw, raw.url(), raw.pid(), &a)));
     }
+    // With a baseline build, each reply mode is measured on it right before this build.
+    let builds: Vec<(&str, &str)> = a.baseline_host_bin.as_deref().map(|b| ("baseline ", b)).into_iter().chain([("", a.host_bin.as_str())]).collect();
     for sse in [true, false] {
-        let host = start(&a.host_bin, &["--port", "0", "--workers", "1", "--packs", "echo"], cpu);
-        outcomes.push(rt.block_on(run(Target::Mcp { sse }, host.url(), host.pid(), &a)));
+        for (label, bin) in &builds {
+            let host = start(bin, &["--port", "0", "--workers", "1", "--packs", "echo"], cpu);
+            let mut o = rt.block_on(run(Target::Mcp { sse }, host.url(), host.pid(), &a));
+            o.name = format!("{label}{}", o.name);
+            outcomes.push(o);
+        }
     }
     println!("concurrency {} on one session, {} s measured after {} s warm-up, server pinned to cpu {:?}", a.concurrency, a.seconds, a.warmup, a.server_cpu);
     println!("| target | req/s | p50 µs | p99 µs | max µs | server CPU µs/req | server peak RSS MiB | errors |");

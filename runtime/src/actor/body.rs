@@ -14,18 +14,18 @@ use std::convert::Infallible;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use actix::{Recipient, WeakRecipient};
+use actix::Addr;
 use actix_web::body::{BodySize, MessageBody};
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use super::stream::{Detached, StreamReport};
+use super::stream::{Detached, SessionLink, StreamActor, StreamReport};
 
 /// Where a body reports its end: its stream (to pick the retention) and its session (to
 /// count the connection off).
 pub(crate) struct ConnectionOwner {
-    pub(crate) stream: Recipient<Detached>,
-    pub(crate) session: WeakRecipient<StreamReport>,
+    pub(crate) stream: Addr<StreamActor>,
+    pub(crate) session: SessionLink,
     pub(crate) conn: u64,
 }
 
@@ -100,38 +100,38 @@ impl Drop for SseBody {
         if let Some(o) = self.owner.take() {
             // One message each per connection, so the unbounded `do_send` stays bounded.
             o.stream.do_send(Detached { conn: o.conn, drained: self.finished });
-            if let Some(session) = o.session.upgrade() {
-                session.do_send(StreamReport::ConnectionEnded);
-            }
+            o.session.do_send(StreamReport::ConnectionEnded);
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use actix::prelude::{Actor, ActorContext, Context, Handler, Message, MessageResult};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use actix::prelude::{Actor, AsyncContext, Context, Handler, Message, MessageResult};
 
     use super::*;
+    use crate::actor::budget::MemoryBudget;
+    use crate::actor::stats::RuntimeStats;
+    use crate::actor::stream::{StreamEnv, Stop};
+    use crate::proto::event_id::CursorKey;
+    use crate::proto::ids::{Generation, StreamId};
+    use crate::proto::replay::WindowLimits;
+    use crate::proto::stream::{CloseReason, StreamCore, StreamKind, StreamSettings};
 
-    /// Counts what it is told; a mailbox of one message.
+    /// Stands in for a session: counts the connections reported ended.
     #[derive(Default)]
-    struct Sink {
-        detached: usize,
+    struct Session {
         ended: usize,
     }
 
-    impl Actor for Sink {
+    impl Actor for Session {
         type Context = Context<Self>;
     }
 
-    impl Handler<Detached> for Sink {
-        type Result = ();
-        fn handle(&mut self, _: Detached, _: &mut Context<Self>) {
-            self.detached += 1;
-        }
-    }
-
-    impl Handler<StreamReport> for Sink {
+    impl Handler<StreamReport> for Session {
         type Result = ();
         fn handle(&mut self, r: StreamReport, _: &mut Context<Self>) {
             if r == StreamReport::ConnectionEnded {
@@ -141,56 +141,55 @@ mod tests {
     }
 
     #[derive(Message)]
-    #[rtype(result = "(usize, usize)")]
-    struct Counts;
+    #[rtype(result = "usize")]
+    struct Ended;
 
-    impl Handler<Counts> for Sink {
-        type Result = MessageResult<Counts>;
-        fn handle(&mut self, _: Counts, _: &mut Context<Self>) -> Self::Result {
-            MessageResult((self.detached, self.ended))
+    impl Handler<Ended> for Session {
+        type Result = MessageResult<Ended>;
+        fn handle(&mut self, _: Ended, _: &mut Context<Self>) -> Self::Result {
+            MessageResult(self.ended)
         }
+    }
+
+    /// A real GET stream reporting to `session`; its address and its first connection's body.
+    fn stream(session: &Addr<Session>) -> (Addr<StreamActor>, SseBody) {
+        let settings = StreamSettings { window: WindowLimits { max_events: 8, max_bytes: 1 << 16 }, prime: true, retry_ms: Some(100) };
+        let core = StreamCore::new(StreamId(1), Generation(1), StreamKind::Get, CursorKey::new(b"k").signer("s", None), settings);
+        let env = Arc::new(StreamEnv {
+            keepalive: Duration::from_secs(60),
+            write_queue_frames: 4,
+            retention_after_delivery: Duration::from_secs(60),
+            retention_undelivered: Duration::from_secs(60),
+            budget: MemoryBudget::new(1 << 20),
+            stats: Arc::new(RuntimeStats::default()),
+        });
+        let ctx = Context::new();
+        let addr = ctx.address();
+        let (body, _) = StreamActor::start_in(ctx, core, None, Arc::new(session.clone().recipient()), env);
+        (addr, body)
     }
 
     #[actix_web::test]
-    async fn a_dropped_body_reaches_its_stream_and_session_even_when_their_mailboxes_are_full() {
-        let stream = Sink::create(|ctx| {
+    async fn a_dropped_body_reaches_its_session_even_when_the_session_mailbox_is_full() {
+        let session = Session::create(|ctx| {
             ctx.set_mailbox_capacity(1);
-            Sink::default()
+            Session::default()
         });
-        let session = Sink::create(|ctx| {
-            ctx.set_mailbox_capacity(1);
-            Sink::default()
-        });
-        // Fill both mailboxes (nothing runs until this task yields).
-        stream.try_send(Detached { conn: 0, drained: false }).unwrap();
-        assert!(stream.try_send(Detached { conn: 0, drained: false }).is_err(), "the stream's mailbox is full");
+        let (_stream, body) = stream(&session);
+        // Fill the session's mailbox (nothing runs until this task yields).
         session.try_send(StreamReport::ConnectionStarted).unwrap();
         assert!(session.try_send(StreamReport::ConnectionStarted).is_err(), "the session's mailbox is full");
-        let owner = ConnectionOwner { stream: stream.clone().recipient(), session: WeakRecipient::from(session.clone()), conn: 1 };
-        drop(SseBody::new(vec![], None, Some(owner)));
-        assert_eq!(stream.send(Counts).await.unwrap().0, 2, "the body's detach arrived after the queued one");
-        assert_eq!(session.send(Counts).await.unwrap().1, 1, "the session counted the connection off");
-    }
-
-    #[derive(Message)]
-    #[rtype(result = "()")]
-    struct Stop;
-
-    impl Handler<Stop> for Sink {
-        type Result = ();
-        fn handle(&mut self, _: Stop, ctx: &mut Context<Self>) {
-            ctx.stop();
-        }
+        drop(body);
+        assert_eq!(session.send(Ended).await.unwrap(), 1, "the session counted the connection off");
     }
 
     #[actix_web::test]
     async fn a_body_reports_to_its_session_although_its_stream_has_stopped() {
-        let session = Sink::create(|_| Sink::default());
-        let stream = Sink::create(|_| Sink::default());
-        stream.send(Stop).await.unwrap();
-        assert!(stream.send(Counts).await.is_err(), "the stream actor has stopped");
-        let owner = ConnectionOwner { stream: stream.recipient(), session: WeakRecipient::from(session.clone()), conn: 1 };
-        drop(SseBody::new(vec![], None, Some(owner)));
-        assert_eq!(session.send(Counts).await.unwrap().1, 1);
+        let session = Session::create(|_| Session::default());
+        let (stream, body) = stream(&session);
+        stream.send(Stop(CloseReason::Replaced)).await.unwrap();
+        assert!(stream.send(Stop(CloseReason::Replaced)).await.is_err(), "the stream actor has stopped");
+        drop(body);
+        assert_eq!(session.send(Ended).await.unwrap(), 1);
     }
 }

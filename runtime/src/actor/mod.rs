@@ -13,7 +13,7 @@
 //! in-flight limit), GET-stream notifications and control messages; tools -> stream use
 //! `send` (backpressure on the tool only). Stream -> connection is a bounded queue with
 //! `try_send`: a full queue detaches the slow reader, who resumes from the window. Children
-//! (streams, connection bodies) report to their session through a `WeakRecipient` with
+//! (streams, connection bodies) report to their session through one shared `Recipient` with
 //! `do_send`, one message per state change, so no report is ever lost while the session
 //! lives. No actor awaits another's I/O.
 

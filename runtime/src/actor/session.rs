@@ -9,7 +9,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::WeakRecipient;
 use actix::prelude::*;
 use bytes::Bytes;
 use serde_json::{Value, json};
@@ -18,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::body::SseBody;
 use super::registry::RegistryGuard;
-use super::stream::{Attach, Close, Emit, PollClose, StreamActor, StreamReport, Stop as StopStream};
+use super::stream::{Attach, Close, Emit, PollClose, SessionLink, Stop as StopStream, StreamActor, StreamReport};
 use super::supervisor::Supervisor;
 use crate::proto::admission::ReplyMode;
 use crate::proto::error::{Overload, Rejection};
@@ -67,6 +66,8 @@ pub struct SessionActor {
     timer: Option<(Tick, SpawnHandle)>,
     /// Why the session ended, for JSON replies still owed.
     ended_by: Rejection,
+    /// Where its streams report (made in `started`; dropped with the actor).
+    link: Option<SessionLink>,
 }
 
 /// What a POST produced.
@@ -146,6 +147,9 @@ impl Actor for SessionActor {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.set_mailbox_capacity(self.sup.config().sessions.mailbox);
+        // A strong recipient of itself: the session never waits for its addresses to drop
+        // (it stops only by `ctx.stop()`), and the cycle ends when the actor is dropped.
+        self.link = Some(Arc::new(ctx.address().recipient()));
         self.arm(ctx);
     }
 
@@ -201,6 +205,7 @@ impl SessionActor {
             guard: Some(guard),
             timer: None,
             ended_by: Rejection::SessionNotFound,
+            link: None,
         }
     }
 
@@ -248,17 +253,14 @@ impl SessionActor {
         self.arm(ctx);
     }
 
-    fn reports(ctx: &Context<Self>) -> WeakRecipient<StreamReport> {
-        WeakRecipient::from(ctx.address())
-    }
-
     /// Start the stream registered under `sid` in `sctx`; `final_json` when its request is
     /// already answered (the stream is then closed from the start). Counts the stream's first
     /// connection.
-    fn start_stream(&mut self, sctx: Context<StreamActor>, sid: StreamId, kind: StreamKind, final_json: Option<Bytes>, ctx: &mut Context<Self>) -> SseBody {
+    fn start_stream(&mut self, sctx: Context<StreamActor>, sid: StreamId, kind: StreamKind, final_json: Option<Bytes>) -> SseBody {
         let core = StreamCore::new(sid, self.core.generation(), kind, (*self.signer).clone(), self.settings.clone());
         self.core.connection_delta(self.sup.now(), true);
-        let (body, closed_with) = StreamActor::start_in(sctx, core, final_json.as_deref(), Self::reports(ctx), Arc::clone(self.sup.stream_env()));
+        let link = Arc::clone(self.link.as_ref().expect("set when the session started"));
+        let (body, closed_with) = StreamActor::start_in(sctx, core, final_json.as_deref(), link, Arc::clone(self.sup.stream_env()));
         if let Some(bytes) = closed_with {
             let evicted = self.core.stream_closed(sid, bytes);
             self.evict(evicted);
@@ -382,7 +384,7 @@ impl SessionActor {
         match (stream, json_reply) {
             (Some((sctx, sid, _)), _) => {
                 let final_json = done.and_then(|r| self.take_response(&id, r).map(|(bytes, _, _)| bytes));
-                Ok(PostOutcome::Sse(self.start_stream(sctx, sid, StreamKind::Post { request: id }, final_json, ctx)))
+                Ok(PostOutcome::Sse(self.start_stream(sctx, sid, StreamKind::Post { request: id }, final_json)))
             }
             (None, Some(rx)) => {
                 if let Some(r) = done {
@@ -490,7 +492,7 @@ impl Handler<OpenGet> for SessionActor {
             if let Some(old) = replaced {
                 old.handle.do_send(StopStream(CloseReason::Replaced));
             }
-            self.start_stream(sctx, sid, StreamKind::Get, None, ctx)
+            self.start_stream(sctx, sid, StreamKind::Get, None)
         });
         let _ = msg.reply.send(r);
         self.arm(ctx);

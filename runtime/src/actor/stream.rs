@@ -1,6 +1,6 @@
 //! One actor per SSE stream: drives a [`StreamCore`], the attached connection's bounded
 //! write queue, the stream's retention after it closed, and its share of the server-wide
-//! memory budget. Reports to its session through a [`WeakRecipient`] (it never names the
+//! memory budget. Reports to its session through a [`SessionLink`] (it never names the
 //! session's type).
 //!
 //! Timers: a keep-alive interval runs only while a connection is attached, and a retention
@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use actix::WeakRecipient;
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -35,6 +34,11 @@ pub(crate) struct StreamEnv {
     pub(crate) budget: Arc<MemoryBudget>,
     pub(crate) stats: Arc<RuntimeStats>,
 }
+
+/// Where a session's streams and their connection bodies report: made once per session and
+/// shared (a `Recipient` clone allocates; an `Arc` clone does not, and this is on every SSE
+/// response's path).
+pub(crate) type SessionLink = Arc<Recipient<StreamReport>>;
 
 /// Reports of a stream (and of its connections' bodies) to its session.
 #[derive(Message, Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,7 +71,7 @@ struct Writer {
 pub struct StreamActor {
     core: StreamCore,
     writer: Option<Writer>,
-    session: WeakRecipient<StreamReport>,
+    session: SessionLink,
     env: Arc<StreamEnv>,
     charge: Charge,
     last_write: Instant,
@@ -147,7 +151,7 @@ impl StreamActor {
         ctx: Context<StreamActor>,
         mut core: StreamCore,
         final_json: Option<&[u8]>,
-        session: WeakRecipient<StreamReport>,
+        session: SessionLink,
         env: Arc<StreamEnv>,
     ) -> (SseBody, Option<usize>) {
         let addr = ctx.address();
@@ -166,7 +170,7 @@ impl StreamActor {
                 (Some(Writer { conn, tx }), Some(rx))
             }
         };
-        let owner = ConnectionOwner { stream: addr.recipient(), session: session.clone(), conn };
+        let owner = ConnectionOwner { stream: addr, session: Arc::clone(&session), conn };
         let mut actor = StreamActor {
             charge: env.budget.charge(),
             core,
@@ -185,10 +189,8 @@ impl StreamActor {
     }
 
     fn report(&self, r: StreamReport) {
-        if let Some(s) = self.session.upgrade() {
-            // Control message, at most one per state change of this stream.
-            s.do_send(r);
-        }
+        // Control message, at most one per state change of this stream.
+        self.session.do_send(r);
     }
 
     /// Charge the window's size to the budget; over it, keep only the newest event.
@@ -221,7 +223,7 @@ impl StreamActor {
 
     fn body_for(&mut self, att: Attachment, ctx: &mut Context<Self>) -> SseBody {
         self.report(StreamReport::ConnectionStarted);
-        let owner = ConnectionOwner { stream: ctx.address().recipient(), session: self.session.clone(), conn: att.conn };
+        let owner = ConnectionOwner { stream: ctx.address(), session: Arc::clone(&self.session), conn: att.conn };
         // A new connection supersedes the old one: dropping its sender ends it.
         if att.end_after_initial {
             self.set_writer(None, ctx);

@@ -56,26 +56,29 @@ impl ResponseError for ApiError {
     }
 }
 
-/// The headers admission reads, in the order they are checked for being visible ASCII.
-const READ_HEADERS: [(&str, &str); 10] = [
-    ("accept", "Accept"),
-    ("content-type", "Content-Type"),
-    (SESSION_HEADER, "MCP-Session-Id"),
-    ("mcp-protocol-version", "MCP-Protocol-Version"),
-    ("origin", "Origin"),
-    ("host", "Host"),
-    ("last-event-id", "Last-Event-ID"),
-    ("authorization", "Authorization"),
-    ("access-control-request-method", "Access-Control-Request-Method"),
-    ("content-length", "Content-Length"),
-];
+/// The headers admission reads (names pre-parsed, so no lookup parses a name), and how an
+/// error message spells them.
+static READ_HEADERS: [(header::HeaderName, &str); 9] = {
+    use header::HeaderName as N;
+    [
+        (header::ACCEPT, "Accept"),
+        (header::CONTENT_TYPE, "Content-Type"),
+        (N::from_static(SESSION_HEADER), "MCP-Session-Id"),
+        (N::from_static("mcp-protocol-version"), "MCP-Protocol-Version"),
+        (header::ORIGIN, "Origin"),
+        (header::HOST, "Host"),
+        (N::from_static("last-event-id"), "Last-Event-ID"),
+        (header::AUTHORIZATION, "Authorization"),
+        (header::ACCESS_CONTROL_REQUEST_METHOD, "Access-Control-Request-Method"),
+    ]
+};
 
 /// Read the request head as admission sees it. A header that is present but not visible
 /// ASCII is recorded as invalid (never treated as absent).
 fn request_head(method: HttpMethod, h: &HeaderMap) -> RequestHead<'_> {
     let mut head = RequestHead::new(method);
-    let mut values: [Option<&str>; READ_HEADERS.len()] = [None; READ_HEADERS.len()];
-    for (slot, (name, display)) in values.iter_mut().zip(READ_HEADERS) {
+    let mut values: [Option<&str>; 9] = [None; 9];
+    for (slot, (name, display)) in values.iter_mut().zip(&READ_HEADERS) {
         if let Some(v) = h.get(name) {
             match v.to_str() {
                 Ok(s) => *slot = Some(s),
@@ -85,7 +88,7 @@ fn request_head(method: HttpMethod, h: &HeaderMap) -> RequestHead<'_> {
             }
         }
     }
-    let [accept, content_type, session_id, protocol_version, origin, host, last_event_id, authorization, cors_request_method, _] = values;
+    let [accept, content_type, session_id, protocol_version, origin, host, last_event_id, authorization, cors_request_method] = values;
     RequestHead { accept, content_type, session_id, protocol_version, origin, host, last_event_id, authorization, cors_request_method, ..head }
 }
 

@@ -120,6 +120,13 @@ pub struct LimitExceeded {
 /// # Errors
 /// [`Limit::JsonDepth`] or [`Limit::JsonValues`].
 pub fn scan(body: &[u8], limits: &MessageLimits) -> Result<(), LimitExceeded> {
+    // Fast path (most bodies): the count is at most 1 + the body's length, and the depth at
+    // most the number of opening brackets anywhere (strings included); counting those is one
+    // vectorized pass.
+    let opens = body.iter().filter(|&&b| b == b'[' || b == b'{').count();
+    if body.len() < limits.json_max_values && opens <= limits.json_max_depth {
+        return Ok(());
+    }
     let mut depth = 0usize;
     let mut values = 1usize;
     let mut in_string = false;
@@ -296,6 +303,17 @@ mod tests {
         assert_eq!(scan(b"[0,0,0,0,0,0,0,0,0,0,0]", &l).unwrap_err().limit, Limit::JsonValues);
         // Brackets, commas and escaped quotes inside strings are not structure.
         assert!(scan(br#"{"a":"[[[[[[,,,,,,,,,,,\"]]]]"}"#, &l).is_ok());
+    }
+
+    #[test]
+    fn the_fast_path_never_hides_a_violation() {
+        // Short bodies skip the full scan only when no bound can be reached.
+        let l = MessageLimits { json_max_depth: 3, json_max_values: 1000, ..MessageLimits::default() };
+        assert!(scan(br#"{"a":"[[[[[[[["}"#, &l).is_ok(), "brackets in strings: full scan, no violation");
+        assert_eq!(scan(b"[[[[1]]]]", &l).unwrap_err().limit, Limit::JsonDepth);
+        let l = MessageLimits { json_max_depth: 64, json_max_values: 8, ..MessageLimits::default() };
+        assert_eq!(scan(b"[1,2,3,4,5,6,7,8]", &l).unwrap_err().limit, Limit::JsonValues);
+        assert!(scan(b"[1,2,3]", &l).is_ok());
     }
 
     #[test]

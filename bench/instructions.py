@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Server instructions per request, counted by valgrind's callgrind: a figure that does not
+depend on what else the machine is doing (wall-clock benchmarks on a shared 2-core machine
+vary by tens of percent from run to run; instruction counts repeat).
+
+Each build is started under callgrind with one worker and the `echo` pack; one session sends
+N1, then (in a second run) N2 sequential `tools/call echo` requests on one keep-alive
+connection; (I(N2) - I(N1)) / (N2 - N1) is the cost of one request, start-up and shutdown
+cancelled out. Reply modes: SSE (Accept: both) and JSON (Accept: application/json).
+
+Usage:
+  python3 bench/instructions.py NAME=PATH [NAME=PATH ...] [--n1 1000] [--n2 4000] [--json-out FILE]
+  (a PATH may carry host flags after a comma: new=target/release/mcp-host,--config,x.toml)
+Needs valgrind. Talks to 127.0.0.1 only; stops every host it starts.
+"""
+
+import argparse
+import http.client
+import json
+import os
+import signal
+import subprocess
+import tempfile
+
+
+def count(cmd, n, sse):
+    """Instructions of the host process that served `n` echo calls."""
+    fd, out = tempfile.mkstemp(prefix="callgrind-", suffix=".out")
+    os.close(fd)
+    host = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *cmd, "--port", "0", "--workers", "1", "--packs", "echo"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        env={**os.environ, "MCP_HOST_LOG": "warn", "MCP_HOST_EXIT_WITH_PARENT": "1"})
+    try:
+        url = host.stdout.readline().split()[-1]
+        hostport = url.split("//")[1].split("/")[0]
+        h, port = hostport.rsplit(":", 1)
+        c = http.client.HTTPConnection(h, int(port), timeout=120)
+        init = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "instructions", "version": "1"}}}
+        c.request("POST", "/mcp", json.dumps(init), {"Content-Type": "application/json", "Accept": "application/json"})
+        r = c.getresponse()
+        r.read()
+        sid = r.getheader("mcp-session-id")
+        accept = "application/json, text/event-stream" if sse else "application/json"
+        headers = {"Content-Type": "application/json", "Accept": accept, "Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-11-25"}
+        for i in range(n):
+            body = {"jsonrpc": "2.0", "id": i + 1, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "hello"}}}
+            c.request("POST", "/mcp", json.dumps(body), headers)
+            r = c.getresponse()
+            r.read()
+            if r.status != 200:
+                raise RuntimeError(f"request {i}: status {r.status}")
+        c.close()
+        host.send_signal(signal.SIGTERM)
+        host.wait(timeout=120)
+        total = None
+        with open(out) as f:
+            for line in f:
+                if line.startswith(("summary:", "totals:")):
+                    total = int(line.split()[1])
+        if total is None:
+            raise RuntimeError("callgrind wrote no total")
+        return total
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait()
+        os.remove(out)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("builds", nargs="+", help="NAME=PATH[,host flags]")
+    ap.add_argument("--n1", type=int, default=1000)
+    ap.add_argument("--n2", type=int, default=4000)
+    ap.add_argument("--json-out")
+    a = ap.parse_args()
+    rows = []
+    for sse in (True, False):
+        for b in a.builds:
+            name, spec = b.split("=", 1)
+            cmd = spec.split(",")
+            per = (count(cmd, a.n2, sse) - count(cmd, a.n1, sse)) / (a.n2 - a.n1)
+            mode = "SSE" if sse else "JSON"
+            rows.append({"build": name, "mode": mode, "instructions_per_request": round(per)})
+            print(f"| {name} | {mode} | {per:,.0f} |", flush=True)
+    if a.json_out:
+        with open(a.json_out, "w") as f:
+            json.dump({"n1": a.n1, "n2": a.n2, "rows": rows}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
