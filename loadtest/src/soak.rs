@@ -3,9 +3,10 @@
 //! 250 ms), then silence until the host's TTLs have passed, with the host's RSS (`VmRSS`)
 //! and its stats line sampled every [`SAMPLE_EVERY`] throughout.
 //!
-//! Phases: start, a warm-up (one iteration of every selected kind, then silence until back
-//! to 0 and the settle time; the last sample is the idle RSS: that of a host that has served
-//! every path once, not of a fresh process), then
+//! Phases: start, a warm-up (every client runs one iteration of every selected kind at once,
+//! then silence until back to 0 and the settle time; the last sample is the idle RSS: that of
+//! a host that has served every path at the run's concurrency, its code paged in and its
+//! pools sized, not of a fresh process), then
 //! `--rounds` rounds (default 1) on the same host of: traffic ([`traffic`]: `--clients`
 //! virtual clients for `--seconds`, the `--kinds` selected), then silence until sessions and
 //! streams are back to 0 and the settle time has passed, or the silence limit. Several rounds
@@ -230,7 +231,12 @@ pub(crate) async fn run(spec: &SoakSpec, host: &mut HostProcess) -> Result<Value
     // process, so what the gate compares is memory the traffic left behind.
     let t = Rc::new(Traffic::new(target, spec.rate, spec.seed, spec.kinds.clone()));
     let (settle, limit) = (spec.settle(), spec.silence_limit());
-    traffic::warm_up(Rc::clone(&t)).await.map_err(|e| format!("{e}; {:?}", t.tally.borrow().samples))?;
+    // Every client at once, so the host's pools and buffers reach the run's concurrency.
+    t.set_deadline(Instant::now() + Duration::from_secs(60));
+    let warm: Vec<_> = (0..spec.clients).map(|n| actix_rt::spawn(traffic::warm_up(Rc::clone(&t), n))).collect();
+    for w in warm {
+        w.await.map_err(|e| format!("warm-up client: {e}"))?.map_err(|e| format!("{e}; {:?}", t.tally.borrow().samples))?;
+    }
     let warm_end = Instant::now();
     loop {
         tick.tick().await;

@@ -843,14 +843,13 @@ pub(crate) async fn client(t: Rc<Traffic>, n: usize, round: u64, max_iterations:
     }
 }
 
-/// The warm-up: one iteration of every kind of `t`, in turn, on a client of its own, counted
-/// in `t`'s tally like any traffic (so its deliberate refusals match the host's counters).
+/// The warm-up of client `n`: one iteration of every kind of `t`, in turn, counted in `t`'s
+/// tally like any traffic (so its deliberate refusals match the host's counters).
 ///
 /// # Errors
 /// An iteration that did not complete (nothing is measured then).
-pub(crate) async fn warm_up(t: Rc<Traffic>) -> Result<(), String> {
-    let mut c = Client { rng: 1, t, n: usize::MAX, conn: None, ids: 0 };
-    c.t.set_deadline(Instant::now() + Duration::from_secs(60));
+pub(crate) async fn warm_up(t: Rc<Traffic>, n: usize) -> Result<(), String> {
+    let mut c = Client { rng: 1 + n as u64, t, n, conn: None, ids: 0 };
     for kind in c.t.kinds.clone() {
         c.t.tally.borrow_mut().kinds.entry(kind).or_default().started += 1;
         if c.iteration(kind).await.is_none() {
