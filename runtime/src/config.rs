@@ -40,6 +40,10 @@ pub struct SecurityConfig {
     /// Largest POST body (bytes). Default 4 MiB. The parsed size is bounded separately
     /// (`[limits]`).
     pub max_body_bytes: usize,
+    /// A POST body must arrive in full within this long after its head (ms); else 408. The
+    /// head's rules (origin, host, token) are checked before any body byte is buffered.
+    /// Default 30 s.
+    pub body_read_timeout_ms: u64,
     /// `token = "principal"`; non-empty turns bearer authentication on. Default none.
     pub bearer_tokens: BTreeMap<String, String>,
     /// Secret for cursor MACs, hex (at least 32 digits). Default: 32 random bytes per
@@ -58,6 +62,7 @@ impl Default for SecurityConfig {
             allow_localhost_origins: true,
             allowed_hosts: Vec::new(),
             max_body_bytes: 4 << 20,
+            body_read_timeout_ms: 30_000,
             bearer_tokens: BTreeMap::new(),
             cursor_secret_hex: None,
             localhost_hosts_only: true,
@@ -289,8 +294,9 @@ impl RuntimeConfig {
     pub fn validate(self) -> Result<RuntimeConfig, ConfigError> {
         let (se, ss, l, q) = (&self.sse, &self.sessions, &self.limits, &self.quotas);
         let max = u64::MAX;
-        let rows: [(&'static str, u64, u64, u64); 27] = [
+        let rows: [(&'static str, u64, u64, u64); 28] = [
             ("security.max_body_bytes", self.security.max_body_bytes as u64, 1, 1 << 30),
+            ("security.body_read_timeout_ms", self.security.body_read_timeout_ms, 100, 600_000),
             ("sse.replay_max_events", se.replay_max_events as u64, 1, 1 << 20),
             ("sse.replay_max_bytes", se.replay_max_bytes as u64, 1, 1 << 30),
             ("sse.retry_ms", se.retry_ms, 1, HOUR_MS),

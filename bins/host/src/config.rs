@@ -79,11 +79,15 @@ struct ServerSection {
     workers: Option<usize>,
     /// Return freed memory to the OS this often when the footprint shrank (s); 0 = never.
     trim_every_secs: u64,
+    /// A connection whose written data stays unacknowledged this long (a reader that stopped
+    /// reading, a peer that vanished) is closed by the kernel (TCP_USER_TIMEOUT, s); 0 = the
+    /// system's default (about 15 minutes of retransmissions, or forever for a zero window).
+    tcp_user_timeout_secs: u64,
 }
 
 impl Default for ServerSection {
     fn default() -> Self {
-        ServerSection { bind: IpAddr::from([127, 0, 0, 1]), port: 8080, path: "/mcp".into(), workers: None, trim_every_secs: 10 }
+        ServerSection { bind: IpAddr::from([127, 0, 0, 1]), port: 8080, path: "/mcp".into(), workers: None, trim_every_secs: 10, tcp_user_timeout_secs: 60 }
     }
 }
 
@@ -109,6 +113,7 @@ pub(crate) struct HostConfig {
     pub(crate) packs: Vec<String>,
     pub(crate) stats_every_ms: Option<u64>,
     pub(crate) trim_every_secs: u64,
+    pub(crate) tcp_user_timeout_secs: u64,
     pub(crate) runtime: RuntimeConfig,
 }
 
@@ -147,14 +152,22 @@ impl HostConfig {
         if flags.stats_every_ms == Some(0) {
             return Err("--stats-every-ms must be greater than 0".into());
         }
+        let workers = flags.workers.or(f.server.workers);
+        if workers.is_some_and(|w| !(1..=512).contains(&w)) {
+            return Err(format!("server.workers = {} is out of range (allowed: 1..=512)", workers.unwrap_or(0)));
+        }
+        if f.server.tcp_user_timeout_secs > 3600 {
+            return Err(format!("server.tcp_user_timeout_secs = {} is out of range (allowed: 0..=3600)", f.server.tcp_user_timeout_secs));
+        }
         Ok(HostConfig {
             bind,
             port: flags.port.unwrap_or(f.server.port),
             path,
-            workers: flags.workers.or(f.server.workers),
+            workers,
             packs: flags.packs.unwrap_or(f.tools.packs),
             stats_every_ms: flags.stats_every_ms,
             trim_every_secs: f.server.trim_every_secs,
+            tcp_user_timeout_secs: f.server.tcp_user_timeout_secs,
             runtime,
         })
     }
@@ -205,6 +218,7 @@ mod tests {
             assert!(err.contains(field), "{bad:?}: {err}");
         }
         assert!(HostConfig::merge(FileConfig::default(), flags(&["--retry-ms", "0"])).unwrap_err().contains("sse.retry_ms"));
+        assert!(HostConfig::merge(FileConfig::default(), flags(&["--workers", "0"])).unwrap_err().contains("server.workers"));
     }
 
     #[test]

@@ -74,11 +74,15 @@ async fn serve(cfg: HostConfig) -> Result<(), String> {
     let app_sup = Arc::clone(&sup);
     let path = cfg.path.clone();
     let stats = Arc::clone(sup.stats());
+    let user_timeout = (cfg.tcp_user_timeout_secs > 0).then(|| Duration::from_secs(cfg.tcp_user_timeout_secs));
     let mut server = HttpServer::new(move || App::new().configure(mcp_runtime::http::configure(&path, Arc::clone(&app_sup))))
         .on_connect(move |conn, data| {
-            // Small SSE frames must not wait for Nagle's algorithm.
             if let Some(tcp) = conn.downcast_ref::<actix_web::rt::net::TcpStream>() {
+                // Small SSE frames must not wait for Nagle's algorithm.
                 let _ = tcp.set_nodelay(true);
+                // A reader that stopped reading cannot hold its connection (and its session)
+                // forever: the kernel ends it once written data stays unacknowledged.
+                let _ = socket2::SockRef::from(tcp).set_tcp_user_timeout(user_timeout);
             }
             // Dropped with the connection: counts it closed.
             data.insert(stats.connection());

@@ -21,6 +21,9 @@ use tokio::sync::mpsc;
 
 use super::stream::{Detached, SessionLink, StreamActor, StreamReport};
 
+/// Initial frames up to this size are joined into one write.
+const JOIN_MAX_BYTES: usize = 16 << 10;
+
 /// Where a body reports its end: its stream (to pick the retention) and its session (to
 /// count the connection off).
 pub(crate) struct ConnectionOwner {
@@ -48,9 +51,11 @@ impl SseBody {
     /// dropped (`live = None`: end after `initial`). With an `owner`, the caller has already
     /// counted this connection with the session; the body counts it off when dropped.
     pub(crate) fn new(initial: Vec<Bytes>, live: Option<mpsc::Receiver<Bytes>>, owner: Option<ConnectionOwner>) -> SseBody {
-        // Initial frames (priming + an immediate answer, or a replay) go out as one chunk.
-        let initial: VecDeque<Bytes> = if initial.len() > 1 {
-            let mut joined = bytes::BytesMut::with_capacity(initial.iter().map(Bytes::len).sum());
+        // Small initial sets (priming + an immediate answer) go out as one chunk; a large
+        // replay stays as the window's own frames (shared, not copied per connection).
+        let total: usize = initial.iter().map(Bytes::len).sum();
+        let initial: VecDeque<Bytes> = if initial.len() > 1 && total <= JOIN_MAX_BYTES {
+            let mut joined = bytes::BytesMut::with_capacity(total);
             for f in &initial {
                 joined.extend_from_slice(f);
             }

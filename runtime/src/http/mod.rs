@@ -15,7 +15,7 @@ use futures_core::Stream as _;
 use tokio::sync::oneshot;
 
 use crate::actor::{Delete, JsonReply, OpenGet, Post, PostOutcome, QuotaKey, Resume, SseBody, Supervisor};
-use crate::proto::admission::{Command, HttpMethod, ReplyMode, RequestHead, admit, cors_headers, cors_origin, cors_preflight_headers};
+use crate::proto::admission::{Command, HeadAdmitted, HttpMethod, ReplyMode, RequestHead, admit_body, admit_head, cors_headers, cors_origin, cors_preflight_headers};
 use crate::proto::error::{Overload, Rejection};
 use crate::proto::jsonrpc::{Incoming, encode_result};
 use crate::proto::mcp::initialize_result;
@@ -102,16 +102,21 @@ fn method_of(req: &HttpRequest) -> HttpMethod {
     }
 }
 
-async fn read_body(mut payload: web::Payload, limit: usize) -> Result<Bytes, Rejection> {
-    let mut buf = BytesMut::new();
-    while let Some(chunk) = std::future::poll_fn(|cx| std::pin::Pin::new(&mut payload).poll_next(cx)).await {
-        let chunk = chunk.map_err(|_| Rejection::InvalidMessage { reason: "could not read the request body".into(), id: None })?;
-        if buf.len() + chunk.len() > limit {
-            return Err(Rejection::PayloadTooLarge);
+/// Read a POST body of at most `limit` bytes (`declared`: its `Content-Length`, to size the
+/// buffer once), all of it within `deadline`.
+async fn read_body(mut payload: web::Payload, limit: usize, declared: Option<usize>, deadline: std::time::Duration) -> Result<Bytes, Rejection> {
+    let read = async move {
+        let mut buf = BytesMut::with_capacity(declared.unwrap_or(0).min(limit));
+        while let Some(chunk) = std::future::poll_fn(|cx| std::pin::Pin::new(&mut payload).poll_next(cx)).await {
+            let chunk = chunk.map_err(|_| Rejection::InvalidMessage { reason: "could not read the request body".into(), id: None })?;
+            if buf.len() + chunk.len() > limit {
+                return Err(Rejection::PayloadTooLarge);
+            }
+            buf.extend_from_slice(&chunk);
         }
-        buf.extend_from_slice(&chunk);
-    }
-    Ok(buf.freeze())
+        Ok(buf.freeze())
+    };
+    tokio::time::timeout(deadline, read).await.map_err(|_| Rejection::BodyTimeout)?
 }
 
 fn sse(body: SseBody) -> HttpResponse {
@@ -172,16 +177,19 @@ fn opens_stream(incoming: &Incoming, reply: ReplyMode) -> bool {
 
 async fn serve(req: &HttpRequest, head: &RequestHead<'_>, payload: web::Payload, sup: &Arc<Supervisor>) -> Result<HttpResponse, Rejection> {
     let policy = sup.admit_policy();
-    let body = if head.method == HttpMethod::Post && head.invalid_header.is_none() {
-        let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
-        if declared.is_some_and(|n| n > policy.max_body_bytes) {
-            return Err(Rejection::PayloadTooLarge);
+    // The head's rules first: a refused caller never makes us buffer a body.
+    let admitted = match admit_head(head, policy)? {
+        HeadAdmitted::Done(a) => a,
+        HeadAdmitted::Post { principal } => {
+            let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
+            if declared.is_some_and(|n| n > policy.max_body_bytes) {
+                return Err(Rejection::PayloadTooLarge);
+            }
+            let deadline = std::time::Duration::from_millis(sup.config().security.body_read_timeout_ms);
+            let body = read_body(payload, policy.max_body_bytes, declared, deadline).await?;
+            admit_body(principal, head, &body, policy)?
         }
-        read_body(payload, policy.max_body_bytes).await?
-    } else {
-        Bytes::new()
     };
-    let admitted = admit(head, &body, policy)?;
     let principal = admitted.principal;
     match admitted.command {
         Command::Preflight => {

@@ -1,8 +1,9 @@
 //! The one front door: [`admit`] turns an HTTP request head and body into a typed
 //! [`Command`] or a typed [`Rejection`]. Pure: no session lookups, no clock. Checks, in order:
 //! header encoding, `Origin`, `Host`, CORS preflight, authentication, HTTP method, `Accept`,
-//! `Content-Type`, body size, parsed-size bounds (before parsing), body shape, message
-//! limits, `MCP-Session-Id` presence, and `MCP-Protocol-Version` support. Session-dependent
+//! `Content-Type` — all from the head ([`admit_head`], run before a body is read) — then body
+//! size, parsed-size bounds (before parsing), body shape, message limits, `MCP-Session-Id`
+//! presence, and `MCP-Protocol-Version` support ([`admit_body`]). Session-dependent
 //! rules (batches only on 2025-03-26 sessions, ownership, in-flight ids) are the session's.
 //!
 //! CORS: an allowed `Origin` gets [`cors_headers`] on every response (success or refusal) and
@@ -316,26 +317,44 @@ fn invalid(e: ParseError) -> Rejection {
     }
 }
 
-/// Classify one HTTP request.
+/// What the head alone admits: a POST still needs its body ([`admit_body`]); every other
+/// method is decided.
+#[derive(Debug, Clone, PartialEq)]
+#[must_use = "a POST's body must still be admitted"]
+pub enum HeadAdmitted {
+    /// A POST whose head passed every rule: read the body (at most `max_body_bytes`), then
+    /// [`admit_body`].
+    Post {
+        /// The authenticated caller.
+        principal: Option<Arc<str>>,
+    },
+    /// Decided from the head.
+    Done(Admitted),
+}
+
+/// The rules that need only the request head, in the documented order. Run before a POST's
+/// body is read, so a refused caller (bad origin, host, token, method, media type) never makes
+/// the server buffer a body.
 ///
 /// # Errors
-/// The [`Rejection`] for the first rule the request breaks, in the order listed in the module
-/// documentation.
-pub fn admit(head: &RequestHead<'_>, body: &[u8], policy: &AdmitPolicy) -> Result<Admitted, Rejection> {
+/// The [`Rejection`] for the first rule the head breaks.
+pub fn admit_head(head: &RequestHead<'_>, policy: &AdmitPolicy) -> Result<HeadAdmitted, Rejection> {
     if let Some(name) = head.invalid_header {
         return Err(Rejection::InvalidHeader(name));
     }
     if let Some(origin) = head.origin
-        && !origin_allowed(origin, policy) {
-            return Err(Rejection::OriginNotAllowed);
-        }
+        && !origin_allowed(origin, policy)
+    {
+        return Err(Rejection::OriginNotAllowed);
+    }
     if let Some(host) = head.host
-        && !host_allowed(host, policy) {
-            return Err(Rejection::HostNotAllowed);
-        }
+        && !host_allowed(host, policy)
+    {
+        return Err(Rejection::HostNotAllowed);
+    }
     if head.method == HttpMethod::Options {
         return match (head.origin, head.cors_request_method) {
-            (Some(_), Some(_)) => Ok(Admitted { principal: None, command: Command::Preflight }),
+            (Some(_), Some(_)) => Ok(HeadAdmitted::Done(Admitted { principal: None, command: Command::Preflight })),
             _ => Err(Rejection::MethodNotAllowed),
         };
     }
@@ -364,18 +383,41 @@ pub fn admit(head: &RequestHead<'_>, body: &[u8], policy: &AdmitPolicy) -> Resul
                 _ => Command::OpenStream { session },
             }
         }
-        HttpMethod::Post => admit_post(head, body, policy)?,
+        HttpMethod::Post => {
+            if let Some(ct) = head.content_type {
+                let media = ct.split(';').next().unwrap_or("").trim();
+                if !media.eq_ignore_ascii_case("application/json") {
+                    return Err(Rejection::UnsupportedMediaType);
+                }
+            }
+            return Ok(HeadAdmitted::Post { principal });
+        }
     };
-    Ok(Admitted { principal, command })
+    Ok(HeadAdmitted::Done(Admitted { principal, command }))
+}
+
+/// The rest of a POST, once its head passed [`admit_head`]: body size, parsed-size bounds
+/// (before parsing), body shape, message limits, session and version.
+///
+/// # Errors
+/// The [`Rejection`] for the first rule the body breaks.
+pub fn admit_body(principal: Option<Arc<str>>, head: &RequestHead<'_>, body: &[u8], policy: &AdmitPolicy) -> Result<Admitted, Rejection> {
+    Ok(Admitted { principal, command: admit_post(head, body, policy)? })
+}
+
+/// Classify one HTTP request: [`admit_head`], then for a POST [`admit_body`].
+///
+/// # Errors
+/// The [`Rejection`] for the first rule the request breaks, in the order listed in the module
+/// documentation.
+pub fn admit(head: &RequestHead<'_>, body: &[u8], policy: &AdmitPolicy) -> Result<Admitted, Rejection> {
+    match admit_head(head, policy)? {
+        HeadAdmitted::Done(a) => Ok(a),
+        HeadAdmitted::Post { principal } => admit_body(principal, head, body, policy),
+    }
 }
 
 fn admit_post(head: &RequestHead<'_>, body: &[u8], policy: &AdmitPolicy) -> Result<Command, Rejection> {
-    if let Some(ct) = head.content_type {
-        let media = ct.split(';').next().unwrap_or("").trim();
-        if !media.eq_ignore_ascii_case("application/json") {
-            return Err(Rejection::UnsupportedMediaType);
-        }
-    }
     if body.len() > policy.max_body_bytes {
         return Err(Rejection::PayloadTooLarge);
     }

@@ -75,6 +75,9 @@ pub enum Rejection {
     /// Body larger than the configured limit.
     #[error("Payload Too Large")]
     PayloadTooLarge,
+    /// The body did not arrive in full within `security.body_read_timeout_ms`.
+    #[error("Request Timeout: the request body did not arrive in time")]
+    BodyTimeout,
     /// HTTP method other than POST, GET, DELETE (or an OPTIONS that is no CORS preflight).
     #[error("Method Not Allowed")]
     MethodNotAllowed,
@@ -143,6 +146,7 @@ impl Rejection {
             Rejection::NotAcceptable => 406,
             Rejection::UnsupportedMediaType => 415,
             Rejection::PayloadTooLarge => 413,
+            Rejection::BodyTimeout => 408,
             Rejection::MethodNotAllowed => 405,
             Rejection::InvalidHeader(_)
             | Rejection::Parse
@@ -180,6 +184,7 @@ impl Rejection {
             | Rejection::NotAcceptable
             | Rejection::UnsupportedMediaType
             | Rejection::PayloadTooLarge
+            | Rejection::BodyTimeout
             | Rejection::MethodNotAllowed
             | Rejection::InvalidHeader(_)
             | Rejection::MissingSession
@@ -243,6 +248,7 @@ impl Rejection {
             Rejection::NotAcceptable => "not_acceptable",
             Rejection::UnsupportedMediaType => "media_type",
             Rejection::PayloadTooLarge => "body_too_large",
+            Rejection::BodyTimeout => "body_timeout",
             Rejection::MethodNotAllowed => "method",
             Rejection::InvalidHeader(_) => "invalid_header",
             Rejection::Parse => "parse",
@@ -272,13 +278,14 @@ impl Rejection {
     }
 
     /// Every value [`Rejection::cause`] can return.
-    pub const CAUSES: [&'static str; 29] = [
+    pub const CAUSES: [&'static str; 30] = [
         "origin",
         "host",
         "unauthorized",
         "not_acceptable",
         "media_type",
         "body_too_large",
+        "body_timeout",
         "method",
         "invalid_header",
         "parse",
@@ -314,7 +321,8 @@ impl Rejection {
             (Rejection::Unauthorized, "auth configured; bearer token missing or unknown"),
             (Rejection::NotAcceptable, "POST accepts neither JSON nor SSE; GET does not accept SSE"),
             (Rejection::UnsupportedMediaType, "POST `Content-Type` is present and not `application/json`"),
-            (Rejection::PayloadTooLarge, "body larger than `security.max_body_bytes`"),
+            (Rejection::PayloadTooLarge, "body larger than `security.max_body_bytes` (checked against `Content-Length` before reading, and while reading)"),
+            (Rejection::BodyTimeout, "the body did not arrive in full within `security.body_read_timeout_ms`"),
             (Rejection::MethodNotAllowed, "method other than POST, GET, DELETE; OPTIONS that is not a CORS preflight"),
             (Rejection::InvalidHeader("Last-Event-ID"), "a header the endpoint reads (`Accept`, `Content-Type`, `Origin`, `Host`, `Authorization`, `MCP-Session-Id`, `MCP-Protocol-Version`, `Last-Event-ID`) is not visible ASCII"),
             (Rejection::Parse, "body is not JSON"),
@@ -353,6 +361,7 @@ mod tests {
             (406, code::TRANSPORT),
             (415, code::TRANSPORT),
             (413, code::TRANSPORT),
+            (408, code::TRANSPORT),
             (405, code::TRANSPORT),
             (400, code::TRANSPORT),
             (400, code::PARSE_ERROR),
