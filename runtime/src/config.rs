@@ -223,11 +223,16 @@ pub struct QuotasConfig {
     pub session_rate_per_sec: u32,
     /// Sessions one principal may create at once (bucket size). Default 20 000.
     pub session_burst: u32,
+    /// One principal's share of `limits.stream_memory_bytes` (its sessions' replay windows,
+    /// retained streams and kept handshakes), bytes; over it, its requests that would open a
+    /// stream or a session get 429 and its growing streams trim their windows. Default: half
+    /// of `limits.stream_memory_bytes`.
+    pub stream_memory_per_principal: Option<usize>,
 }
 
 impl Default for QuotasConfig {
     fn default() -> QuotasConfig {
-        QuotasConfig { sessions_per_principal: 10_000, session_rate_per_sec: 20_000, session_burst: 20_000 }
+        QuotasConfig { sessions_per_principal: 10_000, session_rate_per_sec: 20_000, session_burst: 20_000, stream_memory_per_principal: None }
     }
 }
 
@@ -294,7 +299,7 @@ impl RuntimeConfig {
     pub fn validate(self) -> Result<RuntimeConfig, ConfigError> {
         let (se, ss, l, q) = (&self.sse, &self.sessions, &self.limits, &self.quotas);
         let max = u64::MAX;
-        let rows: [(&'static str, u64, u64, u64); 28] = [
+        let rows: [(&'static str, u64, u64, u64); 29] = [
             ("security.max_body_bytes", self.security.max_body_bytes as u64, 1, 1 << 30),
             ("security.body_read_timeout_ms", self.security.body_read_timeout_ms, 100, 600_000),
             ("sse.replay_max_events", se.replay_max_events as u64, 1, 1 << 20),
@@ -323,6 +328,7 @@ impl RuntimeConfig {
             ("limits.batch_max_items", l.batch_max_items as u64, 1, 1 << 16),
             ("limits.stream_memory_bytes", l.stream_memory_bytes as u64, 1 << 16, max),
             ("quotas.sessions_per_principal", q.sessions_per_principal as u64, 1, ss.max_sessions as u64),
+            ("quotas.stream_memory_per_principal", self.stream_memory_share() as u64, 1 << 15, l.stream_memory_bytes as u64),
         ];
         for (field, value, min, max) in rows {
             check(field, value, min, max)?;
@@ -371,6 +377,12 @@ impl RuntimeConfig {
         }
     }
 
+    /// One caller's share of the stream memory budget (bytes).
+    #[must_use]
+    pub fn stream_memory_share(&self) -> usize {
+        self.quotas.stream_memory_per_principal.unwrap_or(self.limits.stream_memory_bytes / 2)
+    }
+
     /// Idle session lifetime in ms.
     #[must_use]
     pub fn idle_ttl_ms(&self) -> u64 {
@@ -392,6 +404,7 @@ mod tests {
     fn defaults_validate_and_no_caller_may_take_the_whole_table() {
         let d = RuntimeConfig::default().validate().unwrap();
         assert!(d.quotas.sessions_per_principal <= d.sessions.max_sessions / 2);
+        assert!(d.stream_memory_share() <= d.limits.stream_memory_bytes / 2);
     }
 
     #[test]

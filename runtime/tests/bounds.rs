@@ -104,7 +104,11 @@ async fn retained_streams_are_bounded_in_bytes_per_session() {
 
 #[actix_web::test]
 async fn a_full_stream_memory_budget_refuses_new_streams_with_503_until_memory_is_freed() {
-    let h = harness_with(cfg(|c| c.limits.stream_memory_bytes = 1 << 16)).await;
+    let h = harness_with(cfg(|c| {
+        c.limits.stream_memory_bytes = 1 << 16;
+        c.quotas.stream_memory_per_principal = Some(1 << 16);
+    }))
+    .await;
     let a = h.client("2025-11-25").await;
     // Two retained closed streams of 40 KiB each: over the 64 KiB budget.
     for id in 1..=2 {
@@ -155,6 +159,42 @@ async fn a_stream_growing_past_a_full_budget_keeps_only_its_newest_event() {
     assert_eq!(h.sup.stats_snapshot().budget_trimmed, 4, "each of 5 events pushed while over budget left only itself");
     // The trimmed events are an explicit gap, never a silent skip.
     assert_refused(c.resume(&start).await, StatusCode::GONE, -32005).await;
+}
+
+#[actix_web::test]
+async fn a_caller_over_its_share_of_the_stream_memory_gets_429_and_others_are_served() {
+    let h = harness_with(cfg(|c| {
+        two_callers(c);
+        c.limits.stream_memory_bytes = 1 << 18;
+        c.quotas.stream_memory_per_principal = Some(1 << 16);
+    }))
+    .await;
+    let alice = h.client_as("2025-11-25", Some("ta")).await;
+    let mut big = alice.call_tool(1, "echo", json!({"text": "a".repeat(80 << 10)})).await;
+    big.rest().await;
+    let refused = alice.call_tool(2, "echo", json!({"text": "more"})).await;
+    assert_eq!(refused.header("retry-after").as_deref(), Some("2"));
+    assert_refused(refused, StatusCode::TOO_MANY_REQUESTS, -32007).await;
+    assert_refused(alice.open_get().await, StatusCode::TOO_MANY_REQUESTS, -32007).await;
+    let init = h.send(post().insert_header(("Authorization", "Bearer ta")).set_payload(init_body("2025-11-25"))).await;
+    assert_refused(init, StatusCode::TOO_MANY_REQUESTS, -32007).await;
+    assert!(!h.sup.stream_memory_full(), "the server as a whole has room");
+    let bob = h.client_as("2025-11-25", Some("tb")).await;
+    assert_eq!(text_of(&bob.call_tool(1, "echo", json!({"text": "bob"})).await.message().await), "bob", "bob is not locked out by alice");
+    assert_eq!(h.sup.stats().refusals("quota.stream_memory"), 3);
+}
+
+#[actix_web::test]
+async fn a_sessions_kept_handshake_is_charged_to_the_memory_budget_for_its_life() {
+    let h = harness().await;
+    let body = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"n".repeat(60_000)}}});
+    let mut r = h.send(post().set_payload(body.to_string())).await;
+    let sid = r.header("mcp-session-id").unwrap();
+    r.json().await;
+    assert!(h.sup.stats_snapshot().stream_memory_bytes >= 60_000, "{:?}", h.sup.stats_snapshot());
+    let c = Client { h: &h, sid, version: "2025-11-25".into(), token: None };
+    assert_eq!(c.delete().await.status, StatusCode::NO_CONTENT);
+    assert_eq!(h.sup.stats_snapshot().stream_memory_bytes, 0, "released with the session");
 }
 
 #[actix_web::test]

@@ -170,7 +170,8 @@ mod tests {
         });
         let ctx = Context::new();
         let addr = ctx.address();
-        let (body, _) = StreamActor::start_in(ctx, core, None, Arc::new(session.clone().recipient()), env);
+        let share = MemoryBudget::new(1 << 20);
+        let (body, _) = StreamActor::start_in(ctx, core, None, Arc::new(session.clone().recipient()), env, &share);
         (addr, body)
     }
 

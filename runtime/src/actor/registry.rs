@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use actix::Addr;
 use parking_lot::{Mutex, RwLock};
 
+use super::budget::MemoryBudget;
 use super::session::SessionActor;
 use crate::proto::error::{Overload, Quota, Rejection};
 use crate::proto::event_id::CursorSigner;
@@ -43,6 +44,15 @@ pub struct SessionHandle {
     pub principal: Option<Arc<str>>,
     /// Verifies cursors for this session and owner.
     pub signer: Arc<CursorSigner>,
+    /// The caller's share of the stream memory budget.
+    pub caller_budget: Arc<MemoryBudget>,
+}
+
+/// One caller's entry: its live sessions and its share of the stream memory budget.
+#[derive(Debug)]
+struct Caller {
+    sessions: usize,
+    budget: Arc<MemoryBudget>,
 }
 
 /// The sharded session map.
@@ -52,9 +62,10 @@ pub struct Registry {
     hasher: RandomState,
     /// Live plus reserved sessions; reservations make the limit check atomic.
     count: AtomicUsize,
-    /// Live plus reserved sessions per caller; an entry is removed when it reaches 0, so the
-    /// map holds at most one entry per live session. Taken once per session start and end.
-    per_key: Mutex<HashMap<QuotaKey, usize>>,
+    /// Live plus reserved sessions per caller, and the caller's memory share; an entry is
+    /// removed when its count reaches 0, so the map holds at most one entry per live session.
+    /// Taken once per session start and end.
+    per_key: Mutex<HashMap<QuotaKey, Caller>>,
 }
 
 impl Default for Registry {
@@ -79,32 +90,40 @@ impl Registry {
         self.shard(id).read().get(id).cloned()
     }
 
-    /// Reserve a slot for `key` if it has fewer than `max_per_key` sessions and fewer than
-    /// `max` sessions exist in all. The slot is released by dropping the returned
-    /// [`Reservation`] (or the [`RegistryGuard`] it becomes).
+    /// Reserve a slot for `key` if it has fewer than `limits.max_per_key` sessions, its memory
+    /// share is not full, and fewer than `limits.max` sessions exist in all. The slot is
+    /// released by dropping the returned [`Reservation`] (or the [`RegistryGuard`] it becomes).
     ///
     /// # Errors
-    /// [`Rejection::QuotaExceeded`] (429) when `key` is at its quota;
-    /// [`Rejection::Overloaded`] (503) when the table is full.
-    pub fn reserve(self: &Arc<Self>, key: QuotaKey, max: usize, max_per_key: usize) -> Result<Reservation, Rejection> {
+    /// [`Rejection::QuotaExceeded`] (429) when `key` is at its session quota or its memory
+    /// share is full; [`Rejection::Overloaded`] (503) when the table is full.
+    pub fn reserve(self: &Arc<Self>, key: QuotaKey, limits: SlotLimits) -> Result<Reservation, Rejection> {
         let mut per_key = self.per_key.lock();
-        let mine = per_key.get(&key).copied().unwrap_or(0);
-        if mine >= max_per_key {
+        let (mine, budget) = match per_key.get(&key) {
+            Some(c) => (c.sessions, Arc::clone(&c.budget)),
+            None => (0, MemoryBudget::new(limits.memory_per_key)),
+        };
+        if mine >= limits.max_per_key {
             return Err(Rejection::QuotaExceeded { cause: Quota::Sessions, retry_after_s: Overload::Sessions.retry_after_s() });
         }
+        if budget.is_full() {
+            return Err(Rejection::QuotaExceeded { cause: Quota::StreamMemory, retry_after_s: Overload::StreamMemory.retry_after_s() });
+        }
         self.count
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1))
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < limits.max).then_some(n + 1))
             .map_err(|_| Rejection::Overloaded(Overload::Sessions))?;
-        per_key.insert(key.clone(), mine + 1);
-        Ok(Reservation { registry: Some(Arc::clone(self)), key: Some(key) })
+        per_key.insert(key.clone(), Caller { sessions: mine + 1, budget: Arc::clone(&budget) });
+        Ok(Reservation { registry: Some(Arc::clone(self)), key: Some(key), budget })
     }
 
     fn release(&self, key: &QuotaKey) {
         self.count.fetch_sub(1, Ordering::AcqRel);
         let mut per_key = self.per_key.lock();
-        if let Some(n) = per_key.get_mut(key) {
-            *n -= 1;
-            if *n == 0 {
+        if let Some(c) = per_key.get_mut(key) {
+            c.sessions -= 1;
+            if c.sessions == 0 {
+                // Streams still stopping keep their share alive through their charges; a new
+                // session of this caller starts a new share.
                 per_key.remove(key);
             }
         }
@@ -119,7 +138,7 @@ impl Registry {
     /// Live sessions (including reservations) of one caller.
     #[must_use]
     pub fn len_of(&self, key: &QuotaKey) -> usize {
-        self.per_key.lock().get(key).copied().unwrap_or(0)
+        self.per_key.lock().get(key).map_or(0, |c| c.sessions)
     }
 
     /// Whether there is no session.
@@ -135,15 +154,33 @@ impl Registry {
     }
 }
 
+/// The bounds a reservation checks.
+#[derive(Debug, Clone, Copy)]
+pub struct SlotLimits {
+    /// Sessions in all (`sessions.max_sessions`).
+    pub max: usize,
+    /// Sessions per caller (`quotas.sessions_per_principal`).
+    pub max_per_key: usize,
+    /// A caller's share of the stream memory (`quotas.stream_memory_per_principal`).
+    pub memory_per_key: usize,
+}
+
 /// A reserved slot, not yet holding a session.
 #[derive(Debug)]
 #[must_use = "dropping a reservation releases the slot"]
 pub struct Reservation {
     registry: Option<Arc<Registry>>,
     key: Option<QuotaKey>,
+    budget: Arc<MemoryBudget>,
 }
 
 impl Reservation {
+    /// The caller's share of the stream memory budget.
+    #[must_use]
+    pub fn caller_budget(&self) -> &Arc<MemoryBudget> {
+        &self.budget
+    }
+
     /// Publish the session under `id`; the returned guard deregisters it on drop.
     pub fn insert(mut self, id: SessionId, handle: SessionHandle) -> RegistryGuard {
         let registry = self.registry.take().expect("reservation used once");
@@ -181,19 +218,23 @@ impl Drop for RegistryGuard {
 mod tests {
     use super::*;
 
+    fn limits(max: usize, max_per_key: usize) -> SlotLimits {
+        SlotLimits { max, max_per_key, memory_per_key: 1000 }
+    }
+
     #[test]
     fn per_key_quota_refuses_429_and_the_table_503_and_drops_give_back() {
         let r = Arc::new(Registry::default());
         let alice = QuotaKey::Principal("alice".into());
         let bob = QuotaKey::Principal("bob".into());
-        let a1 = r.reserve(alice.clone(), 3, 2).unwrap();
-        let _a2 = r.reserve(alice.clone(), 3, 2).unwrap();
-        assert_eq!(r.reserve(alice.clone(), 3, 2).unwrap_err().status(), 429, "alice is at her quota");
-        let _b1 = r.reserve(bob.clone(), 3, 2).expect("bob is not locked out by alice");
-        assert_eq!(r.reserve(bob.clone(), 3, 2).unwrap_err().status(), 503, "the table is full");
+        let a1 = r.reserve(alice.clone(), limits(3, 2)).unwrap();
+        let _a2 = r.reserve(alice.clone(), limits(3, 2)).unwrap();
+        assert_eq!(r.reserve(alice.clone(), limits(3, 2)).unwrap_err().status(), 429, "alice is at her quota");
+        let _b1 = r.reserve(bob.clone(), limits(3, 2)).expect("bob is not locked out by alice");
+        assert_eq!(r.reserve(bob.clone(), limits(3, 2)).unwrap_err().status(), 503, "the table is full");
         drop(a1);
         assert_eq!((r.len(), r.len_of(&alice)), (2, 1));
-        let _b2 = r.reserve(bob.clone(), 3, 2).unwrap();
+        let _b2 = r.reserve(bob.clone(), limits(3, 2)).unwrap();
         assert_eq!(r.len_of(&bob), 2);
     }
 
@@ -201,8 +242,23 @@ mod tests {
     fn a_refused_reservation_leaves_the_counts_unchanged() {
         let r = Arc::new(Registry::default());
         let k = QuotaKey::Unknown;
-        let _a = r.reserve(k.clone(), 1, 5).unwrap();
-        assert!(r.reserve(k.clone(), 1, 5).is_err());
+        let _a = r.reserve(k.clone(), limits(1, 5)).unwrap();
+        assert!(r.reserve(k.clone(), limits(1, 5)).is_err());
         assert_eq!((r.len(), r.len_of(&k)), (1, 1));
+    }
+
+    #[test]
+    fn a_callers_sessions_share_one_memory_budget_and_a_full_one_refuses_429() {
+        let r = Arc::new(Registry::default());
+        let k = QuotaKey::Principal("alice".into());
+        let a = r.reserve(k.clone(), limits(10, 10)).unwrap();
+        let b = r.reserve(k.clone(), limits(10, 10)).unwrap();
+        assert!(Arc::ptr_eq(a.caller_budget(), b.caller_budget()));
+        let mut charge = a.caller_budget().charge(None);
+        charge.set(1000);
+        let refused = r.reserve(k.clone(), limits(10, 10)).unwrap_err();
+        assert_eq!((refused.status(), refused.cause()), (429, "quota.stream_memory"));
+        assert!(r.reserve(QuotaKey::Principal("bob".into()), limits(10, 10)).is_ok(), "bob has his own share");
+        charge.set(0);
     }
 }

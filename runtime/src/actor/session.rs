@@ -16,6 +16,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::body::SseBody;
+use super::budget::{Charge, MemoryBudget};
 use super::registry::RegistryGuard;
 use super::stream::{Attach, Close, Emit, PollClose, SessionLink, Stop as StopStream, StreamActor, StreamReport};
 use super::supervisor::Supervisor;
@@ -68,6 +69,10 @@ pub struct SessionActor {
     ended_by: Rejection,
     /// Where its streams report (made in `started`; dropped with the actor).
     link: Option<SessionLink>,
+    /// The caller's share of the stream memory budget, charged by this session's streams.
+    caller_budget: Arc<MemoryBudget>,
+    /// The kept handshake, charged to the budgets for the session's life.
+    _handshake: Charge,
 }
 
 /// What a POST produced.
@@ -146,7 +151,6 @@ impl Actor for SessionActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        ctx.set_mailbox_capacity(self.sup.config().sessions.mailbox);
         // A strong recipient of itself: the session never waits for its addresses to drop
         // (it stops only by `ctx.stop()`), and the cycle ends when the actor is dropped.
         self.link = Some(Arc::new(ctx.address().recipient()));
@@ -178,6 +182,10 @@ pub(crate) struct SessionSeed {
     pub(crate) generation: Generation,
     pub(crate) signer: Arc<CursorSigner>,
     pub(crate) client_caps: Value,
+    /// Estimated bytes of the handshake the session keeps.
+    pub(crate) kept_bytes: usize,
+    /// The caller's share of the stream memory budget.
+    pub(crate) caller_budget: Arc<MemoryBudget>,
 }
 
 impl SessionActor {
@@ -195,6 +203,8 @@ impl SessionActor {
             prime: cfg.sse.prime_streams && seed.version.primes_streams(),
             retry_ms: Some(cfg.sse.retry_ms),
         };
+        let mut handshake = sup.stream_env().budget.charge(Some(&seed.caller_budget));
+        handshake.set(seed.kept_bytes);
         SessionActor {
             core: SessionCore::new(seed.id, seed.version, seed.generation, limits, sup.now()),
             principal: seed.principal,
@@ -206,6 +216,8 @@ impl SessionActor {
             timer: None,
             ended_by: Rejection::SessionNotFound,
             link: None,
+            caller_budget: seed.caller_budget,
+            _handshake: handshake,
         }
     }
 
@@ -260,7 +272,7 @@ impl SessionActor {
         let core = StreamCore::new(sid, self.core.generation(), kind, (*self.signer).clone(), self.settings.clone());
         self.core.connection_delta(self.sup.now(), true);
         let link = Arc::clone(self.link.as_ref().expect("set when the session started"));
-        let (body, closed_with) = StreamActor::start_in(sctx, core, final_json.as_deref(), link, Arc::clone(self.sup.stream_env()));
+        let (body, closed_with) = StreamActor::start_in(sctx, core, final_json.as_deref(), link, Arc::clone(self.sup.stream_env()), &self.caller_budget);
         if let Some(bytes) = closed_with {
             let evicted = self.core.stream_closed(sid, bytes);
             self.evict(evicted);

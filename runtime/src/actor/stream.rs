@@ -153,6 +153,7 @@ impl StreamActor {
         final_json: Option<&[u8]>,
         session: SessionLink,
         env: Arc<StreamEnv>,
+        caller_budget: &Arc<MemoryBudget>,
     ) -> (SseBody, Option<usize>) {
         let addr = ctx.address();
         let mut att = core.attach_new();
@@ -172,7 +173,7 @@ impl StreamActor {
         };
         let owner = ConnectionOwner { stream: addr, session: Arc::clone(&session), conn };
         let mut actor = StreamActor {
-            charge: env.budget.charge(),
+            charge: env.budget.charge(Some(caller_budget)),
             core,
             writer,
             session,
@@ -193,7 +194,8 @@ impl StreamActor {
         self.session.do_send(r);
     }
 
-    /// Charge the window's size to the budget; over it, keep only the newest event.
+    /// Charge the window's size to the budget and the caller's share; over either, keep only
+    /// the newest event.
     fn update_charge(&mut self) {
         if self.charge.set(self.core.retained_bytes()) {
             let trimmed = self.core.trim_for_budget();

@@ -12,7 +12,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use parking_lot::{Mutex, RwLock};
 
 use super::budget::MemoryBudget;
-use super::registry::{QuotaKey, Registry, SessionHandle};
+use super::registry::{QuotaKey, Registry, SessionHandle, SlotLimits};
 use super::session::{SessionActor, SessionSeed};
 use super::stats::{RuntimeStats, StatsSnapshot};
 use super::stream::StreamEnv;
@@ -198,8 +198,10 @@ impl Supervisor {
     ///
     /// # Errors
     /// [`Rejection::Overloaded`] when stopping, when the stream memory budget is full or at
-    /// `max_sessions`; [`Rejection::QuotaExceeded`] past the caller's session quota or rate.
-    pub fn create_session(self: &Arc<Self>, key: QuotaKey, principal: Option<Arc<str>>, init: &InitializeRequest) -> Result<(SessionId, ProtocolVersion), Rejection> {
+    /// `max_sessions`; [`Rejection::QuotaExceeded`] past the caller's session quota, rate or
+    /// memory share. `kept_bytes` (the handshake's estimated size) is charged to the budgets
+    /// for the session's life.
+    pub fn create_session(self: &Arc<Self>, key: QuotaKey, principal: Option<Arc<str>>, init: &InitializeRequest, kept_bytes: usize) -> Result<(SessionId, ProtocolVersion), Rejection> {
         if !matches!(self.phase(), Phase::Serving(_)) {
             return Err(Rejection::Overloaded(Overload::Draining));
         }
@@ -207,15 +209,24 @@ impl Supervisor {
             return Err(Rejection::Overloaded(Overload::StreamMemory));
         }
         self.rate.take(&key, self.now())?;
-        let reservation = self.registry.reserve(key, self.cfg.sessions.max_sessions, self.cfg.quotas.sessions_per_principal)?;
+        let limits = SlotLimits {
+            max: self.cfg.sessions.max_sessions,
+            max_per_key: self.cfg.quotas.sessions_per_principal,
+            memory_per_key: self.cfg.stream_memory_share(),
+        };
+        let reservation = self.registry.reserve(key, limits)?;
         let version = ProtocolVersion::negotiate(init.requested_version.as_deref());
         let raw = format!("{}.{}", self.generation.0, URL_SAFE_NO_PAD.encode(crate::rng::bytes::<24>()));
         let id = SessionId::parse(&raw).expect("base64url and digits are visible ASCII");
         let signer = Arc::new(self.key.signer(id.as_str(), principal.as_deref()));
         let sup = Arc::clone(self);
-        let seed = SessionSeed { id: id.clone(), principal, version, generation: self.generation, signer, client_caps: init.capabilities.clone() };
+        let caller_budget = Arc::clone(reservation.caller_budget());
+        let seed = SessionSeed { id: id.clone(), principal, version, generation: self.generation, signer, client_caps: init.capabilities.clone(), kept_bytes, caller_budget };
         SessionActor::create(move |ctx| {
-            let handle = SessionHandle { addr: ctx.address(), principal: seed.principal.clone(), signer: Arc::clone(&seed.signer) };
+            // Before the address is published: a full default mailbox (16) would refuse
+            // the session's first requests.
+            ctx.set_mailbox_capacity(sup.config().sessions.mailbox);
+            let handle = SessionHandle { addr: ctx.address(), principal: seed.principal.clone(), signer: Arc::clone(&seed.signer), caller_budget: Arc::clone(&seed.caller_budget) };
             let guard = reservation.insert(seed.id.clone(), handle);
             SessionActor::new(seed, sup, guard)
         });

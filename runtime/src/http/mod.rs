@@ -14,9 +14,9 @@ use bytes::{Bytes, BytesMut};
 use futures_core::Stream as _;
 use tokio::sync::oneshot;
 
-use crate::actor::{Delete, JsonReply, OpenGet, Post, PostOutcome, QuotaKey, Resume, SseBody, Supervisor};
+use crate::actor::{Delete, JsonReply, OpenGet, Post, PostOutcome, QuotaKey, Resume, SessionHandle, SseBody, Supervisor};
 use crate::proto::admission::{Command, HeadAdmitted, HttpMethod, ReplyMode, RequestHead, admit_body, admit_head, cors_headers, cors_origin, cors_preflight_headers};
-use crate::proto::error::{Overload, Rejection};
+use crate::proto::error::{Overload, Quota, Rejection};
 use crate::proto::jsonrpc::{Incoming, encode_result};
 use crate::proto::mcp::initialize_result;
 
@@ -171,6 +171,18 @@ fn quota_key(principal: Option<&Arc<str>>, peer: Option<SocketAddr>) -> QuotaKey
     }
 }
 
+/// A new stream needs room in the server-wide budget (503 when full) and in its caller's
+/// share (429).
+fn stream_memory_available(sup: &Supervisor, handle: &SessionHandle) -> Result<(), Rejection> {
+    if sup.stream_memory_full() {
+        return Err(Rejection::Overloaded(Overload::StreamMemory));
+    }
+    if handle.caller_budget.is_full() {
+        return Err(Rejection::QuotaExceeded { cause: Quota::StreamMemory, retry_after_s: Overload::StreamMemory.retry_after_s() });
+    }
+    Ok(())
+}
+
 fn opens_stream(incoming: &Incoming, reply: ReplyMode) -> bool {
     reply == ReplyMode::Sse && matches!(incoming, Incoming::Single(m) if m.is_request())
 }
@@ -199,8 +211,8 @@ async fn serve(req: &HttpRequest, head: &RequestHead<'_>, payload: web::Payload,
             }
             Ok(b.finish())
         }
-        Command::Initialize { id, init, reply } => {
-            let (session, version) = sup.create_session(quota_key(principal.as_ref(), req.peer_addr()), principal, &init)?;
+        Command::Initialize { id, init, kept_bytes, reply } => {
+            let (session, version) = sup.create_session(quota_key(principal.as_ref(), req.peer_addr()), principal, &init, kept_bytes)?;
             let catalog = sup.catalog();
             let result = initialize_result(version, catalog.capabilities(), catalog.server_info(), catalog.instructions());
             let bytes = encode_result(&id, &result);
@@ -216,8 +228,8 @@ async fn serve(req: &HttpRequest, head: &RequestHead<'_>, payload: web::Payload,
         }
         Command::Post { session, version: _, incoming, reply } => {
             let handle = sup.lookup(&session, principal.as_ref())?;
-            if opens_stream(&incoming, reply) && sup.stream_memory_full() {
-                return Err(Rejection::Overloaded(Overload::StreamMemory));
+            if opens_stream(&incoming, reply) {
+                stream_memory_available(sup, &handle)?;
             }
             let (tx, rx) = oneshot::channel();
             handle.addr.try_send(Post { incoming, reply_mode: reply, reply: tx }).map_err(mailbox_error)?;
@@ -251,9 +263,7 @@ async fn serve(req: &HttpRequest, head: &RequestHead<'_>, payload: web::Payload,
         }
         Command::OpenStream { session } => {
             let handle = sup.lookup(&session, principal.as_ref())?;
-            if sup.stream_memory_full() {
-                return Err(Rejection::Overloaded(Overload::StreamMemory));
-            }
+            stream_memory_available(sup, &handle)?;
             let (tx, rx) = oneshot::channel();
             handle.addr.try_send(OpenGet { reply: tx }).map_err(mailbox_error)?;
             Ok(sse(rx.await.map_err(|_| Rejection::SessionNotFound)??))

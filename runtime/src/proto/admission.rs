@@ -167,6 +167,8 @@ pub enum Command {
         id: JsonRpcId,
         /// What the client said (bounded by `limits.handshake_*`).
         init: InitializeRequest,
+        /// Estimated bytes the session keeps of it, charged to the memory budgets.
+        kept_bytes: usize,
         /// Reply format.
         reply: ReplyMode,
     },
@@ -447,8 +449,8 @@ fn admit_post(head: &RequestHead<'_>, body: &[u8], policy: &AdmitPolicy) -> Resu
                 return Err(Rejection::AlreadyInitialized);
             }
             let init = InitializeRequest::from_params(params.as_ref());
-            limits::check_handshake(&init.capabilities, &init.client_info, &limits.handshake).map_err(Rejection::LimitExceeded)?;
-            return Ok(Command::Initialize { id: id.clone(), init, reply });
+            let kept_bytes = limits::check_handshake(&init.capabilities, &init.client_info, &limits.handshake).map_err(Rejection::LimitExceeded)?;
+            return Ok(Command::Initialize { id: id.clone(), init, kept_bytes, reply });
         }
     if let Incoming::Batch(ms) = &incoming
         && ms.iter().any(|m| matches!(m, Message::Request { method, .. } if method == "initialize")) {

@@ -51,6 +51,8 @@ pub enum Quota {
     Sessions,
     /// `quotas.session_rate_per_sec` / `session_burst`.
     SessionRate,
+    /// `quotas.stream_memory_per_principal`: the caller's share of the stream memory budget.
+    StreamMemory,
 }
 
 /// A typed refusal of an HTTP request.
@@ -121,7 +123,11 @@ pub enum Rejection {
     #[error("Gone: events after Last-Event-ID are no longer available")]
     EventsLost,
     /// The caller is over a per-principal quota.
-    #[error("Too Many Requests: {}", match .cause { Quota::Sessions => "too many live sessions for this caller", Quota::SessionRate => "sessions created too fast by this caller" })]
+    #[error("Too Many Requests: {}", match .cause {
+        Quota::Sessions => "too many live sessions for this caller",
+        Quota::SessionRate => "sessions created too fast by this caller",
+        Quota::StreamMemory => "this caller's share of the stream memory budget is full",
+    })]
     QuotaExceeded {
         /// Which quota.
         cause: Quota,
@@ -255,8 +261,8 @@ impl Rejection {
             Rejection::InvalidMessage { .. } => "invalid_message",
             Rejection::LimitExceeded(l) => match l.limit {
                 Limit::JsonDepth | Limit::JsonValues => "limit.json",
-                Limit::Capabilities | Limit::ClientInfo => "limit.handshake",
-                Limit::IdLength | Limit::MethodLength | Limit::NameLength | Limit::UriLength => "limit.length",
+                Limit::Capabilities(_) | Limit::ClientInfo(_) => "limit.handshake",
+                Limit::IdLength | Limit::MethodLength | Limit::NameLength | Limit::UriLength | Limit::ProgressToken => "limit.length",
                 Limit::BatchItems => "limit.batch",
             },
             Rejection::MissingSession => "missing_session",
@@ -268,6 +274,7 @@ impl Rejection {
             Rejection::EventsLost => "events_lost",
             Rejection::QuotaExceeded { cause: Quota::Sessions, .. } => "quota.sessions",
             Rejection::QuotaExceeded { cause: Quota::SessionRate, .. } => "quota.session_rate",
+            Rejection::QuotaExceeded { cause: Quota::StreamMemory, .. } => "quota.stream_memory",
             Rejection::Overloaded(Overload::Sessions) => "overloaded.sessions",
             Rejection::Overloaded(Overload::Mailbox) => "overloaded.mailbox",
             Rejection::Overloaded(Overload::InFlight) => "overloaded.in_flight",
@@ -278,7 +285,7 @@ impl Rejection {
     }
 
     /// Every value [`Rejection::cause`] can return.
-    pub const CAUSES: [&'static str; 30] = [
+    pub const CAUSES: [&'static str; 31] = [
         "origin",
         "host",
         "unauthorized",
@@ -303,6 +310,7 @@ impl Rejection {
         "events_lost",
         "quota.sessions",
         "quota.session_rate",
+        "quota.stream_memory",
         "overloaded.sessions",
         "overloaded.mailbox",
         "overloaded.in_flight",
@@ -330,7 +338,7 @@ impl Rejection {
                 Rejection::InvalidMessage { reason: "example".into(), id: None },
                 "not JSON-RPC 2.0; `null` id; batch on a session newer than 2025-03-26; `initialize` in a batch",
             ),
-            (limit(Limit::JsonValues), "body deeper or with more values than `limits.json_*`; `initialize` `capabilities` or `clientInfo` over `limits.handshake_*`; string id, method, tool/prompt name or URI longer than its `limits.*_max_bytes`; batch over `limits.batch_max_items` (`data` names the limit)"),
+            (limit(Limit::JsonValues), "body deeper or with more values than `limits.json_*`; `initialize` `capabilities` or `clientInfo` over `limits.handshake_*`; string id, method, tool/prompt name or URI longer than its `limits.*_max_bytes`; a `_meta.progressToken` that is not a number or a string of at most `limits.id_max_bytes`; batch over `limits.batch_max_items` (`data` names the limit)"),
             (Rejection::MissingSession, "no `MCP-Session-Id` on a non-`initialize` request"),
             (Rejection::SessionNotFound, "session unknown, deleted (also while its request was running), expired, or owned by another caller"),
             (Rejection::UnsupportedVersion("1999-01-01".into()), "`MCP-Protocol-Version` not supported"),
@@ -341,7 +349,7 @@ impl Rejection {
                 Rejection::EventsLost,
                 "GET resume: the stream is no longer retained, or (standalone GET stream) events after the cursor were evicted",
             ),
-            (Rejection::QuotaExceeded { cause: Quota::Sessions, retry_after_s: 5 }, "the caller (principal, or remote address without auth) has `quotas.sessions_per_principal` live sessions, or creates them faster than `quotas.session_rate_per_sec` (`Retry-After`: when a new one is allowed)"),
+            (Rejection::QuotaExceeded { cause: Quota::Sessions, retry_after_s: 5 }, "the caller (principal, or remote address without auth) has `quotas.sessions_per_principal` live sessions (`Retry-After: 5`), creates them faster than `quotas.session_rate_per_sec` (`Retry-After`: when the next is allowed), or its share `quotas.stream_memory_per_principal` of the stream memory is full for a request that would open a stream or session (`Retry-After: 2`)"),
             (Rejection::Overloaded(Overload::Sessions), "`sessions.max_sessions` reached (`Retry-After: 5`), the server is stopping (5), session mailbox full (1), `sessions.max_in_flight` reached (1), or the stream memory budget `limits.stream_memory_bytes` is full for a request that would open a stream (2)"),
             (Rejection::Internal, "unexpected server error (details only in the log)"),
         ]
@@ -350,6 +358,7 @@ impl Rejection {
 
 #[cfg(test)]
 mod tests {
+    use super::super::limits::HandshakeBound;
     use super::*;
 
     #[test]
@@ -406,7 +415,7 @@ mod tests {
 
     #[test]
     fn limit_errors_name_the_limit_in_message_and_data() {
-        let r = Rejection::LimitExceeded(LimitExceeded { limit: Limit::Capabilities, max: 1024 });
+        let r = Rejection::LimitExceeded(LimitExceeded { limit: Limit::Capabilities(HandshakeBound::Values), max: 1024 });
         let e = r.to_error_object();
         assert!(e.message.contains("capabilities") && e.message.contains("1024"), "{}", e.message);
         assert_eq!(e.data.unwrap()["max"], 1024);
@@ -415,13 +424,19 @@ mod tests {
     #[test]
     fn every_cause_is_listed_once() {
         let mut all: Vec<Rejection> = Rejection::table().into_iter().map(|(r, _)| r).collect();
-        for limit in [Limit::JsonDepth, Limit::JsonValues, Limit::Capabilities, Limit::ClientInfo, Limit::IdLength, Limit::MethodLength, Limit::NameLength, Limit::UriLength, Limit::BatchItems] {
+        let hs = [HandshakeBound::Values, HandshakeBound::Depth, HandshakeBound::StringBytes];
+        let limits = [Limit::JsonDepth, Limit::JsonValues, Limit::IdLength, Limit::MethodLength, Limit::NameLength, Limit::UriLength, Limit::BatchItems, Limit::ProgressToken]
+            .into_iter()
+            .chain(hs.map(Limit::Capabilities))
+            .chain(hs.map(Limit::ClientInfo));
+        for limit in limits {
             all.push(Rejection::LimitExceeded(LimitExceeded { limit, max: 1 }));
         }
         for o in [Overload::Sessions, Overload::Mailbox, Overload::InFlight, Overload::Draining, Overload::StreamMemory] {
             all.push(Rejection::Overloaded(o));
         }
         all.push(Rejection::QuotaExceeded { cause: Quota::SessionRate, retry_after_s: 1 });
+        all.push(Rejection::QuotaExceeded { cause: Quota::StreamMemory, retry_after_s: 2 });
         for r in &all {
             assert!(Rejection::CAUSES.contains(&r.cause()), "{r:?}");
         }

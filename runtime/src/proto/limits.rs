@@ -70,10 +70,10 @@ pub enum Limit {
     JsonDepth,
     /// Values in the body.
     JsonValues,
-    /// `initialize` `capabilities`: values, depth or string bytes.
-    Capabilities,
-    /// `initialize` `clientInfo`: values, depth or string bytes.
-    ClientInfo,
+    /// `initialize` `capabilities`: one of its bounds.
+    Capabilities(HandshakeBound),
+    /// `initialize` `clientInfo`: one of its bounds.
+    ClientInfo(HandshakeBound),
     /// Length of a string request id.
     IdLength,
     /// Length of a method name.
@@ -84,6 +84,8 @@ pub enum Limit {
     UriLength,
     /// Messages in a batch.
     BatchItems,
+    /// A request's `_meta.progressToken`: a number, or a string no longer than ids may be.
+    ProgressToken,
 }
 
 impl Limit {
@@ -93,15 +95,31 @@ impl Limit {
         match self {
             Limit::JsonDepth => "JSON nesting depth (limits.json_max_depth)",
             Limit::JsonValues => "number of JSON values (limits.json_max_values)",
-            Limit::Capabilities => "initialize capabilities (limits.handshake_*)",
-            Limit::ClientInfo => "initialize clientInfo (limits.handshake_*)",
+            Limit::Capabilities(HandshakeBound::Values) => "initialize capabilities: values (limits.handshake_max_values)",
+            Limit::Capabilities(HandshakeBound::Depth) => "initialize capabilities: depth (limits.handshake_max_depth)",
+            Limit::Capabilities(HandshakeBound::StringBytes) => "initialize capabilities: string bytes (limits.handshake_max_string_bytes)",
+            Limit::ClientInfo(HandshakeBound::Values) => "initialize clientInfo: values (limits.handshake_max_values)",
+            Limit::ClientInfo(HandshakeBound::Depth) => "initialize clientInfo: depth (limits.handshake_max_depth)",
+            Limit::ClientInfo(HandshakeBound::StringBytes) => "initialize clientInfo: string bytes (limits.handshake_max_string_bytes)",
             Limit::IdLength => "request id length in bytes (limits.id_max_bytes)",
             Limit::MethodLength => "method name length in bytes (limits.method_max_bytes)",
             Limit::NameLength => "tool or prompt name length in bytes (limits.name_max_bytes)",
             Limit::UriLength => "resource URI length in bytes (limits.uri_max_bytes)",
             Limit::BatchItems => "messages in a batch (limits.batch_max_items)",
+            Limit::ProgressToken => "request _meta.progressToken: a number, or a string of at most limits.id_max_bytes bytes",
         }
     }
+}
+
+/// Which bound of a handshake value was passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HandshakeBound {
+    /// `limits.handshake_max_values`.
+    Values,
+    /// `limits.handshake_max_depth`.
+    Depth,
+    /// `limits.handshake_max_string_bytes`.
+    StringBytes,
 }
 
 /// A bound was exceeded: which one, and its value.
@@ -168,37 +186,54 @@ struct Measure {
     string_bytes: usize,
 }
 
-/// Walks `v`, stopping as soon as a bound is passed; `false` then.
-fn within(v: &Value, depth: usize, l: &HandshakeLimits, m: &mut Measure) -> bool {
+/// Walks `v`, stopping at the first bound it passes.
+fn within(v: &Value, depth: usize, l: &HandshakeLimits, m: &mut Measure) -> Result<(), HandshakeBound> {
     m.values += 1;
-    if m.values > l.max_values || depth > l.max_depth {
-        return false;
+    if m.values > l.max_values {
+        return Err(HandshakeBound::Values);
     }
+    if depth > l.max_depth {
+        return Err(HandshakeBound::Depth);
+    }
+    let add = |m: &mut Measure, n: usize| {
+        m.string_bytes += n;
+        if m.string_bytes > l.max_string_bytes { Err(HandshakeBound::StringBytes) } else { Ok(()) }
+    };
     match v {
-        Value::String(s) => {
-            m.string_bytes += s.len();
-            m.string_bytes <= l.max_string_bytes
-        }
-        Value::Array(items) => items.iter().all(|i| within(i, depth + 1, l, m)),
-        Value::Object(map) => map.iter().all(|(k, i)| {
-            m.string_bytes += k.len();
-            m.string_bytes <= l.max_string_bytes && within(i, depth + 1, l, m)
+        Value::String(s) => add(m, s.len()),
+        Value::Array(items) => items.iter().try_for_each(|i| within(i, depth + 1, l, m)),
+        Value::Object(map) => map.iter().try_for_each(|(k, i)| {
+            add(m, k.len())?;
+            within(i, depth + 1, l, m)
         }),
-        Value::Null | Value::Bool(_) | Value::Number(_) => true,
+        Value::Null | Value::Bool(_) | Value::Number(_) => Ok(()),
     }
 }
 
-/// Bound the handshake data a session keeps for its whole life.
+/// Memory a parsed JSON value takes per value, roughly (a `Value` and its share of its
+/// container), for [`check_handshake`]'s estimate.
+const BYTES_PER_VALUE: usize = 64;
+
+/// Bound the handshake data a session keeps for its whole life. Returns an estimate of the
+/// bytes it keeps (values and strings), which the session charges to the memory budgets.
 ///
 /// # Errors
-/// [`Limit::Capabilities`] or [`Limit::ClientInfo`], with `max` = the value bound.
-pub fn check_handshake(capabilities: &Value, client_info: &Value, limits: &HandshakeLimits) -> Result<(), LimitExceeded> {
-    for (v, limit) in [(capabilities, Limit::Capabilities), (client_info, Limit::ClientInfo)] {
-        if !within(v, 1, limits, &mut Measure::default()) {
-            return Err(LimitExceeded { limit, max: limits.max_values });
-        }
+/// [`Limit::Capabilities`] or [`Limit::ClientInfo`] with the bound passed, `max` its value.
+pub fn check_handshake(capabilities: &Value, client_info: &Value, limits: &HandshakeLimits) -> Result<usize, LimitExceeded> {
+    let mut kept = 0;
+    for (v, which) in [(capabilities, Limit::Capabilities as fn(HandshakeBound) -> Limit), (client_info, Limit::ClientInfo)] {
+        let mut m = Measure::default();
+        within(v, 1, limits, &mut m).map_err(|bound| {
+            let max = match bound {
+                HandshakeBound::Values => limits.max_values,
+                HandshakeBound::Depth => limits.max_depth,
+                HandshakeBound::StringBytes => limits.max_string_bytes,
+            };
+            LimitExceeded { limit: which(bound), max }
+        })?;
+        kept += m.values * BYTES_PER_VALUE + m.string_bytes;
     }
-    Ok(())
+    Ok(kept)
 }
 
 fn id_ok(id: &JsonRpcId, l: &MessageLimits) -> Result<(), LimitExceeded> {
@@ -224,6 +259,12 @@ pub fn check_message(m: &Message, l: &MessageLimits) -> Result<(), LimitExceeded
     let (method, params) = match m {
         Message::Request { id, method, params } => {
             id_ok(id, l)?;
+            // Kept for the whole request and copied into every progress notification.
+            match params.as_ref().and_then(|p| p.pointer("/_meta/progressToken")) {
+                None | Some(Value::Number(_)) => {}
+                Some(Value::String(t)) if t.len() <= l.id_max_bytes => {}
+                Some(_) => return Err(LimitExceeded { limit: Limit::ProgressToken, max: l.id_max_bytes }),
+            }
             (method, params.as_ref())
         }
         Message::Notification { method, params } => (method, params.as_ref()),
@@ -331,11 +372,13 @@ mod tests {
     fn handshake_is_bounded_in_values_depth_and_string_bytes() {
         let l = HandshakeLimits { max_values: 8, max_depth: 3, max_string_bytes: 32 };
         let info = json!({"name": "c", "version": "1"});
-        assert!(check_handshake(&json!({"sampling": {}, "roots": {"listChanged": true}}), &info, &l).is_ok());
-        assert_eq!(check_handshake(&json!({"x": [0, 0, 0, 0, 0, 0, 0, 0]}), &info, &l).unwrap_err().limit, Limit::Capabilities);
-        assert_eq!(check_handshake(&json!({"a": {"b": {"c": {}}}}), &info, &l).unwrap_err().limit, Limit::Capabilities);
-        assert_eq!(check_handshake(&json!({}), &json!({"name": "x".repeat(29)}), &l).unwrap_err().limit, Limit::ClientInfo);
-        assert_eq!(check_handshake(&json!({"k".repeat(33): 1}), &info, &l).unwrap_err().limit, Limit::Capabilities);
+        let kept = check_handshake(&json!({"sampling": {}, "roots": {"listChanged": true}}), &info, &l).unwrap();
+        assert_eq!(kept, 7 * BYTES_PER_VALUE + 24 + 13, "values and string bytes of both");
+        let over = |caps: Value, info: &Value| check_handshake(&caps, info, &l).unwrap_err();
+        assert_eq!(over(json!({"x": [0, 0, 0, 0, 0, 0, 0, 0]}), &info), LimitExceeded { limit: Limit::Capabilities(HandshakeBound::Values), max: 8 });
+        assert_eq!(over(json!({"a": {"b": {"c": {}}}}), &info), LimitExceeded { limit: Limit::Capabilities(HandshakeBound::Depth), max: 3 });
+        assert_eq!(over(json!({}), &json!({"name": "x".repeat(29)})), LimitExceeded { limit: Limit::ClientInfo(HandshakeBound::StringBytes), max: 32 });
+        assert_eq!(over(json!({"k".repeat(33): 1}), &info), LimitExceeded { limit: Limit::Capabilities(HandshakeBound::StringBytes), max: 32 });
     }
 
     #[test]
@@ -355,5 +398,10 @@ mod tests {
         assert_eq!(check_message(&long_uri, &l).unwrap_err().limit, Limit::UriLength);
         let answer = Message::Response { id: JsonRpcId::String("x".repeat(9).into()), result: json!({}) };
         assert_eq!(check_message(&answer, &l).unwrap_err().limit, Limit::IdLength);
+        let token = |t: Value| req(JsonRpcId::Number(1), "tools/call", json!({"name": "echo", "_meta": {"progressToken": t}}));
+        assert!(check_message(&token(json!(7)), &l).is_ok());
+        assert!(check_message(&token(json!("12345678")), &l).is_ok());
+        assert_eq!(check_message(&token(json!("123456789")), &l).unwrap_err().limit, Limit::ProgressToken);
+        assert_eq!(check_message(&token(json!({"big": [1, 2, 3]})), &l).unwrap_err().limit, Limit::ProgressToken);
     }
 }

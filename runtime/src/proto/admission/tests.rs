@@ -146,5 +146,5 @@ fn parsed_size_and_batch_bounds_are_checked_at_the_door() {
     assert!(matches!(admit(&s, batch.as_bytes(), &p), Err(Rejection::LimitExceeded(LimitExceeded { limit: Limit::BatchItems, .. }))));
     let big_caps = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"capabilities":{"x":"y"},"clientInfo":{"name":"n","version":"1"}}}"#;
     let tight = AdmitPolicy { limits: MessageLimits { handshake: limits::HandshakeLimits { max_values: 2, max_depth: 4, max_string_bytes: 100 }, ..MessageLimits::default() }, ..AdmitPolicy::default() };
-    assert!(matches!(admit(&post(), big_caps.as_bytes(), &tight), Err(Rejection::LimitExceeded(LimitExceeded { limit: Limit::ClientInfo, .. }))));
+    assert!(matches!(admit(&post(), big_caps.as_bytes(), &tight), Err(Rejection::LimitExceeded(LimitExceeded { limit: Limit::ClientInfo(limits::HandshakeBound::Values), .. }))));
 }
