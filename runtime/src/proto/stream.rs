@@ -219,7 +219,9 @@ impl StreamCore {
     /// previously attached connection is superseded.
     ///
     /// A POST stream whose events after `after` were evicted answers its request with an
-    /// "events lost" JSON-RPC error and closes; a GET stream in that case is refused.
+    /// "events lost" JSON-RPC error and closes (a stream that already answered sends the
+    /// error without storing a second answer; a cancelled one is refused); a GET stream in
+    /// that case is refused.
     ///
     /// # Errors
     /// [`Rejection::EventsLost`] for a gap on the GET stream; [`Rejection::CursorRejected`]
@@ -241,11 +243,22 @@ impl StreamCore {
                 let error = ErrorObject::new(code::EVENTS_LOST, "Events after Last-Event-ID were lost; the response to this request cannot be delivered")
                     .with_data(serde_json::json!({"oldestRetained": gap.oldest.0, "requested": gap.requested.0}));
                 let json = encode_error(Some(request), &error);
-                let seq = self.window.next_seq();
-                let frame = sse::event_frame(&self.cursor(seq), &json);
-                let pushed = self.window.push(frame.clone());
-                debug_assert_eq!(pushed, seq);
-                self.state = StreamState::Closed(CloseReason::EventsLost);
+                let frame = match self.state {
+                    // A cancelled request is owed nothing, not even this error.
+                    StreamState::Closed(CloseReason::Cancelled) => return Err(Rejection::EventsLost),
+                    // Answered already (its response, or this error): the answer is not
+                    // appended a second time; this connection gets the error, without an id.
+                    StreamState::Closed(_) => sse::data_frame(&json),
+                    // Still running: the error is the request's answer; the session ends it.
+                    _ => {
+                        let seq = self.window.next_seq();
+                        let frame = sse::event_frame(&self.cursor(seq), &json);
+                        let pushed = self.window.push(frame.clone());
+                        debug_assert_eq!(pushed, seq);
+                        self.state = StreamState::Closed(CloseReason::EventsLost);
+                        frame
+                    }
+                };
                 let conn = self.new_conn();
                 Ok(Attachment { conn, initial: vec![frame], end_after_initial: true })
             }

@@ -145,3 +145,57 @@ fn retention_applies_only_to_a_closed_stream_without_a_connection_and_follows_it
     let _ = cancelled.close(CloseReason::Cancelled);
     assert_eq!(cancelled.retention(), Some(Retention::Delivered), "nothing is owed");
 }
+
+/// A POST stream whose window (2 events) lost the events after its priming cursor.
+fn gap_stream() -> StreamCore {
+    let mut s = post_stream(true, 2);
+    let a = s.attach_new();
+    s.detach(a.conn, false);
+    for n in 0..4 {
+        let _ = s.push(format!("{{\"n\":{n}}}").as_bytes());
+    }
+    s
+}
+
+#[test]
+fn a_gap_on_an_answered_stream_sends_the_error_without_storing_a_second_answer() {
+    let mut s = gap_stream();
+    let _ = s.push_final(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#);
+    let (events, bytes) = (s.window.len().0, s.retained_bytes());
+    for _ in 0..3 {
+        let r = s.attach_resume(Seq::START).unwrap();
+        assert!(r.end_after_initial);
+        let (data, d) = decode(&r.initial);
+        assert!(data[0].contains("-32005"), "{data:?}");
+        assert_eq!(d.last_event_id, None, "the error carries no id: it is not an event of the stream");
+        s.detach(r.conn, true);
+    }
+    assert_eq!((s.window.len().0, s.retained_bytes()), (events, bytes), "nothing was appended");
+    assert_eq!(s.state(), StreamState::Closed(CloseReason::Responded));
+}
+
+#[test]
+fn a_gap_on_a_running_stream_answers_once_and_later_resumes_get_that_answer() {
+    let mut s = gap_stream();
+    let r = s.attach_resume(Seq::START).unwrap();
+    assert_eq!(s.state(), StreamState::Closed(CloseReason::EventsLost));
+    let (data, d) = decode(&r.initial);
+    assert!(data[0].contains("-32005"));
+    let answered = cursor_seq(d.last_event_id.as_deref().unwrap());
+    s.detach(r.conn, true);
+    let events = s.window.len().0;
+    let again = s.attach_resume(Seq::START).unwrap();
+    assert!(decode(&again.initial).0[0].contains("-32005"));
+    assert_eq!(s.window.len().0, events, "not appended twice");
+    s.detach(again.conn, true);
+    // From the cursor just before the answer: the stored answer itself.
+    let before = s.attach_resume(Seq(answered.0 - 1)).unwrap();
+    assert_eq!(decode(&before.initial).0.len(), 1);
+}
+
+#[test]
+fn a_gap_on_a_cancelled_stream_is_refused() {
+    let mut s = gap_stream();
+    let _ = s.close(CloseReason::Cancelled);
+    assert_eq!(s.attach_resume(Seq::START).unwrap_err(), Rejection::EventsLost);
+}
