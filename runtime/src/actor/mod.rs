@@ -10,8 +10,8 @@
 //! Edges: HTTP -> session uses `try_send` (full mailbox = 503). Session -> stream uses
 //! `try_send` for server-to-client requests (a full stream fails the tool's request at once)
 //! and `do_send` only for a request's final response (at most one per stream, bounded by the
-//! in-flight limit), GET-stream notifications and control messages; tools -> stream use
-//! `send` (backpressure on the tool only). Stream -> connection is a bounded queue with
+//! in-flight limit) and control messages; tools -> stream use `send` (backpressure on the
+//! tool only), also for notifications that go to the GET stream. Stream -> connection is a bounded queue with
 //! `try_send`: a full queue detaches the slow reader, who resumes from the window. Children
 //! (streams, connection bodies) report to their session through one shared `Recipient` with
 //! `do_send`, one message per state change, so no report is ever lost while the session

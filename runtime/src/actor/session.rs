@@ -142,10 +142,12 @@ struct ServerRequest {
     reply: oneshot::Sender<Result<Value, ErrorObject>>,
 }
 
-/// A related notification from a request answered as JSON: goes to the GET stream.
+/// Where a related notification of a request answered as JSON goes: the GET stream, if one
+/// is open. The tool then sends to it itself, so a flood waits on the stream's mailbox
+/// (backpressure on the tool) instead of piling up unbounded.
 #[derive(Message)]
-#[rtype(result = "()")]
-struct NotifyGet(Bytes);
+#[rtype(result = "Option<Addr<StreamActor>>")]
+struct GetStream;
 
 impl Actor for SessionActor {
     type Context = Context<Self>;
@@ -631,15 +633,11 @@ impl Handler<ServerRequest> for SessionActor {
     }
 }
 
-impl Handler<NotifyGet> for SessionActor {
-    type Result = ();
+impl Handler<GetStream> for SessionActor {
+    type Result = MessageResult<GetStream>;
 
-    fn handle(&mut self, msg: NotifyGet, _: &mut Context<Self>) {
-        if let Some((_, s)) = self.core.get_stream() {
-            s.do_send(Emit { json: msg.0, last: false });
-        }
-        // No GET stream: there is no connection this notification may use (it must not go
-        // on another request's stream); it is dropped.
+    fn handle(&mut self, _: GetStream, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.core.get_stream().map(|(_, s)| s.clone()))
     }
 }
 
@@ -663,7 +661,11 @@ impl ToolOutbound for Outbound {
             None => {
                 let s = self.session.clone();
                 Box::pin(async move {
-                    let _ = s.send(NotifyGet(json)).await;
+                    // No GET stream: there is no connection this notification may use (it
+                    // must not go on another request's stream); it is dropped.
+                    if let Ok(Some(get)) = s.send(GetStream).await {
+                        let _ = get.send(Emit { json, last: false }).await;
+                    }
                 })
             }
         }
