@@ -271,9 +271,6 @@ pub enum ConfigError {
     /// `security.cursor_secret_hex` is not hex or too short.
     #[error("security.cursor_secret_hex must be at least 32 hexadecimal digits")]
     CursorSecret,
-    /// Two settings contradict each other.
-    #[error("{0}")]
-    Inconsistent(&'static str),
 }
 
 const HOUR_MS: u64 = 3_600_000;

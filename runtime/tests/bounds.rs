@@ -290,6 +290,7 @@ async fn responses_to_an_allowed_origin_carry_cors_headers_and_expose_the_sessio
     assert!(plain.header("access-control-allow-origin").is_none());
     let evil = h.send(post().insert_header(("Origin", "https://evil.example")).set_payload(init_body("2025-11-25"))).await;
     assert!(evil.header("access-control-allow-origin").is_none());
+    assert_eq!(evil.header("vary").as_deref(), Some("Origin"), "the refusal depends on Origin too");
     assert_refused(evil, StatusCode::FORBIDDEN, -32000).await;
 }
 

@@ -69,7 +69,8 @@ async fn stop_signal() {
 
 async fn serve(cfg: HostConfig) -> Result<(), String> {
     let catalog = packs::build(&cfg.packs)?
-        .build(ServerInfo { name: "mcp-host".into(), version: env!("CARGO_PKG_VERSION").into(), instructions: None })?;
+        .build(ServerInfo { name: "mcp-host".into(), version: env!("CARGO_PKG_VERSION").into(), instructions: None })
+        .map_err(|e| e.to_string())?;
     let sup = Supervisor::new(cfg.runtime, catalog);
     let app_sup = Arc::clone(&sup);
     let path = cfg.path.clone();

@@ -7,7 +7,7 @@ use std::path::Path;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::accept::{EventRef, ReceiptKey, StreamKey};
-use super::journal::{Dispatch, Journal, JournalError, Recorded};
+use super::journal::{OutboxEntry, Journal, JournalError, Recorded};
 use crate::proto::ids::JsonRpcId;
 
 const SCHEMA: &str = "
@@ -102,9 +102,9 @@ impl Journal for SqliteJournal {
             .is_some()
     }
 
-    fn pending(&self) -> Vec<Dispatch> {
+    fn pending(&self) -> Vec<OutboxEntry> {
         let Ok(mut st) = self.db.prepare("SELECT gen, stream, seq, json FROM outbox ORDER BY seq") else { return Vec::new() };
-        st.query_map([], |r| Ok(Dispatch { stream: key_of(r)?, seq: r.get::<_, i64>(2)? as u64, json: r.get(3)? }))
+        st.query_map([], |r| Ok(OutboxEntry { stream: key_of(r)?, seq: r.get::<_, i64>(2)? as u64, json: r.get(3)? }))
             .map(|rows| rows.filter_map(Result::ok).collect())
             .unwrap_or_default()
     }

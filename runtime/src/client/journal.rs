@@ -11,7 +11,7 @@ use crate::proto::ids::JsonRpcId;
 
 /// A message waiting for the agent.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Dispatch {
+pub struct OutboxEntry {
     /// Position in the outbox (strictly increasing).
     pub seq: u64,
     /// The stream it came from.
@@ -69,7 +69,7 @@ pub trait Journal {
     fn contains(&self, receipt: &ReceiptKey) -> bool;
 
     /// Dispatches not yet acknowledged, oldest first.
-    fn pending(&self) -> Vec<Dispatch>;
+    fn pending(&self) -> Vec<OutboxEntry>;
 
     /// The agent has handled every dispatch up to and including `seq`.
     fn ack(&mut self, seq: u64);
@@ -85,7 +85,7 @@ pub struct MemoryJournal {
     receipts: HashSet<ReceiptKey>,
     order: VecDeque<ReceiptKey>,
     max_receipts: usize,
-    outbox: VecDeque<Dispatch>,
+    outbox: VecDeque<OutboxEntry>,
     next_seq: u64,
     cursors: std::collections::HashMap<StreamKey, String>,
     streams: BTreeMap<StreamKey, Vec<JsonRpcId>>,
@@ -133,7 +133,7 @@ impl Journal for MemoryJournal {
         }
         let mut seq = None;
         if let Some(json) = dispatch {
-            self.outbox.push_back(Dispatch { seq: self.next_seq, stream: receipt.stream.clone(), json: json.to_owned() });
+            self.outbox.push_back(OutboxEntry { seq: self.next_seq, stream: receipt.stream.clone(), json: json.to_owned() });
             seq = Some(self.next_seq);
             self.next_seq += 1;
         }
@@ -144,7 +144,7 @@ impl Journal for MemoryJournal {
         self.receipts.contains(receipt)
     }
 
-    fn pending(&self) -> Vec<Dispatch> {
+    fn pending(&self) -> Vec<OutboxEntry> {
         self.outbox.iter().cloned().collect()
     }
 

@@ -159,6 +159,10 @@ pub async fn endpoint(req: HttpRequest, payload: web::Payload, sup: web::Data<Ar
                 h.insert(k, v);
             }
         }
+    } else if head.origin.is_some() {
+        // The answer depends on Origin (this one is a refusal): caches must not reuse it for
+        // another origin.
+        resp.headers_mut().insert(header::VARY, header::HeaderValue::from_static("Origin"));
     }
     resp
 }
@@ -273,7 +277,8 @@ async fn serve(req: &HttpRequest, head: &RequestHead<'_>, payload: web::Payload,
             let event = handle.signer.decode(&cursor).map_err(|_| Rejection::CursorRejected)?;
             let (tx, rx) = oneshot::channel();
             handle.addr.try_send(Resume { event, reply: tx }).map_err(mailbox_error)?;
-            Ok(sse(rx.await.map_err(|_| Rejection::SessionNotFound)??))
+            // A dropped reply: the stream stopped (its retention ended) with the resume queued.
+            Ok(sse(rx.await.map_err(|_| Rejection::EventsLost)??))
         }
         Command::Delete { session } => {
             let handle = sup.lookup(&session, principal.as_ref())?;

@@ -17,6 +17,24 @@ pub struct ServerInfo {
     pub instructions: Option<String>,
 }
 
+/// Why a catalog could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CatalogError {
+    /// A tool name outside 1-64 characters of `[A-Za-z0-9_./-]`.
+    #[error("invalid tool name {0:?} (1-64 characters of [A-Za-z0-9_./-])")]
+    InvalidToolName(String),
+    /// Two tools with one name.
+    #[error("duplicate tool {0:?}")]
+    DuplicateTool(String),
+    /// Two prompts with one name.
+    #[error("duplicate prompt {0:?}")]
+    DuplicatePrompt(String),
+    /// Two resources with one URI.
+    #[error("duplicate resource {0:?}")]
+    DuplicateResource(String),
+}
+
 /// The outcome of dispatching a request to the catalog.
 pub enum Dispatch {
     /// Answered at once.
@@ -85,28 +103,28 @@ impl CatalogBuilder {
     /// Finish. Later entries with a duplicate name or URI are refused.
     ///
     /// # Errors
-    /// A message naming a duplicate tool, prompt or resource, or an invalid tool name.
-    pub fn build(self, info: ServerInfo) -> Result<Catalog, String> {
+    /// [`CatalogError`] naming a duplicate tool, prompt or resource, or an invalid tool name.
+    pub fn build(self, info: ServerInfo) -> Result<Catalog, CatalogError> {
         let mut tool_index = HashMap::new();
         for (i, t) in self.tools.iter().enumerate() {
             let name = &t.spec().name;
             if name.is_empty() || name.len() > 64 || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-/".contains(&b)) {
-                return Err(format!("invalid tool name {name:?} (1-64 characters of [A-Za-z0-9_./-])"));
+                return Err(CatalogError::InvalidToolName(name.clone()));
             }
             if tool_index.insert(name.clone(), i).is_some() {
-                return Err(format!("duplicate tool {name:?}"));
+                return Err(CatalogError::DuplicateTool(name.clone()));
             }
         }
         let mut prompt_index = HashMap::new();
         for (i, p) in self.prompts.iter().enumerate() {
             if prompt_index.insert(p.spec().name.clone(), i).is_some() {
-                return Err(format!("duplicate prompt {:?}", p.spec().name));
+                return Err(CatalogError::DuplicatePrompt(p.spec().name.clone()));
             }
         }
         let mut resource_index = HashMap::new();
         for (i, r) in self.resources.iter().enumerate() {
             if resource_index.insert(r.spec().uri.clone(), i).is_some() {
-                return Err(format!("duplicate resource {:?}", r.spec().uri));
+                return Err(CatalogError::DuplicateResource(r.spec().uri.clone()));
             }
         }
         let tools_list = json!({"tools": self.tools.iter().map(|t| t.spec()).collect::<Vec<_>>()});
