@@ -104,6 +104,7 @@ async fn retained_streams_are_bounded_in_bytes_per_session() {
 
 #[actix_web::test]
 async fn a_full_stream_memory_budget_refuses_new_streams_with_503_until_memory_is_freed() {
+    tokio::time::pause();
     let h = harness_with(cfg(|c| {
         c.limits.stream_memory_bytes = 1 << 16;
         c.quotas.stream_memory_per_principal = Some(1 << 16);
@@ -127,14 +128,9 @@ async fn a_full_stream_memory_budget_refuses_new_streams_with_503_until_memory_i
     let mut j = h.send(json_only.set_payload(call(json!(4), "echo", json!({"text": "json"})))).await;
     assert_eq!(text_of(&j.json().await), "json");
     assert_eq!(h.sup.stats().refusals("overloaded.stream_memory"), 3);
-    // Ending the session frees its streams' memory.
+    // Ending the session frees its streams' memory (its streams stop on their next turn).
     assert_eq!(a.delete().await.status, StatusCode::NO_CONTENT);
-    for _ in 0..100 {
-        if !h.sup.stream_memory_full() {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(h.sup.stats_snapshot().stream_memory_bytes, 0);
     let b = h.client("2025-11-25").await;
     assert_eq!(text_of(&b.call_tool(1, "echo", json!({"text": "again"})).await.message().await), "again");
@@ -321,7 +317,11 @@ async fn a_json_request_whose_session_is_deleted_mid_flight_is_404() {
     let c = h.client("2025-11-25").await;
     let json_only = c.with_session(post()).insert_header(("Accept", "application/json"));
     let pending = h.send(json_only.set_payload(call(json!("j"), "gated", json!({}))));
-    let (r, deleted) = tokio::join!(pending, c.delete());
+    let delete_when_running = async {
+        h.gate.started(1).await;
+        c.delete().await
+    };
+    let (r, deleted) = tokio::join!(pending, delete_when_running);
     assert_eq!(deleted.status, StatusCode::NO_CONTENT);
     assert_refused(r, StatusCode::NOT_FOUND, -32001).await;
 }

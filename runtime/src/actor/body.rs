@@ -126,10 +126,11 @@ mod tests {
     use crate::proto::replay::WindowLimits;
     use crate::proto::stream::{CloseReason, StreamCore, StreamKind, StreamSettings};
 
-    /// Stands in for a session: counts the connections reported ended.
+    /// Stands in for a session: counts the connections reported ended and the streams gone.
     #[derive(Default)]
     struct Session {
         ended: usize,
+        gone: usize,
     }
 
     impl Actor for Session {
@@ -139,8 +140,10 @@ mod tests {
     impl Handler<StreamReport> for Session {
         type Result = ();
         fn handle(&mut self, r: StreamReport, _: &mut Context<Self>) {
-            if r == StreamReport::ConnectionEnded {
-                self.ended += 1;
+            match r {
+                StreamReport::ConnectionEnded => self.ended += 1,
+                StreamReport::Gone(_) => self.gone += 1,
+                _ => {}
             }
         }
     }
@@ -156,10 +159,25 @@ mod tests {
         }
     }
 
+    #[derive(Message)]
+    #[rtype(result = "usize")]
+    struct Gone;
+
+    impl Handler<Gone> for Session {
+        type Result = MessageResult<Gone>;
+        fn handle(&mut self, _: Gone, _: &mut Context<Self>) -> Self::Result {
+            MessageResult(self.gone)
+        }
+    }
+
     /// A real GET stream reporting to `session`; its address and its first connection's body.
     fn stream(session: &Addr<Session>) -> (Addr<StreamActor>, SseBody) {
+        start(Arc::new(session.clone().recipient()), StreamKind::Get, None)
+    }
+
+    fn start(link: SessionLink, kind: StreamKind, final_json: Option<&[u8]>) -> (Addr<StreamActor>, SseBody) {
         let settings = StreamSettings { window: WindowLimits { max_events: 8, max_bytes: 1 << 16 }, prime: true, retry_ms: Some(100) };
-        let core = StreamCore::new(StreamId(1), Generation(1), StreamKind::Get, CursorKey::new(b"k").signer("s", None), settings);
+        let core = StreamCore::new(StreamId(1), Generation(1), kind, CursorKey::new(b"k").signer("s", None), settings);
         let env = Arc::new(StreamEnv {
             keepalive: Duration::from_secs(60),
             write_queue_frames: 4,
@@ -171,8 +189,31 @@ mod tests {
         let ctx = Context::new();
         let addr = ctx.address();
         let share = MemoryBudget::new(1 << 20);
-        let (body, _) = StreamActor::start_in(ctx, core, None, Arc::new(session.clone().recipient()), env, &share);
+        let (body, _) = StreamActor::start_in(ctx, core, final_json, link, env, &share);
         (addr, body)
+    }
+
+    /// actix gives every sender one message past a full mailbox and each body has a sender
+    /// of its own, so this holds whether the body used `try_send` or `do_send`; it pins the
+    /// behaviour (one detach per body, delivered with the mailbox full).
+    #[actix_web::test]
+    async fn a_dropped_body_reaches_its_stream_even_when_the_stream_mailbox_is_full() {
+        tokio::time::pause();
+        let session = Session::create(|_| Session::default());
+        // Answered at once: closed from the start, its final frame handed to this body.
+        let kind = StreamKind::Post { request: crate::proto::ids::JsonRpcId::Number(1) };
+        let (stream, body) = start(Arc::new(session.clone().recipient()), kind, Some(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#));
+        let emit = || crate::actor::stream::Emit { json: bytes::Bytes::from_static(b"{}"), last: false };
+        let mut queued = 0;
+        while stream.try_send(emit()).is_ok() {
+            queued += 1;
+            assert!(queued < 10_000, "the mailbox never filled");
+        }
+        drop(body);
+        // Only the body's detach can start the stream's retention (60 s, the frame was not
+        // read): then the stream reports itself gone.
+        tokio::time::sleep(Duration::from_secs(61)).await;
+        assert_eq!(session.send(Gone).await.unwrap(), 1, "the stream got the detach despite its full mailbox");
     }
 
     #[actix_web::test]
@@ -181,10 +222,15 @@ mod tests {
             ctx.set_mailbox_capacity(1);
             Session::default()
         });
-        let (_stream, body) = stream(&session);
-        // Fill the session's mailbox (nothing runs until this task yields).
-        session.try_send(StreamReport::ConnectionStarted).unwrap();
-        assert!(session.try_send(StreamReport::ConnectionStarted).is_err(), "the session's mailbox is full");
+        // Every stream and body of a session reports through this one link: fill the
+        // mailbox through it until it refuses (nothing runs until this task yields).
+        let link: SessionLink = Arc::new(session.clone().recipient());
+        let (_stream, body) = start(Arc::clone(&link), StreamKind::Get, None);
+        let mut queued = 0;
+        while link.try_send(StreamReport::ConnectionStarted).is_ok() {
+            queued += 1;
+            assert!(queued < 100, "the mailbox never filled");
+        }
         drop(body);
         assert_eq!(session.send(Ended).await.unwrap(), 1, "the session counted the connection off");
     }

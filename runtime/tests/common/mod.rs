@@ -28,19 +28,27 @@ type Call = Rc<dyn Fn(TestRequest) -> Pin<Box<dyn Future<Output = ServiceRespons
 #[derive(Clone)]
 pub struct Gate {
     go: Arc<Semaphore>,
+    started: Arc<Semaphore>,
     done: Arc<Semaphore>,
     dropped: Arc<Semaphore>,
 }
 
 impl Default for Gate {
     fn default() -> Gate {
-        Gate { go: Arc::new(Semaphore::new(0)), done: Arc::new(Semaphore::new(0)), dropped: Arc::new(Semaphore::new(0)) }
+        let s = || Arc::new(Semaphore::new(0));
+        Gate { go: s(), started: s(), done: s(), dropped: s() }
     }
 }
 
 impl Gate {
     pub fn open(&self, n: usize) {
         self.go.add_permits(n);
+    }
+
+    /// Wait until `n` gated calls are running (waiting for the gate).
+    pub async fn started(&self, n: u32) {
+        let wait = self.started.acquire_many(n);
+        tokio::time::timeout(WAIT, wait).await.expect("gated tool did not start").unwrap().forget();
     }
 
     /// Wait until `n` gated calls have produced their results.
@@ -82,6 +90,7 @@ pub fn catalog(gate: Gate) -> Catalog {
             let g = g.clone();
             async move {
                 cx.log(LogLevel::Info, None, json!("before")).await;
+                g.started.add_permits(1);
                 g.go.acquire().await.map_err(|e| ToolError::Failed(e.to_string()))?.forget();
                 cx.log(LogLevel::Info, None, json!("after")).await;
                 // The session completes the call in this same poll, before the test sees it.
