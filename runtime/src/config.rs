@@ -228,11 +228,14 @@ pub struct QuotasConfig {
     /// stream or a session get 429 and its growing streams trim their windows. Default: half
     /// of `limits.stream_memory_bytes`.
     pub stream_memory_per_principal: Option<usize>,
+    /// Without authentication an IPv6 caller is its address's first this many bits (one host
+    /// usually holds a /64). Default 64; 1 to 128. IPv4 addresses count whole.
+    pub ipv6_prefix_len: u8,
 }
 
 impl Default for QuotasConfig {
     fn default() -> QuotasConfig {
-        QuotasConfig { sessions_per_principal: 10_000, session_rate_per_sec: 20_000, session_burst: 20_000, stream_memory_per_principal: None }
+        QuotasConfig { sessions_per_principal: 10_000, session_rate_per_sec: 20_000, session_burst: 20_000, stream_memory_per_principal: None, ipv6_prefix_len: 64 }
     }
 }
 
@@ -332,6 +335,7 @@ impl RuntimeConfig {
         }
         check("quotas.session_rate_per_sec", u64::from(q.session_rate_per_sec), 1, u64::from(u32::MAX))?;
         check("quotas.session_burst", u64::from(q.session_burst), 1, u64::from(u32::MAX))?;
+        check("quotas.ipv6_prefix_len", u64::from(q.ipv6_prefix_len), 1, 128)?;
         if self.security.cursor_secret_hex.as_deref().is_some_and(|s| decode_hex(s).is_none_or(|b| b.len() < 16)) {
             return Err(ConfigError::CursorSecret);
         }

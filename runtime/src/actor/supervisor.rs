@@ -37,7 +37,9 @@ pub enum Phase {
 
 /// Session-creation rate per caller: one token bucket per [`QuotaKey`]. Full buckets are
 /// forgotten (they equal new ones), so the map holds only callers active within the last
-/// `burst / rate` seconds, and never more than `max_entries`.
+/// `burst / rate` seconds, and never more than `max_entries`: when that many callers are
+/// active at once, a newcomer is refused (429) until buckets refill — a flood of distinct
+/// callers can slow new sessions down, never reset anyone's throttling or grow the map.
 #[derive(Debug)]
 struct RateLimiter {
     buckets: Mutex<HashMap<QuotaKey, TokenBucket>>,
@@ -58,9 +60,7 @@ impl RateLimiter {
         if buckets.len() >= self.max_entries && !buckets.contains_key(key) {
             buckets.retain(|_, b| !b.is_full_at(now));
             if buckets.len() >= self.max_entries {
-                // Only a flood of distinct callers gets here; forgetting them all is safe
-                // (each is then treated as new) and keeps the map bounded.
-                buckets.clear();
+                return Err(Rejection::QuotaExceeded { cause: Quota::SessionRate, retry_after_s: 1 });
             }
         }
         let bucket = buckets.entry(key.clone()).or_insert_with(|| TokenBucket::new(self.burst, self.per_second, now));
@@ -269,12 +269,20 @@ mod tests {
     }
 
     #[test]
-    fn rate_map_stays_bounded_under_a_flood_of_callers() {
-        let r = RateLimiter::new(5, 1, 16);
+    fn rate_map_stays_bounded_under_a_flood_of_callers_and_throttled_ones_stay_throttled() {
+        let r = RateLimiter::new(1, 1, 16);
+        let heavy = QuotaKey::Principal("heavy".into());
+        r.take(&heavy, Tick(0)).unwrap();
+        let mut refused = 0;
         for i in 0..1000u32 {
             let k = QuotaKey::Address(std::net::IpAddr::from(i.to_be_bytes()));
-            r.take(&k, Tick(u64::from(i))).unwrap();
+            if r.take(&k, Tick(0)).is_err() {
+                refused += 1;
+            }
             assert!(r.buckets.lock().len() <= 16);
         }
+        assert_eq!(refused, 1000 - 15, "newcomers beyond the table wait for buckets to refill");
+        assert!(r.take(&heavy, Tick(0)).is_err(), "the flood did not reset the heavy caller's bucket");
+        assert!(r.take(&QuotaKey::Principal("late".into()), Tick(2_000)).is_ok(), "refilled buckets are forgotten");
     }
 }

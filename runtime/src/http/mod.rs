@@ -167,10 +167,22 @@ pub async fn endpoint(req: HttpRequest, payload: web::Payload, sup: web::Data<Ar
     resp
 }
 
-fn quota_key(principal: Option<&Arc<str>>, peer: Option<SocketAddr>) -> QuotaKey {
+/// The caller a quota counts: the principal, else the remote address — IPv4 whole, IPv6 by
+/// its first `v6_prefix` bits (one host usually holds a whole /64, so counting single IPv6
+/// addresses would let it rotate past every quota).
+fn quota_key(principal: Option<&Arc<str>>, peer: Option<SocketAddr>, v6_prefix: u8) -> QuotaKey {
     match (principal, peer) {
         (Some(p), _) => QuotaKey::Principal(Arc::clone(p)),
-        (None, Some(addr)) => QuotaKey::Address(addr.ip()),
+        (None, Some(addr)) => QuotaKey::Address(match addr.ip() {
+            std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => std::net::IpAddr::V4(v4),
+                None => {
+                    let mask = u128::MAX.checked_shl(128 - u32::from(v6_prefix)).unwrap_or(0);
+                    std::net::IpAddr::V6((u128::from(v6) & mask).into())
+                }
+            },
+            v4 => v4,
+        }),
         (None, None) => QuotaKey::Unknown,
     }
 }
@@ -216,7 +228,7 @@ async fn serve(req: &HttpRequest, head: &RequestHead<'_>, payload: web::Payload,
             Ok(b.finish())
         }
         Command::Initialize { id, init, kept_bytes, reply } => {
-            let (session, version) = sup.create_session(quota_key(principal.as_ref(), req.peer_addr()), principal, &init, kept_bytes)?;
+            let (session, version) = sup.create_session(quota_key(principal.as_ref(), req.peer_addr(), sup.config().quotas.ipv6_prefix_len), principal, &init, kept_bytes)?;
             let catalog = sup.catalog();
             let result = initialize_result(version, catalog.capabilities(), catalog.server_info(), catalog.instructions());
             let bytes = encode_result(&id, &result);
@@ -302,5 +314,22 @@ pub fn configure(path: &str, sup: Arc<Supervisor>) -> impl FnOnce(&mut web::Serv
     let path = path.to_owned();
     move |cfg: &mut web::ServiceConfig| {
         cfg.app_data(web::Data::new(sup)).app_data(web::PayloadConfig::new(usize::MAX)).route(&path, web::route().to(endpoint));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ipv6_callers_are_counted_by_prefix_and_ipv4_whole() {
+        let key = |a: &str, p| quota_key(None, Some(a.parse().unwrap()), p);
+        assert_eq!(key("[2001:db8:1:2:aaaa::1]:1", 64), key("[2001:db8:1:2:bbbb::9]:2", 64), "one /64, one caller");
+        assert_ne!(key("[2001:db8:1:2::1]:1", 64), key("[2001:db8:1:3::1]:1", 64));
+        assert_ne!(key("[2001:db8:1:2::1]:1", 128), key("[2001:db8:1:2::2]:1", 128), "/128 counts single addresses");
+        assert_eq!(key("[::ffff:10.0.0.1]:1", 64), key("10.0.0.1:9", 64), "IPv4-mapped is the IPv4 address");
+        assert_ne!(key("10.0.0.1:1", 64), key("10.0.0.2:1", 64));
+        let p: Arc<str> = "alice".into();
+        assert_eq!(quota_key(Some(&p), Some("10.0.0.1:1".parse().unwrap()), 64), QuotaKey::Principal(p));
     }
 }
