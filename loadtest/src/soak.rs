@@ -91,7 +91,7 @@ impl SoakSpec {
     /// trim must come within the settle time too.
     pub(crate) fn config_toml(&self) -> String {
         format!(
-            "[server]\ntrim_every_secs = 1\n\n[sessions]\nretention_after_delivery_ms = {}\nretention_undelivered_ms = {}\n\n[sse]\nkeepalive_ms = {}\n",
+            "[server]\ntrim_every_secs = 1\ntcp_user_timeout_secs = 2\n\n[security]\nbody_read_timeout_ms = 500\n\n[sessions]\nretention_after_delivery_ms = {}\nretention_undelivered_ms = {}\n\n[sse]\nkeepalive_ms = {}\n",
             self.retention_after_delivery_ms, self.retention_undelivered_ms, self.keepalive_ms
         )
     }

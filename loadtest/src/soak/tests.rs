@@ -198,7 +198,7 @@ fn settle_time_and_host_settings_follow_the_flags() {
         args,
         "--port 0 --packs conformance,echo,soak --stats-every-ms 250 --session-ttl-secs 3 --client-request-timeout-secs 2 --replay-max-events 16 --config /tmp/x.toml"
     );
-    assert_eq!(s.config_toml(), "[server]\ntrim_every_secs = 1\n\n[sessions]\nretention_after_delivery_ms = 1000\nretention_undelivered_ms = 3000\n\n[sse]\nkeepalive_ms = 1000\n");
+    assert_eq!(s.config_toml(), "[server]\ntrim_every_secs = 1\ntcp_user_timeout_secs = 2\n\n[security]\nbody_read_timeout_ms = 500\n\n[sessions]\nretention_after_delivery_ms = 1000\nretention_undelivered_ms = 3000\n\n[sse]\nkeepalive_ms = 1000\n");
 }
 
 #[test]

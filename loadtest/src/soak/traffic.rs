@@ -57,10 +57,15 @@ pub(crate) enum Kind {
     Large,
     /// A resume whose events were evicted (-32005), then the same request id reused.
     Gap,
+    /// A POST whose body stops half-way (slowloris): 408 once the host's body deadline passes.
+    SlowBody,
+    /// An SSE call of a flood on a connection that is never read: the host's kernel ends it
+    /// (`server.tcp_user_timeout_secs`), its session then expires.
+    Stalled,
 }
 
 impl Kind {
-    pub(crate) const ALL: [Kind; 6] = [Kind::Churn, Kind::Abandoned, Kind::ReplacedGet, Kind::Elicitation, Kind::Large, Kind::Gap];
+    pub(crate) const ALL: [Kind; 8] = [Kind::Churn, Kind::Abandoned, Kind::ReplacedGet, Kind::Elicitation, Kind::Large, Kind::Gap, Kind::SlowBody, Kind::Stalled];
 
     /// The kind named `name` (as [`Kind::name`] spells it).
     pub(crate) fn parse(name: &str) -> Option<Kind> {
@@ -75,6 +80,8 @@ impl Kind {
             Kind::Elicitation => "unanswered-elicitation",
             Kind::Large => "large-payloads",
             Kind::Gap => "resume-into-gap",
+            Kind::SlowBody => "slow-body",
+            Kind::Stalled => "stalled-reader",
         }
     }
 
@@ -82,7 +89,7 @@ impl Kind {
     fn weight(self) -> usize {
         match self {
             Kind::Churn => 4,
-            Kind::Large => 1,
+            Kind::Large | Kind::SlowBody | Kind::Stalled => 1,
             Kind::Abandoned | Kind::ReplacedGet | Kind::Elicitation | Kind::Gap => 2,
         }
     }
@@ -103,6 +110,8 @@ pub(crate) enum Expect {
     Limit { cause: &'static str, limit: &'static str },
     /// A deliberate body over `security.max_body_bytes`: 413, -32000.
     TooLarge,
+    /// A deliberate body that stops half-way: 408, -32000.
+    BodyTimeout,
 }
 
 /// How an answer compares with its expectation.
@@ -118,6 +127,12 @@ pub(crate) enum Verdict {
 
 /// The host's cause for a body over the limit.
 pub(crate) const CAUSE_BODY: &str = "body_too_large";
+/// The host's cause for a body that did not arrive in time.
+pub(crate) const CAUSE_BODY_TIMEOUT: &str = "body_timeout";
+/// How long a stalled reader leaves its connection unread before looking: the soak host's
+/// user timeout is 2 s, checked at the kernel's zero-window probes (0.2 s, then doubling),
+/// so the host has ended it by then. Looking (reading) would un-stall it, so it waits first.
+const STALL_CUT_WITHIN: Duration = Duration::from_secs(8);
 
 /// Classify an answer: its status and the JSON-RPC message answering the request (the
 /// response, or a refusal's error body), if there was one.
@@ -130,11 +145,13 @@ pub(crate) fn classify(expect: Expect, status: u16, msg: Option<&Value>) -> Verd
         Expect::RpcError(c) => status == 200 && code == Some(c),
         Expect::Limit { limit: want, .. } => status == 400 && code == Some(-32600) && limit.is_some_and(|l| l.contains(want)),
         Expect::TooLarge => status == 413 && code == Some(-32000),
+        Expect::BodyTimeout => status == 408 && code == Some(-32000),
     };
     if as_expected {
         return match expect {
             Expect::Limit { cause, .. } => Verdict::Refused(cause),
             Expect::TooLarge => Verdict::Refused(CAUSE_BODY),
+            Expect::BodyTimeout => Verdict::Refused(CAUSE_BODY_TIMEOUT),
             _ => Verdict::Ok,
         };
     }
@@ -767,6 +784,66 @@ impl Client {
         Some(())
     }
 
+    async fn slow_body(&mut self) -> Option<()> {
+        let k = Kind::SlowBody;
+        let s = self.session(k, "2025-11-25", json!({})).await?;
+        let id = self.next_id();
+        let body = payloads::echo(&id, "never finished");
+        let full = self.post(Some(&s), ACCEPT_JSON, &body);
+        // Everything but the last 10 bytes of the body, then nothing.
+        let half = &full[..full.len() - 10];
+        self.t.pacer.wait().await;
+        self.t.tally.borrow_mut().requests += 1;
+        let work = async {
+            let mut conn = self.connect().await?;
+            let (head, _) = conn.send_watching(half).await.map_err(|e| format!("send: {e}"))?;
+            let head = match head {
+                Some(h) => h,
+                None => conn.read_head().await.map_err(|e| format!("head: {e}"))?.ok_or("closed without an answer")?,
+            };
+            let head = parse_response_head(&head).ok_or("unparsable response head")?;
+            let (body, _) = read_body(&mut conn, &head).await?;
+            Ok::<_, String>((head.status, answer_to(&messages(&head, &body), None)))
+        };
+        let outcome = timeout(REQUEST_TIMEOUT, work).await.unwrap_or_else(|_| Err(format!("no answer within {REQUEST_TIMEOUT:?}")));
+        self.record(k, "half-body", Expect::BodyTimeout, outcome).then_some(())
+    }
+
+    async fn stalled(&mut self) -> Option<()> {
+        let k = Kind::Stalled;
+        let s = self.session(k, "2025-11-25", json!({})).await?;
+        let id = self.next_id();
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "soak_flood", "arguments": {"count": 200, "bytes": 65536}}});
+        let request = self.post(Some(&s), ACCEPT_BOTH, body.to_string().as_bytes());
+        self.t.pacer.wait().await;
+        self.t.tally.borrow_mut().requests += 1;
+        let cut = async {
+            // A small receive buffer, never read: the host's send side fills at once.
+            let sock = tokio::net::TcpSocket::new_v4().map_err(|e| e.to_string())?;
+            sock.set_recv_buffer_size(4096).map_err(|e| e.to_string())?;
+            let mut conn = timeout(REQUEST_TIMEOUT, sock.connect(self.t.target.addr)).await.map_err(|_| "connect timed out".to_owned())?.map_err(|e| e.to_string())?;
+            tokio::io::AsyncWriteExt::write_all(&mut conn, &request).await.map_err(|e| e.to_string())?;
+            // The host must end the connection while nobody reads it: a reset (or an end)
+            // shows up once we look. A connection still alive goes on serving the flood.
+            tokio::time::sleep(STALL_CUT_WITHIN).await;
+            let mut buf = vec![0u8; 64 << 10];
+            let mut read = 0usize;
+            loop {
+                match timeout(Duration::from_secs(2), tokio::io::AsyncReadExt::read(&mut conn, &mut buf)).await {
+                    Err(_) => return Err(format!("the connection is still open, {read} bytes read after the stall")),
+                    Ok(Err(_)) => return Ok(()),
+                    Ok(Ok(0)) => return Ok(()),
+                    Ok(Ok(n)) => read += n,
+                }
+                if read > 32 << 20 {
+                    return Err("the whole flood arrived: the stalled connection was never cut".into());
+                }
+            }
+        };
+        let cut: Result<(), String> = cut.await;
+        self.check(k, "cut-by-the-host", cut).then_some(())
+    }
+
     async fn iteration(&mut self, kind: Kind) -> Option<()> {
         match kind {
             Kind::Churn => self.churn().await,
@@ -775,6 +852,8 @@ impl Client {
             Kind::Elicitation => self.elicitation().await,
             Kind::Large => self.large().await,
             Kind::Gap => self.gap().await,
+            Kind::SlowBody => self.slow_body().await,
+            Kind::Stalled => self.stalled().await,
         }
     }
 }
@@ -785,7 +864,7 @@ fn has_session(a: &Answer, _: Option<&Value>) -> Result<(), String> {
 
 /// The deliberate probes, by `kind/step`, and their documented answers (README's error
 /// table and "Unresumable cursors").
-pub(crate) const PROBES: [(Kind, &str, &str); 19] = [
+pub(crate) const PROBES: [(Kind, &str, &str); 21] = [
     (Kind::Large, "handshake-at-limits", "200 and a session (capabilities at 1024 values, depth 16, 64 KiB of strings)"),
     (Kind::Large, "handshake-over-values", "400 -32600 limit.handshake"),
     (Kind::Large, "handshake-over-depth", "400 -32600 limit.handshake"),
@@ -805,6 +884,8 @@ pub(crate) const PROBES: [(Kind, &str, &str); 19] = [
     (Kind::Large, "body-over-chunked", "413 (chunked body over 4 MiB)"),
     (Kind::Gap, "resume", "200 SSE carrying -32005 for the request id, then the stream ends"),
     (Kind::Gap, "reuse-id", "200 result for the same id at once (no 409)"),
+    (Kind::SlowBody, "half-body", "408 -32000 once security.body_read_timeout_ms passes"),
+    (Kind::Stalled, "cut-by-the-host", "the host ends a connection nobody reads (server.tcp_user_timeout_secs)"),
 ];
 
 /// The deck: every kind, as often as its weight.
