@@ -148,16 +148,17 @@ async fn close_sends_delete_and_the_session_is_gone() {
 
 #[actix_web::test]
 async fn handshake_refused_with_503_is_retried_no_sooner_than_retry_after() {
-    let (url, _sup) = serve(common::cfg(|c| {
+    let (url, sup) = serve(common::cfg(|c| {
         c.sse.retry_ms = 20;
         c.sessions.max_sessions = 1;
         c.quotas.sessions_per_principal = 1;
-    })).await;
+    }))
+    .await;
     let a = connect(&url).await;
     delete_session(&url, &a.session_id()).await;
-    let b = connect(&url).await; // takes the only slot: a's new handshake gets 503, Retry-After: 5
+    let b = connect(&url).await; // takes the only slot: a's new handshake gets 429, Retry-After: 5
     let release = async move {
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        common::until("a's new handshake was refused", || sup.stats().refusals("quota.sessions") >= 1).await;
         b.close().await.unwrap();
     };
     let t0 = tokio::time::Instant::now();
@@ -182,12 +183,13 @@ async fn idempotent_request_refused_with_503_is_retried_and_others_are_not() {
     let call = |idempotent| c.request("tools/call", Some(json!({"name":"echo","arguments":{"text":"x"}})), idempotent);
     let hold = c.request("tools/call", Some(json!({"name":"gated","arguments":{}})), false);
     let open_later = async {
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        // Both calls below were refused once: the slot may free now.
+        common::until("two calls refused", || sup.stats().refusals("overloaded.in_flight") >= 2).await;
         gate.open(1);
     };
     // While `gated` holds the only slot: a non-idempotent call gets the 503 back at once...
     let probe = async {
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        gate.started(1).await;
         let refused = call(false).await;
         // ...an idempotent one waits Retry-After (1 s) and succeeds once the slot is free.
         let retried = call(true).await;
@@ -208,7 +210,7 @@ async fn cancelling_a_request_tells_the_server_and_returns_cancelled() {
     let token = tokio_util::sync::CancellationToken::new();
     let call = c.request_cancellable("tools/call", Some(json!({"name":"until_cancelled","arguments":{}})), true, &token);
     let cancel_soon = async {
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        gate.started(1).await;
         token.cancel();
     };
     let (r, ()) = tokio::join!(call, cancel_soon);

@@ -104,6 +104,7 @@ pub fn catalog(gate: Gate) -> Catalog {
                 let g = g.clone();
                 async move {
                     let _finished_when_dropped = OnDrop(Arc::clone(&g.done));
+                    g.started.add_permits(1);
                     cx.cancellation().cancelled().await;
                     Ok(CallToolResult::text("cancelled"))
                 }
@@ -369,6 +370,18 @@ impl Client<'_> {
     pub async fn delete(&self) -> Resp {
         self.h.send(self.with_session(TestRequest::delete().uri("/mcp").insert_header(("Host", "127.0.0.1:8080")))).await
     }
+}
+
+/// Wait (bounded: 5 s) until `cond` holds — to order a test's steps on server state it can
+/// observe, not on elapsed time.
+pub async fn until(what: &str, cond: impl Fn() -> bool) {
+    for _ in 0..500 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("never happened: {what}");
 }
 
 /// Assert an HTTP refusal and its JSON-RPC error code.
