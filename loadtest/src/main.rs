@@ -156,7 +156,7 @@ enum Command {
     },
     /// Soak: mixed abusive and unlucky traffic (session churn, abandoned streams, replaced
     /// GET streams, unanswered elicitations, payloads at and over every size limit, resumes
-    /// into gaps), then silence until the host's TTLs pass, with the host's RSS and stats
+    /// into gaps, slow bodies, stalled readers), then silence until the host's TTLs pass, with the host's RSS and stats
     /// sampled every 250 ms. Exits 1 if any gate fails: sessions and streams back to 0,
     /// final RSS <= 2 × idle RSS, no answer but the expected ones (each deliberate probe's
     /// documented refusal included), host refusals = provoked ones by cause, every probe
@@ -206,7 +206,8 @@ enum Command {
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100))]
         rounds: u64,
         /// Traffic kinds (comma-separated, or `all`): session-churn, abandoned-stream,
-        /// replaced-get, unanswered-elicitation, large-payloads, resume-into-gap.
+        /// replaced-get, unanswered-elicitation, large-payloads, resume-into-gap, slow-body,
+        /// stalled-reader.
         #[arg(long, default_value = "all")]
         kinds: String,
         /// Seed of the clients' choices.

@@ -171,6 +171,22 @@ struct Sampler<'a> {
 }
 
 impl Sampler<'_> {
+    /// Sample every tick until sessions and streams are back to 0 and `settle` has passed
+    /// since now, or `limit` has.
+    async fn silence(&mut self, tick: &mut tokio::time::Interval, bar: Option<&indicatif::ProgressBar>, phase: Phase, settle: Duration, limit: Duration) {
+        let since = Instant::now();
+        loop {
+            tick.tick().await;
+            let s = self.sample(phase);
+            show(bar, s);
+            let zero = s.stat("sessions") == Some(0) && s.stat("streams") == Some(0);
+            let quiet = since.elapsed();
+            if (zero && quiet >= settle) || quiet >= limit {
+                return;
+            }
+        }
+    }
+
     fn sample(&mut self, phase: Phase) -> &Sample {
         let now = Instant::now();
         let latest = self.host.latest_stats();
@@ -237,17 +253,7 @@ pub(crate) async fn run(spec: &SoakSpec, host: &mut HostProcess) -> Result<Value
     for w in warm {
         w.await.map_err(|e| format!("warm-up client: {e}"))?.map_err(|e| format!("{e}; {:?}", t.tally.borrow().samples))?;
     }
-    let warm_end = Instant::now();
-    loop {
-        tick.tick().await;
-        let s = sampler.sample(Phase::Idle);
-        show(bar.as_ref(), s);
-        let zero = s.stat("sessions") == Some(0) && s.stat("streams") == Some(0);
-        let quiet = warm_end.elapsed();
-        if (zero && quiet >= settle) || quiet >= limit {
-            break;
-        }
-    }
+    sampler.silence(&mut tick, bar.as_ref(), Phase::Idle, settle, limit).await;
     let idle_rss_kib = sampler.samples.last().and_then(|s| s.rss_kib);
 
     let max_iterations = spec.seconds.saturating_mul(1000);
@@ -276,17 +282,7 @@ pub(crate) async fn run(spec: &SoakSpec, host: &mut HostProcess) -> Result<Value
             }
         }
         let traffic_end = Instant::now();
-        // Silence: until back to 0 after the settle time, or the silence limit.
-        loop {
-            tick.tick().await;
-            let s = sampler.sample(Phase::Silence);
-            show(bar.as_ref(), s);
-            let zero = s.stat("sessions") == Some(0) && s.stat("streams") == Some(0);
-            let quiet = traffic_end.elapsed();
-            if (zero && quiet >= settle) || quiet >= limit {
-                break;
-            }
-        }
+        sampler.silence(&mut tick, bar.as_ref(), Phase::Silence, settle, limit).await;
         let last = sampler.samples.last().cloned().expect("sampled");
         let end = RoundEnd { sessions: last.stat("sessions"), streams: last.stats.as_ref().and_then(|s| s["streams"].as_i64()), rss_kib: last.rss_kib };
         let ms = |i: Instant| i.duration_since(start).as_millis() as u64;

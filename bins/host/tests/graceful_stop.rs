@@ -2,39 +2,21 @@
 //! also on connections that were open before it, while the HTTP server's graceful stop lets
 //! running responses finish. `MCP_HOST_BIN` overrides the binary (to check another build).
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-/// The host process, killed on drop whatever the test's outcome.
-struct Host {
-    child: Child,
-    addr: String,
-}
+use mcp_devtools::HostProcess;
 
-impl Drop for Host {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start() -> Host {
+/// The host on a free port; `MCP_HOST_BIN` overrides the binary. Its address.
+fn start() -> (HostProcess, String) {
     let bin = std::env::var("MCP_HOST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_mcp-host").to_owned());
-    let mut child = Command::new(bin)
-        .args(["--port", "0"])
-        .env("MCP_HOST_LOG", "warn")
-        .env("MCP_HOST_EXIT_WITH_PARENT", "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start mcp-host");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("first line");
-    let url = line.split_whitespace().last().expect("url").to_owned();
-    let addr = url.trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
-    Host { child, addr }
+    let mut cmd = Command::new(bin);
+    cmd.args(["--port", "0"]).stderr(std::process::Stdio::null());
+    let host = HostProcess::spawn(cmd, Duration::from_secs(10)).expect("start mcp-host");
+    let addr = host.url().trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
+    (host, addr)
 }
 
 fn connect(addr: &str) -> TcpStream {
@@ -77,9 +59,9 @@ fn json_response(s: &mut TcpStream) -> (u16, String) {
 
 #[test]
 fn initialize_arriving_during_the_graceful_stop_is_refused() {
-    let host = start();
+    let (host, addr) = start();
     // An open SSE stream keeps the server in its graceful stop for a while.
-    let mut s = connect(&host.addr);
+    let mut s = connect(&addr);
     send(&mut s, "POST /mcp HTTP/1.1\r\nAccept: application/json\r\n", INIT);
     let (_, head) = json_response(&mut s);
     let sid = head
@@ -90,17 +72,17 @@ fn initialize_arriving_during_the_graceful_stop_is_refused() {
     s.write_all(get.as_bytes()).unwrap();
     assert_eq!(read_head(&mut s).0, 200);
     // An initialize in progress: its head and half its body are sent before the signal.
-    let mut late = connect(&host.addr);
+    let mut late = connect(&addr);
     let head = format!("POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: application/json\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n", INIT.len());
     let (first, rest) = INIT.split_at(INIT.len() / 2);
     late.write_all(format!("{head}{first}").as_bytes()).unwrap();
 
-    let killed = Command::new("kill").args(["-TERM", &host.child.id().to_string()]).status().expect("kill");
+    let killed = Command::new("kill").args(["-TERM", &host.pid().to_string()]).status().expect("kill");
     assert!(killed.success());
     // The listener closes once the stop has begun (the drain starts before it).
     let closed = (0..250).any(|_| {
         std::thread::sleep(Duration::from_millis(20));
-        TcpStream::connect(&host.addr).is_err()
+        TcpStream::connect(&addr).is_err()
     });
     assert!(closed, "the listener did not close within 5 s of SIGTERM");
     late.write_all(rest.as_bytes()).unwrap();

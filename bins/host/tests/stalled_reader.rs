@@ -2,52 +2,25 @@
 //! once the host's written data stays unacknowledged for `server.tcp_user_timeout_secs`, the
 //! kernel ends the connection, the session counts it off and expires on its TTL.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::Duration;
 
+use mcp_devtools::HostProcess;
 use serde_json::Value;
 
-struct Host(Child);
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// The host with `config`, its address, and its stats lines as they come.
-fn start(name: &str, config: &str) -> (Host, String, mpsc::Receiver<Value>) {
+/// The host with `config` (a file named after the test) and its address.
+fn start(name: &str, config: &str) -> (HostProcess, String) {
     let dir = std::env::temp_dir().join(format!("mcp-host-stall-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(&path, config).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mcp-host"))
-        .args(["--port", "0", "--packs", "soak", "--session-ttl-secs", "1", "--stats-every-ms", "200", "--config"])
-        .arg(&path)
-        .env("MCP_HOST_LOG", "warn")
-        .env("MCP_HOST_EXIT_WITH_PARENT", "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start mcp-host");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let first = lines.next().unwrap().unwrap();
-    let addr = first.split_whitespace().last().unwrap().trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in lines.map_while(Result::ok) {
-            if let Some(json) = line.strip_prefix("stats ")
-                && tx.send(serde_json::from_str(json).unwrap()).is_err()
-            {
-                break;
-            }
-        }
-    });
-    (Host(child), addr, rx)
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mcp-host"));
+    cmd.args(["--port", "0", "--packs", "soak", "--session-ttl-secs", "1", "--stats-every-ms", "200", "--config"]).arg(&path).stderr(std::process::Stdio::null());
+    let host = HostProcess::spawn(cmd, Duration::from_secs(10)).expect("start mcp-host");
+    let addr = host.url().trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
+    (host, addr)
 }
 
 fn post(s: &mut TcpStream, body: &str, session: Option<&str>, accept: &str) {
@@ -78,27 +51,31 @@ fn stall(addr: &str) -> (TcpStream, TcpStream) {
     (s, stalled)
 }
 
-/// The first stats line (within `within` lines of 200 ms) for which `pred` holds.
-fn wait_for(rx: &mpsc::Receiver<Value>, within: usize, pred: impl Fn(&Value) -> bool) -> Option<Value> {
-    (0..within).filter_map(|_| rx.recv_timeout(Duration::from_secs(5)).ok()).find(|s| pred(s))
+/// The first of the host's stats lines over the next `within` × 200 ms for which `pred`
+/// holds.
+fn wait_for(host: &HostProcess, within: usize, pred: impl Fn(&Value) -> bool) -> Option<Value> {
+    (0..within).find_map(|_| {
+        std::thread::sleep(Duration::from_millis(200));
+        host.latest_stats().map(|s| s.value).filter(|v| pred(v))
+    })
 }
 
 #[test]
 fn a_stalled_reader_is_cut_by_the_tcp_user_timeout_and_its_session_expires() {
-    let (_host, addr, rx) = start("cut", "[server]\ntcp_user_timeout_secs = 2\n");
+    let (host, addr) = start("cut", "[server]\ntcp_user_timeout_secs = 2\n");
     let _sockets = stall(&addr);
-    assert!(wait_for(&rx, 25, |s| s["sessions"] == 1 && s["streams"] == 1).is_some(), "the flood started");
+    assert!(wait_for(&host, 25, |s| s["sessions"] == 1 && s["streams"] == 1).is_some(), "the flood started");
     // Kernel timeout (2 s) after the send buffer filled, then the 1 s idle TTL.
-    let gone = wait_for(&rx, 100, |s| s["sessions"] == 0 && s["streams"] == 0);
+    let gone = wait_for(&host, 100, |s| s["sessions"] == 0 && s["streams"] == 0);
     assert!(gone.is_some(), "the session outlived its stalled connection");
 }
 
 #[test]
 fn without_a_user_timeout_the_stalled_connection_holds_its_session() {
     // The control case: it shows the test above measures the timeout, not something else.
-    let (_host, addr, rx) = start("held", "[server]\ntcp_user_timeout_secs = 0\n");
+    let (host, addr) = start("held", "[server]\ntcp_user_timeout_secs = 0\n");
     let _sockets = stall(&addr);
-    assert!(wait_for(&rx, 25, |s| s["sessions"] == 1).is_some(), "the flood started");
-    let gone = wait_for(&rx, 40, |s| s["sessions"] == 0);
+    assert!(wait_for(&host, 25, |s| s["sessions"] == 1).is_some(), "the flood started");
+    let gone = wait_for(&host, 40, |s| s["sessions"] == 0);
     assert!(gone.is_none(), "8 s later the session is still held by its stalled connection");
 }

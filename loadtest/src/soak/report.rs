@@ -24,7 +24,7 @@ pub(crate) struct RoundEnd {
 /// What a soak measured, as the gates need it.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Measured {
-    /// After start and a one-session warm-up, before traffic.
+    /// After start and a warm-up of every kind at the run's concurrency, before traffic.
     pub(crate) idle_rss_kib: Option<u64>,
     /// One per round of traffic and silence.
     pub(crate) rounds: Vec<RoundEnd>,
