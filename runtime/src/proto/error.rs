@@ -332,7 +332,7 @@ impl Rejection {
             (Rejection::PayloadTooLarge, "body larger than `security.max_body_bytes` (checked against `Content-Length` before reading, and while reading)"),
             (Rejection::BodyTimeout, "the body did not arrive in full within `security.body_read_timeout_ms`"),
             (Rejection::MethodNotAllowed, "method other than POST, GET, DELETE; OPTIONS that is not a CORS preflight"),
-            (Rejection::InvalidHeader("Last-Event-ID"), "a header the endpoint reads (`Accept`, `Content-Type`, `Origin`, `Host`, `Authorization`, `MCP-Session-Id`, `MCP-Protocol-Version`, `Last-Event-ID`) is not visible ASCII"),
+            (Rejection::InvalidHeader("Last-Event-ID"), "a header the endpoint reads (`Accept`, `Content-Type`, `Origin`, `Host`, `Authorization`, `MCP-Session-Id`, `MCP-Protocol-Version`, `Last-Event-ID`, `Access-Control-Request-Method`) is not visible ASCII"),
             (Rejection::Parse, "body is not JSON"),
             (
                 Rejection::InvalidMessage { reason: "example".into(), id: None },
