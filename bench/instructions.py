@@ -10,6 +10,7 @@ cancelled out. Reply modes: SSE (Accept: both) and JSON (Accept: application/jso
 
 Usage:
   python3 bench/instructions.py NAME=PATH [NAME=PATH ...] [--n1 1000] [--n2 4000] [--json-out FILE]
+      [--keep-dir DIR]   (keep each callgrind profile as DIR/NAME-MODE-N.out, for callgrind_annotate)
   (a PATH may carry host flags after a comma: new=target/release/mcp-host,--config,x.toml)
 Needs valgrind. Talks to 127.0.0.1 only; stops every host it starts.
 """
@@ -23,10 +24,13 @@ import subprocess
 import tempfile
 
 
-def count(cmd, n, sse):
-    """Instructions of the host process that served `n` echo calls."""
-    fd, out = tempfile.mkstemp(prefix="callgrind-", suffix=".out")
-    os.close(fd)
+def count(cmd, n, sse, keep=None):
+    """Instructions of the host process that served `n` echo calls (its profile kept at `keep`)."""
+    if keep:
+        out = keep
+    else:
+        fd, out = tempfile.mkstemp(prefix="callgrind-", suffix=".out")
+        os.close(fd)
     host = subprocess.Popen(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *cmd, "--port", "0", "--workers", "1", "--packs", "echo"],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
@@ -66,7 +70,8 @@ def count(cmd, n, sse):
         if host.poll() is None:
             host.kill()
             host.wait()
-        os.remove(out)
+        if not keep:
+            os.remove(out)
 
 
 def main():
@@ -75,14 +80,16 @@ def main():
     ap.add_argument("--n1", type=int, default=1000)
     ap.add_argument("--n2", type=int, default=4000)
     ap.add_argument("--json-out")
+    ap.add_argument("--keep-dir")
     a = ap.parse_args()
     rows = []
     for sse in (True, False):
         for b in a.builds:
             name, spec = b.split("=", 1)
             cmd = spec.split(",")
-            per = (count(cmd, a.n2, sse) - count(cmd, a.n1, sse)) / (a.n2 - a.n1)
             mode = "SSE" if sse else "JSON"
+            keep = (lambda n: os.path.join(a.keep_dir, f"{name}-{mode}-{n}.out")) if a.keep_dir else (lambda n: None)
+            per = (count(cmd, a.n2, sse, keep(a.n2)) - count(cmd, a.n1, sse, keep(a.n1))) / (a.n2 - a.n1)
             rows.append({"build": name, "mode": mode, "instructions_per_request": round(per)})
             print(f"| {name} | {mode} | {per:,.0f} |", flush=True)
     if a.json_out:

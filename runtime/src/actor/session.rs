@@ -363,7 +363,7 @@ impl SessionActor {
             "resources/subscribe" | "resources/unsubscribe" => Dispatch::Ready(self.subscription(&method, params.as_ref())),
             method::INITIALIZE => Dispatch::Ready(Err(ErrorObject::new(code::INVALID_REQUEST, "session already initialized"))),
             _ => {
-                let progress_token = params.as_ref().and_then(|p| p.pointer("/_meta/progressToken")).cloned();
+                let progress_token = params.as_ref().and_then(crate::proto::jsonrpc::progress_token).cloned();
                 let out: Arc<dyn ToolOutbound> = Arc::new(Outbound { session: ctx.address(), stream: stream_addr, origin: id.clone() });
                 let log_level = self.core.log_level();
                 let caps = Arc::clone(&self.client_caps);

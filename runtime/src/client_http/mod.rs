@@ -582,7 +582,7 @@ impl<J: Journal> McpClient<J> {
                     let mut i = self.inner.borrow_mut();
                     i.stats.streams += 1;
                     let key = i.acceptor.open_post_stream(std::slice::from_ref(&id)).map_err(|e| Failure::Final(ClientError::Transport(e.to_string())))?;
-                    if let Some(token) = params.and_then(|p| p.pointer("/_meta/progressToken")) {
+                    if let Some(token) = params.and_then(crate::proto::jsonrpc::progress_token) {
                         i.acceptor.expect_progress(&key, token);
                     }
                     key

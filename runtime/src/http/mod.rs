@@ -15,7 +15,7 @@ use futures_core::Stream as _;
 use tokio::sync::oneshot;
 
 use crate::actor::{Delete, JsonReply, OpenGet, Post, PostOutcome, QuotaKey, Resume, SessionHandle, SseBody, Supervisor};
-use crate::proto::admission::{Command, HeadAdmitted, HttpMethod, ReplyMode, RequestHead, admit_body, admit_head, cors_headers, cors_origin, cors_preflight_headers};
+use crate::proto::admission::{Admitted, Command, HeadAdmitted, HttpMethod, ReplyMode, RequestHead, admit_body, admit_head, cors_headers, cors_origin, cors_preflight_headers};
 use crate::proto::error::{Overload, Quota, Rejection};
 use crate::proto::jsonrpc::{Incoming, encode_result};
 use crate::proto::mcp::initialize_result;
@@ -203,21 +203,42 @@ fn opens_stream(incoming: &Incoming, reply: ReplyMode) -> bool {
     reply == ReplyMode::Sse && matches!(incoming, Incoming::Single(m) if m.is_request())
 }
 
+// `serve` is split so that every request's handler future stays small: an `async fn`
+// keeps the storage of whatever it holds across an await, and one big match over every
+// command made the future 1.3 KiB, past glibc's tcache and into its slow large-bin path
+// on every request. Admission and the answer are small futures of their own; what lies
+// between them is synchronous ([`dispatch`]).
 async fn serve(req: &HttpRequest, head: &RequestHead<'_>, payload: web::Payload, sup: &Arc<Supervisor>) -> Result<HttpResponse, Rejection> {
-    let policy = sup.admit_policy();
-    // The head's rules first: a refused caller never makes us buffer a body.
-    let admitted = match admit_head(head, policy)? {
-        HeadAdmitted::Done(a) => a,
-        HeadAdmitted::Post { principal } => {
-            let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
-            if declared.is_some_and(|n| n > policy.max_body_bytes) {
-                return Err(Rejection::PayloadTooLarge);
-            }
-            let deadline = std::time::Duration::from_millis(sup.config().security.body_read_timeout_ms);
-            let body = read_body(payload, policy.max_body_bytes, declared, deadline).await?;
-            admit_body(principal, head, &body, policy)?
-        }
-    };
+    let admitted = admit_request(req, head, payload, sup).await?;
+    // Bound first: a `?` in the scrutinee would keep its temporary across the awaits.
+    let next = dispatch(req, sup, admitted)?;
+    match next {
+        Next::Ready(resp) => Ok(resp),
+        Next::Post(rx) => post_reply(rx).await,
+        Next::Stream(rx, dropped) => match rx.await {
+            Ok(Ok(body)) => Ok(sse(body)),
+            Ok(Err(rejection)) => Err(rejection),
+            Err(_) => Err(dropped),
+        },
+        Next::Delete(rx) => match rx.await {
+            Ok(Ok(())) => Ok(HttpResponse::NoContent().finish()),
+            Ok(Err(rejection)) => Err(rejection),
+            Err(_) => Err(Rejection::SessionNotFound),
+        },
+    }
+}
+
+/// What a request waits for once it has been handed to its session.
+enum Next {
+    Ready(HttpResponse),
+    Post(oneshot::Receiver<Result<PostOutcome, Rejection>>),
+    /// A stream, and the answer when the session drops the reply.
+    Stream(oneshot::Receiver<Result<SseBody, Rejection>>, Rejection),
+    Delete(oneshot::Receiver<Result<(), Rejection>>),
+}
+
+/// Carry an admitted command to its session (or answer it here).
+fn dispatch(req: &HttpRequest, sup: &Arc<Supervisor>, admitted: Admitted) -> Result<Next, Rejection> {
     let principal = admitted.principal;
     match admitted.command {
         Command::Preflight => {
@@ -225,7 +246,7 @@ async fn serve(req: &HttpRequest, head: &RequestHead<'_>, payload: web::Payload,
             for (k, v) in cors_preflight_headers() {
                 b.insert_header((k, v));
             }
-            Ok(b.finish())
+            Ok(Next::Ready(b.finish()))
         }
         Command::Initialize { id, init, kept_bytes, reply } => {
             let (session, version) = sup.create_session(quota_key(principal.as_ref(), req.peer_addr(), sup.config().quotas.ipv6_prefix_len), principal, &init, kept_bytes)?;
@@ -240,7 +261,7 @@ async fn serve(req: &HttpRequest, head: &RequestHead<'_>, payload: web::Payload,
                 header::HeaderName::from_static(SESSION_HEADER),
                 header::HeaderValue::from_str(session.as_str()).map_err(|_| Rejection::Internal)?,
             );
-            Ok(resp)
+            Ok(Next::Ready(resp))
         }
         Command::Post { session, version: _, incoming, reply } => {
             let handle = sup.lookup(&session, principal.as_ref())?;
@@ -249,40 +270,14 @@ async fn serve(req: &HttpRequest, head: &RequestHead<'_>, payload: web::Payload,
             }
             let (tx, rx) = oneshot::channel();
             handle.addr.try_send(Post { incoming, reply_mode: reply, reply: tx }).map_err(mailbox_error)?;
-            match rx.await.map_err(|_| Rejection::SessionNotFound)?? {
-                PostOutcome::Accepted => Ok(HttpResponse::Accepted().finish()),
-                PostOutcome::Sse(body) => Ok(sse(body)),
-                PostOutcome::Json(rx) => json_reply(rx.await),
-                PostOutcome::Batch(rxs) => {
-                    let mut out = Vec::with_capacity(rxs.len());
-                    for rx in rxs {
-                        match rx.await {
-                            Ok(Ok(b)) => out.push(b),
-                            Ok(Err(rejection)) => return Err(rejection),
-                            Err(_) => {}
-                        }
-                    }
-                    if out.is_empty() {
-                        return Ok(HttpResponse::Accepted().finish());
-                    }
-                    let mut arr = BytesMut::from(&b"["[..]);
-                    for (i, b) in out.iter().enumerate() {
-                        if i > 0 {
-                            arr.extend_from_slice(b",");
-                        }
-                        arr.extend_from_slice(b);
-                    }
-                    arr.extend_from_slice(b"]");
-                    Ok(json(arr.freeze()))
-                }
-            }
+            Ok(Next::Post(rx))
         }
         Command::OpenStream { session } => {
             let handle = sup.lookup(&session, principal.as_ref())?;
             stream_memory_available(sup, &handle)?;
             let (tx, rx) = oneshot::channel();
             handle.addr.try_send(OpenGet { reply: tx }).map_err(mailbox_error)?;
-            Ok(sse(rx.await.map_err(|_| Rejection::SessionNotFound)??))
+            Ok(Next::Stream(rx, Rejection::SessionNotFound))
         }
         Command::Resume { session, cursor } => {
             let handle = sup.lookup(&session, principal.as_ref())?;
@@ -290,14 +285,66 @@ async fn serve(req: &HttpRequest, head: &RequestHead<'_>, payload: web::Payload,
             let (tx, rx) = oneshot::channel();
             handle.addr.try_send(Resume { event, reply: tx }).map_err(mailbox_error)?;
             // A dropped reply: the stream stopped (its retention ended) with the resume queued.
-            Ok(sse(rx.await.map_err(|_| Rejection::EventsLost)??))
+            Ok(Next::Stream(rx, Rejection::EventsLost))
         }
         Command::Delete { session } => {
             let handle = sup.lookup(&session, principal.as_ref())?;
             let (tx, rx) = oneshot::channel();
             handle.addr.try_send(Delete { reply: tx }).map_err(mailbox_error)?;
-            rx.await.map_err(|_| Rejection::SessionNotFound)??;
-            Ok(HttpResponse::NoContent().finish())
+            Ok(Next::Delete(rx))
+        }
+    }
+}
+
+/// The head's rules first (a refused caller never makes us buffer a body), then a POST's
+/// body within its deadline and the body's rules.
+async fn admit_request(req: &HttpRequest, head: &RequestHead<'_>, payload: web::Payload, sup: &Supervisor) -> Result<Admitted, Rejection> {
+    let policy = sup.admit_policy();
+    let principal = match admit_head(head, policy)? {
+        HeadAdmitted::Done(a) => return Ok(a),
+        HeadAdmitted::Post { principal } => principal,
+    };
+    let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > policy.max_body_bytes) {
+        return Err(Rejection::PayloadTooLarge);
+    }
+    let deadline = std::time::Duration::from_millis(sup.config().security.body_read_timeout_ms);
+    let body = read_body(payload, policy.max_body_bytes, declared, deadline).await?;
+    admit_body(principal, head, &body, policy)
+}
+
+/// The answer to a POST, once the session has taken it.
+async fn post_reply(rx: oneshot::Receiver<Result<PostOutcome, Rejection>>) -> Result<HttpResponse, Rejection> {
+    let outcome = match rx.await {
+        Ok(Ok(outcome)) => outcome,
+        Ok(Err(rejection)) => return Err(rejection),
+        Err(_) => return Err(Rejection::SessionNotFound),
+    };
+    match outcome {
+        PostOutcome::Accepted => Ok(HttpResponse::Accepted().finish()),
+        PostOutcome::Sse(body) => Ok(sse(body)),
+        PostOutcome::Json(rx) => json_reply(rx.await),
+        PostOutcome::Batch(rxs) => {
+            let mut out = Vec::with_capacity(rxs.len());
+            for rx in rxs {
+                match rx.await {
+                    Ok(Ok(b)) => out.push(b),
+                    Ok(Err(rejection)) => return Err(rejection),
+                    Err(_) => {}
+                }
+            }
+            if out.is_empty() {
+                return Ok(HttpResponse::Accepted().finish());
+            }
+            let mut arr = BytesMut::from(&b"["[..]);
+            for (i, b) in out.iter().enumerate() {
+                if i > 0 {
+                    arr.extend_from_slice(b",");
+                }
+                arr.extend_from_slice(b);
+            }
+            arr.extend_from_slice(b"]");
+            Ok(json(arr.freeze()))
         }
     }
 }

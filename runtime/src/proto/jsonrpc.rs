@@ -283,6 +283,12 @@ fn to_bytes<T: Serialize>(v: &T) -> Bytes {
     Bytes::from(serde_json::to_vec(v).unwrap_or_default())
 }
 
+/// A request's `params._meta.progressToken`, if any (direct lookups: `Value::pointer`
+/// allocates per path segment, and this runs on every request).
+pub fn progress_token(params: &Value) -> Option<&Value> {
+    params.get("_meta")?.get("progressToken")
+}
+
 /// Encode a success response.
 #[must_use]
 pub fn encode_result<R: Serialize + ?Sized>(id: &JsonRpcId, result: &R) -> Bytes {

@@ -260,7 +260,7 @@ pub fn check_message(m: &Message, l: &MessageLimits) -> Result<(), LimitExceeded
         Message::Request { id, method, params } => {
             id_ok(id, l)?;
             // Kept for the whole request and copied into every progress notification.
-            match params.as_ref().and_then(|p| p.pointer("/_meta/progressToken")) {
+            match params.as_ref().and_then(crate::proto::jsonrpc::progress_token) {
                 None | Some(Value::Number(_)) => {}
                 Some(Value::String(t)) if t.len() <= l.id_max_bytes => {}
                 Some(_) => return Err(LimitExceeded { limit: Limit::ProgressToken, max: l.id_max_bytes }),

@@ -121,3 +121,12 @@ proptest! {
         let _ = parse_body(&bytes);
     }
 }
+
+#[test]
+fn progress_token_is_read_from_params_meta_only() {
+    assert_eq!(progress_token(&json!({"_meta": {"progressToken": "t-1"}})), Some(&json!("t-1")));
+    assert_eq!(progress_token(&json!({"_meta": {"progressToken": 7}})), Some(&json!(7)));
+    assert_eq!(progress_token(&json!({"progressToken": "t-1"})), None);
+    assert_eq!(progress_token(&json!({"_meta": ["progressToken"]})), None);
+    assert_eq!(progress_token(&json!({"_meta": {}})), None);
+}
