@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# Process bookkeeping shared by the test scripts. Source it; it defines functions only.
+# Process bookkeeping shared by the test scripts. Source it; it defines functions and exports
+# MCP_HOST_EXIT_WITH_PARENT.
 #
 # Contract: every background process a script starts goes through `bg_start` (or `bg_start_group`
 # for a program that forks helpers, such as Chromium), in the script's own shell, never inside
@@ -7,6 +8,10 @@
 # installs `trap stop_started EXIT` once; it stops everything on success and on failure. Every
 # wait here is bounded. The process scans read /proc with bash builtins only, so they never see
 # a process of their own.
+
+# Every mcp-host a script starts exits by itself when the script's shell dies, even by SIGKILL
+# (when no EXIT trap runs).
+export MCP_HOST_EXIT_WITH_PARENT=1
 
 BG_PIDS=()    # direct children started by bg_start, stopped by stop_started
 BG_GROUPS=()  # session ids (= process group ids) started by bg_start_group

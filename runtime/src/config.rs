@@ -134,7 +134,8 @@ pub struct SessionsConfig {
     /// passes, the tool gets a `-32008` error and the client a `notifications/cancelled`.
     /// Default 300 (the TypeScript SDK's is 60 s); 1 s to 1 day.
     pub client_request_timeout_secs: u64,
-    /// Session actor mailbox capacity; a full mailbox answers 503. Default 1024.
+    /// Requests' messages waiting for one session actor, over all its connections; more are
+    /// answered 503. Default 1024.
     pub mailbox: usize,
     /// Generation (config epoch) tagged into session ids and cursors. Default 1.
     pub generation: u32,

@@ -130,8 +130,7 @@ async fn a_full_stream_memory_budget_refuses_new_streams_with_503_until_memory_i
     assert_eq!(h.sup.stats().refusals("overloaded.stream_memory"), 3);
     // Ending the session frees its streams' memory (its streams stop on their next turn).
     assert_eq!(a.delete().await.status, StatusCode::NO_CONTENT);
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(h.sup.stats_snapshot().stream_memory_bytes, 0);
+    until("the session's streams gave their memory back", || h.sup.stats_snapshot().stream_memory_bytes == 0).await;
     let b = h.client("2025-11-25").await;
     assert_eq!(text_of(&b.call_tool(1, "echo", json!({"text": "again"})).await.message().await), "again");
 }
@@ -183,7 +182,7 @@ async fn a_caller_over_its_share_of_the_stream_memory_gets_429_and_others_are_se
 #[actix_web::test]
 async fn a_sessions_kept_handshake_is_charged_to_the_memory_budget_for_its_life() {
     let h = harness().await;
-    let body = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"n".repeat(60_000)}}});
+    let body = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"experimental":{"x":"n".repeat(60_000)}},"clientInfo":{"name":"t","version":"1"}}});
     let mut r = h.send(post().set_payload(body.to_string())).await;
     let sid = r.header("mcp-session-id").unwrap();
     r.json().await;
@@ -335,4 +334,43 @@ async fn initialize_is_refused_once_draining_begins_and_open_sessions_go_on() {
     assert_eq!(r.header("retry-after").as_deref(), Some("5"));
     assert_refused(r, StatusCode::SERVICE_UNAVAILABLE, -32006).await;
     assert_eq!(text_of(&c.call_tool(1, "echo", json!({"text": "still"})).await.message().await), "still");
+}
+
+/// Poll every future in turn until all are done (one task: nothing else runs between their
+/// first polls, so each reaches its session before the session runs).
+async fn all<'a, T>(mut futs: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = T> + 'a>>>) -> Vec<T> {
+    let mut out: Vec<Option<T>> = futs.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        for (f, slot) in futs.iter_mut().zip(out.iter_mut()) {
+            if slot.is_none()
+                && let std::task::Poll::Ready(v) = f.as_mut().poll(cx)
+            {
+                *slot = Some(v);
+            }
+        }
+        if out.iter().all(Option::is_some) { std::task::Poll::Ready(()) } else { std::task::Poll::Pending }
+    })
+    .await;
+    out.into_iter().map(|v| v.expect("every future finished")).collect()
+}
+
+#[actix_web::test]
+async fn requests_beyond_the_session_mailbox_are_refused_503_though_each_has_its_own_sender() {
+    // actix lets every clone of an address send one message past a full mailbox, and every
+    // request clones the session's: without the session's own count nothing is refused.
+    let h = harness_with(cfg(|c| c.sessions.mailbox = 16)).await;
+    let c = h.client("2025-11-25").await;
+    let pings: Vec<_> = (0..40).map(|i| Box::pin(c.request(json!({"jsonrpc":"2.0","id":i,"method":"ping"}))) as std::pin::Pin<Box<dyn std::future::Future<Output = Resp>>>).collect();
+    let answers = all(pings).await;
+    let refused = answers.iter().filter(|r| r.status == StatusCode::SERVICE_UNAVAILABLE).count();
+    let served = answers.iter().filter(|r| r.status == StatusCode::OK).count();
+    assert_eq!((served, refused), (16, 24), "16 places in the mailbox, 40 requests at once");
+    assert_eq!(h.sup.stats().refusals("overloaded.mailbox"), 24);
+    for mut r in answers.into_iter().filter(|r| r.status == StatusCode::SERVICE_UNAVAILABLE) {
+        assert_eq!(r.header("retry-after").as_deref(), Some("1"));
+        assert_eq!(r.json().await["error"]["code"], -32006);
+    }
+    // Every place was given back: the next burst is served in full.
+    let again: Vec<_> = (100..116).map(|i| Box::pin(c.request(json!({"jsonrpc":"2.0","id":i,"method":"ping"}))) as std::pin::Pin<Box<dyn std::future::Future<Output = Resp>>>).collect();
+    assert!(all(again).await.iter().all(|r| r.status == StatusCode::OK));
 }

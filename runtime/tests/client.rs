@@ -148,22 +148,34 @@ async fn close_sends_delete_and_the_session_is_gone() {
 
 #[actix_web::test]
 async fn handshake_refused_with_503_is_retried_no_sooner_than_retry_after() {
+    // One slot in the whole table and two callers: when bob holds it, alice's handshake finds
+    // the table full (503, Retry-After: 5), not her own quota.
     let (url, sup) = serve(common::cfg(|c| {
+        common::two_callers(c);
         c.sse.retry_ms = 20;
         c.sessions.max_sessions = 1;
         c.quotas.sessions_per_principal = 1;
     }))
     .await;
-    let a = connect(&url).await;
-    delete_session(&url, &a.session_id()).await;
-    let b = connect(&url).await; // takes the only slot: a's new handshake gets 429, Retry-After: 5
+    let connect_as = |token: &str| {
+        let mut cfg = ClientConfig::new(&url);
+        cfg.backoff.default_ms = 20;
+        cfg.token = Some(token.to_owned());
+        McpClient::connect(cfg, MemoryJournal::new(4096))
+    };
+    let a = connect_as("ta").await.unwrap();
+    let r = awc::Client::default().delete(&url).insert_header(("Mcp-Session-Id", a.session_id())).insert_header(("Authorization", "Bearer ta")).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 204);
+    let b = connect_as("tb").await.unwrap(); // takes the only slot
     let release = async move {
-        common::until("a's new handshake was refused", || sup.stats().refusals("quota.sessions") >= 1).await;
+        common::until("alice's new handshake was refused", || sup.stats().refusals("overloaded.sessions") >= 1).await;
+        assert_eq!(sup.stats().refusals("quota.sessions"), 0, "refused for the table, not for her quota");
         b.close().await.unwrap();
     };
     let t0 = tokio::time::Instant::now();
     let (r, ()) = tokio::join!(a.request("tools/call", Some(json!({"name":"echo","arguments":{"text":"later"}})), true), release);
     assert_eq!(r.unwrap()["content"][0]["text"], "later");
+    // A lower bound only (a slow machine cannot make it fail): no retry before Retry-After.
     assert!(t0.elapsed() >= std::time::Duration::from_secs(5), "waited {:?}, less than Retry-After", t0.elapsed());
     assert_eq!(a.stats().handshakes, 2);
 }

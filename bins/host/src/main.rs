@@ -115,15 +115,21 @@ async fn serve(cfg: HostConfig) -> Result<(), String> {
     }
     if let Some(ms) = cfg.stats_every_ms {
         let s = Arc::clone(&sup);
-        actix_web::rt::spawn(async move {
-            let mut every = tokio::time::interval(Duration::from_millis(ms));
-            loop {
-                every.tick().await;
-                let line = serde_json::to_string(&s.stats_snapshot()).unwrap_or_default();
-                // A reader that went away must not stop the server.
-                let _ = writeln!(std::io::stdout(), "stats {line}");
-            }
-        });
+        // Its own thread: a reader that stops reading blocks this writer only, never the
+        // arbiter that runs the stop signal and the trim timer.
+        std::thread::Builder::new()
+            .name("stats".into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(Duration::from_millis(ms));
+                    let line = serde_json::to_string(&s.stats_snapshot()).unwrap_or_default();
+                    // A reader that went away must not stop the server.
+                    if writeln!(std::io::stdout(), "stats {line}").is_err() {
+                        return;
+                    }
+                }
+            })
+            .map_err(|e| format!("cannot start the stats thread: {e}"))?;
     }
     let result = server.await.map_err(|e| e.to_string());
     let stopped = sup.shutdown();

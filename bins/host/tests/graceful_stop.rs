@@ -71,8 +71,12 @@ fn initialize_arriving_during_the_graceful_stop_is_refused() {
     let get = format!("GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\nMcp-Session-Id: {sid}\r\n\r\n");
     s.write_all(get.as_bytes()).unwrap();
     assert_eq!(read_head(&mut s).0, 200);
-    // An initialize in progress: its head and half its body are sent before the signal.
+    // An initialize in progress: its head and half its body are sent before the signal, on a
+    // connection the server has certainly accepted (it answered a request on it first: a
+    // connection still in the listen backlog would be reset when the listener closes).
     let mut late = connect(&addr);
+    send(&mut late, "POST /mcp HTTP/1.1\r\nAccept: application/json\r\n", r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#);
+    assert_eq!(json_response(&mut late).0, 400, "a ping without a session");
     let head = format!("POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: application/json\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n", INIT.len());
     let (first, rest) = INIT.split_at(INIT.len() / 2);
     late.write_all(format!("{head}{first}").as_bytes()).unwrap();

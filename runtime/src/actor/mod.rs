@@ -7,7 +7,8 @@
 //! - [`StreamActor`]: one per SSE stream; owns the stream core (and its replay window), the
 //!   attached connection's write queue and its charge on the memory budget.
 //!
-//! Edges: HTTP -> session uses `try_send` (full mailbox = 503). Session -> stream uses
+//! Edges: HTTP -> session takes a place in the session's [`Inbox`] (`sessions.mailbox`
+//! requests' messages waiting; full = 503) and then `try_send`s. Session -> stream uses
 //! `try_send` for server-to-client requests (a full stream fails the tool's request at once)
 //! and `do_send` only for a request's final response (at most one per stream, bounded by the
 //! in-flight limit) and control messages; tools -> stream use `send` (backpressure on the
@@ -27,7 +28,7 @@ mod supervisor;
 
 pub use body::SseBody;
 pub use budget::{Charge, MemoryBudget};
-pub use registry::{QuotaKey, Registry, SessionHandle};
+pub use registry::{Inbox, InboxTicket, QuotaKey, Registry, SessionHandle};
 pub use session::{Delete, JsonReply, OpenGet, Post, PostOutcome, Resume, SessionActor};
 pub use stats::{ConnectionGuard, RuntimeStats, StatsSnapshot};
 pub use stream::StreamActor;

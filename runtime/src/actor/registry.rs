@@ -40,12 +40,56 @@ pub enum QuotaKey {
 pub struct SessionHandle {
     /// The session actor.
     pub addr: Addr<SessionActor>,
+    /// Requests' messages waiting in the session's mailbox.
+    pub inbox: Arc<Inbox>,
     /// The owning principal (authentication on).
     pub principal: Option<Arc<str>>,
     /// Verifies cursors for this session and owner.
     pub signer: Arc<CursorSigner>,
     /// The caller's share of the stream memory budget.
     pub caller_budget: Arc<MemoryBudget>,
+}
+
+/// The bound on requests' messages waiting for one session (`sessions.mailbox`), counted
+/// across every sender. actix lets each clone of an `Addr` send one message past its
+/// mailbox's capacity, and every request clones the session's address, so `try_send` alone
+/// never refuses: without this count the queue would grow with the concurrent requests.
+#[derive(Debug)]
+pub struct Inbox {
+    queued: AtomicUsize,
+    capacity: usize,
+}
+
+impl Inbox {
+    /// An empty inbox of `capacity` messages.
+    #[must_use]
+    pub fn new(capacity: usize) -> Arc<Inbox> {
+        Arc::new(Inbox { queued: AtomicUsize::new(0), capacity })
+    }
+
+    /// A place for one message; it is given back when the returned ticket is dropped (with the
+    /// message, once handled, or unhandled when the session has stopped).
+    ///
+    /// # Errors
+    /// [`Rejection::Overloaded`] (`503`, mailbox) when `capacity` messages are waiting.
+    pub fn enter(self: &Arc<Self>) -> Result<InboxTicket, Rejection> {
+        if self.queued.fetch_add(1, Ordering::AcqRel) >= self.capacity {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+            return Err(Rejection::Overloaded(Overload::Mailbox));
+        }
+        Ok(InboxTicket(Arc::clone(self)))
+    }
+}
+
+/// One message's place in an [`Inbox`], given back on drop.
+#[derive(Debug)]
+#[must_use = "the place is given back when the ticket is dropped"]
+pub struct InboxTicket(Arc<Inbox>);
+
+impl Drop for InboxTicket {
+    fn drop(&mut self) {
+        self.0.queued.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// One caller's entry: its live sessions and its share of the stream memory budget.

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::body::SseBody;
 use super::budget::{Charge, MemoryBudget};
-use super::registry::RegistryGuard;
+use super::registry::{InboxTicket, RegistryGuard};
 use super::stream::{Attach, Close, Emit, PollClose, SessionLink, Stop as StopStream, StreamActor, StreamReport};
 use super::supervisor::Supervisor;
 use crate::proto::admission::ReplyMode;
@@ -98,6 +98,8 @@ pub struct Post {
     pub reply_mode: ReplyMode,
     /// Where the outcome goes.
     pub reply: oneshot::Sender<Result<PostOutcome, Rejection>>,
+    /// Its place in the session's inbox, given back when the message is dropped.
+    pub ticket: InboxTicket,
 }
 
 /// Open a new standalone GET stream (replacing any previous one).
@@ -106,6 +108,8 @@ pub struct Post {
 pub struct OpenGet {
     /// Where the body goes.
     pub reply: oneshot::Sender<Result<SseBody, Rejection>>,
+    /// Its place in the session's inbox, given back when the message is dropped.
+    pub ticket: InboxTicket,
 }
 
 /// Resume the stream named by a verified cursor.
@@ -116,6 +120,8 @@ pub struct Resume {
     pub event: EventId,
     /// Where the body goes.
     pub reply: oneshot::Sender<Result<SseBody, Rejection>>,
+    /// Its place in the session's inbox, given back when the message is dropped.
+    pub ticket: InboxTicket,
 }
 
 /// End the session (HTTP DELETE).
@@ -124,6 +130,8 @@ pub struct Resume {
 pub struct Delete {
     /// Acknowledgement.
     pub reply: oneshot::Sender<Result<(), Rejection>>,
+    /// Its place in the session's inbox, given back when the message is dropped.
+    pub ticket: InboxTicket,
 }
 
 /// Stop the session (process shutdown).

@@ -12,7 +12,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use parking_lot::{Mutex, RwLock};
 
 use super::budget::MemoryBudget;
-use super::registry::{QuotaKey, Registry, SessionHandle, SlotLimits};
+use super::registry::{Inbox, QuotaKey, Registry, SessionHandle, SlotLimits};
 use super::session::{SessionActor, SessionSeed};
 use super::stats::{RuntimeStats, StatsSnapshot};
 use super::stream::StreamEnv;
@@ -35,30 +35,46 @@ pub enum Phase {
     Draining(Generation),
 }
 
-/// Session-creation rate per caller: one token bucket per [`QuotaKey`]. Full buckets are
-/// forgotten (they equal new ones), so the map holds only callers active within the last
-/// `burst / rate` seconds, and never more than `max_entries`: when that many callers are
-/// active at once, a newcomer is refused (429) until buckets refill — a flood of distinct
-/// callers can slow new sessions down, never reset anyone's throttling or grow the map.
+/// Session-creation rate per caller: one token bucket per [`QuotaKey`], at most
+/// `max_entries` of them. A full bucket equals a new one, so when the map is full a newcomer
+/// sweeps the full buckets out — at most once every [`RATE_SWEEP_EVERY_MS`], so a flood of
+/// distinct callers cannot make every handshake scan the whole map under the lock — and is
+/// refused (429) while it stays full: such a flood can slow new sessions down, never reset
+/// anyone's throttling or grow the map. A refused handshake has used its token (attempts
+/// are what is rated).
 #[derive(Debug)]
 struct RateLimiter {
-    buckets: Mutex<HashMap<QuotaKey, TokenBucket>>,
+    table: Mutex<RateTable>,
     burst: u32,
     per_second: f64,
     max_entries: usize,
 }
 
+#[derive(Debug, Default)]
+struct RateTable {
+    buckets: HashMap<QuotaKey, TokenBucket>,
+    /// When the full buckets were last swept out (`None`: never).
+    swept_at: Option<Tick>,
+}
+
+/// Least time between two sweeps of a full rate table.
+const RATE_SWEEP_EVERY_MS: u64 = 100;
+
 impl RateLimiter {
     fn new(burst: u32, per_second: u32, max_entries: usize) -> RateLimiter {
-        RateLimiter { buckets: Mutex::new(HashMap::new()), burst, per_second: f64::from(per_second), max_entries }
+        RateLimiter { table: Mutex::new(RateTable::default()), burst, per_second: f64::from(per_second), max_entries }
     }
 
     /// Take a token for `key` at `now`; the refusal carries `Retry-After` (whole seconds,
     /// at least 1).
     fn take(&self, key: &QuotaKey, now: Tick) -> Result<(), Rejection> {
-        let mut buckets = self.buckets.lock();
+        let mut table = self.table.lock();
+        let RateTable { buckets, swept_at } = &mut *table;
         if buckets.len() >= self.max_entries && !buckets.contains_key(key) {
-            buckets.retain(|_, b| !b.is_full_at(now));
+            if swept_at.is_none_or(|t| now.0.saturating_sub(t.0) >= RATE_SWEEP_EVERY_MS) {
+                buckets.retain(|_, b| !b.is_full_at(now));
+                *swept_at = Some(now);
+            }
             if buckets.len() >= self.max_entries {
                 return Err(Rejection::QuotaExceeded { cause: Quota::SessionRate, retry_after_s: 1 });
             }
@@ -226,7 +242,8 @@ impl Supervisor {
             // Before the address is published: a full default mailbox (16) would refuse
             // the session's first requests.
             ctx.set_mailbox_capacity(sup.config().sessions.mailbox);
-            let handle = SessionHandle { addr: ctx.address(), principal: seed.principal.clone(), signer: Arc::clone(&seed.signer), caller_budget: Arc::clone(&seed.caller_budget) };
+            let inbox = Inbox::new(sup.config().sessions.mailbox);
+            let handle = SessionHandle { addr: ctx.address(), inbox, principal: seed.principal.clone(), signer: Arc::clone(&seed.signer), caller_budget: Arc::clone(&seed.caller_budget) };
             let guard = reservation.insert(seed.id.clone(), handle);
             SessionActor::new(seed, sup, guard)
         });
@@ -279,10 +296,23 @@ mod tests {
             if r.take(&k, Tick(0)).is_err() {
                 refused += 1;
             }
-            assert!(r.buckets.lock().len() <= 16);
+            assert!(r.table.lock().buckets.len() <= 16);
         }
         assert_eq!(refused, 1000 - 15, "newcomers beyond the table wait for buckets to refill");
         assert!(r.take(&heavy, Tick(0)).is_err(), "the flood did not reset the heavy caller's bucket");
         assert!(r.take(&QuotaKey::Principal("late".into()), Tick(2_000)).is_ok(), "refilled buckets are forgotten");
+    }
+
+    #[test]
+    fn a_full_rate_table_is_swept_at_most_once_per_interval() {
+        // A token a millisecond: every bucket is full again 1 ms after its use.
+        let r = RateLimiter::new(1, 1000, 16);
+        let key = |i: u32| QuotaKey::Address(std::net::IpAddr::from(i.to_be_bytes()));
+        (0..16).for_each(|i| r.take(&key(i), Tick(0)).unwrap());
+        assert!(r.take(&key(100), Tick(10)).is_ok(), "the first newcomer sweeps the refilled buckets out");
+        (101..116).for_each(|i| r.take(&key(i), Tick(10)).unwrap());
+        assert!(r.take(&key(200), Tick(50)).is_err(), "40 ms after a sweep: no scan, the newcomer waits");
+        assert_eq!(r.table.lock().buckets.len(), 16);
+        assert!(r.take(&key(201), Tick(10 + RATE_SWEEP_EVERY_MS)).is_ok(), "an interval later the table is swept again");
     }
 }

@@ -269,28 +269,28 @@ fn dispatch(req: &HttpRequest, sup: &Arc<Supervisor>, admitted: Admitted) -> Res
                 stream_memory_available(sup, &handle)?;
             }
             let (tx, rx) = oneshot::channel();
-            handle.addr.try_send(Post { incoming, reply_mode: reply, reply: tx }).map_err(mailbox_error)?;
+            handle.addr.try_send(Post { incoming, reply_mode: reply, reply: tx, ticket: handle.inbox.enter()? }).map_err(mailbox_error)?;
             Ok(Next::Post(rx))
         }
         Command::OpenStream { session } => {
             let handle = sup.lookup(&session, principal.as_ref())?;
             stream_memory_available(sup, &handle)?;
             let (tx, rx) = oneshot::channel();
-            handle.addr.try_send(OpenGet { reply: tx }).map_err(mailbox_error)?;
+            handle.addr.try_send(OpenGet { reply: tx, ticket: handle.inbox.enter()? }).map_err(mailbox_error)?;
             Ok(Next::Stream(rx, Rejection::SessionNotFound))
         }
         Command::Resume { session, cursor } => {
             let handle = sup.lookup(&session, principal.as_ref())?;
             let event = handle.signer.decode(&cursor).map_err(|_| Rejection::CursorRejected)?;
             let (tx, rx) = oneshot::channel();
-            handle.addr.try_send(Resume { event, reply: tx }).map_err(mailbox_error)?;
+            handle.addr.try_send(Resume { event, reply: tx, ticket: handle.inbox.enter()? }).map_err(mailbox_error)?;
             // A dropped reply: the stream stopped (its retention ended) with the resume queued.
             Ok(Next::Stream(rx, Rejection::EventsLost))
         }
         Command::Delete { session } => {
             let handle = sup.lookup(&session, principal.as_ref())?;
             let (tx, rx) = oneshot::channel();
-            handle.addr.try_send(Delete { reply: tx }).map_err(mailbox_error)?;
+            handle.addr.try_send(Delete { reply: tx, ticket: handle.inbox.enter()? }).map_err(mailbox_error)?;
             Ok(Next::Delete(rx))
         }
     }

@@ -3,8 +3,8 @@
 //!
 //! - [`scan`]: one pass over the raw body before it is parsed, bounding nesting depth and the
 //!   number of JSON values, so parsing itself cannot balloon;
-//! - [`check_handshake`]: `initialize`'s `capabilities` and `clientInfo`, which a session
-//!   keeps for its whole life, are bounded in values, depth and string bytes;
+//! - [`check_handshake`]: `initialize`'s `capabilities` (which a session keeps for its whole
+//!   life) and `clientInfo` are bounded in values, depth and string bytes;
 //! - [`check_message`]: string ids, method names, tool/prompt names and resource URIs have
 //!   length limits.
 //!
@@ -215,13 +215,13 @@ fn within(v: &Value, depth: usize, l: &HandshakeLimits, m: &mut Measure) -> Resu
 const BYTES_PER_VALUE: usize = 64;
 
 /// Bound the handshake data a session keeps for its whole life. Returns an estimate of the
-/// bytes it keeps (values and strings), which the session charges to the memory budgets.
+/// bytes it keeps of it (its capabilities' values and strings; `clientInfo` is bounded the
+/// same way but not kept), which the session charges to the memory budgets.
 ///
 /// # Errors
 /// [`Limit::Capabilities`] or [`Limit::ClientInfo`] with the bound passed, `max` its value.
 pub fn check_handshake(capabilities: &Value, client_info: &Value, limits: &HandshakeLimits) -> Result<usize, LimitExceeded> {
-    let mut kept = 0;
-    for (v, which) in [(capabilities, Limit::Capabilities as fn(HandshakeBound) -> Limit), (client_info, Limit::ClientInfo)] {
+    let measure = |v: &Value, which: fn(HandshakeBound) -> Limit| {
         let mut m = Measure::default();
         within(v, 1, limits, &mut m).map_err(|bound| {
             let max = match bound {
@@ -231,9 +231,11 @@ pub fn check_handshake(capabilities: &Value, client_info: &Value, limits: &Hands
             };
             LimitExceeded { limit: which(bound), max }
         })?;
-        kept += m.values * BYTES_PER_VALUE + m.string_bytes;
-    }
-    Ok(kept)
+        Ok(m)
+    };
+    let kept = measure(capabilities, Limit::Capabilities)?;
+    measure(client_info, Limit::ClientInfo)?;
+    Ok(kept.values * BYTES_PER_VALUE + kept.string_bytes)
 }
 
 fn id_ok(id: &JsonRpcId, l: &MessageLimits) -> Result<(), LimitExceeded> {
@@ -372,8 +374,11 @@ mod tests {
     fn handshake_is_bounded_in_values_depth_and_string_bytes() {
         let l = HandshakeLimits { max_values: 8, max_depth: 3, max_string_bytes: 32 };
         let info = json!({"name": "c", "version": "1"});
-        let kept = check_handshake(&json!({"sampling": {}, "roots": {"listChanged": true}}), &info, &l).unwrap();
-        assert_eq!(kept, 7 * BYTES_PER_VALUE + 24 + 13, "values and string bytes of both");
+        let caps = json!({"sampling": {}, "roots": {"listChanged": true}});
+        let kept = check_handshake(&caps, &info, &l).unwrap();
+        assert_eq!(kept, 4 * BYTES_PER_VALUE + 24, "values and string bytes of the capabilities");
+        let larger_info = json!({"name": "c".repeat(16), "version": "1", "x": 1});
+        assert_eq!(check_handshake(&caps, &larger_info, &l).unwrap(), kept, "clientInfo is bounded, not kept, so not charged");
         let over = |caps: Value, info: &Value| check_handshake(&caps, info, &l).unwrap_err();
         assert_eq!(over(json!({"x": [0, 0, 0, 0, 0, 0, 0, 0]}), &info), LimitExceeded { limit: Limit::Capabilities(HandshakeBound::Values), max: 8 });
         assert_eq!(over(json!({"a": {"b": {"c": {}}}}), &info), LimitExceeded { limit: Limit::Capabilities(HandshakeBound::Depth), max: 3 });
