@@ -11,7 +11,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use actix::Addr;
+use actix::prelude::{Addr, Handler, Message, SendError};
 use parking_lot::{Mutex, RwLock};
 
 use super::budget::MemoryBudget;
@@ -48,6 +48,26 @@ pub struct SessionHandle {
     pub signer: Arc<CursorSigner>,
     /// The caller's share of the stream memory budget.
     pub caller_budget: Arc<MemoryBudget>,
+}
+
+impl SessionHandle {
+    /// Hand a request's message to the session: a place in its [`Inbox`] first, then
+    /// `try_send`.
+    ///
+    /// # Errors
+    /// [`Rejection::Overloaded`] (`503`, mailbox) when the inbox is full;
+    /// [`Rejection::SessionNotFound`] when the session has stopped.
+    pub fn deliver<M>(&self, message: impl FnOnce(InboxTicket) -> M) -> Result<(), Rejection>
+    where
+        M: Message + Send + 'static,
+        M::Result: Send,
+        SessionActor: Handler<M>,
+    {
+        self.addr.try_send(message(self.inbox.enter()?)).map_err(|e| match e {
+            SendError::Full(_) => Rejection::Overloaded(Overload::Mailbox),
+            SendError::Closed(_) => Rejection::SessionNotFound,
+        })
+    }
 }
 
 /// The bound on requests' messages waiting for one session (`sessions.mailbox`), counted

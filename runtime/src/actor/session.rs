@@ -67,8 +67,9 @@ pub struct SessionActor {
     timer: Option<(Tick, SpawnHandle)>,
     /// Why the session ended, for JSON replies still owed.
     ended_by: Rejection,
-    /// Where its streams report (made in `started`; dropped with the actor).
-    link: Option<SessionLink>,
+    /// Where its streams report: a strong recipient of itself (the session stops only by
+    /// `ctx.stop()`, never waiting for its addresses to drop; the cycle ends with the actor).
+    link: SessionLink,
     /// The caller's share of the stream memory budget, charged by this session's streams.
     caller_budget: Arc<MemoryBudget>,
     /// The kept handshake, charged to the budgets for the session's life.
@@ -161,9 +162,6 @@ impl Actor for SessionActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        // A strong recipient of itself: the session never waits for its addresses to drop
-        // (it stops only by `ctx.stop()`), and the cycle ends when the actor is dropped.
-        self.link = Some(Arc::new(ctx.address().recipient()));
         self.arm(ctx);
     }
 
@@ -199,7 +197,7 @@ pub(crate) struct SessionSeed {
 }
 
 impl SessionActor {
-    pub(crate) fn new(seed: SessionSeed, sup: Arc<Supervisor>, guard: RegistryGuard) -> SessionActor {
+    pub(crate) fn new(seed: SessionSeed, sup: Arc<Supervisor>, guard: RegistryGuard, link: SessionLink) -> SessionActor {
         let cfg = sup.config();
         let limits = SessionLimits {
             idle_ttl_ms: cfg.idle_ttl_ms(),
@@ -225,7 +223,7 @@ impl SessionActor {
             guard: Some(guard),
             timer: None,
             ended_by: Rejection::SessionNotFound,
-            link: None,
+            link,
             caller_budget: seed.caller_budget,
             _handshake: handshake,
         }
@@ -281,7 +279,7 @@ impl SessionActor {
     fn start_stream(&mut self, sctx: Context<StreamActor>, sid: StreamId, kind: StreamKind, final_json: Option<Bytes>) -> SseBody {
         let core = StreamCore::new(sid, self.core.generation(), kind, (*self.signer).clone(), self.settings.clone());
         self.core.connection_delta(self.sup.now(), true);
-        let link = Arc::clone(self.link.as_ref().expect("set when the session started"));
+        let link = Arc::clone(&self.link);
         let (body, closed_with) = StreamActor::start_in(sctx, core, final_json.as_deref(), link, Arc::clone(self.sup.stream_env()), &self.caller_budget);
         if let Some(bytes) = closed_with {
             let evicted = self.core.stream_closed(sid, bytes);

@@ -245,7 +245,7 @@ impl Supervisor {
             let inbox = Inbox::new(sup.config().sessions.mailbox);
             let handle = SessionHandle { addr: ctx.address(), inbox, principal: seed.principal.clone(), signer: Arc::clone(&seed.signer), caller_budget: Arc::clone(&seed.caller_budget) };
             let guard = reservation.insert(seed.id.clone(), handle);
-            SessionActor::new(seed, sup, guard)
+            SessionActor::new(seed, sup, guard, Arc::new(ctx.address().recipient()))
         });
         Ok((id, version))
     }

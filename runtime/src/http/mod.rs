@@ -269,28 +269,28 @@ fn dispatch(req: &HttpRequest, sup: &Arc<Supervisor>, admitted: Admitted) -> Res
                 stream_memory_available(sup, &handle)?;
             }
             let (tx, rx) = oneshot::channel();
-            handle.addr.try_send(Post { incoming, reply_mode: reply, reply: tx, ticket: handle.inbox.enter()? }).map_err(mailbox_error)?;
+            handle.deliver(|ticket| Post { incoming, reply_mode: reply, reply: tx, ticket })?;
             Ok(Next::Post(rx))
         }
         Command::OpenStream { session } => {
             let handle = sup.lookup(&session, principal.as_ref())?;
             stream_memory_available(sup, &handle)?;
             let (tx, rx) = oneshot::channel();
-            handle.addr.try_send(OpenGet { reply: tx, ticket: handle.inbox.enter()? }).map_err(mailbox_error)?;
+            handle.deliver(|ticket| OpenGet { reply: tx, ticket })?;
             Ok(Next::Stream(rx, Rejection::SessionNotFound))
         }
         Command::Resume { session, cursor } => {
             let handle = sup.lookup(&session, principal.as_ref())?;
             let event = handle.signer.decode(&cursor).map_err(|_| Rejection::CursorRejected)?;
             let (tx, rx) = oneshot::channel();
-            handle.addr.try_send(Resume { event, reply: tx, ticket: handle.inbox.enter()? }).map_err(mailbox_error)?;
+            handle.deliver(|ticket| Resume { event, reply: tx, ticket })?;
             // A dropped reply: the stream stopped (its retention ended) with the resume queued.
             Ok(Next::Stream(rx, Rejection::EventsLost))
         }
         Command::Delete { session } => {
             let handle = sup.lookup(&session, principal.as_ref())?;
             let (tx, rx) = oneshot::channel();
-            handle.addr.try_send(Delete { reply: tx, ticket: handle.inbox.enter()? }).map_err(mailbox_error)?;
+            handle.deliver(|ticket| Delete { reply: tx, ticket })?;
             Ok(Next::Delete(rx))
         }
     }
@@ -346,13 +346,6 @@ async fn post_reply(rx: oneshot::Receiver<Result<PostOutcome, Rejection>>) -> Re
             arr.extend_from_slice(b"]");
             Ok(json(arr.freeze()))
         }
-    }
-}
-
-fn mailbox_error<M>(e: actix::prelude::SendError<M>) -> Rejection {
-    match e {
-        actix::prelude::SendError::Full(_) => Rejection::Overloaded(Overload::Mailbox),
-        actix::prelude::SendError::Closed(_) => Rejection::SessionNotFound,
     }
 }
 
