@@ -238,7 +238,7 @@ pub(crate) fn max_in_window(ts: &[Instant], ms: u64) -> u64 {
     best as u64
 }
 
-fn next_random(state: &mut u64) -> u64 {
+pub(crate) fn next_random(state: &mut u64) -> u64 {
     // splitmix64: decisions need repeatability, not secrecy.
     *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
     let mut z = *state;

@@ -178,6 +178,28 @@ mod tests {
         assert_eq!(scan(br#"{"a":"[,:\"{"}"#), (3, 1));
     }
 
+    /// The mirrors above are checked against the host's own code, so a change to its
+    /// defaults or its counting fails here rather than quietly moving a probe off its limit.
+    #[test]
+    fn the_probes_sit_at_or_one_past_the_hosts_own_limits() {
+        use mcp_runtime::proto::limits::{HandshakeBound, Limit, MessageLimits, check_handshake, scan as host_scan};
+        let l = MessageLimits::default();
+        let mirrored = (JSON_MAX_VALUES, JSON_MAX_DEPTH, ID_MAX_BYTES, METHOD_MAX_BYTES, NAME_MAX_BYTES, URI_MAX_BYTES);
+        assert_eq!(mirrored, (l.json_max_values, l.json_max_depth, l.id_max_bytes, l.method_max_bytes, l.name_max_bytes, l.uri_max_bytes));
+        let h = l.handshake;
+        assert_eq!((HANDSHAKE_MAX_VALUES, HANDSHAKE_MAX_DEPTH, HANDSHAKE_MAX_STRING_BYTES), (h.max_values, h.max_depth, h.max_string_bytes));
+        assert_eq!(MAX_BODY_BYTES, mcp_runtime::config::SecurityConfig::default().max_body_bytes);
+        let info = json!({});
+        assert!(check_handshake(&handshake_capabilities(Over::Nothing), &info, &h).is_ok());
+        for (over, bound) in [(Over::Values, HandshakeBound::Values), (Over::Depth, HandshakeBound::Depth), (Over::Strings, HandshakeBound::StringBytes)] {
+            assert_eq!(check_handshake(&handshake_capabilities(over), &info, &h).unwrap_err().limit, Limit::Capabilities(bound));
+        }
+        assert!(host_scan(&ping_with_values_at_limit(7), &l).is_ok());
+        assert_eq!(host_scan(&values_over(), &l).unwrap_err().limit, Limit::JsonValues);
+        assert!(host_scan(&ping_with_depth(7, JSON_MAX_DEPTH), &l).is_ok());
+        assert_eq!(host_scan(&ping_with_depth(7, JSON_MAX_DEPTH + 1), &l).unwrap_err().limit, Limit::JsonDepth);
+    }
+
     #[test]
     fn the_large_echo_fits_the_body_limit() {
         let body = echo(&json!(1), &filler(BIG_TEXT_BYTES));

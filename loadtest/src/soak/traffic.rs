@@ -428,11 +428,7 @@ struct Client {
 
 impl Client {
     fn rand(&mut self) -> u64 {
-        // xorshift64*: enough to vary the mix, and repeatable per seed.
-        self.rng ^= self.rng >> 12;
-        self.rng ^= self.rng << 25;
-        self.rng ^= self.rng >> 27;
-        self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        crate::proxy::next_random(&mut self.rng)
     }
 
     fn pick<T: Copy>(&mut self, from: &[T]) -> T {

@@ -120,7 +120,7 @@ mod tests {
     use super::*;
     use crate::actor::budget::MemoryBudget;
     use crate::actor::stats::RuntimeStats;
-    use crate::actor::stream::{StreamEnv, Stop};
+    use crate::actor::stream::{KeepaliveRunning, StreamEnv, Stop};
     use crate::proto::event_id::CursorKey;
     use crate::proto::ids::{Generation, StreamId};
     use crate::proto::replay::WindowLimits;
@@ -233,6 +233,15 @@ mod tests {
         }
         drop(body);
         assert_eq!(session.send(Ended).await.unwrap(), 1, "the session counted the connection off");
+    }
+
+    #[actix_web::test]
+    async fn the_keep_alive_timer_runs_only_while_a_connection_is_attached() {
+        let session = Session::create(|_| Session::default());
+        let (stream, body) = stream(&session);
+        assert!(stream.send(KeepaliveRunning).await.unwrap(), "a GET stream with its connection");
+        drop(body);
+        assert!(!stream.send(KeepaliveRunning).await.unwrap(), "its connection ended: the timer stopped with it");
     }
 
     #[actix_web::test]

@@ -365,6 +365,21 @@ impl Handler<Detached> for StreamActor {
     }
 }
 
+/// Whether the keep-alive timer is running (tests).
+#[cfg(test)]
+#[derive(Message)]
+#[rtype(result = "bool")]
+pub(crate) struct KeepaliveRunning;
+
+#[cfg(test)]
+impl Handler<KeepaliveRunning> for StreamActor {
+    type Result = bool;
+
+    fn handle(&mut self, _: KeepaliveRunning, _: &mut Context<Self>) -> bool {
+        self.keepalive.is_some()
+    }
+}
+
 impl Handler<Close> for StreamActor {
     type Result = ();
 
