@@ -8,6 +8,8 @@
 //! - [`tools`]: tool, resource and prompt traits, the registry and the tool context.
 //! - [`actor`]: actix actors (supervisor, session, stream) that drive the state machines.
 //! - [`http`]: the actix-web `/mcp` endpoint and the one `ResponseError`.
+//! - [`ledger`]: durable records of sessions, streams and receipts (trait, codec, SQLite and
+//!   memory stores, the group-commit writer).
 //! - [`client`]: the resilient client's sans-IO core (acceptance point, journal, pacing).
 //! - [`client_http`]: the resilient client's HTTP driver (awc).
 #![warn(missing_docs)]
@@ -20,6 +22,7 @@ pub mod client;
 pub mod client_http;
 pub mod config;
 pub mod http;
+pub mod ledger;
 pub mod tools;
 mod clock;
 mod rng;

@@ -1,0 +1,431 @@
+//! The ledger's versioned records and their codec (sans-IO: no clock, no I/O).
+//!
+//! Each record is one JSON object whose `type` names its kind and version
+//! (`mcpHttpSession.v1`, `mcpSseStream.v1`, `mcpIdempotencyReceipt.v1`). A reader refuses a
+//! type it does not know (a record from a newer release is never misread) and ignores fields
+//! it does not know (a newer minor writer stays readable by this release, so a rollback
+//! keeps its sessions). Events are not records: they are the SSE frames themselves, stored
+//! in the stream's append-only log (see [`super::Op::Append`]).
+//!
+//! Timestamps are milliseconds since the Unix epoch (the shells' [`crate::proto::Tick`]).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Lifecycle state of a recorded session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordState {
+    /// Usable (live, or parked in the ledger only).
+    Active,
+    /// Ended by DELETE.
+    Deleted,
+    /// Ended by idle expiry.
+    Expired,
+    /// Evicted from a full ledger (least recently used first).
+    Evicted,
+}
+
+/// The `initialize` a session was created with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Handshake {
+    /// The version the client asked for.
+    pub requested_version: Option<String>,
+    /// The client's capabilities.
+    pub capabilities: Value,
+    /// `clientInfo`, as sent.
+    pub client_info: Value,
+}
+
+/// `mcpHttpSession.v1`: one legacy session. The raw session id is never stored: records are
+/// keyed and identified by [`SessionRecord::session_hmac`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionRecord {
+    /// HMAC of the session id under the ledger key, hex.
+    pub session_hmac: String,
+    /// The owning principal (bearer authentication), if any.
+    pub principal: Option<String>,
+    /// The authentication subject the principal was derived from (today the principal).
+    pub auth_subject: Option<String>,
+    /// Negotiated protocol version.
+    pub protocol_version: String,
+    /// The handshake receipt.
+    pub handshake: Handshake,
+    /// The `Origin` the session was created from (checked by the front door's policy).
+    pub origin: Option<String>,
+    /// Created (ms since the epoch).
+    pub created_ms: u64,
+    /// Last used (ms since the epoch; recorded coarsely, see `SessionCore`).
+    pub last_used_ms: u64,
+    /// Ends unless used again (ms since the epoch).
+    pub expires_ms: u64,
+    /// Generation it was opened under.
+    pub generation: u32,
+    /// Lifecycle state.
+    pub state: RecordState,
+    /// `logging/setLevel`, if set.
+    pub log_level: Option<String>,
+    /// Incarnation: bumped each time the session is restored from the ledger. Stream ids and
+    /// server-to-client request ids of incarnation `n` start at `n << 32`, so no id is ever
+    /// reused within a session, across restarts and parking.
+    pub incarnation: u32,
+}
+
+/// Whether a stream answers a POST or is the standalone GET stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamKindRecord {
+    /// A POST's response stream.
+    Post,
+    /// The standalone GET stream.
+    Get,
+}
+
+/// `mcpSseStream.v1`: one SSE stream. Its events live in the stream log of the same name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StreamRecord {
+    /// The session's HMAC, hex.
+    pub session_hmac: String,
+    /// Stream id within the session.
+    pub stream: u64,
+    /// POST or GET.
+    pub kind: StreamKindRecord,
+    /// The request it answers (POST), JSON-RPC id as sent.
+    pub request_id: Option<Value>,
+    /// SHA-256 of the request's canonical JSON (method and params), hex (POST).
+    pub request_digest: Option<String>,
+    /// Generation the stream was opened under.
+    pub generation: u32,
+    /// Newest event sequence number produced (as of this record).
+    pub last_sent: u64,
+    /// Newest sequence number the client acknowledged (a resume's `Last-Event-ID`).
+    pub last_acked: u64,
+    /// `retry` hint sent (ms).
+    pub retry_ms: Option<u64>,
+    /// Why it closed (`None` while it runs).
+    pub close_reason: Option<String>,
+    /// Replay bound in events (the log keeps at most this many).
+    pub max_events: usize,
+    /// Replay bound in bytes (applied when the window is rebuilt).
+    pub max_bytes: usize,
+    /// Opened (ms since the epoch).
+    pub created_ms: u64,
+}
+
+/// State of an idempotency receipt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum ReceiptState {
+    /// The execution started and has not recorded an outcome.
+    Running,
+    /// The execution finished with this JSON-RPC result (or error object).
+    Done {
+        /// `result` on success.
+        result: Option<Value>,
+        /// `error` on failure.
+        error: Option<Value>,
+    },
+}
+
+/// `mcpIdempotencyReceipt.v1`: one idempotency key of one caller.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReceiptRecord {
+    /// The caller (principal), if authenticated.
+    pub principal: Option<String>,
+    /// The key, as sent.
+    pub key: String,
+    /// The tool called.
+    pub tool: String,
+    /// SHA-256 of the tool name and canonical arguments, hex.
+    pub args_digest: String,
+    /// Started (ms since the epoch).
+    pub created_ms: u64,
+    /// Its outcome so far.
+    #[serde(flatten)]
+    pub state: ReceiptState,
+}
+
+/// Any record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub enum Record {
+    /// A session.
+    #[serde(rename = "mcpHttpSession.v1")]
+    Session(SessionRecord),
+    /// A stream.
+    #[serde(rename = "mcpSseStream.v1")]
+    Stream(StreamRecord),
+    /// An idempotency receipt.
+    #[serde(rename = "mcpIdempotencyReceipt.v1")]
+    Receipt(ReceiptRecord),
+}
+
+/// Why bytes are not a record this release can read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CodecError {
+    /// Not JSON, or not an object of a known shape.
+    #[error("malformed ledger record: {0}")]
+    Malformed(String),
+    /// A `type` this release does not know (written by a newer one).
+    #[error("unknown ledger record type {0:?}")]
+    UnknownType(String),
+}
+
+const KNOWN_TYPES: [&str; 3] = ["mcpHttpSession.v1", "mcpSseStream.v1", "mcpIdempotencyReceipt.v1"];
+
+/// Encode a record.
+#[must_use]
+pub fn encode(record: &Record) -> Vec<u8> {
+    serde_json::to_vec(record).expect("records are plain data and always serialize")
+}
+
+/// Decode a record.
+///
+/// # Errors
+/// [`CodecError::UnknownType`] for a type this release does not know,
+/// [`CodecError::Malformed`] for anything else that is not a valid record.
+pub fn decode(bytes: &[u8]) -> Result<Record, CodecError> {
+    #[derive(Deserialize)]
+    struct Tag<'a> {
+        #[serde(rename = "type", borrow)]
+        kind: Option<std::borrow::Cow<'a, str>>,
+    }
+    let tag: Tag<'_> = serde_json::from_slice(bytes).map_err(|e| CodecError::Malformed(e.to_string()))?;
+    match tag.kind {
+        None => return Err(CodecError::Malformed("no \"type\"".into())),
+        Some(t) if !KNOWN_TYPES.contains(&&*t) => return Err(CodecError::UnknownType(t.into_owned())),
+        Some(_) => {}
+    }
+    let record: Record = serde_json::from_slice(bytes).map_err(|e| CodecError::Malformed(e.to_string()))?;
+    validate(&record)?;
+    Ok(record)
+}
+
+fn is_hex_digest(s: &str, len: usize) -> bool {
+    s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+fn validate(record: &Record) -> Result<(), CodecError> {
+    let bad = |what: &str| Err(CodecError::Malformed(what.to_owned()));
+    match record {
+        Record::Session(s) => {
+            if !is_hex_digest(&s.session_hmac, HMAC_HEX_LEN) {
+                return bad("session_hmac must be 32 hex digits");
+            }
+            if s.expires_ms < s.last_used_ms && s.state == RecordState::Active {
+                return bad("an active session cannot expire before its last use");
+            }
+        }
+        Record::Stream(t) => {
+            if !is_hex_digest(&t.session_hmac, HMAC_HEX_LEN) {
+                return bad("session_hmac must be 32 hex digits");
+            }
+            if t.last_acked > t.last_sent {
+                return bad("last_acked is after last_sent");
+            }
+            if (t.kind == StreamKindRecord::Post) != t.request_id.is_some() {
+                return bad("a POST stream has a request id and a GET stream none");
+            }
+            if t.request_digest.as_deref().is_some_and(|d| !is_hex_digest(d, 64)) {
+                return bad("request_digest must be 64 hex digits");
+            }
+        }
+        Record::Receipt(r) => {
+            if !is_hex_digest(&r.args_digest, 64) {
+                return bad("args_digest must be 64 hex digits");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Hex digits of a session HMAC (128 bits).
+pub const HMAC_HEX_LEN: usize = 32;
+
+/// Lower-case hex.
+#[must_use]
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[usize::from(b >> 4)] as char);
+        s.push(DIGITS[usize::from(b & 15)] as char);
+    }
+    s
+}
+
+/// Key of a session record.
+#[must_use]
+pub fn session_key(hmac: &str) -> String {
+    format!("s/{hmac}")
+}
+
+/// Key of a stream record.
+#[must_use]
+pub fn stream_key(hmac: &str, stream: u64) -> String {
+    format!("t/{hmac}/{stream}")
+}
+
+/// Name of a stream's event log.
+#[must_use]
+pub fn events_key(hmac: &str, stream: u64) -> String {
+    format!("e/{hmac}/{stream}")
+}
+
+/// Index of a session's streams (member: stream id; score: its id).
+#[must_use]
+pub fn streams_index(hmac: &str) -> String {
+    format!("ts/{hmac}")
+}
+
+/// Index of every recorded session (member: its HMAC; score: when it expires unless used).
+pub const SESSIONS_INDEX: &str = "sessions";
+
+/// Key of an idempotency receipt: the caller and the key, length-prefixed so that no two
+/// (principal, key) pairs share a ledger key.
+#[must_use]
+pub fn receipt_key(principal: Option<&str>, key: &str) -> String {
+    let p = principal.unwrap_or("");
+    format!("r/{}:{p}/{key}", p.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn session(hmac: String) -> SessionRecord {
+        SessionRecord {
+            session_hmac: hmac,
+            principal: Some("alice".into()),
+            auth_subject: Some("alice".into()),
+            protocol_version: "2025-11-25".into(),
+            handshake: Handshake { requested_version: Some("2025-11-25".into()), capabilities: serde_json::json!({"sampling": {}}), client_info: serde_json::json!({"name": "c"}) },
+            origin: None,
+            created_ms: 1,
+            last_used_ms: 2,
+            expires_ms: 3,
+            generation: 1,
+            state: RecordState::Active,
+            log_level: Some("info".into()),
+            incarnation: 0,
+        }
+    }
+
+    #[test]
+    fn a_record_of_a_newer_type_is_refused_not_misread() {
+        assert_eq!(decode(br#"{"type":"mcpHttpSession.v2","session_hmac":"x"}"#), Err(CodecError::UnknownType("mcpHttpSession.v2".into())));
+        assert!(matches!(decode(b"{}"), Err(CodecError::Malformed(_))));
+        assert!(matches!(decode(b"not json"), Err(CodecError::Malformed(_))));
+    }
+
+    #[test]
+    fn unknown_fields_of_a_known_type_are_ignored() {
+        let mut v = serde_json::to_value(Record::Session(session("0".repeat(32)))).unwrap();
+        v["added_by_a_newer_minor"] = serde_json::json!(true);
+        assert_eq!(decode(&serde_json::to_vec(&v).unwrap()).unwrap(), Record::Session(session("0".repeat(32))));
+    }
+
+    #[test]
+    fn inconsistent_records_are_refused() {
+        let mut s = session("zz".repeat(16));
+        assert!(decode(&encode(&Record::Session(s.clone()))).is_err(), "hmac not hex");
+        s.session_hmac = "ab".repeat(16);
+        s.expires_ms = 0;
+        assert!(decode(&encode(&Record::Session(s))).is_err(), "expires before last use");
+    }
+
+    #[test]
+    fn receipt_keys_of_different_callers_never_collide() {
+        assert_ne!(receipt_key(Some("a"), "b/c"), receipt_key(Some("a/b"), "c"));
+        assert_ne!(receipt_key(None, "k"), receipt_key(Some(""), "k/"));
+    }
+
+    fn arb_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![Just(Value::Null), any::<bool>().prop_map(Value::from), any::<i64>().prop_map(Value::from), "\\PC{0,12}".prop_map(Value::from)];
+        leaf.prop_recursive(3, 16, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::btree_map("\\PC{0,6}", inner, 0..4).prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    fn arb_record() -> impl Strategy<Value = Record> {
+        let hmac = proptest::collection::vec(any::<u8>(), 16).prop_map(|b| hex(&b));
+        let digest = proptest::collection::vec(any::<u8>(), 32).prop_map(|b| hex(&b));
+        let opt_s = proptest::option::of("\\PC{0,16}");
+        let session = (hmac.clone(), opt_s.clone(), arb_json(), arb_json(), any::<u32>(), 0u64..1 << 50, 0u64..1 << 20, 0u8..4, any::<u32>()).prop_map(
+            |(h, principal, caps, info, generation, used, ttl, st, incarnation)| {
+                Record::Session(SessionRecord {
+                    session_hmac: h,
+                    auth_subject: principal.clone(),
+                    principal,
+                    protocol_version: "2025-06-18".into(),
+                    handshake: Handshake { requested_version: None, capabilities: caps, client_info: info },
+                    origin: Some("http://localhost".into()),
+                    created_ms: used / 2,
+                    last_used_ms: used,
+                    expires_ms: used + ttl,
+                    generation,
+                    state: [RecordState::Active, RecordState::Deleted, RecordState::Expired, RecordState::Evicted][usize::from(st)],
+                    log_level: None,
+                    incarnation,
+                })
+            },
+        );
+        let stream = (hmac, any::<u64>(), any::<bool>(), any::<i64>(), digest.clone(), 0u64..1000, 0u64..1000, proptest::option::of("[a-z_]{1,12}")).prop_map(
+            |(h, sid, post, rid, d, a, b, reason)| {
+                Record::Stream(StreamRecord {
+                    session_hmac: h,
+                    stream: sid,
+                    kind: if post { StreamKindRecord::Post } else { StreamKindRecord::Get },
+                    request_id: post.then(|| Value::from(rid)),
+                    request_digest: post.then_some(d),
+                    generation: 1,
+                    last_sent: a.max(b),
+                    last_acked: a.min(b),
+                    retry_ms: Some(1000),
+                    close_reason: reason,
+                    max_events: 1024,
+                    max_bytes: 1 << 20,
+                    created_ms: 5,
+                })
+            },
+        );
+        let receipt = (opt_s, "\\PC{1,20}", digest, proptest::option::of(arb_json())).prop_map(|(principal, key, d, result)| {
+            Record::Receipt(ReceiptRecord {
+                principal,
+                key,
+                tool: "t".into(),
+                args_digest: d,
+                created_ms: 9,
+                state: match result {
+                    Some(r) => ReceiptState::Done { result: Some(r), error: None },
+                    None => ReceiptState::Running,
+                },
+            })
+        });
+        prop_oneof![session, stream, receipt]
+    }
+
+    proptest! {
+        #[test]
+        fn every_record_round_trips(r in arb_record()) {
+            prop_assert_eq!(decode(&encode(&r)), Ok(r));
+        }
+
+        #[test]
+        fn a_truncated_record_is_refused_never_misread(r in arb_record(), cut in 0usize..10_000) {
+            let bytes = encode(&r);
+            let cut = cut % bytes.len();
+            prop_assert!(decode(&bytes[..cut]).is_err());
+        }
+
+        #[test]
+        fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            let _ = decode(&bytes);
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! The in-memory store: for tests and throwaway runs (`--ledger memory`). Same semantics as
+//! the SQLite store, lost with the process.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+
+use super::{Durability, Op, Store, StoreError};
+
+#[derive(Debug, Default)]
+struct Log {
+    events: BTreeMap<u64, Bytes>,
+    expires_ms: u64,
+}
+
+#[derive(Debug, Default)]
+struct Index {
+    scores: HashMap<String, u64>,
+    order: BTreeSet<(u64, String)>,
+}
+
+#[derive(Debug, Default)]
+struct Tables {
+    kv: HashMap<String, (Bytes, u64)>,
+    logs: HashMap<String, Log>,
+    indexes: HashMap<String, Index>,
+}
+
+/// The in-memory store.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    tables: Mutex<Tables>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    #[must_use]
+    pub fn new() -> MemoryStore {
+        MemoryStore::default()
+    }
+}
+
+fn apply_one(t: &mut Tables, op: &Op) {
+    match op {
+        Op::Put { key, value, expires_ms } => {
+            t.kv.insert(key.clone(), (value.clone(), *expires_ms));
+        }
+        Op::Delete { key } => {
+            t.kv.remove(key);
+        }
+        Op::Append { log, seq, frame, max_len, expires_ms } => {
+            let l = t.logs.entry(log.clone()).or_default();
+            l.expires_ms = l.expires_ms.max(*expires_ms);
+            if l.events.last_key_value().is_some_and(|(newest, _)| newest >= seq) {
+                return;
+            }
+            l.events.insert(*seq, frame.clone());
+            while l.events.len() > (*max_len).max(1) {
+                l.events.pop_first();
+            }
+        }
+        Op::DropLog { log } => {
+            t.logs.remove(log);
+        }
+        Op::IndexAdd { index, member, score } => {
+            let i = t.indexes.entry(index.clone()).or_default();
+            if let Some(old) = i.scores.insert(member.clone(), *score) {
+                i.order.remove(&(old, member.clone()));
+            }
+            i.order.insert((*score, member.clone()));
+        }
+        Op::IndexRemove { index, member } => {
+            if let Some(i) = t.indexes.get_mut(index)
+                && let Some(old) = i.scores.remove(member)
+            {
+                i.order.remove(&(old, member.clone()));
+            }
+        }
+        Op::DropIndex { index } => {
+            t.indexes.remove(index);
+        }
+    }
+}
+
+impl Store for MemoryStore {
+    fn apply(&self, ops: &[Op]) -> Result<(), StoreError> {
+        let mut t = self.tables.lock();
+        for op in ops {
+            apply_one(&mut t, op);
+        }
+        Ok(())
+    }
+
+    fn get(&self, key: &str, now_ms: u64) -> Result<Option<Bytes>, StoreError> {
+        Ok(self.tables.lock().kv.get(key).filter(|(_, exp)| *exp > now_ms).map(|(v, _)| v.clone()))
+    }
+
+    fn put_if_absent(&self, key: &str, value: Bytes, expires_ms: u64, now_ms: u64) -> Result<Option<Bytes>, StoreError> {
+        let mut t = self.tables.lock();
+        if let Some((v, exp)) = t.kv.get(key)
+            && *exp > now_ms
+        {
+            return Ok(Some(v.clone()));
+        }
+        t.kv.insert(key.to_owned(), (value, expires_ms));
+        Ok(None)
+    }
+
+    fn read_log(&self, log: &str, now_ms: u64) -> Result<Vec<(u64, Bytes)>, StoreError> {
+        let t = self.tables.lock();
+        Ok(t.logs.get(log).filter(|l| l.expires_ms > now_ms).map(|l| l.events.iter().map(|(s, f)| (*s, f.clone())).collect()).unwrap_or_default())
+    }
+
+    fn index_lowest(&self, index: &str, limit: usize) -> Result<Vec<(String, u64)>, StoreError> {
+        let t = self.tables.lock();
+        Ok(t.indexes.get(index).map(|i| i.order.iter().take(limit).map(|(s, m)| (m.clone(), *s)).collect()).unwrap_or_default())
+    }
+
+    fn index_len(&self, index: &str) -> Result<usize, StoreError> {
+        Ok(self.tables.lock().indexes.get(index).map_or(0, |i| i.scores.len()))
+    }
+
+    fn sweep(&self, now_ms: u64) -> Result<usize, StoreError> {
+        let mut t = self.tables.lock();
+        let before = t.kv.len() + t.logs.len();
+        t.kv.retain(|_, (_, exp)| *exp > now_ms);
+        t.logs.retain(|_, l| l.expires_ms > now_ms);
+        Ok(before - t.kv.len() - t.logs.len())
+    }
+
+    fn set_durability(&self, _: Durability) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_memory_store_keeps_the_store_contract() {
+        super::super::store_tests::contract(&MemoryStore::new());
+    }
+}

@@ -1,0 +1,206 @@
+//! The durable ledger: sessions, streams with their events, and idempotency receipts.
+//!
+//! - [`codec`]: the versioned records and their codec (pure).
+//! - [`Store`]: the one storage trait. Every operation is a plain key-value or log command
+//!   (set with expiry, conditional set, delete, append to a log with a maximum length, a
+//!   sorted index), so a Redis backend maps it one to one; nothing here is SQL or assumes a
+//!   single process.
+//! - [`MemoryStore`] (tests, throwaway runs) and [`SqliteStore`] (the default: rusqlite, WAL).
+//! - [`Writer`]: the ledger writer. The actors hand it the operations their state machines
+//!   produced; it commits them in groups (one transaction per batch) on its own thread, off
+//!   the request path, in the order they were handed over, so a crash loses at most a suffix
+//!   of what was handed over: never a torn or duplicated record.
+//!
+//! Reads (restoring a session after a restart or from parking, receipts) go to the store
+//! directly, after a [`Writer::barrier`] when they must see everything handed over so far.
+
+pub mod codec;
+mod memory;
+mod sqlite;
+mod writer;
+
+use bytes::Bytes;
+
+pub use memory::MemoryStore;
+pub use sqlite::SqliteStore;
+pub use writer::{Writer, WriterSnapshot, WriterStats};
+
+/// One write. A batch of them is applied atomically ([`Store::apply`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// Set `key` to `value` until `expires_ms` (Redis: `SET key value PXAT expires_ms`).
+    Put {
+        /// Key.
+        key: String,
+        /// Encoded record.
+        value: Bytes,
+        /// Expiry, ms since the epoch.
+        expires_ms: u64,
+    },
+    /// Delete `key` (Redis: `DEL`).
+    Delete {
+        /// Key.
+        key: String,
+    },
+    /// Append event `seq` to the log `log`, keeping its newest `max_len` events, and push the
+    /// log's expiry to `expires_ms` (Redis: `XADD log MAXLEN max_len seq-0 f frame` and
+    /// `PEXPIREAT`). Sequence numbers of one log only grow; an append at or below the newest
+    /// is ignored (a replayed batch is never duplicated).
+    Append {
+        /// Log name.
+        log: String,
+        /// Event sequence number.
+        seq: u64,
+        /// The encoded SSE frame.
+        frame: Bytes,
+        /// Most events kept.
+        max_len: usize,
+        /// Expiry of the whole log, ms since the epoch.
+        expires_ms: u64,
+    },
+    /// Delete a whole log (Redis: `DEL`).
+    DropLog {
+        /// Log name.
+        log: String,
+    },
+    /// Add or re-score `member` in the sorted index `index` (Redis: `ZADD`).
+    IndexAdd {
+        /// Index name.
+        index: String,
+        /// Member.
+        member: String,
+        /// Score (lowest first).
+        score: u64,
+    },
+    /// Remove `member` from `index` (Redis: `ZREM`).
+    IndexRemove {
+        /// Index name.
+        index: String,
+        /// Member.
+        member: String,
+    },
+    /// Delete a whole index (Redis: `DEL`).
+    DropIndex {
+        /// Index name.
+        index: String,
+    },
+}
+
+impl Op {
+    /// Bytes this operation holds (for the writer's queue bound).
+    #[must_use]
+    pub fn size(&self) -> usize {
+        64 + match self {
+            Op::Put { key, value, .. } => key.len() + value.len(),
+            Op::Append { log, frame, .. } => log.len() + frame.len(),
+            Op::Delete { key } => key.len(),
+            Op::DropLog { log } => log.len(),
+            Op::IndexAdd { index, member, .. } => index.len() + member.len(),
+            Op::IndexRemove { index, member } => index.len() + member.len(),
+            Op::DropIndex { index } => index.len(),
+        }
+    }
+}
+
+/// How committed writes are made durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Durability {
+    /// Commit within a few ms of the event reaching the wire; the database survives a
+    /// process crash with every committed batch (SQLite `synchronous = NORMAL` in WAL mode).
+    /// A crash (SIGKILL) loses at most the batch that was not committed yet; a power loss may
+    /// also lose the batches since the last WAL checkpoint.
+    #[default]
+    Batched,
+    /// An event is released to the wire only after its batch is committed with fsync
+    /// (`synchronous = FULL`): whatever a client received survives even a power loss.
+    Sync,
+}
+
+/// The storage failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The backend reported an error (disk full, corrupt file, permissions...).
+    #[error("ledger storage error: {0}")]
+    Backend(String),
+    /// A stored record could not be read.
+    #[error(transparent)]
+    Codec(#[from] codec::CodecError),
+}
+
+/// The storage of the ledger. Implementations are shared by every thread.
+pub trait Store: Send + Sync + std::fmt::Debug + 'static {
+    /// Apply `ops` in order, all or none.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`]; nothing was applied.
+    fn apply(&self, ops: &[Op]) -> Result<(), StoreError>;
+
+    /// The value of `key`, unless absent or expired at `now_ms`.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`].
+    fn get(&self, key: &str, now_ms: u64) -> Result<Option<Bytes>, StoreError>;
+
+    /// Set `key` only if it is absent or expired at `now_ms` (Redis: `SET NX GET`); returns
+    /// the value that is there otherwise (and changes nothing).
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`].
+    fn put_if_absent(&self, key: &str, value: Bytes, expires_ms: u64, now_ms: u64) -> Result<Option<Bytes>, StoreError>;
+
+    /// Every event of `log` (oldest first), unless the log expired at `now_ms`.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`].
+    fn read_log(&self, log: &str, now_ms: u64) -> Result<Vec<(u64, Bytes)>, StoreError>;
+
+    /// The `limit` lowest-scored members of `index`, lowest first (Redis: `ZRANGE ... WITHSCORES`).
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`].
+    fn index_lowest(&self, index: &str, limit: usize) -> Result<Vec<(String, u64)>, StoreError>;
+
+    /// Members of `index` (Redis: `ZCARD`).
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`].
+    fn index_len(&self, index: &str) -> Result<usize, StoreError>;
+
+    /// Remove keys and logs expired at `now_ms` (Redis expires them itself: a no-op there);
+    /// returns how many were removed.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`].
+    fn sweep(&self, now_ms: u64) -> Result<usize, StoreError>;
+
+    /// Make batches applied from now on durable as `durability` says.
+    fn set_durability(&self, durability: Durability);
+}
+
+#[cfg(test)]
+pub(crate) mod store_tests;
+
+#[cfg(test)]
+pub(crate) mod tests_support {
+    /// A directory removed when dropped.
+    pub(crate) struct TempDir(std::path::PathBuf);
+
+    impl TempDir {
+        pub(crate) fn new(name: &str) -> TempDir {
+            let p = std::env::temp_dir().join(format!("mcp-ledger-{}-{name}-{}", std::process::id(), crate::rng::bytes::<4>().iter().map(|b| format!("{b:02x}")).collect::<String>()));
+            std::fs::create_dir_all(&p).unwrap();
+            TempDir(p)
+        }
+
+        pub(crate) fn path(&self) -> &std::path::Path {
+            &self.0
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}

@@ -1,0 +1,231 @@
+//! The SQLite store (the default): one file in WAL mode. Batches are single transactions, so
+//! a crash leaves each batch either whole or absent; readers use their own connections and
+//! never wait for the writer.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::{Durability, Op, Store, StoreError};
+
+const SCHEMA: &str = "
+PRAGMA journal_mode = WAL;
+CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID;
+INSERT OR IGNORE INTO meta (k, v) VALUES ('schema', 'mcp-host-ledger.v1');
+CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value BLOB NOT NULL, expires INTEGER NOT NULL) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS kv_expires ON kv (expires);
+CREATE TABLE IF NOT EXISTS logs (log TEXT PRIMARY KEY, newest INTEGER NOT NULL, expires INTEGER NOT NULL) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS logs_expires ON logs (expires);
+CREATE TABLE IF NOT EXISTS events (log TEXT NOT NULL, seq INTEGER NOT NULL, frame BLOB NOT NULL, PRIMARY KEY (log, seq)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS idx (name TEXT NOT NULL, member TEXT NOT NULL, score INTEGER NOT NULL, PRIMARY KEY (name, member)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS idx_score ON idx (name, score, member);
+";
+
+/// Readers kept open (each read takes a free one, or waits for the least busy).
+const READERS: usize = 4;
+
+fn backend(e: rusqlite::Error) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
+fn ms(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// The SQLite store.
+#[derive(Debug)]
+pub struct SqliteStore {
+    writer: Mutex<Connection>,
+    readers: Vec<Mutex<Connection>>,
+    next_reader: AtomicUsize,
+}
+
+fn open_conn(path: &Path) -> Result<Connection, StoreError> {
+    let c = Connection::open(path).map_err(backend)?;
+    c.busy_timeout(std::time::Duration::from_secs(5)).map_err(backend)?;
+    Ok(c)
+}
+
+impl SqliteStore {
+    /// Open (creating if needed) the ledger at `path`.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`] when the file cannot be opened, is not a ledger, or was written
+    /// by a newer release.
+    pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
+        let writer = open_conn(path)?;
+        writer.execute_batch(SCHEMA).map_err(backend)?;
+        let schema: String = writer.query_row("SELECT v FROM meta WHERE k = 'schema'", [], |r| r.get(0)).map_err(backend)?;
+        if schema != "mcp-host-ledger.v1" {
+            return Err(StoreError::Backend(format!("{} holds ledger schema {schema:?}, not mcp-host-ledger.v1", path.display())));
+        }
+        writer.pragma_update(None, "synchronous", "NORMAL").map_err(backend)?;
+        let readers = (0..READERS).map(|_| open_conn(path).map(Mutex::new)).collect::<Result<Vec<_>, _>>()?;
+        Ok(SqliteStore { writer: Mutex::new(writer), readers, next_reader: AtomicUsize::new(0) })
+    }
+
+    fn read<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T, StoreError> {
+        let start = self.next_reader.fetch_add(1, Ordering::Relaxed);
+        let conn = (0..READERS)
+            .find_map(|i| self.readers[(start + i) % READERS].try_lock())
+            .unwrap_or_else(|| self.readers[start % READERS].lock());
+        f(&conn).map_err(backend)
+    }
+}
+
+fn apply_one(tx: &rusqlite::Transaction<'_>, op: &Op) -> rusqlite::Result<()> {
+    match op {
+        Op::Put { key, value, expires_ms } => {
+            tx.prepare_cached("INSERT INTO kv (key, value, expires) VALUES (?1, ?2, ?3) ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires = excluded.expires")?
+                .execute(params![key, &value[..], ms(*expires_ms)])?;
+        }
+        Op::Delete { key } => {
+            tx.prepare_cached("DELETE FROM kv WHERE key = ?1")?.execute(params![key])?;
+        }
+        Op::Append { log, seq, frame, max_len, expires_ms } => {
+            let seq = ms(*seq);
+            let advanced = tx
+                .prepare_cached(
+                    "INSERT INTO logs (log, newest, expires) VALUES (?1, ?2, ?3) ON CONFLICT (log) DO UPDATE
+                     SET newest = excluded.newest, expires = max(expires, excluded.expires) WHERE excluded.newest > logs.newest",
+                )?
+                .execute(params![log, seq, ms(*expires_ms)])?;
+            if advanced == 1 {
+                tx.prepare_cached("INSERT INTO events (log, seq, frame) VALUES (?1, ?2, ?3)")?.execute(params![log, seq, &frame[..]])?;
+                let keep = i64::try_from((*max_len).max(1)).unwrap_or(i64::MAX);
+                if seq > keep {
+                    tx.prepare_cached("DELETE FROM events WHERE log = ?1 AND seq <= ?2")?.execute(params![log, seq - keep])?;
+                }
+            }
+        }
+        Op::DropLog { log } => {
+            tx.prepare_cached("DELETE FROM events WHERE log = ?1")?.execute(params![log])?;
+            tx.prepare_cached("DELETE FROM logs WHERE log = ?1")?.execute(params![log])?;
+        }
+        Op::IndexAdd { index, member, score } => {
+            tx.prepare_cached("INSERT INTO idx (name, member, score) VALUES (?1, ?2, ?3) ON CONFLICT (name, member) DO UPDATE SET score = excluded.score")?
+                .execute(params![index, member, ms(*score)])?;
+        }
+        Op::IndexRemove { index, member } => {
+            tx.prepare_cached("DELETE FROM idx WHERE name = ?1 AND member = ?2")?.execute(params![index, member])?;
+        }
+        Op::DropIndex { index } => {
+            tx.prepare_cached("DELETE FROM idx WHERE name = ?1")?.execute(params![index])?;
+        }
+    }
+    Ok(())
+}
+
+impl Store for SqliteStore {
+    fn apply(&self, ops: &[Op]) -> Result<(), StoreError> {
+        let mut conn = self.writer.lock();
+        let tx = conn.transaction().map_err(backend)?;
+        for op in ops {
+            apply_one(&tx, op).map_err(backend)?;
+        }
+        tx.commit().map_err(backend)
+    }
+
+    fn get(&self, key: &str, now_ms: u64) -> Result<Option<Bytes>, StoreError> {
+        self.read(|c| {
+            c.prepare_cached("SELECT value FROM kv WHERE key = ?1 AND expires > ?2")?
+                .query_row(params![key, ms(now_ms)], |r| r.get::<_, Vec<u8>>(0))
+                .optional()
+                .map(|v| v.map(Bytes::from))
+        })
+    }
+
+    fn put_if_absent(&self, key: &str, value: Bytes, expires_ms: u64, now_ms: u64) -> Result<Option<Bytes>, StoreError> {
+        let mut conn = self.writer.lock();
+        let tx = conn.transaction().map_err(backend)?;
+        let existing: Option<Vec<u8>> = tx
+            .prepare_cached("SELECT value FROM kv WHERE key = ?1 AND expires > ?2")
+            .and_then(|mut s| s.query_row(params![key, ms(now_ms)], |r| r.get(0)).optional())
+            .map_err(backend)?;
+        if let Some(v) = existing {
+            return Ok(Some(Bytes::from(v)));
+        }
+        apply_one(&tx, &Op::Put { key: key.to_owned(), value, expires_ms }).map_err(backend)?;
+        tx.commit().map_err(backend)?;
+        Ok(None)
+    }
+
+    fn read_log(&self, log: &str, now_ms: u64) -> Result<Vec<(u64, Bytes)>, StoreError> {
+        self.read(|c| {
+            let live: Option<i64> = c.prepare_cached("SELECT newest FROM logs WHERE log = ?1 AND expires > ?2")?.query_row(params![log, ms(now_ms)], |r| r.get(0)).optional()?;
+            if live.is_none() {
+                return Ok(Vec::new());
+            }
+            let mut s = c.prepare_cached("SELECT seq, frame FROM events WHERE log = ?1 ORDER BY seq")?;
+            let rows = s.query_map(params![log], |r| Ok((r.get::<_, i64>(0)? as u64, Bytes::from(r.get::<_, Vec<u8>>(1)?))))?;
+            rows.collect()
+        })
+    }
+
+    fn index_lowest(&self, index: &str, limit: usize) -> Result<Vec<(String, u64)>, StoreError> {
+        self.read(|c| {
+            let mut s = c.prepare_cached("SELECT member, score FROM idx WHERE name = ?1 ORDER BY score, member LIMIT ?2")?;
+            let rows = s.query_map(params![index, i64::try_from(limit).unwrap_or(i64::MAX)], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64)))?;
+            rows.collect()
+        })
+    }
+
+    fn index_len(&self, index: &str) -> Result<usize, StoreError> {
+        self.read(|c| c.prepare_cached("SELECT count(*) FROM idx WHERE name = ?1")?.query_row(params![index], |r| r.get::<_, i64>(0)).map(|n| n as usize))
+    }
+
+    fn sweep(&self, now_ms: u64) -> Result<usize, StoreError> {
+        let mut conn = self.writer.lock();
+        let tx = conn.transaction().map_err(backend)?;
+        let now = ms(now_ms);
+        let keys = tx.execute("DELETE FROM kv WHERE expires <= ?1", params![now]).map_err(backend)?;
+        tx.execute("DELETE FROM events WHERE log IN (SELECT log FROM logs WHERE expires <= ?1)", params![now]).map_err(backend)?;
+        let logs = tx.execute("DELETE FROM logs WHERE expires <= ?1", params![now]).map_err(backend)?;
+        tx.commit().map_err(backend)?;
+        Ok(keys + logs)
+    }
+
+    fn set_durability(&self, durability: Durability) {
+        let level = match durability {
+            Durability::Batched => "NORMAL",
+            Durability::Sync => "FULL",
+        };
+        if let Err(e) = self.writer.lock().pragma_update(None, "synchronous", level) {
+            tracing::warn!(error = %e, "could not set the ledger's durability");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sqlite_store_keeps_the_store_contract() {
+        let dir = crate::ledger::tests_support::TempDir::new("contract");
+        super::super::store_tests::contract(&SqliteStore::open(&dir.path().join("l.db")).unwrap());
+    }
+
+    #[test]
+    fn what_was_committed_is_there_after_reopening() {
+        let dir = crate::ledger::tests_support::TempDir::new("reopen");
+        let path = dir.path().join("l.db");
+        {
+            let s = SqliteStore::open(&path).unwrap();
+            s.apply(&[Op::Put { key: "k".into(), value: Bytes::from_static(b"v"), expires_ms: 100 }]).unwrap();
+        }
+        let s = SqliteStore::open(&path).unwrap();
+        assert_eq!(s.get("k", 1).unwrap().as_deref(), Some(&b"v"[..]));
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_ledger_is_refused() {
+        let dir = crate::ledger::tests_support::TempDir::new("foreign");
+        let path = dir.path().join("l.db");
+        Connection::open(&path).unwrap().execute_batch("CREATE TABLE meta (k TEXT PRIMARY KEY, v TEXT); INSERT INTO meta VALUES ('schema', 'other.v9');").unwrap();
+        assert!(matches!(SqliteStore::open(&path), Err(StoreError::Backend(m)) if m.contains("other.v9")));
+    }
+}

@@ -1,0 +1,55 @@
+//! The contract every [`Store`] keeps, run against each backend.
+
+use bytes::Bytes;
+
+use super::{Op, Store};
+
+fn put(key: &str, value: &str, expires_ms: u64) -> Op {
+    Op::Put { key: key.into(), value: Bytes::from(value.to_owned()), expires_ms }
+}
+
+fn append(log: &str, seq: u64, max_len: usize) -> Op {
+    Op::Append { log: log.into(), seq, frame: Bytes::from(format!("frame {seq}")), max_len, expires_ms: 1_000 }
+}
+
+pub(crate) fn contract(s: &dyn Store) {
+    // Keys, expiry, delete.
+    s.apply(&[put("a", "1", 100), put("b", "2", 50)]).unwrap();
+    assert_eq!(s.get("a", 10).unwrap().as_deref(), Some(&b"1"[..]));
+    assert_eq!(s.get("b", 50).unwrap(), None, "expired at its expiry");
+    s.apply(&[put("a", "3", 100), Op::Delete { key: "b".into() }]).unwrap();
+    assert_eq!(s.get("a", 10).unwrap().as_deref(), Some(&b"3"[..]), "the last write wins");
+
+    // Conditional set.
+    assert_eq!(s.put_if_absent("c", Bytes::from_static(b"x"), 100, 10).unwrap(), None);
+    assert_eq!(s.put_if_absent("c", Bytes::from_static(b"y"), 100, 10).unwrap().as_deref(), Some(&b"x"[..]));
+    assert_eq!(s.put_if_absent("c", Bytes::from_static(b"z"), 200, 100).unwrap(), None, "an expired key counts as absent");
+    assert_eq!(s.get("c", 150).unwrap().as_deref(), Some(&b"z"[..]));
+
+    // Logs: bounded, ordered, never duplicated by a replayed append.
+    s.apply(&(1..=5).map(|i| append("l", i, 3)).collect::<Vec<_>>()).unwrap();
+    s.apply(&[append("l", 4, 3), append("l", 2, 3)]).unwrap();
+    let seqs: Vec<u64> = s.read_log("l", 10).unwrap().into_iter().map(|(q, _)| q).collect();
+    assert_eq!(seqs, vec![3, 4, 5]);
+    assert_eq!(s.read_log("l", 10).unwrap()[2].1, Bytes::from("frame 5"));
+    assert!(s.read_log("l", 1_000).unwrap().is_empty(), "an expired log reads empty");
+    s.apply(&[Op::DropLog { log: "l".into() }]).unwrap();
+    assert!(s.read_log("l", 10).unwrap().is_empty());
+    assert!(s.read_log("never", 10).unwrap().is_empty());
+
+    // Indexes.
+    let add = |m: &str, score| Op::IndexAdd { index: "i".into(), member: m.into(), score };
+    s.apply(&[add("x", 30), add("y", 10), add("z", 20), add("x", 5)]).unwrap();
+    assert_eq!(s.index_lowest("i", 2).unwrap(), vec![("x".to_owned(), 5), ("y".to_owned(), 10)], "re-scored in place");
+    assert_eq!(s.index_len("i").unwrap(), 3);
+    s.apply(&[Op::IndexRemove { index: "i".into(), member: "y".into() }]).unwrap();
+    assert_eq!(s.index_len("i").unwrap(), 2);
+    s.apply(&[Op::DropIndex { index: "i".into() }]).unwrap();
+    assert_eq!(s.index_len("i").unwrap(), 0);
+
+    // Sweep removes what expired.
+    s.apply(&[put("old", "o", 20), append("old-log", 1, 8)]).unwrap();
+    assert!(s.sweep(2_000).unwrap() >= 2);
+    assert_eq!(s.get("a", 0).unwrap(), None);
+    assert!(s.read_log("old-log", 0).unwrap().is_empty());
+}

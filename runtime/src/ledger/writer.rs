@@ -1,0 +1,289 @@
+//! The ledger writer: one thread that commits what the actors hand over, in groups.
+//!
+//! Group commit: the thread takes everything queued (up to `batch_max_ops`) and applies it as
+//! one transaction; while it commits, the next batch gathers. Nothing waits for a commit on
+//! the request path unless durability is `sync`, where a stream's frames wait for the
+//! acknowledgement of their batch before they are written.
+//!
+//! Order: operations are applied in the order they were handed over, and a batch is applied
+//! whole or not at all, so after a crash the store holds a prefix of what was handed over.
+//!
+//! Overflow policy: records (sessions, streams, receipts: bounded by the session and stream
+//! limits) are always queued. Event appends are refused while more than `queue_max_bytes`
+//! are waiting in `batched` mode: the event still goes out on the wire and stays in the
+//! stream's in-memory window, but the durable copy of that stream has a hole, which a resume
+//! after a restart reports as lost events (-32005 / 410), never skips. In `sync` mode appends
+//! are never refused: the frames wait for their commit, which bounds the queue by the
+//! streams' own windows. Every refusal is counted (`ledger_events_dropped`).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+
+use parking_lot::Mutex;
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot};
+
+use super::{Durability, Op, Store};
+
+enum Msg {
+    Ops { ops: Vec<Op>, bytes: usize, ack: Option<oneshot::Sender<()>> },
+    Barrier(oneshot::Sender<()>),
+}
+
+/// Counters of the writer.
+#[derive(Debug, Default)]
+pub struct WriterStats {
+    batches: AtomicU64,
+    ops: AtomicU64,
+    events_dropped: AtomicU64,
+    errors: AtomicU64,
+    commit_us_total: AtomicU64,
+}
+
+/// A snapshot of [`WriterStats`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct WriterSnapshot {
+    /// Transactions committed.
+    pub batches: u64,
+    /// Operations committed.
+    pub ops: u64,
+    /// Event appends refused by the overflow policy.
+    pub events_dropped: u64,
+    /// Batches the store failed to apply (their operations are lost).
+    pub errors: u64,
+    /// Bytes waiting to be committed.
+    pub queued_bytes: u64,
+    /// Mean commit time of a batch (µs).
+    pub mean_commit_us: u64,
+}
+
+/// The writer. Dropping the last handle commits what is queued and stops its thread.
+pub struct Writer {
+    tx: mpsc::UnboundedSender<Msg>,
+    store: Arc<dyn Store>,
+    durability: Durability,
+    queued: Arc<AtomicUsize>,
+    queue_max_bytes: usize,
+    stats: Arc<WriterStats>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer").field("durability", &self.durability).field("queued", &self.queued.load(Ordering::Relaxed)).finish_non_exhaustive()
+    }
+}
+
+impl Writer {
+    /// Start the writer thread over `store`.
+    ///
+    /// # Panics
+    /// When the operating system cannot start a thread.
+    #[must_use]
+    pub fn start(store: Arc<dyn Store>, durability: Durability, batch_max_ops: usize, queue_max_bytes: usize) -> Arc<Writer> {
+        store.set_durability(durability);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let queued = Arc::new(AtomicUsize::new(0));
+        let stats = Arc::new(WriterStats::default());
+        let thread = {
+            let (store, queued, stats) = (Arc::clone(&store), Arc::clone(&queued), Arc::clone(&stats));
+            std::thread::Builder::new()
+                .name("ledger-writer".into())
+                .spawn(move || run(rx, store.as_ref(), batch_max_ops.max(1), &queued, &stats))
+                .expect("the ledger writer thread starts")
+        };
+        Arc::new(Writer { tx, store, durability, queued, queue_max_bytes, stats, thread: Mutex::new(Some(thread)) })
+    }
+
+    /// The store (for reads).
+    #[must_use]
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// The durability mode.
+    #[must_use]
+    pub fn durability(&self) -> Durability {
+        self.durability
+    }
+
+    fn send(&self, ops: Vec<Op>, ack: Option<oneshot::Sender<()>>) {
+        let bytes = ops.iter().map(Op::size).sum();
+        self.queued.fetch_add(bytes, Ordering::AcqRel);
+        if self.tx.send(Msg::Ops { ops, bytes, ack }).is_err() {
+            // The thread is gone only after the process began to exit.
+            self.queued.fetch_sub(bytes, Ordering::AcqRel);
+        }
+    }
+
+    /// Queue records (never refused).
+    pub fn submit(&self, ops: Vec<Op>) {
+        if !ops.is_empty() {
+            self.send(ops, None);
+        }
+    }
+
+    /// Queue event appends (and the records that go with them). In `batched` mode they are
+    /// refused (`false`, counted) while the queue is over its bound; see the module doc.
+    pub fn submit_events(&self, ops: Vec<Op>) -> bool {
+        if self.durability == Durability::Batched && self.queued.load(Ordering::Acquire) > self.queue_max_bytes {
+            self.stats.events_dropped.fetch_add(ops.iter().filter(|o| matches!(o, Op::Append { .. })).count() as u64, Ordering::Relaxed);
+            return false;
+        }
+        self.submit(ops);
+        true
+    }
+
+    /// Queue `ops` and be told when they are committed (or failed: see [`WriterSnapshot::errors`]).
+    pub fn submit_acked(&self, ops: Vec<Op>) -> oneshot::Receiver<()> {
+        let (ack, rx) = oneshot::channel();
+        self.send(ops, Some(ack));
+        rx
+    }
+
+    /// Resolves once everything queued before it is committed.
+    pub fn barrier(&self) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        let _ = self.tx.send(Msg::Barrier(tx));
+        rx
+    }
+
+    /// Block the calling thread until everything queued so far is committed (process exit,
+    /// tests). Not for an actix thread.
+    pub fn flush_blocking(&self) {
+        let _ = self.barrier().blocking_recv();
+    }
+
+    /// Counters.
+    #[must_use]
+    pub fn snapshot(&self) -> WriterSnapshot {
+        let s = &self.stats;
+        let batches = s.batches.load(Ordering::Relaxed);
+        WriterSnapshot {
+            batches,
+            ops: s.ops.load(Ordering::Relaxed),
+            events_dropped: s.events_dropped.load(Ordering::Relaxed),
+            errors: s.errors.load(Ordering::Relaxed),
+            queued_bytes: self.queued.load(Ordering::Relaxed) as u64,
+            mean_commit_us: s.commit_us_total.load(Ordering::Relaxed).checked_div(batches).unwrap_or(0),
+        }
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        // Closing the channel lets the thread commit the rest and end.
+        let (tx, _) = mpsc::unbounded_channel();
+        drop(std::mem::replace(&mut self.tx, tx));
+        if let Some(t) = self.thread.lock().take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn run(mut rx: mpsc::UnboundedReceiver<Msg>, store: &dyn Store, batch_max_ops: usize, queued: &AtomicUsize, stats: &WriterStats) {
+    let mut batch: Vec<Op> = Vec::new();
+    let mut acks: Vec<oneshot::Sender<()>> = Vec::new();
+    while let Some(first) = rx.blocking_recv() {
+        let mut bytes = 0;
+        let mut take = |m: Msg, batch: &mut Vec<Op>, acks: &mut Vec<oneshot::Sender<()>>| match m {
+            Msg::Ops { ops, bytes: b, ack } => {
+                batch.extend(ops);
+                bytes += b;
+                acks.extend(ack);
+            }
+            Msg::Barrier(ack) => acks.push(ack),
+        };
+        take(first, &mut batch, &mut acks);
+        while batch.len() < batch_max_ops {
+            match rx.try_recv() {
+                Ok(m) => take(m, &mut batch, &mut acks),
+                Err(_) => break,
+            }
+        }
+        if !batch.is_empty() {
+            let started = std::time::Instant::now();
+            match store.apply(&batch) {
+                Ok(()) => {
+                    stats.batches.fetch_add(1, Ordering::Relaxed);
+                    stats.ops.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                    stats.commit_us_total.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    stats.errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(error = %e, ops = batch.len(), "ledger batch lost");
+                }
+            }
+        }
+        queued.fetch_sub(bytes, Ordering::AcqRel);
+        batch.clear();
+        for a in acks.drain(..) {
+            let _ = a.send(());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::ledger::MemoryStore;
+
+    fn append(seq: u64) -> Op {
+        Op::Append { log: "l".into(), seq, frame: Bytes::from(vec![b'x'; 100]), max_len: 1 << 20, expires_ms: u64::MAX }
+    }
+
+    #[test]
+    fn everything_submitted_is_committed_in_order_before_a_barrier_resolves() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let w = Writer::start(Arc::clone(&store), Durability::Batched, 16, usize::MAX);
+        for seq in 1..=1000 {
+            w.submit(vec![append(seq)]);
+        }
+        w.flush_blocking();
+        let log = store.read_log("l", 0).unwrap();
+        assert_eq!(log.iter().map(|(s, _)| *s).collect::<Vec<_>>(), (1..=1000).collect::<Vec<_>>());
+        let snap = w.snapshot();
+        assert_eq!((snap.ops, snap.queued_bytes), (1000, 0));
+        assert!(snap.batches <= 1000 && snap.batches >= 1000 / 16);
+    }
+
+    #[test]
+    fn batched_appends_over_the_queue_bound_are_refused_and_counted_and_records_never() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        // A bound below one append: the second is refused while the first may still wait.
+        let w = Writer::start(store, Durability::Batched, 16, 0);
+        w.queued.fetch_add(1, Ordering::AcqRel); // hold the queue "non-empty"
+        assert!(!w.submit_events(vec![append(1)]));
+        assert_eq!(w.snapshot().events_dropped, 1);
+        w.submit(vec![Op::Delete { key: "k".into() }]);
+        w.queued.fetch_sub(1, Ordering::AcqRel);
+        w.flush_blocking();
+        assert_eq!(w.snapshot().ops, 1, "the record went in");
+    }
+
+    #[test]
+    fn sync_appends_are_never_refused_and_are_acknowledged_after_commit() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let w = Writer::start(Arc::clone(&store), Durability::Sync, 16, 0);
+        w.queued.fetch_add(1, Ordering::AcqRel);
+        assert!(w.submit_events(vec![append(1)]));
+        let ack = w.submit_acked(vec![append(2)]);
+        ack.blocking_recv().unwrap();
+        assert_eq!(store.read_log("l", 0).unwrap().len(), 2, "acknowledged means committed");
+        w.queued.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    #[test]
+    fn dropping_the_writer_commits_what_was_queued() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let w = Writer::start(Arc::clone(&store), Durability::Batched, 4, usize::MAX);
+        for seq in 1..=100 {
+            w.submit(vec![append(seq)]);
+        }
+        drop(w);
+        assert_eq!(store.read_log("l", 0).unwrap().len(), 100);
+    }
+}
