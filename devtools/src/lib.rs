@@ -197,6 +197,20 @@ impl HostProcess {
         self.latest.lock().clone()
     }
 
+    /// Ask the process to stop (SIGTERM) and wait at most `wait` for it to exit; killed when
+    /// it does not. Its exit status.
+    pub fn terminate(&mut self, wait: Duration) -> Option<ExitStatus> {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        for _ in 0..wait.as_millis().div_ceil(20) {
+            if let Some(status) = self.exit_status() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        self.child.wait().ok()
+    }
+
     /// `Some(status)` once the process has exited; `None` while it runs.
     pub fn exit_status(&mut self) -> Option<ExitStatus> {
         self.child.try_wait().ok().flatten()
@@ -207,6 +221,45 @@ impl Drop for HostProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A fresh directory under the system's temporary directory, removed (with its content) when
+/// dropped: where a spawned host keeps its ledger.
+#[derive(Debug)]
+pub struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    /// Create `<tmp>/mcp-<label>-<pid>-<n>`.
+    ///
+    /// # Panics
+    /// When the directory cannot be created.
+    #[must_use]
+    pub fn new(label: &str) -> TempDir {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let p = std::env::temp_dir().join(format!("mcp-{label}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap_or_else(|e| panic!("cannot create {}: {e}", p.display()));
+        TempDir(p)
+    }
+
+    /// Its path.
+    #[must_use]
+    pub fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+
+    /// `--ledger-path <dir>/mcp-host.db`, for a host command line.
+    #[must_use]
+    pub fn ledger_args(&self) -> [String; 2] {
+        ["--ledger-path".to_owned(), self.0.join("mcp-host.db").display().to_string()]
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

@@ -46,8 +46,8 @@ pub struct SecurityConfig {
     pub body_read_timeout_ms: u64,
     /// `token = "principal"`; non-empty turns bearer authentication on. Default none.
     pub bearer_tokens: BTreeMap<String, String>,
-    /// Secret for cursor MACs, hex (at least 32 digits). Default: 32 random bytes per
-    /// process start (cursors do not survive a restart, and neither do sessions yet).
+    /// Secret that keys cursor tags and session-id HMACs, hex (at least 32 digits). Default:
+    /// the ledger's key file (`ledger.key_file`), so cursors and sessions survive restarts.
     pub cursor_secret_hex: Option<String>,
     /// Require a localhost `Host` (DNS-rebinding defence). Not read from the file: the host
     /// sets it from its bind address (on for loopback binds).
@@ -254,6 +254,67 @@ pub struct RuntimeConfig {
     pub limits: LimitsConfig,
     /// `[quotas]`.
     pub quotas: QuotasConfig,
+    /// `[ledger]`.
+    pub ledger: LedgerConfig,
+}
+
+/// Where the ledger lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LedgerBackend {
+    /// One SQLite file (WAL): survives restarts.
+    Sqlite,
+    /// Process memory: lost with the process (tests, throwaway runs).
+    Memory,
+}
+
+/// `[ledger]`: the durable record of sessions, streams and idempotency receipts.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LedgerConfig {
+    /// `"sqlite"` (survives restarts) or `"memory"`. Default `"sqlite"`.
+    pub backend: LedgerBackend,
+    /// The SQLite file. Default `mcp-host.db` in the working directory.
+    pub path: String,
+    /// `"batched"` (events reach the wire at once and are committed within a few ms; a crash
+    /// loses at most the uncommitted batch) or `"sync"` (an event reaches the wire only after
+    /// its commit with fsync). Default `"batched"`.
+    pub durability: crate::ledger::Durability,
+    /// File holding the secret that keys session-id HMACs and cursor tags (hex, created with
+    /// mode 0600 on first start when missing). Default: the ledger's path plus `.key`. Ignored
+    /// when `security.cursor_secret_hex` is set, and with the memory backend (a fresh secret
+    /// per process).
+    pub key_file: Option<String>,
+    /// Most operations committed in one transaction. Default 4096.
+    pub batch_max_ops: usize,
+    /// Bytes waiting for the writer past which `batched` event appends are refused (the
+    /// event still goes out; the durable copy gets a hole that a resume after a restart
+    /// reports as lost events). Default 64 MiB.
+    pub queue_max_bytes: usize,
+    /// Expired records are removed this often (s). Default 60.
+    pub sweep_every_secs: u64,
+}
+
+impl Default for LedgerConfig {
+    fn default() -> LedgerConfig {
+        LedgerConfig {
+            backend: LedgerBackend::Sqlite,
+            path: "mcp-host.db".into(),
+            durability: crate::ledger::Durability::Batched,
+            key_file: None,
+            batch_max_ops: 4096,
+            queue_max_bytes: 64 << 20,
+            sweep_every_secs: 60,
+        }
+    }
+}
+
+impl LedgerConfig {
+    /// The key file: `key_file`, else the ledger's path plus `.key`.
+    #[must_use]
+    pub fn key_path(&self) -> std::path::PathBuf {
+        self.key_file.clone().map_or_else(|| format!("{}.key", self.path).into(), Into::into)
+    }
 }
 
 /// A configuration value out of range, or unusable.
@@ -284,7 +345,7 @@ fn check(field: &'static str, value: u64, min: u64, max: u64) -> Result<(), Conf
     if (min..=max).contains(&value) { Ok(()) } else { Err(ConfigError::OutOfRange { field, value, min, max }) }
 }
 
-fn decode_hex(s: &str) -> Option<Vec<u8>> {
+pub(crate) fn decode_hex(s: &str) -> Option<Vec<u8>> {
     let s = s.trim();
     if !s.len().is_multiple_of(2) {
         return None;
@@ -300,7 +361,7 @@ impl RuntimeConfig {
     pub fn validate(self) -> Result<RuntimeConfig, ConfigError> {
         let (se, ss, l, q) = (&self.sse, &self.sessions, &self.limits, &self.quotas);
         let max = u64::MAX;
-        let rows: [(&'static str, u64, u64, u64); 29] = [
+        let rows: [(&'static str, u64, u64, u64); 32] = [
             ("security.max_body_bytes", self.security.max_body_bytes as u64, 1, 1 << 30),
             ("security.body_read_timeout_ms", self.security.body_read_timeout_ms, 100, 600_000),
             ("sse.replay_max_events", se.replay_max_events as u64, 1, 1 << 20),
@@ -330,6 +391,9 @@ impl RuntimeConfig {
             ("limits.stream_memory_bytes", l.stream_memory_bytes as u64, 1 << 16, max),
             ("quotas.sessions_per_principal", q.sessions_per_principal as u64, 1, ss.max_sessions as u64),
             ("quotas.stream_memory_per_principal", self.stream_memory_share() as u64, 1 << 15, l.stream_memory_bytes as u64),
+            ("ledger.batch_max_ops", self.ledger.batch_max_ops as u64, 1, 1 << 20),
+            ("ledger.queue_max_bytes", self.ledger.queue_max_bytes as u64, 1 << 16, max),
+            ("ledger.sweep_every_secs", self.ledger.sweep_every_secs, 1, 24 * 3600),
         ];
         for (field, value, min, max) in rows {
             check(field, value, min, max)?;

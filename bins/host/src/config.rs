@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use clap::Parser;
-use mcp_runtime::config::{LimitsConfig, QuotasConfig, RuntimeConfig, SecurityConfig, SessionsConfig, SseConfig};
+use mcp_runtime::config::{LedgerBackend, LedgerConfig, LimitsConfig, QuotasConfig, RuntimeConfig, SecurityConfig, SessionsConfig, SseConfig};
 use serde::Deserialize;
 
 /// Command-line flags. Each overrides the matching config-file field.
@@ -52,6 +52,13 @@ pub(crate) struct Flags {
     /// idempotency keys, for fault-injection runs), soak (tools the soak run drives).
     #[arg(long, value_delimiter = ',')]
     pub(crate) packs: Option<Vec<String>>,
+    /// Where sessions, streams and receipts are recorded: sqlite (default: they survive
+    /// restarts) or memory (lost with the process).
+    #[arg(long, value_parser = ["sqlite", "memory"])]
+    pub(crate) ledger: Option<String>,
+    /// The SQLite ledger file. Default mcp-host.db in the working directory.
+    #[arg(long)]
+    pub(crate) ledger_path: Option<String>,
     /// Print a `stats {json}` line on stdout this often (ms): sessions, streams, stream
     /// memory, refusals by cause. For load and soak runs; off by default.
     #[arg(long)]
@@ -67,6 +74,7 @@ pub(crate) struct FileConfig {
     sessions: SessionsConfig,
     limits: LimitsConfig,
     quotas: QuotasConfig,
+    ledger: LedgerConfig,
     tools: ToolsSection,
 }
 
@@ -132,7 +140,15 @@ impl HostConfig {
 
     fn merge(f: FileConfig, flags: Flags) -> Result<HostConfig, String> {
         let bind = flags.bind.unwrap_or(f.server.bind);
-        let mut runtime = RuntimeConfig { security: f.security, sse: f.sse, sessions: f.sessions, limits: f.limits, quotas: f.quotas };
+        let mut runtime = RuntimeConfig { security: f.security, sse: f.sse, sessions: f.sessions, limits: f.limits, quotas: f.quotas, ledger: f.ledger };
+        match flags.ledger.as_deref() {
+            Some("memory") => runtime.ledger.backend = LedgerBackend::Memory,
+            Some(_) => runtime.ledger.backend = LedgerBackend::Sqlite,
+            None => {}
+        }
+        if let Some(p) = flags.ledger_path {
+            runtime.ledger.path = p;
+        }
         let (security, sse, sessions) = (&mut runtime.security, &mut runtime.sse, &mut runtime.sessions);
         security.localhost_hosts_only = bind.is_loopback();
         security.allowed_origins.extend(flags.allowed_origins);
@@ -219,6 +235,19 @@ mod tests {
         }
         assert!(HostConfig::merge(FileConfig::default(), flags(&["--retry-ms", "0"])).unwrap_err().contains("sse.retry_ms"));
         assert!(HostConfig::merge(FileConfig::default(), flags(&["--workers", "0"])).unwrap_err().contains("server.workers"));
+    }
+
+    #[test]
+    fn the_ledger_is_sqlite_in_the_working_directory_unless_told_otherwise() {
+        let c = HostConfig::merge(FileConfig::default(), flags(&[])).unwrap();
+        assert_eq!((c.runtime.ledger.backend, c.runtime.ledger.path.as_str()), (LedgerBackend::Sqlite, "mcp-host.db"));
+        assert_eq!(c.runtime.ledger.key_path(), std::path::PathBuf::from("mcp-host.db.key"));
+        let file: FileConfig = toml::from_str("[ledger]
+path = \"/var/lib/mcp/l.db\"\ndurability = \"sync\"\n").unwrap();
+        let c = HostConfig::merge(file, flags(&["--ledger-path", "/tmp/x.db"])).unwrap();
+        assert_eq!((c.runtime.ledger.path.as_str(), c.runtime.ledger.durability), ("/tmp/x.db", mcp_runtime::ledger::Durability::Sync));
+        let c = HostConfig::merge(FileConfig::default(), flags(&["--ledger", "memory"])).unwrap();
+        assert_eq!(c.runtime.ledger.backend, LedgerBackend::Memory);
     }
 
     #[test]

@@ -71,7 +71,9 @@ async fn serve(cfg: HostConfig) -> Result<(), String> {
     let catalog = packs::build(&cfg.packs)?
         .build(ServerInfo { name: "mcp-host".into(), version: env!("CARGO_PKG_VERSION").into(), instructions: None })
         .map_err(|e| e.to_string())?;
-    let sup = Supervisor::new(cfg.runtime, catalog);
+    let ledger = mcp_runtime::ledger::Ledger::open(&cfg.runtime).map_err(|e| e.to_string())?;
+    let writer = std::sync::Arc::clone(&ledger.writer);
+    let sup = Supervisor::with_ledger(cfg.runtime, catalog, ledger);
     let app_sup = Arc::clone(&sup);
     let path = cfg.path.clone();
     let stats = Arc::clone(sup.stats());
@@ -133,6 +135,9 @@ async fn serve(cfg: HostConfig) -> Result<(), String> {
     }
     let result = server.await.map_err(|e| e.to_string());
     let stopped = sup.shutdown();
+    // Everything recorded so far is committed before the process ends (sessions stay
+    // active in the ledger: the next start revives them on first use).
+    let _ = writer.barrier().await;
     tracing::info!(sessions = stopped, "stopped");
     result
 }

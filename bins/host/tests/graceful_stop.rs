@@ -7,13 +7,14 @@ use std::net::TcpStream;
 use std::process::Command;
 use std::time::Duration;
 
-use mcp_devtools::HostProcess;
+use mcp_devtools::{HostProcess, TempDir};
 
-/// The host on a free port; `MCP_HOST_BIN` overrides the binary. Its address.
-fn start() -> (HostProcess, String) {
+/// The host on a free port, its ledger in `dir`; `MCP_HOST_BIN` overrides the binary. Its
+/// address.
+fn start(dir: &TempDir) -> (HostProcess, String) {
     let bin = std::env::var("MCP_HOST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_mcp-host").to_owned());
     let mut cmd = Command::new(bin);
-    cmd.args(["--port", "0"]).stderr(std::process::Stdio::null());
+    cmd.args(["--port", "0"]).args(dir.ledger_args()).stderr(std::process::Stdio::null());
     let host = HostProcess::spawn(cmd, Duration::from_secs(10)).expect("start mcp-host");
     let addr = host.url().trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
     (host, addr)
@@ -59,7 +60,8 @@ fn json_response(s: &mut TcpStream) -> (u16, String) {
 
 #[test]
 fn initialize_arriving_during_the_graceful_stop_is_refused() {
-    let (host, addr) = start();
+    let dir = TempDir::new("graceful-stop");
+    let (host, addr) = start(&dir);
     // An open SSE stream keeps the server in its graceful stop for a while.
     let mut s = connect(&addr);
     send(&mut s, "POST /mcp HTTP/1.1\r\nAccept: application/json\r\n", INIT);

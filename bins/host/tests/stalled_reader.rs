@@ -7,17 +7,15 @@ use std::net::TcpStream;
 use std::process::Command;
 use std::time::Duration;
 
-use mcp_devtools::HostProcess;
+use mcp_devtools::{HostProcess, TempDir};
 use serde_json::Value;
 
-/// The host with `config` (a file named after the test) and its address.
-fn start(name: &str, config: &str) -> (HostProcess, String) {
-    let dir = std::env::temp_dir().join(format!("mcp-host-stall-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{name}.toml"));
+/// The host with `config` (a file in `dir`, beside its ledger) and its address.
+fn start(dir: &TempDir, config: &str) -> (HostProcess, String) {
+    let path = dir.path().join("mcp-host.toml");
     std::fs::write(&path, config).unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_mcp-host"));
-    cmd.args(["--port", "0", "--packs", "soak", "--session-ttl-secs", "1", "--stats-every-ms", "200", "--config"]).arg(&path).stderr(std::process::Stdio::null());
+    cmd.args(["--port", "0", "--packs", "soak", "--session-ttl-secs", "1", "--stats-every-ms", "200", "--config"]).arg(&path).args(dir.ledger_args()).stderr(std::process::Stdio::null());
     let host = HostProcess::spawn(cmd, Duration::from_secs(10)).expect("start mcp-host");
     let addr = host.url().trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
     (host, addr)
@@ -62,7 +60,8 @@ fn wait_for(host: &HostProcess, within: usize, pred: impl Fn(&Value) -> bool) ->
 
 #[test]
 fn a_stalled_reader_is_cut_by_the_tcp_user_timeout_and_its_session_expires() {
-    let (host, addr) = start("cut", "[server]\ntcp_user_timeout_secs = 2\n");
+    let dir = TempDir::new("stall-cut");
+    let (host, addr) = start(&dir, "[server]\ntcp_user_timeout_secs = 2\n");
     let _sockets = stall(&addr);
     assert!(wait_for(&host, 25, |s| s["sessions"] == 1 && s["streams"] == 1).is_some(), "the flood started");
     // Kernel timeout (2 s) after the send buffer filled, then the 1 s idle TTL.
@@ -73,7 +72,8 @@ fn a_stalled_reader_is_cut_by_the_tcp_user_timeout_and_its_session_expires() {
 #[test]
 fn without_a_user_timeout_the_stalled_connection_holds_its_session() {
     // The control case: it shows the test above measures the timeout, not something else.
-    let (host, addr) = start("held", "[server]\ntcp_user_timeout_secs = 0\n");
+    let dir = TempDir::new("stall-held");
+    let (host, addr) = start(&dir, "[server]\ntcp_user_timeout_secs = 0\n");
     let _sockets = stall(&addr);
     assert!(wait_for(&host, 25, |s| s["sessions"] == 1).is_some(), "the flood started");
     let gone = wait_for(&host, 40, |s| s["sessions"] == 0);

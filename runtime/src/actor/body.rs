@@ -122,7 +122,9 @@ mod tests {
     use crate::actor::stats::RuntimeStats;
     use crate::actor::stream::{KeepaliveRunning, StreamEnv, Stop};
     use crate::proto::event_id::CursorKey;
-    use crate::proto::ids::{Generation, StreamId};
+    use crate::actor::durable::{LedgerCtx, StreamLedger};
+    use crate::ledger::Ledger;
+    use crate::proto::ids::{Generation, StreamId, Tick};
     use crate::proto::replay::WindowLimits;
     use crate::proto::stream::{CloseReason, StreamCore, StreamKind, StreamSettings};
 
@@ -176,7 +178,7 @@ mod tests {
     }
 
     fn start(link: SessionLink, kind: StreamKind, final_json: Option<&[u8]>) -> (Addr<StreamActor>, SseBody) {
-        let settings = StreamSettings { window: WindowLimits { max_events: 8, max_bytes: 1 << 16 }, prime: true, retry_ms: Some(100) };
+        let settings = StreamSettings { window: WindowLimits { max_events: 8, max_bytes: 1 << 16 }, prime: true, retry_ms: Some(100), hold_until_committed: false };
         let core = StreamCore::new(StreamId(1), Generation(1), kind, CursorKey::new(b"k").signer("s", None), settings);
         let env = Arc::new(StreamEnv {
             keepalive: Duration::from_secs(60),
@@ -185,11 +187,14 @@ mod tests {
             retention_undelivered: Duration::from_secs(60),
             budget: MemoryBudget::new(1 << 20),
             stats: Arc::new(RuntimeStats::default()),
+            ledger: Arc::new(LedgerCtx::new(Ledger::memory(&crate::config::RuntimeConfig::default()).writer, b"k", 60_000, 60_000)),
+            clock: crate::clock::Clock::start(),
         });
         let ctx = Context::new();
         let addr = ctx.address();
         let share = MemoryBudget::new(1 << 20);
-        let (body, _) = StreamActor::start_in(ctx, core, final_json, link, env, &share);
+        let ledger = StreamLedger::new("0".repeat(32).into(), StreamId(1), None, Tick(0));
+        let (body, _) = StreamActor::start_in(ctx, core, final_json, link, env, &share, ledger);
         (addr, body)
     }
 

@@ -20,6 +20,7 @@
 
 mod body;
 mod budget;
+mod durable;
 mod registry;
 mod session;
 mod stats;

@@ -154,6 +154,12 @@ impl Registry {
         self.shard(id).read().get(id).cloned()
     }
 
+    /// Whether a session is registered.
+    #[must_use]
+    pub fn contains(&self, id: &SessionId) -> bool {
+        self.shard(id).read().contains_key(id)
+    }
+
     /// Reserve a slot for `key` if it has fewer than `limits.max_per_key` sessions, its memory
     /// share is not full, and fewer than `limits.max` sessions exist in all. The slot is
     /// released by dropping the returned [`Reservation`] (or the [`RegistryGuard`] it becomes).

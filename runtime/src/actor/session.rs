@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::body::SseBody;
 use super::budget::{Charge, MemoryBudget};
+use super::durable::{self, LedgerCtx, SessionMeta, StreamLedger};
 use super::registry::{InboxTicket, RegistryGuard};
 use super::stream::{Attach, Close, Emit, PollClose, SessionLink, Stop as StopStream, StreamActor, StreamReport};
 use super::supervisor::Supervisor;
@@ -28,7 +29,8 @@ use crate::proto::jsonrpc::{ErrorObject, Incoming, Message, code, encode_error, 
 use crate::proto::mcp::{LogLevel, method};
 use crate::proto::replay::WindowLimits;
 use crate::proto::session::{ClientRequestRefused, SessionCore, SessionLimits};
-use crate::proto::stream::{CloseReason, StreamCore, StreamKind, StreamSettings};
+use crate::ledger::codec::{Handshake, RecordState};
+use crate::proto::stream::{CloseReason, RestoredStream, StreamCore, StreamKind, StreamSettings};
 use crate::proto::version::ProtocolVersion;
 use crate::tools::{BoxFuture, Dispatch, ToolContext, ToolOutbound};
 
@@ -74,6 +76,12 @@ pub struct SessionActor {
     caller_budget: Arc<MemoryBudget>,
     /// The kept handshake, charged to the budgets for the session's life.
     _handshake: Charge,
+    /// What its ledger record holds besides the core's state.
+    meta: SessionMeta,
+    /// `clientInfo` and the requested version, for the record.
+    client_info: Value,
+    requested_version: Option<String>,
+    ledger: Arc<LedgerCtx>,
 }
 
 /// What a POST produced.
@@ -189,11 +197,27 @@ pub(crate) struct SessionSeed {
     pub(crate) version: ProtocolVersion,
     pub(crate) generation: Generation,
     pub(crate) signer: Arc<CursorSigner>,
-    pub(crate) client_caps: Value,
+    pub(crate) handshake: Handshake,
     /// Estimated bytes of the handshake the session keeps.
     pub(crate) kept_bytes: usize,
     /// The caller's share of the stream memory budget.
     pub(crate) caller_budget: Arc<MemoryBudget>,
+    /// Its id's HMAC (its name in the ledger).
+    pub(crate) hmac: Arc<str>,
+    /// The `Origin` of its `initialize`.
+    pub(crate) origin: Option<String>,
+    /// Rebuilt from the ledger (after a restart or parking) rather than created.
+    pub(crate) restore: Option<Restore>,
+}
+
+/// What the ledger held for a session being revived.
+pub(crate) struct Restore {
+    /// Its new incarnation (one more than recorded).
+    pub(crate) incarnation: u32,
+    pub(crate) created_ms: u64,
+    pub(crate) log_level: Option<LogLevel>,
+    /// Its streams' records and events.
+    pub(crate) streams: Vec<(crate::ledger::codec::StreamRecord, Vec<(u64, Bytes)>)>,
 }
 
 impl SessionActor {
@@ -210,15 +234,31 @@ impl SessionActor {
             window: WindowLimits { max_events: cfg.sse.replay_max_events, max_bytes: cfg.sse.replay_max_bytes },
             prime: cfg.sse.prime_streams && seed.version.primes_streams(),
             retry_ms: Some(cfg.sse.retry_ms),
+            hold_until_committed: cfg.ledger.durability == crate::ledger::Durability::Sync,
         };
         let mut handshake = sup.stream_env().budget.charge(Some(&seed.caller_budget));
         handshake.set(seed.kept_bytes);
-        SessionActor {
-            core: SessionCore::new(seed.id, seed.version, seed.generation, limits, sup.now()),
+        let now = sup.now();
+        let incarnation = seed.restore.as_ref().map_or(0, |r| r.incarnation);
+        let mut core = SessionCore::incarnate(seed.id, seed.version, seed.generation, limits, now, incarnation);
+        if let Some(level) = seed.restore.as_ref().and_then(|r| r.log_level) {
+            core.set_log_level(level);
+        }
+        let meta = SessionMeta {
+            hmac: seed.hmac,
+            principal: seed.principal.clone(),
+            handshake: Handshake { requested_version: None, capabilities: Value::Null, client_info: Value::Null },
+            origin: seed.origin,
+            created_ms: seed.restore.as_ref().map_or(durable::ms(now), |r| r.created_ms),
+        };
+        let ledger = Arc::clone(&sup.stream_env().ledger);
+        let Handshake { requested_version, capabilities, client_info } = seed.handshake;
+        let mut actor = SessionActor {
+            core,
             principal: seed.principal,
             signer: seed.signer,
             settings,
-            client_caps: Arc::new(seed.client_caps),
+            client_caps: Arc::new(capabilities),
             sup,
             guard: Some(guard),
             timer: None,
@@ -226,7 +266,88 @@ impl SessionActor {
             link,
             caller_budget: seed.caller_budget,
             _handshake: handshake,
+            meta,
+            client_info,
+            requested_version,
+            ledger,
+        };
+        if let Some(r) = seed.restore {
+            actor.restore_streams(r.streams);
         }
+        actor
+    }
+
+    /// Rebuild the streams the ledger held (each as a stream actor with no connection).
+    fn restore_streams(&mut self, streams: Vec<(crate::ledger::codec::StreamRecord, Vec<(u64, Bytes)>)>) {
+        use crate::ledger::codec::StreamKindRecord;
+        use crate::proto::ids::Seq;
+        for (record, events) in streams {
+            let sid = StreamId(record.stream);
+            let (kind, request) = match record.kind {
+                StreamKindRecord::Get => (StreamKind::Get, None),
+                StreamKindRecord::Post => match record.request_id.as_ref().and_then(JsonRpcId::from_value) {
+                    Some(id) => (StreamKind::Post { request: id.clone() }, Some(id)),
+                    None => continue,
+                },
+            };
+            let restored = RestoredStream {
+                events: events.into_iter().map(|(q, f)| (Seq(q), f)).collect(),
+                newest: Seq(record.last_sent),
+                acked: Seq(record.last_acked),
+                closed: durable::reason_from(record.close_reason.as_deref()),
+            };
+            let core = StreamCore::restore(sid, Generation(record.generation), kind, (*self.signer).clone(), self.settings.clone(), restored);
+            let ledger = StreamLedger::restored(Arc::clone(&self.meta.hmac), sid, &record);
+            let (addr, closed) = StreamActor::start_restored(core, Arc::clone(&self.link), Arc::clone(self.sup.stream_env()), &self.caller_budget, ledger);
+            let evicted = self.core.restore_stream(sid, request, closed, addr);
+            self.evict(evicted);
+        }
+    }
+
+    fn record_ops_at(&self, state: RecordState, last_used: Tick) -> Vec<crate::ledger::Op> {
+        let mut meta = self.meta.clone();
+        meta.handshake = Handshake { requested_version: self.requested_version.clone(), capabilities: (*self.client_caps).clone(), client_info: self.client_info.clone() };
+        meta.record_ops(
+            &self.ledger,
+            &durable::SessionState {
+                version: self.core.version().as_str(),
+                generation: self.core.generation().0,
+                state,
+                log_level: self.core.log_level().map(LogLevel::as_str),
+                incarnation: self.core.incarnation(),
+                last_used,
+            },
+        )
+    }
+
+    /// The session ended for good (DELETE, expiry): its record says so until it expires (its
+    /// id stays 404 across restarts), its streams are forgotten. Written before the registry
+    /// lets go of it, so a revive that follows reads the end. A stop for any other reason
+    /// (process shutdown, parking) leaves its record active.
+    fn record_end(&mut self, state: RecordState) {
+        let mut ops = self.record_ops_at(state, self.sup.now());
+        for sid in self.core.stream_ids() {
+            durable::forget_stream_ops(&self.meta.hmac, sid, &mut ops);
+        }
+        ops.push(crate::ledger::Op::DropIndex { index: crate::ledger::codec::streams_index(&self.meta.hmac) });
+        self.sup.record_end(&self.meta.hmac, ops);
+    }
+
+    /// Write the record when the core says it is due.
+    fn record_if_due(&mut self) {
+        if let Some(used) = self.core.poll_ledger(self.sup.now()) {
+            let ops = self.record_ops_at(RecordState::Active, used);
+            self.ledger.writer.submit(ops);
+        }
+    }
+
+    /// Forget streams in the ledger (retention over, evicted, replaced).
+    fn forget_streams(&self, sids: impl IntoIterator<Item = StreamId>) {
+        let mut ops = Vec::new();
+        for sid in sids {
+            durable::forget_stream_ops(&self.meta.hmac, sid, &mut ops);
+        }
+        self.ledger.writer.submit(ops);
     }
 
     /// A short, non-secret tag for logs (never the session id itself).
@@ -237,6 +358,7 @@ impl SessionActor {
 
     /// Arm the timer for the core's next deadline, unless one is armed at or before it.
     fn arm(&mut self, ctx: &mut Context<Self>) {
+        self.record_if_due();
         let Some(at) = self.core.poll_timeout() else { return };
         if self.timer.as_ref().is_some_and(|(t, _)| *t <= at) {
             return;
@@ -266,6 +388,7 @@ impl SessionActor {
         }
         if due.expired {
             tracing::debug!(session = %self.log_id(), "session expired");
+            self.record_end(RecordState::Expired);
             self.guard.take();
             ctx.stop();
             return;
@@ -276,11 +399,13 @@ impl SessionActor {
     /// Start the stream registered under `sid` in `sctx`; `final_json` when its request is
     /// already answered (the stream is then closed from the start). Counts the stream's first
     /// connection.
-    fn start_stream(&mut self, sctx: Context<StreamActor>, sid: StreamId, kind: StreamKind, final_json: Option<Bytes>) -> SseBody {
+    fn start_stream(&mut self, sctx: Context<StreamActor>, sid: StreamId, kind: StreamKind, final_json: Option<Bytes>, digest: Option<String>) -> SseBody {
         let core = StreamCore::new(sid, self.core.generation(), kind, (*self.signer).clone(), self.settings.clone());
-        self.core.connection_delta(self.sup.now(), true);
+        let now = self.sup.now();
+        self.core.connection_delta(now, true);
         let link = Arc::clone(&self.link);
-        let (body, closed_with) = StreamActor::start_in(sctx, core, final_json.as_deref(), link, Arc::clone(self.sup.stream_env()), &self.caller_budget);
+        let ledger = StreamLedger::new(Arc::clone(&self.meta.hmac), sid, digest, now);
+        let (body, closed_with) = StreamActor::start_in(sctx, core, final_json.as_deref(), link, Arc::clone(self.sup.stream_env()), &self.caller_budget, ledger);
         if let Some(bytes) = closed_with {
             let evicted = self.core.stream_closed(sid, bytes);
             self.evict(evicted);
@@ -293,6 +418,7 @@ impl SessionActor {
             tracing::debug!(session = %self.log_id(), n = evicted.len(), "closed streams evicted by the retention bounds");
             self.sup.stats().streams_evicted(evicted.len());
         }
+        self.forget_streams(evicted.iter().map(|e| e.id));
         for e in evicted {
             e.handle.do_send(StopStream(CloseReason::Evicted));
         }
@@ -363,6 +489,7 @@ impl SessionActor {
             }
         };
         let stream_addr = stream.as_ref().map(|(_, _, a)| a.clone());
+        let digest = stream.is_some().then(|| durable::request_digest(&method, params.as_ref()));
         let dispatch = match method.as_str() {
             method::PING => Dispatch::Ready(Ok(json!({}))),
             method::SET_LEVEL => Dispatch::Ready(self.set_level(params.as_ref())),
@@ -404,7 +531,7 @@ impl SessionActor {
         match (stream, json_reply) {
             (Some((sctx, sid, _)), _) => {
                 let final_json = done.and_then(|r| self.take_response(&id, r).map(|(bytes, _, _)| bytes));
-                Ok(PostOutcome::Sse(self.start_stream(sctx, sid, StreamKind::Post { request: id }, final_json)))
+                Ok(PostOutcome::Sse(self.start_stream(sctx, sid, StreamKind::Post { request: id }, final_json, digest)))
             }
             (None, Some(rx)) => {
                 if let Some(r) = done {
@@ -510,9 +637,10 @@ impl Handler<OpenGet> for SessionActor {
             let sctx = Context::<StreamActor>::new();
             let (sid, replaced) = self.core.open_get_stream(sctx.address());
             if let Some(old) = replaced {
+                self.forget_streams([old.id]);
                 old.handle.do_send(StopStream(CloseReason::Replaced));
             }
-            self.start_stream(sctx, sid, StreamKind::Get, None)
+            self.start_stream(sctx, sid, StreamKind::Get, None, None)
         });
         let _ = msg.reply.send(r);
         self.arm(ctx);
@@ -558,6 +686,7 @@ impl Handler<Delete> for SessionActor {
     fn handle(&mut self, msg: Delete, ctx: &mut Context<Self>) {
         let r = self.core.request_delete();
         if r.is_ok() {
+            self.record_end(RecordState::Deleted);
             // Gone from the registry before the client hears "deleted".
             self.guard.take();
             ctx.stop();
@@ -599,7 +728,9 @@ impl Handler<StreamReport> for SessionActor {
             }
             StreamReport::Gone(sid) => {
                 tracing::debug!(session = %self.log_id(), stream = %sid, "stream retention ended");
-                self.core.remove_stream(sid);
+                if self.core.remove_stream(sid).is_some() {
+                    self.forget_streams([sid]);
+                }
             }
         }
         self.arm(ctx);

@@ -20,6 +20,7 @@ pub struct RuntimeStats {
     client_requests_timed_out: AtomicU64,
     requests_ended_by_gap: AtomicU64,
     streams_evicted: AtomicU64,
+    sessions_revived: AtomicU64,
     events: AtomicU64,
     resumes: AtomicU64,
     gaps: AtomicU64,
@@ -36,6 +37,7 @@ impl Default for RuntimeStats {
             client_requests_timed_out: AtomicU64::new(0),
             requests_ended_by_gap: AtomicU64::new(0),
             streams_evicted: AtomicU64::new(0),
+            sessions_revived: AtomicU64::new(0),
             events: AtomicU64::new(0),
             resumes: AtomicU64::new(0),
             gaps: AtomicU64::new(0),
@@ -99,6 +101,11 @@ impl RuntimeStats {
         add(&self.streams_evicted, n as u64);
     }
 
+    /// A session was rebuilt from the ledger (after a restart, or from parking).
+    pub(crate) fn session_revived(&self) {
+        add(&self.sessions_revived, 1);
+    }
+
     /// Stream actors alive now.
     #[must_use]
     pub fn streams_live(&self) -> i64 {
@@ -143,6 +150,10 @@ pub struct StatsSnapshot {
     pub requests_ended_by_gap: u64,
     /// Closed streams evicted by `max_retained_streams` / `max_retained_bytes`.
     pub streams_evicted: u64,
+    /// Sessions rebuilt from the ledger (after a restart, or from parking).
+    pub sessions_revived: u64,
+    /// The ledger writer's counters.
+    pub ledger: crate::ledger::WriterSnapshot,
     /// Events appended by streams that have stopped.
     pub events: u64,
     /// Resumes served by streams that have stopped.
@@ -154,9 +165,9 @@ pub struct StatsSnapshot {
 }
 
 impl RuntimeStats {
-    /// Copy every figure; `sessions` and `stream_memory_bytes` come from their owners.
+    /// Copy every figure; `sessions`, `stream_memory_bytes` and `ledger` come from their owners.
     #[must_use]
-    pub fn snapshot(&self, sessions: usize, stream_memory_bytes: usize) -> StatsSnapshot {
+    pub fn snapshot(&self, sessions: usize, stream_memory_bytes: usize, ledger: crate::ledger::WriterSnapshot) -> StatsSnapshot {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         StatsSnapshot {
             requests: get(&self.requests),
@@ -168,6 +179,8 @@ impl RuntimeStats {
             client_requests_timed_out: get(&self.client_requests_timed_out),
             requests_ended_by_gap: get(&self.requests_ended_by_gap),
             streams_evicted: get(&self.streams_evicted),
+            sessions_revived: get(&self.sessions_revived),
+            ledger,
             events: get(&self.events),
             resumes: get(&self.resumes),
             gaps: get(&self.gaps),

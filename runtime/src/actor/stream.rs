@@ -17,7 +17,9 @@ use tokio::time::Instant;
 
 use super::body::{ConnectionOwner, SseBody};
 use super::budget::{Charge, MemoryBudget};
+use super::durable::{LedgerCtx, StreamLedger};
 use super::stats::RuntimeStats;
+use crate::ledger::Durability;
 use crate::proto::error::Rejection;
 use crate::proto::ids::{Seq, StreamId};
 use crate::proto::stream::{Attachment, CloseReason, Delivery, Retention, StreamCore, StreamState};
@@ -33,6 +35,8 @@ pub(crate) struct StreamEnv {
     pub(crate) retention_undelivered: Duration,
     pub(crate) budget: Arc<MemoryBudget>,
     pub(crate) stats: Arc<RuntimeStats>,
+    pub(crate) ledger: Arc<LedgerCtx>,
+    pub(crate) clock: crate::clock::Clock,
 }
 
 /// Where a session's streams and their connection bodies report: made once per session and
@@ -79,6 +83,7 @@ pub struct StreamActor {
     /// The armed retention timer and the retention it is armed for.
     retention: Option<(Retention, SpawnHandle)>,
     keepalive: Option<SpawnHandle>,
+    ledger: StreamLedger,
 }
 
 impl Actor for StreamActor {
@@ -148,45 +153,98 @@ impl StreamActor {
     /// then closed from the start, and the bytes its window holds are returned for the
     /// session to count (no `Closed` report follows).
     pub(crate) fn start_in(
-        ctx: Context<StreamActor>,
+        mut ctx: Context<StreamActor>,
         mut core: StreamCore,
         final_json: Option<&[u8]>,
         session: SessionLink,
         env: Arc<StreamEnv>,
         caller_budget: &Arc<MemoryBudget>,
+        ledger: StreamLedger,
     ) -> (SseBody, Option<usize>) {
         let addr = ctx.address();
         let mut att = core.attach_new();
         let conn = att.conn;
-        let (writer, live) = match final_json {
-            Some(json) => {
-                if let Delivery::Write { frame, .. } = core.push_final(json) {
-                    att.initial.push(frame);
-                }
-                // The final frame is being written: `Detached` picks the retention.
-                (None, None)
-            }
-            None => {
-                let (tx, rx) = mpsc::channel(env.write_queue_frames);
-                (Some(Writer { conn, tx }), Some(rx))
-            }
+        let mut ended = false;
+        if let Some(json) = final_json
+            && let Delivery::Write { frame, .. } = core.push_final(json)
+        {
+            att.initial.push(frame);
+            ended = true;
+        }
+        let (writer, live) = if ended {
+            // The final frame is being written: `Detached` picks the retention.
+            (None, None)
+        } else {
+            // Live events, or (durability `sync`) the final one once it is committed.
+            let (tx, rx) = mpsc::channel(env.write_queue_frames);
+            (Some(Writer { conn, tx }), Some(rx))
         };
         let owner = ConnectionOwner { stream: addr, session: Arc::clone(&session), conn };
-        let mut actor = StreamActor {
+        let mut actor = StreamActor::with_core(core, writer, session, env, caller_budget, ledger);
+        actor.closed_reported = final_json.is_some();
+        actor.update_charge();
+        actor.flush_ledger(&mut ctx);
+        let closed_with = final_json.map(|_| actor.core.retained_bytes());
+        ctx.run(actor);
+        (SseBody::new(att.initial, live, Some(owner)), closed_with)
+    }
+
+    /// Start a stream rebuilt from the ledger, with no connection. Returns its address and,
+    /// when it is closed, the bytes its window holds (for its session's retention bounds).
+    pub(crate) fn start_restored(core: StreamCore, session: SessionLink, env: Arc<StreamEnv>, caller_budget: &Arc<MemoryBudget>, ledger: StreamLedger) -> (Addr<StreamActor>, Option<usize>) {
+        let mut ctx = Context::<StreamActor>::new();
+        let addr = ctx.address();
+        let mut actor = StreamActor::with_core(core, None, session, env, caller_budget, ledger);
+        let closed = matches!(actor.core.state(), StreamState::Closed(_));
+        // Its session learns the bytes from the return value, not from a report.
+        actor.closed_reported = closed;
+        actor.update_charge();
+        actor.flush_ledger(&mut ctx);
+        let bytes = closed.then(|| actor.core.retained_bytes());
+        ctx.run(actor);
+        (addr, bytes)
+    }
+
+    fn with_core(core: StreamCore, writer: Option<Writer>, session: SessionLink, env: Arc<StreamEnv>, caller_budget: &Arc<MemoryBudget>, ledger: StreamLedger) -> StreamActor {
+        StreamActor {
             charge: env.budget.charge(Some(caller_budget)),
             core,
             writer,
             session,
             env,
             last_write: Instant::now(),
-            closed_reported: final_json.is_some(),
+            closed_reported: false,
             retention: None,
             keepalive: None,
-        };
-        actor.update_charge();
-        let closed_with = final_json.map(|_| actor.core.retained_bytes());
-        ctx.run(actor);
-        (SseBody::new(att.initial, live, Some(owner)), closed_with)
+            ledger,
+        }
+    }
+
+    /// Hand what the core wants recorded to the ledger writer. With durability `sync` the
+    /// held events are released when their batch is committed.
+    fn flush_ledger(&mut self, ctx: &mut Context<Self>) {
+        let cx: &LedgerCtx = &self.env.ledger;
+        let (ops, newest) = self.ledger.ops(&mut self.core, cx, self.env.clock.now());
+        if ops.is_empty() {
+            return;
+        }
+        match newest {
+            Some(upto) if cx.writer.durability() == Durability::Sync => {
+                let committed = cx.writer.submit_acked(ops);
+                ctx.spawn(actix::fut::wrap_future::<_, Self>(committed).map(move |_, act, ctx| act.on_committed(upto, ctx)));
+            }
+            Some(_) => {
+                let _ = cx.writer.submit_events(ops);
+            }
+            None => cx.writer.submit(ops),
+        }
+    }
+
+    fn on_committed(&mut self, upto: Seq, ctx: &mut Context<Self>) {
+        for d in self.core.committed(upto) {
+            self.deliver(d, ctx);
+        }
+        self.sync_retention(ctx);
     }
 
     fn report(&self, r: StreamReport) {
@@ -328,6 +386,7 @@ impl Handler<Emit> for StreamActor {
     fn handle(&mut self, msg: Emit, ctx: &mut Context<Self>) {
         let d = if msg.last { self.core.push_final(&msg.json) } else { self.core.push(&msg.json) };
         self.update_charge();
+        self.flush_ledger(ctx);
         self.deliver(d, ctx);
         self.sync_retention(ctx);
     }
@@ -348,6 +407,7 @@ impl Handler<Attach> for StreamActor {
         if matches!(self.core.state(), StreamState::Closed(_)) {
             self.report_closed();
         }
+        self.flush_ledger(ctx);
         self.sync_retention(ctx);
         let _ = msg.reply.send(r);
     }
@@ -387,6 +447,7 @@ impl Handler<Close> for StreamActor {
         self.core.close(msg.0);
         self.set_writer(None, ctx);
         self.report_closed();
+        self.flush_ledger(ctx);
         self.sync_retention(ctx);
     }
 }

@@ -10,13 +10,17 @@ use actix::{Actor, AsyncContext};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use parking_lot::{Mutex, RwLock};
+use serde_json::Value;
 
 use super::budget::MemoryBudget;
+use super::durable::{self, LedgerCtx};
 use super::registry::{Inbox, QuotaKey, Registry, SessionHandle, SlotLimits};
-use super::session::{SessionActor, SessionSeed};
+use super::session::{Restore, SessionActor, SessionSeed};
 use super::stats::{RuntimeStats, StatsSnapshot};
 use super::stream::StreamEnv;
 use crate::config::RuntimeConfig;
+use crate::ledger::Ledger;
+use crate::ledger::codec::{self, Handshake, Record, RecordState};
 use crate::proto::admission::AdmitPolicy;
 use crate::proto::bucket::TokenBucket;
 use crate::proto::error::{Overload, Quota, Rejection};
@@ -101,6 +105,12 @@ pub struct Supervisor {
     stream_env: Arc<StreamEnv>,
     /// Read on every `initialize`, written twice per process life; never held across await.
     phase: RwLock<Phase>,
+    /// One revive at a time per shard of session HMACs (two requests of one session that
+    /// arrive together after a restart make one actor, not two).
+    revive_locks: Vec<tokio::sync::Mutex<()>>,
+    /// Sessions that ended (DELETE, expiry) whose final record is not committed yet: a revive
+    /// must not read the record they are about to overwrite. Held for one insert or lookup.
+    settling: Arc<Mutex<std::collections::HashSet<Arc<str>>>>,
 }
 
 impl std::fmt::Debug for Supervisor {
@@ -110,12 +120,22 @@ impl std::fmt::Debug for Supervisor {
 }
 
 impl Supervisor {
-    /// Start serving generation `cfg.sessions.generation`. `cfg` should have passed
+    /// Start serving generation `cfg.sessions.generation` on a memory ledger (in-process
+    /// servers and tests; whatever `cfg.ledger` says). `cfg` should have passed
     /// [`RuntimeConfig::validate`].
     #[must_use]
     pub fn new(cfg: RuntimeConfig, catalog: Catalog) -> Arc<Supervisor> {
-        let secret = cfg.cursor_secret().unwrap_or_else(|| crate::rng::bytes::<32>().to_vec());
+        let ledger = Ledger::memory(&cfg);
+        Supervisor::with_ledger(cfg, catalog, ledger)
+    }
+
+    /// Start serving on an open ledger ([`Ledger::open`]): sessions and streams recorded
+    /// there by an earlier process are revived on first use.
+    #[must_use]
+    pub fn with_ledger(cfg: RuntimeConfig, catalog: Catalog, ledger: Ledger) -> Arc<Supervisor> {
         let generation = Generation(cfg.sessions.generation);
+        let stream_ttl_ms = cfg.idle_ttl_ms().saturating_add(cfg.sessions.retention_undelivered_ms);
+        let ledger_cx = Arc::new(LedgerCtx::new(ledger.writer, &ledger.secret, cfg.idle_ttl_ms(), stream_ttl_ms));
         let stream_env = Arc::new(StreamEnv {
             keepalive: Duration::from_millis(cfg.sse.keepalive_ms),
             write_queue_frames: cfg.sse.write_queue_frames,
@@ -123,18 +143,23 @@ impl Supervisor {
             retention_undelivered: Duration::from_millis(cfg.sessions.retention_undelivered_ms),
             budget: MemoryBudget::new(cfg.limits.stream_memory_bytes),
             stats: Arc::new(RuntimeStats::default()),
+            ledger: ledger_cx,
+            clock: crate::clock::Clock::start(),
         });
+        let stream_env_clock = stream_env.clock;
         let q = &cfg.quotas;
         Arc::new(Supervisor {
-            key: CursorKey::new(&secret),
+            key: CursorKey::new(&durable::derive(&ledger.secret, "mcp-host cursor v1")),
             admit: cfg.admit_policy(),
             rate: RateLimiter::new(q.session_burst, q.session_rate_per_sec, cfg.sessions.max_sessions.max(1024)),
             catalog: Arc::new(catalog),
             registry: Arc::new(Registry::default()),
-            clock: crate::clock::Clock::start(),
+            clock: stream_env_clock,
             generation,
             stream_env,
             phase: RwLock::new(Phase::Serving(generation)),
+            revive_locks: (0..16).map(|_| tokio::sync::Mutex::new(())).collect(),
+            settling: Arc::default(),
             cfg: Arc::new(cfg),
         })
     }
@@ -170,7 +195,7 @@ impl Supervisor {
     /// Every figure at once.
     #[must_use]
     pub fn stats_snapshot(&self) -> StatsSnapshot {
-        self.stream_env.stats.snapshot(self.registry.len(), self.stream_env.budget.used())
+        self.stream_env.stats.snapshot(self.registry.len(), self.stream_env.budget.used(), self.stream_env.ledger.writer.snapshot())
     }
 
     /// Whether the stream memory budget is used up (requests that would open a stream are
@@ -198,6 +223,12 @@ impl Supervisor {
         self.registry.len()
     }
 
+    /// Whether a session is live in this process.
+    #[must_use]
+    pub fn is_live(&self, id: &SessionId) -> bool {
+        self.registry.contains(id)
+    }
+
     /// Find a session for a caller. Another caller's session is reported as not found.
     ///
     /// # Errors
@@ -217,7 +248,14 @@ impl Supervisor {
     /// `max_sessions`; [`Rejection::QuotaExceeded`] past the caller's session quota, rate or
     /// memory share. `kept_bytes` (the handshake's estimated size) is charged to the budgets
     /// for the session's life.
-    pub fn create_session(self: &Arc<Self>, key: QuotaKey, principal: Option<Arc<str>>, init: &InitializeRequest, kept_bytes: usize) -> Result<(SessionId, ProtocolVersion), Rejection> {
+    pub fn create_session(
+        self: &Arc<Self>,
+        key: QuotaKey,
+        principal: Option<Arc<str>>,
+        init: &InitializeRequest,
+        kept_bytes: usize,
+        origin: Option<&str>,
+    ) -> Result<(SessionId, ProtocolVersion), Rejection> {
         if !matches!(self.phase(), Phase::Serving(_)) {
             return Err(Rejection::Overloaded(Overload::Draining));
         }
@@ -234,10 +272,32 @@ impl Supervisor {
         let version = ProtocolVersion::negotiate(init.requested_version.as_deref());
         let raw = format!("{}.{}", self.generation.0, URL_SAFE_NO_PAD.encode(crate::rng::bytes::<24>()));
         let id = SessionId::parse(&raw).expect("base64url and digits are visible ASCII");
+        let handshake = Handshake { requested_version: init.requested_version.clone(), capabilities: init.capabilities.clone(), client_info: init.client_info.clone() };
+        let seed = self.seed(id.clone(), principal, version, self.generation, handshake, kept_bytes, reservation.caller_budget(), origin.map(str::to_owned), None);
+        self.start_session(seed, reservation);
+        Ok((id, version))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn seed(
+        &self,
+        id: SessionId,
+        principal: Option<Arc<str>>,
+        version: ProtocolVersion,
+        generation: Generation,
+        handshake: Handshake,
+        kept_bytes: usize,
+        caller_budget: &Arc<MemoryBudget>,
+        origin: Option<String>,
+        restore: Option<Restore>,
+    ) -> SessionSeed {
         let signer = Arc::new(self.key.signer(id.as_str(), principal.as_deref()));
+        let hmac = self.stream_env.ledger.session_hmac(&id);
+        SessionSeed { id, principal, version, generation, signer, handshake, kept_bytes, caller_budget: Arc::clone(caller_budget), hmac, origin, restore }
+    }
+
+    fn start_session(self: &Arc<Self>, seed: SessionSeed, reservation: super::registry::Reservation) {
         let sup = Arc::clone(self);
-        let caller_budget = Arc::clone(reservation.caller_budget());
-        let seed = SessionSeed { id: id.clone(), principal, version, generation: self.generation, signer, client_caps: init.capabilities.clone(), kept_bytes, caller_budget };
         SessionActor::create(move |ctx| {
             // Before the address is published: a full default mailbox (16) would refuse
             // the session's first requests.
@@ -247,7 +307,90 @@ impl Supervisor {
             let guard = reservation.insert(seed.id.clone(), handle);
             SessionActor::new(seed, sup, guard, Arc::new(ctx.address().recipient()))
         });
-        Ok((id, version))
+    }
+
+    /// Bring a session recorded in the ledger back to life (after a restart, or from
+    /// parking) so that `id`'s next request finds it. Does nothing when it is live already
+    /// or the ledger holds no active session of this caller under this id (the request then
+    /// gets 404). Must run on an actix arbiter.
+    ///
+    /// # Errors
+    /// The quotas and limits of [`Supervisor::create_session`] (a revived session counts like
+    /// a new one); [`Rejection::Internal`] when the ledger cannot be read.
+    pub async fn revive(self: &Arc<Self>, id: &SessionId, principal: Option<&Arc<str>>, key: QuotaKey) -> Result<(), Rejection> {
+        let cx = &self.stream_env.ledger;
+        let hmac = cx.session_hmac(id);
+        if self.settling.lock().contains(&hmac) {
+            // It just ended here; its end is on the way to the ledger.
+            return Ok(());
+        }
+        let shard = usize::from(hmac.as_bytes()[0]) % self.revive_locks.len();
+        let _one_at_a_time = self.revive_locks[shard].lock().await;
+        if self.registry.get(id).is_some() {
+            return Ok(());
+        }
+        let Some((record, streams)) = self.read_session(&hmac, principal).map_err(|e| {
+            tracing::error!(error = %e, "cannot read a session from the ledger");
+            Rejection::Internal
+        })?
+        else {
+            return Ok(());
+        };
+        if !matches!(self.phase(), Phase::Serving(_)) {
+            return Err(Rejection::Overloaded(Overload::Draining));
+        }
+        let Some(version) = ProtocolVersion::parse(&record.protocol_version) else { return Ok(()) };
+        let limits = SlotLimits {
+            max: self.cfg.sessions.max_sessions,
+            max_per_key: self.cfg.quotas.sessions_per_principal,
+            memory_per_key: self.cfg.stream_memory_share(),
+        };
+        let reservation = self.registry.reserve(key, limits)?;
+        // Measured as at creation, without today's bounds (the session was admitted under its own).
+        let unbounded = crate::proto::limits::HandshakeLimits { max_values: usize::MAX, max_depth: usize::MAX, max_string_bytes: usize::MAX };
+        let kept_bytes = crate::proto::limits::check_handshake(&record.handshake.capabilities, &Value::Null, &unbounded).unwrap_or(0);
+        let restore = Restore {
+            incarnation: record.incarnation.saturating_add(1),
+            created_ms: record.created_ms,
+            log_level: record.log_level.as_deref().and_then(crate::proto::mcp::LogLevel::parse),
+            streams,
+        };
+        let seed = self.seed(id.clone(), principal.cloned(), version, Generation(record.generation), record.handshake, kept_bytes, reservation.caller_budget(), record.origin, Some(restore));
+        self.stream_env.stats.session_revived();
+        self.start_session(seed, reservation);
+        Ok(())
+    }
+
+    /// The active session recorded under `hmac` for `principal`, with its streams.
+    #[allow(clippy::type_complexity)]
+    fn read_session(&self, hmac: &str, principal: Option<&Arc<str>>) -> Result<Option<(codec::SessionRecord, Vec<(codec::StreamRecord, Vec<(u64, bytes::Bytes)>)>)>, crate::ledger::StoreError> {
+        let store = self.stream_env.ledger.writer.store();
+        let now = self.now().0;
+        let Some(bytes) = store.get(&codec::session_key(hmac), now)? else { return Ok(None) };
+        let Record::Session(record) = codec::decode(&bytes)? else { return Ok(None) };
+        if record.state != RecordState::Active || record.principal.as_deref() != principal.map(|p| &**p) || record.session_hmac != hmac {
+            return Ok(None);
+        }
+        let most = self.cfg.sessions.max_retained_streams + self.cfg.sessions.max_in_flight + 1;
+        let mut streams = Vec::new();
+        for (member, _) in store.index_lowest(&codec::streams_index(hmac), most)? {
+            let Ok(sid) = member.parse::<u64>() else { continue };
+            let Some(bytes) = store.get(&codec::stream_key(hmac, sid), now)? else { continue };
+            let Record::Stream(s) = codec::decode(&bytes)? else { continue };
+            let events = store.read_log(&codec::events_key(hmac, sid), now)?;
+            streams.push((s, events));
+        }
+        Ok(Some((record, streams)))
+    }
+
+    /// Record a session's end: until `ops` are committed, the session cannot be revived from
+    /// the record they replace.
+    pub(crate) fn record_end(&self, hmac: &Arc<str>, ops: Vec<crate::ledger::Op>) {
+        self.settling.lock().insert(Arc::clone(hmac));
+        let (settling, hmac) = (Arc::clone(&self.settling), Arc::clone(hmac));
+        self.stream_env.ledger.writer.submit_then(ops, Box::new(move || {
+            settling.lock().remove(&hmac);
+        }));
     }
 
     /// Stop admitting sessions (`initialize` gets 503 with `Retry-After`); existing ones go

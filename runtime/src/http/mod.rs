@@ -210,6 +210,14 @@ fn opens_stream(incoming: &Incoming, reply: ReplyMode) -> bool {
 // between them is synchronous ([`dispatch`]).
 async fn serve(req: &HttpRequest, head: &RequestHead<'_>, payload: web::Payload, sup: &Arc<Supervisor>) -> Result<HttpResponse, Rejection> {
     let admitted = admit_request(req, head, payload, sup).await?;
+    if let Some(session) = admitted.command.session()
+        && !sup.is_live(session)
+    {
+        // Not live here: perhaps parked, or recorded by the process before a restart. Boxed,
+        // so this rare path adds a pointer, not its whole state, to every request's future.
+        let key = quota_key(admitted.principal.as_ref(), req.peer_addr(), sup.config().quotas.ipv6_prefix_len);
+        Box::pin(sup.revive(session, admitted.principal.as_ref(), key)).await?;
+    }
     // Bound first: a `?` in the scrutinee would keep its temporary across the awaits.
     let next = dispatch(req, sup, admitted)?;
     match next {
@@ -249,7 +257,9 @@ fn dispatch(req: &HttpRequest, sup: &Arc<Supervisor>, admitted: Admitted) -> Res
             Ok(Next::Ready(b.finish()))
         }
         Command::Initialize { id, init, kept_bytes, reply } => {
-            let (session, version) = sup.create_session(quota_key(principal.as_ref(), req.peer_addr(), sup.config().quotas.ipv6_prefix_len), principal, &init, kept_bytes)?;
+            let key = quota_key(principal.as_ref(), req.peer_addr(), sup.config().quotas.ipv6_prefix_len);
+            let origin = req.headers().get(header::ORIGIN).and_then(|v| v.to_str().ok());
+            let (session, version) = sup.create_session(key, principal, &init, kept_bytes, origin)?;
             let catalog = sup.catalog();
             let result = initialize_result(version, catalog.capabilities(), catalog.server_info(), catalog.instructions());
             let bytes = encode_result(&id, &result);

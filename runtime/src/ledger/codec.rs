@@ -118,13 +118,21 @@ pub struct StreamRecord {
 pub enum ReceiptState {
     /// The execution started and has not recorded an outcome.
     Running,
-    /// The execution finished with this JSON-RPC result (or error object).
+    /// The execution finished.
     Done {
-        /// `result` on success.
-        result: Option<Value>,
-        /// `error` on failure.
-        error: Option<Value>,
+        /// Its outcome.
+        outcome: Outcome,
     },
+}
+
+/// How a recorded execution ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The JSON-RPC `result`.
+    Result(Value),
+    /// The JSON-RPC `error` object.
+    Error(Value),
 }
 
 /// `mcpIdempotencyReceipt.v1`: one idempotency key of one caller.
@@ -402,7 +410,7 @@ mod tests {
                 args_digest: d,
                 created_ms: 9,
                 state: match result {
-                    Some(r) => ReceiptState::Done { result: Some(r), error: None },
+                    Some(r) => ReceiptState::Done { outcome: Outcome::Result(r) },
                     None => ReceiptState::Running,
                 },
             })

@@ -16,14 +16,16 @@
 
 pub mod codec;
 mod memory;
+mod open;
 mod sqlite;
 mod writer;
 
 use bytes::Bytes;
 
 pub use memory::MemoryStore;
+pub use open::{Ledger, OpenError, load_or_create_key};
 pub use sqlite::SqliteStore;
-pub use writer::{Writer, WriterSnapshot, WriterStats};
+pub use writer::{Committed, Writer, WriterSnapshot, WriterStats};
 
 /// One write. A batch of them is applied atomically ([`Store::apply`]).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -22,13 +22,19 @@ use std::thread::JoinHandle;
 
 use parking_lot::Mutex;
 use serde::Serialize;
-use tokio::sync::{mpsc, oneshot};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
 
 use super::{Durability, Op, Store};
 
+/// Run on the writer thread once a batch is committed (or failed).
+pub type Committed = Box<dyn FnOnce() + Send>;
+
 enum Msg {
-    Ops { ops: Vec<Op>, bytes: usize, ack: Option<oneshot::Sender<()>> },
-    Barrier(oneshot::Sender<()>),
+    Ops { ops: Vec<Op>, bytes: usize, ack: Option<Committed> },
+    Barrier(Committed),
 }
 
 /// Counters of the writer.
@@ -60,7 +66,7 @@ pub struct WriterSnapshot {
 
 /// The writer. Dropping the last handle commits what is queued and stops its thread.
 pub struct Writer {
-    tx: mpsc::UnboundedSender<Msg>,
+    tx: mpsc::Sender<Msg>,
     store: Arc<dyn Store>,
     durability: Durability,
     queued: Arc<AtomicUsize>,
@@ -81,16 +87,16 @@ impl Writer {
     /// # Panics
     /// When the operating system cannot start a thread.
     #[must_use]
-    pub fn start(store: Arc<dyn Store>, durability: Durability, batch_max_ops: usize, queue_max_bytes: usize) -> Arc<Writer> {
+    pub fn start(store: Arc<dyn Store>, durability: Durability, batch_max_ops: usize, queue_max_bytes: usize, sweep_every: Duration) -> Arc<Writer> {
         store.set_durability(durability);
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel();
         let queued = Arc::new(AtomicUsize::new(0));
         let stats = Arc::new(WriterStats::default());
         let thread = {
             let (store, queued, stats) = (Arc::clone(&store), Arc::clone(&queued), Arc::clone(&stats));
             std::thread::Builder::new()
                 .name("ledger-writer".into())
-                .spawn(move || run(rx, store.as_ref(), batch_max_ops.max(1), &queued, &stats))
+                .spawn(move || run(&rx, store.as_ref(), batch_max_ops.max(1), sweep_every, &queued, &stats))
                 .expect("the ledger writer thread starts")
         };
         Arc::new(Writer { tx, store, durability, queued, queue_max_bytes, stats, thread: Mutex::new(Some(thread)) })
@@ -108,7 +114,7 @@ impl Writer {
         self.durability
     }
 
-    fn send(&self, ops: Vec<Op>, ack: Option<oneshot::Sender<()>>) {
+    fn send(&self, ops: Vec<Op>, ack: Option<Committed>) {
         let bytes = ops.iter().map(Op::size).sum();
         self.queued.fetch_add(bytes, Ordering::AcqRel);
         if self.tx.send(Msg::Ops { ops, bytes, ack }).is_err() {
@@ -138,14 +144,24 @@ impl Writer {
     /// Queue `ops` and be told when they are committed (or failed: see [`WriterSnapshot::errors`]).
     pub fn submit_acked(&self, ops: Vec<Op>) -> oneshot::Receiver<()> {
         let (ack, rx) = oneshot::channel();
-        self.send(ops, Some(ack));
+        self.send(ops, Some(Box::new(move || {
+            let _ = ack.send(());
+        })));
         rx
+    }
+
+    /// Queue `ops` and run `then` on the writer thread once they are committed (or failed).
+    /// `then` must be quick (it holds up the next batch).
+    pub fn submit_then(&self, ops: Vec<Op>, then: Committed) {
+        self.send(ops, Some(then));
     }
 
     /// Resolves once everything queued before it is committed.
     pub fn barrier(&self) -> oneshot::Receiver<()> {
         let (tx, rx) = oneshot::channel();
-        let _ = self.tx.send(Msg::Barrier(tx));
+        let _ = self.tx.send(Msg::Barrier(Box::new(move || {
+            let _ = tx.send(());
+        })));
         rx
     }
 
@@ -174,7 +190,7 @@ impl Writer {
 impl Drop for Writer {
     fn drop(&mut self) {
         // Closing the channel lets the thread commit the rest and end.
-        let (tx, _) = mpsc::unbounded_channel();
+        let (tx, _) = mpsc::channel();
         drop(std::mem::replace(&mut self.tx, tx));
         if let Some(t) = self.thread.lock().take() {
             let _ = t.join();
@@ -182,12 +198,32 @@ impl Drop for Writer {
     }
 }
 
-fn run(mut rx: mpsc::UnboundedReceiver<Msg>, store: &dyn Store, batch_max_ops: usize, queued: &AtomicUsize, stats: &WriterStats) {
+fn wall_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+fn run(rx: &mpsc::Receiver<Msg>, store: &dyn Store, batch_max_ops: usize, sweep_every: Duration, queued: &AtomicUsize, stats: &WriterStats) {
     let mut batch: Vec<Op> = Vec::new();
-    let mut acks: Vec<oneshot::Sender<()>> = Vec::new();
-    while let Some(first) = rx.blocking_recv() {
+    let mut acks: Vec<Committed> = Vec::new();
+    let mut next_sweep = tokio::time::Instant::now() + sweep_every;
+    loop {
+        let now = tokio::time::Instant::now();
+        if now >= next_sweep {
+            // Expiry runs here, between batches, on the writer's own connection.
+            match store.sweep(wall_ms()) {
+                Ok(n) if n > 0 => tracing::debug!(removed = n, "ledger: expired records removed"),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "ledger: sweep failed"),
+            }
+            next_sweep = now + sweep_every;
+        }
+        let first = match rx.recv_timeout(next_sweep.saturating_duration_since(now)) {
+            Ok(m) => m,
+            Err(mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        };
         let mut bytes = 0;
-        let mut take = |m: Msg, batch: &mut Vec<Op>, acks: &mut Vec<oneshot::Sender<()>>| match m {
+        let mut take = |m: Msg, batch: &mut Vec<Op>, acks: &mut Vec<Committed>| match m {
             Msg::Ops { ops, bytes: b, ack } => {
                 batch.extend(ops);
                 bytes += b;
@@ -203,7 +239,7 @@ fn run(mut rx: mpsc::UnboundedReceiver<Msg>, store: &dyn Store, batch_max_ops: u
             }
         }
         if !batch.is_empty() {
-            let started = std::time::Instant::now();
+            let started = tokio::time::Instant::now();
             match store.apply(&batch) {
                 Ok(()) => {
                     stats.batches.fetch_add(1, Ordering::Relaxed);
@@ -219,7 +255,7 @@ fn run(mut rx: mpsc::UnboundedReceiver<Msg>, store: &dyn Store, batch_max_ops: u
         queued.fetch_sub(bytes, Ordering::AcqRel);
         batch.clear();
         for a in acks.drain(..) {
-            let _ = a.send(());
+            a();
         }
     }
 }
@@ -238,7 +274,7 @@ mod tests {
     #[test]
     fn everything_submitted_is_committed_in_order_before_a_barrier_resolves() {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-        let w = Writer::start(Arc::clone(&store), Durability::Batched, 16, usize::MAX);
+        let w = Writer::start(Arc::clone(&store), Durability::Batched, 16, usize::MAX, Duration::from_secs(60));
         for seq in 1..=1000 {
             w.submit(vec![append(seq)]);
         }
@@ -254,7 +290,7 @@ mod tests {
     fn batched_appends_over_the_queue_bound_are_refused_and_counted_and_records_never() {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
         // A bound below one append: the second is refused while the first may still wait.
-        let w = Writer::start(store, Durability::Batched, 16, 0);
+        let w = Writer::start(store, Durability::Batched, 16, 0, Duration::from_secs(60));
         w.queued.fetch_add(1, Ordering::AcqRel); // hold the queue "non-empty"
         assert!(!w.submit_events(vec![append(1)]));
         assert_eq!(w.snapshot().events_dropped, 1);
@@ -267,7 +303,7 @@ mod tests {
     #[test]
     fn sync_appends_are_never_refused_and_are_acknowledged_after_commit() {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-        let w = Writer::start(Arc::clone(&store), Durability::Sync, 16, 0);
+        let w = Writer::start(Arc::clone(&store), Durability::Sync, 16, 0, Duration::from_secs(60));
         w.queued.fetch_add(1, Ordering::AcqRel);
         assert!(w.submit_events(vec![append(1)]));
         let ack = w.submit_acked(vec![append(2)]);
@@ -279,7 +315,7 @@ mod tests {
     #[test]
     fn dropping_the_writer_commits_what_was_queued() {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-        let w = Writer::start(Arc::clone(&store), Durability::Batched, 4, usize::MAX);
+        let w = Writer::start(Arc::clone(&store), Durability::Batched, 4, usize::MAX, Duration::from_secs(60));
         for seq in 1..=100 {
             w.submit(vec![append(seq)]);
         }

@@ -204,6 +204,17 @@ pub enum Command {
     Preflight,
 }
 
+impl Command {
+    /// The session the command names, if any.
+    #[must_use]
+    pub fn session(&self) -> Option<&SessionId> {
+        match self {
+            Command::Post { session, .. } | Command::OpenStream { session } | Command::Resume { session, .. } | Command::Delete { session } => Some(session),
+            Command::Initialize { .. } | Command::Preflight => None,
+        }
+    }
+}
+
 /// Request headers MCP uses, allowed on cross-origin requests.
 pub const CORS_ALLOW_HEADERS: &str = "Content-Type, Accept, Authorization, Mcp-Session-Id, MCP-Protocol-Version, Last-Event-ID";
 /// Methods of the endpoint, allowed on cross-origin requests.

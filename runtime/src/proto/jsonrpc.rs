@@ -42,6 +42,8 @@ pub mod code {
     pub const QUOTA_EXCEEDED: i64 = -32007;
     /// A server-to-client request got no answer before its deadline.
     pub const REQUEST_TIMEOUT: i64 = -32008;
+    /// The server restarted while the request was running; its outcome is unknown.
+    pub const SERVER_RESTARTED: i64 = -32009;
 }
 
 /// A JSON-RPC error object.

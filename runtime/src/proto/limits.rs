@@ -131,24 +131,32 @@ pub struct LimitExceeded {
     pub max: usize,
 }
 
-/// One pass over a raw JSON body: nesting depth and number of values, counted from its
-/// structure (every array or object opened, and every `,` and `:` outside strings; within a
-/// factor of two of the values a parser would allocate). Invalid JSON is left to the parser.
+/// One pass over a raw JSON body: nesting depth and number of values, counted where each
+/// value starts (every array or object opened, every string, object keys included, and every
+/// run of scalar bytes such as `-1.5e3` or `true`, outside strings). A parser allocates one
+/// value per start but the keys, and there are fewer keys than values, so the count is at
+/// least the values a parser would allocate and less than twice that. Invalid JSON is left
+/// to the parser.
 ///
 /// # Errors
 /// [`Limit::JsonDepth`] or [`Limit::JsonValues`].
 pub fn scan(body: &[u8], limits: &MessageLimits) -> Result<(), LimitExceeded> {
-    // Fast path (most bodies): the count is at most 1 + the body's length, and the depth at
-    // most the number of opening brackets anywhere (strings included); counting those is one
-    // vectorized pass.
+    // Fast path (most bodies): the count is at most the body's length (each value starts at
+    // a byte of its own), and the depth at most the number of opening brackets anywhere
+    // (strings included); counting those is one vectorized pass.
     let opens = body.iter().filter(|&&b| b == b'[' || b == b'{').count();
     if body.len() < limits.json_max_values && opens <= limits.json_max_depth {
         return Ok(());
     }
+    // Values are counted where they start, not by their separators: counting every `,` and
+    // `:` counts an object member twice (the `,` before its key and the `:` before its
+    // value), and a container member a third time by its own bracket, up to three times the
+    // values a parser allocates.
     let mut depth = 0usize;
-    let mut values = 1usize;
+    let mut values = 0usize;
     let mut in_string = false;
     let mut escaped = false;
+    let mut in_scalar = false;
     for &b in body {
         if in_string {
             if escaped {
@@ -160,19 +168,30 @@ pub fn scan(body: &[u8], limits: &MessageLimits) -> Result<(), LimitExceeded> {
             }
             continue;
         }
+        let was_scalar = in_scalar;
+        in_scalar = false;
         match b {
             b'"' => in_string = true,
             b'[' | b'{' => {
                 depth += 1;
-                values += 1;
                 if depth > limits.json_max_depth {
                     return Err(LimitExceeded { limit: Limit::JsonDepth, max: limits.json_max_depth });
                 }
             }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            b',' | b':' => values += 1,
-            _ => continue,
+            b']' | b'}' => {
+                depth = depth.saturating_sub(1);
+                continue;
+            }
+            b',' | b':' | b' ' | b'\t' | b'\n' | b'\r' => continue,
+            // A number or literal: counted at its first byte.
+            _ => {
+                in_scalar = true;
+                if was_scalar {
+                    continue;
+                }
+            }
         }
+        values += 1;
         if values > limits.json_max_values {
             return Err(LimitExceeded { limit: Limit::JsonValues, max: limits.json_max_values });
         }
@@ -346,6 +365,27 @@ mod tests {
         assert_eq!(scan(b"[0,0,0,0,0,0,0,0,0,0,0]", &l).unwrap_err().limit, Limit::JsonValues);
         // Brackets, commas and escaped quotes inside strings are not structure.
         assert!(scan(br#"{"a":"[[[[[[,,,,,,,,,,,\"]]]]"}"#, &l).is_ok());
+    }
+
+    #[test]
+    fn object_members_holding_containers_are_counted_once() {
+        // 5 values (the keys make 3 more), depth 3: within 2 * 5 + 1 = 11, whatever the keys
+        // hold. Counting separators made this 12, and `n` members each holding `{}` 3n + 1.
+        for body in [&br#"{"":[],":":{"":{}},"[":[]}"#[..], br#"{"a":[],"b":{"c":{}},"d":[]}"#] {
+            let l = |max_values, max_depth| MessageLimits { json_max_values: max_values, json_max_depth: max_depth, ..MessageLimits::default() };
+            assert!(scan(body, &l(11, 3)).is_ok());
+            assert_eq!(scan(body, &l(4, 3)).unwrap_err().limit, Limit::JsonValues);
+            assert_eq!(scan(body, &l(usize::MAX, 2)).unwrap_err().limit, Limit::JsonDepth);
+        }
+        let members: Vec<String> = (0..100).map(|i| format!("\"k{i}\": {{}}")).collect();
+        let body = format!("{{{}}}", members.join(", "));
+        let l = MessageLimits { json_max_values: 2 * 101 + 1, json_max_depth: 2, ..MessageLimits::default() };
+        assert!(scan(body.as_bytes(), &l).is_ok());
+        // Scalars are counted once each, however long, and whitespace not at all.
+        let l = MessageLimits { json_max_values: 4, json_max_depth: 1, ..MessageLimits::default() };
+        assert!(scan(b"[ -12.5e+30 , true,\n null ]", &l).is_ok());
+        let l = MessageLimits { json_max_values: 3, json_max_depth: 1, ..MessageLimits::default() };
+        assert_eq!(scan(b"[ -12.5e+30 , true,\n null ]", &l).unwrap_err().limit, Limit::JsonValues);
     }
 
     #[test]

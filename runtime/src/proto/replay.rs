@@ -67,6 +67,34 @@ impl ReplayWindow {
         }
     }
 
+    /// A window rebuilt from a durable copy: `events` in increasing order, `newest` the last
+    /// sequence number ever assigned (at least the last event's). Only the contiguous run of
+    /// events ending at `newest` is kept, so a hole in the copy (events that never reached
+    /// it) answers a resume from before it with a [`ReplayGap`], never a silent skip.
+    #[must_use]
+    pub fn restore(limits: WindowLimits, newest: Seq, events: impl IntoIterator<Item = (Seq, Bytes)>) -> ReplayWindow {
+        let events: Vec<(Seq, Bytes)> = events.into_iter().collect();
+        let newest = events.last().map_or(newest, |(s, _)| newest.max(*s));
+        let mut w = ReplayWindow::new(limits);
+        w.next = newest.next();
+        let mut start = events.len();
+        let mut expect = newest;
+        while start > 0 && events[start - 1].0 == expect {
+            start -= 1;
+            expect = Seq(expect.0.saturating_sub(1));
+        }
+        for (seq, frame) in events.into_iter().skip(start) {
+            w.bytes += frame.len();
+            w.events.push_back((seq, frame));
+        }
+        while w.events.len() > 1 && (w.events.len() > w.limits.max_events || w.bytes > w.limits.max_bytes) {
+            if let Some((_, old)) = w.events.pop_front() {
+                w.bytes -= old.len();
+            }
+        }
+        w
+    }
+
     /// Append the frame of the next event and return its sequence number. Evicts the oldest
     /// events while either bound is exceeded, always keeping the newest.
     pub fn push(&mut self, frame: Bytes) -> Seq {
@@ -203,6 +231,23 @@ mod tests {
         assert_eq!(w.len().0, 1);
         assert!(matches!(w.replay_after(Seq(1)), Err(ReplayError::Gap(_))));
         assert_eq!(w.replay_after(Seq(3)).unwrap().count(), 1, "the newest is still replayable");
+    }
+
+    #[test]
+    fn a_restored_window_keeps_only_the_run_ending_at_its_newest_and_reports_the_hole() {
+        let limits = WindowLimits { max_events: 10, max_bytes: 1 << 20 };
+        // Event 3 never reached the durable copy.
+        let w = ReplayWindow::restore(limits, Seq(5), [1, 2, 4, 5].map(|n| (Seq(n), frame(n, 4))));
+        assert_eq!((w.oldest(), w.newest(), w.next_seq()), (Seq(4), Seq(5), Seq(6)));
+        assert!(matches!(w.replay_after(Seq(2)), Err(ReplayError::Gap(_))), "the hole is a gap");
+        assert_eq!(w.replay_after(Seq(3)).unwrap().count(), 2);
+        // The copy lost its newest event: everything before it is a gap, nothing is replayed wrong.
+        let w = ReplayWindow::restore(limits, Seq(6), [1, 2].map(|n| (Seq(n), frame(n, 4))));
+        assert!(w.is_empty() && matches!(w.replay_after(Seq(2)), Err(ReplayError::Gap(_))));
+        assert_eq!(w.replay_after(Seq(6)).unwrap().count(), 0);
+        // Bounds apply to what is restored.
+        let w = ReplayWindow::restore(WindowLimits { max_events: 2, max_bytes: 1 << 20 }, Seq(3), (1..=3).map(|n| (Seq(n), frame(n, 4))));
+        assert_eq!(w.len().0, 2);
     }
 
     #[test]

@@ -17,6 +17,13 @@
 //! `max_retained_streams` closed streams holding at most `max_retained_bytes`; ids of
 //! answered requests are not remembered.
 //!
+//! Durability: [`SessionCore::poll_ledger`] says when the session's record must be written
+//! again (log level changed, last use moved on by a sixteenth of the TTL, or a busy session's
+//! record would expire within half its TTL), so a busy session writes its record a few times
+//! per TTL, never per request. Stream ids and server-to-client request ids of incarnation `n`
+//! (the session's `n`-th life: creation, then each restore from the ledger) start at
+//! `n << 32`, so none is reused across restarts.
+//!
 //! Idleness is derived from state the shell cannot lose: the count of attached connections
 //! changes only through [`SessionCore::connection_delta`], which the shell calls from a guard
 //! whose drop always reaches the session, and the set of requests in flight.
@@ -91,6 +98,8 @@ pub enum ClientRequestRefused {
 /// A stream in the table.
 #[derive(Debug)]
 pub struct StreamEntry<S> {
+    /// Its id.
+    pub id: StreamId,
     /// The request it answers, or `None` for the standalone GET stream.
     pub request: Option<JsonRpcId>,
     /// Closed (kept for late resumes only).
@@ -134,12 +143,24 @@ pub struct SessionCore<R, S, P> {
     next_client_request: i64,
     last_activity: Tick,
     attached_connections: usize,
+    incarnation: u32,
+    /// The last-used time last handed to the ledger.
+    recorded: Tick,
+    /// Something besides the last use changed (log level).
+    dirty: bool,
 }
 
 impl<R, S, P> SessionCore<R, S, P> {
     /// A new active session.
     #[must_use]
     pub fn new(id: SessionId, version: ProtocolVersion, generation: Generation, limits: SessionLimits, now: Tick) -> Self {
+        Self::incarnate(id, version, generation, limits, now, 0)
+    }
+
+    /// A session in its `incarnation`-th life (0: just created; then one more per restore).
+    #[must_use]
+    pub fn incarnate(id: SessionId, version: ProtocolVersion, generation: Generation, limits: SessionLimits, now: Tick, incarnation: u32) -> Self {
+        let base = u64::from(incarnation) << 32;
         SessionCore {
             id,
             version,
@@ -153,10 +174,72 @@ impl<R, S, P> SessionCore<R, S, P> {
             closed_order: VecDeque::new(),
             retained_bytes: 0,
             get_stream: None,
-            next_stream: 1,
-            next_client_request: 1,
+            next_stream: base + 1,
+            next_client_request: base as i64 + 1,
             last_activity: now,
             attached_connections: 0,
+            incarnation,
+            recorded: now,
+            // Its record is written when it begins (or begins again).
+            dirty: true,
+        }
+    }
+
+    /// Which life this is.
+    #[must_use]
+    pub fn incarnation(&self) -> u32 {
+        self.incarnation
+    }
+
+    /// Last activity.
+    #[must_use]
+    pub fn last_activity(&self) -> Tick {
+        self.last_activity
+    }
+
+    fn busy(&self) -> bool {
+        self.attached_connections > 0 || !self.in_flight.is_empty()
+    }
+
+    /// When a busy session's record must be refreshed (so it does not expire in the ledger
+    /// while the session is in use).
+    fn refresh_at(&self) -> Option<Tick> {
+        self.busy().then(|| self.recorded.plus_ms(self.limits.idle_ttl_ms / 2))
+    }
+
+    /// The last-use time to record in the ledger now, if the record must be written.
+    pub fn poll_ledger(&mut self, now: Tick) -> Option<Tick> {
+        if self.state != SessionState::Active {
+            return None;
+        }
+        let moved = self.last_activity.0.saturating_sub(self.recorded.0) > self.limits.idle_ttl_ms / 16;
+        let due = self.refresh_at().is_some_and(|t| now >= t);
+        if !(self.dirty || moved || due) {
+            return None;
+        }
+        // In use counts as used now.
+        let used = if self.busy() { now.max(self.last_activity) } else { self.last_activity };
+        self.dirty = false;
+        self.recorded = used;
+        Some(used)
+    }
+
+    /// Register a stream rebuilt from the ledger: `request` is the POST's request (`None` for
+    /// the GET stream), `closed` with the bytes its window holds when it produced its last
+    /// event. Returns the closed streams evicted to respect the retention bounds.
+    pub fn restore_stream(&mut self, sid: StreamId, request: Option<JsonRpcId>, closed: Option<usize>, handle: S) -> Vec<StreamEntry<S>> {
+        let is_get = request.is_none();
+        self.streams.insert(sid, StreamEntry { id: sid, request, closed: false, retained_bytes: 0, handle });
+        self.next_stream = self.next_stream.max(sid.0 + 1);
+        if is_get
+            && closed.is_none()
+            && let Some(old) = self.get_stream.replace(sid)
+        {
+            let _ = self.remove_stream(old);
+        }
+        match closed {
+            Some(bytes) => self.stream_closed(sid, bytes),
+            None => Vec::new(),
         }
     }
 
@@ -192,6 +275,9 @@ impl<R, S, P> SessionCore<R, S, P> {
 
     /// `logging/setLevel`.
     pub fn set_log_level(&mut self, level: LogLevel) {
+        if self.log_level != Some(level) {
+            self.dirty = true;
+        }
         self.log_level = Some(level);
     }
 
@@ -285,7 +371,7 @@ impl<R, S, P> SessionCore<R, S, P> {
     /// Allocate a stream id and register the POST stream of `request`.
     pub fn open_post_stream(&mut self, request: &JsonRpcId, handle: S) -> StreamId {
         let sid = self.alloc_stream();
-        self.streams.insert(sid, StreamEntry { request: Some(request.clone()), closed: false, retained_bytes: 0, handle });
+        self.streams.insert(sid, StreamEntry { id: sid, request: Some(request.clone()), closed: false, retained_bytes: 0, handle });
         if let Some(f) = self.in_flight.get_mut(request) {
             f.stream = Some(sid);
         }
@@ -295,7 +381,7 @@ impl<R, S, P> SessionCore<R, S, P> {
     /// Register a new standalone GET stream; returns the id and the stream it replaces.
     pub fn open_get_stream(&mut self, handle: S) -> (StreamId, Option<StreamEntry<S>>) {
         let sid = self.alloc_stream();
-        self.streams.insert(sid, StreamEntry { request: None, closed: false, retained_bytes: 0, handle });
+        self.streams.insert(sid, StreamEntry { id: sid, request: None, closed: false, retained_bytes: 0, handle });
         let old = self.get_stream.replace(sid).and_then(|old| self.remove_stream(old));
         (sid, old)
     }
@@ -359,6 +445,11 @@ impl<R, S, P> SessionCore<R, S, P> {
         Some(e)
     }
 
+    /// Every stream in the table.
+    pub fn stream_ids(&self) -> impl Iterator<Item = StreamId> + '_ {
+        self.streams.keys().copied()
+    }
+
     /// Bytes of closed streams retained.
     #[must_use]
     pub fn retained_bytes(&self) -> usize {
@@ -410,10 +501,7 @@ impl<R, S, P> SessionCore<R, S, P> {
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Tick> {
         let client = self.pending.values().map(|p| p.deadline).min();
-        match (self.idle_deadline(), client) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.idle_deadline(), client, self.refresh_at()].into_iter().flatten().min()
     }
 
     /// Advance time: give up client requests past their deadline (forgotten here; the shell

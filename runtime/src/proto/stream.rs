@@ -9,6 +9,11 @@
 //! Every message gets the next sequence number and is appended to the window *before* it is
 //! offered to the attached connection, so a detach at any point loses nothing that the window
 //! still holds. Connections are numbered; a detach from an old connection is ignored.
+//!
+//! Durability: what the ledger must record comes out of [`StreamCore::poll_ledger`] (each
+//! event, and "the record changed" when the stream opens, closes or is acknowledged). With
+//! `hold_until_committed` (ledger durability `sync`) an event reaches no connection, neither
+//! live nor in a replay, before the shell reports its commit ([`StreamCore::committed`]).
 
 use bytes::Bytes;
 
@@ -45,7 +50,8 @@ pub enum StreamState {
 /// Why a stream closed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CloseReason {
-    /// The final response was appended.
+    /// The final response was appended (also the "server restarted" error of a request
+    /// that was running when the process stopped).
     Responded,
     /// The request was cancelled; it gets no response.
     Cancelled,
@@ -79,6 +85,22 @@ pub struct StreamSettings {
     pub prime: bool,
     /// `retry` hint in milliseconds, sent with priming and before server-initiated closes.
     pub retry_ms: Option<u64>,
+    /// Release an event to connections only once the ledger committed it.
+    pub hold_until_committed: bool,
+}
+
+/// What the ledger must record for a stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamChange {
+    /// Append this event to the stream's log.
+    Event {
+        /// Its sequence number.
+        seq: Seq,
+        /// Its encoded frame.
+        frame: Bytes,
+    },
+    /// The stream's record changed (opened, closed, acknowledged): write it again.
+    Record,
 }
 
 /// A connection attachment: its number and the frames to write first.
@@ -99,6 +121,9 @@ pub struct Attachment {
 pub enum Delivery {
     /// No connection is attached; the window keeps the frame.
     Buffered,
+    /// Held until the ledger commits it (`hold_until_committed`); [`StreamCore::committed`]
+    /// releases it.
+    Held,
     /// Write the frame to connection `conn`.
     Write {
         /// Connection number.
@@ -141,15 +166,41 @@ pub struct StreamCore {
     id_sent: bool,
     /// The last connection of the closed stream returned every frame (see [`Retention`]).
     delivered: bool,
+    /// Newest event the client acknowledged (a resume's cursor).
+    acked: Seq,
+    /// Newest event that may reach a connection (the newest one unless holding).
+    released: Seq,
+    ledger: Vec<StreamChange>,
     stats: StreamStats,
+}
+
+/// A stream rebuilt from its ledger record.
+#[derive(Debug)]
+pub struct RestoredStream {
+    /// Its events (the durable copy, oldest first).
+    pub events: Vec<(Seq, Bytes)>,
+    /// The newest sequence number it ever assigned.
+    pub newest: Seq,
+    /// The newest one its client acknowledged.
+    pub acked: Seq,
+    /// Why it closed; `None` when it was still running.
+    pub closed: Option<CloseReason>,
 }
 
 impl StreamCore {
     /// A new stream with no connection.
     #[must_use]
     pub fn new(id: StreamId, generation: Generation, kind: StreamKind, signer: CursorSigner, settings: StreamSettings) -> StreamCore {
+        let window = ReplayWindow::new(settings.window);
+        let mut s = StreamCore::with_window(id, generation, kind, signer, settings, window);
+        s.ledger.push(StreamChange::Record);
+        s
+    }
+
+    fn with_window(id: StreamId, generation: Generation, kind: StreamKind, signer: CursorSigner, settings: StreamSettings, window: ReplayWindow) -> StreamCore {
         StreamCore {
-            window: ReplayWindow::new(settings.window),
+            released: window.newest(),
+            window,
             id,
             generation,
             kind,
@@ -160,8 +211,106 @@ impl StreamCore {
             next_conn: 1,
             id_sent: false,
             delivered: false,
+            acked: Seq::START,
+            ledger: Vec::new(),
             stats: StreamStats::default(),
         }
+    }
+
+    /// Rebuild a stream from the ledger (after a restart, or when its session is revived from
+    /// parking), with no connection. A POST stream whose request was still running when the
+    /// process stopped cannot get its response any more: it is answered with a "server
+    /// restarted" error ([`code::SERVER_RESTARTED`]) as its final event, recorded like any
+    /// other, so the client that resumes learns it must re-issue the request.
+    #[must_use]
+    pub fn restore(id: StreamId, generation: Generation, kind: StreamKind, signer: CursorSigner, settings: StreamSettings, r: RestoredStream) -> StreamCore {
+        let window = ReplayWindow::restore(settings.window, r.newest, r.events);
+        let mut s = StreamCore::with_window(id, generation, kind, signer, settings, window);
+        s.acked = r.acked.min(s.window.newest());
+        match (r.closed, &s.kind) {
+            (Some(reason), _) => s.state = StreamState::Closed(reason),
+            (None, StreamKind::Post { request }) => {
+                let error = ErrorObject::new(code::SERVER_RESTARTED, "The server restarted while this request was running; its outcome is unknown. Re-issue it (with its idempotency key, if it has side effects).");
+                let json = encode_error(Some(request), &error);
+                let delivery = s.append(&json, true);
+                debug_assert!(matches!(delivery, Delivery::Buffered | Delivery::Held));
+            }
+            (None, StreamKind::Get) => {}
+        }
+        s
+    }
+
+    /// What the ledger must record since the last call, in order.
+    pub fn poll_ledger(&mut self) -> std::vec::Drain<'_, StreamChange> {
+        self.ledger.drain(..)
+    }
+
+    /// The kind of stream.
+    #[must_use]
+    pub fn kind(&self) -> &StreamKind {
+        &self.kind
+    }
+
+    /// The newest event the client acknowledged.
+    #[must_use]
+    pub fn acked(&self) -> Seq {
+        self.acked
+    }
+
+    /// The newest sequence number assigned.
+    #[must_use]
+    pub fn newest(&self) -> Seq {
+        self.window.newest()
+    }
+
+    /// Why it closed, if it did.
+    #[must_use]
+    pub fn close_reason(&self) -> Option<CloseReason> {
+        match self.state {
+            StreamState::Closed(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// Generation it was opened under.
+    #[must_use]
+    pub fn generation(&self) -> Generation {
+        self.generation
+    }
+
+    /// The `retry` hint it sends.
+    #[must_use]
+    pub fn retry_ms(&self) -> Option<u64> {
+        self.settings.retry_ms
+    }
+
+    /// Its replay bounds.
+    #[must_use]
+    pub fn window_limits(&self) -> WindowLimits {
+        self.settings.window
+    }
+
+    /// The ledger committed every event up to `upto`: with `hold_until_committed`, the held
+    /// frames go to the attached connection now, in order (the last may end it).
+    pub fn committed(&mut self, upto: Seq) -> Vec<Delivery> {
+        let upto = upto.min(self.window.newest());
+        if upto <= self.released {
+            return Vec::new();
+        }
+        let from = self.released;
+        self.released = upto;
+        let Some(conn) = self.conn else { return Vec::new() };
+        let closed_at = matches!(self.state, StreamState::Closed(_)).then(|| self.window.newest());
+        let frames: Vec<(Seq, Bytes)> = match self.window.replay_after(from) {
+            Ok(it) => it.zip(from.0 + 1..).map(|(f, q)| (Seq(q), f.clone())).take_while(|(q, _)| *q <= upto).collect(),
+            // Evicted before their commit (a window smaller than the commit lag): the next
+            // resume reports the gap.
+            Err(_) => Vec::new(),
+        };
+        if !frames.is_empty() {
+            self.id_sent = true;
+        }
+        frames.into_iter().map(|(q, frame)| Delivery::Write { conn, frame, end: closed_at == Some(q) }).collect()
     }
 
     /// Stream id.
@@ -227,11 +376,16 @@ impl StreamCore {
     /// [`Rejection::EventsLost`] for a gap on the GET stream; [`Rejection::CursorRejected`]
     /// for a cursor ahead of the stream.
     pub fn attach_resume(&mut self, after: Seq) -> Result<Attachment, Rejection> {
-        let replay: Result<Vec<Bytes>, ReplayError> = self.window.replay_after(after).map(|it| it.cloned().collect());
+        let releasable = self.released.0.saturating_sub(after.0) as usize;
+        let replay: Result<Vec<Bytes>, ReplayError> = self.window.replay_after(after).map(|it| it.take(releasable).cloned().collect());
         match replay {
             Ok(initial) => {
                 self.stats.resumes += 1;
-                let end_after_initial = matches!(self.state, StreamState::Closed(_));
+                if after > self.acked {
+                    self.acked = after;
+                    self.ledger.push(StreamChange::Record);
+                }
+                let end_after_initial = matches!(self.state, StreamState::Closed(_)) && self.released == self.window.newest();
                 let conn = self.new_conn();
                 self.id_sent = true;
                 Ok(Attachment { conn, initial, end_after_initial })
@@ -250,12 +404,17 @@ impl StreamCore {
                     // appended a second time; this connection gets the error, without an id.
                     StreamState::Closed(_) => sse::data_frame(&json),
                     // Still running: the error is the request's answer; the session ends it.
+                    // (Not held for the ledger: it carries no result, and a resume after a
+                    // restart that lost it finds the same gap and gets the same error.)
                     _ => {
                         let seq = self.window.next_seq();
                         let frame = sse::event_frame(&self.cursor(seq), &json);
                         let pushed = self.window.push(frame.clone());
                         debug_assert_eq!(pushed, seq);
+                        self.released = seq;
                         self.state = StreamState::Closed(CloseReason::EventsLost);
+                        self.ledger.push(StreamChange::Event { seq, frame: frame.clone() });
+                        self.ledger.push(StreamChange::Record);
                         frame
                     }
                 };
@@ -285,9 +444,15 @@ impl StreamCore {
         let pushed = self.window.push(frame.clone());
         debug_assert_eq!(pushed, seq);
         self.stats.events += 1;
+        self.ledger.push(StreamChange::Event { seq, frame: frame.clone() });
         if last {
             self.state = StreamState::Closed(CloseReason::Responded);
+            self.ledger.push(StreamChange::Record);
         }
+        if self.settings.hold_until_committed {
+            return Delivery::Held;
+        }
+        self.released = seq;
         match self.conn {
             Some(conn) => {
                 self.id_sent = true;
@@ -302,6 +467,12 @@ impl StreamCore {
     pub fn close(&mut self, reason: CloseReason) -> Option<u64> {
         if !matches!(self.state, StreamState::Closed(_)) {
             self.state = StreamState::Closed(reason);
+            // A cancelled request is owed nothing, also after a restart. The other reasons
+            // end the stream's life (replaced, evicted) or only this process's copy of it
+            // (session end, shutdown, parking): the session records those itself.
+            if reason == CloseReason::Cancelled {
+                self.ledger.push(StreamChange::Record);
+            }
         }
         self.conn.take()
     }

@@ -57,7 +57,7 @@ fn attached_connection_keeps_session_alive() {
     let mut s = core();
     s.connection_delta(Tick(0), true);
     assert_eq!(s.idle_deadline(), None);
-    assert_eq!(s.poll_timeout(), None, "nothing to wake up for");
+    assert_eq!(s.poll_timeout(), Some(Tick(500)), "only the ledger refresh is due, at half the TTL");
     assert!(!s.handle_timeout(Tick(1_000_000)).expired);
     s.connection_delta(Tick(2_000_000), false);
     assert_eq!(s.idle_deadline(), Some(Tick(2_001_000)));
@@ -207,4 +207,56 @@ fn delete_then_terminate_hands_back_everything() {
     let (reqs, streams) = s.terminate();
     assert_eq!((reqs.len(), streams.len()), (1, 1));
     assert_eq!(s.state(), SessionState::Terminated);
+}
+
+#[test]
+fn the_record_is_written_at_start_on_a_log_level_change_and_coarsely_on_use() {
+    let mut s = core();
+    assert_eq!(s.poll_ledger(Tick(0)), Some(Tick(0)), "a new session is recorded");
+    assert_eq!(s.poll_ledger(Tick(0)), None);
+    s.touch(Tick(50));
+    assert_eq!(s.poll_ledger(Tick(50)), None, "a use within ttl/16 is not written");
+    s.touch(Tick(70));
+    assert_eq!(s.poll_ledger(Tick(70)), Some(Tick(70)));
+    s.set_log_level(LogLevel::parse("info").unwrap());
+    assert_eq!(s.poll_ledger(Tick(71)), Some(Tick(70)), "a new log level is written at once");
+    s.set_log_level(LogLevel::parse("info").unwrap());
+    assert_eq!(s.poll_ledger(Tick(72)), None, "the same level again changes nothing");
+}
+
+#[test]
+fn a_busy_session_refreshes_its_record_before_it_could_expire_in_the_ledger() {
+    let mut s = core();
+    let _ = s.poll_ledger(Tick(0));
+    s.connection_delta(Tick(0), true);
+    assert_eq!(s.poll_timeout(), Some(Tick(500)), "the timer wakes at half the TTL");
+    assert_eq!(s.poll_ledger(Tick(499)), None);
+    assert_eq!(s.poll_ledger(Tick(500)), Some(Tick(500)), "in use counts as used now");
+    assert_eq!(s.poll_timeout(), Some(Tick(1000)));
+    s.connection_delta(Tick(600), false);
+    assert_eq!(s.poll_timeout(), Some(Tick(1600)), "idle again: only the expiry is due");
+}
+
+#[test]
+fn a_new_incarnation_never_reuses_an_earlier_ones_stream_or_client_request_ids() {
+    let mut first = core();
+    let sid = first.open_post_stream(&id(1), "a");
+    let mut second: SessionCore<u32, &'static str, &'static str> =
+        SessionCore::incarnate(SessionId::parse("s").unwrap(), ProtocolVersion::LATEST, Generation(1), limits(), Tick(0), 1);
+    let _ = second.restore_stream(sid, Some(id(1)), Some(10), "a");
+    let next = second.open_post_stream(&id(2), "b");
+    assert!(next.0 > sid.0 && next.0 >= 1 << 32, "{next:?}");
+    second.begin_request(&id(3), 0).unwrap();
+    let Ok(JsonRpcId::Number(cr)) = second.begin_client_request(&id(3), "m", Tick(0), "p") else { panic!() };
+    assert!(cr > 1 << 32);
+}
+
+#[test]
+fn a_restored_get_stream_is_the_sessions_get_stream_and_closed_ones_count_against_retention() {
+    let mut s = core();
+    let _ = s.restore_stream(StreamId(1), None, None, "get");
+    assert_eq!(s.get_stream().map(|(id, h)| (id, *h)), Some((StreamId(1), "get")));
+    assert!(s.restore_stream(StreamId(2), Some(id(1)), Some(60), "a").is_empty());
+    let evicted = s.restore_stream(StreamId(3), Some(id(2)), Some(60), "b");
+    assert_eq!(evicted.iter().map(|e| e.handle).collect::<Vec<_>>(), ["a"], "over max_retained_bytes the oldest goes");
 }

@@ -3,7 +3,7 @@ use crate::proto::event_id::CursorKey;
 use crate::sse::Decoder;
 
 fn settings(prime: bool, max_events: usize) -> StreamSettings {
-    StreamSettings { window: WindowLimits { max_events, max_bytes: 1 << 20 }, prime, retry_ms: Some(500) }
+    StreamSettings { window: WindowLimits { max_events, max_bytes: 1 << 20 }, prime, retry_ms: Some(500), hold_until_committed: false }
 }
 
 fn signer() -> CursorSigner {
@@ -198,4 +198,102 @@ fn a_gap_on_a_cancelled_stream_is_refused() {
     let mut s = gap_stream();
     let _ = s.close(CloseReason::Cancelled);
     assert_eq!(s.attach_resume(Seq::START).unwrap_err(), Rejection::EventsLost);
+}
+
+fn changes(s: &mut StreamCore) -> Vec<String> {
+    s.poll_ledger()
+        .map(|c| match c {
+            StreamChange::Event { seq, .. } => format!("event {}", seq.0),
+            StreamChange::Record => "record".to_owned(),
+        })
+        .collect()
+}
+
+#[test]
+fn the_ledger_gets_every_event_in_order_and_the_record_on_open_close_and_ack() {
+    let mut s = post_stream(true, 8);
+    assert_eq!(changes(&mut s), ["record"], "opened");
+    let _ = s.attach_new();
+    let _ = s.push(b"{}");
+    let _ = s.push(b"{}");
+    s.detach(1, false);
+    let _ = s.attach_resume(Seq(1)).unwrap();
+    let _ = s.push_final(b"{}");
+    assert_eq!(changes(&mut s), ["event 1", "event 2", "record", "event 3", "record"]);
+    assert_eq!((s.acked(), s.newest(), s.close_reason()), (Seq(1), Seq(3), Some(CloseReason::Responded)));
+    let _ = s.attach_resume(Seq(1)).unwrap();
+    assert!(changes(&mut s).is_empty(), "an older acknowledgement changes nothing");
+}
+
+#[test]
+fn a_cancelled_stream_records_its_close_and_a_replaced_one_leaves_it_to_its_session() {
+    let mut s = post_stream(true, 8);
+    let _ = changes(&mut s);
+    let _ = s.close(CloseReason::Cancelled);
+    assert_eq!(changes(&mut s), ["record"]);
+    let mut g = StreamCore::new(StreamId(2), Generation(1), StreamKind::Get, signer(), settings(true, 8));
+    let _ = changes(&mut g);
+    let _ = g.close(CloseReason::Replaced);
+    assert!(changes(&mut g).is_empty());
+}
+
+fn restored(events: &[u64], newest: u64, closed: Option<CloseReason>, kind: StreamKind) -> StreamCore {
+    // Frames as the original stream encoded them (same signer, same cursors).
+    let mut orig = StreamCore::new(StreamId(7), Generation(1), kind.clone(), signer(), settings(true, 8));
+    let mut frames = Vec::new();
+    for _ in 0..newest {
+        let _ = orig.push(b"{\"n\":1}");
+    }
+    for c in orig.poll_ledger() {
+        if let StreamChange::Event { seq, frame } = c
+            && events.contains(&seq.0)
+        {
+            frames.push((seq, frame));
+        }
+    }
+    StreamCore::restore(StreamId(7), Generation(1), kind, signer(), settings(true, 8), RestoredStream { events: frames, newest: Seq(newest), acked: Seq(1), closed })
+}
+
+#[test]
+fn a_request_running_when_the_server_stopped_is_answered_with_the_restarted_error_on_resume() {
+    let mut s = restored(&[1, 2], 2, None, StreamKind::Post { request: JsonRpcId::Number(1) });
+    assert_eq!(changes(&mut s), ["event 3", "record"], "the error is recorded like any final event");
+    assert_eq!(s.close_reason(), Some(CloseReason::Responded));
+    let a = s.attach_resume(Seq(2)).unwrap();
+    assert!(a.end_after_initial);
+    let (data, d) = decode(&a.initial);
+    let v: serde_json::Value = serde_json::from_str(&data[0]).unwrap();
+    assert_eq!((v["id"].clone(), v["error"]["code"].clone()), (serde_json::json!(1), serde_json::json!(code::SERVER_RESTARTED)));
+    assert_eq!(cursor_seq(d.last_event_id.as_deref().unwrap()), Seq(3));
+    let replay = s.attach_resume(Seq(1)).unwrap();
+    assert_eq!(decode(&replay.initial).0.len(), 2, "the missed event, then the error: exactly once each");
+}
+
+#[test]
+fn a_restored_closed_stream_replays_and_a_restored_get_stream_stays_open() {
+    let mut s = restored(&[1, 2, 3], 3, Some(CloseReason::Responded), StreamKind::Post { request: JsonRpcId::Number(1) });
+    assert!(changes(&mut s).is_empty());
+    assert_eq!(decode(&s.attach_resume(Seq(1)).unwrap().initial).0.len(), 2);
+    let mut g = restored(&[1], 1, None, StreamKind::Get);
+    assert_eq!(g.state(), StreamState::Disconnected);
+    assert!(matches!(g.push(b"{}"), Delivery::Buffered));
+    assert_eq!(g.newest(), Seq(2), "numbering goes on from the copy");
+}
+
+#[test]
+fn with_hold_until_committed_no_event_reaches_a_connection_before_its_commit() {
+    let mut st = settings(false, 8);
+    st.hold_until_committed = true;
+    let mut s = StreamCore::new(StreamId(7), Generation(1), StreamKind::Post { request: JsonRpcId::Number(1) }, signer(), st);
+    let a = s.attach_new();
+    assert_eq!(s.push(b"{}"), Delivery::Held);
+    assert_eq!(s.push_final(b"{}"), Delivery::Held);
+    s.detach(a.conn, false);
+    let r = s.attach_resume(Seq::START).unwrap();
+    assert!(r.initial.is_empty() && !r.end_after_initial, "a resume replays only committed events");
+    let first = s.committed(Seq(1));
+    assert!(matches!(&first[..], [Delivery::Write { conn, end: false, .. }] if *conn == r.conn));
+    let last = s.committed(Seq(2));
+    assert!(matches!(&last[..], [Delivery::Write { end: true, .. }]), "the final event ends the connection once committed");
+    assert!(s.committed(Seq(2)).is_empty(), "released once");
 }

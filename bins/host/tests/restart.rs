@@ -1,0 +1,249 @@
+//! The real binary on a SQLite ledger, killed (SIGKILL) or stopped (SIGTERM) and started
+//! again on the same ledger and port: sessions, their log level and version, and the
+//! responses buffered for disconnected clients survive; a request that was running answers
+//! its resume with the documented "server restarted" error; deleted sessions stay 404.
+//! `MCP_HOST_BIN` overrides the binary.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::Duration;
+
+use mcp_devtools::{HostProcess, TempDir};
+use mcp_runtime::sse::Decoder;
+use serde_json::{Value, json};
+
+struct Host {
+    process: HostProcess,
+    addr: String,
+}
+
+fn start(dir: &TempDir, port: u16) -> Host {
+    let bin = std::env::var("MCP_HOST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_mcp-host").to_owned());
+    let mut cmd = Command::new(bin);
+    cmd.args(["--port", &port.to_string(), "--packs", "soak,echo"]).args(dir.ledger_args()).stderr(std::process::Stdio::null());
+    let process = HostProcess::spawn(cmd, Duration::from_secs(20)).expect("start mcp-host");
+    let addr = process.url().trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
+    Host { process, addr }
+}
+
+impl Host {
+    fn port(&self) -> u16 {
+        self.addr.rsplit(':').next().unwrap().parse().unwrap()
+    }
+
+    /// SIGKILL, then the same ledger and port again.
+    fn kill_and_restart(self, dir: &TempDir) -> Host {
+        let port = self.port();
+        drop(self.process);
+        start(dir, port)
+    }
+}
+
+/// One HTTP/1.1 exchange on a fresh connection: (status, headers, body). A chunked body
+/// (SSE) is read until the server ends it or `read_for` passes.
+fn http(addr: &str, method: &str, headers: &[(&str, &str)], body: &str, read_for: Duration) -> (u16, String, Vec<u8>) {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(read_for)).unwrap();
+    let mut req = format!("{method} /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n", body.len());
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+        }
+    }
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a response head");
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).expect("status");
+    let mut body = raw[split + 4..].to_vec();
+    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        body = dechunk(&body);
+    }
+    (status, head, body)
+}
+
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(eol) = b.windows(2).position(|w| w == b"\r\n") {
+        let Ok(n) = usize::from_str_radix(std::str::from_utf8(&b[..eol]).unwrap_or("").trim(), 16) else { break };
+        if n == 0 || b.len() < eol + 2 + n {
+            out.extend_from_slice(&b[(eol + 2).min(b.len())..b.len().min(eol + 2 + n)]);
+            break;
+        }
+        out.extend_from_slice(&b[eol + 2..eol + 2 + n]);
+        b = &b[(eol + 4 + n).min(b.len())..];
+    }
+    out
+}
+
+fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.trim()))
+}
+
+/// SSE events: (id, data).
+fn events(body: &[u8]) -> Vec<(Option<String>, String)> {
+    let mut d = Decoder::new();
+    let mut out = Vec::new();
+    for e in d.feed(body) {
+        out.push((e.id.clone(), e.data));
+    }
+    out
+}
+
+const SSE: (&str, &str) = ("Accept", "application/json, text/event-stream");
+const QUICK: Duration = Duration::from_secs(5);
+
+fn initialize(addr: &str) -> String {
+    let init = json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"sampling":{}},"clientInfo":{"name":"restart-test","version":"1"}}});
+    let (status, head, _) = http(addr, "POST", &[("Accept", "application/json")], &init.to_string(), QUICK);
+    assert_eq!(status, 200);
+    header(&head, "mcp-session-id").expect("a session id").to_owned()
+}
+
+fn post_json(addr: &str, sid: &str, body: &Value) -> (u16, Value) {
+    let (status, _, b) = http(addr, "POST", &[("Accept", "application/json"), ("Mcp-Session-Id", sid), ("MCP-Protocol-Version", "2025-11-25")], &body.to_string(), QUICK);
+    (status, serde_json::from_slice(&b).unwrap_or(Value::Null))
+}
+
+/// POST a tools/call with SSE and hang up after its first event (the priming event): the
+/// cursor to resume from.
+fn call_and_hang_up(addr: &str, sid: &str, id: i64, tool: &str, args: Value) -> String {
+    let body = json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":args}}).to_string();
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(QUICK)).unwrap();
+    let req = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\nMcp-Session-Id: {sid}\r\nMCP-Protocol-Version: 2025-11-25\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&raw).contains("\n\n") || !String::from_utf8_lossy(&raw).contains("id:") {
+        let n = s.read(&mut buf).expect("the priming event");
+        assert!(n > 0, "closed before the priming event");
+        raw.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    text.lines().find_map(|l| l.strip_prefix("id:")).map(|c| c.trim().to_owned()).expect("a priming cursor")
+}
+
+/// Wait (bounded) until the ledger file holds `n` committed events in all.
+fn wait_for_committed_events(dir: &TempDir, n: i64) {
+    let db = rusqlite::Connection::open_with_flags(dir.path().join("mcp-host.db"), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    for _ in 0..500 {
+        let have: i64 = db.query_row("SELECT count(*) FROM events", [], |r| r.get(0)).unwrap_or(0);
+        if have >= n {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("the ledger never held {n} events");
+}
+
+fn resume(addr: &str, sid: &str, cursor: &str) -> (u16, Vec<(Option<String>, String)>) {
+    let (status, _, body) = http(addr, "GET", &[("Accept", "text/event-stream"), ("Mcp-Session-Id", sid), ("MCP-Protocol-Version", "2025-11-25"), ("Last-Event-ID", cursor)], "", QUICK);
+    (status, events(&body))
+}
+
+fn json_of(data: &str) -> Value {
+    serde_json::from_str(data).unwrap_or(Value::Null)
+}
+
+#[test]
+fn a_response_buffered_for_a_disconnected_client_survives_sigkill_and_is_delivered_once() {
+    let dir = TempDir::new("restart-buffered");
+    let host = start(&dir, 0);
+    let sid = initialize(&host.addr);
+    assert_eq!(post_json(&host.addr, &sid, &json!({"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"info"}})).0, 200);
+    // Two log messages and the answer, produced after the client hung up.
+    let cursor = call_and_hang_up(&host.addr, &sid, 3, "soak_flood", json!({"delay_ms": 300, "count": 2, "bytes": 8}));
+    wait_for_committed_events(&dir, 3);
+    let host = host.kill_and_restart(&dir);
+
+    let (status, got) = resume(&host.addr, &sid, &cursor);
+    assert_eq!(status, 200);
+    let messages: Vec<Value> = got.iter().map(|(_, d)| json_of(d)).collect();
+    assert_eq!(messages.len(), 3, "{messages:?}");
+    assert!(messages[..2].iter().all(|m| m["method"] == "notifications/message"));
+    assert_eq!((messages[2]["id"].clone(), messages[2]["result"]["content"][0]["text"].clone()), (json!(3), json!("flooded 2")));
+    let ids: std::collections::HashSet<_> = got.iter().map(|(id, _)| id.clone().unwrap()).collect();
+    assert_eq!(ids.len(), 3, "distinct cursors");
+    // Resuming after the last one: nothing is delivered twice.
+    let last = got[2].0.clone().unwrap();
+    let (status, again) = resume(&host.addr, &sid, &last);
+    assert_eq!((status, again.len()), (200, 0), "{again:?}");
+}
+
+#[test]
+fn a_revived_session_keeps_its_version_and_log_level_across_sigkill() {
+    let dir = TempDir::new("restart-level");
+    let host = start(&dir, 0);
+    let sid = initialize(&host.addr);
+    assert_eq!(post_json(&host.addr, &sid, &json!({"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"info"}})).0, 200);
+    // The level change is committed before the kill (a record write, no event).
+    let _ = call_and_hang_up(&host.addr, &sid, 3, "echo", json!({"text": "x"}));
+    wait_for_committed_events(&dir, 1);
+    let host = host.kill_and_restart(&dir);
+
+    let body = json!({"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"soak_flood","arguments":{"count":1,"bytes":4}}}).to_string();
+    let (status, _, b) = http(&host.addr, "POST", &[SSE, ("Mcp-Session-Id", &sid), ("MCP-Protocol-Version", "2025-11-25")], &body, QUICK);
+    assert_eq!(status, 200, "the session is still valid");
+    let text = String::from_utf8_lossy(&b);
+    let (priming, _) = text.split_once("data: {").expect("events");
+    assert!(priming.contains("id:") && priming.contains("retry:"), "a priming event first: still a 2025-11-25 session: {text}");
+    let got = events(&b);
+    assert_eq!(json_of(&got[0].1)["method"], "notifications/message", "the log level survived");
+    assert_eq!(json_of(&got[1].1)["id"], 4);
+}
+
+#[test]
+fn a_request_running_at_the_kill_ends_its_resume_with_the_restarted_error() {
+    let dir = TempDir::new("restart-running");
+    let host = start(&dir, 0);
+    let sid = initialize(&host.addr);
+    let cursor = call_and_hang_up(&host.addr, &sid, 7, "soak_flood", json!({"delay_ms": 10_000}));
+    // The stream's record (opened) is committed; the tool is still waiting.
+    let db = dir.path().join("mcp-host.db");
+    for _ in 0..500 {
+        let c = rusqlite::Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        if c.query_row("SELECT count(*) FROM kv WHERE key LIKE 't/%'", [], |r| r.get::<_, i64>(0)).unwrap_or(0) > 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let host = host.kill_and_restart(&dir);
+
+    let (status, got) = resume(&host.addr, &sid, &cursor);
+    assert_eq!(status, 200);
+    assert_eq!(got.len(), 1, "{got:?}");
+    let error = json_of(&got[0].1);
+    assert_eq!((error["id"].clone(), error["error"]["code"].clone()), (json!(7), json!(-32009)));
+    // The request id is free again: the client can re-issue it.
+    let (status, v) = post_json(&host.addr, &sid, &json!({"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"text":"again"}}}));
+    assert_eq!((status, v["result"]["content"][0]["text"].clone()), (200, json!("again")));
+}
+
+#[test]
+fn sessions_survive_a_sigterm_restart_and_deleted_ones_stay_404() {
+    let dir = TempDir::new("restart-term");
+    let mut host = start(&dir, 0);
+    let kept = initialize(&host.addr);
+    let deleted = initialize(&host.addr);
+    let (status, _, _) = http(&host.addr, "DELETE", &[("Mcp-Session-Id", &deleted), ("MCP-Protocol-Version", "2025-11-25")], "", QUICK);
+    assert_eq!(status, 204);
+    let port = host.port();
+    assert!(host.process.terminate(Duration::from_secs(15)).is_some_and(|s| s.success()), "a clean stop");
+    let host = start(&dir, port);
+    let ping = json!({"jsonrpc":"2.0","id":9,"method":"ping"});
+    assert_eq!(post_json(&host.addr, &kept, &ping).0, 200, "the session survived");
+    assert_eq!(post_json(&host.addr, &deleted, &ping).0, 404, "a deleted session stays deleted");
+    assert_eq!(post_json(&host.addr, "1.not-a-session-of-ours", &ping).0, 404);
+}

@@ -1,0 +1,224 @@
+//! What the actors record in the ledger, and how: the keys and records of one session and its
+//! streams, built from their cores' state. The cores decide *when* (their `poll_ledger`);
+//! this module only turns that into [`Op`]s for the [`Writer`].
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use hmac::{Hmac, Mac};
+use sha2::{Digest, Sha256};
+
+use crate::ledger::codec::{self, Handshake, Record, RecordState, SessionRecord, StreamKindRecord, StreamRecord};
+use crate::ledger::{Op, Writer};
+use crate::proto::ids::{SessionId, StreamId, Tick};
+use crate::proto::stream::{CloseReason, StreamChange, StreamCore, StreamKind};
+
+/// The ledger as the actors see it.
+pub(crate) struct LedgerCtx {
+    pub(crate) writer: Arc<Writer>,
+    id_key: Hmac<Sha256>,
+    /// Session idle TTL (ms): a record expires this long after its last recorded use.
+    pub(crate) idle_ttl_ms: u64,
+    /// How long stream records and logs outlive their last write (ms).
+    pub(crate) stream_ttl_ms: u64,
+}
+
+impl std::fmt::Debug for LedgerCtx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LedgerCtx").field("writer", &self.writer).finish_non_exhaustive()
+    }
+}
+
+/// Derive a purpose-bound key from the ledger's secret.
+pub(crate) fn derive(secret: &[u8], purpose: &str) -> [u8; 32] {
+    let mut m = <Hmac<Sha256>>::new_from_slice(secret).expect("hmac takes any key length");
+    m.update(purpose.as_bytes());
+    m.finalize().into_bytes().into()
+}
+
+impl LedgerCtx {
+    pub(crate) fn new(writer: Arc<Writer>, secret: &[u8], idle_ttl_ms: u64, stream_ttl_ms: u64) -> LedgerCtx {
+        let id_key = <Hmac<Sha256>>::new_from_slice(&derive(secret, "mcp-host session-id hmac v1")).expect("hmac takes any key length");
+        LedgerCtx { writer, id_key, idle_ttl_ms, stream_ttl_ms }
+    }
+
+    /// The HMAC of a session id (128 bits, hex): the only form of the id the ledger holds.
+    pub(crate) fn session_hmac(&self, id: &SessionId) -> Arc<str> {
+        let mut m = self.id_key.clone();
+        m.update(id.as_str().as_bytes());
+        codec::hex(&m.finalize().into_bytes()[..16]).into()
+    }
+}
+
+/// Wall-clock milliseconds of a tick (the shells' ticks are milliseconds since the epoch).
+pub(crate) fn ms(t: Tick) -> u64 {
+    t.0
+}
+
+/// What a session's record is made of besides its core's state.
+#[derive(Debug, Clone)]
+pub(crate) struct SessionMeta {
+    pub(crate) hmac: Arc<str>,
+    pub(crate) principal: Option<Arc<str>>,
+    pub(crate) handshake: Handshake,
+    pub(crate) origin: Option<String>,
+    pub(crate) created_ms: u64,
+}
+
+/// The session's record.
+pub(crate) struct SessionState<'a> {
+    pub(crate) version: &'a str,
+    pub(crate) generation: u32,
+    pub(crate) state: RecordState,
+    pub(crate) log_level: Option<&'a str>,
+    pub(crate) incarnation: u32,
+    pub(crate) last_used: Tick,
+}
+
+impl SessionMeta {
+    pub(crate) fn record_ops(&self, cx: &LedgerCtx, s: &SessionState<'_>) -> Vec<Op> {
+        let last_used_ms = ms(s.last_used);
+        let expires_ms = last_used_ms.saturating_add(cx.idle_ttl_ms);
+        let record = Record::Session(SessionRecord {
+            session_hmac: self.hmac.to_string(),
+            principal: self.principal.as_deref().map(str::to_owned),
+            auth_subject: self.principal.as_deref().map(str::to_owned),
+            protocol_version: s.version.to_owned(),
+            handshake: self.handshake.clone(),
+            origin: self.origin.clone(),
+            created_ms: self.created_ms,
+            last_used_ms,
+            expires_ms,
+            generation: s.generation,
+            state: s.state,
+            log_level: s.log_level.map(str::to_owned),
+            incarnation: s.incarnation,
+        });
+        let mut ops = vec![Op::Put { key: codec::session_key(&self.hmac), value: Bytes::from(codec::encode(&record)), expires_ms }];
+        ops.push(if s.state == RecordState::Active {
+            Op::IndexAdd { index: codec::SESSIONS_INDEX.into(), member: self.hmac.to_string(), score: expires_ms }
+        } else {
+            Op::IndexRemove { index: codec::SESSIONS_INDEX.into(), member: self.hmac.to_string() }
+        });
+        ops
+    }
+}
+
+/// Forget a stream (its retention ended, it was evicted or replaced, its session ended).
+pub(crate) fn forget_stream_ops(hmac: &str, sid: StreamId, ops: &mut Vec<Op>) {
+    ops.push(Op::Delete { key: codec::stream_key(hmac, sid.0) });
+    ops.push(Op::DropLog { log: codec::events_key(hmac, sid.0) });
+    ops.push(Op::IndexRemove { index: codec::streams_index(hmac), member: sid.0.to_string() });
+}
+
+/// A POST's request digest: SHA-256 of its method and params as received.
+pub(crate) fn request_digest(method: &str, params: Option<&serde_json::Value>) -> String {
+    let mut h = Sha256::new();
+    h.update((method.len() as u32).to_be_bytes());
+    h.update(method.as_bytes());
+    if let Some(p) = params {
+        h.update(serde_json::to_vec(p).unwrap_or_default());
+    }
+    codec::hex(&h.finalize())
+}
+
+/// The keys of one stream, and what its record holds besides its core's state.
+#[derive(Debug)]
+pub(crate) struct StreamLedger {
+    hmac: Arc<str>,
+    record_key: String,
+    log: String,
+    request_digest: Option<String>,
+    created_ms: u64,
+    indexed: bool,
+}
+
+/// Names a close reason in the record.
+pub(crate) fn reason_name(r: CloseReason) -> &'static str {
+    match r {
+        CloseReason::Responded => "responded",
+        CloseReason::Cancelled => "cancelled",
+        CloseReason::EventsLost => "events_lost",
+        CloseReason::SessionEnded => "session_ended",
+        CloseReason::Replaced => "replaced",
+        CloseReason::Evicted => "evicted",
+    }
+}
+
+/// Reads a close reason from a record (`None`: still running, or unknown to this release).
+pub(crate) fn reason_from(name: Option<&str>) -> Option<CloseReason> {
+    Some(match name? {
+        "responded" => CloseReason::Responded,
+        "cancelled" => CloseReason::Cancelled,
+        "events_lost" => CloseReason::EventsLost,
+        "replaced" => CloseReason::Replaced,
+        "evicted" => CloseReason::Evicted,
+        "session_ended" => CloseReason::SessionEnded,
+        _ => return None,
+    })
+}
+
+impl StreamLedger {
+    /// A new stream (its record and index entry are written on the first flush).
+    pub(crate) fn new(hmac: Arc<str>, sid: StreamId, request_digest: Option<String>, now: Tick) -> StreamLedger {
+        StreamLedger { record_key: codec::stream_key(&hmac, sid.0), log: codec::events_key(&hmac, sid.0), hmac, request_digest, created_ms: ms(now), indexed: false }
+    }
+
+    /// A stream restored from its record (already indexed).
+    pub(crate) fn restored(hmac: Arc<str>, sid: StreamId, record: &StreamRecord) -> StreamLedger {
+        let mut l = StreamLedger::new(hmac, sid, record.request_digest.clone(), Tick(record.created_ms));
+        l.indexed = true;
+        l
+    }
+
+    /// Turn the core's pending changes into operations. Returns them and the newest event
+    /// among them (for a `sync` release).
+    pub(crate) fn ops(&mut self, core: &mut StreamCore, cx: &LedgerCtx, now: Tick) -> (Vec<Op>, Option<crate::proto::ids::Seq>) {
+        let expires_ms = ms(now).saturating_add(cx.stream_ttl_ms);
+        let max_len = core.window_limits().max_events;
+        let mut ops = Vec::new();
+        let mut newest = None;
+        let mut record = false;
+        for c in core.poll_ledger() {
+            match c {
+                StreamChange::Event { seq, frame } => {
+                    newest = Some(seq);
+                    ops.push(Op::Append { log: self.log.clone(), seq: seq.0, frame, max_len, expires_ms });
+                }
+                StreamChange::Record => record = true,
+            }
+        }
+        if record {
+            ops.push(Op::Put { key: self.record_key.clone(), value: Bytes::from(codec::encode(&Record::Stream(self.record(core)))), expires_ms });
+            if !self.indexed {
+                self.indexed = true;
+                let sid = core.id().0;
+                ops.push(Op::IndexAdd { index: codec::streams_index(&self.hmac), member: sid.to_string(), score: sid });
+            }
+        }
+        (ops, newest)
+    }
+
+    fn record(&self, core: &StreamCore) -> StreamRecord {
+        let (kind, request_id) = match core.kind() {
+            StreamKind::Post { request } => (StreamKindRecord::Post, Some(request.to_value())),
+            StreamKind::Get => (StreamKindRecord::Get, None),
+        };
+        let limits = core.window_limits();
+        StreamRecord {
+            session_hmac: self.hmac.to_string(),
+            stream: core.id().0,
+            kind,
+            request_id,
+            request_digest: self.request_digest.clone(),
+            generation: core.generation().0,
+            last_sent: core.newest().0,
+            last_acked: core.acked().0,
+            retry_ms: core.retry_ms(),
+            close_reason: core.close_reason().map(|r| reason_name(r).to_owned()),
+            max_events: limits.max_events,
+            max_bytes: limits.max_bytes,
+            created_ms: self.created_ms,
+        }
+    }
+}
