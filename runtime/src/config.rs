@@ -139,6 +139,11 @@ pub struct SessionsConfig {
     pub mailbox: usize,
     /// Generation (config epoch) tagged into session ids and cursors. Default 1.
     pub generation: u32,
+    /// A session with no attached connection and no request in flight for this long is
+    /// parked (s): its actor stops and its state lives only in the ledger until its next
+    /// request revives it, so abandoned sessions do not fill `max_sessions`. Default 300; 1 s
+    /// to 7 days (at or past `idle_ttl_secs` it never parks).
+    pub park_after_secs: u64,
 }
 
 impl Default for SessionsConfig {
@@ -154,6 +159,7 @@ impl Default for SessionsConfig {
             client_request_timeout_secs: DEFAULT_CLIENT_REQUEST_TIMEOUT_SECS,
             mailbox: 1024,
             generation: 1,
+            park_after_secs: 300,
         }
     }
 }
@@ -361,7 +367,7 @@ impl RuntimeConfig {
     pub fn validate(self) -> Result<RuntimeConfig, ConfigError> {
         let (se, ss, l, q) = (&self.sse, &self.sessions, &self.limits, &self.quotas);
         let max = u64::MAX;
-        let rows: [(&'static str, u64, u64, u64); 32] = [
+        let rows: [(&'static str, u64, u64, u64); 33] = [
             ("security.max_body_bytes", self.security.max_body_bytes as u64, 1, 1 << 30),
             ("security.body_read_timeout_ms", self.security.body_read_timeout_ms, 100, 600_000),
             ("sse.replay_max_events", se.replay_max_events as u64, 1, 1 << 20),
@@ -378,6 +384,7 @@ impl RuntimeConfig {
             ("sessions.retention_undelivered_ms", ss.retention_undelivered_ms, 1, DAY_MS),
             ("sessions.client_request_timeout_secs", ss.client_request_timeout_secs, 1, 24 * 3600),
             ("sessions.mailbox", ss.mailbox as u64, 16, 1 << 20),
+            ("sessions.park_after_secs", ss.park_after_secs, 1, 7 * 24 * 3600),
             ("limits.json_max_depth", l.json_max_depth as u64, 2, 128),
             ("limits.json_max_values", l.json_max_values as u64, 16, max),
             ("limits.handshake_max_values", l.handshake_max_values as u64, 8, max),

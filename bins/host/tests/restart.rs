@@ -19,9 +19,13 @@ struct Host {
 }
 
 fn start(dir: &TempDir, port: u16) -> Host {
+    start_with(dir, port, &[])
+}
+
+fn start_with(dir: &TempDir, port: u16, extra: &[&str]) -> Host {
     let bin = std::env::var("MCP_HOST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_mcp-host").to_owned());
     let mut cmd = Command::new(bin);
-    cmd.args(["--port", &port.to_string(), "--packs", "soak,echo"]).args(dir.ledger_args()).stderr(std::process::Stdio::null());
+    cmd.args(["--port", &port.to_string(), "--packs", "soak,echo,conformance"]).args(dir.ledger_args()).args(extra).stderr(std::process::Stdio::null());
     let process = HostProcess::spawn(cmd, Duration::from_secs(20)).expect("start mcp-host");
     let addr = process.url().trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
     Host { process, addr }
@@ -102,8 +106,13 @@ const SSE: (&str, &str) = ("Accept", "application/json, text/event-stream");
 const QUICK: Duration = Duration::from_secs(5);
 
 fn initialize(addr: &str) -> String {
+    initialize_as(addr, &[])
+}
+
+fn initialize_as(addr: &str, auth: &[(&str, &str)]) -> String {
     let init = json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"sampling":{}},"clientInfo":{"name":"restart-test","version":"1"}}});
-    let (status, head, _) = http(addr, "POST", &[("Accept", "application/json")], &init.to_string(), QUICK);
+    let headers: Vec<(&str, &str)> = [("Accept", "application/json")].into_iter().chain(auth.iter().copied()).collect();
+    let (status, head, _) = http(addr, "POST", &headers, &init.to_string(), QUICK);
     assert_eq!(status, 200);
     header(&head, "mcp-session-id").expect("a session id").to_owned()
 }
@@ -246,4 +255,58 @@ fn sessions_survive_a_sigterm_restart_and_deleted_ones_stay_404() {
     assert_eq!(post_json(&host.addr, &kept, &ping).0, 200, "the session survived");
     assert_eq!(post_json(&host.addr, &deleted, &ping).0, 404, "a deleted session stays deleted");
     assert_eq!(post_json(&host.addr, "1.not-a-session-of-ours", &ping).0, 404);
+}
+
+/// `stats {json}` lines, newest first seen, until `pred` holds (bounded).
+fn wait_for_stats(host: &Host, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    for _ in 0..500 {
+        if let Some(line) = host.process.latest_stats()
+            && pred(&line.value)
+        {
+            return line.value;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("stats never showed {what}: {:?}", host.process.latest_stats().map(|l| l.value));
+}
+
+#[test]
+fn an_idle_session_is_parked_and_revived_with_its_version_principal_capabilities_and_log_level() {
+    let dir = TempDir::new("park");
+    let config = dir.path().join("park.toml");
+    std::fs::write(&config, "[sessions]\npark_after_secs = 1\n[security.bearer_tokens]\n\"tok-alice\" = \"alice\"\n\"tok-bob\" = \"bob\"\n").unwrap();
+    let host = start_with(&dir, 0, &["--config", config.to_str().unwrap(), "--stats-every-ms", "50"]);
+    let alice = [("Authorization", "Bearer tok-alice")];
+    let sid = initialize_as(&host.addr, &alice);
+    let auth = |extra: &[(&'static str, &'static str)]| -> Vec<(&'static str, &'static str)> { [("Authorization", "Bearer tok-alice"), ("MCP-Protocol-Version", "2025-11-25")].into_iter().chain(extra.iter().copied()).collect() };
+    let set_level = json!({"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"info"}}).to_string();
+    let mut h = auth(&[("Accept", "application/json")]);
+    h.push(("Mcp-Session-Id", Box::leak(sid.clone().into_boxed_str())));
+    assert_eq!(http(&host.addr, "POST", &h, &set_level, QUICK).0, 200);
+
+    let parked = wait_for_stats(&host, "the session parked", |v| v["sessions_parked"] == 1 && v["sessions"] == 0);
+    assert_eq!(parked["sessions_revived"], 0);
+
+    // Another caller cannot revive it.
+    let ping = json!({"jsonrpc":"2.0","id":3,"method":"ping"}).to_string();
+    let sid_static: &'static str = Box::leak(sid.clone().into_boxed_str());
+    let bob = [("Authorization", "Bearer tok-bob"), ("Accept", "application/json"), ("Mcp-Session-Id", sid_static), ("MCP-Protocol-Version", "2025-11-25")];
+    assert_eq!(http(&host.addr, "POST", &bob, &ping, QUICK).0, 404, "a parked session is bound to its principal");
+
+    // Its owner's next request revives it: same version (priming), same log level.
+    let call = json!({"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"soak_flood","arguments":{"count":1,"bytes":4}}}).to_string();
+    let (status, _, b) = http(&host.addr, "POST", &auth(&[SSE, ("Mcp-Session-Id", sid_static)]), &call, QUICK);
+    assert_eq!(status, 200);
+    let text = String::from_utf8_lossy(&b);
+    assert!(text.split_once("data: {").is_some_and(|(p, _)| p.contains("retry:")), "a priming event: still 2025-11-25: {text}");
+    let got = events(&b);
+    assert_eq!(json_of(&got[0].1)["method"], "notifications/message", "the log level survived parking");
+    let revived = wait_for_stats(&host, "the revive", |v| v["sessions_revived"] == 1);
+    assert_eq!(revived["sessions"], 1);
+
+    // Its capabilities too: a tool that asks the client for sampling gets to ask.
+    let sample = json!({"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"test_sampling","arguments":{"prompt":"hi"}}}).to_string();
+    let (_, _, b) = http(&host.addr, "POST", &auth(&[SSE, ("Mcp-Session-Id", sid_static)]), &sample, Duration::from_secs(1));
+    let first = events(&b).into_iter().map(|(_, d)| json_of(&d)).find(|m| m.is_object()).expect("an event");
+    assert_eq!(first["method"], "sampling/createMessage", "the sampling capability survived parking: {first}");
 }

@@ -51,19 +51,19 @@ pub struct SessionHandle {
 }
 
 impl SessionHandle {
-    /// Hand a request's message to the session: a place in its [`Inbox`] first, then
-    /// `try_send`.
+    /// Hand a request's message to the session, with the place in its [`Inbox`] taken when
+    /// the session was found ([`Registry::enter`]).
     ///
     /// # Errors
-    /// [`Rejection::Overloaded`] (`503`, mailbox) when the inbox is full;
+    /// [`Rejection::Overloaded`] (`503`, mailbox) when the mailbox is full;
     /// [`Rejection::SessionNotFound`] when the session has stopped.
-    pub fn deliver<M>(&self, message: impl FnOnce(InboxTicket) -> M) -> Result<(), Rejection>
+    pub fn deliver<M>(&self, ticket: InboxTicket, message: impl FnOnce(InboxTicket) -> M) -> Result<(), Rejection>
     where
         M: Message + Send + 'static,
         M::Result: Send,
         SessionActor: Handler<M>,
     {
-        self.addr.try_send(message(self.inbox.enter()?)).map_err(|e| match e {
+        self.addr.try_send(message(ticket)).map_err(|e| match e {
             SendError::Full(_) => Rejection::Overloaded(Overload::Mailbox),
             SendError::Closed(_) => Rejection::SessionNotFound,
         })
@@ -152,6 +152,18 @@ impl Registry {
     #[must_use]
     pub fn get(&self, id: &SessionId) -> Option<SessionHandle> {
         self.shard(id).read().get(id).cloned()
+    }
+
+    /// Find a session and take a place in its inbox, both under the shard's lock: a session
+    /// parks only with an empty inbox, under the same lock, so a request that found it is
+    /// handled by it, and one that did not revives it.
+    ///
+    /// # Errors
+    /// [`Rejection::Overloaded`] (`503`, mailbox) when its inbox is full.
+    pub fn enter(&self, id: &SessionId) -> Option<Result<(SessionHandle, InboxTicket), Rejection>> {
+        let shard = self.shard(id).read();
+        let h = shard.get(id)?;
+        Some(h.inbox.enter().map(|t| (h.clone(), t)))
     }
 
     /// Whether a session is registered.
@@ -255,8 +267,9 @@ impl Reservation {
     pub fn insert(mut self, id: SessionId, handle: SessionHandle) -> RegistryGuard {
         let registry = self.registry.take().expect("reservation used once");
         let key = self.key.take().expect("reservation used once");
+        let inbox = Arc::clone(&handle.inbox);
         registry.shard(&id).write().insert(id.clone(), handle);
-        RegistryGuard { registry, id, key }
+        RegistryGuard { registry, id, key, inbox }
     }
 }
 
@@ -275,6 +288,26 @@ pub struct RegistryGuard {
     registry: Arc<Registry>,
     id: SessionId,
     key: QuotaKey,
+    inbox: Arc<Inbox>,
+}
+
+impl RegistryGuard {
+    /// Deregister the session to park it, unless a request holds a place in its inbox (then
+    /// the guard comes back and the session stays).
+    ///
+    /// # Errors
+    /// The guard, when the inbox is not empty.
+    pub fn park(self) -> Result<(), RegistryGuard> {
+        let mut shard = self.registry.shard(&self.id).write();
+        if self.inbox.queued.load(Ordering::Acquire) > 0 {
+            drop(shard);
+            return Err(self);
+        }
+        shard.remove(&self.id);
+        drop(shard);
+        // The drop releases the slot; the entry is gone already.
+        Ok(())
+    }
 }
 
 impl Drop for RegistryGuard {

@@ -229,6 +229,7 @@ impl SessionActor {
             max_retained_streams: cfg.sessions.max_retained_streams,
             max_retained_bytes: cfg.sessions.max_retained_bytes,
             client_request_timeout_ms: cfg.sessions.client_request_timeout_secs.saturating_mul(1000),
+            park_after_ms: cfg.sessions.park_after_secs.saturating_mul(1000),
         };
         let settings = StreamSettings {
             window: WindowLimits { max_events: cfg.sse.replay_max_events, max_bytes: cfg.sse.replay_max_bytes },
@@ -330,7 +331,29 @@ impl SessionActor {
             durable::forget_stream_ops(&self.meta.hmac, sid, &mut ops);
         }
         ops.push(crate::ledger::Op::DropIndex { index: crate::ledger::codec::streams_index(&self.meta.hmac) });
-        self.sup.record_end(&self.meta.hmac, ops);
+        self.sup.settle(&self.meta.hmac, crate::actor::supervisor::Settle::Ended, ops).commit();
+    }
+
+    /// Park: record the session as it is and deregister it, unless a request holds a place
+    /// in its inbox (then it stays, and that request's activity moves the deadline).
+    fn park(&mut self) -> bool {
+        let Some(guard) = self.guard.take() else { return false };
+        let ops = self.record_ops_at(RecordState::Active, self.core.last_activity());
+        // Announced before it leaves the registry: a revive waits for these writes.
+        let settle = self.sup.settle(&self.meta.hmac, crate::actor::supervisor::Settle::Parked, ops);
+        match guard.park() {
+            Ok(()) => {
+                settle.commit();
+                tracing::debug!(session = %self.log_id(), "session parked");
+                self.sup.stats().session_parked();
+                true
+            }
+            Err(guard) => {
+                settle.commit();
+                self.guard = Some(guard);
+                false
+            }
+        }
     }
 
     /// Write the record when the core says it is due.
@@ -390,6 +413,10 @@ impl SessionActor {
             tracing::debug!(session = %self.log_id(), "session expired");
             self.record_end(RecordState::Expired);
             self.guard.take();
+            ctx.stop();
+            return;
+        }
+        if due.park && self.park() {
             ctx.stop();
             return;
         }

@@ -21,6 +21,7 @@ pub struct RuntimeStats {
     requests_ended_by_gap: AtomicU64,
     streams_evicted: AtomicU64,
     sessions_revived: AtomicU64,
+    sessions_parked: AtomicU64,
     events: AtomicU64,
     resumes: AtomicU64,
     gaps: AtomicU64,
@@ -38,6 +39,7 @@ impl Default for RuntimeStats {
             requests_ended_by_gap: AtomicU64::new(0),
             streams_evicted: AtomicU64::new(0),
             sessions_revived: AtomicU64::new(0),
+            sessions_parked: AtomicU64::new(0),
             events: AtomicU64::new(0),
             resumes: AtomicU64::new(0),
             gaps: AtomicU64::new(0),
@@ -106,6 +108,11 @@ impl RuntimeStats {
         add(&self.sessions_revived, 1);
     }
 
+    /// A session was parked (its state left in the ledger only).
+    pub(crate) fn session_parked(&self) {
+        add(&self.sessions_parked, 1);
+    }
+
     /// Stream actors alive now.
     #[must_use]
     pub fn streams_live(&self) -> i64 {
@@ -152,6 +159,8 @@ pub struct StatsSnapshot {
     pub streams_evicted: u64,
     /// Sessions rebuilt from the ledger (after a restart, or from parking).
     pub sessions_revived: u64,
+    /// Sessions parked (idle for `sessions.park_after_secs`).
+    pub sessions_parked: u64,
     /// The ledger writer's counters.
     pub ledger: crate::ledger::WriterSnapshot,
     /// Events appended by streams that have stopped.
@@ -180,6 +189,7 @@ impl RuntimeStats {
             requests_ended_by_gap: get(&self.requests_ended_by_gap),
             streams_evicted: get(&self.streams_evicted),
             sessions_revived: get(&self.sessions_revived),
+            sessions_parked: get(&self.sessions_parked),
             ledger,
             events: get(&self.events),
             resumes: get(&self.resumes),

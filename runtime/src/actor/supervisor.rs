@@ -110,7 +110,36 @@ pub struct Supervisor {
     revive_locks: Vec<tokio::sync::Mutex<()>>,
     /// Sessions that ended (DELETE, expiry) whose final record is not committed yet: a revive
     /// must not read the record they are about to overwrite. Held for one insert or lookup.
-    settling: Arc<Mutex<std::collections::HashSet<Arc<str>>>>,
+    settling: Arc<Mutex<HashMap<Arc<str>, Settle>>>,
+}
+
+/// Why a session's last writes are on their way to the ledger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Settle {
+    /// It ended (DELETE, expiry): not to be revived.
+    Ended,
+    /// It parked: a revive reads its record once these writes are committed.
+    Parked,
+}
+
+/// Writes announced by [`Supervisor::settle`], handed to the writer by [`Settling::commit`].
+#[must_use = "the writes go to the ledger on commit"]
+pub(crate) struct Settling<'a> {
+    sup: &'a Supervisor,
+    hmac: Arc<str>,
+    ops: Vec<crate::ledger::Op>,
+}
+
+impl Settling<'_> {
+    pub(crate) fn commit(self) {
+        let (settling, hmac) = (Arc::clone(&self.sup.settling), self.hmac);
+        self.sup.stream_env.ledger.writer.submit_then(
+            self.ops,
+            Box::new(move || {
+                settling.lock().remove(&hmac);
+            }),
+        );
+    }
 }
 
 impl std::fmt::Debug for Supervisor {
@@ -233,12 +262,12 @@ impl Supervisor {
     ///
     /// # Errors
     /// [`Rejection::SessionNotFound`].
-    pub fn lookup(&self, id: &SessionId, principal: Option<&Arc<str>>) -> Result<SessionHandle, Rejection> {
-        let h = self.registry.get(id).ok_or(Rejection::SessionNotFound)?;
+    pub fn lookup(&self, id: &SessionId, principal: Option<&Arc<str>>) -> Result<(SessionHandle, super::registry::InboxTicket), Rejection> {
+        let (h, ticket) = self.registry.enter(id).ok_or(Rejection::SessionNotFound)??;
         if h.principal.as_deref() != principal.map(|p| &**p) {
             return Err(Rejection::SessionNotFound);
         }
-        Ok(h)
+        Ok((h, ticket))
     }
 
     /// Create a session for an `initialize` request of `key`. Must run on an actix arbiter.
@@ -320,9 +349,15 @@ impl Supervisor {
     pub async fn revive(self: &Arc<Self>, id: &SessionId, principal: Option<&Arc<str>>, key: QuotaKey) -> Result<(), Rejection> {
         let cx = &self.stream_env.ledger;
         let hmac = cx.session_hmac(id);
-        if self.settling.lock().contains(&hmac) {
+        let settling = self.settling.lock().get(&hmac).copied();
+        match settling {
             // It just ended here; its end is on the way to the ledger.
-            return Ok(());
+            Some(Settle::Ended) => return Ok(()),
+            // It just parked: read its record once its last writes are in.
+            Some(Settle::Parked) => {
+                let _ = cx.writer.barrier().await;
+            }
+            None => {}
         }
         let shard = usize::from(hmac.as_bytes()[0]) % self.revive_locks.len();
         let _one_at_a_time = self.revive_locks[shard].lock().await;
@@ -383,14 +418,11 @@ impl Supervisor {
         Ok(Some((record, streams)))
     }
 
-    /// Record a session's end: until `ops` are committed, the session cannot be revived from
-    /// the record they replace.
-    pub(crate) fn record_end(&self, hmac: &Arc<str>, ops: Vec<crate::ledger::Op>) {
-        self.settling.lock().insert(Arc::clone(hmac));
-        let (settling, hmac) = (Arc::clone(&self.settling), Arc::clone(hmac));
-        self.stream_env.ledger.writer.submit_then(ops, Box::new(move || {
-            settling.lock().remove(&hmac);
-        }));
+    /// Announce a session's last writes of this life (it ended, or parks): until `ops` are
+    /// committed a revive does not read the record they replace.
+    pub(crate) fn settle(&self, hmac: &Arc<str>, why: Settle, ops: Vec<crate::ledger::Op>) -> Settling<'_> {
+        self.settling.lock().insert(Arc::clone(hmac), why);
+        Settling { sup: self, hmac: Arc::clone(hmac), ops }
     }
 
     /// Stop admitting sessions (`initialize` gets 503 with `Retry-After`); existing ones go

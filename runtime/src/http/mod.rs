@@ -274,33 +274,33 @@ fn dispatch(req: &HttpRequest, sup: &Arc<Supervisor>, admitted: Admitted) -> Res
             Ok(Next::Ready(resp))
         }
         Command::Post { session, version: _, incoming, reply } => {
-            let handle = sup.lookup(&session, principal.as_ref())?;
+            let (handle, ticket) = sup.lookup(&session, principal.as_ref())?;
             if opens_stream(&incoming, reply) {
                 stream_memory_available(sup, &handle)?;
             }
             let (tx, rx) = oneshot::channel();
-            handle.deliver(|ticket| Post { incoming, reply_mode: reply, reply: tx, ticket })?;
+            handle.deliver(ticket, |ticket| Post { incoming, reply_mode: reply, reply: tx, ticket })?;
             Ok(Next::Post(rx))
         }
         Command::OpenStream { session } => {
-            let handle = sup.lookup(&session, principal.as_ref())?;
+            let (handle, ticket) = sup.lookup(&session, principal.as_ref())?;
             stream_memory_available(sup, &handle)?;
             let (tx, rx) = oneshot::channel();
-            handle.deliver(|ticket| OpenGet { reply: tx, ticket })?;
+            handle.deliver(ticket, |ticket| OpenGet { reply: tx, ticket })?;
             Ok(Next::Stream(rx, Rejection::SessionNotFound))
         }
         Command::Resume { session, cursor } => {
-            let handle = sup.lookup(&session, principal.as_ref())?;
+            let (handle, ticket) = sup.lookup(&session, principal.as_ref())?;
             let event = handle.signer.decode(&cursor).map_err(|_| Rejection::CursorRejected)?;
             let (tx, rx) = oneshot::channel();
-            handle.deliver(|ticket| Resume { event, reply: tx, ticket })?;
+            handle.deliver(ticket, |ticket| Resume { event, reply: tx, ticket })?;
             // A dropped reply: the stream stopped (its retention ended) with the resume queued.
             Ok(Next::Stream(rx, Rejection::EventsLost))
         }
         Command::Delete { session } => {
-            let handle = sup.lookup(&session, principal.as_ref())?;
+            let (handle, ticket) = sup.lookup(&session, principal.as_ref())?;
             let (tx, rx) = oneshot::channel();
-            handle.deliver(|ticket| Delete { reply: tx, ticket })?;
+            handle.deliver(ticket, |ticket| Delete { reply: tx, ticket })?;
             Ok(Next::Delete(rx))
         }
     }

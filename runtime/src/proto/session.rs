@@ -62,6 +62,9 @@ pub struct SessionLimits {
     pub max_retained_bytes: usize,
     /// Deadline of a server-to-client request (ms).
     pub client_request_timeout_ms: u64,
+    /// Idle time after which the session is parked: its shell stops, its state stays in
+    /// the ledger, its next request revives it (ms; at or past `idle_ttl_ms`: never).
+    pub park_after_ms: u64,
 }
 
 /// A request being served.
@@ -119,6 +122,9 @@ pub type Teardown<R, S> = (Vec<(JsonRpcId, InFlight<R>)>, Vec<StreamEntry<S>>);
 pub struct Due<P> {
     /// The session expired just now (the shell stops it).
     pub expired: bool,
+    /// The session has been idle for `park_after_ms`: the shell parks it (its state stays
+    /// active; a request that arrives meanwhile keeps it live).
+    pub park: bool,
     /// Client requests past their deadline, with the id they were sent under; forgotten by
     /// the core.
     pub timed_out: Vec<(JsonRpcId, ClientRequest<P>)>,
@@ -493,15 +499,26 @@ impl<R, S, P> SessionCore<R, S, P> {
     /// request's deadline, after which the session becomes idle).
     #[must_use]
     pub fn idle_deadline(&self) -> Option<Tick> {
-        (self.state == SessionState::Active && self.attached_connections == 0 && self.in_flight.is_empty())
-            .then(|| self.last_activity.plus_ms(self.limits.idle_ttl_ms))
+        self.idle_since().map(|t| t.plus_ms(self.limits.idle_ttl_ms))
+    }
+
+    fn idle_since(&self) -> Option<Tick> {
+        (self.state == SessionState::Active && !self.busy()).then_some(self.last_activity)
+    }
+
+    /// When the session parks if nothing happens (`None` while busy, or when it would
+    /// expire first).
+    #[must_use]
+    pub fn park_deadline(&self) -> Option<Tick> {
+        (self.limits.park_after_ms < self.limits.idle_ttl_ms).then_some(())?;
+        self.idle_since().map(|t| t.plus_ms(self.limits.park_after_ms))
     }
 
     /// The earliest moment [`Self::handle_timeout`] has something to do, if any.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Tick> {
         let client = self.pending.values().map(|p| p.deadline).min();
-        [self.idle_deadline(), client, self.refresh_at()].into_iter().flatten().min()
+        [self.idle_deadline(), self.park_deadline(), client, self.refresh_at()].into_iter().flatten().min()
     }
 
     /// Advance time: give up client requests past their deadline (forgotten here; the shell
@@ -523,7 +540,8 @@ impl<R, S, P> SessionCore<R, S, P> {
             }
             _ => false,
         };
-        Due { expired, timed_out }
+        let park = !expired && self.park_deadline().is_some_and(|t| now >= t);
+        Due { expired, park, timed_out }
     }
 
     /// DELETE: the session stops accepting requests.

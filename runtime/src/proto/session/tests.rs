@@ -1,7 +1,7 @@
 use super::*;
 
 fn limits() -> SessionLimits {
-    SessionLimits { idle_ttl_ms: 1_000, max_in_flight: 3, max_retained_streams: 2, max_retained_bytes: 100, client_request_timeout_ms: 300 }
+    SessionLimits { idle_ttl_ms: 1_000, max_in_flight: 3, max_retained_streams: 2, max_retained_bytes: 100, client_request_timeout_ms: 300, park_after_ms: u64::MAX }
 }
 
 fn core() -> SessionCore<u32, &'static str, &'static str> {
@@ -259,4 +259,19 @@ fn a_restored_get_stream_is_the_sessions_get_stream_and_closed_ones_count_agains
     assert!(s.restore_stream(StreamId(2), Some(id(1)), Some(60), "a").is_empty());
     let evicted = s.restore_stream(StreamId(3), Some(id(2)), Some(60), "b");
     assert_eq!(evicted.iter().map(|e| e.handle).collect::<Vec<_>>(), ["a"], "over max_retained_bytes the oldest goes");
+}
+
+#[test]
+fn an_idle_session_parks_before_it_expires_and_a_busy_one_never() {
+    let mut s = SessionCore::<u32, &'static str, &'static str>::new(SessionId::parse("s").unwrap(), ProtocolVersion::LATEST, Generation(1), SessionLimits { park_after_ms: 200, ..limits() }, Tick(0));
+    let _ = s.poll_ledger(Tick(0));
+    assert_eq!(s.poll_timeout(), Some(Tick(200)));
+    let due = s.handle_timeout(Tick(200));
+    assert!(due.park && !due.expired);
+    assert_eq!(s.state(), SessionState::Active, "parking leaves the session active");
+    s.begin_request(&id(1), 0).unwrap();
+    assert_eq!(s.park_deadline(), None, "a request in flight is not idleness");
+    assert!(!s.handle_timeout(Tick(10_000)).park);
+    let never = SessionCore::<u32, &'static str, &'static str>::new(SessionId::parse("s").unwrap(), ProtocolVersion::LATEST, Generation(1), SessionLimits { park_after_ms: 1_000, ..limits() }, Tick(0));
+    assert_eq!(never.park_deadline(), None, "parking at or after the TTL never happens");
 }
