@@ -12,7 +12,8 @@
 #
 # Everything talks to 127.0.0.1 only. Installs chromium (apt) if /usr/bin/chromium is missing.
 # Stops mcp-host, the page server and every Chromium process (its whole session, and its
-# crashpad handlers, found by an environment marker) on success and on failure.
+# crashpad handlers, found by an environment marker) on success and on failure. Each mcp-host
+# has a fresh SQLite ledger of its own in the log directory, removed at exit.
 # Usage: scripts/browser.sh [path/to/mcp-host]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,13 +55,15 @@ read -r _ _ _ allowed refused < "$log/page.out"
 page_port=${allowed##*:}
 
 printf '[security]\nallow_localhost_origins = false\n' > "$log/cors.toml"
-bg_start "$log/host.out" "$HOST_BIN" --config "$log/cors.toml" --port 0 --allowed-origin "$allowed"
+new_ledger "$log/ledger-cors"
+bg_start "$log/host.out" "$HOST_BIN" --config "$log/cors.toml" --port 0 --allowed-origin "$allowed" "${LEDGER_ARGS[@]}"
 wait_listening "$log/host.out" "$BG_PID" url \
   || { echo "browser: mcp-host did not start" >&2; cat "$log/host.out.err" >&2; exit 1; }
 
 token=browser-test-token
 printf '[security.bearer_tokens]\n"%s" = "browser"\n' "$token" > "$log/auth.toml"
-bg_start "$log/auth.out" "$HOST_BIN" --config "$log/auth.toml" --port 0
+new_ledger "$log/ledger-auth"
+bg_start "$log/auth.out" "$HOST_BIN" --config "$log/auth.toml" --port 0 "${LEDGER_ARGS[@]}"
 wait_listening "$log/auth.out" "$BG_PID" auth_url \
   || { echo "browser: mcp-host (auth) did not start" >&2; cat "$log/auth.out.err" >&2; exit 1; }
 echo "browser: mcp-host at $url (allowed origin $allowed; refused $refused), with auth at $auth_url"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the official MCP conformance suite (both pinned releases) against a freshly started
-# mcp-host. Usage: scripts/conformance.sh [path/to/mcp-host]
+# mcp-host (on a fresh SQLite ledger in this run's log directory, removed at exit).
+# Usage: scripts/conformance.sh [path/to/mcp-host]
 # Needs Node >= 22: the pinned npm package `node` provides it (see CONFORMANCE.md G1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +18,8 @@ node_bin="$dir/node_modules/.bin/node"
 log=$(mktemp -d)
 . scripts/lib.sh
 trap stop_started EXIT
-bg_start "$log/host.out" "$HOST_BIN" --port 0
+new_ledger "$log/ledger"
+bg_start "$log/host.out" "$HOST_BIN" --port 0 "${LEDGER_ARGS[@]}"
 wait_listening "$log/host.out" "$BG_PID" url \
   || { echo "conformance: mcp-host did not start" >&2; cat "$log/host.out.err" >&2; exit 1; }
 echo "conformance: mcp-host at $url"

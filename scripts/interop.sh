@@ -14,6 +14,11 @@ node_bin=scripts/conformance/node_modules/.bin/node
 log=$(mktemp -d)
 . scripts/lib.sh
 trap stop_started EXIT
+# `mcp-load --spawn-host` gives each host a fresh SQLite ledger in a directory of its own under
+# TMPDIR and removes it; TMPDIR is this script's and removed at exit, so not even an mcp-load
+# stopped by `timeout` (no destructors run) leaves a ledger behind.
+own_dir "$log/tmp"
+export TMPDIR=$log/tmp
 passed=0; failed=0
 probe() { # label, url, tool, expected text
   if timeout 60 "$LOAD_BIN" probe --url "$2" --tool "$3" --expect-text "$4" --expect-resume; then
@@ -27,7 +32,8 @@ probe() { # label, url, tool, expected text
 bg_start "$log/ts.out" "$node_bin" scripts/conformance/ts-server.mjs
 wait_listening "$log/ts.out" "$BG_PID" ts_url \
   || { echo "interop: ts-server did not start" >&2; cat "$log/ts.out.err" >&2; exit 1; }
-bg_start "$log/host.out" "$HOST_BIN" --port 0 --retry-ms 100
+new_ledger "$log/ledger"
+bg_start "$log/host.out" "$HOST_BIN" --port 0 --retry-ms 100 "${LEDGER_ARGS[@]}"
 wait_listening "$log/host.out" "$BG_PID" host_url \
   || { echo "interop: mcp-host did not start" >&2; cat "$log/host.out.err" >&2; exit 1; }
 probe "TypeScript SDK server, resumed stream" "$ts_url" reconnect reconnected

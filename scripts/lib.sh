@@ -4,10 +4,11 @@
 #
 # Contract: every background process a script starts goes through `bg_start` (or `bg_start_group`
 # for a program that forks helpers, such as Chromium), in the script's own shell, never inside
-# `$(...)`: a command substitution is a subshell, and a PID recorded there is lost. The script
-# installs `trap stop_started EXIT` once; it stops everything on success and on failure. Every
-# wait here is bounded. The process scans read /proc with bash builtins only, so they never see
-# a process of their own.
+# `$(...)`: a command substitution is a subshell, and a PID recorded there is lost. Every
+# mcp-host gets its own SQLite ledger directory from `new_ledger` (same rule). The script
+# installs `trap stop_started EXIT` once; it stops everything and removes those directories
+# on success and on failure. Every wait here is bounded. The process scans read /proc with bash
+# builtins only, so they never see a process of their own.
 
 # Every mcp-host a script starts exits by itself when the script's shell dies, even by SIGKILL
 # (when no EXIT trap runs).
@@ -15,6 +16,32 @@ export MCP_HOST_EXIT_WITH_PARENT=1
 
 BG_PIDS=()    # direct children started by bg_start, stopped by stop_started
 BG_GROUPS=()  # session ids (= process group ids) started by bg_start_group
+OWN_DIRS=()   # directories made by own_dir, own_tmp_dir and new_ledger, removed by stop_started
+
+# own_dir DIR: makes DIR, which must not exist yet, and has stop_started remove it with its
+# content once every process started here is stopped. Call it in the script's own shell.
+own_dir() {
+  mkdir -- "$1" || return 1
+  OWN_DIRS+=("$1")
+}
+
+# own_tmp_dir VAR: as own_dir, for a new directory under TMPDIR (mktemp -d); its path in VAR.
+own_tmp_dir() {
+  local d
+  d=$(mktemp -d) || return 1
+  OWN_DIRS+=("$d")
+  printf -v "$1" '%s' "$d"
+}
+
+# new_ledger DIR: own_dir DIR for the SQLite ledger of one mcp-host (mcp-host.db, its -wal
+# and -shm, and its key file mcp-host.db.key), and sets LEDGER_ARGS to
+# `--ledger-path DIR/mcp-host.db` for that host's command line. One fresh DIR per host: no two
+# hosts, and no two runs, share a ledger, and none is left in the working directory.
+new_ledger() {
+  own_dir "$1" || return 1
+  # shellcheck disable=SC2034  # read by the sourcing script
+  LEDGER_ARGS=(--ledger-path "$1/mcp-host.db")
+}
 
 # bg_start OUT CMD...: starts CMD in the background, stdout to OUT, stderr to OUT.err.
 # Sets BG_PID.
@@ -137,7 +164,8 @@ stop_group() {
 }
 
 # stop_started: the EXIT trap. Stops every group and process started by bg_start*, and reaps
-# them. Safe to call more than once.
+# them; then removes the directories of own_dir (the ledgers: no host is left to write them).
+# Safe to call more than once.
 stop_started() {
   local g p
   for g in "${BG_GROUPS[@]}"; do stop_group "$g"; done
@@ -146,6 +174,9 @@ stop_started() {
     kill_wait "${BG_PIDS[@]}"
     for p in "${BG_PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
   fi
-  BG_PIDS=(); BG_GROUPS=()
+  if [ "${#OWN_DIRS[@]}" -gt 0 ]; then
+    rm -rf -- "${OWN_DIRS[@]}"
+  fi
+  BG_PIDS=(); BG_GROUPS=(); OWN_DIRS=()
   return 0
 }

@@ -4,7 +4,10 @@
 # pytest's fixtures start mcp-host themselves and stop it in a `finally`, which does not run if
 # pytest is killed (or if the host outlives `proc.wait(timeout=10)`). So pytest runs as the
 # leader of its own session, bounded by `timeout`, and the EXIT trap stops that whole session:
-# no host outlives this script.
+# no host outlives this script. The fixture passes no ledger path (and lives in bins/host/), so
+# it is given scripts/host-with-ledger.sh as its binary: each host it starts gets a fresh SQLite
+# ledger under this script's ledger directory, removed at exit (after the pytest session is
+# stopped), and none lands in the working directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 HOST_BIN=${1:-target/debug/mcp-host}
@@ -15,7 +18,9 @@ fi
 "$venv/bin/pip" install -q --disable-pip-version-check -r bins/host/tests/python/requirements.txt
 . scripts/lib.sh
 trap stop_started EXIT
-export MCP_HOST_BIN=$HOST_BIN
+own_tmp_dir ledgers
+export MCP_LEDGER_ROOT=$ledgers MCP_HOST_REAL_BIN=$HOST_BIN
+export MCP_HOST_BIN=$PWD/scripts/host-with-ledger.sh
 bg_start_group - timeout 600 "$venv/bin/python" -m pytest -q -p no:cacheprovider bins/host/tests/python
 pytest_sid=$BG_PID
 status=0

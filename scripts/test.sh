@@ -9,11 +9,14 @@
 #
 # Every process of the run inherits MCP_TEST_RUN (a random marker). At the end, and on an early
 # exit, no process carrying it may be alive (after 2 s of grace for hosts that exit when their
-# parent does): leftovers are listed, killed, and fail the suite.
+# parent does): leftovers are listed, killed, and fail the suite. Every mcp-host of the run keeps
+# its SQLite ledger in a temporary directory: a ledger file (mcp-host.db*) that the run made or
+# changed in the repository tree (outside target/) fails the suite too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
 log=$(mktemp -d)
+touch "$log/run-start"   # ledger_leftovers: files not newer than this predate the run
 . scripts/lib.sh
 MCP_TEST_RUN=$(od -An -N8 -tx8 /dev/urandom | tr -d ' \n')
 export MCP_TEST_RUN
@@ -37,12 +40,25 @@ leftovers() {
   kill_wait "${FOUND[@]}"
   return 1
 }
+# ledger_leftovers: true if the run made or changed no ledger file (mcp-host.db, -wal, -shm,
+# .key) in the repository tree outside target/ directories; else lists them and fails. (A
+# ledger that predates the run and that it left alone, say of `cargo run -p mcp-host` here, is
+# not the run's.) The files are kept for a look at who wrote them.
+ledger_leftovers() {
+  local found=() f
+  mapfile -t found < <(find . \( -name .git -o -name target \) -prune -o -name 'mcp-host.db*' -newer "$log/run-start" -print)
+  [ "${#found[@]}" -eq 0 ] && return 0
+  echo "test.sh: FAILED: the run left ${#found[@]} ledger file(s) in the repository (every host must get a temporary ledger: --ledger-path, new_ledger in scripts/lib.sh, mcp_devtools::TempDir):" >&2
+  for f in "${found[@]}"; do echo "test.sh:   ${f#./}" >&2; done
+  return 1
+}
 checked=0
 on_exit() {
   local rc=$?
   if [ "$checked" -eq 0 ]; then
     echo "test.sh: stopped part-way (exit status $rc)" >&2
     leftovers || true
+    ledger_leftovers || true
   fi
 }
 trap on_exit EXIT
@@ -52,7 +68,7 @@ cargo clippy --locked --workspace --all-targets -- -D warnings
 cargo build --locked --workspace --all-targets
 cargo test --locked --workspace 2>&1 | tee "$log/cargo.txt"
 cargo build --locked --manifest-path runtime/fuzz/Cargo.toml --target-dir target/fuzz
-echo "fuzz targets build: event_id jsonrpc replay_ops"
+echo "fuzz targets build: event_id jsonrpc replay_ops ledger_codec"
 scripts/conformance.sh target/debug/mcp-host 2>&1 | tee "$log/conformance.txt"
 scripts/python-sdk.sh target/debug/mcp-host 2>&1 | tee "$log/python.txt"
 scripts/browser.sh target/debug/mcp-host 2>&1 | tee "$log/browser.txt"
@@ -68,9 +84,13 @@ soak_passed=$(awk '/^soak: [0-9]+ passed/ {print $2}' "$log/soak.txt")
 echo "cargo tests: $cargo_passed passed; conformance checks: $conf_passed passed; python sdk tests: ${py_passed:-0} passed; browser checks: ${browser_passed:-0} passed; interop probes: ${interop_passed:-0} passed; soak: ${soak_passed:-0} passed"
 total=$((cargo_passed + conf_passed + ${py_passed:-0} + ${browser_passed:-0} + ${interop_passed:-0} + ${soak_passed:-0}))
 checked=1
-if leftovers; then
+left=()
+leftovers || left+=("processes left behind")
+ledger_leftovers || left+=("ledger files left in the repository")
+if [ "${#left[@]}" -eq 0 ]; then
   echo "Summary: $total passed, 0 failed"
 else
-  echo "Summary: $total passed, 1 failed (processes left behind, listed above)"
+  joined=$(printf '%s; ' "${left[@]}")
+  echo "Summary: $total passed, ${#left[@]} failed (${joined%; }, listed above)"
   exit 1
 fi

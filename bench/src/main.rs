@@ -12,9 +12,13 @@
 //!
 //! `--baseline-host-bin` measures a second mcp-host build (say, the previous release) in the
 //! same run, each reply mode on the baseline right before the same mode on `--host-bin`.
+//!
+//! Each mcp-host runs on its default SQLite ledger in a fresh temporary working directory,
+//! removed after the host stops (the raw echo has no ledger).
 // A load driver measures wall time; nothing here is pausable or sans-IO.
 #![allow(clippy::disallowed_types)]
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -22,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
 use hdrhistogram::Histogram;
-use mcp_devtools::{HostProcess, cpu_ticks, peak_rss_kib};
+use mcp_devtools::{HostProcess, TempDir, cpu_ticks, peak_rss_kib};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -72,18 +76,43 @@ fn parse_args() -> Args {
     a
 }
 
-/// Start a server under test (killed on drop), pinned with `taskset -c CPU` when given.
-fn start(bin: &str, args: &[&str], cpu: Option<&str>) -> HostProcess {
+/// Start a server under test (killed on drop), pinned with `taskset -c CPU` when given, in
+/// `cwd` when given (the program path is made absolute first, so it still names the same file).
+fn start(bin: &str, args: &[&str], cpu: Option<&str>, cwd: Option<&Path>) -> HostProcess {
+    let bin = match cwd {
+        Some(_) if bin.contains('/') => std::path::absolute(bin).unwrap_or_else(|e| panic!("{bin}: {e}")).display().to_string(),
+        _ => bin.to_owned(),
+    };
     let mut cmd = match cpu {
         Some(c) => {
             let mut t = Command::new("taskset");
-            t.args(["-c", c, bin]);
+            t.args(["-c", c, &bin]);
             t
         }
-        None => Command::new(bin),
+        None => Command::new(&bin),
     };
     cmd.args(args).stderr(Stdio::null());
+    if let Some(dir) = cwd {
+        cmd.current_dir(dir);
+    }
     HostProcess::spawn(cmd, mcp_devtools::DEFAULT_START_WAIT).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// An mcp-host under test and the temporary directory of its ledger. Fields drop in
+/// declaration order: the process is killed and reaped before the directory is removed.
+struct Host {
+    process: HostProcess,
+    _ledger: TempDir,
+}
+
+/// Start an mcp-host build on its default ledger (SQLite, `mcp-host.db` in the working
+/// directory) with a fresh temporary directory as its working directory: no `--ledger-path`,
+/// so a `--baseline-host-bin` from before the ledger (which has no such flag) starts the same
+/// way, and no run leaves a ledger behind or shares one with another.
+fn start_host(bin: &str, cpu: Option<&str>) -> Host {
+    let dir = TempDir::new("bench");
+    let process = start(bin, &["--port", "0", "--workers", "1", "--packs", "echo"], cpu, Some(dir.path()));
+    Host { process, _ledger: dir }
 }
 
 struct Conn {
@@ -286,15 +315,15 @@ fn main() {
     let cpu = a.server_cpu.as_deref();
     let mut outcomes = Vec::new();
     {
-        let raw = start(&a.raw_bin, &[], cpu);
+        let raw = start(&a.raw_bin, &[], cpu, None);
         outcomes.push(rt.block_on(run(Target::Raw, raw.url(), raw.pid(), &a)));
     }
     // With a baseline build, each reply mode is measured on it right before this build.
     let builds: Vec<(&str, &str)> = a.baseline_host_bin.as_deref().map(|b| ("baseline ", b)).into_iter().chain([("", a.host_bin.as_str())]).collect();
     for sse in [true, false] {
         for (label, bin) in &builds {
-            let host = start(bin, &["--port", "0", "--workers", "1", "--packs", "echo"], cpu);
-            let mut o = rt.block_on(run(Target::Mcp { sse }, host.url(), host.pid(), &a));
+            let host = start_host(bin, cpu);
+            let mut o = rt.block_on(run(Target::Mcp { sse }, host.process.url(), host.process.pid(), &a));
             o.name = format!("{label}{}", o.name);
             outcomes.push(o);
         }

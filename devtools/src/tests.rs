@@ -98,3 +98,19 @@ fn a_process_that_is_no_host_is_an_error() {
     let e = HostProcess::spawn(Command::new("/nonexistent/mcp-host"), Duration::from_secs(1)).unwrap_err();
     assert!(matches!(e, SpawnError::Start { .. }), "{e}");
 }
+
+#[test]
+fn a_temp_dir_is_fresh_per_value_names_its_ledger_and_is_removed_with_its_content_on_drop() {
+    let (a, b) = (TempDir::new("devtools-test"), TempDir::new("devtools-test"));
+    assert_ne!(a.path(), b.path());
+    assert!(a.path().is_dir() && std::fs::read_dir(a.path()).unwrap().next().is_none());
+    let [flag, db] = a.ledger_args();
+    assert_eq!((flag.as_str(), std::path::PathBuf::from(&db)), ("--ledger-path", a.path().join("mcp-host.db")));
+    for f in ["mcp-host.db", "mcp-host.db-wal", "mcp-host.db-shm", "mcp-host.db.key"] {
+        std::fs::write(a.path().join(f), b"x").unwrap();
+    }
+    let path = a.path().to_owned();
+    drop(a);
+    assert!(!path.exists());
+    assert!(b.path().is_dir());
+}

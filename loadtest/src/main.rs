@@ -56,7 +56,8 @@ enum Command {
         /// MCP endpoint URL.
         #[arg(long, required_unless_present = "spawn_host", conflicts_with = "spawn_host")]
         url: Option<String>,
-        /// Start this mcp-host binary on a free port and load it.
+        /// Start this mcp-host binary on a free port, on a fresh SQLite ledger in a temporary
+        /// directory (removed after it stops), and load it.
         #[arg(long)]
         spawn_host: Option<String>,
         /// Virtual clients (sessions), each with one call in flight.
@@ -108,7 +109,8 @@ enum Command {
         url: Option<String>,
         /// Start this mcp-host binary and gate it: two bearer tokens (for `old-token`) and a
         /// 10 s idle-session TTL, so the sessions `old-token` makes clients abandon (each 404
-        /// leaves one behind) are reclaimed during the run.
+        /// leaves one behind) are reclaimed during the run. Its SQLite ledger is fresh, in a
+        /// temporary directory removed after it stops.
         #[arg(long)]
         spawn_host: Option<String>,
         /// Bearer token of the clients (with --url).
@@ -163,7 +165,8 @@ enum Command {
     /// and traffic kind run.
     Soak {
         /// The mcp-host binary to start (on a free port, packs conformance,echo,soak, a
-        /// stats line every 250 ms, the TTLs below).
+        /// stats line every 250 ms, the TTLs below, a fresh SQLite ledger in a temporary
+        /// directory removed after it stops).
         #[arg(long)]
         spawn_host: String,
         /// Virtual clients.
@@ -227,27 +230,25 @@ enum Command {
 
 /// Start the host for a soak, run it, print and write the report.
 fn soak_command(bin: &str, spec: soak::SoakSpec, json_out: Option<String>, svg_out: Option<String>) -> ExitCode {
-    let config = std::env::temp_dir().join(format!("mcp-load-soak-{}.toml", std::process::id()));
+    // The host's ledger and config, removed with the directory after the host is stopped.
+    let dir = mcp_devtools::TempDir::new("load-soak");
+    let config = dir.path().join("soak.toml");
     if let Err(e) = std::fs::write(&config, spec.config_toml()) {
         eprintln!("mcp-load: cannot write {}: {e}", config.display());
         return ExitCode::from(2);
     }
-    let mut cmd = std::process::Command::new(bin);
-    cmd.args(spec.host_args(&config)).stderr(std::process::Stdio::inherit());
-    let started = mcp_devtools::HostProcess::spawn(cmd, mcp_devtools::DEFAULT_START_WAIT);
-    let outcome = match started {
+    let args = spec.host_args(&config);
+    let outcome = match run::SpawnedHost::start(bin, dir, &args.iter().map(String::as_str).collect::<Vec<_>>()) {
         Ok(mut host) => {
-            let r = actix_rt::System::new().block_on(soak::run(&spec, &mut host));
+            let r = actix_rt::System::new().block_on(soak::run(&spec, &mut host.process));
             drop(host);
             r
         }
         Err(e) => {
-            let _ = std::fs::remove_file(&config);
             eprintln!("mcp-load: {e}");
             return ExitCode::from(2);
         }
     };
-    let _ = std::fs::remove_file(&config);
     match outcome {
         Ok(report) => {
             print!("{}", soak::render(&report));
@@ -282,18 +283,18 @@ struct GateArgs {
 }
 
 fn gate_command(args: GateArgs, mut spec: gate::GateSpec) -> ExitCode {
-    let mut config_file = None;
     let host = match args.spawn_host.as_deref() {
         Some(bin) => {
-            let path = std::env::temp_dir().join(format!("mcp-load-gate-{}.toml", std::process::id()));
+            // The host's ledger and config: owned with the host by the SpawnedHost, so they
+            // outlive a restart of the process and are removed after its last stop.
+            let dir = mcp_devtools::TempDir::new("load-gate");
+            let path = dir.path().join("gate.toml");
             let toml = format!("[security.bearer_tokens]\n\"{}\" = \"alice\"\n\"{}\" = \"bob\"\n", GATE_TOKENS[0], GATE_TOKENS[1]);
             if let Err(e) = std::fs::write(&path, toml) {
                 eprintln!("mcp-load: cannot write {}: {e}", path.display());
                 return ExitCode::from(2);
             }
-            let started = run::spawn_host(bin, &["--config", &path.to_string_lossy(), "--session-ttl-secs", "10"]);
-            config_file = Some(path);
-            match started {
+            match run::spawn_host(bin, dir, &["--config", &path.to_string_lossy(), "--session-ttl-secs", "10"]) {
                 Ok(h) => {
                     spec.token = Some(GATE_TOKENS[0].into());
                     spec.other_token = Some(GATE_TOKENS[1].into());
@@ -314,9 +315,6 @@ fn gate_command(args: GateArgs, mut spec: gate::GateSpec) -> ExitCode {
     }
     let outcome = actix_rt::System::new().block_on(gate::run(spec));
     drop(host);
-    if let Some(p) = config_file {
-        let _ = std::fs::remove_file(p);
-    }
     match outcome {
         Ok((report, pass)) => {
             print!("{}", gate::render(&report));
@@ -361,7 +359,7 @@ async fn probe(url: &str, tool: &str, args: Value, expect_text: Option<&str>, ex
 }
 
 fn run_command(url: Option<String>, spawn_host: Option<String>, spec: run::RunSpec, json_out: Option<String>, fail_on_error: bool) -> ExitCode {
-    let host = match spawn_host.as_deref().map(|b| run::spawn_host(b, &[])) {
+    let host = match spawn_host.as_deref().map(|b| run::spawn_host(b, mcp_devtools::TempDir::new("load-run"), &[])) {
         Some(Ok(h)) => Some(h),
         Some(Err(e)) => {
             eprintln!("mcp-load: {e}");

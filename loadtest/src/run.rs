@@ -8,7 +8,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use mcp_devtools::HostProcess;
+use mcp_devtools::{HostProcess, TempDir};
 use mcp_runtime::client::journal::MemoryJournal;
 use mcp_runtime::client_http::{ClientConfig, ClientError, McpClient};
 use serde_json::{Value, json};
@@ -77,12 +77,41 @@ pub(crate) struct RunSpec {
     pub(crate) faults: Option<crate::proxy::FaultPlan>,
 }
 
+/// A host that `--spawn-host` started, with the directory it owns: its SQLite ledger
+/// (`mcp-host.db`, `-wal`, `-shm`, `.key`, given by `--ledger-path`) and any config file
+/// written for it. On drop the process is killed and reaped first (fields drop in declaration
+/// order), then the directory is removed. The directory belongs to this value, not to one
+/// start of the process: a restart (SIGKILL, then the same ledger and port) starts a new
+/// process on the same `dir`.
+#[derive(Debug)]
+pub(crate) struct SpawnedHost {
+    pub(crate) process: HostProcess,
+    #[expect(dead_code, reason = "held for its drop (after the process), and for a restart on the same ledger")]
+    dir: TempDir,
+}
+
+impl SpawnedHost {
+    /// Start `bin` with `args` and a ledger in `dir` (which may already hold its config files);
+    /// stderr inherited.
+    pub(crate) fn start(bin: &str, dir: TempDir, args: &[&str]) -> Result<SpawnedHost, String> {
+        let mut cmd = Command::new(bin);
+        cmd.args(args).args(dir.ledger_args()).stderr(Stdio::inherit());
+        let process = HostProcess::spawn(cmd, mcp_devtools::DEFAULT_START_WAIT).map_err(|e| e.to_string())?;
+        Ok(SpawnedHost { process, dir })
+    }
+
+    /// The URL the host serves.
+    pub(crate) fn url(&self) -> &str {
+        self.process.url()
+    }
+}
+
 /// Start `bin` on a free loopback port with the `conformance`, `echo` and `ledger` packs, plus
-/// `extra` arguments (killed when the handle drops; exits by itself if we die).
-pub(crate) fn spawn_host(bin: &str, extra: &[&str]) -> Result<HostProcess, String> {
-    let mut cmd = Command::new(bin);
-    cmd.args(["--port", "0", "--packs", "conformance,echo,ledger"]).args(extra).stderr(Stdio::inherit());
-    HostProcess::spawn(cmd, mcp_devtools::DEFAULT_START_WAIT).map_err(|e| e.to_string())
+/// `extra` arguments, on a fresh ledger in `dir` (killed when the handle drops, then `dir`
+/// removed; exits by itself if we die).
+pub(crate) fn spawn_host(bin: &str, dir: TempDir, extra: &[&str]) -> Result<SpawnedHost, String> {
+    let args: Vec<&str> = ["--port", "0", "--packs", "conformance,echo,ledger"].into_iter().chain(extra.iter().copied()).collect();
+    SpawnedHost::start(bin, dir, &args)
 }
 
 #[derive(Default)]
