@@ -144,17 +144,21 @@ fn call_and_hang_up(addr: &str, sid: &str, id: i64, tool: &str, args: Value) -> 
     text.lines().find_map(|l| l.strip_prefix("id:")).map(|c| c.trim().to_owned()).expect("a priming cursor")
 }
 
-/// Wait (bounded) until the ledger file holds `n` committed events in all.
-fn wait_for_committed_events(dir: &TempDir, n: i64) {
+/// Wait (bounded) until `count_sql` on the ledger file counts at least `n` committed rows.
+fn wait_for_ledger(dir: &TempDir, count_sql: &str, n: i64) {
     let db = rusqlite::Connection::open_with_flags(dir.path().join("mcp-host.db"), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
     for _ in 0..500 {
-        let have: i64 = db.query_row("SELECT count(*) FROM events", [], |r| r.get(0)).unwrap_or(0);
-        if have >= n {
+        if db.query_row(count_sql, [], |r| r.get::<_, i64>(0)).unwrap_or(0) >= n {
             return;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    panic!("the ledger never held {n} events");
+    panic!("the ledger never counted {n} for {count_sql}");
+}
+
+/// Wait (bounded) until the ledger file holds `n` committed events in all.
+fn wait_for_committed_events(dir: &TempDir, n: i64) {
+    wait_for_ledger(dir, "SELECT count(*) FROM events", n);
 }
 
 fn resume(addr: &str, sid: &str, cursor: &str) -> (u16, Vec<(Option<String>, String)>) {
@@ -220,14 +224,7 @@ fn a_request_running_at_the_kill_ends_its_resume_with_the_restarted_error() {
     let sid = initialize(&host.addr);
     let cursor = call_and_hang_up(&host.addr, &sid, 7, "soak_flood", json!({"delay_ms": 10_000}));
     // The stream's record (opened) is committed; the tool is still waiting.
-    let db = dir.path().join("mcp-host.db");
-    for _ in 0..500 {
-        let c = rusqlite::Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
-        if c.query_row("SELECT count(*) FROM kv WHERE key LIKE 't/%'", [], |r| r.get::<_, i64>(0)).unwrap_or(0) > 0 {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_ledger(&dir, "SELECT count(*) FROM kv WHERE key LIKE 't/%'", 1);
     let host = host.kill_and_restart(&dir);
 
     let (status, got) = resume(&host.addr, &sid, &cursor);
@@ -278,24 +275,28 @@ fn an_idle_session_is_parked_and_revived_with_its_version_principal_capabilities
     let host = start_with(&dir, 0, &["--config", config.to_str().unwrap(), "--stats-every-ms", "50"]);
     let alice = [("Authorization", "Bearer tok-alice")];
     let sid = initialize_as(&host.addr, &alice);
-    let auth = |extra: &[(&'static str, &'static str)]| -> Vec<(&'static str, &'static str)> { [("Authorization", "Bearer tok-alice"), ("MCP-Protocol-Version", "2025-11-25")].into_iter().chain(extra.iter().copied()).collect() };
+    let as_alice = |extra: &[(&'static str, &'static str)]| -> Vec<(&'static str, &'static str)> { [alice[0], ("MCP-Protocol-Version", "2025-11-25")].into_iter().chain(extra.iter().copied()).collect() };
+    let with_sid = |h: Vec<(&'static str, &'static str)>| -> Vec<(String, String)> {
+        h.into_iter().map(|(k, v)| (k.to_owned(), v.to_owned())).chain([("Mcp-Session-Id".to_owned(), sid.clone())]).collect()
+    };
+    let send = |method: &str, h: &[(String, String)], body: &str, wait: Duration| {
+        let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        http(&host.addr, method, &h, body, wait)
+    };
     let set_level = json!({"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"info"}}).to_string();
-    let mut h = auth(&[("Accept", "application/json")]);
-    h.push(("Mcp-Session-Id", Box::leak(sid.clone().into_boxed_str())));
-    assert_eq!(http(&host.addr, "POST", &h, &set_level, QUICK).0, 200);
+    assert_eq!(send("POST", &with_sid(as_alice(&[("Accept", "application/json")])), &set_level, QUICK).0, 200);
 
     let parked = wait_for_stats(&host, "the session parked", |v| v["sessions_parked"] == 1 && v["sessions"] == 0);
     assert_eq!(parked["sessions_revived"], 0);
 
     // Another caller cannot revive it.
     let ping = json!({"jsonrpc":"2.0","id":3,"method":"ping"}).to_string();
-    let sid_static: &'static str = Box::leak(sid.clone().into_boxed_str());
-    let bob = [("Authorization", "Bearer tok-bob"), ("Accept", "application/json"), ("Mcp-Session-Id", sid_static), ("MCP-Protocol-Version", "2025-11-25")];
-    assert_eq!(http(&host.addr, "POST", &bob, &ping, QUICK).0, 404, "a parked session is bound to its principal");
+    let bob = with_sid(vec![("Authorization", "Bearer tok-bob"), ("Accept", "application/json"), ("MCP-Protocol-Version", "2025-11-25")]);
+    assert_eq!(send("POST", &bob, &ping, QUICK).0, 404, "a parked session is bound to its principal");
 
     // Its owner's next request revives it: same version (priming), same log level.
     let call = json!({"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"soak_flood","arguments":{"count":1,"bytes":4}}}).to_string();
-    let (status, _, b) = http(&host.addr, "POST", &auth(&[SSE, ("Mcp-Session-Id", sid_static)]), &call, QUICK);
+    let (status, _, b) = send("POST", &with_sid(as_alice(&[SSE])), &call, QUICK);
     assert_eq!(status, 200);
     let text = String::from_utf8_lossy(&b);
     assert!(text.split_once("data: {").is_some_and(|(p, _)| p.contains("retry:")), "a priming event: still 2025-11-25: {text}");
@@ -306,7 +307,7 @@ fn an_idle_session_is_parked_and_revived_with_its_version_principal_capabilities
 
     // Its capabilities too: a tool that asks the client for sampling gets to ask.
     let sample = json!({"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"test_sampling","arguments":{"prompt":"hi"}}}).to_string();
-    let (_, _, b) = http(&host.addr, "POST", &auth(&[SSE, ("Mcp-Session-Id", sid_static)]), &sample, Duration::from_secs(1));
+    let (_, _, b) = send("POST", &with_sid(as_alice(&[SSE])), &sample, Duration::from_secs(1));
     let first = events(&b).into_iter().map(|(_, d)| json_of(&d)).find(|m| m.is_object()).expect("an event");
     assert_eq!(first["method"], "sampling/createMessage", "the sampling capability survived parking: {first}");
 }

@@ -55,28 +55,32 @@ pub(crate) fn ms(t: Tick) -> u64 {
     t.0
 }
 
-/// What a session's record is made of besides its core's state.
+/// What a session's record is made of besides its core's state (ticks in the ledger are
+/// milliseconds since the epoch: the shells' clock).
 #[derive(Debug, Clone)]
 pub(crate) struct SessionMeta {
     pub(crate) hmac: Arc<str>,
     pub(crate) principal: Option<Arc<str>>,
-    pub(crate) handshake: Handshake,
     pub(crate) origin: Option<String>,
     pub(crate) created_ms: u64,
 }
 
-/// The session's record.
-pub(crate) struct SessionState<'a> {
+/// The session's state as its record states it.
+pub(crate) struct SessionNow<'a, I> {
     pub(crate) version: &'a str,
     pub(crate) generation: u32,
     pub(crate) state: RecordState,
     pub(crate) log_level: Option<&'a str>,
     pub(crate) incarnation: u32,
     pub(crate) last_used: Tick,
+    pub(crate) handshake: Handshake,
+    /// Its streams: their records, logs and index live as long as the session does, plus the
+    /// streams' retention.
+    pub(crate) streams: I,
 }
 
 impl SessionMeta {
-    pub(crate) fn record_ops(&self, cx: &LedgerCtx, s: &SessionState<'_>) -> Vec<Op> {
+    pub(crate) fn record_ops(&self, cx: &LedgerCtx, s: SessionNow<'_, impl Iterator<Item = StreamId>>) -> Vec<Op> {
         let last_used_ms = ms(s.last_used);
         let expires_ms = last_used_ms.saturating_add(cx.idle_ttl_ms);
         let record = Record::Session(SessionRecord {
@@ -84,7 +88,7 @@ impl SessionMeta {
             principal: self.principal.as_deref().map(str::to_owned),
             auth_subject: self.principal.as_deref().map(str::to_owned),
             protocol_version: s.version.to_owned(),
-            handshake: self.handshake.clone(),
+            handshake: s.handshake,
             origin: self.origin.clone(),
             created_ms: self.created_ms,
             last_used_ms,
@@ -95,11 +99,14 @@ impl SessionMeta {
             incarnation: s.incarnation,
         });
         let mut ops = vec![Op::Put { key: codec::session_key(&self.hmac), value: Bytes::from(codec::encode(&record)), expires_ms }];
-        ops.push(if s.state == RecordState::Active {
-            Op::IndexAdd { index: codec::SESSIONS_INDEX.into(), member: self.hmac.to_string(), score: expires_ms }
-        } else {
-            Op::IndexRemove { index: codec::SESSIONS_INDEX.into(), member: self.hmac.to_string() }
-        });
+        if s.state == RecordState::Active {
+            let streams_expire = last_used_ms.saturating_add(cx.stream_ttl_ms);
+            ops.push(Op::Expire { name: codec::streams_index(&self.hmac), expires_ms: streams_expire });
+            for sid in s.streams {
+                ops.push(Op::Expire { name: codec::stream_key(&self.hmac, sid.0), expires_ms: streams_expire });
+                ops.push(Op::Expire { name: codec::events_key(&self.hmac, sid.0), expires_ms: streams_expire });
+            }
+        }
         ops
     }
 }
@@ -111,15 +118,27 @@ pub(crate) fn forget_stream_ops(hmac: &str, sid: StreamId, ops: &mut Vec<Op>) {
     ops.push(Op::IndexRemove { index: codec::streams_index(hmac), member: sid.0.to_string() });
 }
 
-/// A POST's request digest: SHA-256 of its method and params as received.
+/// A POST's request digest: SHA-256 of its method and params (serialized straight into the
+/// hash, no buffer).
 pub(crate) fn request_digest(method: &str, params: Option<&serde_json::Value>) -> String {
-    let mut h = Sha256::new();
-    h.update((method.len() as u32).to_be_bytes());
-    h.update(method.as_bytes());
-    if let Some(p) = params {
-        h.update(serde_json::to_vec(p).unwrap_or_default());
+    struct Hashing(Sha256);
+    impl std::io::Write for Hashing {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.update(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
     }
-    codec::hex(&h.finalize())
+    let mut h = Hashing(Sha256::new());
+    h.0.update((method.len() as u32).to_be_bytes());
+    h.0.update(method.as_bytes());
+    if let Some(p) = params {
+        // Writing a Value into a sink that never fails cannot fail.
+        let _ = serde_json::to_writer(&mut h, p);
+    }
+    codec::hex(&h.0.finalize())
 }
 
 /// The keys of one stream, and what its record holds besides its core's state.
@@ -127,41 +146,36 @@ pub(crate) fn request_digest(method: &str, params: Option<&serde_json::Value>) -
 pub(crate) struct StreamLedger {
     hmac: Arc<str>,
     record_key: String,
-    log: String,
+    log: Arc<str>,
     request_digest: Option<String>,
     created_ms: u64,
     indexed: bool,
 }
 
-/// Names a close reason in the record.
-pub(crate) fn reason_name(r: CloseReason) -> &'static str {
-    match r {
-        CloseReason::Responded => "responded",
-        CloseReason::Cancelled => "cancelled",
-        CloseReason::EventsLost => "events_lost",
-        CloseReason::SessionEnded => "session_ended",
-        CloseReason::Replaced => "replaced",
-        CloseReason::Evicted => "evicted",
-    }
+/// Close reasons as records name them.
+const REASONS: [(CloseReason, &str); 6] = [
+    (CloseReason::Responded, "responded"),
+    (CloseReason::Cancelled, "cancelled"),
+    (CloseReason::EventsLost, "events_lost"),
+    (CloseReason::SessionEnded, "session_ended"),
+    (CloseReason::Replaced, "replaced"),
+    (CloseReason::Evicted, "evicted"),
+];
+
+fn reason_name(r: CloseReason) -> &'static str {
+    REASONS.iter().find(|(c, _)| *c == r).map_or("responded", |(_, n)| n)
 }
 
-/// Reads a close reason from a record (`None`: still running, or unknown to this release).
-pub(crate) fn reason_from(name: Option<&str>) -> Option<CloseReason> {
-    Some(match name? {
-        "responded" => CloseReason::Responded,
-        "cancelled" => CloseReason::Cancelled,
-        "events_lost" => CloseReason::EventsLost,
-        "replaced" => CloseReason::Replaced,
-        "evicted" => CloseReason::Evicted,
-        "session_ended" => CloseReason::SessionEnded,
-        _ => return None,
-    })
+/// A recorded close reason. One this release does not know (written by a newer one) still
+/// means closed: it reads as `Responded`, so nothing is appended to the stream.
+pub(crate) fn reason_from(name: &str) -> CloseReason {
+    REASONS.iter().find(|(_, n)| *n == name).map_or(CloseReason::Responded, |(c, _)| *c)
 }
 
 impl StreamLedger {
     /// A new stream (its record and index entry are written on the first flush).
     pub(crate) fn new(hmac: Arc<str>, sid: StreamId, request_digest: Option<String>, now: Tick) -> StreamLedger {
-        StreamLedger { record_key: codec::stream_key(&hmac, sid.0), log: codec::events_key(&hmac, sid.0), hmac, request_digest, created_ms: ms(now), indexed: false }
+        StreamLedger { record_key: codec::stream_key(&hmac, sid.0), log: codec::events_key(&hmac, sid.0).into(), hmac, request_digest, created_ms: ms(now), indexed: false }
     }
 
     /// A stream restored from its record (already indexed).
@@ -183,7 +197,7 @@ impl StreamLedger {
             match c {
                 StreamChange::Event { seq, frame } => {
                     newest = Some(seq);
-                    ops.push(Op::Append { log: self.log.clone(), seq: seq.0, frame, max_len, expires_ms });
+                    ops.push(Op::Append { log: Arc::clone(&self.log), seq: seq.0, frame, max_len, expires_ms });
                 }
                 StreamChange::Record => record = true,
             }
@@ -193,7 +207,7 @@ impl StreamLedger {
             if !self.indexed {
                 self.indexed = true;
                 let sid = core.id().0;
-                ops.push(Op::IndexAdd { index: codec::streams_index(&self.hmac), member: sid.to_string(), score: sid });
+                ops.push(Op::IndexAdd { index: codec::streams_index(&self.hmac), member: sid.to_string(), score: sid, expires_ms });
             }
         }
         (ops, newest)

@@ -20,7 +20,7 @@ use super::budget::{Charge, MemoryBudget};
 use super::durable::{self, LedgerCtx, SessionMeta, StreamLedger};
 use super::registry::{InboxTicket, RegistryGuard};
 use super::stream::{Attach, Close, Emit, PollClose, SessionLink, Stop as StopStream, StreamActor, StreamReport};
-use super::supervisor::Supervisor;
+use super::supervisor::{Settle, Supervisor};
 use crate::proto::admission::ReplyMode;
 use crate::proto::error::{Overload, Rejection};
 use crate::proto::event_id::{CursorSigner, EventId};
@@ -248,7 +248,6 @@ impl SessionActor {
         let meta = SessionMeta {
             hmac: seed.hmac,
             principal: seed.principal.clone(),
-            handshake: Handshake { requested_version: None, capabilities: Value::Null, client_info: Value::Null },
             origin: seed.origin,
             created_ms: seed.restore.as_ref().map_or(durable::ms(now), |r| r.created_ms),
         };
@@ -295,7 +294,7 @@ impl SessionActor {
                 events: events.into_iter().map(|(q, f)| (Seq(q), f)).collect(),
                 newest: Seq(record.last_sent),
                 acked: Seq(record.last_acked),
-                closed: durable::reason_from(record.close_reason.as_deref()),
+                closed: record.close_reason.as_deref().map(durable::reason_from),
             };
             let core = StreamCore::restore(sid, Generation(record.generation), kind, (*self.signer).clone(), self.settings.clone(), restored);
             let ledger = StreamLedger::restored(Arc::clone(&self.meta.hmac), sid, &record);
@@ -306,17 +305,17 @@ impl SessionActor {
     }
 
     fn record_ops_at(&self, state: RecordState, last_used: Tick) -> Vec<crate::ledger::Op> {
-        let mut meta = self.meta.clone();
-        meta.handshake = Handshake { requested_version: self.requested_version.clone(), capabilities: (*self.client_caps).clone(), client_info: self.client_info.clone() };
-        meta.record_ops(
+        self.meta.record_ops(
             &self.ledger,
-            &durable::SessionState {
+            durable::SessionNow {
                 version: self.core.version().as_str(),
                 generation: self.core.generation().0,
                 state,
                 log_level: self.core.log_level().map(LogLevel::as_str),
                 incarnation: self.core.incarnation(),
                 last_used,
+                handshake: Handshake { requested_version: self.requested_version.clone(), capabilities: (*self.client_caps).clone(), client_info: self.client_info.clone() },
+                streams: self.core.stream_ids(),
             },
         )
     }
@@ -331,7 +330,7 @@ impl SessionActor {
             durable::forget_stream_ops(&self.meta.hmac, sid, &mut ops);
         }
         ops.push(crate::ledger::Op::DropIndex { index: crate::ledger::codec::streams_index(&self.meta.hmac) });
-        self.sup.settle(&self.meta.hmac, crate::actor::supervisor::Settle::Ended, ops).commit();
+        self.sup.settle(&self.meta.hmac, Settle::Ended, ops);
     }
 
     /// Park: record the session as it is and deregister it, unless a request holds a place
@@ -339,17 +338,16 @@ impl SessionActor {
     fn park(&mut self) -> bool {
         let Some(guard) = self.guard.take() else { return false };
         let ops = self.record_ops_at(RecordState::Active, self.core.last_activity());
-        // Announced before it leaves the registry: a revive waits for these writes.
-        let settle = self.sup.settle(&self.meta.hmac, crate::actor::supervisor::Settle::Parked, ops);
+        // Announced before it leaves the registry: a revive waits for these writes. When the
+        // session stays after all, they were an ordinary record write.
+        self.sup.settle(&self.meta.hmac, Settle::Parked, ops);
         match guard.park() {
             Ok(()) => {
-                settle.commit();
                 tracing::debug!(session = %self.log_id(), "session parked");
                 self.sup.stats().session_parked();
                 true
             }
             Err(guard) => {
-                settle.commit();
                 self.guard = Some(guard);
                 false
             }

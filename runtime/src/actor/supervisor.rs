@@ -100,7 +100,6 @@ pub struct Supervisor {
     registry: Arc<Registry>,
     rate: RateLimiter,
     key: CursorKey,
-    clock: crate::clock::Clock,
     generation: Generation,
     stream_env: Arc<StreamEnv>,
     /// Read on every `initialize`, written twice per process life; never held across await.
@@ -110,8 +109,12 @@ pub struct Supervisor {
     revive_locks: Vec<tokio::sync::Mutex<()>>,
     /// Sessions that ended (DELETE, expiry) whose final record is not committed yet: a revive
     /// must not read the record they are about to overwrite. Held for one insert or lookup.
-    settling: Arc<Mutex<HashMap<Arc<str>, Settle>>>,
+    /// Counted: a session may settle twice before the first writes are in.
+    settling: Arc<Mutex<SettlingMap>>,
 }
+
+/// Session HMAC -> why its last writes are on their way, and how many batches of them.
+type SettlingMap = HashMap<Arc<str>, (Settle, usize)>;
 
 /// Why a session's last writes are on their way to the ledger.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,25 +125,7 @@ pub(crate) enum Settle {
     Parked,
 }
 
-/// Writes announced by [`Supervisor::settle`], handed to the writer by [`Settling::commit`].
-#[must_use = "the writes go to the ledger on commit"]
-pub(crate) struct Settling<'a> {
-    sup: &'a Supervisor,
-    hmac: Arc<str>,
-    ops: Vec<crate::ledger::Op>,
-}
 
-impl Settling<'_> {
-    pub(crate) fn commit(self) {
-        let (settling, hmac) = (Arc::clone(&self.sup.settling), self.hmac);
-        self.sup.stream_env.ledger.writer.submit_then(
-            self.ops,
-            Box::new(move || {
-                settling.lock().remove(&hmac);
-            }),
-        );
-    }
-}
 
 impl std::fmt::Debug for Supervisor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -175,7 +160,6 @@ impl Supervisor {
             ledger: ledger_cx,
             clock: crate::clock::Clock::start(),
         });
-        let stream_env_clock = stream_env.clock;
         let q = &cfg.quotas;
         Arc::new(Supervisor {
             key: CursorKey::new(&durable::derive(&ledger.secret, "mcp-host cursor v1")),
@@ -183,7 +167,6 @@ impl Supervisor {
             rate: RateLimiter::new(q.session_burst, q.session_rate_per_sec, cfg.sessions.max_sessions.max(1024)),
             catalog: Arc::new(catalog),
             registry: Arc::new(Registry::default()),
-            clock: stream_env_clock,
             generation,
             stream_env,
             phase: RwLock::new(Phase::Serving(generation)),
@@ -240,22 +223,16 @@ impl Supervisor {
         *self.phase.read()
     }
 
-    /// Milliseconds since the supervisor started (the core's clock).
+    /// Now, as the cores see it: milliseconds since the epoch, monotonic while running.
     #[must_use]
     pub fn now(&self) -> Tick {
-        self.clock.now()
+        self.stream_env.clock.now()
     }
 
     /// Live sessions.
     #[must_use]
     pub fn session_count(&self) -> usize {
         self.registry.len()
-    }
-
-    /// Whether a session is live in this process.
-    #[must_use]
-    pub fn is_live(&self, id: &SessionId) -> bool {
-        self.registry.contains(id)
     }
 
     /// Find a session for a caller. Another caller's session is reported as not found.
@@ -349,7 +326,7 @@ impl Supervisor {
     pub async fn revive(self: &Arc<Self>, id: &SessionId, principal: Option<&Arc<str>>, key: QuotaKey) -> Result<(), Rejection> {
         let cx = &self.stream_env.ledger;
         let hmac = cx.session_hmac(id);
-        let settling = self.settling.lock().get(&hmac).copied();
+        let settling = self.settling.lock().get(&hmac).map(|(why, _)| *why);
         match settling {
             // It just ended here; its end is on the way to the ledger.
             Some(Settle::Ended) => return Ok(()),
@@ -361,7 +338,7 @@ impl Supervisor {
         }
         let shard = usize::from(hmac.as_bytes()[0]) % self.revive_locks.len();
         let _one_at_a_time = self.revive_locks[shard].lock().await;
-        if self.registry.get(id).is_some() {
+        if self.registry.contains(id) {
             return Ok(());
         }
         let Some((record, streams)) = self.read_session(&hmac, principal).map_err(|e| {
@@ -371,6 +348,7 @@ impl Supervisor {
         else {
             return Ok(());
         };
+        // Read first: a session that does not exist is 404 also while stopping.
         if !matches!(self.phase(), Phase::Serving(_)) {
             return Err(Rejection::Overloaded(Overload::Draining));
         }
@@ -408,7 +386,7 @@ impl Supervisor {
         }
         let most = self.cfg.sessions.max_retained_streams + self.cfg.sessions.max_in_flight + 1;
         let mut streams = Vec::new();
-        for (member, _) in store.index_lowest(&codec::streams_index(hmac), most)? {
+        for (member, _) in store.index_lowest(&codec::streams_index(hmac), most, now)? {
             let Ok(sid) = member.parse::<u64>() else { continue };
             let Some(bytes) = store.get(&codec::stream_key(hmac, sid), now)? else { continue };
             let Record::Stream(s) = codec::decode(&bytes)? else { continue };
@@ -420,9 +398,21 @@ impl Supervisor {
 
     /// Announce a session's last writes of this life (it ended, or parks): until `ops` are
     /// committed a revive does not read the record they replace.
-    pub(crate) fn settle(&self, hmac: &Arc<str>, why: Settle, ops: Vec<crate::ledger::Op>) -> Settling<'_> {
-        self.settling.lock().insert(Arc::clone(hmac), why);
-        Settling { sup: self, hmac: Arc::clone(hmac), ops }
+    pub(crate) fn settle(&self, hmac: &Arc<str>, why: Settle, ops: Vec<crate::ledger::Op>) {
+        self.settling.lock().entry(Arc::clone(hmac)).and_modify(|(w, n)| (*w, *n) = (why, *n + 1)).or_insert((why, 1));
+        let (settling, hmac) = (Arc::clone(&self.settling), Arc::clone(hmac));
+        self.stream_env.ledger.writer.submit_then(
+            ops,
+            Box::new(move || {
+                let mut s = settling.lock();
+                if let Some((_, n)) = s.get_mut(&hmac) {
+                    *n -= 1;
+                    if *n == 0 {
+                        s.remove(&hmac);
+                    }
+                }
+            }),
+        );
     }
 
     /// Stop admitting sessions (`initialize` gets 503 with `Retry-After`); existing ones go

@@ -14,7 +14,7 @@ use bytes::{Bytes, BytesMut};
 use futures_core::Stream as _;
 use tokio::sync::oneshot;
 
-use crate::actor::{Delete, JsonReply, OpenGet, Post, PostOutcome, QuotaKey, Resume, SessionHandle, SseBody, Supervisor};
+use crate::actor::{Delete, InboxTicket, JsonReply, OpenGet, Post, PostOutcome, QuotaKey, Resume, SessionHandle, SseBody, Supervisor};
 use crate::proto::admission::{Admitted, Command, HeadAdmitted, HttpMethod, ReplyMode, RequestHead, admit_body, admit_head, cors_headers, cors_origin, cors_preflight_headers};
 use crate::proto::error::{Overload, Quota, Rejection};
 use crate::proto::jsonrpc::{Incoming, encode_result};
@@ -210,16 +210,22 @@ fn opens_stream(incoming: &Incoming, reply: ReplyMode) -> bool {
 // between them is synchronous ([`dispatch`]).
 async fn serve(req: &HttpRequest, head: &RequestHead<'_>, payload: web::Payload, sup: &Arc<Supervisor>) -> Result<HttpResponse, Rejection> {
     let admitted = admit_request(req, head, payload, sup).await?;
-    if let Some(session) = admitted.command.session()
-        && !sup.is_live(session)
-    {
-        // Not live here: perhaps parked, or recorded by the process before a restart. Boxed,
-        // so this rare path adds a pointer, not its whole state, to every request's future.
-        let key = quota_key(admitted.principal.as_ref(), req.peer_addr(), sup.config().quotas.ipv6_prefix_len);
-        Box::pin(sup.revive(session, admitted.principal.as_ref(), key)).await?;
-    }
+    let found = match admitted.command.session() {
+        None => None,
+        Some(session) => Some(match sup.lookup(session, admitted.principal.as_ref()) {
+            // Not live here: perhaps parked, or recorded by the process before a restart.
+            // Boxed, so this rare path adds a pointer, not its whole state, to every
+            // request's future.
+            Err(Rejection::SessionNotFound) => {
+                let key = quota_key(admitted.principal.as_ref(), req.peer_addr(), sup.config().quotas.ipv6_prefix_len);
+                Box::pin(sup.revive(session, admitted.principal.as_ref(), key)).await?;
+                sup.lookup(session, admitted.principal.as_ref())?
+            }
+            other => other?,
+        }),
+    };
     // Bound first: a `?` in the scrutinee would keep its temporary across the awaits.
-    let next = dispatch(req, sup, admitted)?;
+    let next = dispatch(req, sup, admitted, found)?;
     match next {
         Next::Ready(resp) => Ok(resp),
         Next::Post(rx) => post_reply(rx).await,
@@ -245,9 +251,12 @@ enum Next {
     Delete(oneshot::Receiver<Result<(), Rejection>>),
 }
 
-/// Carry an admitted command to its session (or answer it here).
-fn dispatch(req: &HttpRequest, sup: &Arc<Supervisor>, admitted: Admitted) -> Result<Next, Rejection> {
+/// Carry an admitted command to its session (`found` when it names one, with a place in its
+/// inbox), or answer it here.
+fn dispatch(req: &HttpRequest, sup: &Arc<Supervisor>, admitted: Admitted, found: Option<(SessionHandle, InboxTicket)>) -> Result<Next, Rejection> {
     let principal = admitted.principal;
+    // `found` is made from the command's session, so a command with one always has it.
+    let found = move || found.ok_or(Rejection::Internal);
     match admitted.command {
         Command::Preflight => {
             let mut b = HttpResponse::NoContent();
@@ -273,8 +282,8 @@ fn dispatch(req: &HttpRequest, sup: &Arc<Supervisor>, admitted: Admitted) -> Res
             );
             Ok(Next::Ready(resp))
         }
-        Command::Post { session, version: _, incoming, reply } => {
-            let (handle, ticket) = sup.lookup(&session, principal.as_ref())?;
+        Command::Post { version: _, incoming, reply, .. } => {
+            let (handle, ticket) = found()?;
             if opens_stream(&incoming, reply) {
                 stream_memory_available(sup, &handle)?;
             }
@@ -282,23 +291,23 @@ fn dispatch(req: &HttpRequest, sup: &Arc<Supervisor>, admitted: Admitted) -> Res
             handle.deliver(ticket, |ticket| Post { incoming, reply_mode: reply, reply: tx, ticket })?;
             Ok(Next::Post(rx))
         }
-        Command::OpenStream { session } => {
-            let (handle, ticket) = sup.lookup(&session, principal.as_ref())?;
+        Command::OpenStream { .. } => {
+            let (handle, ticket) = found()?;
             stream_memory_available(sup, &handle)?;
             let (tx, rx) = oneshot::channel();
             handle.deliver(ticket, |ticket| OpenGet { reply: tx, ticket })?;
             Ok(Next::Stream(rx, Rejection::SessionNotFound))
         }
-        Command::Resume { session, cursor } => {
-            let (handle, ticket) = sup.lookup(&session, principal.as_ref())?;
+        Command::Resume { cursor, .. } => {
+            let (handle, ticket) = found()?;
             let event = handle.signer.decode(&cursor).map_err(|_| Rejection::CursorRejected)?;
             let (tx, rx) = oneshot::channel();
             handle.deliver(ticket, |ticket| Resume { event, reply: tx, ticket })?;
             // A dropped reply: the stream stopped (its retention ended) with the resume queued.
             Ok(Next::Stream(rx, Rejection::EventsLost))
         }
-        Command::Delete { session } => {
-            let (handle, ticket) = sup.lookup(&session, principal.as_ref())?;
+        Command::Delete { .. } => {
+            let (handle, ticket) = found()?;
             let (tx, rx) = oneshot::channel();
             handle.deliver(ticket, |ticket| Delete { reply: tx, ticket })?;
             Ok(Next::Delete(rx))

@@ -286,9 +286,6 @@ pub fn streams_index(hmac: &str) -> String {
     format!("ts/{hmac}")
 }
 
-/// Index of every recorded session (member: its HMAC; score: when it expires unless used).
-pub const SESSIONS_INDEX: &str = "sessions";
-
 /// Key of an idempotency receipt: the caller and the key, length-prefixed so that no two
 /// (principal, key) pairs share a ledger key.
 #[must_use]

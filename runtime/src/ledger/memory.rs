@@ -18,6 +18,7 @@ struct Log {
 struct Index {
     scores: HashMap<String, u64>,
     order: BTreeSet<(u64, String)>,
+    expires_ms: u64,
 }
 
 #[derive(Debug, Default)]
@@ -50,7 +51,10 @@ fn apply_one(t: &mut Tables, op: &Op) {
             t.kv.remove(key);
         }
         Op::Append { log, seq, frame, max_len, expires_ms } => {
-            let l = t.logs.entry(log.clone()).or_default();
+            if !t.logs.contains_key(&**log) {
+                t.logs.insert(log.to_string(), Log::default());
+            }
+            let l = t.logs.get_mut(&**log).expect("inserted above");
             l.expires_ms = l.expires_ms.max(*expires_ms);
             if l.events.last_key_value().is_some_and(|(newest, _)| newest >= seq) {
                 return;
@@ -63,8 +67,9 @@ fn apply_one(t: &mut Tables, op: &Op) {
         Op::DropLog { log } => {
             t.logs.remove(log);
         }
-        Op::IndexAdd { index, member, score } => {
+        Op::IndexAdd { index, member, score, expires_ms } => {
             let i = t.indexes.entry(index.clone()).or_default();
+            i.expires_ms = i.expires_ms.max(*expires_ms);
             if let Some(old) = i.scores.insert(member.clone(), *score) {
                 i.order.remove(&(old, member.clone()));
             }
@@ -79,6 +84,17 @@ fn apply_one(t: &mut Tables, op: &Op) {
         }
         Op::DropIndex { index } => {
             t.indexes.remove(index);
+        }
+        Op::Expire { name, expires_ms } => {
+            if let Some((_, exp)) = t.kv.get_mut(name) {
+                *exp = (*exp).max(*expires_ms);
+            }
+            if let Some(l) = t.logs.get_mut(name) {
+                l.expires_ms = l.expires_ms.max(*expires_ms);
+            }
+            if let Some(i) = t.indexes.get_mut(name) {
+                i.expires_ms = i.expires_ms.max(*expires_ms);
+            }
         }
     }
 }
@@ -112,21 +128,18 @@ impl Store for MemoryStore {
         Ok(t.logs.get(log).filter(|l| l.expires_ms > now_ms).map(|l| l.events.iter().map(|(s, f)| (*s, f.clone())).collect()).unwrap_or_default())
     }
 
-    fn index_lowest(&self, index: &str, limit: usize) -> Result<Vec<(String, u64)>, StoreError> {
+    fn index_lowest(&self, index: &str, limit: usize, now_ms: u64) -> Result<Vec<(String, u64)>, StoreError> {
         let t = self.tables.lock();
-        Ok(t.indexes.get(index).map(|i| i.order.iter().take(limit).map(|(s, m)| (m.clone(), *s)).collect()).unwrap_or_default())
-    }
-
-    fn index_len(&self, index: &str) -> Result<usize, StoreError> {
-        Ok(self.tables.lock().indexes.get(index).map_or(0, |i| i.scores.len()))
+        Ok(t.indexes.get(index).filter(|i| i.expires_ms > now_ms).map(|i| i.order.iter().take(limit).map(|(s, m)| (m.clone(), *s)).collect()).unwrap_or_default())
     }
 
     fn sweep(&self, now_ms: u64) -> Result<usize, StoreError> {
         let mut t = self.tables.lock();
-        let before = t.kv.len() + t.logs.len();
+        let before = t.kv.len() + t.logs.len() + t.indexes.len();
         t.kv.retain(|_, (_, exp)| *exp > now_ms);
         t.logs.retain(|_, l| l.expires_ms > now_ms);
-        Ok(before - t.kv.len() - t.logs.len())
+        t.indexes.retain(|_, i| i.expires_ms > now_ms);
+        Ok(before - t.kv.len() - t.logs.len() - t.indexes.len())
     }
 
     fn set_durability(&self, _: Durability) {}

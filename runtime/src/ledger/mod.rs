@@ -11,6 +11,10 @@
 //!   the request path, in the order they were handed over, so a crash loses at most a suffix
 //!   of what was handed over: never a torn or duplicated record.
 //!
+//! Expiry is per key, per log and per index (Redis: `PEXPIREAT`), never per index member,
+//! so a sweep (or Redis itself) removes whatever a session left behind, also when no process
+//! was there to clean up after it.
+//!
 //! Reads (restoring a session after a restart or from parking, receipts) go to the store
 //! directly, after a [`Writer::barrier`] when they must see everything handed over so far.
 
@@ -19,6 +23,8 @@ mod memory;
 mod open;
 mod sqlite;
 mod writer;
+
+use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -49,8 +55,8 @@ pub enum Op {
     /// `PEXPIREAT`). Sequence numbers of one log only grow; an append at or below the newest
     /// is ignored (a replayed batch is never duplicated).
     Append {
-        /// Log name.
-        log: String,
+        /// Log name (shared by every append of one stream).
+        log: Arc<str>,
         /// Event sequence number.
         seq: u64,
         /// The encoded SSE frame.
@@ -65,7 +71,8 @@ pub enum Op {
         /// Log name.
         log: String,
     },
-    /// Add or re-score `member` in the sorted index `index` (Redis: `ZADD`).
+    /// Add or re-score `member` in the sorted index `index`, and push the index's expiry
+    /// to `expires_ms` (Redis: `ZADD` and `PEXPIREAT ... GT`).
     IndexAdd {
         /// Index name.
         index: String,
@@ -73,6 +80,16 @@ pub enum Op {
         member: String,
         /// Score (lowest first).
         score: u64,
+        /// Expiry of the whole index, ms since the epoch.
+        expires_ms: u64,
+    },
+    /// Push the expiry of the key, log or index named `name` to at least `expires_ms`;
+    /// nothing when it does not exist (Redis: `PEXPIREAT name expires_ms GT`).
+    Expire {
+        /// Key, log or index name.
+        name: String,
+        /// New expiry, ms since the epoch.
+        expires_ms: u64,
     },
     /// Remove `member` from `index` (Redis: `ZREM`).
     IndexRemove {
@@ -100,6 +117,7 @@ impl Op {
             Op::IndexAdd { index, member, .. } => index.len() + member.len(),
             Op::IndexRemove { index, member } => index.len() + member.len(),
             Op::DropIndex { index } => index.len(),
+            Op::Expire { name, .. } => name.len(),
         }
     }
 }
@@ -157,19 +175,14 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// [`StoreError::Backend`].
     fn read_log(&self, log: &str, now_ms: u64) -> Result<Vec<(u64, Bytes)>, StoreError>;
 
-    /// The `limit` lowest-scored members of `index`, lowest first (Redis: `ZRANGE ... WITHSCORES`).
+    /// The `limit` lowest-scored members of `index`, lowest first, unless the index expired
+    /// at `now_ms` (Redis: `ZRANGE ... WITHSCORES`).
     ///
     /// # Errors
     /// [`StoreError::Backend`].
-    fn index_lowest(&self, index: &str, limit: usize) -> Result<Vec<(String, u64)>, StoreError>;
+    fn index_lowest(&self, index: &str, limit: usize, now_ms: u64) -> Result<Vec<(String, u64)>, StoreError>;
 
-    /// Members of `index` (Redis: `ZCARD`).
-    ///
-    /// # Errors
-    /// [`StoreError::Backend`].
-    fn index_len(&self, index: &str) -> Result<usize, StoreError>;
-
-    /// Remove keys and logs expired at `now_ms` (Redis expires them itself: a no-op there);
+    /// Remove keys, logs and indexes expired at `now_ms` (Redis expires them itself: a no-op there);
     /// returns how many were removed.
     ///
     /// # Errors

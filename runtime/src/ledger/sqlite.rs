@@ -22,6 +22,8 @@ CREATE INDEX IF NOT EXISTS logs_expires ON logs (expires);
 CREATE TABLE IF NOT EXISTS events (log TEXT NOT NULL, seq INTEGER NOT NULL, frame BLOB NOT NULL, PRIMARY KEY (log, seq)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS idx (name TEXT NOT NULL, member TEXT NOT NULL, score INTEGER NOT NULL, PRIMARY KEY (name, member)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS idx_score ON idx (name, score, member);
+CREATE TABLE IF NOT EXISTS indexes (name TEXT PRIMARY KEY, expires INTEGER NOT NULL) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS indexes_expires ON indexes (expires);
 ";
 
 /// Readers kept open (each read takes a free one, or waits for the least busy).
@@ -92,12 +94,12 @@ fn apply_one(tx: &rusqlite::Transaction<'_>, op: &Op) -> rusqlite::Result<()> {
                     "INSERT INTO logs (log, newest, expires) VALUES (?1, ?2, ?3) ON CONFLICT (log) DO UPDATE
                      SET newest = excluded.newest, expires = max(expires, excluded.expires) WHERE excluded.newest > logs.newest",
                 )?
-                .execute(params![log, seq, ms(*expires_ms)])?;
+                .execute(params![&**log, seq, ms(*expires_ms)])?;
             if advanced == 1 {
-                tx.prepare_cached("INSERT INTO events (log, seq, frame) VALUES (?1, ?2, ?3)")?.execute(params![log, seq, &frame[..]])?;
+                tx.prepare_cached("INSERT INTO events (log, seq, frame) VALUES (?1, ?2, ?3)")?.execute(params![&**log, seq, &frame[..]])?;
                 let keep = i64::try_from((*max_len).max(1)).unwrap_or(i64::MAX);
                 if seq > keep {
-                    tx.prepare_cached("DELETE FROM events WHERE log = ?1 AND seq <= ?2")?.execute(params![log, seq - keep])?;
+                    tx.prepare_cached("DELETE FROM events WHERE log = ?1 AND seq <= ?2")?.execute(params![&**log, seq - keep])?;
                 }
             }
         }
@@ -105,15 +107,24 @@ fn apply_one(tx: &rusqlite::Transaction<'_>, op: &Op) -> rusqlite::Result<()> {
             tx.prepare_cached("DELETE FROM events WHERE log = ?1")?.execute(params![log])?;
             tx.prepare_cached("DELETE FROM logs WHERE log = ?1")?.execute(params![log])?;
         }
-        Op::IndexAdd { index, member, score } => {
+        Op::IndexAdd { index, member, score, expires_ms } => {
             tx.prepare_cached("INSERT INTO idx (name, member, score) VALUES (?1, ?2, ?3) ON CONFLICT (name, member) DO UPDATE SET score = excluded.score")?
                 .execute(params![index, member, ms(*score)])?;
+            tx.prepare_cached("INSERT INTO indexes (name, expires) VALUES (?1, ?2) ON CONFLICT (name) DO UPDATE SET expires = max(expires, excluded.expires)")?
+                .execute(params![index, ms(*expires_ms)])?;
+        }
+        Op::Expire { name, expires_ms } => {
+            let e = ms(*expires_ms);
+            tx.prepare_cached("UPDATE kv SET expires = ?2 WHERE key = ?1 AND expires < ?2")?.execute(params![name, e])?;
+            tx.prepare_cached("UPDATE logs SET expires = ?2 WHERE log = ?1 AND expires < ?2")?.execute(params![name, e])?;
+            tx.prepare_cached("UPDATE indexes SET expires = ?2 WHERE name = ?1 AND expires < ?2")?.execute(params![name, e])?;
         }
         Op::IndexRemove { index, member } => {
             tx.prepare_cached("DELETE FROM idx WHERE name = ?1 AND member = ?2")?.execute(params![index, member])?;
         }
         Op::DropIndex { index } => {
             tx.prepare_cached("DELETE FROM idx WHERE name = ?1")?.execute(params![index])?;
+            tx.prepare_cached("DELETE FROM indexes WHERE name = ?1")?.execute(params![index])?;
         }
     }
     Ok(())
@@ -165,16 +176,16 @@ impl Store for SqliteStore {
         })
     }
 
-    fn index_lowest(&self, index: &str, limit: usize) -> Result<Vec<(String, u64)>, StoreError> {
+    fn index_lowest(&self, index: &str, limit: usize, now_ms: u64) -> Result<Vec<(String, u64)>, StoreError> {
         self.read(|c| {
+            let live: Option<i64> = c.prepare_cached("SELECT expires FROM indexes WHERE name = ?1 AND expires > ?2")?.query_row(params![index, ms(now_ms)], |r| r.get(0)).optional()?;
+            if live.is_none() {
+                return Ok(Vec::new());
+            }
             let mut s = c.prepare_cached("SELECT member, score FROM idx WHERE name = ?1 ORDER BY score, member LIMIT ?2")?;
             let rows = s.query_map(params![index, i64::try_from(limit).unwrap_or(i64::MAX)], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64)))?;
             rows.collect()
         })
-    }
-
-    fn index_len(&self, index: &str) -> Result<usize, StoreError> {
-        self.read(|c| c.prepare_cached("SELECT count(*) FROM idx WHERE name = ?1")?.query_row(params![index], |r| r.get::<_, i64>(0)).map(|n| n as usize))
     }
 
     fn sweep(&self, now_ms: u64) -> Result<usize, StoreError> {
@@ -184,8 +195,10 @@ impl Store for SqliteStore {
         let keys = tx.execute("DELETE FROM kv WHERE expires <= ?1", params![now]).map_err(backend)?;
         tx.execute("DELETE FROM events WHERE log IN (SELECT log FROM logs WHERE expires <= ?1)", params![now]).map_err(backend)?;
         let logs = tx.execute("DELETE FROM logs WHERE expires <= ?1", params![now]).map_err(backend)?;
+        tx.execute("DELETE FROM idx WHERE name IN (SELECT name FROM indexes WHERE expires <= ?1)", params![now]).map_err(backend)?;
+        let indexes = tx.execute("DELETE FROM indexes WHERE expires <= ?1", params![now]).map_err(backend)?;
         tx.commit().map_err(backend)?;
-        Ok(keys + logs)
+        Ok(keys + logs + indexes)
     }
 
     fn set_durability(&self, durability: Durability) {

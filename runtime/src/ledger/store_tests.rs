@@ -9,7 +9,8 @@ fn put(key: &str, value: &str, expires_ms: u64) -> Op {
 }
 
 fn append(log: &str, seq: u64, max_len: usize) -> Op {
-    Op::Append { log: log.into(), seq, frame: Bytes::from(format!("frame {seq}")), max_len, expires_ms: 1_000 }
+    let log: std::sync::Arc<str> = log.into();
+    Op::Append { log, seq, frame: Bytes::from(format!("frame {seq}")), max_len, expires_ms: 1_000 }
 }
 
 pub(crate) fn contract(s: &dyn Store) {
@@ -38,18 +39,28 @@ pub(crate) fn contract(s: &dyn Store) {
     assert!(s.read_log("never", 10).unwrap().is_empty());
 
     // Indexes.
-    let add = |m: &str, score| Op::IndexAdd { index: "i".into(), member: m.into(), score };
+    let add = |m: &str, score| Op::IndexAdd { index: "i".into(), member: m.into(), score, expires_ms: 500 };
     s.apply(&[add("x", 30), add("y", 10), add("z", 20), add("x", 5)]).unwrap();
-    assert_eq!(s.index_lowest("i", 2).unwrap(), vec![("x".to_owned(), 5), ("y".to_owned(), 10)], "re-scored in place");
-    assert_eq!(s.index_len("i").unwrap(), 3);
+    let members = |now| s.index_lowest("i", 10, now).unwrap().into_iter().map(|(m, _)| m).collect::<Vec<_>>();
+    assert_eq!(s.index_lowest("i", 2, 0).unwrap(), vec![("x".to_owned(), 5), ("y".to_owned(), 10)], "re-scored in place");
     s.apply(&[Op::IndexRemove { index: "i".into(), member: "y".into() }]).unwrap();
-    assert_eq!(s.index_len("i").unwrap(), 2);
+    assert_eq!(members(0), ["x", "z"]);
+    assert!(members(500).is_empty(), "an expired index reads empty");
     s.apply(&[Op::DropIndex { index: "i".into() }]).unwrap();
-    assert_eq!(s.index_len("i").unwrap(), 0);
+    assert!(members(0).is_empty());
 
-    // Sweep removes what expired.
-    s.apply(&[put("old", "o", 20), append("old-log", 1, 8)]).unwrap();
-    assert!(s.sweep(2_000).unwrap() >= 2);
+    // Expire pushes a key's, a log's or an index's expiry forward, never back.
+    s.apply(&[put("e", "v", 100), append("e-log", 1, 8), add("x", 1), Op::Expire { name: "e".into(), expires_ms: 5_000 }]).unwrap();
+    s.apply(&[Op::Expire { name: "e-log".into(), expires_ms: 5_000 }, Op::Expire { name: "i".into(), expires_ms: 5_000 }, Op::Expire { name: "e".into(), expires_ms: 10 }]).unwrap();
+    assert!(s.get("e", 4_000).unwrap().is_some() && !s.read_log("e-log", 4_000).unwrap().is_empty() && members(4_000) == ["x"]);
+    s.apply(&[Op::Expire { name: "never-written".into(), expires_ms: 5_000 }]).unwrap();
+    assert_eq!(s.get("never-written", 0).unwrap(), None, "expiring nothing creates nothing");
+
+    // Sweep removes what expired: keys, logs and indexes.
+    s.apply(&[put("old", "o", 20), append("old-log", 1, 8), Op::IndexAdd { index: "old-i".into(), member: "m".into(), score: 1, expires_ms: 20 }]).unwrap();
+    assert!(s.sweep(2_000).unwrap() >= 3);
     assert_eq!(s.get("a", 0).unwrap(), None);
     assert!(s.read_log("old-log", 0).unwrap().is_empty());
+    assert!(s.index_lowest("old-i", 10, 0).unwrap().is_empty(), "a swept index is gone, not only hidden");
+    assert!(members(0) == ["x"], "a live index survives the sweep");
 }
