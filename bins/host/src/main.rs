@@ -72,7 +72,7 @@ async fn serve(cfg: HostConfig) -> Result<(), String> {
         .build(ServerInfo { name: "mcp-host".into(), version: env!("CARGO_PKG_VERSION").into(), instructions: None })
         .map_err(|e| e.to_string())?;
     let ledger = mcp_runtime::ledger::Ledger::open(&cfg.runtime).map_err(|e| e.to_string())?;
-    let writer = std::sync::Arc::clone(&ledger.writer);
+    let closing = ledger.clone();
     let sup = Supervisor::with_ledger(cfg.runtime, catalog, ledger);
     let app_sup = Arc::clone(&sup);
     let path = cfg.path.clone();
@@ -135,9 +135,17 @@ async fn serve(cfg: HostConfig) -> Result<(), String> {
     }
     let result = server.await.map_err(|e| e.to_string());
     let stopped = sup.shutdown();
-    // Everything recorded so far is committed before the process ends (sessions stay
-    // active in the ledger: the next start revives them on first use).
-    let _ = writer.barrier().await;
+    // The sessions stop on their own arbiters: wait (bounded) until they have, so what their
+    // last handlers recorded is queued; then it is committed before the process ends, with
+    // the mark that this run stopped cleanly (sessions stay active in the ledger: the next
+    // start revives them on first use, their copies complete).
+    for _ in 0..250 {
+        if sup.session_count() == 0 {
+            break;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _ = closing.stopped_cleanly().await;
     tracing::info!(sessions = stopped, "stopped");
     result
 }

@@ -106,11 +106,14 @@ const SSE: (&str, &str) = ("Accept", "application/json, text/event-stream");
 const QUICK: Duration = Duration::from_secs(5);
 
 fn initialize(addr: &str) -> String {
-    initialize_as(addr, &[])
+    initialize_as(addr, "2025-11-25", &[])
 }
 
-fn initialize_as(addr: &str, auth: &[(&str, &str)]) -> String {
-    let init = json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"sampling":{}},"clientInfo":{"name":"restart-test","version":"1"}}});
+/// A session at `version`. The version tests use 2025-06-18: not the newest, so a revive
+/// that fell back to negotiating would show (2025-11-25 sessions prime their streams,
+/// 2025-06-18 ones do not).
+fn initialize_as(addr: &str, version: &str, auth: &[(&str, &str)]) -> String {
+    let init = json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":version,"capabilities":{"sampling":{}},"clientInfo":{"name":"restart-test","version":"1"}}});
     let headers: Vec<(&str, &str)> = [("Accept", "application/json")].into_iter().chain(auth.iter().copied()).collect();
     let (status, head, _) = http(addr, "POST", &headers, &init.to_string(), QUICK);
     assert_eq!(status, 200);
@@ -199,7 +202,7 @@ fn a_response_buffered_for_a_disconnected_client_survives_sigkill_and_is_deliver
 fn a_revived_session_keeps_its_version_and_log_level_across_sigkill() {
     let dir = TempDir::new("restart-level");
     let host = start(&dir, 0);
-    let sid = initialize(&host.addr);
+    let sid = initialize_as(&host.addr, "2025-06-18", &[]);
     assert_eq!(post_json(&host.addr, &sid, &json!({"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"info"}})).0, 200);
     // The level change is committed before the kill (a record write, no event).
     let _ = call_and_hang_up(&host.addr, &sid, 3, "echo", json!({"text": "x"}));
@@ -210,8 +213,8 @@ fn a_revived_session_keeps_its_version_and_log_level_across_sigkill() {
     let (status, _, b) = http(&host.addr, "POST", &[SSE, ("Mcp-Session-Id", &sid), ("MCP-Protocol-Version", "2025-11-25")], &body, QUICK);
     assert_eq!(status, 200, "the session is still valid");
     let text = String::from_utf8_lossy(&b);
-    let (priming, _) = text.split_once("data: {").expect("events");
-    assert!(priming.contains("id:") && priming.contains("retry:"), "a priming event first: still a 2025-11-25 session: {text}");
+    let (before_data, _) = text.split_once("data: {").expect("events");
+    assert!(!before_data.contains("retry:"), "no priming event: still a 2025-06-18 session: {text}");
     let got = events(&b);
     assert_eq!(json_of(&got[0].1)["method"], "notifications/message", "the log level survived");
     assert_eq!(json_of(&got[1].1)["id"], 4);
@@ -274,7 +277,7 @@ fn an_idle_session_is_parked_and_revived_with_its_version_principal_capabilities
     std::fs::write(&config, "[sessions]\npark_after_secs = 1\n[security.bearer_tokens]\n\"tok-alice\" = \"alice\"\n\"tok-bob\" = \"bob\"\n").unwrap();
     let host = start_with(&dir, 0, &["--config", config.to_str().unwrap(), "--stats-every-ms", "50"]);
     let alice = [("Authorization", "Bearer tok-alice")];
-    let sid = initialize_as(&host.addr, &alice);
+    let sid = initialize_as(&host.addr, "2025-06-18", &alice);
     let as_alice = |extra: &[(&'static str, &'static str)]| -> Vec<(&'static str, &'static str)> { [alice[0], ("MCP-Protocol-Version", "2025-11-25")].into_iter().chain(extra.iter().copied()).collect() };
     let with_sid = |h: Vec<(&'static str, &'static str)>| -> Vec<(String, String)> {
         h.into_iter().map(|(k, v)| (k.to_owned(), v.to_owned())).chain([("Mcp-Session-Id".to_owned(), sid.clone())]).collect()
@@ -294,12 +297,12 @@ fn an_idle_session_is_parked_and_revived_with_its_version_principal_capabilities
     let bob = with_sid(vec![("Authorization", "Bearer tok-bob"), ("Accept", "application/json"), ("MCP-Protocol-Version", "2025-11-25")]);
     assert_eq!(send("POST", &bob, &ping, QUICK).0, 404, "a parked session is bound to its principal");
 
-    // Its owner's next request revives it: same version (priming), same log level.
+    // Its owner's next request revives it: same version (no priming), same log level.
     let call = json!({"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"soak_flood","arguments":{"count":1,"bytes":4}}}).to_string();
     let (status, _, b) = send("POST", &with_sid(as_alice(&[SSE])), &call, QUICK);
     assert_eq!(status, 200);
     let text = String::from_utf8_lossy(&b);
-    assert!(text.split_once("data: {").is_some_and(|(p, _)| p.contains("retry:")), "a priming event: still 2025-11-25: {text}");
+    assert!(text.split_once("data: {").is_some_and(|(p, _)| !p.contains("retry:")), "no priming event: still 2025-06-18: {text}");
     let got = events(&b);
     assert_eq!(json_of(&got[0].1)["method"], "notifications/message", "the log level survived parking");
     let revived = wait_for_stats(&host, "the revive", |v| v["sessions_revived"] == 1);
@@ -310,4 +313,72 @@ fn an_idle_session_is_parked_and_revived_with_its_version_principal_capabilities
     let (_, _, b) = send("POST", &with_sid(as_alice(&[SSE])), &sample, Duration::from_secs(1));
     let first = events(&b).into_iter().map(|(_, d)| json_of(&d)).find(|m| m.is_object()).expect("an event");
     assert_eq!(first["method"], "sampling/createMessage", "the sampling capability survived parking: {first}");
+}
+
+#[test]
+fn an_expired_session_stays_404_across_a_restart() {
+    let dir = TempDir::new("restart-expired");
+    let host = start_with(&dir, 0, &["--session-ttl-secs", "1", "--stats-every-ms", "50"]);
+    let sid = initialize(&host.addr);
+    let ping = json!({"jsonrpc":"2.0","id":2,"method":"ping"});
+    assert_eq!(post_json(&host.addr, &sid, &ping).0, 200);
+    let _ = wait_for_stats(&host, "the session expired", |v| v["sessions"] == 0);
+    // The expiry is recorded (a tombstone) before the kill.
+    wait_for_ledger(&dir, "SELECT count(*) FROM kv WHERE key LIKE 's/%' AND CAST(value AS TEXT) LIKE '%\"state\":\"expired\"%'", 1);
+    let host = host.kill_and_restart(&dir);
+    assert_eq!(post_json(&host.addr, &sid, &ping).0, 404);
+}
+
+/// Open the GET stream, have a JSON-mode call log onto it, and hang up: the log's cursor.
+fn get_stream_cursor_after_one_notification(addr: &str, sid: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(QUICK)).unwrap();
+    let req = format!("GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\nMcp-Session-Id: {sid}\r\nMCP-Protocol-Version: 2025-11-25\r\n\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 4096];
+    // The priming event first: the stream is registered before the call below.
+    while !String::from_utf8_lossy(&raw).contains("id:") {
+        let n = s.read(&mut buf).expect("the GET stream's priming event");
+        assert!(n > 0);
+        raw.extend_from_slice(&buf[..n]);
+    }
+    let call = json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"soak_flood","arguments":{"count":1,"bytes":4}}});
+    assert_eq!(post_json(addr, sid, &call).0, 200);
+    while !String::from_utf8_lossy(&raw).contains("notifications/message") {
+        let n = s.read(&mut buf).expect("the log on the GET stream");
+        assert!(n > 0);
+        raw.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (before, _) = text.split_once("notifications/message").unwrap();
+    before.lines().filter_map(|l| l.strip_prefix("id:")).next_back().map(|c| c.trim().to_owned()).expect("the log's cursor")
+}
+
+#[test]
+fn the_get_stream_resumes_after_a_clean_stop_and_answers_410_after_a_crash_that_may_have_lost_its_tail() {
+    let dir = TempDir::new("restart-get");
+    let mut host = start(&dir, 0);
+    let sid = initialize(&host.addr);
+    assert_eq!(post_json(&host.addr, &sid, &json!({"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"info"}})).0, 200);
+    let cursor = get_stream_cursor_after_one_notification(&host.addr, &sid);
+    wait_for_committed_events(&dir, 1);
+
+    // A clean stop: everything reached the ledger; the GET stream resumes (nothing missed).
+    let port = host.port();
+    assert!(host.process.terminate(Duration::from_secs(15)).is_some_and(|s| s.success()));
+    let host = start(&dir, port);
+    let (status, got) = resume(&host.addr, &sid, &cursor);
+    assert_eq!((status, got.len()), (200, 0), "{got:?}");
+
+    // A crash: its last batch may be missing, and a GET stream has no request to answer
+    // with the restarted error, so its resume is refused explicitly.
+    let cursor = get_stream_cursor_after_one_notification(&host.addr, &sid);
+    // Its log is `e/<32 hex>/<stream id>`, the id of this second life at least 2^32 (10 digits).
+    wait_for_ledger(&dir, "SELECT count(*) FROM events WHERE length(log) >= 45", 1);
+    let host = host.kill_and_restart(&dir);
+    let (status, _) = resume(&host.addr, &sid, &cursor);
+    assert_eq!(status, 410, "never a silent skip");
+    let ping = json!({"jsonrpc":"2.0","id":9,"method":"ping"});
+    assert_eq!(post_json(&host.addr, &sid, &ping).0, 200, "the session itself survived");
 }

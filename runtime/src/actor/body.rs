@@ -187,7 +187,7 @@ mod tests {
             retention_undelivered: Duration::from_secs(60),
             budget: MemoryBudget::new(1 << 20),
             stats: Arc::new(RuntimeStats::default()),
-            ledger: Arc::new(LedgerCtx::new(Ledger::memory(&crate::config::RuntimeConfig::default()).writer, b"k", 60_000, 60_000)),
+            ledger: Arc::new(LedgerCtx::new(Ledger::memory(&crate::config::RuntimeConfig::default()), 60_000, 60_000)),
             clock: crate::clock::Clock::start(),
         });
         let ctx = Context::new();

@@ -9,13 +9,15 @@ use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
 use crate::ledger::codec::{self, Handshake, Record, RecordState, SessionRecord, StreamKindRecord, StreamRecord};
-use crate::ledger::{Op, Writer};
+use crate::ledger::{Ledger, Op, Writer};
 use crate::proto::ids::{SessionId, StreamId, Tick};
 use crate::proto::stream::{CloseReason, StreamChange, StreamCore, StreamKind};
 
 /// The ledger as the actors see it.
 pub(crate) struct LedgerCtx {
     pub(crate) writer: Arc<Writer>,
+    /// The open ledger (its clock, its run).
+    pub(crate) ledger: Ledger,
     id_key: Hmac<Sha256>,
     /// Session idle TTL (ms): a record expires this long after its last recorded use.
     pub(crate) idle_ttl_ms: u64,
@@ -29,17 +31,10 @@ impl std::fmt::Debug for LedgerCtx {
     }
 }
 
-/// Derive a purpose-bound key from the ledger's secret.
-pub(crate) fn derive(secret: &[u8], purpose: &str) -> [u8; 32] {
-    let mut m = <Hmac<Sha256>>::new_from_slice(secret).expect("hmac takes any key length");
-    m.update(purpose.as_bytes());
-    m.finalize().into_bytes().into()
-}
-
 impl LedgerCtx {
-    pub(crate) fn new(writer: Arc<Writer>, secret: &[u8], idle_ttl_ms: u64, stream_ttl_ms: u64) -> LedgerCtx {
-        let id_key = <Hmac<Sha256>>::new_from_slice(&derive(secret, "mcp-host session-id hmac v1")).expect("hmac takes any key length");
-        LedgerCtx { writer, id_key, idle_ttl_ms, stream_ttl_ms }
+    pub(crate) fn new(ledger: Ledger, idle_ttl_ms: u64, stream_ttl_ms: u64) -> LedgerCtx {
+        let id_key = <Hmac<Sha256>>::new_from_slice(&crate::ledger::derive_key(&ledger.secret, "mcp-host session-id hmac v1")).expect("hmac takes any key length");
+        LedgerCtx { writer: Arc::clone(&ledger.writer), ledger, id_key, idle_ttl_ms, stream_ttl_ms }
     }
 
     /// The HMAC of a session id (128 bits, hex): the only form of the id the ledger holds.
@@ -48,11 +43,6 @@ impl LedgerCtx {
         m.update(id.as_str().as_bytes());
         codec::hex(&m.finalize().into_bytes()[..16]).into()
     }
-}
-
-/// Wall-clock milliseconds of a tick (the shells' ticks are milliseconds since the epoch).
-pub(crate) fn ms(t: Tick) -> u64 {
-    t.0
 }
 
 /// What a session's record is made of besides its core's state (ticks in the ledger are
@@ -81,7 +71,7 @@ pub(crate) struct SessionNow<'a, I> {
 
 impl SessionMeta {
     pub(crate) fn record_ops(&self, cx: &LedgerCtx, s: SessionNow<'_, impl Iterator<Item = StreamId>>) -> Vec<Op> {
-        let last_used_ms = ms(s.last_used);
+        let last_used_ms = s.last_used.0;
         let expires_ms = last_used_ms.saturating_add(cx.idle_ttl_ms);
         let record = Record::Session(SessionRecord {
             session_hmac: self.hmac.to_string(),
@@ -97,6 +87,7 @@ impl SessionMeta {
             state: s.state,
             log_level: s.log_level.map(str::to_owned),
             incarnation: s.incarnation,
+            run: cx.ledger.run,
         });
         let mut ops = vec![Op::Put { key: codec::session_key(&self.hmac), value: Bytes::from(codec::encode(&record)), expires_ms }];
         if s.state == RecordState::Active {
@@ -175,7 +166,7 @@ pub(crate) fn reason_from(name: &str) -> CloseReason {
 impl StreamLedger {
     /// A new stream (its record and index entry are written on the first flush).
     pub(crate) fn new(hmac: Arc<str>, sid: StreamId, request_digest: Option<String>, now: Tick) -> StreamLedger {
-        StreamLedger { record_key: codec::stream_key(&hmac, sid.0), log: codec::events_key(&hmac, sid.0).into(), hmac, request_digest, created_ms: ms(now), indexed: false }
+        StreamLedger { record_key: codec::stream_key(&hmac, sid.0), log: codec::events_key(&hmac, sid.0).into(), hmac, request_digest, created_ms: now.0, indexed: false }
     }
 
     /// A stream restored from its record (already indexed).
@@ -188,7 +179,7 @@ impl StreamLedger {
     /// Turn the core's pending changes into operations. Returns them and the newest event
     /// among them (for a `sync` release).
     pub(crate) fn ops(&mut self, core: &mut StreamCore, cx: &LedgerCtx, now: Tick) -> (Vec<Op>, Option<crate::proto::ids::Seq>) {
-        let expires_ms = ms(now).saturating_add(cx.stream_ttl_ms);
+        let expires_ms = now.0.saturating_add(cx.stream_ttl_ms);
         let max_len = core.window_limits().max_events;
         let mut ops = Vec::new();
         let mut newest = None;

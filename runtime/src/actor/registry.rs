@@ -269,7 +269,7 @@ impl Reservation {
         let key = self.key.take().expect("reservation used once");
         let inbox = Arc::clone(&handle.inbox);
         registry.shard(&id).write().insert(id.clone(), handle);
-        RegistryGuard { registry, id, key, inbox }
+        RegistryGuard { registry, id, key, inbox, removed: false }
     }
 }
 
@@ -289,6 +289,9 @@ pub struct RegistryGuard {
     id: SessionId,
     key: QuotaKey,
     inbox: Arc<Inbox>,
+    /// The entry was removed already (parking): the drop only gives the slot back, and
+    /// never removes a new entry a revive may have put under the same id meanwhile.
+    removed: bool,
 }
 
 impl RegistryGuard {
@@ -297,22 +300,26 @@ impl RegistryGuard {
     ///
     /// # Errors
     /// The guard, when the inbox is not empty.
-    pub fn park(self) -> Result<(), RegistryGuard> {
-        let mut shard = self.registry.shard(&self.id).write();
-        if self.inbox.queued.load(Ordering::Acquire) > 0 {
-            drop(shard);
-            return Err(self);
+    pub fn park(mut self) -> Result<(), RegistryGuard> {
+        {
+            let mut shard = self.registry.shard(&self.id).write();
+            if self.inbox.queued.load(Ordering::Acquire) > 0 {
+                drop(shard);
+                return Err(self);
+            }
+            shard.remove(&self.id);
         }
-        shard.remove(&self.id);
-        drop(shard);
-        // The drop releases the slot; the entry is gone already.
+        self.removed = true;
+        // The drop gives the slot back.
         Ok(())
     }
 }
 
 impl Drop for RegistryGuard {
     fn drop(&mut self) {
-        self.registry.shard(&self.id).write().remove(&self.id);
+        if !self.removed {
+            self.registry.shard(&self.id).write().remove(&self.id);
+        }
         self.registry.release(&self.key);
     }
 }

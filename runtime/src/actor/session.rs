@@ -218,6 +218,11 @@ pub(crate) struct Restore {
     pub(crate) log_level: Option<LogLevel>,
     /// Its streams' records and events.
     pub(crate) streams: Vec<(crate::ledger::codec::StreamRecord, Vec<(u64, Bytes)>)>,
+    /// Its durable copy is complete: it was last written by this process, or by one that
+    /// stopped cleanly. Otherwise its last batch may be missing, and an open GET stream,
+    /// which has no request to answer with the "restarted" error, is not restored (its
+    /// resume gets 410; the client opens a new one).
+    pub(crate) complete: bool,
 }
 
 impl SessionActor {
@@ -249,7 +254,7 @@ impl SessionActor {
             hmac: seed.hmac,
             principal: seed.principal.clone(),
             origin: seed.origin,
-            created_ms: seed.restore.as_ref().map_or(durable::ms(now), |r| r.created_ms),
+            created_ms: seed.restore.as_ref().map_or(now.0, |r| r.created_ms),
         };
         let ledger = Arc::clone(&sup.stream_env().ledger);
         let Handshake { requested_version, capabilities, client_info } = seed.handshake;
@@ -272,29 +277,40 @@ impl SessionActor {
             ledger,
         };
         if let Some(r) = seed.restore {
-            actor.restore_streams(r.streams);
+            actor.restore_streams(r.streams, r.complete);
         }
         actor
     }
 
     /// Rebuild the streams the ledger held (each as a stream actor with no connection).
-    fn restore_streams(&mut self, streams: Vec<(crate::ledger::codec::StreamRecord, Vec<(u64, Bytes)>)>) {
+    fn restore_streams(&mut self, streams: Vec<(crate::ledger::codec::StreamRecord, Vec<(u64, Bytes)>)>, complete: bool) {
         use crate::ledger::codec::StreamKindRecord;
         use crate::proto::ids::Seq;
+        let first_seq = Seq(u64::from(self.core.incarnation()) << 32);
         for (record, events) in streams {
             let sid = StreamId(record.stream);
+            let closed = record.close_reason.as_deref().map(durable::reason_from);
             let (kind, request) = match record.kind {
+                StreamKindRecord::Get if closed.is_none() && !complete => {
+                    self.forget_streams([sid]);
+                    continue;
+                }
                 StreamKindRecord::Get => (StreamKind::Get, None),
                 StreamKindRecord::Post => match record.request_id.as_ref().and_then(JsonRpcId::from_value) {
                     Some(id) => (StreamKind::Post { request: id.clone() }, Some(id)),
-                    None => continue,
+                    // Not a record this release wrote: nothing to resume it with.
+                    None => {
+                        self.forget_streams([sid]);
+                        continue;
+                    }
                 },
             };
             let restored = RestoredStream {
                 events: events.into_iter().map(|(q, f)| (Seq(q), f)).collect(),
                 newest: Seq(record.last_sent),
                 acked: Seq(record.last_acked),
-                closed: record.close_reason.as_deref().map(durable::reason_from),
+                closed,
+                first_seq,
             };
             let core = StreamCore::restore(sid, Generation(record.generation), kind, (*self.signer).clone(), self.settings.clone(), restored);
             let ledger = StreamLedger::restored(Arc::clone(&self.meta.hmac), sid, &record);

@@ -13,7 +13,7 @@ use parking_lot::{Mutex, RwLock};
 use serde_json::Value;
 
 use super::budget::MemoryBudget;
-use super::durable::{self, LedgerCtx};
+use super::durable::LedgerCtx;
 use super::registry::{Inbox, QuotaKey, Registry, SessionHandle, SlotLimits};
 use super::session::{Restore, SessionActor, SessionSeed};
 use super::stats::{RuntimeStats, StatsSnapshot};
@@ -149,7 +149,9 @@ impl Supervisor {
     pub fn with_ledger(cfg: RuntimeConfig, catalog: Catalog, ledger: Ledger) -> Arc<Supervisor> {
         let generation = Generation(cfg.sessions.generation);
         let stream_ttl_ms = cfg.idle_ttl_ms().saturating_add(cfg.sessions.retention_undelivered_ms);
-        let ledger_cx = Arc::new(LedgerCtx::new(ledger.writer, &ledger.secret, cfg.idle_ttl_ms(), stream_ttl_ms));
+        let cursor_key = CursorKey::new(&crate::ledger::derive_key(&ledger.secret, "mcp-host cursor v1"));
+        let clock = ledger.clock;
+        let ledger_cx = Arc::new(LedgerCtx::new(ledger, cfg.idle_ttl_ms(), stream_ttl_ms));
         let stream_env = Arc::new(StreamEnv {
             keepalive: Duration::from_millis(cfg.sse.keepalive_ms),
             write_queue_frames: cfg.sse.write_queue_frames,
@@ -158,11 +160,11 @@ impl Supervisor {
             budget: MemoryBudget::new(cfg.limits.stream_memory_bytes),
             stats: Arc::new(RuntimeStats::default()),
             ledger: ledger_cx,
-            clock: crate::clock::Clock::start(),
+            clock,
         });
         let q = &cfg.quotas;
         Arc::new(Supervisor {
-            key: CursorKey::new(&durable::derive(&ledger.secret, "mcp-host cursor v1")),
+            key: cursor_key,
             admit: cfg.admit_policy(),
             rate: RateLimiter::new(q.session_burst, q.session_rate_per_sec, cfg.sessions.max_sessions.max(1024)),
             catalog: Arc::new(catalog),
@@ -326,20 +328,23 @@ impl Supervisor {
     pub async fn revive(self: &Arc<Self>, id: &SessionId, principal: Option<&Arc<str>>, key: QuotaKey) -> Result<(), Rejection> {
         let cx = &self.stream_env.ledger;
         let hmac = cx.session_hmac(id);
+        // The HMAC is uniform: its first two hex digits pick the shard evenly.
+        let shard = usize::from_str_radix(&hmac[..2], 16).unwrap_or(0) % self.revive_locks.len();
+        let _one_at_a_time = self.revive_locks[shard].lock().await;
+        if self.registry.contains(id) {
+            return Ok(());
+        }
+        // Read under the lock: a park or end that began while this revive waited counts.
         let settling = self.settling.lock().get(&hmac).map(|(why, _)| *why);
         match settling {
             // It just ended here; its end is on the way to the ledger.
             Some(Settle::Ended) => return Ok(()),
-            // It just parked: read its record once its last writes are in.
+            // It just parked: read its record once its last writes are in (rare: only in the
+            // milliseconds after a park; the wait holds this shard's lock, not a thread).
             Some(Settle::Parked) => {
                 let _ = cx.writer.barrier().await;
             }
             None => {}
-        }
-        let shard = usize::from(hmac.as_bytes()[0]) % self.revive_locks.len();
-        let _one_at_a_time = self.revive_locks[shard].lock().await;
-        if self.registry.contains(id) {
-            return Ok(());
         }
         let Some((record, streams)) = self.read_session(&hmac, principal).map_err(|e| {
             tracing::error!(error = %e, "cannot read a session from the ledger");
@@ -363,6 +368,7 @@ impl Supervisor {
         let unbounded = crate::proto::limits::HandshakeLimits { max_values: usize::MAX, max_depth: usize::MAX, max_string_bytes: usize::MAX };
         let kept_bytes = crate::proto::limits::check_handshake(&record.handshake.capabilities, &Value::Null, &unbounded).unwrap_or(0);
         let restore = Restore {
+            complete: cx.ledger.run_complete(record.run),
             incarnation: record.incarnation.saturating_add(1),
             created_ms: record.created_ms,
             log_level: record.log_level.as_deref().and_then(crate::proto::mcp::LogLevel::parse),

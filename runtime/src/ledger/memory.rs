@@ -60,7 +60,10 @@ fn apply_one(t: &mut Tables, op: &Op) {
                 return;
             }
             l.events.insert(*seq, frame.clone());
-            while l.events.len() > (*max_len).max(1) {
+            // The newest `max_len` sequence numbers are kept (as in the SQLite store: with
+            // holes in a log that is fewer than `max_len` events).
+            let keep_from = seq.saturating_sub((*max_len).max(1) as u64);
+            while l.events.first_key_value().is_some_and(|(s, _)| *s <= keep_from) {
                 l.events.pop_first();
             }
         }
@@ -112,17 +115,6 @@ impl Store for MemoryStore {
         Ok(self.tables.lock().kv.get(key).filter(|(_, exp)| *exp > now_ms).map(|(v, _)| v.clone()))
     }
 
-    fn put_if_absent(&self, key: &str, value: Bytes, expires_ms: u64, now_ms: u64) -> Result<Option<Bytes>, StoreError> {
-        let mut t = self.tables.lock();
-        if let Some((v, exp)) = t.kv.get(key)
-            && *exp > now_ms
-        {
-            return Ok(Some(v.clone()));
-        }
-        t.kv.insert(key.to_owned(), (value, expires_ms));
-        Ok(None)
-    }
-
     fn read_log(&self, log: &str, now_ms: u64) -> Result<Vec<(u64, Bytes)>, StoreError> {
         let t = self.tables.lock();
         Ok(t.logs.get(log).filter(|l| l.expires_ms > now_ms).map(|l| l.events.iter().map(|(s, f)| (*s, f.clone())).collect()).unwrap_or_default())
@@ -133,13 +125,18 @@ impl Store for MemoryStore {
         Ok(t.indexes.get(index).filter(|i| i.expires_ms > now_ms).map(|i| i.order.iter().take(limit).map(|(s, m)| (m.clone(), *s)).collect()).unwrap_or_default())
     }
 
-    fn sweep(&self, now_ms: u64) -> Result<usize, StoreError> {
+    fn sweep(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError> {
         let mut t = self.tables.lock();
-        let before = t.kv.len() + t.logs.len() + t.indexes.len();
-        t.kv.retain(|_, (_, exp)| *exp > now_ms);
-        t.logs.retain(|_, l| l.expires_ms > now_ms);
-        t.indexes.retain(|_, i| i.expires_ms > now_ms);
-        Ok(before - t.kv.len() - t.logs.len() - t.indexes.len())
+        let mut left = limit;
+        let mut take = |expired: bool| {
+            let go = expired && left > 0;
+            left -= usize::from(go);
+            !go
+        };
+        t.kv.retain(|_, (_, exp)| take(*exp <= now_ms));
+        t.logs.retain(|_, l| take(l.expires_ms <= now_ms));
+        t.indexes.retain(|_, i| take(i.expires_ms <= now_ms));
+        Ok(limit - left)
     }
 
     fn set_durability(&self, _: Durability) {}

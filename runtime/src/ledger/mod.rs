@@ -2,8 +2,8 @@
 //!
 //! - [`codec`]: the versioned records and their codec (pure).
 //! - [`Store`]: the one storage trait. Every operation is a plain key-value or log command
-//!   (set with expiry, conditional set, delete, append to a log with a maximum length, a
-//!   sorted index), so a Redis backend maps it one to one; nothing here is SQL or assumes a
+//!   (set with expiry, delete, expire, append to a log with a maximum length, a sorted
+//!   index), so a Redis backend maps it one to one; nothing here is SQL or assumes a
 //!   single process.
 //! - [`MemoryStore`] (tests, throwaway runs) and [`SqliteStore`] (the default: rusqlite, WAL).
 //! - [`Writer`]: the ledger writer. The actors hand it the operations their state machines
@@ -29,6 +29,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 pub use memory::MemoryStore;
+pub(crate) use open::derive_key;
 pub use open::{Ledger, OpenError, load_or_create_key};
 pub use sqlite::SqliteStore;
 pub use writer::{Committed, Writer, WriterSnapshot, WriterStats};
@@ -162,13 +163,6 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// [`StoreError::Backend`].
     fn get(&self, key: &str, now_ms: u64) -> Result<Option<Bytes>, StoreError>;
 
-    /// Set `key` only if it is absent or expired at `now_ms` (Redis: `SET NX GET`); returns
-    /// the value that is there otherwise (and changes nothing).
-    ///
-    /// # Errors
-    /// [`StoreError::Backend`].
-    fn put_if_absent(&self, key: &str, value: Bytes, expires_ms: u64, now_ms: u64) -> Result<Option<Bytes>, StoreError>;
-
     /// Every event of `log` (oldest first), unless the log expired at `now_ms`.
     ///
     /// # Errors
@@ -182,12 +176,12 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// [`StoreError::Backend`].
     fn index_lowest(&self, index: &str, limit: usize, now_ms: u64) -> Result<Vec<(String, u64)>, StoreError>;
 
-    /// Remove keys, logs and indexes expired at `now_ms` (Redis expires them itself: a no-op there);
-    /// returns how many were removed.
+    /// Remove keys, logs and indexes expired at `now_ms`, at most `limit` of them
+    /// (Redis expires them itself: a no-op there); returns how many were removed.
     ///
     /// # Errors
     /// [`StoreError::Backend`].
-    fn sweep(&self, now_ms: u64) -> Result<usize, StoreError>;
+    fn sweep(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError>;
 
     /// Make batches applied from now on durable as `durability` says.
     fn set_durability(&self, durability: Durability);
@@ -195,27 +189,3 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 
 #[cfg(test)]
 pub(crate) mod store_tests;
-
-#[cfg(test)]
-pub(crate) mod tests_support {
-    /// A directory removed when dropped.
-    pub(crate) struct TempDir(std::path::PathBuf);
-
-    impl TempDir {
-        pub(crate) fn new(name: &str) -> TempDir {
-            let p = std::env::temp_dir().join(format!("mcp-ledger-{}-{name}-{}", std::process::id(), crate::rng::bytes::<4>().iter().map(|b| format!("{b:02x}")).collect::<String>()));
-            std::fs::create_dir_all(&p).unwrap();
-            TempDir(p)
-        }
-
-        pub(crate) fn path(&self) -> &std::path::Path {
-            &self.0
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}

@@ -5,7 +5,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{MemoryStore, SqliteStore, Store, StoreError, Writer};
+use super::{MemoryStore, Op, SqliteStore, Store, StoreError, Writer};
+use crate::clock::Clock;
 use crate::config::{LedgerBackend, RuntimeConfig};
 
 /// Why the ledger could not be opened.
@@ -19,6 +20,12 @@ pub enum OpenError {
         /// Why.
         source: StoreError,
     },
+    /// The secret is not the one this ledger was written with.
+    #[error("the ledger {path} was written with another key (ledger.key_file or security.cursor_secret_hex): its sessions cannot be read with this one")]
+    KeyMismatch {
+        /// The ledger file.
+        path: String,
+    },
     /// The key file could not be read or created.
     #[error("ledger key file {path}: {reason}")]
     Key {
@@ -29,23 +36,84 @@ pub enum OpenError {
     },
 }
 
-/// An open ledger: the writer (and through it the store) and the secret that keys session-id
-/// HMACs and cursor tags.
+/// An open ledger: the writer (and through it the store), the secret that keys session-id
+/// HMACs and cursor tags, the clock every record's time comes from, and this process's run.
 #[derive(Debug, Clone)]
 pub struct Ledger {
     /// The writer.
     pub writer: Arc<Writer>,
     /// The secret.
     pub secret: Arc<[u8]>,
+    pub(crate) clock: Clock,
+    /// This process's run number (one more than the previous process's on this ledger).
+    pub(crate) run: u64,
+}
+
+/// The run counter.
+const RUN_KEY: &str = "m/run";
+/// Fingerprint of the secret the ledger is written with.
+const KEY_FINGERPRINT: &str = "m/key";
+/// How long a run's clean-stop marker is kept: longer than any session record (7 days).
+const CLEAN_MARK_MS: u64 = 8 * 24 * 3_600_000;
+
+/// A purpose-bound key derived from the ledger's secret (HMAC-SHA256 of the purpose), so one
+/// secret serves cursors, session-id HMACs and the fingerprint without reuse.
+pub(crate) fn derive_key(secret: &[u8], purpose: &str) -> [u8; 32] {
+    use hmac::Mac as _;
+    let mut m = <hmac::Hmac<sha2::Sha256>>::new_from_slice(secret).expect("hmac takes any key length");
+    m.update(purpose.as_bytes());
+    m.finalize().into_bytes().into()
+}
+
+fn clean_key(run: u64) -> String {
+    format!("m/clean/{run}")
 }
 
 impl Ledger {
     /// A memory ledger with a fresh secret (in-process servers, tests).
     #[must_use]
     pub fn memory(cfg: &RuntimeConfig) -> Ledger {
-        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
         let secret = cfg.cursor_secret().unwrap_or_else(|| crate::rng::bytes::<32>().to_vec());
-        Ledger { writer: Writer::start(store, cfg.ledger.durability, cfg.ledger.batch_max_ops, cfg.ledger.queue_max_bytes, Duration::from_secs(cfg.ledger.sweep_every_secs)), secret: secret.into() }
+        Ledger::start(Arc::new(MemoryStore::new()), secret, cfg, "memory").expect("a new memory store holds no other key")
+    }
+
+    fn start(store: Arc<dyn Store>, secret: Vec<u8>, cfg: &RuntimeConfig, path: &str) -> Result<Ledger, OpenError> {
+        let clock = Clock::start();
+        let now = clock.now().0;
+        let err = |source| OpenError::Store { path: path.to_owned(), source };
+        let fingerprint = super::codec::hex(&derive_key(&secret, "mcp-host key fingerprint v1")[..8]);
+        match store.get(KEY_FINGERPRINT, now).map_err(err)? {
+            Some(f) if f != fingerprint.as_bytes() => return Err(OpenError::KeyMismatch { path: path.to_owned() }),
+            _ => {}
+        }
+        let run = match store.get(RUN_KEY, now).map_err(err)? {
+            Some(v) => std::str::from_utf8(&v).ok().and_then(|s| s.parse::<u64>().ok()).unwrap_or(0) + 1,
+            None => 1,
+        };
+        store
+            .apply(&[
+                Op::Put { key: KEY_FINGERPRINT.into(), value: fingerprint.into(), expires_ms: u64::MAX },
+                Op::Put { key: RUN_KEY.into(), value: run.to_string().into(), expires_ms: u64::MAX },
+            ])
+            .map_err(err)?;
+        let l = &cfg.ledger;
+        let sweep_clock = clock;
+        let writer = Writer::start(store, l.durability, l.batch_max_ops, l.queue_max_bytes, Duration::from_secs(l.sweep_every_secs), Box::new(move || sweep_clock.now().0));
+        Ok(Ledger { writer, secret: secret.into(), clock, run })
+    }
+
+    /// Whether everything run `run` wrote reached the ledger: it is this process, or it
+    /// stopped cleanly ([`Ledger::stopped_cleanly`]).
+    pub(crate) fn run_complete(&self, run: u64) -> bool {
+        run == self.run || self.writer.store().get(&clean_key(run), self.clock.now().0).ok().flatten().is_some()
+    }
+
+    /// Mark this run as stopped cleanly (call after the last write of the process); resolves
+    /// once the mark and everything before it are committed.
+    pub fn stopped_cleanly(&self) -> tokio::sync::oneshot::Receiver<()> {
+        let expires_ms = self.clock.now().0.saturating_add(CLEAN_MARK_MS);
+        self.writer.submit(vec![Op::Put { key: clean_key(self.run), value: bytes::Bytes::from_static(b"1"), expires_ms }]);
+        self.writer.barrier()
     }
 
     /// Open what `cfg.ledger` names: the SQLite file (created if missing) and its key file
@@ -64,8 +132,7 @@ impl Ledger {
             Some(s) => s,
             None => load_or_create_key(&l.key_path())?,
         };
-        let store: Arc<dyn Store> = Arc::new(store);
-        Ok(Ledger { writer: Writer::start(store, l.durability, l.batch_max_ops, l.queue_max_bytes, Duration::from_secs(l.sweep_every_secs)), secret: secret.into() })
+        Ledger::start(Arc::new(store), secret, cfg, &l.path)
     }
 }
 
@@ -78,6 +145,12 @@ pub fn load_or_create_key(path: &Path) -> Result<Vec<u8>, OpenError> {
     let err = |reason: String| OpenError::Key { path: path.display().to_string(), reason };
     match std::fs::read_to_string(path) {
         Ok(text) => {
+            #[cfg(unix)]
+            if let Ok(m) = std::fs::metadata(path)
+                && std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o077 != 0
+            {
+                tracing::warn!(path = %path.display(), "the ledger key file is readable by others than its owner (chmod 600 it)");
+            }
             let line = text.lines().next().unwrap_or("").trim();
             match crate::config::decode_hex(line) {
                 Some(k) if k.len() >= 16 => Ok(k),
@@ -85,18 +158,28 @@ pub fn load_or_create_key(path: &Path) -> Result<Vec<u8>, OpenError> {
             }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            // Written whole under a temporary name, then linked into place: a crash leaves
+            // either no key file or a complete one, and of two processes starting at once the
+            // second uses the first one's key.
             let key = crate::rng::bytes::<32>();
+            let tmp = path.with_extension(format!("tmp{}", std::process::id()));
             let mut opts = std::fs::OpenOptions::new();
-            opts.write(true).create_new(true);
+            opts.write(true).create(true).truncate(true);
             #[cfg(unix)]
             std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
-            match opts.open(path) {
-                Ok(mut f) => {
-                    writeln!(f, "{}", super::codec::hex(&key)).and_then(|()| f.sync_all()).map_err(|e| err(e.to_string()))?;
+            let written = opts.open(&tmp).and_then(|mut f| writeln!(f, "{}", super::codec::hex(&key)).and_then(|()| f.sync_all()));
+            let linked = written.and_then(|()| std::fs::hard_link(&tmp, path));
+            let _ = std::fs::remove_file(&tmp);
+            match linked {
+                Ok(()) => {
+                    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+                        && let Ok(d) = std::fs::File::open(dir)
+                    {
+                        let _ = d.sync_all();
+                    }
                     tracing::info!(path = %path.display(), "created the ledger key file");
                     Ok(key.to_vec())
                 }
-                // Another process created it first: use theirs.
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => load_or_create_key(path),
                 Err(e) => Err(err(e.to_string())),
             }
@@ -111,7 +194,7 @@ mod tests {
 
     #[test]
     fn the_key_file_is_created_owner_only_once_and_then_reused() {
-        let dir = super::super::tests_support::TempDir::new("key");
+        let dir = mcp_devtools::TempDir::new("key");
         let path = dir.path().join("l.db.key");
         let first = load_or_create_key(&path).unwrap();
         assert_eq!(first.len(), 32);
@@ -123,5 +206,37 @@ mod tests {
         assert_eq!(load_or_create_key(&path).unwrap(), first, "a restart reuses the key");
         std::fs::write(&path, "not hex\n").unwrap();
         assert!(matches!(load_or_create_key(&path), Err(OpenError::Key { .. })));
+    }
+
+    fn sqlite_cfg(dir: &mcp_devtools::TempDir, secret: &str) -> RuntimeConfig {
+        let mut cfg = RuntimeConfig::default();
+        cfg.ledger.path = dir.path().join("l.db").display().to_string();
+        cfg.security.cursor_secret_hex = Some(secret.into());
+        cfg
+    }
+
+    #[test]
+    fn a_ledger_refuses_a_key_it_was_not_written_with() {
+        let dir = mcp_devtools::TempDir::new("key-mismatch");
+        drop(Ledger::open(&sqlite_cfg(&dir, &"ab".repeat(16))).unwrap());
+        assert!(Ledger::open(&sqlite_cfg(&dir, &"ab".repeat(16))).is_ok(), "the same key again");
+        assert!(matches!(Ledger::open(&sqlite_cfg(&dir, &"cd".repeat(16))), Err(OpenError::KeyMismatch { .. })));
+    }
+
+    #[test]
+    fn runs_are_numbered_and_only_a_clean_stop_marks_a_run_complete() {
+        let dir = mcp_devtools::TempDir::new("runs");
+        let cfg = sqlite_cfg(&dir, &"ab".repeat(16));
+        let first = Ledger::open(&cfg).unwrap();
+        assert!(first.run_complete(first.run), "this process's own writes");
+        drop(first);
+        // The first run ended without the mark (a crash).
+        let second = Ledger::open(&cfg).unwrap();
+        assert_eq!(second.run, 2);
+        assert!(!second.run_complete(1));
+        second.stopped_cleanly().blocking_recv().unwrap();
+        drop(second);
+        let third = Ledger::open(&cfg).unwrap();
+        assert!(third.run_complete(2) && !third.run_complete(1));
     }
 }

@@ -64,7 +64,6 @@ impl SqliteStore {
         if schema != "mcp-host-ledger.v1" {
             return Err(StoreError::Backend(format!("{} holds ledger schema {schema:?}, not mcp-host-ledger.v1", path.display())));
         }
-        writer.pragma_update(None, "synchronous", "NORMAL").map_err(backend)?;
         let readers = (0..READERS).map(|_| open_conn(path).map(Mutex::new)).collect::<Result<Vec<_>, _>>()?;
         Ok(SqliteStore { writer: Mutex::new(writer), readers, next_reader: AtomicUsize::new(0) })
     }
@@ -149,21 +148,6 @@ impl Store for SqliteStore {
         })
     }
 
-    fn put_if_absent(&self, key: &str, value: Bytes, expires_ms: u64, now_ms: u64) -> Result<Option<Bytes>, StoreError> {
-        let mut conn = self.writer.lock();
-        let tx = conn.transaction().map_err(backend)?;
-        let existing: Option<Vec<u8>> = tx
-            .prepare_cached("SELECT value FROM kv WHERE key = ?1 AND expires > ?2")
-            .and_then(|mut s| s.query_row(params![key, ms(now_ms)], |r| r.get(0)).optional())
-            .map_err(backend)?;
-        if let Some(v) = existing {
-            return Ok(Some(Bytes::from(v)));
-        }
-        apply_one(&tx, &Op::Put { key: key.to_owned(), value, expires_ms }).map_err(backend)?;
-        tx.commit().map_err(backend)?;
-        Ok(None)
-    }
-
     fn read_log(&self, log: &str, now_ms: u64) -> Result<Vec<(u64, Bytes)>, StoreError> {
         self.read(|c| {
             let live: Option<i64> = c.prepare_cached("SELECT newest FROM logs WHERE log = ?1 AND expires > ?2")?.query_row(params![log, ms(now_ms)], |r| r.get(0)).optional()?;
@@ -188,17 +172,27 @@ impl Store for SqliteStore {
         })
     }
 
-    fn sweep(&self, now_ms: u64) -> Result<usize, StoreError> {
+    fn sweep(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError> {
         let mut conn = self.writer.lock();
         let tx = conn.transaction().map_err(backend)?;
-        let now = ms(now_ms);
-        let keys = tx.execute("DELETE FROM kv WHERE expires <= ?1", params![now]).map_err(backend)?;
-        tx.execute("DELETE FROM events WHERE log IN (SELECT log FROM logs WHERE expires <= ?1)", params![now]).map_err(backend)?;
-        let logs = tx.execute("DELETE FROM logs WHERE expires <= ?1", params![now]).map_err(backend)?;
-        tx.execute("DELETE FROM idx WHERE name IN (SELECT name FROM indexes WHERE expires <= ?1)", params![now]).map_err(backend)?;
-        let indexes = tx.execute("DELETE FROM indexes WHERE expires <= ?1", params![now]).map_err(backend)?;
+        let (now, limit) = (ms(now_ms), i64::try_from(limit).unwrap_or(i64::MAX));
+        let keys = tx.execute("DELETE FROM kv WHERE key IN (SELECT key FROM kv WHERE expires <= ?1 LIMIT ?2)", params![now, limit]).map_err(backend)?;
+        // What is left of the limit after `done` removals.
+        let expired = |sql: &str, done: usize| -> Result<Vec<String>, StoreError> {
+            let mut s = tx.prepare(sql).map_err(backend)?;
+            let names = s.query_map(params![now, limit, i64::try_from(done).unwrap_or(i64::MAX)], |r| r.get::<_, String>(0)).map_err(backend)?;
+            names.collect::<Result<_, _>>().map_err(backend)
+        };
+        let logs = expired("SELECT log FROM logs WHERE expires <= ?1 LIMIT ?2 - ?3", keys)?;
+        for log in &logs {
+            apply_one(&tx, &Op::DropLog { log: log.clone() }).map_err(backend)?;
+        }
+        let indexes = expired("SELECT name FROM indexes WHERE expires <= ?1 LIMIT ?2 - ?3", keys + logs.len())?;
+        for index in &indexes {
+            apply_one(&tx, &Op::DropIndex { index: index.clone() }).map_err(backend)?;
+        }
         tx.commit().map_err(backend)?;
-        Ok(keys + logs + indexes)
+        Ok(keys + logs.len() + indexes.len())
     }
 
     fn set_durability(&self, durability: Durability) {
@@ -218,13 +212,13 @@ mod tests {
 
     #[test]
     fn the_sqlite_store_keeps_the_store_contract() {
-        let dir = crate::ledger::tests_support::TempDir::new("contract");
+        let dir = mcp_devtools::TempDir::new("contract");
         super::super::store_tests::contract(&SqliteStore::open(&dir.path().join("l.db")).unwrap());
     }
 
     #[test]
     fn what_was_committed_is_there_after_reopening() {
-        let dir = crate::ledger::tests_support::TempDir::new("reopen");
+        let dir = mcp_devtools::TempDir::new("reopen");
         let path = dir.path().join("l.db");
         {
             let s = SqliteStore::open(&path).unwrap();
@@ -236,7 +230,7 @@ mod tests {
 
     #[test]
     fn a_file_that_is_not_a_ledger_is_refused() {
-        let dir = crate::ledger::tests_support::TempDir::new("foreign");
+        let dir = mcp_devtools::TempDir::new("foreign");
         let path = dir.path().join("l.db");
         Connection::open(&path).unwrap().execute_batch("CREATE TABLE meta (k TEXT PRIMARY KEY, v TEXT); INSERT INTO meta VALUES ('schema', 'other.v9');").unwrap();
         assert!(matches!(SqliteStore::open(&path), Err(StoreError::Backend(m)) if m.contains("other.v9")));

@@ -9,12 +9,20 @@
 //! whole or not at all, so after a crash the store holds a prefix of what was handed over.
 //!
 //! Overflow policy: records (sessions, streams, receipts: bounded by the session and stream
-//! limits) are always queued. Event appends are refused while more than `queue_max_bytes`
-//! are waiting in `batched` mode: the event still goes out on the wire and stays in the
-//! stream's in-memory window, but the durable copy of that stream has a hole, which a resume
-//! after a restart reports as lost events (-32005 / 410), never skips. In `sync` mode appends
-//! are never refused: the frames wait for their commit, which bounds the queue by the
-//! streams' own windows. Every refusal is counted (`ledger_events_dropped`).
+//! limits) are always queued, also when they travel with refused appends. Event appends are
+//! refused while more than `queue_max_bytes` are waiting in `batched` mode: the event still
+//! goes out on the wire and stays in the stream's in-memory window, but the durable copy of
+//! that stream has a hole, which a resume after a restart reports as lost events (-32005 /
+//! 410), never skips. In `sync` mode appends are never refused: the frames wait for their
+//! commit, which bounds the queue by the streams' own windows. Every refusal is counted
+//! (`events_dropped`).
+//!
+//! Failure: a batch the store refuses (disk full, I/O error) is retried for about a second;
+//! if it still fails the ledger stops recording: that batch and every later operation are
+//! dropped and counted (`errors`, `failed`), so what the store holds stays a prefix of what
+//! was handed over (a later batch never lands after a lost one). Acknowledgements still run,
+//! so `sync` streams are released without durability rather than stalled; the stats line
+//! shows `failed: true` and the log says why.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -44,6 +52,7 @@ pub struct WriterStats {
     ops: AtomicU64,
     events_dropped: AtomicU64,
     errors: AtomicU64,
+    failed: std::sync::atomic::AtomicBool,
     commit_us_total: AtomicU64,
 }
 
@@ -56,8 +65,10 @@ pub struct WriterSnapshot {
     pub ops: u64,
     /// Event appends refused by the overflow policy.
     pub events_dropped: u64,
-    /// Batches the store failed to apply (their operations are lost).
+    /// Batches the store failed to apply, after retries (their operations are lost).
     pub errors: u64,
+    /// The ledger stopped recording after a batch failed for good (see the module doc).
+    pub failed: bool,
     /// Bytes waiting to be committed.
     pub queued_bytes: u64,
     /// Mean commit time of a batch (µs).
@@ -87,7 +98,9 @@ impl Writer {
     /// # Panics
     /// When the operating system cannot start a thread.
     #[must_use]
-    pub fn start(store: Arc<dyn Store>, durability: Durability, batch_max_ops: usize, queue_max_bytes: usize, sweep_every: Duration) -> Arc<Writer> {
+    /// `now` gives the time expiries are compared with (ms since the epoch, the same clock
+    /// the records' expiries come from).
+    pub fn start(store: Arc<dyn Store>, durability: Durability, batch_max_ops: usize, queue_max_bytes: usize, sweep_every: Duration, now: Box<dyn Fn() -> u64 + Send>) -> Arc<Writer> {
         store.set_durability(durability);
         let (tx, rx) = mpsc::channel();
         let queued = Arc::new(AtomicUsize::new(0));
@@ -96,7 +109,7 @@ impl Writer {
             let (store, queued, stats) = (Arc::clone(&store), Arc::clone(&queued), Arc::clone(&stats));
             std::thread::Builder::new()
                 .name("ledger-writer".into())
-                .spawn(move || run(&rx, store.as_ref(), batch_max_ops.max(1), sweep_every, &queued, &stats))
+                .spawn(move || run(&rx, store.as_ref(), batch_max_ops.max(1), sweep_every, &*now, &queued, &stats))
                 .expect("the ledger writer thread starts")
         };
         Arc::new(Writer { tx, store, durability, queued, queue_max_bytes, stats, thread: Mutex::new(Some(thread)) })
@@ -130,11 +143,15 @@ impl Writer {
         }
     }
 
-    /// Queue event appends (and the records that go with them). In `batched` mode they are
-    /// refused (`false`, counted) while the queue is over its bound; see the module doc.
-    pub fn submit_events(&self, ops: Vec<Op>) -> bool {
+    /// Queue event appends and the records that go with them. In `batched` mode the appends
+    /// are refused (`false`, counted) while the queue is over its bound, and the records
+    /// still go in; see the module doc.
+    pub fn submit_events(&self, mut ops: Vec<Op>) -> bool {
         if self.durability == Durability::Batched && self.queued.load(Ordering::Acquire) > self.queue_max_bytes {
-            self.stats.events_dropped.fetch_add(ops.iter().filter(|o| matches!(o, Op::Append { .. })).count() as u64, Ordering::Relaxed);
+            let before = ops.len();
+            ops.retain(|o| !matches!(o, Op::Append { .. }));
+            self.stats.events_dropped.fetch_add((before - ops.len()) as u64, Ordering::Relaxed);
+            self.submit(ops);
             return false;
         }
         self.submit(ops);
@@ -165,9 +182,9 @@ impl Writer {
         rx
     }
 
-    /// Block the calling thread until everything queued so far is committed (process exit,
-    /// tests). Not for an actix thread.
-    pub fn flush_blocking(&self) {
+    /// Block the calling thread until everything queued so far is committed (tests).
+    #[cfg(test)]
+    pub(crate) fn flush_blocking(&self) {
         let _ = self.barrier().blocking_recv();
     }
 
@@ -181,6 +198,7 @@ impl Writer {
             ops: s.ops.load(Ordering::Relaxed),
             events_dropped: s.events_dropped.load(Ordering::Relaxed),
             errors: s.errors.load(Ordering::Relaxed),
+            failed: s.failed.load(Ordering::Relaxed),
             queued_bytes: self.queued.load(Ordering::Relaxed) as u64,
             mean_commit_us: s.commit_us_total.load(Ordering::Relaxed).checked_div(batches).unwrap_or(0),
         }
@@ -198,24 +216,22 @@ impl Drop for Writer {
     }
 }
 
-fn wall_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
-
-fn run(rx: &mpsc::Receiver<Msg>, store: &dyn Store, batch_max_ops: usize, sweep_every: Duration, queued: &AtomicUsize, stats: &WriterStats) {
+fn run(rx: &mpsc::Receiver<Msg>, store: &dyn Store, batch_max_ops: usize, sweep_every: Duration, wall_ms: &dyn Fn() -> u64, queued: &AtomicUsize, stats: &WriterStats) {
     let mut batch: Vec<Op> = Vec::new();
     let mut acks: Vec<Committed> = Vec::new();
     let mut next_sweep = tokio::time::Instant::now() + sweep_every;
     loop {
         let now = tokio::time::Instant::now();
-        if now >= next_sweep {
-            // Expiry runs here, between batches, on the writer's own connection.
-            match store.sweep(wall_ms()) {
+        if now >= next_sweep && !stats.failed.load(Ordering::Relaxed) {
+            // Expiry runs here, between batches, on the writer's own connection, a bounded
+            // chunk at a time: a full chunk comes back for more after the next batch.
+            next_sweep = now + sweep_every;
+            match store.sweep(wall_ms(), SWEEP_CHUNK) {
+                Ok(n) if n >= SWEEP_CHUNK => next_sweep = now,
                 Ok(n) if n > 0 => tracing::debug!(removed = n, "ledger: expired records removed"),
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "ledger: sweep failed"),
             }
-            next_sweep = now + sweep_every;
         }
         let first = match rx.recv_timeout(next_sweep.saturating_duration_since(now)) {
             Ok(m) => m,
@@ -238,24 +254,44 @@ fn run(rx: &mpsc::Receiver<Msg>, store: &dyn Store, batch_max_ops: usize, sweep_
                 Err(_) => break,
             }
         }
-        if !batch.is_empty() {
-            let started = tokio::time::Instant::now();
-            match store.apply(&batch) {
-                Ok(()) => {
-                    stats.batches.fetch_add(1, Ordering::Relaxed);
-                    stats.ops.fetch_add(batch.len() as u64, Ordering::Relaxed);
-                    stats.commit_us_total.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-                }
-                Err(e) => {
-                    stats.errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::error!(error = %e, ops = batch.len(), "ledger batch lost");
-                }
-            }
+        if !batch.is_empty() && !stats.failed.load(Ordering::Relaxed) {
+            commit(store, &batch, stats);
         }
         queued.fetch_sub(bytes, Ordering::AcqRel);
         batch.clear();
         for a in acks.drain(..) {
             a();
+        }
+    }
+}
+
+/// Most expired entries one sweep transaction removes.
+const SWEEP_CHUNK: usize = 10_000;
+/// Attempts at a batch the store refuses, and the pause after the first (doubling).
+const ATTEMPTS: u32 = 5;
+const FIRST_PAUSE: Duration = Duration::from_millis(50);
+
+fn commit(store: &dyn Store, batch: &[Op], stats: &WriterStats) {
+    let mut pause = FIRST_PAUSE;
+    for attempt in 1..=ATTEMPTS {
+        let started = tokio::time::Instant::now();
+        match store.apply(batch) {
+            Ok(()) => {
+                stats.batches.fetch_add(1, Ordering::Relaxed);
+                stats.ops.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                stats.commit_us_total.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+                return;
+            }
+            Err(e) if attempt < ATTEMPTS => {
+                tracing::warn!(error = %e, attempt, "ledger batch refused; retrying");
+                std::thread::sleep(pause);
+                pause *= 2;
+            }
+            Err(e) => {
+                stats.errors.fetch_add(1, Ordering::Relaxed);
+                stats.failed.store(true, Ordering::Relaxed);
+                tracing::error!(error = %e, ops = batch.len(), "ledger batch lost; the ledger stops recording (restart the host once the store is fixed)");
+            }
         }
     }
 }
@@ -274,7 +310,7 @@ mod tests {
     #[test]
     fn everything_submitted_is_committed_in_order_before_a_barrier_resolves() {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-        let w = Writer::start(Arc::clone(&store), Durability::Batched, 16, usize::MAX, Duration::from_secs(60));
+        let w = Writer::start(Arc::clone(&store), Durability::Batched, 16, usize::MAX, Duration::from_secs(60), Box::new(|| 0));
         for seq in 1..=1000 {
             w.submit(vec![append(seq)]);
         }
@@ -290,7 +326,7 @@ mod tests {
     fn batched_appends_over_the_queue_bound_are_refused_and_counted_and_records_never() {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
         // A bound below one append: the second is refused while the first may still wait.
-        let w = Writer::start(store, Durability::Batched, 16, 0, Duration::from_secs(60));
+        let w = Writer::start(store, Durability::Batched, 16, 0, Duration::from_secs(60), Box::new(|| 0));
         w.queued.fetch_add(1, Ordering::AcqRel); // hold the queue "non-empty"
         assert!(!w.submit_events(vec![append(1)]));
         assert_eq!(w.snapshot().events_dropped, 1);
@@ -301,9 +337,64 @@ mod tests {
     }
 
     #[test]
+    fn records_travelling_with_refused_appends_still_go_in() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let w = Writer::start(Arc::clone(&store), Durability::Batched, 16, 0, Duration::from_secs(60), Box::new(|| 0));
+        w.queued.fetch_add(1, Ordering::AcqRel);
+        let record = Op::Put { key: "t/x".into(), value: Bytes::from_static(b"closed"), expires_ms: u64::MAX };
+        assert!(!w.submit_events(vec![append(1), record]));
+        w.queued.fetch_sub(1, Ordering::AcqRel);
+        w.flush_blocking();
+        assert!(store.get("t/x", 0).unwrap().is_some(), "the stream's record is kept");
+        assert!(store.read_log("l", 0).unwrap().is_empty(), "its event was refused");
+    }
+
+    /// A store that refuses the batch holding key "bad".
+    #[derive(Debug, Default)]
+    struct Refusing(MemoryStore);
+
+    impl Store for Refusing {
+        fn apply(&self, ops: &[Op]) -> Result<(), crate::ledger::StoreError> {
+            if ops.iter().any(|o| matches!(o, Op::Put { key, .. } if key == "bad")) {
+                return Err(crate::ledger::StoreError::Backend("disk full".into()));
+            }
+            self.0.apply(ops)
+        }
+        fn get(&self, key: &str, now_ms: u64) -> Result<Option<Bytes>, crate::ledger::StoreError> {
+            self.0.get(key, now_ms)
+        }
+        fn read_log(&self, log: &str, now_ms: u64) -> Result<Vec<(u64, Bytes)>, crate::ledger::StoreError> {
+            self.0.read_log(log, now_ms)
+        }
+        fn index_lowest(&self, index: &str, limit: usize, now_ms: u64) -> Result<Vec<(String, u64)>, crate::ledger::StoreError> {
+            self.0.index_lowest(index, limit, now_ms)
+        }
+        fn sweep(&self, now_ms: u64, limit: usize) -> Result<usize, crate::ledger::StoreError> {
+            self.0.sweep(now_ms, limit)
+        }
+        fn set_durability(&self, _: Durability) {}
+    }
+
+    #[test]
+    fn after_a_batch_fails_for_good_nothing_later_is_applied_so_the_store_stays_a_prefix() {
+        let store = Arc::new(Refusing::default());
+        let w = Writer::start(Arc::clone(&store) as Arc<dyn Store>, Durability::Batched, 1, usize::MAX, Duration::from_secs(60), Box::new(|| 0));
+        let put = |k: &str| vec![Op::Put { key: k.into(), value: Bytes::from_static(b"v"), expires_ms: u64::MAX }];
+        w.submit(put("first"));
+        w.flush_blocking();
+        w.submit(put("bad"));
+        w.submit(put("after"));
+        w.flush_blocking();
+        assert!(store.get("first", 0).unwrap().is_some());
+        assert!(store.get("after", 0).unwrap().is_none(), "a batch after the lost one would break the prefix");
+        let s = w.snapshot();
+        assert!(s.failed && s.errors == 1, "{s:?}");
+    }
+
+    #[test]
     fn sync_appends_are_never_refused_and_are_acknowledged_after_commit() {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-        let w = Writer::start(Arc::clone(&store), Durability::Sync, 16, 0, Duration::from_secs(60));
+        let w = Writer::start(Arc::clone(&store), Durability::Sync, 16, 0, Duration::from_secs(60), Box::new(|| 0));
         w.queued.fetch_add(1, Ordering::AcqRel);
         assert!(w.submit_events(vec![append(1)]));
         let ack = w.submit_acked(vec![append(2)]);
@@ -315,7 +406,7 @@ mod tests {
     #[test]
     fn dropping_the_writer_commits_what_was_queued() {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-        let w = Writer::start(Arc::clone(&store), Durability::Batched, 4, usize::MAX, Duration::from_secs(60));
+        let w = Writer::start(Arc::clone(&store), Durability::Batched, 4, usize::MAX, Duration::from_secs(60), Box::new(|| 0));
         for seq in 1..=100 {
             w.submit(vec![append(seq)]);
         }

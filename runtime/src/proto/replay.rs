@@ -53,6 +53,9 @@ pub struct ReplayWindow {
     bytes: usize,
     /// Sequence number the next pushed event must have.
     next: Seq,
+    /// Every sequence number assigned from here on is retained (numbers skipped by
+    /// [`Self::skip_to`] were never assigned); a cursor below it has lost events after it.
+    complete_from: Seq,
 }
 
 impl ReplayWindow {
@@ -64,6 +67,25 @@ impl ReplayWindow {
             events: VecDeque::new(),
             bytes: 0,
             next: Seq::START.next(),
+            complete_from: Seq::START.next(),
+        }
+    }
+
+    /// Drop the oldest event; what follows it is still complete.
+    fn evict_front(&mut self) -> bool {
+        match self.events.pop_front() {
+            Some((seq, old)) => {
+                self.bytes -= old.len();
+                self.complete_from = seq.next();
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn enforce_bounds(&mut self) {
+        while self.events.len() > 1 && (self.events.len() > self.limits.max_events || self.bytes > self.limits.max_bytes) {
+            self.evict_front();
         }
     }
 
@@ -87,12 +109,15 @@ impl ReplayWindow {
             w.bytes += frame.len();
             w.events.push_back((seq, frame));
         }
-        while w.events.len() > 1 && (w.events.len() > w.limits.max_events || w.bytes > w.limits.max_bytes) {
-            if let Some((_, old)) = w.events.pop_front() {
-                w.bytes -= old.len();
-            }
-        }
+        w.complete_from = w.events.front().map_or(w.next, |(s, _)| *s);
+        w.enforce_bounds();
         w
+    }
+
+    /// Never assign a sequence number below `next`: those may have gone out to a client
+    /// before a crash without reaching the durable copy, so a new event must not reuse one.
+    pub fn skip_to(&mut self, next: Seq) {
+        self.next = self.next.max(next);
     }
 
     /// Append the frame of the next event and return its sequence number. Evicts the oldest
@@ -102,13 +127,7 @@ impl ReplayWindow {
         self.next = seq.next();
         self.bytes += frame.len();
         self.events.push_back((seq, frame));
-        while self.events.len() > 1
-            && (self.events.len() > self.limits.max_events || self.bytes > self.limits.max_bytes)
-        {
-            if let Some((_, old)) = self.events.pop_front() {
-                self.bytes -= old.len();
-            }
-        }
+        self.enforce_bounds();
         seq
     }
 
@@ -136,14 +155,23 @@ impl ReplayWindow {
     /// [`ReplayError::Gap`] when some event after `after` was evicted;
     /// [`ReplayError::Ahead`] when `after` is newer than anything pushed.
     pub fn replay_after(&self, after: Seq) -> Result<impl Iterator<Item = &Bytes> + '_, ReplayError> {
+        self.events_after(after).map(|it| it.map(|(_, f)| f))
+    }
+
+    /// [`Self::replay_after`] with each frame's sequence number (numbers may jump: see
+    /// [`Self::skip_to`]).
+    ///
+    /// # Errors
+    /// As [`Self::replay_after`].
+    pub fn events_after(&self, after: Seq) -> Result<impl Iterator<Item = (Seq, &Bytes)> + '_, ReplayError> {
         if after > self.newest() {
             return Err(ReplayError::Ahead { newest: self.newest(), requested: after });
         }
-        if after.0 + 1 < self.oldest().0 {
+        if after.0 + 1 < self.complete_from.0 {
             return Err(ReplayError::Gap(ReplayGap { oldest: self.oldest(), requested: after }));
         }
         let skip = self.events.partition_point(|(s, _)| *s <= after);
-        Ok(self.events.range(skip..).map(|(_, f)| f))
+        Ok(self.events.range(skip..).map(|(s, f)| (*s, f)))
     }
 
     /// Retained events and bytes.
@@ -162,11 +190,8 @@ impl ReplayWindow {
     /// replay from a cursor before the newest then reports a [`ReplayGap`].
     pub fn trim_to_newest(&mut self) -> usize {
         let mut dropped = 0;
-        while self.events.len() > 1 {
-            if let Some((_, old)) = self.events.pop_front() {
-                self.bytes -= old.len();
-                dropped += 1;
-            }
+        while self.events.len() > 1 && self.evict_front() {
+            dropped += 1;
         }
         dropped
     }
@@ -248,6 +273,21 @@ mod tests {
         // Bounds apply to what is restored.
         let w = ReplayWindow::restore(WindowLimits { max_events: 2, max_bytes: 1 << 20 }, Seq(3), (1..=3).map(|n| (Seq(n), frame(n, 4))));
         assert_eq!(w.len().0, 2);
+    }
+
+    #[test]
+    fn numbers_skipped_after_a_restore_are_not_a_gap_but_events_missing_before_them_are() {
+        let limits = WindowLimits { max_events: 10, max_bytes: 1 << 20 };
+        let mut w = ReplayWindow::restore(limits, Seq(2), [(Seq(1), frame(1, 4)), (Seq(2), frame(2, 4))]);
+        w.skip_to(Seq(100));
+        assert_eq!(w.push(frame(100, 4)), Seq(100));
+        assert_eq!(w.replay_after(Seq(2)).unwrap().count(), 1, "3..=99 were never assigned");
+        assert_eq!(w.replay_after(Seq(50)).unwrap().count(), 1, "a cursor in the skipped range is not a gap");
+        let mut empty = ReplayWindow::restore(limits, Seq(2), []);
+        empty.skip_to(Seq(100));
+        let _ = empty.push(frame(100, 4));
+        assert_eq!(empty.replay_after(Seq(2)).unwrap().count(), 1);
+        assert!(matches!(empty.replay_after(Seq(1)), Err(ReplayError::Gap(_))), "event 2 is not in the copy");
     }
 
     #[test]

@@ -232,21 +232,23 @@ impl<R, S, P> SessionCore<R, S, P> {
 
     /// Register a stream rebuilt from the ledger: `request` is the POST's request (`None` for
     /// the GET stream), `closed` with the bytes its window holds when it produced its last
-    /// event. Returns the closed streams evicted to respect the retention bounds.
+    /// event. Returns the streams the shell must stop and forget: closed ones evicted to
+    /// respect the retention bounds, and an older open GET stream this one replaces.
     pub fn restore_stream(&mut self, sid: StreamId, request: Option<JsonRpcId>, closed: Option<usize>, handle: S) -> Vec<StreamEntry<S>> {
         let is_get = request.is_none();
         self.streams.insert(sid, StreamEntry { id: sid, request, closed: false, retained_bytes: 0, handle });
         self.next_stream = self.next_stream.max(sid.0 + 1);
+        let mut gone = Vec::new();
         if is_get
             && closed.is_none()
             && let Some(old) = self.get_stream.replace(sid)
         {
-            let _ = self.remove_stream(old);
+            gone.extend(self.remove_stream(old));
         }
-        match closed {
-            Some(bytes) => self.stream_closed(sid, bytes),
-            None => Vec::new(),
+        if let Some(bytes) = closed {
+            gone.extend(self.stream_closed(sid, bytes));
         }
+        gone
     }
 
     /// Session id.

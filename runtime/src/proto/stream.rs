@@ -185,6 +185,9 @@ pub struct RestoredStream {
     pub acked: Seq,
     /// Why it closed; `None` when it was still running.
     pub closed: Option<CloseReason>,
+    /// The first sequence number it may assign now: above any it could have sent before a
+    /// crash (the durable copy may miss the last batch).
+    pub first_seq: Seq,
 }
 
 impl StreamCore {
@@ -224,13 +227,14 @@ impl StreamCore {
     /// other, so the client that resumes learns it must re-issue the request.
     #[must_use]
     pub fn restore(id: StreamId, generation: Generation, kind: StreamKind, signer: CursorSigner, settings: StreamSettings, r: RestoredStream) -> StreamCore {
-        let window = ReplayWindow::restore(settings.window, r.newest, r.events);
+        let mut window = ReplayWindow::restore(settings.window, r.newest, r.events);
+        window.skip_to(r.first_seq);
         let mut s = StreamCore::with_window(id, generation, kind, signer, settings, window);
         s.acked = r.acked.min(s.window.newest());
         match (r.closed, &s.kind) {
             (Some(reason), _) => s.state = StreamState::Closed(reason),
             (None, StreamKind::Post { request }) => {
-                let error = ErrorObject::new(code::SERVER_RESTARTED, "The server restarted while this request was running; its outcome is unknown. Re-issue it (with its idempotency key, if it has side effects).");
+                let error = ErrorObject::new(code::SERVER_RESTARTED, "The server restarted while this request was running; its outcome is unknown. Re-issue it if running it again is safe.");
                 let json = encode_error(Some(request), &error);
                 let delivery = s.append(&json, true);
                 debug_assert!(matches!(delivery, Delivery::Buffered | Delivery::Held));
@@ -301,11 +305,12 @@ impl StreamCore {
         self.released = upto;
         let Some(conn) = self.conn else { return Vec::new() };
         let closed_at = matches!(self.state, StreamState::Closed(_)).then(|| self.window.newest());
-        let frames: Vec<(Seq, Bytes)> = match self.window.replay_after(from) {
-            Ok(it) => it.zip(from.0 + 1..).map(|(f, q)| (Seq(q), f.clone())).take_while(|(q, _)| *q <= upto).collect(),
-            // Evicted before their commit (a window smaller than the commit lag): the next
-            // resume reports the gap.
-            Err(_) => Vec::new(),
+        let frames: Vec<(Seq, Bytes)> = match self.window.events_after(from) {
+            Ok(it) => it.take_while(|&(q, _)| q <= upto).map(|(q, f)| (q, f.clone())).collect(),
+            // Evicted before their commit (a window smaller than the commit lag, or trimmed
+            // for the memory budget): the connection ends here, never skipping them; its
+            // client resumes and gets the explicit events-lost answer.
+            Err(_) => return vec![Delivery::Write { conn, frame: Bytes::new(), end: true }],
         };
         if !frames.is_empty() {
             self.id_sent = true;
@@ -376,8 +381,8 @@ impl StreamCore {
     /// [`Rejection::EventsLost`] for a gap on the GET stream; [`Rejection::CursorRejected`]
     /// for a cursor ahead of the stream.
     pub fn attach_resume(&mut self, after: Seq) -> Result<Attachment, Rejection> {
-        let releasable = self.released.0.saturating_sub(after.0) as usize;
-        let replay: Result<Vec<Bytes>, ReplayError> = self.window.replay_after(after).map(|it| it.take(releasable).cloned().collect());
+        let released = self.released;
+        let replay: Result<Vec<Bytes>, ReplayError> = self.window.events_after(after).map(|it| it.take_while(|&(q, _)| q <= released).map(|(_, f)| f.clone()).collect());
         match replay {
             Ok(initial) => {
                 self.stats.resumes += 1;

@@ -256,6 +256,9 @@ fn a_restored_get_stream_is_the_sessions_get_stream_and_closed_ones_count_agains
     let mut s = core();
     let _ = s.restore_stream(StreamId(1), None, None, "get");
     assert_eq!(s.get_stream().map(|(id, h)| (id, *h)), Some((StreamId(1), "get")));
+    let replaced = s.restore_stream(StreamId(4), None, None, "newer get");
+    assert_eq!(replaced.iter().map(|e| e.handle).collect::<Vec<_>>(), ["get"], "an older GET stream is handed back to be forgotten");
+    assert_eq!(s.get_stream().map(|(id, _)| id), Some(StreamId(4)));
     assert!(s.restore_stream(StreamId(2), Some(id(1)), Some(60), "a").is_empty());
     let evicted = s.restore_stream(StreamId(3), Some(id(2)), Some(60), "b");
     assert_eq!(evicted.iter().map(|e| e.handle).collect::<Vec<_>>(), ["a"], "over max_retained_bytes the oldest goes");

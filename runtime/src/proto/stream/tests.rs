@@ -251,22 +251,27 @@ fn restored(events: &[u64], newest: u64, closed: Option<CloseReason>, kind: Stre
             frames.push((seq, frame));
         }
     }
-    StreamCore::restore(StreamId(7), Generation(1), kind, signer(), settings(true, 8), RestoredStream { events: frames, newest: Seq(newest), acked: Seq(1), closed })
+    StreamCore::restore(StreamId(7), Generation(1), kind, signer(), settings(true, 8), RestoredStream { events: frames, newest: Seq(newest), acked: Seq(1), closed, first_seq: Seq(1 << 32) })
 }
 
 #[test]
 fn a_request_running_when_the_server_stopped_is_answered_with_the_restarted_error_on_resume() {
     let mut s = restored(&[1, 2], 2, None, StreamKind::Post { request: JsonRpcId::Number(1) });
-    assert_eq!(changes(&mut s), ["event 3", "record"], "the error is recorded like any final event");
+    assert_eq!(changes(&mut s), [format!("event {}", 1u64 << 32), "record".to_owned()], "the error is recorded like any final event, numbered above anything sent before");
     assert_eq!(s.close_reason(), Some(CloseReason::Responded));
     let a = s.attach_resume(Seq(2)).unwrap();
     assert!(a.end_after_initial);
     let (data, d) = decode(&a.initial);
     let v: serde_json::Value = serde_json::from_str(&data[0]).unwrap();
     assert_eq!((v["id"].clone(), v["error"]["code"].clone()), (serde_json::json!(1), serde_json::json!(code::SERVER_RESTARTED)));
-    assert_eq!(cursor_seq(d.last_event_id.as_deref().unwrap()), Seq(3));
+    assert_eq!(cursor_seq(d.last_event_id.as_deref().unwrap()), Seq(1 << 32));
     let replay = s.attach_resume(Seq(1)).unwrap();
     assert_eq!(decode(&replay.initial).0.len(), 2, "the missed event, then the error: exactly once each");
+    // A client holding an event that went out but never reached the copy (3, lost with the
+    // last batch) gets the error too, not an empty stream, and no number is reused.
+    let lost_tail = s.attach_resume(Seq(3)).unwrap();
+    let (data, _) = decode(&lost_tail.initial);
+    assert_eq!((data.len(), json_code(&data[0])), (1, code::SERVER_RESTARTED));
 }
 
 #[test]
@@ -277,7 +282,7 @@ fn a_restored_closed_stream_replays_and_a_restored_get_stream_stays_open() {
     let mut g = restored(&[1], 1, None, StreamKind::Get);
     assert_eq!(g.state(), StreamState::Disconnected);
     assert!(matches!(g.push(b"{}"), Delivery::Buffered));
-    assert_eq!(g.newest(), Seq(2), "numbering goes on from the copy");
+    assert_eq!(g.newest(), Seq(1 << 32), "numbering goes on above anything sent before the restart");
 }
 
 #[test]
@@ -296,4 +301,33 @@ fn with_hold_until_committed_no_event_reaches_a_connection_before_its_commit() {
     let last = s.committed(Seq(2));
     assert!(matches!(&last[..], [Delivery::Write { end: true, .. }]), "the final event ends the connection once committed");
     assert!(s.committed(Seq(2)).is_empty(), "released once");
+}
+
+fn json_code(data: &str) -> i64 {
+    serde_json::from_str::<serde_json::Value>(data).unwrap()["error"]["code"].as_i64().unwrap()
+}
+
+#[test]
+fn held_events_evicted_before_their_commit_end_the_connection_instead_of_being_skipped() {
+    let mut st = settings(false, 2);
+    st.hold_until_committed = true;
+    let mut s = StreamCore::new(StreamId(7), Generation(1), StreamKind::Get, signer(), st);
+    let _ = s.attach_new();
+    for _ in 0..4 {
+        assert_eq!(s.push(b"{}"), Delivery::Held);
+    }
+    let d = s.committed(Seq(4));
+    assert!(matches!(&d[..], [Delivery::Write { frame, end: true, .. }] if frame.is_empty()), "{d:?}");
+}
+
+#[test]
+fn a_restored_held_stream_releases_its_restarted_error_on_commit_and_ends() {
+    let mut st = settings(true, 8);
+    st.hold_until_committed = true;
+    let kind = StreamKind::Post { request: JsonRpcId::Number(1) };
+    let mut s = StreamCore::restore(StreamId(7), Generation(1), kind, signer(), st, RestoredStream { events: Vec::new(), newest: Seq(2), acked: Seq(0), closed: None, first_seq: Seq(1 << 32) });
+    let a = s.attach_resume(Seq(2)).unwrap();
+    assert!(a.initial.is_empty() && !a.end_after_initial, "not released before its commit");
+    let d = s.committed(Seq(1 << 32));
+    assert!(matches!(&d[..], [Delivery::Write { end: true, .. }]), "released, and it ends the connection: {d:?}");
 }
