@@ -31,9 +31,13 @@ def count(cmd, n, sse, keep=None):
     else:
         fd, out = tempfile.mkstemp(prefix="callgrind-", suffix=".out")
         os.close(fd)
+    # The host runs in a directory of its own, removed afterwards: builds with a ledger keep
+    # their default `mcp-host.db` there (the SQLite default is what is measured).
+    workdir = tempfile.TemporaryDirectory(prefix="mcp-instructions-")
+    cmd = [os.path.abspath(cmd[0]), *cmd[1:]]
     host = subprocess.Popen(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *cmd, "--port", "0", "--workers", "1", "--packs", "echo"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={os.path.abspath(out)}", *cmd, "--port", "0", "--workers", "1", "--packs", "echo"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=workdir.name,
         env={**os.environ, "MCP_HOST_LOG": "warn", "MCP_HOST_EXIT_WITH_PARENT": "1"})
     try:
         url = host.stdout.readline().split()[-1]
@@ -72,6 +76,7 @@ def count(cmd, n, sse, keep=None):
             host.wait()
         if not keep:
             os.remove(out)
+        workdir.cleanup()
 
 
 def main():

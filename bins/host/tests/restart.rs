@@ -205,8 +205,7 @@ fn a_revived_session_keeps_its_version_and_log_level_across_sigkill() {
     let sid = initialize_as(&host.addr, "2025-06-18", &[]);
     assert_eq!(post_json(&host.addr, &sid, &json!({"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"info"}})).0, 200);
     // The level change is committed before the kill (a record write, no event).
-    let _ = call_and_hang_up(&host.addr, &sid, 3, "echo", json!({"text": "x"}));
-    wait_for_committed_events(&dir, 1);
+    wait_for_ledger(&dir, "SELECT count(*) FROM kv WHERE key LIKE 's/%' AND CAST(value AS TEXT) LIKE '%\"log_level\":\"info\"%'", 1);
     let host = host.kill_and_restart(&dir);
 
     let body = json!({"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"soak_flood","arguments":{"count":1,"bytes":4}}}).to_string();

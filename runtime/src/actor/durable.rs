@@ -132,12 +132,17 @@ pub(crate) fn request_digest(method: &str, params: Option<&serde_json::Value>) -
     codec::hex(&h.0.finalize())
 }
 
-/// The keys of one stream, and what its record holds besides its core's state.
+/// The keys of one stream, and what its record holds besides its core's state. Keys and
+/// digest are made when the stream is first recorded: a stream answered in its first write
+/// usually never is.
 #[derive(Debug)]
 pub(crate) struct StreamLedger {
     hmac: Arc<str>,
-    record_key: String,
-    log: Arc<str>,
+    sid: StreamId,
+    /// Record key and log name, once needed.
+    keys: Option<(String, Arc<str>)>,
+    /// The POST's method and params, until its digest is needed.
+    request: Option<(String, Option<serde_json::Value>)>,
     request_digest: Option<String>,
     created_ms: u64,
     indexed: bool,
@@ -165,13 +170,19 @@ pub(crate) fn reason_from(name: &str) -> CloseReason {
 
 impl StreamLedger {
     /// A new stream (its record and index entry are written on the first flush).
-    pub(crate) fn new(hmac: Arc<str>, sid: StreamId, request_digest: Option<String>, now: Tick) -> StreamLedger {
-        StreamLedger { record_key: codec::stream_key(&hmac, sid.0), log: codec::events_key(&hmac, sid.0).into(), hmac, request_digest, created_ms: now.0, indexed: false }
+    pub(crate) fn new(hmac: Arc<str>, sid: StreamId, request: Option<(String, Option<serde_json::Value>)>, now: Tick) -> StreamLedger {
+        StreamLedger { hmac, sid, keys: None, request, request_digest: None, created_ms: now.0, indexed: false }
+    }
+
+    /// The session's HMAC.
+    pub(crate) fn hmac(&self) -> &str {
+        &self.hmac
     }
 
     /// A stream restored from its record (already indexed).
     pub(crate) fn restored(hmac: Arc<str>, sid: StreamId, record: &StreamRecord) -> StreamLedger {
-        let mut l = StreamLedger::new(hmac, sid, record.request_digest.clone(), Tick(record.created_ms));
+        let mut l = StreamLedger::new(hmac, sid, None, Tick(record.created_ms));
+        l.request_digest.clone_from(&record.request_digest);
         l.indexed = true;
         l
     }
@@ -184,17 +195,24 @@ impl StreamLedger {
         let mut ops = Vec::new();
         let mut newest = None;
         let mut record = false;
-        for c in core.poll_ledger() {
+        let Some(changes) = core.poll_ledger() else { return (ops, newest) };
+        let (hmac, sid) = (&self.hmac, self.sid.0);
+        let (record_key, log) = &*self.keys.get_or_insert_with(|| (codec::stream_key(hmac, sid), codec::events_key(hmac, sid).into()));
+        for c in changes {
             match c {
                 StreamChange::Event { seq, frame } => {
                     newest = Some(seq);
-                    ops.push(Op::Append { log: Arc::clone(&self.log), seq: seq.0, frame, max_len, expires_ms });
+                    ops.push(Op::Append { log: Arc::clone(log), seq: seq.0, frame, max_len, expires_ms });
                 }
                 StreamChange::Record => record = true,
             }
         }
         if record {
-            ops.push(Op::Put { key: self.record_key.clone(), value: Bytes::from(codec::encode(&Record::Stream(self.record(core)))), expires_ms });
+            if let Some((method, params)) = self.request.take() {
+                self.request_digest = Some(request_digest(&method, params.as_ref()));
+            }
+            let key = record_key.clone();
+            ops.push(Op::Put { key, value: Bytes::from(codec::encode(&Record::Stream(self.record(core)))), expires_ms });
             if !self.indexed {
                 self.indexed = true;
                 let sid = core.id().0;

@@ -440,12 +440,12 @@ impl SessionActor {
     /// Start the stream registered under `sid` in `sctx`; `final_json` when its request is
     /// already answered (the stream is then closed from the start). Counts the stream's first
     /// connection.
-    fn start_stream(&mut self, sctx: Context<StreamActor>, sid: StreamId, kind: StreamKind, final_json: Option<Bytes>, digest: Option<String>) -> SseBody {
+    fn start_stream(&mut self, sctx: Context<StreamActor>, sid: StreamId, kind: StreamKind, final_json: Option<Bytes>, request: Option<(String, Option<Value>)>) -> SseBody {
         let core = StreamCore::new(sid, self.core.generation(), kind, (*self.signer).clone(), self.settings.clone());
         let now = self.sup.now();
         self.core.connection_delta(now, true);
         let link = Arc::clone(&self.link);
-        let ledger = StreamLedger::new(Arc::clone(&self.meta.hmac), sid, digest, now);
+        let ledger = StreamLedger::new(Arc::clone(&self.meta.hmac), sid, request, now);
         let (body, closed_with) = StreamActor::start_in(sctx, core, final_json.as_deref(), link, Arc::clone(self.sup.stream_env()), &self.caller_budget, ledger);
         if let Some(bytes) = closed_with {
             let evicted = self.core.stream_closed(sid, bytes);
@@ -459,7 +459,7 @@ impl SessionActor {
             tracing::debug!(session = %self.log_id(), n = evicted.len(), "closed streams evicted by the retention bounds");
             self.sup.stats().streams_evicted(evicted.len());
         }
-        self.forget_streams(evicted.iter().map(|e| e.id));
+        // Each stream forgets its own copy when it stops (it knows whether it has one).
         for e in evicted {
             e.handle.do_send(StopStream(CloseReason::Evicted));
         }
@@ -530,7 +530,6 @@ impl SessionActor {
             }
         };
         let stream_addr = stream.as_ref().map(|(_, _, a)| a.clone());
-        let digest = stream.is_some().then(|| durable::request_digest(&method, params.as_ref()));
         let dispatch = match method.as_str() {
             method::PING => Dispatch::Ready(Ok(json!({}))),
             method::SET_LEVEL => Dispatch::Ready(self.set_level(params.as_ref())),
@@ -547,6 +546,8 @@ impl SessionActor {
                 catalog.dispatch(&method, params.as_ref(), move || ToolContext::new(rid, progress_token, cancel, log_level, caps, principal, out))
             }
         };
+        // Kept by the stream for its record's digest, computed only if it is ever recorded.
+        let request = stream.is_some().then_some((method, params));
         let done = match dispatch {
             Dispatch::Ready(r) => Some(r),
             Dispatch::Pending(mut fut) => {
@@ -572,7 +573,7 @@ impl SessionActor {
         match (stream, json_reply) {
             (Some((sctx, sid, _)), _) => {
                 let final_json = done.and_then(|r| self.take_response(&id, r).map(|(bytes, _, _)| bytes));
-                Ok(PostOutcome::Sse(self.start_stream(sctx, sid, StreamKind::Post { request: id }, final_json, digest)))
+                Ok(PostOutcome::Sse(self.start_stream(sctx, sid, StreamKind::Post { request: id }, final_json, request)))
             }
             (None, Some(rx)) => {
                 if let Some(r) = done {
@@ -678,7 +679,6 @@ impl Handler<OpenGet> for SessionActor {
             let sctx = Context::<StreamActor>::new();
             let (sid, replaced) = self.core.open_get_stream(sctx.address());
             if let Some(old) = replaced {
-                self.forget_streams([old.id]);
                 old.handle.do_send(StopStream(CloseReason::Replaced));
             }
             self.start_stream(sctx, sid, StreamKind::Get, None, None)
@@ -769,9 +769,8 @@ impl Handler<StreamReport> for SessionActor {
             }
             StreamReport::Gone(sid) => {
                 tracing::debug!(session = %self.log_id(), stream = %sid, "stream retention ended");
-                if self.core.remove_stream(sid).is_some() {
-                    self.forget_streams([sid]);
-                }
+                // (The stream forgot its own copy as its retention ended.)
+                self.core.remove_stream(sid);
             }
         }
         self.arm(ctx);

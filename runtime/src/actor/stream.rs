@@ -240,6 +240,15 @@ impl StreamActor {
         }
     }
 
+    /// Its life is over: remove its copy from the ledger, if it ever had one.
+    fn forget(&mut self) {
+        if self.core.recorded() {
+            let mut ops = Vec::new();
+            super::durable::forget_stream_ops(self.ledger.hmac(), self.core.id(), &mut ops);
+            self.env.ledger.writer.submit(ops);
+        }
+    }
+
     fn on_committed(&mut self, upto: Seq, ctx: &mut Context<Self>) {
         for d in self.core.committed(upto) {
             self.deliver(d, ctx);
@@ -358,6 +367,7 @@ impl StreamActor {
             };
             let h = ctx.run_later(d, |act, ctx| {
                 act.report(StreamReport::Gone(act.core.id()));
+                act.forget();
                 ctx.stop();
             });
             self.retention = Some((r, h));
@@ -421,6 +431,8 @@ impl Handler<Detached> for StreamActor {
             self.set_writer(None, ctx);
         }
         self.core.detach(msg.conn, msg.drained);
+        // A stream answered in its first write is recorded now if that write did not arrive.
+        self.flush_ledger(ctx);
         self.sync_retention(ctx);
     }
 }
@@ -458,6 +470,11 @@ impl Handler<Stop> for StreamActor {
     fn handle(&mut self, msg: Stop, ctx: &mut Context<Self>) {
         self.core.close(msg.0);
         self.set_writer(None, ctx);
+        // Evicted or replaced: its life is over. (A stop because its session ends, stops
+        // or parks leaves its copy to the session.)
+        if matches!(msg.0, CloseReason::Evicted | CloseReason::Replaced) {
+            self.forget();
+        }
         ctx.stop();
     }
 }

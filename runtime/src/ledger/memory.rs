@@ -71,8 +71,7 @@ fn apply_one(t: &mut Tables, op: &Op) {
             t.logs.remove(log);
         }
         Op::IndexAdd { index, member, score, expires_ms } => {
-            let i = t.indexes.entry(index.clone()).or_default();
-            i.expires_ms = i.expires_ms.max(*expires_ms);
+            let i = t.indexes.entry(index.clone()).or_insert_with(|| Index { expires_ms: *expires_ms, ..Index::default() });
             if let Some(old) = i.scores.insert(member.clone(), *score) {
                 i.order.remove(&(old, member.clone()));
             }

@@ -32,7 +32,7 @@ pub use memory::MemoryStore;
 pub(crate) use open::derive_key;
 pub use open::{Ledger, OpenError, load_or_create_key};
 pub use sqlite::SqliteStore;
-pub use writer::{Committed, Writer, WriterSnapshot, WriterStats};
+pub use writer::{Committed, Writer, WriterSettings, WriterSnapshot, WriterStats};
 
 /// One write. A batch of them is applied atomically ([`Store::apply`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,8 +72,9 @@ pub enum Op {
         /// Log name.
         log: String,
     },
-    /// Add or re-score `member` in the sorted index `index`, and push the index's expiry
-    /// to `expires_ms` (Redis: `ZADD` and `PEXPIREAT ... GT`).
+    /// Add or re-score `member` in the sorted index `index`; a new index expires at
+    /// `expires_ms`, an existing one keeps its expiry (push it with [`Op::Expire`]) (Redis:
+    /// `ZADD` and `PEXPIREAT ... NX`).
     IndexAdd {
         /// Index name.
         index: String,

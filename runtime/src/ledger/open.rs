@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{MemoryStore, Op, SqliteStore, Store, StoreError, Writer};
+use super::{MemoryStore, Op, SqliteStore, Store, StoreError, Writer, WriterSettings};
 use crate::clock::Clock;
 use crate::config::{LedgerBackend, RuntimeConfig};
 
@@ -98,7 +98,14 @@ impl Ledger {
             .map_err(err)?;
         let l = &cfg.ledger;
         let sweep_clock = clock;
-        let writer = Writer::start(store, l.durability, l.batch_max_ops, l.queue_max_bytes, Duration::from_secs(l.sweep_every_secs), Box::new(move || sweep_clock.now().0));
+        let settings = WriterSettings {
+            durability: l.durability,
+            batch_max_ops: l.batch_max_ops,
+            queue_max_bytes: l.queue_max_bytes,
+            sweep_every: Duration::from_secs(l.sweep_every_secs),
+            linger: Duration::from_micros(l.commit_linger_us),
+        };
+        let writer = Writer::start(store, settings, Box::new(move || sweep_clock.now().0));
         Ok(Ledger { writer, secret: secret.into(), clock, run })
     }
 

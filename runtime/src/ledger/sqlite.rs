@@ -109,8 +109,9 @@ fn apply_one(tx: &rusqlite::Transaction<'_>, op: &Op) -> rusqlite::Result<()> {
         Op::IndexAdd { index, member, score, expires_ms } => {
             tx.prepare_cached("INSERT INTO idx (name, member, score) VALUES (?1, ?2, ?3) ON CONFLICT (name, member) DO UPDATE SET score = excluded.score")?
                 .execute(params![index, member, ms(*score)])?;
-            tx.prepare_cached("INSERT INTO indexes (name, expires) VALUES (?1, ?2) ON CONFLICT (name) DO UPDATE SET expires = max(expires, excluded.expires)")?
-                .execute(params![index, ms(*expires_ms)])?;
+            // An existing index keeps its expiry here (a read, no write): its owner pushes it
+            // with `Expire` (a session's record writes do).
+            tx.prepare_cached("INSERT OR IGNORE INTO indexes (name, expires) VALUES (?1, ?2)")?.execute(params![index, ms(*expires_ms)])?;
         }
         Op::Expire { name, expires_ms } => {
             let e = ms(*expires_ms);

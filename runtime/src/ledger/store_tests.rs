@@ -39,6 +39,7 @@ pub(crate) fn contract(s: &dyn Store) {
 
     // Indexes.
     let add = |m: &str, score| Op::IndexAdd { index: "i".into(), member: m.into(), score, expires_ms: 500 };
+    // (Only the first add sets the index's expiry; a later one's is ignored.)
     s.apply(&[add("x", 30), add("y", 10), add("z", 20), add("x", 5)]).unwrap();
     let members = |now| s.index_lowest("i", 10, now).unwrap().into_iter().map(|(m, _)| m).collect::<Vec<_>>();
     assert_eq!(s.index_lowest("i", 2, 0).unwrap(), vec![("x".to_owned(), 5), ("y".to_owned(), 10)], "re-scored in place");
@@ -50,6 +51,9 @@ pub(crate) fn contract(s: &dyn Store) {
 
     // Expire pushes a key's, a log's or an index's expiry forward, never back.
     s.apply(&[put("e", "v", 100), append("e-log", 1, 8), add("x", 1), Op::Expire { name: "e".into(), expires_ms: 5_000 }]).unwrap();
+    s.apply(&[Op::IndexAdd { index: "i".into(), member: "y".into(), score: 2, expires_ms: 9_000 }]).unwrap();
+    assert!(members(4_000).is_empty(), "a later add does not push an existing index's expiry");
+    s.apply(&[Op::IndexRemove { index: "i".into(), member: "y".into() }]).unwrap();
     s.apply(&[Op::Expire { name: "e-log".into(), expires_ms: 5_000 }, Op::Expire { name: "i".into(), expires_ms: 5_000 }, Op::Expire { name: "e".into(), expires_ms: 10 }]).unwrap();
     assert!(s.get("e", 4_000).unwrap().is_some() && !s.read_log("e-log", 4_000).unwrap().is_empty() && members(4_000) == ["x"]);
     s.apply(&[Op::Expire { name: "never-written".into(), expires_ms: 5_000 }]).unwrap();

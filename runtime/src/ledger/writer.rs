@@ -100,7 +100,8 @@ impl Writer {
     #[must_use]
     /// `now` gives the time expiries are compared with (ms since the epoch, the same clock
     /// the records' expiries come from).
-    pub fn start(store: Arc<dyn Store>, durability: Durability, batch_max_ops: usize, queue_max_bytes: usize, sweep_every: Duration, now: Box<dyn Fn() -> u64 + Send>) -> Arc<Writer> {
+    pub fn start(store: Arc<dyn Store>, settings: WriterSettings, now: Box<dyn Fn() -> u64 + Send>) -> Arc<Writer> {
+        let WriterSettings { durability, batch_max_ops, queue_max_bytes, sweep_every, linger } = settings;
         store.set_durability(durability);
         let (tx, rx) = mpsc::channel();
         let queued = Arc::new(AtomicUsize::new(0));
@@ -109,7 +110,7 @@ impl Writer {
             let (store, queued, stats) = (Arc::clone(&store), Arc::clone(&queued), Arc::clone(&stats));
             std::thread::Builder::new()
                 .name("ledger-writer".into())
-                .spawn(move || run(&rx, store.as_ref(), batch_max_ops.max(1), sweep_every, &*now, &queued, &stats))
+                .spawn(move || run(&rx, store.as_ref(), Batching { max_ops: batch_max_ops.max(1), linger }, sweep_every, &*now, &queued, &stats))
                 .expect("the ledger writer thread starts")
         };
         Arc::new(Writer { tx, store, durability, queued, queue_max_bytes, stats, thread: Mutex::new(Some(thread)) })
@@ -216,7 +217,31 @@ impl Drop for Writer {
     }
 }
 
-fn run(rx: &mpsc::Receiver<Msg>, store: &dyn Store, batch_max_ops: usize, sweep_every: Duration, wall_ms: &dyn Fn() -> u64, queued: &AtomicUsize, stats: &WriterStats) {
+/// How the writer forms batches.
+#[derive(Debug, Clone, Copy)]
+struct Batching {
+    max_ops: usize,
+    /// How long a batch waits for more operations once its first arrived.
+    linger: Duration,
+}
+
+/// What a writer is started with.
+#[derive(Debug, Clone, Copy)]
+pub struct WriterSettings {
+    /// How commits are made durable.
+    pub durability: Durability,
+    /// Most operations in one transaction.
+    pub batch_max_ops: usize,
+    /// Bytes waiting past which `batched` appends are refused.
+    pub queue_max_bytes: usize,
+    /// How often expired entries are swept.
+    pub sweep_every: Duration,
+    /// How long a batch waits for more operations once its first arrived: commits of
+    /// concurrent (and quickly successive) requests are shared.
+    pub linger: Duration,
+}
+
+fn run(rx: &mpsc::Receiver<Msg>, store: &dyn Store, batching: Batching, sweep_every: Duration, wall_ms: &dyn Fn() -> u64, queued: &AtomicUsize, stats: &WriterStats) {
     let mut batch: Vec<Op> = Vec::new();
     let mut acks: Vec<Committed> = Vec::new();
     let mut next_sweep = tokio::time::Instant::now() + sweep_every;
@@ -248,11 +273,23 @@ fn run(rx: &mpsc::Receiver<Msg>, store: &dyn Store, batch_max_ops: usize, sweep_
             Msg::Barrier(ack) => acks.push(ack),
         };
         take(first, &mut batch, &mut acks);
-        while batch.len() < batch_max_ops {
-            match rx.try_recv() {
-                Ok(m) => take(m, &mut batch, &mut acks),
-                Err(_) => break,
-            }
+        let until = tokio::time::Instant::now() + batching.linger;
+        while batch.len() < batching.max_ops {
+            let m = match rx.try_recv() {
+                Ok(m) => m,
+                Err(mpsc::TryRecvError::Disconnected) => break,
+                Err(mpsc::TryRecvError::Empty) => {
+                    let left = until.saturating_duration_since(tokio::time::Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    match rx.recv_timeout(left) {
+                        Ok(m) => m,
+                        Err(_) => break,
+                    }
+                }
+            };
+            take(m, &mut batch, &mut acks);
         }
         if !batch.is_empty() && !stats.failed.load(Ordering::Relaxed) {
             commit(store, &batch, stats);
@@ -303,6 +340,10 @@ mod tests {
     use super::*;
     use crate::ledger::MemoryStore;
 
+    fn settings(durability: Durability, batch_max_ops: usize, queue_max_bytes: usize) -> WriterSettings {
+        WriterSettings { durability, batch_max_ops, queue_max_bytes, sweep_every: Duration::from_secs(60), linger: Duration::ZERO }
+    }
+
     fn append(seq: u64) -> Op {
         Op::Append { log: "l".into(), seq, frame: Bytes::from(vec![b'x'; 100]), max_len: 1 << 20, expires_ms: u64::MAX }
     }
@@ -310,7 +351,7 @@ mod tests {
     #[test]
     fn everything_submitted_is_committed_in_order_before_a_barrier_resolves() {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-        let w = Writer::start(Arc::clone(&store), Durability::Batched, 16, usize::MAX, Duration::from_secs(60), Box::new(|| 0));
+        let w = Writer::start(Arc::clone(&store), settings(Durability::Batched, 16, usize::MAX), Box::new(|| 0));
         for seq in 1..=1000 {
             w.submit(vec![append(seq)]);
         }
@@ -326,7 +367,7 @@ mod tests {
     fn batched_appends_over_the_queue_bound_are_refused_and_counted_and_records_never() {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
         // A bound below one append: the second is refused while the first may still wait.
-        let w = Writer::start(store, Durability::Batched, 16, 0, Duration::from_secs(60), Box::new(|| 0));
+        let w = Writer::start(store, settings(Durability::Batched, 16, 0), Box::new(|| 0));
         w.queued.fetch_add(1, Ordering::AcqRel); // hold the queue "non-empty"
         assert!(!w.submit_events(vec![append(1)]));
         assert_eq!(w.snapshot().events_dropped, 1);
@@ -339,7 +380,7 @@ mod tests {
     #[test]
     fn records_travelling_with_refused_appends_still_go_in() {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-        let w = Writer::start(Arc::clone(&store), Durability::Batched, 16, 0, Duration::from_secs(60), Box::new(|| 0));
+        let w = Writer::start(Arc::clone(&store), settings(Durability::Batched, 16, 0), Box::new(|| 0));
         w.queued.fetch_add(1, Ordering::AcqRel);
         let record = Op::Put { key: "t/x".into(), value: Bytes::from_static(b"closed"), expires_ms: u64::MAX };
         assert!(!w.submit_events(vec![append(1), record]));
@@ -378,7 +419,7 @@ mod tests {
     #[test]
     fn after_a_batch_fails_for_good_nothing_later_is_applied_so_the_store_stays_a_prefix() {
         let store = Arc::new(Refusing::default());
-        let w = Writer::start(Arc::clone(&store) as Arc<dyn Store>, Durability::Batched, 1, usize::MAX, Duration::from_secs(60), Box::new(|| 0));
+        let w = Writer::start(Arc::clone(&store) as Arc<dyn Store>, settings(Durability::Batched, 1, usize::MAX), Box::new(|| 0));
         let put = |k: &str| vec![Op::Put { key: k.into(), value: Bytes::from_static(b"v"), expires_ms: u64::MAX }];
         w.submit(put("first"));
         w.flush_blocking();
@@ -394,7 +435,7 @@ mod tests {
     #[test]
     fn sync_appends_are_never_refused_and_are_acknowledged_after_commit() {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-        let w = Writer::start(Arc::clone(&store), Durability::Sync, 16, 0, Duration::from_secs(60), Box::new(|| 0));
+        let w = Writer::start(Arc::clone(&store), settings(Durability::Sync, 16, 0), Box::new(|| 0));
         w.queued.fetch_add(1, Ordering::AcqRel);
         assert!(w.submit_events(vec![append(1)]));
         let ack = w.submit_acked(vec![append(2)]);
@@ -406,7 +447,7 @@ mod tests {
     #[test]
     fn dropping_the_writer_commits_what_was_queued() {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-        let w = Writer::start(Arc::clone(&store), Durability::Batched, 4, usize::MAX, Duration::from_secs(60), Box::new(|| 0));
+        let w = Writer::start(Arc::clone(&store), settings(Durability::Batched, 4, usize::MAX), Box::new(|| 0));
         for seq in 1..=100 {
             w.submit(vec![append(seq)]);
         }

@@ -11,7 +11,10 @@
 //! still holds. Connections are numbered; a detach from an old connection is ignored.
 //!
 //! Durability: what the ledger must record comes out of [`StreamCore::poll_ledger`] (each
-//! event, and "the record changed" when the stream opens, closes or is acknowledged). With
+//! event, and "the record changed" when the stream opens, closes or is acknowledged). A
+//! stream that is answered while its connection writes it (a tool that finishes at once)
+//! is held back until that connection ends: if it returned every frame nothing is owed after
+//! a restart and nothing is recorded; if not, the stream is recorded then. With
 //! `hold_until_committed` (ledger durability `sync`) an event reaches no connection, neither
 //! live nor in a replay, before the shell reports its commit ([`StreamCore::committed`]).
 
@@ -171,6 +174,8 @@ pub struct StreamCore {
     /// Newest event that may reach a connection (the newest one unless holding).
     released: Seq,
     ledger: Vec<StreamChange>,
+    /// Nothing has been handed to the ledger yet.
+    unrecorded: bool,
     stats: StreamStats,
 }
 
@@ -216,6 +221,7 @@ impl StreamCore {
             delivered: false,
             acked: Seq::START,
             ledger: Vec::new(),
+            unrecorded: true,
             stats: StreamStats::default(),
         }
     }
@@ -230,6 +236,7 @@ impl StreamCore {
         let mut window = ReplayWindow::restore(settings.window, r.newest, r.events);
         window.skip_to(r.first_seq);
         let mut s = StreamCore::with_window(id, generation, kind, signer, settings, window);
+        s.unrecorded = false;
         s.acked = r.acked.min(s.window.newest());
         match (r.closed, &s.kind) {
             (Some(reason), _) => s.state = StreamState::Closed(reason),
@@ -245,8 +252,23 @@ impl StreamCore {
     }
 
     /// What the ledger must record since the last call, in order.
-    pub fn poll_ledger(&mut self) -> std::vec::Drain<'_, StreamChange> {
-        self.ledger.drain(..)
+    /// `None` when there is nothing to record now.
+    pub fn poll_ledger(&mut self) -> Option<std::vec::Drain<'_, StreamChange>> {
+        if self.ledger.is_empty() {
+            return None;
+        }
+        if self.unrecorded && !self.settings.hold_until_committed && self.state == StreamState::Closed(CloseReason::Responded) && self.conn.is_some() {
+            // Answered while its connection writes it: decided when that connection ends.
+            return None;
+        }
+        self.unrecorded = false;
+        Some(self.ledger.drain(..))
+    }
+
+    /// Whether anything of this stream was handed to the ledger (so its end must be).
+    #[must_use]
+    pub fn recorded(&self) -> bool {
+        !self.unrecorded
     }
 
     /// The kind of stream.
@@ -489,7 +511,13 @@ impl StreamCore {
             self.conn = None;
             match self.state {
                 StreamState::Open => self.state = StreamState::Disconnected,
-                StreamState::Closed(_) => self.delivered = drained,
+                StreamState::Closed(_) => {
+                    self.delivered = drained;
+                    if drained && self.unrecorded {
+                        // Every frame reached its client: nothing to record.
+                        self.ledger.clear();
+                    }
+                }
                 StreamState::Disconnected => {}
             }
         }

@@ -202,6 +202,8 @@ fn a_gap_on_a_cancelled_stream_is_refused() {
 
 fn changes(s: &mut StreamCore) -> Vec<String> {
     s.poll_ledger()
+        .into_iter()
+        .flatten()
         .map(|c| match c {
             StreamChange::Event { seq, .. } => format!("event {}", seq.0),
             StreamChange::Record => "record".to_owned(),
@@ -244,7 +246,7 @@ fn restored(events: &[u64], newest: u64, closed: Option<CloseReason>, kind: Stre
     for _ in 0..newest {
         let _ = orig.push(b"{\"n\":1}");
     }
-    for c in orig.poll_ledger() {
+    for c in orig.poll_ledger().into_iter().flatten() {
         if let StreamChange::Event { seq, frame } = c
             && events.contains(&seq.0)
         {
@@ -330,4 +332,22 @@ fn a_restored_held_stream_releases_its_restarted_error_on_commit_and_ends() {
     assert!(a.initial.is_empty() && !a.end_after_initial, "not released before its commit");
     let d = s.committed(Seq(1 << 32));
     assert!(matches!(&d[..], [Delivery::Write { end: true, .. }]), "released, and it ends the connection: {d:?}");
+}
+
+#[test]
+fn a_stream_answered_in_its_first_write_is_recorded_only_if_that_write_did_not_arrive() {
+    for drained in [true, false] {
+        let mut s = post_stream(true, 8);
+        let a = s.attach_new();
+        assert!(matches!(s.push_final(b"{}"), Delivery::Write { end: true, .. }));
+        assert!(changes(&mut s).is_empty(), "held back while its connection writes it");
+        s.detach(a.conn, drained);
+        let after = changes(&mut s);
+        if drained {
+            assert!(after.is_empty() && !s.recorded(), "every frame arrived: nothing is owed after a restart");
+        } else {
+            assert_eq!(after, ["record", "event 1", "record"], "not delivered: recorded now, in order");
+            assert!(s.recorded());
+        }
+    }
 }
