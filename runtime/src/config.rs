@@ -303,6 +303,12 @@ pub struct LedgerConfig {
     pub queue_max_bytes: usize,
     /// Expired records are removed this often (s). Default 60.
     pub sweep_every_secs: u64,
+    /// How long an idempotency receipt (and the result it replays) is kept after its call
+    /// started (s). Default 86 400 (a day).
+    pub receipt_retention_secs: u64,
+    /// Largest result a receipt keeps (bytes of JSON); a larger one is replaced by a tool error
+    /// saying the call completed and its result was not kept. Default 1 MiB.
+    pub receipt_max_bytes: usize,
 }
 
 impl Default for LedgerConfig {
@@ -316,6 +322,8 @@ impl Default for LedgerConfig {
             commit_linger_us: 1000,
             queue_max_bytes: 64 << 20,
             sweep_every_secs: 60,
+            receipt_retention_secs: 86_400,
+            receipt_max_bytes: 1 << 20,
         }
     }
 }
@@ -372,7 +380,7 @@ impl RuntimeConfig {
     pub fn validate(self) -> Result<RuntimeConfig, ConfigError> {
         let (se, ss, l, q) = (&self.sse, &self.sessions, &self.limits, &self.quotas);
         let max = u64::MAX;
-        let rows: [(&'static str, u64, u64, u64); 34] = [
+        let rows: [(&'static str, u64, u64, u64); 36] = [
             ("security.max_body_bytes", self.security.max_body_bytes as u64, 1, 1 << 30),
             ("security.body_read_timeout_ms", self.security.body_read_timeout_ms, 100, 600_000),
             ("sse.replay_max_events", se.replay_max_events as u64, 1, 1 << 20),
@@ -407,6 +415,8 @@ impl RuntimeConfig {
             ("ledger.commit_linger_us", self.ledger.commit_linger_us, 0, 100_000),
             ("ledger.queue_max_bytes", self.ledger.queue_max_bytes as u64, 1 << 16, max),
             ("ledger.sweep_every_secs", self.ledger.sweep_every_secs, 1, 24 * 3600),
+            ("ledger.receipt_retention_secs", self.ledger.receipt_retention_secs, 1, 30 * 24 * 3600),
+            ("ledger.receipt_max_bytes", self.ledger.receipt_max_bytes as u64, 1024, 1 << 30),
         ];
         for (field, value, min, max) in rows {
             check(field, value, min, max)?;

@@ -68,7 +68,9 @@ async fn stop_signal() {
 }
 
 async fn serve(cfg: HostConfig) -> Result<(), String> {
-    let catalog = packs::build(&cfg.packs)?
+    // The ledger pack journals beside a SQLite ledger, so its duplicate count survives restarts.
+    let journal = (cfg.runtime.ledger.backend == mcp_runtime::config::LedgerBackend::Sqlite).then(|| std::path::PathBuf::from(format!("{}.appends", cfg.runtime.ledger.path)));
+    let catalog = packs::build(&cfg.packs, journal.as_deref())?
         .build(ServerInfo { name: "mcp-host".into(), version: env!("CARGO_PKG_VERSION").into(), instructions: None })
         .map_err(|e| e.to_string())?;
     let ledger = mcp_runtime::ledger::Ledger::open(&cfg.runtime).map_err(|e| e.to_string())?;

@@ -25,7 +25,7 @@ fn start(dir: &TempDir, port: u16) -> Host {
 fn start_with(dir: &TempDir, port: u16, extra: &[&str]) -> Host {
     let bin = std::env::var("MCP_HOST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_mcp-host").to_owned());
     let mut cmd = Command::new(bin);
-    cmd.args(["--port", &port.to_string(), "--packs", "soak,echo,conformance"]).args(dir.ledger_args()).args(extra).stderr(std::process::Stdio::null());
+    cmd.args(["--port", &port.to_string(), "--packs", "soak,echo,conformance,ledger"]).args(dir.ledger_args()).args(extra).stderr(std::process::Stdio::null());
     let process = HostProcess::spawn(cmd, Duration::from_secs(20)).expect("start mcp-host");
     let addr = process.url().trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
     Host { process, addr }
@@ -128,7 +128,12 @@ fn post_json(addr: &str, sid: &str, body: &Value) -> (u16, Value) {
 /// POST a tools/call with SSE and hang up after its first event (the priming event): the
 /// cursor to resume from.
 fn call_and_hang_up(addr: &str, sid: &str, id: i64, tool: &str, args: Value) -> String {
-    let body = json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":args}}).to_string();
+    hang_up_after_priming(addr, sid, &json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":args}}))
+}
+
+/// POST `body` with SSE and hang up after the priming event; returns its cursor.
+fn hang_up_after_priming(addr: &str, sid: &str, body: &Value) -> String {
+    let body = body.to_string();
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(QUICK)).unwrap();
     let req = format!(
@@ -380,4 +385,59 @@ fn the_get_stream_resumes_after_a_clean_stop_and_answers_410_after_a_crash_that_
     assert_eq!(status, 410, "never a silent skip");
     let ping = json!({"jsonrpc":"2.0","id":9,"method":"ping"});
     assert_eq!(post_json(&host.addr, &sid, &ping).0, 200, "the session itself survived");
+}
+
+fn keyed_call(id: i64, tool: &str, args: Value, key: &str) -> Value {
+    json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":args,"_meta":{"io.mcp-host/idempotencyKey":key}}})
+}
+
+fn ledger_stats(addr: &str, sid: &str) -> Value {
+    let (status, v) = post_json(addr, sid, &json!({"jsonrpc":"2.0","id":99,"method":"tools/call","params":{"name":"ledger_stats","arguments":{}}}));
+    assert_eq!(status, 200);
+    v["result"]["structuredContent"].clone()
+}
+
+#[test]
+fn a_write_answered_before_a_sigkill_is_replayed_after_it_and_not_applied_again() {
+    let dir = TempDir::new("restart-receipt");
+    let host = start(&dir, 0);
+    let sid = initialize(&host.addr);
+    let call = json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"ledger_append","arguments":{"key":"order-1"}}});
+    let (status, first) = post_json(&host.addr, &sid, &call);
+    assert_eq!((status, first["result"]["content"][0]["text"].clone()), (200, json!("order-1")));
+    wait_for_ledger(&dir, "SELECT count(*) FROM kv WHERE key LIKE 'r/%' AND CAST(value AS TEXT) LIKE '%\"state\":\"done\"%'", 1);
+    let host = host.kill_and_restart(&dir);
+
+    // The answer was lost, say: the client retries in a new session.
+    let fresh = initialize(&host.addr);
+    let (status, again) = post_json(&host.addr, &fresh, &call);
+    assert_eq!(status, 200);
+    assert_eq!(again["result"]["structuredContent"], first["result"]["structuredContent"], "the recorded result: {again}");
+    assert_eq!(again["result"]["_meta"]["io.mcp-host/idempotency"], "replayed");
+    let stats = ledger_stats(&host.addr, &fresh);
+    assert_eq!((stats["applied"].clone(), stats["duplicates"].clone()), (json!(1), json!(0)), "applied once across the restart: {stats}");
+}
+
+#[test]
+fn a_write_interrupted_by_a_sigkill_is_outcome_unknown_and_an_idempotent_one_runs_again() {
+    let dir = TempDir::new("restart-interrupted");
+    let host = start(&dir, 0);
+    let sid = initialize(&host.addr);
+    // Both apply at once, then hold their answer; the kill falls between.
+    let append = json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"ledger_append","arguments":{"key":"pay-1","hold_ms":20_000}}});
+    let set = keyed_call(3, "ledger_set", json!({"name": "colour", "value": "blue", "hold_ms": 1_000}), "set-1");
+    hang_up_after_priming(&host.addr, &sid, &append);
+    hang_up_after_priming(&host.addr, &sid, &set);
+    wait_for_ledger(&dir, "SELECT count(*) FROM kv WHERE key LIKE 'r/%' AND CAST(value AS TEXT) LIKE '%\"state\":\"running\"%'", 2);
+    let host = host.kill_and_restart(&dir);
+
+    let (status, unknown) = post_json(&host.addr, &sid, &append);
+    assert_eq!(status, 200);
+    assert_eq!(unknown["result"]["isError"], true, "{unknown}");
+    assert!(unknown["result"]["content"][0]["text"].as_str().unwrap().contains("may or may not have taken effect"), "{unknown}");
+    let (status, rerun) = post_json(&host.addr, &sid, &set);
+    assert_eq!((status, rerun["result"]["content"][0]["text"].clone()), (200, json!("colour set")), "the idempotent tool ran again: {rerun}");
+    assert!(rerun["result"]["_meta"].is_null(), "a new execution, not a replay: {rerun}");
+    let stats = ledger_stats(&host.addr, &sid);
+    assert_eq!((stats["applied"].clone(), stats["duplicates"].clone(), stats["sets"].clone()), (json!(1), json!(0), json!(1)), "{stats}");
 }

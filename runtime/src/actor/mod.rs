@@ -21,6 +21,7 @@
 mod body;
 mod budget;
 mod durable;
+mod receipts;
 mod registry;
 mod session;
 mod stats;
@@ -29,6 +30,7 @@ mod supervisor;
 
 pub use body::SseBody;
 pub use budget::{Charge, MemoryBudget};
+pub use receipts::IDEMPOTENCY_RESULT_META;
 pub use registry::{Inbox, InboxTicket, QuotaKey, Registry, SessionHandle};
 pub use session::{Delete, JsonReply, OpenGet, Post, PostOutcome, Resume, SessionActor};
 pub use stats::{ConnectionGuard, RuntimeStats, StatsSnapshot};

@@ -543,7 +543,17 @@ impl SessionActor {
                 let principal = self.principal.clone();
                 let catalog = Arc::clone(self.sup.catalog());
                 let rid = id.clone();
-                catalog.dispatch(&method, params.as_ref(), move || ToolContext::new(rid, progress_token, cancel, log_level, caps, principal, out))
+                let cx = move || ToolContext::new(rid, progress_token, cancel, log_level, caps, principal, out);
+                match (method == "tools/call").then(|| catalog.idempotent_call(params.as_ref())).transpose() {
+                    Err(e) => Dispatch::Ready(Err(e)),
+                    Ok(Some(Some(call))) => {
+                        // Executed only if its receipt allows it.
+                        let owned = params.clone();
+                        let run = Box::new(move || catalog.dispatch("tools/call", owned.as_ref(), cx));
+                        Dispatch::Pending(self.sup.receipts().call(call, self.principal.clone(), run))
+                    }
+                    Ok(_) => catalog.dispatch(&method, params.as_ref(), cx),
+                }
             }
         };
         // Kept by the stream for its record's digest, computed only if it is ever recorded.

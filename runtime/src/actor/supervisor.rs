@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use super::budget::MemoryBudget;
 use super::durable::LedgerCtx;
+use super::receipts::Receipts;
 use super::registry::{Inbox, QuotaKey, Registry, SessionHandle, SlotLimits};
 use super::session::{Restore, SessionActor, SessionSeed};
 use super::stats::{RuntimeStats, StatsSnapshot};
@@ -111,6 +112,8 @@ pub struct Supervisor {
     /// must not read the record they are about to overwrite. Held for one insert or lookup.
     /// Counted: a session may settle twice before the first writes are in.
     settling: Arc<Mutex<SettlingMap>>,
+    /// Idempotency receipts of write-tool calls.
+    receipts: Arc<Receipts>,
 }
 
 /// Session HMAC -> why its last writes are on their way, and how many batches of them.
@@ -152,6 +155,7 @@ impl Supervisor {
         let cursor_key = CursorKey::new(&crate::ledger::derive_key(&ledger.secret, "mcp-host cursor v1"));
         let clock = ledger.clock;
         let ledger_cx = Arc::new(LedgerCtx::new(ledger, cfg.idle_ttl_ms(), stream_ttl_ms));
+        let receipts = Arc::new(Receipts::new(Arc::clone(&ledger_cx), cfg.ledger.receipt_retention_secs.saturating_mul(1000), cfg.ledger.receipt_max_bytes));
         let stream_env = Arc::new(StreamEnv {
             keepalive: Duration::from_millis(cfg.sse.keepalive_ms),
             write_queue_frames: cfg.sse.write_queue_frames,
@@ -174,6 +178,7 @@ impl Supervisor {
             phase: RwLock::new(Phase::Serving(generation)),
             revive_locks: (0..16).map(|_| tokio::sync::Mutex::new(())).collect(),
             settling: Arc::default(),
+            receipts,
             cfg: Arc::new(cfg),
         })
     }
@@ -194,6 +199,10 @@ impl Supervisor {
     #[must_use]
     pub fn catalog(&self) -> &Arc<Catalog> {
         &self.catalog
+    }
+
+    pub(crate) fn receipts(&self) -> &Arc<Receipts> {
+        &self.receipts
     }
 
     pub(crate) fn stream_env(&self) -> &Arc<StreamEnv> {

@@ -3,7 +3,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use super::{BoxFuture, CallToolResult, Prompt, Resource, ResourceTemplate, Tool, ToolContext, ToolError, validate_arguments};
+use super::{BoxFuture, CallToolResult, Prompt, Resource, ResourceTemplate, Tool, ToolContext, ToolError, ToolSpec, validate_arguments};
 use crate::proto::jsonrpc::{ErrorObject, code};
 
 /// `serverInfo` of the `initialize` result.
@@ -33,6 +33,37 @@ pub enum CatalogError {
     /// Two resources with one URI.
     #[error("duplicate resource {0:?}")]
     DuplicateResource(String),
+    /// A tool's idempotency-key argument on a read-only tool, or not a string property of
+    /// its input schema.
+    #[error("tool {tool:?}: idempotency key argument {argument:?} {why}")]
+    InvalidIdempotencyKey {
+        /// The tool.
+        tool: String,
+        /// The argument.
+        argument: String,
+        /// What is wrong.
+        why: &'static str,
+    },
+}
+
+/// The `_meta` field of `tools/call` that carries an idempotency key (1 to
+/// [`IDEMPOTENCY_KEY_MAX_BYTES`] bytes). Honoured for write tools (not annotated
+/// `readOnlyHint: true`) and ignored for read-only ones.
+pub const IDEMPOTENCY_KEY_META: &str = "io.mcp-host/idempotencyKey";
+/// Longest idempotency key.
+pub const IDEMPOTENCY_KEY_MAX_BYTES: usize = 128;
+
+/// A `tools/call` of a write tool that carries an idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotentCall {
+    /// The tool.
+    pub tool: String,
+    /// The key, as sent.
+    pub key: String,
+    /// Digest of the tool name and arguments.
+    pub digest: String,
+    /// The tool is annotated `idempotentHint: true` (an interrupted call may run again).
+    pub idempotent: bool,
 }
 
 /// The outcome of dispatching a request to the catalog.
@@ -114,6 +145,7 @@ impl CatalogBuilder {
             if tool_index.insert(name.clone(), i).is_some() {
                 return Err(CatalogError::DuplicateTool(name.clone()));
             }
+            check_idempotency_key(t.spec())?;
         }
         let mut prompt_index = HashMap::new();
         for (i, p) in self.prompts.iter().enumerate() {
@@ -183,6 +215,18 @@ pub struct Catalog {
 impl std::fmt::Debug for Catalog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Catalog").field("tools", &self.tools.len()).field("prompts", &self.prompts.len()).finish_non_exhaustive()
+    }
+}
+
+fn check_idempotency_key(spec: &ToolSpec) -> Result<(), CatalogError> {
+    let Some(arg) = &spec.idempotency_key_argument else { return Ok(()) };
+    let bad = |why| Err(CatalogError::InvalidIdempotencyKey { tool: spec.name.clone(), argument: arg.clone(), why });
+    if !spec.is_write() {
+        return bad("is declared on a read-only tool (readOnlyHint: true)");
+    }
+    match spec.input_schema.get("properties").and_then(|p| p.get(arg)).and_then(|p| p.get("type")) {
+        Some(Value::String(t)) if t == "string" => Ok(()),
+        _ => bad("is not a string property of the input schema"),
     }
 }
 
@@ -275,6 +319,34 @@ impl Catalog {
         self.resource_index.contains_key(uri) || self.templates.iter().any(|t| match_template(&t.spec().uri_template, uri).is_some())
     }
 
+    /// The idempotency key of a `tools/call`: `None` for other tools than write tools, for
+    /// unknown tools (dispatch answers those) and for calls without a key.
+    ///
+    /// # Errors
+    /// `-32602` for a key that is not a string of 1 to [`IDEMPOTENCY_KEY_MAX_BYTES`] bytes.
+    pub fn idempotent_call(&self, params: Option<&Value>) -> Result<Option<IdempotentCall>, ErrorObject> {
+        let Some(tool) = params.and_then(|p| p.get("name")).and_then(Value::as_str).and_then(|n| self.tool(n)) else { return Ok(None) };
+        let spec = tool.spec();
+        if !spec.is_write() {
+            return Ok(None);
+        }
+        let args = params.and_then(|p| p.get("arguments")).filter(|a| !a.is_null());
+        let from_meta = params.and_then(|p| p.get("_meta")).and_then(|m| m.get(IDEMPOTENCY_KEY_META)).map(|k| (k, IDEMPOTENCY_KEY_META));
+        let from_arg = || spec.idempotency_key_argument.as_deref().and_then(|a| args.and_then(|v| v.get(a)).map(|k| (k, a)));
+        let Some((key, field)) = from_meta.or_else(from_arg) else { return Ok(None) };
+        let key = key
+            .as_str()
+            .filter(|k| !k.is_empty() && k.len() <= IDEMPOTENCY_KEY_MAX_BYTES)
+            .ok_or_else(|| invalid_params(format!("{field} must be a string of 1 to {IDEMPOTENCY_KEY_MAX_BYTES} bytes")))?;
+        let empty = Value::Object(Map::new());
+        Ok(Some(IdempotentCall {
+            tool: spec.name.clone(),
+            key: key.to_owned(),
+            digest: crate::proto::receipt::args_digest(&spec.name, args.unwrap_or(&empty)),
+            idempotent: spec.is_idempotent(),
+        }))
+    }
+
     /// Dispatch a catalog method. `cx` is called only for `tools/call`.
     pub fn dispatch(&self, method: &str, params: Option<&Value>, cx: impl FnOnce() -> ToolContext) -> Dispatch {
         use Dispatch::Ready;
@@ -363,6 +435,7 @@ fn to_value<T: serde::Serialize>(v: &T) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::ToolAnnotations;
 
     #[test]
     fn template_matching() {
@@ -372,5 +445,38 @@ mod tests {
         assert!(match_template("test://template/{id}/data", "test://template/1/2/data").is_none());
         assert!(match_template("a/{x}", "a/b").is_some());
         assert!(match_template("a/{x}", "a/b/c").is_none());
+    }
+
+    fn keyed(spec: ToolSpec) -> Result<Catalog, CatalogError> {
+        Catalog::builder()
+            .tool(crate::tools::tool_fn(spec, |_, _| async { Ok(CallToolResult::text("x")) }))
+            .build(ServerInfo { name: "t".into(), version: "0".into(), instructions: None })
+    }
+
+    #[test]
+    fn an_idempotency_key_argument_must_be_a_string_property_of_a_write_tool() {
+        let schema = json!({"type":"object","properties":{"key":{"type":"string"},"n":{"type":"integer"}}});
+        let write = ToolAnnotations { read_only_hint: Some(false), ..Default::default() };
+        assert!(keyed(ToolSpec::new("w", "d", schema.clone()).annotations(write.clone()).idempotency_key_argument("key")).is_ok());
+        for (spec, why) in [
+            (ToolSpec::new("w", "d", schema.clone()).annotations(write.clone()).idempotency_key_argument("n"), "not a string"),
+            (ToolSpec::new("w", "d", schema.clone()).annotations(write).idempotency_key_argument("missing"), "not a string"),
+            (ToolSpec::new("w", "d", schema).annotations(ToolAnnotations { read_only_hint: Some(true), ..Default::default() }).idempotency_key_argument("key"), "read-only"),
+        ] {
+            let e = keyed(spec).unwrap_err().to_string();
+            assert!(e.contains(why) && e.contains("\"w\""), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_key_comes_from_meta_first_then_from_the_declared_argument() {
+        let schema = json!({"type":"object","properties":{"key":{"type":"string"}}});
+        let c = keyed(ToolSpec::new("w", "d", schema).idempotency_key_argument("key")).unwrap();
+        let call = |p: Value| c.idempotent_call(Some(&p)).unwrap().map(|k| k.key);
+        assert_eq!(call(json!({"name": "w", "arguments": {"key": "a"}})), Some("a".into()));
+        assert_eq!(call(json!({"name": "w", "arguments": {"key": "a"}, "_meta": {IDEMPOTENCY_KEY_META: "m"}})), Some("m".into()));
+        assert_eq!(call(json!({"name": "w", "arguments": {}})), None);
+        assert_eq!(call(json!({"name": "unknown", "_meta": {IDEMPOTENCY_KEY_META: "m"}})), None);
+        assert!(c.idempotent_call(Some(&json!({"name": "w", "arguments": {"key": 5}}))).is_err());
     }
 }

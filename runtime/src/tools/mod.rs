@@ -9,7 +9,7 @@ mod helpers;
 mod schema;
 mod types;
 
-pub use catalog::{Catalog, CatalogBuilder, CatalogError, Dispatch, ServerInfo, match_template, resource_not_found};
+pub use catalog::{Catalog, CatalogBuilder, CatalogError, Dispatch, IDEMPOTENCY_KEY_MAX_BYTES, IDEMPOTENCY_KEY_META, IdempotentCall, ServerInfo, match_template, resource_not_found};
 pub use context::{ToolContext, ToolOutbound};
 pub use helpers::{FnPrompt, FnTemplate, FnTool, StaticResource, prompt_fn, template_fn, tool_fn};
 pub use schema::validate_arguments;

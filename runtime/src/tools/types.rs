@@ -43,13 +43,40 @@ pub struct ToolSpec {
     /// Behaviour hints.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub annotations: Option<ToolAnnotations>,
+    /// The argument (a string property of the input schema) that is the call's idempotency
+    /// key, for a write tool; `_meta["io.mcp-host/idempotencyKey"]` wins when both are sent.
+    /// Not listed.
+    #[serde(skip)]
+    pub idempotency_key_argument: Option<String>,
 }
 
 impl ToolSpec {
     /// A spec with a name, description and input schema.
     #[must_use]
     pub fn new(name: &str, description: &str, input_schema: Value) -> ToolSpec {
-        ToolSpec { name: name.into(), title: None, description: description.into(), input_schema, output_schema: None, annotations: None }
+        ToolSpec { name: name.into(), title: None, description: description.into(), input_schema, output_schema: None, annotations: None, idempotency_key_argument: None }
+    }
+
+    /// Declare the argument that carries the call's idempotency key (see
+    /// [`crate::tools::IDEMPOTENCY_KEY_META`]). The catalog refuses a read-only tool or an
+    /// argument the schema does not declare as a string.
+    #[must_use]
+    pub fn idempotency_key_argument(mut self, name: &str) -> ToolSpec {
+        self.idempotency_key_argument = Some(name.into());
+        self
+    }
+
+    /// Whether the tool is a write tool (not annotated `readOnlyHint: true`): its calls can
+    /// carry an idempotency key.
+    #[must_use]
+    pub fn is_write(&self) -> bool {
+        self.annotations.as_ref().and_then(|a| a.read_only_hint) != Some(true)
+    }
+
+    /// Whether the tool is annotated `idempotentHint: true`.
+    #[must_use]
+    pub fn is_idempotent(&self) -> bool {
+        self.annotations.as_ref().and_then(|a| a.idempotent_hint) == Some(true)
     }
 
     /// Set the annotations.

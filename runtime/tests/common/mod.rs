@@ -17,7 +17,7 @@ use mcp_runtime::actor::Supervisor;
 use mcp_runtime::config::RuntimeConfig;
 use mcp_runtime::proto::mcp::LogLevel;
 use mcp_runtime::sse::{Decoder, SseEvent};
-use mcp_runtime::tools::{CallToolResult, Catalog, ServerInfo, ToolError, ToolSpec, tool_fn};
+use mcp_runtime::tools::{CallToolResult, Catalog, ServerInfo, ToolAnnotations, ToolError, ToolSpec, tool_fn};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
@@ -31,13 +31,41 @@ pub struct Gate {
     started: Arc<Semaphore>,
     done: Arc<Semaphore>,
     dropped: Arc<Semaphore>,
+    /// Executions of the write tools (`write`, `write_idem`).
+    pub writes: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Default for Gate {
     fn default() -> Gate {
         let s = || Arc::new(Semaphore::new(0));
-        Gate { go: s(), started: s(), done: s(), dropped: s() }
+        Gate { go: s(), started: s(), done: s(), dropped: s(), writes: Arc::default() }
     }
+}
+
+impl Gate {
+    /// Executions of the write tools so far.
+    pub fn writes(&self) -> usize {
+        self.writes.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// A write tool: counts its execution, then (with `wait: true`) waits for the gate; answers
+/// `wrote <n> #<execution>`.
+fn write_tool(name: &str, idempotent: bool, gate: &Gate) -> impl mcp_runtime::tools::Tool {
+    let spec = ToolSpec::new(name, "Counts an execution, optionally waits for the gate", json!({"type":"object","properties":{"n":{"type":"integer"},"wait":{"type":"boolean"}}}))
+        .annotations(ToolAnnotations { read_only_hint: Some(false), idempotent_hint: Some(idempotent), ..Default::default() });
+    let g = gate.clone();
+    tool_fn(spec, move |a: Value, _| {
+        let g = g.clone();
+        async move {
+            let nth = g.writes.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+            if a["wait"] == true {
+                g.started.add_permits(1);
+                g.go.acquire().await.map_err(|e| ToolError::Failed(e.to_string()))?.forget();
+            }
+            Ok(CallToolResult::text(format!("wrote {} #{nth}", a["n"])))
+        }
+    })
 }
 
 impl Gate {
@@ -139,6 +167,13 @@ pub fn catalog(gate: Gate) -> Catalog {
             let r = cx.request("sampling/createMessage", json!({"messages":[],"maxTokens":1})).await.map_err(ToolError::Protocol)?;
             Ok(CallToolResult::text(format!("client said {}", r["content"]["text"].as_str().unwrap_or("?"))))
         }))
+        .tool(write_tool("write", false, &gate))
+        .tool(tool_fn(
+            ToolSpec::new("echo_ro", "Echo text (read-only)", json!({"type":"object","properties":{"text":{"type":"string"}}}))
+                .annotations(ToolAnnotations { read_only_hint: Some(true), ..Default::default() }),
+            |a: Value, _| async move { Ok(CallToolResult::text(a["text"].as_str().unwrap_or_default())) },
+        ))
+        .tool(write_tool("write_idem", true, &gate))
         .tool(tool_fn(ToolSpec::new("poll", "Closes its stream for polling, then answers", obj), |_, cx| async move {
             cx.close_stream_for_polling().await;
             Ok(CallToolResult::text("polled"))
@@ -349,6 +384,11 @@ impl Client<'_> {
     /// POST a request body; returns the response (SSE by default).
     pub async fn request(&self, body: Value) -> Resp {
         self.h.send(self.with_session(post()).set_payload(body.to_string())).await
+    }
+
+    /// `tools/call` with `_meta["io.mcp-host/idempotencyKey"] = key`.
+    pub async fn call_keyed(&self, id: i64, name: &str, args: Value, key: &str) -> Resp {
+        self.request(json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":name,"arguments":args,"_meta":{"io.mcp-host/idempotencyKey":key}}})).await
     }
 
     pub async fn call_tool(&self, id: i64, name: &str, args: Value) -> Resp {
