@@ -211,6 +211,12 @@ impl HostProcess {
         self.child.wait().ok()
     }
 
+    /// SIGKILL the process and reap it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// `Some(status)` once the process has exited; `None` while it runs.
     pub fn exit_status(&mut self) -> Option<ExitStatus> {
         self.child.try_wait().ok().flatten()

@@ -25,6 +25,9 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use crate::proxy::{FaultPlan, Scenario};
+use crate::run::SpawnedHost;
+use parking_lot::Mutex;
+use std::sync::Arc;
 
 /// Settings of a gate run.
 #[derive(Debug, Clone)]
@@ -46,7 +49,16 @@ pub(crate) struct GateSpec {
     /// Calls per session before a virtual client ends it and starts another.
     pub(crate) calls_per_session: u64,
     pub(crate) progress: bool,
+    /// The host the gate spawned (the `crash` scenario kills and restarts it).
+    pub(crate) host: Option<Arc<Mutex<SpawnedHost>>>,
 }
+
+/// The text of the receipts' answer to a retry of a call a kill interrupted.
+const OUTCOME_UNKNOWN: &str = "may or may not have taken effect";
+/// When the `crash` scenario kills the host: after a pause drawn from this range (ms).
+const KILL_PAUSE_MS: (u64, u64) = (200, 900);
+/// A `crash` phase does not end on its event count before this many kills.
+const KILLS_PER_PHASE: u64 = 3;
 
 /// Reconnect budget the virtual clients run with (the client defaults).
 const BUDGET_BURST: u32 = 20;
@@ -88,6 +100,12 @@ struct Phase {
     proxy: BTreeMap<&'static str, u64>,
     reconnect_peak_session: u64,
     reconnect_peak_all: u64,
+    /// Ledger calls answered "outcome unknown" (interrupted by a kill).
+    outcome_unknown: u64,
+    /// Kills of the host (`crash`), and how long each restart took.
+    crash: bool,
+    kills: u64,
+    restart_ms: Histogram<u64>,
     errors: Vec<String>,
 }
 
@@ -121,6 +139,10 @@ impl Phase {
             proxy: BTreeMap::new(),
             reconnect_peak_session: 0,
             reconnect_peak_all: 0,
+            outcome_unknown: 0,
+            crash: false,
+            kills: 0,
+            restart_ms: histogram(),
             errors: Vec::new(),
         }
     }
@@ -166,6 +188,7 @@ impl Phase {
             "latency_us": q(&self.latency_us), "resume_ms": q(&self.resume_ms), "resume_without_wait_ms": q(&self.resume_unwaited_ms),
             "reconnects_peak_per_session_1s": self.reconnect_peak_session, "reconnects_peak_all_1s": self.reconnect_peak_all,
             "proxy": self.proxy, "error_samples": self.errors,
+            "outcome_unknown": self.outcome_unknown, "kills": self.kills, "restart_ms": q(&self.restart_ms),
         })
     }
 }
@@ -214,7 +237,8 @@ async fn connect(spec: &GateSpec, url: &str, phase: &RefCell<Phase>) -> Option<M
 /// One virtual client for one phase.
 async fn virtual_client(spec: Rc<GateSpec>, url: Rc<str>, n: usize, phase_no: usize, phase: Rc<RefCell<Phase>>, live_events: Rc<Cell<u64>>, deadline: Instant) {
     let mut k = 0u64;
-    let done = |events: &Cell<u64>| events.get() >= spec.events_per_phase || Instant::now() >= deadline;
+    let enough_kills = |p: &RefCell<Phase>| !p.borrow().crash || p.borrow().kills >= KILLS_PER_PHASE;
+    let done = |events: &Cell<u64>| (events.get() >= spec.events_per_phase && enough_kills(&phase)) || Instant::now() >= deadline;
     while !done(&live_events) {
         let Some(client) = connect(&spec, &url, &phase).await else { return };
         let mut seen_events = 0;
@@ -242,7 +266,12 @@ async fn virtual_client(spec: Rc<GateSpec>, url: Rc<str>, n: usize, phase_no: us
             match result {
                 Ok(v) => {
                     let text = v["content"][0]["text"].as_str().unwrap_or_default();
-                    if text == nonce {
+                    if matches!(kind, Kind::Ledger) && v["isError"] == true && text.contains(OUTCOME_UNKNOWN) {
+                        // A kill fell between the write and its recorded outcome: the receipt
+                        // says so rather than apply it again (the ledger's duplicate count
+                        // proves it was not).
+                        p.outcome_unknown += 1;
+                    } else if text == nonce {
                         p.calls_ok += 1;
                         let _ = p.latency_us.record(us);
                     } else {
@@ -289,10 +318,12 @@ async fn virtual_client(spec: Rc<GateSpec>, url: Rc<str>, n: usize, phase_no: us
 
 async fn run_phase(spec: &Rc<GateSpec>, phase_no: usize, name: &str, rates: BTreeMap<Scenario, f64>) -> Result<Phase, String> {
     let (upstream, path) = crate::proxy::split_url(&spec.url)?;
+    let crash = rates.contains_key(&Scenario::Crash);
     let plan = FaultPlan { rates, seed: spec.seed.wrapping_add(phase_no as u64), other_token: spec.other_token.clone(), limit: None };
     let (addr, proxy) = crate::proxy::start(upstream, plan).await.map_err(|e| format!("proxy: {e}"))?;
     let url: Rc<str> = format!("http://{addr}{path}").into();
     let phase = Rc::new(RefCell::new(Phase::new(name)));
+    phase.borrow_mut().crash = crash;
     let live = Rc::new(Cell::new(0));
     let start = Instant::now();
     let deadline = start + Duration::from_secs(spec.phase_seconds);
@@ -302,6 +333,12 @@ async fn run_phase(spec: &Rc<GateSpec>, phase_no: usize, name: &str, rates: BTre
         b.set_prefix(name.to_owned());
         b
     });
+    let stop = Rc::new(Cell::new(false));
+    let killer = match (crash, &spec.host) {
+        (true, Some(host)) => Some(actix_rt::spawn(kill_now_and_then(Arc::clone(host), spec.seed.wrapping_add(phase_no as u64), Rc::clone(&stop), Rc::clone(&phase)))),
+        (true, None) => return Err("scenario crash needs --spawn-host".into()),
+        _ => None,
+    };
     let tasks: Vec<_> = (0..spec.clients)
         .map(|n| actix_rt::spawn(virtual_client(Rc::clone(spec), Rc::clone(&url), n, phase_no, Rc::clone(&phase), Rc::clone(&live), deadline)))
         .collect();
@@ -315,11 +352,41 @@ async fn run_phase(spec: &Rc<GateSpec>, phase_no: usize, name: &str, rates: BTre
     for t in tasks {
         let _ = t.await;
     }
+    stop.set(true);
+    if let Some(k) = killer {
+        k.await.map_err(|e| format!("crash task: {e}"))??;
+    }
     let mut p = Rc::try_unwrap(phase).map_err(|_| "phase still shared")?.into_inner();
     p.seconds = start.elapsed().as_secs_f64();
     p.proxy = proxy.counts();
+    if p.kills > 0 {
+        p.proxy.insert("crash.kills", p.kills);
+    }
     (p.reconnect_peak_session, p.reconnect_peak_all) = proxy.reconnect_peaks();
     Ok(p)
+}
+
+/// The `crash` scenario: until `stop`, SIGKILL the host after a random pause and start it
+/// again on the same ledger and port (on a blocking thread: the clients keep running).
+async fn kill_now_and_then(host: Arc<Mutex<SpawnedHost>>, seed: u64, stop: Rc<Cell<bool>>, phase: Rc<RefCell<Phase>>) -> Result<(), String> {
+    let mut x = seed | 1;
+    loop {
+        let pause_draw = crate::proxy::next_random(&mut x);
+        let pause = KILL_PAUSE_MS.0 + pause_draw % (KILL_PAUSE_MS.1 - KILL_PAUSE_MS.0);
+        let until = Instant::now() + Duration::from_millis(pause);
+        while Instant::now() < until {
+            if stop.get() {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let h = Arc::clone(&host);
+        let t0 = Instant::now();
+        tokio::task::spawn_blocking(move || h.lock().kill_and_restart()).await.map_err(|e| format!("restart: {e}"))??;
+        let mut p = phase.borrow_mut();
+        p.kills += 1;
+        let _ = p.restart_ms.record(t0.elapsed().as_millis().max(1) as u64);
+    }
 }
 
 /// Scenarios that act on resumes: their phase also cuts streams, or nothing would resume.
@@ -341,6 +408,7 @@ fn evidence(s: Scenario) -> &'static [&'static str] {
         Scenario::MissingVersion => &["missing_version.served"],
         Scenario::OriginRewrite => &["origin.rejected"],
         Scenario::Storm => &["storm.refusals"],
+        Scenario::Crash => &["crash.kills"],
     }
 }
 
@@ -404,6 +472,12 @@ fn evaluate(spec: &GateSpec, phases: &[Phase], ledger: &Value) -> Vec<Gate> {
     ));
     gates.push(rate_gate_if(spec, &[Scenario::ExpiryRace, Scenario::OldToken], "404 -> new handshake", sum(&|p| p.recovered_after_404), sum(&|p| p.not_found)));
     gates.push(zero_gate("requests reusing a session after its 404", count("session.reused_after_404")));
+    if spec.scenarios.contains(&Scenario::Crash) {
+        // Only kills in that phase: sessions must survive them.
+        let crash_404 = phases.iter().filter(|p| p.name == Scenario::Crash.name()).map(|p| p.not_found).sum();
+        gates.push(zero_gate("404s in the crash phase (sessions survive a kill)", crash_404));
+    }
+    gates.push(zero_gate("outcome-unknown answers in phases without a kill", sum(&|p| if p.kills == 0 { p.outcome_unknown } else { 0 })));
     gates.push(rate_gate_if(spec, &[Scenario::OriginRewrite], "illegal Origin rejected", count("origin.rejected"), count("origin.rejected") + count("origin.accepted")));
     gates.push(rate_gate_if(spec, &[Scenario::OldToken], "other principal's token rejected", count("old_token.rejected"), count("old_token.rejected") + count("old_token.accepted")));
     gates.push(rate_gate_if(spec, &[Scenario::ForeignCursor], "forged/foreign Last-Event-ID rejected", count("foreign_cursor.rejected"), count("foreign_cursor.rejected") + count("foreign_cursor.accepted")));
@@ -605,6 +679,7 @@ mod tests {
             seed: 1,
             calls_per_session: 10,
             progress: false,
+            host: None,
         }
     }
 
@@ -620,6 +695,27 @@ mod tests {
 
     fn failing(gates: &[Gate]) -> Vec<&str> {
         gates.iter().filter(|g| !g.pass).map(|g| g.name.as_str()).collect()
+    }
+
+    #[test]
+    fn a_crash_phase_must_kill_keep_its_sessions_and_answer_outcome_unknown_only_after_a_kill() {
+        let s = spec(vec![Scenario::Crash]);
+        let ledger = json!({"duplicates": 0});
+        let crash = |kills: u64, unknown: u64, not_found: u64| {
+            let mut p = clean_phase("crash");
+            p.proxy.clear();
+            if kills > 0 {
+                p.proxy.insert("crash.kills", kills);
+            }
+            (p.kills, p.outcome_unknown, p.not_found) = (kills, unknown, not_found);
+            p
+        };
+        assert!(failing(&evaluate(&s, &[crash(3, 2, 0)], &ledger)).is_empty(), "outcome unknown after a kill is honest");
+        assert_eq!(failing(&evaluate(&s, &[crash(0, 0, 0)], &ledger)), vec!["scenario crash fired"]);
+        assert_eq!(failing(&evaluate(&s, &[crash(3, 0, 1)], &ledger)), vec!["404s in the crash phase (sessions survive a kill)"]);
+        let mut baseline = clean_phase("baseline");
+        baseline.outcome_unknown = 1;
+        assert_eq!(failing(&evaluate(&s, &[baseline, crash(3, 0, 0)], &ledger)), vec!["outcome-unknown answers in phases without a kill"]);
     }
 
     #[test]

@@ -100,7 +100,8 @@ enum Command {
     /// each through the fault proxy; prints the gate table, exits 1 if any gate fails.
     ///
     /// Scenarios: cut, lost-priming, crossed-ids, replay-after-ack, foreign-cursor,
-    /// expiry-race, lost-delete, old-token, missing-version, origin-rewrite, storm. The server
+    /// expiry-race, lost-delete, old-token, missing-version, origin-rewrite, storm, crash (the
+    /// host is SIGKILLed and restarted on its ledger and port; `--spawn-host` only). The server
     /// must serve the tools `echo`, `ledger_append`, `ledger_stats` and
     /// `test_tool_with_progress` (mcp-host: `--packs conformance,echo,ledger`).
     Gate {
@@ -309,6 +310,13 @@ fn gate_command(args: GateArgs, mut spec: gate::GateSpec) -> ExitCode {
         None => None,
     };
     spec.url = host.as_ref().map(|h| h.url().to_owned()).or(args.url).unwrap_or_default();
+    // Shared with the crash scenario, which restarts it (same URL); dropped last, below.
+    let host = host.map(|h| std::sync::Arc::new(parking_lot::Mutex::new(h)));
+    spec.host.clone_from(&host);
+    if spec.scenarios.contains(&proxy::Scenario::Crash) && host.is_none() {
+        eprintln!("mcp-load: scenario crash needs --spawn-host (the gate kills and restarts the host); leave it out with --scenarios");
+        return ExitCode::from(2);
+    }
     if spec.scenarios.contains(&proxy::Scenario::OldToken) && spec.other_token.is_none() {
         eprintln!("mcp-load: scenario old-token needs --other-token (or --spawn-host); leave it out with --scenarios");
         return ExitCode::from(2);
@@ -392,7 +400,7 @@ fn parse_faults(specs: &[String]) -> Result<std::collections::BTreeMap<proxy::Sc
         .iter()
         .map(|s| {
             let (name, rate) = s.split_once('=').ok_or_else(|| format!("fault {s:?}: expected scenario=rate"))?;
-            let scenario = proxy::Scenario::parse(name).ok_or_else(|| format!("unknown fault scenario {name:?}"))?;
+            let scenario = proxy::Scenario::parse(name).filter(|s| *s != proxy::Scenario::Crash).ok_or_else(|| format!("unknown fault scenario {name:?} (crash is a gate scenario)"))?;
             let rate: f64 = rate.parse().map_err(|_| format!("fault {s:?}: bad rate"))?;
             if !(0.0..=1.0).contains(&rate) {
                 return Err(format!("fault {s:?}: rate must be between 0 and 1"));
@@ -486,6 +494,7 @@ fn main() -> ExitCode {
                 seed,
                 calls_per_session,
                 progress: !no_progress,
+                host: None,
             };
             gate_command(GateArgs { url, spawn_host, json_out, svg_out }, spec)
         }

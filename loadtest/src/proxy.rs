@@ -49,10 +49,13 @@ pub(crate) enum Scenario {
     /// A reconnect episode (one session resuming from one cursor) is answered 429/503 (with
     /// `Retry-After: 1`) once or twice in a row.
     Storm,
+    /// Not a proxy fault: the gate SIGKILLs the host it spawned at random moments of the
+    /// phase and starts it again on the same ledger and port (`gate --spawn-host` only).
+    Crash,
 }
 
 impl Scenario {
-    pub(crate) const ALL: [Scenario; 11] = [
+    pub(crate) const ALL: [Scenario; 12] = [
         Scenario::Cut,
         Scenario::LostPriming,
         Scenario::CrossedIds,
@@ -64,6 +67,7 @@ impl Scenario {
         Scenario::MissingVersion,
         Scenario::OriginRewrite,
         Scenario::Storm,
+        Scenario::Crash,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -79,6 +83,7 @@ impl Scenario {
             Scenario::MissingVersion => "missing-version",
             Scenario::OriginRewrite => "origin-rewrite",
             Scenario::Storm => "storm",
+            Scenario::Crash => "crash",
         }
     }
 

@@ -86,7 +86,10 @@ pub(crate) struct RunSpec {
 #[derive(Debug)]
 pub(crate) struct SpawnedHost {
     pub(crate) process: HostProcess,
-    #[expect(dead_code, reason = "held for its drop (after the process), and for a restart on the same ledger")]
+    /// How it was started, for a restart on the same ledger and port.
+    bin: String,
+    args: Vec<String>,
+    /// Held for its drop (after the process's), and for a restart on the same ledger.
     dir: TempDir,
 }
 
@@ -94,15 +97,34 @@ impl SpawnedHost {
     /// Start `bin` with `args` and a ledger in `dir` (which may already hold its config files);
     /// stderr inherited.
     pub(crate) fn start(bin: &str, dir: TempDir, args: &[&str]) -> Result<SpawnedHost, String> {
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        let process = Self::spawn(bin, &dir, &args)?;
+        Ok(SpawnedHost { process, bin: bin.to_owned(), args, dir })
+    }
+
+    fn spawn(bin: &str, dir: &TempDir, args: &[String]) -> Result<HostProcess, String> {
         let mut cmd = Command::new(bin);
         cmd.args(args).args(dir.ledger_args()).stderr(Stdio::inherit());
-        let process = HostProcess::spawn(cmd, mcp_devtools::DEFAULT_START_WAIT).map_err(|e| e.to_string())?;
-        Ok(SpawnedHost { process, dir })
+        HostProcess::spawn(cmd, mcp_devtools::DEFAULT_START_WAIT).map_err(|e| e.to_string())
     }
 
     /// The URL the host serves.
     pub(crate) fn url(&self) -> &str {
         self.process.url()
+    }
+
+    /// SIGKILL the host and start it again on the same ledger and port (blocks until it
+    /// listens).
+    pub(crate) fn kill_and_restart(&mut self) -> Result<(), String> {
+        let port = self.url().trim_start_matches("http://").split('/').next().and_then(|a| a.rsplit(':').next()).map(str::to_owned).ok_or("no port in the host's URL")?;
+        let mut args = self.args.clone();
+        match args.iter().position(|a| a == "--port") {
+            Some(i) if i + 1 < args.len() => args[i + 1] = port,
+            _ => args.extend(["--port".to_owned(), port]),
+        }
+        self.process.kill();
+        self.process = Self::spawn(&self.bin, &self.dir, &args)?;
+        Ok(())
     }
 }
 

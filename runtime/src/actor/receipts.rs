@@ -100,7 +100,7 @@ impl Receipts {
     }
 
     async fn execute(self: Arc<Self>, key: String, call: IdempotentCall, principal: Option<Arc<str>>, run: Run) -> Result<Value, ErrorObject> {
-        let mut guard = Executing { receipts: Arc::clone(&self), key, armed: true };
+        let mut guard = Executing { receipts: Arc::clone(&self), key, armed: true, started: false };
         let created_ms = self.ledger.ledger.clock.now().0;
         let mut record = ReceiptRecord {
             principal: principal.as_deref().map(str::to_owned),
@@ -117,6 +117,7 @@ impl Receipts {
             // The receipt is not in the ledger: running now could run it twice later.
             return answer(&call, Answer::Unavailable);
         }
+        guard.started = true;
         let r = match run() {
             Dispatch::Ready(r) => r,
             Dispatch::Pending(fut) => fut.await,
@@ -170,6 +171,9 @@ struct Executing {
     receipts: Arc<Receipts>,
     key: String,
     armed: bool,
+    /// The tool was called (before: dropped while its `Running` receipt was being committed,
+    /// so nothing happened and the receipt is deleted).
+    started: bool,
 }
 
 impl Drop for Executing {
@@ -177,14 +181,18 @@ impl Drop for Executing {
         if !self.armed {
             return;
         }
-        let waiting = self.receipts.table.lock().interrupt(&self.key);
+        let (waiting, answer, ops) = if self.started {
+            // Nothing to write: the `Running` receipt says it.
+            (self.receipts.table.lock().interrupt(&self.key), Answer::Unknown, Vec::new())
+        } else {
+            (self.receipts.table.lock().not_run(&self.key), Answer::NotRun, vec![Op::Delete { key: self.key.clone() }])
+        };
         for w in waiting {
-            let _ = w.send(Answer::Unknown);
+            let _ = w.send(answer.clone());
         }
         let (this, key) = (Arc::clone(&self.receipts), std::mem::take(&mut self.key));
-        // Nothing to write: the `Running` receipt says it. Once it is committed (it may still
-        // be queued) the ledger answers.
-        self.receipts.ledger.writer.submit_then(Vec::new(), Box::new(move || this.table.lock().settled(&key)));
+        // Once that is committed (the `Running` receipt may still be queued) the ledger answers.
+        self.receipts.ledger.writer.submit_then(ops, Box::new(move || this.table.lock().settled(&key)));
     }
 }
 
@@ -210,6 +218,10 @@ fn answer(call: &IdempotentCall, a: Answer) -> Result<Value, ErrorObject> {
         )),
         Answer::Unknown => tool_error(format!(
             "The call with idempotency key {:?} was interrupted (the server restarted, or the call was cancelled) before its outcome was recorded: it may or may not have taken effect. Check before calling again with a new key.",
+            call.key
+        )),
+        Answer::NotRun => tool_error(format!(
+            "The call with idempotency key {:?} that this one waited for was cancelled before it ran: nothing was done. Call again with the same key to run it.",
             call.key
         )),
         Answer::Unavailable => Err(ErrorObject::new(code::INTERNAL_ERROR, "idempotency receipts are unavailable (the ledger cannot be read or written); the call was not run")),

@@ -7,13 +7,15 @@
 //! - A stream that ends before its response is resumed by GET + `Last-Event-ID` (the newest
 //!   accepted cursor, so a resumed stream that drops early re-sends the previous id), after
 //!   at least the server's `retry`.
-//! - A JSON-RPC error response is terminal; so are 4xx answers to a resume (but 429: like 503
-//!   it is retried, no sooner than its `Retry-After`).
+//! - A JSON-RPC error response is terminal (but `-32009`, "the server restarted while the
+//!   request ran": its outcome is unknown, handled like a failed POST below); so are 4xx
+//!   answers to a resume (but 429: like 503 it is retried, no sooner than its `Retry-After`).
 //! - 404 on a request that carried a session id: exactly one new handshake (concurrent 404s
 //!   share it); the old request is re-issued only when it is idempotent, else reported lost.
 //!   The same holds for a stream that cannot be resumed (no cursor, cursor refused, events
 //!   gone) and for a POST whose connection failed: idempotent requests are re-issued (at most
-//!   [`ClientConfig::max_reissues`] times), others reported lost — never silently repeated.
+//!   [`ClientConfig::max_reissues`] times, after a pause that doubles from 50 ms), others
+//!   reported lost — never silently repeated.
 //! - Request ids start at a random offset per client, so a response from another client's
 //!   stream (a crossed or replayed event) can never correlate with one of ours.
 //! - Cancel with `notifications/cancelled`; DELETE on close (405 is not a deletion receipt;
@@ -214,6 +216,11 @@ fn retry_after_ms_of(headers: &awc::http::header::HeaderMap) -> Option<u64> {
 }
 
 /// The error for a non-success status: [`ClientError::Unavailable`] for 429/503.
+/// First pause before re-issuing a request whose outcome is unknown (doubling, with jitter,
+/// up to the backoff's maximum), so a restarting server is given time rather than the whole
+/// re-issue allowance spent in a few milliseconds.
+const REISSUE_BASE_MS: u64 = 50;
+
 fn status_error(status: u16, headers: &awc::http::header::HeaderMap, body: String) -> ClientError {
     if status == 429 || status == 503 {
         ClientError::Unavailable { status, retry_after_ms: retry_after_ms_of(headers), body }
@@ -535,7 +542,13 @@ impl<J: Journal> McpClient<J> {
                     self.rehandshake(generation, true).await?;
                     "the session ended (404)".to_owned()
                 }
-                Err(Failure::Unknown(e)) => e.to_string(),
+                Err(Failure::Unknown(e)) => {
+                    // The server may be restarting (connection refused, -32009): give it time.
+                    if idempotent && reissues < self.cfg.max_reissues {
+                        tokio::time::sleep(Duration::from_millis(self.cfg.backoff.delay_ms(Some(REISSUE_BASE_MS), reissues, self.jitter()))).await;
+                    }
+                    e.to_string()
+                }
                 Err(Failure::Busy(e, delay)) => {
                     if !idempotent || reissues >= self.cfg.max_reissues {
                         return Err(e);
@@ -600,6 +613,9 @@ impl<J: Journal> McpClient<J> {
                 };
                 self.inner.borrow_mut().acceptor.close_stream(&key);
                 match r {
+                    // The server restarted while the request ran: its outcome is unknown, and
+                    // an idempotent request may be re-issued.
+                    Ok(Err(e @ ClientError::Rpc(ErrorObject { code: crate::proto::jsonrpc::code::SERVER_RESTARTED, .. }))) => Err(Failure::Unknown(e)),
                     Ok(v) => v.map_err(Failure::Final),
                     Err(ClientError::Http(404, _)) => Err(Failure::Gone(generation)),
                     Err(e @ (ClientError::Lost(..) | ClientError::Transport(_))) => Err(Failure::Unknown(e)),

@@ -58,6 +58,9 @@ pub enum Answer {
     Unknown,
     /// The receipt could not be read.
     Unavailable,
+    /// The execution this caller waited for was cancelled before the tool ran: nothing was
+    /// done, and a new call with the key runs it.
+    NotRun,
 }
 
 /// What the caller that arrives does now.
@@ -87,7 +90,17 @@ pub enum Decision {
 enum Entry<W> {
     Looking { digest: String, idempotent: bool, waiters: Vec<(String, W)> },
     Running { digest: String, waiters: Vec<W> },
-    Settling { digest: String, answer: Option<Outcome> },
+    Settling { digest: String, ended: Ended },
+}
+
+/// How an execution ended, as the table remembers it until its last write is committed.
+#[derive(Debug, Clone)]
+enum Ended {
+    Finished(Outcome),
+    /// Dropped while the tool ran: the outcome is unknown.
+    Interrupted,
+    /// Dropped before the tool ran: nothing happened (its receipt is being deleted).
+    NotRun,
 }
 
 /// The table (see the module docs).
@@ -150,18 +163,18 @@ impl<W> ReceiptTable<W> {
                     Arrival::Answered(Answer::Conflict)
                 }
             }
-            Some(Entry::Settling { digest: d, answer }) => {
+            Some(Entry::Settling { digest: d, ended }) => {
                 if d != digest {
                     return Arrival::Answered(Answer::Conflict);
                 }
-                match answer {
-                    Some(outcome) => Arrival::Answered(Answer::Outcome { outcome: outcome.clone(), attached: false }),
-                    // Interrupted here: an idempotent tool runs again.
-                    None if idempotent => {
+                match ended {
+                    Ended::Finished(outcome) => Arrival::Answered(Answer::Outcome { outcome: outcome.clone(), attached: false }),
+                    // Interrupted here: an idempotent tool runs again; one that never ran, too.
+                    Ended::Interrupted if !idempotent => Arrival::Answered(Answer::Unknown),
+                    Ended::Interrupted | Ended::NotRun => {
                         self.entries.insert(key.to_owned(), Entry::Running { digest: digest.to_owned(), waiters: Vec::new() });
                         Arrival::Execute
                     }
-                    None => Arrival::Answered(Answer::Unknown),
                 }
             }
         }
@@ -197,19 +210,26 @@ impl<W> ReceiptTable<W> {
     /// The execution of `key` finished with `outcome`; returns the callers attached to it.
     /// Until [`ReceiptTable::settled`], callers are answered from the table.
     pub fn finish(&mut self, key: &str, outcome: &Outcome) -> Vec<W> {
-        self.end(key, Some(outcome.clone()))
+        self.end(key, Ended::Finished(outcome.clone()))
     }
 
-    /// The execution of `key` ended without an outcome (its caller cancelled it, its session
-    /// ended): the callers attached to it, who are answered [`Answer::Unknown`].
+    /// The execution of `key` ended without an outcome while the tool ran (its caller
+    /// cancelled it, its session ended): the callers attached to it, who are answered
+    /// [`Answer::Unknown`].
     pub fn interrupt(&mut self, key: &str) -> Vec<W> {
-        self.end(key, None)
+        self.end(key, Ended::Interrupted)
     }
 
-    fn end(&mut self, key: &str, answer: Option<Outcome>) -> Vec<W> {
+    /// The execution of `key` was dropped before the tool ran (its receipt is to be deleted):
+    /// the callers attached to it, who are answered [`Answer::NotRun`]; a later call runs it.
+    pub fn not_run(&mut self, key: &str) -> Vec<W> {
+        self.end(key, Ended::NotRun)
+    }
+
+    fn end(&mut self, key: &str, ended: Ended) -> Vec<W> {
         match self.entries.remove(key) {
             Some(Entry::Running { digest, waiters }) => {
-                self.entries.insert(key.to_owned(), Entry::Settling { digest, answer });
+                self.entries.insert(key.to_owned(), Entry::Settling { digest, ended });
                 waiters
             }
             Some(other) => {
@@ -328,6 +348,17 @@ mod tests {
         t.settled("k");
         assert_eq!(t.len(), 1, "the commit of the interrupted run does not end the new one");
         assert_eq!(t.finish("k", &ok(2)), Vec::<i32>::new());
+    }
+
+    #[test]
+    fn an_execution_dropped_before_the_tool_ran_runs_on_the_next_call() {
+        let mut t = ReceiptTable::default();
+        t.arrive("k", "d", false, 1);
+        t.resolve("k", Some(Stored::Absent));
+        t.arrive("k", "d", false, 2);
+        assert_eq!(t.not_run("k"), vec![2]);
+        assert_eq!(t.arrive("k", "d", false, 3), Arrival::Execute, "not idempotent, but it never ran");
+        assert_eq!(t.arrive("k", "x", false, 4), Arrival::Answered(Answer::Conflict));
     }
 
     #[test]

@@ -156,7 +156,11 @@ pub(crate) fn pack(journal: Option<&Path>) -> Result<CatalogBuilder, String> {
                 // The schema requires the key; the runtime checked its length.
                 let key = args["key"].as_str().unwrap_or_default();
                 let seq = l.lock().append(cx.principal(), key).map_err(|e| mcp_runtime::tools::ToolError::Failed(format!("journal: {e}")))?;
-                tokio::time::sleep(hold).await;
+                if !hold.is_zero() {
+                    // Without a hold the call has no await point after its write: only a
+                    // crash can come between the write and the answer.
+                    tokio::time::sleep(hold).await;
+                }
                 let mut r = CallToolResult::text(key);
                 r.structured_content = Some(json!({"seq": seq}));
                 Ok(r)
@@ -173,7 +177,11 @@ pub(crate) fn pack(journal: Option<&Path>) -> Result<CatalogBuilder, String> {
                     l.values.insert(name.clone(), args["value"].clone());
                     l.sets
                 };
-                tokio::time::sleep(hold).await;
+                if !hold.is_zero() {
+                    // Without a hold the call has no await point after its write: only a
+                    // crash can come between the write and the answer.
+                    tokio::time::sleep(hold).await;
+                }
                 let mut r = CallToolResult::text(format!("{name} set"));
                 r.structured_content = Some(json!({"execution": n}));
                 Ok(r)
