@@ -8,7 +8,10 @@
 //!
 //! Usage: mcp-bench [--concurrency 64] [--seconds 10] [--warmup 2] [--server-cpu 0]
 //!                  [--host-bin PATH] [--raw-bin PATH] [--baseline-host-bin PATH]
-//!                  [--json-out FILE]
+//!                  [--memory-ledger] [--json-out FILE]
+//!
+//! `--memory-ledger` measures `--host-bin` on a memory ledger right before each of its runs
+//! on the default SQLite ledger.
 //!
 //! `--baseline-host-bin` measures a second mcp-host build (say, the previous release) in the
 //! same run, each reply mode on the baseline right before the same mode on `--host-bin`.
@@ -40,6 +43,9 @@ struct Args {
     raw_bin: String,
     /// Another mcp-host build measured in the same run (e.g. the previous release).
     baseline_host_bin: Option<String>,
+    /// Also measure `host_bin` on a memory ledger (`--ledger memory`), right before it runs
+    /// on its default SQLite ledger.
+    memory_ledger: bool,
     json_out: Option<String>,
 }
 
@@ -53,6 +59,7 @@ fn parse_args() -> Args {
         host_bin: dir.join("mcp-host").display().to_string(),
         raw_bin: dir.join("raw-echo").display().to_string(),
         baseline_host_bin: None,
+        memory_ledger: false,
         json_out: None,
     };
     let mut it = std::env::args().skip(1);
@@ -69,6 +76,7 @@ fn parse_args() -> Args {
             "--host-bin" => a.host_bin = val(),
             "--raw-bin" => a.raw_bin = val(),
             "--baseline-host-bin" => a.baseline_host_bin = Some(val()),
+            "--memory-ledger" => a.memory_ledger = true,
             "--json-out" => a.json_out = Some(val()),
             other => panic!("unknown flag {other}"),
         }
@@ -109,9 +117,10 @@ struct Host {
 /// directory) with a fresh temporary directory as its working directory: no `--ledger-path`,
 /// so a `--baseline-host-bin` from before the ledger (which has no such flag) starts the same
 /// way, and no run leaves a ledger behind or shares one with another.
-fn start_host(bin: &str, cpu: Option<&str>) -> Host {
+fn start_host(bin: &str, cpu: Option<&str>, extra: &[&str]) -> Host {
     let dir = TempDir::new("bench");
-    let process = start(bin, &["--port", "0", "--workers", "1", "--packs", "echo"], cpu, Some(dir.path()));
+    let args: Vec<&str> = ["--port", "0", "--workers", "1", "--packs", "echo"].into_iter().chain(extra.iter().copied()).collect();
+    let process = start(bin, &args, cpu, Some(dir.path()));
     Host { process, _ledger: dir }
 }
 
@@ -319,10 +328,19 @@ fn main() {
         outcomes.push(rt.block_on(run(Target::Raw, raw.url(), raw.pid(), &a)));
     }
     // With a baseline build, each reply mode is measured on it right before this build.
-    let builds: Vec<(&str, &str)> = a.baseline_host_bin.as_deref().map(|b| ("baseline ", b)).into_iter().chain([("", a.host_bin.as_str())]).collect();
+    // With --memory-ledger, this build on a memory ledger runs right before it on SQLite.
+    let memory: &[&str] = &["--ledger", "memory"];
+    let builds: Vec<(&str, &str, &[&str])> = a
+        .baseline_host_bin
+        .as_deref()
+        .map(|b| ("baseline ", b, &[][..]))
+        .into_iter()
+        .chain(a.memory_ledger.then_some(("memory ledger ", a.host_bin.as_str(), memory)))
+        .chain([("", a.host_bin.as_str(), &[][..])])
+        .collect();
     for sse in [true, false] {
-        for (label, bin) in &builds {
-            let host = start_host(bin, cpu);
+        for (label, bin, extra) in &builds {
+            let host = start_host(bin, cpu, extra);
             let mut o = rt.block_on(run(Target::Mcp { sse }, host.process.url(), host.process.pid(), &a));
             o.name = format!("{label}{}", o.name);
             outcomes.push(o);

@@ -306,6 +306,10 @@ pub struct LedgerConfig {
     /// How long an idempotency receipt (and the result it replays) is kept after its call
     /// started (s). Default 86 400 (a day).
     pub receipt_retention_secs: u64,
+    /// Most sessions the ledger records (live and parked); past it the least recently used
+    /// ones that are not live are evicted (their ids answer 404), checked after every sweep.
+    /// Default 1,000,000.
+    pub max_sessions: usize,
     /// Largest result a receipt keeps (bytes of JSON); a larger one is replaced by a tool error
     /// saying the call completed and its result was not kept. Default 1 MiB.
     pub receipt_max_bytes: usize,
@@ -323,6 +327,7 @@ impl Default for LedgerConfig {
             queue_max_bytes: 64 << 20,
             sweep_every_secs: 60,
             receipt_retention_secs: 86_400,
+            max_sessions: 1_000_000,
             receipt_max_bytes: 1 << 20,
         }
     }
@@ -380,7 +385,7 @@ impl RuntimeConfig {
     pub fn validate(self) -> Result<RuntimeConfig, ConfigError> {
         let (se, ss, l, q) = (&self.sse, &self.sessions, &self.limits, &self.quotas);
         let max = u64::MAX;
-        let rows: [(&'static str, u64, u64, u64); 36] = [
+        let rows: [(&'static str, u64, u64, u64); 37] = [
             ("security.max_body_bytes", self.security.max_body_bytes as u64, 1, 1 << 30),
             ("security.body_read_timeout_ms", self.security.body_read_timeout_ms, 100, 600_000),
             ("sse.replay_max_events", se.replay_max_events as u64, 1, 1 << 20),
@@ -415,6 +420,7 @@ impl RuntimeConfig {
             ("ledger.commit_linger_us", self.ledger.commit_linger_us, 0, 100_000),
             ("ledger.queue_max_bytes", self.ledger.queue_max_bytes as u64, 1 << 16, max),
             ("ledger.sweep_every_secs", self.ledger.sweep_every_secs, 1, 24 * 3600),
+            ("ledger.max_sessions", self.ledger.max_sessions as u64, 1, 1 << 32),
             ("ledger.receipt_retention_secs", self.ledger.receipt_retention_secs, 1, 30 * 24 * 3600),
             ("ledger.receipt_max_bytes", self.ledger.receipt_max_bytes as u64, 1024, 1 << 30),
         ];

@@ -183,3 +183,29 @@ async fn idle_stream_gets_keep_alive_comments() {
     assert_eq!(&chunk[..], b": keep-alive\n\n");
     assert!(g.sse.comments >= 1);
 }
+
+#[actix_web::test]
+async fn a_full_ledger_evicts_the_least_recently_used_parked_session_and_its_id_answers_404() {
+    let h = harness_with(cfg(|c| {
+        c.ledger.max_sessions = 2;
+        c.ledger.sweep_every_secs = 1;
+        c.sessions.park_after_secs = 1;
+    }))
+    .await;
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        clients.push(h.client("2025-11-25").await);
+        // Distinct last uses: the first is the least recently used.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    until("all three parked", || h.sup.stats_snapshot().sessions_parked >= 3 && h.sup.session_count() == 0).await;
+    until("the ledger evicted one", || h.sup.stats_snapshot().sessions_evicted_from_ledger >= 1).await;
+    let ping = json!({"jsonrpc":"2.0","id":9,"method":"ping"});
+    assert_eq!(clients[0].request(ping.clone()).await.status, StatusCode::NOT_FOUND, "the least recently used is gone");
+    for c in &clients[1..] {
+        let mut r = c.request(ping.clone()).await;
+        assert_eq!(r.status, StatusCode::OK, "the newer ones are revived");
+        assert_eq!(r.json().await["id"], 9);
+    }
+    assert_eq!(h.sup.stats_snapshot().sessions_evicted_from_ledger, 1);
+}

@@ -429,6 +429,15 @@ fn a_write_interrupted_by_a_sigkill_is_outcome_unknown_and_an_idempotent_one_run
     hang_up_after_priming(&host.addr, &sid, &append);
     hang_up_after_priming(&host.addr, &sid, &set);
     wait_for_ledger(&dir, "SELECT count(*) FROM kv WHERE key LIKE 'r/%' AND CAST(value AS TEXT) LIKE '%\"state\":\"running\"%'", 2);
+    // The append's effect happened (its journal line), its answer is held.
+    let journal = dir.path().join("mcp-host.db.appends");
+    for _ in 0..500 {
+        if std::fs::read_to_string(&journal).is_ok_and(|j| j.contains("pay-1")) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(std::fs::read_to_string(&journal).unwrap_or_default().contains("pay-1"), "the append never ran");
     let host = host.kill_and_restart(&dir);
 
     let (status, unknown) = post_json(&host.addr, &sid, &append);
@@ -440,4 +449,17 @@ fn a_write_interrupted_by_a_sigkill_is_outcome_unknown_and_an_idempotent_one_run
     assert!(rerun["result"]["_meta"].is_null(), "a new execution, not a replay: {rerun}");
     let stats = ledger_stats(&host.addr, &sid);
     assert_eq!((stats["applied"].clone(), stats["duplicates"].clone(), stats["sets"].clone()), (json!(1), json!(0), json!(1)), "{stats}");
+}
+
+#[test]
+fn a_session_killed_right_after_its_initialize_answered_is_still_valid() {
+    let dir = TempDir::new("restart-fresh");
+    let host = start(&dir, 0);
+    // No wait for the ledger: the id is handed out only once its record is committed.
+    let sids: Vec<String> = (0..5).map(|_| initialize(&host.addr)).collect();
+    let host = host.kill_and_restart(&dir);
+    let ping = json!({"jsonrpc":"2.0","id":9,"method":"ping"});
+    for sid in &sids {
+        assert_eq!(post_json(&host.addr, sid, &ping).0, 200, "session {sid} survived");
+    }
 }

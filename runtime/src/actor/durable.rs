@@ -90,6 +90,12 @@ impl SessionMeta {
             run: cx.ledger.run,
         });
         let mut ops = vec![Op::Put { key: codec::session_key(&self.hmac), value: Bytes::from(codec::encode(&record)), expires_ms }];
+        // The ledger's session cap evicts by last recorded use; an ended session leaves it.
+        ops.push(if s.state == RecordState::Active {
+            Op::IndexAdd { index: codec::SESSIONS_LRU.into(), member: self.hmac.to_string(), score: last_used_ms, expires_ms: u64::MAX }
+        } else {
+            Op::IndexRemove { index: codec::SESSIONS_LRU.into(), member: self.hmac.to_string() }
+        });
         if s.state == RecordState::Active {
             let streams_expire = last_used_ms.saturating_add(cx.stream_ttl_ms);
             ops.push(Op::Expire { name: codec::streams_index(&self.hmac), expires_ms: streams_expire });

@@ -130,6 +130,8 @@ pub struct Registry {
     /// removed when its count reaches 0, so the map holds at most one entry per live session.
     /// Taken once per session start and end.
     per_key: Mutex<HashMap<QuotaKey, Caller>>,
+    /// Ledger HMACs of the live sessions: ledger housekeeping never evicts one of these.
+    live_hmacs: Mutex<std::collections::HashSet<Arc<str>>>,
 }
 
 impl Default for Registry {
@@ -139,11 +141,17 @@ impl Default for Registry {
             hasher: RandomState::new(),
             count: AtomicUsize::new(0),
             per_key: Mutex::new(HashMap::new()),
+            live_hmacs: Mutex::default(),
         }
     }
 }
 
 impl Registry {
+    /// Whether the session recorded under ledger HMAC `hmac` is live here.
+    pub(crate) fn is_live_hmac(&self, hmac: &str) -> bool {
+        self.live_hmacs.lock().contains(hmac)
+    }
+
     fn shard(&self, id: &SessionId) -> &RwLock<HashMap<SessionId, SessionHandle>> {
         &self.shards[(self.hasher.hash_one(id) as usize) % SHARDS]
     }
@@ -264,12 +272,13 @@ impl Reservation {
     }
 
     /// Publish the session under `id`; the returned guard deregisters it on drop.
-    pub fn insert(mut self, id: SessionId, handle: SessionHandle) -> RegistryGuard {
+    pub fn insert(mut self, id: SessionId, handle: SessionHandle, hmac: Arc<str>) -> RegistryGuard {
         let registry = self.registry.take().expect("reservation used once");
         let key = self.key.take().expect("reservation used once");
         let inbox = Arc::clone(&handle.inbox);
+        registry.live_hmacs.lock().insert(Arc::clone(&hmac));
         registry.shard(&id).write().insert(id.clone(), handle);
-        RegistryGuard { registry, id, key, inbox, removed: false }
+        RegistryGuard { registry, id, key, inbox, hmac, removed: false }
     }
 }
 
@@ -289,6 +298,7 @@ pub struct RegistryGuard {
     id: SessionId,
     key: QuotaKey,
     inbox: Arc<Inbox>,
+    hmac: Arc<str>,
     /// The entry was removed already (parking): the drop only gives the slot back, and
     /// never removes a new entry a revive may have put under the same id meanwhile.
     removed: bool,
@@ -308,6 +318,7 @@ impl RegistryGuard {
                 return Err(self);
             }
             shard.remove(&self.id);
+            self.registry.live_hmacs.lock().remove(&self.hmac);
         }
         self.removed = true;
         // The drop gives the slot back.
@@ -318,7 +329,10 @@ impl RegistryGuard {
 impl Drop for RegistryGuard {
     fn drop(&mut self) {
         if !self.removed {
-            self.registry.shard(&self.id).write().remove(&self.id);
+            // Under the shard lock, like the insert: a revive's new entry is not touched.
+            let mut shard = self.registry.shard(&self.id).write();
+            shard.remove(&self.id);
+            self.registry.live_hmacs.lock().remove(&self.hmac);
         }
         self.registry.release(&self.key);
     }

@@ -82,6 +82,8 @@ pub struct SessionActor {
     client_info: Value,
     requested_version: Option<String>,
     ledger: Arc<LedgerCtx>,
+    /// Told when the first record of this life is committed (`None` after).
+    on_recorded: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 /// What a POST produced.
@@ -208,6 +210,8 @@ pub(crate) struct SessionSeed {
     pub(crate) origin: Option<String>,
     /// Rebuilt from the ledger (after a restart or parking) rather than created.
     pub(crate) restore: Option<Restore>,
+    /// Told when its first record is committed.
+    pub(crate) recorded: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 /// What the ledger held for a session being revived.
@@ -275,6 +279,7 @@ impl SessionActor {
             client_info,
             requested_version,
             ledger,
+            on_recorded: seed.recorded,
         };
         if let Some(r) = seed.restore {
             actor.restore_streams(r.streams, r.complete);
@@ -374,7 +379,13 @@ impl SessionActor {
     fn record_if_due(&mut self) {
         if let Some(used) = self.core.poll_ledger(self.sup.now()) {
             let ops = self.record_ops_at(RecordState::Active, used);
-            self.ledger.writer.submit(ops);
+            match self.on_recorded.take() {
+                // The first record of this life: its `initialize` (or revive) waits for it.
+                Some(tx) => self.ledger.writer.submit_then(ops, Box::new(move || {
+                    let _ = tx.send(());
+                })),
+                None => self.ledger.writer.submit(ops),
+            }
         }
     }
 

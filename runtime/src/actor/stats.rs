@@ -22,6 +22,7 @@ pub struct RuntimeStats {
     streams_evicted: AtomicU64,
     sessions_revived: AtomicU64,
     sessions_parked: AtomicU64,
+    sessions_evicted_from_ledger: AtomicU64,
     events: AtomicU64,
     resumes: AtomicU64,
     gaps: AtomicU64,
@@ -40,6 +41,7 @@ impl Default for RuntimeStats {
             streams_evicted: AtomicU64::new(0),
             sessions_revived: AtomicU64::new(0),
             sessions_parked: AtomicU64::new(0),
+            sessions_evicted_from_ledger: AtomicU64::new(0),
             events: AtomicU64::new(0),
             resumes: AtomicU64::new(0),
             gaps: AtomicU64::new(0),
@@ -109,6 +111,10 @@ impl RuntimeStats {
     }
 
     /// A session was parked (its state left in the ledger only).
+    pub(crate) fn sessions_evicted_from_ledger(&self, n: u64) {
+        add(&self.sessions_evicted_from_ledger, n);
+    }
+
     pub(crate) fn session_parked(&self) {
         add(&self.sessions_parked, 1);
     }
@@ -161,6 +167,9 @@ pub struct StatsSnapshot {
     pub sessions_revived: u64,
     /// Sessions parked (idle for `sessions.park_after_secs`).
     pub sessions_parked: u64,
+    /// Parked (or recorded, not live) sessions evicted because the ledger held
+    /// `ledger.max_sessions`.
+    pub sessions_evicted_from_ledger: u64,
     /// The ledger writer's counters.
     pub ledger: crate::ledger::WriterSnapshot,
     /// Events appended by streams that have stopped.
@@ -190,6 +199,7 @@ impl RuntimeStats {
             streams_evicted: get(&self.streams_evicted),
             sessions_revived: get(&self.sessions_revived),
             sessions_parked: get(&self.sessions_parked),
+            sessions_evicted_from_ledger: get(&self.sessions_evicted_from_ledger),
             ledger,
             events: get(&self.events),
             resumes: get(&self.resumes),

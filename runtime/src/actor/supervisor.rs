@@ -107,13 +107,91 @@ pub struct Supervisor {
     phase: RwLock<Phase>,
     /// One revive at a time per shard of session HMACs (two requests of one session that
     /// arrive together after a restart make one actor, not two).
-    revive_locks: Vec<tokio::sync::Mutex<()>>,
+    revive_locks: Arc<ReviveLocks>,
     /// Sessions that ended (DELETE, expiry) whose final record is not committed yet: a revive
     /// must not read the record they are about to overwrite. Held for one insert or lookup.
     /// Counted: a session may settle twice before the first writes are in.
     settling: Arc<Mutex<SettlingMap>>,
     /// Idempotency receipts of write-tool calls.
     receipts: Arc<Receipts>,
+}
+
+/// One revive at a time per shard of session HMACs.
+#[derive(Debug)]
+struct ReviveLocks(Vec<tokio::sync::Mutex<()>>);
+
+impl ReviveLocks {
+    fn of(&self, hmac: &str) -> &tokio::sync::Mutex<()> {
+        // The HMAC is uniform: its first two hex digits pick the shard evenly.
+        let shard = hmac.get(..2).and_then(|h| usize::from_str_radix(h, 16).ok()).unwrap_or(0) % self.0.len();
+        &self.0[shard]
+    }
+}
+
+/// The ledger's session cap, kept on the writer's thread after each sweep: sessions whose
+/// last recorded use is older than the idle TTL leave the LRU index (their records expired);
+/// past `max` recorded sessions, the least recently used ones that are not live here (parked,
+/// or left by an earlier process) are evicted: their record says `evicted` (their id answers
+/// 404, a revive never reads them back) and their streams are deleted. Owns nothing that
+/// owns the writer.
+struct LedgerCap {
+    max: usize,
+    idle_ttl_ms: u64,
+    registry: Arc<Registry>,
+    revive_locks: Arc<ReviveLocks>,
+    stats: Arc<RuntimeStats>,
+}
+
+/// Most candidates read past the excess, for live sessions that are skipped.
+const EVICT_SLACK: usize = 64;
+
+impl LedgerCap {
+    fn run(&self, store: &dyn crate::ledger::Store, now: u64) {
+        if let Err(e) = self.evict(store, now) {
+            tracing::warn!(error = %e, "ledger: session cap housekeeping failed");
+        }
+    }
+
+    fn evict(&self, store: &dyn crate::ledger::Store, now: u64) -> Result<(), crate::ledger::StoreError> {
+        use crate::ledger::Op;
+        store.apply(&[Op::IndexTrim { index: codec::SESSIONS_LRU.into(), below: now.saturating_sub(self.idle_ttl_ms) }])?;
+        let recorded = store.index_len(codec::SESSIONS_LRU, now)?;
+        let Some(excess) = recorded.checked_sub(self.max).filter(|n| *n > 0) else { return Ok(()) };
+        let mut evicted = 0;
+        for (hmac, _) in store.index_lowest(codec::SESSIONS_LRU, excess + EVICT_SLACK, now)? {
+            if evicted == excess {
+                break;
+            }
+            // A revive in progress holds its shard's lock from its read to its start: skip
+            // the session rather than evict it under the revive.
+            let Ok(_no_revive) = self.revive_locks.of(&hmac).try_lock() else { continue };
+            if self.registry.is_live_hmac(&hmac) {
+                continue;
+            }
+            let mut ops = vec![Op::IndexRemove { index: codec::SESSIONS_LRU.into(), member: hmac.clone() }];
+            if let Some(bytes) = store.get(&codec::session_key(&hmac), now)?
+                && let Ok(Record::Session(mut r)) = codec::decode(&bytes)
+                && r.state == RecordState::Active
+            {
+                r.state = RecordState::Evicted;
+                // A tombstone for one TTL: the id stays 404 and is never revived.
+                ops.push(Op::Put { key: codec::session_key(&hmac), value: bytes::Bytes::from(codec::encode(&Record::Session(r))), expires_ms: now.saturating_add(self.idle_ttl_ms) });
+                for (sid, _) in store.index_lowest(&codec::streams_index(&hmac), usize::MAX, now)? {
+                    if let Ok(sid) = sid.parse::<u64>() {
+                        super::durable::forget_stream_ops(&hmac, crate::proto::ids::StreamId(sid), &mut ops);
+                    }
+                }
+                ops.push(Op::DropIndex { index: codec::streams_index(&hmac) });
+                evicted += 1;
+            }
+            store.apply(&ops)?;
+        }
+        if evicted > 0 {
+            self.stats.sessions_evicted_from_ledger(evicted as u64);
+            tracing::info!(evicted, recorded, max = self.max, "ledger full: least recently used parked sessions evicted");
+        }
+        Ok(())
+    }
 }
 
 /// Session HMAC -> why its last writes are on their way, and how many batches of them.
@@ -167,16 +245,26 @@ impl Supervisor {
             clock,
         });
         let q = &cfg.quotas;
+        let registry = Arc::new(Registry::default());
+        let revive_locks = Arc::new(ReviveLocks((0..16).map(|_| tokio::sync::Mutex::new(())).collect()));
+        let cap = LedgerCap {
+            max: cfg.ledger.max_sessions,
+            idle_ttl_ms: cfg.idle_ttl_ms(),
+            registry: Arc::clone(&registry),
+            revive_locks: Arc::clone(&revive_locks),
+            stats: Arc::clone(&stream_env.stats),
+        };
+        stream_env.ledger.writer.set_housekeeping(Box::new(move |store, now| cap.run(store, now)));
         Arc::new(Supervisor {
             key: cursor_key,
             admit: cfg.admit_policy(),
             rate: RateLimiter::new(q.session_burst, q.session_rate_per_sec, cfg.sessions.max_sessions.max(1024)),
             catalog: Arc::new(catalog),
-            registry: Arc::new(Registry::default()),
+            registry,
             generation,
             stream_env,
             phase: RwLock::new(Phase::Serving(generation)),
-            revive_locks: (0..16).map(|_| tokio::sync::Mutex::new(())).collect(),
+            revive_locks,
             settling: Arc::default(),
             receipts,
             cfg: Arc::new(cfg),
@@ -272,7 +360,7 @@ impl Supervisor {
         init: &InitializeRequest,
         kept_bytes: usize,
         origin: Option<&str>,
-    ) -> Result<(SessionId, ProtocolVersion), Rejection> {
+    ) -> Result<(SessionId, ProtocolVersion, tokio::sync::oneshot::Receiver<()>), Rejection> {
         if !matches!(self.phase(), Phase::Serving(_)) {
             return Err(Rejection::Overloaded(Overload::Draining));
         }
@@ -290,9 +378,12 @@ impl Supervisor {
         let raw = format!("{}.{}", self.generation.0, URL_SAFE_NO_PAD.encode(crate::rng::bytes::<24>()));
         let id = SessionId::parse(&raw).expect("base64url and digits are visible ASCII");
         let handshake = Handshake { requested_version: init.requested_version.clone(), capabilities: init.capabilities.clone(), client_info: init.client_info.clone() };
-        let seed = self.seed(id.clone(), principal, version, self.generation, handshake, kept_bytes, reservation.caller_budget(), origin.map(str::to_owned), None);
+        let (recorded, on_recorded) = tokio::sync::oneshot::channel();
+        let mut seed = self.seed(id.clone(), principal, version, self.generation, handshake, kept_bytes, reservation.caller_budget(), origin.map(str::to_owned), None);
+        // A dropped sender (memory ledger) answers at once.
+        seed.recorded = self.stream_env.ledger.ledger.durable.then_some(recorded);
         self.start_session(seed, reservation);
-        Ok((id, version))
+        Ok((id, version, on_recorded))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -310,7 +401,7 @@ impl Supervisor {
     ) -> SessionSeed {
         let signer = Arc::new(self.key.signer(id.as_str(), principal.as_deref()));
         let hmac = self.stream_env.ledger.session_hmac(&id);
-        SessionSeed { id, principal, version, generation, signer, handshake, kept_bytes, caller_budget: Arc::clone(caller_budget), hmac, origin, restore }
+        SessionSeed { id, principal, version, generation, signer, handshake, kept_bytes, caller_budget: Arc::clone(caller_budget), hmac, origin, restore, recorded: None }
     }
 
     fn start_session(self: &Arc<Self>, seed: SessionSeed, reservation: super::registry::Reservation) {
@@ -321,7 +412,7 @@ impl Supervisor {
             ctx.set_mailbox_capacity(sup.config().sessions.mailbox);
             let inbox = Inbox::new(sup.config().sessions.mailbox);
             let handle = SessionHandle { addr: ctx.address(), inbox, principal: seed.principal.clone(), signer: Arc::clone(&seed.signer), caller_budget: Arc::clone(&seed.caller_budget) };
-            let guard = reservation.insert(seed.id.clone(), handle);
+            let guard = reservation.insert(seed.id.clone(), handle, Arc::clone(&seed.hmac));
             SessionActor::new(seed, sup, guard, Arc::new(ctx.address().recipient()))
         });
     }
@@ -338,8 +429,7 @@ impl Supervisor {
         let cx = &self.stream_env.ledger;
         let hmac = cx.session_hmac(id);
         // The HMAC is uniform: its first two hex digits pick the shard evenly.
-        let shard = usize::from_str_radix(&hmac[..2], 16).unwrap_or(0) % self.revive_locks.len();
-        let _one_at_a_time = self.revive_locks[shard].lock().await;
+        let _one_at_a_time = self.revive_locks.of(&hmac).lock().await;
         if self.registry.contains(id) {
             return Ok(());
         }
@@ -383,9 +473,15 @@ impl Supervisor {
             log_level: record.log_level.as_deref().and_then(crate::proto::mcp::LogLevel::parse),
             streams,
         };
-        let seed = self.seed(id.clone(), principal.cloned(), version, Generation(record.generation), record.handshake, kept_bytes, reservation.caller_budget(), record.origin, Some(restore));
+        let mut seed = self.seed(id.clone(), principal.cloned(), version, Generation(record.generation), record.handshake, kept_bytes, reservation.caller_budget(), record.origin, Some(restore));
+        let (recorded, on_recorded) = tokio::sync::oneshot::channel();
+        seed.recorded = self.stream_env.ledger.ledger.durable.then_some(recorded);
         self.stream_env.stats.session_revived();
         self.start_session(seed, reservation);
+        // Its new incarnation is committed before it serves: a crash now cannot make the next
+        // revive number streams and events this life may already have handed out. (Held
+        // under this shard's revive lock: a second request waits, then finds it live.)
+        let _ = on_recorded.await;
         Ok(())
     }
 

@@ -228,6 +228,12 @@ async fn serve(req: &HttpRequest, head: &RequestHead<'_>, payload: web::Payload,
     let next = dispatch(req, sup, admitted, found)?;
     match next {
         Next::Ready(resp) => Ok(resp),
+        // Resolves when committed or failed (then the ledger stopped, see its stats); a
+        // dropped sender means the session ended at once: answered all the same.
+        Next::Recorded(rx, resp) => {
+            let _ = rx.await;
+            Ok(resp)
+        }
         Next::Post(rx) => post_reply(rx).await,
         Next::Stream(rx, dropped) => match rx.await {
             Ok(Ok(body)) => Ok(sse(body)),
@@ -245,6 +251,9 @@ async fn serve(req: &HttpRequest, head: &RequestHead<'_>, payload: web::Payload,
 /// What a request waits for once it has been handed to its session.
 enum Next {
     Ready(HttpResponse),
+    /// Ready once the session's first record is committed (a session id handed out
+    /// survives a crash).
+    Recorded(oneshot::Receiver<()>, HttpResponse),
     Post(oneshot::Receiver<Result<PostOutcome, Rejection>>),
     /// A stream, and the answer when the session drops the reply.
     Stream(oneshot::Receiver<Result<SseBody, Rejection>>, Rejection),
@@ -268,7 +277,7 @@ fn dispatch(req: &HttpRequest, sup: &Arc<Supervisor>, admitted: Admitted, found:
         Command::Initialize { id, init, kept_bytes, reply } => {
             let key = quota_key(principal.as_ref(), req.peer_addr(), sup.config().quotas.ipv6_prefix_len);
             let origin = req.headers().get(header::ORIGIN).and_then(|v| v.to_str().ok());
-            let (session, version) = sup.create_session(key, principal, &init, kept_bytes, origin)?;
+            let (session, version, recorded) = sup.create_session(key, principal, &init, kept_bytes, origin)?;
             let catalog = sup.catalog();
             let result = initialize_result(version, catalog.capabilities(), catalog.server_info(), catalog.instructions());
             let bytes = encode_result(&id, &result);
@@ -280,7 +289,7 @@ fn dispatch(req: &HttpRequest, sup: &Arc<Supervisor>, admitted: Admitted, found:
                 header::HeaderName::from_static(SESSION_HEADER),
                 header::HeaderValue::from_str(session.as_str()).map_err(|_| Rejection::Internal)?,
             );
-            Ok(Next::Ready(resp))
+            Ok(Next::Recorded(recorded, resp))
         }
         Command::Post { version: _, incoming, reply, .. } => {
             let (handle, ticket) = found()?;

@@ -284,6 +284,11 @@ pub fn events_key(hmac: &str, stream: u64) -> String {
     format!("e/{hmac}/{stream}")
 }
 
+/// Index of every recorded session by last recorded use (member: session HMAC; score: last
+/// used, ms): the ledger's session cap evicts from its low end, and members older than the
+/// idle TTL (expired sessions) are trimmed from it.
+pub const SESSIONS_LRU: &str = "lru/sessions";
+
 /// Index of a session's streams (member: stream id; score: its id).
 #[must_use]
 pub fn streams_index(hmac: &str) -> String {

@@ -87,6 +87,14 @@ fn apply_one(t: &mut Tables, op: &Op) {
         Op::DropIndex { index } => {
             t.indexes.remove(index);
         }
+        Op::IndexTrim { index, below } => {
+            if let Some(i) = t.indexes.get_mut(index) {
+                while let Some((_, member)) = i.order.first().filter(|(s, _)| s < below).cloned() {
+                    i.order.pop_first();
+                    i.scores.remove(&member);
+                }
+            }
+        }
         Op::Expire { name, expires_ms } => {
             if let Some((_, exp)) = t.kv.get_mut(name) {
                 *exp = (*exp).max(*expires_ms);
@@ -122,6 +130,10 @@ impl Store for MemoryStore {
     fn index_lowest(&self, index: &str, limit: usize, now_ms: u64) -> Result<Vec<(String, u64)>, StoreError> {
         let t = self.tables.lock();
         Ok(t.indexes.get(index).filter(|i| i.expires_ms > now_ms).map(|i| i.order.iter().take(limit).map(|(s, m)| (m.clone(), *s)).collect()).unwrap_or_default())
+    }
+
+    fn index_len(&self, index: &str, now_ms: u64) -> Result<usize, StoreError> {
+        Ok(self.tables.lock().indexes.get(index).filter(|i| i.expires_ms > now_ms).map_or(0, |i| i.order.len()))
     }
 
     fn sweep(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError> {

@@ -32,7 +32,7 @@ pub use memory::MemoryStore;
 pub(crate) use open::derive_key;
 pub use open::{Ledger, OpenError, load_or_create_key};
 pub use sqlite::SqliteStore;
-pub use writer::{Committed, Writer, WriterSettings, WriterSnapshot, WriterStats};
+pub use writer::{Committed, Housekeeping, Writer, WriterSettings, WriterSnapshot, WriterStats};
 
 /// One write. A batch of them is applied atomically ([`Store::apply`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,6 +100,14 @@ pub enum Op {
         /// Member.
         member: String,
     },
+    /// Remove the members of `index` scored below `below` (Redis: `ZREMRANGEBYSCORE index
+    /// -inf (below`).
+    IndexTrim {
+        /// Index name.
+        index: String,
+        /// Members scored lower than this go.
+        below: u64,
+    },
     /// Delete a whole index (Redis: `DEL`).
     DropIndex {
         /// Index name.
@@ -118,7 +126,7 @@ impl Op {
             Op::DropLog { log } => log.len(),
             Op::IndexAdd { index, member, .. } => index.len() + member.len(),
             Op::IndexRemove { index, member } => index.len() + member.len(),
-            Op::DropIndex { index } => index.len(),
+            Op::DropIndex { index } | Op::IndexTrim { index, .. } => index.len(),
             Op::Expire { name, .. } => name.len(),
         }
     }
@@ -176,6 +184,12 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// # Errors
     /// [`StoreError::Backend`].
     fn index_lowest(&self, index: &str, limit: usize, now_ms: u64) -> Result<Vec<(String, u64)>, StoreError>;
+
+    /// How many members `index` has, unless it expired at `now_ms` (Redis: `ZCARD`).
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`].
+    fn index_len(&self, index: &str, now_ms: u64) -> Result<usize, StoreError>;
 
     /// Remove keys, logs and indexes expired at `now_ms`, at most `limit` of them
     /// (Redis expires them itself: a no-op there); returns how many were removed.

@@ -47,6 +47,9 @@ pub struct Ledger {
     pub(crate) clock: Clock,
     /// This process's run number (one more than the previous process's on this ledger).
     pub(crate) run: u64,
+    /// It outlives the process (SQLite): a session id is handed out only once its record is
+    /// committed. A memory ledger dies with the process, so nothing waits for it.
+    pub(crate) durable: bool,
 }
 
 /// The run counter.
@@ -74,10 +77,10 @@ impl Ledger {
     #[must_use]
     pub fn memory(cfg: &RuntimeConfig) -> Ledger {
         let secret = cfg.cursor_secret().unwrap_or_else(|| crate::rng::bytes::<32>().to_vec());
-        Ledger::start(Arc::new(MemoryStore::new()), secret, cfg, "memory").expect("a new memory store holds no other key")
+        Ledger::start(Arc::new(MemoryStore::new()), secret, cfg, "memory", false).expect("a new memory store holds no other key")
     }
 
-    fn start(store: Arc<dyn Store>, secret: Vec<u8>, cfg: &RuntimeConfig, path: &str) -> Result<Ledger, OpenError> {
+    fn start(store: Arc<dyn Store>, secret: Vec<u8>, cfg: &RuntimeConfig, path: &str, durable: bool) -> Result<Ledger, OpenError> {
         let clock = Clock::start();
         let now = clock.now().0;
         let err = |source| OpenError::Store { path: path.to_owned(), source };
@@ -106,7 +109,7 @@ impl Ledger {
             linger: Duration::from_micros(l.commit_linger_us),
         };
         let writer = Writer::start(store, settings, Box::new(move || sweep_clock.now().0));
-        Ok(Ledger { writer, secret: secret.into(), clock, run })
+        Ok(Ledger { writer, secret: secret.into(), clock, run, durable })
     }
 
     /// Whether everything run `run` wrote reached the ledger: it is this process, or it
@@ -139,7 +142,7 @@ impl Ledger {
             Some(s) => s,
             None => load_or_create_key(&l.key_path())?,
         };
-        Ledger::start(Arc::new(store), secret, cfg, &l.path)
+        Ledger::start(Arc::new(store), secret, cfg, &l.path, true)
     }
 }
 

@@ -122,6 +122,9 @@ fn apply_one(tx: &rusqlite::Transaction<'_>, op: &Op) -> rusqlite::Result<()> {
         Op::IndexRemove { index, member } => {
             tx.prepare_cached("DELETE FROM idx WHERE name = ?1 AND member = ?2")?.execute(params![index, member])?;
         }
+        Op::IndexTrim { index, below } => {
+            tx.prepare_cached("DELETE FROM idx WHERE name = ?1 AND score < ?2")?.execute(params![index, ms(*below)])?;
+        }
         Op::DropIndex { index } => {
             tx.prepare_cached("DELETE FROM idx WHERE name = ?1")?.execute(params![index])?;
             tx.prepare_cached("DELETE FROM indexes WHERE name = ?1")?.execute(params![index])?;
@@ -170,6 +173,16 @@ impl Store for SqliteStore {
             let mut s = c.prepare_cached("SELECT member, score FROM idx WHERE name = ?1 ORDER BY score, member LIMIT ?2")?;
             let rows = s.query_map(params![index, i64::try_from(limit).unwrap_or(i64::MAX)], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64)))?;
             rows.collect()
+        })
+    }
+
+    fn index_len(&self, index: &str, now_ms: u64) -> Result<usize, StoreError> {
+        self.read(|c| {
+            let live: Option<i64> = c.prepare_cached("SELECT expires FROM indexes WHERE name = ?1 AND expires > ?2")?.query_row(params![index, ms(now_ms)], |r| r.get(0)).optional()?;
+            if live.is_none() {
+                return Ok(0);
+            }
+            c.prepare_cached("SELECT count(*) FROM idx WHERE name = ?1")?.query_row(params![index], |r| r.get::<_, i64>(0)).map(|n| n as usize)
         })
     }
 

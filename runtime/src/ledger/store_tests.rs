@@ -45,6 +45,10 @@ pub(crate) fn contract(s: &dyn Store) {
     assert_eq!(s.index_lowest("i", 2, 0).unwrap(), vec![("x".to_owned(), 5), ("y".to_owned(), 10)], "re-scored in place");
     s.apply(&[Op::IndexRemove { index: "i".into(), member: "y".into() }]).unwrap();
     assert_eq!(members(0), ["x", "z"]);
+    assert_eq!((s.index_len("i", 0).unwrap(), s.index_len("i", 500).unwrap(), s.index_len("never", 0).unwrap()), (2, 0, 0), "counted unless expired");
+    s.apply(&[add("w", 25), Op::IndexTrim { index: "i".into(), below: 25 }]).unwrap();
+    assert_eq!(members(0), ["w"], "members scored below 25 are trimmed");
+    s.apply(&[add("x", 5), add("z", 20)]).unwrap();
     assert!(members(500).is_empty(), "an expired index reads empty");
     s.apply(&[Op::DropIndex { index: "i".into() }]).unwrap();
     assert!(members(0).is_empty());

@@ -83,6 +83,9 @@ pub struct Writer {
     queued: Arc<AtomicUsize>,
     queue_max_bytes: usize,
     stats: Arc<WriterStats>,
+    /// Must not own what owns the writer (it runs on the writer's thread, which the writer's
+    /// drop joins).
+    housekeeping: Arc<Mutex<Option<Housekeeping>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -106,14 +109,22 @@ impl Writer {
         let (tx, rx) = mpsc::channel();
         let queued = Arc::new(AtomicUsize::new(0));
         let stats = Arc::new(WriterStats::default());
+        let housekeeping: Arc<Mutex<Option<Housekeeping>>> = Arc::default();
         let thread = {
-            let (store, queued, stats) = (Arc::clone(&store), Arc::clone(&queued), Arc::clone(&stats));
+            let (store, queued, stats, hk) = (Arc::clone(&store), Arc::clone(&queued), Arc::clone(&stats), Arc::clone(&housekeeping));
             std::thread::Builder::new()
                 .name("ledger-writer".into())
-                .spawn(move || run(&rx, store.as_ref(), Batching { max_ops: batch_max_ops.max(1), linger }, sweep_every, &*now, &queued, &stats))
+                .spawn(move || run(&rx, store.as_ref(), Batching { max_ops: batch_max_ops.max(1), linger }, sweep_every, &*now, &queued, &stats, &hk))
                 .expect("the ledger writer thread starts")
         };
-        Arc::new(Writer { tx, store, durability, queued, queue_max_bytes, stats, thread: Mutex::new(Some(thread)) })
+        Arc::new(Writer { tx, store, durability, queued, queue_max_bytes, stats, housekeeping, thread: Mutex::new(Some(thread)) })
+    }
+
+    /// Run `task` on the writer thread after every sweep (between batches, so what it applies
+    /// is ordered with every batch), with the store and the sweep's time. Replaces an earlier
+    /// one.
+    pub fn set_housekeeping(&self, task: Housekeeping) {
+        *self.housekeeping.lock() = Some(task);
     }
 
     /// The store (for reads).
@@ -241,7 +252,11 @@ pub struct WriterSettings {
     pub linger: Duration,
 }
 
-fn run(rx: &mpsc::Receiver<Msg>, store: &dyn Store, batching: Batching, sweep_every: Duration, wall_ms: &dyn Fn() -> u64, queued: &AtomicUsize, stats: &WriterStats) {
+/// Work done on the writer thread after each sweep (see [`Writer::set_housekeeping`]).
+pub type Housekeeping = Box<dyn FnMut(&dyn Store, u64) + Send>;
+
+#[allow(clippy::too_many_arguments)]
+fn run(rx: &mpsc::Receiver<Msg>, store: &dyn Store, batching: Batching, sweep_every: Duration, wall_ms: &dyn Fn() -> u64, queued: &AtomicUsize, stats: &WriterStats, housekeeping: &Mutex<Option<Housekeeping>>) {
     let mut batch: Vec<Op> = Vec::new();
     let mut acks: Vec<Committed> = Vec::new();
     let mut next_sweep = tokio::time::Instant::now() + sweep_every;
@@ -256,6 +271,9 @@ fn run(rx: &mpsc::Receiver<Msg>, store: &dyn Store, batching: Batching, sweep_ev
                 Ok(n) if n > 0 => tracing::debug!(removed = n, "ledger: expired records removed"),
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "ledger: sweep failed"),
+            }
+            if let Some(task) = housekeeping.lock().as_mut() {
+                task(store, wall_ms());
             }
         }
         let first = match rx.recv_timeout(next_sweep.saturating_duration_since(now)) {
@@ -409,6 +427,9 @@ mod tests {
         }
         fn index_lowest(&self, index: &str, limit: usize, now_ms: u64) -> Result<Vec<(String, u64)>, crate::ledger::StoreError> {
             self.0.index_lowest(index, limit, now_ms)
+        }
+        fn index_len(&self, index: &str, now_ms: u64) -> Result<usize, crate::ledger::StoreError> {
+            self.0.index_len(index, now_ms)
         }
         fn sweep(&self, now_ms: u64, limit: usize) -> Result<usize, crate::ledger::StoreError> {
             self.0.sweep(now_ms, limit)
