@@ -18,6 +18,7 @@ Usage: python3 bench/sessions.py [--host-bin target/release/mcp-host] [--live 10
 """
 import argparse
 import http.client
+import sqlite3
 import json
 import os
 import shutil
@@ -191,7 +192,11 @@ def main():
         out["parked_waves"] = waves
         out["parked_kib_per_session"] = per
         out["ledger_bytes"] = sum(os.path.getsize(os.path.join(d2, f)) for f in os.listdir(d2) if f.startswith("mcp-host.db"))
-        print(f"{a.parked} parked sessions: {per * 1024:.0f} B of RSS per parked session (waves {first_wave_rss[0]} -> {last['parked']}); ledger {out['ledger_bytes'] / 1048576:.1f} MiB")
+        db = sqlite3.connect(f"file:{os.path.join(d2, 'mcp-host.db')}?mode=ro", uri=True)
+        n, avg = db.execute("SELECT count(*), avg(length(value)) FROM kv WHERE key LIKE 's/%'").fetchone()
+        db.close()
+        out["session_records"], out["session_record_bytes_avg"] = n, avg
+        print(f"{a.parked} parked sessions: {per * 1024:.0f} B of RSS per parked session (waves {first_wave_rss[0]} -> {last['parked']}); ledger {out['ledger_bytes'] / 1048576:.1f} MiB, {n} session records of {avg:.0f} B on average")
 
         # 3. Restart on that ledger.
         port = h.addr.rsplit(":", 1)[1]

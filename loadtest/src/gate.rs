@@ -474,8 +474,10 @@ fn evaluate(spec: &GateSpec, phases: &[Phase], ledger: &Value) -> Vec<Gate> {
     gates.push(zero_gate("requests reusing a session after its 404", count("session.reused_after_404")));
     if spec.scenarios.contains(&Scenario::Crash) {
         // Only kills in that phase: sessions must survive them.
-        let crash_404 = phases.iter().filter(|p| p.name == Scenario::Crash.name()).map(|p| p.not_found).sum();
-        gates.push(zero_gate("404s in the crash phase (sessions survive a kill)", crash_404));
+        let crash = || phases.iter().filter(|p| p.name == Scenario::Crash.name());
+        gates.push(zero_gate("404s in the crash phase (sessions survive a kill)", crash().map(|p| p.not_found).sum()));
+        let kills = crash().map(|p| p.kills).min().unwrap_or(0);
+        gates.push(Gate::new("kills in the crash phase", kills.to_string(), format!(">= {KILLS_PER_PHASE}"), kills >= KILLS_PER_PHASE));
     }
     gates.push(zero_gate("outcome-unknown answers in phases without a kill", sum(&|p| if p.kills == 0 { p.outcome_unknown } else { 0 })));
     gates.push(rate_gate_if(spec, &[Scenario::OriginRewrite], "illegal Origin rejected", count("origin.rejected"), count("origin.rejected") + count("origin.accepted")));
@@ -711,7 +713,8 @@ mod tests {
             p
         };
         assert!(failing(&evaluate(&s, &[crash(3, 2, 0)], &ledger)).is_empty(), "outcome unknown after a kill is honest");
-        assert_eq!(failing(&evaluate(&s, &[crash(0, 0, 0)], &ledger)), vec!["scenario crash fired"]);
+        assert_eq!(failing(&evaluate(&s, &[crash(0, 0, 0)], &ledger)), vec!["scenario crash fired", "kills in the crash phase"]);
+        assert_eq!(failing(&evaluate(&s, &[crash(2, 0, 0)], &ledger)), vec!["kills in the crash phase"], "fewer kills than the phase promises");
         assert_eq!(failing(&evaluate(&s, &[crash(3, 0, 1)], &ledger)), vec!["404s in the crash phase (sessions survive a kill)"]);
         let mut baseline = clean_phase("baseline");
         baseline.outcome_unknown = 1;

@@ -291,6 +291,11 @@ pub struct LedgerConfig {
     /// when `security.cursor_secret_hex` is set, and with the memory backend (a fresh secret
     /// per process).
     pub key_file: Option<String>,
+    /// Key files of secrets this ledger was written with before a rotation (hex, first line):
+    /// sessions recorded under one are found and moved to the current key on first use, and
+    /// cursors minted with one are still accepted. Keep them listed for the idle TTL plus the
+    /// undelivered retention after the rotation. Default none.
+    pub previous_key_files: Vec<String>,
     /// Most operations committed in one transaction. Default 4096.
     pub batch_max_ops: usize,
     /// How long a batch waits for more operations once its first arrived (µs), so that
@@ -322,6 +327,7 @@ impl Default for LedgerConfig {
             path: "mcp-host.db".into(),
             durability: crate::ledger::Durability::Batched,
             key_file: None,
+            previous_key_files: Vec::new(),
             batch_max_ops: 4096,
             commit_linger_us: 1000,
             queue_max_bytes: 64 << 20,

@@ -193,12 +193,11 @@ async fn a_full_ledger_evicts_the_least_recently_used_parked_session_and_its_id_
     }))
     .await;
     let mut clients = Vec::new();
-    for _ in 0..3 {
+    for n in 1..=3 {
         clients.push(h.client("2025-11-25").await);
-        // Distinct last uses: the first is the least recently used.
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Each is created after the one before parked: their last uses are in order.
+        until("the session parked", || h.sup.stats_snapshot().sessions_parked >= n && h.sup.session_count() == 0).await;
     }
-    until("all three parked", || h.sup.stats_snapshot().sessions_parked >= 3 && h.sup.session_count() == 0).await;
     until("the ledger evicted one", || h.sup.stats_snapshot().sessions_evicted_from_ledger >= 1).await;
     let ping = json!({"jsonrpc":"2.0","id":9,"method":"ping"});
     assert_eq!(clients[0].request(ping.clone()).await.status, StatusCode::NOT_FOUND, "the least recently used is gone");

@@ -425,7 +425,9 @@ fn a_write_interrupted_by_a_sigkill_is_outcome_unknown_and_an_idempotent_one_run
     let sid = initialize(&host.addr);
     // Both apply at once, then hold their answer; the kill falls between.
     let append = json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"ledger_append","arguments":{"key":"pay-1","hold_ms":20_000}}});
-    let set = keyed_call(3, "ledger_set", json!({"name": "colour", "value": "blue", "hold_ms": 1_000}), "set-1");
+    // The set holds long enough for the waits below on a loaded machine; its re-run holds
+    // as long.
+    let set = keyed_call(3, "ledger_set", json!({"name": "colour", "value": "blue", "hold_ms": 4_000}), "set-1");
     hang_up_after_priming(&host.addr, &sid, &append);
     hang_up_after_priming(&host.addr, &sid, &set);
     wait_for_ledger(&dir, "SELECT count(*) FROM kv WHERE key LIKE 'r/%' AND CAST(value AS TEXT) LIKE '%\"state\":\"running\"%'", 2);
@@ -462,4 +464,34 @@ fn a_session_killed_right_after_its_initialize_answered_is_still_valid() {
     for sid in &sids {
         assert_eq!(post_json(&host.addr, sid, &ping).0, 200, "session {sid} survived");
     }
+}
+
+#[test]
+fn after_a_key_rotation_sessions_and_cursors_of_the_previous_key_stay_valid_and_move_to_the_new_key() {
+    let dir = TempDir::new("restart-rotate");
+    let mut host = start(&dir, 0);
+    let sid = initialize(&host.addr);
+    assert_eq!(post_json(&host.addr, &sid, &json!({"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"info"}})).0, 200);
+    let cursor = call_and_hang_up(&host.addr, &sid, 3, "soak_flood", json!({"delay_ms": 300, "count": 2, "bytes": 8}));
+    wait_for_committed_events(&dir, 3);
+    let port = host.port();
+    assert!(host.process.terminate(Duration::from_secs(15)).is_some_and(|s| s.success()));
+
+    // Rotate: the old key file is kept aside and listed; a new one is created at start.
+    let old_key = dir.path().join("old.key");
+    std::fs::rename(dir.path().join("mcp-host.db.key"), &old_key).unwrap();
+    let cfg = dir.path().join("rotate.toml");
+    std::fs::write(&cfg, format!("[ledger]\nprevious_key_files = [{:?}]\n", old_key.display().to_string())).unwrap();
+    let host = start_with(&dir, port, &["--config", &cfg.display().to_string()]);
+    let (status, got) = resume(&host.addr, &sid, &cursor);
+    assert_eq!(status, 200, "a cursor of the previous key resumes");
+    assert_eq!(got.len(), 3, "{got:?}");
+    assert_eq!(json_of(&got[2].1)["id"], 3);
+    let port = host.port();
+    drop(host.process);
+
+    // Moved: the previous key is no longer needed for this session.
+    let host = start(&dir, port);
+    let ping = json!({"jsonrpc":"2.0","id":9,"method":"ping"});
+    assert_eq!(post_json(&host.addr, &sid, &ping).0, 200, "the session moved to the new key");
 }

@@ -19,6 +19,8 @@ pub(crate) struct LedgerCtx {
     /// The open ledger (its clock, its run).
     pub(crate) ledger: Ledger,
     id_key: Hmac<Sha256>,
+    /// The same under the secrets of `ledger.previous_key_files` (rotation).
+    previous_id_keys: Vec<Hmac<Sha256>>,
     /// Session idle TTL (ms): a record expires this long after its last recorded use.
     pub(crate) idle_ttl_ms: u64,
     /// How long stream records and logs outlive their last write (ms).
@@ -33,8 +35,23 @@ impl std::fmt::Debug for LedgerCtx {
 
 impl LedgerCtx {
     pub(crate) fn new(ledger: Ledger, idle_ttl_ms: u64, stream_ttl_ms: u64) -> LedgerCtx {
-        let id_key = <Hmac<Sha256>>::new_from_slice(&crate::ledger::derive_key(&ledger.secret, "mcp-host session-id hmac v1")).expect("hmac takes any key length");
-        LedgerCtx { writer: Arc::clone(&ledger.writer), ledger, id_key, idle_ttl_ms, stream_ttl_ms }
+        let key = |secret: &[u8]| <Hmac<Sha256>>::new_from_slice(&crate::ledger::derive_key(secret, "mcp-host session-id hmac v1")).expect("hmac takes any key length");
+        let id_key = key(&ledger.secret);
+        let previous_id_keys = ledger.previous.iter().map(|s| key(s)).collect();
+        LedgerCtx { writer: Arc::clone(&ledger.writer), ledger, id_key, previous_id_keys, idle_ttl_ms, stream_ttl_ms }
+    }
+
+    /// The HMACs a session id had under the previous secrets (where a session recorded
+    /// before a key rotation is found).
+    pub(crate) fn previous_session_hmacs(&self, id: &SessionId) -> Vec<Arc<str>> {
+        self.previous_id_keys
+            .iter()
+            .map(|k| {
+                let mut m = k.clone();
+                m.update(id.as_str().as_bytes());
+                codec::hex(&m.finalize().into_bytes()[..16]).into()
+            })
+            .collect()
     }
 
     /// The HMAC of a session id (128 bits, hex): the only form of the id the ledger holds.

@@ -18,7 +18,7 @@ use super::durable::LedgerCtx;
 use crate::ledger::codec::{self, Outcome, ReceiptRecord, ReceiptState, Record};
 use crate::ledger::{Durability, Op};
 use crate::proto::jsonrpc::{ErrorObject, code};
-use crate::proto::receipt::{Answer, Arrival, Decision, ReceiptTable, Stored};
+use crate::proto::receipt::{Answer, Arrival, Decision, ReceiptTable, Stored, Waiter};
 use crate::tools::{BoxFuture, CallToolResult, Dispatch, IdempotentCall};
 
 /// Where a call answered from a receipt says so: `_meta["io.mcp-host/idempotency"]` is
@@ -28,9 +28,19 @@ pub const IDEMPOTENCY_RESULT_META: &str = "io.mcp-host/idempotency";
 /// Runs the execution of a call once its receipt allows it.
 pub(crate) type Run = Box<dyn FnOnce() -> Dispatch + Send>;
 
+impl Waiter for oneshot::Sender<Answer> {
+    fn is_gone(&self) -> bool {
+        self.is_closed()
+    }
+}
+
+/// The table; shared with the writer's commit callbacks, which must not own the writer (they
+/// run on its thread, which the writer's drop joins), so it has an `Arc` of its own.
+type Table = Arc<Mutex<ReceiptTable<oneshot::Sender<Answer>>>>;
+
 /// The process's receipts.
 pub(crate) struct Receipts {
-    table: Mutex<ReceiptTable<oneshot::Sender<Answer>>>,
+    table: Table,
     ledger: Arc<LedgerCtx>,
     retention_ms: u64,
     max_bytes: usize,
@@ -44,7 +54,7 @@ impl std::fmt::Debug for Receipts {
 
 impl Receipts {
     pub(crate) fn new(ledger: Arc<LedgerCtx>, retention_ms: u64, max_bytes: usize) -> Receipts {
-        Receipts { table: Mutex::default(), ledger, retention_ms, max_bytes }
+        Receipts { table: Arc::default(), ledger, retention_ms, max_bytes }
     }
 
     /// Serve `call` of `principal` under its receipt: `run` executes it, at most once per key
@@ -112,9 +122,10 @@ impl Receipts {
         };
         let expires_ms = created_ms.saturating_add(self.retention_ms);
         let put = |r: &ReceiptRecord, key: &str| Op::Put { key: key.to_owned(), value: Bytes::from(codec::encode(&Record::Receipt(r.clone()))), expires_ms };
-        let _ = self.ledger.writer.submit_acked(vec![put(&record, &guard.key)]).await;
-        if self.ledger.writer.snapshot().failed {
-            // The receipt is not in the ledger: running now could run it twice later.
+        let committed = self.ledger.writer.submit_acked(vec![put(&record, &guard.key)]).await;
+        if committed.is_err() || self.ledger.writer.snapshot().failed {
+            // The receipt is not in the ledger (it failed, or the writer is gone): running
+            // now could run it twice later.
             return answer(&call, Answer::Unavailable);
         }
         guard.started = true;
@@ -127,23 +138,34 @@ impl Receipts {
             Ok(v) => Outcome::Result(v.clone()),
             Err(e) => Outcome::Error(serde_json::to_value(e).expect("an error object serializes")),
         };
-        let waiting = self.table.lock().finish(&guard.key, &outcome);
-        for w in waiting {
-            let _ = w.send(Answer::Outcome { outcome: outcome.clone(), attached: true });
-        }
-        record.state = ReceiptState::Done { outcome: self.kept(outcome) };
-        let (tx, committed) = oneshot::channel();
-        let (this, key) = (Arc::clone(&self), guard.key.clone());
-        self.ledger.writer.submit_then(
-            vec![put(&record, &guard.key)],
-            Box::new(move || {
-                this.table.lock().settled(&key);
-                let _ = tx.send(());
-            }),
-        );
+        record.state = ReceiptState::Done { outcome: self.kept(outcome.clone()) };
+        let ops = vec![put(&record, &guard.key)];
+        let (table, key) = (Arc::clone(&self.table), guard.key.clone());
+        let answer_waiters = move |waiting: Vec<oneshot::Sender<Answer>>, outcome: &Outcome| {
+            for w in waiting {
+                let _ = w.send(Answer::Outcome { outcome: outcome.clone(), attached: true });
+            }
+        };
         if self.ledger.writer.durability() == Durability::Sync {
-            // What the caller receives is on disk first.
+            // Nobody learns the outcome before it is on disk: the entry stays running (later
+            // callers attach) until the commit, which answers them all.
+            let (tx, committed) = oneshot::channel();
+            self.ledger.writer.submit_then(
+                ops,
+                Box::new(move || {
+                    let mut t = table.lock();
+                    let waiting = t.finish(&key, &outcome);
+                    t.settled(&key);
+                    drop(t);
+                    answer_waiters(waiting, &outcome);
+                    let _ = tx.send(());
+                }),
+            );
             let _ = committed.await;
+        } else {
+            let waiting = self.table.lock().finish(&key, &outcome);
+            answer_waiters(waiting, &outcome);
+            self.ledger.writer.submit_then(ops, Box::new(move || table.lock().settled(&key)));
         }
         r
     }
@@ -190,9 +212,9 @@ impl Drop for Executing {
         for w in waiting {
             let _ = w.send(answer.clone());
         }
-        let (this, key) = (Arc::clone(&self.receipts), std::mem::take(&mut self.key));
+        let (table, key) = (Arc::clone(&self.receipts.table), std::mem::take(&mut self.key));
         // Once that is committed (the `Running` receipt may still be queued) the ledger answers.
-        self.receipts.ledger.writer.submit_then(ops, Box::new(move || this.table.lock().settled(&key)));
+        self.receipts.ledger.writer.submit_then(ops, Box::new(move || table.lock().settled(&key)));
     }
 }
 
@@ -223,6 +245,10 @@ fn answer(call: &IdempotentCall, a: Answer) -> Result<Value, ErrorObject> {
         Answer::NotRun => tool_error(format!(
             "The call with idempotency key {:?} that this one waited for was cancelled before it ran: nothing was done. Call again with the same key to run it.",
             call.key
+        )),
+        Answer::TooManyWaiting => Err(ErrorObject::new(
+            code::INTERNAL_ERROR,
+            format!("too many calls are waiting on idempotency key {:?}; try again once the running one has finished", call.key),
         )),
         Answer::Unavailable => Err(ErrorObject::new(code::INTERNAL_ERROR, "idempotency receipts are unavailable (the ledger cannot be read or written); the call was not run")),
     }

@@ -110,11 +110,12 @@ impl RuntimeStats {
         add(&self.sessions_revived, 1);
     }
 
-    /// A session was parked (its state left in the ledger only).
+    /// `n` sessions were evicted from a full ledger.
     pub(crate) fn sessions_evicted_from_ledger(&self, n: u64) {
         add(&self.sessions_evicted_from_ledger, n);
     }
 
+    /// A session was parked (its state left in the ledger only).
     pub(crate) fn session_parked(&self) {
         add(&self.sessions_parked, 1);
     }

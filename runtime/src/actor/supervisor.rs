@@ -116,15 +116,38 @@ pub struct Supervisor {
     receipts: Arc<Receipts>,
 }
 
+/// Copy a session's streams recorded under `old` (a previous key's HMAC) to `new`: records,
+/// logs and index. The session's own record is written under `new` by its first record after
+/// the revive, after these (the writer keeps order); until then a revive finds it under `old`
+/// again. Nothing under `old` is deleted: it expires on its own, so no crash in between can
+/// lose the session.
+fn migration_ops(new: &str, record: &codec::SessionRecord, streams: &[(codec::StreamRecord, Vec<(u64, bytes::Bytes)>)], cx: &LedgerCtx) -> Vec<crate::ledger::Op> {
+    use crate::ledger::Op;
+    let expires_ms = record.last_used_ms.saturating_add(cx.stream_ttl_ms);
+    let mut ops = Vec::new();
+    for (s, events) in streams {
+        ops.push(Op::Put { key: codec::stream_key(new, s.stream), value: bytes::Bytes::from(codec::encode(&Record::Stream(s.clone()))), expires_ms });
+        let log: Arc<str> = codec::events_key(new, s.stream).into();
+        for (seq, frame) in events {
+            ops.push(Op::Append { log: Arc::clone(&log), seq: *seq, frame: frame.clone(), max_len: s.max_events.max(1), expires_ms });
+        }
+        ops.push(Op::IndexAdd { index: codec::streams_index(new), member: s.stream.to_string(), score: s.stream, expires_ms });
+    }
+    ops
+}
+
 /// One revive at a time per shard of session HMACs.
 #[derive(Debug)]
 struct ReviveLocks(Vec<tokio::sync::Mutex<()>>);
 
 impl ReviveLocks {
-    fn of(&self, hmac: &str) -> &tokio::sync::Mutex<()> {
+    fn shard(&self, hmac: &str) -> usize {
         // The HMAC is uniform: its first two hex digits pick the shard evenly.
-        let shard = hmac.get(..2).and_then(|h| usize::from_str_radix(h, 16).ok()).unwrap_or(0) % self.0.len();
-        &self.0[shard]
+        hmac.get(..2).and_then(|h| usize::from_str_radix(h, 16).ok()).unwrap_or(0) % self.0.len()
+    }
+
+    fn of(&self, hmac: &str) -> &tokio::sync::Mutex<()> {
+        &self.0[self.shard(hmac)]
     }
 }
 
@@ -139,36 +162,54 @@ struct LedgerCap {
     idle_ttl_ms: u64,
     registry: Arc<Registry>,
     revive_locks: Arc<ReviveLocks>,
+    settling: Arc<Mutex<SettlingMap>>,
     stats: Arc<RuntimeStats>,
 }
 
-/// Most candidates read past the excess, for live sessions that are skipped.
-const EVICT_SLACK: usize = 64;
+/// Most sessions one housekeeping run evicts (in one transaction); more are evicted by the
+/// next run, right after the next batch.
+const EVICT_PER_RUN: usize = 1_000;
 
 impl LedgerCap {
-    fn run(&self, store: &dyn crate::ledger::Store, now: u64) {
-        if let Err(e) = self.evict(store, now) {
-            tracing::warn!(error = %e, "ledger: session cap housekeeping failed");
+    /// Returns whether more are to be evicted.
+    fn run(&self, store: &dyn crate::ledger::Store, now: u64) -> bool {
+        match self.evict(store, now) {
+            Ok(more) => more,
+            Err(e) => {
+                tracing::warn!(error = %e, "ledger: session cap housekeeping failed");
+                false
+            }
         }
     }
 
-    fn evict(&self, store: &dyn crate::ledger::Store, now: u64) -> Result<(), crate::ledger::StoreError> {
+    fn evict(&self, store: &dyn crate::ledger::Store, now: u64) -> Result<bool, crate::ledger::StoreError> {
         use crate::ledger::Op;
         store.apply(&[Op::IndexTrim { index: codec::SESSIONS_LRU.into(), below: now.saturating_sub(self.idle_ttl_ms) }])?;
         let recorded = store.index_len(codec::SESSIONS_LRU, now)?;
-        let Some(excess) = recorded.checked_sub(self.max).filter(|n| *n > 0) else { return Ok(()) };
+        let Some(excess) = recorded.checked_sub(self.max).filter(|n| *n > 0) else { return Ok(false) };
+        let want = excess.min(EVICT_PER_RUN);
+        // Live sessions (and those settling) are skipped: read past as many as there can be.
+        let window = want + self.registry.len() + self.settling.lock().len() + 64;
+        let mut ops = Vec::new();
         let mut evicted = 0;
-        for (hmac, _) in store.index_lowest(codec::SESSIONS_LRU, excess + EVICT_SLACK, now)? {
-            if evicted == excess {
+        // Shards whose revive lock is held until the evictions are committed: no revive reads
+        // a record in between.
+        let mut held = std::collections::HashMap::new();
+        for (hmac, _) in store.index_lowest(codec::SESSIONS_LRU, window, now)? {
+            if evicted == want {
                 break;
             }
-            // A revive in progress holds its shard's lock from its read to its start: skip
-            // the session rather than evict it under the revive.
-            let Ok(_no_revive) = self.revive_locks.of(&hmac).try_lock() else { continue };
-            if self.registry.is_live_hmac(&hmac) {
+            // A revive in progress holds its shard's lock from its read to its start; a
+            // session parking or ending has writes on their way: skip both.
+            let shard = self.revive_locks.shard(&hmac);
+            if let std::collections::hash_map::Entry::Vacant(e) = held.entry(shard) {
+                let Ok(g) = self.revive_locks.0[shard].try_lock() else { continue };
+                e.insert(g);
+            }
+            if self.registry.is_live_hmac(&hmac) || self.settling.lock().contains_key(hmac.as_str()) {
                 continue;
             }
-            let mut ops = vec![Op::IndexRemove { index: codec::SESSIONS_LRU.into(), member: hmac.clone() }];
+            ops.push(Op::IndexRemove { index: codec::SESSIONS_LRU.into(), member: hmac.clone() });
             if let Some(bytes) = store.get(&codec::session_key(&hmac), now)?
                 && let Ok(Record::Session(mut r)) = codec::decode(&bytes)
                 && r.state == RecordState::Active
@@ -184,13 +225,14 @@ impl LedgerCap {
                 ops.push(Op::DropIndex { index: codec::streams_index(&hmac) });
                 evicted += 1;
             }
-            store.apply(&ops)?;
         }
+        store.apply(&ops)?;
+        drop(held);
         if evicted > 0 {
             self.stats.sessions_evicted_from_ledger(evicted as u64);
             tracing::info!(evicted, recorded, max = self.max, "ledger full: least recently used parked sessions evicted");
         }
-        Ok(())
+        Ok(excess > want && evicted == want)
     }
 }
 
@@ -230,7 +272,9 @@ impl Supervisor {
     pub fn with_ledger(cfg: RuntimeConfig, catalog: Catalog, ledger: Ledger) -> Arc<Supervisor> {
         let generation = Generation(cfg.sessions.generation);
         let stream_ttl_ms = cfg.idle_ttl_ms().saturating_add(cfg.sessions.retention_undelivered_ms);
-        let cursor_key = CursorKey::new(&crate::ledger::derive_key(&ledger.secret, "mcp-host cursor v1"));
+        let cursor_secret = |s: &[u8]| crate::ledger::derive_key(s, "mcp-host cursor v1");
+        let previous: Vec<[u8; 32]> = ledger.previous.iter().map(|s| cursor_secret(s)).collect();
+        let cursor_key = CursorKey::rotated(&cursor_secret(&ledger.secret), &previous.iter().map(|k| &k[..]).collect::<Vec<_>>());
         let clock = ledger.clock;
         let ledger_cx = Arc::new(LedgerCtx::new(ledger, cfg.idle_ttl_ms(), stream_ttl_ms));
         let receipts = Arc::new(Receipts::new(Arc::clone(&ledger_cx), cfg.ledger.receipt_retention_secs.saturating_mul(1000), cfg.ledger.receipt_max_bytes));
@@ -246,12 +290,14 @@ impl Supervisor {
         });
         let q = &cfg.quotas;
         let registry = Arc::new(Registry::default());
+        let settling: Arc<Mutex<SettlingMap>> = Arc::default();
         let revive_locks = Arc::new(ReviveLocks((0..16).map(|_| tokio::sync::Mutex::new(())).collect()));
         let cap = LedgerCap {
             max: cfg.ledger.max_sessions,
             idle_ttl_ms: cfg.idle_ttl_ms(),
             registry: Arc::clone(&registry),
             revive_locks: Arc::clone(&revive_locks),
+            settling: Arc::clone(&settling),
             stats: Arc::clone(&stream_env.stats),
         };
         stream_env.ledger.writer.set_housekeeping(Box::new(move |store, now| cap.run(store, now)));
@@ -265,7 +311,7 @@ impl Supervisor {
             stream_env,
             phase: RwLock::new(Phase::Serving(generation)),
             revive_locks,
-            settling: Arc::default(),
+            settling,
             receipts,
             cfg: Arc::new(cfg),
         })
@@ -445,11 +491,24 @@ impl Supervisor {
             }
             None => {}
         }
-        let Some((record, streams)) = self.read_session(&hmac, principal).map_err(|e| {
+        let unreadable = |e: crate::ledger::StoreError| {
             tracing::error!(error = %e, "cannot read a session from the ledger");
             Rejection::Internal
-        })?
-        else {
+        };
+        let mut found = self.read_session(&hmac, principal).map_err(unreadable)?;
+        // Recorded before a key rotation, and never since (a record under the current key,
+        // even a tombstone, is the truth): found under its previous HMAC, and copied.
+        let never_recorded = || cx.writer.store().get(&codec::session_key(&hmac), self.now().0).map(|r| r.is_none());
+        if found.is_none() && !cx.ledger.previous.is_empty() && never_recorded().map_err(unreadable)? {
+            for old in cx.previous_session_hmacs(id) {
+                if let Some(f) = self.read_session(&old, principal).map_err(unreadable)? {
+                    cx.writer.submit(migration_ops(&hmac, &f.0, &f.1, cx));
+                    found = Some(f);
+                    break;
+                }
+            }
+        }
+        let Some((record, streams)) = found else {
             return Ok(());
         };
         // Read first: a session that does not exist is 404 also while stopping.
@@ -473,15 +532,19 @@ impl Supervisor {
             log_level: record.log_level.as_deref().and_then(crate::proto::mcp::LogLevel::parse),
             streams,
         };
-        let mut seed = self.seed(id.clone(), principal.cloned(), version, Generation(record.generation), record.handshake, kept_bytes, reservation.caller_budget(), record.origin, Some(restore));
-        let (recorded, on_recorded) = tokio::sync::oneshot::channel();
-        seed.recorded = self.stream_env.ledger.ledger.durable.then_some(recorded);
+        if cx.ledger.durable {
+            // This life's incarnation is committed before the session can be found: a crash
+            // after it cannot make the next revive number streams and events this life may
+            // hand out. (Under this shard's revive lock: a second request for it waits.)
+            let mut life = record.clone();
+            (life.incarnation, life.run, life.session_hmac) = (restore.incarnation, cx.ledger.run, hmac.to_string());
+            let expires_ms = life.expires_ms;
+            let put = crate::ledger::Op::Put { key: codec::session_key(&hmac), value: bytes::Bytes::from(codec::encode(&Record::Session(life))), expires_ms };
+            let _ = cx.writer.submit_acked(vec![put]).await;
+        }
+        let seed = self.seed(id.clone(), principal.cloned(), version, Generation(record.generation), record.handshake, kept_bytes, reservation.caller_budget(), record.origin, Some(restore));
         self.stream_env.stats.session_revived();
         self.start_session(seed, reservation);
-        // Its new incarnation is committed before it serves: a crash now cannot make the next
-        // revive number streams and events this life may already have handed out. (Held
-        // under this shard's revive lock: a second request waits, then finds it live.)
-        let _ = on_recorded.await;
         Ok(())
     }
 

@@ -215,12 +215,12 @@ fn retry_after_ms_of(headers: &awc::http::header::HeaderMap) -> Option<u64> {
     headers.get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok()).map(|s| s.min(300) * 1000)
 }
 
-/// The error for a non-success status: [`ClientError::Unavailable`] for 429/503.
 /// First pause before re-issuing a request whose outcome is unknown (doubling, with jitter,
 /// up to the backoff's maximum), so a restarting server is given time rather than the whole
 /// re-issue allowance spent in a few milliseconds.
 const REISSUE_BASE_MS: u64 = 50;
 
+/// The error for a non-success status: [`ClientError::Unavailable`] for 429/503.
 fn status_error(status: u16, headers: &awc::http::header::HeaderMap, body: String) -> ClientError {
     if status == 429 || status == 503 {
         ClientError::Unavailable { status, retry_after_ms: retry_after_ms_of(headers), body }

@@ -44,6 +44,8 @@ pub struct Ledger {
     pub writer: Arc<Writer>,
     /// The secret.
     pub secret: Arc<[u8]>,
+    /// Secrets the ledger was written with before a rotation (`ledger.previous_key_files`).
+    pub(crate) previous: Vec<Arc<[u8]>>,
     pub(crate) clock: Clock,
     /// This process's run number (one more than the previous process's on this ledger).
     pub(crate) run: u64,
@@ -77,17 +79,23 @@ impl Ledger {
     #[must_use]
     pub fn memory(cfg: &RuntimeConfig) -> Ledger {
         let secret = cfg.cursor_secret().unwrap_or_else(|| crate::rng::bytes::<32>().to_vec());
-        Ledger::start(Arc::new(MemoryStore::new()), secret, cfg, "memory", false).expect("a new memory store holds no other key")
+        Ledger::start(Arc::new(MemoryStore::new()), secret, Vec::new(), cfg, "memory", false).expect("a new memory store holds no other key")
     }
 
-    fn start(store: Arc<dyn Store>, secret: Vec<u8>, cfg: &RuntimeConfig, path: &str, durable: bool) -> Result<Ledger, OpenError> {
+    fn start(store: Arc<dyn Store>, secret: Vec<u8>, previous: Vec<Vec<u8>>, cfg: &RuntimeConfig, path: &str, durable: bool) -> Result<Ledger, OpenError> {
         let clock = Clock::start();
         let now = clock.now().0;
         let err = |source| OpenError::Store { path: path.to_owned(), source };
-        let fingerprint = super::codec::hex(&derive_key(&secret, "mcp-host key fingerprint v1")[..8]);
+        let fingerprint_of = |s: &[u8]| super::codec::hex(&derive_key(s, "mcp-host key fingerprint v1")[..8]);
+        let fingerprint = fingerprint_of(&secret);
         match store.get(KEY_FINGERPRINT, now).map_err(err)? {
-            Some(f) if f != fingerprint.as_bytes() => return Err(OpenError::KeyMismatch { path: path.to_owned() }),
-            _ => {}
+            Some(f) if f == fingerprint.as_bytes() => {}
+            // Written with a previous key: rotated (the current key's fingerprint goes in below).
+            Some(f) if previous.iter().any(|p| f == fingerprint_of(p).as_bytes()) => {
+                tracing::info!(path, "ledger key rotated: sessions recorded under the previous key move to the current one on first use");
+            }
+            Some(_) => return Err(OpenError::KeyMismatch { path: path.to_owned() }),
+            None => {}
         }
         let run = match store.get(RUN_KEY, now).map_err(err)? {
             Some(v) => std::str::from_utf8(&v).ok().and_then(|s| s.parse::<u64>().ok()).unwrap_or(0) + 1,
@@ -109,7 +117,7 @@ impl Ledger {
             linger: Duration::from_micros(l.commit_linger_us),
         };
         let writer = Writer::start(store, settings, Box::new(move || sweep_clock.now().0));
-        Ok(Ledger { writer, secret: secret.into(), clock, run, durable })
+        Ok(Ledger { writer, secret: secret.into(), previous: previous.into_iter().map(Into::into).collect(), clock, run, durable })
     }
 
     /// Whether everything run `run` wrote reached the ledger: it is this process, or it
@@ -142,7 +150,8 @@ impl Ledger {
             Some(s) => s,
             None => load_or_create_key(&l.key_path())?,
         };
-        Ledger::start(Arc::new(store), secret, cfg, &l.path, true)
+        let previous = l.previous_key_files.iter().map(|p| read_key(Path::new(p))).collect::<Result<Vec<_>, _>>()?;
+        Ledger::start(Arc::new(store), secret, previous, cfg, &l.path, true)
     }
 }
 
@@ -154,19 +163,7 @@ impl Ledger {
 pub fn load_or_create_key(path: &Path) -> Result<Vec<u8>, OpenError> {
     let err = |reason: String| OpenError::Key { path: path.display().to_string(), reason };
     match std::fs::read_to_string(path) {
-        Ok(text) => {
-            #[cfg(unix)]
-            if let Ok(m) = std::fs::metadata(path)
-                && std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o077 != 0
-            {
-                tracing::warn!(path = %path.display(), "the ledger key file is readable by others than its owner (chmod 600 it)");
-            }
-            let line = text.lines().next().unwrap_or("").trim();
-            match crate::config::decode_hex(line) {
-                Some(k) if k.len() >= 16 => Ok(k),
-                _ => Err(err("the first line must be at least 32 hexadecimal digits".into())),
-            }
-        }
+        Ok(text) => key_of(path, &text),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             // Written whole under a temporary name, then linked into place: a crash leaves
             // either no key file or a complete one, and of two processes starting at once the
@@ -198,9 +195,48 @@ pub fn load_or_create_key(path: &Path) -> Result<Vec<u8>, OpenError> {
     }
 }
 
+/// Read an existing key file (a previous key: never created).
+fn read_key(path: &Path) -> Result<Vec<u8>, OpenError> {
+    let text = std::fs::read_to_string(path).map_err(|e| OpenError::Key { path: path.display().to_string(), reason: e.to_string() })?;
+    key_of(path, &text)
+}
+
+fn key_of(path: &Path, text: &str) -> Result<Vec<u8>, OpenError> {
+    #[cfg(unix)]
+    if let Ok(m) = std::fs::metadata(path)
+        && std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o077 != 0
+    {
+        tracing::warn!(path = %path.display(), "the ledger key file is readable by others than its owner (chmod 600 it)");
+    }
+    let line = text.lines().next().unwrap_or("").trim();
+    match crate::config::decode_hex(line) {
+        Some(k) if k.len() >= 16 => Ok(k),
+        _ => Err(OpenError::Key { path: path.display().to_string(), reason: "the first line must be at least 32 hexadecimal digits".into() }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_ledger_written_with_a_previous_key_opens_with_it_listed_and_then_with_the_new_key_alone() {
+        let dir = mcp_devtools::TempDir::new("key-rotate");
+        let old_key = dir.path().join("old.key");
+        std::fs::write(&old_key, format!("{}\n", "ab".repeat(16))).unwrap();
+        drop(Ledger::open(&sqlite_cfg(&dir, &"ab".repeat(16))).unwrap());
+        let mut rotated = sqlite_cfg(&dir, &"cd".repeat(16));
+        assert!(matches!(Ledger::open(&rotated), Err(OpenError::KeyMismatch { .. })), "a new key alone is refused");
+        rotated.ledger.previous_key_files = vec![old_key.display().to_string()];
+        let l = Ledger::open(&rotated).unwrap();
+        assert_eq!(l.previous.len(), 1);
+        l.writer.flush_blocking();
+        drop(l);
+        rotated.ledger.previous_key_files.clear();
+        assert!(Ledger::open(&rotated).is_ok(), "the ledger now carries the new key's fingerprint");
+        rotated.ledger.previous_key_files = vec![dir.path().join("missing.key").display().to_string()];
+        assert!(matches!(Ledger::open(&rotated), Err(OpenError::Key { .. })), "a listed previous key must exist");
+    }
 
     #[test]
     fn the_key_file_is_created_owner_only_once_and_then_reused() {

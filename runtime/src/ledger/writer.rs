@@ -121,8 +121,9 @@ impl Writer {
     }
 
     /// Run `task` on the writer thread after every sweep (between batches, so what it applies
-    /// is ordered with every batch), with the store and the sweep's time. Replaces an earlier
-    /// one.
+    /// is ordered with every batch), with the store and the sweep's time; when it returns
+    /// `true` the sweep and it run again after the next batch. Replaces an earlier one. It
+    /// must not own the writer (the writer's drop joins the thread it runs on).
     pub fn set_housekeeping(&self, task: Housekeeping) {
         *self.housekeeping.lock() = Some(task);
     }
@@ -252,8 +253,9 @@ pub struct WriterSettings {
     pub linger: Duration,
 }
 
-/// Work done on the writer thread after each sweep (see [`Writer::set_housekeeping`]).
-pub type Housekeeping = Box<dyn FnMut(&dyn Store, u64) + Send>;
+/// Work done on the writer thread after each sweep (see [`Writer::set_housekeeping`]);
+/// `true`: more to do, run again after the next batch.
+pub type Housekeeping = Box<dyn FnMut(&dyn Store, u64) -> bool + Send>;
 
 #[allow(clippy::too_many_arguments)]
 fn run(rx: &mpsc::Receiver<Msg>, store: &dyn Store, batching: Batching, sweep_every: Duration, wall_ms: &dyn Fn() -> u64, queued: &AtomicUsize, stats: &WriterStats, housekeeping: &Mutex<Option<Housekeeping>>) {
@@ -272,8 +274,10 @@ fn run(rx: &mpsc::Receiver<Msg>, store: &dyn Store, batching: Batching, sweep_ev
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "ledger: sweep failed"),
             }
-            if let Some(task) = housekeeping.lock().as_mut() {
-                task(store, wall_ms());
+            if let Some(task) = housekeeping.lock().as_mut()
+                && task(store, wall_ms())
+            {
+                next_sweep = now;
             }
         }
         let first = match rx.recv_timeout(next_sweep.saturating_duration_since(now)) {

@@ -45,34 +45,53 @@ pub enum CursorError {
     Forged,
 }
 
-/// A server-wide secret for cursor tags.
+/// A server-wide secret for cursor tags, and the secrets it replaced (whose cursors are
+/// still accepted: key rotation).
 #[derive(Clone)]
-pub struct CursorKey(HmacSha256);
+pub struct CursorKey {
+    current: HmacSha256,
+    previous: Vec<HmacSha256>,
+}
 
 impl CursorKey {
     /// Build from secret bytes (at least 32 recommended).
     #[must_use]
     pub fn new(secret: &[u8]) -> CursorKey {
+        CursorKey::rotated(secret, &[])
+    }
+
+    /// Build from the current secret and earlier ones: cursors are minted with the current
+    /// one and accepted from any.
+    #[must_use]
+    pub fn rotated(secret: &[u8], previous: &[&[u8]]) -> CursorKey {
         // HMAC accepts keys of any length.
-        CursorKey(HmacSha256::new_from_slice(secret).expect("hmac takes any key length"))
+        let mac = |s: &[u8]| HmacSha256::new_from_slice(s).expect("hmac takes any key length");
+        CursorKey { current: mac(secret), previous: previous.iter().map(|s| mac(s)).collect() }
     }
 
     /// Derive the signer for one session and caller. Do this once per session.
     #[must_use]
     pub fn signer(&self, session: &str, principal: Option<&str>) -> CursorSigner {
-        let mut mac = self.0.clone();
-        let principal = principal.unwrap_or("");
-        mac.update(&(session.len() as u32).to_be_bytes());
-        mac.update(session.as_bytes());
-        mac.update(&(principal.len() as u32).to_be_bytes());
-        mac.update(principal.as_bytes());
-        CursorSigner(mac)
+        let bind = |key: &HmacSha256| {
+            let mut mac = key.clone();
+            let principal = principal.unwrap_or("");
+            mac.update(&(session.len() as u32).to_be_bytes());
+            mac.update(session.as_bytes());
+            mac.update(&(principal.len() as u32).to_be_bytes());
+            mac.update(principal.as_bytes());
+            mac
+        };
+        CursorSigner { mac: bind(&self.current), previous: self.previous.iter().map(bind).collect() }
     }
 }
 
 /// Mints and verifies cursors for one (session, caller). Cheap to clone.
 #[derive(Clone)]
-pub struct CursorSigner(HmacSha256);
+pub struct CursorSigner {
+    mac: HmacSha256,
+    /// The same binding under earlier secrets (verification only).
+    previous: Vec<HmacSha256>,
+}
 
 impl std::fmt::Debug for CursorSigner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -93,7 +112,7 @@ impl CursorSigner {
     #[must_use]
     pub fn encode_array(&self, id: &EventId) -> [u8; ENCODED_LEN] {
         let payload = Self::payload(id);
-        let mut mac = self.0.clone();
+        let mut mac = self.mac.clone();
         mac.update(&payload);
         let tag = mac.finalize().into_bytes();
         let mut raw = [0u8; RAW_LEN];
@@ -127,9 +146,14 @@ impl CursorSigner {
         if n != RAW_LEN {
             return Err(CursorError::Malformed);
         }
-        let mut mac = self.0.clone();
-        mac.update(&raw[..PAYLOAD_LEN]);
-        mac.verify_truncated_left(&raw[PAYLOAD_LEN..RAW_LEN]).map_err(|_| CursorError::Forged)?;
+        let verifies = |key: &HmacSha256| {
+            let mut mac = key.clone();
+            mac.update(&raw[..PAYLOAD_LEN]);
+            mac.verify_truncated_left(&raw[PAYLOAD_LEN..RAW_LEN]).is_ok()
+        };
+        if !verifies(&self.mac) && !self.previous.iter().any(verifies) {
+            return Err(CursorError::Forged);
+        }
         let u32_at = |i: usize| u32::from_be_bytes(raw[i..i + 4].try_into().expect("4 bytes"));
         let u64_at = |i: usize| u64::from_be_bytes(raw[i..i + 8].try_into().expect("8 bytes"));
         Ok(EventId { generation: Generation(u32_at(0)), stream: StreamId(u64_at(4)), seq: Seq(u64_at(12)) })
@@ -148,6 +172,19 @@ mod tests {
 
     fn id(stream: u64, seq: u64) -> EventId {
         EventId { generation: Generation(3), stream: StreamId(stream), seq: Seq(seq) }
+    }
+
+    #[test]
+    fn cursors_of_a_previous_key_are_accepted_and_new_ones_use_the_current_key() {
+        let old = CursorKey::new(b"old key old key old key old key!");
+        let new = CursorKey::new(b"new key new key new key new key!");
+        let rotated = CursorKey::rotated(b"new key new key new key new key!", &[b"old key old key old key old key!"]);
+        let before = old.signer("s", None).encode(&id(1, 2));
+        assert_eq!(rotated.signer("s", None).decode(&before), Ok(id(1, 2)), "an old cursor still resumes");
+        assert_eq!(new.signer("s", None).decode(&before), Err(CursorError::Forged), "without the previous key it is refused");
+        assert_eq!(rotated.signer("other", None).decode(&before), Err(CursorError::Forged), "still bound to its session");
+        let minted = rotated.signer("s", None).encode(&id(1, 3));
+        assert_eq!(new.signer("s", None).decode(&minted), Ok(id(1, 3)), "minted with the current key");
     }
 
     #[test]

@@ -61,7 +61,19 @@ pub enum Answer {
     /// The execution this caller waited for was cancelled before the tool ran: nothing was
     /// done, and a new call with the key runs it.
     NotRun,
+    /// [`MAX_WAITERS`] callers already wait on this key.
+    TooManyWaiting,
 }
+
+/// A waiting caller, as the table needs to know it.
+pub trait Waiter {
+    /// The caller went away (its request was cancelled): its place can be reused.
+    fn is_gone(&self) -> bool;
+}
+
+/// Most callers waiting on one key (attached to one execution, or to one lookup); past it a
+/// caller is answered [`Answer::TooManyWaiting`].
+pub const MAX_WAITERS: usize = 256;
 
 /// What the caller that arrives does now.
 #[derive(Debug, Clone, PartialEq)]
@@ -129,7 +141,20 @@ fn verdict(stored: Option<&Stored>, first: &str, idempotent: bool, digest: &str)
     }
 }
 
-impl<W> ReceiptTable<W> {
+/// Keep `w` among `waiters` unless the list is full (callers that went away are dropped
+/// first); `false` when it is full.
+fn wait_in<T>(waiters: &mut Vec<T>, w: T, gone: impl Fn(&T) -> bool) -> bool {
+    if waiters.len() >= MAX_WAITERS {
+        waiters.retain(|x| !gone(x));
+    }
+    if waiters.len() >= MAX_WAITERS {
+        return false;
+    }
+    waiters.push(w);
+    true
+}
+
+impl<W: Waiter> ReceiptTable<W> {
     /// Keys with an entry (executions running, lookups, records on their way).
     #[must_use]
     pub fn len(&self) -> usize {
@@ -152,15 +177,15 @@ impl<W> ReceiptTable<W> {
             }
             Some(Entry::Looking { waiters, .. }) => {
                 // Whether this caller's arguments match is known once the receipt is read.
-                waiters.push((digest.to_owned(), waiter));
-                Arrival::Wait
+                if wait_in(waiters, (digest.to_owned(), waiter), |(_, w): &(String, W)| w.is_gone()) { Arrival::Wait } else { Arrival::Answered(Answer::TooManyWaiting) }
             }
             Some(Entry::Running { digest: d, waiters }) => {
-                if d == digest {
-                    waiters.push(waiter);
+                if d != digest {
+                    Arrival::Answered(Answer::Conflict)
+                } else if wait_in(waiters, waiter, W::is_gone) {
                     Arrival::Wait
                 } else {
-                    Arrival::Answered(Answer::Conflict)
+                    Arrival::Answered(Answer::TooManyWaiting)
                 }
             }
             Some(Entry::Settling { digest: d, ended }) => {
@@ -268,6 +293,35 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    impl Waiter for i32 {
+        /// Negative test waiters have gone away.
+        fn is_gone(&self) -> bool {
+            *self < 0
+        }
+    }
+
+    impl Waiter for u8 {
+        fn is_gone(&self) -> bool {
+            false
+        }
+    }
+
+    #[test]
+    fn waiters_on_one_key_are_bounded_and_callers_that_went_away_make_room() {
+        let mut t = ReceiptTable::default();
+        t.arrive("k", "d", false, 0);
+        t.resolve("k", Some(Stored::Absent));
+        for i in 0..MAX_WAITERS as i32 {
+            assert_eq!(t.arrive("k", "d", false, -1 - i), Arrival::Wait);
+        }
+        // Every one of those went away: their places are reused.
+        for i in 0..MAX_WAITERS as i32 {
+            assert_eq!(t.arrive("k", "d", false, i + 1), Arrival::Wait);
+        }
+        assert_eq!(t.arrive("k", "d", false, 9_999), Arrival::Answered(Answer::TooManyWaiting), "full of live callers");
+        assert_eq!(t.finish("k", &ok(1)).len(), MAX_WAITERS);
+    }
 
     fn ok(v: i64) -> Outcome {
         Outcome::Result(json!({"v": v}))
