@@ -2,7 +2,10 @@
 //! a crash leaves each batch either whole or absent; readers use their own connections and
 //! never wait for the writer.
 
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
@@ -60,6 +63,8 @@ impl SqliteStore {
     pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
         let writer = open_conn(path)?;
         writer.execute_batch(SCHEMA).map_err(backend)?;
+        // The writer's page cache holds the hot part of the logs and indexes (32 MiB).
+        writer.execute_batch("PRAGMA cache_size = -32768;").map_err(backend)?;
         let schema: String = writer.query_row("SELECT v FROM meta WHERE k = 'schema'", [], |r| r.get(0)).map_err(backend)?;
         if schema != "mcp-host-ledger.v1" {
             return Err(StoreError::Backend(format!("{} holds ledger schema {schema:?}, not mcp-host-ledger.v1", path.display())));
@@ -86,22 +91,8 @@ fn apply_one(tx: &rusqlite::Transaction<'_>, op: &Op) -> rusqlite::Result<()> {
         Op::Delete { key } => {
             tx.prepare_cached("DELETE FROM kv WHERE key = ?1")?.execute(params![key])?;
         }
-        Op::Append { log, seq, frame, max_len, expires_ms } => {
-            let seq = ms(*seq);
-            let advanced = tx
-                .prepare_cached(
-                    "INSERT INTO logs (log, newest, expires) VALUES (?1, ?2, ?3) ON CONFLICT (log) DO UPDATE
-                     SET newest = excluded.newest, expires = max(expires, excluded.expires) WHERE excluded.newest > logs.newest",
-                )?
-                .execute(params![&**log, seq, ms(*expires_ms)])?;
-            if advanced == 1 {
-                tx.prepare_cached("INSERT INTO events (log, seq, frame) VALUES (?1, ?2, ?3)")?.execute(params![&**log, seq, &frame[..]])?;
-                let keep = i64::try_from((*max_len).max(1)).unwrap_or(i64::MAX);
-                if seq > keep {
-                    tx.prepare_cached("DELETE FROM events WHERE log = ?1 AND seq <= ?2")?.execute(params![&**log, seq - keep])?;
-                }
-            }
-        }
+        // Folded per log by `SqliteStore::apply`, the only caller that sees appends.
+        Op::Append { .. } => unreachable!("appends are folded in SqliteStore::apply"),
         Op::DropLog { log } => {
             tx.prepare_cached("DELETE FROM events WHERE log = ?1")?.execute(params![log])?;
             tx.prepare_cached("DELETE FROM logs WHERE log = ?1")?.execute(params![log])?;
@@ -133,13 +124,83 @@ fn apply_one(tx: &rusqlite::Transaction<'_>, op: &Op) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// A log's state within one batch.
+struct LogTail {
+    /// Its newest sequence number.
+    newest: i64,
+    /// The latest expiry its accepted appends asked for.
+    expires: i64,
+    /// Events kept (the last accepted append's `max_len`).
+    keep: i64,
+    /// Appends were accepted after its row was last written.
+    row_stale: bool,
+    /// An append was accepted: the log is to be trimmed to `keep`.
+    trim: bool,
+}
+
+/// Write the logs' rows and trims for the appends folded so far, and forget them.
+fn write_tails(tx: &rusqlite::Transaction<'_>, logs: &mut HashMap<Arc<str>, LogTail>) -> rusqlite::Result<()> {
+    for (log, t) in logs.drain() {
+        if t.row_stale {
+            tx.prepare_cached("UPDATE logs SET newest = ?2, expires = max(expires, ?3) WHERE log = ?1")?.execute(params![&*log, t.newest, t.expires])?;
+        }
+        if t.trim && t.newest > t.keep {
+            tx.prepare_cached("DELETE FROM events WHERE log = ?1 AND seq <= ?2")?.execute(params![&*log, t.newest - t.keep])?;
+        }
+    }
+    Ok(())
+}
+
 impl Store for SqliteStore {
     fn apply(&self, ops: &[Op]) -> Result<(), StoreError> {
         let mut conn = self.writer.lock();
         let tx = conn.transaction().map_err(backend)?;
+        // Appends are folded per log: each event is one insert, and each log's row and trim
+        // are written once per batch (before anything else that touches logs, and at the end).
+        let mut logs: HashMap<Arc<str>, LogTail> = HashMap::new();
         for op in ops {
-            apply_one(&tx, op).map_err(backend)?;
+            match op {
+                Op::Append { log, seq, frame, max_len, expires_ms } => {
+                    let (seq, expires, keep) = (ms(*seq), ms(*expires_ms), i64::try_from((*max_len).max(1)).unwrap_or(i64::MAX));
+                    let tail = match logs.entry(Arc::clone(log)) {
+                        Entry::Occupied(e) => e.into_mut(),
+                        Entry::Vacant(e) => {
+                            // The log's first append of the batch moves its row, if it advances
+                            // (a replayed append does not).
+                            let advanced = tx
+                                .prepare_cached(
+                                    "INSERT INTO logs (log, newest, expires) VALUES (?1, ?2, ?3) ON CONFLICT (log) DO UPDATE
+                                     SET newest = excluded.newest, expires = max(expires, excluded.expires) WHERE excluded.newest > logs.newest",
+                                )
+                                .and_then(|mut st| st.execute(params![&**log, seq, expires]))
+                                .map_err(backend)?
+                                == 1;
+                            let newest = if advanced {
+                                seq
+                            } else {
+                                tx.prepare_cached("SELECT newest FROM logs WHERE log = ?1").and_then(|mut st| st.query_row(params![&**log], |r| r.get::<_, i64>(0))).map_err(backend)?
+                            };
+                            if advanced {
+                                tx.prepare_cached("INSERT INTO events (log, seq, frame) VALUES (?1, ?2, ?3)").and_then(|mut st| st.execute(params![&**log, seq, &frame[..]])).map_err(backend)?;
+                            }
+                            e.insert(LogTail { newest, expires, keep, row_stale: false, trim: advanced });
+                            continue;
+                        }
+                    };
+                    // Sequence numbers of a log only grow: a replayed append is ignored.
+                    if seq > tail.newest {
+                        tx.prepare_cached("INSERT INTO events (log, seq, frame) VALUES (?1, ?2, ?3)").and_then(|mut st| st.execute(params![&**log, seq, &frame[..]])).map_err(backend)?;
+                        *tail = LogTail { newest: seq, expires: tail.expires.max(expires), keep, row_stale: true, trim: true };
+                    }
+                }
+                Op::DropLog { .. } | Op::Expire { .. } => {
+                    write_tails(&tx, &mut logs).map_err(backend)?;
+                    apply_one(&tx, op).map_err(backend)?;
+                }
+                _ => apply_one(&tx, op).map_err(backend)?,
+            }
         }
+        write_tails(&tx, &mut logs).map_err(backend)?;
         tx.commit().map_err(backend)
     }
 

@@ -32,6 +32,11 @@ pub(crate) fn contract(s: &dyn Store) {
     assert!(s.read_log("l", 10).unwrap().is_empty());
     assert!(s.read_log("never", 10).unwrap().is_empty());
 
+    // One batch: appends around a drop of their log, trimmed to the last one's bound.
+    s.apply(&[append("m", 1, 8), append("m", 2, 8), Op::DropLog { log: "m".into() }, append("m", 1, 2), append("m", 2, 2), append("m", 3, 2), append("m", 3, 2)]).unwrap();
+    let seqs: Vec<u64> = s.read_log("m", 10).unwrap().into_iter().map(|(q, _)| q).collect();
+    assert_eq!(seqs, vec![2, 3], "dropped, started again, trimmed, the replay ignored");
+
     // A log with holes keeps the newest `max_len` sequence numbers.
     s.apply(&[append("h", 1, 3), append("h", 2, 3), append("h", 5, 3), append("h", 6, 3)]).unwrap();
     let seqs: Vec<u64> = s.read_log("h", 10).unwrap().into_iter().map(|(q, _)| q).collect();
