@@ -563,6 +563,8 @@ fn check_rewrite(p: &Proxy, rewrite: Rewrite, status: u16) {
         (Rewrite::Version, 200..=299) => "missing_version.served",
         // The session ended meanwhile (another fault): the header was not the reason.
         (Rewrite::Version, 404) => "missing_version.session_gone",
+        // A resume of a stream that is gone (a crash took its unrecorded tail): not the header.
+        (Rewrite::Version, 410) => "missing_version.stream_gone",
         (Rewrite::Version, _) => "missing_version.refused",
         (Rewrite::Cursor, 400) => "foreign_cursor.rejected",
         // The session ended meanwhile: nothing was replayed either.

@@ -38,9 +38,14 @@ impl Host {
 
     /// SIGKILL, then the same ledger and port again.
     fn kill_and_restart(self, dir: &TempDir) -> Host {
+        self.kill_and_restart_with(dir, &[])
+    }
+
+    /// SIGKILL, then the same ledger and port again, with `extra` arguments.
+    fn kill_and_restart_with(self, dir: &TempDir, extra: &[&str]) -> Host {
         let port = self.port();
         drop(self.process);
-        start(dir, port)
+        start_with(dir, port, extra)
     }
 }
 
@@ -494,4 +499,26 @@ fn after_a_key_rotation_sessions_and_cursors_of_the_previous_key_stay_valid_and_
     let host = start(&dir, port);
     let ping = json!({"jsonrpc":"2.0","id":9,"method":"ping"});
     assert_eq!(post_json(&host.addr, &sid, &ping).0, 200, "the session moved to the new key");
+}
+
+#[test]
+fn in_sync_mode_every_event_a_client_received_survives_a_sigkill_right_after() {
+    let dir = TempDir::new("restart-sync");
+    let cfg = dir.path().join("sync.toml");
+    std::fs::write(&cfg, "[ledger]\ndurability = \"sync\"\n").unwrap();
+    let host = start_with(&dir, 0, &["--config", &cfg.display().to_string()]);
+    let sid = initialize(&host.addr);
+    assert_eq!(post_json(&host.addr, &sid, &json!({"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"info"}})).0, 200);
+    // The whole stream is read, then the host is killed at once: no wait for the ledger.
+    let body = json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"soak_flood","arguments":{"count":5,"bytes":8}}}).to_string();
+    let (status, _, b) = http(&host.addr, "POST", &[SSE, ("Mcp-Session-Id", &sid), ("MCP-Protocol-Version", "2025-11-25")], &body, QUICK);
+    assert_eq!(status, 200);
+    let received = events(&b);
+    assert_eq!(received.len(), 6, "five messages and the answer: {received:?}");
+    let first = received[0].0.clone().expect("an event id");
+    let host = host.kill_and_restart_with(&dir, &["--config", &cfg.display().to_string()]);
+
+    let (status, replayed) = resume(&host.addr, &sid, &first);
+    assert_eq!(status, 200);
+    assert_eq!(replayed, received[1..].to_vec(), "everything after the first event, exactly as received");
 }

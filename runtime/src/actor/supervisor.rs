@@ -538,6 +538,10 @@ impl Supervisor {
             // hand out. (Under this shard's revive lock: a second request for it waits.)
             let mut life = record.clone();
             (life.incarnation, life.run, life.session_hmac) = (restore.incarnation, cx.ledger.run, hmac.to_string());
+            // The request reviving it is a use: its idle TTL starts again (the recorded last
+            // use may lag behind, by up to half a TTL when the last batch of a crash was lost).
+            let now = self.now().0;
+            (life.last_used_ms, life.expires_ms) = (life.last_used_ms.max(now), now.saturating_add(cx.idle_ttl_ms).max(life.expires_ms));
             let expires_ms = life.expires_ms;
             let put = crate::ledger::Op::Put { key: codec::session_key(&hmac), value: bytes::Bytes::from(codec::encode(&Record::Session(life))), expires_ms };
             let _ = cx.writer.submit_acked(vec![put]).await;
