@@ -56,7 +56,7 @@ pub(crate) struct GateSpec {
 /// The text of the receipts' answer to a retry of a call a kill interrupted.
 const OUTCOME_UNKNOWN: &str = "may or may not have taken effect";
 /// When the `crash` scenario kills the host: after a pause drawn from this range (ms).
-const KILL_PAUSE_MS: (u64, u64) = (1_000, 3_000);
+const KILL_PAUSE_MS: (u64, u64) = (3_000, 6_000);
 /// A `crash` phase does not end on its event count before this many kills.
 const KILLS_PER_PHASE: u64 = 3;
 
