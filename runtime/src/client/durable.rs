@@ -167,10 +167,12 @@ mod tests {
         Binding { session_generation: 3, session_id: Arc::from("sess"), protocol_version: ProtocolVersion::V2025_11_25, principal: None }
     }
 
-    fn tmp(name: &str) -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("mcp-journal-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_file(&dir);
-        dir
+    /// A journal file in a directory removed (with the file's `-wal` and `-shm`) when the
+    /// returned guard drops.
+    fn tmp(name: &str) -> (mcp_devtools::TempDir, std::path::PathBuf) {
+        let dir = mcp_devtools::TempDir::new("journal");
+        let path = dir.path().join(name);
+        (dir, path)
     }
 
     const NOTE: &str = r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":1}}"#;
@@ -178,7 +180,7 @@ mod tests {
 
     #[test]
     fn restarted_client_neither_loses_nor_redispatches() {
-        let path = tmp("restart");
+        let (_dir, path) = tmp("restart");
         let b = binding();
         let (stream, first_seq) = {
             let mut a = Acceptor::new(b.clone(), SqliteJournal::open(&path).unwrap());
@@ -212,7 +214,7 @@ mod tests {
 
     #[test]
     fn streams_of_an_older_session_are_forgotten_on_restart() {
-        let path = tmp("older");
+        let (_dir, path) = tmp("older");
         {
             let mut a = Acceptor::new(Binding { session_generation: 1, ..binding() }, SqliteJournal::open(&path).unwrap());
             a.open_get_stream().unwrap();
