@@ -179,6 +179,11 @@ fn resume(addr: &str, sid: &str, cursor: &str) -> (u16, Vec<(Option<String>, Str
     (status, events(&body))
 }
 
+/// `logging/setLevel` info on `sid` (request id 2).
+fn set_level_info(addr: &str, sid: &str) {
+    assert_eq!(post_json(addr, sid, &json!({"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"info"}})).0, 200);
+}
+
 fn json_of(data: &str) -> Value {
     serde_json::from_str(data).unwrap_or(Value::Null)
 }
@@ -188,7 +193,7 @@ fn a_response_buffered_for_a_disconnected_client_survives_sigkill_and_is_deliver
     let dir = TempDir::new("restart-buffered");
     let host = start(&dir, 0);
     let sid = initialize(&host.addr);
-    assert_eq!(post_json(&host.addr, &sid, &json!({"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"info"}})).0, 200);
+    set_level_info(&host.addr, &sid);
     // Two log messages and the answer, produced after the client hung up.
     let cursor = call_and_hang_up(&host.addr, &sid, 3, "soak_flood", json!({"delay_ms": 300, "count": 2, "bytes": 8}));
     wait_for_committed_events(&dir, 3);
@@ -213,7 +218,7 @@ fn a_revived_session_keeps_its_version_and_log_level_across_sigkill() {
     let dir = TempDir::new("restart-level");
     let host = start(&dir, 0);
     let sid = initialize_as(&host.addr, "2025-06-18", &[]);
-    assert_eq!(post_json(&host.addr, &sid, &json!({"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"info"}})).0, 200);
+    set_level_info(&host.addr, &sid);
     // The level change is committed before the kill (a record write, no event).
     wait_for_ledger(&dir, "SELECT count(*) FROM kv WHERE key LIKE 's/%' AND CAST(value AS TEXT) LIKE '%\"log_level\":\"info\"%'", 1);
     let host = host.kill_and_restart(&dir);
@@ -369,7 +374,7 @@ fn the_get_stream_resumes_after_a_clean_stop_and_answers_410_after_a_crash_that_
     let dir = TempDir::new("restart-get");
     let mut host = start(&dir, 0);
     let sid = initialize(&host.addr);
-    assert_eq!(post_json(&host.addr, &sid, &json!({"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"info"}})).0, 200);
+    set_level_info(&host.addr, &sid);
     let cursor = get_stream_cursor_after_one_notification(&host.addr, &sid);
     wait_for_committed_events(&dir, 1);
 
@@ -476,7 +481,7 @@ fn after_a_key_rotation_sessions_and_cursors_of_the_previous_key_stay_valid_and_
     let dir = TempDir::new("restart-rotate");
     let mut host = start(&dir, 0);
     let sid = initialize(&host.addr);
-    assert_eq!(post_json(&host.addr, &sid, &json!({"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"info"}})).0, 200);
+    set_level_info(&host.addr, &sid);
     let cursor = call_and_hang_up(&host.addr, &sid, 3, "soak_flood", json!({"delay_ms": 300, "count": 2, "bytes": 8}));
     wait_for_committed_events(&dir, 3);
     let port = host.port();
@@ -508,7 +513,7 @@ fn in_sync_mode_every_event_a_client_received_survives_a_sigkill_right_after() {
     std::fs::write(&cfg, "[ledger]\ndurability = \"sync\"\n").unwrap();
     let host = start_with(&dir, 0, &["--config", &cfg.display().to_string()]);
     let sid = initialize(&host.addr);
-    assert_eq!(post_json(&host.addr, &sid, &json!({"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"info"}})).0, 200);
+    set_level_info(&host.addr, &sid);
     // The whole stream is read, then the host is killed at once: no wait for the ledger.
     let body = json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"soak_flood","arguments":{"count":5,"bytes":8}}}).to_string();
     let (status, _, b) = http(&host.addr, "POST", &[SSE, ("Mcp-Session-Id", &sid), ("MCP-Protocol-Version", "2025-11-25")], &body, QUICK);

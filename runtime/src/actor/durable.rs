@@ -44,22 +44,19 @@ impl LedgerCtx {
     /// The HMACs a session id had under the previous secrets (where a session recorded
     /// before a key rotation is found).
     pub(crate) fn previous_session_hmacs(&self, id: &SessionId) -> Vec<Arc<str>> {
-        self.previous_id_keys
-            .iter()
-            .map(|k| {
-                let mut m = k.clone();
-                m.update(id.as_str().as_bytes());
-                codec::hex(&m.finalize().into_bytes()[..16]).into()
-            })
-            .collect()
+        self.previous_id_keys.iter().map(|k| id_hmac(k, id)).collect()
     }
 
     /// The HMAC of a session id (128 bits, hex): the only form of the id the ledger holds.
     pub(crate) fn session_hmac(&self, id: &SessionId) -> Arc<str> {
-        let mut m = self.id_key.clone();
-        m.update(id.as_str().as_bytes());
-        codec::hex(&m.finalize().into_bytes()[..16]).into()
+        id_hmac(&self.id_key, id)
     }
+}
+
+fn id_hmac(key: &Hmac<Sha256>, id: &SessionId) -> Arc<str> {
+    let mut m = key.clone();
+    m.update(id.as_str().as_bytes());
+    codec::hex(&m.finalize().into_bytes()[..16]).into()
 }
 
 /// What a session's record is made of besides its core's state (ticks in the ledger are
