@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use hmac::{Hmac, Mac};
-use sha2::{Digest, Sha256};
+use sha2::Sha256;
 
 use crate::ledger::codec::{self, Handshake, Record, RecordState, SessionRecord, StreamKindRecord, StreamRecord};
 use crate::ledger::{Ledger, Op, Writer};
@@ -129,27 +129,9 @@ pub(crate) fn forget_stream_ops(hmac: &str, sid: StreamId, ops: &mut Vec<Op>) {
     ops.push(Op::IndexRemove { index: codec::streams_index(hmac), member: sid.0.to_string() });
 }
 
-/// A POST's request digest: SHA-256 of its method and params (serialized straight into the
-/// hash, no buffer).
+/// A POST's request digest: SHA-256 of its method and params.
 pub(crate) fn request_digest(method: &str, params: Option<&serde_json::Value>) -> String {
-    struct Hashing(Sha256);
-    impl std::io::Write for Hashing {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.update(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut h = Hashing(Sha256::new());
-    h.0.update((method.len() as u32).to_be_bytes());
-    h.0.update(method.as_bytes());
-    if let Some(p) = params {
-        // Writing a Value into a sink that never fails cannot fail.
-        let _ = serde_json::to_writer(&mut h, p);
-    }
-    codec::hex(&h.0.finalize())
+    codec::digest(method, params)
 }
 
 /// The keys of one stream, and what its record holds besides its core's state. Keys and
@@ -168,24 +150,22 @@ pub(crate) struct StreamLedger {
     indexed: bool,
 }
 
-/// Close reasons as records name them.
-const REASONS: [(CloseReason, &str); 6] = [
-    (CloseReason::Responded, "responded"),
-    (CloseReason::Cancelled, "cancelled"),
-    (CloseReason::EventsLost, "events_lost"),
-    (CloseReason::SessionEnded, "session_ended"),
-    (CloseReason::Replaced, "replaced"),
-    (CloseReason::Evicted, "evicted"),
-];
-
 fn reason_name(r: CloseReason) -> &'static str {
-    REASONS.iter().find(|(c, _)| *c == r).map_or("responded", |(_, n)| n)
+    match r {
+        CloseReason::Responded => "responded",
+        CloseReason::Cancelled => "cancelled",
+        CloseReason::EventsLost => "events_lost",
+        CloseReason::SessionEnded => "session_ended",
+        CloseReason::Replaced => "replaced",
+        CloseReason::Evicted => "evicted",
+    }
 }
 
-/// A recorded close reason. One this release does not know (written by a newer one) still
-/// means closed: it reads as `Responded`, so nothing is appended to the stream.
+/// Every close reason, for reading a recorded name back.
+const REASONS: [CloseReason; 6] = [CloseReason::Responded, CloseReason::Cancelled, CloseReason::EventsLost, CloseReason::SessionEnded, CloseReason::Replaced, CloseReason::Evicted];
+
 pub(crate) fn reason_from(name: &str) -> CloseReason {
-    REASONS.iter().find(|(_, n)| *n == name).map_or(CloseReason::Responded, |(c, _)| *c)
+    REASONS.into_iter().find(|r| reason_name(*r) == name).unwrap_or(CloseReason::Responded)
 }
 
 impl StreamLedger {

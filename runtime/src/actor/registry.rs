@@ -156,12 +156,6 @@ impl Registry {
         &self.shards[(self.hasher.hash_one(id) as usize) % SHARDS]
     }
 
-    /// Look a session up.
-    #[must_use]
-    pub fn get(&self, id: &SessionId) -> Option<SessionHandle> {
-        self.shard(id).read().get(id).cloned()
-    }
-
     /// Find a session and take a place in its inbox, both under the shard's lock: a session
     /// parks only with an empty inbox, under the same lock, so a request that found it is
     /// handled by it, and one that did not revives it.

@@ -248,8 +248,6 @@ pub(crate) enum Settle {
     Parked,
 }
 
-
-
 impl std::fmt::Debug for Supervisor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Supervisor").field("phase", &*self.phase.read()).field("sessions", &self.registry.len()).finish_non_exhaustive()

@@ -266,6 +266,32 @@ pub fn hex(bytes: &[u8]) -> String {
     s
 }
 
+/// SHA-256 of a name and a JSON value (length-prefixed name, then the value serialized
+/// straight into the hash, no buffer; serde_json's map is ordered, so objects are canonical),
+/// hex: the request digest of a stream record and the arguments digest of a receipt.
+#[must_use]
+pub fn digest(name: &str, value: Option<&Value>) -> String {
+    use sha2::{Digest as _, Sha256};
+    struct Hashing(Sha256);
+    impl std::io::Write for Hashing {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.update(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut h = Hashing(Sha256::new());
+    h.0.update((name.len() as u32).to_be_bytes());
+    h.0.update(name.as_bytes());
+    if let Some(v) = value {
+        // Writing a Value into a sink that never fails cannot fail.
+        let _ = serde_json::to_writer(&mut h, v);
+    }
+    hex(&h.0.finalize())
+}
+
 /// Key of a session record.
 #[must_use]
 pub fn session_key(hmac: &str) -> String {

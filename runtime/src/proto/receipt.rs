@@ -279,13 +279,7 @@ impl<W: Waiter> ReceiptTable<W> {
 /// canonical form (object members sorted, no whitespace), hex.
 #[must_use]
 pub fn args_digest(tool: &str, args: &Value) -> String {
-    use sha2::{Digest, Sha256};
-    let mut h = Sha256::new();
-    h.update((tool.len() as u32).to_be_bytes());
-    h.update(tool.as_bytes());
-    // serde_json's map is ordered (no `preserve_order`), so this is canonical.
-    h.update(serde_json::to_vec(args).expect("a Value always serializes"));
-    crate::ledger::codec::hex(&h.finalize())
+    crate::ledger::codec::digest(tool, Some(args))
 }
 
 #[cfg(test)]
