@@ -56,14 +56,14 @@ page_port=${allowed##*:}
 
 printf '[security]\nallow_localhost_origins = false\n' > "$log/cors.toml"
 new_ledger "$log/ledger-cors"
-bg_start "$log/host.out" "$HOST_BIN" --config "$log/cors.toml" --port 0 --allowed-origin "$allowed" "${LEDGER_ARGS[@]}"
+bg_start "$log/host.out" "$HOST_BIN" --config "$log/cors.toml" --port 0 --allowed-origin "$allowed" "${HOST_ARGS[@]}"
 wait_listening "$log/host.out" "$BG_PID" url \
   || { echo "browser: mcp-host did not start" >&2; cat "$log/host.out.err" >&2; exit 1; }
 
 token=browser-test-token
 printf '[security.bearer_tokens]\n"%s" = "browser"\n' "$token" > "$log/auth.toml"
 new_ledger "$log/ledger-auth"
-bg_start "$log/auth.out" "$HOST_BIN" --config "$log/auth.toml" --port 0 "${LEDGER_ARGS[@]}"
+bg_start "$log/auth.out" "$HOST_BIN" --config "$log/auth.toml" --port 0 "${HOST_ARGS[@]}"
 wait_listening "$log/auth.out" "$BG_PID" auth_url \
   || { echo "browser: mcp-host (auth) did not start" >&2; cat "$log/auth.out.err" >&2; exit 1; }
 echo "browser: mcp-host at $url (allowed origin $allowed; refused $refused), with auth at $auth_url"

@@ -19,7 +19,7 @@ log=$(mktemp -d)
 . scripts/lib.sh
 trap stop_started EXIT
 new_ledger "$log/ledger"
-bg_start "$log/host.out" "$HOST_BIN" --port 0 "${LEDGER_ARGS[@]}"
+bg_start "$log/host.out" "$HOST_BIN" --port 0 "${HOST_ARGS[@]}"
 wait_listening "$log/host.out" "$BG_PID" url \
   || { echo "conformance: mcp-host did not start" >&2; cat "$log/host.out.err" >&2; exit 1; }
 echo "conformance: mcp-host at $url"

@@ -15,4 +15,8 @@ for a in "$@"; do
   esac
 done
 dir=$(mktemp -d "$MCP_LEDGER_ROOT/host.XXXXXX")
-exec "$MCP_HOST_REAL_BIN" "$@" --ledger-path "$dir/mcp-host.db"
+admin=(--admin-port 0)
+for a in "$@"; do
+  case $a in --admin-port | --admin-port=* | --no-admin) admin=() ;; esac
+done
+exec "$MCP_HOST_REAL_BIN" "$@" --ledger-path "$dir/mcp-host.db" "${admin[@]}"

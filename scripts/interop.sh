@@ -33,7 +33,7 @@ bg_start "$log/ts.out" "$node_bin" scripts/conformance/ts-server.mjs
 wait_listening "$log/ts.out" "$BG_PID" ts_url \
   || { echo "interop: ts-server did not start" >&2; cat "$log/ts.out.err" >&2; exit 1; }
 new_ledger "$log/ledger"
-bg_start "$log/host.out" "$HOST_BIN" --port 0 --retry-ms 100 "${LEDGER_ARGS[@]}"
+bg_start "$log/host.out" "$HOST_BIN" --port 0 --retry-ms 100 "${HOST_ARGS[@]}"
 wait_listening "$log/host.out" "$BG_PID" host_url \
   || { echo "interop: mcp-host did not start" >&2; cat "$log/host.out.err" >&2; exit 1; }
 probe "TypeScript SDK server, resumed stream" "$ts_url" reconnect reconnected

@@ -34,13 +34,14 @@ own_tmp_dir() {
 }
 
 # new_ledger DIR: own_dir DIR for the SQLite ledger of one mcp-host (mcp-host.db, its -wal
-# and -shm, and its key file mcp-host.db.key), and sets LEDGER_ARGS to
-# `--ledger-path DIR/mcp-host.db` for that host's command line. One fresh DIR per host: no two
-# hosts, and no two runs, share a ledger, and none is left in the working directory.
+# and -shm, its key file mcp-host.db.key and its admin token file), and sets HOST_ARGS to
+# `--ledger-path DIR/mcp-host.db --admin-port 0` for that host's command line. One fresh DIR
+# per host: no two hosts, and no two runs, share a ledger, none is left in the working
+# directory, and each host's admin API takes a free port.
 new_ledger() {
   own_dir "$1" || return 1
   # shellcheck disable=SC2034  # read by the sourcing script
-  LEDGER_ARGS=(--ledger-path "$1/mcp-host.db")
+  HOST_ARGS=(--ledger-path "$1/mcp-host.db" --admin-port 0)
 }
 
 # bg_start OUT CMD...: starts CMD in the background, stdout to OUT, stderr to OUT.err.

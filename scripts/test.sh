@@ -41,12 +41,12 @@ leftovers() {
   return 1
 }
 # ledger_leftovers: true if the run made or changed no ledger file (mcp-host.db, -wal, -shm,
-# .key) in the repository tree outside target/ directories; else lists them and fails. (A
+# .key, and the admin token file mcp-host.admin-token beside them) in the repository tree outside target/ directories; else lists them and fails. (A
 # ledger that predates the run and that it left alone, say of `cargo run -p mcp-host` here, is
 # not the run's.) The files are kept for a look at who wrote them.
 ledger_leftovers() {
   local found=() f
-  mapfile -t found < <(find . \( -name .git -o -name target \) -prune -o -name 'mcp-host.db*' -newer "$log/run-start" -print)
+  mapfile -t found < <(find . \( -name .git -o -name target \) -prune -o \( -name 'mcp-host.db*' -o -name 'mcp-host.admin-token' \) -newer "$log/run-start" -print)
   [ "${#found[@]}" -eq 0 ] && return 0
   echo "test.sh: FAILED: the run left ${#found[@]} ledger file(s) in the repository (every host must get a temporary ledger: --ledger-path, new_ledger in scripts/lib.sh, mcp_devtools::TempDir):" >&2
   for f in "${found[@]}"; do echo "test.sh:   ${f#./}" >&2; done

@@ -256,10 +256,12 @@ impl TempDir {
         &self.0
     }
 
-    /// `--ledger-path <dir>/mcp-host.db`, for a host command line.
+    /// `--ledger-path <dir>/mcp-host.db --admin-port 0`, for a host command line: its ledger
+    /// (and admin token file) in this directory, its admin API on a free port (hosts run
+    /// side by side in tests).
     #[must_use]
-    pub fn ledger_args(&self) -> [String; 2] {
-        ["--ledger-path".to_owned(), self.0.join("mcp-host.db").display().to_string()]
+    pub fn host_args(&self) -> [String; 4] {
+        ["--ledger-path".to_owned(), self.0.join("mcp-host.db").display().to_string(), "--admin-port".to_owned(), "0".to_owned()]
     }
 }
 

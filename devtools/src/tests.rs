@@ -104,7 +104,8 @@ fn a_temp_dir_is_fresh_per_value_names_its_ledger_and_is_removed_with_its_conten
     let (a, b) = (TempDir::new("devtools-test"), TempDir::new("devtools-test"));
     assert_ne!(a.path(), b.path());
     assert!(a.path().is_dir() && std::fs::read_dir(a.path()).unwrap().next().is_none());
-    let [flag, db] = a.ledger_args();
+    let [flag, db, admin, port] = a.host_args();
+    assert_eq!((admin.as_str(), port.as_str()), ("--admin-port", "0"));
     assert_eq!((flag.as_str(), std::path::PathBuf::from(&db)), ("--ledger-path", a.path().join("mcp-host.db")));
     for f in ["mcp-host.db", "mcp-host.db-wal", "mcp-host.db-shm", "mcp-host.db.key"] {
         std::fs::write(a.path().join(f), b"x").unwrap();

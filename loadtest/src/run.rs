@@ -104,7 +104,7 @@ impl SpawnedHost {
 
     fn spawn(bin: &str, dir: &TempDir, args: &[String]) -> Result<HostProcess, String> {
         let mut cmd = Command::new(bin);
-        cmd.args(args).args(dir.ledger_args()).stderr(Stdio::inherit());
+        cmd.args(args).args(dir.host_args()).stderr(Stdio::inherit());
         HostProcess::spawn(cmd, mcp_devtools::DEFAULT_START_WAIT).map_err(|e| e.to_string())
     }
 

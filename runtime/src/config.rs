@@ -262,6 +262,30 @@ pub struct RuntimeConfig {
     pub quotas: QuotasConfig,
     /// `[ledger]`.
     pub ledger: LedgerConfig,
+    /// `[rollout]`: which new streams are resumable (reloadable).
+    pub rollout: crate::proto::rollout::RolloutFlags,
+    /// `[shutdown]`: draining.
+    pub shutdown: ShutdownConfig,
+}
+
+/// `[shutdown]`: how the host drains (SIGTERM, SIGINT, `POST /admin/drain`) and how a
+/// rollback drains the old generation's requests.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ShutdownConfig {
+    /// In-flight requests get this long to finish once a drain starts (s); then the ones still
+    /// running are cancelled (after a restart their clients get the "server restarted" error
+    /// on resume). Also bounds a rollback's drain of the old generation's requests. Default
+    /// 30; 0 to 1 hour.
+    pub grace_secs: u64,
+    /// `Retry-After` of the 503 a new request gets while draining (s). Default 5; 1 to 3600.
+    pub retry_after_secs: u64,
+}
+
+impl Default for ShutdownConfig {
+    fn default() -> ShutdownConfig {
+        ShutdownConfig { grace_secs: 30, retry_after_secs: 5 }
+    }
 }
 
 /// Where the ledger lives.
@@ -366,6 +390,9 @@ pub enum ConfigError {
     /// `security.cursor_secret_hex` is not hex or too short.
     #[error("security.cursor_secret_hex must be at least 32 hexadecimal digits")]
     CursorSecret,
+    /// `[rollout]` is unusable.
+    #[error("{0}")]
+    Rollout(String),
 }
 
 const HOUR_MS: u64 = 3_600_000;
@@ -391,7 +418,7 @@ impl RuntimeConfig {
     pub fn validate(self) -> Result<RuntimeConfig, ConfigError> {
         let (se, ss, l, q) = (&self.sse, &self.sessions, &self.limits, &self.quotas);
         let max = u64::MAX;
-        let rows: [(&'static str, u64, u64, u64); 37] = [
+        let rows: [(&'static str, u64, u64, u64); 39] = [
             ("security.max_body_bytes", self.security.max_body_bytes as u64, 1, 1 << 30),
             ("security.body_read_timeout_ms", self.security.body_read_timeout_ms, 100, 600_000),
             ("sse.replay_max_events", se.replay_max_events as u64, 1, 1 << 20),
@@ -429,6 +456,8 @@ impl RuntimeConfig {
             ("ledger.max_sessions", self.ledger.max_sessions as u64, 1, 1 << 32),
             ("ledger.receipt_retention_secs", self.ledger.receipt_retention_secs, 1, 30 * 24 * 3600),
             ("ledger.receipt_max_bytes", self.ledger.receipt_max_bytes as u64, 1024, 1 << 30),
+            ("shutdown.grace_secs", self.shutdown.grace_secs, 0, 3600),
+            ("shutdown.retry_after_secs", self.shutdown.retry_after_secs, 1, 3600),
         ];
         for (field, value, min, max) in rows {
             check(field, value, min, max)?;
@@ -439,6 +468,7 @@ impl RuntimeConfig {
         if self.security.cursor_secret_hex.as_deref().is_some_and(|s| decode_hex(s).is_none_or(|b| b.len() < 16)) {
             return Err(ConfigError::CursorSecret);
         }
+        self.rollout.validate().map_err(|e| ConfigError::Rollout(e.to_string()))?;
         Ok(self)
     }
 

@@ -10,6 +10,7 @@
 //! - [`http`]: the actix-web `/mcp` endpoint and the one `ResponseError`.
 //! - [`ledger`]: durable records of sessions, streams and receipts (trait, codec, SQLite and
 //!   memory stores, the group-commit writer).
+//! - [`metrics`]: Prometheus text encoding of the supervisor's figures.
 //! - [`client`]: the resilient client's sans-IO core (acceptance point, journal, pacing).
 //! - [`client_http`]: the resilient client's HTTP driver (awc).
 #![warn(missing_docs)]
@@ -23,6 +24,7 @@ pub mod client_http;
 pub mod config;
 pub mod http;
 pub mod ledger;
+pub mod metrics;
 pub mod tools;
 mod clock;
 mod rng;

@@ -326,14 +326,15 @@ async fn a_json_request_whose_session_is_deleted_mid_flight_is_404() {
 }
 
 #[actix_web::test]
-async fn initialize_is_refused_once_draining_begins_and_open_sessions_go_on() {
+async fn initialize_and_new_requests_of_open_sessions_are_refused_once_draining_begins() {
     let h = harness().await;
     let c = h.client("2025-11-25").await;
     h.sup.begin_drain();
     let r = h.send(post().set_payload(init_body("2025-11-25"))).await;
     assert_eq!(r.header("retry-after").as_deref(), Some("5"));
     assert_refused(r, StatusCode::SERVICE_UNAVAILABLE, -32006).await;
-    assert_eq!(text_of(&c.call_tool(1, "echo", json!({"text": "still"})).await.message().await), "still");
+    // In-flight requests finish (see rollout.rs); nothing new starts.
+    assert_refused(c.call_tool(1, "echo", json!({"text": "late"})).await, StatusCode::SERVICE_UNAVAILABLE, -32006).await;
 }
 
 /// Poll every future in turn until all are done (one task: nothing else runs between their

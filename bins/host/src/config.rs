@@ -5,11 +5,12 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use clap::Parser;
-use mcp_runtime::config::{LedgerBackend, LedgerConfig, LimitsConfig, QuotasConfig, RuntimeConfig, SecurityConfig, SessionsConfig, SseConfig};
+use mcp_runtime::config::{LedgerBackend, LedgerConfig, LimitsConfig, QuotasConfig, RuntimeConfig, SecurityConfig, SessionsConfig, ShutdownConfig, SseConfig};
+use mcp_runtime::proto::rollout::RolloutFlags;
 use serde::Deserialize;
 
 /// Command-line flags. Each overrides the matching config-file field.
-#[derive(Debug, Parser)]
+#[derive(Debug, Clone, Parser)]
 #[command(name = "mcp-host", version, about = "MCP Streamable HTTP host (legacy session era: 2025-03-26, 2025-06-18, 2025-11-25)")]
 pub(crate) struct Flags {
     /// TOML config file (see README, "Configuration").
@@ -63,6 +64,13 @@ pub(crate) struct Flags {
     /// memory, refusals by cause. For load and soak runs; off by default.
     #[arg(long)]
     pub(crate) stats_every_ms: Option<u64>,
+    /// Port of the admin API and /metrics. Default 8081; 0 picks a free port (printed on
+    /// start).
+    #[arg(long)]
+    pub(crate) admin_port: Option<u16>,
+    /// Serve no admin API and no /metrics.
+    #[arg(long)]
+    pub(crate) no_admin: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -76,6 +84,42 @@ pub(crate) struct FileConfig {
     quotas: QuotasConfig,
     ledger: LedgerConfig,
     tools: ToolsSection,
+    pub(crate) rollout: RolloutFlags,
+    shutdown: ShutdownConfig,
+    admin: AdminSection,
+}
+
+/// `[admin]`: the admin API and `/metrics`, on a listener of their own.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct AdminSection {
+    /// Serve it. Default true.
+    enabled: bool,
+    /// Address. Default 127.0.0.1; another than loopback needs `token`.
+    bind: IpAddr,
+    /// Port. Default 8081; 0 picks a free one.
+    port: u16,
+    /// Bearer token. Default: the token file.
+    token: Option<String>,
+    /// Where the generated token is kept (created with mode 0600 on first start). Default
+    /// `mcp-host.admin-token` beside the ledger.
+    token_file: Option<PathBuf>,
+}
+
+impl Default for AdminSection {
+    fn default() -> Self {
+        AdminSection { enabled: true, bind: IpAddr::from([127, 0, 0, 1]), port: 8081, token: None, token_file: None }
+    }
+}
+
+/// Where the admin API listens and how it authenticates.
+#[derive(Debug, Clone)]
+pub(crate) struct AdminConfig {
+    pub(crate) bind: IpAddr,
+    pub(crate) port: u16,
+    /// The configured token; `None`: read or create `token_file`.
+    pub(crate) token: Option<String>,
+    pub(crate) token_file: PathBuf,
 }
 
 #[derive(Debug, Deserialize)]
@@ -123,6 +167,10 @@ pub(crate) struct HostConfig {
     pub(crate) trim_every_secs: u64,
     pub(crate) tcp_user_timeout_secs: u64,
     pub(crate) runtime: RuntimeConfig,
+    /// `None`: `--no-admin` or `admin.enabled = false`.
+    pub(crate) admin: Option<AdminConfig>,
+    /// What it was loaded from (SIGHUP reads them again).
+    pub(crate) flags: Flags,
 }
 
 impl HostConfig {
@@ -139,8 +187,18 @@ impl HostConfig {
     }
 
     fn merge(f: FileConfig, flags: Flags) -> Result<HostConfig, String> {
+        let given = flags.clone();
         let bind = flags.bind.unwrap_or(f.server.bind);
-        let mut runtime = RuntimeConfig { security: f.security, sse: f.sse, sessions: f.sessions, limits: f.limits, quotas: f.quotas, ledger: f.ledger };
+        let mut runtime = RuntimeConfig {
+            security: f.security,
+            sse: f.sse,
+            sessions: f.sessions,
+            limits: f.limits,
+            quotas: f.quotas,
+            ledger: f.ledger,
+            rollout: f.rollout,
+            shutdown: f.shutdown,
+        };
         match flags.ledger.as_deref() {
             Some("memory") => runtime.ledger.backend = LedgerBackend::Memory,
             Some(_) => runtime.ledger.backend = LedgerBackend::Sqlite,
@@ -175,7 +233,27 @@ impl HostConfig {
         if f.server.tcp_user_timeout_secs > 3600 {
             return Err(format!("server.tcp_user_timeout_secs = {} is out of range (allowed: 0..=3600)", f.server.tcp_user_timeout_secs));
         }
+        let a = f.admin;
+        let admin = (a.enabled && !flags.no_admin).then(|| AdminConfig {
+            bind: a.bind,
+            port: flags.admin_port.unwrap_or(a.port),
+            token: a.token.clone(),
+            token_file: a.token_file.clone().unwrap_or_else(|| {
+                let dir = std::path::Path::new(&runtime.ledger.path).parent().map(std::path::Path::to_path_buf).unwrap_or_default();
+                dir.join("mcp-host.admin-token")
+            }),
+        });
+        if let Some(a) = &admin {
+            if !a.bind.is_loopback() && a.token.as_deref().is_none_or(|t| t.trim().len() < 16) {
+                return Err(format!("admin.bind = {} is not a loopback address: set admin.token (at least 16 characters) to serve the admin API there", a.bind));
+            }
+            if a.port != 0 && a.port == flags.port.unwrap_or(f.server.port) && a.bind == bind {
+                return Err(format!("the admin API and the MCP endpoint cannot share port {}", a.port));
+            }
+        }
         Ok(HostConfig {
+            admin,
+            flags: given,
             bind,
             port: flags.port.unwrap_or(f.server.port),
             path,
@@ -254,6 +332,33 @@ path = \"/var/lib/mcp/l.db\"\ndurability = \"sync\"\n").unwrap();
     fn non_loopback_bind_turns_off_localhost_host_check() {
         let c = HostConfig::merge(FileConfig::default(), flags(&["--bind", "0.0.0.0"])).unwrap();
         assert!(!c.runtime.admit_policy().localhost_hosts_only);
+    }
+
+    #[test]
+    fn the_admin_api_refuses_a_non_loopback_bind_without_a_configured_token() {
+        let file: FileConfig = toml::from_str("[admin]\nbind = \"0.0.0.0\"\n").unwrap();
+        let err = HostConfig::merge(file, flags(&[])).unwrap_err();
+        assert!(err.contains("admin.token"), "{err}");
+        let file: FileConfig = toml::from_str("[admin]\nbind = \"0.0.0.0\"\ntoken = \"0123456789abcdef0123\"\n").unwrap();
+        assert!(HostConfig::merge(file, flags(&[])).is_ok());
+        let c = HostConfig::merge(FileConfig::default(), flags(&[])).unwrap();
+        let a = c.admin.unwrap();
+        assert_eq!((a.bind.to_string().as_str(), a.port, a.token_file), ("127.0.0.1", 8081, PathBuf::from("mcp-host.admin-token")));
+        assert!(HostConfig::merge(FileConfig::default(), flags(&["--no-admin"])).unwrap().admin.is_none());
+        assert_eq!(HostConfig::merge(FileConfig::default(), flags(&["--admin-port", "0"])).unwrap().admin.unwrap().port, 0);
+        let file: FileConfig = toml::from_str("[ledger]\npath = \"/var/lib/mcp/l.db\"\n").unwrap();
+        assert_eq!(HostConfig::merge(file, flags(&[])).unwrap().admin.unwrap().token_file, PathBuf::from("/var/lib/mcp/mcp-host.admin-token"));
+    }
+
+    #[test]
+    fn rollout_and_shutdown_are_read_from_the_file_and_checked() {
+        let file: FileConfig = toml::from_str("[rollout]\nresumable = \"shadow\"\nshare = 0.01\nwrite_tools = \"receipts\"\n[shutdown]\ngrace_secs = 7\n").unwrap();
+        let c = HostConfig::merge(file, flags(&[])).unwrap();
+        assert_eq!(c.runtime.rollout.resumable, mcp_runtime::proto::rollout::Resumable::Shadow);
+        assert_eq!((c.runtime.rollout.share, c.runtime.shutdown.grace_secs), (0.01, 7));
+        let file: FileConfig = toml::from_str("[rollout]\nshare = 2.0\n").unwrap();
+        assert!(HostConfig::merge(file, flags(&[])).unwrap_err().contains("rollout.share"));
+        assert!(toml::from_str::<FileConfig>("[rollout]\nresumable = \"maybe\"\n").is_err());
     }
 
     #[test]

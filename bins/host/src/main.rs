@@ -67,6 +67,75 @@ async fn stop_signal() {
     }
 }
 
+/// Reload the reloadable settings on every SIGHUP: the config file and flags are read again
+/// and a new generation starts with their `[rollout]`, replay window, `retry` hint and
+/// `sessions.max_in_flight` (streams and sessions opened from then on follow it). A file that
+/// does not load is reported and changes nothing.
+async fn reload_on_sighup(sup: Arc<Supervisor>, flags: config::Flags) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else { return };
+    while hup.recv().await.is_some() {
+        match HostConfig::load(flags.clone()) {
+            Ok(c) => {
+                let r = c.runtime;
+                let g = sup.reload(mcp_runtime::actor::GenOrigin::Reload, |s| {
+                    s.flags = Some(r.rollout);
+                    s.window = mcp_runtime::proto::replay::WindowLimits { max_events: r.sse.replay_max_events, max_bytes: r.sse.replay_max_bytes };
+                    s.retry_ms = r.sse.retry_ms;
+                    s.prime_streams = r.sse.prime_streams;
+                    s.max_in_flight = r.sessions.max_in_flight;
+                });
+                tracing::info!(generation = g.0, "reloaded (SIGHUP): rollout flags, replay window, retry hint and max_in_flight apply to what opens from now on; other settings need a restart");
+            }
+            Err(e) => tracing::error!(error = %e, "SIGHUP: the configuration does not load; nothing changed"),
+        }
+    }
+}
+
+/// The admin token: the configured one, else the token file's (created on first start with
+/// mode 0600, like the ledger key).
+fn admin_token(a: &config::AdminConfig) -> Result<String, String> {
+    if let Some(t) = &a.token {
+        return Ok(t.trim().to_owned());
+    }
+    let bytes = mcp_runtime::ledger::load_or_create_key(&a.token_file).map_err(|e| format!("admin token file {}: {e}", a.token_file.display()))?;
+    Ok(mcp_runtime::ledger::codec::hex(&bytes))
+}
+
+/// The graceful stop: stop admitting (503 with `Retry-After`), let in-flight requests finish
+/// within `shutdown.grace_secs`, then stop every session (each stream ends its connection
+/// with a `retry` hint once its events are committed), and wait (bounded) until they have.
+/// A second signal meanwhile exits at once; the ledger stays consistent (each batch is one
+/// transaction).
+async fn drain(sup: &Arc<Supervisor>) {
+    sup.begin_drain();
+    actix_web::rt::spawn(async {
+        stop_signal().await;
+        tracing::warn!("second stop signal: exiting now");
+        std::process::exit(130);
+    });
+    let grace = Duration::from_secs(sup.config().shutdown.grace_secs);
+    let deadline = tokio::time::Instant::now() + grace;
+    tracing::info!(in_flight = sup.in_flight(), grace_secs = grace.as_secs(), "draining: in-flight requests finish");
+    while sup.in_flight() > 0 && tokio::time::Instant::now() < deadline {
+        actix_web::rt::time::sleep(Duration::from_millis(20)).await;
+    }
+    let left = sup.in_flight();
+    if left > 0 {
+        tracing::warn!(in_flight = left, "grace period over: the requests still running are cancelled (after the restart their clients get the \"server restarted\" error)");
+    }
+    let stopped = sup.shutdown();
+    // Sessions stop on their own arbiters and their streams end once their events are
+    // committed: wait (bounded) for both.
+    for _ in 0..500 {
+        if sup.session_count() == 0 && sup.stats().streams_live() == 0 {
+            break;
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(10)).await;
+    }
+    tracing::info!(sessions = stopped, streams_left = sup.stats().streams_live(), "drained");
+}
+
 async fn serve(cfg: HostConfig) -> Result<(), String> {
     // The ledger pack journals beside a SQLite ledger, so its duplicate count survives restarts.
     let journal = (cfg.runtime.ledger.backend == mcp_runtime::config::LedgerBackend::Sqlite).then(|| std::path::PathBuf::from(format!("{}.appends", cfg.runtime.ledger.path)));
@@ -93,7 +162,9 @@ async fn serve(cfg: HostConfig) -> Result<(), String> {
             data.insert(stats.connection());
         })
         .disable_signals()
-        .shutdown_timeout(5);
+        // Streams are ended by the drain, which has its own grace period; this only bounds
+        // what is left after it.
+        .shutdown_timeout(2);
     if let Some(w) = cfg.workers {
         server = server.workers(w);
     }
@@ -103,16 +174,40 @@ async fn serve(cfg: HostConfig) -> Result<(), String> {
         println!("mcp-host listening on http://{addr}{}", cfg.path);
     }
     tracing::info!(packs = ?cfg.packs, "serving");
+    let admin_handle = match &cfg.admin {
+        Some(a) => {
+            let token = mcp_runtime::http::admin::AdminToken::new(&admin_token(a)?);
+            let admin_sup = Arc::clone(&sup);
+            let admin = HttpServer::new(move || App::new().configure(mcp_runtime::http::admin::configure(Arc::clone(&admin_sup), token.clone())))
+                .workers(1)
+                .disable_signals()
+                .shutdown_timeout(1)
+                .bind((a.bind, a.port))
+                .map_err(|e| format!("cannot bind the admin API on {}:{}: {e}", a.bind, a.port))?;
+            for addr in admin.addrs() {
+                // Tests and scripts wait for this line too.
+                println!("mcp-host admin on http://{addr}/admin/status (token: {})", a.token.as_ref().map_or_else(|| a.token_file.display().to_string(), |_| "admin.token".into()));
+            }
+            let admin = admin.run();
+            let h = admin.handle();
+            actix_web::rt::spawn(admin);
+            Some(h)
+        }
+        None => None,
+    };
     let server = server.run();
     let (handle, stopping) = (server.handle(), Arc::clone(&sup));
     actix_web::rt::spawn(async move {
-        stop_signal().await;
-        // Refuse new sessions before the HTTP server's graceful stop lets open connections
-        // send more requests.
-        stopping.begin_drain();
+        tokio::select! {
+            () = stop_signal() => {}
+            () = stopping.stop_requested() => {}
+        }
         tracing::info!("stopping");
+        drain(&stopping).await;
+        // Every stream has ended: the HTTP server's stop only closes idle connections now.
         handle.stop(true).await;
     });
+    actix_web::rt::spawn(reload_on_sighup(Arc::clone(&sup), cfg.flags.clone()));
     if cfg.trim_every_secs > 0 {
         trim::fix_thresholds();
         actix_web::rt::spawn(trim::run(Arc::clone(&sup), Duration::from_secs(cfg.trim_every_secs)));
@@ -136,11 +231,14 @@ async fn serve(cfg: HostConfig) -> Result<(), String> {
             .map_err(|e| format!("cannot start the stats thread: {e}"))?;
     }
     let result = server.await.map_err(|e| e.to_string());
-    let stopped = sup.shutdown();
-    // The sessions stop on their own arbiters: wait (bounded) until they have, so what their
-    // last handlers recorded is queued; then it is committed before the process ends, with
-    // the mark that this run stopped cleanly (sessions stay active in the ledger: the next
-    // start revives them on first use, their copies complete).
+    if let Some(h) = admin_handle {
+        h.stop(false).await;
+    }
+    // Every session stopped in the drain (or none was left); what their last handlers
+    // recorded is queued: it is committed before the process ends, with the mark that this
+    // run stopped cleanly (sessions stay active in the ledger: the next start revives them on
+    // first use, their copies complete).
+    sup.shutdown();
     for _ in 0..250 {
         if sup.session_count() == 0 {
             break;
@@ -148,6 +246,6 @@ async fn serve(cfg: HostConfig) -> Result<(), String> {
         actix_web::rt::time::sleep(Duration::from_millis(20)).await;
     }
     let _ = closing.stopped_cleanly().await;
-    tracing::info!(sessions = stopped, "stopped");
+    tracing::info!("stopped");
     result
 }

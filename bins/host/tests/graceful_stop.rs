@@ -14,7 +14,7 @@ use mcp_devtools::{HostProcess, TempDir};
 fn start(dir: &TempDir) -> (HostProcess, String) {
     let bin = std::env::var("MCP_HOST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_mcp-host").to_owned());
     let mut cmd = Command::new(bin);
-    cmd.args(["--port", "0"]).args(dir.ledger_args()).stderr(std::process::Stdio::null());
+    cmd.args(["--port", "0"]).args(dir.host_args()).stderr(std::process::Stdio::null());
     let host = HostProcess::spawn(cmd, Duration::from_secs(10)).expect("start mcp-host");
     let addr = host.url().trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
     (host, addr)

@@ -25,7 +25,7 @@ fn start(dir: &TempDir, port: u16) -> Host {
 fn start_with(dir: &TempDir, port: u16, extra: &[&str]) -> Host {
     let bin = std::env::var("MCP_HOST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_mcp-host").to_owned());
     let mut cmd = Command::new(bin);
-    cmd.args(["--port", &port.to_string(), "--packs", "soak,echo,conformance,ledger"]).args(dir.ledger_args()).args(extra).stderr(std::process::Stdio::null());
+    cmd.args(["--port", &port.to_string(), "--packs", "soak,echo,conformance,ledger"]).args(dir.host_args()).args(extra).stderr(std::process::Stdio::null());
     let process = HostProcess::spawn(cmd, Duration::from_secs(20)).expect("start mcp-host");
     let addr = process.url().trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
     Host { process, addr }

@@ -15,7 +15,7 @@ fn start(dir: &TempDir, config: &str) -> (HostProcess, String) {
     let path = dir.path().join("mcp-host.toml");
     std::fs::write(&path, config).unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_mcp-host"));
-    cmd.args(["--port", "0", "--packs", "soak", "--session-ttl-secs", "1", "--stats-every-ms", "200", "--config"]).arg(&path).args(dir.ledger_args()).stderr(std::process::Stdio::null());
+    cmd.args(["--port", "0", "--packs", "soak", "--session-ttl-secs", "1", "--stats-every-ms", "200", "--config"]).arg(&path).args(dir.host_args()).stderr(std::process::Stdio::null());
     let host = HostProcess::spawn(cmd, Duration::from_secs(10)).expect("start mcp-host");
     let addr = host.url().trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
     (host, addr)

@@ -178,7 +178,7 @@ mod tests {
     }
 
     fn start(link: SessionLink, kind: StreamKind, final_json: Option<&[u8]>) -> (Addr<StreamActor>, SseBody) {
-        let settings = StreamSettings { window: WindowLimits { max_events: 8, max_bytes: 1 << 16 }, prime: true, retry_ms: Some(100), hold_until_committed: false };
+        let settings = StreamSettings { window: WindowLimits { max_events: 8, max_bytes: 1 << 16 }, prime: true, retry_ms: Some(100), hold_until_committed: false, mode: crate::proto::rollout::StreamMode::Resumable };
         let core = StreamCore::new(StreamId(1), Generation(1), kind, CursorKey::new(b"k").signer("s", None), settings);
         let env = Arc::new(StreamEnv {
             keepalive: Duration::from_secs(60),
@@ -194,7 +194,9 @@ mod tests {
         let addr = ctx.address();
         let share = MemoryBudget::new(1 << 20);
         let ledger = StreamLedger::new("0".repeat(32).into(), StreamId(1), None, Tick(0));
-        let (body, _) = StreamActor::start_in(ctx, core, final_json, link, env, &share, ledger);
+        let generation = Arc::new(super::super::generations::Gen::from(super::super::generations::GenSettings::for_tests())).enter(super::super::generations::Counted::Stream);
+        let links = super::super::stream::StreamLinks { session: link, env, caller_budget: share };
+        let (body, _) = StreamActor::start_in(ctx, core, final_json, links, ledger, generation);
         (addr, body)
     }
 

@@ -242,6 +242,7 @@ impl StreamLedger {
             max_events: limits.max_events,
             max_bytes: limits.max_bytes,
             created_ms: self.created_ms,
+            shadow: core.mode() == crate::proto::rollout::StreamMode::Shadow,
         }
     }
 }

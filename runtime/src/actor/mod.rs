@@ -21,6 +21,7 @@
 mod body;
 mod budget;
 mod durable;
+mod generations;
 mod receipts;
 mod registry;
 mod session;
@@ -35,4 +36,5 @@ pub use registry::{Inbox, InboxTicket, QuotaKey, Registry, SessionHandle};
 pub use session::{Delete, JsonReply, OpenGet, Post, PostOutcome, Resume, SessionActor};
 pub use stats::{ConnectionGuard, RuntimeStats, StatsSnapshot};
 pub use stream::StreamActor;
-pub use supervisor::{Phase, Supervisor};
+pub use generations::{Counted, Gen, GenCount, GenOrigin, GenSettings, GenStatus, Generations};
+pub use supervisor::{Lifecycle, Phase, Supervisor};

@@ -44,6 +44,7 @@ pub(crate) struct Receipts {
     ledger: Arc<LedgerCtx>,
     retention_ms: u64,
     max_bytes: usize,
+    stats: Arc<super::stats::RuntimeStats>,
 }
 
 impl std::fmt::Debug for Receipts {
@@ -53,8 +54,16 @@ impl std::fmt::Debug for Receipts {
 }
 
 impl Receipts {
-    pub(crate) fn new(ledger: Arc<LedgerCtx>, retention_ms: u64, max_bytes: usize) -> Receipts {
-        Receipts { table: Arc::default(), ledger, retention_ms, max_bytes }
+    pub(crate) fn new(ledger: Arc<LedgerCtx>, retention_ms: u64, max_bytes: usize, stats: Arc<super::stats::RuntimeStats>) -> Receipts {
+        Receipts { table: Arc::default(), ledger, retention_ms, max_bytes, stats }
+    }
+
+    /// The response of a caller answered without executing, counted.
+    fn answered(&self, call: &IdempotentCall, a: Answer) -> Result<Value, ErrorObject> {
+        if let Answer::Outcome { attached, .. } = &a {
+            self.stats.receipt_hit(!attached);
+        }
+        answer(call, a)
     }
 
     /// Serve `call` of `principal` under its receipt: `run` executes it, at most once per key
@@ -68,8 +77,8 @@ impl Receipts {
             match arrival {
                 // A dropped sender: the execution's task went away without a word (cannot
                 // happen while its guard lives; answered as interrupted).
-                Arrival::Wait => answer(&call, rx.await.unwrap_or(Answer::Unknown)),
-                Arrival::Answered(a) => answer(&call, a),
+                Arrival::Wait => this.answered(&call, rx.await.unwrap_or(Answer::Unknown)),
+                Arrival::Answered(a) => this.answered(&call, a),
                 Arrival::Execute => this.execute(key, call, principal, run).await,
                 Arrival::Lookup => {
                     let stored = this.read(&key);
@@ -79,7 +88,7 @@ impl Receipts {
                     }
                     match first {
                         Decision::Execute => this.execute(key, call, principal, run).await,
-                        Decision::Answered(a) => answer(&call, a),
+                        Decision::Answered(a) => this.answered(&call, a),
                     }
                 }
             }

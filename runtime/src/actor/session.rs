@@ -18,8 +18,9 @@ use tokio_util::sync::CancellationToken;
 use super::body::SseBody;
 use super::budget::{Charge, MemoryBudget};
 use super::durable::{self, LedgerCtx, SessionMeta, StreamLedger};
+use super::generations::{Counted, Gen, GenCount, Generations};
 use super::registry::{InboxTicket, RegistryGuard};
-use super::stream::{Attach, Close, Emit, PollClose, SessionLink, Stop as StopStream, StreamActor, StreamReport};
+use super::stream::{Attach, Close, Drain as DrainStream, Emit, PollClose, SessionLink, Stop as StopStream, StreamActor, StreamLinks, StreamReport};
 use super::supervisor::{Settle, Supervisor};
 use crate::proto::admission::ReplyMode;
 use crate::proto::error::{Overload, Rejection};
@@ -30,6 +31,7 @@ use crate::proto::mcp::{LogLevel, method};
 use crate::proto::replay::WindowLimits;
 use crate::proto::session::{ClientRequestRefused, SessionCore, SessionLimits};
 use crate::ledger::codec::{Handshake, RecordState};
+use crate::proto::rollout::{StreamMode, StreamPurpose};
 use crate::proto::stream::{CloseReason, RestoredStream, StreamCore, StreamKind, StreamSettings};
 use crate::proto::version::ProtocolVersion;
 use crate::tools::{BoxFuture, Dispatch, ToolContext, ToolOutbound};
@@ -44,6 +46,8 @@ pub(crate) struct RequestTask {
     spawn: Option<SpawnHandle>,
     cancel: CancellationToken,
     json: Option<oneshot::Sender<JsonReply>>,
+    /// Counted in flight in the generation it was admitted under.
+    _generation: GenCount,
 }
 
 /// Shell data of a server-to-client request: where its answer goes and the stream it was
@@ -59,7 +63,12 @@ pub struct SessionActor {
     core: SessionCore<RequestTask, Addr<StreamActor>, ClientRequestRoute>,
     principal: Option<Arc<str>>,
     signer: Arc<CursorSigner>,
-    settings: StreamSettings,
+    /// Its streams' settings that do not come from their generation.
+    streams: SessionStreams,
+    /// Where new streams find the current generation.
+    gens: Arc<Generations>,
+    /// Counted live in the generation it was opened (or revived) under.
+    _generation: GenCount,
     client_caps: Arc<Value>,
     sup: Arc<Supervisor>,
     /// Deregisters the session when dropped: taken explicitly before a DELETE or expiry is
@@ -185,9 +194,14 @@ impl Actor for SessionActor {
                 let _ = tx.send(Err(self.ended_by.clone()));
             }
         }
+        let draining = self.ended_by == Rejection::Overloaded(Overload::Draining);
         for s in streams {
-            // Control message: it must arrive, or the stream would outlive its session.
-            s.handle.do_send(StopStream(CloseReason::SessionEnded));
+            // Control messages: they must arrive, or the stream would outlive its session.
+            if draining {
+                s.handle.do_send(DrainStream);
+            } else {
+                s.handle.do_send(StopStream(CloseReason::SessionEnded));
+            }
         }
     }
 }
@@ -197,7 +211,7 @@ pub(crate) struct SessionSeed {
     pub(crate) id: SessionId,
     pub(crate) principal: Option<Arc<str>>,
     pub(crate) version: ProtocolVersion,
-    pub(crate) generation: Generation,
+    pub(crate) generation: Arc<Gen>,
     pub(crate) signer: Arc<CursorSigner>,
     pub(crate) handshake: Handshake,
     /// Estimated bytes of the handshake the session keeps.
@@ -212,6 +226,15 @@ pub(crate) struct SessionSeed {
     pub(crate) restore: Option<Restore>,
     /// Told when its first record is committed.
     pub(crate) recorded: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+/// What a session's streams take from the session rather than from their generation.
+pub(crate) struct SessionStreams {
+    /// Its version primes streams (>= 2025-11-25).
+    primes: bool,
+    hold_until_committed: bool,
+    /// Its place in the rollout share (stable: from its id's HMAC).
+    place: f64,
 }
 
 /// What the ledger held for a session being revived.
@@ -234,23 +257,22 @@ impl SessionActor {
         let cfg = sup.config();
         let limits = SessionLimits {
             idle_ttl_ms: cfg.idle_ttl_ms(),
-            max_in_flight: cfg.sessions.max_in_flight,
+            max_in_flight: seed.generation.settings.max_in_flight,
             max_retained_streams: cfg.sessions.max_retained_streams,
             max_retained_bytes: cfg.sessions.max_retained_bytes,
             client_request_timeout_ms: cfg.sessions.client_request_timeout_secs.saturating_mul(1000),
             park_after_ms: cfg.sessions.park_after_secs.saturating_mul(1000),
         };
-        let settings = StreamSettings {
-            window: WindowLimits { max_events: cfg.sse.replay_max_events, max_bytes: cfg.sse.replay_max_bytes },
-            prime: cfg.sse.prime_streams && seed.version.primes_streams(),
-            retry_ms: Some(cfg.sse.retry_ms),
+        let streams = SessionStreams {
+            primes: seed.version.primes_streams(),
             hold_until_committed: cfg.ledger.durability == crate::ledger::Durability::Sync,
+            place: crate::proto::rollout::share_place(&seed.hmac),
         };
         let mut handshake = sup.stream_env().budget.charge(Some(&seed.caller_budget));
         handshake.set(seed.kept_bytes);
         let now = sup.now();
         let incarnation = seed.restore.as_ref().map_or(0, |r| r.incarnation);
-        let mut core = SessionCore::incarnate(seed.id, seed.version, seed.generation, limits, now, incarnation);
+        let mut core = SessionCore::incarnate(seed.id, seed.version, seed.generation.settings.id, limits, now, incarnation);
         if let Some(level) = seed.restore.as_ref().and_then(|r| r.log_level) {
             core.set_log_level(level);
         }
@@ -266,7 +288,9 @@ impl SessionActor {
             core,
             principal: seed.principal,
             signer: seed.signer,
-            settings,
+            streams,
+            gens: Arc::clone(sup.generations()),
+            _generation: seed.generation.enter(Counted::Session),
             client_caps: Arc::new(capabilities),
             sup,
             guard: Some(guard),
@@ -294,6 +318,11 @@ impl SessionActor {
         let first_seq = Seq(u64::from(self.core.incarnation()) << 32);
         for (record, events) in streams {
             let sid = StreamId(record.stream);
+            if record.shadow {
+                // Its client never got a cursor: nothing to resume.
+                self.forget_streams([sid]);
+                continue;
+            }
             let closed = record.close_reason.as_deref().map(durable::reason_from);
             let (kind, request) = match record.kind {
                 StreamKindRecord::Get if closed.is_none() && !complete => {
@@ -317,9 +346,19 @@ impl SessionActor {
                 closed,
                 first_seq,
             };
-            let core = StreamCore::restore(sid, Generation(record.generation), kind, (*self.signer).clone(), self.settings.clone(), restored);
+            // Its rules are its record's (the generation it was opened under may be an
+            // earlier process's).
+            let settings = StreamSettings {
+                window: WindowLimits { max_events: record.max_events, max_bytes: record.max_bytes },
+                prime: false,
+                retry_ms: record.retry_ms,
+                hold_until_committed: self.streams.hold_until_committed,
+                mode: StreamMode::Resumable,
+            };
+            let generation = self.gens.restored(Generation(record.generation), self.sup.now().0);
+            let core = StreamCore::restore(sid, generation.settings.id, kind, (*self.signer).clone(), settings, restored);
             let ledger = StreamLedger::restored(Arc::clone(&self.meta.hmac), sid, &record);
-            let (addr, closed) = StreamActor::start_restored(core, Arc::clone(&self.link), Arc::clone(self.sup.stream_env()), &self.caller_budget, ledger);
+            let (addr, closed) = StreamActor::start_restored(core, self.stream_links(), ledger, generation.enter(Counted::Stream));
             let evicted = self.core.restore_stream(sid, request, closed, addr);
             self.evict(evicted);
         }
@@ -451,13 +490,40 @@ impl SessionActor {
     /// Start the stream registered under `sid` in `sctx`; `final_json` when its request is
     /// already answered (the stream is then closed from the start). Counts the stream's first
     /// connection.
-    fn start_stream(&mut self, sctx: Context<StreamActor>, sid: StreamId, kind: StreamKind, final_json: Option<Bytes>, request: Option<(String, Option<Value>)>) -> SseBody {
-        let core = StreamCore::new(sid, self.core.generation(), kind, (*self.signer).clone(), self.settings.clone());
+    fn stream_links(&self) -> StreamLinks {
+        StreamLinks { session: Arc::clone(&self.link), env: Arc::clone(self.sup.stream_env()), caller_budget: Arc::clone(&self.caller_budget) }
+    }
+
+    /// The current generation and the settings a new stream for `purpose` gets from it.
+    fn new_stream_settings(&self, purpose: StreamPurpose) -> (Arc<Gen>, StreamSettings) {
+        let g = self.gens.current();
+        let s = &g.settings;
+        let mode = s.flags.map_or(StreamMode::Resumable, |f| f.mode(self.streams.place, purpose));
+        let settings = StreamSettings {
+            window: s.window,
+            prime: s.prime_streams && self.streams.primes,
+            retry_ms: Some(s.retry_ms),
+            hold_until_committed: self.streams.hold_until_committed,
+            mode,
+        };
+        (g, settings)
+    }
+
+    fn start_stream(
+        &mut self,
+        sctx: Context<StreamActor>,
+        sid: StreamId,
+        kind: StreamKind,
+        final_json: Option<Bytes>,
+        request: Option<(String, Option<Value>)>,
+        purpose: StreamPurpose,
+    ) -> SseBody {
+        let (generation, settings) = self.new_stream_settings(purpose);
+        let core = StreamCore::new(sid, generation.settings.id, kind, (*self.signer).clone(), settings);
         let now = self.sup.now();
         self.core.connection_delta(now, true);
-        let link = Arc::clone(&self.link);
         let ledger = StreamLedger::new(Arc::clone(&self.meta.hmac), sid, request, now);
-        let (body, closed_with) = StreamActor::start_in(sctx, core, final_json.as_deref(), link, Arc::clone(self.sup.stream_env()), &self.caller_budget, ledger);
+        let (body, closed_with) = StreamActor::start_in(sctx, core, final_json.as_deref(), self.stream_links(), ledger, generation.enter(Counted::Stream));
         if let Some(bytes) = closed_with {
             let evicted = self.core.stream_closed(sid, bytes);
             self.evict(evicted);
@@ -522,7 +588,9 @@ impl SessionActor {
 
     fn start_request(&mut self, id: JsonRpcId, method: String, params: Option<Value>, mode: ReplyMode, ctx: &mut Context<Self>) -> Result<PostOutcome, Rejection> {
         let cancel = CancellationToken::new();
-        self.core.begin_request(&id, RequestTask { spawn: None, cancel: cancel.clone(), json: None })?;
+        let generation = self.gens.current().enter(Counted::InFlight);
+        self.core.begin_request(&id, RequestTask { spawn: None, cancel: cancel.clone(), json: None, _generation: generation })?;
+        let mut purpose = StreamPurpose::ReadOnly;
         // The stream's address exists before the stream starts, so the handler can be run
         // first and an immediate answer can share the priming event's write.
         let (stream, json_reply) = match mode {
@@ -555,7 +623,11 @@ impl SessionActor {
                 let catalog = Arc::clone(self.sup.catalog());
                 let rid = id.clone();
                 let cx = move || ToolContext::new(rid, progress_token, cancel, log_level, caps, principal, out);
-                match (method == "tools/call").then(|| catalog.idempotent_call(params.as_ref())).transpose() {
+                let call = (method == "tools/call").then(|| catalog.idempotent_call(params.as_ref())).transpose();
+                if method == "tools/call" && catalog.is_write_call(params.as_ref()) {
+                    purpose = StreamPurpose::Write { receipt: matches!(call, Ok(Some(Some(_)))) };
+                }
+                match call {
                     Err(e) => Dispatch::Ready(Err(e)),
                     Ok(Some(Some(call))) => {
                         // Executed only if its receipt allows it.
@@ -594,7 +666,7 @@ impl SessionActor {
         match (stream, json_reply) {
             (Some((sctx, sid, _)), _) => {
                 let final_json = done.and_then(|r| self.take_response(&id, r).map(|(bytes, _, _)| bytes));
-                Ok(PostOutcome::Sse(self.start_stream(sctx, sid, StreamKind::Post { request: id }, final_json, request)))
+                Ok(PostOutcome::Sse(self.start_stream(sctx, sid, StreamKind::Post { request: id }, final_json, request, purpose)))
             }
             (None, Some(rx)) => {
                 if let Some(r) = done {
@@ -702,7 +774,7 @@ impl Handler<OpenGet> for SessionActor {
             if let Some(old) = replaced {
                 old.handle.do_send(StopStream(CloseReason::Replaced));
             }
-            self.start_stream(sctx, sid, StreamKind::Get, None, None)
+            self.start_stream(sctx, sid, StreamKind::Get, None, None, StreamPurpose::ReadOnly)
         });
         let _ = msg.reply.send(r);
         self.arm(ctx);
@@ -719,16 +791,13 @@ impl Handler<Resume> for SessionActor {
             let _ = msg.reply.send(Err(e));
             return;
         }
-        if msg.event.generation != self.core.generation() {
-            let _ = msg.reply.send(Err(Rejection::CursorRejected));
-            return;
-        }
         let Some(entry) = self.core.stream(msg.event.stream) else {
             tracing::debug!(session = %self.log_id(), stream = %msg.event.stream, "resume of a stream no longer retained");
             let _ = msg.reply.send(Err(Rejection::EventsLost));
             return;
         };
-        match entry.handle.try_send(Attach { after: msg.event.seq, reply: msg.reply }) {
+        // The stream checks the cursor's generation against its own.
+        match entry.handle.try_send(Attach { after: msg.event.seq, generation: msg.event.generation, reply: msg.reply }) {
             Ok(()) => {}
             Err(SendError::Full(m)) => {
                 let _ = m.reply.send(Err(Rejection::Overloaded(Overload::Mailbox)));

@@ -27,6 +27,103 @@ pub struct RuntimeStats {
     resumes: AtomicU64,
     gaps: AtomicU64,
     budget_trimmed: AtomicU64,
+    live: LiveFigures,
+}
+
+/// Figures counted as they happen (for the metrics endpoint).
+#[derive(Debug)]
+struct LiveFigures {
+    events: AtomicU64,
+    resumes: AtomicU64,
+    gaps: AtomicU64,
+    slow_readers: AtomicU64,
+    lost_unattached: AtomicU64,
+    receipt_replays: AtomicU64,
+    receipt_attaches: AtomicU64,
+    shadow_verified: AtomicU64,
+    shadow_events: AtomicU64,
+    /// content, order, cursor, missing.
+    shadow_mismatches: [AtomicU64; 4],
+    shadow_window_lost: AtomicU64,
+    shadow_unreadable: AtomicU64,
+    shadow_latency: crate::metrics::Histo,
+    http: [AtomicU64; HTTP_STATUSES.len()],
+    streams_by_mode: [AtomicI64; 3],
+    streams_by_state: [AtomicI64; 3],
+}
+
+/// The statuses counted one by one (any other is counted as `other`, the last).
+const HTTP_STATUSES: [&str; 18] = ["200", "202", "204", "400", "401", "403", "404", "405", "406", "408", "409", "410", "413", "415", "429", "500", "503", "other"];
+const SHADOW_KINDS: [&str; 4] = ["content", "order", "cursor", "missing"];
+const MODES: [&str; 3] = ["resumable", "shadow", "plain"];
+/// Stream states as the metrics name them: a connection attached, none, closed.
+pub(crate) const STREAM_STATES: [&str; 3] = ["open", "detached", "closed"];
+
+impl Default for LiveFigures {
+    fn default() -> LiveFigures {
+        let z = || AtomicU64::new(0);
+        LiveFigures {
+            events: z(),
+            resumes: z(),
+            gaps: z(),
+            slow_readers: z(),
+            lost_unattached: z(),
+            receipt_replays: z(),
+            receipt_attaches: z(),
+            shadow_verified: z(),
+            shadow_events: z(),
+            shadow_mismatches: std::array::from_fn(|_| z()),
+            shadow_window_lost: z(),
+            shadow_unreadable: z(),
+            shadow_latency: crate::metrics::Histo::new(crate::metrics::LATENCY_BOUNDS),
+            http: std::array::from_fn(|_| z()),
+            streams_by_mode: std::array::from_fn(|_| AtomicI64::new(0)),
+            streams_by_state: std::array::from_fn(|_| AtomicI64::new(0)),
+        }
+    }
+}
+
+/// What the metrics endpoint reads (see [`RuntimeStats::metrics`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricFigures {
+    /// Open TCP connections.
+    pub connections: i64,
+    /// Events appended (counted as appended).
+    pub events: u64,
+    /// Resumes served.
+    pub resumes: u64,
+    /// Resumes that found a gap.
+    pub gaps: u64,
+    /// Slow readers detached.
+    pub slow_readers: u64,
+    /// Events of plain streams lost for want of a connection.
+    pub lost_unattached: u64,
+    /// Sessions parked.
+    pub sessions_parked: u64,
+    /// Sessions revived.
+    pub sessions_revived: u64,
+    /// Sessions evicted from a full ledger.
+    pub sessions_evicted_from_ledger: u64,
+    /// Calls answered from their idempotency receipt.
+    pub receipt_replays: u64,
+    /// Retries attached to a running call.
+    pub receipt_attaches: u64,
+    /// Shadow streams verified.
+    pub shadow_verified: u64,
+    /// Events of verified shadow streams.
+    pub shadow_events: u64,
+    /// Shadow mismatches by kind.
+    pub shadow_mismatches: Vec<(&'static str, u64)>,
+    /// Shadow events past the window bound.
+    pub shadow_window_lost: u64,
+    /// Shadow copies that could not be read.
+    pub shadow_unreadable: u64,
+    /// HTTP responses by status.
+    pub http_responses: Vec<(&'static str, u64)>,
+    /// Live streams by mode.
+    pub streams_by_mode: Vec<(&'static str, i64)>,
+    /// Live streams by state.
+    pub streams_by_state: Vec<(&'static str, i64)>,
 }
 
 impl Default for RuntimeStats {
@@ -46,6 +143,7 @@ impl Default for RuntimeStats {
             resumes: AtomicU64::new(0),
             gaps: AtomicU64::new(0),
             budget_trimmed: AtomicU64::new(0),
+            live: LiveFigures::default(),
         }
     }
 }
@@ -80,6 +178,104 @@ impl RuntimeStats {
         add(&self.events, s.events);
         add(&self.resumes, s.resumes);
         add(&self.gaps, s.gaps);
+        add(&self.live.lost_unattached, s.lost_unattached);
+    }
+
+    /// A stream of `mode` started (`+1`) or stopped (`-1`).
+    pub(crate) fn stream_mode(&self, mode: crate::proto::rollout::StreamMode, delta: i64) {
+        let i = MODES.iter().position(|m| *m == mode.as_str()).unwrap_or(0);
+        self.live.streams_by_mode[i].fetch_add(delta, Ordering::Relaxed);
+    }
+
+    /// A stream moved from state `from` to `to` (indexes of [`STREAM_STATES`]; `None`: it
+    /// started or stopped).
+    pub(crate) fn stream_state(&self, from: Option<usize>, to: Option<usize>) {
+        if let Some(i) = from {
+            self.live.streams_by_state[i].fetch_sub(1, Ordering::Relaxed);
+        }
+        if let Some(i) = to {
+            self.live.streams_by_state[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Events appended, counted as they are.
+    pub(crate) fn events_appended(&self, n: u64) {
+        add(&self.live.events, n);
+    }
+
+    /// A resume was served (`gap`: it found its events lost).
+    pub(crate) fn resume(&self, gap: bool) {
+        add(if gap { &self.live.gaps } else { &self.live.resumes }, 1);
+    }
+
+    /// A slow reader was detached.
+    pub(crate) fn slow_reader(&self) {
+        add(&self.live.slow_readers, 1);
+    }
+
+    /// A write-tool call was answered from its receipt (`replayed`) or attached to its
+    /// running execution.
+    pub(crate) fn receipt_hit(&self, replayed: bool) {
+        add(if replayed { &self.live.receipt_replays } else { &self.live.receipt_attaches }, 1);
+    }
+
+    /// A shadow stream was verified; `latency` from its close to its writes' commit.
+    pub(crate) fn shadow_verified(&self, r: &crate::proto::rollout::ShadowReport, latency: std::time::Duration) {
+        let l = &self.live;
+        add(&l.shadow_verified, 1);
+        add(&l.shadow_events, r.sent);
+        for (c, n) in l.shadow_mismatches.iter().zip([r.content, r.order, r.cursor, r.missing]) {
+            add(c, n);
+        }
+        add(&l.shadow_window_lost, r.window_lost);
+        l.shadow_latency.observe(latency.as_secs_f64());
+    }
+
+    /// A shadow stream's copy could not be read back.
+    pub(crate) fn shadow_unreadable(&self) {
+        add(&self.live.shadow_unreadable, 1);
+    }
+
+    /// The shadow commit latency histogram.
+    #[must_use]
+    pub fn shadow_latency(&self) -> &crate::metrics::Histo {
+        &self.live.shadow_latency
+    }
+
+    /// An HTTP response of the endpoint went out with `status`.
+    pub fn http_response(&self, status: u16) {
+        let buf = itoa_status(status);
+        let s = std::str::from_utf8(&buf).unwrap_or("other");
+        let i = HTTP_STATUSES.iter().position(|c| *c == s).unwrap_or(HTTP_STATUSES.len() - 1);
+        add(&self.live.http[i], 1);
+    }
+
+    /// The figures the metrics endpoint reads.
+    #[must_use]
+    pub fn metrics(&self) -> MetricFigures {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let l = &self.live;
+        MetricFigures {
+            connections: self.connections.load(Ordering::Relaxed),
+            events: get(&l.events),
+            resumes: get(&l.resumes),
+            gaps: get(&l.gaps),
+            slow_readers: get(&l.slow_readers),
+            lost_unattached: get(&l.lost_unattached),
+            sessions_parked: get(&self.sessions_parked),
+            sessions_revived: get(&self.sessions_revived),
+            sessions_evicted_from_ledger: get(&self.sessions_evicted_from_ledger),
+            receipt_replays: get(&l.receipt_replays),
+            receipt_attaches: get(&l.receipt_attaches),
+            shadow_verified: get(&l.shadow_verified),
+            shadow_events: get(&l.shadow_events),
+            shadow_mismatches: SHADOW_KINDS.iter().zip(&l.shadow_mismatches).map(|(k, c)| (*k, get(c))).collect(),
+            shadow_window_lost: get(&l.shadow_window_lost),
+            shadow_unreadable: get(&l.shadow_unreadable),
+            http_responses: HTTP_STATUSES.iter().zip(&l.http).map(|(k, c)| (*k, get(c))).collect(),
+            streams_by_mode: MODES.iter().zip(&l.streams_by_mode).map(|(k, c)| (*k, c.load(Ordering::Relaxed))).collect(),
+            streams_by_state: STREAM_STATES.iter().zip(&l.streams_by_state).map(|(k, c)| (*k, c.load(Ordering::Relaxed))).collect(),
+        }
     }
 
     pub(crate) fn budget_trimmed(&self, n: usize) {
@@ -131,6 +327,12 @@ impl RuntimeStats {
     pub fn refusals(&self, cause: &str) -> u64 {
         Rejection::CAUSES.iter().position(|c| *c == cause).map_or(0, |i| self.refused[i].load(Ordering::Relaxed))
     }
+}
+
+/// Three ASCII digits of a status (100..=999; others come out as `"000"`, counted `other`).
+fn itoa_status(status: u16) -> [u8; 3] {
+    let s = if (100..=999).contains(&status) { status } else { 0 };
+    [b'0' + (s / 100) as u8, b'0' + (s / 10 % 10) as u8, b'0' + (s % 10) as u8]
 }
 
 /// Counts one open TCP connection; see [`RuntimeStats::connection`].

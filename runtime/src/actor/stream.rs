@@ -18,10 +18,12 @@ use tokio::time::Instant;
 use super::body::{ConnectionOwner, SseBody};
 use super::budget::{Charge, MemoryBudget};
 use super::durable::{LedgerCtx, StreamLedger};
+use super::generations::GenCount;
 use super::stats::RuntimeStats;
 use crate::ledger::Durability;
 use crate::proto::error::Rejection;
 use crate::proto::ids::{Seq, StreamId};
+use crate::proto::rollout::{StreamMode, verify_shadow};
 use crate::proto::stream::{Attachment, CloseReason, Delivery, Retention, StreamCore, StreamState};
 use crate::sse::COMMENT_KEEPALIVE;
 
@@ -43,6 +45,14 @@ pub(crate) struct StreamEnv {
 /// shared (a `Recipient` clone allocates; an `Arc` clone does not, and this is on every SSE
 /// response's path).
 pub(crate) type SessionLink = Arc<Recipient<StreamReport>>;
+
+/// What a stream is started with from its session: where it reports, what every stream
+/// shares, and its caller's share of the memory budget.
+pub(crate) struct StreamLinks {
+    pub(crate) session: SessionLink,
+    pub(crate) env: Arc<StreamEnv>,
+    pub(crate) caller_budget: Arc<MemoryBudget>,
+}
 
 /// Reports of a stream (and of its connections' bodies) to its session.
 #[derive(Message, Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +94,12 @@ pub struct StreamActor {
     retention: Option<(Retention, SpawnHandle)>,
     keepalive: Option<SpawnHandle>,
     ledger: StreamLedger,
+    /// Counted live in the generation it was opened under.
+    _generation: GenCount,
+    /// A stream that is not resumable is ending (its shadow verification may be running).
+    ending: bool,
+    /// The state the metrics count it in (an index of `STREAM_STATES`).
+    state_shown: Option<usize>,
 }
 
 impl Actor for StreamActor {
@@ -92,6 +108,7 @@ impl Actor for StreamActor {
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.set_mailbox_capacity(64);
         self.env.stats.stream_started();
+        self.env.stats.stream_mode(self.core.mode(), 1);
         if self.writer.is_some() {
             self.start_keepalive(ctx);
         }
@@ -101,6 +118,8 @@ impl Actor for StreamActor {
     fn stopped(&mut self, _: &mut Context<Self>) {
         // The budget charge is released when the actor is dropped, right after this.
         self.env.stats.stream_stopped(&self.core.stats());
+        self.env.stats.stream_mode(self.core.mode(), -1);
+        self.env.stats.stream_state(self.state_shown.take(), None);
     }
 }
 
@@ -117,6 +136,8 @@ pub(crate) struct Emit {
 #[rtype(result = "()")]
 pub(crate) struct Attach {
     pub(crate) after: Seq,
+    /// The generation the cursor names (it must be the stream's).
+    pub(crate) generation: crate::proto::ids::Generation,
     pub(crate) reply: oneshot::Sender<Result<SseBody, Rejection>>,
 }
 
@@ -138,6 +159,13 @@ pub(crate) struct Close(pub(crate) CloseReason);
 #[rtype(result = "()")]
 pub(crate) struct Stop(pub(crate) CloseReason);
 
+/// The process is stopping: end the connection with a `retry` hint once everything this
+/// stream submitted to the ledger is committed (its client resumes after the restart), then
+/// stop. Its ledger copy stays as it is.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Drain;
+
 /// SEP-1699: end the current connection, keep the stream.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -152,15 +180,9 @@ impl StreamActor {
     /// priming event: the connection then carries both in one write and ends. The stream is
     /// then closed from the start, and the bytes its window holds are returned for the
     /// session to count (no `Closed` report follows).
-    pub(crate) fn start_in(
-        mut ctx: Context<StreamActor>,
-        mut core: StreamCore,
-        final_json: Option<&[u8]>,
-        session: SessionLink,
-        env: Arc<StreamEnv>,
-        caller_budget: &Arc<MemoryBudget>,
-        ledger: StreamLedger,
-    ) -> (SseBody, Option<usize>) {
+    pub(crate) fn start_in(mut ctx: Context<StreamActor>, mut core: StreamCore, final_json: Option<&[u8]>, links: StreamLinks, ledger: StreamLedger, generation: GenCount) -> (SseBody, Option<usize>) {
+        let StreamLinks { session, env, caller_budget } = links;
+        let caller_budget = &caller_budget;
         let addr = ctx.address();
         let mut att = core.attach_new();
         let conn = att.conn;
@@ -180,21 +202,24 @@ impl StreamActor {
             (Some(Writer { conn, tx }), Some(rx))
         };
         let owner = ConnectionOwner { stream: addr, session: Arc::clone(&session), conn };
-        let mut actor = StreamActor::with_core(core, writer, session, env, caller_budget, ledger);
+        let mut actor = StreamActor::with_core(core, writer, session, env, caller_budget, ledger, generation);
         actor.closed_reported = final_json.is_some();
         actor.update_charge();
         actor.flush_ledger(&mut ctx);
-        let closed_with = final_json.map(|_| actor.core.retained_bytes());
+        // A stream that is not resumable is not retained: it reports `Gone` once done.
+        let closed_with = final_json.filter(|_| actor.core.mode() == StreamMode::Resumable).map(|_| actor.core.retained_bytes());
         ctx.run(actor);
         (SseBody::new(att.initial, live, Some(owner)), closed_with)
     }
 
     /// Start a stream rebuilt from the ledger, with no connection. Returns its address and,
     /// when it is closed, the bytes its window holds (for its session's retention bounds).
-    pub(crate) fn start_restored(core: StreamCore, session: SessionLink, env: Arc<StreamEnv>, caller_budget: &Arc<MemoryBudget>, ledger: StreamLedger) -> (Addr<StreamActor>, Option<usize>) {
+    pub(crate) fn start_restored(core: StreamCore, links: StreamLinks, ledger: StreamLedger, generation: GenCount) -> (Addr<StreamActor>, Option<usize>) {
+        let StreamLinks { session, env, caller_budget } = links;
+        let caller_budget = &caller_budget;
         let mut ctx = Context::<StreamActor>::new();
         let addr = ctx.address();
-        let mut actor = StreamActor::with_core(core, None, session, env, caller_budget, ledger);
+        let mut actor = StreamActor::with_core(core, None, session, env, caller_budget, ledger, generation);
         let closed = matches!(actor.core.state(), StreamState::Closed(_));
         // Its session learns the bytes from the return value, not from a report.
         actor.closed_reported = closed;
@@ -205,7 +230,7 @@ impl StreamActor {
         (addr, bytes)
     }
 
-    fn with_core(core: StreamCore, writer: Option<Writer>, session: SessionLink, env: Arc<StreamEnv>, caller_budget: &Arc<MemoryBudget>, ledger: StreamLedger) -> StreamActor {
+    fn with_core(core: StreamCore, writer: Option<Writer>, session: SessionLink, env: Arc<StreamEnv>, caller_budget: &Arc<MemoryBudget>, ledger: StreamLedger, generation: GenCount) -> StreamActor {
         StreamActor {
             charge: env.budget.charge(Some(caller_budget)),
             core,
@@ -217,6 +242,9 @@ impl StreamActor {
             retention: None,
             keepalive: None,
             ledger,
+            _generation: generation,
+            ending: false,
+            state_shown: None,
         }
     }
 
@@ -332,6 +360,7 @@ impl StreamActor {
                 // Slow reader: detach it rather than buffer without bound or block the
                 // session. Nothing is lost: the window holds the frame; the client resumes.
                 tracing::debug!(stream = %self.core.id(), "slow SSE reader detached");
+                self.env.stats.slow_reader();
                 self.set_writer(None, ctx);
                 self.core.detach(conn, false);
             }
@@ -343,7 +372,7 @@ impl StreamActor {
     }
 
     fn report_closed(&mut self) {
-        if !self.closed_reported {
+        if !self.closed_reported && self.core.mode() == StreamMode::Resumable {
             self.closed_reported = true;
             self.report(StreamReport::Closed { stream: self.core.id(), bytes: self.core.retained_bytes() });
         }
@@ -353,7 +382,24 @@ impl StreamActor {
     /// message). An attach cancels it (a stream never ends under its connection); the next
     /// detach starts a full retention again.
     fn sync_retention(&mut self, ctx: &mut Context<Self>) {
+        let state = match self.core.state() {
+            StreamState::Closed(_) => 2,
+            _ if self.core.connection().is_some() => 0,
+            _ => 1,
+        };
+        if self.state_shown != Some(state) {
+            self.env.stats.stream_state(self.state_shown.replace(state), Some(state));
+        }
         let want = self.core.retention();
+        if self.core.mode() != StreamMode::Resumable {
+            // Nobody can resume it: done once closed with no connection (a shadow stream
+            // after its verification).
+            if want.is_some() && !self.ending {
+                self.ending = true;
+                self.end_unresumable(ctx);
+            }
+            return;
+        }
         if want == self.retention.as_ref().map(|(r, _)| *r) {
             return;
         }
@@ -372,6 +418,37 @@ impl StreamActor {
             });
             self.retention = Some((r, h));
         }
+    }
+
+    /// End a stream that is not resumable: a shadow stream first reads its ledger copy back
+    /// (once everything it submitted is committed) and compares it with what it sent.
+    fn end_unresumable(&mut self, ctx: &mut Context<Self>) {
+        let done = |act: &mut StreamActor, ctx: &mut Context<Self>| {
+            act.report(StreamReport::Gone(act.core.id()));
+            act.forget();
+            ctx.stop();
+        };
+        let Some(sent) = self.core.shadow_sent().cloned() else { return done(self, ctx) };
+        let started = Instant::now();
+        let committed = self.env.ledger.writer.barrier();
+        ctx.spawn(actix::fut::wrap_future::<_, Self>(committed).map(move |_, act, ctx| {
+            let latency = started.elapsed();
+            let log = crate::ledger::codec::events_key(act.ledger.hmac(), act.core.id().0);
+            match act.env.ledger.writer.store().read_log(&log, act.env.clock.now().0) {
+                Ok(copy) => {
+                    let r = verify_shadow(&sent, &copy, act.core.signer(), act.core.generation(), act.core.id());
+                    if r.mismatches() > 0 {
+                        tracing::warn!(stream = %act.core.id(), generation = act.core.generation().0, report = ?r, "shadow ledger copy does not match what was sent");
+                    }
+                    act.env.stats.shadow_verified(&r, latency);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "shadow ledger copy cannot be read back");
+                    act.env.stats.shadow_unreadable();
+                }
+            }
+            done(act, ctx);
+        }));
     }
 
     fn keepalive(&mut self, ctx: &mut Context<Self>) {
@@ -395,6 +472,7 @@ impl Handler<Emit> for StreamActor {
 
     fn handle(&mut self, msg: Emit, ctx: &mut Context<Self>) {
         let d = if msg.last { self.core.push_final(&msg.json) } else { self.core.push(&msg.json) };
+        self.env.stats.events_appended(1);
         self.update_charge();
         self.flush_ledger(ctx);
         self.deliver(d, ctx);
@@ -406,8 +484,16 @@ impl Handler<Attach> for StreamActor {
     type Result = ();
 
     fn handle(&mut self, msg: Attach, ctx: &mut Context<Self>) {
+        if msg.generation != self.core.generation() {
+            let _ = msg.reply.send(Err(Rejection::CursorRejected));
+            return;
+        }
         let was_closed = matches!(self.core.state(), StreamState::Closed(_));
+        let gaps = self.core.stats().gaps;
         let r = self.core.attach_resume(msg.after).map(|att| self.body_for(att, ctx));
+        if r.is_ok() || self.core.stats().gaps > gaps {
+            self.env.stats.resume(self.core.stats().gaps > gaps);
+        }
         self.update_charge();
         if !was_closed && self.core.state() == StreamState::Closed(CloseReason::EventsLost) {
             // Before the reply: the client cannot retry the request id before its session
@@ -476,6 +562,33 @@ impl Handler<Stop> for StreamActor {
             self.forget();
         }
         ctx.stop();
+    }
+}
+
+impl Handler<Drain> for StreamActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Drain, ctx: &mut Context<Self>) {
+        // Nothing more is appended; a running request's stream stays open in the ledger (the
+        // next process answers it with the "server restarted" error).
+        self.core.close(CloseReason::SessionEnded);
+        let Some(w) = self.writer.take() else {
+            ctx.stop();
+            return;
+        };
+        if let Some(h) = self.keepalive.take() {
+            ctx.cancel_future(h);
+        }
+        let retry = (self.core.mode() == StreamMode::Resumable).then(|| self.core.retry_ms()).flatten();
+        let committed = self.env.ledger.writer.barrier();
+        ctx.spawn(actix::fut::wrap_future::<_, Self>(committed).map(move |_, _act, ctx| {
+            if let Some(ms) = retry {
+                let _ = w.tx.try_send(crate::sse::retry_frame(ms));
+            }
+            // Dropping the sender ends the response once its queue drains.
+            drop(w);
+            ctx.stop();
+        }));
     }
 }
 

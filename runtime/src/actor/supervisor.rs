@@ -9,11 +9,12 @@ use std::time::Duration;
 use actix::{Actor, AsyncContext};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use serde_json::Value;
 
 use super::budget::MemoryBudget;
 use super::durable::LedgerCtx;
+use super::generations::{GenOrigin, GenSettings, Generations};
 use super::receipts::Receipts;
 use super::registry::{Inbox, QuotaKey, Registry, SessionHandle, SlotLimits};
 use super::session::{Restore, SessionActor, SessionSeed};
@@ -32,12 +33,29 @@ use crate::proto::version::ProtocolVersion;
 use crate::tools::Catalog;
 
 /// Lifecycle phase of the process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Phase {
-    /// Admitting new sessions of this generation.
-    Serving(Generation),
-    /// Stopping: no new sessions (503); existing ones finish or are being stopped.
-    Draining(Generation),
+    /// Built, not serving yet.
+    Starting,
+    /// Admitting new requests.
+    Serving,
+    /// Stopping: new requests get 503 with `Retry-After`; in-flight ones finish, then every
+    /// stream ends with a `retry` hint.
+    Draining,
+    /// Every session stopped; the ledger is being flushed.
+    Stopped,
+}
+
+/// The published lifecycle: the phase and the current generation, with when it changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Lifecycle {
+    /// The phase.
+    pub phase: Phase,
+    /// The current generation.
+    pub generation: Generation,
+    /// When the phase or the generation last changed (ms since the epoch).
+    pub since_ms: u64,
 }
 
 /// Session-creation rate per caller: one token bucket per [`QuotaKey`], at most
@@ -101,10 +119,15 @@ pub struct Supervisor {
     registry: Arc<Registry>,
     rate: RateLimiter,
     key: CursorKey,
-    generation: Generation,
+    /// The generations with something alive, the current one last.
+    gens: Arc<Generations>,
     stream_env: Arc<StreamEnv>,
-    /// Read on every `initialize`, written twice per process life; never held across await.
-    phase: RwLock<Phase>,
+    /// The lifecycle, published: read (without a lock) by the front door on every request
+    /// and by the host's shutdown sequence; control travels ahead of data, since a request
+    /// already queued for a session sees the new phase when it is handled.
+    lifecycle: tokio::sync::watch::Sender<Lifecycle>,
+    /// Asked to stop (`POST /admin/drain`): the host runs its shutdown sequence.
+    stop_requested: tokio::sync::Notify,
     /// One revive at a time per shard of session HMACs (two requests of one session that
     /// arrive together after a restart make one actor, not two).
     revive_locks: Arc<ReviveLocks>,
@@ -250,7 +273,7 @@ pub(crate) enum Settle {
 
 impl std::fmt::Debug for Supervisor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Supervisor").field("phase", &*self.phase.read()).field("sessions", &self.registry.len()).finish_non_exhaustive()
+        f.debug_struct("Supervisor").field("lifecycle", &*self.lifecycle.borrow()).field("sessions", &self.registry.len()).finish_non_exhaustive()
     }
 }
 
@@ -268,21 +291,36 @@ impl Supervisor {
     /// there by an earlier process are revived on first use.
     #[must_use]
     pub fn with_ledger(cfg: RuntimeConfig, catalog: Catalog, ledger: Ledger) -> Arc<Supervisor> {
-        let generation = Generation(cfg.sessions.generation);
+        let now_ms = ledger.clock.now().0;
+        // Numbered above every generation an earlier process on this ledger started.
+        let generation = Generation(cfg.sessions.generation.max(ledger.last_generation().saturating_add(1)));
+        ledger.record_generation(generation.0);
+        let gens = Arc::new(Generations::new(GenSettings {
+            id: generation,
+            flags: Some(cfg.rollout),
+            window: crate::proto::replay::WindowLimits { max_events: cfg.sse.replay_max_events, max_bytes: cfg.sse.replay_max_bytes },
+            retry_ms: cfg.sse.retry_ms,
+            prime_streams: cfg.sse.prime_streams,
+            max_in_flight: cfg.sessions.max_in_flight,
+            key_id: ledger.key_id(),
+            origin: GenOrigin::Start,
+            started_ms: now_ms,
+        }));
         let stream_ttl_ms = cfg.idle_ttl_ms().saturating_add(cfg.sessions.retention_undelivered_ms);
         let cursor_secret = |s: &[u8]| crate::ledger::derive_key(s, "mcp-host cursor v1");
         let previous: Vec<[u8; 32]> = ledger.previous.iter().map(|s| cursor_secret(s)).collect();
         let cursor_key = CursorKey::rotated(&cursor_secret(&ledger.secret), &previous.iter().map(|k| &k[..]).collect::<Vec<_>>());
         let clock = ledger.clock;
         let ledger_cx = Arc::new(LedgerCtx::new(ledger, cfg.idle_ttl_ms(), stream_ttl_ms));
-        let receipts = Arc::new(Receipts::new(Arc::clone(&ledger_cx), cfg.ledger.receipt_retention_secs.saturating_mul(1000), cfg.ledger.receipt_max_bytes));
+        let stats = Arc::new(RuntimeStats::default());
+        let receipts = Arc::new(Receipts::new(Arc::clone(&ledger_cx), cfg.ledger.receipt_retention_secs.saturating_mul(1000), cfg.ledger.receipt_max_bytes, Arc::clone(&stats)));
         let stream_env = Arc::new(StreamEnv {
             keepalive: Duration::from_millis(cfg.sse.keepalive_ms),
             write_queue_frames: cfg.sse.write_queue_frames,
             retention_after_delivery: Duration::from_millis(cfg.sessions.retention_after_delivery_ms),
             retention_undelivered: Duration::from_millis(cfg.sessions.retention_undelivered_ms),
             budget: MemoryBudget::new(cfg.limits.stream_memory_bytes),
-            stats: Arc::new(RuntimeStats::default()),
+            stats,
             ledger: ledger_cx,
             clock,
         });
@@ -305,9 +343,10 @@ impl Supervisor {
             rate: RateLimiter::new(q.session_burst, q.session_rate_per_sec, cfg.sessions.max_sessions.max(1024)),
             catalog: Arc::new(catalog),
             registry,
-            generation,
+            gens,
             stream_env,
-            phase: RwLock::new(Phase::Serving(generation)),
+            lifecycle: tokio::sync::watch::Sender::new(Lifecycle { phase: Phase::Serving, generation, since_ms: now_ms }),
+            stop_requested: tokio::sync::Notify::new(),
             revive_locks,
             settling,
             receipts,
@@ -353,6 +392,31 @@ impl Supervisor {
         self.stream_env.stats.snapshot(self.registry.len(), self.stream_env.budget.used(), self.stream_env.ledger.writer.snapshot())
     }
 
+    /// Bytes charged to the stream memory budget.
+    #[must_use]
+    pub fn stream_memory_bytes(&self) -> usize {
+        self.stream_env.budget.used()
+    }
+
+    /// The name the ledger records a session under (its id's HMAC, hex): for operators'
+    /// tools and tests that look a session up in the ledger. Not secret-bearing.
+    #[must_use]
+    pub fn session_hmac(&self, id: &SessionId) -> Arc<str> {
+        self.stream_env.ledger.session_hmac(id)
+    }
+
+    /// Whether the ledger outlives the process (SQLite).
+    #[must_use]
+    pub fn ledger_durable(&self) -> bool {
+        self.stream_env.ledger.ledger.durable
+    }
+
+    /// The ledger's writer (its counters and histograms).
+    #[must_use]
+    pub fn ledger_writer(&self) -> &Arc<crate::ledger::Writer> {
+        &self.stream_env.ledger.writer
+    }
+
     /// Whether the stream memory budget is used up (requests that would open a stream are
     /// then refused).
     #[must_use]
@@ -363,7 +427,59 @@ impl Supervisor {
     /// Current phase.
     #[must_use]
     pub fn phase(&self) -> Phase {
-        *self.phase.read()
+        self.lifecycle.borrow().phase
+    }
+
+    /// The published lifecycle, to watch.
+    #[must_use]
+    pub fn lifecycle(&self) -> tokio::sync::watch::Receiver<Lifecycle> {
+        self.lifecycle.subscribe()
+    }
+
+    fn publish(&self, change: impl FnOnce(&mut Lifecycle)) {
+        let now = self.now().0;
+        self.lifecycle.send_modify(|l| {
+            let before = *l;
+            change(l);
+            if *l != before {
+                l.since_ms = now;
+                tracing::info!(phase = ?l.phase, generation = l.generation.0, "lifecycle");
+            }
+        });
+    }
+
+    /// The generations.
+    #[must_use]
+    pub fn generations(&self) -> &Arc<Generations> {
+        &self.gens
+    }
+
+    /// Start a new generation with `flags` (a reload or `PUT /admin/flags`; `origin`
+    /// [`GenOrigin::Rollback`] for a rollback): streams opened from now on follow it, older
+    /// ones keep theirs.
+    pub fn reload(&self, origin: GenOrigin, change: impl FnOnce(&mut GenSettings)) -> Generation {
+        let g = self.gens.advance(origin, self.now().0, change);
+        let id = g.settings.id;
+        self.stream_env.ledger.ledger.record_generation(id.0);
+        tracing::info!(generation = id.0, origin = ?origin, flags = ?g.settings.flags, "new generation");
+        self.publish(|l| l.generation = id);
+        id
+    }
+
+    /// Roll back: a new generation whose new streams are not resumable. Streams of older
+    /// generations stay resumable until their retention ends; their requests finish.
+    pub fn rollback(&self) -> Generation {
+        self.reload(GenOrigin::Rollback, |s| s.flags = s.flags.map(crate::proto::rollout::RolloutFlags::rolled_back))
+    }
+
+    /// Ask the host to stop gracefully (`POST /admin/drain`), as SIGTERM does.
+    pub fn request_stop(&self) {
+        self.stop_requested.notify_one();
+    }
+
+    /// Resolves when [`Supervisor::request_stop`] was called.
+    pub async fn stop_requested(&self) {
+        self.stop_requested.notified().await;
     }
 
     /// Now, as the cores see it: milliseconds since the epoch, monotonic while running.
@@ -405,7 +521,7 @@ impl Supervisor {
         kept_bytes: usize,
         origin: Option<&str>,
     ) -> Result<(SessionId, ProtocolVersion, tokio::sync::oneshot::Receiver<()>), Rejection> {
-        if !matches!(self.phase(), Phase::Serving(_)) {
+        if self.phase() != Phase::Serving {
             return Err(Rejection::Overloaded(Overload::Draining));
         }
         if self.stream_memory_full() {
@@ -419,11 +535,12 @@ impl Supervisor {
         };
         let reservation = self.registry.reserve(key, limits)?;
         let version = ProtocolVersion::negotiate(init.requested_version.as_deref());
-        let raw = format!("{}.{}", self.generation.0, URL_SAFE_NO_PAD.encode(crate::rng::bytes::<24>()));
+        let generation = self.gens.current();
+        let raw = format!("{}.{}", generation.settings.id.0, URL_SAFE_NO_PAD.encode(crate::rng::bytes::<24>()));
         let id = SessionId::parse(&raw).expect("base64url and digits are visible ASCII");
         let handshake = Handshake { requested_version: init.requested_version.clone(), capabilities: init.capabilities.clone(), client_info: init.client_info.clone() };
         let (recorded, on_recorded) = tokio::sync::oneshot::channel();
-        let mut seed = self.seed(id.clone(), principal, version, self.generation, handshake, kept_bytes, reservation.caller_budget(), origin.map(str::to_owned), None);
+        let mut seed = self.seed(id.clone(), principal, version, generation, handshake, kept_bytes, reservation.caller_budget(), origin.map(str::to_owned), None);
         // A dropped sender (memory ledger) answers at once.
         seed.recorded = self.stream_env.ledger.ledger.durable.then_some(recorded);
         self.start_session(seed, reservation);
@@ -436,7 +553,7 @@ impl Supervisor {
         id: SessionId,
         principal: Option<Arc<str>>,
         version: ProtocolVersion,
-        generation: Generation,
+        generation: Arc<super::generations::Gen>,
         handshake: Handshake,
         kept_bytes: usize,
         caller_budget: &Arc<MemoryBudget>,
@@ -510,7 +627,7 @@ impl Supervisor {
             return Ok(());
         };
         // Read first: a session that does not exist is 404 also while stopping.
-        if !matches!(self.phase(), Phase::Serving(_)) {
+        if self.phase() != Phase::Serving {
             return Err(Rejection::Overloaded(Overload::Draining));
         }
         let Some(version) = ProtocolVersion::parse(&record.protocol_version) else { return Ok(()) };
@@ -544,7 +661,8 @@ impl Supervisor {
             let put = crate::ledger::Op::Put { key: codec::session_key(&hmac), value: bytes::Bytes::from(codec::encode(&Record::Session(life))), expires_ms };
             let _ = cx.writer.submit_acked(vec![put]).await;
         }
-        let seed = self.seed(id.clone(), principal.cloned(), version, Generation(record.generation), record.handshake, kept_bytes, reservation.caller_budget(), record.origin, Some(restore));
+        let generation = self.gens.restored(Generation(record.generation), self.now().0);
+        let seed = self.seed(id.clone(), principal.cloned(), version, generation, record.handshake, kept_bytes, reservation.caller_budget(), record.origin, Some(restore));
         self.stream_env.stats.session_revived();
         self.start_session(seed, reservation);
         Ok(())
@@ -591,14 +709,27 @@ impl Supervisor {
         );
     }
 
-    /// Stop admitting sessions (`initialize` gets 503 with `Retry-After`); existing ones go
-    /// on. Call before the HTTP server's graceful stop.
+    /// Stop admitting new requests (503 with `Retry-After`); in-flight ones go on, and so
+    /// does what finishes them (answers to server-to-client requests, cancellations, resumes).
     pub fn begin_drain(&self) {
-        *self.phase.write() = Phase::Draining(self.generation);
+        self.publish(|l| {
+            if l.phase == Phase::Serving || l.phase == Phase::Starting {
+                l.phase = Phase::Draining;
+            }
+        });
     }
 
-    /// Stop admitting sessions and stop every live one (their streams end, their requests are
-    /// cancelled, they deregister). Returns how many were told to stop.
+    /// Requests in flight, over every generation.
+    #[must_use]
+    pub fn in_flight(&self) -> i64 {
+        self.gens.status().iter().map(|g| g.in_flight).sum()
+    }
+
+    /// Stop admitting and stop every live session: each stream's connection ends with a
+    /// `retry` hint once its events are committed (its client resumes after the restart),
+    /// requests still running are cancelled here and answered after the restart with the
+    /// "server restarted" error, and the sessions deregister, their records left active.
+    /// Returns how many were told to stop.
     pub fn shutdown(&self) -> usize {
         self.begin_drain();
         let all = self.registry.all();
@@ -606,6 +737,7 @@ impl Supervisor {
             // Control message: it must arrive.
             h.addr.do_send(super::session::Shutdown);
         }
+        self.publish(|l| l.phase = Phase::Stopped);
         all.len()
     }
 }

@@ -14,11 +14,13 @@ use bytes::{Bytes, BytesMut};
 use futures_core::Stream as _;
 use tokio::sync::oneshot;
 
-use crate::actor::{Delete, InboxTicket, JsonReply, OpenGet, Post, PostOutcome, QuotaKey, Resume, SessionHandle, SseBody, Supervisor};
+use crate::actor::{Delete, InboxTicket, JsonReply, OpenGet, Phase, Post, PostOutcome, QuotaKey, Resume, SessionHandle, SseBody, Supervisor};
 use crate::proto::admission::{Admitted, Command, HeadAdmitted, HttpMethod, ReplyMode, RequestHead, admit_body, admit_head, cors_headers, cors_origin, cors_preflight_headers};
 use crate::proto::error::{Overload, Quota, Rejection};
 use crate::proto::jsonrpc::{Incoming, encode_result};
 use crate::proto::mcp::initialize_result;
+
+pub mod admin;
 
 /// The session header, as written by this server.
 pub const SESSION_HEADER: &str = "mcp-session-id";
@@ -149,9 +151,15 @@ pub async fn endpoint(req: HttpRequest, payload: web::Payload, sup: web::Data<Ar
         Ok(r) => r,
         Err(rejection) => {
             sup.stats().refused(&rejection);
-            ApiError(rejection).error_response()
+            let mut resp = ApiError(rejection.clone()).error_response();
+            if rejection == Rejection::Overloaded(Overload::Draining) {
+                // How long a restart takes is the operator's to say.
+                resp.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from(sup.config().shutdown.retry_after_secs));
+            }
+            resp
         }
     };
+    sup.stats().http_response(resp.status().as_u16());
     if let Some(origin) = cors_origin(&head, sup.admit_policy()) {
         let h = resp.headers_mut();
         for (k, v) in cors_headers(origin) {
@@ -210,6 +218,11 @@ fn opens_stream(incoming: &Incoming, reply: ReplyMode) -> bool {
 // between them is synchronous ([`dispatch`]).
 async fn serve(req: &HttpRequest, head: &RequestHead<'_>, payload: web::Payload, sup: &Arc<Supervisor>) -> Result<HttpResponse, Rejection> {
     let admitted = admit_request(req, head, payload, sup).await?;
+    if sup.phase() != Phase::Serving && starts_work(&admitted.command) {
+        // Draining: what finishes in-flight work (answers to server-to-client requests,
+        // cancellations, resumes, DELETE) is still served; nothing new starts.
+        return Err(Rejection::Overloaded(Overload::Draining));
+    }
     let found = match admitted.command.session() {
         None => None,
         Some(session) => Some(match sup.lookup(session, admitted.principal.as_ref()) {
@@ -245,6 +258,18 @@ async fn serve(req: &HttpRequest, head: &RequestHead<'_>, payload: web::Payload,
             Ok(Err(rejection)) => Err(rejection),
             Err(_) => Err(Rejection::SessionNotFound),
         },
+    }
+}
+
+/// Whether a command would start new work (refused while draining).
+fn starts_work(c: &Command) -> bool {
+    match c {
+        Command::Initialize { .. } | Command::OpenStream { .. } => true,
+        Command::Post { incoming, .. } => match incoming {
+            Incoming::Single(m) => m.is_request(),
+            Incoming::Batch(items) => items.iter().any(crate::proto::jsonrpc::Message::is_request),
+        },
+        Command::Preflight | Command::Resume { .. } | Command::Delete { .. } => false,
     }
 }
 

@@ -114,6 +114,10 @@ pub struct StreamRecord {
     pub max_bytes: usize,
     /// Opened (ms since the epoch).
     pub created_ms: u64,
+    /// A shadow stream (`rollout.resumable = "shadow"`): written as if resumable, its client
+    /// never got a cursor, so it is not restored.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shadow: bool,
 }
 
 /// State of an idempotency receipt.
@@ -433,6 +437,7 @@ mod tests {
                     max_events: 1024,
                     max_bytes: 1 << 20,
                     created_ms: 5,
+                    shadow: sid % 2 == 0,
                 })
             },
         );

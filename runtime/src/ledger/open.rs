@@ -56,6 +56,8 @@ pub struct Ledger {
 
 /// The run counter.
 const RUN_KEY: &str = "m/run";
+/// The highest generation started on this ledger.
+const GENERATION_KEY: &str = "m/generation";
 /// Fingerprint of the secret the ledger is written with.
 const KEY_FINGERPRINT: &str = "m/key";
 /// How long a run's clean-stop marker is kept: longer than any session record (7 days).
@@ -124,6 +126,25 @@ impl Ledger {
     /// stopped cleanly ([`Ledger::stopped_cleanly`]).
     pub(crate) fn run_complete(&self, run: u64) -> bool {
         run == self.run || self.writer.store().get(&clean_key(run), self.clock.now().0).ok().flatten().is_some()
+    }
+
+    /// The highest generation an earlier process on this ledger started (0: none).
+    #[must_use]
+    pub fn last_generation(&self) -> u32 {
+        let v = self.writer.store().get(GENERATION_KEY, self.clock.now().0).ok().flatten();
+        v.and_then(|v| std::str::from_utf8(&v).ok().and_then(|s| s.parse().ok())).unwrap_or(0)
+    }
+
+    /// Record that generation `n` started (numbers stay unique across restarts).
+    pub fn record_generation(&self, n: u32) {
+        self.writer.submit(vec![Op::Put { key: GENERATION_KEY.into(), value: n.to_string().into(), expires_ms: u64::MAX }]);
+    }
+
+    /// The id of the key cursors and session HMACs are made with: the first hex digits of its
+    /// fingerprint (not secret).
+    #[must_use]
+    pub fn key_id(&self) -> Arc<str> {
+        super::codec::hex(&derive_key(&self.secret, "mcp-host key fingerprint v1")[..4]).into()
     }
 
     /// Mark this run as stopped cleanly (call after the last write of the process); resolves

@@ -46,7 +46,7 @@ enum Msg {
 }
 
 /// Counters of the writer.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct WriterStats {
     batches: AtomicU64,
     ops: AtomicU64,
@@ -54,6 +54,23 @@ pub struct WriterStats {
     errors: AtomicU64,
     failed: std::sync::atomic::AtomicBool,
     commit_us_total: AtomicU64,
+    commit_seconds: crate::metrics::Histo,
+    batch_ops: crate::metrics::Histo,
+}
+
+impl Default for WriterStats {
+    fn default() -> WriterStats {
+        WriterStats {
+            batches: AtomicU64::new(0),
+            ops: AtomicU64::new(0),
+            events_dropped: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            failed: std::sync::atomic::AtomicBool::new(false),
+            commit_us_total: AtomicU64::new(0),
+            commit_seconds: crate::metrics::Histo::new(crate::metrics::LATENCY_BOUNDS),
+            batch_ops: crate::metrics::Histo::new(crate::metrics::COUNT_BOUNDS),
+        }
+    }
 }
 
 /// A snapshot of [`WriterStats`].
@@ -201,6 +218,12 @@ impl Writer {
         let _ = self.barrier().blocking_recv();
     }
 
+    /// Commit latency and batch size histograms.
+    #[must_use]
+    pub fn histograms(&self) -> (&crate::metrics::Histo, &crate::metrics::Histo) {
+        (&self.stats.commit_seconds, &self.stats.batch_ops)
+    }
+
     /// Counters.
     #[must_use]
     pub fn snapshot(&self) -> WriterSnapshot {
@@ -338,7 +361,10 @@ fn commit(store: &dyn Store, batch: &[Op], stats: &WriterStats) {
             Ok(()) => {
                 stats.batches.fetch_add(1, Ordering::Relaxed);
                 stats.ops.fetch_add(batch.len() as u64, Ordering::Relaxed);
-                stats.commit_us_total.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+                let took = started.elapsed();
+                stats.commit_us_total.fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+                stats.commit_seconds.observe(took.as_secs_f64());
+                stats.batch_ops.observe(batch.len() as f64);
                 return;
             }
             Err(e) if attempt < ATTEMPTS => {

@@ -20,7 +20,8 @@ impl Tick {
 }
 
 /// Configuration epoch. Tagged into session ids and cursors.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
+#[serde(transparent)]
 pub struct Generation(pub u32);
 
 /// Stream id: allocated by its session from a counter that never repeats, so it is unique

@@ -18,6 +18,7 @@ pub mod limits;
 pub mod mcp;
 pub mod receipt;
 pub mod replay;
+pub mod rollout;
 pub mod session;
 pub mod stream;
 pub mod version;

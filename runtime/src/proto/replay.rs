@@ -14,7 +14,7 @@ use bytes::Bytes;
 use super::ids::Seq;
 
 /// Capacity of a replay window.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct WindowLimits {
     /// Most events kept (at least 1).
     pub max_events: usize,

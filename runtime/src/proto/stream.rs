@@ -25,6 +25,7 @@ use super::event_id::{CursorSigner, EventId};
 use super::ids::{Generation, JsonRpcId, Seq, StreamId};
 use super::jsonrpc::{ErrorObject, code, encode_error};
 use super::replay::{ReplayError, ReplayWindow, WindowLimits};
+use super::rollout::{ShadowSent, StreamMode};
 use crate::sse;
 
 /// What the stream carries.
@@ -88,8 +89,11 @@ pub struct StreamSettings {
     pub prime: bool,
     /// `retry` hint in milliseconds, sent with priming and before server-initiated closes.
     pub retry_ms: Option<u64>,
-    /// Release an event to connections only once the ledger committed it.
+    /// Release an event to connections only once the ledger committed it (resumable
+    /// streams only).
     pub hold_until_committed: bool,
+    /// Resumable, shadowed or plain (from the rollout flags of its generation).
+    pub mode: StreamMode,
 }
 
 /// What the ledger must record for a stream.
@@ -151,6 +155,9 @@ pub struct StreamStats {
     pub gaps: u64,
     /// Messages dropped because the stream was closed.
     pub dropped_after_close: u64,
+    /// Messages of a plain (not resumable) stream produced while no connection was attached:
+    /// lost, as its client was never told it could resume.
+    pub lost_unattached: u64,
 }
 
 /// One stream.
@@ -177,6 +184,8 @@ pub struct StreamCore {
     /// Nothing has been handed to the ledger yet.
     unrecorded: bool,
     stats: StreamStats,
+    /// What a shadow stream sent (for its verification).
+    shadow: Option<ShadowSent>,
 }
 
 /// A stream rebuilt from its ledger record.
@@ -201,7 +210,9 @@ impl StreamCore {
     pub fn new(id: StreamId, generation: Generation, kind: StreamKind, signer: CursorSigner, settings: StreamSettings) -> StreamCore {
         let window = ReplayWindow::new(settings.window);
         let mut s = StreamCore::with_window(id, generation, kind, signer, settings, window);
-        s.ledger.push(StreamChange::Record);
+        if s.settings.mode != StreamMode::Plain {
+            s.ledger.push(StreamChange::Record);
+        }
         s
     }
 
@@ -213,7 +224,6 @@ impl StreamCore {
             generation,
             kind,
             signer,
-            settings,
             state: StreamState::Disconnected,
             conn: None,
             next_conn: 1,
@@ -223,6 +233,8 @@ impl StreamCore {
             ledger: Vec::new(),
             unrecorded: true,
             stats: StreamStats::default(),
+            shadow: (settings.mode == StreamMode::Shadow).then(|| ShadowSent::new(settings.window.max_events)),
+            settings,
         }
     }
 
@@ -257,7 +269,13 @@ impl StreamCore {
         if self.ledger.is_empty() {
             return None;
         }
-        if self.unrecorded && !self.settings.hold_until_committed && self.state == StreamState::Closed(CloseReason::Responded) && self.conn.is_some() {
+        // (A shadow stream is always recorded: its copy is what it verifies.)
+        if self.unrecorded
+            && !self.settings.hold_until_committed
+            && self.settings.mode == StreamMode::Resumable
+            && self.state == StreamState::Closed(CloseReason::Responded)
+            && self.conn.is_some()
+        {
             // Answered while its connection writes it: decided when that connection ends.
             return None;
         }
@@ -302,6 +320,24 @@ impl StreamCore {
     #[must_use]
     pub fn generation(&self) -> Generation {
         self.generation
+    }
+
+    /// How it is served.
+    #[must_use]
+    pub fn mode(&self) -> StreamMode {
+        self.settings.mode
+    }
+
+    /// What a shadow stream sent (`None` unless shadowed).
+    #[must_use]
+    pub fn shadow_sent(&self) -> Option<&ShadowSent> {
+        self.shadow.as_ref()
+    }
+
+    /// The signer of its cursors (a shadow stream's verification decodes its copy's).
+    #[must_use]
+    pub fn signer(&self) -> &CursorSigner {
+        &self.signer
     }
 
     /// The `retry` hint it sends.
@@ -384,7 +420,7 @@ impl StreamCore {
     pub fn attach_new(&mut self) -> Attachment {
         let conn = self.new_conn();
         let mut initial = Vec::new();
-        if self.settings.prime {
+        if self.settings.prime && self.settings.mode == StreamMode::Resumable {
             initial.push(sse::priming_frame(&self.cursor(self.window.newest()), self.settings.retry_ms));
             self.id_sent = true;
         }
@@ -403,6 +439,10 @@ impl StreamCore {
     /// [`Rejection::EventsLost`] for a gap on the GET stream; [`Rejection::CursorRejected`]
     /// for a cursor ahead of the stream.
     pub fn attach_resume(&mut self, after: Seq) -> Result<Attachment, Rejection> {
+        if self.settings.mode != StreamMode::Resumable {
+            // Its client was never given a cursor.
+            return Err(Rejection::CursorRejected);
+        }
         let released = self.released;
         let replay: Result<Vec<Bytes>, ReplayError> = self.window.events_after(after).map(|it| it.take_while(|&(q, _)| q <= released).map(|(_, f)| f.clone()).collect());
         match replay {
@@ -466,15 +506,32 @@ impl StreamCore {
             self.stats.dropped_after_close += 1;
             return Delivery::Dropped;
         }
+        self.stats.events += 1;
+        if self.settings.mode == StreamMode::Plain {
+            if last {
+                self.state = StreamState::Closed(CloseReason::Responded);
+            }
+            let Some(conn) = self.conn else {
+                self.stats.lost_unattached += 1;
+                return Delivery::Dropped;
+            };
+            return Delivery::Write { conn, frame: sse::data_frame(json), end: last };
+        }
         let seq = self.window.next_seq();
         let frame = sse::event_frame(&self.cursor(seq), json);
         let pushed = self.window.push(frame.clone());
         debug_assert_eq!(pushed, seq);
-        self.stats.events += 1;
         self.ledger.push(StreamChange::Event { seq, frame: frame.clone() });
         if last {
             self.state = StreamState::Closed(CloseReason::Responded);
             self.ledger.push(StreamChange::Record);
+        }
+        if let Some(sent) = &mut self.shadow {
+            // Exactly as if resumable, but the client gets the payload without an id.
+            sent.sent(seq, json);
+            self.released = seq;
+            let Some(conn) = self.conn else { return Delivery::Buffered };
+            return Delivery::Write { conn, frame: sse::data_frame(json), end: last };
         }
         if self.settings.hold_until_committed {
             return Delivery::Held;
@@ -513,7 +570,7 @@ impl StreamCore {
                 StreamState::Open => self.state = StreamState::Disconnected,
                 StreamState::Closed(_) => {
                     self.delivered = drained;
-                    if drained && self.unrecorded {
+                    if drained && self.unrecorded && self.settings.mode == StreamMode::Resumable {
                         // Every frame reached its client: nothing to record.
                         self.ledger.clear();
                     }

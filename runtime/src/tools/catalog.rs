@@ -319,6 +319,13 @@ impl Catalog {
         self.resource_index.contains_key(uri) || self.templates.iter().any(|t| match_template(&t.spec().uri_template, uri).is_some())
     }
 
+    /// Whether a `tools/call` names a write tool (one not annotated `readOnlyHint: true`).
+    /// Unknown tools are not writes (dispatch refuses them).
+    #[must_use]
+    pub fn is_write_call(&self, params: Option<&Value>) -> bool {
+        params.and_then(|p| p.get("name")).and_then(Value::as_str).and_then(|n| self.tool(n)).is_some_and(|t| t.spec().is_write())
+    }
+
     /// The idempotency key of a `tools/call`: `None` for other tools than write tools, for
     /// unknown tools (dispatch answers those) and for calls without a key.
     ///

@@ -174,6 +174,24 @@ pub fn catalog(gate: Gate) -> Catalog {
             |a: Value, _| async move { Ok(CallToolResult::text(a["text"].as_str().unwrap_or_default())) },
         ))
         .tool(write_tool("write_idem", true, &gate))
+        .tool(tool_fn(
+            ToolSpec::new("gated_ro", "Read-only: logs 'before', waits for the test's gate, logs 'after', answers 'done'", json!({"type":"object","properties":{}}))
+                .annotations(ToolAnnotations { read_only_hint: Some(true), ..Default::default() }),
+            {
+                let g = gate.clone();
+                move |_, cx| {
+                    let g = g.clone();
+                    async move {
+                        cx.log(LogLevel::Info, None, json!("before")).await;
+                        g.started.add_permits(1);
+                        g.go.acquire().await.map_err(|e| ToolError::Failed(e.to_string()))?.forget();
+                        cx.log(LogLevel::Info, None, json!("after")).await;
+                        g.done.add_permits(1);
+                        Ok(CallToolResult::text("done"))
+                    }
+                }
+            },
+        ))
         .tool(tool_fn(ToolSpec::new("poll", "Closes its stream for polling, then answers", obj), |_, cx| async move {
             cx.close_stream_for_polling().await;
             Ok(CallToolResult::text("polled"))
@@ -210,8 +228,14 @@ pub async fn harness_with_two_callers() -> Harness {
 }
 
 pub async fn harness_with(cfg: RuntimeConfig) -> Harness {
+    let ledger = mcp_runtime::ledger::Ledger::memory(&cfg);
+    harness_on(cfg, ledger).await
+}
+
+/// A harness on `ledger` (a clone of it lets the test read and alter what was recorded).
+pub async fn harness_on(cfg: RuntimeConfig, ledger: mcp_runtime::ledger::Ledger) -> Harness {
     let gate = Gate::default();
-    let sup = Supervisor::new(cfg, catalog(gate.clone()));
+    let sup = Supervisor::with_ledger(cfg, catalog(gate.clone()), ledger);
     let svc = Rc::new(test::init_service(App::new().configure(mcp_runtime::http::configure("/mcp", Arc::clone(&sup)))).await);
     let call: Call = Rc::new(move |req: TestRequest| {
         let svc = Rc::clone(&svc);
@@ -229,6 +253,8 @@ pub struct Resp {
     events: std::collections::VecDeque<SseEvent>,
     /// Every SSE event id seen, in order (the first is the priming cursor on 2025-11-25).
     pub ids: Vec<String>,
+    /// Every body byte of an SSE response read so far.
+    pub raw: Vec<u8>,
 }
 
 const WAIT: Duration = Duration::from_secs(5);
@@ -250,6 +276,7 @@ impl Resp {
         match next.expect("timed out waiting for a body chunk") {
             Some(Ok(b)) => {
                 if self.headers.get("content-type").is_some_and(|v| v == "text/event-stream") {
+                    self.raw.extend_from_slice(&b);
                     let evs = self.sse.feed(&b);
                     self.events.extend(evs);
                     let text = String::from_utf8_lossy(&b);
@@ -324,7 +351,7 @@ impl Harness {
         let r = tokio::time::timeout(WAIT, (self.call)(req)).await.expect("timed out waiting for the response head");
         let status = r.status();
         let headers = r.headers().clone();
-        Resp { status, headers, body: Some(r.into_body()), sse: Decoder::new(), events: Default::default(), ids: Vec::new() }
+        Resp { status, headers, body: Some(r.into_body()), sse: Decoder::new(), events: Default::default(), ids: Vec::new(), raw: Vec::new() }
     }
 
     /// Initialize a session at `version`; returns the client.

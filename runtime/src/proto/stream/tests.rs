@@ -3,7 +3,7 @@ use crate::proto::event_id::CursorKey;
 use crate::sse::Decoder;
 
 fn settings(prime: bool, max_events: usize) -> StreamSettings {
-    StreamSettings { window: WindowLimits { max_events, max_bytes: 1 << 20 }, prime, retry_ms: Some(500), hold_until_committed: false }
+    StreamSettings { window: WindowLimits { max_events, max_bytes: 1 << 20 }, prime, retry_ms: Some(500), hold_until_committed: false, mode: StreamMode::Resumable }
 }
 
 fn signer() -> CursorSigner {
@@ -350,4 +350,54 @@ fn a_stream_answered_in_its_first_write_is_recorded_only_if_that_write_did_not_a
             assert!(s.recorded());
         }
     }
+}
+
+fn stream_in(mode: StreamMode, hold: bool) -> StreamCore {
+    let s = StreamSettings { mode, hold_until_committed: hold, ..settings(true, 8) };
+    StreamCore::new(StreamId(7), Generation(1), StreamKind::Post { request: JsonRpcId::Number(1) }, signer(), s)
+}
+
+fn frames_of(d: Delivery) -> Bytes {
+    match d {
+        Delivery::Write { frame, .. } => frame,
+        other => panic!("expected a write, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_shadow_stream_records_as_if_resumable_but_sends_no_id_priming_or_retry() {
+    // Also under sync durability: the client of a shadow stream must not wait for the ledger.
+    let mut s = stream_in(StreamMode::Shadow, true);
+    let a = s.attach_new();
+    assert!(a.initial.is_empty(), "no priming event");
+    let f1 = frames_of(s.push(br#"{"n":1}"#));
+    let f2 = frames_of(s.push_final(br#"{"n":2}"#));
+    let wire = [f1, f2].concat();
+    let text = String::from_utf8(wire.clone()).unwrap();
+    assert!(!text.contains("id:") && !text.contains("retry:"), "{text}");
+    assert_eq!(decode(&[Bytes::from(wire)]).0, vec![r#"{"n":1}"#, r#"{"n":2}"#]);
+    let recorded: Vec<StreamChange> = s.poll_ledger().map(Iterator::collect).unwrap_or_default();
+    let events: Vec<&Bytes> = recorded.iter().filter_map(|c| if let StreamChange::Event { frame, .. } = c { Some(frame) } else { None }).collect();
+    assert_eq!(events.len(), 2, "the ledger gets both events");
+    assert!(events.iter().all(|f| f.starts_with(b"id: ")), "with their cursors");
+    assert_eq!(s.shadow_sent().map(ShadowSent::total), Some(2));
+    assert_eq!(s.attach_resume(Seq::START).unwrap_err(), Rejection::CursorRejected, "no cursor was ever handed out");
+    assert_eq!(s.close_for_polling(), None);
+}
+
+#[test]
+fn a_plain_stream_keeps_no_window_and_records_nothing() {
+    let mut s = stream_in(StreamMode::Plain, false);
+    let a = s.attach_new();
+    assert!(a.initial.is_empty());
+    let f1 = frames_of(s.push(br#"{"n":1}"#));
+    assert!(!String::from_utf8_lossy(&f1).contains("id:"));
+    s.detach(a.conn, false);
+    assert_eq!(s.push(br#"{"n":2}"#), Delivery::Dropped, "no connection: lost");
+    assert_eq!(s.push_final(br#"{"n":3}"#), Delivery::Dropped);
+    assert_eq!(s.stats().lost_unattached, 2);
+    assert_eq!(s.retained_bytes(), 0);
+    assert!(s.poll_ledger().is_none(), "nothing for the ledger");
+    assert!(!s.recorded());
+    assert_eq!(s.state(), StreamState::Closed(CloseReason::Responded));
 }

@@ -1,0 +1,232 @@
+//! Prometheus metrics: the supervisor's counters, gauges and histograms encoded in the
+//! Prometheus text format (`prometheus-client`) at scrape time. Nothing here sits on a data
+//! path: the actors keep plain atomics ([`RuntimeStats`](crate::actor::RuntimeStats), the
+//! ledger writer's stats, [`Histo`]), and a scrape reads them.
+//!
+//! Labels are typed (`EncodeLabelSet` structs); none carries a session id or anything
+//! derived from one.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
+
+use crate::actor::Supervisor;
+
+/// A histogram kept in atomics (no lock on the path that observes it).
+#[derive(Debug)]
+pub struct Histo {
+    bounds: &'static [f64],
+    /// Per bucket (not cumulative); the last is `+Inf`.
+    counts: Box<[AtomicU64]>,
+    /// Sum of observations, in millionths.
+    sum_micros: AtomicU64,
+}
+
+/// Bucket bounds for latencies (seconds): 100 µs to about 6.5 s.
+pub const LATENCY_BOUNDS: &[f64] = &[0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 6.5];
+/// Bucket bounds for counts (a batch's operations).
+pub const COUNT_BOUNDS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0];
+
+impl Histo {
+    /// A histogram with these (ascending) upper bounds.
+    #[must_use]
+    pub fn new(bounds: &'static [f64]) -> Histo {
+        Histo { bounds, counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(), sum_micros: AtomicU64::new(0) }
+    }
+
+    /// Observe `v`.
+    pub fn observe(&self, v: f64) {
+        let i = self.bounds.iter().position(|b| v <= *b).unwrap_or(self.bounds.len());
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
+        self.sum_micros.fetch_add((v.max(0.0) * 1e6) as u64, Ordering::Relaxed);
+    }
+
+    /// `(sum, count, cumulative buckets)` as the encoder wants them.
+    #[must_use]
+    pub fn snapshot(&self) -> (f64, u64, Vec<(f64, u64)>) {
+        let mut total = 0;
+        let mut buckets = Vec::with_capacity(self.counts.len());
+        for (i, c) in self.counts.iter().enumerate() {
+            total += c.load(Ordering::Relaxed);
+            buckets.push((self.bounds.get(i).copied().unwrap_or(f64::INFINITY), total));
+        }
+        (self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6, total, buckets)
+    }
+
+    /// Observations so far.
+    #[must_use]
+    pub fn count(&self) -> u64 {
+        self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GenerationLabel {
+    generation: u32,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModeLabel {
+    mode: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabel {
+    state: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CauseLabel {
+    cause: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StatusLabel {
+    status: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabel {
+    phase: &'static str,
+}
+
+/// Reads the supervisor at every scrape.
+#[derive(Debug)]
+struct SupervisorCollector(Arc<Supervisor>);
+
+fn gauge(e: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: i64) -> Result<(), std::fmt::Error> {
+    let g = ConstGauge::new(v);
+    g.encode(e.encode_descriptor(name, help, None, g.metric_type())?)
+}
+
+fn counter(e: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: u64) -> Result<(), std::fmt::Error> {
+    let c = ConstCounter::new(v);
+    c.encode(e.encode_descriptor(name, help, None, c.metric_type())?)
+}
+
+fn gauges<L: EncodeLabelSet>(e: &mut DescriptorEncoder<'_>, name: &str, help: &str, rows: &[(L, i64)]) -> Result<(), std::fmt::Error> {
+    let mut m = e.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, v) in rows {
+        ConstGauge::new(*v).encode(m.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+fn counters<L: EncodeLabelSet>(e: &mut DescriptorEncoder<'_>, name: &str, help: &str, rows: &[(L, u64)]) -> Result<(), std::fmt::Error> {
+    let mut m = e.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, v) in rows {
+        ConstCounter::new(*v).encode(m.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+fn histogram(e: &mut DescriptorEncoder<'_>, name: &str, help: &str, h: &Histo) -> Result<(), std::fmt::Error> {
+    let (sum, count, buckets) = h.snapshot();
+    let mut m = e.encode_descriptor(name, help, None, MetricType::Histogram)?;
+    m.encode_histogram::<prometheus_client::encoding::NoLabelSet>(sum, count, &buckets, None)
+}
+
+impl Collector for SupervisorCollector {
+    fn encode(&self, mut e: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let sup = &self.0;
+        let st = sup.stats();
+        let gens = sup.generations().status();
+        let phase = sup.phase();
+        let phases = [("starting", crate::actor::Phase::Starting), ("serving", crate::actor::Phase::Serving), ("draining", crate::actor::Phase::Draining), ("stopped", crate::actor::Phase::Stopped)];
+        let rows: Vec<(PhaseLabel, i64)> = phases.iter().map(|(n, p)| (PhaseLabel { phase: n }, i64::from(*p == phase))).collect();
+        gauges(&mut e, "mcp_phase", "Lifecycle phase (1 for the current one)", &rows)?;
+        gauge(&mut e, "mcp_generation_current", "The current generation", i64::from(sup.generations().current().settings.id.0))?;
+        let by_gen = |f: fn(&crate::actor::GenStatus) -> i64| gens.iter().map(|g| (GenerationLabel { generation: g.settings.id.0 }, f(g))).collect::<Vec<_>>();
+        gauges(&mut e, "mcp_sessions_live", "Live sessions by the generation they were opened under", &by_gen(|g| g.sessions))?;
+        gauges(&mut e, "mcp_streams_live", "Live stream actors by the generation they were opened under", &by_gen(|g| g.streams))?;
+        gauges(&mut e, "mcp_requests_in_flight", "Requests in flight by the generation they were admitted under", &by_gen(|g| g.in_flight))?;
+        let m = st.metrics();
+        counter(&mut e, "mcp_sessions_parked", "Sessions parked (their state left in the ledger only)", m.sessions_parked)?;
+        counter(&mut e, "mcp_sessions_revived", "Sessions rebuilt from the ledger", m.sessions_revived)?;
+        counter(&mut e, "mcp_sessions_evicted_from_ledger", "Recorded sessions evicted because the ledger was full", m.sessions_evicted_from_ledger)?;
+        let modes: Vec<(ModeLabel, i64)> = m.streams_by_mode.iter().map(|(n, v)| (ModeLabel { mode: n }, *v)).collect();
+        gauges(&mut e, "mcp_streams_by_mode", "Live streams by how they are served", &modes)?;
+        let states: Vec<(StateLabel, i64)> = m.streams_by_state.iter().map(|(n, v)| (StateLabel { state: n }, *v)).collect();
+        gauges(&mut e, "mcp_streams_by_state", "Live streams by state (open: a connection attached)", &states)?;
+        gauge(&mut e, "mcp_replay_window_bytes", "Bytes charged to the stream memory budget (replay windows, retained streams, kept handshakes)", sup.stream_memory_bytes() as i64)?;
+        gauge(&mut e, "mcp_connections", "Open TCP connections", m.connections)?;
+        counter(&mut e, "mcp_events", "Events appended to streams", m.events)?;
+        counter(&mut e, "mcp_resumes_served", "Resumes that replayed from a window", m.resumes)?;
+        counter(&mut e, "mcp_resume_gaps", "Resumes that found the events after their cursor lost", m.gaps)?;
+        counter(&mut e, "mcp_slow_readers_detached", "Connections detached because their reader fell behind", m.slow_readers)?;
+        counter(&mut e, "mcp_events_lost_unattached", "Events of plain (not resumable) streams produced with no connection attached", m.lost_unattached)?;
+        counter(&mut e, "mcp_idempotency_replays", "Write-tool calls answered from their receipt (not run again)", m.receipt_replays)?;
+        counter(&mut e, "mcp_idempotency_attached", "Retries of a running write-tool call attached to its one execution", m.receipt_attaches)?;
+        let refused: Vec<(CauseLabel, u64)> = crate::proto::error::Rejection::CAUSES.iter().map(|c| (CauseLabel { cause: c }, st.refusals(c))).collect();
+        counters(&mut e, "mcp_refusals", "Requests refused, by cause", &refused)?;
+        let statuses: Vec<(StatusLabel, u64)> = m.http_responses.iter().map(|(s, v)| (StatusLabel { status: s }, *v)).collect();
+        counters(&mut e, "mcp_http_responses", "HTTP responses of the MCP endpoint by status", &statuses)?;
+        counter(&mut e, "mcp_shadow_streams_verified", "Shadow streams whose ledger copy was read back and compared", m.shadow_verified)?;
+        counter(&mut e, "mcp_shadow_events", "Events sent on shadow streams that were verified", m.shadow_events)?;
+        let kinds: Vec<(KindLabel, u64)> = m.shadow_mismatches.iter().map(|(k, v)| (KindLabel { kind: k }, *v)).collect();
+        counters(&mut e, "mcp_shadow_mismatches", "Shadow ledger events that did not match what was sent, by kind", &kinds)?;
+        counter(&mut e, "mcp_shadow_window_lost", "Shadow events older than the window bound (a resume from the start would have lost them)", m.shadow_window_lost)?;
+        counter(&mut e, "mcp_shadow_unreadable", "Shadow streams whose ledger copy could not be read", m.shadow_unreadable)?;
+        histogram(&mut e, "mcp_shadow_commit_seconds", "From a shadow stream's close to the commit of all its ledger writes", st.shadow_latency())?;
+        let w = sup.ledger_writer();
+        let ws = w.snapshot();
+        gauge(&mut e, "mcp_ledger_queue_bytes", "Bytes waiting for the ledger writer", ws.queued_bytes as i64)?;
+        counter(&mut e, "mcp_ledger_batches", "Ledger transactions committed", ws.batches)?;
+        counter(&mut e, "mcp_ledger_ops", "Ledger operations committed", ws.ops)?;
+        counter(&mut e, "mcp_ledger_events_dropped", "Event appends refused by the ledger's overflow policy", ws.events_dropped)?;
+        counter(&mut e, "mcp_ledger_errors", "Ledger batches lost after retries", ws.errors)?;
+        gauge(&mut e, "mcp_ledger_failed", "1 when the ledger stopped recording after a failed batch", i64::from(ws.failed))?;
+        let (commit, batch) = w.histograms();
+        histogram(&mut e, "mcp_ledger_commit_seconds", "Time to commit one ledger batch", commit)?;
+        histogram(&mut e, "mcp_ledger_batch_ops", "Operations per committed ledger batch", batch)?;
+        Ok(())
+    }
+}
+
+/// The metrics of `sup`, ready to encode.
+#[must_use]
+pub fn registry(sup: Arc<Supervisor>) -> Registry {
+    let mut r = Registry::default();
+    r.register_collector(Box::new(SupervisorCollector(sup)));
+    r
+}
+
+/// Encode in the Prometheus text format (version 0.0.4).
+#[must_use]
+pub fn encode(r: &Registry) -> String {
+    let mut out = String::new();
+    // Writing to a String cannot fail; an encoder error leaves what was written.
+    let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, r);
+    out
+}
+
+/// The content type of [`encode`]'s output.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_histogram_counts_into_cumulative_buckets_with_its_sum() {
+        let h = Histo::new(&[1.0, 2.0]);
+        for v in [0.5, 1.5, 1.5, 9.0] {
+            h.observe(v);
+        }
+        let (sum, count, buckets) = h.snapshot();
+        assert_eq!(count, 4);
+        assert!((sum - 12.5).abs() < 1e-6);
+        assert_eq!(buckets, vec![(1.0, 1), (2.0, 3), (f64::INFINITY, 4)]);
+    }
+}
