@@ -89,6 +89,8 @@ pub struct HostProcess {
     /// Written by the stdout thread, read by the owner: a lock held for one clone or store
     /// of a small value, never across I/O.
     latest: Arc<Mutex<Option<StatsLine>>>,
+    /// The admin API's base URL, once its line was printed.
+    admin: Arc<Mutex<Option<String>>>,
 }
 
 /// The URL of a `... listening on http://ADDR/PATH` line.
@@ -111,9 +113,17 @@ fn env_given(cmd: &Command, key: &str) -> bool {
     cmd.get_envs().any(|(k, _)| k == key) || std::env::var_os(key).is_some()
 }
 
-/// The stdout thread: hands the first line to the spawner, then keeps the latest stats line
-/// until stdout closes.
-fn follow(stdout: ChildStdout, first: mpsc::SyncSender<String>, latest: &Mutex<Option<StatsLine>>) {
+/// The admin API's base URL of a `mcp-host admin on http://ADDR/admin/status ...` line.
+#[must_use]
+pub fn parse_admin_line(line: &str) -> Option<&str> {
+    let rest = line.strip_prefix("mcp-host admin on ")?;
+    let url = rest.split_whitespace().next()?;
+    url.strip_suffix("/admin/status").filter(|u| u.starts_with("http://"))
+}
+
+/// The stdout thread: hands the first line to the spawner, then keeps the admin line and the
+/// latest stats line until stdout closes.
+fn follow(stdout: ChildStdout, first: mpsc::SyncSender<String>, latest: &Mutex<Option<StatsLine>>, admin: &Mutex<Option<String>>) {
     let mut reader = BufReader::new(stdout);
     let mut first = Some(first);
     let mut seq = 0;
@@ -131,6 +141,8 @@ fn follow(stdout: ChildStdout, first: mpsc::SyncSender<String>, latest: &Mutex<O
         } else if let Some(value) = parse_stats_line(line) {
             seq += 1;
             *latest.lock() = Some(StatsLine { seq, value });
+        } else if let Some(url) = parse_admin_line(line) {
+            *admin.lock() = Some(url.to_owned());
         }
     }
 }
@@ -151,13 +163,14 @@ impl HostProcess {
         let mut child = cmd.spawn().map_err(|source| SpawnError::Start { program: program.clone(), source })?;
         let stdout = child.stdout.take();
         let latest = Arc::new(Mutex::new(None));
+        let admin = Arc::new(Mutex::new(None));
         let (tx, rx) = mpsc::sync_channel(1);
-        let mut host = HostProcess { child, url: String::new(), latest: Arc::clone(&latest) };
+        let mut host = HostProcess { child, url: String::new(), latest: Arc::clone(&latest), admin: Arc::clone(&admin) };
         let Some(stdout) = stdout else {
             return Err(SpawnError::Exited { program, status: "no stdout".into() });
         };
         // Detached: it ends when the process's stdout closes, which drop guarantees.
-        let started = std::thread::Builder::new().name("host-stdout".into()).spawn(move || follow(stdout, tx, &latest));
+        let started = std::thread::Builder::new().name("host-stdout".into()).spawn(move || follow(stdout, tx, &latest, &admin));
         if let Err(source) = started {
             return Err(SpawnError::Start { program, source });
         }
@@ -189,6 +202,19 @@ impl HostProcess {
     #[must_use]
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// The admin API's base URL (`http://ADDR`) from its stdout line, waiting at most `wait`
+    /// for it; `None` when none came (started with `--no-admin`, or an older build).
+    #[must_use]
+    pub fn admin_url(&self, wait: Duration) -> Option<String> {
+        for _ in 0..=wait.as_millis().div_ceil(10) {
+            if let Some(u) = self.admin.lock().clone() {
+                return Some(u);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
     }
 
     /// The latest `stats {json}` line printed so far, if any.

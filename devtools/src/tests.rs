@@ -115,3 +115,10 @@ fn a_temp_dir_is_fresh_per_value_names_its_ledger_and_is_removed_with_its_conten
     assert!(!path.exists());
     assert!(b.path().is_dir());
 }
+
+#[test]
+fn the_admin_line_gives_the_admin_base_url() {
+    assert_eq!(parse_admin_line("mcp-host admin on http://127.0.0.1:4321/admin/status (token: /tmp/x/mcp-host.admin-token)"), Some("http://127.0.0.1:4321"));
+    assert_eq!(parse_admin_line("mcp-host listening on http://127.0.0.1:1/mcp"), None);
+    assert_eq!(parse_admin_line("mcp-host admin on ftp://x/admin/status"), None);
+}

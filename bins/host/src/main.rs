@@ -18,6 +18,8 @@ use crate::config::{Flags, HostConfig};
 fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("MCP_HOST_LOG").unwrap_or_else(|_| "info".into()))
+        // Colours only for a terminal: a log file or journal gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
     let cfg = match HostConfig::load(Flags::parse()) {
@@ -168,15 +170,16 @@ async fn serve(cfg: HostConfig) -> Result<(), String> {
     if let Some(w) = cfg.workers {
         server = server.workers(w);
     }
+    // Before the listening line: whoever waits for it finds the token file there.
+    let admin_token = cfg.admin.as_ref().map(admin_token).transpose()?.map(|t| mcp_runtime::http::admin::AdminToken::new(&t));
     let server = server.bind((cfg.bind, cfg.port)).map_err(|e| format!("cannot bind {}:{}: {e}", cfg.bind, cfg.port))?;
     for addr in server.addrs() {
         // Tests and scripts wait for this line.
         println!("mcp-host listening on http://{addr}{}", cfg.path);
     }
     tracing::info!(packs = ?cfg.packs, "serving");
-    let admin_handle = match &cfg.admin {
-        Some(a) => {
-            let token = mcp_runtime::http::admin::AdminToken::new(&admin_token(a)?);
+    let admin_handle = match (&cfg.admin, admin_token) {
+        (Some(a), Some(token)) => {
             let admin_sup = Arc::clone(&sup);
             let admin = HttpServer::new(move || App::new().configure(mcp_runtime::http::admin::configure(Arc::clone(&admin_sup), token.clone())))
                 .workers(1)
@@ -193,7 +196,7 @@ async fn serve(cfg: HostConfig) -> Result<(), String> {
             actix_web::rt::spawn(admin);
             Some(h)
         }
-        None => None,
+        _ => None,
     };
     let server = server.run();
     let (handle, stopping) = (server.handle(), Arc::clone(&sup));

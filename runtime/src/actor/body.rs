@@ -195,7 +195,7 @@ mod tests {
         let share = MemoryBudget::new(1 << 20);
         let ledger = StreamLedger::new("0".repeat(32).into(), StreamId(1), None, Tick(0));
         let generation = Arc::new(super::super::generations::Gen::from(super::super::generations::GenSettings::for_tests())).enter(super::super::generations::Counted::Stream);
-        let links = super::super::stream::StreamLinks { session: link, env, caller_budget: share };
+        let links = super::super::stream::StreamLinks { session: link, env, caller_budget: share, span: tracing::Span::none() };
         let (body, _) = StreamActor::start_in(ctx, core, final_json, links, ledger, generation);
         (addr, body)
     }

@@ -93,6 +93,8 @@ pub struct SessionActor {
     ledger: Arc<LedgerCtx>,
     /// Told when the first record of this life is committed (`None` after).
     on_recorded: Option<tokio::sync::oneshot::Sender<()>>,
+    /// Its tracing span: a prefix of its id's HMAC (never the id) and its generation.
+    span: tracing::Span,
 }
 
 /// What a POST produced.
@@ -185,6 +187,7 @@ impl Actor for SessionActor {
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
+        let _span = self.span.clone().entered();
         self.guard.take();
         let (requests, streams) = self.core.terminate();
         for (_, r) in requests {
@@ -276,6 +279,7 @@ impl SessionActor {
         if let Some(level) = seed.restore.as_ref().and_then(|r| r.log_level) {
             core.set_log_level(level);
         }
+        let span = tracing::info_span!("session", hmac = %&seed.hmac[..seed.hmac.len().min(12)], generation = seed.generation.settings.id.0);
         let meta = SessionMeta {
             hmac: seed.hmac,
             principal: seed.principal.clone(),
@@ -304,6 +308,7 @@ impl SessionActor {
             requested_version,
             ledger,
             on_recorded: seed.recorded,
+            span,
         };
         if let Some(r) = seed.restore {
             actor.restore_streams(r.streams, r.complete);
@@ -403,7 +408,7 @@ impl SessionActor {
         self.sup.settle(&self.meta.hmac, Settle::Parked, ops);
         match guard.park() {
             Ok(()) => {
-                tracing::debug!(session = %self.log_id(), "session parked");
+                tracing::debug!("session parked");
                 self.sup.stats().session_parked();
                 true
             }
@@ -437,12 +442,6 @@ impl SessionActor {
         self.ledger.writer.submit(ops);
     }
 
-    /// A short, non-secret tag for logs (never the session id itself).
-    fn log_id(&self) -> String {
-        let id = self.core.id().as_str();
-        format!("{}…", &id[..id.len().min(6)])
-    }
-
     /// Arm the timer for the core's next deadline, unless one is armed at or before it.
     fn arm(&mut self, ctx: &mut Context<Self>) {
         self.record_if_due();
@@ -462,11 +461,12 @@ impl SessionActor {
     }
 
     fn on_timeout(&mut self, ctx: &mut Context<Self>) {
+        let _span = self.span.clone().entered();
         let due = self.core.handle_timeout(self.sup.now());
         self.sup.stats().client_requests_timed_out(due.timed_out.len());
         let secs = self.sup.config().sessions.client_request_timeout_secs;
         for (id, req) in due.timed_out {
-            tracing::debug!(session = %self.log_id(), method = %req.method, "client request timed out");
+            tracing::debug!(method = %req.method, "client request timed out");
             let msg = format!("the client did not answer {} within {secs} s", req.method);
             let _ = req.handle.reply.send(Err(ErrorObject::new(code::REQUEST_TIMEOUT, msg)));
             // Tell the client too; best effort (the stream may be busy or gone).
@@ -474,7 +474,7 @@ impl SessionActor {
             let _ = req.handle.stream.try_send(Emit { json: cancelled, last: false });
         }
         if due.expired {
-            tracing::debug!(session = %self.log_id(), "session expired");
+            tracing::debug!("session expired");
             self.record_end(RecordState::Expired);
             self.guard.take();
             ctx.stop();
@@ -491,7 +491,7 @@ impl SessionActor {
     /// already answered (the stream is then closed from the start). Counts the stream's first
     /// connection.
     fn stream_links(&self) -> StreamLinks {
-        StreamLinks { session: Arc::clone(&self.link), env: Arc::clone(self.sup.stream_env()), caller_budget: Arc::clone(&self.caller_budget) }
+        StreamLinks { session: Arc::clone(&self.link), env: Arc::clone(self.sup.stream_env()), caller_budget: Arc::clone(&self.caller_budget), span: self.span.clone() }
     }
 
     /// The current generation and the settings a new stream for `purpose` gets from it.
@@ -533,7 +533,7 @@ impl SessionActor {
 
     fn evict(&mut self, evicted: Vec<crate::proto::session::StreamEntry<Addr<StreamActor>>>) {
         if !evicted.is_empty() {
-            tracing::debug!(session = %self.log_id(), n = evicted.len(), "closed streams evicted by the retention bounds");
+            tracing::debug!(n = evicted.len(), "closed streams evicted by the retention bounds");
             self.sup.stats().streams_evicted(evicted.len());
         }
         // Each stream forgets its own copy when it stops (it knows whether it has one).
@@ -639,6 +639,9 @@ impl SessionActor {
                 }
             }
         };
+        // For the span of a request that waits (a known method's name, else "other": the
+        // name is the client's).
+        let request_method = crate::proto::mcp::method::span_name(&method);
         // Kept by the stream for its record's digest, computed only if it is ever recorded.
         let request = stream.is_some().then_some((method, params));
         let done = match dispatch {
@@ -651,6 +654,7 @@ impl SessionActor {
                     std::task::Poll::Ready(r) => Some(r),
                     std::task::Poll::Pending => {
                         let rid = id.clone();
+                        let fut = tracing::Instrument::instrument(fut, tracing::info_span!(parent: &self.span, "request", method = request_method));
                         let h = ctx.spawn(fut.into_actor(self).map(move |r, act, ctx| {
                             act.complete(&rid, r);
                             act.arm(ctx);
@@ -729,6 +733,7 @@ impl Handler<Post> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, msg: Post, ctx: &mut Context<Self>) {
+        let _span = self.span.clone().entered();
         self.core.touch(self.sup.now());
         let r = self.core.check_active().and_then(|()| match msg.incoming {
             Incoming::Single(m) => self.on_message(m, msg.reply_mode, ctx),
@@ -767,6 +772,7 @@ impl Handler<OpenGet> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, msg: OpenGet, ctx: &mut Context<Self>) {
+        let _span = self.span.clone().entered();
         self.core.touch(self.sup.now());
         let r = self.core.check_active().map(|()| {
             let sctx = Context::<StreamActor>::new();
@@ -785,6 +791,7 @@ impl Handler<Resume> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, msg: Resume, ctx: &mut Context<Self>) {
+        let _span = self.span.clone().entered();
         self.core.touch(self.sup.now());
         self.arm(ctx);
         if let Err(e) = self.core.check_active() {
@@ -792,7 +799,7 @@ impl Handler<Resume> for SessionActor {
             return;
         }
         let Some(entry) = self.core.stream(msg.event.stream) else {
-            tracing::debug!(session = %self.log_id(), stream = %msg.event.stream, "resume of a stream no longer retained");
+            tracing::debug!(stream = %msg.event.stream, "resume of a stream no longer retained");
             let _ = msg.reply.send(Err(Rejection::EventsLost));
             return;
         };
@@ -804,7 +811,7 @@ impl Handler<Resume> for SessionActor {
             }
             // Its retention just ended and the `Gone` report is still on its way.
             Err(SendError::Closed(m)) => {
-                tracing::debug!(session = %self.log_id(), stream = %msg.event.stream, "resume of a stream whose retention just ended");
+                tracing::debug!(stream = %msg.event.stream, "resume of a stream whose retention just ended");
                 let _ = m.reply.send(Err(Rejection::EventsLost));
             }
         }
@@ -815,6 +822,7 @@ impl Handler<Delete> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, msg: Delete, ctx: &mut Context<Self>) {
+        let _span = self.span.clone().entered();
         let r = self.core.request_delete();
         if r.is_ok() {
             self.record_end(RecordState::Deleted);
@@ -830,6 +838,7 @@ impl Handler<Shutdown> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, _: Shutdown, ctx: &mut Context<Self>) {
+        let _span = self.span.clone().entered();
         self.ended_by = Rejection::Overloaded(Overload::Draining);
         ctx.stop();
     }
@@ -839,6 +848,7 @@ impl Handler<StreamReport> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, r: StreamReport, ctx: &mut Context<Self>) {
+        let _span = self.span.clone().entered();
         let now = self.sup.now();
         match r {
             StreamReport::ConnectionStarted => self.core.connection_delta(now, true),
@@ -849,7 +859,7 @@ impl Handler<StreamReport> for SessionActor {
             }
             StreamReport::EventsLost(sid) => {
                 if let Some(task) = self.core.events_lost(sid, now) {
-                    tracing::debug!(session = %self.log_id(), stream = %sid, "request ended: its events were lost");
+                    tracing::debug!(stream = %sid, "request ended: its events were lost");
                     self.sup.stats().request_ended_by_gap();
                     task.handle.cancel.cancel();
                     if let Some(h) = task.handle.spawn {
@@ -858,7 +868,7 @@ impl Handler<StreamReport> for SessionActor {
                 }
             }
             StreamReport::Gone(sid) => {
-                tracing::debug!(session = %self.log_id(), stream = %sid, "stream retention ended");
+                tracing::debug!(stream = %sid, "stream retention ended");
                 // (The stream forgot its own copy as its retention ended.)
                 self.core.remove_stream(sid);
             }
@@ -871,6 +881,7 @@ impl Handler<ServerRequest> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, msg: ServerRequest, ctx: &mut Context<Self>) {
+        let _span = self.span.clone().entered();
         let Some(target) = msg.stream.or_else(|| self.core.get_stream().map(|(_, a)| a.clone())) else {
             let _ = msg.reply.send(Err(ErrorObject::new(
                 code::INTERNAL_ERROR,
@@ -904,6 +915,7 @@ impl Handler<GetStream> for SessionActor {
     type Result = MessageResult<GetStream>;
 
     fn handle(&mut self, _: GetStream, _: &mut Context<Self>) -> Self::Result {
+        let _span = self.span.clone().entered();
         MessageResult(self.core.get_stream().map(|(_, s)| s.clone()))
     }
 }

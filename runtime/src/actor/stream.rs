@@ -52,6 +52,8 @@ pub(crate) struct StreamLinks {
     pub(crate) session: SessionLink,
     pub(crate) env: Arc<StreamEnv>,
     pub(crate) caller_budget: Arc<MemoryBudget>,
+    /// The session's span (the stream's is its child).
+    pub(crate) span: tracing::Span,
 }
 
 /// Reports of a stream (and of its connections' bodies) to its session.
@@ -100,6 +102,8 @@ pub struct StreamActor {
     ending: bool,
     /// The state the metrics count it in (an index of `STREAM_STATES`).
     state_shown: Option<usize>,
+    /// Its tracing span (stream, generation, mode; a child of its session's).
+    span: tracing::Span,
 }
 
 impl Actor for StreamActor {
@@ -116,6 +120,7 @@ impl Actor for StreamActor {
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
+        let _span = self.span.clone().entered();
         // The budget charge is released when the actor is dropped, right after this.
         self.env.stats.stream_stopped(&self.core.stats());
         self.env.stats.stream_mode(self.core.mode(), -1);
@@ -181,17 +186,19 @@ impl StreamActor {
     /// then closed from the start, and the bytes its window holds are returned for the
     /// session to count (no `Closed` report follows).
     pub(crate) fn start_in(mut ctx: Context<StreamActor>, mut core: StreamCore, final_json: Option<&[u8]>, links: StreamLinks, ledger: StreamLedger, generation: GenCount) -> (SseBody, Option<usize>) {
-        let StreamLinks { session, env, caller_budget } = links;
+        let StreamLinks { session, env, caller_budget, span } = links;
         let caller_budget = &caller_budget;
+        let span = tracing::info_span!(parent: &span, "stream", stream = core.id().0, generation = core.generation().0, mode = core.mode().as_str());
         let addr = ctx.address();
         let mut att = core.attach_new();
         let conn = att.conn;
         let mut ended = false;
-        if let Some(json) = final_json
-            && let Delivery::Write { frame, .. } = core.push_final(json)
-        {
-            att.initial.push(frame);
-            ended = true;
+        if let Some(json) = final_json {
+            env.stats.events_appended(1);
+            if let Delivery::Write { frame, .. } = core.push_final(json) {
+                att.initial.push(frame);
+                ended = true;
+            }
         }
         let (writer, live) = if ended {
             // The final frame is being written: `Detached` picks the retention.
@@ -202,7 +209,7 @@ impl StreamActor {
             (Some(Writer { conn, tx }), Some(rx))
         };
         let owner = ConnectionOwner { stream: addr, session: Arc::clone(&session), conn };
-        let mut actor = StreamActor::with_core(core, writer, session, env, caller_budget, ledger, generation);
+        let mut actor = StreamActor::with_core(core, writer, session, env, caller_budget, ledger, generation, span);
         actor.closed_reported = final_json.is_some();
         actor.update_charge();
         actor.flush_ledger(&mut ctx);
@@ -215,11 +222,12 @@ impl StreamActor {
     /// Start a stream rebuilt from the ledger, with no connection. Returns its address and,
     /// when it is closed, the bytes its window holds (for its session's retention bounds).
     pub(crate) fn start_restored(core: StreamCore, links: StreamLinks, ledger: StreamLedger, generation: GenCount) -> (Addr<StreamActor>, Option<usize>) {
-        let StreamLinks { session, env, caller_budget } = links;
+        let StreamLinks { session, env, caller_budget, span } = links;
         let caller_budget = &caller_budget;
+        let span = tracing::info_span!(parent: &span, "stream", stream = core.id().0, generation = core.generation().0, mode = core.mode().as_str());
         let mut ctx = Context::<StreamActor>::new();
         let addr = ctx.address();
-        let mut actor = StreamActor::with_core(core, None, session, env, caller_budget, ledger, generation);
+        let mut actor = StreamActor::with_core(core, None, session, env, caller_budget, ledger, generation, span);
         let closed = matches!(actor.core.state(), StreamState::Closed(_));
         // Its session learns the bytes from the return value, not from a report.
         actor.closed_reported = closed;
@@ -230,7 +238,8 @@ impl StreamActor {
         (addr, bytes)
     }
 
-    fn with_core(core: StreamCore, writer: Option<Writer>, session: SessionLink, env: Arc<StreamEnv>, caller_budget: &Arc<MemoryBudget>, ledger: StreamLedger, generation: GenCount) -> StreamActor {
+    #[allow(clippy::too_many_arguments)]
+    fn with_core(core: StreamCore, writer: Option<Writer>, session: SessionLink, env: Arc<StreamEnv>, caller_budget: &Arc<MemoryBudget>, ledger: StreamLedger, generation: GenCount, span: tracing::Span) -> StreamActor {
         StreamActor {
             charge: env.budget.charge(Some(caller_budget)),
             core,
@@ -245,6 +254,7 @@ impl StreamActor {
             _generation: generation,
             ending: false,
             state_shown: None,
+            span,
         }
     }
 
@@ -471,6 +481,7 @@ impl Handler<Emit> for StreamActor {
     type Result = ();
 
     fn handle(&mut self, msg: Emit, ctx: &mut Context<Self>) {
+        let _span = self.span.clone().entered();
         let d = if msg.last { self.core.push_final(&msg.json) } else { self.core.push(&msg.json) };
         self.env.stats.events_appended(1);
         self.update_charge();
@@ -484,6 +495,7 @@ impl Handler<Attach> for StreamActor {
     type Result = ();
 
     fn handle(&mut self, msg: Attach, ctx: &mut Context<Self>) {
+        let _span = self.span.clone().entered();
         if msg.generation != self.core.generation() {
             let _ = msg.reply.send(Err(Rejection::CursorRejected));
             return;
@@ -513,6 +525,7 @@ impl Handler<Detached> for StreamActor {
     type Result = ();
 
     fn handle(&mut self, msg: Detached, ctx: &mut Context<Self>) {
+        let _span = self.span.clone().entered();
         if self.writer.as_ref().is_some_and(|w| w.conn == msg.conn) {
             self.set_writer(None, ctx);
         }
@@ -534,6 +547,7 @@ impl Handler<KeepaliveRunning> for StreamActor {
     type Result = bool;
 
     fn handle(&mut self, _: KeepaliveRunning, _: &mut Context<Self>) -> bool {
+        let _span = self.span.clone().entered();
         self.keepalive.is_some()
     }
 }
@@ -542,6 +556,7 @@ impl Handler<Close> for StreamActor {
     type Result = ();
 
     fn handle(&mut self, msg: Close, ctx: &mut Context<Self>) {
+        let _span = self.span.clone().entered();
         self.core.close(msg.0);
         self.set_writer(None, ctx);
         self.report_closed();
@@ -554,6 +569,7 @@ impl Handler<Stop> for StreamActor {
     type Result = ();
 
     fn handle(&mut self, msg: Stop, ctx: &mut Context<Self>) {
+        let _span = self.span.clone().entered();
         self.core.close(msg.0);
         self.set_writer(None, ctx);
         // Evicted or replaced: its life is over. (A stop because its session ends, stops
@@ -569,6 +585,7 @@ impl Handler<Drain> for StreamActor {
     type Result = ();
 
     fn handle(&mut self, _: Drain, ctx: &mut Context<Self>) {
+        let _span = self.span.clone().entered();
         // Nothing more is appended; a running request's stream stays open in the ledger (the
         // next process answers it with the "server restarted" error).
         self.core.close(CloseReason::SessionEnded);
@@ -596,6 +613,7 @@ impl Handler<PollClose> for StreamActor {
     type Result = ();
 
     fn handle(&mut self, _: PollClose, ctx: &mut Context<Self>) {
+        let _span = self.span.clone().entered();
         if let Some((conn, retry)) = self.core.close_for_polling() {
             if let Some(w) = self.writer.take().filter(|w| w.conn == conn)
                 && let Some(f) = retry

@@ -21,6 +21,31 @@ pub mod method {
     pub const MESSAGE: &str = "notifications/message";
     /// Set the minimum log level.
     pub const SET_LEVEL: &str = "logging/setLevel";
+
+    /// Methods a request span names as they are; any other is `"other"` (the name comes from
+    /// the client: it is not written to logs as it is).
+    const KNOWN: [&str; 14] = [
+        INITIALIZE,
+        PING,
+        SET_LEVEL,
+        "tools/list",
+        "tools/call",
+        "resources/list",
+        "resources/templates/list",
+        "resources/read",
+        "resources/subscribe",
+        "resources/unsubscribe",
+        "prompts/list",
+        "prompts/get",
+        "completion/complete",
+        "sampling/createMessage",
+    ];
+
+    /// The method as a request span names it.
+    #[must_use]
+    pub fn span_name(method: &str) -> &'static str {
+        KNOWN.iter().find(|m| **m == method).copied().unwrap_or("other")
+    }
 }
 
 /// RFC 5424 severities, as MCP logging uses them (ordered from least to most severe).

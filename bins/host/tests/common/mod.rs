@@ -1,0 +1,209 @@
+//! What the host tests share: starting the real binary on a ledger in a temporary
+//! directory, one HTTP/1.1 exchange on a fresh connection, SSE parsing, and the MCP requests
+//! they send. `MCP_HOST_BIN` overrides the binary.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::Duration;
+
+use mcp_devtools::{HostProcess, TempDir};
+use mcp_runtime::sse::Decoder;
+use serde_json::{Value, json};
+
+pub(crate) struct Host {
+    pub(crate) process: HostProcess,
+    pub(crate) addr: String,
+}
+
+pub(crate) fn start(dir: &TempDir, port: u16) -> Host {
+    start_with(dir, port, &[])
+}
+
+pub(crate) fn start_with(dir: &TempDir, port: u16, extra: &[&str]) -> Host {
+    start_logged(dir, port, extra, None)
+}
+
+/// The binary, `--packs soak,echo,conformance,ledger` on `port`, its ledger (and admin token
+/// file) in `dir`, its admin API on a free port; with `log`, its stderr goes to that file
+/// with the log filter `MCP_HOST_LOG` = `log.1`.
+pub(crate) fn start_logged(dir: &TempDir, port: u16, extra: &[&str], log: Option<(&std::path::Path, &str)>) -> Host {
+    let bin = std::env::var("MCP_HOST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_mcp-host").to_owned());
+    let mut cmd = Command::new(bin);
+    cmd.args(["--port", &port.to_string(), "--packs", "soak,echo,conformance,ledger"]).args(dir.host_args()).args(extra);
+    match log {
+        Some((path, filter)) => {
+            cmd.stderr(std::fs::File::create(path).expect("the log file")).env(mcp_devtools::LOG_ENV, filter);
+        }
+        None => {
+            cmd.stderr(std::process::Stdio::null());
+        }
+    }
+    let process = HostProcess::spawn(cmd, Duration::from_secs(20)).expect("start mcp-host");
+    let addr = process.url().trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
+    Host { process, addr }
+}
+
+impl Host {
+    pub(crate) fn port(&self) -> u16 {
+        self.addr.rsplit(':').next().unwrap().parse().unwrap()
+    }
+
+    /// SIGKILL, then the same ledger and port again.
+    pub(crate) fn kill_and_restart(self, dir: &TempDir) -> Host {
+        self.kill_and_restart_with(dir, &[])
+    }
+
+    /// SIGKILL, then the same ledger and port again, with `extra` arguments.
+    pub(crate) fn kill_and_restart_with(self, dir: &TempDir, extra: &[&str]) -> Host {
+        let port = self.port();
+        drop(self.process);
+        start_with(dir, port, extra)
+    }
+}
+
+/// One HTTP/1.1 exchange on a fresh connection: (status, headers, body). A chunked body
+/// (SSE) is read until the server ends it or `read_for` passes.
+pub(crate) fn http(addr: &str, method: &str, headers: &[(&str, &str)], body: &str, read_for: Duration) -> (u16, String, Vec<u8>) {
+    http_at(addr, method, "/mcp", headers, body, read_for)
+}
+
+/// [`http`] on another path.
+pub(crate) fn http_at(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &str, read_for: Duration) -> (u16, String, Vec<u8>) {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(read_for)).unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n", body.len());
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+        }
+    }
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a response head");
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).expect("status");
+    let mut body = raw[split + 4..].to_vec();
+    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        body = dechunk(&body);
+    }
+    (status, head, body)
+}
+
+pub(crate) fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(eol) = b.windows(2).position(|w| w == b"\r\n") {
+        let Ok(n) = usize::from_str_radix(std::str::from_utf8(&b[..eol]).unwrap_or("").trim(), 16) else { break };
+        if n == 0 || b.len() < eol + 2 + n {
+            out.extend_from_slice(&b[(eol + 2).min(b.len())..b.len().min(eol + 2 + n)]);
+            break;
+        }
+        out.extend_from_slice(&b[eol + 2..eol + 2 + n]);
+        b = &b[(eol + 4 + n).min(b.len())..];
+    }
+    out
+}
+
+pub(crate) fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.trim()))
+}
+
+/// SSE events: (id, data).
+pub(crate) fn events(body: &[u8]) -> Vec<(Option<String>, String)> {
+    let mut d = Decoder::new();
+    let mut out = Vec::new();
+    for e in d.feed(body) {
+        out.push((e.id.clone(), e.data));
+    }
+    out
+}
+
+pub(crate) const SSE: (&str, &str) = ("Accept", "application/json, text/event-stream");
+pub(crate) const QUICK: Duration = Duration::from_secs(5);
+
+pub(crate) fn initialize(addr: &str) -> String {
+    initialize_as(addr, "2025-11-25", &[])
+}
+
+/// A session at `version`. The version tests use 2025-06-18: not the newest, so a revive
+/// that fell back to negotiating would show (2025-11-25 sessions prime their streams,
+/// 2025-06-18 ones do not).
+pub(crate) fn initialize_as(addr: &str, version: &str, auth: &[(&str, &str)]) -> String {
+    let init = json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":version,"capabilities":{"sampling":{}},"clientInfo":{"name":"restart-test","version":"1"}}});
+    let headers: Vec<(&str, &str)> = [("Accept", "application/json")].into_iter().chain(auth.iter().copied()).collect();
+    let (status, head, _) = http(addr, "POST", &headers, &init.to_string(), QUICK);
+    assert_eq!(status, 200);
+    header(&head, "mcp-session-id").expect("a session id").to_owned()
+}
+
+pub(crate) fn post_json(addr: &str, sid: &str, body: &Value) -> (u16, Value) {
+    let (status, _, b) = http(addr, "POST", &[("Accept", "application/json"), ("Mcp-Session-Id", sid), ("MCP-Protocol-Version", "2025-11-25")], &body.to_string(), QUICK);
+    (status, serde_json::from_slice(&b).unwrap_or(Value::Null))
+}
+
+/// POST a tools/call with SSE and hang up after its first event (the priming event): the
+/// cursor to resume from.
+pub(crate) fn call_and_hang_up(addr: &str, sid: &str, id: i64, tool: &str, args: Value) -> String {
+    hang_up_after_priming(addr, sid, &json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":args}}))
+}
+
+/// POST `body` with SSE and hang up after the priming event; returns its cursor.
+pub(crate) fn hang_up_after_priming(addr: &str, sid: &str, body: &Value) -> String {
+    let body = body.to_string();
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(QUICK)).unwrap();
+    let req = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\nMcp-Session-Id: {sid}\r\nMCP-Protocol-Version: 2025-11-25\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&raw).contains("\n\n") || !String::from_utf8_lossy(&raw).contains("id:") {
+        let n = s.read(&mut buf).expect("the priming event");
+        assert!(n > 0, "closed before the priming event");
+        raw.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    text.lines().find_map(|l| l.strip_prefix("id:")).map(|c| c.trim().to_owned()).expect("a priming cursor")
+}
+
+/// Wait (bounded) until `count_sql` on the ledger file counts at least `n` committed rows.
+pub(crate) fn wait_for_ledger(dir: &TempDir, count_sql: &str, n: i64) {
+    let db = rusqlite::Connection::open_with_flags(dir.path().join("mcp-host.db"), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    for _ in 0..500 {
+        if db.query_row(count_sql, [], |r| r.get::<_, i64>(0)).unwrap_or(0) >= n {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("the ledger never counted {n} for {count_sql}");
+}
+
+/// Wait (bounded) until the ledger file holds `n` committed events in all.
+pub(crate) fn wait_for_committed_events(dir: &TempDir, n: i64) {
+    wait_for_ledger(dir, "SELECT count(*) FROM events", n);
+}
+
+pub(crate) fn resume(addr: &str, sid: &str, cursor: &str) -> (u16, Vec<(Option<String>, String)>) {
+    let (status, _, body) = http(addr, "GET", &[("Accept", "text/event-stream"), ("Mcp-Session-Id", sid), ("MCP-Protocol-Version", "2025-11-25"), ("Last-Event-ID", cursor)], "", QUICK);
+    (status, events(&body))
+}
+
+/// `logging/setLevel` info on `sid` (request id 2).
+pub(crate) fn set_level_info(addr: &str, sid: &str) {
+    assert_eq!(post_json(addr, sid, &json!({"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"info"}})).0, 200);
+}
+
+pub(crate) fn json_of(data: &str) -> Value {
+    serde_json::from_str(data).unwrap_or(Value::Null)
+}
+
