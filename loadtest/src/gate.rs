@@ -59,6 +59,16 @@ const OUTCOME_UNKNOWN: &str = "may or may not have taken effect";
 const KILL_PAUSE_MS: (u64, u64) = (3_000, 6_000);
 /// A `crash` phase does not end on its event count before this many kills.
 const KILLS_PER_PHASE: u64 = 3;
+/// When the `sigterm` scenario stops the host: after a pause drawn from this range (ms).
+const TERM_PAUSE_MS: (u64, u64) = (2_000, 4_000);
+/// A `sigterm` phase does not end on its event count before this many graceful restarts.
+const RESTARTS_PER_PHASE: u64 = 2;
+/// How long the `rollout` scenario keeps each flag setting (ms).
+const FLIP_EVERY_MS: u64 = 1_200;
+/// The `rollout` scenario's cycle: `(resumable, share)` settings, then a rollback.
+const ROLLOUT_CYCLE: [(&str, f64); 4] = [("off", 1.0), ("shadow", 1.0), ("on", 0.5), ("on", 1.0)];
+/// A `rollout` phase does not end on its event count before one whole cycle and its rollback.
+const FLIPS_PER_PHASE: u64 = ROLLOUT_CYCLE.len() as u64 + 1;
 
 /// Reconnect budget the virtual clients run with (the client defaults).
 const BUDGET_BURST: u32 = 20;
@@ -106,6 +116,16 @@ struct Phase {
     crash: bool,
     kills: u64,
     restart_ms: Histogram<u64>,
+    /// Graceful restarts of the host (`sigterm`), and those that did not exit 0.
+    sigterm: bool,
+    restarts: u64,
+    unclean_exits: u64,
+    /// Flag changes through the admin API (`rollout`).
+    rollout: bool,
+    flips: u64,
+    /// The host's own metrics before and after the phase (a host the gate spawned).
+    host_before: BTreeMap<String, f64>,
+    host_after: BTreeMap<String, f64>,
     errors: Vec<String>,
 }
 
@@ -143,8 +163,25 @@ impl Phase {
             crash: false,
             kills: 0,
             restart_ms: histogram(),
+            sigterm: false,
+            restarts: 0,
+            unclean_exits: 0,
+            rollout: false,
+            flips: 0,
+            host_before: BTreeMap::new(),
+            host_after: BTreeMap::new(),
             errors: Vec::new(),
         }
+    }
+
+    /// How much a host metric (summed over its labels) moved during the phase.
+    fn host_delta(&self, name: &str) -> f64 {
+        crate::admin::total(&self.host_after, name) - crate::admin::total(&self.host_before, name)
+    }
+
+    /// The phase's own restarts or flips are not all done yet.
+    fn owes_faults(&self) -> bool {
+        (self.crash && self.kills < KILLS_PER_PHASE) || (self.sigterm && self.restarts < RESTARTS_PER_PHASE) || (self.rollout && self.flips < FLIPS_PER_PHASE)
     }
 
     fn add_client_stats(&mut self, s: &ClientStats) {
@@ -189,6 +226,8 @@ impl Phase {
             "reconnects_peak_per_session_1s": self.reconnect_peak_session, "reconnects_peak_all_1s": self.reconnect_peak_all,
             "proxy": self.proxy, "error_samples": self.errors,
             "outcome_unknown": self.outcome_unknown, "kills": self.kills, "restart_ms": q(&self.restart_ms),
+            "graceful_restarts": self.restarts, "unclean_exits": self.unclean_exits, "flag_flips": self.flips,
+            "host_metrics": {"before": self.host_before, "after": self.host_after},
         })
     }
 }
@@ -237,8 +276,7 @@ async fn connect(spec: &GateSpec, url: &str, phase: &RefCell<Phase>) -> Option<M
 /// One virtual client for one phase.
 async fn virtual_client(spec: Rc<GateSpec>, url: Rc<str>, n: usize, phase_no: usize, phase: Rc<RefCell<Phase>>, live_events: Rc<Cell<u64>>, deadline: Instant) {
     let mut k = 0u64;
-    let enough_kills = |p: &RefCell<Phase>| !p.borrow().crash || p.borrow().kills >= KILLS_PER_PHASE;
-    let done = |events: &Cell<u64>| (events.get() >= spec.events_per_phase && enough_kills(&phase)) || Instant::now() >= deadline;
+    let done = |events: &Cell<u64>| (events.get() >= spec.events_per_phase && !phase.borrow().owes_faults()) || Instant::now() >= deadline;
     while !done(&live_events) {
         let Some(client) = connect(&spec, &url, &phase).await else { return };
         let mut seen_events = 0;
@@ -319,11 +357,18 @@ async fn virtual_client(spec: Rc<GateSpec>, url: Rc<str>, n: usize, phase_no: us
 async fn run_phase(spec: &Rc<GateSpec>, phase_no: usize, name: &str, rates: BTreeMap<Scenario, f64>) -> Result<Phase, String> {
     let (upstream, path) = crate::proxy::split_url(&spec.url)?;
     let crash = rates.contains_key(&Scenario::Crash);
+    let sigterm = rates.contains_key(&Scenario::Sigterm);
+    let rollout = rates.contains_key(&Scenario::Rollout);
     let plan = FaultPlan { rates, seed: spec.seed.wrapping_add(phase_no as u64), other_token: spec.other_token.clone(), limit: None };
     let (addr, proxy) = crate::proxy::start(upstream, plan).await.map_err(|e| format!("proxy: {e}"))?;
     let url: Rc<str> = format!("http://{addr}{path}").into();
     let phase = Rc::new(RefCell::new(Phase::new(name)));
-    phase.borrow_mut().crash = crash;
+    let before = host_metrics(spec).await;
+    {
+        let mut p = phase.borrow_mut();
+        (p.crash, p.sigterm, p.rollout) = (crash, sigterm, rollout);
+        p.host_before = before;
+    }
     let live = Rc::new(Cell::new(0));
     let start = Instant::now();
     let deadline = start + Duration::from_secs(spec.phase_seconds);
@@ -334,11 +379,22 @@ async fn run_phase(spec: &Rc<GateSpec>, phase_no: usize, name: &str, rates: BTre
         b
     });
     let stop = Rc::new(Cell::new(false));
-    let killer = match (crash, &spec.host) {
-        (true, Some(host)) => Some(actix_rt::spawn(kill_now_and_then(Arc::clone(host), spec.seed.wrapping_add(phase_no as u64), Rc::clone(&stop), Rc::clone(&phase)))),
-        (true, None) => return Err("scenario crash needs --spawn-host".into()),
-        _ => None,
-    };
+    let seed = spec.seed.wrapping_add(phase_no as u64);
+    // Each host-level scenario of the phase (several in the mixed phase) runs its own task;
+    // they take turns on the host.
+    let mut killers = Vec::new();
+    if crash || sigterm || rollout {
+        let Some(host) = &spec.host else { return Err(format!("phase {name} needs --spawn-host")) };
+        if crash {
+            killers.push(actix_rt::spawn(kill_now_and_then(Arc::clone(host), seed, Rc::clone(&stop), Rc::clone(&phase), Stop::Kill)));
+        }
+        if sigterm {
+            killers.push(actix_rt::spawn(kill_now_and_then(Arc::clone(host), seed.wrapping_mul(31), Rc::clone(&stop), Rc::clone(&phase), Stop::Term)));
+        }
+        if rollout {
+            killers.push(actix_rt::spawn(flip_now_and_then(Arc::clone(host), Rc::clone(&stop), Rc::clone(&phase))));
+        }
+    }
     let tasks: Vec<_> = (0..spec.clients)
         .map(|n| actix_rt::spawn(virtual_client(Rc::clone(spec), Rc::clone(&url), n, phase_no, Rc::clone(&phase), Rc::clone(&live), deadline)))
         .collect();
@@ -353,26 +409,41 @@ async fn run_phase(spec: &Rc<GateSpec>, phase_no: usize, name: &str, rates: BTre
         let _ = t.await;
     }
     stop.set(true);
-    if let Some(k) = killer {
-        k.await.map_err(|e| format!("crash task: {e}"))??;
+    for k in killers {
+        k.await.map_err(|e| format!("{name} task: {e}"))??;
     }
+    let after = host_metrics(spec).await;
     let mut p = Rc::try_unwrap(phase).map_err(|_| "phase still shared")?.into_inner();
+    p.host_after = after;
     p.seconds = start.elapsed().as_secs_f64();
     p.proxy = proxy.counts();
-    if p.kills > 0 {
-        p.proxy.insert("crash.kills", p.kills);
+    for (name, n) in [("crash.kills", p.kills), ("sigterm.restarts", p.restarts), ("rollout.flips", p.flips)] {
+        if n > 0 {
+            p.proxy.insert(name, n);
+        }
     }
     (p.reconnect_peak_session, p.reconnect_peak_all) = proxy.reconnect_peaks();
     Ok(p)
 }
 
-/// The `crash` scenario: until `stop`, SIGKILL the host after a random pause and start it
-/// again on the same ledger and port (on a blocking thread: the clients keep running).
-async fn kill_now_and_then(host: Arc<Mutex<SpawnedHost>>, seed: u64, stop: Rc<Cell<bool>>, phase: Rc<RefCell<Phase>>) -> Result<(), String> {
+/// How the `crash` and `sigterm` scenarios stop the host.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// SIGKILL.
+    Kill,
+    /// SIGTERM (the graceful drain), waiting for the exit.
+    Term,
+}
+
+/// The `crash` and `sigterm` scenarios: until `stop`, stop the host after a random pause and
+/// start it again on the same ledger and port (on a blocking thread: the clients keep
+/// running).
+async fn kill_now_and_then(host: Arc<Mutex<SpawnedHost>>, seed: u64, stop: Rc<Cell<bool>>, phase: Rc<RefCell<Phase>>, how: Stop) -> Result<(), String> {
     let mut x = seed | 1;
+    let (low, high) = if how == Stop::Kill { KILL_PAUSE_MS } else { TERM_PAUSE_MS };
     loop {
         let pause_draw = crate::proxy::next_random(&mut x);
-        let pause = KILL_PAUSE_MS.0 + pause_draw % (KILL_PAUSE_MS.1 - KILL_PAUSE_MS.0);
+        let pause = low + pause_draw % (high - low);
         let until = Instant::now() + Duration::from_millis(pause);
         while Instant::now() < until {
             if stop.get() {
@@ -382,16 +453,67 @@ async fn kill_now_and_then(host: Arc<Mutex<SpawnedHost>>, seed: u64, stop: Rc<Ce
         }
         let h = Arc::clone(&host);
         let t0 = Instant::now();
-        tokio::task::spawn_blocking(move || h.lock().kill_and_restart()).await.map_err(|e| format!("restart: {e}"))??;
+        let exit = tokio::task::spawn_blocking(move || match how {
+            Stop::Kill => h.lock().kill_and_restart().map(|()| None),
+            Stop::Term => h.lock().terminate_and_restart().map(Some),
+        })
+        .await
+        .map_err(|e| format!("restart: {e}"))??;
         let mut p = phase.borrow_mut();
-        p.kills += 1;
         let _ = p.restart_ms.record(t0.elapsed().as_millis().max(1) as u64);
+        match exit {
+            None => p.kills += 1,
+            Some(code) => {
+                p.restarts += 1;
+                if code != Some(0) {
+                    p.unclean_exits += 1;
+                    p.note_error(format!("graceful stop exited with {code:?}"));
+                }
+            }
+        }
     }
+}
+
+/// The `rollout` scenario: until `stop` (and at least one whole cycle), set the host's flags
+/// through its admin API to each setting of [`ROLLOUT_CYCLE`] in turn, then roll back, each
+/// kept [`FLIP_EVERY_MS`]. At the end the defaults are set again for the phases after it.
+async fn flip_now_and_then(host: Arc<Mutex<SpawnedHost>>, stop: Rc<Cell<bool>>, phase: Rc<RefCell<Phase>>) -> Result<(), String> {
+    // Asked for each change: a restart (crash, sigterm in the mixed phase) moves the admin
+    // API to a new port.
+    let admin = |h: &Arc<Mutex<SpawnedHost>>| h.lock().admin().ok_or_else(|| "the spawned host has no admin API".to_owned());
+    let mut step = 0usize;
+    while !stop.get() || phase.borrow().flips < FLIPS_PER_PHASE {
+        let h = Arc::clone(&host);
+        let i = step % (ROLLOUT_CYCLE.len() + 1);
+        tokio::task::spawn_blocking(move || {
+            let a = admin(&h)?;
+            match ROLLOUT_CYCLE.get(i) {
+                Some((resumable, share)) => a.set_flags(&json!({"resumable": resumable, "share": share})),
+                None => a.rollback(),
+            }
+        })
+        .await
+        .map_err(|e| e.to_string())??;
+        phase.borrow_mut().flips += 1;
+        step += 1;
+        let until = Instant::now() + Duration::from_millis(FLIP_EVERY_MS);
+        while Instant::now() < until && !(stop.get() && phase.borrow().flips >= FLIPS_PER_PHASE) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let h = Arc::clone(&host);
+    tokio::task::spawn_blocking(move || admin(&h)?.set_flags(&json!({"resumable": "on", "share": 1.0, "write_tools": "all"}))).await.map_err(|e| e.to_string())?
+}
+
+/// The spawned host's metrics now (empty without one, or when the scrape fails).
+async fn host_metrics(spec: &GateSpec) -> BTreeMap<String, f64> {
+    let Some(host) = spec.host.clone() else { return BTreeMap::new() };
+    tokio::task::spawn_blocking(move || host.lock().admin().and_then(|a| a.scrape().ok())).await.ok().flatten().unwrap_or_default()
 }
 
 /// Scenarios that act on resumes: their phase also cuts streams, or nothing would resume.
 fn carried_by_cuts(s: Scenario) -> bool {
-    matches!(s, Scenario::ForeignCursor | Scenario::Storm | Scenario::ReplayAfterAck)
+    matches!(s, Scenario::ForeignCursor | Scenario::Storm | Scenario::ReplayAfterAck | Scenario::Rollout)
 }
 
 /// The counter that shows a scenario really fired in its phase.
@@ -409,6 +531,8 @@ fn evidence(s: Scenario) -> &'static [&'static str] {
         Scenario::OriginRewrite => &["origin.rejected"],
         Scenario::Storm => &["storm.refusals"],
         Scenario::Crash => &["crash.kills"],
+        Scenario::Sigterm => &["sigterm.restarts"],
+        Scenario::Rollout => &["rollout.flips"],
     }
 }
 
@@ -478,6 +602,24 @@ fn evaluate(spec: &GateSpec, phases: &[Phase], ledger: &Value) -> Vec<Gate> {
         gates.push(zero_gate("404s in the crash phase (sessions survive a kill)", crash().map(|p| p.not_found).sum()));
         let kills = crash().map(|p| p.kills).min().unwrap_or(0);
         gates.push(Gate::new("kills in the crash phase", kills.to_string(), format!(">= {KILLS_PER_PHASE}"), kills >= KILLS_PER_PHASE));
+    }
+    if spec.scenarios.contains(&Scenario::Sigterm) {
+        let term = || phases.iter().filter(|p| p.name == Scenario::Sigterm.name());
+        gates.push(zero_gate("404s in the sigterm phase (sessions survive a graceful restart)", term().map(|p| p.not_found).sum()));
+        let restarts = term().map(|p| p.restarts).min().unwrap_or(0);
+        gates.push(Gate::new("graceful restarts in the sigterm phase", restarts.to_string(), format!(">= {RESTARTS_PER_PHASE}"), restarts >= RESTARTS_PER_PHASE));
+        gates.push(zero_gate("graceful stops that did not exit 0", sum(&|p| p.unclean_exits)));
+    }
+    if spec.scenarios.contains(&Scenario::Rollout) {
+        let roll = || phases.iter().filter(|p| p.name == Scenario::Rollout.name());
+        let flips = roll().map(|p| p.flips).min().unwrap_or(0);
+        gates.push(Gate::new("flag changes in the rollout phase (off, shadow, on 50 %, on, rollback)", flips.to_string(), format!(">= {FLIPS_PER_PHASE}"), flips >= FLIPS_PER_PHASE));
+        let verified: f64 = roll().map(|p| p.host_delta("mcp_shadow_streams_verified_total")).sum();
+        gates.push(Gate::new("shadow streams verified by the host in the rollout phase", verified.to_string(), "> 0", verified > 0.0));
+    }
+    if spec.host.is_some() {
+        let mismatches: f64 = phases.iter().map(|p| p.host_delta("mcp_shadow_mismatches_total")).sum();
+        gates.push(Gate::new("shadow ledger mismatches (host metrics)", mismatches.to_string(), "0", mismatches == 0.0));
     }
     gates.push(zero_gate("outcome-unknown answers in phases without a kill", sum(&|p| if p.kills == 0 { p.outcome_unknown } else { 0 })));
     gates.push(rate_gate_if(spec, &[Scenario::OriginRewrite], "illegal Origin rejected", count("origin.rejected"), count("origin.rejected") + count("origin.accepted")));

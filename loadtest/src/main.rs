@@ -8,6 +8,7 @@
 //! - `soak`: abusive and unlucky traffic against a host it starts, then silence; the host
 //!   must return to 0 sessions and streams and to its idle memory.
 
+mod admin;
 mod gate;
 mod http1;
 mod proxy;
@@ -101,7 +102,9 @@ enum Command {
     ///
     /// Scenarios: cut, lost-priming, crossed-ids, replay-after-ack, foreign-cursor,
     /// expiry-race, lost-delete, old-token, missing-version, origin-rewrite, storm, crash (the
-    /// host is SIGKILLed and restarted on its ledger and port; `--spawn-host` only). The server
+    /// host is SIGKILLed and restarted on its ledger and port), sigterm (the host is stopped
+    /// gracefully and restarted), rollout (the flags go off -> shadow -> on -> rollback through
+    /// the admin API while streams are cut); the last three with `--spawn-host` only. The server
     /// must serve the tools `echo`, `ledger_append`, `ledger_stats` and
     /// `test_tool_with_progress` (mcp-host: `--packs conformance,echo,ledger`).
     Gate {
@@ -313,8 +316,8 @@ fn gate_command(args: GateArgs, mut spec: gate::GateSpec) -> ExitCode {
     // Shared with the crash scenario, which restarts it (same URL); dropped last, below.
     let host = host.map(|h| std::sync::Arc::new(parking_lot::Mutex::new(h)));
     spec.host.clone_from(&host);
-    if spec.scenarios.contains(&proxy::Scenario::Crash) && host.is_none() {
-        eprintln!("mcp-load: scenario crash needs --spawn-host (the gate kills and restarts the host); leave it out with --scenarios");
+    if let Some(s) = spec.scenarios.iter().find(|s| s.needs_spawned_host()).filter(|_| host.is_none()) {
+        eprintln!("mcp-load: scenario {} needs --spawn-host (the gate restarts the host or drives its admin API); leave it out with --scenarios", s.name());
         return ExitCode::from(2);
     }
     if spec.scenarios.contains(&proxy::Scenario::OldToken) && spec.other_token.is_none() {
@@ -400,7 +403,7 @@ fn parse_faults(specs: &[String]) -> Result<std::collections::BTreeMap<proxy::Sc
         .iter()
         .map(|s| {
             let (name, rate) = s.split_once('=').ok_or_else(|| format!("fault {s:?}: expected scenario=rate"))?;
-            let scenario = proxy::Scenario::parse(name).filter(|s| *s != proxy::Scenario::Crash).ok_or_else(|| format!("unknown fault scenario {name:?} (crash is a gate scenario)"))?;
+            let scenario = proxy::Scenario::parse(name).filter(|s| !s.needs_spawned_host()).ok_or_else(|| format!("unknown fault scenario {name:?} (crash, rollout and sigterm are gate scenarios)"))?;
             let rate: f64 = rate.parse().map_err(|_| format!("fault {s:?}: bad rate"))?;
             if !(0.0..=1.0).contains(&rate) {
                 return Err(format!("fault {s:?}: rate must be between 0 and 1"));

@@ -52,10 +52,16 @@ pub(crate) enum Scenario {
     /// Not a proxy fault: the gate SIGKILLs the host it spawned at random moments of the
     /// phase and starts it again on the same ledger and port (`gate --spawn-host` only).
     Crash,
+    /// Not a proxy fault: the gate stops the host it spawned with SIGTERM (a graceful drain)
+    /// at random moments and starts it again on the same ledger and port.
+    Sigterm,
+    /// Not a proxy fault: the gate flips the spawned host's rollout flags through its admin
+    /// API (off, shadow, on at half and full share, rollback) while streams are cut.
+    Rollout,
 }
 
 impl Scenario {
-    pub(crate) const ALL: [Scenario; 12] = [
+    pub(crate) const ALL: [Scenario; 14] = [
         Scenario::Cut,
         Scenario::LostPriming,
         Scenario::CrossedIds,
@@ -68,7 +74,14 @@ impl Scenario {
         Scenario::OriginRewrite,
         Scenario::Storm,
         Scenario::Crash,
+        Scenario::Sigterm,
+        Scenario::Rollout,
     ];
+
+    /// The gate runs it on a host it spawned (it restarts the host or drives its admin API).
+    pub(crate) fn needs_spawned_host(self) -> bool {
+        matches!(self, Scenario::Crash | Scenario::Sigterm | Scenario::Rollout)
+    }
 
     pub(crate) fn name(self) -> &'static str {
         match self {
@@ -84,6 +97,8 @@ impl Scenario {
             Scenario::OriginRewrite => "origin-rewrite",
             Scenario::Storm => "storm",
             Scenario::Crash => "crash",
+            Scenario::Sigterm => "sigterm",
+            Scenario::Rollout => "rollout",
         }
     }
 

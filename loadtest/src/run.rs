@@ -113,16 +113,35 @@ impl SpawnedHost {
         self.process.url()
     }
 
+    /// Its admin API (address and token), once it printed its admin line.
+    pub(crate) fn admin(&self) -> Option<crate::admin::Admin> {
+        let addr = self.process.admin_url(Duration::from_secs(5))?.trim_start_matches("http://").to_owned();
+        let token = std::fs::read_to_string(self.dir.path().join("mcp-host.admin-token")).ok()?.trim().to_owned();
+        Some(crate::admin::Admin { addr, token })
+    }
+
+    /// SIGTERM the host (its graceful drain), wait for it to exit, and start it again on the
+    /// same ledger and port (blocks until it listens). Its exit code.
+    pub(crate) fn terminate_and_restart(&mut self) -> Result<Option<i32>, String> {
+        let exit = self.process.terminate(Duration::from_secs(90)).and_then(|s| s.code());
+        self.restart()?;
+        Ok(exit)
+    }
+
     /// SIGKILL the host and start it again on the same ledger and port (blocks until it
     /// listens).
     pub(crate) fn kill_and_restart(&mut self) -> Result<(), String> {
+        self.process.kill();
+        self.restart()
+    }
+
+    fn restart(&mut self) -> Result<(), String> {
         let port = self.url().trim_start_matches("http://").split('/').next().and_then(|a| a.rsplit(':').next()).map(str::to_owned).ok_or("no port in the host's URL")?;
         let mut args = self.args.clone();
         match args.iter().position(|a| a == "--port") {
             Some(i) if i + 1 < args.len() => args[i + 1] = port,
             _ => args.extend(["--port".to_owned(), port]),
         }
-        self.process.kill();
         self.process = Self::spawn(&self.bin, &self.dir, &args)?;
         Ok(())
     }
