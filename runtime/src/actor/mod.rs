@@ -1,7 +1,9 @@
 //! Thin actors that drive the sans-IO state machines and do the I/O.
 //!
-//! - [`Supervisor`]: generation, registry, limits, quotas, memory budget, counters,
-//!   lifecycle phase; creates sessions.
+//! - [`Supervisor`]: generations ([`Generations`]: the reloadable settings, counted),
+//!   registry, limits, quotas, memory budget, counters, the published [`Lifecycle`]; creates
+//!   sessions. Sessions and streams reach their generation through [`GenCount`], not the
+//!   supervisor.
 //! - [`SessionActor`]: one per session; owns the session core, runs requests, routes
 //!   server-to-client requests and their answers, keeps the one timer its core asks for.
 //! - [`StreamActor`]: one per SSE stream; owns the stream core (and its replay window), the
@@ -10,8 +12,9 @@
 //! Edges: HTTP -> session takes a place in the session's [`Inbox`] (`sessions.mailbox`
 //! requests' messages waiting; full = 503) and then `try_send`s. Session -> stream uses
 //! `try_send` for server-to-client requests (a full stream fails the tool's request at once)
-//! and `do_send` only for a request's final response (at most one per stream, bounded by the
-//! in-flight limit) and control messages; tools -> stream use `send` (backpressure on the
+//! and for a request's final response (when the stream's mailbox is full it is sent with an
+//! awaited `send` spawned in the session's context: never dropped, never blocking), and
+//! `do_send` only for control messages (stop, drain, close); tools -> stream use `send` (backpressure on the
 //! tool only), also for notifications that go to the GET stream. Stream -> connection is a bounded queue with
 //! `try_send`: a full queue detaches the slow reader, who resumes from the window. Children
 //! (streams, connection bodies) report to their session through one shared `Recipient` with

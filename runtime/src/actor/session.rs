@@ -656,7 +656,7 @@ impl SessionActor {
                         let rid = id.clone();
                         let fut = tracing::Instrument::instrument(fut, tracing::info_span!(parent: &self.span, "request", method = request_method));
                         let h = ctx.spawn(fut.into_actor(self).map(move |r, act, ctx| {
-                            act.complete(&rid, r);
+                            act.complete(&rid, r, ctx);
                             act.arm(ctx);
                         }));
                         if let Some(f) = self.core.in_flight_mut(&id) {
@@ -674,7 +674,7 @@ impl SessionActor {
             }
             (None, Some(rx)) => {
                 if let Some(r) = done {
-                    self.complete(&id, r);
+                    self.complete(&id, r, ctx);
                 }
                 Ok(PostOutcome::Json(rx))
             }
@@ -718,13 +718,22 @@ impl SessionActor {
 
     /// A spawned request finished: send its response on its own stream (or JSON reply),
     /// unless it was cancelled.
-    fn complete(&mut self, id: &JsonRpcId, r: Result<Value, ErrorObject>) {
+    fn complete(&mut self, id: &JsonRpcId, r: Result<Value, ErrorObject>, ctx: &mut Context<Self>) {
         let Some((bytes, task, stream)) = self.take_response(id, r) else { return };
         if let Some(tx) = task.json {
             let _ = tx.send(Ok(bytes));
         } else if let Some(s) = stream.and_then(|sid| self.core.stream(sid)) {
-            // At most one final per stream; do_send so a busy stream never loses a response.
-            s.handle.do_send(Emit { json: bytes, last: true });
+            // Within the stream's mailbox bound; a busy stream gets it as soon as it has room
+            // (awaited in this context, never dropped, never blocking the session).
+            match s.handle.try_send(Emit { json: bytes, last: true }) {
+                Ok(()) | Err(SendError::Closed(_)) => {}
+                Err(SendError::Full(m)) => {
+                    let addr = s.handle.clone();
+                    ctx.spawn(actix::fut::wrap_future::<_, Self>(async move {
+                        let _ = addr.send(m).await;
+                    }));
+                }
+            }
         }
     }
 }
