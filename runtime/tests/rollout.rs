@@ -169,6 +169,22 @@ async fn rollback_drains_old_requests_keeps_their_cursors_resumable_and_new_stre
 }
 
 #[actix_web::test]
+async fn a_rollback_ends_the_old_generations_requests_still_running_at_its_grace_deadline() {
+    let h = harness_with(cfg(|c| c.shutdown.grace_secs = 0)).await;
+    let c = h.client("2025-11-25").await;
+    let mut old = c.call_tool(1, "gated_ro", json!({})).await;
+    assert_eq!(log_data(&old.message().await), "before");
+    h.sup.rollback();
+    let answer = old.message().await;
+    assert_eq!(answer["id"], 1);
+    assert_eq!(answer["error"]["code"], -32010, "{answer}");
+    until("the old generation's requests drained", || h.sup.generations().in_flight_of_old() == 0).await;
+    // A request admitted after the rollback is not touched.
+    let (msgs, _, _) = drain(c.call_tool(2, "echo_ro", json!({"text": "new"})).await).await;
+    assert_eq!(text_of(&msgs[0]), "new");
+}
+
+#[actix_web::test]
 async fn while_draining_new_requests_get_503_with_the_configured_retry_after_and_in_flight_ones_finish() {
     let h = harness_with(cfg(|c| c.shutdown.retry_after_secs = 7)).await;
     let c = h.client("2025-11-25").await;

@@ -220,6 +220,12 @@ impl Generations {
             .collect()
     }
 
+    /// Requests in flight admitted under a generation numbered below `g`.
+    #[must_use]
+    pub fn in_flight_older_than(&self, g: Generation) -> i64 {
+        self.list.read().iter().filter(|x| x.settings.id.0 < g.0).map(|x| x.count(Counted::InFlight)).sum()
+    }
+
     /// Requests in flight in generations other than the current one.
     #[must_use]
     pub fn in_flight_of_old(&self) -> i64 {

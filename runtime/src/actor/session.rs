@@ -47,7 +47,7 @@ pub(crate) struct RequestTask {
     cancel: CancellationToken,
     json: Option<oneshot::Sender<JsonReply>>,
     /// Counted in flight in the generation it was admitted under.
-    _generation: GenCount,
+    generation: GenCount,
 }
 
 /// Shell data of a server-to-client request: where its answer goes and the stream it was
@@ -154,6 +154,14 @@ pub struct Delete {
     pub reply: oneshot::Sender<Result<(), Rejection>>,
     /// Its place in the session's inbox, given back when the message is dropped.
     pub ticket: InboxTicket,
+}
+
+/// A rollback's drain is over: end the requests admitted under a generation older than
+/// `before` with the "drained" error (`-32010`).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct EndOlderRequests {
+    pub(crate) before: Generation,
 }
 
 /// Stop the session (process shutdown).
@@ -589,7 +597,7 @@ impl SessionActor {
     fn start_request(&mut self, id: JsonRpcId, method: String, params: Option<Value>, mode: ReplyMode, ctx: &mut Context<Self>) -> Result<PostOutcome, Rejection> {
         let cancel = CancellationToken::new();
         let generation = self.gens.current().enter(Counted::InFlight);
-        self.core.begin_request(&id, RequestTask { spawn: None, cancel: cancel.clone(), json: None, _generation: generation })?;
+        self.core.begin_request(&id, RequestTask { spawn: None, cancel: cancel.clone(), json: None, generation })?;
         let mut purpose = StreamPurpose::ReadOnly;
         // The stream's address exists before the stream starts, so the handler can be run
         // first and an immediate answer can share the priming event's write.
@@ -840,6 +848,30 @@ impl Handler<Delete> for SessionActor {
             ctx.stop();
         }
         let _ = msg.reply.send(r);
+    }
+}
+
+impl Handler<EndOlderRequests> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: EndOlderRequests, ctx: &mut Context<Self>) {
+        let _span = self.span.clone().entered();
+        let old = self.core.in_flight_where(|t| t.generation.generation().settings.id.0 < msg.before.0);
+        for id in old {
+            let error = ErrorObject::new(
+                code::DRAINED,
+                "The server rolled back and this request did not finish within the drain's grace period; it was stopped and its outcome is unknown. Re-issue it if running it again is safe.",
+            );
+            // Its tool stops first; then the error is its answer.
+            if let Some(f) = self.core.in_flight_mut(&id) {
+                f.handle.cancel.cancel();
+                if let Some(h) = f.handle.spawn.take() {
+                    ctx.cancel_future(h);
+                }
+            }
+            self.complete(&id, Err(error), ctx);
+        }
+        self.arm(ctx);
     }
 }
 

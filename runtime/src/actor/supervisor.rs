@@ -467,9 +467,34 @@ impl Supervisor {
     }
 
     /// Roll back: a new generation whose new streams are not resumable. Streams of older
-    /// generations stay resumable until their retention ends; their requests finish.
-    pub fn rollback(&self) -> Generation {
-        self.reload(GenOrigin::Rollback, |s| s.flags = s.flags.map(crate::proto::rollout::RolloutFlags::rolled_back))
+    /// generations stay resumable until their retention ends; their requests finish, within
+    /// `shutdown.grace_secs`: then the ones still running are ended with the "drained" error
+    /// (`-32010`). Must run on an actix or tokio runtime (the deadline is a task).
+    pub fn rollback(self: &Arc<Self>) -> Generation {
+        let g = self.reload(GenOrigin::Rollback, |s| s.flags = s.flags.map(crate::proto::rollout::RolloutFlags::rolled_back));
+        let grace = Duration::from_secs(self.cfg.shutdown.grace_secs);
+        let sup = Arc::downgrade(self);
+        actix_rt::spawn(async move {
+            let deadline = tokio::time::Instant::now() + grace;
+            loop {
+                let Some(s) = sup.upgrade() else { return };
+                let left = s.gens.in_flight_older_than(g);
+                if left == 0 {
+                    return;
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    tracing::warn!(generation = g.0, requests = left, "rollback drain: grace period over; the older generations' requests still running are ended (-32010)");
+                    for h in s.registry.all() {
+                        // Control message: it must arrive.
+                        h.addr.do_send(super::session::EndOlderRequests { before: g });
+                    }
+                    return;
+                }
+                drop(s);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        g
     }
 
     /// Ask the host to stop gracefully (`POST /admin/drain`), as SIGTERM does.

@@ -350,7 +350,7 @@ impl Rejection {
                 "GET resume: the stream is no longer retained, or (standalone GET stream) events after the cursor were evicted",
             ),
             (Rejection::QuotaExceeded { cause: Quota::Sessions, retry_after_s: 5 }, "the caller (principal, or remote address without auth) has `quotas.sessions_per_principal` live sessions (`Retry-After: 5`), creates them faster than `quotas.session_rate_per_sec` (`Retry-After`: when the next is allowed), or its share `quotas.stream_memory_per_principal` of the stream memory is full for a request that would open a stream or session (`Retry-After: 2`)"),
-            (Rejection::Overloaded(Overload::Sessions), "`sessions.max_sessions` reached (`Retry-After: 5`), the server is stopping (5), session mailbox full (1), `sessions.max_in_flight` reached (1), or the stream memory budget `limits.stream_memory_bytes` is full for a request that would open a stream (2)"),
+            (Rejection::Overloaded(Overload::Sessions), "`sessions.max_sessions` reached (`Retry-After: 5`), the server is draining: every new request, `initialize` included (`shutdown.retry_after_secs`, default 5), session mailbox full (1), `sessions.max_in_flight` reached (1), or the stream memory budget `limits.stream_memory_bytes` is full for a request that would open a stream (2)"),
             (Rejection::Internal, "unexpected server error (details only in the log)"),
         ]
     }

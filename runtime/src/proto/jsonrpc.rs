@@ -44,6 +44,8 @@ pub mod code {
     pub const REQUEST_TIMEOUT: i64 = -32008;
     /// The server restarted while the request was running; its outcome is unknown.
     pub const SERVER_RESTARTED: i64 = -32009;
+    /// A rollback's drain ended the request at its grace deadline; its outcome is unknown.
+    pub const DRAINED: i64 = -32010;
 }
 
 /// A JSON-RPC error object.

@@ -319,6 +319,11 @@ impl<R, S, P> SessionCore<R, S, P> {
         Ok(())
     }
 
+    /// The ids of the requests in flight whose handle `pick` selects.
+    pub fn in_flight_where(&self, pick: impl Fn(&R) -> bool) -> Vec<JsonRpcId> {
+        self.in_flight.iter().filter(|(_, f)| pick(&f.handle)).map(|(id, _)| id.clone()).collect()
+    }
+
     /// Mutable access to an in-flight request (to attach its stream or handle).
     pub fn in_flight_mut(&mut self, id: &JsonRpcId) -> Option<&mut InFlight<R>> {
         self.in_flight.get_mut(id)
