@@ -28,11 +28,12 @@ impl Admin {
         s.write_all(req.as_bytes()).map_err(|e| e.to_string())?;
         let mut raw = Vec::new();
         s.read_to_end(&mut raw).map_err(|e| format!("admin {path}: {e}"))?;
-        let text = String::from_utf8_lossy(&raw);
-        let (head, body) = text.split_once("\r\n\r\n").ok_or_else(|| format!("admin {path}: no response head"))?;
+        let split = raw.windows(4).position(|w| w == b"\r\n\r\n").ok_or_else(|| format!("admin {path}: no response head"))?;
+        let head = String::from_utf8_lossy(&raw[..split]).into_owned();
         let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).ok_or_else(|| format!("admin {path}: no status"))?;
-        let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(body) } else { body.to_owned() };
-        Ok((status, body))
+        let body = &raw[split + 4..];
+        let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(body) } else { body.to_vec() };
+        Ok((status, String::from_utf8_lossy(&body).into_owned()))
     }
 
     /// `PUT /admin/flags` with `flags` (a JSON object).
@@ -60,16 +61,17 @@ impl Admin {
     }
 }
 
-fn dechunk(mut b: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = b.split_once("\r\n") {
-        let Ok(n) = usize::from_str_radix(size.trim(), 16) else { break };
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(eol) = b.windows(2).position(|w| w == b"\r\n") {
+        let Ok(n) = usize::from_str_radix(String::from_utf8_lossy(&b[..eol]).trim(), 16) else { break };
+        let rest = &b[eol + 2..];
         if n == 0 || rest.len() < n {
-            out.push_str(&rest[..rest.len().min(n)]);
+            out.extend_from_slice(&rest[..rest.len().min(n)]);
             break;
         }
-        out.push_str(&rest[..n]);
-        b = rest[n..].trim_start_matches("\r\n");
+        out.extend_from_slice(&rest[..n]);
+        b = rest[n..].strip_prefix(b"\r\n").unwrap_or(&rest[n..]);
     }
     out
 }
@@ -100,6 +102,6 @@ mod tests {
         assert_eq!(s.len(), 3);
         assert_eq!(total(&s, "a_total"), 5.0);
         assert_eq!(total(&s, "h_count"), 4.0);
-        assert_eq!(dechunk("5\r\nhello\r\n3\r\n ok\r\n0\r\n\r\n"), "hello ok");
+        assert_eq!(dechunk(b"5\r\nhello\r\n3\r\n ok\r\n0\r\n\r\n"), b"hello ok");
     }
 }

@@ -112,7 +112,7 @@ enum Command {
         #[arg(long, required_unless_present = "spawn_host", conflicts_with = "spawn_host")]
         url: Option<String>,
         /// Start this mcp-host binary and gate it: two bearer tokens (for `old-token`) and a
-        /// 10 s idle-session TTL, so the sessions `old-token` makes clients abandon (each 404
+        /// 10 s idle-session TTL (and a 1 s `Retry-After` while draining), so the sessions `old-token` makes clients abandon (each 404
         /// leaves one behind) are reclaimed during the run. Its SQLite ledger is fresh, in a
         /// temporary directory removed after it stops.
         #[arg(long)]
@@ -293,7 +293,9 @@ fn gate_command(args: GateArgs, mut spec: gate::GateSpec) -> ExitCode {
             // outlive a restart of the process and are removed after its last stop.
             let dir = mcp_devtools::TempDir::new("load-gate");
             let path = dir.path().join("gate.toml");
-            let toml = format!("[security.bearer_tokens]\n\"{}\" = \"alice\"\n\"{}\" = \"bob\"\n", GATE_TOKENS[0], GATE_TOKENS[1]);
+            // A drain's 503 says come back in 1 s: with restarts every 2-4 s and a 10 s idle
+            // TTL, the default 5 s would let a client's session idle out between two drains.
+            let toml = format!("[security.bearer_tokens]\n\"{}\" = \"alice\"\n\"{}\" = \"bob\"\n[shutdown]\nretry_after_secs = 1\n", GATE_TOKENS[0], GATE_TOKENS[1]);
             if let Err(e) = std::fs::write(&path, toml) {
                 eprintln!("mcp-load: cannot write {}: {e}", path.display());
                 return ExitCode::from(2);

@@ -408,6 +408,9 @@ enum Rewrite {
 struct EventFaults {
     /// Cut this many bytes after the first event with an id.
     cut: Option<usize>,
+    /// Also arm the cut after the first event without an id (a stream its server does not
+    /// make resumable: `rollout` phases), so the client's re-issue is what recovers it.
+    cut_plain: bool,
     drop_priming: bool,
     cross: bool,
     replay: bool,
@@ -561,6 +564,7 @@ fn choose_event_faults(p: &Proxy, is_call: bool) -> EventFaults {
     let expiry_race = is_call && p.roll(Scenario::ExpiryRace);
     EventFaults {
         cut: (!expiry_race && p.roll(Scenario::Cut)).then(|| p.below(256) as usize),
+        cut_plain: p.plan.rates.contains_key(&Scenario::Rollout),
         drop_priming: is_call && p.roll(Scenario::LostPriming),
         cross: p.roll(Scenario::CrossedIds),
         replay: p.roll(Scenario::ReplayAfterAck),
@@ -710,6 +714,11 @@ async fn relay_events(p: &Proxy, c: &mut Conn, u: &mut Conn, ctx: StreamCtx<'_>)
                     replayed = true;
                     pending_replay = Some(ev);
                 }
+            } else if f.cut_plain && has_data
+                && let (Some(extra), None) = (f.cut, cut_left)
+            {
+                p.bump("cut.plain_armed");
+                cut_left = Some(extra);
             }
         }
     }

@@ -178,6 +178,7 @@ impl Collector for SupervisorCollector {
         counters(&mut e, "mcp_shadow_mismatches", "Shadow ledger events that did not match what was sent, by kind", &kinds)?;
         counter(&mut e, "mcp_shadow_window_lost", "Shadow events older than the window bound (a resume from the start would have lost them)", m.shadow_window_lost)?;
         counter(&mut e, "mcp_shadow_unreadable", "Shadow streams whose ledger copy could not be read", m.shadow_unreadable)?;
+        counter(&mut e, "mcp_shadow_unverified", "Shadow streams that ended with their session (DELETE, expiry, parking, shutdown) and were not verified", m.shadow_unverified)?;
         histogram(&mut e, "mcp_shadow_commit_seconds", "From a shadow stream's close to the commit of all its ledger writes", st.shadow_latency())?;
         let w = sup.ledger_writer();
         let ws = w.snapshot();

@@ -152,7 +152,7 @@ async fn shutdown_stops_every_session_and_refuses_new_ones() {
     let mut g = a.open_get().await;
     g.chunk().await;
     assert_eq!(h.sup.shutdown(), 2);
-    assert_eq!(h.sup.phase(), Phase::Stopped);
+    assert_eq!(h.sup.phase(), Phase::Draining, "stopped only once the host saw every session stop");
     assert!(g.event().await.is_none());
     assert_eq!(h.sup.session_count(), 0);
     let r = h.send(post().set_payload(init_body("2025-11-25"))).await;

@@ -64,6 +64,9 @@ async fn share_picks_sessions_by_a_stable_hash_and_a_session_never_flips() {
             resumable.push(!ids.is_empty());
         }
         assert!(resumable.iter().all(|r| *r == resumable[0]), "a session flipped: {resumable:?}");
+        // In the share exactly when the hash of its id's HMAC places it below 0.5.
+        let place = mcp_runtime::proto::rollout::share_place(&h.sup.session_hmac(&SessionId::parse(&c.sid).unwrap()));
+        assert_eq!(resumable[0], place < 0.5, "place {place}");
         chosen.push(resumable[0]);
     }
     let n = chosen.iter().filter(|c| **c).count();
@@ -206,5 +209,7 @@ async fn while_draining_new_requests_get_503_with_the_configured_retry_after_and
     assert_eq!(text_of(&running.message().await), "done");
     until("nothing in flight", || h.sup.in_flight() == 0).await;
     h.sup.shutdown();
+    until("every session stopped", || h.sup.session_count() == 0).await;
+    h.sup.mark_stopped();
     assert_eq!(lifecycle.borrow_and_update().phase, Phase::Stopped);
 }

@@ -244,7 +244,10 @@ impl HostConfig {
             }),
         });
         if let Some(a) = &admin {
-            if !a.bind.is_loopback() && a.token.as_deref().is_none_or(|t| t.trim().len() < 16) {
+            if a.token.as_deref().is_some_and(|t| t.trim().len() < 16) {
+                return Err("admin.token must be at least 16 characters".into());
+            }
+            if !a.bind.is_loopback() && a.token.is_none() {
                 return Err(format!("admin.bind = {} is not a loopback address: set admin.token (at least 16 characters) to serve the admin API there", a.bind));
             }
             if a.port != 0 && a.port == flags.port.unwrap_or(f.server.port) && a.bind == bind {
@@ -341,6 +344,8 @@ path = \"/var/lib/mcp/l.db\"\ndurability = \"sync\"\n").unwrap();
         assert!(err.contains("admin.token"), "{err}");
         let file: FileConfig = toml::from_str("[admin]\nbind = \"0.0.0.0\"\ntoken = \"0123456789abcdef0123\"\n").unwrap();
         assert!(HostConfig::merge(file, flags(&[])).is_ok());
+        let short: FileConfig = toml::from_str("[admin]\ntoken = \"short\"\n").unwrap();
+        assert!(HostConfig::merge(short, flags(&[])).unwrap_err().contains("16 characters"), "also on loopback");
         let c = HostConfig::merge(FileConfig::default(), flags(&[])).unwrap();
         let a = c.admin.unwrap();
         assert_eq!((a.bind.to_string().as_str(), a.port, a.token_file), ("127.0.0.1", 8081, PathBuf::from("mcp-host.admin-token")));

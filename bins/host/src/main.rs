@@ -79,14 +79,8 @@ async fn reload_on_sighup(sup: Arc<Supervisor>, flags: config::Flags) {
     while hup.recv().await.is_some() {
         match HostConfig::load(flags.clone()) {
             Ok(c) => {
-                let r = c.runtime;
-                let g = sup.reload(mcp_runtime::actor::GenOrigin::Reload, |s| {
-                    s.flags = Some(r.rollout);
-                    s.window = mcp_runtime::proto::replay::WindowLimits { max_events: r.sse.replay_max_events, max_bytes: r.sse.replay_max_bytes };
-                    s.retry_ms = r.sse.retry_ms;
-                    s.prime_streams = r.sse.prime_streams;
-                    s.max_in_flight = r.sessions.max_in_flight;
-                });
+                let new = mcp_runtime::actor::GenSettings::from_config(&c.runtime, "".into(), mcp_runtime::actor::GenOrigin::Reload, 0);
+                let g = sup.reload(mcp_runtime::actor::GenOrigin::Reload, |s| s.reload_from(&new));
                 tracing::info!(generation = g.0, "reloaded (SIGHUP): rollout flags, replay window, retry hint and max_in_flight apply to what opens from now on; other settings need a restart");
             }
             Err(e) => tracing::error!(error = %e, "SIGHUP: the configuration does not load; nothing changed"),
@@ -136,6 +130,7 @@ async fn drain(sup: &Arc<Supervisor>) {
         actix_web::rt::time::sleep(Duration::from_millis(10)).await;
     }
     tracing::info!(sessions = stopped, streams_left = sup.stats().streams_live(), "drained");
+    sup.mark_stopped();
 }
 
 async fn serve(cfg: HostConfig) -> Result<(), String> {
@@ -199,6 +194,7 @@ async fn serve(cfg: HostConfig) -> Result<(), String> {
         _ => None,
     };
     let server = server.run();
+    sup.start_serving();
     let (handle, stopping) = (server.handle(), Arc::clone(&sup));
     actix_web::rt::spawn(async move {
         tokio::select! {

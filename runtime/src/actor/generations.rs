@@ -165,6 +165,13 @@ impl Generations {
         Arc::clone(self.list.read().last().expect("there is always a current generation"))
     }
 
+    /// Count one more `what` in the current generation. Entered under the list's lock: no
+    /// retirement can come between finding the generation and counting in it.
+    #[must_use]
+    pub fn enter_current(&self, what: Counted) -> GenCount {
+        self.list.read().last().expect("there is always a current generation").enter(what)
+    }
+
     /// Start a new generation from the current one's settings changed by `change`, numbered
     /// one more than the highest so far; the old ones are retired when idle. Returns it.
     pub fn advance(&self, origin: GenOrigin, now_ms: u64, change: impl FnOnce(&mut GenSettings)) -> Arc<Gen> {
@@ -181,24 +188,28 @@ impl Generations {
         g
     }
 
-    /// The live generation numbered `id`, else a [`GenOrigin::Restored`] entry for it (a
-    /// session or stream an earlier process opened under it is being revived).
-    pub fn restored(&self, id: Generation, now_ms: u64) -> Arc<Gen> {
+    /// Count one more `what` in the live generation numbered `id`, else in a
+    /// [`GenOrigin::Restored`] entry made for it (a session or stream an earlier process
+    /// opened under it is being revived). Counted under the list's lock, like
+    /// [`Generations::enter_current`].
+    #[must_use]
+    pub fn enter_restored(&self, id: Generation, now_ms: u64, what: Counted) -> GenCount {
         if let Some(g) = self.list.read().iter().find(|g| g.settings.id == id) {
-            return Arc::clone(g);
+            return g.enter(what);
         }
         let mut list = self.list.write();
         if let Some(g) = list.iter().find(|g| g.settings.id == id) {
-            return Arc::clone(g);
+            return g.enter(what);
         }
         let current = list.last().expect("there is always a current generation");
         let s = GenSettings { id, flags: None, origin: GenOrigin::Restored, started_ms: now_ms, ..current.settings.clone() };
         let g = Arc::new(Gen::from(s));
         g.superseded_ms.store(now_ms, Ordering::Relaxed);
+        let count = g.enter(what);
         // Kept in number order, the current one last.
         let at = list.len() - 1;
-        list.insert(at, Arc::clone(&g));
-        g
+        list.insert(at, g);
+        count
     }
 
     /// Retire the idle generations that are not current; returns every one left, oldest
@@ -245,6 +256,31 @@ fn retire(list: &mut Vec<Arc<Gen>>) {
         i += 1;
         keep
     });
+}
+
+impl GenSettings {
+    /// The reloadable settings of `cfg` (the one place that lists them: SIGHUP and the first
+    /// generation both read them here), under the key `key_id`.
+    #[must_use]
+    pub fn from_config(cfg: &crate::config::RuntimeConfig, key_id: Arc<str>, origin: GenOrigin, now_ms: u64) -> GenSettings {
+        GenSettings {
+            id: Generation(cfg.sessions.generation),
+            flags: Some(cfg.rollout),
+            window: WindowLimits { max_events: cfg.sse.replay_max_events, max_bytes: cfg.sse.replay_max_bytes },
+            retry_ms: cfg.sse.retry_ms,
+            prime_streams: cfg.sse.prime_streams,
+            max_in_flight: cfg.sessions.max_in_flight,
+            key_id,
+            origin,
+            started_ms: now_ms,
+        }
+    }
+
+    /// Take `other`'s reloadable values (a reload: the number, key, origin and start time stay
+    /// this one's).
+    pub fn reload_from(&mut self, other: &GenSettings) {
+        (self.flags, self.window, self.retry_ms, self.prime_streams, self.max_in_flight) = (other.flags, other.window, other.retry_ms, other.prime_streams, other.max_in_flight);
+    }
 }
 
 #[cfg(test)]
@@ -317,10 +353,12 @@ mod tests {
     #[test]
     fn restored_generations_are_found_or_made_and_numbering_stays_above_them() {
         let gens = Generations::new(first());
-        let r = gens.restored(Generation(9), 5);
+        let alive = gens.enter_restored(Generation(9), 5, Counted::Session);
+        let r = Arc::clone(alive.generation());
         assert_eq!((r.settings.origin, r.settings.flags), (GenOrigin::Restored, None));
-        let _alive = r.enter(Counted::Session);
-        assert!(Arc::ptr_eq(&gens.restored(Generation(9), 6), &r));
+        let again = gens.enter_restored(Generation(9), 6, Counted::Stream);
+        assert!(Arc::ptr_eq(again.generation(), &r), "found, not made twice");
+        assert_eq!(gens.status().len(), 2);
         assert_eq!(gens.current().settings.id, Generation(4), "the current one stays current");
         assert_eq!(gens.advance(GenOrigin::Reload, 7, |_| {}).settings.id, Generation(10));
     }

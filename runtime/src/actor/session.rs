@@ -18,10 +18,10 @@ use tokio_util::sync::CancellationToken;
 use super::body::SseBody;
 use super::budget::{Charge, MemoryBudget};
 use super::durable::{self, LedgerCtx, SessionMeta, StreamLedger};
-use super::generations::{Counted, Gen, GenCount, Generations};
+use super::generations::{Counted, GenCount, Generations};
 use super::registry::{InboxTicket, RegistryGuard};
 use super::stream::{Attach, Close, Drain as DrainStream, Emit, PollClose, SessionLink, Stop as StopStream, StreamActor, StreamLinks, StreamReport};
-use super::supervisor::{Settle, Supervisor};
+use super::supervisor::{Phase, Settle, Supervisor};
 use crate::proto::admission::ReplyMode;
 use crate::proto::error::{Overload, Rejection};
 use crate::proto::event_id::{CursorSigner, EventId};
@@ -222,7 +222,8 @@ pub(crate) struct SessionSeed {
     pub(crate) id: SessionId,
     pub(crate) principal: Option<Arc<str>>,
     pub(crate) version: ProtocolVersion,
-    pub(crate) generation: Arc<Gen>,
+    /// Counted live in the generation it is opened (or revived) under.
+    pub(crate) generation: GenCount,
     pub(crate) signer: Arc<CursorSigner>,
     pub(crate) handshake: Handshake,
     /// Estimated bytes of the handshake the session keeps.
@@ -268,7 +269,7 @@ impl SessionActor {
         let cfg = sup.config();
         let limits = SessionLimits {
             idle_ttl_ms: cfg.idle_ttl_ms(),
-            max_in_flight: seed.generation.settings.max_in_flight,
+            max_in_flight: seed.generation.generation().settings.max_in_flight,
             max_retained_streams: cfg.sessions.max_retained_streams,
             max_retained_bytes: cfg.sessions.max_retained_bytes,
             client_request_timeout_ms: cfg.sessions.client_request_timeout_secs.saturating_mul(1000),
@@ -283,11 +284,11 @@ impl SessionActor {
         handshake.set(seed.kept_bytes);
         let now = sup.now();
         let incarnation = seed.restore.as_ref().map_or(0, |r| r.incarnation);
-        let mut core = SessionCore::incarnate(seed.id, seed.version, seed.generation.settings.id, limits, now, incarnation);
+        let mut core = SessionCore::incarnate(seed.id, seed.version, seed.generation.generation().settings.id, limits, now, incarnation);
         if let Some(level) = seed.restore.as_ref().and_then(|r| r.log_level) {
             core.set_log_level(level);
         }
-        let span = tracing::info_span!("session", hmac = %&seed.hmac[..seed.hmac.len().min(12)], generation = seed.generation.settings.id.0);
+        let span = tracing::info_span!("session", hmac = %&seed.hmac[..seed.hmac.len().min(12)], generation = seed.generation.generation().settings.id.0);
         let meta = SessionMeta {
             hmac: seed.hmac,
             principal: seed.principal.clone(),
@@ -302,7 +303,7 @@ impl SessionActor {
             signer: seed.signer,
             streams,
             gens: Arc::clone(sup.generations()),
-            _generation: seed.generation.enter(Counted::Session),
+            _generation: seed.generation,
             client_caps: Arc::new(capabilities),
             sup,
             guard: Some(guard),
@@ -368,10 +369,10 @@ impl SessionActor {
                 hold_until_committed: self.streams.hold_until_committed,
                 mode: StreamMode::Resumable,
             };
-            let generation = self.gens.restored(Generation(record.generation), self.sup.now().0);
-            let core = StreamCore::restore(sid, generation.settings.id, kind, (*self.signer).clone(), settings, restored);
+            let generation = self.gens.enter_restored(Generation(record.generation), self.sup.now().0, Counted::Stream);
+            let core = StreamCore::restore(sid, generation.generation().settings.id, kind, (*self.signer).clone(), settings, restored);
             let ledger = StreamLedger::restored(Arc::clone(&self.meta.hmac), sid, &record);
-            let (addr, closed) = StreamActor::start_restored(core, self.stream_links(), ledger, generation.enter(Counted::Stream));
+            let (addr, closed) = StreamActor::start_restored(core, self.stream_links(), ledger, generation);
             let evicted = self.core.restore_stream(sid, request, closed, addr);
             self.evict(evicted);
         }
@@ -503,9 +504,9 @@ impl SessionActor {
     }
 
     /// The current generation and the settings a new stream for `purpose` gets from it.
-    fn new_stream_settings(&self, purpose: StreamPurpose) -> (Arc<Gen>, StreamSettings) {
-        let g = self.gens.current();
-        let s = &g.settings;
+    fn new_stream_settings(&self, purpose: StreamPurpose) -> (GenCount, StreamSettings) {
+        let g = self.gens.enter_current(Counted::Stream);
+        let s = &g.generation().settings;
         let mode = s.flags.map_or(StreamMode::Resumable, |f| f.mode(self.streams.place, purpose));
         let settings = StreamSettings {
             window: s.window,
@@ -527,11 +528,11 @@ impl SessionActor {
         purpose: StreamPurpose,
     ) -> SseBody {
         let (generation, settings) = self.new_stream_settings(purpose);
-        let core = StreamCore::new(sid, generation.settings.id, kind, (*self.signer).clone(), settings);
+        let core = StreamCore::new(sid, generation.generation().settings.id, kind, (*self.signer).clone(), settings);
         let now = self.sup.now();
         self.core.connection_delta(now, true);
         let ledger = StreamLedger::new(Arc::clone(&self.meta.hmac), sid, request, now);
-        let (body, closed_with) = StreamActor::start_in(sctx, core, final_json.as_deref(), self.stream_links(), ledger, generation.enter(Counted::Stream));
+        let (body, closed_with) = StreamActor::start_in(sctx, core, final_json.as_deref(), self.stream_links(), ledger, generation);
         if let Some(bytes) = closed_with {
             let evicted = self.core.stream_closed(sid, bytes);
             self.evict(evicted);
@@ -552,6 +553,8 @@ impl SessionActor {
 
     fn on_message(&mut self, m: Message, mode: ReplyMode, ctx: &mut Context<Self>) -> Result<PostOutcome, Rejection> {
         match m {
+            // Admitted before a drain began and queued here since: the phase is read now.
+            Message::Request { .. } if self.sup.phase() != Phase::Serving => Err(Rejection::Overloaded(Overload::Draining)),
             Message::Request { id, method, params } => self.start_request(id, method, params, mode, ctx),
             Message::Notification { method, params } => {
                 self.on_notification(&method, params.as_ref(), ctx);
@@ -596,7 +599,7 @@ impl SessionActor {
 
     fn start_request(&mut self, id: JsonRpcId, method: String, params: Option<Value>, mode: ReplyMode, ctx: &mut Context<Self>) -> Result<PostOutcome, Rejection> {
         let cancel = CancellationToken::new();
-        let generation = self.gens.current().enter(Counted::InFlight);
+        let generation = self.gens.enter_current(Counted::InFlight);
         self.core.begin_request(&id, RequestTask { spawn: None, cancel: cancel.clone(), json: None, generation })?;
         let mut purpose = StreamPurpose::ReadOnly;
         // The stream's address exists before the stream starts, so the handler can be run
@@ -664,7 +667,7 @@ impl SessionActor {
                         let rid = id.clone();
                         let fut = tracing::Instrument::instrument(fut, tracing::info_span!(parent: &self.span, "request", method = request_method));
                         let h = ctx.spawn(fut.into_actor(self).map(move |r, act, ctx| {
-                            act.complete(&rid, r, ctx);
+                            act.complete(&rid, r);
                             act.arm(ctx);
                         }));
                         if let Some(f) = self.core.in_flight_mut(&id) {
@@ -682,7 +685,7 @@ impl SessionActor {
             }
             (None, Some(rx)) => {
                 if let Some(r) = done {
-                    self.complete(&id, r, ctx);
+                    self.complete(&id, r);
                 }
                 Ok(PostOutcome::Json(rx))
             }
@@ -726,20 +729,22 @@ impl SessionActor {
 
     /// A spawned request finished: send its response on its own stream (or JSON reply),
     /// unless it was cancelled.
-    fn complete(&mut self, id: &JsonRpcId, r: Result<Value, ErrorObject>, ctx: &mut Context<Self>) {
+    fn complete(&mut self, id: &JsonRpcId, r: Result<Value, ErrorObject>) {
         let Some((bytes, task, stream)) = self.take_response(id, r) else { return };
         if let Some(tx) = task.json {
             let _ = tx.send(Ok(bytes));
         } else if let Some(s) = stream.and_then(|sid| self.core.stream(sid)) {
-            // Within the stream's mailbox bound; a busy stream gets it as soon as it has room
-            // (awaited in this context, never dropped, never blocking the session).
+            // Within the stream's mailbox bound; a busy stream gets it as soon as it has room:
+            // awaited on a task of its own (it outlives this session if the session stops),
+            // the request counted in flight until the stream has it (a drain waits for it).
             match s.handle.try_send(Emit { json: bytes, last: true }) {
                 Ok(()) | Err(SendError::Closed(_)) => {}
                 Err(SendError::Full(m)) => {
-                    let addr = s.handle.clone();
-                    ctx.spawn(actix::fut::wrap_future::<_, Self>(async move {
+                    let (addr, in_flight) = (s.handle.clone(), task.generation);
+                    actix_rt::spawn(async move {
                         let _ = addr.send(m).await;
-                    }));
+                        drop(in_flight);
+                    });
                 }
             }
         }
@@ -791,7 +796,8 @@ impl Handler<OpenGet> for SessionActor {
     fn handle(&mut self, msg: OpenGet, ctx: &mut Context<Self>) {
         let _span = self.span.clone().entered();
         self.core.touch(self.sup.now());
-        let r = self.core.check_active().map(|()| {
+        let serving = if self.sup.phase() == Phase::Serving { Ok(()) } else { Err(Rejection::Overloaded(Overload::Draining)) };
+        let r = self.core.check_active().and(serving).map(|()| {
             let sctx = Context::<StreamActor>::new();
             let (sid, replaced) = self.core.open_get_stream(sctx.address());
             if let Some(old) = replaced {
@@ -869,7 +875,7 @@ impl Handler<EndOlderRequests> for SessionActor {
                     ctx.cancel_future(h);
                 }
             }
-            self.complete(&id, Err(error), ctx);
+            self.complete(&id, Err(error));
         }
         self.arm(ctx);
     }
@@ -880,6 +886,13 @@ impl Handler<Shutdown> for SessionActor {
 
     fn handle(&mut self, _: Shutdown, ctx: &mut Context<Self>) {
         let _span = self.span.clone().entered();
+        // Its record as of now (the periodic one may lag): the next process revives it with
+        // its true last use; one still in use counts as used now.
+        let now = self.sup.now();
+        let used = if self.core.in_flight_len() > 0 || self.core.attached_connections() > 0 { now } else { self.core.last_activity() };
+        if self.core.check_active().is_ok() {
+            self.ledger.writer.submit(self.record_ops_at(RecordState::Active, used));
+        }
         self.ended_by = Rejection::Overloaded(Overload::Draining);
         ctx.stop();
     }

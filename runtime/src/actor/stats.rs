@@ -23,9 +23,6 @@ pub struct RuntimeStats {
     sessions_revived: AtomicU64,
     sessions_parked: AtomicU64,
     sessions_evicted_from_ledger: AtomicU64,
-    events: AtomicU64,
-    resumes: AtomicU64,
-    gaps: AtomicU64,
     budget_trimmed: AtomicU64,
     live: LiveFigures,
 }
@@ -46,6 +43,7 @@ struct LiveFigures {
     shadow_mismatches: [AtomicU64; 4],
     shadow_window_lost: AtomicU64,
     shadow_unreadable: AtomicU64,
+    shadow_unverified: AtomicU64,
     shadow_latency: crate::metrics::Histo,
     http: [AtomicU64; HTTP_STATUSES.len()],
     streams_by_mode: [AtomicI64; 3],
@@ -75,6 +73,7 @@ impl Default for LiveFigures {
             shadow_mismatches: std::array::from_fn(|_| z()),
             shadow_window_lost: z(),
             shadow_unreadable: z(),
+            shadow_unverified: z(),
             shadow_latency: crate::metrics::Histo::new(crate::metrics::LATENCY_BOUNDS),
             http: std::array::from_fn(|_| z()),
             streams_by_mode: std::array::from_fn(|_| AtomicI64::new(0)),
@@ -118,6 +117,8 @@ pub struct MetricFigures {
     pub shadow_window_lost: u64,
     /// Shadow copies that could not be read.
     pub shadow_unreadable: u64,
+    /// Shadow streams that ended with their session (not verified).
+    pub shadow_unverified: u64,
     /// HTTP responses by status.
     pub http_responses: Vec<(&'static str, u64)>,
     /// Live streams by mode.
@@ -139,9 +140,6 @@ impl Default for RuntimeStats {
             sessions_revived: AtomicU64::new(0),
             sessions_parked: AtomicU64::new(0),
             sessions_evicted_from_ledger: AtomicU64::new(0),
-            events: AtomicU64::new(0),
-            resumes: AtomicU64::new(0),
-            gaps: AtomicU64::new(0),
             budget_trimmed: AtomicU64::new(0),
             live: LiveFigures::default(),
         }
@@ -172,12 +170,10 @@ impl RuntimeStats {
         self.streams_live.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A stream actor stopped: its gauge drops and its counters are added.
+    /// A stream actor stopped: its gauge drops (events, resumes and gaps were counted as
+    /// they happened).
     pub(crate) fn stream_stopped(&self, s: &StreamStats) {
         self.streams_live.fetch_sub(1, Ordering::Relaxed);
-        add(&self.events, s.events);
-        add(&self.resumes, s.resumes);
-        add(&self.gaps, s.gaps);
         add(&self.live.lost_unattached, s.lost_unattached);
     }
 
@@ -236,6 +232,11 @@ impl RuntimeStats {
         add(&self.live.shadow_unreadable, 1);
     }
 
+    /// A shadow stream ended with its session, unverified.
+    pub(crate) fn shadow_unverified(&self) {
+        add(&self.live.shadow_unverified, 1);
+    }
+
     /// The shadow commit latency histogram.
     #[must_use]
     pub fn shadow_latency(&self) -> &crate::metrics::Histo {
@@ -272,6 +273,7 @@ impl RuntimeStats {
             shadow_mismatches: SHADOW_KINDS.iter().zip(&l.shadow_mismatches).map(|(k, c)| (*k, get(c))).collect(),
             shadow_window_lost: get(&l.shadow_window_lost),
             shadow_unreadable: get(&l.shadow_unreadable),
+            shadow_unverified: get(&l.shadow_unverified),
             http_responses: HTTP_STATUSES.iter().zip(&l.http).map(|(k, c)| (*k, get(c))).collect(),
             streams_by_mode: MODES.iter().zip(&l.streams_by_mode).map(|(k, c)| (*k, c.load(Ordering::Relaxed))).collect(),
             streams_by_state: STREAM_STATES.iter().zip(&l.streams_by_state).map(|(k, c)| (*k, c.load(Ordering::Relaxed))).collect(),
@@ -375,11 +377,11 @@ pub struct StatsSnapshot {
     pub sessions_evicted_from_ledger: u64,
     /// The ledger writer's counters.
     pub ledger: crate::ledger::WriterSnapshot,
-    /// Events appended by streams that have stopped.
+    /// Events appended to streams.
     pub events: u64,
-    /// Resumes served by streams that have stopped.
+    /// Resumes served from a window.
     pub resumes: u64,
-    /// Resumes that found a gap, on streams that have stopped.
+    /// Resumes that found a gap.
     pub gaps: u64,
     /// Events trimmed from windows to respect the stream memory budget.
     pub budget_trimmed: u64,
@@ -404,9 +406,9 @@ impl RuntimeStats {
             sessions_parked: get(&self.sessions_parked),
             sessions_evicted_from_ledger: get(&self.sessions_evicted_from_ledger),
             ledger,
-            events: get(&self.events),
-            resumes: get(&self.resumes),
-            gaps: get(&self.gaps),
+            events: get(&self.live.events),
+            resumes: get(&self.live.resumes),
+            gaps: get(&self.live.gaps),
             budget_trimmed: get(&self.budget_trimmed),
         }
     }

@@ -572,6 +572,16 @@ impl Handler<Stop> for StreamActor {
         let _span = self.span.clone().entered();
         self.core.close(msg.0);
         self.set_writer(None, ctx);
+        if self.core.shadow_sent().is_some() && !self.ending {
+            if msg.0 == CloseReason::Replaced {
+                // A replaced shadow GET stream: its copy is still there; verified, then gone.
+                self.ending = true;
+                self.end_unresumable(ctx);
+                return;
+            }
+            // Its session ended or parked: its copy goes (or stays) with the session's.
+            self.env.stats.shadow_unverified();
+        }
         // Evicted or replaced: its life is over. (A stop because its session ends, stops
         // or parks leaves its copy to the session.)
         if matches!(msg.0, CloseReason::Evicted | CloseReason::Replaced) {

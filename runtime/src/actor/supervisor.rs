@@ -43,7 +43,7 @@ pub enum Phase {
     /// Stopping: new requests get 503 with `Retry-After`; in-flight ones finish, then every
     /// stream ends with a `retry` hint.
     Draining,
-    /// Every session stopped; the ledger is being flushed.
+    /// Every session stopped ([`Supervisor::mark_stopped`]); the ledger is being flushed.
     Stopped,
 }
 
@@ -278,34 +278,27 @@ impl std::fmt::Debug for Supervisor {
 }
 
 impl Supervisor {
-    /// Start serving generation `cfg.sessions.generation` on a memory ledger (in-process
-    /// servers and tests; whatever `cfg.ledger` says). `cfg` should have passed
+    /// A supervisor serving at once on a memory ledger (in-process servers and tests;
+    /// whatever `cfg.ledger` says). `cfg` should have passed
     /// [`RuntimeConfig::validate`].
     #[must_use]
     pub fn new(cfg: RuntimeConfig, catalog: Catalog) -> Arc<Supervisor> {
         let ledger = Ledger::memory(&cfg);
-        Supervisor::with_ledger(cfg, catalog, ledger)
+        let sup = Supervisor::with_ledger(cfg, catalog, ledger);
+        sup.start_serving();
+        sup
     }
 
-    /// Start serving on an open ledger ([`Ledger::open`]): sessions and streams recorded
-    /// there by an earlier process are revived on first use.
+    /// A supervisor on an open ledger ([`Ledger::open`]), in phase `starting` (every request
+    /// gets 503) until [`Supervisor::start_serving`]: sessions and streams recorded there by
+    /// an earlier process are revived on first use.
     #[must_use]
     pub fn with_ledger(cfg: RuntimeConfig, catalog: Catalog, ledger: Ledger) -> Arc<Supervisor> {
         let now_ms = ledger.clock.now().0;
         // Numbered above every generation an earlier process on this ledger started.
         let generation = Generation(cfg.sessions.generation.max(ledger.last_generation().saturating_add(1)));
         ledger.record_generation(generation.0);
-        let gens = Arc::new(Generations::new(GenSettings {
-            id: generation,
-            flags: Some(cfg.rollout),
-            window: crate::proto::replay::WindowLimits { max_events: cfg.sse.replay_max_events, max_bytes: cfg.sse.replay_max_bytes },
-            retry_ms: cfg.sse.retry_ms,
-            prime_streams: cfg.sse.prime_streams,
-            max_in_flight: cfg.sessions.max_in_flight,
-            key_id: ledger.key_id(),
-            origin: GenOrigin::Start,
-            started_ms: now_ms,
-        }));
+        let gens = Arc::new(Generations::new(GenSettings { id: generation, ..GenSettings::from_config(&cfg, ledger.key_id(), GenOrigin::Start, now_ms) }));
         let stream_ttl_ms = cfg.idle_ttl_ms().saturating_add(cfg.sessions.retention_undelivered_ms);
         let cursor_secret = |s: &[u8]| crate::ledger::derive_key(s, "mcp-host cursor v1");
         let previous: Vec<[u8; 32]> = ledger.previous.iter().map(|s| cursor_secret(s)).collect();
@@ -345,7 +338,7 @@ impl Supervisor {
             registry,
             gens,
             stream_env,
-            lifecycle: tokio::sync::watch::Sender::new(Lifecycle { phase: Phase::Serving, generation, since_ms: now_ms }),
+            lifecycle: tokio::sync::watch::Sender::new(Lifecycle { phase: Phase::Starting, generation, since_ms: now_ms }),
             stop_requested: tokio::sync::Notify::new(),
             revive_locks,
             settling,
@@ -560,8 +553,8 @@ impl Supervisor {
         };
         let reservation = self.registry.reserve(key, limits)?;
         let version = ProtocolVersion::negotiate(init.requested_version.as_deref());
-        let generation = self.gens.current();
-        let raw = format!("{}.{}", generation.settings.id.0, URL_SAFE_NO_PAD.encode(crate::rng::bytes::<24>()));
+        let generation = self.gens.enter_current(super::generations::Counted::Session);
+        let raw = format!("{}.{}", generation.generation().settings.id.0, URL_SAFE_NO_PAD.encode(crate::rng::bytes::<24>()));
         let id = SessionId::parse(&raw).expect("base64url and digits are visible ASCII");
         let handshake = Handshake { requested_version: init.requested_version.clone(), capabilities: init.capabilities.clone(), client_info: init.client_info.clone() };
         let (recorded, on_recorded) = tokio::sync::oneshot::channel();
@@ -578,7 +571,7 @@ impl Supervisor {
         id: SessionId,
         principal: Option<Arc<str>>,
         version: ProtocolVersion,
-        generation: Arc<super::generations::Gen>,
+        generation: super::generations::GenCount,
         handshake: Handshake,
         kept_bytes: usize,
         caller_budget: &Arc<MemoryBudget>,
@@ -686,7 +679,7 @@ impl Supervisor {
             let put = crate::ledger::Op::Put { key: codec::session_key(&hmac), value: bytes::Bytes::from(codec::encode(&Record::Session(life))), expires_ms };
             let _ = cx.writer.submit_acked(vec![put]).await;
         }
-        let generation = self.gens.restored(Generation(record.generation), self.now().0);
+        let generation = self.gens.enter_restored(Generation(record.generation), self.now().0, super::generations::Counted::Session);
         let seed = self.seed(id.clone(), principal.cloned(), version, generation, record.handshake, kept_bytes, reservation.caller_budget(), record.origin, Some(restore));
         self.stream_env.stats.session_revived();
         self.start_session(seed, reservation);
@@ -734,6 +727,21 @@ impl Supervisor {
         );
     }
 
+    /// `starting` -> `serving`: requests are admitted (call once the listeners are up).
+    pub fn start_serving(&self) {
+        self.publish(|l| {
+            if l.phase == Phase::Starting {
+                l.phase = Phase::Serving;
+            }
+        });
+    }
+
+    /// Every session has stopped (the host saw the registry empty after
+    /// [`Supervisor::shutdown`]): `stopped`; the ledger's last writes follow.
+    pub fn mark_stopped(&self) {
+        self.publish(|l| l.phase = Phase::Stopped);
+    }
+
     /// Stop admitting new requests (503 with `Retry-After`); in-flight ones go on, and so
     /// does what finishes them (answers to server-to-client requests, cancellations, resumes).
     pub fn begin_drain(&self) {
@@ -762,7 +770,6 @@ impl Supervisor {
             // Control message: it must arrive.
             h.addr.do_send(super::session::Shutdown);
         }
-        self.publish(|l| l.phase = Phase::Stopped);
         all.len()
     }
 }

@@ -236,6 +236,7 @@ pub async fn harness_with(cfg: RuntimeConfig) -> Harness {
 pub async fn harness_on(cfg: RuntimeConfig, ledger: mcp_runtime::ledger::Ledger) -> Harness {
     let gate = Gate::default();
     let sup = Supervisor::with_ledger(cfg, catalog(gate.clone()), ledger);
+    sup.start_serving();
     let svc = Rc::new(test::init_service(App::new().configure(mcp_runtime::http::configure("/mcp", Arc::clone(&sup)))).await);
     let call: Call = Rc::new(move |req: TestRequest| {
         let svc = Rc::clone(&svc);
