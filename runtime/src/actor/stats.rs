@@ -1,5 +1,5 @@
 //! Process-wide counters and gauges, kept as plain atomics by the actors and read as one
-//! [`StatsSnapshot`] (for `mcp-host --stats-every-ms`, and the metrics endpoint to come).
+//! [`StatsSnapshot`] (for `mcp-host --stats-every-ms`) and as [`MetricFigures`] (for `/metrics`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
