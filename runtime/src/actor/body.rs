@@ -178,13 +178,12 @@ mod tests {
     }
 
     fn start(link: SessionLink, kind: StreamKind, final_json: Option<&[u8]>) -> (Addr<StreamActor>, SseBody) {
-        let settings = StreamSettings { window: WindowLimits { max_events: 8, max_bytes: 1 << 16 }, prime: true, retry_ms: Some(100), hold_until_committed: false, mode: crate::proto::rollout::StreamMode::Resumable };
+        let timing = crate::proto::stream::StreamTiming { keepalive_ms: 60_000, retention_after_delivery_ms: 60_000, retention_undelivered_ms: 60_000 };
+        let settings = StreamSettings { window: WindowLimits { max_events: 8, max_bytes: 1 << 16 }, prime: true, retry_ms: Some(100), hold_until_committed: false, mode: crate::proto::rollout::StreamMode::Resumable, timing };
         let core = StreamCore::new(StreamId(1), Generation(1), kind, CursorKey::new(b"k").signer("s", None), settings);
         let env = Arc::new(StreamEnv {
-            keepalive: Duration::from_secs(60),
+            timing,
             write_queue_frames: 4,
-            retention_after_delivery: Duration::from_secs(60),
-            retention_undelivered: Duration::from_secs(60),
             budget: MemoryBudget::new(1 << 20),
             stats: Arc::new(RuntimeStats::default()),
             ledger: Arc::new(LedgerCtx::new(Ledger::memory(&crate::config::RuntimeConfig::default()), 60_000, 60_000)),

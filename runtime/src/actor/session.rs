@@ -368,6 +368,7 @@ impl SessionActor {
                 retry_ms: record.retry_ms,
                 hold_until_committed: self.streams.hold_until_committed,
                 mode: StreamMode::Resumable,
+                timing: self.sup.stream_env().timing,
             };
             let generation = self.gens.enter_restored(Generation(record.generation), self.sup.now().0, Counted::Stream);
             let core = StreamCore::restore(sid, generation.generation().settings.id, kind, (*self.signer).clone(), settings, restored);
@@ -514,6 +515,7 @@ impl SessionActor {
             retry_ms: Some(s.retry_ms),
             hold_until_committed: self.streams.hold_until_committed,
             mode,
+            timing: self.sup.stream_env().timing,
         };
         (g, settings)
     }

@@ -3,9 +3,10 @@
 //! memory budget. Reports to its session through a [`SessionLink`] (it never names the
 //! session's type).
 //!
-//! Timers: a keep-alive interval runs only while a connection is attached, and a retention
-//! timer only while the core says a retention applies (closed, no connection attached); the
-//! actor re-reads it after every message. Both end with the actor.
+//! Time: one timer at a time, armed at the core's [`StreamCore::poll_timeout`] (its
+//! retention's end once closed with no connection attached, or the attached connection's
+//! keep-alive) and re-armed after every message when the core wants an earlier wake-up; the
+//! core decides what is due ([`StreamCore::handle_timeout`]). It ends with the actor.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,19 +23,18 @@ use super::generations::GenCount;
 use super::stats::RuntimeStats;
 use crate::ledger::Durability;
 use crate::proto::error::Rejection;
-use crate::proto::ids::{Seq, StreamId};
+use crate::proto::ids::{Seq, StreamId, Tick};
 use crate::proto::rollout::{StreamMode, verify_shadow};
-use crate::proto::stream::{Attachment, CloseReason, Delivery, Retention, StreamCore, StreamState};
+use crate::proto::stream::{Attachment, CloseReason, Delivery, StreamCore, StreamState, StreamTiming};
 use crate::sse::COMMENT_KEEPALIVE;
 
 /// What every stream of a supervisor shares: connection and retention settings, the memory
 /// budget and the counters.
 #[derive(Debug)]
 pub(crate) struct StreamEnv {
-    pub(crate) keepalive: Duration,
+    /// Keep-alive and retention times, for the streams' settings.
+    pub(crate) timing: StreamTiming,
     pub(crate) write_queue_frames: usize,
-    pub(crate) retention_after_delivery: Duration,
-    pub(crate) retention_undelivered: Duration,
     pub(crate) budget: Arc<MemoryBudget>,
     pub(crate) stats: Arc<RuntimeStats>,
     pub(crate) ledger: Arc<LedgerCtx>,
@@ -90,11 +90,10 @@ pub struct StreamActor {
     session: SessionLink,
     env: Arc<StreamEnv>,
     charge: Charge,
-    last_write: Instant,
     closed_reported: bool,
-    /// The armed retention timer and the retention it is armed for.
-    retention: Option<(Retention, SpawnHandle)>,
-    keepalive: Option<SpawnHandle>,
+    /// The one armed timer (at the core's `poll_timeout`: retention end or keep-alive) and
+    /// the tick it is armed for.
+    timer: Option<(Tick, SpawnHandle)>,
     ledger: StreamLedger,
     /// Counted live in the generation it was opened under.
     _generation: GenCount,
@@ -113,10 +112,8 @@ impl Actor for StreamActor {
         ctx.set_mailbox_capacity(64);
         self.env.stats.stream_started();
         self.env.stats.stream_mode(self.core.mode(), 1);
-        if self.writer.is_some() {
-            self.start_keepalive(ctx);
-        }
-        self.sync_retention(ctx);
+        self.core.wrote(self.env.clock.now());
+        self.arm(ctx);
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
@@ -246,10 +243,8 @@ impl StreamActor {
             writer,
             session,
             env,
-            last_write: Instant::now(),
             closed_reported: false,
-            retention: None,
-            keepalive: None,
+            timer: None,
             ledger,
             _generation: generation,
             ending: false,
@@ -291,7 +286,7 @@ impl StreamActor {
         for d in self.core.committed(upto) {
             self.deliver(d, ctx);
         }
-        self.sync_retention(ctx);
+        self.arm(ctx);
     }
 
     fn report(&self, r: StreamReport) {
@@ -312,20 +307,10 @@ impl StreamActor {
         }
     }
 
-    fn start_keepalive(&mut self, ctx: &mut Context<Self>) {
-        if self.keepalive.is_none() {
-            self.keepalive = Some(ctx.run_interval(self.env.keepalive, |act, ctx| act.keepalive(ctx)));
-        }
-    }
-
-    /// The only place the writer changes: the keep-alive runs exactly while there is one.
-    fn set_writer(&mut self, w: Option<Writer>, ctx: &mut Context<Self>) {
+    /// The only place the writer changes (the core's keep-alive deadline follows the attached
+    /// connection itself).
+    fn set_writer(&mut self, w: Option<Writer>, _ctx: &mut Context<Self>) {
         self.writer = w;
-        if self.writer.is_some() {
-            self.start_keepalive(ctx);
-        } else if let Some(h) = self.keepalive.take() {
-            ctx.cancel_future(h);
-        }
     }
 
     fn body_for(&mut self, att: Attachment, ctx: &mut Context<Self>) -> SseBody {
@@ -338,7 +323,7 @@ impl StreamActor {
         }
         let (tx, rx) = mpsc::channel(self.env.write_queue_frames);
         self.set_writer(Some(Writer { conn: att.conn, tx }), ctx);
-        self.last_write = Instant::now();
+        self.core.wrote(self.env.clock.now());
         SseBody::new(att.initial, Some(rx), Some(owner))
     }
 
@@ -360,7 +345,7 @@ impl StreamActor {
         };
         match w.tx.try_send(frame) {
             Ok(()) => {
-                self.last_write = Instant::now();
+                self.core.wrote(self.env.clock.now());
                 if end {
                     // Dropping the sender ends the response once the queue drains.
                     self.set_writer(None, ctx);
@@ -388,10 +373,10 @@ impl StreamActor {
         }
     }
 
-    /// Arm, re-arm or cancel the retention timer to match the core (called after every
-    /// message). An attach cancels it (a stream never ends under its connection); the next
-    /// detach starts a full retention again.
-    fn sync_retention(&mut self, ctx: &mut Context<Self>) {
+    /// After every message: the metrics' state, the end of a stream nobody can resume, and
+    /// the one timer armed at the core's next deadline (re-armed when the core wants an
+    /// earlier one; one that fires early finds nothing due and re-arms).
+    fn arm(&mut self, ctx: &mut Context<Self>) {
         let state = match self.core.state() {
             StreamState::Closed(_) => 2,
             _ if self.core.connection().is_some() => 0,
@@ -400,34 +385,44 @@ impl StreamActor {
         if self.state_shown != Some(state) {
             self.env.stats.stream_state(self.state_shown.replace(state), Some(state));
         }
-        let want = self.core.retention();
-        if self.core.mode() != StreamMode::Resumable {
+        if self.core.mode() != StreamMode::Resumable && self.core.retention().is_some() {
             // Nobody can resume it: done once closed with no connection (a shadow stream
             // after its verification).
-            if want.is_some() && !self.ending {
+            if !self.ending {
                 self.ending = true;
                 self.end_unresumable(ctx);
             }
             return;
         }
-        if want == self.retention.as_ref().map(|(r, _)| *r) {
+        let now = self.env.clock.now();
+        let Some(at) = self.core.poll_timeout(now) else { return };
+        if self.timer.as_ref().is_some_and(|(t, _)| *t <= at) {
             return;
         }
-        if let Some((_, h)) = self.retention.take() {
+        if let Some((_, h)) = self.timer.take() {
             ctx.cancel_future(h);
         }
-        if let Some(r) = want {
-            let d = match r {
-                Retention::Delivered => self.env.retention_after_delivery,
-                Retention::Undelivered => self.env.retention_undelivered,
-            };
-            let h = ctx.run_later(d, |act, ctx| {
-                act.report(StreamReport::Gone(act.core.id()));
-                act.forget();
-                ctx.stop();
-            });
-            self.retention = Some((r, h));
+        let h = ctx.run_later(Duration::from_millis(at.0.saturating_sub(now.0)), |act, ctx| {
+            act.timer = None;
+            act.on_timeout(ctx);
+        });
+        self.timer = Some((at, h));
+    }
+
+    fn on_timeout(&mut self, ctx: &mut Context<Self>) {
+        let _span = self.span.clone().entered();
+        let now = self.env.clock.now();
+        let due = self.core.handle_timeout(now);
+        if due.retention_over {
+            self.report(StreamReport::Gone(self.core.id()));
+            self.forget();
+            ctx.stop();
+            return;
         }
+        if due.keepalive {
+            self.keepalive(now);
+        }
+        self.arm(ctx);
     }
 
     /// End a stream that is not resumable: a shadow stream first reads its ledger copy back
@@ -461,19 +456,16 @@ impl StreamActor {
         }));
     }
 
-    fn keepalive(&mut self, ctx: &mut Context<Self>) {
-        let Some(w) = &self.writer else { return };
-        if self.last_write.elapsed() >= self.env.keepalive {
-            match w.tx.try_send(Bytes::from_static(COMMENT_KEEPALIVE)) {
-                Ok(()) => self.last_write = Instant::now(),
-                Err(mpsc::error::TrySendError::Closed(_)) => {
-                    let conn = w.conn;
-                    self.set_writer(None, ctx);
-                    self.core.detach(conn, false);
-                }
-                Err(mpsc::error::TrySendError::Full(_)) => {}
-            }
+    /// A keep-alive comment to the quiet connection. A full queue is tried again a keep-alive
+    /// later (a slow reader's own writes detach it); a closed one detaches.
+    fn keepalive(&mut self, now: Tick) {
+        let sent = self.writer.as_ref().map(|w| (w.conn, w.tx.try_send(Bytes::from_static(COMMENT_KEEPALIVE))));
+        if let Some((conn, Err(mpsc::error::TrySendError::Closed(_)))) = sent {
+            self.writer = None;
+            self.core.detach(conn, false);
         }
+        // Written, or not writable now: the next one is due a keep-alive later.
+        self.core.wrote(now);
     }
 }
 
@@ -487,7 +479,7 @@ impl Handler<Emit> for StreamActor {
         self.update_charge();
         self.flush_ledger(ctx);
         self.deliver(d, ctx);
-        self.sync_retention(ctx);
+        self.arm(ctx);
     }
 }
 
@@ -516,7 +508,7 @@ impl Handler<Attach> for StreamActor {
             self.report_closed();
         }
         self.flush_ledger(ctx);
-        self.sync_retention(ctx);
+        self.arm(ctx);
         let _ = msg.reply.send(r);
     }
 }
@@ -532,7 +524,7 @@ impl Handler<Detached> for StreamActor {
         self.core.detach(msg.conn, msg.drained);
         // A stream answered in its first write is recorded now if that write did not arrive.
         self.flush_ledger(ctx);
-        self.sync_retention(ctx);
+        self.arm(ctx);
     }
 }
 
@@ -548,7 +540,7 @@ impl Handler<KeepaliveRunning> for StreamActor {
 
     fn handle(&mut self, _: KeepaliveRunning, _: &mut Context<Self>) -> bool {
         let _span = self.span.clone().entered();
-        self.keepalive.is_some()
+        self.core.keepalive_deadline().is_some()
     }
 }
 
@@ -561,7 +553,7 @@ impl Handler<Close> for StreamActor {
         self.set_writer(None, ctx);
         self.report_closed();
         self.flush_ledger(ctx);
-        self.sync_retention(ctx);
+        self.arm(ctx);
     }
 }
 
@@ -603,7 +595,7 @@ impl Handler<Drain> for StreamActor {
             ctx.stop();
             return;
         };
-        if let Some(h) = self.keepalive.take() {
+        if let Some((_, h)) = self.timer.take() {
             ctx.cancel_future(h);
         }
         let retry = (self.core.mode() == StreamMode::Resumable).then(|| self.core.retry_ms()).flatten();
@@ -632,6 +624,6 @@ impl Handler<PollClose> for StreamActor {
             }
             self.set_writer(None, ctx);
         }
-        self.sync_retention(ctx);
+        self.arm(ctx);
     }
 }

@@ -308,10 +308,12 @@ impl Supervisor {
         let stats = Arc::new(RuntimeStats::default());
         let receipts = Arc::new(Receipts::new(Arc::clone(&ledger_cx), cfg.ledger.receipt_retention_secs.saturating_mul(1000), cfg.ledger.receipt_max_bytes, Arc::clone(&stats)));
         let stream_env = Arc::new(StreamEnv {
-            keepalive: Duration::from_millis(cfg.sse.keepalive_ms),
+            timing: crate::proto::stream::StreamTiming {
+                keepalive_ms: cfg.sse.keepalive_ms,
+                retention_after_delivery_ms: cfg.sessions.retention_after_delivery_ms,
+                retention_undelivered_ms: cfg.sessions.retention_undelivered_ms,
+            },
             write_queue_frames: cfg.sse.write_queue_frames,
-            retention_after_delivery: Duration::from_millis(cfg.sessions.retention_after_delivery_ms),
-            retention_undelivered: Duration::from_millis(cfg.sessions.retention_undelivered_ms),
             budget: MemoryBudget::new(cfg.limits.stream_memory_bytes),
             stats,
             ledger: ledger_cx,

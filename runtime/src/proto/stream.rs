@@ -22,7 +22,7 @@ use bytes::Bytes;
 
 use super::error::Rejection;
 use super::event_id::{CursorSigner, EventId};
-use super::ids::{Generation, JsonRpcId, Seq, StreamId};
+use super::ids::{Generation, JsonRpcId, Seq, StreamId, Tick};
 use super::jsonrpc::{ErrorObject, code, encode_error};
 use super::replay::{ReplayError, ReplayWindow, WindowLimits};
 use super::rollout::{ShadowSent, StreamMode};
@@ -94,6 +94,28 @@ pub struct StreamSettings {
     pub hold_until_committed: bool,
     /// Resumable, shadowed or plain (from the rollout flags of its generation).
     pub mode: StreamMode,
+    /// Its keep-alive and retention times.
+    pub timing: StreamTiming,
+}
+
+/// How long a stream lets its connection stay quiet and keeps itself once closed (ms).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamTiming {
+    /// A comment goes to an attached connection quiet this long.
+    pub keepalive_ms: u64,
+    /// [`Retention::Delivered`].
+    pub retention_after_delivery_ms: u64,
+    /// [`Retention::Undelivered`].
+    pub retention_undelivered_ms: u64,
+}
+
+/// What is due at a deadline ([`StreamCore::handle_timeout`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StreamDue {
+    /// The retention ended: the stream's life is over.
+    pub retention_over: bool,
+    /// Write a keep-alive comment to the attached connection.
+    pub keepalive: bool,
 }
 
 /// What the ledger must record for a stream.
@@ -186,6 +208,10 @@ pub struct StreamCore {
     stats: StreamStats,
     /// What a shadow stream sent (for its verification).
     shadow: Option<ShadowSent>,
+    /// When the shell last wrote to the attached connection (or attached it).
+    last_write: Tick,
+    /// The retention that applies and since when (restarted when it changes).
+    retention_since: Option<(Retention, Tick)>,
 }
 
 /// A stream rebuilt from its ledger record.
@@ -235,6 +261,8 @@ impl StreamCore {
             stats: StreamStats::default(),
             shadow: (settings.mode == StreamMode::Shadow).then(|| ShadowSent::new(settings.window.max_events)),
             settings,
+            last_write: Tick(0),
+            retention_since: None,
         }
     }
 
@@ -590,6 +618,47 @@ impl StreamCore {
             }
             _ => None,
         }
+    }
+
+    /// The shell wrote to the attached connection, or attached one, at `now`: its keep-alive
+    /// counts from here.
+    pub fn wrote(&mut self, now: Tick) {
+        self.last_write = now;
+    }
+
+    /// When the attached connection is owed a keep-alive comment: while one is attached to a
+    /// stream that is not closed.
+    #[must_use]
+    pub fn keepalive_deadline(&self) -> Option<Tick> {
+        (self.conn.is_some() && !matches!(self.state, StreamState::Closed(_))).then(|| self.last_write.plus_ms(self.settings.timing.keepalive_ms))
+    }
+
+    fn retention_end(&self) -> Option<Tick> {
+        let t = self.settings.timing;
+        self.retention_since.map(|(r, since)| {
+            since.plus_ms(match r {
+                Retention::Delivered => t.retention_after_delivery_ms,
+                Retention::Undelivered => t.retention_undelivered_ms,
+            })
+        })
+    }
+
+    /// The next deadline (the retention's end, a keep-alive), to arm one timer at. A retention
+    /// starts counting at the first call that finds it applying, and again whenever it
+    /// changes (an attach cancels it; the next detach starts a full one).
+    pub fn poll_timeout(&mut self, now: Tick) -> Option<Tick> {
+        match (self.retention(), self.retention_since) {
+            (None, _) => self.retention_since = None,
+            (Some(r), Some((had, _))) if r == had => {}
+            (Some(r), _) => self.retention_since = Some((r, now)),
+        }
+        [self.retention_end(), self.keepalive_deadline()].into_iter().flatten().min()
+    }
+
+    /// What is due at `now` (after [`StreamCore::poll_timeout`]).
+    #[must_use]
+    pub fn handle_timeout(&self, now: Tick) -> StreamDue {
+        StreamDue { retention_over: self.retention_end().is_some_and(|t| now >= t), keepalive: self.keepalive_deadline().is_some_and(|t| now >= t) }
     }
 
     /// SEP-1699 polling: end the current connection without ending the stream. Allowed only

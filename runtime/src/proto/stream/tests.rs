@@ -2,8 +2,10 @@ use super::*;
 use crate::proto::event_id::CursorKey;
 use crate::sse::Decoder;
 
+const TIMING: StreamTiming = StreamTiming { keepalive_ms: 100, retention_after_delivery_ms: 1_000, retention_undelivered_ms: 5_000 };
+
 fn settings(prime: bool, max_events: usize) -> StreamSettings {
-    StreamSettings { window: WindowLimits { max_events, max_bytes: 1 << 20 }, prime, retry_ms: Some(500), hold_until_committed: false, mode: StreamMode::Resumable }
+    StreamSettings { window: WindowLimits { max_events, max_bytes: 1 << 20 }, prime, retry_ms: Some(500), hold_until_committed: false, mode: StreamMode::Resumable, timing: TIMING }
 }
 
 fn signer() -> CursorSigner {
@@ -400,4 +402,35 @@ fn a_plain_stream_keeps_no_window_and_records_nothing() {
     assert!(s.poll_ledger().is_none(), "nothing for the ledger");
     assert!(!s.recorded());
     assert_eq!(s.state(), StreamState::Closed(CloseReason::Responded));
+}
+
+#[test]
+fn the_keepalive_is_due_after_a_quiet_interval_while_a_connection_is_attached() {
+    let mut s = post_stream(true, 8);
+    let a = s.attach_new();
+    s.wrote(Tick(1_000));
+    assert_eq!(s.poll_timeout(Tick(1_000)), Some(Tick(1_100)));
+    assert_eq!(s.handle_timeout(Tick(1_099)), StreamDue::default());
+    assert!(s.handle_timeout(Tick(1_100)).keepalive);
+    s.wrote(Tick(1_100));
+    assert_eq!(s.poll_timeout(Tick(1_100)), Some(Tick(1_200)), "a write moves it");
+    s.detach(a.conn, false);
+    assert_eq!(s.poll_timeout(Tick(1_150)), None, "no connection, not closed: no deadline");
+}
+
+#[test]
+fn retention_counts_from_when_it_starts_applying_and_restarts_when_it_changes() {
+    let mut s = post_stream(true, 8);
+    let a = s.attach_new();
+    let _ = s.push_final(br#"{"n":1}"#);
+    assert_eq!(s.poll_timeout(Tick(10)), None, "closed, but its connection is still attached");
+    s.detach(a.conn, false);
+    assert_eq!(s.poll_timeout(Tick(20)), Some(Tick(5_020)), "undelivered: the long retention");
+    assert_eq!(s.poll_timeout(Tick(3_000)), Some(Tick(5_020)), "asking again does not restart it");
+    assert!(!s.handle_timeout(Tick(5_019)).retention_over);
+    let r = s.attach_resume(Seq::START).unwrap();
+    assert_eq!(s.poll_timeout(Tick(4_000)), None, "an attached connection cancels it");
+    s.detach(r.conn, true);
+    assert_eq!(s.poll_timeout(Tick(4_500)), Some(Tick(5_500)), "delivered in full: the short one, from now");
+    assert!(s.handle_timeout(Tick(5_500)).retention_over);
 }
