@@ -478,19 +478,21 @@ async fn kill_now_and_then(host: Arc<Mutex<SpawnedHost>>, seed: u64, stop: Rc<Ce
 /// through its admin API to each setting of [`ROLLOUT_CYCLE`] in turn, then roll back, each
 /// kept [`FLIP_EVERY_MS`]. At the end the defaults are set again for the phases after it.
 async fn flip_now_and_then(host: Arc<Mutex<SpawnedHost>>, stop: Rc<Cell<bool>>, phase: Rc<RefCell<Phase>>) -> Result<(), String> {
-    // Asked for each change: a restart (crash, sigterm in the mixed phase) moves the admin
-    // API to a new port.
-    let admin = |h: &Arc<Mutex<SpawnedHost>>| h.lock().admin().ok_or_else(|| "the spawned host has no admin API".to_owned());
+    // Asked for each change, and used with the host held: a restart (crash, sigterm in the
+    // mixed phase) moves the admin API to a new port, and waits until the change is made.
+    let with_admin = |h: &Arc<Mutex<SpawnedHost>>, f: &dyn Fn(&crate::admin::Admin) -> Result<(), String>| {
+        let host = h.lock();
+        f(&host.admin().ok_or("the spawned host has no admin API")?)
+    };
     let mut step = 0usize;
     while !stop.get() || phase.borrow().flips < FLIPS_PER_PHASE {
         let h = Arc::clone(&host);
         let i = step % (ROLLOUT_CYCLE.len() + 1);
         tokio::task::spawn_blocking(move || {
-            let a = admin(&h)?;
-            match ROLLOUT_CYCLE.get(i) {
+            with_admin(&h, &|a| match ROLLOUT_CYCLE.get(i) {
                 Some((resumable, share)) => a.set_flags(&json!({"resumable": resumable, "share": share})),
                 None => a.rollback(),
-            }
+            })
         })
         .await
         .map_err(|e| e.to_string())??;
@@ -502,7 +504,7 @@ async fn flip_now_and_then(host: Arc<Mutex<SpawnedHost>>, stop: Rc<Cell<bool>>, 
         }
     }
     let h = Arc::clone(&host);
-    tokio::task::spawn_blocking(move || admin(&h)?.set_flags(&json!({"resumable": "on", "share": 1.0, "write_tools": "all"}))).await.map_err(|e| e.to_string())?
+    tokio::task::spawn_blocking(move || with_admin(&h, &|a| a.set_flags(&json!({"resumable": "on", "share": 1.0, "write_tools": "all"})))).await.map_err(|e| e.to_string())?
 }
 
 /// The spawned host's metrics now (empty without one, or when the scrape fails).
