@@ -575,6 +575,9 @@ fn choose_event_faults(p: &Proxy, is_call: bool) -> EventFaults {
 /// Record whether the server refused what it had to refuse.
 fn check_rewrite(p: &Proxy, rewrite: Rewrite, status: u16) {
     let name = match (rewrite, status) {
+        // Draining or busy: the server judged nothing (the Origin check comes first, so a
+        // foreign Origin is still 403 then).
+        (Rewrite::Token | Rewrite::Version | Rewrite::Cursor, 429 | 503) => "rewrite.unavailable",
         (Rewrite::Origin, 403) => "origin.rejected",
         (Rewrite::Origin, _) => "origin.accepted",
         (Rewrite::Token, 401 | 403 | 404) => "old_token.rejected",

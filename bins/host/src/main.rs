@@ -53,19 +53,28 @@ fn exit_with_parent() {
     });
 }
 
+/// The signals the host handles, registered before it listens: a SIGTERM or SIGHUP that
+/// arrives right after the listening line must not find the default action (which ends the
+/// process) still in place.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn register() -> Result<Signals, String> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let on = |k: SignalKind, name: &str| signal(k).map_err(|e| format!("cannot handle {name}: {e}"));
+        Ok(Signals { term: on(SignalKind::terminate(), "SIGTERM")?, int: on(SignalKind::interrupt(), "SIGINT")?, hup: on(SignalKind::hangup(), "SIGHUP")? })
+    }
+}
+
 /// SIGTERM or SIGINT.
-async fn stop_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
+async fn stop_signal(term: &mut tokio::signal::unix::Signal, int: &mut tokio::signal::unix::Signal) {
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
     }
 }
 
@@ -73,9 +82,7 @@ async fn stop_signal() {
 /// and a new generation starts with their `[rollout]`, replay window, `retry` hint and
 /// `sessions.max_in_flight` (streams and sessions opened from then on follow it). A file that
 /// does not load is reported and changes nothing.
-async fn reload_on_sighup(sup: Arc<Supervisor>, flags: config::Flags) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let Ok(mut hup) = signal(SignalKind::hangup()) else { return };
+async fn reload_on_sighup(sup: Arc<Supervisor>, flags: config::Flags, mut hup: tokio::signal::unix::Signal) {
     while hup.recv().await.is_some() {
         match HostConfig::load(flags.clone()) {
             Ok(c) => {
@@ -103,10 +110,10 @@ fn admin_token(a: &config::AdminConfig) -> Result<String, String> {
 /// with a `retry` hint once its events are committed), and wait (bounded) until they have.
 /// A second signal meanwhile exits at once; the ledger stays consistent (each batch is one
 /// transaction).
-async fn drain(sup: &Arc<Supervisor>) {
+async fn drain(sup: &Arc<Supervisor>, mut term: tokio::signal::unix::Signal, mut int: tokio::signal::unix::Signal) {
     sup.begin_drain();
-    actix_web::rt::spawn(async {
-        stop_signal().await;
+    actix_web::rt::spawn(async move {
+        stop_signal(&mut term, &mut int).await;
         tracing::warn!("second stop signal: exiting now");
         std::process::exit(130);
     });
@@ -134,6 +141,7 @@ async fn drain(sup: &Arc<Supervisor>) {
 }
 
 async fn serve(cfg: HostConfig) -> Result<(), String> {
+    let signals = Signals::register()?;
     // The ledger pack journals beside a SQLite ledger, so its duplicate count survives restarts.
     let journal = (cfg.runtime.ledger.backend == mcp_runtime::config::LedgerBackend::Sqlite).then(|| std::path::PathBuf::from(format!("{}.appends", cfg.runtime.ledger.path)));
     let catalog = packs::build(&cfg.packs, journal.as_deref())?
@@ -196,17 +204,18 @@ async fn serve(cfg: HostConfig) -> Result<(), String> {
     let server = server.run();
     sup.start_serving();
     let (handle, stopping) = (server.handle(), Arc::clone(&sup));
+    let Signals { mut term, mut int, hup } = signals;
     actix_web::rt::spawn(async move {
         tokio::select! {
-            () = stop_signal() => {}
+            () = stop_signal(&mut term, &mut int) => {}
             () = stopping.stop_requested() => {}
         }
         tracing::info!("stopping");
-        drain(&stopping).await;
+        drain(&stopping, term, int).await;
         // Every stream has ended: the HTTP server's stop only closes idle connections now.
         handle.stop(true).await;
     });
-    actix_web::rt::spawn(reload_on_sighup(Arc::clone(&sup), cfg.flags.clone()));
+    actix_web::rt::spawn(reload_on_sighup(Arc::clone(&sup), cfg.flags.clone(), hup));
     if cfg.trim_every_secs > 0 {
         trim::fix_thresholds();
         actix_web::rt::spawn(trim::run(Arc::clone(&sup), Duration::from_secs(cfg.trim_every_secs)));

@@ -321,7 +321,8 @@ impl<J: Journal> McpClient<J> {
         self.take_notifications_with_ids().into_iter().map(|(_, m)| m).collect()
     }
 
-    /// Notifications received so far, each with the id of the SSE event that carried it.
+    /// Notifications received so far, each with the id of the SSE event that carried it
+    /// (`None` when that event had no `id` line of its own).
     pub fn take_notifications_with_ids(&self) -> Vec<(Option<String>, Value)> {
         std::mem::take(&mut self.inner.borrow_mut().notifications)
     }
@@ -766,7 +767,9 @@ impl<J: Journal> McpClient<J> {
                     if msg.get("method").is_some() && msg.get("id").is_some() {
                         to_answer.push(msg);
                     } else {
-                        inner.notifications.push((e.id.clone(), msg));
+                        // The id this event carried itself: one inherited from an earlier event
+                        // (WHATWG keeps the last id) does not name this event.
+                        inner.notifications.push((e.own_id.then(|| e.id.clone()).flatten(), msg));
                     }
                 }
                 // Everything accepted above was handed out (or is being answered) already.
@@ -842,6 +845,12 @@ impl<J: Journal> McpClient<J> {
         let mut attempt = 0;
         loop {
             match Self::builder(&self.http, &self.cfg, awc::http::Method::DELETE, Some((&session.0, session.1))).send().await {
+                // Busy or draining (a restart): as the server says, then again.
+                Ok(r) if matches!(r.status().as_u16(), 429 | 503) && attempt < self.cfg.max_reissues => {
+                    attempt += 1;
+                    let after_ms = r.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok()).map_or(1_000, |s| s.saturating_mul(1000).min(30_000));
+                    tokio::time::sleep(Duration::from_millis(after_ms)).await;
+                }
                 Ok(r) => return Ok(Closed::from_status(r.status().as_u16())),
                 Err(_) if attempt < self.cfg.max_reissues => {
                     attempt += 1;

@@ -7,6 +7,8 @@ pub struct SseEvent {
     pub data: String,
     /// The last event id in effect when the event was dispatched.
     pub id: Option<String>,
+    /// The event carried an `id` field itself (`id` is not inherited from an earlier event).
+    pub own_id: bool,
 }
 
 /// Incremental WHATWG `text/event-stream` parser.
@@ -22,6 +24,8 @@ pub struct Decoder {
     event: String,
     /// WHATWG "last event ID buffer": set by `id` lines, committed only at dispatch.
     id_buffer: Option<String>,
+    /// The event being read had an `id` line.
+    id_in_event: bool,
     saw_data: bool,
     /// The stream's last event ID: committed when an event ends (blank line), including
     /// events with empty data. An `id` line of an event that never ended does not count, so
@@ -96,7 +100,10 @@ impl Decoder {
                 self.saw_data = true;
             }
             "event" => self.event = value.to_owned(),
-            "id" if !value.contains('\0') => self.id_buffer = Some(value.to_owned()),
+            "id" if !value.contains('\0') => {
+                self.id_buffer = Some(value.to_owned());
+                self.id_in_event = true;
+            }
             "retry"
                 if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
                     self.retry_ms = value.parse().ok();
@@ -108,6 +115,7 @@ impl Decoder {
     fn dispatch(&mut self, out: &mut Vec<SseEvent>) {
         self.last_event_id.clone_from(&self.id_buffer);
         let id = self.last_event_id.clone();
+        let own_id = std::mem::replace(&mut self.id_in_event, false);
         let event = std::mem::take(&mut self.event);
         let mut data = std::mem::take(&mut self.data);
         let saw = std::mem::replace(&mut self.saw_data, false);
@@ -117,7 +125,20 @@ impl Decoder {
         if data.ends_with('\n') {
             data.pop();
         }
-        out.push(SseEvent { event: if event.is_empty() { "message".into() } else { event }, data, id });
+        out.push(SseEvent { event: if event.is_empty() { "message".into() } else { event }, data, id, own_id });
+    }
+}
+
+#[cfg(test)]
+mod own_id_tests {
+    use super::*;
+
+    #[test]
+    fn an_event_without_an_id_line_inherits_the_id_but_is_not_its_own() {
+        let mut d = Decoder::new();
+        let evs = d.feed(b"id: 5\ndata: a\n\ndata: b\n\n");
+        assert_eq!((evs[0].id.as_deref(), evs[0].own_id), (Some("5"), true));
+        assert_eq!((evs[1].id.as_deref(), evs[1].own_id), (Some("5"), false), "WHATWG: the last event id carries over");
     }
 }
 
@@ -172,6 +193,6 @@ mod tests {
     fn crlf_cr_and_multiline_data() {
         let mut d = Decoder::new();
         let evs = d.feed(b"\xEF\xBB\xBFdata:a\r\ndata: b\rid: 7\r\n\r\n");
-        assert_eq!(evs, vec![SseEvent { event: "message".into(), data: "a\nb".into(), id: Some("7".into()) }]);
+        assert_eq!(evs, vec![SseEvent { event: "message".into(), data: "a\nb".into(), id: Some("7".into()), own_id: true }]);
     }
 }
