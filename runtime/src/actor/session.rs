@@ -192,6 +192,12 @@ impl Actor for SessionActor {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         self.arm(ctx);
+        if self.sup.phase() != Phase::Serving {
+            // Created or revived as a drain began, after the supervisor told every registered
+            // session to stop: it stops too (its first record is on its way, so its id stays
+            // valid for the next process).
+            ctx.notify(Shutdown);
+        }
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
