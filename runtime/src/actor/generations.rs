@@ -231,6 +231,12 @@ impl Generations {
             .collect()
     }
 
+    /// Requests in flight, over every generation (a read lock: nothing is retired).
+    #[must_use]
+    pub fn in_flight_total(&self) -> i64 {
+        self.list.read().iter().map(|g| g.count(Counted::InFlight)).sum()
+    }
+
     /// Requests in flight admitted under a generation numbered below `g`.
     #[must_use]
     pub fn in_flight_older_than(&self, g: Generation) -> i64 {

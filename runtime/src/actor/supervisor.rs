@@ -757,7 +757,7 @@ impl Supervisor {
     /// Requests in flight, over every generation.
     #[must_use]
     pub fn in_flight(&self) -> i64 {
-        self.gens.status().iter().map(|g| g.in_flight).sum()
+        self.gens.in_flight_total()
     }
 
     /// Stop admitting and stop every live session: each stream's connection ends with a

@@ -106,26 +106,31 @@ impl Drop for OnDrop {
     }
 }
 
+/// A tool that logs 'before', waits for the gate, logs 'after' and answers 'done'.
+fn gated(spec: ToolSpec, gate: &Gate) -> impl mcp_runtime::tools::Tool {
+    let g = gate.clone();
+    tool_fn(spec, move |_, cx| {
+        let g = g.clone();
+        async move {
+            cx.log(LogLevel::Info, None, json!("before")).await;
+            g.started.add_permits(1);
+            g.go.acquire().await.map_err(|e| ToolError::Failed(e.to_string()))?.forget();
+            cx.log(LogLevel::Info, None, json!("after")).await;
+            // The session completes the call in this same poll, before the test sees it.
+            g.done.add_permits(1);
+            Ok(CallToolResult::text("done"))
+        }
+    })
+}
+
 /// Tools used by the integration tests.
 pub fn catalog(gate: Gate) -> Catalog {
     let obj = json!({"type":"object","properties":{}});
-    let g = gate.clone();
     Catalog::builder()
         .tool(tool_fn(ToolSpec::new("echo", "Echo text", json!({"type":"object","properties":{"text":{"type":"string"}},"required":["text"]})), |a: Value, _| async move {
             Ok(CallToolResult::text(a["text"].as_str().unwrap_or_default()))
         }))
-        .tool(tool_fn(ToolSpec::new("gated", "Logs 'before', waits for the test's gate, logs 'after', answers 'done'", obj.clone()), move |_, cx| {
-            let g = g.clone();
-            async move {
-                cx.log(LogLevel::Info, None, json!("before")).await;
-                g.started.add_permits(1);
-                g.go.acquire().await.map_err(|e| ToolError::Failed(e.to_string()))?.forget();
-                cx.log(LogLevel::Info, None, json!("after")).await;
-                // The session completes the call in this same poll, before the test sees it.
-                g.done.add_permits(1);
-                Ok(CallToolResult::text("done"))
-            }
-        }))
+        .tool(gated(ToolSpec::new("gated", "Logs 'before', waits for the test's gate, logs 'after', answers 'done'", obj.clone()), &gate))
         .tool(tool_fn(ToolSpec::new("until_cancelled", "Waits until cancelled; counts as finished on the gate when the server drops it", obj.clone()), {
             let g = gate.clone();
             move |_, cx| {
@@ -174,23 +179,10 @@ pub fn catalog(gate: Gate) -> Catalog {
             |a: Value, _| async move { Ok(CallToolResult::text(a["text"].as_str().unwrap_or_default())) },
         ))
         .tool(write_tool("write_idem", true, &gate))
-        .tool(tool_fn(
+        .tool(gated(
             ToolSpec::new("gated_ro", "Read-only: logs 'before', waits for the test's gate, logs 'after', answers 'done'", json!({"type":"object","properties":{}}))
                 .annotations(ToolAnnotations { read_only_hint: Some(true), ..Default::default() }),
-            {
-                let g = gate.clone();
-                move |_, cx| {
-                    let g = g.clone();
-                    async move {
-                        cx.log(LogLevel::Info, None, json!("before")).await;
-                        g.started.add_permits(1);
-                        g.go.acquire().await.map_err(|e| ToolError::Failed(e.to_string()))?.forget();
-                        cx.log(LogLevel::Info, None, json!("after")).await;
-                        g.done.add_permits(1);
-                        Ok(CallToolResult::text("done"))
-                    }
-                }
-            },
+            &gate,
         ))
         .tool(tool_fn(ToolSpec::new("poll", "Closes its stream for polling, then answers", obj), |_, cx| async move {
             cx.close_stream_for_polling().await;
