@@ -231,3 +231,116 @@ async fn cancelling_a_request_tells_the_server_and_returns_cancelled() {
     gate.finished(1).await;
     assert_eq!(c.stats().reissued, 0, "a cancelled request is not re-issued");
 }
+
+/// Serve `sup` on `port` (0: any free port); the handle stops it.
+async fn serve_on(sup: Arc<Supervisor>, port: u16) -> (u16, actix_web::dev::ServerHandle) {
+    let server = HttpServer::new(move || App::new().configure(mcp_runtime::http::configure("/mcp", Arc::clone(&sup))))
+        .workers(1)
+        .disable_signals()
+        .bind(("127.0.0.1", port))
+        .unwrap();
+    let port = server.addrs()[0].port();
+    let server = server.run();
+    let handle = server.handle();
+    actix_rt::spawn(server);
+    (port, handle)
+}
+
+#[actix_web::test]
+async fn an_idempotent_request_is_reissued_until_a_restarted_server_is_back_within_the_window() {
+    // Re-issues are paced 50..100 ms here, so eight of them (the old count bound) are spent in
+    // well under a second; the server is away for 1.5 s and comes back with no memory of the
+    // session (404 → new handshake → re-issue). Only a time bound gets the call through.
+    let (port, first) = serve_on(Supervisor::new(fast(), common::catalog(common::Gate::default())), 0).await;
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let mut cfg = ClientConfig::new(&url);
+    cfg.backoff = mcp_runtime::client::budget::Backoff { default_ms: 20, max_ms: 100 };
+    cfg.reissue_window_ms = 20_000;
+    let c = McpClient::connect(cfg, MemoryJournal::new(4096)).await.unwrap();
+    first.stop(false).await;
+    let restart = async {
+        tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
+        serve_on(Supervisor::new(fast(), common::catalog(common::Gate::default())), port).await
+    };
+    let (r, (_, second)) = tokio::join!(c.request("tools/call", Some(json!({"name":"echo","arguments":{"text":"back"}})), true), restart);
+    assert_eq!(r.unwrap()["content"][0]["text"], "back");
+    let s = c.stats();
+    assert!(s.reissued > 8, "more re-issues than the old count allowed: {s:?}");
+    assert_eq!((s.not_found, s.handshakes, s.lost), (1, 2, 0), "{s:?}");
+    second.stop(false).await;
+}
+
+#[actix_web::test]
+async fn reissues_end_once_the_window_has_passed_and_the_request_is_reported_lost() {
+    let (port, server) = serve_on(Supervisor::new(fast(), common::catalog(common::Gate::default())), 0).await;
+    let mut cfg = ClientConfig::new(&format!("http://127.0.0.1:{port}/mcp"));
+    cfg.backoff = mcp_runtime::client::budget::Backoff { default_ms: 20, max_ms: 100 };
+    cfg.reissue_window_ms = 400;
+    let c = McpClient::connect(cfg, MemoryJournal::new(4096)).await.unwrap();
+    server.stop(false).await;
+    match c.request("tools/call", Some(json!({"name":"echo","arguments":{"text":"never"}})), true).await {
+        Err(ClientError::Lost(method, why)) => assert!(method == "tools/call" && why.contains("after its first failure"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(c.stats().lost, 1);
+}
+
+#[actix_web::test]
+async fn a_404_to_initialized_sends_no_delete_with_the_dead_id() {
+    // A scripted peer (the client is what is tested): the first session answers 404 to its
+    // `notifications/initialized`, the second is accepted. Every request is recorded.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let seen = std::rc::Rc::new(std::cell::RefCell::new(Vec::<(String, Option<String>)>::new()));
+    let log = std::rc::Rc::clone(&seen);
+    let peer = actix_rt::spawn(async move {
+        let mut sessions = 0;
+        for _ in 0..6 {
+            let Ok((mut s, _)) = listener.accept().await else { return };
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            let (head, body_len) = loop {
+                let n = s.read(&mut chunk).await.unwrap();
+                buf.extend_from_slice(&chunk[..n]);
+                if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                    let len = head.lines().find_map(|l| l.strip_prefix("content-length:")).map_or(0, |v| v.trim().parse::<usize>().unwrap());
+                    break (head, end + 4 + len);
+                }
+            };
+            while buf.len() < body_len {
+                let n = s.read(&mut chunk).await.unwrap();
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            let method = head.split(' ').next().unwrap_or_default().to_owned();
+            let sid = head.lines().find_map(|l| l.strip_prefix("mcp-session-id:")).map(|v| v.trim().to_owned());
+            let body = String::from_utf8_lossy(&buf[head.len() + 4..]).into_owned();
+            log.borrow_mut().push((method.clone(), sid.clone()));
+            let answer = if body.contains("\"initialize\"") {
+                sessions += 1;
+                let result = r#"{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-11-25","capabilities":{},"serverInfo":{"name":"scripted","version":"0"}}}"#;
+                format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nmcp-session-id: s{sessions}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{result}", result.len())
+            } else if sid.as_deref() == Some("s1") {
+                "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_owned()
+            } else {
+                "HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_owned()
+            };
+            s.write_all(answer.as_bytes()).await.unwrap();
+            let _ = s.shutdown().await;
+        }
+    });
+    let mut cfg = ClientConfig::new(&url);
+    cfg.backoff.default_ms = 20;
+    // The first handshake fails with the 404 (callers such as mcp-load retry connect) ...
+    let first = McpClient::connect(cfg.clone(), MemoryJournal::new(64)).await;
+    assert!(matches!(first, Err(ClientError::Http(404, _))), "{:?}", first.err());
+    // ... and the next one is a new session.
+    let c = McpClient::connect(cfg, MemoryJournal::new(64)).await.unwrap();
+    assert_eq!(c.session_id(), "s2");
+    peer.abort();
+    let seen = seen.borrow();
+    let after_404 = seen.iter().skip_while(|(_, sid)| sid.as_deref() != Some("s1")).skip(1).filter(|(_, sid)| sid.as_deref() == Some("s1")).count();
+    assert_eq!(after_404, 0, "the id answered 404 was sent again: {seen:?}");
+    assert!(!seen.iter().any(|(m, _)| m == "delete"), "no DELETE for a session the server called unknown: {seen:?}");
+}

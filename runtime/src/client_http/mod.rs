@@ -13,9 +13,11 @@
 //! - 404 on a request that carried a session id: exactly one new handshake (concurrent 404s
 //!   share it); the old request is re-issued only when it is idempotent, else reported lost.
 //!   The same holds for a stream that cannot be resumed (no cursor, cursor refused, events
-//!   gone) and for a POST whose connection failed: idempotent requests are re-issued (at most
-//!   [`ClientConfig::max_reissues`] times, after a pause that doubles from 50 ms), others
-//!   reported lost — never silently repeated.
+//!   gone) and for a POST whose connection failed: idempotent requests are re-issued (after a
+//!   pause that doubles from 50 ms, for as long as the request has been failing for less than
+//!   [`ClientConfig::reissue_window_ms`]), others reported lost — never silently repeated.
+//!   A time bound, not a count: back-to-back faults (a restart, then a cut, then a 404) each
+//!   take a re-issue, and what must hold is that a server back within the window is reached.
 //! - Request ids start at a random offset per client, so a response from another client's
 //!   stream (a crossed or replayed event) can never correlate with one of ours.
 //! - Cancel with `notifications/cancelled`; DELETE on close (405 is not a deletion receipt;
@@ -58,9 +60,11 @@ pub struct ClientConfig {
     pub budget_per_second: f64,
     /// Most resume attempts for one stream before it is reported lost.
     pub max_resume_attempts: u32,
-    /// Most times one idempotent request is re-issued (after a 404, an unresumable stream or
-    /// a failed POST); also the most times a DELETE whose answer was lost is sent again.
-    pub max_reissues: u32,
+    /// How long (ms) after its first failure an idempotent request is still re-issued (after a
+    /// 404, an unresumable stream or a failed POST); also how long a failed new handshake is
+    /// retried and a DELETE whose answer was lost is sent again. Every re-issue waits its
+    /// backoff and draws on the reconnect budget, so the window bounds time, the budget rate.
+    pub reissue_window_ms: u64,
 }
 
 impl ClientConfig {
@@ -76,7 +80,7 @@ impl ClientConfig {
             budget_burst: 20,
             budget_per_second: 10.0,
             max_resume_attempts: 8,
-            max_reissues: 8,
+            reissue_window_ms: 30_000,
         }
     }
 }
@@ -363,10 +367,14 @@ impl<J: Journal> McpClient<J> {
             .send_body(note)
             .await
             .map_err(|e| ClientError::Transport(e.to_string()))?;
-        if r.status().as_u16() != 202 {
-            // Do not leave a half-open session behind (best effort).
-            let _ = Self::builder(http, cfg, awc::http::Method::DELETE, Some((&sid, version))).send().await;
-            return Err(ClientError::Http(r.status().as_u16(), "notifications/initialized not accepted".into()));
+        let status = r.status().as_u16();
+        if status != 202 {
+            // Do not leave a half-open session behind (best effort), but never send an id the
+            // server just called unknown again.
+            if status != 404 {
+                let _ = Self::builder(http, cfg, awc::http::Method::DELETE, Some((&sid, version))).send().await;
+            }
+            return Err(status_error(status, r.headers(), "notifications/initialized not accepted".into()));
         }
         Ok((sid, version))
     }
@@ -413,6 +421,7 @@ impl<J: Journal> McpClient<J> {
         }
         let mut attempt = 0;
         let mut counted = !after_404;
+        let started = tokio::time::Instant::now();
         let (sid, version) = loop {
             let sent = Self::handshake_with(&self.http, &self.cfg).await;
             // A refused or failed handshake still went out without the dead id.
@@ -423,7 +432,7 @@ impl<J: Journal> McpClient<J> {
             match sent {
                 Ok(ok) => break ok,
                 Err(e @ (ClientError::Http(401 | 403, _) | ClientError::Rpc(_))) => return Err(e),
-                Err(e) if attempt + 1 >= self.cfg.max_resume_attempts => return Err(e),
+                Err(e) if self.window_over(started) => return Err(e),
                 Err(e) => {
                     let delay = match e {
                         ClientError::Unavailable { retry_after_ms: Some(ms), .. } => self.cfg.backoff.delay_after_refusal_ms(None, ms, self.jitter()),
@@ -515,6 +524,8 @@ impl<J: Journal> McpClient<J> {
     /// As [`Self::request`], plus [`ClientError::Cancelled`].
     pub async fn request_cancellable(&self, method: &str, params: Option<Value>, idempotent: bool, cancel: &tokio_util::sync::CancellationToken) -> Result<Value, ClientError> {
         let mut reissues = 0;
+        // When this request first failed: re-issues go on for `reissue_window_ms` after it.
+        let mut failing_since = None;
         loop {
             let (dead, generation) = {
                 let i = self.inner.borrow();
@@ -527,7 +538,9 @@ impl<J: Journal> McpClient<J> {
             if cancel.is_cancelled() {
                 return Err(ClientError::Cancelled);
             }
-            let why = match self.attempt(method, params.as_ref(), cancel).await {
+            let outcome = self.attempt(method, params.as_ref(), cancel).await;
+            let first_failure = *failing_since.get_or_insert_with(tokio::time::Instant::now);
+            let why = match outcome {
                 Ok(v) => return Ok(v),
                 Err(Failure::Final(e)) => return Err(e),
                 Err(Failure::Gone(generation)) => {
@@ -545,22 +558,22 @@ impl<J: Journal> McpClient<J> {
                 }
                 Err(Failure::Unknown(e)) => {
                     // The server may be restarting (connection refused, -32009): give it time.
-                    if idempotent && reissues < self.cfg.max_reissues {
+                    if idempotent && !self.window_over(first_failure) {
                         tokio::time::sleep(Duration::from_millis(self.cfg.backoff.delay_ms(Some(REISSUE_BASE_MS), reissues, self.jitter()))).await;
                     }
                     e.to_string()
                 }
                 Err(Failure::Busy(e, delay)) => {
-                    if !idempotent || reissues >= self.cfg.max_reissues {
+                    if !idempotent || self.window_over(first_failure) {
                         return Err(e);
                     }
                     tokio::time::sleep(Duration::from_millis(delay)).await;
                     e.to_string()
                 }
             };
-            if !idempotent || reissues >= self.cfg.max_reissues {
+            if !idempotent || self.window_over(first_failure) {
                 self.inner.borrow_mut().stats.lost += 1;
-                let how = if idempotent { "re-issued too often" } else { "not idempotent" };
+                let how = if idempotent { format!("still failing {} ms after its first failure ({reissues} re-issues)", first_failure.elapsed().as_millis()) } else { "not idempotent".to_owned() };
                 return Err(ClientError::Lost(method.to_owned(), format!("{why}; {how}")));
             }
             reissues += 1;
@@ -817,6 +830,11 @@ impl<J: Journal> McpClient<J> {
         (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
     }
 
+    /// Whether [`ClientConfig::reissue_window_ms`] has passed since `since`.
+    fn window_over(&self, since: tokio::time::Instant) -> bool {
+        since.elapsed() >= Duration::from_millis(self.cfg.reissue_window_ms)
+    }
+
     async fn wait_for_budget(&self) {
         loop {
             let now = self.now();
@@ -832,8 +850,8 @@ impl<J: Journal> McpClient<J> {
         }
     }
 
-    /// End the session with DELETE (sent again, up to [`ClientConfig::max_reissues`] times,
-    /// when its answer is lost).
+    /// End the session with DELETE (sent again when its answer is lost, within
+    /// [`ClientConfig::reissue_window_ms`]).
     ///
     /// # Errors
     /// Transport failure on every attempt.
@@ -842,19 +860,20 @@ impl<J: Journal> McpClient<J> {
             return Ok(Closed::AlreadyGone);
         }
         let session = self.session();
-        let mut attempt = 0;
+        let mut attempt: u32 = 0;
+        let started = tokio::time::Instant::now();
         loop {
             match Self::builder(&self.http, &self.cfg, awc::http::Method::DELETE, Some((&session.0, session.1))).send().await {
                 // Busy or draining (a restart): as the server says, then again.
-                Ok(r) if matches!(r.status().as_u16(), 429 | 503) && attempt < self.cfg.max_reissues => {
+                Ok(r) if matches!(r.status().as_u16(), 429 | 503) && !self.window_over(started) => {
                     attempt += 1;
                     let after_ms = r.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok()).map_or(1_000, |s| s.saturating_mul(1000).min(30_000));
                     tokio::time::sleep(Duration::from_millis(after_ms)).await;
                 }
                 Ok(r) => return Ok(Closed::from_status(r.status().as_u16())),
-                Err(_) if attempt < self.cfg.max_reissues => {
+                Err(_) if !self.window_over(started) => {
                     attempt += 1;
-                    tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
+                    tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt.min(20)))).await;
                 }
                 Err(e) => return Err(ClientError::Transport(e.to_string())),
             }
