@@ -172,6 +172,23 @@ async fn rollback_drains_old_requests_keeps_their_cursors_resumable_and_new_stre
 }
 
 #[actix_web::test]
+async fn after_a_rollback_an_old_cursor_resumes_until_its_retention_ends_and_is_410_after() {
+    tokio::time::pause();
+    let h = harness_with(cfg(|c| c.sessions.retention_after_delivery_ms = 1_000)).await;
+    let c = h.client("2025-11-25").await;
+    let mut r = c.call_tool(1, "echo_ro", json!({"text": "old"})).await;
+    assert_eq!(r.rest().await.len(), 1);
+    let cursor = r.first_id();
+    drop(r);
+    h.sup.rollback();
+    let mut resumed = c.resume(&cursor).await;
+    assert_eq!(resumed.status, StatusCode::OK, "the rollback did not end the old stream");
+    assert_eq!(text_of(&resumed.rest().await[0]), "old");
+    tokio::time::sleep(std::time::Duration::from_millis(3_000)).await;
+    assert_refused(c.resume(&cursor).await, StatusCode::GONE, -32005).await;
+}
+
+#[actix_web::test]
 async fn a_rollback_ends_the_old_generations_requests_still_running_at_its_grace_deadline() {
     let h = harness_with(cfg(|c| c.shutdown.grace_secs = 0)).await;
     let c = h.client("2025-11-25").await;
