@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs the official MCP conformance suite (both pinned releases) against a freshly started
-# mcp-host (on a fresh SQLite ledger in this run's log directory, removed at exit).
+# Runs the official MCP conformance suite (both pinned releases; the legacy era with 0.1.16
+# --suite all and 0.2.0-alpha.12 --requirements 2025-11-25, the modern era with 0.2.0-alpha.12
+# --requirements 2026-07-28) against one freshly started mcp-host (on a fresh SQLite ledger in this run's log directory, removed at exit).
 # Usage: scripts/conformance.sh [path/to/mcp-host]
 # Needs Node >= 22: the pinned npm package `node` provides it (see CONFORMANCE.md G1).
 set -euo pipefail
@@ -28,20 +29,33 @@ status=0
 run() {
   local name=$1; shift
   echo "=== conformance $name: $*"
-  if ! timeout 600 "$node_bin" "$dir/node_modules/$name/dist/index.js" server --url "$url" "$@" > "$log/$name.txt" 2>&1; then
+  local out=$log/$name-$2.txt
+  if ! timeout 600 "$node_bin" "$dir/node_modules/$name/dist/index.js" server --url "$url" "$@" > "$out" 2>&1; then
+    echo "conformance: $name $* exited non-zero" >&2
     status=1
   fi
-  grep -E '^[✓✗] |^Total:' "$log/$name.txt" || true
+  grep -E '^[✓✗] |^Total:' "$out" || true
 }
 run conformance-stable --suite all
 run conformance-next --requirements 2025-11-25
+# The modern era: the suite scores exactly the required scenarios (its exit status); it also
+# runs and reports unscored ones (tasks-*: issue 11; pending SEP-2243 header scenarios).
+run conformance-next --requirements 2026-07-28
 
 # 0.1.16 must give server-sse-polling 3 passed (not warnings).
-if ! grep -q '^✓ server-sse-polling: 3 passed, 0 failed' "$log/conformance-stable.txt"; then
+if ! grep -q '^✓ server-sse-polling: 3 passed, 0 failed' "$log/conformance-stable-all.txt"; then
   echo "conformance: server-sse-polling did not give 3 passed on 0.1.16" >&2
   status=1
 fi
-for f in conformance-stable conformance-next; do
+# Scored 2026-07-28 scenarios: every line before the "Not scored" list whose name is not in it.
+unscored=$(sed -n '/^Not scored for/,$p' "$log/conformance-next-2026-07-28.txt" | sed -nE 's/^  [✓✗] ([^ ]+) .*/\1/p')
+scored=$(sed '/^Not scored for/,$d' "$log/conformance-next-2026-07-28.txt" | grep -E '^[✓✗] ' | grep -vwF -f <(echo "${unscored:-none}") || true)
+echo "conformance 2026-07-28: $(grep -c '^✓' <<<"$scored") scored scenarios passed, $(grep -c '^✗' <<<"$scored") failed"
+if grep -q '^✗' <<<"$scored" || [ -z "$scored" ]; then
+  echo "conformance: a required 2026-07-28 scenario failed" >&2
+  status=1
+fi
+for f in conformance-stable-all conformance-next-2025-11-25; do
   if ! grep -qE '^Total: [0-9]+ passed, 0 failed' "$log/$f.txt"; then
     echo "conformance: $f had failures; full output follows" >&2
     cat "$log/$f.txt" >&2

@@ -266,6 +266,34 @@ pub struct RuntimeConfig {
     pub rollout: crate::proto::rollout::RolloutFlags,
     /// `[shutdown]`: draining.
     pub shutdown: ShutdownConfig,
+    /// `[modern]`: the stateless 2026-07-28 era.
+    pub modern: ModernConfig,
+}
+
+/// `[modern]`: how modern (2026-07-28) requests are served.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ModernConfig {
+    /// Modern requests running at once, server-wide; one more is refused with 503 and
+    /// `Retry-After: 1`. Default 1024; 1 to 65536.
+    pub max_in_flight: usize,
+    /// `ttlMs` of `server/discover` and of the list results (ms): how long a client may reuse
+    /// them. The catalog is fixed for the life of the process, so the cost of a long TTL is a
+    /// client that sees a redeploy's new tools that much later. Default 300000 (5 minutes);
+    /// 0 to 1 day.
+    pub list_ttl_ms: u64,
+    /// `ttlMs` of `resources/read` results (ms). Default 0 (a resource may change at any
+    /// time); 0 to 1 day.
+    pub read_ttl_ms: u64,
+    /// How long a `requestState` issued with an `input_required` result stays valid (s): the
+    /// time a person has to answer an elicitation. Default 600; 1 to 1 day.
+    pub request_state_ttl_secs: u64,
+}
+
+impl Default for ModernConfig {
+    fn default() -> ModernConfig {
+        ModernConfig { max_in_flight: 1024, list_ttl_ms: 300_000, read_ttl_ms: 0, request_state_ttl_secs: 600 }
+    }
 }
 
 /// `[shutdown]`: how the host drains (SIGTERM, SIGINT, `POST /admin/drain`) and how a
@@ -418,7 +446,7 @@ impl RuntimeConfig {
     pub fn validate(self) -> Result<RuntimeConfig, ConfigError> {
         let (se, ss, l, q) = (&self.sse, &self.sessions, &self.limits, &self.quotas);
         let max = u64::MAX;
-        let rows: [(&'static str, u64, u64, u64); 39] = [
+        let rows: [(&'static str, u64, u64, u64); 43] = [
             ("security.max_body_bytes", self.security.max_body_bytes as u64, 1, 1 << 30),
             ("security.body_read_timeout_ms", self.security.body_read_timeout_ms, 100, 600_000),
             ("sse.replay_max_events", se.replay_max_events as u64, 1, 1 << 20),
@@ -458,6 +486,10 @@ impl RuntimeConfig {
             ("ledger.receipt_max_bytes", self.ledger.receipt_max_bytes as u64, 1024, 1 << 30),
             ("shutdown.grace_secs", self.shutdown.grace_secs, 0, 3600),
             ("shutdown.retry_after_secs", self.shutdown.retry_after_secs, 1, 3600),
+            ("modern.max_in_flight", self.modern.max_in_flight as u64, 1, 1 << 16),
+            ("modern.list_ttl_ms", self.modern.list_ttl_ms, 0, DAY_MS),
+            ("modern.read_ttl_ms", self.modern.read_ttl_ms, 0, DAY_MS),
+            ("modern.request_state_ttl_secs", self.modern.request_state_ttl_secs, 1, 24 * 3600),
         ];
         for (field, value, min, max) in rows {
             check(field, value, min, max)?;

@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use clap::Parser;
-use mcp_runtime::config::{LedgerBackend, LedgerConfig, LimitsConfig, QuotasConfig, RuntimeConfig, SecurityConfig, SessionsConfig, ShutdownConfig, SseConfig};
+use mcp_runtime::config::{LedgerBackend, LedgerConfig, LimitsConfig, ModernConfig, QuotasConfig, RuntimeConfig, SecurityConfig, SessionsConfig, ShutdownConfig, SseConfig};
 use mcp_runtime::proto::rollout::RolloutFlags;
 use serde::Deserialize;
 
@@ -86,6 +86,7 @@ pub(crate) struct FileConfig {
     tools: ToolsSection,
     pub(crate) rollout: RolloutFlags,
     shutdown: ShutdownConfig,
+    modern: ModernConfig,
     admin: AdminSection,
 }
 
@@ -198,6 +199,7 @@ impl HostConfig {
             ledger: f.ledger,
             rollout: f.rollout,
             shutdown: f.shutdown,
+            modern: f.modern,
         };
         match flags.ledger.as_deref() {
             Some("memory") => runtime.ledger.backend = LedgerBackend::Memory,

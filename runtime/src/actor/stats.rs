@@ -25,6 +25,12 @@ pub struct RuntimeStats {
     sessions_evicted_from_ledger: AtomicU64,
     budget_trimmed: AtomicU64,
     live: LiveFigures,
+    /// Modern requests running now.
+    modern_in_flight: AtomicI64,
+    /// Modern requests answered (a result or a JSON-RPC error after admission).
+    modern_served: AtomicU64,
+    /// Modern requests whose response stream the client closed before the result: cancelled.
+    modern_cancelled: AtomicU64,
 }
 
 /// Figures counted as they happen (for the metrics endpoint).
@@ -143,6 +149,9 @@ impl Default for RuntimeStats {
             sessions_evicted_from_ledger: AtomicU64::new(0),
             budget_trimmed: AtomicU64::new(0),
             live: LiveFigures::default(),
+            modern_in_flight: AtomicI64::new(0),
+            modern_served: AtomicU64::new(0),
+            modern_cancelled: AtomicU64::new(0),
         }
     }
 }
@@ -154,6 +163,32 @@ fn add(c: &AtomicU64, n: u64) {
 }
 
 impl RuntimeStats {
+    /// Take a place for a modern request among at most `max`; `None` when all are taken.
+    pub(crate) fn modern_enter(self: &Arc<Self>, max: usize) -> Option<ModernInFlight> {
+        let was = self.modern_in_flight.fetch_add(1, Ordering::AcqRel);
+        if was >= max as i64 {
+            self.modern_in_flight.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(ModernInFlight(Arc::clone(self)))
+    }
+
+    /// A modern request was answered.
+    pub(crate) fn modern_served(&self) {
+        self.modern_served.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A modern request was cancelled by its client closing the response stream.
+    pub(crate) fn modern_cancelled(&self) {
+        self.modern_cancelled.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Modern requests: running now, answered, cancelled by a disconnect.
+    #[must_use]
+    pub fn modern(&self) -> (i64, u64, u64) {
+        (self.modern_in_flight.load(Ordering::Relaxed), self.modern_served.load(Ordering::Relaxed), self.modern_cancelled.load(Ordering::Relaxed))
+    }
+
     /// An HTTP request reached the endpoint.
     pub(crate) fn request(&self) {
         self.requests.fetch_add(1, Ordering::Relaxed);
@@ -439,5 +474,15 @@ mod status_tests {
         s.http_response(418);
         let m = s.metrics();
         assert!(m.http_responses.iter().all(|(_, n)| *n == 1), "{:?}", m.http_responses);
+    }
+}
+
+/// A modern request's place among `modern.max_in_flight`; given back when dropped.
+#[derive(Debug)]
+pub(crate) struct ModernInFlight(Arc<RuntimeStats>);
+
+impl Drop for ModernInFlight {
+    fn drop(&mut self) {
+        self.0.modern_in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }

@@ -393,6 +393,13 @@ impl Supervisor {
         self.stream_env.budget.used()
     }
 
+    /// The key that seals 2026-07-28 `requestState` values, derived from the ledger's key (any
+    /// node with the key file continues a multi-round-trip request).
+    #[must_use]
+    pub fn request_state_key(&self) -> [u8; 32] {
+        self.stream_env.ledger.ledger.derive("mcp-host requestState v1")
+    }
+
     /// The name the ledger records a session under (its id's HMAC, hex): for operators'
     /// tools and tests that look a session up in the ledger. Not secret-bearing.
     #[must_use]

@@ -21,6 +21,7 @@ use crate::proto::jsonrpc::{Incoming, encode_result};
 use crate::proto::mcp::initialize_result;
 
 pub mod admin;
+mod modern;
 
 /// The session header, as written by this server.
 pub const SESSION_HEADER: &str = "mcp-session-id";
@@ -60,7 +61,7 @@ impl ResponseError for ApiError {
 
 /// The headers admission reads (names pre-parsed, so no lookup parses a name), and how an
 /// error message spells them.
-static READ_HEADERS: [(header::HeaderName, &str); 9] = {
+static READ_HEADERS: [(header::HeaderName, &str); 11] = {
     use header::HeaderName as N;
     [
         (header::ACCEPT, "Accept"),
@@ -72,6 +73,8 @@ static READ_HEADERS: [(header::HeaderName, &str); 9] = {
         (N::from_static("last-event-id"), "Last-Event-ID"),
         (header::AUTHORIZATION, "Authorization"),
         (header::ACCESS_CONTROL_REQUEST_METHOD, "Access-Control-Request-Method"),
+        (N::from_static("mcp-method"), "Mcp-Method"),
+        (N::from_static("mcp-name"), "Mcp-Name"),
     ]
 };
 
@@ -79,7 +82,7 @@ static READ_HEADERS: [(header::HeaderName, &str); 9] = {
 /// ASCII is recorded as invalid (never treated as absent).
 fn request_head(method: HttpMethod, h: &HeaderMap) -> RequestHead<'_> {
     let mut head = RequestHead::new(method);
-    let mut values: [Option<&str>; 9] = [None; 9];
+    let mut values: [Option<&str>; 11] = [None; 11];
     for (slot, (name, display)) in values.iter_mut().zip(&READ_HEADERS) {
         if let Some(v) = h.get(name) {
             match v.to_str() {
@@ -90,8 +93,8 @@ fn request_head(method: HttpMethod, h: &HeaderMap) -> RequestHead<'_> {
             }
         }
     }
-    let [accept, content_type, session_id, protocol_version, origin, host, last_event_id, authorization, cors_request_method] = values;
-    RequestHead { accept, content_type, session_id, protocol_version, origin, host, last_event_id, authorization, cors_request_method, ..head }
+    let [accept, content_type, session_id, protocol_version, origin, host, last_event_id, authorization, cors_request_method, mcp_method, mcp_name] = values;
+    RequestHead { accept, content_type, session_id, protocol_version, origin, host, last_event_id, authorization, cors_request_method, mcp_method, mcp_name, ..head }
 }
 
 fn method_of(req: &HttpRequest) -> HttpMethod {
@@ -269,7 +272,8 @@ fn starts_work(c: &Command) -> bool {
             Incoming::Single(m) => m.is_request(),
             Incoming::Batch(items) => items.iter().any(crate::proto::jsonrpc::Message::is_request),
         },
-        Command::Preflight | Command::Resume { .. } | Command::Delete { .. } => false,
+        Command::Modern { .. } => true,
+        Command::Preflight | Command::Resume { .. } | Command::Delete { .. } | Command::ModernNotification => false,
     }
 }
 
@@ -340,6 +344,8 @@ fn dispatch(req: &HttpRequest, sup: &Arc<Supervisor>, admitted: Admitted, found:
             // A dropped reply: the stream stopped (its retention ended) with the resume queued.
             Ok(Next::Stream(rx, Rejection::EventsLost))
         }
+        Command::Modern { request, reply } => Ok(Next::Ready(modern::serve(req, sup, principal, request, reply)?)),
+        Command::ModernNotification => Ok(Next::Ready(HttpResponse::Accepted().finish())),
         Command::Delete { .. } => {
             let (handle, ticket) = found()?;
             let (tx, rx) = oneshot::channel();

@@ -140,6 +140,13 @@ impl Ledger {
         self.writer.submit(vec![Op::Put { key: GENERATION_KEY.into(), value: n.to_string().into(), expires_ms: u64::MAX }]);
     }
 
+    /// A key for `purpose`, derived from the ledger's secret (so every node with the key file
+    /// derives the same one).
+    #[must_use]
+    pub fn derive(&self, purpose: &str) -> [u8; 32] {
+        derive_key(&self.secret, purpose)
+    }
+
     /// The id of the key cursors and session HMACs are made with: the first hex digits of its
     /// fingerprint (not secret).
     #[must_use]

@@ -61,6 +61,10 @@ pub struct RequestHead<'a> {
     pub authorization: Option<&'a str>,
     /// `Access-Control-Request-Method` (preflights).
     pub cors_request_method: Option<&'a str>,
+    /// `Mcp-Method` (2026-07-28).
+    pub mcp_method: Option<&'a str>,
+    /// `Mcp-Name` (2026-07-28).
+    pub mcp_name: Option<&'a str>,
     /// The first header among those above whose value is not visible ASCII (the shell could
     /// not read it as text). Such a request is refused, never served as if it were absent.
     pub invalid_header: Option<&'static str>,
@@ -81,6 +85,8 @@ impl<'a> RequestHead<'a> {
             last_event_id: None,
             authorization: None,
             cors_request_method: None,
+            mcp_method: None,
+            mcp_name: None,
             invalid_header: None,
         }
     }
@@ -202,6 +208,17 @@ pub enum Command {
     },
     /// Answer a CORS preflight from an allowed origin (204 with [`cors_preflight_headers`]).
     Preflight,
+    /// A modern (2026-07-28) request, served statelessly: no session, no stream to resume.
+    /// A stray `MCP-Session-Id` or `Last-Event-ID` was ignored.
+    Modern {
+        /// The request, its `_meta` and `Mcp-Method` / `Mcp-Name` checked.
+        request: super::modern::ModernRequest,
+        /// Reply format (SSE when the client accepts it, so progress can precede the result).
+        reply: ReplyMode,
+    },
+    /// A modern notification: accepted (202) and dropped — 2026-07-28 defines none that a
+    /// client sends over HTTP.
+    ModernNotification,
 }
 
 impl Command {
@@ -210,13 +227,13 @@ impl Command {
     pub fn session(&self) -> Option<&SessionId> {
         match self {
             Command::Post { session, .. } | Command::OpenStream { session } | Command::Resume { session, .. } | Command::Delete { session } => Some(session),
-            Command::Initialize { .. } | Command::Preflight => None,
+            Command::Initialize { .. } | Command::Preflight | Command::Modern { .. } | Command::ModernNotification => None,
         }
     }
 }
 
 /// Request headers MCP uses, allowed on cross-origin requests.
-pub const CORS_ALLOW_HEADERS: &str = "Content-Type, Accept, Authorization, Mcp-Session-Id, MCP-Protocol-Version, Last-Event-ID";
+pub const CORS_ALLOW_HEADERS: &str = "Content-Type, Accept, Authorization, Mcp-Session-Id, MCP-Protocol-Version, Last-Event-ID, Mcp-Method, Mcp-Name, Mcp-Param-*";
 /// Methods of the endpoint, allowed on cross-origin requests.
 pub const CORS_ALLOW_METHODS: &str = "GET, POST, DELETE";
 /// Response headers a page may read: the session id, and what 401/429/503 say.
@@ -443,6 +460,9 @@ fn admit_post(head: &RequestHead<'_>, body: &[u8], policy: &AdmitPolicy) -> Resu
         Incoming::Batch(ms) => ms.iter().try_for_each(|m| limits::check_message(m, limits)),
     }
     .map_err(Rejection::LimitExceeded)?;
+    if let Some(modern) = admit_modern(head, &incoming) {
+        return modern;
+    }
     let accepts = parse_accept(head.accept);
     let has_request = match &incoming {
         Incoming::Single(m) => m.is_request(),
@@ -470,6 +490,38 @@ fn admit_post(head: &RequestHead<'_>, body: &[u8], policy: &AdmitPolicy) -> Resu
     let session = session_of(head)?;
     let version = version_of(head)?;
     Ok(Command::Post { session, version, incoming, reply })
+}
+
+/// The modern path, when the body says so (see [`super::modern::is_modern`]). `None`: legacy.
+fn admit_modern(head: &RequestHead<'_>, incoming: &Incoming) -> Option<Result<Command, Rejection>> {
+    use super::modern::{self, ModernError, ModernHead, ModernRequest};
+    let mhead = ModernHead { protocol_version: head.protocol_version, method: head.mcp_method, name: head.mcp_name };
+    let refuse = |error, id: Option<&JsonRpcId>| Some(Err(Rejection::Modern { error, id: id.cloned() }));
+    match incoming {
+        Incoming::Batch(_) if head.protocol_version.is_some_and(|v| modern::is_modern(Some(v), None)) => refuse(ModernError::InvalidRequest("a body is exactly one message in 2026-07-28".into()), None),
+        Incoming::Batch(_) => None,
+        Incoming::Single(Message::Request { id, method, params }) => {
+            if !modern::is_modern(head.protocol_version, params.as_ref()) {
+                return None;
+            }
+            let accepts = parse_accept(head.accept);
+            if !accepts.json && !accepts.sse {
+                return Some(Err(Rejection::NotAcceptable));
+            }
+            let reply = if accepts.sse { ReplyMode::Sse } else { ReplyMode::Json };
+            Some(match modern::check(&mhead, method, params.as_ref()) {
+                Ok(meta) => Ok(Command::Modern { request: ModernRequest { id: id.clone(), method: method.clone(), params: params.clone(), meta }, reply }),
+                Err(error) => Err(Rejection::Modern { error, id: Some(id.clone()) }),
+            })
+        }
+        Incoming::Single(Message::Notification { params, .. }) => modern::is_modern(head.protocol_version, params.as_ref()).then_some(Ok(Command::ModernNotification)),
+        Incoming::Single(Message::Response { .. } | Message::ErrorResponse { .. }) => {
+            if !head.protocol_version.is_some_and(|v| modern::is_modern(Some(v), None)) {
+                return None;
+            }
+            refuse(ModernError::InvalidRequest("clients send no responses in 2026-07-28 (there are no server-to-client requests)".into()), None)
+        }
+    }
 }
 
 #[cfg(test)]

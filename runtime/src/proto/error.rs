@@ -20,6 +20,8 @@ pub enum Overload {
     Draining,
     /// The server-wide stream memory budget (`limits.stream_memory_bytes`) is used up.
     StreamMemory,
+    /// `modern.max_in_flight` modern requests are running.
+    ModernInFlight,
 }
 
 impl Overload {
@@ -27,7 +29,7 @@ impl Overload {
     #[must_use]
     pub fn retry_after_s(self) -> u32 {
         match self {
-            Overload::Mailbox | Overload::InFlight => 1,
+            Overload::Mailbox | Overload::InFlight | Overload::ModernInFlight => 1,
             Overload::StreamMemory => 2,
             Overload::Sessions | Overload::Draining => 5,
         }
@@ -40,6 +42,7 @@ impl Overload {
             Overload::InFlight => "too many requests in flight in this session",
             Overload::Draining => "server is shutting down",
             Overload::StreamMemory => "server-wide stream memory budget is full",
+            Overload::ModernInFlight => "too many 2026-07-28 requests running",
         }
     }
 }
@@ -140,6 +143,39 @@ pub enum Rejection {
     /// Anything unexpected. The client sees a generic text; details go to the log.
     #[error("Internal error")]
     Internal,
+    /// A modern (2026-07-28) request refused before it ran (SPEC.md §3.11).
+    #[error("{}", modern_message(.error))]
+    Modern {
+        /// Why.
+        error: super::modern::ModernError,
+        /// The request id, echoed.
+        id: Option<JsonRpcId>,
+    },
+    /// A modern request's tool needs a client capability the request did not declare.
+    #[error("Missing required client capability: {}", .capabilities)]
+    MissingCapability {
+        /// `requiredCapabilities` (a `ClientCapabilities` object).
+        capabilities: serde_json::Value,
+        /// The request id, echoed.
+        id: JsonRpcId,
+    },
+}
+
+fn modern_message(e: &super::modern::ModernError) -> String {
+    use super::modern::ModernError as M;
+    match e {
+        M::HeaderMismatch(why) => format!("Header mismatch: {why}"),
+        M::InvalidMeta(why) => format!("Invalid params: {why}"),
+        M::UnsupportedVersion(v) => format!("Unsupported protocol version {v:?}; this server supports {} (and the legacy versions through initialize)", super::modern::MODERN_VERSIONS.join(", ")),
+        M::MethodNotFound(m) if super::modern::REMOVED_METHODS.contains(&m.as_str()) => format!(
+            "Method not found: {m} does not exist in protocol {}; legacy clients use initialize with one of {}",
+            super::modern::VERSION,
+            super::version::SUPPORTED.map(|v| v.as_str()).join(", ")
+        ),
+        M::MethodNotFound(m) => format!("Method not found: {m}"),
+        M::InvalidRequest(why) => format!("Invalid request: {why}"),
+        M::InvalidInput(why) => format!("Invalid params: {why}"),
+    }
 }
 
 impl Rejection {
@@ -168,6 +204,8 @@ impl Rejection {
             Rejection::QuotaExceeded { .. } => 429,
             Rejection::Overloaded(_) => 503,
             Rejection::Internal => 500,
+            Rejection::Modern { error: super::modern::ModernError::MethodNotFound(_), .. } => 404,
+            Rejection::Modern { .. } | Rejection::MissingCapability { .. } => 400,
         }
     }
 
@@ -184,6 +222,14 @@ impl Rejection {
             Rejection::QuotaExceeded { .. } => code::QUOTA_EXCEEDED,
             Rejection::Overloaded(_) => code::OVERLOADED,
             Rejection::Internal => code::INTERNAL_ERROR,
+            Rejection::Modern { error, .. } => match error {
+                super::modern::ModernError::HeaderMismatch(_) => code::HEADER_MISMATCH,
+                super::modern::ModernError::InvalidMeta(_) | super::modern::ModernError::InvalidInput(_) => code::INVALID_PARAMS,
+                super::modern::ModernError::UnsupportedVersion(_) => code::UNSUPPORTED_PROTOCOL_VERSION,
+                super::modern::ModernError::MethodNotFound(_) => code::METHOD_NOT_FOUND,
+                super::modern::ModernError::InvalidRequest(_) => code::INVALID_REQUEST,
+            },
+            Rejection::MissingCapability { .. } => code::MISSING_CLIENT_CAPABILITY,
             Rejection::OriginNotAllowed
             | Rejection::HostNotAllowed
             | Rejection::Unauthorized
@@ -202,8 +248,8 @@ impl Rejection {
     #[must_use]
     pub fn id(&self) -> Option<&JsonRpcId> {
         match self {
-            Rejection::InvalidMessage { id, .. } => id.as_ref(),
-            Rejection::RequestIdInFlight(id) => Some(id),
+            Rejection::InvalidMessage { id, .. } | Rejection::Modern { id, .. } => id.as_ref(),
+            Rejection::RequestIdInFlight(id) | Rejection::MissingCapability { id, .. } => Some(id),
             _ => None,
         }
     }
@@ -240,6 +286,8 @@ impl Rejection {
                 "supported": super::version::SUPPORTED.map(|v| v.as_str()),
             })),
             Rejection::LimitExceeded(l) => e.with_data(serde_json::json!({"limit": l.limit.describe(), "max": l.max})),
+            Rejection::Modern { error: super::modern::ModernError::UnsupportedVersion(v), .. } => e.with_data(serde_json::json!({"supported": super::modern::MODERN_VERSIONS, "requested": v})),
+            Rejection::MissingCapability { capabilities, .. } => e.with_data(serde_json::json!({"requiredCapabilities": capabilities})),
             _ => e,
         }
     }
@@ -280,12 +328,22 @@ impl Rejection {
             Rejection::Overloaded(Overload::InFlight) => "overloaded.in_flight",
             Rejection::Overloaded(Overload::Draining) => "overloaded.draining",
             Rejection::Overloaded(Overload::StreamMemory) => "overloaded.stream_memory",
+            Rejection::Overloaded(Overload::ModernInFlight) => "overloaded.modern_in_flight",
             Rejection::Internal => "internal",
+            Rejection::Modern { error, .. } => match error {
+                super::modern::ModernError::HeaderMismatch(_) => "modern.header_mismatch",
+                super::modern::ModernError::InvalidMeta(_) => "modern.invalid_meta",
+                super::modern::ModernError::UnsupportedVersion(_) => "modern.version",
+                super::modern::ModernError::MethodNotFound(_) => "modern.method_not_found",
+                super::modern::ModernError::InvalidRequest(_) => "modern.invalid_request",
+                super::modern::ModernError::InvalidInput(_) => "modern.invalid_input",
+            },
+            Rejection::MissingCapability { .. } => "modern.missing_capability",
         }
     }
 
     /// Every value [`Rejection::cause`] can return.
-    pub const CAUSES: [&'static str; 31] = [
+    pub const CAUSES: [&'static str; 39] = [
         "origin",
         "host",
         "unauthorized",
@@ -316,13 +374,23 @@ impl Rejection {
         "overloaded.in_flight",
         "overloaded.draining",
         "overloaded.stream_memory",
+        "overloaded.modern_in_flight",
         "internal",
+        "modern.header_mismatch",
+        "modern.invalid_meta",
+        "modern.version",
+        "modern.method_not_found",
+        "modern.invalid_request",
+        "modern.invalid_input",
+        "modern.missing_capability",
     ];
 
     /// One representative of every variant, for the table test and README.
     #[must_use]
     pub fn table() -> Vec<(Rejection, &'static str)> {
+        use super::modern::ModernError as M;
         let limit = |limit| Rejection::LimitExceeded(LimitExceeded { limit, max: 1 });
+        let modern = |error| Rejection::Modern { error, id: Some(JsonRpcId::Number(1)) };
         vec![
             (Rejection::OriginNotAllowed, "`Origin` present and not in the allow-list (also on a CORS preflight)"),
             (Rejection::HostNotAllowed, "`Host` not allowed (loopback binds accept only localhost names)"),
@@ -350,8 +418,15 @@ impl Rejection {
                 "GET resume: the stream is no longer retained, or (standalone GET stream) events after the cursor were evicted",
             ),
             (Rejection::QuotaExceeded { cause: Quota::Sessions, retry_after_s: 5 }, "the caller (principal, or remote address without auth) has `quotas.sessions_per_principal` live sessions (`Retry-After: 5`), creates them faster than `quotas.session_rate_per_sec` (`Retry-After`: when the next is allowed), or its share `quotas.stream_memory_per_principal` of the stream memory is full for a request that would open a stream or session (`Retry-After: 2`)"),
-            (Rejection::Overloaded(Overload::Sessions), "`sessions.max_sessions` reached (`Retry-After: 5`), the server is draining: every new request, `initialize` included (`shutdown.retry_after_secs`, default 5), session mailbox full (1), `sessions.max_in_flight` reached (1), or the stream memory budget `limits.stream_memory_bytes` is full for a request that would open a stream (2)"),
+            (Rejection::Overloaded(Overload::Sessions), "`sessions.max_sessions` reached (`Retry-After: 5`), the server is draining: every new request, `initialize` included (`shutdown.retry_after_secs`, default 5), session mailbox full (1), `sessions.max_in_flight` reached (1), `modern.max_in_flight` 2026-07-28 requests running (1), or the stream memory budget `limits.stream_memory_bytes` is full for a request that would open a stream (2)"),
             (Rejection::Internal, "unexpected server error (details only in the log)"),
+            (modern(M::HeaderMismatch("example".into())), "modern request: `MCP-Protocol-Version` missing or different from `_meta`'s version; `Mcp-Method` missing or different from the body's method; `Mcp-Name` missing or different from `params.name` (`tools/call`, `prompts/get`) or `params.uri` (`resources/read`), after base64-sentinel decoding; an `Mcp-Param-*` header missing, extra, undecodable or different from its annotated argument (integers compared as numbers)"),
+            (modern(M::InvalidMeta("example".into())), "modern request: `_meta` lacks `io.modelcontextprotocol/protocolVersion` or `clientCapabilities`, or one of its fields has the wrong type (`clientInfo` not an object, an unknown `logLevel`)"),
+            (modern(M::UnsupportedVersion("2099-01-01".into())), "modern request naming a version other than 2026-07-28 (`data.supported`, `data.requested`)"),
+            (Rejection::MissingCapability { capabilities: serde_json::json!({"sampling": {}}), id: JsonRpcId::Number(1) }, "modern request: the tool needs a client capability the request's `clientCapabilities` lack (`data.requiredCapabilities`)"),
+            (modern(M::MethodNotFound("ping".into())), "modern request for an unknown method or one removed in 2026-07-28 (`initialize`, `ping`, `logging/setLevel`, `resources/subscribe`, `resources/unsubscribe`, `notifications/initialized`); the message names the supported versions"),
+            (modern(M::InvalidRequest("example".into())), "modern request body that is a batch or a JSON-RPC response (clients send only requests and notifications in 2026-07-28)"),
+            (modern(M::InvalidInput("example".into())), "modern retry of an `input_required` result: `inputResponses` not an object, or `requestState` altered, expired (`modern.request_state_ttl_secs`), issued to another caller or for another request"),
         ]
     }
 }
@@ -386,6 +461,13 @@ mod tests {
             (429, code::QUOTA_EXCEEDED),
             (503, code::OVERLOADED),
             (500, code::INTERNAL_ERROR),
+            (400, code::HEADER_MISMATCH),
+            (400, code::INVALID_PARAMS),
+            (400, code::UNSUPPORTED_PROTOCOL_VERSION),
+            (400, code::MISSING_CLIENT_CAPABILITY),
+            (404, code::METHOD_NOT_FOUND),
+            (400, code::INVALID_REQUEST),
+            (400, code::INVALID_PARAMS),
         ];
         let table = Rejection::table();
         assert_eq!(table.len(), expected.len());
@@ -432,11 +514,12 @@ mod tests {
         for limit in limits {
             all.push(Rejection::LimitExceeded(LimitExceeded { limit, max: 1 }));
         }
-        for o in [Overload::Sessions, Overload::Mailbox, Overload::InFlight, Overload::Draining, Overload::StreamMemory] {
+        for o in [Overload::Sessions, Overload::Mailbox, Overload::InFlight, Overload::Draining, Overload::StreamMemory, Overload::ModernInFlight] {
             all.push(Rejection::Overloaded(o));
         }
         all.push(Rejection::QuotaExceeded { cause: Quota::SessionRate, retry_after_s: 1 });
         all.push(Rejection::QuotaExceeded { cause: Quota::StreamMemory, retry_after_s: 2 });
+        all.push(Rejection::Modern { error: super::super::modern::ModernError::MethodNotFound("x".into()), id: None });
         for r in &all {
             assert!(Rejection::CAUSES.contains(&r.cause()), "{r:?}");
         }

@@ -46,6 +46,12 @@ pub mod code {
     pub const SERVER_RESTARTED: i64 = -32009;
     /// A rollback's drain ended the request at its grace deadline; its outcome is unknown.
     pub const DRAINED: i64 = -32010;
+    /// 2026-07-28: a request-metadata header is missing or differs from the body.
+    pub const HEADER_MISMATCH: i64 = -32020;
+    /// 2026-07-28: the request lacks a client capability the server needs.
+    pub const MISSING_CLIENT_CAPABILITY: i64 = -32021;
+    /// 2026-07-28: the request's protocol version is not supported.
+    pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 }
 
 /// A JSON-RPC error object.

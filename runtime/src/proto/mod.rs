@@ -16,6 +16,7 @@ pub mod ids;
 pub mod jsonrpc;
 pub mod limits;
 pub mod mcp;
+pub mod modern;
 pub mod receipt;
 pub mod replay;
 pub mod rollout;

@@ -33,6 +33,14 @@ pub enum CatalogError {
     /// Two resources with one URI.
     #[error("duplicate resource {0:?}")]
     DuplicateResource(String),
+    /// A tool's `x-mcp-header` annotations are invalid (2026-07-28 clients would drop it).
+    #[error("tool {tool:?}: {why}")]
+    InvalidHeaderAnnotation {
+        /// The tool.
+        tool: String,
+        /// What is wrong.
+        why: String,
+    },
     /// A tool's idempotency-key argument on a read-only tool, or not a string property of
     /// its input schema.
     #[error("tool {tool:?}: idempotency key argument {argument:?} {why}")]
@@ -137,6 +145,7 @@ impl CatalogBuilder {
     /// [`CatalogError`] naming a duplicate tool, prompt or resource, or an invalid tool name.
     pub fn build(self, info: ServerInfo) -> Result<Catalog, CatalogError> {
         let mut tool_index = HashMap::new();
+        let mut header_params = HashMap::new();
         for (i, t) in self.tools.iter().enumerate() {
             let name = &t.spec().name;
             if name.is_empty() || name.len() > 64 || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-/".contains(&b)) {
@@ -146,6 +155,10 @@ impl CatalogBuilder {
                 return Err(CatalogError::DuplicateTool(name.clone()));
             }
             check_idempotency_key(t.spec())?;
+            let params = crate::proto::modern::headers::params_of(&t.spec().input_schema).map_err(|why| CatalogError::InvalidHeaderAnnotation { tool: name.clone(), why })?;
+            if !params.is_empty() {
+                header_params.insert(name.clone(), params);
+            }
         }
         let mut prompt_index = HashMap::new();
         for (i, p) in self.prompts.iter().enumerate() {
@@ -181,6 +194,7 @@ impl CatalogBuilder {
             capabilities: Value::Object(caps),
             tools: self.tools,
             tool_index,
+            header_params,
             resources: self.resources,
             resource_index,
             templates: self.templates,
@@ -201,6 +215,8 @@ pub struct Catalog {
     capabilities: Value,
     tools: Vec<Arc<dyn Tool>>,
     tool_index: HashMap<String, usize>,
+    /// Each tool's `x-mcp-header` parameters (2026-07-28 `Mcp-Param-*`), when it has any.
+    header_params: HashMap<String, Vec<crate::proto::modern::headers::HeaderParam>>,
     resources: Vec<Arc<dyn Resource>>,
     resource_index: HashMap<String, usize>,
     templates: Vec<Arc<dyn ResourceTemplate>>,
@@ -313,6 +329,12 @@ impl Catalog {
         self.tool_index.get(name).map(|&i| &self.tools[i])
     }
 
+    /// The `Mcp-Param-*` parameters a tool's input schema annotates (empty for most tools).
+    #[must_use]
+    pub fn header_params(&self, tool: &str) -> &[crate::proto::modern::headers::HeaderParam] {
+        self.header_params.get(tool).map_or(&[], Vec::as_slice)
+    }
+
     /// Whether `uri` names a listed resource or matches a template.
     #[must_use]
     pub fn has_resource(&self, uri: &str) -> bool {
@@ -354,7 +376,7 @@ impl Catalog {
         }))
     }
 
-    /// Dispatch a catalog method. `cx` is called only for `tools/call`.
+    /// Dispatch a catalog method. `cx` is called only for `tools/call` and `prompts/get`.
     pub fn dispatch(&self, method: &str, params: Option<&Value>, cx: impl FnOnce() -> ToolContext) -> Dispatch {
         use Dispatch::Ready;
         match method {
@@ -364,7 +386,7 @@ impl Catalog {
             "resources/templates/list" => Ready(no_cursor(params).map(|()| self.templates_list.clone())),
             "tools/call" => self.call_tool(params, cx),
             "resources/read" => self.read_resource(params),
-            "prompts/get" => self.get_prompt(params),
+            "prompts/get" => self.get_prompt(params, cx),
             "completion/complete" => Ready(Ok(json!({"completion": {"values": [], "total": 0, "hasMore": false}}))),
             _ => Ready(Err(ErrorObject::new(code::METHOD_NOT_FOUND, format!("Method not found: {method}")))),
         }
@@ -411,7 +433,7 @@ impl Catalog {
         Dispatch::Pending(Box::pin(async move { fut.await.map(|contents| json!({"contents": contents})) }))
     }
 
-    fn get_prompt(&self, params: Option<&Value>) -> Dispatch {
+    fn get_prompt(&self, params: Option<&Value>, cx: impl FnOnce() -> ToolContext) -> Dispatch {
         let name = match str_param(params, "name") {
             Ok(n) => n,
             Err(e) => return Dispatch::Ready(Err(e)),
@@ -430,7 +452,7 @@ impl Catalog {
                 return Dispatch::Ready(Err(invalid_params(format!("missing required argument {:?}", a.name))));
             }
         }
-        let fut = prompt.get(args);
+        let fut = prompt.get(args, cx());
         Dispatch::Pending(Box::pin(async move { fut.await.map(|r| to_value(&r)) }))
     }
 }
@@ -473,6 +495,17 @@ mod tests {
             let e = keyed(spec).unwrap_err().to_string();
             assert!(e.contains(why) && e.contains("\"w\""), "{e}");
         }
+    }
+
+    #[test]
+    fn an_invalid_x_mcp_header_annotation_is_a_build_error_naming_the_tool() {
+        let bad = json!({"type":"object","properties":{"n":{"type":"number","x-mcp-header":"N"}}});
+        let e = keyed(ToolSpec::new("priced", "d", bad)).unwrap_err();
+        assert!(matches!(&e, CatalogError::InvalidHeaderAnnotation { tool, .. } if tool == "priced"), "{e}");
+        let good = json!({"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"}}});
+        let c = keyed(ToolSpec::new("w", "d", good)).unwrap();
+        assert_eq!(c.header_params("w")[0].name, "Region");
+        assert!(c.header_params("other").is_empty());
     }
 
     #[test]

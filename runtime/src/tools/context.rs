@@ -19,6 +19,18 @@ pub trait ToolOutbound: Send + Sync + 'static {
     /// SEP-1699: end the current connection of the request's stream without ending the
     /// stream; the client resumes with GET + `Last-Event-ID`.
     fn close_for_polling(&self) -> BoxFuture<()>;
+    /// Whether the request is a modern (2026-07-28) one: a capability the client did not
+    /// declare is then `-32021` with `requiredCapabilities` (HTTP 400), not `-32601`.
+    fn modern(&self) -> bool {
+        false
+    }
+    /// A server-to-client request under the key `key`: in the legacy era sent at once (the key
+    /// is not used); in the modern era the key names it in the `input_required` result's
+    /// `inputRequests` and in the retry's `inputResponses`.
+    fn input(&self, key: &str, method: &str, params: Value) -> BoxFuture<Result<Value, ErrorObject>> {
+        let _ = key;
+        self.request(method, params)
+    }
 }
 
 /// Everything a running tool may use: progress, logging, cancellation and server-to-client
@@ -32,6 +44,8 @@ pub struct ToolContext {
     client_capabilities: Arc<Value>,
     principal: Option<Arc<str>>,
     out: Arc<dyn ToolOutbound>,
+    /// Log notifications are sent at all (a modern request without a `logLevel` gets none).
+    logs: bool,
 }
 
 impl std::fmt::Debug for ToolContext {
@@ -52,7 +66,15 @@ impl ToolContext {
         principal: Option<Arc<str>>,
         out: Arc<dyn ToolOutbound>,
     ) -> ToolContext {
-        ToolContext { request_id, progress_token, cancel, log_level, client_capabilities, principal, out }
+        ToolContext { request_id, progress_token, cancel, log_level, client_capabilities, principal, out, logs: true }
+    }
+
+    /// No log notifications at all for this request (a modern request that asked for no
+    /// `logLevel`: SPEC.md §3.5).
+    #[must_use]
+    pub fn without_logs(mut self) -> ToolContext {
+        self.logs = false;
+        self
     }
 
     /// The authenticated caller (bearer principal), `None` when authentication is off.
@@ -96,7 +118,7 @@ impl ToolContext {
 
     /// Send a log message, unless the client set a higher minimum level.
     pub async fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {
-        if self.log_level.is_some_and(|min| level < min) {
+        if !self.logs || self.log_level.is_some_and(|min| level < min) {
             return;
         }
         let mut p = json!({"level": level.as_str(), "data": data});
@@ -121,6 +143,24 @@ impl ToolContext {
     /// `sessions.client_request_timeout_secs` (the client is sent `notifications/cancelled`);
     /// an error when the session ends first.
     pub async fn request(&self, method: &str, params: Value) -> Result<Value, ErrorObject> {
+        self.check_capability(method)?;
+        self.out.request(method, params).await
+    }
+
+    /// [`Self::request`] under a key of the tool's choosing: the same in the legacy era; in
+    /// the modern era (2026-07-28) the key names the question in the `input_required` result
+    /// and its answer in the client's retry (`inputResponses`). A tool that asks is run again
+    /// from its start on each round, with the answers so far, until it no longer asks: what it
+    /// does before asking must be safe to repeat.
+    ///
+    /// # Errors
+    /// As [`Self::request`]; in the modern era also `-32602` for an answer of the wrong shape.
+    pub async fn input(&self, key: &str, method: &str, params: Value) -> Result<Value, ErrorObject> {
+        self.check_capability(method)?;
+        self.out.input(key, method, params).await
+    }
+
+    fn check_capability(&self, method: &str) -> Result<(), ErrorObject> {
         let needs = match method {
             "sampling/createMessage" => Some("sampling"),
             "elicitation/create" => Some("elicitation"),
@@ -128,10 +168,15 @@ impl ToolContext {
             _ => None,
         };
         if let Some(cap) = needs
-            && !self.client_has(cap) {
-                return Err(ErrorObject::new(code::METHOD_NOT_FOUND, format!("client did not declare the {cap} capability")));
+            && !self.client_has(cap)
+        {
+            if self.out.modern() {
+                return Err(ErrorObject::new(code::MISSING_CLIENT_CAPABILITY, format!("this tool needs the client capability {cap:?}, which the request did not declare"))
+                    .with_data(json!({"requiredCapabilities": {cap: {}}})));
             }
-        self.out.request(method, params).await
+            return Err(ErrorObject::new(code::METHOD_NOT_FOUND, format!("client did not declare the {cap} capability")));
+        }
+        Ok(())
     }
 
     /// SEP-1699 polling: close the current connection of this request's stream; the client

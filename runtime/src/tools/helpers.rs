@@ -115,8 +115,38 @@ where
         &self.spec
     }
 
-    fn get(&self, args: Map<String, Value>) -> BoxFuture<Result<GetPromptResult, ErrorObject>> {
+    fn get(&self, args: Map<String, Value>, _cx: ToolContext) -> BoxFuture<Result<GetPromptResult, ErrorObject>> {
         let r = (self.f)(&args);
         Box::pin(async move { r })
+    }
+}
+
+/// A prompt rendered by an async closure that gets the request's [`ToolContext`] (to ask the
+/// client with [`ToolContext::input`] before rendering).
+pub struct AsyncPrompt<F> {
+    spec: PromptSpec,
+    f: F,
+}
+
+/// Make a prompt from a spec and an async closure over its arguments and context.
+pub fn prompt_async_fn<F, Fut>(spec: PromptSpec, f: F) -> AsyncPrompt<F>
+where
+    F: Fn(Map<String, Value>, ToolContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<GetPromptResult, ErrorObject>> + Send + 'static,
+{
+    AsyncPrompt { spec, f }
+}
+
+impl<F, Fut> Prompt for AsyncPrompt<F>
+where
+    F: Fn(Map<String, Value>, ToolContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<GetPromptResult, ErrorObject>> + Send + 'static,
+{
+    fn spec(&self) -> &PromptSpec {
+        &self.spec
+    }
+
+    fn get(&self, args: Map<String, Value>, cx: ToolContext) -> BoxFuture<Result<GetPromptResult, ErrorObject>> {
+        Box::pin((self.f)(args, cx))
     }
 }

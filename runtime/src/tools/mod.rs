@@ -11,7 +11,7 @@ mod types;
 
 pub use catalog::{Catalog, CatalogBuilder, CatalogError, Dispatch, IDEMPOTENCY_KEY_MAX_BYTES, IDEMPOTENCY_KEY_META, IdempotentCall, ServerInfo, match_template, resource_not_found};
 pub use context::{ToolContext, ToolOutbound};
-pub use helpers::{FnPrompt, FnTemplate, FnTool, StaticResource, prompt_fn, template_fn, tool_fn};
+pub use helpers::{AsyncPrompt, FnPrompt, FnTemplate, FnTool, StaticResource, prompt_async_fn, prompt_fn, template_fn, tool_fn};
 pub use schema::validate_arguments;
 pub use types::*;
 
@@ -57,6 +57,7 @@ pub trait ResourceTemplate: Send + Sync + 'static {
 pub trait Prompt: Send + Sync + 'static {
     /// Name, description, arguments.
     fn spec(&self) -> &PromptSpec;
-    /// Render the prompt. Required arguments are checked before this is called.
-    fn get(&self, args: Map<String, Value>) -> BoxFuture<Result<GetPromptResult, ErrorObject>>;
+    /// Render the prompt. Required arguments are checked before this is called. `cx` is the
+    /// request's context: a prompt may ask the client ([`ToolContext::input`]) like a tool.
+    fn get(&self, args: Map<String, Value>, cx: ToolContext) -> BoxFuture<Result<GetPromptResult, ErrorObject>>;
 }

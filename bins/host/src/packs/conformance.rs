@@ -78,6 +78,22 @@ fn tools(b: CatalogBuilder) -> CatalogBuilder {
     .tool(tool_fn(ToolSpec::new("test_error_handling", "Always fails with a tool error.", empty_schema()), |_, _| async {
         Err(ToolError::Failed("This tool intentionally returns an error for testing".into()))
     }))
+    // The 2026-07-28 `server-stateless` fixtures.
+    .tool(tool_fn(ToolSpec::new("test_missing_capability", "Asks the client's model for a completion (needs the sampling capability).", empty_schema()), |_, cx| async move {
+        let r = cx
+            .request("sampling/createMessage", json!({"messages":[{"role":"user","content":{"type":"text","text":"Say hello"}}],"maxTokens":10}))
+            .await
+            .map_err(ToolError::Protocol)?;
+        Ok(CallToolResult::text(format!("sampled: {}", r.pointer("/content/text").and_then(Value::as_str).unwrap_or_default())))
+    }))
+    .tool(tool_fn(ToolSpec::new("test_streaming_elicitation", "Asks the user to confirm (elicitation), never with a request on its response stream.", empty_schema()), |_, cx| async move {
+        elicit(&cx, "Please confirm", json!({"type":"object","properties":{"ok":{"type":"boolean"}},"required":["ok"]}), "Confirmation").await
+    }))
+    .tool(tool_fn(ToolSpec::new("test_logging_tool", "Logs one message at info level and answers.", empty_schema()), |_, cx| async move {
+        cx.log(LogLevel::Info, None, json!("test_logging_tool ran")).await;
+        Ok(CallToolResult::text("logged"))
+    }))
+    .merge(input_required_tools())
     .tool(tool_fn(
         ToolSpec::new(
             "test_sampling",
@@ -151,6 +167,75 @@ fn tools(b: CatalogBuilder) -> CatalogBuilder {
     ))
 }
 
+/// The client's answer to an elicitation, its accepted `content.<field>` as text.
+fn accepted(answer: &Value, field: &str) -> String {
+    answer.pointer(&format!("/content/{field}")).map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned)).unwrap_or_default()
+}
+
+fn elicit_params(message: &str, field: &str, kind: &str) -> Value {
+    json!({"message": message, "requestedSchema": {"type": "object", "properties": {field: {"type": kind}}, "required": [field]}})
+}
+
+fn sampling_params(text: &str, max_tokens: u32) -> Value {
+    json!({"messages": [{"role": "user", "content": {"type": "text", "text": text}}], "maxTokens": max_tokens})
+}
+
+fn sampled(answer: &Value) -> String {
+    answer.pointer("/content/text").and_then(Value::as_str).unwrap_or_default().to_owned()
+}
+
+/// The 2026-07-28 multi-round-trip fixtures (`input-required-result-*`): each asks through
+/// `ToolContext::input`, which in a legacy session is a server-to-client request and in the
+/// modern era an `input_required` round trip under the key given here.
+fn input_required_tools() -> CatalogBuilder {
+    let p = |e: mcp_runtime::proto::jsonrpc::ErrorObject| ToolError::Protocol(e);
+    CatalogBuilder::default()
+        .tool(tool_fn(ToolSpec::new("test_input_required_result_elicitation", "Asks the user's name (elicitation, key user_name) and greets them.", empty_schema()), move |_, cx| async move {
+            let a = cx.input("user_name", "elicitation/create", elicit_params("What is your name?", "name", "string")).await.map_err(p)?;
+            Ok(CallToolResult::text(format!("Hello, {}!", accepted(&a, "name"))))
+        }))
+        .tool(tool_fn(ToolSpec::new("test_input_required_result_sampling", "Asks the client's model a question (sampling, key capital_question).", empty_schema()), move |_, cx| async move {
+            let a = cx.input("capital_question", "sampling/createMessage", sampling_params("What is the capital of France?", 100)).await.map_err(p)?;
+            Ok(CallToolResult::text(format!("The model said: {}", sampled(&a))))
+        }))
+        .tool(tool_fn(ToolSpec::new("test_input_required_result_list_roots", "Asks the client for its roots (key client_roots).", empty_schema()), move |_, cx| async move {
+            let a = cx.input("client_roots", "roots/list", json!({})).await.map_err(p)?;
+            let n = a.get("roots").and_then(Value::as_array).map_or(0, Vec::len);
+            Ok(CallToolResult::text(format!("The client has {n} root(s)")))
+        }))
+        .tool(tool_fn(ToolSpec::new("test_input_required_result_request_state", "Asks for a confirmation (key confirm); the answer survives in requestState.", empty_schema()), move |_, cx| async move {
+            let a = cx.input("confirm", "elicitation/create", elicit_params("Please confirm", "ok", "boolean")).await.map_err(p)?;
+            Ok(CallToolResult::text(format!("state-ok: confirmed={}", accepted(&a, "ok"))))
+        }))
+        .tool(tool_fn(ToolSpec::new("test_input_required_result_multiple_inputs", "Asks three questions at once: a name, a greeting from the model, the client's roots.", empty_schema()), move |_, cx| async move {
+            let (name, greeting, roots) = tokio::join!(
+                cx.input("user_name", "elicitation/create", elicit_params("What is your name?", "name", "string")),
+                cx.input("greeting", "sampling/createMessage", sampling_params("Generate a greeting", 50)),
+                cx.input("client_roots", "roots/list", json!({})),
+            );
+            let (name, greeting, roots) = (name.map_err(p)?, greeting.map_err(p)?, roots.map_err(p)?);
+            let n = roots.get("roots").and_then(Value::as_array).map_or(0, Vec::len);
+            Ok(CallToolResult::text(format!("{} {}, with {n} root(s)", sampled(&greeting), accepted(&name, "name"))))
+        }))
+        .tool(tool_fn(ToolSpec::new("test_input_required_result_multi_round", "Asks two questions one after the other (keys step1, step2).", empty_schema()), move |_, cx| async move {
+            let name = cx.input("step1", "elicitation/create", elicit_params("Step 1: What is your name?", "name", "string")).await.map_err(p)?;
+            let color = cx.input("step2", "elicitation/create", elicit_params("Step 2: What is your favorite color?", "color", "string")).await.map_err(p)?;
+            Ok(CallToolResult::text(format!("{} likes {}", accepted(&name, "name"), accepted(&color, "color"))))
+        }))
+        .tool(tool_fn(ToolSpec::new("test_input_required_result_tampered_state", "Asks for a confirmation (key confirm); an altered requestState is refused.", empty_schema()), move |_, cx| async move {
+            let a = cx.input("confirm", "elicitation/create", elicit_params("Please confirm", "ok", "boolean")).await.map_err(p)?;
+            Ok(CallToolResult::text(format!("confirmed={}", accepted(&a, "ok"))))
+        }))
+        .tool(tool_fn(ToolSpec::new("test_input_required_result_capabilities", "Asks only through the capabilities the client declared: elicitation if it can, else sampling.", empty_schema()), move |_, cx| async move {
+            if cx.client_has("elicitation") {
+                let a = cx.input("user_input", "elicitation/create", elicit_params("What should I use?", "value", "string")).await.map_err(p)?;
+                return Ok(CallToolResult::text(format!("elicited {}", accepted(&a, "value"))));
+            }
+            let a = cx.input("sample_input", "sampling/createMessage", sampling_params("What should I use?", 50)).await.map_err(p)?;
+            Ok(CallToolResult::text(format!("sampled {}", sampled(&a))))
+        }))
+}
+
 fn resources(b: CatalogBuilder) -> CatalogBuilder {
     let spec = |uri: &str, name: &str, mime: &str| ResourceSpec { uri: uri.into(), name: name.into(), description: Some(format!("Test resource {name}")), mime_type: Some(mime.into()) };
     b.resource(StaticResource::new(
@@ -205,6 +290,13 @@ fn prompts(b: CatalogBuilder) -> CatalogBuilder {
     .prompt(prompt_fn(spec("test_prompt_with_image", "A prompt that includes an image", vec![]), move |_| {
         ok(vec![user(image()), user(Content::text("Please analyze the image above."))])
     }))
+    .prompt(mcp_runtime::tools::prompt_async_fn(
+        spec("test_input_required_result_prompt", "Asks the user for context (elicitation, key user_context) before rendering", vec![]),
+        move |_, cx| async move {
+            let a = cx.input("user_context", "elicitation/create", elicit_params("What context should the prompt use?", "context", "string")).await?;
+            Ok(GetPromptResult { description: None, messages: vec![user(Content::text(format!("Use this context: {}", accepted(&a, "context"))))] })
+        },
+    ))
 }
 
 pub(crate) fn pack() -> CatalogBuilder {

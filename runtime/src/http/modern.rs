@@ -1,0 +1,404 @@
+//! The modern era's (2026-07-28) side of `/mcp`: one stateless request, served without a
+//! session, a replay window or a ledger record (modern streams are not resumable).
+//!
+//! A request's handler is polled once at once: when it finishes without a notification, the
+//! answer is one JSON body (even to a client that accepts SSE); otherwise the answer is an SSE
+//! stream that carries the request's notifications, then its result. The stream owns the
+//! handler: when the client closes it, the handler is dropped and its cancellation token
+//! fires (disconnect is cancellation in this era) and nothing more is sent.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use actix_web::http::header;
+use actix_web::{HttpRequest, HttpResponse};
+use bytes::Bytes;
+use futures_core::Stream;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::actor::{Counted, GenCount, Supervisor};
+use crate::proto::admission::ReplyMode;
+use crate::proto::error::{Overload, Rejection};
+use crate::proto::jsonrpc::{ErrorObject, code, encode_error, encode_result};
+use crate::proto::modern::{self, CacheHints, ModernError, ModernRequest, headers as mheaders, state};
+use crate::tools::{BoxFuture, Dispatch, ToolContext, ToolOutbound};
+
+/// Notifications a running modern request may have queued before it waits for the client.
+const NOTIFY_QUEUE: usize = 64;
+
+type Handler = Pin<Box<dyn Future<Output = Result<Value, ErrorObject>>>>;
+
+/// Serve one admitted modern request.
+///
+/// # Errors
+/// A [`Rejection`] answered before anything ran: draining, too many modern requests, a
+/// mirrored `Mcp-Param-*` header that does not match, a capability the tool needs and the
+/// request lacks.
+pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<Arc<str>>, request: ModernRequest, reply: ReplyMode) -> Result<HttpResponse, Rejection> {
+    let place = sup.stats().modern_enter(sup.config().modern.max_in_flight).ok_or(Rejection::Overloaded(Overload::ModernInFlight))?;
+    let ModernRequest { id, method, params, meta } = request;
+    let catalog = Arc::clone(sup.catalog());
+    let refuse = |error| Rejection::Modern { error, id: Some(id.clone()) };
+    if method == "tools/call"
+        && let Some(tool) = params.as_ref().and_then(|p| p.get("name")).and_then(Value::as_str).and_then(|n| catalog.tool(n))
+    {
+        let mirrored = catalog.header_params(&tool.spec().name);
+        mheaders::check_params(mirrored, params.as_ref().and_then(|p| p.get("arguments")), |lower| {
+            req.headers().get(format!("mcp-param-{lower}")).and_then(|v| v.to_str().ok())
+        })
+        .map_err(|why| refuse(ModernError::HeaderMismatch(why)))?;
+    }
+    let (tx, rx) = mpsc::channel(NOTIFY_QUEUE);
+    let cancel = CancellationToken::new();
+    let inputs = Arc::new(parking_lot::Mutex::new(Inputs::of(sup, principal.as_deref(), &method, params.as_ref()).map_err(|why| refuse(ModernError::InvalidInput(why)))?));
+    let dispatch = match method.as_str() {
+        "server/discover" => Dispatch::Ready(Ok(modern::discover_result(&modern::modern_capabilities(catalog.capabilities()), catalog.instructions()))),
+        "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" | "tools/call" | "resources/read" | "prompts/get" | "completion/complete" => {
+            let progress_token = params.as_ref().and_then(crate::proto::jsonrpc::progress_token).cloned();
+            let out: Arc<dyn ToolOutbound> = Arc::new(Outbound { tx, inputs: Arc::clone(&inputs) });
+            let caps = Arc::new(meta.capabilities);
+            let (rid, cancel, log_level) = (id.clone(), cancel.clone(), meta.log_level);
+            let principal = principal.clone();
+            let cx = move || {
+                let cx = ToolContext::new(rid, progress_token, cancel, log_level, caps, principal, out);
+                if log_level.is_some() { cx } else { cx.without_logs() }
+            };
+            catalog.dispatch(&method, params.as_ref(), cx)
+        }
+        _ => return Err(refuse(ModernError::MethodNotFound(method))),
+    };
+    let hints = CacheHints {
+        ttl_ms: if method == "resources/read" { sup.config().modern.read_ttl_ms } else { sup.config().modern.list_ttl_ms },
+        // The catalog is the same for every caller; with authentication on, still say
+        // private: a shared cache must not answer one principal with another's copy.
+        public: sup.admit_policy().auth.is_none(),
+    };
+    let finish = Finish { method, server_info: catalog.server_info().clone(), hints, inputs };
+    let mut handler: Handler = match dispatch {
+        Dispatch::Ready(r) => Box::pin(std::future::ready(r)),
+        Dispatch::Pending(fut) => fut,
+    };
+    let first = match handler.as_mut().poll(&mut Context::from_waker(std::task::Waker::noop())) {
+        Poll::Pending => finish.asked().map_or(Poll::Pending, |r| Poll::Ready(Ok(r))),
+        ready => ready,
+    };
+    let mut rx = rx;
+    let queued = !rx.is_empty();
+    match first {
+        Poll::Ready(r) if !queued || reply == ReplyMode::Json => {
+            sup.stats().modern_served();
+            drop(place);
+            Ok(json(finish.encode(&id, r)?))
+        }
+        first => {
+            // Queued notifications go out before the result; with JSON only, they are dropped
+            // (there is nowhere to put them) and the result waits for the handler.
+            if reply == ReplyMode::Json {
+                rx.close();
+            }
+            let generation = sup.generations().enter_current(Counted::InFlight);
+            let ready = match first {
+                Poll::Ready(r) => Some(finish.encode(&id, r)),
+                Poll::Pending => None,
+            };
+            let keepalive = std::time::Duration::from_millis(sup.config().sse.keepalive_ms);
+            let body = ModernBody { handler: Some(handler), rx: Some(rx), ready, finish, id, cancel, stats: Arc::clone(sup.stats()), _place: place, _generation: generation, keepalive, tick: Box::pin(tokio::time::sleep(keepalive)), done: false };
+            if reply == ReplyMode::Json {
+                return Ok(HttpResponse::Ok().content_type("application/json").streaming(JsonOnce(body)));
+            }
+            Ok(HttpResponse::Ok()
+                .content_type("text/event-stream")
+                .insert_header((header::CACHE_CONTROL, "no-cache, no-transform"))
+                .insert_header(("X-Accel-Buffering", "no"))
+                .streaming(body))
+        }
+    }
+}
+
+fn json(bytes: Bytes) -> HttpResponse {
+    HttpResponse::Ok().content_type("application/json").body(bytes)
+}
+
+/// How a handler's outcome becomes the response body.
+struct Finish {
+    method: String,
+    server_info: Value,
+    hints: CacheHints,
+    inputs: Arc<parking_lot::Mutex<Inputs>>,
+}
+
+impl Finish {
+    /// The `input_required` result, when the handler waits for answers it does not have
+    /// (then it is dropped: it runs again from its start on the client's retry).
+    fn asked(&self) -> Option<Value> {
+        let i = self.inputs.lock();
+        if i.asked.is_empty() {
+            return None;
+        }
+        let requests: serde_json::Map<String, Value> = i.asked.iter().cloned().collect();
+        let expires = unix_ms().saturating_add(i.ttl_ms);
+        let sealed = state::seal(&i.key, i.principal.as_deref(), &i.digest, expires, &i.used);
+        Some(serde_json::json!({"resultType": "input_required", "inputRequests": requests, "requestState": sealed}))
+    }
+
+    /// The response bytes; a missing client capability is the 400 of the error table when
+    /// nothing has been sent yet.
+    fn encode(&self, id: &crate::proto::JsonRpcId, r: Result<Value, ErrorObject>) -> Result<Bytes, Rejection> {
+        match r {
+            Ok(v) => Ok(encode_result(id, &modern::complete_result(&self.method, v, &self.server_info, self.hints))),
+            Err(e) if e.code == code::MISSING_CLIENT_CAPABILITY => {
+                let capabilities = e.data.as_ref().and_then(|d| d.get("requiredCapabilities")).cloned().unwrap_or_else(|| Value::Object(serde_json::Map::new()));
+                Err(Rejection::MissingCapability { capabilities, id: id.clone() })
+            }
+            // 2026-07-28: an unknown resource is invalid params, never -32002.
+            Err(e) if e.code == code::RESOURCE_NOT_FOUND => Ok(encode_error(Some(id), &ErrorObject { code: code::INVALID_PARAMS, ..e })),
+            Err(e) => Ok(encode_error(Some(id), &e)),
+        }
+    }
+
+    /// As [`Self::encode`], a refusal rendered in the stream (the status is already sent).
+    fn encode_in_stream(&self, id: &crate::proto::JsonRpcId, r: Result<Value, ErrorObject>) -> Bytes {
+        self.encode(id, r).unwrap_or_else(|rejection| encode_error(Some(id), &rejection.to_error_object()))
+    }
+}
+
+/// Where a modern request's notifications go (its own response stream) and where its
+/// questions to the client are answered from (the retry's `inputResponses` and the answers
+/// its `requestState` carries) or collected for an `input_required` result.
+struct Outbound {
+    tx: mpsc::Sender<Bytes>,
+    inputs: Arc<parking_lot::Mutex<Inputs>>,
+}
+
+/// The multi-round-trip state of one modern request.
+struct Inputs {
+    /// This method may ask (tools/call, prompts/get, resources/read).
+    allowed: bool,
+    /// Answers of earlier rounds, from the verified `requestState`.
+    known: serde_json::Map<String, Value>,
+    /// This round's `inputResponses` (checked when a question looks one up; extra keys are
+    /// ignored).
+    responses: serde_json::Map<String, Value>,
+    /// Answers the handler used in this run: sealed into the next `requestState`.
+    used: serde_json::Map<String, Value>,
+    /// Questions without an answer, in the order asked.
+    asked: Vec<(String, Value)>,
+    /// Questions asked without a key so far (their keys are `input_<n>`).
+    next: usize,
+    key: [u8; 32],
+    principal: Option<String>,
+    digest: String,
+    ttl_ms: u64,
+}
+
+impl Inputs {
+    fn of(sup: &Supervisor, principal: Option<&str>, method: &str, params: Option<&Value>) -> Result<Inputs, String> {
+        let allowed = matches!(method, "tools/call" | "prompts/get" | "resources/read");
+        let key = sup.request_state_key();
+        let digest = state::request_digest(method, params);
+        let responses = match params.and_then(|p| p.get("inputResponses")) {
+            None => serde_json::Map::new(),
+            Some(Value::Object(m)) => m.clone(),
+            Some(_) => return Err("inputResponses must be an object".into()),
+        };
+        let known = match params.and_then(|p| p.get("requestState")) {
+            None => serde_json::Map::new(),
+            Some(Value::String(s)) => state::open(&key, s, principal, &digest, unix_ms()).map_err(|r| r.describe().to_owned())?,
+            Some(_) => return Err("requestState must be a string".into()),
+        };
+        Ok(Inputs {
+            allowed,
+            known,
+            responses,
+            used: serde_json::Map::new(),
+            asked: Vec::new(),
+            next: 0,
+            key,
+            principal: principal.map(str::to_owned),
+            digest,
+            ttl_ms: sup.config().modern.request_state_ttl_secs.saturating_mul(1000),
+        })
+    }
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+impl ToolOutbound for Outbound {
+    fn notify(&self, json: Bytes) -> BoxFuture<()> {
+        let tx = self.tx.clone();
+        Box::pin(async move {
+            // Closed: the client went away (the handler is being dropped) or JSON only.
+            let _ = tx.send(json).await;
+        })
+    }
+
+    fn request(&self, method: &str, params: Value) -> BoxFuture<Result<Value, ErrorObject>> {
+        let key = {
+            let mut i = self.inputs.lock();
+            i.next += 1;
+            format!("input_{}", i.next)
+        };
+        self.input(&key, method, params)
+    }
+
+    fn input(&self, key: &str, method: &str, params: Value) -> BoxFuture<Result<Value, ErrorObject>> {
+        let mut i = self.inputs.lock();
+        if !i.allowed {
+            let msg = format!("{method}: only tools/call, prompts/get and resources/read may ask the client (2026-07-28)");
+            return Box::pin(async move { Err(ErrorObject::new(code::METHOD_NOT_FOUND, msg)) });
+        }
+        let answer = match i.known.get(key).cloned() {
+            Some(a) => Some(a),
+            None => match i.responses.get(key).cloned() {
+                Some(a) => match state::check_answer(method, &params, &a) {
+                    Ok(()) => Some(a),
+                    Err(why) => {
+                        let msg = format!("inputResponses.{key}: {why}");
+                        return Box::pin(async move { Err(ErrorObject::new(code::INVALID_PARAMS, msg)) });
+                    }
+                },
+                None => None,
+            },
+        };
+        match answer {
+            Some(a) => {
+                i.used.insert(key.to_owned(), a.clone());
+                Box::pin(async move { Ok(a) })
+            }
+            None => {
+                i.asked.push((key.to_owned(), serde_json::json!({"method": method, "params": params})));
+                // Never answered in this run: the runner answers `input_required` and drops it.
+                Box::pin(std::future::pending())
+            }
+        }
+    }
+
+    fn close_for_polling(&self) -> BoxFuture<()> {
+        // Modern streams are not resumable: there is nothing to poll.
+        Box::pin(async {})
+    }
+
+    fn modern(&self) -> bool {
+        true
+    }
+}
+
+/// The SSE body of a modern request: its notifications as they come, then its result, then
+/// the end. Dropping it (the client closed the stream) cancels the handler.
+struct ModernBody {
+    handler: Option<Handler>,
+    rx: Option<mpsc::Receiver<Bytes>>,
+    /// The final answer, once known.
+    ready: Option<Result<Bytes, Rejection>>,
+    finish: Finish,
+    id: crate::proto::JsonRpcId,
+    cancel: CancellationToken,
+    stats: Arc<crate::actor::RuntimeStats>,
+    _place: crate::actor::ModernInFlight,
+    _generation: GenCount,
+    keepalive: std::time::Duration,
+    tick: Pin<Box<tokio::time::Sleep>>,
+    done: bool,
+}
+
+impl Stream for ModernBody {
+    type Item = Result<Bytes, std::convert::Infallible>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        if this.done {
+            return Poll::Ready(None);
+        }
+        // Notifications first: each is sent before the result that follows it.
+        if let Some(rx) = this.rx.as_mut() {
+            match rx.poll_recv(cx) {
+                Poll::Ready(Some(n)) => {
+                    this.tick.as_mut().reset(tokio::time::Instant::now() + this.keepalive);
+                    return Poll::Ready(Some(Ok(crate::sse::data_frame(&n))));
+                }
+                Poll::Ready(None) => this.rx = None,
+                Poll::Pending => {}
+            }
+        }
+        if this.ready.is_none()
+            && let Some(h) = this.handler.as_mut()
+        {
+            let r = match h.as_mut().poll(cx) {
+                Poll::Ready(r) => Some(r),
+                Poll::Pending => this.finish.asked().map(Ok),
+            };
+            if let Some(r) = r {
+                this.handler = None;
+                this.ready = Some(Ok(this.finish.encode_in_stream(&this.id, r)));
+            }
+        }
+        if let Some(r) = this.ready.take() {
+            // Everything the handler queued before it finished goes first.
+            if let Some(rx) = this.rx.as_mut()
+                && let Ok(n) = rx.try_recv()
+            {
+                this.ready = Some(r);
+                return Poll::Ready(Some(Ok(crate::sse::data_frame(&n))));
+            }
+            this.done = true;
+            this.stats.modern_served();
+            let bytes = r.unwrap_or_else(|rejection| encode_error(Some(&this.id), &rejection.to_error_object()));
+            return Poll::Ready(Some(Ok(crate::sse::data_frame(&bytes))));
+        }
+        if this.tick.as_mut().poll(cx).is_ready() {
+            this.tick.as_mut().reset(tokio::time::Instant::now() + this.keepalive);
+            return Poll::Ready(Some(Ok(Bytes::from_static(b": keep-alive\n\n"))));
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for ModernBody {
+    fn drop(&mut self) {
+        if !self.done {
+            // The client closed the stream before the result: that is the cancellation.
+            self.cancel.cancel();
+            self.stats.modern_cancelled();
+        }
+    }
+}
+
+/// A JSON-only client's answer to a handler that waits: the one result, when it comes.
+struct JsonOnce(ModernBody);
+
+impl Stream for JsonOnce {
+    type Item = Result<Bytes, std::convert::Infallible>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let b = &mut self.0;
+        if b.done {
+            return Poll::Ready(None);
+        }
+        if b.ready.is_none()
+            && let Some(h) = b.handler.as_mut()
+        {
+            let r = match h.as_mut().poll(cx) {
+                Poll::Ready(r) => Some(r),
+                Poll::Pending => b.finish.asked().map(Ok),
+            };
+            if let Some(r) = r {
+                b.handler = None;
+                b.ready = Some(Ok(b.finish.encode_in_stream(&b.id, r)));
+            }
+        }
+        match b.ready.take() {
+            Some(r) => {
+                b.done = true;
+                b.stats.modern_served();
+                Poll::Ready(Some(Ok(r.unwrap_or_else(|rejection| encode_error(Some(&b.id), &rejection.to_error_object())))))
+            }
+            None => Poll::Pending,
+        }
+    }
+}

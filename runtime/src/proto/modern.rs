@@ -1,0 +1,233 @@
+//! The modern era (protocol 2026-07-28, SPEC.md §3): which requests belong to it, and the
+//! rules every such request must pass before it is served statelessly — the version header,
+//! the per-request `_meta`, the mirrored `Mcp-Method` / `Mcp-Name` headers. Pure.
+//!
+//! Era per request (SPEC.md §3.10): a POST whose body carries
+//! `params._meta["io.modelcontextprotocol/protocolVersion"]`, or whose `MCP-Protocol-Version`
+//! header names a modern version, is modern; everything else is legacy and goes down the
+//! session path unchanged.
+
+pub mod headers;
+pub mod state;
+
+use serde_json::Value;
+
+use super::ids::JsonRpcId;
+use super::mcp::LogLevel;
+
+/// The modern protocol version.
+pub const VERSION: &str = "2026-07-28";
+/// Every version a modern request may name.
+pub const MODERN_VERSIONS: [&str; 1] = [VERSION];
+
+/// `_meta` keys of a modern request and result.
+pub mod meta {
+    /// The request's protocol version (required).
+    pub const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+    /// The client's capabilities (required; `{}` for none).
+    pub const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+    /// The client's self-description (optional, never used for decisions).
+    pub const CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+    /// Deprecated: the least severe log level the client wants (none: no log notifications).
+    pub const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+    /// The server's identity, in every result's `_meta`.
+    pub const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+    /// On a listen stream's notifications: the listen request's id.
+    pub const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+}
+
+/// Methods that exist only in the legacy era: a modern request for one is "method not found"
+/// (404, `-32601`).
+pub const REMOVED_METHODS: [&str; 6] = ["initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe", "notifications/initialized"];
+
+/// The methods that name something in `Mcp-Name`, and which parameter it mirrors.
+#[must_use]
+pub fn name_param(method: &str) -> Option<&'static str> {
+    match method {
+        "tools/call" | "prompts/get" => Some("name"),
+        "resources/read" => Some("uri"),
+        _ => None,
+    }
+}
+
+/// Whether a POST is modern: its body's `_meta` names a protocol version, or its
+/// `MCP-Protocol-Version` header names a modern one. (A header naming a version nobody speaks,
+/// without modern `_meta`, stays legacy: a legacy `initialize` negotiates in its body, and a
+/// session's request with it gets the legacy 400.)
+#[must_use]
+pub fn is_modern(header_version: Option<&str>, params: Option<&Value>) -> bool {
+    let in_meta = params.and_then(|p| p.get("_meta")).and_then(|m| m.get(meta::PROTOCOL_VERSION)).is_some();
+    in_meta || header_version.map(str::trim).is_some_and(|v| MODERN_VERSIONS.contains(&v))
+}
+
+/// Why a modern request was refused before it ran (SPEC.md §3.11).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModernError {
+    /// A required header is missing, differs from the body, or cannot be read: 400, `-32020`.
+    HeaderMismatch(String),
+    /// A required `_meta` field is missing or malformed: 400, `-32602`.
+    InvalidMeta(String),
+    /// The version is not one this server speaks: 400, `-32022`.
+    UnsupportedVersion(String),
+    /// Unknown, or removed in this era: 404, `-32601`.
+    MethodNotFound(String),
+    /// The body is not one request or notification: 400, `-32600`.
+    InvalidRequest(String),
+    /// A multi-round-trip retry's `inputResponses` is not an object, or its `requestState`
+    /// is refused (altered, expired, another caller's or another request's): 400, `-32602`.
+    InvalidInput(String),
+}
+
+/// The validated head and `_meta` of a modern request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModernMeta {
+    /// `clientCapabilities`, as sent (an object).
+    pub capabilities: Value,
+    /// The requested log level, if any (without one, no log notifications are sent).
+    pub log_level: Option<LogLevel>,
+}
+
+/// The request-metadata headers of a modern POST.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ModernHead<'a> {
+    /// `MCP-Protocol-Version`.
+    pub protocol_version: Option<&'a str>,
+    /// `Mcp-Method`.
+    pub method: Option<&'a str>,
+    /// `Mcp-Name`.
+    pub name: Option<&'a str>,
+}
+
+/// Check a modern request's version header, `_meta` and `Mcp-Method` / `Mcp-Name`, in the
+/// order the conformance suite's reference server uses: header present, `_meta` fields
+/// present, header equal to `_meta`, version supported, then the mirrored headers, then the
+/// method.
+///
+/// # Errors
+/// The first [`ModernError`] the request breaks.
+pub fn check(head: &ModernHead<'_>, method: &str, params: Option<&Value>) -> Result<ModernMeta, ModernError> {
+    let header = head.protocol_version.map(str::trim).ok_or_else(|| ModernError::HeaderMismatch("missing MCP-Protocol-Version header".into()))?;
+    let m = params.and_then(|p| p.get("_meta"));
+    let missing: Vec<&str> = [meta::PROTOCOL_VERSION, meta::CLIENT_CAPABILITIES].into_iter().filter(|k| m.and_then(|m| m.get(*k)).is_none()).collect();
+    if !missing.is_empty() {
+        return Err(ModernError::InvalidMeta(format!("missing _meta keys: {}", missing.join(", "))));
+    }
+    let version = m.and_then(|m| m.get(meta::PROTOCOL_VERSION)).and_then(Value::as_str).ok_or_else(|| ModernError::InvalidMeta(format!("_meta {} must be a string", meta::PROTOCOL_VERSION)))?;
+    if version != header {
+        return Err(ModernError::HeaderMismatch(format!("MCP-Protocol-Version {header:?} does not match _meta {version:?}")));
+    }
+    if !MODERN_VERSIONS.contains(&version) {
+        return Err(ModernError::UnsupportedVersion(version.to_owned()));
+    }
+    let capabilities = m.and_then(|m| m.get(meta::CLIENT_CAPABILITIES)).cloned().unwrap_or(Value::Null);
+    if !capabilities.is_object() {
+        return Err(ModernError::InvalidMeta(format!("_meta {} must be an object", meta::CLIENT_CAPABILITIES)));
+    }
+    if let Some(info) = m.and_then(|m| m.get(meta::CLIENT_INFO))
+        && !info.is_object()
+    {
+        return Err(ModernError::InvalidMeta(format!("_meta {} must be an object", meta::CLIENT_INFO)));
+    }
+    let log_level = match m.and_then(|m| m.get(meta::LOG_LEVEL)) {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(v.as_str().and_then(LogLevel::parse).ok_or_else(|| ModernError::InvalidMeta(format!("_meta {} must be a log level", meta::LOG_LEVEL)))?),
+    };
+    match head.method {
+        None => return Err(ModernError::HeaderMismatch("missing Mcp-Method header".into())),
+        Some(h) if h != method => return Err(ModernError::HeaderMismatch(format!("Mcp-Method {h:?} does not match the body's method"))),
+        Some(_) => {}
+    }
+    if let Some(key) = name_param(method) {
+        let body = params.and_then(|p| p.get(key)).and_then(Value::as_str);
+        match (head.name, body) {
+            (None, _) => return Err(ModernError::HeaderMismatch("missing Mcp-Name header".into())),
+            (Some(raw), body) => {
+                let decoded = headers::decode_value(raw).map_err(|e| ModernError::HeaderMismatch(format!("Mcp-Name: {e}")))?;
+                if body != Some(decoded.as_str()) {
+                    return Err(ModernError::HeaderMismatch(format!("Mcp-Name does not match the body's {key}")));
+                }
+            }
+        }
+    }
+    if REMOVED_METHODS.contains(&method) {
+        return Err(ModernError::MethodNotFound(method.to_owned()));
+    }
+    Ok(ModernMeta { capabilities, log_level })
+}
+
+/// A modern request, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModernRequest {
+    /// Its id (echoed by every answer).
+    pub id: JsonRpcId,
+    /// Its method.
+    pub method: String,
+    /// Its params, as sent.
+    pub params: Option<Value>,
+    /// What its `_meta` declared.
+    pub meta: ModernMeta,
+}
+
+/// The methods whose complete results carry cache hints (`ttlMs`, `cacheScope`).
+pub const CACHEABLE: [&str; 6] = ["server/discover", "tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read"];
+
+/// Cache hints of a result (SPEC.md §4.8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheHints {
+    /// `ttlMs`.
+    pub ttl_ms: u64,
+    /// `cacheScope`: `"public"` when the answer is the same for every caller, else
+    /// `"private"`.
+    pub public: bool,
+}
+
+/// A complete modern result: `resultType` (kept when the handler set one), the server's
+/// identity in `_meta`, and for [`CACHEABLE`] methods the cache hints.
+#[must_use]
+pub fn complete_result(method: &str, mut result: Value, server_info: &Value, hints: CacheHints) -> Value {
+    if let Value::Object(m) = &mut result {
+        let complete = m.entry("resultType").or_insert_with(|| Value::from("complete")) == "complete";
+        // An `input_required` result is never cacheable.
+        if complete && CACHEABLE.contains(&method) {
+            m.insert("ttlMs".into(), Value::from(hints.ttl_ms));
+            m.insert("cacheScope".into(), Value::from(if hints.public { "public" } else { "private" }));
+        }
+        let meta = m.entry("_meta").or_insert_with(|| Value::Object(serde_json::Map::new()));
+        if let Value::Object(meta) = meta {
+            meta.insert(meta::SERVER_INFO.into(), server_info.clone());
+        }
+    }
+    result
+}
+
+/// The `server/discover` result (before [`complete_result`]).
+#[must_use]
+pub fn discover_result(capabilities: &Value, instructions: Option<&str>) -> Value {
+    let mut r = serde_json::json!({"supportedVersions": MODERN_VERSIONS, "capabilities": capabilities});
+    if let Some(i) = instructions {
+        r["instructions"] = Value::from(i);
+    }
+    r
+}
+
+/// The capabilities a modern client is told: the legacy ones without what 2026-07-28
+/// removed or what this server does not deliver there (`logging` is per request now;
+/// `resources.subscribe` and the `listChanged` flags need `subscriptions/listen`, which has
+/// nothing to send while the catalog is fixed).
+#[must_use]
+pub fn modern_capabilities(legacy: &Value) -> Value {
+    let mut caps = legacy.clone();
+    if let Value::Object(m) = &mut caps {
+        m.remove("logging");
+        for (_, v) in m.iter_mut() {
+            if let Value::Object(inner) = v {
+                inner.remove("listChanged");
+                inner.remove("subscribe");
+            }
+        }
+    }
+    caps
+}
+
+#[cfg(test)]
+mod tests;

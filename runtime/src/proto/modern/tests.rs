@@ -1,0 +1,65 @@
+use serde_json::{Value, json};
+
+use super::*;
+
+fn meta(extra: Value) -> Value {
+    let mut m = json!({meta::PROTOCOL_VERSION: VERSION, meta::CLIENT_CAPABILITIES: {}});
+    if let (Value::Object(m), Value::Object(e)) = (&mut m, extra) {
+        m.extend(e);
+    }
+    m
+}
+
+fn head<'a>(version: Option<&'a str>, method: Option<&'a str>, name: Option<&'a str>) -> ModernHead<'a> {
+    ModernHead { protocol_version: version, method, name }
+}
+
+#[test]
+fn a_request_is_modern_by_its_meta_or_a_non_legacy_version_header() {
+    assert!(is_modern(None, Some(&json!({"_meta": {meta::PROTOCOL_VERSION: "2026-07-28"}}))));
+    assert!(is_modern(Some("2026-07-28"), None), "header alone: modern (then refused for its missing _meta)");
+    assert!(is_modern(Some("v999.0.0"), Some(&json!({"_meta": {meta::PROTOCOL_VERSION: "v999.0.0"}}))));
+    assert!(!is_modern(Some("2099-01-01"), Some(&json!({"protocolVersion": "2025-11-25"}))), "a legacy initialize negotiates in its body");
+    assert!(!is_modern(Some("2025-11-25"), Some(&json!({"name": "x"}))), "a legacy session's request");
+    assert!(!is_modern(None, None), "no header, no meta: legacy (2025-03-26 assumed)");
+    assert!(!is_modern(None, Some(&json!({"_meta": {"progressToken": 1}}))));
+}
+
+#[test]
+fn each_modern_rule_gives_its_error_in_the_documented_order() {
+    let ok = head(Some(VERSION), Some("tools/list"), None);
+    let p = |m: Value| Some(json!({"_meta": m}));
+    assert!(check(&ok, "tools/list", p(meta(json!({}))).as_ref()).is_ok());
+    let err = |h: &ModernHead<'_>, method: &str, params: Option<Value>| check(h, method, params.as_ref()).unwrap_err();
+    assert!(matches!(err(&head(None, Some("tools/list"), None), "tools/list", p(meta(json!({})))), ModernError::HeaderMismatch(_)));
+    assert!(matches!(err(&ok, "tools/list", Some(json!({}))), ModernError::InvalidMeta(m) if m.contains("protocolVersion")));
+    assert!(matches!(err(&ok, "tools/list", p(json!({meta::PROTOCOL_VERSION: VERSION}))), ModernError::InvalidMeta(m) if m.contains("clientCapabilities")));
+    // Missing _meta fields come before a mismatch; a mismatch before an unsupported version.
+    assert!(matches!(err(&ok, "tools/list", p(meta(json!({meta::PROTOCOL_VERSION: "v999"})))), ModernError::HeaderMismatch(_)));
+    let v999 = head(Some("v999"), Some("tools/list"), None);
+    assert_eq!(err(&v999, "tools/list", p(meta(json!({meta::PROTOCOL_VERSION: "v999"})))), ModernError::UnsupportedVersion("v999".into()));
+    assert!(matches!(err(&ok, "tools/list", p(meta(json!({meta::CLIENT_CAPABILITIES: []})))), ModernError::InvalidMeta(_)));
+    assert!(matches!(err(&ok, "tools/list", p(meta(json!({meta::LOG_LEVEL: "loud"})))), ModernError::InvalidMeta(_)));
+    assert!(matches!(err(&head(Some(VERSION), None, None), "tools/list", p(meta(json!({})))), ModernError::HeaderMismatch(m) if m.contains("Mcp-Method")));
+    assert!(matches!(err(&head(Some(VERSION), Some("TOOLS/LIST"), None), "tools/list", p(meta(json!({})))), ModernError::HeaderMismatch(_)), "values are case-sensitive");
+    for removed in REMOVED_METHODS {
+        assert_eq!(err(&head(Some(VERSION), Some(removed), None), removed, p(meta(json!({})))), ModernError::MethodNotFound(removed.into()));
+    }
+}
+
+#[test]
+fn mcp_name_mirrors_the_tool_prompt_or_uri_after_decoding() {
+    let call = |name: Option<&str>| check(&head(Some(VERSION), Some("tools/call"), name), "tools/call", Some(&json!({"name": "élan", "_meta": meta(json!({}))})));
+    assert!(call(Some("=?base64?w6lsYW4=?=")).is_ok());
+    assert!(matches!(call(None), Err(ModernError::HeaderMismatch(m)) if m.contains("Mcp-Name")));
+    assert!(matches!(call(Some("other")), Err(ModernError::HeaderMismatch(_))));
+    let read = check(&head(Some(VERSION), Some("resources/read"), Some("test://x")), "resources/read", Some(&json!({"uri": "test://x", "_meta": meta(json!({}))})));
+    assert!(read.is_ok());
+}
+
+#[test]
+fn log_level_and_capabilities_come_from_meta() {
+    let m = check(&head(Some(VERSION), Some("tools/list"), None), "tools/list", Some(&json!({"_meta": meta(json!({meta::LOG_LEVEL: "warning", meta::CLIENT_CAPABILITIES: {"sampling": {}}}))}))).unwrap();
+    assert_eq!(m.log_level, Some(LogLevel::Warning));
+    assert_eq!(m.capabilities, json!({"sampling": {}}));
+}
