@@ -24,7 +24,11 @@ import subprocess
 import tempfile
 
 
-def count(cmd, n, sse, keep=None):
+MODERN_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {},
+               "io.modelcontextprotocol/clientInfo": {"name": "instructions", "version": "1"}}
+
+
+def count(cmd, n, sse, keep=None, modern=False):
     """Instructions of the host process that served `n` echo calls (its profile kept at `keep`)."""
     if keep:
         out = keep
@@ -44,32 +48,19 @@ def count(cmd, n, sse, keep=None):
         hostport = url.split("//")[1].split("/")[0]
         h, port = hostport.rsplit(":", 1)
         c = http.client.HTTPConnection(h, int(port), timeout=120)
+        accept = "application/json, text/event-stream" if sse else "application/json"
+        if modern:
+            headers = {"Content-Type": "application/json", "Accept": accept, "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "echo"}
+            params = {"name": "echo", "arguments": {"text": "hello"}, "_meta": MODERN_META}
+            return serve(c, host, out, n, headers, params)
         init = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
                 "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "instructions", "version": "1"}}}
         c.request("POST", "/mcp", json.dumps(init), {"Content-Type": "application/json", "Accept": "application/json"})
         r = c.getresponse()
         r.read()
         sid = r.getheader("mcp-session-id")
-        accept = "application/json, text/event-stream" if sse else "application/json"
         headers = {"Content-Type": "application/json", "Accept": accept, "Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-11-25"}
-        for i in range(n):
-            body = {"jsonrpc": "2.0", "id": i + 1, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "hello"}}}
-            c.request("POST", "/mcp", json.dumps(body), headers)
-            r = c.getresponse()
-            r.read()
-            if r.status != 200:
-                raise RuntimeError(f"request {i}: status {r.status}")
-        c.close()
-        host.send_signal(signal.SIGTERM)
-        host.wait(timeout=120)
-        total = None
-        with open(out) as f:
-            for line in f:
-                if line.startswith(("summary:", "totals:")):
-                    total = int(line.split()[1])
-        if total is None:
-            raise RuntimeError("callgrind wrote no total")
-        return total
+        return serve(c, host, out, n, headers, {"name": "echo", "arguments": {"text": "hello"}})
     finally:
         if host.poll() is None:
             host.kill()
@@ -79,6 +70,28 @@ def count(cmd, n, sse, keep=None):
         workdir.cleanup()
 
 
+def serve(c, host, out, n, headers, params):
+    """Send `n` echo calls, stop the host, return its instruction total."""
+    for i in range(n):
+        body = {"jsonrpc": "2.0", "id": i + 1, "method": "tools/call", "params": params}
+        c.request("POST", "/mcp", json.dumps(body), headers)
+        r = c.getresponse()
+        r.read()
+        if r.status != 200:
+            raise RuntimeError(f"request {i}: status {r.status}")
+    c.close()
+    host.send_signal(signal.SIGTERM)
+    host.wait(timeout=120)
+    total = None
+    with open(out) as f:
+        for line in f:
+            if line.startswith(("summary:", "totals:")):
+                total = int(line.split()[1])
+    if total is None:
+        raise RuntimeError("callgrind wrote no total")
+    return total
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("builds", nargs="+", help="NAME=PATH[,host flags]")
@@ -86,15 +99,17 @@ def main():
     ap.add_argument("--n2", type=int, default=4000)
     ap.add_argument("--json-out")
     ap.add_argument("--keep-dir")
+    ap.add_argument("--modern", action="store_true", help="also count 2026-07-28 stateless calls (no session) on each build")
     a = ap.parse_args()
     rows = []
+    eras = (False, True) if a.modern else (False,)
     for sse in (True, False):
-        for b in a.builds:
+        for b, modern in ((b, m) for b in a.builds for m in eras):
             name, spec = b.split("=", 1)
             cmd = spec.split(",")
-            mode = "SSE" if sse else "JSON"
-            keep = (lambda n: os.path.join(a.keep_dir, f"{name}-{mode}-{n}.out")) if a.keep_dir else (lambda n: None)
-            per = (count(cmd, a.n2, sse, keep(a.n2)) - count(cmd, a.n1, sse, keep(a.n1))) / (a.n2 - a.n1)
+            mode = ("modern " if modern else "") + ("SSE" if sse else "JSON")
+            keep = (lambda n: os.path.join(a.keep_dir, f"{name}-{mode.replace(' ', '-')}-{n}.out")) if a.keep_dir else (lambda n: None)
+            per = (count(cmd, a.n2, sse, keep(a.n2), modern) - count(cmd, a.n1, sse, keep(a.n1), modern)) / (a.n2 - a.n1)
             rows.append({"build": name, "mode": mode, "instructions_per_request": round(per)})
             print(f"| {name} | {mode} | {per:,.0f} |", flush=True)
     if a.json_out:

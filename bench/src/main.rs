@@ -8,7 +8,10 @@
 //!
 //! Usage: mcp-bench [--concurrency 64] [--seconds 10] [--warmup 2] [--server-cpu 0]
 //!                  [--host-bin PATH] [--raw-bin PATH] [--baseline-host-bin PATH]
-//!                  [--memory-ledger] [--json-out FILE]
+//!                  [--memory-ledger] [--modern] [--json-out FILE]
+//!
+//! `--modern` also measures `--host-bin` serving 2026-07-28 stateless `tools/call`s (no
+//! session: `_meta` and mirrored headers on every request), after its legacy runs.
 //!
 //! `--memory-ledger` measures `--host-bin` on a memory ledger right before each of its runs
 //! on the default SQLite ledger.
@@ -46,6 +49,8 @@ struct Args {
     /// Also measure `host_bin` on a memory ledger (`--ledger memory`), right before it runs
     /// on its default SQLite ledger.
     memory_ledger: bool,
+    /// Also measure modern (2026-07-28) stateless calls on `host_bin`, after its legacy runs.
+    modern: bool,
     json_out: Option<String>,
 }
 
@@ -60,6 +65,7 @@ fn parse_args() -> Args {
         raw_bin: dir.join("raw-echo").display().to_string(),
         baseline_host_bin: None,
         memory_ledger: false,
+        modern: false,
         json_out: None,
     };
     let mut it = std::env::args().skip(1);
@@ -77,6 +83,7 @@ fn parse_args() -> Args {
             "--raw-bin" => a.raw_bin = val(),
             "--baseline-host-bin" => a.baseline_host_bin = Some(val()),
             "--memory-ledger" => a.memory_ledger = true,
+            "--modern" => a.modern = true,
             "--json-out" => a.json_out = Some(val()),
             other => panic!("unknown flag {other}"),
         }
@@ -199,7 +206,10 @@ impl Conn {
 #[derive(Clone, Copy)]
 enum Target {
     Raw,
+    /// A legacy (2025-11-25) session's `tools/call`.
     Mcp { sse: bool },
+    /// A modern (2026-07-28) stateless `tools/call`: no session, `_meta` and mirrored headers.
+    Modern { sse: bool },
 }
 
 struct Outcome {
@@ -249,7 +259,12 @@ async fn run(target: Target, url: &str, pid: u32, a: &Args) -> Outcome {
             let accept = if sse { "application/json, text/event-stream" } else { "application/json" };
             format!("POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: {accept}\r\nMcp-Session-Id: {sid}\r\nMCP-Protocol-Version: 2025-11-25\r\n")
         }
+        Target::Modern { sse } => {
+            let accept = if sse { "application/json, text/event-stream" } else { "application/json" };
+            format!("POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: {accept}\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: echo\r\n")
+        }
     };
+    let modern = matches!(target, Target::Modern { .. });
     let head = Arc::new(head.into_bytes());
     let measuring = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
@@ -264,7 +279,13 @@ async fn run(target: Target, url: &str, pid: u32, a: &Args) -> Outcome {
             while !stop.load(Ordering::Relaxed) {
                 n += 1;
                 let id = (conn_no as u64) * 1_000_000_000 + n;
-                let body = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"bench {id}"}}}}}}"#);
+                let body = if modern {
+                    format!(
+                        r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"bench {id}"}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}},"io.modelcontextprotocol/clientInfo":{{"name":"mcp-bench","version":"1"}}}}}}}}"#
+                    )
+                } else {
+                    format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"bench {id}"}}}}}}"#)
+                };
                 let t0 = Instant::now();
                 let ok = match c.round_trip(&head, body.as_bytes()).await {
                     Some((200, resp)) => resp.windows(6).any(|w| w == b"bench ") && resp.windows(8).any(|w| w == b"\"result\""),
@@ -306,6 +327,10 @@ async fn run(target: Target, url: &str, pid: u32, a: &Args) -> Outcome {
         Target::Raw => "raw actix-web JSON echo",
         Target::Mcp { sse: true } => "mcp-host tools/call echo (SSE)",
         Target::Mcp { sse: false } => "mcp-host tools/call echo (JSON)",
+        // An echo sends nothing before its result, so it is answered with one JSON body even
+        // when the client accepts SSE (see README, "The modern era").
+        Target::Modern { sse: true } => "mcp-host modern tools/call echo (accepts SSE)",
+        Target::Modern { sse: false } => "mcp-host modern tools/call echo (JSON)",
     };
     Outcome {
         name: name.to_owned(),
@@ -344,6 +369,11 @@ fn main() {
             let mut o = rt.block_on(run(Target::Mcp { sse }, host.process.url(), host.process.pid(), &a));
             o.name = format!("{label}{}", o.name);
             outcomes.push(o);
+        }
+        // The modern era on this build (a baseline before it may not speak it).
+        if a.modern {
+            let host = start_host(&a.host_bin, cpu, &[]);
+            outcomes.push(rt.block_on(run(Target::Modern { sse }, host.process.url(), host.process.pid(), &a)));
         }
     }
     println!("concurrency {} on one session, {} s measured after {} s warm-up, server pinned to cpu {:?}", a.concurrency, a.seconds, a.warmup, a.server_cpu);

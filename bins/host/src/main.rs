@@ -166,6 +166,10 @@ async fn serve(cfg: HostConfig) -> Result<(), String> {
             // Dropped with the connection: counts it closed.
             data.insert(stats.connection());
         })
+        // A client that closes its connection ends its request at once: for a 2026-07-28 request
+        // that is its cancellation (its stream is dropped, its tool's token fires), instead of
+        // the close being noticed only at the next write.
+        .h1_allow_half_closed(false)
         .disable_signals()
         // Streams are ended by the drain, which has its own grace period; this only bounds
         // what is left after it.

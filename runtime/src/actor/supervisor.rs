@@ -113,6 +113,8 @@ impl RateLimiter {
 
 /// Process-wide owner of sessions.
 pub struct Supervisor {
+    /// Seals 2026-07-28 `requestState` values (derived from the ledger's key once).
+    state_key: [u8; 32],
     cfg: Arc<RuntimeConfig>,
     admit: AdmitPolicy,
     catalog: Arc<Catalog>,
@@ -333,6 +335,7 @@ impl Supervisor {
         };
         stream_env.ledger.writer.set_housekeeping(Box::new(move |store, now| cap.run(store, now)));
         Arc::new(Supervisor {
+            state_key: stream_env.ledger.ledger.derive("mcp-host requestState v1"),
             key: cursor_key,
             admit: cfg.admit_policy(),
             rate: RateLimiter::new(q.session_burst, q.session_rate_per_sec, cfg.sessions.max_sessions.max(1024)),
@@ -396,8 +399,8 @@ impl Supervisor {
     /// The key that seals 2026-07-28 `requestState` values, derived from the ledger's key (any
     /// node with the key file continues a multi-round-trip request).
     #[must_use]
-    pub fn request_state_key(&self) -> [u8; 32] {
-        self.stream_env.ledger.ledger.derive("mcp-host requestState v1")
+    pub fn request_state_key(&self) -> &[u8; 32] {
+        &self.state_key
     }
 
     /// The name the ledger records a session under (its id's HMAC, hex): for operators'

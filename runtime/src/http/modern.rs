@@ -52,22 +52,37 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
         })
         .map_err(|why| refuse(ModernError::HeaderMismatch(why)))?;
     }
-    let (tx, rx) = mpsc::channel(NOTIFY_QUEUE);
     let cancel = CancellationToken::new();
-    let inputs = Arc::new(parking_lot::Mutex::new(Inputs::of(sup, principal.as_deref(), &method, params.as_ref()).map_err(|why| refuse(ModernError::InvalidInput(why)))?));
+    let asks = matches!(method.as_str(), "tools/call" | "prompts/get" | "resources/read");
+    let inputs = Arc::new(parking_lot::Mutex::new(if asks { Inputs::of(sup, principal.as_deref(), &method, params.as_ref()).map_err(|why| refuse(ModernError::InvalidInput(why)))? } else { Inputs::none() }));
+    let mut rx = None;
     let dispatch = match method.as_str() {
         "server/discover" => Dispatch::Ready(Ok(modern::discover_result(&modern::modern_capabilities(catalog.capabilities()), catalog.instructions()))),
-        "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" | "tools/call" | "resources/read" | "prompts/get" | "completion/complete" => {
+        "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" => Dispatch::Ready(catalog.list(&method, params.as_ref()).unwrap_or_else(|| Err(ErrorObject::new(code::INTERNAL_ERROR, "not a list")))),
+        "tools/call" | "resources/read" | "prompts/get" | "completion/complete" => {
+            let (tx, r) = mpsc::channel(NOTIFY_QUEUE);
+            rx = Some(r);
             let progress_token = params.as_ref().and_then(crate::proto::jsonrpc::progress_token).cloned();
             let out: Arc<dyn ToolOutbound> = Arc::new(Outbound { tx, inputs: Arc::clone(&inputs) });
             let caps = Arc::new(meta.capabilities);
             let (rid, cancel, log_level) = (id.clone(), cancel.clone(), meta.log_level);
-            let principal = principal.clone();
+            let caller = principal.clone();
             let cx = move || {
-                let cx = ToolContext::new(rid, progress_token, cancel, log_level, caps, principal, out);
+                let cx = ToolContext::new(rid, progress_token, cancel, log_level, caps, caller, out);
                 if log_level.is_some() { cx } else { cx.without_logs() }
             };
-            catalog.dispatch(&method, params.as_ref(), cx)
+            // A write tool's call with an idempotency key goes through its receipt, as in a
+            // session: a 2026-07-28 client re-issues a call whose stream dropped, and the
+            // re-issue must never run the write twice.
+            match (method == "tools/call").then(|| catalog.idempotent_call(params.as_ref())).transpose() {
+                Err(e) => Dispatch::Ready(Err(e)),
+                Ok(Some(Some(call))) => {
+                    let (owned, c) = (params.clone(), Arc::clone(&catalog));
+                    let run = Box::new(move || c.dispatch("tools/call", owned.as_ref(), cx));
+                    Dispatch::Pending(sup.receipts().call(call, principal.clone(), run))
+                }
+                Ok(_) => catalog.dispatch(&method, params.as_ref(), cx),
+            }
         }
         _ => return Err(refuse(ModernError::MethodNotFound(method))),
     };
@@ -77,17 +92,21 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
         // private: a shared cache must not answer one principal with another's copy.
         public: sup.admit_policy().auth.is_none(),
     };
-    let finish = Finish { method, server_info: catalog.server_info().clone(), hints, inputs };
+    let finish = Finish { method, params, catalog, hints, inputs, principal };
     let mut handler: Handler = match dispatch {
         Dispatch::Ready(r) => Box::pin(std::future::ready(r)),
         Dispatch::Pending(fut) => fut,
     };
     let first = match handler.as_mut().poll(&mut Context::from_waker(std::task::Waker::noop())) {
-        Poll::Pending => finish.asked().map_or(Poll::Pending, |r| Poll::Ready(Ok(r))),
+        // Waiting for answers it does not have: dropped, its token fired (anything it spawned
+        // stops); it runs again from its start on the retry.
+        Poll::Pending => finish.asked().map_or(Poll::Pending, |r| {
+            cancel.cancel();
+            Poll::Ready(Ok(r))
+        }),
         ready => ready,
     };
-    let mut rx = rx;
-    let queued = !rx.is_empty();
+    let queued = rx.as_ref().is_some_and(|r| !r.is_empty());
     match first {
         Poll::Ready(r) if !queued || reply == ReplyMode::Json => {
             sup.stats().modern_served();
@@ -97,8 +116,10 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
         first => {
             // Queued notifications go out before the result; with JSON only, they are dropped
             // (there is nowhere to put them) and the result waits for the handler.
-            if reply == ReplyMode::Json {
-                rx.close();
+            if reply == ReplyMode::Json
+                && let Some(r) = rx.as_mut()
+            {
+                r.close();
             }
             let generation = sup.generations().enter_current(Counted::InFlight);
             let ready = match first {
@@ -106,7 +127,7 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
                 Poll::Pending => None,
             };
             let keepalive = std::time::Duration::from_millis(sup.config().sse.keepalive_ms);
-            let body = ModernBody { handler: Some(handler), rx: Some(rx), ready, finish, id, cancel, stats: Arc::clone(sup.stats()), _place: place, _generation: generation, keepalive, tick: Box::pin(tokio::time::sleep(keepalive)), done: false };
+            let body = ModernBody { handler: Some(handler), rx, ready, finish, id, cancel, stats: Arc::clone(sup.stats()), _place: place, _generation: generation, keepalive, tick: Box::pin(tokio::time::sleep(keepalive)), done: false };
             if reply == ReplyMode::Json {
                 return Ok(HttpResponse::Ok().content_type("application/json").streaming(JsonOnce(body)));
             }
@@ -126,9 +147,12 @@ fn json(bytes: Bytes) -> HttpResponse {
 /// How a handler's outcome becomes the response body.
 struct Finish {
     method: String,
-    server_info: Value,
+    /// The request's params (for the digest a `requestState` is bound to).
+    params: Option<Value>,
+    catalog: Arc<crate::tools::Catalog>,
     hints: CacheHints,
     inputs: Arc<parking_lot::Mutex<Inputs>>,
+    principal: Option<Arc<str>>,
 }
 
 impl Finish {
@@ -141,7 +165,8 @@ impl Finish {
         }
         let requests: serde_json::Map<String, Value> = i.asked.iter().cloned().collect();
         let expires = unix_ms().saturating_add(i.ttl_ms);
-        let sealed = state::seal(&i.key, i.principal.as_deref(), &i.digest, expires, &i.used);
+        let digest = state::request_digest(&self.method, self.params.as_ref());
+        let sealed = state::seal(&i.key, self.principal.as_deref(), &digest, expires, &i.used);
         Some(serde_json::json!({"resultType": "input_required", "inputRequests": requests, "requestState": sealed}))
     }
 
@@ -149,7 +174,7 @@ impl Finish {
     /// nothing has been sent yet.
     fn encode(&self, id: &crate::proto::JsonRpcId, r: Result<Value, ErrorObject>) -> Result<Bytes, Rejection> {
         match r {
-            Ok(v) => Ok(encode_result(id, &modern::complete_result(&self.method, v, &self.server_info, self.hints))),
+            Ok(v) => Ok(encode_result(id, &modern::complete_result(&self.method, v, self.catalog.server_info(), self.hints))),
             Err(e) if e.code == code::MISSING_CLIENT_CAPABILITY => {
                 let capabilities = e.data.as_ref().and_then(|d| d.get("requiredCapabilities")).cloned().unwrap_or_else(|| Value::Object(serde_json::Map::new()));
                 Err(Rejection::MissingCapability { capabilities, id: id.clone() })
@@ -190,16 +215,17 @@ struct Inputs {
     /// Questions asked without a key so far (their keys are `input_<n>`).
     next: usize,
     key: [u8; 32],
-    principal: Option<String>,
-    digest: String,
     ttl_ms: u64,
 }
 
 impl Inputs {
+    /// For a method that may not ask (every question is refused).
+    fn none() -> Inputs {
+        Inputs { allowed: false, known: serde_json::Map::new(), responses: serde_json::Map::new(), used: serde_json::Map::new(), asked: Vec::new(), next: 0, key: [0; 32], ttl_ms: 0 }
+    }
+
     fn of(sup: &Supervisor, principal: Option<&str>, method: &str, params: Option<&Value>) -> Result<Inputs, String> {
-        let allowed = matches!(method, "tools/call" | "prompts/get" | "resources/read");
-        let key = sup.request_state_key();
-        let digest = state::request_digest(method, params);
+        let key = *sup.request_state_key();
         let responses = match params.and_then(|p| p.get("inputResponses")) {
             None => serde_json::Map::new(),
             Some(Value::Object(m)) => m.clone(),
@@ -207,21 +233,10 @@ impl Inputs {
         };
         let known = match params.and_then(|p| p.get("requestState")) {
             None => serde_json::Map::new(),
-            Some(Value::String(s)) => state::open(&key, s, principal, &digest, unix_ms()).map_err(|r| r.describe().to_owned())?,
+            Some(Value::String(s)) => state::open(&key, s, principal, &state::request_digest(method, params), unix_ms()).map_err(|r| r.describe().to_owned())?,
             Some(_) => return Err("requestState must be a string".into()),
         };
-        Ok(Inputs {
-            allowed,
-            known,
-            responses,
-            used: serde_json::Map::new(),
-            asked: Vec::new(),
-            next: 0,
-            key,
-            principal: principal.map(str::to_owned),
-            digest,
-            ttl_ms: sup.config().modern.request_state_ttl_secs.saturating_mul(1000),
-        })
+        Ok(Inputs { allowed: true, known, responses, ttl_ms: sup.config().modern.request_state_ttl_secs.saturating_mul(1000), key, ..Inputs::none() })
     }
 }
 
@@ -331,7 +346,10 @@ impl Stream for ModernBody {
         {
             let r = match h.as_mut().poll(cx) {
                 Poll::Ready(r) => Some(r),
-                Poll::Pending => this.finish.asked().map(Ok),
+                Poll::Pending => this.finish.asked().map(|r| {
+                    this.cancel.cancel();
+                    Ok(r)
+                }),
             };
             if let Some(r) = r {
                 this.handler = None;
@@ -385,7 +403,10 @@ impl Stream for JsonOnce {
         {
             let r = match h.as_mut().poll(cx) {
                 Poll::Ready(r) => Some(r),
-                Poll::Pending => b.finish.asked().map(Ok),
+                Poll::Pending => b.finish.asked().map(|r| {
+                    b.cancel.cancel();
+                    Ok(r)
+                }),
             };
             if let Some(r) = r {
                 b.handler = None;

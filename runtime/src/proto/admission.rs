@@ -460,9 +460,10 @@ fn admit_post(head: &RequestHead<'_>, body: &[u8], policy: &AdmitPolicy) -> Resu
         Incoming::Batch(ms) => ms.iter().try_for_each(|m| limits::check_message(m, limits)),
     }
     .map_err(Rejection::LimitExceeded)?;
-    if let Some(modern) = admit_modern(head, &incoming) {
-        return modern;
-    }
+    let incoming = match admit_modern(head, incoming) {
+        Ok(modern) => return modern,
+        Err(legacy) => legacy,
+    };
     let accepts = parse_accept(head.accept);
     let has_request = match &incoming {
         Incoming::Single(m) => m.is_request(),
@@ -492,35 +493,31 @@ fn admit_post(head: &RequestHead<'_>, body: &[u8], policy: &AdmitPolicy) -> Resu
     Ok(Command::Post { session, version, incoming, reply })
 }
 
-/// The modern path, when the body says so (see [`super::modern::is_modern`]). `None`: legacy.
-fn admit_modern(head: &RequestHead<'_>, incoming: &Incoming) -> Option<Result<Command, Rejection>> {
+/// The modern path, when the body says so (see [`super::modern::is_modern`]); the body back
+/// when it is legacy.
+fn admit_modern(head: &RequestHead<'_>, incoming: Incoming) -> Result<Result<Command, Rejection>, Incoming> {
     use super::modern::{self, ModernError, ModernHead, ModernRequest};
-    let mhead = ModernHead { protocol_version: head.protocol_version, method: head.mcp_method, name: head.mcp_name };
-    let refuse = |error, id: Option<&JsonRpcId>| Some(Err(Rejection::Modern { error, id: id.cloned() }));
+    let modern_header = head.protocol_version.is_some_and(|v| modern::is_modern(Some(v), None));
+    let refuse = |why: &str| Ok(Err(Rejection::Modern { error: ModernError::InvalidRequest(why.into()), id: None }));
     match incoming {
-        Incoming::Batch(_) if head.protocol_version.is_some_and(|v| modern::is_modern(Some(v), None)) => refuse(ModernError::InvalidRequest("a body is exactly one message in 2026-07-28".into()), None),
-        Incoming::Batch(_) => None,
-        Incoming::Single(Message::Request { id, method, params }) => {
-            if !modern::is_modern(head.protocol_version, params.as_ref()) {
-                return None;
-            }
+        Incoming::Batch(_) if modern_header => refuse("a body is exactly one message in 2026-07-28"),
+        Incoming::Single(Message::Request { id, method, params }) if modern::is_modern(head.protocol_version, params.as_ref()) => {
             let accepts = parse_accept(head.accept);
             if !accepts.json && !accepts.sse {
-                return Some(Err(Rejection::NotAcceptable));
+                return Ok(Err(Rejection::NotAcceptable));
             }
             let reply = if accepts.sse { ReplyMode::Sse } else { ReplyMode::Json };
-            Some(match modern::check(&mhead, method, params.as_ref()) {
-                Ok(meta) => Ok(Command::Modern { request: ModernRequest { id: id.clone(), method: method.clone(), params: params.clone(), meta }, reply }),
-                Err(error) => Err(Rejection::Modern { error, id: Some(id.clone()) }),
+            let mhead = ModernHead { protocol_version: head.protocol_version, method: head.mcp_method, name: head.mcp_name };
+            Ok(match modern::check(&mhead, &method, params.as_ref()) {
+                Ok(meta) => Ok(Command::Modern { request: ModernRequest { id, method, params, meta }, reply }),
+                Err(error) => Err(Rejection::Modern { error, id: Some(id) }),
             })
         }
-        Incoming::Single(Message::Notification { params, .. }) => modern::is_modern(head.protocol_version, params.as_ref()).then_some(Ok(Command::ModernNotification)),
-        Incoming::Single(Message::Response { .. } | Message::ErrorResponse { .. }) => {
-            if !head.protocol_version.is_some_and(|v| modern::is_modern(Some(v), None)) {
-                return None;
-            }
-            refuse(ModernError::InvalidRequest("clients send no responses in 2026-07-28 (there are no server-to-client requests)".into()), None)
+        Incoming::Single(Message::Notification { params, .. }) if modern::is_modern(head.protocol_version, params.as_ref()) => Ok(Ok(Command::ModernNotification)),
+        Incoming::Single(Message::Response { .. } | Message::ErrorResponse { .. }) if modern_header => {
+            refuse("clients send no responses in 2026-07-28 (there are no server-to-client requests)")
         }
+        legacy => Err(legacy),
     }
 }
 

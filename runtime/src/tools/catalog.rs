@@ -376,14 +376,28 @@ impl Catalog {
         }))
     }
 
+    /// The result of a list method (`tools/list`, `prompts/list`, `resources/list`,
+    /// `resources/templates/list`): the same value on every call, in catalog order. `None` for
+    /// another method.
+    #[must_use]
+    pub fn list(&self, method: &str, params: Option<&Value>) -> Option<Result<Value, ErrorObject>> {
+        let list = match method {
+            "tools/list" => &self.tools_list,
+            "prompts/list" => &self.prompts_list,
+            "resources/list" => &self.resources_list,
+            "resources/templates/list" => &self.templates_list,
+            _ => return None,
+        };
+        Some(no_cursor(params).map(|()| list.clone()))
+    }
+
     /// Dispatch a catalog method. `cx` is called only for `tools/call` and `prompts/get`.
     pub fn dispatch(&self, method: &str, params: Option<&Value>, cx: impl FnOnce() -> ToolContext) -> Dispatch {
         use Dispatch::Ready;
+        if let Some(r) = self.list(method, params) {
+            return Ready(r);
+        }
         match method {
-            "tools/list" => Ready(no_cursor(params).map(|()| self.tools_list.clone())),
-            "prompts/list" => Ready(no_cursor(params).map(|()| self.prompts_list.clone())),
-            "resources/list" => Ready(no_cursor(params).map(|()| self.resources_list.clone())),
-            "resources/templates/list" => Ready(no_cursor(params).map(|()| self.templates_list.clone())),
             "tools/call" => self.call_tool(params, cx),
             "resources/read" => self.read_resource(params),
             "prompts/get" => self.get_prompt(params, cx),

@@ -141,7 +141,7 @@ pub fn check_params<'h>(params: &[HeaderParam], arguments: Option<&Value>, heade
                     ParamKind::String => b.as_str() == Some(h.as_str()),
                     ParamKind::Boolean => b.as_bool().map(|x| if x { "true" } else { "false" }) == Some(h.as_str()),
                     ParamKind::Integer => match (integer_of(b), h.trim().parse::<i64>().ok()) {
-                        (Some(x), Some(y)) => x == y && y.abs() <= MAX_SAFE_INTEGER,
+                        (Some(x), Some(y)) => x == y && (-MAX_SAFE_INTEGER..=MAX_SAFE_INTEGER).contains(&y),
                         _ => false,
                     },
                 };
@@ -218,5 +218,6 @@ mod tests {
         assert!(check(json!({"s": "x"}), &[("s", "y")]).is_err());
         assert!(check(json!({"b": true}), &[("b", "True")]).is_err(), "values are case-sensitive");
         assert!(check(json!({"n": 1}), &[("n", "1.5")]).is_err());
+        assert!(check(json!({"n": i64::MIN}), &[("n", "-9223372036854775808")]).is_err(), "out of the safe range, and no overflow");
     }
 }
