@@ -221,3 +221,21 @@ async fn an_answer_of_the_wrong_shape_is_an_error_not_a_result() {
     assert_eq!(body["error"]["code"], -32602, "{body}");
     refused(&h, modern(3, "tools/call", json!({"name": "ask", "arguments": {}, "inputResponses": null})), StatusCode::BAD_REQUEST, -32602, 3).await;
 }
+
+#[actix_web::test]
+async fn a_modern_request_refused_for_capacity_or_a_drain_still_echoes_its_id() {
+    let h = harness_with(cfg(|c| c.modern.max_in_flight = 1)).await;
+    // The one place is held by a waiting tool (its SSE stream stays open).
+    let held = h.send(modern(1, "tools/call", json!({"name": "gated", "arguments": {}}))).await;
+    assert_eq!(held.status, StatusCode::OK);
+    let mut r = h.send(modern(2, "tools/list", json!({}))).await;
+    assert_eq!((r.status, r.header("retry-after")), (StatusCode::SERVICE_UNAVAILABLE, Some("1".into())));
+    let body = r.json().await;
+    assert_eq!((body["id"].clone(), body["error"]["code"].clone()), (json!(2), json!(-32006)), "{body}");
+    drop(held.disconnect());
+    until("the held place is given back", || h.sup.stats().modern().0 == 0).await;
+    h.sup.begin_drain();
+    let mut r = h.send(modern(3, "tools/list", json!({}))).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(r.json().await["id"], 3, "a drain's refusal echoes the id too");
+}

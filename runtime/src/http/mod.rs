@@ -155,7 +155,7 @@ pub async fn endpoint(req: HttpRequest, payload: web::Payload, sup: web::Data<Ar
         Err(rejection) => {
             sup.stats().refused(&rejection);
             let mut resp = ApiError(rejection.clone()).error_response();
-            if rejection == Rejection::Overloaded(Overload::Draining) {
+            if rejection.inner() == &Rejection::Overloaded(Overload::Draining) {
                 // How long a restart takes is the operator's to say.
                 resp.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from(sup.config().shutdown.retry_after_secs));
             }
@@ -224,7 +224,10 @@ async fn serve(req: &HttpRequest, head: &RequestHead<'_>, payload: web::Payload,
     if sup.phase() != Phase::Serving && starts_work(&admitted.command) {
         // Draining: what finishes in-flight work (answers to server-to-client requests,
         // cancellations, resumes, DELETE) is still served; nothing new starts.
-        return Err(Rejection::Overloaded(Overload::Draining));
+        return Err(match &admitted.command {
+            Command::Modern { request, .. } => Rejection::Overloaded(Overload::Draining).with_id(&request.id),
+            _ => Rejection::Overloaded(Overload::Draining),
+        });
     }
     let found = match admitted.command.session() {
         None => None,

@@ -39,7 +39,7 @@ type Handler = Pin<Box<dyn Future<Output = Result<Value, ErrorObject>>>>;
 /// mirrored `Mcp-Param-*` header that does not match, a capability the tool needs and the
 /// request lacks.
 pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<Arc<str>>, request: ModernRequest, reply: ReplyMode) -> Result<HttpResponse, Rejection> {
-    let place = sup.stats().modern_enter(sup.config().modern.max_in_flight).ok_or(Rejection::Overloaded(Overload::ModernInFlight))?;
+    let place = sup.stats().modern_enter(sup.config().modern.max_in_flight).ok_or_else(|| Rejection::Overloaded(Overload::ModernInFlight).with_id(&request.id))?;
     let ModernRequest { id, method, params, meta } = request;
     let catalog = Arc::clone(sup.catalog());
     let refuse = |error| Rejection::Modern { error, id: Some(id.clone()) };

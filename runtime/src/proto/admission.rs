@@ -504,7 +504,7 @@ fn admit_modern(head: &RequestHead<'_>, incoming: Incoming) -> Result<Result<Com
         Incoming::Single(Message::Request { id, method, params }) if modern::is_modern(head.protocol_version, params.as_ref()) => {
             let accepts = parse_accept(head.accept);
             if !accepts.json && !accepts.sse {
-                return Ok(Err(Rejection::NotAcceptable));
+                return Ok(Err(Rejection::NotAcceptable.with_id(&id)));
             }
             let reply = if accepts.sse { ReplyMode::Sse } else { ReplyMode::Json };
             let mhead = ModernHead { protocol_version: head.protocol_version, method: head.mcp_method, name: head.mcp_name };

@@ -151,6 +151,10 @@ pub enum Rejection {
         /// The request id, echoed.
         id: Option<JsonRpcId>,
     },
+    /// Another refusal of a request whose id was read (a 2026-07-28 request: every error
+    /// echoes its id): status, code, headers and cause are the inner refusal's.
+    #[error("{0}")]
+    WithId(Box<Rejection>, JsonRpcId),
     /// A modern request's tool needs a client capability the request did not declare.
     #[error("Missing required client capability: {}", .capabilities)]
     MissingCapability {
@@ -183,6 +187,7 @@ impl Rejection {
     #[must_use]
     pub fn status(&self) -> u16 {
         match self {
+            Rejection::WithId(inner, _) => inner.status(),
             Rejection::OriginNotAllowed | Rejection::HostNotAllowed => 403,
             Rejection::Unauthorized => 401,
             Rejection::NotAcceptable => 406,
@@ -213,6 +218,7 @@ impl Rejection {
     #[must_use]
     pub fn code(&self) -> i64 {
         match self {
+            Rejection::WithId(inner, _) => inner.code(),
             Rejection::Parse => code::PARSE_ERROR,
             Rejection::InvalidMessage { .. } | Rejection::AlreadyInitialized | Rejection::LimitExceeded(_) => code::INVALID_REQUEST,
             Rejection::SessionNotFound => code::SESSION_NOT_FOUND,
@@ -249,7 +255,7 @@ impl Rejection {
     pub fn id(&self) -> Option<&JsonRpcId> {
         match self {
             Rejection::InvalidMessage { id, .. } | Rejection::Modern { id, .. } => id.as_ref(),
-            Rejection::RequestIdInFlight(id) | Rejection::MissingCapability { id, .. } => Some(id),
+            Rejection::RequestIdInFlight(id) | Rejection::MissingCapability { id, .. } | Rejection::WithId(_, id) => Some(id),
             _ => None,
         }
     }
@@ -258,6 +264,7 @@ impl Rejection {
     #[must_use]
     pub fn retry_after_s(&self) -> Option<u32> {
         match self {
+            Rejection::WithId(inner, _) => inner.retry_after_s(),
             Rejection::QuotaExceeded { retry_after_s, .. } => Some(*retry_after_s),
             Rejection::Overloaded(cause) => Some(cause.retry_after_s()),
             _ => None,
@@ -271,6 +278,7 @@ impl Rejection {
             return vec![("Retry-After", s.to_string())];
         }
         match self {
+            Rejection::WithId(inner, _) => inner.headers(),
             Rejection::Unauthorized => vec![("WWW-Authenticate", "Bearer".into())],
             Rejection::MethodNotAllowed => vec![("Allow", "GET, POST, DELETE, OPTIONS".into())],
             _ => Vec::new(),
@@ -280,6 +288,9 @@ impl Rejection {
     /// The JSON-RPC error object of the body.
     #[must_use]
     pub fn to_error_object(&self) -> ErrorObject {
+        if let Rejection::WithId(inner, _) = self {
+            return inner.to_error_object();
+        }
         let e = ErrorObject::new(self.code(), self.to_string());
         match self {
             Rejection::UnsupportedVersion(_) => e.with_data(serde_json::json!({
@@ -292,10 +303,26 @@ impl Rejection {
         }
     }
 
+    /// This refusal, echoing `id` when it carries none of its own.
+    #[must_use]
+    pub fn with_id(self, id: &JsonRpcId) -> Rejection {
+        if self.id().is_some() { self } else { Rejection::WithId(Box::new(self), id.clone()) }
+    }
+
+    /// The refusal itself, without an id wrapper.
+    #[must_use]
+    pub fn inner(&self) -> &Rejection {
+        match self {
+            Rejection::WithId(inner, _) => inner.inner(),
+            other => other,
+        }
+    }
+
     /// A short, stable name of the refusal's cause, for counters (`refused.<cause>`).
     #[must_use]
     pub fn cause(&self) -> &'static str {
         match self {
+            Rejection::WithId(inner, _) => inner.cause(),
             Rejection::OriginNotAllowed => "origin",
             Rejection::HostNotAllowed => "host",
             Rejection::Unauthorized => "unauthorized",
@@ -536,6 +563,17 @@ mod tests {
             let row = format!("| {} | {} | {} |", r.status(), r.code(), when);
             assert!(readme.contains(&row), "README error table lacks or differs on: {row}");
         }
+    }
+
+    #[test]
+    fn a_refusal_with_an_id_keeps_its_status_code_headers_and_cause() {
+        let r = Rejection::Overloaded(Overload::ModernInFlight).with_id(&JsonRpcId::Number(7));
+        assert_eq!((r.status(), r.code(), r.cause(), r.id()), (503, code::OVERLOADED, "overloaded.modern_in_flight", Some(&JsonRpcId::Number(7))));
+        assert_eq!(r.headers(), vec![("Retry-After", "1".to_string())]);
+        assert_eq!(r.to_error_object(), Rejection::Overloaded(Overload::ModernInFlight).to_error_object());
+        assert_eq!(r.inner(), &Rejection::Overloaded(Overload::ModernInFlight));
+        let own = Rejection::RequestIdInFlight(JsonRpcId::Number(1));
+        assert_eq!(own.clone().with_id(&JsonRpcId::Number(2)), own, "an id of its own is kept");
     }
 
     #[test]
