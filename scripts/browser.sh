@@ -70,7 +70,7 @@ echo "browser: mcp-host at $url (allowed origin $allowed; refused $refused), wit
 
 # --- raw headers ---
 ALLOW_METHODS='GET, POST, DELETE'
-ALLOW_HEADERS='Content-Type, Accept, Authorization, Mcp-Session-Id, MCP-Protocol-Version, Last-Event-ID'
+ALLOW_HEADERS='Content-Type, Accept, Authorization, Mcp-Session-Id, MCP-Protocol-Version, Last-Event-ID, Mcp-Method, Mcp-Name'
 EXPOSE_HEADERS='Mcp-Session-Id, WWW-Authenticate, Retry-After'
 INIT='{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"browser","version":"1"}}}'
 n=0

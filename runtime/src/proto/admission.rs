@@ -233,7 +233,7 @@ impl Command {
 }
 
 /// Request headers MCP uses, allowed on cross-origin requests.
-pub const CORS_ALLOW_HEADERS: &str = "Content-Type, Accept, Authorization, Mcp-Session-Id, MCP-Protocol-Version, Last-Event-ID, Mcp-Method, Mcp-Name, Mcp-Param-*";
+pub const CORS_ALLOW_HEADERS: &str = "Content-Type, Accept, Authorization, Mcp-Session-Id, MCP-Protocol-Version, Last-Event-ID, Mcp-Method, Mcp-Name";
 /// Methods of the endpoint, allowed on cross-origin requests.
 pub const CORS_ALLOW_METHODS: &str = "GET, POST, DELETE";
 /// Response headers a page may read: the session id, and what 401/429/503 say.
