@@ -203,8 +203,9 @@ async fn an_expired_request_state_is_refused() {
     let mut r = h.send(modern(1, "tools/call", json!({"name": "ask", "arguments": {}}))).await;
     let first = r.json().await;
     let key = first["result"]["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
-    // The deadline is wall-clock time (another node must agree on it): wait it out.
-    std::thread::sleep(std::time::Duration::from_millis(1_100));
+    // The deadline is wall-clock time (another node must agree on it): wait it out, without
+    // blocking the runtime.
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
     let retry = json!({"name": "ask", "arguments": {}, "inputResponses": {key: {"role": "assistant", "content": {"type": "text", "text": "x"}, "model": "m"}}, "requestState": state_of(&first)});
     let body = refused(&h, modern(2, "tools/call", retry), StatusCode::BAD_REQUEST, -32602, 2).await;
     assert!(body["error"]["message"].as_str().unwrap().contains("expired"), "{body}");

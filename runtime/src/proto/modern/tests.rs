@@ -34,8 +34,9 @@ fn each_modern_rule_gives_its_error_in_the_documented_order() {
     assert!(matches!(err(&head(None, Some("tools/list"), None), "tools/list", p(meta(json!({})))), ModernError::HeaderMismatch(_)));
     assert!(matches!(err(&ok, "tools/list", Some(json!({}))), ModernError::InvalidMeta(m) if m.contains("protocolVersion")));
     assert!(matches!(err(&ok, "tools/list", p(json!({meta::PROTOCOL_VERSION: VERSION}))), ModernError::InvalidMeta(m) if m.contains("clientCapabilities")));
-    // Missing _meta fields come before a mismatch; a mismatch before an unsupported version.
+    // A mismatch comes before an unsupported version (missing _meta fields come first: above).
     assert!(matches!(err(&ok, "tools/list", p(meta(json!({meta::PROTOCOL_VERSION: "v999"})))), ModernError::HeaderMismatch(_)));
+    assert!(matches!(err(&ok, "tools/list", p(json!({meta::CLIENT_CAPABILITIES: {}, "x": 1}))), ModernError::InvalidMeta(_)), "missing version in _meta: -32602, not a mismatch");
     let v999 = head(Some("v999"), Some("tools/list"), None);
     assert_eq!(err(&v999, "tools/list", p(meta(json!({meta::PROTOCOL_VERSION: "v999"})))), ModernError::UnsupportedVersion("v999".into()));
     assert!(matches!(err(&ok, "tools/list", p(meta(json!({meta::CLIENT_CAPABILITIES: []})))), ModernError::InvalidMeta(_)));
