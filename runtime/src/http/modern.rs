@@ -122,8 +122,9 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
                 r.close();
             }
             let generation = sup.generations().enter_current(Counted::InFlight);
+            // The status is sent from here on: a refusal is an error in the body.
             let ready = match first {
-                Poll::Ready(r) => Some(finish.encode(&id, r)),
+                Poll::Ready(r) => Some(finish.encode_in_stream(&id, r)),
                 Poll::Pending => None,
             };
             let keepalive = std::time::Duration::from_millis(sup.config().sse.keepalive_ms);
@@ -310,7 +311,7 @@ struct ModernBody {
     handler: Option<Handler>,
     rx: Option<mpsc::Receiver<Bytes>>,
     /// The final answer, once known.
-    ready: Option<Result<Bytes, Rejection>>,
+    ready: Option<Bytes>,
     finish: Finish,
     id: crate::proto::JsonRpcId,
     cancel: CancellationToken,
@@ -341,21 +342,7 @@ impl Stream for ModernBody {
                 Poll::Pending => {}
             }
         }
-        if this.ready.is_none()
-            && let Some(h) = this.handler.as_mut()
-        {
-            let r = match h.as_mut().poll(cx) {
-                Poll::Ready(r) => Some(r),
-                Poll::Pending => this.finish.asked().map(|r| {
-                    this.cancel.cancel();
-                    Ok(r)
-                }),
-            };
-            if let Some(r) = r {
-                this.handler = None;
-                this.ready = Some(Ok(this.finish.encode_in_stream(&this.id, r)));
-            }
-        }
+        this.poll_handler(cx);
         if let Some(r) = this.ready.take() {
             // Everything the handler queued before it finished goes first.
             if let Some(rx) = this.rx.as_mut()
@@ -364,16 +351,44 @@ impl Stream for ModernBody {
                 this.ready = Some(r);
                 return Poll::Ready(Some(Ok(crate::sse::data_frame(&n))));
             }
-            this.done = true;
-            this.stats.modern_served();
-            let bytes = r.unwrap_or_else(|rejection| encode_error(Some(&this.id), &rejection.to_error_object()));
-            return Poll::Ready(Some(Ok(crate::sse::data_frame(&bytes))));
+            return Poll::Ready(Some(Ok(crate::sse::data_frame(&this.finished(r)))));
         }
         if this.tick.as_mut().poll(cx).is_ready() {
             this.tick.as_mut().reset(tokio::time::Instant::now() + this.keepalive);
             return Poll::Ready(Some(Ok(Bytes::from_static(b": keep-alive\n\n"))));
         }
         Poll::Pending
+    }
+}
+
+impl ModernBody {
+    /// Poll the handler until its answer is known (then kept in `ready`): its result, or the
+    /// `input_required` result when it waits for answers it does not have (then it is dropped
+    /// and its token fired).
+    fn poll_handler(&mut self, cx: &mut Context<'_>) {
+        if self.ready.is_some() {
+            return;
+        }
+        let Some(h) = self.handler.as_mut() else { return };
+        let r = match h.as_mut().poll(cx) {
+            Poll::Ready(r) => r,
+            Poll::Pending => match self.finish.asked() {
+                Some(r) => {
+                    self.cancel.cancel();
+                    Ok(r)
+                }
+                None => return,
+            },
+        };
+        self.handler = None;
+        self.ready = Some(self.finish.encode_in_stream(&self.id, r));
+    }
+
+    /// The answer goes out: the request is served.
+    fn finished(&mut self, answer: Bytes) -> Bytes {
+        self.done = true;
+        self.stats.modern_served();
+        answer
     }
 }
 
@@ -398,26 +413,11 @@ impl Stream for JsonOnce {
         if b.done {
             return Poll::Ready(None);
         }
-        if b.ready.is_none()
-            && let Some(h) = b.handler.as_mut()
-        {
-            let r = match h.as_mut().poll(cx) {
-                Poll::Ready(r) => Some(r),
-                Poll::Pending => b.finish.asked().map(|r| {
-                    b.cancel.cancel();
-                    Ok(r)
-                }),
-            };
-            if let Some(r) = r {
-                b.handler = None;
-                b.ready = Some(Ok(b.finish.encode_in_stream(&b.id, r)));
-            }
-        }
+        b.poll_handler(cx);
         match b.ready.take() {
             Some(r) => {
-                b.done = true;
-                b.stats.modern_served();
-                Poll::Ready(Some(Ok(r.unwrap_or_else(|rejection| encode_error(Some(&b.id), &rejection.to_error_object())))))
+                let answer = b.finished(r);
+                Poll::Ready(Some(Ok(answer)))
             }
             None => Poll::Pending,
         }
