@@ -258,6 +258,14 @@ async fn an_idempotent_request_is_reissued_until_a_restarted_server_is_back_with
     cfg.reissue_window_ms = 20_000;
     let c = McpClient::connect(cfg, MemoryJournal::new(4096)).await.unwrap();
     first.stop(false).await;
+    // The stop returns before every worker has let go of its connections: wait (bounded)
+    // until the port refuses, so the call below cannot still reach the first server.
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
     let restart = async {
         tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
         serve_on(Supervisor::new(fast(), common::catalog(common::Gate::default())), port).await
