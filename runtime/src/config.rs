@@ -288,11 +288,22 @@ pub struct ModernConfig {
     /// How long a `requestState` issued with an `input_required` result stays valid (s): the
     /// time a person has to answer an elicitation. Default 600; 1 to 1 day.
     pub request_state_ttl_secs: u64,
+    /// `subscriptions/listen` streams open at once, server-wide; one more is refused with 503
+    /// and `Retry-After: 1`. Each costs a task, a small queue and a connection, for as long as
+    /// its client keeps it open. Default 4096; 1 to 1048576.
+    pub listen_max: usize,
+    /// `subscriptions/listen` streams one caller (principal, or remote address without
+    /// authentication) may hold open; one more is refused with 429. A client needs one, or a
+    /// few; the bound keeps one caller from taking every place. Default 16; 1 to 65536.
+    pub listen_per_caller: u32,
+    /// URIs one listen request may name in `resourceSubscriptions` (more is `-32602`).
+    /// Default 256; 1 to 65536.
+    pub listen_max_uris: usize,
 }
 
 impl Default for ModernConfig {
     fn default() -> ModernConfig {
-        ModernConfig { max_in_flight: 1024, list_ttl_ms: 300_000, read_ttl_ms: 0, request_state_ttl_secs: 600 }
+        ModernConfig { max_in_flight: 1024, list_ttl_ms: 300_000, read_ttl_ms: 0, request_state_ttl_secs: 600, listen_max: 4096, listen_per_caller: 16, listen_max_uris: 256 }
     }
 }
 
@@ -446,7 +457,7 @@ impl RuntimeConfig {
     pub fn validate(self) -> Result<RuntimeConfig, ConfigError> {
         let (se, ss, l, q) = (&self.sse, &self.sessions, &self.limits, &self.quotas);
         let max = u64::MAX;
-        let rows: [(&'static str, u64, u64, u64); 43] = [
+        let rows: [(&'static str, u64, u64, u64); 46] = [
             ("security.max_body_bytes", self.security.max_body_bytes as u64, 1, 1 << 30),
             ("security.body_read_timeout_ms", self.security.body_read_timeout_ms, 100, 600_000),
             ("sse.replay_max_events", se.replay_max_events as u64, 1, 1 << 20),
@@ -490,6 +501,9 @@ impl RuntimeConfig {
             ("modern.list_ttl_ms", self.modern.list_ttl_ms, 0, DAY_MS),
             ("modern.read_ttl_ms", self.modern.read_ttl_ms, 0, DAY_MS),
             ("modern.request_state_ttl_secs", self.modern.request_state_ttl_secs, 1, 24 * 3600),
+            ("modern.listen_max", self.modern.listen_max as u64, 1, 1 << 20),
+            ("modern.listen_per_caller", u64::from(self.modern.listen_per_caller), 1, 1 << 16),
+            ("modern.listen_max_uris", self.modern.listen_max_uris as u64, 1, 1 << 16),
         ];
         for (field, value, min, max) in rows {
             check(field, value, min, max)?;

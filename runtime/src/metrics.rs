@@ -168,6 +168,14 @@ impl Collector for SupervisorCollector {
         counter(&mut e, "mcp_events_lost_unattached", "Events of plain (not resumable) streams produced with no connection attached", m.lost_unattached)?;
         counter(&mut e, "mcp_idempotency_replays", "Write-tool calls answered from their receipt (not run again)", m.receipt_replays)?;
         counter(&mut e, "mcp_idempotency_attached", "Retries of a running write-tool call attached to its one execution", m.receipt_attaches)?;
+        let (modern_running, modern_served, modern_cancelled) = st.modern();
+        gauge(&mut e, "mcp_modern_in_flight", "2026-07-28 requests running", modern_running)?;
+        counter(&mut e, "mcp_modern_served", "2026-07-28 requests answered (a result or a JSON-RPC error after admission)", modern_served)?;
+        counter(&mut e, "mcp_modern_cancelled", "2026-07-28 requests cancelled by their client closing the response stream", modern_cancelled)?;
+        let (listen_open, listen_opened, listen_completed) = st.listen();
+        gauge(&mut e, "mcp_listen_streams", "Open subscriptions/listen streams", listen_open)?;
+        counter(&mut e, "mcp_listen_opened", "subscriptions/listen streams opened", listen_opened)?;
+        counter(&mut e, "mcp_listen_completed", "subscriptions/listen streams the server ended with their completion result (drain, stop)", listen_completed)?;
         let refused: Vec<(CauseLabel, u64)> = crate::proto::error::Rejection::CAUSES.iter().map(|c| (CauseLabel { cause: c }, st.refusals(c))).collect();
         counters(&mut e, "mcp_refusals", "Requests refused, by cause", &refused)?;
         let statuses: Vec<(StatusLabel, u64)> = m.http_responses.iter().map(|(s, v)| (StatusLabel { status: s }, *v)).collect();

@@ -249,8 +249,9 @@ async fn serve_on(sup: Arc<Supervisor>, port: u16) -> (u16, actix_web::dev::Serv
 #[actix_web::test]
 async fn an_idempotent_request_is_reissued_until_a_restarted_server_is_back_within_the_window() {
     // Re-issues are paced 50..100 ms here, so eight of them (the old count bound) are spent in
-    // well under a second; the server is away for 1.5 s and comes back with no memory of the
-    // session (404 → new handshake → re-issue). Only a time bound gets the call through.
+    // well under a second; the server is away for 3 s (about 30 paced re-issues: room for a
+    // loaded machine to make fewer and still more than 8) and comes back with no memory of
+    // the session (404 → new handshake → re-issue). Only a time bound gets the call through.
     let (port, first) = serve_on(Supervisor::new(fast(), common::catalog(common::Gate::default())), 0).await;
     let url = format!("http://127.0.0.1:{port}/mcp");
     let mut cfg = ClientConfig::new(&url);
@@ -267,7 +268,7 @@ async fn an_idempotent_request_is_reissued_until_a_restarted_server_is_back_with
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     let restart = async {
-        tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
+        tokio::time::sleep(std::time::Duration::from_millis(3_000)).await;
         serve_on(Supervisor::new(fast(), common::catalog(common::Gate::default())), port).await
     };
     let (r, (_, second)) = tokio::join!(c.request("tools/call", Some(json!({"name":"echo","arguments":{"text":"back"}})), true), restart);

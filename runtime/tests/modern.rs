@@ -9,25 +9,6 @@ use actix_web::test::TestRequest;
 use common::*;
 use serde_json::{Value, json};
 
-const V: &str = "2026-07-28";
-
-fn meta(caps: Value) -> Value {
-    json!({"io.modelcontextprotocol/protocolVersion": V, "io.modelcontextprotocol/clientCapabilities": caps, "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"}})
-}
-
-/// A modern POST: headers mirrored from the body as a conforming client sends them.
-fn modern(id: i64, method: &str, mut params: Value) -> TestRequest {
-    if params.get("_meta").is_none() {
-        params["_meta"] = meta(json!({"sampling": {}, "elicitation": {}}));
-    }
-    let mut r = post().insert_header(("MCP-Protocol-Version", V)).insert_header(("Mcp-Method", method));
-    let name = params.get("name").or_else(|| params.get("uri")).and_then(Value::as_str).map(str::to_owned);
-    if let Some(n) = name.filter(|_| matches!(method, "tools/call" | "prompts/get" | "resources/read")) {
-        r = r.insert_header(("Mcp-Name", n));
-    }
-    r.set_payload(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string())
-}
-
 async fn refused(h: &Harness, req: TestRequest, status: StatusCode, code: i64, id: i64) -> Value {
     let mut r = h.send(req).await;
     assert_eq!(r.status, status);
@@ -144,7 +125,10 @@ async fn list_results_are_byte_identical_across_connections_and_carry_cache_hint
     assert_eq!(serde_json::to_vec(&seen[0]).unwrap(), serde_json::to_vec(&seen[1]).unwrap(), "same bytes on another request");
     let discover = &seen[5];
     assert_eq!(discover["supportedVersions"], json!([V]));
-    assert!(discover["capabilities"].get("logging").is_none() && discover["capabilities"]["tools"].get("listChanged").is_none(), "{discover}");
+    assert!(discover["capabilities"].get("logging").is_none(), "{discover}");
+    // What the catalog announces on subscriptions/listen, and nothing it does not.
+    assert_eq!(discover["capabilities"]["tools"], json!({"listChanged": true}));
+    assert_eq!(discover["capabilities"]["resources"], json!({"subscribe": true}), "resource updates, not resources list changes");
 }
 
 fn state_of(body: &Value) -> String {
@@ -239,4 +223,28 @@ async fn a_modern_request_refused_for_capacity_or_a_drain_still_echoes_its_id() 
     let mut r = h.send(modern(3, "tools/list", json!({}))).await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(r.json().await["id"], 3, "a drain's refusal echoes the id too");
+}
+
+#[actix_web::test]
+async fn a_modern_request_still_running_when_a_drain_or_rollback_ends_is_answered_drained() {
+    let h = harness_with(cfg(|c| c.shutdown.grace_secs = 0)).await;
+    // A rollback's grace period over: the older generation's request is stopped and answered.
+    let mut r = h.send(modern(1, "tools/call", json!({"name": "until_cancelled", "arguments": {}}))).await;
+    assert_eq!(r.status, StatusCode::OK);
+    h.gate.started(1).await;
+    h.sup.rollback();
+    let body = r.json().await;
+    assert_eq!((body["id"].clone(), body["error"]["code"].clone()), (json!(1), json!(-32010)), "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("Re-issue"), "{body}");
+    assert!(r.rest().await.is_empty(), "the stream ends after the error");
+    drop(r);
+    h.gate.finished(1).await;
+    until("the request is no longer running", || h.sup.stats().modern().0 == 0).await;
+    // A request of the new generation is not touched by that rollback; a stop ends it.
+    let mut r = h.send(modern(2, "tools/call", json!({"name": "until_cancelled", "arguments": {}}))).await;
+    h.gate.started(1).await;
+    h.sup.shutdown();
+    let body = r.json().await;
+    assert_eq!((body["id"].clone(), body["error"]["code"].clone()), (json!(2), json!(-32010)), "{body}");
+    h.gate.finished(1).await;
 }

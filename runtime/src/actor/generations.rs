@@ -66,6 +66,9 @@ pub struct Gen {
     in_flight: AtomicI64,
     /// When it was superseded (ms since the epoch; 0 while current).
     superseded_ms: AtomicU64,
+    /// Fired to end this generation's 2026-07-28 requests still running (a drain's or a
+    /// rollback's grace period is over): each is answered "drained" (`-32010`).
+    stateless_end: tokio_util::sync::CancellationToken,
 }
 
 /// What a [`GenCount`] counts.
@@ -99,6 +102,11 @@ impl Gen {
     pub fn enter(self: &Arc<Self>, what: Counted) -> GenCount {
         self.counter(what).fetch_add(1, Ordering::Relaxed);
         GenCount { generation: Arc::clone(self), what }
+    }
+
+    /// Resolves when this generation's 2026-07-28 requests still running must end.
+    pub fn stateless_ended(&self) -> tokio_util::sync::WaitForCancellationFutureOwned {
+        self.stateless_end.clone().cancelled_owned()
     }
 
     fn idle(&self) -> bool {
@@ -243,6 +251,14 @@ impl Generations {
         self.list.read().iter().filter(|x| x.settings.id.0 < g.0).map(|x| x.count(Counted::InFlight)).sum()
     }
 
+    /// End the 2026-07-28 requests still running in generations older than `g` (every one for
+    /// `None`): each is answered "drained" (`-32010`) and its handler stopped.
+    pub fn end_stateless_requests(&self, older_than: Option<Generation>) {
+        for x in self.list.read().iter().filter(|x| older_than.is_none_or(|g| x.settings.id.0 < g.0)) {
+            x.stateless_end.cancel();
+        }
+    }
+
     /// Requests in flight in generations other than the current one.
     #[must_use]
     pub fn in_flight_of_old(&self) -> i64 {
@@ -309,7 +325,7 @@ impl GenSettings {
 
 impl From<GenSettings> for Gen {
     fn from(settings: GenSettings) -> Gen {
-        Gen { settings, sessions: AtomicI64::new(0), streams: AtomicI64::new(0), in_flight: AtomicI64::new(0), superseded_ms: AtomicU64::new(0) }
+        Gen { settings, sessions: AtomicI64::new(0), streams: AtomicI64::new(0), in_flight: AtomicI64::new(0), superseded_ms: AtomicU64::new(0), stateless_end: tokio_util::sync::CancellationToken::new() }
     }
 }
 

@@ -31,6 +31,14 @@ pub struct RuntimeStats {
     modern_served: AtomicU64,
     /// Modern requests whose response stream the client closed before the result: cancelled.
     modern_cancelled: AtomicU64,
+    /// `subscriptions/listen` streams: open now, opened, ended by the server (drain) with
+    /// their completion result.
+    listen_open: AtomicI64,
+    listen_opened: AtomicU64,
+    listen_completed: AtomicU64,
+    /// Open listen streams per caller (entries only while non-zero). A lock held for one
+    /// map update, never across an await.
+    listen_by_caller: parking_lot::Mutex<std::collections::HashMap<super::QuotaKey, u32>>,
 }
 
 /// Figures counted as they happen (for the metrics endpoint).
@@ -152,6 +160,10 @@ impl Default for RuntimeStats {
             modern_in_flight: AtomicI64::new(0),
             modern_served: AtomicU64::new(0),
             modern_cancelled: AtomicU64::new(0),
+            listen_open: AtomicI64::new(0),
+            listen_opened: AtomicU64::new(0),
+            listen_completed: AtomicU64::new(0),
+            listen_by_caller: parking_lot::Mutex::new(std::collections::HashMap::new()),
         }
     }
 }
@@ -187,6 +199,46 @@ impl RuntimeStats {
     #[must_use]
     pub fn modern(&self) -> (i64, u64, u64) {
         (self.modern_in_flight.load(Ordering::Relaxed), self.modern_served.load(Ordering::Relaxed), self.modern_cancelled.load(Ordering::Relaxed))
+    }
+
+    /// Take a place for a `subscriptions/listen` stream of `caller`: at most `max` server-wide
+    /// and `per_caller` for one caller.
+    ///
+    /// # Errors
+    /// 503 ([`Overload::Listen`](crate::proto::error::Overload::Listen)) when every place is
+    /// taken, 429 ([`Quota::Listen`](crate::proto::error::Quota::Listen)) when the caller's are.
+    pub(crate) fn listen_enter(self: &Arc<Self>, caller: super::QuotaKey, max: usize, per_caller: u32) -> Result<ListenPlace, Rejection> {
+        use crate::proto::error::{Overload, Quota};
+        let was = self.listen_open.fetch_add(1, Ordering::AcqRel);
+        let refused = if was >= max as i64 {
+            Some(Rejection::Overloaded(Overload::Listen))
+        } else {
+            let mut by = self.listen_by_caller.lock();
+            let n = by.entry(caller.clone()).or_insert(0);
+            if *n >= per_caller {
+                Some(Rejection::QuotaExceeded { cause: Quota::Listen, retry_after_s: Overload::Listen.retry_after_s() })
+            } else {
+                *n += 1;
+                None
+            }
+        };
+        if let Some(r) = refused {
+            self.listen_open.fetch_sub(1, Ordering::AcqRel);
+            return Err(r);
+        }
+        self.listen_opened.fetch_add(1, Ordering::Relaxed);
+        Ok(ListenPlace { stats: Arc::clone(self), caller })
+    }
+
+    /// A listen stream was ended by the server with its completion result.
+    pub(crate) fn listen_completed(&self) {
+        self.listen_completed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `subscriptions/listen` streams: open now, opened, completed by the server.
+    #[must_use]
+    pub fn listen(&self) -> (i64, u64, u64) {
+        (self.listen_open.load(Ordering::Relaxed), self.listen_opened.load(Ordering::Relaxed), self.listen_completed.load(Ordering::Relaxed))
     }
 
     /// An HTTP request reached the endpoint.
@@ -484,5 +536,26 @@ pub(crate) struct ModernInFlight(Arc<RuntimeStats>);
 impl Drop for ModernInFlight {
     fn drop(&mut self) {
         self.0.modern_in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A `subscriptions/listen` stream's place among `modern.listen_max` (and its caller's among
+/// `modern.listen_per_caller`); given back when dropped.
+#[derive(Debug)]
+pub(crate) struct ListenPlace {
+    stats: Arc<RuntimeStats>,
+    caller: super::QuotaKey,
+}
+
+impl Drop for ListenPlace {
+    fn drop(&mut self) {
+        self.stats.listen_open.fetch_sub(1, Ordering::AcqRel);
+        let mut by = self.stats.listen_by_caller.lock();
+        if let Some(n) = by.get_mut(&self.caller) {
+            *n -= 1;
+            if *n == 0 {
+                by.remove(&self.caller);
+            }
+        }
     }
 }

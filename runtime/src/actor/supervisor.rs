@@ -493,6 +493,7 @@ impl Supervisor {
                         // Control message: it must arrive.
                         h.addr.do_send(super::session::EndOlderRequests { before: g });
                     }
+                    s.gens.end_stateless_requests(Some(g));
                     return;
                 }
                 drop(s);
@@ -774,9 +775,12 @@ impl Supervisor {
     /// `retry` hint once its events are committed (its client resumes after the restart),
     /// requests still running are cancelled here and answered after the restart with the
     /// "server restarted" error, and the sessions deregister, their records left active.
-    /// Returns how many were told to stop.
+    /// 2026-07-28 requests still running are answered "drained" (`-32010`) at once.
+    /// Returns how many sessions were told to stop.
     pub fn shutdown(&self) -> usize {
         self.begin_drain();
+        // 2026-07-28 requests have no "after the restart": they are answered "drained" now.
+        self.gens.end_stateless_requests(None);
         let all = self.registry.all();
         for h in &all {
             // Control message: it must arrive.

@@ -21,6 +21,7 @@ use crate::proto::jsonrpc::{Incoming, encode_result};
 use crate::proto::mcp::initialize_result;
 
 pub mod admin;
+mod listen;
 mod modern;
 
 /// The session header, as written by this server.

@@ -39,6 +39,11 @@ type Handler = Pin<Box<dyn Future<Output = Result<Value, ErrorObject>>>>;
 /// mirrored `Mcp-Param-*` header that does not match, a capability the tool needs and the
 /// request lacks.
 pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<Arc<str>>, request: ModernRequest, reply: ReplyMode) -> Result<HttpResponse, Rejection> {
+    if request.method == "subscriptions/listen" {
+        // Long-lived: counted among the listen places, not the requests a drain waits for.
+        let caller = super::quota_key(principal.as_ref(), req.peer_addr(), sup.config().quotas.ipv6_prefix_len);
+        return super::listen::open(sup, caller, request.id, request.params.as_ref(), reply);
+    }
     let place = sup.stats().modern_enter(sup.config().modern.max_in_flight).ok_or_else(|| Rejection::Overloaded(Overload::ModernInFlight).with_id(&request.id))?;
     let ModernRequest { id, method, params, meta } = request;
     let catalog = Arc::clone(sup.catalog());
@@ -57,7 +62,7 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
     let inputs = Arc::new(parking_lot::Mutex::new(if asks { Inputs::of(sup, principal.as_deref(), &method, params.as_ref()).map_err(|why| refuse(ModernError::InvalidInput(why)))? } else { Inputs::none() }));
     let mut rx = None;
     let dispatch = match method.as_str() {
-        "server/discover" => Dispatch::Ready(Ok(modern::discover_result(&modern::modern_capabilities(catalog.capabilities()), catalog.instructions()))),
+        "server/discover" => Dispatch::Ready(Ok(modern::discover_result(catalog.modern_capabilities(), catalog.instructions()))),
         "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" => Dispatch::Ready(catalog.list(&method, params.as_ref()).unwrap_or_else(|| Err(ErrorObject::new(code::INTERNAL_ERROR, "not a list")))),
         "tools/call" | "resources/read" | "prompts/get" | "completion/complete" => {
             let (tx, r) = mpsc::channel(NOTIFY_QUEUE);
@@ -128,7 +133,8 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
                 Poll::Pending => None,
             };
             let keepalive = std::time::Duration::from_millis(sup.config().sse.keepalive_ms);
-            let body = ModernBody { handler: Some(handler), rx, ready, finish, id, cancel, stats: Arc::clone(sup.stats()), _place: place, _generation: generation, keepalive, tick: Box::pin(tokio::time::sleep(keepalive)), done: false };
+            let ended = Box::pin(generation.generation().stateless_ended());
+            let body = ModernBody { handler: Some(handler), rx, ready, finish, id, cancel, stats: Arc::clone(sup.stats()), _place: place, _generation: generation, ended, keepalive, tick: Box::pin(tokio::time::sleep(keepalive)), done: false };
             if reply == ReplyMode::Json {
                 return Ok(HttpResponse::Ok().content_type("application/json").streaming(JsonOnce(body)));
             }
@@ -318,6 +324,8 @@ struct ModernBody {
     stats: Arc<crate::actor::RuntimeStats>,
     _place: crate::actor::ModernInFlight,
     _generation: GenCount,
+    /// Resolves when the drain's or rollback's grace period is over for this request.
+    ended: Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
     keepalive: std::time::Duration,
     tick: Pin<Box<tokio::time::Sleep>>,
     done: bool,
@@ -370,6 +378,17 @@ impl ModernBody {
             return;
         }
         let Some(h) = self.handler.as_mut() else { return };
+        if self.ended.as_mut().poll(cx).is_ready() {
+            // Its tool stops first; then the error is its answer.
+            self.cancel.cancel();
+            self.handler = None;
+            let error = ErrorObject::new(
+                code::DRAINED,
+                "The server is stopping (or rolled back) and this request did not finish within the drain's grace period; it was stopped and its outcome is unknown. Re-issue it, with a new id, if running it again is safe.",
+            );
+            self.ready = Some(encode_error(Some(&self.id), &error));
+            return;
+        }
         let r = match h.as_mut().poll(cx) {
             Poll::Ready(r) => r,
             Poll::Pending => match self.finish.asked() {

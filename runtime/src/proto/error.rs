@@ -22,6 +22,8 @@ pub enum Overload {
     StreamMemory,
     /// `modern.max_in_flight` modern requests are running.
     ModernInFlight,
+    /// `modern.listen_max` `subscriptions/listen` streams are open.
+    Listen,
 }
 
 impl Overload {
@@ -29,7 +31,7 @@ impl Overload {
     #[must_use]
     pub fn retry_after_s(self) -> u32 {
         match self {
-            Overload::Mailbox | Overload::InFlight | Overload::ModernInFlight => 1,
+            Overload::Mailbox | Overload::InFlight | Overload::ModernInFlight | Overload::Listen => 1,
             Overload::StreamMemory => 2,
             Overload::Sessions | Overload::Draining => 5,
         }
@@ -43,6 +45,7 @@ impl Overload {
             Overload::Draining => "server is shutting down",
             Overload::StreamMemory => "server-wide stream memory budget is full",
             Overload::ModernInFlight => "too many 2026-07-28 requests running",
+            Overload::Listen => "too many subscriptions/listen streams open",
         }
     }
 }
@@ -56,6 +59,8 @@ pub enum Quota {
     SessionRate,
     /// `quotas.stream_memory_per_principal`: the caller's share of the stream memory budget.
     StreamMemory,
+    /// `modern.listen_per_caller` `subscriptions/listen` streams open.
+    Listen,
 }
 
 /// A typed refusal of an HTTP request.
@@ -130,6 +135,7 @@ pub enum Rejection {
         Quota::Sessions => "too many live sessions for this caller",
         Quota::SessionRate => "sessions created too fast by this caller",
         Quota::StreamMemory => "this caller's share of the stream memory budget is full",
+        Quota::Listen => "too many subscriptions/listen streams open for this caller",
     })]
     QuotaExceeded {
         /// Which quota.
@@ -350,12 +356,14 @@ impl Rejection {
             Rejection::QuotaExceeded { cause: Quota::Sessions, .. } => "quota.sessions",
             Rejection::QuotaExceeded { cause: Quota::SessionRate, .. } => "quota.session_rate",
             Rejection::QuotaExceeded { cause: Quota::StreamMemory, .. } => "quota.stream_memory",
+            Rejection::QuotaExceeded { cause: Quota::Listen, .. } => "quota.listen",
             Rejection::Overloaded(Overload::Sessions) => "overloaded.sessions",
             Rejection::Overloaded(Overload::Mailbox) => "overloaded.mailbox",
             Rejection::Overloaded(Overload::InFlight) => "overloaded.in_flight",
             Rejection::Overloaded(Overload::Draining) => "overloaded.draining",
             Rejection::Overloaded(Overload::StreamMemory) => "overloaded.stream_memory",
             Rejection::Overloaded(Overload::ModernInFlight) => "overloaded.modern_in_flight",
+            Rejection::Overloaded(Overload::Listen) => "overloaded.listen",
             Rejection::Internal => "internal",
             Rejection::Modern { error, .. } => match error {
                 super::modern::ModernError::HeaderMismatch(_) => "modern.header_mismatch",
@@ -370,7 +378,7 @@ impl Rejection {
     }
 
     /// Every value [`Rejection::cause`] can return.
-    pub const CAUSES: [&'static str; 39] = [
+    pub const CAUSES: [&'static str; 41] = [
         "origin",
         "host",
         "unauthorized",
@@ -396,12 +404,14 @@ impl Rejection {
         "quota.sessions",
         "quota.session_rate",
         "quota.stream_memory",
+        "quota.listen",
         "overloaded.sessions",
         "overloaded.mailbox",
         "overloaded.in_flight",
         "overloaded.draining",
         "overloaded.stream_memory",
         "overloaded.modern_in_flight",
+        "overloaded.listen",
         "internal",
         "modern.header_mismatch",
         "modern.invalid_meta",
@@ -444,8 +454,8 @@ impl Rejection {
                 Rejection::EventsLost,
                 "GET resume: the stream is no longer retained, or (standalone GET stream) events after the cursor were evicted",
             ),
-            (Rejection::QuotaExceeded { cause: Quota::Sessions, retry_after_s: 5 }, "the caller (principal, or remote address without auth) has `quotas.sessions_per_principal` live sessions (`Retry-After: 5`), creates them faster than `quotas.session_rate_per_sec` (`Retry-After`: when the next is allowed), or its share `quotas.stream_memory_per_principal` of the stream memory is full for a request that would open a stream or session (`Retry-After: 2`)"),
-            (Rejection::Overloaded(Overload::Sessions), "`sessions.max_sessions` reached (`Retry-After: 5`), the server is draining: every new request, `initialize` included (`shutdown.retry_after_secs`, default 5), session mailbox full (1), `sessions.max_in_flight` reached (1), `modern.max_in_flight` 2026-07-28 requests running (1), or the stream memory budget `limits.stream_memory_bytes` is full for a request that would open a stream (2)"),
+            (Rejection::QuotaExceeded { cause: Quota::Sessions, retry_after_s: 5 }, "the caller (principal, or remote address without auth) has `quotas.sessions_per_principal` live sessions (`Retry-After: 5`), creates them faster than `quotas.session_rate_per_sec` (`Retry-After`: when the next is allowed), or its share `quotas.stream_memory_per_principal` of the stream memory is full for a request that would open a stream or session (`Retry-After: 2`), or holds `modern.listen_per_caller` open `subscriptions/listen` streams (`Retry-After: 1`)"),
+            (Rejection::Overloaded(Overload::Sessions), "`sessions.max_sessions` reached (`Retry-After: 5`), the server is draining: every new request, `initialize` included (`shutdown.retry_after_secs`, default 5), session mailbox full (1), `sessions.max_in_flight` reached (1), `modern.max_in_flight` 2026-07-28 requests running (1), `modern.listen_max` `subscriptions/listen` streams open (1), or the stream memory budget `limits.stream_memory_bytes` is full for a request that would open a stream (2)"),
             (Rejection::Internal, "unexpected server error (details only in the log)"),
             (modern(M::HeaderMismatch("example".into())), "modern request: `MCP-Protocol-Version` missing or different from `_meta`'s version; `Mcp-Method` missing or different from the body's method; `Mcp-Name` missing or different from `params.name` (`tools/call`, `prompts/get`) or `params.uri` (`resources/read`), after base64-sentinel decoding; an `Mcp-Param-*` header missing, extra, undecodable or different from its annotated argument (integers compared as numbers)"),
             (modern(M::InvalidMeta("example".into())), "modern request: `_meta` lacks `io.modelcontextprotocol/protocolVersion` or `clientCapabilities`, or one of its fields has the wrong type (`clientInfo` not an object, an unknown `logLevel`)"),
@@ -453,7 +463,7 @@ impl Rejection {
             (Rejection::MissingCapability { capabilities: serde_json::json!({"sampling": {}}), id: JsonRpcId::Number(1) }, "modern request: the tool needs a client capability the request's `clientCapabilities` lack (`data.requiredCapabilities`)"),
             (modern(M::MethodNotFound("ping".into())), "modern request for an unknown method or one removed in 2026-07-28 (`initialize`, `ping`, `logging/setLevel`, `resources/subscribe`, `resources/unsubscribe`, `notifications/initialized`); the message names the supported versions"),
             (modern(M::InvalidRequest("example".into())), "modern request body that is a batch or a JSON-RPC response (clients send only requests and notifications in 2026-07-28)"),
-            (modern(M::InvalidInput("example".into())), "modern retry of an `input_required` result: `inputResponses` not an object, or `requestState` altered, expired (`modern.request_state_ttl_secs`), issued to another caller or for another request"),
+            (modern(M::InvalidInput("example".into())), "modern retry of an `input_required` result: `inputResponses` not an object, or `requestState` altered, expired (`modern.request_state_ttl_secs`), issued to another caller or for another request; a `subscriptions/listen` filter (`params.notifications`) missing or malformed, or naming more than `modern.listen_max_uris` URIs"),
         ]
     }
 }
@@ -541,11 +551,12 @@ mod tests {
         for limit in limits {
             all.push(Rejection::LimitExceeded(LimitExceeded { limit, max: 1 }));
         }
-        for o in [Overload::Sessions, Overload::Mailbox, Overload::InFlight, Overload::Draining, Overload::StreamMemory, Overload::ModernInFlight] {
+        for o in [Overload::Sessions, Overload::Mailbox, Overload::InFlight, Overload::Draining, Overload::StreamMemory, Overload::ModernInFlight, Overload::Listen] {
             all.push(Rejection::Overloaded(o));
         }
         all.push(Rejection::QuotaExceeded { cause: Quota::SessionRate, retry_after_s: 1 });
         all.push(Rejection::QuotaExceeded { cause: Quota::StreamMemory, retry_after_s: 2 });
+        all.push(Rejection::QuotaExceeded { cause: Quota::Listen, retry_after_s: 1 });
         all.push(Rejection::Modern { error: super::super::modern::ModernError::MethodNotFound("x".into()), id: None });
         for r in &all {
             assert!(Rejection::CAUSES.contains(&r.cause()), "{r:?}");

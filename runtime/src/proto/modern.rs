@@ -8,6 +8,7 @@
 //! session path unchanged.
 
 pub mod headers;
+pub mod listen;
 pub mod state;
 
 use serde_json::Value;
@@ -211,11 +212,11 @@ pub fn discover_result(capabilities: &Value, instructions: Option<&str>) -> Valu
 }
 
 /// The capabilities a modern client is told: the legacy ones without what 2026-07-28
-/// removed or what this server does not deliver there (`logging` is per request now;
-/// `resources.subscribe` and the `listChanged` flags need `subscriptions/listen`, which has
-/// nothing to send while the catalog is fixed).
+/// removed (`logging` is per request now), with `listChanged` for the lists and `subscribe`
+/// for the resources the catalog announces changes of on `subscriptions/listen` (`offered`),
+/// and neither where it does not (false flags are left out).
 #[must_use]
-pub fn modern_capabilities(legacy: &Value) -> Value {
+pub fn modern_capabilities(legacy: &Value, offered: &listen::Offered) -> Value {
     let mut caps = legacy.clone();
     if let Value::Object(m) = &mut caps {
         m.remove("logging");
@@ -224,6 +225,19 @@ pub fn modern_capabilities(legacy: &Value) -> Value {
                 inner.remove("listChanged");
                 inner.remove("subscribe");
             }
+        }
+        let mut set = |key: &str, flag: &str| {
+            if let Value::Object(inner) = m.entry(key).or_insert_with(|| Value::Object(serde_json::Map::new())) {
+                inner.insert(flag.into(), Value::Bool(true));
+            }
+        };
+        for (key, kind) in [("tools", listen::ListKind::Tools), ("prompts", listen::ListKind::Prompts), ("resources", listen::ListKind::Resources)] {
+            if offered.list(kind) {
+                set(key, "listChanged");
+            }
+        }
+        if offered.resource_updates {
+            set("resources", "subscribe");
         }
     }
     caps

@@ -3,8 +3,9 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use super::{BoxFuture, CallToolResult, Prompt, Resource, ResourceTemplate, Tool, ToolContext, ToolError, ToolSpec, validate_arguments};
+use super::{BoxFuture, CallToolResult, Changes, Prompt, Resource, ResourceTemplate, Tool, ToolContext, ToolError, ToolSpec, validate_arguments};
 use crate::proto::jsonrpc::{ErrorObject, code};
+use crate::proto::modern::listen::{ListKind, Offered};
 
 /// `serverInfo` of the `initialize` result.
 #[derive(Debug, Clone)]
@@ -98,9 +99,29 @@ pub struct CatalogBuilder {
     resources: Vec<Arc<dyn Resource>>,
     templates: Vec<Arc<dyn ResourceTemplate>>,
     prompts: Vec<Arc<dyn Prompt>>,
+    /// What the catalog's handlers may announce to `subscriptions/listen` streams.
+    offered: Offered,
 }
 
 impl CatalogBuilder {
+    /// Declare that `kind`'s list may change while the server runs (a handler announces it
+    /// with [`ToolContext::list_changed`]): 2026-07-28 clients are told `listChanged: true`
+    /// and may hear of it on `subscriptions/listen`.
+    #[must_use]
+    pub fn announces_list_changes(mut self, kind: ListKind) -> Self {
+        self.offered.lists[kind as usize] = true;
+        self
+    }
+
+    /// Declare that resources may change while the server runs (a handler announces it with
+    /// [`ToolContext::resource_updated`]): 2026-07-28 clients are told `subscribe: true` and
+    /// may subscribe to URIs on `subscriptions/listen`.
+    #[must_use]
+    pub fn announces_resource_updates(mut self) -> Self {
+        self.offered.resource_updates = true;
+        self
+    }
+
     /// Add a tool.
     #[must_use]
     pub fn tool(mut self, t: impl Tool) -> Self {
@@ -136,6 +157,10 @@ impl CatalogBuilder {
         self.resources.extend(other.resources);
         self.templates.extend(other.templates);
         self.prompts.extend(other.prompts);
+        for (mine, theirs) in self.offered.lists.iter_mut().zip(other.offered.lists) {
+            *mine |= theirs;
+        }
+        self.offered.resource_updates |= other.offered.resource_updates;
         self
     }
 
@@ -188,10 +213,13 @@ impl CatalogBuilder {
         }
         caps.insert("logging".into(), json!({}));
         caps.insert("completions".into(), json!({}));
+        let capabilities = Value::Object(caps);
+        let modern_capabilities = crate::proto::modern::modern_capabilities(&capabilities, &self.offered);
         Ok(Catalog {
             server_info: json!({"name": info.name, "version": info.version}),
             instructions: info.instructions,
-            capabilities: Value::Object(caps),
+            capabilities,
+            modern_capabilities,
             tools: self.tools,
             tool_index,
             header_params,
@@ -204,6 +232,7 @@ impl CatalogBuilder {
             prompts_list,
             resources_list,
             templates_list,
+            changes: Arc::new(Changes::new(self.offered)),
         })
     }
 }
@@ -213,6 +242,8 @@ pub struct Catalog {
     server_info: Value,
     instructions: Option<String>,
     capabilities: Value,
+    /// The capabilities of `server/discover` (2026-07-28).
+    modern_capabilities: Value,
     tools: Vec<Arc<dyn Tool>>,
     tool_index: HashMap<String, usize>,
     /// Each tool's `x-mcp-header` parameters (2026-07-28 `Mcp-Param-*`), when it has any.
@@ -226,6 +257,8 @@ pub struct Catalog {
     prompts_list: Value,
     resources_list: Value,
     templates_list: Value,
+    /// Announcements of list changes and resource updates.
+    changes: Arc<Changes>,
 }
 
 impl std::fmt::Debug for Catalog {
@@ -317,10 +350,24 @@ impl Catalog {
         self.instructions.as_deref()
     }
 
-    /// `ServerCapabilities`.
+    /// `ServerCapabilities` of the legacy `initialize` result.
     #[must_use]
     pub fn capabilities(&self) -> &Value {
         &self.capabilities
+    }
+
+    /// `ServerCapabilities` of the 2026-07-28 `server/discover` result (see
+    /// [`crate::proto::modern::modern_capabilities`]).
+    #[must_use]
+    pub fn modern_capabilities(&self) -> &Value {
+        &self.modern_capabilities
+    }
+
+    /// Where list changes and resource updates are announced (to `subscriptions/listen`
+    /// streams); handlers reach it through their [`ToolContext`].
+    #[must_use]
+    pub fn changes(&self) -> &Arc<Changes> {
+        &self.changes
     }
 
     /// A tool's spec by name.
@@ -422,7 +469,7 @@ impl Catalog {
         if let Err(msg) = validate_arguments(&tool.spec().input_schema, &args) {
             return Dispatch::Ready(Ok(to_value(&CallToolResult::error(format!("Invalid arguments: {msg}")))));
         }
-        let fut = tool.call(args, cx());
+        let fut = tool.call(args, cx().with_changes(Arc::clone(&self.changes)));
         Dispatch::Pending(Box::pin(async move {
             match fut.await {
                 Ok(r) => Ok(to_value(&r)),
@@ -466,7 +513,7 @@ impl Catalog {
                 return Dispatch::Ready(Err(invalid_params(format!("missing required argument {:?}", a.name))));
             }
         }
-        let fut = prompt.get(args, cx());
+        let fut = prompt.get(args, cx().with_changes(Arc::clone(&self.changes)));
         Dispatch::Pending(Box::pin(async move { fut.await.map(|r| to_value(&r)) }))
     }
 }

@@ -46,6 +46,8 @@ pub struct ToolContext {
     out: Arc<dyn ToolOutbound>,
     /// Log notifications are sent at all (a modern request without a `logLevel` gets none).
     logs: bool,
+    /// Where list changes and resource updates are announced (set by the catalog).
+    changes: Option<Arc<super::Changes>>,
 }
 
 impl std::fmt::Debug for ToolContext {
@@ -66,7 +68,30 @@ impl ToolContext {
         principal: Option<Arc<str>>,
         out: Arc<dyn ToolOutbound>,
     ) -> ToolContext {
-        ToolContext { request_id, progress_token, cancel, log_level, client_capabilities, principal, out, logs: true }
+        ToolContext { request_id, progress_token, cancel, log_level, client_capabilities, principal, out, logs: true, changes: None }
+    }
+
+    /// Announce changes through `changes` (the catalog sets this before a handler runs).
+    #[must_use]
+    pub fn with_changes(mut self, changes: Arc<super::Changes>) -> ToolContext {
+        self.changes = Some(changes);
+        self
+    }
+
+    /// Announce that a list changed (the tool added or removed something it lists): every
+    /// `subscriptions/listen` stream that opted into that list is told. Returns whether it
+    /// was announced: the catalog must declare it with
+    /// [`CatalogBuilder::announces_list_changes`](super::CatalogBuilder::announces_list_changes).
+    /// Not sent to legacy sessions (their capabilities say `listChanged: false`).
+    pub fn list_changed(&self, kind: super::ListKind) -> bool {
+        self.changes.as_ref().is_some_and(|c| c.list_changed(kind))
+    }
+
+    /// Announce that resource `uri` changed: every `subscriptions/listen` stream subscribed
+    /// to it is told. Returns whether it was announced: the catalog must declare
+    /// [`CatalogBuilder::announces_resource_updates`](super::CatalogBuilder::announces_resource_updates).
+    pub fn resource_updated(&self, uri: &str) -> bool {
+        self.changes.as_ref().is_some_and(|c| c.resource_updated(uri))
     }
 
     /// No log notifications at all for this request (a modern request that asked for no

@@ -4,13 +4,16 @@
 //! The catalog is immutable once built (lists never vary per session or connection).
 
 mod catalog;
+mod changes;
 mod context;
 mod helpers;
 mod schema;
 mod types;
 
 pub use catalog::{Catalog, CatalogBuilder, CatalogError, Dispatch, IDEMPOTENCY_KEY_MAX_BYTES, IDEMPOTENCY_KEY_META, IdempotentCall, ServerInfo, match_template, resource_not_found};
+pub use changes::{ChangeFeed, Changes, UPDATE_QUEUE};
 pub use context::{ToolContext, ToolOutbound};
+pub use crate::proto::modern::listen::ListKind;
 pub use helpers::{AsyncPrompt, FnPrompt, FnTemplate, FnTool, StaticResource, prompt_async_fn, prompt_fn, template_fn, tool_fn};
 pub use schema::validate_arguments;
 pub use types::*;

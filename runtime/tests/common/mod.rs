@@ -17,7 +17,7 @@ use mcp_runtime::actor::Supervisor;
 use mcp_runtime::config::RuntimeConfig;
 use mcp_runtime::proto::mcp::LogLevel;
 use mcp_runtime::sse::{Decoder, SseEvent};
-use mcp_runtime::tools::{CallToolResult, Catalog, ServerInfo, ToolAnnotations, ToolError, ToolSpec, tool_fn};
+use mcp_runtime::tools::{CallToolResult, Catalog, ListKind, ResourceContents, ResourceSpec, ServerInfo, StaticResource, ToolAnnotations, ToolError, ToolSpec, tool_fn};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
@@ -184,10 +184,28 @@ pub fn catalog(gate: Gate) -> Catalog {
                 .annotations(ToolAnnotations { read_only_hint: Some(true), ..Default::default() }),
             &gate,
         ))
-        .tool(tool_fn(ToolSpec::new("poll", "Closes its stream for polling, then answers", obj), |_, cx| async move {
+        .tool(tool_fn(ToolSpec::new("poll", "Closes its stream for polling, then answers", obj.clone()), |_, cx| async move {
             cx.close_stream_for_polling().await;
             Ok(CallToolResult::text("polled"))
         }))
+        // subscriptions/listen: tools and prompts lists and resources may change (announced
+        // by these tools); resources list changes are not offered.
+        .announces_list_changes(ListKind::Tools)
+        .announces_list_changes(ListKind::Prompts)
+        .announces_resource_updates()
+        .tool(tool_fn(ToolSpec::new("change_tools", "Announces a tools list change", obj.clone()), |_, cx| async move {
+            Ok(CallToolResult::text(cx.list_changed(ListKind::Tools).to_string()))
+        }))
+        .tool(tool_fn(ToolSpec::new("change_prompts", "Announces a prompts list change", obj), |_, cx| async move {
+            Ok(CallToolResult::text(cx.list_changed(ListKind::Prompts).to_string()))
+        }))
+        .tool(tool_fn(ToolSpec::new("touch", "Announces that resource uri changed", json!({"type":"object","properties":{"uri":{"type":"string"}},"required":["uri"]})), |a: Value, cx| async move {
+            Ok(CallToolResult::text(cx.resource_updated(a["uri"].as_str().unwrap_or_default()).to_string()))
+        }))
+        .resource(StaticResource::new(
+            ResourceSpec { uri: "test://doc".into(), name: "doc".into(), description: None, mime_type: Some("text/plain".into()) },
+            vec![ResourceContents::text("test://doc", "text/plain", "doc")],
+        ))
         .build(ServerInfo { name: "test".into(), version: "0".into(), instructions: None })
         .unwrap()
 }
@@ -453,4 +471,24 @@ pub async fn assert_refused(mut r: Resp, status: StatusCode, code: i64) {
 /// The `result.content[0].text` of a response message.
 pub fn text_of(msg: &Value) -> &str {
     msg["result"]["content"][0]["text"].as_str().unwrap_or_else(|| panic!("no text result in {msg}"))
+}
+
+/// The modern protocol version.
+pub const V: &str = "2026-07-28";
+
+pub fn meta(caps: Value) -> Value {
+    json!({"io.modelcontextprotocol/protocolVersion": V, "io.modelcontextprotocol/clientCapabilities": caps, "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"}})
+}
+
+/// A modern POST: headers mirrored from the body as a conforming client sends them.
+pub fn modern(id: impl Into<Value>, method: &str, mut params: Value) -> TestRequest {
+    if params.get("_meta").is_none() {
+        params["_meta"] = meta(json!({"sampling": {}, "elicitation": {}}));
+    }
+    let mut r = post().insert_header(("MCP-Protocol-Version", V)).insert_header(("Mcp-Method", method));
+    let name = params.get("name").or_else(|| params.get("uri")).and_then(Value::as_str).map(str::to_owned);
+    if let Some(n) = name.filter(|_| matches!(method, "tools/call" | "prompts/get" | "resources/read")) {
+        r = r.insert_header(("Mcp-Name", n));
+    }
+    r.set_payload(json!({"jsonrpc": "2.0", "id": id.into(), "method": method, "params": params}).to_string())
 }

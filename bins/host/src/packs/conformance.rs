@@ -7,7 +7,7 @@ use mcp_runtime::proto::jsonrpc::ErrorObject;
 use mcp_runtime::proto::mcp::LogLevel;
 use mcp_runtime::tools::{
     CallToolResult, CatalogBuilder, Content, GetPromptResult, PromptArgument, PromptMessage, PromptSpec, ResourceContents, ResourceSpec,
-    ResourceTemplateSpec, StaticResource, ToolError, ToolSpec, prompt_fn, template_fn, tool_fn,
+    ListKind, ResourceTemplateSpec, StaticResource, ToolError, ToolSpec, prompt_fn, template_fn, tool_fn,
 };
 use serde_json::{Value, json};
 
@@ -94,6 +94,8 @@ fn tools(b: CatalogBuilder) -> CatalogBuilder {
         Ok(CallToolResult::text("logged"))
     }))
     .merge(input_required_tools())
+    .merge(listen_tools())
+    .merge(schema_tools())
     .tool(tool_fn(
         ToolSpec::new(
             "test_sampling",
@@ -153,17 +155,6 @@ fn tools(b: CatalogBuilder) -> CatalogBuilder {
                 "Reconnection test completed successfully. If you received this, the client properly reconnected after stream closure.",
             ))
         },
-    ))
-    .tool(tool_fn(
-        ToolSpec::new(
-            "json_schema_2020_12_tool",
-            "Declares a JSON Schema 2020-12 input schema with $defs and echoes its arguments.",
-            json!({"$schema":"https://json-schema.org/draft/2020-12/schema","type":"object",
-                "$defs":{"address":{"type":"object","properties":{"street":{"type":"string"},"city":{"type":"string"}}}},
-                "properties":{"name":{"type":"string"},"address":{"$ref":"#/$defs/address"}},
-                "additionalProperties":false}),
-        ),
-        |args, _| async move { Ok(CallToolResult::text(format!("Received: {args}"))) },
     ))
 }
 
@@ -233,6 +224,68 @@ fn input_required_tools() -> CatalogBuilder {
             }
             let a = cx.input("sample_input", "sampling/createMessage", sampling_params("What should I use?", 50)).await.map_err(p)?;
             Ok(CallToolResult::text(format!("sampled {}", sampled(&a))))
+        }))
+}
+
+/// The 2026-07-28 `subscriptions/listen` fixtures (`server-stateless`): each announces that a
+/// list changed, to every listen stream that opted into it. The catalog declares that these
+/// lists (and the watched resource) may change, so `server/discover` says `listChanged`.
+fn listen_tools() -> CatalogBuilder {
+    CatalogBuilder::default()
+        .announces_list_changes(ListKind::Tools)
+        .announces_list_changes(ListKind::Prompts)
+        .announces_resource_updates()
+        .tool(tool_fn(ToolSpec::new("test_trigger_tool_change", "Announces that the tools list changed (to subscriptions/listen streams that asked).", empty_schema()), |_, cx| async move {
+            cx.list_changed(ListKind::Tools);
+            Ok(CallToolResult::text("Mutation triggered"))
+        }))
+        .tool(tool_fn(ToolSpec::new("test_trigger_prompt_change", "Announces that the prompts list changed (to subscriptions/listen streams that asked).", empty_schema()), |_, cx| async move {
+            cx.list_changed(ListKind::Prompts);
+            Ok(CallToolResult::text("Mutation triggered"))
+        }))
+        .tool(tool_fn(
+            ToolSpec::new(
+                "test_trigger_resource_update",
+                "Announces that a resource changed (to subscriptions/listen streams subscribed to it).",
+                json!({"type": "object", "properties": {"uri": {"type": "string"}}, "required": ["uri"]}),
+            ),
+            |args, cx| async move {
+                let uri = text_arg(&args, "uri");
+                cx.resource_updated(&uri);
+                Ok(CallToolResult::text(format!("Updated {uri}")))
+            },
+        ))
+}
+
+/// Fixtures of the schema scenarios: a tool whose argument is mirrored into a header
+/// (`http-custom-header-server-validation`, 2026-07-28 `Mcp-Param-Region`; it must be the first
+/// annotated tool listed, and accept any string), and a tool whose input schema uses JSON
+/// Schema 2020-12 keywords that must be listed verbatim (`json-schema-2020-12`).
+fn schema_tools() -> CatalogBuilder {
+    let header_schema = json!({"type": "object", "properties": {"region": {"type": "string", "x-mcp-header": "Region"}, "query": {"type": "string"}}, "required": ["region"]});
+    let schema_2020_12 = json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "$defs": {"address": {"$anchor": "addressDef", "type": "object", "properties": {"street": {"type": "string"}, "city": {"type": "string"}}}},
+        "properties": {
+            "name": {"type": "string"},
+            "address": {"$ref": "#/$defs/address"},
+            "contactMethod": {"type": "string", "enum": ["phone", "email"]},
+            "phone": {"type": "string"},
+            "email": {"type": "string"}
+        },
+        "allOf": [{"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}],
+        "if": {"properties": {"contactMethod": {"const": "phone"}}, "required": ["contactMethod"]},
+        "then": {"required": ["phone"]},
+        "else": {"required": ["email"]},
+        "additionalProperties": false
+    });
+    CatalogBuilder::default()
+        .tool(tool_fn(ToolSpec::new("test_header_param", "Echoes its region argument, which 2026-07-28 clients mirror in the Mcp-Param-Region header.", header_schema), |args, _| async move {
+            Ok(CallToolResult::text(format!("region={}", text_arg(&args, "region"))))
+        }))
+        .tool(tool_fn(ToolSpec::new("json_schema_2020_12_tool", "Tool with JSON Schema 2020-12 features", schema_2020_12), |args, _| async move {
+            Ok(CallToolResult::text(format!("Received: {args}")))
         }))
 }
 

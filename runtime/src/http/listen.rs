@@ -1,0 +1,117 @@
+//! `subscriptions/listen` over HTTP (2026-07-28, SPEC.md §3.7): one SSE stream per
+//! subscription, fed by a task of its own. The rules (acknowledgement first, the honoured
+//! filter, `subscriptionId` on every frame, coalescing, the completion result) are
+//! [`Subscription`]'s; this module moves its frames to the connection and feeds it the
+//! catalog's changes and the lifecycle.
+//!
+//! Bounds: a place among `modern.listen_max` and the caller's `modern.listen_per_caller`,
+//! held by the task; a queue of [`FRAME_QUEUE`] frames to the connection (a reader that stops
+//! reading stalls only its own task, whose list changes coalesce meanwhile and whose missed
+//! resource updates become "read every subscribed URI again"). The task ends when the client
+//! closes the stream (the queue's receiver is dropped with the response body), and on a drain
+//! or stop, after the completion result.
+
+use std::sync::Arc;
+
+use actix_web::HttpResponse;
+use actix_web::http::header;
+use bytes::Bytes;
+use tokio::sync::{broadcast, mpsc, watch};
+
+use crate::actor::{Lifecycle, ListenPlace, Phase, QuotaKey, RuntimeStats, Supervisor};
+use crate::proto::admission::ReplyMode;
+use crate::proto::error::Rejection;
+use crate::proto::ids::JsonRpcId;
+use crate::proto::modern::ModernError;
+use crate::proto::modern::listen::{EndReason, Filter, FilterLimits, Subscription};
+use crate::tools::ChangeFeed;
+
+/// Frames waiting for a listen stream's connection.
+const FRAME_QUEUE: usize = 16;
+
+/// Open a subscription for the admitted modern request `id`.
+///
+/// # Errors
+/// 406 for a client that does not accept SSE; `-32602` for a malformed filter; 503 / 429 when
+/// the server's or the caller's listen places are taken; 503 while draining. Each echoes `id`.
+pub(super) fn open(sup: &Arc<Supervisor>, caller: QuotaKey, id: JsonRpcId, params: Option<&serde_json::Value>, reply: ReplyMode) -> Result<HttpResponse, Rejection> {
+    if reply == ReplyMode::Json {
+        return Err(Rejection::NotAcceptable.with_id(&id));
+    }
+    let cfg = sup.config();
+    let limits = FilterLimits { max_uris: cfg.modern.listen_max_uris, max_uri_bytes: cfg.limits.uri_max_bytes };
+    let filter = Filter::parse(params, limits).map_err(|why| Rejection::Modern { error: ModernError::InvalidInput(why), id: Some(id.clone()) })?;
+    let place = sup.stats().listen_enter(caller, cfg.modern.listen_max, cfg.modern.listen_per_caller).map_err(|r| r.with_id(&id))?;
+    let catalog = sup.catalog();
+    let changes = catalog.changes();
+    let honoured = filter.honoured(&changes.offered(), |uri| catalog.has_resource(uri));
+    let mut feed = changes.feed();
+    let now = *feed.lists.borrow_and_update();
+    let sub = Subscription::new(id, honoured, now, catalog.server_info().clone());
+    let (tx, rx) = mpsc::channel(FRAME_QUEUE);
+    let keepalive = std::time::Duration::from_millis(cfg.sse.keepalive_ms);
+    actix_rt::spawn(run(sub, feed, sup.lifecycle(), tx, keepalive, Arc::clone(sup.stats()), place));
+    Ok(HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .insert_header((header::CACHE_CONTROL, "no-cache, no-transform"))
+        .insert_header(("X-Accel-Buffering", "no"))
+        .streaming(Frames(rx)))
+}
+
+fn stopping(l: &Lifecycle) -> bool {
+    matches!(l.phase, Phase::Draining | Phase::Stopped)
+}
+
+/// Drive one subscription until its client closes the stream or the server ends it.
+async fn run(mut sub: Subscription, mut feed: ChangeFeed, mut life: watch::Receiver<Lifecycle>, tx: mpsc::Sender<Bytes>, keepalive: std::time::Duration, stats: Arc<RuntimeStats>, _place: ListenPlace) {
+    if stopping(&life.borrow_and_update()) {
+        sub.handle_end(EndReason::Stopping);
+    }
+    loop {
+        while let Some(frame) = sub.poll_frame() {
+            if tx.send(crate::sse::data_frame(&frame)).await.is_err() {
+                return;
+            }
+        }
+        if sub.is_finished() {
+            stats.listen_completed();
+            return;
+        }
+        tokio::select! {
+            biased;
+            () = tx.closed() => return,
+            r = feed.lists.changed() => match r {
+                Ok(()) => sub.handle_lists(*feed.lists.borrow_and_update()),
+                // The catalog is gone: the server is going away.
+                Err(_) => sub.handle_end(EndReason::Stopping),
+            },
+            r = feed.updates.recv() => match r {
+                Ok(uri) => sub.handle_updated(&uri),
+                Err(broadcast::error::RecvError::Lagged(_)) => sub.handle_missed_updates(),
+                Err(broadcast::error::RecvError::Closed) => sub.handle_end(EndReason::Stopping),
+            },
+            // After the changes that came before it: they are sent ahead of the completion.
+            r = life.changed() => {
+                if r.is_err() || stopping(&life.borrow_and_update()) {
+                    sub.handle_end(EndReason::Stopping);
+                }
+            }
+            () = tokio::time::sleep(keepalive) => {
+                if tx.send(Bytes::from_static(b": keep-alive\n\n")).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The response body: the frames the task queues, until it ends (the queue closes).
+struct Frames(mpsc::Receiver<Bytes>);
+
+impl futures_core::Stream for Frames {
+    type Item = Result<Bytes, std::convert::Infallible>;
+
+    fn poll_next(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Self::Item>> {
+        self.0.poll_recv(cx).map(|f| f.map(Ok))
+    }
+}

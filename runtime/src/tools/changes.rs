@@ -1,0 +1,93 @@
+//! Changes a running server announces to `subscriptions/listen` streams (2026-07-28): a list
+//! that changed, a resource that was updated. Tools announce them through
+//! [`ToolContext::list_changed`](super::ToolContext::list_changed) and
+//! [`ToolContext::resource_updated`](super::ToolContext::resource_updated), anything else
+//! through [`Catalog::changes`](super::Catalog::changes).
+//!
+//! Bounded on every edge: list changes are counters in a `watch` (a subscriber that reads late
+//! sees the newest counts: changes coalesce, nothing queues); resource updates go through a
+//! `broadcast` of [`UPDATE_QUEUE`] entries, and a subscriber that falls further behind is told
+//! every URI it subscribed to changed (see [`crate::proto::modern::listen`]). Announcing never
+//! waits.
+
+use std::sync::Arc;
+
+use tokio::sync::{broadcast, watch};
+
+use crate::proto::modern::listen::{ListKind, ListVersions, Offered};
+
+/// Resource updates a listen stream may fall behind by before it is told every subscribed
+/// URI changed.
+pub const UPDATE_QUEUE: usize = 256;
+
+/// The change announcements of one catalog.
+#[derive(Debug)]
+pub struct Changes {
+    offered: Offered,
+    /// Counters per list. A `watch`: a reader gets the newest value, never a queue.
+    lists: watch::Sender<ListVersions>,
+    /// Updated URIs, to every live subscriber; bounded, a lagging reader is told so.
+    updates: broadcast::Sender<Arc<str>>,
+}
+
+/// What a listen stream reads changes from.
+#[derive(Debug)]
+pub struct ChangeFeed {
+    /// List counters.
+    pub lists: watch::Receiver<ListVersions>,
+    /// Updated URIs.
+    pub updates: broadcast::Receiver<Arc<str>>,
+}
+
+impl Changes {
+    /// Announcements of what `offered` names (anything else is dropped).
+    #[must_use]
+    pub fn new(offered: Offered) -> Changes {
+        let (lists, _) = watch::channel(ListVersions::default());
+        let (updates, _) = broadcast::channel(UPDATE_QUEUE);
+        Changes { offered, lists, updates }
+    }
+
+    /// What this catalog may announce (its capabilities say so to clients).
+    #[must_use]
+    pub fn offered(&self) -> Offered {
+        self.offered
+    }
+
+    /// Announce that a list changed: every listen stream that opted into it is told (once,
+    /// however many changes it has not yet been told of). Ignored (and `false`) for a list the
+    /// catalog did not declare with [`CatalogBuilder::announces_list_changes`](super::CatalogBuilder::announces_list_changes).
+    pub fn list_changed(&self, kind: ListKind) -> bool {
+        if !self.offered.list(kind) {
+            tracing::debug!(?kind, "list change not announced: the catalog does not declare it");
+            return false;
+        }
+        self.lists.send_modify(|v| v.bump(kind));
+        true
+    }
+
+    /// Announce that resource `uri` changed: every listen stream subscribed to it (or to a
+    /// resource it belongs to) is told. Ignored (and `false`) unless the catalog declared
+    /// [`CatalogBuilder::announces_resource_updates`](super::CatalogBuilder::announces_resource_updates).
+    pub fn resource_updated(&self, uri: &str) -> bool {
+        if !self.offered.resource_updates {
+            tracing::debug!(uri, "resource update not announced: the catalog does not declare it");
+            return false;
+        }
+        // No subscriber: nothing to tell.
+        let _ = self.updates.send(uri.into());
+        true
+    }
+
+    /// The list counters now.
+    #[must_use]
+    pub fn list_versions(&self) -> ListVersions {
+        *self.lists.borrow()
+    }
+
+    /// A feed of the changes from now on.
+    #[must_use]
+    pub fn feed(&self) -> ChangeFeed {
+        ChangeFeed { lists: self.lists.subscribe(), updates: self.updates.subscribe() }
+    }
+}
