@@ -96,3 +96,35 @@ fn initialize_arriving_during_the_graceful_stop_is_refused() {
     assert_eq!(status, 503, "initialize admitted during the graceful stop:\n{head}");
     assert!(head.to_ascii_lowercase().contains("retry-after: 5"), "{head}");
 }
+
+/// Read a chunked SSE body until `needle` appears or the connection ends; what was read.
+fn read_until(s: &mut TcpStream, needle: &str) -> String {
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains(needle) {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => seen.extend_from_slice(&buf[..n]),
+        }
+    }
+    String::from_utf8_lossy(&seen).into_owned()
+}
+
+#[test]
+fn sigterm_ends_a_listen_stream_with_its_completion_result() {
+    let dir = TempDir::new("graceful-listen");
+    let (host, addr) = start(&dir);
+    let mut s = connect(&addr);
+    let body = r#"{"jsonrpc":"2.0","id":"sub-1","method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+    send(&mut s, "POST /mcp HTTP/1.1\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: subscriptions/listen\r\n", body);
+    assert_eq!(read_head(&mut s).0, 200);
+    let ack = read_until(&mut s, "acknowledged");
+    assert!(ack.contains(r#""io.modelcontextprotocol/subscriptionId":"sub-1""#), "{ack}");
+    let killed = Command::new("kill").args(["-TERM", &host.pid().to_string()]).status().expect("kill");
+    assert!(killed.success());
+    let rest = read_until(&mut s, r#""resultType":"complete""#);
+    assert!(rest.contains(r#""id":"sub-1""#) && rest.contains(r#""resultType":"complete""#), "the completion result, not a bare close:\n{rest}");
+    // Then the stream ends (the chunked body's last chunk) and the host exits.
+    let end = read_until(&mut s, "0\r\n\r\n");
+    assert!(end.contains("0\r\n\r\n") || rest.contains("0\r\n\r\n"), "the stream was ended: {end:?}");
+}
