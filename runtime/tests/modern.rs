@@ -248,3 +248,28 @@ async fn a_modern_request_still_running_when_a_drain_or_rollback_ends_is_answere
     assert_eq!((body["id"].clone(), body["error"]["code"].clone()), (json!(2), json!(-32010)), "{body}");
     h.gate.finished(1).await;
 }
+
+#[actix_web::test]
+async fn a_resource_asks_through_the_same_context_in_both_eras() {
+    let h = harness().await;
+    // 2026-07-28: input_required, then the retry with the answer reads the contents.
+    let mut r = h.send(modern(1, "resources/read", json!({"uri": "test://ask"}))).await;
+    let first = r.json().await;
+    assert_eq!(first["result"]["resultType"], "input_required", "{first}");
+    assert_eq!(first["result"]["inputRequests"]["reader"]["method"], "sampling/createMessage");
+    assert!(first["result"].get("ttlMs").is_none(), "an input_required result is not cacheable");
+    let answer = json!({"role": "assistant", "content": {"type": "text", "text": "ada"}, "model": "m"});
+    let retry = json!({"uri": "test://ask", "inputResponses": {"reader": answer}, "requestState": state_of(&first)});
+    let mut r = h.send(modern(2, "resources/read", retry)).await;
+    let body = r.json().await;
+    assert_eq!(body["result"]["contents"][0]["text"], "read by ada", "{body}");
+    assert_eq!(body["result"]["resultType"], "complete");
+    // Legacy: the same question is a server-to-client request on the read's stream.
+    let c = h.client("2025-11-25").await;
+    let mut r = c.request(json!({"jsonrpc": "2.0", "id": 3, "method": "resources/read", "params": {"uri": "test://ask"}})).await;
+    let req = r.message().await;
+    assert_eq!(req["method"], "sampling/createMessage", "{req}");
+    let answer = json!({"jsonrpc": "2.0", "id": req["id"], "result": {"role": "assistant", "content": {"type": "text", "text": "bob"}, "model": "m"}});
+    assert_eq!(c.notify(answer).await, StatusCode::ACCEPTED);
+    assert_eq!(r.message().await["result"]["contents"][0]["text"], "read by bob");
+}

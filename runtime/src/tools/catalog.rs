@@ -438,7 +438,8 @@ impl Catalog {
         Some(no_cursor(params).map(|()| list.clone()))
     }
 
-    /// Dispatch a catalog method. `cx` is called only for `tools/call` and `prompts/get`.
+    /// Dispatch a catalog method. `cx` is called only for `tools/call`, `prompts/get` and
+    /// `resources/read`.
     pub fn dispatch(&self, method: &str, params: Option<&Value>, cx: impl FnOnce() -> ToolContext) -> Dispatch {
         use Dispatch::Ready;
         if let Some(r) = self.list(method, params) {
@@ -446,7 +447,7 @@ impl Catalog {
         }
         match method {
             "tools/call" => self.call_tool(params, cx),
-            "resources/read" => self.read_resource(params),
+            "resources/read" => self.read_resource(params, cx),
             "prompts/get" => self.get_prompt(params, cx),
             "completion/complete" => Ready(Ok(json!({"completion": {"values": [], "total": 0, "hasMore": false}}))),
             _ => Ready(Err(ErrorObject::new(code::METHOD_NOT_FOUND, format!("Method not found: {method}")))),
@@ -479,15 +480,16 @@ impl Catalog {
         }))
     }
 
-    fn read_resource(&self, params: Option<&Value>) -> Dispatch {
+    fn read_resource(&self, params: Option<&Value>, cx: impl FnOnce() -> ToolContext) -> Dispatch {
         let uri = match str_param(params, "uri") {
             Ok(u) => u.to_owned(),
             Err(e) => return Dispatch::Ready(Err(e)),
         };
+        let cx = || cx().with_changes(Arc::clone(&self.changes));
         let fut = if let Some(&i) = self.resource_index.get(&uri) {
-            self.resources[i].read()
+            self.resources[i].read(cx())
         } else if let Some((t, vars)) = self.templates.iter().find_map(|t| match_template(&t.spec().uri_template, &uri).map(|v| (t, v))) {
-            t.read(&uri, &vars)
+            t.read(&uri, &vars, cx())
         } else {
             return Dispatch::Ready(Err(resource_not_found(&uri)));
         };

@@ -59,9 +59,39 @@ impl Resource for StaticResource {
         &self.spec
     }
 
-    fn read(&self) -> BoxFuture<Result<Vec<ResourceContents>, ErrorObject>> {
+    fn read(&self, _: ToolContext) -> BoxFuture<Result<Vec<ResourceContents>, ErrorObject>> {
         let c = self.contents.clone();
         Box::pin(async move { Ok(c) })
+    }
+}
+
+/// A resource whose reads are an async closure of the request's context (it may ask the
+/// client with [`ToolContext::input`]).
+pub struct AsyncResource<F> {
+    spec: ResourceSpec,
+    f: F,
+}
+
+/// Make a resource from a spec and an async closure of its [`ToolContext`].
+pub fn resource_async_fn<F, Fut>(spec: ResourceSpec, f: F) -> AsyncResource<F>
+where
+    F: Fn(ToolContext) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<Vec<ResourceContents>, ErrorObject>> + Send + 'static,
+{
+    AsyncResource { spec, f }
+}
+
+impl<F, Fut> Resource for AsyncResource<F>
+where
+    F: Fn(ToolContext) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<Vec<ResourceContents>, ErrorObject>> + Send + 'static,
+{
+    fn spec(&self) -> &ResourceSpec {
+        &self.spec
+    }
+
+    fn read(&self, cx: ToolContext) -> BoxFuture<Result<Vec<ResourceContents>, ErrorObject>> {
+        Box::pin((self.f)(cx))
     }
 }
 
@@ -87,7 +117,7 @@ where
         &self.spec
     }
 
-    fn read(&self, uri: &str, vars: &Map<String, Value>) -> BoxFuture<Result<Vec<ResourceContents>, ErrorObject>> {
+    fn read(&self, uri: &str, vars: &Map<String, Value>, _: ToolContext) -> BoxFuture<Result<Vec<ResourceContents>, ErrorObject>> {
         let r = (self.f)(uri, vars);
         Box::pin(async move { r })
     }

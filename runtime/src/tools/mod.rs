@@ -14,7 +14,7 @@ pub use catalog::{Catalog, CatalogBuilder, CatalogError, Dispatch, IDEMPOTENCY_K
 pub use changes::{ChangeFeed, Changes, UPDATE_QUEUE};
 pub use context::{ToolContext, ToolOutbound};
 pub use crate::proto::modern::listen::ListKind;
-pub use helpers::{AsyncPrompt, FnPrompt, FnTemplate, FnTool, StaticResource, prompt_async_fn, prompt_fn, template_fn, tool_fn};
+pub use helpers::{AsyncPrompt, AsyncResource, FnPrompt, FnTemplate, FnTool, StaticResource, prompt_async_fn, prompt_fn, resource_async_fn, template_fn, tool_fn};
 pub use schema::validate_arguments;
 pub use types::*;
 
@@ -44,16 +44,18 @@ pub trait Tool: Send + Sync + 'static {
 pub trait Resource: Send + Sync + 'static {
     /// URI, name, MIME type.
     fn spec(&self) -> &ResourceSpec;
-    /// Read the contents.
-    fn read(&self) -> BoxFuture<Result<Vec<ResourceContents>, ErrorObject>>;
+    /// Read the contents. `cx` is the request's context: a resource may ask the client
+    /// ([`ToolContext::input`]) like a tool.
+    fn read(&self, cx: ToolContext) -> BoxFuture<Result<Vec<ResourceContents>, ErrorObject>>;
 }
 
 /// A family of resources named by an RFC 6570 level-1 URI template (`{var}` segments).
 pub trait ResourceTemplate: Send + Sync + 'static {
     /// Template, name, MIME type.
     fn spec(&self) -> &ResourceTemplateSpec;
-    /// Read the resource `uri`, whose template variables are `vars`.
-    fn read(&self, uri: &str, vars: &Map<String, Value>) -> BoxFuture<Result<Vec<ResourceContents>, ErrorObject>>;
+    /// Read the resource `uri`, whose template variables are `vars`; `cx` as for
+    /// [`Resource::read`].
+    fn read(&self, uri: &str, vars: &Map<String, Value>, cx: ToolContext) -> BoxFuture<Result<Vec<ResourceContents>, ErrorObject>>;
 }
 
 /// A prompt.

@@ -17,7 +17,7 @@ use mcp_runtime::actor::Supervisor;
 use mcp_runtime::config::RuntimeConfig;
 use mcp_runtime::proto::mcp::LogLevel;
 use mcp_runtime::sse::{Decoder, SseEvent};
-use mcp_runtime::tools::{CallToolResult, Catalog, ListKind, ResourceContents, ResourceSpec, ServerInfo, StaticResource, ToolAnnotations, ToolError, ToolSpec, tool_fn};
+use mcp_runtime::tools::{CallToolResult, Catalog, ListKind, ResourceContents, ResourceSpec, ServerInfo, StaticResource, ToolAnnotations, ToolError, ToolSpec, resource_async_fn, tool_fn};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
@@ -205,6 +205,13 @@ pub fn catalog(gate: Gate) -> Catalog {
         .resource(StaticResource::new(
             ResourceSpec { uri: "test://doc".into(), name: "doc".into(), description: None, mime_type: Some("text/plain".into()) },
             vec![ResourceContents::text("test://doc", "text/plain", "doc")],
+        ))
+        .resource(resource_async_fn(
+            ResourceSpec { uri: "test://ask".into(), name: "ask".into(), description: Some("Asks the client's model who reads it".into()), mime_type: Some("text/plain".into()) },
+            |cx| async move {
+                let a = cx.input("reader", "sampling/createMessage", json!({"messages": [], "maxTokens": 1})).await?;
+                Ok(vec![ResourceContents::text("test://ask", "text/plain", format!("read by {}", a["content"]["text"].as_str().unwrap_or("?")))])
+            },
         ))
         .build(ServerInfo { name: "test".into(), version: "0".into(), instructions: None })
         .unwrap()
