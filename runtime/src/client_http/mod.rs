@@ -1,4 +1,5 @@
-//! The resilient client's HTTP driver (legacy era), on `awc`.
+//! The resilient client's HTTP driver (both eras), on `awc`. The 2026-07-28 side is in
+//! [`modern`](self) (`ClientConfig::era`); what follows is the legacy side.
 //!
 //! Everything a message goes through is decided by the sans-IO core in [`crate::client`]:
 //! every SSE event passes [`Acceptor::accept_stream_event`]; reconnects are paced by
@@ -41,11 +42,34 @@ use crate::proto::jsonrpc::{ErrorObject, Incoming, Message, encode_error, encode
 use crate::proto::version::ProtocolVersion;
 use crate::sse::Decoder;
 
+pub use modern::MAX_ROUNDS;
+
+mod modern;
+
+/// Which protocol era a client speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Era {
+    /// `initialize` and a session (2025-03-26 to 2025-11-25): resumable streams, re-issue
+    /// after a 404.
+    #[default]
+    Legacy,
+    /// 2026-07-28: `server/discover`, then every request on its own (`_meta`, mirrored
+    /// headers); a dropped response stream loses its request, which is re-issued under a new
+    /// id when idempotent; `input_required` results are answered by the
+    /// [`ServerRequestHandler`] and retried.
+    Modern,
+    /// `server/discover` first; a server that does not answer it as a 2026-07-28 server (an
+    /// unrecognised refusal) gets `initialize` (SPEC.md §3.9).
+    Auto,
+}
+
 /// Client settings.
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
     /// The MCP endpoint URL.
     pub url: String,
+    /// Which era to speak.
+    pub era: Era,
     /// Bearer token, if the server wants one.
     pub token: Option<String>,
     /// Version to ask for in `initialize`.
@@ -73,6 +97,7 @@ impl ClientConfig {
     pub fn new(url: &str) -> ClientConfig {
         ClientConfig {
             url: url.to_owned(),
+            era: Era::Legacy,
             token: None,
             protocol_version: ProtocolVersion::LATEST,
             capabilities: json!({}),
@@ -140,6 +165,20 @@ pub struct ClientStats {
     pub lost: u64,
     /// The acceptance point's counters (events accepted, duplicates and foreign events dropped).
     pub accept: AcceptStats,
+    /// Messages received on 2026-07-28 responses (notifications and answers; these streams
+    /// carry no event ids and bypass the acceptance point).
+    pub modern_messages: u64,
+    /// `input_required` rounds answered (2026-07-28).
+    pub input_rounds: u64,
+}
+
+impl ClientStats {
+    /// Every message that reached the client: events of legacy streams (accepted or not) and
+    /// messages of 2026-07-28 responses.
+    #[must_use]
+    pub fn events(&self) -> u64 {
+        self.accept.events() + self.modern_messages
+    }
 }
 
 /// How [`McpClient::close`] ended.
@@ -147,6 +186,8 @@ pub struct ClientStats {
 pub enum Closed {
     /// The server confirmed the DELETE.
     Ended,
+    /// A 2026-07-28 client has no session: nothing to end.
+    Stateless,
     /// The session no longer exists (404, or it had already answered 404). A DELETE whose
     /// answer was lost and that is sent again ends here.
     AlreadyGone,
@@ -171,7 +212,7 @@ impl Closed {
     /// Whether the session is known to be over.
     #[must_use]
     pub fn is_over(self) -> bool {
-        matches!(self, Closed::Ended | Closed::AlreadyGone)
+        matches!(self, Closed::Ended | Closed::AlreadyGone | Closed::Stateless)
     }
 }
 
@@ -200,6 +241,8 @@ struct Inner<J: Journal> {
     /// sent with the dead id again.
     session_dead: bool,
     resume_samples: Vec<ResumeSample>,
+    /// The server speaks 2026-07-28 (discovered): requests go the stateless way.
+    modern: Option<modern::ModernState>,
 }
 
 /// Why one attempt of a request failed, and what may follow.
@@ -212,6 +255,54 @@ enum Failure {
     Busy(ClientError, u64),
     /// A final answer.
     Final(ClientError),
+}
+
+/// The re-issue policy of one request, shared by both eras: an outcome-unknown failure of an
+/// idempotent request is re-issued (after a pause that doubles from [`REISSUE_BASE_MS`]) for
+/// as long as the request has been failing for less than
+/// [`ClientConfig::reissue_window_ms`]; a refusal (429/503) is waited out likewise; anything
+/// else, and any failure of a request that is not idempotent, ends it.
+#[derive(Default)]
+struct Reissue {
+    count: u32,
+    /// When the request first failed.
+    since: Option<tokio::time::Instant>,
+}
+
+impl Reissue {
+    /// After `failure`: `Ok` to send the request again (the pause and the reconnect budget
+    /// already waited), else the error that ends it.
+    async fn after<J: Journal>(&mut self, c: &McpClient<J>, failure: Failure, idempotent: bool, method: &str) -> Result<(), ClientError> {
+        let first_failure = *self.since.get_or_insert_with(tokio::time::Instant::now);
+        let why = match failure {
+            Failure::Final(e) => return Err(e),
+            Failure::Gone(_) => "the session ended (404)".to_owned(),
+            Failure::Unknown(e) => {
+                // The server may be restarting (connection refused, -32009, -32010): give it time.
+                if idempotent && !c.window_over(first_failure) {
+                    tokio::time::sleep(Duration::from_millis(c.cfg.backoff.delay_ms(Some(REISSUE_BASE_MS), self.count, c.jitter()))).await;
+                }
+                e.to_string()
+            }
+            Failure::Busy(e, delay) => {
+                if !idempotent || c.window_over(first_failure) {
+                    return Err(e);
+                }
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+                e.to_string()
+            }
+        };
+        if !idempotent || c.window_over(first_failure) {
+            c.inner.borrow_mut().stats.lost += 1;
+            let how = if idempotent { format!("still failing {} ms after its first failure ({} re-issues)", first_failure.elapsed().as_millis(), self.count) } else { "not idempotent".to_owned() };
+            return Err(ClientError::Lost(method.to_owned(), format!("{why}; {how}")));
+        }
+        self.count += 1;
+        c.inner.borrow_mut().stats.reissued += 1;
+        // Re-issues draw on the same budget as reconnects: a fault cannot become a storm.
+        c.wait_for_budget().await;
+        Ok(())
+    }
 }
 
 /// `Retry-After` in ms (delta-seconds form, capped at 5 minutes).
@@ -271,7 +362,18 @@ impl<J: Journal> McpClient<J> {
     pub async fn connect(cfg: ClientConfig, journal: J) -> Result<McpClient<J>, ClientError> {
         let http = awc::Client::builder().disable_timeout().finish();
         let clock = crate::clock::Clock::start();
-        let (session_id, version) = Self::handshake_with(&http, &cfg).await?;
+        let modern = match cfg.era {
+            Era::Legacy => None,
+            Era::Modern | Era::Auto => match Self::discover_with(&http, &cfg).await? {
+                Some(state) => Some(state),
+                None if cfg.era == Era::Auto => None,
+                None => return Err(ClientError::Http(400, "server/discover: the server does not speak 2026-07-28".into())),
+            },
+        };
+        let (session_id, version) = match modern {
+            Some(_) => (String::new(), ProtocolVersion::LATEST),
+            None => Self::handshake_with(&http, &cfg).await?,
+        };
         let binding = Binding { session_generation: 1, session_id: session_id.as_str().into(), protocol_version: version, principal: cfg.token.as_deref().map(Into::into) };
         let inner = Inner {
             acceptor: Acceptor::new(binding, journal),
@@ -282,6 +384,7 @@ impl<J: Journal> McpClient<J> {
             // A random start in [2^32, 2^50): unique per client, exact in every JSON number.
             next_id: (1 << 32) + (random_u64() >> 14) as i64,
             stats: ClientStats { handshakes: 1, ..ClientStats::default() },
+            modern,
             notifications: Vec::new(),
             jitter_state: random_u64() | 1,
             resume_samples: Vec::new(),
@@ -314,7 +417,13 @@ impl<J: Journal> McpClient<J> {
         std::mem::take(&mut self.inner.borrow_mut().resume_samples)
     }
 
-    /// The current session id.
+    /// Whether this client speaks 2026-07-28 with its server (discovered).
+    #[must_use]
+    pub fn is_modern(&self) -> bool {
+        self.inner.borrow().modern.is_some()
+    }
+
+    /// The current session id (empty in the 2026-07-28 era: there is none).
     #[must_use]
     pub fn session_id(&self) -> String {
         self.inner.borrow().session_id.clone()
@@ -483,6 +592,9 @@ impl<J: Journal> McpClient<J> {
     /// # Errors
     /// HTTP or transport failure.
     pub async fn notify(&self, method: &str, params: Option<Value>) -> Result<(), ClientError> {
+        if self.is_modern() {
+            return self.notify_modern(method, params).await;
+        }
         let session = self.session();
         match self.post(encode_notification(method, params.as_ref()), session).await? {
             Posted::Accepted => Ok(()),
@@ -491,12 +603,17 @@ impl<J: Journal> McpClient<J> {
         }
     }
 
-    /// Cancel a request by id (the only way: a disconnect is not a cancellation). For calls
-    /// made with [`Self::request`], use [`Self::request_cancellable`].
+    /// Cancel a request by id (the only way in a session: a disconnect is not a
+    /// cancellation). For calls made with [`Self::request`], use
+    /// [`Self::request_cancellable`]. In the 2026-07-28 era this sends nothing: there, closing a
+    /// request's response stream is its cancellation, which `request_cancellable` does.
     ///
     /// # Errors
     /// HTTP or transport failure.
     pub async fn cancel(&self, id: &JsonRpcId, reason: &str) -> Result<(), ClientError> {
+        if self.is_modern() {
+            return Ok(());
+        }
         self.notify("notifications/cancelled", Some(json!({"requestId": id, "reason": reason}))).await
     }
 
@@ -523,9 +640,10 @@ impl<J: Journal> McpClient<J> {
     /// # Errors
     /// As [`Self::request`], plus [`ClientError::Cancelled`].
     pub async fn request_cancellable(&self, method: &str, params: Option<Value>, idempotent: bool, cancel: &tokio_util::sync::CancellationToken) -> Result<Value, ClientError> {
-        let mut reissues = 0;
-        // When this request first failed: re-issues go on for `reissue_window_ms` after it.
-        let mut failing_since = None;
+        if self.is_modern() {
+            return self.request_modern(method, params, idempotent, cancel).await;
+        }
+        let mut retry = Reissue::default();
         loop {
             let (dead, generation) = {
                 let i = self.inner.borrow();
@@ -538,12 +656,11 @@ impl<J: Journal> McpClient<J> {
             if cancel.is_cancelled() {
                 return Err(ClientError::Cancelled);
             }
-            let outcome = self.attempt(method, params.as_ref(), cancel).await;
-            let first_failure = *failing_since.get_or_insert_with(tokio::time::Instant::now);
-            let why = match outcome {
+            let failure = match self.attempt(method, params.as_ref(), cancel).await {
                 Ok(v) => return Ok(v),
-                Err(Failure::Final(e)) => return Err(e),
-                Err(Failure::Gone(generation)) => {
+                Err(f) => f,
+            };
+            if let Failure::Gone(generation) = failure {
                     {
                         let mut i = self.inner.borrow_mut();
                         i.stats.not_found += 1;
@@ -551,35 +668,11 @@ impl<J: Journal> McpClient<J> {
                             i.session_dead = true;
                         }
                     }
-                    // One shared new handshake; never move this request into the new session
-                    // silently.
-                    self.rehandshake(generation, true).await?;
-                    "the session ended (404)".to_owned()
-                }
-                Err(Failure::Unknown(e)) => {
-                    // The server may be restarting (connection refused, -32009): give it time.
-                    if idempotent && !self.window_over(first_failure) {
-                        tokio::time::sleep(Duration::from_millis(self.cfg.backoff.delay_ms(Some(REISSUE_BASE_MS), reissues, self.jitter()))).await;
-                    }
-                    e.to_string()
-                }
-                Err(Failure::Busy(e, delay)) => {
-                    if !idempotent || self.window_over(first_failure) {
-                        return Err(e);
-                    }
-                    tokio::time::sleep(Duration::from_millis(delay)).await;
-                    e.to_string()
-                }
-            };
-            if !idempotent || self.window_over(first_failure) {
-                self.inner.borrow_mut().stats.lost += 1;
-                let how = if idempotent { format!("still failing {} ms after its first failure ({reissues} re-issues)", first_failure.elapsed().as_millis()) } else { "not idempotent".to_owned() };
-                return Err(ClientError::Lost(method.to_owned(), format!("{why}; {how}")));
+                // One shared new handshake; never move this request into the new session
+                // silently.
+                self.rehandshake(generation, true).await?;
             }
-            reissues += 1;
-            self.inner.borrow_mut().stats.reissued += 1;
-            // Re-issues draw on the same budget as reconnects: a fault cannot become a storm.
-            self.wait_for_budget().await;
+            retry.after(self, failure, idempotent, method).await?;
         }
     }
 
@@ -856,6 +949,9 @@ impl<J: Journal> McpClient<J> {
     /// # Errors
     /// Transport failure on every attempt.
     pub async fn close(self) -> Result<Closed, ClientError> {
+        if self.is_modern() {
+            return Ok(Closed::Stateless);
+        }
         if self.inner.borrow().session_dead {
             return Ok(Closed::AlreadyGone);
         }

@@ -98,9 +98,15 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
         public: sup.admit_policy().auth.is_none(),
     };
     let finish = Finish { method, params, catalog, hints, inputs, principal };
+    // Counted in flight under the generation current at admission, before the handler first
+    // runs: a rollback that starts while it runs finds it among the older generation's.
+    let mut generation = None;
     let mut handler: Handler = match dispatch {
         Dispatch::Ready(r) => Box::pin(std::future::ready(r)),
-        Dispatch::Pending(fut) => fut,
+        Dispatch::Pending(fut) => {
+            generation = Some(sup.generations().enter_current(Counted::InFlight));
+            fut
+        }
     };
     let first = match handler.as_mut().poll(&mut Context::from_waker(std::task::Waker::noop())) {
         // Waiting for answers it does not have: dropped, its token fired (anything it spawned
@@ -126,7 +132,7 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
             {
                 r.close();
             }
-            let generation = sup.generations().enter_current(Counted::InFlight);
+            let generation = generation.unwrap_or_else(|| sup.generations().enter_current(Counted::InFlight));
             // The status is sent from here on: a refusal is an error in the body.
             let ready = match first {
                 Poll::Ready(r) => Some(finish.encode_in_stream(&id, r)),

@@ -199,6 +199,10 @@ pub fn catalog(gate: Gate) -> Catalog {
         .tool(tool_fn(ToolSpec::new("change_prompts", "Announces a prompts list change", obj), |_, cx| async move {
             Ok(CallToolResult::text(cx.list_changed(ListKind::Prompts).to_string()))
         }))
+        .tool(tool_fn(
+            ToolSpec::new("regional", "Echoes its region, which 2026-07-28 clients mirror in Mcp-Param-Region", json!({"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"}},"required":["region"]})),
+            |a: Value, _| async move { Ok(CallToolResult::text(a["region"].as_str().unwrap_or_default())) },
+        ))
         .tool(tool_fn(ToolSpec::new("touch", "Announces that resource uri changed", json!({"type":"object","properties":{"uri":{"type":"string"}},"required":["uri"]})), |a: Value, cx| async move {
             Ok(CallToolResult::text(cx.resource_updated(a["uri"].as_str().unwrap_or_default()).to_string()))
         }))
