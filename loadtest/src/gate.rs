@@ -20,12 +20,12 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use mcp_runtime::client::journal::MemoryJournal;
-use mcp_runtime::client_http::{ClientConfig, ClientError, ClientStats, Closed, McpClient};
+use mcp_runtime::client_http::{ClientConfig, ClientError, ClientStats, Closed, Era, McpClient};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use crate::proxy::{FaultPlan, Scenario};
-use crate::run::SpawnedHost;
+use crate::run::{Eras, SpawnedHost};
 use parking_lot::Mutex;
 use std::sync::Arc;
 
@@ -127,6 +127,10 @@ struct Phase {
     host_before: BTreeMap<String, f64>,
     host_after: BTreeMap<String, f64>,
     errors: Vec<String>,
+    /// Which era the phase's clients speak.
+    eras: Eras,
+    /// Calls made by 2026-07-28 clients.
+    modern_calls: u64,
 }
 
 impl Phase {
@@ -171,6 +175,8 @@ impl Phase {
             host_before: BTreeMap::new(),
             host_after: BTreeMap::new(),
             errors: Vec::new(),
+            eras: Eras::Legacy,
+            modern_calls: 0,
         }
     }
 
@@ -186,7 +192,7 @@ impl Phase {
 
     fn add_client_stats(&mut self, s: &ClientStats) {
         let a = s.accept;
-        self.events += a.events();
+        self.events += s.events();
         self.sessions += s.handshakes;
         self.streams += s.streams;
         self.not_found += s.not_found;
@@ -228,6 +234,7 @@ impl Phase {
             "outcome_unknown": self.outcome_unknown, "kills": self.kills, "restart_ms": q(&self.restart_ms),
             "graceful_restarts": self.restarts, "unclean_exits": self.unclean_exits, "flag_flips": self.flips,
             "host_metrics": {"before": self.host_before, "after": self.host_after},
+            "eras": format!("{:?}", self.eras).to_lowercase(), "modern_calls": self.modern_calls,
         })
     }
 }
@@ -248,19 +255,23 @@ fn call_params(kind: Kind, nonce: &str) -> Value {
     }
 }
 
-fn client_config(spec: &GateSpec, url: &str) -> ClientConfig {
+/// The scenarios that reach a 2026-07-28 request (the `modern` phase applies those selected).
+const MODERN_FAULTS: [Scenario; 6] = [Scenario::Cut, Scenario::Storm, Scenario::OriginRewrite, Scenario::OldToken, Scenario::Crash, Scenario::Sigterm];
+
+fn client_config(spec: &GateSpec, url: &str, era: Era) -> ClientConfig {
     let mut cfg = ClientConfig::new(url);
+    cfg.era = era;
     cfg.token.clone_from(&spec.token);
     cfg.budget_burst = BUDGET_BURST;
     cfg.budget_per_second = BUDGET_PER_SECOND;
     cfg
 }
 
-async fn connect(spec: &GateSpec, url: &str, phase: &RefCell<Phase>) -> Option<McpClient> {
+async fn connect(spec: &GateSpec, url: &str, phase: &RefCell<Phase>, era: Era) -> Option<McpClient> {
     // A handshake can be refused on purpose (a rewritten Origin): try again, a bounded number
     // of times.
     for _ in 0..50 {
-        match McpClient::connect(client_config(spec, url), MemoryJournal::new(4096)).await {
+        match McpClient::connect(client_config(spec, url, era), MemoryJournal::new(4096)).await {
             Ok(c) => return Some(c),
             Err(e) => {
                 let mut p = phase.borrow_mut();
@@ -276,9 +287,10 @@ async fn connect(spec: &GateSpec, url: &str, phase: &RefCell<Phase>) -> Option<M
 /// One virtual client for one phase.
 async fn virtual_client(spec: Rc<GateSpec>, url: Rc<str>, n: usize, phase_no: usize, phase: Rc<RefCell<Phase>>, live_events: Rc<Cell<u64>>, deadline: Instant) {
     let mut k = 0u64;
+    let era = phase.borrow().eras.of(n);
     let done = |events: &Cell<u64>| (events.get() >= spec.events_per_phase && !phase.borrow().owes_faults()) || Instant::now() >= deadline;
     while !done(&live_events) {
-        let Some(client) = connect(&spec, &url, &phase).await else { return };
+        let Some(client) = connect(&spec, &url, &phase, era).await else { return };
         let mut seen_events = 0;
         for _ in 0..spec.calls_per_session {
             if done(&live_events) {
@@ -297,10 +309,13 @@ async fn virtual_client(spec: Rc<GateSpec>, url: Rc<str>, n: usize, phase_no: us
             let notes = client.take_notifications_with_ids();
             let samples = client.take_resume_samples();
             let stats = client.stats();
-            let events = stats.accept.events();
+            let events = stats.events();
             live_events.set(live_events.get() + events - seen_events);
             seen_events = events;
             let mut p = phase.borrow_mut();
+            if era == Era::Modern {
+                p.modern_calls += 1;
+            }
             match result {
                 Ok(v) => {
                     let text = v["content"][0]["text"].as_str().unwrap_or_default();
@@ -342,7 +357,9 @@ async fn virtual_client(spec: Rc<GateSpec>, url: Rc<str>, n: usize, phase_no: us
         let closed = client.close().await;
         let mut p = phase.borrow_mut();
         p.add_client_stats(&stats);
-        if closed.as_ref().is_ok_and(|c| c.is_over()) {
+        if matches!(closed, Ok(Closed::Stateless)) {
+            // 2026-07-28: no session to end.
+        } else if closed.as_ref().is_ok_and(|c| c.is_over()) {
             p.sessions_closed += 1;
         } else if matches!(closed, Ok(Closed::Refused(401 | 403))) {
             // The proxy made this DELETE illegal (Origin or token): counted with the refusals.
@@ -354,7 +371,7 @@ async fn virtual_client(spec: Rc<GateSpec>, url: Rc<str>, n: usize, phase_no: us
     }
 }
 
-async fn run_phase(spec: &Rc<GateSpec>, phase_no: usize, name: &str, rates: BTreeMap<Scenario, f64>) -> Result<Phase, String> {
+async fn run_phase(spec: &Rc<GateSpec>, phase_no: usize, name: &str, rates: BTreeMap<Scenario, f64>, eras: Eras) -> Result<Phase, String> {
     let (upstream, path) = crate::proxy::split_url(&spec.url)?;
     let crash = rates.contains_key(&Scenario::Crash);
     let sigterm = rates.contains_key(&Scenario::Sigterm);
@@ -368,6 +385,7 @@ async fn run_phase(spec: &Rc<GateSpec>, phase_no: usize, name: &str, rates: BTre
         let mut p = phase.borrow_mut();
         (p.crash, p.sigterm, p.rollout) = (crash, sigterm, rollout);
         p.host_before = before;
+        p.eras = eras;
     }
     let live = Rc::new(Cell::new(0));
     let start = Instant::now();
@@ -535,6 +553,7 @@ fn evidence(s: Scenario) -> &'static [&'static str] {
         Scenario::Crash => &["crash.kills"],
         Scenario::Sigterm => &["sigterm.restarts"],
         Scenario::Rollout => &["rollout.flips"],
+        Scenario::Modern => &["modern.requests"],
     }
 }
 
@@ -625,7 +644,15 @@ fn evaluate(spec: &GateSpec, phases: &[Phase], ledger: &Value) -> Vec<Gate> {
     }
     gates.push(zero_gate("outcome-unknown answers in phases without a kill", sum(&|p| if p.kills == 0 { p.outcome_unknown } else { 0 })));
     gates.push(rate_gate_if(spec, &[Scenario::OriginRewrite], "illegal Origin rejected", count("origin.rejected"), count("origin.rejected") + count("origin.accepted")));
-    gates.push(rate_gate_if(spec, &[Scenario::OldToken], "other principal's token rejected", count("old_token.rejected"), count("old_token.rejected") + count("old_token.accepted")));
+    gates.push(rate_gate_if(spec, &[Scenario::OldToken], "other principal's token rejected (sessions)", count("old_token.rejected"), count("old_token.rejected") + count("old_token.accepted")));
+    if spec.scenarios.contains(&Scenario::Modern) && spec.scenarios.contains(&Scenario::OldToken) {
+        let (served, not) = (count("old_token.served_as_other"), count("old_token.modern_not_served"));
+        gates.push(rate_gate("2026-07-28 request with another principal's token served as that principal", served, served + not));
+    }
+    if spec.scenarios.contains(&Scenario::Modern) {
+        let calls = sum(&|p| p.modern_calls);
+        gates.push(Gate::new("calls by 2026-07-28 clients", calls.to_string(), "> 0", calls > 0));
+    }
     gates.push(rate_gate_if(spec, &[Scenario::ForeignCursor], "forged/foreign Last-Event-ID rejected", count("foreign_cursor.rejected"), count("foreign_cursor.rejected") + count("foreign_cursor.accepted")));
     gates.push(rate_gate_if(spec, &[Scenario::MissingVersion], "missing version header served", count("missing_version.served"), count("missing_version.served") + count("missing_version.refused")));
     let mut resume = histogram();
@@ -653,30 +680,49 @@ fn evaluate(spec: &GateSpec, phases: &[Phase], ledger: &Value) -> Vec<Gate> {
 }
 
 async fn ledger_stats(spec: &GateSpec) -> Value {
-    let Ok(c) = McpClient::connect(client_config(spec, &spec.url), MemoryJournal::new(64)).await else { return Value::Null };
+    let Ok(c) = McpClient::connect(client_config(spec, &spec.url, Era::Legacy), MemoryJournal::new(64)).await else { return Value::Null };
     let v = c.request("tools/call", Some(json!({"name": "ledger_stats", "arguments": {}})), true).await;
     let _ = c.close().await;
     v.map(|r| r["structuredContent"].clone()).unwrap_or(Value::Null)
+}
+
+/// The phases of a run: a baseline, one per selected scenario (those acting on resumes also
+/// cut streams; `modern` adds every selected fault that reaches a stateless request, at the
+/// mixed rate, and its clients speak 2026-07-28), and, with more than one scenario, a mixed
+/// phase with every scenario at the mixed rate (alternating eras when `modern` is selected).
+fn plan(spec: &GateSpec) -> Vec<(String, BTreeMap<Scenario, f64>, Eras)> {
+    let mut plan: Vec<(String, BTreeMap<Scenario, f64>, Eras)> = vec![("baseline".into(), BTreeMap::new(), Eras::Legacy)];
+    let modern = spec.scenarios.contains(&Scenario::Modern);
+    for s in &spec.scenarios {
+        let mut rates = BTreeMap::from([(*s, spec.rate)]);
+        if carried_by_cuts(*s) {
+            rates.entry(Scenario::Cut).or_insert(spec.rate);
+        }
+        let mut eras = Eras::Legacy;
+        if *s == Scenario::Modern {
+            // Every selected fault that reaches a stateless request, at the mixed rate (several
+            // at once), and at least cuts: re-issues are what this era's clients recover by.
+            rates.extend(MODERN_FAULTS.iter().filter(|f| spec.scenarios.contains(f)).map(|f| (*f, spec.mixed_rate)));
+            rates.entry(Scenario::Cut).or_insert(spec.mixed_rate);
+            eras = Eras::Modern;
+        }
+        plan.push((s.name().into(), rates, eras));
+    }
+    if spec.scenarios.len() > 1 {
+        let eras = if modern { Eras::Alternate } else { Eras::Legacy };
+        plan.push(("mixed".into(), spec.scenarios.iter().map(|s| (*s, spec.mixed_rate)).collect(), eras));
+    }
+    plan
 }
 
 /// Run every phase; returns the report and whether every gate passed.
 pub(crate) async fn run(spec: GateSpec) -> Result<(Value, bool), String> {
     let spec = Rc::new(spec);
     let mut phases = Vec::new();
-    let mut plan: Vec<(String, BTreeMap<Scenario, f64>)> = vec![("baseline".into(), BTreeMap::new())];
-    for s in &spec.scenarios {
-        let mut rates = BTreeMap::from([(*s, spec.rate)]);
-        if carried_by_cuts(*s) {
-            rates.entry(Scenario::Cut).or_insert(spec.rate);
-        }
-        plan.push((s.name().into(), rates));
-    }
-    if spec.scenarios.len() > 1 {
-        plan.push(("mixed".into(), spec.scenarios.iter().map(|s| (*s, spec.mixed_rate)).collect()));
-    }
+    let plan = plan(&spec);
     let started = Instant::now();
-    for (i, (name, rates)) in plan.into_iter().enumerate() {
-        let p = run_phase(&spec, i, &name, rates).await?;
+    for (i, (name, rates, eras)) in plan.into_iter().enumerate() {
+        let p = run_phase(&spec, i, &name, rates, eras).await?;
         if !spec.progress {
             eprintln!("phase {name}: {} events, {} calls ok in {:.1} s", p.events, p.calls_ok, p.seconds);
         }
@@ -885,6 +931,23 @@ mod tests {
         let mut p = clean_phase("cut");
         p.proxy.clear();
         assert_eq!(failing(&evaluate(&s, &[p], &ledger)), vec!["scenario cut fired"], "a scenario that never fired is not a pass");
+    }
+
+    #[test]
+    fn the_modern_phase_runs_2026_clients_with_the_faults_that_reach_them_and_mixed_alternates_eras() {
+        let phases = plan(&spec(vec![Scenario::CrossedIds, Scenario::Storm, Scenario::OldToken, Scenario::Modern]));
+        let names: Vec<&str> = phases.iter().map(|(n, _, _)| n.as_str()).collect();
+        assert_eq!(names, ["baseline", "crossed-ids", "storm", "old-token", "modern", "mixed"]);
+        let (_, rates, eras) = &phases[4];
+        assert_eq!(*eras, Eras::Modern);
+        let faults: Vec<Scenario> = rates.keys().copied().collect();
+        assert_eq!(faults, [Scenario::Cut, Scenario::OldToken, Scenario::Storm, Scenario::Modern], "not crossed-ids: a stateless stream has no ids to check");
+        assert_eq!(phases[5].2, Eras::Alternate);
+        assert_eq!((Eras::Alternate.of(0), Eras::Alternate.of(1)), (Era::Legacy, Era::Modern));
+        assert!(phases[..4].iter().all(|(_, _, e)| *e == Eras::Legacy));
+        let legacy_only = plan(&spec(vec![Scenario::Cut, Scenario::Storm]));
+        assert!(legacy_only.iter().all(|(_, _, e)| *e == Eras::Legacy), "without `modern` every client keeps a session");
+        assert!(Eras::parse("modern").is_ok() && Eras::parse("mixed").is_ok() && Eras::parse("new").is_err());
     }
 
     #[test]

@@ -96,6 +96,10 @@ enum Command {
         /// Seed of the fault proxy's decisions.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Which era the clients speak: `legacy` (a session each), `modern` (2026-07-28:
+        /// discover, then stateless requests) or `mixed` (every other client modern).
+        #[arg(long, default_value = "legacy")]
+        era: String,
     },
     /// The release gate: a baseline phase, one phase per fault scenario and a mixed phase,
     /// each through the fault proxy; prints the gate table, exits 1 if any gate fails.
@@ -104,7 +108,10 @@ enum Command {
     /// expiry-race, lost-delete, old-token, missing-version, origin-rewrite, storm, crash (the
     /// host is SIGKILLed and restarted on its ledger and port), sigterm (the host is stopped
     /// gracefully and restarted), rollout (the flags go off -> shadow -> on -> rollback through
-    /// the admin API while streams are cut); the last three with `--spawn-host` only. The server
+    /// the admin API while streams are cut); crash, sigterm and rollout with `--spawn-host`
+    /// only; modern (its phase's clients speak 2026-07-28, with every selected fault that
+    /// reaches a stateless request: cut, storm, origin-rewrite, old-token, crash, sigterm; and
+    /// the mixed phase then alternates legacy and 2026-07-28 clients). The server
     /// must serve the tools `echo`, `ledger_append`, `ledger_stats` and
     /// `test_tool_with_progress` (mcp-host: `--packs conformance,echo,ledger`).
     Gate {
@@ -418,7 +425,14 @@ fn parse_faults(specs: &[String]) -> Result<std::collections::BTreeMap<proxy::Sc
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Run { url, spawn_host, clients, seconds, rate, calls, json_out, no_progress, fail_on_error, cut_rate, faults, seed } => {
+        Command::Run { url, spawn_host, clients, seconds, rate, calls, json_out, no_progress, fail_on_error, cut_rate, faults, seed, era } => {
+            let eras = match run::Eras::parse(&era) {
+                Ok(e) => e,
+                Err(e) => {
+                    eprintln!("mcp-load: {e}");
+                    return ExitCode::from(2);
+                }
+            };
             let calls = if calls.is_empty() {
                 vec![
                     "echo:8:{\"text\":\"load\"}".to_owned(),
@@ -448,7 +462,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let spec = run::RunSpec { url: String::new(), clients: clients as usize, duration: Duration::from_secs(seconds), rate, mix, progress: !no_progress, faults };
+            let spec = run::RunSpec { url: String::new(), clients: clients as usize, duration: Duration::from_secs(seconds), rate, mix, progress: !no_progress, faults, eras };
             run_command(url, spawn_host, spec, json_out, fail_on_error)
         }
         Command::Gate {

@@ -58,10 +58,17 @@ pub(crate) enum Scenario {
     /// Not a proxy fault: the gate flips the spawned host's rollout flags through its admin
     /// API (off, shadow, on at half and full share, rollback) while streams are cut.
     Rollout,
+    /// Not a proxy fault: the phase's clients speak 2026-07-28 (stateless requests, no
+    /// session, no event ids). The faults that reach such a request apply to it: `cut` (after
+    /// its first event: the client re-issues it under a new id), `storm` (its POST refused
+    /// 429/503 with `Retry-After: 1`), `origin-rewrite` (403), `old-token` (served as the
+    /// other principal: each request is authenticated on its own; such a request is never
+    /// also cut, so a re-issue cannot run a write under two principals), `crash`, `sigterm`.
+    Modern,
 }
 
 impl Scenario {
-    pub(crate) const ALL: [Scenario; 14] = [
+    pub(crate) const ALL: [Scenario; 15] = [
         Scenario::Cut,
         Scenario::LostPriming,
         Scenario::CrossedIds,
@@ -76,6 +83,7 @@ impl Scenario {
         Scenario::Crash,
         Scenario::Sigterm,
         Scenario::Rollout,
+        Scenario::Modern,
     ];
 
     /// The gate runs it on a host it spawned (it restarts the host or drives its admin API).
@@ -99,6 +107,7 @@ impl Scenario {
             Scenario::Crash => "crash",
             Scenario::Sigterm => "sigterm",
             Scenario::Rollout => "rollout",
+            Scenario::Modern => "modern",
         }
     }
 
@@ -450,6 +459,11 @@ async fn exchange(p: &Proxy, c: &mut Conn, up: &mut Option<Conn>) -> IoResult<bo
     req.body = c.read_n(len).await?;
 
     let session = req.header("mcp-session-id").map(str::to_owned);
+    // Only 2026-07-28 requests mirror their method in a header.
+    let modern = req.header("mcp-method").is_some();
+    if modern {
+        p.bump("modern.requests");
+    }
     let resume_from = (req.method == "GET").then(|| req.header("last-event-id").map(str::to_owned)).flatten();
     if let Some(s) = &session {
         if p.dead.borrow().contains(s) {
@@ -479,7 +493,7 @@ async fn exchange(p: &Proxy, c: &mut Conn, up: &mut Option<Conn>) -> IoResult<bo
         (Some(s), Some(c)) => p.stormed.borrow_mut().insert((s.clone(), c.clone())),
         _ => false,
     };
-    let rewrite = choose_rewrite(p, &req, session.is_some(), resume_from.is_some(), stormable);
+    let rewrite = choose_rewrite(p, &req, session.is_some(), resume_from.is_some(), stormable, modern);
     match rewrite {
         Rewrite::Origin => req.set("Origin", FOREIGN_ORIGIN),
         Rewrite::Token => req.set("Authorization", &format!("Bearer {}", p.plan.other_token.as_deref().unwrap_or_default())),
@@ -498,8 +512,9 @@ async fn exchange(p: &Proxy, c: &mut Conn, up: &mut Option<Conn>) -> IoResult<bo
         }
         Rewrite::None | Rewrite::LostDelete => {}
     }
-    let is_call = req.method == "POST" && session.is_some() && req.body.windows(12).any(|w| w == b"\"tools/call\"");
-    let faults = if is_call || resume_from.is_some() { choose_event_faults(p, is_call) } else { EventFaults::default() };
+    let is_call = req.method == "POST" && (session.is_some() || modern) && req.body.windows(12).any(|w| w == b"\"tools/call\"");
+    // A modern request served as another principal is never also cut (see Scenario::Modern).
+    let faults = if (is_call || resume_from.is_some()) && !(modern && rewrite == Rewrite::Token) { choose_event_faults(p, is_call, modern) } else { EventFaults::default() };
 
     let reused = up.is_some();
     let rhead = match send(p, up, &req).await? {
@@ -514,7 +529,7 @@ async fn exchange(p: &Proxy, c: &mut Conn, up: &mut Option<Conn>) -> IoResult<bo
     };
     let Some(u) = up.as_mut() else { return Err(eof()) };
     let r = parse_response_head(&rhead).ok_or_else(|| std::io::Error::other("bad response head"))?;
-    check_rewrite(p, rewrite, r.status);
+    check_rewrite(p, rewrite, r.status, modern);
     if r.status == 404 && rewrite == Rewrite::None && let Some(s) = &session {
         p.dead.borrow_mut().insert(s.clone());
     }
@@ -548,19 +563,26 @@ async fn send(p: &Proxy, up: &mut Option<Conn>, req: &Request) -> IoResult<Optio
     u.read_head().await
 }
 
-fn choose_rewrite(p: &Proxy, req: &Request, has_session: bool, resume: bool, stormable: bool) -> Rewrite {
+fn choose_rewrite(p: &Proxy, req: &Request, has_session: bool, resume: bool, stormable: bool, modern: bool) -> Rewrite {
     let candidates = [
         (Scenario::OriginRewrite, true, Rewrite::Origin),
-        (Scenario::OldToken, has_session && p.plan.other_token.is_some(), Rewrite::Token),
+        (Scenario::OldToken, (has_session || modern) && p.plan.other_token.is_some(), Rewrite::Token),
         (Scenario::MissingVersion, has_session, Rewrite::Version),
         (Scenario::ForeignCursor, resume, Rewrite::Cursor),
-        (Scenario::Storm, resume && has_session && stormable, Rewrite::Storm),
+        // A legacy reconnect episode, or a modern request (which has no resumes).
+        (Scenario::Storm, (resume && has_session && stormable) || (modern && req.method == "POST"), Rewrite::Storm),
         (Scenario::LostDelete, req.method == "DELETE" && has_session, Rewrite::LostDelete),
     ];
     candidates.into_iter().find(|(s, applies, _)| *applies && p.roll(*s)).map_or(Rewrite::None, |(_, _, r)| r)
 }
 
-fn choose_event_faults(p: &Proxy, is_call: bool) -> EventFaults {
+fn choose_event_faults(p: &Proxy, is_call: bool, modern: bool) -> EventFaults {
+    if modern {
+        // Its events carry no ids: the cut is armed after the first one, and nothing else
+        // applies (a foreign or replayed event cannot be told apart without ids: that is what
+        // the legacy era's acceptance point is for).
+        return EventFaults { cut: p.roll(Scenario::Cut).then(|| p.below(256) as usize), cut_plain: true, ..EventFaults::default() };
+    }
     let expiry_race = is_call && p.roll(Scenario::ExpiryRace);
     EventFaults {
         cut: (!expiry_race && p.roll(Scenario::Cut)).then(|| p.below(256) as usize),
@@ -573,8 +595,12 @@ fn choose_event_faults(p: &Proxy, is_call: bool) -> EventFaults {
 }
 
 /// Record whether the server refused what it had to refuse.
-fn check_rewrite(p: &Proxy, rewrite: Rewrite, status: u16) {
+fn check_rewrite(p: &Proxy, rewrite: Rewrite, status: u16, modern: bool) {
     let name = match (rewrite, status) {
+        (Rewrite::Token, 429 | 503) if modern => "rewrite.unavailable",
+        // Stateless: a valid token is its principal's request, served as such.
+        (Rewrite::Token, 200..=299) if modern => "old_token.served_as_other",
+        (Rewrite::Token, _) if modern => "old_token.modern_not_served",
         // Draining or busy: the server judged nothing (the Origin check comes first, so a
         // foreign Origin is still 403 then).
         (Rewrite::Token | Rewrite::Version | Rewrite::Cursor, 429 | 503) => "rewrite.unavailable",
@@ -599,7 +625,9 @@ fn check_rewrite(p: &Proxy, rewrite: Rewrite, status: u16) {
 
 async fn refuse_storm(p: &Proxy, c: &mut Conn, session: &str) -> IoResult<bool> {
     p.bump("storm.refusals");
-    p.resume_not_before(session, 1_000);
+    if !session.is_empty() {
+        p.resume_not_before(session, 1_000);
+    }
     let answer: &[u8] = if p.below(2) == 0 {
         b"HTTP/1.1 429 Too Many Requests\r\nretry-after: 1\r\ncontent-length: 0\r\n\r\n"
     } else {

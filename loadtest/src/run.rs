@@ -10,7 +10,7 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use mcp_devtools::{HostProcess, TempDir};
 use mcp_runtime::client::journal::MemoryJournal;
-use mcp_runtime::client_http::{ClientConfig, ClientError, McpClient};
+use mcp_runtime::client_http::{ClientConfig, ClientError, Era, McpClient};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -64,6 +64,39 @@ pub(crate) fn parse_mix(specs: &[String]) -> Result<Vec<MixEntry>, String> {
         .collect()
 }
 
+/// Which era virtual clients speak (`--era`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Eras {
+    /// Every client a session (legacy).
+    Legacy,
+    /// Every client 2026-07-28.
+    Modern,
+    /// Even clients legacy, odd ones 2026-07-28 (`mixed`).
+    Alternate,
+}
+
+impl Eras {
+    /// `legacy`, `modern` or `mixed`.
+    pub(crate) fn parse(s: &str) -> Result<Eras, String> {
+        match s {
+            "legacy" => Ok(Eras::Legacy),
+            "modern" => Ok(Eras::Modern),
+            "mixed" => Ok(Eras::Alternate),
+            _ => Err(format!("--era must be legacy, modern or mixed, not {s:?}")),
+        }
+    }
+
+    /// The era of client `n`.
+    pub(crate) fn of(self, n: usize) -> Era {
+        match self {
+            Eras::Legacy => Era::Legacy,
+            Eras::Modern => Era::Modern,
+            Eras::Alternate if n % 2 == 1 => Era::Modern,
+            Eras::Alternate => Era::Legacy,
+        }
+    }
+}
+
 /// Settings of a run.
 #[derive(Debug, Clone)]
 pub(crate) struct RunSpec {
@@ -75,6 +108,8 @@ pub(crate) struct RunSpec {
     pub(crate) progress: bool,
     /// Route the clients through the fault-injecting proxy.
     pub(crate) faults: Option<crate::proxy::FaultPlan>,
+    /// Which era each client speaks.
+    pub(crate) eras: Eras,
 }
 
 /// A host that `--spawn-host` started, with the directory it owns: its SQLite ledger
@@ -212,7 +247,9 @@ pub(crate) async fn run(mut spec: RunSpec) -> Result<Value, String> {
     for n in 0..spec.clients {
         let (spec, totals) = (spec.clone(), Rc::clone(&totals));
         tasks.push(actix_rt::spawn(async move {
-            let client = match McpClient::connect(ClientConfig::new(&spec.url), MemoryJournal::new(4096)).await {
+            let mut cfg = ClientConfig::new(&spec.url);
+            cfg.era = spec.eras.of(n);
+            let client = match McpClient::connect(cfg, MemoryJournal::new(4096)).await {
                 Ok(c) => c,
                 Err(e) => {
                     *totals.borrow_mut().errors.entry(format!("connect: {}", error_kind(&e))).or_default() += 1;
@@ -284,7 +321,7 @@ pub(crate) async fn run(mut spec: RunSpec) -> Result<Value, String> {
         tools.insert(name.clone(), json!({"calls": h.len(), "p50_us": h.value_at_quantile(0.5), "p99_us": h.value_at_quantile(0.99), "max_us": h.max()}));
     }
     Ok(json!({
-        "url": spec.url, "clients": spec.clients, "seconds": seconds,
+        "url": spec.url, "clients": spec.clients, "seconds": seconds, "era": format!("{:?}", spec.eras).to_lowercase(),
         "calls_ok": ok, "calls_failed": failed, "calls_per_s": ok as f64 / seconds,
         "latency_us": {"p50": all.value_at_quantile(0.5), "p90": all.value_at_quantile(0.9), "p99": all.value_at_quantile(0.99), "max": all.max()},
         "per_tool": tools, "errors": t.errors, "resumes": t.resumes, "handshakes": t.handshakes, "error_samples": t.samples,

@@ -202,10 +202,11 @@ impl<J: Journal> McpClient<J> {
                 };
                 Err(Failure::Busy(e, delay))
             }
-            // A JSON-RPC refusal (400 -32020, -32021, 404 -32601, ...) is the answer.
+            // A protocol refusal (400 -32020, -32021, 404 -32601, ...) is the answer; a
+            // transport one (403 Origin, 401, 406, ... with -32000) is an HTTP error.
             _ => match serde_json::from_slice::<Value>(&bytes).ok().and_then(|v| v.get("error").cloned()).and_then(|e| serde_json::from_value::<ErrorObject>(e).ok()) {
-                Some(e) => Err(Failure::Final(ClientError::Rpc(e))),
-                None => Err(Failure::Final(status_error(status, resp.headers(), String::from_utf8_lossy(&bytes).into_owned()))),
+                Some(e) if e.code != code::TRANSPORT => Err(Failure::Final(ClientError::Rpc(e))),
+                _ => Err(Failure::Final(status_error(status, resp.headers(), String::from_utf8_lossy(&bytes).into_owned()))),
             },
         }
     }
