@@ -273,3 +273,23 @@ async fn a_resource_asks_through_the_same_context_in_both_eras() {
     assert_eq!(c.notify(answer).await, StatusCode::ACCEPTED);
     assert_eq!(r.message().await["result"]["contents"][0]["text"], "read by bob");
 }
+
+#[actix_web::test]
+async fn an_unreadable_mirrored_header_is_a_header_mismatch_and_an_unreadable_stray_session_id_is_ignored() {
+    use actix_web::http::header::HeaderValue;
+    let h = harness().await;
+    let raw = HeaderValue::from_bytes("éire".as_bytes()).unwrap();
+    let req = modern(1, "tools/call", json!({"name": "echo", "arguments": {"text": "x"}})).insert_header(("Mcp-Name", raw.clone()));
+    refused(&h, req, StatusCode::BAD_REQUEST, -32020, 1).await;
+    let req = modern(2, "tools/call", json!({"name": "echo", "arguments": {"text": "ok"}})).insert_header(("Mcp-Session-Id", raw.clone()));
+    let mut r = h.send(req).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(text_of(&r.json().await), "ok");
+    // A legacy request with it is refused as before.
+    let legacy = post().insert_header(("Mcp-Session-Id", raw)).set_payload(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}).to_string());
+    assert_eq!(h.send(legacy).await.status, StatusCode::BAD_REQUEST);
+    // GET under the modern version without a session: 405.
+    let get = actix_web::test::TestRequest::get().uri("/mcp").insert_header(("Accept", "text/event-stream")).insert_header(("Host", "127.0.0.1:8080")).insert_header(("MCP-Protocol-Version", V));
+    let r = h.send(get).await;
+    assert_eq!((r.status, r.header("allow")), (StatusCode::METHOD_NOT_ALLOWED, Some("POST, OPTIONS".into())));
+}

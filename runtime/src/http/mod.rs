@@ -88,9 +88,19 @@ fn request_head(method: HttpMethod, h: &HeaderMap) -> RequestHead<'_> {
         if let Some(v) = h.get(name) {
             match v.to_str() {
                 Ok(s) => *slot = Some(s),
-                Err(_) => {
-                    head.invalid_header.get_or_insert(display);
-                }
+                // Which path may refuse it: a session's headers matter to the legacy era only,
+                // the mirrored ones to 2026-07-28 only (as -32020, with the request's id).
+                Err(_) => match *display {
+                    "MCP-Session-Id" | "Last-Event-ID" => {
+                        head.invalid_session_header.get_or_insert(display);
+                    }
+                    "Mcp-Method" | "Mcp-Name" => {
+                        head.invalid_modern_header.get_or_insert(display);
+                    }
+                    _ => {
+                        head.invalid_header.get_or_insert(display);
+                    }
+                },
             }
         }
     }
@@ -302,7 +312,8 @@ fn dispatch(req: &HttpRequest, sup: &Arc<Supervisor>, admitted: Admitted, found:
     match admitted.command {
         Command::Preflight => {
             let mut b = HttpResponse::NoContent();
-            for (k, v) in cors_preflight_headers() {
+            let requested = req.headers().get(header::ACCESS_CONTROL_REQUEST_HEADERS).and_then(|v| v.to_str().ok());
+            for (k, v) in cors_preflight_headers(requested) {
                 b.insert_header((k, v));
             }
             Ok(Next::Ready(b.finish()))

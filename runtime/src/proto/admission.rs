@@ -67,7 +67,14 @@ pub struct RequestHead<'a> {
     pub mcp_name: Option<&'a str>,
     /// The first header among those above whose value is not visible ASCII (the shell could
     /// not read it as text). Such a request is refused, never served as if it were absent.
+    /// Except for the next two:
     pub invalid_header: Option<&'static str>,
+    /// `MCP-Session-Id` or `Last-Event-ID` unreadable: refused on the legacy path only (a
+    /// 2026-07-28 request ignores both).
+    pub invalid_session_header: Option<&'static str>,
+    /// `Mcp-Method` or `Mcp-Name` unreadable: a 2026-07-28 request's `-32020` (invalid
+    /// characters), in the order of the modern checks; the legacy path ignores both.
+    pub invalid_modern_header: Option<&'static str>,
 }
 
 impl<'a> RequestHead<'a> {
@@ -88,6 +95,8 @@ impl<'a> RequestHead<'a> {
             mcp_method: None,
             mcp_name: None,
             invalid_header: None,
+            invalid_session_header: None,
+            invalid_modern_header: None,
         }
     }
 }
@@ -251,10 +260,21 @@ pub fn cors_headers(origin: &str) -> [(&'static str, String); 3] {
     [("Access-Control-Allow-Origin", origin.to_owned()), ("Access-Control-Expose-Headers", CORS_EXPOSE_HEADERS.into()), ("Vary", "Origin".into())]
 }
 
-/// Extra headers of a preflight answer (besides [`cors_headers`]).
+/// Extra headers of a preflight answer (besides [`cors_headers`]). `requested` is the
+/// preflight's `Access-Control-Request-Headers`: the `Mcp-Param-{Name}` headers it names are
+/// allowed too (2026-07-28 mirrors annotated tool arguments in them, and a name pattern cannot
+/// be listed), each if it is a valid header name.
 #[must_use]
-pub fn cors_preflight_headers() -> [(&'static str, &'static str); 3] {
-    [("Access-Control-Allow-Methods", CORS_ALLOW_METHODS), ("Access-Control-Allow-Headers", CORS_ALLOW_HEADERS), ("Access-Control-Max-Age", "600")]
+pub fn cors_preflight_headers(requested: Option<&str>) -> [(&'static str, String); 3] {
+    let mut allow = CORS_ALLOW_HEADERS.to_owned();
+    for h in requested.into_iter().flat_map(|r| r.split(',')).map(str::trim) {
+        let is_param = h.len() > 10 && h[..10].eq_ignore_ascii_case("mcp-param-") && h.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+        if is_param && !allow.split(", ").any(|a| a.eq_ignore_ascii_case(h)) {
+            allow.push_str(", ");
+            allow.push_str(h);
+        }
+    }
+    [("Access-Control-Allow-Methods", CORS_ALLOW_METHODS.into()), ("Access-Control-Allow-Headers", allow), ("Access-Control-Max-Age", "600".into())]
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -399,6 +419,16 @@ pub fn admit_head(head: &RequestHead<'_>, policy: &AdmitPolicy) -> Result<HeadAd
             Some(tokens.principal(token).ok_or(Rejection::Unauthorized)?)
         }
     };
+    if matches!(head.method, HttpMethod::Get | HttpMethod::Delete)
+        && head.session_id.is_none()
+        && head.protocol_version.is_some_and(|v| super::modern::is_modern(Some(v), None))
+    {
+        // 2026-07-28 has no sessions: no GET stream, no DELETE (SPEC.md §3.8).
+        return Err(Rejection::Modern { error: super::modern::ModernError::NoSessionMethods, id: None });
+    }
+    if let Some(name) = head.invalid_session_header.filter(|_| head.method != HttpMethod::Post) {
+        return Err(Rejection::InvalidHeader(name));
+    }
     let command = match head.method {
         HttpMethod::Other | HttpMethod::Options => return Err(Rejection::MethodNotAllowed),
         HttpMethod::Delete => Command::Delete { session: session_of(head)? },
@@ -459,11 +489,20 @@ fn admit_post(head: &RequestHead<'_>, body: &[u8], policy: &AdmitPolicy) -> Resu
         Incoming::Batch(ms) if ms.len() > limits.batch_max_items => Err(LimitExceeded { limit: Limit::BatchItems, max: limits.batch_max_items }),
         Incoming::Batch(ms) => ms.iter().try_for_each(|m| limits::check_message(m, limits)),
     }
-    .map_err(Rejection::LimitExceeded)?;
+    .map_err(|l| match &incoming {
+        // A 2026-07-28 request's refusal echoes its id (unless the id is what is too long).
+        Incoming::Single(Message::Request { id, params, .. }) if l.limit != Limit::IdLength && super::modern::is_modern(head.protocol_version, params.as_ref()) => {
+            Rejection::LimitExceeded(l).with_id(id)
+        }
+        _ => Rejection::LimitExceeded(l),
+    })?;
     let incoming = match admit_modern(head, incoming) {
         Ok(modern) => return modern,
         Err(legacy) => legacy,
     };
+    if let Some(name) = head.invalid_session_header {
+        return Err(Rejection::InvalidHeader(name));
+    }
     let accepts = parse_accept(head.accept);
     let has_request = match &incoming {
         Incoming::Single(m) => m.is_request(),
@@ -507,7 +546,7 @@ fn admit_modern(head: &RequestHead<'_>, incoming: Incoming) -> Result<Result<Com
                 return Ok(Err(Rejection::NotAcceptable.with_id(&id)));
             }
             let reply = if accepts.sse { ReplyMode::Sse } else { ReplyMode::Json };
-            let mhead = ModernHead { protocol_version: head.protocol_version, method: head.mcp_method, name: head.mcp_name };
+            let mhead = ModernHead { protocol_version: head.protocol_version, method: head.mcp_method, name: head.mcp_name, unreadable: head.invalid_modern_header };
             Ok(match modern::check(&mhead, &method, params.as_ref()) {
                 Ok(meta) => Ok(Command::Modern { request: ModernRequest { id, method, params, meta }, reply }),
                 Err(error) => Err(Rejection::Modern { error, id: Some(id) }),

@@ -185,6 +185,7 @@ fn modern_message(e: &super::modern::ModernError) -> String {
         M::MethodNotFound(m) => format!("Method not found: {m}"),
         M::InvalidRequest(why) => format!("Invalid request: {why}"),
         M::InvalidInput(why) => format!("Invalid params: {why}"),
+        M::NoSessionMethods => "Method Not Allowed: protocol 2026-07-28 has no sessions, so no GET stream and no DELETE; POST every request (subscriptions/listen for notifications)".into(),
     }
 }
 
@@ -216,6 +217,7 @@ impl Rejection {
             Rejection::Overloaded(_) => 503,
             Rejection::Internal => 500,
             Rejection::Modern { error: super::modern::ModernError::MethodNotFound(_), .. } => 404,
+            Rejection::Modern { error: super::modern::ModernError::NoSessionMethods, .. } => 405,
             Rejection::Modern { .. } | Rejection::MissingCapability { .. } => 400,
         }
     }
@@ -240,6 +242,7 @@ impl Rejection {
                 super::modern::ModernError::UnsupportedVersion(_) => code::UNSUPPORTED_PROTOCOL_VERSION,
                 super::modern::ModernError::MethodNotFound(_) => code::METHOD_NOT_FOUND,
                 super::modern::ModernError::InvalidRequest(_) => code::INVALID_REQUEST,
+                super::modern::ModernError::NoSessionMethods => code::TRANSPORT,
             },
             Rejection::MissingCapability { .. } => code::MISSING_CLIENT_CAPABILITY,
             Rejection::OriginNotAllowed
@@ -287,6 +290,7 @@ impl Rejection {
             Rejection::WithId(inner, _) => inner.headers(),
             Rejection::Unauthorized => vec![("WWW-Authenticate", "Bearer".into())],
             Rejection::MethodNotAllowed => vec![("Allow", "GET, POST, DELETE, OPTIONS".into())],
+            Rejection::Modern { error: super::modern::ModernError::NoSessionMethods, .. } => vec![("Allow", "POST, OPTIONS".into())],
             _ => Vec::new(),
         }
     }
@@ -372,13 +376,14 @@ impl Rejection {
                 super::modern::ModernError::MethodNotFound(_) => "modern.method_not_found",
                 super::modern::ModernError::InvalidRequest(_) => "modern.invalid_request",
                 super::modern::ModernError::InvalidInput(_) => "modern.invalid_input",
+                super::modern::ModernError::NoSessionMethods => "modern.no_session_methods",
             },
             Rejection::MissingCapability { .. } => "modern.missing_capability",
         }
     }
 
     /// Every value [`Rejection::cause`] can return.
-    pub const CAUSES: [&'static str; 41] = [
+    pub const CAUSES: [&'static str; 42] = [
         "origin",
         "host",
         "unauthorized",
@@ -419,6 +424,7 @@ impl Rejection {
         "modern.method_not_found",
         "modern.invalid_request",
         "modern.invalid_input",
+        "modern.no_session_methods",
         "modern.missing_capability",
     ];
 
@@ -464,6 +470,7 @@ impl Rejection {
             (modern(M::MethodNotFound("ping".into())), "modern request for an unknown method or one removed in 2026-07-28 (`initialize`, `ping`, `logging/setLevel`, `resources/subscribe`, `resources/unsubscribe`, `notifications/initialized`); the message names the supported versions"),
             (modern(M::InvalidRequest("example".into())), "modern request body that is a batch or a JSON-RPC response (clients send only requests and notifications in 2026-07-28)"),
             (modern(M::InvalidInput("example".into())), "modern retry of an `input_required` result: `inputResponses` not an object, or `requestState` altered, expired (`modern.request_state_ttl_secs`), issued to another caller or for another request; a `subscriptions/listen` filter (`params.notifications`) missing or malformed, or naming more than `modern.listen_max_uris` URIs"),
+            (modern(M::NoSessionMethods), "GET or DELETE with a 2026-07-28 `MCP-Protocol-Version` and no `MCP-Session-Id` (that era has no sessions; `Allow: POST, OPTIONS`)"),
         ]
     }
 }
@@ -505,6 +512,7 @@ mod tests {
             (404, code::METHOD_NOT_FOUND),
             (400, code::INVALID_REQUEST),
             (400, code::INVALID_PARAMS),
+            (405, code::TRANSPORT),
         ];
         let table = Rejection::table();
         assert_eq!(table.len(), expected.len());

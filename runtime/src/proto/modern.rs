@@ -75,8 +75,12 @@ pub enum ModernError {
     /// The body is not one request or notification: 400, `-32600`.
     InvalidRequest(String),
     /// A multi-round-trip retry's `inputResponses` is not an object, or its `requestState`
-    /// is refused (altered, expired, another caller's or another request's): 400, `-32602`.
+    /// is refused (altered, expired, another caller's or another request's); a listen filter
+    /// that is malformed: 400, `-32602`.
     InvalidInput(String),
+    /// GET or DELETE under a 2026-07-28 version header without a session: this era has no GET
+    /// stream and no DELETE: 405.
+    NoSessionMethods,
 }
 
 /// The validated head and `_meta` of a modern request.
@@ -97,6 +101,9 @@ pub struct ModernHead<'a> {
     pub method: Option<&'a str>,
     /// `Mcp-Name`.
     pub name: Option<&'a str>,
+    /// `Mcp-Method` or `Mcp-Name`, when present but not readable as visible ASCII (a value that
+    /// is not plain ASCII must be sent as `=?base64?…?=`).
+    pub unreadable: Option<&'a str>,
 }
 
 /// Check a modern request's version header, `_meta` and `Mcp-Method` / `Mcp-Name`, in the
@@ -133,6 +140,9 @@ pub fn check(head: &ModernHead<'_>, method: &str, params: Option<&Value>) -> Res
         None | Some(Value::Null) => None,
         Some(v) => Some(v.as_str().and_then(LogLevel::parse).ok_or_else(|| ModernError::InvalidMeta(format!("_meta {} must be a log level", meta::LOG_LEVEL)))?),
     };
+    if let Some(name) = head.unreadable {
+        return Err(ModernError::HeaderMismatch(format!("the {name} header has characters a header value may not carry; send a value that is not plain ASCII as =?base64?…?=")));
+    }
     match head.method {
         None => return Err(ModernError::HeaderMismatch("missing Mcp-Method header".into())),
         Some(h) if h != method => return Err(ModernError::HeaderMismatch(format!("Mcp-Method {h:?} does not match the body's method"))),

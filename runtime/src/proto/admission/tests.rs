@@ -148,3 +148,63 @@ fn parsed_size_and_batch_bounds_are_checked_at_the_door() {
     let tight = AdmitPolicy { limits: MessageLimits { handshake: limits::HandshakeLimits { max_values: 2, max_depth: 4, max_string_bytes: 100 }, ..MessageLimits::default() }, ..AdmitPolicy::default() };
     assert!(matches!(admit(&post(), big_caps.as_bytes(), &tight), Err(Rejection::LimitExceeded(LimitExceeded { limit: Limit::ClientInfo(limits::HandshakeBound::Values), .. }))));
 }
+
+const MODERN_LIST: &str = r#"{"jsonrpc":"2.0","id":7,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+
+fn modern_post<'a>() -> RequestHead<'a> {
+    RequestHead { protocol_version: Some("2026-07-28"), mcp_method: Some("tools/list"), ..post() }
+}
+
+#[test]
+fn get_and_delete_under_a_modern_version_without_a_session_are_405() {
+    let p = AdmitPolicy::default();
+    for m in [HttpMethod::Get, HttpMethod::Delete] {
+        let h = RequestHead { protocol_version: Some("2026-07-28"), accept: Some("text/event-stream"), ..RequestHead::new(m) };
+        let r = admit(&h, b"", &p).unwrap_err();
+        assert_eq!((r.status(), r.cause()), (405, "modern.no_session_methods"), "{m:?}");
+        assert_eq!(r.headers(), vec![("Allow", "POST, OPTIONS".to_string())]);
+        // With a session it is a legacy request (and that version is not a legacy one).
+        let legacy = RequestHead { session_id: Some("s"), ..h };
+        assert_ne!(status(admit(&legacy, b"", &p)), 405, "{m:?}");
+    }
+}
+
+#[test]
+fn an_unreadable_session_header_is_ignored_by_a_modern_request_and_refused_on_the_legacy_path() {
+    let p = AdmitPolicy::default();
+    let garbled = |h: RequestHead<'static>| RequestHead { invalid_session_header: Some("MCP-Session-Id"), ..h };
+    assert!(matches!(admit(&garbled(modern_post()), MODERN_LIST.as_bytes(), &p), Ok(Admitted { command: Command::Modern { .. }, .. })));
+    assert_eq!(admit(&garbled(post()), LIST.as_bytes(), &p).unwrap_err(), Rejection::InvalidHeader("MCP-Session-Id"));
+    let get = RequestHead { invalid_session_header: Some("Last-Event-ID"), session_id: Some("s"), ..RequestHead::new(HttpMethod::Get) };
+    assert_eq!(admit(&get, b"", &p).unwrap_err(), Rejection::InvalidHeader("Last-Event-ID"));
+}
+
+#[test]
+fn an_unreadable_mirrored_header_is_a_modern_header_mismatch_with_the_id_and_ignored_by_legacy() {
+    let p = AdmitPolicy::default();
+    let h = RequestHead { invalid_modern_header: Some("Mcp-Name"), ..modern_post() };
+    let r = admit(&h, MODERN_LIST.as_bytes(), &p).unwrap_err();
+    assert_eq!((r.status(), r.code(), r.id()), (400, -32020, Some(&JsonRpcId::Number(7))));
+    assert!(r.to_string().contains("=?base64?"), "{r}");
+    let legacy = RequestHead { invalid_modern_header: Some("Mcp-Name"), session_id: Some("s"), ..post() };
+    assert_eq!(status(admit(&legacy, LIST.as_bytes(), &p)), 200);
+}
+
+#[test]
+fn a_limit_refusal_of_a_modern_request_echoes_its_id() {
+    let p = AdmitPolicy { limits: crate::proto::limits::MessageLimits { method_max_bytes: 8, ..crate::proto::limits::MessageLimits::default() }, ..AdmitPolicy::default() };
+    let r = admit(&modern_post(), MODERN_LIST.as_bytes(), &p).unwrap_err();
+    assert_eq!((r.status(), r.cause(), r.id()), (400, "limit.length", Some(&JsonRpcId::Number(7))));
+    let legacy = RequestHead { session_id: Some("s"), ..post() };
+    assert_eq!(admit(&legacy, LIST.as_bytes(), &p).unwrap_err().id(), None, "legacy refusals are as before");
+}
+
+#[test]
+fn a_preflight_allows_the_mirrored_argument_headers_it_asks_for() {
+    let allow = |req: Option<&str>| cors_preflight_headers(req)[1].1.clone();
+    assert_eq!(allow(None), CORS_ALLOW_HEADERS);
+    let a = allow(Some("content-type, mcp-param-region, Mcp-Param-Tenant_Id, x-other, mcp-param-, mcp-param-bad header"));
+    assert!(a.ends_with(", mcp-param-region, Mcp-Param-Tenant_Id"), "{a}");
+    assert!(!a.contains("x-other") && !a.contains("bad"), "only well-formed Mcp-Param-* names are added: {a}");
+    assert_eq!(allow(Some("mcp-name")), CORS_ALLOW_HEADERS, "already listed");
+}

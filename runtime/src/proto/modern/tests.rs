@@ -11,7 +11,7 @@ fn meta(extra: Value) -> Value {
 }
 
 fn head<'a>(version: Option<&'a str>, method: Option<&'a str>, name: Option<&'a str>) -> ModernHead<'a> {
-    ModernHead { protocol_version: version, method, name }
+    ModernHead { protocol_version: version, method, name, unreadable: None }
 }
 
 #[test]
