@@ -234,7 +234,12 @@ async fn cancelling_a_request_tells_the_server_and_returns_cancelled() {
 
 /// Serve `sup` on `port` (0: any free port); the handle stops it.
 async fn serve_on(sup: Arc<Supervisor>, port: u16) -> (u16, actix_web::dev::ServerHandle) {
+    let stats = Arc::clone(sup.stats());
     let server = HttpServer::new(move || App::new().configure(mcp_runtime::http::configure("/mcp", Arc::clone(&sup))))
+        // Counted as the host counts them: a test can wait until a stopped server let go of all.
+        .on_connect(move |_, data| {
+            data.insert(stats.connection());
+        })
         .workers(1)
         .disable_signals()
         .bind(("127.0.0.1", port))
@@ -246,27 +251,28 @@ async fn serve_on(sup: Arc<Supervisor>, port: u16) -> (u16, actix_web::dev::Serv
     (port, handle)
 }
 
+/// Stop a server of [`serve_on`] and wait (bounded) until it has closed every connection: the
+/// stop returns before its worker has let go of them (the client's pooled keep-alive one
+/// among them), and a call made meanwhile could still reach it.
+async fn stop(server: &actix_web::dev::ServerHandle, sup: &Supervisor) {
+    server.stop(false).await;
+    common::until("the stopped server closed its connections", || sup.stats_snapshot().connections == 0).await;
+}
+
 #[actix_web::test]
 async fn an_idempotent_request_is_reissued_until_a_restarted_server_is_back_within_the_window() {
     // Re-issues are paced 50..100 ms here, so eight of them (the old count bound) are spent in
     // well under a second; the server is away for 3 s (about 30 paced re-issues: room for a
     // loaded machine to make fewer and still more than 8) and comes back with no memory of
     // the session (404 → new handshake → re-issue). Only a time bound gets the call through.
-    let (port, first) = serve_on(Supervisor::new(fast(), common::catalog(common::Gate::default())), 0).await;
+    let first_sup = Supervisor::new(fast(), common::catalog(common::Gate::default()));
+    let (port, first) = serve_on(Arc::clone(&first_sup), 0).await;
     let url = format!("http://127.0.0.1:{port}/mcp");
     let mut cfg = ClientConfig::new(&url);
     cfg.backoff = mcp_runtime::client::budget::Backoff { default_ms: 20, max_ms: 100 };
     cfg.reissue_window_ms = 20_000;
     let c = McpClient::connect(cfg, MemoryJournal::new(4096)).await.unwrap();
-    first.stop(false).await;
-    // The stop returns before every worker has let go of its connections: wait (bounded)
-    // until the port refuses, so the call below cannot still reach the first server.
-    for _ in 0..200 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    stop(&first, &first_sup).await;
     let restart = async {
         tokio::time::sleep(std::time::Duration::from_millis(3_000)).await;
         serve_on(Supervisor::new(fast(), common::catalog(common::Gate::default())), port).await
@@ -281,12 +287,13 @@ async fn an_idempotent_request_is_reissued_until_a_restarted_server_is_back_with
 
 #[actix_web::test]
 async fn reissues_end_once_the_window_has_passed_and_the_request_is_reported_lost() {
-    let (port, server) = serve_on(Supervisor::new(fast(), common::catalog(common::Gate::default())), 0).await;
+    let sup = Supervisor::new(fast(), common::catalog(common::Gate::default()));
+    let (port, server) = serve_on(Arc::clone(&sup), 0).await;
     let mut cfg = ClientConfig::new(&format!("http://127.0.0.1:{port}/mcp"));
     cfg.backoff = mcp_runtime::client::budget::Backoff { default_ms: 20, max_ms: 100 };
     cfg.reissue_window_ms = 400;
     let c = McpClient::connect(cfg, MemoryJournal::new(4096)).await.unwrap();
-    server.stop(false).await;
+    stop(&server, &sup).await;
     match c.request("tools/call", Some(json!({"name":"echo","arguments":{"text":"never"}})), true).await {
         Err(ClientError::Lost(method, why)) => assert!(method == "tools/call" && why.contains("after its first failure"), "{why}"),
         other => panic!("{other:?}"),

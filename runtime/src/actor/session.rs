@@ -563,8 +563,8 @@ impl SessionActor {
         match m {
             // Admitted before a drain began and queued here since: the phase is read now.
             Message::Request { .. } if self.sup.phase() != Phase::Serving => Err(Rejection::Overloaded(Overload::Draining)),
-            Message::Request { id, method, params } => self.start_request(id, method, params, mode, ctx),
-            Message::Notification { method, params } => {
+            Message::Request { id, method, params, .. } => self.start_request(id, method, params, mode, ctx),
+            Message::Notification { method, params, .. } => {
                 self.on_notification(&method, params.as_ref(), ctx);
                 Ok(PostOutcome::Accepted)
             }

@@ -115,6 +115,8 @@ impl RateLimiter {
 pub struct Supervisor {
     /// Seals 2026-07-28 `requestState` values (derived from the ledger's key once).
     state_key: [u8; 32],
+    /// 2026-07-28 results encoded once (the fixed ones whole, the tails of the others).
+    modern_results: crate::proto::modern::ModernResults,
     cfg: Arc<RuntimeConfig>,
     admit: AdmitPolicy,
     catalog: Arc<Catalog>,
@@ -334,8 +336,10 @@ impl Supervisor {
             stats: Arc::clone(&stream_env.stats),
         };
         stream_env.ledger.writer.set_housekeeping(Box::new(move |store, now| cap.run(store, now)));
+        let modern_results = modern_results(&cfg, &catalog);
         Arc::new(Supervisor {
             state_key: stream_env.ledger.ledger.derive("mcp-host requestState v1"),
+            modern_results,
             key: cursor_key,
             admit: cfg.admit_policy(),
             rate: RateLimiter::new(q.session_burst, q.session_rate_per_sec, cfg.sessions.max_sessions.max(1024)),
@@ -350,6 +354,12 @@ impl Supervisor {
             receipts,
             cfg: Arc::new(cfg),
         })
+    }
+
+    /// 2026-07-28 results encoded once.
+    #[must_use]
+    pub fn modern_results(&self) -> &crate::proto::modern::ModernResults {
+        &self.modern_results
     }
 
     /// Configuration.
@@ -788,6 +798,24 @@ impl Supervisor {
         }
         all.len()
     }
+}
+
+/// The 2026-07-28 results of `catalog` that never change, and the tails of the others, with
+/// the configured cache hints (`cacheScope` private when callers authenticate: a shared cache
+/// must not answer one principal with another's copy).
+fn modern_results(cfg: &RuntimeConfig, catalog: &Catalog) -> crate::proto::modern::ModernResults {
+    use crate::proto::modern::{self, CacheHints, ModernResults, ResultTails};
+    let public = cfg.security.bearer_tokens.is_empty();
+    let list = CacheHints { ttl_ms: cfg.modern.list_ttl_ms, public };
+    let read = CacheHints { ttl_ms: cfg.modern.read_ttl_ms, public };
+    let tails = ResultTails::new(catalog.server_info(), list, read);
+    let mut fixed = vec![("server/discover", modern::discover_result(catalog.modern_capabilities(), catalog.instructions()))];
+    for m in ["tools/list", "prompts/list", "resources/list", "resources/templates/list"] {
+        if let Some(Ok(v)) = catalog.list(m, None) {
+            fixed.push((m, v));
+        }
+    }
+    ModernResults::new(tails, fixed)
 }
 
 #[cfg(test)]

@@ -330,7 +330,7 @@ impl<J: Journal> Acceptor<J> {
             self.stats.uncorrelated += 1;
             return Err(Refusal::Uncorrelated(id.to_string()));
         }
-        if let (Message::Notification { method, params }, Some(tokens)) = (&message, &entry.progress_tokens)
+        if let (Message::Notification { method, params, .. }, Some(tokens)) = (&message, &entry.progress_tokens)
             && method == "notifications/progress"
         {
             let token = params.as_ref().and_then(|p| p.get("progressToken")).map(ToString::to_string).unwrap_or_default();

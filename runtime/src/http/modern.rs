@@ -23,8 +23,8 @@ use tokio_util::sync::CancellationToken;
 use crate::actor::{Counted, GenCount, Supervisor};
 use crate::proto::admission::ReplyMode;
 use crate::proto::error::{Overload, Rejection};
-use crate::proto::jsonrpc::{ErrorObject, code, encode_error, encode_result};
-use crate::proto::modern::{self, CacheHints, ModernError, ModernRequest, headers as mheaders, state};
+use crate::proto::jsonrpc::{ErrorObject, code, encode_error, encode_result_raw};
+use crate::proto::modern::{self, ModernError, ModernRequest, headers as mheaders, state};
 use crate::tools::{BoxFuture, Dispatch, ToolContext, ToolOutbound};
 
 /// Notifications a running modern request may have queued before it waits for the client.
@@ -46,7 +46,13 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
     }
     let place = sup.stats().modern_enter(sup.config().modern.max_in_flight).ok_or_else(|| Rejection::Overloaded(Overload::ModernInFlight).with_id(&request.id))?;
     let ModernRequest { id, method, params, meta } = request;
-    let catalog = Arc::clone(sup.catalog());
+    // `server/discover` and the lists never change while the process runs: encoded once.
+    if let Some(result) = sup.modern_results().fixed(&method, params.as_ref()) {
+        sup.stats().modern_served();
+        drop(place);
+        return Ok(json(encode_result_raw(&id, result)));
+    }
+    let catalog = sup.catalog();
     let refuse = |error| Rejection::Modern { error, id: Some(id.clone()) };
     if method == "tools/call"
         && let Some(tool) = params.as_ref().and_then(|p| p.get("name")).and_then(Value::as_str).and_then(|n| catalog.tool(n))
@@ -59,21 +65,20 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
     }
     let cancel = CancellationToken::new();
     let asks = matches!(method.as_str(), "tools/call" | "prompts/get" | "resources/read");
-    let inputs = Arc::new(parking_lot::Mutex::new(if asks { Inputs::of(sup, principal.as_deref(), &method, params.as_ref()).map_err(|why| refuse(ModernError::InvalidInput(why)))? } else { Inputs::none() }));
-    let mut rx = None;
+    let inputs = if asks { Inputs::of(sup, principal.as_deref(), &method, params.as_ref()).map_err(|why| refuse(ModernError::InvalidInput(why)))? } else { Inputs::none() };
+    // A JSON-only client's notifications are dropped: there is nowhere to put them.
+    let out = Arc::new(Outbound { queue: parking_lot::Mutex::new(if reply == ReplyMode::Json { Queue::Closed } else { Queue::Unused }), inputs: parking_lot::Mutex::new(inputs) });
     let dispatch = match method.as_str() {
         "server/discover" => Dispatch::Ready(Ok(modern::discover_result(catalog.modern_capabilities(), catalog.instructions()))),
         "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" => Dispatch::Ready(catalog.list(&method, params.as_ref()).unwrap_or_else(|| Err(ErrorObject::new(code::INTERNAL_ERROR, "not a list")))),
         "tools/call" | "resources/read" | "prompts/get" | "completion/complete" => {
-            let (tx, r) = mpsc::channel(NOTIFY_QUEUE);
-            rx = Some(r);
             let progress_token = params.as_ref().and_then(crate::proto::jsonrpc::progress_token).cloned();
-            let out: Arc<dyn ToolOutbound> = Arc::new(Outbound { tx, inputs: Arc::clone(&inputs) });
+            let outbound: Arc<dyn ToolOutbound> = Arc::clone(&out) as Arc<dyn ToolOutbound>;
             let caps = Arc::new(meta.capabilities);
             let (rid, cancel, log_level) = (id.clone(), cancel.clone(), meta.log_level);
             let caller = principal.clone();
             let cx = move || {
-                let cx = ToolContext::new(rid, progress_token, cancel, log_level, caps, caller, out);
+                let cx = ToolContext::new(rid, progress_token, cancel, log_level, caps, caller, outbound);
                 if log_level.is_some() { cx } else { cx.without_logs() }
             };
             // A write tool's call with an idempotency key goes through its receipt, as in a
@@ -82,7 +87,7 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
             match (method == "tools/call").then(|| catalog.idempotent_call(params.as_ref())).transpose() {
                 Err(e) => Dispatch::Ready(Err(e)),
                 Ok(Some(Some(call))) => {
-                    let (owned, c) = (params.clone(), Arc::clone(&catalog));
+                    let (owned, c) = (params.clone(), Arc::clone(catalog));
                     let run = Box::new(move || c.dispatch("tools/call", owned.as_ref(), cx));
                     Dispatch::Pending(sup.receipts().call(call, principal.clone(), run))
                 }
@@ -91,13 +96,7 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
         }
         _ => return Err(refuse(ModernError::MethodNotFound(method))),
     };
-    let hints = CacheHints {
-        ttl_ms: if method == "resources/read" { sup.config().modern.read_ttl_ms } else { sup.config().modern.list_ttl_ms },
-        // The catalog is the same for every caller; with authentication on, still say
-        // private: a shared cache must not answer one principal with another's copy.
-        public: sup.admit_policy().auth.is_none(),
-    };
-    let finish = Finish { method, params, catalog, hints, inputs, principal };
+    let finish = Finish { method, params, sup: Arc::clone(sup), out, principal };
     // Counted in flight under the generation current at admission, before the handler first
     // runs: a rollback that starts while it runs finds it among the older generation's.
     let mut generation = None;
@@ -117,21 +116,15 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
         }),
         ready => ready,
     };
-    let queued = rx.as_ref().is_some_and(|r| !r.is_empty());
     match first {
-        Poll::Ready(r) if !queued || reply == ReplyMode::Json => {
+        Poll::Ready(r) if !finish.out.has_queued() => {
             sup.stats().modern_served();
             drop(place);
+            // Anything the handler left running may notify no more.
+            finish.out.close();
             Ok(json(finish.encode(&id, r)?))
         }
         first => {
-            // Queued notifications go out before the result; with JSON only, they are dropped
-            // (there is nowhere to put them) and the result waits for the handler.
-            if reply == ReplyMode::Json
-                && let Some(r) = rx.as_mut()
-            {
-                r.close();
-            }
             let generation = generation.unwrap_or_else(|| sup.generations().enter_current(Counted::InFlight));
             // The status is sent from here on: a refusal is an error in the body.
             let ready = match first {
@@ -140,6 +133,7 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
             };
             let keepalive = std::time::Duration::from_millis(sup.config().sse.keepalive_ms);
             let ended = Box::pin(generation.generation().stateless_ended());
+            let rx = finish.out.take_receiver();
             let body = ModernBody { handler: Some(handler), rx, ready, finish, id, cancel, stats: Arc::clone(sup.stats()), _place: place, _generation: generation, ended, keepalive, tick: Box::pin(tokio::time::sleep(keepalive)), done: false };
             if reply == ReplyMode::Json {
                 return Ok(HttpResponse::Ok().content_type("application/json").streaming(JsonOnce(body)));
@@ -162,9 +156,9 @@ struct Finish {
     method: String,
     /// The request's params (for the digest a `requestState` is bound to).
     params: Option<Value>,
-    catalog: Arc<crate::tools::Catalog>,
-    hints: CacheHints,
-    inputs: Arc<parking_lot::Mutex<Inputs>>,
+    /// For the catalog, the encoded result tails and the `requestState` key.
+    sup: Arc<Supervisor>,
+    out: Arc<Outbound>,
     principal: Option<Arc<str>>,
 }
 
@@ -172,14 +166,14 @@ impl Finish {
     /// The `input_required` result, when the handler waits for answers it does not have
     /// (then it is dropped: it runs again from its start on the client's retry).
     fn asked(&self) -> Option<Value> {
-        let i = self.inputs.lock();
+        let i = self.out.inputs.lock();
         if i.asked.is_empty() {
             return None;
         }
         let requests: serde_json::Map<String, Value> = i.asked.iter().cloned().collect();
         let expires = unix_ms().saturating_add(i.ttl_ms);
         let digest = state::request_digest(&self.method, self.params.as_ref());
-        let sealed = state::seal(&i.key, self.principal.as_deref(), &digest, expires, &i.used);
+        let sealed = state::seal(self.sup.request_state_key(), self.principal.as_deref(), &digest, expires, &i.used);
         Some(serde_json::json!({"resultType": "input_required", "inputRequests": requests, "requestState": sealed}))
     }
 
@@ -187,7 +181,7 @@ impl Finish {
     /// nothing has been sent yet.
     fn encode(&self, id: &crate::proto::JsonRpcId, r: Result<Value, ErrorObject>) -> Result<Bytes, Rejection> {
         match r {
-            Ok(v) => Ok(encode_result(id, &modern::complete_result(&self.method, v, self.catalog.server_info(), self.hints))),
+            Ok(v) => Ok(encode_result_raw(id, &self.sup.modern_results().tails().encode(&self.method, &v))),
             Err(e) if e.code == code::MISSING_CLIENT_CAPABILITY => {
                 let capabilities = e.data.as_ref().and_then(|d| d.get("requiredCapabilities")).cloned().unwrap_or_else(|| Value::Object(serde_json::Map::new()));
                 Err(Rejection::MissingCapability { capabilities, id: id.clone() })
@@ -208,8 +202,39 @@ impl Finish {
 /// questions to the client are answered from (the retry's `inputResponses` and the answers
 /// its `requestState` carries) or collected for an `input_required` result.
 struct Outbound {
-    tx: mpsc::Sender<Bytes>,
-    inputs: Arc<parking_lot::Mutex<Inputs>>,
+    queue: parking_lot::Mutex<Queue>,
+    inputs: parking_lot::Mutex<Inputs>,
+}
+
+/// The notification queue of a modern request: made when the handler first notifies (most
+/// never do, and a channel is the dearest thing a request would otherwise allocate).
+enum Queue {
+    /// Nothing sent yet.
+    Unused,
+    /// The sender, and the receiver until the response body takes it.
+    Open(mpsc::Sender<Bytes>, Option<mpsc::Receiver<Bytes>>),
+    /// No more notifications: a JSON-only client, or the response is over.
+    Closed,
+}
+
+impl Outbound {
+    /// The receiver, once the handler has notified (for the response body).
+    fn take_receiver(&self) -> Option<mpsc::Receiver<Bytes>> {
+        match &mut *self.queue.lock() {
+            Queue::Open(_, rx) => rx.take(),
+            Queue::Unused | Queue::Closed => None,
+        }
+    }
+
+    /// Notifications wait that the body has not taken yet.
+    fn has_queued(&self) -> bool {
+        matches!(&*self.queue.lock(), Queue::Open(_, Some(rx)) if !rx.is_empty())
+    }
+
+    /// No more notifications: later ones are dropped (a receiver not taken goes with it).
+    fn close(&self) {
+        *self.queue.lock() = Queue::Closed;
+    }
 }
 
 /// The multi-round-trip state of one modern request.
@@ -227,18 +252,17 @@ struct Inputs {
     asked: Vec<(String, Value)>,
     /// Questions asked without a key so far (their keys are `input_<n>`).
     next: usize,
-    key: [u8; 32],
     ttl_ms: u64,
 }
 
 impl Inputs {
     /// For a method that may not ask (every question is refused).
     fn none() -> Inputs {
-        Inputs { allowed: false, known: serde_json::Map::new(), responses: serde_json::Map::new(), used: serde_json::Map::new(), asked: Vec::new(), next: 0, key: [0; 32], ttl_ms: 0 }
+        Inputs { allowed: false, known: serde_json::Map::new(), responses: serde_json::Map::new(), used: serde_json::Map::new(), asked: Vec::new(), next: 0, ttl_ms: 0 }
     }
 
     fn of(sup: &Supervisor, principal: Option<&str>, method: &str, params: Option<&Value>) -> Result<Inputs, String> {
-        let key = *sup.request_state_key();
+        let key = sup.request_state_key();
         let responses = match params.and_then(|p| p.get("inputResponses")) {
             None => serde_json::Map::new(),
             Some(Value::Object(m)) => m.clone(),
@@ -246,10 +270,10 @@ impl Inputs {
         };
         let known = match params.and_then(|p| p.get("requestState")) {
             None => serde_json::Map::new(),
-            Some(Value::String(s)) => state::open(&key, s, principal, &state::request_digest(method, params), unix_ms()).map_err(|r| r.describe().to_owned())?,
+            Some(Value::String(s)) => state::open(key, s, principal, &state::request_digest(method, params), unix_ms()).map_err(|r| r.describe().to_owned())?,
             Some(_) => return Err("requestState must be a string".into()),
         };
-        Ok(Inputs { allowed: true, known, responses, ttl_ms: sup.config().modern.request_state_ttl_secs.saturating_mul(1000), key, ..Inputs::none() })
+        Ok(Inputs { allowed: true, known, responses, ttl_ms: sup.config().modern.request_state_ttl_secs.saturating_mul(1000), ..Inputs::none() })
     }
 }
 
@@ -259,9 +283,17 @@ fn unix_ms() -> u64 {
 
 impl ToolOutbound for Outbound {
     fn notify(&self, json: Bytes) -> BoxFuture<()> {
-        let tx = self.tx.clone();
+        let tx = match &mut *self.queue.lock() {
+            Queue::Closed => return Box::pin(async {}),
+            Queue::Open(tx, _) => tx.clone(),
+            q @ Queue::Unused => {
+                let (tx, rx) = mpsc::channel(NOTIFY_QUEUE);
+                *q = Queue::Open(tx.clone(), Some(rx));
+                tx
+            }
+        };
         Box::pin(async move {
-            // Closed: the client went away (the handler is being dropped) or JSON only.
+            // Closed: the client went away (the handler is being dropped).
             let _ = tx.send(json).await;
         })
     }
@@ -345,6 +377,11 @@ impl Stream for ModernBody {
         if this.done {
             return Poll::Ready(None);
         }
+        this.poll_handler(cx);
+        // The queue exists once the handler first notified (perhaps in the poll above).
+        if this.rx.is_none() {
+            this.rx = this.finish.out.take_receiver();
+        }
         // Notifications first: each is sent before the result that follows it.
         if let Some(rx) = this.rx.as_mut() {
             match rx.poll_recv(cx) {
@@ -356,7 +393,6 @@ impl Stream for ModernBody {
                 Poll::Pending => {}
             }
         }
-        this.poll_handler(cx);
         if let Some(r) = this.ready.take() {
             // Everything the handler queued before it finished goes first.
             if let Some(rx) = this.rx.as_mut()
@@ -419,6 +455,8 @@ impl ModernBody {
 
 impl Drop for ModernBody {
     fn drop(&mut self) {
+        // Whatever the handler left running may notify no more.
+        self.finish.out.close();
         if !self.done {
             // The client closed the stream before the result: that is the cancellation.
             self.cancel.cancel();

@@ -491,7 +491,7 @@ fn admit_post(head: &RequestHead<'_>, body: &[u8], policy: &AdmitPolicy) -> Resu
     }
     .map_err(|l| match &incoming {
         // A 2026-07-28 request's refusal echoes its id (unless the id is what is too long).
-        Incoming::Single(Message::Request { id, params, .. }) if l.limit != Limit::IdLength && super::modern::is_modern(head.protocol_version, params.as_ref()) => {
+        Incoming::Single(Message::Request { id, meta, .. }) if l.limit != Limit::IdLength && super::modern::is_modern(head.protocol_version, meta.as_deref()) => {
             Rejection::LimitExceeded(l).with_id(id)
         }
         _ => Rejection::LimitExceeded(l),
@@ -512,7 +512,7 @@ fn admit_post(head: &RequestHead<'_>, body: &[u8], policy: &AdmitPolicy) -> Resu
         return Err(Rejection::NotAcceptable);
     }
     let reply = if accepts.sse && (policy.prefer_sse || !accepts.json) { ReplyMode::Sse } else { ReplyMode::Json };
-    if let Incoming::Single(Message::Request { method, id, params }) = &incoming
+    if let Incoming::Single(Message::Request { method, id, params, .. }) = &incoming
         && method == "initialize" {
             // The version header is never a reason to refuse `initialize` (negotiation
             // happens in the body).
@@ -540,19 +540,19 @@ fn admit_modern(head: &RequestHead<'_>, incoming: Incoming) -> Result<Result<Com
     let refuse = |why: &str| Ok(Err(Rejection::Modern { error: ModernError::InvalidRequest(why.into()), id: None }));
     match incoming {
         Incoming::Batch(_) if modern_header => refuse("a body is exactly one message in 2026-07-28"),
-        Incoming::Single(Message::Request { id, method, params }) if modern::is_modern(head.protocol_version, params.as_ref()) => {
+        Incoming::Single(Message::Request { id, method, params, meta }) if modern::is_modern(head.protocol_version, meta.as_deref()) => {
             let accepts = parse_accept(head.accept);
             if !accepts.json && !accepts.sse {
                 return Ok(Err(Rejection::NotAcceptable.with_id(&id)));
             }
             let reply = if accepts.sse { ReplyMode::Sse } else { ReplyMode::Json };
             let mhead = ModernHead { protocol_version: head.protocol_version, method: head.mcp_method, name: head.mcp_name, unreadable: head.invalid_modern_header };
-            Ok(match modern::check(&mhead, &method, params.as_ref()) {
+            Ok(match modern::check(&mhead, &method, params.as_ref(), meta) {
                 Ok(meta) => Ok(Command::Modern { request: ModernRequest { id, method, params, meta }, reply }),
                 Err(error) => Err(Rejection::Modern { error, id: Some(id) }),
             })
         }
-        Incoming::Single(Message::Notification { params, .. }) if modern::is_modern(head.protocol_version, params.as_ref()) => Ok(Ok(Command::ModernNotification)),
+        Incoming::Single(Message::Notification { meta, .. }) if modern::is_modern(head.protocol_version, meta.as_deref()) => Ok(Ok(Command::ModernNotification)),
         Incoming::Single(Message::Response { .. } | Message::ErrorResponse { .. }) if modern_header => {
             refuse("clients send no responses in 2026-07-28 (there are no server-to-client requests)")
         }

@@ -11,6 +11,9 @@ use serde_json::Value;
 
 use super::ids::JsonRpcId;
 
+mod params;
+pub use params::WireMeta;
+
 /// Standard JSON-RPC error codes, and the implementation-defined ones this server uses
 /// (`-32000..=-32019` is the legacy, implementation-defined range).
 pub mod code {
@@ -90,15 +93,19 @@ pub enum Message {
         id: JsonRpcId,
         /// Method name.
         method: String,
-        /// Parameters (an object or array), if any.
+        /// Parameters (an object or array), if any, without the 2026-07-28 `_meta` keys.
         params: Option<Value>,
+        /// The 2026-07-28 keys of `params._meta`, when it had any (see [`WireMeta`]).
+        meta: Option<Box<WireMeta>>,
     },
     /// A notification: a method and no id.
     Notification {
         /// Method name.
         method: String,
-        /// Parameters, if any.
+        /// Parameters, if any, without the 2026-07-28 `_meta` keys.
         params: Option<Value>,
+        /// The 2026-07-28 keys of `params._meta`, when it had any.
+        meta: Option<Box<WireMeta>>,
     },
     /// A successful response to a request we sent.
     Response {
@@ -177,14 +184,19 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
     Value::deserialize(d).map(Some)
 }
 
+/// As [`present`], for `params` (see [`params`]).
+fn present_params<'de, D: Deserializer<'de>>(d: D) -> Result<Option<params::ParamsWire>, D::Error> {
+    params::ParamsWire::deserialize(d).map(Some)
+}
+
 #[derive(Deserialize)]
 struct Wire {
     jsonrpc: Option<String>,
     #[serde(default, deserialize_with = "present")]
     id: Option<Value>,
     method: Option<String>,
-    #[serde(default, deserialize_with = "present")]
-    params: Option<Value>,
+    #[serde(default, deserialize_with = "present_params")]
+    params: Option<params::ParamsWire>,
     #[serde(default, deserialize_with = "present")]
     result: Option<Value>,
     #[serde(default, deserialize_with = "present")]
@@ -238,14 +250,15 @@ fn classify(w: Wire) -> Result<Message, ParseError> {
         if w.result.is_some() || w.error.is_some() {
             return Err(ParseError::Invalid { reason: "a request cannot carry result or error", id });
         }
-        let params = match w.params {
+        let (params, meta) = w.params.map_or((None, None), |p| (p.0, p.1));
+        let params = match params {
             None => None,
             Some(p @ (Value::Object(_) | Value::Array(_))) => Some(p),
             Some(_) => return Err(ParseError::Invalid { reason: "params must be an object or array", id }),
         };
         return match (w.id, id) {
-            (None, _) => Ok(Message::Notification { method, params }),
-            (Some(_), Some(id)) => Ok(Message::Request { id, method, params }),
+            (None, _) => Ok(Message::Notification { method, params, meta }),
+            (Some(_), Some(id)) => Ok(Message::Request { id, method, params, meta }),
             (Some(_), None) => Err(ParseError::Invalid { reason: "request id must not be null", id: None }),
         };
     }
@@ -303,6 +316,20 @@ pub fn progress_token(params: &Value) -> Option<&Value> {
 #[must_use]
 pub fn encode_result<R: Serialize + ?Sized>(id: &JsonRpcId, result: &R) -> Bytes {
     to_bytes(&OutResult { jsonrpc: "2.0", id, result })
+}
+
+/// Encode a success response whose result is already JSON (`result` must be one valid JSON
+/// value: it is written as it is).
+#[must_use]
+pub fn encode_result_raw(id: &JsonRpcId, result: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(result.len() + 48);
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    // An id is a string or an integer: serializing it into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut out, id);
+    out.extend_from_slice(b",\"result\":");
+    out.extend_from_slice(result);
+    out.push(b'}');
+    Bytes::from(out)
 }
 
 /// Encode an error response; the id is omitted when it is `None` (never `null`).

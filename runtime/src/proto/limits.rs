@@ -278,7 +278,7 @@ fn param_len(params: Option<&Value>, key: &str, limit: Limit, max: usize) -> Res
 /// The first [`LimitExceeded`] found.
 pub fn check_message(m: &Message, l: &MessageLimits) -> Result<(), LimitExceeded> {
     let (method, params) = match m {
-        Message::Request { id, method, params } => {
+        Message::Request { id, method, params, .. } => {
             id_ok(id, l)?;
             // Kept for the whole request and copied into every progress notification.
             match params.as_ref().and_then(crate::proto::jsonrpc::progress_token) {
@@ -288,7 +288,7 @@ pub fn check_message(m: &Message, l: &MessageLimits) -> Result<(), LimitExceeded
             }
             (method, params.as_ref())
         }
-        Message::Notification { method, params } => (method, params.as_ref()),
+        Message::Notification { method, params, .. } => (method, params.as_ref()),
         Message::Response { id, .. } => return id_ok(id, l),
         Message::ErrorResponse { id, .. } => return id.as_ref().map_or(Ok(()), |id| id_ok(id, l)),
     };
@@ -429,11 +429,11 @@ mod tests {
     #[test]
     fn ids_methods_names_and_uris_have_length_limits() {
         let l = MessageLimits { id_max_bytes: 8, method_max_bytes: 32, name_max_bytes: 8, uri_max_bytes: 64, ..MessageLimits::default() };
-        let req = |id: JsonRpcId, method: &str, params: Value| Message::Request { id, method: method.into(), params: Some(params) };
+        let req = |id: JsonRpcId, method: &str, params: Value| Message::Request { id, method: method.into(), params: Some(params), meta: None };
         assert!(check_message(&req(JsonRpcId::String("12345678".into()), "tools/call", json!({"name": "echo"})), &l).is_ok());
         let long_id = req(JsonRpcId::String("123456789".into()), "ping", json!({}));
         assert_eq!(check_message(&long_id, &l).unwrap_err().limit, Limit::IdLength);
-        let long_method = Message::Notification { method: "m".repeat(33), params: None };
+        let long_method = Message::Notification { method: "m".repeat(33), params: None, meta: None };
         assert_eq!(check_message(&long_method, &l).unwrap_err().limit, Limit::MethodLength);
         let long_name = req(JsonRpcId::Number(1), "tools/call", json!({"name": "n".repeat(9)}));
         assert_eq!(check_message(&long_name, &l).unwrap_err().limit, Limit::NameLength);

@@ -14,6 +14,7 @@ pub mod state;
 use serde_json::Value;
 
 use super::ids::JsonRpcId;
+pub use super::jsonrpc::WireMeta;
 use super::mcp::LogLevel;
 
 /// The modern protocol version.
@@ -56,8 +57,8 @@ pub fn name_param(method: &str) -> Option<&'static str> {
 /// without modern `_meta`, stays legacy: a legacy `initialize` negotiates in its body, and a
 /// session's request with it gets the legacy 400.)
 #[must_use]
-pub fn is_modern(header_version: Option<&str>, params: Option<&Value>) -> bool {
-    let in_meta = params.and_then(|p| p.get("_meta")).and_then(|m| m.get(meta::PROTOCOL_VERSION)).is_some();
+pub fn is_modern(header_version: Option<&str>, meta: Option<&WireMeta>) -> bool {
+    let in_meta = meta.is_some_and(|m| m.protocol_version.is_some());
     in_meta || header_version.map(str::trim).is_some_and(|v| MODERN_VERSIONS.contains(&v))
 }
 
@@ -113,30 +114,28 @@ pub struct ModernHead<'a> {
 ///
 /// # Errors
 /// The first [`ModernError`] the request breaks.
-pub fn check(head: &ModernHead<'_>, method: &str, params: Option<&Value>) -> Result<ModernMeta, ModernError> {
+pub fn check(head: &ModernHead<'_>, method: &str, params: Option<&Value>, wire: Option<Box<WireMeta>>) -> Result<ModernMeta, ModernError> {
     let header = head.protocol_version.map(str::trim).ok_or_else(|| ModernError::HeaderMismatch("missing MCP-Protocol-Version header".into()))?;
-    let m = params.and_then(|p| p.get("_meta"));
-    let missing: Vec<&str> = [meta::PROTOCOL_VERSION, meta::CLIENT_CAPABILITIES].into_iter().filter(|k| m.and_then(|m| m.get(*k)).is_none()).collect();
+    let w = wire.map(|b| *b).unwrap_or_default();
+    let missing: Vec<&str> = [(meta::PROTOCOL_VERSION, w.protocol_version.is_none()), (meta::CLIENT_CAPABILITIES, w.client_capabilities.is_none())].into_iter().filter_map(|(k, gone)| gone.then_some(k)).collect();
     if !missing.is_empty() {
         return Err(ModernError::InvalidMeta(format!("missing _meta keys: {}", missing.join(", "))));
     }
-    let version = m.and_then(|m| m.get(meta::PROTOCOL_VERSION)).and_then(Value::as_str).ok_or_else(|| ModernError::InvalidMeta(format!("_meta {} must be a string", meta::PROTOCOL_VERSION)))?;
+    let version = w.protocol_version.as_ref().and_then(Value::as_str).ok_or_else(|| ModernError::InvalidMeta(format!("_meta {} must be a string", meta::PROTOCOL_VERSION)))?;
     if version != header {
         return Err(ModernError::HeaderMismatch(format!("MCP-Protocol-Version {header:?} does not match _meta {version:?}")));
     }
     if !MODERN_VERSIONS.contains(&version) {
         return Err(ModernError::UnsupportedVersion(version.to_owned()));
     }
-    let capabilities = m.and_then(|m| m.get(meta::CLIENT_CAPABILITIES)).cloned().unwrap_or(Value::Null);
+    let capabilities = w.client_capabilities.unwrap_or(Value::Null);
     if !capabilities.is_object() {
         return Err(ModernError::InvalidMeta(format!("_meta {} must be an object", meta::CLIENT_CAPABILITIES)));
     }
-    if let Some(info) = m.and_then(|m| m.get(meta::CLIENT_INFO))
-        && !info.is_object()
-    {
+    if w.client_info_is_object == Some(false) {
         return Err(ModernError::InvalidMeta(format!("_meta {} must be an object", meta::CLIENT_INFO)));
     }
-    let log_level = match m.and_then(|m| m.get(meta::LOG_LEVEL)) {
+    let log_level = match w.log_level.as_ref() {
         None | Some(Value::Null) => None,
         Some(v) => Some(v.as_str().and_then(LogLevel::parse).ok_or_else(|| ModernError::InvalidMeta(format!("_meta {} must be a log level", meta::LOG_LEVEL)))?),
     };
@@ -209,6 +208,100 @@ pub fn complete_result(method: &str, mut result: Value, server_info: &Value, hin
         }
     }
     result
+}
+
+/// The fields [`complete_result`] adds, encoded once: a complete result is the handler's
+/// object with these appended (when it set neither `resultType` nor `_meta`), without
+/// rebuilding or cloning anything per request.
+#[derive(Debug, Clone)]
+pub struct ResultTails {
+    /// `"resultType":"complete","_meta":{serverInfo}`.
+    plain: Vec<u8>,
+    /// The same with `ttlMs` and `cacheScope` for lists and `server/discover`, and for
+    /// `resources/read`.
+    list: Vec<u8>,
+    read: Vec<u8>,
+    server_info: Value,
+    list_hints: CacheHints,
+    read_hints: CacheHints,
+}
+
+impl ResultTails {
+    /// The tails for `server_info` and the cache hints of lists and reads.
+    #[must_use]
+    pub fn new(server_info: &Value, list_hints: CacheHints, read_hints: CacheHints) -> ResultTails {
+        let meta = serde_json::to_string(&serde_json::json!({ meta::SERVER_INFO: server_info })).unwrap_or_default();
+        let scope = |h: CacheHints| if h.public { "public" } else { "private" };
+        ResultTails {
+            plain: format!(r#""resultType":"complete","_meta":{meta}"#).into_bytes(),
+            list: format!(r#""resultType":"complete","ttlMs":{},"cacheScope":"{}","_meta":{meta}"#, list_hints.ttl_ms, scope(list_hints)).into_bytes(),
+            read: format!(r#""resultType":"complete","ttlMs":{},"cacheScope":"{}","_meta":{meta}"#, read_hints.ttl_ms, scope(read_hints)).into_bytes(),
+            server_info: server_info.clone(),
+            list_hints,
+            read_hints,
+        }
+    }
+
+    /// The JSON of `method`'s complete result `result` (as [`complete_result`] makes it).
+    #[must_use]
+    pub fn encode(&self, method: &str, result: &Value) -> Vec<u8> {
+        let tail = match method {
+            "resources/read" => &self.read,
+            m if CACHEABLE.contains(&m) => &self.list,
+            _ => &self.plain,
+        };
+        match result {
+            Value::Object(m) if !m.contains_key("resultType") && !m.contains_key("_meta") => {
+                let mut out = Vec::with_capacity(128 + tail.len());
+                // A Value always serializes.
+                let _ = serde_json::to_writer(&mut out, result);
+                out.pop(); // the closing brace
+                if !m.is_empty() {
+                    out.push(b',');
+                }
+                out.extend_from_slice(tail);
+                out.push(b'}');
+                out
+            }
+            // The handler set resultType or _meta itself: merged the slow way.
+            other => {
+                let hints = if method == "resources/read" { self.read_hints } else { self.list_hints };
+                serde_json::to_vec(&complete_result(method, other.clone(), &self.server_info, hints)).unwrap_or_default()
+            }
+        }
+    }
+}
+
+/// The encoded results a modern request gets: the [`ResultTails`], and the results that never
+/// change while the process runs (`server/discover` and the four lists, first page), whole.
+#[derive(Debug, Clone)]
+pub struct ModernResults {
+    tails: ResultTails,
+    fixed: Vec<(&'static str, Vec<u8>)>,
+}
+
+impl ModernResults {
+    /// Encode `fixed` (method → its result before [`complete_result`]) once.
+    #[must_use]
+    pub fn new(tails: ResultTails, fixed: Vec<(&'static str, Value)>) -> ModernResults {
+        let fixed = fixed.into_iter().map(|(m, v)| (m, tails.encode(m, &v))).collect();
+        ModernResults { tails, fixed }
+    }
+
+    /// The tails.
+    #[must_use]
+    pub fn tails(&self) -> &ResultTails {
+        &self.tails
+    }
+
+    /// The whole result of `method` when it never changes (for params without a `cursor`).
+    #[must_use]
+    pub fn fixed(&self, method: &str, params: Option<&Value>) -> Option<&[u8]> {
+        if params.and_then(|p| p.get("cursor")).is_some_and(|c| !c.is_null()) {
+            return None;
+        }
+        self.fixed.iter().find(|(m, _)| *m == method).map(|(_, b)| b.as_slice())
+    }
 }
 
 /// The `server/discover` result (before [`complete_result`]).

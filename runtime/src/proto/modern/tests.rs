@@ -10,27 +10,36 @@ fn meta(extra: Value) -> Value {
     m
 }
 
+/// [`is_modern`] and [`check`] on a `params` value, as the parser would have split it.
+fn is_modern_v(header: Option<&str>, params: Option<&Value>) -> bool {
+    is_modern(header, params.and_then(WireMeta::of).as_ref())
+}
+
+fn check_v(h: &ModernHead<'_>, method: &str, params: Option<&Value>) -> Result<ModernMeta, ModernError> {
+    check(h, method, params, params.and_then(WireMeta::of).map(Box::new))
+}
+
 fn head<'a>(version: Option<&'a str>, method: Option<&'a str>, name: Option<&'a str>) -> ModernHead<'a> {
     ModernHead { protocol_version: version, method, name, unreadable: None }
 }
 
 #[test]
 fn a_request_is_modern_by_its_meta_or_a_non_legacy_version_header() {
-    assert!(is_modern(None, Some(&json!({"_meta": {meta::PROTOCOL_VERSION: "2026-07-28"}}))));
-    assert!(is_modern(Some("2026-07-28"), None), "header alone: modern (then refused for its missing _meta)");
-    assert!(is_modern(Some("v999.0.0"), Some(&json!({"_meta": {meta::PROTOCOL_VERSION: "v999.0.0"}}))));
-    assert!(!is_modern(Some("2099-01-01"), Some(&json!({"protocolVersion": "2025-11-25"}))), "a legacy initialize negotiates in its body");
-    assert!(!is_modern(Some("2025-11-25"), Some(&json!({"name": "x"}))), "a legacy session's request");
-    assert!(!is_modern(None, None), "no header, no meta: legacy (2025-03-26 assumed)");
-    assert!(!is_modern(None, Some(&json!({"_meta": {"progressToken": 1}}))));
+    assert!(is_modern_v(None, Some(&json!({"_meta": {meta::PROTOCOL_VERSION: "2026-07-28"}}))));
+    assert!(is_modern_v(Some("2026-07-28"), None), "header alone: modern (then refused for its missing _meta)");
+    assert!(is_modern_v(Some("v999.0.0"), Some(&json!({"_meta": {meta::PROTOCOL_VERSION: "v999.0.0"}}))));
+    assert!(!is_modern_v(Some("2099-01-01"), Some(&json!({"protocolVersion": "2025-11-25"}))), "a legacy initialize negotiates in its body");
+    assert!(!is_modern_v(Some("2025-11-25"), Some(&json!({"name": "x"}))), "a legacy session's request");
+    assert!(!is_modern_v(None, None), "no header, no meta: legacy (2025-03-26 assumed)");
+    assert!(!is_modern_v(None, Some(&json!({"_meta": {"progressToken": 1}}))));
 }
 
 #[test]
 fn each_modern_rule_gives_its_error_in_the_documented_order() {
     let ok = head(Some(VERSION), Some("tools/list"), None);
     let p = |m: Value| Some(json!({"_meta": m}));
-    assert!(check(&ok, "tools/list", p(meta(json!({}))).as_ref()).is_ok());
-    let err = |h: &ModernHead<'_>, method: &str, params: Option<Value>| check(h, method, params.as_ref()).unwrap_err();
+    assert!(check_v(&ok, "tools/list", p(meta(json!({}))).as_ref()).is_ok());
+    let err = |h: &ModernHead<'_>, method: &str, params: Option<Value>| check_v(h, method, params.as_ref()).unwrap_err();
     assert!(matches!(err(&head(None, Some("tools/list"), None), "tools/list", p(meta(json!({})))), ModernError::HeaderMismatch(_)));
     assert!(matches!(err(&ok, "tools/list", Some(json!({}))), ModernError::InvalidMeta(m) if m.contains("protocolVersion")));
     assert!(matches!(err(&ok, "tools/list", p(json!({meta::PROTOCOL_VERSION: VERSION}))), ModernError::InvalidMeta(m) if m.contains("clientCapabilities")));
@@ -50,17 +59,38 @@ fn each_modern_rule_gives_its_error_in_the_documented_order() {
 
 #[test]
 fn mcp_name_mirrors_the_tool_prompt_or_uri_after_decoding() {
-    let call = |name: Option<&str>| check(&head(Some(VERSION), Some("tools/call"), name), "tools/call", Some(&json!({"name": "élan", "_meta": meta(json!({}))})));
+    let call = |name: Option<&str>| check_v(&head(Some(VERSION), Some("tools/call"), name), "tools/call", Some(&json!({"name": "élan", "_meta": meta(json!({}))})));
     assert!(call(Some("=?base64?w6lsYW4=?=")).is_ok());
     assert!(matches!(call(None), Err(ModernError::HeaderMismatch(m)) if m.contains("Mcp-Name")));
     assert!(matches!(call(Some("other")), Err(ModernError::HeaderMismatch(_))));
-    let read = check(&head(Some(VERSION), Some("resources/read"), Some("test://x")), "resources/read", Some(&json!({"uri": "test://x", "_meta": meta(json!({}))})));
+    let read = check_v(&head(Some(VERSION), Some("resources/read"), Some("test://x")), "resources/read", Some(&json!({"uri": "test://x", "_meta": meta(json!({}))})));
     assert!(read.is_ok());
 }
 
 #[test]
 fn log_level_and_capabilities_come_from_meta() {
-    let m = check(&head(Some(VERSION), Some("tools/list"), None), "tools/list", Some(&json!({"_meta": meta(json!({meta::LOG_LEVEL: "warning", meta::CLIENT_CAPABILITIES: {"sampling": {}}}))}))).unwrap();
+    let m = check_v(&head(Some(VERSION), Some("tools/list"), None), "tools/list", Some(&json!({"_meta": meta(json!({meta::LOG_LEVEL: "warning", meta::CLIENT_CAPABILITIES: {"sampling": {}}}))}))).unwrap();
     assert_eq!(m.log_level, Some(LogLevel::Warning));
     assert_eq!(m.capabilities, json!({"sampling": {}}));
+}
+
+#[test]
+fn a_result_encoded_with_its_tail_equals_the_completed_result() {
+    let info = json!({"name": "s", "version": "1"});
+    let (list, read) = (CacheHints { ttl_ms: 300, public: true }, CacheHints { ttl_ms: 0, public: false });
+    let tails = ResultTails::new(&info, list, read);
+    let cases = [
+        ("tools/call", json!({"content": [{"type": "text", "text": "h\"i"}]})),
+        ("tools/call", json!({})),
+        ("tools/call", json!({"content": [], "_meta": {"x": 1}})),
+        ("tools/call", json!({"resultType": "input_required", "inputRequests": {}})),
+        ("tools/list", json!({"tools": []})),
+        ("server/discover", json!({"supportedVersions": [VERSION]})),
+        ("resources/read", json!({"contents": []})),
+    ];
+    for (method, result) in cases {
+        let hints = if method == "resources/read" { read } else { list };
+        let fast: Value = serde_json::from_slice(&tails.encode(method, &result)).unwrap();
+        assert_eq!(fast, complete_result(method, result.clone(), &info, hints), "{method} {result}");
+    }
 }
