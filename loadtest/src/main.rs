@@ -456,7 +456,7 @@ fn main() -> ExitCode {
             }
             let faults = match parse_faults(&specs) {
                 Ok(rates) if rates.is_empty() => None,
-                Ok(rates) => Some(proxy::FaultPlan { rates, seed, other_token: None, limit: None }),
+                Ok(rates) => Some(proxy::FaultPlan { rates, seed, other_token: None, limit: None, token_rewrite_modern_tools: Vec::new() }),
                 Err(e) => {
                     eprintln!("mcp-load: {e}");
                     return ExitCode::from(2);

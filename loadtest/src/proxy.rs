@@ -127,6 +127,11 @@ pub(crate) struct FaultPlan {
     pub(crate) other_token: Option<String>,
     /// Each scenario fires at most this many times (`None`: no limit).
     pub(crate) limit: Option<u64>,
+    /// A 2026-07-28 `tools/call` gets the old-token rewrite only when its `Mcp-Name` is one of
+    /// these (read-only tools): served as another principal, a write would be keyed in that
+    /// principal's receipts, and a re-issue after a later fault (crash, drain) under the right
+    /// token would run it a second time. Empty: every modern request may be rewritten.
+    pub(crate) token_rewrite_modern_tools: Vec<String>,
 }
 
 impl FaultPlan {
@@ -566,7 +571,7 @@ async fn send(p: &Proxy, up: &mut Option<Conn>, req: &Request) -> IoResult<Optio
 fn choose_rewrite(p: &Proxy, req: &Request, has_session: bool, resume: bool, stormable: bool, modern: bool) -> Rewrite {
     let candidates = [
         (Scenario::OriginRewrite, true, Rewrite::Origin),
-        (Scenario::OldToken, (has_session || modern) && p.plan.other_token.is_some(), Rewrite::Token),
+        (Scenario::OldToken, (has_session || (modern && modern_token_rewritable(p, req))) && p.plan.other_token.is_some(), Rewrite::Token),
         (Scenario::MissingVersion, has_session, Rewrite::Version),
         (Scenario::ForeignCursor, resume, Rewrite::Cursor),
         // A legacy reconnect episode, or a modern request (which has no resumes).
@@ -574,6 +579,13 @@ fn choose_rewrite(p: &Proxy, req: &Request, has_session: bool, resume: bool, sto
         (Scenario::LostDelete, req.method == "DELETE" && has_session, Rewrite::LostDelete),
     ];
     candidates.into_iter().find(|(s, applies, _)| *applies && p.roll(*s)).map_or(Rewrite::None, |(_, _, r)| r)
+}
+
+/// Whether a 2026-07-28 request may be sent with another principal's token (see
+/// [`FaultPlan::token_rewrite_modern_tools`]).
+fn modern_token_rewritable(p: &Proxy, req: &Request) -> bool {
+    let tools = &p.plan.token_rewrite_modern_tools;
+    tools.is_empty() || req.header("mcp-method") != Some("tools/call") || req.header("mcp-name").is_some_and(|n| tools.iter().any(|t| t == n))
 }
 
 fn choose_event_faults(p: &Proxy, is_call: bool, modern: bool) -> EventFaults {

@@ -52,7 +52,7 @@ async fn serve() -> std::net::SocketAddr {
 /// Server + proxy with `faults` (each firing at most `limit` times).
 async fn setup(faults: &[(Scenario, f64)], limit: Option<u64>) -> (String, std::rc::Rc<proxy::Proxy>) {
     let upstream = serve().await;
-    let plan = FaultPlan { rates: faults.iter().copied().collect::<BTreeMap<_, _>>(), seed: 7, other_token: Some(BOB.into()), limit };
+    let plan = FaultPlan { rates: faults.iter().copied().collect::<BTreeMap<_, _>>(), seed: 7, other_token: Some(BOB.into()), limit, token_rewrite_modern_tools: Vec::new() };
     let (addr, p) = proxy::start(upstream, plan).await.expect("proxy");
     (format!("http://{addr}/mcp"), p)
 }

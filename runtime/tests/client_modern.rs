@@ -106,7 +106,7 @@ async fn mirrored_argument_headers_are_learnt_from_tools_list_even_when_the_call
 }
 
 #[actix_web::test]
-async fn a_drained_idempotent_request_is_reissued_under_a_new_id_and_a_write_is_reported_lost() {
+async fn a_drained_idempotent_request_is_reissued_and_a_write_is_reported_lost() {
     let gate = common::Gate::default();
     let (url, sup) = serve(common::cfg(|c| c.shutdown.grace_secs = 0), gate.clone()).await;
     let c = McpClient::connect(modern_cfg(&url, Era::Modern), MemoryJournal::new(64)).await.unwrap();

@@ -52,7 +52,12 @@ pub fn request_headers(method: &str, params: &Value, mirrored: &[HeaderParam]) -
             let text = match v {
                 Some(Value::String(s)) => encode_value(s),
                 Some(Value::Bool(b)) => b.to_string(),
-                Some(Value::Number(n)) => n.to_string(),
+                // The server compares integers as numbers: `42.0` is sent as `42`.
+                Some(Value::Number(n)) => match (n.as_i64(), n.as_f64()) {
+                    (Some(i), _) => i.to_string(),
+                    (None, Some(f)) if f.fract() == 0.0 && f.abs() < 9.0e15 => format!("{}", f as i64),
+                    _ => n.to_string(),
+                },
                 _ => continue,
             };
             h.push((format!("Mcp-Param-{}", p.name), text));
@@ -82,10 +87,12 @@ pub fn header_params_of_tools(list: &Value) -> Vec<(String, Vec<HeaderParam>)> {
 pub enum Discovered {
     /// The server speaks 2026-07-28; its capabilities.
     Modern(Value),
-    /// A recognised modern refusal (`-32022`, `-32021`, `-32020`, `-32602`): the server is
-    /// modern but refused this request; the message says why. Do not fall back.
+    /// A recognised modern refusal (a `400` with `-32022`, `-32021`, `-32020`, or `-32602`
+    /// about `_meta`): the server is modern but refused this request; the message says why.
+    /// Do not fall back.
     ModernRefusal(String),
-    /// Anything else (an empty or unrecognised body, a legacy 400 or 404): not a modern server.
+    /// Anything else (an empty or unrecognised body, a legacy 400 or 404, a `-32602` that is
+    /// not about `_meta`): not a modern server.
     NotModern,
 }
 
@@ -100,11 +107,12 @@ pub fn discovered(status: u16, body: &[u8]) -> Discovered {
         return Discovered::Modern(r.get("capabilities").cloned().unwrap_or_else(|| json!({})));
     }
     let code = v.pointer("/error/code").and_then(Value::as_i64);
+    let msg = v.pointer("/error/message").and_then(Value::as_str).unwrap_or_default();
     match code {
-        Some(c @ (-32022 | -32021 | -32020 | -32602)) => {
-            let msg = v.pointer("/error/message").and_then(Value::as_str).unwrap_or_default();
-            Discovered::ModernRefusal(format!("{c}: {msg}"))
-        }
+        // SPEC.md §3.9: only on a 400, and -32602 only for missing `_meta` (a legacy server
+        // says -32602 for params it cannot read, too).
+        Some(c @ -32022..=-32020) if status == 400 => Discovered::ModernRefusal(format!("{c}: {msg}")),
+        Some(c @ -32602) if status == 400 && msg.contains("_meta") => Discovered::ModernRefusal(format!("{c}: {msg}")),
         _ => Discovered::NotModern,
     }
 }

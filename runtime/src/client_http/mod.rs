@@ -270,6 +270,11 @@ struct Reissue {
 }
 
 impl Reissue {
+    /// The request failed (now, if it had not before): its window starts.
+    fn failed(&mut self) {
+        self.since.get_or_insert_with(tokio::time::Instant::now);
+    }
+
     /// After `failure`: `Ok` to send the request again (the pause and the reconnect budget
     /// already waited), else the error that ends it.
     async fn after<J: Journal>(&mut self, c: &McpClient<J>, failure: Failure, idempotent: bool, method: &str) -> Result<(), ClientError> {
@@ -365,9 +370,9 @@ impl<J: Journal> McpClient<J> {
         let modern = match cfg.era {
             Era::Legacy => None,
             Era::Modern | Era::Auto => match Self::discover_with(&http, &cfg).await? {
-                Some(state) => Some(state),
-                None if cfg.era == Era::Auto => None,
-                None => return Err(ClientError::Http(400, "server/discover: the server does not speak 2026-07-28".into())),
+                Ok(state) => Some(state),
+                Err(_) if cfg.era == Era::Auto => None,
+                Err(status) => return Err(ClientError::Http(status, "server/discover: the server does not speak 2026-07-28".into())),
             },
         };
         let (session_id, version) = match modern {
@@ -660,6 +665,8 @@ impl<J: Journal> McpClient<J> {
                 Ok(v) => return Ok(v),
                 Err(f) => f,
             };
+            // The re-issue window starts at the first failure, before any new handshake.
+            retry.failed();
             if let Failure::Gone(generation) = failure {
                     {
                         let mut i = self.inner.borrow_mut();

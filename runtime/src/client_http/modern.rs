@@ -61,12 +61,13 @@ async fn body_of(resp: &mut awc::ClientResponse) -> Result<Bytes, ClientError> {
 }
 
 impl<J: Journal> McpClient<J> {
-    /// `server/discover`: `Some` for a 2026-07-28 server, `None` for a server that does not
-    /// answer it as one (an unrecognised refusal: the caller may fall back to `initialize`).
+    /// `server/discover`: the state for a 2026-07-28 server, or the status of a server that
+    /// does not answer it as one (an unrecognised refusal: the caller may fall back to
+    /// `initialize`).
     ///
     /// # Errors
     /// A transport failure, 401/403, 429/503, or a recognised modern refusal.
-    pub(super) async fn discover_with(http: &awc::Client, cfg: &ClientConfig) -> Result<Option<ModernState>, ClientError> {
+    pub(super) async fn discover_with(http: &awc::Client, cfg: &ClientConfig) -> Result<Result<ModernState, u16>, ClientError> {
         let params = rules::request_params(None, &cfg.capabilities, &client_info());
         let headers = rules::request_headers("server/discover", &params, &[]);
         let body = encode_request(&JsonRpcId::Number(0), "server/discover", Some(&params));
@@ -79,9 +80,9 @@ impl<J: Journal> McpClient<J> {
             _ => {}
         }
         match rules::discovered(status, &bytes) {
-            Discovered::Modern(capabilities) => Ok(Some(ModernState { capabilities, tool_headers: HashMap::new() })),
+            Discovered::Modern(capabilities) => Ok(Ok(ModernState { capabilities, tool_headers: HashMap::new() })),
             Discovered::ModernRefusal(why) => Err(ClientError::Http(status, format!("server/discover refused: {why}"))),
-            Discovered::NotModern => Ok(None),
+            Discovered::NotModern => Ok(Err(status)),
         }
     }
 
@@ -142,10 +143,15 @@ impl<J: Journal> McpClient<J> {
         }
     }
 
+    /// Remember the mirrored parameters of the tools in a `tools/list` page (merged: a later
+    /// page does not forget an earlier one's; a listed tool without any is forgotten).
     fn learn_tools(&self, list: &Value) {
         let mut i = self.inner.borrow_mut();
         if let Some(m) = i.modern.as_mut() {
-            m.tool_headers = rules::header_params_of_tools(list).into_iter().collect();
+            for name in list.get("tools").and_then(Value::as_array).into_iter().flatten().filter_map(|t| t.get("name")?.as_str()) {
+                m.tool_headers.remove(name);
+            }
+            m.tool_headers.extend(rules::header_params_of_tools(list));
         }
     }
 

@@ -7,14 +7,15 @@
 //! Bounds: a place among `modern.listen_max` and the caller's `modern.listen_per_caller`,
 //! held by the task; a queue of [`FRAME_QUEUE`] frames to the connection (a reader that stops
 //! reading stalls only its own task, whose list changes coalesce meanwhile and whose missed
-//! resource updates become "read every subscribed URI again"). The task ends when the client
-//! closes the stream (the queue's receiver is dropped with the response body), and on a drain
-//! or stop, after the completion result.
+//! resource updates become "read every subscribed URI again"); a reader that has not taken a
+//! frame for two keep-alive periods is dropped (the stream ends without a completion: the
+//! client may reconnect). The task ends when the client closes the stream (the queue's
+//! receiver is dropped with the response body), and on a drain or stop, after the completion
+//! result.
 
 use std::sync::Arc;
 
 use actix_web::HttpResponse;
-use actix_web::http::header;
 use bytes::Bytes;
 use tokio::sync::{broadcast, mpsc, watch};
 
@@ -23,7 +24,7 @@ use crate::proto::admission::ReplyMode;
 use crate::proto::error::Rejection;
 use crate::proto::ids::JsonRpcId;
 use crate::proto::modern::ModernError;
-use crate::proto::modern::listen::{EndReason, Filter, FilterLimits, Subscription};
+use crate::proto::modern::listen::{Filter, FilterLimits, Subscription};
 use crate::tools::ChangeFeed;
 
 /// Frames waiting for a listen stream's connection.
@@ -51,25 +52,28 @@ pub(super) fn open(sup: &Arc<Supervisor>, caller: QuotaKey, id: JsonRpcId, param
     let (tx, rx) = mpsc::channel(FRAME_QUEUE);
     let keepalive = std::time::Duration::from_millis(cfg.sse.keepalive_ms);
     actix_rt::spawn(run(sub, feed, sup.lifecycle(), tx, keepalive, Arc::clone(sup.stats()), place));
-    Ok(HttpResponse::Ok()
-        .content_type("text/event-stream")
-        .insert_header((header::CACHE_CONTROL, "no-cache, no-transform"))
-        .insert_header(("X-Accel-Buffering", "no"))
-        .streaming(Frames(rx)))
+    Ok(super::sse_streaming(Frames(rx)))
 }
 
 fn stopping(l: &Lifecycle) -> bool {
     matches!(l.phase, Phase::Draining | Phase::Stopped)
 }
 
+/// Queue `frame` for the connection; `false` when the client is gone or has not read for
+/// `stall` (then the stream ends).
+async fn send(tx: &mpsc::Sender<Bytes>, frame: Bytes, stall: std::time::Duration) -> bool {
+    matches!(tokio::time::timeout(stall, tx.send(frame)).await, Ok(Ok(())))
+}
+
 /// Drive one subscription until its client closes the stream or the server ends it.
 async fn run(mut sub: Subscription, mut feed: ChangeFeed, mut life: watch::Receiver<Lifecycle>, tx: mpsc::Sender<Bytes>, keepalive: std::time::Duration, stats: Arc<RuntimeStats>, _place: ListenPlace) {
+    let stall = keepalive.saturating_mul(2).max(std::time::Duration::from_secs(1));
     if stopping(&life.borrow_and_update()) {
-        sub.handle_end(EndReason::Stopping);
+        sub.handle_end();
     }
     loop {
         while let Some(frame) = sub.poll_frame() {
-            if tx.send(crate::sse::data_frame(&frame)).await.is_err() {
+            if !send(&tx, crate::sse::data_frame(&frame), stall).await {
                 return;
             }
         }
@@ -83,21 +87,21 @@ async fn run(mut sub: Subscription, mut feed: ChangeFeed, mut life: watch::Recei
             r = feed.lists.changed() => match r {
                 Ok(()) => sub.handle_lists(*feed.lists.borrow_and_update()),
                 // The catalog is gone: the server is going away.
-                Err(_) => sub.handle_end(EndReason::Stopping),
+                Err(_) => sub.handle_end(),
             },
             r = feed.updates.recv() => match r {
                 Ok(uri) => sub.handle_updated(&uri),
                 Err(broadcast::error::RecvError::Lagged(_)) => sub.handle_missed_updates(),
-                Err(broadcast::error::RecvError::Closed) => sub.handle_end(EndReason::Stopping),
+                Err(broadcast::error::RecvError::Closed) => sub.handle_end(),
             },
             // After the changes that came before it: they are sent ahead of the completion.
             r = life.changed() => {
                 if r.is_err() || stopping(&life.borrow_and_update()) {
-                    sub.handle_end(EndReason::Stopping);
+                    sub.handle_end();
                 }
             }
             () = tokio::time::sleep(keepalive) => {
-                if tx.send(Bytes::from_static(b": keep-alive\n\n")).await.is_err() {
+                if !send(&tx, Bytes::from_static(crate::sse::COMMENT_KEEPALIVE), stall).await {
                     return;
                 }
             }

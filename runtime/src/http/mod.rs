@@ -135,12 +135,20 @@ async fn read_body(mut payload: web::Payload, limit: usize, declared: Option<usi
     tokio::time::timeout(deadline, read).await.map_err(|_| Rejection::BodyTimeout)?
 }
 
+/// The head of every SSE response: no caching or transformation, no proxy buffering.
+fn sse_head() -> actix_web::HttpResponseBuilder {
+    let mut b = HttpResponse::Ok();
+    b.content_type("text/event-stream").insert_header((header::CACHE_CONTROL, "no-cache, no-transform")).insert_header(("X-Accel-Buffering", "no"));
+    b
+}
+
 fn sse(body: SseBody) -> HttpResponse {
-    HttpResponse::Ok()
-        .content_type("text/event-stream")
-        .insert_header((header::CACHE_CONTROL, "no-cache, no-transform"))
-        .insert_header(("X-Accel-Buffering", "no"))
-        .body(body)
+    sse_head().body(body)
+}
+
+/// An SSE response streaming `frames`.
+fn sse_streaming(frames: impl futures_core::Stream<Item = Result<Bytes, std::convert::Infallible>> + 'static) -> HttpResponse {
+    sse_head().streaming(frames)
 }
 
 fn json(bytes: Bytes) -> HttpResponse {

@@ -12,7 +12,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse};
 use bytes::Bytes;
 use futures_core::Stream;
@@ -50,7 +49,7 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
     if let Some(result) = sup.modern_results().fixed(&method, params.as_ref()) {
         sup.stats().modern_served();
         drop(place);
-        return Ok(json(encode_result_raw(&id, result)));
+        return Ok(super::json(encode_result_raw(&id, result)));
     }
     let catalog = sup.catalog();
     let refuse = |error| Rejection::Modern { error, id: Some(id.clone()) };
@@ -118,11 +117,12 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
     };
     match first {
         Poll::Ready(r) if !finish.out.has_queued() => {
-            sup.stats().modern_served();
             drop(place);
             // Anything the handler left running may notify no more.
             finish.out.close();
-            Ok(json(finish.encode(&id, r)?))
+            let answer = finish.encode(&id, r)?;
+            sup.stats().modern_served();
+            Ok(super::json(answer))
         }
         first => {
             let generation = generation.unwrap_or_else(|| sup.generations().enter_current(Counted::InFlight));
@@ -133,22 +133,16 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
             };
             let keepalive = std::time::Duration::from_millis(sup.config().sse.keepalive_ms);
             let ended = Box::pin(generation.generation().stateless_ended());
-            let rx = finish.out.take_receiver();
+            // Streaming from here: the queue exists now, so a notification from anything the
+            // handler spawned wakes the body at once.
+            let rx = finish.out.open();
             let body = ModernBody { handler: Some(handler), rx, ready, finish, id, cancel, stats: Arc::clone(sup.stats()), _place: place, _generation: generation, ended, keepalive, tick: Box::pin(tokio::time::sleep(keepalive)), done: false };
             if reply == ReplyMode::Json {
                 return Ok(HttpResponse::Ok().content_type("application/json").streaming(JsonOnce(body)));
             }
-            Ok(HttpResponse::Ok()
-                .content_type("text/event-stream")
-                .insert_header((header::CACHE_CONTROL, "no-cache, no-transform"))
-                .insert_header(("X-Accel-Buffering", "no"))
-                .streaming(body))
+            Ok(super::sse_streaming(body))
         }
     }
-}
-
-fn json(bytes: Bytes) -> HttpResponse {
-    HttpResponse::Ok().content_type("application/json").body(bytes)
 }
 
 /// How a handler's outcome becomes the response body.
@@ -221,6 +215,21 @@ impl Outbound {
     /// The receiver, once the handler has notified (for the response body).
     fn take_receiver(&self) -> Option<mpsc::Receiver<Bytes>> {
         match &mut *self.queue.lock() {
+            Queue::Open(_, rx) => rx.take(),
+            Queue::Unused | Queue::Closed => None,
+        }
+    }
+
+    /// The receiver, making the queue if the handler has not notified yet (`None` when
+    /// notifications are dropped: JSON only, or over).
+    fn open(&self) -> Option<mpsc::Receiver<Bytes>> {
+        let mut q = self.queue.lock();
+        if matches!(*q, Queue::Unused) {
+            let (tx, rx) = mpsc::channel(NOTIFY_QUEUE);
+            *q = Queue::Open(tx, None);
+            return Some(rx);
+        }
+        match &mut *q {
             Queue::Open(_, rx) => rx.take(),
             Queue::Unused | Queue::Closed => None,
         }
@@ -405,7 +414,7 @@ impl Stream for ModernBody {
         }
         if this.tick.as_mut().poll(cx).is_ready() {
             this.tick.as_mut().reset(tokio::time::Instant::now() + this.keepalive);
-            return Poll::Ready(Some(Ok(Bytes::from_static(b": keep-alive\n\n"))));
+            return Poll::Ready(Some(Ok(Bytes::from_static(crate::sse::COMMENT_KEEPALIVE))));
         }
         Poll::Pending
     }
@@ -420,19 +429,20 @@ impl ModernBody {
             return;
         }
         let Some(h) = self.handler.as_mut() else { return };
-        if self.ended.as_mut().poll(cx).is_ready() {
-            // Its tool stops first; then the error is its answer.
-            self.cancel.cancel();
-            self.handler = None;
-            let error = ErrorObject::new(
-                code::DRAINED,
-                "The server is stopping (or rolled back) and this request did not finish within the drain's grace period; it was stopped and its outcome is unknown. Re-issue it, with a new id, if running it again is safe.",
-            );
-            self.ready = Some(encode_error(Some(&self.id), &error));
-            return;
-        }
         let r = match h.as_mut().poll(cx) {
             Poll::Ready(r) => r,
+            // A handler that finished in this poll is answered with its result, not "drained".
+            Poll::Pending if self.ended.as_mut().poll(cx).is_ready() => {
+                // Its tool stops first; then the error is its answer.
+                self.cancel.cancel();
+                self.handler = None;
+                let error = ErrorObject::new(
+                    code::DRAINED,
+                    "The server is stopping (or rolled back) and this request did not finish within the drain's grace period; it was stopped and its outcome is unknown. Re-issue it, with a new id, if running it again is safe.",
+                );
+                self.ready = Some(encode_error(Some(&self.id), &error));
+                return;
+            }
             Poll::Pending => match self.finish.asked() {
                 Some(r) => {
                     self.cancel.cancel();

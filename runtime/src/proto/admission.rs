@@ -426,7 +426,10 @@ pub fn admit_head(head: &RequestHead<'_>, policy: &AdmitPolicy) -> Result<HeadAd
         // 2026-07-28 has no sessions: no GET stream, no DELETE (SPEC.md §3.8).
         return Err(Rejection::Modern { error: super::modern::ModernError::NoSessionMethods, id: None });
     }
-    if let Some(name) = head.invalid_session_header.filter(|_| head.method != HttpMethod::Post) {
+    // Refused here, in the legacy order, unless a 2026-07-28 POST may ignore it (decided with
+    // its body).
+    let modern_header = head.protocol_version.is_some_and(|v| super::modern::is_modern(Some(v), None));
+    if let Some(name) = head.invalid_session_header.filter(|_| head.method != HttpMethod::Post || !modern_header) {
         return Err(Rejection::InvalidHeader(name));
     }
     let command = match head.method {

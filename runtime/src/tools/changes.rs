@@ -79,12 +79,6 @@ impl Changes {
         true
     }
 
-    /// The list counters now.
-    #[must_use]
-    pub fn list_versions(&self) -> ListVersions {
-        *self.lists.borrow()
-    }
-
     /// A feed of the changes from now on.
     #[must_use]
     pub fn feed(&self) -> ChangeFeed {

@@ -19,7 +19,6 @@
 //! principal; each namespace remembers [`KEYS_PER_PRINCIPAL`] keys, oldest forgotten first.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::io::{BufRead, Write};
 
 use std::path::Path;
 use std::sync::Arc;
@@ -50,7 +49,14 @@ struct Ledger {
     duplicates: u64,
     /// `ledger_set` executions.
     sets: u64,
-    journal: Option<std::fs::File>,
+    /// The principal each recent key was first applied under (bounded like a namespace, over
+    /// all principals), and the keys applied under a second principal: fine for two callers
+    /// that chose one key, a failure when one call was applied as two callers (`mcp-load`'s
+    /// keys are unique per call, so the gate requires zero).
+    owners: HashMap<String, Option<String>>,
+    owner_order: VecDeque<String>,
+    cross_principal: u64,
+    journal: Option<super::journal::JsonlJournal>,
 }
 
 impl Ledger {
@@ -61,33 +67,30 @@ impl Ledger {
     /// Open (or create) the journal at `path` and count what it holds.
     fn with_journal(capacity: usize, path: &Path) -> std::io::Result<Ledger> {
         let mut l = Ledger::new(capacity);
-        let mut torn = false;
-        if let Ok(f) = std::fs::File::open(path) {
-            for line in std::io::BufReader::new(f).split(b'\n') {
-                let line = line?;
-                // A line torn by a kill is the last one: its write was not answered.
-                match serde_json::from_slice::<Value>(&line) {
-                    Ok(v) => {
-                        if let Some(k) = v["k"].as_str() {
-                            l.count(v["p"].as_str(), k);
-                        }
-                        torn = false;
-                    }
-                    Err(_) => torn = !line.is_empty(),
-                }
+        let journal = super::journal::JsonlJournal::open(path, |v| {
+            if let Some(k) = v["k"].as_str() {
+                l.count(v["p"].as_str(), k);
             }
-        }
-        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
-        if torn {
-            // End the torn line, so the next one is whole.
-            f.write_all(b"\n")?;
-        }
-        l.journal = Some(f);
+        })?;
+        l.journal = Some(journal);
         Ok(l)
     }
 
     fn count(&mut self, principal: Option<&str>, key: &str) -> u64 {
         self.applied += 1;
+        match self.owners.get(key) {
+            Some(first) if first.as_deref() != principal => self.cross_principal += 1,
+            Some(_) => {}
+            None => {
+                self.owners.insert(key.to_owned(), principal.map(str::to_owned));
+                self.owner_order.push_back(key.to_owned());
+                if self.owner_order.len() > self.capacity
+                    && let Some(old) = self.owner_order.pop_front()
+                {
+                    self.owners.remove(&old);
+                }
+            }
+        }
         let space = self.spaces.entry(principal.map(str::to_owned)).or_default();
         if !space.keys.insert(key.to_owned()) {
             self.duplicates += 1;
@@ -104,15 +107,14 @@ impl Ledger {
 
     /// Apply the write for `key` of `principal`; returns its sequence number.
     fn append(&mut self, principal: Option<&str>, key: &str) -> std::io::Result<u64> {
-        if let Some(f) = &mut self.journal {
-            // In the page cache before the answer: a kill of the process keeps it.
-            writeln!(f, "{}", json!({"p": principal, "k": key}))?;
+        if let Some(j) = &mut self.journal {
+            j.append(&json!({"p": principal, "k": key}))?;
         }
         Ok(self.count(principal, key))
     }
 
     fn stats(&self) -> Value {
-        json!({"applied": self.applied, "keys": self.applied - self.duplicates, "duplicates": self.duplicates, "sets": self.sets})
+        json!({"applied": self.applied, "keys": self.applied - self.duplicates, "duplicates": self.duplicates, "cross_principal": self.cross_principal, "sets": self.sets})
     }
 }
 
@@ -200,6 +202,8 @@ pub(crate) fn pack(journal: Option<&Path>) -> Result<CatalogBuilder, String> {
 
 #[cfg(test)]
 mod tests {
+    use std::io::Write;
+
     use super::*;
 
     #[test]
@@ -209,7 +213,7 @@ mod tests {
         assert_eq!(l.append(None, "b").unwrap(), 2);
         assert_eq!(l.stats()["duplicates"], 0);
         l.append(None, "a").unwrap();
-        assert_eq!(l.stats(), json!({"applied": 3, "keys": 2, "duplicates": 1, "sets": 0}));
+        assert_eq!(l.stats(), json!({"applied": 3, "keys": 2, "duplicates": 1, "cross_principal": 0, "sets": 0}));
     }
 
     #[test]
@@ -218,6 +222,7 @@ mod tests {
         l.append(Some("alice"), "k").unwrap();
         l.append(Some("bob"), "k").unwrap();
         assert_eq!(l.stats()["duplicates"], 0, "bob's key is not alice's");
+        assert_eq!(l.stats()["cross_principal"], 1, "but one key under two callers is counted apart");
         for k in ["x", "y", "z"] {
             l.append(Some("mallory"), k).unwrap();
         }

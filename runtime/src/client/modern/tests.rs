@@ -23,7 +23,7 @@ fn headers_mirror_method_name_and_annotated_arguments_as_the_server_checks_them(
     let list = json!({"tools": [{"name": "t", "inputSchema": schema}, {"name": "plain", "inputSchema": {"type": "object"}}]});
     let mirrored = header_params_of_tools(&list);
     assert_eq!(mirrored.len(), 1, "only annotated tools");
-    let params = json!({"name": "t", "arguments": {"region": "élève", "n": 42, "flag": true}});
+    let params = json!({"name": "t", "arguments": {"region": "élève", "n": 42.0, "flag": true}});
     let h = request_headers("tools/call", &params, &mirrored[0].1);
     let get = |k: &str| h.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
     assert_eq!(get("MCP-Protocol-Version"), Some("2026-07-28"));
@@ -48,6 +48,12 @@ fn discover_tells_a_modern_server_a_modern_refusal_and_anything_else_apart() {
     assert!(matches!(discovered(400, refusal), Discovered::ModernRefusal(m) if m.contains("-32022")));
     assert_eq!(discovered(400, br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Bad Request: missing MCP-Session-Id header"}}"#), Discovered::NotModern);
     assert_eq!(discovered(404, b""), Discovered::NotModern);
+    let legacy_params = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"Invalid request parameters"}}"#;
+    assert_eq!(discovered(200, legacy_params), Discovered::NotModern, "a legacy server's -32602 is no modern refusal");
+    assert_eq!(discovered(400, legacy_params), Discovered::NotModern, "nor on a 400 unless it is about _meta");
+    let missing_meta = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"Invalid params: missing _meta keys: x"}}"#;
+    assert!(matches!(discovered(400, missing_meta), Discovered::ModernRefusal(_)));
+    assert_eq!(discovered(200, refusal), Discovered::NotModern, "a refusal is a 400");
     let other_version = br#"{"jsonrpc":"2.0","id":1,"result":{"supportedVersions":["2099-01-01"],"capabilities":{}}}"#;
     assert_eq!(discovered(200, other_version), Discovered::NotModern);
 }

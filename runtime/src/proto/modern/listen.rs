@@ -178,12 +178,6 @@ impl Filter {
         self.uris.iter().any(|s| uri == s || uri.strip_prefix(s.as_str()).is_some_and(|rest| s.ends_with('/') || rest.starts_with('/')))
     }
 
-    /// The subscribed URIs.
-    #[must_use]
-    pub fn uris(&self) -> &[String] {
-        &self.uris
-    }
-
     /// As sent on the wire: only the fields that are set.
     #[must_use]
     pub fn to_value(&self) -> Value {
@@ -209,13 +203,6 @@ pub fn completion(id: &JsonRpcId, server_info: &Value) -> Bytes {
     let mut m = tagged(id);
     m[meta::SERVER_INFO] = server_info.clone();
     encode_result(id, &json!({"resultType": "complete", "_meta": m}))
-}
-
-/// Why a subscription is being ended by the server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EndReason {
-    /// The server is draining or stopping.
-    Stopping,
 }
 
 /// One subscription's state: what its client has been told, and the frames still to send.
@@ -279,9 +266,9 @@ impl Subscription {
         self.out.push_back(encode_notification("notifications/resources/updated", Some(&json!({"_meta": tagged(&self.id), "uri": uri}))));
     }
 
-    /// The server ends the subscription: after what is queued, the completion result; then
-    /// nothing more.
-    pub fn handle_end(&mut self, _why: EndReason) {
+    /// The server ends the subscription (it is draining or stopping): after what is queued,
+    /// the completion result; then nothing more.
+    pub fn handle_end(&mut self) {
         if !self.ended {
             self.ended = true;
             self.out.push_back(completion(&self.id, &self.server_info));
@@ -298,12 +285,6 @@ impl Subscription {
     #[must_use]
     pub fn is_finished(&self) -> bool {
         self.ended && self.out.is_empty()
-    }
-
-    /// The honoured filter.
-    #[must_use]
-    pub fn filter(&self) -> &Filter {
-        &self.filter
     }
 }
 

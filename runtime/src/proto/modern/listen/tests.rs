@@ -86,7 +86,7 @@ fn the_server_ends_a_subscription_with_the_completion_result_and_then_sends_noth
     let mut v = ListVersions::default();
     v.bump(ListKind::Tools);
     s.handle_lists(v);
-    s.handle_end(EndReason::Stopping);
+    s.handle_end();
     assert!(!s.is_finished(), "queued frames go out first");
     let f = frames(&mut s);
     assert_eq!(f.len(), 3);
@@ -97,7 +97,7 @@ fn the_server_ends_a_subscription_with_the_completion_result_and_then_sends_noth
     assert!(s.is_finished());
     v.bump(ListKind::Tools);
     s.handle_lists(v);
-    s.handle_end(EndReason::Stopping);
+    s.handle_end();
     assert!(frames(&mut s).is_empty(), "nothing after the completion");
 }
 

@@ -1,0 +1,40 @@
+//! A JSON-lines journal for the packs that count effects across restarts (`ledger`, `basket`):
+//! one object per line, written before the tool answers (in the page cache: a kill of the
+//! process keeps it). A line torn by a kill can only be the last one, whose write was never
+//! answered: it is skipped on reading, and ended so the next line is whole.
+
+use std::io::{BufRead, Write};
+use std::path::Path;
+
+use serde_json::Value;
+
+pub(crate) struct JsonlJournal(std::fs::File);
+
+impl JsonlJournal {
+    /// Open (or create) the journal at `path`, passing every whole line to `each` first.
+    pub(crate) fn open(path: &Path, mut each: impl FnMut(&Value)) -> std::io::Result<JsonlJournal> {
+        let mut torn = false;
+        if let Ok(f) = std::fs::File::open(path) {
+            for line in std::io::BufReader::new(f).split(b'\n') {
+                let line = line?;
+                match serde_json::from_slice::<Value>(&line) {
+                    Ok(v) => {
+                        each(&v);
+                        torn = false;
+                    }
+                    Err(_) => torn = !line.is_empty(),
+                }
+            }
+        }
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+        if torn {
+            f.write_all(b"\n")?;
+        }
+        Ok(JsonlJournal(f))
+    }
+
+    /// Append one line.
+    pub(crate) fn append(&mut self, v: &Value) -> std::io::Result<()> {
+        writeln!(self.0, "{v}")
+    }
+}
