@@ -22,6 +22,7 @@ pub mod actor;
 pub mod client;
 pub mod client_http;
 pub mod config;
+pub mod handles;
 pub mod http;
 pub mod ledger;
 pub mod metrics;

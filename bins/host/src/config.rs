@@ -50,9 +50,14 @@ pub(crate) struct Flags {
     #[arg(long)]
     pub(crate) client_request_timeout_secs: Option<u64>,
     /// Tool packs to serve (comma-separated): conformance, echo, ledger (a write tool with
-    /// idempotency keys, for fault-injection runs), soak (tools the soak run drives).
+    /// idempotency keys, for fault-injection runs), soak (tools the soak run drives), basket
+    /// (SEP-2567's state-handle example).
     #[arg(long, value_delimiter = ',')]
     pub(crate) packs: Option<Vec<String>>,
+    /// How long a basket of the basket pack lives unused (s); its tool description says so.
+    /// Default 1800.
+    #[arg(long)]
+    pub(crate) basket_idle_ttl_secs: Option<u64>,
     /// Where sessions, streams and receipts are recorded: sqlite (default: they survive
     /// restarts) or memory (lost with the process).
     #[arg(long, value_parser = ["sqlite", "memory"])]
@@ -148,11 +153,13 @@ impl Default for ServerSection {
 #[serde(default, deny_unknown_fields)]
 struct ToolsSection {
     packs: Vec<String>,
+    /// How long a basket lives unused (s), 1 to 30 days.
+    basket_idle_ttl_secs: u64,
 }
 
 impl Default for ToolsSection {
     fn default() -> Self {
-        ToolsSection { packs: vec!["conformance".into(), "echo".into()] }
+        ToolsSection { packs: vec!["conformance".into(), "echo".into()], basket_idle_ttl_secs: 1800 }
     }
 }
 
@@ -164,6 +171,7 @@ pub(crate) struct HostConfig {
     pub(crate) path: String,
     pub(crate) workers: Option<usize>,
     pub(crate) packs: Vec<String>,
+    pub(crate) basket_idle_ttl_secs: u64,
     pub(crate) stats_every_ms: Option<u64>,
     pub(crate) trim_every_secs: u64,
     pub(crate) tcp_user_timeout_secs: u64,
@@ -264,6 +272,10 @@ impl HostConfig {
             path,
             workers,
             packs: flags.packs.unwrap_or(f.tools.packs),
+            basket_idle_ttl_secs: match flags.basket_idle_ttl_secs.unwrap_or(f.tools.basket_idle_ttl_secs) {
+                s @ 1..=2_592_000 => s,
+                s => return Err(format!("tools.basket_idle_ttl_secs must be 1 to 2592000 (30 days), not {s}")),
+            },
             stats_every_ms: flags.stats_every_ms,
             trim_every_secs: f.server.trim_every_secs,
             tcp_user_timeout_secs: f.server.tcp_user_timeout_secs,

@@ -142,9 +142,11 @@ async fn drain(sup: &Arc<Supervisor>, mut term: tokio::signal::unix::Signal, mut
 
 async fn serve(cfg: HostConfig) -> Result<(), String> {
     let signals = Signals::register()?;
-    // The ledger pack journals beside a SQLite ledger, so its duplicate count survives restarts.
-    let journal = (cfg.runtime.ledger.backend == mcp_runtime::config::LedgerBackend::Sqlite).then(|| std::path::PathBuf::from(format!("{}.appends", cfg.runtime.ledger.path)));
-    let catalog = packs::build(&cfg.packs, journal.as_deref())?
+    // The ledger and basket packs journal beside a SQLite ledger, so their duplicate counts
+    // survive restarts.
+    let beside = |ext: &str| (cfg.runtime.ledger.backend == mcp_runtime::config::LedgerBackend::Sqlite).then(|| std::path::PathBuf::from(format!("{}.{ext}", cfg.runtime.ledger.path)));
+    let (appends, orders) = (beside("appends"), beside("orders"));
+    let catalog = packs::build(&cfg.packs, &packs::Journals { ledger: appends.as_deref(), orders: orders.as_deref() }, cfg.basket_idle_ttl_secs)?
         .build(ServerInfo { name: "mcp-host".into(), version: env!("CARGO_PKG_VERSION").into(), instructions: None })
         .map_err(|e| e.to_string())?;
     let ledger = mcp_runtime::ledger::Ledger::open(&cfg.runtime).map_err(|e| e.to_string())?;

@@ -337,6 +337,7 @@ impl Supervisor {
         };
         stream_env.ledger.writer.set_housekeeping(Box::new(move |store, now| cap.run(store, now)));
         let modern_results = modern_results(&cfg, &catalog);
+        catalog.attach_handles(Arc::new(crate::handles::Handles::new(&stream_env.ledger.ledger)));
         Arc::new(Supervisor {
             state_key: stream_env.ledger.ledger.derive("mcp-host requestState v1"),
             modern_results,

@@ -161,6 +161,28 @@ pub struct ReceiptRecord {
     pub state: ReceiptState,
 }
 
+/// `mcpStateHandle.v1`: one explicit state handle (SEP-2567) and its value. Keyed by an HMAC
+/// of the handle; the handle's random part is kept sealed (XOR with a keystream only the
+/// ledger's secret yields), so that listing a caller's handles can give them back while the
+/// file alone yields none.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HandleRecord {
+    /// The kind's prefix (`"bsk"`).
+    pub kind: String,
+    /// The caller it is bound to (`None`: authentication off).
+    pub principal: Option<String>,
+    /// The sealed random part, hex.
+    pub sealed: String,
+    /// The value, as the tool last stored it.
+    pub value: serde_json::Value,
+    /// Bumped on every update.
+    pub version: u64,
+    /// Created and last used (ms since the epoch).
+    pub created_ms: u64,
+    /// Last used (ms since the epoch): it expires an idle TTL after this.
+    pub used_ms: u64,
+}
+
 /// Any record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type")]
@@ -174,6 +196,9 @@ pub enum Record {
     /// An idempotency receipt.
     #[serde(rename = "mcpIdempotencyReceipt.v1")]
     Receipt(ReceiptRecord),
+    /// A state handle.
+    #[serde(rename = "mcpStateHandle.v1")]
+    Handle(HandleRecord),
 }
 
 /// Why bytes are not a record this release can read.
@@ -187,7 +212,7 @@ pub enum CodecError {
     UnknownType(String),
 }
 
-const KNOWN_TYPES: [&str; 3] = ["mcpHttpSession.v1", "mcpSseStream.v1", "mcpIdempotencyReceipt.v1"];
+const KNOWN_TYPES: [&str; 4] = ["mcpHttpSession.v1", "mcpSseStream.v1", "mcpIdempotencyReceipt.v1", "mcpStateHandle.v1"];
 
 /// Encode a record.
 #[must_use]
@@ -249,6 +274,14 @@ fn validate(record: &Record) -> Result<(), CodecError> {
         Record::Receipt(r) => {
             if !is_hex_digest(&r.args_digest, 64) {
                 return bad("args_digest must be 64 hex digits");
+            }
+        }
+        Record::Handle(h) => {
+            if !is_hex_digest(&h.sealed, 2 * crate::proto::handle::HANDLE_RANDOM_BYTES) {
+                return bad("sealed must be 36 hex digits");
+            }
+            if h.used_ms < h.created_ms {
+                return bad("a handle cannot be used before it was created");
             }
         }
     }
@@ -331,6 +364,21 @@ pub fn streams_index(hmac: &str) -> String {
 pub fn receipt_key(principal: Option<&str>, key: &str) -> String {
     let p = principal.unwrap_or("");
     format!("r/{}:{p}/{key}", p.len())
+}
+
+/// Key of a state handle: its HMAC.
+#[must_use]
+pub fn handle_key(hmac: &str) -> String {
+    format!("h/{hmac}")
+}
+
+/// Index of one caller's handles of one kind (member: handle HMAC; score: when it expires,
+/// ms): counted against the kind's per-caller bound, listed by `list_*` tools, trimmed of
+/// expired members. Length-prefixed like [`receipt_key`].
+#[must_use]
+pub fn handles_index(kind: &str, principal: Option<&str>) -> String {
+    let p = principal.unwrap_or("");
+    format!("hi/{kind}/{}:{p}", p.len())
 }
 
 #[cfg(test)]

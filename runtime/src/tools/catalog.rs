@@ -233,6 +233,7 @@ impl CatalogBuilder {
             resources_list,
             templates_list,
             changes: Arc::new(Changes::new(self.offered)),
+            handles: std::sync::OnceLock::new(),
         })
     }
 }
@@ -259,6 +260,8 @@ pub struct Catalog {
     templates_list: Value,
     /// Announcements of list changes and resource updates.
     changes: Arc<Changes>,
+    /// The state handle store, once a supervisor serves the catalog (it lives in the ledger).
+    handles: std::sync::OnceLock<Arc<crate::handles::Handles>>,
 }
 
 impl std::fmt::Debug for Catalog {
@@ -370,6 +373,22 @@ impl Catalog {
         &self.changes
     }
 
+    /// Give handlers the state handle store (done once, by the supervisor that serves the
+    /// catalog; a second store is ignored).
+    pub fn attach_handles(&self, handles: Arc<crate::handles::Handles>) {
+        let _ = self.handles.set(handles);
+    }
+
+    /// The context a handler gets: `cx` with the catalog's change announcements and handle
+    /// store.
+    fn context(&self, cx: impl FnOnce() -> ToolContext) -> ToolContext {
+        let cx = cx().with_changes(Arc::clone(&self.changes));
+        match self.handles.get() {
+            Some(h) => cx.with_handles(Arc::clone(h)),
+            None => cx,
+        }
+    }
+
     /// A tool's spec by name.
     #[must_use]
     pub fn tool(&self, name: &str) -> Option<&Arc<dyn Tool>> {
@@ -470,7 +489,7 @@ impl Catalog {
         if let Err(msg) = validate_arguments(&tool.spec().input_schema, &args) {
             return Dispatch::Ready(Ok(to_value(&CallToolResult::error(format!("Invalid arguments: {msg}")))));
         }
-        let fut = tool.call(args, cx().with_changes(Arc::clone(&self.changes)));
+        let fut = tool.call(args, self.context(cx));
         Dispatch::Pending(Box::pin(async move {
             match fut.await {
                 Ok(r) => Ok(to_value(&r)),
@@ -485,7 +504,7 @@ impl Catalog {
             Ok(u) => u.to_owned(),
             Err(e) => return Dispatch::Ready(Err(e)),
         };
-        let cx = || cx().with_changes(Arc::clone(&self.changes));
+        let cx = || self.context(cx);
         let fut = if let Some(&i) = self.resource_index.get(&uri) {
             self.resources[i].read(cx())
         } else if let Some((t, vars)) = self.templates.iter().find_map(|t| match_template(&t.spec().uri_template, &uri).map(|v| (t, v))) {
@@ -515,7 +534,7 @@ impl Catalog {
                 return Dispatch::Ready(Err(invalid_params(format!("missing required argument {:?}", a.name))));
             }
         }
-        let fut = prompt.get(args, cx().with_changes(Arc::clone(&self.changes)));
+        let fut = prompt.get(args, self.context(cx));
         Dispatch::Pending(Box::pin(async move { fut.await.map(|r| to_value(&r)) }))
     }
 }

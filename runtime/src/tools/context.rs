@@ -48,6 +48,8 @@ pub struct ToolContext {
     logs: bool,
     /// Where list changes and resource updates are announced (set by the catalog).
     changes: Option<Arc<super::Changes>>,
+    /// The state handle store (set by the catalog of a supervisor).
+    handles: Option<Arc<crate::handles::Handles>>,
 }
 
 impl std::fmt::Debug for ToolContext {
@@ -68,7 +70,7 @@ impl ToolContext {
         principal: Option<Arc<str>>,
         out: Arc<dyn ToolOutbound>,
     ) -> ToolContext {
-        ToolContext { request_id, progress_token, cancel, log_level, client_capabilities, principal, out, logs: true, changes: None }
+        ToolContext { request_id, progress_token, cancel, log_level, client_capabilities, principal, out, logs: true, changes: None, handles: None }
     }
 
     /// Announce changes through `changes` (the catalog sets this before a handler runs).
@@ -76,6 +78,26 @@ impl ToolContext {
     pub fn with_changes(mut self, changes: Arc<super::Changes>) -> ToolContext {
         self.changes = Some(changes);
         self
+    }
+
+    /// Use the state handle store `handles` (the catalog sets this before a handler runs).
+    #[must_use]
+    pub fn with_handles(mut self, handles: Arc<crate::handles::Handles>) -> ToolContext {
+        self.handles = Some(handles);
+        self
+    }
+
+    /// This caller's handles of `kind` (SEP-2567): create, read, update atomically, destroy
+    /// and list them, typed with serde; each use is checked against the caller, and every
+    /// refusal is a tool error whose text names the handle and the way to recover. Use `?`
+    /// into a [`ToolError`](super::ToolError).
+    ///
+    /// # Errors
+    /// [`HandleError::Unavailable`](crate::handles::HandleError::Unavailable) when the
+    /// context has no store (a catalog not served by a supervisor).
+    pub fn handles<'a>(&'a self, kind: &'a crate::proto::handle::HandleKind) -> Result<crate::handles::HandleScope<'a>, crate::handles::HandleError> {
+        let store = self.handles.as_deref().ok_or(crate::handles::HandleError::Unavailable)?;
+        Ok(crate::handles::HandleScope { store, kind, principal: self.principal.as_deref() })
     }
 
     /// Announce that a list changed (the tool added or removed something it lists): every

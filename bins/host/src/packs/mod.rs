@@ -1,23 +1,33 @@
 //! Tool packs the host can serve, chosen by name in the config.
 
+mod basket;
 mod conformance;
 mod echo;
+mod journal;
 mod ledger;
 mod soak;
 
 use mcp_runtime::tools::CatalogBuilder;
 
-/// Build the catalog contents for the named packs.
-/// `journal`: where the `ledger` pack journals its writes (none: memory only).
-pub(crate) fn build(names: &[String], journal: Option<&std::path::Path>) -> Result<CatalogBuilder, String> {
+/// Where the packs that count effects journal them (none: memory only).
+pub(crate) struct Journals<'a> {
+    /// The `ledger` pack's applied keys.
+    pub(crate) ledger: Option<&'a std::path::Path>,
+    /// The `basket` pack's orders.
+    pub(crate) orders: Option<&'a std::path::Path>,
+}
+
+/// Build the catalog contents for the named packs; baskets live `basket_idle_ttl_secs` unused.
+pub(crate) fn build(names: &[String], journals: &Journals<'_>, basket_idle_ttl_secs: u64) -> Result<CatalogBuilder, String> {
     let mut b = CatalogBuilder::default();
     for n in names {
         b = b.merge(match n.as_str() {
             "conformance" => conformance::pack(),
             "echo" => echo::pack(),
-            "ledger" => ledger::pack(journal)?,
+            "ledger" => ledger::pack(journals.ledger)?,
             "soak" => soak::pack(),
-            other => return Err(format!("unknown tool pack {other:?} (known: conformance, echo, ledger, soak)")),
+            "basket" => basket::pack(basket::kind(basket_idle_ttl_secs), journals.orders)?,
+            other => return Err(format!("unknown tool pack {other:?} (known: conformance, echo, ledger, soak, basket)")),
         });
     }
     Ok(b)

@@ -207,3 +207,25 @@ pub(crate) fn json_of(data: &str) -> Value {
     serde_json::from_str(data).unwrap_or(Value::Null)
 }
 
+
+/// A 2026-07-28 request (`_meta` and mirrored headers, no session), answered as JSON: the
+/// whole response.
+pub(crate) fn modern(addr: &str, id: i64, method: &str, mut params: Value) -> Value {
+    params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}});
+    let name = params.get("name").or_else(|| params.get("uri")).and_then(Value::as_str).map(str::to_owned);
+    let mut headers = vec![("Accept", "application/json"), ("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", method)];
+    if let Some(n) = name.as_deref().filter(|_| matches!(method, "tools/call" | "prompts/get" | "resources/read")) {
+        headers.push(("Mcp-Name", n));
+    }
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    let (status, _, b) = http(addr, "POST", &headers, &body.to_string(), QUICK);
+    let v: Value = serde_json::from_slice(&b).unwrap_or(Value::Null);
+    assert!(status == 200 || v.get("error").is_some(), "{status}: {v}");
+    v
+}
+
+/// A 2026-07-28 `tools/call`'s result.
+pub(crate) fn modern_call(addr: &str, id: i64, tool: &str, args: Value) -> Value {
+    let r = modern(addr, id, "tools/call", json!({"name": tool, "arguments": args}));
+    r.get("result").cloned().unwrap_or_else(|| panic!("{tool}: {r}"))
+}

@@ -1,0 +1,64 @@
+//! The basket pack (SEP-2567's example) on the real binary and its SQLite ledger: a basket
+//! and its items survive a SIGKILL restart, a retried checkout orders once, the same basket
+//! serves both eras, and an expired basket's error names it and the way back.
+
+mod common;
+
+use common::*;
+use mcp_devtools::TempDir;
+use serde_json::{Value, json};
+
+fn text(r: &Value) -> &str {
+    r["content"][0]["text"].as_str().unwrap_or_default()
+}
+
+#[test]
+fn a_basket_survives_a_sigkill_restart_and_a_retried_checkout_orders_once() {
+    let dir = TempDir::new("basket-restart");
+    let host = start_with(&dir, 0, &["--packs", "basket"]);
+    let created = modern_call(&host.addr, 1, "create_basket", json!({"items": [{"sku": "shoes"}]}));
+    let id = created["structuredContent"]["basket_id"].as_str().expect("a basket_id").to_owned();
+    assert!(id.starts_with("bsk_"), "{created}");
+    let added = modern_call(&host.addr, 2, "add_item", json!({"basket_id": id, "sku": "socks", "quantity": 3}));
+    assert_eq!(added["structuredContent"]["item_count"], 4, "{added}");
+
+    let host = host.kill_and_restart_with(&dir, &["--packs", "basket"]);
+    let got = modern_call(&host.addr, 3, "get_basket", json!({"basket_id": id}));
+    assert_eq!(got["structuredContent"]["items"], json!([{"sku": "shoes", "quantity": 1}, {"sku": "socks", "quantity": 3}]), "{got}");
+    // The same basket in a legacy session.
+    let sid = initialize(&host.addr);
+    let (status, legacy) = post_json(&host.addr, &sid, &json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "get_basket", "arguments": {"basket_id": id}}}));
+    assert_eq!((status, legacy["result"]["structuredContent"]["item_count"].clone()), (200, json!(4)), "{legacy}");
+
+    let first = modern_call(&host.addr, 5, "checkout", json!({"basket_id": id}));
+    let order = first["structuredContent"]["order_id"].as_str().expect("an order").to_owned();
+    let retried = modern_call(&host.addr, 6, "checkout", json!({"basket_id": id}));
+    assert_eq!(retried["structuredContent"]["order_id"], json!(order), "the same order");
+    assert_eq!(retried["_meta"]["io.mcp-host/idempotency"], "replayed", "answered from its receipt: {retried}");
+    let host = host.kill_and_restart_with(&dir, &["--packs", "basket"]);
+    let again = modern_call(&host.addr, 7, "checkout", json!({"basket_id": id}));
+    assert_eq!(again["structuredContent"]["order_id"], json!(order), "after a restart too");
+    let stats = modern_call(&host.addr, 8, "basket_stats", json!({}));
+    assert_eq!((stats["structuredContent"]["orders"].clone(), stats["structuredContent"]["double_checkouts"].clone()), (json!(1), json!(0)), "{stats}");
+    let listed = modern_call(&host.addr, 9, "list_baskets", json!({}));
+    assert_eq!(listed["structuredContent"]["baskets"][0]["basket_id"], json!(id), "{listed}");
+    let added = modern_call(&host.addr, 10, "add_item", json!({"basket_id": id, "sku": "hat"}));
+    assert_eq!(added["isError"], true, "a checked-out basket does not change: {added}");
+}
+
+#[test]
+fn an_expired_basket_is_a_tool_error_that_names_it_and_says_how_to_recover() {
+    let dir = TempDir::new("basket-expiry");
+    let host = start_with(&dir, 0, &["--packs", "basket", "--basket-idle-ttl-secs", "1"]);
+    let tools = modern(&host.addr, 1, "tools/list", json!({}));
+    let create = tools["result"]["tools"].as_array().unwrap().iter().find(|t| t["name"] == "create_basket").unwrap().clone();
+    assert!(create["description"].as_str().unwrap().contains("expires after 1 second without use"), "the stated policy is the enforced one: {create}");
+    let id = modern_call(&host.addr, 2, "create_basket", json!({}))["structuredContent"]["basket_id"].as_str().unwrap().to_owned();
+    // Longer than its idle TTL: the ledger lets it go.
+    std::thread::sleep(std::time::Duration::from_millis(1_500));
+    let r = modern_call(&host.addr, 3, "add_item", json!({"basket_id": id, "sku": "shoes"}));
+    assert_eq!(r["isError"], true, "a tool error, not a protocol one: {r}");
+    assert!(text(&r).contains(&id) && text(&r).contains("Call create_basket"), "{r}");
+    let unknown = modern_call(&host.addr, 4, "get_basket", json!({"basket_id": "not-a-basket"}));
+    assert!(unknown["isError"] == true && text(&unknown).contains("Call create_basket"), "{unknown}");
+}

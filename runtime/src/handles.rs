@@ -1,0 +1,339 @@
+//! Explicit state handles (SEP-2567), the store: values that tools create, name by an opaque
+//! handle the model passes back (`create_basket` → `bsk_…` → `add_item(bsk_…, …)`), and keep
+//! in the ledger, so they outlive connections, sessions and restarts, in either era. The
+//! handle's shape, a kind's policy and every text a model reads are
+//! [`crate::proto::handle`]'s.
+//!
+//! Invariants:
+//! - A handle is bound to the caller that made it: every use checks `(handle, principal)`, and
+//!   another caller's handle is answered exactly like an unknown one.
+//! - A handle unused for its kind's idle TTL expires (the ledger drops it; its record's expiry
+//!   moves with every use).
+//! - Updates of one handle are serialized ([`HandleScope::update`] reads, changes and commits
+//!   under the handle's lock stripe), so two concurrent changes never lose one another. Across
+//!   processes that share a ledger this needs the store's compare-and-set (Redis, later); the
+//!   SQLite ledger has one process.
+//! - A write is answered only once committed; a value over its kind's size bound, or a create
+//!   over the caller's count bound, changes nothing.
+//! - The ledger holds an HMAC of each handle as its key and the handle's random part sealed
+//!   (XOR with an HMAC keystream of a key derived from the ledger's secret): the file alone
+//!   yields no usable handle.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use hmac::{Hmac, Mac};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use sha2::Sha256;
+
+use crate::ledger::codec::{self, HandleRecord, Record};
+use crate::ledger::{Ledger, Op, Writer};
+use crate::proto::handle::{HANDLE_RANDOM_BYTES, HandleKind, xor};
+
+/// Lock stripes: updates of one handle, and creates of one caller's kind, take one.
+const STRIPES: usize = 64;
+
+/// Why a handle operation did nothing. Each becomes a tool error (`isError: true`) whose text
+/// names the handle and says what to do.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HandleError {
+    /// Unknown, expired, destroyed, or another caller's.
+    #[error("{0}")]
+    NotFound(String),
+    /// The value would be over the kind's size bound.
+    #[error("{0}")]
+    TooLarge(String),
+    /// The caller holds the most handles of this kind it may.
+    #[error("{0}")]
+    TooMany(String),
+    /// The change was refused by the tool itself (its update closure said why).
+    #[error("{0}")]
+    Refused(String),
+    /// The ledger could not be read or written: nothing was changed.
+    #[error("the state store is unavailable right now; nothing was changed, try again")]
+    Unavailable,
+}
+
+impl From<HandleError> for crate::tools::ToolError {
+    fn from(e: HandleError) -> crate::tools::ToolError {
+        crate::tools::ToolError::Failed(e.to_string())
+    }
+}
+
+/// The handle store of a process.
+pub struct Handles {
+    writer: Arc<Writer>,
+    clock: crate::clock::Clock,
+    /// Makes a handle's ledger key.
+    id_key: Hmac<Sha256>,
+    /// Makes the keystream its random part is sealed with.
+    seal_key: Hmac<Sha256>,
+    /// Async locks (held across the commit, never across anything else), by stripe.
+    stripes: Box<[tokio::sync::Mutex<()>]>,
+}
+
+impl std::fmt::Debug for Handles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handles").finish_non_exhaustive()
+    }
+}
+
+fn hmac_of(key: &Hmac<Sha256>, data: &[u8]) -> [u8; 32] {
+    let mut m = key.clone();
+    m.update(data);
+    m.finalize().into_bytes().into()
+}
+
+impl Handles {
+    /// The store of `ledger`.
+    #[must_use]
+    pub fn new(ledger: &Ledger) -> Handles {
+        let key = |purpose: &str| <Hmac<Sha256>>::new_from_slice(&ledger.derive(purpose)).expect("hmac takes any key length");
+        Handles {
+            writer: Arc::clone(&ledger.writer),
+            clock: ledger.clock,
+            id_key: key("mcp-host handle id v1"),
+            seal_key: key("mcp-host handle seal v1"),
+            stripes: (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        self.clock.now().0
+    }
+
+    /// The ledger name of `handle` (128 bits of its HMAC, hex).
+    fn id(&self, handle: &str) -> String {
+        codec::hex(&hmac_of(&self.id_key, handle.as_bytes())[..16])
+    }
+
+    fn stripe(&self, name: &str) -> &tokio::sync::Mutex<()> {
+        let h = name.bytes().fold(0usize, |a, b| a.wrapping_mul(31).wrapping_add(usize::from(b)));
+        &self.stripes[h % STRIPES]
+    }
+
+    fn seal(&self, id: &str, random: &[u8]) -> String {
+        codec::hex(&xor(random, &hmac_of(&self.seal_key, id.as_bytes())))
+    }
+
+    fn unseal(&self, kind: &HandleKind, id: &str, sealed: &str) -> Option<String> {
+        let bytes: Vec<u8> = (0..sealed.len() / 2).map(|i| u8::from_str_radix(sealed.get(2 * i..2 * i + 2)?, 16).ok()).collect::<Option<_>>()?;
+        let random: [u8; HANDLE_RANDOM_BYTES] = xor(&bytes, &hmac_of(&self.seal_key, id.as_bytes())).try_into().ok()?;
+        Some(kind.mint(&random))
+    }
+
+    /// The record of `handle` if it is a live handle of `kind` bound to `principal`.
+    fn find(&self, kind: &HandleKind, principal: Option<&str>, handle: &str) -> Result<(String, HandleRecord), HandleError> {
+        let missing = || HandleError::NotFound(kind.not_found(handle));
+        if !kind.is_shaped(handle) {
+            return Err(missing());
+        }
+        let id = self.id(handle);
+        let record = self.read(&id)?.ok_or_else(missing)?;
+        if record.kind != kind.prefix || record.principal.as_deref() != principal {
+            return Err(missing());
+        }
+        Ok((id, record))
+    }
+
+    fn read(&self, id: &str) -> Result<Option<HandleRecord>, HandleError> {
+        let bytes = match self.writer.store().get(&codec::handle_key(id), self.now()) {
+            Ok(Some(b)) => b,
+            Ok(None) => return Ok(None),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read a state handle");
+                return Err(HandleError::Unavailable);
+            }
+        };
+        match codec::decode(&bytes) {
+            Ok(Record::Handle(h)) => Ok(Some(h)),
+            _ => {
+                tracing::error!("a state handle in the ledger is not readable");
+                Err(HandleError::Unavailable)
+            }
+        }
+    }
+
+    /// The writes that store `record` under `id` and keep the caller's index of it.
+    fn put(&self, kind: &HandleKind, id: &str, record: &HandleRecord) -> Vec<Op> {
+        let expires_ms = record.used_ms.saturating_add(kind.idle_ttl_secs.saturating_mul(1000));
+        let index = codec::handles_index(kind.prefix, record.principal.as_deref());
+        vec![
+            Op::Put { key: codec::handle_key(id), value: Bytes::from(codec::encode(&Record::Handle(record.clone()))), expires_ms },
+            Op::IndexAdd { index: index.clone(), member: id.to_owned(), score: expires_ms, expires_ms },
+            Op::Expire { name: index, expires_ms },
+        ]
+    }
+
+    /// Hand `ops` to the ledger and wait until they are committed.
+    async fn commit(&self, ops: Vec<Op>) -> Result<(), HandleError> {
+        if self.writer.submit_acked(ops).await.is_err() || self.writer.snapshot().failed {
+            return Err(HandleError::Unavailable);
+        }
+        Ok(())
+    }
+
+    fn checked(kind: &HandleKind, handle: &str, value: &Value) -> Result<(), HandleError> {
+        let bytes = serde_json::to_vec(value).map_or(usize::MAX, |v| v.len());
+        if bytes > kind.max_bytes {
+            return Err(HandleError::TooLarge(kind.too_large(handle, bytes)));
+        }
+        Ok(())
+    }
+
+    /// A new handle of `kind` for `principal`, holding `value`; returned once committed.
+    ///
+    /// # Errors
+    /// [`HandleError::TooMany`], [`HandleError::TooLarge`], [`HandleError::Unavailable`].
+    pub async fn create(&self, kind: &HandleKind, principal: Option<&str>, value: Value) -> Result<String, HandleError> {
+        let index = codec::handles_index(kind.prefix, principal);
+        // One create of this caller's kind at a time: the count below stays exact.
+        let _turn = self.stripe(&index).lock().await;
+        let now = self.now();
+        let live = self.writer.store().index_lowest(&index, kind.max_per_caller.saturating_mul(4).saturating_add(64), now).map_err(|_| HandleError::Unavailable)?;
+        if live.iter().filter(|(_, expires)| *expires > now).count() >= kind.max_per_caller {
+            return Err(HandleError::TooMany(kind.too_many()));
+        }
+        let random = crate::rng::bytes::<HANDLE_RANDOM_BYTES>();
+        let handle = kind.mint(&random);
+        Self::checked(kind, &handle, &value)?;
+        let id = self.id(&handle);
+        let record = HandleRecord { kind: kind.prefix.to_owned(), principal: principal.map(str::to_owned), sealed: self.seal(&id, &random), value, version: 1, created_ms: now, used_ms: now };
+        let mut ops = vec![Op::IndexTrim { index: index.clone(), below: now.saturating_add(1) }];
+        ops.extend(self.put(kind, &id, &record));
+        self.commit(ops).await?;
+        Ok(handle)
+    }
+
+    /// The value of `handle` (it counts as a use: its expiry moves).
+    ///
+    /// # Errors
+    /// [`HandleError::NotFound`], [`HandleError::Unavailable`].
+    pub async fn get(&self, kind: &HandleKind, principal: Option<&str>, handle: &str) -> Result<Value, HandleError> {
+        let (id, mut record) = self.find(kind, principal, handle)?;
+        record.used_ms = self.now().max(record.used_ms);
+        // The use is recorded in the background: a lost touch only shortens the idle TTL.
+        self.writer.submit(self.put(kind, &id, &record));
+        Ok(record.value)
+    }
+
+    /// Change the value of `handle` with `change` (which may refuse, leaving it unchanged),
+    /// atomically: no other update of this handle runs between its read and its commit.
+    ///
+    /// # Errors
+    /// [`HandleError::NotFound`], [`HandleError::Refused`] (from `change`),
+    /// [`HandleError::TooLarge`], [`HandleError::Unavailable`].
+    pub async fn update<R>(&self, kind: &HandleKind, principal: Option<&str>, handle: &str, change: impl FnOnce(&mut Value) -> Result<R, String>) -> Result<R, HandleError> {
+        let id = self.id(handle);
+        let _turn = self.stripe(&id).lock().await;
+        let (id, mut record) = self.find(kind, principal, handle)?;
+        let out = change(&mut record.value).map_err(HandleError::Refused)?;
+        Self::checked(kind, handle, &record.value)?;
+        record.version += 1;
+        record.used_ms = self.now().max(record.used_ms);
+        self.commit(self.put(kind, &id, &record)).await?;
+        Ok(out)
+    }
+
+    /// Destroy `handle`: later uses are answered like an unknown handle's.
+    ///
+    /// # Errors
+    /// [`HandleError::NotFound`], [`HandleError::Unavailable`].
+    pub async fn destroy(&self, kind: &HandleKind, principal: Option<&str>, handle: &str) -> Result<(), HandleError> {
+        let id = self.id(handle);
+        let _turn = self.stripe(&id).lock().await;
+        let (id, record) = self.find(kind, principal, handle)?;
+        let index = codec::handles_index(kind.prefix, record.principal.as_deref());
+        self.commit(vec![Op::Delete { key: codec::handle_key(&id) }, Op::IndexRemove { index, member: id }]).await
+    }
+
+    /// The caller's live handles of `kind` with their values, oldest expiry first.
+    ///
+    /// # Errors
+    /// [`HandleError::Unavailable`].
+    pub async fn list(&self, kind: &HandleKind, principal: Option<&str>) -> Result<Vec<(String, Value)>, HandleError> {
+        let now = self.now();
+        let index = codec::handles_index(kind.prefix, principal);
+        let members = self.writer.store().index_lowest(&index, kind.max_per_caller.saturating_mul(4).saturating_add(64), now).map_err(|_| HandleError::Unavailable)?;
+        let mut out = Vec::new();
+        for (id, _) in members.into_iter().filter(|(_, expires)| *expires > now) {
+            if let Some(r) = self.read(&id)?.filter(|r| r.kind == kind.prefix && r.principal.as_deref() == principal)
+                && let Some(handle) = self.unseal(kind, &id, &r.sealed)
+            {
+                out.push((handle, r.value));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// One kind of handle as one caller's tool uses it, typed (see [`crate::tools::ToolContext::handles`]).
+#[derive(Debug, Clone, Copy)]
+pub struct HandleScope<'a> {
+    pub(crate) store: &'a Handles,
+    pub(crate) kind: &'a HandleKind,
+    pub(crate) principal: Option<&'a str>,
+}
+
+fn to_value<T: Serialize>(v: &T) -> Result<Value, HandleError> {
+    serde_json::to_value(v).map_err(|e| HandleError::Refused(format!("the value cannot be stored: {e}")))
+}
+
+fn from_value<T: DeserializeOwned>(kind: &HandleKind, v: Value) -> Result<T, HandleError> {
+    serde_json::from_value(v).map_err(|e| {
+        tracing::error!(kind = kind.prefix, error = %e, "a stored handle value does not match its type");
+        HandleError::Unavailable
+    })
+}
+
+impl HandleScope<'_> {
+    /// A new handle holding `value`.
+    ///
+    /// # Errors
+    /// As [`Handles::create`].
+    pub async fn create<T: Serialize>(&self, value: &T) -> Result<String, HandleError> {
+        self.store.create(self.kind, self.principal, to_value(value)?).await
+    }
+
+    /// The value of `handle`.
+    ///
+    /// # Errors
+    /// As [`Handles::get`].
+    pub async fn get<T: DeserializeOwned>(&self, handle: &str) -> Result<T, HandleError> {
+        from_value(self.kind, self.store.get(self.kind, self.principal, handle).await?)
+    }
+
+    /// Change the value of `handle` atomically; `change` may refuse with a reason.
+    ///
+    /// # Errors
+    /// As [`Handles::update`].
+    pub async fn update<T: Serialize + DeserializeOwned, R>(&self, handle: &str, change: impl FnOnce(&mut T) -> Result<R, String>) -> Result<R, HandleError> {
+        let kind = self.kind;
+        self.store
+            .update(kind, self.principal, handle, |v| {
+                let mut typed: T = serde_json::from_value(v.clone()).map_err(|e| format!("the stored {} is not readable: {e}", kind.noun))?;
+                let out = change(&mut typed)?;
+                *v = serde_json::to_value(&typed).map_err(|e| format!("the value cannot be stored: {e}"))?;
+                Ok(out)
+            })
+            .await
+    }
+
+    /// Destroy `handle`.
+    ///
+    /// # Errors
+    /// As [`Handles::destroy`].
+    pub async fn destroy(&self, handle: &str) -> Result<(), HandleError> {
+        self.store.destroy(self.kind, self.principal, handle).await
+    }
+
+    /// The caller's live handles of this kind with their values.
+    ///
+    /// # Errors
+    /// As [`Handles::list`].
+    pub async fn list<T: DeserializeOwned>(&self) -> Result<Vec<(String, T)>, HandleError> {
+        self.store.list(self.kind, self.principal).await?.into_iter().map(|(h, v)| Ok((h, from_value(self.kind, v)?))).collect()
+    }
+}
