@@ -268,6 +268,33 @@ pub struct RuntimeConfig {
     pub shutdown: ShutdownConfig,
     /// `[modern]`: the stateless 2026-07-28 era.
     pub modern: ModernConfig,
+    /// `[tasks]`: the tasks extension (2026-07-28).
+    pub tasks: TasksConfig,
+}
+
+/// `[tasks]`: how tasks (the 2026-07-28 tasks extension) are kept.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TasksConfig {
+    /// How long a task and its result are kept after its creation (s), the `ttlMs` clients
+    /// are told: a result not fetched by then is gone. Default 3600; 10 s to 7 days.
+    pub ttl_secs: u64,
+    /// How often clients are told to poll a task (ms, `pollIntervalMs`). Default 1000; 50 to
+    /// 60000.
+    pub poll_interval_ms: u64,
+    /// Tasks one caller may have running at once in a process; beyond, an optional tool runs
+    /// as an ordinary call and a tool that needs a task is refused with 429. Default 32; 1 to
+    /// 65536.
+    pub max_per_caller: usize,
+    /// Largest result a task keeps (bytes of its JSON); a larger one is replaced by a tool
+    /// error saying so. Default 1048576; 1 KiB to 64 MiB.
+    pub max_result_bytes: usize,
+}
+
+impl Default for TasksConfig {
+    fn default() -> TasksConfig {
+        TasksConfig { ttl_secs: 3600, poll_interval_ms: 1000, max_per_caller: 32, max_result_bytes: 1 << 20 }
+    }
 }
 
 /// `[modern]`: how modern (2026-07-28) requests are served.
@@ -457,7 +484,7 @@ impl RuntimeConfig {
     pub fn validate(self) -> Result<RuntimeConfig, ConfigError> {
         let (se, ss, l, q) = (&self.sse, &self.sessions, &self.limits, &self.quotas);
         let max = u64::MAX;
-        let rows: [(&'static str, u64, u64, u64); 46] = [
+        let rows: [(&'static str, u64, u64, u64); 50] = [
             ("security.max_body_bytes", self.security.max_body_bytes as u64, 1, 1 << 30),
             ("security.body_read_timeout_ms", self.security.body_read_timeout_ms, 100, 600_000),
             ("sse.replay_max_events", se.replay_max_events as u64, 1, 1 << 20),
@@ -504,6 +531,10 @@ impl RuntimeConfig {
             ("modern.listen_max", self.modern.listen_max as u64, 1, 1 << 20),
             ("modern.listen_per_caller", u64::from(self.modern.listen_per_caller), 1, 1 << 16),
             ("modern.listen_max_uris", self.modern.listen_max_uris as u64, 1, 1 << 16),
+            ("tasks.ttl_secs", self.tasks.ttl_secs, 10, 7 * 24 * 3600),
+            ("tasks.poll_interval_ms", self.tasks.poll_interval_ms, 50, 60_000),
+            ("tasks.max_per_caller", self.tasks.max_per_caller as u64, 1, 1 << 16),
+            ("tasks.max_result_bytes", self.tasks.max_result_bytes as u64, 1024, 64 << 20),
         ];
         for (field, value, min, max) in rows {
             check(field, value, min, max)?;

@@ -26,6 +26,7 @@ pub mod handles;
 pub mod http;
 pub mod ledger;
 pub mod metrics;
+pub mod tasks;
 pub mod tools;
 mod clock;
 mod rng;

@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use clap::Parser;
-use mcp_runtime::config::{LedgerBackend, LedgerConfig, LimitsConfig, ModernConfig, QuotasConfig, RuntimeConfig, SecurityConfig, SessionsConfig, ShutdownConfig, SseConfig};
+use mcp_runtime::config::{LedgerBackend, LedgerConfig, LimitsConfig, ModernConfig, QuotasConfig, RuntimeConfig, SecurityConfig, SessionsConfig, ShutdownConfig, SseConfig, TasksConfig};
 use mcp_runtime::proto::rollout::RolloutFlags;
 use serde::Deserialize;
 
@@ -92,6 +92,7 @@ pub(crate) struct FileConfig {
     pub(crate) rollout: RolloutFlags,
     shutdown: ShutdownConfig,
     modern: ModernConfig,
+    tasks: TasksConfig,
     admin: AdminSection,
 }
 
@@ -208,6 +209,7 @@ impl HostConfig {
             rollout: f.rollout,
             shutdown: f.shutdown,
             modern: f.modern,
+            tasks: f.tasks,
         };
         match flags.ledger.as_deref() {
             Some("memory") => runtime.ledger.backend = LedgerBackend::Memory,

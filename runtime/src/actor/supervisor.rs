@@ -117,6 +117,8 @@ pub struct Supervisor {
     state_key: [u8; 32],
     /// 2026-07-28 results encoded once (the fixed ones whole, the tails of the others).
     modern_results: crate::proto::modern::ModernResults,
+    /// Tasks (the 2026-07-28 tasks extension), recorded in the ledger.
+    tasks: Arc<crate::tasks::Tasks>,
     cfg: Arc<RuntimeConfig>,
     admit: AdmitPolicy,
     catalog: Arc<Catalog>,
@@ -338,9 +340,15 @@ impl Supervisor {
         stream_env.ledger.writer.set_housekeeping(Box::new(move |store, now| cap.run(store, now)));
         let modern_results = modern_results(&cfg, &catalog);
         catalog.attach_handles(Arc::new(crate::handles::Handles::new(&stream_env.ledger.ledger)));
+        let t = &cfg.tasks;
+        let tasks = Arc::new(crate::tasks::Tasks::new(
+            &stream_env.ledger.ledger,
+            crate::tasks::TaskSettings { ttl_ms: t.ttl_secs.saturating_mul(1000), poll_ms: t.poll_interval_ms, max_per_caller: t.max_per_caller, max_result_bytes: t.max_result_bytes },
+        ));
         Arc::new(Supervisor {
             state_key: stream_env.ledger.ledger.derive("mcp-host requestState v1"),
             modern_results,
+            tasks,
             key: cursor_key,
             admit: cfg.admit_policy(),
             rate: RateLimiter::new(q.session_burst, q.session_rate_per_sec, cfg.sessions.max_sessions.max(1024)),
@@ -361,6 +369,12 @@ impl Supervisor {
     #[must_use]
     pub fn modern_results(&self) -> &crate::proto::modern::ModernResults {
         &self.modern_results
+    }
+
+    /// The tasks of this process.
+    #[must_use]
+    pub fn tasks(&self) -> &Arc<crate::tasks::Tasks> {
+        &self.tasks
     }
 
     /// Configuration.

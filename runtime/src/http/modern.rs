@@ -23,7 +23,10 @@ use crate::actor::{Counted, GenCount, Supervisor};
 use crate::proto::admission::ReplyMode;
 use crate::proto::error::{Overload, Rejection};
 use crate::proto::jsonrpc::{ErrorObject, code, encode_error, encode_result_raw};
+use crate::proto::ids::JsonRpcId;
 use crate::proto::modern::{self, ModernError, ModernRequest, headers as mheaders, state};
+use crate::proto::task::{self, TaskSupport};
+use crate::tasks::{Run, TaskError, Tasks};
 use crate::tools::{BoxFuture, Dispatch, ToolContext, ToolOutbound};
 
 /// Notifications a running modern request may have queued before it waits for the client.
@@ -53,6 +56,17 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
     }
     let catalog = sup.catalog();
     let refuse = |error| Rejection::Modern { error, id: Some(id.clone()) };
+    let needs_tasks = || Rejection::MissingCapability { capabilities: task::required_capabilities(), id: id.clone() };
+    if matches!(method.as_str(), "tasks/get" | "tasks/update" | "tasks/cancel") {
+        // The capability comes first (before the task is looked up): tasks are for clients
+        // that declared the extension on this very request.
+        if !task::declared(&meta.capabilities) {
+            return Err(needs_tasks());
+        }
+        drop(place);
+        return Ok(tasks_request(sup, principal.as_deref(), &id, &method, params.as_ref()));
+    }
+    let mut support = TaskSupport::Forbidden;
     if method == "tools/call"
         && let Some(tool) = params.as_ref().and_then(|p| p.get("name")).and_then(Value::as_str).and_then(|n| catalog.tool(n))
     {
@@ -61,12 +75,30 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
             req.headers().get(format!("mcp-param-{lower}")).and_then(|v| v.to_str().ok())
         })
         .map_err(|why| refuse(ModernError::HeaderMismatch(why)))?;
+        support = tool.spec().task_support;
     }
+    // May this call become a task? Only for a tool that may run as one, a request that
+    // declared the extension, and a caller with room for one more.
+    let declared = task::declared(&meta.capabilities);
+    if support == TaskSupport::Required && !declared {
+        return Err(needs_tasks());
+    }
+    let room = sup.tasks().running_for(principal.as_deref()) < sup.tasks().settings().max_per_caller;
+    if support == TaskSupport::Required && !room {
+        return Err(Rejection::QuotaExceeded { cause: crate::proto::error::Quota::Tasks, retry_after_s: 1 }.with_id(&id));
+    }
+    let task_ok = support != TaskSupport::Forbidden && declared && room;
     let cancel = CancellationToken::new();
     let asks = matches!(method.as_str(), "tools/call" | "prompts/get" | "resources/read");
     let inputs = if asks { Inputs::of(sup, principal.as_deref(), &method, params.as_ref()).map_err(|why| refuse(ModernError::InvalidInput(why)))? } else { Inputs::none() };
     // A JSON-only client's notifications are dropped: there is nowhere to put them.
-    let out = Arc::new(Outbound { queue: parking_lot::Mutex::new(if reply == ReplyMode::Json { Queue::Closed } else { Queue::Unused }), inputs: parking_lot::Mutex::new(inputs) });
+    let out = Arc::new(Outbound {
+        queue: parking_lot::Mutex::new(if reply == ReplyMode::Json { Queue::Closed } else { Queue::Unused }),
+        inputs: parking_lot::Mutex::new(inputs),
+        task_ok,
+        first_poll: std::sync::atomic::AtomicBool::new(true),
+        task: parking_lot::Mutex::new(None),
+    });
     let dispatch = match method.as_str() {
         "server/discover" => Dispatch::Ready(Ok(modern::discover_result(catalog.modern_capabilities(), catalog.instructions()))),
         "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" => Dispatch::Ready(catalog.list(&method, params.as_ref()).unwrap_or_else(|| Err(ErrorObject::new(code::INTERNAL_ERROR, "not a list")))),
@@ -106,13 +138,26 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
             fut
         }
     };
-    let first = match handler.as_mut().poll(&mut Context::from_waker(std::task::Waker::noop())) {
+    let polled = handler.as_mut().poll(&mut Context::from_waker(std::task::Waker::noop()));
+    finish.out.first_poll.store(false, std::sync::atomic::Ordering::Release);
+    let first = match polled {
+        // It waits (or asked to go on as a task) before asking anything: a task from here.
+        Poll::Pending if task_ok && finish.out.inputs.lock().asked.is_empty() => {
+            drop(place);
+            return Ok(make_task(sup, finish, Some(handler), cancel, generation, id));
+        }
         // Waiting for answers it does not have: dropped, its token fired (anything it spawned
         // stops); it runs again from its start on the retry.
         Poll::Pending => finish.asked().map_or(Poll::Pending, |r| {
             cancel.cancel();
             Poll::Ready(Ok(r))
         }),
+        // A tool that needs a task is one even when it finished at once.
+        Poll::Ready(r) if task_ok && support == TaskSupport::Required && r.is_ok() => {
+            drop(place);
+            let done: Handler = Box::pin(std::future::ready(r));
+            return Ok(make_task(sup, finish, Some(done), cancel, generation, id));
+        }
         ready => ready,
     };
     match first {
@@ -143,6 +188,105 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
             Ok(super::sse_streaming(body))
         }
     }
+}
+
+/// A body computed by a future: one chunk, then the end (a task's creation and the `tasks/*`
+/// methods wait for their ledger commit; the status is `200` whatever it brings).
+struct OnceBody(Option<Pin<Box<dyn Future<Output = Bytes>>>>);
+
+impl Stream for OnceBody {
+    type Item = Result<Bytes, std::convert::Infallible>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let Some(f) = self.0.as_mut() else { return Poll::Ready(None) };
+        match f.as_mut().poll(cx) {
+            Poll::Ready(b) => {
+                self.0 = None;
+                Poll::Ready(Some(Ok(b)))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+fn json_later(body: impl Future<Output = Bytes> + 'static) -> HttpResponse {
+    HttpResponse::Ok().content_type("application/json").streaming(OnceBody(Some(Box::pin(body))))
+}
+
+/// `tasks/get`, `tasks/update`, `tasks/cancel` of a request that declared the extension.
+fn tasks_request(sup: &Arc<Supervisor>, principal: Option<&str>, id: &JsonRpcId, method: &str, params: Option<&Value>) -> HttpResponse {
+    let (sup, principal, id, method) = (Arc::clone(sup), principal.map(str::to_owned), id.clone(), method.to_owned());
+    let task_id = params.and_then(|p| p.get("taskId")).and_then(Value::as_str).unwrap_or_default().to_owned();
+    let responses = params.and_then(|p| p.get("inputResponses")).cloned();
+    json_later(async move {
+        let tasks = sup.tasks();
+        let p = principal.as_deref();
+        let r = match method.as_str() {
+            "tasks/get" => tasks.get(p, &task_id).map(|v| v.detailed()),
+            "tasks/update" => match responses {
+                None => tasks.update(p, &task_id, &serde_json::Map::new(), state::check_answer).await,
+                Some(Value::Object(m)) => tasks.update(p, &task_id, &m, state::check_answer).await,
+                Some(_) => Err(TaskError::BadAnswer("inputResponses must be an object".into())),
+            }
+            .map(|()| Value::Object(serde_json::Map::new())),
+            _ => tasks.cancel(p, &task_id).await.map(|()| Value::Object(serde_json::Map::new())),
+        };
+        match r {
+            Ok(v) => encode_result_raw(&id, &sup.modern_results().tails().encode(&method, &v)),
+            Err(e) => encode_error(Some(&id), &e.to_error_object()),
+        }
+    })
+}
+
+/// Make the call a task: recorded (`working`), answered with its `CreateTaskResult`, and its
+/// handler run on in the background (`drive`).
+fn make_task(sup: &Arc<Supervisor>, finish: Finish, handler: Option<Handler>, cancel: CancellationToken, generation: Option<GenCount>, id: JsonRpcId) -> HttpResponse {
+    let tasks = Arc::clone(sup.tasks());
+    // Counted in flight: a drain waits for it, within its grace period.
+    let generation = generation.unwrap_or_else(|| sup.generations().enter_current(Counted::InFlight));
+    let tool = finish.params.as_ref().and_then(|p| p.get("name")).and_then(Value::as_str).unwrap_or_default().to_owned();
+    json_later(async move {
+        // A task's notifications have no stream to go to.
+        finish.out.close();
+        match tasks.create(finish.principal.clone(), &tool, cancel.clone()).await {
+            Ok(Some(run)) => {
+                *finish.out.task.lock() = Some((Arc::clone(&tasks), Arc::clone(&run)));
+                let created = run.created();
+                if let Some(h) = handler {
+                    actix_rt::spawn(drive(tasks, run, h, generation));
+                }
+                encode_result_raw(&id, &finish.sup.modern_results().tails().encode("tools/call", &created))
+            }
+            Ok(None) => {
+                cancel.cancel();
+                encode_error(Some(&id), &ErrorObject::new(code::INTERNAL_ERROR, "too many tasks of this caller are running; try again later"))
+            }
+            Err(e) => {
+                cancel.cancel();
+                encode_error(Some(&id), &e.to_error_object())
+            }
+        }
+    })
+}
+
+/// Run a task's handler to its end, unless it is cancelled (`tasks/cancel` recorded that) or
+/// the drain's or rollback's grace period ends first (then it is interrupted).
+async fn drive(tasks: Arc<Tasks>, run: Arc<Run>, mut handler: Handler, generation: GenCount) {
+    let ended = generation.generation().stateless_ended();
+    let outcome = tokio::select! {
+        r = &mut handler => Some(r),
+        () = run.cancellation().cancelled() => None,
+        () = ended => {
+            tasks.interrupt(&run).await;
+            None
+        }
+    };
+    // The tool's future goes first (its token has fired when it did not finish).
+    drop(handler);
+    if let Some(r) = outcome {
+        tasks.finish(&run, r).await;
+    }
+    drop(generation);
 }
 
 /// How a handler's outcome becomes the response body.
@@ -198,6 +342,12 @@ impl Finish {
 struct Outbound {
     queue: parking_lot::Mutex<Queue>,
     inputs: parking_lot::Mutex<Inputs>,
+    /// The call may become a task (see `serve`).
+    task_ok: bool,
+    /// The handler has not been polled yet, or is in its first poll (`continue_as_task` yields then).
+    first_poll: std::sync::atomic::AtomicBool,
+    /// Once it runs as a task: its run (questions go there).
+    task: parking_lot::Mutex<Option<(Arc<Tasks>, Arc<Run>)>>,
 }
 
 /// The notification queue of a modern request: made when the handler first notifies (most
@@ -291,6 +441,22 @@ fn unix_ms() -> u64 {
 }
 
 impl ToolOutbound for Outbound {
+    fn continue_as_task(&self) -> BoxFuture<()> {
+        if self.task_ok && self.first_poll.load(std::sync::atomic::Ordering::Acquire) {
+            // Pending once: the first poll ends here, and `serve` makes the call a task.
+            let mut yielded = false;
+            return Box::pin(std::future::poll_fn(move |cx| {
+                if yielded {
+                    return Poll::Ready(());
+                }
+                yielded = true;
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }));
+        }
+        Box::pin(async {})
+    }
+
     fn notify(&self, json: Bytes) -> BoxFuture<()> {
         let tx = match &mut *self.queue.lock() {
             Queue::Closed => return Box::pin(async {}),
@@ -317,6 +483,11 @@ impl ToolOutbound for Outbound {
     }
 
     fn input(&self, key: &str, method: &str, params: Value) -> BoxFuture<Result<Value, ErrorObject>> {
+        if let Some((tasks, run)) = self.task.lock().clone() {
+            // A task asks through its input requests; `tasks/update` answers.
+            let answer = tasks.ask(&run, key, method, params);
+            return Box::pin(async move { answer.await.map_err(|_| ErrorObject::new(code::INTERNAL_ERROR, "the task ended before its question was answered")) });
+        }
         let mut i = self.inputs.lock();
         if !i.allowed {
             let msg = format!("{method}: only tools/call, prompts/get and resources/read may ask the client (2026-07-28)");

@@ -183,6 +183,22 @@ pub struct HandleRecord {
     pub used_ms: u64,
 }
 
+/// `mcpTask.v1`: one task of the tasks extension, keyed by an HMAC of its id (the id itself
+/// is not kept: only its caller, who was given it, can name it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    /// The caller it is bound to (`None`: authentication off).
+    pub principal: Option<String>,
+    /// The tool it runs.
+    pub tool: String,
+    /// The process run that executes it (a task still running in another run was interrupted
+    /// by a restart).
+    pub run: u64,
+    /// Its state and what the state carries (`task_id` empty here).
+    #[serde(flatten)]
+    pub view: crate::proto::task::TaskView,
+}
+
 /// Any record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type")]
@@ -199,6 +215,9 @@ pub enum Record {
     /// A state handle.
     #[serde(rename = "mcpStateHandle.v1")]
     Handle(HandleRecord),
+    /// A task.
+    #[serde(rename = "mcpTask.v1")]
+    Task(TaskRecord),
 }
 
 /// Why bytes are not a record this release can read.
@@ -212,7 +231,7 @@ pub enum CodecError {
     UnknownType(String),
 }
 
-const KNOWN_TYPES: [&str; 4] = ["mcpHttpSession.v1", "mcpSseStream.v1", "mcpIdempotencyReceipt.v1", "mcpStateHandle.v1"];
+const KNOWN_TYPES: [&str; 5] = ["mcpHttpSession.v1", "mcpSseStream.v1", "mcpIdempotencyReceipt.v1", "mcpStateHandle.v1", "mcpTask.v1"];
 
 /// Encode a record.
 #[must_use]
@@ -282,6 +301,11 @@ fn validate(record: &Record) -> Result<(), CodecError> {
             }
             if h.used_ms < h.created_ms {
                 return bad("a handle cannot be used before it was created");
+            }
+        }
+        Record::Task(t) => {
+            if t.view.updated_ms < t.view.created_ms {
+                return bad("a task cannot change before it was created");
             }
         }
     }
@@ -364,6 +388,12 @@ pub fn streams_index(hmac: &str) -> String {
 pub fn receipt_key(principal: Option<&str>, key: &str) -> String {
     let p = principal.unwrap_or("");
     format!("r/{}:{p}/{key}", p.len())
+}
+
+/// Key of a task: the HMAC of its id.
+#[must_use]
+pub fn task_key(hmac: &str) -> String {
+    format!("k/{hmac}")
 }
 
 /// Key of a state handle: its HMAC.

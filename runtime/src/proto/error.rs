@@ -61,6 +61,8 @@ pub enum Quota {
     StreamMemory,
     /// `modern.listen_per_caller` `subscriptions/listen` streams open.
     Listen,
+    /// `tasks.max_per_caller` tasks running, for a tool that needs a task.
+    Tasks,
 }
 
 /// A typed refusal of an HTTP request.
@@ -136,6 +138,7 @@ pub enum Rejection {
         Quota::SessionRate => "sessions created too fast by this caller",
         Quota::StreamMemory => "this caller's share of the stream memory budget is full",
         Quota::Listen => "too many subscriptions/listen streams open for this caller",
+        Quota::Tasks => "too many tasks of this caller are running",
     })]
     QuotaExceeded {
         /// Which quota.
@@ -361,6 +364,7 @@ impl Rejection {
             Rejection::QuotaExceeded { cause: Quota::SessionRate, .. } => "quota.session_rate",
             Rejection::QuotaExceeded { cause: Quota::StreamMemory, .. } => "quota.stream_memory",
             Rejection::QuotaExceeded { cause: Quota::Listen, .. } => "quota.listen",
+            Rejection::QuotaExceeded { cause: Quota::Tasks, .. } => "quota.tasks",
             Rejection::Overloaded(Overload::Sessions) => "overloaded.sessions",
             Rejection::Overloaded(Overload::Mailbox) => "overloaded.mailbox",
             Rejection::Overloaded(Overload::InFlight) => "overloaded.in_flight",
@@ -383,7 +387,7 @@ impl Rejection {
     }
 
     /// Every value [`Rejection::cause`] can return.
-    pub const CAUSES: [&'static str; 42] = [
+    pub const CAUSES: [&'static str; 43] = [
         "origin",
         "host",
         "unauthorized",
@@ -410,6 +414,7 @@ impl Rejection {
         "quota.session_rate",
         "quota.stream_memory",
         "quota.listen",
+        "quota.tasks",
         "overloaded.sessions",
         "overloaded.mailbox",
         "overloaded.in_flight",
@@ -460,13 +465,13 @@ impl Rejection {
                 Rejection::EventsLost,
                 "GET resume: the stream is no longer retained, or (standalone GET stream) events after the cursor were evicted",
             ),
-            (Rejection::QuotaExceeded { cause: Quota::Sessions, retry_after_s: 5 }, "the caller (principal, or remote address without auth) has `quotas.sessions_per_principal` live sessions (`Retry-After: 5`), creates them faster than `quotas.session_rate_per_sec` (`Retry-After`: when the next is allowed), or its share `quotas.stream_memory_per_principal` of the stream memory is full for a request that would open a stream or session (`Retry-After: 2`), or holds `modern.listen_per_caller` open `subscriptions/listen` streams (`Retry-After: 1`)"),
+            (Rejection::QuotaExceeded { cause: Quota::Sessions, retry_after_s: 5 }, "the caller (principal, or remote address without auth) has `quotas.sessions_per_principal` live sessions (`Retry-After: 5`), creates them faster than `quotas.session_rate_per_sec` (`Retry-After`: when the next is allowed), or its share `quotas.stream_memory_per_principal` of the stream memory is full for a request that would open a stream or session (`Retry-After: 2`), or holds `modern.listen_per_caller` open `subscriptions/listen` streams (`Retry-After: 1`), or runs `tasks.max_per_caller` tasks when calling a tool that needs one (`Retry-After: 1`)"),
             (Rejection::Overloaded(Overload::Sessions), "`sessions.max_sessions` reached (`Retry-After: 5`), the server is draining: every new request, `initialize` included (`shutdown.retry_after_secs`, default 5), session mailbox full (1), `sessions.max_in_flight` reached (1), `modern.max_in_flight` 2026-07-28 requests running (1), `modern.listen_max` `subscriptions/listen` streams open (1), or the stream memory budget `limits.stream_memory_bytes` is full for a request that would open a stream (2)"),
             (Rejection::Internal, "unexpected server error (details only in the log)"),
             (modern(M::HeaderMismatch("example".into())), "modern request: `MCP-Protocol-Version` missing or different from `_meta`'s version; `Mcp-Method` missing or different from the body's method; `Mcp-Name` missing or different from `params.name` (`tools/call`, `prompts/get`) or `params.uri` (`resources/read`), after base64-sentinel decoding; an `Mcp-Param-*` header missing, extra, undecodable or different from its annotated argument (integers compared as numbers)"),
             (modern(M::InvalidMeta("example".into())), "modern request: `_meta` lacks `io.modelcontextprotocol/protocolVersion` or `clientCapabilities`, or one of its fields has the wrong type (`clientInfo` not an object, an unknown `logLevel`)"),
             (modern(M::UnsupportedVersion("2099-01-01".into())), "modern request naming a version other than 2026-07-28 (`data.supported`, `data.requested`)"),
-            (Rejection::MissingCapability { capabilities: serde_json::json!({"sampling": {}}), id: JsonRpcId::Number(1) }, "modern request: the tool needs a client capability the request's `clientCapabilities` lack (`data.requiredCapabilities`)"),
+            (Rejection::MissingCapability { capabilities: serde_json::json!({"sampling": {}}), id: JsonRpcId::Number(1) }, "modern request: the tool needs a client capability the request's `clientCapabilities` lack (`data.requiredCapabilities`); a call of a tool that needs a task, or a `tasks/*` request, without the tasks extension in them"),
             (modern(M::MethodNotFound("ping".into())), "modern request for an unknown method or one removed in 2026-07-28 (`initialize`, `ping`, `logging/setLevel`, `resources/subscribe`, `resources/unsubscribe`, `notifications/initialized`); the message names the supported versions"),
             (modern(M::InvalidRequest("example".into())), "modern request body that is a batch or a JSON-RPC response (clients send only requests and notifications in 2026-07-28)"),
             (modern(M::InvalidInput("example".into())), "modern retry of an `input_required` result: `inputResponses` not an object, or `requestState` altered, expired (`modern.request_state_ttl_secs`), issued to another caller or for another request; a `subscriptions/listen` filter (`params.notifications`) missing or malformed, or naming more than `modern.listen_max_uris` URIs"),
@@ -565,6 +570,7 @@ mod tests {
         all.push(Rejection::QuotaExceeded { cause: Quota::SessionRate, retry_after_s: 1 });
         all.push(Rejection::QuotaExceeded { cause: Quota::StreamMemory, retry_after_s: 2 });
         all.push(Rejection::QuotaExceeded { cause: Quota::Listen, retry_after_s: 1 });
+        all.push(Rejection::QuotaExceeded { cause: Quota::Tasks, retry_after_s: 1 });
         all.push(Rejection::Modern { error: super::super::modern::ModernError::MethodNotFound("x".into()), id: None });
         for r in &all {
             assert!(Rejection::CAUSES.contains(&r.cause()), "{r:?}");

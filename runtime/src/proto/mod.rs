@@ -23,6 +23,7 @@ pub mod replay;
 pub mod rollout;
 pub mod session;
 pub mod stream;
+pub mod task;
 pub mod version;
 
 pub use ids::{Generation, JsonRpcId, Seq, SessionId, StreamId, Tick};

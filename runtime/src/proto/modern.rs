@@ -48,6 +48,8 @@ pub fn name_param(method: &str) -> Option<&'static str> {
     match method {
         "tools/call" | "prompts/get" => Some("name"),
         "resources/read" => Some("uri"),
+        // The tasks extension's methods name their task.
+        "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
         _ => None,
     }
 }
@@ -317,9 +319,10 @@ pub fn discover_result(capabilities: &Value, instructions: Option<&str>) -> Valu
 /// The capabilities a modern client is told: the legacy ones without what 2026-07-28
 /// removed (`logging` is per request now), with `listChanged` for the lists and `subscribe`
 /// for the resources the catalog announces changes of on `subscriptions/listen` (`offered`),
-/// and neither where it does not (false flags are left out).
+/// and neither where it does not (false flags are left out); and the tasks extension
+/// (`extensions`) when a tool may run as a task.
 #[must_use]
-pub fn modern_capabilities(legacy: &Value, offered: &listen::Offered) -> Value {
+pub fn modern_capabilities(legacy: &Value, offered: &listen::Offered, tasks: bool) -> Value {
     let mut caps = legacy.clone();
     if let Value::Object(m) = &mut caps {
         m.remove("logging");
@@ -341,6 +344,9 @@ pub fn modern_capabilities(legacy: &Value, offered: &listen::Offered) -> Value {
         }
         if offered.resource_updates {
             set("resources", "subscribe");
+        }
+        if tasks {
+            m.insert("extensions".into(), serde_json::json!({ super::task::EXTENSION: {} }));
         }
     }
     caps

@@ -214,7 +214,8 @@ impl CatalogBuilder {
         caps.insert("logging".into(), json!({}));
         caps.insert("completions".into(), json!({}));
         let capabilities = Value::Object(caps);
-        let modern_capabilities = crate::proto::modern::modern_capabilities(&capabilities, &self.offered);
+        let tasks = self.tools.iter().any(|t| t.spec().task_support != crate::proto::task::TaskSupport::Forbidden);
+        let modern_capabilities = crate::proto::modern::modern_capabilities(&capabilities, &self.offered, tasks);
         Ok(Catalog {
             server_info: json!({"name": info.name, "version": info.version}),
             instructions: info.instructions,

@@ -31,6 +31,10 @@ pub trait ToolOutbound: Send + Sync + 'static {
         let _ = key;
         self.request(method, params)
     }
+    /// Go on as a task (see [`ToolContext::continue_as_task`]); a no-op where tasks do not apply.
+    fn continue_as_task(&self) -> BoxFuture<()> {
+        Box::pin(async {})
+    }
 }
 
 /// Everything a running tool may use: progress, logging, cancellation and server-to-client
@@ -224,6 +228,19 @@ impl ToolContext {
             return Err(ErrorObject::new(code::METHOD_NOT_FOUND, format!("client did not declare the {cap} capability")));
         }
         Ok(())
+    }
+
+    /// Go on as a task from here (the 2026-07-28 tasks extension): when the tool may run as
+    /// one ([`ToolSpec::task_support`](super::ToolSpec::task_support)) and the request
+    /// declared the extension, the call is answered at once with its task and the rest of the
+    /// tool runs in the background, its questions ([`Self::input`]) becoming the task's input
+    /// requests answered with `tasks/update`. Call it before asking what should be asked in
+    /// the task; questions asked before it are multi-round-trip rounds of the call itself.
+    /// Elsewhere (a legacy session, a client without the extension, a tool that may not) it
+    /// returns at once and changes nothing. A tool that may run as a task also becomes one
+    /// when it waits on anything before its first question.
+    pub async fn continue_as_task(&self) {
+        self.out.continue_as_task().await;
     }
 
     /// SEP-1699 polling: close the current connection of this request's stream; the client

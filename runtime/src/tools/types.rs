@@ -48,13 +48,35 @@ pub struct ToolSpec {
     /// Not listed.
     #[serde(skip)]
     pub idempotency_key_argument: Option<String>,
+    /// Whether a 2026-07-28 call may, or must, run as a task (the tasks extension). Not
+    /// listed (2026-07-28 has no field for it).
+    #[serde(skip)]
+    pub task_support: crate::proto::task::TaskSupport,
 }
 
 impl ToolSpec {
     /// A spec with a name, description and input schema.
     #[must_use]
     pub fn new(name: &str, description: &str, input_schema: Value) -> ToolSpec {
-        ToolSpec { name: name.into(), title: None, description: description.into(), input_schema, output_schema: None, annotations: None, idempotency_key_argument: None }
+        ToolSpec {
+            name: name.into(),
+            title: None,
+            description: description.into(),
+            input_schema,
+            output_schema: None,
+            annotations: None,
+            idempotency_key_argument: None,
+            task_support: crate::proto::task::TaskSupport::Forbidden,
+        }
+    }
+
+    /// Let 2026-07-28 calls of this tool run as tasks when the client supports them
+    /// ([`TaskSupport::Optional`](crate::proto::task::TaskSupport::Optional)), or make them
+    /// need it ([`TaskSupport::Required`](crate::proto::task::TaskSupport::Required)).
+    #[must_use]
+    pub fn task_support(mut self, support: crate::proto::task::TaskSupport) -> ToolSpec {
+        self.task_support = support;
+        self
     }
 
     /// Declare the argument that carries the call's idempotency key (see

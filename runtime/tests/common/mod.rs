@@ -16,6 +16,7 @@ use bytes::Bytes;
 use mcp_runtime::actor::Supervisor;
 use mcp_runtime::config::RuntimeConfig;
 use mcp_runtime::proto::mcp::LogLevel;
+use mcp_runtime::proto::task::TaskSupport;
 use mcp_runtime::sse::{Decoder, SseEvent};
 use mcp_runtime::tools::{CallToolResult, Catalog, ListKind, ResourceContents, ResourceSpec, ServerInfo, StaticResource, ToolAnnotations, ToolError, ToolSpec, resource_async_fn, tool_fn};
 use serde_json::{Value, json};
@@ -198,6 +199,31 @@ pub fn catalog(gate: Gate) -> Catalog {
         }))
         .tool(tool_fn(ToolSpec::new("change_prompts", "Announces a prompts list change", obj), |_, cx| async move {
             Ok(CallToolResult::text(cx.list_changed(ListKind::Prompts).to_string()))
+        }))
+        // Tasks (2026-07-28 extension): `job` goes on as a task, waits for the gate, counts as
+        // finished when its future is dropped; `ask_job` asks inside its task; `needs_task`
+        // must run as one.
+        .tool(tool_fn(ToolSpec::new("job", "Goes on as a task, waits for the gate, answers 'job done'", json!({"type":"object","properties":{}})).task_support(TaskSupport::Optional), {
+            let g = gate.clone();
+            move |_, cx| {
+                let g = g.clone();
+                async move {
+                    let _finished_when_dropped = OnDrop(Arc::clone(&g.done));
+                    cx.continue_as_task().await;
+                    g.started.add_permits(1);
+                    g.go.acquire().await.map_err(|e| ToolError::Failed(e.to_string()))?.forget();
+                    Ok(CallToolResult::text("job done"))
+                }
+            }
+        }))
+        .tool(tool_fn(ToolSpec::new("ask_job", "Goes on as a task and asks for a confirmation (key confirm)", json!({"type":"object","properties":{}})).task_support(TaskSupport::Optional), |_, cx| async move {
+            cx.continue_as_task().await;
+            let schema = json!({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]});
+            let a = cx.input("confirm", "elicitation/create", json!({"message": "Go?", "requestedSchema": schema})).await.map_err(ToolError::Protocol)?;
+            Ok(CallToolResult::text(format!("confirmed={}", a["content"]["ok"])))
+        }))
+        .tool(tool_fn(ToolSpec::new("needs_task", "Must run as a task", json!({"type":"object","properties":{}})).task_support(TaskSupport::Required), |_, _| async move {
+            Ok(CallToolResult::text("ran as a task"))
         }))
         .tool(tool_fn(
             ToolSpec::new("regional", "Echoes its region, which 2026-07-28 clients mirror in Mcp-Param-Region", json!({"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"}},"required":["region"]})),

@@ -9,6 +9,7 @@ use mcp_runtime::tools::{
     CallToolResult, CatalogBuilder, Content, GetPromptResult, PromptArgument, PromptMessage, PromptSpec, ResourceContents, ResourceSpec,
     ListKind, ResourceTemplateSpec, StaticResource, ToolError, ToolSpec, prompt_fn, template_fn, tool_fn,
 };
+use mcp_runtime::proto::task::TaskSupport;
 use serde_json::{Value, json};
 
 const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==";
@@ -96,6 +97,7 @@ fn tools(b: CatalogBuilder) -> CatalogBuilder {
     .merge(input_required_tools())
     .merge(listen_tools())
     .merge(schema_tools())
+    .merge(task_tools())
     .tool(tool_fn(
         ToolSpec::new(
             "test_sampling",
@@ -253,6 +255,72 @@ fn listen_tools() -> CatalogBuilder {
                 let uri = text_arg(&args, "uri");
                 cx.resource_updated(&uri);
                 Ok(CallToolResult::text(format!("Updated {uri}")))
+            },
+        ))
+}
+
+/// The tasks extension's fixtures (`tasks-*` scenarios): tools that may or must run as tasks
+/// (their support is the runtime's, not listed), finish, fail, fail with a protocol error,
+/// ask inside a task, or ask before becoming one.
+fn task_tools() -> CatalogBuilder {
+    let obj = |props: Value| json!({"type": "object", "properties": props});
+    let p = |e: mcp_runtime::proto::jsonrpc::ErrorObject| ToolError::Protocol(e);
+    let confirm = |filename: &str| elicit_params(&format!("Delete {filename}?"), "confirm", "boolean");
+    CatalogBuilder::default()
+        .tool(tool_fn(ToolSpec::new("greet", "Greets someone by name (never a task).", obj(json!({"name": {"type": "string"}}))), |args, _| async move {
+            Ok(CallToolResult::text(format!("Hello, {}!", text_arg(&args, "name"))))
+        }))
+        .tool(tool_fn(
+            ToolSpec::new("slow_compute", "Computes for `seconds` seconds (a task when the client supports them and seconds > 0).", obj(json!({"seconds": {"type": "integer", "minimum": 0, "maximum": 600}, "label": {"type": "string"}})))
+                .task_support(TaskSupport::Optional),
+            |args, cx| async move {
+                let seconds = args.get("seconds").and_then(Value::as_u64).unwrap_or(0);
+                let label = text_arg(&args, "label");
+                if seconds > 0 {
+                    cx.continue_as_task().await;
+                    // Dropped (stopped) at once when the task is cancelled.
+                    tokio::time::sleep(Duration::from_secs(seconds)).await;
+                }
+                Ok(CallToolResult::text(format!("{label}: computed in {seconds} s")))
+            },
+        ))
+        .tool(tool_fn(ToolSpec::new("failing_job", "Fails with a tool error after a moment (needs a task).", obj(json!({}))).task_support(TaskSupport::Required), |_, _| async {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            Err::<CallToolResult, _>(ToolError::Failed("the job failed (as this fixture always does)".into()))
+        }))
+        .tool(tool_fn(ToolSpec::new("protocol_error_job", "Ends with a protocol error after a moment (needs a task).", obj(json!({}))).task_support(TaskSupport::Required), |_, _| async {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            Err::<CallToolResult, _>(ToolError::Protocol(ErrorObject::new(-32603, "the job hit a protocol error (as this fixture always does)")))
+        }))
+        .tool(tool_fn(
+            ToolSpec::new("confirm_delete", "Asks the user to confirm deleting a file, inside its task when it runs as one.", obj(json!({"filename": {"type": "string"}}))).task_support(TaskSupport::Optional),
+            move |args, cx| async move {
+                let filename = text_arg(&args, "filename");
+                cx.continue_as_task().await;
+                let a = cx.input("confirm", "elicitation/create", confirm(&filename)).await.map_err(p)?;
+                let yes = a["action"] == "accept" && a["content"]["confirm"] == true;
+                Ok(CallToolResult::text(if yes { format!("Deleted {filename}") } else { format!("Kept {filename}") }))
+            },
+        ))
+        .tool(tool_fn(
+            ToolSpec::new("multi_input", "Asks two questions at once (a name and a confirmation), inside its task when it runs as one.", obj(json!({}))).task_support(TaskSupport::Optional),
+            move |_, cx| async move {
+                cx.continue_as_task().await;
+                let (name, ok) = tokio::join!(
+                    cx.input("name", "elicitation/create", elicit_params("What is your name?", "name", "string")),
+                    cx.input("confirm", "elicitation/create", elicit_params("Go ahead?", "confirm", "boolean")),
+                );
+                let (name, ok) = (name.map_err(p)?, ok.map_err(p)?);
+                Ok(CallToolResult::text(format!("{} confirmed={}", accepted(&name, "name"), accepted(&ok, "confirm"))))
+            },
+        ))
+        .tool(tool_fn(
+            ToolSpec::new("test_tool_with_task", "Asks the user's name (a multi-round-trip round of the call), then greets them in a task (needs one).", obj(json!({}))).task_support(TaskSupport::Required),
+            move |_, cx| async move {
+                let a = cx.input("user_name", "elicitation/create", elicit_params("What is your name?", "name", "string")).await.map_err(p)?;
+                cx.continue_as_task().await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                Ok(CallToolResult::text(format!("Hello, {}!", accepted(&a, "name"))))
             },
         ))
 }

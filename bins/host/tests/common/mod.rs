@@ -211,10 +211,14 @@ pub(crate) fn json_of(data: &str) -> Value {
 /// A 2026-07-28 request (`_meta` and mirrored headers, no session), answered as JSON: the
 /// whole response.
 pub(crate) fn modern(addr: &str, id: i64, method: &str, mut params: Value) -> Value {
-    params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}});
+    // The caller's own `_meta` (its capabilities, say) is kept.
+    let caps = params["_meta"]["io.modelcontextprotocol/clientCapabilities"].clone();
+    params["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
+    params["_meta"]["io.modelcontextprotocol/clientCapabilities"] = if caps.is_null() { json!({}) } else { caps };
     let name = params.get("name").or_else(|| params.get("uri")).and_then(Value::as_str).map(str::to_owned);
     let mut headers = vec![("Accept", "application/json"), ("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", method)];
-    if let Some(n) = name.as_deref().filter(|_| matches!(method, "tools/call" | "prompts/get" | "resources/read")) {
+    let task = params.get("taskId").and_then(Value::as_str).map(str::to_owned);
+    if let Some(n) = name.as_deref().filter(|_| matches!(method, "tools/call" | "prompts/get" | "resources/read")).or(task.as_deref()) {
         headers.push(("Mcp-Name", n));
     }
     let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});

@@ -1,0 +1,397 @@
+//! The tasks extension (`io.modelcontextprotocol/tasks`, SEP-2663), the store and the runs: a
+//! `tools/call` that becomes a task is answered at once with its id, and its tool runs on in
+//! this process, its state recorded in the ledger (`mcpTask.v1`) at every change, so any
+//! request — after a dropped connection, from another connection, after a restart — can read
+//! it, answer its questions, or cancel it. The states and their wire shapes are
+//! [`crate::proto::task`]'s.
+//!
+//! Invariants:
+//! - A task is recorded before its id is handed out (`tasks/get` right after creation finds
+//!   it), and an update or a cancellation is recorded before it is acknowledged.
+//! - A task is bound to its caller: another caller's task reads exactly like an unknown one.
+//! - A final state never changes: a tool that finishes after its task was cancelled is not
+//!   recorded.
+//! - A task whose process is gone (a kill) reads as `failed` ("interrupted") from the next
+//!   run on; a graceful stop records that itself. Records are kept `tasks.ttl_secs` after
+//!   creation.
+//! - At most `tasks.max_per_caller` tasks of one caller run at once in this process.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use hmac::{Hmac, Mac};
+use parking_lot::Mutex;
+use serde_json::{Map, Value, json};
+use sha2::Sha256;
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use crate::ledger::codec::{self, Record, TaskRecord};
+use crate::ledger::{Ledger, Op, Writer};
+use crate::proto::jsonrpc::{ErrorObject, code};
+use crate::proto::task::{self, TASK_ID_RANDOM_BYTES, TaskStatus, TaskView};
+
+/// Why a `tasks/*` request was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TaskError {
+    /// Unknown, expired, or another caller's: `-32602`.
+    #[error("Failed to retrieve task: Task not found")]
+    NotFound,
+    /// An answer of the wrong shape: `-32602`.
+    #[error("Invalid params: {0}")]
+    BadAnswer(String),
+    /// The ledger could not be written: `-32603`.
+    #[error("the task store is unavailable right now; try again")]
+    Unavailable,
+}
+
+impl TaskError {
+    /// The JSON-RPC error.
+    #[must_use]
+    pub fn to_error_object(&self) -> ErrorObject {
+        let c = match self {
+            TaskError::NotFound | TaskError::BadAnswer(_) => code::INVALID_PARAMS,
+            TaskError::Unavailable => code::INTERNAL_ERROR,
+        };
+        ErrorObject::new(c, self.to_string())
+    }
+}
+
+/// Settings (from `[tasks]`).
+#[derive(Debug, Clone, Copy)]
+pub struct TaskSettings {
+    /// How long a task is kept after its creation (ms).
+    pub ttl_ms: u64,
+    /// The poll interval clients are told (ms).
+    pub poll_ms: u64,
+    /// Most tasks of one caller running at once.
+    pub max_per_caller: usize,
+    /// Largest result kept (bytes of its JSON); a larger one is replaced by a tool error.
+    pub max_result_bytes: usize,
+}
+
+/// One task running in this process.
+#[derive(Debug)]
+pub struct Run {
+    id: String,
+    hmac: String,
+    principal: Option<Arc<str>>,
+    tool: String,
+    /// Fired by `tasks/cancel`: the tool's own cancellation token.
+    cancel: CancellationToken,
+    state: Mutex<RunState>,
+}
+
+#[derive(Debug)]
+struct RunState {
+    view: TaskView,
+    /// Who waits for each unanswered question.
+    waiters: HashMap<String, oneshot::Sender<Value>>,
+}
+
+impl Run {
+    /// The task's id.
+    #[must_use]
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The tool's cancellation token (fired by `tasks/cancel`).
+    #[must_use]
+    pub fn cancellation(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// The `CreateTaskResult` to answer the `tools/call` with.
+    #[must_use]
+    pub fn created(&self) -> Value {
+        self.state.lock().view.created()
+    }
+}
+
+/// The tasks of a process.
+pub struct Tasks {
+    writer: Arc<Writer>,
+    clock: crate::clock::Clock,
+    run: u64,
+    id_key: Hmac<Sha256>,
+    settings: TaskSettings,
+    /// Tasks running here, by the HMAC of their id. Held for a map operation, never across
+    /// an await.
+    live: Mutex<HashMap<String, Arc<Run>>>,
+}
+
+impl std::fmt::Debug for Tasks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tasks").field("running", &self.live.lock().len()).finish_non_exhaustive()
+    }
+}
+
+impl Tasks {
+    /// The tasks of `ledger`, kept as `settings` say.
+    #[must_use]
+    pub fn new(ledger: &Ledger, settings: TaskSettings) -> Tasks {
+        Tasks {
+            writer: Arc::clone(&ledger.writer),
+            clock: ledger.clock,
+            run: ledger.run,
+            id_key: <Hmac<Sha256>>::new_from_slice(&ledger.derive("mcp-host task id v1")).expect("hmac takes any key length"),
+            settings,
+            live: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The settings.
+    #[must_use]
+    pub fn settings(&self) -> TaskSettings {
+        self.settings
+    }
+
+    fn now(&self) -> u64 {
+        self.clock.now().0
+    }
+
+    fn hmac(&self, id: &str) -> String {
+        let mut m = self.id_key.clone();
+        m.update(id.as_bytes());
+        codec::hex(&m.finalize().into_bytes()[..16])
+    }
+
+    fn put(&self, run: &Run, view: &TaskView) -> Vec<Op> {
+        let record = TaskRecord { principal: run.principal.as_deref().map(str::to_owned), tool: run.tool.clone(), run: self.run, view: TaskView { task_id: String::new(), ..view.clone() } };
+        vec![Op::Put { key: codec::task_key(&run.hmac), value: Bytes::from(codec::encode(&Record::Task(record))), expires_ms: view.created_ms.saturating_add(view.ttl_ms) }]
+    }
+
+    async fn commit(&self, ops: Vec<Op>) -> Result<(), TaskError> {
+        if self.writer.submit_acked(ops).await.is_err() || self.writer.snapshot().failed {
+            return Err(TaskError::Unavailable);
+        }
+        Ok(())
+    }
+
+    /// Tasks of `principal` running here now.
+    #[must_use]
+    pub fn running_for(&self, principal: Option<&str>) -> usize {
+        self.live.lock().values().filter(|r| r.principal.as_deref() == principal).count()
+    }
+
+    /// A new task of `principal` running `tool`, recorded (`working`) before it is returned.
+    /// `None` when the caller runs as many as it may (the call then runs as an ordinary one,
+    /// or is refused when its tool needs a task).
+    ///
+    /// # Errors
+    /// [`TaskError::Unavailable`] when the record could not be written.
+    pub async fn create(&self, principal: Option<Arc<str>>, tool: &str, cancel: CancellationToken) -> Result<Option<Arc<Run>>, TaskError> {
+        if self.running_for(principal.as_deref()) >= self.settings.max_per_caller {
+            return Ok(None);
+        }
+        let id = task::mint_id(&crate::rng::bytes::<TASK_ID_RANDOM_BYTES>());
+        let now = self.now();
+        let view = TaskView {
+            task_id: id.clone(),
+            status: TaskStatus::Working,
+            status_message: None,
+            created_ms: now,
+            updated_ms: now,
+            ttl_ms: self.settings.ttl_ms,
+            poll_ms: self.settings.poll_ms,
+            input_requests: Map::new(),
+            result: None,
+            error: None,
+        };
+        let run = Arc::new(Run { hmac: self.hmac(&id), id, principal, tool: tool.to_owned(), cancel, state: Mutex::new(RunState { view, waiters: HashMap::new() }) });
+        let ops = self.put(&run, &run.state.lock().view);
+        self.commit(ops).await?;
+        self.live.lock().insert(run.hmac.clone(), Arc::clone(&run));
+        Ok(Some(run))
+    }
+
+    /// The task asks the client (`key` names the question): the task shows it among its
+    /// input requests (`input_required`) until a `tasks/update` answers it.
+    pub fn ask(&self, run: &Run, key: &str, method: &str, params: Value) -> oneshot::Receiver<Value> {
+        let (tx, rx) = oneshot::channel();
+        let ops = {
+            let mut s = run.state.lock();
+            if s.view.status.is_final() {
+                // Dropped sender: the question is never answered (the task is over).
+                return rx;
+            }
+            s.view.input_requests.insert(key.to_owned(), json!({"method": method, "params": params}));
+            s.view.status = TaskStatus::InputRequired;
+            s.view.updated_ms = self.now().max(s.view.updated_ms);
+            s.waiters.insert(key.to_owned(), tx);
+            self.put(run, &s.view)
+        };
+        // Readers here see the state in memory at once; the record follows.
+        self.writer.submit(ops);
+        rx
+    }
+
+    /// The task's tool finished with `outcome` (unless the task already ended: a cancelled
+    /// task stays cancelled). Recorded before the task leaves the running ones.
+    pub async fn finish(&self, run: &Run, outcome: Result<Value, ErrorObject>) {
+        let ops = {
+            let mut s = run.state.lock();
+            if s.view.status.is_final() {
+                return;
+            }
+            match outcome {
+                Ok(result) => {
+                    let size = serde_json::to_vec(&result).map_or(usize::MAX, |v| v.len());
+                    s.view.result = Some(if size <= self.settings.max_result_bytes {
+                        result
+                    } else {
+                        json!({"content": [{"type": "text", "text": format!("The task completed, but its result ({size} bytes) is larger than the {} bytes a task keeps.", self.settings.max_result_bytes)}], "isError": true})
+                    });
+                    s.view.status = TaskStatus::Completed;
+                }
+                Err(e) => {
+                    s.view.status_message = Some(e.message.clone());
+                    s.view.error = Some(serde_json::to_value(&e).unwrap_or(Value::Null));
+                    s.view.status = TaskStatus::Failed;
+                }
+            }
+            s.view.input_requests.clear();
+            s.waiters.clear();
+            s.view.updated_ms = self.now().max(s.view.updated_ms);
+            self.put(run, &s.view)
+        };
+        if self.commit(ops).await.is_err() {
+            tracing::error!(task = %run.hmac, "a task's outcome could not be recorded");
+        }
+        self.live.lock().remove(&run.hmac);
+    }
+
+    /// A task's state for `principal`.
+    ///
+    /// # Errors
+    /// [`TaskError::NotFound`] (unknown, expired, another caller's); [`TaskError::Unavailable`].
+    pub fn get(&self, principal: Option<&str>, id: &str) -> Result<TaskView, TaskError> {
+        if !task::is_id_shaped(id) {
+            return Err(TaskError::NotFound);
+        }
+        let hmac = self.hmac(id);
+        let live = self.live.lock().get(&hmac).cloned();
+        if let Some(run) = live {
+            if run.principal.as_deref() != principal {
+                return Err(TaskError::NotFound);
+            }
+            return Ok(run.state.lock().view.clone());
+        }
+        let record = self.read(&hmac)?.filter(|r| r.principal.as_deref() == principal).ok_or(TaskError::NotFound)?;
+        let mut view = TaskView { task_id: id.to_owned(), ..record.view.clone() };
+        if !view.status.is_final() {
+            // Not running here: the process that ran it is gone (a graceful stop records that
+            // itself, so this was a kill). Recorded, so every later read agrees.
+            view.status = TaskStatus::Failed;
+            view.status_message = Some("interrupted: the server restarted while the task ran; its outcome is unknown".into());
+            view.error = Some(json!({"code": code::SERVER_RESTARTED, "message": "the server restarted while the task ran; its outcome is unknown"}));
+            view.input_requests.clear();
+            view.updated_ms = self.now().max(view.updated_ms);
+            let fixed = TaskRecord { view: TaskView { task_id: String::new(), ..view.clone() }, ..record };
+            self.writer.submit(vec![Op::Put { key: codec::task_key(&hmac), value: Bytes::from(codec::encode(&Record::Task(fixed))), expires_ms: view.created_ms.saturating_add(view.ttl_ms) }]);
+        }
+        Ok(view)
+    }
+
+    fn read(&self, hmac: &str) -> Result<Option<TaskRecord>, TaskError> {
+        match self.writer.store().get(&codec::task_key(hmac), self.now()) {
+            Ok(None) => Ok(None),
+            Ok(Some(b)) => match codec::decode(&b) {
+                Ok(Record::Task(t)) => Ok(Some(t)),
+                _ => {
+                    tracing::error!("a task record in the ledger is not readable");
+                    Err(TaskError::Unavailable)
+                }
+            },
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read a task record");
+                Err(TaskError::Unavailable)
+            }
+        }
+    }
+
+    fn live_run(&self, principal: Option<&str>, id: &str) -> Result<Option<Arc<Run>>, TaskError> {
+        if !task::is_id_shaped(id) {
+            return Err(TaskError::NotFound);
+        }
+        let hmac = self.hmac(id);
+        let run = self.live.lock().get(&hmac).cloned();
+        match run {
+            Some(r) if r.principal.as_deref() == principal => Ok(Some(r)),
+            Some(_) => Err(TaskError::NotFound),
+            // Not running here: it exists (final, or interrupted) or it does not.
+            None => self.get(principal, id).map(|_| None),
+        }
+    }
+
+    /// Answer some of a task's questions (`tasks/update`): answers to questions asked now are
+    /// checked with `check` and delivered, others ignored; recorded before it returns. A task
+    /// not running here (ended) takes nothing.
+    ///
+    /// # Errors
+    /// [`TaskError::NotFound`]; [`TaskError::BadAnswer`] (nothing is delivered then);
+    /// [`TaskError::Unavailable`].
+    pub async fn update(&self, principal: Option<&str>, id: &str, responses: &Map<String, Value>, check: impl Fn(&str, &Value, &Value) -> Result<(), String>) -> Result<(), TaskError> {
+        let Some(run) = self.live_run(principal, id)? else { return Ok(()) };
+        let ops = {
+            let mut s = run.state.lock();
+            let answered = task::answer(&s.view.input_requests, responses, check).map_err(TaskError::BadAnswer)?;
+            if answered.taken.is_empty() {
+                return Ok(());
+            }
+            for (key, answer) in answered.taken {
+                s.view.input_requests.remove(&key);
+                if let Some(w) = s.waiters.remove(&key) {
+                    let _ = w.send(answer);
+                }
+            }
+            if s.view.input_requests.is_empty() && s.view.status == TaskStatus::InputRequired {
+                s.view.status = TaskStatus::Working;
+            }
+            s.view.updated_ms = self.now().max(s.view.updated_ms);
+            self.put(&run, &s.view)
+        };
+        self.commit(ops).await
+    }
+
+    /// Cancel a task (`tasks/cancel`): a running one becomes `cancelled` (recorded before it
+    /// returns) and its tool's token fires; an ended one is left as it is.
+    ///
+    /// # Errors
+    /// [`TaskError::NotFound`]; [`TaskError::Unavailable`].
+    pub async fn cancel(&self, principal: Option<&str>, id: &str) -> Result<(), TaskError> {
+        let Some(run) = self.live_run(principal, id)? else { return Ok(()) };
+        self.end(&run, TaskStatus::Cancelled, "cancelled by the client").await
+    }
+
+    /// A running task is stopped by the server (its drain's or rollback's grace period is
+    /// over): `failed` ("interrupted"), recorded; its tool's token fires.
+    pub async fn interrupt(&self, run: &Run) {
+        let _ = self.end(run, TaskStatus::Failed, "interrupted: the server stopped (or rolled back) while the task ran; its outcome is unknown").await;
+    }
+
+    async fn end(&self, run: &Run, status: TaskStatus, why: &str) -> Result<(), TaskError> {
+        let ops = {
+            let mut s = run.state.lock();
+            if s.view.status.is_final() {
+                return Ok(());
+            }
+            s.view.status = status;
+            s.view.status_message = Some(why.to_owned());
+            if status == TaskStatus::Failed {
+                s.view.error = Some(json!({"code": code::DRAINED, "message": why}));
+            }
+            s.view.input_requests.clear();
+            s.waiters.clear();
+            s.view.updated_ms = self.now().max(s.view.updated_ms);
+            self.put(run, &s.view)
+        };
+        run.cancel.cancel();
+        let r = self.commit(ops).await;
+        self.live.lock().remove(&run.hmac);
+        r
+    }
+
+}
