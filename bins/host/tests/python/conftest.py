@@ -17,7 +17,7 @@ def url():
     # MCP_HOST_EXIT_WITH_PARENT: the host exits by itself if pytest is killed before the
     # finally below runs.
     proc = subprocess.Popen(
-        [HOST_BIN, "--port", "0", "--admin-port", "0", "--retry-ms", "200"],
+        [HOST_BIN, "--port", "0", "--admin-port", "0", "--retry-ms", "200", "--packs", "conformance,echo,basket"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,

@@ -71,3 +71,92 @@ async def test_default_mode_negotiates_2026_07_28_lists_calls_reports_progress_a
     asks = [e["body"] for e in seen if e["body"]["method"] == "tools/call" and e["body"]["params"]["name"] == "test_input_required_result_elicitation"]
     assert len(asks) == 2 and asks[0]["id"] != asks[1]["id"], "one round trip, a new id for the retry"
     assert "user_name" in asks[1]["params"]["inputResponses"] and "requestState" in asks[1]["params"]
+
+
+# The tasks extension, as a client extension of the SDK's own kind (ClientExtension with a
+# ResultClaim on resultType "task"): the SDK advertises it in every request's capabilities and
+# hands a task result to `_resolve`, which polls tasks/get (Mcp-Name: the task id) until the
+# task is over, at the interval the server asks for.
+from typing import Any, Literal
+
+from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
+
+TASKS = "io.modelcontextprotocol/tasks"
+
+
+class CreateTaskResult(types.Result):
+    result_type: Literal["task"] = "task"
+    task_id: str
+    status: str
+    poll_interval_ms: int | None = None
+
+
+class TaskParams(types.RequestParams):
+    task_id: str
+
+
+class TasksGet(types.Request[TaskParams, Literal["tasks/get"]]):
+    method: Literal["tasks/get"] = "tasks/get"
+    params: TaskParams
+    name_param = "taskId"
+
+
+class TaskState(types.Result):
+    result_type: str = "complete"
+    task_id: str
+    status: str
+    poll_interval_ms: int | None = None
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+
+
+class Tasks(ClientExtension):
+    identifier = TASKS
+
+    def __init__(self):
+        self.created = []
+
+    def claims(self):
+        return [ResultClaim(result_type="task", model=CreateTaskResult, resolve=self._resolve)]
+
+    async def _resolve(self, created: CreateTaskResult, ctx: ClaimContext) -> types.CallToolResult:
+        self.created.append(created.task_id)
+        with anyio.fail_after(30):
+            while True:
+                state = await ctx.session.send_request(TasksGet(params=TaskParams(task_id=created.task_id)), TaskState)
+                if state.status == "completed":
+                    return types.CallToolResult.model_validate(state.result)
+                assert state.status == "working", state
+                await anyio.sleep((state.poll_interval_ms or 1000) / 1000)
+
+
+@pytest.mark.anyio
+async def test_default_mode_runs_the_basket_flow_with_handles_and_a_task(url):
+    seen = []
+    tasks = Tasks()
+    async with recording_client(seen) as http:
+        async with Client(streamable_http_client(url, http_client=http), extensions=[tasks], read_timeout_seconds=30, cache=None) as client:
+            assert client.protocol_version == MODERN
+            created = await client.call_tool("create_basket", {"items": [{"sku": "shoes"}]})
+            basket = created.structured_content["basket_id"]
+            assert basket.startswith("bsk_") and len(basket) == 28, basket
+            added = await client.call_tool("add_item", {"basket_id": basket, "sku": "socks", "quantity": 2})
+            assert added.structured_content["item_count"] == 3
+            got = await client.call_tool("get_basket", {"basket_id": basket})
+            assert [i["sku"] for i in got.structured_content["items"]] == ["shoes", "socks"]
+            order = (await client.call_tool("checkout", {"basket_id": basket})).structured_content["order_id"]
+            again = await client.call_tool("checkout", {"basket_id": basket})
+            assert again.structured_content["order_id"] == order, "a retried checkout orders once"
+            unknown = await client.call_tool("get_basket", {"basket_id": "bsk_" + "A" * 24})
+            assert unknown.is_error and "Call create_basket" in unknown.content[0].text, unknown
+            # A task: the SDK resolves it through the extension.
+            r = await client.call_tool("slow_compute", {"seconds": 1, "label": "py"})
+            assert not r.is_error and r.content[0].text == "py: computed in 1 s", r
+            assert len(tasks.created) == 1
+
+    bodies = [e["body"] for e in seen if e["body"]]
+    assert not any("mcp-session-id" in e["headers"] for e in seen), "no session id, ever"
+    call = next(b for b in bodies if b["method"] == "tools/call" and b["params"]["name"] == "slow_compute")
+    assert TASKS in call["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"]["extensions"], call
+    polls = [e for e in seen if e["body"] and e["body"]["method"] == "tasks/get"]
+    assert polls and all(e["headers"]["mcp-name"] == tasks.created[0] for e in polls), polls
