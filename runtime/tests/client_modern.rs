@@ -12,7 +12,7 @@ use std::sync::Arc;
 use actix_web::{App, HttpServer};
 use mcp_runtime::actor::Supervisor;
 use mcp_runtime::client::journal::MemoryJournal;
-use mcp_runtime::client_http::{ClientConfig, ClientError, Closed, Era, McpClient};
+use mcp_runtime::client_http::{ClientConfig, ClientError, Closed, Era, McpClient, TaskCall};
 use mcp_runtime::config::RuntimeConfig;
 use serde_json::{Value, json};
 
@@ -148,4 +148,36 @@ async fn cancelling_a_modern_request_closes_its_stream_and_the_tool_is_dropped()
     assert_eq!(r, Err(ClientError::Cancelled));
     gate.finished(1).await;
     common::until("the server counted the disconnect as a cancellation", || sup.stats().modern().2 == 1).await;
+}
+
+#[actix_web::test]
+async fn the_client_runs_a_tool_as_a_task_answers_its_questions_and_cancels_one() {
+    let gate = common::Gate::default();
+    let (url, _sup) = serve(RuntimeConfig::default(), gate.clone()).await;
+    let handler: mcp_runtime::client_http::ServerRequestHandler = Rc::new(|method: &str, _: &Value| {
+        assert_eq!(method, "elicitation/create");
+        Ok(json!({"action": "accept", "content": {"ok": true}}))
+    });
+    let mut cfg = modern_cfg(&url, Era::Modern);
+    cfg.capabilities = json!({"elicitation": {}});
+    let c = McpClient::connect(cfg, MemoryJournal::new(64)).await.unwrap().with_handler(handler);
+    let TaskCall::Task { task_id, .. } = c.call_tool_as_task("job", json!({}), true).await.unwrap() else { panic!("not a task") };
+    assert!(task_id.starts_with("tsk_"));
+    gate.open(1);
+    let r = bounded(c.task_result(&task_id, std::time::Duration::from_secs(10))).await.unwrap();
+    assert_eq!(r["content"][0]["text"], "job done");
+    // A question inside the task, answered by the same handler (tasks/update).
+    let TaskCall::Task { task_id, .. } = c.call_tool_as_task("ask_job", json!({}), true).await.unwrap() else { panic!("not a task") };
+    let r = bounded(c.task_result(&task_id, std::time::Duration::from_secs(10))).await.unwrap();
+    assert_eq!(r["content"][0]["text"], "confirmed=true");
+    assert_eq!(c.stats().input_rounds, 1);
+    // Cancelled: the result says so.
+    let TaskCall::Task { task_id, .. } = c.call_tool_as_task("job", json!({}), true).await.unwrap() else { panic!("not a task") };
+    gate.started(2).await;
+    c.task_cancel(&task_id).await.unwrap();
+    assert_eq!(bounded(c.task_result(&task_id, std::time::Duration::from_secs(10))).await, Err(ClientError::Cancelled));
+    // Without a task: a tool that is never one gives its result.
+    assert!(matches!(c.call_tool_as_task("echo", json!({"text": "x"}), true).await.unwrap(), TaskCall::Done(v) if v["content"][0]["text"] == "x"));
+    let legacy = McpClient::connect(ClientConfig::new(&url), MemoryJournal::new(64)).await.unwrap();
+    assert!(legacy.call_tool_as_task("job", json!({}), true).await.is_err(), "a legacy session has no tasks");
 }

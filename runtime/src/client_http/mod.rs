@@ -42,7 +42,7 @@ use crate::proto::jsonrpc::{ErrorObject, Incoming, Message, encode_error, encode
 use crate::proto::version::ProtocolVersion;
 use crate::sse::Decoder;
 
-pub use modern::MAX_ROUNDS;
+pub use modern::{MAX_ROUNDS, TaskCall};
 
 mod modern;
 

@@ -31,6 +31,20 @@ use crate::sse::Decoder;
 /// Most `input_required` rounds one request may take (a server that keeps asking is an error).
 pub const MAX_ROUNDS: u32 = 32;
 
+/// What [`McpClient::call_tool_as_task`] gave.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TaskCall {
+    /// The result, at once.
+    Done(Value),
+    /// A task: fetch its result with [`McpClient::task_result`].
+    Task {
+        /// Its id.
+        task_id: String,
+        /// The poll interval the server asked for (ms).
+        poll_ms: u64,
+    },
+}
+
 /// What a client that discovered a 2026-07-28 server keeps.
 #[derive(Debug, Default)]
 pub(super) struct ModernState {
@@ -105,7 +119,13 @@ impl<J: Journal> McpClient<J> {
 
     /// A request in the 2026-07-28 era: see the module docs.
     pub(super) async fn request_modern(&self, method: &str, params: Option<Value>, idempotent: bool, cancel: &tokio_util::sync::CancellationToken) -> Result<Value, ClientError> {
-        let mut current = rules::request_params(params.as_ref(), &self.cfg.capabilities, &client_info());
+        self.request_modern_as(method, params, idempotent, cancel, &self.cfg.capabilities).await
+    }
+
+    /// [`Self::request_modern`] declaring `capabilities` (the configured ones, or those and an
+    /// extension this request needs).
+    async fn request_modern_as(&self, method: &str, params: Option<Value>, idempotent: bool, cancel: &tokio_util::sync::CancellationToken, capabilities: &Value) -> Result<Value, ClientError> {
+        let mut current = rules::request_params(params.as_ref(), capabilities, &client_info());
         let mut retry = Reissue::default();
         let mut rounds = 0;
         let mut relisted = false;
@@ -145,6 +165,99 @@ impl<J: Journal> McpClient<J> {
 
     /// Remember the mirrored parameters of the tools in a `tools/list` page (merged: a later
     /// page does not forget an earlier one's; a listed tool without any is forgotten).
+    /// The configured capabilities with the tasks extension declared.
+    fn with_tasks(&self) -> Result<Value, ClientError> {
+        if !self.is_modern() {
+            return Err(ClientError::Transport("tasks are a 2026-07-28 extension: connect with Era::Modern or Era::Auto".into()));
+        }
+        let mut caps = self.cfg.capabilities.clone();
+        if !caps.is_object() {
+            caps = json!({});
+        }
+        caps["extensions"][crate::proto::task::EXTENSION] = json!({});
+        Ok(caps)
+    }
+
+    /// Call tool `name` declaring the tasks extension (2026-07-28): the server may answer with a
+    /// task instead of the result. `idempotent` as for [`Self::request`].
+    ///
+    /// # Errors
+    /// As [`Self::request`]; a legacy session has no tasks.
+    pub async fn call_tool_as_task(&self, name: &str, arguments: Value, idempotent: bool) -> Result<TaskCall, ClientError> {
+        let caps = self.with_tasks()?;
+        let params = json!({"name": name, "arguments": arguments});
+        let r = self.request_modern_as("tools/call", Some(params), idempotent, &tokio_util::sync::CancellationToken::new(), &caps).await?;
+        if r.get("resultType").and_then(Value::as_str) == Some("task") {
+            let task_id = r.get("taskId").and_then(Value::as_str).ok_or_else(|| ClientError::Transport(format!("a task without a taskId: {r}")))?.to_owned();
+            let poll_ms = r.get("pollIntervalMs").and_then(Value::as_u64).unwrap_or(1000);
+            return Ok(TaskCall::Task { task_id, poll_ms });
+        }
+        Ok(TaskCall::Done(r))
+    }
+
+    async fn task_method(&self, method: &str, task_id: &str, extra: Value) -> Result<Value, ClientError> {
+        let caps = self.with_tasks()?;
+        let mut params = json!({"taskId": task_id});
+        if let (Some(p), Value::Object(e)) = (params.as_object_mut(), extra) {
+            p.extend(e);
+        }
+        // Reading, answering an answered question again, and cancelling are all safe to repeat.
+        self.request_modern_as(method, Some(params), true, &tokio_util::sync::CancellationToken::new(), &caps).await
+    }
+
+    /// The task's state (`tasks/get`).
+    ///
+    /// # Errors
+    /// [`ClientError::Rpc`] `-32602` for an unknown (or another caller's) task; as
+    /// [`Self::request`].
+    pub async fn task_get(&self, task_id: &str) -> Result<Value, ClientError> {
+        self.task_method("tasks/get", task_id, json!({})).await
+    }
+
+    /// Cancel the task (`tasks/cancel`; an ended task is left as it is).
+    ///
+    /// # Errors
+    /// As [`Self::task_get`].
+    pub async fn task_cancel(&self, task_id: &str) -> Result<(), ClientError> {
+        self.task_method("tasks/cancel", task_id, json!({})).await.map(|_| ())
+    }
+
+    /// Wait for the task's result: poll `tasks/get` at the interval the server asks for
+    /// (clamped to 10 ms – 30 s), answering its questions with the [`ServerRequestHandler`]
+    /// (`tasks/update`), for at most `max_wait`.
+    ///
+    /// # Errors
+    /// [`ClientError::Rpc`] with the task's error when it `failed`; [`ClientError::Cancelled`]
+    /// when it was cancelled; [`ClientError::Lost`] when it is still running after
+    /// `max_wait`; as [`Self::task_get`].
+    pub async fn task_result(&self, task_id: &str, max_wait: std::time::Duration) -> Result<Value, ClientError> {
+        let deadline = tokio::time::Instant::now() + max_wait;
+        loop {
+            let state = self.task_get(task_id).await?;
+            match state.get("status").and_then(Value::as_str).unwrap_or_default() {
+                "completed" => return Ok(state.get("result").cloned().unwrap_or(Value::Null)),
+                "failed" => {
+                    let e = state.get("error").cloned().and_then(|e| serde_json::from_value::<ErrorObject>(e).ok()).unwrap_or_else(|| ErrorObject::new(code::INTERNAL_ERROR, "the task failed"));
+                    return Err(ClientError::Rpc(e));
+                }
+                "cancelled" => return Err(ClientError::Cancelled),
+                "input_required" => {
+                    let asked = state.get("inputRequests").and_then(Value::as_object).cloned().unwrap_or_default();
+                    let answers = self.answer_inputs(&asked)?;
+                    self.inner.borrow_mut().stats.input_rounds += 1;
+                    self.task_method("tasks/update", task_id, json!({"inputResponses": answers})).await?;
+                    continue;
+                }
+                _ => {}
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ClientError::Lost(task_id.to_owned(), format!("the task was still running after {} ms", max_wait.as_millis())));
+            }
+            let poll = state.get("pollIntervalMs").and_then(Value::as_u64).unwrap_or(1000).clamp(10, 30_000);
+            tokio::time::sleep(std::time::Duration::from_millis(poll).min(deadline.saturating_duration_since(tokio::time::Instant::now()))).await;
+        }
+    }
+
     fn learn_tools(&self, list: &Value) {
         let mut i = self.inner.borrow_mut();
         if let Some(m) = i.modern.as_mut() {
