@@ -59,7 +59,7 @@ fi
 # all mixed; every gate must pass. The full run (>= 100,000 events per phase) is in README.
 if timeout 900 "$LOAD_BIN" gate --spawn-host "$HOST_BIN" --clients 32 --events-per-phase 1500 \
     --phase-seconds 60 --min-events 15000 --seed 7 --no-progress --json-out "$log/gate.json" > "$log/gate.txt" 2>&1; then
-  echo "interop: mcp-load gate (short: 17 phases, every fault scenario, crash, sigterm, rollout and the 2026-07-28 phase included) ok"; passed=$((passed + 1))
+  echo "interop: mcp-load gate (short: 18 phases, every fault scenario, crash, sigterm, rollout, the 2026-07-28 phase and the handles phase included) ok"; passed=$((passed + 1))
   grep -E 'events, .* sessions' "$log/gate.txt"
 else
   echo "interop: mcp-load gate FAILED"; cat "$log/gate.txt"; failed=$((failed + 1))

@@ -54,7 +54,7 @@ pub(crate) struct GateSpec {
 }
 
 /// The text of the receipts' answer to a retry of a call a kill interrupted.
-const OUTCOME_UNKNOWN: &str = "may or may not have taken effect";
+pub(crate) const OUTCOME_UNKNOWN: &str = "may or may not have taken effect";
 /// When the `crash` scenario kills the host: after a pause drawn from this range (ms).
 const KILL_PAUSE_MS: (u64, u64) = (3_000, 6_000);
 /// A `crash` phase does not end on its event count before this many kills.
@@ -81,16 +81,16 @@ fn histogram() -> Histogram<u64> {
 }
 
 /// What one phase measured.
-struct Phase {
+pub(crate) struct Phase {
     name: String,
     seconds: f64,
     events: u64,
     sessions: u64,
     streams: u64,
-    calls_ok: u64,
+    pub(crate) calls_ok: u64,
     /// Calls the server refused because the proxy made them illegal (401/403).
     refused: u64,
-    lost: u64,
+    pub(crate) lost: u64,
     cross_stream: u64,
     duplicate_dispatches: u64,
     not_found: u64,
@@ -104,14 +104,14 @@ struct Phase {
     sessions_not_closed: u64,
     close_refused: u64,
     connect_failures: u64,
-    latency_us: Histogram<u64>,
+    pub(crate) latency_us: Histogram<u64>,
     resume_ms: Histogram<u64>,
     resume_unwaited_ms: Histogram<u64>,
     proxy: BTreeMap<&'static str, u64>,
     reconnect_peak_session: u64,
     reconnect_peak_all: u64,
     /// Ledger calls answered "outcome unknown" (interrupted by a kill).
-    outcome_unknown: u64,
+    pub(crate) outcome_unknown: u64,
     /// Kills of the host (`crash`), and how long each restart took.
     crash: bool,
     kills: u64,
@@ -128,9 +128,19 @@ struct Phase {
     host_after: BTreeMap<String, f64>,
     errors: Vec<String>,
     /// Which era the phase's clients speak.
-    eras: Eras,
+    pub(crate) eras: Eras,
     /// Calls of 2026-07-28 clients answered with their own result.
     modern_calls: u64,
+    /// The `handles` phase: baskets made and checked, items a client was told were added and
+    /// that are missing, items found more than once, checkouts, a retried checkout answered
+    /// with another order, tasks run to their result, tasks a kill interrupted.
+    pub(crate) baskets: u64,
+    pub(crate) items_lost: u64,
+    pub(crate) items_doubled: u64,
+    pub(crate) checkouts: u64,
+    pub(crate) order_mismatches: u64,
+    pub(crate) tasks_done: u64,
+    pub(crate) tasks_interrupted: u64,
 }
 
 impl Phase {
@@ -177,6 +187,13 @@ impl Phase {
             errors: Vec::new(),
             eras: Eras::Legacy,
             modern_calls: 0,
+            baskets: 0,
+            items_lost: 0,
+            items_doubled: 0,
+            checkouts: 0,
+            order_mismatches: 0,
+            tasks_done: 0,
+            tasks_interrupted: 0,
         }
     }
 
@@ -186,7 +203,7 @@ impl Phase {
     }
 
     /// The phase's own restarts or flips are not all done yet.
-    fn owes_faults(&self) -> bool {
+    pub(crate) fn owes_faults(&self) -> bool {
         (self.crash && self.kills < KILLS_PER_PHASE) || (self.sigterm && self.restarts < RESTARTS_PER_PHASE) || (self.rollout && self.flips < FLIPS_PER_PHASE)
     }
 
@@ -205,7 +222,7 @@ impl Phase {
     }
 
     /// Keep an error sample: up to three of each kind (the text before its first digit).
-    fn note_error(&mut self, e: String) {
+    pub(crate) fn note_error(&mut self, e: String) {
         let kind = |s: &str| s.split(|c: char| c.is_ascii_digit()).next().unwrap_or_default().to_owned();
         let k = kind(&e);
         if self.errors.len() < 30 && self.errors.iter().filter(|x| kind(x) == k).count() < 3 {
@@ -219,7 +236,7 @@ impl Phase {
 
     fn to_json(&self) -> Value {
         let q = |h: &Histogram<u64>| json!({"count": h.len(), "p50": h.value_at_quantile(0.5), "p90": h.value_at_quantile(0.9), "p99": h.value_at_quantile(0.99), "max": h.max()});
-        json!({
+        let mut v = json!({
             "name": self.name, "seconds": self.seconds, "events": self.events, "sessions": self.sessions, "streams": self.streams,
             "calls_ok": self.calls_ok, "calls_refused": self.refused, "lost_responses": self.lost,
             "cross_stream_acceptances": self.cross_stream, "duplicate_dispatches": self.duplicate_dispatches,
@@ -235,7 +252,13 @@ impl Phase {
             "graceful_restarts": self.restarts, "unclean_exits": self.unclean_exits, "flag_flips": self.flips,
             "host_metrics": {"before": self.host_before, "after": self.host_after},
             "eras": format!("{:?}", self.eras).to_lowercase(), "modern_calls": self.modern_calls,
-        })
+        });
+        v["handles"] = json!({
+            "baskets": self.baskets, "items_lost": self.items_lost, "items_doubled": self.items_doubled,
+            "checkouts": self.checkouts, "checkout_order_mismatches": self.order_mismatches,
+            "tasks_done": self.tasks_done, "tasks_interrupted": self.tasks_interrupted,
+        });
+        v
     }
 }
 
@@ -267,7 +290,7 @@ fn client_config(spec: &GateSpec, url: &str, era: Era) -> ClientConfig {
     cfg
 }
 
-async fn connect(spec: &GateSpec, url: &str, phase: &RefCell<Phase>, era: Era) -> Option<McpClient> {
+pub(crate) async fn connect(spec: &GateSpec, url: &str, phase: &RefCell<Phase>, era: Era) -> Option<McpClient> {
     // A handshake can be refused on purpose (a rewritten Origin): try again, a bounded number
     // of times.
     for _ in 0..50 {
@@ -353,21 +376,27 @@ async fn virtual_client(spec: Rc<GateSpec>, url: Rc<str>, n: usize, phase_no: us
                 let _ = p.resume_unwaited_ms.record(s.total.saturating_sub(s.waited).as_millis().max(1) as u64);
             }
         }
-        let stats = client.stats();
-        let closed = client.close().await;
-        let mut p = phase.borrow_mut();
-        p.add_client_stats(&stats);
-        if matches!(closed, Ok(Closed::Stateless)) {
-            // 2026-07-28: no session to end.
-        } else if closed.as_ref().is_ok_and(|c| c.is_over()) {
-            p.sessions_closed += 1;
-        } else if matches!(closed, Ok(Closed::Refused(401 | 403))) {
-            // The proxy made this DELETE illegal (Origin or token): counted with the refusals.
-            p.close_refused += 1;
-        } else {
-            p.sessions_not_closed += 1;
-            p.note_error(format!("close: {closed:?}"));
-        }
+        end_session(client, &phase).await;
+    }
+}
+
+/// A virtual client is done with `client`: its counters go to the phase, and its session (if
+/// it has one) is ended.
+pub(crate) async fn end_session(client: McpClient, phase: &RefCell<Phase>) {
+    let stats = client.stats();
+    let closed = client.close().await;
+    let mut p = phase.borrow_mut();
+    p.add_client_stats(&stats);
+    if matches!(closed, Ok(Closed::Stateless)) {
+        // 2026-07-28: no session to end.
+    } else if closed.as_ref().is_ok_and(|c| c.is_over()) {
+        p.sessions_closed += 1;
+    } else if matches!(closed, Ok(Closed::Refused(401 | 403))) {
+        // The proxy made this DELETE illegal (Origin or token): counted with the refusals.
+        p.close_refused += 1;
+    } else {
+        p.sessions_not_closed += 1;
+        p.note_error(format!("close: {closed:?}"));
     }
 }
 
@@ -415,8 +444,16 @@ async fn run_phase(spec: &Rc<GateSpec>, phase_no: usize, name: &str, rates: BTre
             killers.push(actix_rt::spawn(flip_now_and_then(Arc::clone(host), Rc::clone(&stop), Rc::clone(&phase))));
         }
     }
+    let handles = name == Scenario::Handles.name();
     let tasks: Vec<_> = (0..spec.clients)
-        .map(|n| actix_rt::spawn(virtual_client(Rc::clone(spec), Rc::clone(&url), n, phase_no, Rc::clone(&phase), Rc::clone(&live), deadline)))
+        .map(|n| {
+            let (spec, url, phase, live) = (Rc::clone(spec), Rc::clone(&url), Rc::clone(&phase), Rc::clone(&live));
+            if handles {
+                actix_rt::spawn(crate::baskets::basket_client(spec, url, n, phase_no, phase, live, deadline))
+            } else {
+                actix_rt::spawn(virtual_client(spec, url, n, phase_no, phase, live, deadline))
+            }
+        })
         .collect();
     if let Some(b) = &bar {
         while !tasks.iter().all(actix_rt::task::JoinHandle::is_finished) {
@@ -437,7 +474,7 @@ async fn run_phase(spec: &Rc<GateSpec>, phase_no: usize, name: &str, rates: BTre
     p.host_after = after;
     p.seconds = start.elapsed().as_secs_f64();
     p.proxy = proxy.counts();
-    for (name, n) in [("crash.kills", p.kills), ("sigterm.restarts", p.restarts), ("rollout.flips", p.flips)] {
+    for (name, n) in [("crash.kills", p.kills), ("sigterm.restarts", p.restarts), ("rollout.flips", p.flips), ("handles.baskets", p.baskets)] {
         if n > 0 {
             p.proxy.insert(name, n);
         }
@@ -556,6 +593,7 @@ fn evidence(s: Scenario) -> &'static [&'static str] {
         Scenario::Sigterm => &["sigterm.restarts"],
         Scenario::Rollout => &["rollout.flips"],
         Scenario::Modern => &["modern.requests"],
+        Scenario::Handles => &["handles.baskets"],
     }
 }
 
@@ -653,6 +691,21 @@ fn evaluate(spec: &GateSpec, phases: &[Phase], ledger: &Value) -> Vec<Gate> {
         let (served, not) = (count("old_token.served_as_other"), count("old_token.modern_not_served"));
         gates.push(rate_gate("2026-07-28 request with another principal's token served as that principal", served, served + not));
     }
+    if spec.scenarios.contains(&Scenario::Handles) {
+        gates.push(zero_gate("basket items lost (a client was told an item was added; it is missing)", sum(&|p| p.items_lost)));
+        gates.push(zero_gate("basket items applied twice", sum(&|p| p.items_doubled)));
+        let server = ledger["baskets"]["double_checkouts"].as_u64();
+        gates.push(Gate::new(
+            "double checkouts (client: a retried checkout gave another order; server: basket_stats)",
+            format!("{} + {}", sum(&|p| p.order_mismatches), server.map_or("?".into(), |d| d.to_string())),
+            "0",
+            sum(&|p| p.order_mismatches) == 0 && server == Some(0),
+        ));
+        let checkouts = sum(&|p| p.checkouts);
+        gates.push(Gate::new("baskets checked out in the handles phase", checkouts.to_string(), "> 0", checkouts > 0));
+        let tasks = sum(&|p| p.tasks_done);
+        gates.push(Gate::new("tasks run to their result in the handles phase", tasks.to_string(), "> 0", tasks > 0));
+    }
     if spec.scenarios.contains(&Scenario::Modern) {
         let calls = sum(&|p| p.modern_calls);
         gates.push(Gate::new("calls by 2026-07-28 clients answered with their own result", calls.to_string(), "> 0", calls > 0));
@@ -684,8 +737,13 @@ fn evaluate(spec: &GateSpec, phases: &[Phase], ledger: &Value) -> Vec<Gate> {
 }
 
 async fn ledger_stats(spec: &GateSpec) -> Value {
+    stats_of(spec, "ledger_stats").await
+}
+
+/// The `structuredContent` of a stats tool of the server.
+async fn stats_of(spec: &GateSpec, tool: &str) -> Value {
     let Ok(c) = McpClient::connect(client_config(spec, &spec.url, Era::Legacy), MemoryJournal::new(64)).await else { return Value::Null };
-    let v = c.request("tools/call", Some(json!({"name": "ledger_stats", "arguments": {}})), true).await;
+    let v = c.request("tools/call", Some(json!({"name": tool, "arguments": {}})), true).await;
     let _ = c.close().await;
     v.map(|r| r["structuredContent"].clone()).unwrap_or(Value::Null)
 }
@@ -703,6 +761,14 @@ fn plan(spec: &GateSpec) -> Vec<(String, BTreeMap<Scenario, f64>, Eras)> {
             rates.entry(Scenario::Cut).or_insert(spec.rate);
         }
         let mut eras = Eras::Legacy;
+        if *s == Scenario::Handles {
+            // Baskets across cut streams and, when selected, kills of the host, in both eras.
+            rates.entry(Scenario::Cut).or_insert(spec.mixed_rate);
+            if spec.scenarios.contains(&Scenario::Crash) {
+                rates.insert(Scenario::Crash, spec.rate);
+            }
+            eras = Eras::Alternate;
+        }
         if *s == Scenario::Modern {
             // Every selected fault that reaches a stateless request, at the mixed rate (several
             // at once), and at least cuts: re-issues are what this era's clients recover by.
@@ -732,7 +798,10 @@ pub(crate) async fn run(spec: GateSpec) -> Result<(Value, bool), String> {
         }
         phases.push(p);
     }
-    let ledger = ledger_stats(&spec).await;
+    let mut ledger = ledger_stats(&spec).await;
+    if spec.scenarios.contains(&Scenario::Handles) {
+        ledger["baskets"] = stats_of(&spec, "basket_stats").await;
+    }
     let gates = evaluate(&spec, &phases, &ledger);
     let pass = gates.iter().all(|g| g.pass);
     let mut all = histogram();
@@ -952,6 +1021,29 @@ mod tests {
         let legacy_only = plan(&spec(vec![Scenario::Cut, Scenario::Storm]));
         assert!(legacy_only.iter().all(|(_, _, e)| *e == Eras::Legacy), "without `modern` every client keeps a session");
         assert!(Eras::parse("modern").is_ok() && Eras::parse("mixed").is_ok() && Eras::parse("new").is_err());
+    }
+
+    #[test]
+    fn the_handles_phase_alternates_eras_with_cuts_and_the_selected_kills() {
+        let with_crash = plan(&spec(vec![Scenario::Crash, Scenario::Handles]));
+        let (_, rates, eras) = with_crash.iter().find(|(n, _, _)| n == "handles").unwrap();
+        assert_eq!(*eras, Eras::Alternate);
+        assert_eq!(rates.keys().copied().collect::<Vec<_>>(), [Scenario::Cut, Scenario::Crash, Scenario::Handles]);
+        let alone = plan(&spec(vec![Scenario::Handles]));
+        assert_eq!(alone[1].1.keys().copied().collect::<Vec<_>>(), [Scenario::Cut, Scenario::Handles], "no kills unless crash is selected");
+        // A handles phase with a lost item or a double checkout fails its gates.
+        let s = spec(vec![Scenario::Handles]);
+        let mut p = clean_phase("handles");
+        (p.baskets, p.checkouts, p.tasks_done) = (3, 3, 1);
+        let ok = json!({"duplicates": 0, "baskets": {"double_checkouts": 0}});
+        assert!(failing(&evaluate(&s, &[p], &ok)).iter().all(|g| !g.contains("basket") && !g.contains("checkout")));
+        let mut lost = clean_phase("handles");
+        (lost.baskets, lost.checkouts, lost.tasks_done, lost.items_lost) = (3, 3, 1, 1);
+        assert!(failing(&evaluate(&s, &[lost], &ok)).contains(&"basket items lost (a client was told an item was added; it is missing)"));
+        let mut fine = clean_phase("handles");
+        (fine.baskets, fine.checkouts, fine.tasks_done) = (3, 3, 1);
+        let double = json!({"duplicates": 0, "baskets": {"double_checkouts": 1}});
+        assert!(failing(&evaluate(&s, &[fine], &double)).iter().any(|g| g.starts_with("double checkouts")));
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //!   must return to 0 sessions and streams and to its idle memory.
 
 mod admin;
+mod baskets;
 mod gate;
 mod http1;
 mod proxy;

@@ -61,14 +61,18 @@ pub(crate) enum Scenario {
     /// Not a proxy fault: the phase's clients speak 2026-07-28 (stateless requests, no
     /// session, no event ids). The faults that reach such a request apply to it: `cut` (after
     /// its first event: the client re-issues it under a new id), `storm` (its POST refused
-    /// 429/503 with `Retry-After: 1`), `origin-rewrite` (403), `old-token` (served as the
-    /// other principal: each request is authenticated on its own; such a request is never
-    /// also cut, so a re-issue cannot run a write under two principals), `crash`, `sigterm`.
+    /// 429/503 with `Retry-After: 1`), `origin-rewrite` (403), `old-token` (a read-only call
+    /// served as the other principal: each request is authenticated on its own; see
+    /// [`FaultPlan::token_rewrite_modern_tools`]), `crash`, `sigterm`.
     Modern,
+    /// Not a proxy fault: the phase's clients (both eras, alternating) keep baskets of the
+    /// `basket` pack over many calls (SEP-2567 state handles) and run short tasks, with cut
+    /// streams and, with `crash` selected, kills of the host.
+    Handles,
 }
 
 impl Scenario {
-    pub(crate) const ALL: [Scenario; 15] = [
+    pub(crate) const ALL: [Scenario; 16] = [
         Scenario::Cut,
         Scenario::LostPriming,
         Scenario::CrossedIds,
@@ -84,6 +88,7 @@ impl Scenario {
         Scenario::Sigterm,
         Scenario::Rollout,
         Scenario::Modern,
+        Scenario::Handles,
     ];
 
     /// The gate runs it on a host it spawned (it restarts the host or drives its admin API).
@@ -108,6 +113,7 @@ impl Scenario {
             Scenario::Sigterm => "sigterm",
             Scenario::Rollout => "rollout",
             Scenario::Modern => "modern",
+            Scenario::Handles => "handles",
         }
     }
 

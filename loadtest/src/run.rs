@@ -186,7 +186,7 @@ impl SpawnedHost {
 /// `extra` arguments, on a fresh ledger in `dir` (killed when the handle drops, then `dir`
 /// removed; exits by itself if we die).
 pub(crate) fn spawn_host(bin: &str, dir: TempDir, extra: &[&str]) -> Result<SpawnedHost, String> {
-    let args: Vec<&str> = ["--port", "0", "--packs", "conformance,echo,ledger"].into_iter().chain(extra.iter().copied()).collect();
+    let args: Vec<&str> = ["--port", "0", "--packs", "conformance,echo,ledger,basket"].into_iter().chain(extra.iter().copied()).collect();
     SpawnedHost::start(bin, dir, &args)
 }
 

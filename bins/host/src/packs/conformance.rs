@@ -271,15 +271,20 @@ fn task_tools() -> CatalogBuilder {
             Ok(CallToolResult::text(format!("Hello, {}!", text_arg(&args, "name"))))
         }))
         .tool(tool_fn(
-            ToolSpec::new("slow_compute", "Computes for `seconds` seconds (a task when the client supports them and seconds > 0).", obj(json!({"seconds": {"type": "integer", "minimum": 0, "maximum": 600}, "label": {"type": "string"}})))
-                .task_support(TaskSupport::Optional),
+            ToolSpec::new(
+                "slow_compute",
+                "Computes for `seconds` seconds and `millis` milliseconds (a task when the client supports them and it takes any time).",
+                obj(json!({"seconds": {"type": "integer", "minimum": 0, "maximum": 600}, "millis": {"type": "integer", "minimum": 0, "maximum": 999}, "label": {"type": "string"}})),
+            )
+            .task_support(TaskSupport::Optional),
             |args, cx| async move {
                 let seconds = args.get("seconds").and_then(Value::as_u64).unwrap_or(0);
+                let millis = args.get("millis").and_then(Value::as_u64).unwrap_or(0);
                 let label = text_arg(&args, "label");
-                if seconds > 0 {
+                if seconds > 0 || millis > 0 {
                     cx.continue_as_task().await;
                     // Dropped (stopped) at once when the task is cancelled.
-                    tokio::time::sleep(Duration::from_secs(seconds)).await;
+                    tokio::time::sleep(Duration::from_millis(seconds * 1000 + millis)).await;
                 }
                 Ok(CallToolResult::text(format!("{label}: computed in {seconds} s")))
             },
