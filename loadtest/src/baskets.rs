@@ -7,7 +7,8 @@
 //! never added twice), `get_basket` (every SKU the client was told was added must be there,
 //! once: a missing one is a lost item, a quantity above one an item applied twice; one whose
 //! outcome a kill left unknown may be there once or not at all), then `checkout` twice (the
-//! second a deliberate retry: the same order), `destroy_basket`, and for a 2026-07-28 client
+//! second a deliberate retry under another idempotency key: the same order, from the basket's
+//! own record), `destroy_basket`, and for a 2026-07-28 client
 //! a task (`slow_compute` for a few ms) fetched to its result.
 
 use std::cell::{Cell, RefCell};
@@ -101,9 +102,10 @@ async fn basket(client: &McpClient, phase: &RefCell<Phase>, tag: &str, era: Era)
         }
         p.items_doubled += maybe.iter().filter(|s| quantity(s) > 1).count() as u64;
     }
-    // Checkout, and a deliberate retry of it: one order.
-    let first = call(client, phase, "checkout", json!({"basket_id": id}), &id).await;
-    let again = call(client, phase, "checkout", json!({"basket_id": id}), &id).await;
+    // Checkout (its re-issues after a fault answered from its receipt), and a deliberate retry
+    // under another key, which only the basket's own record can answer: one order.
+    let first = call(client, phase, "checkout", json!({"basket_id": id}), &format!("{tag}-checkout")).await;
+    let again = call(client, phase, "checkout", json!({"basket_id": id}), &format!("{tag}-checkout-again")).await;
     if let (Ok(a), Ok(b)) = (first, again) {
         let mut p = phase.borrow_mut();
         let (oa, ob) = (&a["structuredContent"]["order_id"], &b["structuredContent"]["order_id"]);

@@ -156,9 +156,17 @@ impl Handles {
         }
     }
 
+    /// The live members of a caller's index (enough of them to count to the bound).
+    fn index(&self, kind: &HandleKind, index: &str, now: u64) -> Result<Vec<(String, u64)>, HandleError> {
+        self.writer.store().index_lowest(index, kind.max_per_caller.saturating_mul(4).saturating_add(64), now).map_err(|e| {
+            tracing::error!(error = %e, "cannot read a caller's state handles");
+            HandleError::Unavailable
+        })
+    }
+
     /// The writes that store `record` under `id` and keep the caller's index of it.
     fn put(&self, kind: &HandleKind, id: &str, record: &HandleRecord) -> Vec<Op> {
-        let expires_ms = record.used_ms.saturating_add(kind.idle_ttl_secs.saturating_mul(1000));
+        let expires_ms = record.used_ms.saturating_add(kind.idle_ttl_secs.saturating_mul(1000)).saturating_add(kind.touch_slack_ms());
         let index = codec::handles_index(kind.prefix, record.principal.as_deref());
         vec![
             Op::Put { key: codec::handle_key(id), value: Bytes::from(codec::encode(&Record::Handle(record.clone()))), expires_ms },
@@ -175,7 +183,8 @@ impl Handles {
         Ok(())
     }
 
-    fn checked(kind: &HandleKind, handle: &str, value: &Value) -> Result<(), HandleError> {
+    /// `handle` is `None` for a create (its handle is not handed out).
+    fn checked(kind: &HandleKind, handle: Option<&str>, value: &Value) -> Result<(), HandleError> {
         let bytes = serde_json::to_vec(value).map_or(usize::MAX, |v| v.len());
         if bytes > kind.max_bytes {
             return Err(HandleError::TooLarge(kind.too_large(handle, bytes)));
@@ -192,13 +201,13 @@ impl Handles {
         // One create of this caller's kind at a time: the count below stays exact.
         let _turn = self.stripe(&index).lock().await;
         let now = self.now();
-        let live = self.writer.store().index_lowest(&index, kind.max_per_caller.saturating_mul(4).saturating_add(64), now).map_err(|_| HandleError::Unavailable)?;
+        let live = self.index(kind, &index, now)?;
         if live.iter().filter(|(_, expires)| *expires > now).count() >= kind.max_per_caller {
             return Err(HandleError::TooMany(kind.too_many()));
         }
         let random = crate::rng::bytes::<HANDLE_RANDOM_BYTES>();
         let handle = kind.mint(&random);
-        Self::checked(kind, &handle, &value)?;
+        Self::checked(kind, None, &value)?;
         let id = self.id(&handle);
         let record = HandleRecord { kind: kind.prefix.to_owned(), principal: principal.map(str::to_owned), sealed: self.seal(&id, &random), value, version: 1, created_ms: now, used_ms: now };
         let mut ops = vec![Op::IndexTrim { index: index.clone(), below: now.saturating_add(1) }];
@@ -212,10 +221,20 @@ impl Handles {
     /// # Errors
     /// [`HandleError::NotFound`], [`HandleError::Unavailable`].
     pub async fn get(&self, kind: &HandleKind, principal: Option<&str>, handle: &str) -> Result<Value, HandleError> {
+        // The handle's stripe, as an update or a destroy holds it: the use recorded below
+        // rewrites the record, so it must be queued after every change already committed and
+        // before any later one (the writer commits in queue order), or it would put an older
+        // value back, or a destroyed handle.
+        let _turn = self.stripe(&self.id(handle)).lock().await;
         let (id, mut record) = self.find(kind, principal, handle)?;
-        record.used_ms = self.now().max(record.used_ms);
-        // The use is recorded in the background: a lost touch only shortens the idle TTL.
-        self.writer.submit(self.put(kind, &id, &record));
+        let now = self.now();
+        // Recorded in the background, at most once per `touch_slack_ms` (the record's expiry
+        // allows for the ones skipped), and not while the writer is backed up: a lost use
+        // only shortens the idle TTL.
+        if now.saturating_sub(record.used_ms) >= kind.touch_slack_ms() && !self.writer.backed_up() {
+            record.used_ms = now;
+            self.writer.submit(self.put(kind, &id, &record));
+        }
         Ok(record.value)
     }
 
@@ -230,7 +249,7 @@ impl Handles {
         let _turn = self.stripe(&id).lock().await;
         let (id, mut record) = self.find(kind, principal, handle)?;
         let out = change(&mut record.value).map_err(HandleError::Refused)?;
-        Self::checked(kind, handle, &record.value)?;
+        Self::checked(kind, Some(handle), &record.value)?;
         record.version += 1;
         record.used_ms = self.now().max(record.used_ms);
         self.commit(self.put(kind, &id, &record)).await?;
@@ -256,7 +275,7 @@ impl Handles {
     pub async fn list(&self, kind: &HandleKind, principal: Option<&str>) -> Result<Vec<(String, Value)>, HandleError> {
         let now = self.now();
         let index = codec::handles_index(kind.prefix, principal);
-        let members = self.writer.store().index_lowest(&index, kind.max_per_caller.saturating_mul(4).saturating_add(64), now).map_err(|_| HandleError::Unavailable)?;
+        let members = self.index(kind, &index, now)?;
         let mut out = Vec::new();
         for (id, _) in members.into_iter().filter(|(_, expires)| *expires > now) {
             if let Some(r) = self.read(&id)?.filter(|r| r.kind == kind.prefix && r.principal.as_deref() == principal)
@@ -289,6 +308,14 @@ fn from_value<T: DeserializeOwned>(kind: &HandleKind, v: Value) -> Result<T, Han
 }
 
 impl HandleScope<'_> {
+    /// A stable name of `handle` that does not give it away (128 bits of its HMAC under a
+    /// key derived from the ledger's secret, hex): for logs, journals and ids derived from
+    /// a handle, which must never carry the handle itself.
+    #[must_use]
+    pub fn tag(&self, handle: &str) -> String {
+        self.store.id(handle)
+    }
+
     /// A new handle holding `value`.
     ///
     /// # Errors

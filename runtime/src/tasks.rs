@@ -14,7 +14,13 @@
 //! - A task whose process is gone (a kill) reads as `failed` ("interrupted") from the next
 //!   run on; a graceful stop records that itself. Records are kept `tasks.ttl_secs` after
 //!   creation.
-//! - At most `tasks.max_per_caller` tasks of one caller run at once in this process.
+//! - At most `tasks.max_per_caller` tasks of one caller run at once in this process: a
+//!   [`TaskSlot`] is taken before the call runs and given back when its task ends.
+//! - A task's records are queued under its state lock, so they are committed in the order
+//!   of its states (a `working` record never lands after `completed`).
+//! - A task ends by `tasks.ttl_secs` after its creation at the latest: its tool is stopped
+//!   and its place freed when its record expires (it is unknown from then on, as every task
+//!   past its TTL).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -71,6 +77,28 @@ pub struct TaskSettings {
     pub max_result_bytes: usize,
 }
 
+/// Running tasks per caller (an entry leaves at zero).
+type Counts = Arc<Mutex<HashMap<Option<Arc<str>>, usize>>>;
+
+/// A place among one caller's running tasks ([`Tasks::reserve`]); given back when dropped.
+#[derive(Debug)]
+pub struct TaskSlot {
+    counts: Counts,
+    owner: Option<Arc<str>>,
+}
+
+impl Drop for TaskSlot {
+    fn drop(&mut self) {
+        let mut c = self.counts.lock();
+        if let Some(n) = c.get_mut(&self.owner) {
+            *n -= 1;
+            if *n == 0 {
+                c.remove(&self.owner);
+            }
+        }
+    }
+}
+
 /// One task running in this process.
 #[derive(Debug)]
 pub struct Run {
@@ -88,6 +116,8 @@ struct RunState {
     view: TaskView,
     /// Who waits for each unanswered question.
     waiters: HashMap<String, oneshot::Sender<Value>>,
+    /// Its place among its caller's running tasks, given back when it ends.
+    slot: Option<TaskSlot>,
 }
 
 impl Run {
@@ -108,6 +138,12 @@ impl Run {
     pub fn created(&self) -> Value {
         self.state.lock().view.created()
     }
+
+    /// Whether it has ended.
+    #[must_use]
+    pub fn is_final(&self) -> bool {
+        self.state.lock().view.status.is_final()
+    }
 }
 
 /// The tasks of a process.
@@ -120,6 +156,8 @@ pub struct Tasks {
     /// Tasks running here, by the HMAC of their id. Held for a map operation, never across
     /// an await.
     live: Mutex<HashMap<String, Arc<Run>>>,
+    /// Running tasks (and calls that may become one) per caller.
+    counts: Counts,
 }
 
 impl std::fmt::Debug for Tasks {
@@ -139,6 +177,7 @@ impl Tasks {
             id_key: <Hmac<Sha256>>::new_from_slice(&ledger.derive("mcp-host task id v1")).expect("hmac takes any key length"),
             settings,
             live: Mutex::new(HashMap::new()),
+            counts: Arc::default(),
         }
     }
 
@@ -159,33 +198,42 @@ impl Tasks {
     }
 
     fn put(&self, run: &Run, view: &TaskView) -> Vec<Op> {
-        let record = TaskRecord { principal: run.principal.as_deref().map(str::to_owned), tool: run.tool.clone(), run: self.run, view: TaskView { task_id: String::new(), ..view.clone() } };
-        vec![Op::Put { key: codec::task_key(&run.hmac), value: Bytes::from(codec::encode(&Record::Task(record))), expires_ms: view.created_ms.saturating_add(view.ttl_ms) }]
+        vec![put_record(&run.hmac, TaskRecord { principal: run.principal.as_deref().map(str::to_owned), tool: run.tool.clone(), run: self.run, view: view.clone() })]
     }
 
-    async fn commit(&self, ops: Vec<Op>) -> Result<(), TaskError> {
-        if self.writer.submit_acked(ops).await.is_err() || self.writer.snapshot().failed {
+    /// Wait for a record queued with [`Writer::submit_acked`] (queued under the run's lock,
+    /// awaited after it).
+    async fn committed(&self, ack: oneshot::Receiver<()>) -> Result<(), TaskError> {
+        if ack.await.is_err() || self.writer.snapshot().failed {
             return Err(TaskError::Unavailable);
         }
         Ok(())
     }
 
-    /// Tasks of `principal` running here now.
+    /// A place among `owner`'s running tasks, taken before a call that may become a task
+    /// runs; `None` when the caller runs as many as it may (the call then runs as an ordinary
+    /// one, or is refused when its tool needs a task).
     #[must_use]
-    pub fn running_for(&self, principal: Option<&str>) -> usize {
-        self.live.lock().values().filter(|r| r.principal.as_deref() == principal).count()
+    pub fn reserve(&self, owner: Option<Arc<str>>) -> Option<TaskSlot> {
+        let mut c = self.counts.lock();
+        let n = c.entry(owner.clone()).or_insert(0);
+        if *n >= self.settings.max_per_caller {
+            if *n == 0 {
+                c.remove(&owner);
+            }
+            return None;
+        }
+        *n += 1;
+        Some(TaskSlot { counts: Arc::clone(&self.counts), owner })
     }
 
-    /// A new task of `principal` running `tool`, recorded (`working`) before it is returned.
-    /// `None` when the caller runs as many as it may (the call then runs as an ordinary one,
-    /// or is refused when its tool needs a task).
+    /// A new task in `slot`'s caller's name running `tool`, recorded (`working`) before it
+    /// is returned.
     ///
     /// # Errors
     /// [`TaskError::Unavailable`] when the record could not be written.
-    pub async fn create(&self, principal: Option<Arc<str>>, tool: &str, cancel: CancellationToken) -> Result<Option<Arc<Run>>, TaskError> {
-        if self.running_for(principal.as_deref()) >= self.settings.max_per_caller {
-            return Ok(None);
-        }
+    pub async fn create(&self, slot: TaskSlot, tool: &str, cancel: CancellationToken) -> Result<Arc<Run>, TaskError> {
+        let principal = slot.owner.clone();
         let id = task::mint_id(&crate::rng::bytes::<TASK_ID_RANDOM_BYTES>());
         let now = self.now();
         let view = TaskView {
@@ -200,38 +248,49 @@ impl Tasks {
             result: None,
             error: None,
         };
-        let run = Arc::new(Run { hmac: self.hmac(&id), id, principal, tool: tool.to_owned(), cancel, state: Mutex::new(RunState { view, waiters: HashMap::new() }) });
-        let ops = self.put(&run, &run.state.lock().view);
-        self.commit(ops).await?;
+        let run = Arc::new(Run { hmac: self.hmac(&id), id, principal, tool: tool.to_owned(), cancel, state: Mutex::new(RunState { view, waiters: HashMap::new(), slot: Some(slot) }) });
+        let ack = self.writer.submit_acked(self.put(&run, &run.state.lock().view));
+        self.committed(ack).await?;
         self.live.lock().insert(run.hmac.clone(), Arc::clone(&run));
-        Ok(Some(run))
+        Ok(run)
+    }
+
+    /// An ended run leaves the running ones (after its final record is committed, so a read
+    /// meanwhile finds it in memory) and gives its caller's place back.
+    fn retire(&self, run: &Run) {
+        self.live.lock().remove(&run.hmac);
+        drop(run.state.lock().slot.take());
+    }
+
+    /// How long `run` may still run before its record expires.
+    #[must_use]
+    pub fn time_left(&self, run: &Run) -> std::time::Duration {
+        let v = &run.state.lock().view;
+        std::time::Duration::from_millis(v.created_ms.saturating_add(v.ttl_ms).saturating_sub(self.now()))
     }
 
     /// The task asks the client (`key` names the question): the task shows it among its
     /// input requests (`input_required`) until a `tasks/update` answers it.
     pub fn ask(&self, run: &Run, key: &str, method: &str, params: Value) -> oneshot::Receiver<Value> {
         let (tx, rx) = oneshot::channel();
-        let ops = {
-            let mut s = run.state.lock();
-            if s.view.status.is_final() {
-                // Dropped sender: the question is never answered (the task is over).
-                return rx;
-            }
-            s.view.input_requests.insert(key.to_owned(), json!({"method": method, "params": params}));
-            s.view.status = TaskStatus::InputRequired;
-            s.view.updated_ms = self.now().max(s.view.updated_ms);
-            s.waiters.insert(key.to_owned(), tx);
-            self.put(run, &s.view)
-        };
+        let mut s = run.state.lock();
+        if s.view.status.is_final() {
+            // Dropped sender: the question is never answered (the task is over).
+            return rx;
+        }
+        s.view.input_requests.insert(key.to_owned(), json!({"method": method, "params": params}));
+        s.view.status = TaskStatus::InputRequired;
+        s.view.updated_ms = self.now().max(s.view.updated_ms);
+        s.waiters.insert(key.to_owned(), tx);
         // Readers here see the state in memory at once; the record follows.
-        self.writer.submit(ops);
+        self.writer.submit(self.put(run, &s.view));
         rx
     }
 
     /// The task's tool finished with `outcome` (unless the task already ended: a cancelled
     /// task stays cancelled). Recorded before the task leaves the running ones.
     pub async fn finish(&self, run: &Run, outcome: Result<Value, ErrorObject>) {
-        let ops = {
+        let ack = {
             let mut s = run.state.lock();
             if s.view.status.is_final() {
                 return;
@@ -255,12 +314,12 @@ impl Tasks {
             s.view.input_requests.clear();
             s.waiters.clear();
             s.view.updated_ms = self.now().max(s.view.updated_ms);
-            self.put(run, &s.view)
+            self.writer.submit_acked(self.put(run, &s.view))
         };
-        if self.commit(ops).await.is_err() {
+        if self.committed(ack).await.is_err() {
             tracing::error!(task = %run.hmac, "a task's outcome could not be recorded");
         }
-        self.live.lock().remove(&run.hmac);
+        self.retire(run);
     }
 
     /// A task's state for `principal`.
@@ -289,8 +348,7 @@ impl Tasks {
             view.error = Some(json!({"code": code::SERVER_RESTARTED, "message": "the server restarted while the task ran; its outcome is unknown"}));
             view.input_requests.clear();
             view.updated_ms = self.now().max(view.updated_ms);
-            let fixed = TaskRecord { view: TaskView { task_id: String::new(), ..view.clone() }, ..record };
-            self.writer.submit(vec![Op::Put { key: codec::task_key(&hmac), value: Bytes::from(codec::encode(&Record::Task(fixed))), expires_ms: view.created_ms.saturating_add(view.ttl_ms) }]);
+            self.writer.submit(vec![put_record(&hmac, TaskRecord { view: view.clone(), ..record })]);
         }
         Ok(view)
     }
@@ -335,7 +393,7 @@ impl Tasks {
     /// [`TaskError::Unavailable`].
     pub async fn update(&self, principal: Option<&str>, id: &str, responses: &Map<String, Value>, check: impl Fn(&str, &Value, &Value) -> Result<(), String>) -> Result<(), TaskError> {
         let Some(run) = self.live_run(principal, id)? else { return Ok(()) };
-        let ops = {
+        let ack = {
             let mut s = run.state.lock();
             let answered = task::answer(&s.view.input_requests, responses, check).map_err(TaskError::BadAnswer)?;
             if answered.taken.is_empty() {
@@ -351,9 +409,9 @@ impl Tasks {
                 s.view.status = TaskStatus::Working;
             }
             s.view.updated_ms = self.now().max(s.view.updated_ms);
-            self.put(&run, &s.view)
+            self.writer.submit_acked(self.put(&run, &s.view))
         };
-        self.commit(ops).await
+        self.committed(ack).await
     }
 
     /// Cancel a task (`tasks/cancel`): a running one becomes `cancelled` (recorded before it
@@ -363,17 +421,30 @@ impl Tasks {
     /// [`TaskError::NotFound`]; [`TaskError::Unavailable`].
     pub async fn cancel(&self, principal: Option<&str>, id: &str) -> Result<(), TaskError> {
         let Some(run) = self.live_run(principal, id)? else { return Ok(()) };
-        self.end(&run, TaskStatus::Cancelled, "cancelled by the client").await
+        self.end(&run, TaskStatus::Cancelled, "cancelled by the client", 0).await
     }
 
     /// A running task is stopped by the server (its drain's or rollback's grace period is
     /// over): `failed` ("interrupted"), recorded; its tool's token fires.
     pub async fn interrupt(&self, run: &Run) {
-        let _ = self.end(run, TaskStatus::Failed, "interrupted: the server stopped (or rolled back) while the task ran; its outcome is unknown").await;
+        let _ = self.end(run, TaskStatus::Failed, "interrupted: the server stopped (or rolled back) while the task ran; its outcome is unknown", code::DRAINED).await;
     }
 
-    async fn end(&self, run: &Run, status: TaskStatus, why: &str) -> Result<(), TaskError> {
-        let ops = {
+    /// A task that reached `tasks.ttl_secs` while running is stopped: its tool's token
+    /// fires and it leaves the running ones (its record, `failed`, expires with it).
+    pub async fn expire(&self, run: &Run) {
+        let why = format!("expired: the task ran for {} s (tasks.ttl_secs) without finishing and was stopped", self.settings.ttl_ms / 1000);
+        let _ = self.end(run, TaskStatus::Failed, &why, code::INTERNAL_ERROR).await;
+    }
+
+    /// A task whose tool stopped without an outcome (it panicked): `failed`, recorded.
+    pub async fn abandon(&self, run: &Run) {
+        let _ = self.end(run, TaskStatus::Failed, "the task's tool stopped without a result", code::INTERNAL_ERROR).await;
+    }
+
+    /// End a running task with `status` (a `failed` one with an error of `error_code`).
+    async fn end(&self, run: &Run, status: TaskStatus, why: &str, error_code: i64) -> Result<(), TaskError> {
+        let ack = {
             let mut s = run.state.lock();
             if s.view.status.is_final() {
                 return Ok(());
@@ -381,17 +452,25 @@ impl Tasks {
             s.view.status = status;
             s.view.status_message = Some(why.to_owned());
             if status == TaskStatus::Failed {
-                s.view.error = Some(json!({"code": code::DRAINED, "message": why}));
+                s.view.error = Some(json!({"code": error_code, "message": why}));
             }
             s.view.input_requests.clear();
             s.waiters.clear();
             s.view.updated_ms = self.now().max(s.view.updated_ms);
-            self.put(run, &s.view)
+            self.writer.submit_acked(self.put(run, &s.view))
         };
         run.cancel.cancel();
-        let r = self.commit(ops).await;
-        self.live.lock().remove(&run.hmac);
+        let r = self.committed(ack).await;
+        self.retire(run);
         r
     }
 
+}
+
+/// The ledger write of a task's record (kept until the task's own expiry; its id is not in
+/// it, only in its key's HMAC).
+fn put_record(hmac: &str, mut record: TaskRecord) -> Op {
+    record.view.task_id = String::new();
+    let expires_ms = record.view.created_ms.saturating_add(record.view.ttl_ms);
+    Op::Put { key: codec::task_key(hmac), value: Bytes::from(codec::encode(&Record::Task(record))), expires_ms }
 }

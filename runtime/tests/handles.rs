@@ -127,3 +127,70 @@ async fn size_and_count_bounds_and_a_refused_change_leave_everything_as_it_was()
     assert!(s.create(&k, None, json!({})).await.is_ok(), "a destroyed one frees its place");
     assert!(matches!(s.get(&k, None, &h).await, Err(HandleError::NotFound(_))), "and is unknown");
 }
+
+/// Reads racing updates and a destroy of one handle: a read records the use (it rewrites the
+/// record), and that write must never put back an older value or a destroyed handle.
+#[tokio::test(start_paused = true)]
+async fn reads_racing_updates_and_a_destroy_never_put_an_older_value_or_the_handle_back() {
+    let ledger = Ledger::memory(&RuntimeConfig::default());
+    let s = Arc::new(Handles::new(&ledger));
+    let k = Arc::new(basket(60));
+    let h = s.create(&k, None, json!({"items": []})).await.unwrap();
+    for i in 0..20 {
+        // Later than the last recorded use by more than the touch slack: each read records
+        // its use.
+        tokio::time::advance(std::time::Duration::from_secs(2)).await;
+        let (s1, k1, h1) = (Arc::clone(&s), Arc::clone(&k), h.clone());
+        let add = tokio::spawn(async move {
+            s1.update(&k1, None, &h1, |v| {
+                v["items"].as_array_mut().ok_or("not a list")?.push(json!(i));
+                Ok::<_, String>(())
+            })
+            .await
+        });
+        let (s2, k2, h2) = (Arc::clone(&s), Arc::clone(&k), h.clone());
+        let read = tokio::spawn(async move { s2.get(&k2, None, &h2).await });
+        add.await.unwrap().unwrap();
+        read.await.unwrap().unwrap();
+        ledger.writer.barrier().await.unwrap();
+    }
+    let items = s.get(&k, None, &h).await.unwrap()["items"].as_array().unwrap().len();
+    assert_eq!(items, 20, "no read put an older value back");
+
+    tokio::time::advance(std::time::Duration::from_secs(2)).await;
+    let (s1, k1, h1) = (Arc::clone(&s), Arc::clone(&k), h.clone());
+    let destroy = tokio::spawn(async move { s1.destroy(&k1, None, &h1).await });
+    let reads: Vec<_> = (0..5)
+        .map(|_| {
+            let (s2, k2, h2) = (Arc::clone(&s), Arc::clone(&k), h.clone());
+            tokio::spawn(async move { s2.get(&k2, None, &h2).await })
+        })
+        .collect();
+    destroy.await.unwrap().unwrap();
+    for r in reads {
+        let _ = r.await.unwrap();
+    }
+    ledger.writer.barrier().await.unwrap();
+    assert!(matches!(s.get(&k, None, &h).await, Err(HandleError::NotFound(_))), "the destroyed handle stays gone");
+    assert!(s.list(&k, None).await.unwrap().is_empty(), "and is not listed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_read_soon_after_a_use_is_not_recorded_and_the_handle_never_expires_early() {
+    let ledger = Ledger::memory(&RuntimeConfig::default());
+    let s = Handles::new(&ledger);
+    let k = basket(8);
+    assert_eq!(k.touch_slack_ms(), 1000);
+    let h = s.create(&k, None, json!(1)).await.unwrap();
+    ledger.writer.barrier().await.unwrap();
+    let committed = ledger.writer.snapshot().ops;
+    // Within the slack of the last recorded use: a read writes nothing.
+    tokio::time::advance(std::time::Duration::from_millis(500)).await;
+    s.get(&k, None, &h).await.unwrap();
+    ledger.writer.barrier().await.unwrap();
+    assert_eq!(ledger.writer.snapshot().ops, committed, "a read this soon is not a write");
+    // 8 s after the last recorded use (the creation), though the read at 0.5 s was not
+    // recorded: still there.
+    tokio::time::advance(std::time::Duration::from_millis(7_600)).await;
+    assert_eq!(s.get(&k, None, &h).await.unwrap(), json!(1), "never sooner than its TTL after a use");
+}

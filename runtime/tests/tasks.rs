@@ -131,3 +131,46 @@ async fn without_the_extension_a_task_tool_is_an_ordinary_call_and_a_task_only_t
     let mut r = c.call_tool(5, "needs_task", json!({})).await;
     assert_eq!(text_of(&r.message().await), "ran as a task");
 }
+
+#[actix_web::test]
+async fn concurrent_calls_never_run_more_tasks_than_a_caller_may() {
+    let mut c = mcp_runtime::config::RuntimeConfig::default();
+    c.tasks.max_per_caller = 1;
+    let h = harness_with(c).await;
+    // Both calls are admitted before either task is recorded: the place is taken at admission.
+    let (a, b) = tokio::join!(h.send(call(1, "needs_task", caps_with_tasks())), h.send(call(2, "needs_task", caps_with_tasks())));
+    let mut statuses = [a.status, b.status];
+    statuses.sort();
+    assert_eq!(statuses, [StatusCode::OK, StatusCode::TOO_MANY_REQUESTS], "one task, one refusal");
+    let mut refused = if a.status == StatusCode::OK { b } else { a };
+    assert_eq!(refused.header("retry-after").as_deref(), Some("1"));
+    assert_eq!(refused.json().await["error"]["code"], -32007);
+}
+
+#[actix_web::test]
+async fn a_task_still_running_at_its_ttl_is_stopped_and_forgotten() {
+    let mut c = mcp_runtime::config::RuntimeConfig::default();
+    c.tasks.ttl_secs = 1;
+    let h = harness_with(c).await;
+    let created = h.send(call(1, "job", caps_with_tasks())).await.json().await;
+    let task = created["result"]["taskId"].as_str().unwrap().to_owned();
+    h.gate.started(1).await;
+    assert_eq!(get(&h, &task, "").await["result"]["status"], "working");
+    // Its gate never opens: the TTL ends it (its tool is dropped) and it is gone, as every
+    // task is after its TTL.
+    h.gate.finished(1).await;
+    let gone = get(&h, &task, "").await;
+    assert_eq!(gone["error"]["code"], -32602, "{gone}");
+    // Its place is free again.
+    let next = h.send(call(2, "needs_task", caps_with_tasks())).await.json().await;
+    assert!(next["result"]["taskId"].is_string(), "{next}");
+}
+
+#[actix_web::test]
+async fn a_task_whose_tool_panics_reads_failed_not_working() {
+    let h = harness().await;
+    let created = h.send(call(1, "panicky_job", caps_with_tasks())).await.json().await;
+    let task = created["result"]["taskId"].as_str().unwrap().to_owned();
+    let failed = until_status(&h, &task, "", "failed").await;
+    assert_eq!(failed["result"]["statusMessage"], "the task's tool stopped without a result", "{failed}");
+}

@@ -30,11 +30,17 @@ fn a_basket_survives_a_sigkill_restart_and_a_retried_checkout_orders_once() {
     let (status, legacy) = post_json(&host.addr, &sid, &json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "get_basket", "arguments": {"basket_id": id}}}));
     assert_eq!((status, legacy["result"]["structuredContent"]["item_count"].clone()), (200, json!(4)), "{legacy}");
 
-    let first = modern_call(&host.addr, 5, "checkout", json!({"basket_id": id}));
+    let keyed = |n: i64| modern(&host.addr, n, "tools/call", json!({"name": "checkout", "arguments": {"basket_id": id}, "_meta": {"io.mcp-host/idempotencyKey": "checkout-1"}}))["result"].clone();
+    let first = keyed(5);
     let order = first["structuredContent"]["order_id"].as_str().expect("an order").to_owned();
-    let retried = modern_call(&host.addr, 6, "checkout", json!({"basket_id": id}));
+    assert!(!order.contains(&id[id.len() - 8..]), "the order id carries no part of the handle: {order}");
+    let retried = keyed(6);
     assert_eq!(retried["structuredContent"]["order_id"], json!(order), "the same order");
     assert_eq!(retried["_meta"]["io.mcp-host/idempotency"], "replayed", "answered from its receipt: {retried}");
+    // Without a key (or with another one) the basket's own record answers: the same order.
+    let unkeyed = modern_call(&host.addr, 61, "checkout", json!({"basket_id": id}));
+    assert_eq!(unkeyed["structuredContent"]["order_id"], json!(order), "{unkeyed}");
+    assert!(unkeyed["_meta"].get("io.mcp-host/idempotency").is_none(), "run, not replayed: {unkeyed}");
     let host = host.kill_and_restart_with(&dir, &["--packs", "basket"]);
     let again = modern_call(&host.addr, 7, "checkout", json!({"basket_id": id}));
     assert_eq!(again["structuredContent"]["order_id"], json!(order), "after a restart too");
@@ -61,4 +67,19 @@ fn an_expired_basket_is_a_tool_error_that_names_it_and_says_how_to_recover() {
     assert!(text(&r).contains(&id) && text(&r).contains("Call create_basket"), "{r}");
     let unknown = modern_call(&host.addr, 4, "get_basket", json!({"basket_id": "not-a-basket"}));
     assert!(unknown["isError"] == true && text(&unknown).contains("Call create_basket"), "{unknown}");
+    // Any string is answered as an unknown basket, one that is not ASCII included.
+    let odd = modern_call(&host.addr, 5, "checkout", json!({"basket_id": "€€€€€a"}));
+    assert!(odd["isError"] == true && text(&odd).contains("Call create_basket"), "{odd}");
+}
+
+#[test]
+fn a_refused_checkout_does_not_stand_in_for_a_later_one() {
+    let dir = TempDir::new("basket-empty-checkout");
+    let host = start_with(&dir, 0, &["--packs", "basket"]);
+    let id = modern_call(&host.addr, 1, "create_basket", json!({}))["structuredContent"]["basket_id"].as_str().unwrap().to_owned();
+    let empty = modern_call(&host.addr, 2, "checkout", json!({"basket_id": id}));
+    assert!(empty["isError"] == true && text(&empty).contains("empty"), "{empty}");
+    modern_call(&host.addr, 3, "add_item", json!({"basket_id": id, "sku": "shoes"}));
+    let ordered = modern_call(&host.addr, 4, "checkout", json!({"basket_id": id}));
+    assert!(ordered["structuredContent"]["order_id"].is_string(), "ordered once it has an item: {ordered}");
 }

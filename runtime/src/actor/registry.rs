@@ -258,7 +258,27 @@ pub struct Reservation {
     budget: Arc<MemoryBudget>,
 }
 
+impl QuotaKey {
+    /// Whose state handles and tasks a request's tool sees: the principal, or without
+    /// authentication the remote address as the quotas count it (`ip:` and the address, or
+    /// its IPv6 prefix); `None` when neither is known (in-process callers).
+    #[must_use]
+    pub fn owner(&self) -> Option<Arc<str>> {
+        match self {
+            QuotaKey::Principal(p) => Some(Arc::clone(p)),
+            QuotaKey::Address(ip) => Some(format!("ip:{ip}").into()),
+            QuotaKey::Unknown => None,
+        }
+    }
+}
+
 impl Reservation {
+    /// The owner (see [`QuotaKey::owner`]) of the caller the reservation counts.
+    #[must_use]
+    pub fn owner(&self) -> Option<Arc<str>> {
+        self.key.as_ref().and_then(QuotaKey::owner)
+    }
+
     /// The caller's share of the stream memory budget.
     #[must_use]
     pub fn caller_budget(&self) -> &Arc<MemoryBudget> {

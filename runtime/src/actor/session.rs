@@ -62,6 +62,8 @@ pub(crate) struct ClientRequestRoute {
 pub struct SessionActor {
     core: SessionCore<RequestTask, Addr<StreamActor>, ClientRequestRoute>,
     principal: Option<Arc<str>>,
+    /// Whose handles its tools see ([`crate::actor::registry::QuotaKey::owner`]).
+    owner: Option<Arc<str>>,
     signer: Arc<CursorSigner>,
     /// Its streams' settings that do not come from their generation.
     streams: SessionStreams,
@@ -227,6 +229,8 @@ impl Actor for SessionActor {
 pub(crate) struct SessionSeed {
     pub(crate) id: SessionId,
     pub(crate) principal: Option<Arc<str>>,
+    /// Whose state handles its tools see (the caller that created or revived it).
+    pub(crate) owner: Option<Arc<str>>,
     pub(crate) version: ProtocolVersion,
     /// Counted live in the generation it is opened (or revived) under.
     pub(crate) generation: GenCount,
@@ -306,6 +310,7 @@ impl SessionActor {
         let mut actor = SessionActor {
             core,
             principal: seed.principal,
+            owner: seed.owner,
             signer: seed.signer,
             streams,
             gens: Arc::clone(sup.generations()),
@@ -638,10 +643,10 @@ impl SessionActor {
                 let out: Arc<dyn ToolOutbound> = Arc::new(Outbound { session: ctx.address(), stream: stream_addr, origin: id.clone() });
                 let log_level = self.core.log_level();
                 let caps = Arc::clone(&self.client_caps);
-                let principal = self.principal.clone();
+                let (principal, owner) = (self.principal.clone(), self.owner.clone());
                 let catalog = Arc::clone(self.sup.catalog());
                 let rid = id.clone();
-                let cx = move || ToolContext::new(rid, progress_token, cancel, log_level, caps, principal, out);
+                let cx = move || ToolContext::new(rid, progress_token, cancel, log_level, caps, principal, out).with_owner(owner);
                 let call = (method == "tools/call").then(|| catalog.idempotent_call(params.as_ref())).transpose();
                 if method == "tools/call" && catalog.is_write_call(params.as_ref()) {
                     purpose = StreamPurpose::Write { receipt: matches!(call, Ok(Some(Some(_)))) };
@@ -712,7 +717,8 @@ impl SessionActor {
     }
 
     /// `resources/subscribe` and `resources/unsubscribe`. Only known resources can be
-    /// subscribed to; no resource of ours changes yet, so nothing is recorded to notify.
+    /// subscribed to. Nothing is recorded: a session is not told of updates yet (only
+    /// 2026-07-28 `subscriptions/listen` streams are; README "Not yet built").
     fn subscription(&self, method: &str, params: Option<&Value>) -> Result<Value, ErrorObject> {
         let uri = params
             .and_then(|p| p.get("uri"))

@@ -618,11 +618,12 @@ impl Supervisor {
     ) -> SessionSeed {
         let signer = Arc::new(self.key.signer(id.as_str(), principal.as_deref()));
         let hmac = self.stream_env.ledger.session_hmac(&id);
-        SessionSeed { id, principal, version, generation, signer, handshake, kept_bytes, caller_budget: Arc::clone(caller_budget), hmac, origin, restore, recorded: None }
+        SessionSeed { id, principal, owner: None, version, generation, signer, handshake, kept_bytes, caller_budget: Arc::clone(caller_budget), hmac, origin, restore, recorded: None }
     }
 
-    fn start_session(self: &Arc<Self>, seed: SessionSeed, reservation: super::registry::Reservation) {
+    fn start_session(self: &Arc<Self>, mut seed: SessionSeed, reservation: super::registry::Reservation) {
         let sup = Arc::clone(self);
+        seed.owner = reservation.owner();
         SessionActor::create(move |ctx| {
             // Before the address is published: a full default mailbox (16) would refuse
             // the session's first requests.

@@ -163,8 +163,6 @@ impl<J: Journal> McpClient<J> {
         }
     }
 
-    /// Remember the mirrored parameters of the tools in a `tools/list` page (merged: a later
-    /// page does not forget an earlier one's; a listed tool without any is forgotten).
     /// The configured capabilities with the tasks extension declared.
     fn with_tasks(&self) -> Result<Value, ClientError> {
         if !self.is_modern() {
@@ -246,7 +244,11 @@ impl<J: Journal> McpClient<J> {
                     let answers = self.answer_inputs(&asked)?;
                     self.inner.borrow_mut().stats.input_rounds += 1;
                     self.task_method("tasks/update", task_id, json!({"inputResponses": answers})).await?;
-                    continue;
+                    // A task that keeps asking is bounded by the same deadline (checked
+                    // below) as one that keeps working.
+                    if tokio::time::Instant::now() < deadline {
+                        continue;
+                    }
                 }
                 _ => {}
             }
@@ -258,6 +260,8 @@ impl<J: Journal> McpClient<J> {
         }
     }
 
+    /// Remember the mirrored parameters of the tools in a `tools/list` page (merged: a later
+    /// page does not forget an earlier one's; a listed tool without any is forgotten).
     fn learn_tools(&self, list: &Value) {
         let mut i = self.inner.borrow_mut();
         if let Some(m) = i.modern.as_mut() {

@@ -26,7 +26,8 @@ use crate::proto::jsonrpc::{ErrorObject, code, encode_error, encode_result_raw};
 use crate::proto::ids::JsonRpcId;
 use crate::proto::modern::{self, ModernError, ModernRequest, headers as mheaders, state};
 use crate::proto::task::{self, TaskSupport};
-use crate::tasks::{Run, TaskError, Tasks};
+use crate::actor::ModernInFlight as ModernPlace;
+use crate::tasks::{Run, TaskError, TaskSlot, Tasks};
 use crate::tools::{BoxFuture, Dispatch, ToolContext, ToolOutbound};
 
 /// Notifications a running modern request may have queued before it waits for the client.
@@ -37,15 +38,21 @@ type Handler = Pin<Box<dyn Future<Output = Result<Value, ErrorObject>>>>;
 /// Serve one admitted modern request.
 ///
 /// # Errors
+/// `Retry-After` of a tool call that needs a task while its caller runs
+/// `tasks.max_per_caller` of them: a running task may end any moment.
+const TASKS_RETRY_AFTER_S: u32 = 1;
+
 /// A [`Rejection`] answered before anything ran: draining, too many modern requests, a
 /// mirrored `Mcp-Param-*` header that does not match, a capability the tool needs and the
 /// request lacks.
 pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<Arc<str>>, request: ModernRequest, reply: ReplyMode) -> Result<HttpResponse, Rejection> {
+    let caller = super::quota_key(principal.as_ref(), req.peer_addr(), sup.config().quotas.ipv6_prefix_len);
     if request.method == "subscriptions/listen" {
         // Long-lived: counted among the listen places, not the requests a drain waits for.
-        let caller = super::quota_key(principal.as_ref(), req.peer_addr(), sup.config().quotas.ipv6_prefix_len);
         return super::listen::open(sup, caller, request.id, request.params.as_ref(), reply);
     }
+    // Whose handles and tasks these are: the principal, or the caller's address.
+    let owner = caller.owner();
     let place = sup.stats().modern_enter(sup.config().modern.max_in_flight).ok_or_else(|| Rejection::Overloaded(Overload::ModernInFlight).with_id(&request.id))?;
     let ModernRequest { id, method, params, meta } = request;
     // `server/discover` and the lists never change while the process runs: encoded once.
@@ -63,8 +70,7 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
         if !task::declared(&meta.capabilities) {
             return Err(needs_tasks());
         }
-        drop(place);
-        return Ok(tasks_request(sup, principal.as_deref(), &id, &method, params.as_ref()));
+        return Ok(tasks_request(sup, place, owner, &id, &method, params.as_ref()));
     }
     let mut support = TaskSupport::Forbidden;
     if method == "tools/call"
@@ -78,16 +84,17 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
         support = tool.spec().task_support;
     }
     // May this call become a task? Only for a tool that may run as one, a request that
-    // declared the extension, and a caller with room for one more.
+    // declared the extension, and a caller with room for one more (its place is taken now,
+    // so concurrent calls cannot all pass, and given back unless the call becomes a task).
     let declared = task::declared(&meta.capabilities);
     if support == TaskSupport::Required && !declared {
         return Err(needs_tasks());
     }
-    let room = sup.tasks().running_for(principal.as_deref()) < sup.tasks().settings().max_per_caller;
-    if support == TaskSupport::Required && !room {
-        return Err(Rejection::QuotaExceeded { cause: crate::proto::error::Quota::Tasks, retry_after_s: 1 }.with_id(&id));
+    let mut slot = (support != TaskSupport::Forbidden && declared).then(|| sup.tasks().reserve(owner.clone())).flatten();
+    if support == TaskSupport::Required && slot.is_none() {
+        return Err(Rejection::QuotaExceeded { cause: crate::proto::error::Quota::Tasks, retry_after_s: TASKS_RETRY_AFTER_S }.with_id(&id));
     }
-    let task_ok = support != TaskSupport::Forbidden && declared && room;
+    let task_ok = slot.is_some();
     let cancel = CancellationToken::new();
     let asks = matches!(method.as_str(), "tools/call" | "prompts/get" | "resources/read");
     let inputs = if asks { Inputs::of(sup, principal.as_deref(), &method, params.as_ref()).map_err(|why| refuse(ModernError::InvalidInput(why)))? } else { Inputs::none() };
@@ -107,9 +114,9 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
             let outbound: Arc<dyn ToolOutbound> = Arc::clone(&out) as Arc<dyn ToolOutbound>;
             let caps = Arc::new(meta.capabilities);
             let (rid, cancel, log_level) = (id.clone(), cancel.clone(), meta.log_level);
-            let caller = principal.clone();
+            let (caller, owner) = (principal.clone(), owner.clone());
             let cx = move || {
-                let cx = ToolContext::new(rid, progress_token, cancel, log_level, caps, caller, outbound);
+                let cx = ToolContext::new(rid, progress_token, cancel, log_level, caps, caller, outbound).with_owner(owner);
                 if log_level.is_some() { cx } else { cx.without_logs() }
             };
             // A write tool's call with an idempotency key goes through its receipt, as in a
@@ -142,9 +149,9 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
     finish.out.first_poll.store(false, std::sync::atomic::Ordering::Release);
     let first = match polled {
         // It waits (or asked to go on as a task) before asking anything: a task from here.
-        Poll::Pending if task_ok && finish.out.inputs.lock().asked.is_empty() => {
+        Poll::Pending if let Some(slot) = slot.take_if(|_| finish.out.inputs.lock().asked.is_empty()) => {
             drop(place);
-            return Ok(make_task(sup, finish, Some(handler), cancel, generation, id));
+            return Ok(make_task(sup, finish, handler, slot, cancel, generation, id));
         }
         // Waiting for answers it does not have: dropped, its token fired (anything it spawned
         // stops); it runs again from its start on the retry.
@@ -153,10 +160,10 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
             Poll::Ready(Ok(r))
         }),
         // A tool that needs a task is one even when it finished at once.
-        Poll::Ready(r) if task_ok && support == TaskSupport::Required && r.is_ok() => {
+        Poll::Ready(r) if let Some(slot) = slot.take_if(|_| support == TaskSupport::Required && r.is_ok()) => {
             drop(place);
             let done: Handler = Box::pin(std::future::ready(r));
-            return Ok(make_task(sup, finish, Some(done), cancel, generation, id));
+            return Ok(make_task(sup, finish, done, slot, cancel, generation, id));
         }
         ready => ready,
     };
@@ -213,14 +220,16 @@ fn json_later(body: impl Future<Output = Bytes> + 'static) -> HttpResponse {
     HttpResponse::Ok().content_type("application/json").streaming(OnceBody(Some(Box::pin(body))))
 }
 
-/// `tasks/get`, `tasks/update`, `tasks/cancel` of a request that declared the extension.
-fn tasks_request(sup: &Arc<Supervisor>, principal: Option<&str>, id: &JsonRpcId, method: &str, params: Option<&Value>) -> HttpResponse {
-    let (sup, principal, id, method) = (Arc::clone(sup), principal.map(str::to_owned), id.clone(), method.to_owned());
+/// `tasks/get`, `tasks/update`, `tasks/cancel` of a request that declared the extension
+/// (counted among the modern requests in flight, `place`, until answered).
+fn tasks_request(sup: &Arc<Supervisor>, place: ModernPlace, owner: Option<Arc<str>>, id: &JsonRpcId, method: &str, params: Option<&Value>) -> HttpResponse {
+    let (sup, id, method) = (Arc::clone(sup), id.clone(), method.to_owned());
     let task_id = params.and_then(|p| p.get("taskId")).and_then(Value::as_str).unwrap_or_default().to_owned();
     let responses = params.and_then(|p| p.get("inputResponses")).cloned();
     json_later(async move {
+        let _place = place;
         let tasks = sup.tasks();
-        let p = principal.as_deref();
+        let p = owner.as_deref();
         let r = match method.as_str() {
             "tasks/get" => tasks.get(p, &task_id).map(|v| v.detailed()),
             "tasks/update" => match responses {
@@ -238,9 +247,9 @@ fn tasks_request(sup: &Arc<Supervisor>, principal: Option<&str>, id: &JsonRpcId,
     })
 }
 
-/// Make the call a task: recorded (`working`), answered with its `CreateTaskResult`, and its
-/// handler run on in the background (`drive`).
-fn make_task(sup: &Arc<Supervisor>, finish: Finish, handler: Option<Handler>, cancel: CancellationToken, generation: Option<GenCount>, id: JsonRpcId) -> HttpResponse {
+/// Make the call a task in `slot`: recorded (`working`), answered with its
+/// `CreateTaskResult`, and its handler run on in the background (`drive`).
+fn make_task(sup: &Arc<Supervisor>, finish: Finish, handler: Handler, slot: TaskSlot, cancel: CancellationToken, generation: Option<GenCount>, id: JsonRpcId) -> HttpResponse {
     let tasks = Arc::clone(sup.tasks());
     // Counted in flight: a drain waits for it, within its grace period.
     let generation = generation.unwrap_or_else(|| sup.generations().enter_current(Counted::InFlight));
@@ -248,18 +257,12 @@ fn make_task(sup: &Arc<Supervisor>, finish: Finish, handler: Option<Handler>, ca
     json_later(async move {
         // A task's notifications have no stream to go to.
         finish.out.close();
-        match tasks.create(finish.principal.clone(), &tool, cancel.clone()).await {
-            Ok(Some(run)) => {
+        match tasks.create(slot, &tool, cancel.clone()).await {
+            Ok(run) => {
                 *finish.out.task.lock() = Some((Arc::clone(&tasks), Arc::clone(&run)));
                 let created = run.created();
-                if let Some(h) = handler {
-                    actix_rt::spawn(drive(tasks, run, h, generation));
-                }
+                actix_rt::spawn(drive(tasks, run, handler, generation));
                 encode_result_raw(&id, &finish.sup.modern_results().tails().encode("tools/call", &created))
-            }
-            Ok(None) => {
-                cancel.cancel();
-                encode_error(Some(&id), &ErrorObject::new(code::INTERNAL_ERROR, "too many tasks of this caller are running; try again later"))
             }
             Err(e) => {
                 cancel.cancel();
@@ -269,9 +272,11 @@ fn make_task(sup: &Arc<Supervisor>, finish: Finish, handler: Option<Handler>, ca
     })
 }
 
-/// Run a task's handler to its end, unless it is cancelled (`tasks/cancel` recorded that) or
-/// the drain's or rollback's grace period ends first (then it is interrupted).
+/// Run a task's handler to its end, unless it is cancelled (`tasks/cancel` recorded that),
+/// the drain's or rollback's grace period ends first (then it is interrupted), or it reaches
+/// `tasks.ttl_secs` (then it expires). A handler that panics leaves its task `failed`.
 async fn drive(tasks: Arc<Tasks>, run: Arc<Run>, mut handler: Handler, generation: GenCount) {
+    let mut unfinished = Unfinished(Some((Arc::clone(&tasks), Arc::clone(&run))));
     let ended = generation.generation().stateless_ended();
     let outcome = tokio::select! {
         r = &mut handler => Some(r),
@@ -280,13 +285,30 @@ async fn drive(tasks: Arc<Tasks>, run: Arc<Run>, mut handler: Handler, generatio
             tasks.interrupt(&run).await;
             None
         }
+        () = tokio::time::sleep(tasks.time_left(&run)) => {
+            tasks.expire(&run).await;
+            None
+        }
     };
     // The tool's future goes first (its token has fired when it did not finish).
     drop(handler);
     if let Some(r) = outcome {
         tasks.finish(&run, r).await;
     }
+    unfinished.0 = None;
     drop(generation);
+}
+
+/// A task's run that did not reach its end (its handler panicked, or the runtime dropped
+/// it): the task is recorded `failed` rather than left `working` until it expires.
+struct Unfinished(Option<(Arc<Tasks>, Arc<Run>)>);
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if let Some((tasks, run)) = self.0.take().filter(|(_, run)| !run.is_final()) {
+            actix_rt::spawn(async move { tasks.abandon(&run).await });
+        }
+    }
 }
 
 /// How a handler's outcome becomes the response body.

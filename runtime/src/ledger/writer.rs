@@ -166,6 +166,13 @@ impl Writer {
         }
     }
 
+    /// Whether the queue is over its bound (`batched` mode): writes that may be skipped (a
+    /// handle's use, event appends) are skipped then.
+    #[must_use]
+    pub fn backed_up(&self) -> bool {
+        self.durability == Durability::Batched && self.queued.load(Ordering::Acquire) > self.queue_max_bytes
+    }
+
     /// Queue records (never refused).
     pub fn submit(&self, ops: Vec<Op>) {
         if !ops.is_empty() {
@@ -177,7 +184,7 @@ impl Writer {
     /// are refused (`false`, counted) while the queue is over its bound, and the records
     /// still go in; see the module doc.
     pub fn submit_events(&self, mut ops: Vec<Op>) -> bool {
-        if self.durability == Durability::Batched && self.queued.load(Ordering::Acquire) > self.queue_max_bytes {
+        if self.backed_up() {
             let before = ops.len();
             ops.retain(|o| !matches!(o, Op::Append { .. }));
             self.stats.events_dropped.fetch_add((before - ops.len()) as u64, Ordering::Relaxed);

@@ -86,8 +86,22 @@ impl HandleKind {
 
     /// The tool error for a value over [`HandleKind::max_bytes`].
     #[must_use]
-    pub fn too_large(&self, handle: &str, bytes: usize) -> String {
-        format!("{} {handle} would hold {bytes} bytes; a {} holds at most {} bytes. Nothing was changed.", capitalized(self.noun), self.noun, self.max_bytes)
+    /// `handle` is `None` for a value refused before its handle was handed out (a create).
+    pub fn too_large(&self, handle: Option<&str>, bytes: usize) -> String {
+        match handle {
+            Some(h) => format!("{} {h} would hold {bytes} bytes; a {} holds at most {} bytes. Nothing was changed.", capitalized(self.noun), self.noun, self.max_bytes),
+            None => format!("The new {} would hold {bytes} bytes; a {} holds at most {} bytes. Nothing was created.", self.noun, self.noun, self.max_bytes),
+        }
+    }
+
+    /// How long after the last recorded use a handle's record may outlive its idle TTL: a
+    /// read this soon after the last recorded use is not recorded again (a read would
+    /// otherwise be a write), and the record's expiry allows for it, so a handle never
+    /// expires sooner than its TTL says and at most this much later (a second, or an eighth
+    /// of a short TTL).
+    #[must_use]
+    pub fn touch_slack_ms(&self) -> u64 {
+        (self.idle_ttl_secs.saturating_mul(1000) / 8).min(1000)
     }
 
     /// The tool error for a caller at [`HandleKind::max_per_caller`].
@@ -154,7 +168,8 @@ mod tests {
         let e = k.not_found("bsk_x");
         assert!(e.contains("\"bsk_x\"") && e.contains("30 minutes") && e.contains("Call create_basket"), "{e}");
         assert!(k.too_many().contains("3 baskets"));
-        assert!(k.too_large("bsk_x", 2000).contains("at most 1024 bytes"));
+        assert!(k.too_large(Some("bsk_x"), 2000).contains("bsk_x would hold 2000 bytes; a basket holds at most 1024 bytes"));
+        assert!(k.too_large(None, 2000).starts_with("The new basket would hold 2000 bytes"), "a create names no handle it never handed out");
         assert_eq!((duration_words(86_400), duration_words(7_200), duration_words(60), duration_words(90)), ("1 day".into(), "2 hours".into(), "1 minute".into(), "90 seconds".into()));
     }
 

@@ -47,6 +47,8 @@ pub struct ToolContext {
     log_level: Option<LogLevel>,
     client_capabilities: Arc<Value>,
     principal: Option<Arc<str>>,
+    /// Whose state handles it sees (see [`ToolContext::with_owner`]).
+    owner: Option<Arc<str>>,
     out: Arc<dyn ToolOutbound>,
     /// Log notifications are sent at all (a modern request without a `logLevel` gets none).
     logs: bool,
@@ -74,7 +76,16 @@ impl ToolContext {
         principal: Option<Arc<str>>,
         out: Arc<dyn ToolOutbound>,
     ) -> ToolContext {
-        ToolContext { request_id, progress_token, cancel, log_level, client_capabilities, principal, out, logs: true, changes: None, handles: None }
+        let owner = principal.clone();
+        ToolContext { request_id, progress_token, cancel, log_level, client_capabilities, principal, owner, out, logs: true, changes: None, handles: None }
+    }
+
+    /// Whose state handles the tool sees: the principal, or without authentication the
+    /// caller's address as the quotas count it (set by the server; the principal by default).
+    #[must_use]
+    pub fn with_owner(mut self, owner: Option<Arc<str>>) -> ToolContext {
+        self.owner = owner;
+        self
     }
 
     /// Announce changes through `changes` (the catalog sets this before a handler runs).
@@ -101,7 +112,7 @@ impl ToolContext {
     /// context has no store (a catalog not served by a supervisor).
     pub fn handles<'a>(&'a self, kind: &'a crate::proto::handle::HandleKind) -> Result<crate::handles::HandleScope<'a>, crate::handles::HandleError> {
         let store = self.handles.as_deref().ok_or(crate::handles::HandleError::Unavailable)?;
-        Ok(crate::handles::HandleScope { store, kind, principal: self.principal.as_deref() })
+        Ok(crate::handles::HandleScope { store, kind, principal: self.owner.as_deref() })
     }
 
     /// Announce that a list changed (the tool added or removed something it lists): every

@@ -220,6 +220,13 @@ impl CallToolResult {
         CallToolResult { content: vec![Content::text(t)], ..CallToolResult::default() }
     }
 
+    /// A successful result with structured output `value`, and its JSON text as the one
+    /// content block (for clients that read only `content`).
+    #[must_use]
+    pub fn structured(value: Value) -> CallToolResult {
+        CallToolResult { content: vec![Content::text(value.to_string())], structured_content: Some(value), is_error: false }
+    }
+
     /// A successful result with these blocks.
     #[must_use]
     pub fn content(content: Vec<Content>) -> CallToolResult {

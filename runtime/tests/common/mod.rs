@@ -225,6 +225,11 @@ pub fn catalog(gate: Gate) -> Catalog {
         .tool(tool_fn(ToolSpec::new("needs_task", "Must run as a task", json!({"type":"object","properties":{}})).task_support(TaskSupport::Required), |_, _| async move {
             Ok(CallToolResult::text("ran as a task"))
         }))
+        .tool(tool_fn(ToolSpec::new("panicky_job", "Goes on as a task, then panics", json!({"type":"object","properties":{}})).task_support(TaskSupport::Optional), |_, cx| async move {
+            cx.continue_as_task().await;
+            tokio::task::yield_now().await;
+            panic!("a tool's bug");
+        }))
         .tool(tool_fn(
             ToolSpec::new("regional", "Echoes its region, which 2026-07-28 clients mirror in Mcp-Param-Region", json!({"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"}},"required":["region"]})),
             |a: Value, _| async move { Ok(CallToolResult::text(a["region"].as_str().unwrap_or_default())) },

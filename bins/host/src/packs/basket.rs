@@ -8,13 +8,15 @@
 //! - `add_item {basket_id, sku, quantity?}`: atomic per basket (two concurrent adds never lose
 //!   an item).
 //! - `get_basket {basket_id}`, `list_baskets` (the caller's own), `destroy_basket {basket_id}`.
-//! - `checkout {basket_id}`: a write tool whose idempotency key is the basket id (one order per
-//!   basket; a retried checkout is answered from its receipt and never orders twice). An
-//!   order is recorded in the basket atomically and journaled (`<ledger.path>.orders` beside a
-//!   SQLite ledger), so `basket_stats` can count any basket ordered twice, which `mcp-load`'s
+//! - `checkout {basket_id}`: one order per basket. The order is recorded in the basket by the
+//!   same atomic update that checks it has none, so a retried checkout (with or without an
+//!   idempotency key; with one it is answered from its receipt) returns the same order and
+//!   never orders twice. The order id is derived from the basket's tag (never from the
+//!   handle). Orders are journaled (`<ledger.path>.orders` beside a SQLite ledger, by the
+//!   basket's tag), so `basket_stats` can count any basket ordered twice, which `mcp-load`'s
 //!   handles phase requires to be zero.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -27,6 +29,8 @@ use serde_json::{Value, json};
 /// Most distinct SKUs in one basket, and the largest quantity of one.
 const MAX_LINES: usize = 100;
 const MAX_QUANTITY: u64 = 10_000;
+/// Baskets whose orders `basket_stats` remembers (to count one ordered twice), the latest.
+const TRACKED_BASKETS: usize = 100_000;
 
 /// What a basket holds.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -64,10 +68,12 @@ impl Basket {
 }
 
 /// Orders placed, journaled; `double` counts baskets ordered a second time (never, unless the
-/// handle store's atomic updates or the receipts failed).
+/// handle store's atomic updates failed), among the latest [`TRACKED_BASKETS`] ordered.
 #[derive(Default)]
 struct OrderBook {
+    /// Orders per basket tag, and the tags oldest first (the bound).
     by_basket: HashMap<String, u64>,
+    tracked: VecDeque<String>,
     orders: u64,
     double: u64,
     journal: Option<super::journal::JsonlJournal>,
@@ -89,6 +95,13 @@ impl OrderBook {
         *n += 1;
         if *n > 1 {
             self.double += 1;
+        } else {
+            self.tracked.push_back(basket.to_owned());
+            if self.tracked.len() > TRACKED_BASKETS
+                && let Some(old) = self.tracked.pop_front()
+            {
+                self.by_basket.remove(&old);
+            }
         }
     }
 
@@ -119,9 +132,7 @@ fn view(id: &str, b: &Basket) -> CallToolResult {
     if let Some(o) = &b.order_id {
         s["order_id"] = json!(o);
     }
-    let mut r = CallToolResult::text(s.to_string());
-    r.structured_content = Some(s);
-    r
+    CallToolResult::structured(s)
 }
 
 fn arg<'a>(args: &'a Value, key: &str) -> &'a str {
@@ -174,8 +185,7 @@ pub(crate) fn pack(kind: HandleKind, orders: Option<&Path>) -> Result<CatalogBui
         json!({"type": "object", "properties": {"basket_id": basket_id_schema()}, "required": ["basket_id"]}),
         Some(basket_output()),
         false,
-    )
-    .idempotency_key_argument("basket_id");
+    );
     // An interrupted checkout may run again: it orders only a basket without an order.
     let checkout = ToolSpec { annotations: checkout.annotations.map(|a| ToolAnnotations { idempotent_hint: Some(true), ..a }), ..checkout };
     let destroy = spec("destroy_basket", "Destroys a basket; its basket_id is unknown afterwards.", json!({"type": "object", "properties": {"basket_id": basket_id_schema()}, "required": ["basket_id"]}), None, false);
@@ -230,9 +240,11 @@ pub(crate) fn pack(kind: HandleKind, orders: Option<&Path>) -> Result<CatalogBui
             let (kind, book) = (Arc::clone(&k4), Arc::clone(&b1));
             async move {
                 let id = arg(&args, "basket_id").to_owned();
-                let order = format!("ord_{}", &id[id.len().saturating_sub(12)..]);
-                let (basket, placed) = cx
-                    .handles(&kind)?
+                let baskets = cx.handles(&kind)?;
+                // The basket's tag names it in the journal and in its order id: never the handle.
+                let tag = baskets.tag(&id);
+                let order = format!("ord_{}", &tag[..20]);
+                let (basket, placed) = baskets
                     .update(&id, |b: &mut Basket| {
                         if b.items.is_empty() {
                             return Err("the basket is empty: add an item before checking out".to_owned());
@@ -243,7 +255,7 @@ pub(crate) fn pack(kind: HandleKind, orders: Option<&Path>) -> Result<CatalogBui
                     })
                     .await?;
                 if placed {
-                    book.lock().place(&id, &order).map_err(|e| ToolError::Failed(format!("order journal: {e}")))?;
+                    book.lock().place(&tag, &order).map_err(|e| ToolError::Failed(format!("order journal: {e}")))?;
                 }
                 Ok(view(&id, &basket))
             }
@@ -261,10 +273,7 @@ pub(crate) fn pack(kind: HandleKind, orders: Option<&Path>) -> Result<CatalogBui
             async move {
                 let all: Vec<(String, Basket)> = cx.handles(&kind)?.list().await?;
                 let baskets: Vec<Value> = all.iter().map(|(id, b)| view(id, b).structured_content.unwrap_or_default()).collect();
-                let s = json!({"baskets": baskets});
-                let mut r = CallToolResult::text(s.to_string());
-                r.structured_content = Some(s);
-                Ok(r)
+                Ok(CallToolResult::structured(json!({"baskets": baskets})))
             }
         }))
         .tool(tool_fn(stats, move |_, _| {
@@ -274,9 +283,7 @@ pub(crate) fn pack(kind: HandleKind, orders: Option<&Path>) -> Result<CatalogBui
                     let b = book.lock();
                     json!({"orders": b.orders, "baskets_ordered": b.by_basket.len(), "double_checkouts": b.double})
                 };
-                let mut r = CallToolResult::text(s.to_string());
-                r.structured_content = Some(s);
-                Ok(r)
+                Ok(CallToolResult::structured(s))
             }
         })))
 }
@@ -307,5 +314,16 @@ mod tests {
         assert_eq!((again.orders, again.double), (1, 0));
         again.place("bsk_a", "ord_a").unwrap();
         assert_eq!(again.double, 1);
+    }
+
+    #[test]
+    fn the_order_book_remembers_a_bounded_number_of_baskets() {
+        let mut book = OrderBook::default();
+        for i in 0..=TRACKED_BASKETS {
+            book.place(&format!("t{i}"), "o").unwrap();
+        }
+        assert_eq!((book.by_basket.len(), book.tracked.len()), (TRACKED_BASKETS, TRACKED_BASKETS), "the oldest left");
+        book.place(&format!("t{TRACKED_BASKETS}"), "o").unwrap();
+        assert_eq!(book.double, 1, "a recent basket ordered twice is still counted");
     }
 }

@@ -192,10 +192,7 @@ pub(crate) fn pack(journal: Option<&Path>) -> Result<CatalogBuilder, String> {
         .tool(tool_fn(stats, move |_, _cx| {
             let l = Arc::clone(&ledger);
             async move {
-                let s = l.lock().stats();
-                let mut r = CallToolResult::text(s.to_string());
-                r.structured_content = Some(s);
-                Ok(r)
+                Ok(CallToolResult::structured(l.lock().stats()))
             }
         })))
 }
