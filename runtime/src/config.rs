@@ -286,6 +286,10 @@ pub struct TasksConfig {
     /// as an ordinary call and a tool that needs a task is refused with 429. Default 32; 1 to
     /// 65536.
     pub max_per_caller: usize,
+    /// Tasks of one caller kept at once (running or ended, until their TTL): the bound on
+    /// what one caller can make the ledger hold; beyond, as `max_per_caller`. Default 1024;
+    /// 1 to 1048576.
+    pub max_kept_per_caller: usize,
     /// Largest result a task keeps (bytes of its JSON); a larger one is replaced by a tool
     /// error saying so. Default 1048576; 1 KiB to 64 MiB.
     pub max_result_bytes: usize,
@@ -293,7 +297,7 @@ pub struct TasksConfig {
 
 impl Default for TasksConfig {
     fn default() -> TasksConfig {
-        TasksConfig { ttl_secs: 3600, poll_interval_ms: 1000, max_per_caller: 32, max_result_bytes: 1 << 20 }
+        TasksConfig { ttl_secs: 3600, poll_interval_ms: 1000, max_per_caller: 32, max_kept_per_caller: 1024, max_result_bytes: 1 << 20 }
     }
 }
 
@@ -484,7 +488,7 @@ impl RuntimeConfig {
     pub fn validate(self) -> Result<RuntimeConfig, ConfigError> {
         let (se, ss, l, q) = (&self.sse, &self.sessions, &self.limits, &self.quotas);
         let max = u64::MAX;
-        let rows: [(&'static str, u64, u64, u64); 50] = [
+        let rows: [(&'static str, u64, u64, u64); 51] = [
             ("security.max_body_bytes", self.security.max_body_bytes as u64, 1, 1 << 30),
             ("security.body_read_timeout_ms", self.security.body_read_timeout_ms, 100, 600_000),
             ("sse.replay_max_events", se.replay_max_events as u64, 1, 1 << 20),
@@ -534,6 +538,7 @@ impl RuntimeConfig {
             ("tasks.ttl_secs", self.tasks.ttl_secs, 10, 7 * 24 * 3600),
             ("tasks.poll_interval_ms", self.tasks.poll_interval_ms, 50, 60_000),
             ("tasks.max_per_caller", self.tasks.max_per_caller as u64, 1, 1 << 16),
+            ("tasks.max_kept_per_caller", self.tasks.max_kept_per_caller as u64, 1, 1 << 20),
             ("tasks.max_result_bytes", self.tasks.max_result_bytes as u64, 1024, 64 << 20),
         ];
         for (field, value, min, max) in rows {

@@ -73,6 +73,8 @@ pub struct TaskSettings {
     pub poll_ms: u64,
     /// Most tasks of one caller running at once.
     pub max_per_caller: usize,
+    /// Most tasks of one caller kept (running or ended, until their TTL).
+    pub max_kept_per_caller: usize,
     /// Largest result kept (bytes of its JSON); a larger one is replaced by a tool error.
     pub max_result_bytes: usize,
 }
@@ -215,6 +217,9 @@ impl Tasks {
     /// one, or is refused when its tool needs a task).
     #[must_use]
     pub fn reserve(&self, owner: Option<Arc<str>>) -> Option<TaskSlot> {
+        if !self.room_to_keep(owner.as_deref()) {
+            return None;
+        }
         let mut c = self.counts.lock();
         let n = c.entry(owner.clone()).or_insert(0);
         if *n >= self.settings.max_per_caller {
@@ -225,6 +230,20 @@ impl Tasks {
         }
         *n += 1;
         Some(TaskSlot { counts: Arc::clone(&self.counts), owner })
+    }
+
+    /// Whether `owner` keeps fewer tasks than it may (by the ledger's index of its tasks;
+    /// tasks being created meanwhile, at most `max_per_caller`, may pass it too).
+    fn room_to_keep(&self, owner: Option<&str>) -> bool {
+        let now = self.now();
+        let limit = self.settings.max_kept_per_caller;
+        match self.writer.store().index_lowest(&codec::tasks_index(owner), limit.saturating_add(64), now) {
+            Ok(kept) => kept.iter().filter(|(_, expires)| *expires > now).count() < limit,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot count a caller's tasks");
+                false
+            }
+        }
     }
 
     /// A new task in `slot`'s caller's name running `tool`, recorded (`working`) before it
@@ -249,7 +268,14 @@ impl Tasks {
             error: None,
         };
         let run = Arc::new(Run { hmac: self.hmac(&id), id, principal, tool: tool.to_owned(), cancel, state: Mutex::new(RunState { view, waiters: HashMap::new(), slot: Some(slot) }) });
-        let ack = self.writer.submit_acked(self.put(&run, &run.state.lock().view));
+        let mut ops = self.put(&run, &run.state.lock().view);
+        let (index, expires_ms) = (codec::tasks_index(run.principal.as_deref()), now.saturating_add(self.settings.ttl_ms));
+        ops.extend([
+            Op::IndexTrim { index: index.clone(), below: now.saturating_add(1) },
+            Op::IndexAdd { index: index.clone(), member: run.hmac.clone(), score: expires_ms, expires_ms },
+            Op::Expire { name: index, expires_ms },
+        ]);
+        let ack = self.writer.submit_acked(ops);
         self.committed(ack).await?;
         self.live.lock().insert(run.hmac.clone(), Arc::clone(&run));
         Ok(run)

@@ -174,3 +174,23 @@ async fn a_task_whose_tool_panics_reads_failed_not_working() {
     let failed = until_status(&h, &task, "", "failed").await;
     assert_eq!(failed["result"]["statusMessage"], "the task's tool stopped without a result", "{failed}");
 }
+
+#[actix_web::test]
+async fn a_caller_keeps_at_most_max_kept_tasks_ended_ones_included() {
+    let mut c = mcp_runtime::config::RuntimeConfig::default();
+    c.tasks.max_kept_per_caller = 2;
+    let h = harness_with(c).await;
+    for id in 1..=2 {
+        let t = h.send(call(id, "needs_task", caps_with_tasks())).await.json().await;
+        let task = t["result"]["taskId"].as_str().expect("a task").to_owned();
+        until_status(&h, &task, "", "completed").await;
+    }
+    // Both ended, both kept until their TTL: a third is refused, whatever is running.
+    let mut r = h.send(call(3, "needs_task", caps_with_tasks())).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(r.json().await["error"]["code"], -32007);
+    // An optional tool runs as an ordinary call instead (its gate opened ahead).
+    h.gate.open(1);
+    let ordinary = h.send(call(4, "job", caps_with_tasks())).await.json().await;
+    assert_eq!(ordinary["result"]["content"][0]["text"], "job done", "{ordinary}");
+}

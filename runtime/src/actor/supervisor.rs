@@ -343,7 +343,7 @@ impl Supervisor {
         let t = &cfg.tasks;
         let tasks = Arc::new(crate::tasks::Tasks::new(
             &stream_env.ledger.ledger,
-            crate::tasks::TaskSettings { ttl_ms: t.ttl_secs.saturating_mul(1000), poll_ms: t.poll_interval_ms, max_per_caller: t.max_per_caller, max_result_bytes: t.max_result_bytes },
+            crate::tasks::TaskSettings { ttl_ms: t.ttl_secs.saturating_mul(1000), poll_ms: t.poll_interval_ms, max_per_caller: t.max_per_caller, max_kept_per_caller: t.max_kept_per_caller, max_result_bytes: t.max_result_bytes },
         ));
         Arc::new(Supervisor {
             state_key: stream_env.ledger.ledger.derive("mcp-host requestState v1"),

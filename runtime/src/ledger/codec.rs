@@ -402,6 +402,14 @@ pub fn handle_key(hmac: &str) -> String {
     format!("h/{hmac}")
 }
 
+/// Index of one caller's tasks (member: task HMAC; score: when it expires, ms): counted
+/// against `tasks.max_kept_per_caller`. Length-prefixed like [`receipt_key`].
+#[must_use]
+pub fn tasks_index(principal: Option<&str>) -> String {
+    let p = principal.unwrap_or("");
+    format!("ki/{}:{p}", p.len())
+}
+
 /// Index of one caller's handles of one kind (member: handle HMAC; score: when it expires,
 /// ms): counted against the kind's per-caller bound, listed by `list_*` tools, trimmed of
 /// expired members. Length-prefixed like [`receipt_key`].

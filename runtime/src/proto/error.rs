@@ -61,7 +61,8 @@ pub enum Quota {
     StreamMemory,
     /// `modern.listen_per_caller` `subscriptions/listen` streams open.
     Listen,
-    /// `tasks.max_per_caller` tasks running, for a tool that needs a task.
+    /// `tasks.max_per_caller` tasks running (or `tasks.max_kept_per_caller` kept), for a tool
+    /// that needs a task.
     Tasks,
 }
 
@@ -465,7 +466,7 @@ impl Rejection {
                 Rejection::EventsLost,
                 "GET resume: the stream is no longer retained, or (standalone GET stream) events after the cursor were evicted",
             ),
-            (Rejection::QuotaExceeded { cause: Quota::Sessions, retry_after_s: 5 }, "the caller (principal, or remote address without auth) has `quotas.sessions_per_principal` live sessions (`Retry-After: 5`), creates them faster than `quotas.session_rate_per_sec` (`Retry-After`: when the next is allowed), or its share `quotas.stream_memory_per_principal` of the stream memory is full for a request that would open a stream or session (`Retry-After: 2`), or holds `modern.listen_per_caller` open `subscriptions/listen` streams (`Retry-After: 1`), or runs `tasks.max_per_caller` tasks when calling a tool that needs one (`Retry-After: 1`)"),
+            (Rejection::QuotaExceeded { cause: Quota::Sessions, retry_after_s: 5 }, "the caller (principal, or remote address without auth) has `quotas.sessions_per_principal` live sessions (`Retry-After: 5`), creates them faster than `quotas.session_rate_per_sec` (`Retry-After`: when the next is allowed), or its share `quotas.stream_memory_per_principal` of the stream memory is full for a request that would open a stream or session (`Retry-After: 2`), or holds `modern.listen_per_caller` open `subscriptions/listen` streams (`Retry-After: 1`), or runs `tasks.max_per_caller` tasks (or keeps `tasks.max_kept_per_caller`) when calling a tool that needs one (`Retry-After: 1`)"),
             (Rejection::Overloaded(Overload::Sessions), "`sessions.max_sessions` reached (`Retry-After: 5`), the server is draining: every new request, `initialize` included (`shutdown.retry_after_secs`, default 5), session mailbox full (1), `sessions.max_in_flight` reached (1), `modern.max_in_flight` 2026-07-28 requests running (1), `modern.listen_max` `subscriptions/listen` streams open (1), or the stream memory budget `limits.stream_memory_bytes` is full for a request that would open a stream (2)"),
             (Rejection::Internal, "unexpected server error (details only in the log)"),
             (modern(M::HeaderMismatch("example".into())), "modern request: `MCP-Protocol-Version` missing or different from `_meta`'s version; `Mcp-Method` missing or different from the body's method; `Mcp-Name` missing or different from `params.name` (`tools/call`, `prompts/get`) or `params.uri` (`resources/read`), after base64-sentinel decoding; an `Mcp-Param-*` header missing, extra, undecodable or different from its annotated argument (integers compared as numbers)"),
