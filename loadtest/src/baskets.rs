@@ -2,9 +2,10 @@
 //! over many calls — SEP-2567 state handles that outlive streams, sessions and restarts — and
 //! run short tasks, through cut streams and kills of the host.
 //!
-//! Each basket: `create_basket`, [`ITEMS`] `add_item`s of distinct SKUs, each with an
-//! idempotency key of its own (a re-issue after a cut or a kill is answered from its receipt,
-//! never added twice), `get_basket` (every SKU the client was told was added must be there,
+//! Each basket: `create_basket` with its first SKU (after a kill left the create's outcome
+//! unknown, `list_baskets` finds the basket by that SKU, if it was made), the other of
+//! [`ITEMS`] SKUs by `add_item`, each with an idempotency key of its own (a re-issue after a
+//! cut or a kill is answered from its receipt, never added twice), `get_basket` (every SKU the client was told was added must be there,
 //! once: a missing one is a lost item, a quantity above one an item applied twice; one whose
 //! outcome a kill left unknown may be there once or not at all), then `checkout` twice (the
 //! second a deliberate retry under another idempotency key: the same order, from the basket's
@@ -57,21 +58,56 @@ fn unknown(v: &Value) -> bool {
     v["isError"] == true && text(v).contains(OUTCOME_UNKNOWN)
 }
 
-/// One basket's life; `tag` is unique in the run.
-async fn basket(client: &McpClient, phase: &RefCell<Phase>, tag: &str, era: Era) {
-    let Ok(created) = call(client, phase, "create_basket", json!({}), &format!("{tag}-create")).await else { return };
+/// Create a basket holding `first` (a SKU unique to it): its handle. After a kill left the
+/// create's outcome unknown, the caller's baskets are listed and the one holding `first`, if
+/// any, is the one it made: so no basket is left behind unknown (the caller's bound is 100).
+async fn create(client: &McpClient, phase: &RefCell<Phase>, tag: &str, first: &str) -> Option<String> {
+    let created = call(client, phase, "create_basket", json!({"items": [{"sku": first}]}), &format!("{tag}-create")).await.ok()?;
     if unknown(&created) {
-        // Which basket it made, if any, cannot be known: its handle was never returned.
         phase.borrow_mut().outcome_unknown += 1;
-        return;
+        let listed = call(client, phase, "list_baskets", json!({}), &format!("{tag}-list")).await.ok()?;
+        let holds_first = |b: &&Value| b["items"].as_array().into_iter().flatten().any(|l| l["sku"] == first);
+        return listed["structuredContent"]["baskets"].as_array().into_iter().flatten().find(holds_first).and_then(|b| b["basket_id"].as_str()).map(str::to_owned);
     }
-    let Some(id) = created["structuredContent"]["basket_id"].as_str().map(str::to_owned) else {
-        phase.borrow_mut().note_error(format!("create_basket {tag}: {created}"));
-        phase.borrow_mut().lost += 1;
-        return;
-    };
-    let (mut told, mut maybe) = (Vec::new(), Vec::new());
-    for i in 0..ITEMS {
+    let id = created["structuredContent"]["basket_id"].as_str().map(str::to_owned);
+    if id.is_none() {
+        let mut p = phase.borrow_mut();
+        p.note_error(format!("create_basket {tag}: {created}"));
+        p.lost += 1;
+    }
+    id
+}
+
+/// One basket's life; `tag` is unique in the run. Once created, it is destroyed whatever
+/// happens in between.
+async fn basket(client: &McpClient, phase: &RefCell<Phase>, tag: &str, era: Era) {
+    let first = format!("{tag}-sku0");
+    let Some(id) = create(client, phase, tag, &first).await else { return };
+    fill_and_check_out(client, phase, tag, &id, first).await;
+    // Done with it: its place among the caller's baskets is free again. A destroy a kill left
+    // unknown is made again under another key (a basket already gone is "not found").
+    for key in ["destroy", "destroy-again"] {
+        let Ok(r) = call(client, phase, "destroy_basket", json!({"basket_id": id}), &format!("{tag}-{key}")).await else { break };
+        if unknown(&r) {
+            phase.borrow_mut().outcome_unknown += 1;
+            continue;
+        }
+        if r["isError"] == true && !(key == "destroy-again" && text(&r).contains("was not found")) {
+            let mut p = phase.borrow_mut();
+            p.lost += 1;
+            p.note_error(format!("destroy_basket {id}: {}", text(&r)));
+        }
+        break;
+    }
+    if era == Era::Modern {
+        task(client, phase, tag).await;
+    }
+}
+
+/// Add the basket's other items, check every item the client was told was added, check out.
+async fn fill_and_check_out(client: &McpClient, phase: &RefCell<Phase>, tag: &str, id: &str, first: String) {
+    let (mut told, mut maybe) = (vec![first], Vec::new());
+    for i in 1..ITEMS {
         let sku = format!("{tag}-sku{i}");
         let Ok(r) = call(client, phase, "add_item", json!({"basket_id": id, "sku": sku}), &format!("{tag}-add{i}")).await else { continue };
         if unknown(&r) {
@@ -117,18 +153,6 @@ async fn basket(client: &McpClient, phase: &RefCell<Phase>, tag: &str, era: Era)
             p.order_mismatches += 1;
             p.note_error(format!("checkout {id}: {a} then {b}"));
         }
-    }
-    // Done with it: its place among the caller's baskets is free again.
-    if let Ok(r) = call(client, phase, "destroy_basket", json!({"basket_id": id}), &format!("{tag}-destroy")).await
-        && r["isError"] == true
-        && !unknown(&r)
-    {
-        let mut p = phase.borrow_mut();
-        p.lost += 1;
-        p.note_error(format!("destroy_basket {id}: {}", text(&r)));
-    }
-    if era == Era::Modern {
-        task(client, phase, tag).await;
     }
 }
 

@@ -429,16 +429,15 @@ async fn run_phase(spec: &Rc<GateSpec>, phase_no: usize, name: &str, rates: BTre
     });
     let stop = Rc::new(Cell::new(false));
     let seed = spec.seed.wrapping_add(phase_no as u64);
-    // Each host-level scenario of the phase (several in the mixed phase) runs its own task;
-    // they take turns on the host.
+    // The host-level scenarios of the phase (several in the mixed phase) run as tasks that
+    // take turns on the host; `crash` and `sigterm` together share one task, so the host
+    // restarts one way or the other at the crash cadence, not at both cadences at once.
     let mut killers = Vec::new();
     if crash || sigterm || rollout {
         let Some(host) = &spec.host else { return Err(format!("phase {name} needs --spawn-host")) };
-        if crash {
-            killers.push(actix_rt::spawn(kill_now_and_then(Arc::clone(host), seed, Rc::clone(&stop), Rc::clone(&phase), Stop::Kill)));
-        }
-        if sigterm {
-            killers.push(actix_rt::spawn(kill_now_and_then(Arc::clone(host), seed.wrapping_mul(31), Rc::clone(&stop), Rc::clone(&phase), Stop::Term)));
+        let stops: Vec<Stop> = [(crash, Stop::Kill), (sigterm, Stop::Term)].into_iter().filter_map(|(on, how)| on.then_some(how)).collect();
+        if !stops.is_empty() {
+            killers.push(actix_rt::spawn(kill_now_and_then(Arc::clone(host), seed, Rc::clone(&stop), Rc::clone(&phase), stops)));
         }
         if rollout {
             killers.push(actix_rt::spawn(flip_now_and_then(Arc::clone(host), Rc::clone(&stop), Rc::clone(&phase))));
@@ -492,15 +491,19 @@ enum Stop {
     Term,
 }
 
-/// The `crash` and `sigterm` scenarios: until `stop`, stop the host after a random pause and
-/// start it again on the same ledger and port (on a blocking thread: the clients keep
-/// running).
-async fn kill_now_and_then(host: Arc<Mutex<SpawnedHost>>, seed: u64, stop: Rc<Cell<bool>>, phase: Rc<RefCell<Phase>>, how: Stop) -> Result<(), String> {
+/// The `crash` and `sigterm` scenarios: until `stop`, stop the host after a random pause, each
+/// of `stops` in turn, and start it again on the same ledger and port (on a blocking
+/// thread: the clients keep running). The pauses are the crash scenario's when it is among
+/// `stops`.
+async fn kill_now_and_then(host: Arc<Mutex<SpawnedHost>>, seed: u64, stop: Rc<Cell<bool>>, phase: Rc<RefCell<Phase>>, stops: Vec<Stop>) -> Result<(), String> {
     let mut x = seed | 1;
-    let (low, high) = if how == Stop::Kill { KILL_PAUSE_MS } else { TERM_PAUSE_MS };
+    let (low, high) = if stops.contains(&Stop::Kill) { KILL_PAUSE_MS } else { TERM_PAUSE_MS };
+    let mut round = 0usize;
     loop {
         let pause_draw = crate::proxy::next_random(&mut x);
         let pause = low + pause_draw % (high - low);
+        let how = stops[round % stops.len()];
+        round += 1;
         let until = Instant::now() + Duration::from_millis(pause);
         while Instant::now() < until {
             if stop.get() {

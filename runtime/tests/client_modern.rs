@@ -181,3 +181,59 @@ async fn the_client_runs_a_tool_as_a_task_answers_its_questions_and_cancels_one(
     let legacy = McpClient::connect(ClientConfig::new(&url), MemoryJournal::new(64)).await.unwrap();
     assert!(legacy.call_tool_as_task("job", json!({}), true).await.is_err(), "a legacy session has no tasks");
 }
+
+#[actix_web::test]
+async fn a_reply_cut_off_after_its_head_is_an_unknown_outcome_and_an_idempotent_call_is_reissued() {
+    // A scripted peer (the client is what is tested): `server/discover` is answered; the
+    // first call gets a 200 head and the connection closes before any body byte (a kill
+    // between a response's head and its body), the second an empty 200, the third its result.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let peer = actix_rt::spawn(async move {
+        let mut calls = 0;
+        for _ in 0..8 {
+            let Ok((mut s, _)) = listener.accept().await else { return };
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            let body_at = loop {
+                let n = s.read(&mut chunk).await.unwrap();
+                buf.extend_from_slice(&chunk[..n]);
+                if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                    let len = head.lines().find_map(|l| l.strip_prefix("content-length:")).map_or(0, |v| v.trim().parse::<usize>().unwrap());
+                    while buf.len() < end + 4 + len {
+                        let n = s.read(&mut chunk).await.unwrap();
+                        buf.extend_from_slice(&chunk[..n]);
+                    }
+                    break end + 4;
+                }
+            };
+            let body: Value = serde_json::from_slice(&buf[body_at..]).unwrap();
+            let id = body["id"].clone();
+            let reply = |result: Value| {
+                let b = json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string();
+                format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{b}", b.len())
+            };
+            let answer = if body["method"] == "server/discover" {
+                reply(json!({"resultType": "complete", "supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}}, "serverInfo": {"name": "scripted", "version": "0"}}))
+            } else {
+                calls += 1;
+                match calls {
+                    1 => "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n".to_owned(),
+                    2 => "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_owned(),
+                    _ => reply(json!({"resultType": "complete", "content": [{"type": "text", "text": "done"}]})),
+                }
+            };
+            s.write_all(answer.as_bytes()).await.unwrap();
+            let _ = s.shutdown().await;
+        }
+    });
+    let mut cfg = modern_cfg(&url, Era::Modern);
+    cfg.backoff.default_ms = 20;
+    let c = bounded(McpClient::connect(cfg, MemoryJournal::new(64))).await.unwrap();
+    let r = bounded(c.request("tools/call", Some(json!({"name": "echo", "arguments": {}})), true)).await.unwrap();
+    assert_eq!(r["content"][0]["text"], "done", "{r}");
+    assert_eq!(c.stats().reissued, 2, "both cut replies were re-issued");
+    peer.abort();
+}

@@ -701,7 +701,7 @@ impl<J: Journal> McpClient<J> {
             Err(e) => return Err(Failure::Final(e)),
         };
         match posted {
-            Posted::Json(body) => Self::result_of(&id, &body).map_err(Failure::Final),
+            Posted::Json(body) => Self::answer_of(&id, &body),
             Posted::Accepted => Err(Failure::Final(ClientError::Transport("request answered with 202".into()))),
             Posted::Gone => Err(Failure::Gone(generation)),
             Posted::Sse(resp) => {
@@ -736,6 +736,21 @@ impl<J: Journal> McpClient<J> {
                     Err(e) => Err(Failure::Final(e)),
                 }
             }
+        }
+    }
+
+    /// The outcome in a JSON response body to `id`: its result; a JSON-RPC error is final,
+    /// but "drained" (`-32010`), whose outcome is unknown. So is a body that is not JSON at
+    /// all: empty or cut short, the connection closed before its end (a kill between a
+    /// response's head and its body; the HTTP client reads such an end as a clean one).
+    fn answer_of(id: &JsonRpcId, body: &[u8]) -> Result<Value, Failure> {
+        if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err() {
+            return Err(Failure::Unknown(ClientError::Transport(format!("the reply ended before its answer ({} bytes)", body.len()))));
+        }
+        match Self::result_of(id, body) {
+            Ok(v) => Ok(v),
+            Err(e @ ClientError::Rpc(ErrorObject { code: crate::proto::jsonrpc::code::DRAINED, .. })) => Err(Failure::Unknown(e)),
+            Err(e) => Err(Failure::Final(e)),
         }
     }
 

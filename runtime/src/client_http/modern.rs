@@ -334,16 +334,6 @@ impl<J: Journal> McpClient<J> {
         }
     }
 
-    /// The outcome in a response body to `id`: its result; a JSON-RPC error is final, but
-    /// "drained" (`-32010`), whose outcome is unknown.
-    fn answer_of(id: &JsonRpcId, body: &[u8]) -> Result<Value, Failure> {
-        match Self::result_of(id, body) {
-            Ok(v) => Ok(v),
-            Err(e @ ClientError::Rpc(ErrorObject { code: code::DRAINED, .. })) => Err(Failure::Unknown(e)),
-            Err(e) => Err(Failure::Final(e)),
-        }
-    }
-
     /// Read an SSE answer: notifications (kept for [`Self::take_notifications`]) until the
     /// answer to `id`. A stream that ends first lost the request.
     async fn read_modern_stream(&self, id: &JsonRpcId, resp: &mut awc::ClientResponse) -> Result<Value, Failure> {
