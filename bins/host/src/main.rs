@@ -129,9 +129,11 @@ async fn drain(sup: &Arc<Supervisor>, mut term: tokio::signal::unix::Signal, mut
     }
     let stopped = sup.shutdown();
     // Sessions stop on their own arbiters and their streams end once their events are
-    // committed: wait (bounded) for both.
+    // committed; requests cancelled at the end of the grace period (tasks among them, which
+    // record that they were interrupted) leave the in-flight count once they have: wait
+    // (bounded) for all three.
     for _ in 0..500 {
-        if sup.session_count() == 0 && sup.stats().streams_live() == 0 {
+        if sup.session_count() == 0 && sup.stats().streams_live() == 0 && sup.in_flight() == 0 {
             break;
         }
         actix_web::rt::time::sleep(Duration::from_millis(10)).await;

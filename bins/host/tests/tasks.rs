@@ -1,6 +1,7 @@
 //! Tasks (the 2026-07-28 extension) on the real binary and its SQLite ledger: a finished
 //! task's result outlives a SIGKILL restart, and a task the kill interrupted reads as failed
-//! ("interrupted") afterwards, never as running forever.
+//! ("interrupted") afterwards, never as running forever; one a graceful stop interrupts says
+//! so, recorded by the stop itself.
 
 mod common;
 
@@ -44,4 +45,25 @@ fn a_task_survives_a_sigkill_restart_and_one_it_interrupted_reads_as_failed() {
     assert_eq!(interrupted["result"]["status"], "failed", "{interrupted}");
     assert!(interrupted["result"]["statusMessage"].as_str().unwrap().contains("interrupted"), "{interrupted}");
     assert!(interrupted["result"]["error"]["code"].is_i64());
+}
+
+#[test]
+fn a_task_a_graceful_stop_interrupts_records_that_the_server_stopped() {
+    let dir = TempDir::new("tasks-sigterm");
+    let config = dir.path().join("host.toml");
+    std::fs::write(&config, "[shutdown]\ngrace_secs = 1\n").unwrap();
+    let cfg = config.display().to_string();
+    let mut host = start_with(&dir, 0, &["--config", &cfg]);
+    let long = modern(&host.addr, 1, "tools/call", with_tasks(json!({"name": "slow_compute", "arguments": {"seconds": 600, "label": "stopped"}})));
+    let long = long["result"]["taskId"].as_str().unwrap_or_else(|| panic!("{long}")).to_owned();
+    assert_eq!(get(&host.addr, &long)["result"]["status"], "working");
+    // The grace period (1 s) ends with the task running: the stop records its interruption
+    // before the process exits.
+    let port = host.port();
+    let exit = host.process.terminate(std::time::Duration::from_secs(15));
+    assert!(exit.is_some_and(|s| s.success()), "a graceful stop: {exit:?}");
+    let host = start_with(&dir, port, &["--config", &cfg]);
+    let stopped = get(&host.addr, &long);
+    assert_eq!(stopped["result"]["status"], "failed", "{stopped}");
+    assert!(stopped["result"]["statusMessage"].as_str().unwrap().contains("the server stopped"), "recorded by the stop itself, not inferred after a restart: {stopped}");
 }
