@@ -86,6 +86,11 @@ fn hmac_of(key: &Hmac<Sha256>, data: &[u8]) -> [u8; 32] {
     m.finalize().into_bytes().into()
 }
 
+/// The ledger name of a secret (a handle, a task id): 128 bits of its HMAC under `key`, hex.
+pub(crate) fn ledger_name(key: &Hmac<Sha256>, secret: &str) -> String {
+    codec::hex(&hmac_of(key, secret.as_bytes())[..16])
+}
+
 impl Handles {
     /// The store of `ledger`.
     #[must_use]
@@ -106,7 +111,7 @@ impl Handles {
 
     /// The ledger name of `handle` (128 bits of its HMAC, hex).
     fn id(&self, handle: &str) -> String {
-        codec::hex(&hmac_of(&self.id_key, handle.as_bytes())[..16])
+        ledger_name(&self.id_key, handle)
     }
 
     fn stripe(&self, name: &str) -> &tokio::sync::Mutex<()> {
@@ -124,18 +129,18 @@ impl Handles {
         Some(kind.mint(&random))
     }
 
-    /// The record of `handle` if it is a live handle of `kind` bound to `principal`.
-    fn find(&self, kind: &HandleKind, principal: Option<&str>, handle: &str) -> Result<(String, HandleRecord), HandleError> {
+    /// The record of `handle` (whose ledger name is `id`) if it is a live handle of `kind`
+    /// bound to `principal`.
+    fn find(&self, kind: &HandleKind, principal: Option<&str>, handle: &str, id: &str) -> Result<HandleRecord, HandleError> {
         let missing = || HandleError::NotFound(kind.not_found(handle));
         if !kind.is_shaped(handle) {
             return Err(missing());
         }
-        let id = self.id(handle);
-        let record = self.read(&id)?.ok_or_else(missing)?;
+        let record = self.read(id)?.ok_or_else(missing)?;
         if record.kind != kind.prefix || record.principal.as_deref() != principal {
             return Err(missing());
         }
-        Ok((id, record))
+        Ok(record)
     }
 
     fn read(&self, id: &str) -> Result<Option<HandleRecord>, HandleError> {
@@ -225,8 +230,9 @@ impl Handles {
         // rewrites the record, so it must be queued after every change already committed and
         // before any later one (the writer commits in queue order), or it would put an older
         // value back, or a destroyed handle.
-        let _turn = self.stripe(&self.id(handle)).lock().await;
-        let (id, mut record) = self.find(kind, principal, handle)?;
+        let id = self.id(handle);
+        let _turn = self.stripe(&id).lock().await;
+        let mut record = self.find(kind, principal, handle, &id)?;
         let now = self.now();
         // Recorded in the background, at most once per `touch_slack_ms` (the record's expiry
         // allows for the ones skipped), and not while the writer is backed up: a lost use
@@ -247,7 +253,7 @@ impl Handles {
     pub async fn update<R>(&self, kind: &HandleKind, principal: Option<&str>, handle: &str, change: impl FnOnce(&mut Value) -> Result<R, String>) -> Result<R, HandleError> {
         let id = self.id(handle);
         let _turn = self.stripe(&id).lock().await;
-        let (id, mut record) = self.find(kind, principal, handle)?;
+        let mut record = self.find(kind, principal, handle, &id)?;
         let out = change(&mut record.value).map_err(HandleError::Refused)?;
         Self::checked(kind, Some(handle), &record.value)?;
         record.version += 1;
@@ -263,7 +269,7 @@ impl Handles {
     pub async fn destroy(&self, kind: &HandleKind, principal: Option<&str>, handle: &str) -> Result<(), HandleError> {
         let id = self.id(handle);
         let _turn = self.stripe(&id).lock().await;
-        let (id, record) = self.find(kind, principal, handle)?;
+        let record = self.find(kind, principal, handle, &id)?;
         let index = codec::handles_index(kind.prefix, record.principal.as_deref());
         self.commit(vec![Op::Delete { key: codec::handle_key(&id) }, Op::IndexRemove { index, member: id }]).await
     }

@@ -194,9 +194,7 @@ impl Tasks {
     }
 
     fn hmac(&self, id: &str) -> String {
-        let mut m = self.id_key.clone();
-        m.update(id.as_bytes());
-        codec::hex(&m.finalize().into_bytes()[..16])
+        crate::handles::ledger_name(&self.id_key, id)
     }
 
     fn put(&self, run: &Run, view: &TaskView) -> Vec<Op> {
