@@ -66,8 +66,21 @@ async fn create(client: &McpClient, phase: &RefCell<Phase>, tag: &str, first: &s
     if unknown(&created) {
         phase.borrow_mut().outcome_unknown += 1;
         let listed = call(client, phase, "list_baskets", json!({}), &format!("{tag}-list")).await.ok()?;
+        let Some(baskets) = listed["structuredContent"]["baskets"].as_array().filter(|_| listed["isError"] != true) else {
+            let mut p = phase.borrow_mut();
+            p.lost += 1;
+            p.note_error(format!("list_baskets {tag}: {listed}"));
+            return None;
+        };
         let holds_first = |b: &&Value| b["items"].as_array().into_iter().flatten().any(|l| l["sku"] == first);
-        return listed["structuredContent"]["baskets"].as_array().into_iter().flatten().find(holds_first).and_then(|b| b["basket_id"].as_str()).map(str::to_owned);
+        let made: Vec<&Value> = baskets.iter().filter(holds_first).collect();
+        if made.len() > 1 {
+            // The create ran twice: the idempotency it was sent with failed.
+            let mut p = phase.borrow_mut();
+            p.items_doubled += 1;
+            p.note_error(format!("create_basket {tag} made {} baskets", made.len()));
+        }
+        return made.first().and_then(|b| b["basket_id"].as_str()).map(str::to_owned);
     }
     let id = created["structuredContent"]["basket_id"].as_str().map(str::to_owned);
     if id.is_none() {

@@ -226,18 +226,25 @@ impl Handles {
     /// # Errors
     /// [`HandleError::NotFound`], [`HandleError::Unavailable`].
     pub async fn get(&self, kind: &HandleKind, principal: Option<&str>, handle: &str) -> Result<Value, HandleError> {
-        // The handle's stripe, as an update or a destroy holds it: the use recorded below
-        // rewrites the record, so it must be queued after every change already committed and
-        // before any later one (the writer commits in queue order), or it would put an older
-        // value back, or a destroyed handle.
+        // A use is recorded under the handle's stripe, as an update or a destroy holds it:
+        // it rewrites the record, so it must be queued after every change already committed
+        // and before any later one (the writer commits in queue order), or it would put an
+        // older value back, or a destroyed handle.
         let id = self.id(handle);
+        // The use is recorded in the background, at most once per `touch_slack_ms` (the
+        // record's expiry allows for the ones skipped), and not while the writer is backed up:
+        // a lost use only shortens the idle TTL.
+        let due = |r: &HandleRecord, now: u64| now.saturating_sub(r.used_ms) >= kind.touch_slack_ms() && !self.writer.backed_up();
+        let record = self.find(kind, principal, handle, &id)?;
+        if !due(&record, self.now()) {
+            // Nothing to record: no wait for the stripe (an update may hold it through a
+            // commit).
+            return Ok(record.value);
+        }
         let _turn = self.stripe(&id).lock().await;
         let mut record = self.find(kind, principal, handle, &id)?;
         let now = self.now();
-        // Recorded in the background, at most once per `touch_slack_ms` (the record's expiry
-        // allows for the ones skipped), and not while the writer is backed up: a lost use
-        // only shortens the idle TTL.
-        if now.saturating_sub(record.used_ms) >= kind.touch_slack_ms() && !self.writer.backed_up() {
+        if due(&record, now) {
             record.used_ms = now;
             self.writer.submit(self.put(kind, &id, &record));
         }

@@ -79,6 +79,31 @@ pub struct TaskSettings {
     pub max_result_bytes: usize,
 }
 
+/// Why a caller has no room for another task ([`Tasks::reserve`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoRoom {
+    /// It runs `tasks.max_per_caller` tasks: one may end any moment.
+    Running,
+    /// It keeps `tasks.max_kept_per_caller` tasks: room comes back when the oldest expires.
+    Kept {
+        /// Seconds until then.
+        retry_after_s: u32,
+    },
+    /// Its kept tasks cannot be counted (the ledger cannot be read).
+    Unavailable,
+}
+
+impl NoRoom {
+    /// When to try again (s): `Retry-After` of a refusal.
+    #[must_use]
+    pub fn retry_after_s(self) -> u32 {
+        match self {
+            NoRoom::Running | NoRoom::Unavailable => 1,
+            NoRoom::Kept { retry_after_s } => retry_after_s,
+        }
+    }
+}
+
 /// Running tasks per caller (an entry leaves at zero).
 type Counts = Arc<Mutex<HashMap<Option<Arc<str>>, usize>>>;
 
@@ -211,35 +236,48 @@ impl Tasks {
     }
 
     /// A place among `owner`'s running tasks, taken before a call that may become a task
-    /// runs; `None` when the caller runs as many as it may (the call then runs as an ordinary
-    /// one, or is refused when its tool needs a task).
-    #[must_use]
-    pub fn reserve(&self, owner: Option<Arc<str>>) -> Option<TaskSlot> {
-        if !self.room_to_keep(owner.as_deref()) {
-            return None;
-        }
-        let mut c = self.counts.lock();
-        let n = c.entry(owner.clone()).or_insert(0);
-        if *n >= self.settings.max_per_caller {
-            if *n == 0 {
-                c.remove(&owner);
+    /// runs; refused when the caller runs as many as it may, or keeps as many (the call then
+    /// runs as an ordinary one, or is refused when its tool needs a task).
+    ///
+    /// # Errors
+    /// Why there is no room, with when to try again.
+    pub fn reserve(&self, owner: Option<Arc<str>>) -> Result<TaskSlot, NoRoom> {
+        // The count in memory first (cheap); the ledger's count of kept tasks only then.
+        let slot = {
+            let mut c = self.counts.lock();
+            let n = c.entry(owner.clone()).or_insert(0);
+            if *n >= self.settings.max_per_caller {
+                if *n == 0 {
+                    c.remove(&owner);
+                }
+                return Err(NoRoom::Running);
             }
-            return None;
-        }
-        *n += 1;
-        Some(TaskSlot { counts: Arc::clone(&self.counts), owner })
+            *n += 1;
+            TaskSlot { counts: Arc::clone(&self.counts), owner }
+        };
+        // Refused: the slot is dropped, its place given back.
+        self.room_to_keep(slot.owner.as_deref())?;
+        Ok(slot)
     }
 
     /// Whether `owner` keeps fewer tasks than it may (by the ledger's index of its tasks;
     /// tasks being created meanwhile, at most `max_per_caller`, may pass it too).
-    fn room_to_keep(&self, owner: Option<&str>) -> bool {
+    fn room_to_keep(&self, owner: Option<&str>) -> Result<(), NoRoom> {
         let now = self.now();
         let limit = self.settings.max_kept_per_caller;
         match self.writer.store().index_lowest(&codec::tasks_index(owner), limit.saturating_add(64), now) {
-            Ok(kept) => kept.iter().filter(|(_, expires)| *expires > now).count() < limit,
+            Ok(kept) => {
+                let mut live = kept.iter().map(|(_, expires)| *expires).filter(|e| *e > now);
+                let Some(first) = live.next() else { return Ok(()) };
+                if live.count() + 1 < limit {
+                    return Ok(());
+                }
+                // Room comes back when the oldest kept task expires.
+                Err(NoRoom::Kept { retry_after_s: u32::try_from(first.saturating_sub(now).div_ceil(1000)).unwrap_or(u32::MAX).max(1) })
+            }
             Err(e) => {
                 tracing::error!(error = %e, "cannot count a caller's tasks");
-                false
+                Err(NoRoom::Unavailable)
             }
         }
     }

@@ -188,9 +188,34 @@ async fn a_caller_keeps_at_most_max_kept_tasks_ended_ones_included() {
     // Both ended, both kept until their TTL: a third is refused, whatever is running.
     let mut r = h.send(call(3, "needs_task", caps_with_tasks())).await;
     assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    // Room comes back when the oldest expires (tasks.ttl_secs, an hour): not in a second.
+    let retry: u64 = r.header("retry-after").and_then(|v| v.parse().ok()).expect("a Retry-After");
+    assert!((3000..=3600).contains(&retry), "Retry-After {retry}");
     assert_eq!(r.json().await["error"]["code"], -32007);
     // An optional tool runs as an ordinary call instead (its gate opened ahead).
     h.gate.open(1);
     let ordinary = h.send(call(4, "job", caps_with_tasks())).await.json().await;
     assert_eq!(ordinary["result"]["content"][0]["text"], "job done", "{ordinary}");
+}
+
+#[actix_web::test]
+async fn a_task_whose_tool_cancels_itself_reads_failed_and_gives_its_place_back() {
+    let mut c = mcp_runtime::config::RuntimeConfig::default();
+    c.tasks.max_per_caller = 1;
+    let h = harness_with(c).await;
+    let created = h.send(call(1, "self_cancelling_job", caps_with_tasks())).await.json().await;
+    let task = created["result"]["taskId"].as_str().unwrap_or_else(|| panic!("{created}")).to_owned();
+    let failed = until_status(&h, &task, "", "failed").await;
+    assert_eq!(failed["result"]["statusMessage"], "the task's tool stopped without a result", "{failed}");
+    // Its place is given back once its end is committed (bounded wait): the caller's one
+    // task may run again.
+    let mut next = Value::Null;
+    for id in 2..200 {
+        next = h.send(call(id, "needs_task", caps_with_tasks())).await.json().await;
+        if next["result"]["taskId"].is_string() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(next["result"]["taskId"].is_string(), "{next}");
 }

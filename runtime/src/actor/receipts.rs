@@ -66,7 +66,7 @@ impl Receipts {
         answer(call, a)
     }
 
-    /// Serve `call` of `principal` under its receipt: `run` executes it, at most once per key
+    /// Serve `call` of its caller (`principal`: the principal, or without authentication the address) under its receipt: `run` executes it, at most once per key
     /// while the receipt is kept.
     pub(crate) fn call(self: &Arc<Self>, call: IdempotentCall, principal: Option<Arc<str>>, run: Run) -> BoxFuture<Result<Value, ErrorObject>> {
         let this = Arc::clone(self);

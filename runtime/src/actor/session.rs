@@ -657,7 +657,7 @@ impl SessionActor {
                         // Executed only if its receipt allows it.
                         let owned = params.clone();
                         let run = Box::new(move || catalog.dispatch("tools/call", owned.as_ref(), cx));
-                        Dispatch::Pending(self.sup.receipts().call(call, self.principal.clone(), run))
+                        Dispatch::Pending(self.sup.receipts().call(call, self.owner.clone(), run))
                     }
                     Ok(_) => catalog.dispatch(&method, params.as_ref(), cx),
                 }

@@ -38,10 +38,6 @@ type Handler = Pin<Box<dyn Future<Output = Result<Value, ErrorObject>>>>;
 /// Serve one admitted modern request.
 ///
 /// # Errors
-/// `Retry-After` of a tool call that needs a task while its caller runs
-/// `tasks.max_per_caller` of them: a running task may end any moment.
-const TASKS_RETRY_AFTER_S: u32 = 1;
-
 /// A [`Rejection`] answered before anything ran: draining, too many modern requests, a
 /// mirrored `Mcp-Param-*` header that does not match, a capability the tool needs and the
 /// request lacks.
@@ -90,14 +86,17 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
     if support == TaskSupport::Required && !declared {
         return Err(needs_tasks());
     }
-    let mut slot = (support != TaskSupport::Forbidden && declared).then(|| sup.tasks().reserve(owner.clone())).flatten();
-    if support == TaskSupport::Required && slot.is_none() {
-        return Err(Rejection::QuotaExceeded { cause: crate::proto::error::Quota::Tasks, retry_after_s: TASKS_RETRY_AFTER_S }.with_id(&id));
+    let reserved = (support != TaskSupport::Forbidden && declared).then(|| sup.tasks().reserve(owner.clone()));
+    if support == TaskSupport::Required
+        && let Some(Err(no_room)) = reserved
+    {
+        return Err(Rejection::QuotaExceeded { cause: crate::proto::error::Quota::Tasks, retry_after_s: no_room.retry_after_s() }.with_id(&id));
     }
+    let mut slot = reserved.and_then(Result::ok);
     let task_ok = slot.is_some();
     let cancel = CancellationToken::new();
     let asks = matches!(method.as_str(), "tools/call" | "prompts/get" | "resources/read");
-    let inputs = if asks { Inputs::of(sup, principal.as_deref(), &method, params.as_ref()).map_err(|why| refuse(ModernError::InvalidInput(why)))? } else { Inputs::none() };
+    let inputs = if asks { Inputs::of(sup, owner.as_deref(), &method, params.as_ref()).map_err(|why| refuse(ModernError::InvalidInput(why)))? } else { Inputs::none() };
     // A JSON-only client's notifications are dropped: there is nowhere to put them.
     let out = Arc::new(Outbound {
         queue: parking_lot::Mutex::new(if reply == ReplyMode::Json { Queue::Closed } else { Queue::Unused }),
@@ -114,9 +113,9 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
             let outbound: Arc<dyn ToolOutbound> = Arc::clone(&out) as Arc<dyn ToolOutbound>;
             let caps = Arc::new(meta.capabilities);
             let (rid, cancel, log_level) = (id.clone(), cancel.clone(), meta.log_level);
-            let (caller, owner) = (principal.clone(), owner.clone());
+            let (caller, cx_owner) = (principal.clone(), owner.clone());
             let cx = move || {
-                let cx = ToolContext::new(rid, progress_token, cancel, log_level, caps, caller, outbound).with_owner(owner);
+                let cx = ToolContext::new(rid, progress_token, cancel, log_level, caps, caller, outbound).with_owner(cx_owner);
                 if log_level.is_some() { cx } else { cx.without_logs() }
             };
             // A write tool's call with an idempotency key goes through its receipt, as in a
@@ -127,14 +126,14 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
                 Ok(Some(Some(call))) => {
                     let (owned, c) = (params.clone(), Arc::clone(catalog));
                     let run = Box::new(move || c.dispatch("tools/call", owned.as_ref(), cx));
-                    Dispatch::Pending(sup.receipts().call(call, principal.clone(), run))
+                    Dispatch::Pending(sup.receipts().call(call, owner.clone(), run))
                 }
                 Ok(_) => catalog.dispatch(&method, params.as_ref(), cx),
             }
         }
         _ => return Err(refuse(ModernError::MethodNotFound(method))),
     };
-    let finish = Finish { method, params, sup: Arc::clone(sup), out, principal };
+    let finish = Finish { method, params, sup: Arc::clone(sup), out, owner };
     // Counted in flight under the generation current at admission, before the handler first
     // runs: a rollback that starts while it runs finds it among the older generation's.
     let mut generation = None;
@@ -216,8 +215,13 @@ impl Stream for OnceBody {
     }
 }
 
-fn json_later(body: impl Future<Output = Bytes> + 'static) -> HttpResponse {
-    HttpResponse::Ok().content_type("application/json").streaming(OnceBody(Some(Box::pin(body))))
+/// A `200` JSON answer computed by `work`, which runs to its end on the arbiter even when the
+/// client goes away first (a task is then still created and driven, a cancellation still
+/// recorded and its place given back): the body only carries its answer.
+fn json_later(work: impl Future<Output = Bytes> + 'static) -> HttpResponse {
+    let done = actix_rt::spawn(work);
+    // A panic in the work leaves an empty body: the client reads an unknown outcome.
+    HttpResponse::Ok().content_type("application/json").streaming(OnceBody(Some(Box::pin(async move { done.await.unwrap_or_default() }))))
 }
 
 /// `tasks/get`, `tasks/update`, `tasks/cancel` of a request that declared the extension
@@ -280,7 +284,12 @@ async fn drive(tasks: Arc<Tasks>, run: Arc<Run>, mut handler: Handler, generatio
     let ended = generation.generation().stateless_ended();
     let outcome = tokio::select! {
         r = &mut handler => Some(r),
-        () = run.cancellation().cancelled() => None,
+        // `tasks/cancel` (or the interruption or expiry below) recorded the end already; a
+        // tool that cancelled its own token did not: its task is failed, not left working.
+        () = run.cancellation().cancelled() => {
+            tasks.abandon(&run).await;
+            None
+        }
         () = ended => {
             tasks.interrupt(&run).await;
             None
@@ -319,7 +328,8 @@ struct Finish {
     /// For the catalog, the encoded result tails and the `requestState` key.
     sup: Arc<Supervisor>,
     out: Arc<Outbound>,
-    principal: Option<Arc<str>>,
+    /// The caller a `requestState` is bound to.
+    owner: Option<Arc<str>>,
 }
 
 impl Finish {
@@ -333,7 +343,7 @@ impl Finish {
         let requests: serde_json::Map<String, Value> = i.asked.iter().cloned().collect();
         let expires = unix_ms().saturating_add(i.ttl_ms);
         let digest = state::request_digest(&self.method, self.params.as_ref());
-        let sealed = state::seal(self.sup.request_state_key(), self.principal.as_deref(), &digest, expires, &i.used);
+        let sealed = state::seal(self.sup.request_state_key(), self.owner.as_deref(), &digest, expires, &i.used);
         Some(serde_json::json!({"resultType": "input_required", "inputRequests": requests, "requestState": sealed}))
     }
 

@@ -225,6 +225,12 @@ pub fn catalog(gate: Gate) -> Catalog {
         .tool(tool_fn(ToolSpec::new("needs_task", "Must run as a task", json!({"type":"object","properties":{}})).task_support(TaskSupport::Required), |_, _| async move {
             Ok(CallToolResult::text("ran as a task"))
         }))
+        .tool(tool_fn(ToolSpec::new("self_cancelling_job", "Goes on as a task, then fires its own cancellation token and waits", json!({"type":"object","properties":{}})).task_support(TaskSupport::Optional), |_, cx| async move {
+            cx.continue_as_task().await;
+            cx.cancellation().cancel();
+            std::future::pending::<()>().await;
+            Ok(CallToolResult::text("never"))
+        }))
         .tool(tool_fn(ToolSpec::new("panicky_job", "Goes on as a task, then panics", json!({"type":"object","properties":{}})).task_support(TaskSupport::Optional), |_, cx| async move {
             cx.continue_as_task().await;
             tokio::task::yield_now().await;
