@@ -412,6 +412,11 @@ pub struct LedgerConfig {
     /// Largest result a receipt keeps (bytes of JSON); a larger one is replaced by a tool error
     /// saying the call completed and its result was not kept. Default 1 MiB.
     pub receipt_max_bytes: usize,
+    /// How long a request waits for a commit it needs (a new session's record, a receipt
+    /// before its tool runs, a handle's or a task's change) before it is answered without it
+    /// (ms): 503 naming the ledger, or a tool error saying the change is not confirmed. Only a
+    /// ledger that cannot commit makes a request wait this long. Default 10 000; 100 to 600 000.
+    pub commit_wait_ms: u64,
 }
 
 impl Default for LedgerConfig {
@@ -429,6 +434,7 @@ impl Default for LedgerConfig {
             receipt_retention_secs: 86_400,
             max_sessions: 1_000_000,
             receipt_max_bytes: 1 << 20,
+            commit_wait_ms: 10_000,
         }
     }
 }
@@ -488,7 +494,7 @@ impl RuntimeConfig {
     pub fn validate(self) -> Result<RuntimeConfig, ConfigError> {
         let (se, ss, l, q) = (&self.sse, &self.sessions, &self.limits, &self.quotas);
         let max = u64::MAX;
-        let rows: [(&'static str, u64, u64, u64); 51] = [
+        let rows: [(&'static str, u64, u64, u64); 52] = [
             ("security.max_body_bytes", self.security.max_body_bytes as u64, 1, 1 << 30),
             ("security.body_read_timeout_ms", self.security.body_read_timeout_ms, 100, 600_000),
             ("sse.replay_max_events", se.replay_max_events as u64, 1, 1 << 20),
@@ -526,6 +532,7 @@ impl RuntimeConfig {
             ("ledger.max_sessions", self.ledger.max_sessions as u64, 1, 1 << 32),
             ("ledger.receipt_retention_secs", self.ledger.receipt_retention_secs, 1, 30 * 24 * 3600),
             ("ledger.receipt_max_bytes", self.ledger.receipt_max_bytes as u64, 1024, 1 << 30),
+            ("ledger.commit_wait_ms", self.ledger.commit_wait_ms, 100, 600_000),
             ("shutdown.grace_secs", self.shutdown.grace_secs, 0, 3600),
             ("shutdown.retry_after_secs", self.shutdown.retry_after_secs, 1, 3600),
             ("modern.max_in_flight", self.modern.max_in_flight as u64, 1, 1 << 16),

@@ -54,6 +54,10 @@ pub enum HandleError {
     /// The ledger could not be read or written: nothing was changed.
     #[error("the state store is unavailable right now; nothing was changed, try again")]
     Unavailable,
+    /// The change was handed to the ledger, which did not confirm it in time: it may still
+    /// take effect when the store commits again.
+    #[error("the state store could not confirm this change in time (it cannot commit right now); the change may still take effect once it recovers: read the state again before you retry")]
+    Unconfirmed,
 }
 
 impl From<HandleError> for crate::tools::ToolError {
@@ -180,12 +184,13 @@ impl Handles {
         ]
     }
 
-    /// Hand `ops` to the ledger and wait until they are committed.
+    /// Hand `ops` to the ledger and wait until they are committed (at most the commit wait).
     async fn commit(&self, ops: Vec<Op>) -> Result<(), HandleError> {
-        if self.writer.submit_acked(ops).await.is_err() || self.writer.snapshot().failed {
+        if self.writer.refusal().is_some() {
+            // Nothing queued: nothing changes.
             return Err(HandleError::Unavailable);
         }
-        Ok(())
+        self.writer.submit_and_wait(ops).await.map_err(|_| HandleError::Unconfirmed)
     }
 
     /// `handle` is `None` for a create (its handle is not handed out).
@@ -234,7 +239,7 @@ impl Handles {
         // The use is recorded in the background, at most once per `touch_slack_ms` (the
         // record's expiry allows for the ones skipped), and not while the writer is backed up:
         // a lost use only shortens the idle TTL.
-        let due = |r: &HandleRecord, now: u64| now.saturating_sub(r.used_ms) >= kind.touch_slack_ms() && !self.writer.backed_up();
+        let due = |r: &HandleRecord, now: u64| now.saturating_sub(r.used_ms) >= kind.touch_slack_ms() && !self.writer.skip_optional();
         let record = self.find(kind, principal, handle, &id)?;
         if !due(&record, self.now()) {
             // Nothing to record: no wait for the stripe (an update may hold it through a

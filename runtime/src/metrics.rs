@@ -110,6 +110,11 @@ fn gauge(e: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: i64) -> Resul
     g.encode(e.encode_descriptor(name, help, None, g.metric_type())?)
 }
 
+fn gauge_f(e: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: f64) -> Result<(), std::fmt::Error> {
+    let g = ConstGauge::new(v);
+    g.encode(e.encode_descriptor(name, help, None, g.metric_type())?)
+}
+
 fn counter(e: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: u64) -> Result<(), std::fmt::Error> {
     let c = ConstCounter::new(v);
     c.encode(e.encode_descriptor(name, help, None, c.metric_type())?)
@@ -194,8 +199,14 @@ impl Collector for SupervisorCollector {
         counter(&mut e, "mcp_ledger_batches", "Ledger transactions committed", ws.batches)?;
         counter(&mut e, "mcp_ledger_ops", "Ledger operations committed", ws.ops)?;
         counter(&mut e, "mcp_ledger_events_dropped", "Event appends refused by the ledger's overflow policy", ws.events_dropped)?;
-        counter(&mut e, "mcp_ledger_errors", "Ledger batches lost after retries", ws.errors)?;
-        gauge(&mut e, "mcp_ledger_failed", "1 when the ledger stopped recording after a failed batch", i64::from(ws.failed))?;
+        counter(&mut e, "mcp_ledger_errors", "Ledger commit attempts the store refused (each is retried)", ws.errors)?;
+        counter(&mut e, "mcp_ledger_lost_ops", "Ledger operations given up on as the process stopped with a store that could not commit", ws.lost_ops)?;
+        gauge(&mut e, "mcp_ledger_failing", "1 while the ledger cannot commit (retrying; new durable work is refused)", i64::from(ws.state == crate::ledger::LedgerState::Failing))?;
+        gauge(&mut e, "mcp_ledger_backlog", "1 while more than ledger.queue_max_bytes wait for the writer (new durable work is refused)", i64::from(ws.state == crate::ledger::LedgerState::Backlog))?;
+        let now_ms = sup.now().0;
+        let since = |t: Option<u64>| t.map_or(0, |t| now_ms.saturating_sub(t)) as f64 / 1000.0;
+        gauge_f(&mut e, "mcp_ledger_seconds_since_commit", "Seconds since the ledger last committed a batch (0 before the first)", since(ws.last_commit_ms))?;
+        gauge_f(&mut e, "mcp_ledger_failing_seconds", "Seconds the ledger has been unable to commit (0 while it commits)", since(ws.failing_since_ms))?;
         let (commit, batch) = w.histograms();
         histogram(&mut e, "mcp_ledger_commit_seconds", "Time to commit one ledger batch", commit)?;
         histogram(&mut e, "mcp_ledger_batch_ops", "Operations per committed ledger batch", batch)?;

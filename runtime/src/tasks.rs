@@ -229,10 +229,8 @@ impl Tasks {
     /// Wait for a record queued with [`Writer::submit_acked`] (queued under the run's lock,
     /// awaited after it).
     async fn committed(&self, ack: oneshot::Receiver<()>) -> Result<(), TaskError> {
-        if ack.await.is_err() || self.writer.snapshot().failed {
-            return Err(TaskError::Unavailable);
-        }
-        Ok(())
+        // Not confirmed: it may still land once the ledger commits again.
+        self.writer.wait_committed(ack).await.map_err(|_| TaskError::Unavailable)
     }
 
     /// A place among `owner`'s running tasks, taken before a call that may become a task
@@ -404,13 +402,16 @@ impl Tasks {
         let mut view = TaskView { task_id: id.to_owned(), ..record.view.clone() };
         if !view.status.is_final() {
             // Not running here: the process that ran it is gone (a graceful stop records that
-            // itself, so this was a kill). Recorded, so every later read agrees.
+            // itself, so this was a kill). Recorded, so every later read agrees (unless the
+            // ledger takes nothing now: the next read records it).
             view.status = TaskStatus::Failed;
             view.status_message = Some("interrupted: the server restarted while the task ran; its outcome is unknown".into());
             view.error = Some(json!({"code": code::SERVER_RESTARTED, "message": "the server restarted while the task ran; its outcome is unknown"}));
             view.input_requests.clear();
             view.updated_ms = self.now().max(view.updated_ms);
-            self.writer.submit(vec![put_record(&hmac, TaskRecord { view: view.clone(), ..record })]);
+            if !self.writer.skip_optional() {
+                self.writer.submit(vec![put_record(&hmac, TaskRecord { view: view.clone(), ..record })]);
+            }
         }
         Ok(view)
     }

@@ -24,7 +24,7 @@ fn frame(seq: u64) -> Bytes {
 /// writer, until killed (bounded: 5 million events, some seconds).
 fn write_until_killed(path: &str) {
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(std::path::Path::new(path)).expect("open"));
-    let settings = WriterSettings { durability: Durability::Batched, batch_max_ops: 256, queue_max_bytes: 64 << 20, sweep_every: Duration::from_secs(3600), linger: Duration::from_micros(200) };
+    let settings = WriterSettings { durability: Durability::Batched, batch_max_ops: 256, queue_max_bytes: 64 << 20, sweep_every: Duration::from_secs(3600), linger: Duration::from_micros(200), commit_wait: Duration::from_secs(10) };
     let w = Writer::start(store, settings, Box::new(|| 0));
     for seq in 1..=5_000_000u64 {
         let log: Arc<str> = LOG.into();

@@ -131,10 +131,14 @@ impl Receipts {
         };
         let expires_ms = created_ms.saturating_add(self.retention_ms);
         let put = |r: &ReceiptRecord, key: &str| Op::Put { key: key.to_owned(), value: Bytes::from(codec::encode(&Record::Receipt(r.clone()))), expires_ms };
-        let committed = self.ledger.writer.submit_acked(vec![put(&record, &guard.key)]).await;
-        if committed.is_err() || self.ledger.writer.snapshot().failed {
-            // The receipt is not in the ledger (it failed, or the writer is gone): running
-            // now could run it twice later.
+        if self.ledger.writer.refusal().is_some() {
+            // The ledger takes no new durable work now (the front door refuses such calls
+            // with 503; this one arrived as it began).
+            return answer(&call, Answer::Unavailable);
+        }
+        if self.ledger.writer.submit_and_wait(vec![put(&record, &guard.key)]).await.is_err() {
+            // The receipt is not confirmed in the ledger: running now could run it twice
+            // later. Not run; the guard queues its deletion behind it.
             return answer(&call, Answer::Unavailable);
         }
         guard.started = true;

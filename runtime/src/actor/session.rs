@@ -611,6 +611,13 @@ impl SessionActor {
     }
 
     fn start_request(&mut self, id: JsonRpcId, method: String, params: Option<Value>, mode: ReplyMode, ctx: &mut Context<Self>) -> Result<PostOutcome, Rejection> {
+        // A tool call's idempotency key, and its refusals before anything runs (the ledger
+        // cannot take the durable record it needs).
+        let call = (method == "tools/call").then(|| self.sup.catalog().idempotent_call(params.as_ref())).transpose();
+        if method == "tools/call" {
+            let tool = params.as_ref().and_then(|p| p.get("name")).and_then(Value::as_str).and_then(|n| self.sup.catalog().tool(n));
+            self.sup.admit_call(tool.map(|t| t.spec()), matches!(call, Ok(Some(Some(_)))), mode == ReplyMode::Sse)?;
+        }
         let cancel = CancellationToken::new();
         let generation = self.gens.enter_current(Counted::InFlight);
         self.core.begin_request(&id, RequestTask { spawn: None, cancel: cancel.clone(), json: None, generation })?;
@@ -647,7 +654,6 @@ impl SessionActor {
                 let catalog = Arc::clone(self.sup.catalog());
                 let rid = id.clone();
                 let cx = move || ToolContext::new(rid, progress_token, cancel, log_level, caps, principal, out).with_owner(owner);
-                let call = (method == "tools/call").then(|| catalog.idempotent_call(params.as_ref())).transpose();
                 if method == "tools/call" && catalog.is_write_call(params.as_ref()) {
                     purpose = StreamPurpose::Write { receipt: matches!(call, Ok(Some(Some(_)))) };
                 }

@@ -441,6 +441,59 @@ impl Supervisor {
         self.stream_env.ledger.ledger.durable
     }
 
+    /// Refuse new durable work (503 naming the ledger) while the ledger cannot take it: its
+    /// store refuses commits, or more than `ledger.queue_max_bytes` wait for its writer.
+    ///
+    /// # Errors
+    /// [`Overload::LedgerFailing`], [`Overload::LedgerBacklog`].
+    pub fn ledger_accepts(&self) -> Result<(), Rejection> {
+        match self.stream_env.ledger.writer.refusal() {
+            None => Ok(()),
+            Some(crate::ledger::LedgerState::Failing) => Err(Rejection::Overloaded(Overload::LedgerFailing)),
+            Some(_) => Err(Rejection::Overloaded(Overload::LedgerBacklog)),
+        }
+    }
+
+    /// Whether the process is ready for new work: serving, and its ledger can commit
+    /// (`GET /readyz`).
+    #[must_use]
+    pub fn ready(&self) -> bool {
+        self.phase() == Phase::Serving && !self.stream_env.ledger.writer.is_failing()
+    }
+
+    /// Refusals of a `tools/call` of `tool`, in either era, before anything runs: a call
+    /// that needs a new durable record while the ledger cannot take one — a keyed call of a
+    /// write tool (its receipt), a tool that keeps state handles, a write tool whose answer
+    /// goes on a resumable stream (`resumable_stream`, recorded on a durable ledger).
+    ///
+    /// # Errors
+    /// As [`Supervisor::ledger_accepts`].
+    pub(crate) fn admit_call(&self, tool: Option<&crate::tools::ToolSpec>, keyed: bool, resumable_stream: bool) -> Result<(), Rejection> {
+        let Some(spec) = tool else { return Ok(()) };
+        let durable_stream = resumable_stream && spec.is_write() && self.ledger_durable() && self.resumable_streams();
+        if keyed || spec.keeps_state || durable_stream {
+            self.ledger_accepts()?;
+        }
+        Ok(())
+    }
+
+    /// Whether the current generation makes new streams resumable (or shadowed): they are
+    /// recorded in the ledger.
+    #[must_use]
+    pub(crate) fn resumable_streams(&self) -> bool {
+        self.gens.current().settings.flags.is_none_or(|f| f.resumable != crate::proto::rollout::Resumable::Off)
+    }
+
+    /// A session whose id was never handed out (its first record was not committed in time):
+    /// it stops. Its record, if it lands later, names a session nobody knows; it expires.
+    pub(crate) fn abandon_unrecorded(&self, id: &SessionId) {
+        if let Some(Ok((h, ticket))) = self.registry.enter(id) {
+            drop(ticket);
+            // Control message: it must arrive.
+            h.addr.do_send(super::session::Shutdown);
+        }
+    }
+
     /// The ledger's writer (its counters and histograms).
     #[must_use]
     pub fn ledger_writer(&self) -> &Arc<crate::ledger::Writer> {
@@ -576,9 +629,14 @@ impl Supervisor {
         init: &InitializeRequest,
         kept_bytes: usize,
         origin: Option<&str>,
-    ) -> Result<(SessionId, ProtocolVersion, tokio::sync::oneshot::Receiver<()>), Rejection> {
+    ) -> Result<(SessionId, ProtocolVersion, Option<tokio::sync::oneshot::Receiver<()>>), Rejection> {
         if self.phase() != Phase::Serving {
             return Err(Rejection::Overloaded(Overload::Draining));
+        }
+        let durable = self.stream_env.ledger.ledger.durable;
+        if durable {
+            // Its id is handed out only once its record is committed.
+            self.ledger_accepts()?;
         }
         if self.stream_memory_full() {
             return Err(Rejection::Overloaded(Overload::StreamMemory));
@@ -597,10 +655,10 @@ impl Supervisor {
         let handshake = Handshake { requested_version: init.requested_version.clone(), capabilities: init.capabilities.clone(), client_info: init.client_info.clone() };
         let (recorded, on_recorded) = tokio::sync::oneshot::channel();
         let mut seed = self.seed(id.clone(), principal, version, generation, handshake, kept_bytes, reservation.caller_budget(), origin.map(str::to_owned), None);
-        // A dropped sender (memory ledger) answers at once.
-        seed.recorded = self.stream_env.ledger.ledger.durable.then_some(recorded);
+        // Only a durable ledger's record is waited for.
+        seed.recorded = durable.then_some(recorded);
         self.start_session(seed, reservation);
-        Ok((id, version, on_recorded))
+        Ok((id, version, durable.then_some(on_recorded)))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -687,6 +745,10 @@ impl Supervisor {
         if self.phase() != Phase::Serving {
             return Err(Rejection::Overloaded(Overload::Draining));
         }
+        if cx.ledger.durable {
+            // Its new life is recorded before it is served.
+            self.ledger_accepts()?;
+        }
         let Some(version) = ProtocolVersion::parse(&record.protocol_version) else { return Ok(()) };
         let limits = SlotLimits {
             max: self.cfg.sessions.max_sessions,
@@ -716,7 +778,13 @@ impl Supervisor {
             (life.last_used_ms, life.expires_ms) = (life.last_used_ms.max(now), now.saturating_add(cx.idle_ttl_ms).max(life.expires_ms));
             let expires_ms = life.expires_ms;
             let put = crate::ledger::Op::Put { key: codec::session_key(&hmac), value: bytes::Bytes::from(codec::encode(&Record::Session(life))), expires_ms };
-            let _ = cx.writer.submit_acked(vec![put]).await;
+            match cx.writer.submit_and_wait(vec![put]).await {
+                Ok(()) => {}
+                // Not committed in time (or given up on as the process stops): not revived;
+                // the record, if it lands later, only numbers the next life higher.
+                Err(crate::ledger::Unconfirmed::GaveUp) => return Err(Rejection::Overloaded(Overload::Draining)),
+                Err(crate::ledger::Unconfirmed::TimedOut) => return Err(Rejection::Overloaded(Overload::LedgerFailing)),
+            }
         }
         let generation = self.gens.enter_restored(Generation(record.generation), self.now().0, super::generations::Counted::Session);
         let seed = self.seed(id.clone(), principal.cloned(), version, generation, record.handshake, kept_bytes, reservation.caller_budget(), record.origin, Some(restore));

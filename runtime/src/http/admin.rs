@@ -8,6 +8,8 @@
 //!   given change, in a new generation).
 //! - `POST /admin/rollback`: a new generation whose new streams are not resumable.
 //! - `POST /admin/drain`: stop gracefully, as SIGTERM does.
+//! - `GET /readyz`: 200 while serving with a ledger that commits, else 503, with why;
+//!   `GET /livez`: 200 while the process serves.
 //! - `GET /metrics`: Prometheus text.
 
 use std::sync::Arc;
@@ -78,7 +80,9 @@ fn current_flags(sup: &Supervisor) -> (u32, RolloutFlags) {
 pub fn status(sup: &Supervisor) -> serde_json::Value {
     let lifecycle = *sup.lifecycle().borrow();
     let gens = sup.generations().status();
-    let writer = sup.ledger_writer().snapshot();
+    let w = sup.ledger_writer();
+    let writer = w.snapshot();
+    let now = sup.now().0;
     json!({
         "phase": lifecycle.phase,
         "since_ms": lifecycle.since_ms,
@@ -90,9 +94,25 @@ pub fn status(sup: &Supervisor) -> serde_json::Value {
         "ledger": {
             "durable": sup.ledger_durable(),
             "key_id": sup.generations().current().settings.key_id,
+            "state": writer.state,
+            "last_commit_ms": writer.last_commit_ms,
+            "since_last_commit_ms": writer.last_commit_ms.map(|t| now.saturating_sub(t)),
+            "failing_since_ms": writer.failing_since_ms,
+            "last_error": w.last_error(),
             "writer": writer,
         },
         "stats": sup.stats_snapshot(),
+    })
+}
+
+/// Why the process is (not) ready: its phase and its ledger's state.
+fn readiness(sup: &Supervisor) -> serde_json::Value {
+    let w = sup.ledger_writer();
+    let s = w.snapshot();
+    json!({
+        "ready": sup.ready(),
+        "phase": sup.phase(),
+        "ledger": {"state": s.state, "failing_since_ms": s.failing_since_ms, "last_error": w.last_error(), "last_commit_ms": s.last_commit_ms},
     })
 }
 
@@ -105,6 +125,11 @@ async fn handle(req: HttpRequest, body: web::Bytes, st: web::Data<AdminState>) -
     match (method.as_str(), req.path()) {
         ("GET", "/metrics") => HttpResponse::Ok().content_type(crate::metrics::CONTENT_TYPE).body(crate::metrics::encode(&st.metrics)),
         ("GET", "/admin/status") => HttpResponse::Ok().json(status(sup)),
+        ("GET", "/readyz") => {
+            let doc = readiness(sup);
+            if sup.ready() { HttpResponse::Ok().json(doc) } else { HttpResponse::ServiceUnavailable().json(doc) }
+        }
+        ("GET", "/livez") => HttpResponse::Ok().json(json!({"live": true})),
         ("GET", "/admin/flags") => {
             let (generation, flags) = current_flags(sup);
             HttpResponse::Ok().json(json!({"generation": generation, "flags": flags}))
@@ -134,8 +159,8 @@ async fn handle(req: HttpRequest, body: web::Bytes, st: web::Data<AdminState>) -
             sup.request_stop();
             HttpResponse::Accepted().json(json!({"phase": "draining"}))
         }
-        (_, "/metrics" | "/admin/status" | "/admin/flags" | "/admin/rollback" | "/admin/drain") => HttpResponse::MethodNotAllowed().json(json!({"error": format!("{method} is not served on {}", req.path())})),
-        _ => HttpResponse::NotFound().json(json!({"error": "not an admin endpoint: /admin/status, /admin/flags, /admin/rollback, /admin/drain, /metrics"})),
+        (_, "/metrics" | "/admin/status" | "/admin/flags" | "/admin/rollback" | "/admin/drain" | "/readyz" | "/livez") => HttpResponse::MethodNotAllowed().json(json!({"error": format!("{method} is not served on {}", req.path())})),
+        _ => HttpResponse::NotFound().json(json!({"error": "not an admin endpoint: /admin/status, /admin/flags, /admin/rollback, /admin/drain, /readyz, /livez, /metrics"})),
     }
 }
 

@@ -266,12 +266,17 @@ async fn serve(req: &HttpRequest, head: &RequestHead<'_>, payload: web::Payload,
     let next = dispatch(req, sup, admitted, found)?;
     match next {
         Next::Ready(resp) => Ok(resp),
-        // Resolves when committed or failed (then the ledger stopped, see its stats); a
-        // dropped sender means the session ended at once: answered all the same.
-        Next::Recorded(rx, resp) => {
-            let _ = rx.await;
-            Ok(resp)
-        }
+        Next::Recorded(None, resp, _) => Ok(resp),
+        // A session id is handed out only once its record is committed, within the commit
+        // wait; a dropped sender means the session stopped first (a drain began).
+        Next::Recorded(Some(rx), resp, id) => match sup.ledger_writer().wait_committed(rx).await {
+            Ok(()) => Ok(resp),
+            Err(crate::ledger::Unconfirmed::GaveUp) => Err(Rejection::Overloaded(Overload::Draining)),
+            Err(crate::ledger::Unconfirmed::TimedOut) => {
+                sup.abandon_unrecorded(&id);
+                Err(Rejection::Overloaded(Overload::LedgerFailing))
+            }
+        },
         Next::Post(rx) => post_reply(rx).await,
         Next::Stream(rx, dropped) => match rx.await {
             Ok(Ok(body)) => Ok(sse(body)),
@@ -303,8 +308,8 @@ fn starts_work(c: &Command) -> bool {
 enum Next {
     Ready(HttpResponse),
     /// Ready once the session's first record is committed (a session id handed out
-    /// survives a crash).
-    Recorded(oneshot::Receiver<()>, HttpResponse),
+    /// survives a crash); nothing to wait for on a memory ledger.
+    Recorded(Option<oneshot::Receiver<()>>, HttpResponse, crate::proto::ids::SessionId),
     Post(oneshot::Receiver<Result<PostOutcome, Rejection>>),
     /// A stream, and the answer when the session drops the reply.
     Stream(oneshot::Receiver<Result<SseBody, Rejection>>, Rejection),
@@ -341,7 +346,7 @@ fn dispatch(req: &HttpRequest, sup: &Arc<Supervisor>, admitted: Admitted, found:
                 header::HeaderName::from_static(SESSION_HEADER),
                 header::HeaderValue::from_str(session.as_str()).map_err(|_| Rejection::Internal)?,
             );
-            Ok(Next::Recorded(recorded, resp))
+            Ok(Next::Recorded(recorded, resp, session))
         }
         Command::Post { version: _, incoming, reply, .. } => {
             let (handle, ticket) = found()?;
@@ -355,6 +360,10 @@ fn dispatch(req: &HttpRequest, sup: &Arc<Supervisor>, admitted: Admitted, found:
         Command::OpenStream { .. } => {
             let (handle, ticket) = found()?;
             stream_memory_available(sup, &handle)?;
+            if sup.ledger_durable() && sup.resumable_streams() {
+                // A standalone GET stream is recorded for its whole life.
+                sup.ledger_accepts()?;
+            }
             let (tx, rx) = oneshot::channel();
             handle.deliver(ticket, |ticket| OpenGet { reply: tx, ticket })?;
             Ok(Next::Stream(rx, Rejection::SessionNotFound))
@@ -431,11 +440,28 @@ async fn post_reply(rx: oneshot::Receiver<Result<PostOutcome, Rejection>>) -> Re
     }
 }
 
-/// Mount the endpoint at `path` with the supervisor as app data.
+/// `GET /readyz` on the MCP port: `200 ready` while serving with a ledger that commits, else
+/// `503 not ready` (draining, starting, or the ledger cannot commit); no detail, no
+/// authentication (load balancers and orchestrators ask it). The admin port's answers why.
+async fn readyz(sup: web::Data<Arc<Supervisor>>) -> HttpResponse {
+    if sup.ready() { HttpResponse::Ok().content_type("text/plain").body("ready\n") } else { HttpResponse::ServiceUnavailable().content_type("text/plain").body("not ready\n") }
+}
+
+/// `GET /livez`: `200` while the process serves HTTP at all.
+async fn livez() -> HttpResponse {
+    HttpResponse::Ok().content_type("text/plain").body("live\n")
+}
+
+/// Mount the endpoint at `path`, and `GET /readyz` and `GET /livez`, with the supervisor as
+/// app data.
 pub fn configure(path: &str, sup: Arc<Supervisor>) -> impl FnOnce(&mut web::ServiceConfig) {
     let path = path.to_owned();
     move |cfg: &mut web::ServiceConfig| {
-        cfg.app_data(web::Data::new(sup)).app_data(web::PayloadConfig::new(usize::MAX)).route(&path, web::route().to(endpoint));
+        cfg.app_data(web::Data::new(sup))
+            .app_data(web::PayloadConfig::new(usize::MAX))
+            .route("/readyz", web::get().to(readyz))
+            .route("/livez", web::get().to(livez))
+            .route(&path, web::route().to(endpoint));
     }
 }
 

@@ -66,9 +66,15 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
         if !task::declared(&meta.capabilities) {
             return Err(needs_tasks());
         }
+        if method != "tasks/get" {
+            // An answer or a cancellation is recorded before it is acknowledged.
+            sup.ledger_accepts().map_err(|r| r.with_id(&id))?;
+        }
         return Ok(tasks_request(sup, place, owner, &id, &method, params.as_ref()));
     }
     let mut support = TaskSupport::Forbidden;
+    // A tool call's idempotency key (its receipt is a durable record).
+    let call = (method == "tools/call").then(|| catalog.idempotent_call(params.as_ref())).transpose();
     if method == "tools/call"
         && let Some(tool) = params.as_ref().and_then(|p| p.get("name")).and_then(Value::as_str).and_then(|n| catalog.tool(n))
     {
@@ -78,15 +84,22 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
         })
         .map_err(|why| refuse(ModernError::HeaderMismatch(why)))?;
         support = tool.spec().task_support;
+        // Modern streams are not resumable: only receipts and state handles need the ledger.
+        sup.admit_call(Some(tool.spec()), matches!(call, Ok(Some(Some(_)))), false).map_err(|r| r.with_id(&id))?;
     }
     // May this call become a task? Only for a tool that may run as one, a request that
-    // declared the extension, and a caller with room for one more (its place is taken now,
-    // so concurrent calls cannot all pass, and given back unless the call becomes a task).
+    // declared the extension, a ledger that can record it, and a caller with room for one
+    // more (its place is taken now, so concurrent calls cannot all pass, and given back
+    // unless the call becomes a task).
     let declared = task::declared(&meta.capabilities);
     if support == TaskSupport::Required && !declared {
         return Err(needs_tasks());
     }
-    let reserved = (support != TaskSupport::Forbidden && declared).then(|| sup.tasks().reserve(owner.clone()));
+    let ledger_ok = sup.ledger_accepts();
+    if support == TaskSupport::Required && declared {
+        ledger_ok.clone().map_err(|r| r.with_id(&id))?;
+    }
+    let reserved = (support != TaskSupport::Forbidden && declared && ledger_ok.is_ok()).then(|| sup.tasks().reserve(owner.clone()));
     if support == TaskSupport::Required
         && let Some(Err(no_room)) = reserved
     {
@@ -121,7 +134,7 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
             // A write tool's call with an idempotency key goes through its receipt, as in a
             // session: a 2026-07-28 client re-issues a call whose stream dropped, and the
             // re-issue must never run the write twice.
-            match (method == "tools/call").then(|| catalog.idempotent_call(params.as_ref())).transpose() {
+            match call {
                 Err(e) => Dispatch::Ready(Err(e)),
                 Ok(Some(Some(call))) => {
                     let (owned, c) = (params.clone(), Arc::clone(catalog));

@@ -32,7 +32,7 @@ pub use memory::MemoryStore;
 pub(crate) use open::derive_key;
 pub use open::{Ledger, OpenError, load_or_create_key};
 pub use sqlite::SqliteStore;
-pub use writer::{Committed, Housekeeping, Writer, WriterSettings, WriterSnapshot, WriterStats};
+pub use writer::{Committed, Housekeeping, LedgerState, Unconfirmed, Writer, WriterSettings, WriterSnapshot, WriterStats};
 
 /// One write. A batch of them is applied atomically ([`Store::apply`]).
 #[derive(Debug, Clone, PartialEq, Eq)]

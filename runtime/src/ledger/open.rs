@@ -117,6 +117,7 @@ impl Ledger {
             queue_max_bytes: l.queue_max_bytes,
             sweep_every: Duration::from_secs(l.sweep_every_secs),
             linger: Duration::from_micros(l.commit_linger_us),
+            commit_wait: Duration::from_millis(l.commit_wait_ms),
         };
         let writer = Writer::start(store, settings, Box::new(move || sweep_clock.now().0));
         Ok(Ledger { writer, secret: secret.into(), previous: previous.into_iter().map(Into::into).collect(), clock, run, durable })

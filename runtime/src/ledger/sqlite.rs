@@ -50,7 +50,7 @@ pub struct SqliteStore {
 
 fn open_conn(path: &Path) -> Result<Connection, StoreError> {
     let c = Connection::open(path).map_err(backend)?;
-    c.busy_timeout(std::time::Duration::from_secs(5)).map_err(backend)?;
+    c.busy_timeout(std::time::Duration::from_secs(1)).map_err(backend)?;
     Ok(c)
 }
 

@@ -15,17 +15,20 @@
 //! that stream has a hole, which a resume after a restart reports as lost events (-32005 /
 //! 410), never skips. In `sync` mode appends are never refused: the frames wait for their
 //! commit, which bounds the queue by the streams' own windows. Every refusal is counted
-//! (`events_dropped`).
+//! (`events_dropped`). Past the same bound the writer takes no new durable work
+//! ([`Writer::refusal`]: the front door answers 503).
 //!
-//! Failure: a batch the store refuses (disk full, I/O error) is retried for about a second;
-//! if it still fails the ledger stops recording: that batch and every later operation are
-//! dropped and counted (`errors`, `failed`), so what the store holds stays a prefix of what
-//! was handed over (a later batch never lands after a lost one). Acknowledgements still run,
-//! so `sync` streams are released without durability rather than stalled; the stats line
-//! shows `failed: true` and the log says why.
-
+//! Failure: a batch the store refuses (disk full, `SQLITE_BUSY` past the busy timeout, an I/O
+//! error) is retried, the same batch, with backoff (50 ms doubling to 1 s) for as long as it
+//! takes: nothing after it is applied first, nothing handed over is dropped, and its
+//! acknowledgements wait. Meanwhile the ledger is *failing* ([`LedgerState::Failing`]): new
+//! durable work is refused ([`Writer::refusal`]), writes that may be skipped (a handle's use)
+//! are skipped, and the sweep waits. The first commit that succeeds ends it by itself. Only a
+//! writer being dropped (the process stops) gives up on a store that still fails, after a few
+//! more attempts: what is left is counted (`lost_ops`), its acknowledgements are dropped
+//! unanswered, and the store holds a prefix of what was handed over.
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 
 use parking_lot::Mutex;
@@ -37,7 +40,8 @@ use tokio::sync::oneshot;
 
 use super::{Durability, Op, Store};
 
-/// Run on the writer thread once a batch is committed (or failed).
+/// Run on the writer thread once a batch is committed. Dropped uncalled when the writer gives
+/// up on a failing store as the process stops.
 pub type Committed = Box<dyn FnOnce() + Send>;
 
 enum Msg {
@@ -52,7 +56,19 @@ pub struct WriterStats {
     ops: AtomicU64,
     events_dropped: AtomicU64,
     errors: AtomicU64,
-    failed: std::sync::atomic::AtomicBool,
+    /// The last commit attempt failed and none succeeded since.
+    failing: AtomicBool,
+    /// When it began failing (wall ms; 0: not failing).
+    failing_since_ms: AtomicU64,
+    /// When a batch was last committed (wall ms; 0: never).
+    last_commit_ms: AtomicU64,
+    /// Operations given up on as the process stopped with a failing store.
+    lost_ops: AtomicU64,
+    /// The store's last error (for the status page).
+    last_error: Mutex<Option<String>>,
+    /// `failing`, published: a request waiting for a commit starts its commit wait when the
+    /// writer begins to fail (a healthy writer is waited for as long as it takes).
+    failing_tx: tokio::sync::watch::Sender<bool>,
     commit_us_total: AtomicU64,
     commit_seconds: crate::metrics::Histo,
     batch_ops: crate::metrics::Histo,
@@ -65,7 +81,12 @@ impl Default for WriterStats {
             ops: AtomicU64::new(0),
             events_dropped: AtomicU64::new(0),
             errors: AtomicU64::new(0),
-            failed: std::sync::atomic::AtomicBool::new(false),
+            failing: AtomicBool::new(false),
+            failing_since_ms: AtomicU64::new(0),
+            last_commit_ms: AtomicU64::new(0),
+            lost_ops: AtomicU64::new(0),
+            last_error: Mutex::new(None),
+            failing_tx: tokio::sync::watch::Sender::new(false),
             commit_us_total: AtomicU64::new(0),
             commit_seconds: crate::metrics::Histo::new(crate::metrics::LATENCY_BOUNDS),
             batch_ops: crate::metrics::Histo::new(crate::metrics::COUNT_BOUNDS),
@@ -82,24 +103,47 @@ pub struct WriterSnapshot {
     pub ops: u64,
     /// Event appends refused by the overflow policy.
     pub events_dropped: u64,
-    /// Batches the store failed to apply, after retries (their operations are lost).
+    /// Commit attempts the store refused (each was retried).
     pub errors: u64,
-    /// The ledger stopped recording after a batch failed for good (see the module doc).
-    pub failed: bool,
+    /// Whether it can take new durable work.
+    pub state: LedgerState,
+    /// Since when it has been failing (ms since the epoch), when it is.
+    pub failing_since_ms: Option<u64>,
+    /// When a batch was last committed (ms since the epoch; `None`: not yet in this process).
+    pub last_commit_ms: Option<u64>,
+    /// Operations given up on as the process stopped with a failing store.
+    pub lost_ops: u64,
     /// Bytes waiting to be committed.
     pub queued_bytes: u64,
     /// Mean commit time of a batch (µs).
     pub mean_commit_us: u64,
 }
 
-/// The writer. Dropping the last handle commits what is queued and stops its thread.
+/// Whether the ledger takes new durable work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LedgerState {
+    /// It commits.
+    Ok,
+    /// More than `queue_max_bytes` wait for it (the disk is slower than the traffic).
+    Backlog,
+    /// Its last commit attempt failed and it is retrying (disk full, locked, I/O errors).
+    Failing,
+}
+
+/// The writer. Dropping the last handle commits what is queued and stops its thread (giving
+/// up, after a few attempts, on a store that still fails).
 pub struct Writer {
     tx: mpsc::Sender<Msg>,
     store: Arc<dyn Store>,
     durability: Durability,
     queued: Arc<AtomicUsize>,
     queue_max_bytes: usize,
+    /// How long [`Writer::submit_and_wait`] waits.
+    commit_wait: Duration,
     stats: Arc<WriterStats>,
+    /// Set when the writer is dropped: a failing store is given up on.
+    stopping: Arc<AtomicBool>,
     /// Must not own what owns the writer (it runs on the writer's thread, which the writer's
     /// drop joins).
     housekeeping: Arc<Mutex<Option<Housekeeping>>>,
@@ -121,20 +165,24 @@ impl Writer {
     /// `now` gives the time expiries are compared with (ms since the epoch, the same clock
     /// the records' expiries come from).
     pub fn start(store: Arc<dyn Store>, settings: WriterSettings, now: Box<dyn Fn() -> u64 + Send>) -> Arc<Writer> {
-        let WriterSettings { durability, batch_max_ops, queue_max_bytes, sweep_every, linger } = settings;
+        let WriterSettings { durability, batch_max_ops, queue_max_bytes, sweep_every, linger, commit_wait } = settings;
         store.set_durability(durability);
         let (tx, rx) = mpsc::channel();
         let queued = Arc::new(AtomicUsize::new(0));
         let stats = Arc::new(WriterStats::default());
         let housekeeping: Arc<Mutex<Option<Housekeeping>>> = Arc::default();
+        let stopping = Arc::new(AtomicBool::new(false));
         let thread = {
-            let (store, queued, stats, hk) = (Arc::clone(&store), Arc::clone(&queued), Arc::clone(&stats), Arc::clone(&housekeeping));
+            let (store, queued, stats, hk, stop) = (Arc::clone(&store), Arc::clone(&queued), Arc::clone(&stats), Arc::clone(&housekeeping), Arc::clone(&stopping));
             std::thread::Builder::new()
                 .name("ledger-writer".into())
-                .spawn(move || run(&rx, store.as_ref(), Batching { max_ops: batch_max_ops.max(1), linger }, sweep_every, &*now, &queued, &stats, &hk))
+                .spawn(move || {
+                    let shared = Shared { store: store.as_ref(), wall_ms: &*now, queued: &queued, stats: &stats, housekeeping: &hk, stopping: &stop };
+                    run(&rx, &shared, Batching { max_ops: batch_max_ops.max(1), linger }, sweep_every);
+                })
                 .expect("the ledger writer thread starts")
         };
-        Arc::new(Writer { tx, store, durability, queued, queue_max_bytes, stats, housekeeping, thread: Mutex::new(Some(thread)) })
+        Arc::new(Writer { tx, store, durability, queued, queue_max_bytes, commit_wait, stats, stopping, housekeeping, thread: Mutex::new(Some(thread)) })
     }
 
     /// Run `task` on the writer thread after every sweep (between batches, so what it applies
@@ -166,11 +214,43 @@ impl Writer {
         }
     }
 
-    /// Whether the queue is over its bound (`batched` mode): writes that may be skipped (a
-    /// handle's use, event appends) are skipped then.
+    /// Whether the queue is over its bound (`batched` mode): event appends are refused then.
     #[must_use]
     pub fn backed_up(&self) -> bool {
         self.durability == Durability::Batched && self.queued.load(Ordering::Acquire) > self.queue_max_bytes
+    }
+
+    /// Whether writes that may be skipped (a handle's use) are skipped now: the queue is over
+    /// its bound, or the store fails.
+    #[must_use]
+    pub fn skip_optional(&self) -> bool {
+        self.backed_up() || self.is_failing()
+    }
+
+    /// Whether the store refuses commits now (it is being retried).
+    #[must_use]
+    pub fn is_failing(&self) -> bool {
+        self.stats.failing.load(Ordering::Acquire)
+    }
+
+    /// Why new durable work (a session, a receipt, a handle's or a task's change, a
+    /// resumable stream) must be refused now, if it must: the store fails, or more than
+    /// `queue_max_bytes` wait (in either durability mode).
+    #[must_use]
+    pub fn refusal(&self) -> Option<LedgerState> {
+        if self.is_failing() {
+            Some(LedgerState::Failing)
+        } else if self.queued.load(Ordering::Acquire) > self.queue_max_bytes {
+            Some(LedgerState::Backlog)
+        } else {
+            None
+        }
+    }
+
+    /// The store's last error, while it fails.
+    #[must_use]
+    pub fn last_error(&self) -> Option<String> {
+        if self.is_failing() { self.stats.last_error.lock().clone() } else { None }
     }
 
     /// Queue records (never refused).
@@ -195,7 +275,8 @@ impl Writer {
         true
     }
 
-    /// Queue `ops` and be told when they are committed (or failed: see [`WriterSnapshot::errors`]).
+    /// Queue `ops` and be told when they are committed (the receiver errs when the writer
+    /// gave up on them as the process stopped).
     pub fn submit_acked(&self, ops: Vec<Op>) -> oneshot::Receiver<()> {
         let (ack, rx) = oneshot::channel();
         self.send(ops, Some(Box::new(move || {
@@ -204,8 +285,45 @@ impl Writer {
         rx
     }
 
-    /// Queue `ops` and run `then` on the writer thread once they are committed (or failed).
-    /// `then` must be quick (it holds up the next batch).
+    /// Queue `ops` and wait until they are committed: as long as the writer commits, and at
+    /// most the commit wait (`ledger.commit_wait_ms`) once it cannot.
+    ///
+    /// # Errors
+    /// [`Unconfirmed`]: the ops may still be committed later ([`Unconfirmed::TimedOut`]).
+    pub async fn submit_and_wait(&self, ops: Vec<Op>) -> Result<(), Unconfirmed> {
+        self.wait_committed(self.submit_acked(ops)).await
+    }
+
+    /// Wait for an acknowledgement of this writer's (from [`Writer::submit_acked`], or a
+    /// channel fired by a [`Writer::submit_then`] callback): as long as the writer commits,
+    /// and at most the commit wait from when it fails. No timer runs while it commits, so a
+    /// test on paused time never times a healthy commit out.
+    ///
+    /// # Errors
+    /// [`Unconfirmed`].
+    pub async fn wait_committed(&self, ack: oneshot::Receiver<()>) -> Result<(), Unconfirmed> {
+        let mut ack = std::pin::pin!(ack);
+        let mut failing = self.stats.failing_tx.subscribe();
+        tokio::select! {
+            r = &mut ack => return r.map_err(|_| Unconfirmed::GaveUp),
+            _ = failing.wait_for(|f| *f) => {}
+        }
+        match tokio::time::timeout(self.commit_wait, ack).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(Unconfirmed::GaveUp),
+            Err(_) => Err(Unconfirmed::TimedOut),
+        }
+    }
+
+    /// The commit wait (`ledger.commit_wait_ms`).
+    #[must_use]
+    pub fn commit_wait(&self) -> Duration {
+        self.commit_wait
+    }
+
+    /// Queue `ops` and run `then` on the writer thread once they are committed (dropped
+    /// uncalled if the writer gives up on them as the process stops). `then` must be quick (it
+    /// holds up the next batch).
     pub fn submit_then(&self, ops: Vec<Op>, then: Committed) {
         self.send(ops, Some(then));
     }
@@ -236,12 +354,17 @@ impl Writer {
     pub fn snapshot(&self) -> WriterSnapshot {
         let s = &self.stats;
         let batches = s.batches.load(Ordering::Relaxed);
+        let nonzero = |v: u64| (v > 0).then_some(v);
+        let failing = s.failing.load(Ordering::Relaxed);
         WriterSnapshot {
             batches,
             ops: s.ops.load(Ordering::Relaxed),
             events_dropped: s.events_dropped.load(Ordering::Relaxed),
             errors: s.errors.load(Ordering::Relaxed),
-            failed: s.failed.load(Ordering::Relaxed),
+            state: self.refusal().unwrap_or(LedgerState::Ok),
+            failing_since_ms: if failing { nonzero(s.failing_since_ms.load(Ordering::Relaxed)) } else { None },
+            last_commit_ms: nonzero(s.last_commit_ms.load(Ordering::Relaxed)),
+            lost_ops: s.lost_ops.load(Ordering::Relaxed),
             queued_bytes: self.queued.load(Ordering::Relaxed) as u64,
             mean_commit_us: s.commit_us_total.load(Ordering::Relaxed).checked_div(batches).unwrap_or(0),
         }
@@ -250,6 +373,7 @@ impl Writer {
 
 impl Drop for Writer {
     fn drop(&mut self) {
+        self.stopping.store(true, Ordering::Release);
         // Closing the channel lets the thread commit the rest and end.
         let (tx, _) = mpsc::channel();
         drop(std::mem::replace(&mut self.tx, tx));
@@ -281,31 +405,58 @@ pub struct WriterSettings {
     /// How long a batch waits for more operations once its first arrived: commits of
     /// concurrent (and quickly successive) requests are shared.
     pub linger: Duration,
+    /// How long [`Writer::submit_and_wait`] waits for the commit.
+    pub commit_wait: Duration,
+}
+
+/// Why operations waited for were not confirmed committed ([`Writer::submit_and_wait`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Unconfirmed {
+    /// Not committed within the commit wait: they are queued and land when the store
+    /// commits again (unless the process stops first).
+    #[error("not committed within the commit wait (the ledger cannot commit right now)")]
+    TimedOut,
+    /// The writer gave up on them (the process is stopping with a store that fails).
+    #[error("the ledger gave up on them as the process stopped")]
+    GaveUp,
 }
 
 /// Work done on the writer thread after each sweep (see [`Writer::set_housekeeping`]);
 /// `true`: more to do, run again after the next batch.
 pub type Housekeeping = Box<dyn FnMut(&dyn Store, u64) -> bool + Send>;
 
-#[allow(clippy::too_many_arguments)]
-fn run(rx: &mpsc::Receiver<Msg>, store: &dyn Store, batching: Batching, sweep_every: Duration, wall_ms: &dyn Fn() -> u64, queued: &AtomicUsize, stats: &WriterStats, housekeeping: &Mutex<Option<Housekeeping>>) {
+/// What the writer thread works with besides its channel.
+struct Shared<'a> {
+    store: &'a dyn Store,
+    /// The time expiries are compared with and commits are stamped with (ms since the epoch).
+    wall_ms: &'a dyn Fn() -> u64,
+    queued: &'a AtomicUsize,
+    stats: &'a WriterStats,
+    housekeeping: &'a Mutex<Option<Housekeeping>>,
+    stopping: &'a AtomicBool,
+}
+
+fn run(rx: &mpsc::Receiver<Msg>, sh: &Shared<'_>, batching: Batching, sweep_every: Duration) {
     let mut batch: Vec<Op> = Vec::new();
     let mut acks: Vec<Committed> = Vec::new();
     let mut next_sweep = tokio::time::Instant::now() + sweep_every;
+    // Set once the writer gave up on a failing store as the process stops: the rest is
+    // dropped (and counted), not retried batch by batch.
+    let mut abandoned = false;
     loop {
         let now = tokio::time::Instant::now();
-        if now >= next_sweep && !stats.failed.load(Ordering::Relaxed) {
+        if now >= next_sweep && !sh.stats.failing.load(Ordering::Acquire) && !abandoned {
             // Expiry runs here, between batches, on the writer's own connection, a bounded
             // chunk at a time: a full chunk comes back for more after the next batch.
             next_sweep = now + sweep_every;
-            match store.sweep(wall_ms(), SWEEP_CHUNK) {
+            match sh.store.sweep((sh.wall_ms)(), SWEEP_CHUNK) {
                 Ok(n) if n >= SWEEP_CHUNK => next_sweep = now,
                 Ok(n) if n > 0 => tracing::debug!(removed = n, "ledger: expired records removed"),
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "ledger: sweep failed"),
             }
-            if let Some(task) = housekeeping.lock().as_mut()
-                && task(store, wall_ms())
+            if let Some(task) = sh.housekeeping.lock().as_mut()
+                && task(sh.store, (sh.wall_ms)())
             {
                 next_sweep = now;
             }
@@ -343,28 +494,49 @@ fn run(rx: &mpsc::Receiver<Msg>, store: &dyn Store, batching: Batching, sweep_ev
             };
             take(m, &mut batch, &mut acks);
         }
-        if !batch.is_empty() && !stats.failed.load(Ordering::Relaxed) {
-            commit(store, &batch, stats);
-        }
-        queued.fetch_sub(bytes, Ordering::AcqRel);
+        let committed = if batch.is_empty() {
+            true
+        } else if abandoned {
+            sh.stats.lost_ops.fetch_add(batch.len() as u64, Ordering::Relaxed);
+            false
+        } else {
+            let ok = commit(sh, &batch);
+            abandoned = !ok;
+            ok
+        };
+        sh.queued.fetch_sub(bytes, Ordering::AcqRel);
         batch.clear();
-        for a in acks.drain(..) {
-            a();
+        if committed {
+            for a in acks.drain(..) {
+                a();
+            }
+        } else {
+            // Given up on as the process stops: nobody is told it was committed.
+            acks.clear();
         }
     }
 }
 
 /// Most expired entries one sweep transaction removes.
 const SWEEP_CHUNK: usize = 10_000;
-/// Attempts at a batch the store refuses, and the pause after the first (doubling).
-const ATTEMPTS: u32 = 5;
+/// The pause after a batch the store refused (doubling up to [`MAX_PAUSE`]).
 const FIRST_PAUSE: Duration = Duration::from_millis(50);
+const MAX_PAUSE: Duration = Duration::from_secs(1);
+/// Attempts at a failing batch once the writer is being dropped, before it gives up.
+const ATTEMPTS_WHEN_STOPPING: u32 = 3;
+/// How often a store that keeps failing is logged again.
+const FAILING_LOG_EVERY: Duration = Duration::from_secs(30);
 
-fn commit(store: &dyn Store, batch: &[Op], stats: &WriterStats) {
+/// Apply `batch`, retrying the same batch with backoff until it is committed. `false` only
+/// when the writer is being dropped and the store still fails (the batch is counted lost).
+fn commit(sh: &Shared<'_>, batch: &[Op]) -> bool {
+    let stats = sh.stats;
     let mut pause = FIRST_PAUSE;
-    for attempt in 1..=ATTEMPTS {
+    let mut attempts_stopping = 0;
+    let mut logged = tokio::time::Instant::now();
+    loop {
         let started = tokio::time::Instant::now();
-        match store.apply(batch) {
+        match sh.store.apply(batch) {
             Ok(()) => {
                 stats.batches.fetch_add(1, Ordering::Relaxed);
                 stats.ops.fetch_add(batch.len() as u64, Ordering::Relaxed);
@@ -372,17 +544,36 @@ fn commit(store: &dyn Store, batch: &[Op], stats: &WriterStats) {
                 stats.commit_us_total.fetch_add(took.as_micros() as u64, Ordering::Relaxed);
                 stats.commit_seconds.observe(took.as_secs_f64());
                 stats.batch_ops.observe(batch.len() as f64);
-                return;
-            }
-            Err(e) if attempt < ATTEMPTS => {
-                tracing::warn!(error = %e, attempt, "ledger batch refused; retrying");
-                std::thread::sleep(pause);
-                pause *= 2;
+                let now = (sh.wall_ms)();
+                stats.last_commit_ms.store(now.max(1), Ordering::Relaxed);
+                if stats.failing.swap(false, Ordering::AcqRel) {
+                    stats.failing_tx.send_replace(false);
+                    let since = stats.failing_since_ms.swap(0, Ordering::Relaxed);
+                    tracing::info!(failing_ms = now.saturating_sub(since), "the ledger commits again; nothing handed over was lost");
+                }
+                return true;
             }
             Err(e) => {
                 stats.errors.fetch_add(1, Ordering::Relaxed);
-                stats.failed.store(true, Ordering::Relaxed);
-                tracing::error!(error = %e, ops = batch.len(), "ledger batch lost; the ledger stops recording (restart the host once the store is fixed)");
+                *stats.last_error.lock() = Some(e.to_string());
+                if !stats.failing.swap(true, Ordering::AcqRel) {
+                    stats.failing_since_ms.store((sh.wall_ms)().max(1), Ordering::Relaxed);
+                    stats.failing_tx.send_replace(true);
+                    tracing::error!(error = %e, ops = batch.len(), "the ledger cannot commit: retrying with backoff; new durable work is refused (503) until it can");
+                } else if logged.elapsed() >= FAILING_LOG_EVERY {
+                    logged = tokio::time::Instant::now();
+                    tracing::warn!(error = %e, "the ledger still cannot commit; retrying");
+                }
+                if sh.stopping.load(Ordering::Acquire) {
+                    attempts_stopping += 1;
+                    if attempts_stopping >= ATTEMPTS_WHEN_STOPPING {
+                        stats.lost_ops.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                        tracing::error!(error = %e, "stopping with a ledger that cannot commit: what was still queued is lost (the next start treats this run as crashed)");
+                        return false;
+                    }
+                }
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(MAX_PAUSE);
             }
         }
     }
@@ -396,7 +587,7 @@ mod tests {
     use crate::ledger::MemoryStore;
 
     fn settings(durability: Durability, batch_max_ops: usize, queue_max_bytes: usize) -> WriterSettings {
-        WriterSettings { durability, batch_max_ops, queue_max_bytes, sweep_every: Duration::from_secs(60), linger: Duration::ZERO }
+        WriterSettings { durability, batch_max_ops, queue_max_bytes, sweep_every: Duration::from_secs(60), linger: Duration::ZERO, commit_wait: Duration::from_secs(10) }
     }
 
     fn append(seq: u64) -> Op {
@@ -445,49 +636,113 @@ mod tests {
         assert!(store.read_log("l", 0).unwrap().is_empty(), "its event was refused");
     }
 
-    /// A store that refuses the batch holding key "bad".
+    /// A store that refuses every batch while `full` is set (as a full disk does).
     #[derive(Debug, Default)]
-    struct Refusing(MemoryStore);
+    struct Refusing {
+        inner: MemoryStore,
+        full: AtomicBool,
+        attempts: AtomicU64,
+    }
 
     impl Store for Refusing {
         fn apply(&self, ops: &[Op]) -> Result<(), crate::ledger::StoreError> {
-            if ops.iter().any(|o| matches!(o, Op::Put { key, .. } if key == "bad")) {
-                return Err(crate::ledger::StoreError::Backend("disk full".into()));
+            self.attempts.fetch_add(1, Ordering::Relaxed);
+            if self.full.load(Ordering::Acquire) {
+                return Err(crate::ledger::StoreError::Backend("database or disk is full".into()));
             }
-            self.0.apply(ops)
+            self.inner.apply(ops)
         }
         fn get(&self, key: &str, now_ms: u64) -> Result<Option<Bytes>, crate::ledger::StoreError> {
-            self.0.get(key, now_ms)
+            self.inner.get(key, now_ms)
         }
         fn read_log(&self, log: &str, now_ms: u64) -> Result<Vec<(u64, Bytes)>, crate::ledger::StoreError> {
-            self.0.read_log(log, now_ms)
+            self.inner.read_log(log, now_ms)
         }
         fn index_lowest(&self, index: &str, limit: usize, now_ms: u64) -> Result<Vec<(String, u64)>, crate::ledger::StoreError> {
-            self.0.index_lowest(index, limit, now_ms)
+            self.inner.index_lowest(index, limit, now_ms)
         }
         fn index_len(&self, index: &str, now_ms: u64) -> Result<usize, crate::ledger::StoreError> {
-            self.0.index_len(index, now_ms)
+            self.inner.index_len(index, now_ms)
         }
         fn sweep(&self, now_ms: u64, limit: usize) -> Result<usize, crate::ledger::StoreError> {
-            self.0.sweep(now_ms, limit)
+            self.inner.sweep(now_ms, limit)
         }
         fn set_durability(&self, _: Durability) {}
     }
 
+    fn put(k: &str) -> Vec<Op> {
+        vec![Op::Put { key: k.into(), value: Bytes::from_static(b"v"), expires_ms: u64::MAX }]
+    }
+
+    /// Wait (bounded: 2,000 pauses of 5 ms) until `cond` holds.
+    fn eventually(what: &str, cond: impl Fn() -> bool) {
+        for _ in 0..2_000 {
+            if cond() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        panic!("timed out waiting for: {what}");
+    }
+
     #[test]
-    fn after_a_batch_fails_for_good_nothing_later_is_applied_so_the_store_stays_a_prefix() {
+    fn a_batch_the_store_refuses_is_retried_until_it_commits_and_nothing_handed_over_is_lost() {
         let store = Arc::new(Refusing::default());
-        let w = Writer::start(Arc::clone(&store) as Arc<dyn Store>, settings(Durability::Batched, 1, usize::MAX), Box::new(|| 0));
-        let put = |k: &str| vec![Op::Put { key: k.into(), value: Bytes::from_static(b"v"), expires_ms: u64::MAX }];
+        let w = Writer::start(Arc::clone(&store) as Arc<dyn Store>, settings(Durability::Batched, 1, usize::MAX), Box::new(|| 7));
         w.submit(put("first"));
         w.flush_blocking();
-        w.submit(put("bad"));
-        w.submit(put("after"));
+        assert_eq!((w.snapshot().state, w.snapshot().last_commit_ms), (LedgerState::Ok, Some(7)));
+        store.full.store(true, Ordering::Release);
+        let mut acked = w.submit_acked(put("during-1"));
+        w.submit(put("during-2"));
+        eventually("the writer reports the failure", || w.is_failing());
+        assert_eq!(w.refusal(), Some(LedgerState::Failing), "new durable work is refused");
+        assert!(w.skip_optional());
+        assert_eq!(w.snapshot().failing_since_ms, Some(7));
+        assert!(w.last_error().is_some_and(|e| e.contains("full")));
+        // Retried, not given up on: more attempts come, nothing lands, nothing is acknowledged.
+        let tried = store.attempts.load(Ordering::Relaxed);
+        eventually("it keeps retrying", || store.attempts.load(Ordering::Relaxed) >= tried + 3);
+        assert!(store.get("during-1", 0).unwrap().is_none());
+        assert!(matches!(acked.try_recv(), Err(oneshot::error::TryRecvError::Empty)), "an acknowledgement waits for the commit");
+        store.full.store(false, Ordering::Release);
         w.flush_blocking();
-        assert!(store.get("first", 0).unwrap().is_some());
-        assert!(store.get("after", 0).unwrap().is_none(), "a batch after the lost one would break the prefix");
+        assert!(acked.try_recv().is_ok(), "acknowledged once committed");
+        for k in ["first", "during-1", "during-2"] {
+            assert!(store.get(k, 0).unwrap().is_some(), "{k} was handed over before the store healed");
+        }
         let s = w.snapshot();
-        assert!(s.failed && s.errors == 1, "{s:?}");
+        assert_eq!((s.state, s.failing_since_ms, s.lost_ops), (LedgerState::Ok, None, 0), "{s:?}");
+        assert!(s.errors >= 3);
+        assert_eq!(w.refusal(), None);
+        assert!(w.last_error().is_none());
+    }
+
+    #[test]
+    fn a_queue_over_its_bound_refuses_new_durable_work_in_either_mode() {
+        for durability in [Durability::Batched, Durability::Sync] {
+            let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+            let w = Writer::start(store, settings(durability, 16, 10), Box::new(|| 0));
+            assert_eq!(w.refusal(), None);
+            w.queued.fetch_add(11, Ordering::AcqRel);
+            assert_eq!(w.refusal(), Some(LedgerState::Backlog), "{durability:?}");
+            assert_eq!(w.snapshot().state, LedgerState::Backlog);
+            w.queued.fetch_sub(11, Ordering::AcqRel);
+        }
+    }
+
+    #[test]
+    fn a_writer_dropped_while_the_store_fails_gives_up_and_counts_what_is_lost() {
+        let store = Arc::new(Refusing::default());
+        let w = Writer::start(Arc::clone(&store) as Arc<dyn Store>, settings(Durability::Batched, 1, usize::MAX), Box::new(|| 0));
+        store.full.store(true, Ordering::Release);
+        let acked = w.submit_acked(put("a"));
+        w.submit(put("b"));
+        let stats = Arc::clone(&w.stats);
+        drop(w);
+        assert_eq!(stats.lost_ops.load(Ordering::Relaxed), 2);
+        assert!(acked.blocking_recv().is_err(), "nobody is told it was committed");
+        assert!(store.get("a", 0).unwrap().is_none());
     }
 
     #[test]

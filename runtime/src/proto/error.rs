@@ -24,6 +24,15 @@ pub enum Overload {
     ModernInFlight,
     /// `modern.listen_max` `subscriptions/listen` streams are open.
     Listen,
+    /// The ledger cannot commit (its store refuses writes: disk full, locked, I/O errors): a
+    /// request that needs a new durable record is refused until it can.
+    LedgerFailing,
+    /// More than `ledger.queue_max_bytes` wait for the ledger's writer: new durable work is
+    /// refused until it catches up.
+    LedgerBacklog,
+    /// The server-wide request memory budget (`limits.request_memory_bytes`) is held by
+    /// requests in flight.
+    RequestMemory,
 }
 
 impl Overload {
@@ -31,9 +40,9 @@ impl Overload {
     #[must_use]
     pub fn retry_after_s(self) -> u32 {
         match self {
-            Overload::Mailbox | Overload::InFlight | Overload::ModernInFlight | Overload::Listen => 1,
+            Overload::Mailbox | Overload::InFlight | Overload::ModernInFlight | Overload::Listen | Overload::LedgerBacklog | Overload::RequestMemory => 1,
             Overload::StreamMemory => 2,
-            Overload::Sessions | Overload::Draining => 5,
+            Overload::Sessions | Overload::Draining | Overload::LedgerFailing => 5,
         }
     }
 
@@ -46,6 +55,9 @@ impl Overload {
             Overload::StreamMemory => "server-wide stream memory budget is full",
             Overload::ModernInFlight => "too many 2026-07-28 requests running",
             Overload::Listen => "too many subscriptions/listen streams open",
+            Overload::LedgerFailing => "the ledger cannot commit right now (its store refuses writes: disk full, locked or failing); nothing was run or recorded, try again",
+            Overload::LedgerBacklog => "the ledger is behind (more than ledger.queue_max_bytes wait to be committed); nothing was run or recorded, try again",
+            Overload::RequestMemory => "server-wide request memory budget is full",
         }
     }
 }
@@ -61,8 +73,22 @@ pub enum Quota {
     StreamMemory,
     /// `modern.listen_per_caller` `subscriptions/listen` streams open.
     Listen,
-    /// `tasks.max_per_caller` tasks running (or `tasks.max_kept_per_caller` kept), for a tool
-    /// that needs a task.
+    /// `tasks.max_per_caller` tasks running (or `tasks.max_kept_per_caller` kept, or
+    /// `tasks.bytes_per_caller` of results kept), for a tool that needs a task.
+    Tasks,
+    /// `ledger.receipts_per_caller` idempotency receipts kept, or
+    /// `ledger.receipt_bytes_per_caller` of them.
+    Receipts,
+    /// `modern.max_in_flight_per_caller` 2026-07-28 requests of the caller running.
+    ModernInFlight,
+}
+
+/// A store of the ledger whose server-wide byte bound is reached (503).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StoreBound {
+    /// Idempotency receipts: `ledger.receipt_bytes_total`.
+    Receipts,
+    /// Kept tasks: `tasks.bytes_total`.
     Tasks,
 }
 
@@ -139,7 +165,9 @@ pub enum Rejection {
         Quota::SessionRate => "sessions created too fast by this caller",
         Quota::StreamMemory => "this caller's share of the stream memory budget is full",
         Quota::Listen => "too many subscriptions/listen streams open for this caller",
-        Quota::Tasks => "too many tasks of this caller are running",
+        Quota::Tasks => "too many tasks of this caller are running or kept",
+        Quota::Receipts => "this caller keeps as many idempotency receipts as it may (by count or bytes); the tool was not run",
+        Quota::ModernInFlight => "too many 2026-07-28 requests of this caller are running",
     })]
     QuotaExceeded {
         /// Which quota.
@@ -150,6 +178,17 @@ pub enum Rejection {
     /// The server is short of a resource.
     #[error("Service Unavailable: {}", .0.describe())]
     Overloaded(Overload),
+    /// A store of the ledger holds as many bytes as the server keeps for it, over all callers.
+    #[error("Service Unavailable: {}", match .store {
+        StoreBound::Receipts => "the server keeps as many idempotency receipts as it may (ledger.receipt_bytes_total); the tool was not run",
+        StoreBound::Tasks => "the server keeps as many task results as it may (tasks.bytes_total)",
+    })]
+    StoreFull {
+        /// Which store.
+        store: StoreBound,
+        /// Seconds until its oldest entry expires.
+        retry_after_s: u32,
+    },
     /// Anything unexpected. The client sees a generic text; details go to the log.
     #[error("Internal error")]
     Internal,
@@ -218,7 +257,7 @@ impl Rejection {
             Rejection::RequestIdInFlight(_) => 409,
             Rejection::EventsLost => 410,
             Rejection::QuotaExceeded { .. } => 429,
-            Rejection::Overloaded(_) => 503,
+            Rejection::Overloaded(_) | Rejection::StoreFull { .. } => 503,
             Rejection::Internal => 500,
             Rejection::Modern { error: super::modern::ModernError::MethodNotFound(_), .. } => 404,
             Rejection::Modern { error: super::modern::ModernError::NoSessionMethods, .. } => 405,
@@ -238,7 +277,7 @@ impl Rejection {
             Rejection::CursorRejected => code::CURSOR_REJECTED,
             Rejection::EventsLost => code::EVENTS_LOST,
             Rejection::QuotaExceeded { .. } => code::QUOTA_EXCEEDED,
-            Rejection::Overloaded(_) => code::OVERLOADED,
+            Rejection::Overloaded(_) | Rejection::StoreFull { .. } => code::OVERLOADED,
             Rejection::Internal => code::INTERNAL_ERROR,
             Rejection::Modern { error, .. } => match error {
                 super::modern::ModernError::HeaderMismatch(_) => code::HEADER_MISMATCH,
@@ -278,7 +317,7 @@ impl Rejection {
     pub fn retry_after_s(&self) -> Option<u32> {
         match self {
             Rejection::WithId(inner, _) => inner.retry_after_s(),
-            Rejection::QuotaExceeded { retry_after_s, .. } => Some(*retry_after_s),
+            Rejection::QuotaExceeded { retry_after_s, .. } | Rejection::StoreFull { retry_after_s, .. } => Some(*retry_after_s),
             Rejection::Overloaded(cause) => Some(cause.retry_after_s()),
             _ => None,
         }
@@ -366,6 +405,10 @@ impl Rejection {
             Rejection::QuotaExceeded { cause: Quota::StreamMemory, .. } => "quota.stream_memory",
             Rejection::QuotaExceeded { cause: Quota::Listen, .. } => "quota.listen",
             Rejection::QuotaExceeded { cause: Quota::Tasks, .. } => "quota.tasks",
+            Rejection::QuotaExceeded { cause: Quota::Receipts, .. } => "quota.receipts",
+            Rejection::QuotaExceeded { cause: Quota::ModernInFlight, .. } => "quota.modern_in_flight",
+            Rejection::StoreFull { store: StoreBound::Receipts, .. } => "overloaded.receipts",
+            Rejection::StoreFull { store: StoreBound::Tasks, .. } => "overloaded.tasks",
             Rejection::Overloaded(Overload::Sessions) => "overloaded.sessions",
             Rejection::Overloaded(Overload::Mailbox) => "overloaded.mailbox",
             Rejection::Overloaded(Overload::InFlight) => "overloaded.in_flight",
@@ -373,6 +416,9 @@ impl Rejection {
             Rejection::Overloaded(Overload::StreamMemory) => "overloaded.stream_memory",
             Rejection::Overloaded(Overload::ModernInFlight) => "overloaded.modern_in_flight",
             Rejection::Overloaded(Overload::Listen) => "overloaded.listen",
+            Rejection::Overloaded(Overload::LedgerFailing) => "overloaded.ledger_failing",
+            Rejection::Overloaded(Overload::LedgerBacklog) => "overloaded.ledger_backlog",
+            Rejection::Overloaded(Overload::RequestMemory) => "overloaded.request_memory",
             Rejection::Internal => "internal",
             Rejection::Modern { error, .. } => match error {
                 super::modern::ModernError::HeaderMismatch(_) => "modern.header_mismatch",
@@ -388,7 +434,7 @@ impl Rejection {
     }
 
     /// Every value [`Rejection::cause`] can return.
-    pub const CAUSES: [&'static str; 43] = [
+    pub const CAUSES: [&'static str; 50] = [
         "origin",
         "host",
         "unauthorized",
@@ -416,6 +462,10 @@ impl Rejection {
         "quota.stream_memory",
         "quota.listen",
         "quota.tasks",
+        "quota.receipts",
+        "quota.modern_in_flight",
+        "overloaded.receipts",
+        "overloaded.tasks",
         "overloaded.sessions",
         "overloaded.mailbox",
         "overloaded.in_flight",
@@ -423,6 +473,9 @@ impl Rejection {
         "overloaded.stream_memory",
         "overloaded.modern_in_flight",
         "overloaded.listen",
+        "overloaded.ledger_failing",
+        "overloaded.ledger_backlog",
+        "overloaded.request_memory",
         "internal",
         "modern.header_mismatch",
         "modern.invalid_meta",
@@ -466,8 +519,9 @@ impl Rejection {
                 Rejection::EventsLost,
                 "GET resume: the stream is no longer retained, or (standalone GET stream) events after the cursor were evicted",
             ),
-            (Rejection::QuotaExceeded { cause: Quota::Sessions, retry_after_s: 5 }, "the caller (principal, or remote address without auth) has `quotas.sessions_per_principal` live sessions (`Retry-After: 5`), creates them faster than `quotas.session_rate_per_sec` (`Retry-After`: when the next is allowed), or its share `quotas.stream_memory_per_principal` of the stream memory is full for a request that would open a stream or session (`Retry-After: 2`), or holds `modern.listen_per_caller` open `subscriptions/listen` streams (`Retry-After: 1`), or runs `tasks.max_per_caller` tasks (`Retry-After: 1`) or keeps `tasks.max_kept_per_caller` (`Retry-After`: until its oldest expires) when calling a tool that needs one"),
-            (Rejection::Overloaded(Overload::Sessions), "`sessions.max_sessions` reached (`Retry-After: 5`), the server is draining: every new request, `initialize` included (`shutdown.retry_after_secs`, default 5), session mailbox full (1), `sessions.max_in_flight` reached (1), `modern.max_in_flight` 2026-07-28 requests running (1), `modern.listen_max` `subscriptions/listen` streams open (1), or the stream memory budget `limits.stream_memory_bytes` is full for a request that would open a stream (2)"),
+            (Rejection::QuotaExceeded { cause: Quota::Sessions, retry_after_s: 5 }, "the caller (principal, or remote address without auth) has `quotas.sessions_per_principal` live sessions (`Retry-After: 5`), creates them faster than `quotas.session_rate_per_sec` (`Retry-After`: when the next is allowed), or its share `quotas.stream_memory_per_principal` of the stream memory is full for a request that would open a stream or session (`Retry-After: 2`), or holds `modern.listen_per_caller` open `subscriptions/listen` streams (`Retry-After: 1`), or runs `tasks.max_per_caller` tasks (`Retry-After: 1`) or keeps `tasks.max_kept_per_caller` or `tasks.bytes_per_caller` (`Retry-After`: until its oldest expires) when calling a tool that needs one, or keeps `ledger.receipts_per_caller` idempotency receipts or `ledger.receipt_bytes_per_caller` of them for a keyed write-tool call (`Retry-After`: until its oldest expires; the tool did not run), or runs `modern.max_in_flight_per_caller` 2026-07-28 requests (`Retry-After: 1`)"),
+            (Rejection::Overloaded(Overload::Sessions), "`sessions.max_sessions` reached (`Retry-After: 5`), the server is draining: every new request, `initialize` included (`shutdown.retry_after_secs`, default 5), session mailbox full (1), `sessions.max_in_flight` reached (1), `modern.max_in_flight` 2026-07-28 requests running (1), `modern.listen_max` `subscriptions/listen` streams open (1), or the stream memory budget `limits.stream_memory_bytes` is full for a request that would open a stream (2), the request memory budget `limits.request_memory_bytes` is held by requests in flight (1); the ledger cannot commit (5) or is more than `ledger.queue_max_bytes` behind (1) and the request needs a new durable record (`initialize` and reviving a session on a durable ledger, a keyed write-tool call, a tool that keeps state handles, a task, a resumable stream; the message names the ledger)"),
+            (Rejection::StoreFull { store: StoreBound::Receipts, retry_after_s: 60 }, "the idempotency receipts of every caller hold `ledger.receipt_bytes_total` (a keyed write-tool call; the tool did not run), or the kept tasks `tasks.bytes_total` (a tool that needs a task); `Retry-After`: until the oldest expires"),
             (Rejection::Internal, "unexpected server error (details only in the log)"),
             (modern(M::HeaderMismatch("example".into())), "modern request: `MCP-Protocol-Version` missing or different from `_meta`'s version; `Mcp-Method` missing or different from the body's method; `Mcp-Name` missing or different from `params.name` (`tools/call`, `prompts/get`) or `params.uri` (`resources/read`), after base64-sentinel decoding; an `Mcp-Param-*` header missing, extra, undecodable or different from its annotated argument (integers compared as numbers)"),
             (modern(M::InvalidMeta("example".into())), "modern request: `_meta` lacks `io.modelcontextprotocol/protocolVersion` or `clientCapabilities`, or one of its fields has the wrong type (`clientInfo` not an object, an unknown `logLevel`)"),
@@ -509,6 +563,7 @@ mod tests {
             (400, code::CURSOR_REJECTED),
             (410, code::EVENTS_LOST),
             (429, code::QUOTA_EXCEEDED),
+            (503, code::OVERLOADED),
             (503, code::OVERLOADED),
             (500, code::INTERNAL_ERROR),
             (400, code::HEADER_MISMATCH),
@@ -565,9 +620,23 @@ mod tests {
         for limit in limits {
             all.push(Rejection::LimitExceeded(LimitExceeded { limit, max: 1 }));
         }
-        for o in [Overload::Sessions, Overload::Mailbox, Overload::InFlight, Overload::Draining, Overload::StreamMemory, Overload::ModernInFlight, Overload::Listen] {
+        for o in [
+            Overload::Sessions,
+            Overload::Mailbox,
+            Overload::InFlight,
+            Overload::Draining,
+            Overload::StreamMemory,
+            Overload::ModernInFlight,
+            Overload::Listen,
+            Overload::LedgerFailing,
+            Overload::LedgerBacklog,
+            Overload::RequestMemory,
+        ] {
             all.push(Rejection::Overloaded(o));
         }
+        all.push(Rejection::StoreFull { store: StoreBound::Tasks, retry_after_s: 1 });
+        all.push(Rejection::QuotaExceeded { cause: Quota::Receipts, retry_after_s: 1 });
+        all.push(Rejection::QuotaExceeded { cause: Quota::ModernInFlight, retry_after_s: 1 });
         all.push(Rejection::QuotaExceeded { cause: Quota::SessionRate, retry_after_s: 1 });
         all.push(Rejection::QuotaExceeded { cause: Quota::StreamMemory, retry_after_s: 2 });
         all.push(Rejection::QuotaExceeded { cause: Quota::Listen, retry_after_s: 1 });

@@ -52,6 +52,10 @@ pub struct ToolSpec {
     /// listed (2026-07-28 has no field for it).
     #[serde(skip)]
     pub task_support: crate::proto::task::TaskSupport,
+    /// The tool changes state handles ([`ToolContext::handles`](crate::tools::ToolContext::handles)):
+    /// while the ledger cannot commit, its calls are refused (503) before it runs. Not listed.
+    #[serde(skip)]
+    pub keeps_state: bool,
 }
 
 impl ToolSpec {
@@ -67,7 +71,17 @@ impl ToolSpec {
             annotations: None,
             idempotency_key_argument: None,
             task_support: crate::proto::task::TaskSupport::Forbidden,
+            keeps_state: false,
         }
+    }
+
+    /// Declare that the tool creates, changes or destroys state handles: while the ledger
+    /// cannot commit, its calls are refused with 503 before it runs instead of failing
+    /// halfway. (Reads of handles need nothing new and keep working.)
+    #[must_use]
+    pub fn keeps_state(mut self) -> ToolSpec {
+        self.keeps_state = true;
+        self
     }
 
     /// Let 2026-07-28 calls of this tool run as tasks when the client supports them

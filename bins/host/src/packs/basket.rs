@@ -149,7 +149,9 @@ fn spec(name: &str, description: &str, input: Value, output: Option<Value>, read
         ..Default::default()
     });
     s.output_schema = output;
-    s
+    // Its writes are basket changes: while the ledger cannot commit, the call is refused
+    // (503) before it runs rather than failing halfway.
+    if read_only { s } else { s.keeps_state() }
 }
 
 /// Baskets: `bsk_…`, unused for `idle_ttl_secs` they expire; at most 64 KiB and 100 per
