@@ -50,7 +50,9 @@ pub struct SqliteStore {
 
 fn open_conn(path: &Path) -> Result<Connection, StoreError> {
     let c = Connection::open(path).map_err(backend)?;
-    c.busy_timeout(std::time::Duration::from_secs(5)).map_err(backend)?;
+    // Short: a lock held longer is a stuck process, not contention (there is one writer
+    // connection per ledger); the writer retries a failed batch itself.
+    c.busy_timeout(std::time::Duration::from_secs(1)).map_err(backend)?;
     Ok(c)
 }
 
