@@ -65,6 +65,10 @@ pub(crate) struct Flags {
     /// The SQLite ledger file. Default mcp-host.db in the working directory.
     #[arg(long)]
     pub(crate) ledger_path: Option<String>,
+    /// Start even when the ledger key file (or a previous one, or the admin token file) may
+    /// be read by others than its owner: a warning instead of a refusal.
+    #[arg(long)]
+    pub(crate) allow_insecure_key: bool,
     /// Print a `stats {json}` line on stdout this often (ms): sessions, streams, stream
     /// memory, refusals by cause. For load and soak runs; off by default.
     #[arg(long)]
@@ -219,6 +223,7 @@ impl HostConfig {
         if let Some(p) = flags.ledger_path {
             runtime.ledger.path = p;
         }
+        runtime.ledger.allow_insecure_key |= flags.allow_insecure_key;
         let (security, sse, sessions) = (&mut runtime.security, &mut runtime.sse, &mut runtime.sessions);
         security.localhost_hosts_only = bind.is_loopback();
         security.allowed_origins.extend(flags.allowed_origins);
@@ -345,6 +350,9 @@ path = \"/var/lib/mcp/l.db\"\ndurability = \"sync\"\n").unwrap();
         assert_eq!((c.runtime.ledger.path.as_str(), c.runtime.ledger.durability), ("/tmp/x.db", mcp_runtime::ledger::Durability::Sync));
         let c = HostConfig::merge(FileConfig::default(), flags(&["--ledger", "memory"])).unwrap();
         assert_eq!(c.runtime.ledger.backend, LedgerBackend::Memory);
+        assert!(!c.runtime.ledger.allow_insecure_key, "key files must be owner-only unless allowed");
+        assert!(HostConfig::merge(FileConfig::default(), flags(&["--allow-insecure-key"])).unwrap().runtime.ledger.allow_insecure_key);
+        assert!(HostConfig::merge(toml::from_str("[ledger]\nallow_insecure_key = true\n").unwrap(), flags(&[])).unwrap().runtime.ledger.allow_insecure_key);
     }
 
     #[test]

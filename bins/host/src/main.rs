@@ -96,12 +96,13 @@ async fn reload_on_sighup(sup: Arc<Supervisor>, flags: config::Flags, mut hup: t
 }
 
 /// The admin token: the configured one, else the token file's (created on first start with
-/// mode 0600, like the ledger key).
-fn admin_token(a: &config::AdminConfig) -> Result<String, String> {
+/// mode 0600, like the ledger key, and refused like it when it is a symbolic link or others
+/// may read it, unless `allow_insecure`).
+fn admin_token(a: &config::AdminConfig, allow_insecure: bool) -> Result<String, String> {
     if let Some(t) = &a.token {
         return Ok(t.trim().to_owned());
     }
-    let bytes = mcp_runtime::ledger::load_or_create_key(&a.token_file).map_err(|e| format!("admin token file {}: {e}", a.token_file.display()))?;
+    let bytes = mcp_runtime::ledger::load_or_create_key(&a.token_file, allow_insecure).map_err(|e| format!("admin token file {}: {e}", a.token_file.display()))?;
     Ok(mcp_runtime::ledger::codec::hex(&bytes))
 }
 
@@ -153,6 +154,7 @@ async fn serve(cfg: HostConfig) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let ledger = mcp_runtime::ledger::Ledger::open(&cfg.runtime).map_err(|e| e.to_string())?;
     let closing = ledger.clone();
+    let allow_insecure_key = cfg.runtime.ledger.allow_insecure_key;
     let sup = Supervisor::with_ledger(cfg.runtime, catalog, ledger);
     let app_sup = Arc::clone(&sup);
     let path = cfg.path.clone();
@@ -182,7 +184,7 @@ async fn serve(cfg: HostConfig) -> Result<(), String> {
         server = server.workers(w);
     }
     // Before the listening line: whoever waits for it finds the token file there.
-    let admin_token = cfg.admin.as_ref().map(admin_token).transpose()?.map(|t| mcp_runtime::http::admin::AdminToken::new(&t));
+    let admin_token = cfg.admin.as_ref().map(|a| admin_token(a, allow_insecure_key)).transpose()?.map(|t| mcp_runtime::http::admin::AdminToken::new(&t));
     let server = server.bind((cfg.bind, cfg.port)).map_err(|e| format!("cannot bind {}:{}: {e}", cfg.bind, cfg.port))?;
     for addr in server.addrs() {
         // Tests and scripts wait for this line.
