@@ -243,6 +243,10 @@ impl HostConfig {
         if flags.stats_every_ms == Some(0) {
             return Err("--stats-every-ms must be greater than 0".into());
         }
+        let packs = flags.packs.unwrap_or(f.tools.packs);
+        if let Some(p) = packs.iter().find(|p| !crate::packs::KNOWN.contains(&p.as_str())) {
+            return Err(format!("unknown tool pack {p:?} (known: {})", crate::packs::KNOWN.join(", ")));
+        }
         let workers = flags.workers.or(f.server.workers);
         if workers.is_some_and(|w| !(1..=512).contains(&w)) {
             return Err(format!("server.workers = {} is out of range (allowed: 1..=512)", workers.unwrap_or(0)));
@@ -278,7 +282,7 @@ impl HostConfig {
             port: flags.port.unwrap_or(f.server.port),
             path,
             workers,
-            packs: flags.packs.unwrap_or(f.tools.packs),
+            packs,
             basket_idle_ttl_secs: match flags.basket_idle_ttl_secs.unwrap_or(f.tools.basket_idle_ttl_secs) {
                 s @ 1..=2_592_000 => s,
                 s => return Err(format!("tools.basket_idle_ttl_secs must be 1 to 2592000 (30 days), not {s}")),
@@ -337,6 +341,7 @@ mod tests {
         }
         assert!(HostConfig::merge(FileConfig::default(), flags(&["--retry-ms", "0"])).unwrap_err().contains("sse.retry_ms"));
         assert!(HostConfig::merge(FileConfig::default(), flags(&["--workers", "0"])).unwrap_err().contains("server.workers"));
+        assert!(HostConfig::merge(FileConfig::default(), flags(&["--packs", "echo,nope"])).unwrap_err().contains("\"nope\""), "before the ledger is opened");
     }
 
     #[test]

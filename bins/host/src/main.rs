@@ -34,11 +34,36 @@ fn main() -> std::process::ExitCode {
     }
     match actix_web::rt::System::new().block_on(serve(cfg)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
+        Err(Failure::Refused(e)) => {
+            eprintln!("mcp-host: {e}");
+            std::process::ExitCode::from(2)
+        }
+        Err(Failure::Failed(e)) => {
             eprintln!("mcp-host: {e}");
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// Why the host ended with an error.
+enum Failure {
+    /// It refused to start (configuration, port, ledger, key or token file): nothing was
+    /// served. Exit status 2, as for a configuration error.
+    Refused(String),
+    /// Serving failed. Exit status 1.
+    Failed(String),
+}
+
+/// A listening socket on `bind:port`, made as actix-web's own `bind` makes it (address reuse,
+/// backlog 1024), so it can be taken before anything else is done.
+fn listen(bind: std::net::IpAddr, port: u16) -> std::io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let addr = std::net::SocketAddr::new(bind, port);
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    Ok(socket.into())
 }
 
 /// For test tools that spawn the host: exit as soon as the spawning process is gone, even
@@ -143,18 +168,27 @@ async fn drain(sup: &Arc<Supervisor>, mut term: tokio::signal::unix::Signal, mut
     sup.mark_stopped();
 }
 
-async fn serve(cfg: HostConfig) -> Result<(), String> {
-    let signals = Signals::register()?;
+async fn serve(cfg: HostConfig) -> Result<(), Failure> {
+    use Failure::Refused;
+    let signals = Signals::register().map_err(Refused)?;
+    // The listeners first: a host started on a busy port (by mistake, beside a running one)
+    // exits before it writes anything (no ledger, lock, key, token or journal file).
+    let listener = listen(cfg.bind, cfg.port).map_err(|e| Refused(format!("cannot bind {}:{}: {e}", cfg.bind, cfg.port)))?;
+    let admin_listener = cfg.admin.as_ref().map(|a| listen(a.bind, a.port).map_err(|e| Refused(format!("cannot bind the admin API on {}:{}: {e}", a.bind, a.port)))).transpose()?;
+    // Then the ledger, locked for this process before anything is written beside it (a second
+    // host on it stops here, naming the first one's pid).
+    let ledger = mcp_runtime::ledger::Ledger::open(&cfg.runtime).map_err(|e| Refused(e.to_string()))?;
+    // Before the listening line: whoever waits for it finds the token file there.
+    let admin_token = cfg.admin.as_ref().map(|a| admin_token(a, cfg.runtime.ledger.allow_insecure_key)).transpose().map_err(Refused)?.map(|t| mcp_runtime::http::admin::AdminToken::new(&t));
     // The ledger and basket packs journal beside a SQLite ledger, so their duplicate counts
     // survive restarts.
     let beside = |ext: &str| (cfg.runtime.ledger.backend == mcp_runtime::config::LedgerBackend::Sqlite).then(|| std::path::PathBuf::from(format!("{}.{ext}", cfg.runtime.ledger.path)));
     let (appends, orders) = (beside("appends"), beside("orders"));
-    let catalog = packs::build(&cfg.packs, &packs::Journals { ledger: appends.as_deref(), orders: orders.as_deref() }, cfg.basket_idle_ttl_secs)?
+    let catalog = packs::build(&cfg.packs, &packs::Journals { ledger: appends.as_deref(), orders: orders.as_deref() }, cfg.basket_idle_ttl_secs)
+        .map_err(Refused)?
         .build(ServerInfo { name: "mcp-host".into(), version: env!("CARGO_PKG_VERSION").into(), instructions: None })
-        .map_err(|e| e.to_string())?;
-    let ledger = mcp_runtime::ledger::Ledger::open(&cfg.runtime).map_err(|e| e.to_string())?;
+        .map_err(|e| Refused(e.to_string()))?;
     let closing = ledger.clone();
-    let allow_insecure_key = cfg.runtime.ledger.allow_insecure_key;
     let sup = Supervisor::with_ledger(cfg.runtime, catalog, ledger);
     let app_sup = Arc::clone(&sup);
     let path = cfg.path.clone();
@@ -183,23 +217,21 @@ async fn serve(cfg: HostConfig) -> Result<(), String> {
     if let Some(w) = cfg.workers {
         server = server.workers(w);
     }
-    // Before the listening line: whoever waits for it finds the token file there.
-    let admin_token = cfg.admin.as_ref().map(|a| admin_token(a, allow_insecure_key)).transpose()?.map(|t| mcp_runtime::http::admin::AdminToken::new(&t));
-    let server = server.bind((cfg.bind, cfg.port)).map_err(|e| format!("cannot bind {}:{}: {e}", cfg.bind, cfg.port))?;
+    let server = server.listen(listener).map_err(|e| Refused(format!("cannot listen on {}:{}: {e}", cfg.bind, cfg.port)))?;
     for addr in server.addrs() {
         // Tests and scripts wait for this line.
         println!("mcp-host listening on http://{addr}{}", cfg.path);
     }
     tracing::info!(packs = ?cfg.packs, "serving");
-    let admin_handle = match (&cfg.admin, admin_token) {
-        (Some(a), Some(token)) => {
+    let admin_handle = match (&cfg.admin, admin_token, admin_listener) {
+        (Some(a), Some(token), Some(listener)) => {
             let admin_sup = Arc::clone(&sup);
             let admin = HttpServer::new(move || App::new().configure(mcp_runtime::http::admin::configure(Arc::clone(&admin_sup), token.clone())))
                 .workers(1)
                 .disable_signals()
                 .shutdown_timeout(1)
-                .bind((a.bind, a.port))
-                .map_err(|e| format!("cannot bind the admin API on {}:{}: {e}", a.bind, a.port))?;
+                .listen(listener)
+                .map_err(|e| Refused(format!("cannot listen on {}:{} (admin API): {e}", a.bind, a.port)))?;
             for addr in admin.addrs() {
                 // Tests and scripts wait for this line too.
                 println!("mcp-host admin on http://{addr}/admin/status (token: {})", a.token.as_ref().map_or_else(|| a.token_file.display().to_string(), |_| "admin.token".into()));
@@ -246,9 +278,9 @@ async fn serve(cfg: HostConfig) -> Result<(), String> {
                     }
                 }
             })
-            .map_err(|e| format!("cannot start the stats thread: {e}"))?;
+            .map_err(|e| Failure::Failed(format!("cannot start the stats thread: {e}")))?;
     }
-    let result = server.await.map_err(|e| e.to_string());
+    let result = server.await.map_err(|e| Failure::Failed(e.to_string()));
     if let Some(h) = admin_handle {
         h.stop(false).await;
     }
