@@ -2,6 +2,7 @@
 
 mod config;
 mod packs;
+mod stop;
 mod trim;
 
 use std::io::Write as _;
@@ -263,7 +264,9 @@ async fn serve(cfg: HostConfig) -> Result<(), Failure> {
         actix_web::rt::spawn(trim::run(Arc::clone(&sup), Duration::from_secs(cfg.trim_every_secs)));
     }
     if let Some(ms) = cfg.stats_every_ms {
-        let s = Arc::clone(&sup);
+        // Weak: the thread must not keep the supervisor (and through it the ledger's writer)
+        // alive past the stop; it ends at its first tick after the supervisor is gone.
+        let s = Arc::downgrade(&sup);
         // Its own thread: a reader that stops reading blocks this writer only, never the
         // arbiter that runs the stop signal and the trim timer.
         std::thread::Builder::new()
@@ -271,7 +274,9 @@ async fn serve(cfg: HostConfig) -> Result<(), Failure> {
             .spawn(move || {
                 loop {
                     std::thread::sleep(Duration::from_millis(ms));
-                    let line = serde_json::to_string(&s.stats_snapshot()).unwrap_or_default();
+                    let Some(sup) = s.upgrade() else { return };
+                    let line = serde_json::to_string(&sup.stats_snapshot()).unwrap_or_default();
+                    drop(sup);
                     // A reader that went away must not stop the server.
                     if writeln!(std::io::stdout(), "stats {line}").is_err() {
                         return;
@@ -286,16 +291,9 @@ async fn serve(cfg: HostConfig) -> Result<(), Failure> {
     }
     // Every session stopped in the drain (or none was left); what their last handlers
     // recorded is queued: it is committed before the process ends, with the mark that this
-    // run stopped cleanly (sessions stay active in the ledger: the next start revives them on
-    // first use, their copies complete).
-    sup.shutdown();
-    for _ in 0..250 {
-        if sup.session_count() == 0 {
-            break;
-        }
-        actix_web::rt::time::sleep(Duration::from_millis(20)).await;
-    }
-    let _ = closing.stopped_cleanly().await;
+    // run stopped cleanly when it did (sessions stay active in the ledger: the next start
+    // revives them on first use, their copies complete).
+    stop::finish(&sup, closing).await;
     tracing::info!("stopped");
     result
 }
