@@ -390,6 +390,10 @@ pub struct LedgerConfig {
     /// cursors minted with one are still accepted. Keep them listed for the idle TTL plus the
     /// undelivered retention after the rotation. Default none.
     pub previous_key_files: Vec<String>,
+    /// Start even when a key file (`key_file`, `previous_key_files`, the host's admin token
+    /// file) may be read by others than its owner: a warning instead of a refusal. Default
+    /// false; a secret others can read lets them forge cursors and find session records.
+    pub allow_insecure_key: bool,
     /// Most operations committed in one transaction. Default 4096.
     pub batch_max_ops: usize,
     /// How long a batch waits for more operations once its first arrived (µs), so that
@@ -427,6 +431,7 @@ impl Default for LedgerConfig {
             durability: crate::ledger::Durability::Batched,
             key_file: None,
             previous_key_files: Vec::new(),
+            allow_insecure_key: false,
             batch_max_ops: 4096,
             commit_linger_us: 1000,
             queue_max_bytes: 64 << 20,

@@ -65,6 +65,10 @@ pub(crate) struct Flags {
     /// The SQLite ledger file. Default mcp-host.db in the working directory.
     #[arg(long)]
     pub(crate) ledger_path: Option<String>,
+    /// Start even when the ledger key file (or a previous one, or the admin token file) may
+    /// be read by others than its owner: a warning instead of a refusal.
+    #[arg(long)]
+    pub(crate) allow_insecure_key: bool,
     /// Print a `stats {json}` line on stdout this often (ms): sessions, streams, stream
     /// memory, refusals by cause. For load and soak runs; off by default.
     #[arg(long)]
@@ -219,6 +223,7 @@ impl HostConfig {
         if let Some(p) = flags.ledger_path {
             runtime.ledger.path = p;
         }
+        runtime.ledger.allow_insecure_key |= flags.allow_insecure_key;
         let (security, sse, sessions) = (&mut runtime.security, &mut runtime.sse, &mut runtime.sessions);
         security.localhost_hosts_only = bind.is_loopback();
         security.allowed_origins.extend(flags.allowed_origins);
@@ -237,6 +242,10 @@ impl HostConfig {
         }
         if flags.stats_every_ms == Some(0) {
             return Err("--stats-every-ms must be greater than 0".into());
+        }
+        let packs = flags.packs.unwrap_or(f.tools.packs);
+        if let Some(p) = packs.iter().find(|p| !crate::packs::KNOWN.contains(&p.as_str())) {
+            return Err(format!("unknown tool pack {p:?} (known: {})", crate::packs::KNOWN.join(", ")));
         }
         let workers = flags.workers.or(f.server.workers);
         if workers.is_some_and(|w| !(1..=512).contains(&w)) {
@@ -273,7 +282,7 @@ impl HostConfig {
             port: flags.port.unwrap_or(f.server.port),
             path,
             workers,
-            packs: flags.packs.unwrap_or(f.tools.packs),
+            packs,
             basket_idle_ttl_secs: match flags.basket_idle_ttl_secs.unwrap_or(f.tools.basket_idle_ttl_secs) {
                 s @ 1..=2_592_000 => s,
                 s => return Err(format!("tools.basket_idle_ttl_secs must be 1 to 2592000 (30 days), not {s}")),
@@ -332,6 +341,7 @@ mod tests {
         }
         assert!(HostConfig::merge(FileConfig::default(), flags(&["--retry-ms", "0"])).unwrap_err().contains("sse.retry_ms"));
         assert!(HostConfig::merge(FileConfig::default(), flags(&["--workers", "0"])).unwrap_err().contains("server.workers"));
+        assert!(HostConfig::merge(FileConfig::default(), flags(&["--packs", "echo,nope"])).unwrap_err().contains("\"nope\""), "before the ledger is opened");
     }
 
     #[test]
@@ -345,6 +355,9 @@ path = \"/var/lib/mcp/l.db\"\ndurability = \"sync\"\n").unwrap();
         assert_eq!((c.runtime.ledger.path.as_str(), c.runtime.ledger.durability), ("/tmp/x.db", mcp_runtime::ledger::Durability::Sync));
         let c = HostConfig::merge(FileConfig::default(), flags(&["--ledger", "memory"])).unwrap();
         assert_eq!(c.runtime.ledger.backend, LedgerBackend::Memory);
+        assert!(!c.runtime.ledger.allow_insecure_key, "key files must be owner-only unless allowed");
+        assert!(HostConfig::merge(FileConfig::default(), flags(&["--allow-insecure-key"])).unwrap().runtime.ledger.allow_insecure_key);
+        assert!(HostConfig::merge(toml::from_str("[ledger]\nallow_insecure_key = true\n").unwrap(), flags(&[])).unwrap().runtime.ledger.allow_insecure_key);
     }
 
     #[test]

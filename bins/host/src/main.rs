@@ -2,6 +2,7 @@
 
 mod config;
 mod packs;
+mod stop;
 mod trim;
 
 use std::io::Write as _;
@@ -34,11 +35,36 @@ fn main() -> std::process::ExitCode {
     }
     match actix_web::rt::System::new().block_on(serve(cfg)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
+        Err(Failure::Refused(e)) => {
+            eprintln!("mcp-host: {e}");
+            std::process::ExitCode::from(2)
+        }
+        Err(Failure::Failed(e)) => {
             eprintln!("mcp-host: {e}");
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// Why the host ended with an error.
+enum Failure {
+    /// It refused to start (configuration, port, ledger, key or token file): nothing was
+    /// served. Exit status 2, as for a configuration error.
+    Refused(String),
+    /// Serving failed. Exit status 1.
+    Failed(String),
+}
+
+/// A listening socket on `bind:port`, made as actix-web's own `bind` makes it (address reuse,
+/// backlog 1024), so it can be taken before anything else is done.
+fn listen(bind: std::net::IpAddr, port: u16) -> std::io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let addr = std::net::SocketAddr::new(bind, port);
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    Ok(socket.into())
 }
 
 /// For test tools that spawn the host: exit as soon as the spawning process is gone, even
@@ -96,12 +122,13 @@ async fn reload_on_sighup(sup: Arc<Supervisor>, flags: config::Flags, mut hup: t
 }
 
 /// The admin token: the configured one, else the token file's (created on first start with
-/// mode 0600, like the ledger key).
-fn admin_token(a: &config::AdminConfig) -> Result<String, String> {
+/// mode 0600, like the ledger key, and refused like it when it is a symbolic link or others
+/// may read it, unless `allow_insecure`).
+fn admin_token(a: &config::AdminConfig, allow_insecure: bool) -> Result<String, String> {
     if let Some(t) = &a.token {
         return Ok(t.trim().to_owned());
     }
-    let bytes = mcp_runtime::ledger::load_or_create_key(&a.token_file).map_err(|e| format!("admin token file {}: {e}", a.token_file.display()))?;
+    let bytes = mcp_runtime::ledger::load_or_create_key(&a.token_file, allow_insecure).map_err(|e| format!("admin token file {}: {e}", a.token_file.display()))?;
     Ok(mcp_runtime::ledger::codec::hex(&bytes))
 }
 
@@ -142,16 +169,26 @@ async fn drain(sup: &Arc<Supervisor>, mut term: tokio::signal::unix::Signal, mut
     sup.mark_stopped();
 }
 
-async fn serve(cfg: HostConfig) -> Result<(), String> {
-    let signals = Signals::register()?;
+async fn serve(cfg: HostConfig) -> Result<(), Failure> {
+    use Failure::Refused;
+    let signals = Signals::register().map_err(Refused)?;
+    // The listeners first: a host started on a busy port (by mistake, beside a running one)
+    // exits before it writes anything (no ledger, lock, key, token or journal file).
+    let listener = listen(cfg.bind, cfg.port).map_err(|e| Refused(format!("cannot bind {}:{}: {e}", cfg.bind, cfg.port)))?;
+    let admin_listener = cfg.admin.as_ref().map(|a| listen(a.bind, a.port).map_err(|e| Refused(format!("cannot bind the admin API on {}:{}: {e}", a.bind, a.port)))).transpose()?;
+    // Then the ledger, locked for this process before anything is written beside it (a second
+    // host on it stops here, naming the first one's pid).
+    let ledger = mcp_runtime::ledger::Ledger::open(&cfg.runtime).map_err(|e| Refused(e.to_string()))?;
+    // Before the listening line: whoever waits for it finds the token file there.
+    let admin_token = cfg.admin.as_ref().map(|a| admin_token(a, cfg.runtime.ledger.allow_insecure_key)).transpose().map_err(Refused)?.map(|t| mcp_runtime::http::admin::AdminToken::new(&t));
     // The ledger and basket packs journal beside a SQLite ledger, so their duplicate counts
     // survive restarts.
     let beside = |ext: &str| (cfg.runtime.ledger.backend == mcp_runtime::config::LedgerBackend::Sqlite).then(|| std::path::PathBuf::from(format!("{}.{ext}", cfg.runtime.ledger.path)));
     let (appends, orders) = (beside("appends"), beside("orders"));
-    let catalog = packs::build(&cfg.packs, &packs::Journals { ledger: appends.as_deref(), orders: orders.as_deref() }, cfg.basket_idle_ttl_secs)?
+    let catalog = packs::build(&cfg.packs, &packs::Journals { ledger: appends.as_deref(), orders: orders.as_deref() }, cfg.basket_idle_ttl_secs)
+        .map_err(Refused)?
         .build(ServerInfo { name: "mcp-host".into(), version: env!("CARGO_PKG_VERSION").into(), instructions: None })
-        .map_err(|e| e.to_string())?;
-    let ledger = mcp_runtime::ledger::Ledger::open(&cfg.runtime).map_err(|e| e.to_string())?;
+        .map_err(|e| Refused(e.to_string()))?;
     let closing = ledger.clone();
     let sup = Supervisor::with_ledger(cfg.runtime, catalog, ledger);
     let app_sup = Arc::clone(&sup);
@@ -181,23 +218,21 @@ async fn serve(cfg: HostConfig) -> Result<(), String> {
     if let Some(w) = cfg.workers {
         server = server.workers(w);
     }
-    // Before the listening line: whoever waits for it finds the token file there.
-    let admin_token = cfg.admin.as_ref().map(admin_token).transpose()?.map(|t| mcp_runtime::http::admin::AdminToken::new(&t));
-    let server = server.bind((cfg.bind, cfg.port)).map_err(|e| format!("cannot bind {}:{}: {e}", cfg.bind, cfg.port))?;
+    let server = server.listen(listener).map_err(|e| Refused(format!("cannot listen on {}:{}: {e}", cfg.bind, cfg.port)))?;
     for addr in server.addrs() {
         // Tests and scripts wait for this line.
         println!("mcp-host listening on http://{addr}{}", cfg.path);
     }
     tracing::info!(packs = ?cfg.packs, "serving");
-    let admin_handle = match (&cfg.admin, admin_token) {
-        (Some(a), Some(token)) => {
+    let admin_handle = match (&cfg.admin, admin_token, admin_listener) {
+        (Some(a), Some(token), Some(listener)) => {
             let admin_sup = Arc::clone(&sup);
             let admin = HttpServer::new(move || App::new().configure(mcp_runtime::http::admin::configure(Arc::clone(&admin_sup), token.clone())))
                 .workers(1)
                 .disable_signals()
                 .shutdown_timeout(1)
-                .bind((a.bind, a.port))
-                .map_err(|e| format!("cannot bind the admin API on {}:{}: {e}", a.bind, a.port))?;
+                .listen(listener)
+                .map_err(|e| Refused(format!("cannot listen on {}:{} (admin API): {e}", a.bind, a.port)))?;
             for addr in admin.addrs() {
                 // Tests and scripts wait for this line too.
                 println!("mcp-host admin on http://{addr}/admin/status (token: {})", a.token.as_ref().map_or_else(|| a.token_file.display().to_string(), |_| "admin.token".into()));
@@ -229,7 +264,9 @@ async fn serve(cfg: HostConfig) -> Result<(), String> {
         actix_web::rt::spawn(trim::run(Arc::clone(&sup), Duration::from_secs(cfg.trim_every_secs)));
     }
     if let Some(ms) = cfg.stats_every_ms {
-        let s = Arc::clone(&sup);
+        // Weak: the thread must not keep the supervisor (and through it the ledger's writer)
+        // alive past the stop; it ends at its first tick after the supervisor is gone.
+        let s = Arc::downgrade(&sup);
         // Its own thread: a reader that stops reading blocks this writer only, never the
         // arbiter that runs the stop signal and the trim timer.
         std::thread::Builder::new()
@@ -237,31 +274,26 @@ async fn serve(cfg: HostConfig) -> Result<(), String> {
             .spawn(move || {
                 loop {
                     std::thread::sleep(Duration::from_millis(ms));
-                    let line = serde_json::to_string(&s.stats_snapshot()).unwrap_or_default();
+                    let Some(sup) = s.upgrade() else { return };
+                    let line = serde_json::to_string(&sup.stats_snapshot()).unwrap_or_default();
+                    drop(sup);
                     // A reader that went away must not stop the server.
                     if writeln!(std::io::stdout(), "stats {line}").is_err() {
                         return;
                     }
                 }
             })
-            .map_err(|e| format!("cannot start the stats thread: {e}"))?;
+            .map_err(|e| Failure::Failed(format!("cannot start the stats thread: {e}")))?;
     }
-    let result = server.await.map_err(|e| e.to_string());
+    let result = server.await.map_err(|e| Failure::Failed(e.to_string()));
     if let Some(h) = admin_handle {
         h.stop(false).await;
     }
     // Every session stopped in the drain (or none was left); what their last handlers
     // recorded is queued: it is committed before the process ends, with the mark that this
-    // run stopped cleanly (sessions stay active in the ledger: the next start revives them on
-    // first use, their copies complete).
-    sup.shutdown();
-    for _ in 0..250 {
-        if sup.session_count() == 0 {
-            break;
-        }
-        actix_web::rt::time::sleep(Duration::from_millis(20)).await;
-    }
-    let _ = closing.stopped_cleanly().await;
+    // run stopped cleanly when it did (sessions stay active in the ledger: the next start
+    // revives them on first use, their copies complete).
+    stop::finish(&sup, closing).await;
     tracing::info!("stopped");
     result
 }

@@ -5,7 +5,8 @@
 //!   (set with expiry, delete, expire, append to a log with a maximum length, a sorted
 //!   index), so a Redis backend maps it one to one; nothing here is SQL or assumes a
 //!   single process.
-//! - [`MemoryStore`] (tests, throwaway runs) and [`SqliteStore`] (the default: rusqlite, WAL).
+//! - [`MemoryStore`] (tests, throwaway runs) and [`SqliteStore`] (the default: rusqlite, WAL;
+//!   one process per file, files owner-only, foreign files refused untouched).
 //! - [`Writer`]: the ledger writer. The actors hand it the operations their state machines
 //!   produced; it commits them in groups (one transaction per batch) on its own thread, off
 //!   the request path, in the order they were handed over, so a crash loses at most a suffix
@@ -19,6 +20,7 @@
 //! directly, after a [`Writer::barrier`] when they must see everything handed over so far.
 
 pub mod codec;
+mod files;
 mod memory;
 mod open;
 mod sqlite;

@@ -1,16 +1,22 @@
 //! Opening the ledger a configuration names: its store, its writer and its secret.
+//!
+//! Refusals at open write nothing to the files they are about: a ledger locked by another
+//! process, a file that is not a ledger or is a newer release's (see `sqlite.rs`), a key file
+//! that is a symbolic link, or that others than its owner may read (unless allowed).
 
-use std::io::Write as _;
+use std::io::Read as _;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::files;
 use super::{MemoryStore, Op, SqliteStore, Store, StoreError, Writer, WriterSettings};
 use crate::clock::Clock;
 use crate::config::{LedgerBackend, RuntimeConfig};
 
-/// Why the ledger could not be opened.
+/// Why the ledger could not be opened. Each names the file; none left a change in it.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum OpenError {
     /// The store could not be opened.
     #[error("cannot open the ledger {path}: {source}")]
@@ -20,10 +26,57 @@ pub enum OpenError {
         /// Why.
         source: StoreError,
     },
+    /// Another process holds the ledger's lock file (`<path>.lock`).
+    #[error("the ledger {path} is in use by another mcp-host ({}); one ledger serves one process", holder(*.holder_pid))]
+    Locked {
+        /// The ledger file.
+        path: String,
+        /// The pid the holder wrote into the lock file, when it could be read.
+        holder_pid: Option<u32>,
+    },
+    /// The file is not a ledger: another application's file, or not SQLite at all.
+    #[error("{path} is not an mcp-host ledger ({reason}); it was left untouched")]
+    NotALedger {
+        /// The file.
+        path: String,
+        /// What it is instead.
+        reason: String,
+    },
+    /// The ledger was written by a newer release.
+    #[error("the ledger {path} was written by a newer mcp-host (schema {found}); it was left untouched")]
+    Newer {
+        /// The file.
+        path: String,
+        /// Its schema.
+        found: String,
+    },
+    /// A file of the ledger (the database, its lock file) could not be created or read.
+    #[error("ledger file {path}: {source}")]
+    File {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The secret is not the one this ledger was written with.
     #[error("the ledger {path} was written with another key (ledger.key_file or security.cursor_secret_hex): its sessions cannot be read with this one")]
     KeyMismatch {
         /// The ledger file.
+        path: String,
+    },
+    /// A key (or token) file that others than its owner may read or write.
+    #[error("{path} is readable by others than its owner (mode {mode:o}): chmod 600 it, or start with --allow-insecure-key (ledger.allow_insecure_key)")]
+    InsecureKey {
+        /// The file.
+        path: String,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// A key (or token) file path that is a symbolic link: a secret is never read or written
+    /// through one.
+    #[error("{path} is a symbolic link: a secret is never read or written through one (put the file itself there)")]
+    KeySymlink {
+        /// The path.
         path: String,
     },
     /// The key file could not be read or created.
@@ -34,6 +87,10 @@ pub enum OpenError {
         /// Why.
         reason: String,
     },
+}
+
+fn holder(pid: Option<u32>) -> String {
+    pid.map_or_else(|| "its pid is not written yet".to_owned(), |p| format!("pid {p}"))
 }
 
 /// An open ledger: the writer (and through it the store), the secret that keys session-id
@@ -163,8 +220,9 @@ impl Ledger {
         self.writer.barrier()
     }
 
-    /// Open what `cfg.ledger` names: the SQLite file (created if missing) and its key file
-    /// (created with mode 0600 if missing), or a memory ledger.
+    /// Open what `cfg.ledger` names: the SQLite file (created with mode 0600 if missing,
+    /// locked for this process) and its key file (created with mode 0600 if missing), or a
+    /// memory ledger.
     ///
     /// # Errors
     /// [`OpenError`] naming the file.
@@ -174,73 +232,71 @@ impl Ledger {
             return Ok(Ledger::memory(cfg));
         }
         let path = Path::new(&l.path);
-        let store = SqliteStore::open(path).map_err(|source| OpenError::Store { path: l.path.clone(), source })?;
+        let store = SqliteStore::open(path)?;
         let secret = match cfg.cursor_secret() {
             Some(s) => s,
-            None => load_or_create_key(&l.key_path())?,
+            None => load_or_create_key(&l.key_path(), l.allow_insecure_key)?,
         };
-        let previous = l.previous_key_files.iter().map(|p| read_key(Path::new(p))).collect::<Result<Vec<_>, _>>()?;
+        let previous = l.previous_key_files.iter().map(|p| read_key(Path::new(p), l.allow_insecure_key)).collect::<Result<Vec<_>, _>>()?;
         Ledger::start(Arc::new(store), secret, previous, cfg, &l.path, true)
     }
 }
 
 /// Read the secret from `path` (hex, first line), or create it there with 32 random bytes,
-/// readable by the owner only.
+/// readable by the owner only (written whole under a random temporary name, then linked
+/// into place: a crash leaves no half-written key, and of two processes starting at once the
+/// second uses the first one's key). A symbolic link at `path` is refused, never followed;
+/// so is a file others may read unless `allow_insecure` (then it is a warning).
 ///
 /// # Errors
-/// [`OpenError::Key`] when the file cannot be read, holds no valid key, or cannot be created.
-pub fn load_or_create_key(path: &Path) -> Result<Vec<u8>, OpenError> {
-    let err = |reason: String| OpenError::Key { path: path.display().to_string(), reason };
-    match std::fs::read_to_string(path) {
-        Ok(text) => key_of(path, &text),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            // Written whole under a temporary name, then linked into place: a crash leaves
-            // either no key file or a complete one, and of two processes starting at once the
-            // second uses the first one's key.
-            let key = crate::rng::bytes::<32>();
-            let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-            let mut opts = std::fs::OpenOptions::new();
-            opts.write(true).create(true).truncate(true);
-            #[cfg(unix)]
-            std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
-            let written = opts.open(&tmp).and_then(|mut f| writeln!(f, "{}", super::codec::hex(&key)).and_then(|()| f.sync_all()));
-            let linked = written.and_then(|()| std::fs::hard_link(&tmp, path));
-            let _ = std::fs::remove_file(&tmp);
-            match linked {
-                Ok(()) => {
-                    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
-                        && let Ok(d) = std::fs::File::open(dir)
-                    {
-                        let _ = d.sync_all();
-                    }
-                    tracing::info!(path = %path.display(), "created the ledger key file");
-                    Ok(key.to_vec())
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => load_or_create_key(path),
-                Err(e) => Err(err(e.to_string())),
-            }
+/// [`OpenError::KeySymlink`], [`OpenError::InsecureKey`]; [`OpenError::Key`] when the file
+/// cannot be read, holds no valid key, or cannot be created.
+pub fn load_or_create_key(path: &Path, allow_insecure: bool) -> Result<Vec<u8>, OpenError> {
+    if let Some(key) = read_existing(path, allow_insecure)? {
+        return Ok(key);
+    }
+    let key = crate::rng::bytes::<32>();
+    match files::create_whole(path, &format!("{}\n", super::codec::hex(&key))) {
+        Ok(()) => {
+            tracing::info!(path = %path.display(), "created the key file");
+            Ok(key.to_vec())
         }
-        Err(e) => Err(err(e.to_string())),
+        // Another process created it first (or a symbolic link appeared there): read that.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => read_key(path, allow_insecure),
+        Err(e) => Err(OpenError::Key { path: path.display().to_string(), reason: e.to_string() }),
     }
 }
 
 /// Read an existing key file (a previous key: never created).
-fn read_key(path: &Path) -> Result<Vec<u8>, OpenError> {
-    let text = std::fs::read_to_string(path).map_err(|e| OpenError::Key { path: path.display().to_string(), reason: e.to_string() })?;
-    key_of(path, &text)
+fn read_key(path: &Path, allow_insecure: bool) -> Result<Vec<u8>, OpenError> {
+    read_existing(path, allow_insecure)?.ok_or_else(|| OpenError::Key { path: path.display().to_string(), reason: "no such file".into() })
 }
 
-fn key_of(path: &Path, text: &str) -> Result<Vec<u8>, OpenError> {
-    #[cfg(unix)]
-    if let Ok(m) = std::fs::metadata(path)
-        && std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o077 != 0
-    {
-        tracing::warn!(path = %path.display(), "the ledger key file is readable by others than its owner (chmod 600 it)");
+/// The key in the file at `path`; `None` when there is no file. The checks run on the open
+/// file itself (no race between checking a path and reading it).
+fn read_existing(path: &Path, allow_insecure: bool) -> Result<Option<Vec<u8>>, OpenError> {
+    let name = || path.display().to_string();
+    let err = |reason: String| OpenError::Key { path: name(), reason };
+    let f = match files::open_no_follow(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if files::is_symlink(&e) => return Err(OpenError::KeySymlink { path: name() }),
+        Err(e) => return Err(err(e.to_string())),
+    };
+    if !f.metadata().map_err(|e| err(e.to_string()))?.is_file() {
+        return Err(err("not a regular file".into()));
     }
+    match files::mode_of(&f).map_err(|e| err(e.to_string()))? {
+        (mode, true) if !allow_insecure => return Err(OpenError::InsecureKey { path: name(), mode }),
+        (mode, true) => tracing::warn!(path = %path.display(), mode = format!("{mode:o}"), "the key file is readable by others than its owner (allowed by --allow-insecure-key; chmod 600 it)"),
+        (_, false) => {}
+    }
+    let mut text = String::new();
+    f.take(files::SECRET_MAX_BYTES).read_to_string(&mut text).map_err(|e| err(e.to_string()))?;
     let line = text.lines().next().unwrap_or("").trim();
     match crate::config::decode_hex(line) {
-        Some(k) if k.len() >= 16 => Ok(k),
-        _ => Err(OpenError::Key { path: path.display().to_string(), reason: "the first line must be at least 32 hexadecimal digits".into() }),
+        Some(k) if k.len() >= 16 => Ok(Some(k)),
+        _ => Err(err("the first line must be at least 32 hexadecimal digits".into())),
     }
 }
 
@@ -252,7 +308,7 @@ mod tests {
     fn a_ledger_written_with_a_previous_key_opens_with_it_listed_and_then_with_the_new_key_alone() {
         let dir = mcp_devtools::TempDir::new("key-rotate");
         let old_key = dir.path().join("old.key");
-        std::fs::write(&old_key, format!("{}\n", "ab".repeat(16))).unwrap();
+        write_key(&old_key, &"ab".repeat(16), 0o600);
         drop(Ledger::open(&sqlite_cfg(&dir, &"ab".repeat(16))).unwrap());
         let mut rotated = sqlite_cfg(&dir, &"cd".repeat(16));
         assert!(matches!(Ledger::open(&rotated), Err(OpenError::KeyMismatch { .. })), "a new key alone is refused");
@@ -267,20 +323,60 @@ mod tests {
         assert!(matches!(Ledger::open(&rotated), Err(OpenError::Key { .. })), "a listed previous key must exist");
     }
 
+    fn write_key(path: &Path, hex: &str, mode: u32) {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::write(path, format!("{hex}\n")).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
     #[test]
     fn the_key_file_is_created_owner_only_once_and_then_reused() {
         let dir = mcp_devtools::TempDir::new("key");
         let path = dir.path().join("l.db.key");
-        let first = load_or_create_key(&path).unwrap();
+        let first = load_or_create_key(&path, false).unwrap();
         assert_eq!(first.len(), 32);
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(files::mode_of(&std::fs::File::open(&path).unwrap()).unwrap(), (0o600, false));
+        assert_eq!(load_or_create_key(&path, false).unwrap(), first, "a restart reuses the key");
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, ["l.db.key"], "no temporary file is left");
+        write_key(&path, "not hex", 0o600);
+        assert!(matches!(load_or_create_key(&path, false), Err(OpenError::Key { .. })));
+    }
+
+    #[test]
+    fn a_key_file_readable_by_others_is_refused_unless_allowed() {
+        let dir = mcp_devtools::TempDir::new("key-insecure");
+        let path = dir.path().join("l.db.key");
+        write_key(&path, &"ab".repeat(16), 0o644);
+        match load_or_create_key(&path, false) {
+            Err(e @ OpenError::InsecureKey { mode: 0o644, .. }) => assert!(e.to_string().contains("chmod 600"), "{e}"),
+            other => panic!("expected InsecureKey, got {other:?}"),
         }
-        assert_eq!(load_or_create_key(&path).unwrap(), first, "a restart reuses the key");
-        std::fs::write(&path, "not hex\n").unwrap();
-        assert!(matches!(load_or_create_key(&path), Err(OpenError::Key { .. })));
+        assert_eq!(load_or_create_key(&path, true).unwrap(), vec![0xab; 16], "allowed: read as before");
+        // A previous key of a rotation too.
+        let mut cfg = RuntimeConfig::default();
+        cfg.ledger.path = dir.path().join("l.db").display().to_string();
+        cfg.ledger.key_file = Some(dir.path().join("new.key").display().to_string());
+        cfg.ledger.previous_key_files = vec![path.display().to_string()];
+        assert!(matches!(Ledger::open(&cfg), Err(OpenError::InsecureKey { .. })));
+        cfg.ledger.allow_insecure_key = true;
+        assert_eq!(Ledger::open(&cfg).unwrap().previous.len(), 1);
+    }
+
+    #[test]
+    fn a_symlinked_key_file_is_refused_and_its_target_left_unchanged() {
+        let dir = mcp_devtools::TempDir::new("key-symlink");
+        let target = dir.path().join("elsewhere");
+        write_key(&target, &"ab".repeat(16), 0o600);
+        let path = dir.path().join("l.db.key");
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        assert!(matches!(load_or_create_key(&path, true), Err(OpenError::KeySymlink { .. })));
+        // A dangling link is not followed to create the key there either.
+        let dangling = dir.path().join("dangling.key");
+        std::os::unix::fs::symlink(dir.path().join("absent"), &dangling).unwrap();
+        assert!(matches!(load_or_create_key(&dangling, false), Err(OpenError::KeySymlink { .. })));
+        assert!(!dir.path().join("absent").exists());
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), format!("{}\n", "ab".repeat(16)));
     }
 
     fn sqlite_cfg(dir: &mcp_devtools::TempDir, secret: &str) -> RuntimeConfig {

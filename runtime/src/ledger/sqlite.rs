@@ -1,6 +1,17 @@
 //! The SQLite store (the default): one file in WAL mode. Batches are single transactions, so
 //! a crash leaves each batch either whole or absent; readers use their own connections and
 //! never wait for the writer.
+//!
+//! Opening ([`SqliteStore::open`]) owns these guarantees, in this order:
+//! 1. one process per ledger: the lock file `<path>.lock` is locked first, and held as long as
+//!    the store (see `files.rs`);
+//! 2. a file that is not a ledger, or a newer release's, is refused before anything is written
+//!    to it: its header (`application_id`, `user_version`) is read as plain bytes, and only a
+//!    file with SQLite's default id 0 (another application's, or a ledger of the release
+//!    before ids) is opened, read-only, to look for the `meta` table;
+//! 3. a new ledger file is created by us with mode 0600, so SQLite creates its `-wal` and
+//!    `-shm` with that mode too; its application id and schema version are written before it
+//!    switches to WAL mode, so they are in the main file from the first commit on.
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -12,7 +23,16 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{Durability, Op, Store, StoreError};
+use super::files::{self, LockError, LockFile};
+use super::{Durability, OpenError, Op, Store, StoreError};
+
+/// SQLite's `PRAGMA application_id` of a ledger: "MCPH".
+pub(crate) const APPLICATION_ID: u32 = 0x4D43_5048;
+/// SQLite's `PRAGMA user_version` of a ledger: the schema version this release writes and
+/// reads (`meta.schema` says it in words).
+pub(crate) const SCHEMA_VERSION: u32 = 1;
+/// The `meta.schema` value of this release's schema.
+const SCHEMA_NAME: &str = "mcp-host-ledger.v1";
 
 const SCHEMA: &str = "
 PRAGMA journal_mode = WAL;
@@ -46,31 +66,141 @@ pub struct SqliteStore {
     writer: Mutex<Connection>,
     readers: Vec<Mutex<Connection>>,
     next_reader: AtomicUsize,
+    /// Held as long as the connections (declared after them, so dropped after them): one
+    /// process per ledger.
+    _lock: LockFile,
 }
 
 fn open_conn(path: &Path) -> Result<Connection, StoreError> {
     let c = Connection::open(path).map_err(backend)?;
+    // Short: a lock held longer is a stuck process, not contention (there is one writer
+    // connection per ledger); the writer retries a failed batch itself.
     c.busy_timeout(std::time::Duration::from_secs(1)).map_err(backend)?;
     Ok(c)
 }
 
+/// What the file at a ledger path is, found before anything is written to it.
+#[derive(Debug, PartialEq, Eq)]
+enum Found {
+    /// No file, or an empty one: a new ledger (created owner-only if missing).
+    New,
+    /// A ledger of this schema.
+    Ledger,
+    /// A ledger of the release before application ids (id 0, our `meta` table): it gets ours.
+    Unmarked,
+}
+
+/// The first 100 bytes of an SQLite file hold its header; these are in it.
+const HEADER_LEN: usize = 100;
+const MAGIC: &[u8; 16] = b"SQLite format 3\0";
+
+/// Look at `path` without writing anything to it, creating it (empty, mode 0600) when missing.
+fn inspect(path: &Path) -> Result<Found, OpenError> {
+    let name = || path.display().to_string();
+    let foreign = |reason: String| OpenError::NotALedger { path: name(), reason };
+    let mut header = Vec::with_capacity(HEADER_LEN);
+    match std::fs::File::open(path) {
+        Ok(f) => {
+            use std::io::Read as _;
+            f.take(HEADER_LEN as u64).read_to_end(&mut header).map_err(|source| OpenError::File { path: name(), source })?;
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return match files::create_private(path) {
+                // Created by someone else meanwhile (not a host: we hold the lock): look again.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => inspect(path),
+                r => r.map(|_| Found::New).map_err(|source| OpenError::File { path: name(), source }),
+            };
+        }
+        Err(source) => return Err(OpenError::File { path: name(), source }),
+    }
+    if header.is_empty() {
+        return Ok(Found::New);
+    }
+    if header.len() < HEADER_LEN || &header[..16] != MAGIC {
+        return Err(foreign("not an SQLite database".into()));
+    }
+    let be = |at: usize| u32::from_be_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]]);
+    let (user_version, application_id) = (be(60), be(68));
+    if application_id == APPLICATION_ID {
+        return if user_version > SCHEMA_VERSION { Err(OpenError::Newer { path: name(), found: format!("version {user_version}") }) } else { Ok(Found::Ledger) };
+    }
+    if application_id != 0 {
+        return Err(foreign(format!("an SQLite database of application id {application_id:#010x}, not mcp-host's {APPLICATION_ID:#010x}")));
+    }
+    // SQLite's default id: another application's database, or a ledger of the release before
+    // ids (or one whose id waits in its WAL). Read-only, which changes neither the file nor
+    // its journal mode; and without a WAL beside it, immutable too: a read-only open of a
+    // WAL-mode file would still create an empty `-wal` and a `-shm` beside it.
+    let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX | rusqlite::OpenFlags::SQLITE_OPEN_URI;
+    let wal = std::fs::symlink_metadata(files::beside(path, "-wal")).is_ok();
+    let uri = format!("file:{}{}", uri_path(path), if wal { "" } else { "?immutable=1" });
+    let ro = Connection::open_with_flags(uri, flags).map_err(|e| foreign(e.to_string()))?;
+    let has_meta: bool = ro.query_row("SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'meta'", [], |r| r.get(0)).map_err(|e| foreign(e.to_string()))?;
+    if !has_meta {
+        return Err(foreign("an SQLite database without the ledger's meta table".into()));
+    }
+    let schema: Option<String> = ro.query_row("SELECT v FROM meta WHERE k = 'schema'", [], |r| r.get(0)).optional().map_err(|e| foreign(e.to_string()))?;
+    match schema.as_deref() {
+        Some(SCHEMA_NAME) => Ok(Found::Unmarked),
+        Some(s) if s.starts_with("mcp-host-ledger.") => Err(OpenError::Newer { path: name(), found: s.to_owned() }),
+        other => Err(foreign(format!("its meta table names schema {other:?}, not {SCHEMA_NAME}"))),
+    }
+}
+
+/// `path` as the path of an SQLite `file:` URI: every byte but unreserved ones and `/`
+/// percent-encoded.
+fn uri_path(path: &Path) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    for &b in std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()) {
+        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
 impl SqliteStore {
-    /// Open (creating if needed) the ledger at `path`.
+    /// Open (creating if needed) the ledger at `path`; see the module doc for what is checked
+    /// first.
     ///
     /// # Errors
-    /// [`StoreError::Backend`] when the file cannot be opened, is not a ledger, or was written
-    /// by a newer release.
-    pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
-        let writer = open_conn(path)?;
-        writer.execute_batch(SCHEMA).map_err(backend)?;
-        // The writer's page cache holds the hot part of the logs and indexes (32 MiB).
-        writer.execute_batch("PRAGMA cache_size = -32768;").map_err(backend)?;
-        let schema: String = writer.query_row("SELECT v FROM meta WHERE k = 'schema'", [], |r| r.get(0)).map_err(backend)?;
-        if schema != "mcp-host-ledger.v1" {
-            return Err(StoreError::Backend(format!("{} holds ledger schema {schema:?}, not mcp-host-ledger.v1", path.display())));
+    /// [`OpenError::Locked`] when another process (or another open store in this one) holds
+    /// the ledger; [`OpenError::NotALedger`] and [`OpenError::Newer`] for a file that is not
+    /// this release's ledger (left untouched); [`OpenError::File`] and [`OpenError::Store`]
+    /// when a file cannot be created or read.
+    pub fn open(path: &Path) -> Result<SqliteStore, OpenError> {
+        let name = || path.display().to_string();
+        let store_err = |source| OpenError::Store { path: name(), source };
+        let lock_path = files::beside(path, ".lock");
+        let lock = LockFile::acquire(&lock_path).map_err(|e| match e {
+            LockError::Held { holder_pid } => OpenError::Locked { path: name(), holder_pid },
+            LockError::Io(source) => OpenError::File { path: lock_path.display().to_string(), source },
+        })?;
+        let found = inspect(path)?;
+        let writer = open_conn(path).map_err(store_err)?;
+        if found == Found::New {
+            // In rollback mode, before WAL: committed to the main file at once.
+            writer.execute_batch(&format!("PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};")).map_err(|e| store_err(backend(e)))?;
         }
-        let readers = (0..READERS).map(|_| open_conn(path).map(Mutex::new)).collect::<Result<Vec<_>, _>>()?;
-        Ok(SqliteStore { writer: Mutex::new(writer), readers, next_reader: AtomicUsize::new(0) })
+        writer.execute_batch(SCHEMA).map_err(|e| store_err(backend(e)))?;
+        if found == Found::Unmarked {
+            writer.execute_batch(&format!("PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};")).map_err(|e| store_err(backend(e)))?;
+            tracing::info!(path = %path.display(), "marked the ledger with mcp-host's application id");
+        }
+        // The writer's page cache holds the hot part of the logs and indexes (32 MiB).
+        writer.execute_batch("PRAGMA cache_size = -32768;").map_err(|e| store_err(backend(e)))?;
+        let schema: String = writer.query_row("SELECT v FROM meta WHERE k = 'schema'", [], |r| r.get(0)).map_err(|e| store_err(backend(e)))?;
+        if schema != SCHEMA_NAME {
+            return Err(OpenError::Newer { path: name(), found: schema });
+        }
+        if let Ok((mode, true)) = std::fs::File::open(path).and_then(|f| files::mode_of(&f)) {
+            tracing::warn!(path = %path.display(), mode = format!("{mode:o}"), "the ledger is readable by others than its owner, and so are its -wal and -shm (chmod 600 all three)");
+        }
+        let readers = (0..READERS).map(|_| open_conn(path).map(Mutex::new)).collect::<Result<Vec<_>, _>>().map_err(store_err)?;
+        Ok(SqliteStore { writer: Mutex::new(writer), readers, next_reader: AtomicUsize::new(0), _lock: lock })
     }
 
     fn read<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T, StoreError> {
@@ -304,10 +434,122 @@ mod tests {
     }
 
     #[test]
-    fn a_file_that_is_not_a_ledger_is_refused() {
+    fn a_file_whose_meta_table_names_another_schema_is_refused() {
         let dir = mcp_devtools::TempDir::new("foreign");
         let path = dir.path().join("l.db");
         Connection::open(&path).unwrap().execute_batch("CREATE TABLE meta (k TEXT PRIMARY KEY, v TEXT); INSERT INTO meta VALUES ('schema', 'other.v9');").unwrap();
-        assert!(matches!(SqliteStore::open(&path), Err(StoreError::Backend(m)) if m.contains("other.v9")));
+        assert!(matches!(SqliteStore::open(&path), Err(OpenError::NotALedger { reason, .. }) if reason.contains("other.v9")));
+    }
+
+    /// The files in `dir`, and their contents, but the lock file (a refused open may create
+    /// that one: it is ours, beside the file, and holds no data).
+    fn contents(dir: &Path) -> Vec<(String, String)> {
+        use sha2::Digest as _;
+        let mut v: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| !p.to_string_lossy().ends_with(".lock"))
+            .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), super::super::codec::hex(&sha2::Sha256::digest(std::fs::read(&p).unwrap()))))
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_foreign_file_is_refused_and_left_byte_for_byte_untouched() {
+        type Make = fn(&Path);
+        let cases: [(&str, Make, &str); 6] = [
+            ("plain sqlite, no meta table", |p| Connection::open(p).unwrap().execute_batch("CREATE TABLE t (x); INSERT INTO t VALUES (1);").unwrap(), "meta table"),
+            (
+                "sqlite in WAL mode, no meta table",
+                |p| {
+                    let c = Connection::open(p).unwrap();
+                    c.execute_batch("PRAGMA journal_mode = WAL; CREATE TABLE t (x); INSERT INTO t VALUES (1);").unwrap();
+                },
+                "meta table",
+            ),
+            ("another application id", |p| Connection::open(p).unwrap().execute_batch("PRAGMA application_id = 7; CREATE TABLE meta (k, v);").unwrap(), "application id 0x00000007"),
+            ("random bytes", |p| std::fs::write(p, (0..4096u32).map(|i| (i * 7919 % 251) as u8).collect::<Vec<_>>()).unwrap(), "not an SQLite database"),
+            ("a short text file", |p| std::fs::write(p, "hello\n").unwrap(), "not an SQLite database"),
+            ("another application's meta table", |p| Connection::open(p).unwrap().execute_batch("CREATE TABLE meta (k TEXT, v TEXT);").unwrap(), "None"),
+        ];
+        for (what, make, reason) in cases {
+            let dir = mcp_devtools::TempDir::new("foreign-file");
+            // A name a URI must escape.
+            let path = dir.path().join("l #1?%.db");
+            make(&path);
+            let before = contents(dir.path());
+            match SqliteStore::open(&path) {
+                Err(OpenError::NotALedger { reason: r, .. }) => assert!(r.contains(reason), "{what}: {r}"),
+                other => panic!("{what}: expected NotALedger, got {other:?}"),
+            }
+            assert_eq!(contents(dir.path()), before, "{what}: the file (and what lies beside it) is untouched");
+        }
+    }
+
+    #[test]
+    fn a_ledger_of_a_newer_schema_is_refused_and_left_untouched() {
+        let dir = mcp_devtools::TempDir::new("newer");
+        let path = dir.path().join("l.db");
+        drop(SqliteStore::open(&path).unwrap());
+        Connection::open(&path).unwrap().execute_batch(&format!("PRAGMA user_version = {};", SCHEMA_VERSION + 1)).unwrap();
+        let before = contents(dir.path());
+        assert!(matches!(SqliteStore::open(&path), Err(OpenError::Newer { .. })));
+        assert_eq!(contents(dir.path()), before);
+        // A ledger of the release before ids whose meta names a later schema.
+        let dir = mcp_devtools::TempDir::new("newer-unmarked");
+        let path = dir.path().join("l.db");
+        Connection::open(&path).unwrap().execute_batch("CREATE TABLE meta (k TEXT PRIMARY KEY, v TEXT NOT NULL); INSERT INTO meta VALUES ('schema', 'mcp-host-ledger.v2');").unwrap();
+        assert!(matches!(SqliteStore::open(&path), Err(OpenError::Newer { found, .. }) if found == "mcp-host-ledger.v2"));
+    }
+
+    #[test]
+    fn a_ledger_of_the_release_before_application_ids_opens_and_gets_ours() {
+        let dir = mcp_devtools::TempDir::new("unmarked");
+        let path = dir.path().join("l.db");
+        {
+            // What the previous release created: the same schema, application id 0.
+            let c = Connection::open(&path).unwrap();
+            c.execute_batch(SCHEMA).unwrap();
+            c.execute("INSERT INTO kv (key, value, expires) VALUES ('k', x'76', 100)", []).unwrap();
+        }
+        let s = SqliteStore::open(&path).unwrap();
+        assert_eq!(s.get("k", 1).unwrap().as_deref(), Some(&b"v"[..]));
+        drop(s);
+        let c = Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        let ids: (u32, u32) = c.query_row("SELECT application_id, user_version FROM pragma_application_id, pragma_user_version", [], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
+        assert_eq!(ids, (APPLICATION_ID, SCHEMA_VERSION));
+    }
+
+    #[test]
+    fn a_new_ledger_carries_its_ids_in_the_main_file_and_its_files_are_owner_only() {
+        let dir = mcp_devtools::TempDir::new("private");
+        let path = dir.path().join("l.db");
+        let s = SqliteStore::open(&path).unwrap();
+        s.apply(&[Op::Put { key: "k".into(), value: Bytes::from_static(b"v"), expires_ms: 100 }]).unwrap();
+        for suffix in ["", "-wal", "-shm", ".lock"] {
+            let p = files::beside(&path, suffix);
+            let (mode, _) = files::mode_of(&std::fs::File::open(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))).unwrap();
+            assert_eq!(mode, 0o600, "{}", p.display());
+        }
+        // Read as plain bytes while the store is open (its WAL not checkpointed yet).
+        let header = std::fs::read(&path).unwrap();
+        assert_eq!((&header[60..64], &header[68..72]), (&SCHEMA_VERSION.to_be_bytes()[..], &APPLICATION_ID.to_be_bytes()[..]));
+    }
+
+    #[test]
+    fn a_second_open_of_a_ledger_is_refused_naming_the_holders_pid() {
+        let dir = mcp_devtools::TempDir::new("locked");
+        let path = dir.path().join("l.db");
+        let first = SqliteStore::open(&path).unwrap();
+        match SqliteStore::open(&path) {
+            Err(e @ OpenError::Locked { holder_pid: Some(pid), .. }) => {
+                assert_eq!(pid, std::process::id());
+                assert!(e.to_string().contains(&format!("pid {pid}")), "{e}");
+            }
+            other => panic!("expected Locked, got {other:?}"),
+        }
+        drop(first);
+        assert!(SqliteStore::open(&path).is_ok(), "free once the first is closed");
     }
 }

@@ -1,9 +1,11 @@
 //! A JSON-lines journal for the packs that count effects across restarts (`ledger`, `basket`):
 //! one object per line, written before the tool answers (in the page cache: a kill of the
 //! process keeps it). A line torn by a kill can only be the last one, whose write was never
-//! answered: it is skipped on reading, and ended so the next line is whole.
+//! answered: it is skipped on reading, and ended so the next line is whole. A journal is
+//! created readable by its owner only (mode 0600), like the ledger beside it.
 
 use std::io::{BufRead, Write};
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::Path;
 
 use serde_json::Value;
@@ -26,7 +28,7 @@ impl JsonlJournal {
                 }
             }
         }
-        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(path)?;
         if torn {
             f.write_all(b"\n")?;
         }
@@ -36,5 +38,19 @@ impl JsonlJournal {
     /// Append one line.
     pub(crate) fn append(&mut self, v: &Value) -> std::io::Result<()> {
         writeln!(self.0, "{v}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_journal_is_created_owner_only() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = mcp_devtools::TempDir::new("journal-mode");
+        let path = dir.path().join("l.db.appends");
+        JsonlJournal::open(&path, |_| {}).unwrap().append(&serde_json::json!({"k": 1})).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
     }
 }

@@ -17,7 +17,12 @@ pub(crate) struct Journals<'a> {
     pub(crate) orders: Option<&'a std::path::Path>,
 }
 
+/// The packs [`build`] knows (the config refuses another name before anything starts).
+pub(crate) const KNOWN: [&str; 5] = ["conformance", "echo", "ledger", "soak", "basket"];
+
 /// Build the catalog contents for the named packs; baskets live `basket_idle_ttl_secs` unused.
+/// Their journals are opened (created) here: call it once the ledger they sit beside is
+/// locked for this process.
 pub(crate) fn build(names: &[String], journals: &Journals<'_>, basket_idle_ttl_secs: u64) -> Result<CatalogBuilder, String> {
     let mut b = CatalogBuilder::default();
     for n in names {
