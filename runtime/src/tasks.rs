@@ -499,7 +499,7 @@ impl Tasks {
         let _ = self.end(run, TaskStatus::Failed, &why, code::INTERNAL_ERROR).await;
     }
 
-    /// A task whose tool stopped without an outcome (it panicked): `failed`, recorded.
+    /// A task whose tool stopped without an outcome (it fired its own token, or its run was dropped unfinished): `failed`, recorded.
     pub async fn abandon(&self, run: &Run) {
         let _ = self.end(run, TaskStatus::Failed, "the task's tool stopped without a result", code::INTERNAL_ERROR).await;
     }

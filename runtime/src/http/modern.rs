@@ -125,7 +125,7 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
                 Err(e) => Dispatch::Ready(Err(e)),
                 Ok(Some(Some(call))) => {
                     let (owned, c) = (params.clone(), Arc::clone(catalog));
-                    let run = Box::new(move || c.dispatch("tools/call", owned.as_ref(), cx));
+                    let run = Box::new(move || c.dispatch_uncaught("tools/call", owned.as_ref(), cx));
                     Dispatch::Pending(sup.receipts().call(call, owner.clone(), run))
                 }
                 Ok(_) => catalog.dispatch(&method, params.as_ref(), cx),

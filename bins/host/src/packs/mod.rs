@@ -3,6 +3,7 @@
 mod basket;
 mod conformance;
 mod echo;
+mod faults;
 mod journal;
 mod ledger;
 mod soak;
@@ -24,10 +25,11 @@ pub(crate) fn build(names: &[String], journals: &Journals<'_>, basket_idle_ttl_s
         b = b.merge(match n.as_str() {
             "conformance" => conformance::pack(),
             "echo" => echo::pack(),
+            "faults" => faults::pack(),
             "ledger" => ledger::pack(journals.ledger)?,
             "soak" => soak::pack(),
             "basket" => basket::pack(basket::kind(basket_idle_ttl_secs), journals.orders)?,
-            other => return Err(format!("unknown tool pack {other:?} (known: conformance, echo, ledger, soak, basket)")),
+            other => return Err(format!("unknown tool pack {other:?} (known: conformance, echo, ledger, soak, basket, faults)")),
         });
     }
     Ok(b)
