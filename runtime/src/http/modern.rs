@@ -453,7 +453,7 @@ impl Inputs {
     }
 
     fn of(sup: &Supervisor, principal: Option<&str>, method: &str, params: Option<&Value>) -> Result<Inputs, String> {
-        let key = sup.request_state_key();
+        let keys = sup.request_state_keys();
         let responses = match params.and_then(|p| p.get("inputResponses")) {
             None => serde_json::Map::new(),
             Some(Value::Object(m)) => m.clone(),
@@ -461,7 +461,7 @@ impl Inputs {
         };
         let known = match params.and_then(|p| p.get("requestState")) {
             None => serde_json::Map::new(),
-            Some(Value::String(s)) => state::open(key, s, principal, &state::request_digest(method, params), unix_ms()).map_err(|r| r.describe().to_owned())?,
+            Some(Value::String(s)) => state::open(keys, s, principal, &state::request_digest(method, params), unix_ms()).map_err(|r| r.describe().to_owned())?,
             Some(_) => return Err("requestState must be a string".into()),
         };
         Ok(Inputs { allowed: true, known, responses, ttl_ms: sup.config().modern.request_state_ttl_secs.saturating_mul(1000), ..Inputs::none() })
