@@ -17,10 +17,17 @@
 //!   over the caller's count bound, changes nothing.
 //! - The ledger holds an HMAC of each handle as its key and the handle's random part sealed
 //!   (XOR with an HMAC keystream of a key derived from the ledger's secret): the file alone
-//!   yields no usable handle.
+//!   yields no usable handle. Unsealing is verified: a handle is listed only if its HMAC is
+//!   the name of the record it came from.
+//! - A key rotation (`ledger.previous_key_files`) loses no handle: one not found under its
+//!   current name is looked up under each previous key's, and moved to its current name by
+//!   its next write (a use or an update: the old record and index entry go in the same batch,
+//!   so it is never under both names or neither).
 
 use std::sync::Arc;
 
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use bytes::Bytes;
 use hmac::{Hmac, Mac};
 use serde::Serialize;
@@ -74,6 +81,9 @@ pub struct Handles {
     id_key: Hmac<Sha256>,
     /// Makes the keystream its random part is sealed with.
     seal_key: Hmac<Sha256>,
+    /// The `(id_key, seal_key)` of each previous secret (`ledger.previous_key_files`): records
+    /// made before a rotation.
+    previous: Vec<(Hmac<Sha256>, Hmac<Sha256>)>,
     /// Async locks (held across the commit, never across anything else), by stripe.
     stripes: Box<[tokio::sync::Mutex<()>]>,
 }
@@ -99,12 +109,15 @@ impl Handles {
     /// The store of `ledger`.
     #[must_use]
     pub fn new(ledger: &Ledger) -> Handles {
-        let key = |purpose: &str| <Hmac<Sha256>>::new_from_slice(&ledger.derive(purpose)).expect("hmac takes any key length");
+        let keys = |purpose: &str| ledger.derive_rotated(purpose).into_iter().map(|k| <Hmac<Sha256>>::new_from_slice(&k).expect("hmac takes any key length"));
+        let mut pairs = keys("mcp-host handle id v1").zip(keys("mcp-host handle seal v1"));
+        let (id_key, seal_key) = pairs.next().expect("the current secret's keys come first");
         Handles {
             writer: Arc::clone(&ledger.writer),
             clock: ledger.clock,
-            id_key: key("mcp-host handle id v1"),
-            seal_key: key("mcp-host handle seal v1"),
+            id_key,
+            seal_key,
+            previous: pairs.collect(),
             stripes: (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
         }
     }
@@ -127,24 +140,48 @@ impl Handles {
         codec::hex(&xor(random, &hmac_of(&self.seal_key, id.as_bytes())))
     }
 
+    /// The handle a record named `id` seals: the one, under the current or a previous key,
+    /// whose HMAC under that key is `id` (`None` for a record sealed under none of them).
     fn unseal(&self, kind: &HandleKind, id: &str, sealed: &str) -> Option<String> {
         let bytes: Vec<u8> = (0..sealed.len() / 2).map(|i| u8::from_str_radix(sealed.get(2 * i..2 * i + 2)?, 16).ok()).collect::<Option<_>>()?;
-        let random: [u8; HANDLE_RANDOM_BYTES] = xor(&bytes, &hmac_of(&self.seal_key, id.as_bytes())).try_into().ok()?;
-        Some(kind.mint(&random))
+        std::iter::once((&self.id_key, &self.seal_key)).chain(self.previous.iter().map(|(i, s)| (i, s))).find_map(|(id_key, seal_key)| {
+            let random: [u8; HANDLE_RANDOM_BYTES] = xor(&bytes, &hmac_of(seal_key, id.as_bytes())).try_into().ok()?;
+            let handle = kind.mint(&random);
+            (ledger_name(id_key, &handle) == id).then_some(handle)
+        })
     }
 
     /// The record of `handle` (whose ledger name is `id`) if it is a live handle of `kind`
-    /// bound to `principal`.
-    fn find(&self, kind: &HandleKind, principal: Option<&str>, handle: &str, id: &str) -> Result<HandleRecord, HandleError> {
+    /// bound to `principal`, and the previous key's name it was found under, if not `id`.
+    fn find(&self, kind: &HandleKind, principal: Option<&str>, handle: &str, id: &str) -> Result<(HandleRecord, Option<String>), HandleError> {
         let missing = || HandleError::NotFound(kind.not_found(handle));
         if !kind.is_shaped(handle) {
             return Err(missing());
         }
-        let record = self.read(id)?.ok_or_else(missing)?;
+        let (record, old) = match self.read(id)? {
+            Some(r) => (r, None),
+            None => self.find_previous(handle, id)?.ok_or_else(missing)?,
+        };
         if record.kind != kind.prefix || record.principal.as_deref() != principal {
             return Err(missing());
         }
-        Ok(record)
+        Ok((record, old))
+    }
+
+    /// `handle`'s record under a previous key's name (made before a rotation).
+    fn find_previous(&self, handle: &str, id: &str) -> Result<Option<(HandleRecord, Option<String>)>, HandleError> {
+        if self.previous.is_empty() {
+            return Ok(None);
+        }
+        for (id_key, _) in &self.previous {
+            let old = ledger_name(id_key, handle);
+            if let Some(r) = self.read(&old)? {
+                return Ok(Some((r, Some(old))));
+            }
+        }
+        // Moved to `id` since it was first read (a move is one batch: had it not been under
+        // its old name, it was under `id` by then).
+        Ok(self.read(id)?.map(|r| (r, None)))
     }
 
     fn read(&self, id: &str) -> Result<Option<HandleRecord>, HandleError> {
@@ -182,6 +219,23 @@ impl Handles {
             Op::IndexAdd { index: index.clone(), member: id.to_owned(), score: expires_ms, expires_ms },
             Op::Expire { name: index, expires_ms },
         ]
+    }
+
+    /// [`Handles::put`], and for a record found under a previous key's name `old`, its move:
+    /// sealed again under the current key, its old record and index entry dropped, all in the
+    /// one batch.
+    fn put_moved(&self, kind: &HandleKind, handle: &str, id: &str, mut record: HandleRecord, old: Option<String>) -> Vec<Op> {
+        let Some(old) = old else { return self.put(kind, id, &record) };
+        // A found handle is well shaped, so this is its random part; were it not, it stays
+        // where it is.
+        let Some(random) = handle.strip_prefix(kind.prefix).and_then(|r| r.strip_prefix('_')).and_then(|r| URL_SAFE_NO_PAD.decode(r).ok()) else {
+            return self.put(kind, &old, &record);
+        };
+        record.sealed = self.seal(id, &random);
+        let index = codec::handles_index(kind.prefix, record.principal.as_deref());
+        let mut ops = vec![Op::Delete { key: codec::handle_key(&old) }, Op::IndexRemove { index, member: old }];
+        ops.extend(self.put(kind, id, &record));
+        ops
     }
 
     /// Hand `ops` to the ledger and wait until they are committed (at most the commit wait).
@@ -239,19 +293,22 @@ impl Handles {
         // The use is recorded in the background, at most once per `touch_slack_ms` (the
         // record's expiry allows for the ones skipped), and not while the writer is backed up:
         // a lost use only shortens the idle TTL.
-        let due = |r: &HandleRecord, now: u64| now.saturating_sub(r.used_ms) >= kind.touch_slack_ms() && !self.writer.skip_optional();
-        let record = self.find(kind, principal, handle, &id)?;
-        if !due(&record, self.now()) {
+        // A handle under a previous key's name is moved by its use (as an update moves it).
+        let due = |r: &HandleRecord, moved: bool, now: u64| (moved || now.saturating_sub(r.used_ms) >= kind.touch_slack_ms()) && !self.writer.skip_optional();
+        let (record, old) = self.find(kind, principal, handle, &id)?;
+        if !due(&record, old.is_some(), self.now()) {
             // Nothing to record: no wait for the stripe (an update may hold it through a
             // commit).
             return Ok(record.value);
         }
         let _turn = self.stripe(&id).lock().await;
-        let mut record = self.find(kind, principal, handle, &id)?;
+        let (mut record, old) = self.find(kind, principal, handle, &id)?;
         let now = self.now();
-        if due(&record, now) {
+        if due(&record, old.is_some(), now) {
             record.used_ms = now;
-            self.writer.submit(self.put(kind, &id, &record));
+            let value = record.value.clone();
+            self.writer.submit(self.put_moved(kind, handle, &id, record, old));
+            return Ok(value);
         }
         Ok(record.value)
     }
@@ -265,12 +322,12 @@ impl Handles {
     pub async fn update<R>(&self, kind: &HandleKind, principal: Option<&str>, handle: &str, change: impl FnOnce(&mut Value) -> Result<R, String>) -> Result<R, HandleError> {
         let id = self.id(handle);
         let _turn = self.stripe(&id).lock().await;
-        let mut record = self.find(kind, principal, handle, &id)?;
+        let (mut record, old) = self.find(kind, principal, handle, &id)?;
         let out = change(&mut record.value).map_err(HandleError::Refused)?;
         Self::checked(kind, Some(handle), &record.value)?;
         record.version += 1;
         record.used_ms = self.now().max(record.used_ms);
-        self.commit(self.put(kind, &id, &record)).await?;
+        self.commit(self.put_moved(kind, handle, &id, record, old)).await?;
         Ok(out)
     }
 
@@ -281,9 +338,10 @@ impl Handles {
     pub async fn destroy(&self, kind: &HandleKind, principal: Option<&str>, handle: &str) -> Result<(), HandleError> {
         let id = self.id(handle);
         let _turn = self.stripe(&id).lock().await;
-        let record = self.find(kind, principal, handle, &id)?;
+        let (record, old) = self.find(kind, principal, handle, &id)?;
         let index = codec::handles_index(kind.prefix, record.principal.as_deref());
-        self.commit(vec![Op::Delete { key: codec::handle_key(&id) }, Op::IndexRemove { index, member: id }]).await
+        let name = old.unwrap_or(id);
+        self.commit(vec![Op::Delete { key: codec::handle_key(&name) }, Op::IndexRemove { index, member: name }]).await
     }
 
     /// The caller's live handles of `kind` with their values, oldest expiry first.
@@ -328,7 +386,8 @@ fn from_value<T: DeserializeOwned>(kind: &HandleKind, v: Value) -> Result<T, Han
 impl HandleScope<'_> {
     /// A stable name of `handle` that does not give it away (128 bits of its HMAC under a
     /// key derived from the ledger's secret, hex): for logs, journals and ids derived from
-    /// a handle, which must never carry the handle itself.
+    /// a handle, which must never carry the handle itself. Stable while the ledger's key is:
+    /// a key rotation changes it.
     #[must_use]
     pub fn tag(&self, handle: &str) -> String {
         self.store.id(handle)
@@ -382,3 +441,6 @@ impl HandleScope<'_> {
         self.store.list(self.kind, self.principal).await?.into_iter().map(|(h, v)| Ok((h, from_value(self.kind, v)?))).collect()
     }
 }
+
+#[cfg(test)]
+mod tests;

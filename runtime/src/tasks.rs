@@ -21,6 +21,8 @@
 //! - A task ends by `tasks.ttl_secs` after its creation at the latest: its tool is stopped
 //!   and its place freed when its record expires (it is unknown from then on, as every task
 //!   past its TTL).
+//! - A key rotation (`ledger.previous_key_files`) loses no task: one recorded before it is
+//!   read under its previous key's name (it stays there until it expires).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -179,6 +181,9 @@ pub struct Tasks {
     clock: crate::clock::Clock,
     run: u64,
     id_key: Hmac<Sha256>,
+    /// The id keys of the previous secrets (`ledger.previous_key_files`): tasks recorded
+    /// before a rotation.
+    previous_id_keys: Vec<Hmac<Sha256>>,
     settings: TaskSettings,
     /// Tasks running here, by the HMAC of their id. Held for a map operation, never across
     /// an await.
@@ -197,11 +202,13 @@ impl Tasks {
     /// The tasks of `ledger`, kept as `settings` say.
     #[must_use]
     pub fn new(ledger: &Ledger, settings: TaskSettings) -> Tasks {
+        let mut keys = ledger.derive_rotated("mcp-host task id v1").into_iter().map(|k| <Hmac<Sha256>>::new_from_slice(&k).expect("hmac takes any key length"));
         Tasks {
             writer: Arc::clone(&ledger.writer),
             clock: ledger.clock,
             run: ledger.run,
-            id_key: <Hmac<Sha256>>::new_from_slice(&ledger.derive("mcp-host task id v1")).expect("hmac takes any key length"),
+            id_key: keys.next().expect("the current secret's key comes first"),
+            previous_id_keys: keys.collect(),
             settings,
             live: Mutex::new(HashMap::new()),
             counts: Arc::default(),
@@ -398,7 +405,7 @@ impl Tasks {
             }
             return Ok(run.state.lock().view.clone());
         }
-        let record = self.read(&hmac)?.filter(|r| r.principal.as_deref() == principal).ok_or(TaskError::NotFound)?;
+        let (record, hmac) = self.read_named(hmac, id)?.filter(|(r, _)| r.principal.as_deref() == principal).ok_or(TaskError::NotFound)?;
         let mut view = TaskView { task_id: id.to_owned(), ..record.view.clone() };
         if !view.status.is_final() {
             // Not running here: the process that ran it is gone (a graceful stop records that
@@ -414,6 +421,21 @@ impl Tasks {
             }
         }
         Ok(view)
+    }
+
+    /// The record of task `id` and its name: `hmac` (its name under the current key), else
+    /// its name under a previous key (recorded before a rotation).
+    fn read_named(&self, hmac: String, id: &str) -> Result<Option<(TaskRecord, String)>, TaskError> {
+        if let Some(r) = self.read(&hmac)? {
+            return Ok(Some((r, hmac)));
+        }
+        for key in &self.previous_id_keys {
+            let old = crate::handles::ledger_name(key, id);
+            if let Some(r) = self.read(&old)? {
+                return Ok(Some((r, old)));
+            }
+        }
+        Ok(None)
     }
 
     fn read(&self, hmac: &str) -> Result<Option<TaskRecord>, TaskError> {
@@ -500,7 +522,7 @@ impl Tasks {
         let _ = self.end(run, TaskStatus::Failed, &why, code::INTERNAL_ERROR).await;
     }
 
-    /// A task whose tool stopped without an outcome (it panicked): `failed`, recorded.
+    /// A task whose tool stopped without an outcome (it fired its own token, or its run was dropped unfinished): `failed`, recorded.
     pub async fn abandon(&self, run: &Run) {
         let _ = self.end(run, TaskStatus::Failed, "the task's tool stopped without a result", code::INTERNAL_ERROR).await;
     }
@@ -537,3 +559,6 @@ fn put_record(hmac: &str, mut record: TaskRecord) -> Op {
     let expires_ms = record.view.created_ms.saturating_add(record.view.ttl_ms);
     Op::Put { key: codec::task_key(hmac), value: Bytes::from(codec::encode(&Record::Task(record))), expires_ms }
 }
+
+#[cfg(test)]
+mod tests;

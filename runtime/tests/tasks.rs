@@ -172,7 +172,8 @@ async fn a_task_whose_tool_panics_reads_failed_not_working() {
     let created = h.send(call(1, "panicky_job", caps_with_tasks())).await.json().await;
     let task = created["result"]["taskId"].as_str().unwrap().to_owned();
     let failed = until_status(&h, &task, "", "failed").await;
-    assert_eq!(failed["result"]["statusMessage"], "the task's tool stopped without a result", "{failed}");
+    // Caught at the call boundary: the one error table's internal error, as for a call.
+    assert_eq!(failed["result"]["error"], json!({"code": -32603, "message": "Internal error"}), "{failed}");
 }
 
 #[actix_web::test]

@@ -51,7 +51,7 @@ pub(crate) struct Flags {
     pub(crate) client_request_timeout_secs: Option<u64>,
     /// Tool packs to serve (comma-separated): conformance, echo, ledger (a write tool with
     /// idempotency keys, for fault-injection runs), soak (tools the soak run drives), basket
-    /// (SEP-2567's state-handle example).
+    /// (SEP-2567's state-handle example), faults (a tool that panics).
     #[arg(long, value_delimiter = ',')]
     pub(crate) packs: Option<Vec<String>>,
     /// How long a basket of the basket pack lives unused (s); its tool description says so.

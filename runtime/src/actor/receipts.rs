@@ -19,13 +19,17 @@ use crate::ledger::codec::{self, Outcome, ReceiptRecord, ReceiptState, Record};
 use crate::ledger::{Durability, Op};
 use crate::proto::jsonrpc::{ErrorObject, code};
 use crate::proto::receipt::{Answer, Arrival, Decision, ReceiptTable, Stored, Waiter};
+use crate::tools::unwind::CatchUnwind;
 use crate::tools::{BoxFuture, CallToolResult, Dispatch, IdempotentCall};
 
 /// Where a call answered from a receipt says so: `_meta["io.mcp-host/idempotency"]` is
 /// `"replayed"` (from a finished execution) or `"attached"` (it waited for one running).
 pub const IDEMPOTENCY_RESULT_META: &str = "io.mcp-host/idempotency";
 
-/// Runs the execution of a call once its receipt allows it.
+/// Runs the execution of a call once its receipt allows it: the tool's dispatch with its
+/// panic uncaught ([`crate::tools::Catalog::dispatch_uncaught`]), so that a panic unwinds
+/// through the execution (its receipt stays `Running`: outcome unknown) to [`Receipts::call`],
+/// which answers it.
 pub(crate) type Run = Box<dyn FnOnce() -> Dispatch + Send>;
 
 impl Waiter for oneshot::Sender<Answer> {
@@ -67,10 +71,11 @@ impl Receipts {
     }
 
     /// Serve `call` of its caller (`principal`: the principal, or without authentication the address) under its receipt: `run` executes it, at most once per key
-    /// while the receipt is kept.
+    /// while the receipt is kept. A tool that panics is answered `-32603` and its receipt left
+    /// `Running`: a retry with its key reads "interrupted, outcome unknown".
     pub(crate) fn call(self: &Arc<Self>, call: IdempotentCall, principal: Option<Arc<str>>, run: Run) -> BoxFuture<Result<Value, ErrorObject>> {
         let this = Arc::clone(self);
-        Box::pin(async move {
+        let served = Box::pin(async move {
             let key = codec::receipt_key(principal.as_deref(), &call.key);
             let (tx, rx) = oneshot::channel();
             let arrival = this.table.lock().arrive(&key, &call.digest, call.idempotent, tx);
@@ -92,7 +97,10 @@ impl Receipts {
                     }
                 }
             }
-        })
+        });
+        // The execution's guard is dropped armed by the unwinding: the callers attached to it
+        // are told the outcome is unknown, and the `Running` receipt says so to later ones.
+        Box::pin(async move { CatchUnwind::new(served).await.unwrap_or_else(|p| Err(p.to_error_object())) })
     }
 
     /// The receipt the ledger holds for `key`; `None` when it cannot be read.

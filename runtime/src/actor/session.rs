@@ -662,7 +662,7 @@ impl SessionActor {
                     Ok(Some(Some(call))) => {
                         // Executed only if its receipt allows it.
                         let owned = params.clone();
-                        let run = Box::new(move || catalog.dispatch("tools/call", owned.as_ref(), cx));
+                        let run = Box::new(move || catalog.dispatch_uncaught("tools/call", owned.as_ref(), cx));
                         Dispatch::Pending(self.sup.receipts().call(call, self.owner.clone(), run))
                     }
                     Ok(_) => catalog.dispatch(&method, params.as_ref(), cx),

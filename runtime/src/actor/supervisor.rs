@@ -113,8 +113,9 @@ impl RateLimiter {
 
 /// Process-wide owner of sessions.
 pub struct Supervisor {
-    /// Seals 2026-07-28 `requestState` values (derived from the ledger's key once).
-    state_key: [u8; 32],
+    /// Seal 2026-07-28 `requestState` values (derived from the ledger's key once): the
+    /// current key first (it seals), then the previous keys' (they still open).
+    state_keys: Vec<[u8; 32]>,
     /// 2026-07-28 results encoded once (the fixed ones whole, the tails of the others).
     modern_results: crate::proto::modern::ModernResults,
     /// Tasks (the 2026-07-28 tasks extension), recorded in the ledger.
@@ -346,7 +347,7 @@ impl Supervisor {
             crate::tasks::TaskSettings { ttl_ms: t.ttl_secs.saturating_mul(1000), poll_ms: t.poll_interval_ms, max_per_caller: t.max_per_caller, max_kept_per_caller: t.max_kept_per_caller, max_result_bytes: t.max_result_bytes },
         ));
         Arc::new(Supervisor {
-            state_key: stream_env.ledger.ledger.derive("mcp-host requestState v1"),
+            state_keys: stream_env.ledger.ledger.derive_rotated("mcp-host requestState v1"),
             modern_results,
             tasks,
             key: cursor_key,
@@ -425,7 +426,14 @@ impl Supervisor {
     /// node with the key file continues a multi-round-trip request).
     #[must_use]
     pub fn request_state_key(&self) -> &[u8; 32] {
-        &self.state_key
+        &self.state_keys[0]
+    }
+
+    /// The keys a `requestState` opens with: [`Supervisor::request_state_key`], then those of
+    /// the previous ledger keys (`ledger.previous_key_files`), so a rotation voids none.
+    #[must_use]
+    pub fn request_state_keys(&self) -> &[[u8; 32]] {
+        &self.state_keys
     }
 
     /// The name the ledger records a session under (its id's HMAC, hex): for operators'

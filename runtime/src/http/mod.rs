@@ -326,7 +326,7 @@ fn dispatch(req: &HttpRequest, sup: &Arc<Supervisor>, admitted: Admitted, found:
         Command::Preflight => {
             let mut b = HttpResponse::NoContent();
             let requested = req.headers().get(header::ACCESS_CONTROL_REQUEST_HEADERS).and_then(|v| v.to_str().ok());
-            for (k, v) in cors_preflight_headers(requested) {
+            for (k, v) in cors_preflight_headers(requested)? {
                 b.insert_header((k, v));
             }
             Ok(Next::Ready(b.finish()))

@@ -138,7 +138,7 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
                 Err(e) => Dispatch::Ready(Err(e)),
                 Ok(Some(Some(call))) => {
                     let (owned, c) = (params.clone(), Arc::clone(catalog));
-                    let run = Box::new(move || c.dispatch("tools/call", owned.as_ref(), cx));
+                    let run = Box::new(move || c.dispatch_uncaught("tools/call", owned.as_ref(), cx));
                     Dispatch::Pending(sup.receipts().call(call, owner.clone(), run))
                 }
                 Ok(_) => catalog.dispatch(&method, params.as_ref(), cx),
@@ -466,7 +466,7 @@ impl Inputs {
     }
 
     fn of(sup: &Supervisor, principal: Option<&str>, method: &str, params: Option<&Value>) -> Result<Inputs, String> {
-        let key = sup.request_state_key();
+        let keys = sup.request_state_keys();
         let responses = match params.and_then(|p| p.get("inputResponses")) {
             None => serde_json::Map::new(),
             Some(Value::Object(m)) => m.clone(),
@@ -474,7 +474,7 @@ impl Inputs {
         };
         let known = match params.and_then(|p| p.get("requestState")) {
             None => serde_json::Map::new(),
-            Some(Value::String(s)) => state::open(key, s, principal, &state::request_digest(method, params), unix_ms()).map_err(|r| r.describe().to_owned())?,
+            Some(Value::String(s)) => state::open(keys, s, principal, &state::request_digest(method, params), unix_ms()).map_err(|r| r.describe().to_owned())?,
             Some(_) => return Err("requestState must be a string".into()),
         };
         Ok(Inputs { allowed: true, known, responses, ttl_ms: sup.config().modern.request_state_ttl_secs.saturating_mul(1000), ..Inputs::none() })

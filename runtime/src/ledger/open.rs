@@ -151,7 +151,7 @@ impl Ledger {
             Some(f) if f == fingerprint.as_bytes() => {}
             // Written with a previous key: rotated (the current key's fingerprint goes in below).
             Some(f) if previous.iter().any(|p| f == fingerprint_of(p).as_bytes()) => {
-                tracing::info!(path, "ledger key rotated: sessions recorded under the previous key move to the current one on first use");
+                tracing::info!(path, "ledger key rotated: sessions and state handles recorded under the previous key move to the current one on first use");
             }
             Some(_) => return Err(OpenError::KeyMismatch { path: path.to_owned() }),
             None => {}
@@ -205,6 +205,13 @@ impl Ledger {
         derive_key(&self.secret, purpose)
     }
 
+    /// The keys for `purpose` under the current secret (first: what is made now) and under
+    /// each previous one (`ledger.previous_key_files`: what was made before a rotation, still
+    /// read).
+    pub(crate) fn derive_rotated(&self, purpose: &str) -> Vec<[u8; 32]> {
+        std::iter::once(&self.secret).chain(&self.previous).map(|s| derive_key(s, purpose)).collect()
+    }
+
     /// The id of the key cursors and session HMACs are made with: the first hex digits of its
     /// fingerprint (not secret).
     #[must_use]
@@ -239,6 +246,17 @@ impl Ledger {
         };
         let previous = l.previous_key_files.iter().map(|p| read_key(Path::new(p), l.allow_insecure_key)).collect::<Result<Vec<_>, _>>()?;
         Ledger::start(Arc::new(store), secret, previous, cfg, &l.path, true)
+    }
+}
+
+#[cfg(test)]
+impl Ledger {
+    /// The SQLite ledger `dir/l.db` with `secret`, `previous` being the secrets it was
+    /// written with before rotations (as `ledger.previous_key_files` lists them).
+    pub(crate) fn sqlite_for_tests(dir: &mcp_devtools::TempDir, secret: &[u8], previous: &[&[u8]]) -> Ledger {
+        let path = dir.path().join("l.db").display().to_string();
+        let store = SqliteStore::open(Path::new(&path)).expect("a test ledger");
+        Ledger::start(Arc::new(store), secret.to_vec(), previous.iter().map(|p| p.to_vec()).collect(), &RuntimeConfig::default(), &path, true).expect("a test ledger")
     }
 }
 

@@ -260,21 +260,44 @@ pub fn cors_headers(origin: &str) -> [(&'static str, String); 3] {
     [("Access-Control-Allow-Origin", origin.to_owned()), ("Access-Control-Expose-Headers", CORS_EXPOSE_HEADERS.into()), ("Vary", "Origin".into())]
 }
 
+/// Most `Mcp-Param-{Name}` headers one preflight may ask for ([`cors_preflight_headers`]).
+pub const CORS_MAX_PARAM_HEADERS: usize = 64;
+
 /// Extra headers of a preflight answer (besides [`cors_headers`]). `requested` is the
 /// preflight's `Access-Control-Request-Headers`: the `Mcp-Param-{Name}` headers it names are
 /// allowed too (2026-07-28 mirrors annotated tool arguments in them, and a name pattern cannot
-/// be listed), each if it is a valid header name.
-#[must_use]
-pub fn cors_preflight_headers(requested: Option<&str>) -> [(&'static str, String); 3] {
-    let mut allow = CORS_ALLOW_HEADERS.to_owned();
+/// be listed), each if it is a valid header name, each once.
+///
+/// Runs before authentication, so its cost is linear in `requested` and its answer bounded:
+/// one pass, stopped at the first name past [`CORS_MAX_PARAM_HEADERS`]; a name is compared
+/// only with the (at most that many) names already allowed.
+///
+/// # Errors
+/// [`Rejection::TooManyParamHeaders`] when `requested` names more than
+/// [`CORS_MAX_PARAM_HEADERS`] well-formed `Mcp-Param-*` headers (repeats count).
+pub fn cors_preflight_headers(requested: Option<&str>) -> Result<[(&'static str, String); 3], Rejection> {
+    let (mut params, mut named): (Vec<&str>, usize) = (Vec::new(), 0);
     for h in requested.into_iter().flat_map(|r| r.split(',')).map(str::trim) {
         let is_param = h.len() > 10 && h[..10].eq_ignore_ascii_case("mcp-param-") && h.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
-        if is_param && !allow.split(", ").any(|a| a.eq_ignore_ascii_case(h)) {
-            allow.push_str(", ");
-            allow.push_str(h);
+        if !is_param {
+            continue;
+        }
+        named += 1;
+        if named > CORS_MAX_PARAM_HEADERS {
+            return Err(Rejection::TooManyParamHeaders);
+        }
+        // Unique by case-insensitive name; none of `CORS_ALLOW_HEADERS` starts with `Mcp-Param-`.
+        if !params.iter().any(|a| a.eq_ignore_ascii_case(h)) {
+            params.push(h);
         }
     }
-    [("Access-Control-Allow-Methods", CORS_ALLOW_METHODS.into()), ("Access-Control-Allow-Headers", allow), ("Access-Control-Max-Age", "600".into())]
+    let mut allow = String::with_capacity(CORS_ALLOW_HEADERS.len() + params.iter().map(|p| p.len() + 2).sum::<usize>());
+    allow.push_str(CORS_ALLOW_HEADERS);
+    for p in params {
+        allow.push_str(", ");
+        allow.push_str(p);
+    }
+    Ok([("Access-Control-Allow-Methods", CORS_ALLOW_METHODS.into()), ("Access-Control-Allow-Headers", allow), ("Access-Control-Max-Age", "600".into())])
 }
 
 #[derive(Debug, Clone, Copy, Default)]

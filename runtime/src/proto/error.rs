@@ -2,6 +2,7 @@
 //! its extra headers, defined once. The HTTP layer renders [`Rejection`] and nothing else;
 //! README's error table is generated from the same rows (`Rejection::table`).
 
+use super::admission::CORS_MAX_PARAM_HEADERS;
 use super::ids::JsonRpcId;
 use super::jsonrpc::{ErrorObject, code};
 use super::limits::{Limit, LimitExceeded};
@@ -123,6 +124,9 @@ pub enum Rejection {
     /// A header the endpoint reads is not visible ASCII.
     #[error("Bad Request: the {0} header is not visible ASCII")]
     InvalidHeader(&'static str),
+    /// A CORS preflight asks for more than [`CORS_MAX_PARAM_HEADERS`] `Mcp-Param-*` headers.
+    #[error("Bad Request: Access-Control-Request-Headers names more than {CORS_MAX_PARAM_HEADERS} Mcp-Param-* headers")]
+    TooManyParamHeaders,
     /// Body is not JSON.
     #[error("Parse error")]
     Parse,
@@ -246,6 +250,7 @@ impl Rejection {
             Rejection::BodyTimeout => 408,
             Rejection::MethodNotAllowed => 405,
             Rejection::InvalidHeader(_)
+            | Rejection::TooManyParamHeaders
             | Rejection::Parse
             | Rejection::InvalidMessage { .. }
             | Rejection::LimitExceeded(_)
@@ -297,6 +302,7 @@ impl Rejection {
             | Rejection::BodyTimeout
             | Rejection::MethodNotAllowed
             | Rejection::InvalidHeader(_)
+            | Rejection::TooManyParamHeaders
             | Rejection::MissingSession
             | Rejection::UnsupportedVersion(_) => code::TRANSPORT,
         }
@@ -385,6 +391,7 @@ impl Rejection {
             Rejection::BodyTimeout => "body_timeout",
             Rejection::MethodNotAllowed => "method",
             Rejection::InvalidHeader(_) => "invalid_header",
+            Rejection::TooManyParamHeaders => "preflight_headers",
             Rejection::Parse => "parse",
             Rejection::InvalidMessage { .. } => "invalid_message",
             Rejection::LimitExceeded(l) => match l.limit {
@@ -434,7 +441,7 @@ impl Rejection {
     }
 
     /// Every value [`Rejection::cause`] can return.
-    pub const CAUSES: [&'static str; 50] = [
+    pub const CAUSES: [&'static str; 51] = [
         "origin",
         "host",
         "unauthorized",
@@ -444,6 +451,7 @@ impl Rejection {
         "body_timeout",
         "method",
         "invalid_header",
+        "preflight_headers",
         "parse",
         "invalid_message",
         "limit.json",
@@ -503,6 +511,7 @@ impl Rejection {
             (Rejection::BodyTimeout, "the body did not arrive in full within `security.body_read_timeout_ms`"),
             (Rejection::MethodNotAllowed, "method other than POST, GET, DELETE; OPTIONS that is not a CORS preflight"),
             (Rejection::InvalidHeader("Last-Event-ID"), "a header the endpoint reads (`Accept`, `Content-Type`, `Origin`, `Host`, `Authorization`, `MCP-Session-Id`, `MCP-Protocol-Version`, `Last-Event-ID`, `Access-Control-Request-Method`) is not visible ASCII"),
+            (Rejection::TooManyParamHeaders, "a CORS preflight's `Access-Control-Request-Headers` names more than 64 `Mcp-Param-*` headers (repeats count)"),
             (Rejection::Parse, "body is not JSON"),
             (
                 Rejection::InvalidMessage { reason: "example".into(), id: None },
@@ -551,6 +560,7 @@ mod tests {
             (413, code::TRANSPORT),
             (408, code::TRANSPORT),
             (405, code::TRANSPORT),
+            (400, code::TRANSPORT),
             (400, code::TRANSPORT),
             (400, code::PARSE_ERROR),
             (400, code::INVALID_REQUEST),

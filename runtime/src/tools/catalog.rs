@@ -459,8 +459,20 @@ impl Catalog {
     }
 
     /// Dispatch a catalog method. `cx` is called only for `tools/call`, `prompts/get` and
-    /// `resources/read`.
+    /// `resources/read`. A handler that panics (making its future, or in any poll of it) ends
+    /// only this call, answered `-32603` (see [`super::unwind`]).
     pub fn dispatch(&self, method: &str, params: Option<&Value>, cx: impl FnOnce() -> ToolContext) -> Dispatch {
+        match super::unwind::catch(|| self.dispatch_uncaught(method, params, cx)) {
+            Ok(Dispatch::Ready(r)) => Dispatch::Ready(r),
+            Ok(Dispatch::Pending(fut)) => Dispatch::Pending(Box::pin(async move { super::unwind::CatchUnwind::new(fut).await.unwrap_or_else(|p| Err(p.to_error_object())) })),
+            Err(p) => Dispatch::Ready(Err(p.to_error_object())),
+        }
+    }
+
+    /// [`Catalog::dispatch`] with a handler's panic left to unwind, for a caller that catches
+    /// it itself and must tell it from an answer (receipts: a panicked call's outcome is
+    /// unknown, not an error to replay).
+    pub(crate) fn dispatch_uncaught(&self, method: &str, params: Option<&Value>, cx: impl FnOnce() -> ToolContext) -> Dispatch {
         use Dispatch::Ready;
         if let Some(r) = self.list(method, params) {
             return Ready(r);

@@ -9,6 +9,7 @@ mod context;
 mod helpers;
 mod schema;
 mod types;
+pub(crate) mod unwind;
 
 pub use catalog::{Catalog, CatalogBuilder, CatalogError, Dispatch, IDEMPOTENCY_KEY_MAX_BYTES, IDEMPOTENCY_KEY_META, IdempotentCall, ServerInfo, match_template, resource_not_found};
 pub use changes::{ChangeFeed, Changes, UPDATE_QUEUE};

@@ -237,6 +237,18 @@ pub fn catalog(gate: Gate) -> Catalog {
             panic!("a tool's bug");
         }))
         .tool(tool_fn(
+            ToolSpec::new("panics", "Panics: before returning its future (when: call), in its first poll (poll), or after waiting once (later)", json!({"type":"object","properties":{"when":{"type":"string"}}})),
+            |a: Value, _| {
+                assert!(a["when"] != "call", "a tool's bug before its future");
+                async move {
+                    if a["when"] == "later" {
+                        tokio::task::yield_now().await;
+                    }
+                    panic!("a tool's bug in its future");
+                }
+            },
+        ))
+        .tool(tool_fn(
             ToolSpec::new("regional", "Echoes its region, which 2026-07-28 clients mirror in Mcp-Param-Region", json!({"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"}},"required":["region"]})),
             |a: Value, _| async move { Ok(CallToolResult::text(a["region"].as_str().unwrap_or_default())) },
         ))

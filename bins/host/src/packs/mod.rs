@@ -3,6 +3,7 @@
 mod basket;
 mod conformance;
 mod echo;
+mod faults;
 mod journal;
 mod ledger;
 mod soak;
@@ -18,7 +19,7 @@ pub(crate) struct Journals<'a> {
 }
 
 /// The packs [`build`] knows (the config refuses another name before anything starts).
-pub(crate) const KNOWN: [&str; 5] = ["conformance", "echo", "ledger", "soak", "basket"];
+pub(crate) const KNOWN: [&str; 6] = ["conformance", "echo", "ledger", "soak", "basket", "faults"];
 
 /// Build the catalog contents for the named packs; baskets live `basket_idle_ttl_secs` unused.
 /// Their journals are opened (created) here: call it once the ledger they sit beside is
@@ -29,10 +30,11 @@ pub(crate) fn build(names: &[String], journals: &Journals<'_>, basket_idle_ttl_s
         b = b.merge(match n.as_str() {
             "conformance" => conformance::pack(),
             "echo" => echo::pack(),
+            "faults" => faults::pack(),
             "ledger" => ledger::pack(journals.ledger)?,
             "soak" => soak::pack(),
             "basket" => basket::pack(basket::kind(basket_idle_ttl_secs), journals.orders)?,
-            other => return Err(format!("unknown tool pack {other:?} (known: conformance, echo, ledger, soak, basket)")),
+            other => return Err(format!("unknown tool pack {other:?} (known: conformance, echo, ledger, soak, basket, faults)")),
         });
     }
     Ok(b)

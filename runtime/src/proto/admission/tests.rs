@@ -201,10 +201,23 @@ fn a_limit_refusal_of_a_modern_request_echoes_its_id() {
 
 #[test]
 fn a_preflight_allows_the_mirrored_argument_headers_it_asks_for() {
-    let allow = |req: Option<&str>| cors_preflight_headers(req)[1].1.clone();
+    let allow = |req: Option<&str>| cors_preflight_headers(req).unwrap()[1].1.clone();
     assert_eq!(allow(None), CORS_ALLOW_HEADERS);
     let a = allow(Some("content-type, mcp-param-region, Mcp-Param-Tenant_Id, x-other, mcp-param-, mcp-param-bad header"));
     assert!(a.ends_with(", mcp-param-region, Mcp-Param-Tenant_Id"), "{a}");
     assert!(!a.contains("x-other") && !a.contains("bad"), "only well-formed Mcp-Param-* names are added: {a}");
     assert_eq!(allow(Some("mcp-name")), CORS_ALLOW_HEADERS, "already listed");
+    assert_eq!(allow(Some("mcp-param-a, MCP-PARAM-A")), format!("{CORS_ALLOW_HEADERS}, mcp-param-a"), "each once");
+}
+
+#[test]
+fn a_preflight_asking_for_more_than_64_argument_headers_is_refused() {
+    let names = |n: usize| (0..n).map(|i| format!("mcp-param-a{i}")).collect::<Vec<_>>().join(", ");
+    let allowed = cors_preflight_headers(Some(&format!("x-other, {}", names(CORS_MAX_PARAM_HEADERS)))).unwrap();
+    assert_eq!(allowed[1].1.matches("mcp-param-").count(), CORS_MAX_PARAM_HEADERS);
+    assert_eq!(cors_preflight_headers(Some(&names(CORS_MAX_PARAM_HEADERS + 1))), Err(Rejection::TooManyParamHeaders));
+    let repeated = vec!["mcp-param-a"; CORS_MAX_PARAM_HEADERS + 1].join(",");
+    assert_eq!(cors_preflight_headers(Some(&repeated)), Err(Rejection::TooManyParamHeaders), "repeats count");
+    assert_eq!(Rejection::TooManyParamHeaders.status(), 400);
+    assert!(Rejection::TooManyParamHeaders.to_string().contains("64"));
 }

@@ -1,7 +1,9 @@
 //! Sealed `requestState` of multi-round-trip requests (SPEC.md §4.9): the answers a request
 //! has collected so far, bound to its caller, a deadline and a digest of the original request,
 //! under an HMAC-SHA256 with a key derived from the ledger's key, so any node with the key can
-//! continue the request and nobody without it can forge, extend, move or reuse one.
+//! continue the request and nobody without it can forge, extend, move or reuse one. A state
+//! is sealed with the current key and opened with the current or a previous one (a key
+//! rotation does not void the states issued before it).
 //!
 //! Wire form: `v1.<base64url(JSON payload)>.<base64url(tag)>`, the tag over `v1.<payload>`.
 
@@ -79,20 +81,25 @@ pub fn seal(key: &[u8; 32], principal: Option<&str>, digest: &str, expires_ms: u
     format!("{body}.{t}")
 }
 
-/// Open a `requestState`: its answers, when it is ours, unexpired, the caller's and this
-/// request's.
+/// Open a `requestState`: its answers, when it is ours (its tag verifies under one of `keys`:
+/// the current key, then the previous ones), unexpired, the caller's and this request's.
 ///
 /// # Errors
 /// [`StateRefused`].
-pub fn open(key: &[u8; 32], state: &str, principal: Option<&str>, digest: &str, now_ms: u64) -> Result<Map<String, Value>, StateRefused> {
+pub fn open(keys: &[[u8; 32]], state: &str, principal: Option<&str>, digest: &str, now_ms: u64) -> Result<Map<String, Value>, StateRefused> {
     let (body, t) = state.rsplit_once('.').ok_or(StateRefused::Tampered)?;
     if !body.starts_with(PREFIX) {
         return Err(StateRefused::Tampered);
     }
     let given = B64.decode(t).map_err(|_| StateRefused::Tampered)?;
-    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes any key length");
-    mac.update(body.as_bytes());
-    mac.verify_slice(&given).map_err(|_| StateRefused::Tampered)?;
+    let verifies = |key: &[u8; 32]| {
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes any key length");
+        mac.update(body.as_bytes());
+        mac.verify_slice(&given).is_ok()
+    };
+    if !keys.iter().any(verifies) {
+        return Err(StateRefused::Tampered);
+    }
     let payload: Value = B64.decode(&body[PREFIX.len()..]).ok().and_then(|b| serde_json::from_slice(&b).ok()).ok_or(StateRefused::Tampered)?;
     if payload["x"].as_u64().is_none_or(|x| now_ms >= x) {
         return Err(StateRefused::Expired);
@@ -156,28 +163,39 @@ mod tests {
     fn a_sealed_state_opens_for_its_caller_and_request_until_it_expires() {
         let d = request_digest("tools/call", Some(&json!({"name": "t", "arguments": {}})));
         let s = seal(&KEY, Some("alice"), &d, 1_000, &answers());
-        assert_eq!(open(&KEY, &s, Some("alice"), &d, 999).unwrap(), answers());
-        assert_eq!(open(&KEY, &s, Some("alice"), &d, 1_000), Err(StateRefused::Expired));
-        assert_eq!(open(&KEY, &s, Some("bob"), &d, 0), Err(StateRefused::Foreign));
-        assert_eq!(open(&KEY, &s, None, &d, 0), Err(StateRefused::Foreign));
+        assert_eq!(open(&[KEY], &s, Some("alice"), &d, 999).unwrap(), answers());
+        assert_eq!(open(&[KEY], &s, Some("alice"), &d, 1_000), Err(StateRefused::Expired));
+        assert_eq!(open(&[KEY], &s, Some("bob"), &d, 0), Err(StateRefused::Foreign));
+        assert_eq!(open(&[KEY], &s, None, &d, 0), Err(StateRefused::Foreign));
         let other = request_digest("tools/call", Some(&json!({"name": "t", "arguments": {"x": 1}})));
-        assert_eq!(open(&KEY, &s, Some("alice"), &other, 0), Err(StateRefused::OtherRequest));
+        assert_eq!(open(&[KEY], &s, Some("alice"), &other, 0), Err(StateRefused::OtherRequest));
     }
 
     #[test]
     fn a_tampered_or_foreign_keyed_state_is_refused() {
         let d = request_digest("tools/call", None);
         let s = seal(&KEY, None, &d, 10, &answers());
-        assert_eq!(open(&KEY, &format!("{s}-TAMPERED"), None, &d, 0), Err(StateRefused::Tampered));
-        assert_eq!(open(&[8; 32], &s, None, &d, 0), Err(StateRefused::Tampered), "another key");
+        assert_eq!(open(&[KEY], &format!("{s}-TAMPERED"), None, &d, 0), Err(StateRefused::Tampered));
+        assert_eq!(open(&[[8; 32]], &s, None, &d, 0), Err(StateRefused::Tampered), "another key");
         // Change the payload, keep the tag.
         let (body, t) = s.rsplit_once('.').unwrap();
         let forged = B64.encode(json!({"p": "", "d": d, "x": u64::MAX, "a": {}}).to_string());
-        assert_eq!(open(&KEY, &format!("v1.{forged}.{t}"), None, &d, 0), Err(StateRefused::Tampered));
+        assert_eq!(open(&[KEY], &format!("v1.{forged}.{t}"), None, &d, 0), Err(StateRefused::Tampered));
         assert!(body.starts_with("v1."));
         for junk in ["", "v1.", "x.y", "v1.!!.!!"] {
-            assert_eq!(open(&KEY, junk, None, &d, 0), Err(StateRefused::Tampered), "{junk:?}");
+            assert_eq!(open(&[KEY], junk, None, &d, 0), Err(StateRefused::Tampered), "{junk:?}");
         }
+    }
+
+    #[test]
+    fn a_state_sealed_before_a_key_rotation_opens_with_the_previous_key_listed() {
+        let d = request_digest("tools/call", None);
+        let (old, new) = ([1; 32], [2; 32]);
+        let s = seal(&old, Some("alice"), &d, 10, &answers());
+        assert_eq!(open(&[new, old], &s, Some("alice"), &d, 0).unwrap(), answers());
+        assert_eq!(open(&[new], &s, Some("alice"), &d, 0), Err(StateRefused::Tampered), "the previous key no longer listed");
+        assert_eq!(open(&[new, old], &s, Some("bob"), &d, 0), Err(StateRefused::Foreign), "the other checks still apply");
+        assert_eq!(open(&[], &s, Some("alice"), &d, 0), Err(StateRefused::Tampered));
     }
 
     #[test]
