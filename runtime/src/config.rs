@@ -293,11 +293,18 @@ pub struct TasksConfig {
     /// Largest result a task keeps (bytes of its JSON); a larger one is replaced by a tool
     /// error saying so. Default 1048576; 1 KiB to 64 MiB.
     pub max_result_bytes: usize,
+    /// Bytes of kept tasks (their records, results included) one caller may keep; beyond, as
+    /// `max_kept_per_caller`. Default 1 GiB; 64 KiB to 1 TiB.
+    pub bytes_per_caller: u64,
+    /// Bytes of kept tasks every caller together may keep; beyond, an optional tool runs as an
+    /// ordinary call and a tool that needs a task is refused with 503. Default 4 GiB; 64 KiB
+    /// to 1 TiB.
+    pub bytes_total: u64,
 }
 
 impl Default for TasksConfig {
     fn default() -> TasksConfig {
-        TasksConfig { ttl_secs: 3600, poll_interval_ms: 1000, max_per_caller: 32, max_kept_per_caller: 1024, max_result_bytes: 1 << 20 }
+        TasksConfig { ttl_secs: 3600, poll_interval_ms: 1000, max_per_caller: 32, max_kept_per_caller: 1024, max_result_bytes: 1 << 20, bytes_per_caller: 1 << 30, bytes_total: 4 << 30 }
     }
 }
 
@@ -416,6 +423,24 @@ pub struct LedgerConfig {
     /// Largest result a receipt keeps (bytes of JSON); a larger one is replaced by a tool error
     /// saying the call completed and its result was not kept. Default 1 MiB.
     pub receipt_max_bytes: usize,
+    /// Idempotency receipts one caller may keep (until their retention ends); past it, its
+    /// keyed write-tool calls are refused with 429 before the tool runs. Default 1,000,000;
+    /// 1 to 2^32.
+    pub receipts_per_caller: u64,
+    /// Bytes of receipts (records with the results they replay) one caller may keep; past
+    /// it, as `receipts_per_caller`. Default 1 GiB; 64 KiB to 1 TiB.
+    pub receipt_bytes_per_caller: u64,
+    /// Bytes of receipts every caller together may keep: what receipts can make the ledger
+    /// hold; past it, keyed write-tool calls are refused with 503. Default 4 GiB; 64 KiB to
+    /// 1 TiB.
+    pub receipt_bytes_total: u64,
+    /// Bytes of state handles (their records) one caller may keep, over every kind; past it,
+    /// a create or a growing update is a tool error that says so. Default 256 MiB; 64 KiB to
+    /// 1 TiB.
+    pub handle_bytes_per_caller: u64,
+    /// Bytes of state handles every caller together may keep; past it, as
+    /// `handle_bytes_per_caller`. Default 4 GiB; 64 KiB to 1 TiB.
+    pub handle_bytes_total: u64,
     /// How long a request waits for a commit it needs (a new session's record, a receipt
     /// before its tool runs, a handle's or a task's change) before it is answered without it
     /// (ms): 503 naming the ledger, or a tool error saying the change is not confirmed. Only a
@@ -440,6 +465,11 @@ impl Default for LedgerConfig {
             max_sessions: 1_000_000,
             receipt_max_bytes: 1 << 20,
             commit_wait_ms: 10_000,
+            receipts_per_caller: 1_000_000,
+            receipt_bytes_per_caller: 1 << 30,
+            receipt_bytes_total: 4 << 30,
+            handle_bytes_per_caller: 256 << 20,
+            handle_bytes_total: 4 << 30,
         }
     }
 }
@@ -499,7 +529,7 @@ impl RuntimeConfig {
     pub fn validate(self) -> Result<RuntimeConfig, ConfigError> {
         let (se, ss, l, q) = (&self.sse, &self.sessions, &self.limits, &self.quotas);
         let max = u64::MAX;
-        let rows: [(&'static str, u64, u64, u64); 52] = [
+        let rows: [(&'static str, u64, u64, u64); 59] = [
             ("security.max_body_bytes", self.security.max_body_bytes as u64, 1, 1 << 30),
             ("security.body_read_timeout_ms", self.security.body_read_timeout_ms, 100, 600_000),
             ("sse.replay_max_events", se.replay_max_events as u64, 1, 1 << 20),
@@ -538,6 +568,13 @@ impl RuntimeConfig {
             ("ledger.receipt_retention_secs", self.ledger.receipt_retention_secs, 1, 30 * 24 * 3600),
             ("ledger.receipt_max_bytes", self.ledger.receipt_max_bytes as u64, 1024, 1 << 30),
             ("ledger.commit_wait_ms", self.ledger.commit_wait_ms, 100, 600_000),
+            ("ledger.receipts_per_caller", self.ledger.receipts_per_caller, 1, 1 << 32),
+            ("ledger.receipt_bytes_per_caller", self.ledger.receipt_bytes_per_caller, 64 << 10, 1 << 40),
+            ("ledger.receipt_bytes_total", self.ledger.receipt_bytes_total, 64 << 10, 1 << 40),
+            ("ledger.handle_bytes_per_caller", self.ledger.handle_bytes_per_caller, 64 << 10, 1 << 40),
+            ("ledger.handle_bytes_total", self.ledger.handle_bytes_total, 64 << 10, 1 << 40),
+            ("tasks.bytes_per_caller", self.tasks.bytes_per_caller, 64 << 10, 1 << 40),
+            ("tasks.bytes_total", self.tasks.bytes_total, 64 << 10, 1 << 40),
             ("shutdown.grace_secs", self.shutdown.grace_secs, 0, 3600),
             ("shutdown.retry_after_secs", self.shutdown.retry_after_secs, 1, 3600),
             ("modern.max_in_flight", self.modern.max_in_flight as u64, 1, 1 << 16),

@@ -13,8 +13,10 @@
 //!   under the handle's lock stripe), so two concurrent changes never lose one another. Across
 //!   processes that share a ledger this needs the store's compare-and-set (Redis, later); the
 //!   SQLite ledger has one process.
-//! - A write is answered only once committed; a value over its kind's size bound, or a create
-//!   over the caller's count bound, changes nothing.
+//! - A write is answered only once committed; a value over its kind's size bound, a create
+//!   over the caller's count bound, or a change past the caller's or the server's byte bound
+//!   (`ledger.handle_bytes_*`, counted in memory over every kind) changes nothing.
+//! - Records are read on the ledger's reader threads, never on the caller's.
 //! - The ledger holds an HMAC of each handle as its key and the handle's random part sealed
 //!   (XOR with an HMAC keystream of a key derived from the ledger's secret): the file alone
 //!   yields no usable handle. Unsealing is verified: a handle is listed only if its HMAC is
@@ -36,8 +38,9 @@ use serde_json::Value;
 use sha2::Sha256;
 
 use crate::ledger::codec::{self, HandleRecord, Record};
-use crate::ledger::{Ledger, Op, Writer};
+use crate::ledger::{Caller, Ledger, Op, StoreUsage, Writer};
 use crate::proto::handle::{HANDLE_RANDOM_BYTES, HandleKind, xor};
+use crate::proto::usage::{Over, UsageLimits};
 
 /// Lock stripes: updates of one handle, and creates of one caller's kind, take one.
 const STRIPES: usize = 64;
@@ -86,6 +89,10 @@ pub struct Handles {
     previous: Vec<(Hmac<Sha256>, Hmac<Sha256>)>,
     /// Async locks (held across the commit, never across anything else), by stripe.
     stripes: Box<[tokio::sync::Mutex<()>]>,
+    /// Where records are read (never on the caller's thread).
+    reads: Arc<crate::ledger::Reads>,
+    /// What each caller, and every caller, keeps (bytes over every kind).
+    usage: StoreUsage,
 }
 
 impl std::fmt::Debug for Handles {
@@ -106,12 +113,27 @@ pub(crate) fn ledger_name(key: &Hmac<Sha256>, secret: &str) -> String {
 }
 
 impl Handles {
-    /// The store of `ledger`.
+    /// The store of `ledger`, with the default byte bounds (`ledger.handle_bytes_*`).
     #[must_use]
     pub fn new(ledger: &Ledger) -> Handles {
+        let l = crate::config::LedgerConfig::default();
+        Handles::bounded(ledger, UsageLimits { per_caller_count: u64::MAX, per_caller_bytes: l.handle_bytes_per_caller, total_bytes: l.handle_bytes_total })
+    }
+
+    /// The store of `ledger` with these byte bounds (the counts are each kind's), its figures
+    /// rebuilt from the ledger (a blocking read, at start).
+    #[must_use]
+    pub fn bounded(ledger: &Ledger, limits: UsageLimits) -> Handles {
         let keys = |purpose: &str| ledger.derive_rotated(purpose).into_iter().map(|k| <Hmac<Sha256>>::new_from_slice(&k).expect("hmac takes any key length"));
         let mut pairs = keys("mcp-host handle id v1").zip(keys("mcp-host handle seal v1"));
         let (id_key, seal_key) = pairs.next().expect("the current secret's keys come first");
+        // Expiries move with every use: buckets of a minute.
+        let usage = StoreUsage::new("h", limits, 60_000);
+        match usage.rebuild(ledger.writer.store().as_ref(), ledger.clock.now().0) {
+            Ok(n) if n > 0 => tracing::info!(handles = n, "state handles counted from the ledger"),
+            Ok(_) => {}
+            Err(e) => tracing::error!(error = %e, "cannot count the state handles in the ledger: their bounds start from zero"),
+        }
         Handles {
             writer: Arc::clone(&ledger.writer),
             clock: ledger.clock,
@@ -119,6 +141,8 @@ impl Handles {
             seal_key,
             previous: pairs.collect(),
             stripes: (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
+            reads: Arc::clone(&ledger.reads),
+            usage,
         }
     }
 
@@ -152,40 +176,44 @@ impl Handles {
     }
 
     /// The record of `handle` (whose ledger name is `id`) if it is a live handle of `kind`
-    /// bound to `principal`, and the previous key's name it was found under, if not `id`.
-    fn find(&self, kind: &HandleKind, principal: Option<&str>, handle: &str, id: &str) -> Result<(HandleRecord, Option<String>), HandleError> {
+    /// bound to `principal`, where it was found (`id`, or a previous key's name), and its
+    /// bytes as its bounds count them.
+    async fn find(&self, kind: &HandleKind, principal: Option<&str>, handle: &str, id: &str) -> Result<Found, HandleError> {
         let missing = || HandleError::NotFound(kind.not_found(handle));
         if !kind.is_shaped(handle) {
             return Err(missing());
         }
-        let (record, old) = match self.read(id)? {
-            Some(r) => (r, None),
-            None => self.find_previous(handle, id)?.ok_or_else(missing)?,
+        let found = match self.read(id).await? {
+            Some((record, bytes)) => Found { record, bytes, moved_from: None },
+            None => self.find_previous(handle, id).await?.ok_or_else(missing)?,
         };
-        if record.kind != kind.prefix || record.principal.as_deref() != principal {
+        if found.record.kind != kind.prefix || found.record.principal.as_deref() != principal {
             return Err(missing());
         }
-        Ok((record, old))
+        Ok(found)
     }
 
     /// `handle`'s record under a previous key's name (made before a rotation).
-    fn find_previous(&self, handle: &str, id: &str) -> Result<Option<(HandleRecord, Option<String>)>, HandleError> {
+    async fn find_previous(&self, handle: &str, id: &str) -> Result<Option<Found>, HandleError> {
         if self.previous.is_empty() {
             return Ok(None);
         }
         for (id_key, _) in &self.previous {
             let old = ledger_name(id_key, handle);
-            if let Some(r) = self.read(&old)? {
-                return Ok(Some((r, Some(old))));
+            if let Some((record, bytes)) = self.read(&old).await? {
+                return Ok(Some(Found { record, bytes, moved_from: Some(old) }));
             }
         }
         // Moved to `id` since it was first read (a move is one batch: had it not been under
         // its old name, it was under `id` by then).
-        Ok(self.read(id)?.map(|r| (r, None)))
+        Ok(self.read(id).await?.map(|(record, bytes)| Found { record, bytes, moved_from: None }))
     }
 
-    fn read(&self, id: &str) -> Result<Option<HandleRecord>, HandleError> {
-        let bytes = match self.writer.store().get(&codec::handle_key(id), self.now()) {
+    /// The record named `id` and its bytes (key and value), read on a reader thread.
+    async fn read(&self, id: &str) -> Result<Option<(HandleRecord, u64)>, HandleError> {
+        let (key, now) = (codec::handle_key(id), self.now());
+        let read = self.reads.run(move |store| Ok(store.get(&key, now)?.map(|v| (v, key.len())))).await;
+        let (bytes, key_len) = match read {
             Ok(Some(b)) => b,
             Ok(None) => return Ok(None),
             Err(e) => {
@@ -194,7 +222,7 @@ impl Handles {
             }
         };
         match codec::decode(&bytes) {
-            Ok(Record::Handle(h)) => Ok(Some(h)),
+            Ok(Record::Handle(h)) => Ok(Some((h, (key_len + bytes.len()) as u64))),
             _ => {
                 tracing::error!("a state handle in the ledger is not readable");
                 Err(HandleError::Unavailable)
@@ -203,39 +231,58 @@ impl Handles {
     }
 
     /// The live members of a caller's index (enough of them to count to the bound).
-    fn index(&self, kind: &HandleKind, index: &str, now: u64) -> Result<Vec<(String, u64)>, HandleError> {
-        self.writer.store().index_lowest(index, kind.max_per_caller.saturating_mul(4).saturating_add(64), now).map_err(|e| {
+    async fn index(&self, kind: &HandleKind, index: &str, now: u64) -> Result<Vec<(String, u64)>, HandleError> {
+        let (index, limit) = (index.to_owned(), kind.max_per_caller.saturating_mul(4).saturating_add(64));
+        self.reads.run(move |store| store.index_lowest(&index, limit, now)).await.map_err(|e| {
             tracing::error!(error = %e, "cannot read a caller's state handles");
             HandleError::Unavailable
         })
     }
 
-    /// The writes that store `record` under `id` and keep the caller's index of it.
-    fn put(&self, kind: &HandleKind, id: &str, record: &HandleRecord) -> Vec<Op> {
-        let expires_ms = record.used_ms.saturating_add(kind.idle_ttl_secs.saturating_mul(1000)).saturating_add(kind.touch_slack_ms());
-        let index = codec::handles_index(kind.prefix, record.principal.as_deref());
-        vec![
-            Op::Put { key: codec::handle_key(id), value: Bytes::from(codec::encode(&Record::Handle(record.clone()))), expires_ms },
-            Op::IndexAdd { index: index.clone(), member: id.to_owned(), score: expires_ms, expires_ms },
-            Op::Expire { name: index, expires_ms },
-        ]
+    /// When `record` of `kind` expires (its last use, the idle TTL and the slack for uses not
+    /// recorded).
+    fn expires_of(kind: &HandleKind, record: &HandleRecord) -> u64 {
+        record.used_ms.saturating_add(kind.idle_ttl_secs.saturating_mul(1000)).saturating_add(kind.touch_slack_ms())
     }
 
-    /// [`Handles::put`], and for a record found under a previous key's name `old`, its move:
-    /// sealed again under the current key, its old record and index entry dropped, all in the
-    /// one batch.
-    fn put_moved(&self, kind: &HandleKind, handle: &str, id: &str, mut record: HandleRecord, old: Option<String>) -> Vec<Op> {
-        let Some(old) = old else { return self.put(kind, id, &record) };
-        // A found handle is well shaped, so this is its random part; were it not, it stays
-        // where it is.
-        let Some(random) = handle.strip_prefix(kind.prefix).and_then(|r| r.strip_prefix('_')).and_then(|r| URL_SAFE_NO_PAD.decode(r).ok()) else {
-            return self.put(kind, &old, &record);
-        };
-        record.sealed = self.seal(id, &random);
+    /// The writes that store `record` under `id`, keep the caller's index of it and count it
+    /// against the bounds, taking back what `before` (its previous record) was counted with:
+    /// refused when the change would take the caller's or everyone's state past the byte
+    /// bounds, unless `before` already held as many bytes. A record `before` found under a
+    /// previous key's name is moved: sealed again under the current key, its old record and
+    /// index entry dropped, all in the one batch.
+    fn write(&self, kind: &HandleKind, handle: &str, id: &str, mut record: HandleRecord, before: Option<&Found>) -> Result<Vec<Op>, HandleError> {
+        let mut ops = Vec::new();
         let index = codec::handles_index(kind.prefix, record.principal.as_deref());
-        let mut ops = vec![Op::Delete { key: codec::handle_key(&old) }, Op::IndexRemove { index, member: old }];
-        ops.extend(self.put(kind, id, &record));
-        ops
+        if let Some(old) = before.and_then(|b| b.moved_from.as_deref()) {
+            // A found handle is well shaped, so this is its random part.
+            let random = handle.strip_prefix(kind.prefix).and_then(|r| r.strip_prefix('_')).and_then(|r| URL_SAFE_NO_PAD.decode(r).ok()).ok_or(HandleError::Unavailable)?;
+            record.sealed = self.seal(id, &random);
+            ops.push(Op::Delete { key: codec::handle_key(old) });
+            ops.push(Op::IndexRemove { index: index.clone(), member: old.to_owned() });
+        }
+        let expires_ms = Self::expires_of(kind, &record);
+        let key = codec::handle_key(id);
+        let value = Bytes::from(codec::encode(&Record::Handle(record.clone())));
+        let bytes = (key.len() + value.len()) as u64;
+        let caller: Caller = record.principal.as_deref().map(Arc::from);
+        let now = self.now();
+        let (count, prev_bytes) = before.map_or((1, 0), |b| (0, b.bytes));
+        if bytes > prev_bytes || count > 0 {
+            self.usage.check(&caller, now, count, bytes.saturating_sub(prev_bytes)).map_err(|over| match over {
+                Over::Caller { .. } => HandleError::TooMany(kind.caller_state_full(over.retry_after_s())),
+                Over::Total { .. } => HandleError::TooMany(kind.server_state_full(over.retry_after_s())),
+            })?;
+        }
+        if let Some(b) = before {
+            let name = b.moved_from.as_deref().unwrap_or(id);
+            ops.push(self.usage.release(&caller, name, Self::expires_of(kind, &b.record), b.bytes));
+        }
+        ops.push(Op::Put { key, value, expires_ms });
+        ops.push(Op::IndexAdd { index: index.clone(), member: id.to_owned(), score: expires_ms, expires_ms });
+        ops.push(Op::Expire { name: index, expires_ms });
+        ops.extend(self.usage.charge(&caller, id, expires_ms, bytes, now));
+        Ok(ops)
     }
 
     /// Hand `ops` to the ledger and wait until they are committed (at most the commit wait).
@@ -259,13 +306,14 @@ impl Handles {
     /// A new handle of `kind` for `principal`, holding `value`; returned once committed.
     ///
     /// # Errors
-    /// [`HandleError::TooMany`], [`HandleError::TooLarge`], [`HandleError::Unavailable`].
+    /// [`HandleError::TooMany`] (also past the byte bounds), [`HandleError::TooLarge`],
+    /// [`HandleError::Unavailable`], [`HandleError::Unconfirmed`].
     pub async fn create(&self, kind: &HandleKind, principal: Option<&str>, value: Value) -> Result<String, HandleError> {
         let index = codec::handles_index(kind.prefix, principal);
         // One create of this caller's kind at a time: the count below stays exact.
         let _turn = self.stripe(&index).lock().await;
         let now = self.now();
-        let live = self.index(kind, &index, now)?;
+        let live = self.index(kind, &index, now).await?;
         if live.iter().filter(|(_, expires)| *expires > now).count() >= kind.max_per_caller {
             return Err(HandleError::TooMany(kind.too_many()));
         }
@@ -275,7 +323,7 @@ impl Handles {
         let id = self.id(&handle);
         let record = HandleRecord { kind: kind.prefix.to_owned(), principal: principal.map(str::to_owned), sealed: self.seal(&id, &random), value, version: 1, created_ms: now, used_ms: now };
         let mut ops = vec![Op::IndexTrim { index: index.clone(), below: now.saturating_add(1) }];
-        ops.extend(self.put(kind, &id, &record));
+        ops.extend(self.write(kind, &handle, &id, record, None)?);
         self.commit(ops).await?;
         Ok(handle)
     }
@@ -291,26 +339,28 @@ impl Handles {
         // older value back, or a destroyed handle.
         let id = self.id(handle);
         // The use is recorded in the background, at most once per `touch_slack_ms` (the
-        // record's expiry allows for the ones skipped), and not while the writer is backed up:
-        // a lost use only shortens the idle TTL.
+        // record's expiry allows for the ones skipped), and not while the writer is backed up
+        // or failing: a lost use only shortens the idle TTL.
         // A handle under a previous key's name is moved by its use (as an update moves it).
-        let due = |r: &HandleRecord, moved: bool, now: u64| (moved || now.saturating_sub(r.used_ms) >= kind.touch_slack_ms()) && !self.writer.skip_optional();
-        let (record, old) = self.find(kind, principal, handle, &id)?;
-        if !due(&record, old.is_some(), self.now()) {
+        let due = |f: &Found, now: u64| (f.moved_from.is_some() || now.saturating_sub(f.record.used_ms) >= kind.touch_slack_ms()) && !self.writer.skip_optional();
+        let found = self.find(kind, principal, handle, &id).await?;
+        if !due(&found, self.now()) {
             // Nothing to record: no wait for the stripe (an update may hold it through a
             // commit).
-            return Ok(record.value);
+            return Ok(found.record.value);
         }
         let _turn = self.stripe(&id).lock().await;
-        let (mut record, old) = self.find(kind, principal, handle, &id)?;
+        let found = self.find(kind, principal, handle, &id).await?;
         let now = self.now();
-        if due(&record, old.is_some(), now) {
+        if due(&found, now) {
+            let mut record = found.record.clone();
             record.used_ms = now;
-            let value = record.value.clone();
-            self.writer.submit(self.put_moved(kind, handle, &id, record, old));
-            return Ok(value);
+            // A use the bounds would refuse (its record grew by a digit) is not recorded.
+            if let Ok(ops) = self.write(kind, handle, &id, record, Some(&found)) {
+                self.writer.submit(ops);
+            }
         }
-        Ok(record.value)
+        Ok(found.record.value)
     }
 
     /// Change the value of `handle` with `change` (which may refuse, leaving it unchanged),
@@ -318,16 +368,18 @@ impl Handles {
     ///
     /// # Errors
     /// [`HandleError::NotFound`], [`HandleError::Refused`] (from `change`),
-    /// [`HandleError::TooLarge`], [`HandleError::Unavailable`].
+    /// [`HandleError::TooLarge`], [`HandleError::TooMany`] (past the byte bounds),
+    /// [`HandleError::Unavailable`], [`HandleError::Unconfirmed`].
     pub async fn update<R>(&self, kind: &HandleKind, principal: Option<&str>, handle: &str, change: impl FnOnce(&mut Value) -> Result<R, String>) -> Result<R, HandleError> {
         let id = self.id(handle);
         let _turn = self.stripe(&id).lock().await;
-        let (mut record, old) = self.find(kind, principal, handle, &id)?;
+        let found = self.find(kind, principal, handle, &id).await?;
+        let mut record = found.record.clone();
         let out = change(&mut record.value).map_err(HandleError::Refused)?;
         Self::checked(kind, Some(handle), &record.value)?;
         record.version += 1;
         record.used_ms = self.now().max(record.used_ms);
-        self.commit(self.put_moved(kind, handle, &id, record, old)).await?;
+        self.commit(self.write(kind, handle, &id, record, Some(&found))?).await?;
         Ok(out)
     }
 
@@ -338,10 +390,12 @@ impl Handles {
     pub async fn destroy(&self, kind: &HandleKind, principal: Option<&str>, handle: &str) -> Result<(), HandleError> {
         let id = self.id(handle);
         let _turn = self.stripe(&id).lock().await;
-        let (record, old) = self.find(kind, principal, handle, &id)?;
-        let index = codec::handles_index(kind.prefix, record.principal.as_deref());
-        let name = old.unwrap_or(id);
-        self.commit(vec![Op::Delete { key: codec::handle_key(&name) }, Op::IndexRemove { index, member: name }]).await
+        let found = self.find(kind, principal, handle, &id).await?;
+        let index = codec::handles_index(kind.prefix, found.record.principal.as_deref());
+        let name = found.moved_from.clone().unwrap_or(id);
+        let caller: Caller = found.record.principal.as_deref().map(Arc::from);
+        let released = self.usage.release(&caller, &name, Self::expires_of(kind, &found.record), found.bytes);
+        self.commit(vec![Op::Delete { key: codec::handle_key(&name) }, Op::IndexRemove { index, member: name }, released]).await
     }
 
     /// The caller's live handles of `kind` with their values, oldest expiry first.
@@ -351,10 +405,10 @@ impl Handles {
     pub async fn list(&self, kind: &HandleKind, principal: Option<&str>) -> Result<Vec<(String, Value)>, HandleError> {
         let now = self.now();
         let index = codec::handles_index(kind.prefix, principal);
-        let members = self.index(kind, &index, now)?;
+        let members = self.index(kind, &index, now).await?;
         let mut out = Vec::new();
         for (id, _) in members.into_iter().filter(|(_, expires)| *expires > now) {
-            if let Some(r) = self.read(&id)?.filter(|r| r.kind == kind.prefix && r.principal.as_deref() == principal)
+            if let Some((r, _)) = self.read(&id).await?.filter(|(r, _)| r.kind == kind.prefix && r.principal.as_deref() == principal)
                 && let Some(handle) = self.unseal(kind, &id, &r.sealed)
             {
                 out.push((handle, r.value));
@@ -362,6 +416,24 @@ impl Handles {
         }
         Ok(out)
     }
+
+    /// `(handles, bytes)` kept by `principal`, and by every caller.
+    #[must_use]
+    pub fn kept(&self, principal: Option<&str>) -> ((u64, u64), (u64, u64)) {
+        let now = self.now();
+        (self.usage.of(&principal.map(Arc::from), now), self.usage.total(now))
+    }
+}
+
+/// A handle's record as found, with where and how big.
+#[derive(Debug)]
+struct Found {
+    record: HandleRecord,
+    /// Bytes of its key and value (as its bounds counted them).
+    bytes: u64,
+    /// The previous key's name it was found under (made before a rotation), if not its
+    /// current one.
+    moved_from: Option<String>,
 }
 
 /// One kind of handle as one caller's tool uses it, typed (see [`crate::tools::ToolContext::handles`]).

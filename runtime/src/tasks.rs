@@ -36,7 +36,8 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::ledger::codec::{self, Record, TaskRecord};
-use crate::ledger::{Ledger, Op, Writer};
+use crate::ledger::{Ledger, Op, StoreUsage, Writer};
+use crate::proto::usage::{Over, UsageLimits};
 use crate::proto::jsonrpc::{ErrorObject, code};
 use crate::proto::task::{self, TASK_ID_RANDOM_BYTES, TaskStatus, TaskView};
 
@@ -79,6 +80,10 @@ pub struct TaskSettings {
     pub max_kept_per_caller: usize,
     /// Largest result kept (bytes of its JSON); a larger one is replaced by a tool error.
     pub max_result_bytes: usize,
+    /// Most bytes of one caller's kept tasks (their records).
+    pub bytes_per_caller: u64,
+    /// Most bytes of every caller's kept tasks.
+    pub bytes_total: u64,
 }
 
 /// Why a caller has no room for another task ([`Tasks::reserve`]).
@@ -86,13 +91,18 @@ pub struct TaskSettings {
 pub enum NoRoom {
     /// It runs `tasks.max_per_caller` tasks: one may end any moment.
     Running,
-    /// It keeps `tasks.max_kept_per_caller` tasks: room comes back when the oldest expires.
+    /// It keeps `tasks.max_kept_per_caller` tasks, or `tasks.bytes_per_caller` of them: room
+    /// comes back when the oldest expires.
     Kept {
         /// Seconds until then.
         retry_after_s: u32,
     },
-    /// Its kept tasks cannot be counted (the ledger cannot be read).
-    Unavailable,
+    /// Every caller together keeps as many bytes of tasks as the server may
+    /// (`tasks.bytes_total`): room comes back when the oldest expires.
+    Full {
+        /// Seconds until then.
+        retry_after_s: u32,
+    },
 }
 
 impl NoRoom {
@@ -100,8 +110,8 @@ impl NoRoom {
     #[must_use]
     pub fn retry_after_s(self) -> u32 {
         match self {
-            NoRoom::Running | NoRoom::Unavailable => 1,
-            NoRoom::Kept { retry_after_s } => retry_after_s,
+            NoRoom::Running => 1,
+            NoRoom::Kept { retry_after_s } | NoRoom::Full { retry_after_s } => retry_after_s,
         }
     }
 }
@@ -147,6 +157,8 @@ struct RunState {
     waiters: HashMap<String, oneshot::Sender<Value>>,
     /// Its place among its caller's running tasks, given back when it ends.
     slot: Option<TaskSlot>,
+    /// The bytes its last record was counted with against the bounds (0: none yet).
+    recorded_bytes: u64,
 }
 
 impl Run {
@@ -190,6 +202,10 @@ pub struct Tasks {
     live: Mutex<HashMap<String, Arc<Run>>>,
     /// Running tasks (and calls that may become one) per caller.
     counts: Counts,
+    /// What each caller, and every caller, keeps (count and bytes of kept tasks).
+    usage: StoreUsage,
+    /// Where records are read (never on the caller's thread).
+    reads: Arc<crate::ledger::Reads>,
 }
 
 impl std::fmt::Debug for Tasks {
@@ -203,7 +219,16 @@ impl Tasks {
     #[must_use]
     pub fn new(ledger: &Ledger, settings: TaskSettings) -> Tasks {
         let mut keys = ledger.derive_rotated("mcp-host task id v1").into_iter().map(|k| <Hmac<Sha256>>::new_from_slice(&k).expect("hmac takes any key length"));
+        let limits = UsageLimits { per_caller_count: settings.max_kept_per_caller as u64, per_caller_bytes: settings.bytes_per_caller, total_bytes: settings.bytes_total };
+        let usage = StoreUsage::new("t", limits, (settings.ttl_ms / 64).max(1000));
+        match usage.rebuild(ledger.writer.store().as_ref(), ledger.clock.now().0) {
+            Ok(n) if n > 0 => tracing::info!(tasks = n, "kept tasks counted from the ledger"),
+            Ok(_) => {}
+            Err(e) => tracing::error!(error = %e, "cannot count the kept tasks in the ledger: their bounds start from zero"),
+        }
         Tasks {
+            usage,
+            reads: Arc::clone(&ledger.reads),
             writer: Arc::clone(&ledger.writer),
             clock: ledger.clock,
             run: ledger.run,
@@ -229,8 +254,21 @@ impl Tasks {
         crate::handles::ledger_name(&self.id_key, id)
     }
 
-    fn put(&self, run: &Run, view: &TaskView) -> Vec<Op> {
-        vec![put_record(&run.hmac, TaskRecord { principal: run.principal.as_deref().map(str::to_owned), tool: run.tool.clone(), run: self.run, view: view.clone() })]
+    /// The writes of `run`'s record as `state` has it, counted against the bounds in place of
+    /// its previous record (call under the run's state lock: records are queued in the order
+    /// of its states).
+    fn put(&self, run: &Run, state: &mut RunState) -> Vec<Op> {
+        let op = put_record(&run.hmac, TaskRecord { principal: run.principal.as_deref().map(str::to_owned), tool: run.tool.clone(), run: self.run, view: state.view.clone() });
+        let Op::Put { key, value, expires_ms } = &op else { unreachable!("a task's record is a put") };
+        let bytes = (key.len() + value.len()) as u64;
+        let mut ops = Vec::with_capacity(4);
+        if state.recorded_bytes > 0 {
+            ops.push(self.usage.release(&run.principal, &run.hmac, *expires_ms, state.recorded_bytes));
+        }
+        ops.extend(self.usage.charge(&run.principal, &run.hmac, *expires_ms, bytes, self.now()));
+        state.recorded_bytes = bytes;
+        ops.insert(0, op);
+        ops
     }
 
     /// Wait for a record queued with [`Writer::submit_acked`] (queued under the run's lock,
@@ -261,30 +299,26 @@ impl Tasks {
             TaskSlot { counts: Arc::clone(&self.counts), owner }
         };
         // Refused: the slot is dropped, its place given back.
-        self.room_to_keep(slot.owner.as_deref())?;
+        self.room_to_keep(&slot.owner)?;
         Ok(slot)
     }
 
-    /// Whether `owner` keeps fewer tasks than it may (by the ledger's index of its tasks;
-    /// tasks being created meanwhile, at most `max_per_caller`, may pass it too).
-    fn room_to_keep(&self, owner: Option<&str>) -> Result<(), NoRoom> {
+    /// Whether `owner` keeps fewer tasks (and bytes of them) than it may, and every caller
+    /// fewer bytes than the server may keep (in memory; tasks being created meanwhile, at most
+    /// `max_per_caller`, may pass it too).
+    fn room_to_keep(&self, owner: &crate::ledger::Caller) -> Result<(), NoRoom> {
+        // A working record is a few hundred bytes; its result is counted when it is written.
+        self.usage.check(owner, self.now(), 1, 512).map_err(|over| match over {
+            Over::Caller { .. } => NoRoom::Kept { retry_after_s: over.retry_after_s() },
+            Over::Total { .. } => NoRoom::Full { retry_after_s: over.retry_after_s() },
+        })
+    }
+
+    /// `(tasks, bytes)` kept by `owner`, and by every caller.
+    #[must_use]
+    pub fn kept(&self, owner: Option<&str>) -> ((u64, u64), (u64, u64)) {
         let now = self.now();
-        let limit = self.settings.max_kept_per_caller;
-        match self.writer.store().index_lowest(&codec::tasks_index(owner), limit.saturating_add(64), now) {
-            Ok(kept) => {
-                let mut live = kept.iter().map(|(_, expires)| *expires).filter(|e| *e > now);
-                let Some(first) = live.next() else { return Ok(()) };
-                if live.count() + 1 < limit {
-                    return Ok(());
-                }
-                // Room comes back when the oldest kept task expires.
-                Err(NoRoom::Kept { retry_after_s: u32::try_from(first.saturating_sub(now).div_ceil(1000)).unwrap_or(u32::MAX).max(1) })
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "cannot count a caller's tasks");
-                Err(NoRoom::Unavailable)
-            }
-        }
+        (self.usage.of(&owner.map(Arc::from), now), self.usage.total(now))
     }
 
     /// A new task in `slot`'s caller's name running `tool`, recorded (`working`) before it
@@ -308,14 +342,8 @@ impl Tasks {
             result: None,
             error: None,
         };
-        let run = Arc::new(Run { hmac: self.hmac(&id), id, principal, tool: tool.to_owned(), cancel, state: Mutex::new(RunState { view, waiters: HashMap::new(), slot: Some(slot) }) });
-        let mut ops = self.put(&run, &run.state.lock().view);
-        let (index, expires_ms) = (codec::tasks_index(run.principal.as_deref()), now.saturating_add(self.settings.ttl_ms));
-        ops.extend([
-            Op::IndexTrim { index: index.clone(), below: now.saturating_add(1) },
-            Op::IndexAdd { index: index.clone(), member: run.hmac.clone(), score: expires_ms, expires_ms },
-            Op::Expire { name: index, expires_ms },
-        ]);
+        let run = Arc::new(Run { hmac: self.hmac(&id), id, principal, tool: tool.to_owned(), cancel, state: Mutex::new(RunState { view, waiters: HashMap::new(), slot: Some(slot), recorded_bytes: 0 }) });
+        let ops = self.put(&run, &mut run.state.lock());
         let ack = self.writer.submit_acked(ops);
         self.committed(ack).await?;
         self.live.lock().insert(run.hmac.clone(), Arc::clone(&run));
@@ -350,7 +378,8 @@ impl Tasks {
         s.view.updated_ms = self.now().max(s.view.updated_ms);
         s.waiters.insert(key.to_owned(), tx);
         // Readers here see the state in memory at once; the record follows.
-        self.writer.submit(self.put(run, &s.view));
+        let ops = self.put(run, &mut s);
+        self.writer.submit(ops);
         rx
     }
 
@@ -381,7 +410,8 @@ impl Tasks {
             s.view.input_requests.clear();
             s.waiters.clear();
             s.view.updated_ms = self.now().max(s.view.updated_ms);
-            self.writer.submit_acked(self.put(run, &s.view))
+            let ops = self.put(run, &mut s);
+            self.writer.submit_acked(ops)
         };
         if self.committed(ack).await.is_err() {
             tracing::error!(task = %run.hmac, "a task's outcome could not be recorded");
@@ -393,7 +423,7 @@ impl Tasks {
     ///
     /// # Errors
     /// [`TaskError::NotFound`] (unknown, expired, another caller's); [`TaskError::Unavailable`].
-    pub fn get(&self, principal: Option<&str>, id: &str) -> Result<TaskView, TaskError> {
+    pub async fn get(&self, principal: Option<&str>, id: &str) -> Result<TaskView, TaskError> {
         if !task::is_id_shaped(id) {
             return Err(TaskError::NotFound);
         }
@@ -405,7 +435,7 @@ impl Tasks {
             }
             return Ok(run.state.lock().view.clone());
         }
-        let (record, hmac) = self.read_named(hmac, id)?.filter(|(r, _)| r.principal.as_deref() == principal).ok_or(TaskError::NotFound)?;
+        let (record, hmac) = self.read_named(hmac, id).await?.filter(|(r, _)| r.principal.as_deref() == principal).ok_or(TaskError::NotFound)?;
         let mut view = TaskView { task_id: id.to_owned(), ..record.view.clone() };
         if !view.status.is_final() {
             // Not running here: the process that ran it is gone (a graceful stop records that
@@ -425,21 +455,23 @@ impl Tasks {
 
     /// The record of task `id` and its name: `hmac` (its name under the current key), else
     /// its name under a previous key (recorded before a rotation).
-    fn read_named(&self, hmac: String, id: &str) -> Result<Option<(TaskRecord, String)>, TaskError> {
-        if let Some(r) = self.read(&hmac)? {
+    async fn read_named(&self, hmac: String, id: &str) -> Result<Option<(TaskRecord, String)>, TaskError> {
+        if let Some(r) = self.read(&hmac).await? {
             return Ok(Some((r, hmac)));
         }
         for key in &self.previous_id_keys {
             let old = crate::handles::ledger_name(key, id);
-            if let Some(r) = self.read(&old)? {
+            if let Some(r) = self.read(&old).await? {
                 return Ok(Some((r, old)));
             }
         }
         Ok(None)
     }
 
-    fn read(&self, hmac: &str) -> Result<Option<TaskRecord>, TaskError> {
-        match self.writer.store().get(&codec::task_key(hmac), self.now()) {
+    /// The record named `hmac`, read on a reader thread.
+    async fn read(&self, hmac: &str) -> Result<Option<TaskRecord>, TaskError> {
+        let (key, now) = (codec::task_key(hmac), self.now());
+        match self.reads.run(move |store| store.get(&key, now)).await {
             Ok(None) => Ok(None),
             Ok(Some(b)) => match codec::decode(&b) {
                 Ok(Record::Task(t)) => Ok(Some(t)),
@@ -455,7 +487,7 @@ impl Tasks {
         }
     }
 
-    fn live_run(&self, principal: Option<&str>, id: &str) -> Result<Option<Arc<Run>>, TaskError> {
+    async fn live_run(&self, principal: Option<&str>, id: &str) -> Result<Option<Arc<Run>>, TaskError> {
         if !task::is_id_shaped(id) {
             return Err(TaskError::NotFound);
         }
@@ -465,7 +497,7 @@ impl Tasks {
             Some(r) if r.principal.as_deref() == principal => Ok(Some(r)),
             Some(_) => Err(TaskError::NotFound),
             // Not running here: it exists (final, or interrupted) or it does not.
-            None => self.get(principal, id).map(|_| None),
+            None => self.get(principal, id).await.map(|_| None),
         }
     }
 
@@ -477,7 +509,7 @@ impl Tasks {
     /// [`TaskError::NotFound`]; [`TaskError::BadAnswer`] (nothing is delivered then);
     /// [`TaskError::Unavailable`].
     pub async fn update(&self, principal: Option<&str>, id: &str, responses: &Map<String, Value>, check: impl Fn(&str, &Value, &Value) -> Result<(), String>) -> Result<(), TaskError> {
-        let Some(run) = self.live_run(principal, id)? else { return Ok(()) };
+        let Some(run) = self.live_run(principal, id).await? else { return Ok(()) };
         let ack = {
             let mut s = run.state.lock();
             let answered = task::answer(&s.view.input_requests, responses, check).map_err(TaskError::BadAnswer)?;
@@ -494,7 +526,8 @@ impl Tasks {
                 s.view.status = TaskStatus::Working;
             }
             s.view.updated_ms = self.now().max(s.view.updated_ms);
-            self.writer.submit_acked(self.put(&run, &s.view))
+            let ops = self.put(&run, &mut s);
+            self.writer.submit_acked(ops)
         };
         self.committed(ack).await
     }
@@ -505,7 +538,7 @@ impl Tasks {
     /// # Errors
     /// [`TaskError::NotFound`]; [`TaskError::Unavailable`].
     pub async fn cancel(&self, principal: Option<&str>, id: &str) -> Result<(), TaskError> {
-        let Some(run) = self.live_run(principal, id)? else { return Ok(()) };
+        let Some(run) = self.live_run(principal, id).await? else { return Ok(()) };
         self.end(&run, TaskStatus::Cancelled, "cancelled by the client", 0).await
     }
 
@@ -542,7 +575,8 @@ impl Tasks {
             s.view.input_requests.clear();
             s.waiters.clear();
             s.view.updated_ms = self.now().max(s.view.updated_ms);
-            self.writer.submit_acked(self.put(run, &s.view))
+            let ops = self.put(run, &mut s);
+            self.writer.submit_acked(ops)
         };
         run.cancel.cancel();
         let r = self.committed(ack).await;

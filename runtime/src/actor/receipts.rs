@@ -6,6 +6,13 @@
 //! tool's effect then leaves "running" behind (outcome unknown), never nothing (which would
 //! run it a second time). Its outcome is written when it finishes; until that commit, callers
 //! are answered from the table.
+//!
+//! Bounded: what each caller keeps (receipts and their bytes) and what every caller keeps
+//! (bytes) is counted in memory ([`StoreUsage`], rebuilt at start from the ledger), checked
+//! before a keyed call is admitted ([`Receipts::admit`]: 429 or 503), and recorded in the
+//! same batch as each receipt. A result larger than `ledger.receipt_max_bytes` is not kept:
+//! its receipt keeps its size and SHA-256, and a replay answers the `-32011` "result not
+//! kept" error. Receipts are read on the ledger's reader threads, never on the worker.
 
 use std::sync::Arc;
 
@@ -16,7 +23,9 @@ use tokio::sync::oneshot;
 
 use super::durable::LedgerCtx;
 use crate::ledger::codec::{self, Outcome, ReceiptRecord, ReceiptState, Record};
-use crate::ledger::{Durability, Op};
+use crate::ledger::{Caller, Durability, Op, StoreUsage};
+use crate::proto::error::{Quota, Rejection, StoreBound};
+use crate::proto::usage::{Over, UsageLimits};
 use crate::proto::jsonrpc::{ErrorObject, code};
 use crate::proto::receipt::{Answer, Arrival, Decision, ReceiptTable, Stored, Waiter};
 use crate::tools::unwind::CatchUnwind;
@@ -49,7 +58,13 @@ pub(crate) struct Receipts {
     retention_ms: u64,
     max_bytes: usize,
     stats: Arc<super::stats::RuntimeStats>,
+    /// What each caller, and every caller, keeps.
+    usage: StoreUsage,
 }
+
+/// Bytes a receipt is assumed to take when a call is admitted (a `Running` record is a few
+/// hundred bytes; its outcome is counted when it is written).
+const ADMIT_BYTES: u64 = 512;
 
 impl std::fmt::Debug for Receipts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -58,8 +73,37 @@ impl std::fmt::Debug for Receipts {
 }
 
 impl Receipts {
-    pub(crate) fn new(ledger: Arc<LedgerCtx>, retention_ms: u64, max_bytes: usize, stats: Arc<super::stats::RuntimeStats>) -> Receipts {
-        Receipts { table: Arc::default(), ledger, retention_ms, max_bytes, stats }
+    /// The receipts of `ledger`, their figures rebuilt from it (a blocking read, at start).
+    pub(crate) fn new(ledger: Arc<LedgerCtx>, retention_ms: u64, max_bytes: usize, limits: UsageLimits, stats: Arc<super::stats::RuntimeStats>) -> Receipts {
+        // 64 buckets over the retention: an expired receipt leaves the figures at most 1/64
+        // of the retention late.
+        let usage = StoreUsage::new("r", limits, (retention_ms / 64).max(1000));
+        match usage.rebuild(ledger.writer.store().as_ref(), ledger.ledger.clock.now().0) {
+            Ok(n) if n > 0 => tracing::info!(receipts = n, "idempotency receipts counted from the ledger"),
+            Ok(_) => {}
+            Err(e) => tracing::error!(error = %e, "cannot count the idempotency receipts in the ledger: their bounds start from zero"),
+        }
+        Receipts { table: Arc::default(), ledger, retention_ms, max_bytes, stats, usage }
+    }
+
+    /// Refuse a keyed call of `owner` before anything runs when it keeps as many receipts (or
+    /// bytes of them) as it may (429), or every caller together keeps as many bytes (503). A
+    /// replay of a kept key is refused too while its caller is over its bound (it is only
+    /// known to be one after the ledger is read).
+    ///
+    /// # Errors
+    /// [`Rejection::QuotaExceeded`] ([`Quota::Receipts`]), [`Rejection::StoreFull`].
+    pub(crate) fn admit(&self, owner: &Caller) -> Result<(), Rejection> {
+        self.usage.check(owner, self.ledger.ledger.clock.now().0, 1, ADMIT_BYTES).map_err(|over| match over {
+            Over::Caller { .. } => Rejection::QuotaExceeded { cause: Quota::Receipts, retry_after_s: over.retry_after_s() },
+            Over::Total { .. } => Rejection::StoreFull { store: StoreBound::Receipts, retry_after_s: over.retry_after_s() },
+        })
+    }
+
+    /// `(receipts, bytes)` kept by `owner`, and by every caller.
+    pub(crate) fn kept(&self, owner: &Caller) -> ((u64, u64), (u64, u64)) {
+        let now = self.ledger.ledger.clock.now().0;
+        (self.usage.of(owner, now), self.usage.total(now))
     }
 
     /// The response of a caller answered without executing, counted.
@@ -86,7 +130,11 @@ impl Receipts {
                 Arrival::Answered(a) => this.answered(&call, a),
                 Arrival::Execute => this.execute(key, call, principal, run).await,
                 Arrival::Lookup => {
-                    let stored = this.read(&key);
+                    // Resolved whatever happens: dropped during the read (its caller went
+                    // away), the lookup answers the callers waiting on it "unavailable".
+                    let mut lookup = Lookup { table: Arc::clone(&this.table), key: key.clone(), done: false };
+                    let stored = this.read(&key).await;
+                    lookup.done = true;
                     let (first, waiting) = this.table.lock().resolve(&key, stored);
                     for (w, a) in waiting {
                         let _ = w.send(a);
@@ -103,10 +151,12 @@ impl Receipts {
         Box::pin(async move { CatchUnwind::new(served).await.unwrap_or_else(|p| Err(p.to_error_object())) })
     }
 
-    /// The receipt the ledger holds for `key`; `None` when it cannot be read.
-    fn read(&self, key: &str) -> Option<Stored> {
+    /// The receipt the ledger holds for `key` (read on a reader thread); `None` when it
+    /// cannot be read.
+    async fn read(&self, key: &str) -> Option<Stored> {
         let now = self.ledger.ledger.clock.now().0;
-        let bytes = match self.ledger.writer.store().get(key, now) {
+        let owned = key.to_owned();
+        let bytes = match self.ledger.ledger.reads.run(move |store| store.get(&owned, now)).await {
             Ok(Some(b)) => b,
             Ok(None) => return Some(Stored::Absent),
             Err(e) => {
@@ -127,8 +177,9 @@ impl Receipts {
     }
 
     async fn execute(self: Arc<Self>, key: String, call: IdempotentCall, principal: Option<Arc<str>>, run: Run) -> Result<Value, ErrorObject> {
-        let mut guard = Executing { receipts: Arc::clone(&self), key, armed: true, started: false };
         let created_ms = self.ledger.ledger.clock.now().0;
+        let expires_ms = created_ms.saturating_add(self.retention_ms);
+        let mut guard = Executing { receipts: Arc::clone(&self), key, armed: true, started: false, owner: principal.clone(), expires_ms, bytes: 0 };
         let mut record = ReceiptRecord {
             principal: principal.as_deref().map(str::to_owned),
             key: call.key.clone(),
@@ -137,14 +188,22 @@ impl Receipts {
             created_ms,
             state: ReceiptState::Running,
         };
-        let expires_ms = created_ms.saturating_add(self.retention_ms);
-        let put = |r: &ReceiptRecord, key: &str| Op::Put { key: key.to_owned(), value: Bytes::from(codec::encode(&Record::Receipt(r.clone()))), expires_ms };
+        // A receipt's record and its bytes as the bounds count them (key and value).
+        let put = |r: &ReceiptRecord, key: &str| {
+            let value = Bytes::from(codec::encode(&Record::Receipt(r.clone())));
+            let bytes = (key.len() + value.len()) as u64;
+            (Op::Put { key: key.to_owned(), value, expires_ms }, bytes)
+        };
         if self.ledger.writer.refusal().is_some() {
             // The ledger takes no new durable work now (the front door refuses such calls
             // with 503; this one arrived as it began).
             return answer(&call, Answer::Unavailable);
         }
-        if self.ledger.writer.submit_and_wait(vec![put(&record, &guard.key)]).await.is_err() {
+        let (running, bytes) = put(&record, &guard.key);
+        let mut ops = vec![running];
+        ops.extend(self.usage.charge(&guard.owner, &guard.key, expires_ms, bytes, created_ms));
+        guard.bytes = bytes;
+        if self.ledger.writer.submit_and_wait(ops).await.is_err() {
             // The receipt is not confirmed in the ledger: running now could run it twice
             // later. Not run; the guard queues its deletion behind it.
             return answer(&call, Answer::Unavailable);
@@ -159,8 +218,10 @@ impl Receipts {
             Ok(v) => Outcome::Result(v.clone()),
             Err(e) => Outcome::Error(serde_json::to_value(e).expect("an error object serializes")),
         };
-        record.state = ReceiptState::Done { outcome: self.kept(outcome.clone()) };
-        let ops = vec![put(&record, &guard.key)];
+        record.state = ReceiptState::Done { outcome: self.kept_outcome(&call, outcome.clone()) };
+        let (done, done_bytes) = put(&record, &guard.key);
+        let mut ops = vec![done, self.usage.release(&guard.owner, &guard.key, expires_ms, guard.bytes)];
+        ops.extend(self.usage.charge(&guard.owner, &guard.key, expires_ms, done_bytes, self.ledger.ledger.clock.now().0));
         let (table, key) = (Arc::clone(&self.table), guard.key.clone());
         let answer_waiters = move |waiting: Vec<oneshot::Sender<Answer>>, outcome: &Outcome| {
             for w in waiting {
@@ -191,19 +252,47 @@ impl Receipts {
         r
     }
 
-    /// What the receipt keeps of `outcome`: all of it up to `ledger.receipt_max_bytes`.
-    fn kept(&self, outcome: Outcome) -> Outcome {
-        let len = match &outcome {
-            Outcome::Result(v) | Outcome::Error(v) => serde_json::to_vec(v).map_or(usize::MAX, |b| b.len()),
+    /// What the receipt keeps of `outcome`: all of it up to `ledger.receipt_max_bytes`; past
+    /// that, the `-32011` "result not kept" error with the result's size and SHA-256 (the call
+    /// ran once; a replay must not look like a fresh result, nor run it again).
+    fn kept_outcome(&self, call: &IdempotentCall, outcome: Outcome) -> Outcome {
+        let encoded = match &outcome {
+            Outcome::Result(v) | Outcome::Error(v) => serde_json::to_vec(v).unwrap_or_default(),
         };
-        if len <= self.max_bytes {
+        if encoded.len() <= self.max_bytes {
             return outcome;
         }
-        let text = format!(
-            "The call with this idempotency key completed, but its result ({len} bytes) was larger than the server keeps for replay (ledger.receipt_max_bytes = {}); it was not run again.",
-            self.max_bytes
-        );
-        Outcome::Result(serde_json::to_value(CallToolResult::error(text)).expect("a tool result serializes"))
+        Outcome::Error(json!({
+            "code": code::RESULT_NOT_KEPT,
+            "message": format!(
+                "The call with idempotency key {:?} ran once; its result ({} bytes) was too large to keep for a replay (ledger.receipt_max_bytes = {}), so it cannot be returned again and the call is not run again. Use a new key to run it again.",
+                call.key,
+                encoded.len(),
+                self.max_bytes
+            ),
+            "data": {"idempotencyKey": call.key, "resultBytes": encoded.len(), "resultSha256": codec::sha256_hex(&encoded), "maxBytes": self.max_bytes},
+        }))
+    }
+}
+
+/// A lookup of a receipt in progress: dropped before its read answered (its caller went
+/// away), it resolves the key as unreadable, so the callers waiting on it are answered and
+/// the key is looked up afresh by the next one.
+struct Lookup {
+    table: Table,
+    key: String,
+    done: bool,
+}
+
+impl Drop for Lookup {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let (_, waiting) = self.table.lock().resolve(&self.key, None);
+        for (w, a) in waiting {
+            let _ = w.send(a);
+        }
     }
 }
 
@@ -217,6 +306,11 @@ struct Executing {
     /// The tool was called (before: dropped while its `Running` receipt was being committed,
     /// so nothing happened and the receipt is deleted).
     started: bool,
+    /// Whose receipt it is, when it expires, and the bytes its `Running` record was counted
+    /// with (0: not counted yet).
+    owner: Caller,
+    expires_ms: u64,
+    bytes: u64,
 }
 
 impl Drop for Executing {
@@ -228,7 +322,11 @@ impl Drop for Executing {
             // Nothing to write: the `Running` receipt says it.
             (self.receipts.table.lock().interrupt(&self.key), Answer::Unknown, Vec::new())
         } else {
-            (self.receipts.table.lock().not_run(&self.key), Answer::NotRun, vec![Op::Delete { key: self.key.clone() }])
+            let mut ops = vec![Op::Delete { key: self.key.clone() }];
+            if self.bytes > 0 {
+                ops.push(self.receipts.usage.release(&self.owner, &self.key, self.expires_ms, self.bytes));
+            }
+            (self.receipts.table.lock().not_run(&self.key), Answer::NotRun, ops)
         };
         for w in waiting {
             let _ = w.send(answer.clone());

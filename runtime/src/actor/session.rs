@@ -616,7 +616,7 @@ impl SessionActor {
         let call = (method == "tools/call").then(|| self.sup.catalog().idempotent_call(params.as_ref())).transpose();
         if method == "tools/call" {
             let tool = params.as_ref().and_then(|p| p.get("name")).and_then(Value::as_str).and_then(|n| self.sup.catalog().tool(n));
-            self.sup.admit_call(tool.map(|t| t.spec()), matches!(call, Ok(Some(Some(_)))), mode == ReplyMode::Sse)?;
+            self.sup.admit_call(tool.map(|t| t.spec()), matches!(call, Ok(Some(Some(_)))), &self.owner, mode == ReplyMode::Sse)?;
         }
         let cancel = CancellationToken::new();
         let generation = self.gens.enter_current(Counted::InFlight);

@@ -484,6 +484,29 @@ pub struct StatsSnapshot {
     pub gaps: u64,
     /// Events trimmed from windows to respect the stream memory budget.
     pub budget_trimmed: u64,
+    /// What the bounded stores of the ledger keep, over every caller (filled by the
+    /// supervisor).
+    pub kept: KeptFigures,
+}
+
+/// Entries and bytes one store of the ledger keeps, over every caller.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+pub struct Kept {
+    /// Entries.
+    pub count: u64,
+    /// Their bytes (keys and records).
+    pub bytes: u64,
+}
+
+/// What the bounded stores of the ledger keep.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+pub struct KeptFigures {
+    /// Idempotency receipts.
+    pub receipts: Kept,
+    /// State handles.
+    pub handles: Kept,
+    /// Kept tasks.
+    pub tasks: Kept,
 }
 
 impl RuntimeStats {
@@ -509,6 +532,7 @@ impl RuntimeStats {
             resumes: get(&self.live.resumes),
             gaps: get(&self.live.gaps),
             budget_trimmed: get(&self.budget_trimmed),
+            kept: KeptFigures::default(),
         }
     }
 }

@@ -436,10 +436,15 @@ impl StreamActor {
         let Some(sent) = self.core.shadow_sent().cloned() else { return done(self, ctx) };
         let started = Instant::now();
         let committed = self.env.ledger.writer.barrier();
-        ctx.spawn(actix::fut::wrap_future::<_, Self>(committed).map(move |_, act, ctx| {
+        // Read back on a reader thread once committed (never on this arbiter).
+        let (reads, log, now) = (Arc::clone(&self.env.ledger.ledger.reads), crate::ledger::codec::events_key(self.ledger.hmac(), self.core.id().0), self.env.clock.now().0);
+        let read_back = async move {
+            let _ = committed.await;
             let latency = started.elapsed();
-            let log = crate::ledger::codec::events_key(act.ledger.hmac(), act.core.id().0);
-            match act.env.ledger.writer.store().read_log(&log, act.env.clock.now().0) {
+            (reads.run(move |store| store.read_log(&log, now)).await, latency)
+        };
+        ctx.spawn(actix::fut::wrap_future::<_, Self>(read_back).map(move |(copy, latency), act, ctx| {
+            match copy {
                 Ok(copy) => {
                     let r = verify_shadow(&sent, &copy, act.core.signer(), act.core.generation(), act.core.id());
                     if r.mismatches() > 0 {

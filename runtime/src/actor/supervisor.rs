@@ -144,6 +144,8 @@ pub struct Supervisor {
     settling: Arc<Mutex<SettlingMap>>,
     /// Idempotency receipts of write-tool calls.
     receipts: Arc<Receipts>,
+    /// State handles (also attached to the catalog, for the tools).
+    handles: Arc<crate::handles::Handles>,
 }
 
 /// Copy a session's streams recorded under `old` (a previous key's HMAC) to `new`: records,
@@ -164,6 +166,28 @@ fn migration_ops(new: &str, record: &codec::SessionRecord, streams: &[(codec::St
         ops.push(Op::IndexAdd { index: codec::streams_index(new), member: s.stream.to_string(), score: s.stream, expires_ms });
     }
     ops
+}
+
+/// A session record and its streams (records and events), as a revive reads them.
+type SessionFound = (codec::SessionRecord, Vec<(codec::StreamRecord, Vec<(u64, bytes::Bytes)>)>);
+
+/// The active session recorded under `hmac` for `principal`, with its (at most `most`)
+/// streams.
+fn read_session(store: &dyn crate::ledger::Store, hmac: &str, principal: Option<&Arc<str>>, most: usize, now: u64) -> Result<Option<SessionFound>, crate::ledger::StoreError> {
+    let Some(bytes) = store.get(&codec::session_key(hmac), now)? else { return Ok(None) };
+    let Record::Session(record) = codec::decode(&bytes)? else { return Ok(None) };
+    if record.state != RecordState::Active || record.principal.as_deref() != principal.map(|p| &**p) || record.session_hmac != hmac {
+        return Ok(None);
+    }
+    let mut streams = Vec::new();
+    for (member, _) in store.index_lowest(&codec::streams_index(hmac), most, now)? {
+        let Ok(sid) = member.parse::<u64>() else { continue };
+        let Some(bytes) = store.get(&codec::stream_key(hmac, sid), now)? else { continue };
+        let Record::Stream(s) = codec::decode(&bytes)? else { continue };
+        let events = store.read_log(&codec::events_key(hmac, sid), now)?;
+        streams.push((s, events));
+    }
+    Ok(Some((record, streams)))
 }
 
 /// One revive at a time per shard of session HMACs.
@@ -313,7 +337,9 @@ impl Supervisor {
         let clock = ledger.clock;
         let ledger_cx = Arc::new(LedgerCtx::new(ledger, cfg.idle_ttl_ms(), stream_ttl_ms));
         let stats = Arc::new(RuntimeStats::default());
-        let receipts = Arc::new(Receipts::new(Arc::clone(&ledger_cx), cfg.ledger.receipt_retention_secs.saturating_mul(1000), cfg.ledger.receipt_max_bytes, Arc::clone(&stats)));
+        let l = &cfg.ledger;
+        let receipt_limits = crate::proto::usage::UsageLimits { per_caller_count: l.receipts_per_caller, per_caller_bytes: l.receipt_bytes_per_caller, total_bytes: l.receipt_bytes_total };
+        let receipts = Arc::new(Receipts::new(Arc::clone(&ledger_cx), l.receipt_retention_secs.saturating_mul(1000), l.receipt_max_bytes, receipt_limits, Arc::clone(&stats)));
         let stream_env = Arc::new(StreamEnv {
             timing: crate::proto::stream::StreamTiming {
                 keepalive_ms: cfg.sse.keepalive_ms,
@@ -340,11 +366,13 @@ impl Supervisor {
         };
         stream_env.ledger.writer.set_housekeeping(Box::new(move |store, now| cap.run(store, now)));
         let modern_results = modern_results(&cfg, &catalog);
-        catalog.attach_handles(Arc::new(crate::handles::Handles::new(&stream_env.ledger.ledger)));
+        let handle_limits = crate::proto::usage::UsageLimits { per_caller_count: u64::MAX, per_caller_bytes: cfg.ledger.handle_bytes_per_caller, total_bytes: cfg.ledger.handle_bytes_total };
+        let handles = Arc::new(crate::handles::Handles::bounded(&stream_env.ledger.ledger, handle_limits));
+        catalog.attach_handles(Arc::clone(&handles));
         let t = &cfg.tasks;
         let tasks = Arc::new(crate::tasks::Tasks::new(
             &stream_env.ledger.ledger,
-            crate::tasks::TaskSettings { ttl_ms: t.ttl_secs.saturating_mul(1000), poll_ms: t.poll_interval_ms, max_per_caller: t.max_per_caller, max_kept_per_caller: t.max_kept_per_caller, max_result_bytes: t.max_result_bytes },
+            crate::tasks::TaskSettings { ttl_ms: t.ttl_secs.saturating_mul(1000), poll_ms: t.poll_interval_ms, max_per_caller: t.max_per_caller, max_kept_per_caller: t.max_kept_per_caller, max_result_bytes: t.max_result_bytes, bytes_per_caller: t.bytes_per_caller, bytes_total: t.bytes_total },
         ));
         Arc::new(Supervisor {
             state_keys: stream_env.ledger.ledger.derive_rotated("mcp-host requestState v1"),
@@ -362,6 +390,7 @@ impl Supervisor {
             revive_locks,
             settling,
             receipts,
+            handles,
             cfg: Arc::new(cfg),
         })
     }
@@ -413,7 +442,10 @@ impl Supervisor {
     /// Every figure at once.
     #[must_use]
     pub fn stats_snapshot(&self) -> StatsSnapshot {
-        self.stream_env.stats.snapshot(self.registry.len(), self.stream_env.budget.used(), self.stream_env.ledger.writer.snapshot())
+        let mut s = self.stream_env.stats.snapshot(self.registry.len(), self.stream_env.budget.used(), self.stream_env.ledger.writer.snapshot());
+        let kept = |(count, bytes): (u64, u64)| super::stats::Kept { count, bytes };
+        s.kept = super::stats::KeptFigures { receipts: kept(self.receipts.kept(&None).1), handles: kept(self.handles.kept(None).1), tasks: kept(self.tasks.kept(None).1) };
+        s
     }
 
     /// Bytes charged to the stream memory budget.
@@ -476,11 +508,17 @@ impl Supervisor {
     ///
     /// # Errors
     /// As [`Supervisor::ledger_accepts`].
-    pub(crate) fn admit_call(&self, tool: Option<&crate::tools::ToolSpec>, keyed: bool, resumable_stream: bool) -> Result<(), Rejection> {
+    ///
+    /// A keyed call of a caller (`owner`) that keeps as many receipts as it may is refused
+    /// too (429, or 503 when every caller together does).
+    pub(crate) fn admit_call(&self, tool: Option<&crate::tools::ToolSpec>, keyed: bool, owner: &crate::ledger::Caller, resumable_stream: bool) -> Result<(), Rejection> {
         let Some(spec) = tool else { return Ok(()) };
         let durable_stream = resumable_stream && spec.is_write() && self.ledger_durable() && self.resumable_streams();
         if keyed || spec.keeps_state || durable_stream {
             self.ledger_accepts()?;
+        }
+        if keyed {
+            self.receipts.admit(owner)?;
         }
         Ok(())
     }
@@ -729,23 +767,14 @@ impl Supervisor {
             }
             None => {}
         }
-        let unreadable = |e: crate::ledger::StoreError| {
+        // Read on a reader thread: a slow disk stalls this revive, never the worker.
+        let (found, complete) = self.read_for_revive(id, &hmac, principal.cloned()).await.map_err(|e| {
             tracing::error!(error = %e, "cannot read a session from the ledger");
-            Rejection::Internal
-        };
-        let mut found = self.read_session(&hmac, principal).map_err(unreadable)?;
-        // Recorded before a key rotation, and never since (a record under the current key,
-        // even a tombstone, is the truth): found under its previous HMAC, and copied.
-        let never_recorded = || cx.writer.store().get(&codec::session_key(&hmac), self.now().0).map(|r| r.is_none());
-        if found.is_none() && !cx.ledger.previous.is_empty() && never_recorded().map_err(unreadable)? {
-            for old in cx.previous_session_hmacs(id) {
-                if let Some(f) = self.read_session(&old, principal).map_err(unreadable)? {
-                    cx.writer.submit(migration_ops(&hmac, &f.0, &f.1, cx));
-                    found = Some(f);
-                    break;
-                }
+            match e {
+                crate::ledger::ReadError::Busy => Rejection::Overloaded(Overload::LedgerBacklog),
+                crate::ledger::ReadError::Store(_) => Rejection::Internal,
             }
-        }
+        })?;
         let Some((record, streams)) = found else {
             return Ok(());
         };
@@ -768,7 +797,7 @@ impl Supervisor {
         let unbounded = crate::proto::limits::HandshakeLimits { max_values: usize::MAX, max_depth: usize::MAX, max_string_bytes: usize::MAX };
         let kept_bytes = crate::proto::limits::check_handshake(&record.handshake.capabilities, &Value::Null, &unbounded).unwrap_or(0);
         let restore = Restore {
-            complete: cx.ledger.run_complete(record.run),
+            complete,
             incarnation: record.incarnation.saturating_add(1),
             created_ms: record.created_ms,
             log_level: record.log_level.as_deref().and_then(crate::proto::mcp::LogLevel::parse),
@@ -801,26 +830,34 @@ impl Supervisor {
         Ok(())
     }
 
-    /// The active session recorded under `hmac` for `principal`, with its streams.
-    #[allow(clippy::type_complexity)]
-    fn read_session(&self, hmac: &str, principal: Option<&Arc<str>>) -> Result<Option<(codec::SessionRecord, Vec<(codec::StreamRecord, Vec<(u64, bytes::Bytes)>)>)>, crate::ledger::StoreError> {
-        let store = self.stream_env.ledger.writer.store();
-        let now = self.now().0;
-        let Some(bytes) = store.get(&codec::session_key(hmac), now)? else { return Ok(None) };
-        let Record::Session(record) = codec::decode(&bytes)? else { return Ok(None) };
-        if record.state != RecordState::Active || record.principal.as_deref() != principal.map(|p| &**p) || record.session_hmac != hmac {
-            return Ok(None);
-        }
-        let most = self.cfg.sessions.max_retained_streams + self.cfg.sessions.max_in_flight + 1;
-        let mut streams = Vec::new();
-        for (member, _) in store.index_lowest(&codec::streams_index(hmac), most, now)? {
-            let Ok(sid) = member.parse::<u64>() else { continue };
-            let Some(bytes) = store.get(&codec::stream_key(hmac, sid), now)? else { continue };
-            let Record::Stream(s) = codec::decode(&bytes)? else { continue };
-            let events = store.read_log(&codec::events_key(hmac, sid), now)?;
-            streams.push((s, events));
-        }
-        Ok(Some((record, streams)))
+    /// The active session recorded under `hmac` for `principal`, with its streams, and whether
+    /// the run that last wrote it is complete; read on a reader thread. A session recorded
+    /// before a key rotation, and never since (a record under the current key, even a
+    /// tombstone, is the truth), is found under its previous HMAC and its streams' copy to
+    /// the current one is queued (the session's own record follows with its first write).
+    async fn read_for_revive(&self, id: &SessionId, hmac: &Arc<str>, principal: Option<Arc<str>>) -> Result<(Option<SessionFound>, bool), crate::ledger::ReadError> {
+        let cx = Arc::clone(&self.stream_env.ledger);
+        let previous = cx.previous_session_hmacs(id);
+        let (now, most, this_run) = (self.now().0, self.cfg.sessions.max_retained_streams + self.cfg.sessions.max_in_flight + 1, cx.ledger.run);
+        let hmac = Arc::clone(hmac);
+        let migrate = Arc::clone(&cx);
+        cx.ledger
+            .reads
+            .run(move |store| {
+                let mut found = read_session(store, &hmac, principal.as_ref(), most, now)?;
+                if found.is_none() && !previous.is_empty() && store.get(&codec::session_key(&hmac), now)?.is_none() {
+                    for old in &previous {
+                        if let Some(f) = read_session(store, old, principal.as_ref(), most, now)? {
+                            migrate.writer.submit(migration_ops(&hmac, &f.0, &f.1, &migrate));
+                            found = Some(f);
+                            break;
+                        }
+                    }
+                }
+                let complete = found.as_ref().is_some_and(|(r, _)| crate::ledger::Ledger::run_complete_in(store, this_run, r.run, now));
+                Ok((found, complete))
+            })
+            .await
     }
 
     /// Announce a session's last writes of this life (it ended, or parks): until `ops` are

@@ -85,7 +85,7 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
         .map_err(|why| refuse(ModernError::HeaderMismatch(why)))?;
         support = tool.spec().task_support;
         // Modern streams are not resumable: only receipts and state handles need the ledger.
-        sup.admit_call(Some(tool.spec()), matches!(call, Ok(Some(Some(_)))), false).map_err(|r| r.with_id(&id))?;
+        sup.admit_call(Some(tool.spec()), matches!(call, Ok(Some(Some(_)))), &owner, false).map_err(|r| r.with_id(&id))?;
     }
     // May this call become a task? Only for a tool that may run as one, a request that
     // declared the extension, a ledger that can record it, and a caller with room for one
@@ -103,7 +103,11 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
     if support == TaskSupport::Required
         && let Some(Err(no_room)) = reserved
     {
-        return Err(Rejection::QuotaExceeded { cause: crate::proto::error::Quota::Tasks, retry_after_s: no_room.retry_after_s() }.with_id(&id));
+        let refusal = match no_room {
+            crate::tasks::NoRoom::Full { retry_after_s } => Rejection::StoreFull { store: crate::proto::error::StoreBound::Tasks, retry_after_s },
+            _ => Rejection::QuotaExceeded { cause: crate::proto::error::Quota::Tasks, retry_after_s: no_room.retry_after_s() },
+        };
+        return Err(refusal.with_id(&id));
     }
     let mut slot = reserved.and_then(Result::ok);
     let task_ok = slot.is_some();
@@ -248,7 +252,7 @@ fn tasks_request(sup: &Arc<Supervisor>, place: ModernPlace, owner: Option<Arc<st
         let tasks = sup.tasks();
         let p = owner.as_deref();
         let r = match method.as_str() {
-            "tasks/get" => tasks.get(p, &task_id).map(|v| v.detailed()),
+            "tasks/get" => tasks.get(p, &task_id).await.map(|v| v.detailed()),
             "tasks/update" => match responses {
                 None => tasks.update(p, &task_id, &serde_json::Map::new(), state::check_answer).await,
                 Some(Value::Object(m)) => tasks.update(p, &task_id, &m, state::check_answer).await,

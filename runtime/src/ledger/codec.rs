@@ -327,6 +327,13 @@ pub fn hex(bytes: &[u8]) -> String {
     s
 }
 
+/// SHA-256 of `bytes`, hex.
+#[must_use]
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest as _, Sha256};
+    hex(&Sha256::digest(bytes))
+}
+
 /// SHA-256 of a name and a JSON value (length-prefixed name, then the value serialized
 /// straight into the hash, no buffer; serde_json's map is ordered, so objects are canonical),
 /// hex: the request digest of a stream record and the arguments digest of a receipt.
@@ -402,6 +409,38 @@ pub fn handle_key(hmac: &str) -> String {
     format!("h/{hmac}")
 }
 
+/// Index of what callers keep in one store (`store`: `r` receipts, `h` handles, `t` tasks),
+/// for its bounds: member `<bytes>/<caller>/<name>` ([`usage_member`]), score: when the entry
+/// expires (ms). Read once at start to rebuild the in-memory figures
+/// ([`crate::proto::usage`]); expired members are trimmed as entries are added.
+#[must_use]
+pub fn usage_index(store: &str) -> String {
+    format!("u/{store}")
+}
+
+/// A member of a [`usage_index`]: the entry's bytes, its caller (`-` for none, else
+/// length-prefixed as in [`receipt_key`]) and its name.
+#[must_use]
+pub fn usage_member(caller: Option<&str>, bytes: u64, name: &str) -> String {
+    match caller {
+        Some(c) => format!("{bytes}/{}:{c}/{name}", c.len()),
+        None => format!("{bytes}/-/{name}"),
+    }
+}
+
+/// `(caller, bytes)` of a [`usage_member`]; `None` for a member of another shape.
+#[must_use]
+pub fn parse_usage_member(m: &str) -> Option<(Option<&str>, u64)> {
+    let (bytes, rest) = m.split_once('/')?;
+    let bytes = bytes.parse().ok()?;
+    if rest.starts_with("-/") {
+        return Some((None, bytes));
+    }
+    let (len, rest) = rest.split_once(':')?;
+    let caller = rest.get(..len.parse::<usize>().ok()?)?;
+    rest[caller.len()..].starts_with('/').then_some((Some(caller), bytes))
+}
+
 /// Index of one caller's tasks (member: task HMAC; score: when it expires, ms): counted
 /// against `tasks.max_kept_per_caller`. Length-prefixed like [`receipt_key`].
 #[must_use]
@@ -417,6 +456,21 @@ pub fn tasks_index(principal: Option<&str>) -> String {
 pub fn handles_index(kind: &str, principal: Option<&str>) -> String {
     let p = principal.unwrap_or("");
     format!("hi/{kind}/{}:{p}", p.len())
+}
+
+#[cfg(test)]
+mod usage_member_tests {
+    use super::*;
+
+    #[test]
+    fn a_usage_member_gives_its_caller_and_bytes_back_whatever_the_caller_holds() {
+        for caller in [None, Some(""), Some("alice"), Some("ip:10.0.0.1"), Some("a/b:c/d")] {
+            let m = usage_member(caller, 1234, "r/5:alice/key/with/slashes");
+            assert_eq!(parse_usage_member(&m), Some((caller, 1234)), "{m}");
+        }
+        assert_eq!(parse_usage_member("x/-/n"), None);
+        assert_eq!(parse_usage_member("1/9:short/n"), None);
+    }
 }
 
 #[cfg(test)]

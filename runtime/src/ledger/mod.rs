@@ -16,14 +16,17 @@
 //! so a sweep (or Redis itself) removes whatever a session left behind, also when no process
 //! was there to clean up after it.
 //!
-//! Reads (restoring a session after a restart or from parking, receipts) go to the store
-//! directly, after a [`Writer::barrier`] when they must see everything handed over so far.
+//! Reads (restoring a session after a restart or from parking, receipts, handles, tasks) run
+//! on the ledger's reader threads ([`Reads`]), never on an HTTP worker, after a
+//! [`Writer::barrier`] when they must see everything handed over so far.
 
 pub mod codec;
 mod files;
 mod memory;
 mod open;
+mod reads;
 mod sqlite;
+mod usage;
 mod writer;
 
 use std::sync::Arc;
@@ -31,6 +34,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 pub use memory::MemoryStore;
+pub use reads::{READ_QUEUE, READ_THREADS, ReadError, Reads};
+pub(crate) use usage::{Caller, StoreUsage};
 pub(crate) use open::derive_key;
 pub use open::{Ledger, OpenError, load_or_create_key};
 pub use sqlite::SqliteStore;

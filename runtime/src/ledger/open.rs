@@ -99,6 +99,8 @@ fn holder(pid: Option<u32>) -> String {
 pub struct Ledger {
     /// The writer.
     pub writer: Arc<Writer>,
+    /// The readers: store reads of the async shells run there, never on an HTTP worker.
+    pub reads: Arc<super::Reads>,
     /// The secret.
     pub secret: Arc<[u8]>,
     /// Secrets the ledger was written with before a rotation (`ledger.previous_key_files`).
@@ -176,14 +178,22 @@ impl Ledger {
             linger: Duration::from_micros(l.commit_linger_us),
             commit_wait: Duration::from_millis(l.commit_wait_ms),
         };
+        let reads = super::Reads::start(&store);
         let writer = Writer::start(store, settings, Box::new(move || sweep_clock.now().0));
-        Ok(Ledger { writer, secret: secret.into(), previous: previous.into_iter().map(Into::into).collect(), clock, run, durable })
+        Ok(Ledger { writer, reads, secret: secret.into(), previous: previous.into_iter().map(Into::into).collect(), clock, run, durable })
     }
 
     /// Whether everything run `run` wrote reached the ledger: it is this process, or it
     /// stopped cleanly ([`Ledger::stopped_cleanly`]).
+    #[cfg(test)]
     pub(crate) fn run_complete(&self, run: u64) -> bool {
         run == self.run || self.writer.store().get(&clean_key(run), self.clock.now().0).ok().flatten().is_some()
+    }
+
+    /// [`Ledger::run_complete`] on `store` (for a read already on a reader thread): `this_run`
+    /// is this process's run.
+    pub(crate) fn run_complete_in(store: &dyn Store, this_run: u64, run: u64, now_ms: u64) -> bool {
+        run == this_run || store.get(&clean_key(run), now_ms).ok().flatten().is_some()
     }
 
     /// The highest generation an earlier process on this ledger started (0: none).

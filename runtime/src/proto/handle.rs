@@ -104,6 +104,26 @@ impl HandleKind {
         (self.idle_ttl_secs.saturating_mul(1000) / 8).min(1000)
     }
 
+    /// The tool error for a change that would take the caller's state past its byte bound
+    /// (`ledger.handle_bytes_per_caller`, over every kind), retrying after `retry_after_s`.
+    #[must_use]
+    pub fn caller_state_full(&self, retry_after_s: u32) -> String {
+        format!(
+            "Your {}s and other state already take as many bytes as one caller may keep; nothing was changed. Destroy what you no longer need, or try again in {} (unused {}s expire after {}).",
+            self.noun,
+            duration_words(u64::from(retry_after_s)),
+            self.noun,
+            self.ttl_words()
+        )
+    }
+
+    /// The tool error for a change that would take the server's state of every caller past
+    /// its byte bound (`ledger.handle_bytes_total`).
+    #[must_use]
+    pub fn server_state_full(&self, retry_after_s: u32) -> String {
+        format!("The server keeps as much state as it may right now; nothing was changed. Try again in {}.", duration_words(u64::from(retry_after_s)))
+    }
+
     /// The tool error for a caller at [`HandleKind::max_per_caller`].
     #[must_use]
     pub fn too_many(&self) -> String {

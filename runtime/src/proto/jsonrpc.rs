@@ -49,6 +49,8 @@ pub mod code {
     pub const SERVER_RESTARTED: i64 = -32009;
     /// A rollback's drain ended the request at its grace deadline; its outcome is unknown.
     pub const DRAINED: i64 = -32010;
+    /// A keyed write call ran once, but its result was too large to keep for a replay.
+    pub const RESULT_NOT_KEPT: i64 = -32011;
     /// 2026-07-28: a request-metadata header is missing or differs from the body.
     pub const HEADER_MISMATCH: i64 = -32020;
     /// 2026-07-28: the request lacks a client capability the server needs.

@@ -24,6 +24,7 @@ pub mod rollout;
 pub mod session;
 pub mod stream;
 pub mod task;
+pub mod usage;
 pub mod version;
 
 pub use ids::{Generation, JsonRpcId, Seq, SessionId, StreamId, Tick};

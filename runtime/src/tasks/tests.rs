@@ -6,7 +6,7 @@ const OLD: &[u8] = &[0xab; 16];
 const NEW: &[u8] = &[0xcd; 16];
 
 fn settings() -> TaskSettings {
-    TaskSettings { ttl_ms: 3_600_000, poll_ms: 1_000, max_per_caller: 4, max_kept_per_caller: 16, max_result_bytes: 1 << 20 }
+    TaskSettings { ttl_ms: 3_600_000, poll_ms: 1_000, max_per_caller: 4, max_kept_per_caller: 16, max_result_bytes: 1 << 20, bytes_per_caller: 1 << 30, bytes_total: 1 << 32 }
 }
 
 #[tokio::test]
@@ -25,14 +25,14 @@ async fn tasks_recorded_before_a_key_rotation_are_found_and_read_after_it() {
     };
     let l = Ledger::sqlite_for_tests(&dir, NEW, &[OLD]);
     let t = Tasks::new(&l, settings());
-    let v = t.get(alice.as_deref(), &done).unwrap();
+    let v = t.get(alice.as_deref(), &done).await.unwrap();
     assert_eq!((v.status, v.result.unwrap()["content"][0]["text"].clone()), (TaskStatus::Completed, json!("done")));
-    assert_eq!(t.get(Some("bob"), &done), Err(TaskError::NotFound), "still bound to its caller");
-    let v = t.get(alice.as_deref(), &running).unwrap();
+    assert_eq!(t.get(Some("bob"), &done).await, Err(TaskError::NotFound), "still bound to its caller");
+    let v = t.get(alice.as_deref(), &running).await.unwrap();
     assert_eq!(v.status, TaskStatus::Failed, "interrupted, recorded where it was found");
     l.writer.barrier().await.unwrap();
-    assert_eq!(t.get(alice.as_deref(), &running).unwrap().status_message, v.status_message);
+    assert_eq!(t.get(alice.as_deref(), &running).await.unwrap().status_message, v.status_message);
     drop((t, l));
     let l = Ledger::sqlite_for_tests(&dir, NEW, &[]);
-    assert_eq!(Tasks::new(&l, settings()).get(alice.as_deref(), &done), Err(TaskError::NotFound), "without the previous key listed");
+    assert_eq!(Tasks::new(&l, settings()).get(alice.as_deref(), &done).await, Err(TaskError::NotFound), "without the previous key listed");
 }

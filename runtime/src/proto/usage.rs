@@ -1,0 +1,264 @@
+//! What callers keep in one store of the ledger (idempotency receipts, state handles, kept
+//! tasks), counted in memory so that its bounds are checked before anything runs, without a
+//! read of the ledger (sans-IO: `now` is passed in).
+//!
+//! Every entry is counted (one, and its bytes) under its caller and under the total, in the
+//! bucket of its expiry (rounded up to the bucket width, so an entry never leaves the figures
+//! before it expires; it may stay up to one bucket longer). Buckets that expired are dropped:
+//! the caller's when its figures are read, every caller's at most once a bucket width.
+//! [`Usage::remove`] takes back what [`Usage::add`] counted with the same expiry (an entry
+//! rewritten, moved or deleted); figures never go below zero.
+//!
+//! Memory: per caller, one map entry per non-empty bucket; callers with nothing left are
+//! forgotten by the periodic sweep.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::Hash;
+
+/// The bounds of one store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UsageLimits {
+    /// Entries one caller may keep.
+    pub per_caller_count: u64,
+    /// Bytes one caller may keep.
+    pub per_caller_bytes: u64,
+    /// Bytes every caller together may keep.
+    pub total_bytes: u64,
+}
+
+/// Why an entry may not be added.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Over {
+    /// The caller keeps as many entries, or bytes, as it may.
+    Caller {
+        /// Until its oldest entry expires (ms; at least 1 s).
+        retry_after_ms: u64,
+    },
+    /// Every caller together keeps as many bytes as the store may.
+    Total {
+        /// Until the oldest entry of anyone expires (ms; at least 1 s).
+        retry_after_ms: u64,
+    },
+}
+
+impl Over {
+    /// `Retry-After` in whole seconds.
+    #[must_use]
+    pub fn retry_after_s(self) -> u32 {
+        let (Over::Caller { retry_after_ms } | Over::Total { retry_after_ms }) = self;
+        u32::try_from(retry_after_ms.div_ceil(1000)).unwrap_or(u32::MAX).max(1)
+    }
+}
+
+/// Counts and bytes by expiry bucket.
+#[derive(Debug, Default)]
+struct Account {
+    count: u64,
+    bytes: u64,
+    /// Bucket end (ms) → (count, bytes).
+    buckets: BTreeMap<u64, (u64, u64)>,
+}
+
+impl Account {
+    fn add(&mut self, bucket: u64, count: u64, bytes: u64) {
+        let b = self.buckets.entry(bucket).or_default();
+        b.0 = b.0.saturating_add(count);
+        b.1 = b.1.saturating_add(bytes);
+        self.count = self.count.saturating_add(count);
+        self.bytes = self.bytes.saturating_add(bytes);
+    }
+
+    fn remove(&mut self, bucket: u64, count: u64, bytes: u64) {
+        // Already expired and dropped: nothing left to take back.
+        let Some(b) = self.buckets.get_mut(&bucket) else { return };
+        let (c, n) = (count.min(b.0), bytes.min(b.1));
+        b.0 -= c;
+        b.1 -= n;
+        self.count -= c;
+        self.bytes -= n;
+        if *b == (0, 0) {
+            self.buckets.remove(&bucket);
+        }
+    }
+
+    /// Drop the buckets that ended at or before `now`.
+    fn prune(&mut self, now: u64) {
+        while let Some(e) = self.buckets.first_entry() {
+            if *e.key() > now {
+                break;
+            }
+            let (c, n) = e.remove();
+            self.count -= c;
+            self.bytes -= n;
+        }
+    }
+
+    /// Until the oldest bucket ends (ms).
+    fn retry_after(&self, now: u64) -> u64 {
+        self.buckets.keys().next().map_or(1000, |end| end.saturating_sub(now)).max(1000)
+    }
+}
+
+/// The figures of one store (see the module docs). `K` names a caller.
+#[derive(Debug)]
+pub struct Usage<K> {
+    limits: UsageLimits,
+    bucket_ms: u64,
+    callers: HashMap<K, Account>,
+    total: Account,
+    swept_at: u64,
+}
+
+impl<K: Hash + Eq + Clone> Usage<K> {
+    /// Empty figures with these bounds; entries are counted by expiry rounded up to
+    /// `bucket_ms`.
+    #[must_use]
+    pub fn new(limits: UsageLimits, bucket_ms: u64) -> Usage<K> {
+        Usage { limits, bucket_ms: bucket_ms.max(1), callers: HashMap::new(), total: Account::default(), swept_at: 0 }
+    }
+
+    fn bucket(&self, expires_ms: u64) -> u64 {
+        expires_ms.div_ceil(self.bucket_ms).saturating_mul(self.bucket_ms)
+    }
+
+    /// Whether `caller` may add `count` entries of `bytes` at `now`.
+    ///
+    /// # Errors
+    /// [`Over`], with when to try again.
+    pub fn check(&mut self, caller: &K, now: u64, count: u64, bytes: u64) -> Result<(), Over> {
+        self.sweep(now);
+        if let Some(a) = self.callers.get_mut(caller) {
+            a.prune(now);
+            if a.count.saturating_add(count) > self.limits.per_caller_count || a.bytes.saturating_add(bytes) > self.limits.per_caller_bytes {
+                return Err(Over::Caller { retry_after_ms: a.retry_after(now) });
+            }
+        } else if count > self.limits.per_caller_count || bytes > self.limits.per_caller_bytes {
+            return Err(Over::Caller { retry_after_ms: 1000 });
+        }
+        if self.total.bytes.saturating_add(bytes) > self.limits.total_bytes {
+            return Err(Over::Total { retry_after_ms: self.total.retry_after(now) });
+        }
+        Ok(())
+    }
+
+    /// Count `count` entries of `bytes` for `caller`, expiring at `expires_ms`.
+    pub fn add(&mut self, caller: &K, expires_ms: u64, count: u64, bytes: u64) {
+        let b = self.bucket(expires_ms);
+        self.callers.entry(caller.clone()).or_default().add(b, count, bytes);
+        self.total.add(b, count, bytes);
+    }
+
+    /// Take back what [`Usage::add`] counted for `caller` with the same expiry.
+    pub fn remove(&mut self, caller: &K, expires_ms: u64, count: u64, bytes: u64) {
+        let b = self.bucket(expires_ms);
+        if let Some(a) = self.callers.get_mut(caller) {
+            a.remove(b, count, bytes);
+        }
+        self.total.remove(b, count, bytes);
+    }
+
+    /// `(entries, bytes)` `caller` keeps at `now`.
+    pub fn caller(&mut self, caller: &K, now: u64) -> (u64, u64) {
+        self.callers.get_mut(caller).map_or((0, 0), |a| {
+            a.prune(now);
+            (a.count, a.bytes)
+        })
+    }
+
+    /// `(entries, bytes)` every caller keeps at `now`.
+    pub fn total(&mut self, now: u64) -> (u64, u64) {
+        self.total.prune(now);
+        (self.total.count, self.total.bytes)
+    }
+
+    /// Callers with figures (tests, stats).
+    #[must_use]
+    pub fn callers(&self) -> usize {
+        self.callers.len()
+    }
+
+    /// Drop expired buckets: the total's now, every caller's (and callers left with nothing)
+    /// at most once a bucket width.
+    fn sweep(&mut self, now: u64) {
+        self.total.prune(now);
+        if now.saturating_sub(self.swept_at) < self.bucket_ms {
+            return;
+        }
+        self.swept_at = now;
+        self.callers.retain(|_, a| {
+            a.prune(now);
+            !a.buckets.is_empty()
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: UsageLimits = UsageLimits { per_caller_count: 3, per_caller_bytes: 100, total_bytes: 150 };
+
+    #[test]
+    fn a_caller_past_its_count_or_bytes_is_over_until_its_oldest_entry_expires() {
+        let mut u = Usage::new(LIMITS, 1000);
+        for i in 0..3 {
+            assert_eq!(u.check(&"a", 0, 1, 10), Ok(()));
+            u.add(&"a", 10_000 + i * 1000, 1, 10);
+        }
+        assert_eq!(u.check(&"a", 0, 1, 10), Err(Over::Caller { retry_after_ms: 10_000 }), "a fourth entry");
+        assert_eq!(u.check(&"b", 0, 1, 10), Ok(()), "another caller is not");
+        assert_eq!(u.check(&"a", 10_000, 1, 10), Ok(()), "the oldest expired");
+        assert_eq!(u.caller(&"a", 10_000), (2, 20));
+        let mut u = Usage::new(LIMITS, 1000);
+        u.add(&"a", 5_000, 1, 95);
+        assert_eq!(u.check(&"a", 0, 1, 6), Err(Over::Caller { retry_after_ms: 5_000 }), "bytes");
+        assert_eq!(u.check(&"a", 0, 1, 5), Ok(()), "up to the bound");
+    }
+
+    #[test]
+    fn every_caller_together_is_bounded_by_the_total_bytes() {
+        let mut u = Usage::new(LIMITS, 1000);
+        u.add(&"a", 60_000, 1, 90);
+        u.add(&"b", 30_000, 1, 50);
+        assert_eq!(u.check(&"c", 0, 1, 11), Err(Over::Total { retry_after_ms: 30_000 }));
+        assert_eq!(u.check(&"c", 0, 1, 10), Ok(()));
+        assert_eq!(Over::Total { retry_after_ms: 30_000 }.retry_after_s(), 30);
+    }
+
+    #[test]
+    fn an_entry_counts_until_its_expiry_rounded_up_never_less() {
+        let mut u = Usage::new(LIMITS, 1000);
+        u.add(&"a", 1_500, 1, 10);
+        assert_eq!(u.total(1_500), (1, 10), "not before its bucket ends");
+        assert_eq!(u.total(1_999), (1, 10));
+        assert_eq!(u.total(2_000), (0, 0));
+        assert_eq!(u.caller(&"a", 2_000), (0, 0));
+    }
+
+    #[test]
+    fn a_removed_or_rewritten_entry_is_taken_back_and_figures_never_go_negative() {
+        let mut u = Usage::new(LIMITS, 1000);
+        u.add(&"a", 9_000, 1, 10);
+        // Rewritten bigger (a receipt's outcome), then moved (a handle's use).
+        u.remove(&"a", 9_000, 1, 10);
+        u.add(&"a", 9_000, 1, 40);
+        u.remove(&"a", 9_000, 1, 40);
+        u.add(&"a", 12_000, 1, 40);
+        assert_eq!((u.caller(&"a", 0), u.total(0)), ((1, 40), (1, 40)));
+        u.remove(&"a", 12_000, 5, 500);
+        assert_eq!((u.caller(&"a", 0), u.total(0)), ((0, 0), (0, 0)));
+        u.remove(&"b", 1_000, 1, 1);
+        assert_eq!(u.total(0), (0, 0), "unknown entries take nothing");
+    }
+
+    #[test]
+    fn callers_with_nothing_left_are_forgotten_by_the_sweep() {
+        let mut u = Usage::new(LIMITS, 1000);
+        for i in 0..100u32 {
+            u.add(&i, 1_000, 1, 1);
+        }
+        assert_eq!(u.callers(), 100);
+        assert_eq!(u.check(&0, 5_000, 1, 1), Ok(()));
+        assert_eq!(u.callers(), 0);
+    }
+}
