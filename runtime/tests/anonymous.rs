@@ -2,7 +2,9 @@
 //! a bearer capability, its unguessable id the only authority: a list shows only what the same
 //! legacy session created, and outside a session nothing (with a text saying listing needs an
 //! authenticated caller), while a use by id works from anywhere the caller's address reaches.
-//! An authenticated caller lists all its own.
+//! An authenticated caller lists all its own. Behind a proxy trusted with
+//! `security.trust_forwarded_for`, each client is counted and owned as its own address; the
+//! same headers from any other peer are ignored.
 
 mod common;
 
@@ -159,4 +161,40 @@ async fn an_authenticated_caller_lists_all_its_own_handles_across_sessions_and_e
     let bobs = call_modern(&h, p, Some("tb"), "list_notes", json!({})).await;
     assert_eq!(ids(&bobs), Vec::<String>::new());
     assert!(!bobs["content"][0]["text"].as_str().unwrap().contains("authenticated"), "{bobs}");
+}
+
+fn behind_proxy(c: &mut RuntimeConfig) {
+    c.quotas.sessions_per_principal = 1;
+    c.security.trust_forwarded_for = vec!["127.0.0.0/8".parse().unwrap()];
+}
+
+/// An `initialize` from `addr` that says it forwards for `client`: its status.
+async fn initialize_for(h: &Harness, addr: SocketAddr, header: (&str, &str)) -> StatusCode {
+    h.send(post().peer_addr(addr).insert_header(header).set_payload(init_body("2025-11-25"))).await.status
+}
+
+#[actix_web::test]
+async fn clients_behind_a_trusted_proxy_get_their_own_session_quota_and_the_headers_of_an_untrusted_peer_are_ignored() {
+    let h = harness_with_catalog(cfg(behind_proxy), note_catalog()).await;
+    let proxy = peer(40005);
+    let xff = |c: &'static str| ("X-Forwarded-For", c);
+    assert_eq!(initialize_for(&h, proxy, xff("198.51.100.1")).await, StatusCode::OK);
+    assert_eq!(initialize_for(&h, proxy, xff("198.51.100.1")).await, StatusCode::TOO_MANY_REQUESTS, "one session per client");
+    assert_eq!(initialize_for(&h, proxy, xff("203.0.113.9, 198.51.100.2")).await, StatusCode::OK, "another client behind the same proxy has its own");
+    assert_eq!(initialize_for(&h, proxy, ("Forwarded", "for=\"[2001:db8::1]:4711\"")).await, StatusCode::OK, "and so does one named by Forwarded");
+
+    // The same headers from a peer outside the trusted range count as that peer.
+    let stranger = SocketAddr::from(([192, 0, 2, 10], 40006));
+    assert_eq!(initialize_for(&h, stranger, xff("198.51.100.3")).await, StatusCode::OK);
+    assert_eq!(initialize_for(&h, stranger, xff("198.51.100.4")).await, StatusCode::TOO_MANY_REQUESTS, "its headers are ignored: one caller");
+
+    // A client behind the trusted proxy is its own caller for handles too.
+    let make = modern(9, "tools/call", json!({"name": "make_note", "arguments": {"text": "mine"}}));
+    let mut r = h.send(make.peer_addr(proxy).insert_header(xff("198.51.100.1"))).await;
+    let made = r.json().await;
+    let id = made["result"]["structuredContent"]["id"].as_str().unwrap_or_else(|| panic!("{made}")).to_owned();
+    let read = |client: &'static str| modern(10, "tools/call", json!({"name": "read_note", "arguments": {"id": id}})).peer_addr(proxy).insert_header(xff(client));
+    assert_eq!(h.send(read("198.51.100.1")).await.json().await["result"]["content"][0]["text"], "mine");
+    let other = h.send(read("198.51.100.2")).await.json().await;
+    assert_eq!(other["result"]["isError"], true, "another client's handle is unknown to it: {other}");
 }
