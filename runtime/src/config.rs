@@ -49,6 +49,12 @@ pub struct SecurityConfig {
     /// Secret that keys cursor tags and session-id HMACs, hex (at least 32 digits). Default:
     /// the ledger's key file (`ledger.key_file`), so cursors and sessions survive restarts.
     pub cursor_secret_hex: Option<String>,
+    /// TCP peers (address ranges, `"10.0.0.0/8"`) trusted to name the client in `Forwarded`
+    /// / `X-Forwarded-For`: a request from inside one is counted (quotas) and owned (handles,
+    /// tasks, receipts, without authentication) as the client address those headers name
+    /// (the right-most one not itself trusted; see [`crate::proto::forwarded`]). Default
+    /// none: the headers are ignored and every client behind one proxy is one caller.
+    pub trust_forwarded_for: Vec<crate::proto::forwarded::Cidr>,
     /// Require a localhost `Host` (DNS-rebinding defence). Not read from the file: the host
     /// sets it from its bind address (on for loopback binds).
     #[serde(skip)]
@@ -65,6 +71,7 @@ impl Default for SecurityConfig {
             body_read_timeout_ms: 30_000,
             bearer_tokens: BTreeMap::new(),
             cursor_secret_hex: None,
+            trust_forwarded_for: Vec::new(),
             localhost_hosts_only: true,
         }
     }

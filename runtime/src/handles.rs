@@ -7,6 +7,11 @@
 //! Invariants:
 //! - A handle is bound to the caller that made it: every use checks `(handle, principal)`, and
 //!   another caller's handle is answered exactly like an unknown one.
+//! - Without authentication a handle is a bearer capability (its unguessable id the only
+//!   authority) and the "caller" is only an address that many clients may share: a list
+//!   ([`ListScope`]) shows an authenticated caller all of its handles, an unauthenticated one
+//!   only those created in the same legacy session (the record names the session's HMAC,
+//!   never its id), and outside a session nothing. A use by id works as for anyone.
 //! - A handle unused for its kind's idle TTL expires (the ledger drops it; its record's expiry
 //!   moves with every use).
 //! - Updates of one handle are serialized ([`HandleScope::update`] reads, changes and commits
@@ -303,12 +308,13 @@ impl Handles {
         Ok(())
     }
 
-    /// A new handle of `kind` for `principal`, holding `value`; returned once committed.
+    /// A new handle of `kind` for `principal`, holding `value`, made in the legacy session
+    /// whose HMAC is `session` (`None` outside one); returned once committed.
     ///
     /// # Errors
     /// [`HandleError::TooMany`] (also past the byte bounds), [`HandleError::TooLarge`],
     /// [`HandleError::Unavailable`], [`HandleError::Unconfirmed`].
-    pub async fn create(&self, kind: &HandleKind, principal: Option<&str>, value: Value) -> Result<String, HandleError> {
+    pub async fn create(&self, kind: &HandleKind, principal: Option<&str>, session: Option<&str>, value: Value) -> Result<String, HandleError> {
         let index = codec::handles_index(kind.prefix, principal);
         // One create of this caller's kind at a time: the count below stays exact.
         let _turn = self.stripe(&index).lock().await;
@@ -321,7 +327,7 @@ impl Handles {
         let handle = kind.mint(&random);
         Self::checked(kind, None, &value)?;
         let id = self.id(&handle);
-        let record = HandleRecord { kind: kind.prefix.to_owned(), principal: principal.map(str::to_owned), sealed: self.seal(&id, &random), value, version: 1, created_ms: now, used_ms: now };
+        let record = HandleRecord { kind: kind.prefix.to_owned(), principal: principal.map(str::to_owned), session: session.map(str::to_owned), sealed: self.seal(&id, &random), value, version: 1, created_ms: now, used_ms: now };
         let mut ops = vec![Op::IndexTrim { index: index.clone(), below: now.saturating_add(1) }];
         ops.extend(self.write(kind, &handle, &id, record, None)?);
         self.commit(ops).await?;
@@ -398,17 +404,21 @@ impl Handles {
         self.commit(vec![Op::Delete { key: codec::handle_key(&name) }, Op::IndexRemove { index, member: name }, released]).await
     }
 
-    /// The caller's live handles of `kind` with their values, oldest expiry first.
+    /// The caller's live handles of `kind` that `scope` shows, with their values, oldest
+    /// expiry first.
     ///
     /// # Errors
     /// [`HandleError::Unavailable`].
-    pub async fn list(&self, kind: &HandleKind, principal: Option<&str>) -> Result<Vec<(String, Value)>, HandleError> {
+    pub async fn list(&self, kind: &HandleKind, principal: Option<&str>, scope: ListScope<'_>) -> Result<Vec<(String, Value)>, HandleError> {
+        if let ListScope::Nothing = scope {
+            return Ok(Vec::new());
+        }
         let now = self.now();
         let index = codec::handles_index(kind.prefix, principal);
         let members = self.index(kind, &index, now).await?;
         let mut out = Vec::new();
         for (id, _) in members.into_iter().filter(|(_, expires)| *expires > now) {
-            if let Some((r, _)) = self.read(&id).await?.filter(|(r, _)| r.kind == kind.prefix && r.principal.as_deref() == principal)
+            if let Some((r, _)) = self.read(&id).await?.filter(|(r, _)| r.kind == kind.prefix && r.principal.as_deref() == principal && scope.shows(r.session.as_deref()))
                 && let Some(handle) = self.unseal(kind, &id, &r.sealed)
             {
                 out.push((handle, r.value));
@@ -436,12 +446,39 @@ struct Found {
     moved_from: Option<String>,
 }
 
+/// Which of a caller's handles a list shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListScope<'a> {
+    /// All of them: an authenticated caller.
+    All,
+    /// Those created in this legacy session: an unauthenticated caller in one. Its names
+    /// (HMACs), the current key's first, then each previous key's (made before a rotation).
+    Session(&'a [Arc<str>]),
+    /// None: an unauthenticated caller outside a session (2026-07-28).
+    Nothing,
+}
+
+impl ListScope<'_> {
+    /// Whether a handle created in `session` is shown.
+    fn shows(&self, session: Option<&str>) -> bool {
+        match self {
+            ListScope::All => true,
+            ListScope::Session(names) => session.is_some_and(|s| names.iter().any(|n| **n == *s)),
+            ListScope::Nothing => false,
+        }
+    }
+}
+
 /// One kind of handle as one caller's tool uses it, typed (see [`crate::tools::ToolContext::handles`]).
 #[derive(Debug, Clone, Copy)]
 pub struct HandleScope<'a> {
     pub(crate) store: &'a Handles,
     pub(crate) kind: &'a HandleKind,
     pub(crate) principal: Option<&'a str>,
+    /// The legacy session's names (current key's first), `None` outside one.
+    pub(crate) session: Option<&'a [Arc<str>]>,
+    /// The caller is a bearer principal.
+    pub(crate) authenticated: bool,
 }
 
 fn to_value<T: Serialize>(v: &T) -> Result<Value, HandleError> {
@@ -470,7 +507,7 @@ impl HandleScope<'_> {
     /// # Errors
     /// As [`Handles::create`].
     pub async fn create<T: Serialize>(&self, value: &T) -> Result<String, HandleError> {
-        self.store.create(self.kind, self.principal, to_value(value)?).await
+        self.store.create(self.kind, self.principal, self.session.and_then(|s| s.first()).map(|s| &**s), to_value(value)?).await
     }
 
     /// The value of `handle`.
@@ -505,12 +542,34 @@ impl HandleScope<'_> {
         self.store.destroy(self.kind, self.principal, handle).await
     }
 
-    /// The caller's live handles of this kind with their values.
+    /// The caller's live handles of this kind with their values: all of them for an
+    /// authenticated caller; without authentication only those created in this legacy
+    /// session, and none outside a session (then [`HandleScope::unlisted`] says why, for the
+    /// tool's result).
     ///
     /// # Errors
     /// As [`Handles::list`].
     pub async fn list<T: DeserializeOwned>(&self) -> Result<Vec<(String, T)>, HandleError> {
-        self.store.list(self.kind, self.principal).await?.into_iter().map(|(h, v)| Ok((h, from_value(self.kind, v)?))).collect()
+        self.store.list(self.kind, self.principal, self.list_scope()).await?.into_iter().map(|(h, v)| Ok((h, from_value(self.kind, v)?))).collect()
+    }
+
+    /// Which handles [`HandleScope::list`] shows this caller.
+    #[must_use]
+    pub fn list_scope(&self) -> ListScope<'_> {
+        match (self.authenticated, self.session) {
+            (true, _) => ListScope::All,
+            (false, Some(names)) => ListScope::Session(names),
+            (false, None) => ListScope::Nothing,
+        }
+    }
+
+    /// When this caller may list nothing (unauthenticated, outside a session): the text for
+    /// the list tool's result, which says listing needs an authenticated caller and how to
+    /// go on ([`HandleKind::unlisted`]). A plain result, not an error: the call did what it
+    /// may, and retrying cannot change it.
+    #[must_use]
+    pub fn unlisted(&self) -> Option<String> {
+        (self.list_scope() == ListScope::Nothing).then(|| self.kind.unlisted())
     }
 }
 

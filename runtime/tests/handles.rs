@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use mcp_runtime::config::RuntimeConfig;
-use mcp_runtime::handles::{HandleError, Handles};
+use mcp_runtime::handles::{HandleError, Handles, ListScope};
 use mcp_runtime::ledger::Ledger;
 use mcp_runtime::proto::handle::HandleKind;
 use serde_json::{Value, json};
@@ -32,7 +32,7 @@ async fn handles_are_random_prefixed_and_never_repeat() {
     let k = HandleKind::new("bsk", "basket", "create_basket", 60, 1024, 1000);
     let mut seen = HashSet::new();
     for _ in 0..500 {
-        let h = s.create(&k, None, json!({})).await.unwrap();
+        let h = s.create(&k, None, None, json!({})).await.unwrap();
         assert!(k.is_shaped(&h), "{h}");
         assert_eq!(h.len(), "bsk_".len() + 24, "144 random bits in 24 URL-safe characters");
         assert!(seen.insert(h), "no handle twice");
@@ -47,7 +47,7 @@ async fn handles_are_random_prefixed_and_never_repeat() {
 async fn another_callers_handle_reads_exactly_like_an_unknown_one() {
     let s = store();
     let k = basket(60);
-    let h = s.create(&k, Some("alice"), json!({"items": ["shoes"]})).await.unwrap();
+    let h = s.create(&k, Some("alice"), None, json!({"items": ["shoes"]})).await.unwrap();
     assert_eq!(s.get(&k, Some("alice"), &h).await.unwrap(), json!({"items": ["shoes"]}));
     let foreign = not_found(s.get(&k, Some("bob"), &h).await);
     let unknown_handle = k.mint(&[7; 18]);
@@ -56,8 +56,8 @@ async fn another_callers_handle_reads_exactly_like_an_unknown_one() {
     assert!(matches!(s.update(&k, Some("bob"), &h, |_| Ok::<_, String>(())).await, Err(HandleError::NotFound(_))));
     assert!(matches!(s.destroy(&k, Some("bob"), &h).await, Err(HandleError::NotFound(_))));
     assert!(matches!(s.destroy(&k, None, &h).await, Err(HandleError::NotFound(_))), "no caller is not alice either");
-    assert!(s.list(&k, Some("bob")).await.unwrap().is_empty());
-    assert_eq!(s.list(&k, Some("alice")).await.unwrap(), vec![(h.clone(), json!({"items": ["shoes"]}))], "the owner's list gives the handle back");
+    assert!(s.list(&k, Some("bob"), ListScope::All).await.unwrap().is_empty());
+    assert_eq!(s.list(&k, Some("alice"), ListScope::All).await.unwrap(), vec![(h.clone(), json!({"items": ["shoes"]}))], "the owner's list gives the handle back");
     // A handle of another kind, or no handle at all, is unknown too.
     let cart = HandleKind::new("cart", "cart", "create_cart", 60, 1024, 5);
     assert!(matches!(s.get(&cart, Some("alice"), &h).await, Err(HandleError::NotFound(_))));
@@ -69,8 +69,8 @@ async fn an_idle_handle_expires_and_its_error_names_it_and_the_way_back() {
     let ledger = Ledger::memory(&RuntimeConfig::default());
     let s = Handles::new(&ledger);
     let k = basket(30);
-    let used = s.create(&k, None, json!(1)).await.unwrap();
-    let idle = s.create(&k, None, json!(2)).await.unwrap();
+    let used = s.create(&k, None, None, json!(1)).await.unwrap();
+    let idle = s.create(&k, None, None, json!(2)).await.unwrap();
     for _ in 0..3 {
         tokio::time::advance(std::time::Duration::from_secs(20)).await;
         // Each use moves the expiry: 60 s after creation, the used one lives on.
@@ -81,14 +81,14 @@ async fn an_idle_handle_expires_and_its_error_names_it_and_the_way_back() {
     let text = not_found(s.get(&k, None, &idle).await);
     assert!(text.contains(&format!("{idle:?}")), "names the handle: {text}");
     assert!(text.contains("30 seconds") && text.contains("Call create_basket"), "says why and how to recover: {text}");
-    assert_eq!(s.list(&k, None).await.unwrap().len(), 1, "the expired one is not listed");
+    assert_eq!(s.list(&k, None, ListScope::All).await.unwrap().len(), 1, "the expired one is not listed");
 }
 
 #[tokio::test]
 async fn concurrent_updates_of_one_handle_lose_nothing() {
     let s = Arc::new(store());
     let k = Arc::new(basket(60));
-    let h = s.create(&k, None, json!({"items": []})).await.unwrap();
+    let h = s.create(&k, None, None, json!({"items": []})).await.unwrap();
     let adds = (0..50).map(|i| {
         let (s, k, h) = (Arc::clone(&s), Arc::clone(&k), h.clone());
         tokio::spawn(async move {
@@ -110,21 +110,21 @@ async fn concurrent_updates_of_one_handle_lose_nothing() {
 async fn size_and_count_bounds_and_a_refused_change_leave_everything_as_it_was() {
     let s = store();
     let k = basket(60);
-    assert!(matches!(s.create(&k, None, json!("x".repeat(2000))).await, Err(HandleError::TooLarge(t)) if t.contains("1024")));
-    let h = s.create(&k, None, json!("small")).await.unwrap();
+    assert!(matches!(s.create(&k, None, None, json!("x".repeat(2000))).await, Err(HandleError::TooLarge(t)) if t.contains("1024")));
+    let h = s.create(&k, None, None, json!("small")).await.unwrap();
     assert!(matches!(s.update(&k, None, &h, |v| { *v = json!("y".repeat(2000)); Ok::<_, String>(()) }).await, Err(HandleError::TooLarge(_))));
     assert!(matches!(s.update(&k, None, &h, |v| { *v = json!("changed"); Err::<(), _>("no".to_owned()) }).await, Err(HandleError::Refused(r)) if r == "no"));
     assert_eq!(s.get(&k, None, &h).await.unwrap(), json!("small"), "neither change was kept");
     for _ in 0..4 {
-        s.create(&k, None, json!({})).await.unwrap();
+        s.create(&k, None, None, json!({})).await.unwrap();
     }
-    match s.create(&k, None, json!({})).await {
+    match s.create(&k, None, None, json!({})).await {
         Err(HandleError::TooMany(t)) => assert!(t.contains("5 baskets"), "{t}"),
         other => panic!("the sixth basket: {other:?}"),
     }
-    assert!(s.create(&k, Some("someone else"), json!({})).await.is_ok(), "the bound is per caller");
+    assert!(s.create(&k, Some("someone else"), None, json!({})).await.is_ok(), "the bound is per caller");
     s.destroy(&k, None, &h).await.unwrap();
-    assert!(s.create(&k, None, json!({})).await.is_ok(), "a destroyed one frees its place");
+    assert!(s.create(&k, None, None, json!({})).await.is_ok(), "a destroyed one frees its place");
     assert!(matches!(s.get(&k, None, &h).await, Err(HandleError::NotFound(_))), "and is unknown");
 }
 
@@ -135,7 +135,7 @@ async fn reads_racing_updates_and_a_destroy_never_put_an_older_value_or_the_hand
     let ledger = Ledger::memory(&RuntimeConfig::default());
     let s = Arc::new(Handles::new(&ledger));
     let k = Arc::new(basket(60));
-    let h = s.create(&k, None, json!({"items": []})).await.unwrap();
+    let h = s.create(&k, None, None, json!({"items": []})).await.unwrap();
     for i in 0..20 {
         // Later than the last recorded use by more than the touch slack: each read records
         // its use.
@@ -172,7 +172,7 @@ async fn reads_racing_updates_and_a_destroy_never_put_an_older_value_or_the_hand
     }
     ledger.writer.barrier().await.unwrap();
     assert!(matches!(s.get(&k, None, &h).await, Err(HandleError::NotFound(_))), "the destroyed handle stays gone");
-    assert!(s.list(&k, None).await.unwrap().is_empty(), "and is not listed");
+    assert!(s.list(&k, None, ListScope::All).await.unwrap().is_empty(), "and is not listed");
 }
 
 #[tokio::test(start_paused = true)]
@@ -181,7 +181,7 @@ async fn a_read_soon_after_a_use_is_not_recorded_and_the_handle_never_expires_ea
     let s = Handles::new(&ledger);
     let k = basket(8);
     assert_eq!(k.touch_slack_ms(), 1000);
-    let h = s.create(&k, None, json!(1)).await.unwrap();
+    let h = s.create(&k, None, None, json!(1)).await.unwrap();
     ledger.writer.barrier().await.unwrap();
     let committed = ledger.writer.snapshot().ops;
     // Within the slack of the last recorded use: a read writes nothing.
@@ -193,4 +193,32 @@ async fn a_read_soon_after_a_use_is_not_recorded_and_the_handle_never_expires_ea
     // recorded: still there.
     tokio::time::advance(std::time::Duration::from_millis(7_600)).await;
     assert_eq!(s.get(&k, None, &h).await.unwrap(), json!(1), "never sooner than its TTL after a use");
+}
+
+#[tokio::test]
+async fn a_list_shows_an_authenticated_caller_all_an_anonymous_one_its_sessions_and_outside_a_session_nothing() {
+    let s = store();
+    let k = basket(60);
+    let (one, two, before_rotation): (Arc<str>, Arc<str>, Arc<str>) = ("1".repeat(32).into(), "2".repeat(32).into(), "0".repeat(32).into());
+    let h1 = s.create(&k, None, Some(&one), json!(1)).await.unwrap();
+    let h2 = s.create(&k, None, Some(&two), json!(2)).await.unwrap();
+    let old = s.create(&k, None, Some(&before_rotation), json!(0)).await.unwrap();
+    let outside = s.create(&k, None, None, json!(3)).await.unwrap();
+    let listed = |v: Vec<(String, Value)>| {
+        let mut ids: Vec<String> = v.into_iter().map(|(h, _)| h).collect();
+        ids.sort();
+        ids
+    };
+    let sorted = |mut v: Vec<String>| {
+        v.sort();
+        v
+    };
+    assert_eq!(listed(s.list(&k, None, ListScope::Session(&[Arc::clone(&one)])).await.unwrap()), vec![h1.clone()]);
+    assert_eq!(listed(s.list(&k, None, ListScope::Session(&[Arc::clone(&two), Arc::clone(&before_rotation)])).await.unwrap()), sorted(vec![h2.clone(), old.clone()]), "its names under previous keys too");
+    assert!(s.list(&k, None, ListScope::Nothing).await.unwrap().is_empty());
+    assert_eq!(listed(s.list(&k, None, ListScope::All).await.unwrap()), sorted(vec![h1.clone(), h2.clone(), old, outside.clone()]));
+    // Every handle is still usable by id, whichever session made it.
+    for (h, v) in [(&h1, 1), (&h2, 2), (&outside, 3)] {
+        assert_eq!(s.get(&k, None, h).await.unwrap(), json!(v));
+    }
 }

@@ -43,7 +43,7 @@ async fn run(store: Rc<Handles>, kind: Rc<HandleKind>, op: Op, callers: usize, s
     // per-caller bound is never the limit.
     let mut handles = Vec::new();
     for c in 0..callers {
-        handles.push(store.create(&kind, Some(&format!("p{c}")), json!({"items": []})).await.expect("create"));
+        handles.push(store.create(&kind, Some(&format!("p{c}")), None, json!({"items": []})).await.expect("create"));
     }
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let started = Instant::now();
@@ -60,7 +60,7 @@ async fn run(store: Rc<Handles>, kind: Rc<HandleKind>, op: Op, callers: usize, s
                     let t0 = Instant::now();
                     match op {
                         Op::Create => {
-                            let h = store.create(&kind, Some(&principal), json!({"items": []})).await.expect("create");
+                            let h = store.create(&kind, Some(&principal), None, json!({"items": []})).await.expect("create");
                             // Keep under the per-caller bound: the next create has room.
                             store.destroy(&kind, Some(&principal), &h).await.expect("destroy");
                         }

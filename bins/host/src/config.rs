@@ -34,6 +34,11 @@ pub(crate) struct Flags {
     /// Extra allowed Host (repeatable), e.g. mcp.example.com.
     #[arg(long = "allowed-host")]
     pub(crate) allowed_hosts: Vec<String>,
+    /// A proxy's address range (repeatable), e.g. 10.0.0.0/8: a request whose TCP peer is
+    /// inside one is counted (quotas) and, without authentication, owned as the client
+    /// address its Forwarded / X-Forwarded-For header names. Default none (headers ignored).
+    #[arg(long = "trust-forwarded-for", value_name = "CIDR")]
+    pub(crate) trust_forwarded_for: Vec<mcp_runtime::proto::forwarded::Cidr>,
     /// Replay window per stream, in events.
     #[arg(long)]
     pub(crate) replay_max_events: Option<usize>,
@@ -228,6 +233,7 @@ impl HostConfig {
         security.localhost_hosts_only = bind.is_loopback();
         security.allowed_origins.extend(flags.allowed_origins);
         security.allowed_hosts.extend(flags.allowed_hosts);
+        security.trust_forwarded_for.extend(flags.trust_forwarded_for);
         let set = |slot: &mut u64, v: Option<u64>| *slot = v.unwrap_or(*slot);
         let set_usize = |slot: &mut usize, v: Option<usize>| *slot = v.unwrap_or(*slot);
         set_usize(&mut sse.replay_max_events, flags.replay_max_events);
@@ -393,6 +399,20 @@ path = \"/var/lib/mcp/l.db\"\ndurability = \"sync\"\n").unwrap();
         let file: FileConfig = toml::from_str("[rollout]\nshare = 2.0\n").unwrap();
         assert!(HostConfig::merge(file, flags(&[])).unwrap_err().contains("rollout.share"));
         assert!(toml::from_str::<FileConfig>("[rollout]\nresumable = \"maybe\"\n").is_err());
+    }
+
+    #[test]
+    fn trusted_proxy_ranges_come_from_the_file_and_the_flag_and_a_malformed_one_is_refused() {
+        assert!(HostConfig::merge(FileConfig::default(), flags(&[])).unwrap().runtime.security.trust_forwarded_for.is_empty(), "off by default");
+        let file: FileConfig = toml::from_str("[security]\ntrust_forwarded_for = [\"10.0.0.0/8\"]\n").unwrap();
+        let c = HostConfig::merge(file, flags(&["--trust-forwarded-for", "2001:db8::/32", "--trust-forwarded-for", "127.0.0.1"])).unwrap();
+        let got: Vec<String> = c.runtime.security.trust_forwarded_for.iter().map(ToString::to_string).collect();
+        assert_eq!(got, ["10.0.0.0/8", "2001:db8::/32", "127.0.0.1/32"]);
+        let e = toml::from_str::<FileConfig>("[security]\ntrust_forwarded_for = [\"10.0.0/8\"]\n").unwrap_err();
+        assert!(e.to_string().contains("10.0.0/8"), "{e}");
+        let e = Flags::try_parse_from(["mcp-host", "--trust-forwarded-for", "10.0.0.1/8"]).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.to_string().contains("host bits"), "{e}");
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! The basket pack (SEP-2567's example) on the real binary and its SQLite ledger: a basket
 //! and its items survive a SIGKILL restart, a retried checkout orders once, the same basket
-//! serves both eras, and an expired basket's error names it and the way back.
+//! serves both eras, and an expired basket's error names it and the way back. Without
+//! authentication `list_baskets` shows a legacy session only the baskets made in it and a
+//! 2026-07-28 request none (a basket is then reached by its id alone).
 
 mod common;
 
@@ -47,7 +49,7 @@ fn a_basket_survives_a_sigkill_restart_and_a_retried_checkout_orders_once() {
     let stats = modern_call(&host.addr, 8, "basket_stats", json!({}));
     assert_eq!((stats["structuredContent"]["orders"].clone(), stats["structuredContent"]["double_checkouts"].clone()), (json!(1), json!(0)), "{stats}");
     let listed = modern_call(&host.addr, 9, "list_baskets", json!({}));
-    assert_eq!(listed["structuredContent"]["baskets"][0]["basket_id"], json!(id), "{listed}");
+    assert_eq!(listed["structuredContent"]["baskets"], json!([]), "no authentication, no session: nothing listed: {listed}");
     let added = modern_call(&host.addr, 10, "add_item", json!({"basket_id": id, "sku": "hat"}));
     assert_eq!(added["isError"], true, "a checked-out basket does not change: {added}");
 }
@@ -82,4 +84,44 @@ fn a_refused_checkout_does_not_stand_in_for_a_later_one() {
     modern_call(&host.addr, 3, "add_item", json!({"basket_id": id, "sku": "shoes"}));
     let ordered = modern_call(&host.addr, 4, "checkout", json!({"basket_id": id}));
     assert!(ordered["structuredContent"]["order_id"].is_string(), "ordered once it has an item: {ordered}");
+}
+
+/// A legacy session's `tools/call` result.
+fn call_in(addr: &str, sid: &str, id: i64, tool: &str, args: Value) -> Value {
+    let (status, r) = post_json(addr, sid, &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": args}}));
+    assert_eq!(status, 200, "{r}");
+    r.get("result").cloned().unwrap_or_else(|| panic!("{tool}: {r}"))
+}
+
+fn basket_ids(listed: &Value) -> Vec<String> {
+    let mut ids: Vec<String> = listed["structuredContent"]["baskets"].as_array().unwrap_or_else(|| panic!("{listed}")).iter().map(|b| b["basket_id"].as_str().unwrap().to_owned()).collect();
+    ids.sort();
+    ids
+}
+
+#[test]
+fn without_authentication_list_baskets_shows_a_session_its_own_and_a_stateless_request_none() {
+    let dir = TempDir::new("basket-anonymous");
+    let host = start_with(&dir, 0, &["--packs", "basket"]);
+    // Two local clients: one address, two sessions.
+    let (a, b) = (initialize(&host.addr), initialize(&host.addr));
+    let create = |sid: &str, id: i64, sku: &str| call_in(&host.addr, sid, id, "create_basket", json!({"items": [{"sku": sku}]}))["structuredContent"]["basket_id"].as_str().unwrap().to_owned();
+    let (a1, a2, b1) = (create(&a, 1, "shoes"), create(&a, 2, "hat"), create(&b, 3, "socks"));
+    let mut of_a = vec![a1.clone(), a2];
+    of_a.sort();
+    assert_eq!(basket_ids(&call_in(&host.addr, &a, 4, "list_baskets", json!({}))), of_a, "a's own only");
+    assert_eq!(basket_ids(&call_in(&host.addr, &b, 5, "list_baskets", json!({}))), vec![b1.clone()], "b's own only");
+    // A basket_id is the authority: b uses a's basket, and a stateless request uses b's.
+    let added = call_in(&host.addr, &b, 6, "add_item", json!({"basket_id": a1, "sku": "laces"}));
+    assert_eq!(added["structuredContent"]["item_count"], 2, "{added}");
+    let got = modern_call(&host.addr, 7, "get_basket", json!({"basket_id": b1}));
+    assert_eq!(got["structuredContent"]["items"], json!([{"sku": "socks", "quantity": 1}]), "{got}");
+
+    let listed = modern_call(&host.addr, 8, "list_baskets", json!({}));
+    assert_eq!((listed["structuredContent"]["baskets"].clone(), listed["isError"].clone()), (json!([]), Value::Null), "an empty list, not an error: {listed}");
+    let text = text(&listed);
+    assert!(text.starts_with("Listing baskets needs an authenticated caller") && text.contains("Call create_basket"), "{text}");
+    let tools = modern(&host.addr, 9, "tools/list", json!({}));
+    let list = tools["result"]["tools"].as_array().unwrap().iter().find(|t| t["name"] == "list_baskets").unwrap().clone();
+    assert!(list["description"].as_str().unwrap().contains("Without authentication it lists only the baskets created in the same session"), "{list}");
 }

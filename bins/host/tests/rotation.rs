@@ -2,6 +2,8 @@
 //! `ledger.previous_key_files`, a new one created at start) keeps what was made under the
 //! previous key: state handles (found, listed with the same ids, usable, moved to the new key
 //! by their next use), tasks (found and read), and `requestState` values (still accepted).
+//! Every request authenticates (as alice): without authentication a 2026-07-28 list shows
+//! nothing, and this test lists.
 
 mod common;
 
@@ -10,6 +12,23 @@ use std::time::Duration;
 use common::*;
 use mcp_devtools::TempDir;
 use serde_json::{Value, json};
+
+const TOKEN: &str = "rotation-token-of-alice";
+
+/// The bearer token's config (with `more` after it).
+fn auth_config(dir: &TempDir, name: &str, more: &str) -> String {
+    let path = dir.path().join(name);
+    std::fs::write(&path, format!("{more}[security.bearer_tokens]\n{TOKEN:?} = \"alice\"\n")).unwrap();
+    path.display().to_string()
+}
+
+fn modern(addr: &str, id: i64, method: &str, params: Value) -> Value {
+    common::modern_as(addr, Some(TOKEN), id, method, params)
+}
+
+fn modern_call(addr: &str, id: i64, tool: &str, args: Value) -> Value {
+    common::modern_call_as(addr, Some(TOKEN), id, tool, args)
+}
 
 fn basket_ids(addr: &str, id: i64) -> Vec<String> {
     let listed = modern_call(addr, id, "list_baskets", json!({}));
@@ -36,7 +55,8 @@ fn multi_round(addr: &str, id: i64, answers: Value, state: Option<&str>) -> Valu
 #[test]
 fn after_a_key_rotation_baskets_tasks_and_request_states_of_the_previous_key_are_found_and_usable() {
     let dir = TempDir::new("rotate-state");
-    let mut host = start_with(&dir, 0, &["--packs", "basket"]);
+    let auth = auth_config(&dir, "auth.toml", "");
+    let mut host = start_with(&dir, 0, &["--packs", "basket", "--config", &auth]);
     let create = |n: i64, sku: &str| modern_call(&host.addr, n, "create_basket", json!({"items": [{"sku": sku}]}))["structuredContent"]["basket_id"].as_str().unwrap().to_owned();
     let (a, b, c) = (create(1, "shoes"), create(2, "hat"), create(3, "socks"));
     let order = modern_call(&host.addr, 4, "checkout", json!({"basket_id": c}))["structuredContent"]["order_id"].as_str().unwrap().to_owned();
@@ -65,9 +85,7 @@ fn after_a_key_rotation_baskets_tasks_and_request_states_of_the_previous_key_are
     // README's procedure: move the key file aside, list it, restart.
     let old_key = dir.path().join("mcp-host.db.key.old");
     std::fs::rename(dir.path().join("mcp-host.db.key"), &old_key).unwrap();
-    let cfg = dir.path().join("rotate.toml");
-    std::fs::write(&cfg, format!("[ledger]\nprevious_key_files = [{:?}]\n", old_key.display().to_string())).unwrap();
-    let cfg = cfg.display().to_string();
+    let cfg = auth_config(&dir, "rotate.toml", &format!("[ledger]\nprevious_key_files = [{:?}]\n", old_key.display().to_string()));
     let mut host = start_with(&dir, port, &["--packs", "basket", "--config", &cfg]);
     assert!(dir.path().join("mcp-host.db.key").exists(), "a new key");
     assert_eq!(basket_ids(&host.addr, 10), before, "the same baskets, the same ids");
@@ -88,7 +106,7 @@ fn after_a_key_rotation_baskets_tasks_and_request_states_of_the_previous_key_are
     assert!(host.process.terminate(Duration::from_secs(15)).is_some_and(|s| s.success()));
 
     // Every basket was used since: moved, so the previous key is no longer needed for them.
-    let host = start_with(&dir, port, &["--packs", "basket"]);
+    let host = start_with(&dir, port, &["--packs", "basket", "--config", &auth]);
     assert_eq!(basket_ids(&host.addr, 17), before);
     let got = modern_call(&host.addr, 18, "get_basket", json!({"basket_id": b}));
     assert_eq!(got["structuredContent"]["item_count"], 2, "{got}");

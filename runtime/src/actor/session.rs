@@ -64,6 +64,10 @@ pub struct SessionActor {
     principal: Option<Arc<str>>,
     /// Whose handles its tools see ([`crate::actor::registry::QuotaKey::owner`]).
     owner: Option<Arc<str>>,
+    /// Its names in the ledger (the HMAC of its id under the current key, then under each
+    /// previous one): handles its tools create record the first, and without authentication
+    /// a list shows those recorded under any of them.
+    names: Arc<[Arc<str>]>,
     signer: Arc<CursorSigner>,
     /// Its streams' settings that do not come from their generation.
     streams: SessionStreams,
@@ -294,6 +298,7 @@ impl SessionActor {
         handshake.set(seed.kept_bytes);
         let now = sup.now();
         let incarnation = seed.restore.as_ref().map_or(0, |r| r.incarnation);
+        let names = std::iter::once(Arc::clone(&seed.hmac)).chain(sup.stream_env().ledger.previous_session_hmacs(&seed.id)).collect();
         let mut core = SessionCore::incarnate(seed.id, seed.version, seed.generation.generation().settings.id, limits, now, incarnation);
         if let Some(level) = seed.restore.as_ref().and_then(|r| r.log_level) {
             core.set_log_level(level);
@@ -311,6 +316,7 @@ impl SessionActor {
             core,
             principal: seed.principal,
             owner: seed.owner,
+            names,
             signer: seed.signer,
             streams,
             gens: Arc::clone(sup.generations()),
@@ -650,10 +656,10 @@ impl SessionActor {
                 let out: Arc<dyn ToolOutbound> = Arc::new(Outbound { session: ctx.address(), stream: stream_addr, origin: id.clone() });
                 let log_level = self.core.log_level();
                 let caps = Arc::clone(&self.client_caps);
-                let (principal, owner) = (self.principal.clone(), self.owner.clone());
+                let (principal, owner, names) = (self.principal.clone(), self.owner.clone(), Arc::clone(&self.names));
                 let catalog = Arc::clone(self.sup.catalog());
                 let rid = id.clone();
-                let cx = move || ToolContext::new(rid, progress_token, cancel, log_level, caps, principal, out).with_owner(owner);
+                let cx = move || ToolContext::new(rid, progress_token, cancel, log_level, caps, principal, out).with_owner(owner).with_session(names);
                 if method == "tools/call" && catalog.is_write_call(params.as_ref()) {
                     purpose = StreamPurpose::Write { receipt: matches!(call, Ok(Some(Some(_)))) };
                 }

@@ -28,12 +28,12 @@ async fn handles_made_before_a_key_rotation_are_found_listed_and_moved_by_their_
     let (h1, h2) = {
         let l = Ledger::sqlite_for_tests(&dir, OLD, &[]);
         let hs = Handles::new(&l);
-        (hs.create(&k, alice, json!({"n": 1})).await.unwrap(), hs.create(&k, alice, json!({"n": 2})).await.unwrap())
+        (hs.create(&k, alice, None, json!({"n": 1})).await.unwrap(), hs.create(&k, alice, None, json!({"n": 2})).await.unwrap())
     };
     let l = Ledger::sqlite_for_tests(&dir, NEW, &[OLD]);
     let hs = Handles::new(&l);
     let before = sorted(vec![(h1.clone(), json!({"n": 1})), (h2.clone(), json!({"n": 2}))]);
-    assert_eq!(sorted(hs.list(&k, alice).await.unwrap()), before, "the same handles, not what another key unseals");
+    assert_eq!(sorted(hs.list(&k, alice, ListScope::All).await.unwrap()), before, "the same handles, not what another key unseals");
     assert!(matches!(hs.get(&k, Some("bob"), &h1).await, Err(HandleError::NotFound(_))), "still bound to its caller");
 
     // A use moves h1, an update moves h2: each under its current name only.
@@ -49,13 +49,13 @@ async fn handles_made_before_a_key_rotation_are_found_listed_and_moved_by_their_
         assert!(stored(&l, &hs.id(h)).is_some() && stored(&l, &ledger_name(&hs.previous[0].0, h)).is_none(), "{h} moved");
     }
     let after = sorted(vec![(h1.clone(), json!({"n": 1})), (h2.clone(), json!({"n": 3}))]);
-    assert_eq!(sorted(hs.list(&k, alice).await.unwrap()), after, "listed once each");
+    assert_eq!(sorted(hs.list(&k, alice, ListScope::All).await.unwrap()), after, "listed once each");
     drop((hs, l));
 
     // Moved: found with the new key alone.
     let l = Ledger::sqlite_for_tests(&dir, NEW, &[]);
     let hs = Handles::new(&l);
-    assert_eq!(sorted(hs.list(&k, alice).await.unwrap()), after);
+    assert_eq!(sorted(hs.list(&k, alice, ListScope::All).await.unwrap()), after);
     hs.destroy(&k, alice, &h1).await.unwrap();
     assert!(matches!(hs.get(&k, alice, &h1).await, Err(HandleError::NotFound(_))));
 }
@@ -66,13 +66,13 @@ async fn a_handle_not_yet_moved_is_destroyed_under_its_previous_name() {
     let k = basket();
     let h = {
         let l = Ledger::sqlite_for_tests(&dir, OLD, &[]);
-        Handles::new(&l).create(&k, None, json!({})).await.unwrap()
+        Handles::new(&l).create(&k, None, None, json!({})).await.unwrap()
     };
     let l = Ledger::sqlite_for_tests(&dir, NEW, &[OLD]);
     let hs = Handles::new(&l);
     hs.destroy(&k, None, &h).await.unwrap();
     assert!(matches!(hs.get(&k, None, &h).await, Err(HandleError::NotFound(_))));
-    assert!(hs.list(&k, None).await.unwrap().is_empty());
+    assert!(hs.list(&k, None, ListScope::All).await.unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -81,7 +81,7 @@ async fn a_listed_record_whose_unsealed_handle_does_not_name_it_is_skipped() {
     let k = basket();
     let l = Ledger::sqlite_for_tests(&dir, OLD, &[]);
     let hs = Handles::new(&l);
-    let h = hs.create(&k, None, json!({"n": 1})).await.unwrap();
+    let h = hs.create(&k, None, None, json!({"n": 1})).await.unwrap();
     // The same record under another name: its seal unseals to a handle that name is not the
     // HMAC of, under any key.
     let other = "00".repeat(16);
@@ -91,5 +91,5 @@ async fn a_listed_record_whose_unsealed_handle_does_not_name_it_is_skipped() {
         Op::IndexAdd { index: codec::handles_index(k.prefix, None), member: other, score: expires_ms, expires_ms },
     ];
     l.writer.submit_acked(copy).await.unwrap();
-    assert_eq!(hs.list(&k, None).await.unwrap(), vec![(h, json!({"n": 1}))]);
+    assert_eq!(hs.list(&k, None, ListScope::All).await.unwrap(), vec![(h, json!({"n": 1}))]);
 }

@@ -4,7 +4,7 @@
 //! [`ApiError`] `ResponseError` impl and counted once, by cause. Responses to an allowed
 //! `Origin` carry the CORS headers, refusals included.
 
-use std::net::SocketAddr;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use actix_web::http::StatusCode;
@@ -17,6 +17,7 @@ use tokio::sync::oneshot;
 use crate::actor::{Delete, InboxTicket, JsonReply, OpenGet, Phase, Post, PostOutcome, QuotaKey, Resume, SessionHandle, SseBody, Supervisor};
 use crate::proto::admission::{Admitted, Command, HeadAdmitted, HttpMethod, ReplyMode, RequestHead, admit_body, admit_head, cors_headers, cors_origin, cors_preflight_headers};
 use crate::proto::error::{Overload, Quota, Rejection};
+use crate::proto::forwarded::{self, Cidr};
 use crate::proto::jsonrpc::{Incoming, encode_result};
 use crate::proto::mcp::initialize_result;
 
@@ -197,13 +198,35 @@ pub async fn endpoint(req: HttpRequest, payload: web::Payload, sup: web::Data<Ar
     resp
 }
 
-/// The caller a quota counts: the principal, else the remote address — IPv4 whole, IPv6 by
+/// The caller a quota counts (and, without authentication, who owns handles, tasks and
+/// receipts): the principal, else the client's address ([`client_ip`]).
+fn caller_key(req: &HttpRequest, principal: Option<&Arc<str>>, sup: &Supervisor) -> QuotaKey {
+    let cfg = sup.config();
+    let client = if principal.is_some() { None } else { client_ip(req, &cfg.security.trust_forwarded_for) };
+    quota_key(principal, client, cfg.quotas.ipv6_prefix_len)
+}
+
+/// The client's address: the TCP peer's, or, when the peer is inside a range of `trusted`
+/// (`security.trust_forwarded_for`), the one its `Forwarded` / `X-Forwarded-For` headers
+/// name ([`crate::proto::forwarded::client_addr`]).
+fn client_ip(req: &HttpRequest, trusted: &[Cidr]) -> Option<IpAddr> {
+    let peer = req.peer_addr()?.ip();
+    if !forwarded::is_trusted(peer, trusted) {
+        return Some(peer);
+    }
+    let lines = |name: &header::HeaderName| req.headers().get_all(name).map(header::HeaderValue::as_bytes).collect::<Vec<_>>();
+    Some(forwarded::client_addr(peer, trusted, &lines(&header::FORWARDED), &lines(&X_FORWARDED_FOR)))
+}
+
+static X_FORWARDED_FOR: header::HeaderName = header::HeaderName::from_static("x-forwarded-for");
+
+/// The caller a quota counts: the principal, else the client's address — IPv4 whole, IPv6 by
 /// its first `v6_prefix` bits (one host usually holds a whole /64, so counting single IPv6
 /// addresses would let it rotate past every quota).
-fn quota_key(principal: Option<&Arc<str>>, peer: Option<SocketAddr>, v6_prefix: u8) -> QuotaKey {
-    match (principal, peer) {
+fn quota_key(principal: Option<&Arc<str>>, client: Option<IpAddr>, v6_prefix: u8) -> QuotaKey {
+    match (principal, client) {
         (Some(p), _) => QuotaKey::Principal(Arc::clone(p)),
-        (None, Some(addr)) => QuotaKey::Address(match addr.ip() {
+        (None, Some(ip)) => QuotaKey::Address(match ip {
             std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
                 Some(v4) => std::net::IpAddr::V4(v4),
                 None => {
@@ -255,7 +278,7 @@ async fn serve(req: &HttpRequest, head: &RequestHead<'_>, payload: web::Payload,
             // Boxed, so this rare path adds a pointer, not its whole state, to every
             // request's future.
             Err(Rejection::SessionNotFound) => {
-                let key = quota_key(admitted.principal.as_ref(), req.peer_addr(), sup.config().quotas.ipv6_prefix_len);
+                let key = caller_key(req, admitted.principal.as_ref(), sup);
                 Box::pin(sup.revive(session, admitted.principal.as_ref(), key)).await?;
                 sup.lookup(session, admitted.principal.as_ref())?
             }
@@ -332,7 +355,7 @@ fn dispatch(req: &HttpRequest, sup: &Arc<Supervisor>, admitted: Admitted, found:
             Ok(Next::Ready(b.finish()))
         }
         Command::Initialize { id, init, kept_bytes, reply } => {
-            let key = quota_key(principal.as_ref(), req.peer_addr(), sup.config().quotas.ipv6_prefix_len);
+            let key = caller_key(req, principal.as_ref(), sup);
             let origin = req.headers().get(header::ORIGIN).and_then(|v| v.to_str().ok());
             let (session, version, recorded) = sup.create_session(key, principal, &init, kept_bytes, origin)?;
             let catalog = sup.catalog();
@@ -471,13 +494,13 @@ mod tests {
 
     #[test]
     fn ipv6_callers_are_counted_by_prefix_and_ipv4_whole() {
-        let key = |a: &str, p| quota_key(None, Some(a.parse().unwrap()), p);
+        let key = |a: &str, p| quota_key(None, Some(a.parse::<std::net::SocketAddr>().unwrap().ip()), p);
         assert_eq!(key("[2001:db8:1:2:aaaa::1]:1", 64), key("[2001:db8:1:2:bbbb::9]:2", 64), "one /64, one caller");
         assert_ne!(key("[2001:db8:1:2::1]:1", 64), key("[2001:db8:1:3::1]:1", 64));
         assert_ne!(key("[2001:db8:1:2::1]:1", 128), key("[2001:db8:1:2::2]:1", 128), "/128 counts single addresses");
         assert_eq!(key("[::ffff:10.0.0.1]:1", 64), key("10.0.0.1:9", 64), "IPv4-mapped is the IPv4 address");
         assert_ne!(key("10.0.0.1:1", 64), key("10.0.0.2:1", 64));
         let p: Arc<str> = "alice".into();
-        assert_eq!(quota_key(Some(&p), Some("10.0.0.1:1".parse().unwrap()), 64), QuotaKey::Principal(p));
+        assert_eq!(quota_key(Some(&p), Some("10.0.0.1".parse().unwrap()), 64), QuotaKey::Principal(p));
     }
 }

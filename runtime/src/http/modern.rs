@@ -42,7 +42,7 @@ type Handler = Pin<Box<dyn Future<Output = Result<Value, ErrorObject>>>>;
 /// mirrored `Mcp-Param-*` header that does not match, a capability the tool needs and the
 /// request lacks.
 pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<Arc<str>>, request: ModernRequest, reply: ReplyMode) -> Result<HttpResponse, Rejection> {
-    let caller = super::quota_key(principal.as_ref(), req.peer_addr(), sup.config().quotas.ipv6_prefix_len);
+    let caller = super::caller_key(req, principal.as_ref(), sup);
     if request.method == "subscriptions/listen" {
         // Long-lived: counted among the listen places, not the requests a drain waits for.
         return super::listen::open(sup, caller, request.id, request.params.as_ref(), reply);

@@ -171,6 +171,12 @@ pub struct HandleRecord {
     pub kind: String,
     /// The caller it is bound to (`None`: authentication off).
     pub principal: Option<String>,
+    /// The legacy session it was created in (its HMAC, hex; never the session id): without
+    /// authentication a list in a session shows only the handles created in it. `None`:
+    /// created outside a session (2026-07-28), or by a release before this field (absent
+    /// then, and left out when `None`, so the previous release reads every record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
     /// The sealed random part, hex.
     pub sealed: String,
     /// The value, as the tool last stored it.
@@ -301,6 +307,9 @@ fn validate(record: &Record) -> Result<(), CodecError> {
             }
             if h.used_ms < h.created_ms {
                 return bad("a handle cannot be used before it was created");
+            }
+            if h.session.as_deref().is_some_and(|s| !is_hex_digest(s, HMAC_HEX_LEN)) {
+                return bad("session must be 32 hex digits");
             }
         }
         Record::Task(t) => {
@@ -522,6 +531,17 @@ mod tests {
     }
 
     #[test]
+    fn a_handle_record_of_the_previous_release_reads_as_made_outside_a_session_and_the_field_stays_optional() {
+        let previous = br#"{"type":"mcpStateHandle.v1","kind":"bsk","principal":null,"sealed":"000102030405060708090a0b0c0d0e0f1011","value":{},"version":1,"created_ms":1,"used_ms":1}"#;
+        let Ok(Record::Handle(h)) = decode(previous) else { panic!("readable") };
+        assert_eq!(h.session, None);
+        assert!(!String::from_utf8(encode(&Record::Handle(h.clone()))).unwrap().contains("session"), "left out when None: the previous release's shape");
+        let made_in_one = HandleRecord { session: Some("ab".repeat(16)), ..h.clone() };
+        assert_eq!(decode(&encode(&Record::Handle(made_in_one.clone()))), Ok(Record::Handle(made_in_one)));
+        assert!(decode(&encode(&Record::Handle(HandleRecord { session: Some("a session id".into()), ..h }))).is_err(), "an HMAC, never anything else");
+    }
+
+    #[test]
     fn receipt_keys_of_different_callers_never_collide() {
         assert_ne!(receipt_key(Some("a"), "b/c"), receipt_key(Some("a/b"), "c"));
         assert_ne!(receipt_key(None, "k"), receipt_key(Some(""), "k/"));
@@ -594,7 +614,12 @@ mod tests {
                 },
             })
         });
-        prop_oneof![session, stream, receipt]
+        let handle = (proptest::option::of("\\PC{0,16}"), proptest::option::of(proptest::collection::vec(any::<u8>(), 16).prop_map(|b| hex(&b))), proptest::collection::vec(any::<u8>(), 18), arb_json(), 0u64..1 << 50).prop_map(
+            |(principal, session, sealed, value, created)| {
+                Record::Handle(HandleRecord { kind: "bsk".into(), principal, session, sealed: hex(&sealed), value, version: 1, created_ms: created, used_ms: created + 1 })
+            },
+        );
+        prop_oneof![session, stream, receipt, handle]
     }
 
     proptest! {

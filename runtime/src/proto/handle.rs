@@ -84,6 +84,20 @@ impl HandleKind {
         )
     }
 
+    /// The text of a list tool's result for a caller that may list nothing (no authentication
+    /// and no session: without authentication a handle is a bearer capability, and an
+    /// address says nothing about who made it). A plain result, not an error: retrying
+    /// cannot change it.
+    #[must_use]
+    pub fn unlisted(&self) -> String {
+        format!(
+            "Listing {noun}s needs an authenticated caller, so this list is empty. Without authentication a {noun} is reached only by the handle {create} returned ({prefix}_…): it still works with every tool that takes it. Call {create} to start a new {noun}.",
+            noun = self.noun,
+            create = self.create_tool,
+            prefix = self.prefix,
+        )
+    }
+
     /// The tool error for a value over [`HandleKind::max_bytes`].
     #[must_use]
     /// `handle` is `None` for a value refused before its handle was handed out (a create).
@@ -190,6 +204,8 @@ mod tests {
         assert!(k.too_many().contains("3 baskets"));
         assert!(k.too_large(Some("bsk_x"), 2000).contains("bsk_x would hold 2000 bytes; a basket holds at most 1024 bytes"));
         assert!(k.too_large(None, 2000).starts_with("The new basket would hold 2000 bytes"), "a create names no handle it never handed out");
+        let u = k.unlisted();
+        assert!(u.starts_with("Listing baskets needs an authenticated caller") && u.contains("bsk_…") && u.contains("Call create_basket"), "{u}");
         assert_eq!((duration_words(86_400), duration_words(7_200), duration_words(60), duration_words(90)), ("1 day".into(), "2 hours".into(), "1 minute".into(), "90 seconds".into()));
     }
 

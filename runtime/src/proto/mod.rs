@@ -12,6 +12,7 @@ pub mod admission;
 pub mod bucket;
 pub mod error;
 pub mod event_id;
+pub mod forwarded;
 pub mod handle;
 pub mod ids;
 pub mod jsonrpc;

@@ -49,6 +49,8 @@ pub struct ToolContext {
     principal: Option<Arc<str>>,
     /// Whose state handles it sees (see [`ToolContext::with_owner`]).
     owner: Option<Arc<str>>,
+    /// The legacy session it runs in, by its names (see [`ToolContext::with_session`]).
+    session: Option<Arc<[Arc<str>]>>,
     out: Arc<dyn ToolOutbound>,
     /// Log notifications are sent at all (a modern request without a `logLevel` gets none).
     logs: bool,
@@ -77,7 +79,7 @@ impl ToolContext {
         out: Arc<dyn ToolOutbound>,
     ) -> ToolContext {
         let owner = principal.clone();
-        ToolContext { request_id, progress_token, cancel, log_level, client_capabilities, principal, owner, out, logs: true, changes: None, handles: None }
+        ToolContext { request_id, progress_token, cancel, log_level, client_capabilities, principal, owner, session: None, out, logs: true, changes: None, handles: None }
     }
 
     /// Whose state handles the tool sees: the principal, or without authentication the
@@ -85,6 +87,16 @@ impl ToolContext {
     #[must_use]
     pub fn with_owner(mut self, owner: Option<Arc<str>>) -> ToolContext {
         self.owner = owner;
+        self
+    }
+
+    /// The legacy session the request runs in, by its ledger names (HMACs of its id: the
+    /// current key's first, then each previous key's), never its id; not set outside a
+    /// session. Handles created here record it, and without authentication a list shows
+    /// only those (set by the session).
+    #[must_use]
+    pub fn with_session(mut self, names: Arc<[Arc<str>]>) -> ToolContext {
+        self.session = Some(names);
         self
     }
 
@@ -103,7 +115,9 @@ impl ToolContext {
     }
 
     /// This caller's handles of `kind` (SEP-2567): create, read, update atomically, destroy
-    /// and list them, typed with serde; each use is checked against the caller, and every
+    /// and list them, typed with serde (a list without authentication shows only what this
+    /// legacy session created, and nothing outside one: see
+    /// [`HandleScope::list`](crate::handles::HandleScope::list)); each use is checked against the caller, and every
     /// refusal is a tool error whose text names the handle and the way to recover. Use `?`
     /// into a [`ToolError`](super::ToolError).
     ///
@@ -112,7 +126,7 @@ impl ToolContext {
     /// context has no store (a catalog not served by a supervisor).
     pub fn handles<'a>(&'a self, kind: &'a crate::proto::handle::HandleKind) -> Result<crate::handles::HandleScope<'a>, crate::handles::HandleError> {
         let store = self.handles.as_deref().ok_or(crate::handles::HandleError::Unavailable)?;
-        Ok(crate::handles::HandleScope { store, kind, principal: self.owner.as_deref() })
+        Ok(crate::handles::HandleScope { store, kind, principal: self.owner.as_deref(), session: self.session.as_deref(), authenticated: self.principal.is_some() })
     }
 
     /// Announce that a list changed (the tool added or removed something it lists): every

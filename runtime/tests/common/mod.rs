@@ -305,7 +305,17 @@ pub async fn harness_with(cfg: RuntimeConfig) -> Harness {
 /// A harness on `ledger` (a clone of it lets the test read and alter what was recorded).
 pub async fn harness_on(cfg: RuntimeConfig, ledger: mcp_runtime::ledger::Ledger) -> Harness {
     let gate = Gate::default();
-    let sup = Supervisor::with_ledger(cfg, catalog(gate.clone()), ledger);
+    harness_serving(cfg, catalog(gate.clone()), ledger, gate).await
+}
+
+/// A harness serving a test's own `catalog` on a memory ledger.
+pub async fn harness_with_catalog(cfg: RuntimeConfig, catalog: Catalog) -> Harness {
+    let ledger = mcp_runtime::ledger::Ledger::memory(&cfg);
+    harness_serving(cfg, catalog, ledger, Gate::default()).await
+}
+
+async fn harness_serving(cfg: RuntimeConfig, catalog: Catalog, ledger: mcp_runtime::ledger::Ledger, gate: Gate) -> Harness {
+    let sup = Supervisor::with_ledger(cfg, catalog, ledger);
     sup.start_serving();
     let svc = Rc::new(test::init_service(App::new().configure(mcp_runtime::http::configure("/mcp", Arc::clone(&sup)))).await);
     let call: Call = Rc::new(move |req: TestRequest| {

@@ -7,7 +7,10 @@
 //!   the SEP advises. Its description states the expiry, from the same setting the store uses.
 //! - `add_item {basket_id, sku, quantity?}`: atomic per basket (two concurrent adds never lose
 //!   an item).
-//! - `get_basket {basket_id}`, `list_baskets` (the caller's own), `destroy_basket {basket_id}`.
+//! - `get_basket {basket_id}`, `list_baskets` (the caller's own: with authentication all of
+//!   them; without, only those created in the same legacy session, and in the 2026-07-28 era
+//!   none, with a text saying listing needs an authenticated caller), `destroy_basket
+//!   {basket_id}`.
 //! - `checkout {basket_id}`: one order per basket. The order is recorded in the basket by the
 //!   same atomic update that checks it has none, so a retried checkout (with or without an
 //!   idempotency key; with one it is answered from its receipt) returns the same order and
@@ -193,7 +196,7 @@ pub(crate) fn pack(kind: HandleKind, orders: Option<&Path>) -> Result<CatalogBui
     let destroy = spec("destroy_basket", "Destroys a basket; its basket_id is unknown afterwards.", json!({"type": "object", "properties": {"basket_id": basket_id_schema()}, "required": ["basket_id"]}), None, false);
     let list = spec(
         "list_baskets",
-        "Lists the caller's baskets (never anyone else's), each with its item count.",
+        "Lists the caller's baskets (never anyone else's), each with its item count. Without authentication it lists only the baskets created in the same session, and none outside a session: a basket is then reached by its basket_id alone.",
         json!({"type": "object", "properties": {}}),
         Some(json!({"type": "object", "properties": {"baskets": {"type": "array", "items": basket_output()}}, "required": ["baskets"]})),
         true,
@@ -273,9 +276,15 @@ pub(crate) fn pack(kind: HandleKind, orders: Option<&Path>) -> Result<CatalogBui
         .tool(tool_fn(list, move |_, cx| {
             let kind = Arc::clone(&k6);
             async move {
-                let all: Vec<(String, Basket)> = cx.handles(&kind)?.list().await?;
+                let scope = cx.handles(&kind)?;
+                let all: Vec<(String, Basket)> = scope.list().await?;
                 let baskets: Vec<Value> = all.iter().map(|(id, b)| view(id, b).structured_content.unwrap_or_default()).collect();
-                Ok(CallToolResult::structured(json!({"baskets": baskets})))
+                let mut r = CallToolResult::structured(json!({"baskets": baskets}));
+                if let Some(why) = scope.unlisted() {
+                    // An empty list that says why: a plain result (retrying cannot change it).
+                    r.content = vec![mcp_runtime::tools::Content::text(why)];
+                }
+                Ok(r)
             }
         }))
         .tool(tool_fn(stats, move |_, _| {

@@ -210,13 +210,22 @@ pub(crate) fn json_of(data: &str) -> Value {
 
 /// A 2026-07-28 request (`_meta` and mirrored headers, no session), answered as JSON: the
 /// whole response.
-pub(crate) fn modern(addr: &str, id: i64, method: &str, mut params: Value) -> Value {
+pub(crate) fn modern(addr: &str, id: i64, method: &str, params: Value) -> Value {
+    modern_as(addr, None, id, method, params)
+}
+
+/// [`modern`] with `token` as its bearer token, when given.
+pub(crate) fn modern_as(addr: &str, token: Option<&str>, id: i64, method: &str, mut params: Value) -> Value {
     // The caller's own `_meta` (its capabilities, say) is kept.
     let caps = params["_meta"]["io.modelcontextprotocol/clientCapabilities"].clone();
     params["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
     params["_meta"]["io.modelcontextprotocol/clientCapabilities"] = if caps.is_null() { json!({}) } else { caps };
     let name = params.get("name").or_else(|| params.get("uri")).and_then(Value::as_str).map(str::to_owned);
+    let bearer = token.map(|t| format!("Bearer {t}"));
     let mut headers = vec![("Accept", "application/json"), ("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", method)];
+    if let Some(b) = bearer.as_deref() {
+        headers.push(("Authorization", b));
+    }
     let task = params.get("taskId").and_then(Value::as_str).map(str::to_owned);
     if let Some(n) = name.as_deref().filter(|_| matches!(method, "tools/call" | "prompts/get" | "resources/read")).or(task.as_deref()) {
         headers.push(("Mcp-Name", n));
@@ -230,6 +239,11 @@ pub(crate) fn modern(addr: &str, id: i64, method: &str, mut params: Value) -> Va
 
 /// A 2026-07-28 `tools/call`'s result.
 pub(crate) fn modern_call(addr: &str, id: i64, tool: &str, args: Value) -> Value {
-    let r = modern(addr, id, "tools/call", json!({"name": tool, "arguments": args}));
+    modern_call_as(addr, None, id, tool, args)
+}
+
+/// [`modern_call`] with `token` as its bearer token, when given.
+pub(crate) fn modern_call_as(addr: &str, token: Option<&str>, id: i64, tool: &str, args: Value) -> Value {
+    let r = modern_as(addr, token, id, "tools/call", json!({"name": tool, "arguments": args}));
     r.get("result").cloned().unwrap_or_else(|| panic!("{tool}: {r}"))
 }
