@@ -218,7 +218,10 @@ impl Receipts {
             Ok(v) => Outcome::Result(v.clone()),
             Err(e) => Outcome::Error(serde_json::to_value(e).expect("an error object serializes")),
         };
-        record.state = ReceiptState::Done { outcome: self.kept_outcome(&call, outcome.clone()) };
+        // Later callers get what the receipt keeps (also while it is being committed);
+        // callers attached to this execution get the whole outcome, as its own caller does.
+        let kept = self.kept_outcome(&call, outcome.clone());
+        record.state = ReceiptState::Done { outcome: kept.clone() };
         let (done, done_bytes) = put(&record, &guard.key);
         let mut ops = vec![done, self.usage.release(&guard.owner, &guard.key, expires_ms, guard.bytes)];
         ops.extend(self.usage.charge(&guard.owner, &guard.key, expires_ms, done_bytes, self.ledger.ledger.clock.now().0));
@@ -236,7 +239,7 @@ impl Receipts {
                 ops,
                 Box::new(move || {
                     let mut t = table.lock();
-                    let waiting = t.finish(&key, &outcome);
+                    let waiting = t.finish(&key, &kept);
                     t.settled(&key);
                     drop(t);
                     answer_waiters(waiting, &outcome);
@@ -245,7 +248,7 @@ impl Receipts {
             );
             let _ = committed.await;
         } else {
-            let waiting = self.table.lock().finish(&key, &outcome);
+            let waiting = self.table.lock().finish(&key, &kept);
             answer_waiters(waiting, &outcome);
             self.ledger.writer.submit_then(ops, Box::new(move || table.lock().settled(&key)));
         }

@@ -136,6 +136,17 @@ fn clean_key(run: u64) -> String {
 }
 
 impl Ledger {
+    /// A ledger over `store` (an embedder's own store, or a test's), with the configured
+    /// secret or a fresh one; like a memory ledger, a new session's id is not held back for
+    /// its record.
+    ///
+    /// # Errors
+    /// [`OpenError::Store`] when `store` cannot be read or written.
+    pub fn on_store(store: Arc<dyn Store>, cfg: &RuntimeConfig) -> Result<Ledger, OpenError> {
+        let secret = cfg.cursor_secret().unwrap_or_else(|| crate::rng::bytes::<32>().to_vec());
+        Ledger::start(store, secret, Vec::new(), cfg, "(custom store)", false)
+    }
+
     /// A memory ledger with a fresh secret (in-process servers, tests).
     #[must_use]
     pub fn memory(cfg: &RuntimeConfig) -> Ledger {

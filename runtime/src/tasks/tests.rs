@@ -36,3 +36,34 @@ async fn tasks_recorded_before_a_key_rotation_are_found_and_read_after_it() {
     let l = Ledger::sqlite_for_tests(&dir, NEW, &[]);
     assert_eq!(Tasks::new(&l, settings()).get(alice.as_deref(), &done).await, Err(TaskError::NotFound), "without the previous key listed");
 }
+
+#[tokio::test]
+async fn kept_tasks_are_bounded_by_bytes_per_caller_and_in_total() {
+    let l = Ledger::memory(&crate::config::RuntimeConfig::default());
+    let t = Tasks::new(&l, TaskSettings { max_per_caller: 4, max_kept_per_caller: 1000, bytes_per_caller: 64 << 10, bytes_total: 100 << 10, ..settings() });
+    let result = json!({"content": [{"type": "text", "text": "z".repeat(10 << 10)}]});
+    let keep = |owner: &'static str| {
+        let (t, result) = (&t, result.clone());
+        async move {
+            let mut kept = 0;
+            loop {
+                match t.reserve(Some(owner.into())) {
+                    Ok(slot) => {
+                        let run = t.create(slot, "job", CancellationToken::new()).await.unwrap();
+                        t.finish(&run, Ok(result.clone())).await;
+                        kept += 1;
+                        assert!(kept < 100, "never bounded");
+                    }
+                    Err(no_room) => return (kept, no_room),
+                }
+            }
+        }
+    };
+    let (alice, why) = keep("alice").await;
+    assert!(matches!(why, NoRoom::Kept { retry_after_s } if retry_after_s > 3000), "{why:?}");
+    assert!((6..=7).contains(&alice), "64 KiB keeps six or seven results of 10 KiB: {alice}");
+    let (bob, why) = keep("bob").await;
+    assert!(matches!(why, NoRoom::Full { .. }), "the total is reached before bob's share: {why:?}");
+    assert!(bob >= 2 && alice + bob <= 11, "{alice} + {bob}");
+    assert_eq!(t.kept(Some("alice")).0.0, alice as u64);
+}

@@ -53,7 +53,7 @@ impl Gate {
 /// A write tool: counts its execution, then (with `wait: true`) waits for the gate; answers
 /// `wrote <n> #<execution>`.
 fn write_tool(name: &str, idempotent: bool, gate: &Gate) -> impl mcp_runtime::tools::Tool {
-    let spec = ToolSpec::new(name, "Counts an execution, optionally waits for the gate", json!({"type":"object","properties":{"n":{"type":"integer"},"wait":{"type":"boolean"}}}))
+    let spec = ToolSpec::new(name, "Counts an execution, optionally waits for the gate", json!({"type":"object","properties":{"n":{"type":"integer"},"wait":{"type":"boolean"},"pad":{"type":"string"}}}))
         .annotations(ToolAnnotations { read_only_hint: Some(false), idempotent_hint: Some(idempotent), ..Default::default() });
     let g = gate.clone();
     tool_fn(spec, move |a: Value, _| {
@@ -64,7 +64,8 @@ fn write_tool(name: &str, idempotent: bool, gate: &Gate) -> impl mcp_runtime::to
                 g.started.add_permits(1);
                 g.go.acquire().await.map_err(|e| ToolError::Failed(e.to_string()))?.forget();
             }
-            Ok(CallToolResult::text(format!("wrote {} #{nth}", a["n"])))
+            // `pad` (a string) is appended: a result as large as a test needs.
+            Ok(CallToolResult::text(format!("wrote {} #{nth}{}", a["n"], a["pad"].as_str().unwrap_or_default())))
         }
     })
 }
@@ -311,6 +312,11 @@ pub async fn harness_on(cfg: RuntimeConfig, ledger: mcp_runtime::ledger::Ledger)
 /// A harness serving a test's own `catalog` on a memory ledger.
 pub async fn harness_with_catalog(cfg: RuntimeConfig, catalog: Catalog) -> Harness {
     let ledger = mcp_runtime::ledger::Ledger::memory(&cfg);
+    harness_serving(cfg, catalog, ledger, Gate::default()).await
+}
+
+/// A harness serving a test's own `catalog` on `ledger`.
+pub async fn harness_with_catalog_on(cfg: RuntimeConfig, catalog: Catalog, ledger: mcp_runtime::ledger::Ledger) -> Harness {
     harness_serving(cfg, catalog, ledger, Gate::default()).await
 }
 
