@@ -200,5 +200,5 @@ async fn state_handles_are_bounded_by_bytes_per_caller_and_in_total() {
         }
     };
     assert!(matches!(&total, HandleError::TooMany(t) if t.contains("server keeps as much state")), "{total:?}");
-    assert!(bob >= 2 && bob <= 5, "bob fills what is left of the total: {bob}");
+    assert!((2..=5).contains(&bob), "bob fills what is left of the total: {bob}");
 }
