@@ -290,12 +290,14 @@ impl Handles {
         Ok(ops)
     }
 
+    /// Refuse a change while the ledger takes no new durable work (checked before the
+    /// change's writes are made: they count it against the bounds at once).
+    fn writable(&self) -> Result<(), HandleError> {
+        if self.writer.refusal().is_some() { Err(HandleError::Unavailable) } else { Ok(()) }
+    }
+
     /// Hand `ops` to the ledger and wait until they are committed (at most the commit wait).
     async fn commit(&self, ops: Vec<Op>) -> Result<(), HandleError> {
-        if self.writer.refusal().is_some() {
-            // Nothing queued: nothing changes.
-            return Err(HandleError::Unavailable);
-        }
         self.writer.submit_and_wait(ops).await.map_err(|_| HandleError::Unconfirmed)
     }
 
@@ -328,6 +330,7 @@ impl Handles {
         Self::checked(kind, None, &value)?;
         let id = self.id(&handle);
         let record = HandleRecord { kind: kind.prefix.to_owned(), principal: principal.map(str::to_owned), session: session.map(str::to_owned), sealed: self.seal(&id, &random), value, version: 1, created_ms: now, used_ms: now };
+        self.writable()?;
         let mut ops = vec![Op::IndexTrim { index: index.clone(), below: now.saturating_add(1) }];
         ops.extend(self.write(kind, &handle, &id, record, None)?);
         self.commit(ops).await?;
@@ -385,6 +388,7 @@ impl Handles {
         Self::checked(kind, Some(handle), &record.value)?;
         record.version += 1;
         record.used_ms = self.now().max(record.used_ms);
+        self.writable()?;
         self.commit(self.write(kind, handle, &id, record, Some(&found))?).await?;
         Ok(out)
     }
@@ -400,6 +404,7 @@ impl Handles {
         let index = codec::handles_index(kind.prefix, found.record.principal.as_deref());
         let name = found.moved_from.clone().unwrap_or(id);
         let caller: Caller = found.record.principal.as_deref().map(Arc::from);
+        self.writable()?;
         let released = self.usage.release(&caller, &name, Self::expires_of(kind, &found.record), found.bytes);
         self.commit(vec![Op::Delete { key: codec::handle_key(&name) }, Op::IndexRemove { index, member: name }, released]).await
     }
