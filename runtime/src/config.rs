@@ -306,8 +306,14 @@ impl Default for TasksConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct ModernConfig {
     /// Modern requests running at once, server-wide; one more is refused with 503 and
-    /// `Retry-After: 1`. Default 1024; 1 to 65536.
+    /// `Retry-After: 1`. `server/discover` and the lists are answered without a place (they
+    /// never wait). Default 1024; 1 to 65536.
     pub max_in_flight: usize,
+    /// Modern requests (`tasks/*` included) one caller (principal, or remote address without
+    /// authentication) may have running at once; one more is refused with 429 and
+    /// `Retry-After: 1`, so one caller's slow calls cannot take every place. Default: half of
+    /// `max_in_flight` (at least 1); 1 to `max_in_flight`.
+    pub max_in_flight_per_caller: Option<usize>,
     /// `ttlMs` of `server/discover` and of the list results (ms): how long a client may reuse
     /// them. The catalog is fixed for the life of the process, so the cost of a long TTL is a
     /// client that sees a redeploy's new tools that much later. Default 300000 (5 minutes);
@@ -334,7 +340,7 @@ pub struct ModernConfig {
 
 impl Default for ModernConfig {
     fn default() -> ModernConfig {
-        ModernConfig { max_in_flight: 1024, list_ttl_ms: 300_000, read_ttl_ms: 0, request_state_ttl_secs: 600, listen_max: 4096, listen_per_caller: 16, listen_max_uris: 256 }
+        ModernConfig { max_in_flight: 1024, max_in_flight_per_caller: None, list_ttl_ms: 300_000, read_ttl_ms: 0, request_state_ttl_secs: 600, listen_max: 4096, listen_per_caller: 16, listen_max_uris: 256 }
     }
 }
 
@@ -499,7 +505,7 @@ impl RuntimeConfig {
     pub fn validate(self) -> Result<RuntimeConfig, ConfigError> {
         let (se, ss, l, q) = (&self.sse, &self.sessions, &self.limits, &self.quotas);
         let max = u64::MAX;
-        let rows: [(&'static str, u64, u64, u64); 52] = [
+        let rows: [(&'static str, u64, u64, u64); 53] = [
             ("security.max_body_bytes", self.security.max_body_bytes as u64, 1, 1 << 30),
             ("security.body_read_timeout_ms", self.security.body_read_timeout_ms, 100, 600_000),
             ("sse.replay_max_events", se.replay_max_events as u64, 1, 1 << 20),
@@ -541,6 +547,7 @@ impl RuntimeConfig {
             ("shutdown.grace_secs", self.shutdown.grace_secs, 0, 3600),
             ("shutdown.retry_after_secs", self.shutdown.retry_after_secs, 1, 3600),
             ("modern.max_in_flight", self.modern.max_in_flight as u64, 1, 1 << 16),
+            ("modern.max_in_flight_per_caller", self.modern_share() as u64, 1, self.modern.max_in_flight as u64),
             ("modern.list_ttl_ms", self.modern.list_ttl_ms, 0, DAY_MS),
             ("modern.read_ttl_ms", self.modern.read_ttl_ms, 0, DAY_MS),
             ("modern.request_state_ttl_secs", self.modern.request_state_ttl_secs, 1, 24 * 3600),
@@ -608,6 +615,12 @@ impl RuntimeConfig {
         self.quotas.stream_memory_per_principal.unwrap_or(self.limits.stream_memory_bytes / 2)
     }
 
+    /// One caller's share of `modern.max_in_flight`.
+    #[must_use]
+    pub fn modern_share(&self) -> usize {
+        self.modern.max_in_flight_per_caller.unwrap_or((self.modern.max_in_flight / 2).max(1))
+    }
+
     /// Idle session lifetime in ms.
     #[must_use]
     pub fn idle_ttl_ms(&self) -> u64 {
@@ -630,6 +643,8 @@ mod tests {
         let d = RuntimeConfig::default().validate().unwrap();
         assert!(d.quotas.sessions_per_principal <= d.sessions.max_sessions / 2);
         assert!(d.stream_memory_share() <= d.limits.stream_memory_bytes / 2);
+        assert_eq!(d.modern_share(), d.modern.max_in_flight / 2);
+        assert_eq!(with(|c| c.modern.max_in_flight = 1).unwrap().modern_share(), 1, "a share is at least one place");
     }
 
     #[test]
@@ -648,6 +663,8 @@ mod tests {
             ("limits.json_max_depth", Box::new(|c| c.limits.json_max_depth = 500)),
             ("quotas.sessions_per_principal", Box::new(|c| c.quotas.sessions_per_principal = 20_001)),
             ("quotas.session_rate_per_sec", Box::new(|c| c.quotas.session_rate_per_sec = 0)),
+            ("modern.max_in_flight_per_caller", Box::new(|c| c.modern.max_in_flight_per_caller = Some(0))),
+            ("modern.max_in_flight_per_caller", Box::new(|c| c.modern.max_in_flight_per_caller = Some(1025))),
         ];
         for (field, f) in cases {
             match with(f) {

@@ -27,6 +27,9 @@ pub struct RuntimeStats {
     live: LiveFigures,
     /// Modern requests running now.
     modern_in_flight: AtomicI64,
+    /// Modern requests running per caller (entries only while non-zero, so at most
+    /// `modern.max_in_flight` of them). A lock held for one map update, never across an await.
+    modern_by_caller: parking_lot::Mutex<std::collections::HashMap<super::QuotaKey, usize>>,
     /// Modern requests answered (a result or a JSON-RPC error after admission).
     modern_served: AtomicU64,
     /// Modern requests whose response stream the client closed before the result: cancelled.
@@ -158,6 +161,7 @@ impl Default for RuntimeStats {
             budget_trimmed: AtomicU64::new(0),
             live: LiveFigures::default(),
             modern_in_flight: AtomicI64::new(0),
+            modern_by_caller: parking_lot::Mutex::new(std::collections::HashMap::new()),
             modern_served: AtomicU64::new(0),
             modern_cancelled: AtomicU64::new(0),
             listen_open: AtomicI64::new(0),
@@ -175,14 +179,34 @@ fn add(c: &AtomicU64, n: u64) {
 }
 
 impl RuntimeStats {
-    /// Take a place for a modern request among at most `max`; `None` when all are taken.
-    pub(crate) fn modern_enter(self: &Arc<Self>, max: usize) -> Option<ModernInFlight> {
+    /// Take a place for a modern request of `caller`: at most `max` server-wide and
+    /// `per_caller` for one caller.
+    ///
+    /// # Errors
+    /// 503 ([`Overload::ModernInFlight`](crate::proto::error::Overload::ModernInFlight)) when
+    /// every place is taken, 429 ([`Quota::ModernInFlight`](crate::proto::error::Quota::ModernInFlight))
+    /// when the caller's are.
+    pub(crate) fn modern_enter(self: &Arc<Self>, caller: super::QuotaKey, max: usize, per_caller: usize) -> Result<ModernInFlight, Rejection> {
+        use crate::proto::error::{Overload, Quota};
         let was = self.modern_in_flight.fetch_add(1, Ordering::AcqRel);
-        if was >= max as i64 {
+        let refused = if was >= max as i64 {
+            Some(Rejection::Overloaded(Overload::ModernInFlight))
+        } else {
+            let mut by = self.modern_by_caller.lock();
+            let n = by.entry(caller.clone()).or_insert(0);
+            if *n >= per_caller {
+                // Not left at 0: the entry exists because the caller holds places.
+                Some(Rejection::QuotaExceeded { cause: Quota::ModernInFlight, retry_after_s: Overload::ModernInFlight.retry_after_s() })
+            } else {
+                *n += 1;
+                None
+            }
+        };
+        if let Some(r) = refused {
             self.modern_in_flight.fetch_sub(1, Ordering::AcqRel);
-            return None;
+            return Err(r);
         }
-        Some(ModernInFlight(Arc::clone(self)))
+        Ok(ModernInFlight { stats: Arc::clone(self), caller })
     }
 
     /// A modern request was answered.
@@ -459,6 +483,8 @@ pub struct StatsSnapshot {
     pub streams: i64,
     /// Bytes charged to the stream memory budget.
     pub stream_memory_bytes: usize,
+    /// 2026-07-28 requests running (each holds a place of `modern.max_in_flight`).
+    pub modern_in_flight: i64,
     /// Refusals by cause (only causes seen).
     pub refused: BTreeMap<&'static str, u64>,
     /// Server-to-client requests given up at their deadline.
@@ -497,6 +523,7 @@ impl RuntimeStats {
             sessions,
             streams: self.streams_live(),
             stream_memory_bytes,
+            modern_in_flight: self.modern_in_flight.load(Ordering::Relaxed),
             refused: Rejection::CAUSES.iter().zip(&self.refused).filter(|(_, n)| get(n) > 0).map(|(c, n)| (*c, get(n))).collect(),
             client_requests_timed_out: get(&self.client_requests_timed_out),
             requests_ended_by_gap: get(&self.requests_ended_by_gap),
@@ -529,13 +556,44 @@ mod status_tests {
     }
 }
 
-/// A modern request's place among `modern.max_in_flight`; given back when dropped.
+#[cfg(test)]
+mod admission_tests {
+    use super::*;
+    use crate::actor::QuotaKey;
+
+    #[test]
+    fn a_callers_modern_share_is_429_the_whole_bound_503_and_entries_leave_at_zero() {
+        let s = Arc::new(RuntimeStats::default());
+        let (alice, bob) = (QuotaKey::Principal("alice".into()), QuotaKey::Principal("bob".into()));
+        let a: Vec<_> = (0..2).map(|_| s.modern_enter(alice.clone(), 3, 2).unwrap()).collect();
+        assert_eq!(s.modern_enter(alice.clone(), 3, 2).unwrap_err().cause(), "quota.modern_in_flight");
+        let b = s.modern_enter(bob.clone(), 3, 2).unwrap();
+        assert_eq!(s.modern_enter(bob.clone(), 3, 2).unwrap_err().cause(), "overloaded.modern_in_flight", "the whole bound first");
+        assert_eq!(s.modern().0, 3);
+        drop((a, b));
+        assert_eq!(s.modern().0, 0);
+        assert!(s.modern_by_caller.lock().is_empty(), "no caller left behind at zero");
+    }
+}
+
+/// A modern request's place among `modern.max_in_flight` (and its caller's among
+/// `modern.max_in_flight_per_caller`); given back when dropped.
 #[derive(Debug)]
-pub(crate) struct ModernInFlight(Arc<RuntimeStats>);
+pub(crate) struct ModernInFlight {
+    stats: Arc<RuntimeStats>,
+    caller: super::QuotaKey,
+}
 
 impl Drop for ModernInFlight {
     fn drop(&mut self) {
-        self.0.modern_in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.stats.modern_in_flight.fetch_sub(1, Ordering::AcqRel);
+        let mut by = self.stats.modern_by_caller.lock();
+        if let Some(n) = by.get_mut(&self.caller) {
+            *n -= 1;
+            if *n == 0 {
+                by.remove(&self.caller);
+            }
+        }
     }
 }
 

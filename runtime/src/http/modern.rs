@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::actor::{Counted, GenCount, Supervisor};
 use crate::proto::admission::ReplyMode;
-use crate::proto::error::{Overload, Rejection};
+use crate::proto::error::Rejection;
 use crate::proto::jsonrpc::{ErrorObject, code, encode_error, encode_result_raw};
 use crate::proto::ids::JsonRpcId;
 use crate::proto::modern::{self, ModernError, ModernRequest, headers as mheaders, state};
@@ -37,10 +37,15 @@ type Handler = Pin<Box<dyn Future<Output = Result<Value, ErrorObject>>>>;
 
 /// Serve one admitted modern request.
 ///
+/// `server/discover` and the lists are answered at once, without a place (they never wait).
+/// Any other request takes a place among `modern.max_in_flight` (and its caller's share of
+/// them), held until its response body is dropped, or given back at once when it is answered
+/// without waiting.
+///
 /// # Errors
-/// A [`Rejection`] answered before anything ran: draining, too many modern requests, a
-/// mirrored `Mcp-Param-*` header that does not match, a capability the tool needs and the
-/// request lacks.
+/// A [`Rejection`] answered before anything ran: draining, too many modern requests (of the
+/// caller, or in all), a mirrored `Mcp-Param-*` header that does not match, a capability the
+/// tool needs and the request lacks.
 pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<Arc<str>>, request: ModernRequest, reply: ReplyMode) -> Result<HttpResponse, Rejection> {
     let caller = super::quota_key(principal.as_ref(), req.peer_addr(), sup.config().quotas.ipv6_prefix_len);
     if request.method == "subscriptions/listen" {
@@ -49,14 +54,13 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
     }
     // Whose handles and tasks these are: the principal, or the caller's address.
     let owner = caller.owner();
-    let place = sup.stats().modern_enter(sup.config().modern.max_in_flight).ok_or_else(|| Rejection::Overloaded(Overload::ModernInFlight).with_id(&request.id))?;
     let ModernRequest { id, method, params, meta } = request;
-    // `server/discover` and the lists never change while the process runs: encoded once.
-    if let Some(result) = sup.modern_results().fixed(&method, params.as_ref()) {
+    if let Some(answer) = answered_at_once(sup, &id, &method, params.as_ref()) {
         sup.stats().modern_served();
-        drop(place);
-        return Ok(super::json(encode_result_raw(&id, result)));
+        return Ok(super::json(answer));
     }
+    let cfg = sup.config();
+    let place = sup.stats().modern_enter(caller, cfg.modern.max_in_flight, cfg.modern_share()).map_err(|r| r.with_id(&id))?;
     let catalog = sup.catalog();
     let refuse = |error| Rejection::Modern { error, id: Some(id.clone()) };
     let needs_tasks = || Rejection::MissingCapability { capabilities: task::required_capabilities(), id: id.clone() };
@@ -119,8 +123,6 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
         task: parking_lot::Mutex::new(None),
     });
     let dispatch = match method.as_str() {
-        "server/discover" => Dispatch::Ready(Ok(modern::discover_result(catalog.modern_capabilities(), catalog.instructions()))),
-        "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" => Dispatch::Ready(catalog.list(&method, params.as_ref()).unwrap_or_else(|| Err(ErrorObject::new(code::INTERNAL_ERROR, "not a list")))),
         "tools/call" | "resources/read" | "prompts/get" | "completion/complete" => {
             let progress_token = params.as_ref().and_then(crate::proto::jsonrpc::progress_token).cloned();
             let outbound: Arc<dyn ToolOutbound> = Arc::clone(&out) as Arc<dyn ToolOutbound>;
@@ -207,6 +209,24 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
             Ok(super::sse_streaming(body))
         }
     }
+}
+
+/// The answer of `server/discover` and the lists, which never change while the process runs
+/// (encoded once, unless a cursor asks for a page) and never wait; `None` for any other method.
+fn answered_at_once(sup: &Supervisor, id: &JsonRpcId, method: &str, params: Option<&Value>) -> Option<Bytes> {
+    if let Some(result) = sup.modern_results().fixed(method, params) {
+        return Some(encode_result_raw(id, result));
+    }
+    let catalog = sup.catalog();
+    let r = match method {
+        "server/discover" => Ok(modern::discover_result(catalog.modern_capabilities(), catalog.instructions())),
+        "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" => catalog.list(method, params).unwrap_or_else(|| Err(ErrorObject::new(code::INTERNAL_ERROR, "not a list"))),
+        _ => return None,
+    };
+    Some(match r {
+        Ok(v) => encode_result_raw(id, &sup.modern_results().tails().encode(method, &v)),
+        Err(e) => encode_error(Some(id), &e),
+    })
 }
 
 /// A body computed by a future: one chunk, then the end (a task's creation and the `tasks/*`
