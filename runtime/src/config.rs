@@ -25,6 +25,8 @@ pub const DEFAULT_SESSION_IDLE_TTL_SECS: u64 = 30 * 60;
 pub const DEFAULT_CLIENT_REQUEST_TIMEOUT_SECS: u64 = 300;
 /// Default server-wide budget for replay windows and retained streams: 1 GiB.
 pub const DEFAULT_STREAM_MEMORY_BYTES: usize = 1 << 30;
+/// Default server-wide budget for the parsed requests held in flight: 1 GiB.
+pub const DEFAULT_REQUEST_MEMORY_BYTES: usize = 1 << 30;
 
 /// `[security]`: who may talk to the endpoint.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -196,6 +198,14 @@ pub struct LimitsConfig {
     /// 503 with `Retry-After`, and a stream that grows trims its own window to its newest
     /// event. Default 1 GiB.
     pub stream_memory_bytes: usize,
+    /// Server-wide budget for the parsed requests in flight (bytes): each request that starts
+    /// work is charged, from admission until it ends, the size its body parses into as the
+    /// pre-parse scan estimates it (body bytes + 64 per value + 640 per non-empty object,
+    /// `proto::limits::Scanned::parsed_bytes`), since a request holds its arguments while it
+    /// runs. A request that would take the budget past its capacity gets 503 with
+    /// `Retry-After: 1` before it is handed on. Default 1 GiB (no benchmark or gate comes
+    /// near it); at least 1 MiB.
+    pub request_memory_bytes: usize,
 }
 
 impl Default for LimitsConfig {
@@ -213,6 +223,7 @@ impl Default for LimitsConfig {
             uri_max_bytes: m.uri_max_bytes,
             batch_max_items: m.batch_max_items,
             stream_memory_bytes: DEFAULT_STREAM_MEMORY_BYTES,
+            request_memory_bytes: DEFAULT_REQUEST_MEMORY_BYTES,
         }
     }
 }
@@ -505,7 +516,7 @@ impl RuntimeConfig {
     pub fn validate(self) -> Result<RuntimeConfig, ConfigError> {
         let (se, ss, l, q) = (&self.sse, &self.sessions, &self.limits, &self.quotas);
         let max = u64::MAX;
-        let rows: [(&'static str, u64, u64, u64); 53] = [
+        let rows: [(&'static str, u64, u64, u64); 54] = [
             ("security.max_body_bytes", self.security.max_body_bytes as u64, 1, 1 << 30),
             ("security.body_read_timeout_ms", self.security.body_read_timeout_ms, 100, 600_000),
             ("sse.replay_max_events", se.replay_max_events as u64, 1, 1 << 20),
@@ -534,6 +545,7 @@ impl RuntimeConfig {
             ("limits.uri_max_bytes", l.uri_max_bytes as u64, 64, max),
             ("limits.batch_max_items", l.batch_max_items as u64, 1, 1 << 16),
             ("limits.stream_memory_bytes", l.stream_memory_bytes as u64, 1 << 16, max),
+            ("limits.request_memory_bytes", l.request_memory_bytes as u64, 1 << 20, max),
             ("quotas.sessions_per_principal", q.sessions_per_principal as u64, 1, ss.max_sessions as u64),
             ("quotas.stream_memory_per_principal", self.stream_memory_share() as u64, 1 << 15, l.stream_memory_bytes as u64),
             ("ledger.batch_max_ops", self.ledger.batch_max_ops as u64, 1, 1 << 20),
@@ -665,6 +677,7 @@ mod tests {
             ("quotas.session_rate_per_sec", Box::new(|c| c.quotas.session_rate_per_sec = 0)),
             ("modern.max_in_flight_per_caller", Box::new(|c| c.modern.max_in_flight_per_caller = Some(0))),
             ("modern.max_in_flight_per_caller", Box::new(|c| c.modern.max_in_flight_per_caller = Some(1025))),
+            ("limits.request_memory_bytes", Box::new(|c| c.limits.request_memory_bytes = 1000)),
         ];
         for (field, f) in cases {
             match with(f) {

@@ -1,6 +1,7 @@
 //! Fair shares of what requests hold (issue 19, item 6): one caller's 2026-07-28 requests
-//! are bounded by `modern.max_in_flight_per_caller`, and `server/discover` and the lists
-//! never take a place.
+//! are bounded by `modern.max_in_flight_per_caller`, `server/discover` and the lists never
+//! take a place, and the parsed bodies requests hold in flight are charged to
+//! `limits.request_memory_bytes` in both eras and given back when they end.
 
 mod common;
 
@@ -82,4 +83,94 @@ async fn discover_and_lists_are_answered_without_a_place_when_every_place_is_tak
     assert_eq!(h.sup.stats().modern().0, 1, "the answers at once took no place");
     drop(held.disconnect());
     until("the held place is given back", || h.sup.stats().modern().0 == 0).await;
+}
+
+/// A call of `until_cancelled` whose arguments carry `pad` bytes (held until cancelled).
+fn pinned_args(pad: usize) -> Value {
+    json!({"name": "until_cancelled", "arguments": {"pad": "x".repeat(pad)}})
+}
+
+#[actix_web::test]
+async fn requests_holding_their_arguments_past_the_request_memory_budget_get_503_and_the_budget_returns_to_zero() {
+    const BUDGET: usize = 1 << 20;
+    let h = harness_with(cfg(|c| c.limits.request_memory_bytes = BUDGET)).await;
+    let used = || h.sup.stats().request_memory_bytes();
+    // Initialize holds nothing after its answer.
+    let c = h.client("2025-11-25").await;
+    assert_eq!(used(), 0);
+
+    // 2026-07-28: calls whose arguments are held while they wait, until the budget is full.
+    let first = h.send(modern(1, "tools/call", pinned_args(300_000))).await;
+    assert_eq!(first.status, StatusCode::OK);
+    let each = used();
+    assert!(each > 300_000 && each < 310_000, "charged about the parsed arguments: {each}");
+    let fit = BUDGET / each;
+    let mut held = vec![first];
+    for id in 2..=fit as i64 {
+        let r = h.send(modern(id, "tools/call", pinned_args(300_000))).await;
+        assert_eq!(r.status, StatusCode::OK);
+        held.push(r);
+    }
+    h.gate.started(fit as u32).await;
+    assert_eq!(used(), fit * each);
+    let r = h.send(modern(9, "tools/call", pinned_args(300_000))).await;
+    assert_eq!(refusal(r).await, (StatusCode::SERVICE_UNAVAILABLE, json!(-32006), json!(9), Some("1".into())));
+    // A legacy request of the same size is refused too, before its session sees it.
+    let mut r = c.call_tool(10, "until_cancelled", pinned_args(300_000)["arguments"].clone()).await;
+    assert_eq!((r.status, r.json().await["error"]["code"].clone()), (StatusCode::SERVICE_UNAVAILABLE, json!(-32006)));
+    assert_eq!(h.sup.stats().refusals("overloaded.request_memory"), 2);
+    for r in held {
+        drop(r.disconnect());
+    }
+    until("the modern requests' charges are given back", || used() == 0).await;
+
+    // Legacy: the charge travels with the request into its session and ends with it.
+    let mut streams = Vec::new();
+    for id in 0..fit as i64 {
+        let r = c.call_tool(20 + id, "until_cancelled", pinned_args(300_000)["arguments"].clone()).await;
+        assert_eq!(r.status, StatusCode::OK);
+        streams.push(r);
+    }
+    h.gate.started(fit as u32).await;
+    let legacy_each = used() / fit;
+    assert!(legacy_each > 300_000 && legacy_each < 310_000, "{legacy_each}");
+    let mut r = c.call_tool(30, "until_cancelled", pinned_args(300_000)["arguments"].clone()).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(r.json().await["error"]["code"], -32006);
+    // Notifications are never refused for it (a cancellation gives memory back).
+    for id in 0..fit as i64 {
+        let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 20 + id}});
+        assert_eq!(c.notify(cancel).await, StatusCode::ACCEPTED);
+    }
+    until("the legacy requests' charges are given back", || used() == 0).await;
+    drop(streams);
+    // A request answered at once holds nothing once answered, in both eras.
+    let mut r = c.call_tool(40, "echo", json!({"text": "small"})).await;
+    assert_eq!(text_of(&r.json().await), "small");
+    let mut r = h.send(modern(41, "tools/call", json!({"name": "echo", "arguments": {"text": "small"}}))).await;
+    assert_eq!(text_of(&r.json().await), "small");
+    assert_eq!(used(), 0);
+}
+
+#[actix_web::test]
+async fn a_batchs_requests_share_its_charge_and_give_it_back_as_each_ends() {
+    let h = harness_with(cfg(|c| c.limits.request_memory_bytes = 1 << 20)).await;
+    let c = h.client("2025-03-26").await;
+    let call = |id: i64, name: &str| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": {"pad": "x".repeat(100_000)}}});
+    let batch = json!([call(1, "gated"), call(2, "gated"), {"jsonrpc": "2.0", "method": "notifications/initialized"}]);
+    let req = c.with_session(post().insert_header(("Accept", "application/json"))).set_payload(batch.to_string());
+    let answer = async { h.send(req).await.json().await };
+    let release = async {
+        h.gate.started(2).await;
+        let held = h.sup.stats().request_memory_bytes();
+        assert!(held > 200_000, "the two requests hold the batch's charge between them: {held}");
+        h.gate.open(1);
+        h.gate.finished(1).await;
+        let one = h.sup.stats().request_memory_bytes();
+        assert!(one > 0 && one <= held / 2 + 1, "the one that ended gave its part back: {one} of {held}");
+        h.gate.open(1);
+    };
+    let (answers, ()) = tokio::join!(answer, release);
+    assert_eq!(answers.as_array().map(Vec::len), Some(2), "{answers}");
+    assert_eq!(h.sup.stats().request_memory_bytes(), 0);
 }
