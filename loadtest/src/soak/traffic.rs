@@ -28,10 +28,10 @@ pub(crate) const EVENT_WAIT: Duration = Duration::from_secs(5);
 const MAX_ANSWER_BYTES: usize = 16 << 20;
 /// Chunks read from one stream before giving up on the event we wait for.
 const MAX_STREAM_CHUNKS: usize = 10_000;
-/// How long a resume-into-gap client waits, after the flood's first message, before it
-/// resumes from the priming event's cursor: the rest of the flood (64 events) is written by
-/// then, and the stream is still retained (`retention_after_delivery_ms`, 1 s by default).
-const GAP_RESUME_AFTER: Duration = Duration::from_millis(400);
+/// Messages of a resume-into-gap client's flood: it reads them all before it resumes, so
+/// the events after its cursor are gone from the host's window by then (far more than the
+/// soak host's 16).
+const GAP_FLOOD: u64 = 64;
 /// Unexpected answers quoted in the report, per step.
 const SAMPLES_PER_STEP: usize = 3;
 
@@ -735,7 +735,7 @@ impl Client {
         let k = Kind::Gap;
         let s = self.session(k, "2025-11-25", json!({})).await?;
         let id = self.next_id();
-        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "soak_flood", "arguments": {"count": 64, "bytes": 64, "delay_ms": 300, "hold_ms": 5000}}});
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "soak_flood", "arguments": {"count": GAP_FLOOD, "bytes": 64, "delay_ms": 300, "hold_ms": 5000}}});
         let mut stream = self.open_stream(k, "flood", &self.post(Some(&s), ACCEPT_BOTH, body.to_string().as_bytes())).await?;
         let first = stream.first_event().await;
         let cursor = match (first, stream.decoder.last_event_id.clone()) {
@@ -752,16 +752,14 @@ impl Client {
                 return None;
             }
         };
-        // Wait for the flood's first message (after its 300 ms), so the resume below lands
-        // after the flood evicted the events after the cursor and well within the stream's
-        // retention (1 s once its final frame was handed to this connection, which the server
-        // does not know is dropped).
-        let flooding = stream.until(|m| m["method"] == "notifications/message").await.map(|_| ());
+        // Read the whole flood (the host appended each message to the window before it sent
+        // it), so the resume below finds the events after the cursor evicted, whatever the
+        // load; the tool then holds (5 s), so the stream is still live.
+        let flooded = stream.until(|m| m["method"] == "notifications/message" && m["params"]["data"]["i"] == GAP_FLOOD - 1).await.map(|_| ());
         drop(stream);
-        if !self.check(k, "flood-started", flooding) {
+        if !self.check(k, "flood-read", flooded) {
             return None;
         }
-        tokio::time::sleep(GAP_RESUME_AFTER).await;
         let resume = self.bodiless("GET", &s, ACCEPT_SSE, &[("Last-Event-ID", &cursor)]);
         let outcome = match self.open(&resume).await {
             Ok(Opened::Stream(mut st)) => match st.read_to_end().await {
