@@ -813,6 +813,10 @@ impl Client {
 
     async fn large(&mut self) -> Option<()> {
         let k = Kind::Large;
+        // Its request at the value limit takes a share of the request memory budget: one turn
+        // of the few that fit (none while pinned-arguments fills it).
+        let t = Rc::clone(&self.t);
+        let _budget = self.turn(&t.budget, 1).await?;
         let handshake = |limit| Expect::Limit { cause: "limit.handshake", limit };
         let json_limit = |limit| Expect::Limit { cause: "limit.json", limit };
         let length = |limit| Expect::Limit { cause: "limit.length", limit };
