@@ -278,8 +278,9 @@ mod tests {
         }
         // PINNED_FIT fit with the reserve left for the other kinds, one more never does.
         const { assert!(REQUEST_MEMORY_RESERVE < PINNED_CHARGE && REQUEST_MEMORY_RESERVE > 1 << 20) };
-        assert!((PINNED_FIT + 1) * PINNED_CHARGE > REQUEST_MEMORY_BYTES);
-        assert!(REQUEST_MEMORY_BYTES >= 1 << 20, "the host's minimum");
+        const { assert!((PINNED_FIT + 1) * PINNED_CHARGE > REQUEST_MEMORY_BYTES) };
+        // The host's minimum.
+        const { assert!(REQUEST_MEMORY_BYTES >= 1 << 20) };
         // Every modern pinned call gets a place of its caller's (it is refused for memory).
         const { assert!(PINNED_FIT < MODERN_PER_CALLER && MODERN_MAX_IN_FLIGHT.is_multiple_of(MODERN_PER_CALLER)) };
         let (peak, n) = large_at_once();
