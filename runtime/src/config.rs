@@ -199,7 +199,8 @@ pub struct LimitsConfig {
     /// event. Default 1 GiB.
     pub stream_memory_bytes: usize,
     /// Server-wide budget for the parsed requests in flight (bytes): each request that starts
-    /// work is charged, from admission until it ends, the size its body parses into as the
+    /// work (but `subscriptions/listen`, which keeps only its filter) is charged, from
+    /// admission until it ends, the size its body parses into as the
     /// pre-parse scan estimates it (body bytes + 64 per value + 640 per non-empty object,
     /// `proto::limits::Scanned::parsed_bytes`), since a request holds its arguments while it
     /// runs. A request that would take the budget past its capacity gets 503 with

@@ -50,7 +50,9 @@ type Handler = Pin<Box<dyn Future<Output = Result<Value, ErrorObject>>>>;
 pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<Arc<str>>, request: ModernRequest, reply: ReplyMode, parsed_bytes: usize) -> Result<HttpResponse, Rejection> {
     let caller = super::quota_key(principal.as_ref(), req.peer_addr(), sup.config().quotas.ipv6_prefix_len);
     if request.method == "subscriptions/listen" {
-        // Long-lived: counted among the listen places, not the requests a drain waits for.
+        // Long-lived: counted among the listen places, not the requests a drain waits for. It
+        // keeps only its filter (at most `modern.listen_max_uris` URIs) of the body: nothing
+        // is charged to the request memory.
         return super::listen::open(sup, caller, request.id, request.params.as_ref(), reply);
     }
     // Whose handles and tasks these are: the principal, or the caller's address.
