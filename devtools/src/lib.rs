@@ -81,6 +81,19 @@ pub struct StatsLine {
     pub value: Value,
 }
 
+/// The latest stats line of a [`HostProcess`], readable from tasks that cannot borrow the
+/// process (a soak's clients wait on its figures). Cloned freely; reads only.
+#[derive(Debug, Clone)]
+pub struct StatsFeed(Arc<Mutex<Option<StatsLine>>>);
+
+impl StatsFeed {
+    /// The latest `stats {json}` line printed so far, if any.
+    #[must_use]
+    pub fn latest(&self) -> Option<StatsLine> {
+        self.0.lock().clone()
+    }
+}
+
 /// A started server process; killed and reaped on drop.
 #[derive(Debug)]
 pub struct HostProcess {
@@ -221,6 +234,12 @@ impl HostProcess {
     #[must_use]
     pub fn latest_stats(&self) -> Option<StatsLine> {
         self.latest.lock().clone()
+    }
+
+    /// A handle on its latest stats line that outlives this borrow.
+    #[must_use]
+    pub fn stats_feed(&self) -> StatsFeed {
+        StatsFeed(Arc::clone(&self.latest))
     }
 
     /// Ask the process to stop (SIGTERM) and wait at most `wait` for it to exit; killed when

@@ -170,11 +170,12 @@ enum Command {
     },
     /// Soak: mixed abusive and unlucky traffic (session churn, abandoned streams, replaced
     /// GET streams, unanswered elicitations, payloads at and over every size limit, resumes
-    /// into gaps, slow bodies, stalled readers), then silence until the host's TTLs pass, with the host's RSS and stats
-    /// sampled every 250 ms. Exits 1 if any gate fails: sessions and streams back to 0,
-    /// final RSS <= 2 × idle RSS, no answer but the expected ones (each deliberate probe's
-    /// documented refusal included), host refusals = provoked ones by cause, every probe
-    /// and traffic kind run.
+    /// into gaps, slow bodies, stalled readers, one caller hogging the 2026-07-28 places,
+    /// calls pinning large arguments), then silence until the host's TTLs pass, with the host's RSS and stats
+    /// sampled every 250 ms. Exits 1 if any gate fails: sessions, streams and request memory
+    /// back to 0, final RSS <= 2 × idle RSS, no answer but the expected ones (each deliberate
+    /// probe's documented refusal included), host refusals = provoked ones by cause, every
+    /// probe and traffic kind run.
     Soak {
         /// The mcp-host binary to start (on a free port, packs conformance,echo,soak, a
         /// stats line every 250 ms, the TTLs below, a fresh SQLite ledger in a temporary
@@ -222,7 +223,7 @@ enum Command {
         rounds: u64,
         /// Traffic kinds (comma-separated, or `all`): session-churn, abandoned-stream,
         /// replaced-get, unanswered-elicitation, large-payloads, resume-into-gap, slow-body,
-        /// stalled-reader.
+        /// stalled-reader, modern-slot-hog, pinned-arguments.
         #[arg(long, default_value = "all")]
         kinds: String,
         /// Seed of the clients' choices.

@@ -11,9 +11,10 @@
 //! virtual clients for `--seconds`, the `--kinds` selected), then silence until sessions and
 //! streams are back to 0 and the settle time has passed, or the silence limit. Several rounds
 //! tell a leak (memory that grows round after round) from memory the allocator keeps (a
-//! plateau). Then the gates ([`report::evaluate`]): sessions and streams back to 0, final RSS within
-//! 2 × idle, no answer but the expected ones, host refusals equal to the provoked ones
-//! cause by cause, every deliberate probe answered as documented, every traffic kind run.
+//! plateau). Then the gates ([`report::evaluate`]): sessions, streams and the request memory
+//! budget back to 0, final RSS within 2 × idle, no answer but the expected ones, host
+//! refusals equal to the provoked ones cause by cause, every deliberate probe answered as
+//! documented, every traffic kind run.
 //!
 //! Every phase is bounded in time; client tasks still running at the hard deadline are
 //! aborted (and fail a gate). The host is stopped by its handle's drop, on every path.
@@ -88,11 +89,17 @@ impl SoakSpec {
 
     /// The host's config file (what has no flag). The host returns freed memory every second
     /// (its default is every 10 s): the soak compresses hours of TTLs into seconds, and the
-    /// trim must come within the settle time too.
+    /// trim must come within the settle time too. Its 2026-07-28 places and request memory
+    /// budget are small, so `modern-slot-hog` and `pinned-arguments` fill them quickly.
     pub(crate) fn config_toml(&self) -> String {
         format!(
-            "[server]\ntrim_every_secs = 1\ntcp_user_timeout_secs = 2\n\n[security]\nbody_read_timeout_ms = 500\n\n[sessions]\nretention_after_delivery_ms = {}\nretention_undelivered_ms = {}\n\n[sse]\nkeepalive_ms = {}\n",
-            self.retention_after_delivery_ms, self.retention_undelivered_ms, self.keepalive_ms
+            "[server]\ntrim_every_secs = 1\ntcp_user_timeout_secs = 2\n\n[security]\nbody_read_timeout_ms = 500\n\n[sessions]\nretention_after_delivery_ms = {}\nretention_undelivered_ms = {}\n\n[sse]\nkeepalive_ms = {}\n\n[limits]\nrequest_memory_bytes = {}\n\n[modern]\nmax_in_flight = {}\nmax_in_flight_per_caller = {}\n",
+            self.retention_after_delivery_ms,
+            self.retention_undelivered_ms,
+            self.keepalive_ms,
+            payloads::REQUEST_MEMORY_BYTES,
+            payloads::MODERN_MAX_IN_FLIGHT,
+            payloads::MODERN_PER_CALLER
         )
     }
 
@@ -156,7 +163,8 @@ impl Sample {
 
     fn to_json(&self) -> Value {
         json!({"t_ms": self.t_ms, "round": self.round + 1, "phase": self.phase.name(), "rss_kib": self.rss_kib,
-            "sessions": self.stat("sessions"), "streams": self.stat("streams"), "stream_memory_bytes": self.stat("stream_memory_bytes")})
+            "sessions": self.stat("sessions"), "streams": self.stat("streams"), "stream_memory_bytes": self.stat("stream_memory_bytes"),
+            "request_memory_bytes": self.stat("request_memory_bytes"), "modern_in_flight": self.stat("modern_in_flight")})
     }
 }
 
@@ -245,7 +253,7 @@ pub(crate) async fn run(spec: &SoakSpec, host: &mut HostProcess) -> Result<Value
     // time, as after a round. The idle figure is the host's after that: a host that has
     // served every path once (its code paged in, its pools and arenas made), not a fresh
     // process, so what the gate compares is memory the traffic left behind.
-    let t = Rc::new(Traffic::new(target, spec.rate, spec.seed, spec.kinds.clone()));
+    let t = Rc::new(Traffic::new(target, host.stats_feed(), spec.rate, spec.seed, spec.kinds.clone()));
     let (settle, limit) = (spec.settle(), spec.silence_limit());
     // Every client at once, so the host's pools and buffers reach the run's concurrency.
     t.set_deadline(Instant::now() + Duration::from_secs(60));
@@ -284,7 +292,7 @@ pub(crate) async fn run(spec: &SoakSpec, host: &mut HostProcess) -> Result<Value
         let traffic_end = Instant::now();
         sampler.silence(&mut tick, bar.as_ref(), Phase::Silence, settle, limit).await;
         let last = sampler.samples.last().cloned().expect("sampled");
-        let end = RoundEnd { sessions: last.stat("sessions"), streams: last.stats.as_ref().and_then(|s| s["streams"].as_i64()), rss_kib: last.rss_kib };
+        let end = RoundEnd { sessions: last.stat("sessions"), streams: last.stats.as_ref().and_then(|s| s["streams"].as_i64()), request_memory_bytes: last.stat("request_memory_bytes"), rss_kib: last.rss_kib };
         let ms = |i: Instant| i.duration_since(start).as_millis() as u64;
         let this: Vec<&Sample> = sampler.samples.iter().filter(|s| s.round == round).collect();
         let (t0, t1) = (ms(traffic_start), ms(traffic_end));
@@ -297,6 +305,8 @@ pub(crate) async fn run(spec: &SoakSpec, host: &mut HostProcess) -> Result<Value
             "peak_sessions": peak("sessions"), "final_sessions": end.sessions, "sessions_zero_after_ms": zero_after("sessions"),
             "peak_streams": peak("streams"), "final_streams": end.streams, "streams_zero_after_ms": zero_after("streams"),
             "peak_stream_memory_bytes": peak("stream_memory_bytes"),
+            "peak_request_memory_bytes": peak("request_memory_bytes"), "final_request_memory_bytes": end.request_memory_bytes,
+            "peak_modern_in_flight": peak("modern_in_flight"),
         }));
         rounds.push(end);
     }

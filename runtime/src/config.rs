@@ -25,6 +25,8 @@ pub const DEFAULT_SESSION_IDLE_TTL_SECS: u64 = 30 * 60;
 pub const DEFAULT_CLIENT_REQUEST_TIMEOUT_SECS: u64 = 300;
 /// Default server-wide budget for replay windows and retained streams: 1 GiB.
 pub const DEFAULT_STREAM_MEMORY_BYTES: usize = 1 << 30;
+/// Default server-wide budget for the parsed requests held in flight: 1 GiB.
+pub const DEFAULT_REQUEST_MEMORY_BYTES: usize = 1 << 30;
 
 /// `[security]`: who may talk to the endpoint.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -203,6 +205,15 @@ pub struct LimitsConfig {
     /// 503 with `Retry-After`, and a stream that grows trims its own window to its newest
     /// event. Default 1 GiB.
     pub stream_memory_bytes: usize,
+    /// Server-wide budget for the parsed requests in flight (bytes): each request that starts
+    /// work (but `subscriptions/listen`, which keeps only its filter) is charged, from
+    /// admission until it ends, the size its body parses into as the
+    /// pre-parse scan estimates it (body bytes + 64 per value + 640 per non-empty object,
+    /// `proto::limits::Scanned::parsed_bytes`), since a request holds its arguments while it
+    /// runs. A request that would take the budget past its capacity gets 503 with
+    /// `Retry-After: 1` before it is handed on. Default 1 GiB (no benchmark or gate comes
+    /// near it); at least 1 MiB.
+    pub request_memory_bytes: usize,
 }
 
 impl Default for LimitsConfig {
@@ -220,6 +231,7 @@ impl Default for LimitsConfig {
             uri_max_bytes: m.uri_max_bytes,
             batch_max_items: m.batch_max_items,
             stream_memory_bytes: DEFAULT_STREAM_MEMORY_BYTES,
+            request_memory_bytes: DEFAULT_REQUEST_MEMORY_BYTES,
         }
     }
 }
@@ -320,8 +332,14 @@ impl Default for TasksConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct ModernConfig {
     /// Modern requests running at once, server-wide; one more is refused with 503 and
-    /// `Retry-After: 1`. Default 1024; 1 to 65536.
+    /// `Retry-After: 1`. `server/discover` and the lists are answered without a place (they
+    /// never wait). Default 1024; 1 to 65536.
     pub max_in_flight: usize,
+    /// Modern requests (`tasks/*` included) one caller (principal, or remote address without
+    /// authentication) may have running at once; one more is refused with 429 and
+    /// `Retry-After: 1`, so one caller's slow calls cannot take every place. Default: half of
+    /// `max_in_flight` (at least 1); 1 to `max_in_flight`.
+    pub max_in_flight_per_caller: Option<usize>,
     /// `ttlMs` of `server/discover` and of the list results (ms): how long a client may reuse
     /// them. The catalog is fixed for the life of the process, so the cost of a long TTL is a
     /// client that sees a redeploy's new tools that much later. Default 300000 (5 minutes);
@@ -348,7 +366,7 @@ pub struct ModernConfig {
 
 impl Default for ModernConfig {
     fn default() -> ModernConfig {
-        ModernConfig { max_in_flight: 1024, list_ttl_ms: 300_000, read_ttl_ms: 0, request_state_ttl_secs: 600, listen_max: 4096, listen_per_caller: 16, listen_max_uris: 256 }
+        ModernConfig { max_in_flight: 1024, max_in_flight_per_caller: None, list_ttl_ms: 300_000, read_ttl_ms: 0, request_state_ttl_secs: 600, listen_max: 4096, listen_per_caller: 16, listen_max_uris: 256 }
     }
 }
 
@@ -536,7 +554,7 @@ impl RuntimeConfig {
     pub fn validate(self) -> Result<RuntimeConfig, ConfigError> {
         let (se, ss, l, q) = (&self.sse, &self.sessions, &self.limits, &self.quotas);
         let max = u64::MAX;
-        let rows: [(&'static str, u64, u64, u64); 59] = [
+        let rows: [(&'static str, u64, u64, u64); 61] = [
             ("security.max_body_bytes", self.security.max_body_bytes as u64, 1, 1 << 30),
             ("security.body_read_timeout_ms", self.security.body_read_timeout_ms, 100, 600_000),
             ("sse.replay_max_events", se.replay_max_events as u64, 1, 1 << 20),
@@ -565,6 +583,7 @@ impl RuntimeConfig {
             ("limits.uri_max_bytes", l.uri_max_bytes as u64, 64, max),
             ("limits.batch_max_items", l.batch_max_items as u64, 1, 1 << 16),
             ("limits.stream_memory_bytes", l.stream_memory_bytes as u64, 1 << 16, max),
+            ("limits.request_memory_bytes", l.request_memory_bytes as u64, 1 << 20, max),
             ("quotas.sessions_per_principal", q.sessions_per_principal as u64, 1, ss.max_sessions as u64),
             ("quotas.stream_memory_per_principal", self.stream_memory_share() as u64, 1 << 15, l.stream_memory_bytes as u64),
             ("ledger.batch_max_ops", self.ledger.batch_max_ops as u64, 1, 1 << 20),
@@ -585,6 +604,7 @@ impl RuntimeConfig {
             ("shutdown.grace_secs", self.shutdown.grace_secs, 0, 3600),
             ("shutdown.retry_after_secs", self.shutdown.retry_after_secs, 1, 3600),
             ("modern.max_in_flight", self.modern.max_in_flight as u64, 1, 1 << 16),
+            ("modern.max_in_flight_per_caller", self.modern_share() as u64, 1, self.modern.max_in_flight as u64),
             ("modern.list_ttl_ms", self.modern.list_ttl_ms, 0, DAY_MS),
             ("modern.read_ttl_ms", self.modern.read_ttl_ms, 0, DAY_MS),
             ("modern.request_state_ttl_secs", self.modern.request_state_ttl_secs, 1, 24 * 3600),
@@ -652,6 +672,12 @@ impl RuntimeConfig {
         self.quotas.stream_memory_per_principal.unwrap_or(self.limits.stream_memory_bytes / 2)
     }
 
+    /// One caller's share of `modern.max_in_flight`.
+    #[must_use]
+    pub fn modern_share(&self) -> usize {
+        self.modern.max_in_flight_per_caller.unwrap_or((self.modern.max_in_flight / 2).max(1))
+    }
+
     /// Idle session lifetime in ms.
     #[must_use]
     pub fn idle_ttl_ms(&self) -> u64 {
@@ -674,6 +700,8 @@ mod tests {
         let d = RuntimeConfig::default().validate().unwrap();
         assert!(d.quotas.sessions_per_principal <= d.sessions.max_sessions / 2);
         assert!(d.stream_memory_share() <= d.limits.stream_memory_bytes / 2);
+        assert_eq!(d.modern_share(), d.modern.max_in_flight / 2);
+        assert_eq!(with(|c| c.modern.max_in_flight = 1).unwrap().modern_share(), 1, "a share is at least one place");
     }
 
     #[test]
@@ -692,6 +720,9 @@ mod tests {
             ("limits.json_max_depth", Box::new(|c| c.limits.json_max_depth = 500)),
             ("quotas.sessions_per_principal", Box::new(|c| c.quotas.sessions_per_principal = 20_001)),
             ("quotas.session_rate_per_sec", Box::new(|c| c.quotas.session_rate_per_sec = 0)),
+            ("modern.max_in_flight_per_caller", Box::new(|c| c.modern.max_in_flight_per_caller = Some(0))),
+            ("modern.max_in_flight_per_caller", Box::new(|c| c.modern.max_in_flight_per_caller = Some(1025))),
+            ("limits.request_memory_bytes", Box::new(|c| c.limits.request_memory_bytes = 1000)),
         ];
         for (field, f) in cases {
             match with(f) {

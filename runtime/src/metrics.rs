@@ -165,6 +165,7 @@ impl Collector for SupervisorCollector {
         let states: Vec<(StateLabel, i64)> = m.streams_by_state.iter().map(|(n, v)| (StateLabel { state: n }, *v)).collect();
         gauges(&mut e, "mcp_streams_by_state", "Live streams by state (open: a connection attached)", &states)?;
         gauge(&mut e, "mcp_replay_window_bytes", "Bytes charged to the stream memory budget (replay windows, retained streams, kept handshakes)", sup.stream_memory_bytes() as i64)?;
+        gauge(&mut e, "mcp_request_memory_bytes", "Bytes of parsed requests held in flight, charged to the request memory budget (limits.request_memory_bytes)", st.request_memory_bytes() as i64)?;
         gauge(&mut e, "mcp_connections", "Open TCP connections", m.connections)?;
         counter(&mut e, "mcp_events", "Events appended to streams", m.events)?;
         counter(&mut e, "mcp_resumes_served", "Resumes that replayed from a window", m.resumes)?;

@@ -213,7 +213,8 @@ async fn a_modern_request_refused_for_capacity_or_a_drain_still_echoes_its_id() 
     // The one place is held by a waiting tool (its SSE stream stays open).
     let held = h.send(modern(1, "tools/call", json!({"name": "gated", "arguments": {}}))).await;
     assert_eq!(held.status, StatusCode::OK);
-    let mut r = h.send(modern(2, "tools/list", json!({}))).await;
+    // (A list would be answered: it never takes a place.)
+    let mut r = h.send(modern(2, "tools/call", json!({"name": "echo", "arguments": {"text": "x"}}))).await;
     assert_eq!((r.status, r.header("retry-after")), (StatusCode::SERVICE_UNAVAILABLE, Some("1".into())));
     let body = r.json().await;
     assert_eq!((body["id"].clone(), body["error"]["code"].clone()), (json!(2), json!(-32006)), "{body}");

@@ -18,6 +18,73 @@ pub(crate) const MAX_BODY_BYTES: usize = 4 << 20;
 /// The large `echo` text: well under the body limit, far over the replay window's bytes.
 pub(crate) const BIG_TEXT_BYTES: usize = 3_670_016;
 
+/// The 2026-07-28 version the modern kinds speak.
+pub(crate) const MODERN_VERSION: &str = "2026-07-28";
+/// The soak host's `modern.max_in_flight` and `modern.max_in_flight_per_caller`: small, so
+/// `modern-slot-hog` fills them with a few dozen calls.
+pub(crate) const MODERN_MAX_IN_FLIGHT: usize = 64;
+pub(crate) const MODERN_PER_CALLER: usize = 16;
+/// What one `pinned-arguments` call is charged of the request memory budget (the host's
+/// estimate of its parsed body; its arguments pad it to exactly this): 3.75 MiB, near the
+/// 4 MiB body limit.
+pub(crate) const PINNED_CHARGE: usize = 3_932_160;
+/// Pinned calls that fit in the soak host's request memory budget.
+pub(crate) const PINNED_FIT: usize = 15;
+/// What the budget keeps beside [`PINNED_FIT`] pinned calls: room for every other kind's
+/// small requests at once (a few KiB each), and less than one more pinned call, so the next
+/// one is refused whatever else runs.
+pub(crate) const REQUEST_MEMORY_RESERVE: usize = PINNED_CHARGE / 2;
+/// The soak host's `limits.request_memory_bytes`.
+pub(crate) const REQUEST_MEMORY_BYTES: usize = PINNED_FIT * PINNED_CHARGE + REQUEST_MEMORY_RESERVE;
+
+/// What the host charges a body to its request memory budget (its own estimate, with the
+/// default limits the soak host keeps).
+pub(crate) fn charge_of(body: &[u8]) -> usize {
+    mcp_runtime::proto::limits::scan(body, &mcp_runtime::proto::limits::MessageLimits::default()).map_or(usize::MAX, |s| s.parsed_bytes())
+}
+
+/// The most one `large-payloads` client holds of the request memory budget at once (its
+/// request at the value limit), and how many such clients the budget takes beside its
+/// reserve: `large-payloads` runs at most that many at once, and never beside
+/// `pinned-arguments`.
+pub(crate) fn large_at_once() -> (usize, u32) {
+    let peak = charge_of(&ping_with_values_at_limit(u64::MAX)).max(charge_of(&echo(&json!(u64::MAX), &filler(BIG_TEXT_BYTES))));
+    let n = (REQUEST_MEMORY_BYTES - REQUEST_MEMORY_RESERVE) / peak;
+    (peak, u32::try_from(n.max(1)).unwrap_or(1))
+}
+
+/// The `_meta` of a 2026-07-28 request.
+pub(crate) fn modern_meta() -> Value {
+    json!({"io.modelcontextprotocol/protocolVersion": MODERN_VERSION, "io.modelcontextprotocol/clientCapabilities": {}, "io.modelcontextprotocol/clientInfo": {"name": "mcp-load-soak", "version": "1"}})
+}
+
+/// A 2026-07-28 request body (`params` gets its `_meta`).
+pub(crate) fn modern_request(id: &Value, method: &str, mut params: Value) -> Vec<u8> {
+    params["_meta"] = modern_meta();
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string().into_bytes()
+}
+
+/// `soak_flood` arguments that hold the call (no messages) until it is cancelled, or 20 s.
+pub(crate) fn holding_args() -> Value {
+    json!({"count": 0, "delay_ms": 10_000, "hold_ms": 10_000})
+}
+
+/// A call of `soak_flood` held as [`holding_args`] whose `pad` argument makes the host charge
+/// it exactly [`PINNED_CHARGE`]: a 2026-07-28 request, or a legacy one.
+pub(crate) fn pinned_call(id: &Value, modern: bool) -> Vec<u8> {
+    let body = |pad: &str| {
+        let mut args = holding_args();
+        args["pad"] = json!(pad);
+        let params = json!({"name": "soak_flood", "arguments": args});
+        if modern { modern_request(id, "tools/call", params) } else { json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}).to_string().into_bytes() }
+    };
+    // Bytes of the pad add to the charge one for one (no value or object is added), once the
+    // body is long enough to be counted value by value (short ones are charged a bound).
+    const PROBE: usize = 4096;
+    let rest = charge_of(&body(&filler(PROBE))) - PROBE;
+    body(&filler(PINNED_CHARGE.saturating_sub(rest)))
+}
+
 /// Values, depth and string bytes of a handshake value, counted as the host counts them:
 /// every value once, the root at depth 1, string values and object keys in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -198,6 +265,29 @@ mod tests {
         assert_eq!(host_scan(&values_over(), &l).unwrap_err().limit, Limit::JsonValues);
         assert!(host_scan(&ping_with_depth(7, JSON_MAX_DEPTH), &l).is_ok());
         assert_eq!(host_scan(&ping_with_depth(7, JSON_MAX_DEPTH + 1), &l).unwrap_err().limit, Limit::JsonDepth);
+    }
+
+    #[test]
+    fn pinned_calls_are_charged_exactly_their_share_and_fill_the_budget_past_its_reserve() {
+        for modern in [true, false] {
+            for id in [json!(1), json!(123_456_789), json!(u64::MAX)] {
+                let body = pinned_call(&id, modern);
+                assert_eq!(charge_of(&body), PINNED_CHARGE, "modern {modern}, id {id}");
+                assert!(body.len() < MAX_BODY_BYTES, "{}", body.len());
+            }
+        }
+        // PINNED_FIT fit with the reserve left for the other kinds, one more never does.
+        const { assert!(REQUEST_MEMORY_RESERVE < PINNED_CHARGE && REQUEST_MEMORY_RESERVE > 1 << 20) };
+        const { assert!((PINNED_FIT + 1) * PINNED_CHARGE > REQUEST_MEMORY_BYTES) };
+        // The host's minimum.
+        const { assert!(REQUEST_MEMORY_BYTES >= 1 << 20) };
+        // Every modern pinned call gets a place of its caller's (it is refused for memory).
+        const { assert!(PINNED_FIT < MODERN_PER_CALLER && MODERN_MAX_IN_FLIGHT.is_multiple_of(MODERN_PER_CALLER)) };
+        let (peak, n) = large_at_once();
+        assert!(n >= 1 && peak * n as usize <= REQUEST_MEMORY_BYTES - REQUEST_MEMORY_RESERVE, "{peak} x {n}");
+        // A small request of another kind is charged a few KiB.
+        assert!(charge_of(&echo(&json!(1), "churn 1 0")) < 8 << 10);
+        assert!(charge_of(&modern_request(&json!(1), "tools/call", json!({"name": "soak_flood", "arguments": holding_args()}))) < 8 << 10);
     }
 
     #[test]

@@ -18,6 +18,8 @@ pub(crate) struct RoundEnd {
     /// From a fresh stats line (`None`: no fresh line).
     pub(crate) sessions: Option<u64>,
     pub(crate) streams: Option<i64>,
+    /// Bytes charged to the request memory budget.
+    pub(crate) request_memory_bytes: Option<u64>,
     pub(crate) rss_kib: Option<u64>,
 }
 
@@ -70,6 +72,7 @@ pub(crate) fn evaluate(m: &Measured) -> Vec<Gate> {
         Gate::new("host still running at the end", if m.host_running { "running" } else { "exited" }, "running", m.host_running),
         Gate::new("sessions return to 0 (each round)", ends(&|r| or_unknown(r.sessions)), "0", all_zero(&|r| r.sessions == Some(0))),
         Gate::new("streams return to 0 (each round)", ends(&|r| or_unknown(r.streams)), "0", all_zero(&|r| r.streams == Some(0))),
+        Gate::new("request memory returns to 0 (each round)", ends(&|r| or_unknown(r.request_memory_bytes)), "0", all_zero(&|r| r.request_memory_bytes == Some(0))),
     ];
     let final_rss = m.rounds.last().and_then(|r| r.rss_kib);
     let rss_pass = matches!((m.idle_rss_kib, final_rss), (Some(i), Some(f)) if i > 0 && f <= RSS_GROWTH_LIMIT * i);
@@ -164,11 +167,14 @@ pub(crate) fn render(r: &Value) -> String {
     );
     let rss = &r["rss_kib"];
     let _ = writeln!(out, "RSS MiB: idle {}, peak {} (VmHWM {}), final {} (gate: <= {})", mib(&rss["idle"]), mib(&rss["peak"]), mib(&rss["peak_hwm"]), mib(&rss["final"]), mib(&rss["limit"]));
-    let _ = writeln!(out, "\n| round | peak RSS MiB | final RSS MiB | peak sessions | sessions 0 after | final sessions | peak streams | streams 0 after | final streams | peak stream memory B |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(
+        out,
+        "\n| round | peak RSS MiB | final RSS MiB | peak sessions | sessions 0 after | final sessions | peak streams | streams 0 after | final streams | peak stream memory B | peak / final request memory B | peak modern in flight |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
     for x in r["round_results"].as_array().into_iter().flatten() {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} |",
             x["round"],
             mib(&x["peak_rss_kib"]),
             mib(&x["final_rss_kib"]),
@@ -179,6 +185,9 @@ pub(crate) fn render(r: &Value) -> String {
             secs(&x["streams_zero_after_ms"]),
             x["final_streams"],
             x["peak_stream_memory_bytes"],
+            x["peak_request_memory_bytes"],
+            x["final_request_memory_bytes"],
+            x["peak_modern_in_flight"],
         );
     }
     let h = &r["host_stats"];

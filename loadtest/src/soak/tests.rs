@@ -39,7 +39,7 @@ fn clean() -> Measured {
     t.refused = BTreeMap::from([("limit.json", 4), (CAUSE_BODY, 4)]);
     Measured {
         idle_rss_kib: Some(8_000),
-        rounds: vec![RoundEnd { sessions: Some(0), streams: Some(0), rss_kib: Some(12_000) }],
+        rounds: vec![RoundEnd { sessions: Some(0), streams: Some(0), request_memory_bytes: Some(0), rss_kib: Some(12_000) }],
         host_refused: BTreeMap::from([("limit.json".to_owned(), 4), (CAUSE_BODY.to_owned(), 4)]),
         host_timed_out: Some(2),
         host_ended_by_gap: Some(2),
@@ -76,11 +76,17 @@ fn each_defect_fails_its_own_gate() {
     m.rounds[0].sessions = None;
     only(&m, "sessions return to 0");
     let mut m = clean();
-    m.rounds.insert(0, RoundEnd { sessions: Some(1), streams: Some(0), rss_kib: Some(9_000) });
+    m.rounds.insert(0, RoundEnd { sessions: Some(1), streams: Some(0), request_memory_bytes: Some(0), rss_kib: Some(9_000) });
     only(&m, "sessions return to 0");
     let mut m = clean();
     m.rounds[0].streams = Some(2);
     only(&m, "streams return to 0");
+    let mut m = clean();
+    m.rounds[0].request_memory_bytes = Some(4096);
+    only(&m, "request memory returns to 0");
+    let mut m = clean();
+    m.rounds[0].request_memory_bytes = None;
+    only(&m, "request memory returns to 0");
     let mut m = clean();
     m.rounds[0].rss_kib = Some(16_001);
     only(&m, "final RSS within 2 × idle RSS");
@@ -198,7 +204,16 @@ fn settle_time_and_host_settings_follow_the_flags() {
         args,
         "--port 0 --packs conformance,echo,soak --stats-every-ms 250 --session-ttl-secs 3 --client-request-timeout-secs 2 --replay-max-events 16 --config /tmp/x.toml"
     );
-    assert_eq!(s.config_toml(), "[server]\ntrim_every_secs = 1\ntcp_user_timeout_secs = 2\n\n[security]\nbody_read_timeout_ms = 500\n\n[sessions]\nretention_after_delivery_ms = 1000\nretention_undelivered_ms = 3000\n\n[sse]\nkeepalive_ms = 1000\n");
+    assert_eq!(
+        s.config_toml(),
+        "[server]\ntrim_every_secs = 1\ntcp_user_timeout_secs = 2\n\n[security]\nbody_read_timeout_ms = 500\n\n[sessions]\nretention_after_delivery_ms = 1000\nretention_undelivered_ms = 3000\n\n[sse]\nkeepalive_ms = 1000\n\n[limits]\nrequest_memory_bytes = 60948480\n\n[modern]\nmax_in_flight = 64\nmax_in_flight_per_caller = 16\n"
+    );
+    // The host takes its bounds: every value in range.
+    let mut host = mcp_runtime::config::RuntimeConfig::default();
+    host.limits.request_memory_bytes = payloads::REQUEST_MEMORY_BYTES;
+    host.modern.max_in_flight = payloads::MODERN_MAX_IN_FLIGHT;
+    host.modern.max_in_flight_per_caller = Some(payloads::MODERN_PER_CALLER);
+    assert!(host.validate().is_ok());
 }
 
 #[test]

@@ -8,13 +8,15 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::rc::Rc;
 use std::time::Duration;
 
+use mcp_devtools::StatsFeed;
 use mcp_runtime::sse::Decoder;
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
+use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::{Instant, timeout};
 
 use super::payloads::{self, Over};
@@ -28,12 +30,25 @@ pub(crate) const EVENT_WAIT: Duration = Duration::from_secs(5);
 const MAX_ANSWER_BYTES: usize = 16 << 20;
 /// Chunks read from one stream before giving up on the event we wait for.
 const MAX_STREAM_CHUNKS: usize = 10_000;
-/// How long a resume-into-gap client waits, after the flood's first message, before it
-/// resumes from the priming event's cursor: the rest of the flood (64 events) is written by
-/// then, and the stream is still retained (`retention_after_delivery_ms`, 1 s by default).
-const GAP_RESUME_AFTER: Duration = Duration::from_millis(400);
+/// Messages of a resume-into-gap client's flood: it reads them all before it resumes, so
+/// the events after its cursor are gone from the host's window by then (far more than the
+/// soak host's 16).
+const GAP_FLOOD: u64 = 64;
 /// Unexpected answers quoted in the report, per step.
 const SAMPLES_PER_STEP: usize = 3;
+/// Longest wait for the host's stats line to show a figure back (it is printed every 250 ms).
+const HOST_SETTLE_WAIT: Duration = Duration::from_secs(10);
+/// How often that wait looks at the latest stats line.
+const HOST_LOOK_EVERY: Duration = Duration::from_millis(50);
+/// How long past the traffic deadline a client may still wait for its turn at an exclusive
+/// kind (then it gives the iteration up, uncompleted).
+const TURN_GRACE: Duration = Duration::from_secs(10);
+/// The callers of `modern-slot-hog` (the host counts a caller by its address without
+/// authentication; Linux routes all of 127/8 to the loopback interface): the first four fill
+/// the whole bound, one share each, the fifth finds it full.
+const HOG_CALLERS: [Ipv4Addr; 5] = [Ipv4Addr::new(127, 0, 0, 11), Ipv4Addr::new(127, 0, 0, 12), Ipv4Addr::new(127, 0, 0, 13), Ipv4Addr::new(127, 0, 0, 14), Ipv4Addr::new(127, 0, 0, 15)];
+/// The caller of `pinned-arguments`' 2026-07-28 calls.
+const PINNED_CALLER: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 21);
 
 const ACCEPT_BOTH: &str = "application/json, text/event-stream";
 const ACCEPT_JSON: &str = "application/json";
@@ -62,10 +77,16 @@ pub(crate) enum Kind {
     /// An SSE call of a flood on a connection that is never read: the host's kernel ends it
     /// (`server.tcp_user_timeout_secs`), its session then expires.
     Stalled,
+    /// Slow 2026-07-28 calls of one caller up to its share and past it (429), of other callers
+    /// until every place is taken (503), then `server/discover` and `tools/list` (answered).
+    ModernSlotHog,
+    /// Slow calls whose ~3.75 MiB arguments the host holds, until the request memory budget
+    /// is full (503), then ended: the budget comes back.
+    PinnedArguments,
 }
 
 impl Kind {
-    pub(crate) const ALL: [Kind; 8] = [Kind::Churn, Kind::Abandoned, Kind::ReplacedGet, Kind::Elicitation, Kind::Large, Kind::Gap, Kind::SlowBody, Kind::Stalled];
+    pub(crate) const ALL: [Kind; 10] = [Kind::Churn, Kind::Abandoned, Kind::ReplacedGet, Kind::Elicitation, Kind::Large, Kind::Gap, Kind::SlowBody, Kind::Stalled, Kind::ModernSlotHog, Kind::PinnedArguments];
 
     /// The kind named `name` (as [`Kind::name`] spells it).
     pub(crate) fn parse(name: &str) -> Option<Kind> {
@@ -82,6 +103,8 @@ impl Kind {
             Kind::Gap => "resume-into-gap",
             Kind::SlowBody => "slow-body",
             Kind::Stalled => "stalled-reader",
+            Kind::ModernSlotHog => "modern-slot-hog",
+            Kind::PinnedArguments => "pinned-arguments",
         }
     }
 
@@ -89,7 +112,7 @@ impl Kind {
     fn weight(self) -> usize {
         match self {
             Kind::Churn => 4,
-            Kind::Large | Kind::SlowBody | Kind::Stalled => 1,
+            Kind::Large | Kind::SlowBody | Kind::Stalled | Kind::ModernSlotHog | Kind::PinnedArguments => 1,
             Kind::Abandoned | Kind::ReplacedGet | Kind::Elicitation | Kind::Gap => 2,
         }
     }
@@ -112,7 +135,17 @@ pub(crate) enum Expect {
     TooLarge,
     /// A deliberate body that stops half-way: 408, -32000.
     BodyTimeout,
+    /// A deliberate refusal for load or a share: this status and code, a message that
+    /// `says` this; the host counts it under `cause`.
+    Refused { status: u16, code: i64, says: &'static str, cause: &'static str },
 }
+
+/// Past a caller's share of the 2026-07-28 places.
+const PAST_THE_SHARE: Expect = Expect::Refused { status: 429, code: -32007, says: "requests of this caller are running", cause: "quota.modern_in_flight" };
+/// Every 2026-07-28 place taken.
+const PAST_THE_BOUND: Expect = Expect::Refused { status: 503, code: -32006, says: "2026-07-28 requests running", cause: "overloaded.modern_in_flight" };
+/// The request memory budget full.
+const PAST_THE_BUDGET: Expect = Expect::Refused { status: 503, code: -32006, says: "request memory budget", cause: "overloaded.request_memory" };
 
 /// How an answer compares with its expectation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -146,10 +179,11 @@ pub(crate) fn classify(expect: Expect, status: u16, msg: Option<&Value>) -> Verd
         Expect::Limit { limit: want, .. } => status == 400 && code == Some(-32600) && limit.is_some_and(|l| l.contains(want)),
         Expect::TooLarge => status == 413 && code == Some(-32000),
         Expect::BodyTimeout => status == 408 && code == Some(-32000),
+        Expect::Refused { status: s, code: c, says, .. } => status == s && code == Some(c) && msg.and_then(|m| m["error"]["message"].as_str()).is_some_and(|m| m.contains(says)),
     };
     if as_expected {
         return match expect {
-            Expect::Limit { cause, .. } => Verdict::Refused(cause),
+            Expect::Limit { cause, .. } | Expect::Refused { cause, .. } => Verdict::Refused(cause),
             Expect::TooLarge => Verdict::Refused(CAUSE_BODY),
             Expect::BodyTimeout => Verdict::Refused(CAUSE_BODY_TIMEOUT),
             _ => Verdict::Ok,
@@ -287,6 +321,16 @@ impl Pacer {
 /// What the clients share.
 pub(crate) struct Traffic {
     target: Target,
+    /// The host's figures, for the kinds that must see what they held given back.
+    host: StatsFeed,
+    /// Turns at the request memory budget: a `large-payloads` client takes one permit (its
+    /// largest request), `pinned-arguments` takes them all (it fills the budget up to the
+    /// reserve the other kinds' small requests use).
+    budget: Semaphore,
+    budget_permits: u32,
+    /// One turn at a time at the 2026-07-28 places (`modern-slot-hog`, and
+    /// `pinned-arguments` in that era): each fills them, and gives them back before the next.
+    modern_places: Semaphore,
     /// No client starts an iteration after this (set per round).
     deadline: Cell<Instant>,
     pacer: Pacer,
@@ -297,10 +341,22 @@ pub(crate) struct Traffic {
 }
 
 impl Traffic {
-    pub(crate) fn new(target: Target, rate: Option<f64>, seed: u64, kinds: Vec<Kind>) -> Traffic {
+    pub(crate) fn new(target: Target, host: StatsFeed, rate: Option<f64>, seed: u64, kinds: Vec<Kind>) -> Traffic {
         let interval = rate.filter(|r| *r > 0.0).map(|r| Duration::from_secs_f64(1.0 / r));
         let now = Instant::now();
-        Traffic { target, deadline: Cell::new(now), pacer: Pacer { interval, next: Cell::new(now) }, seed, kinds, tally: RefCell::new(Tally::default()) }
+        let (_, budget_permits) = payloads::large_at_once();
+        Traffic {
+            target,
+            host,
+            budget: Semaphore::new(budget_permits as usize),
+            budget_permits,
+            modern_places: Semaphore::new(1),
+            deadline: Cell::new(now),
+            pacer: Pacer { interval, next: Cell::new(now) },
+            seed,
+            kinds,
+            tally: RefCell::new(Tally::default()),
+        }
     }
 
     /// The end of this round's traffic.
@@ -488,6 +544,16 @@ impl Client {
         Ok(Conn::new(s))
     }
 
+    /// A new connection, from loopback address `from` when given (another caller to a host
+    /// without authentication).
+    async fn connect_from(&self, from: Option<Ipv4Addr>) -> Result<Conn, String> {
+        let Some(ip) = from else { return self.connect().await };
+        let sock = tokio::net::TcpSocket::new_v4().map_err(|e| format!("socket: {e}"))?;
+        sock.bind(SocketAddr::new(ip.into(), 0)).map_err(|e| format!("bind {ip}: {e}"))?;
+        let s = timeout(REQUEST_TIMEOUT, sock.connect(self.t.target.addr)).await.map_err(|_| "connect timed out".to_owned())?.map_err(|e| format!("connect from {ip}: {e}"))?;
+        Ok(Conn::new(s))
+    }
+
     /// Send a request and read its whole answer, on the keep-alive connection (re-opened
     /// once if the server had closed it while idle).
     async fn send(&mut self, request: &[u8]) -> Result<Answer, String> {
@@ -533,10 +599,15 @@ impl Client {
     /// Open a stream on a connection of its own. An answer that is not a 200 SSE stream is
     /// read to its end instead.
     async fn open(&self, request: &[u8]) -> Result<Opened, String> {
+        self.open_from(None, request).await
+    }
+
+    /// [`Client::open`] on a connection from `from`.
+    async fn open_from(&self, from: Option<Ipv4Addr>, request: &[u8]) -> Result<Opened, String> {
         self.t.pacer.wait().await;
         self.t.tally.borrow_mut().requests += 1;
         let work = async {
-            let mut conn = self.connect().await?;
+            let mut conn = self.connect_from(from).await?;
             let (head, _) = conn.send_watching(request).await.map_err(|e| format!("send: {e}"))?;
             let head = parse_response_head(&head.ok_or("the connection closed without an answer")?).ok_or("unparsable response head")?;
             if head.status == 200 && head.sse {
@@ -578,9 +649,70 @@ impl Client {
         if self.record(kind, step, expect, outcome) { answer.ok() } else { None }
     }
 
+    /// A request answered on a connection of its own from `from` (read to its end, a
+    /// stream included), recorded; whether it was as expected.
+    async fn call_from(&mut self, kind: Kind, step: &str, from: Option<Ipv4Addr>, request: &[u8], id: Option<&Value>, expect: Expect) -> Option<()> {
+        let outcome = match self.open_from(from, request).await {
+            Ok(Opened::Answer(a)) => Ok((a.head.status, answer_to(&messages(&a.head, &a.body), id))),
+            Ok(Opened::Stream(mut st)) => st.read_to_end().await.map(|msgs| (200, answer_to(&msgs, id))),
+            Err(e) => Err(e),
+        };
+        self.record(kind, step, expect, outcome).then_some(())
+    }
+
+    /// A 2026-07-28 POST of `body` (its headers mirror `method` and the tool `name`).
+    fn modern_post(&self, method: &str, name: Option<&str>, body: &[u8]) -> Vec<u8> {
+        let mut extra = vec![("Content-Type", "application/json"), ("MCP-Protocol-Version", payloads::MODERN_VERSION), ("Mcp-Method", method)];
+        extra.extend(name.map(|n| ("Mcp-Name", n)));
+        let mut out = self.head("POST", None, ACCEPT_BOTH, &extra).into_bytes();
+        out.extend_from_slice(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes());
+        out.extend_from_slice(body);
+        out
+    }
+
+    /// A 2026-07-28 call of `soak_flood` that holds its place until it is cancelled.
+    fn slow_modern_call(&mut self) -> (Value, Vec<u8>) {
+        let id = self.next_id();
+        let body = payloads::modern_request(&id, "tools/call", json!({"name": "soak_flood", "arguments": payloads::holding_args()}));
+        let req = self.modern_post("tools/call", Some("soak_flood"), &body);
+        (id, req)
+    }
+
+    /// Wait for `n` permits of `sem` (a turn at what a kind fills), at most until the
+    /// traffic deadline plus [`TURN_GRACE`]; `None` if the turn never came (the iteration is
+    /// given up, uncompleted).
+    async fn turn<'s>(&self, sem: &'s Semaphore, n: u32) -> Option<SemaphorePermit<'s>> {
+        tokio::time::timeout_at(self.t.deadline.get() + TURN_GRACE, sem.acquire_many(n)).await.ok()?.ok()
+    }
+
+    /// Wait (at most [`HOST_SETTLE_WAIT`]) for a stats line of the host sampled after this
+    /// call whose figures pass `ok`: what a kind held is given back.
+    async fn host_settled(&self, what: &str, ok: impl Fn(&Value) -> bool) -> Result<(), String> {
+        let from = self.t.host.latest().map_or(0, |l| l.seq);
+        let until = Instant::now() + HOST_SETTLE_WAIT;
+        loop {
+            let latest = self.t.host.latest();
+            // The line after the next one was sampled after now, whatever the pipe's delay.
+            if let Some(l) = latest.as_ref().filter(|l| l.seq >= from + 2)
+                && ok(&l.value)
+            {
+                return Ok(());
+            }
+            if Instant::now() >= until {
+                return Err(format!("the host's {what} was not back within {HOST_SETTLE_WAIT:?}: {}", latest.map_or(Value::Null, |l| l.value[what].clone())));
+            }
+            tokio::time::sleep(HOST_LOOK_EVERY).await;
+        }
+    }
+
     /// Open a stream, recorded as `Status(200)` (an SSE 200); the stream if it opened.
     async fn open_stream(&mut self, kind: Kind, step: &str, request: &[u8]) -> Option<Stream> {
-        match self.open(request).await {
+        self.open_stream_from(kind, step, None, request).await
+    }
+
+    /// [`Client::open_stream`] on a connection from `from`.
+    async fn open_stream_from(&mut self, kind: Kind, step: &str, from: Option<Ipv4Addr>, request: &[u8]) -> Option<Stream> {
+        match self.open_from(from, request).await {
             Ok(Opened::Stream(s)) => {
                 self.record(kind, step, Expect::Status(200), Ok((200, None)));
                 Some(s)
@@ -681,6 +813,10 @@ impl Client {
 
     async fn large(&mut self) -> Option<()> {
         let k = Kind::Large;
+        // Its request at the value limit takes a share of the request memory budget: one turn
+        // of the few that fit (none while pinned-arguments fills it).
+        let t = Rc::clone(&self.t);
+        let _budget = self.turn(&t.budget, 1).await?;
         let handshake = |limit| Expect::Limit { cause: "limit.handshake", limit };
         let json_limit = |limit| Expect::Limit { cause: "limit.json", limit };
         let length = |limit| Expect::Limit { cause: "limit.length", limit };
@@ -735,7 +871,7 @@ impl Client {
         let k = Kind::Gap;
         let s = self.session(k, "2025-11-25", json!({})).await?;
         let id = self.next_id();
-        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "soak_flood", "arguments": {"count": 64, "bytes": 64, "delay_ms": 300, "hold_ms": 5000}}});
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "soak_flood", "arguments": {"count": GAP_FLOOD, "bytes": 64, "delay_ms": 300, "hold_ms": 5000}}});
         let mut stream = self.open_stream(k, "flood", &self.post(Some(&s), ACCEPT_BOTH, body.to_string().as_bytes())).await?;
         let first = stream.first_event().await;
         let cursor = match (first, stream.decoder.last_event_id.clone()) {
@@ -752,16 +888,14 @@ impl Client {
                 return None;
             }
         };
-        // Wait for the flood's first message (after its 300 ms), so the resume below lands
-        // after the flood evicted the events after the cursor and well within the stream's
-        // retention (1 s once its final frame was handed to this connection, which the server
-        // does not know is dropped).
-        let flooding = stream.until(|m| m["method"] == "notifications/message").await.map(|_| ());
+        // Read the whole flood (the host appended each message to the window before it sent
+        // it), so the resume below finds the events after the cursor evicted, whatever the
+        // load; the tool then holds (5 s), so the stream is still live.
+        let flooded = stream.until(|m| m["method"] == "notifications/message" && m["params"]["data"]["i"] == GAP_FLOOD - 1).await.map(|_| ());
         drop(stream);
-        if !self.check(k, "flood-started", flooding) {
+        if !self.check(k, "flood-read", flooded) {
             return None;
         }
-        tokio::time::sleep(GAP_RESUME_AFTER).await;
         let resume = self.bodiless("GET", &s, ACCEPT_SSE, &[("Last-Event-ID", &cursor)]);
         let outcome = match self.open(&resume).await {
             Ok(Opened::Stream(mut st)) => match st.read_to_end().await {
@@ -840,6 +974,73 @@ impl Client {
         self.check(k, "cut-by-the-host", cut).then_some(())
     }
 
+    async fn modern_slot_hog(&mut self) -> Option<()> {
+        let k = Kind::ModernSlotHog;
+        let t = Rc::clone(&self.t);
+        let _turn = self.turn(&t.modern_places, 1).await?;
+        let mut held = Vec::new();
+        let callers = payloads::MODERN_MAX_IN_FLIGHT / payloads::MODERN_PER_CALLER;
+        for (c, ip) in HOG_CALLERS[..callers].iter().enumerate() {
+            for i in 0..payloads::MODERN_PER_CALLER {
+                // The second caller's first call: in, although the first is at its share.
+                let step = if c == 1 && i == 0 { "another-caller-gets-in" } else { "hold" };
+                let (_, req) = self.slow_modern_call();
+                held.push(self.open_stream_from(k, step, Some(*ip), &req).await?);
+            }
+            if c == 0 {
+                let (id, req) = self.slow_modern_call();
+                self.call_from(k, "past-the-share", Some(*ip), &req, Some(&id), PAST_THE_SHARE).await?;
+            }
+        }
+        // Every place taken: one more call is refused; discover and the lists need none.
+        let last = Some(HOG_CALLERS[callers]);
+        let (id, req) = self.slow_modern_call();
+        self.call_from(k, "past-the-bound", last, &req, Some(&id), PAST_THE_BOUND).await?;
+        for (step, method) in [("discover-when-full", "server/discover"), ("tools-list-when-full", "tools/list")] {
+            let id = self.next_id();
+            let req = self.modern_post(method, None, &payloads::modern_request(&id, method, json!({})));
+            self.call_from(k, step, last, &req, Some(&id), Expect::Result).await?;
+        }
+        // Closing the streams cancels the calls; the next turn finds every place free.
+        drop(held);
+        let back = self.host_settled("modern_in_flight", |s| s["modern_in_flight"].as_i64() == Some(0)).await;
+        self.check(k, "places-given-back", back).then_some(())
+    }
+
+    async fn pinned_arguments(&mut self) -> Option<()> {
+        let k = Kind::PinnedArguments;
+        let modern = self.rand().is_multiple_of(2);
+        let t = Rc::clone(&self.t);
+        // The whole budget's turn: no large-payloads request beside these.
+        let _budget = self.turn(&t.budget, t.budget_permits).await?;
+        let _places = if modern { Some(self.turn(&t.modern_places, 1).await?) } else { None };
+        let session = if modern { None } else { Some(self.session(k, "2025-11-25", json!({})).await?) };
+        let from = modern.then_some(PINNED_CALLER);
+        let pinned = |c: &mut Client| {
+            let id = c.next_id();
+            let body = payloads::pinned_call(&id, modern);
+            let req = if modern { c.modern_post("tools/call", Some("soak_flood"), &body) } else { c.post(session.as_ref(), ACCEPT_BOTH, &body) };
+            (id, req)
+        };
+        let mut held = Vec::new();
+        for _ in 0..payloads::PINNED_FIT {
+            let (_, req) = pinned(self);
+            held.push(self.open_stream_from(k, "hold", from, &req).await?);
+        }
+        // A legacy refusal comes before its session sees the request: it echoes no id.
+        let (id, req) = pinned(self);
+        self.call_from(k, "past-the-budget", from, &req, modern.then_some(&id), PAST_THE_BUDGET).await?;
+        // Ended: a session's requests with the session, 2026-07-28 calls by closing their
+        // streams.
+        if let Some(s) = &session {
+            self.call(k, "delete", &self.bodiless("DELETE", s, ACCEPT_BOTH, &[]), None, Expect::Status(204)).await?;
+        }
+        drop(held);
+        let pinned_gone = |s: &Value| s["request_memory_bytes"].as_u64().is_some_and(|b| b < payloads::PINNED_CHARGE as u64) && (!modern || s["modern_in_flight"].as_i64() == Some(0));
+        let back = self.host_settled("request_memory_bytes", pinned_gone).await;
+        self.check(k, "budget-given-back", back).then_some(())
+    }
+
     async fn iteration(&mut self, kind: Kind) -> Option<()> {
         match kind {
             Kind::Churn => self.churn().await,
@@ -850,6 +1051,8 @@ impl Client {
             Kind::Gap => self.gap().await,
             Kind::SlowBody => self.slow_body().await,
             Kind::Stalled => self.stalled().await,
+            Kind::ModernSlotHog => self.modern_slot_hog().await,
+            Kind::PinnedArguments => self.pinned_arguments().await,
         }
     }
 }
@@ -860,7 +1063,7 @@ fn has_session(a: &Answer, _: Option<&Value>) -> Result<(), String> {
 
 /// The deliberate probes, by `kind/step`, and their documented answers (README's error
 /// table and "Unresumable cursors").
-pub(crate) const PROBES: [(Kind, &str, &str); 21] = [
+pub(crate) const PROBES: [(Kind, &str, &str); 29] = [
     (Kind::Large, "handshake-at-limits", "200 and a session (capabilities at 1024 values, depth 16, 64 KiB of strings)"),
     (Kind::Large, "handshake-over-values", "400 -32600 limit.handshake"),
     (Kind::Large, "handshake-over-depth", "400 -32600 limit.handshake"),
@@ -882,6 +1085,14 @@ pub(crate) const PROBES: [(Kind, &str, &str); 21] = [
     (Kind::Gap, "reuse-id", "200 result for the same id at once (no 409)"),
     (Kind::SlowBody, "half-body", "408 -32000 once security.body_read_timeout_ms passes"),
     (Kind::Stalled, "cut-by-the-host", "the host ends a connection nobody reads (server.tcp_user_timeout_secs)"),
+    (Kind::ModernSlotHog, "past-the-share", "429 -32007 quota.modern_in_flight past the caller's modern.max_in_flight_per_caller"),
+    (Kind::ModernSlotHog, "another-caller-gets-in", "200: another caller's call gets in while the first is at its share"),
+    (Kind::ModernSlotHog, "past-the-bound", "503 -32006 overloaded.modern_in_flight once every modern.max_in_flight place is taken"),
+    (Kind::ModernSlotHog, "discover-when-full", "200 server/discover result with every place taken"),
+    (Kind::ModernSlotHog, "tools-list-when-full", "200 tools/list result with every place taken"),
+    (Kind::ModernSlotHog, "places-given-back", "the host's modern_in_flight back to 0 once the calls are closed"),
+    (Kind::PinnedArguments, "past-the-budget", "503 -32006 overloaded.request_memory once the pinned calls fill limits.request_memory_bytes"),
+    (Kind::PinnedArguments, "budget-given-back", "the host's request_memory_bytes back under one pinned call once they end"),
 ];
 
 /// The deck: every kind, as often as its weight.

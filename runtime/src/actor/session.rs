@@ -48,6 +48,8 @@ pub(crate) struct RequestTask {
     json: Option<oneshot::Sender<JsonReply>>,
     /// Counted in flight in the generation it was admitted under.
     generation: GenCount,
+    /// Its parsed body's share of the request memory budget, given back when it ends.
+    _charge: Option<super::RequestCharge>,
 }
 
 /// Shell data of a server-to-client request: where its answer goes and the stream it was
@@ -128,6 +130,10 @@ pub struct Post {
     pub reply: oneshot::Sender<Result<PostOutcome, Rejection>>,
     /// Its place in the session's inbox, given back when the message is dropped.
     pub ticket: InboxTicket,
+    /// The request memory its parsed body holds (`None` without a request): moved to the
+    /// request (a batch's split evenly between its requests), given back when the session
+    /// has answered it; a refused one's at once.
+    pub charge: Option<super::RequestCharge>,
 }
 
 /// Open a new standalone GET stream (replacing any previous one).
@@ -570,11 +576,11 @@ impl SessionActor {
         }
     }
 
-    fn on_message(&mut self, m: Message, mode: ReplyMode, ctx: &mut Context<Self>) -> Result<PostOutcome, Rejection> {
+    fn on_message(&mut self, m: Message, mode: ReplyMode, charge: Option<super::RequestCharge>, ctx: &mut Context<Self>) -> Result<PostOutcome, Rejection> {
         match m {
             // Admitted before a drain began and queued here since: the phase is read now.
             Message::Request { .. } if self.sup.phase() != Phase::Serving => Err(Rejection::Overloaded(Overload::Draining)),
-            Message::Request { id, method, params, .. } => self.start_request(id, method, params, mode, ctx),
+            Message::Request { id, method, params, .. } => self.start_request(id, method, params, mode, charge, ctx),
             Message::Notification { method, params, .. } => {
                 self.on_notification(&method, params.as_ref(), ctx);
                 Ok(PostOutcome::Accepted)
@@ -616,7 +622,7 @@ impl SessionActor {
         }
     }
 
-    fn start_request(&mut self, id: JsonRpcId, method: String, params: Option<Value>, mode: ReplyMode, ctx: &mut Context<Self>) -> Result<PostOutcome, Rejection> {
+    fn start_request(&mut self, id: JsonRpcId, method: String, params: Option<Value>, mode: ReplyMode, charge: Option<super::RequestCharge>, ctx: &mut Context<Self>) -> Result<PostOutcome, Rejection> {
         // A tool call's idempotency key, and its refusals before anything runs (the ledger
         // cannot take the durable record it needs).
         let call = (method == "tools/call").then(|| self.sup.catalog().idempotent_call(params.as_ref())).transpose();
@@ -626,7 +632,7 @@ impl SessionActor {
         }
         let cancel = CancellationToken::new();
         let generation = self.gens.enter_current(Counted::InFlight);
-        self.core.begin_request(&id, RequestTask { spawn: None, cancel: cancel.clone(), json: None, generation })?;
+        self.core.begin_request(&id, RequestTask { spawn: None, cancel: cancel.clone(), json: None, generation, _charge: charge })?;
         let mut purpose = StreamPurpose::ReadOnly;
         // The stream's address exists before the stream starts, so the handler can be run
         // first and an immediate answer can share the priming event's write.
@@ -784,7 +790,7 @@ impl Handler<Post> for SessionActor {
         let _span = self.span.clone().entered();
         self.core.touch(self.sup.now());
         let r = self.core.check_active().and_then(|()| match msg.incoming {
-            Incoming::Single(m) => self.on_message(m, msg.reply_mode, ctx),
+            Incoming::Single(m) => self.on_message(m, msg.reply_mode, msg.charge, ctx),
             Incoming::Batch(items) => {
                 if !self.core.version().allows_batches() {
                     return Err(Rejection::InvalidMessage {
@@ -793,10 +799,15 @@ impl Handler<Post> for SessionActor {
                     });
                 }
                 let mut replies = Vec::new();
+                // The charge is split between the requests (what notifications and responses
+                // hold is gone once they are handled).
+                let requests = items.iter().filter(|m| m.is_request()).count();
+                let mut charges = msg.charge.map(|c| c.split(requests)).unwrap_or_default().into_iter();
                 for m in items {
                     let is_request = m.is_request();
                     let id = if let Message::Request { id, .. } = &m { Some(id.clone()) } else { None };
-                    match self.on_message(m, ReplyMode::Json, ctx) {
+                    let charge = if is_request { charges.next() } else { None };
+                    match self.on_message(m, ReplyMode::Json, charge, ctx) {
                         Ok(PostOutcome::Json(rx)) => replies.push(rx),
                         Ok(_) => {}
                         Err(rej) if is_request => {

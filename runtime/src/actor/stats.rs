@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 
 use serde::Serialize;
 
@@ -27,6 +27,12 @@ pub struct RuntimeStats {
     live: LiveFigures,
     /// Modern requests running now.
     modern_in_flight: AtomicI64,
+    /// Modern requests running per caller (entries only while non-zero, so at most
+    /// `modern.max_in_flight` of them). A lock held for one map update, never across an await.
+    modern_by_caller: parking_lot::Mutex<std::collections::HashMap<super::QuotaKey, usize>>,
+    /// Bytes of parsed requests held in flight, charged against `limits.request_memory_bytes`
+    /// ([`RequestCharge`]).
+    request_memory: AtomicUsize,
     /// Modern requests answered (a result or a JSON-RPC error after admission).
     modern_served: AtomicU64,
     /// Modern requests whose response stream the client closed before the result: cancelled.
@@ -158,6 +164,8 @@ impl Default for RuntimeStats {
             budget_trimmed: AtomicU64::new(0),
             live: LiveFigures::default(),
             modern_in_flight: AtomicI64::new(0),
+            modern_by_caller: parking_lot::Mutex::new(std::collections::HashMap::new()),
+            request_memory: AtomicUsize::new(0),
             modern_served: AtomicU64::new(0),
             modern_cancelled: AtomicU64::new(0),
             listen_open: AtomicI64::new(0),
@@ -175,14 +183,55 @@ fn add(c: &AtomicU64, n: u64) {
 }
 
 impl RuntimeStats {
-    /// Take a place for a modern request among at most `max`; `None` when all are taken.
-    pub(crate) fn modern_enter(self: &Arc<Self>, max: usize) -> Option<ModernInFlight> {
+    /// Take a place for a modern request of `caller`: at most `max` server-wide and
+    /// `per_caller` for one caller.
+    ///
+    /// # Errors
+    /// 503 ([`Overload::ModernInFlight`](crate::proto::error::Overload::ModernInFlight)) when
+    /// every place is taken, 429 ([`Quota::ModernInFlight`](crate::proto::error::Quota::ModernInFlight))
+    /// when the caller's are.
+    pub(crate) fn modern_enter(self: &Arc<Self>, caller: super::QuotaKey, max: usize, per_caller: usize) -> Result<ModernInFlight, Rejection> {
+        use crate::proto::error::{Overload, Quota};
         let was = self.modern_in_flight.fetch_add(1, Ordering::AcqRel);
-        if was >= max as i64 {
+        let refused = if was >= max as i64 {
+            Some(Rejection::Overloaded(Overload::ModernInFlight))
+        } else {
+            let mut by = self.modern_by_caller.lock();
+            let n = by.entry(caller.clone()).or_insert(0);
+            if *n >= per_caller {
+                // Not left at 0: the entry exists because the caller holds places.
+                Some(Rejection::QuotaExceeded { cause: Quota::ModernInFlight, retry_after_s: Overload::ModernInFlight.retry_after_s() })
+            } else {
+                *n += 1;
+                None
+            }
+        };
+        if let Some(r) = refused {
             self.modern_in_flight.fetch_sub(1, Ordering::AcqRel);
-            return None;
+            return Err(r);
         }
-        Some(ModernInFlight(Arc::clone(self)))
+        Ok(ModernInFlight { stats: Arc::clone(self), caller })
+    }
+
+    /// Charge `bytes` of a parsed request to the request memory budget of `capacity` bytes,
+    /// until the charge is dropped. Never over the capacity, even for a moment (a refused
+    /// charge takes nothing, so it cannot make a concurrent one fail).
+    ///
+    /// # Errors
+    /// 503 ([`Overload::RequestMemory`](crate::proto::error::Overload::RequestMemory)) when
+    /// the charge would take the budget past `capacity`.
+    pub(crate) fn request_memory_enter(self: &Arc<Self>, bytes: usize, capacity: usize) -> Result<RequestCharge, Rejection> {
+        let taken = self.request_memory.fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| used.checked_add(bytes).filter(|after| *after <= capacity));
+        match taken {
+            Ok(_) => Ok(RequestCharge { stats: Arc::clone(self), bytes }),
+            Err(_) => Err(Rejection::Overloaded(crate::proto::error::Overload::RequestMemory)),
+        }
+    }
+
+    /// Bytes charged to the request memory budget now.
+    #[must_use]
+    pub fn request_memory_bytes(&self) -> usize {
+        self.request_memory.load(Ordering::Relaxed)
     }
 
     /// A modern request was answered.
@@ -459,6 +508,10 @@ pub struct StatsSnapshot {
     pub streams: i64,
     /// Bytes charged to the stream memory budget.
     pub stream_memory_bytes: usize,
+    /// Bytes of parsed requests held in flight, charged to the request memory budget.
+    pub request_memory_bytes: usize,
+    /// 2026-07-28 requests running (each holds a place of `modern.max_in_flight`).
+    pub modern_in_flight: i64,
     /// Refusals by cause (only causes seen).
     pub refused: BTreeMap<&'static str, u64>,
     /// Server-to-client requests given up at their deadline.
@@ -520,6 +573,8 @@ impl RuntimeStats {
             sessions,
             streams: self.streams_live(),
             stream_memory_bytes,
+            request_memory_bytes: self.request_memory_bytes(),
+            modern_in_flight: self.modern_in_flight.load(Ordering::Relaxed),
             refused: Rejection::CAUSES.iter().zip(&self.refused).filter(|(_, n)| get(n) > 0).map(|(c, n)| (*c, get(n))).collect(),
             client_requests_timed_out: get(&self.client_requests_timed_out),
             requests_ended_by_gap: get(&self.requests_ended_by_gap),
@@ -553,13 +608,90 @@ mod status_tests {
     }
 }
 
-/// A modern request's place among `modern.max_in_flight`; given back when dropped.
+#[cfg(test)]
+mod admission_tests {
+    use super::*;
+    use crate::actor::QuotaKey;
+
+    #[test]
+    fn a_callers_modern_share_is_429_the_whole_bound_503_and_entries_leave_at_zero() {
+        let s = Arc::new(RuntimeStats::default());
+        let (alice, bob) = (QuotaKey::Principal("alice".into()), QuotaKey::Principal("bob".into()));
+        let a: Vec<_> = (0..2).map(|_| s.modern_enter(alice.clone(), 3, 2).unwrap()).collect();
+        assert_eq!(s.modern_enter(alice.clone(), 3, 2).unwrap_err().cause(), "quota.modern_in_flight");
+        let b = s.modern_enter(bob.clone(), 3, 2).unwrap();
+        assert_eq!(s.modern_enter(bob.clone(), 3, 2).unwrap_err().cause(), "overloaded.modern_in_flight", "the whole bound first");
+        assert_eq!(s.modern().0, 3);
+        drop((a, b));
+        assert_eq!(s.modern().0, 0);
+        assert!(s.modern_by_caller.lock().is_empty(), "no caller left behind at zero");
+    }
+
+    #[test]
+    fn request_charges_stay_within_the_capacity_split_and_come_back() {
+        let s = Arc::new(RuntimeStats::default());
+        let big = s.request_memory_enter(60, 100).unwrap();
+        assert_eq!(s.request_memory_enter(41, 100).unwrap_err().cause(), "overloaded.request_memory");
+        assert_eq!(s.request_memory_bytes(), 60, "a refused charge takes nothing");
+        let parts = s.request_memory_enter(40, 100).unwrap().split(3);
+        assert_eq!(parts.iter().map(|p| p.bytes).collect::<Vec<_>>(), [14, 13, 13]);
+        assert_eq!(s.request_memory_bytes(), 100);
+        drop(big);
+        drop(parts);
+        assert_eq!(s.request_memory_bytes(), 0);
+    }
+}
+
+/// A modern request's place among `modern.max_in_flight` (and its caller's among
+/// `modern.max_in_flight_per_caller`); given back when dropped.
 #[derive(Debug)]
-pub(crate) struct ModernInFlight(Arc<RuntimeStats>);
+pub(crate) struct ModernInFlight {
+    stats: Arc<RuntimeStats>,
+    caller: super::QuotaKey,
+}
 
 impl Drop for ModernInFlight {
     fn drop(&mut self) {
-        self.0.modern_in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.stats.modern_in_flight.fetch_sub(1, Ordering::AcqRel);
+        let mut by = self.stats.modern_by_caller.lock();
+        if let Some(n) = by.get_mut(&self.caller) {
+            *n -= 1;
+            if *n == 0 {
+                by.remove(&self.caller);
+            }
+        }
+    }
+}
+
+/// What a request holds of the request memory budget (`limits.request_memory_bytes`): the
+/// estimated size of its parsed body, given back when dropped — with the request: a modern
+/// request's response body or task, a legacy request's entry in its session.
+#[derive(Debug)]
+#[must_use = "the charge is given back when dropped: keep it as long as the request holds its body"]
+pub struct RequestCharge {
+    stats: Arc<RuntimeStats>,
+    bytes: usize,
+}
+
+impl RequestCharge {
+    /// Split into `n` charges (at least one) that add up to this one: one for each request of
+    /// a batch, each given back when its request ends.
+    pub(crate) fn split(self, n: usize) -> Vec<RequestCharge> {
+        let n = n.max(1);
+        let (each, rest) = (self.bytes / n, self.bytes % n);
+        let stats = Arc::clone(&self.stats);
+        // The bytes move to the parts: this one gives back nothing when it drops.
+        let mut this = self;
+        this.bytes = 0;
+        (0..n).map(|i| RequestCharge { stats: Arc::clone(&stats), bytes: each + usize::from(i < rest) }).collect()
+    }
+}
+
+impl Drop for RequestCharge {
+    fn drop(&mut self) {
+        if self.bytes > 0 {
+            self.stats.request_memory.fetch_sub(self.bytes, Ordering::AcqRel);
+        }
     }
 }
 

@@ -343,6 +343,10 @@ enum Next {
 /// inbox), or answer it here.
 fn dispatch(req: &HttpRequest, sup: &Arc<Supervisor>, admitted: Admitted, found: Option<(SessionHandle, InboxTicket)>) -> Result<Next, Rejection> {
     let principal = admitted.principal;
+    // The parsed body's share of the request memory budget, for a request that starts work
+    // (refused with 503 before it is handed on when the budget is full): held while the
+    // request runs. Notifications and responses finish work and are never refused for it.
+    let charge = || sup.stats().request_memory_enter(admitted.parsed_bytes, sup.config().limits.request_memory_bytes);
     // `found` is made from the command's session, so a command with one always has it.
     let found = move || found.ok_or(Rejection::Internal);
     match admitted.command {
@@ -355,6 +359,9 @@ fn dispatch(req: &HttpRequest, sup: &Arc<Supervisor>, admitted: Admitted, found:
             Ok(Next::Ready(b.finish()))
         }
         Command::Initialize { id, init, kept_bytes, reply } => {
+            // Nothing of the body is held once the session exists (the handshake it keeps is
+            // charged to the stream memory).
+            let _charge = charge()?;
             let key = caller_key(req, principal.as_ref(), sup);
             let origin = req.headers().get(header::ORIGIN).and_then(|v| v.to_str().ok());
             let (session, version, recorded) = sup.create_session(key, principal, &init, kept_bytes, origin)?;
@@ -376,8 +383,14 @@ fn dispatch(req: &HttpRequest, sup: &Arc<Supervisor>, admitted: Admitted, found:
             if opens_stream(&incoming, reply) {
                 stream_memory_available(sup, &handle)?;
             }
+            // Given back when the session has answered the request(s) it carries.
+            let charge = match &incoming {
+                Incoming::Single(m) if m.is_request() => Some(charge()?),
+                Incoming::Batch(items) if items.iter().any(crate::proto::jsonrpc::Message::is_request) => Some(charge()?),
+                Incoming::Single(_) | Incoming::Batch(_) => None,
+            };
             let (tx, rx) = oneshot::channel();
-            handle.deliver(ticket, |ticket| Post { incoming, reply_mode: reply, reply: tx, ticket })?;
+            handle.deliver(ticket, |ticket| Post { incoming, reply_mode: reply, reply: tx, ticket, charge })?;
             Ok(Next::Post(rx))
         }
         Command::OpenStream { .. } => {
@@ -399,7 +412,7 @@ fn dispatch(req: &HttpRequest, sup: &Arc<Supervisor>, admitted: Admitted, found:
             // A dropped reply: the stream stopped (its retention ended) with the resume queued.
             Ok(Next::Stream(rx, Rejection::EventsLost))
         }
-        Command::Modern { request, reply } => Ok(Next::Ready(modern::serve(req, sup, principal, request, reply)?)),
+        Command::Modern { request, reply } => Ok(Next::Ready(modern::serve(req, sup, principal, request, reply, admitted.parsed_bytes)?)),
         Command::ModernNotification => Ok(Next::Ready(HttpResponse::Accepted().finish())),
         Command::Delete { .. } => {
             let (handle, ticket) = found()?;

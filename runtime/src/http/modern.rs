@@ -19,9 +19,9 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::actor::{Counted, GenCount, Supervisor};
+use crate::actor::{Counted, GenCount, RequestCharge, Supervisor};
 use crate::proto::admission::ReplyMode;
-use crate::proto::error::{Overload, Rejection};
+use crate::proto::error::Rejection;
 use crate::proto::jsonrpc::{ErrorObject, code, encode_error, encode_result_raw};
 use crate::proto::ids::JsonRpcId;
 use crate::proto::modern::{self, ModernError, ModernRequest, headers as mheaders, state};
@@ -35,28 +35,36 @@ const NOTIFY_QUEUE: usize = 64;
 
 type Handler = Pin<Box<dyn Future<Output = Result<Value, ErrorObject>>>>;
 
-/// Serve one admitted modern request.
+/// Serve one admitted modern request, whose body parses into about `parsed_bytes`.
+///
+/// `server/discover` and the lists are answered at once, without a place (they never wait).
+/// Any other request is charged `parsed_bytes` of the request memory budget and takes a place
+/// among `modern.max_in_flight` (and its caller's share of them), both held until its
+/// response body is dropped (or its task ends), or given back at once when it is answered
+/// without waiting.
 ///
 /// # Errors
-/// A [`Rejection`] answered before anything ran: draining, too many modern requests, a
-/// mirrored `Mcp-Param-*` header that does not match, a capability the tool needs and the
-/// request lacks.
-pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<Arc<str>>, request: ModernRequest, reply: ReplyMode) -> Result<HttpResponse, Rejection> {
+/// A [`Rejection`] answered before anything ran: draining, the request memory budget full,
+/// too many modern requests (of the caller, or in all), a mirrored `Mcp-Param-*` header that
+/// does not match, a capability the tool needs and the request lacks.
+pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<Arc<str>>, request: ModernRequest, reply: ReplyMode, parsed_bytes: usize) -> Result<HttpResponse, Rejection> {
     let caller = super::caller_key(req, principal.as_ref(), sup);
     if request.method == "subscriptions/listen" {
-        // Long-lived: counted among the listen places, not the requests a drain waits for.
+        // Long-lived: counted among the listen places, not the requests a drain waits for. It
+        // keeps only its filter (at most `modern.listen_max_uris` URIs) of the body: nothing
+        // is charged to the request memory.
         return super::listen::open(sup, caller, request.id, request.params.as_ref(), reply);
     }
     // Whose handles and tasks these are: the principal, or the caller's address.
     let owner = caller.owner();
-    let place = sup.stats().modern_enter(sup.config().modern.max_in_flight).ok_or_else(|| Rejection::Overloaded(Overload::ModernInFlight).with_id(&request.id))?;
     let ModernRequest { id, method, params, meta } = request;
-    // `server/discover` and the lists never change while the process runs: encoded once.
-    if let Some(result) = sup.modern_results().fixed(&method, params.as_ref()) {
+    if let Some(answer) = answered_at_once(sup, &id, &method, params.as_ref()) {
         sup.stats().modern_served();
-        drop(place);
-        return Ok(super::json(encode_result_raw(&id, result)));
+        return Ok(super::json(answer));
     }
+    let cfg = sup.config();
+    let charge = sup.stats().request_memory_enter(parsed_bytes, cfg.limits.request_memory_bytes).map_err(|r| r.with_id(&id))?;
+    let place = sup.stats().modern_enter(caller, cfg.modern.max_in_flight, cfg.modern_share()).map_err(|r| r.with_id(&id))?;
     let catalog = sup.catalog();
     let refuse = |error| Rejection::Modern { error, id: Some(id.clone()) };
     let needs_tasks = || Rejection::MissingCapability { capabilities: task::required_capabilities(), id: id.clone() };
@@ -70,7 +78,7 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
             // An answer or a cancellation is recorded before it is acknowledged.
             sup.ledger_accepts().map_err(|r| r.with_id(&id))?;
         }
-        return Ok(tasks_request(sup, place, owner, &id, &method, params.as_ref()));
+        return Ok(tasks_request(sup, (place, charge), owner, &id, &method, params.as_ref()));
     }
     let mut support = TaskSupport::Forbidden;
     // A tool call's idempotency key (its receipt is a durable record).
@@ -123,8 +131,6 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
         task: parking_lot::Mutex::new(None),
     });
     let dispatch = match method.as_str() {
-        "server/discover" => Dispatch::Ready(Ok(modern::discover_result(catalog.modern_capabilities(), catalog.instructions()))),
-        "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" => Dispatch::Ready(catalog.list(&method, params.as_ref()).unwrap_or_else(|| Err(ErrorObject::new(code::INTERNAL_ERROR, "not a list")))),
         "tools/call" | "resources/read" | "prompts/get" | "completion/complete" => {
             let progress_token = params.as_ref().and_then(crate::proto::jsonrpc::progress_token).cloned();
             let outbound: Arc<dyn ToolOutbound> = Arc::clone(&out) as Arc<dyn ToolOutbound>;
@@ -167,7 +173,7 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
         // It waits (or asked to go on as a task) before asking anything: a task from here.
         Poll::Pending if let Some(slot) = slot.take_if(|_| finish.out.inputs.lock().asked.is_empty()) => {
             drop(place);
-            return Ok(make_task(sup, finish, handler, slot, cancel, generation, id));
+            return Ok(make_task(sup, finish, handler, slot, cancel, generation, id, charge));
         }
         // Waiting for answers it does not have: dropped, its token fired (anything it spawned
         // stops); it runs again from its start on the retry.
@@ -179,13 +185,13 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
         Poll::Ready(r) if let Some(slot) = slot.take_if(|_| support == TaskSupport::Required && r.is_ok()) => {
             drop(place);
             let done: Handler = Box::pin(std::future::ready(r));
-            return Ok(make_task(sup, finish, done, slot, cancel, generation, id));
+            return Ok(make_task(sup, finish, done, slot, cancel, generation, id, charge));
         }
         ready => ready,
     };
     match first {
         Poll::Ready(r) if !finish.out.has_queued() => {
-            drop(place);
+            drop((place, charge));
             // Anything the handler left running may notify no more.
             finish.out.close();
             let answer = finish.encode(&id, r)?;
@@ -204,13 +210,31 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
             // Streaming from here: the queue exists now, so a notification from anything the
             // handler spawned wakes the body at once.
             let rx = finish.out.open();
-            let body = ModernBody { handler: Some(handler), rx, ready, finish, id, cancel, stats: Arc::clone(sup.stats()), _place: place, _generation: generation, ended, keepalive, tick: Box::pin(tokio::time::sleep(keepalive)), done: false };
+            let body = ModernBody { handler: Some(handler), rx, ready, finish, id, cancel, stats: Arc::clone(sup.stats()), _place: place, _charge: charge, _generation: generation, ended, keepalive, tick: Box::pin(tokio::time::sleep(keepalive)), done: false };
             if reply == ReplyMode::Json {
                 return Ok(HttpResponse::Ok().content_type("application/json").streaming(JsonOnce(body)));
             }
             Ok(super::sse_streaming(body))
         }
     }
+}
+
+/// The answer of `server/discover` and the lists, which never change while the process runs
+/// (encoded once, unless a cursor asks for a page) and never wait; `None` for any other method.
+fn answered_at_once(sup: &Supervisor, id: &JsonRpcId, method: &str, params: Option<&Value>) -> Option<Bytes> {
+    if let Some(result) = sup.modern_results().fixed(method, params) {
+        return Some(encode_result_raw(id, result));
+    }
+    let catalog = sup.catalog();
+    let r = match method {
+        "server/discover" => Ok(modern::discover_result(catalog.modern_capabilities(), catalog.instructions())),
+        "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" => catalog.list(method, params).unwrap_or_else(|| Err(ErrorObject::new(code::INTERNAL_ERROR, "not a list"))),
+        _ => return None,
+    };
+    Some(match r {
+        Ok(v) => encode_result_raw(id, &sup.modern_results().tails().encode(method, &v)),
+        Err(e) => encode_error(Some(id), &e),
+    })
 }
 
 /// A body computed by a future: one chunk, then the end (a task's creation and the `tasks/*`
@@ -242,13 +266,14 @@ fn json_later(work: impl Future<Output = Bytes> + 'static) -> HttpResponse {
 }
 
 /// `tasks/get`, `tasks/update`, `tasks/cancel` of a request that declared the extension
-/// (counted among the modern requests in flight, `place`, until answered).
-fn tasks_request(sup: &Arc<Supervisor>, place: ModernPlace, owner: Option<Arc<str>>, id: &JsonRpcId, method: &str, params: Option<&Value>) -> HttpResponse {
+/// (counted among the modern requests in flight, and charged to the request memory, `held`,
+/// until answered).
+fn tasks_request(sup: &Arc<Supervisor>, held: (ModernPlace, RequestCharge), owner: Option<Arc<str>>, id: &JsonRpcId, method: &str, params: Option<&Value>) -> HttpResponse {
     let (sup, id, method) = (Arc::clone(sup), id.clone(), method.to_owned());
     let task_id = params.and_then(|p| p.get("taskId")).and_then(Value::as_str).unwrap_or_default().to_owned();
     let responses = params.and_then(|p| p.get("inputResponses")).cloned();
     json_later(async move {
-        let _place = place;
+        let _held = held;
         let tasks = sup.tasks();
         let p = owner.as_deref();
         let r = match method.as_str() {
@@ -269,8 +294,10 @@ fn tasks_request(sup: &Arc<Supervisor>, place: ModernPlace, owner: Option<Arc<st
 }
 
 /// Make the call a task in `slot`: recorded (`working`), answered with its
-/// `CreateTaskResult`, and its handler run on in the background (`drive`).
-fn make_task(sup: &Arc<Supervisor>, finish: Finish, handler: Handler, slot: TaskSlot, cancel: CancellationToken, generation: Option<GenCount>, id: JsonRpcId) -> HttpResponse {
+/// `CreateTaskResult`, and its handler run on in the background (`drive`), which keeps the
+/// request's `charge` (its handler holds the arguments) until the task ends.
+#[allow(clippy::too_many_arguments)]
+fn make_task(sup: &Arc<Supervisor>, finish: Finish, handler: Handler, slot: TaskSlot, cancel: CancellationToken, generation: Option<GenCount>, id: JsonRpcId, charge: RequestCharge) -> HttpResponse {
     let tasks = Arc::clone(sup.tasks());
     // Counted in flight: a drain waits for it, within its grace period.
     let generation = generation.unwrap_or_else(|| sup.generations().enter_current(Counted::InFlight));
@@ -282,7 +309,7 @@ fn make_task(sup: &Arc<Supervisor>, finish: Finish, handler: Handler, slot: Task
             Ok(run) => {
                 *finish.out.task.lock() = Some((Arc::clone(&tasks), Arc::clone(&run)));
                 let created = run.created();
-                actix_rt::spawn(drive(tasks, run, handler, generation));
+                actix_rt::spawn(drive(tasks, run, handler, generation, charge));
                 encode_result_raw(&id, &finish.sup.modern_results().tails().encode("tools/call", &created))
             }
             Err(e) => {
@@ -295,8 +322,9 @@ fn make_task(sup: &Arc<Supervisor>, finish: Finish, handler: Handler, slot: Task
 
 /// Run a task's handler to its end, unless it is cancelled (`tasks/cancel` recorded that),
 /// the drain's or rollback's grace period ends first (then it is interrupted), or it reaches
-/// `tasks.ttl_secs` (then it expires). A handler that panics leaves its task `failed`.
-async fn drive(tasks: Arc<Tasks>, run: Arc<Run>, mut handler: Handler, generation: GenCount) {
+/// `tasks.ttl_secs` (then it expires). A handler that panics leaves its task `failed`. The
+/// request's `charge` is given back with the handler.
+async fn drive(tasks: Arc<Tasks>, run: Arc<Run>, mut handler: Handler, generation: GenCount, charge: RequestCharge) {
     let mut unfinished = Unfinished(Some((Arc::clone(&tasks), Arc::clone(&run))));
     let ended = generation.generation().stateless_ended();
     let outcome = tokio::select! {
@@ -318,6 +346,7 @@ async fn drive(tasks: Arc<Tasks>, run: Arc<Run>, mut handler: Handler, generatio
     };
     // The tool's future goes first (its token has fired when it did not finish).
     drop(handler);
+    drop(charge);
     if let Some(r) = outcome {
         tasks.finish(&run, r).await;
     }
@@ -590,6 +619,8 @@ struct ModernBody {
     cancel: CancellationToken,
     stats: Arc<crate::actor::RuntimeStats>,
     _place: crate::actor::ModernInFlight,
+    /// Its share of the request memory budget: its handler holds the arguments.
+    _charge: RequestCharge,
     _generation: GenCount,
     /// Resolves when the drain's or rollback's grace period is over for this request.
     ended: Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,

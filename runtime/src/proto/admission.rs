@@ -171,6 +171,9 @@ pub struct Admitted {
     pub principal: Option<Arc<str>>,
     /// What to do.
     pub command: Command,
+    /// Estimated bytes the parsed body takes ([`limits::Scanned::parsed_bytes`]; 0 without a
+    /// body), charged to the request memory budget while the request holds it.
+    pub parsed_bytes: usize,
 }
 
 /// The typed command of an admitted request.
@@ -427,7 +430,7 @@ pub fn admit_head(head: &RequestHead<'_>, policy: &AdmitPolicy) -> Result<HeadAd
     }
     if head.method == HttpMethod::Options {
         return match (head.origin, head.cors_request_method) {
-            (Some(_), Some(_)) => Ok(HeadAdmitted::Done(Admitted { principal: None, command: Command::Preflight })),
+            (Some(_), Some(_)) => Ok(HeadAdmitted::Done(Admitted { principal: None, command: Command::Preflight, parsed_bytes: 0 })),
             _ => Err(Rejection::MethodNotAllowed),
         };
     }
@@ -479,16 +482,21 @@ pub fn admit_head(head: &RequestHead<'_>, policy: &AdmitPolicy) -> Result<HeadAd
             return Ok(HeadAdmitted::Post { principal });
         }
     };
-    Ok(HeadAdmitted::Done(Admitted { principal, command }))
+    Ok(HeadAdmitted::Done(Admitted { principal, command, parsed_bytes: 0 }))
 }
 
 /// The rest of a POST, once its head passed [`admit_head`]: body size, parsed-size bounds
-/// (before parsing), body shape, message limits, session and version.
+/// (before parsing; what they measured gives [`Admitted::parsed_bytes`]), body shape, message
+/// limits, session and version.
 ///
 /// # Errors
 /// The [`Rejection`] for the first rule the body breaks.
 pub fn admit_body(principal: Option<Arc<str>>, head: &RequestHead<'_>, body: &[u8], policy: &AdmitPolicy) -> Result<Admitted, Rejection> {
-    Ok(Admitted { principal, command: admit_post(head, body, policy)? })
+    if body.len() > policy.max_body_bytes {
+        return Err(Rejection::PayloadTooLarge);
+    }
+    let scanned = limits::scan(body, &policy.limits).map_err(Rejection::LimitExceeded)?;
+    Ok(Admitted { principal, command: admit_post(head, body, policy)?, parsed_bytes: scanned.parsed_bytes() })
 }
 
 /// Classify one HTTP request: [`admit_head`], then for a POST [`admit_body`].
@@ -503,12 +511,9 @@ pub fn admit(head: &RequestHead<'_>, body: &[u8], policy: &AdmitPolicy) -> Resul
     }
 }
 
+/// [`admit_body`] after the size and the scan.
 fn admit_post(head: &RequestHead<'_>, body: &[u8], policy: &AdmitPolicy) -> Result<Command, Rejection> {
-    if body.len() > policy.max_body_bytes {
-        return Err(Rejection::PayloadTooLarge);
-    }
     let limits = &policy.limits;
-    limits::scan(body, limits).map_err(Rejection::LimitExceeded)?;
     let incoming = parse_body(body).map_err(invalid)?;
     match &incoming {
         Incoming::Single(m) => limits::check_message(m, limits),

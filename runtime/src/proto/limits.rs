@@ -131,22 +131,63 @@ pub struct LimitExceeded {
     pub max: usize,
 }
 
+/// What [`scan`] measured of a body: enough to estimate the memory its parsed form takes
+/// while a request holds it ([`Scanned::parsed_bytes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scanned {
+    /// The body's length.
+    pub body_bytes: usize,
+    /// Values counted where each starts (object keys included): exact when the full pass
+    /// ran, else an upper bound (one, plus every `[`, `{`, `,` and `:`, strings included).
+    pub values: usize,
+    /// Objects with at least one member: exact when the full pass ran, else every `{`.
+    pub objects: usize,
+}
+
+/// Bytes one counted value adds to a parsed body: its `serde_json::Value` (32 bytes) with the
+/// spare room of the `Vec` it was pushed into (up to as much again), or an object member's
+/// key `String` (24 bytes) and allocation.
+pub const PARSED_BYTES_PER_VALUE: usize = 64;
+/// Bytes a non-empty object adds besides its members: one B-tree leaf (11 keys of 24 bytes,
+/// 11 values of 32, links and lengths: 632 bytes), allocated at its first member.
+pub const PARSED_BYTES_PER_OBJECT: usize = 640;
+
+/// Bodies at most this long may be measured by the fast path's bound (structural bytes
+/// counted, strings included); longer ones are counted value by value, so that a large body
+/// is never charged much more than it parses into.
+const FAST_MEASURE_MAX_BYTES: usize = 1024;
+
+impl Scanned {
+    /// Estimated bytes the parsed body takes: its length (string contents and keys, which
+    /// parse into at most as many bytes, escapes shrinking), plus
+    /// [`PARSED_BYTES_PER_VALUE`] per value and [`PARSED_BYTES_PER_OBJECT`] per non-empty
+    /// object. An upper bound for arrays of scalars (a `Vec`'s slack included) and objects of
+    /// any size; within a small factor otherwise.
+    #[must_use]
+    pub fn parsed_bytes(&self) -> usize {
+        self.body_bytes.saturating_add(self.values.saturating_mul(PARSED_BYTES_PER_VALUE)).saturating_add(self.objects.saturating_mul(PARSED_BYTES_PER_OBJECT))
+    }
+}
+
 /// One pass over a raw JSON body: nesting depth and number of values, counted where each
 /// value starts (every array or object opened, every string, object keys included, and every
 /// run of scalar bytes such as `-1.5e3` or `true`, outside strings). A parser allocates one
 /// value per start but the keys, and there are fewer keys than values, so the count is at
 /// least the values a parser would allocate and less than twice that. Invalid JSON is left
-/// to the parser.
+/// to the parser. Returns what it measured, for the memory estimate of the parsed body.
 ///
 /// # Errors
 /// [`Limit::JsonDepth`] or [`Limit::JsonValues`].
-pub fn scan(body: &[u8], limits: &MessageLimits) -> Result<(), LimitExceeded> {
+pub fn scan(body: &[u8], limits: &MessageLimits) -> Result<Scanned, LimitExceeded> {
     // Fast path (most bodies): the count is at most the body's length (each value starts at
     // a byte of its own), and the depth at most the number of opening brackets anywhere
-    // (strings included); counting those is one vectorized pass.
-    let opens = body.iter().filter(|&&b| b == b'[' || b == b'{').count();
-    if body.len() < limits.json_max_values && opens <= limits.json_max_depth {
-        return Ok(());
+    // (strings included); counting those is one vectorized pass. So is the measure of a
+    // short body: every value but the first follows a `[`, `{`, `,` or `:`.
+    let (opens, braces, separators) = body.iter().fold((0usize, 0usize, 0usize), |(o, b, s), &c| {
+        (o + usize::from(c == b'[' || c == b'{'), b + usize::from(c == b'{'), s + usize::from(c == b',' || c == b':'))
+    });
+    if body.len() < limits.json_max_values && opens <= limits.json_max_depth && body.len() <= FAST_MEASURE_MAX_BYTES {
+        return Ok(Scanned { body_bytes: body.len(), values: 1 + opens + separators, objects: braces });
     }
     // Values are counted where they start, not by their separators: counting every `,` and
     // `:` counts an object member twice (the `,` before its key and the `:` before its
@@ -154,9 +195,12 @@ pub fn scan(body: &[u8], limits: &MessageLimits) -> Result<(), LimitExceeded> {
     // values a parser allocates.
     let mut depth = 0usize;
     let mut values = 0usize;
+    let mut objects = 0usize;
     let mut in_string = false;
     let mut escaped = false;
     let mut in_scalar = false;
+    // An object was opened and nothing but whitespace followed yet: a key makes it non-empty.
+    let mut object_opened = false;
     for &b in body {
         if in_string {
             if escaped {
@@ -171,7 +215,11 @@ pub fn scan(body: &[u8], limits: &MessageLimits) -> Result<(), LimitExceeded> {
         let was_scalar = in_scalar;
         in_scalar = false;
         match b {
-            b'"' => in_string = true,
+            b' ' | b'\t' | b'\n' | b'\r' => continue,
+            b'"' => {
+                in_string = true;
+                objects += usize::from(object_opened);
+            }
             b'[' | b'{' => {
                 depth += 1;
                 if depth > limits.json_max_depth {
@@ -180,9 +228,13 @@ pub fn scan(body: &[u8], limits: &MessageLimits) -> Result<(), LimitExceeded> {
             }
             b']' | b'}' => {
                 depth = depth.saturating_sub(1);
+                object_opened = false;
                 continue;
             }
-            b',' | b':' | b' ' | b'\t' | b'\n' | b'\r' => continue,
+            b',' | b':' => {
+                object_opened = false;
+                continue;
+            }
             // A number or literal: counted at its first byte.
             _ => {
                 in_scalar = true;
@@ -191,12 +243,13 @@ pub fn scan(body: &[u8], limits: &MessageLimits) -> Result<(), LimitExceeded> {
                 }
             }
         }
+        object_opened = b == b'{';
         values += 1;
         if values > limits.json_max_values {
             return Err(LimitExceeded { limit: Limit::JsonValues, max: limits.json_max_values });
         }
     }
-    Ok(())
+    Ok(Scanned { body_bytes: body.len(), values, objects })
 }
 
 #[derive(Default)]
@@ -317,6 +370,14 @@ mod tests {
         }
     }
 
+    fn objects_of(v: &Value) -> usize {
+        match v {
+            Value::Array(a) => a.iter().map(objects_of).sum(),
+            Value::Object(m) => usize::from(!m.is_empty()) + m.values().map(objects_of).sum::<usize>(),
+            _ => 0,
+        }
+    }
+
     fn depth_of(v: &Value) -> usize {
         match v {
             Value::Array(a) => 1 + a.iter().map(depth_of).max().unwrap_or(0),
@@ -397,6 +458,40 @@ mod tests {
         let l = MessageLimits { json_max_depth: 64, json_max_values: 8, ..MessageLimits::default() };
         assert_eq!(scan(b"[1,2,3,4,5,6,7,8]", &l).unwrap_err().limit, Limit::JsonValues);
         assert!(scan(b"[1,2,3]", &l).is_ok());
+    }
+
+    #[test]
+    fn the_measure_counts_values_and_non_empty_objects_exactly_and_bounds_them_on_short_bodies() {
+        let l = MessageLimits::default();
+        let body = r#"{"a": [1, {}, {"b": "x,:{"}], "c": { }}"#;
+        // Padded past the fast path's length: the full pass, exact (10 values, keys included;
+        // the root and {"b"...} have members, {} and { } do not).
+        let full = scan(format!("{body}{}", " ".repeat(FAST_MEASURE_MAX_BYTES)).as_bytes(), &l).unwrap();
+        assert_eq!((full.values, full.objects), (10, 2));
+        let short = scan(body.as_bytes(), &l).unwrap();
+        assert_eq!((short.values, short.objects), (15, 5), "one, plus every [ {{ , : and every {{, strings included");
+        assert_eq!(short.parsed_bytes(), body.len() + 15 * PARSED_BYTES_PER_VALUE + 5 * PARSED_BYTES_PER_OBJECT);
+        // A large argument is charged about its size, not per byte.
+        let big = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"t","arguments":{{"pad":"{}"}}}}}}"#, "x,".repeat(1 << 20));
+        let s = scan(big.as_bytes(), &l).unwrap();
+        assert_eq!((s.values, s.objects), (15, 3));
+        assert!(s.parsed_bytes() < big.len() + 4096, "{}", s.parsed_bytes());
+    }
+
+    proptest! {
+        /// The short bodies' bound is never below the full pass's count.
+        #[test]
+        fn the_fast_measure_is_never_below_the_full_one(v in json_value()) {
+            let body = serde_json::to_vec(&v).unwrap();
+            prop_assume!(body.len() <= FAST_MEASURE_MAX_BYTES);
+            let l = MessageLimits::default();
+            let fast = scan(&body, &l).unwrap();
+            let mut padded = body.clone();
+            padded.resize(FAST_MEASURE_MAX_BYTES + 1, b' ');
+            let full = scan(&padded, &l).unwrap();
+            prop_assert!(fast.values >= full.values && fast.objects >= full.objects, "{fast:?} {full:?}");
+            prop_assert_eq!(full.objects, objects_of(&v));
+        }
     }
 
     #[test]

@@ -126,7 +126,7 @@ fn cors_preflight_needs_an_allowed_origin_and_a_requested_method_but_no_token() 
     let p = AdmitPolicy { auth: Some(TokenMap::new([("tok-a", "alice")])), ..AdmitPolicy::default() };
     let options = RequestHead::new(HttpMethod::Options);
     let pre = RequestHead { origin: Some("http://localhost:3000"), cors_request_method: Some("POST"), ..options };
-    assert_eq!(admit(&pre, b"", &p).unwrap(), Admitted { principal: None, command: Command::Preflight });
+    assert_eq!(admit(&pre, b"", &p).unwrap(), Admitted { principal: None, command: Command::Preflight, parsed_bytes: 0 });
     assert_eq!(status(admit(&RequestHead { origin: Some("https://evil.example"), ..pre }, b"", &p)), 403);
     assert_eq!(status(admit(&RequestHead { cors_request_method: None, ..pre }, b"", &p)), 405);
     assert_eq!(status(admit(&options, b"", &p)), 405);
