@@ -251,9 +251,11 @@ fn soak_command(bin: &str, spec: soak::SoakSpec, json_out: Option<String>, svg_o
         return ExitCode::from(2);
     }
     let args = spec.host_args(&config);
+    // Where the host keeps its ledger (the directory's, as `SpawnedHost` starts it).
+    let ledger = dir.path().join("mcp-host.db");
     let outcome = match run::SpawnedHost::start(bin, dir, &args.iter().map(String::as_str).collect::<Vec<_>>()) {
         Ok(mut host) => {
-            let r = actix_rt::System::new().block_on(soak::run(&spec, &mut host.process));
+            let r = actix_rt::System::new().block_on(soak::run(&spec, &mut host.process, Some(&ledger)));
             drop(host);
             r
         }

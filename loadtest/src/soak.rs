@@ -89,17 +89,22 @@ impl SoakSpec {
 
     /// The host's config file (what has no flag). The host returns freed memory every second
     /// (its default is every 10 s): the soak compresses hours of TTLs into seconds, and the
-    /// trim must come within the settle time too. Its 2026-07-28 places and request memory
-    /// budget are small, so `modern-slot-hog` and `pinned-arguments` fill them quickly.
+    /// trim must come within the settle time too. Its 2026-07-28 places, request memory
+    /// budget and receipt bounds are small, so `modern-slot-hog`, `pinned-arguments` and
+    /// `receipt-flood` reach them quickly; receipts expire in seconds (and expired records are
+    /// swept every second), so the figures move during the run.
     pub(crate) fn config_toml(&self) -> String {
         format!(
-            "[server]\ntrim_every_secs = 1\ntcp_user_timeout_secs = 2\n\n[security]\nbody_read_timeout_ms = 500\n\n[sessions]\nretention_after_delivery_ms = {}\nretention_undelivered_ms = {}\n\n[sse]\nkeepalive_ms = {}\n\n[limits]\nrequest_memory_bytes = {}\n\n[modern]\nmax_in_flight = {}\nmax_in_flight_per_caller = {}\n",
+            "[server]\ntrim_every_secs = 1\ntcp_user_timeout_secs = 2\n\n[security]\nbody_read_timeout_ms = 500\n\n[sessions]\nretention_after_delivery_ms = {}\nretention_undelivered_ms = {}\n\n[sse]\nkeepalive_ms = {}\n\n[limits]\nrequest_memory_bytes = {}\n\n[modern]\nmax_in_flight = {}\nmax_in_flight_per_caller = {}\n\n[ledger]\nreceipts_per_caller = {}\nreceipt_bytes_total = {}\nreceipt_retention_secs = {}\nsweep_every_secs = 1\n",
             self.retention_after_delivery_ms,
             self.retention_undelivered_ms,
             self.keepalive_ms,
             payloads::REQUEST_MEMORY_BYTES,
             payloads::MODERN_MAX_IN_FLIGHT,
-            payloads::MODERN_PER_CALLER
+            payloads::MODERN_PER_CALLER,
+            payloads::FLOOD_PER_CALLER,
+            payloads::FLOOD_TOTAL_BYTES,
+            payloads::FLOOD_RETENTION_SECS
         )
     }
 
@@ -109,7 +114,7 @@ impl SoakSpec {
             "--port",
             "0",
             "--packs",
-            "conformance,echo,soak",
+            "conformance,echo,soak,ledger",
             "--stats-every-ms",
             &SAMPLE_EVERY.as_millis().to_string(),
             "--session-ttl-secs",
@@ -152,6 +157,8 @@ struct Sample {
     round: u64,
     phase: Phase,
     rss_kib: Option<u64>,
+    /// Bytes of the ledger's files (the database and its WAL), when known.
+    ledger_bytes: Option<u64>,
     /// From a fresh stats line only.
     stats: Option<Value>,
 }
@@ -161,16 +168,24 @@ impl Sample {
         self.stats.as_ref().and_then(|s| s[key].as_u64())
     }
 
+    /// Bytes of receipts the host keeps.
+    fn kept_receipt_bytes(&self) -> Option<u64> {
+        self.stats.as_ref().and_then(|s| s["kept"]["receipts"]["bytes"].as_u64())
+    }
+
     fn to_json(&self) -> Value {
         json!({"t_ms": self.t_ms, "round": self.round + 1, "phase": self.phase.name(), "rss_kib": self.rss_kib,
             "sessions": self.stat("sessions"), "streams": self.stat("streams"), "stream_memory_bytes": self.stat("stream_memory_bytes"),
-            "request_memory_bytes": self.stat("request_memory_bytes"), "modern_in_flight": self.stat("modern_in_flight")})
+            "request_memory_bytes": self.stat("request_memory_bytes"), "modern_in_flight": self.stat("modern_in_flight"),
+            "kept_receipt_bytes": self.kept_receipt_bytes(), "ledger_bytes": self.ledger_bytes})
     }
 }
 
 /// Samples the host: RSS from /proc, figures from its latest stats line while fresh.
 struct Sampler<'a> {
     host: &'a HostProcess,
+    /// The host's SQLite ledger, when the soak knows where it is.
+    ledger: Option<&'a Path>,
     start: Instant,
     seq: u64,
     fresh_at: Instant,
@@ -206,7 +221,11 @@ impl Sampler<'_> {
         }
         let stats = latest.filter(|_| self.seq > 0 && now.duration_since(self.fresh_at) <= STATS_STALE).map(|l| l.value);
         let t_ms = now.duration_since(self.start).as_millis() as u64;
-        self.samples.push(Sample { t_ms, round: self.round, phase, rss_kib: mcp_devtools::rss_kib(self.host.pid()), stats });
+        let ledger_bytes = self.ledger.map(|db| {
+            let size = |p: std::path::PathBuf| std::fs::metadata(p).map_or(0, |m| m.len());
+            size(db.to_owned()) + size(db.with_extension("db-wal"))
+        });
+        self.samples.push(Sample { t_ms, round: self.round, phase, rss_kib: mcp_devtools::rss_kib(self.host.pid()), ledger_bytes, stats });
         self.samples.last().expect("just pushed")
     }
 }
@@ -241,11 +260,12 @@ fn show(bar: Option<&indicatif::ProgressBar>, s: &Sample) {
 ///
 /// # Errors
 /// The host's URL is unusable, or the warm-up session failed (nothing was measured).
-pub(crate) async fn run(spec: &SoakSpec, host: &mut HostProcess) -> Result<Value, String> {
+/// `ledger` is the host's SQLite ledger file, when known (its size is sampled).
+pub(crate) async fn run(spec: &SoakSpec, host: &mut HostProcess, ledger: Option<&Path>) -> Result<Value, String> {
     let target = target_of(host.url())?;
     let start = Instant::now();
     let bar = progress_bar(spec);
-    let mut sampler = Sampler { host: &*host, start, seq: 0, fresh_at: start, samples: Vec::new(), round: 0 };
+    let mut sampler = Sampler { host: &*host, ledger, start, seq: 0, fresh_at: start, samples: Vec::new(), round: 0 };
     let mut tick = tokio::time::interval(SAMPLE_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
@@ -307,6 +327,8 @@ pub(crate) async fn run(spec: &SoakSpec, host: &mut HostProcess) -> Result<Value
             "peak_stream_memory_bytes": peak("stream_memory_bytes"),
             "peak_request_memory_bytes": peak("request_memory_bytes"), "final_request_memory_bytes": end.request_memory_bytes,
             "peak_modern_in_flight": peak("modern_in_flight"),
+            "peak_kept_receipt_bytes": this.iter().filter_map(|s| s.kept_receipt_bytes()).max(),
+            "peak_ledger_bytes": this.iter().filter_map(|s| s.ledger_bytes).max(), "final_ledger_bytes": last.ledger_bytes,
         }));
         rounds.push(end);
     }
@@ -324,7 +346,8 @@ pub(crate) async fn run(spec: &SoakSpec, host: &mut HostProcess) -> Result<Value
     let host_refused = host_stats["refused"].as_object().map(|o| o.iter().map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0))).collect()).unwrap_or_default();
     let host_timed_out = host_stats["client_requests_timed_out"].as_u64();
     let host_ended_by_gap = host_stats["requests_ended_by_gap"].as_u64();
-    let m = Measured { idle_rss_kib, rounds, host_refused, host_timed_out, host_ended_by_gap, host_running, clients_overran, kinds: spec.kinds.clone(), tally };
+    let peak_kept_receipt_bytes = samples.iter().filter_map(Sample::kept_receipt_bytes).max();
+    let m = Measured { idle_rss_kib, rounds, host_refused, host_timed_out, host_ended_by_gap, host_running, clients_overran, kinds: spec.kinds.clone(), tally, peak_kept_receipt_bytes };
     let gates = evaluate(&m);
     let pass = gates.iter().all(|g| g.pass);
     let traffic_ms: u64 = round_json.iter().map(|r| r["traffic_end_ms"].as_u64().unwrap_or(0) - r["traffic_start_ms"].as_u64().unwrap_or(0)).sum();

@@ -37,6 +37,22 @@ pub(crate) const REQUEST_MEMORY_RESERVE: usize = PINNED_CHARGE / 2;
 /// The soak host's `limits.request_memory_bytes`.
 pub(crate) const REQUEST_MEMORY_BYTES: usize = PINNED_FIT * PINNED_CHARGE + REQUEST_MEMORY_RESERVE;
 
+/// The soak host's receipt bounds: `ledger.receipts_per_caller`, `ledger.receipt_bytes_total`
+/// and `ledger.receipt_retention_secs`. A `receipt-flood` caller reaches its count within a
+/// flood; two callers together reach the total (a keyed `ledger_append` receipt takes about
+/// 450 bytes); receipts expire within seconds, so the figures move during the run.
+pub(crate) const FLOOD_PER_CALLER: u64 = 128;
+pub(crate) const FLOOD_TOTAL_BYTES: u64 = 80 << 10;
+pub(crate) const FLOOD_RETENTION_SECS: u64 = 10;
+/// How far one call may take the receipts past the total: one receipt (a result is counted
+/// once it is written; the bound is checked before the call).
+pub(crate) const FLOOD_SLACK_BYTES: u64 = 2 << 10;
+
+/// A 2026-07-28 keyed call of `ledger_append` (`key` is its idempotency key).
+pub(crate) fn keyed_append(id: &Value, key: &str) -> Vec<u8> {
+    modern_request(id, "tools/call", json!({"name": "ledger_append", "arguments": {"key": key}}))
+}
+
 /// What the host charges a body to its request memory budget (its own estimate, with the
 /// default limits the soak host keeps).
 pub(crate) fn charge_of(body: &[u8]) -> usize {

@@ -42,6 +42,8 @@ pub(crate) struct Measured {
     /// The traffic kinds that were to run.
     pub(crate) kinds: Vec<Kind>,
     pub(crate) tally: Tally,
+    /// The most bytes of receipts the host kept in any sample.
+    pub(crate) peak_kept_receipt_bytes: Option<u64>,
 }
 
 /// One gate.
@@ -111,6 +113,11 @@ pub(crate) fn evaluate(m: &Measured) -> Vec<Gate> {
     for (kind, step, host, name) in host_counts.into_iter().filter(|(k, ..)| m.kinds.contains(k)) {
         let seen = t.steps.get(&format!("{}/{step}", kind.name())).map_or(0, |c| c.as_expected);
         gates.push(Gate::new(name, format!("host {}, clients {seen}", or_unknown(host)), "host = clients, > 0", seen > 0 && host == Some(seen)));
+    }
+    if m.kinds.contains(&Kind::ReceiptFlood) {
+        let bound = super::payloads::FLOOD_TOTAL_BYTES + super::payloads::FLOOD_SLACK_BYTES;
+        let peak = m.peak_kept_receipt_bytes;
+        gates.push(Gate::new("receipts kept within ledger.receipt_bytes_total and one receipt (every sample)", or_unknown(peak), format!("<= {bound} bytes"), peak.is_some_and(|p| p > 0 && p <= bound)));
     }
     for (kind, step, answer) in PROBES.into_iter().filter(|(k, _, _)| m.kinds.contains(k)) {
         let key = format!("{}/{step}", kind.name());

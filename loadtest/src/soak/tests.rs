@@ -47,6 +47,7 @@ fn clean() -> Measured {
         clients_overran: 0,
         kinds: Kind::ALL.to_vec(),
         tally: t,
+        peak_kept_receipt_bytes: Some(40_000),
     }
 }
 
@@ -57,6 +58,15 @@ fn failing(m: &Measured) -> Vec<String> {
 #[test]
 fn a_clean_soak_passes_every_gate() {
     assert_eq!(failing(&clean()), Vec::<String>::new());
+}
+
+#[test]
+fn receipts_kept_past_the_total_fail_the_soak() {
+    let mut m = clean();
+    m.peak_kept_receipt_bytes = Some(super::payloads::FLOOD_TOTAL_BYTES + super::payloads::FLOOD_SLACK_BYTES + 1);
+    assert_eq!(failing(&m), vec!["receipts kept within ledger.receipt_bytes_total and one receipt (every sample)".to_owned()]);
+    m.peak_kept_receipt_bytes = None;
+    assert_eq!(failing(&m).len(), 1, "an unmeasured figure fails its gate");
 }
 
 #[test]
@@ -202,17 +212,21 @@ fn settle_time_and_host_settings_follow_the_flags() {
     let args = s.host_args(Path::new("/tmp/x.toml")).join(" ");
     assert_eq!(
         args,
-        "--port 0 --packs conformance,echo,soak --stats-every-ms 250 --session-ttl-secs 3 --client-request-timeout-secs 2 --replay-max-events 16 --config /tmp/x.toml"
+        "--port 0 --packs conformance,echo,soak,ledger --stats-every-ms 250 --session-ttl-secs 3 --client-request-timeout-secs 2 --replay-max-events 16 --config /tmp/x.toml"
     );
     assert_eq!(
         s.config_toml(),
-        "[server]\ntrim_every_secs = 1\ntcp_user_timeout_secs = 2\n\n[security]\nbody_read_timeout_ms = 500\n\n[sessions]\nretention_after_delivery_ms = 1000\nretention_undelivered_ms = 3000\n\n[sse]\nkeepalive_ms = 1000\n\n[limits]\nrequest_memory_bytes = 60948480\n\n[modern]\nmax_in_flight = 64\nmax_in_flight_per_caller = 16\n"
+        "[server]\ntrim_every_secs = 1\ntcp_user_timeout_secs = 2\n\n[security]\nbody_read_timeout_ms = 500\n\n[sessions]\nretention_after_delivery_ms = 1000\nretention_undelivered_ms = 3000\n\n[sse]\nkeepalive_ms = 1000\n\n[limits]\nrequest_memory_bytes = 60948480\n\n[modern]\nmax_in_flight = 64\nmax_in_flight_per_caller = 16\n\n[ledger]\nreceipts_per_caller = 128\nreceipt_bytes_total = 81920\nreceipt_retention_secs = 10\nsweep_every_secs = 1\n"
     );
     // The host takes its bounds: every value in range.
     let mut host = mcp_runtime::config::RuntimeConfig::default();
     host.limits.request_memory_bytes = payloads::REQUEST_MEMORY_BYTES;
     host.modern.max_in_flight = payloads::MODERN_MAX_IN_FLIGHT;
     host.modern.max_in_flight_per_caller = Some(payloads::MODERN_PER_CALLER);
+    host.ledger.receipts_per_caller = payloads::FLOOD_PER_CALLER;
+    host.ledger.receipt_bytes_total = payloads::FLOOD_TOTAL_BYTES;
+    host.ledger.receipt_retention_secs = payloads::FLOOD_RETENTION_SECS;
+    host.ledger.sweep_every_secs = 1;
     assert!(host.validate().is_ok());
 }
 

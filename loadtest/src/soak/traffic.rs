@@ -49,6 +49,8 @@ const TURN_GRACE: Duration = Duration::from_secs(10);
 const HOG_CALLERS: [Ipv4Addr; 5] = [Ipv4Addr::new(127, 0, 0, 11), Ipv4Addr::new(127, 0, 0, 12), Ipv4Addr::new(127, 0, 0, 13), Ipv4Addr::new(127, 0, 0, 14), Ipv4Addr::new(127, 0, 0, 15)];
 /// The caller of `pinned-arguments`' 2026-07-28 calls.
 const PINNED_CALLER: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 21);
+/// The callers of `receipt-flood`.
+const FLOOD_CALLERS: [Ipv4Addr; 2] = [Ipv4Addr::new(127, 0, 0, 31), Ipv4Addr::new(127, 0, 0, 32)];
 
 const ACCEPT_BOTH: &str = "application/json, text/event-stream";
 const ACCEPT_JSON: &str = "application/json";
@@ -83,10 +85,15 @@ pub(crate) enum Kind {
     /// Slow calls whose ~3.75 MiB arguments the host holds, until the request memory budget
     /// is full (503), then ended: the budget comes back.
     PinnedArguments,
+    /// Keyed write calls, each with a new idempotency key, from one caller until its receipt
+    /// bound refuses it (429) and from a second until its own or the total does (429 or 503);
+    /// what the host keeps stays within the total.
+    ReceiptFlood,
 }
 
 impl Kind {
-    pub(crate) const ALL: [Kind; 10] = [Kind::Churn, Kind::Abandoned, Kind::ReplacedGet, Kind::Elicitation, Kind::Large, Kind::Gap, Kind::SlowBody, Kind::Stalled, Kind::ModernSlotHog, Kind::PinnedArguments];
+    pub(crate) const ALL: [Kind; 11] =
+        [Kind::Churn, Kind::Abandoned, Kind::ReplacedGet, Kind::Elicitation, Kind::Large, Kind::Gap, Kind::SlowBody, Kind::Stalled, Kind::ModernSlotHog, Kind::PinnedArguments, Kind::ReceiptFlood];
 
     /// The kind named `name` (as [`Kind::name`] spells it).
     pub(crate) fn parse(name: &str) -> Option<Kind> {
@@ -105,6 +112,7 @@ impl Kind {
             Kind::Stalled => "stalled-reader",
             Kind::ModernSlotHog => "modern-slot-hog",
             Kind::PinnedArguments => "pinned-arguments",
+            Kind::ReceiptFlood => "receipt-flood",
         }
     }
 
@@ -112,7 +120,7 @@ impl Kind {
     fn weight(self) -> usize {
         match self {
             Kind::Churn => 4,
-            Kind::Large | Kind::SlowBody | Kind::Stalled | Kind::ModernSlotHog | Kind::PinnedArguments => 1,
+            Kind::Large | Kind::SlowBody | Kind::Stalled | Kind::ModernSlotHog | Kind::PinnedArguments | Kind::ReceiptFlood => 1,
             Kind::Abandoned | Kind::ReplacedGet | Kind::Elicitation | Kind::Gap => 2,
         }
     }
@@ -138,12 +146,20 @@ pub(crate) enum Expect {
     /// A deliberate refusal for load or a share: this status and code, a message that
     /// `says` this; the host counts it under `cause`.
     Refused { status: u16, code: i64, says: &'static str, cause: &'static str },
+    /// A result, or one of these refusals (a flood that runs until a bound refuses it).
+    ResultOr(&'static [Expect]),
 }
 
 /// Past a caller's share of the 2026-07-28 places.
 const PAST_THE_SHARE: Expect = Expect::Refused { status: 429, code: -32007, says: "requests of this caller are running", cause: "quota.modern_in_flight" };
 /// Every 2026-07-28 place taken.
 const PAST_THE_BOUND: Expect = Expect::Refused { status: 503, code: -32006, says: "2026-07-28 requests running", cause: "overloaded.modern_in_flight" };
+/// A keyed write call of a flood: its result, or the refusal of a receipt bound (the
+/// caller's: 429; every caller's: 503).
+const FLOOD_CALL: Expect = Expect::ResultOr(&[
+    Expect::Refused { status: 429, code: -32007, says: "idempotency receipts", cause: "quota.receipts" },
+    Expect::Refused { status: 503, code: -32006, says: "ledger.receipt_bytes_total", cause: "overloaded.receipts" },
+]);
 /// The request memory budget full.
 const PAST_THE_BUDGET: Expect = Expect::Refused { status: 503, code: -32006, says: "request memory budget", cause: "overloaded.request_memory" };
 
@@ -170,6 +186,10 @@ const STALL_CUT_WITHIN: Duration = Duration::from_secs(8);
 /// Classify an answer: its status and the JSON-RPC message answering the request (the
 /// response, or a refusal's error body), if there was one.
 pub(crate) fn classify(expect: Expect, status: u16, msg: Option<&Value>) -> Verdict {
+    if let Expect::ResultOr(refusals) = expect {
+        let as_result = classify(Expect::Result, status, msg);
+        return refusals.iter().map(|r| classify(*r, status, msg)).find(|v| !matches!(v, Verdict::Unexpected(_))).unwrap_or(as_result);
+    }
     let code = msg.and_then(|m| m["error"]["code"].as_i64());
     let limit = msg.and_then(|m| m["error"]["data"]["limit"].as_str());
     let as_expected = match expect {
@@ -180,6 +200,7 @@ pub(crate) fn classify(expect: Expect, status: u16, msg: Option<&Value>) -> Verd
         Expect::TooLarge => status == 413 && code == Some(-32000),
         Expect::BodyTimeout => status == 408 && code == Some(-32000),
         Expect::Refused { status: s, code: c, says, .. } => status == s && code == Some(c) && msg.and_then(|m| m["error"]["message"].as_str()).is_some_and(|m| m.contains(says)),
+        Expect::ResultOr(_) => unreachable!("classified above"),
     };
     if as_expected {
         return match expect {
@@ -331,6 +352,8 @@ pub(crate) struct Traffic {
     /// One turn at a time at the 2026-07-28 places (`modern-slot-hog`, and
     /// `pinned-arguments` in that era): each fills them, and gives them back before the next.
     modern_places: Semaphore,
+    /// One `receipt-flood` at a time (each drives the receipt bounds on its own).
+    flood_turn: Semaphore,
     /// No client starts an iteration after this (set per round).
     deadline: Cell<Instant>,
     pacer: Pacer,
@@ -351,6 +374,7 @@ impl Traffic {
             budget: Semaphore::new(budget_permits as usize),
             budget_permits,
             modern_places: Semaphore::new(1),
+            flood_turn: Semaphore::new(1),
             deadline: Cell::new(now),
             pacer: Pacer { interval, next: Cell::new(now) },
             seed,
@@ -1041,6 +1065,56 @@ impl Client {
         self.check(k, "budget-given-back", back).then_some(())
     }
 
+    /// Keyed `ledger_append` calls from `from`, each with a new key, until one is refused (at
+    /// most `max`): how many got their result, and the refusal's cause if one came.
+    async fn flood(&mut self, k: Kind, step: &str, from: Ipv4Addr, max: u64) -> Option<(u64, Option<&'static str>)> {
+        let mut ok = 0;
+        for _ in 0..max {
+            let id = self.next_id();
+            let key = format!("flood-{}-{}-{id}", self.t.seed, self.n);
+            let req = self.modern_post("tools/call", Some("ledger_append"), &payloads::keyed_append(&id, &key));
+            let outcome = match self.open_from(Some(from), &req).await {
+                Ok(Opened::Answer(a)) => Ok((a.head.status, answer_to(&messages(&a.head, &a.body), Some(&id)))),
+                Ok(Opened::Stream(mut st)) => st.read_to_end().await.map(|msgs| (200, answer_to(&msgs, Some(&id)))),
+                Err(e) => Err(e),
+            };
+            let verdict = outcome.as_ref().ok().map(|(status, msg)| classify(FLOOD_CALL, *status, msg.as_ref()));
+            if !self.record(k, step, FLOOD_CALL, outcome) {
+                return None;
+            }
+            match verdict {
+                Some(Verdict::Refused(cause)) => return Some((ok, Some(cause))),
+                _ => ok += 1,
+            }
+        }
+        Some((ok, None))
+    }
+
+    async fn receipt_flood(&mut self) -> Option<()> {
+        let k = Kind::ReceiptFlood;
+        let t = Rc::clone(&self.t);
+        let _turn = self.turn(&t.flood_turn, 1).await?;
+        let bounded = |(ok, refused): (u64, Option<&'static str>)| match refused {
+            Some(_) => Ok(()),
+            None => Err(format!("{ok} keyed calls with new keys, none refused")),
+        };
+        // One caller until its own bound (or the total, when the other's receipts still fill
+        // it) refuses it; a second until its own or the total does.
+        let first = self.flood(k, "first-caller", FLOOD_CALLERS[0], payloads::FLOOD_PER_CALLER + 1).await?;
+        self.check(k, "first-caller-bounded", bounded(first)).then_some(())?;
+        let second = self.flood(k, "second-caller", FLOOD_CALLERS[1], payloads::FLOOD_PER_CALLER + 1).await?;
+        self.check(k, "second-caller-bounded", bounded(second)).then_some(())?;
+        // What the host keeps in receipts never passes the total by more than one receipt.
+        let bound = payloads::FLOOD_TOTAL_BYTES + payloads::FLOOD_SLACK_BYTES;
+        let kept = self.t.host.latest().and_then(|l| l.value["kept"]["receipts"]["bytes"].as_u64());
+        let within = match kept {
+            Some(b) if b <= bound => Ok(()),
+            Some(b) => Err(format!("the host keeps {b} bytes of receipts, over {bound}")),
+            None => Err("no stats line with the kept receipts".into()),
+        };
+        self.check(k, "kept-within-total", within).then_some(())
+    }
+
     async fn iteration(&mut self, kind: Kind) -> Option<()> {
         match kind {
             Kind::Churn => self.churn().await,
@@ -1053,6 +1127,7 @@ impl Client {
             Kind::Stalled => self.stalled().await,
             Kind::ModernSlotHog => self.modern_slot_hog().await,
             Kind::PinnedArguments => self.pinned_arguments().await,
+            Kind::ReceiptFlood => self.receipt_flood().await,
         }
     }
 }
@@ -1063,7 +1138,7 @@ fn has_session(a: &Answer, _: Option<&Value>) -> Result<(), String> {
 
 /// The deliberate probes, by `kind/step`, and their documented answers (README's error
 /// table and "Unresumable cursors").
-pub(crate) const PROBES: [(Kind, &str, &str); 29] = [
+pub(crate) const PROBES: [(Kind, &str, &str); 32] = [
     (Kind::Large, "handshake-at-limits", "200 and a session (capabilities at 1024 values, depth 16, 64 KiB of strings)"),
     (Kind::Large, "handshake-over-values", "400 -32600 limit.handshake"),
     (Kind::Large, "handshake-over-depth", "400 -32600 limit.handshake"),
@@ -1093,6 +1168,9 @@ pub(crate) const PROBES: [(Kind, &str, &str); 29] = [
     (Kind::ModernSlotHog, "places-given-back", "the host's modern_in_flight back to 0 once the calls are closed"),
     (Kind::PinnedArguments, "past-the-budget", "503 -32006 overloaded.request_memory once the pinned calls fill limits.request_memory_bytes"),
     (Kind::PinnedArguments, "budget-given-back", "the host's request_memory_bytes back under one pinned call once they end"),
+    (Kind::ReceiptFlood, "first-caller-bounded", "a caller's keyed calls with new keys are refused (429 quota.receipts, or 503 overloaded.receipts) within ledger.receipts_per_caller + 1"),
+    (Kind::ReceiptFlood, "second-caller-bounded", "a second caller's likewise, by its own bound or the total (ledger.receipt_bytes_total)"),
+    (Kind::ReceiptFlood, "kept-within-total", "the host's kept receipt bytes within ledger.receipt_bytes_total and one receipt"),
 ];
 
 /// The deck: every kind, as often as its weight.
