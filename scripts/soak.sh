@@ -2,9 +2,10 @@
 # The short soak: `mcp-load soak` starts its own mcp-host (short TTLs, small replay window),
 # runs 8 s of abusive and unlucky traffic (session churn, abandoned and replaced streams,
 # unanswered elicitations, payloads at and over every limit, resumes into gaps, slow bodies,
-# stalled readers, a caller hogging the 2026-07-28 places, calls pinning large arguments), then
+# stalled readers, a caller hogging the 2026-07-28 places, calls pinning large arguments, a
+# caller flooding keyed write calls into its receipt bound), then
 # waits in silence; its gates: sessions, streams and request memory back to 0, RSS back within
-# 2x idle, no refusal but the provoked ones. mcp-load stops its host on every path (and the host exits if mcp-load
+# 2x idle, receipts within their total, no refusal but the provoked ones. mcp-load stops its host on every path (and the host exits if mcp-load
 # dies), and gives it a fresh SQLite ledger in a temporary directory that it removes (under this
 # script's TMPDIR, removed at exit). The 10-minute run is in README.
 # Usage: scripts/soak.sh [path/to/mcp-host] [path/to/mcp-load]

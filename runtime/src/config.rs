@@ -434,7 +434,8 @@ pub struct LedgerConfig {
     pub commit_linger_us: u64,
     /// Bytes waiting for the writer past which `batched` event appends are refused (the
     /// event still goes out; the durable copy gets a hole that a resume after a restart
-    /// reports as lost events). Default 64 MiB.
+    /// reports as lost events), and, in either mode, new durable work is refused with 503.
+    /// Default 64 MiB.
     pub queue_max_bytes: usize,
     /// Expired records are removed this often (s). Default 60.
     pub sweep_every_secs: u64,
@@ -445,8 +446,8 @@ pub struct LedgerConfig {
     /// ones that are not live are evicted (their ids answer 404), checked after every sweep.
     /// Default 1,000,000.
     pub max_sessions: usize,
-    /// Largest result a receipt keeps (bytes of JSON); a larger one is replaced by a tool error
-    /// saying the call completed and its result was not kept. Default 1 MiB.
+    /// Largest result a receipt keeps (bytes of JSON); of a larger one it keeps the size and
+    /// SHA-256, and a replay answers `-32011` (ran once, result not kept). Default 1 MiB.
     pub receipt_max_bytes: usize,
     /// Idempotency receipts one caller may keep (until their retention ends); past it, its
     /// keyed write-tool calls are refused with 429 before the tool runs. Default 1,000,000;

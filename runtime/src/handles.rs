@@ -43,7 +43,7 @@ use serde_json::Value;
 use sha2::Sha256;
 
 use crate::ledger::codec::{self, HandleRecord, Record};
-use crate::ledger::{Caller, Ledger, Op, StoreUsage, Writer};
+use crate::ledger::{Caller, Entry, Ledger, Op, StoreUsage, Writer};
 use crate::proto::handle::{HANDLE_RANDOM_BYTES, HandleKind, xor};
 use crate::proto::usage::{Over, UsageLimits};
 
@@ -122,13 +122,14 @@ impl Handles {
     #[must_use]
     pub fn new(ledger: &Ledger) -> Handles {
         let l = crate::config::LedgerConfig::default();
-        Handles::bounded(ledger, UsageLimits { per_caller_count: u64::MAX, per_caller_bytes: l.handle_bytes_per_caller, total_bytes: l.handle_bytes_total })
+        Handles::bounded(ledger, l.handle_bytes_per_caller, l.handle_bytes_total)
     }
 
-    /// The store of `ledger` with these byte bounds (the counts are each kind's), its figures
-    /// rebuilt from the ledger (a blocking read, at start).
+    /// The store of `ledger` with these byte bounds, over every kind (the counts are each
+    /// kind's own), its figures rebuilt from the ledger (a blocking read, at start).
     #[must_use]
-    pub fn bounded(ledger: &Ledger, limits: UsageLimits) -> Handles {
+    pub fn bounded(ledger: &Ledger, bytes_per_caller: u64, bytes_total: u64) -> Handles {
+        let limits = UsageLimits { per_caller_count: u64::MAX, per_caller_bytes: bytes_per_caller, total_bytes: bytes_total };
         let keys = |purpose: &str| ledger.derive_rotated(purpose).into_iter().map(|k| <Hmac<Sha256>>::new_from_slice(&k).expect("hmac takes any key length"));
         let mut pairs = keys("mcp-host handle id v1").zip(keys("mcp-host handle seal v1"));
         let (id_key, seal_key) = pairs.next().expect("the current secret's keys come first");
@@ -244,18 +245,27 @@ impl Handles {
         })
     }
 
-    /// When `record` of `kind` expires (its last use, the idle TTL and the slack for uses not
-    /// recorded).
+    /// When `record` of `kind` expires as written: the expiry it carries (the one its bounds
+    /// counted it with, whatever the kind's TTL is now), or for a record of an earlier release
+    /// its last use, the idle TTL and the slack for uses not recorded.
     fn expires_of(kind: &HandleKind, record: &HandleRecord) -> u64 {
+        if record.expires_ms > 0 {
+            return record.expires_ms;
+        }
+        Self::expiry_from_use(kind, record)
+    }
+
+    /// When `record` expires counted from its last use.
+    fn expiry_from_use(kind: &HandleKind, record: &HandleRecord) -> u64 {
         record.used_ms.saturating_add(kind.idle_ttl_secs.saturating_mul(1000)).saturating_add(kind.touch_slack_ms())
     }
 
     /// The writes that store `record` under `id`, keep the caller's index of it and count it
-    /// against the bounds, taking back what `before` (its previous record) was counted with:
-    /// refused when the change would take the caller's or everyone's state past the byte
-    /// bounds, unless `before` already held as many bytes. A record `before` found under a
-    /// previous key's name is moved: sealed again under the current key, its old record and
-    /// index entry dropped, all in the one batch.
+    /// against the bounds in place of `before` (its previous record), in one step: refused,
+    /// changing nothing, when the change would take the caller's or everyone's state past
+    /// the byte bounds, unless `before` already held as many bytes. A record `before` found
+    /// under a previous key's name is moved: sealed again under the current key, its old
+    /// record and index entry dropped, all in the one batch.
     fn write(&self, kind: &HandleKind, handle: &str, id: &str, mut record: HandleRecord, before: Option<&Found>) -> Result<Vec<Op>, HandleError> {
         let mut ops = Vec::new();
         let index = codec::handles_index(kind.prefix, record.principal.as_deref());
@@ -266,27 +276,21 @@ impl Handles {
             ops.push(Op::Delete { key: codec::handle_key(old) });
             ops.push(Op::IndexRemove { index: index.clone(), member: old.to_owned() });
         }
-        let expires_ms = Self::expires_of(kind, &record);
+        let expires_ms = Self::expiry_from_use(kind, &record);
+        record.expires_ms = expires_ms;
         let key = codec::handle_key(id);
         let value = Bytes::from(codec::encode(&Record::Handle(record.clone())));
         let bytes = (key.len() + value.len()) as u64;
         let caller: Caller = record.principal.as_deref().map(Arc::from);
-        let now = self.now();
-        let (count, prev_bytes) = before.map_or((1, 0), |b| (0, b.bytes));
-        if bytes > prev_bytes || count > 0 {
-            self.usage.check(&caller, now, count, bytes.saturating_sub(prev_bytes)).map_err(|over| match over {
-                Over::Caller { .. } => HandleError::TooMany(kind.caller_state_full(over.retry_after_s())),
-                Over::Total { .. } => HandleError::TooMany(kind.server_state_full(over.retry_after_s())),
-            })?;
-        }
-        if let Some(b) = before {
-            let name = b.moved_from.as_deref().unwrap_or(id);
-            ops.push(self.usage.release(&caller, name, Self::expires_of(kind, &b.record), b.bytes));
-        }
+        let old = before.map(|b| Entry { name: b.moved_from.as_deref().unwrap_or(id), expires_ms: Self::expires_of(kind, &b.record), bytes: b.bytes });
+        let counted = self.usage.replace(&caller, old.as_ref(), &Entry { name: id, expires_ms, bytes }, self.now(), false).map_err(|over| match over {
+            Over::Caller { .. } => HandleError::TooMany(kind.caller_state_full(over.retry_after_s())),
+            Over::Total { .. } => HandleError::TooMany(kind.server_state_full(over.retry_after_s())),
+        })?;
         ops.push(Op::Put { key, value, expires_ms });
         ops.push(Op::IndexAdd { index: index.clone(), member: id.to_owned(), score: expires_ms, expires_ms });
         ops.push(Op::Expire { name: index, expires_ms });
-        ops.extend(self.usage.charge(&caller, id, expires_ms, bytes, now));
+        ops.extend(counted);
         Ok(ops)
     }
 
@@ -329,7 +333,7 @@ impl Handles {
         let handle = kind.mint(&random);
         Self::checked(kind, None, &value)?;
         let id = self.id(&handle);
-        let record = HandleRecord { kind: kind.prefix.to_owned(), principal: principal.map(str::to_owned), session: session.map(str::to_owned), sealed: self.seal(&id, &random), value, version: 1, created_ms: now, used_ms: now };
+        let record = HandleRecord { kind: kind.prefix.to_owned(), principal: principal.map(str::to_owned), session: session.map(str::to_owned), sealed: self.seal(&id, &random), value, version: 1, created_ms: now, used_ms: now, expires_ms: 0 };
         self.writable()?;
         let mut ops = vec![Op::IndexTrim { index: index.clone(), below: now.saturating_add(1) }];
         ops.extend(self.write(kind, &handle, &id, record, None)?);
@@ -364,9 +368,12 @@ impl Handles {
         if due(&found, now) {
             let mut record = found.record.clone();
             record.used_ms = now;
-            // A use the bounds would refuse (its record grew by a digit) is not recorded.
+            // A use the bounds would refuse (its record grew by a digit) is not recorded. One
+            // that is holds the stripe until committed (at most the commit wait): a change
+            // after it must read the record it wrote, not the one before (the figures count
+            // the new one already).
             if let Ok(ops) = self.write(kind, handle, &id, record, Some(&found)) {
-                self.writer.submit(ops);
+                let _ = self.writer.submit_and_wait(ops).await;
             }
         }
         Ok(found.record.value)
@@ -405,7 +412,7 @@ impl Handles {
         let name = found.moved_from.clone().unwrap_or(id);
         let caller: Caller = found.record.principal.as_deref().map(Arc::from);
         self.writable()?;
-        let released = self.usage.release(&caller, &name, Self::expires_of(kind, &found.record), found.bytes);
+        let released = self.usage.release(&caller, &Entry { name: &name, expires_ms: Self::expires_of(kind, &found.record), bytes: found.bytes });
         self.commit(vec![Op::Delete { key: codec::handle_key(&name) }, Op::IndexRemove { index, member: name }, released]).await
     }
 

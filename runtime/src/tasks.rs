@@ -36,7 +36,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::ledger::codec::{self, Record, TaskRecord};
-use crate::ledger::{Ledger, Op, StoreUsage, Writer};
+use crate::ledger::{Entry, Ledger, Op, StoreUsage, Writer};
 use crate::proto::usage::{Over, UsageLimits};
 use crate::proto::jsonrpc::{ErrorObject, code};
 use crate::proto::task::{self, TASK_ID_RANDOM_BYTES, TaskStatus, TaskView};
@@ -124,6 +124,8 @@ type Counts = Arc<Mutex<HashMap<Option<Arc<str>>, usize>>>;
 pub struct TaskSlot {
     counts: Counts,
     owner: Option<Arc<str>>,
+    /// Its place among what its caller keeps (the bounds), until its first record takes it.
+    kept: Option<crate::ledger::Reservation>,
 }
 
 impl Drop for TaskSlot {
@@ -160,6 +162,10 @@ struct RunState {
     /// The bytes its last record was counted with against the bounds (0: none yet).
     recorded_bytes: u64,
 }
+
+/// Bytes a task's record is assumed to take when its place is held (a working record is a
+/// few hundred bytes).
+const RECORD_BYTES: u64 = 512;
 
 impl Run {
     /// The task's id.
@@ -203,7 +209,7 @@ pub struct Tasks {
     /// Running tasks (and calls that may become one) per caller.
     counts: Counts,
     /// What each caller, and every caller, keeps (count and bytes of kept tasks).
-    usage: StoreUsage,
+    usage: Arc<StoreUsage>,
     /// Where records are read (never on the caller's thread).
     reads: Arc<crate::ledger::Reads>,
 }
@@ -227,7 +233,7 @@ impl Tasks {
             Err(e) => tracing::error!(error = %e, "cannot count the kept tasks in the ledger: their bounds start from zero"),
         }
         Tasks {
-            usage,
+            usage: Arc::new(usage),
             reads: Arc::clone(&ledger.reads),
             writer: Arc::clone(&ledger.writer),
             clock: ledger.clock,
@@ -255,20 +261,30 @@ impl Tasks {
     }
 
     /// The writes of `run`'s record as `state` has it, counted against the bounds in place of
-    /// its previous record (call under the run's state lock: records are queued in the order
-    /// of its states).
+    /// its previous record (its first takes the place its slot held). Call under the run's
+    /// state lock: records are queued in the order of its states.
     fn put(&self, run: &Run, state: &mut RunState) -> Vec<Op> {
+        self.put_within(run, state, true).unwrap_or_default()
+    }
+
+    /// [`Tasks::put`], refused (changing nothing) unless `force` when the record's growth would
+    /// take its caller's or every caller's kept tasks past their byte bounds.
+    fn put_within(&self, run: &Run, state: &mut RunState, force: bool) -> Result<Vec<Op>, Over> {
         let op = put_record(&run.hmac, TaskRecord { principal: run.principal.as_deref().map(str::to_owned), tool: run.tool.clone(), run: self.run, view: state.view.clone() });
         let Op::Put { key, value, expires_ms } = &op else { unreachable!("a task's record is a put") };
-        let bytes = (key.len() + value.len()) as u64;
-        let mut ops = Vec::with_capacity(4);
-        if state.recorded_bytes > 0 {
-            ops.push(self.usage.release(&run.principal, &run.hmac, *expires_ms, state.recorded_bytes));
-        }
-        ops.extend(self.usage.charge(&run.principal, &run.hmac, *expires_ms, bytes, self.now()));
-        state.recorded_bytes = bytes;
-        ops.insert(0, op);
-        ops
+        let new = Entry { name: &run.hmac, expires_ms: *expires_ms, bytes: (key.len() + value.len()) as u64 };
+        let now = self.now();
+        let counted = match state.slot.as_mut().and_then(|s| s.kept.take()) {
+            Some(place) => place.into_entry(&new, now),
+            None => {
+                let old = (state.recorded_bytes > 0).then_some(Entry { bytes: state.recorded_bytes, ..new });
+                self.usage.replace(&run.principal, old.as_ref(), &new, now, force)?
+            }
+        };
+        state.recorded_bytes = new.bytes;
+        let mut ops = vec![op];
+        ops.extend(counted);
+        Ok(ops)
     }
 
     /// Wait for a record queued with [`Writer::submit_acked`] (queued under the run's lock,
@@ -296,19 +312,22 @@ impl Tasks {
                 return Err(NoRoom::Running);
             }
             *n += 1;
-            TaskSlot { counts: Arc::clone(&self.counts), owner }
+            TaskSlot { counts: Arc::clone(&self.counts), owner, kept: None }
         };
         // Refused: the slot is dropped, its place given back.
-        self.room_to_keep(&slot.owner)?;
+        let mut slot = slot;
+        slot.kept = Some(self.room_to_keep(&slot.owner)?);
         Ok(slot)
     }
 
-    /// Whether `owner` keeps fewer tasks (and bytes of them) than it may, and every caller
-    /// fewer bytes than the server may keep (in memory; tasks being created meanwhile, at most
-    /// `max_per_caller`, may pass it too).
-    fn room_to_keep(&self, owner: &crate::ledger::Caller) -> Result<(), NoRoom> {
-        // A working record is a few hundred bytes; its result is counted when it is written.
-        self.usage.check(owner, self.now(), 1, 512).map_err(|over| match over {
+    /// A place among what `owner` keeps, if it keeps fewer tasks (and bytes of them) than it
+    /// may and every caller fewer bytes than the server may keep: held (counted) until the
+    /// task's first record takes it, so concurrent calls cannot all pass the bounds.
+    fn room_to_keep(&self, owner: &crate::ledger::Caller) -> Result<crate::ledger::Reservation, NoRoom> {
+        let now = self.now();
+        // A working record is a few hundred bytes; its result is counted when it is written
+        // (a result past the bounds is not kept).
+        self.usage.reserve(owner, now, now.saturating_add(self.settings.ttl_ms), RECORD_BYTES).map_err(|over| match over {
             Over::Caller { .. } => NoRoom::Kept { retry_after_s: over.retry_after_s() },
             Over::Total { .. } => NoRoom::Full { retry_after_s: over.retry_after_s() },
         })
@@ -410,7 +429,23 @@ impl Tasks {
             s.view.input_requests.clear();
             s.waiters.clear();
             s.view.updated_ms = self.now().max(s.view.updated_ms);
-            let ops = self.put(run, &mut s);
+            let ops = match self.put_within(run, &mut s, false) {
+                Ok(ops) => ops,
+                Err(_) => {
+                    // Past what its caller (or every caller) may keep: its outcome is not kept.
+                    let why = "would take what its caller keeps in tasks past tasks.bytes_per_caller (or every caller's past tasks.bytes_total), so it was not kept";
+                    if let Some(r) = s.view.result.take() {
+                        let size = serde_json::to_vec(&r).map_or(0, |v| v.len());
+                        s.view.result = Some(json!({"content": [{"type": "text", "text": format!("The task completed, but its result ({size} bytes) {why}.")}], "isError": true}));
+                    }
+                    if s.view.error.is_some() {
+                        let message = format!("The task failed, and its error {why}.");
+                        s.view.status_message = Some(message.clone());
+                        s.view.error = Some(json!({"code": code::INTERNAL_ERROR, "message": message}));
+                    }
+                    self.put(run, &mut s)
+                }
+            };
             self.writer.submit_acked(ops)
         };
         if self.committed(ack).await.is_err() {
@@ -435,7 +470,7 @@ impl Tasks {
             }
             return Ok(run.state.lock().view.clone());
         }
-        let (record, hmac) = self.read_named(hmac, id).await?.filter(|(r, _)| r.principal.as_deref() == principal).ok_or(TaskError::NotFound)?;
+        let (record, hmac, stored_bytes) = self.read_named(hmac, id).await?.filter(|(r, ..)| r.principal.as_deref() == principal).ok_or(TaskError::NotFound)?;
         let mut view = TaskView { task_id: id.to_owned(), ..record.view.clone() };
         if !view.status.is_final() {
             // Not running here: the process that ran it is gone (a graceful stop records that
@@ -447,7 +482,15 @@ impl Tasks {
             view.input_requests.clear();
             view.updated_ms = self.now().max(view.updated_ms);
             if !self.writer.skip_optional() {
-                self.writer.submit(vec![put_record(&hmac, TaskRecord { view: view.clone(), ..record })]);
+                let caller: crate::ledger::Caller = record.principal.as_deref().map(Arc::from);
+                let op = put_record(&hmac, TaskRecord { view: view.clone(), ..record });
+                let Op::Put { key, value, expires_ms } = &op else { unreachable!("a task's record is a put") };
+                let new = Entry { name: &hmac, expires_ms: *expires_ms, bytes: (key.len() + value.len()) as u64 };
+                // Counted in place of the record it rewrites (it must be written).
+                let counted = self.usage.replace(&caller, Some(&Entry { bytes: stored_bytes, ..new }), &new, self.now(), true).unwrap_or_default();
+                let mut ops = vec![op];
+                ops.extend(counted);
+                self.writer.submit(ops);
             }
         }
         Ok(view)
@@ -455,26 +498,28 @@ impl Tasks {
 
     /// The record of task `id` and its name: `hmac` (its name under the current key), else
     /// its name under a previous key (recorded before a rotation).
-    async fn read_named(&self, hmac: String, id: &str) -> Result<Option<(TaskRecord, String)>, TaskError> {
-        if let Some(r) = self.read(&hmac).await? {
-            return Ok(Some((r, hmac)));
+    async fn read_named(&self, hmac: String, id: &str) -> Result<Option<(TaskRecord, String, u64)>, TaskError> {
+        if let Some((r, bytes)) = self.read(&hmac).await? {
+            return Ok(Some((r, hmac, bytes)));
         }
         for key in &self.previous_id_keys {
             let old = crate::handles::ledger_name(key, id);
-            if let Some(r) = self.read(&old).await? {
-                return Ok(Some((r, old)));
+            if let Some((r, bytes)) = self.read(&old).await? {
+                return Ok(Some((r, old, bytes)));
             }
         }
         Ok(None)
     }
 
-    /// The record named `hmac`, read on a reader thread.
-    async fn read(&self, hmac: &str) -> Result<Option<TaskRecord>, TaskError> {
+    /// The record named `hmac`, read on a reader thread, and its bytes (key and value) as the
+    /// bounds count them.
+    async fn read(&self, hmac: &str) -> Result<Option<(TaskRecord, u64)>, TaskError> {
         let (key, now) = (codec::task_key(hmac), self.now());
+        let key_len = key.len() as u64;
         match self.reads.run(move |store| store.get(&key, now)).await {
             Ok(None) => Ok(None),
             Ok(Some(b)) => match codec::decode(&b) {
-                Ok(Record::Task(t)) => Ok(Some(t)),
+                Ok(Record::Task(t)) => Ok(Some((t, key_len + b.len() as u64))),
                 _ => {
                     tracing::error!("a task record in the ledger is not readable");
                     Err(TaskError::Unavailable)

@@ -55,32 +55,53 @@ async fn a_caller_past_its_receipt_count_is_refused_429_before_the_tool_runs_and
     assert_eq!(h.sup.stats_snapshot().kept.receipts.count, 3);
 }
 
+/// Keyed calls of `write` with a result of 8 KiB from `c`, each replayed at once, until one
+/// is refused with `status`: (calls run, replays of a kept result, replays saying the result
+/// was not kept). Bounded: 200 calls.
+async fn fill(c: &Client<'_>, prefix: &str, status: StatusCode, says: &str) -> (i64, i64, i64) {
+    let pad = "x".repeat(8 << 10);
+    let call = |i: i64| json!({"jsonrpc":"2.0","id":i,"method":"tools/call","params":{"name":"write","arguments":{"n":i,"pad":pad},"_meta":{"io.mcp-host/idempotencyKey":format!("{prefix}{i}")}}});
+    let (mut ran, mut kept, mut not_kept) = (0, 0, 0);
+    for i in 1..=200 {
+        for replay in [false, true] {
+            let mut r = c.request(call(i)).await;
+            if r.status != StatusCode::OK {
+                refused(r, status, says).await;
+                return (ran, kept, not_kept);
+            }
+            let m = r.message().await;
+            if !replay {
+                // Every call that runs gets its whole result, kept or not.
+                assert!(text_of(&m).ends_with(&pad), "{m}");
+                ran += 1;
+            } else if m["error"]["code"] == -32011 {
+                assert!(m["error"]["message"].as_str().unwrap().contains("ran once"), "{m}");
+                not_kept += 1;
+            } else {
+                assert_eq!(m["result"]["_meta"]["io.mcp-host/idempotency"], "replayed", "{m}");
+                kept += 1;
+            }
+        }
+    }
+    panic!("never refused")
+}
+
 #[actix_web::test]
-async fn a_caller_past_its_receipt_bytes_is_refused_429_below_its_count() {
+async fn a_caller_past_its_receipt_bytes_keeps_no_more_results_and_is_then_refused_429_below_its_count() {
     let h = harness_with(cfg(|c| {
         two_callers(c);
         c.ledger.receipt_bytes_per_caller = 64 << 10;
     }))
     .await;
     let alice = h.client_as("2025-11-25", Some("ta")).await;
-    let pad = "x".repeat(8 << 10);
-    let mut kept = 0;
-    for i in 1..=64 {
-        let body = json!({"jsonrpc":"2.0","id":i,"method":"tools/call","params":{"name":"write","arguments":{"n":i,"pad":pad},"_meta":{"io.mcp-host/idempotencyKey":format!("b{i}")}}});
-        let r = alice.request(body).await;
-        if r.status == StatusCode::TOO_MANY_REQUESTS {
-            refused(r, StatusCode::TOO_MANY_REQUESTS, "idempotency receipts").await;
-            break;
-        }
-        let mut r = r;
-        assert!(text_of(&r.message().await).starts_with("wrote"));
-        kept += 1;
-    }
-    assert!((6..=8).contains(&kept), "64 KiB holds about seven results of 8 KiB: {kept}");
+    let (ran, kept, not_kept) = fill(&alice, "b", StatusCode::TOO_MANY_REQUESTS, "idempotency receipts").await;
+    assert_eq!(kept, 7, "seven results of 8 KiB fit in 64 KiB with their records");
+    assert!(not_kept > 0, "then calls run whose results are not kept, before the caller is refused");
+    assert_eq!(h.gate.writes() as i64, ran, "nothing ran twice");
     let kept_bytes = h.sup.stats_snapshot().kept.receipts.bytes;
-    assert!(kept_bytes <= (64 << 10) + (9 << 10), "at most one result past the bound: {kept_bytes}");
+    assert!(kept_bytes <= 64 << 10, "never past the bound: {kept_bytes}");
     let bob = h.client_as("2025-11-25", Some("tb")).await;
-    assert_eq!(bob.request(keyed(1, 1, "b1")).await.status, StatusCode::OK);
+    assert_eq!(bob.request(keyed(1, 1, "b1")).await.status, StatusCode::OK, "another caller is not");
 }
 
 #[actix_web::test]
@@ -91,19 +112,13 @@ async fn every_caller_together_past_the_receipt_bytes_total_is_refused_503() {
     }))
     .await;
     let (alice, bob) = (h.client_as("2025-11-25", Some("ta")).await, h.client_as("2025-11-25", Some("tb")).await);
-    let pad = "x".repeat(8 << 10);
-    let call = |i: i64| json!({"jsonrpc":"2.0","id":i,"method":"tools/call","params":{"name":"write","arguments":{"n":i,"pad":pad},"_meta":{"io.mcp-host/idempotencyKey":format!("t{i}")}}});
-    for i in 1..=4 {
-        for c in [&alice, &bob] {
-            let mut r = c.request(call(i)).await;
-            assert_eq!(r.status, StatusCode::OK);
-            assert!(text_of(&r.message().await).starts_with("wrote"));
-        }
-    }
-    let writes = h.gate.writes();
-    refused(alice.request(call(9)).await, StatusCode::SERVICE_UNAVAILABLE, "ledger.receipt_bytes_total").await;
-    refused(bob.request(call(9)).await, StatusCode::SERVICE_UNAVAILABLE, "ledger.receipt_bytes_total").await;
-    assert_eq!(h.gate.writes(), writes, "nothing ran");
+    let (ran, kept, _) = fill(&alice, "t", StatusCode::SERVICE_UNAVAILABLE, "ledger.receipt_bytes_total").await;
+    assert_eq!(kept, 7);
+    let writes = h.gate.writes() as i64;
+    assert_eq!(writes, ran);
+    refused(bob.request(keyed(1, 1, "t1")).await, StatusCode::SERVICE_UNAVAILABLE, "ledger.receipt_bytes_total").await;
+    assert_eq!(h.gate.writes() as i64, writes, "nothing ran");
+    assert!(h.sup.stats_snapshot().kept.receipts.bytes <= 64 << 10);
     assert_eq!(h.sup.stats().refusals("overloaded.receipts"), 2);
 }
 
@@ -162,9 +177,8 @@ async fn a_result_too_large_to_keep_ran_once_and_replays_as_an_error_with_its_si
 async fn state_handles_are_bounded_by_bytes_per_caller_and_in_total() {
     use mcp_runtime::handles::{HandleError, Handles};
     use mcp_runtime::proto::handle::HandleKind;
-    use mcp_runtime::proto::usage::UsageLimits;
     let ledger = mcp_runtime::ledger::Ledger::memory(&mcp_runtime::config::RuntimeConfig::default());
-    let s = Handles::bounded(&ledger, UsageLimits { per_caller_count: u64::MAX, per_caller_bytes: 64 << 10, total_bytes: 100 << 10 });
+    let s = Handles::bounded(&ledger, 64 << 10, 100 << 10);
     let k = HandleKind::new("bsk", "basket", "create_basket", 600, 32 << 10, 1000);
     let value = json!("z".repeat(10 << 10));
     let mut made = Vec::new();
@@ -201,4 +215,34 @@ async fn state_handles_are_bounded_by_bytes_per_caller_and_in_total() {
     };
     assert!(matches!(&total, HandleError::TooMany(t) if t.contains("server keeps as much state")), "{total:?}");
     assert!((2..=5).contains(&bob), "bob fills what is left of the total: {bob}");
+}
+
+#[actix_web::test]
+async fn concurrent_keyed_calls_cannot_all_pass_the_receipt_count() {
+    let h = harness_with(cfg(|c| {
+        two_callers(c);
+        c.ledger.receipts_per_caller = 3;
+    }))
+    .await;
+    let alice = h.client_as("2025-11-25", Some("ta")).await;
+    let body = |i: i64| json!({"jsonrpc":"2.0","id":i,"method":"tools/call","params":{"name":"write","arguments":{"n":i,"wait":true},"_meta":{"io.mcp-host/idempotencyKey":format!("c{i}")}}});
+    // Six calls at once, every one still running (waiting for the gate): three places.
+    let mut running = Vec::new();
+    let mut refused_now = 0;
+    for i in 1..=6 {
+        let r = alice.request(body(i)).await;
+        if r.status == StatusCode::TOO_MANY_REQUESTS {
+            refused_now += 1;
+        } else {
+            assert_eq!(r.status, StatusCode::OK);
+            running.push(r);
+        }
+    }
+    assert_eq!((running.len(), refused_now), (3, 3), "the places held by calls still running count");
+    h.gate.started(3).await;
+    h.gate.open(3);
+    for mut r in running {
+        assert!(text_of(&r.message().await).starts_with("wrote"));
+    }
+    assert_eq!(h.gate.writes(), 3);
 }

@@ -95,3 +95,65 @@ async fn a_ledger_locked_past_the_old_retry_budget_refuses_durable_work_keeps_re
     let mcp_runtime::ledger::codec::Record::Session(r) = mcp_runtime::ledger::codec::decode(&record).unwrap() else { panic!("not a session record") };
     assert_eq!(r.state, mcp_runtime::ledger::codec::RecordState::Deleted);
 }
+
+#[actix_web::test]
+async fn a_session_parked_while_the_ledger_fails_is_refused_503_not_held_until_it_heals() {
+    let dir = mcp_devtools::TempDir::new("ledger-locked-park");
+    let path = dir.path().join("l.db");
+    let cfg = cfg(|c| {
+        c.ledger.path = path.display().to_string();
+        c.ledger.commit_wait_ms = 500;
+        c.sessions.park_after_secs = 1;
+        c.security.cursor_secret_hex = Some("ab".repeat(16));
+    });
+    let ledger = Ledger::open(&cfg).unwrap();
+    let writer = Arc::clone(&ledger.writer);
+    let h = harness_on(cfg, ledger).await;
+    let parked = h.client("2025-11-25").await;
+    let lock = rusqlite::Connection::open(&path).unwrap();
+    lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+    // It parks while the ledger cannot commit: its last writes wait in the queue.
+    within(Duration::from_secs(30), "the session parks", || h.sup.stats_snapshot().sessions_parked == 1).await;
+    within(Duration::from_secs(30), "the writer reports that it cannot commit", || writer.is_failing()).await;
+    let mut r = parked.request(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "refused, not held until the ledger heals");
+    assert!(r.json().await["error"]["message"].as_str().unwrap_or_default().contains("ledger"));
+    lock.execute_batch("ROLLBACK").unwrap();
+    drop(lock);
+    within(Duration::from_secs(30), "the writer commits again", || !writer.is_failing()).await;
+    let mut r = parked.request(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"})).await;
+    assert_eq!(r.status, StatusCode::OK, "revived once the ledger commits");
+    assert!(r.message().await["result"]["tools"].is_array());
+}
+
+#[actix_web::test]
+async fn in_sync_durability_a_stream_that_would_wait_for_its_commits_is_refused_and_json_reads_go_on() {
+    let dir = mcp_devtools::TempDir::new("ledger-locked-sync");
+    let path = dir.path().join("l.db");
+    let cfg = cfg(|c| {
+        c.ledger.path = path.display().to_string();
+        c.ledger.commit_wait_ms = 500;
+        c.ledger.durability = mcp_runtime::ledger::Durability::Sync;
+        c.security.cursor_secret_hex = Some("ab".repeat(16));
+    });
+    let ledger = Ledger::open(&cfg).unwrap();
+    let writer = Arc::clone(&ledger.writer);
+    let h = harness_on(cfg, ledger).await;
+    let c = h.client("2025-11-25").await;
+    let lock = rusqlite::Connection::open(&path).unwrap();
+    lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+    // Something to commit, so that the writer finds out.
+    let _ = h.send(post().set_payload(init_body("2025-11-25"))).await;
+    within(Duration::from_secs(60), "the writer reports that it cannot commit", || writer.is_failing()).await;
+    // Every event of a recorded stream waits for its commit in sync mode: refused, not held.
+    assert_ledger_refusal(c.call_tool(2, "echo_ro", json!({"text": "held?"})).await).await;
+    // The same read answered as JSON needs nothing new.
+    let echo = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "echo_ro", "arguments": {"text": "json"}}});
+    let mut r = h.send(c.with_session(post().insert_header(("Accept", "application/json"))).set_payload(echo.to_string())).await;
+    assert_eq!(text_of(&r.json().await), "json");
+    lock.execute_batch("ROLLBACK").unwrap();
+    drop(lock);
+    within(Duration::from_secs(30), "the writer commits again", || !writer.is_failing()).await;
+    assert_eq!(text_of(&c.call_tool(4, "echo_ro", json!({"text": "streamed"})).await.message().await), "streamed");
+    assert_eq!(h.sup.session_count(), 1, "the session whose record never committed in time was stopped");
+}

@@ -82,7 +82,9 @@ fn initialize_status(addr: &str) -> (u16, String, Value) {
 fn a_full_disk_fails_closed_with_503_naming_the_ledger_keeps_reads_and_heals_when_space_returns() {
     let dir = TempDir::new("ledger-full");
     let Some(_fs) = Tmpfs::mount(dir.path(), "6m") else {
-        eprintln!("SKIPPED: mounting a tmpfs needs root (CI runs as root); the same behaviour is tested on a locked ledger in runtime/tests/ledger_health.rs");
+        // CI runs as root: there, not being able to mount is a failure, not a skip.
+        assert!(std::env::var_os("CI").is_none(), "cannot mount a tmpfs (CI must run this test as root)");
+        eprintln!("SKIPPED: mounting a tmpfs needs root; the same behaviour is tested on a locked ledger in runtime/tests/ledger_health.rs");
         return;
     };
     let config = dir.path().join("host.toml");

@@ -23,7 +23,7 @@ use tokio::sync::oneshot;
 
 use super::durable::LedgerCtx;
 use crate::ledger::codec::{self, Outcome, ReceiptRecord, ReceiptState, Record};
-use crate::ledger::{Caller, Durability, Op, StoreUsage};
+use crate::ledger::{Caller, Durability, Entry, Op, Reservation, StoreUsage};
 use crate::proto::error::{Quota, Rejection, StoreBound};
 use crate::proto::usage::{Over, UsageLimits};
 use crate::proto::jsonrpc::{ErrorObject, code};
@@ -59,7 +59,12 @@ pub(crate) struct Receipts {
     max_bytes: usize,
     stats: Arc<super::stats::RuntimeStats>,
     /// What each caller, and every caller, keeps.
-    usage: StoreUsage,
+    usage: Arc<StoreUsage>,
+    /// The charge `(expiry, bytes)` of the `Running` receipt an execution interrupted here left
+    /// in the ledger, until the table lets the ledger answer for its key (a re-run of an
+    /// idempotent tool replaces that receipt and takes its charge back). Held for one insert,
+    /// removal or lookup.
+    interrupted: Arc<Mutex<std::collections::HashMap<String, (u64, u64)>>>,
 }
 
 /// Bytes a receipt is assumed to take when a call is admitted (a `Running` record is a few
@@ -83,18 +88,21 @@ impl Receipts {
             Ok(_) => {}
             Err(e) => tracing::error!(error = %e, "cannot count the idempotency receipts in the ledger: their bounds start from zero"),
         }
-        Receipts { table: Arc::default(), ledger, retention_ms, max_bytes, stats, usage }
+        Receipts { table: Arc::default(), ledger, retention_ms, max_bytes, stats, usage: Arc::new(usage), interrupted: Arc::default() }
     }
 
-    /// Refuse a keyed call of `owner` before anything runs when it keeps as many receipts (or
-    /// bytes of them) as it may (429), or every caller together keeps as many bytes (503). A
-    /// replay of a kept key is refused too while its caller is over its bound (it is only
-    /// known to be one after the ledger is read).
+    /// Admit a keyed call of `owner` before anything runs: a place among its receipts is
+    /// held (given back if the call is answered without running) so that concurrent calls
+    /// cannot all pass the bounds. Refused when the caller keeps as many receipts (or bytes of
+    /// them) as it may (429), or every caller together as many bytes (503). A replay of a kept
+    /// key is refused too while its caller is over its bound (it is known to be one only once
+    /// the ledger is read).
     ///
     /// # Errors
     /// [`Rejection::QuotaExceeded`] ([`Quota::Receipts`]), [`Rejection::StoreFull`].
-    pub(crate) fn admit(&self, owner: &Caller) -> Result<(), Rejection> {
-        self.usage.check(owner, self.ledger.ledger.clock.now().0, 1, ADMIT_BYTES).map_err(|over| match over {
+    pub(crate) fn admit(&self, owner: &Caller) -> Result<Reservation, Rejection> {
+        let now = self.ledger.ledger.clock.now().0;
+        self.usage.reserve(owner, now, now.saturating_add(self.retention_ms), ADMIT_BYTES).map_err(|over| match over {
             Over::Caller { .. } => Rejection::QuotaExceeded { cause: Quota::Receipts, retry_after_s: over.retry_after_s() },
             Over::Total { .. } => Rejection::StoreFull { store: StoreBound::Receipts, retry_after_s: over.retry_after_s() },
         })
@@ -117,7 +125,8 @@ impl Receipts {
     /// Serve `call` of its caller (`principal`: the principal, or without authentication the address) under its receipt: `run` executes it, at most once per key
     /// while the receipt is kept. A tool that panics is answered `-32603` and its receipt left
     /// `Running`: a retry with its key reads "interrupted, outcome unknown".
-    pub(crate) fn call(self: &Arc<Self>, call: IdempotentCall, principal: Option<Arc<str>>, run: Run) -> BoxFuture<Result<Value, ErrorObject>> {
+    /// `place` is the call's place among its caller's receipts ([`Receipts::admit`]).
+    pub(crate) fn call(self: &Arc<Self>, call: IdempotentCall, principal: Option<Arc<str>>, place: Reservation, run: Run) -> BoxFuture<Result<Value, ErrorObject>> {
         let this = Arc::clone(self);
         let served = Box::pin(async move {
             let key = codec::receipt_key(principal.as_deref(), &call.key);
@@ -128,19 +137,26 @@ impl Receipts {
                 // happen while its guard lives; answered as interrupted).
                 Arrival::Wait => this.answered(&call, rx.await.unwrap_or(Answer::Unknown)),
                 Arrival::Answered(a) => this.answered(&call, a),
-                Arrival::Execute => this.execute(key, call, principal, run).await,
+                Arrival::Execute => {
+                    // Over a `Running` receipt this process left when it was interrupted (an
+                    // idempotent tool runs again), or over nothing (one that never ran).
+                    let prior = this.interrupted.lock().remove(&key);
+                    this.execute(key, call, principal, place, prior, run).await
+                }
                 Arrival::Lookup => {
                     // Resolved whatever happens: dropped during the read (its caller went
                     // away), the lookup answers the callers waiting on it "unavailable".
                     let mut lookup = Lookup { table: Arc::clone(&this.table), key: key.clone(), done: false };
-                    let stored = this.read(&key).await;
+                    let (stored, prior) = this.read(&key).await;
                     lookup.done = true;
                     let (first, waiting) = this.table.lock().resolve(&key, stored);
                     for (w, a) in waiting {
                         let _ = w.send(a);
                     }
                     match first {
-                        Decision::Execute => this.execute(key, call, principal, run).await,
+                        // Over a `Running` receipt (an idempotent tool's interrupted call) its
+                        // charge is taken back; over nothing, there is none.
+                        Decision::Execute => this.execute(key, call, principal, place, prior, run).await,
                         Decision::Answered(a) => this.answered(&call, a),
                     }
                 }
@@ -151,32 +167,38 @@ impl Receipts {
         Box::pin(async move { CatchUnwind::new(served).await.unwrap_or_else(|p| Err(p.to_error_object())) })
     }
 
-    /// The receipt the ledger holds for `key` (read on a reader thread); `None` when it
-    /// cannot be read.
-    async fn read(&self, key: &str) -> Option<Stored> {
+    /// The receipt the ledger holds for `key` (read on a reader thread; `None` when it
+    /// cannot be read), and the charge `(expiry, bytes)` it is counted with.
+    async fn read(&self, key: &str) -> (Option<Stored>, Option<(u64, u64)>) {
         let now = self.ledger.ledger.clock.now().0;
         let owned = key.to_owned();
         let bytes = match self.ledger.ledger.reads.run(move |store| store.get(&owned, now)).await {
             Ok(Some(b)) => b,
-            Ok(None) => return Some(Stored::Absent),
+            Ok(None) => return (Some(Stored::Absent), None),
             Err(e) => {
                 tracing::error!(error = %e, "cannot read an idempotency receipt");
-                return None;
+                return (None, None);
             }
         };
         match codec::decode(&bytes) {
-            Ok(Record::Receipt(r)) => Some(match r.state {
-                ReceiptState::Running => Stored::Running { digest: r.args_digest },
-                ReceiptState::Done { outcome } => Stored::Done { digest: r.args_digest, outcome },
-            }),
+            Ok(Record::Receipt(r)) => {
+                let charged = (r.created_ms.saturating_add(self.retention_ms), (key.len() + bytes.len()) as u64);
+                let stored = match r.state {
+                    ReceiptState::Running => Stored::Running { digest: r.args_digest },
+                    ReceiptState::Done { outcome } => Stored::Done { digest: r.args_digest, outcome },
+                };
+                (Some(stored), Some(charged))
+            }
             Ok(_) | Err(_) => {
                 tracing::error!("an idempotency receipt in the ledger is not readable");
-                None
+                (None, None)
             }
         }
     }
 
-    async fn execute(self: Arc<Self>, key: String, call: IdempotentCall, principal: Option<Arc<str>>, run: Run) -> Result<Value, ErrorObject> {
+    /// Run `call` under a new `Running` receipt that takes `place`; `prior` is the charge of
+    /// the receipt it replaces (an interrupted `Running` one), if any.
+    async fn execute(self: Arc<Self>, key: String, call: IdempotentCall, principal: Option<Arc<str>>, place: Reservation, prior: Option<(u64, u64)>, run: Run) -> Result<Value, ErrorObject> {
         let created_ms = self.ledger.ledger.clock.now().0;
         let expires_ms = created_ms.saturating_add(self.retention_ms);
         let mut guard = Executing { receipts: Arc::clone(&self), key, armed: true, started: false, owner: principal.clone(), expires_ms, bytes: 0 };
@@ -201,7 +223,10 @@ impl Receipts {
         }
         let (running, bytes) = put(&record, &guard.key);
         let mut ops = vec![running];
-        ops.extend(self.usage.charge(&guard.owner, &guard.key, expires_ms, bytes, created_ms));
+        if let Some((prior_expires, prior_bytes)) = prior {
+            ops.push(self.usage.release(&guard.owner, &Entry { name: &guard.key, expires_ms: prior_expires, bytes: prior_bytes }));
+        }
+        ops.extend(place.into_entry(&Entry { name: &guard.key, expires_ms, bytes }, created_ms));
         guard.bytes = bytes;
         if self.ledger.writer.submit_and_wait(ops).await.is_err() {
             // The receipt is not confirmed in the ledger: running now could run it twice
@@ -220,11 +245,25 @@ impl Receipts {
         };
         // Later callers get what the receipt keeps (also while it is being committed);
         // callers attached to this execution get the whole outcome, as its own caller does.
-        let kept = self.kept_outcome(&call, outcome.clone());
+        // What the receipt keeps is bounded by `receipt_max_bytes`, and by what its caller and
+        // every caller may keep: past either, only the result's size and digest.
+        let now = self.ledger.ledger.clock.now().0;
+        let running = Entry { name: &guard.key, expires_ms, bytes: guard.bytes };
+        let mut kept = self.kept_outcome(&call, outcome.clone(), false);
         record.state = ReceiptState::Done { outcome: kept.clone() };
-        let (done, done_bytes) = put(&record, &guard.key);
-        let mut ops = vec![done, self.usage.release(&guard.owner, &guard.key, expires_ms, guard.bytes)];
-        ops.extend(self.usage.charge(&guard.owner, &guard.key, expires_ms, done_bytes, self.ledger.ledger.clock.now().0));
+        let (mut done, mut done_bytes) = put(&record, &guard.key);
+        let usage_ops = match self.usage.replace(&guard.owner, Some(&running), &Entry { name: &guard.key, expires_ms, bytes: done_bytes }, now, false) {
+            Ok(ops) => ops,
+            Err(_) => {
+                kept = self.kept_outcome(&call, outcome.clone(), true);
+                record.state = ReceiptState::Done { outcome: kept.clone() };
+                (done, done_bytes) = put(&record, &guard.key);
+                // The error is about the size of a `Running` record: it must be written.
+                self.usage.replace(&guard.owner, Some(&running), &Entry { name: &guard.key, expires_ms, bytes: done_bytes }, now, true).unwrap_or_default()
+            }
+        };
+        let mut ops = vec![done];
+        ops.extend(usage_ops);
         let (table, key) = (Arc::clone(&self.table), guard.key.clone());
         let answer_waiters = move |waiting: Vec<oneshot::Sender<Answer>>, outcome: &Outcome| {
             for w in waiting {
@@ -246,7 +285,11 @@ impl Receipts {
                     let _ = tx.send(());
                 }),
             );
-            let _ = committed.await;
+            // Bounded: a ledger that cannot commit does not hold the caller for ever. The
+            // outcome lands with the record once it can: a retry with the key replays it.
+            if self.ledger.writer.wait_committed(committed).await.is_err() {
+                return answer(&call, Answer::NotRecordedYet);
+            }
         } else {
             let waiting = self.table.lock().finish(&key, &kept);
             answer_waiters(waiting, &outcome);
@@ -255,23 +298,28 @@ impl Receipts {
         r
     }
 
-    /// What the receipt keeps of `outcome`: all of it up to `ledger.receipt_max_bytes`; past
-    /// that, the `-32011` "result not kept" error with the result's size and SHA-256 (the call
-    /// ran once; a replay must not look like a fresh result, nor run it again).
-    fn kept_outcome(&self, call: &IdempotentCall, outcome: Outcome) -> Outcome {
+    /// What the receipt keeps of `outcome`: all of it up to `ledger.receipt_max_bytes` (and
+    /// unless `too_much`: the caller's or every caller's receipts would pass their byte
+    /// bound); else the `-32011` "result not kept" error with the result's size and SHA-256
+    /// (the call ran once; a replay must not look like a fresh result, nor run it again).
+    fn kept_outcome(&self, call: &IdempotentCall, outcome: Outcome, too_much: bool) -> Outcome {
         let encoded = match &outcome {
             Outcome::Result(v) | Outcome::Error(v) => serde_json::to_vec(v).unwrap_or_default(),
         };
-        if encoded.len() <= self.max_bytes {
+        if encoded.len() <= self.max_bytes && !too_much {
             return outcome;
         }
+        let why = if too_much {
+            "past what this caller, or every caller, may keep in receipts (ledger.receipt_bytes_per_caller, ledger.receipt_bytes_total)".to_owned()
+        } else {
+            format!("larger than the ledger.receipt_max_bytes = {} kept for a replay", self.max_bytes)
+        };
         Outcome::Error(json!({
             "code": code::RESULT_NOT_KEPT,
             "message": format!(
-                "The call with idempotency key {:?} ran once; its result ({} bytes) was too large to keep for a replay (ledger.receipt_max_bytes = {}), so it cannot be returned again and the call is not run again. Use a new key to run it again.",
+                "The call with idempotency key {:?} ran once; its result ({} bytes) was too large to keep for a replay ({why}), so it cannot be returned again and the call is not run again. Use a new key to run it again.",
                 call.key,
-                encoded.len(),
-                self.max_bytes
+                encoded.len()
             ),
             "data": {"idempotencyKey": call.key, "resultBytes": encoded.len(), "resultSha256": codec::sha256_hex(&encoded), "maxBytes": self.max_bytes},
         }))
@@ -322,21 +370,30 @@ impl Drop for Executing {
             return;
         }
         let (waiting, answer, ops) = if self.started {
-            // Nothing to write: the `Running` receipt says it.
+            // Nothing to write: the `Running` receipt says it (and stays counted: a re-run
+            // takes its charge back, see `interrupted`).
+            self.receipts.interrupted.lock().insert(self.key.clone(), (self.expires_ms, self.bytes));
             (self.receipts.table.lock().interrupt(&self.key), Answer::Unknown, Vec::new())
         } else {
             let mut ops = vec![Op::Delete { key: self.key.clone() }];
             if self.bytes > 0 {
-                ops.push(self.receipts.usage.release(&self.owner, &self.key, self.expires_ms, self.bytes));
+                ops.push(self.receipts.usage.release(&self.owner, &Entry { name: &self.key, expires_ms: self.expires_ms, bytes: self.bytes }));
             }
             (self.receipts.table.lock().not_run(&self.key), Answer::NotRun, ops)
         };
         for w in waiting {
             let _ = w.send(answer.clone());
         }
-        let (table, key) = (Arc::clone(&self.receipts.table), std::mem::take(&mut self.key));
-        // Once that is committed (the `Running` receipt may still be queued) the ledger answers.
-        self.receipts.ledger.writer.submit_then(ops, Box::new(move || table.lock().settled(&key)));
+        let (table, interrupted, key) = (Arc::clone(&self.receipts.table), Arc::clone(&self.receipts.interrupted), std::mem::take(&mut self.key));
+        // Once that is committed (the `Running` receipt may still be queued) the ledger answers
+        // (and a lookup reads the interrupted receipt's charge from it).
+        self.receipts.ledger.writer.submit_then(
+            ops,
+            Box::new(move || {
+                table.lock().settled(&key);
+                interrupted.lock().remove(&key);
+            }),
+        );
     }
 }
 
@@ -373,5 +430,9 @@ fn answer(call: &IdempotentCall, a: Answer) -> Result<Value, ErrorObject> {
             format!("too many calls are waiting on idempotency key {:?}; try again once the running one has finished", call.key),
         )),
         Answer::Unavailable => Err(ErrorObject::new(code::INTERNAL_ERROR, "idempotency receipts are unavailable (the ledger cannot be read or written); the call was not run")),
+        Answer::NotRecordedYet => tool_error(format!(
+            "The call with idempotency key {:?} ran, but the ledger cannot record its outcome right now: it is recorded once the ledger commits again. Call again with the same key later to get it; it is not run again.",
+            call.key
+        )),
     }
 }

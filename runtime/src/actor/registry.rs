@@ -168,6 +168,13 @@ impl Registry {
         Some(h.inbox.enter().map(|t| (h.clone(), t)))
     }
 
+    /// The handle of a registered session, without a place in its inbox (for control
+    /// messages, which do not wait in it).
+    #[must_use]
+    pub(crate) fn handle(&self, id: &SessionId) -> Option<SessionHandle> {
+        self.shard(id).read().get(id).cloned()
+    }
+
     /// Whether a session is registered.
     #[must_use]
     pub fn contains(&self, id: &SessionId) -> bool {

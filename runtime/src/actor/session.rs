@@ -527,6 +527,12 @@ impl SessionActor {
         StreamLinks { session: Arc::clone(&self.link), env: Arc::clone(self.sup.stream_env()), caller_budget: Arc::clone(&self.caller_budget), span: self.span.clone() }
     }
 
+    /// How a new stream for `purpose` would be served under the current generation
+    /// (resumable and shadow streams are recorded in the ledger; plain ones are not).
+    fn stream_mode(&self, purpose: StreamPurpose) -> StreamMode {
+        self.gens.current().settings.flags.map_or(StreamMode::Resumable, |f| f.mode(self.streams.place, purpose))
+    }
+
     /// The current generation and the settings a new stream for `purpose` gets from it.
     fn new_stream_settings(&self, purpose: StreamPurpose) -> (GenCount, StreamSettings) {
         let g = self.gens.enter_current(Counted::Stream);
@@ -623,17 +629,17 @@ impl SessionActor {
     }
 
     fn start_request(&mut self, id: JsonRpcId, method: String, params: Option<Value>, mode: ReplyMode, charge: Option<super::RequestCharge>, ctx: &mut Context<Self>) -> Result<PostOutcome, Rejection> {
-        // A tool call's idempotency key, and its refusals before anything runs (the ledger
-        // cannot take the durable record it needs).
-        let call = (method == "tools/call").then(|| self.sup.catalog().idempotent_call(params.as_ref())).transpose();
-        if method == "tools/call" {
-            let tool = params.as_ref().and_then(|p| p.get("name")).and_then(Value::as_str).and_then(|n| self.sup.catalog().tool(n));
-            self.sup.admit_call(tool.map(|t| t.spec()), matches!(call, Ok(Some(Some(_)))), &self.owner, mode == ReplyMode::Sse)?;
+        // A tool call's idempotency key and what its stream is for; the refusals before
+        // anything runs (the ledger cannot take the durable record it needs, a receipt bound).
+        let door = self.sup.admit_tool_call(&method, params.as_ref(), &self.owner)?;
+        let purpose = door.purpose;
+        if mode == ReplyMode::Sse && self.stream_mode(purpose) != StreamMode::Plain {
+            self.sup.admit_recorded_stream(purpose, false)?;
         }
+        let (call, mut receipt_place) = (door.call, door.place);
         let cancel = CancellationToken::new();
         let generation = self.gens.enter_current(Counted::InFlight);
         self.core.begin_request(&id, RequestTask { spawn: None, cancel: cancel.clone(), json: None, generation, _charge: charge })?;
-        let mut purpose = StreamPurpose::ReadOnly;
         // The stream's address exists before the stream starts, so the handler can be run
         // first and an immediate answer can share the priming event's write.
         let (stream, json_reply) = match mode {
@@ -666,18 +672,15 @@ impl SessionActor {
                 let catalog = Arc::clone(self.sup.catalog());
                 let rid = id.clone();
                 let cx = move || ToolContext::new(rid, progress_token, cancel, log_level, caps, principal, out).with_owner(owner).with_session(names);
-                if method == "tools/call" && catalog.is_write_call(params.as_ref()) {
-                    purpose = StreamPurpose::Write { receipt: matches!(call, Ok(Some(Some(_)))) };
-                }
-                match call {
-                    Err(e) => Dispatch::Ready(Err(e)),
-                    Ok(Some(Some(call))) => {
+                match (call, receipt_place.take()) {
+                    (Err(e), _) => Dispatch::Ready(Err(e)),
+                    (Ok(Some(call)), Some(place)) => {
                         // Executed only if its receipt allows it.
                         let owned = params.clone();
                         let run = Box::new(move || catalog.dispatch_uncaught("tools/call", owned.as_ref(), cx));
-                        Dispatch::Pending(self.sup.receipts().call(call, self.owner.clone(), run))
+                        Dispatch::Pending(self.sup.receipts().call(call, self.owner.clone(), place, run))
                     }
-                    Ok(_) => catalog.dispatch(&method, params.as_ref(), cx),
+                    (Ok(_), _) => catalog.dispatch(&method, params.as_ref(), cx),
                 }
             }
         };
@@ -834,7 +837,9 @@ impl Handler<OpenGet> for SessionActor {
         let _span = self.span.clone().entered();
         self.core.touch(self.sup.now());
         let serving = if self.sup.phase() == Phase::Serving { Ok(()) } else { Err(Rejection::Overloaded(Overload::Draining)) };
-        let r = self.core.check_active().and(serving).map(|()| {
+        // A recorded GET stream needs the ledger for its whole life.
+        let recorded = if self.stream_mode(StreamPurpose::ReadOnly) == StreamMode::Plain { Ok(()) } else { self.sup.admit_recorded_stream(StreamPurpose::ReadOnly, true) };
+        let r = self.core.check_active().and(serving).and(recorded).map(|()| {
             let sctx = Context::<StreamActor>::new();
             let (sid, replaced) = self.core.open_get_stream(sctx.address());
             if let Some(old) = replaced {

@@ -435,13 +435,18 @@ impl StreamActor {
         };
         let Some(sent) = self.core.shadow_sent().cloned() else { return done(self, ctx) };
         let started = Instant::now();
-        let committed = self.env.ledger.writer.barrier();
-        // Read back on a reader thread once committed (never on this arbiter).
-        let (reads, log, now) = (Arc::clone(&self.env.ledger.ledger.reads), crate::ledger::codec::events_key(self.ledger.hmac(), self.core.id().0), self.env.clock.now().0);
+        // Read back on a reader thread once committed (never on this arbiter); a ledger that
+        // cannot commit within the commit wait leaves it unverified (counted unreadable).
+        let env = Arc::clone(&self.env);
+        let (log, now) = (crate::ledger::codec::events_key(self.ledger.hmac(), self.core.id().0), self.env.clock.now().0);
         let read_back = async move {
-            let _ = committed.await;
+            let committed = env.ledger.writer.wait_committed(env.ledger.writer.barrier()).await;
             let latency = started.elapsed();
-            (reads.run(move |store| store.read_log(&log, now)).await, latency)
+            let copy = match committed {
+                Ok(()) => env.ledger.ledger.reads.run(move |store| store.read_log(&log, now)).await,
+                Err(e) => Err(crate::ledger::ReadError::Store(crate::ledger::StoreError::Backend(e.to_string()))),
+            };
+            (copy, latency)
         };
         ctx.spawn(actix::fut::wrap_future::<_, Self>(read_back).map(move |(copy, latency), act, ctx| {
             match copy {
@@ -604,7 +609,10 @@ impl Handler<Drain> for StreamActor {
             ctx.cancel_future(h);
         }
         let retry = (self.core.mode() == StreamMode::Resumable).then(|| self.core.retry_ms()).flatten();
-        let committed = self.env.ledger.writer.barrier();
+        // Its events committed first (a resume after the restart finds them), at most the
+        // commit wait once the ledger fails: the connection ends all the same.
+        let env = Arc::clone(&self.env);
+        let committed = async move { env.ledger.writer.wait_committed(env.ledger.writer.barrier()).await };
         ctx.spawn(actix::fut::wrap_future::<_, Self>(committed).map(move |_, _act, ctx| {
             if let Some(ms) = retry {
                 let _ = w.tx.try_send(crate::sse::retry_frame(ms));

@@ -111,6 +111,16 @@ impl RateLimiter {
     }
 }
 
+/// What the door decided for a request ([`Supervisor::admit_tool_call`]).
+pub(crate) struct ToolDoor {
+    /// A `tools/call`'s idempotency key (`Ok(None)`: none, or not a call of a write tool).
+    pub(crate) call: Result<Option<crate::tools::IdempotentCall>, crate::proto::jsonrpc::ErrorObject>,
+    /// What its stream, if it gets one, is for.
+    pub(crate) purpose: crate::proto::rollout::StreamPurpose,
+    /// A keyed call's place among its caller's receipts.
+    pub(crate) place: Option<crate::ledger::Reservation>,
+}
+
 /// Process-wide owner of sessions.
 pub struct Supervisor {
     /// Seal 2026-07-28 `requestState` values (derived from the ledger's key once): the
@@ -367,7 +377,7 @@ impl Supervisor {
         stream_env.ledger.writer.set_housekeeping(Box::new(move |store, now| cap.run(store, now)));
         let modern_results = modern_results(&cfg, &catalog);
         let handle_limits = crate::proto::usage::UsageLimits { per_caller_count: u64::MAX, per_caller_bytes: cfg.ledger.handle_bytes_per_caller, total_bytes: cfg.ledger.handle_bytes_total };
-        let handles = Arc::new(crate::handles::Handles::bounded(&stream_env.ledger.ledger, handle_limits));
+        let handles = Arc::new(crate::handles::Handles::bounded(&stream_env.ledger.ledger, handle_limits.per_caller_bytes, handle_limits.total_bytes));
         catalog.attach_handles(Arc::clone(&handles));
         let t = &cfg.tasks;
         let tasks = Arc::new(crate::tasks::Tasks::new(
@@ -501,41 +511,54 @@ impl Supervisor {
         self.phase() == Phase::Serving && !self.stream_env.ledger.writer.is_failing()
     }
 
-    /// Refusals of a `tools/call` of `tool`, in either era, before anything runs: a call
-    /// that needs a new durable record while the ledger cannot take one — a keyed call of a
-    /// write tool (its receipt), a tool that keeps state handles, a write tool whose answer
-    /// goes on a resumable stream (`resumable_stream`, recorded on a durable ledger).
+    /// The door of a request of `method` with `params` of a caller (`owner`), in either era,
+    /// before anything runs: for a `tools/call`, its idempotency key and what its stream is
+    /// for; refused when it needs a new durable record the ledger cannot take now (a keyed
+    /// call's receipt, a tool that keeps state handles), or when a keyed call's caller keeps
+    /// as many receipts as it may (429; 503 when every caller together does). A keyed call
+    /// gets its place among its caller's receipts ([`ToolDoor::place`]).
+    ///
+    /// # Errors
+    /// As [`Supervisor::ledger_accepts`]; the receipt bounds' refusals.
+    pub(crate) fn admit_tool_call(&self, method: &str, params: Option<&Value>, owner: &crate::ledger::Caller) -> Result<ToolDoor, Rejection> {
+        let read_only = || ToolDoor { call: Ok(None), purpose: crate::proto::rollout::StreamPurpose::ReadOnly, place: None };
+        if method != "tools/call" {
+            return Ok(read_only());
+        }
+        let Some(tool) = params.and_then(|p| p.get("name")).and_then(Value::as_str).and_then(|n| self.catalog.tool(n)) else { return Ok(read_only()) };
+        let spec = tool.spec();
+        let call = self.catalog.idempotent_call(params);
+        let keyed = matches!(call, Ok(Some(_)));
+        if keyed || spec.keeps_state {
+            self.ledger_accepts()?;
+        }
+        let place = if keyed { Some(self.receipts.admit(owner)?) } else { None };
+        let purpose = if spec.is_write() { crate::proto::rollout::StreamPurpose::Write { receipt: keyed } } else { crate::proto::rollout::StreamPurpose::ReadOnly };
+        Ok(ToolDoor { call, purpose, place })
+    }
+
+    /// The door of a stream that will be recorded (resumable or shadow) for `purpose`: on a
+    /// durable ledger it needs the ledger when it is a write's, the standalone GET stream
+    /// (`standalone`: recorded for its whole life), or when every event waits for its commit
+    /// before it goes out (`sync`). A read's POST stream does not: it is usually answered in
+    /// its first write, and its events past the writer's queue bound leave a hole a resume
+    /// reports, as ever.
     ///
     /// # Errors
     /// As [`Supervisor::ledger_accepts`].
-    ///
-    /// A keyed call of a caller (`owner`) that keeps as many receipts as it may is refused
-    /// too (429, or 503 when every caller together does).
-    pub(crate) fn admit_call(&self, tool: Option<&crate::tools::ToolSpec>, keyed: bool, owner: &crate::ledger::Caller, resumable_stream: bool) -> Result<(), Rejection> {
-        let Some(spec) = tool else { return Ok(()) };
-        let durable_stream = resumable_stream && spec.is_write() && self.ledger_durable() && self.resumable_streams();
-        if keyed || spec.keeps_state || durable_stream {
+    pub(crate) fn admit_recorded_stream(&self, purpose: crate::proto::rollout::StreamPurpose, standalone: bool) -> Result<(), Rejection> {
+        let write = matches!(purpose, crate::proto::rollout::StreamPurpose::Write { .. });
+        if self.ledger_durable() && (write || standalone || self.cfg.ledger.durability == crate::ledger::Durability::Sync) {
             self.ledger_accepts()?;
         }
-        if keyed {
-            self.receipts.admit(owner)?;
-        }
         Ok(())
-    }
-
-    /// Whether the current generation makes new streams resumable (or shadowed): they are
-    /// recorded in the ledger.
-    #[must_use]
-    pub(crate) fn resumable_streams(&self) -> bool {
-        self.gens.current().settings.flags.is_none_or(|f| f.resumable != crate::proto::rollout::Resumable::Off)
     }
 
     /// A session whose id was never handed out (its first record was not committed in time):
     /// it stops. Its record, if it lands later, names a session nobody knows; it expires.
     pub(crate) fn abandon_unrecorded(&self, id: &SessionId) {
-        if let Some(Ok((h, ticket))) = self.registry.enter(id) {
-            drop(ticket);
-            // Control message: it must arrive.
+        if let Some(h) = self.registry.handle(id) {
+            // Control message: it must arrive (its inbox may be full).
             h.addr.do_send(super::session::Shutdown);
         }
     }
@@ -761,9 +784,14 @@ impl Supervisor {
             // It just ended here; its end is on the way to the ledger.
             Some(Settle::Ended) => return Ok(()),
             // It just parked: read its record once its last writes are in (rare: only in the
-            // milliseconds after a park; the wait holds this shard's lock, not a thread).
+            // milliseconds after a park; the wait holds this shard's lock, not a thread). A
+            // ledger that cannot commit refuses the revive (it needs a record too) rather than
+            // keep this shard waiting.
             Some(Settle::Parked) => {
-                let _ = cx.writer.barrier().await;
+                if cx.ledger.durable {
+                    self.ledger_accepts()?;
+                }
+                cx.writer.wait_committed(cx.writer.barrier()).await.map_err(Rejection::from)?;
             }
             None => {}
         }
@@ -771,7 +799,7 @@ impl Supervisor {
         let (found, complete) = self.read_for_revive(id, &hmac, principal.cloned()).await.map_err(|e| {
             tracing::error!(error = %e, "cannot read a session from the ledger");
             match e {
-                crate::ledger::ReadError::Busy => Rejection::Overloaded(Overload::LedgerBacklog),
+                crate::ledger::ReadError::Busy => Rejection::Overloaded(Overload::LedgerReads),
                 crate::ledger::ReadError::Store(_) => Rejection::Internal,
             }
         })?;
@@ -815,13 +843,9 @@ impl Supervisor {
             (life.last_used_ms, life.expires_ms) = (life.last_used_ms.max(now), now.saturating_add(cx.idle_ttl_ms).max(life.expires_ms));
             let expires_ms = life.expires_ms;
             let put = crate::ledger::Op::Put { key: codec::session_key(&hmac), value: bytes::Bytes::from(codec::encode(&Record::Session(life))), expires_ms };
-            match cx.writer.submit_and_wait(vec![put]).await {
-                Ok(()) => {}
-                // Not committed in time (or given up on as the process stops): not revived;
-                // the record, if it lands later, only numbers the next life higher.
-                Err(crate::ledger::Unconfirmed::GaveUp) => return Err(Rejection::Overloaded(Overload::Draining)),
-                Err(crate::ledger::Unconfirmed::TimedOut) => return Err(Rejection::Overloaded(Overload::LedgerFailing)),
-            }
+            // Not committed in time (or given up on as the process stops): not revived; the
+            // record, if it lands later, only numbers the next life higher.
+            cx.writer.submit_and_wait(vec![put]).await.map_err(Rejection::from)?;
         }
         let generation = self.gens.enter_restored(Generation(record.generation), self.now().0, super::generations::Counted::Session);
         let seed = self.seed(id.clone(), principal.cloned(), version, generation, record.handshake, kept_bytes, reservation.caller_budget(), record.origin, Some(restore));

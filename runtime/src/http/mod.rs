@@ -294,10 +294,10 @@ async fn serve(req: &HttpRequest, head: &RequestHead<'_>, payload: web::Payload,
         // wait; a dropped sender means the session stopped first (a drain began).
         Next::Recorded(Some(rx), resp, id) => match sup.ledger_writer().wait_committed(rx).await {
             Ok(()) => Ok(resp),
-            Err(crate::ledger::Unconfirmed::GaveUp) => Err(Rejection::Overloaded(Overload::Draining)),
-            Err(crate::ledger::Unconfirmed::TimedOut) => {
+            Err(e) => {
+                // Never handed out: it stops (a drain stops it anyway).
                 sup.abandon_unrecorded(&id);
-                Err(Rejection::Overloaded(Overload::LedgerFailing))
+                Err(e.into())
             }
         },
         Next::Post(rx) => post_reply(rx).await,
@@ -396,10 +396,6 @@ fn dispatch(req: &HttpRequest, sup: &Arc<Supervisor>, admitted: Admitted, found:
         Command::OpenStream { .. } => {
             let (handle, ticket) = found()?;
             stream_memory_available(sup, &handle)?;
-            if sup.ledger_durable() && sup.resumable_streams() {
-                // A standalone GET stream is recorded for its whole life.
-                sup.ledger_accepts()?;
-            }
             let (tx, rx) = oneshot::channel();
             handle.deliver(ticket, |ticket| OpenGet { reply: tx, ticket })?;
             Ok(Next::Stream(rx, Rejection::SessionNotFound))

@@ -81,8 +81,6 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
         return Ok(tasks_request(sup, (place, charge), owner, &id, &method, params.as_ref()));
     }
     let mut support = TaskSupport::Forbidden;
-    // A tool call's idempotency key (its receipt is a durable record).
-    let call = (method == "tools/call").then(|| catalog.idempotent_call(params.as_ref())).transpose();
     if method == "tools/call"
         && let Some(tool) = params.as_ref().and_then(|p| p.get("name")).and_then(Value::as_str).and_then(|n| catalog.tool(n))
     {
@@ -92,9 +90,11 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
         })
         .map_err(|why| refuse(ModernError::HeaderMismatch(why)))?;
         support = tool.spec().task_support;
-        // Modern streams are not resumable: only receipts and state handles need the ledger.
-        sup.admit_call(Some(tool.spec()), matches!(call, Ok(Some(Some(_)))), &owner, false).map_err(|r| r.with_id(&id))?;
     }
+    // A tool call's idempotency key and the door's refusals (modern streams are not
+    // resumable: only receipts and state handles need the ledger).
+    let door = sup.admit_tool_call(&method, params.as_ref(), &owner).map_err(|r| r.with_id(&id))?;
+    let (call, mut receipt_place) = (door.call, door.place);
     // May this call become a task? Only for a tool that may run as one, a request that
     // declared the extension, a ledger that can record it, and a caller with room for one
     // more (its place is taken now, so concurrent calls cannot all pass, and given back
@@ -144,14 +144,14 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
             // A write tool's call with an idempotency key goes through its receipt, as in a
             // session: a 2026-07-28 client re-issues a call whose stream dropped, and the
             // re-issue must never run the write twice.
-            match call {
-                Err(e) => Dispatch::Ready(Err(e)),
-                Ok(Some(Some(call))) => {
+            match (call, receipt_place.take()) {
+                (Err(e), _) => Dispatch::Ready(Err(e)),
+                (Ok(Some(call)), Some(place)) => {
                     let (owned, c) = (params.clone(), Arc::clone(catalog));
                     let run = Box::new(move || c.dispatch_uncaught("tools/call", owned.as_ref(), cx));
-                    Dispatch::Pending(sup.receipts().call(call, owner.clone(), run))
+                    Dispatch::Pending(sup.receipts().call(call, owner.clone(), place, run))
                 }
-                Ok(_) => catalog.dispatch(&method, params.as_ref(), cx),
+                (Ok(_), _) => catalog.dispatch(&method, params.as_ref(), cx),
             }
         }
         _ => return Err(refuse(ModernError::MethodNotFound(method))),

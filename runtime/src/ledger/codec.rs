@@ -187,6 +187,15 @@ pub struct HandleRecord {
     pub created_ms: u64,
     /// Last used (ms since the epoch): it expires an idle TTL after this.
     pub used_ms: u64,
+    /// When it expires as written (ms since the epoch; its bounds counted it until then).
+    /// `0`: written by a release before this field (left out then).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub expires_ms: u64,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)]
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// `mcpTask.v1`: one task of the tasks extension, keyed by an HMAC of its id (the id itself
@@ -423,14 +432,14 @@ pub fn handle_key(hmac: &str) -> String {
 /// expires (ms). Read once at start to rebuild the in-memory figures
 /// ([`crate::proto::usage`]); expired members are trimmed as entries are added.
 #[must_use]
-pub fn usage_index(store: &str) -> String {
+pub(crate) fn usage_index(store: &str) -> String {
     format!("u/{store}")
 }
 
 /// A member of a [`usage_index`]: the entry's bytes, its caller (`-` for none, else
 /// length-prefixed as in [`receipt_key`]) and its name.
 #[must_use]
-pub fn usage_member(caller: Option<&str>, bytes: u64, name: &str) -> String {
+pub(crate) fn usage_member(caller: Option<&str>, bytes: u64, name: &str) -> String {
     match caller {
         Some(c) => format!("{bytes}/{}:{c}/{name}", c.len()),
         None => format!("{bytes}/-/{name}"),
@@ -439,7 +448,7 @@ pub fn usage_member(caller: Option<&str>, bytes: u64, name: &str) -> String {
 
 /// `(caller, bytes)` of a [`usage_member`]; `None` for a member of another shape.
 #[must_use]
-pub fn parse_usage_member(m: &str) -> Option<(Option<&str>, u64)> {
+pub(crate) fn parse_usage_member(m: &str) -> Option<(Option<&str>, u64)> {
     let (bytes, rest) = m.split_once('/')?;
     let bytes = bytes.parse().ok()?;
     if rest.starts_with("-/") {
@@ -448,14 +457,6 @@ pub fn parse_usage_member(m: &str) -> Option<(Option<&str>, u64)> {
     let (len, rest) = rest.split_once(':')?;
     let caller = rest.get(..len.parse::<usize>().ok()?)?;
     rest[caller.len()..].starts_with('/').then_some((Some(caller), bytes))
-}
-
-/// Index of one caller's tasks (member: task HMAC; score: when it expires, ms): counted
-/// against `tasks.max_kept_per_caller`. Length-prefixed like [`receipt_key`].
-#[must_use]
-pub fn tasks_index(principal: Option<&str>) -> String {
-    let p = principal.unwrap_or("");
-    format!("ki/{}:{p}", p.len())
 }
 
 /// Index of one caller's handles of one kind (member: handle HMAC; score: when it expires,
@@ -616,7 +617,7 @@ mod tests {
         });
         let handle = (proptest::option::of("\\PC{0,16}"), proptest::option::of(proptest::collection::vec(any::<u8>(), 16).prop_map(|b| hex(&b))), proptest::collection::vec(any::<u8>(), 18), arb_json(), 0u64..1 << 50).prop_map(
             |(principal, session, sealed, value, created)| {
-                Record::Handle(HandleRecord { kind: "bsk".into(), principal, session, sealed: hex(&sealed), value, version: 1, created_ms: created, used_ms: created + 1 })
+                Record::Handle(HandleRecord { kind: "bsk".into(), principal, session, sealed: hex(&sealed), value, version: 1, created_ms: created, used_ms: created + 1, expires_ms: created + 2 })
             },
         );
         prop_oneof![session, stream, receipt, handle]

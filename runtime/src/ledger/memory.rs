@@ -132,6 +132,14 @@ impl Store for MemoryStore {
         Ok(t.indexes.get(index).filter(|i| i.expires_ms > now_ms).map(|i| i.order.iter().take(limit).map(|(s, m)| (m.clone(), *s)).collect()).unwrap_or_default())
     }
 
+    fn index_page(&self, index: &str, after: Option<(u64, &str)>, limit: usize, now_ms: u64) -> Result<Vec<(String, u64)>, StoreError> {
+        use std::ops::Bound;
+        let t = self.tables.lock();
+        let Some(i) = t.indexes.get(index).filter(|i| i.expires_ms > now_ms) else { return Ok(Vec::new()) };
+        let from = after.map_or(Bound::Unbounded, |(s, m)| Bound::Excluded((s, m.to_owned())));
+        Ok(i.order.range((from, Bound::Unbounded)).take(limit).map(|(s, m)| (m.clone(), *s)).collect())
+    }
+
     fn index_len(&self, index: &str, now_ms: u64) -> Result<usize, StoreError> {
         Ok(self.tables.lock().indexes.get(index).filter(|i| i.expires_ms > now_ms).map_or(0, |i| i.order.len()))
     }

@@ -17,8 +17,10 @@
 //! was there to clean up after it.
 //!
 //! Reads (restoring a session after a restart or from parking, receipts, handles, tasks) run
-//! on the ledger's reader threads ([`Reads`]), never on an HTTP worker, after a
-//! [`Writer::barrier`] when they must see everything handed over so far.
+//! on the runtime's blocking threads ([`Reads`]), never on an HTTP worker: a read that must
+//! see everything handed over so far comes after a [`Writer::barrier`] (a parked session's
+//! revive), or after the writes it must see were waited for (a handle's use holds its lock
+//! until its commit).
 
 pub mod codec;
 mod files;
@@ -35,7 +37,7 @@ use bytes::Bytes;
 
 pub use memory::MemoryStore;
 pub use reads::{READ_QUEUE, READ_THREADS, ReadError, Reads};
-pub(crate) use usage::{Caller, StoreUsage};
+pub(crate) use usage::{Caller, Entry, Reservation, StoreUsage};
 pub(crate) use open::derive_key;
 pub use open::{Ledger, OpenError, load_or_create_key};
 pub use sqlite::SqliteStore;
@@ -191,6 +193,18 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// # Errors
     /// [`StoreError::Backend`].
     fn index_lowest(&self, index: &str, limit: usize, now_ms: u64) -> Result<Vec<(String, u64)>, StoreError>;
+
+    /// The next `limit` members of `index` after `after` (a `(score, member)` returned by the
+    /// page before; `None`: from the lowest), in the order of [`Store::index_lowest`], unless
+    /// the index expired at `now_ms` (Redis: `ZRANGE ... BYSCORE` from the score, then by
+    /// member). The default reads the whole index; stores page it.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`].
+    fn index_page(&self, index: &str, after: Option<(u64, &str)>, limit: usize, now_ms: u64) -> Result<Vec<(String, u64)>, StoreError> {
+        let all = self.index_lowest(index, usize::MAX, now_ms)?;
+        Ok(all.into_iter().filter(|(m, s)| after.is_none_or(|(as_, am)| (*s, m.as_str()) > (as_, am))).take(limit).collect())
+    }
 
     /// How many members `index` has, unless it expired at `now_ms` (Redis: `ZCARD`).
     ///

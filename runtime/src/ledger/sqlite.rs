@@ -367,6 +367,24 @@ impl Store for SqliteStore {
         })
     }
 
+    fn index_page(&self, index: &str, after: Option<(u64, &str)>, limit: usize, now_ms: u64) -> Result<Vec<(String, u64)>, StoreError> {
+        self.read(|c| {
+            let live: Option<i64> = c.prepare_cached("SELECT expires FROM indexes WHERE name = ?1 AND expires > ?2")?.query_row(params![index, ms(now_ms)], |r| r.get(0)).optional()?;
+            if live.is_none() {
+                return Ok(Vec::new());
+            }
+            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+            let row = |r: &rusqlite::Row<'_>| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64));
+            match after {
+                None => c.prepare_cached("SELECT member, score FROM idx WHERE name = ?1 ORDER BY score, member LIMIT ?2")?.query_map(params![index, limit], row)?.collect(),
+                Some((score, member)) => c
+                    .prepare_cached("SELECT member, score FROM idx WHERE name = ?1 AND (score > ?2 OR (score = ?2 AND member > ?3)) ORDER BY score, member LIMIT ?4")?
+                    .query_map(params![index, ms(score), member, limit], row)?
+                    .collect(),
+            }
+        })
+    }
+
     fn index_len(&self, index: &str, now_ms: u64) -> Result<usize, StoreError> {
         self.read(|c| {
             let live: Option<i64> = c.prepare_cached("SELECT expires FROM indexes WHERE name = ?1 AND expires > ?2")?.query_row(params![index, ms(now_ms)], |r| r.get(0)).optional()?;

@@ -58,6 +58,16 @@ pub(crate) fn contract(s: &dyn Store) {
     s.apply(&[Op::DropIndex { index: "i".into() }]).unwrap();
     assert!(members(0).is_empty());
 
+    // Pages of an index, in its order, ties on the score broken by the member.
+    let page_add = |m: &str, score| Op::IndexAdd { index: "p".into(), member: m.into(), score, expires_ms: 500 };
+    s.apply(&[page_add("b", 1), page_add("a", 1), page_add("c", 2), page_add("d", 3)]).unwrap();
+    let page = |after: Option<(u64, &str)>| s.index_page("p", after, 2, 0).unwrap();
+    assert_eq!(page(None), vec![("a".to_owned(), 1), ("b".to_owned(), 1)]);
+    assert_eq!(page(Some((1, "b"))), vec![("c".to_owned(), 2), ("d".to_owned(), 3)]);
+    assert_eq!(page(Some((1, "a"))), vec![("b".to_owned(), 1), ("c".to_owned(), 2)], "the same score, a later member");
+    assert!(page(Some((3, "d"))).is_empty());
+    assert!(s.index_page("p", None, 2, 500).unwrap().is_empty(), "an expired index reads empty");
+
     // Expire pushes a key's, a log's or an index's expiry forward, never back.
     s.apply(&[put("e", "v", 100), append("e-log", 1, 8), add("x", 1), Op::Expire { name: "e".into(), expires_ms: 5_000 }]).unwrap();
     s.apply(&[Op::IndexAdd { index: "i".into(), member: "y".into(), score: 2, expires_ms: 9_000 }]).unwrap();

@@ -1,9 +1,11 @@
 //! The ledger writer: one thread that commits what the actors hand over, in groups.
 //!
 //! Group commit: the thread takes everything queued (up to `batch_max_ops`) and applies it as
-//! one transaction; while it commits, the next batch gathers. Nothing waits for a commit on
-//! the request path unless durability is `sync`, where a stream's frames wait for the
-//! acknowledgement of their batch before they are written.
+//! one transaction; while it commits, the next batch gathers. On the request path, what must
+//! be durable before it is answered waits for its commit ([`Writer::submit_and_wait`]: a new
+//! session's record, a receipt before its tool runs, a handle's or a task's change), and in
+//! `sync` durability a stream's frames wait for the acknowledgement of their batch; nothing
+//! else does.
 //!
 //! Order: operations are applied in the order they were handed over, and a batch is applied
 //! whole or not at all, so after a crash the store holds a prefix of what was handed over.
@@ -21,7 +23,9 @@
 //! Failure: a batch the store refuses (disk full, `SQLITE_BUSY` past the busy timeout, an I/O
 //! error) is retried, the same batch, with backoff (50 ms doubling to 1 s) for as long as it
 //! takes: nothing after it is applied first, nothing handed over is dropped, and its
-//! acknowledgements wait. Meanwhile the ledger is *failing* ([`LedgerState::Failing`]): new
+//! acknowledgements wait. A commit the store has not answered within the commit wait (a
+//! stalled disk) makes it failing too (a watchdog thread). Meanwhile the ledger is *failing*
+//! ([`LedgerState::Failing`]): new
 //! durable work is refused ([`Writer::refusal`]), writes that may be skipped (a handle's use)
 //! are skipped, and the sweep waits. The first commit that succeeds ends it by itself. Only a
 //! writer being dropped (the process stops) gives up on a store that still fails, after a few
@@ -69,6 +73,9 @@ pub struct WriterStats {
     /// `failing`, published: a request waiting for a commit starts its commit wait when the
     /// writer begins to fail (a healthy writer is waited for as long as it takes).
     failing_tx: tokio::sync::watch::Sender<bool>,
+    /// Since when the store has been applying the current batch (`None` between batches): a
+    /// store that answers nothing for the commit wait is failing too (a stalled disk).
+    applying_since: Mutex<Option<tokio::time::Instant>>,
     commit_us_total: AtomicU64,
     commit_seconds: crate::metrics::Histo,
     batch_ops: crate::metrics::Histo,
@@ -87,10 +94,25 @@ impl Default for WriterStats {
             lost_ops: AtomicU64::new(0),
             last_error: Mutex::new(None),
             failing_tx: tokio::sync::watch::Sender::new(false),
+            applying_since: Mutex::new(None),
             commit_us_total: AtomicU64::new(0),
             commit_seconds: crate::metrics::Histo::new(crate::metrics::LATENCY_BOUNDS),
             batch_ops: crate::metrics::Histo::new(crate::metrics::COUNT_BOUNDS),
         }
+    }
+}
+
+impl WriterStats {
+    /// The store refused (or has not answered) a commit: failing from now, if it was not.
+    /// Returns whether it began now.
+    fn begin_failing(&self, why: String, wall_ms: u64) -> bool {
+        *self.last_error.lock() = Some(why);
+        if self.failing.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        self.failing_since_ms.store(wall_ms.max(1), Ordering::Relaxed);
+        self.failing_tx.send_replace(true);
+        true
     }
 }
 
@@ -157,13 +179,12 @@ impl std::fmt::Debug for Writer {
 }
 
 impl Writer {
-    /// Start the writer thread over `store`.
+    /// Start the writer thread over `store`. `now` gives the time expiries are compared with
+    /// (ms since the epoch, the same clock the records' expiries come from).
     ///
     /// # Panics
     /// When the operating system cannot start a thread.
     #[must_use]
-    /// `now` gives the time expiries are compared with (ms since the epoch, the same clock
-    /// the records' expiries come from).
     pub fn start(store: Arc<dyn Store>, settings: WriterSettings, now: Box<dyn Fn() -> u64 + Send>) -> Arc<Writer> {
         let WriterSettings { durability, batch_max_ops, queue_max_bytes, sweep_every, linger, commit_wait } = settings;
         store.set_durability(durability);
@@ -182,6 +203,27 @@ impl Writer {
                 })
                 .expect("the ledger writer thread starts")
         };
+        // The watchdog: a commit the store has not answered within the commit wait makes the
+        // ledger failing, as a refused one does (its requests then get their 503s and their
+        // waits end); the commit's own end clears it.
+        {
+            let (stats, stop) = (Arc::clone(&stats), Arc::clone(&stopping));
+            std::thread::Builder::new()
+                .name("ledger-watchdog".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Acquire) {
+                        std::thread::sleep(WATCH_EVERY);
+                        let stalled = stats.applying_since.lock().is_some_and(|t| t.elapsed() >= commit_wait);
+                        if stalled {
+                            let why = format!("the store has not answered a commit for {} ms (a stalled disk?)", commit_wait.as_millis());
+                            if stats.begin_failing(why.clone(), wall_ms_now()) {
+                                tracing::error!(reason = %why, "the ledger cannot commit: new durable work is refused (503) until it can");
+                            }
+                        }
+                    }
+                })
+                .expect("the ledger watchdog thread starts");
+        }
         Arc::new(Writer { tx, store, durability, queued, queue_max_bytes, commit_wait, stats, stopping, housekeeping, thread: Mutex::new(Some(thread)) })
     }
 
@@ -193,7 +235,8 @@ impl Writer {
         *self.housekeeping.lock() = Some(task);
     }
 
-    /// The store (for reads).
+    /// The store, for blocking reads: at start, on the writer's thread (housekeeping), or
+    /// through [`crate::ledger::Reads`] (never on an async worker).
     #[must_use]
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
@@ -315,12 +358,6 @@ impl Writer {
         }
     }
 
-    /// The commit wait (`ledger.commit_wait_ms`).
-    #[must_use]
-    pub fn commit_wait(&self) -> Duration {
-        self.commit_wait
-    }
-
     /// Queue `ops` and run `then` on the writer thread once they are committed (dropped
     /// uncalled if the writer gives up on them as the process stops). `then` must be quick (it
     /// holds up the next batch).
@@ -407,6 +444,18 @@ pub struct WriterSettings {
     pub linger: Duration,
     /// How long [`Writer::submit_and_wait`] waits for the commit.
     pub commit_wait: Duration,
+}
+
+impl From<Unconfirmed> for crate::proto::error::Rejection {
+    /// A request that needed the commit: 503, the ledger failing (not committed in time), or
+    /// draining (the process is stopping).
+    fn from(u: Unconfirmed) -> Self {
+        use crate::proto::error::{Overload, Rejection};
+        match u {
+            Unconfirmed::TimedOut => Rejection::Overloaded(Overload::LedgerFailing),
+            Unconfirmed::GaveUp => Rejection::Overloaded(Overload::Draining),
+        }
+    }
 }
 
 /// Why operations waited for were not confirmed committed ([`Writer::submit_and_wait`]).
@@ -517,6 +566,14 @@ fn run(rx: &mpsc::Receiver<Msg>, sh: &Shared<'_>, batching: Batching, sweep_ever
     }
 }
 
+/// How often the watchdog looks at the commit in progress.
+const WATCH_EVERY: Duration = Duration::from_millis(250);
+
+/// Wall time (ms since the epoch), for the watchdog's record of when failing began.
+fn wall_ms_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
 /// Most expired entries one sweep transaction removes.
 const SWEEP_CHUNK: usize = 10_000;
 /// The pause after a batch the store refused (doubling up to [`MAX_PAUSE`]).
@@ -536,7 +593,10 @@ fn commit(sh: &Shared<'_>, batch: &[Op]) -> bool {
     let mut logged = tokio::time::Instant::now();
     loop {
         let started = tokio::time::Instant::now();
-        match sh.store.apply(batch) {
+        *stats.applying_since.lock() = Some(started);
+        let applied = sh.store.apply(batch);
+        *stats.applying_since.lock() = None;
+        match applied {
             Ok(()) => {
                 stats.batches.fetch_add(1, Ordering::Relaxed);
                 stats.ops.fetch_add(batch.len() as u64, Ordering::Relaxed);
@@ -555,10 +615,7 @@ fn commit(sh: &Shared<'_>, batch: &[Op]) -> bool {
             }
             Err(e) => {
                 stats.errors.fetch_add(1, Ordering::Relaxed);
-                *stats.last_error.lock() = Some(e.to_string());
-                if !stats.failing.swap(true, Ordering::AcqRel) {
-                    stats.failing_since_ms.store((sh.wall_ms)().max(1), Ordering::Relaxed);
-                    stats.failing_tx.send_replace(true);
+                if stats.begin_failing(e.to_string(), (sh.wall_ms)()) {
                     tracing::error!(error = %e, ops = batch.len(), "the ledger cannot commit: retrying with backoff; new durable work is refused (503) until it can");
                 } else if logged.elapsed() >= FAILING_LOG_EVERY {
                     logged = tokio::time::Instant::now();
@@ -636,17 +693,22 @@ mod tests {
         assert!(store.read_log("l", 0).unwrap().is_empty(), "its event was refused");
     }
 
-    /// A store that refuses every batch while `full` is set (as a full disk does).
+    /// A store that refuses every batch while `full` is set (as a full disk does), and
+    /// answers nothing while `stalled` is (as a stalled disk does).
     #[derive(Debug, Default)]
     struct Refusing {
         inner: MemoryStore,
         full: AtomicBool,
+        stalled: AtomicBool,
         attempts: AtomicU64,
     }
 
     impl Store for Refusing {
         fn apply(&self, ops: &[Op]) -> Result<(), crate::ledger::StoreError> {
             self.attempts.fetch_add(1, Ordering::Relaxed);
+            while self.stalled.load(Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
             if self.full.load(Ordering::Acquire) {
                 return Err(crate::ledger::StoreError::Backend("database or disk is full".into()));
             }
@@ -716,6 +778,23 @@ mod tests {
         assert!(s.errors >= 3);
         assert_eq!(w.refusal(), None);
         assert!(w.last_error().is_none());
+    }
+
+    #[test]
+    fn a_store_that_answers_nothing_for_the_commit_wait_is_failing_until_it_answers() {
+        let store = Arc::new(Refusing::default());
+        let mut s = settings(Durability::Batched, 1, usize::MAX);
+        s.commit_wait = Duration::from_millis(200);
+        let w = Writer::start(Arc::clone(&store) as Arc<dyn Store>, s, Box::new(|| 7));
+        store.stalled.store(true, Ordering::Release);
+        w.submit(put("stuck"));
+        eventually("the watchdog reports the stall", || w.is_failing());
+        assert_eq!(w.refusal(), Some(LedgerState::Failing));
+        assert!(w.last_error().is_some_and(|e| e.contains("has not answered")), "{:?}", w.last_error());
+        store.stalled.store(false, Ordering::Release);
+        w.flush_blocking();
+        assert!(!w.is_failing(), "the commit's own end clears it");
+        assert!(store.get("stuck", 0).unwrap().is_some());
     }
 
     #[test]

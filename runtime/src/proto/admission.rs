@@ -281,7 +281,7 @@ pub const CORS_MAX_PARAM_HEADERS: usize = 64;
 pub fn cors_preflight_headers(requested: Option<&str>) -> Result<[(&'static str, String); 3], Rejection> {
     let (mut params, mut named): (Vec<&str>, usize) = (Vec::new(), 0);
     for h in requested.into_iter().flat_map(|r| r.split(',')).map(str::trim) {
-        let is_param = h.len() > 10 && h[..10].eq_ignore_ascii_case("mcp-param-") && h.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+        let is_param = h.len() > 10 && h.get(..10).is_some_and(|p| p.eq_ignore_ascii_case("mcp-param-")) && h.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
         if !is_param {
             continue;
         }

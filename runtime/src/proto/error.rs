@@ -34,6 +34,9 @@ pub enum Overload {
     /// The server-wide request memory budget (`limits.request_memory_bytes`) is held by
     /// requests in flight.
     RequestMemory,
+    /// The ledger's reads are behind: as many wait as may (the store is slower than the
+    /// traffic).
+    LedgerReads,
 }
 
 impl Overload {
@@ -41,7 +44,7 @@ impl Overload {
     #[must_use]
     pub fn retry_after_s(self) -> u32 {
         match self {
-            Overload::Mailbox | Overload::InFlight | Overload::ModernInFlight | Overload::Listen | Overload::LedgerBacklog | Overload::RequestMemory => 1,
+            Overload::Mailbox | Overload::InFlight | Overload::ModernInFlight | Overload::Listen | Overload::LedgerBacklog | Overload::RequestMemory | Overload::LedgerReads => 1,
             Overload::StreamMemory => 2,
             Overload::Sessions | Overload::Draining | Overload::LedgerFailing => 5,
         }
@@ -59,6 +62,7 @@ impl Overload {
             Overload::LedgerFailing => "the ledger cannot commit right now (its store refuses writes: disk full, locked or failing); nothing was run or recorded, try again",
             Overload::LedgerBacklog => "the ledger is behind (more than ledger.queue_max_bytes wait to be committed); nothing was run or recorded, try again",
             Overload::RequestMemory => "server-wide request memory budget is full",
+            Overload::LedgerReads => "the ledger's reads are behind (as many wait as may); nothing was run, try again",
         }
     }
 }
@@ -426,6 +430,7 @@ impl Rejection {
             Rejection::Overloaded(Overload::LedgerFailing) => "overloaded.ledger_failing",
             Rejection::Overloaded(Overload::LedgerBacklog) => "overloaded.ledger_backlog",
             Rejection::Overloaded(Overload::RequestMemory) => "overloaded.request_memory",
+            Rejection::Overloaded(Overload::LedgerReads) => "overloaded.ledger_reads",
             Rejection::Internal => "internal",
             Rejection::Modern { error, .. } => match error {
                 super::modern::ModernError::HeaderMismatch(_) => "modern.header_mismatch",
@@ -441,7 +446,7 @@ impl Rejection {
     }
 
     /// Every value [`Rejection::cause`] can return.
-    pub const CAUSES: [&'static str; 51] = [
+    pub const CAUSES: [&'static str; 52] = [
         "origin",
         "host",
         "unauthorized",
@@ -484,6 +489,7 @@ impl Rejection {
         "overloaded.ledger_failing",
         "overloaded.ledger_backlog",
         "overloaded.request_memory",
+        "overloaded.ledger_reads",
         "internal",
         "modern.header_mismatch",
         "modern.invalid_meta",
@@ -529,7 +535,7 @@ impl Rejection {
                 "GET resume: the stream is no longer retained, or (standalone GET stream) events after the cursor were evicted",
             ),
             (Rejection::QuotaExceeded { cause: Quota::Sessions, retry_after_s: 5 }, "the caller (principal, or client address without auth) has `quotas.sessions_per_principal` live sessions (`Retry-After: 5`), creates them faster than `quotas.session_rate_per_sec` (`Retry-After`: when the next is allowed), or its share `quotas.stream_memory_per_principal` of the stream memory is full for a request that would open a stream or session (`Retry-After: 2`), or holds `modern.listen_per_caller` open `subscriptions/listen` streams (`Retry-After: 1`), or runs `tasks.max_per_caller` tasks (`Retry-After: 1`) or keeps `tasks.max_kept_per_caller` or `tasks.bytes_per_caller` (`Retry-After`: until its oldest expires) when calling a tool that needs one, or keeps `ledger.receipts_per_caller` idempotency receipts or `ledger.receipt_bytes_per_caller` of them for a keyed write-tool call (`Retry-After`: until its oldest expires; the tool did not run), or runs `modern.max_in_flight_per_caller` 2026-07-28 requests (`Retry-After: 1`)"),
-            (Rejection::Overloaded(Overload::Sessions), "`sessions.max_sessions` reached (`Retry-After: 5`), the server is draining: every new request, `initialize` included (`shutdown.retry_after_secs`, default 5), session mailbox full (1), `sessions.max_in_flight` reached (1), `modern.max_in_flight` 2026-07-28 requests running (1), `modern.listen_max` `subscriptions/listen` streams open (1), or the stream memory budget `limits.stream_memory_bytes` is full for a request that would open a stream (2), the request memory budget `limits.request_memory_bytes` is held by requests in flight (1); the ledger cannot commit (5) or is more than `ledger.queue_max_bytes` behind (1) and the request needs a new durable record (`initialize` and reviving a session on a durable ledger, a keyed write-tool call, a tool that keeps state handles, a task, a resumable stream; the message names the ledger)"),
+            (Rejection::Overloaded(Overload::Sessions), "`sessions.max_sessions` reached (`Retry-After: 5`), the server is draining: every new request, `initialize` included (`shutdown.retry_after_secs`, default 5), session mailbox full (1), `sessions.max_in_flight` reached (1), `modern.max_in_flight` 2026-07-28 requests running (1), `modern.listen_max` `subscriptions/listen` streams open (1), or the stream memory budget `limits.stream_memory_bytes` is full for a request that would open a stream (2), the request memory budget `limits.request_memory_bytes` is held by requests in flight (1), the ledger's reads are behind (1,024 wait) for a request that needs one (1); the ledger cannot commit (5: a refused commit, or one unanswered for `ledger.commit_wait_ms`) or is more than `ledger.queue_max_bytes` behind (1) and the request needs a new durable record (`initialize` and reviving a session on a durable ledger, a keyed write-tool call, a tool that keeps state handles, a task, a resumable stream; the message names the ledger)"),
             (Rejection::StoreFull { store: StoreBound::Receipts, retry_after_s: 60 }, "the idempotency receipts of every caller hold `ledger.receipt_bytes_total` (a keyed write-tool call; the tool did not run), or the kept tasks `tasks.bytes_total` (a tool that needs a task); `Retry-After`: until the oldest expires"),
             (Rejection::Internal, "unexpected server error (details only in the log)"),
             (modern(M::HeaderMismatch("example".into())), "modern request: `MCP-Protocol-Version` missing or different from `_meta`'s version; `Mcp-Method` missing or different from the body's method; `Mcp-Name` missing or different from `params.name` (`tools/call`, `prompts/get`) or `params.uri` (`resources/read`), after base64-sentinel decoding; an `Mcp-Param-*` header missing, extra, undecodable or different from its annotated argument (integers compared as numbers)"),
@@ -641,6 +647,7 @@ mod tests {
             Overload::LedgerFailing,
             Overload::LedgerBacklog,
             Overload::RequestMemory,
+            Overload::LedgerReads,
         ] {
             all.push(Rejection::Overloaded(o));
         }

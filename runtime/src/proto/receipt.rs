@@ -58,6 +58,9 @@ pub enum Answer {
     Unknown,
     /// The receipt could not be read.
     Unavailable,
+    /// The execution ran, and its outcome's record is not committed yet (`sync` durability:
+    /// nobody learns an outcome before its commit, and the ledger cannot commit now).
+    NotRecordedYet,
     /// The execution this caller waited for was cancelled before the tool ran: nothing was
     /// done, and a new call with the key runs it.
     NotRun,

@@ -7,7 +7,9 @@
 //! before it expires; it may stay up to one bucket longer). Buckets that expired are dropped:
 //! the caller's when its figures are read, every caller's at most once a bucket width.
 //! [`Usage::remove`] takes back what [`Usage::add`] counted with the same expiry (an entry
-//! rewritten, moved or deleted); figures never go below zero.
+//! rewritten, moved or deleted): it takes from that expiry's bucket, so removing an entry
+//! that was never counted (written before the bounds existed) takes from the others counted
+//! there; figures never go below zero.
 //!
 //! Memory: per caller, one map entry per non-empty bucket; callers with nothing left are
 //! forgotten by the periodic sweep.
@@ -171,7 +173,8 @@ impl<K: Hash + Eq + Clone> Usage<K> {
         (self.total.count, self.total.bytes)
     }
 
-    /// Callers with figures (tests, stats).
+    /// Callers with figures.
+    #[cfg(test)]
     #[must_use]
     pub fn callers(&self) -> usize {
         self.callers.len()

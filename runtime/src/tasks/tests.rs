@@ -42,28 +42,32 @@ async fn kept_tasks_are_bounded_by_bytes_per_caller_and_in_total() {
     let l = Ledger::memory(&crate::config::RuntimeConfig::default());
     let t = Tasks::new(&l, TaskSettings { max_per_caller: 4, max_kept_per_caller: 1000, bytes_per_caller: 64 << 10, bytes_total: 100 << 10, ..settings() });
     let result = json!({"content": [{"type": "text", "text": "z".repeat(10 << 10)}]});
+    // Tasks of `owner` until one is refused: (results kept, results not kept, why refused).
     let keep = |owner: &'static str| {
         let (t, result) = (&t, result.clone());
         async move {
-            let mut kept = 0;
+            let (mut kept, mut not_kept) = (0, 0);
             loop {
                 match t.reserve(Some(owner.into())) {
                     Ok(slot) => {
                         let run = t.create(slot, "job", CancellationToken::new()).await.unwrap();
                         t.finish(&run, Ok(result.clone())).await;
-                        kept += 1;
-                        assert!(kept < 100, "never bounded");
+                        let v = t.get(Some(owner), run.id()).await.unwrap();
+                        if v.result.as_ref().is_some_and(|r| r["isError"] == true) { not_kept += 1 } else { kept += 1 }
+                        assert!(kept + not_kept < 200, "never bounded");
                     }
-                    Err(no_room) => return (kept, no_room),
+                    Err(no_room) => return (kept, not_kept, no_room),
                 }
             }
         }
     };
-    let (alice, why) = keep("alice").await;
+    let (alice, alice_not_kept, why) = keep("alice").await;
     assert!(matches!(why, NoRoom::Kept { retry_after_s } if retry_after_s > 3000), "{why:?}");
-    assert!((6..=7).contains(&alice), "64 KiB keeps six or seven results of 10 KiB: {alice}");
-    let (bob, why) = keep("bob").await;
-    assert!(matches!(why, NoRoom::Full { .. }), "the total is reached before bob's share: {why:?}");
-    assert!(bob >= 2 && alice + bob <= 11, "{alice} + {bob}");
-    assert_eq!(t.kept(Some("alice")).0.0, alice as u64);
+    assert_eq!(alice, 6, "64 KiB keeps six results of 10 KiB with their records");
+    assert!(alice_not_kept > 0, "past the bound a task's result is not kept, then its place is refused");
+    assert!(t.kept(Some("alice")).0.1 <= 64 << 10, "never past the bound: {:?}", t.kept(Some("alice")));
+    let (bob, _, why) = keep("bob").await;
+    assert!(matches!(why, NoRoom::Full { .. } | NoRoom::Kept { .. }), "{why:?}");
+    assert!(bob >= 2, "bob keeps what is left of the total: {bob}");
+    assert!(t.kept(None).1.1 <= 100 << 10, "every caller together never past the total: {:?}", t.kept(None));
 }
