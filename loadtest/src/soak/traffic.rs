@@ -350,7 +350,8 @@ pub(crate) struct Traffic {
     budget: Semaphore,
     budget_permits: u32,
     /// One turn at a time at the 2026-07-28 places (`modern-slot-hog`, and
-    /// `pinned-arguments` in that era): each fills them, and gives them back before the next.
+    /// `pinned-arguments` in that era): each fills them, and gives them back before the next;
+    /// `receipt-flood` (2026-07-28 calls too) takes a turn so that it never meets them full.
     modern_places: Semaphore,
     /// One `receipt-flood` at a time (each drives the receipt bounds on its own).
     flood_turn: Semaphore,
@@ -1094,6 +1095,8 @@ impl Client {
         let k = Kind::ReceiptFlood;
         let t = Rc::clone(&self.t);
         let _turn = self.turn(&t.flood_turn, 1).await?;
+        // Its calls are 2026-07-28 requests: not while `modern-slot-hog` holds every place.
+        let _places = self.turn(&t.modern_places, 1).await?;
         let bounded = |(ok, refused): (u64, Option<&'static str>)| match refused {
             Some(_) => Ok(()),
             None => Err(format!("{ok} keyed calls with new keys, none refused")),
