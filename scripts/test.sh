@@ -64,6 +64,9 @@ on_exit() {
 trap on_exit EXIT
 
 scripts/check-sans-io.sh
+# Both lock files must be current before anything long runs (a stale one fails in seconds).
+cargo fetch --locked
+cargo fetch --locked --manifest-path runtime/fuzz/Cargo.toml
 cargo clippy --locked --workspace --all-targets -- -D warnings
 cargo build --locked --workspace --all-targets
 cargo test --locked --workspace 2>&1 | tee "$log/cargo.txt"
