@@ -64,6 +64,8 @@ on_exit() {
 trap on_exit EXIT
 
 scripts/check-sans-io.sh
+cargo fmt --all --check
+cargo fmt --manifest-path runtime/fuzz/Cargo.toml --check
 # Both lock files must be current before anything long runs (a stale one fails in seconds).
 cargo fetch --locked
 cargo fetch --locked --manifest-path runtime/fuzz/Cargo.toml

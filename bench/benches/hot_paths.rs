@@ -16,10 +16,12 @@ use mcp_runtime::proto::version::ProtocolVersion;
 use mcp_runtime::sse::{Decoder, event_frame};
 
 const CALL: &[u8] = br#"{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello world"}}}"#;
-const RESULT: &[u8] = br#"{"jsonrpc":"2.0","id":42,"result":{"content":[{"type":"text","text":"hello world"}]}}"#;
+const RESULT: &[u8] =
+    br#"{"jsonrpc":"2.0","id":42,"result":{"content":[{"type":"text","text":"hello world"}]}}"#;
 
 fn event_id(c: &mut Criterion) {
-    let signer = CursorKey::new(&[7u8; 32]).signer("1.abcdefghijklmnopqrstuvwxyz012345", Some("alice"));
+    let signer =
+        CursorKey::new(&[7u8; 32]).signer("1.abcdefghijklmnopqrstuvwxyz012345", Some("alice"));
     let id = EventId { generation: Generation(1), stream: StreamId(9), seq: Seq(1234) };
     let cursor = signer.encode(&id);
     c.bench_function("event_id/encode", |b| b.iter(|| signer.encode_array(black_box(&id))));
@@ -40,12 +42,16 @@ fn replay(c: &mut Criterion) {
         w.push(frame.clone());
     }
     let after = Seq(w.newest().0 - 64);
-    c.bench_function("replay/replay 64 of 1024", |b| b.iter(|| w.replay_after(black_box(after)).unwrap().cloned().collect::<Vec<Bytes>>()));
+    c.bench_function("replay/replay 64 of 1024", |b| {
+        b.iter(|| w.replay_after(black_box(after)).unwrap().cloned().collect::<Vec<Bytes>>())
+    });
 }
 
 fn sse(c: &mut Criterion) {
     let cursor = [b'a'; 43];
-    c.bench_function("sse/encode event", |b| b.iter(|| event_frame(black_box(&cursor), black_box(RESULT))));
+    c.bench_function("sse/encode event", |b| {
+        b.iter(|| event_frame(black_box(&cursor), black_box(RESULT)))
+    });
     let frame = event_frame(&cursor, RESULT);
     c.bench_function("sse/decode event", |b| {
         b.iter(|| {
@@ -65,11 +71,18 @@ fn admission(c: &mut Criterion) {
         host: Some("127.0.0.1:8080"),
         ..RequestHead::new(HttpMethod::Post)
     };
-    c.bench_function("admit/tools-call POST", |b| b.iter(|| admit(black_box(&head), black_box(CALL), &policy).unwrap()));
+    c.bench_function("admit/tools-call POST", |b| {
+        b.iter(|| admit(black_box(&head), black_box(CALL), &policy).unwrap())
+    });
 }
 
 fn accept(c: &mut Criterion) {
-    let binding = Binding { session_generation: 1, session_id: Arc::from("s"), protocol_version: ProtocolVersion::V2025_11_25, principal: None };
+    let binding = Binding {
+        session_generation: 1,
+        session_id: Arc::from("s"),
+        protocol_version: ProtocolVersion::V2025_11_25,
+        principal: None,
+    };
     let note = r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":5}}"#;
     c.bench_function("accept_stream_event/notification", |b| {
         let mut a = Acceptor::new(binding.clone(), MemoryJournal::new(4096));
@@ -78,7 +91,12 @@ fn accept(c: &mut Criterion) {
         b.iter(|| {
             n += 1;
             let id = n.to_string();
-            let r = a.accept_stream_event(IncomingEvent { stream: &s, binding: &binding, id: Some(&id), data: note });
+            let r = a.accept_stream_event(IncomingEvent {
+                stream: &s,
+                binding: &binding,
+                id: Some(&id),
+                data: note,
+            });
             if n.is_multiple_of(1024) {
                 let last = a.journal_mut().pending().last().map_or(0, |d| d.seq);
                 a.journal_mut().ack(last);

@@ -55,7 +55,10 @@ struct Args {
 }
 
 fn parse_args() -> Args {
-    let dir = std::env::current_exe().ok().and_then(|p| p.parent().map(|d| d.to_path_buf())).unwrap_or_default();
+    let dir = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.to_path_buf()))
+        .unwrap_or_default();
     let mut a = Args {
         concurrency: 64,
         seconds: 10,
@@ -95,7 +98,9 @@ fn parse_args() -> Args {
 /// `cwd` when given (the program path is made absolute first, so it still names the same file).
 fn start(bin: &str, args: &[&str], cpu: Option<&str>, cwd: Option<&Path>) -> HostProcess {
     let bin = match cwd {
-        Some(_) if bin.contains('/') => std::path::absolute(bin).unwrap_or_else(|e| panic!("{bin}: {e}")).display().to_string(),
+        Some(_) if bin.contains('/') => {
+            std::path::absolute(bin).unwrap_or_else(|e| panic!("{bin}: {e}")).display().to_string()
+        }
         _ => bin.to_owned(),
     };
     let mut cmd = match cpu {
@@ -126,7 +131,10 @@ struct Host {
 /// way, and no run leaves a ledger behind or shares one with another.
 fn start_host(bin: &str, cpu: Option<&str>, extra: &[&str]) -> Host {
     let dir = TempDir::new("bench");
-    let args: Vec<&str> = ["--port", "0", "--workers", "1", "--packs", "echo"].into_iter().chain(extra.iter().copied()).collect();
+    let args: Vec<&str> = ["--port", "0", "--workers", "1", "--packs", "echo"]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect();
     let process = start(bin, &args, cpu, Some(dir.path()));
     Host { process, _ledger: dir }
 }
@@ -166,7 +174,11 @@ impl Conn {
         self.buf.advance(header_end + 4);
         let status: u16 = head.split_whitespace().nth(1)?.parse().ok()?;
         let mut out = Vec::new();
-        if let Some(len) = head.lines().find_map(|l| l.strip_prefix("content-length:")).and_then(|v| v.trim().parse::<usize>().ok()) {
+        if let Some(len) = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse::<usize>().ok())
+        {
             while self.buf.len() < len {
                 if !self.fill().await {
                     return None;
@@ -185,7 +197,11 @@ impl Conn {
                         return None;
                     }
                 };
-                let size = usize::from_str_radix(String::from_utf8_lossy(&self.buf[..line_end]).trim(), 16).ok()?;
+                let size = usize::from_str_radix(
+                    String::from_utf8_lossy(&self.buf[..line_end]).trim(),
+                    16,
+                )
+                .ok()?;
                 self.buf.advance(line_end + 2);
                 while self.buf.len() < size + 2 {
                     if !self.fill().await {
@@ -207,9 +223,13 @@ impl Conn {
 enum Target {
     Raw,
     /// A legacy (2025-11-25) session's `tools/call`.
-    Mcp { sse: bool },
+    Mcp {
+        sse: bool,
+    },
     /// A modern (2026-07-28) stateless `tools/call`: no session, `_meta` and mirrored headers.
-    Modern { sse: bool },
+    Modern {
+        sse: bool,
+    },
 }
 
 struct Outcome {
@@ -230,7 +250,9 @@ fn host_port(url: &str) -> (String, String) {
 
 async fn initialize(addr: &str, path: &str) -> String {
     let mut c = Conn::open(addr).await;
-    let head = format!("POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json\r\nConnection: close\r\n");
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json\r\nConnection: close\r\n"
+    );
     let body = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"mcp-bench","version":"1"}}}).to_string();
     let mut req = head.into_bytes();
     req.extend_from_slice(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes());
@@ -241,11 +263,21 @@ async fn initialize(addr: &str, path: &str) -> String {
     let text = String::from_utf8_lossy(&all).to_string();
     let sid = text
         .lines()
-        .find_map(|l| l.to_ascii_lowercase().starts_with("mcp-session-id:").then(|| l.split_once(':').map(|(_, v)| v.trim().to_owned())).flatten())
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .starts_with("mcp-session-id:")
+                .then(|| l.split_once(':').map(|(_, v)| v.trim().to_owned()))
+                .flatten()
+        })
         .expect("session id in initialize response");
     let mut c = Conn::open(addr).await;
-    let head = format!("POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: {sid}\r\nMCP-Protocol-Version: 2025-11-25\r\n");
-    let (status, _) = c.round_trip(head.as_bytes(), br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).await.expect("initialized");
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: {sid}\r\nMCP-Protocol-Version: 2025-11-25\r\n"
+    );
+    let (status, _) = c
+        .round_trip(head.as_bytes(), br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+        .await
+        .expect("initialized");
     assert_eq!(status, 202);
     sid
 }
@@ -253,15 +285,23 @@ async fn initialize(addr: &str, path: &str) -> String {
 async fn run(target: Target, url: &str, pid: u32, a: &Args) -> Outcome {
     let (addr, path) = host_port(url);
     let head = match target {
-        Target::Raw => format!("POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n"),
+        Target::Raw => {
+            format!("POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n")
+        }
         Target::Mcp { sse } => {
             let sid = initialize(&addr, &path).await;
-            let accept = if sse { "application/json, text/event-stream" } else { "application/json" };
-            format!("POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: {accept}\r\nMcp-Session-Id: {sid}\r\nMCP-Protocol-Version: 2025-11-25\r\n")
+            let accept =
+                if sse { "application/json, text/event-stream" } else { "application/json" };
+            format!(
+                "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: {accept}\r\nMcp-Session-Id: {sid}\r\nMCP-Protocol-Version: 2025-11-25\r\n"
+            )
         }
         Target::Modern { sse } => {
-            let accept = if sse { "application/json, text/event-stream" } else { "application/json" };
-            format!("POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: {accept}\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: echo\r\n")
+            let accept =
+                if sse { "application/json, text/event-stream" } else { "application/json" };
+            format!(
+                "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: {accept}\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: echo\r\n"
+            )
         }
     };
     let modern = matches!(target, Target::Modern { .. });
@@ -271,7 +311,13 @@ async fn run(target: Target, url: &str, pid: u32, a: &Args) -> Outcome {
     let errors = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for conn_no in 0..a.concurrency {
-        let (head, measuring, stop, errors, addr) = (Arc::clone(&head), Arc::clone(&measuring), Arc::clone(&stop), Arc::clone(&errors), addr.clone());
+        let (head, measuring, stop, errors, addr) = (
+            Arc::clone(&head),
+            Arc::clone(&measuring),
+            Arc::clone(&stop),
+            Arc::clone(&errors),
+            addr.clone(),
+        );
         tasks.push(tokio::spawn(async move {
             let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram");
             let mut c = Conn::open(&addr).await;
@@ -345,7 +391,11 @@ async fn run(target: Target, url: &str, pid: u32, a: &Args) -> Outcome {
 
 fn main() {
     let a = parse_args();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
     let cpu = a.server_cpu.as_deref();
     let mut outcomes = Vec::new();
     {
@@ -366,31 +416,50 @@ fn main() {
     for sse in [true, false] {
         for (label, bin, extra) in &builds {
             let host = start_host(bin, cpu, extra);
-            let mut o = rt.block_on(run(Target::Mcp { sse }, host.process.url(), host.process.pid(), &a));
+            let mut o =
+                rt.block_on(run(Target::Mcp { sse }, host.process.url(), host.process.pid(), &a));
             o.name = format!("{label}{}", o.name);
             outcomes.push(o);
         }
         // The modern era on this build (a baseline before it may not speak it).
         if a.modern {
             let host = start_host(&a.host_bin, cpu, &[]);
-            outcomes.push(rt.block_on(run(Target::Modern { sse }, host.process.url(), host.process.pid(), &a)));
+            outcomes.push(rt.block_on(run(
+                Target::Modern { sse },
+                host.process.url(),
+                host.process.pid(),
+                &a,
+            )));
         }
     }
-    println!("concurrency {} on one session, {} s measured after {} s warm-up, server pinned to cpu {:?}", a.concurrency, a.seconds, a.warmup, a.server_cpu);
-    println!("| target | req/s | p50 µs | p99 µs | max µs | server CPU µs/req | server peak RSS MiB | errors |");
+    println!(
+        "concurrency {} on one session, {} s measured after {} s warm-up, server pinned to cpu {:?}",
+        a.concurrency, a.seconds, a.warmup, a.server_cpu
+    );
+    println!(
+        "| target | req/s | p50 µs | p99 µs | max µs | server CPU µs/req | server peak RSS MiB | errors |"
+    );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     let mut rows = Vec::new();
     for o in &outcomes {
         let rps = o.requests as f64 / o.seconds;
-        let (p50, p99, max) = (o.hist.value_at_quantile(0.50), o.hist.value_at_quantile(0.99), o.hist.max());
+        let (p50, p99, max) =
+            (o.hist.value_at_quantile(0.50), o.hist.value_at_quantile(0.99), o.hist.max());
         let rss_mib = o.peak_rss_kib as f64 / 1024.0;
-        println!("| {} | {:.0} | {} | {} | {} | {:.1} | {:.1} | {} |", o.name, rps, p50, p99, max, o.cpu_us_per_req, rss_mib, o.errors);
+        println!(
+            "| {} | {:.0} | {} | {} | {} | {:.1} | {:.1} | {} |",
+            o.name, rps, p50, p99, max, o.cpu_us_per_req, rss_mib, o.errors
+        );
         rows.push(json!({"target": o.name, "requests": o.requests, "req_per_s": rps, "p50_us": p50, "p99_us": p99, "max_us": max,
             "server_cpu_us_per_req": o.cpu_us_per_req, "server_peak_rss_mib": rss_mib, "errors": o.errors}));
     }
     let raw_rps = outcomes[0].requests as f64 / outcomes[0].seconds;
     for o in &outcomes[1..] {
-        println!("{}: {:.2}x the raw throughput", o.name, (o.requests as f64 / o.seconds) / raw_rps);
+        println!(
+            "{}: {:.2}x the raw throughput",
+            o.name,
+            (o.requests as f64 / o.seconds) / raw_rps
+        );
     }
     if let Some(path) = &a.json_out {
         let doc = json!({"concurrency": a.concurrency, "seconds": a.seconds, "results": rows});

@@ -136,7 +136,12 @@ pub fn parse_admin_line(line: &str) -> Option<&str> {
 
 /// The stdout thread: hands the first line to the spawner, then keeps the admin line and the
 /// latest stats line until stdout closes.
-fn follow(stdout: ChildStdout, first: mpsc::SyncSender<String>, latest: &Mutex<Option<StatsLine>>, admin: &Mutex<Option<String>>) {
+fn follow(
+    stdout: ChildStdout,
+    first: mpsc::SyncSender<String>,
+    latest: &Mutex<Option<StatsLine>>,
+    admin: &Mutex<Option<String>>,
+) {
     let mut reader = BufReader::new(stdout);
     let mut first = Some(first);
     let mut seq = 0;
@@ -173,25 +178,40 @@ impl HostProcess {
             cmd.env(LOG_ENV, "warn");
         }
         let program = cmd.get_program().to_string_lossy().into_owned();
-        let mut child = cmd.spawn().map_err(|source| SpawnError::Start { program: program.clone(), source })?;
+        let mut child =
+            cmd.spawn().map_err(|source| SpawnError::Start { program: program.clone(), source })?;
         let stdout = child.stdout.take();
         let latest = Arc::new(Mutex::new(None));
         let admin = Arc::new(Mutex::new(None));
         let (tx, rx) = mpsc::sync_channel(1);
-        let mut host = HostProcess { child, url: String::new(), latest: Arc::clone(&latest), admin: Arc::clone(&admin) };
+        let mut host = HostProcess {
+            child,
+            url: String::new(),
+            latest: Arc::clone(&latest),
+            admin: Arc::clone(&admin),
+        };
         let Some(stdout) = stdout else {
             return Err(SpawnError::Exited { program, status: "no stdout".into() });
         };
         // Detached: it ends when the process's stdout closes, which drop guarantees.
-        let started = std::thread::Builder::new().name("host-stdout".into()).spawn(move || follow(stdout, tx, &latest, &admin));
+        let started = std::thread::Builder::new()
+            .name("host-stdout".into())
+            .spawn(move || follow(stdout, tx, &latest, &admin));
         if let Err(source) = started {
             return Err(SpawnError::Start { program, source });
         }
         let line = match rx.recv_timeout(wait) {
             Ok(line) => line,
-            Err(mpsc::RecvTimeoutError::Timeout) => return Err(SpawnError::NoLine { program, waited: wait }),
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                return Err(SpawnError::NoLine { program, waited: wait });
+            }
             Err(mpsc::RecvTimeoutError::Disconnected) => {
-                let status = host.child.try_wait().ok().flatten().map_or_else(|| "running".to_owned(), |s| s.to_string());
+                let status = host
+                    .child
+                    .try_wait()
+                    .ok()
+                    .flatten()
+                    .map_or_else(|| "running".to_owned(), |s| s.to_string());
                 return Err(SpawnError::Exited { program, status });
             }
         };
@@ -291,7 +311,8 @@ impl TempDir {
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let p = std::env::temp_dir().join(format!("mcp-{label}-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap_or_else(|e| panic!("cannot create {}: {e}", p.display()));
+        std::fs::create_dir_all(&p)
+            .unwrap_or_else(|e| panic!("cannot create {}: {e}", p.display()));
         TempDir(p)
     }
 
@@ -306,7 +327,12 @@ impl TempDir {
     /// side by side in tests).
     #[must_use]
     pub fn host_args(&self) -> [String; 4] {
-        ["--ledger-path".to_owned(), self.0.join("mcp-host.db").display().to_string(), "--admin-port".to_owned(), "0".to_owned()]
+        [
+            "--ledger-path".to_owned(),
+            self.0.join("mcp-host.db").display().to_string(),
+            "--admin-port".to_owned(),
+            "0".to_owned(),
+        ]
     }
 }
 
@@ -319,7 +345,10 @@ impl Drop for TempDir {
 /// A `kB` field of `/proc/<pid>/status` text, e.g. `VmRSS`.
 #[must_use]
 pub fn status_field_kib(status: &str, field: &str) -> Option<u64> {
-    status.lines().find_map(|l| l.strip_prefix(field)?.strip_prefix(':')).and_then(|v| v.split_whitespace().next()?.parse().ok())
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
 }
 
 /// utime + stime (fields 14 and 15) of `/proc/<pid>/stat` text. The command name in

@@ -19,8 +19,14 @@ fn stats_after(host: &HostProcess, seq: u64) -> Option<StatsLine> {
 
 #[test]
 fn listening_lines_give_their_url() {
-    assert_eq!(parse_listening_line("mcp-host listening on http://127.0.0.1:8080/mcp"), Some("http://127.0.0.1:8080/mcp"));
-    assert_eq!(parse_listening_line("raw-echo listening on http://127.0.0.1:9/echo"), Some("http://127.0.0.1:9/echo"));
+    assert_eq!(
+        parse_listening_line("mcp-host listening on http://127.0.0.1:8080/mcp"),
+        Some("http://127.0.0.1:8080/mcp")
+    );
+    assert_eq!(
+        parse_listening_line("raw-echo listening on http://127.0.0.1:9/echo"),
+        Some("http://127.0.0.1:9/echo")
+    );
     assert_eq!(parse_listening_line("mcp-host listening on 127.0.0.1:8080"), None);
     assert_eq!(parse_listening_line("error: http://127.0.0.1:1/ refused"), None);
     assert_eq!(parse_listening_line(""), None);
@@ -28,7 +34,10 @@ fn listening_lines_give_their_url() {
 
 #[test]
 fn stats_lines_parse_as_json_objects_only() {
-    assert_eq!(parse_stats_line(r#"stats {"sessions":3}"#), Some(serde_json::json!({"sessions": 3})));
+    assert_eq!(
+        parse_stats_line(r#"stats {"sessions":3}"#),
+        Some(serde_json::json!({"sessions": 3}))
+    );
     assert_eq!(parse_stats_line("stats [1]"), None);
     assert_eq!(parse_stats_line("stats {broken"), None);
     assert_eq!(parse_stats_line(r#"statistics {"sessions":3}"#), None);
@@ -77,7 +86,8 @@ exec sleep 30"#;
 fn the_environment_is_set_unless_the_command_sets_the_log_filter() {
     let script = r#"echo "env listening on http://127.0.0.1:1/$MCP_HOST_EXIT_WITH_PARENT/$MCP_HOST_LOG"; exec sleep 30"#;
     let host = HostProcess::spawn(sh(script), Duration::from_secs(10)).expect("spawned");
-    let want = if std::env::var_os(LOG_ENV).is_some() { None } else { Some("http://127.0.0.1:1/1/warn") };
+    let want =
+        if std::env::var_os(LOG_ENV).is_some() { None } else { Some("http://127.0.0.1:1/1/warn") };
     if let Some(w) = want {
         assert_eq!(host.url(), w);
     }
@@ -89,13 +99,15 @@ fn the_environment_is_set_unless_the_command_sets_the_log_filter() {
 
 #[test]
 fn a_process_that_is_no_host_is_an_error() {
-    let e = HostProcess::spawn(sh("echo 'something else'; exec sleep 30"), Duration::from_secs(10)).unwrap_err();
+    let e = HostProcess::spawn(sh("echo 'something else'; exec sleep 30"), Duration::from_secs(10))
+        .unwrap_err();
     assert!(matches!(e, SpawnError::NotAUrl { ref line, .. } if line == "something else"), "{e}");
     let e = HostProcess::spawn(sh("exit 3"), Duration::from_secs(10)).unwrap_err();
     assert!(matches!(e, SpawnError::Exited { .. }), "{e}");
     let e = HostProcess::spawn(sh("exec sleep 30"), Duration::from_millis(200)).unwrap_err();
     assert!(matches!(e, SpawnError::NoLine { .. }), "{e}");
-    let e = HostProcess::spawn(Command::new("/nonexistent/mcp-host"), Duration::from_secs(1)).unwrap_err();
+    let e = HostProcess::spawn(Command::new("/nonexistent/mcp-host"), Duration::from_secs(1))
+        .unwrap_err();
     assert!(matches!(e, SpawnError::Start { .. }), "{e}");
 }
 
@@ -106,7 +118,10 @@ fn a_temp_dir_is_fresh_per_value_names_its_ledger_and_is_removed_with_its_conten
     assert!(a.path().is_dir() && std::fs::read_dir(a.path()).unwrap().next().is_none());
     let [flag, db, admin, port] = a.host_args();
     assert_eq!((admin.as_str(), port.as_str()), ("--admin-port", "0"));
-    assert_eq!((flag.as_str(), std::path::PathBuf::from(&db)), ("--ledger-path", a.path().join("mcp-host.db")));
+    assert_eq!(
+        (flag.as_str(), std::path::PathBuf::from(&db)),
+        ("--ledger-path", a.path().join("mcp-host.db"))
+    );
     for f in ["mcp-host.db", "mcp-host.db-wal", "mcp-host.db-shm", "mcp-host.db.key"] {
         std::fs::write(a.path().join(f), b"x").unwrap();
     }
@@ -118,7 +133,12 @@ fn a_temp_dir_is_fresh_per_value_names_its_ledger_and_is_removed_with_its_conten
 
 #[test]
 fn the_admin_line_gives_the_admin_base_url() {
-    assert_eq!(parse_admin_line("mcp-host admin on http://127.0.0.1:4321/admin/status (token: /tmp/x/mcp-host.admin-token)"), Some("http://127.0.0.1:4321"));
+    assert_eq!(
+        parse_admin_line(
+            "mcp-host admin on http://127.0.0.1:4321/admin/status (token: /tmp/x/mcp-host.admin-token)"
+        ),
+        Some("http://127.0.0.1:4321")
+    );
     assert_eq!(parse_admin_line("mcp-host listening on http://127.0.0.1:1/mcp"), None);
     assert_eq!(parse_admin_line("mcp-host admin on ftp://x/admin/status"), None);
 }

@@ -17,8 +17,14 @@ pub(crate) struct Admin {
 
 impl Admin {
     /// One request; `(status, body)`.
-    pub(crate) fn call(&self, method: &str, path: &str, body: &str) -> Result<(u16, String), String> {
-        let mut s = TcpStream::connect(&self.addr).map_err(|e| format!("admin {}: {e}", self.addr))?;
+    pub(crate) fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: &str,
+    ) -> Result<(u16, String), String> {
+        let mut s =
+            TcpStream::connect(&self.addr).map_err(|e| format!("admin {}: {e}", self.addr))?;
         s.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
         let req = format!(
             "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
@@ -28,11 +34,22 @@ impl Admin {
         s.write_all(req.as_bytes()).map_err(|e| e.to_string())?;
         let mut raw = Vec::new();
         s.read_to_end(&mut raw).map_err(|e| format!("admin {path}: {e}"))?;
-        let split = raw.windows(4).position(|w| w == b"\r\n\r\n").ok_or_else(|| format!("admin {path}: no response head"))?;
+        let split = raw
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .ok_or_else(|| format!("admin {path}: no response head"))?;
         let head = String::from_utf8_lossy(&raw[..split]).into_owned();
-        let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).ok_or_else(|| format!("admin {path}: no status"))?;
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .ok_or_else(|| format!("admin {path}: no status"))?;
         let body = &raw[split + 4..];
-        let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(body) } else { body.to_vec() };
+        let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+            dechunk(body)
+        } else {
+            body.to_vec()
+        };
         Ok((status, String::from_utf8_lossy(&body).into_owned()))
     }
 
@@ -64,7 +81,9 @@ impl Admin {
 fn dechunk(mut b: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     while let Some(eol) = b.windows(2).position(|w| w == b"\r\n") {
-        let Ok(n) = usize::from_str_radix(String::from_utf8_lossy(&b[..eol]).trim(), 16) else { break };
+        let Ok(n) = usize::from_str_radix(String::from_utf8_lossy(&b[..eol]).trim(), 16) else {
+            break;
+        };
         let rest = &b[eol + 2..];
         if n == 0 || rest.len() < n {
             out.extend_from_slice(&rest[..rest.len().min(n)]);
@@ -88,7 +107,11 @@ pub(crate) fn parse_samples(text: &str) -> BTreeMap<String, f64> {
 
 /// The sum of every series of `name` (all its label sets).
 pub(crate) fn total(samples: &BTreeMap<String, f64>, name: &str) -> f64 {
-    samples.iter().filter(|(k, _)| k.as_str() == name || k.starts_with(&format!("{name}{{"))).map(|(_, v)| v).sum()
+    samples
+        .iter()
+        .filter(|(k, _)| k.as_str() == name || k.starts_with(&format!("{name}{{")))
+        .map(|(_, v)| v)
+        .sum()
 }
 
 #[cfg(test)]

@@ -29,8 +29,15 @@ const BASKETS_PER_SESSION: u64 = 5;
 
 /// One tool call with an idempotency key: `Ok` with the result, or `Err` when the call was
 /// lost (noted in the phase).
-async fn call(client: &McpClient, phase: &RefCell<Phase>, tool: &str, args: Value, key: &str) -> Result<Value, ()> {
-    let params = json!({"name": tool, "arguments": args, "_meta": {"io.mcp-host/idempotencyKey": key}});
+async fn call(
+    client: &McpClient,
+    phase: &RefCell<Phase>,
+    tool: &str,
+    args: Value,
+    key: &str,
+) -> Result<Value, ()> {
+    let params =
+        json!({"name": tool, "arguments": args, "_meta": {"io.mcp-host/idempotencyKey": key}});
     let t0 = Instant::now();
     match client.request("tools/call", Some(params), true).await {
         Ok(v) => {
@@ -61,18 +68,35 @@ fn unknown(v: &Value) -> bool {
 /// Create a basket holding `first` (a SKU unique to it): its handle. After a kill left the
 /// create's outcome unknown, the caller's baskets are listed and the one holding `first`, if
 /// any, is the one it made: so no basket is left behind unknown (the caller's bound is 100).
-async fn create(client: &McpClient, phase: &RefCell<Phase>, tag: &str, first: &str) -> Option<String> {
-    let created = call(client, phase, "create_basket", json!({"items": [{"sku": first}]}), &format!("{tag}-create")).await.ok()?;
+async fn create(
+    client: &McpClient,
+    phase: &RefCell<Phase>,
+    tag: &str,
+    first: &str,
+) -> Option<String> {
+    let created = call(
+        client,
+        phase,
+        "create_basket",
+        json!({"items": [{"sku": first}]}),
+        &format!("{tag}-create"),
+    )
+    .await
+    .ok()?;
     if unknown(&created) {
         phase.borrow_mut().outcome_unknown += 1;
-        let listed = call(client, phase, "list_baskets", json!({}), &format!("{tag}-list")).await.ok()?;
-        let Some(baskets) = listed["structuredContent"]["baskets"].as_array().filter(|_| listed["isError"] != true) else {
+        let listed =
+            call(client, phase, "list_baskets", json!({}), &format!("{tag}-list")).await.ok()?;
+        let Some(baskets) =
+            listed["structuredContent"]["baskets"].as_array().filter(|_| listed["isError"] != true)
+        else {
             let mut p = phase.borrow_mut();
             p.lost += 1;
             p.note_error(format!("list_baskets {tag}: {listed}"));
             return None;
         };
-        let holds_first = |b: &&Value| b["items"].as_array().into_iter().flatten().any(|l| l["sku"] == first);
+        let holds_first =
+            |b: &&Value| b["items"].as_array().into_iter().flatten().any(|l| l["sku"] == first);
         let made: Vec<&Value> = baskets.iter().filter(holds_first).collect();
         if made.len() > 1 {
             // The create ran twice: the idempotency it was sent with failed.
@@ -100,7 +124,17 @@ async fn basket(client: &McpClient, phase: &RefCell<Phase>, tag: &str, era: Era)
     // Done with it: its place among the caller's baskets is free again. A destroy a kill left
     // unknown is made again under another key (a basket already gone is "not found").
     for key in ["destroy", "destroy-again"] {
-        let Ok(r) = call(client, phase, "destroy_basket", json!({"basket_id": id}), &format!("{tag}-{key}")).await else { break };
+        let Ok(r) = call(
+            client,
+            phase,
+            "destroy_basket",
+            json!({"basket_id": id}),
+            &format!("{tag}-{key}"),
+        )
+        .await
+        else {
+            break;
+        };
         if unknown(&r) {
             phase.borrow_mut().outcome_unknown += 1;
             continue;
@@ -118,11 +152,27 @@ async fn basket(client: &McpClient, phase: &RefCell<Phase>, tag: &str, era: Era)
 }
 
 /// Add the basket's other items, check every item the client was told was added, check out.
-async fn fill_and_check_out(client: &McpClient, phase: &RefCell<Phase>, tag: &str, id: &str, first: String) {
+async fn fill_and_check_out(
+    client: &McpClient,
+    phase: &RefCell<Phase>,
+    tag: &str,
+    id: &str,
+    first: String,
+) {
     let (mut told, mut maybe) = (vec![first], Vec::new());
     for i in 1..ITEMS {
         let sku = format!("{tag}-sku{i}");
-        let Ok(r) = call(client, phase, "add_item", json!({"basket_id": id, "sku": sku}), &format!("{tag}-add{i}")).await else { continue };
+        let Ok(r) = call(
+            client,
+            phase,
+            "add_item",
+            json!({"basket_id": id, "sku": sku}),
+            &format!("{tag}-add{i}"),
+        )
+        .await
+        else {
+            continue;
+        };
         if unknown(&r) {
             phase.borrow_mut().outcome_unknown += 1;
             maybe.push(sku);
@@ -134,8 +184,20 @@ async fn fill_and_check_out(client: &McpClient, phase: &RefCell<Phase>, tag: &st
             told.push(sku);
         }
     }
-    let Ok(got) = call(client, phase, "get_basket", json!({"basket_id": id}), &format!("{tag}-get")).await else { return };
-    let quantity = |sku: &str| got["structuredContent"]["items"].as_array().into_iter().flatten().filter(|l| l["sku"] == sku).map(|l| l["quantity"].as_u64().unwrap_or(0)).sum::<u64>();
+    let Ok(got) =
+        call(client, phase, "get_basket", json!({"basket_id": id}), &format!("{tag}-get")).await
+    else {
+        return;
+    };
+    let quantity = |sku: &str| {
+        got["structuredContent"]["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|l| l["sku"] == sku)
+            .map(|l| l["quantity"].as_u64().unwrap_or(0))
+            .sum::<u64>()
+    };
     {
         let mut p = phase.borrow_mut();
         p.baskets += 1;
@@ -153,8 +215,11 @@ async fn fill_and_check_out(client: &McpClient, phase: &RefCell<Phase>, tag: &st
     }
     // Checkout (its re-issues after a fault answered from its receipt), and a deliberate retry
     // under another key, which only the basket's own record can answer: one order.
-    let first = call(client, phase, "checkout", json!({"basket_id": id}), &format!("{tag}-checkout")).await;
-    let again = call(client, phase, "checkout", json!({"basket_id": id}), &format!("{tag}-checkout-again")).await;
+    let first =
+        call(client, phase, "checkout", json!({"basket_id": id}), &format!("{tag}-checkout")).await;
+    let again =
+        call(client, phase, "checkout", json!({"basket_id": id}), &format!("{tag}-checkout-again"))
+            .await;
     if let (Ok(a), Ok(b)) = (first, again) {
         let mut p = phase.borrow_mut();
         let (oa, ob) = (&a["structuredContent"]["order_id"], &b["structuredContent"]["order_id"]);
@@ -171,8 +236,13 @@ async fn fill_and_check_out(client: &McpClient, phase: &RefCell<Phase>, tag: &st
 
 /// A short task, to its result.
 async fn task(client: &McpClient, phase: &RefCell<Phase>, tag: &str) {
-    let r = match client.call_tool_as_task("slow_compute", json!({"millis": 20, "label": tag}), true).await {
-        Ok(TaskCall::Task { task_id, .. }) => client.task_result(&task_id, Duration::from_secs(30)).await,
+    let r = match client
+        .call_tool_as_task("slow_compute", json!({"millis": 20, "label": tag}), true)
+        .await
+    {
+        Ok(TaskCall::Task { task_id, .. }) => {
+            client.task_result(&task_id, Duration::from_secs(30)).await
+        }
         Ok(TaskCall::Done(v)) => Ok(v),
         Err(e) => Err(e),
     };
@@ -180,7 +250,11 @@ async fn task(client: &McpClient, phase: &RefCell<Phase>, tag: &str) {
     match r {
         Ok(v) if text(&v).starts_with(tag) => p.tasks_done += 1,
         // A kill (or the drain of a graceful stop) interrupted it: its outcome is unknown.
-        Err(ClientError::Rpc(e)) if e.message.contains("restarted") || e.message.contains("interrupted") => p.tasks_interrupted += 1,
+        Err(ClientError::Rpc(e))
+            if e.message.contains("restarted") || e.message.contains("interrupted") =>
+        {
+            p.tasks_interrupted += 1
+        }
         other => {
             p.lost += 1;
             p.note_error(format!("task {tag}: {other:?}"));
@@ -189,9 +263,20 @@ async fn task(client: &McpClient, phase: &RefCell<Phase>, tag: &str) {
 }
 
 /// One virtual client of the `handles` phase.
-pub(crate) async fn basket_client(spec: Rc<GateSpec>, url: Rc<str>, n: usize, phase_no: usize, phase: Rc<RefCell<Phase>>, live_events: Rc<Cell<u64>>, deadline: Instant) {
+pub(crate) async fn basket_client(
+    spec: Rc<GateSpec>,
+    url: Rc<str>,
+    n: usize,
+    phase_no: usize,
+    phase: Rc<RefCell<Phase>>,
+    live_events: Rc<Cell<u64>>,
+    deadline: Instant,
+) {
     let era = phase.borrow().eras.of(n);
-    let done = |events: &Cell<u64>| (events.get() >= spec.events_per_phase && !phase.borrow().owes_faults()) || Instant::now() >= deadline;
+    let done = |events: &Cell<u64>| {
+        (events.get() >= spec.events_per_phase && !phase.borrow().owes_faults())
+            || Instant::now() >= deadline
+    };
     let mut k = 0u64;
     while !done(&live_events) {
         let Some(client) = connect(&spec, &url, &phase, era).await else { return };

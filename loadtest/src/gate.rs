@@ -204,7 +204,9 @@ impl Phase {
 
     /// The phase's own restarts or flips are not all done yet.
     pub(crate) fn owes_faults(&self) -> bool {
-        (self.crash && self.kills < KILLS_PER_PHASE) || (self.sigterm && self.restarts < RESTARTS_PER_PHASE) || (self.rollout && self.flips < FLIPS_PER_PHASE)
+        (self.crash && self.kills < KILLS_PER_PHASE)
+            || (self.sigterm && self.restarts < RESTARTS_PER_PHASE)
+            || (self.rollout && self.flips < FLIPS_PER_PHASE)
     }
 
     fn add_client_stats(&mut self, s: &ClientStats) {
@@ -223,7 +225,8 @@ impl Phase {
 
     /// Keep an error sample: up to three of each kind (the text before its first digit).
     pub(crate) fn note_error(&mut self, e: String) {
-        let kind = |s: &str| s.split(|c: char| c.is_ascii_digit()).next().unwrap_or_default().to_owned();
+        let kind =
+            |s: &str| s.split(|c: char| c.is_ascii_digit()).next().unwrap_or_default().to_owned();
         let k = kind(&e);
         if self.errors.len() < 30 && self.errors.iter().filter(|x| kind(x) == k).count() < 3 {
             self.errors.push(e);
@@ -274,12 +277,21 @@ fn call_params(kind: Kind, nonce: &str) -> Value {
     match kind {
         Kind::Echo => json!({"name": "echo", "arguments": {"text": nonce}}),
         Kind::Ledger => json!({"name": "ledger_append", "arguments": {"key": nonce}}),
-        Kind::Progress => json!({"name": "test_tool_with_progress", "arguments": {}, "_meta": {"progressToken": nonce}}),
+        Kind::Progress => {
+            json!({"name": "test_tool_with_progress", "arguments": {}, "_meta": {"progressToken": nonce}})
+        }
     }
 }
 
 /// The scenarios that reach a 2026-07-28 request (the `modern` phase applies those selected).
-const MODERN_FAULTS: [Scenario; 6] = [Scenario::Cut, Scenario::Storm, Scenario::OriginRewrite, Scenario::OldToken, Scenario::Crash, Scenario::Sigterm];
+const MODERN_FAULTS: [Scenario; 6] = [
+    Scenario::Cut,
+    Scenario::Storm,
+    Scenario::OriginRewrite,
+    Scenario::OldToken,
+    Scenario::Crash,
+    Scenario::Sigterm,
+];
 
 fn client_config(spec: &GateSpec, url: &str, era: Era) -> ClientConfig {
     let mut cfg = ClientConfig::new(url);
@@ -290,7 +302,12 @@ fn client_config(spec: &GateSpec, url: &str, era: Era) -> ClientConfig {
     cfg
 }
 
-pub(crate) async fn connect(spec: &GateSpec, url: &str, phase: &RefCell<Phase>, era: Era) -> Option<McpClient> {
+pub(crate) async fn connect(
+    spec: &GateSpec,
+    url: &str,
+    phase: &RefCell<Phase>,
+    era: Era,
+) -> Option<McpClient> {
     // A handshake can be refused on purpose (a rewritten Origin): try again, a bounded number
     // of times.
     for _ in 0..50 {
@@ -308,10 +325,21 @@ pub(crate) async fn connect(spec: &GateSpec, url: &str, phase: &RefCell<Phase>, 
 }
 
 /// One virtual client for one phase.
-async fn virtual_client(spec: Rc<GateSpec>, url: Rc<str>, n: usize, phase_no: usize, phase: Rc<RefCell<Phase>>, live_events: Rc<Cell<u64>>, deadline: Instant) {
+async fn virtual_client(
+    spec: Rc<GateSpec>,
+    url: Rc<str>,
+    n: usize,
+    phase_no: usize,
+    phase: Rc<RefCell<Phase>>,
+    live_events: Rc<Cell<u64>>,
+    deadline: Instant,
+) {
     let mut k = 0u64;
     let era = phase.borrow().eras.of(n);
-    let done = |events: &Cell<u64>| (events.get() >= spec.events_per_phase && !phase.borrow().owes_faults()) || Instant::now() >= deadline;
+    let done = |events: &Cell<u64>| {
+        (events.get() >= spec.events_per_phase && !phase.borrow().owes_faults())
+            || Instant::now() >= deadline
+    };
     while !done(&live_events) {
         let Some(client) = connect(&spec, &url, &phase, era).await else { return };
         let mut seen_events = 0;
@@ -339,7 +367,10 @@ async fn virtual_client(spec: Rc<GateSpec>, url: Rc<str>, n: usize, phase_no: us
             match result {
                 Ok(v) => {
                     let text = v["content"][0]["text"].as_str().unwrap_or_default();
-                    if matches!(kind, Kind::Ledger) && v["isError"] == true && text.contains(OUTCOME_UNKNOWN) {
+                    if matches!(kind, Kind::Ledger)
+                        && v["isError"] == true
+                        && text.contains(OUTCOME_UNKNOWN)
+                    {
                         // A kill fell between the write and its recorded outcome: the receipt
                         // says so rather than apply it again (the ledger's duplicate count
                         // proves it was not).
@@ -364,7 +395,9 @@ async fn virtual_client(spec: Rc<GateSpec>, url: Rc<str>, n: usize, phase_no: us
             // A progress step may legitimately repeat when the call was re-issued (the tool ran
             // again, new events); the same *event* dispatched twice never may.
             let mut seen = HashSet::new();
-            for (event_id, note) in notes.iter().filter(|(_, n)| n["method"] == "notifications/progress") {
+            for (event_id, note) in
+                notes.iter().filter(|(_, n)| n["method"] == "notifications/progress")
+            {
                 if note["params"]["progressToken"].as_str() != Some(nonce.as_str()) {
                     p.cross_stream += 1;
                 } else if event_id.as_ref().is_some_and(|id| !seen.insert(id.clone())) {
@@ -373,7 +406,9 @@ async fn virtual_client(spec: Rc<GateSpec>, url: Rc<str>, n: usize, phase_no: us
             }
             for s in samples {
                 let _ = p.resume_ms.record(s.total.as_millis().max(1) as u64);
-                let _ = p.resume_unwaited_ms.record(s.total.saturating_sub(s.waited).as_millis().max(1) as u64);
+                let _ = p
+                    .resume_unwaited_ms
+                    .record(s.total.saturating_sub(s.waited).as_millis().max(1) as u64);
             }
         }
         end_session(client, &phase).await;
@@ -400,15 +435,28 @@ pub(crate) async fn end_session(client: McpClient, phase: &RefCell<Phase>) {
     }
 }
 
-async fn run_phase(spec: &Rc<GateSpec>, phase_no: usize, name: &str, rates: BTreeMap<Scenario, f64>, eras: Eras) -> Result<Phase, String> {
+async fn run_phase(
+    spec: &Rc<GateSpec>,
+    phase_no: usize,
+    name: &str,
+    rates: BTreeMap<Scenario, f64>,
+    eras: Eras,
+) -> Result<Phase, String> {
     let (upstream, path) = crate::proxy::split_url(&spec.url)?;
     let crash = rates.contains_key(&Scenario::Crash);
     let sigterm = rates.contains_key(&Scenario::Sigterm);
     let rollout = rates.contains_key(&Scenario::Rollout);
     // Only the read-only calls of the mix may be served as another principal (see FaultPlan).
     let read_only = vec!["echo".to_owned(), "test_tool_with_progress".to_owned()];
-    let plan = FaultPlan { rates, seed: spec.seed.wrapping_add(phase_no as u64), other_token: spec.other_token.clone(), limit: None, token_rewrite_modern_tools: read_only };
-    let (addr, proxy) = crate::proxy::start(upstream, plan).await.map_err(|e| format!("proxy: {e}"))?;
+    let plan = FaultPlan {
+        rates,
+        seed: spec.seed.wrapping_add(phase_no as u64),
+        other_token: spec.other_token.clone(),
+        limit: None,
+        token_rewrite_modern_tools: read_only,
+    };
+    let (addr, proxy) =
+        crate::proxy::start(upstream, plan).await.map_err(|e| format!("proxy: {e}"))?;
     let url: Rc<str> = format!("http://{addr}{path}").into();
     let phase = Rc::new(RefCell::new(Phase::new(name)));
     let before = host_metrics(spec).await;
@@ -423,7 +471,12 @@ async fn run_phase(spec: &Rc<GateSpec>, phase_no: usize, name: &str, rates: BTre
     let deadline = start + Duration::from_secs(spec.phase_seconds);
     let bar = spec.progress.then(|| {
         let b = indicatif::ProgressBar::new(spec.events_per_phase);
-        b.set_style(indicatif::ProgressStyle::with_template("{prefix:>18} {bar:40} {pos}/{len} events {elapsed}").expect("valid template"));
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{prefix:>18} {bar:40} {pos}/{len} events {elapsed}",
+            )
+            .expect("valid template"),
+        );
         b.set_prefix(name.to_owned());
         b
     });
@@ -435,20 +488,36 @@ async fn run_phase(spec: &Rc<GateSpec>, phase_no: usize, name: &str, rates: BTre
     let mut killers = Vec::new();
     if crash || sigterm || rollout {
         let Some(host) = &spec.host else { return Err(format!("phase {name} needs --spawn-host")) };
-        let stops: Vec<Stop> = [(crash, Stop::Kill), (sigterm, Stop::Term)].into_iter().filter_map(|(on, how)| on.then_some(how)).collect();
+        let stops: Vec<Stop> = [(crash, Stop::Kill), (sigterm, Stop::Term)]
+            .into_iter()
+            .filter_map(|(on, how)| on.then_some(how))
+            .collect();
         if !stops.is_empty() {
-            killers.push(actix_rt::spawn(kill_now_and_then(Arc::clone(host), seed, Rc::clone(&stop), Rc::clone(&phase), stops)));
+            killers.push(actix_rt::spawn(kill_now_and_then(
+                Arc::clone(host),
+                seed,
+                Rc::clone(&stop),
+                Rc::clone(&phase),
+                stops,
+            )));
         }
         if rollout {
-            killers.push(actix_rt::spawn(flip_now_and_then(Arc::clone(host), Rc::clone(&stop), Rc::clone(&phase))));
+            killers.push(actix_rt::spawn(flip_now_and_then(
+                Arc::clone(host),
+                Rc::clone(&stop),
+                Rc::clone(&phase),
+            )));
         }
     }
     let handles = name == Scenario::Handles.name();
     let tasks: Vec<_> = (0..spec.clients)
         .map(|n| {
-            let (spec, url, phase, live) = (Rc::clone(spec), Rc::clone(&url), Rc::clone(&phase), Rc::clone(&live));
+            let (spec, url, phase, live) =
+                (Rc::clone(spec), Rc::clone(&url), Rc::clone(&phase), Rc::clone(&live));
             if handles {
-                actix_rt::spawn(crate::baskets::basket_client(spec, url, n, phase_no, phase, live, deadline))
+                actix_rt::spawn(crate::baskets::basket_client(
+                    spec, url, n, phase_no, phase, live, deadline,
+                ))
             } else {
                 actix_rt::spawn(virtual_client(spec, url, n, phase_no, phase, live, deadline))
             }
@@ -473,7 +542,12 @@ async fn run_phase(spec: &Rc<GateSpec>, phase_no: usize, name: &str, rates: BTre
     p.host_after = after;
     p.seconds = start.elapsed().as_secs_f64();
     p.proxy = proxy.counts();
-    for (name, n) in [("crash.kills", p.kills), ("sigterm.restarts", p.restarts), ("rollout.flips", p.flips), ("handles.baskets", p.baskets)] {
+    for (name, n) in [
+        ("crash.kills", p.kills),
+        ("sigterm.restarts", p.restarts),
+        ("rollout.flips", p.flips),
+        ("handles.baskets", p.baskets),
+    ] {
         if n > 0 {
             p.proxy.insert(name, n);
         }
@@ -495,7 +569,13 @@ enum Stop {
 /// of `stops` in turn, and start it again on the same ledger and port (on a blocking
 /// thread: the clients keep running). The pauses are the crash scenario's when it is among
 /// `stops`.
-async fn kill_now_and_then(host: Arc<Mutex<SpawnedHost>>, seed: u64, stop: Rc<Cell<bool>>, phase: Rc<RefCell<Phase>>, stops: Vec<Stop>) -> Result<(), String> {
+async fn kill_now_and_then(
+    host: Arc<Mutex<SpawnedHost>>,
+    seed: u64,
+    stop: Rc<Cell<bool>>,
+    phase: Rc<RefCell<Phase>>,
+    stops: Vec<Stop>,
+) -> Result<(), String> {
     let mut x = seed | 1;
     let (low, high) = if stops.contains(&Stop::Kill) { KILL_PAUSE_MS } else { TERM_PAUSE_MS };
     let mut round = 0usize;
@@ -537,10 +617,15 @@ async fn kill_now_and_then(host: Arc<Mutex<SpawnedHost>>, seed: u64, stop: Rc<Ce
 /// The `rollout` scenario: until `stop` (and at least one whole cycle), set the host's flags
 /// through its admin API to each setting of [`ROLLOUT_CYCLE`] in turn, then roll back, each
 /// kept [`FLIP_EVERY_MS`]. At the end the defaults are set again for the phases after it.
-async fn flip_now_and_then(host: Arc<Mutex<SpawnedHost>>, stop: Rc<Cell<bool>>, phase: Rc<RefCell<Phase>>) -> Result<(), String> {
+async fn flip_now_and_then(
+    host: Arc<Mutex<SpawnedHost>>,
+    stop: Rc<Cell<bool>>,
+    phase: Rc<RefCell<Phase>>,
+) -> Result<(), String> {
     // Asked for each change, and used with the host held: a restart (crash, sigterm in the
     // mixed phase) moves the admin API to a new port, and waits until the change is made.
-    let with_admin = |h: &Arc<Mutex<SpawnedHost>>, f: &dyn Fn(&crate::admin::Admin) -> Result<(), String>| {
+    let with_admin = |h: &Arc<Mutex<SpawnedHost>>,
+                      f: &dyn Fn(&crate::admin::Admin) -> Result<(), String>| {
         let host = h.lock();
         f(&host.admin().ok_or("the spawned host has no admin API")?)
     };
@@ -550,7 +635,9 @@ async fn flip_now_and_then(host: Arc<Mutex<SpawnedHost>>, stop: Rc<Cell<bool>>, 
         let i = step % (ROLLOUT_CYCLE.len() + 1);
         tokio::task::spawn_blocking(move || {
             with_admin(&h, &|a| match ROLLOUT_CYCLE.get(i) {
-                Some((resumable, share)) => a.set_flags(&json!({"resumable": resumable, "share": share})),
+                Some((resumable, share)) => {
+                    a.set_flags(&json!({"resumable": resumable, "share": share}))
+                }
                 None => a.rollback(),
             })
         })
@@ -564,18 +651,31 @@ async fn flip_now_and_then(host: Arc<Mutex<SpawnedHost>>, stop: Rc<Cell<bool>>, 
         }
     }
     let h = Arc::clone(&host);
-    tokio::task::spawn_blocking(move || with_admin(&h, &|a| a.set_flags(&json!({"resumable": "on", "share": 1.0, "write_tools": "all"})))).await.map_err(|e| e.to_string())?
+    tokio::task::spawn_blocking(move || {
+        with_admin(&h, &|a| {
+            a.set_flags(&json!({"resumable": "on", "share": 1.0, "write_tools": "all"}))
+        })
+    })
+    .await
+    .map_err(|e| e.to_string())?
 }
 
 /// The spawned host's metrics now (empty without one, or when the scrape fails).
 async fn host_metrics(spec: &GateSpec) -> BTreeMap<String, f64> {
     let Some(host) = spec.host.clone() else { return BTreeMap::new() };
-    tokio::task::spawn_blocking(move || host.lock().admin().and_then(|a| a.scrape().ok())).await.ok().flatten().unwrap_or_default()
+    tokio::task::spawn_blocking(move || host.lock().admin().and_then(|a| a.scrape().ok()))
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_default()
 }
 
 /// Scenarios that act on resumes: their phase also cuts streams, or nothing would resume.
 fn carried_by_cuts(s: Scenario) -> bool {
-    matches!(s, Scenario::ForeignCursor | Scenario::Storm | Scenario::ReplayAfterAck | Scenario::Rollout)
+    matches!(
+        s,
+        Scenario::ForeignCursor | Scenario::Storm | Scenario::ReplayAfterAck | Scenario::Rollout
+    )
 }
 
 /// The counter that shows a scenario really fired in its phase.
@@ -610,13 +710,28 @@ struct Gate {
 }
 
 impl Gate {
-    fn new(name: impl Into<String>, value: impl Into<String>, threshold: impl Into<String>, pass: bool) -> Gate {
-        Gate { name: name.into(), value: value.into(), threshold: threshold.into(), pass, skipped: false }
+    fn new(
+        name: impl Into<String>,
+        value: impl Into<String>,
+        threshold: impl Into<String>,
+        pass: bool,
+    ) -> Gate {
+        Gate {
+            name: name.into(),
+            value: value.into(),
+            threshold: threshold.into(),
+            pass,
+            skipped: false,
+        }
     }
 }
 
 fn rate_gate(name: &str, good: u64, total: u64) -> Gate {
-    let value = if total == 0 { "n/a (none sent)".into() } else { format!("{:.2} % ({good}/{total})", 100.0 * good as f64 / total as f64) };
+    let value = if total == 0 {
+        "n/a (none sent)".into()
+    } else {
+        format!("{:.2} % ({good}/{total})", 100.0 * good as f64 / total as f64)
+    };
     Gate::new(name, value, "100 %", total > 0 && good == total)
 }
 
@@ -625,7 +740,13 @@ fn rate_gate_if(spec: &GateSpec, needs: &[Scenario], name: &str, good: u64, tota
     if needs.iter().any(|s| spec.scenarios.contains(s)) {
         return rate_gate(name, good, total);
     }
-    Gate { name: name.into(), value: "not exercised".into(), threshold: "100 %".into(), pass: true, skipped: true }
+    Gate {
+        name: name.into(),
+        value: "not exercised".into(),
+        threshold: "100 %".into(),
+        pass: true,
+        skipped: true,
+    }
 }
 
 fn zero_gate(name: &str, v: u64) -> Gate {
@@ -636,18 +757,37 @@ fn evaluate(spec: &GateSpec, phases: &[Phase], ledger: &Value) -> Vec<Gate> {
     let sum = |f: &dyn Fn(&Phase) -> u64| phases.iter().map(f).sum::<u64>();
     let count = |name: &str| sum(&|p| p.count(name));
     let events = sum(&|p| p.events);
-    let mut gates = vec![Gate::new("events", events.to_string(), format!(">= {}", spec.min_events), events >= spec.min_events)];
+    let mut gates = vec![Gate::new(
+        "events",
+        events.to_string(),
+        format!(">= {}", spec.min_events),
+        events >= spec.min_events,
+    )];
     for s in &spec.scenarios {
-        let fired: u64 = phases.iter().filter(|p| p.name == s.name()).map(|p| evidence(*s).iter().map(|e| p.count(e)).sum::<u64>()).sum();
-        gates.push(Gate::new(format!("scenario {} fired", s.name()), fired.to_string(), "> 0", fired > 0));
+        let fired: u64 = phases
+            .iter()
+            .filter(|p| p.name == s.name())
+            .map(|p| evidence(*s).iter().map(|e| p.count(e)).sum::<u64>())
+            .sum();
+        gates.push(Gate::new(
+            format!("scenario {} fired", s.name()),
+            fired.to_string(),
+            "> 0",
+            fired > 0,
+        ));
     }
     gates.push(zero_gate("cross-stream acceptances", sum(&|p| p.cross_stream)));
     // A key applied twice in one caller's namespace, or under two callers (one call served as
     // two principals: the gate's keys are unique per call).
-    let dup_server = ledger["duplicates"].as_u64().map(|d| d + ledger["cross_principal"].as_u64().unwrap_or(0));
+    let dup_server =
+        ledger["duplicates"].as_u64().map(|d| d + ledger["cross_principal"].as_u64().unwrap_or(0));
     gates.push(Gate::new(
         "duplicate dispatches (client + server ledger)",
-        format!("{} + {}", sum(&|p| p.duplicate_dispatches), dup_server.map_or("?".into(), |d| d.to_string())),
+        format!(
+            "{} + {}",
+            sum(&|p| p.duplicate_dispatches),
+            dup_server.map_or("?".into(), |d| d.to_string())
+        ),
         "0",
         sum(&|p| p.duplicate_dispatches) == 0 && dup_server == Some(0),
     ));
@@ -660,42 +800,106 @@ fn evaluate(spec: &GateSpec, phases: &[Phase], ledger: &Value) -> Vec<Gate> {
         "refused <= injected",
         refused <= explained,
     ));
-    gates.push(rate_gate_if(spec, &[Scenario::ExpiryRace, Scenario::OldToken], "404 -> new handshake", sum(&|p| p.recovered_after_404), sum(&|p| p.not_found)));
-    gates.push(zero_gate("requests reusing a session after its 404", count("session.reused_after_404")));
+    gates.push(rate_gate_if(
+        spec,
+        &[Scenario::ExpiryRace, Scenario::OldToken],
+        "404 -> new handshake",
+        sum(&|p| p.recovered_after_404),
+        sum(&|p| p.not_found),
+    ));
+    gates.push(zero_gate(
+        "requests reusing a session after its 404",
+        count("session.reused_after_404"),
+    ));
     if spec.scenarios.contains(&Scenario::Crash) {
         // Only kills in that phase: sessions must survive them.
         let crash = || phases.iter().filter(|p| p.name == Scenario::Crash.name());
-        gates.push(zero_gate("404s in the crash phase (sessions survive a kill)", crash().map(|p| p.not_found).sum()));
+        gates.push(zero_gate(
+            "404s in the crash phase (sessions survive a kill)",
+            crash().map(|p| p.not_found).sum(),
+        ));
         let kills = crash().map(|p| p.kills).min().unwrap_or(0);
-        gates.push(Gate::new("kills in the crash phase", kills.to_string(), format!(">= {KILLS_PER_PHASE}"), kills >= KILLS_PER_PHASE));
+        gates.push(Gate::new(
+            "kills in the crash phase",
+            kills.to_string(),
+            format!(">= {KILLS_PER_PHASE}"),
+            kills >= KILLS_PER_PHASE,
+        ));
     }
     if spec.scenarios.contains(&Scenario::Sigterm) {
         let term = || phases.iter().filter(|p| p.name == Scenario::Sigterm.name());
-        gates.push(zero_gate("404s in the sigterm phase (sessions survive a graceful restart)", term().map(|p| p.not_found).sum()));
+        gates.push(zero_gate(
+            "404s in the sigterm phase (sessions survive a graceful restart)",
+            term().map(|p| p.not_found).sum(),
+        ));
         let restarts = term().map(|p| p.restarts).min().unwrap_or(0);
-        gates.push(Gate::new("graceful restarts in the sigterm phase", restarts.to_string(), format!(">= {RESTARTS_PER_PHASE}"), restarts >= RESTARTS_PER_PHASE));
+        gates.push(Gate::new(
+            "graceful restarts in the sigterm phase",
+            restarts.to_string(),
+            format!(">= {RESTARTS_PER_PHASE}"),
+            restarts >= RESTARTS_PER_PHASE,
+        ));
         gates.push(zero_gate("graceful stops that did not exit 0", sum(&|p| p.unclean_exits)));
     }
     if spec.scenarios.contains(&Scenario::Rollout) {
         let roll = || phases.iter().filter(|p| p.name == Scenario::Rollout.name());
         let flips = roll().map(|p| p.flips).min().unwrap_or(0);
-        gates.push(Gate::new("flag changes in the rollout phase (off, shadow, on 50 %, on, rollback)", flips.to_string(), format!(">= {FLIPS_PER_PHASE}"), flips >= FLIPS_PER_PHASE));
+        gates.push(Gate::new(
+            "flag changes in the rollout phase (off, shadow, on 50 %, on, rollback)",
+            flips.to_string(),
+            format!(">= {FLIPS_PER_PHASE}"),
+            flips >= FLIPS_PER_PHASE,
+        ));
         let verified: f64 = roll().map(|p| p.host_delta("mcp_shadow_streams_verified_total")).sum();
-        gates.push(Gate::new("shadow streams verified by the host in the rollout phase", verified.to_string(), "> 0", verified > 0.0));
+        gates.push(Gate::new(
+            "shadow streams verified by the host in the rollout phase",
+            verified.to_string(),
+            "> 0",
+            verified > 0.0,
+        ));
     }
     if spec.host.is_some() {
-        let mismatches: f64 = phases.iter().map(|p| p.host_delta("mcp_shadow_mismatches_total")).sum();
-        gates.push(Gate::new("shadow ledger mismatches (host metrics)", mismatches.to_string(), "0", mismatches == 0.0));
+        let mismatches: f64 =
+            phases.iter().map(|p| p.host_delta("mcp_shadow_mismatches_total")).sum();
+        gates.push(Gate::new(
+            "shadow ledger mismatches (host metrics)",
+            mismatches.to_string(),
+            "0",
+            mismatches == 0.0,
+        ));
     }
-    gates.push(zero_gate("outcome-unknown answers in phases without a kill", sum(&|p| if p.kills == 0 { p.outcome_unknown } else { 0 })));
-    gates.push(rate_gate_if(spec, &[Scenario::OriginRewrite], "illegal Origin rejected", count("origin.rejected"), count("origin.rejected") + count("origin.accepted")));
-    gates.push(rate_gate_if(spec, &[Scenario::OldToken], "other principal's token rejected (sessions)", count("old_token.rejected"), count("old_token.rejected") + count("old_token.accepted")));
+    gates.push(zero_gate(
+        "outcome-unknown answers in phases without a kill",
+        sum(&|p| if p.kills == 0 { p.outcome_unknown } else { 0 }),
+    ));
+    gates.push(rate_gate_if(
+        spec,
+        &[Scenario::OriginRewrite],
+        "illegal Origin rejected",
+        count("origin.rejected"),
+        count("origin.rejected") + count("origin.accepted"),
+    ));
+    gates.push(rate_gate_if(
+        spec,
+        &[Scenario::OldToken],
+        "other principal's token rejected (sessions)",
+        count("old_token.rejected"),
+        count("old_token.rejected") + count("old_token.accepted"),
+    ));
     if spec.scenarios.contains(&Scenario::Modern) && spec.scenarios.contains(&Scenario::OldToken) {
-        let (served, not) = (count("old_token.served_as_other"), count("old_token.modern_not_served"));
-        gates.push(rate_gate("2026-07-28 request with another principal's token served as that principal", served, served + not));
+        let (served, not) =
+            (count("old_token.served_as_other"), count("old_token.modern_not_served"));
+        gates.push(rate_gate(
+            "2026-07-28 request with another principal's token served as that principal",
+            served,
+            served + not,
+        ));
     }
     if spec.scenarios.contains(&Scenario::Handles) {
-        gates.push(zero_gate("basket items lost (a client was told an item was added; it is missing)", sum(&|p| p.items_lost)));
+        gates.push(zero_gate(
+            "basket items lost (a client was told an item was added; it is missing)",
+            sum(&|p| p.items_lost),
+        ));
         gates.push(zero_gate("basket items applied twice", sum(&|p| p.items_doubled)));
         let server = ledger["baskets"]["double_checkouts"].as_u64();
         gates.push(Gate::new(
@@ -705,16 +909,43 @@ fn evaluate(spec: &GateSpec, phases: &[Phase], ledger: &Value) -> Vec<Gate> {
             sum(&|p| p.order_mismatches) == 0 && server == Some(0),
         ));
         let checkouts = sum(&|p| p.checkouts);
-        gates.push(Gate::new("baskets checked out in the handles phase", checkouts.to_string(), "> 0", checkouts > 0));
+        gates.push(Gate::new(
+            "baskets checked out in the handles phase",
+            checkouts.to_string(),
+            "> 0",
+            checkouts > 0,
+        ));
         let tasks = sum(&|p| p.tasks_done);
-        gates.push(Gate::new("tasks run to their result in the handles phase", tasks.to_string(), "> 0", tasks > 0));
+        gates.push(Gate::new(
+            "tasks run to their result in the handles phase",
+            tasks.to_string(),
+            "> 0",
+            tasks > 0,
+        ));
     }
     if spec.scenarios.contains(&Scenario::Modern) {
         let calls = sum(&|p| p.modern_calls);
-        gates.push(Gate::new("calls by 2026-07-28 clients answered with their own result", calls.to_string(), "> 0", calls > 0));
+        gates.push(Gate::new(
+            "calls by 2026-07-28 clients answered with their own result",
+            calls.to_string(),
+            "> 0",
+            calls > 0,
+        ));
     }
-    gates.push(rate_gate_if(spec, &[Scenario::ForeignCursor], "forged/foreign Last-Event-ID rejected", count("foreign_cursor.rejected"), count("foreign_cursor.rejected") + count("foreign_cursor.accepted")));
-    gates.push(rate_gate_if(spec, &[Scenario::MissingVersion], "missing version header served", count("missing_version.served"), count("missing_version.served") + count("missing_version.refused")));
+    gates.push(rate_gate_if(
+        spec,
+        &[Scenario::ForeignCursor],
+        "forged/foreign Last-Event-ID rejected",
+        count("foreign_cursor.rejected"),
+        count("foreign_cursor.rejected") + count("foreign_cursor.accepted"),
+    ));
+    gates.push(rate_gate_if(
+        spec,
+        &[Scenario::MissingVersion],
+        "missing version header served",
+        count("missing_version.served"),
+        count("missing_version.served") + count("missing_version.refused"),
+    ));
     let mut resume = histogram();
     for p in phases {
         resume.add(&p.resume_ms).expect("same bounds");
@@ -734,8 +965,17 @@ fn evaluate(spec: &GateSpec, phases: &[Phase], ledger: &Value) -> Vec<Gate> {
     ));
     let peak = phases.iter().map(|p| p.reconnect_peak_session).max().unwrap_or(0);
     let allowed = u64::from(BUDGET_BURST) + BUDGET_PER_SECOND as u64;
-    gates.push(Gate::new("reconnects per session in any 1 s", peak.to_string(), format!("<= {allowed} (budget)"), peak <= allowed));
-    gates.push(rate_gate("sessions ended on close (DELETEs not refused on purpose)", sum(&|p| p.sessions_closed), sum(&|p| p.sessions_closed + p.sessions_not_closed)));
+    gates.push(Gate::new(
+        "reconnects per session in any 1 s",
+        peak.to_string(),
+        format!("<= {allowed} (budget)"),
+        peak <= allowed,
+    ));
+    gates.push(rate_gate(
+        "sessions ended on close (DELETEs not refused on purpose)",
+        sum(&|p| p.sessions_closed),
+        sum(&|p| p.sessions_closed + p.sessions_not_closed),
+    ));
     gates
 }
 
@@ -745,7 +985,12 @@ async fn ledger_stats(spec: &GateSpec) -> Value {
 
 /// The `structuredContent` of a stats tool of the server.
 async fn stats_of(spec: &GateSpec, tool: &str) -> Value {
-    let Ok(c) = McpClient::connect(client_config(spec, &spec.url, Era::Legacy), MemoryJournal::new(64)).await else { return Value::Null };
+    let Ok(c) =
+        McpClient::connect(client_config(spec, &spec.url, Era::Legacy), MemoryJournal::new(64))
+            .await
+    else {
+        return Value::Null;
+    };
     let v = c.request("tools/call", Some(json!({"name": tool, "arguments": {}})), true).await;
     let _ = c.close().await;
     v.map(|r| r["structuredContent"].clone()).unwrap_or(Value::Null)
@@ -756,7 +1001,8 @@ async fn stats_of(spec: &GateSpec, tool: &str) -> Value {
 /// mixed rate, and its clients speak 2026-07-28), and, with more than one scenario, a mixed
 /// phase with every scenario at the mixed rate (alternating eras when `modern` is selected).
 fn plan(spec: &GateSpec) -> Vec<(String, BTreeMap<Scenario, f64>, Eras)> {
-    let mut plan: Vec<(String, BTreeMap<Scenario, f64>, Eras)> = vec![("baseline".into(), BTreeMap::new(), Eras::Legacy)];
+    let mut plan: Vec<(String, BTreeMap<Scenario, f64>, Eras)> =
+        vec![("baseline".into(), BTreeMap::new(), Eras::Legacy)];
     let modern = spec.scenarios.contains(&Scenario::Modern);
     for s in &spec.scenarios {
         let mut rates = BTreeMap::from([(*s, spec.rate)]);
@@ -775,7 +1021,12 @@ fn plan(spec: &GateSpec) -> Vec<(String, BTreeMap<Scenario, f64>, Eras)> {
         if *s == Scenario::Modern {
             // Every selected fault that reaches a stateless request, at the mixed rate (several
             // at once), and at least cuts: re-issues are what this era's clients recover by.
-            rates.extend(MODERN_FAULTS.iter().filter(|f| spec.scenarios.contains(f)).map(|f| (*f, spec.mixed_rate)));
+            rates.extend(
+                MODERN_FAULTS
+                    .iter()
+                    .filter(|f| spec.scenarios.contains(f))
+                    .map(|f| (*f, spec.mixed_rate)),
+            );
             rates.entry(Scenario::Cut).or_insert(spec.mixed_rate);
             eras = Eras::Modern;
         }
@@ -783,7 +1034,11 @@ fn plan(spec: &GateSpec) -> Vec<(String, BTreeMap<Scenario, f64>, Eras)> {
     }
     if spec.scenarios.len() > 1 {
         let eras = if modern { Eras::Alternate } else { Eras::Legacy };
-        plan.push(("mixed".into(), spec.scenarios.iter().map(|s| (*s, spec.mixed_rate)).collect(), eras));
+        plan.push((
+            "mixed".into(),
+            spec.scenarios.iter().map(|s| (*s, spec.mixed_rate)).collect(),
+            eras,
+        ));
     }
     plan
 }
@@ -797,7 +1052,10 @@ pub(crate) async fn run(spec: GateSpec) -> Result<(Value, bool), String> {
     for (i, (name, rates, eras)) in plan.into_iter().enumerate() {
         let p = run_phase(&spec, i, &name, rates, eras).await?;
         if !spec.progress {
-            eprintln!("phase {name}: {} events, {} calls ok in {:.1} s", p.events, p.calls_ok, p.seconds);
+            eprintln!(
+                "phase {name}: {} events, {} calls ok in {:.1} s",
+                p.events, p.calls_ok, p.seconds
+            );
         }
         phases.push(p);
     }
@@ -832,7 +1090,10 @@ pub(crate) async fn run(spec: GateSpec) -> Result<(Value, bool), String> {
 /// The report as terminal tables.
 pub(crate) fn render(r: &Value) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "| phase | events | sessions | streams | calls ok | calls/s | p50 µs | p99 µs | resumes | resume p50/p99/max ms | same, without waits | lost | cross | dup |");
+    let _ = writeln!(
+        out,
+        "| phase | events | sessions | streams | calls ok | calls/s | p50 µs | p99 µs | resumes | resume p50/p99/max ms | same, without waits | lost | cross | dup |"
+    );
     let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|");
     for p in r["phases"].as_array().into_iter().flatten() {
         let _ = writeln!(
@@ -862,11 +1123,18 @@ pub(crate) fn render(r: &Value) -> String {
     let _ = writeln!(out, "| gate | value | threshold | result |");
     let _ = writeln!(out, "|---|---|---|---|");
     for g in r["gates"].as_array().into_iter().flatten() {
-        let _ = writeln!(out, "| {} | {} | {} | {} |", g["gate"].as_str().unwrap_or_default(), g["value"].as_str().unwrap_or_default(), g["threshold"].as_str().unwrap_or_default(), match (g["skipped"] == true, g["pass"] == true) {
-            (true, _) => "skipped",
-            (false, true) => "pass",
-            (false, false) => "FAIL",
-        });
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} |",
+            g["gate"].as_str().unwrap_or_default(),
+            g["value"].as_str().unwrap_or_default(),
+            g["threshold"].as_str().unwrap_or_default(),
+            match (g["skipped"] == true, g["pass"] == true) {
+                (true, _) => "skipped",
+                (false, true) => "pass",
+                (false, false) => "FAIL",
+            }
+        );
     }
     let _ = writeln!(
         out,
@@ -885,7 +1153,12 @@ pub(crate) fn render(r: &Value) -> String {
     );
     for p in r["phases"].as_array().into_iter().flatten() {
         for e in p["error_samples"].as_array().into_iter().flatten() {
-            let _ = writeln!(out, "  {}: {}", p["name"].as_str().unwrap_or_default(), e.as_str().unwrap_or_default());
+            let _ = writeln!(
+                out,
+                "  {}: {}",
+                p["name"].as_str().unwrap_or_default(),
+                e.as_str().unwrap_or_default()
+            );
         }
     }
     out
@@ -895,23 +1168,43 @@ pub(crate) fn render(r: &Value) -> String {
 pub(crate) fn svg(r: &Value) -> String {
     const W: f64 = 900.0;
     const H: f64 = 300.0;
-    const COLORS: [&str; 7] = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2"];
+    const COLORS: [&str; 7] =
+        ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2"];
     let panels = [("Call latency (µs)", "latency_us"), ("Resume latency (ms)", "resume_ms")];
-    let mut out = format!("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{}\" font-family=\"sans-serif\" font-size=\"11\">\n", H * 2.0 + 40.0);
-    let phases: Vec<&Value> = r["phases"].as_array().map(|a| a.iter().collect()).unwrap_or_default();
+    let mut out = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{}\" font-family=\"sans-serif\" font-size=\"11\">\n",
+        H * 2.0 + 40.0
+    );
+    let phases: Vec<&Value> =
+        r["phases"].as_array().map(|a| a.iter().collect()).unwrap_or_default();
     for (pi, (title, key)) in panels.iter().enumerate() {
         let top = pi as f64 * (H + 20.0) + 20.0;
-        let _ = writeln!(out, "<text x=\"60\" y=\"{}\" font-size=\"13\">{title}: p50, p90, p99, max per phase (log scale)</text>", top - 5.0);
-        let max = phases.iter().filter_map(|p| p[key]["max"].as_u64()).max().unwrap_or(1).max(10) as f64;
+        let _ = writeln!(
+            out,
+            "<text x=\"60\" y=\"{}\" font-size=\"13\">{title}: p50, p90, p99, max per phase (log scale)</text>",
+            top - 5.0
+        );
+        let max =
+            phases.iter().filter_map(|p| p[key]["max"].as_u64()).max().unwrap_or(1).max(10) as f64;
         let y = |v: f64| top + H - 20.0 - (v.max(1.0).log10() / max.log10()) * (H - 40.0);
         let stats = ["p50", "p90", "p99", "max"];
         let x = |i: usize| 80.0 + i as f64 * (W - 260.0) / (stats.len() - 1) as f64;
         for (i, s) in stats.iter().enumerate() {
-            let _ = writeln!(out, "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{s}</text>", x(i), top + H - 5.0);
+            let _ = writeln!(
+                out,
+                "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{s}</text>",
+                x(i),
+                top + H - 5.0
+            );
         }
         for d in 0..=(max.log10().ceil() as u32) {
             let v = 10f64.powi(d as i32);
-            let _ = writeln!(out, "<line x1=\"70\" x2=\"{}\" y1=\"{1}\" y2=\"{1}\" stroke=\"#ddd\"/><text x=\"65\" y=\"{1}\" text-anchor=\"end\">{v}</text>", W - 170.0, y(v));
+            let _ = writeln!(
+                out,
+                "<line x1=\"70\" x2=\"{}\" y1=\"{1}\" y2=\"{1}\" stroke=\"#ddd\"/><text x=\"65\" y=\"{1}\" text-anchor=\"end\">{v}</text>",
+                W - 170.0,
+                y(v)
+            );
         }
         for (n, p) in phases.iter().enumerate() {
             if p[key]["count"].as_u64().unwrap_or(0) == 0 {
@@ -919,9 +1212,23 @@ pub(crate) fn svg(r: &Value) -> String {
             }
             let color = COLORS[n % COLORS.len()];
             let dash = if n >= COLORS.len() { " stroke-dasharray=\"5,3\"" } else { "" };
-            let points: Vec<String> = stats.iter().enumerate().map(|(i, s)| format!("{:.1},{:.1}", x(i), y(p[key][*s].as_f64().unwrap_or(1.0)))).collect();
-            let _ = writeln!(out, "<polyline fill=\"none\" stroke=\"{color}\"{dash} stroke-width=\"1.5\" points=\"{}\"/>", points.join(" "));
-            let _ = writeln!(out, "<text x=\"{}\" y=\"{}\" fill=\"{color}\">{}</text>", W - 160.0, top + 12.0 * n as f64 + 10.0, p["name"].as_str().unwrap_or_default());
+            let points: Vec<String> = stats
+                .iter()
+                .enumerate()
+                .map(|(i, s)| format!("{:.1},{:.1}", x(i), y(p[key][*s].as_f64().unwrap_or(1.0))))
+                .collect();
+            let _ = writeln!(
+                out,
+                "<polyline fill=\"none\" stroke=\"{color}\"{dash} stroke-width=\"1.5\" points=\"{}\"/>",
+                points.join(" ")
+            );
+            let _ = writeln!(
+                out,
+                "<text x=\"{}\" y=\"{}\" fill=\"{color}\">{}</text>",
+                W - 160.0,
+                top + 12.0 * n as f64 + 10.0,
+                p["name"].as_str().unwrap_or_default()
+            );
         }
     }
     out.push_str("</svg>\n");
@@ -978,13 +1285,29 @@ mod tests {
             (p.kills, p.outcome_unknown, p.not_found) = (kills, unknown, not_found);
             p
         };
-        assert!(failing(&evaluate(&s, &[crash(3, 2, 0)], &ledger)).is_empty(), "outcome unknown after a kill is honest");
-        assert_eq!(failing(&evaluate(&s, &[crash(0, 0, 0)], &ledger)), vec!["scenario crash fired", "kills in the crash phase"]);
-        assert_eq!(failing(&evaluate(&s, &[crash(2, 0, 0)], &ledger)), vec!["kills in the crash phase"], "fewer kills than the phase promises");
-        assert_eq!(failing(&evaluate(&s, &[crash(3, 0, 1)], &ledger)), vec!["404s in the crash phase (sessions survive a kill)"]);
+        assert!(
+            failing(&evaluate(&s, &[crash(3, 2, 0)], &ledger)).is_empty(),
+            "outcome unknown after a kill is honest"
+        );
+        assert_eq!(
+            failing(&evaluate(&s, &[crash(0, 0, 0)], &ledger)),
+            vec!["scenario crash fired", "kills in the crash phase"]
+        );
+        assert_eq!(
+            failing(&evaluate(&s, &[crash(2, 0, 0)], &ledger)),
+            vec!["kills in the crash phase"],
+            "fewer kills than the phase promises"
+        );
+        assert_eq!(
+            failing(&evaluate(&s, &[crash(3, 0, 1)], &ledger)),
+            vec!["404s in the crash phase (sessions survive a kill)"]
+        );
         let mut baseline = clean_phase("baseline");
         baseline.outcome_unknown = 1;
-        assert_eq!(failing(&evaluate(&s, &[baseline, crash(3, 0, 0)], &ledger)), vec!["outcome-unknown answers in phases without a kill"]);
+        assert_eq!(
+            failing(&evaluate(&s, &[baseline, crash(3, 0, 0)], &ledger)),
+            vec!["outcome-unknown answers in phases without a kill"]
+        );
     }
 
     #[test]
@@ -999,31 +1322,62 @@ mod tests {
         let mut p = clean_phase("cut");
         p.lost = 1;
         assert_eq!(failing(&evaluate(&s, &[p], &ledger)), vec!["lost responses"]);
-        assert_eq!(failing(&evaluate(&s, &[clean_phase("cut")], &json!({"duplicates": 1}))), vec!["duplicate dispatches (client + server ledger)"]);
-        assert_eq!(failing(&evaluate(&s, &[clean_phase("cut")], &Value::Null)), vec!["duplicate dispatches (client + server ledger)"], "no ledger figure is not a pass");
+        assert_eq!(
+            failing(&evaluate(&s, &[clean_phase("cut")], &json!({"duplicates": 1}))),
+            vec!["duplicate dispatches (client + server ledger)"]
+        );
+        assert_eq!(
+            failing(&evaluate(&s, &[clean_phase("cut")], &Value::Null)),
+            vec!["duplicate dispatches (client + server ledger)"],
+            "no ledger figure is not a pass"
+        );
         let mut p = clean_phase("cut");
         let _ = p.resume_ms.record_n(6_000, 10);
-        assert_eq!(failing(&evaluate(&s, &[p], &ledger)), vec!["resume latency p99 (with retry wait)"]);
+        assert_eq!(
+            failing(&evaluate(&s, &[p], &ledger)),
+            vec!["resume latency p99 (with retry wait)"]
+        );
         let mut p = clean_phase("cut");
         p.proxy.clear();
-        assert_eq!(failing(&evaluate(&s, &[p], &ledger)), vec!["scenario cut fired"], "a scenario that never fired is not a pass");
+        assert_eq!(
+            failing(&evaluate(&s, &[p], &ledger)),
+            vec!["scenario cut fired"],
+            "a scenario that never fired is not a pass"
+        );
     }
 
     #[test]
-    fn the_modern_phase_runs_2026_clients_with_the_faults_that_reach_them_and_mixed_alternates_eras() {
-        let phases = plan(&spec(vec![Scenario::CrossedIds, Scenario::Storm, Scenario::OldToken, Scenario::Modern]));
+    fn the_modern_phase_runs_2026_clients_with_the_faults_that_reach_them_and_mixed_alternates_eras()
+     {
+        let phases = plan(&spec(vec![
+            Scenario::CrossedIds,
+            Scenario::Storm,
+            Scenario::OldToken,
+            Scenario::Modern,
+        ]));
         let names: Vec<&str> = phases.iter().map(|(n, _, _)| n.as_str()).collect();
         assert_eq!(names, ["baseline", "crossed-ids", "storm", "old-token", "modern", "mixed"]);
         let (_, rates, eras) = &phases[4];
         assert_eq!(*eras, Eras::Modern);
         let faults: Vec<Scenario> = rates.keys().copied().collect();
-        assert_eq!(faults, [Scenario::Cut, Scenario::OldToken, Scenario::Storm, Scenario::Modern], "not crossed-ids: a stateless stream has no ids to check");
+        assert_eq!(
+            faults,
+            [Scenario::Cut, Scenario::OldToken, Scenario::Storm, Scenario::Modern],
+            "not crossed-ids: a stateless stream has no ids to check"
+        );
         assert_eq!(phases[5].2, Eras::Alternate);
         assert_eq!((Eras::Alternate.of(0), Eras::Alternate.of(1)), (Era::Legacy, Era::Modern));
         assert!(phases[..4].iter().all(|(_, _, e)| *e == Eras::Legacy));
         let legacy_only = plan(&spec(vec![Scenario::Cut, Scenario::Storm]));
-        assert!(legacy_only.iter().all(|(_, _, e)| *e == Eras::Legacy), "without `modern` every client keeps a session");
-        assert!(Eras::parse("modern").is_ok() && Eras::parse("mixed").is_ok() && Eras::parse("new").is_err());
+        assert!(
+            legacy_only.iter().all(|(_, _, e)| *e == Eras::Legacy),
+            "without `modern` every client keeps a session"
+        );
+        assert!(
+            Eras::parse("modern").is_ok()
+                && Eras::parse("mixed").is_ok()
+                && Eras::parse("new").is_err()
+        );
     }
 
     #[test]
@@ -1031,29 +1385,50 @@ mod tests {
         let with_crash = plan(&spec(vec![Scenario::Crash, Scenario::Handles]));
         let (_, rates, eras) = with_crash.iter().find(|(n, _, _)| n == "handles").unwrap();
         assert_eq!(*eras, Eras::Alternate);
-        assert_eq!(rates.keys().copied().collect::<Vec<_>>(), [Scenario::Cut, Scenario::Crash, Scenario::Handles]);
+        assert_eq!(
+            rates.keys().copied().collect::<Vec<_>>(),
+            [Scenario::Cut, Scenario::Crash, Scenario::Handles]
+        );
         let alone = plan(&spec(vec![Scenario::Handles]));
-        assert_eq!(alone[1].1.keys().copied().collect::<Vec<_>>(), [Scenario::Cut, Scenario::Handles], "no kills unless crash is selected");
+        assert_eq!(
+            alone[1].1.keys().copied().collect::<Vec<_>>(),
+            [Scenario::Cut, Scenario::Handles],
+            "no kills unless crash is selected"
+        );
         // A handles phase with a lost item or a double checkout fails its gates.
         let s = spec(vec![Scenario::Handles]);
         let mut p = clean_phase("handles");
         (p.baskets, p.checkouts, p.tasks_done) = (3, 3, 1);
         let ok = json!({"duplicates": 0, "baskets": {"double_checkouts": 0}});
-        assert!(failing(&evaluate(&s, &[p], &ok)).iter().all(|g| !g.contains("basket") && !g.contains("checkout")));
+        assert!(
+            failing(&evaluate(&s, &[p], &ok))
+                .iter()
+                .all(|g| !g.contains("basket") && !g.contains("checkout"))
+        );
         let mut lost = clean_phase("handles");
         (lost.baskets, lost.checkouts, lost.tasks_done, lost.items_lost) = (3, 3, 1, 1);
-        assert!(failing(&evaluate(&s, &[lost], &ok)).contains(&"basket items lost (a client was told an item was added; it is missing)"));
+        assert!(
+            failing(&evaluate(&s, &[lost], &ok)).contains(
+                &"basket items lost (a client was told an item was added; it is missing)"
+            )
+        );
         let mut fine = clean_phase("handles");
         (fine.baskets, fine.checkouts, fine.tasks_done) = (3, 3, 1);
         let double = json!({"duplicates": 0, "baskets": {"double_checkouts": 1}});
-        assert!(failing(&evaluate(&s, &[fine], &double)).iter().any(|g| g.starts_with("double checkouts")));
+        assert!(
+            failing(&evaluate(&s, &[fine], &double))
+                .iter()
+                .any(|g| g.starts_with("double checkouts"))
+        );
     }
 
     #[test]
     fn rejection_rates_apply_only_to_selected_scenarios() {
         let ledger = json!({"duplicates": 0});
         let gates = evaluate(&spec(vec![Scenario::Cut]), &[clean_phase("cut")], &ledger);
-        assert!(gates.iter().find(|g| g.name == "illegal Origin rejected").is_some_and(|g| g.skipped));
+        assert!(
+            gates.iter().find(|g| g.name == "illegal Origin rejected").is_some_and(|g| g.skipped)
+        );
         let mut p = clean_phase("origin-rewrite");
         p.proxy.insert("origin.rejected", 9);
         p.proxy.insert("origin.accepted", 1);
@@ -1071,7 +1446,10 @@ mod tests {
             "gates": gates.iter().map(|g| json!({"gate": g.name, "value": g.value, "threshold": g.threshold, "pass": g.pass, "skipped": g.skipped})).collect::<Vec<_>>(),
         });
         let table = render(&report);
-        assert!(table.contains("| cut | 10 |") && table.contains("| lost responses | 0 | 0 | pass |"), "{table}");
+        assert!(
+            table.contains("| cut | 10 |") && table.contains("| lost responses | 0 | 0 | pass |"),
+            "{table}"
+        );
         let svg = svg(&report);
         assert_eq!(svg.matches("<polyline").count(), 2 * 2, "two panels, two phases with samples");
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));

@@ -39,7 +39,10 @@ impl Conn {
     ///
     /// # Errors
     /// Read errors, and a close in the middle of a head.
-    pub(crate) async fn send_watching(&mut self, request: &[u8]) -> IoResult<(Option<Vec<u8>>, bool)> {
+    pub(crate) async fn send_watching(
+        &mut self,
+        request: &[u8],
+    ) -> IoResult<(Option<Vec<u8>>, bool)> {
         let Conn { s, buf } = self;
         let (mut rd, mut wr) = s.split();
         let mut written = 0;
@@ -109,7 +112,8 @@ impl Conn {
     /// The next chunk of a chunked body; `None` after the last chunk (and trailers).
     pub(crate) async fn read_chunk(&mut self) -> IoResult<Option<Vec<u8>>> {
         let line = self.read_line().await?;
-        let size = parse_chunk_size(&line).ok_or_else(|| std::io::Error::other("bad chunk size"))?;
+        let size =
+            parse_chunk_size(&line).ok_or_else(|| std::io::Error::other("bad chunk size"))?;
         if size == 0 {
             while !self.read_line().await?.is_empty() {}
             return Ok(None);
@@ -159,10 +163,16 @@ pub(crate) fn parse_response_head(head: &[u8]) -> Option<ResponseHead> {
     if !r.parse(head).ok()?.is_complete() {
         return None;
     }
-    let get = |name: &str| r.headers.iter().find(|h| h.name.eq_ignore_ascii_case(name)).and_then(|h| std::str::from_utf8(h.value).ok());
+    let get = |name: &str| {
+        r.headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .and_then(|h| std::str::from_utf8(h.value).ok())
+    };
     Some(ResponseHead {
         status: r.code?,
-        chunked: get("transfer-encoding").is_some_and(|v| v.to_ascii_lowercase().contains("chunked")),
+        chunked: get("transfer-encoding")
+            .is_some_and(|v| v.to_ascii_lowercase().contains("chunked")),
         length: get("content-length").and_then(|v| v.trim().parse().ok()),
         sse: get("content-type").is_some_and(|v| v.starts_with("text/event-stream")),
         close: get("connection").is_some_and(|v| v.eq_ignore_ascii_case("close")),
@@ -187,10 +197,16 @@ mod tests {
     fn response_heads_report_framing() {
         let r = parse_response_head(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n").unwrap();
         assert!(r.sse && r.chunked && r.length.is_none() && r.status == 200);
-        let j = parse_response_head(b"HTTP/1.1 404 Not Found\r\ncontent-length: 12\r\nconnection: close\r\n\r\n").unwrap();
+        let j = parse_response_head(
+            b"HTTP/1.1 404 Not Found\r\ncontent-length: 12\r\nconnection: close\r\n\r\n",
+        )
+        .unwrap();
         assert!(!j.sse && !j.chunked && j.length == Some(12) && j.close && j.status == 404);
         assert_eq!(r.session_id, None);
-        let s = parse_response_head(b"HTTP/1.1 200 OK\r\nMcp-Session-Id: 1.abc \r\ncontent-length: 0\r\n\r\n").unwrap();
+        let s = parse_response_head(
+            b"HTTP/1.1 200 OK\r\nMcp-Session-Id: 1.abc \r\ncontent-length: 0\r\n\r\n",
+        )
+        .unwrap();
         assert_eq!(s.session_id.as_deref(), Some("1.abc"));
     }
 }

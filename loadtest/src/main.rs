@@ -242,7 +242,12 @@ enum Command {
 }
 
 /// Start the host for a soak, run it, print and write the report.
-fn soak_command(bin: &str, spec: soak::SoakSpec, json_out: Option<String>, svg_out: Option<String>) -> ExitCode {
+fn soak_command(
+    bin: &str,
+    spec: soak::SoakSpec,
+    json_out: Option<String>,
+    svg_out: Option<String>,
+) -> ExitCode {
     // The host's ledger and config, removed with the directory after the host is stopped.
     let dir = mcp_devtools::TempDir::new("load-soak");
     let config = dir.path().join("soak.toml");
@@ -253,9 +258,17 @@ fn soak_command(bin: &str, spec: soak::SoakSpec, json_out: Option<String>, svg_o
     let args = spec.host_args(&config);
     // Where the host keeps its ledger (the directory's, as `SpawnedHost` starts it).
     let ledger = dir.path().join("mcp-host.db");
-    let outcome = match run::SpawnedHost::start(bin, dir, &args.iter().map(String::as_str).collect::<Vec<_>>()) {
+    let outcome = match run::SpawnedHost::start(
+        bin,
+        dir,
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+    ) {
         Ok(mut host) => {
-            let r = actix_rt::System::new().block_on(soak::run(&spec, &mut host.process, Some(&ledger)));
+            let r = actix_rt::System::new().block_on(soak::run(
+                &spec,
+                &mut host.process,
+                Some(&ledger),
+            ));
             drop(host);
             r
         }
@@ -306,12 +319,19 @@ fn gate_command(args: GateArgs, mut spec: gate::GateSpec) -> ExitCode {
             let path = dir.path().join("gate.toml");
             // A drain's 503 says come back in 1 s: with restarts every 2-4 s and a 10 s idle
             // TTL, the default 5 s would let a client's session idle out between two drains.
-            let toml = format!("[security.bearer_tokens]\n\"{}\" = \"alice\"\n\"{}\" = \"bob\"\n[shutdown]\nretry_after_secs = 1\n", GATE_TOKENS[0], GATE_TOKENS[1]);
+            let toml = format!(
+                "[security.bearer_tokens]\n\"{}\" = \"alice\"\n\"{}\" = \"bob\"\n[shutdown]\nretry_after_secs = 1\n",
+                GATE_TOKENS[0], GATE_TOKENS[1]
+            );
             if let Err(e) = std::fs::write(&path, toml) {
                 eprintln!("mcp-load: cannot write {}: {e}", path.display());
                 return ExitCode::from(2);
             }
-            match run::spawn_host(bin, dir, &["--config", &path.to_string_lossy(), "--session-ttl-secs", "10"]) {
+            match run::spawn_host(
+                bin,
+                dir,
+                &["--config", &path.to_string_lossy(), "--session-ttl-secs", "10"],
+            ) {
                 Ok(h) => {
                     spec.token = Some(GATE_TOKENS[0].into());
                     spec.other_token = Some(GATE_TOKENS[1].into());
@@ -329,12 +349,19 @@ fn gate_command(args: GateArgs, mut spec: gate::GateSpec) -> ExitCode {
     // Shared with the crash scenario, which restarts it (same URL); dropped last, below.
     let host = host.map(|h| std::sync::Arc::new(parking_lot::Mutex::new(h)));
     spec.host.clone_from(&host);
-    if let Some(s) = spec.scenarios.iter().find(|s| s.needs_spawned_host()).filter(|_| host.is_none()) {
-        eprintln!("mcp-load: scenario {} needs --spawn-host (the gate restarts the host or drives its admin API); leave it out with --scenarios", s.name());
+    if let Some(s) =
+        spec.scenarios.iter().find(|s| s.needs_spawned_host()).filter(|_| host.is_none())
+    {
+        eprintln!(
+            "mcp-load: scenario {} needs --spawn-host (the gate restarts the host or drives its admin API); leave it out with --scenarios",
+            s.name()
+        );
         return ExitCode::from(2);
     }
     if spec.scenarios.contains(&proxy::Scenario::OldToken) && spec.other_token.is_none() {
-        eprintln!("mcp-load: scenario old-token needs --other-token (or --spawn-host); leave it out with --scenarios");
+        eprintln!(
+            "mcp-load: scenario old-token needs --other-token (or --spawn-host); leave it out with --scenarios"
+        );
         return ExitCode::from(2);
     }
     let outcome = actix_rt::System::new().block_on(gate::run(spec));
@@ -361,14 +388,26 @@ fn gate_command(args: GateArgs, mut spec: gate::GateSpec) -> ExitCode {
     }
 }
 
-async fn probe(url: &str, tool: &str, args: Value, expect_text: Option<&str>, expect_resume: bool) -> Result<Value, String> {
-    let client = McpClient::connect(ClientConfig::new(url), MemoryJournal::new(4096)).await.map_err(|e| format!("connect: {e}"))?;
-    let tools = client.request("tools/list", None, true).await.map_err(|e| format!("tools/list: {e}"))?;
+async fn probe(
+    url: &str,
+    tool: &str,
+    args: Value,
+    expect_text: Option<&str>,
+    expect_resume: bool,
+) -> Result<Value, String> {
+    let client = McpClient::connect(ClientConfig::new(url), MemoryJournal::new(4096))
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let tools =
+        client.request("tools/list", None, true).await.map_err(|e| format!("tools/list: {e}"))?;
     let listed = tools["tools"].as_array().is_some_and(|ts| ts.iter().any(|t| t["name"] == tool));
     if !listed {
         return Err(format!("tool {tool:?} is not listed"));
     }
-    let result = client.request("tools/call", Some(json!({"name": tool, "arguments": args})), false).await.map_err(|e| format!("tools/call: {e}"))?;
+    let result = client
+        .request("tools/call", Some(json!({"name": tool, "arguments": args})), false)
+        .await
+        .map_err(|e| format!("tools/call: {e}"))?;
     let text = result["content"][0]["text"].as_str().unwrap_or_default().to_owned();
     if let Some(want) = expect_text.filter(|w| *w != text) {
         return Err(format!("expected text {want:?}, got {text:?}"));
@@ -379,11 +418,22 @@ async fn probe(url: &str, tool: &str, args: Value, expect_text: Option<&str>, ex
     }
     let notifications = client.take_notifications().len();
     let deleted = client.close().await.map_err(|e| format!("DELETE: {e}"))?;
-    Ok(json!({"text": text, "resumes": stats.resumes, "handshakes": stats.handshakes, "notifications": notifications, "closed": format!("{deleted:?}")}))
+    Ok(
+        json!({"text": text, "resumes": stats.resumes, "handshakes": stats.handshakes, "notifications": notifications, "closed": format!("{deleted:?}")}),
+    )
 }
 
-fn run_command(url: Option<String>, spawn_host: Option<String>, spec: run::RunSpec, json_out: Option<String>, fail_on_error: bool) -> ExitCode {
-    let host = match spawn_host.as_deref().map(|b| run::spawn_host(b, mcp_devtools::TempDir::new("load-run"), &[])) {
+fn run_command(
+    url: Option<String>,
+    spawn_host: Option<String>,
+    spec: run::RunSpec,
+    json_out: Option<String>,
+    fail_on_error: bool,
+) -> ExitCode {
+    let host = match spawn_host
+        .as_deref()
+        .map(|b| run::spawn_host(b, mcp_devtools::TempDir::new("load-run"), &[]))
+    {
         Some(Ok(h)) => Some(h),
         Some(Err(e)) => {
             eprintln!("mcp-load: {e}");
@@ -395,13 +445,20 @@ fn run_command(url: Option<String>, spawn_host: Option<String>, spec: run::RunSp
     match actix_rt::System::new().block_on(run::run(run::RunSpec { url, ..spec })) {
         Ok(report) => {
             run::print_table(&report);
-            let written = json_out.map(|p| std::fs::write(&p, serde_json::to_vec_pretty(&report).unwrap_or_default()).map_err(|e| format!("cannot write {p}: {e}")));
+            let written = json_out.map(|p| {
+                std::fs::write(&p, serde_json::to_vec_pretty(&report).unwrap_or_default())
+                    .map_err(|e| format!("cannot write {p}: {e}"))
+            });
             if let Some(Err(e)) = written {
                 eprintln!("mcp-load: {e}");
                 return ExitCode::from(2);
             }
             let failed = report["calls_failed"].as_u64().unwrap_or(0);
-            if report["calls_ok"].as_u64() == Some(0) || (fail_on_error && failed > 0) { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+            if report["calls_ok"].as_u64() == Some(0) || (fail_on_error && failed > 0) {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            }
         }
         Err(e) => {
             eprintln!("mcp-load: {e}");
@@ -411,7 +468,9 @@ fn run_command(url: Option<String>, spawn_host: Option<String>, spec: run::RunSp
 }
 
 /// Parse `scenario=rate` entries.
-fn parse_faults(specs: &[String]) -> Result<std::collections::BTreeMap<proxy::Scenario, f64>, String> {
+fn parse_faults(
+    specs: &[String],
+) -> Result<std::collections::BTreeMap<proxy::Scenario, f64>, String> {
     specs
         .iter()
         .map(|s| {
@@ -429,7 +488,21 @@ fn parse_faults(specs: &[String]) -> Result<std::collections::BTreeMap<proxy::Sc
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Run { url, spawn_host, clients, seconds, rate, calls, json_out, no_progress, fail_on_error, cut_rate, faults, seed, era } => {
+        Command::Run {
+            url,
+            spawn_host,
+            clients,
+            seconds,
+            rate,
+            calls,
+            json_out,
+            no_progress,
+            fail_on_error,
+            cut_rate,
+            faults,
+            seed,
+            era,
+        } => {
             let eras = match run::Eras::parse(&era) {
                 Ok(e) => e,
                 Err(e) => {
@@ -460,13 +533,28 @@ fn main() -> ExitCode {
             }
             let faults = match parse_faults(&specs) {
                 Ok(rates) if rates.is_empty() => None,
-                Ok(rates) => Some(proxy::FaultPlan { rates, seed, other_token: None, limit: None, token_rewrite_modern_tools: Vec::new() }),
+                Ok(rates) => Some(proxy::FaultPlan {
+                    rates,
+                    seed,
+                    other_token: None,
+                    limit: None,
+                    token_rewrite_modern_tools: Vec::new(),
+                }),
                 Err(e) => {
                     eprintln!("mcp-load: {e}");
                     return ExitCode::from(2);
                 }
             };
-            let spec = run::RunSpec { url: String::new(), clients: clients as usize, duration: Duration::from_secs(seconds), rate, mix, progress: !no_progress, faults, eras };
+            let spec = run::RunSpec {
+                url: String::new(),
+                clients: clients as usize,
+                duration: Duration::from_secs(seconds),
+                rate,
+                mix,
+                progress: !no_progress,
+                faults,
+                eras,
+            };
             run_command(url, spawn_host, spec, json_out, fail_on_error)
         }
         Command::Gate {
@@ -490,7 +578,13 @@ fn main() -> ExitCode {
             let scenarios: Result<Vec<proxy::Scenario>, String> = if scenarios == "all" {
                 Ok(proxy::Scenario::ALL.to_vec())
             } else {
-                scenarios.split(',').map(|s| proxy::Scenario::parse(s.trim()).ok_or_else(|| format!("unknown scenario {s:?}"))).collect()
+                scenarios
+                    .split(',')
+                    .map(|s| {
+                        proxy::Scenario::parse(s.trim())
+                            .ok_or_else(|| format!("unknown scenario {s:?}"))
+                    })
+                    .collect()
             };
             let scenarios = match scenarios {
                 Ok(s) => s,
@@ -499,7 +593,10 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            if !(0.0..=1.0).contains(&rate) || !(0.0..=1.0).contains(&mixed_rate) || calls_per_session == 0 {
+            if !(0.0..=1.0).contains(&rate)
+                || !(0.0..=1.0).contains(&mixed_rate)
+                || calls_per_session == 0
+            {
                 eprintln!("mcp-load: rates must be between 0 and 1, --calls-per-session above 0");
                 return ExitCode::from(2);
             }
@@ -547,7 +644,13 @@ fn main() -> ExitCode {
             let kinds: Result<Vec<soak::Kind>, String> = if kinds == "all" {
                 Ok(soak::Kind::ALL.to_vec())
             } else {
-                kinds.split(',').map(|k| soak::Kind::parse(k.trim()).ok_or_else(|| format!("unknown traffic kind {k:?}"))).collect()
+                kinds
+                    .split(',')
+                    .map(|k| {
+                        soak::Kind::parse(k.trim())
+                            .ok_or_else(|| format!("unknown traffic kind {k:?}"))
+                    })
+                    .collect()
             };
             let kinds = match kinds {
                 Ok(k) if !k.is_empty() => k,
@@ -586,7 +689,13 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            match actix_rt::System::new().block_on(probe(&url, &tool, args, expect_text.as_deref(), expect_resume)) {
+            match actix_rt::System::new().block_on(probe(
+                &url,
+                &tool,
+                args,
+                expect_text.as_deref(),
+                expect_resume,
+            )) {
                 Ok(summary) => {
                     println!("probe ok: {summary}");
                     ExitCode::SUCCESS

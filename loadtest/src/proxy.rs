@@ -192,7 +192,9 @@ impl Proxy {
 
     /// `session` may not resume sooner than `ms` from now (checked on its next resume).
     fn resume_not_before(&self, session: &str, ms: u64) {
-        self.not_before.borrow_mut().insert(session.to_owned(), Instant::now() + std::time::Duration::from_millis(ms));
+        self.not_before
+            .borrow_mut()
+            .insert(session.to_owned(), Instant::now() + std::time::Duration::from_millis(ms));
     }
 
     fn roll(&self, s: Scenario) -> bool {
@@ -260,7 +262,10 @@ impl Proxy {
         if n == 0 {
             return None;
         }
-        (0..8).map(|_| &recent[self.below(n) as usize]).find(|(s, _)| s != session).map(|(_, e)| Rc::clone(e))
+        (0..8)
+            .map(|_| &recent[self.below(n) as usize])
+            .find(|(s, _)| s != session)
+            .map(|(_, e)| Rc::clone(e))
     }
 }
 
@@ -288,7 +293,10 @@ pub(crate) fn next_random(state: &mut u64) -> u64 {
 }
 
 /// Start the proxy in front of `upstream` on the current (local) runtime.
-pub(crate) async fn start(upstream: SocketAddr, plan: FaultPlan) -> std::io::Result<(SocketAddr, Rc<Proxy>)> {
+pub(crate) async fn start(
+    upstream: SocketAddr,
+    plan: FaultPlan,
+) -> std::io::Result<(SocketAddr, Rc<Proxy>)> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let proxy = Rc::new(Proxy {
@@ -317,9 +325,14 @@ pub(crate) async fn start(upstream: SocketAddr, plan: FaultPlan) -> std::io::Res
 
 /// `http://host:port/path` -> (socket address, path).
 pub(crate) fn split_url(url: &str) -> Result<(std::net::SocketAddr, String), String> {
-    let rest = url.strip_prefix("http://").ok_or_else(|| format!("only http:// URLs can be proxied: {url}"))?;
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("only http:// URLs can be proxied: {url}"))?;
     let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-    let addr = std::net::ToSocketAddrs::to_socket_addrs(authority).map_err(|e| format!("{authority}: {e}"))?.next().ok_or("no address")?;
+    let addr = std::net::ToSocketAddrs::to_socket_addrs(authority)
+        .map_err(|e| format!("{authority}: {e}"))?
+        .next()
+        .ok_or("no address")?;
     if !addr.ip().is_loopback() {
         return Err(format!("the fault proxy only fronts loopback servers, not {addr}"));
     }
@@ -339,7 +352,10 @@ struct Request {
 
 impl Request {
     fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).and_then(|(_, v)| std::str::from_utf8(v).ok())
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .and_then(|(_, v)| std::str::from_utf8(v).ok())
     }
 
     fn remove(&mut self, name: &str) {
@@ -372,24 +388,37 @@ fn parse_request_head(head: &[u8]) -> Option<Request> {
         return None;
     }
     let headers = r.headers.iter().map(|h| (h.name.to_owned(), h.value.to_vec())).collect();
-    Some(Request { method: r.method?.to_owned(), path: r.path?.to_owned(), headers, body: Vec::new() })
+    Some(Request {
+        method: r.method?.to_owned(),
+        path: r.path?.to_owned(),
+        headers,
+        body: Vec::new(),
+    })
 }
 
 // ---- SSE events ---------------------------------------------------------------------------
 
 /// The `id` of a raw SSE event, if it has one.
 fn event_id(ev: &[u8]) -> Option<&str> {
-    ev.split(|b| *b == b'\n').find_map(|l| l.strip_prefix(b"id:")).and_then(|v| std::str::from_utf8(v).ok()).map(|v| v.strip_prefix(' ').unwrap_or(v).trim_end_matches('\r'))
+    ev.split(|b| *b == b'\n')
+        .find_map(|l| l.strip_prefix(b"id:"))
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .map(|v| v.strip_prefix(' ').unwrap_or(v).trim_end_matches('\r'))
 }
 
 /// The `retry` field of a raw SSE event, in ms.
 fn event_retry(ev: &[u8]) -> Option<u64> {
-    ev.split(|b| *b == b'\n').find_map(|l| l.strip_prefix(b"retry:")).and_then(|v| std::str::from_utf8(v).ok()).and_then(|v| v.trim().parse().ok())
+    ev.split(|b| *b == b'\n')
+        .find_map(|l| l.strip_prefix(b"retry:"))
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// Whether a raw SSE event carries non-empty data.
 fn event_has_data(ev: &[u8]) -> bool {
-    ev.split(|b| *b == b'\n').filter_map(|l| l.strip_prefix(b"data:")).any(|v| !v.iter().all(|b| b.is_ascii_whitespace()))
+    ev.split(|b| *b == b'\n')
+        .filter_map(|l| l.strip_prefix(b"data:"))
+        .any(|v| !v.iter().all(|b| b.is_ascii_whitespace()))
 }
 
 /// Splits a decoded SSE body into whole events (each including its blank line).
@@ -459,11 +488,17 @@ async fn upstream<'a>(p: &Proxy, up: &'a mut Option<Conn>) -> IoResult<&'a mut C
 async fn exchange(p: &Proxy, c: &mut Conn, up: &mut Option<Conn>) -> IoResult<bool> {
     let Some(head) = c.read_head().await? else { return Ok(false) };
     let Some(mut req) = parse_request_head(&head) else {
-        c.s.write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").await?;
+        c.s.write_all(
+            b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+        )
+        .await?;
         return Ok(false);
     };
     if req.header("transfer-encoding").is_some() {
-        c.s.write_all(b"HTTP/1.1 501 Not Implemented\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").await?;
+        c.s.write_all(
+            b"HTTP/1.1 501 Not Implemented\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+        )
+        .await?;
         return Ok(false);
     }
     let len = req.header("content-length").and_then(|v| v.trim().parse().ok()).unwrap_or(0);
@@ -475,7 +510,8 @@ async fn exchange(p: &Proxy, c: &mut Conn, up: &mut Option<Conn>) -> IoResult<bo
     if modern {
         p.bump("modern.requests");
     }
-    let resume_from = (req.method == "GET").then(|| req.header("last-event-id").map(str::to_owned)).flatten();
+    let resume_from =
+        (req.method == "GET").then(|| req.header("last-event-id").map(str::to_owned)).flatten();
     if let Some(s) = &session {
         if p.dead.borrow().contains(s) {
             p.bump("session.reused_after_404");
@@ -504,14 +540,23 @@ async fn exchange(p: &Proxy, c: &mut Conn, up: &mut Option<Conn>) -> IoResult<bo
         (Some(s), Some(c)) => p.stormed.borrow_mut().insert((s.clone(), c.clone())),
         _ => false,
     };
-    let rewrite = choose_rewrite(p, &req, session.is_some(), resume_from.is_some(), stormable, modern);
+    let rewrite =
+        choose_rewrite(p, &req, session.is_some(), resume_from.is_some(), stormable, modern);
     match rewrite {
         Rewrite::Origin => req.set("Origin", FOREIGN_ORIGIN),
-        Rewrite::Token => req.set("Authorization", &format!("Bearer {}", p.plan.other_token.as_deref().unwrap_or_default())),
+        Rewrite::Token => req.set(
+            "Authorization",
+            &format!("Bearer {}", p.plan.other_token.as_deref().unwrap_or_default()),
+        ),
         Rewrite::Version => req.remove("MCP-Protocol-Version"),
         Rewrite::Cursor => {
-            let foreign = session.as_deref().and_then(|s| p.foreign_event(s)).and_then(|e| event_id(&e).map(str::to_owned));
-            let forged = foreign.filter(|_| p.below(2) == 0).unwrap_or_else(|| format!("forged-{:016x}", p.below(u64::MAX)));
+            let foreign = session
+                .as_deref()
+                .and_then(|s| p.foreign_event(s))
+                .and_then(|e| event_id(&e).map(str::to_owned));
+            let forged = foreign
+                .filter(|_| p.below(2) == 0)
+                .unwrap_or_else(|| format!("forged-{:016x}", p.below(u64::MAX)));
             req.set("Last-Event-ID", &forged);
         }
         Rewrite::Storm => {
@@ -523,9 +568,15 @@ async fn exchange(p: &Proxy, c: &mut Conn, up: &mut Option<Conn>) -> IoResult<bo
         }
         Rewrite::None | Rewrite::LostDelete => {}
     }
-    let is_call = req.method == "POST" && (session.is_some() || modern) && req.body.windows(12).any(|w| w == b"\"tools/call\"");
+    let is_call = req.method == "POST"
+        && (session.is_some() || modern)
+        && req.body.windows(12).any(|w| w == b"\"tools/call\"");
     // A modern request served as another principal is never also cut (see Scenario::Modern).
-    let faults = if (is_call || resume_from.is_some()) && !(modern && rewrite == Rewrite::Token) { choose_event_faults(p, is_call, modern) } else { EventFaults::default() };
+    let faults = if (is_call || resume_from.is_some()) && !(modern && rewrite == Rewrite::Token) {
+        choose_event_faults(p, is_call, modern)
+    } else {
+        EventFaults::default()
+    };
 
     let reused = up.is_some();
     let rhead = match send(p, up, &req).await? {
@@ -539,9 +590,13 @@ async fn exchange(p: &Proxy, c: &mut Conn, up: &mut Option<Conn>) -> IoResult<bo
         }
     };
     let Some(u) = up.as_mut() else { return Err(eof()) };
-    let r = parse_response_head(&rhead).ok_or_else(|| std::io::Error::other("bad response head"))?;
+    let r =
+        parse_response_head(&rhead).ok_or_else(|| std::io::Error::other("bad response head"))?;
     check_rewrite(p, rewrite, r.status, modern);
-    if r.status == 404 && rewrite == Rewrite::None && let Some(s) = &session {
+    if r.status == 404
+        && rewrite == Rewrite::None
+        && let Some(s) = &session
+    {
         p.dead.borrow_mut().insert(s.clone());
     }
     if rewrite == Rewrite::LostDelete {
@@ -552,8 +607,12 @@ async fn exchange(p: &Proxy, c: &mut Conn, up: &mut Option<Conn>) -> IoResult<bo
     }
     c.s.write_all(&rhead).await?;
     let keep = if r.sse && r.chunked && r.status == 200 {
-        let replay_first = resume_from.as_deref().filter(|_| faults.replay).and_then(|id| p.by_id.borrow().0.get(id).cloned());
-        let ctx = StreamCtx { session: session.unwrap_or_default(), faults, replay_first, req: &req };
+        let replay_first = resume_from
+            .as_deref()
+            .filter(|_| faults.replay)
+            .and_then(|id| p.by_id.borrow().0.get(id).cloned());
+        let ctx =
+            StreamCtx { session: session.unwrap_or_default(), faults, replay_first, req: &req };
         relay_events(p, c, u, ctx).await?
     } else {
         relay_body(c, u, &r).await?
@@ -574,24 +633,45 @@ async fn send(p: &Proxy, up: &mut Option<Conn>, req: &Request) -> IoResult<Optio
     u.read_head().await
 }
 
-fn choose_rewrite(p: &Proxy, req: &Request, has_session: bool, resume: bool, stormable: bool, modern: bool) -> Rewrite {
+fn choose_rewrite(
+    p: &Proxy,
+    req: &Request,
+    has_session: bool,
+    resume: bool,
+    stormable: bool,
+    modern: bool,
+) -> Rewrite {
     let candidates = [
         (Scenario::OriginRewrite, true, Rewrite::Origin),
-        (Scenario::OldToken, (has_session || (modern && modern_token_rewritable(p, req))) && p.plan.other_token.is_some(), Rewrite::Token),
+        (
+            Scenario::OldToken,
+            (has_session || (modern && modern_token_rewritable(p, req)))
+                && p.plan.other_token.is_some(),
+            Rewrite::Token,
+        ),
         (Scenario::MissingVersion, has_session, Rewrite::Version),
         (Scenario::ForeignCursor, resume, Rewrite::Cursor),
         // A legacy reconnect episode, or a modern request (which has no resumes).
-        (Scenario::Storm, (resume && has_session && stormable) || (modern && req.method == "POST"), Rewrite::Storm),
+        (
+            Scenario::Storm,
+            (resume && has_session && stormable) || (modern && req.method == "POST"),
+            Rewrite::Storm,
+        ),
         (Scenario::LostDelete, req.method == "DELETE" && has_session, Rewrite::LostDelete),
     ];
-    candidates.into_iter().find(|(s, applies, _)| *applies && p.roll(*s)).map_or(Rewrite::None, |(_, _, r)| r)
+    candidates
+        .into_iter()
+        .find(|(s, applies, _)| *applies && p.roll(*s))
+        .map_or(Rewrite::None, |(_, _, r)| r)
 }
 
 /// Whether a 2026-07-28 request may be sent with another principal's token (see
 /// [`FaultPlan::token_rewrite_modern_tools`]).
 fn modern_token_rewritable(p: &Proxy, req: &Request) -> bool {
     let tools = &p.plan.token_rewrite_modern_tools;
-    tools.is_empty() || req.header("mcp-method") != Some("tools/call") || req.header("mcp-name").is_some_and(|n| tools.iter().any(|t| t == n))
+    tools.is_empty()
+        || req.header("mcp-method") != Some("tools/call")
+        || req.header("mcp-name").is_some_and(|n| tools.iter().any(|t| t == n))
 }
 
 fn choose_event_faults(p: &Proxy, is_call: bool, modern: bool) -> EventFaults {
@@ -599,7 +679,11 @@ fn choose_event_faults(p: &Proxy, is_call: bool, modern: bool) -> EventFaults {
         // Its events carry no ids: the cut is armed after the first one, and nothing else
         // applies (a foreign or replayed event cannot be told apart without ids: that is what
         // the legacy era's acceptance point is for).
-        return EventFaults { cut: p.roll(Scenario::Cut).then(|| p.below(256) as usize), cut_plain: true, ..EventFaults::default() };
+        return EventFaults {
+            cut: p.roll(Scenario::Cut).then(|| p.below(256) as usize),
+            cut_plain: true,
+            ..EventFaults::default()
+        };
     }
     let expiry_race = is_call && p.roll(Scenario::ExpiryRace);
     EventFaults {
@@ -728,7 +812,9 @@ async fn relay_events(p: &Proxy, c: &mut Conn, u: &mut Conn, ctx: StreamCtx<'_>)
             }
             primed = true;
             p.remember(&ctx.session, id, &ev, has_data);
-            if f.cross && !crossed && has_data
+            if f.cross
+                && !crossed
+                && has_data
                 && let Some(foreign) = p.foreign_event(&ctx.session)
             {
                 crossed = true;
@@ -763,7 +849,8 @@ async fn relay_events(p: &Proxy, c: &mut Conn, u: &mut Conn, ctx: StreamCtx<'_>)
                     replayed = true;
                     pending_replay = Some(ev);
                 }
-            } else if f.cut_plain && has_data
+            } else if f.cut_plain
+                && has_data
                 && let (Some(extra), None) = (f.cut, cut_left)
             {
                 p.bump("cut.plain_armed");
@@ -787,7 +874,12 @@ async fn relay_events(p: &Proxy, c: &mut Conn, u: &mut Conn, ctx: StreamCtx<'_>)
 /// [`Scenario::ExpiryRace`]: end the session (DELETE, as an expiry would) while the
 /// request's response is still in flight.
 async fn end_session(p: &Proxy, req: &Request) {
-    let mut del = Request { method: "DELETE".into(), path: req.path.clone(), headers: Vec::new(), body: Vec::new() };
+    let mut del = Request {
+        method: "DELETE".into(),
+        path: req.path.clone(),
+        headers: Vec::new(),
+        body: Vec::new(),
+    };
     for name in ["host", "mcp-session-id", "mcp-protocol-version", "authorization"] {
         if let Some(v) = req.header(name) {
             del.set(name, v);
@@ -817,7 +909,10 @@ mod tests {
         assert!(s.feed(b"id: a\nretry: 10\ndata: \n").is_empty());
         let evs = s.feed(b"\nid: b\ndata: {\"x\":1}\n\nid: c");
         assert_eq!(evs.len(), 2);
-        assert_eq!((event_id(&evs[0]), event_has_data(&evs[0]), event_retry(&evs[0])), (Some("a"), false, Some(10)));
+        assert_eq!(
+            (event_id(&evs[0]), event_has_data(&evs[0]), event_retry(&evs[0])),
+            (Some("a"), false, Some(10))
+        );
         assert_eq!(event_retry(&evs[1]), None);
         assert_eq!((event_id(&evs[1]), event_has_data(&evs[1])), (Some("b"), true));
         assert_eq!(&*s.feed(b"\ndata: 1\n\n")[0], b"id: c\ndata: 1\n\n");

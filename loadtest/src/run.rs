@@ -29,7 +29,10 @@ pub(crate) struct MixEntry {
 impl MixEntry {
     /// The arguments of call `nonce`.
     fn args_for(&self, nonce: &str) -> Value {
-        self.template.as_ref().and_then(|t| serde_json::from_str(&t.replace("{nonce}", nonce)).ok()).unwrap_or_else(|| self.args.clone())
+        self.template
+            .as_ref()
+            .and_then(|t| serde_json::from_str(&t.replace("{nonce}", nonce)).ok())
+            .unwrap_or_else(|| self.args.clone())
     }
 }
 
@@ -38,7 +41,10 @@ impl MixEntry {
 /// lost). A tool the server does not list is an error.
 pub(crate) fn annotate(mix: &mut [MixEntry], tools: &Value) -> Result<(), String> {
     for m in mix {
-        let t = tools["tools"].as_array().and_then(|ts| ts.iter().find(|t| t["name"] == m.tool.as_str())).ok_or_else(|| format!("the server does not list tool {:?}", m.tool))?;
+        let t = tools["tools"]
+            .as_array()
+            .and_then(|ts| ts.iter().find(|t| t["name"] == m.tool.as_str()))
+            .ok_or_else(|| format!("the server does not list tool {:?}", m.tool))?;
         let hint = |name: &str| t["annotations"][name] == true;
         m.idempotent = hint("readOnlyHint") || hint("idempotentHint");
     }
@@ -52,13 +58,22 @@ pub(crate) fn parse_mix(specs: &[String]) -> Result<Vec<MixEntry>, String> {
         .iter()
         .map(|s| {
             let mut parts = s.splitn(3, ':');
-            let tool = parts.next().filter(|t| !t.is_empty()).ok_or_else(|| format!("empty tool in {s:?}"))?.to_owned();
-            let weight = parts.next().map_or(Ok(1), |w| w.parse::<u32>().map_err(|_| format!("bad weight in {s:?}")))?;
-            let args = parts.next().map_or(Ok(json!({})), |a| serde_json::from_str::<Value>(a).map_err(|e| format!("bad args in {s:?}: {e}")))?;
+            let tool = parts
+                .next()
+                .filter(|t| !t.is_empty())
+                .ok_or_else(|| format!("empty tool in {s:?}"))?
+                .to_owned();
+            let weight = parts
+                .next()
+                .map_or(Ok(1), |w| w.parse::<u32>().map_err(|_| format!("bad weight in {s:?}")))?;
+            let args = parts.next().map_or(Ok(json!({})), |a| {
+                serde_json::from_str::<Value>(a).map_err(|e| format!("bad args in {s:?}: {e}"))
+            })?;
             if !args.is_object() || weight == 0 {
                 return Err(format!("args must be a JSON object and weight > 0 in {s:?}"));
             }
-            let template = s.splitn(3, ':').nth(2).filter(|a| a.contains("{nonce}")).map(str::to_owned);
+            let template =
+                s.splitn(3, ':').nth(2).filter(|a| a.contains("{nonce}")).map(str::to_owned);
             Ok(MixEntry { tool, args, template, weight, idempotent: false })
         })
         .collect()
@@ -150,8 +165,15 @@ impl SpawnedHost {
 
     /// Its admin API (address and token), once it printed its admin line.
     pub(crate) fn admin(&self) -> Option<crate::admin::Admin> {
-        let addr = self.process.admin_url(Duration::from_secs(5))?.trim_start_matches("http://").to_owned();
-        let token = std::fs::read_to_string(self.dir.path().join("mcp-host.admin-token")).ok()?.trim().to_owned();
+        let addr = self
+            .process
+            .admin_url(Duration::from_secs(5))?
+            .trim_start_matches("http://")
+            .to_owned();
+        let token = std::fs::read_to_string(self.dir.path().join("mcp-host.admin-token"))
+            .ok()?
+            .trim()
+            .to_owned();
         Some(crate::admin::Admin { addr, token })
     }
 
@@ -171,7 +193,14 @@ impl SpawnedHost {
     }
 
     fn restart(&mut self) -> Result<(), String> {
-        let port = self.url().trim_start_matches("http://").split('/').next().and_then(|a| a.rsplit(':').next()).map(str::to_owned).ok_or("no port in the host's URL")?;
+        let port = self
+            .url()
+            .trim_start_matches("http://")
+            .split('/')
+            .next()
+            .and_then(|a| a.rsplit(':').next())
+            .map(str::to_owned)
+            .ok_or("no port in the host's URL")?;
         let mut args = self.args.clone();
         match args.iter().position(|a| a == "--port") {
             Some(i) if i + 1 < args.len() => args[i + 1] = port,
@@ -186,7 +215,10 @@ impl SpawnedHost {
 /// `extra` arguments, on a fresh ledger in `dir` (killed when the handle drops, then `dir`
 /// removed; exits by itself if we die).
 pub(crate) fn spawn_host(bin: &str, dir: TempDir, extra: &[&str]) -> Result<SpawnedHost, String> {
-    let args: Vec<&str> = ["--port", "0", "--packs", "conformance,echo,ledger,basket"].into_iter().chain(extra.iter().copied()).collect();
+    let args: Vec<&str> = ["--port", "0", "--packs", "conformance,echo,ledger,basket"]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect();
     SpawnedHost::start(bin, dir, &args)
 }
 
@@ -217,16 +249,22 @@ fn error_kind(e: &ClientError) -> String {
 /// Run the load and return the JSON report.
 pub(crate) async fn run(mut spec: RunSpec) -> Result<Value, String> {
     // Idempotence from the server's annotations, asked directly (not through the faults).
-    let probe = McpClient::connect(ClientConfig::new(&spec.url), MemoryJournal::new(64)).await.map_err(|e| format!("connect: {e}"))?;
-    let tools = probe.request("tools/list", None, true).await.map_err(|e| format!("tools/list: {e}"))?;
+    let probe = McpClient::connect(ClientConfig::new(&spec.url), MemoryJournal::new(64))
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let tools =
+        probe.request("tools/list", None, true).await.map_err(|e| format!("tools/list: {e}"))?;
     let _ = probe.close().await;
     annotate(&mut spec.mix, &tools)?;
     // Unique per run, so `{nonce}` keys never repeat across runs against the same server.
-    let run_id = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let run_id = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
     let mut proxy_stats = None;
     if let Some(plan) = spec.faults.clone() {
         let (upstream, path) = crate::proxy::split_url(&spec.url)?;
-        let (addr, stats) = crate::proxy::start(upstream, plan).await.map_err(|e| format!("proxy: {e}"))?;
+        let (addr, stats) =
+            crate::proxy::start(upstream, plan).await.map_err(|e| format!("proxy: {e}"))?;
         spec.url = format!("http://{addr}{path}");
         proxy_stats = Some(stats);
     }
@@ -235,10 +273,14 @@ pub(crate) async fn run(mut spec: RunSpec) -> Result<Value, String> {
     let start = Instant::now();
     let deadline = start + spec.duration;
     // With a rate, each client waits its share of the interval between calls.
-    let per_client_gap = spec.rate.map(|r| Duration::from_secs_f64(spec.clients as f64 / r.max(0.001)));
+    let per_client_gap =
+        spec.rate.map(|r| Duration::from_secs_f64(spec.clients as f64 / r.max(0.001)));
     let bar = if spec.progress {
         let b = indicatif::ProgressBar::new(spec.duration.as_secs());
-        b.set_style(indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} s {msg}").map_err(|e| e.to_string())?);
+        b.set_style(
+            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} s {msg}")
+                .map_err(|e| e.to_string())?,
+        );
         Some(b)
     } else {
         None
@@ -252,7 +294,11 @@ pub(crate) async fn run(mut spec: RunSpec) -> Result<Value, String> {
             let client = match McpClient::connect(cfg, MemoryJournal::new(4096)).await {
                 Ok(c) => c,
                 Err(e) => {
-                    *totals.borrow_mut().errors.entry(format!("connect: {}", error_kind(&e))).or_default() += 1;
+                    *totals
+                        .borrow_mut()
+                        .errors
+                        .entry(format!("connect: {}", error_kind(&e)))
+                        .or_default() += 1;
                     return;
                 }
             };
@@ -261,21 +307,46 @@ pub(crate) async fn run(mut spec: RunSpec) -> Result<Value, String> {
             while Instant::now() < deadline {
                 pick = pick.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
                 let mut r = pick % weight_sum;
-                let entry = spec.mix.iter().find(|m| if r < m.weight { true } else { r -= m.weight; false }).expect("weights cover the range");
+                let entry = spec
+                    .mix
+                    .iter()
+                    .find(|m| {
+                        if r < m.weight {
+                            true
+                        } else {
+                            r -= m.weight;
+                            false
+                        }
+                    })
+                    .expect("weights cover the range");
                 let t0 = Instant::now();
                 calls += 1;
                 let args = entry.args_for(&format!("{run_id:x}-{n}-{calls}"));
-                let result = client.request("tools/call", Some(json!({"name": entry.tool, "arguments": args})), entry.idempotent).await;
+                let result = client
+                    .request(
+                        "tools/call",
+                        Some(json!({"name": entry.tool, "arguments": args})),
+                        entry.idempotent,
+                    )
+                    .await;
                 let us = t0.elapsed().as_micros().max(1) as u64;
                 {
                     let mut t = totals.borrow_mut();
                     match result {
                         Ok(v) if v.get("isError") != Some(&Value::Bool(true)) => {
-                            let _ = t.per_tool.entry(entry.tool.clone()).or_insert_with(histogram).record(us);
+                            let _ = t
+                                .per_tool
+                                .entry(entry.tool.clone())
+                                .or_insert_with(histogram)
+                                .record(us);
                         }
-                        Ok(_) => *t.errors.entry(format!("{}: tool error", entry.tool)).or_default() += 1,
+                        Ok(_) => {
+                            *t.errors.entry(format!("{}: tool error", entry.tool)).or_default() += 1
+                        }
                         Err(e) => {
-                            *t.errors.entry(format!("{}: {}", entry.tool, error_kind(&e))).or_default() += 1;
+                            *t.errors
+                                .entry(format!("{}: {}", entry.tool, error_kind(&e)))
+                                .or_default() += 1;
                             if t.samples.len() < 5 {
                                 t.samples.push(format!("{}: {e}", entry.tool));
                             }
@@ -331,13 +402,29 @@ pub(crate) async fn run(mut spec: RunSpec) -> Result<Value, String> {
 
 /// Print the report as a table.
 pub(crate) fn print_table(r: &Value) {
-    println!("calls ok {}  failed {}  {:.0} calls/s over {:.1} s with {} clients", r["calls_ok"], r["calls_failed"], r["calls_per_s"].as_f64().unwrap_or(0.0), r["seconds"].as_f64().unwrap_or(0.0), r["clients"]);
-    println!("latency µs: p50 {}  p90 {}  p99 {}  max {}", r["latency_us"]["p50"], r["latency_us"]["p90"], r["latency_us"]["p99"], r["latency_us"]["max"]);
+    println!(
+        "calls ok {}  failed {}  {:.0} calls/s over {:.1} s with {} clients",
+        r["calls_ok"],
+        r["calls_failed"],
+        r["calls_per_s"].as_f64().unwrap_or(0.0),
+        r["seconds"].as_f64().unwrap_or(0.0),
+        r["clients"]
+    );
+    println!(
+        "latency µs: p50 {}  p90 {}  p99 {}  max {}",
+        r["latency_us"]["p50"],
+        r["latency_us"]["p90"],
+        r["latency_us"]["p99"],
+        r["latency_us"]["max"]
+    );
     println!("| tool | calls | p50 µs | p99 µs | max µs |");
     println!("|---|---:|---:|---:|---:|");
     if let Some(tools) = r["per_tool"].as_object() {
         for (name, t) in tools {
-            println!("| {name} | {} | {} | {} | {} |", t["calls"], t["p50_us"], t["p99_us"], t["max_us"]);
+            println!(
+                "| {name} | {} | {} | {} | {} |",
+                t["calls"], t["p50_us"], t["p99_us"], t["max_us"]
+            );
         }
     }
     println!("resumes {}  handshakes {}  errors {}", r["resumes"], r["handshakes"], r["errors"]);
@@ -355,7 +442,8 @@ mod tests {
 
     #[test]
     fn mix_entries_parse_with_defaults_and_reject_bad_input() {
-        let m = parse_mix(&["echo:8:{\"text\":\"x\"}".into(), "test_tool_with_progress".into()]).unwrap();
+        let m = parse_mix(&["echo:8:{\"text\":\"x\"}".into(), "test_tool_with_progress".into()])
+            .unwrap();
         assert_eq!((m[0].tool.as_str(), m[0].weight), ("echo", 8));
         assert_eq!(m[0].args["text"], "x");
         assert_eq!(m[1].weight, 1);

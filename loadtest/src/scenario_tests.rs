@@ -20,15 +20,29 @@ const BOB: &str = "token-bob";
 
 fn catalog() -> Catalog {
     Catalog::builder()
-        .tool(tool_fn(ToolSpec::new("echo", "Echo", json!({"type":"object","properties":{"text":{"type":"string"}}})), |a: Value, _| async move {
-            Ok(CallToolResult::text(a["text"].as_str().unwrap_or_default()))
-        }))
-        .tool(tool_fn(ToolSpec::new("progress", "Three progress steps", json!({"type":"object","properties":{}})), |_, cx| async move {
-            for p in [1.0, 2.0, 3.0] {
-                cx.progress(p, Some(3.0), None).await;
-            }
-            Ok(CallToolResult::text("done"))
-        }))
+        .tool(tool_fn(
+            ToolSpec::new(
+                "echo",
+                "Echo",
+                json!({"type":"object","properties":{"text":{"type":"string"}}}),
+            ),
+            |a: Value, _| async move {
+                Ok(CallToolResult::text(a["text"].as_str().unwrap_or_default()))
+            },
+        ))
+        .tool(tool_fn(
+            ToolSpec::new(
+                "progress",
+                "Three progress steps",
+                json!({"type":"object","properties":{}}),
+            ),
+            |_, cx| async move {
+                for p in [1.0, 2.0, 3.0] {
+                    cx.progress(p, Some(3.0), None).await;
+                }
+                Ok(CallToolResult::text("done"))
+            },
+        ))
         .build(ServerInfo { name: "scenario-test".into(), version: "0".into(), instructions: None })
         .expect("valid catalog")
 }
@@ -37,22 +51,34 @@ fn catalog() -> Catalog {
 async fn serve() -> std::net::SocketAddr {
     let mut cfg = RuntimeConfig::default();
     cfg.sse.retry_ms = 20;
-    cfg.security.bearer_tokens = [(ALICE.to_owned(), "alice".to_owned()), (BOB.to_owned(), "bob".to_owned())].into();
+    cfg.security.bearer_tokens =
+        [(ALICE.to_owned(), "alice".to_owned()), (BOB.to_owned(), "bob".to_owned())].into();
     let sup = Supervisor::new(cfg, catalog());
-    let server = HttpServer::new(move || App::new().configure(mcp_runtime::http::configure("/mcp", Arc::clone(&sup))))
-        .workers(1)
-        .disable_signals()
-        .bind(("127.0.0.1", 0))
-        .expect("bind");
+    let server = HttpServer::new(move || {
+        App::new().configure(mcp_runtime::http::configure("/mcp", Arc::clone(&sup)))
+    })
+    .workers(1)
+    .disable_signals()
+    .bind(("127.0.0.1", 0))
+    .expect("bind");
     let addr = server.addrs()[0];
     actix_rt::spawn(server.run());
     addr
 }
 
 /// Server + proxy with `faults` (each firing at most `limit` times).
-async fn setup(faults: &[(Scenario, f64)], limit: Option<u64>) -> (String, std::rc::Rc<proxy::Proxy>) {
+async fn setup(
+    faults: &[(Scenario, f64)],
+    limit: Option<u64>,
+) -> (String, std::rc::Rc<proxy::Proxy>) {
     let upstream = serve().await;
-    let plan = FaultPlan { rates: faults.iter().copied().collect::<BTreeMap<_, _>>(), seed: 7, other_token: Some(BOB.into()), limit, token_rewrite_modern_tools: Vec::new() };
+    let plan = FaultPlan {
+        rates: faults.iter().copied().collect::<BTreeMap<_, _>>(),
+        seed: 7,
+        other_token: Some(BOB.into()),
+        limit,
+        token_rewrite_modern_tools: Vec::new(),
+    };
     let (addr, p) = proxy::start(upstream, plan).await.expect("proxy");
     (format!("http://{addr}/mcp"), p)
 }
@@ -65,7 +91,9 @@ async fn client(url: &str) -> McpClient {
 }
 
 async fn echo(c: &McpClient, text: &str, idempotent: bool) -> Result<String, ClientError> {
-    let r = c.request("tools/call", Some(json!({"name":"echo","arguments":{"text":text}})), idempotent).await?;
+    let r = c
+        .request("tools/call", Some(json!({"name":"echo","arguments":{"text":text}})), idempotent)
+        .await?;
     Ok(r["content"][0]["text"].as_str().unwrap_or_default().to_owned())
 }
 
@@ -92,7 +120,11 @@ async fn crossed_event_from_another_session_is_refused_not_dispatched() {
     assert_eq!(echo(&a, "from-a", false).await.unwrap(), "from-a");
     assert_eq!(echo(&b, "from-b", false).await.unwrap(), "from-b");
     assert!(count(&p.counts(), "crossed_ids") >= 1, "{:?}", p.counts());
-    assert!(b.stats().accept.uncorrelated >= 1, "the foreign response was refused: {:?}", b.stats());
+    assert!(
+        b.stats().accept.uncorrelated >= 1,
+        "the foreign response was refused: {:?}",
+        b.stats()
+    );
     assert!(b.take_notifications().is_empty());
 }
 
@@ -100,11 +132,25 @@ async fn crossed_event_from_another_session_is_refused_not_dispatched() {
 async fn replayed_events_after_ack_are_dropped_not_dispatched_again() {
     let (url, p) = setup(&[(Scenario::ReplayAfterAck, 1.0)], None).await;
     let c = client(&url).await;
-    let r = c.request("tools/call", Some(json!({"name":"progress","arguments":{},"_meta":{"progressToken":"t"}})), false).await.unwrap();
+    let r = c
+        .request(
+            "tools/call",
+            Some(json!({"name":"progress","arguments":{},"_meta":{"progressToken":"t"}})),
+            false,
+        )
+        .await
+        .unwrap();
     assert_eq!(r["content"][0]["text"], "done");
-    assert!(count(&p.counts(), "replay_after_ack.stream") + count(&p.counts(), "replay_after_ack.resume") >= 1, "{:?}", p.counts());
+    assert!(
+        count(&p.counts(), "replay_after_ack.stream")
+            + count(&p.counts(), "replay_after_ack.resume")
+            >= 1,
+        "{:?}",
+        p.counts()
+    );
     assert!(c.stats().accept.duplicates >= 1, "{:?}", c.stats());
-    let steps: Vec<Value> = c.take_notifications().into_iter().map(|n| n["params"]["progress"].clone()).collect();
+    let steps: Vec<Value> =
+        c.take_notifications().into_iter().map(|n| n["params"]["progress"].clone()).collect();
     assert_eq!(steps, vec![json!(1.0), json!(2.0), json!(3.0)], "each step dispatched once");
 }
 
@@ -118,7 +164,10 @@ async fn forged_cursor_is_refused_and_only_an_idempotent_call_is_reissued() {
 
     let (url, _p) = setup(&[(Scenario::Cut, 1.0), (Scenario::ForeignCursor, 1.0)], Some(1)).await;
     let c = client(&url).await;
-    assert!(matches!(echo(&c, "y", false).await, Err(ClientError::Lost(..))), "a non-idempotent call is reported lost, never repeated");
+    assert!(
+        matches!(echo(&c, "y", false).await, Err(ClientError::Lost(..))),
+        "a non-idempotent call is reported lost, never repeated"
+    );
     assert_eq!(c.stats().reissued, 0);
 }
 
@@ -130,7 +179,11 @@ async fn session_ended_while_the_response_is_in_flight_means_one_new_handshake()
     assert_eq!(echo(&c, "z", true).await.unwrap(), "z");
     assert_eq!(count(&p.counts(), "expiry_race"), 1, "{:?}", p.counts());
     let s = c.stats();
-    assert_eq!((s.not_found, s.recovered_after_404, s.handshakes, s.reissued), (1, 1, 2, 1), "{s:?}");
+    assert_eq!(
+        (s.not_found, s.recovered_after_404, s.handshakes, s.reissued),
+        (1, 1, 2, 1),
+        "{s:?}"
+    );
     assert_ne!(c.session_id(), old);
     assert_eq!(count(&p.counts(), "session.reused_after_404"), 0);
 }
@@ -149,7 +202,10 @@ async fn another_principals_token_is_refused_and_the_client_starts_over() {
     // The first request with a session id is notifications/initialized: the swap hits it.
     let mut cfg = ClientConfig::new(&url);
     cfg.token = Some(ALICE.into());
-    assert!(matches!(McpClient::connect(cfg, MemoryJournal::new(16)).await, Err(ClientError::Http(404, _))));
+    assert!(matches!(
+        McpClient::connect(cfg, MemoryJournal::new(16)).await,
+        Err(ClientError::Http(404, _))
+    ));
     assert_eq!(count(&p.counts(), "old_token.rejected"), 1);
     assert_eq!(count(&p.counts(), "old_token.accepted"), 0);
     let c = client(&url).await;
@@ -170,7 +226,10 @@ async fn rewritten_origin_is_refused_and_not_retried() {
     let (url, p) = setup(&[(Scenario::OriginRewrite, 1.0)], None).await;
     let mut cfg = ClientConfig::new(&url);
     cfg.token = Some(ALICE.into());
-    assert!(matches!(McpClient::connect(cfg, MemoryJournal::new(16)).await, Err(ClientError::Http(403, _))));
+    assert!(matches!(
+        McpClient::connect(cfg, MemoryJournal::new(16)).await,
+        Err(ClientError::Http(403, _))
+    ));
     assert_eq!(count(&p.counts(), "origin.rejected"), 1, "one refusal, no retry: {:?}", p.counts());
     assert_eq!(count(&p.counts(), "origin.accepted"), 0);
 }
@@ -185,7 +244,11 @@ async fn storm_refusals_are_retried_no_sooner_than_retry_after() {
     let samples = c.take_resume_samples();
     assert_eq!(samples.len(), 1);
     let floor = std::time::Duration::from_secs(refusals);
-    assert!(samples[0].waited >= floor, "waited {:?} for {refusals} refusals with Retry-After: 1", samples[0].waited);
+    assert!(
+        samples[0].waited >= floor,
+        "waited {:?} for {refusals} refusals with Retry-After: 1",
+        samples[0].waited
+    );
     assert_eq!(c.stats().resumes, refusals + 1);
     assert_eq!(count(&p.counts(), "resume.too_early"), 0);
 }

@@ -31,8 +31,8 @@ use mcp_devtools::HostProcess;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-pub(crate) use report::{render, svg};
 use report::{Measured, RoundEnd, evaluate, gates_json, tally_json};
+pub(crate) use report::{render, svg};
 pub(crate) use traffic::Kind;
 use traffic::{Target, Traffic};
 
@@ -75,7 +75,11 @@ impl SoakSpec {
     /// [`MAX_SETTLE_SECS`].
     pub(crate) fn default_settle_secs(&self) -> u64 {
         let retention_ms = self.retention_undelivered_ms.max(self.retention_after_delivery_ms);
-        (3 * self.session_ttl_secs + retention_ms.div_ceil(1000) + (2 * self.keepalive_ms).div_ceil(1000) + 2).min(MAX_SETTLE_SECS)
+        (3 * self.session_ttl_secs
+            + retention_ms.div_ceil(1000)
+            + (2 * self.keepalive_ms).div_ceil(1000)
+            + 2)
+        .min(MAX_SETTLE_SECS)
     }
 
     fn settle(&self) -> Duration {
@@ -196,7 +200,14 @@ struct Sampler<'a> {
 impl Sampler<'_> {
     /// Sample every tick until sessions and streams are back to 0 and `settle` has passed
     /// since now, or `limit` has.
-    async fn silence(&mut self, tick: &mut tokio::time::Interval, bar: Option<&indicatif::ProgressBar>, phase: Phase, settle: Duration, limit: Duration) {
+    async fn silence(
+        &mut self,
+        tick: &mut tokio::time::Interval,
+        bar: Option<&indicatif::ProgressBar>,
+        phase: Phase,
+        settle: Duration,
+        limit: Duration,
+    ) {
         let since = Instant::now();
         loop {
             tick.tick().await;
@@ -219,13 +230,22 @@ impl Sampler<'_> {
             self.seq = l.seq;
             self.fresh_at = now;
         }
-        let stats = latest.filter(|_| self.seq > 0 && now.duration_since(self.fresh_at) <= STATS_STALE).map(|l| l.value);
+        let stats = latest
+            .filter(|_| self.seq > 0 && now.duration_since(self.fresh_at) <= STATS_STALE)
+            .map(|l| l.value);
         let t_ms = now.duration_since(self.start).as_millis() as u64;
         let ledger_bytes = self.ledger.map(|db| {
             let size = |p: std::path::PathBuf| std::fs::metadata(p).map_or(0, |m| m.len());
             size(db.to_owned()) + size(db.with_extension("db-wal"))
         });
-        self.samples.push(Sample { t_ms, round: self.round, phase, rss_kib: mcp_devtools::rss_kib(self.host.pid()), ledger_bytes, stats });
+        self.samples.push(Sample {
+            t_ms,
+            round: self.round,
+            phase,
+            rss_kib: mcp_devtools::rss_kib(self.host.pid()),
+            ledger_bytes,
+            stats,
+        });
         self.samples.last().expect("just pushed")
     }
 }
@@ -242,7 +262,10 @@ fn target_of(url: &str) -> Result<Target, String> {
 fn progress_bar(spec: &SoakSpec) -> Option<indicatif::ProgressBar> {
     spec.progress.then(|| {
         let b = indicatif::ProgressBar::new_spinner();
-        b.set_style(indicatif::ProgressStyle::with_template("{spinner} {elapsed} {msg}").expect("valid template"));
+        b.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} {elapsed} {msg}")
+                .expect("valid template"),
+        );
         b
     })
 }
@@ -250,7 +273,13 @@ fn progress_bar(spec: &SoakSpec) -> Option<indicatif::ProgressBar> {
 fn show(bar: Option<&indicatif::ProgressBar>, s: &Sample) {
     if let Some(b) = bar {
         let f = |v: Option<u64>| v.map_or_else(|| "?".into(), |v| v.to_string());
-        b.set_message(format!("{}: rss {} KiB, sessions {}, streams {}", s.phase.name(), f(s.rss_kib), f(s.stat("sessions")), f(s.stat("streams"))));
+        b.set_message(format!(
+            "{}: rss {} KiB, sessions {}, streams {}",
+            s.phase.name(),
+            f(s.rss_kib),
+            f(s.stat("sessions")),
+            f(s.stat("streams"))
+        ));
         b.tick();
     }
 }
@@ -261,11 +290,23 @@ fn show(bar: Option<&indicatif::ProgressBar>, s: &Sample) {
 /// # Errors
 /// The host's URL is unusable, or the warm-up session failed (nothing was measured).
 /// `ledger` is the host's SQLite ledger file, when known (its size is sampled).
-pub(crate) async fn run(spec: &SoakSpec, host: &mut HostProcess, ledger: Option<&Path>) -> Result<Value, String> {
+pub(crate) async fn run(
+    spec: &SoakSpec,
+    host: &mut HostProcess,
+    ledger: Option<&Path>,
+) -> Result<Value, String> {
     let target = target_of(host.url())?;
     let start = Instant::now();
     let bar = progress_bar(spec);
-    let mut sampler = Sampler { host: &*host, ledger, start, seq: 0, fresh_at: start, samples: Vec::new(), round: 0 };
+    let mut sampler = Sampler {
+        host: &*host,
+        ledger,
+        start,
+        seq: 0,
+        fresh_at: start,
+        samples: Vec::new(),
+        round: 0,
+    };
     let mut tick = tokio::time::interval(SAMPLE_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
@@ -273,13 +314,17 @@ pub(crate) async fn run(spec: &SoakSpec, host: &mut HostProcess, ledger: Option<
     // time, as after a round. The idle figure is the host's after that: a host that has
     // served every path once (its code paged in, its pools and arenas made), not a fresh
     // process, so what the gate compares is memory the traffic left behind.
-    let t = Rc::new(Traffic::new(target, host.stats_feed(), spec.rate, spec.seed, spec.kinds.clone()));
+    let t =
+        Rc::new(Traffic::new(target, host.stats_feed(), spec.rate, spec.seed, spec.kinds.clone()));
     let (settle, limit) = (spec.settle(), spec.silence_limit());
     // Every client at once, so the host's pools and buffers reach the run's concurrency.
     t.set_deadline(Instant::now() + Duration::from_secs(60));
-    let warm: Vec<_> = (0..spec.clients).map(|n| actix_rt::spawn(traffic::warm_up(Rc::clone(&t), n))).collect();
+    let warm: Vec<_> =
+        (0..spec.clients).map(|n| actix_rt::spawn(traffic::warm_up(Rc::clone(&t), n))).collect();
     for w in warm {
-        w.await.map_err(|e| format!("warm-up client: {e}"))?.map_err(|e| format!("{e}; {:?}", t.tally.borrow().samples))?;
+        w.await
+            .map_err(|e| format!("warm-up client: {e}"))?
+            .map_err(|e| format!("{e}; {:?}", t.tally.borrow().samples))?;
     }
     sampler.silence(&mut tick, bar.as_ref(), Phase::Idle, settle, limit).await;
     let idle_rss_kib = sampler.samples.last().and_then(|s| s.rss_kib);
@@ -294,12 +339,16 @@ pub(crate) async fn run(spec: &SoakSpec, host: &mut HostProcess, ledger: Option<
         let traffic_start = Instant::now();
         let deadline = traffic_start + Duration::from_secs(spec.seconds);
         t.set_deadline(deadline);
-        let tasks: Vec<_> = (0..spec.clients).map(|n| actix_rt::spawn(traffic::client(Rc::clone(&t), n, round, max_iterations))).collect();
+        let tasks: Vec<_> = (0..spec.clients)
+            .map(|n| actix_rt::spawn(traffic::client(Rc::clone(&t), n, round, max_iterations)))
+            .collect();
         let hard_deadline = deadline + CLIENT_GRACE;
         loop {
             tick.tick().await;
             show(bar.as_ref(), sampler.sample(Phase::Traffic));
-            if tasks.iter().all(actix_rt::task::JoinHandle::is_finished) || Instant::now() >= hard_deadline {
+            if tasks.iter().all(actix_rt::task::JoinHandle::is_finished)
+                || Instant::now() >= hard_deadline
+            {
                 break;
             }
         }
@@ -312,12 +361,21 @@ pub(crate) async fn run(spec: &SoakSpec, host: &mut HostProcess, ledger: Option<
         let traffic_end = Instant::now();
         sampler.silence(&mut tick, bar.as_ref(), Phase::Silence, settle, limit).await;
         let last = sampler.samples.last().cloned().expect("sampled");
-        let end = RoundEnd { sessions: last.stat("sessions"), streams: last.stats.as_ref().and_then(|s| s["streams"].as_i64()), request_memory_bytes: last.stat("request_memory_bytes"), rss_kib: last.rss_kib };
+        let end = RoundEnd {
+            sessions: last.stat("sessions"),
+            streams: last.stats.as_ref().and_then(|s| s["streams"].as_i64()),
+            request_memory_bytes: last.stat("request_memory_bytes"),
+            rss_kib: last.rss_kib,
+        };
         let ms = |i: Instant| i.duration_since(start).as_millis() as u64;
         let this: Vec<&Sample> = sampler.samples.iter().filter(|s| s.round == round).collect();
         let (t0, t1) = (ms(traffic_start), ms(traffic_end));
         // From the end of the traffic to the first silent sample at 0.
-        let zero_after = |key: &str| this.iter().find(|s| s.phase == Phase::Silence && s.stat(key) == Some(0)).map(|s| s.t_ms.saturating_sub(t1));
+        let zero_after = |key: &str| {
+            this.iter()
+                .find(|s| s.phase == Phase::Silence && s.stat(key) == Some(0))
+                .map(|s| s.t_ms.saturating_sub(t1))
+        };
         let peak = |key: &str| this.iter().filter_map(|s| s.stat(key)).max();
         round_json.push(json!({
             "round": round + 1, "traffic_start_ms": t0, "traffic_end_ms": t1, "end_ms": last.t_ms,
@@ -343,14 +401,33 @@ pub(crate) async fn run(spec: &SoakSpec, host: &mut HostProcess, ledger: Option<
 
     let tally = t.tally.borrow().clone();
     let host_stats = last.stats.clone().unwrap_or(Value::Null);
-    let host_refused = host_stats["refused"].as_object().map(|o| o.iter().map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0))).collect()).unwrap_or_default();
+    let host_refused = host_stats["refused"]
+        .as_object()
+        .map(|o| o.iter().map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0))).collect())
+        .unwrap_or_default();
     let host_timed_out = host_stats["client_requests_timed_out"].as_u64();
     let host_ended_by_gap = host_stats["requests_ended_by_gap"].as_u64();
     let peak_kept_receipt_bytes = samples.iter().filter_map(Sample::kept_receipt_bytes).max();
-    let m = Measured { idle_rss_kib, rounds, host_refused, host_timed_out, host_ended_by_gap, host_running, clients_overran, kinds: spec.kinds.clone(), tally, peak_kept_receipt_bytes };
+    let m = Measured {
+        idle_rss_kib,
+        rounds,
+        host_refused,
+        host_timed_out,
+        host_ended_by_gap,
+        host_running,
+        clients_overran,
+        kinds: spec.kinds.clone(),
+        tally,
+        peak_kept_receipt_bytes,
+    };
     let gates = evaluate(&m);
     let pass = gates.iter().all(|g| g.pass);
-    let traffic_ms: u64 = round_json.iter().map(|r| r["traffic_end_ms"].as_u64().unwrap_or(0) - r["traffic_start_ms"].as_u64().unwrap_or(0)).sum();
+    let traffic_ms: u64 = round_json
+        .iter()
+        .map(|r| {
+            r["traffic_end_ms"].as_u64().unwrap_or(0) - r["traffic_start_ms"].as_u64().unwrap_or(0)
+        })
+        .sum();
     let final_round = round_json.last().cloned().unwrap_or(Value::Null);
     Ok(json!({
         "pass": pass,

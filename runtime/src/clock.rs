@@ -16,7 +16,9 @@ pub(crate) struct Clock {
 
 impl Clock {
     pub(crate) fn start() -> Clock {
-        let origin_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        let origin_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
         Clock { origin: Instant::now(), origin_ms }
     }
 

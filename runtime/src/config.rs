@@ -261,7 +261,13 @@ pub struct QuotasConfig {
 
 impl Default for QuotasConfig {
     fn default() -> QuotasConfig {
-        QuotasConfig { sessions_per_principal: 10_000, session_rate_per_sec: 20_000, session_burst: 20_000, stream_memory_per_principal: None, ipv6_prefix_len: 64 }
+        QuotasConfig {
+            sessions_per_principal: 10_000,
+            session_rate_per_sec: 20_000,
+            session_burst: 20_000,
+            stream_memory_per_principal: None,
+            ipv6_prefix_len: 64,
+        }
     }
 }
 
@@ -323,7 +329,15 @@ pub struct TasksConfig {
 
 impl Default for TasksConfig {
     fn default() -> TasksConfig {
-        TasksConfig { ttl_secs: 3600, poll_interval_ms: 1000, max_per_caller: 32, max_kept_per_caller: 1024, max_result_bytes: 1 << 20, bytes_per_caller: 1 << 30, bytes_total: 4 << 30 }
+        TasksConfig {
+            ttl_secs: 3600,
+            poll_interval_ms: 1000,
+            max_per_caller: 32,
+            max_kept_per_caller: 1024,
+            max_result_bytes: 1 << 20,
+            bytes_per_caller: 1 << 30,
+            bytes_total: 4 << 30,
+        }
     }
 }
 
@@ -366,7 +380,16 @@ pub struct ModernConfig {
 
 impl Default for ModernConfig {
     fn default() -> ModernConfig {
-        ModernConfig { max_in_flight: 1024, max_in_flight_per_caller: None, list_ttl_ms: 300_000, read_ttl_ms: 0, request_state_ttl_secs: 600, listen_max: 4096, listen_per_caller: 16, listen_max_uris: 256 }
+        ModernConfig {
+            max_in_flight: 1024,
+            max_in_flight_per_caller: None,
+            list_ttl_ms: 300_000,
+            read_ttl_ms: 0,
+            request_state_ttl_secs: 600,
+            listen_max: 4096,
+            listen_per_caller: 16,
+            listen_max_uris: 256,
+        }
     }
 }
 
@@ -536,7 +559,11 @@ const HOUR_MS: u64 = 3_600_000;
 const DAY_MS: u64 = 24 * HOUR_MS;
 
 fn check(field: &'static str, value: u64, min: u64, max: u64) -> Result<(), ConfigError> {
-    if (min..=max).contains(&value) { Ok(()) } else { Err(ConfigError::OutOfRange { field, value, min, max }) }
+    if (min..=max).contains(&value) {
+        Ok(())
+    } else {
+        Err(ConfigError::OutOfRange { field, value, min, max })
+    }
 }
 
 pub(crate) fn decode_hex(s: &str) -> Option<Vec<u8>> {
@@ -585,27 +612,57 @@ impl RuntimeConfig {
             ("limits.batch_max_items", l.batch_max_items as u64, 1, 1 << 16),
             ("limits.stream_memory_bytes", l.stream_memory_bytes as u64, 1 << 16, max),
             ("limits.request_memory_bytes", l.request_memory_bytes as u64, 1 << 20, max),
-            ("quotas.sessions_per_principal", q.sessions_per_principal as u64, 1, ss.max_sessions as u64),
-            ("quotas.stream_memory_per_principal", self.stream_memory_share() as u64, 1 << 15, l.stream_memory_bytes as u64),
+            (
+                "quotas.sessions_per_principal",
+                q.sessions_per_principal as u64,
+                1,
+                ss.max_sessions as u64,
+            ),
+            (
+                "quotas.stream_memory_per_principal",
+                self.stream_memory_share() as u64,
+                1 << 15,
+                l.stream_memory_bytes as u64,
+            ),
             ("ledger.batch_max_ops", self.ledger.batch_max_ops as u64, 1, 1 << 20),
             ("ledger.commit_linger_us", self.ledger.commit_linger_us, 0, 100_000),
             ("ledger.queue_max_bytes", self.ledger.queue_max_bytes as u64, 1 << 16, max),
             ("ledger.sweep_every_secs", self.ledger.sweep_every_secs, 1, 24 * 3600),
             ("ledger.max_sessions", self.ledger.max_sessions as u64, 1, 1 << 32),
-            ("ledger.receipt_retention_secs", self.ledger.receipt_retention_secs, 1, 30 * 24 * 3600),
+            (
+                "ledger.receipt_retention_secs",
+                self.ledger.receipt_retention_secs,
+                1,
+                30 * 24 * 3600,
+            ),
             ("ledger.receipt_max_bytes", self.ledger.receipt_max_bytes as u64, 1024, 1 << 30),
             ("ledger.commit_wait_ms", self.ledger.commit_wait_ms, 100, 600_000),
             ("ledger.receipts_per_caller", self.ledger.receipts_per_caller, 1, 1 << 32),
-            ("ledger.receipt_bytes_per_caller", self.ledger.receipt_bytes_per_caller, 64 << 10, 1 << 40),
+            (
+                "ledger.receipt_bytes_per_caller",
+                self.ledger.receipt_bytes_per_caller,
+                64 << 10,
+                1 << 40,
+            ),
             ("ledger.receipt_bytes_total", self.ledger.receipt_bytes_total, 64 << 10, 1 << 40),
-            ("ledger.handle_bytes_per_caller", self.ledger.handle_bytes_per_caller, 64 << 10, 1 << 40),
+            (
+                "ledger.handle_bytes_per_caller",
+                self.ledger.handle_bytes_per_caller,
+                64 << 10,
+                1 << 40,
+            ),
             ("ledger.handle_bytes_total", self.ledger.handle_bytes_total, 64 << 10, 1 << 40),
             ("tasks.bytes_per_caller", self.tasks.bytes_per_caller, 64 << 10, 1 << 40),
             ("tasks.bytes_total", self.tasks.bytes_total, 64 << 10, 1 << 40),
             ("shutdown.grace_secs", self.shutdown.grace_secs, 0, 3600),
             ("shutdown.retry_after_secs", self.shutdown.retry_after_secs, 1, 3600),
             ("modern.max_in_flight", self.modern.max_in_flight as u64, 1, 1 << 16),
-            ("modern.max_in_flight_per_caller", self.modern_share() as u64, 1, self.modern.max_in_flight as u64),
+            (
+                "modern.max_in_flight_per_caller",
+                self.modern_share() as u64,
+                1,
+                self.modern.max_in_flight as u64,
+            ),
             ("modern.list_ttl_ms", self.modern.list_ttl_ms, 0, DAY_MS),
             ("modern.read_ttl_ms", self.modern.read_ttl_ms, 0, DAY_MS),
             ("modern.request_state_ttl_secs", self.modern.request_state_ttl_secs, 1, 24 * 3600),
@@ -621,10 +678,20 @@ impl RuntimeConfig {
         for (field, value, min, max) in rows {
             check(field, value, min, max)?;
         }
-        check("quotas.session_rate_per_sec", u64::from(q.session_rate_per_sec), 1, u64::from(u32::MAX))?;
+        check(
+            "quotas.session_rate_per_sec",
+            u64::from(q.session_rate_per_sec),
+            1,
+            u64::from(u32::MAX),
+        )?;
         check("quotas.session_burst", u64::from(q.session_burst), 1, u64::from(u32::MAX))?;
         check("quotas.ipv6_prefix_len", u64::from(q.ipv6_prefix_len), 1, 128)?;
-        if self.security.cursor_secret_hex.as_deref().is_some_and(|s| decode_hex(s).is_none_or(|b| b.len() < 16)) {
+        if self
+            .security
+            .cursor_secret_hex
+            .as_deref()
+            .is_some_and(|s| decode_hex(s).is_none_or(|b| b.len() < 16))
+        {
             return Err(ConfigError::CursorSecret);
         }
         self.rollout.validate().map_err(|e| ConfigError::Rollout(e.to_string()))?;
@@ -644,11 +711,17 @@ impl RuntimeConfig {
         let l = &self.limits;
         AdmitPolicy {
             allow_localhost_origins: s.allow_localhost_origins,
-            allowed_origins: s.allowed_origins.iter().map(|o| o.trim().to_ascii_lowercase()).collect(),
+            allowed_origins: s
+                .allowed_origins
+                .iter()
+                .map(|o| o.trim().to_ascii_lowercase())
+                .collect(),
             localhost_hosts_only: s.localhost_hosts_only,
             allowed_hosts: s.allowed_hosts.iter().map(|h| h.trim().to_ascii_lowercase()).collect(),
             max_body_bytes: s.max_body_bytes,
-            auth: (!s.bearer_tokens.is_empty()).then(|| TokenMap::new(s.bearer_tokens.iter().map(|(t, p)| (t.as_str(), p.as_str())))),
+            auth: (!s.bearer_tokens.is_empty()).then(|| {
+                TokenMap::new(s.bearer_tokens.iter().map(|(t, p)| (t.as_str(), p.as_str())))
+            }),
             prefer_sse: true,
             limits: MessageLimits {
                 json_max_depth: l.json_max_depth,
@@ -702,7 +775,11 @@ mod tests {
         assert!(d.quotas.sessions_per_principal <= d.sessions.max_sessions / 2);
         assert!(d.stream_memory_share() <= d.limits.stream_memory_bytes / 2);
         assert_eq!(d.modern_share(), d.modern.max_in_flight / 2);
-        assert_eq!(with(|c| c.modern.max_in_flight = 1).unwrap().modern_share(), 1, "a share is at least one place");
+        assert_eq!(
+            with(|c| c.modern.max_in_flight = 1).unwrap().modern_share(),
+            1,
+            "a share is at least one place"
+        );
     }
 
     #[test]
@@ -714,15 +791,33 @@ mod tests {
             ("sse.retry_ms", Box::new(|c| c.sse.retry_ms = HOUR_MS + 1)),
             ("sse.keepalive_ms", Box::new(|c| c.sse.keepalive_ms = 0)),
             ("sessions.max_retained_streams", Box::new(|c| c.sessions.max_retained_streams = 0)),
-            ("sessions.retention_after_delivery_ms", Box::new(|c| c.sessions.retention_after_delivery_ms = 0)),
-            ("sessions.retention_undelivered_ms", Box::new(|c| c.sessions.retention_undelivered_ms = 0)),
+            (
+                "sessions.retention_after_delivery_ms",
+                Box::new(|c| c.sessions.retention_after_delivery_ms = 0),
+            ),
+            (
+                "sessions.retention_undelivered_ms",
+                Box::new(|c| c.sessions.retention_undelivered_ms = 0),
+            ),
             ("sessions.idle_ttl_secs", Box::new(|c| c.sessions.idle_ttl_secs = 0)),
-            ("sessions.client_request_timeout_secs", Box::new(|c| c.sessions.client_request_timeout_secs = 0)),
+            (
+                "sessions.client_request_timeout_secs",
+                Box::new(|c| c.sessions.client_request_timeout_secs = 0),
+            ),
             ("limits.json_max_depth", Box::new(|c| c.limits.json_max_depth = 500)),
-            ("quotas.sessions_per_principal", Box::new(|c| c.quotas.sessions_per_principal = 20_001)),
+            (
+                "quotas.sessions_per_principal",
+                Box::new(|c| c.quotas.sessions_per_principal = 20_001),
+            ),
             ("quotas.session_rate_per_sec", Box::new(|c| c.quotas.session_rate_per_sec = 0)),
-            ("modern.max_in_flight_per_caller", Box::new(|c| c.modern.max_in_flight_per_caller = Some(0))),
-            ("modern.max_in_flight_per_caller", Box::new(|c| c.modern.max_in_flight_per_caller = Some(1025))),
+            (
+                "modern.max_in_flight_per_caller",
+                Box::new(|c| c.modern.max_in_flight_per_caller = Some(0)),
+            ),
+            (
+                "modern.max_in_flight_per_caller",
+                Box::new(|c| c.modern.max_in_flight_per_caller = Some(1025)),
+            ),
             ("limits.request_memory_bytes", Box::new(|c| c.limits.request_memory_bytes = 1000)),
         ];
         for (field, f) in cases {
@@ -735,8 +830,14 @@ mod tests {
 
     #[test]
     fn cursor_secret_must_be_long_hex() {
-        assert_eq!(with(|c| c.security.cursor_secret_hex = Some("abcd".into())).unwrap_err(), ConfigError::CursorSecret);
-        assert_eq!(with(|c| c.security.cursor_secret_hex = Some("zz".repeat(16))).unwrap_err(), ConfigError::CursorSecret);
+        assert_eq!(
+            with(|c| c.security.cursor_secret_hex = Some("abcd".into())).unwrap_err(),
+            ConfigError::CursorSecret
+        );
+        assert_eq!(
+            with(|c| c.security.cursor_secret_hex = Some("zz".repeat(16))).unwrap_err(),
+            ConfigError::CursorSecret
+        );
         let ok = with(|c| c.security.cursor_secret_hex = Some("0f".repeat(16))).unwrap();
         assert_eq!(ok.cursor_secret().unwrap(), vec![0x0f; 16]);
     }
@@ -748,22 +849,32 @@ mod tests {
         for (section, fields) in tree.as_object().unwrap() {
             for (field, default) in fields.as_object().unwrap() {
                 let name = format!("`{section}.{field}`");
-                let row = readme.lines().find(|l| l.starts_with('|') && l.contains(&format!("| {name} |"))).unwrap_or_else(|| panic!("README lacks {name}"));
+                let row = readme
+                    .lines()
+                    .find(|l| l.starts_with('|') && l.contains(&format!("| {name} |")))
+                    .unwrap_or_else(|| panic!("README lacks {name}"));
                 let shown = match default {
                     serde_json::Value::Null => continue,
                     serde_json::Value::Object(m) if m.is_empty() => "`{}`".to_owned(),
                     serde_json::Value::Array(a) if a.is_empty() => "`[]`".to_owned(),
                     v => format!("`{v}`"),
                 };
-                assert!(row.contains(&shown), "README row of {name} does not give its default {shown}: {row}");
+                assert!(
+                    row.contains(&shown),
+                    "README row of {name} does not give its default {shown}: {row}"
+                );
             }
         }
     }
 
     #[test]
     fn sections_deserialize_with_defaults_and_refuse_unknown_fields() {
-        let c: RuntimeConfig = serde_json::from_value(serde_json::json!({"sse": {"retry_ms": 5}})).unwrap();
+        let c: RuntimeConfig =
+            serde_json::from_value(serde_json::json!({"sse": {"retry_ms": 5}})).unwrap();
         assert_eq!((c.sse.retry_ms, c.sse.replay_max_events), (5, DEFAULT_REPLAY_MAX_EVENTS));
-        assert!(serde_json::from_value::<RuntimeConfig>(serde_json::json!({"sse": {"retry": 5}})).is_err());
+        assert!(
+            serde_json::from_value::<RuntimeConfig>(serde_json::json!({"sse": {"retry": 5}}))
+                .is_err()
+        );
     }
 }

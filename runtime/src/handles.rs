@@ -71,7 +71,9 @@ pub enum HandleError {
     Unavailable,
     /// The change was handed to the ledger, which did not confirm it in time: it may still
     /// take effect when the store commits again.
-    #[error("the state store could not confirm this change in time (it cannot commit right now); the change may still take effect once it recovers: read the state again before you retry")]
+    #[error(
+        "the state store could not confirm this change in time (it cannot commit right now); the change may still take effect once it recovers: read the state again before you retry"
+    )]
     Unconfirmed,
 }
 
@@ -129,8 +131,17 @@ impl Handles {
     /// kind's own), its figures rebuilt from the ledger (a blocking read, at start).
     #[must_use]
     pub fn bounded(ledger: &Ledger, bytes_per_caller: u64, bytes_total: u64) -> Handles {
-        let limits = UsageLimits { per_caller_count: u64::MAX, per_caller_bytes: bytes_per_caller, total_bytes: bytes_total };
-        let keys = |purpose: &str| ledger.derive_rotated(purpose).into_iter().map(|k| <Hmac<Sha256>>::new_from_slice(&k).expect("hmac takes any key length"));
+        let limits = UsageLimits {
+            per_caller_count: u64::MAX,
+            per_caller_bytes: bytes_per_caller,
+            total_bytes: bytes_total,
+        };
+        let keys = |purpose: &str| {
+            ledger
+                .derive_rotated(purpose)
+                .into_iter()
+                .map(|k| <Hmac<Sha256>>::new_from_slice(&k).expect("hmac takes any key length"))
+        };
         let mut pairs = keys("mcp-host handle id v1").zip(keys("mcp-host handle seal v1"));
         let (id_key, seal_key) = pairs.next().expect("the current secret's keys come first");
         // Expiries move with every use: buckets of a minute.
@@ -138,7 +149,9 @@ impl Handles {
         match usage.rebuild(ledger.writer.store().as_ref(), ledger.clock.now().0) {
             Ok(n) if n > 0 => tracing::info!(handles = n, "state handles counted from the ledger"),
             Ok(_) => {}
-            Err(e) => tracing::error!(error = %e, "cannot count the state handles in the ledger: their bounds start from zero"),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot count the state handles in the ledger: their bounds start from zero")
+            }
         }
         Handles {
             writer: Arc::clone(&ledger.writer),
@@ -173,18 +186,29 @@ impl Handles {
     /// The handle a record named `id` seals: the one, under the current or a previous key,
     /// whose HMAC under that key is `id` (`None` for a record sealed under none of them).
     fn unseal(&self, kind: &HandleKind, id: &str, sealed: &str) -> Option<String> {
-        let bytes: Vec<u8> = (0..sealed.len() / 2).map(|i| u8::from_str_radix(sealed.get(2 * i..2 * i + 2)?, 16).ok()).collect::<Option<_>>()?;
-        std::iter::once((&self.id_key, &self.seal_key)).chain(self.previous.iter().map(|(i, s)| (i, s))).find_map(|(id_key, seal_key)| {
-            let random: [u8; HANDLE_RANDOM_BYTES] = xor(&bytes, &hmac_of(seal_key, id.as_bytes())).try_into().ok()?;
-            let handle = kind.mint(&random);
-            (ledger_name(id_key, &handle) == id).then_some(handle)
-        })
+        let bytes: Vec<u8> = (0..sealed.len() / 2)
+            .map(|i| u8::from_str_radix(sealed.get(2 * i..2 * i + 2)?, 16).ok())
+            .collect::<Option<_>>()?;
+        std::iter::once((&self.id_key, &self.seal_key))
+            .chain(self.previous.iter().map(|(i, s)| (i, s)))
+            .find_map(|(id_key, seal_key)| {
+                let random: [u8; HANDLE_RANDOM_BYTES] =
+                    xor(&bytes, &hmac_of(seal_key, id.as_bytes())).try_into().ok()?;
+                let handle = kind.mint(&random);
+                (ledger_name(id_key, &handle) == id).then_some(handle)
+            })
     }
 
     /// The record of `handle` (whose ledger name is `id`) if it is a live handle of `kind`
     /// bound to `principal`, where it was found (`id`, or a previous key's name), and its
     /// bytes as its bounds count them.
-    async fn find(&self, kind: &HandleKind, principal: Option<&str>, handle: &str, id: &str) -> Result<Found, HandleError> {
+    async fn find(
+        &self,
+        kind: &HandleKind,
+        principal: Option<&str>,
+        handle: &str,
+        id: &str,
+    ) -> Result<Found, HandleError> {
         let missing = || HandleError::NotFound(kind.not_found(handle));
         if !kind.is_shaped(handle) {
             return Err(missing());
@@ -218,7 +242,8 @@ impl Handles {
     /// The record named `id` and its bytes (key and value), read on a reader thread.
     async fn read(&self, id: &str) -> Result<Option<(HandleRecord, u64)>, HandleError> {
         let (key, now) = (codec::handle_key(id), self.now());
-        let read = self.reads.run(move |store| Ok(store.get(&key, now)?.map(|v| (v, key.len())))).await;
+        let read =
+            self.reads.run(move |store| Ok(store.get(&key, now)?.map(|v| (v, key.len())))).await;
         let (bytes, key_len) = match read {
             Ok(Some(b)) => b,
             Ok(None) => return Ok(None),
@@ -237,8 +262,14 @@ impl Handles {
     }
 
     /// The live members of a caller's index (enough of them to count to the bound).
-    async fn index(&self, kind: &HandleKind, index: &str, now: u64) -> Result<Vec<(String, u64)>, HandleError> {
-        let (index, limit) = (index.to_owned(), kind.max_per_caller.saturating_mul(4).saturating_add(64));
+    async fn index(
+        &self,
+        kind: &HandleKind,
+        index: &str,
+        now: u64,
+    ) -> Result<Vec<(String, u64)>, HandleError> {
+        let (index, limit) =
+            (index.to_owned(), kind.max_per_caller.saturating_mul(4).saturating_add(64));
         self.reads.run(move |store| store.index_lowest(&index, limit, now)).await.map_err(|e| {
             tracing::error!(error = %e, "cannot read a caller's state handles");
             HandleError::Unavailable
@@ -257,7 +288,10 @@ impl Handles {
 
     /// When `record` expires counted from its last use.
     fn expiry_from_use(kind: &HandleKind, record: &HandleRecord) -> u64 {
-        record.used_ms.saturating_add(kind.idle_ttl_secs.saturating_mul(1000)).saturating_add(kind.touch_slack_ms())
+        record
+            .used_ms
+            .saturating_add(kind.idle_ttl_secs.saturating_mul(1000))
+            .saturating_add(kind.touch_slack_ms())
     }
 
     /// The writes that store `record` under `id`, keep the caller's index of it and count it
@@ -266,12 +300,23 @@ impl Handles {
     /// the byte bounds, unless `before` already held as many bytes. A record `before` found
     /// under a previous key's name is moved: sealed again under the current key, its old
     /// record and index entry dropped, all in the one batch.
-    fn write(&self, kind: &HandleKind, handle: &str, id: &str, mut record: HandleRecord, before: Option<&Found>) -> Result<Vec<Op>, HandleError> {
+    fn write(
+        &self,
+        kind: &HandleKind,
+        handle: &str,
+        id: &str,
+        mut record: HandleRecord,
+        before: Option<&Found>,
+    ) -> Result<Vec<Op>, HandleError> {
         let mut ops = Vec::new();
         let index = codec::handles_index(kind.prefix, record.principal.as_deref());
         if let Some(old) = before.and_then(|b| b.moved_from.as_deref()) {
             // A found handle is well shaped, so this is its random part.
-            let random = handle.strip_prefix(kind.prefix).and_then(|r| r.strip_prefix('_')).and_then(|r| URL_SAFE_NO_PAD.decode(r).ok()).ok_or(HandleError::Unavailable)?;
+            let random = handle
+                .strip_prefix(kind.prefix)
+                .and_then(|r| r.strip_prefix('_'))
+                .and_then(|r| URL_SAFE_NO_PAD.decode(r).ok())
+                .ok_or(HandleError::Unavailable)?;
             record.sealed = self.seal(id, &random);
             ops.push(Op::Delete { key: codec::handle_key(old) });
             ops.push(Op::IndexRemove { index: index.clone(), member: old.to_owned() });
@@ -282,13 +327,35 @@ impl Handles {
         let value = Bytes::from(codec::encode(&Record::Handle(record.clone())));
         let bytes = (key.len() + value.len()) as u64;
         let caller: Caller = record.principal.as_deref().map(Arc::from);
-        let old = before.map(|b| Entry { name: b.moved_from.as_deref().unwrap_or(id), expires_ms: Self::expires_of(kind, &b.record), bytes: b.bytes });
-        let counted = self.usage.replace(&caller, old.as_ref(), &Entry { name: id, expires_ms, bytes }, self.now(), false).map_err(|over| match over {
-            Over::Caller { .. } => HandleError::TooMany(kind.caller_state_full(over.retry_after_s())),
-            Over::Total { .. } => HandleError::TooMany(kind.server_state_full(over.retry_after_s())),
-        })?;
+        let old = before.map(|b| Entry {
+            name: b.moved_from.as_deref().unwrap_or(id),
+            expires_ms: Self::expires_of(kind, &b.record),
+            bytes: b.bytes,
+        });
+        let counted = self
+            .usage
+            .replace(
+                &caller,
+                old.as_ref(),
+                &Entry { name: id, expires_ms, bytes },
+                self.now(),
+                false,
+            )
+            .map_err(|over| match over {
+                Over::Caller { .. } => {
+                    HandleError::TooMany(kind.caller_state_full(over.retry_after_s()))
+                }
+                Over::Total { .. } => {
+                    HandleError::TooMany(kind.server_state_full(over.retry_after_s()))
+                }
+            })?;
         ops.push(Op::Put { key, value, expires_ms });
-        ops.push(Op::IndexAdd { index: index.clone(), member: id.to_owned(), score: expires_ms, expires_ms });
+        ops.push(Op::IndexAdd {
+            index: index.clone(),
+            member: id.to_owned(),
+            score: expires_ms,
+            expires_ms,
+        });
         ops.push(Op::Expire { name: index, expires_ms });
         ops.extend(counted);
         Ok(ops)
@@ -320,7 +387,13 @@ impl Handles {
     /// # Errors
     /// [`HandleError::TooMany`] (also past the byte bounds), [`HandleError::TooLarge`],
     /// [`HandleError::Unavailable`], [`HandleError::Unconfirmed`].
-    pub async fn create(&self, kind: &HandleKind, principal: Option<&str>, session: Option<&str>, value: Value) -> Result<String, HandleError> {
+    pub async fn create(
+        &self,
+        kind: &HandleKind,
+        principal: Option<&str>,
+        session: Option<&str>,
+        value: Value,
+    ) -> Result<String, HandleError> {
         let index = codec::handles_index(kind.prefix, principal);
         // One create of this caller's kind at a time: the count below stays exact.
         let _turn = self.stripe(&index).lock().await;
@@ -333,7 +406,17 @@ impl Handles {
         let handle = kind.mint(&random);
         Self::checked(kind, None, &value)?;
         let id = self.id(&handle);
-        let record = HandleRecord { kind: kind.prefix.to_owned(), principal: principal.map(str::to_owned), session: session.map(str::to_owned), sealed: self.seal(&id, &random), value, version: 1, created_ms: now, used_ms: now, expires_ms: 0 };
+        let record = HandleRecord {
+            kind: kind.prefix.to_owned(),
+            principal: principal.map(str::to_owned),
+            session: session.map(str::to_owned),
+            sealed: self.seal(&id, &random),
+            value,
+            version: 1,
+            created_ms: now,
+            used_ms: now,
+            expires_ms: 0,
+        };
         self.writable()?;
         let mut ops = vec![Op::IndexTrim { index: index.clone(), below: now.saturating_add(1) }];
         ops.extend(self.write(kind, &handle, &id, record, None)?);
@@ -345,7 +428,12 @@ impl Handles {
     ///
     /// # Errors
     /// [`HandleError::NotFound`], [`HandleError::Unavailable`].
-    pub async fn get(&self, kind: &HandleKind, principal: Option<&str>, handle: &str) -> Result<Value, HandleError> {
+    pub async fn get(
+        &self,
+        kind: &HandleKind,
+        principal: Option<&str>,
+        handle: &str,
+    ) -> Result<Value, HandleError> {
         // A use is recorded under the handle's stripe, as an update or a destroy holds it:
         // it rewrites the record, so it must be queued after every change already committed
         // and before any later one (the writer commits in queue order), or it would put an
@@ -355,7 +443,11 @@ impl Handles {
         // record's expiry allows for the ones skipped), and not while the writer is backed up
         // or failing: a lost use only shortens the idle TTL.
         // A handle under a previous key's name is moved by its use (as an update moves it).
-        let due = |f: &Found, now: u64| (f.moved_from.is_some() || now.saturating_sub(f.record.used_ms) >= kind.touch_slack_ms()) && !self.writer.skip_optional();
+        let due = |f: &Found, now: u64| {
+            (f.moved_from.is_some()
+                || now.saturating_sub(f.record.used_ms) >= kind.touch_slack_ms())
+                && !self.writer.skip_optional()
+        };
         let found = self.find(kind, principal, handle, &id).await?;
         if !due(&found, self.now()) {
             // Nothing to record: no wait for the stripe (an update may hold it through a
@@ -386,7 +478,13 @@ impl Handles {
     /// [`HandleError::NotFound`], [`HandleError::Refused`] (from `change`),
     /// [`HandleError::TooLarge`], [`HandleError::TooMany`] (past the byte bounds),
     /// [`HandleError::Unavailable`], [`HandleError::Unconfirmed`].
-    pub async fn update<R>(&self, kind: &HandleKind, principal: Option<&str>, handle: &str, change: impl FnOnce(&mut Value) -> Result<R, String>) -> Result<R, HandleError> {
+    pub async fn update<R>(
+        &self,
+        kind: &HandleKind,
+        principal: Option<&str>,
+        handle: &str,
+        change: impl FnOnce(&mut Value) -> Result<R, String>,
+    ) -> Result<R, HandleError> {
         let id = self.id(handle);
         let _turn = self.stripe(&id).lock().await;
         let found = self.find(kind, principal, handle, &id).await?;
@@ -404,7 +502,12 @@ impl Handles {
     ///
     /// # Errors
     /// [`HandleError::NotFound`], [`HandleError::Unavailable`].
-    pub async fn destroy(&self, kind: &HandleKind, principal: Option<&str>, handle: &str) -> Result<(), HandleError> {
+    pub async fn destroy(
+        &self,
+        kind: &HandleKind,
+        principal: Option<&str>,
+        handle: &str,
+    ) -> Result<(), HandleError> {
         let id = self.id(handle);
         let _turn = self.stripe(&id).lock().await;
         let found = self.find(kind, principal, handle, &id).await?;
@@ -412,8 +515,20 @@ impl Handles {
         let name = found.moved_from.clone().unwrap_or(id);
         let caller: Caller = found.record.principal.as_deref().map(Arc::from);
         self.writable()?;
-        let released = self.usage.release(&caller, &Entry { name: &name, expires_ms: Self::expires_of(kind, &found.record), bytes: found.bytes });
-        self.commit(vec![Op::Delete { key: codec::handle_key(&name) }, Op::IndexRemove { index, member: name }, released]).await
+        let released = self.usage.release(
+            &caller,
+            &Entry {
+                name: &name,
+                expires_ms: Self::expires_of(kind, &found.record),
+                bytes: found.bytes,
+            },
+        );
+        self.commit(vec![
+            Op::Delete { key: codec::handle_key(&name) },
+            Op::IndexRemove { index, member: name },
+            released,
+        ])
+        .await
     }
 
     /// The caller's live handles of `kind` that `scope` shows, with their values, oldest
@@ -421,7 +536,12 @@ impl Handles {
     ///
     /// # Errors
     /// [`HandleError::Unavailable`].
-    pub async fn list(&self, kind: &HandleKind, principal: Option<&str>, scope: ListScope<'_>) -> Result<Vec<(String, Value)>, HandleError> {
+    pub async fn list(
+        &self,
+        kind: &HandleKind,
+        principal: Option<&str>,
+        scope: ListScope<'_>,
+    ) -> Result<Vec<(String, Value)>, HandleError> {
         if let ListScope::Nothing = scope {
             return Ok(Vec::new());
         }
@@ -430,8 +550,11 @@ impl Handles {
         let members = self.index(kind, &index, now).await?;
         let mut out = Vec::new();
         for (id, _) in members.into_iter().filter(|(_, expires)| *expires > now) {
-            if let Some((r, _)) = self.read(&id).await?.filter(|(r, _)| r.kind == kind.prefix && r.principal.as_deref() == principal && scope.shows(r.session.as_deref()))
-                && let Some(handle) = self.unseal(kind, &id, &r.sealed)
+            if let Some((r, _)) = self.read(&id).await?.filter(|(r, _)| {
+                r.kind == kind.prefix
+                    && r.principal.as_deref() == principal
+                    && scope.shows(r.session.as_deref())
+            }) && let Some(handle) = self.unseal(kind, &id, &r.sealed)
             {
                 out.push((handle, r.value));
             }
@@ -494,7 +617,8 @@ pub struct HandleScope<'a> {
 }
 
 fn to_value<T: Serialize>(v: &T) -> Result<Value, HandleError> {
-    serde_json::to_value(v).map_err(|e| HandleError::Refused(format!("the value cannot be stored: {e}")))
+    serde_json::to_value(v)
+        .map_err(|e| HandleError::Refused(format!("the value cannot be stored: {e}")))
 }
 
 fn from_value<T: DeserializeOwned>(kind: &HandleKind, v: Value) -> Result<T, HandleError> {
@@ -519,7 +643,14 @@ impl HandleScope<'_> {
     /// # Errors
     /// As [`Handles::create`].
     pub async fn create<T: Serialize>(&self, value: &T) -> Result<String, HandleError> {
-        self.store.create(self.kind, self.principal, self.session.and_then(|s| s.first()).map(|s| &**s), to_value(value)?).await
+        self.store
+            .create(
+                self.kind,
+                self.principal,
+                self.session.and_then(|s| s.first()).map(|s| &**s),
+                to_value(value)?,
+            )
+            .await
     }
 
     /// The value of `handle`.
@@ -534,13 +665,19 @@ impl HandleScope<'_> {
     ///
     /// # Errors
     /// As [`Handles::update`].
-    pub async fn update<T: Serialize + DeserializeOwned, R>(&self, handle: &str, change: impl FnOnce(&mut T) -> Result<R, String>) -> Result<R, HandleError> {
+    pub async fn update<T: Serialize + DeserializeOwned, R>(
+        &self,
+        handle: &str,
+        change: impl FnOnce(&mut T) -> Result<R, String>,
+    ) -> Result<R, HandleError> {
         let kind = self.kind;
         self.store
             .update(kind, self.principal, handle, |v| {
-                let mut typed: T = serde_json::from_value(v.clone()).map_err(|e| format!("the stored {} is not readable: {e}", kind.noun))?;
+                let mut typed: T = serde_json::from_value(v.clone())
+                    .map_err(|e| format!("the stored {} is not readable: {e}", kind.noun))?;
                 let out = change(&mut typed)?;
-                *v = serde_json::to_value(&typed).map_err(|e| format!("the value cannot be stored: {e}"))?;
+                *v = serde_json::to_value(&typed)
+                    .map_err(|e| format!("the value cannot be stored: {e}"))?;
                 Ok(out)
             })
             .await
@@ -562,7 +699,12 @@ impl HandleScope<'_> {
     /// # Errors
     /// As [`Handles::list`].
     pub async fn list<T: DeserializeOwned>(&self) -> Result<Vec<(String, T)>, HandleError> {
-        self.store.list(self.kind, self.principal, self.list_scope()).await?.into_iter().map(|(h, v)| Ok((h, from_value(self.kind, v)?))).collect()
+        self.store
+            .list(self.kind, self.principal, self.list_scope())
+            .await?
+            .into_iter()
+            .map(|(h, v)| Ok((h, from_value(self.kind, v)?)))
+            .collect()
     }
 
     /// Which handles [`HandleScope::list`] shows this caller.

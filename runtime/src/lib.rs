@@ -16,17 +16,17 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-pub mod proto;
-pub mod sse;
 pub mod actor;
 pub mod client;
 pub mod client_http;
+mod clock;
 pub mod config;
 pub mod handles;
 pub mod http;
 pub mod ledger;
 pub mod metrics;
+pub mod proto;
+mod rng;
+pub mod sse;
 pub mod tasks;
 pub mod tools;
-mod clock;
-mod rng;

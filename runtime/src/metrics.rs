@@ -29,15 +29,23 @@ pub struct Histo {
 }
 
 /// Bucket bounds for latencies (seconds): 100 µs to about 6.5 s.
-pub const LATENCY_BOUNDS: &[f64] = &[0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 6.5];
+pub const LATENCY_BOUNDS: &[f64] = &[
+    0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    6.5,
+];
 /// Bucket bounds for counts (a batch's operations).
-pub const COUNT_BOUNDS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0];
+pub const COUNT_BOUNDS: &[f64] =
+    &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0];
 
 impl Histo {
     /// A histogram with these (ascending) upper bounds.
     #[must_use]
     pub fn new(bounds: &'static [f64]) -> Histo {
-        Histo { bounds, counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(), sum_micros: AtomicU64::new(0) }
+        Histo {
+            bounds,
+            counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
+            sum_micros: AtomicU64::new(0),
+        }
     }
 
     /// Observe `v`.
@@ -105,22 +113,42 @@ struct PhaseLabel {
 #[derive(Debug)]
 struct SupervisorCollector(Arc<Supervisor>);
 
-fn gauge(e: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: i64) -> Result<(), std::fmt::Error> {
+fn gauge(
+    e: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    v: i64,
+) -> Result<(), std::fmt::Error> {
     let g = ConstGauge::new(v);
     g.encode(e.encode_descriptor(name, help, None, g.metric_type())?)
 }
 
-fn gauge_f(e: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: f64) -> Result<(), std::fmt::Error> {
+fn gauge_f(
+    e: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    v: f64,
+) -> Result<(), std::fmt::Error> {
     let g = ConstGauge::new(v);
     g.encode(e.encode_descriptor(name, help, None, g.metric_type())?)
 }
 
-fn counter(e: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: u64) -> Result<(), std::fmt::Error> {
+fn counter(
+    e: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    v: u64,
+) -> Result<(), std::fmt::Error> {
     let c = ConstCounter::new(v);
     c.encode(e.encode_descriptor(name, help, None, c.metric_type())?)
 }
 
-fn gauges<L: EncodeLabelSet>(e: &mut DescriptorEncoder<'_>, name: &str, help: &str, rows: &[(L, i64)]) -> Result<(), std::fmt::Error> {
+fn gauges<L: EncodeLabelSet>(
+    e: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    rows: &[(L, i64)],
+) -> Result<(), std::fmt::Error> {
     let mut m = e.encode_descriptor(name, help, None, MetricType::Gauge)?;
     for (labels, v) in rows {
         ConstGauge::new(*v).encode(m.encode_family(labels)?)?;
@@ -128,7 +156,12 @@ fn gauges<L: EncodeLabelSet>(e: &mut DescriptorEncoder<'_>, name: &str, help: &s
     Ok(())
 }
 
-fn counters<L: EncodeLabelSet>(e: &mut DescriptorEncoder<'_>, name: &str, help: &str, rows: &[(L, u64)]) -> Result<(), std::fmt::Error> {
+fn counters<L: EncodeLabelSet>(
+    e: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    rows: &[(L, u64)],
+) -> Result<(), std::fmt::Error> {
     let mut m = e.encode_descriptor(name, help, None, MetricType::Counter)?;
     for (labels, v) in rows {
         ConstCounter::new(*v).encode(m.encode_family(labels)?)?;
@@ -136,7 +169,12 @@ fn counters<L: EncodeLabelSet>(e: &mut DescriptorEncoder<'_>, name: &str, help: 
     Ok(())
 }
 
-fn histogram(e: &mut DescriptorEncoder<'_>, name: &str, help: &str, h: &Histo) -> Result<(), std::fmt::Error> {
+fn histogram(
+    e: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    h: &Histo,
+) -> Result<(), std::fmt::Error> {
     let (sum, count, buckets) = h.snapshot();
     let mut m = e.encode_descriptor(name, help, None, MetricType::Histogram)?;
     m.encode_histogram::<prometheus_client::encoding::NoLabelSet>(sum, count, &buckets, None)
@@ -148,66 +186,253 @@ impl Collector for SupervisorCollector {
         let st = sup.stats();
         let gens = sup.generations().status();
         let phase = sup.phase();
-        let phases = [("starting", crate::actor::Phase::Starting), ("serving", crate::actor::Phase::Serving), ("draining", crate::actor::Phase::Draining), ("stopped", crate::actor::Phase::Stopped)];
-        let rows: Vec<(PhaseLabel, i64)> = phases.iter().map(|(n, p)| (PhaseLabel { phase: n }, i64::from(*p == phase))).collect();
+        let phases = [
+            ("starting", crate::actor::Phase::Starting),
+            ("serving", crate::actor::Phase::Serving),
+            ("draining", crate::actor::Phase::Draining),
+            ("stopped", crate::actor::Phase::Stopped),
+        ];
+        let rows: Vec<(PhaseLabel, i64)> =
+            phases.iter().map(|(n, p)| (PhaseLabel { phase: n }, i64::from(*p == phase))).collect();
         gauges(&mut e, "mcp_phase", "Lifecycle phase (1 for the current one)", &rows)?;
-        gauge(&mut e, "mcp_generation_current", "The current generation", i64::from(sup.generations().current().settings.id.0))?;
-        let by_gen = |f: fn(&crate::actor::GenStatus) -> i64| gens.iter().map(|g| (GenerationLabel { generation: g.settings.id.0 }, f(g))).collect::<Vec<_>>();
-        gauges(&mut e, "mcp_sessions_live", "Live sessions by the generation they were opened under", &by_gen(|g| g.sessions))?;
-        gauges(&mut e, "mcp_streams_live", "Live stream actors by the generation they were opened under", &by_gen(|g| g.streams))?;
-        gauges(&mut e, "mcp_requests_in_flight", "Requests in flight by the generation they were admitted under", &by_gen(|g| g.in_flight))?;
+        gauge(
+            &mut e,
+            "mcp_generation_current",
+            "The current generation",
+            i64::from(sup.generations().current().settings.id.0),
+        )?;
+        let by_gen = |f: fn(&crate::actor::GenStatus) -> i64| {
+            gens.iter()
+                .map(|g| (GenerationLabel { generation: g.settings.id.0 }, f(g)))
+                .collect::<Vec<_>>()
+        };
+        gauges(
+            &mut e,
+            "mcp_sessions_live",
+            "Live sessions by the generation they were opened under",
+            &by_gen(|g| g.sessions),
+        )?;
+        gauges(
+            &mut e,
+            "mcp_streams_live",
+            "Live stream actors by the generation they were opened under",
+            &by_gen(|g| g.streams),
+        )?;
+        gauges(
+            &mut e,
+            "mcp_requests_in_flight",
+            "Requests in flight by the generation they were admitted under",
+            &by_gen(|g| g.in_flight),
+        )?;
         let m = st.metrics();
-        counter(&mut e, "mcp_sessions_parked", "Sessions parked (their state left in the ledger only)", m.sessions_parked)?;
-        counter(&mut e, "mcp_sessions_revived", "Sessions rebuilt from the ledger", m.sessions_revived)?;
-        counter(&mut e, "mcp_sessions_evicted_from_ledger", "Recorded sessions evicted because the ledger was full", m.sessions_evicted_from_ledger)?;
-        let modes: Vec<(ModeLabel, i64)> = m.streams_by_mode.iter().map(|(n, v)| (ModeLabel { mode: n }, *v)).collect();
+        counter(
+            &mut e,
+            "mcp_sessions_parked",
+            "Sessions parked (their state left in the ledger only)",
+            m.sessions_parked,
+        )?;
+        counter(
+            &mut e,
+            "mcp_sessions_revived",
+            "Sessions rebuilt from the ledger",
+            m.sessions_revived,
+        )?;
+        counter(
+            &mut e,
+            "mcp_sessions_evicted_from_ledger",
+            "Recorded sessions evicted because the ledger was full",
+            m.sessions_evicted_from_ledger,
+        )?;
+        let modes: Vec<(ModeLabel, i64)> =
+            m.streams_by_mode.iter().map(|(n, v)| (ModeLabel { mode: n }, *v)).collect();
         gauges(&mut e, "mcp_streams_by_mode", "Live streams by how they are served", &modes)?;
-        let states: Vec<(StateLabel, i64)> = m.streams_by_state.iter().map(|(n, v)| (StateLabel { state: n }, *v)).collect();
-        gauges(&mut e, "mcp_streams_by_state", "Live streams by state (open: a connection attached)", &states)?;
-        gauge(&mut e, "mcp_replay_window_bytes", "Bytes charged to the stream memory budget (replay windows, retained streams, kept handshakes)", sup.stream_memory_bytes() as i64)?;
-        gauge(&mut e, "mcp_request_memory_bytes", "Bytes of parsed requests held in flight, charged to the request memory budget (limits.request_memory_bytes)", st.request_memory_bytes() as i64)?;
+        let states: Vec<(StateLabel, i64)> =
+            m.streams_by_state.iter().map(|(n, v)| (StateLabel { state: n }, *v)).collect();
+        gauges(
+            &mut e,
+            "mcp_streams_by_state",
+            "Live streams by state (open: a connection attached)",
+            &states,
+        )?;
+        gauge(
+            &mut e,
+            "mcp_replay_window_bytes",
+            "Bytes charged to the stream memory budget (replay windows, retained streams, kept handshakes)",
+            sup.stream_memory_bytes() as i64,
+        )?;
+        gauge(
+            &mut e,
+            "mcp_request_memory_bytes",
+            "Bytes of parsed requests held in flight, charged to the request memory budget (limits.request_memory_bytes)",
+            st.request_memory_bytes() as i64,
+        )?;
         gauge(&mut e, "mcp_connections", "Open TCP connections", m.connections)?;
         counter(&mut e, "mcp_events", "Events appended to streams", m.events)?;
         counter(&mut e, "mcp_resumes_served", "Resumes that replayed from a window", m.resumes)?;
-        counter(&mut e, "mcp_resume_gaps", "Resumes that found the events after their cursor lost", m.gaps)?;
-        counter(&mut e, "mcp_slow_readers_detached", "Connections detached because their reader fell behind", m.slow_readers)?;
-        counter(&mut e, "mcp_events_lost_unattached", "Events of plain (not resumable) streams produced with no connection attached", m.lost_unattached)?;
-        counter(&mut e, "mcp_idempotency_replays", "Write-tool calls answered from their receipt (not run again)", m.receipt_replays)?;
-        counter(&mut e, "mcp_idempotency_attached", "Retries of a running write-tool call attached to its one execution", m.receipt_attaches)?;
+        counter(
+            &mut e,
+            "mcp_resume_gaps",
+            "Resumes that found the events after their cursor lost",
+            m.gaps,
+        )?;
+        counter(
+            &mut e,
+            "mcp_slow_readers_detached",
+            "Connections detached because their reader fell behind",
+            m.slow_readers,
+        )?;
+        counter(
+            &mut e,
+            "mcp_events_lost_unattached",
+            "Events of plain (not resumable) streams produced with no connection attached",
+            m.lost_unattached,
+        )?;
+        counter(
+            &mut e,
+            "mcp_idempotency_replays",
+            "Write-tool calls answered from their receipt (not run again)",
+            m.receipt_replays,
+        )?;
+        counter(
+            &mut e,
+            "mcp_idempotency_attached",
+            "Retries of a running write-tool call attached to its one execution",
+            m.receipt_attaches,
+        )?;
         let (modern_running, modern_served, modern_cancelled) = st.modern();
         gauge(&mut e, "mcp_modern_in_flight", "2026-07-28 requests running", modern_running)?;
-        counter(&mut e, "mcp_modern_served", "2026-07-28 requests answered (a result or a JSON-RPC error after admission)", modern_served)?;
-        counter(&mut e, "mcp_modern_cancelled", "2026-07-28 requests cancelled by their client closing the response stream", modern_cancelled)?;
+        counter(
+            &mut e,
+            "mcp_modern_served",
+            "2026-07-28 requests answered (a result or a JSON-RPC error after admission)",
+            modern_served,
+        )?;
+        counter(
+            &mut e,
+            "mcp_modern_cancelled",
+            "2026-07-28 requests cancelled by their client closing the response stream",
+            modern_cancelled,
+        )?;
         let (listen_open, listen_opened, listen_completed) = st.listen();
         gauge(&mut e, "mcp_listen_streams", "Open subscriptions/listen streams", listen_open)?;
         counter(&mut e, "mcp_listen_opened", "subscriptions/listen streams opened", listen_opened)?;
-        counter(&mut e, "mcp_listen_completed", "subscriptions/listen streams the server ended with their completion result (drain, stop)", listen_completed)?;
-        let refused: Vec<(CauseLabel, u64)> = crate::proto::error::Rejection::CAUSES.iter().map(|c| (CauseLabel { cause: c }, st.refusals(c))).collect();
+        counter(
+            &mut e,
+            "mcp_listen_completed",
+            "subscriptions/listen streams the server ended with their completion result (drain, stop)",
+            listen_completed,
+        )?;
+        let refused: Vec<(CauseLabel, u64)> = crate::proto::error::Rejection::CAUSES
+            .iter()
+            .map(|c| (CauseLabel { cause: c }, st.refusals(c)))
+            .collect();
         counters(&mut e, "mcp_refusals", "Requests refused, by cause", &refused)?;
-        let statuses: Vec<(StatusLabel, u64)> = m.http_responses.iter().map(|(s, v)| (StatusLabel { status: s }, *v)).collect();
-        counters(&mut e, "mcp_http_responses", "HTTP responses of the MCP endpoint by status", &statuses)?;
-        counter(&mut e, "mcp_shadow_streams_verified", "Shadow streams whose ledger copy was read back and compared", m.shadow_verified)?;
-        counter(&mut e, "mcp_shadow_events", "Events sent on shadow streams that were verified", m.shadow_events)?;
-        let kinds: Vec<(KindLabel, u64)> = m.shadow_mismatches.iter().map(|(k, v)| (KindLabel { kind: k }, *v)).collect();
-        counters(&mut e, "mcp_shadow_mismatches", "Shadow ledger events that did not match what was sent, by kind", &kinds)?;
-        counter(&mut e, "mcp_shadow_window_lost", "Shadow events older than the window bound (a resume from the start would have lost them)", m.shadow_window_lost)?;
-        counter(&mut e, "mcp_shadow_unreadable", "Shadow streams whose ledger copy could not be read", m.shadow_unreadable)?;
-        counter(&mut e, "mcp_shadow_unverified", "Shadow streams that ended with their session (DELETE, expiry, parking, shutdown) and were not verified", m.shadow_unverified)?;
-        histogram(&mut e, "mcp_shadow_commit_seconds", "From a shadow stream's close to the commit of all its ledger writes", st.shadow_latency())?;
+        let statuses: Vec<(StatusLabel, u64)> =
+            m.http_responses.iter().map(|(s, v)| (StatusLabel { status: s }, *v)).collect();
+        counters(
+            &mut e,
+            "mcp_http_responses",
+            "HTTP responses of the MCP endpoint by status",
+            &statuses,
+        )?;
+        counter(
+            &mut e,
+            "mcp_shadow_streams_verified",
+            "Shadow streams whose ledger copy was read back and compared",
+            m.shadow_verified,
+        )?;
+        counter(
+            &mut e,
+            "mcp_shadow_events",
+            "Events sent on shadow streams that were verified",
+            m.shadow_events,
+        )?;
+        let kinds: Vec<(KindLabel, u64)> =
+            m.shadow_mismatches.iter().map(|(k, v)| (KindLabel { kind: k }, *v)).collect();
+        counters(
+            &mut e,
+            "mcp_shadow_mismatches",
+            "Shadow ledger events that did not match what was sent, by kind",
+            &kinds,
+        )?;
+        counter(
+            &mut e,
+            "mcp_shadow_window_lost",
+            "Shadow events older than the window bound (a resume from the start would have lost them)",
+            m.shadow_window_lost,
+        )?;
+        counter(
+            &mut e,
+            "mcp_shadow_unreadable",
+            "Shadow streams whose ledger copy could not be read",
+            m.shadow_unreadable,
+        )?;
+        counter(
+            &mut e,
+            "mcp_shadow_unverified",
+            "Shadow streams that ended with their session (DELETE, expiry, parking, shutdown) and were not verified",
+            m.shadow_unverified,
+        )?;
+        histogram(
+            &mut e,
+            "mcp_shadow_commit_seconds",
+            "From a shadow stream's close to the commit of all its ledger writes",
+            st.shadow_latency(),
+        )?;
         let w = sup.ledger_writer();
         let ws = w.snapshot();
-        gauge(&mut e, "mcp_ledger_queue_bytes", "Bytes waiting for the ledger writer", ws.queued_bytes as i64)?;
+        gauge(
+            &mut e,
+            "mcp_ledger_queue_bytes",
+            "Bytes waiting for the ledger writer",
+            ws.queued_bytes as i64,
+        )?;
         counter(&mut e, "mcp_ledger_batches", "Ledger transactions committed", ws.batches)?;
         counter(&mut e, "mcp_ledger_ops", "Ledger operations committed", ws.ops)?;
-        counter(&mut e, "mcp_ledger_events_dropped", "Event appends refused by the ledger's overflow policy", ws.events_dropped)?;
-        counter(&mut e, "mcp_ledger_errors", "Ledger commit attempts the store refused (each is retried)", ws.errors)?;
-        counter(&mut e, "mcp_ledger_lost_ops", "Ledger operations given up on as the process stopped with a store that could not commit", ws.lost_ops)?;
-        gauge(&mut e, "mcp_ledger_failing", "1 while the ledger cannot commit (retrying; new durable work is refused)", i64::from(ws.state == crate::ledger::LedgerState::Failing))?;
-        gauge(&mut e, "mcp_ledger_backlog", "1 while more than ledger.queue_max_bytes wait for the writer (new durable work is refused)", i64::from(ws.state == crate::ledger::LedgerState::Backlog))?;
+        counter(
+            &mut e,
+            "mcp_ledger_events_dropped",
+            "Event appends refused by the ledger's overflow policy",
+            ws.events_dropped,
+        )?;
+        counter(
+            &mut e,
+            "mcp_ledger_errors",
+            "Ledger commit attempts the store refused (each is retried)",
+            ws.errors,
+        )?;
+        counter(
+            &mut e,
+            "mcp_ledger_lost_ops",
+            "Ledger operations given up on as the process stopped with a store that could not commit",
+            ws.lost_ops,
+        )?;
+        gauge(
+            &mut e,
+            "mcp_ledger_failing",
+            "1 while the ledger cannot commit (retrying; new durable work is refused)",
+            i64::from(ws.state == crate::ledger::LedgerState::Failing),
+        )?;
+        gauge(
+            &mut e,
+            "mcp_ledger_backlog",
+            "1 while more than ledger.queue_max_bytes wait for the writer (new durable work is refused)",
+            i64::from(ws.state == crate::ledger::LedgerState::Backlog),
+        )?;
         let now_ms = sup.now().0;
         let since = |t: Option<u64>| t.map_or(0, |t| now_ms.saturating_sub(t)) as f64 / 1000.0;
-        gauge_f(&mut e, "mcp_ledger_seconds_since_commit", "Seconds since the ledger last committed a batch (0 before the first)", since(ws.last_commit_ms))?;
-        gauge_f(&mut e, "mcp_ledger_failing_seconds", "Seconds the ledger has been unable to commit (0 while it commits)", since(ws.failing_since_ms))?;
+        gauge_f(
+            &mut e,
+            "mcp_ledger_seconds_since_commit",
+            "Seconds since the ledger last committed a batch (0 before the first)",
+            since(ws.last_commit_ms),
+        )?;
+        gauge_f(
+            &mut e,
+            "mcp_ledger_failing_seconds",
+            "Seconds the ledger has been unable to commit (0 while it commits)",
+            since(ws.failing_since_ms),
+        )?;
         let (commit, batch) = w.histograms();
         histogram(&mut e, "mcp_ledger_commit_seconds", "Time to commit one ledger batch", commit)?;
         histogram(&mut e, "mcp_ledger_batch_ops", "Operations per committed ledger batch", batch)?;

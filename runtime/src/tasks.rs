@@ -37,9 +37,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::ledger::codec::{self, Record, TaskRecord};
 use crate::ledger::{Entry, Ledger, Op, StoreUsage, Writer};
-use crate::proto::usage::{Over, UsageLimits};
 use crate::proto::jsonrpc::{ErrorObject, code};
 use crate::proto::task::{self, TASK_ID_RANDOM_BYTES, TaskStatus, TaskView};
+use crate::proto::usage::{Over, UsageLimits};
 
 /// Why a `tasks/*` request was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -224,13 +224,22 @@ impl Tasks {
     /// The tasks of `ledger`, kept as `settings` say.
     #[must_use]
     pub fn new(ledger: &Ledger, settings: TaskSettings) -> Tasks {
-        let mut keys = ledger.derive_rotated("mcp-host task id v1").into_iter().map(|k| <Hmac<Sha256>>::new_from_slice(&k).expect("hmac takes any key length"));
-        let limits = UsageLimits { per_caller_count: settings.max_kept_per_caller as u64, per_caller_bytes: settings.bytes_per_caller, total_bytes: settings.bytes_total };
+        let mut keys = ledger
+            .derive_rotated("mcp-host task id v1")
+            .into_iter()
+            .map(|k| <Hmac<Sha256>>::new_from_slice(&k).expect("hmac takes any key length"));
+        let limits = UsageLimits {
+            per_caller_count: settings.max_kept_per_caller as u64,
+            per_caller_bytes: settings.bytes_per_caller,
+            total_bytes: settings.bytes_total,
+        };
         let usage = StoreUsage::new("t", limits, (settings.ttl_ms / 64).max(1000));
         match usage.rebuild(ledger.writer.store().as_ref(), ledger.clock.now().0) {
             Ok(n) if n > 0 => tracing::info!(tasks = n, "kept tasks counted from the ledger"),
             Ok(_) => {}
-            Err(e) => tracing::error!(error = %e, "cannot count the kept tasks in the ledger: their bounds start from zero"),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot count the kept tasks in the ledger: their bounds start from zero")
+            }
         }
         Tasks {
             usage: Arc::new(usage),
@@ -270,14 +279,29 @@ impl Tasks {
     /// [`Tasks::put`], refused (changing nothing) unless `force` when the record's growth would
     /// take its caller's or every caller's kept tasks past their byte bounds.
     fn put_within(&self, run: &Run, state: &mut RunState, force: bool) -> Result<Vec<Op>, Over> {
-        let op = put_record(&run.hmac, TaskRecord { principal: run.principal.as_deref().map(str::to_owned), tool: run.tool.clone(), run: self.run, view: state.view.clone() });
-        let Op::Put { key, value, expires_ms } = &op else { unreachable!("a task's record is a put") };
-        let new = Entry { name: &run.hmac, expires_ms: *expires_ms, bytes: (key.len() + value.len()) as u64 };
+        let op = put_record(
+            &run.hmac,
+            TaskRecord {
+                principal: run.principal.as_deref().map(str::to_owned),
+                tool: run.tool.clone(),
+                run: self.run,
+                view: state.view.clone(),
+            },
+        );
+        let Op::Put { key, value, expires_ms } = &op else {
+            unreachable!("a task's record is a put")
+        };
+        let new = Entry {
+            name: &run.hmac,
+            expires_ms: *expires_ms,
+            bytes: (key.len() + value.len()) as u64,
+        };
         let now = self.now();
         let counted = match state.slot.as_mut().and_then(|s| s.kept.take()) {
             Some(place) => place.into_entry(&new, now),
             None => {
-                let old = (state.recorded_bytes > 0).then_some(Entry { bytes: state.recorded_bytes, ..new });
+                let old = (state.recorded_bytes > 0)
+                    .then_some(Entry { bytes: state.recorded_bytes, ..new });
                 self.usage.replace(&run.principal, old.as_ref(), &new, now, force)?
             }
         };
@@ -323,14 +347,19 @@ impl Tasks {
     /// A place among what `owner` keeps, if it keeps fewer tasks (and bytes of them) than it
     /// may and every caller fewer bytes than the server may keep: held (counted) until the
     /// task's first record takes it, so concurrent calls cannot all pass the bounds.
-    fn room_to_keep(&self, owner: &crate::ledger::Caller) -> Result<crate::ledger::Reservation, NoRoom> {
+    fn room_to_keep(
+        &self,
+        owner: &crate::ledger::Caller,
+    ) -> Result<crate::ledger::Reservation, NoRoom> {
         let now = self.now();
         // A working record is a few hundred bytes; its result is counted when it is written
         // (a result past the bounds is not kept).
-        self.usage.reserve(owner, now, now.saturating_add(self.settings.ttl_ms), RECORD_BYTES).map_err(|over| match over {
-            Over::Caller { .. } => NoRoom::Kept { retry_after_s: over.retry_after_s() },
-            Over::Total { .. } => NoRoom::Full { retry_after_s: over.retry_after_s() },
-        })
+        self.usage
+            .reserve(owner, now, now.saturating_add(self.settings.ttl_ms), RECORD_BYTES)
+            .map_err(|over| match over {
+                Over::Caller { .. } => NoRoom::Kept { retry_after_s: over.retry_after_s() },
+                Over::Total { .. } => NoRoom::Full { retry_after_s: over.retry_after_s() },
+            })
     }
 
     /// `(tasks, bytes)` kept by `owner`, and by every caller.
@@ -345,7 +374,12 @@ impl Tasks {
     ///
     /// # Errors
     /// [`TaskError::Unavailable`] when the record could not be written.
-    pub async fn create(&self, slot: TaskSlot, tool: &str, cancel: CancellationToken) -> Result<Arc<Run>, TaskError> {
+    pub async fn create(
+        &self,
+        slot: TaskSlot,
+        tool: &str,
+        cancel: CancellationToken,
+    ) -> Result<Arc<Run>, TaskError> {
         let principal = slot.owner.clone();
         let id = task::mint_id(&crate::rng::bytes::<TASK_ID_RANDOM_BYTES>());
         let now = self.now();
@@ -361,7 +395,19 @@ impl Tasks {
             result: None,
             error: None,
         };
-        let run = Arc::new(Run { hmac: self.hmac(&id), id, principal, tool: tool.to_owned(), cancel, state: Mutex::new(RunState { view, waiters: HashMap::new(), slot: Some(slot), recorded_bytes: 0 }) });
+        let run = Arc::new(Run {
+            hmac: self.hmac(&id),
+            id,
+            principal,
+            tool: tool.to_owned(),
+            cancel,
+            state: Mutex::new(RunState {
+                view,
+                waiters: HashMap::new(),
+                slot: Some(slot),
+                recorded_bytes: 0,
+            }),
+        });
         let ops = self.put(&run, &mut run.state.lock());
         let ack = self.writer.submit_acked(ops);
         self.committed(ack).await?;
@@ -380,12 +426,20 @@ impl Tasks {
     #[must_use]
     pub fn time_left(&self, run: &Run) -> std::time::Duration {
         let v = &run.state.lock().view;
-        std::time::Duration::from_millis(v.created_ms.saturating_add(v.ttl_ms).saturating_sub(self.now()))
+        std::time::Duration::from_millis(
+            v.created_ms.saturating_add(v.ttl_ms).saturating_sub(self.now()),
+        )
     }
 
     /// The task asks the client (`key` names the question): the task shows it among its
     /// input requests (`input_required`) until a `tasks/update` answers it.
-    pub fn ask(&self, run: &Run, key: &str, method: &str, params: Value) -> oneshot::Receiver<Value> {
+    pub fn ask(
+        &self,
+        run: &Run,
+        key: &str,
+        method: &str,
+        params: Value,
+    ) -> oneshot::Receiver<Value> {
         let (tx, rx) = oneshot::channel();
         let mut s = run.state.lock();
         if s.view.status.is_final() {
@@ -436,12 +490,15 @@ impl Tasks {
                     let why = "would take what its caller keeps in tasks past tasks.bytes_per_caller (or every caller's past tasks.bytes_total), so it was not kept";
                     if let Some(r) = s.view.result.take() {
                         let size = serde_json::to_vec(&r).map_or(0, |v| v.len());
-                        s.view.result = Some(json!({"content": [{"type": "text", "text": format!("The task completed, but its result ({size} bytes) {why}.")}], "isError": true}));
+                        s.view.result = Some(
+                            json!({"content": [{"type": "text", "text": format!("The task completed, but its result ({size} bytes) {why}.")}], "isError": true}),
+                        );
                     }
                     if s.view.error.is_some() {
                         let message = format!("The task failed, and its error {why}.");
                         s.view.status_message = Some(message.clone());
-                        s.view.error = Some(json!({"code": code::INTERNAL_ERROR, "message": message}));
+                        s.view.error =
+                            Some(json!({"code": code::INTERNAL_ERROR, "message": message}));
                     }
                     self.put(run, &mut s)
                 }
@@ -470,24 +527,48 @@ impl Tasks {
             }
             return Ok(run.state.lock().view.clone());
         }
-        let (record, hmac, stored_bytes) = self.read_named(hmac, id).await?.filter(|(r, ..)| r.principal.as_deref() == principal).ok_or(TaskError::NotFound)?;
+        let (record, hmac, stored_bytes) = self
+            .read_named(hmac, id)
+            .await?
+            .filter(|(r, ..)| r.principal.as_deref() == principal)
+            .ok_or(TaskError::NotFound)?;
         let mut view = TaskView { task_id: id.to_owned(), ..record.view.clone() };
         if !view.status.is_final() {
             // Not running here: the process that ran it is gone (a graceful stop records that
             // itself, so this was a kill). Recorded, so every later read agrees (unless the
             // ledger takes nothing now: the next read records it).
             view.status = TaskStatus::Failed;
-            view.status_message = Some("interrupted: the server restarted while the task ran; its outcome is unknown".into());
-            view.error = Some(json!({"code": code::SERVER_RESTARTED, "message": "the server restarted while the task ran; its outcome is unknown"}));
+            view.status_message = Some(
+                "interrupted: the server restarted while the task ran; its outcome is unknown"
+                    .into(),
+            );
+            view.error = Some(
+                json!({"code": code::SERVER_RESTARTED, "message": "the server restarted while the task ran; its outcome is unknown"}),
+            );
             view.input_requests.clear();
             view.updated_ms = self.now().max(view.updated_ms);
             if !self.writer.skip_optional() {
                 let caller: crate::ledger::Caller = record.principal.as_deref().map(Arc::from);
                 let op = put_record(&hmac, TaskRecord { view: view.clone(), ..record });
-                let Op::Put { key, value, expires_ms } = &op else { unreachable!("a task's record is a put") };
-                let new = Entry { name: &hmac, expires_ms: *expires_ms, bytes: (key.len() + value.len()) as u64 };
+                let Op::Put { key, value, expires_ms } = &op else {
+                    unreachable!("a task's record is a put")
+                };
+                let new = Entry {
+                    name: &hmac,
+                    expires_ms: *expires_ms,
+                    bytes: (key.len() + value.len()) as u64,
+                };
                 // Counted in place of the record it rewrites (it must be written).
-                let counted = self.usage.replace(&caller, Some(&Entry { bytes: stored_bytes, ..new }), &new, self.now(), true).unwrap_or_default();
+                let counted = self
+                    .usage
+                    .replace(
+                        &caller,
+                        Some(&Entry { bytes: stored_bytes, ..new }),
+                        &new,
+                        self.now(),
+                        true,
+                    )
+                    .unwrap_or_default();
                 let mut ops = vec![op];
                 ops.extend(counted);
                 self.writer.submit(ops);
@@ -498,7 +579,11 @@ impl Tasks {
 
     /// The record of task `id` and its name: `hmac` (its name under the current key), else
     /// its name under a previous key (recorded before a rotation).
-    async fn read_named(&self, hmac: String, id: &str) -> Result<Option<(TaskRecord, String, u64)>, TaskError> {
+    async fn read_named(
+        &self,
+        hmac: String,
+        id: &str,
+    ) -> Result<Option<(TaskRecord, String, u64)>, TaskError> {
         if let Some((r, bytes)) = self.read(&hmac).await? {
             return Ok(Some((r, hmac, bytes)));
         }
@@ -532,7 +617,11 @@ impl Tasks {
         }
     }
 
-    async fn live_run(&self, principal: Option<&str>, id: &str) -> Result<Option<Arc<Run>>, TaskError> {
+    async fn live_run(
+        &self,
+        principal: Option<&str>,
+        id: &str,
+    ) -> Result<Option<Arc<Run>>, TaskError> {
         if !task::is_id_shaped(id) {
             return Err(TaskError::NotFound);
         }
@@ -553,11 +642,18 @@ impl Tasks {
     /// # Errors
     /// [`TaskError::NotFound`]; [`TaskError::BadAnswer`] (nothing is delivered then);
     /// [`TaskError::Unavailable`].
-    pub async fn update(&self, principal: Option<&str>, id: &str, responses: &Map<String, Value>, check: impl Fn(&str, &Value, &Value) -> Result<(), String>) -> Result<(), TaskError> {
+    pub async fn update(
+        &self,
+        principal: Option<&str>,
+        id: &str,
+        responses: &Map<String, Value>,
+        check: impl Fn(&str, &Value, &Value) -> Result<(), String>,
+    ) -> Result<(), TaskError> {
         let Some(run) = self.live_run(principal, id).await? else { return Ok(()) };
         let ack = {
             let mut s = run.state.lock();
-            let answered = task::answer(&s.view.input_requests, responses, check).map_err(TaskError::BadAnswer)?;
+            let answered = task::answer(&s.view.input_requests, responses, check)
+                .map_err(TaskError::BadAnswer)?;
             if answered.taken.is_empty() {
                 return Ok(());
             }
@@ -596,17 +692,33 @@ impl Tasks {
     /// A task that reached `tasks.ttl_secs` while running is stopped: its tool's token
     /// fires and it leaves the running ones (its record, `failed`, expires with it).
     pub async fn expire(&self, run: &Run) {
-        let why = format!("expired: the task ran for {} s (tasks.ttl_secs) without finishing and was stopped", self.settings.ttl_ms / 1000);
+        let why = format!(
+            "expired: the task ran for {} s (tasks.ttl_secs) without finishing and was stopped",
+            self.settings.ttl_ms / 1000
+        );
         let _ = self.end(run, TaskStatus::Failed, &why, code::INTERNAL_ERROR).await;
     }
 
     /// A task whose tool stopped without an outcome (it fired its own token, or its run was dropped unfinished): `failed`, recorded.
     pub async fn abandon(&self, run: &Run) {
-        let _ = self.end(run, TaskStatus::Failed, "the task's tool stopped without a result", code::INTERNAL_ERROR).await;
+        let _ = self
+            .end(
+                run,
+                TaskStatus::Failed,
+                "the task's tool stopped without a result",
+                code::INTERNAL_ERROR,
+            )
+            .await;
     }
 
     /// End a running task with `status` (a `failed` one with an error of `error_code`).
-    async fn end(&self, run: &Run, status: TaskStatus, why: &str, error_code: i64) -> Result<(), TaskError> {
+    async fn end(
+        &self,
+        run: &Run,
+        status: TaskStatus,
+        why: &str,
+        error_code: i64,
+    ) -> Result<(), TaskError> {
         let ack = {
             let mut s = run.state.lock();
             if s.view.status.is_final() {
@@ -628,7 +740,6 @@ impl Tasks {
         self.retire(run);
         r
     }
-
 }
 
 /// The ledger write of a task's record (kept until the task's own expiry; its id is not in
@@ -636,7 +747,11 @@ impl Tasks {
 fn put_record(hmac: &str, mut record: TaskRecord) -> Op {
     record.view.task_id = String::new();
     let expires_ms = record.view.created_ms.saturating_add(record.view.ttl_ms);
-    Op::Put { key: codec::task_key(hmac), value: Bytes::from(codec::encode(&Record::Task(record))), expires_ms }
+    Op::Put {
+        key: codec::task_key(hmac),
+        value: Bytes::from(codec::encode(&Record::Task(record))),
+        expires_ms,
+    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,9 @@ use common::*;
 use serde_json::json;
 
 /// A 1 s idle TTL, and `f`.
-fn short_ttl(f: impl FnOnce(&mut mcp_runtime::config::RuntimeConfig)) -> mcp_runtime::config::RuntimeConfig {
+fn short_ttl(
+    f: impl FnOnce(&mut mcp_runtime::config::RuntimeConfig),
+) -> mcp_runtime::config::RuntimeConfig {
     cfg(|c| {
         c.sessions.idle_ttl_secs = 1;
         f(c);
@@ -25,7 +27,10 @@ async fn assert_everything_ends(h: &Harness, c: &Client<'_>) {
     assert_eq!(h.sup.session_count(), 0, "the session expired");
     assert_eq!(h.sup.stats_snapshot().streams, 0, "every stream actor stopped");
     assert_eq!(h.sup.stats_snapshot().stream_memory_bytes, 0, "every window released its budget");
-    assert_eq!(c.request(json!({"jsonrpc":"2.0","id":99,"method":"ping"})).await.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        c.request(json!({"jsonrpc":"2.0","id":99,"method":"ping"})).await.status,
+        StatusCode::NOT_FOUND
+    );
 }
 
 #[actix_web::test]
@@ -43,7 +48,8 @@ async fn replaced_get_stream_does_not_keep_its_session_alive() {
 }
 
 #[actix_web::test]
-async fn stream_evicted_by_the_retention_bound_while_its_connection_is_open_does_not_keep_its_session_alive() {
+async fn stream_evicted_by_the_retention_bound_while_its_connection_is_open_does_not_keep_its_session_alive()
+ {
     tokio::time::pause();
     let h = harness_with(short_ttl(|c| c.sessions.max_retained_streams = 1)).await;
     let c = h.client("2025-11-25").await;
@@ -51,7 +57,11 @@ async fn stream_evicted_by_the_retention_bound_while_its_connection_is_open_does
     // (the test does not read the bodies).
     let a = c.call_tool(1, "echo", json!({"text": "a"})).await;
     let b = c.call_tool(2, "echo", json!({"text": "b"})).await;
-    assert_eq!(h.sup.stats_snapshot().streams_evicted, 1, "a was evicted under its open connection");
+    assert_eq!(
+        h.sup.stats_snapshot().streams_evicted,
+        1,
+        "a was evicted under its open connection"
+    );
     drop(a);
     drop(b);
     assert_everything_ends(&h, &c).await;
@@ -75,7 +85,11 @@ async fn retention_does_not_end_a_stream_under_a_resumed_connection_and_the_sess
     assert_eq!(resumed.status, StatusCode::OK);
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(h.sup.session_count(), 1, "an attached connection keeps the session");
-    assert_eq!(h.sup.stats_snapshot().streams, 1, "the retention did not stop the stream under its connection");
+    assert_eq!(
+        h.sup.stats_snapshot().streams,
+        1,
+        "the retention did not stop the stream under its connection"
+    );
     drop(resumed);
     assert_everything_ends(&h, &c).await;
 }
@@ -120,9 +134,16 @@ async fn unanswered_client_request_fails_the_tool_with_a_timeout_and_tells_the_c
     assert_eq!(asked["method"], "sampling/createMessage");
     // Nobody answers.
     let cancelled = r.message().await;
-    assert_eq!((cancelled["method"].clone(), cancelled["params"]["requestId"].clone()), (json!("notifications/cancelled"), asked["id"].clone()));
+    assert_eq!(
+        (cancelled["method"].clone(), cancelled["params"]["requestId"].clone()),
+        (json!("notifications/cancelled"), asked["id"].clone())
+    );
     let answer = r.message().await;
-    assert_eq!((answer["id"].clone(), answer["error"]["code"].clone()), (json!(1), json!(-32008)), "{answer}");
+    assert_eq!(
+        (answer["id"].clone(), answer["error"]["code"].clone()),
+        (json!(1), json!(-32008)),
+        "{answer}"
+    );
     assert!(answer["error"]["message"].as_str().unwrap().contains("sampling/createMessage"));
     assert_eq!(h.sup.stats_snapshot().client_requests_timed_out, 1);
     // A late answer finds nothing and disturbs nothing.

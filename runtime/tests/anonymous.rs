@@ -27,27 +27,37 @@ fn notes() -> HandleKind {
 fn note_catalog() -> Catalog {
     let any = json!({"type": "object", "properties": {}});
     Catalog::builder()
-        .tool(tool_fn(ToolSpec::new("make_note", "Makes a note", any.clone()), |a: Value, cx| async move {
-            let k = notes();
-            let id = cx.handles(&k)?.create(&a["text"]).await?;
-            Ok(CallToolResult::structured(json!({"id": id})))
-        }))
-        .tool(tool_fn(ToolSpec::new("read_note", "Reads a note", any.clone()), |a: Value, cx| async move {
-            let k = notes();
-            let text: Value = cx.handles(&k)?.get(a["id"].as_str().unwrap_or_default()).await?;
-            Ok(CallToolResult::text(text.as_str().unwrap_or_default()))
-        }))
-        .tool(tool_fn(ToolSpec::new("list_notes", "Lists the caller's notes", any), |_, cx| async move {
-            let k = notes();
-            let scope = cx.handles(&k)?;
-            let mut ids: Vec<String> = scope.list::<Value>().await?.into_iter().map(|(id, _)| id).collect();
-            ids.sort();
-            let mut r = CallToolResult::structured(json!({"ids": ids}));
-            if let Some(why) = scope.unlisted() {
-                r.content = vec![Content::text(why)];
-            }
-            Ok(r)
-        }))
+        .tool(tool_fn(
+            ToolSpec::new("make_note", "Makes a note", any.clone()),
+            |a: Value, cx| async move {
+                let k = notes();
+                let id = cx.handles(&k)?.create(&a["text"]).await?;
+                Ok(CallToolResult::structured(json!({"id": id})))
+            },
+        ))
+        .tool(tool_fn(
+            ToolSpec::new("read_note", "Reads a note", any.clone()),
+            |a: Value, cx| async move {
+                let k = notes();
+                let text: Value = cx.handles(&k)?.get(a["id"].as_str().unwrap_or_default()).await?;
+                Ok(CallToolResult::text(text.as_str().unwrap_or_default()))
+            },
+        ))
+        .tool(tool_fn(
+            ToolSpec::new("list_notes", "Lists the caller's notes", any),
+            |_, cx| async move {
+                let k = notes();
+                let scope = cx.handles(&k)?;
+                let mut ids: Vec<String> =
+                    scope.list::<Value>().await?.into_iter().map(|(id, _)| id).collect();
+                ids.sort();
+                let mut r = CallToolResult::structured(json!({"ids": ids}));
+                if let Some(why) = scope.unlisted() {
+                    r.content = vec![Content::text(why)];
+                }
+                Ok(r)
+            },
+        ))
         .build(ServerInfo { name: "notes".into(), version: "0".into(), instructions: None })
         .unwrap()
 }
@@ -70,22 +80,44 @@ async fn session(h: &Harness, addr: SocketAddr, token: Option<&str>) -> String {
     let r = h.send(from(post(), addr, token).set_payload(init_body("2025-11-25"))).await;
     assert_eq!(r.status, StatusCode::OK, "initialize");
     let sid = r.header("mcp-session-id").expect("a session id");
-    let initialized = from(post(), addr, token).insert_header(("Mcp-Session-Id", sid.clone())).set_payload(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string());
+    let initialized = from(post(), addr, token)
+        .insert_header(("Mcp-Session-Id", sid.clone()))
+        .set_payload(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string());
     assert_eq!(h.send(initialized).await.status, StatusCode::ACCEPTED);
     sid
 }
 
 /// A tool's result in session `sid`.
-async fn call_in(h: &Harness, sid: &str, addr: SocketAddr, token: Option<&str>, tool: &str, args: Value) -> Value {
+async fn call_in(
+    h: &Harness,
+    sid: &str,
+    addr: SocketAddr,
+    token: Option<&str>,
+    tool: &str,
+    args: Value,
+) -> Value {
     let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": tool, "arguments": args}});
-    let req = from(post(), addr, token).insert_header(("Mcp-Session-Id", sid.to_owned())).insert_header(("MCP-Protocol-Version", "2025-11-25")).set_payload(body.to_string());
+    let req = from(post(), addr, token)
+        .insert_header(("Mcp-Session-Id", sid.to_owned()))
+        .insert_header(("MCP-Protocol-Version", "2025-11-25"))
+        .set_payload(body.to_string());
     let v = h.send(req).await.json().await;
     v.get("result").cloned().unwrap_or_else(|| panic!("{tool}: {v}"))
 }
 
 /// A tool's result over 2026-07-28 (no session).
-async fn call_modern(h: &Harness, addr: SocketAddr, token: Option<&str>, tool: &str, args: Value) -> Value {
-    let v = h.send(from(modern(8, "tools/call", json!({"name": tool, "arguments": args})), addr, token)).await.json().await;
+async fn call_modern(
+    h: &Harness,
+    addr: SocketAddr,
+    token: Option<&str>,
+    tool: &str,
+    args: Value,
+) -> Value {
+    let v = h
+        .send(from(modern(8, "tools/call", json!({"name": tool, "arguments": args})), addr, token))
+        .await
+        .json()
+        .await;
     v.get("result").cloned().unwrap_or_else(|| panic!("{tool}: {v}"))
 }
 
@@ -94,7 +126,8 @@ fn id_of(made: &Value) -> String {
 }
 
 fn ids(listed: &Value) -> Vec<String> {
-    let mut v: Vec<String> = serde_json::from_value(listed["structuredContent"]["ids"].clone()).unwrap_or_else(|_| panic!("{listed}"));
+    let mut v: Vec<String> = serde_json::from_value(listed["structuredContent"]["ids"].clone())
+        .unwrap_or_else(|_| panic!("{listed}"));
     v.sort();
     v
 }
@@ -105,7 +138,8 @@ fn sorted(mut v: Vec<String>) -> Vec<String> {
 }
 
 #[actix_web::test]
-async fn unauthenticated_sessions_from_one_address_each_list_only_their_own_handles_and_use_the_others_by_id() {
+async fn unauthenticated_sessions_from_one_address_each_list_only_their_own_handles_and_use_the_others_by_id()
+ {
     let h = harness_with_catalog(RuntimeConfig::default(), note_catalog()).await;
     let (pa, pb) = (peer(40001), peer(40002));
     let (a, b) = (session(&h, pa, None).await, session(&h, pb, None).await);
@@ -113,20 +147,35 @@ async fn unauthenticated_sessions_from_one_address_each_list_only_their_own_hand
     let a2 = id_of(&call_in(&h, &a, pa, None, "make_note", json!({"text": "a2"})).await);
     let b1 = id_of(&call_in(&h, &b, pb, None, "make_note", json!({"text": "b1"})).await);
 
-    assert_eq!(ids(&call_in(&h, &a, pa, None, "list_notes", json!({})).await), sorted(vec![a1.clone(), a2]), "a's own, not b's");
+    assert_eq!(
+        ids(&call_in(&h, &a, pa, None, "list_notes", json!({})).await),
+        sorted(vec![a1.clone(), a2]),
+        "a's own, not b's"
+    );
     let listed_b = call_in(&h, &b, pb, None, "list_notes", json!({})).await;
     assert_eq!(ids(&listed_b), vec![b1.clone()], "b's own, not a's");
-    assert!(!listed_b["content"][0]["text"].as_str().unwrap().contains("authenticated"), "a session's list says nothing of authentication: {listed_b}");
+    assert!(
+        !listed_b["content"][0]["text"].as_str().unwrap().contains("authenticated"),
+        "a session's list says nothing of authentication: {listed_b}"
+    );
 
     // Still one caller by address: each session uses the other's handle by its id.
     let read = call_in(&h, &b, pb, None, "read_note", json!({"id": a1})).await;
-    assert_eq!((read["isError"].clone(), read["content"][0]["text"].clone()), (Value::Null, json!("a1")), "{read}");
+    assert_eq!(
+        (read["isError"].clone(), read["content"][0]["text"].clone()),
+        (Value::Null, json!("a1")),
+        "{read}"
+    );
     let read = call_modern(&h, pb, None, "read_note", json!({"id": b1})).await;
-    assert_eq!(read["content"][0]["text"], "b1", "and so does a stateless request from that address: {read}");
+    assert_eq!(
+        read["content"][0]["text"], "b1",
+        "and so does a stateless request from that address: {read}"
+    );
 }
 
 #[actix_web::test]
-async fn an_unauthenticated_modern_list_returns_nothing_and_says_listing_needs_an_authenticated_caller() {
+async fn an_unauthenticated_modern_list_returns_nothing_and_says_listing_needs_an_authenticated_caller()
+ {
     let h = harness_with_catalog(RuntimeConfig::default(), note_catalog()).await;
     let p = peer(40003);
     let sid = session(&h, p, None).await;
@@ -137,10 +186,20 @@ async fn an_unauthenticated_modern_list_returns_nothing_and_says_listing_needs_a
     assert_eq!(ids(&listed), Vec::<String>::new(), "nothing, not even its own: {listed}");
     assert_eq!(listed["isError"], Value::Null, "a plain result, not an error: {listed}");
     let text = listed["content"][0]["text"].as_str().unwrap();
-    assert!(text.starts_with("Listing notes needs an authenticated caller") && text.contains("Call make_note"), "{text}");
+    assert!(
+        text.starts_with("Listing notes needs an authenticated caller")
+            && text.contains("Call make_note"),
+        "{text}"
+    );
     // By id, as before.
-    assert_eq!(call_modern(&h, p, None, "read_note", json!({"id": made})).await["content"][0]["text"], "m");
-    assert_eq!(call_modern(&h, p, None, "read_note", json!({"id": in_session})).await["content"][0]["text"], "s");
+    assert_eq!(
+        call_modern(&h, p, None, "read_note", json!({"id": made})).await["content"][0]["text"],
+        "m"
+    );
+    assert_eq!(
+        call_modern(&h, p, None, "read_note", json!({"id": in_session})).await["content"][0]["text"],
+        "s"
+    );
     // A note made outside a session is listed in no session either.
     assert_eq!(ids(&call_in(&h, &sid, p, None, "list_notes", json!({})).await), vec![in_session]);
 }
@@ -154,7 +213,11 @@ async fn an_authenticated_caller_lists_all_its_own_handles_across_sessions_and_e
     let n2 = id_of(&call_in(&h, &s2, p, Some("ta"), "make_note", json!({"text": "2"})).await);
     let n3 = id_of(&call_modern(&h, p, Some("ta"), "make_note", json!({"text": "3"})).await);
     let all = sorted(vec![n1, n2, n3]);
-    assert_eq!(ids(&call_in(&h, &s2, p, Some("ta"), "list_notes", json!({})).await), all, "every session's and every era's");
+    assert_eq!(
+        ids(&call_in(&h, &s2, p, Some("ta"), "list_notes", json!({})).await),
+        all,
+        "every session's and every era's"
+    );
     let listed = call_modern(&h, p, Some("ta"), "list_notes", json!({})).await;
     assert_eq!(ids(&listed), all, "{listed}");
     // Bob, from the same address, sees none of alice's, and is not told to authenticate.
@@ -170,31 +233,63 @@ fn behind_proxy(c: &mut RuntimeConfig) {
 
 /// An `initialize` from `addr` that says it forwards for `client`: its status.
 async fn initialize_for(h: &Harness, addr: SocketAddr, header: (&str, &str)) -> StatusCode {
-    h.send(post().peer_addr(addr).insert_header(header).set_payload(init_body("2025-11-25"))).await.status
+    h.send(post().peer_addr(addr).insert_header(header).set_payload(init_body("2025-11-25")))
+        .await
+        .status
 }
 
 #[actix_web::test]
-async fn clients_behind_a_trusted_proxy_get_their_own_session_quota_and_the_headers_of_an_untrusted_peer_are_ignored() {
+async fn clients_behind_a_trusted_proxy_get_their_own_session_quota_and_the_headers_of_an_untrusted_peer_are_ignored()
+ {
     let h = harness_with_catalog(cfg(behind_proxy), note_catalog()).await;
     let proxy = peer(40005);
     let xff = |c: &'static str| ("X-Forwarded-For", c);
     assert_eq!(initialize_for(&h, proxy, xff("198.51.100.1")).await, StatusCode::OK);
-    assert_eq!(initialize_for(&h, proxy, xff("198.51.100.1")).await, StatusCode::TOO_MANY_REQUESTS, "one session per client");
-    assert_eq!(initialize_for(&h, proxy, xff("203.0.113.9, 198.51.100.2")).await, StatusCode::OK, "another client behind the same proxy has its own");
-    assert_eq!(initialize_for(&h, proxy, ("Forwarded", "for=\"[2001:db8::1]:4711\"")).await, StatusCode::OK, "and so does one named by Forwarded");
+    assert_eq!(
+        initialize_for(&h, proxy, xff("198.51.100.1")).await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "one session per client"
+    );
+    assert_eq!(
+        initialize_for(&h, proxy, xff("203.0.113.9, 198.51.100.2")).await,
+        StatusCode::OK,
+        "another client behind the same proxy has its own"
+    );
+    assert_eq!(
+        initialize_for(&h, proxy, ("Forwarded", "for=\"[2001:db8::1]:4711\"")).await,
+        StatusCode::OK,
+        "and so does one named by Forwarded"
+    );
 
     // The same headers from a peer outside the trusted range count as that peer.
     let stranger = SocketAddr::from(([192, 0, 2, 10], 40006));
     assert_eq!(initialize_for(&h, stranger, xff("198.51.100.3")).await, StatusCode::OK);
-    assert_eq!(initialize_for(&h, stranger, xff("198.51.100.4")).await, StatusCode::TOO_MANY_REQUESTS, "its headers are ignored: one caller");
+    assert_eq!(
+        initialize_for(&h, stranger, xff("198.51.100.4")).await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "its headers are ignored: one caller"
+    );
 
     // A client behind the trusted proxy is its own caller for handles too.
     let make = modern(9, "tools/call", json!({"name": "make_note", "arguments": {"text": "mine"}}));
     let mut r = h.send(make.peer_addr(proxy).insert_header(xff("198.51.100.1"))).await;
     let made = r.json().await;
-    let id = made["result"]["structuredContent"]["id"].as_str().unwrap_or_else(|| panic!("{made}")).to_owned();
-    let read = |client: &'static str| modern(10, "tools/call", json!({"name": "read_note", "arguments": {"id": id}})).peer_addr(proxy).insert_header(xff(client));
-    assert_eq!(h.send(read("198.51.100.1")).await.json().await["result"]["content"][0]["text"], "mine");
+    let id = made["result"]["structuredContent"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{made}"))
+        .to_owned();
+    let read = |client: &'static str| {
+        modern(10, "tools/call", json!({"name": "read_note", "arguments": {"id": id}}))
+            .peer_addr(proxy)
+            .insert_header(xff(client))
+    };
+    assert_eq!(
+        h.send(read("198.51.100.1")).await.json().await["result"]["content"][0]["text"],
+        "mine"
+    );
     let other = h.send(read("198.51.100.2")).await.json().await;
-    assert_eq!(other["result"]["isError"], true, "another client's handle is unknown to it: {other}");
+    assert_eq!(
+        other["result"]["isError"], true,
+        "another client's handle is unknown to it: {other}"
+    );
 }

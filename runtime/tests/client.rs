@@ -18,11 +18,13 @@ async fn serve(cfg: RuntimeConfig) -> (String, Arc<Supervisor>) {
 
 async fn serve_sup(sup: Arc<Supervisor>) -> String {
     let app_sup = sup;
-    let server = HttpServer::new(move || App::new().configure(mcp_runtime::http::configure("/mcp", Arc::clone(&app_sup))))
-        .workers(1)
-        .disable_signals()
-        .bind(("127.0.0.1", 0))
-        .unwrap();
+    let server = HttpServer::new(move || {
+        App::new().configure(mcp_runtime::http::configure("/mcp", Arc::clone(&app_sup)))
+    })
+    .workers(1)
+    .disable_signals()
+    .bind(("127.0.0.1", 0))
+    .unwrap();
     let url = format!("http://{}/mcp", server.addrs()[0]);
     actix_rt::spawn(server.run());
     url
@@ -39,7 +41,12 @@ async fn connect(url: &str) -> McpClient {
 }
 
 async fn delete_session(url: &str, sid: &str) {
-    let r = awc::Client::default().delete(url).insert_header(("Mcp-Session-Id", sid)).send().await.unwrap();
+    let r = awc::Client::default()
+        .delete(url)
+        .insert_header(("Mcp-Session-Id", sid))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status().as_u16(), 204);
 }
 
@@ -49,7 +56,10 @@ async fn client_connects_lists_tools_and_calls_one() {
     let c = connect(&url).await;
     let tools = c.request("tools/list", None, true).await.unwrap();
     assert!(tools["tools"].as_array().unwrap().iter().any(|t| t["name"] == "echo"));
-    let r = c.request("tools/call", Some(json!({"name":"echo","arguments":{"text":"hi"}})), false).await.unwrap();
+    let r = c
+        .request("tools/call", Some(json!({"name":"echo","arguments":{"text":"hi"}})), false)
+        .await
+        .unwrap();
     assert_eq!(r["content"][0]["text"], "hi");
     assert_eq!(c.stats().handshakes, 1);
 }
@@ -58,7 +68,8 @@ async fn client_connects_lists_tools_and_calls_one() {
 async fn client_resumes_a_stream_the_server_closed_after_priming() {
     let (url, _sup) = serve(fast()).await;
     let c = connect(&url).await;
-    let r = c.request("tools/call", Some(json!({"name":"poll","arguments":{}})), false).await.unwrap();
+    let r =
+        c.request("tools/call", Some(json!({"name":"poll","arguments":{}})), false).await.unwrap();
     assert_eq!(r["content"][0]["text"], "polled");
     assert!(c.stats().resumes >= 1, "{:?}", c.stats());
 }
@@ -67,7 +78,9 @@ async fn client_resumes_a_stream_the_server_closed_after_priming() {
 async fn related_notifications_are_accepted_once() {
     let (url, _sup) = serve(fast()).await;
     let c = connect(&url).await;
-    c.request("tools/call", Some(json!({"name":"chatty","arguments":{"n":3}})), false).await.unwrap();
+    c.request("tools/call", Some(json!({"name":"chatty","arguments":{"n":3}})), false)
+        .await
+        .unwrap();
     let notes = c.take_notifications();
     assert_eq!(notes.len(), 3);
     assert!(notes.iter().all(|n| n["method"] == "notifications/message"));
@@ -94,7 +107,11 @@ async fn a_404_triggers_exactly_one_new_handshake_for_concurrent_requests() {
     assert!(a.is_ok() && b.is_ok(), "{a:?} {b:?}");
     assert_eq!(c.stats().handshakes, 2, "initial + exactly one re-handshake: {:?}", c.stats());
     assert_eq!(c.stats().reissued, 2);
-    assert_eq!((c.stats().not_found, c.stats().recovered_after_404), (2, 2), "one made the handshake, the other joined it");
+    assert_eq!(
+        (c.stats().not_found, c.stats().recovered_after_404),
+        (2, 2),
+        "one made the handshake, the other joined it"
+    );
 }
 
 #[actix_web::test]
@@ -103,7 +120,8 @@ async fn non_idempotent_request_after_404_is_reported_lost_not_moved() {
     let c = connect(&url).await;
     let old = c.session_id();
     delete_session(&url, &old).await;
-    let r = c.request("tools/call", Some(json!({"name":"echo","arguments":{"text":"x"}})), false).await;
+    let r =
+        c.request("tools/call", Some(json!({"name":"echo","arguments":{"text":"x"}})), false).await;
     assert!(matches!(r, Err(ClientError::Lost(..))), "{r:?}");
     assert_ne!(c.session_id(), old, "a new session exists for later calls");
     assert_eq!(sup.session_count(), 1);
@@ -120,7 +138,8 @@ async fn server_to_client_requests_are_answered_by_the_handler() {
         log.borrow_mut().push(method.to_owned());
         Ok(json!({"role": "assistant", "content": {"type": "text", "text": "hi"}, "model": "test"}))
     }));
-    let r = c.request("tools/call", Some(json!({"name":"ask","arguments":{}})), false).await.unwrap();
+    let r =
+        c.request("tools/call", Some(json!({"name":"ask","arguments":{}})), false).await.unwrap();
     assert_eq!(r["content"][0]["text"], "client said hi");
     assert_eq!(*seen.borrow(), vec!["sampling/createMessage".to_owned()]);
 }
@@ -164,19 +183,39 @@ async fn handshake_refused_with_503_is_retried_no_sooner_than_retry_after() {
         McpClient::connect(cfg, MemoryJournal::new(4096))
     };
     let a = connect_as("ta").await.unwrap();
-    let r = awc::Client::default().delete(&url).insert_header(("Mcp-Session-Id", a.session_id())).insert_header(("Authorization", "Bearer ta")).send().await.unwrap();
+    let r = awc::Client::default()
+        .delete(&url)
+        .insert_header(("Mcp-Session-Id", a.session_id()))
+        .insert_header(("Authorization", "Bearer ta"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status().as_u16(), 204);
     let b = connect_as("tb").await.unwrap(); // takes the only slot
     let release = async move {
-        common::until("alice's new handshake was refused", || sup.stats().refusals("overloaded.sessions") >= 1).await;
-        assert_eq!(sup.stats().refusals("quota.sessions"), 0, "refused for the table, not for her quota");
+        common::until("alice's new handshake was refused", || {
+            sup.stats().refusals("overloaded.sessions") >= 1
+        })
+        .await;
+        assert_eq!(
+            sup.stats().refusals("quota.sessions"),
+            0,
+            "refused for the table, not for her quota"
+        );
         b.close().await.unwrap();
     };
     let t0 = tokio::time::Instant::now();
-    let (r, ()) = tokio::join!(a.request("tools/call", Some(json!({"name":"echo","arguments":{"text":"later"}})), true), release);
+    let (r, ()) = tokio::join!(
+        a.request("tools/call", Some(json!({"name":"echo","arguments":{"text":"later"}})), true),
+        release
+    );
     assert_eq!(r.unwrap()["content"][0]["text"], "later");
     // A lower bound only (a slow machine cannot make it fail): no retry before Retry-After.
-    assert!(t0.elapsed() >= std::time::Duration::from_secs(5), "waited {:?}, less than Retry-After", t0.elapsed());
+    assert!(
+        t0.elapsed() >= std::time::Duration::from_secs(5),
+        "waited {:?}, less than Retry-After",
+        t0.elapsed()
+    );
     assert_eq!(a.stats().handshakes, 2);
 }
 
@@ -192,11 +231,14 @@ async fn idempotent_request_refused_with_503_is_retried_and_others_are_not() {
     );
     let url = serve_sup(Arc::clone(&sup)).await;
     let c = connect(&url).await;
-    let call = |idempotent| c.request("tools/call", Some(json!({"name":"echo","arguments":{"text":"x"}})), idempotent);
+    let call = |idempotent| {
+        c.request("tools/call", Some(json!({"name":"echo","arguments":{"text":"x"}})), idempotent)
+    };
     let hold = c.request("tools/call", Some(json!({"name":"gated","arguments":{}})), false);
     let open_later = async {
         // Both calls below were refused once: the slot may free now.
-        common::until("two calls refused", || sup.stats().refusals("overloaded.in_flight") >= 2).await;
+        common::until("two calls refused", || sup.stats().refusals("overloaded.in_flight") >= 2)
+            .await;
         gate.open(1);
     };
     // While `gated` holds the only slot: a non-idempotent call gets the 503 back at once...
@@ -209,7 +251,13 @@ async fn idempotent_request_refused_with_503_is_retried_and_others_are_not() {
     };
     let (held, (), (refused, retried)) = tokio::join!(hold, open_later, probe);
     assert_eq!(held.unwrap()["content"][0]["text"], "done");
-    assert!(matches!(refused, Err(ClientError::Unavailable { status: 503, retry_after_ms: Some(1000), .. })), "{refused:?}");
+    assert!(
+        matches!(
+            refused,
+            Err(ClientError::Unavailable { status: 503, retry_after_ms: Some(1000), .. })
+        ),
+        "{refused:?}"
+    );
     assert_eq!(retried.unwrap()["content"][0]["text"], "x");
     assert_eq!(c.stats().reissued, 1);
 }
@@ -220,7 +268,12 @@ async fn cancelling_a_request_tells_the_server_and_returns_cancelled() {
     let url = serve_sup(Supervisor::new(fast(), common::catalog(gate.clone()))).await;
     let c = connect(&url).await;
     let token = tokio_util::sync::CancellationToken::new();
-    let call = c.request_cancellable("tools/call", Some(json!({"name":"until_cancelled","arguments":{}})), true, &token);
+    let call = c.request_cancellable(
+        "tools/call",
+        Some(json!({"name":"until_cancelled","arguments":{}})),
+        true,
+        &token,
+    );
     let cancel_soon = async {
         gate.started(1).await;
         token.cancel();
@@ -235,15 +288,17 @@ async fn cancelling_a_request_tells_the_server_and_returns_cancelled() {
 /// Serve `sup` on `port` (0: any free port); the handle stops it.
 async fn serve_on(sup: Arc<Supervisor>, port: u16) -> (u16, actix_web::dev::ServerHandle) {
     let stats = Arc::clone(sup.stats());
-    let server = HttpServer::new(move || App::new().configure(mcp_runtime::http::configure("/mcp", Arc::clone(&sup))))
-        // Counted as the host counts them: a test can wait until a stopped server let go of all.
-        .on_connect(move |_, data| {
-            data.insert(stats.connection());
-        })
-        .workers(1)
-        .disable_signals()
-        .bind(("127.0.0.1", port))
-        .unwrap();
+    let server = HttpServer::new(move || {
+        App::new().configure(mcp_runtime::http::configure("/mcp", Arc::clone(&sup)))
+    })
+    // Counted as the host counts them: a test can wait until a stopped server let go of all.
+    .on_connect(move |_, data| {
+        data.insert(stats.connection());
+    })
+    .workers(1)
+    .disable_signals()
+    .bind(("127.0.0.1", port))
+    .unwrap();
     let port = server.addrs()[0].port();
     let server = server.run();
     let handle = server.handle();
@@ -256,7 +311,10 @@ async fn serve_on(sup: Arc<Supervisor>, port: u16) -> (u16, actix_web::dev::Serv
 /// among them), and a call made meanwhile could still reach it.
 async fn stop(server: &actix_web::dev::ServerHandle, sup: &Supervisor) {
     server.stop(false).await;
-    common::until("the stopped server closed its connections", || sup.stats_snapshot().connections == 0).await;
+    common::until("the stopped server closed its connections", || {
+        sup.stats_snapshot().connections == 0
+    })
+    .await;
 }
 
 #[actix_web::test]
@@ -277,7 +335,10 @@ async fn an_idempotent_request_is_reissued_until_a_restarted_server_is_back_with
         tokio::time::sleep(std::time::Duration::from_millis(3_000)).await;
         serve_on(Supervisor::new(fast(), common::catalog(common::Gate::default())), port).await
     };
-    let (r, (_, second)) = tokio::join!(c.request("tools/call", Some(json!({"name":"echo","arguments":{"text":"back"}})), true), restart);
+    let (r, (_, second)) = tokio::join!(
+        c.request("tools/call", Some(json!({"name":"echo","arguments":{"text":"back"}})), true),
+        restart
+    );
     assert_eq!(r.unwrap()["content"][0]["text"], "back");
     let s = c.stats();
     assert!(s.reissued > 8, "more re-issues than the old count allowed: {s:?}");
@@ -294,8 +355,13 @@ async fn reissues_end_once_the_window_has_passed_and_the_request_is_reported_los
     cfg.reissue_window_ms = 400;
     let c = McpClient::connect(cfg, MemoryJournal::new(4096)).await.unwrap();
     stop(&server, &sup).await;
-    match c.request("tools/call", Some(json!({"name":"echo","arguments":{"text":"never"}})), true).await {
-        Err(ClientError::Lost(method, why)) => assert!(method == "tools/call" && why.contains("after its first failure"), "{why}"),
+    match c
+        .request("tools/call", Some(json!({"name":"echo","arguments":{"text":"never"}})), true)
+        .await
+    {
+        Err(ClientError::Lost(method, why)) => {
+            assert!(method == "tools/call" && why.contains("after its first failure"), "{why}")
+        }
         other => panic!("{other:?}"),
     }
     assert_eq!(c.stats().lost, 1);
@@ -321,7 +387,10 @@ async fn a_404_to_initialized_sends_no_delete_with_the_dead_id() {
                 buf.extend_from_slice(&chunk[..n]);
                 if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
                     let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-                    let len = head.lines().find_map(|l| l.strip_prefix("content-length:")).map_or(0, |v| v.trim().parse::<usize>().unwrap());
+                    let len = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .map_or(0, |v| v.trim().parse::<usize>().unwrap());
                     break (head, end + 4 + len);
                 }
             };
@@ -330,15 +399,22 @@ async fn a_404_to_initialized_sends_no_delete_with_the_dead_id() {
                 buf.extend_from_slice(&chunk[..n]);
             }
             let method = head.split(' ').next().unwrap_or_default().to_owned();
-            let sid = head.lines().find_map(|l| l.strip_prefix("mcp-session-id:")).map(|v| v.trim().to_owned());
+            let sid = head
+                .lines()
+                .find_map(|l| l.strip_prefix("mcp-session-id:"))
+                .map(|v| v.trim().to_owned());
             let body = String::from_utf8_lossy(&buf[head.len() + 4..]).into_owned();
             log.borrow_mut().push((method.clone(), sid.clone()));
             let answer = if body.contains("\"initialize\"") {
                 sessions += 1;
                 let result = r#"{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-11-25","capabilities":{},"serverInfo":{"name":"scripted","version":"0"}}}"#;
-                format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nmcp-session-id: s{sessions}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{result}", result.len())
+                format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nmcp-session-id: s{sessions}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{result}",
+                    result.len()
+                )
             } else if sid.as_deref() == Some("s1") {
-                "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_owned()
+                "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                    .to_owned()
             } else {
                 "HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_owned()
             };
@@ -356,7 +432,15 @@ async fn a_404_to_initialized_sends_no_delete_with_the_dead_id() {
     assert_eq!(c.session_id(), "s2");
     peer.abort();
     let seen = seen.borrow();
-    let after_404 = seen.iter().skip_while(|(_, sid)| sid.as_deref() != Some("s1")).skip(1).filter(|(_, sid)| sid.as_deref() == Some("s1")).count();
+    let after_404 = seen
+        .iter()
+        .skip_while(|(_, sid)| sid.as_deref() != Some("s1"))
+        .skip(1)
+        .filter(|(_, sid)| sid.as_deref() == Some("s1"))
+        .count();
     assert_eq!(after_404, 0, "the id answered 404 was sent again: {seen:?}");
-    assert!(!seen.iter().any(|(m, _)| m == "delete"), "no DELETE for a session the server called unknown: {seen:?}");
+    assert!(
+        !seen.iter().any(|(m, _)| m == "delete"),
+        "no DELETE for a session the server called unknown: {seen:?}"
+    );
 }

@@ -33,20 +33,39 @@ async fn one_caller_past_its_modern_share_gets_429_and_another_caller_still_gets
     // Alice holds her share: two calls that wait until they are cancelled.
     let mut held = Vec::new();
     for id in 1..=2 {
-        let r = h.send(modern_as("ta", id, "tools/call", json!({"name": "until_cancelled", "arguments": {}}))).await;
+        let r = h
+            .send(modern_as(
+                "ta",
+                id,
+                "tools/call",
+                json!({"name": "until_cancelled", "arguments": {}}),
+            ))
+            .await;
         assert_eq!(r.status, StatusCode::OK);
         held.push(r);
     }
     h.gate.started(2).await;
     // Two places are still free, but not for her.
-    let r = h.send(modern_as("ta", 3, "tools/call", json!({"name": "until_cancelled", "arguments": {}}))).await;
-    assert_eq!(refusal(r).await, (StatusCode::TOO_MANY_REQUESTS, json!(-32007), json!(3), Some("1".into())));
+    let r = h
+        .send(modern_as("ta", 3, "tools/call", json!({"name": "until_cancelled", "arguments": {}})))
+        .await;
+    assert_eq!(
+        refusal(r).await,
+        (StatusCode::TOO_MANY_REQUESTS, json!(-32007), json!(3), Some("1".into()))
+    );
     assert_eq!(h.sup.stats().refusals("quota.modern_in_flight"), 1);
     // Bob still gets in; a `tasks/*` request of alice's counts against her share too.
-    let bob = h.send(modern_as("tb", 4, "tools/call", json!({"name": "until_cancelled", "arguments": {}}))).await;
+    let bob = h
+        .send(modern_as("tb", 4, "tools/call", json!({"name": "until_cancelled", "arguments": {}})))
+        .await;
     assert_eq!(bob.status, StatusCode::OK);
     h.gate.started(1).await;
-    let r = h.send(modern_as("ta", 5, "tasks/get", json!({"taskId": "none"})).insert_header(("Mcp-Name", "none"))).await;
+    let r = h
+        .send(
+            modern_as("ta", 5, "tasks/get", json!({"taskId": "none"}))
+                .insert_header(("Mcp-Name", "none")),
+        )
+        .await;
     assert_eq!(refusal(r).await.0, StatusCode::TOO_MANY_REQUESTS);
     // Her places come back when her calls end, and she gets in again.
     for r in held {
@@ -54,19 +73,33 @@ async fn one_caller_past_its_modern_share_gets_429_and_another_caller_still_gets
     }
     drop(bob.disconnect());
     until("every place is given back", || h.sup.stats().modern().0 == 0).await;
-    let mut r = h.send(modern_as("ta", 6, "tools/call", json!({"name": "echo", "arguments": {"text": "again"}}))).await;
+    let mut r = h
+        .send(modern_as(
+            "ta",
+            6,
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "again"}}),
+        ))
+        .await;
     assert_eq!(text_of(&r.json().await), "again");
 }
 
 #[actix_web::test]
 async fn discover_and_lists_are_answered_without_a_place_when_every_place_is_taken() {
     let h = harness_with(cfg(|c| c.modern.max_in_flight = 1)).await;
-    let held = h.send(modern(1, "tools/call", json!({"name": "until_cancelled", "arguments": {}}))).await;
+    let held =
+        h.send(modern(1, "tools/call", json!({"name": "until_cancelled", "arguments": {}}))).await;
     assert_eq!(held.status, StatusCode::OK);
     h.gate.started(1).await;
     assert_eq!(h.sup.stats().modern().0, 1, "the one place is taken");
     let mut id = 10;
-    for method in ["server/discover", "tools/list", "prompts/list", "resources/list", "resources/templates/list"] {
+    for method in [
+        "server/discover",
+        "tools/list",
+        "prompts/list",
+        "resources/list",
+        "resources/templates/list",
+    ] {
         id += 1;
         let mut r = h.send(modern(id, method, json!({}))).await;
         assert_eq!(r.status, StatusCode::OK, "{method}");
@@ -78,8 +111,12 @@ async fn discover_and_lists_are_answered_without_a_place_when_every_place_is_tak
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.json().await["id"], 20);
     // Anything that may wait still needs the place.
-    let r = h.send(modern(21, "tools/call", json!({"name": "echo", "arguments": {"text": "x"}}))).await;
-    assert_eq!(refusal(r).await, (StatusCode::SERVICE_UNAVAILABLE, json!(-32006), json!(21), Some("1".into())));
+    let r =
+        h.send(modern(21, "tools/call", json!({"name": "echo", "arguments": {"text": "x"}}))).await;
+    assert_eq!(
+        refusal(r).await,
+        (StatusCode::SERVICE_UNAVAILABLE, json!(-32006), json!(21), Some("1".into()))
+    );
     assert_eq!(h.sup.stats().modern().0, 1, "the answers at once took no place");
     drop(held.disconnect());
     until("the held place is given back", || h.sup.stats().modern().0 == 0).await;
@@ -91,7 +128,8 @@ fn pinned_args(pad: usize) -> Value {
 }
 
 #[actix_web::test]
-async fn requests_holding_their_arguments_past_the_request_memory_budget_get_503_and_the_budget_returns_to_zero() {
+async fn requests_holding_their_arguments_past_the_request_memory_budget_get_503_and_the_budget_returns_to_zero()
+ {
     const BUDGET: usize = 1 << 20;
     let h = harness_with(cfg(|c| c.limits.request_memory_bytes = BUDGET)).await;
     let used = || h.sup.stats().request_memory_bytes();
@@ -114,10 +152,16 @@ async fn requests_holding_their_arguments_past_the_request_memory_budget_get_503
     h.gate.started(fit as u32).await;
     assert_eq!(used(), fit * each);
     let r = h.send(modern(9, "tools/call", pinned_args(300_000))).await;
-    assert_eq!(refusal(r).await, (StatusCode::SERVICE_UNAVAILABLE, json!(-32006), json!(9), Some("1".into())));
+    assert_eq!(
+        refusal(r).await,
+        (StatusCode::SERVICE_UNAVAILABLE, json!(-32006), json!(9), Some("1".into()))
+    );
     // A legacy request of the same size is refused too, before its session sees it.
     let mut r = c.call_tool(10, "until_cancelled", pinned_args(300_000)["arguments"].clone()).await;
-    assert_eq!((r.status, r.json().await["error"]["code"].clone()), (StatusCode::SERVICE_UNAVAILABLE, json!(-32006)));
+    assert_eq!(
+        (r.status, r.json().await["error"]["code"].clone()),
+        (StatusCode::SERVICE_UNAVAILABLE, json!(-32006))
+    );
     assert_eq!(h.sup.stats().refusals("overloaded.request_memory"), 2);
     for r in held {
         drop(r.disconnect());
@@ -127,7 +171,9 @@ async fn requests_holding_their_arguments_past_the_request_memory_budget_get_503
     // Legacy: the charge travels with the request into its session and ends with it.
     let mut streams = Vec::new();
     for id in 0..fit as i64 {
-        let r = c.call_tool(20 + id, "until_cancelled", pinned_args(300_000)["arguments"].clone()).await;
+        let r = c
+            .call_tool(20 + id, "until_cancelled", pinned_args(300_000)["arguments"].clone())
+            .await;
         assert_eq!(r.status, StatusCode::OK);
         streams.push(r);
     }
@@ -147,7 +193,9 @@ async fn requests_holding_their_arguments_past_the_request_memory_budget_get_503
     // A request answered at once holds nothing once answered, in both eras.
     let mut r = c.call_tool(40, "echo", json!({"text": "small"})).await;
     assert_eq!(text_of(&r.json().await), "small");
-    let mut r = h.send(modern(41, "tools/call", json!({"name": "echo", "arguments": {"text": "small"}}))).await;
+    let mut r = h
+        .send(modern(41, "tools/call", json!({"name": "echo", "arguments": {"text": "small"}})))
+        .await;
     assert_eq!(text_of(&r.json().await), "small");
     assert_eq!(used(), 0);
 }
@@ -158,7 +206,9 @@ async fn a_batchs_requests_share_its_charge_and_give_it_back_as_each_ends() {
     let c = h.client("2025-03-26").await;
     let call = |id: i64, name: &str| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": {"pad": "x".repeat(100_000)}}});
     let batch = json!([call(1, "gated"), call(2, "gated"), {"jsonrpc": "2.0", "method": "notifications/initialized"}]);
-    let req = c.with_session(post().insert_header(("Accept", "application/json"))).set_payload(batch.to_string());
+    let req = c
+        .with_session(post().insert_header(("Accept", "application/json")))
+        .set_payload(batch.to_string());
     let answer = async { h.send(req).await.json().await };
     let release = async {
         h.gate.started(2).await;
@@ -167,7 +217,10 @@ async fn a_batchs_requests_share_its_charge_and_give_it_back_as_each_ends() {
         h.gate.open(1);
         h.gate.finished(1).await;
         let one = h.sup.stats().request_memory_bytes();
-        assert!(one > 0 && one <= held / 2 + 1, "the one that ended gave its part back: {one} of {held}");
+        assert!(
+            one > 0 && one <= held / 2 + 1,
+            "the one that ended gave its part back: {one} of {held}"
+        );
         h.gate.open(1);
     };
     let (answers, ()) = tokio::join!(answer, release);

@@ -52,16 +52,33 @@ async fn another_callers_handle_reads_exactly_like_an_unknown_one() {
     let foreign = not_found(s.get(&k, Some("bob"), &h).await);
     let unknown_handle = k.mint(&[7; 18]);
     let unknown = not_found(s.get(&k, Some("bob"), &unknown_handle).await);
-    assert_eq!(foreign, unknown.replace(&unknown_handle, &h), "same words, only the handle differs");
-    assert!(matches!(s.update(&k, Some("bob"), &h, |_| Ok::<_, String>(())).await, Err(HandleError::NotFound(_))));
+    assert_eq!(
+        foreign,
+        unknown.replace(&unknown_handle, &h),
+        "same words, only the handle differs"
+    );
+    assert!(matches!(
+        s.update(&k, Some("bob"), &h, |_| Ok::<_, String>(())).await,
+        Err(HandleError::NotFound(_))
+    ));
     assert!(matches!(s.destroy(&k, Some("bob"), &h).await, Err(HandleError::NotFound(_))));
-    assert!(matches!(s.destroy(&k, None, &h).await, Err(HandleError::NotFound(_))), "no caller is not alice either");
+    assert!(
+        matches!(s.destroy(&k, None, &h).await, Err(HandleError::NotFound(_))),
+        "no caller is not alice either"
+    );
     assert!(s.list(&k, Some("bob"), ListScope::All).await.unwrap().is_empty());
-    assert_eq!(s.list(&k, Some("alice"), ListScope::All).await.unwrap(), vec![(h.clone(), json!({"items": ["shoes"]}))], "the owner's list gives the handle back");
+    assert_eq!(
+        s.list(&k, Some("alice"), ListScope::All).await.unwrap(),
+        vec![(h.clone(), json!({"items": ["shoes"]}))],
+        "the owner's list gives the handle back"
+    );
     // A handle of another kind, or no handle at all, is unknown too.
     let cart = HandleKind::new("cart", "cart", "create_cart", 60, 1024, 5);
     assert!(matches!(s.get(&cart, Some("alice"), &h).await, Err(HandleError::NotFound(_))));
-    assert!(matches!(s.get(&k, Some("alice"), "bsk_../../etc").await, Err(HandleError::NotFound(_))));
+    assert!(matches!(
+        s.get(&k, Some("alice"), "bsk_../../etc").await,
+        Err(HandleError::NotFound(_))
+    ));
 }
 
 #[tokio::test(start_paused = true)]
@@ -80,8 +97,15 @@ async fn an_idle_handle_expires_and_its_error_names_it_and_the_way_back() {
     }
     let text = not_found(s.get(&k, None, &idle).await);
     assert!(text.contains(&format!("{idle:?}")), "names the handle: {text}");
-    assert!(text.contains("30 seconds") && text.contains("Call create_basket"), "says why and how to recover: {text}");
-    assert_eq!(s.list(&k, None, ListScope::All).await.unwrap().len(), 1, "the expired one is not listed");
+    assert!(
+        text.contains("30 seconds") && text.contains("Call create_basket"),
+        "says why and how to recover: {text}"
+    );
+    assert_eq!(
+        s.list(&k, None, ListScope::All).await.unwrap().len(),
+        1,
+        "the expired one is not listed"
+    );
 }
 
 #[tokio::test]
@@ -110,10 +134,21 @@ async fn concurrent_updates_of_one_handle_lose_nothing() {
 async fn size_and_count_bounds_and_a_refused_change_leave_everything_as_it_was() {
     let s = store();
     let k = basket(60);
-    assert!(matches!(s.create(&k, None, None, json!("x".repeat(2000))).await, Err(HandleError::TooLarge(t)) if t.contains("1024")));
+    assert!(
+        matches!(s.create(&k, None, None, json!("x".repeat(2000))).await, Err(HandleError::TooLarge(t)) if t.contains("1024"))
+    );
     let h = s.create(&k, None, None, json!("small")).await.unwrap();
-    assert!(matches!(s.update(&k, None, &h, |v| { *v = json!("y".repeat(2000)); Ok::<_, String>(()) }).await, Err(HandleError::TooLarge(_))));
-    assert!(matches!(s.update(&k, None, &h, |v| { *v = json!("changed"); Err::<(), _>("no".to_owned()) }).await, Err(HandleError::Refused(r)) if r == "no"));
+    assert!(matches!(
+        s.update(&k, None, &h, |v| {
+            *v = json!("y".repeat(2000));
+            Ok::<_, String>(())
+        })
+        .await,
+        Err(HandleError::TooLarge(_))
+    ));
+    assert!(
+        matches!(s.update(&k, None, &h, |v| { *v = json!("changed"); Err::<(), _>("no".to_owned()) }).await, Err(HandleError::Refused(r)) if r == "no")
+    );
     assert_eq!(s.get(&k, None, &h).await.unwrap(), json!("small"), "neither change was kept");
     for _ in 0..4 {
         s.create(&k, None, None, json!({})).await.unwrap();
@@ -122,7 +157,10 @@ async fn size_and_count_bounds_and_a_refused_change_leave_everything_as_it_was()
         Err(HandleError::TooMany(t)) => assert!(t.contains("5 baskets"), "{t}"),
         other => panic!("the sixth basket: {other:?}"),
     }
-    assert!(s.create(&k, Some("someone else"), None, json!({})).await.is_ok(), "the bound is per caller");
+    assert!(
+        s.create(&k, Some("someone else"), None, json!({})).await.is_ok(),
+        "the bound is per caller"
+    );
     s.destroy(&k, None, &h).await.unwrap();
     assert!(s.create(&k, None, None, json!({})).await.is_ok(), "a destroyed one frees its place");
     assert!(matches!(s.get(&k, None, &h).await, Err(HandleError::NotFound(_))), "and is unknown");
@@ -171,7 +209,10 @@ async fn reads_racing_updates_and_a_destroy_never_put_an_older_value_or_the_hand
         let _ = r.await.unwrap();
     }
     ledger.writer.barrier().await.unwrap();
-    assert!(matches!(s.get(&k, None, &h).await, Err(HandleError::NotFound(_))), "the destroyed handle stays gone");
+    assert!(
+        matches!(s.get(&k, None, &h).await, Err(HandleError::NotFound(_))),
+        "the destroyed handle stays gone"
+    );
     assert!(s.list(&k, None, ListScope::All).await.unwrap().is_empty(), "and is not listed");
 }
 
@@ -192,14 +233,20 @@ async fn a_read_soon_after_a_use_is_not_recorded_and_the_handle_never_expires_ea
     // 8 s after the last recorded use (the creation), though the read at 0.5 s was not
     // recorded: still there.
     tokio::time::advance(std::time::Duration::from_millis(7_600)).await;
-    assert_eq!(s.get(&k, None, &h).await.unwrap(), json!(1), "never sooner than its TTL after a use");
+    assert_eq!(
+        s.get(&k, None, &h).await.unwrap(),
+        json!(1),
+        "never sooner than its TTL after a use"
+    );
 }
 
 #[tokio::test]
-async fn a_list_shows_an_authenticated_caller_all_an_anonymous_one_its_sessions_and_outside_a_session_nothing() {
+async fn a_list_shows_an_authenticated_caller_all_an_anonymous_one_its_sessions_and_outside_a_session_nothing()
+ {
     let s = store();
     let k = basket(60);
-    let (one, two, before_rotation): (Arc<str>, Arc<str>, Arc<str>) = ("1".repeat(32).into(), "2".repeat(32).into(), "0".repeat(32).into());
+    let (one, two, before_rotation): (Arc<str>, Arc<str>, Arc<str>) =
+        ("1".repeat(32).into(), "2".repeat(32).into(), "0".repeat(32).into());
     let h1 = s.create(&k, None, Some(&one), json!(1)).await.unwrap();
     let h2 = s.create(&k, None, Some(&two), json!(2)).await.unwrap();
     let old = s.create(&k, None, Some(&before_rotation), json!(0)).await.unwrap();
@@ -213,10 +260,24 @@ async fn a_list_shows_an_authenticated_caller_all_an_anonymous_one_its_sessions_
         v.sort();
         v
     };
-    assert_eq!(listed(s.list(&k, None, ListScope::Session(&[Arc::clone(&one)])).await.unwrap()), vec![h1.clone()]);
-    assert_eq!(listed(s.list(&k, None, ListScope::Session(&[Arc::clone(&two), Arc::clone(&before_rotation)])).await.unwrap()), sorted(vec![h2.clone(), old.clone()]), "its names under previous keys too");
+    assert_eq!(
+        listed(s.list(&k, None, ListScope::Session(&[Arc::clone(&one)])).await.unwrap()),
+        vec![h1.clone()]
+    );
+    assert_eq!(
+        listed(
+            s.list(&k, None, ListScope::Session(&[Arc::clone(&two), Arc::clone(&before_rotation)]))
+                .await
+                .unwrap()
+        ),
+        sorted(vec![h2.clone(), old.clone()]),
+        "its names under previous keys too"
+    );
     assert!(s.list(&k, None, ListScope::Nothing).await.unwrap().is_empty());
-    assert_eq!(listed(s.list(&k, None, ListScope::All).await.unwrap()), sorted(vec![h1.clone(), h2.clone(), old, outside.clone()]));
+    assert_eq!(
+        listed(s.list(&k, None, ListScope::All).await.unwrap()),
+        sorted(vec![h1.clone(), h2.clone(), old, outside.clone()])
+    );
     // Every handle is still usable by id, whichever session made it.
     for (h, v) in [(&h1, 1), (&h2, 2), (&outside, 3)] {
         assert_eq!(s.get(&k, None, h).await.unwrap(), json!(v));

@@ -18,13 +18,18 @@ async fn refused(mut r: Resp, status: StatusCode, cause_text: &str) -> u64 {
     assert_eq!(r.status, status);
     let retry: u64 = r.header("retry-after").and_then(|v| v.parse().ok()).expect("a Retry-After");
     let body = r.json().await;
-    assert_eq!(body["error"]["code"], if status == StatusCode::TOO_MANY_REQUESTS { -32007 } else { -32006 }, "{body}");
+    assert_eq!(
+        body["error"]["code"],
+        if status == StatusCode::TOO_MANY_REQUESTS { -32007 } else { -32006 },
+        "{body}"
+    );
     assert!(body["error"]["message"].as_str().unwrap().contains(cause_text), "{body}");
     retry
 }
 
 #[actix_web::test]
-async fn a_caller_past_its_receipt_count_is_refused_429_before_the_tool_runs_and_another_caller_is_not() {
+async fn a_caller_past_its_receipt_count_is_refused_429_before_the_tool_runs_and_another_caller_is_not()
+ {
     let h = harness_with(cfg(|c| {
         two_callers(c);
         c.ledger.receipts_per_caller = 2;
@@ -35,14 +40,20 @@ async fn a_caller_past_its_receipt_count_is_refused_429_before_the_tool_runs_and
         let mut r = alice.request(keyed(i, i, &format!("k{i}"))).await;
         assert_eq!(text_of(&r.message().await), format!("wrote {i} #{i}"));
     }
-    let retry = refused(alice.request(keyed(3, 3, "k3")).await, StatusCode::TOO_MANY_REQUESTS, "idempotency receipts").await;
+    let retry = refused(
+        alice.request(keyed(3, 3, "k3")).await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "idempotency receipts",
+    )
+    .await;
     // Room comes back when alice's oldest receipt expires (a day, counted in 64ths of it).
     assert!((86_000..=86_400 + 86_400 / 64 + 1).contains(&retry), "Retry-After {retry}");
     assert_eq!(h.gate.writes(), 2, "the refused call did not run");
     // The same refusal on the stateless path, with the request's id.
     let mut m = meta(json!({}));
     m["io.mcp-host/idempotencyKey"] = json!("k9");
-    let modern_call = modern(9, "tools/call", json!({"name": "write", "arguments": {"n": 9}, "_meta": m}));
+    let modern_call =
+        modern(9, "tools/call", json!({"name": "write", "arguments": {"n": 9}, "_meta": m}));
     let mut r = h.send(modern_call.insert_header(("Authorization", "Bearer ta"))).await;
     assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(r.json().await["id"], 9);
@@ -87,21 +98,30 @@ async fn fill(c: &Client<'_>, prefix: &str, status: StatusCode, says: &str) -> (
 }
 
 #[actix_web::test]
-async fn a_caller_past_its_receipt_bytes_keeps_no_more_results_and_is_then_refused_429_below_its_count() {
+async fn a_caller_past_its_receipt_bytes_keeps_no_more_results_and_is_then_refused_429_below_its_count()
+ {
     let h = harness_with(cfg(|c| {
         two_callers(c);
         c.ledger.receipt_bytes_per_caller = 64 << 10;
     }))
     .await;
     let alice = h.client_as("2025-11-25", Some("ta")).await;
-    let (ran, kept, not_kept) = fill(&alice, "b", StatusCode::TOO_MANY_REQUESTS, "idempotency receipts").await;
+    let (ran, kept, not_kept) =
+        fill(&alice, "b", StatusCode::TOO_MANY_REQUESTS, "idempotency receipts").await;
     assert_eq!(kept, 7, "seven results of 8 KiB fit in 64 KiB with their records");
-    assert!(not_kept > 0, "then calls run whose results are not kept, before the caller is refused");
+    assert!(
+        not_kept > 0,
+        "then calls run whose results are not kept, before the caller is refused"
+    );
     assert_eq!(h.gate.writes() as i64, ran, "nothing ran twice");
     let kept_bytes = h.sup.stats_snapshot().kept.receipts.bytes;
     assert!(kept_bytes <= 64 << 10, "never past the bound: {kept_bytes}");
     let bob = h.client_as("2025-11-25", Some("tb")).await;
-    assert_eq!(bob.request(keyed(1, 1, "b1")).await.status, StatusCode::OK, "another caller is not");
+    assert_eq!(
+        bob.request(keyed(1, 1, "b1")).await.status,
+        StatusCode::OK,
+        "another caller is not"
+    );
 }
 
 #[actix_web::test]
@@ -111,12 +131,19 @@ async fn every_caller_together_past_the_receipt_bytes_total_is_refused_503() {
         c.ledger.receipt_bytes_total = 64 << 10;
     }))
     .await;
-    let (alice, bob) = (h.client_as("2025-11-25", Some("ta")).await, h.client_as("2025-11-25", Some("tb")).await);
-    let (ran, kept, _) = fill(&alice, "t", StatusCode::SERVICE_UNAVAILABLE, "ledger.receipt_bytes_total").await;
+    let (alice, bob) =
+        (h.client_as("2025-11-25", Some("ta")).await, h.client_as("2025-11-25", Some("tb")).await);
+    let (ran, kept, _) =
+        fill(&alice, "t", StatusCode::SERVICE_UNAVAILABLE, "ledger.receipt_bytes_total").await;
     assert_eq!(kept, 7);
     let writes = h.gate.writes() as i64;
     assert_eq!(writes, ran);
-    refused(bob.request(keyed(1, 1, "t1")).await, StatusCode::SERVICE_UNAVAILABLE, "ledger.receipt_bytes_total").await;
+    refused(
+        bob.request(keyed(1, 1, "t1")).await,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "ledger.receipt_bytes_total",
+    )
+    .await;
     assert_eq!(h.gate.writes() as i64, writes, "nothing ran");
     assert!(h.sup.stats_snapshot().kept.receipts.bytes <= 64 << 10);
     assert_eq!(h.sup.stats().refusals("overloaded.receipts"), 2);
@@ -126,7 +153,8 @@ async fn every_caller_together_past_the_receipt_bytes_total_is_refused_503() {
 async fn a_callers_receipts_are_counted_again_after_a_restart() {
     // Two processes on one store, one after the other (a memory store both open: the
     // figures of the second come only from what the first recorded).
-    let store: std::sync::Arc<dyn mcp_runtime::ledger::Store> = std::sync::Arc::new(mcp_runtime::ledger::MemoryStore::new());
+    let store: std::sync::Arc<dyn mcp_runtime::ledger::Store> =
+        std::sync::Arc::new(mcp_runtime::ledger::MemoryStore::new());
     let config = || {
         cfg(|c| {
             two_callers(c);
@@ -136,12 +164,16 @@ async fn a_callers_receipts_are_counted_again_after_a_restart() {
     };
     {
         let c = config();
-        let ledger = mcp_runtime::ledger::Ledger::on_store(std::sync::Arc::clone(&store), &c).unwrap();
+        let ledger =
+            mcp_runtime::ledger::Ledger::on_store(std::sync::Arc::clone(&store), &c).unwrap();
         let writer = std::sync::Arc::clone(&ledger.writer);
         let h = harness_on(c, ledger).await;
         let alice = h.client_as("2025-11-25", Some("ta")).await;
         for i in 1..=2 {
-            assert_eq!(alice.request(keyed(i, i, &format!("r{i}"))).await.message().await["result"]["isError"], Value::Null);
+            assert_eq!(
+                alice.request(keyed(i, i, &format!("r{i}"))).await.message().await["result"]["isError"],
+                Value::Null
+            );
         }
         writer.barrier().await.unwrap();
     }
@@ -150,7 +182,12 @@ async fn a_callers_receipts_are_counted_again_after_a_restart() {
     let h = harness_on(c, ledger).await;
     assert_eq!(h.sup.stats_snapshot().kept.receipts.count, 2, "rebuilt from the ledger");
     let alice = h.client_as("2025-11-25", Some("ta")).await;
-    refused(alice.request(keyed(3, 3, "r3")).await, StatusCode::TOO_MANY_REQUESTS, "idempotency receipts").await;
+    refused(
+        alice.request(keyed(3, 3, "r3")).await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "idempotency receipts",
+    )
+    .await;
     let bob = h.client_as("2025-11-25", Some("tb")).await;
     assert_eq!(bob.request(keyed(1, 1, "r1")).await.status, StatusCode::OK);
 }
@@ -177,7 +214,8 @@ async fn a_result_too_large_to_keep_ran_once_and_replays_as_an_error_with_its_si
 async fn state_handles_are_bounded_by_bytes_per_caller_and_in_total() {
     use mcp_runtime::handles::{HandleError, Handles};
     use mcp_runtime::proto::handle::HandleKind;
-    let ledger = mcp_runtime::ledger::Ledger::memory(&mcp_runtime::config::RuntimeConfig::default());
+    let ledger =
+        mcp_runtime::ledger::Ledger::memory(&mcp_runtime::config::RuntimeConfig::default());
     let s = Handles::bounded(&ledger, 64 << 10, 100 << 10);
     let k = HandleKind::new("bsk", "basket", "create_basket", 600, 32 << 10, 1000);
     let value = json!("z".repeat(10 << 10));
@@ -189,7 +227,10 @@ async fn state_handles_are_bounded_by_bytes_per_caller_and_in_total() {
         }
         assert!(made.len() < 100, "never bounded");
     };
-    assert!(matches!(&refusal, HandleError::TooMany(t) if t.contains("as many bytes as one caller may keep")), "{refusal:?}");
+    assert!(
+        matches!(&refusal, HandleError::TooMany(t) if t.contains("as many bytes as one caller may keep")),
+        "{refusal:?}"
+    );
     assert_eq!(made.len(), 6, "64 KiB holds six values of 10 KiB with their records");
     // A growing update is bounded too; a shrinking one is not.
     let grow = s.update(&k, Some("alice"), &made[0], |v| {
@@ -213,7 +254,10 @@ async fn state_handles_are_bounded_by_bytes_per_caller_and_in_total() {
             Err(e) => break e,
         }
     };
-    assert!(matches!(&total, HandleError::TooMany(t) if t.contains("server keeps as much state")), "{total:?}");
+    assert!(
+        matches!(&total, HandleError::TooMany(t) if t.contains("server keeps as much state")),
+        "{total:?}"
+    );
     assert!((2..=5).contains(&bob), "bob fills what is left of the total: {bob}");
 }
 
@@ -238,7 +282,11 @@ async fn concurrent_keyed_calls_cannot_all_pass_the_receipt_count() {
             running.push(r);
         }
     }
-    assert_eq!((running.len(), refused_now), (3, 3), "the places held by calls still running count");
+    assert_eq!(
+        (running.len(), refused_now),
+        (3, 3),
+        "the places held by calls still running count"
+    );
     h.gate.started(3).await;
     h.gate.open(3);
     for mut r in running {

@@ -23,14 +23,26 @@ fn frame(seq: u64) -> Bytes {
 /// The child: append events with a record naming the newest, through the group-commit
 /// writer, until killed (bounded: 5 million events, some seconds).
 fn write_until_killed(path: &str) {
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(std::path::Path::new(path)).expect("open"));
-    let settings = WriterSettings { durability: Durability::Batched, batch_max_ops: 256, queue_max_bytes: 64 << 20, sweep_every: Duration::from_secs(3600), linger: Duration::from_micros(200), commit_wait: Duration::from_secs(10) };
+    let store: Arc<dyn Store> =
+        Arc::new(SqliteStore::open(std::path::Path::new(path)).expect("open"));
+    let settings = WriterSettings {
+        durability: Durability::Batched,
+        batch_max_ops: 256,
+        queue_max_bytes: 64 << 20,
+        sweep_every: Duration::from_secs(3600),
+        linger: Duration::from_micros(200),
+        commit_wait: Duration::from_secs(10),
+    };
     let w = Writer::start(store, settings, Box::new(|| 0));
     for seq in 1..=5_000_000u64 {
         let log: Arc<str> = LOG.into();
         w.submit(vec![
             Op::Append { log, seq, frame: frame(seq), max_len: usize::MAX, expires_ms: u64::MAX },
-            Op::Put { key: "newest".into(), value: Bytes::from(seq.to_string()), expires_ms: u64::MAX },
+            Op::Put {
+                key: "newest".into(),
+                value: Bytes::from(seq.to_string()),
+                expires_ms: u64::MAX,
+            },
         ]);
         if seq % 2_000 == 0 {
             // Keep the queue short, so batches are committing when the kill comes.
@@ -48,7 +60,11 @@ fn a_sqlite_ledger_killed_during_a_batch_keeps_a_prefix_never_torn_or_duplicated
     let dir = mcp_devtools::TempDir::new("ledger-crash");
     let path = dir.path().join("crash.db");
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "a_sqlite_ledger_killed_during_a_batch_keeps_a_prefix_never_torn_or_duplicated", "--nocapture"])
+        .args([
+            "--exact",
+            "a_sqlite_ledger_killed_during_a_batch_keeps_a_prefix_never_torn_or_duplicated",
+            "--nocapture",
+        ])
         .env(CHILD, &path)
         .stdout(std::process::Stdio::null())
         .spawn()
@@ -57,7 +73,9 @@ fn a_sqlite_ledger_killed_during_a_batch_keeps_a_prefix_never_torn_or_duplicated
     let mut committed = 0i64;
     for _ in 0..1_000 {
         std::thread::sleep(Duration::from_millis(10));
-        if let Ok(db) = rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY) {
+        if let Ok(db) =
+            rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        {
             committed = db.query_row("SELECT count(*) FROM events", [], |r| r.get(0)).unwrap_or(0);
             if committed >= 20_000 {
                 break;
@@ -77,5 +95,9 @@ fn a_sqlite_ledger_killed_during_a_batch_keeps_a_prefix_never_torn_or_duplicated
         assert_eq!(f, &frame(*seq), "event {seq} is whole");
     }
     let newest = store.get("newest", 0).unwrap().expect("the record");
-    assert_eq!(std::str::from_utf8(&newest).unwrap(), n.to_string(), "the record and the log come from the same batches");
+    assert_eq!(
+        std::str::from_utf8(&newest).unwrap(),
+        n.to_string(),
+        "the record and the log come from the same batches"
+    );
 }

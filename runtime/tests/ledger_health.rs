@@ -29,11 +29,15 @@ async fn assert_ledger_refusal(mut r: Resp) {
     assert!(r.header("retry-after").is_some(), "a 503 says when to come back");
     let body = r.json().await;
     assert_eq!(body["error"]["code"], -32006, "{body}");
-    assert!(body["error"]["message"].as_str().unwrap_or_default().contains("ledger"), "the refusal names the ledger: {body}");
+    assert!(
+        body["error"]["message"].as_str().unwrap_or_default().contains("ledger"),
+        "the refusal names the ledger: {body}"
+    );
 }
 
 #[actix_web::test]
-async fn a_ledger_locked_past_the_old_retry_budget_refuses_durable_work_keeps_reads_and_heals_by_itself() {
+async fn a_ledger_locked_past_the_old_retry_budget_refuses_durable_work_keeps_reads_and_heals_by_itself()
+ {
     let dir = mcp_devtools::TempDir::new("ledger-locked");
     let path = dir.path().join("l.db");
     let cfg = cfg(|c| {
@@ -53,7 +57,10 @@ async fn a_ledger_locked_past_the_old_retry_budget_refuses_durable_work_keeps_re
     lock.execute_batch("BEGIN IMMEDIATE").unwrap();
     // A new session needs its record: it is not committed within the commit wait.
     assert_ledger_refusal(h.send(post().set_payload(init_body("2025-11-25"))).await).await;
-    within(Duration::from_secs(60), "the writer reports that it cannot commit", || writer.is_failing()).await;
+    within(Duration::from_secs(60), "the writer reports that it cannot commit", || {
+        writer.is_failing()
+    })
+    .await;
     // Longer than the old writer tried before it stopped recording for good (5 attempts).
     within(Duration::from_secs(120), "six failed attempts", || writer.snapshot().errors >= 6).await;
     assert_eq!(writer.snapshot().state, LedgerState::Failing);
@@ -64,8 +71,16 @@ async fn a_ledger_locked_past_the_old_retry_budget_refuses_durable_work_keeps_re
     assert_ledger_refusal(before.open_get().await).await;
     let mut ready = h.send(TestRequest::get().uri("/readyz")).await;
     assert_eq!(ready.status, StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(ready.chunk().await.as_deref(), Some(&b"not ready\n"[..]), "no detail on the MCP port");
-    assert_eq!(h.send(TestRequest::get().uri("/livez")).await.status, StatusCode::OK, "the process still serves");
+    assert_eq!(
+        ready.chunk().await.as_deref(),
+        Some(&b"not ready\n"[..]),
+        "no detail on the MCP port"
+    );
+    assert_eq!(
+        h.send(TestRequest::get().uri("/livez")).await.status,
+        StatusCode::OK,
+        "the process still serves"
+    );
     // Reads that need nothing new keep working.
     let mut list = before.request(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"})).await;
     assert_eq!(list.status, StatusCode::OK);
@@ -91,8 +106,16 @@ async fn a_ledger_locked_past_the_old_retry_budget_refuses_durable_work_keeps_re
     // What was handed over while it failed is in the ledger: the DELETE's end.
     let _ = writer.barrier().await;
     let hmac = h.sup.session_hmac(&mcp_runtime::proto::SessionId::parse(&gone.sid).unwrap());
-    let record = writer.store().get(&mcp_runtime::ledger::codec::session_key(&hmac), h.sup.now().0).unwrap().expect("the session's record");
-    let mcp_runtime::ledger::codec::Record::Session(r) = mcp_runtime::ledger::codec::decode(&record).unwrap() else { panic!("not a session record") };
+    let record = writer
+        .store()
+        .get(&mcp_runtime::ledger::codec::session_key(&hmac), h.sup.now().0)
+        .unwrap()
+        .expect("the session's record");
+    let mcp_runtime::ledger::codec::Record::Session(r) =
+        mcp_runtime::ledger::codec::decode(&record).unwrap()
+    else {
+        panic!("not a session record")
+    };
     assert_eq!(r.state, mcp_runtime::ledger::codec::RecordState::Deleted);
 }
 
@@ -113,10 +136,20 @@ async fn a_session_parked_while_the_ledger_fails_is_refused_503_not_held_until_i
     let lock = rusqlite::Connection::open(&path).unwrap();
     lock.execute_batch("BEGIN IMMEDIATE").unwrap();
     // It parks while the ledger cannot commit: its last writes wait in the queue.
-    within(Duration::from_secs(30), "the session parks", || h.sup.stats_snapshot().sessions_parked == 1).await;
-    within(Duration::from_secs(30), "the writer reports that it cannot commit", || writer.is_failing()).await;
+    within(Duration::from_secs(30), "the session parks", || {
+        h.sup.stats_snapshot().sessions_parked == 1
+    })
+    .await;
+    within(Duration::from_secs(30), "the writer reports that it cannot commit", || {
+        writer.is_failing()
+    })
+    .await;
     let mut r = parked.request(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})).await;
-    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "refused, not held until the ledger heals");
+    assert_eq!(
+        r.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "refused, not held until the ledger heals"
+    );
     assert!(r.json().await["error"]["message"].as_str().unwrap_or_default().contains("ledger"));
     lock.execute_batch("ROLLBACK").unwrap();
     drop(lock);
@@ -127,7 +160,8 @@ async fn a_session_parked_while_the_ledger_fails_is_refused_503_not_held_until_i
 }
 
 #[actix_web::test]
-async fn in_sync_durability_a_stream_that_would_wait_for_its_commits_is_refused_and_json_reads_go_on() {
+async fn in_sync_durability_a_stream_that_would_wait_for_its_commits_is_refused_and_json_reads_go_on()
+ {
     let dir = mcp_devtools::TempDir::new("ledger-locked-sync");
     let path = dir.path().join("l.db");
     let cfg = cfg(|c| {
@@ -144,16 +178,31 @@ async fn in_sync_durability_a_stream_that_would_wait_for_its_commits_is_refused_
     lock.execute_batch("BEGIN IMMEDIATE").unwrap();
     // Something to commit, so that the writer finds out.
     let _ = h.send(post().set_payload(init_body("2025-11-25"))).await;
-    within(Duration::from_secs(60), "the writer reports that it cannot commit", || writer.is_failing()).await;
+    within(Duration::from_secs(60), "the writer reports that it cannot commit", || {
+        writer.is_failing()
+    })
+    .await;
     // Every event of a recorded stream waits for its commit in sync mode: refused, not held.
     assert_ledger_refusal(c.call_tool(2, "echo_ro", json!({"text": "held?"})).await).await;
     // The same read answered as JSON needs nothing new.
     let echo = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "echo_ro", "arguments": {"text": "json"}}});
-    let mut r = h.send(c.with_session(post().insert_header(("Accept", "application/json"))).set_payload(echo.to_string())).await;
+    let mut r = h
+        .send(
+            c.with_session(post().insert_header(("Accept", "application/json")))
+                .set_payload(echo.to_string()),
+        )
+        .await;
     assert_eq!(text_of(&r.json().await), "json");
     lock.execute_batch("ROLLBACK").unwrap();
     drop(lock);
     within(Duration::from_secs(30), "the writer commits again", || !writer.is_failing()).await;
-    assert_eq!(text_of(&c.call_tool(4, "echo_ro", json!({"text": "streamed"})).await.message().await), "streamed");
-    assert_eq!(h.sup.session_count(), 1, "the session whose record never committed in time was stopped");
+    assert_eq!(
+        text_of(&c.call_tool(4, "echo_ro", json!({"text": "streamed"})).await.message().await),
+        "streamed"
+    );
+    assert_eq!(
+        h.sup.session_count(),
+        1,
+        "the session whose record never committed in time was stopped"
+    );
 }

@@ -52,7 +52,9 @@ async fn cancelled_json_request_gets_no_response_body() {
     let json_only = c.with_session(post()).insert_header(("Accept", "application/json"));
     let body = json!({"jsonrpc":"2.0","id":"j","method":"tools/call","params":{"name":"gated","arguments":{}}});
     let pending = h.send(json_only.set_payload(body.to_string()));
-    let cancel = c.notify(json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"j"}}));
+    let cancel = c.notify(
+        json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"j"}}),
+    );
     let (mut r, status) = tokio::join!(pending, cancel);
     assert_eq!(status, StatusCode::ACCEPTED);
     assert_eq!(r.status, StatusCode::ACCEPTED, "cancelled: 202 and no JSON-RPC response");
@@ -96,7 +98,8 @@ async fn client_error_answer_fails_the_server_request() {
     let c = h.client("2025-11-25").await;
     let mut r = c.call_tool(1, "ask", json!({})).await;
     let req = r.message().await;
-    let answer = json!({"jsonrpc":"2.0","id":req["id"],"error":{"code":-1,"message":"user declined"}});
+    let answer =
+        json!({"jsonrpc":"2.0","id":req["id"],"error":{"code":-1,"message":"user declined"}});
     assert_eq!(c.notify(answer).await, StatusCode::ACCEPTED);
     let m = r.message().await;
     assert_eq!(m["error"]["message"], "user declined");
@@ -114,7 +117,10 @@ async fn expired_sessions_are_freed() {
     drop(r);
     tokio::time::sleep(Duration::from_millis(2_000)).await;
     assert_eq!(h.sup.session_count(), 0, "deregistered on expiry");
-    assert_eq!(c.request(json!({"jsonrpc":"2.0","id":2,"method":"ping"})).await.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        c.request(json!({"jsonrpc":"2.0","id":2,"method":"ping"})).await.status,
+        StatusCode::NOT_FOUND
+    );
 }
 
 #[actix_web::test]
@@ -167,7 +173,11 @@ async fn logging_level_filters_related_log_messages() {
     assert_eq!(r.message().await["result"], json!({}));
     let msgs = c.call_tool(2, "chatty", json!({"n": 3})).await.rest().await;
     assert_eq!(msgs.len(), 1, "info messages filtered: {msgs:?}");
-    let mut bad = c.request(json!({"jsonrpc":"2.0","id":3,"method":"logging/setLevel","params":{"level":"loud"}})).await;
+    let mut bad = c
+        .request(
+            json!({"jsonrpc":"2.0","id":3,"method":"logging/setLevel","params":{"level":"loud"}}),
+        )
+        .await;
     assert_eq!(bad.message().await["error"]["code"], -32602);
 }
 
@@ -196,11 +206,19 @@ async fn a_full_ledger_evicts_the_least_recently_used_parked_session_and_its_id_
     for n in 1..=3 {
         clients.push(h.client("2025-11-25").await);
         // Each is created after the one before parked: their last uses are in order.
-        until("the session parked", || h.sup.stats_snapshot().sessions_parked >= n && h.sup.session_count() == 0).await;
+        until("the session parked", || {
+            h.sup.stats_snapshot().sessions_parked >= n && h.sup.session_count() == 0
+        })
+        .await;
     }
-    until("the ledger evicted one", || h.sup.stats_snapshot().sessions_evicted_from_ledger >= 1).await;
+    until("the ledger evicted one", || h.sup.stats_snapshot().sessions_evicted_from_ledger >= 1)
+        .await;
     let ping = json!({"jsonrpc":"2.0","id":9,"method":"ping"});
-    assert_eq!(clients[0].request(ping.clone()).await.status, StatusCode::NOT_FOUND, "the least recently used is gone");
+    assert_eq!(
+        clients[0].request(ping.clone()).await.status,
+        StatusCode::NOT_FOUND,
+        "the least recently used is gone"
+    );
     for c in &clients[1..] {
         let mut r = c.request(ping.clone()).await;
         assert_eq!(r.status, StatusCode::OK, "the newer ones are revived");

@@ -31,7 +31,11 @@ async fn the_acknowledgement_comes_first_and_only_opted_in_notifications_follow_
     assert!(r.header("mcp-session-id").is_none());
     let ack = r.message().await;
     assert_eq!(ack["method"], "notifications/subscriptions/acknowledged", "{ack}");
-    assert_eq!(ack["params"]["_meta"][SUB_ID], json!(1_790_000_000_000_i64), "the listen id, a number as sent");
+    assert_eq!(
+        ack["params"]["_meta"][SUB_ID],
+        json!(1_790_000_000_000_i64),
+        "the listen id, a number as sent"
+    );
     assert_eq!(
         ack["params"]["notifications"],
         json!({"toolsListChanged": true, "resourceSubscriptions": ["test://doc"]}),
@@ -51,7 +55,11 @@ async fn the_acknowledgement_comes_first_and_only_opted_in_notifications_follow_
     assert_eq!(updated["params"]["uri"], "test://doc");
     assert_eq!(updated["params"]["_meta"][SUB_ID], json!(1_790_000_000_000_i64));
     assert_eq!(h.sup.stats().listen().0, 1);
-    assert_eq!(h.sup.stats().modern().0, 0, "a listen stream is not a request in flight (a drain does not wait for it)");
+    assert_eq!(
+        h.sup.stats().modern().0,
+        0,
+        "a listen stream is not a request in flight (a drain does not wait for it)"
+    );
 }
 
 #[actix_web::test]
@@ -64,9 +72,15 @@ async fn several_subscriptions_each_get_their_own_changes_under_their_own_id() {
     trigger(&h, "change_prompts", json!({})).await;
     trigger(&h, "change_tools", json!({})).await;
     let t = tools.message().await;
-    assert_eq!((t["method"].as_str(), &t["params"]["_meta"][SUB_ID]), (Some("notifications/tools/list_changed"), &json!("tools-sub")));
+    assert_eq!(
+        (t["method"].as_str(), &t["params"]["_meta"][SUB_ID]),
+        (Some("notifications/tools/list_changed"), &json!("tools-sub"))
+    );
     let p = prompts.message().await;
-    assert_eq!((p["method"].as_str(), &p["params"]["_meta"][SUB_ID]), (Some("notifications/prompts/list_changed"), &json!(2)));
+    assert_eq!(
+        (p["method"].as_str(), &p["params"]["_meta"][SUB_ID]),
+        (Some("notifications/prompts/list_changed"), &json!(2))
+    );
     assert_eq!(h.sup.stats().listen().0, 2);
 }
 
@@ -82,7 +96,8 @@ async fn list_changes_a_subscriber_has_not_been_told_of_yet_coalesce() {
     }
     h.sup.begin_drain();
     let rest = r.rest().await;
-    let methods: Vec<&str> = rest.iter().map(|m| m["method"].as_str().unwrap_or("(result)")).collect();
+    let methods: Vec<&str> =
+        rest.iter().map(|m| m["method"].as_str().unwrap_or("(result)")).collect();
     assert_eq!(methods, ["notifications/tools/list_changed", "(result)"]);
 }
 
@@ -99,9 +114,15 @@ async fn a_drain_ends_every_listen_stream_with_its_completion_result() {
         assert_eq!(rest[0]["id"], id);
         assert_eq!(rest[0]["result"]["resultType"], "complete");
         assert_eq!(rest[0]["result"]["_meta"][SUB_ID], id);
-        assert_eq!(rest[0]["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "test");
+        assert_eq!(
+            rest[0]["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+            "test"
+        );
     }
-    until("both listen places given back and counted completed", || h.sup.stats().listen() == (0, 2, 2)).await;
+    until("both listen places given back and counted completed", || {
+        h.sup.stats().listen() == (0, 2, 2)
+    })
+    .await;
     // While draining, a new one is refused (with its id).
     let mut r = h.send(listen(9, json!({}))).await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
@@ -143,13 +164,24 @@ async fn closing_a_listen_stream_gives_its_place_back_and_the_caps_refuse_with_t
 #[actix_web::test]
 async fn a_malformed_filter_or_a_json_only_client_is_refused_with_the_id() {
     let h = harness().await;
-    for (i, params) in [json!({}), json!({"notifications": {"toolsListChanged": "yes"}}), json!({"notifications": {"resourceSubscriptions": "test://doc"}})].into_iter().enumerate() {
+    for (i, params) in [
+        json!({}),
+        json!({"notifications": {"toolsListChanged": "yes"}}),
+        json!({"notifications": {"resourceSubscriptions": "test://doc"}}),
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let mut p = params;
         p["_meta"] = meta(json!({}));
         let mut r = h.send(modern(i as i64, "subscriptions/listen", p)).await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST);
         let body = r.json().await;
-        assert_eq!((body["error"]["code"].as_i64(), body["id"].as_i64()), (Some(-32602), Some(i as i64)), "{body}");
+        assert_eq!(
+            (body["error"]["code"].as_i64(), body["id"].as_i64()),
+            (Some(-32602), Some(i as i64)),
+            "{body}"
+        );
     }
     let json_only = listen(5, json!({})).insert_header(("Accept", "application/json"));
     let mut r = h.send(json_only).await;

@@ -8,7 +8,11 @@ use common::*;
 use serde_json::{Value, json};
 
 fn internal_error(m: &Value) {
-    assert_eq!((&m["error"]["code"], &m["error"]["message"]), (&json!(-32603), &json!("Internal error")), "{m}");
+    assert_eq!(
+        (&m["error"]["code"], &m["error"]["message"]),
+        (&json!(-32603), &json!("Internal error")),
+        "{m}"
+    );
 }
 
 #[actix_web::test]
@@ -32,9 +36,17 @@ async fn a_panicking_tool_call_gets_internal_error_and_its_session_serves_the_ot
 async fn a_panicking_modern_call_gets_internal_error_and_the_server_serves_the_next() {
     let h = harness().await;
     for (n, when) in [(1, "call"), (2, "poll"), (3, "later")] {
-        let mut r = h.send(modern(n, "tools/call", json!({"name": "panics", "arguments": {"when": when}}))).await;
+        let mut r = h
+            .send(modern(n, "tools/call", json!({"name": "panics", "arguments": {"when": when}})))
+            .await;
         internal_error(&r.json().await);
-        let mut next = h.send(modern(10 + n, "tools/call", json!({"name": "echo", "arguments": {"text": "still here"}}))).await;
+        let mut next = h
+            .send(modern(
+                10 + n,
+                "tools/call",
+                json!({"name": "echo", "arguments": {"text": "still here"}}),
+            ))
+            .await;
         assert_eq!(text_of(&next.json().await), "still here", "{when}");
     }
 }
@@ -45,8 +57,11 @@ async fn a_keyed_call_whose_tool_panicked_reads_outcome_unknown_not_a_stored_err
     let c = h.client("2025-11-25").await;
     for (n, when) in [(1, "call"), (2, "poll"), (3, "later")] {
         let key = format!("k{n}");
-        internal_error(&c.call_keyed(n, "panics", json!({"when": when}), &key).await.message().await);
-        let retry = c.call_keyed(10 + n, "panics", json!({"when": when}), &key).await.message().await;
+        internal_error(
+            &c.call_keyed(n, "panics", json!({"when": when}), &key).await.message().await,
+        );
+        let retry =
+            c.call_keyed(10 + n, "panics", json!({"when": when}), &key).await.message().await;
         assert_eq!(retry["result"]["isError"], true, "{when}: {retry}");
         assert!(text_of(&retry).contains("interrupted"), "{when}: {retry}");
     }

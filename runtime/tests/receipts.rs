@@ -29,7 +29,10 @@ async fn a_completed_call_is_replayed_from_its_receipt_without_running_the_tool(
     assert_eq!(h.gate.writes(), 1, "the tool ran once");
     // A retry in a new session (after a 404, say) is the same caller's retry.
     let other = h.client("2025-06-18").await;
-    assert_eq!(text_of(&other.call_keyed(3, "write", json!({"n": 1}), "k1").await.message().await), "wrote 1 #1");
+    assert_eq!(
+        text_of(&other.call_keyed(3, "write", json!({"n": 1}), "k1").await.message().await),
+        "wrote 1 #1"
+    );
     assert_eq!(h.gate.writes(), 1);
 }
 
@@ -74,7 +77,10 @@ async fn keys_belong_to_their_caller() {
     let h = harness_with_two_callers().await;
     let alice = h.client_as("2025-11-25", Some("ta")).await;
     let bob = h.client_as("2025-11-25", Some("tb")).await;
-    assert_eq!(text_of(&alice.call_keyed(1, "write", json!({"n": 1}), "k").await.message().await), "wrote 1 #1");
+    assert_eq!(
+        text_of(&alice.call_keyed(1, "write", json!({"n": 1}), "k").await.message().await),
+        "wrote 1 #1"
+    );
     let b = bob.call_keyed(1, "write", json!({"n": 1}), "k").await.message().await;
     assert_eq!(text_of(&b), "wrote 1 #2", "bob's key is not alice's: his call runs");
     assert!(marker(&b).is_null());
@@ -87,13 +93,18 @@ async fn a_cancelled_call_is_outcome_unknown_for_a_retry_unless_the_tool_is_idem
     for (tool, key) in [("write", "a"), ("write_idem", "b")] {
         let mut r = c.call_keyed(1, tool, json!({"n": 1, "wait": true}), key).await;
         h.gate.started(1).await;
-        let cancel = json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}});
+        let cancel =
+            json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}});
         assert_eq!(c.notify(cancel).await, StatusCode::ACCEPTED);
         assert!(r.rest().await.is_empty(), "cancelled: no response");
     }
     assert_eq!(h.gate.writes(), 2);
-    let unknown = c.call_keyed(2, "write", json!({"n": 1, "wait": true}), "a").await.message().await;
-    assert!(is_error(&unknown) && text_of(&unknown).contains("may or may not have taken effect"), "{unknown}");
+    let unknown =
+        c.call_keyed(2, "write", json!({"n": 1, "wait": true}), "a").await.message().await;
+    assert!(
+        is_error(&unknown) && text_of(&unknown).contains("may or may not have taken effect"),
+        "{unknown}"
+    );
     let mut rerun = c.call_keyed(3, "write_idem", json!({"n": 1, "wait": true}), "b").await;
     h.gate.started(1).await;
     h.gate.open(1);
@@ -109,7 +120,8 @@ async fn a_call_attached_to_a_cancelled_execution_is_told_the_outcome_is_unknown
     let mut first = c.call_keyed(1, "write", json!({"n": 1, "wait": true}), "k").await;
     h.gate.started(1).await;
     let mut second = c.call_keyed(2, "write", json!({"n": 1, "wait": true}), "k").await;
-    let cancel = json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}});
+    let cancel =
+        json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}});
     assert_eq!(c.notify(cancel).await, StatusCode::ACCEPTED);
     assert!(first.rest().await.is_empty());
     let m = second.message().await;

@@ -82,7 +82,11 @@ async fn resuming_another_streams_cursor_replays_only_that_stream() {
     assert_eq!(text_of(&b.message().await), "B");
     let msgs = c.resume(&a_start).await.rest().await;
     assert_eq!(msgs.len(), 1);
-    assert_eq!(text_of(&msgs[0]), "A", "a cursor names its own stream; replay never crosses streams");
+    assert_eq!(
+        text_of(&msgs[0]),
+        "A",
+        "a cursor names its own stream; replay never crosses streams"
+    );
 }
 
 /// Call `gated`, drop the connection after the priming event, let the tool finish; returns
@@ -133,7 +137,10 @@ async fn cursor_from_another_caller_is_rejected() {
     let cursor = a.last_event_id();
     assert_eq!(bob.resume(&cursor).await.status, StatusCode::BAD_REQUEST);
     // Bob presenting Alice's session id as well: the session is not his.
-    let stolen = bob.with_session(get()).insert_header(("Mcp-Session-Id", alice.sid.clone())).insert_header(("Last-Event-ID", cursor));
+    let stolen = bob
+        .with_session(get())
+        .insert_header(("Mcp-Session-Id", alice.sid.clone()))
+        .insert_header(("Last-Event-ID", cursor));
     assert_eq!(h.send(stolen).await.status, StatusCode::NOT_FOUND);
 }
 
@@ -181,7 +188,11 @@ async fn resume_into_an_events_lost_gap_ends_the_request_and_frees_its_id() {
     let mut resumed = c.resume(&start).await;
     assert_eq!(resumed.status, StatusCode::OK);
     let msgs = resumed.rest().await;
-    assert_eq!((msgs.len(), msgs[0]["id"].clone(), msgs[0]["error"]["code"].clone()), (1, json!(9), json!(-32005)), "{msgs:?}");
+    assert_eq!(
+        (msgs.len(), msgs[0]["id"].clone(), msgs[0]["error"]["code"].clone()),
+        (1, json!(9), json!(-32005)),
+        "{msgs:?}"
+    );
     // The request ended with its answer: the tool was cancelled and its id is free.
     h.gate.dropped(1).await;
     let mut again = c.call_tool(9, "echo", json!({"text": "retry"})).await;
@@ -190,7 +201,11 @@ async fn resume_into_an_events_lost_gap_ends_the_request_and_frees_its_id() {
     assert_eq!(h.sup.stats_snapshot().requests_ended_by_gap, 1);
     drop((resumed, again));
     tokio::time::sleep(std::time::Duration::from_secs(10)).await;
-    assert_eq!(h.sup.session_count(), 0, "with nothing in flight the session goes idle and expires");
+    assert_eq!(
+        h.sup.session_count(),
+        0,
+        "with nothing in flight the session goes idle and expires"
+    );
 }
 
 #[actix_web::test]
@@ -231,12 +246,18 @@ async fn priming_is_decided_by_the_sessions_version_not_the_header() {
     let first = r.chunk().await.unwrap();
     let text = String::from_utf8_lossy(&first);
     let priming_end = text.find("data: \n\n").expect("a priming event");
-    assert!(text.starts_with("id: ") && !text[..priming_end].contains("\"result\""), "priming first: {text:?}");
+    assert!(
+        text.starts_with("id: ") && !text[..priming_end].contains("\"result\""),
+        "priming first: {text:?}"
+    );
     assert_eq!(r.sse.retry_ms, Some(1000));
     let old = h.client("2025-06-18").await;
     let mut r = old.request(json!({"jsonrpc":"2.0","id":1,"method":"ping"})).await;
     let first = r.chunk().await.unwrap();
-    assert!(first.windows(8).any(|w| w == b"\"result\""), "no priming before 2025-11-25: {first:?}");
+    assert!(
+        first.windows(8).any(|w| w == b"\"result\""),
+        "no priming before 2025-11-25: {first:?}"
+    );
 }
 
 #[actix_web::test]
@@ -296,7 +317,8 @@ async fn stream_evicted_by_the_retention_bound_is_410() {
 }
 
 #[actix_web::test]
-async fn response_finished_while_disconnected_is_kept_for_the_undelivered_retention_then_released() {
+async fn response_finished_while_disconnected_is_kept_for_the_undelivered_retention_then_released()
+{
     tokio::time::pause();
     let cfg = cfg(|c| {
         c.sessions.retention_undelivered_ms = 5_000;
@@ -307,10 +329,18 @@ async fn response_finished_while_disconnected_is_kept_for_the_undelivered_retent
     let cursor = finish_while_disconnected(&h, &c).await;
     tokio::time::sleep(std::time::Duration::from_millis(3_000)).await;
     let msgs = c.resume(&cursor).await.rest().await;
-    assert_eq!(text_of(msgs.last().unwrap()), "done", "still retained after 3 s (undelivered retention is 5 s)");
+    assert_eq!(
+        text_of(msgs.last().unwrap()),
+        "done",
+        "still retained after 3 s (undelivered retention is 5 s)"
+    );
     // Delivered now: the short retention applies from here.
     tokio::time::sleep(std::time::Duration::from_millis(2_000)).await;
-    assert_eq!(c.resume(&cursor).await.status, StatusCode::GONE, "released after delivery + retention");
+    assert_eq!(
+        c.resume(&cursor).await.status,
+        StatusCode::GONE,
+        "released after delivery + retention"
+    );
 }
 
 #[actix_web::test]
@@ -321,5 +351,9 @@ async fn undelivered_response_is_released_after_its_retention_when_nobody_resume
     let c = h.client("2025-11-25").await;
     let cursor = finish_while_disconnected(&h, &c).await;
     tokio::time::sleep(std::time::Duration::from_millis(6_000)).await;
-    assert_eq!(c.resume(&cursor).await.status, StatusCode::GONE, "released after the undelivered retention");
+    assert_eq!(
+        c.resume(&cursor).await.status,
+        StatusCode::GONE,
+        "released after the undelivered retention"
+    );
 }

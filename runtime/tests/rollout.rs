@@ -34,11 +34,16 @@ async fn a_flag_reload_changes_new_streams_only_and_an_old_cursor_still_resumes(
     let mut old = c.call_tool(1, "gated_ro", json!({})).await;
     assert_eq!(log_data(&old.message().await), "before");
     let cursor = old.last_event_id();
-    let g = h.sup.reload(GenOrigin::Reload, |s| s.flags = Some(flags(Resumable::Off, 1.0, WriteTools::All)));
+    let g = h
+        .sup
+        .reload(GenOrigin::Reload, |s| s.flags = Some(flags(Resumable::Off, 1.0, WriteTools::All)));
     assert_eq!(h.sup.generations().current().settings.id, g);
     let (msgs, ids, raw) = drain(c.call_tool(2, "echo_ro", json!({"text": "new"})).await).await;
     assert_eq!(text_of(&msgs[0]), "new");
-    assert!(ids.is_empty() && !raw.contains("retry:"), "a stream opened after the reload has no ids: {raw}");
+    assert!(
+        ids.is_empty() && !raw.contains("retry:"),
+        "a stream opened after the reload has no ids: {raw}"
+    );
     // The stream opened before keeps its generation's rules.
     drop(old.disconnect());
     h.gate.open(1);
@@ -59,13 +64,17 @@ async fn share_picks_sessions_by_a_stable_hash_and_a_session_never_flips() {
         let mut resumable = Vec::new();
         for (i, share) in [(1, 0.5), (2, 0.5), (3, 0.5)] {
             // A reload to the same share (a new generation) changes nobody's place.
-            h.sup.reload(GenOrigin::Reload, |s| s.flags = Some(flags(Resumable::On, share, WriteTools::All)));
+            h.sup.reload(GenOrigin::Reload, |s| {
+                s.flags = Some(flags(Resumable::On, share, WriteTools::All))
+            });
             let (_, ids, _) = drain(c.call_tool(i, "echo_ro", json!({"text": "x"})).await).await;
             resumable.push(!ids.is_empty());
         }
         assert!(resumable.iter().all(|r| *r == resumable[0]), "a session flipped: {resumable:?}");
         // In the share exactly when the hash of its id's HMAC places it below 0.5.
-        let place = mcp_runtime::proto::rollout::share_place(&h.sup.session_hmac(&SessionId::parse(&c.sid).unwrap()));
+        let place = mcp_runtime::proto::rollout::share_place(
+            &h.sup.session_hmac(&SessionId::parse(&c.sid).unwrap()),
+        );
         assert_eq!(resumable[0], place < 0.5, "place {place}");
         chosen.push(resumable[0]);
     }
@@ -75,7 +84,8 @@ async fn share_picks_sessions_by_a_stable_hash_and_a_session_never_flips() {
 
 #[actix_web::test]
 async fn with_write_tools_receipts_a_write_without_a_key_gets_no_ids_and_one_with_a_key_does() {
-    let h = harness_with(cfg(|c| c.rollout = flags(Resumable::On, 1.0, WriteTools::Receipts))).await;
+    let h =
+        harness_with(cfg(|c| c.rollout = flags(Resumable::On, 1.0, WriteTools::Receipts))).await;
     let c = h.client("2025-11-25").await;
     let (msgs, ids, raw) = drain(c.call_tool(1, "write", json!({"n": 1})).await).await;
     assert_eq!(text_of(&msgs[0]), "wrote 1 #1");
@@ -99,7 +109,10 @@ async fn a_shadow_stream_writes_the_ledger_sends_no_id_priming_or_retry_and_veri
     assert_eq!(h.sup.stats().metrics().shadow_verified, 0, "{raw}");
     let (msgs, ids, raw) = drain(c.call_tool(2, "echo_ro", json!({"text": "s"})).await).await;
     assert_eq!(text_of(&msgs[0]), "s");
-    assert!(ids.is_empty() && !raw.contains("id:") && !raw.contains("retry:"), "nothing of the ledger on the wire: {raw}");
+    assert!(
+        ids.is_empty() && !raw.contains("id:") && !raw.contains("retry:"),
+        "nothing of the ledger on the wire: {raw}"
+    );
     until("the shadow stream is verified", || h.sup.stats().metrics().shadow_verified == 1).await;
     let m = h.sup.stats().metrics();
     assert_eq!(m.shadow_events, 1);
@@ -122,7 +135,12 @@ async fn a_corrupted_shadow_copy_is_counted_as_a_mismatch() {
     let hmac = h.sup.session_hmac(&SessionId::parse(&c.sid).unwrap());
     let _ = writer.barrier().await;
     let now = u64::MAX / 4;
-    let sid = store.index_lowest(&codec::streams_index(&hmac), 8, 0).unwrap().first().map(|(m, _)| m.parse::<u64>().unwrap()).expect("the shadow stream is recorded");
+    let sid = store
+        .index_lowest(&codec::streams_index(&hmac), 8, 0)
+        .unwrap()
+        .first()
+        .map(|(m, _)| m.parse::<u64>().unwrap())
+        .expect("the shadow stream is recorded");
     let log = codec::events_key(&hmac, sid);
     let copy = store.read_log(&log, 0).unwrap();
     assert_eq!(copy.len(), 1, "the ledger has the event the client got without an id");
@@ -131,7 +149,13 @@ async fn a_corrupted_shadow_copy_is_counted_as_a_mismatch() {
     store
         .apply(&[
             mcp_runtime::ledger::Op::DropLog { log: log.clone() },
-            mcp_runtime::ledger::Op::Append { log: log.into(), seq: *seq, frame: altered.into(), max_len: 1024, expires_ms: now },
+            mcp_runtime::ledger::Op::Append {
+                log: log.into(),
+                seq: *seq,
+                frame: altered.into(),
+                max_len: 1024,
+                expires_ms: now,
+            },
         ])
         .unwrap();
     h.gate.open(1);
@@ -155,20 +179,28 @@ async fn rollback_drains_old_requests_keeps_their_cursors_resumable_and_new_stre
     let g = h.sup.rollback();
     assert!(g.0 > old_gen.0);
     assert_eq!(h.sup.generations().current().settings.flags.unwrap().resumable, Resumable::Off);
-    assert_eq!(h.sup.generations().in_flight_of_old(), 1, "the old generation's request is counted");
+    assert_eq!(
+        h.sup.generations().in_flight_of_old(),
+        1,
+        "the old generation's request is counted"
+    );
     let (_, ids, _) = drain(c.call_tool(2, "echo_ro", json!({"text": "n"})).await).await;
     assert!(ids.is_empty(), "new streams are not resumable after a rollback");
     drop(old.disconnect());
     h.gate.open(1);
     h.gate.finished(1).await;
-    until("the old generation's requests drain", || h.sup.generations().in_flight_of_old() == 0).await;
+    until("the old generation's requests drain", || h.sup.generations().in_flight_of_old() == 0)
+        .await;
     let mut resumed = c.resume(&cursor).await;
     assert_eq!(resumed.status, StatusCode::OK, "an old cursor resumes until its retention ends");
     assert_eq!(log_data(&resumed.message().await), "after");
     assert_eq!(text_of(&resumed.message().await), "done");
     let status = mcp_runtime::http::admin::status(&h.sup);
     let gens = status["generations"].as_array().unwrap();
-    assert!(gens.iter().any(|x| x["id"] == old_gen.0 && x["current"] == false), "the old generation lives while its stream does: {status}");
+    assert!(
+        gens.iter().any(|x| x["id"] == old_gen.0 && x["current"] == false),
+        "the old generation lives while its stream does: {status}"
+    );
 }
 
 #[actix_web::test]
@@ -198,14 +230,16 @@ async fn a_rollback_ends_the_old_generations_requests_still_running_at_its_grace
     let answer = old.message().await;
     assert_eq!(answer["id"], 1);
     assert_eq!(answer["error"]["code"], -32010, "{answer}");
-    until("the old generation's requests drained", || h.sup.generations().in_flight_of_old() == 0).await;
+    until("the old generation's requests drained", || h.sup.generations().in_flight_of_old() == 0)
+        .await;
     // A request admitted after the rollback is not touched.
     let (msgs, _, _) = drain(c.call_tool(2, "echo_ro", json!({"text": "new"})).await).await;
     assert_eq!(text_of(&msgs[0]), "new");
 }
 
 #[actix_web::test]
-async fn while_draining_new_requests_get_503_with_the_configured_retry_after_and_in_flight_ones_finish() {
+async fn while_draining_new_requests_get_503_with_the_configured_retry_after_and_in_flight_ones_finish()
+ {
     let h = harness_with(cfg(|c| c.shutdown.retry_after_secs = 7)).await;
     let c = h.client("2025-11-25").await;
     let mut running = c.call_tool(1, "gated_ro", json!({})).await;
@@ -219,7 +253,11 @@ async fn while_draining_new_requests_get_503_with_the_configured_retry_after_and
     assert_refused(refused, StatusCode::SERVICE_UNAVAILABLE, -32006).await;
     let init = h.send(post().set_payload(init_body("2025-11-25"))).await;
     assert_eq!(init.status, StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(c.notify(json!({"jsonrpc":"2.0","method":"notifications/initialized"})).await, StatusCode::ACCEPTED, "notifications still go through");
+    assert_eq!(
+        c.notify(json!({"jsonrpc":"2.0","method":"notifications/initialized"})).await,
+        StatusCode::ACCEPTED,
+        "notifications still go through"
+    );
     assert_eq!(h.sup.in_flight(), 1);
     h.gate.open(1);
     assert_eq!(log_data(&running.message().await), "after");

@@ -13,7 +13,9 @@ use bytes::Bytes;
 use common::*;
 use mcp_runtime::ledger::{Durability, Ledger, MemoryStore, Op, Store, StoreError};
 use mcp_runtime::proto::handle::HandleKind;
-use mcp_runtime::tools::{CallToolResult, Catalog, ServerInfo, ToolAnnotations, ToolError, ToolSpec, tool_fn};
+use mcp_runtime::tools::{
+    CallToolResult, Catalog, ServerInfo, ToolAnnotations, ToolError, ToolSpec, tool_fn,
+};
 use parking_lot::{Condvar, Mutex};
 use serde_json::{Value, json};
 
@@ -46,7 +48,11 @@ impl Store for Slow {
             let mut held = self.held.lock();
             if *held {
                 self.entered.fetch_add(1, Ordering::SeqCst);
-                if self.released.wait_while_for(&mut held, |h| *h, Duration::from_secs(5)).timed_out() {
+                if self
+                    .released
+                    .wait_while_for(&mut held, |h| *h, Duration::from_secs(5))
+                    .timed_out()
+                {
                     self.timed_out.store(true, Ordering::SeqCst);
                 }
             }
@@ -56,7 +62,12 @@ impl Store for Slow {
     fn read_log(&self, log: &str, now_ms: u64) -> Result<Vec<(u64, Bytes)>, StoreError> {
         self.inner.read_log(log, now_ms)
     }
-    fn index_lowest(&self, index: &str, limit: usize, now_ms: u64) -> Result<Vec<(String, u64)>, StoreError> {
+    fn index_lowest(
+        &self,
+        index: &str,
+        limit: usize,
+        now_ms: u64,
+    ) -> Result<Vec<(String, u64)>, StoreError> {
         self.inner.index_lowest(index, limit, now_ms)
     }
     fn index_len(&self, index: &str, now_ms: u64) -> Result<usize, StoreError> {
@@ -104,9 +115,22 @@ async fn a_store_read_that_hangs_does_not_delay_a_json_echo_on_another_session()
     until("the handle's read is in the store", || store.entered.load(Ordering::SeqCst) == 1).await;
     // Another session's JSON echo is answered meanwhile.
     let echo = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "not delayed"}}});
-    let mut r = h.send(other.with_session(post().insert_header(("Accept", "application/json"))).set_payload(echo.to_string())).await;
+    let mut r = h
+        .send(
+            other
+                .with_session(post().insert_header(("Accept", "application/json")))
+                .set_payload(echo.to_string()),
+        )
+        .await;
     assert_eq!(text_of(&r.json().await), "not delayed");
-    assert!(*store.held.lock() && !store.timed_out.load(Ordering::SeqCst), "answered while the store still held the read");
+    assert!(
+        *store.held.lock() && !store.timed_out.load(Ordering::SeqCst),
+        "answered while the store still held the read"
+    );
     store.release();
-    assert_eq!(text_of(&peek.message().await), "\"inside\"", "the slow read completes once the store lets go");
+    assert_eq!(
+        text_of(&peek.message().await),
+        "\"inside\"",
+        "the slow read completes once the store lets go"
+    );
 }

@@ -31,7 +31,13 @@ async fn unsupported_client_version_is_answered_with_latest() {
 #[actix_web::test]
 async fn initialize_is_never_refused_for_its_version_header() {
     let h = harness().await;
-    let r = h.send(post().insert_header(("MCP-Protocol-Version", "1999-01-01")).set_payload(init_body("2025-06-18"))).await;
+    let r = h
+        .send(
+            post()
+                .insert_header(("MCP-Protocol-Version", "1999-01-01"))
+                .set_payload(init_body("2025-06-18")),
+        )
+        .await;
     assert_eq!(r.status, StatusCode::OK);
 }
 
@@ -39,7 +45,8 @@ async fn initialize_is_never_refused_for_its_version_header() {
 async fn notification_and_response_posts_get_202_with_empty_body() {
     let h = harness().await;
     let c = h.client("2025-11-25").await;
-    let mut r = c.request(json!({"jsonrpc":"2.0","method":"notifications/roots/list_changed"})).await;
+    let mut r =
+        c.request(json!({"jsonrpc":"2.0","method":"notifications/roots/list_changed"})).await;
     assert_eq!(r.status, StatusCode::ACCEPTED);
     assert!(r.chunk().await.is_none());
     assert_eq!(c.notify(json!({"jsonrpc":"2.0","id":99,"result":{}})).await, StatusCode::ACCEPTED);
@@ -72,8 +79,19 @@ async fn deleted_session_is_404_everywhere() {
 async fn version_header_any_supported_accepted_unsupported_400_missing_ok() {
     let h = harness().await;
     let c = h.client("2025-11-25").await;
-    for (v, want) in [("2025-03-26", StatusCode::OK), ("2025-06-18", StatusCode::OK), ("2030-01-01", StatusCode::BAD_REQUEST)] {
-        let r = h.send(post().insert_header(("Mcp-Session-Id", c.sid.clone())).insert_header(("MCP-Protocol-Version", v)).set_payload(LIST)).await;
+    for (v, want) in [
+        ("2025-03-26", StatusCode::OK),
+        ("2025-06-18", StatusCode::OK),
+        ("2030-01-01", StatusCode::BAD_REQUEST),
+    ] {
+        let r = h
+            .send(
+                post()
+                    .insert_header(("Mcp-Session-Id", c.sid.clone()))
+                    .insert_header(("MCP-Protocol-Version", v))
+                    .set_payload(LIST),
+            )
+            .await;
         assert_eq!(r.status, want, "{v}");
     }
     let r = h.send(post().insert_header(("Mcp-Session-Id", c.sid.clone())).set_payload(LIST)).await;
@@ -84,7 +102,8 @@ async fn version_header_any_supported_accepted_unsupported_400_missing_ok() {
 async fn accept_is_lenient_json_only_gets_json_sse_only_gets_sse_neither_is_406() {
     let h = harness().await;
     let c = h.client("2025-11-25").await;
-    let with_accept = |a: &'static str| c.with_session(post()).insert_header(("Accept", a)).set_payload(LIST);
+    let with_accept =
+        |a: &'static str| c.with_session(post()).insert_header(("Accept", a)).set_payload(LIST);
     let mut r = h.send(with_accept("application/json")).await;
     assert_eq!((r.status, r.content_type().as_str()), (StatusCode::OK, "application/json"));
     assert_eq!(r.json().await["id"], 5);
@@ -108,11 +127,27 @@ async fn sse_responses_carry_no_cache_and_no_buffering_headers() {
 #[actix_web::test]
 async fn bad_origin_and_host_are_403_and_localhost_origin_is_allowed() {
     let h = harness().await;
-    let r = h.send(post().insert_header(("Origin", "http://evil.example.com")).set_payload(init_body("2025-11-25"))).await;
+    let r = h
+        .send(
+            post()
+                .insert_header(("Origin", "http://evil.example.com"))
+                .set_payload(init_body("2025-11-25")),
+        )
+        .await;
     assert_eq!(r.status, StatusCode::FORBIDDEN);
-    let r = h.send(post().insert_header(("Host", "evil.example.com")).set_payload(init_body("2025-11-25"))).await;
+    let r = h
+        .send(
+            post().insert_header(("Host", "evil.example.com")).set_payload(init_body("2025-11-25")),
+        )
+        .await;
     assert_eq!(r.status, StatusCode::FORBIDDEN);
-    let r = h.send(post().insert_header(("Origin", "http://localhost:3000")).set_payload(init_body("2025-11-25"))).await;
+    let r = h
+        .send(
+            post()
+                .insert_header(("Origin", "http://localhost:3000"))
+                .set_payload(init_body("2025-11-25")),
+        )
+        .await;
     assert_eq!(r.status, StatusCode::OK);
 }
 
@@ -120,7 +155,10 @@ async fn bad_origin_and_host_are_403_and_localhost_origin_is_allowed() {
 async fn oversized_body_413_wrong_media_type_415_other_method_405() {
     let cfg = cfg(|c| c.security.max_body_bytes = 64);
     let h = harness_with(cfg).await;
-    let big = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{}"}}}}"#, "x".repeat(100));
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{}"}}}}"#,
+        "x".repeat(100)
+    );
     assert_eq!(h.send(post().set_payload(big)).await.status, StatusCode::PAYLOAD_TOO_LARGE);
     let r = h.send(post().insert_header(("Content-Type", "text/plain")).set_payload("{}")).await;
     assert_eq!(r.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
@@ -165,7 +203,8 @@ async fn batches_only_on_2025_03_26_sessions_and_each_request_is_answered() {
     assert_eq!(arr[0]["id"], 1);
     assert_eq!(text_of(&arr[1]), "b");
     assert_eq!(arr[2]["error"]["code"], -32601);
-    let init_in_batch = json!([serde_json::from_str::<serde_json::Value>(&init_body("2025-03-26")).unwrap()]);
+    let init_in_batch =
+        json!([serde_json::from_str::<serde_json::Value>(&init_body("2025-03-26")).unwrap()]);
     assert_eq!(old.request(init_in_batch).await.status, StatusCode::BAD_REQUEST);
 }
 
@@ -186,7 +225,13 @@ async fn session_limit_is_503_with_retry_after() {
     }))
     .await;
     let _alice = h.client_as("2025-11-25", Some("ta")).await;
-    let r = h.send(post().insert_header(("Authorization", "Bearer tb")).set_payload(init_body("2025-11-25"))).await;
+    let r = h
+        .send(
+            post()
+                .insert_header(("Authorization", "Bearer tb"))
+                .set_payload(init_body("2025-11-25")),
+        )
+        .await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "the table is full: not bob's fault");
     assert_eq!(r.header("retry-after").as_deref(), Some("5"));
 }
@@ -198,7 +243,10 @@ async fn with_auth_missing_token_is_401_and_another_callers_session_is_404() {
     assert_eq!(r.status, StatusCode::UNAUTHORIZED);
     assert_eq!(r.header("www-authenticate").as_deref(), Some("Bearer"));
     let alice = h.client_as("2025-11-25", Some("ta")).await;
-    let as_bob = post().insert_header(("Mcp-Session-Id", alice.sid.clone())).insert_header(("Authorization", "Bearer tb")).set_payload(LIST);
+    let as_bob = post()
+        .insert_header(("Mcp-Session-Id", alice.sid.clone()))
+        .insert_header(("Authorization", "Bearer tb"))
+        .set_payload(LIST);
     assert_eq!(h.send(as_bob).await.status, StatusCode::NOT_FOUND);
     assert_eq!(alice.request(serde_json::from_str(LIST).unwrap()).await.status, StatusCode::OK);
 }
@@ -214,5 +262,8 @@ async fn unknown_method_and_unknown_tool_are_jsonrpc_errors_on_200() {
     assert_eq!(r.message().await["error"]["code"], -32602);
     let mut r = c.call_tool(3, "echo", json!({"text": 5})).await;
     let m = r.message().await;
-    assert_eq!(m["result"]["isError"], true, "argument errors are tool results the model can read: {m}");
+    assert_eq!(
+        m["result"]["isError"], true,
+        "argument errors are tool results the model can read: {m}"
+    );
 }

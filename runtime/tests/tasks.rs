@@ -17,7 +17,13 @@ fn call(id: i64, tool: &str, caps: Value) -> actix_web::test::TestRequest {
     modern(id, "tools/call", json!({"name": tool, "arguments": {}, "_meta": meta(caps)}))
 }
 
-fn task_req(id: i64, method: &str, task: &str, extra: Value, caps: Value) -> actix_web::test::TestRequest {
+fn task_req(
+    id: i64,
+    method: &str,
+    task: &str,
+    extra: Value,
+    caps: Value,
+) -> actix_web::test::TestRequest {
     let mut params = json!({"taskId": task, "_meta": meta(caps)});
     if let (Some(p), Value::Object(e)) = (params.as_object_mut(), extra) {
         p.extend(e);
@@ -26,7 +32,13 @@ fn task_req(id: i64, method: &str, task: &str, extra: Value, caps: Value) -> act
 }
 
 async fn get(h: &Harness, task: &str, token: &str) -> Value {
-    h.send(task_req(50, "tasks/get", task, json!({}), caps_with_tasks()).insert_header(("Authorization", format!("Bearer {token}")))).await.json().await
+    h.send(
+        task_req(50, "tasks/get", task, json!({}), caps_with_tasks())
+            .insert_header(("Authorization", format!("Bearer {token}"))),
+    )
+    .await
+    .json()
+    .await
 }
 
 /// Poll `tasks/get` (bounded) until the task's status is `want`.
@@ -50,16 +62,28 @@ async fn a_task_runs_to_its_end_and_another_caller_cannot_see_it() {
     let h = harness_with_two_callers().await;
     let created = h.send(bearer(call(1, "job", caps_with_tasks()), "ta")).await.json().await;
     let r = &created["result"];
-    assert_eq!((r["resultType"].as_str(), r["status"].as_str()), (Some("task"), Some("working")), "{created}");
+    assert_eq!(
+        (r["resultType"].as_str(), r["status"].as_str()),
+        (Some("task"), Some("working")),
+        "{created}"
+    );
     let task = r["taskId"].as_str().unwrap().to_owned();
     assert!(r.get("content").is_none() && r.get("result").is_none(), "nothing of the outcome yet");
     h.gate.started(1).await;
     let working = get(&h, &task, "ta").await;
-    assert_eq!((working["result"]["status"].as_str(), working["result"]["resultType"].as_str()), (Some("working"), Some("complete")), "{working}");
+    assert_eq!(
+        (working["result"]["status"].as_str(), working["result"]["resultType"].as_str()),
+        (Some("working"), Some("complete")),
+        "{working}"
+    );
     // Bob: exactly what an unknown task gets.
     let bobs = get(&h, &task, "tb").await;
     let unknown = get(&h, "tsk_AAAAAAAAAAAAAAAAAAAAAAAA", "tb").await;
-    assert_eq!((bobs["error"]["code"].clone(), bobs["error"]["message"].clone()), (json!(-32602), unknown["error"]["message"].clone()), "{bobs}");
+    assert_eq!(
+        (bobs["error"]["code"].clone(), bobs["error"]["message"].clone()),
+        (json!(-32602), unknown["error"]["message"].clone()),
+        "{bobs}"
+    );
     h.gate.open(1);
     let done = until_status(&h, &task, "ta", "completed").await;
     assert_eq!(done["result"]["result"]["content"][0]["text"], "job done", "{done}");
@@ -72,18 +96,28 @@ async fn cancelling_a_task_stops_its_tool_and_the_task_stays_cancelled() {
     let created = h.send(call(1, "job", caps_with_tasks())).await.json().await;
     let task = created["result"]["taskId"].as_str().unwrap().to_owned();
     h.gate.started(1).await;
-    let ack = h.send(task_req(2, "tasks/cancel", &task, json!({}), caps_with_tasks())).await.json().await;
+    let ack =
+        h.send(task_req(2, "tasks/cancel", &task, json!({}), caps_with_tasks())).await.json().await;
     assert_eq!(ack["result"]["resultType"], "complete", "{ack}");
-    assert!(ack["result"].get("status").is_none() && ack["result"].get("taskId").is_none(), "an empty acknowledgement: {ack}");
+    assert!(
+        ack["result"].get("status").is_none() && ack["result"].get("taskId").is_none(),
+        "an empty acknowledgement: {ack}"
+    );
     // The tool's future was dropped (its drop counts it finished) without its result.
     h.gate.finished(1).await;
-    let v = h.send(task_req(3, "tasks/get", &task, json!({}), caps_with_tasks())).await.json().await;
+    let v =
+        h.send(task_req(3, "tasks/get", &task, json!({}), caps_with_tasks())).await.json().await;
     assert_eq!(v["result"]["status"], "cancelled", "{v}");
     assert!(v["result"].get("result").is_none());
     h.gate.open(1);
-    let again = h.send(task_req(4, "tasks/cancel", &task, json!({}), caps_with_tasks())).await.json().await;
-    assert_eq!(again["result"]["resultType"], "complete", "cancelling an ended task is acknowledged too");
-    let v = h.send(task_req(5, "tasks/get", &task, json!({}), caps_with_tasks())).await.json().await;
+    let again =
+        h.send(task_req(4, "tasks/cancel", &task, json!({}), caps_with_tasks())).await.json().await;
+    assert_eq!(
+        again["result"]["resultType"], "complete",
+        "cancelling an ended task is acknowledged too"
+    );
+    let v =
+        h.send(task_req(5, "tasks/get", &task, json!({}), caps_with_tasks())).await.json().await;
     assert_eq!(v["result"]["status"], "cancelled", "a final state never changes");
 }
 
@@ -93,9 +127,22 @@ async fn a_question_asked_in_a_task_is_its_input_request_answered_by_update() {
     let created = h.send(call(1, "ask_job", caps_with_tasks())).await.json().await;
     let task = created["result"]["taskId"].as_str().unwrap().to_owned();
     let asking = until_status(&h, &task, "", "input_required").await;
-    assert_eq!(asking["result"]["inputRequests"]["confirm"]["method"], "elicitation/create", "{asking}");
+    assert_eq!(
+        asking["result"]["inputRequests"]["confirm"]["method"], "elicitation/create",
+        "{asking}"
+    );
     // The wrong shape: refused, nothing delivered.
-    let bad = h.send(task_req(2, "tasks/update", &task, json!({"inputResponses": {"confirm": {"action": "accept", "content": {"ok": "yes"}}}}), caps_with_tasks())).await.json().await;
+    let bad = h
+        .send(task_req(
+            2,
+            "tasks/update",
+            &task,
+            json!({"inputResponses": {"confirm": {"action": "accept", "content": {"ok": "yes"}}}}),
+            caps_with_tasks(),
+        ))
+        .await
+        .json()
+        .await;
     assert_eq!(bad["error"]["code"], -32602, "{bad}");
     assert_eq!(get(&h, &task, "").await["result"]["status"], "input_required");
     // An unknown key is ignored; the right answer goes on.
@@ -112,10 +159,18 @@ async fn without_the_extension_a_task_tool_is_an_ordinary_call_and_a_task_only_t
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     let body = r.json().await;
     assert_eq!((body["error"]["code"].clone(), body["id"].clone()), (json!(-32021), json!(1)));
-    assert_eq!(body["error"]["data"]["requiredCapabilities"], json!({"extensions": {"io.modelcontextprotocol/tasks": {}}}));
+    assert_eq!(
+        body["error"]["data"]["requiredCapabilities"],
+        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
+    );
     // tasks/* need it too, and say so before looking the task up.
-    let mut r = h.send(task_req(2, "tasks/get", "tsk_AAAAAAAAAAAAAAAAAAAAAAAA", json!({}), json!({}))).await;
-    assert_eq!((r.status, r.json().await["error"]["code"].clone()), (StatusCode::BAD_REQUEST, json!(-32021)));
+    let mut r = h
+        .send(task_req(2, "tasks/get", "tsk_AAAAAAAAAAAAAAAAAAAAAAAA", json!({}), json!({})))
+        .await;
+    assert_eq!(
+        (r.status, r.json().await["error"]["code"].clone()),
+        (StatusCode::BAD_REQUEST, json!(-32021))
+    );
     // A tool that may run as a task runs as an ordinary call (its gate opened ahead).
     h.gate.open(1);
     let ordinary = h.send(call(3, "job", json!({}))).await.json().await;
@@ -138,7 +193,10 @@ async fn concurrent_calls_never_run_more_tasks_than_a_caller_may() {
     c.tasks.max_per_caller = 1;
     let h = harness_with(c).await;
     // Both calls are admitted before either task is recorded: the place is taken at admission.
-    let (a, b) = tokio::join!(h.send(call(1, "needs_task", caps_with_tasks())), h.send(call(2, "needs_task", caps_with_tasks())));
+    let (a, b) = tokio::join!(
+        h.send(call(1, "needs_task", caps_with_tasks())),
+        h.send(call(2, "needs_task", caps_with_tasks()))
+    );
     let mut statuses = [a.status, b.status];
     statuses.sort();
     assert_eq!(statuses, [StatusCode::OK, StatusCode::TOO_MANY_REQUESTS], "one task, one refusal");
@@ -173,7 +231,11 @@ async fn a_task_whose_tool_panics_reads_failed_not_working() {
     let task = created["result"]["taskId"].as_str().unwrap().to_owned();
     let failed = until_status(&h, &task, "", "failed").await;
     // Caught at the call boundary: the one error table's internal error, as for a call.
-    assert_eq!(failed["result"]["error"], json!({"code": -32603, "message": "Internal error"}), "{failed}");
+    assert_eq!(
+        failed["result"]["error"],
+        json!({"code": -32603, "message": "Internal error"}),
+        "{failed}"
+    );
 }
 
 #[actix_web::test]
@@ -206,9 +268,13 @@ async fn a_task_whose_tool_cancels_itself_reads_failed_and_gives_its_place_back(
     c.tasks.max_per_caller = 1;
     let h = harness_with(c).await;
     let created = h.send(call(1, "self_cancelling_job", caps_with_tasks())).await.json().await;
-    let task = created["result"]["taskId"].as_str().unwrap_or_else(|| panic!("{created}")).to_owned();
+    let task =
+        created["result"]["taskId"].as_str().unwrap_or_else(|| panic!("{created}")).to_owned();
     let failed = until_status(&h, &task, "", "failed").await;
-    assert_eq!(failed["result"]["statusMessage"], "the task's tool stopped without a result", "{failed}");
+    assert_eq!(
+        failed["result"]["statusMessage"], "the task's tool stopped without a result",
+        "{failed}"
+    );
     // Its place is given back once its end is committed (bounded wait): the caller's one
     // task may run again.
     let mut next = Value::Null;

@@ -38,12 +38,23 @@ impl Op {
 }
 
 /// Run `op` from `callers` concurrent tasks for `seconds`: (operations/s, latencies).
-async fn run(store: Rc<Handles>, kind: Rc<HandleKind>, op: Op, callers: usize, seconds: u64) -> (f64, Histogram<u64>) {
+async fn run(
+    store: Rc<Handles>,
+    kind: Rc<HandleKind>,
+    op: Op,
+    callers: usize,
+    seconds: u64,
+) -> (f64, Histogram<u64>) {
     // Each caller owns one handle (made before the clock starts) and its own principal, so the
     // per-caller bound is never the limit.
     let mut handles = Vec::new();
     for c in 0..callers {
-        handles.push(store.create(&kind, Some(&format!("p{c}")), None, json!({"items": []})).await.expect("create"));
+        handles.push(
+            store
+                .create(&kind, Some(&format!("p{c}")), None, json!({"items": []}))
+                .await
+                .expect("create"),
+        );
     }
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let started = Instant::now();
@@ -60,7 +71,10 @@ async fn run(store: Rc<Handles>, kind: Rc<HandleKind>, op: Op, callers: usize, s
                     let t0 = Instant::now();
                     match op {
                         Op::Create => {
-                            let h = store.create(&kind, Some(&principal), None, json!({"items": []})).await.expect("create");
+                            let h = store
+                                .create(&kind, Some(&principal), None, json!({"items": []}))
+                                .await
+                                .expect("create");
                             // Keep under the per-caller bound: the next create has room.
                             store.destroy(&kind, Some(&principal), &h).await.expect("destroy");
                         }
@@ -108,7 +122,9 @@ fn main() {
             other => panic!("unknown flag {other}"),
         }
     }
-    println!("state handles on the SQLite ledger, {seconds} s per case (create: create + destroy, as a basket's life)");
+    println!(
+        "state handles on the SQLite ledger, {seconds} s per case (create: create + destroy, as a basket's life)"
+    );
     println!("| durability | operation | callers | ops/s | p50 µs | p99 µs |");
     println!("|---|---|---:|---:|---:|---:|");
     let mut rows = Vec::new();
@@ -119,12 +135,22 @@ fn main() {
                 let mut cfg = RuntimeConfig::default();
                 cfg.ledger.path = dir.path().join("bench.db").display().to_string();
                 cfg.ledger.durability = durability;
-                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("runtime");
                 let local = tokio::task::LocalSet::new();
                 let (rate, hist) = local.block_on(&rt, async {
                     let ledger = Ledger::open(&cfg).expect("open the ledger");
                     let store = Rc::new(Handles::new(&ledger));
-                    let kind = Rc::new(HandleKind::new("bsk", "basket", "create_basket", 3600, 64 * 1024, 100));
+                    let kind = Rc::new(HandleKind::new(
+                        "bsk",
+                        "basket",
+                        "create_basket",
+                        3600,
+                        64 * 1024,
+                        100,
+                    ));
                     let r = run(store, kind, op, callers, seconds).await;
                     drop(ledger);
                     r
@@ -137,6 +163,7 @@ fn main() {
     }
     if let Some(path) = json_out {
         let report: Value = json!({"seconds": seconds, "rows": rows});
-        std::fs::write(&path, serde_json::to_vec_pretty(&report).expect("json")).unwrap_or_else(|e| panic!("{path}: {e}"));
+        std::fs::write(&path, serde_json::to_vec_pretty(&report).expect("json"))
+            .unwrap_or_else(|e| panic!("{path}: {e}"));
     }
 }

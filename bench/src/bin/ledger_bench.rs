@@ -33,9 +33,13 @@ fn main() {
             other => panic!("unknown flag {other}"),
         }
     }
-    let frame = Bytes::from(format!("id: 1\ndata: {}\n\n", "x".repeat(frame_bytes.saturating_sub(16))));
+    let frame =
+        Bytes::from(format!("id: 1\ndata: {}\n\n", "x".repeat(frame_bytes.saturating_sub(16))));
     let logs: Vec<Arc<str>> = (0..LOGS).map(|i| Arc::from(format!("e/bench/{i}"))).collect();
-    println!("SQLite ledger, {} B frames over {LOGS} logs, {seconds} s per case, one thread", frame.len());
+    println!(
+        "SQLite ledger, {} B frames over {LOGS} logs, {seconds} s per case, one thread",
+        frame.len()
+    );
     println!("| durability | batch | events/s | commits/s | commit p50 µs | commit p99 µs |");
     println!("|---|---:|---:|---:|---:|---:|");
     let mut rows = Vec::new();
@@ -53,7 +57,13 @@ fn main() {
                     .map(|i| {
                         let l = ((events + i) % LOGS) as usize;
                         seq[l] += 1;
-                        Op::Append { log: Arc::clone(&logs[l]), seq: seq[l], frame: frame.clone(), max_len: 256, expires_ms: u64::MAX }
+                        Op::Append {
+                            log: Arc::clone(&logs[l]),
+                            seq: seq[l],
+                            frame: frame.clone(),
+                            max_len: 256,
+                            expires_ms: u64::MAX,
+                        }
                     })
                     .collect();
                 let t0 = Instant::now();
@@ -63,12 +73,23 @@ fn main() {
             }
             let secs = started.elapsed().as_secs_f64();
             let (p50, p99) = (hist.value_at_quantile(0.5), hist.value_at_quantile(0.99));
-            println!("| {name} | {batch} | {:.0} | {:.0} | {p50} | {p99} |", events as f64 / secs, hist.len() as f64 / secs);
+            println!(
+                "| {name} | {batch} | {:.0} | {:.0} | {p50} | {p99} |",
+                events as f64 / secs,
+                hist.len() as f64 / secs
+            );
             rows.push(json!({"durability": name, "batch": batch, "events": events, "seconds": secs, "events_per_s": events as f64 / secs,
                 "commits_per_s": hist.len() as f64 / secs, "commit_p50_us": p50, "commit_p99_us": p99}));
         }
     }
     if let Some(path) = json_out {
-        std::fs::write(&path, serde_json::to_vec_pretty(&json!({"frame_bytes": frame.len(), "seconds": seconds, "results": rows})).expect("json")).expect("write");
+        std::fs::write(
+            &path,
+            serde_json::to_vec_pretty(
+                &json!({"frame_bytes": frame.len(), "seconds": seconds, "results": rows}),
+            )
+            .expect("json"),
+        )
+        .expect("write");
     }
 }

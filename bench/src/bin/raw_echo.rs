@@ -10,7 +10,9 @@ async fn echo(body: web::Bytes) -> HttpResponse {
     };
     let text = req.pointer("/params/arguments/text").cloned().unwrap_or(Value::Null);
     let resp = json!({"jsonrpc": "2.0", "id": req["id"], "result": {"content": [{"type": "text", "text": text}]}});
-    HttpResponse::Ok().content_type("application/json").body(serde_json::to_vec(&resp).unwrap_or_default())
+    HttpResponse::Ok()
+        .content_type("application/json")
+        .body(serde_json::to_vec(&resp).unwrap_or_default())
 }
 
 fn main() -> std::io::Result<()> {

@@ -5,13 +5,20 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use clap::Parser;
-use mcp_runtime::config::{LedgerBackend, LedgerConfig, LimitsConfig, ModernConfig, QuotasConfig, RuntimeConfig, SecurityConfig, SessionsConfig, ShutdownConfig, SseConfig, TasksConfig};
+use mcp_runtime::config::{
+    LedgerBackend, LedgerConfig, LimitsConfig, ModernConfig, QuotasConfig, RuntimeConfig,
+    SecurityConfig, SessionsConfig, ShutdownConfig, SseConfig, TasksConfig,
+};
 use mcp_runtime::proto::rollout::RolloutFlags;
 use serde::Deserialize;
 
 /// Command-line flags. Each overrides the matching config-file field.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "mcp-host", version, about = "MCP Streamable HTTP host (legacy session era: 2025-03-26, 2025-06-18, 2025-11-25)")]
+#[command(
+    name = "mcp-host",
+    version,
+    about = "MCP Streamable HTTP host (legacy session era: 2025-03-26, 2025-06-18, 2025-11-25)"
+)]
 pub(crate) struct Flags {
     /// TOML config file (see README, "Configuration").
     #[arg(long, short = 'c')]
@@ -124,7 +131,13 @@ struct AdminSection {
 
 impl Default for AdminSection {
     fn default() -> Self {
-        AdminSection { enabled: true, bind: IpAddr::from([127, 0, 0, 1]), port: 8081, token: None, token_file: None }
+        AdminSection {
+            enabled: true,
+            bind: IpAddr::from([127, 0, 0, 1]),
+            port: 8081,
+            token: None,
+            token_file: None,
+        }
     }
 }
 
@@ -155,7 +168,14 @@ struct ServerSection {
 
 impl Default for ServerSection {
     fn default() -> Self {
-        ServerSection { bind: IpAddr::from([127, 0, 0, 1]), port: 8080, path: "/mcp".into(), workers: None, trim_every_secs: 10, tcp_user_timeout_secs: 60 }
+        ServerSection {
+            bind: IpAddr::from([127, 0, 0, 1]),
+            port: 8080,
+            path: "/mcp".into(),
+            workers: None,
+            trim_every_secs: 10,
+            tcp_user_timeout_secs: 60,
+        }
     }
 }
 
@@ -169,7 +189,10 @@ struct ToolsSection {
 
 impl Default for ToolsSection {
     fn default() -> Self {
-        ToolsSection { packs: vec!["conformance".into(), "echo".into()], basket_idle_ttl_secs: 1800 }
+        ToolsSection {
+            packs: vec!["conformance".into(), "echo".into()],
+            basket_idle_ttl_secs: 1800,
+        }
     }
 }
 
@@ -198,7 +221,8 @@ impl HostConfig {
         let file: FileConfig = match &flags.config {
             None => FileConfig::default(),
             Some(p) => {
-                let text = std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+                let text = std::fs::read_to_string(p)
+                    .map_err(|e| format!("cannot read {}: {e}", p.display()))?;
                 toml::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))?
             }
         };
@@ -229,7 +253,8 @@ impl HostConfig {
             runtime.ledger.path = p;
         }
         runtime.ledger.allow_insecure_key |= flags.allow_insecure_key;
-        let (security, sse, sessions) = (&mut runtime.security, &mut runtime.sse, &mut runtime.sessions);
+        let (security, sse, sessions) =
+            (&mut runtime.security, &mut runtime.sse, &mut runtime.sessions);
         security.localhost_hosts_only = bind.is_loopback();
         security.allowed_origins.extend(flags.allowed_origins);
         security.allowed_hosts.extend(flags.allowed_hosts);
@@ -251,14 +276,23 @@ impl HostConfig {
         }
         let packs = flags.packs.unwrap_or(f.tools.packs);
         if let Some(p) = packs.iter().find(|p| !crate::packs::KNOWN.contains(&p.as_str())) {
-            return Err(format!("unknown tool pack {p:?} (known: {})", crate::packs::KNOWN.join(", ")));
+            return Err(format!(
+                "unknown tool pack {p:?} (known: {})",
+                crate::packs::KNOWN.join(", ")
+            ));
         }
         let workers = flags.workers.or(f.server.workers);
         if workers.is_some_and(|w| !(1..=512).contains(&w)) {
-            return Err(format!("server.workers = {} is out of range (allowed: 1..=512)", workers.unwrap_or(0)));
+            return Err(format!(
+                "server.workers = {} is out of range (allowed: 1..=512)",
+                workers.unwrap_or(0)
+            ));
         }
         if f.server.tcp_user_timeout_secs > 3600 {
-            return Err(format!("server.tcp_user_timeout_secs = {} is out of range (allowed: 0..=3600)", f.server.tcp_user_timeout_secs));
+            return Err(format!(
+                "server.tcp_user_timeout_secs = {} is out of range (allowed: 0..=3600)",
+                f.server.tcp_user_timeout_secs
+            ));
         }
         let a = f.admin;
         let admin = (a.enabled && !flags.no_admin).then(|| AdminConfig {
@@ -266,7 +300,10 @@ impl HostConfig {
             port: flags.admin_port.unwrap_or(a.port),
             token: a.token.clone(),
             token_file: a.token_file.clone().unwrap_or_else(|| {
-                let dir = std::path::Path::new(&runtime.ledger.path).parent().map(std::path::Path::to_path_buf).unwrap_or_default();
+                let dir = std::path::Path::new(&runtime.ledger.path)
+                    .parent()
+                    .map(std::path::Path::to_path_buf)
+                    .unwrap_or_default();
                 dir.join("mcp-host.admin-token")
             }),
         });
@@ -275,10 +312,16 @@ impl HostConfig {
                 return Err("admin.token must be at least 16 characters".into());
             }
             if !a.bind.is_loopback() && a.token.is_none() {
-                return Err(format!("admin.bind = {} is not a loopback address: set admin.token (at least 16 characters) to serve the admin API there", a.bind));
+                return Err(format!(
+                    "admin.bind = {} is not a loopback address: set admin.token (at least 16 characters) to serve the admin API there",
+                    a.bind
+                ));
             }
             if a.port != 0 && a.port == flags.port.unwrap_or(f.server.port) && a.bind == bind {
-                return Err(format!("the admin API and the MCP endpoint cannot share port {}", a.port));
+                return Err(format!(
+                    "the admin API and the MCP endpoint cannot share port {}",
+                    a.port
+                ));
             }
         }
         Ok(HostConfig {
@@ -289,9 +332,16 @@ impl HostConfig {
             path,
             workers,
             packs,
-            basket_idle_ttl_secs: match flags.basket_idle_ttl_secs.unwrap_or(f.tools.basket_idle_ttl_secs) {
+            basket_idle_ttl_secs: match flags
+                .basket_idle_ttl_secs
+                .unwrap_or(f.tools.basket_idle_ttl_secs)
+            {
                 s @ 1..=2_592_000 => s,
-                s => return Err(format!("tools.basket_idle_ttl_secs must be 1 to 2592000 (30 days), not {s}")),
+                s => {
+                    return Err(format!(
+                        "tools.basket_idle_ttl_secs must be 1 to 2592000 (30 days), not {s}"
+                    ));
+                }
             },
             stats_every_ms: flags.stats_every_ms,
             trim_every_secs: f.server.trim_every_secs,
@@ -312,15 +362,23 @@ mod tests {
     #[test]
     fn defaults_bind_loopback_8080_with_host_checks() {
         let c = HostConfig::merge(FileConfig::default(), flags(&[])).unwrap();
-        assert_eq!((c.bind.to_string().as_str(), c.port, c.path.as_str()), ("127.0.0.1", 8080, "/mcp"));
+        assert_eq!(
+            (c.bind.to_string().as_str(), c.port, c.path.as_str()),
+            ("127.0.0.1", 8080, "/mcp")
+        );
         assert!(c.runtime.admit_policy().localhost_hosts_only);
         assert_eq!(c.packs, vec!["conformance", "echo"]);
     }
 
     #[test]
     fn flags_override_file() {
-        let file: FileConfig = toml::from_str("[server]\nport = 9000\n[sse]\nreplay_max_events = 10\n").unwrap();
-        let c = HostConfig::merge(file, flags(&["--port", "9001", "--allowed-origin", "https://A.example", "--retry-ms", "50"])).unwrap();
+        let file: FileConfig =
+            toml::from_str("[server]\nport = 9000\n[sse]\nreplay_max_events = 10\n").unwrap();
+        let c = HostConfig::merge(
+            file,
+            flags(&["--port", "9001", "--allowed-origin", "https://A.example", "--retry-ms", "50"]),
+        )
+        .unwrap();
         assert_eq!(c.port, 9001);
         assert_eq!((c.runtime.sse.replay_max_events, c.runtime.sse.retry_ms), (10, 50));
         assert_eq!(c.runtime.admit_policy().allowed_origins, vec!["https://a.example"]);
@@ -330,8 +388,14 @@ mod tests {
     fn every_runtime_section_is_read_from_the_file() {
         let text = "[sessions]\nmax_retained_bytes = 1024\nclient_request_timeout_secs = 7\n[limits]\nbatch_max_items = 3\n[quotas]\nsessions_per_principal = 5\n[security]\ncursor_secret_hex = \"00112233445566778899aabbccddeeff\"\n";
         let c = HostConfig::merge(toml::from_str(text).unwrap(), flags(&[])).unwrap();
-        assert_eq!((c.runtime.sessions.max_retained_bytes, c.runtime.sessions.client_request_timeout_secs), (1024, 7));
-        assert_eq!((c.runtime.limits.batch_max_items, c.runtime.quotas.sessions_per_principal), (3, 5));
+        assert_eq!(
+            (c.runtime.sessions.max_retained_bytes, c.runtime.sessions.client_request_timeout_secs),
+            (1024, 7)
+        );
+        assert_eq!(
+            (c.runtime.limits.batch_max_items, c.runtime.quotas.sessions_per_principal),
+            (3, 5)
+        );
         assert_eq!(c.runtime.cursor_secret().unwrap().len(), 16);
     }
 
@@ -339,31 +403,76 @@ mod tests {
     fn unknown_fields_and_bad_values_are_errors() {
         assert!(toml::from_str::<FileConfig>("[server]\nprot = 1\n").is_err());
         assert!(toml::from_str::<FileConfig>("[limits]\nbatch_max = 1\n").is_err());
-        for bad in ["[sse]\nreplay_max_events = 0\n", "[sse]\nretry_ms = 0\n", "[sessions]\nmax_retained_streams = 0\n", "[sessions]\nretention_after_delivery_ms = 0\n"] {
+        for bad in [
+            "[sse]\nreplay_max_events = 0\n",
+            "[sse]\nretry_ms = 0\n",
+            "[sessions]\nmax_retained_streams = 0\n",
+            "[sessions]\nretention_after_delivery_ms = 0\n",
+        ] {
             let file: FileConfig = toml::from_str(bad).unwrap();
             let field = bad.lines().nth(1).unwrap().split(' ').next().unwrap();
             let err = HostConfig::merge(file, flags(&[])).unwrap_err();
             assert!(err.contains(field), "{bad:?}: {err}");
         }
-        assert!(HostConfig::merge(FileConfig::default(), flags(&["--retry-ms", "0"])).unwrap_err().contains("sse.retry_ms"));
-        assert!(HostConfig::merge(FileConfig::default(), flags(&["--workers", "0"])).unwrap_err().contains("server.workers"));
-        assert!(HostConfig::merge(FileConfig::default(), flags(&["--packs", "echo,nope"])).unwrap_err().contains("\"nope\""), "before the ledger is opened");
+        assert!(
+            HostConfig::merge(FileConfig::default(), flags(&["--retry-ms", "0"]))
+                .unwrap_err()
+                .contains("sse.retry_ms")
+        );
+        assert!(
+            HostConfig::merge(FileConfig::default(), flags(&["--workers", "0"]))
+                .unwrap_err()
+                .contains("server.workers")
+        );
+        assert!(
+            HostConfig::merge(FileConfig::default(), flags(&["--packs", "echo,nope"]))
+                .unwrap_err()
+                .contains("\"nope\""),
+            "before the ledger is opened"
+        );
     }
 
     #[test]
     fn the_ledger_is_sqlite_in_the_working_directory_unless_told_otherwise() {
         let c = HostConfig::merge(FileConfig::default(), flags(&[])).unwrap();
-        assert_eq!((c.runtime.ledger.backend, c.runtime.ledger.path.as_str()), (LedgerBackend::Sqlite, "mcp-host.db"));
+        assert_eq!(
+            (c.runtime.ledger.backend, c.runtime.ledger.path.as_str()),
+            (LedgerBackend::Sqlite, "mcp-host.db")
+        );
         assert_eq!(c.runtime.ledger.key_path(), std::path::PathBuf::from("mcp-host.db.key"));
-        let file: FileConfig = toml::from_str("[ledger]
-path = \"/var/lib/mcp/l.db\"\ndurability = \"sync\"\n").unwrap();
+        let file: FileConfig = toml::from_str(
+            "[ledger]
+path = \"/var/lib/mcp/l.db\"\ndurability = \"sync\"\n",
+        )
+        .unwrap();
         let c = HostConfig::merge(file, flags(&["--ledger-path", "/tmp/x.db"])).unwrap();
-        assert_eq!((c.runtime.ledger.path.as_str(), c.runtime.ledger.durability), ("/tmp/x.db", mcp_runtime::ledger::Durability::Sync));
+        assert_eq!(
+            (c.runtime.ledger.path.as_str(), c.runtime.ledger.durability),
+            ("/tmp/x.db", mcp_runtime::ledger::Durability::Sync)
+        );
         let c = HostConfig::merge(FileConfig::default(), flags(&["--ledger", "memory"])).unwrap();
         assert_eq!(c.runtime.ledger.backend, LedgerBackend::Memory);
-        assert!(!c.runtime.ledger.allow_insecure_key, "key files must be owner-only unless allowed");
-        assert!(HostConfig::merge(FileConfig::default(), flags(&["--allow-insecure-key"])).unwrap().runtime.ledger.allow_insecure_key);
-        assert!(HostConfig::merge(toml::from_str("[ledger]\nallow_insecure_key = true\n").unwrap(), flags(&[])).unwrap().runtime.ledger.allow_insecure_key);
+        assert!(
+            !c.runtime.ledger.allow_insecure_key,
+            "key files must be owner-only unless allowed"
+        );
+        assert!(
+            HostConfig::merge(FileConfig::default(), flags(&["--allow-insecure-key"]))
+                .unwrap()
+                .runtime
+                .ledger
+                .allow_insecure_key
+        );
+        assert!(
+            HostConfig::merge(
+                toml::from_str("[ledger]\nallow_insecure_key = true\n").unwrap(),
+                flags(&[])
+            )
+            .unwrap()
+            .runtime
+            .ledger
+            .allow_insecure_key
+        );
     }
 
     #[test]
@@ -377,17 +486,40 @@ path = \"/var/lib/mcp/l.db\"\ndurability = \"sync\"\n").unwrap();
         let file: FileConfig = toml::from_str("[admin]\nbind = \"0.0.0.0\"\n").unwrap();
         let err = HostConfig::merge(file, flags(&[])).unwrap_err();
         assert!(err.contains("admin.token"), "{err}");
-        let file: FileConfig = toml::from_str("[admin]\nbind = \"0.0.0.0\"\ntoken = \"0123456789abcdef0123\"\n").unwrap();
+        let file: FileConfig =
+            toml::from_str("[admin]\nbind = \"0.0.0.0\"\ntoken = \"0123456789abcdef0123\"\n")
+                .unwrap();
         assert!(HostConfig::merge(file, flags(&[])).is_ok());
         let short: FileConfig = toml::from_str("[admin]\ntoken = \"short\"\n").unwrap();
-        assert!(HostConfig::merge(short, flags(&[])).unwrap_err().contains("16 characters"), "also on loopback");
+        assert!(
+            HostConfig::merge(short, flags(&[])).unwrap_err().contains("16 characters"),
+            "also on loopback"
+        );
         let c = HostConfig::merge(FileConfig::default(), flags(&[])).unwrap();
         let a = c.admin.unwrap();
-        assert_eq!((a.bind.to_string().as_str(), a.port, a.token_file), ("127.0.0.1", 8081, PathBuf::from("mcp-host.admin-token")));
-        assert!(HostConfig::merge(FileConfig::default(), flags(&["--no-admin"])).unwrap().admin.is_none());
-        assert_eq!(HostConfig::merge(FileConfig::default(), flags(&["--admin-port", "0"])).unwrap().admin.unwrap().port, 0);
+        assert_eq!(
+            (a.bind.to_string().as_str(), a.port, a.token_file),
+            ("127.0.0.1", 8081, PathBuf::from("mcp-host.admin-token"))
+        );
+        assert!(
+            HostConfig::merge(FileConfig::default(), flags(&["--no-admin"]))
+                .unwrap()
+                .admin
+                .is_none()
+        );
+        assert_eq!(
+            HostConfig::merge(FileConfig::default(), flags(&["--admin-port", "0"]))
+                .unwrap()
+                .admin
+                .unwrap()
+                .port,
+            0
+        );
         let file: FileConfig = toml::from_str("[ledger]\npath = \"/var/lib/mcp/l.db\"\n").unwrap();
-        assert_eq!(HostConfig::merge(file, flags(&[])).unwrap().admin.unwrap().token_file, PathBuf::from("/var/lib/mcp/mcp-host.admin-token"));
+        assert_eq!(
+            HostConfig::merge(file, flags(&[])).unwrap().admin.unwrap().token_file,
+            PathBuf::from("/var/lib/mcp/mcp-host.admin-token")
+        );
     }
 
     #[test]
@@ -403,21 +535,43 @@ path = \"/var/lib/mcp/l.db\"\ndurability = \"sync\"\n").unwrap();
 
     #[test]
     fn trusted_proxy_ranges_come_from_the_file_and_the_flag_and_a_malformed_one_is_refused() {
-        assert!(HostConfig::merge(FileConfig::default(), flags(&[])).unwrap().runtime.security.trust_forwarded_for.is_empty(), "off by default");
-        let file: FileConfig = toml::from_str("[security]\ntrust_forwarded_for = [\"10.0.0.0/8\"]\n").unwrap();
-        let c = HostConfig::merge(file, flags(&["--trust-forwarded-for", "2001:db8::/32", "--trust-forwarded-for", "127.0.0.1"])).unwrap();
-        let got: Vec<String> = c.runtime.security.trust_forwarded_for.iter().map(ToString::to_string).collect();
+        assert!(
+            HostConfig::merge(FileConfig::default(), flags(&[]))
+                .unwrap()
+                .runtime
+                .security
+                .trust_forwarded_for
+                .is_empty(),
+            "off by default"
+        );
+        let file: FileConfig =
+            toml::from_str("[security]\ntrust_forwarded_for = [\"10.0.0.0/8\"]\n").unwrap();
+        let c = HostConfig::merge(
+            file,
+            flags(&[
+                "--trust-forwarded-for",
+                "2001:db8::/32",
+                "--trust-forwarded-for",
+                "127.0.0.1",
+            ]),
+        )
+        .unwrap();
+        let got: Vec<String> =
+            c.runtime.security.trust_forwarded_for.iter().map(ToString::to_string).collect();
         assert_eq!(got, ["10.0.0.0/8", "2001:db8::/32", "127.0.0.1/32"]);
-        let e = toml::from_str::<FileConfig>("[security]\ntrust_forwarded_for = [\"10.0.0/8\"]\n").unwrap_err();
+        let e = toml::from_str::<FileConfig>("[security]\ntrust_forwarded_for = [\"10.0.0/8\"]\n")
+            .unwrap_err();
         assert!(e.to_string().contains("10.0.0/8"), "{e}");
-        let e = Flags::try_parse_from(["mcp-host", "--trust-forwarded-for", "10.0.0.1/8"]).unwrap_err();
+        let e =
+            Flags::try_parse_from(["mcp-host", "--trust-forwarded-for", "10.0.0.1/8"]).unwrap_err();
         assert_eq!(e.exit_code(), 2);
         assert!(e.to_string().contains("host bits"), "{e}");
     }
 
     #[test]
     fn bearer_tokens_enable_auth() {
-        let file: FileConfig = toml::from_str("[security.bearer_tokens]\n\"t1\" = \"alice\"\n").unwrap();
+        let file: FileConfig =
+            toml::from_str("[security.bearer_tokens]\n\"t1\" = \"alice\"\n").unwrap();
         assert!(HostConfig::merge(file, flags(&[])).unwrap().runtime.admit_policy().auth.is_some());
     }
 }

@@ -32,14 +32,22 @@ pub(crate) struct Leftovers {
 
 impl Leftovers {
     fn of(sup: &Supervisor) -> Leftovers {
-        Leftovers { sessions: sup.session_count(), streams: sup.stats().streams_live(), in_flight: sup.in_flight() }
+        Leftovers {
+            sessions: sup.session_count(),
+            streams: sup.stats().streams_live(),
+            in_flight: sup.in_flight(),
+        }
     }
 
     /// Why this run cannot be marked clean: anything left may still hand records to the
     /// writer after the mark.
     pub(crate) fn unclean(self) -> Option<String> {
         let Leftovers { sessions, streams, in_flight } = self;
-        (sessions > 0 || streams > 0 || in_flight > 0).then(|| format!("{sessions} sessions, {streams} streams and {in_flight} requests were still running"))
+        (sessions > 0 || streams > 0 || in_flight > 0).then(|| {
+            format!(
+                "{sessions} sessions, {streams} streams and {in_flight} requests were still running"
+            )
+        })
     }
 }
 
@@ -62,7 +70,9 @@ pub(crate) async fn finish(sup: &Supervisor, ledger: Ledger) {
     }
     match mark_if_clean(left, ledger).await {
         Marked::Clean => tracing::info!("marked this run as stopped cleanly"),
-        Marked::Not(why) => tracing::warn!("this run is not marked as stopped cleanly ({why}): the next start treats it as a crash"),
+        Marked::Not(why) => tracing::warn!(
+            "this run is not marked as stopped cleanly ({why}): the next start treats it as a crash"
+        ),
     }
 }
 
@@ -72,7 +82,12 @@ pub(crate) async fn mark_if_clean(left: Leftovers, ledger: Ledger) -> Marked {
     if let Some(why) = left.unclean() {
         return Marked::Not(why);
     }
-    let stuck = |what: &str| Marked::Not(format!("the ledger did not commit {what} within {} s", COMMIT_DEADLINE.as_secs()));
+    let stuck = |what: &str| {
+        Marked::Not(format!(
+            "the ledger did not commit {what} within {} s",
+            COMMIT_DEADLINE.as_secs()
+        ))
+    };
     // A barrier resolves only once everything queued before it is committed: a writer that
     // cannot commit misses the deadline.
     if actix_web::rt::time::timeout(COMMIT_DEADLINE, ledger.writer.barrier()).await.is_err() {
@@ -93,15 +108,22 @@ mod tests {
     #[test]
     fn a_run_with_a_session_a_stream_or_a_request_left_is_not_clean() {
         assert_eq!(NONE.unclean(), None);
-        for left in [Leftovers { sessions: 1, ..NONE }, Leftovers { streams: 1, ..NONE }, Leftovers { in_flight: 1, ..NONE }] {
+        for left in [
+            Leftovers { sessions: 1, ..NONE },
+            Leftovers { streams: 1, ..NONE },
+            Leftovers { in_flight: 1, ..NONE },
+        ] {
             assert!(left.unclean().is_some(), "{left:?}");
         }
     }
 
     /// The clean marks in the ledger at `path` (read with SQLite, as the next start would).
     fn marks(path: &std::path::Path) -> Vec<String> {
-        let db = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
-        let mut st = db.prepare("SELECT key FROM kv WHERE key LIKE 'm/clean/%' ORDER BY key").unwrap();
+        let db =
+            rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+                .unwrap();
+        let mut st =
+            db.prepare("SELECT key FROM kv WHERE key LIKE 'm/clean/%' ORDER BY key").unwrap();
         st.query_map([], |r| r.get(0)).unwrap().collect::<Result<_, _>>().unwrap()
     }
 

@@ -98,7 +98,12 @@ pub(crate) async fn run(sup: std::sync::Arc<mcp_runtime::actor::Supervisor>, eve
         let now = footprint();
         if policy.due(now) {
             let released = release();
-            tracing::debug!(released, connections = now.1[0], sessions = now.1[1], "returned free memory to the OS");
+            tracing::debug!(
+                released,
+                connections = now.1[0],
+                sessions = now.1[1],
+                "returned free memory to the OS"
+            );
         }
     }
 }
@@ -113,7 +118,10 @@ mod tests {
         assert!(!p.due((0, [1, 10, 5, 1000])), "nothing happened since start");
         assert!(!p.due((900, [4, 20, 9, 5000])), "growing");
         assert!(!p.due((1800, [4, 20, 9, 5000])), "requests go on: busy, not shrinking");
-        assert!((0..QUIET_TRIMS).all(|_| p.due((1800, [4, 20, 9, 5000]))), "settled: the burst's garbage goes, and what is freed right after");
+        assert!(
+            (0..QUIET_TRIMS).all(|_| p.due((1800, [4, 20, 9, 5000]))),
+            "settled: the burst's garbage goes, and what is freed right after"
+        );
         assert!(!p.due((1800, [4, 20, 9, 5000])), "idle since: no more trims");
         assert!(p.due((1800, [0, 20, 9, 5000])), "connections closed");
         assert!(p.due((1810, [0, 5, 9, 5000])), "sessions ended");

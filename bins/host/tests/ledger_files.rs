@@ -59,14 +59,20 @@ fn run_to_exit(args: &[&str]) -> (Option<i32>, String) {
     });
     let Some(status) = status else {
         drop(child);
-        panic!("mcp-host {args:?} was still running after 20 s: it started instead of refusing (stderr: {:?})", reader.join().unwrap_or_default());
+        panic!(
+            "mcp-host {args:?} was still running after 20 s: it started instead of refusing (stderr: {:?})",
+            reader.join().unwrap_or_default()
+        );
     };
     (status.code(), reader.join().unwrap_or_default())
 }
 
 /// The names of the files in `dir`, sorted.
 fn names(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
     v.sort();
     v
 }
@@ -95,9 +101,17 @@ fn a_second_host_on_the_same_ledger_exits_2_naming_the_first_ones_pid() {
     let sid = common::initialize(&first.addr);
     let (code, stderr) = run_refused(&dir, &[]);
     assert_eq!(code, Some(2), "{stderr}");
-    assert!(stderr.contains(&format!("pid {}", first.process.pid())) && stderr.contains("in use by another mcp-host"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("pid {}", first.process.pid()))
+            && stderr.contains("in use by another mcp-host"),
+        "{stderr}"
+    );
     // The first host's ledger and its sessions are untouched: it serves on.
-    let (status, _) = common::post_json(&first.addr, &sid, &serde_json::json!({"jsonrpc":"2.0","id":2,"method":"ping"}));
+    let (status, _) = common::post_json(
+        &first.addr,
+        &sid,
+        &serde_json::json!({"jsonrpc":"2.0","id":2,"method":"ping"}),
+    );
     assert_eq!(status, 200);
 }
 
@@ -107,12 +121,18 @@ fn a_host_on_a_busy_port_writes_no_ledger_file() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port().to_string();
     let ledger = ledger_path(&dir);
-    let (code, stderr) = run_to_exit(&["--port", &port, "--ledger-path", &ledger, "--admin-port", "0"]);
+    let (code, stderr) =
+        run_to_exit(&["--port", &port, "--ledger-path", &ledger, "--admin-port", "0"]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains(&format!("127.0.0.1:{port}")), "the message names the port: {stderr}");
-    assert_eq!(names(dir.path()), Vec::<String>::new(), "nothing was written (no ledger, -wal, -shm, key, lock or token file)");
+    assert_eq!(
+        names(dir.path()),
+        Vec::<String>::new(),
+        "nothing was written (no ledger, -wal, -shm, key, lock or token file)"
+    );
     // The admin API's port too.
-    let (code, stderr) = run_to_exit(&["--port", "0", "--ledger-path", &ledger, "--admin-port", &port]);
+    let (code, stderr) =
+        run_to_exit(&["--port", "0", "--ledger-path", &ledger, "--admin-port", &port]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains(&format!("127.0.0.1:{port}")), "{stderr}");
     assert_eq!(names(dir.path()), Vec::<String>::new());
@@ -130,10 +150,14 @@ fn a_foreign_sqlite_file_is_refused_and_left_byte_for_byte_untouched() {
     let before = names(dir.path());
     let (code, stderr) = run_refused(&dir, &[]);
     assert_eq!(code, Some(2), "{stderr}");
-    assert!(stderr.contains("is not an mcp-host ledger") && stderr.contains("mcp-host.db"), "{stderr}");
+    assert!(
+        stderr.contains("is not an mcp-host ledger") && stderr.contains("mcp-host.db"),
+        "{stderr}"
+    );
     assert!(std::fs::read(&path).unwrap() == copy, "the foreign file changed");
     // Nothing beside it either but the (empty of data) lock file: no -wal, -shm, key or token.
-    let after: Vec<String> = names(dir.path()).into_iter().filter(|n| n != "mcp-host.db.lock").collect();
+    let after: Vec<String> =
+        names(dir.path()).into_iter().filter(|n| n != "mcp-host.db.lock").collect();
     assert_eq!(after, before);
     // Not SQLite at all.
     std::fs::write(&path, b"these are my notes, not a database\n").unwrap();
@@ -145,7 +169,11 @@ fn a_foreign_sqlite_file_is_refused_and_left_byte_for_byte_untouched() {
 
 /// The permission bits of `path` (not following a symbolic link).
 fn mode(path: &Path) -> u32 {
-    std::fs::symlink_metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).permissions().mode() & 0o777
+    std::fs::symlink_metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o777
 }
 
 #[test]
@@ -179,7 +207,10 @@ fn a_key_file_readable_by_others_refuses_to_start_unless_allowed() {
     write_key(&key, 0o644);
     let (code, stderr) = run_refused(&dir, &[]);
     assert_eq!(code, Some(2), "{stderr}");
-    assert!(stderr.contains(&key.display().to_string()) && stderr.contains("chmod 600"), "{stderr}");
+    assert!(
+        stderr.contains(&key.display().to_string()) && stderr.contains("chmod 600"),
+        "{stderr}"
+    );
     let mut host = common::start_with(&dir, 0, &["--allow-insecure-key"]);
     assert!(host.process.terminate(Duration::from_secs(15)).is_some_and(|s| s.success()));
     // The admin token file the same.
@@ -204,7 +235,8 @@ fn a_symlinked_key_file_is_refused() {
     assert_eq!(std::fs::read(&target).unwrap(), before);
     // A dangling one is not followed to create the key (or the token) at its target.
     std::fs::remove_file(dir.path().join("mcp-host.db.key")).unwrap();
-    std::os::unix::fs::symlink(dir.path().join("absent"), dir.path().join("mcp-host.admin-token")).unwrap();
+    std::os::unix::fs::symlink(dir.path().join("absent"), dir.path().join("mcp-host.admin-token"))
+        .unwrap();
     let (code, stderr) = run_refused(&dir, &[]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("mcp-host.admin-token is a symbolic link"), "{stderr}");
@@ -212,16 +244,33 @@ fn a_symlinked_key_file_is_refused() {
 }
 
 #[test]
-fn sigterm_on_an_idle_host_leaves_a_clean_stop_mark_and_closes_the_ledger_despite_the_stats_thread() {
+fn sigterm_on_an_idle_host_leaves_a_clean_stop_mark_and_closes_the_ledger_despite_the_stats_thread()
+{
     let dir = TempDir::new("clean-mark");
     let mut host = common::start_with(&dir, 0, &["--stats-every-ms", "20"]);
     common::initialize(&host.addr);
-    assert!(host.process.terminate(Duration::from_secs(15)).is_some_and(|s| s.success()), "a clean stop exits 0");
+    assert!(
+        host.process.terminate(Duration::from_secs(15)).is_some_and(|s| s.success()),
+        "a clean stop exits 0"
+    );
     // The ledger was closed at exit (its writer joined, its connections closed, which
     // checkpoints and removes the WAL): the stats thread did not keep the supervisor alive.
     // (Checked before reading it: a read-only open creates an empty WAL.)
-    assert!(!dir.path().join("mcp-host.db-wal").exists(), "the WAL is left: the ledger was never closed");
-    let db = rusqlite::Connection::open_with_flags(dir.path().join("mcp-host.db"), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
-    let marks: Vec<String> = db.prepare("SELECT key FROM kv WHERE key LIKE 'm/clean/%'").unwrap().query_map([], |r| r.get(0)).unwrap().collect::<Result<_, _>>().unwrap();
+    assert!(
+        !dir.path().join("mcp-host.db-wal").exists(),
+        "the WAL is left: the ledger was never closed"
+    );
+    let db = rusqlite::Connection::open_with_flags(
+        dir.path().join("mcp-host.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
+    let marks: Vec<String> = db
+        .prepare("SELECT key FROM kv WHERE key LIKE 'm/clean/%'")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
     assert_eq!(marks, ["m/clean/1"], "the next start sees the run as clean");
 }

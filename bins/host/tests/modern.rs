@@ -20,7 +20,18 @@ fn modern_body(id: i64, name: &str, args: Value) -> String {
 }
 
 fn modern_call(addr: &str, id: i64, name: &str, args: Value) -> (u16, Vec<u8>) {
-    let (status, _, body) = http(addr, "POST", &[("Accept", "application/json"), ("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "tools/call"), ("Mcp-Name", name)], &modern_body(id, name, args), QUICK);
+    let (status, _, body) = http(
+        addr,
+        "POST",
+        &[
+            ("Accept", "application/json"),
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", "tools/call"),
+            ("Mcp-Name", name),
+        ],
+        &modern_body(id, name, args),
+        QUICK,
+    );
     (status, body)
 }
 
@@ -46,9 +57,17 @@ fn closing_the_connection_cancels_a_modern_request_at_once_in_both_reply_modes()
             assert!(n > 0, "closed before the head");
             head.extend_from_slice(&b[..n]);
         }
-        assert!(String::from_utf8_lossy(&head).starts_with("HTTP/1.1 200"), "{}", String::from_utf8_lossy(&head));
+        assert!(
+            String::from_utf8_lossy(&head).starts_with("HTTP/1.1 200"),
+            "{}",
+            String::from_utf8_lossy(&head)
+        );
         // The one slot is taken while the sleep runs.
-        assert_eq!(modern_call(&host.addr, 2, "echo", json!({"text": "busy"})).0, 503, "{accept}: the slot is held by the sleep");
+        assert_eq!(
+            modern_call(&host.addr, 2, "echo", json!({"text": "busy"})).0,
+            503,
+            "{accept}: the slot is held by the sleep"
+        );
         drop(s);
         // Closing is the cancellation: the slot comes back long before the 30 s sleep ends.
         // At most 200 tries 50 ms apart (10 s): far less than the sleep's 30 s.
@@ -71,9 +90,18 @@ fn a_modern_write_re_issued_with_its_key_runs_once() {
     let (s1, first) = modern_call(&host.addr, 1, "ledger_append", json!({"key": "modern-k1"}));
     let (s2, again) = modern_call(&host.addr, 2, "ledger_append", json!({"key": "modern-k1"}));
     assert_eq!((s1, s2), (200, 200));
-    let result = |b: &[u8]| serde_json::from_slice::<Value>(b).unwrap()["result"]["content"].clone();
+    let result =
+        |b: &[u8]| serde_json::from_slice::<Value>(b).unwrap()["result"]["content"].clone();
     assert_eq!(result(&first), result(&again), "the re-issue is answered from the receipt");
     let (_, stats) = modern_call(&host.addr, 3, "ledger_stats", json!({}));
-    let text = serde_json::from_slice::<Value>(&stats).unwrap()["result"]["content"][0]["text"].as_str().unwrap().to_owned();
-    assert!(text.contains("\"duplicates\":0") || text.contains("duplicates: 0") || text.contains("\"duplicates\": 0"), "{text}");
+    let text = serde_json::from_slice::<Value>(&stats).unwrap()["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        text.contains("\"duplicates\":0")
+            || text.contains("duplicates: 0")
+            || text.contains("\"duplicates\": 0"),
+        "{text}"
+    );
 }

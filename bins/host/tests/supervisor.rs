@@ -21,13 +21,23 @@ fn admin_of(host: &Host) -> String {
 }
 
 fn token_of(dir: &TempDir) -> String {
-    std::fs::read_to_string(dir.path().join("mcp-host.admin-token")).expect("the admin token file").trim().to_owned()
+    std::fs::read_to_string(dir.path().join("mcp-host.admin-token"))
+        .expect("the admin token file")
+        .trim()
+        .to_owned()
 }
 
 /// One admin request; (status, head, body as JSON or text).
-fn admin(addr: &str, method: &str, path: &str, token: Option<&str>, body: &str) -> (u16, String, String) {
+fn admin(
+    addr: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &str,
+) -> (u16, String, String) {
     let bearer = token.map(|t| format!("Bearer {t}"));
-    let headers: Vec<(&str, &str)> = bearer.as_deref().map(|b| ("Authorization", b)).into_iter().collect();
+    let headers: Vec<(&str, &str)> =
+        bearer.as_deref().map(|b| ("Authorization", b)).into_iter().collect();
     let (status, head, body) = http_at(addr, method, path, &headers, body, QUICK);
     (status, head, String::from_utf8_lossy(&body).into_owned())
 }
@@ -44,7 +54,13 @@ fn call(id: i64, tool: &str, args: Value) -> Value {
 
 /// POST a tools/call with SSE and read its stream to the end.
 fn call_sse(addr: &str, sid: &str, body: &Value, read_for: Duration) -> (u16, String, String) {
-    let (status, head, b) = http(addr, "POST", &[SSE, ("Mcp-Session-Id", sid), ("MCP-Protocol-Version", "2025-11-25")], &body.to_string(), read_for);
+    let (status, head, b) = http(
+        addr,
+        "POST",
+        &[SSE, ("Mcp-Session-Id", sid), ("MCP-Protocol-Version", "2025-11-25")],
+        &body.to_string(),
+        read_for,
+    );
     (status, head, String::from_utf8_lossy(&b).into_owned())
 }
 
@@ -61,7 +77,11 @@ fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
 #[test]
 fn sigterm_drains_in_phase_order_finishes_in_flight_calls_ends_streams_with_retry_and_exits_0() {
     let dir = TempDir::new("sigterm-drain");
-    std::fs::write(dir.path().join("c.toml"), "[shutdown]\ngrace_secs = 20\nretry_after_secs = 3\n").unwrap();
+    std::fs::write(
+        dir.path().join("c.toml"),
+        "[shutdown]\ngrace_secs = 20\nretry_after_secs = 3\n",
+    )
+    .unwrap();
     let log = dir.path().join("host.log");
     let config = dir.path().join("c.toml").display().to_string();
     let mut host = start_logged(&dir, 0, &["--config", &config], Some((&log, "info")));
@@ -70,23 +90,55 @@ fn sigterm_drains_in_phase_order_finishes_in_flight_calls_ends_streams_with_retr
     let sid = initialize(&addr);
     set_level_info(&addr, &sid);
     // A call whose client hung up: its events land in its window and ledger during the drain.
-    let cursor = call_and_hang_up(&addr, &sid, 3, "soak_flood", json!({"delay_ms": 600, "count": 3, "bytes": 8}));
+    let cursor = call_and_hang_up(
+        &addr,
+        &sid,
+        3,
+        "soak_flood",
+        json!({"delay_ms": 600, "count": 3, "bytes": 8}),
+    );
     // A call whose client waits, and a GET stream.
     let (a, s) = (addr.clone(), sid.clone());
-    let waiting = std::thread::spawn(move || call_sse(&a, &s, &call(4, "sleep", json!({"ms": 900})), Duration::from_secs(20)));
+    let waiting = std::thread::spawn(move || {
+        call_sse(&a, &s, &call(4, "sleep", json!({"ms": 900})), Duration::from_secs(20))
+    });
     let (a, s) = (addr.clone(), sid.clone());
-    let get = std::thread::spawn(move || http(&a, "GET", &[("Accept", "text/event-stream"), ("Mcp-Session-Id", &s), ("MCP-Protocol-Version", "2025-11-25")], "", Duration::from_secs(20)));
+    let get = std::thread::spawn(move || {
+        http(
+            &a,
+            "GET",
+            &[
+                ("Accept", "text/event-stream"),
+                ("Mcp-Session-Id", &s),
+                ("MCP-Protocol-Version", "2025-11-25"),
+            ],
+            "",
+            Duration::from_secs(20),
+        )
+    });
     wait_until("both calls are in flight", || status_of(&admin_addr, &token)["in_flight"] == 2);
 
-    assert!(Command::new("kill").args(["-TERM", &host.process.pid().to_string()]).status().unwrap().success());
-    wait_until("the admin status says draining", || status_of(&admin_addr, &token)["phase"] == "draining");
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &host.process.pid().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    wait_until("the admin status says draining", || {
+        status_of(&admin_addr, &token)["phase"] == "draining"
+    });
     let (status, head, _) = call_sse(&addr, &sid, &call(5, "echo", json!({"text": "late"})), QUICK);
     assert_eq!(status, 503, "a new request while draining: {head}");
     assert_eq!(header(&head, "retry-after"), Some("3"));
 
     let (status, _, body) = waiting.join().unwrap();
     assert_eq!(status, 200);
-    let done: Vec<Value> = events(body.as_bytes()).iter().map(|(_, d)| json_of(d)).filter(|v| v.get("result").is_some()).collect();
+    let done: Vec<Value> = events(body.as_bytes())
+        .iter()
+        .map(|(_, d)| json_of(d))
+        .filter(|v| v.get("result").is_some())
+        .collect();
     assert_eq!(done.len(), 1, "the in-flight call finished before the exit: {body}");
     assert_eq!(done[0]["result"]["content"][0]["text"], "slept 900 ms");
     let (_, _, get_body) = get.join().unwrap();
@@ -98,7 +150,9 @@ fn sigterm_drains_in_phase_order_finishes_in_flight_calls_ends_streams_with_retr
     });
     assert_eq!(exit.and_then(|s| s.code()), Some(0), "exits 0 after the drain");
     let text = std::fs::read_to_string(&log).unwrap();
-    let at = |needle: &str| text.find(needle).unwrap_or_else(|| panic!("{needle} not in the log:\n{text}"));
+    let at = |needle: &str| {
+        text.find(needle).unwrap_or_else(|| panic!("{needle} not in the log:\n{text}"))
+    };
     assert!(at("phase=Draining") < at("phase=Stopped"), "the phases in order:\n{text}");
 
     // After the restart, the hung-up call's events are all there, each once.
@@ -122,14 +176,21 @@ fn the_admin_api_needs_its_token_changes_flags_and_rolls_back() {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(dir.path().join("mcp-host.admin-token")).unwrap().permissions().mode();
+        let mode = std::fs::metadata(dir.path().join("mcp-host.admin-token"))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o600, "owner-only");
     }
     for path in ["/admin/status", "/admin/flags", "/metrics"] {
         let (status, head, _) = admin(&admin_addr, "GET", path, None, "");
         assert_eq!(status, 401, "{path} without a token");
         assert!(header(&head, "www-authenticate").is_some_and(|v| v.starts_with("Bearer")));
-        assert_eq!(admin(&admin_addr, "GET", path, Some("not-the-token"), "").0, 401, "{path} with another token");
+        assert_eq!(
+            admin(&admin_addr, "GET", path, Some("not-the-token"), "").0,
+            401,
+            "{path} with another token"
+        );
     }
     assert_eq!(admin(&admin_addr, "POST", "/admin/rollback", Some("nope"), "").0, 401);
     let s = status_of(&admin_addr, &token);
@@ -140,11 +201,16 @@ fn the_admin_api_needs_its_token_changes_flags_and_rolls_back() {
     let sid = initialize(&host.addr);
     let (_, _, before) = call_sse(&host.addr, &sid, &call(2, "echo", json!({"text": "a"})), QUICK);
     assert!(before.contains("id:"), "resumable by default: {before}");
-    let (status, _, body) = admin(&admin_addr, "PUT", "/admin/flags", Some(&token), r#"{"resumable":"off"}"#);
+    let (status, _, body) =
+        admin(&admin_addr, "PUT", "/admin/flags", Some(&token), r#"{"resumable":"off"}"#);
     assert_eq!(status, 200, "{body}");
     let changed: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(changed["generation"].as_u64(), Some(first + 1));
-    assert_eq!((changed["flags"]["resumable"].as_str(), changed["flags"]["share"].as_f64()), (Some("off"), Some(1.0)), "other fields stay");
+    assert_eq!(
+        (changed["flags"]["resumable"].as_str(), changed["flags"]["share"].as_f64()),
+        (Some("off"), Some(1.0)),
+        "other fields stay"
+    );
     let (_, _, after) = call_sse(&host.addr, &sid, &call(3, "echo", json!({"text": "b"})), QUICK);
     assert!(!after.contains("id:") && after.contains("\"b\""), "no ids on a new stream: {after}");
     for bad in [r#"{"share": 3}"#, r#"{"resumable": "maybe"}"#, r#"{"colour": 1}"#, "not json"] {
@@ -166,8 +232,15 @@ fn a_non_loopback_admin_bind_without_a_configured_token_is_refused_at_start() {
     let dir = TempDir::new("admin-bind");
     let config = dir.path().join("c.toml");
     std::fs::write(&config, "[admin]\nbind = \"0.0.0.0\"\n").unwrap();
-    let bin = std::env::var("MCP_HOST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_mcp-host").to_owned());
-    let out = Command::new(bin).args(["--port", "0", "--config"]).arg(&config).args(dir.host_args()).env(mcp_devtools::EXIT_WITH_PARENT_ENV, "1").output().unwrap();
+    let bin =
+        std::env::var("MCP_HOST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_mcp-host").to_owned());
+    let out = Command::new(bin)
+        .args(["--port", "0", "--config"])
+        .arg(&config)
+        .args(dir.host_args())
+        .env(mcp_devtools::EXIT_WITH_PARENT_ENV, "1")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("admin.token"), "{err}");
@@ -179,11 +252,20 @@ fn a_non_loopback_admin_bind_without_a_configured_token_is_refused_at_start() {
 fn parse_prometheus(text: &str) -> HashMap<String, f64> {
     let mut samples = HashMap::new();
     let mut typed = std::collections::HashSet::new();
-    let name_ok = |n: &str| !n.is_empty() && n.chars().enumerate().all(|(i, c)| c.is_ascii_alphabetic() || c == '_' || c == ':' || (i > 0 && c.is_ascii_digit()));
+    let name_ok = |n: &str| {
+        !n.is_empty()
+            && n.chars().enumerate().all(|(i, c)| {
+                c.is_ascii_alphabetic() || c == '_' || c == ':' || (i > 0 && c.is_ascii_digit())
+            })
+    };
     for line in text.lines().filter(|l| !l.is_empty()) {
         if let Some(rest) = line.strip_prefix("# TYPE ") {
             let (name, ty) = rest.split_once(' ').expect("TYPE name type");
-            assert!(name_ok(name) && ["counter", "gauge", "histogram", "summary", "untyped"].contains(&ty), "{line}");
+            assert!(
+                name_ok(name)
+                    && ["counter", "gauge", "histogram", "summary", "untyped"].contains(&ty),
+                "{line}"
+            );
             typed.insert(name.to_owned());
             continue;
         }
@@ -194,16 +276,28 @@ fn parse_prometheus(text: &str) -> HashMap<String, f64> {
         let (series, value) = line.rsplit_once(' ').expect("a sample: series value");
         let name = series.split('{').next().unwrap();
         assert!(name_ok(name), "{line}");
-        let family = ["_bucket", "_sum", "_count"].iter().find_map(|s| name.strip_suffix(s)).filter(|f| typed.contains(*f)).unwrap_or(name);
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s))
+            .filter(|f| typed.contains(*f))
+            .unwrap_or(name);
         assert!(typed.contains(family), "a sample before its TYPE: {line}");
         if let Some(labels) = series.strip_prefix(name).filter(|l| !l.is_empty()) {
-            let inner = labels.strip_prefix('{').and_then(|l| l.strip_suffix('}')).expect("labels in braces");
+            let inner = labels
+                .strip_prefix('{')
+                .and_then(|l| l.strip_suffix('}'))
+                .expect("labels in braces");
             for pair in inner.split("\",").filter(|p| !p.is_empty()) {
-                let (k, v) = pair.split_once("=\"").unwrap_or_else(|| panic!("label pair in {line}"));
+                let (k, v) =
+                    pair.split_once("=\"").unwrap_or_else(|| panic!("label pair in {line}"));
                 assert!(name_ok(k) && !v.contains('\n'), "{line}");
             }
         }
-        let v: f64 = if value == "+Inf" { f64::INFINITY } else { value.parse().unwrap_or_else(|_| panic!("not a number: {line}")) };
+        let v: f64 = if value == "+Inf" {
+            f64::INFINITY
+        } else {
+            value.parse().unwrap_or_else(|_| panic!("not a number: {line}"))
+        };
         samples.insert(series.to_owned(), v);
     }
     samples
@@ -218,16 +312,25 @@ fn metrics_parse_as_prometheus_text_and_move_when_traffic_flows() {
     let scrape = || {
         let (status, head, body) = admin(&admin_addr, "GET", "/metrics", Some(&token), "");
         assert_eq!(status, 200);
-        assert!(header(&head, "content-type").is_some_and(|c| c.starts_with("text/plain; version=0.0.4")), "{head}");
+        assert!(
+            header(&head, "content-type")
+                .is_some_and(|c| c.starts_with("text/plain; version=0.0.4")),
+            "{head}"
+        );
         parse_prometheus(&body)
     };
     let before = scrape();
     let sid = initialize(&host.addr);
     for i in 0..5 {
-        let (status, _, _) = call_sse(&host.addr, &sid, &call(10 + i, "echo", json!({"text": "m"})), QUICK);
+        let (status, _, _) =
+            call_sse(&host.addr, &sid, &call(10 + i, "echo", json!({"text": "m"})), QUICK);
         assert_eq!(status, 200);
     }
-    assert_eq!(post_json(&host.addr, "1.not-a-session", &json!({"jsonrpc":"2.0","id":1,"method":"ping"})).0, 404);
+    assert_eq!(
+        post_json(&host.addr, "1.not-a-session", &json!({"jsonrpc":"2.0","id":1,"method":"ping"}))
+            .0,
+        404
+    );
     let after = scrape();
     let get = |m: &HashMap<String, f64>, k: &str| m.get(k).copied().unwrap_or(0.0);
     for (series, at_least) in [
@@ -236,9 +339,17 @@ fn metrics_parse_as_prometheus_text_and_move_when_traffic_flows() {
         ("mcp_events_total", 5.0),
         ("mcp_refusals_total{cause=\"session_not_found\"}", 1.0),
     ] {
-        assert!(get(&after, series) - get(&before, series) >= at_least, "{series}: {} -> {}", get(&before, series), get(&after, series));
+        assert!(
+            get(&after, series) - get(&before, series) >= at_least,
+            "{series}: {} -> {}",
+            get(&before, series),
+            get(&after, series)
+        );
     }
-    assert!(get(&after, "mcp_ledger_batches_total") > get(&before, "mcp_ledger_batches_total"), "the ledger committed");
+    assert!(
+        get(&after, "mcp_ledger_batches_total") > get(&before, "mcp_ledger_batches_total"),
+        "the ledger committed"
+    );
     assert!(get(&after, "mcp_ledger_commit_seconds_count") > 0.0);
     let generation = get(&after, "mcp_generation_current");
     assert!(generation >= 1.0);
@@ -255,13 +366,22 @@ fn no_session_id_reaches_the_log_even_at_debug_level_under_load() {
     for n in 0..16 {
         let sid = initialize(&host.addr);
         set_level_info(&host.addr, &sid);
-        let cursor = call_and_hang_up(&host.addr, &sid, 3, "soak_flood", json!({"delay_ms": 20, "count": 4, "bytes": 16}));
+        let cursor = call_and_hang_up(
+            &host.addr,
+            &sid,
+            3,
+            "soak_flood",
+            json!({"delay_ms": 20, "count": 4, "bytes": 16}),
+        );
         let (_, _, _) = call_sse(&host.addr, &sid, &call(4, "echo", json!({"text": "x"})), QUICK);
         assert_eq!(resume(&host.addr, &sid, &cursor).0, 200);
         if n % 2 == 0 {
             let (status, _, _) = http(&host.addr, "DELETE", &[("Mcp-Session-Id", &sid)], "", QUICK);
             assert_eq!(status, 204);
-            assert_eq!(post_json(&host.addr, &sid, &json!({"jsonrpc":"2.0","id":9,"method":"ping"})).0, 404);
+            assert_eq!(
+                post_json(&host.addr, &sid, &json!({"jsonrpc":"2.0","id":9,"method":"ping"})).0,
+                404
+            );
         }
         ids.push(sid);
     }
@@ -270,7 +390,11 @@ fn no_session_id_reaches_the_log_even_at_debug_level_under_load() {
     let exit = host.process.terminate(Duration::from_secs(20));
     assert_eq!(exit.and_then(|s| s.code()), Some(0));
     let text = std::fs::read_to_string(&log).unwrap();
-    assert!(text.contains("session{hmac="), "the log has session spans (the test would prove nothing otherwise):\n{}", &text[..text.len().min(2000)]);
+    assert!(
+        text.contains("session{hmac="),
+        "the log has session spans (the test would prove nothing otherwise):\n{}",
+        &text[..text.len().min(2000)]
+    );
     for id in &ids {
         let random = id.split_once('.').map_or(id.as_str(), |(_, r)| r);
         for probe in [id.as_str(), &random[..12], &random[random.len() - 12..]] {

@@ -22,9 +22,21 @@ fn get(addr: &str, task: &str) -> Value {
 fn a_task_survives_a_sigkill_restart_and_one_it_interrupted_reads_as_failed() {
     let dir = TempDir::new("tasks-restart");
     let host = start(&dir, 0);
-    let quick = modern(&host.addr, 1, "tools/call", with_tasks(json!({"name": "slow_compute", "arguments": {"seconds": 1, "label": "before"}})));
+    let quick = modern(
+        &host.addr,
+        1,
+        "tools/call",
+        with_tasks(json!({"name": "slow_compute", "arguments": {"seconds": 1, "label": "before"}})),
+    );
     let quick = quick["result"]["taskId"].as_str().unwrap_or_else(|| panic!("{quick}")).to_owned();
-    let long = modern(&host.addr, 2, "tools/call", with_tasks(json!({"name": "slow_compute", "arguments": {"seconds": 600, "label": "killed"}})));
+    let long = modern(
+        &host.addr,
+        2,
+        "tools/call",
+        with_tasks(
+            json!({"name": "slow_compute", "arguments": {"seconds": 600, "label": "killed"}}),
+        ),
+    );
     let long = long["result"]["taskId"].as_str().unwrap().to_owned();
     // Bounded wait for the quick one to finish.
     let mut done = Value::Null;
@@ -43,7 +55,10 @@ fn a_task_survives_a_sigkill_restart_and_one_it_interrupted_reads_as_failed() {
     assert_eq!(after["result"]["result"]["content"][0]["text"], "before: computed in 1 s");
     let interrupted = get(&host.addr, &long);
     assert_eq!(interrupted["result"]["status"], "failed", "{interrupted}");
-    assert!(interrupted["result"]["statusMessage"].as_str().unwrap().contains("interrupted"), "{interrupted}");
+    assert!(
+        interrupted["result"]["statusMessage"].as_str().unwrap().contains("interrupted"),
+        "{interrupted}"
+    );
     assert!(interrupted["result"]["error"]["code"].is_i64());
 }
 
@@ -54,7 +69,14 @@ fn a_task_a_graceful_stop_interrupts_records_that_the_server_stopped() {
     std::fs::write(&config, "[shutdown]\ngrace_secs = 1\n").unwrap();
     let cfg = config.display().to_string();
     let mut host = start_with(&dir, 0, &["--config", &cfg]);
-    let long = modern(&host.addr, 1, "tools/call", with_tasks(json!({"name": "slow_compute", "arguments": {"seconds": 600, "label": "stopped"}})));
+    let long = modern(
+        &host.addr,
+        1,
+        "tools/call",
+        with_tasks(
+            json!({"name": "slow_compute", "arguments": {"seconds": 600, "label": "stopped"}}),
+        ),
+    );
     let long = long["result"]["taskId"].as_str().unwrap_or_else(|| panic!("{long}")).to_owned();
     assert_eq!(get(&host.addr, &long)["result"]["status"], "working");
     // The grace period (1 s) ends with the task running: the stop records its interruption
@@ -65,5 +87,8 @@ fn a_task_a_graceful_stop_interrupts_records_that_the_server_stopped() {
     let host = start_with(&dir, port, &["--config", &cfg]);
     let stopped = get(&host.addr, &long);
     assert_eq!(stopped["result"]["status"], "failed", "{stopped}");
-    assert!(stopped["result"]["statusMessage"].as_str().unwrap().contains("the server stopped"), "recorded by the stop itself, not inferred after a restart: {stopped}");
+    assert!(
+        stopped["result"]["statusMessage"].as_str().unwrap().contains("the server stopped"),
+        "recorded by the stop itself, not inferred after a restart: {stopped}"
+    );
 }

@@ -56,7 +56,8 @@ pub(crate) fn keyed_append(id: &Value, key: &str) -> Vec<u8> {
 /// What the host charges a body to its request memory budget (its own estimate, with the
 /// default limits the soak host keeps).
 pub(crate) fn charge_of(body: &[u8]) -> usize {
-    mcp_runtime::proto::limits::scan(body, &mcp_runtime::proto::limits::MessageLimits::default()).map_or(usize::MAX, |s| s.parsed_bytes())
+    mcp_runtime::proto::limits::scan(body, &mcp_runtime::proto::limits::MessageLimits::default())
+        .map_or(usize::MAX, |s| s.parsed_bytes())
 }
 
 /// The most one `large-payloads` client holds of the request memory budget at once (its
@@ -64,7 +65,8 @@ pub(crate) fn charge_of(body: &[u8]) -> usize {
 /// reserve: `large-payloads` runs at most that many at once, and never beside
 /// `pinned-arguments`.
 pub(crate) fn large_at_once() -> (usize, u32) {
-    let peak = charge_of(&ping_with_values_at_limit(u64::MAX)).max(charge_of(&echo(&json!(u64::MAX), &filler(BIG_TEXT_BYTES))));
+    let peak = charge_of(&ping_with_values_at_limit(u64::MAX))
+        .max(charge_of(&echo(&json!(u64::MAX), &filler(BIG_TEXT_BYTES))));
     let n = (REQUEST_MEMORY_BYTES - REQUEST_MEMORY_RESERVE) / peak;
     (peak, u32::try_from(n.max(1)).unwrap_or(1))
 }
@@ -92,7 +94,13 @@ pub(crate) fn pinned_call(id: &Value, modern: bool) -> Vec<u8> {
         let mut args = holding_args();
         args["pad"] = json!(pad);
         let params = json!({"name": "soak_flood", "arguments": args});
-        if modern { modern_request(id, "tools/call", params) } else { json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}).to_string().into_bytes() }
+        if modern {
+            modern_request(id, "tools/call", params)
+        } else {
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
+                .to_string()
+                .into_bytes()
+        }
     };
     // Bytes of the pad add to the charge one for one (no value or object is added), once the
     // body is long enough to be counted value by value (short ones are charged a bound).
@@ -155,8 +163,10 @@ pub(crate) fn handshake_capabilities(over: Over) -> Value {
     for i in 0..numbers {
         soak.insert(format!("a{i}"), json!(0));
     }
-    let used = measure(&json!({"experimental": {"soak": Value::Object(soak.clone())}})).string_bytes;
-    let pad = (HANDSHAKE_MAX_STRING_BYTES + usize::from(over == Over::Strings)).saturating_sub(used);
+    let used =
+        measure(&json!({"experimental": {"soak": Value::Object(soak.clone())}})).string_bytes;
+    let pad =
+        (HANDSHAKE_MAX_STRING_BYTES + usize::from(over == Over::Strings)).saturating_sub(used);
     soak.insert("pad".into(), json!("p".repeat(pad)));
     json!({"experimental": {"soak": Value::Object(soak)}})
 }
@@ -213,7 +223,9 @@ pub(crate) fn values_over() -> Vec<u8> {
 /// A `ping` whose `params.pad` is an array of zeros sized so the whole body scans as exactly
 /// `limits.json_max_values` values (accepted).
 pub(crate) fn ping_with_values_at_limit(id: u64) -> Vec<u8> {
-    let frame = |n: usize| format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping","params":{{"pad":{}}}}}"#, zeros(n));
+    let frame = |n: usize| {
+        format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping","params":{{"pad":{}}}}}"#, zeros(n))
+    };
     let probe = scan(frame(1).as_bytes()).0;
     frame(1 + JSON_MAX_VALUES - probe).into_bytes()
 }
@@ -222,7 +234,12 @@ pub(crate) fn ping_with_values_at_limit(id: u64) -> Vec<u8> {
 pub(crate) fn ping_with_depth(id: u64, depth: usize) -> Vec<u8> {
     // The envelope and `params` take two levels.
     let n = depth.saturating_sub(2);
-    format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping","params":{{"pad":{}{}}}}}"#, "[".repeat(n), "]".repeat(n)).into_bytes()
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"ping","params":{{"pad":{}{}}}}}"#,
+        "[".repeat(n),
+        "]".repeat(n)
+    )
+    .into_bytes()
 }
 
 /// A `tools/call echo` of `text`, with request id `id`.
@@ -241,10 +258,20 @@ mod tests {
 
     #[test]
     fn handshake_capabilities_sit_exactly_at_or_one_past_each_limit() {
-        let at = Measure { values: HANDSHAKE_MAX_VALUES, depth: HANDSHAKE_MAX_DEPTH, string_bytes: HANDSHAKE_MAX_STRING_BYTES };
+        let at = Measure {
+            values: HANDSHAKE_MAX_VALUES,
+            depth: HANDSHAKE_MAX_DEPTH,
+            string_bytes: HANDSHAKE_MAX_STRING_BYTES,
+        };
         assert_eq!(measure(&handshake_capabilities(Over::Nothing)), at);
-        assert_eq!(measure(&handshake_capabilities(Over::Values)), Measure { values: at.values + 1, ..at });
-        assert_eq!(measure(&handshake_capabilities(Over::Depth)), Measure { depth: at.depth + 1, values: at.values, ..at });
+        assert_eq!(
+            measure(&handshake_capabilities(Over::Values)),
+            Measure { values: at.values + 1, ..at }
+        );
+        assert_eq!(
+            measure(&handshake_capabilities(Over::Depth)),
+            Measure { depth: at.depth + 1, values: at.values, ..at }
+        );
         let strings = measure(&handshake_capabilities(Over::Strings));
         assert_eq!(strings, Measure { string_bytes: at.string_bytes + 1, ..at });
     }
@@ -265,22 +292,54 @@ mod tests {
     /// defaults or its counting fails here rather than quietly moving a probe off its limit.
     #[test]
     fn the_probes_sit_at_or_one_past_the_hosts_own_limits() {
-        use mcp_runtime::proto::limits::{HandshakeBound, Limit, MessageLimits, check_handshake, scan as host_scan};
+        use mcp_runtime::proto::limits::{
+            HandshakeBound, Limit, MessageLimits, check_handshake, scan as host_scan,
+        };
         let l = MessageLimits::default();
-        let mirrored = (JSON_MAX_VALUES, JSON_MAX_DEPTH, ID_MAX_BYTES, METHOD_MAX_BYTES, NAME_MAX_BYTES, URI_MAX_BYTES);
-        assert_eq!(mirrored, (l.json_max_values, l.json_max_depth, l.id_max_bytes, l.method_max_bytes, l.name_max_bytes, l.uri_max_bytes));
+        let mirrored = (
+            JSON_MAX_VALUES,
+            JSON_MAX_DEPTH,
+            ID_MAX_BYTES,
+            METHOD_MAX_BYTES,
+            NAME_MAX_BYTES,
+            URI_MAX_BYTES,
+        );
+        assert_eq!(
+            mirrored,
+            (
+                l.json_max_values,
+                l.json_max_depth,
+                l.id_max_bytes,
+                l.method_max_bytes,
+                l.name_max_bytes,
+                l.uri_max_bytes
+            )
+        );
         let h = l.handshake;
-        assert_eq!((HANDSHAKE_MAX_VALUES, HANDSHAKE_MAX_DEPTH, HANDSHAKE_MAX_STRING_BYTES), (h.max_values, h.max_depth, h.max_string_bytes));
+        assert_eq!(
+            (HANDSHAKE_MAX_VALUES, HANDSHAKE_MAX_DEPTH, HANDSHAKE_MAX_STRING_BYTES),
+            (h.max_values, h.max_depth, h.max_string_bytes)
+        );
         assert_eq!(MAX_BODY_BYTES, mcp_runtime::config::SecurityConfig::default().max_body_bytes);
         let info = json!({});
         assert!(check_handshake(&handshake_capabilities(Over::Nothing), &info, &h).is_ok());
-        for (over, bound) in [(Over::Values, HandshakeBound::Values), (Over::Depth, HandshakeBound::Depth), (Over::Strings, HandshakeBound::StringBytes)] {
-            assert_eq!(check_handshake(&handshake_capabilities(over), &info, &h).unwrap_err().limit, Limit::Capabilities(bound));
+        for (over, bound) in [
+            (Over::Values, HandshakeBound::Values),
+            (Over::Depth, HandshakeBound::Depth),
+            (Over::Strings, HandshakeBound::StringBytes),
+        ] {
+            assert_eq!(
+                check_handshake(&handshake_capabilities(over), &info, &h).unwrap_err().limit,
+                Limit::Capabilities(bound)
+            );
         }
         assert!(host_scan(&ping_with_values_at_limit(7), &l).is_ok());
         assert_eq!(host_scan(&values_over(), &l).unwrap_err().limit, Limit::JsonValues);
         assert!(host_scan(&ping_with_depth(7, JSON_MAX_DEPTH), &l).is_ok());
-        assert_eq!(host_scan(&ping_with_depth(7, JSON_MAX_DEPTH + 1), &l).unwrap_err().limit, Limit::JsonDepth);
+        assert_eq!(
+            host_scan(&ping_with_depth(7, JSON_MAX_DEPTH + 1), &l).unwrap_err().limit,
+            Limit::JsonDepth
+        );
     }
 
     #[test]
@@ -298,12 +357,26 @@ mod tests {
         // The host's minimum.
         const { assert!(REQUEST_MEMORY_BYTES >= 1 << 20) };
         // Every modern pinned call gets a place of its caller's (it is refused for memory).
-        const { assert!(PINNED_FIT < MODERN_PER_CALLER && MODERN_MAX_IN_FLIGHT.is_multiple_of(MODERN_PER_CALLER)) };
+        const {
+            assert!(
+                PINNED_FIT < MODERN_PER_CALLER
+                    && MODERN_MAX_IN_FLIGHT.is_multiple_of(MODERN_PER_CALLER)
+            )
+        };
         let (peak, n) = large_at_once();
-        assert!(n >= 1 && peak * n as usize <= REQUEST_MEMORY_BYTES - REQUEST_MEMORY_RESERVE, "{peak} x {n}");
+        assert!(
+            n >= 1 && peak * n as usize <= REQUEST_MEMORY_BYTES - REQUEST_MEMORY_RESERVE,
+            "{peak} x {n}"
+        );
         // A small request of another kind is charged a few KiB.
         assert!(charge_of(&echo(&json!(1), "churn 1 0")) < 8 << 10);
-        assert!(charge_of(&modern_request(&json!(1), "tools/call", json!({"name": "soak_flood", "arguments": holding_args()}))) < 8 << 10);
+        assert!(
+            charge_of(&modern_request(
+                &json!(1),
+                "tools/call",
+                json!({"name": "soak_flood", "arguments": holding_args()})
+            )) < 8 << 10
+        );
     }
 
     #[test]

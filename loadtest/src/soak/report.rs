@@ -56,7 +56,12 @@ pub(crate) struct Gate {
 }
 
 impl Gate {
-    fn new(name: impl Into<String>, value: impl Into<String>, threshold: impl Into<String>, pass: bool) -> Gate {
+    fn new(
+        name: impl Into<String>,
+        value: impl Into<String>,
+        threshold: impl Into<String>,
+        pass: bool,
+    ) -> Gate {
         Gate { name: name.into(), value: value.into(), threshold: threshold.into(), pass }
     }
 }
@@ -68,65 +73,138 @@ fn or_unknown<T: ToString>(v: Option<T>) -> String {
 /// Every gate. A figure that could not be measured fails its gate.
 pub(crate) fn evaluate(m: &Measured) -> Vec<Gate> {
     let t = &m.tally;
-    let ends = |f: &dyn Fn(&RoundEnd) -> String| m.rounds.iter().map(f).collect::<Vec<_>>().join(", ");
+    let ends =
+        |f: &dyn Fn(&RoundEnd) -> String| m.rounds.iter().map(f).collect::<Vec<_>>().join(", ");
     let all_zero = |f: &dyn Fn(&RoundEnd) -> bool| !m.rounds.is_empty() && m.rounds.iter().all(f);
     let mut gates = vec![
-        Gate::new("host still running at the end", if m.host_running { "running" } else { "exited" }, "running", m.host_running),
-        Gate::new("sessions return to 0 (each round)", ends(&|r| or_unknown(r.sessions)), "0", all_zero(&|r| r.sessions == Some(0))),
-        Gate::new("streams return to 0 (each round)", ends(&|r| or_unknown(r.streams)), "0", all_zero(&|r| r.streams == Some(0))),
-        Gate::new("request memory returns to 0 (each round)", ends(&|r| or_unknown(r.request_memory_bytes)), "0", all_zero(&|r| r.request_memory_bytes == Some(0))),
+        Gate::new(
+            "host still running at the end",
+            if m.host_running { "running" } else { "exited" },
+            "running",
+            m.host_running,
+        ),
+        Gate::new(
+            "sessions return to 0 (each round)",
+            ends(&|r| or_unknown(r.sessions)),
+            "0",
+            all_zero(&|r| r.sessions == Some(0)),
+        ),
+        Gate::new(
+            "streams return to 0 (each round)",
+            ends(&|r| or_unknown(r.streams)),
+            "0",
+            all_zero(&|r| r.streams == Some(0)),
+        ),
+        Gate::new(
+            "request memory returns to 0 (each round)",
+            ends(&|r| or_unknown(r.request_memory_bytes)),
+            "0",
+            all_zero(&|r| r.request_memory_bytes == Some(0)),
+        ),
     ];
     let final_rss = m.rounds.last().and_then(|r| r.rss_kib);
     let rss_pass = matches!((m.idle_rss_kib, final_rss), (Some(i), Some(f)) if i > 0 && f <= RSS_GROWTH_LIMIT * i);
     gates.push(Gate::new(
         "final RSS within 2 × idle RSS",
         format!("{} KiB final, {} KiB idle", or_unknown(final_rss), or_unknown(m.idle_rss_kib)),
-        format!("<= {}", m.idle_rss_kib.map_or_else(|| "2 × idle".into(), |i| format!("{} KiB", RSS_GROWTH_LIMIT * i))),
+        format!(
+            "<= {}",
+            m.idle_rss_kib
+                .map_or_else(|| "2 × idle".into(), |i| format!("{} KiB", RSS_GROWTH_LIMIT * i))
+        ),
         rss_pass,
     ));
-    gates.push(Gate::new("answers as expected (none refused but the deliberate probes)", format!("{} unexpected of {} requests", t.unexpected, t.requests), "0 unexpected", t.unexpected == 0 && t.requests > 0));
-    gates.push(Gate::new("client tasks ended by the hard deadline", m.clients_overran.to_string(), "0 overran", m.clients_overran == 0));
+    gates.push(Gate::new(
+        "answers as expected (none refused but the deliberate probes)",
+        format!("{} unexpected of {} requests", t.unexpected, t.requests),
+        "0 unexpected",
+        t.unexpected == 0 && t.requests > 0,
+    ));
+    gates.push(Gate::new(
+        "client tasks ended by the hard deadline",
+        m.clients_overran.to_string(),
+        "0 overran",
+        m.clients_overran == 0,
+    ));
     // Host-side refusals must be exactly the documented answers the clients provoked.
-    let mut causes: Vec<&str> = m.host_refused.keys().map(String::as_str).chain(t.refused.keys().copied()).collect();
+    let mut causes: Vec<&str> =
+        m.host_refused.keys().map(String::as_str).chain(t.refused.keys().copied()).collect();
     causes.sort_unstable();
     causes.dedup();
     let mismatched: Vec<String> = causes
         .iter()
         .filter_map(|c| {
-            let (host, provoked) = (m.host_refused.get(*c).copied().unwrap_or(0), t.refused.get(c).copied().unwrap_or(0));
+            let (host, provoked) = (
+                m.host_refused.get(*c).copied().unwrap_or(0),
+                t.refused.get(c).copied().unwrap_or(0),
+            );
             (host != provoked).then(|| format!("{c}: host {host}, provoked {provoked}"))
         })
         .collect();
     let total: u64 = m.host_refused.values().sum();
     gates.push(Gate::new(
         "host refusals are the provoked limits, cause by cause",
-        if mismatched.is_empty() { format!("{total} refusals, all provoked") } else { mismatched.join("; ") },
+        if mismatched.is_empty() {
+            format!("{total} refusals, all provoked")
+        } else {
+            mismatched.join("; ")
+        },
         "host = provoked for every cause",
         mismatched.is_empty(),
     ));
     // Server-side proof of the deadlines and of the gap ending its request: one each per
     // elicitation left unanswered, and per resume into a gap of a tool still running.
     let host_counts = [
-        (Kind::Elicitation, "elicitation-create", m.host_timed_out, "host timed out every unanswered elicitation (client_requests_timed_out)"),
-        (Kind::Gap, "resume", m.host_ended_by_gap, "host ended every request whose resume found a gap (requests_ended_by_gap)"),
+        (
+            Kind::Elicitation,
+            "elicitation-create",
+            m.host_timed_out,
+            "host timed out every unanswered elicitation (client_requests_timed_out)",
+        ),
+        (
+            Kind::Gap,
+            "resume",
+            m.host_ended_by_gap,
+            "host ended every request whose resume found a gap (requests_ended_by_gap)",
+        ),
     ];
     for (kind, step, host, name) in host_counts.into_iter().filter(|(k, ..)| m.kinds.contains(k)) {
         let seen = t.steps.get(&format!("{}/{step}", kind.name())).map_or(0, |c| c.as_expected);
-        gates.push(Gate::new(name, format!("host {}, clients {seen}", or_unknown(host)), "host = clients, > 0", seen > 0 && host == Some(seen)));
+        gates.push(Gate::new(
+            name,
+            format!("host {}, clients {seen}", or_unknown(host)),
+            "host = clients, > 0",
+            seen > 0 && host == Some(seen),
+        ));
     }
     if m.kinds.contains(&Kind::ReceiptFlood) {
         let bound = super::payloads::FLOOD_TOTAL_BYTES + super::payloads::FLOOD_SLACK_BYTES;
         let peak = m.peak_kept_receipt_bytes;
-        gates.push(Gate::new("receipts kept within ledger.receipt_bytes_total and one receipt (every sample)", or_unknown(peak), format!("<= {bound} bytes"), peak.is_some_and(|p| p > 0 && p <= bound)));
+        gates.push(Gate::new(
+            "receipts kept within ledger.receipt_bytes_total and one receipt (every sample)",
+            or_unknown(peak),
+            format!("<= {bound} bytes"),
+            peak.is_some_and(|p| p > 0 && p <= bound),
+        ));
     }
     for (kind, step, answer) in PROBES.into_iter().filter(|(k, _, _)| m.kinds.contains(k)) {
         let key = format!("{}/{step}", kind.name());
         let c = t.steps.get(&key).cloned().unwrap_or_default();
-        gates.push(Gate::new(format!("probe {key}: {answer}"), format!("{}/{}", c.as_expected, c.sent), "all sent, > 0", c.sent > 0 && c.as_expected == c.sent));
+        gates.push(Gate::new(
+            format!("probe {key}: {answer}"),
+            format!("{}/{}", c.as_expected, c.sent),
+            "all sent, > 0",
+            c.sent > 0 && c.as_expected == c.sent,
+        ));
     }
     for kind in m.kinds.iter().copied() {
         let c = t.kinds.get(&kind).cloned().unwrap_or_default();
-        gates.push(Gate::new(format!("traffic {} ran", kind.name()), format!("{} of {} iterations completed", c.completed, c.started), "> 0", c.completed > 0));
+        gates.push(Gate::new(
+            format!("traffic {} ran", kind.name()),
+            format!("{} of {} iterations completed", c.completed, c.started),
+            "> 0",
+            c.completed > 0,
+        ));
     }
     gates
 }
@@ -170,10 +248,21 @@ pub(crate) fn render(r: &Value) -> String {
         r["host"]["settle_seconds"],
         c["requests"],
         r["requests_per_s"].as_f64().unwrap_or(0.0),
-        r["kinds"].as_array().map(|k| k.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(",")).unwrap_or_default(),
+        r["kinds"]
+            .as_array()
+            .map(|k| k.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(","))
+            .unwrap_or_default(),
     );
     let rss = &r["rss_kib"];
-    let _ = writeln!(out, "RSS MiB: idle {}, peak {} (VmHWM {}), final {} (gate: <= {})", mib(&rss["idle"]), mib(&rss["peak"]), mib(&rss["peak_hwm"]), mib(&rss["final"]), mib(&rss["limit"]));
+    let _ = writeln!(
+        out,
+        "RSS MiB: idle {}, peak {} (VmHWM {}), final {} (gate: <= {})",
+        mib(&rss["idle"]),
+        mib(&rss["peak"]),
+        mib(&rss["peak_hwm"]),
+        mib(&rss["final"]),
+        mib(&rss["limit"])
+    );
     let _ = writeln!(
         out,
         "\n| round | peak RSS MiB | final RSS MiB | peak sessions | sessions 0 after | final sessions | peak streams | streams 0 after | final streams | peak stream memory B | peak / final request memory B | peak modern in flight |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
@@ -201,10 +290,20 @@ pub(crate) fn render(r: &Value) -> String {
     let _ = writeln!(
         out,
         "host counters: client_requests_timed_out {}, requests_ended_by_gap {}, streams_evicted {}, gaps {}, resumes {}, events {}, budget_trimmed {}",
-        h["client_requests_timed_out"], h["requests_ended_by_gap"], h["streams_evicted"], h["gaps"], h["resumes"], h["events"], h["budget_trimmed"]
+        h["client_requests_timed_out"],
+        h["requests_ended_by_gap"],
+        h["streams_evicted"],
+        h["gaps"],
+        h["resumes"],
+        h["events"],
+        h["budget_trimmed"]
     );
     let g = &c["replaced_get"];
-    let _ = writeln!(out, "replaced GET streams: first connection ended by the server {}, still open after 5 s {}", g["first_ended"], g["first_still_open"]);
+    let _ = writeln!(
+        out,
+        "replaced GET streams: first connection ended by the server {}, still open after 5 s {}",
+        g["first_ended"], g["first_still_open"]
+    );
     let _ = writeln!(out, "\n| traffic kind | iterations | completed |\n|---|---:|---:|");
     for (k, v) in c["kinds"].as_object().into_iter().flatten() {
         let _ = writeln!(out, "| {k} | {} | {} |", v["started"], v["completed"]);
@@ -215,11 +314,22 @@ pub(crate) fn render(r: &Value) -> String {
     }
     let _ = writeln!(out, "\n| refusal cause | host | provoked (client side) |\n|---|---:|---:|");
     let (host, client) = (&r["refusals"]["host"], &r["refusals"]["client"]);
-    let mut causes: Vec<&String> = host.as_object().into_iter().flatten().chain(client.as_object().into_iter().flatten()).map(|(k, _)| k).collect();
+    let mut causes: Vec<&String> = host
+        .as_object()
+        .into_iter()
+        .flatten()
+        .chain(client.as_object().into_iter().flatten())
+        .map(|(k, _)| k)
+        .collect();
     causes.sort();
     causes.dedup();
     for cause in causes {
-        let _ = writeln!(out, "| {cause} | {} | {} |", host[cause].as_u64().unwrap_or(0), client[cause].as_u64().unwrap_or(0));
+        let _ = writeln!(
+            out,
+            "| {cause} | {} | {} |",
+            host[cause].as_u64().unwrap_or(0),
+            client[cause].as_u64().unwrap_or(0)
+        );
     }
     let _ = writeln!(out, "\n| gate | value | threshold | result |\n|---|---|---|---|");
     for g in r["gates"].as_array().into_iter().flatten() {
@@ -246,44 +356,105 @@ pub(crate) fn svg(r: &Value) -> String {
     const H: f64 = 260.0;
     const LEFT: f64 = 70.0;
     const RIGHT: f64 = 150.0;
-    let samples: Vec<&Value> = r["samples"].as_array().map(|a| a.iter().collect()).unwrap_or_default();
+    let samples: Vec<&Value> =
+        r["samples"].as_array().map(|a| a.iter().collect()).unwrap_or_default();
     let t_max = samples.iter().filter_map(|s| s["t_ms"].as_f64()).fold(1.0, f64::max);
     let x = |t: f64| LEFT + t / t_max * (W - LEFT - RIGHT);
-    let mut out = format!("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{}\" font-family=\"sans-serif\" font-size=\"11\">\n", 2.0 * H + 50.0);
+    let mut out = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{}\" font-family=\"sans-serif\" font-size=\"11\">\n",
+        2.0 * H + 50.0
+    );
     let limit_mib = r["rss_kib"]["limit"].as_f64().map(|k| k / 1024.0);
     let rss = ("RSS (MiB)", vec![("rss", "#1f77b4", "rss_kib", 1.0 / 1024.0)], limit_mib);
-    let counts = ("Sessions and streams", vec![("sessions", "#d62728", "sessions", 1.0), ("streams", "#2ca02c", "streams", 1.0)], None);
+    let counts = (
+        "Sessions and streams",
+        vec![("sessions", "#d62728", "sessions", 1.0), ("streams", "#2ca02c", "streams", 1.0)],
+        None,
+    );
     for (pi, (title, lines, limit)) in [rss, counts].into_iter().enumerate() {
         let top = pi as f64 * (H + 25.0) + 25.0;
         let bottom = top + H - 25.0;
-        let _ = writeln!(out, "<text x=\"{LEFT}\" y=\"{}\" font-size=\"13\">{title} over time (s)</text>", top - 8.0);
-        let max = lines.iter().flat_map(|(_, _, key, scale)| samples.iter().filter_map(move |s| s[*key].as_f64().map(|v| v * scale))).chain(limit).fold(1.0, f64::max) * 1.1;
+        let _ = writeln!(
+            out,
+            "<text x=\"{LEFT}\" y=\"{}\" font-size=\"13\">{title} over time (s)</text>",
+            top - 8.0
+        );
+        let max = lines
+            .iter()
+            .flat_map(|(_, _, key, scale)| {
+                samples.iter().filter_map(move |s| s[*key].as_f64().map(|v| v * scale))
+            })
+            .chain(limit)
+            .fold(1.0, f64::max)
+            * 1.1;
         let y = |v: f64| bottom - v / max * (H - 40.0);
         for i in 0..=4 {
             let v = max * f64::from(i) / 4.0;
-            let _ = writeln!(out, "<line x1=\"{LEFT}\" x2=\"{0}\" y1=\"{1:.1}\" y2=\"{1:.1}\" stroke=\"#ddd\"/><text x=\"{2}\" y=\"{1:.1}\" text-anchor=\"end\">{v:.0}</text>", W - RIGHT, y(v), LEFT - 5.0);
+            let _ = writeln!(
+                out,
+                "<line x1=\"{LEFT}\" x2=\"{0}\" y1=\"{1:.1}\" y2=\"{1:.1}\" stroke=\"#ddd\"/><text x=\"{2}\" y=\"{1:.1}\" text-anchor=\"end\">{v:.0}</text>",
+                W - RIGHT,
+                y(v),
+                LEFT - 5.0
+            );
         }
         for i in 0..=5 {
             let t = t_max * f64::from(i) / 5.0;
-            let _ = writeln!(out, "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{:.0}</text>", x(t), bottom + 14.0, t / 1000.0);
+            let _ = writeln!(
+                out,
+                "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{:.0}</text>",
+                x(t),
+                bottom + 14.0,
+                t / 1000.0
+            );
         }
         for round in r["round_results"].as_array().into_iter().flatten() {
             for (label, key) in [("traffic", "traffic_start_ms"), ("silence", "traffic_end_ms")] {
                 if let Some(t) = round[key].as_f64() {
-                    let _ = writeln!(out, "<line x1=\"{0:.1}\" x2=\"{0:.1}\" y1=\"{top}\" y2=\"{bottom}\" stroke=\"#555\" stroke-dasharray=\"4,3\"/><text x=\"{1:.1}\" y=\"{2}\">{label} →</text>", x(t), x(t) + 3.0, top + 10.0);
+                    let _ = writeln!(
+                        out,
+                        "<line x1=\"{0:.1}\" x2=\"{0:.1}\" y1=\"{top}\" y2=\"{bottom}\" stroke=\"#555\" stroke-dasharray=\"4,3\"/><text x=\"{1:.1}\" y=\"{2}\">{label} →</text>",
+                        x(t),
+                        x(t) + 3.0,
+                        top + 10.0
+                    );
                 }
             }
         }
         if let Some(l) = limit {
-            let _ = writeln!(out, "<line x1=\"{LEFT}\" x2=\"{0}\" y1=\"{1:.1}\" y2=\"{1:.1}\" stroke=\"#ff7f0e\" stroke-dasharray=\"6,3\"/><text x=\"{2}\" y=\"{1:.1}\" fill=\"#ff7f0e\">gate: 2 × idle</text>", W - RIGHT, y(l), W - RIGHT + 5.0);
+            let _ = writeln!(
+                out,
+                "<line x1=\"{LEFT}\" x2=\"{0}\" y1=\"{1:.1}\" y2=\"{1:.1}\" stroke=\"#ff7f0e\" stroke-dasharray=\"6,3\"/><text x=\"{2}\" y=\"{1:.1}\" fill=\"#ff7f0e\">gate: 2 × idle</text>",
+                W - RIGHT,
+                y(l),
+                W - RIGHT + 5.0
+            );
         }
         for (n, (label, color, key, scale)) in lines.iter().enumerate() {
-            let points: Vec<String> = samples.iter().filter_map(|s| Some(format!("{:.1},{:.1}", x(s["t_ms"].as_f64()?), y(s[*key].as_f64()? * scale)))).collect();
+            let points: Vec<String> = samples
+                .iter()
+                .filter_map(|s| {
+                    Some(format!(
+                        "{:.1},{:.1}",
+                        x(s["t_ms"].as_f64()?),
+                        y(s[*key].as_f64()? * scale)
+                    ))
+                })
+                .collect();
             if points.is_empty() {
                 continue;
             }
-            let _ = writeln!(out, "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"1.5\" points=\"{}\"/>", points.join(" "));
-            let _ = writeln!(out, "<text x=\"{}\" y=\"{}\" fill=\"{color}\">{label}</text>", W - RIGHT + 5.0, top + 30.0 + 14.0 * n as f64);
+            let _ = writeln!(
+                out,
+                "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"1.5\" points=\"{}\"/>",
+                points.join(" ")
+            );
+            let _ = writeln!(
+                out,
+                "<text x=\"{}\" y=\"{}\" fill=\"{color}\">{label}</text>",
+                W - RIGHT + 5.0,
+                top + 30.0 + 14.0 * n as f64
+            );
         }
     }
     out.push_str("</svg>\n");

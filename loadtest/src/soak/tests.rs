@@ -35,11 +35,19 @@ fn clean() -> Measured {
     for (k, step, _) in PROBES {
         t.steps.insert(format!("{}/{step}", k.name()), StepCount { sent: 2, as_expected: 2 });
     }
-    t.steps.insert("unanswered-elicitation/elicitation-create".into(), StepCount { sent: 2, as_expected: 2 });
+    t.steps.insert(
+        "unanswered-elicitation/elicitation-create".into(),
+        StepCount { sent: 2, as_expected: 2 },
+    );
     t.refused = BTreeMap::from([("limit.json", 4), (CAUSE_BODY, 4)]);
     Measured {
         idle_rss_kib: Some(8_000),
-        rounds: vec![RoundEnd { sessions: Some(0), streams: Some(0), request_memory_bytes: Some(0), rss_kib: Some(12_000) }],
+        rounds: vec![RoundEnd {
+            sessions: Some(0),
+            streams: Some(0),
+            request_memory_bytes: Some(0),
+            rss_kib: Some(12_000),
+        }],
         host_refused: BTreeMap::from([("limit.json".to_owned(), 4), (CAUSE_BODY.to_owned(), 4)]),
         host_timed_out: Some(2),
         host_ended_by_gap: Some(2),
@@ -63,8 +71,15 @@ fn a_clean_soak_passes_every_gate() {
 #[test]
 fn receipts_kept_past_the_total_fail_the_soak() {
     let mut m = clean();
-    m.peak_kept_receipt_bytes = Some(super::payloads::FLOOD_TOTAL_BYTES + super::payloads::FLOOD_SLACK_BYTES + 1);
-    assert_eq!(failing(&m), vec!["receipts kept within ledger.receipt_bytes_total and one receipt (every sample)".to_owned()]);
+    m.peak_kept_receipt_bytes =
+        Some(super::payloads::FLOOD_TOTAL_BYTES + super::payloads::FLOOD_SLACK_BYTES + 1);
+    assert_eq!(
+        failing(&m),
+        vec![
+            "receipts kept within ledger.receipt_bytes_total and one receipt (every sample)"
+                .to_owned()
+        ]
+    );
     m.peak_kept_receipt_bytes = None;
     assert_eq!(failing(&m).len(), 1, "an unmeasured figure fails its gate");
 }
@@ -86,7 +101,15 @@ fn each_defect_fails_its_own_gate() {
     m.rounds[0].sessions = None;
     only(&m, "sessions return to 0");
     let mut m = clean();
-    m.rounds.insert(0, RoundEnd { sessions: Some(1), streams: Some(0), request_memory_bytes: Some(0), rss_kib: Some(9_000) });
+    m.rounds.insert(
+        0,
+        RoundEnd {
+            sessions: Some(1),
+            streams: Some(0),
+            request_memory_bytes: Some(0),
+            rss_kib: Some(9_000),
+        },
+    );
     only(&m, "sessions return to 0");
     let mut m = clean();
     m.rounds[0].streams = Some(2);
@@ -119,7 +142,9 @@ fn each_defect_fails_its_own_gate() {
     m.host_refused.insert("limit.json".into(), 3);
     only(&m, "host refusals are the provoked limits");
     let mut m = clean();
-    m.tally.steps.insert("large-payloads/values-over".into(), StepCount { sent: 2, as_expected: 1 });
+    m.tally
+        .steps
+        .insert("large-payloads/values-over".into(), StepCount { sent: 2, as_expected: 1 });
     only(&m, "probe large-payloads/values-over");
     let mut m = clean();
     m.tally.steps.remove("resume-into-gap/reuse-id");
@@ -162,25 +187,65 @@ fn answers_are_classified_by_status_and_code() {
     assert_eq!(classify(Expect::Result, 200, Some(&result)), Verdict::Ok);
     assert_eq!(classify(Expect::Status(202), 202, None), Verdict::Ok);
     assert_eq!(classify(Expect::RpcError(-32005), 200, Some(&err(-32005, None))), Verdict::Ok);
-    assert_eq!(classify(values, 400, Some(&err(-32600, Some("number of JSON values (limits.json_max_values)")))), Verdict::Refused("limit.json"));
-    assert_eq!(classify(Expect::TooLarge, 413, Some(&err(-32000, None))), Verdict::Refused(CAUSE_BODY));
+    assert_eq!(
+        classify(
+            values,
+            400,
+            Some(&err(-32600, Some("number of JSON values (limits.json_max_values)")))
+        ),
+        Verdict::Refused("limit.json")
+    );
+    assert_eq!(
+        classify(Expect::TooLarge, 413, Some(&err(-32000, None))),
+        Verdict::Refused(CAUSE_BODY)
+    );
     let unexpected = |v: Verdict| match v {
         Verdict::Unexpected(why) => why,
         other => panic!("expected a failure, got {other:?}"),
     };
-    assert!(unexpected(classify(Expect::Result, 500, Some(&err(-32603, None)))).starts_with("server error"));
-    assert!(unexpected(classify(Expect::Result, 404, Some(&err(-32001, None)))).starts_with("404 on a live session"));
+    assert!(
+        unexpected(classify(Expect::Result, 500, Some(&err(-32603, None))))
+            .starts_with("server error")
+    );
+    assert!(
+        unexpected(classify(Expect::Result, 404, Some(&err(-32001, None))))
+            .starts_with("404 on a live session")
+    );
     assert!(unexpected(classify(Expect::Result, 409, Some(&err(-32003, None)))).starts_with("409"));
-    assert!(unexpected(classify(Expect::Result, 400, Some(&err(-32600, None)))).starts_with("unexpected 400"));
-    assert!(unexpected(classify(Expect::Result, 503, Some(&err(-32006, None)))).starts_with("refused for load"));
+    assert!(
+        unexpected(classify(Expect::Result, 400, Some(&err(-32600, None))))
+            .starts_with("unexpected 400")
+    );
+    assert!(
+        unexpected(classify(Expect::Result, 503, Some(&err(-32006, None))))
+            .starts_with("refused for load")
+    );
     // A refusal of the wrong limit, or with the wrong code, is not the documented answer.
-    assert!(unexpected(classify(values, 400, Some(&err(-32600, Some("JSON nesting depth (limits.json_max_depth)"))))).starts_with("unexpected 400"));
-    assert!(unexpected(classify(values, 400, Some(&err(-32000, Some("limits.json_max_values"))))).starts_with("unexpected 400"));
+    assert!(
+        unexpected(classify(
+            values,
+            400,
+            Some(&err(-32600, Some("JSON nesting depth (limits.json_max_depth)")))
+        ))
+        .starts_with("unexpected 400")
+    );
+    assert!(
+        unexpected(classify(values, 400, Some(&err(-32000, Some("limits.json_max_values")))))
+            .starts_with("unexpected 400")
+    );
     // A gap answered as "gone" (410) or replayed as a result is not the documented answer.
-    assert!(unexpected(classify(Expect::RpcError(-32005), 410, Some(&err(-32005, None)))).starts_with("unexpected status"));
-    assert!(unexpected(classify(Expect::RpcError(-32005), 200, Some(&result))).starts_with("unexpected answer"));
+    assert!(
+        unexpected(classify(Expect::RpcError(-32005), 410, Some(&err(-32005, None))))
+            .starts_with("unexpected status")
+    );
+    assert!(
+        unexpected(classify(Expect::RpcError(-32005), 200, Some(&result)))
+            .starts_with("unexpected answer")
+    );
     assert!(unexpected(classify(Expect::Result, 200, None)).contains("no JSON-RPC message"));
-    assert!(unexpected(classify(Expect::TooLarge, 200, Some(&result))).starts_with("unexpected answer"));
+    assert!(
+        unexpected(classify(Expect::TooLarge, 200, Some(&result))).starts_with("unexpected answer")
+    );
 }
 
 #[test]
@@ -208,7 +273,10 @@ fn settle_time_and_host_settings_follow_the_flags() {
     // 3 × 3 s TTL + 3 s retention + 2 × 1 s keep-alive + 2 s.
     assert_eq!(s.default_settle_secs(), 16);
     assert_eq!(SoakSpec { settle_seconds: Some(5), ..spec() }.settle(), Duration::from_secs(5));
-    assert_eq!(SoakSpec { session_ttl_secs: 3600, ..spec() }.default_settle_secs(), MAX_SETTLE_SECS);
+    assert_eq!(
+        SoakSpec { session_ttl_secs: 3600, ..spec() }.default_settle_secs(),
+        MAX_SETTLE_SECS
+    );
     let args = s.host_args(Path::new("/tmp/x.toml")).join(" ");
     assert_eq!(
         args,

@@ -46,7 +46,13 @@ const TURN_GRACE: Duration = Duration::from_secs(10);
 /// The callers of `modern-slot-hog` (the host counts a caller by its address without
 /// authentication; Linux routes all of 127/8 to the loopback interface): the first four fill
 /// the whole bound, one share each, the fifth finds it full.
-const HOG_CALLERS: [Ipv4Addr; 5] = [Ipv4Addr::new(127, 0, 0, 11), Ipv4Addr::new(127, 0, 0, 12), Ipv4Addr::new(127, 0, 0, 13), Ipv4Addr::new(127, 0, 0, 14), Ipv4Addr::new(127, 0, 0, 15)];
+const HOG_CALLERS: [Ipv4Addr; 5] = [
+    Ipv4Addr::new(127, 0, 0, 11),
+    Ipv4Addr::new(127, 0, 0, 12),
+    Ipv4Addr::new(127, 0, 0, 13),
+    Ipv4Addr::new(127, 0, 0, 14),
+    Ipv4Addr::new(127, 0, 0, 15),
+];
 /// The caller of `pinned-arguments`' 2026-07-28 calls.
 const PINNED_CALLER: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 21);
 /// The callers of `receipt-flood`.
@@ -92,8 +98,19 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
-    pub(crate) const ALL: [Kind; 11] =
-        [Kind::Churn, Kind::Abandoned, Kind::ReplacedGet, Kind::Elicitation, Kind::Large, Kind::Gap, Kind::SlowBody, Kind::Stalled, Kind::ModernSlotHog, Kind::PinnedArguments, Kind::ReceiptFlood];
+    pub(crate) const ALL: [Kind; 11] = [
+        Kind::Churn,
+        Kind::Abandoned,
+        Kind::ReplacedGet,
+        Kind::Elicitation,
+        Kind::Large,
+        Kind::Gap,
+        Kind::SlowBody,
+        Kind::Stalled,
+        Kind::ModernSlotHog,
+        Kind::PinnedArguments,
+        Kind::ReceiptFlood,
+    ];
 
     /// The kind named `name` (as [`Kind::name`] spells it).
     pub(crate) fn parse(name: &str) -> Option<Kind> {
@@ -120,7 +137,12 @@ impl Kind {
     fn weight(self) -> usize {
         match self {
             Kind::Churn => 4,
-            Kind::Large | Kind::SlowBody | Kind::Stalled | Kind::ModernSlotHog | Kind::PinnedArguments | Kind::ReceiptFlood => 1,
+            Kind::Large
+            | Kind::SlowBody
+            | Kind::Stalled
+            | Kind::ModernSlotHog
+            | Kind::PinnedArguments
+            | Kind::ReceiptFlood => 1,
             Kind::Abandoned | Kind::ReplacedGet | Kind::Elicitation | Kind::Gap => 2,
         }
     }
@@ -151,17 +173,42 @@ pub(crate) enum Expect {
 }
 
 /// Past a caller's share of the 2026-07-28 places.
-const PAST_THE_SHARE: Expect = Expect::Refused { status: 429, code: -32007, says: "requests of this caller are running", cause: "quota.modern_in_flight" };
+const PAST_THE_SHARE: Expect = Expect::Refused {
+    status: 429,
+    code: -32007,
+    says: "requests of this caller are running",
+    cause: "quota.modern_in_flight",
+};
 /// Every 2026-07-28 place taken.
-const PAST_THE_BOUND: Expect = Expect::Refused { status: 503, code: -32006, says: "2026-07-28 requests running", cause: "overloaded.modern_in_flight" };
+const PAST_THE_BOUND: Expect = Expect::Refused {
+    status: 503,
+    code: -32006,
+    says: "2026-07-28 requests running",
+    cause: "overloaded.modern_in_flight",
+};
 /// A keyed write call of a flood: its result, or the refusal of a receipt bound (the
 /// caller's: 429; every caller's: 503).
 const FLOOD_CALL: Expect = Expect::ResultOr(&[
-    Expect::Refused { status: 429, code: -32007, says: "idempotency receipts", cause: "quota.receipts" },
-    Expect::Refused { status: 503, code: -32006, says: "ledger.receipt_bytes_total", cause: "overloaded.receipts" },
+    Expect::Refused {
+        status: 429,
+        code: -32007,
+        says: "idempotency receipts",
+        cause: "quota.receipts",
+    },
+    Expect::Refused {
+        status: 503,
+        code: -32006,
+        says: "ledger.receipt_bytes_total",
+        cause: "overloaded.receipts",
+    },
 ]);
 /// The request memory budget full.
-const PAST_THE_BUDGET: Expect = Expect::Refused { status: 503, code: -32006, says: "request memory budget", cause: "overloaded.request_memory" };
+const PAST_THE_BUDGET: Expect = Expect::Refused {
+    status: 503,
+    code: -32006,
+    says: "request memory budget",
+    cause: "overloaded.request_memory",
+};
 
 /// How an answer compares with its expectation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -188,7 +235,11 @@ const STALL_CUT_WITHIN: Duration = Duration::from_secs(8);
 pub(crate) fn classify(expect: Expect, status: u16, msg: Option<&Value>) -> Verdict {
     if let Expect::ResultOr(refusals) = expect {
         let as_result = classify(Expect::Result, status, msg);
-        return refusals.iter().map(|r| classify(*r, status, msg)).find(|v| !matches!(v, Verdict::Unexpected(_))).unwrap_or(as_result);
+        return refusals
+            .iter()
+            .map(|r| classify(*r, status, msg))
+            .find(|v| !matches!(v, Verdict::Unexpected(_)))
+            .unwrap_or(as_result);
     }
     let code = msg.and_then(|m| m["error"]["code"].as_i64());
     let limit = msg.and_then(|m| m["error"]["data"]["limit"].as_str());
@@ -196,10 +247,18 @@ pub(crate) fn classify(expect: Expect, status: u16, msg: Option<&Value>) -> Verd
         Expect::Status(s) => status == s,
         Expect::Result => status == 200 && msg.is_some_and(|m| m.get("result").is_some()),
         Expect::RpcError(c) => status == 200 && code == Some(c),
-        Expect::Limit { limit: want, .. } => status == 400 && code == Some(-32600) && limit.is_some_and(|l| l.contains(want)),
+        Expect::Limit { limit: want, .. } => {
+            status == 400 && code == Some(-32600) && limit.is_some_and(|l| l.contains(want))
+        }
         Expect::TooLarge => status == 413 && code == Some(-32000),
         Expect::BodyTimeout => status == 408 && code == Some(-32000),
-        Expect::Refused { status: s, code: c, says, .. } => status == s && code == Some(c) && msg.and_then(|m| m["error"]["message"].as_str()).is_some_and(|m| m.contains(says)),
+        Expect::Refused { status: s, code: c, says, .. } => {
+            status == s
+                && code == Some(c)
+                && msg
+                    .and_then(|m| m["error"]["message"].as_str())
+                    .is_some_and(|m| m.contains(says))
+        }
         Expect::ResultOr(_) => unreachable!("classified above"),
     };
     if as_expected {
@@ -221,7 +280,12 @@ pub(crate) fn classify(expect: Expect, status: u16, msg: Option<&Value>) -> Verd
         _ => "unexpected status",
     };
     let got = match msg {
-        Some(m) if m.get("error").is_some() => format!("error {} {:?}{}", code.map_or("?".into(), |c| c.to_string()), m["error"]["message"].as_str().unwrap_or_default(), limit.map(|l| format!(" (limit: {l})")).unwrap_or_default()),
+        Some(m) if m.get("error").is_some() => format!(
+            "error {} {:?}{}",
+            code.map_or("?".into(), |c| c.to_string()),
+            m["error"]["message"].as_str().unwrap_or_default(),
+            limit.map(|l| format!(" (limit: {l})")).unwrap_or_default()
+        ),
         Some(m) if m.get("result").is_some() => "a result".into(),
         Some(_) => "a JSON-RPC message without result or error".into(),
         None => "no JSON-RPC message".into(),
@@ -265,7 +329,13 @@ pub(crate) struct Tally {
 
 impl Tally {
     /// Record one answer (or why there was none); `true` if as expected.
-    pub(crate) fn record(&mut self, kind: Kind, step: &str, expect: Expect, outcome: Result<(u16, Option<Value>), String>) -> bool {
+    pub(crate) fn record(
+        &mut self,
+        kind: Kind,
+        step: &str,
+        expect: Expect,
+        outcome: Result<(u16, Option<Value>), String>,
+    ) -> bool {
         let key = format!("{}/{step}", kind.name());
         let verdict = match outcome {
             Ok((status, msg)) => classify(expect, status, msg.as_ref()),
@@ -365,7 +435,13 @@ pub(crate) struct Traffic {
 }
 
 impl Traffic {
-    pub(crate) fn new(target: Target, host: StatsFeed, rate: Option<f64>, seed: u64, kinds: Vec<Kind>) -> Traffic {
+    pub(crate) fn new(
+        target: Target,
+        host: StatsFeed,
+        rate: Option<f64>,
+        seed: u64,
+        kinds: Vec<Kind>,
+    ) -> Traffic {
         let interval = rate.filter(|r| *r > 0.0).map(|r| Duration::from_secs_f64(1.0 / r));
         let now = Instant::now();
         let (_, budget_permits) = payloads::large_at_once();
@@ -406,7 +482,10 @@ struct Answer {
 fn messages(head: &ResponseHead, body: &[u8]) -> Vec<Value> {
     if head.sse {
         let mut d = Decoder::new();
-        d.feed(body).into_iter().filter_map(|e| serde_json::from_str::<Value>(&e.data).ok()).collect()
+        d.feed(body)
+            .into_iter()
+            .filter_map(|e| serde_json::from_str::<Value>(&e.data).ok())
+            .collect()
     } else {
         match serde_json::from_slice::<Value>(body) {
             Ok(Value::Array(items)) => items,
@@ -419,7 +498,10 @@ fn messages(head: &ResponseHead, body: &[u8]) -> Vec<Value> {
 /// The message answering `id` (a response with that id), or else the first error body.
 fn answer_to(msgs: &[Value], id: Option<&Value>) -> Option<Value> {
     let is_response = |m: &Value| m.get("result").is_some() || m.get("error").is_some();
-    msgs.iter().find(|m| is_response(m) && id.is_none_or(|id| m.get("id") == Some(id))).or_else(|| msgs.iter().find(|m| m.get("error").is_some() && m.get("id").is_none())).cloned()
+    msgs.iter()
+        .find(|m| is_response(m) && id.is_none_or(|id| m.get("id") == Some(id)))
+        .or_else(|| msgs.iter().find(|m| m.get("error").is_some() && m.get("id").is_none()))
+        .cloned()
 }
 
 /// An open SSE response.
@@ -433,9 +515,16 @@ impl Stream {
     /// Read the next piece of the body (unbounded: callers bound it); the JSON messages it
     /// completed, or `None` at the end of the stream.
     async fn next(&mut self) -> Result<Option<Vec<Value>>, String> {
-        let read = if self.chunked { self.conn.read_chunk().await } else { self.conn.read_some().await };
+        let read =
+            if self.chunked { self.conn.read_chunk().await } else { self.conn.read_some().await };
         match read {
-            Ok(Some(data)) => Ok(Some(self.decoder.feed(&data).into_iter().filter_map(|e| serde_json::from_str::<Value>(&e.data).ok()).collect())),
+            Ok(Some(data)) => Ok(Some(
+                self.decoder
+                    .feed(&data)
+                    .into_iter()
+                    .filter_map(|e| serde_json::from_str::<Value>(&e.data).ok())
+                    .collect(),
+            )),
             Ok(None) => Ok(None),
             Err(e) => Err(format!("stream read: {e}")),
         }
@@ -456,7 +545,9 @@ impl Stream {
             }
             Err("too many chunks without the expected message".to_owned())
         };
-        timeout(EVENT_WAIT, work).await.unwrap_or_else(|_| Err(format!("no expected message within {EVENT_WAIT:?}")))
+        timeout(EVENT_WAIT, work)
+            .await
+            .unwrap_or_else(|_| Err(format!("no expected message within {EVENT_WAIT:?}")))
     }
 
     /// Read until the first event (a priming event counts: it carries an id and no data);
@@ -465,14 +556,18 @@ impl Stream {
         let work = async {
             for _ in 0..MAX_STREAM_CHUNKS {
                 match self.next().await? {
-                    Some(msgs) if !msgs.is_empty() || self.decoder.last_event_id.is_some() => return Ok(msgs),
+                    Some(msgs) if !msgs.is_empty() || self.decoder.last_event_id.is_some() => {
+                        return Ok(msgs);
+                    }
                     Some(_) => {}
                     None => return Err("the stream ended before its first event".to_owned()),
                 }
             }
             Err("too many chunks without an event".to_owned())
         };
-        timeout(EVENT_WAIT, work).await.unwrap_or_else(|_| Err(format!("no event within {EVENT_WAIT:?}")))
+        timeout(EVENT_WAIT, work)
+            .await
+            .unwrap_or_else(|_| Err(format!("no event within {EVENT_WAIT:?}")))
     }
 
     /// Read to the end of the stream (within [`EVENT_WAIT`]); its messages.
@@ -487,7 +582,9 @@ impl Stream {
             }
             Err("too many chunks before the end".to_owned())
         };
-        timeout(EVENT_WAIT, work).await.unwrap_or_else(|_| Err(format!("the stream did not end within {EVENT_WAIT:?}")))
+        timeout(EVENT_WAIT, work)
+            .await
+            .unwrap_or_else(|_| Err(format!("the stream did not end within {EVENT_WAIT:?}")))
     }
 }
 
@@ -521,7 +618,13 @@ impl Client {
         json!(self.ids)
     }
 
-    fn record(&self, kind: Kind, step: &str, expect: Expect, outcome: Result<(u16, Option<Value>), String>) -> bool {
+    fn record(
+        &self,
+        kind: Kind,
+        step: &str,
+        expect: Expect,
+        outcome: Result<(u16, Option<Value>), String>,
+    ) -> bool {
         self.t.tally.borrow_mut().record(kind, step, expect, outcome)
     }
 
@@ -529,11 +632,21 @@ impl Client {
         self.t.tally.borrow_mut().check(kind, step, held)
     }
 
-    fn head(&self, method: &str, s: Option<&Session>, accept: &str, extra: &[(&str, &str)]) -> String {
+    fn head(
+        &self,
+        method: &str,
+        s: Option<&Session>,
+        accept: &str,
+        extra: &[(&str, &str)],
+    ) -> String {
         let t = &self.t.target;
-        let mut h = format!("{method} {} HTTP/1.1\r\nHost: {}\r\nAccept: {accept}\r\n", t.path, t.addr);
+        let mut h =
+            format!("{method} {} HTTP/1.1\r\nHost: {}\r\nAccept: {accept}\r\n", t.path, t.addr);
         if let Some(s) = s {
-            h.push_str(&format!("Mcp-Session-Id: {}\r\nMCP-Protocol-Version: {}\r\n", s.id, s.version));
+            h.push_str(&format!(
+                "Mcp-Session-Id: {}\r\nMCP-Protocol-Version: {}\r\n",
+                s.id, s.version
+            ));
         }
         for (k, v) in extra {
             h.push_str(&format!("{k}: {v}\r\n"));
@@ -542,14 +655,22 @@ impl Client {
     }
 
     fn post(&self, s: Option<&Session>, accept: &str, body: &[u8]) -> Vec<u8> {
-        let mut out = self.head("POST", s, accept, &[("Content-Type", "application/json")]).into_bytes();
+        let mut out =
+            self.head("POST", s, accept, &[("Content-Type", "application/json")]).into_bytes();
         out.extend_from_slice(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes());
         out.extend_from_slice(body);
         out
     }
 
     fn post_chunked(&self, s: &Session, body: &[u8]) -> Vec<u8> {
-        let mut out = self.head("POST", Some(s), ACCEPT_BOTH, &[("Content-Type", "application/json"), ("Transfer-Encoding", "chunked")]).into_bytes();
+        let mut out = self
+            .head(
+                "POST",
+                Some(s),
+                ACCEPT_BOTH,
+                &[("Content-Type", "application/json"), ("Transfer-Encoding", "chunked")],
+            )
+            .into_bytes();
         out.extend_from_slice(b"\r\n");
         for piece in body.chunks(64 << 10) {
             out.extend_from_slice(&chunk(piece));
@@ -565,7 +686,10 @@ impl Client {
     }
 
     async fn connect(&self) -> Result<Conn, String> {
-        let s = timeout(REQUEST_TIMEOUT, TcpStream::connect(self.t.target.addr)).await.map_err(|_| "connect timed out".to_owned())?.map_err(|e| format!("connect: {e}"))?;
+        let s = timeout(REQUEST_TIMEOUT, TcpStream::connect(self.t.target.addr))
+            .await
+            .map_err(|_| "connect timed out".to_owned())?
+            .map_err(|e| format!("connect: {e}"))?;
         Ok(Conn::new(s))
     }
 
@@ -575,7 +699,10 @@ impl Client {
         let Some(ip) = from else { return self.connect().await };
         let sock = tokio::net::TcpSocket::new_v4().map_err(|e| format!("socket: {e}"))?;
         sock.bind(SocketAddr::new(ip.into(), 0)).map_err(|e| format!("bind {ip}: {e}"))?;
-        let s = timeout(REQUEST_TIMEOUT, sock.connect(self.t.target.addr)).await.map_err(|_| "connect timed out".to_owned())?.map_err(|e| format!("connect from {ip}: {e}"))?;
+        let s = timeout(REQUEST_TIMEOUT, sock.connect(self.t.target.addr))
+            .await
+            .map_err(|_| "connect timed out".to_owned())?
+            .map_err(|e| format!("connect from {ip}: {e}"))?;
         Ok(Conn::new(s))
     }
 
@@ -634,18 +761,32 @@ impl Client {
         let work = async {
             let mut conn = self.connect_from(from).await?;
             let (head, _) = conn.send_watching(request).await.map_err(|e| format!("send: {e}"))?;
-            let head = parse_response_head(&head.ok_or("the connection closed without an answer")?).ok_or("unparsable response head")?;
+            let head = parse_response_head(&head.ok_or("the connection closed without an answer")?)
+                .ok_or("unparsable response head")?;
             if head.status == 200 && head.sse {
-                return Ok(Opened::Stream(Stream { conn, decoder: Decoder::new(), chunked: head.chunked }));
+                return Ok(Opened::Stream(Stream {
+                    conn,
+                    decoder: Decoder::new(),
+                    chunked: head.chunked,
+                }));
             }
             let (body, _) = read_body(&mut conn, &head).await?;
             Ok(Opened::Answer(Answer { head, body }))
         };
-        timeout(REQUEST_TIMEOUT, work).await.unwrap_or_else(|_| Err(format!("no answer within {REQUEST_TIMEOUT:?}")))
+        timeout(REQUEST_TIMEOUT, work)
+            .await
+            .unwrap_or_else(|_| Err(format!("no answer within {REQUEST_TIMEOUT:?}")))
     }
 
     /// A request/response exchange, recorded; the answer if it was as expected.
-    async fn call(&mut self, kind: Kind, step: &str, request: &[u8], id: Option<&Value>, expect: Expect) -> Option<Answer> {
+    async fn call(
+        &mut self,
+        kind: Kind,
+        step: &str,
+        request: &[u8],
+        id: Option<&Value>,
+        expect: Expect,
+    ) -> Option<Answer> {
         self.call_checked(kind, step, request, id, expect, |_, _| Ok(())).await
     }
 
@@ -663,7 +804,10 @@ impl Client {
         let outcome = match &answer {
             Ok(a) => {
                 let msg = answer_to(&messages(&a.head, &a.body), id);
-                let fits = !matches!(classify(expect, a.head.status, msg.as_ref()), Verdict::Unexpected(_));
+                let fits = !matches!(
+                    classify(expect, a.head.status, msg.as_ref()),
+                    Verdict::Unexpected(_)
+                );
                 match (fits, fits.then(|| check(a, msg.as_ref()))) {
                     (true, Some(Err(why))) => Err(why),
                     _ => Ok((a.head.status, msg)),
@@ -676,10 +820,22 @@ impl Client {
 
     /// A request answered on a connection of its own from `from` (read to its end, a
     /// stream included), recorded; whether it was as expected.
-    async fn call_from(&mut self, kind: Kind, step: &str, from: Option<Ipv4Addr>, request: &[u8], id: Option<&Value>, expect: Expect) -> Option<()> {
+    async fn call_from(
+        &mut self,
+        kind: Kind,
+        step: &str,
+        from: Option<Ipv4Addr>,
+        request: &[u8],
+        id: Option<&Value>,
+        expect: Expect,
+    ) -> Option<()> {
         let outcome = match self.open_from(from, request).await {
-            Ok(Opened::Answer(a)) => Ok((a.head.status, answer_to(&messages(&a.head, &a.body), id))),
-            Ok(Opened::Stream(mut st)) => st.read_to_end().await.map(|msgs| (200, answer_to(&msgs, id))),
+            Ok(Opened::Answer(a)) => {
+                Ok((a.head.status, answer_to(&messages(&a.head, &a.body), id)))
+            }
+            Ok(Opened::Stream(mut st)) => {
+                st.read_to_end().await.map(|msgs| (200, answer_to(&msgs, id)))
+            }
             Err(e) => Err(e),
         };
         self.record(kind, step, expect, outcome).then_some(())
@@ -687,7 +843,11 @@ impl Client {
 
     /// A 2026-07-28 POST of `body` (its headers mirror `method` and the tool `name`).
     fn modern_post(&self, method: &str, name: Option<&str>, body: &[u8]) -> Vec<u8> {
-        let mut extra = vec![("Content-Type", "application/json"), ("MCP-Protocol-Version", payloads::MODERN_VERSION), ("Mcp-Method", method)];
+        let mut extra = vec![
+            ("Content-Type", "application/json"),
+            ("MCP-Protocol-Version", payloads::MODERN_VERSION),
+            ("Mcp-Method", method),
+        ];
         extra.extend(name.map(|n| ("Mcp-Name", n)));
         let mut out = self.head("POST", None, ACCEPT_BOTH, &extra).into_bytes();
         out.extend_from_slice(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes());
@@ -698,7 +858,11 @@ impl Client {
     /// A 2026-07-28 call of `soak_flood` that holds its place until it is cancelled.
     fn slow_modern_call(&mut self) -> (Value, Vec<u8>) {
         let id = self.next_id();
-        let body = payloads::modern_request(&id, "tools/call", json!({"name": "soak_flood", "arguments": payloads::holding_args()}));
+        let body = payloads::modern_request(
+            &id,
+            "tools/call",
+            json!({"name": "soak_flood", "arguments": payloads::holding_args()}),
+        );
         let req = self.modern_post("tools/call", Some("soak_flood"), &body);
         (id, req)
     }
@@ -707,7 +871,10 @@ impl Client {
     /// traffic deadline plus [`TURN_GRACE`]; `None` if the turn never came (the iteration is
     /// given up, uncompleted).
     async fn turn<'s>(&self, sem: &'s Semaphore, n: u32) -> Option<SemaphorePermit<'s>> {
-        tokio::time::timeout_at(self.t.deadline.get() + TURN_GRACE, sem.acquire_many(n)).await.ok()?.ok()
+        tokio::time::timeout_at(self.t.deadline.get() + TURN_GRACE, sem.acquire_many(n))
+            .await
+            .ok()?
+            .ok()
     }
 
     /// Wait (at most [`HOST_SETTLE_WAIT`]) for a stats line of the host sampled after this
@@ -724,7 +891,10 @@ impl Client {
                 return Ok(());
             }
             if Instant::now() >= until {
-                return Err(format!("the host's {what} was not back within {HOST_SETTLE_WAIT:?}: {}", latest.map_or(Value::Null, |l| l.value[what].clone())));
+                return Err(format!(
+                    "the host's {what} was not back within {HOST_SETTLE_WAIT:?}: {}",
+                    latest.map_or(Value::Null, |l| l.value[what].clone())
+                ));
             }
             tokio::time::sleep(HOST_LOOK_EVERY).await;
         }
@@ -736,7 +906,13 @@ impl Client {
     }
 
     /// [`Client::open_stream`] on a connection from `from`.
-    async fn open_stream_from(&mut self, kind: Kind, step: &str, from: Option<Ipv4Addr>, request: &[u8]) -> Option<Stream> {
+    async fn open_stream_from(
+        &mut self,
+        kind: Kind,
+        step: &str,
+        from: Option<Ipv4Addr>,
+        request: &[u8],
+    ) -> Option<Stream> {
         match self.open_from(from, request).await {
             Ok(Opened::Stream(s)) => {
                 self.record(kind, step, Expect::Status(200), Ok((200, None)));
@@ -744,7 +920,11 @@ impl Client {
             }
             Ok(Opened::Answer(a)) => {
                 let msg = answer_to(&messages(&a.head, &a.body), None);
-                let outcome = if a.head.status == 200 { Err(format!("200 without an SSE stream: {msg:?}")) } else { Ok((a.head.status, msg)) };
+                let outcome = if a.head.status == 200 {
+                    Err(format!("200 without an SSE stream: {msg:?}"))
+                } else {
+                    Ok((a.head.status, msg))
+                };
                 self.record(kind, step, Expect::Status(200), outcome);
                 None
             }
@@ -756,26 +936,71 @@ impl Client {
     }
 
     /// initialize, then notifications/initialized; the session.
-    async fn session(&mut self, kind: Kind, version: &'static str, capabilities: Value) -> Option<Session> {
+    async fn session(
+        &mut self,
+        kind: Kind,
+        version: &'static str,
+        capabilities: Value,
+    ) -> Option<Session> {
         let id = self.next_id();
         let body = json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
             "protocolVersion": version, "capabilities": capabilities, "clientInfo": {"name": "mcp-load-soak", "version": "1"}}});
         let accept = self.pick(&[ACCEPT_BOTH, ACCEPT_JSON]);
-        let a = self.call_checked(kind, "initialize", &self.post(None, accept, body.to_string().as_bytes()), Some(&id), Expect::Result, has_session).await?;
+        let a = self
+            .call_checked(
+                kind,
+                "initialize",
+                &self.post(None, accept, body.to_string().as_bytes()),
+                Some(&id),
+                Expect::Result,
+                has_session,
+            )
+            .await?;
         let s = Session { id: a.head.session_id?, version };
         let note = br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
-        self.call(kind, "initialized", &self.post(Some(&s), ACCEPT_BOTH, note), None, Expect::Status(202)).await?;
+        self.call(
+            kind,
+            "initialized",
+            &self.post(Some(&s), ACCEPT_BOTH, note),
+            None,
+            Expect::Status(202),
+        )
+        .await?;
         Some(s)
     }
 
     /// An `echo` whose answer must carry `text`.
-    async fn echo(&mut self, kind: Kind, step: &str, s: &Session, id: &Value, text: &str) -> Option<()> {
+    async fn echo(
+        &mut self,
+        kind: Kind,
+        step: &str,
+        s: &Session,
+        id: &Value,
+        text: &str,
+    ) -> Option<()> {
         let accept = self.pick(&[ACCEPT_BOTH, ACCEPT_JSON]);
         let echoed = |_: &Answer, m: Option<&Value>| {
             let got = m.and_then(|m| m["result"]["content"][0]["text"].as_str());
-            if got == Some(text) { Ok(()) } else { Err(format!("echo of {} bytes answered with {:?} bytes", text.len(), got.map(str::len))) }
+            if got == Some(text) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "echo of {} bytes answered with {:?} bytes",
+                    text.len(),
+                    got.map(str::len)
+                ))
+            }
         };
-        self.call_checked(kind, step, &self.post(Some(s), accept, &payloads::echo(id, text)), Some(id), Expect::Result, echoed).await.map(|_| ())
+        self.call_checked(
+            kind,
+            step,
+            &self.post(Some(s), accept, &payloads::echo(id, text)),
+            Some(id),
+            Expect::Result,
+            echoed,
+        )
+        .await
+        .map(|_| ())
     }
 
     async fn churn(&mut self) -> Option<()> {
@@ -787,7 +1012,14 @@ impl Client {
             self.echo(k, "echo", &s, &id, &format!("churn {} {i}", self.n)).await?;
         }
         if self.rand().is_multiple_of(2) {
-            self.call(k, "delete", &self.bodiless("DELETE", &s, ACCEPT_BOTH, &[]), None, Expect::Status(204)).await?;
+            self.call(
+                k,
+                "delete",
+                &self.bodiless("DELETE", &s, ACCEPT_BOTH, &[]),
+                None,
+                Expect::Status(204),
+            )
+            .await?;
         }
         Some(())
     }
@@ -798,7 +1030,9 @@ impl Client {
         let s = self.session(k, version, json!({})).await?;
         let id = self.next_id();
         let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "soak_flood", "arguments": {"count": 4, "bytes": 256, "delay_ms": 500}}});
-        let mut stream = self.open_stream(k, "flood", &self.post(Some(&s), ACCEPT_BOTH, body.to_string().as_bytes())).await?;
+        let mut stream = self
+            .open_stream(k, "flood", &self.post(Some(&s), ACCEPT_BOTH, body.to_string().as_bytes()))
+            .await?;
         let first = stream.first_event().await.map(|_| ());
         // Dropped here (after the check): no resume, ever.
         self.check(k, "first-event", first).then_some(())
@@ -811,7 +1045,9 @@ impl Client {
         let get = self.bodiless("GET", &s, ACCEPT_SSE, &[]);
         let mut first = self.open_stream(k, "get", &get).await?;
         if version == "2025-11-25" {
-            let primed = first.first_event().await.and_then(|m| if m.is_empty() { Ok(()) } else { Err(format!("the first event carried {m:?}")) });
+            let primed = first.first_event().await.and_then(|m| {
+                if m.is_empty() { Ok(()) } else { Err(format!("the first event carried {m:?}")) }
+            });
             if !self.check(k, "priming-event", primed) {
                 return None;
             }
@@ -819,7 +1055,11 @@ impl Client {
         let _second = self.open_stream(k, "get-again", &get).await?;
         let ended = first.read_to_end().await.is_ok();
         let mut t = self.t.tally.borrow_mut();
-        if ended { t.replaced_get_ended += 1 } else { t.replaced_get_still_open += 1 }
+        if ended {
+            t.replaced_get_ended += 1
+        } else {
+            t.replaced_get_still_open += 1
+        }
         // Both dropped here.
         Some(())
     }
@@ -830,7 +1070,9 @@ impl Client {
         let s = self.session(k, version, json!({"elicitation": {}})).await?;
         let id = self.next_id();
         let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "test_elicitation", "arguments": {"message": "soak: nobody will answer"}}});
-        let mut stream = self.open_stream(k, "call", &self.post(Some(&s), ACCEPT_BOTH, body.to_string().as_bytes())).await?;
+        let mut stream = self
+            .open_stream(k, "call", &self.post(Some(&s), ACCEPT_BOTH, body.to_string().as_bytes()))
+            .await?;
         let asked = stream.until(|m| m["method"] == "elicitation/create").await.map(|_| ());
         // Dropped unanswered here.
         self.check(k, "elicitation-create", asked).then_some(())
@@ -855,40 +1097,129 @@ impl Client {
             let id = self.next_id();
             let body = json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
                 "protocolVersion": "2025-11-25", "capabilities": payloads::handshake_capabilities(over), "clientInfo": {"name": "mcp-load-soak", "version": "1"}}});
-            let check = |a: &Answer, m: Option<&Value>| if expect == Expect::Result { has_session(a, m) } else { Ok(()) };
-            self.call_checked(k, step, &self.post(None, ACCEPT_JSON, body.to_string().as_bytes()), Some(&id), expect, check).await?;
+            let check = |a: &Answer, m: Option<&Value>| {
+                if expect == Expect::Result { has_session(a, m) } else { Ok(()) }
+            };
+            self.call_checked(
+                k,
+                step,
+                &self.post(None, ACCEPT_JSON, body.to_string().as_bytes()),
+                Some(&id),
+                expect,
+                check,
+            )
+            .await?;
         }
         let s = self.session(k, "2025-11-25", json!({})).await?;
         let id = self.next_id();
         self.echo(k, "echo-3.5MiB", &s, &id, &payloads::filler(payloads::BIG_TEXT_BYTES)).await?;
         let id = self.next_id().as_u64().unwrap_or_default();
-        self.call(k, "values-at-limit", &self.post(Some(&s), ACCEPT_JSON, &payloads::ping_with_values_at_limit(id)), Some(&json!(id)), Expect::Result).await?;
-        self.call(k, "values-over", &self.post(Some(&s), ACCEPT_JSON, &payloads::values_over()), None, json_limit("limits.json_max_values")).await?;
+        self.call(
+            k,
+            "values-at-limit",
+            &self.post(Some(&s), ACCEPT_JSON, &payloads::ping_with_values_at_limit(id)),
+            Some(&json!(id)),
+            Expect::Result,
+        )
+        .await?;
+        self.call(
+            k,
+            "values-over",
+            &self.post(Some(&s), ACCEPT_JSON, &payloads::values_over()),
+            None,
+            json_limit("limits.json_max_values"),
+        )
+        .await?;
         let id = self.next_id().as_u64().unwrap_or_default();
-        self.call(k, "depth-at-limit", &self.post(Some(&s), ACCEPT_JSON, &payloads::ping_with_depth(id, payloads::JSON_MAX_DEPTH)), Some(&json!(id)), Expect::Result).await?;
+        self.call(
+            k,
+            "depth-at-limit",
+            &self.post(
+                Some(&s),
+                ACCEPT_JSON,
+                &payloads::ping_with_depth(id, payloads::JSON_MAX_DEPTH),
+            ),
+            Some(&json!(id)),
+            Expect::Result,
+        )
+        .await?;
         let id = self.next_id().as_u64().unwrap_or_default();
-        self.call(k, "depth-over", &self.post(Some(&s), ACCEPT_JSON, &payloads::ping_with_depth(id, payloads::JSON_MAX_DEPTH + 1)), None, json_limit("limits.json_max_depth")).await?;
+        self.call(
+            k,
+            "depth-over",
+            &self.post(
+                Some(&s),
+                ACCEPT_JSON,
+                &payloads::ping_with_depth(id, payloads::JSON_MAX_DEPTH + 1),
+            ),
+            None,
+            json_limit("limits.json_max_depth"),
+        )
+        .await?;
         // Lengths: a string id at its limit is served; one byte more, and each other length, refused.
-        let at = json!(format!("{}{}", self.n, "i".repeat(payloads::ID_MAX_BYTES - self.n.to_string().len())));
+        let at = json!(format!(
+            "{}{}",
+            self.n,
+            "i".repeat(payloads::ID_MAX_BYTES - self.n.to_string().len())
+        ));
         self.echo(k, "id-at-limit", &s, &at, "id").await?;
         let over = json!("i".repeat(payloads::ID_MAX_BYTES + 1));
-        self.call(k, "id-over", &self.post(Some(&s), ACCEPT_JSON, &payloads::echo(&over, "id")), None, length("limits.id_max_bytes")).await?;
+        self.call(
+            k,
+            "id-over",
+            &self.post(Some(&s), ACCEPT_JSON, &payloads::echo(&over, "id")),
+            None,
+            length("limits.id_max_bytes"),
+        )
+        .await?;
         let id = self.next_id();
         let body = json!({"jsonrpc": "2.0", "id": id, "method": "m".repeat(payloads::METHOD_MAX_BYTES + 1)});
-        self.call(k, "method-over", &self.post(Some(&s), ACCEPT_JSON, body.to_string().as_bytes()), None, length("limits.method_max_bytes")).await?;
+        self.call(
+            k,
+            "method-over",
+            &self.post(Some(&s), ACCEPT_JSON, body.to_string().as_bytes()),
+            None,
+            length("limits.method_max_bytes"),
+        )
+        .await?;
         let id = self.next_id();
         let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "n".repeat(payloads::NAME_MAX_BYTES + 1), "arguments": {}}});
-        self.call(k, "tool-name-over", &self.post(Some(&s), ACCEPT_JSON, body.to_string().as_bytes()), None, length("limits.name_max_bytes")).await?;
-        for (step, len, expect) in [("uri-at-limit", payloads::URI_MAX_BYTES, Expect::RpcError(-32002)), ("uri-over", payloads::URI_MAX_BYTES + 1, length("limits.uri_max_bytes"))] {
+        self.call(
+            k,
+            "tool-name-over",
+            &self.post(Some(&s), ACCEPT_JSON, body.to_string().as_bytes()),
+            None,
+            length("limits.name_max_bytes"),
+        )
+        .await?;
+        for (step, len, expect) in [
+            ("uri-at-limit", payloads::URI_MAX_BYTES, Expect::RpcError(-32002)),
+            ("uri-over", payloads::URI_MAX_BYTES + 1, length("limits.uri_max_bytes")),
+        ] {
             let id = self.next_id();
             let uri = format!("soak://{}", "u".repeat(len - "soak://".len()));
             let body = json!({"jsonrpc": "2.0", "id": id, "method": "resources/read", "params": {"uri": uri}});
-            self.call(k, step, &self.post(Some(&s), ACCEPT_JSON, body.to_string().as_bytes()), Some(&id), expect).await?;
+            self.call(
+                k,
+                step,
+                &self.post(Some(&s), ACCEPT_JSON, body.to_string().as_bytes()),
+                Some(&id),
+                expect,
+            )
+            .await?;
         }
         // Bodies over `security.max_body_bytes`, declared and chunked.
         let over = payloads::echo(&json!(0), &payloads::filler(payloads::MAX_BODY_BYTES));
-        self.call(k, "body-over-declared", &self.post(Some(&s), ACCEPT_JSON, &over), None, Expect::TooLarge).await?;
-        self.call(k, "body-over-chunked", &self.post_chunked(&s, &over), None, Expect::TooLarge).await?;
+        self.call(
+            k,
+            "body-over-declared",
+            &self.post(Some(&s), ACCEPT_JSON, &over),
+            None,
+            Expect::TooLarge,
+        )
+        .await?;
+        self.call(k, "body-over-chunked", &self.post_chunked(&s, &over), None, Expect::TooLarge)
+            .await?;
         Some(())
     }
 
@@ -897,7 +1228,9 @@ impl Client {
         let s = self.session(k, "2025-11-25", json!({})).await?;
         let id = self.next_id();
         let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "soak_flood", "arguments": {"count": GAP_FLOOD, "bytes": 64, "delay_ms": 300, "hold_ms": 5000}}});
-        let mut stream = self.open_stream(k, "flood", &self.post(Some(&s), ACCEPT_BOTH, body.to_string().as_bytes())).await?;
+        let mut stream = self
+            .open_stream(k, "flood", &self.post(Some(&s), ACCEPT_BOTH, body.to_string().as_bytes()))
+            .await?;
         let first = stream.first_event().await;
         let cursor = match (first, stream.decoder.last_event_id.clone()) {
             (Ok(msgs), Some(c)) if msgs.is_empty() => Ok(c),
@@ -916,7 +1249,12 @@ impl Client {
         // Read the whole flood (the host appended each message to the window before it sent
         // it), so the resume below finds the events after the cursor evicted, whatever the
         // load; the tool then holds (5 s), so the stream is still live.
-        let flooded = stream.until(|m| m["method"] == "notifications/message" && m["params"]["data"]["i"] == GAP_FLOOD - 1).await.map(|_| ());
+        let flooded = stream
+            .until(|m| {
+                m["method"] == "notifications/message" && m["params"]["data"]["i"] == GAP_FLOOD - 1
+            })
+            .await
+            .map(|_| ());
         drop(stream);
         if !self.check(k, "flood-read", flooded) {
             return None;
@@ -927,7 +1265,9 @@ impl Client {
                 Ok(msgs) => Ok((200, answer_to(&msgs, Some(&id)))),
                 Err(e) => Err(e),
             },
-            Ok(Opened::Answer(a)) => Ok((a.head.status, answer_to(&messages(&a.head, &a.body), Some(&id)))),
+            Ok(Opened::Answer(a)) => {
+                Ok((a.head.status, answer_to(&messages(&a.head, &a.body), Some(&id))))
+            }
             Err(e) => Err(e),
         };
         if !self.record(k, "resume", Expect::RpcError(-32005), outcome) {
@@ -954,13 +1294,19 @@ impl Client {
             let (head, _) = conn.send_watching(half).await.map_err(|e| format!("send: {e}"))?;
             let head = match head {
                 Some(h) => h,
-                None => conn.read_head().await.map_err(|e| format!("head: {e}"))?.ok_or("closed without an answer")?,
+                None => conn
+                    .read_head()
+                    .await
+                    .map_err(|e| format!("head: {e}"))?
+                    .ok_or("closed without an answer")?,
             };
             let head = parse_response_head(&head).ok_or("unparsable response head")?;
             let (body, _) = read_body(&mut conn, &head).await?;
             Ok::<_, String>((head.status, answer_to(&messages(&head, &body), None)))
         };
-        let outcome = timeout(REQUEST_TIMEOUT, work).await.unwrap_or_else(|_| Err(format!("no answer within {REQUEST_TIMEOUT:?}")));
+        let outcome = timeout(REQUEST_TIMEOUT, work)
+            .await
+            .unwrap_or_else(|_| Err(format!("no answer within {REQUEST_TIMEOUT:?}")));
         self.record(k, "half-body", Expect::BodyTimeout, outcome).then_some(())
     }
 
@@ -976,22 +1322,38 @@ impl Client {
             // A small receive buffer, never read: the host's send side fills at once.
             let sock = tokio::net::TcpSocket::new_v4().map_err(|e| e.to_string())?;
             sock.set_recv_buffer_size(4096).map_err(|e| e.to_string())?;
-            let mut conn = timeout(REQUEST_TIMEOUT, sock.connect(self.t.target.addr)).await.map_err(|_| "connect timed out".to_owned())?.map_err(|e| e.to_string())?;
-            tokio::io::AsyncWriteExt::write_all(&mut conn, &request).await.map_err(|e| e.to_string())?;
+            let mut conn = timeout(REQUEST_TIMEOUT, sock.connect(self.t.target.addr))
+                .await
+                .map_err(|_| "connect timed out".to_owned())?
+                .map_err(|e| e.to_string())?;
+            tokio::io::AsyncWriteExt::write_all(&mut conn, &request)
+                .await
+                .map_err(|e| e.to_string())?;
             // The host must end the connection while nobody reads it: a reset (or an end)
             // shows up once we look. A connection still alive goes on serving the flood.
             tokio::time::sleep(STALL_CUT_WITHIN).await;
             let mut buf = vec![0u8; 64 << 10];
             let mut read = 0usize;
             loop {
-                match timeout(Duration::from_secs(2), tokio::io::AsyncReadExt::read(&mut conn, &mut buf)).await {
-                    Err(_) => return Err(format!("the connection is still open, {read} bytes read after the stall")),
+                match timeout(
+                    Duration::from_secs(2),
+                    tokio::io::AsyncReadExt::read(&mut conn, &mut buf),
+                )
+                .await
+                {
+                    Err(_) => {
+                        return Err(format!(
+                            "the connection is still open, {read} bytes read after the stall"
+                        ));
+                    }
                     Ok(Err(_)) => return Ok(()),
                     Ok(Ok(0)) => return Ok(()),
                     Ok(Ok(n)) => read += n,
                 }
                 if read > 32 << 20 {
-                    return Err("the whole flood arrived: the stalled connection was never cut".into());
+                    return Err(
+                        "the whole flood arrived: the stalled connection was never cut".into()
+                    );
                 }
             }
         };
@@ -1014,21 +1376,27 @@ impl Client {
             }
             if c == 0 {
                 let (id, req) = self.slow_modern_call();
-                self.call_from(k, "past-the-share", Some(*ip), &req, Some(&id), PAST_THE_SHARE).await?;
+                self.call_from(k, "past-the-share", Some(*ip), &req, Some(&id), PAST_THE_SHARE)
+                    .await?;
             }
         }
         // Every place taken: one more call is refused; discover and the lists need none.
         let last = Some(HOG_CALLERS[callers]);
         let (id, req) = self.slow_modern_call();
         self.call_from(k, "past-the-bound", last, &req, Some(&id), PAST_THE_BOUND).await?;
-        for (step, method) in [("discover-when-full", "server/discover"), ("tools-list-when-full", "tools/list")] {
+        for (step, method) in
+            [("discover-when-full", "server/discover"), ("tools-list-when-full", "tools/list")]
+        {
             let id = self.next_id();
-            let req = self.modern_post(method, None, &payloads::modern_request(&id, method, json!({})));
+            let req =
+                self.modern_post(method, None, &payloads::modern_request(&id, method, json!({})));
             self.call_from(k, step, last, &req, Some(&id), Expect::Result).await?;
         }
         // Closing the streams cancels the calls; the next turn finds every place free.
         drop(held);
-        let back = self.host_settled("modern_in_flight", |s| s["modern_in_flight"].as_i64() == Some(0)).await;
+        let back = self
+            .host_settled("modern_in_flight", |s| s["modern_in_flight"].as_i64() == Some(0))
+            .await;
         self.check(k, "places-given-back", back).then_some(())
     }
 
@@ -1039,12 +1407,17 @@ impl Client {
         // The whole budget's turn: no large-payloads request beside these.
         let _budget = self.turn(&t.budget, t.budget_permits).await?;
         let _places = if modern { Some(self.turn(&t.modern_places, 1).await?) } else { None };
-        let session = if modern { None } else { Some(self.session(k, "2025-11-25", json!({})).await?) };
+        let session =
+            if modern { None } else { Some(self.session(k, "2025-11-25", json!({})).await?) };
         let from = modern.then_some(PINNED_CALLER);
         let pinned = |c: &mut Client| {
             let id = c.next_id();
             let body = payloads::pinned_call(&id, modern);
-            let req = if modern { c.modern_post("tools/call", Some("soak_flood"), &body) } else { c.post(session.as_ref(), ACCEPT_BOTH, &body) };
+            let req = if modern {
+                c.modern_post("tools/call", Some("soak_flood"), &body)
+            } else {
+                c.post(session.as_ref(), ACCEPT_BOTH, &body)
+            };
             (id, req)
         };
         let mut held = Vec::new();
@@ -1054,32 +1427,60 @@ impl Client {
         }
         // A legacy refusal comes before its session sees the request: it echoes no id.
         let (id, req) = pinned(self);
-        self.call_from(k, "past-the-budget", from, &req, modern.then_some(&id), PAST_THE_BUDGET).await?;
+        self.call_from(k, "past-the-budget", from, &req, modern.then_some(&id), PAST_THE_BUDGET)
+            .await?;
         // Ended: a session's requests with the session, 2026-07-28 calls by closing their
         // streams.
         if let Some(s) = &session {
-            self.call(k, "delete", &self.bodiless("DELETE", s, ACCEPT_BOTH, &[]), None, Expect::Status(204)).await?;
+            self.call(
+                k,
+                "delete",
+                &self.bodiless("DELETE", s, ACCEPT_BOTH, &[]),
+                None,
+                Expect::Status(204),
+            )
+            .await?;
         }
         drop(held);
-        let pinned_gone = |s: &Value| s["request_memory_bytes"].as_u64().is_some_and(|b| b < payloads::PINNED_CHARGE as u64) && (!modern || s["modern_in_flight"].as_i64() == Some(0));
+        let pinned_gone = |s: &Value| {
+            s["request_memory_bytes"].as_u64().is_some_and(|b| b < payloads::PINNED_CHARGE as u64)
+                && (!modern || s["modern_in_flight"].as_i64() == Some(0))
+        };
         let back = self.host_settled("request_memory_bytes", pinned_gone).await;
         self.check(k, "budget-given-back", back).then_some(())
     }
 
     /// Keyed `ledger_append` calls from `from`, each with a new key, until one is refused (at
     /// most `max`): how many got their result, and the refusal's cause if one came.
-    async fn flood(&mut self, k: Kind, step: &str, from: Ipv4Addr, max: u64) -> Option<(u64, Option<&'static str>)> {
+    async fn flood(
+        &mut self,
+        k: Kind,
+        step: &str,
+        from: Ipv4Addr,
+        max: u64,
+    ) -> Option<(u64, Option<&'static str>)> {
         let mut ok = 0;
         for _ in 0..max {
             let id = self.next_id();
             let key = format!("flood-{}-{}-{id}", self.t.seed, self.n);
-            let req = self.modern_post("tools/call", Some("ledger_append"), &payloads::keyed_append(&id, &key));
+            let req = self.modern_post(
+                "tools/call",
+                Some("ledger_append"),
+                &payloads::keyed_append(&id, &key),
+            );
             let outcome = match self.open_from(Some(from), &req).await {
-                Ok(Opened::Answer(a)) => Ok((a.head.status, answer_to(&messages(&a.head, &a.body), Some(&id)))),
-                Ok(Opened::Stream(mut st)) => st.read_to_end().await.map(|msgs| (200, answer_to(&msgs, Some(&id)))),
+                Ok(Opened::Answer(a)) => {
+                    Ok((a.head.status, answer_to(&messages(&a.head, &a.body), Some(&id))))
+                }
+                Ok(Opened::Stream(mut st)) => {
+                    st.read_to_end().await.map(|msgs| (200, answer_to(&msgs, Some(&id))))
+                }
                 Err(e) => Err(e),
             };
-            let verdict = outcome.as_ref().ok().map(|(status, msg)| classify(FLOOD_CALL, *status, msg.as_ref()));
+            let verdict = outcome
+                .as_ref()
+                .ok()
+                .map(|(status, msg)| classify(FLOOD_CALL, *status, msg.as_ref()));
             if !self.record(k, step, FLOOD_CALL, outcome) {
                 return None;
             }
@@ -1103,9 +1504,12 @@ impl Client {
         };
         // One caller until its own bound (or the total, when the other's receipts still fill
         // it) refuses it; a second until its own or the total does.
-        let first = self.flood(k, "first-caller", FLOOD_CALLERS[0], payloads::FLOOD_PER_CALLER + 1).await?;
+        let first =
+            self.flood(k, "first-caller", FLOOD_CALLERS[0], payloads::FLOOD_PER_CALLER + 1).await?;
         self.check(k, "first-caller-bounded", bounded(first)).then_some(())?;
-        let second = self.flood(k, "second-caller", FLOOD_CALLERS[1], payloads::FLOOD_PER_CALLER + 1).await?;
+        let second = self
+            .flood(k, "second-caller", FLOOD_CALLERS[1], payloads::FLOOD_PER_CALLER + 1)
+            .await?;
         self.check(k, "second-caller-bounded", bounded(second)).then_some(())?;
         // What the host keeps in receipts never passes the total by more than one receipt.
         let bound = payloads::FLOOD_TOTAL_BYTES + payloads::FLOOD_SLACK_BYTES;
@@ -1136,13 +1540,21 @@ impl Client {
 }
 
 fn has_session(a: &Answer, _: Option<&Value>) -> Result<(), String> {
-    if a.head.session_id.is_some() { Ok(()) } else { Err("initialize answered without an Mcp-Session-Id".into()) }
+    if a.head.session_id.is_some() {
+        Ok(())
+    } else {
+        Err("initialize answered without an Mcp-Session-Id".into())
+    }
 }
 
 /// The deliberate probes, by `kind/step`, and their documented answers (README's error
 /// table and "Unresumable cursors").
 pub(crate) const PROBES: [(Kind, &str, &str); 32] = [
-    (Kind::Large, "handshake-at-limits", "200 and a session (capabilities at 1024 values, depth 16, 64 KiB of strings)"),
+    (
+        Kind::Large,
+        "handshake-at-limits",
+        "200 and a session (capabilities at 1024 values, depth 16, 64 KiB of strings)",
+    ),
     (Kind::Large, "handshake-over-values", "400 -32600 limit.handshake"),
     (Kind::Large, "handshake-over-depth", "400 -32600 limit.handshake"),
     (Kind::Large, "handshake-over-strings", "400 -32600 limit.handshake"),
@@ -1162,18 +1574,62 @@ pub(crate) const PROBES: [(Kind, &str, &str); 32] = [
     (Kind::Gap, "resume", "200 SSE carrying -32005 for the request id, then the stream ends"),
     (Kind::Gap, "reuse-id", "200 result for the same id at once (no 409)"),
     (Kind::SlowBody, "half-body", "408 -32000 once security.body_read_timeout_ms passes"),
-    (Kind::Stalled, "cut-by-the-host", "the host ends a connection nobody reads (server.tcp_user_timeout_secs)"),
-    (Kind::ModernSlotHog, "past-the-share", "429 -32007 quota.modern_in_flight past the caller's modern.max_in_flight_per_caller"),
-    (Kind::ModernSlotHog, "another-caller-gets-in", "200: another caller's call gets in while the first is at its share"),
-    (Kind::ModernSlotHog, "past-the-bound", "503 -32006 overloaded.modern_in_flight once every modern.max_in_flight place is taken"),
-    (Kind::ModernSlotHog, "discover-when-full", "200 server/discover result with every place taken"),
+    (
+        Kind::Stalled,
+        "cut-by-the-host",
+        "the host ends a connection nobody reads (server.tcp_user_timeout_secs)",
+    ),
+    (
+        Kind::ModernSlotHog,
+        "past-the-share",
+        "429 -32007 quota.modern_in_flight past the caller's modern.max_in_flight_per_caller",
+    ),
+    (
+        Kind::ModernSlotHog,
+        "another-caller-gets-in",
+        "200: another caller's call gets in while the first is at its share",
+    ),
+    (
+        Kind::ModernSlotHog,
+        "past-the-bound",
+        "503 -32006 overloaded.modern_in_flight once every modern.max_in_flight place is taken",
+    ),
+    (
+        Kind::ModernSlotHog,
+        "discover-when-full",
+        "200 server/discover result with every place taken",
+    ),
     (Kind::ModernSlotHog, "tools-list-when-full", "200 tools/list result with every place taken"),
-    (Kind::ModernSlotHog, "places-given-back", "the host's modern_in_flight back to 0 once the calls are closed"),
-    (Kind::PinnedArguments, "past-the-budget", "503 -32006 overloaded.request_memory once the pinned calls fill limits.request_memory_bytes"),
-    (Kind::PinnedArguments, "budget-given-back", "the host's request_memory_bytes back under one pinned call once they end"),
-    (Kind::ReceiptFlood, "first-caller-bounded", "a caller's keyed calls with new keys are refused (429 quota.receipts, or 503 overloaded.receipts) within ledger.receipts_per_caller + 1"),
-    (Kind::ReceiptFlood, "second-caller-bounded", "a second caller's likewise, by its own bound or the total (ledger.receipt_bytes_total)"),
-    (Kind::ReceiptFlood, "kept-within-total", "the host's kept receipt bytes within ledger.receipt_bytes_total and one receipt"),
+    (
+        Kind::ModernSlotHog,
+        "places-given-back",
+        "the host's modern_in_flight back to 0 once the calls are closed",
+    ),
+    (
+        Kind::PinnedArguments,
+        "past-the-budget",
+        "503 -32006 overloaded.request_memory once the pinned calls fill limits.request_memory_bytes",
+    ),
+    (
+        Kind::PinnedArguments,
+        "budget-given-back",
+        "the host's request_memory_bytes back under one pinned call once they end",
+    ),
+    (
+        Kind::ReceiptFlood,
+        "first-caller-bounded",
+        "a caller's keyed calls with new keys are refused (429 quota.receipts, or 503 overloaded.receipts) within ledger.receipts_per_caller + 1",
+    ),
+    (
+        Kind::ReceiptFlood,
+        "second-caller-bounded",
+        "a second caller's likewise, by its own bound or the total (ledger.receipt_bytes_total)",
+    ),
+    (
+        Kind::ReceiptFlood,
+        "kept-within-total",
+        "the host's kept receipt bytes within ledger.receipt_bytes_total and one receipt",
+    ),
 ];
 
 /// The deck: every kind, as often as its weight.
@@ -1184,7 +1640,10 @@ fn deck(kinds: &[Kind]) -> Vec<Kind> {
 /// One virtual client: rounds of the shuffled deck until the deadline (at most
 /// `max_iterations`).
 pub(crate) async fn client(t: Rc<Traffic>, n: usize, round: u64, max_iterations: u64) {
-    let rng = (t.seed ^ (n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ round.wrapping_mul(0xd1b5_4a32_d192_ed03)) | 1;
+    let rng = (t.seed
+        ^ (n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        ^ round.wrapping_mul(0xd1b5_4a32_d192_ed03))
+        | 1;
     let mut c = Client { rng, t, n, conn: None, ids: 0 };
     let mut cards = deck(&c.t.kinds);
     if cards.is_empty() {

@@ -20,7 +20,11 @@ fuzz_target!(|i: Input<'_>| {
     let key = CursorKey::new(b"fuzz key fuzz key fuzz key 12345");
     let mine = key.signer(i.session, None);
     let _ = mine.decode(i.raw);
-    let id = EventId { generation: Generation(i.generation), stream: StreamId(i.stream), seq: Seq(i.seq) };
+    let id = EventId {
+        generation: Generation(i.generation),
+        stream: StreamId(i.stream),
+        seq: Seq(i.seq),
+    };
     let c = mine.encode(&id);
     assert_eq!(mine.decode(&c), Ok(id));
     let other = key.signer(&format!("{}x", i.session), None);

@@ -22,7 +22,10 @@ struct Input {
 }
 
 fuzz_target!(|i: Input| {
-    let limits = WindowLimits { max_events: usize::from(i.max_events).max(1), max_bytes: usize::from(i.max_bytes) };
+    let limits = WindowLimits {
+        max_events: usize::from(i.max_events).max(1),
+        max_bytes: usize::from(i.max_bytes),
+    };
     let mut w = ReplayWindow::new(limits);
     let mut model: Vec<Bytes> = Vec::new();
     for op in i.ops {

@@ -42,7 +42,10 @@ pub struct SseBody {
 
 impl std::fmt::Debug for SseBody {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SseBody").field("initial", &self.initial.len()).field("finished", &self.finished).finish_non_exhaustive()
+        f.debug_struct("SseBody")
+            .field("initial", &self.initial.len())
+            .field("finished", &self.finished)
+            .finish_non_exhaustive()
     }
 }
 
@@ -50,7 +53,11 @@ impl SseBody {
     /// A body that writes `initial`, then whatever arrives on `live` until its sender is
     /// dropped (`live = None`: end after `initial`). With an `owner`, the caller has already
     /// counted this connection with the session; the body counts it off when dropped.
-    pub(crate) fn new(initial: Vec<Bytes>, live: Option<mpsc::Receiver<Bytes>>, owner: Option<ConnectionOwner>) -> SseBody {
+    pub(crate) fn new(
+        initial: Vec<Bytes>,
+        live: Option<mpsc::Receiver<Bytes>>,
+        owner: Option<ConnectionOwner>,
+    ) -> SseBody {
         // Small initial sets (priming + an immediate answer) go out as one chunk; a large
         // replay stays as the window's own frames (shared, not copied per connection).
         let total: usize = initial.iter().map(Bytes::len).sum();
@@ -80,7 +87,10 @@ impl MessageBody for SseBody {
         BodySize::Stream
     }
 
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, Infallible>>> {
+    fn poll_next(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Bytes, Infallible>>> {
         let this = self.get_mut();
         if let Some(f) = this.initial.pop_front() {
             return Poll::Ready(Some(Ok(f)));
@@ -119,11 +129,11 @@ mod tests {
 
     use super::*;
     use crate::actor::budget::MemoryBudget;
-    use crate::actor::stats::RuntimeStats;
-    use crate::actor::stream::{KeepaliveRunning, StreamEnv, Stop};
-    use crate::proto::event_id::CursorKey;
     use crate::actor::durable::{LedgerCtx, StreamLedger};
+    use crate::actor::stats::RuntimeStats;
+    use crate::actor::stream::{KeepaliveRunning, Stop, StreamEnv};
     use crate::ledger::Ledger;
+    use crate::proto::event_id::CursorKey;
     use crate::proto::ids::{Generation, StreamId, Tick};
     use crate::proto::replay::WindowLimits;
     use crate::proto::stream::{CloseReason, StreamCore, StreamKind, StreamSettings};
@@ -177,24 +187,57 @@ mod tests {
         start(Arc::new(session.clone().recipient()), StreamKind::Get, None)
     }
 
-    fn start(link: SessionLink, kind: StreamKind, final_json: Option<&[u8]>) -> (Addr<StreamActor>, SseBody) {
-        let timing = crate::proto::stream::StreamTiming { keepalive_ms: 60_000, retention_after_delivery_ms: 60_000, retention_undelivered_ms: 60_000 };
-        let settings = StreamSettings { window: WindowLimits { max_events: 8, max_bytes: 1 << 16 }, prime: true, retry_ms: Some(100), hold_until_committed: false, mode: crate::proto::rollout::StreamMode::Resumable, timing };
-        let core = StreamCore::new(StreamId(1), Generation(1), kind, CursorKey::new(b"k").signer("s", None), settings);
+    fn start(
+        link: SessionLink,
+        kind: StreamKind,
+        final_json: Option<&[u8]>,
+    ) -> (Addr<StreamActor>, SseBody) {
+        let timing = crate::proto::stream::StreamTiming {
+            keepalive_ms: 60_000,
+            retention_after_delivery_ms: 60_000,
+            retention_undelivered_ms: 60_000,
+        };
+        let settings = StreamSettings {
+            window: WindowLimits { max_events: 8, max_bytes: 1 << 16 },
+            prime: true,
+            retry_ms: Some(100),
+            hold_until_committed: false,
+            mode: crate::proto::rollout::StreamMode::Resumable,
+            timing,
+        };
+        let core = StreamCore::new(
+            StreamId(1),
+            Generation(1),
+            kind,
+            CursorKey::new(b"k").signer("s", None),
+            settings,
+        );
         let env = Arc::new(StreamEnv {
             timing,
             write_queue_frames: 4,
             budget: MemoryBudget::new(1 << 20),
             stats: Arc::new(RuntimeStats::default()),
-            ledger: Arc::new(LedgerCtx::new(Ledger::memory(&crate::config::RuntimeConfig::default()), 60_000, 60_000)),
+            ledger: Arc::new(LedgerCtx::new(
+                Ledger::memory(&crate::config::RuntimeConfig::default()),
+                60_000,
+                60_000,
+            )),
             clock: crate::clock::Clock::start(),
         });
         let ctx = Context::new();
         let addr = ctx.address();
         let share = MemoryBudget::new(1 << 20);
         let ledger = StreamLedger::new("0".repeat(32).into(), StreamId(1), None, Tick(0));
-        let generation = Arc::new(super::super::generations::Gen::from(super::super::generations::GenSettings::for_tests())).enter(super::super::generations::Counted::Stream);
-        let links = super::super::stream::StreamLinks { session: link, env, caller_budget: share, span: tracing::Span::none() };
+        let generation = Arc::new(super::super::generations::Gen::from(
+            super::super::generations::GenSettings::for_tests(),
+        ))
+        .enter(super::super::generations::Counted::Stream);
+        let links = super::super::stream::StreamLinks {
+            session: link,
+            env,
+            caller_budget: share,
+            span: tracing::Span::none(),
+        };
         let (body, _) = StreamActor::start_in(ctx, core, final_json, links, ledger, generation);
         (addr, body)
     }
@@ -208,8 +251,13 @@ mod tests {
         let session = Session::create(|_| Session::default());
         // Answered at once: closed from the start, its final frame handed to this body.
         let kind = StreamKind::Post { request: crate::proto::ids::JsonRpcId::Number(1) };
-        let (stream, body) = start(Arc::new(session.clone().recipient()), kind, Some(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#));
-        let emit = || crate::actor::stream::Emit { json: bytes::Bytes::from_static(b"{}"), last: false };
+        let (stream, body) = start(
+            Arc::new(session.clone().recipient()),
+            kind,
+            Some(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#),
+        );
+        let emit =
+            || crate::actor::stream::Emit { json: bytes::Bytes::from_static(b"{}"), last: false };
         let mut queued = 0;
         while stream.try_send(emit()).is_ok() {
             queued += 1;
@@ -219,7 +267,11 @@ mod tests {
         // Only the body's detach can start the stream's retention (60 s, the frame was not
         // read): then the stream reports itself gone.
         tokio::time::sleep(Duration::from_secs(61)).await;
-        assert_eq!(session.send(Gone).await.unwrap(), 1, "the stream got the detach despite its full mailbox");
+        assert_eq!(
+            session.send(Gone).await.unwrap(),
+            1,
+            "the stream got the detach despite its full mailbox"
+        );
     }
 
     #[actix_web::test]
@@ -247,7 +299,10 @@ mod tests {
         let (stream, body) = stream(&session);
         assert!(stream.send(KeepaliveRunning).await.unwrap(), "a GET stream with its connection");
         drop(body);
-        assert!(!stream.send(KeepaliveRunning).await.unwrap(), "its connection ended: the timer stopped with it");
+        assert!(
+            !stream.send(KeepaliveRunning).await.unwrap(),
+            "its connection ended: the timer stopped with it"
+        );
     }
 
     #[actix_web::test]
@@ -255,7 +310,10 @@ mod tests {
         let session = Session::create(|_| Session::default());
         let (stream, body) = stream(&session);
         stream.send(Stop(CloseReason::Replaced)).await.unwrap();
-        assert!(stream.send(Stop(CloseReason::Replaced)).await.is_err(), "the stream actor has stopped");
+        assert!(
+            stream.send(Stop(CloseReason::Replaced)).await.is_err(),
+            "the stream actor has stopped"
+        );
         drop(body);
         assert_eq!(session.send(Ended).await.unwrap(), 1);
     }

@@ -8,7 +8,9 @@ use bytes::Bytes;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use crate::ledger::codec::{self, Handshake, Record, RecordState, SessionRecord, StreamKindRecord, StreamRecord};
+use crate::ledger::codec::{
+    self, Handshake, Record, RecordState, SessionRecord, StreamKindRecord, StreamRecord,
+};
 use crate::ledger::{Ledger, Op, Writer};
 use crate::proto::ids::{SessionId, StreamId, Tick};
 use crate::proto::stream::{CloseReason, StreamChange, StreamCore, StreamKind};
@@ -35,10 +37,23 @@ impl std::fmt::Debug for LedgerCtx {
 
 impl LedgerCtx {
     pub(crate) fn new(ledger: Ledger, idle_ttl_ms: u64, stream_ttl_ms: u64) -> LedgerCtx {
-        let key = |secret: &[u8]| <Hmac<Sha256>>::new_from_slice(&crate::ledger::derive_key(secret, "mcp-host session-id hmac v1")).expect("hmac takes any key length");
+        let key = |secret: &[u8]| {
+            <Hmac<Sha256>>::new_from_slice(&crate::ledger::derive_key(
+                secret,
+                "mcp-host session-id hmac v1",
+            ))
+            .expect("hmac takes any key length")
+        };
         let id_key = key(&ledger.secret);
         let previous_id_keys = ledger.previous.iter().map(|s| key(s)).collect();
-        LedgerCtx { writer: Arc::clone(&ledger.writer), ledger, id_key, previous_id_keys, idle_ttl_ms, stream_ttl_ms }
+        LedgerCtx {
+            writer: Arc::clone(&ledger.writer),
+            ledger,
+            id_key,
+            previous_id_keys,
+            idle_ttl_ms,
+            stream_ttl_ms,
+        }
     }
 
     /// The HMACs a session id had under the previous secrets (where a session recorded
@@ -84,7 +99,11 @@ pub(crate) struct SessionNow<'a, I> {
 }
 
 impl SessionMeta {
-    pub(crate) fn record_ops(&self, cx: &LedgerCtx, s: SessionNow<'_, impl Iterator<Item = StreamId>>) -> Vec<Op> {
+    pub(crate) fn record_ops(
+        &self,
+        cx: &LedgerCtx,
+        s: SessionNow<'_, impl Iterator<Item = StreamId>>,
+    ) -> Vec<Op> {
         let last_used_ms = s.last_used.0;
         let expires_ms = last_used_ms.saturating_add(cx.idle_ttl_ms);
         let record = Record::Session(SessionRecord {
@@ -103,19 +122,37 @@ impl SessionMeta {
             incarnation: s.incarnation,
             run: cx.ledger.run,
         });
-        let mut ops = vec![Op::Put { key: codec::session_key(&self.hmac), value: Bytes::from(codec::encode(&record)), expires_ms }];
+        let mut ops = vec![Op::Put {
+            key: codec::session_key(&self.hmac),
+            value: Bytes::from(codec::encode(&record)),
+            expires_ms,
+        }];
         // The ledger's session cap evicts by last recorded use; an ended session leaves it.
         ops.push(if s.state == RecordState::Active {
-            Op::IndexAdd { index: codec::SESSIONS_LRU.into(), member: self.hmac.to_string(), score: last_used_ms, expires_ms: u64::MAX }
+            Op::IndexAdd {
+                index: codec::SESSIONS_LRU.into(),
+                member: self.hmac.to_string(),
+                score: last_used_ms,
+                expires_ms: u64::MAX,
+            }
         } else {
             Op::IndexRemove { index: codec::SESSIONS_LRU.into(), member: self.hmac.to_string() }
         });
         if s.state == RecordState::Active {
             let streams_expire = last_used_ms.saturating_add(cx.stream_ttl_ms);
-            ops.push(Op::Expire { name: codec::streams_index(&self.hmac), expires_ms: streams_expire });
+            ops.push(Op::Expire {
+                name: codec::streams_index(&self.hmac),
+                expires_ms: streams_expire,
+            });
             for sid in s.streams {
-                ops.push(Op::Expire { name: codec::stream_key(&self.hmac, sid.0), expires_ms: streams_expire });
-                ops.push(Op::Expire { name: codec::events_key(&self.hmac, sid.0), expires_ms: streams_expire });
+                ops.push(Op::Expire {
+                    name: codec::stream_key(&self.hmac, sid.0),
+                    expires_ms: streams_expire,
+                });
+                ops.push(Op::Expire {
+                    name: codec::events_key(&self.hmac, sid.0),
+                    expires_ms: streams_expire,
+                });
             }
         }
         ops
@@ -162,7 +199,14 @@ fn reason_name(r: CloseReason) -> &'static str {
 }
 
 /// Every close reason, for reading a recorded name back.
-const REASONS: [CloseReason; 6] = [CloseReason::Responded, CloseReason::Cancelled, CloseReason::EventsLost, CloseReason::SessionEnded, CloseReason::Replaced, CloseReason::Evicted];
+const REASONS: [CloseReason; 6] = [
+    CloseReason::Responded,
+    CloseReason::Cancelled,
+    CloseReason::EventsLost,
+    CloseReason::SessionEnded,
+    CloseReason::Replaced,
+    CloseReason::Evicted,
+];
 
 pub(crate) fn reason_from(name: &str) -> CloseReason {
     REASONS.into_iter().find(|r| reason_name(*r) == name).unwrap_or(CloseReason::Responded)
@@ -170,8 +214,21 @@ pub(crate) fn reason_from(name: &str) -> CloseReason {
 
 impl StreamLedger {
     /// A new stream (its record and index entry are written on the first flush).
-    pub(crate) fn new(hmac: Arc<str>, sid: StreamId, request: Option<(String, Option<serde_json::Value>)>, now: Tick) -> StreamLedger {
-        StreamLedger { hmac, sid, keys: None, request, request_digest: None, created_ms: now.0, indexed: false }
+    pub(crate) fn new(
+        hmac: Arc<str>,
+        sid: StreamId,
+        request: Option<(String, Option<serde_json::Value>)>,
+        now: Tick,
+    ) -> StreamLedger {
+        StreamLedger {
+            hmac,
+            sid,
+            keys: None,
+            request,
+            request_digest: None,
+            created_ms: now.0,
+            indexed: false,
+        }
     }
 
     /// The session's HMAC.
@@ -189,7 +246,12 @@ impl StreamLedger {
 
     /// Turn the core's pending changes into operations. Returns them and the newest event
     /// among them (for a `sync` release).
-    pub(crate) fn ops(&mut self, core: &mut StreamCore, cx: &LedgerCtx, now: Tick) -> (Vec<Op>, Option<crate::proto::ids::Seq>) {
+    pub(crate) fn ops(
+        &mut self,
+        core: &mut StreamCore,
+        cx: &LedgerCtx,
+        now: Tick,
+    ) -> (Vec<Op>, Option<crate::proto::ids::Seq>) {
         let expires_ms = now.0.saturating_add(cx.stream_ttl_ms);
         let max_len = core.window_limits().max_events;
         let mut ops = Vec::new();
@@ -197,12 +259,20 @@ impl StreamLedger {
         let mut record = false;
         let Some(changes) = core.poll_ledger() else { return (ops, newest) };
         let (hmac, sid) = (&self.hmac, self.sid.0);
-        let (record_key, log) = &*self.keys.get_or_insert_with(|| (codec::stream_key(hmac, sid), codec::events_key(hmac, sid).into()));
+        let (record_key, log) = &*self.keys.get_or_insert_with(|| {
+            (codec::stream_key(hmac, sid), codec::events_key(hmac, sid).into())
+        });
         for c in changes {
             match c {
                 StreamChange::Event { seq, frame } => {
                     newest = Some(seq);
-                    ops.push(Op::Append { log: Arc::clone(log), seq: seq.0, frame, max_len, expires_ms });
+                    ops.push(Op::Append {
+                        log: Arc::clone(log),
+                        seq: seq.0,
+                        frame,
+                        max_len,
+                        expires_ms,
+                    });
                 }
                 StreamChange::Record => record = true,
             }
@@ -212,11 +282,20 @@ impl StreamLedger {
                 self.request_digest = Some(request_digest(&method, params.as_ref()));
             }
             let key = record_key.clone();
-            ops.push(Op::Put { key, value: Bytes::from(codec::encode(&Record::Stream(self.record(core)))), expires_ms });
+            ops.push(Op::Put {
+                key,
+                value: Bytes::from(codec::encode(&Record::Stream(self.record(core)))),
+                expires_ms,
+            });
             if !self.indexed {
                 self.indexed = true;
                 let sid = core.id().0;
-                ops.push(Op::IndexAdd { index: codec::streams_index(&self.hmac), member: sid.to_string(), score: sid, expires_ms });
+                ops.push(Op::IndexAdd {
+                    index: codec::streams_index(&self.hmac),
+                    member: sid.to_string(),
+                    score: sid,
+                    expires_ms,
+                });
             }
         }
         (ops, newest)

@@ -182,7 +182,12 @@ impl Generations {
 
     /// Start a new generation from the current one's settings changed by `change`, numbered
     /// one more than the highest so far; the old ones are retired when idle. Returns it.
-    pub fn advance(&self, origin: GenOrigin, now_ms: u64, change: impl FnOnce(&mut GenSettings)) -> Arc<Gen> {
+    pub fn advance(
+        &self,
+        origin: GenOrigin,
+        now_ms: u64,
+        change: impl FnOnce(&mut GenSettings),
+    ) -> Arc<Gen> {
         let mut list = self.list.write();
         let current = list.last().expect("there is always a current generation");
         let mut s = current.settings.clone();
@@ -210,7 +215,13 @@ impl Generations {
             return g.enter(what);
         }
         let current = list.last().expect("there is always a current generation");
-        let s = GenSettings { id, flags: None, origin: GenOrigin::Restored, started_ms: now_ms, ..current.settings.clone() };
+        let s = GenSettings {
+            id,
+            flags: None,
+            origin: GenOrigin::Restored,
+            started_ms: now_ms,
+            ..current.settings.clone()
+        };
         let g = Arc::new(Gen::from(s));
         g.superseded_ms.store(now_ms, Ordering::Relaxed);
         let count = g.enter(what);
@@ -248,13 +259,20 @@ impl Generations {
     /// Requests in flight admitted under a generation numbered below `g`.
     #[must_use]
     pub fn in_flight_older_than(&self, g: Generation) -> i64 {
-        self.list.read().iter().filter(|x| x.settings.id.0 < g.0).map(|x| x.count(Counted::InFlight)).sum()
+        self.list
+            .read()
+            .iter()
+            .filter(|x| x.settings.id.0 < g.0)
+            .map(|x| x.count(Counted::InFlight))
+            .sum()
     }
 
     /// End the 2026-07-28 requests still running in generations older than `g` (every one for
     /// `None`): each is answered "drained" (`-32010`) and its handler stopped.
     pub fn end_stateless_requests(&self, older_than: Option<Generation>) {
-        for x in self.list.read().iter().filter(|x| older_than.is_none_or(|g| x.settings.id.0 < g.0)) {
+        for x in
+            self.list.read().iter().filter(|x| older_than.is_none_or(|g| x.settings.id.0 < g.0))
+        {
             x.stateless_end.cancel();
         }
     }
@@ -273,7 +291,10 @@ fn retire(list: &mut Vec<Arc<Gen>>) {
     list.retain(|g| {
         let keep = i == last || !g.idle();
         if !keep {
-            tracing::info!(generation = g.settings.id.0, "generation retired: nothing of it is alive");
+            tracing::info!(
+                generation = g.settings.id.0,
+                "generation retired: nothing of it is alive"
+            );
         }
         i += 1;
         keep
@@ -284,11 +305,19 @@ impl GenSettings {
     /// The reloadable settings of `cfg` (the one place that lists them: SIGHUP and the first
     /// generation both read them here), under the key `key_id`.
     #[must_use]
-    pub fn from_config(cfg: &crate::config::RuntimeConfig, key_id: Arc<str>, origin: GenOrigin, now_ms: u64) -> GenSettings {
+    pub fn from_config(
+        cfg: &crate::config::RuntimeConfig,
+        key_id: Arc<str>,
+        origin: GenOrigin,
+        now_ms: u64,
+    ) -> GenSettings {
         GenSettings {
             id: Generation(cfg.sessions.generation),
             flags: Some(cfg.rollout),
-            window: WindowLimits { max_events: cfg.sse.replay_max_events, max_bytes: cfg.sse.replay_max_bytes },
+            window: WindowLimits {
+                max_events: cfg.sse.replay_max_events,
+                max_bytes: cfg.sse.replay_max_bytes,
+            },
             retry_ms: cfg.sse.retry_ms,
             prime_streams: cfg.sse.prime_streams,
             max_in_flight: cfg.sessions.max_in_flight,
@@ -301,7 +330,8 @@ impl GenSettings {
     /// Take `other`'s reloadable values (a reload: the number, key, origin and start time stay
     /// this one's).
     pub fn reload_from(&mut self, other: &GenSettings) {
-        (self.flags, self.window, self.retry_ms, self.prime_streams, self.max_in_flight) = (other.flags, other.window, other.retry_ms, other.prime_streams, other.max_in_flight);
+        (self.flags, self.window, self.retry_ms, self.prime_streams, self.max_in_flight) =
+            (other.flags, other.window, other.retry_ms, other.prime_streams, other.max_in_flight);
     }
 }
 
@@ -325,7 +355,14 @@ impl GenSettings {
 
 impl From<GenSettings> for Gen {
     fn from(settings: GenSettings) -> Gen {
-        Gen { settings, sessions: AtomicI64::new(0), streams: AtomicI64::new(0), in_flight: AtomicI64::new(0), superseded_ms: AtomicU64::new(0), stateless_end: tokio_util::sync::CancellationToken::new() }
+        Gen {
+            settings,
+            sessions: AtomicI64::new(0),
+            streams: AtomicI64::new(0),
+            in_flight: AtomicI64::new(0),
+            superseded_ms: AtomicU64::new(0),
+            stateless_end: tokio_util::sync::CancellationToken::new(),
+        }
     }
 }
 
@@ -354,15 +391,23 @@ mod tests {
         let old = gens.current();
         let stream = old.enter(Counted::Stream);
         let request = old.enter(Counted::InFlight);
-        let new = gens.advance(GenOrigin::Rollback, 10, |s| s.flags = s.flags.map(RolloutFlags::rolled_back));
+        let new = gens
+            .advance(GenOrigin::Rollback, 10, |s| s.flags = s.flags.map(RolloutFlags::rolled_back));
         assert_eq!(new.settings.id, Generation(5));
         assert_eq!(new.settings.flags.unwrap().resumable, Resumable::Off);
-        assert_eq!(old.settings.flags.unwrap().resumable, Resumable::On, "the old snapshot is unchanged");
+        assert_eq!(
+            old.settings.flags.unwrap().resumable,
+            Resumable::On,
+            "the old snapshot is unchanged"
+        );
         assert_eq!(gens.current().settings.id, Generation(5));
         assert_eq!(gens.in_flight_of_old(), 1);
         let st = gens.status();
         assert_eq!(st.len(), 2);
-        assert_eq!((st[0].streams, st[0].in_flight, st[0].current, st[0].superseded_ms), (1, 1, false, Some(10)));
+        assert_eq!(
+            (st[0].streams, st[0].in_flight, st[0].current, st[0].superseded_ms),
+            (1, 1, false, Some(10))
+        );
         drop(request);
         assert_eq!(gens.in_flight_of_old(), 0);
         assert_eq!(gens.status().len(), 2, "its stream is still alive");

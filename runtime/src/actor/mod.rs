@@ -34,11 +34,11 @@ mod supervisor;
 
 pub use body::SseBody;
 pub use budget::{Charge, MemoryBudget};
+pub use generations::{Counted, Gen, GenCount, GenOrigin, GenSettings, GenStatus, Generations};
 pub use receipts::IDEMPOTENCY_RESULT_META;
 pub use registry::{Inbox, InboxTicket, QuotaKey, Registry, SessionHandle};
 pub use session::{Delete, JsonReply, OpenGet, Post, PostOutcome, Resume, SessionActor};
 pub use stats::{ConnectionGuard, Kept, KeptFigures, RequestCharge, RuntimeStats, StatsSnapshot};
 pub(crate) use stats::{ListenPlace, ModernInFlight};
 pub use stream::StreamActor;
-pub use generations::{Counted, Gen, GenCount, GenOrigin, GenSettings, GenStatus, Generations};
 pub use supervisor::{Lifecycle, Phase, Supervisor};

@@ -25,9 +25,9 @@ use super::durable::LedgerCtx;
 use crate::ledger::codec::{self, Outcome, ReceiptRecord, ReceiptState, Record};
 use crate::ledger::{Caller, Durability, Entry, Op, Reservation, StoreUsage};
 use crate::proto::error::{Quota, Rejection, StoreBound};
-use crate::proto::usage::{Over, UsageLimits};
 use crate::proto::jsonrpc::{ErrorObject, code};
 use crate::proto::receipt::{Answer, Arrival, Decision, ReceiptTable, Stored, Waiter};
+use crate::proto::usage::{Over, UsageLimits};
 use crate::tools::unwind::CatchUnwind;
 use crate::tools::{BoxFuture, CallToolResult, Dispatch, IdempotentCall};
 
@@ -73,22 +73,42 @@ const ADMIT_BYTES: u64 = 512;
 
 impl std::fmt::Debug for Receipts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Receipts").field("entries", &self.table.lock().len()).finish_non_exhaustive()
+        f.debug_struct("Receipts")
+            .field("entries", &self.table.lock().len())
+            .finish_non_exhaustive()
     }
 }
 
 impl Receipts {
     /// The receipts of `ledger`, their figures rebuilt from it (a blocking read, at start).
-    pub(crate) fn new(ledger: Arc<LedgerCtx>, retention_ms: u64, max_bytes: usize, limits: UsageLimits, stats: Arc<super::stats::RuntimeStats>) -> Receipts {
+    pub(crate) fn new(
+        ledger: Arc<LedgerCtx>,
+        retention_ms: u64,
+        max_bytes: usize,
+        limits: UsageLimits,
+        stats: Arc<super::stats::RuntimeStats>,
+    ) -> Receipts {
         // 64 buckets over the retention: an expired receipt leaves the figures at most 1/64
         // of the retention late.
         let usage = StoreUsage::new("r", limits, (retention_ms / 64).max(1000));
         match usage.rebuild(ledger.writer.store().as_ref(), ledger.ledger.clock.now().0) {
-            Ok(n) if n > 0 => tracing::info!(receipts = n, "idempotency receipts counted from the ledger"),
+            Ok(n) if n > 0 => {
+                tracing::info!(receipts = n, "idempotency receipts counted from the ledger")
+            }
             Ok(_) => {}
-            Err(e) => tracing::error!(error = %e, "cannot count the idempotency receipts in the ledger: their bounds start from zero"),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot count the idempotency receipts in the ledger: their bounds start from zero")
+            }
         }
-        Receipts { table: Arc::default(), ledger, retention_ms, max_bytes, stats, usage: Arc::new(usage), interrupted: Arc::default() }
+        Receipts {
+            table: Arc::default(),
+            ledger,
+            retention_ms,
+            max_bytes,
+            stats,
+            usage: Arc::new(usage),
+            interrupted: Arc::default(),
+        }
     }
 
     /// Admit a keyed call of `owner` before anything runs: a place among its receipts is
@@ -102,10 +122,18 @@ impl Receipts {
     /// [`Rejection::QuotaExceeded`] ([`Quota::Receipts`]), [`Rejection::StoreFull`].
     pub(crate) fn admit(&self, owner: &Caller) -> Result<Reservation, Rejection> {
         let now = self.ledger.ledger.clock.now().0;
-        self.usage.reserve(owner, now, now.saturating_add(self.retention_ms), ADMIT_BYTES).map_err(|over| match over {
-            Over::Caller { .. } => Rejection::QuotaExceeded { cause: Quota::Receipts, retry_after_s: over.retry_after_s() },
-            Over::Total { .. } => Rejection::StoreFull { store: StoreBound::Receipts, retry_after_s: over.retry_after_s() },
-        })
+        self.usage.reserve(owner, now, now.saturating_add(self.retention_ms), ADMIT_BYTES).map_err(
+            |over| match over {
+                Over::Caller { .. } => Rejection::QuotaExceeded {
+                    cause: Quota::Receipts,
+                    retry_after_s: over.retry_after_s(),
+                },
+                Over::Total { .. } => Rejection::StoreFull {
+                    store: StoreBound::Receipts,
+                    retry_after_s: over.retry_after_s(),
+                },
+            },
+        )
     }
 
     /// `(receipts, bytes)` kept by `owner`, and by every caller.
@@ -126,7 +154,13 @@ impl Receipts {
     /// while the receipt is kept. A tool that panics is answered `-32603` and its receipt left
     /// `Running`: a retry with its key reads "interrupted, outcome unknown".
     /// `place` is the call's place among its caller's receipts ([`Receipts::admit`]).
-    pub(crate) fn call(self: &Arc<Self>, call: IdempotentCall, principal: Option<Arc<str>>, place: Reservation, run: Run) -> BoxFuture<Result<Value, ErrorObject>> {
+    pub(crate) fn call(
+        self: &Arc<Self>,
+        call: IdempotentCall,
+        principal: Option<Arc<str>>,
+        place: Reservation,
+        run: Run,
+    ) -> BoxFuture<Result<Value, ErrorObject>> {
         let this = Arc::clone(self);
         let served = Box::pin(async move {
             let key = codec::receipt_key(principal.as_deref(), &call.key);
@@ -146,7 +180,8 @@ impl Receipts {
                 Arrival::Lookup => {
                     // Resolved whatever happens: dropped during the read (its caller went
                     // away), the lookup answers the callers waiting on it "unavailable".
-                    let mut lookup = Lookup { table: Arc::clone(&this.table), key: key.clone(), done: false };
+                    let mut lookup =
+                        Lookup { table: Arc::clone(&this.table), key: key.clone(), done: false };
                     let (stored, prior) = this.read(&key).await;
                     lookup.done = true;
                     let (first, waiting) = this.table.lock().resolve(&key, stored);
@@ -156,7 +191,9 @@ impl Receipts {
                     match first {
                         // Over a `Running` receipt (an idempotent tool's interrupted call) its
                         // charge is taken back; over nothing, there is none.
-                        Decision::Execute => this.execute(key, call, principal, place, prior, run).await,
+                        Decision::Execute => {
+                            this.execute(key, call, principal, place, prior, run).await
+                        }
                         Decision::Answered(a) => this.answered(&call, a),
                     }
                 }
@@ -164,7 +201,9 @@ impl Receipts {
         });
         // The execution's guard is dropped armed by the unwinding: the callers attached to it
         // are told the outcome is unknown, and the `Running` receipt says so to later ones.
-        Box::pin(async move { CatchUnwind::new(served).await.unwrap_or_else(|p| Err(p.to_error_object())) })
+        Box::pin(async move {
+            CatchUnwind::new(served).await.unwrap_or_else(|p| Err(p.to_error_object()))
+        })
     }
 
     /// The receipt the ledger holds for `key` (read on a reader thread; `None` when it
@@ -182,10 +221,15 @@ impl Receipts {
         };
         match codec::decode(&bytes) {
             Ok(Record::Receipt(r)) => {
-                let charged = (r.created_ms.saturating_add(self.retention_ms), (key.len() + bytes.len()) as u64);
+                let charged = (
+                    r.created_ms.saturating_add(self.retention_ms),
+                    (key.len() + bytes.len()) as u64,
+                );
                 let stored = match r.state {
                     ReceiptState::Running => Stored::Running { digest: r.args_digest },
-                    ReceiptState::Done { outcome } => Stored::Done { digest: r.args_digest, outcome },
+                    ReceiptState::Done { outcome } => {
+                        Stored::Done { digest: r.args_digest, outcome }
+                    }
                 };
                 (Some(stored), Some(charged))
             }
@@ -198,10 +242,26 @@ impl Receipts {
 
     /// Run `call` under a new `Running` receipt that takes `place`; `prior` is the charge of
     /// the receipt it replaces (an interrupted `Running` one), if any.
-    async fn execute(self: Arc<Self>, key: String, call: IdempotentCall, principal: Option<Arc<str>>, place: Reservation, prior: Option<(u64, u64)>, run: Run) -> Result<Value, ErrorObject> {
+    async fn execute(
+        self: Arc<Self>,
+        key: String,
+        call: IdempotentCall,
+        principal: Option<Arc<str>>,
+        place: Reservation,
+        prior: Option<(u64, u64)>,
+        run: Run,
+    ) -> Result<Value, ErrorObject> {
         let created_ms = self.ledger.ledger.clock.now().0;
         let expires_ms = created_ms.saturating_add(self.retention_ms);
-        let mut guard = Executing { receipts: Arc::clone(&self), key, armed: true, started: false, owner: principal.clone(), expires_ms, bytes: 0 };
+        let mut guard = Executing {
+            receipts: Arc::clone(&self),
+            key,
+            armed: true,
+            started: false,
+            owner: principal.clone(),
+            expires_ms,
+            bytes: 0,
+        };
         let mut record = ReceiptRecord {
             principal: principal.as_deref().map(str::to_owned),
             key: call.key.clone(),
@@ -224,7 +284,10 @@ impl Receipts {
         let (running, bytes) = put(&record, &guard.key);
         let mut ops = vec![running];
         if let Some((prior_expires, prior_bytes)) = prior {
-            ops.push(self.usage.release(&guard.owner, &Entry { name: &guard.key, expires_ms: prior_expires, bytes: prior_bytes }));
+            ops.push(self.usage.release(
+                &guard.owner,
+                &Entry { name: &guard.key, expires_ms: prior_expires, bytes: prior_bytes },
+            ));
         }
         ops.extend(place.into_entry(&Entry { name: &guard.key, expires_ms, bytes }, created_ms));
         guard.bytes = bytes;
@@ -252,14 +315,28 @@ impl Receipts {
         let mut kept = self.kept_outcome(&call, outcome.clone(), false);
         record.state = ReceiptState::Done { outcome: kept.clone() };
         let (mut done, mut done_bytes) = put(&record, &guard.key);
-        let usage_ops = match self.usage.replace(&guard.owner, Some(&running), &Entry { name: &guard.key, expires_ms, bytes: done_bytes }, now, false) {
+        let usage_ops = match self.usage.replace(
+            &guard.owner,
+            Some(&running),
+            &Entry { name: &guard.key, expires_ms, bytes: done_bytes },
+            now,
+            false,
+        ) {
             Ok(ops) => ops,
             Err(_) => {
                 kept = self.kept_outcome(&call, outcome.clone(), true);
                 record.state = ReceiptState::Done { outcome: kept.clone() };
                 (done, done_bytes) = put(&record, &guard.key);
                 // The error is about the size of a `Running` record: it must be written.
-                self.usage.replace(&guard.owner, Some(&running), &Entry { name: &guard.key, expires_ms, bytes: done_bytes }, now, true).unwrap_or_default()
+                self.usage
+                    .replace(
+                        &guard.owner,
+                        Some(&running),
+                        &Entry { name: &guard.key, expires_ms, bytes: done_bytes },
+                        now,
+                        true,
+                    )
+                    .unwrap_or_default()
             }
         };
         let mut ops = vec![done];
@@ -312,7 +389,10 @@ impl Receipts {
         let why = if too_much {
             "past what this caller, or every caller, may keep in receipts (ledger.receipt_bytes_per_caller, ledger.receipt_bytes_total)".to_owned()
         } else {
-            format!("larger than the ledger.receipt_max_bytes = {} kept for a replay", self.max_bytes)
+            format!(
+                "larger than the ledger.receipt_max_bytes = {} kept for a replay",
+                self.max_bytes
+            )
         };
         Outcome::Error(json!({
             "code": code::RESULT_NOT_KEPT,
@@ -372,19 +452,29 @@ impl Drop for Executing {
         let (waiting, answer, ops) = if self.started {
             // Nothing to write: the `Running` receipt says it (and stays counted: a re-run
             // takes its charge back, see `interrupted`).
-            self.receipts.interrupted.lock().insert(self.key.clone(), (self.expires_ms, self.bytes));
+            self.receipts
+                .interrupted
+                .lock()
+                .insert(self.key.clone(), (self.expires_ms, self.bytes));
             (self.receipts.table.lock().interrupt(&self.key), Answer::Unknown, Vec::new())
         } else {
             let mut ops = vec![Op::Delete { key: self.key.clone() }];
             if self.bytes > 0 {
-                ops.push(self.receipts.usage.release(&self.owner, &Entry { name: &self.key, expires_ms: self.expires_ms, bytes: self.bytes }));
+                ops.push(self.receipts.usage.release(
+                    &self.owner,
+                    &Entry { name: &self.key, expires_ms: self.expires_ms, bytes: self.bytes },
+                ));
             }
             (self.receipts.table.lock().not_run(&self.key), Answer::NotRun, ops)
         };
         for w in waiting {
             let _ = w.send(answer.clone());
         }
-        let (table, interrupted, key) = (Arc::clone(&self.receipts.table), Arc::clone(&self.receipts.interrupted), std::mem::take(&mut self.key));
+        let (table, interrupted, key) = (
+            Arc::clone(&self.receipts.table),
+            Arc::clone(&self.receipts.interrupted),
+            std::mem::take(&mut self.key),
+        );
         // Once that is committed (the `Running` receipt may still be queued) the ledger answers
         // (and a lookup reads the interrupted receipt's charge from it).
         self.receipts.ledger.writer.submit_then(
@@ -399,20 +489,29 @@ impl Drop for Executing {
 
 /// The response a caller answered without executing gets.
 fn answer(call: &IdempotentCall, a: Answer) -> Result<Value, ErrorObject> {
-    let tool_error = |text: String| Ok(serde_json::to_value(CallToolResult::error(text)).expect("a tool result serializes"));
+    let tool_error = |text: String| {
+        Ok(serde_json::to_value(CallToolResult::error(text)).expect("a tool result serializes"))
+    };
     match a {
         Answer::Outcome { outcome: Outcome::Result(mut v), attached } => {
             if let Some(obj) = v.as_object_mut() {
                 let meta = obj.entry("_meta").or_insert_with(|| json!({}));
                 if let Some(m) = meta.as_object_mut() {
-                    m.insert(IDEMPOTENCY_RESULT_META.into(), json!(if attached { "attached" } else { "replayed" }));
+                    m.insert(
+                        IDEMPOTENCY_RESULT_META.into(),
+                        json!(if attached { "attached" } else { "replayed" }),
+                    );
                 }
             }
             Ok(v)
         }
-        Answer::Outcome { outcome: Outcome::Error(e), .. } => {
-            Err(serde_json::from_value(e).unwrap_or_else(|_| ErrorObject::new(code::INTERNAL_ERROR, "the recorded error of this idempotency key is unreadable")))
-        }
+        Answer::Outcome { outcome: Outcome::Error(e), .. } => Err(serde_json::from_value(e)
+            .unwrap_or_else(|_| {
+                ErrorObject::new(
+                    code::INTERNAL_ERROR,
+                    "the recorded error of this idempotency key is unreadable",
+                )
+            })),
         Answer::Conflict => tool_error(format!(
             "Idempotency key {:?} was already used for a different call (another tool or other arguments); it was not run. Use a new key for a new call.",
             call.key
@@ -427,9 +526,15 @@ fn answer(call: &IdempotentCall, a: Answer) -> Result<Value, ErrorObject> {
         )),
         Answer::TooManyWaiting => Err(ErrorObject::new(
             code::INTERNAL_ERROR,
-            format!("too many calls are waiting on idempotency key {:?}; try again once the running one has finished", call.key),
+            format!(
+                "too many calls are waiting on idempotency key {:?}; try again once the running one has finished",
+                call.key
+            ),
         )),
-        Answer::Unavailable => Err(ErrorObject::new(code::INTERNAL_ERROR, "idempotency receipts are unavailable (the ledger cannot be read or written); the call was not run")),
+        Answer::Unavailable => Err(ErrorObject::new(
+            code::INTERNAL_ERROR,
+            "idempotency receipts are unavailable (the ledger cannot be read or written); the call was not run",
+        )),
         Answer::NotRecordedYet => tool_error(format!(
             "The call with idempotency key {:?} ran, but the ledger cannot record its outcome right now: it is recorded once the ledger commits again. Call again with the same key later to get it; it is not run again.",
             call.key

@@ -57,7 +57,11 @@ impl SessionHandle {
     /// # Errors
     /// [`Rejection::Overloaded`] (`503`, mailbox) when the mailbox is full;
     /// [`Rejection::SessionNotFound`] when the session has stopped.
-    pub fn deliver<M>(&self, ticket: InboxTicket, message: impl FnOnce(InboxTicket) -> M) -> Result<(), Rejection>
+    pub fn deliver<M>(
+        &self,
+        ticket: InboxTicket,
+        message: impl FnOnce(InboxTicket) -> M,
+    ) -> Result<(), Rejection>
     where
         M: Message + Send + 'static,
         M::Result: Send,
@@ -188,20 +192,32 @@ impl Registry {
     /// # Errors
     /// [`Rejection::QuotaExceeded`] (429) when `key` is at its session quota or its memory
     /// share is full; [`Rejection::Overloaded`] (503) when the table is full.
-    pub fn reserve(self: &Arc<Self>, key: QuotaKey, limits: SlotLimits) -> Result<Reservation, Rejection> {
+    pub fn reserve(
+        self: &Arc<Self>,
+        key: QuotaKey,
+        limits: SlotLimits,
+    ) -> Result<Reservation, Rejection> {
         let mut per_key = self.per_key.lock();
         let (mine, budget) = match per_key.get(&key) {
             Some(c) => (c.sessions, Arc::clone(&c.budget)),
             None => (0, MemoryBudget::new(limits.memory_per_key)),
         };
         if mine >= limits.max_per_key {
-            return Err(Rejection::QuotaExceeded { cause: Quota::Sessions, retry_after_s: Overload::Sessions.retry_after_s() });
+            return Err(Rejection::QuotaExceeded {
+                cause: Quota::Sessions,
+                retry_after_s: Overload::Sessions.retry_after_s(),
+            });
         }
         if budget.is_full() {
-            return Err(Rejection::QuotaExceeded { cause: Quota::StreamMemory, retry_after_s: Overload::StreamMemory.retry_after_s() });
+            return Err(Rejection::QuotaExceeded {
+                cause: Quota::StreamMemory,
+                retry_after_s: Overload::StreamMemory.retry_after_s(),
+            });
         }
         self.count
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < limits.max).then_some(n + 1))
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < limits.max).then_some(n + 1)
+            })
             .map_err(|_| Rejection::Overloaded(Overload::Sessions))?;
         per_key.insert(key.clone(), Caller { sessions: mine + 1, budget: Arc::clone(&budget) });
         Ok(Reservation { registry: Some(Arc::clone(self)), key: Some(key), budget })
@@ -374,9 +390,17 @@ mod tests {
         let bob = QuotaKey::Principal("bob".into());
         let a1 = r.reserve(alice.clone(), limits(3, 2)).unwrap();
         let _a2 = r.reserve(alice.clone(), limits(3, 2)).unwrap();
-        assert_eq!(r.reserve(alice.clone(), limits(3, 2)).unwrap_err().status(), 429, "alice is at her quota");
+        assert_eq!(
+            r.reserve(alice.clone(), limits(3, 2)).unwrap_err().status(),
+            429,
+            "alice is at her quota"
+        );
         let _b1 = r.reserve(bob.clone(), limits(3, 2)).expect("bob is not locked out by alice");
-        assert_eq!(r.reserve(bob.clone(), limits(3, 2)).unwrap_err().status(), 503, "the table is full");
+        assert_eq!(
+            r.reserve(bob.clone(), limits(3, 2)).unwrap_err().status(),
+            503,
+            "the table is full"
+        );
         drop(a1);
         assert_eq!((r.len(), r.len_of(&alice)), (2, 1));
         let _b2 = r.reserve(bob.clone(), limits(3, 2)).unwrap();
@@ -403,7 +427,10 @@ mod tests {
         charge.set(1000);
         let refused = r.reserve(k.clone(), limits(10, 10)).unwrap_err();
         assert_eq!((refused.status(), refused.cause()), (429, "quota.stream_memory"));
-        assert!(r.reserve(QuotaKey::Principal("bob".into()), limits(10, 10)).is_ok(), "bob has his own share");
+        assert!(
+            r.reserve(QuotaKey::Principal("bob".into()), limits(10, 10)).is_ok(),
+            "bob has his own share"
+        );
         charge.set(0);
     }
 }

@@ -20,18 +20,24 @@ use super::budget::{Charge, MemoryBudget};
 use super::durable::{self, LedgerCtx, SessionMeta, StreamLedger};
 use super::generations::{Counted, GenCount, Generations};
 use super::registry::{InboxTicket, RegistryGuard};
-use super::stream::{Attach, Close, Drain as DrainStream, Emit, PollClose, SessionLink, Stop as StopStream, StreamActor, StreamLinks, StreamReport};
+use super::stream::{
+    Attach, Close, Drain as DrainStream, Emit, PollClose, SessionLink, Stop as StopStream,
+    StreamActor, StreamLinks, StreamReport,
+};
 use super::supervisor::{Phase, Settle, Supervisor};
+use crate::ledger::codec::{Handshake, RecordState};
 use crate::proto::admission::ReplyMode;
 use crate::proto::error::{Overload, Rejection};
 use crate::proto::event_id::{CursorSigner, EventId};
 use crate::proto::ids::{Generation, JsonRpcId, SessionId, StreamId, Tick};
-use crate::proto::jsonrpc::{ErrorObject, Incoming, Message, code, encode_error, encode_notification, encode_request, encode_result};
+use crate::proto::jsonrpc::{
+    ErrorObject, Incoming, Message, code, encode_error, encode_notification, encode_request,
+    encode_result,
+};
 use crate::proto::mcp::{LogLevel, method};
 use crate::proto::replay::WindowLimits;
-use crate::proto::session::{ClientRequestRefused, SessionCore, SessionLimits};
-use crate::ledger::codec::{Handshake, RecordState};
 use crate::proto::rollout::{StreamMode, StreamPurpose};
+use crate::proto::session::{ClientRequestRefused, SessionCore, SessionLimits};
 use crate::proto::stream::{CloseReason, RestoredStream, StreamCore, StreamKind, StreamSettings};
 use crate::proto::version::ProtocolVersion;
 use crate::tools::{BoxFuture, Dispatch, ToolContext, ToolOutbound};
@@ -285,14 +291,22 @@ pub(crate) struct Restore {
 }
 
 impl SessionActor {
-    pub(crate) fn new(seed: SessionSeed, sup: Arc<Supervisor>, guard: RegistryGuard, link: SessionLink) -> SessionActor {
+    pub(crate) fn new(
+        seed: SessionSeed,
+        sup: Arc<Supervisor>,
+        guard: RegistryGuard,
+        link: SessionLink,
+    ) -> SessionActor {
         let cfg = sup.config();
         let limits = SessionLimits {
             idle_ttl_ms: cfg.idle_ttl_ms(),
             max_in_flight: seed.generation.generation().settings.max_in_flight,
             max_retained_streams: cfg.sessions.max_retained_streams,
             max_retained_bytes: cfg.sessions.max_retained_bytes,
-            client_request_timeout_ms: cfg.sessions.client_request_timeout_secs.saturating_mul(1000),
+            client_request_timeout_ms: cfg
+                .sessions
+                .client_request_timeout_secs
+                .saturating_mul(1000),
             park_after_ms: cfg.sessions.park_after_secs.saturating_mul(1000),
         };
         let streams = SessionStreams {
@@ -304,8 +318,17 @@ impl SessionActor {
         handshake.set(seed.kept_bytes);
         let now = sup.now();
         let incarnation = seed.restore.as_ref().map_or(0, |r| r.incarnation);
-        let names = std::iter::once(Arc::clone(&seed.hmac)).chain(sup.stream_env().ledger.previous_session_hmacs(&seed.id)).collect();
-        let mut core = SessionCore::incarnate(seed.id, seed.version, seed.generation.generation().settings.id, limits, now, incarnation);
+        let names = std::iter::once(Arc::clone(&seed.hmac))
+            .chain(sup.stream_env().ledger.previous_session_hmacs(&seed.id))
+            .collect();
+        let mut core = SessionCore::incarnate(
+            seed.id,
+            seed.version,
+            seed.generation.generation().settings.id,
+            limits,
+            now,
+            incarnation,
+        );
         if let Some(level) = seed.restore.as_ref().and_then(|r| r.log_level) {
             core.set_log_level(level);
         }
@@ -349,7 +372,11 @@ impl SessionActor {
     }
 
     /// Rebuild the streams the ledger held (each as a stream actor with no connection).
-    fn restore_streams(&mut self, streams: Vec<(crate::ledger::codec::StreamRecord, Vec<(u64, Bytes)>)>, complete: bool) {
+    fn restore_streams(
+        &mut self,
+        streams: Vec<(crate::ledger::codec::StreamRecord, Vec<(u64, Bytes)>)>,
+        complete: bool,
+    ) {
         use crate::ledger::codec::StreamKindRecord;
         use crate::proto::ids::Seq;
         let first_seq = Seq(u64::from(self.core.incarnation()) << 32);
@@ -367,14 +394,16 @@ impl SessionActor {
                     continue;
                 }
                 StreamKindRecord::Get => (StreamKind::Get, None),
-                StreamKindRecord::Post => match record.request_id.as_ref().and_then(JsonRpcId::from_value) {
-                    Some(id) => (StreamKind::Post { request: id.clone() }, Some(id)),
-                    // Not a record this release wrote: nothing to resume it with.
-                    None => {
-                        self.forget_streams([sid]);
-                        continue;
+                StreamKindRecord::Post => {
+                    match record.request_id.as_ref().and_then(JsonRpcId::from_value) {
+                        Some(id) => (StreamKind::Post { request: id.clone() }, Some(id)),
+                        // Not a record this release wrote: nothing to resume it with.
+                        None => {
+                            self.forget_streams([sid]);
+                            continue;
+                        }
                     }
-                },
+                }
             };
             let restored = RestoredStream {
                 events: events.into_iter().map(|(q, f)| (Seq(q), f)).collect(),
@@ -393,10 +422,22 @@ impl SessionActor {
                 mode: StreamMode::Resumable,
                 timing: self.sup.stream_env().timing,
             };
-            let generation = self.gens.enter_restored(Generation(record.generation), self.sup.now().0, Counted::Stream);
-            let core = StreamCore::restore(sid, generation.generation().settings.id, kind, (*self.signer).clone(), settings, restored);
+            let generation = self.gens.enter_restored(
+                Generation(record.generation),
+                self.sup.now().0,
+                Counted::Stream,
+            );
+            let core = StreamCore::restore(
+                sid,
+                generation.generation().settings.id,
+                kind,
+                (*self.signer).clone(),
+                settings,
+                restored,
+            );
             let ledger = StreamLedger::restored(Arc::clone(&self.meta.hmac), sid, &record);
-            let (addr, closed) = StreamActor::start_restored(core, self.stream_links(), ledger, generation);
+            let (addr, closed) =
+                StreamActor::start_restored(core, self.stream_links(), ledger, generation);
             let evicted = self.core.restore_stream(sid, request, closed, addr);
             self.evict(evicted);
         }
@@ -412,7 +453,11 @@ impl SessionActor {
                 log_level: self.core.log_level().map(LogLevel::as_str),
                 incarnation: self.core.incarnation(),
                 last_used,
-                handshake: Handshake { requested_version: self.requested_version.clone(), capabilities: (*self.client_caps).clone(), client_info: self.client_info.clone() },
+                handshake: Handshake {
+                    requested_version: self.requested_version.clone(),
+                    capabilities: (*self.client_caps).clone(),
+                    client_info: self.client_info.clone(),
+                },
                 streams: self.core.stream_ids(),
             },
         )
@@ -427,7 +472,9 @@ impl SessionActor {
         for sid in self.core.stream_ids() {
             durable::forget_stream_ops(&self.meta.hmac, sid, &mut ops);
         }
-        ops.push(crate::ledger::Op::DropIndex { index: crate::ledger::codec::streams_index(&self.meta.hmac) });
+        ops.push(crate::ledger::Op::DropIndex {
+            index: crate::ledger::codec::streams_index(&self.meta.hmac),
+        });
         self.sup.settle(&self.meta.hmac, Settle::Ended, ops);
     }
 
@@ -458,9 +505,12 @@ impl SessionActor {
             let ops = self.record_ops_at(RecordState::Active, used);
             match self.on_recorded.take() {
                 // The first record of this life: its `initialize` (or revive) waits for it.
-                Some(tx) => self.ledger.writer.submit_then(ops, Box::new(move || {
-                    let _ = tx.send(());
-                })),
+                Some(tx) => self.ledger.writer.submit_then(
+                    ops,
+                    Box::new(move || {
+                        let _ = tx.send(());
+                    }),
+                ),
                 None => self.ledger.writer.submit(ops),
             }
         }
@@ -503,7 +553,10 @@ impl SessionActor {
             let msg = format!("the client did not answer {} within {secs} s", req.method);
             let _ = req.handle.reply.send(Err(ErrorObject::new(code::REQUEST_TIMEOUT, msg)));
             // Tell the client too; best effort (the stream may be busy or gone).
-            let cancelled = encode_notification(method::CANCELLED, Some(&json!({"requestId": id.to_value(), "reason": "timed out"})));
+            let cancelled = encode_notification(
+                method::CANCELLED,
+                Some(&json!({"requestId": id.to_value(), "reason": "timed out"})),
+            );
             let _ = req.handle.stream.try_send(Emit { json: cancelled, last: false });
         }
         if due.expired {
@@ -524,13 +577,22 @@ impl SessionActor {
     /// already answered (the stream is then closed from the start). Counts the stream's first
     /// connection.
     fn stream_links(&self) -> StreamLinks {
-        StreamLinks { session: Arc::clone(&self.link), env: Arc::clone(self.sup.stream_env()), caller_budget: Arc::clone(&self.caller_budget), span: self.span.clone() }
+        StreamLinks {
+            session: Arc::clone(&self.link),
+            env: Arc::clone(self.sup.stream_env()),
+            caller_budget: Arc::clone(&self.caller_budget),
+            span: self.span.clone(),
+        }
     }
 
     /// How a new stream for `purpose` would be served under the current generation
     /// (resumable and shadow streams are recorded in the ledger; plain ones are not).
     fn stream_mode(&self, purpose: StreamPurpose) -> StreamMode {
-        self.gens.current().settings.flags.map_or(StreamMode::Resumable, |f| f.mode(self.streams.place, purpose))
+        self.gens
+            .current()
+            .settings
+            .flags
+            .map_or(StreamMode::Resumable, |f| f.mode(self.streams.place, purpose))
     }
 
     /// The current generation and the settings a new stream for `purpose` gets from it.
@@ -559,11 +621,24 @@ impl SessionActor {
         purpose: StreamPurpose,
     ) -> SseBody {
         let (generation, settings) = self.new_stream_settings(purpose);
-        let core = StreamCore::new(sid, generation.generation().settings.id, kind, (*self.signer).clone(), settings);
+        let core = StreamCore::new(
+            sid,
+            generation.generation().settings.id,
+            kind,
+            (*self.signer).clone(),
+            settings,
+        );
         let now = self.sup.now();
         self.core.connection_delta(now, true);
         let ledger = StreamLedger::new(Arc::clone(&self.meta.hmac), sid, request, now);
-        let (body, closed_with) = StreamActor::start_in(sctx, core, final_json.as_deref(), self.stream_links(), ledger, generation);
+        let (body, closed_with) = StreamActor::start_in(
+            sctx,
+            core,
+            final_json.as_deref(),
+            self.stream_links(),
+            ledger,
+            generation,
+        );
         if let Some(bytes) = closed_with {
             let evicted = self.core.stream_closed(sid, bytes);
             self.evict(evicted);
@@ -582,11 +657,21 @@ impl SessionActor {
         }
     }
 
-    fn on_message(&mut self, m: Message, mode: ReplyMode, charge: Option<super::RequestCharge>, ctx: &mut Context<Self>) -> Result<PostOutcome, Rejection> {
+    fn on_message(
+        &mut self,
+        m: Message,
+        mode: ReplyMode,
+        charge: Option<super::RequestCharge>,
+        ctx: &mut Context<Self>,
+    ) -> Result<PostOutcome, Rejection> {
         match m {
             // Admitted before a drain began and queued here since: the phase is read now.
-            Message::Request { .. } if self.sup.phase() != Phase::Serving => Err(Rejection::Overloaded(Overload::Draining)),
-            Message::Request { id, method, params, .. } => self.start_request(id, method, params, mode, charge, ctx),
+            Message::Request { .. } if self.sup.phase() != Phase::Serving => {
+                Err(Rejection::Overloaded(Overload::Draining))
+            }
+            Message::Request { id, method, params, .. } => {
+                self.start_request(id, method, params, mode, charge, ctx)
+            }
             Message::Notification { method, params, .. } => {
                 self.on_notification(&method, params.as_ref(), ctx);
                 Ok(PostOutcome::Accepted)
@@ -628,7 +713,15 @@ impl SessionActor {
         }
     }
 
-    fn start_request(&mut self, id: JsonRpcId, method: String, params: Option<Value>, mode: ReplyMode, charge: Option<super::RequestCharge>, ctx: &mut Context<Self>) -> Result<PostOutcome, Rejection> {
+    fn start_request(
+        &mut self,
+        id: JsonRpcId,
+        method: String,
+        params: Option<Value>,
+        mode: ReplyMode,
+        charge: Option<super::RequestCharge>,
+        ctx: &mut Context<Self>,
+    ) -> Result<PostOutcome, Rejection> {
         // A tool call's idempotency key and what its stream is for; the refusals before
         // anything runs (the ledger cannot take the durable record it needs, a receipt bound).
         let door = self.sup.admit_tool_call(&method, params.as_ref(), &self.owner)?;
@@ -639,7 +732,16 @@ impl SessionActor {
         let (call, mut receipt_place) = (door.call, door.place);
         let cancel = CancellationToken::new();
         let generation = self.gens.enter_current(Counted::InFlight);
-        self.core.begin_request(&id, RequestTask { spawn: None, cancel: cancel.clone(), json: None, generation, _charge: charge })?;
+        self.core.begin_request(
+            &id,
+            RequestTask {
+                spawn: None,
+                cancel: cancel.clone(),
+                json: None,
+                generation,
+                _charge: charge,
+            },
+        )?;
         // The stream's address exists before the stream starts, so the handler can be run
         // first and an immediate answer can share the priming event's write.
         let (stream, json_reply) = match mode {
@@ -661,24 +763,46 @@ impl SessionActor {
         let dispatch = match method.as_str() {
             method::PING => Dispatch::Ready(Ok(json!({}))),
             method::SET_LEVEL => Dispatch::Ready(self.set_level(params.as_ref())),
-            "resources/subscribe" | "resources/unsubscribe" => Dispatch::Ready(self.subscription(&method, params.as_ref())),
-            method::INITIALIZE => Dispatch::Ready(Err(ErrorObject::new(code::INVALID_REQUEST, "session already initialized"))),
+            "resources/subscribe" | "resources/unsubscribe" => {
+                Dispatch::Ready(self.subscription(&method, params.as_ref()))
+            }
+            method::INITIALIZE => Dispatch::Ready(Err(ErrorObject::new(
+                code::INVALID_REQUEST,
+                "session already initialized",
+            ))),
             _ => {
-                let progress_token = params.as_ref().and_then(crate::proto::jsonrpc::progress_token).cloned();
-                let out: Arc<dyn ToolOutbound> = Arc::new(Outbound { session: ctx.address(), stream: stream_addr, origin: id.clone() });
+                let progress_token =
+                    params.as_ref().and_then(crate::proto::jsonrpc::progress_token).cloned();
+                let out: Arc<dyn ToolOutbound> = Arc::new(Outbound {
+                    session: ctx.address(),
+                    stream: stream_addr,
+                    origin: id.clone(),
+                });
                 let log_level = self.core.log_level();
                 let caps = Arc::clone(&self.client_caps);
-                let (principal, owner, names) = (self.principal.clone(), self.owner.clone(), Arc::clone(&self.names));
+                let (principal, owner, names) =
+                    (self.principal.clone(), self.owner.clone(), Arc::clone(&self.names));
                 let catalog = Arc::clone(self.sup.catalog());
                 let rid = id.clone();
-                let cx = move || ToolContext::new(rid, progress_token, cancel, log_level, caps, principal, out).with_owner(owner).with_session(names);
+                let cx = move || {
+                    ToolContext::new(rid, progress_token, cancel, log_level, caps, principal, out)
+                        .with_owner(owner)
+                        .with_session(names)
+                };
                 match (call, receipt_place.take()) {
                     (Err(e), _) => Dispatch::Ready(Err(e)),
                     (Ok(Some(call)), Some(place)) => {
                         // Executed only if its receipt allows it.
                         let owned = params.clone();
-                        let run = Box::new(move || catalog.dispatch_uncaught("tools/call", owned.as_ref(), cx));
-                        Dispatch::Pending(self.sup.receipts().call(call, self.owner.clone(), place, run))
+                        let run = Box::new(move || {
+                            catalog.dispatch_uncaught("tools/call", owned.as_ref(), cx)
+                        });
+                        Dispatch::Pending(self.sup.receipts().call(
+                            call,
+                            self.owner.clone(),
+                            place,
+                            run,
+                        ))
                     }
                     (Ok(_), _) => catalog.dispatch(&method, params.as_ref(), cx),
                 }
@@ -695,11 +819,17 @@ impl SessionActor {
                 // One poll now: a handler that finishes without waiting answers in the same
                 // write as the priming event. One that waits has sent nothing yet (its first
                 // send is still pending), so ordering is kept; it runs on in this context.
-                match fut.as_mut().poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
+                match fut
+                    .as_mut()
+                    .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+                {
                     std::task::Poll::Ready(r) => Some(r),
                     std::task::Poll::Pending => {
                         let rid = id.clone();
-                        let fut = tracing::Instrument::instrument(fut, tracing::info_span!(parent: &self.span, "request", method = request_method));
+                        let fut = tracing::Instrument::instrument(
+                            fut,
+                            tracing::info_span!(parent: &self.span, "request", method = request_method),
+                        );
                         let h = ctx.spawn(fut.into_actor(self).map(move |r, act, ctx| {
                             act.complete(&rid, r);
                             act.arm(ctx);
@@ -714,8 +844,16 @@ impl SessionActor {
         };
         match (stream, json_reply) {
             (Some((sctx, sid, _)), _) => {
-                let final_json = done.and_then(|r| self.take_response(&id, r).map(|(bytes, _, _)| bytes));
-                Ok(PostOutcome::Sse(self.start_stream(sctx, sid, StreamKind::Post { request: id }, final_json, request, purpose)))
+                let final_json =
+                    done.and_then(|r| self.take_response(&id, r).map(|(bytes, _, _)| bytes));
+                Ok(PostOutcome::Sse(self.start_stream(
+                    sctx,
+                    sid,
+                    StreamKind::Post { request: id },
+                    final_json,
+                    request,
+                    purpose,
+                )))
             }
             (None, Some(rx)) => {
                 if let Some(r) = done {
@@ -741,10 +879,9 @@ impl SessionActor {
     /// subscribed to. Nothing is recorded: a session is not told of updates yet (only
     /// 2026-07-28 `subscriptions/listen` streams are; README "Not yet built").
     fn subscription(&self, method: &str, params: Option<&Value>) -> Result<Value, ErrorObject> {
-        let uri = params
-            .and_then(|p| p.get("uri"))
-            .and_then(Value::as_str)
-            .ok_or_else(|| ErrorObject::new(code::INVALID_PARAMS, "missing string parameter \"uri\""))?;
+        let uri = params.and_then(|p| p.get("uri")).and_then(Value::as_str).ok_or_else(|| {
+            ErrorObject::new(code::INVALID_PARAMS, "missing string parameter \"uri\"")
+        })?;
         if method == "resources/subscribe" && !self.sup.catalog().has_resource(uri) {
             return Err(crate::tools::resource_not_found(uri));
         }
@@ -753,7 +890,11 @@ impl SessionActor {
 
     /// A request finished: forget it and encode its response. `None` when it was cancelled
     /// (nothing is sent then). Also returns the task, for its reply route.
-    fn take_response(&mut self, id: &JsonRpcId, r: Result<Value, ErrorObject>) -> Option<(Bytes, RequestTask, Option<StreamId>)> {
+    fn take_response(
+        &mut self,
+        id: &JsonRpcId,
+        r: Result<Value, ErrorObject>,
+    ) -> Option<(Bytes, RequestTask, Option<StreamId>)> {
         let task = self.core.end_request(id, self.sup.now())?;
         let bytes = match r {
             Ok(v) => encode_result(id, &v),
@@ -797,7 +938,10 @@ impl Handler<Post> for SessionActor {
             Incoming::Batch(items) => {
                 if !self.core.version().allows_batches() {
                     return Err(Rejection::InvalidMessage {
-                        reason: format!("JSON-RPC batches are not allowed in protocol {}", self.core.version().as_str()),
+                        reason: format!(
+                            "JSON-RPC batches are not allowed in protocol {}",
+                            self.core.version().as_str()
+                        ),
                         id: None,
                     });
                 }
@@ -805,10 +949,12 @@ impl Handler<Post> for SessionActor {
                 // The charge is split between the requests (what notifications and responses
                 // hold is gone once they are handled).
                 let requests = items.iter().filter(|m| m.is_request()).count();
-                let mut charges = msg.charge.map(|c| c.split(requests)).unwrap_or_default().into_iter();
+                let mut charges =
+                    msg.charge.map(|c| c.split(requests)).unwrap_or_default().into_iter();
                 for m in items {
                     let is_request = m.is_request();
-                    let id = if let Message::Request { id, .. } = &m { Some(id.clone()) } else { None };
+                    let id =
+                        if let Message::Request { id, .. } = &m { Some(id.clone()) } else { None };
                     let charge = if is_request { charges.next() } else { None };
                     match self.on_message(m, ReplyMode::Json, charge, ctx) {
                         Ok(PostOutcome::Json(rx)) => replies.push(rx),
@@ -822,7 +968,11 @@ impl Handler<Post> for SessionActor {
                         Err(_) => {}
                     }
                 }
-                Ok(if replies.is_empty() { PostOutcome::Accepted } else { PostOutcome::Batch(replies) })
+                Ok(if replies.is_empty() {
+                    PostOutcome::Accepted
+                } else {
+                    PostOutcome::Batch(replies)
+                })
             }
         });
         let _ = msg.reply.send(r);
@@ -836,9 +986,17 @@ impl Handler<OpenGet> for SessionActor {
     fn handle(&mut self, msg: OpenGet, ctx: &mut Context<Self>) {
         let _span = self.span.clone().entered();
         self.core.touch(self.sup.now());
-        let serving = if self.sup.phase() == Phase::Serving { Ok(()) } else { Err(Rejection::Overloaded(Overload::Draining)) };
+        let serving = if self.sup.phase() == Phase::Serving {
+            Ok(())
+        } else {
+            Err(Rejection::Overloaded(Overload::Draining))
+        };
         // A recorded GET stream needs the ledger for its whole life.
-        let recorded = if self.stream_mode(StreamPurpose::ReadOnly) == StreamMode::Plain { Ok(()) } else { self.sup.admit_recorded_stream(StreamPurpose::ReadOnly, true) };
+        let recorded = if self.stream_mode(StreamPurpose::ReadOnly) == StreamMode::Plain {
+            Ok(())
+        } else {
+            self.sup.admit_recorded_stream(StreamPurpose::ReadOnly, true)
+        };
         let r = self.core.check_active().and(serving).and(recorded).map(|()| {
             let sctx = Context::<StreamActor>::new();
             let (sid, replaced) = self.core.open_get_stream(sctx.address());
@@ -869,7 +1027,11 @@ impl Handler<Resume> for SessionActor {
             return;
         };
         // The stream checks the cursor's generation against its own.
-        match entry.handle.try_send(Attach { after: msg.event.seq, generation: msg.event.generation, reply: msg.reply }) {
+        match entry.handle.try_send(Attach {
+            after: msg.event.seq,
+            generation: msg.event.generation,
+            reply: msg.reply,
+        }) {
             Ok(()) => {}
             Err(SendError::Full(m)) => {
                 let _ = m.reply.send(Err(Rejection::Overloaded(Overload::Mailbox)));
@@ -904,7 +1066,8 @@ impl Handler<EndOlderRequests> for SessionActor {
 
     fn handle(&mut self, msg: EndOlderRequests, ctx: &mut Context<Self>) {
         let _span = self.span.clone().entered();
-        let old = self.core.in_flight_where(|t| t.generation.generation().settings.id.0 < msg.before.0);
+        let old =
+            self.core.in_flight_where(|t| t.generation.generation().settings.id.0 < msg.before.0);
         for id in old {
             let error = ErrorObject::new(
                 code::DRAINED,
@@ -931,7 +1094,11 @@ impl Handler<Shutdown> for SessionActor {
         // Its record as of now (the periodic one may lag): the next process revives it with
         // its true last use; one still in use counts as used now.
         let now = self.sup.now();
-        let used = if self.core.in_flight_len() > 0 || self.core.attached_connections() > 0 { now } else { self.core.last_activity() };
+        let used = if self.core.in_flight_len() > 0 || self.core.attached_connections() > 0 {
+            now
+        } else {
+            self.core.last_activity()
+        };
         if self.core.check_active().is_ok() {
             self.ledger.writer.submit(self.record_ops_at(RecordState::Active, used));
         }
@@ -978,7 +1145,8 @@ impl Handler<ServerRequest> for SessionActor {
 
     fn handle(&mut self, msg: ServerRequest, ctx: &mut Context<Self>) {
         let _span = self.span.clone().entered();
-        let Some(target) = msg.stream.or_else(|| self.core.get_stream().map(|(_, a)| a.clone())) else {
+        let Some(target) = msg.stream.or_else(|| self.core.get_stream().map(|(_, a)| a.clone()))
+        else {
             let _ = msg.reply.send(Err(ErrorObject::new(
                 code::INTERNAL_ERROR,
                 "no stream to carry a server-to-client request: accept text/event-stream or open a GET stream",
@@ -992,13 +1160,20 @@ impl Handler<ServerRequest> for SessionActor {
                 if target.try_send(Emit { json, last: false }).is_err()
                     && let Some(p) = self.core.answer_client_request(&id)
                 {
-                    let _ = p.handle.reply.send(Err(ErrorObject::new(code::INTERNAL_ERROR, "the request's stream is busy or gone")));
+                    let _ = p.handle.reply.send(Err(ErrorObject::new(
+                        code::INTERNAL_ERROR,
+                        "the request's stream is busy or gone",
+                    )));
                 }
             }
             Err((route, why)) => {
                 let text = match why {
-                    ClientRequestRefused::OriginEnded => "the originating request is no longer running",
-                    ClientRequestRefused::TooMany => "too many server-to-client requests are waiting in this session",
+                    ClientRequestRefused::OriginEnded => {
+                        "the originating request is no longer running"
+                    }
+                    ClientRequestRefused::TooMany => {
+                        "too many server-to-client requests are waiting in this session"
+                    }
                 };
                 let _ = route.reply.send(Err(ErrorObject::new(code::INTERNAL_ERROR, text)));
             }
@@ -1048,11 +1223,25 @@ impl ToolOutbound for Outbound {
 
     fn request(&self, method: &str, params: Value) -> BoxFuture<Result<Value, ErrorObject>> {
         let (tx, rx) = oneshot::channel();
-        let msg = ServerRequest { origin: self.origin.clone(), stream: self.stream.clone(), method: method.to_owned(), params, reply: tx };
+        let msg = ServerRequest {
+            origin: self.origin.clone(),
+            stream: self.stream.clone(),
+            method: method.to_owned(),
+            params,
+            reply: tx,
+        };
         let session = self.session.clone();
         Box::pin(async move {
-            session.send(msg).await.map_err(|_| ErrorObject::new(code::INTERNAL_ERROR, "session ended"))?;
-            rx.await.unwrap_or_else(|_| Err(ErrorObject::new(code::INTERNAL_ERROR, "session ended before the client answered")))
+            session
+                .send(msg)
+                .await
+                .map_err(|_| ErrorObject::new(code::INTERNAL_ERROR, "session ended"))?;
+            rx.await.unwrap_or_else(|_| {
+                Err(ErrorObject::new(
+                    code::INTERNAL_ERROR,
+                    "session ended before the client answered",
+                ))
+            })
         })
     }
 

@@ -72,7 +72,10 @@ struct LiveFigures {
 
 /// The statuses counted one by one, in the order `http_response` indexes them (any other is
 /// counted as `other`, the last).
-const HTTP_STATUSES: [&str; 18] = ["200", "202", "204", "400", "401", "403", "404", "405", "406", "408", "409", "410", "413", "415", "429", "500", "503", "other"];
+const HTTP_STATUSES: [&str; 18] = [
+    "200", "202", "204", "400", "401", "403", "404", "405", "406", "408", "409", "410", "413",
+    "415", "429", "500", "503", "other",
+];
 const SHADOW_KINDS: [&str; 4] = ["content", "order", "cursor", "missing"];
 const MODES: [&str; 3] = ["resumable", "shadow", "plain"];
 /// Stream states as the metrics name them: a connection attached, none, closed.
@@ -190,7 +193,12 @@ impl RuntimeStats {
     /// 503 ([`Overload::ModernInFlight`](crate::proto::error::Overload::ModernInFlight)) when
     /// every place is taken, 429 ([`Quota::ModernInFlight`](crate::proto::error::Quota::ModernInFlight))
     /// when the caller's are.
-    pub(crate) fn modern_enter(self: &Arc<Self>, caller: super::QuotaKey, max: usize, per_caller: usize) -> Result<ModernInFlight, Rejection> {
+    pub(crate) fn modern_enter(
+        self: &Arc<Self>,
+        caller: super::QuotaKey,
+        max: usize,
+        per_caller: usize,
+    ) -> Result<ModernInFlight, Rejection> {
         use crate::proto::error::{Overload, Quota};
         let was = self.modern_in_flight.fetch_add(1, Ordering::AcqRel);
         let refused = if was >= max as i64 {
@@ -200,7 +208,10 @@ impl RuntimeStats {
             let n = by.entry(caller.clone()).or_insert(0);
             if *n >= per_caller {
                 // Not left at 0: the entry exists because the caller holds places.
-                Some(Rejection::QuotaExceeded { cause: Quota::ModernInFlight, retry_after_s: Overload::ModernInFlight.retry_after_s() })
+                Some(Rejection::QuotaExceeded {
+                    cause: Quota::ModernInFlight,
+                    retry_after_s: Overload::ModernInFlight.retry_after_s(),
+                })
             } else {
                 *n += 1;
                 None
@@ -220,8 +231,14 @@ impl RuntimeStats {
     /// # Errors
     /// 503 ([`Overload::RequestMemory`](crate::proto::error::Overload::RequestMemory)) when
     /// the charge would take the budget past `capacity`.
-    pub(crate) fn request_memory_enter(self: &Arc<Self>, bytes: usize, capacity: usize) -> Result<RequestCharge, Rejection> {
-        let taken = self.request_memory.fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| used.checked_add(bytes).filter(|after| *after <= capacity));
+    pub(crate) fn request_memory_enter(
+        self: &Arc<Self>,
+        bytes: usize,
+        capacity: usize,
+    ) -> Result<RequestCharge, Rejection> {
+        let taken = self.request_memory.fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+            used.checked_add(bytes).filter(|after| *after <= capacity)
+        });
         match taken {
             Ok(_) => Ok(RequestCharge { stats: Arc::clone(self), bytes }),
             Err(_) => Err(Rejection::Overloaded(crate::proto::error::Overload::RequestMemory)),
@@ -247,7 +264,11 @@ impl RuntimeStats {
     /// Modern requests: running now, answered, cancelled by a disconnect.
     #[must_use]
     pub fn modern(&self) -> (i64, u64, u64) {
-        (self.modern_in_flight.load(Ordering::Relaxed), self.modern_served.load(Ordering::Relaxed), self.modern_cancelled.load(Ordering::Relaxed))
+        (
+            self.modern_in_flight.load(Ordering::Relaxed),
+            self.modern_served.load(Ordering::Relaxed),
+            self.modern_cancelled.load(Ordering::Relaxed),
+        )
     }
 
     /// Take a place for a `subscriptions/listen` stream of `caller`: at most `max` server-wide
@@ -256,7 +277,12 @@ impl RuntimeStats {
     /// # Errors
     /// 503 ([`Overload::Listen`](crate::proto::error::Overload::Listen)) when every place is
     /// taken, 429 ([`Quota::Listen`](crate::proto::error::Quota::Listen)) when the caller's are.
-    pub(crate) fn listen_enter(self: &Arc<Self>, caller: super::QuotaKey, max: usize, per_caller: u32) -> Result<ListenPlace, Rejection> {
+    pub(crate) fn listen_enter(
+        self: &Arc<Self>,
+        caller: super::QuotaKey,
+        max: usize,
+        per_caller: u32,
+    ) -> Result<ListenPlace, Rejection> {
         use crate::proto::error::{Overload, Quota};
         let was = self.listen_open.fetch_add(1, Ordering::AcqRel);
         let refused = if was >= max as i64 {
@@ -265,7 +291,10 @@ impl RuntimeStats {
             let mut by = self.listen_by_caller.lock();
             let n = by.entry(caller.clone()).or_insert(0);
             if *n >= per_caller {
-                Some(Rejection::QuotaExceeded { cause: Quota::Listen, retry_after_s: Overload::Listen.retry_after_s() })
+                Some(Rejection::QuotaExceeded {
+                    cause: Quota::Listen,
+                    retry_after_s: Overload::Listen.retry_after_s(),
+                })
             } else {
                 *n += 1;
                 None
@@ -287,7 +316,11 @@ impl RuntimeStats {
     /// `subscriptions/listen` streams: open now, opened, completed by the server.
     #[must_use]
     pub fn listen(&self) -> (i64, u64, u64) {
-        (self.listen_open.load(Ordering::Relaxed), self.listen_opened.load(Ordering::Relaxed), self.listen_completed.load(Ordering::Relaxed))
+        (
+            self.listen_open.load(Ordering::Relaxed),
+            self.listen_opened.load(Ordering::Relaxed),
+            self.listen_completed.load(Ordering::Relaxed),
+        )
     }
 
     /// An HTTP request reached the endpoint.
@@ -353,7 +386,11 @@ impl RuntimeStats {
     }
 
     /// A shadow stream was verified; `latency` from its close to its writes' commit.
-    pub(crate) fn shadow_verified(&self, r: &crate::proto::rollout::ShadowReport, latency: std::time::Duration) {
+    pub(crate) fn shadow_verified(
+        &self,
+        r: &crate::proto::rollout::ShadowReport,
+        latency: std::time::Duration,
+    ) {
         let l = &self.live;
         add(&l.shadow_verified, 1);
         add(&l.shadow_events, r.sent);
@@ -424,13 +461,25 @@ impl RuntimeStats {
             receipt_attaches: get(&l.receipt_attaches),
             shadow_verified: get(&l.shadow_verified),
             shadow_events: get(&l.shadow_events),
-            shadow_mismatches: SHADOW_KINDS.iter().zip(&l.shadow_mismatches).map(|(k, c)| (*k, get(c))).collect(),
+            shadow_mismatches: SHADOW_KINDS
+                .iter()
+                .zip(&l.shadow_mismatches)
+                .map(|(k, c)| (*k, get(c)))
+                .collect(),
             shadow_window_lost: get(&l.shadow_window_lost),
             shadow_unreadable: get(&l.shadow_unreadable),
             shadow_unverified: get(&l.shadow_unverified),
             http_responses: HTTP_STATUSES.iter().zip(&l.http).map(|(k, c)| (*k, get(c))).collect(),
-            streams_by_mode: MODES.iter().zip(&l.streams_by_mode).map(|(k, c)| (*k, c.load(Ordering::Relaxed))).collect(),
-            streams_by_state: STREAM_STATES.iter().zip(&l.streams_by_state).map(|(k, c)| (*k, c.load(Ordering::Relaxed))).collect(),
+            streams_by_mode: MODES
+                .iter()
+                .zip(&l.streams_by_mode)
+                .map(|(k, c)| (*k, c.load(Ordering::Relaxed)))
+                .collect(),
+            streams_by_state: STREAM_STATES
+                .iter()
+                .zip(&l.streams_by_state)
+                .map(|(k, c)| (*k, c.load(Ordering::Relaxed)))
+                .collect(),
         }
     }
 
@@ -481,7 +530,10 @@ impl RuntimeStats {
     /// Refusals of one cause so far.
     #[must_use]
     pub fn refusals(&self, cause: &str) -> u64 {
-        Rejection::CAUSES.iter().position(|c| *c == cause).map_or(0, |i| self.refused[i].load(Ordering::Relaxed))
+        Rejection::CAUSES
+            .iter()
+            .position(|c| *c == cause)
+            .map_or(0, |i| self.refused[i].load(Ordering::Relaxed))
     }
 }
 
@@ -565,7 +617,12 @@ pub struct KeptFigures {
 impl RuntimeStats {
     /// Copy every figure; `sessions`, `stream_memory_bytes` and `ledger` come from their owners.
     #[must_use]
-    pub fn snapshot(&self, sessions: usize, stream_memory_bytes: usize, ledger: crate::ledger::WriterSnapshot) -> StatsSnapshot {
+    pub fn snapshot(
+        &self,
+        sessions: usize,
+        stream_memory_bytes: usize,
+        ledger: crate::ledger::WriterSnapshot,
+    ) -> StatsSnapshot {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         StatsSnapshot {
             requests: get(&self.requests),
@@ -575,7 +632,12 @@ impl RuntimeStats {
             stream_memory_bytes,
             request_memory_bytes: self.request_memory_bytes(),
             modern_in_flight: self.modern_in_flight.load(Ordering::Relaxed),
-            refused: Rejection::CAUSES.iter().zip(&self.refused).filter(|(_, n)| get(n) > 0).map(|(c, n)| (*c, get(n))).collect(),
+            refused: Rejection::CAUSES
+                .iter()
+                .zip(&self.refused)
+                .filter(|(_, n)| get(n) > 0)
+                .map(|(c, n)| (*c, get(n)))
+                .collect(),
             client_requests_timed_out: get(&self.client_requests_timed_out),
             requests_ended_by_gap: get(&self.requests_ended_by_gap),
             streams_evicted: get(&self.streams_evicted),
@@ -618,9 +680,16 @@ mod admission_tests {
         let s = Arc::new(RuntimeStats::default());
         let (alice, bob) = (QuotaKey::Principal("alice".into()), QuotaKey::Principal("bob".into()));
         let a: Vec<_> = (0..2).map(|_| s.modern_enter(alice.clone(), 3, 2).unwrap()).collect();
-        assert_eq!(s.modern_enter(alice.clone(), 3, 2).unwrap_err().cause(), "quota.modern_in_flight");
+        assert_eq!(
+            s.modern_enter(alice.clone(), 3, 2).unwrap_err().cause(),
+            "quota.modern_in_flight"
+        );
         let b = s.modern_enter(bob.clone(), 3, 2).unwrap();
-        assert_eq!(s.modern_enter(bob.clone(), 3, 2).unwrap_err().cause(), "overloaded.modern_in_flight", "the whole bound first");
+        assert_eq!(
+            s.modern_enter(bob.clone(), 3, 2).unwrap_err().cause(),
+            "overloaded.modern_in_flight",
+            "the whole bound first"
+        );
         assert_eq!(s.modern().0, 3);
         drop((a, b));
         assert_eq!(s.modern().0, 0);
@@ -631,7 +700,10 @@ mod admission_tests {
     fn request_charges_stay_within_the_capacity_split_and_come_back() {
         let s = Arc::new(RuntimeStats::default());
         let big = s.request_memory_enter(60, 100).unwrap();
-        assert_eq!(s.request_memory_enter(41, 100).unwrap_err().cause(), "overloaded.request_memory");
+        assert_eq!(
+            s.request_memory_enter(41, 100).unwrap_err().cause(),
+            "overloaded.request_memory"
+        );
         assert_eq!(s.request_memory_bytes(), 60, "a refused charge takes nothing");
         let parts = s.request_memory_enter(40, 100).unwrap().split(3);
         assert_eq!(parts.iter().map(|p| p.bytes).collect::<Vec<_>>(), [14, 13, 13]);
@@ -683,7 +755,12 @@ impl RequestCharge {
         // The bytes move to the parts: this one gives back nothing when it drops.
         let mut this = self;
         this.bytes = 0;
-        (0..n).map(|i| RequestCharge { stats: Arc::clone(&stats), bytes: each + usize::from(i < rest) }).collect()
+        (0..n)
+            .map(|i| RequestCharge {
+                stats: Arc::clone(&stats),
+                bytes: each + usize::from(i < rest),
+            })
+            .collect()
     }
 }
 

@@ -25,7 +25,9 @@ use crate::ledger::Durability;
 use crate::proto::error::Rejection;
 use crate::proto::ids::{Seq, StreamId, Tick};
 use crate::proto::rollout::{StreamMode, verify_shadow};
-use crate::proto::stream::{Attachment, CloseReason, Delivery, StreamCore, StreamState, StreamTiming};
+use crate::proto::stream::{
+    Attachment, CloseReason, Delivery, StreamCore, StreamState, StreamTiming,
+};
 use crate::sse::COMMENT_KEEPALIVE;
 
 /// What every stream of a supervisor shares: connection and retention settings, the memory
@@ -182,7 +184,14 @@ impl StreamActor {
     /// priming event: the connection then carries both in one write and ends. The stream is
     /// then closed from the start, and the bytes its window holds are returned for the
     /// session to count (no `Closed` report follows).
-    pub(crate) fn start_in(mut ctx: Context<StreamActor>, mut core: StreamCore, final_json: Option<&[u8]>, links: StreamLinks, ledger: StreamLedger, generation: GenCount) -> (SseBody, Option<usize>) {
+    pub(crate) fn start_in(
+        mut ctx: Context<StreamActor>,
+        mut core: StreamCore,
+        final_json: Option<&[u8]>,
+        links: StreamLinks,
+        ledger: StreamLedger,
+        generation: GenCount,
+    ) -> (SseBody, Option<usize>) {
         let StreamLinks { session, env, caller_budget, span } = links;
         let caller_budget = &caller_budget;
         let span = tracing::info_span!(parent: &span, "stream", stream = core.id().0, generation = core.generation().0, mode = core.mode().as_str());
@@ -206,25 +215,50 @@ impl StreamActor {
             (Some(Writer { conn, tx }), Some(rx))
         };
         let owner = ConnectionOwner { stream: addr, session: Arc::clone(&session), conn };
-        let mut actor = StreamActor::with_core(core, writer, session, env, caller_budget, ledger, generation, span);
+        let mut actor = StreamActor::with_core(
+            core,
+            writer,
+            session,
+            env,
+            caller_budget,
+            ledger,
+            generation,
+            span,
+        );
         actor.closed_reported = final_json.is_some();
         actor.update_charge();
         actor.flush_ledger(&mut ctx);
         // A stream that is not resumable is not retained: it reports `Gone` once done.
-        let closed_with = final_json.filter(|_| actor.core.mode() == StreamMode::Resumable).map(|_| actor.core.retained_bytes());
+        let closed_with = final_json
+            .filter(|_| actor.core.mode() == StreamMode::Resumable)
+            .map(|_| actor.core.retained_bytes());
         ctx.run(actor);
         (SseBody::new(att.initial, live, Some(owner)), closed_with)
     }
 
     /// Start a stream rebuilt from the ledger, with no connection. Returns its address and,
     /// when it is closed, the bytes its window holds (for its session's retention bounds).
-    pub(crate) fn start_restored(core: StreamCore, links: StreamLinks, ledger: StreamLedger, generation: GenCount) -> (Addr<StreamActor>, Option<usize>) {
+    pub(crate) fn start_restored(
+        core: StreamCore,
+        links: StreamLinks,
+        ledger: StreamLedger,
+        generation: GenCount,
+    ) -> (Addr<StreamActor>, Option<usize>) {
         let StreamLinks { session, env, caller_budget, span } = links;
         let caller_budget = &caller_budget;
         let span = tracing::info_span!(parent: &span, "stream", stream = core.id().0, generation = core.generation().0, mode = core.mode().as_str());
         let mut ctx = Context::<StreamActor>::new();
         let addr = ctx.address();
-        let mut actor = StreamActor::with_core(core, None, session, env, caller_budget, ledger, generation, span);
+        let mut actor = StreamActor::with_core(
+            core,
+            None,
+            session,
+            env,
+            caller_budget,
+            ledger,
+            generation,
+            span,
+        );
         let closed = matches!(actor.core.state(), StreamState::Closed(_));
         // Its session learns the bytes from the return value, not from a report.
         actor.closed_reported = closed;
@@ -236,7 +270,16 @@ impl StreamActor {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn with_core(core: StreamCore, writer: Option<Writer>, session: SessionLink, env: Arc<StreamEnv>, caller_budget: &Arc<MemoryBudget>, ledger: StreamLedger, generation: GenCount, span: tracing::Span) -> StreamActor {
+    fn with_core(
+        core: StreamCore,
+        writer: Option<Writer>,
+        session: SessionLink,
+        env: Arc<StreamEnv>,
+        caller_budget: &Arc<MemoryBudget>,
+        ledger: StreamLedger,
+        generation: GenCount,
+        span: tracing::Span,
+    ) -> StreamActor {
         StreamActor {
             charge: env.budget.charge(Some(caller_budget)),
             core,
@@ -264,7 +307,10 @@ impl StreamActor {
         match newest {
             Some(upto) if cx.writer.durability() == Durability::Sync => {
                 let committed = cx.writer.submit_acked(ops);
-                ctx.spawn(actix::fut::wrap_future::<_, Self>(committed).map(move |_, act, ctx| act.on_committed(upto, ctx)));
+                ctx.spawn(
+                    actix::fut::wrap_future::<_, Self>(committed)
+                        .map(move |_, act, ctx| act.on_committed(upto, ctx)),
+                );
             }
             Some(_) => {
                 let _ = cx.writer.submit_events(ops);
@@ -315,7 +361,11 @@ impl StreamActor {
 
     fn body_for(&mut self, att: Attachment, ctx: &mut Context<Self>) -> SseBody {
         self.report(StreamReport::ConnectionStarted);
-        let owner = ConnectionOwner { stream: ctx.address(), session: Arc::clone(&self.session), conn: att.conn };
+        let owner = ConnectionOwner {
+            stream: ctx.address(),
+            session: Arc::clone(&self.session),
+            conn: att.conn,
+        };
         // A new connection supersedes the old one: dropping its sender ends it.
         if att.end_after_initial {
             self.set_writer(None, ctx);
@@ -369,7 +419,10 @@ impl StreamActor {
     fn report_closed(&mut self) {
         if !self.closed_reported && self.core.mode() == StreamMode::Resumable {
             self.closed_reported = true;
-            self.report(StreamReport::Closed { stream: self.core.id(), bytes: self.core.retained_bytes() });
+            self.report(StreamReport::Closed {
+                stream: self.core.id(),
+                bytes: self.core.retained_bytes(),
+            });
         }
     }
 
@@ -438,13 +491,18 @@ impl StreamActor {
         // Read back on a reader thread once committed (never on this arbiter); a ledger that
         // cannot commit within the commit wait leaves it unverified (counted unreadable).
         let env = Arc::clone(&self.env);
-        let (log, now) = (crate::ledger::codec::events_key(self.ledger.hmac(), self.core.id().0), self.env.clock.now().0);
+        let (log, now) = (
+            crate::ledger::codec::events_key(self.ledger.hmac(), self.core.id().0),
+            self.env.clock.now().0,
+        );
         let read_back = async move {
             let committed = env.ledger.writer.wait_committed(env.ledger.writer.barrier()).await;
             let latency = started.elapsed();
             let copy = match committed {
                 Ok(()) => env.ledger.ledger.reads.run(move |store| store.read_log(&log, now)).await,
-                Err(e) => Err(crate::ledger::ReadError::Store(crate::ledger::StoreError::Backend(e.to_string()))),
+                Err(e) => Err(crate::ledger::ReadError::Store(crate::ledger::StoreError::Backend(
+                    e.to_string(),
+                ))),
             };
             (copy, latency)
         };
@@ -469,7 +527,10 @@ impl StreamActor {
     /// A keep-alive comment to the quiet connection. A full queue is tried again a keep-alive
     /// later (a slow reader's own writes detach it); a closed one detaches.
     fn keepalive(&mut self, now: Tick) {
-        let sent = self.writer.as_ref().map(|w| (w.conn, w.tx.try_send(Bytes::from_static(COMMENT_KEEPALIVE))));
+        let sent = self
+            .writer
+            .as_ref()
+            .map(|w| (w.conn, w.tx.try_send(Bytes::from_static(COMMENT_KEEPALIVE))));
         if let Some((conn, Err(mpsc::error::TrySendError::Closed(_)))) = sent {
             self.writer = None;
             self.core.detach(conn, false);
@@ -608,11 +669,13 @@ impl Handler<Drain> for StreamActor {
         if let Some((_, h)) = self.timer.take() {
             ctx.cancel_future(h);
         }
-        let retry = (self.core.mode() == StreamMode::Resumable).then(|| self.core.retry_ms()).flatten();
+        let retry =
+            (self.core.mode() == StreamMode::Resumable).then(|| self.core.retry_ms()).flatten();
         // Its events committed first (a resume after the restart finds them), at most the
         // commit wait once the ledger fails: the connection ends all the same.
         let env = Arc::clone(&self.env);
-        let committed = async move { env.ledger.writer.wait_committed(env.ledger.writer.barrier()).await };
+        let committed =
+            async move { env.ledger.writer.wait_committed(env.ledger.writer.barrier()).await };
         ctx.spawn(actix::fut::wrap_future::<_, Self>(committed).map(move |_, _act, ctx| {
             if let Some(ms) = retry {
                 let _ = w.tx.try_send(crate::sse::retry_frame(ms));

@@ -85,7 +85,12 @@ const RATE_SWEEP_EVERY_MS: u64 = 100;
 
 impl RateLimiter {
     fn new(burst: u32, per_second: u32, max_entries: usize) -> RateLimiter {
-        RateLimiter { table: Mutex::new(RateTable::default()), burst, per_second: f64::from(per_second), max_entries }
+        RateLimiter {
+            table: Mutex::new(RateTable::default()),
+            burst,
+            per_second: f64::from(per_second),
+            max_entries,
+        }
     }
 
     /// Take a token for `key` at `now`; the refusal carries `Retry-After` (whole seconds,
@@ -99,22 +104,31 @@ impl RateLimiter {
                 *swept_at = Some(now);
             }
             if buckets.len() >= self.max_entries {
-                return Err(Rejection::QuotaExceeded { cause: Quota::SessionRate, retry_after_s: 1 });
+                return Err(Rejection::QuotaExceeded {
+                    cause: Quota::SessionRate,
+                    retry_after_s: 1,
+                });
             }
         }
-        let bucket = buckets.entry(key.clone()).or_insert_with(|| TokenBucket::new(self.burst, self.per_second, now));
+        let bucket = buckets
+            .entry(key.clone())
+            .or_insert_with(|| TokenBucket::new(self.burst, self.per_second, now));
         if bucket.try_take(now) {
             return Ok(());
         }
         let wait_ms = bucket.ready_at(now).0.saturating_sub(now.0);
-        Err(Rejection::QuotaExceeded { cause: Quota::SessionRate, retry_after_s: wait_ms.div_ceil(1000).max(1) as u32 })
+        Err(Rejection::QuotaExceeded {
+            cause: Quota::SessionRate,
+            retry_after_s: wait_ms.div_ceil(1000).max(1) as u32,
+        })
     }
 }
 
 /// What the door decided for a request ([`Supervisor::admit_tool_call`]).
 pub(crate) struct ToolDoor {
     /// A `tools/call`'s idempotency key (`Ok(None)`: none, or not a call of a write tool).
-    pub(crate) call: Result<Option<crate::tools::IdempotentCall>, crate::proto::jsonrpc::ErrorObject>,
+    pub(crate) call:
+        Result<Option<crate::tools::IdempotentCall>, crate::proto::jsonrpc::ErrorObject>,
     /// What its stream, if it gets one, is for.
     pub(crate) purpose: crate::proto::rollout::StreamPurpose,
     /// A keyed call's place among its caller's receipts.
@@ -163,17 +177,37 @@ pub struct Supervisor {
 /// the revive, after these (the writer keeps order); until then a revive finds it under `old`
 /// again. Nothing under `old` is deleted: it expires on its own, so no crash in between can
 /// lose the session.
-fn migration_ops(new: &str, record: &codec::SessionRecord, streams: &[(codec::StreamRecord, Vec<(u64, bytes::Bytes)>)], cx: &LedgerCtx) -> Vec<crate::ledger::Op> {
+fn migration_ops(
+    new: &str,
+    record: &codec::SessionRecord,
+    streams: &[(codec::StreamRecord, Vec<(u64, bytes::Bytes)>)],
+    cx: &LedgerCtx,
+) -> Vec<crate::ledger::Op> {
     use crate::ledger::Op;
     let expires_ms = record.last_used_ms.saturating_add(cx.stream_ttl_ms);
     let mut ops = Vec::new();
     for (s, events) in streams {
-        ops.push(Op::Put { key: codec::stream_key(new, s.stream), value: bytes::Bytes::from(codec::encode(&Record::Stream(s.clone()))), expires_ms });
+        ops.push(Op::Put {
+            key: codec::stream_key(new, s.stream),
+            value: bytes::Bytes::from(codec::encode(&Record::Stream(s.clone()))),
+            expires_ms,
+        });
         let log: Arc<str> = codec::events_key(new, s.stream).into();
         for (seq, frame) in events {
-            ops.push(Op::Append { log: Arc::clone(&log), seq: *seq, frame: frame.clone(), max_len: s.max_events.max(1), expires_ms });
+            ops.push(Op::Append {
+                log: Arc::clone(&log),
+                seq: *seq,
+                frame: frame.clone(),
+                max_len: s.max_events.max(1),
+                expires_ms,
+            });
         }
-        ops.push(Op::IndexAdd { index: codec::streams_index(new), member: s.stream.to_string(), score: s.stream, expires_ms });
+        ops.push(Op::IndexAdd {
+            index: codec::streams_index(new),
+            member: s.stream.to_string(),
+            score: s.stream,
+            expires_ms,
+        });
     }
     ops
 }
@@ -183,10 +217,19 @@ type SessionFound = (codec::SessionRecord, Vec<(codec::StreamRecord, Vec<(u64, b
 
 /// The active session recorded under `hmac` for `principal`, with its (at most `most`)
 /// streams.
-fn read_session(store: &dyn crate::ledger::Store, hmac: &str, principal: Option<&Arc<str>>, most: usize, now: u64) -> Result<Option<SessionFound>, crate::ledger::StoreError> {
+fn read_session(
+    store: &dyn crate::ledger::Store,
+    hmac: &str,
+    principal: Option<&Arc<str>>,
+    most: usize,
+    now: u64,
+) -> Result<Option<SessionFound>, crate::ledger::StoreError> {
     let Some(bytes) = store.get(&codec::session_key(hmac), now)? else { return Ok(None) };
     let Record::Session(record) = codec::decode(&bytes)? else { return Ok(None) };
-    if record.state != RecordState::Active || record.principal.as_deref() != principal.map(|p| &**p) || record.session_hmac != hmac {
+    if record.state != RecordState::Active
+        || record.principal.as_deref() != principal.map(|p| &**p)
+        || record.session_hmac != hmac
+    {
         return Ok(None);
     }
     let mut streams = Vec::new();
@@ -246,11 +289,20 @@ impl LedgerCap {
         }
     }
 
-    fn evict(&self, store: &dyn crate::ledger::Store, now: u64) -> Result<bool, crate::ledger::StoreError> {
+    fn evict(
+        &self,
+        store: &dyn crate::ledger::Store,
+        now: u64,
+    ) -> Result<bool, crate::ledger::StoreError> {
         use crate::ledger::Op;
-        store.apply(&[Op::IndexTrim { index: codec::SESSIONS_LRU.into(), below: now.saturating_sub(self.idle_ttl_ms) }])?;
+        store.apply(&[Op::IndexTrim {
+            index: codec::SESSIONS_LRU.into(),
+            below: now.saturating_sub(self.idle_ttl_ms),
+        }])?;
         let recorded = store.index_len(codec::SESSIONS_LRU, now)?;
-        let Some(excess) = recorded.checked_sub(self.max).filter(|n| *n > 0) else { return Ok(false) };
+        let Some(excess) = recorded.checked_sub(self.max).filter(|n| *n > 0) else {
+            return Ok(false);
+        };
         let want = excess.min(EVICT_PER_RUN);
         // Live sessions (and those settling) are skipped: read past as many as there can be.
         let window = want + self.registry.len() + self.settling.lock().len() + 64;
@@ -270,7 +322,8 @@ impl LedgerCap {
                 let Ok(g) = self.revive_locks.0[shard].try_lock() else { continue };
                 e.insert(g);
             }
-            if self.registry.is_live_hmac(&hmac) || self.settling.lock().contains_key(hmac.as_str()) {
+            if self.registry.is_live_hmac(&hmac) || self.settling.lock().contains_key(hmac.as_str())
+            {
                 continue;
             }
             ops.push(Op::IndexRemove { index: codec::SESSIONS_LRU.into(), member: hmac.clone() });
@@ -280,10 +333,18 @@ impl LedgerCap {
             {
                 r.state = RecordState::Evicted;
                 // A tombstone for one TTL: the id stays 404 and is never revived.
-                ops.push(Op::Put { key: codec::session_key(&hmac), value: bytes::Bytes::from(codec::encode(&Record::Session(r))), expires_ms: now.saturating_add(self.idle_ttl_ms) });
+                ops.push(Op::Put {
+                    key: codec::session_key(&hmac),
+                    value: bytes::Bytes::from(codec::encode(&Record::Session(r))),
+                    expires_ms: now.saturating_add(self.idle_ttl_ms),
+                });
                 for (sid, _) in store.index_lowest(&codec::streams_index(&hmac), usize::MAX, now)? {
                     if let Ok(sid) = sid.parse::<u64>() {
-                        super::durable::forget_stream_ops(&hmac, crate::proto::ids::StreamId(sid), &mut ops);
+                        super::durable::forget_stream_ops(
+                            &hmac,
+                            crate::proto::ids::StreamId(sid),
+                            &mut ops,
+                        );
                     }
                 }
                 ops.push(Op::DropIndex { index: codec::streams_index(&hmac) });
@@ -294,7 +355,12 @@ impl LedgerCap {
         drop(held);
         if evicted > 0 {
             self.stats.sessions_evicted_from_ledger(evicted as u64);
-            tracing::info!(evicted, recorded, max = self.max, "ledger full: least recently used parked sessions evicted");
+            tracing::info!(
+                evicted,
+                recorded,
+                max = self.max,
+                "ledger full: least recently used parked sessions evicted"
+            );
         }
         Ok(excess > want && evicted == want)
     }
@@ -314,7 +380,10 @@ pub(crate) enum Settle {
 
 impl std::fmt::Debug for Supervisor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Supervisor").field("lifecycle", &*self.lifecycle.borrow()).field("sessions", &self.registry.len()).finish_non_exhaustive()
+        f.debug_struct("Supervisor")
+            .field("lifecycle", &*self.lifecycle.borrow())
+            .field("sessions", &self.registry.len())
+            .finish_non_exhaustive()
     }
 }
 
@@ -337,19 +406,36 @@ impl Supervisor {
     pub fn with_ledger(cfg: RuntimeConfig, catalog: Catalog, ledger: Ledger) -> Arc<Supervisor> {
         let now_ms = ledger.clock.now().0;
         // Numbered above every generation an earlier process on this ledger started.
-        let generation = Generation(cfg.sessions.generation.max(ledger.last_generation().saturating_add(1)));
+        let generation =
+            Generation(cfg.sessions.generation.max(ledger.last_generation().saturating_add(1)));
         ledger.record_generation(generation.0);
-        let gens = Arc::new(Generations::new(GenSettings { id: generation, ..GenSettings::from_config(&cfg, ledger.key_id(), GenOrigin::Start, now_ms) }));
+        let gens = Arc::new(Generations::new(GenSettings {
+            id: generation,
+            ..GenSettings::from_config(&cfg, ledger.key_id(), GenOrigin::Start, now_ms)
+        }));
         let stream_ttl_ms = cfg.idle_ttl_ms().saturating_add(cfg.sessions.retention_undelivered_ms);
         let cursor_secret = |s: &[u8]| crate::ledger::derive_key(s, "mcp-host cursor v1");
         let previous: Vec<[u8; 32]> = ledger.previous.iter().map(|s| cursor_secret(s)).collect();
-        let cursor_key = CursorKey::rotated(&cursor_secret(&ledger.secret), &previous.iter().map(|k| &k[..]).collect::<Vec<_>>());
+        let cursor_key = CursorKey::rotated(
+            &cursor_secret(&ledger.secret),
+            &previous.iter().map(|k| &k[..]).collect::<Vec<_>>(),
+        );
         let clock = ledger.clock;
         let ledger_cx = Arc::new(LedgerCtx::new(ledger, cfg.idle_ttl_ms(), stream_ttl_ms));
         let stats = Arc::new(RuntimeStats::default());
         let l = &cfg.ledger;
-        let receipt_limits = crate::proto::usage::UsageLimits { per_caller_count: l.receipts_per_caller, per_caller_bytes: l.receipt_bytes_per_caller, total_bytes: l.receipt_bytes_total };
-        let receipts = Arc::new(Receipts::new(Arc::clone(&ledger_cx), l.receipt_retention_secs.saturating_mul(1000), l.receipt_max_bytes, receipt_limits, Arc::clone(&stats)));
+        let receipt_limits = crate::proto::usage::UsageLimits {
+            per_caller_count: l.receipts_per_caller,
+            per_caller_bytes: l.receipt_bytes_per_caller,
+            total_bytes: l.receipt_bytes_total,
+        };
+        let receipts = Arc::new(Receipts::new(
+            Arc::clone(&ledger_cx),
+            l.receipt_retention_secs.saturating_mul(1000),
+            l.receipt_max_bytes,
+            receipt_limits,
+            Arc::clone(&stats),
+        ));
         let stream_env = Arc::new(StreamEnv {
             timing: crate::proto::stream::StreamTiming {
                 keepalive_ms: cfg.sse.keepalive_ms,
@@ -365,7 +451,8 @@ impl Supervisor {
         let q = &cfg.quotas;
         let registry = Arc::new(Registry::default());
         let settling: Arc<Mutex<SettlingMap>> = Arc::default();
-        let revive_locks = Arc::new(ReviveLocks((0..16).map(|_| tokio::sync::Mutex::new(())).collect()));
+        let revive_locks =
+            Arc::new(ReviveLocks((0..16).map(|_| tokio::sync::Mutex::new(())).collect()));
         let cap = LedgerCap {
             max: cfg.ledger.max_sessions,
             idle_ttl_ms: cfg.idle_ttl_ms(),
@@ -376,13 +463,29 @@ impl Supervisor {
         };
         stream_env.ledger.writer.set_housekeeping(Box::new(move |store, now| cap.run(store, now)));
         let modern_results = modern_results(&cfg, &catalog);
-        let handle_limits = crate::proto::usage::UsageLimits { per_caller_count: u64::MAX, per_caller_bytes: cfg.ledger.handle_bytes_per_caller, total_bytes: cfg.ledger.handle_bytes_total };
-        let handles = Arc::new(crate::handles::Handles::bounded(&stream_env.ledger.ledger, handle_limits.per_caller_bytes, handle_limits.total_bytes));
+        let handle_limits = crate::proto::usage::UsageLimits {
+            per_caller_count: u64::MAX,
+            per_caller_bytes: cfg.ledger.handle_bytes_per_caller,
+            total_bytes: cfg.ledger.handle_bytes_total,
+        };
+        let handles = Arc::new(crate::handles::Handles::bounded(
+            &stream_env.ledger.ledger,
+            handle_limits.per_caller_bytes,
+            handle_limits.total_bytes,
+        ));
         catalog.attach_handles(Arc::clone(&handles));
         let t = &cfg.tasks;
         let tasks = Arc::new(crate::tasks::Tasks::new(
             &stream_env.ledger.ledger,
-            crate::tasks::TaskSettings { ttl_ms: t.ttl_secs.saturating_mul(1000), poll_ms: t.poll_interval_ms, max_per_caller: t.max_per_caller, max_kept_per_caller: t.max_kept_per_caller, max_result_bytes: t.max_result_bytes, bytes_per_caller: t.bytes_per_caller, bytes_total: t.bytes_total },
+            crate::tasks::TaskSettings {
+                ttl_ms: t.ttl_secs.saturating_mul(1000),
+                poll_ms: t.poll_interval_ms,
+                max_per_caller: t.max_per_caller,
+                max_kept_per_caller: t.max_kept_per_caller,
+                max_result_bytes: t.max_result_bytes,
+                bytes_per_caller: t.bytes_per_caller,
+                bytes_total: t.bytes_total,
+            },
         ));
         Arc::new(Supervisor {
             state_keys: stream_env.ledger.ledger.derive_rotated("mcp-host requestState v1"),
@@ -390,12 +493,20 @@ impl Supervisor {
             tasks,
             key: cursor_key,
             admit: cfg.admit_policy(),
-            rate: RateLimiter::new(q.session_burst, q.session_rate_per_sec, cfg.sessions.max_sessions.max(1024)),
+            rate: RateLimiter::new(
+                q.session_burst,
+                q.session_rate_per_sec,
+                cfg.sessions.max_sessions.max(1024),
+            ),
             catalog: Arc::new(catalog),
             registry,
             gens,
             stream_env,
-            lifecycle: tokio::sync::watch::Sender::new(Lifecycle { phase: Phase::Starting, generation, since_ms: now_ms }),
+            lifecycle: tokio::sync::watch::Sender::new(Lifecycle {
+                phase: Phase::Starting,
+                generation,
+                since_ms: now_ms,
+            }),
             stop_requested: tokio::sync::Notify::new(),
             revive_locks,
             settling,
@@ -452,9 +563,17 @@ impl Supervisor {
     /// Every figure at once.
     #[must_use]
     pub fn stats_snapshot(&self) -> StatsSnapshot {
-        let mut s = self.stream_env.stats.snapshot(self.registry.len(), self.stream_env.budget.used(), self.stream_env.ledger.writer.snapshot());
+        let mut s = self.stream_env.stats.snapshot(
+            self.registry.len(),
+            self.stream_env.budget.used(),
+            self.stream_env.ledger.writer.snapshot(),
+        );
         let kept = |(count, bytes): (u64, u64)| super::stats::Kept { count, bytes };
-        s.kept = super::stats::KeptFigures { receipts: kept(self.receipts.kept(&None).1), handles: kept(self.handles.kept(None).1), tasks: kept(self.tasks.kept(None).1) };
+        s.kept = super::stats::KeptFigures {
+            receipts: kept(self.receipts.kept(&None).1),
+            handles: kept(self.handles.kept(None).1),
+            tasks: kept(self.tasks.kept(None).1),
+        };
         s
     }
 
@@ -499,7 +618,9 @@ impl Supervisor {
     pub fn ledger_accepts(&self) -> Result<(), Rejection> {
         match self.stream_env.ledger.writer.refusal() {
             None => Ok(()),
-            Some(crate::ledger::LedgerState::Failing) => Err(Rejection::Overloaded(Overload::LedgerFailing)),
+            Some(crate::ledger::LedgerState::Failing) => {
+                Err(Rejection::Overloaded(Overload::LedgerFailing))
+            }
             Some(_) => Err(Rejection::Overloaded(Overload::LedgerBacklog)),
         }
     }
@@ -520,12 +641,27 @@ impl Supervisor {
     ///
     /// # Errors
     /// As [`Supervisor::ledger_accepts`]; the receipt bounds' refusals.
-    pub(crate) fn admit_tool_call(&self, method: &str, params: Option<&Value>, owner: &crate::ledger::Caller) -> Result<ToolDoor, Rejection> {
-        let read_only = || ToolDoor { call: Ok(None), purpose: crate::proto::rollout::StreamPurpose::ReadOnly, place: None };
+    pub(crate) fn admit_tool_call(
+        &self,
+        method: &str,
+        params: Option<&Value>,
+        owner: &crate::ledger::Caller,
+    ) -> Result<ToolDoor, Rejection> {
+        let read_only = || ToolDoor {
+            call: Ok(None),
+            purpose: crate::proto::rollout::StreamPurpose::ReadOnly,
+            place: None,
+        };
         if method != "tools/call" {
             return Ok(read_only());
         }
-        let Some(tool) = params.and_then(|p| p.get("name")).and_then(Value::as_str).and_then(|n| self.catalog.tool(n)) else { return Ok(read_only()) };
+        let Some(tool) = params
+            .and_then(|p| p.get("name"))
+            .and_then(Value::as_str)
+            .and_then(|n| self.catalog.tool(n))
+        else {
+            return Ok(read_only());
+        };
         let spec = tool.spec();
         let call = self.catalog.idempotent_call(params);
         let keyed = matches!(call, Ok(Some(_)));
@@ -533,7 +669,11 @@ impl Supervisor {
             self.ledger_accepts()?;
         }
         let place = if keyed { Some(self.receipts.admit(owner)?) } else { None };
-        let purpose = if spec.is_write() { crate::proto::rollout::StreamPurpose::Write { receipt: keyed } } else { crate::proto::rollout::StreamPurpose::ReadOnly };
+        let purpose = if spec.is_write() {
+            crate::proto::rollout::StreamPurpose::Write { receipt: keyed }
+        } else {
+            crate::proto::rollout::StreamPurpose::ReadOnly
+        };
         Ok(ToolDoor { call, purpose, place })
     }
 
@@ -546,9 +686,17 @@ impl Supervisor {
     ///
     /// # Errors
     /// As [`Supervisor::ledger_accepts`].
-    pub(crate) fn admit_recorded_stream(&self, purpose: crate::proto::rollout::StreamPurpose, standalone: bool) -> Result<(), Rejection> {
+    pub(crate) fn admit_recorded_stream(
+        &self,
+        purpose: crate::proto::rollout::StreamPurpose,
+        standalone: bool,
+    ) -> Result<(), Rejection> {
         let write = matches!(purpose, crate::proto::rollout::StreamPurpose::Write { .. });
-        if self.ledger_durable() && (write || standalone || self.cfg.ledger.durability == crate::ledger::Durability::Sync) {
+        if self.ledger_durable()
+            && (write
+                || standalone
+                || self.cfg.ledger.durability == crate::ledger::Durability::Sync)
+        {
             self.ledger_accepts()?;
         }
         Ok(())
@@ -623,7 +771,9 @@ impl Supervisor {
     /// `shutdown.grace_secs`: then the ones still running are ended with the "drained" error
     /// (`-32010`). Must run on an actix or tokio runtime (the deadline is a task).
     pub fn rollback(self: &Arc<Self>) -> Generation {
-        let g = self.reload(GenOrigin::Rollback, |s| s.flags = s.flags.map(crate::proto::rollout::RolloutFlags::rolled_back));
+        let g = self.reload(GenOrigin::Rollback, |s| {
+            s.flags = s.flags.map(crate::proto::rollout::RolloutFlags::rolled_back)
+        });
         let grace = Duration::from_secs(self.cfg.shutdown.grace_secs);
         let sup = Arc::downgrade(self);
         actix_rt::spawn(async move {
@@ -635,7 +785,11 @@ impl Supervisor {
                     return;
                 }
                 if tokio::time::Instant::now() >= deadline {
-                    tracing::warn!(generation = g.0, requests = left, "rollback drain: grace period over; the older generations' requests still running are ended (-32010)");
+                    tracing::warn!(
+                        generation = g.0,
+                        requests = left,
+                        "rollback drain: grace period over; the older generations' requests still running are ended (-32010)"
+                    );
                     for h in s.registry.all() {
                         // Control message: it must arrive.
                         h.addr.do_send(super::session::EndOlderRequests { before: g });
@@ -676,7 +830,11 @@ impl Supervisor {
     ///
     /// # Errors
     /// [`Rejection::SessionNotFound`].
-    pub fn lookup(&self, id: &SessionId, principal: Option<&Arc<str>>) -> Result<(SessionHandle, super::registry::InboxTicket), Rejection> {
+    pub fn lookup(
+        &self,
+        id: &SessionId,
+        principal: Option<&Arc<str>>,
+    ) -> Result<(SessionHandle, super::registry::InboxTicket), Rejection> {
         let (h, ticket) = self.registry.enter(id).ok_or(Rejection::SessionNotFound)??;
         if h.principal.as_deref() != principal.map(|p| &**p) {
             return Err(Rejection::SessionNotFound);
@@ -698,7 +856,8 @@ impl Supervisor {
         init: &InitializeRequest,
         kept_bytes: usize,
         origin: Option<&str>,
-    ) -> Result<(SessionId, ProtocolVersion, Option<tokio::sync::oneshot::Receiver<()>>), Rejection> {
+    ) -> Result<(SessionId, ProtocolVersion, Option<tokio::sync::oneshot::Receiver<()>>), Rejection>
+    {
         if self.phase() != Phase::Serving {
             return Err(Rejection::Overloaded(Overload::Draining));
         }
@@ -719,11 +878,29 @@ impl Supervisor {
         let reservation = self.registry.reserve(key, limits)?;
         let version = ProtocolVersion::negotiate(init.requested_version.as_deref());
         let generation = self.gens.enter_current(super::generations::Counted::Session);
-        let raw = format!("{}.{}", generation.generation().settings.id.0, URL_SAFE_NO_PAD.encode(crate::rng::bytes::<24>()));
+        let raw = format!(
+            "{}.{}",
+            generation.generation().settings.id.0,
+            URL_SAFE_NO_PAD.encode(crate::rng::bytes::<24>())
+        );
         let id = SessionId::parse(&raw).expect("base64url and digits are visible ASCII");
-        let handshake = Handshake { requested_version: init.requested_version.clone(), capabilities: init.capabilities.clone(), client_info: init.client_info.clone() };
+        let handshake = Handshake {
+            requested_version: init.requested_version.clone(),
+            capabilities: init.capabilities.clone(),
+            client_info: init.client_info.clone(),
+        };
         let (recorded, on_recorded) = tokio::sync::oneshot::channel();
-        let mut seed = self.seed(id.clone(), principal, version, generation, handshake, kept_bytes, reservation.caller_budget(), origin.map(str::to_owned), None);
+        let mut seed = self.seed(
+            id.clone(),
+            principal,
+            version,
+            generation,
+            handshake,
+            kept_bytes,
+            reservation.caller_budget(),
+            origin.map(str::to_owned),
+            None,
+        );
         // Only a durable ledger's record is waited for.
         seed.recorded = durable.then_some(recorded);
         self.start_session(seed, reservation);
@@ -745,10 +922,28 @@ impl Supervisor {
     ) -> SessionSeed {
         let signer = Arc::new(self.key.signer(id.as_str(), principal.as_deref()));
         let hmac = self.stream_env.ledger.session_hmac(&id);
-        SessionSeed { id, principal, owner: None, version, generation, signer, handshake, kept_bytes, caller_budget: Arc::clone(caller_budget), hmac, origin, restore, recorded: None }
+        SessionSeed {
+            id,
+            principal,
+            owner: None,
+            version,
+            generation,
+            signer,
+            handshake,
+            kept_bytes,
+            caller_budget: Arc::clone(caller_budget),
+            hmac,
+            origin,
+            restore,
+            recorded: None,
+        }
     }
 
-    fn start_session(self: &Arc<Self>, mut seed: SessionSeed, reservation: super::registry::Reservation) {
+    fn start_session(
+        self: &Arc<Self>,
+        mut seed: SessionSeed,
+        reservation: super::registry::Reservation,
+    ) {
         let sup = Arc::clone(self);
         seed.owner = reservation.owner();
         SessionActor::create(move |ctx| {
@@ -756,7 +951,13 @@ impl Supervisor {
             // the session's first requests.
             ctx.set_mailbox_capacity(sup.config().sessions.mailbox);
             let inbox = Inbox::new(sup.config().sessions.mailbox);
-            let handle = SessionHandle { addr: ctx.address(), inbox, principal: seed.principal.clone(), signer: Arc::clone(&seed.signer), caller_budget: Arc::clone(&seed.caller_budget) };
+            let handle = SessionHandle {
+                addr: ctx.address(),
+                inbox,
+                principal: seed.principal.clone(),
+                signer: Arc::clone(&seed.signer),
+                caller_budget: Arc::clone(&seed.caller_budget),
+            };
             let guard = reservation.insert(seed.id.clone(), handle, Arc::clone(&seed.hmac));
             SessionActor::new(seed, sup, guard, Arc::new(ctx.address().recipient()))
         });
@@ -770,7 +971,12 @@ impl Supervisor {
     /// # Errors
     /// The quotas and limits of [`Supervisor::create_session`] (a revived session counts like
     /// a new one); [`Rejection::Internal`] when the ledger cannot be read.
-    pub async fn revive(self: &Arc<Self>, id: &SessionId, principal: Option<&Arc<str>>, key: QuotaKey) -> Result<(), Rejection> {
+    pub async fn revive(
+        self: &Arc<Self>,
+        id: &SessionId,
+        principal: Option<&Arc<str>>,
+        key: QuotaKey,
+    ) -> Result<(), Rejection> {
         let cx = &self.stream_env.ledger;
         let hmac = cx.session_hmac(id);
         // The HMAC is uniform: its first two hex digits pick the shard evenly.
@@ -796,13 +1002,14 @@ impl Supervisor {
             None => {}
         }
         // Read on a reader thread: a slow disk stalls this revive, never the worker.
-        let (found, complete) = self.read_for_revive(id, &hmac, principal.cloned()).await.map_err(|e| {
-            tracing::error!(error = %e, "cannot read a session from the ledger");
-            match e {
-                crate::ledger::ReadError::Busy => Rejection::Overloaded(Overload::LedgerReads),
-                crate::ledger::ReadError::Store(_) => Rejection::Internal,
-            }
-        })?;
+        let (found, complete) =
+            self.read_for_revive(id, &hmac, principal.cloned()).await.map_err(|e| {
+                tracing::error!(error = %e, "cannot read a session from the ledger");
+                match e {
+                    crate::ledger::ReadError::Busy => Rejection::Overloaded(Overload::LedgerReads),
+                    crate::ledger::ReadError::Store(_) => Rejection::Internal,
+                }
+            })?;
         let Some((record, streams)) = found else {
             return Ok(());
         };
@@ -822,8 +1029,17 @@ impl Supervisor {
         };
         let reservation = self.registry.reserve(key, limits)?;
         // Measured as at creation, without today's bounds (the session was admitted under its own).
-        let unbounded = crate::proto::limits::HandshakeLimits { max_values: usize::MAX, max_depth: usize::MAX, max_string_bytes: usize::MAX };
-        let kept_bytes = crate::proto::limits::check_handshake(&record.handshake.capabilities, &Value::Null, &unbounded).unwrap_or(0);
+        let unbounded = crate::proto::limits::HandshakeLimits {
+            max_values: usize::MAX,
+            max_depth: usize::MAX,
+            max_string_bytes: usize::MAX,
+        };
+        let kept_bytes = crate::proto::limits::check_handshake(
+            &record.handshake.capabilities,
+            &Value::Null,
+            &unbounded,
+        )
+        .unwrap_or(0);
         let restore = Restore {
             complete,
             incarnation: record.incarnation.saturating_add(1),
@@ -836,19 +1052,41 @@ impl Supervisor {
             // after it cannot make the next revive number streams and events this life may
             // hand out. (Under this shard's revive lock: a second request for it waits.)
             let mut life = record.clone();
-            (life.incarnation, life.run, life.session_hmac) = (restore.incarnation, cx.ledger.run, hmac.to_string());
+            (life.incarnation, life.run, life.session_hmac) =
+                (restore.incarnation, cx.ledger.run, hmac.to_string());
             // The request reviving it is a use: its idle TTL starts again (the recorded last
             // use may lag behind, by up to half a TTL when the last batch of a crash was lost).
             let now = self.now().0;
-            (life.last_used_ms, life.expires_ms) = (life.last_used_ms.max(now), now.saturating_add(cx.idle_ttl_ms).max(life.expires_ms));
+            (life.last_used_ms, life.expires_ms) = (
+                life.last_used_ms.max(now),
+                now.saturating_add(cx.idle_ttl_ms).max(life.expires_ms),
+            );
             let expires_ms = life.expires_ms;
-            let put = crate::ledger::Op::Put { key: codec::session_key(&hmac), value: bytes::Bytes::from(codec::encode(&Record::Session(life))), expires_ms };
+            let put = crate::ledger::Op::Put {
+                key: codec::session_key(&hmac),
+                value: bytes::Bytes::from(codec::encode(&Record::Session(life))),
+                expires_ms,
+            };
             // Not committed in time (or given up on as the process stops): not revived; the
             // record, if it lands later, only numbers the next life higher.
             cx.writer.submit_and_wait(vec![put]).await.map_err(Rejection::from)?;
         }
-        let generation = self.gens.enter_restored(Generation(record.generation), self.now().0, super::generations::Counted::Session);
-        let seed = self.seed(id.clone(), principal.cloned(), version, generation, record.handshake, kept_bytes, reservation.caller_budget(), record.origin, Some(restore));
+        let generation = self.gens.enter_restored(
+            Generation(record.generation),
+            self.now().0,
+            super::generations::Counted::Session,
+        );
+        let seed = self.seed(
+            id.clone(),
+            principal.cloned(),
+            version,
+            generation,
+            record.handshake,
+            kept_bytes,
+            reservation.caller_budget(),
+            record.origin,
+            Some(restore),
+        );
         self.stream_env.stats.session_revived();
         self.start_session(seed, reservation);
         Ok(())
@@ -859,17 +1097,29 @@ impl Supervisor {
     /// before a key rotation, and never since (a record under the current key, even a
     /// tombstone, is the truth), is found under its previous HMAC and its streams' copy to
     /// the current one is queued (the session's own record follows with its first write).
-    async fn read_for_revive(&self, id: &SessionId, hmac: &Arc<str>, principal: Option<Arc<str>>) -> Result<(Option<SessionFound>, bool), crate::ledger::ReadError> {
+    async fn read_for_revive(
+        &self,
+        id: &SessionId,
+        hmac: &Arc<str>,
+        principal: Option<Arc<str>>,
+    ) -> Result<(Option<SessionFound>, bool), crate::ledger::ReadError> {
         let cx = Arc::clone(&self.stream_env.ledger);
         let previous = cx.previous_session_hmacs(id);
-        let (now, most, this_run) = (self.now().0, self.cfg.sessions.max_retained_streams + self.cfg.sessions.max_in_flight + 1, cx.ledger.run);
+        let (now, most, this_run) = (
+            self.now().0,
+            self.cfg.sessions.max_retained_streams + self.cfg.sessions.max_in_flight + 1,
+            cx.ledger.run,
+        );
         let hmac = Arc::clone(hmac);
         let migrate = Arc::clone(&cx);
         cx.ledger
             .reads
             .run(move |store| {
                 let mut found = read_session(store, &hmac, principal.as_ref(), most, now)?;
-                if found.is_none() && !previous.is_empty() && store.get(&codec::session_key(&hmac), now)?.is_none() {
+                if found.is_none()
+                    && !previous.is_empty()
+                    && store.get(&codec::session_key(&hmac), now)?.is_none()
+                {
                     for old in &previous {
                         if let Some(f) = read_session(store, old, principal.as_ref(), most, now)? {
                             migrate.writer.submit(migration_ops(&hmac, &f.0, &f.1, &migrate));
@@ -878,7 +1128,9 @@ impl Supervisor {
                         }
                     }
                 }
-                let complete = found.as_ref().is_some_and(|(r, _)| crate::ledger::Ledger::run_complete_in(store, this_run, r.run, now));
+                let complete = found.as_ref().is_some_and(|(r, _)| {
+                    crate::ledger::Ledger::run_complete_in(store, this_run, r.run, now)
+                });
                 Ok((found, complete))
             })
             .await
@@ -887,7 +1139,11 @@ impl Supervisor {
     /// Announce a session's last writes of this life (it ended, or parks): until `ops` are
     /// committed a revive does not read the record they replace.
     pub(crate) fn settle(&self, hmac: &Arc<str>, why: Settle, ops: Vec<crate::ledger::Op>) {
-        self.settling.lock().entry(Arc::clone(hmac)).and_modify(|(w, n)| (*w, *n) = (why, *n + 1)).or_insert((why, 1));
+        self.settling
+            .lock()
+            .entry(Arc::clone(hmac))
+            .and_modify(|(w, n)| (*w, *n) = (why, *n + 1))
+            .or_insert((why, 1));
         let (settling, hmac) = (Arc::clone(&self.settling), Arc::clone(hmac));
         self.stream_env.ledger.writer.submit_then(
             ops,
@@ -962,7 +1218,10 @@ fn modern_results(cfg: &RuntimeConfig, catalog: &Catalog) -> crate::proto::moder
     let list = CacheHints { ttl_ms: cfg.modern.list_ttl_ms, public };
     let read = CacheHints { ttl_ms: cfg.modern.read_ttl_ms, public };
     let tails = ResultTails::new(catalog.server_info(), list, read);
-    let mut fixed = vec![("server/discover", modern::discover_result(catalog.modern_capabilities(), catalog.instructions()))];
+    let mut fixed = vec![(
+        "server/discover",
+        modern::discover_result(catalog.modern_capabilities(), catalog.instructions()),
+    )];
     for m in ["tools/list", "prompts/list", "resources/list", "resources/templates/list"] {
         if let Some(Ok(v)) = catalog.list(m, None) {
             fixed.push((m, v));
@@ -1001,8 +1260,14 @@ mod tests {
             assert!(r.table.lock().buckets.len() <= 16);
         }
         assert_eq!(refused, 1000 - 15, "newcomers beyond the table wait for buckets to refill");
-        assert!(r.take(&heavy, Tick(0)).is_err(), "the flood did not reset the heavy caller's bucket");
-        assert!(r.take(&QuotaKey::Principal("late".into()), Tick(2_000)).is_ok(), "refilled buckets are forgotten");
+        assert!(
+            r.take(&heavy, Tick(0)).is_err(),
+            "the flood did not reset the heavy caller's bucket"
+        );
+        assert!(
+            r.take(&QuotaKey::Principal("late".into()), Tick(2_000)).is_ok(),
+            "refilled buckets are forgotten"
+        );
     }
 
     #[test]
@@ -1011,10 +1276,19 @@ mod tests {
         let r = RateLimiter::new(1, 1000, 16);
         let key = |i: u32| QuotaKey::Address(std::net::IpAddr::from(i.to_be_bytes()));
         (0..16).for_each(|i| r.take(&key(i), Tick(0)).unwrap());
-        assert!(r.take(&key(100), Tick(10)).is_ok(), "the first newcomer sweeps the refilled buckets out");
+        assert!(
+            r.take(&key(100), Tick(10)).is_ok(),
+            "the first newcomer sweeps the refilled buckets out"
+        );
         (101..116).for_each(|i| r.take(&key(i), Tick(10)).unwrap());
-        assert!(r.take(&key(200), Tick(50)).is_err(), "40 ms after a sweep: no scan, the newcomer waits");
+        assert!(
+            r.take(&key(200), Tick(50)).is_err(),
+            "40 ms after a sweep: no scan, the newcomer waits"
+        );
         assert_eq!(r.table.lock().buckets.len(), 16);
-        assert!(r.take(&key(201), Tick(10 + RATE_SWEEP_EVERY_MS)).is_ok(), "an interval later the table is swept again");
+        assert!(
+            r.take(&key(201), Tick(10 + RATE_SWEEP_EVERY_MS)).is_ok(),
+            "an interval later the table is swept again"
+        );
     }
 }

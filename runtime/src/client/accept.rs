@@ -171,12 +171,27 @@ impl<J: Journal> Acceptor<J> {
             next_stream = next_stream.max(key.stream + 1);
             if key.session_generation == binding.session_generation {
                 let cursor = journal.cursor(&key);
-                streams.insert(key, StreamEntry { binding: binding.clone(), outstanding: outstanding.into_iter().collect(), progress_tokens: None, cursor });
+                streams.insert(
+                    key,
+                    StreamEntry {
+                        binding: binding.clone(),
+                        outstanding: outstanding.into_iter().collect(),
+                        progress_tokens: None,
+                        cursor,
+                    },
+                );
             } else {
                 journal.forget_stream(&key);
             }
         }
-        Acceptor { current: binding, streams, next_stream, next_unnamed: 1, journal, stats: AcceptStats::default() }
+        Acceptor {
+            current: binding,
+            streams,
+            next_stream,
+            next_unnamed: 1,
+            journal,
+            stats: AcceptStats::default(),
+        }
     }
 
     /// Streams currently known (restored or opened).
@@ -205,11 +220,22 @@ impl<J: Journal> Acceptor<J> {
     }
 
     fn open(&mut self, outstanding: &[JsonRpcId]) -> Result<StreamKey, JournalError> {
-        let key = StreamKey { session_generation: self.current.session_generation, stream: self.next_stream };
+        let key = StreamKey {
+            session_generation: self.current.session_generation,
+            stream: self.next_stream,
+        };
         self.journal.register_stream(&key, outstanding)?;
         self.next_stream += 1;
         let progress_tokens = (!outstanding.is_empty()).then(HashSet::new);
-        self.streams.insert(key.clone(), StreamEntry { binding: self.current.clone(), outstanding: outstanding.iter().cloned().collect(), progress_tokens, cursor: None });
+        self.streams.insert(
+            key.clone(),
+            StreamEntry {
+                binding: self.current.clone(),
+                outstanding: outstanding.iter().cloned().collect(),
+                progress_tokens,
+                cursor: None,
+            },
+        );
         Ok(key)
     }
 
@@ -225,7 +251,8 @@ impl<J: Journal> Acceptor<J> {
     /// for progress with that token). Progress with any other token on a request's stream is
     /// refused as uncorrelated.
     pub fn expect_progress(&mut self, stream: &StreamKey, token: &serde_json::Value) {
-        if let Some(tokens) = self.streams.get_mut(stream).and_then(|e| e.progress_tokens.as_mut()) {
+        if let Some(tokens) = self.streams.get_mut(stream).and_then(|e| e.progress_tokens.as_mut())
+        {
             tokens.insert(token.to_string());
         }
     }
@@ -243,13 +270,19 @@ impl<J: Journal> Acceptor<J> {
     /// so it survives a restart). `None` when no id was ever seen: the stream cannot resume.
     #[must_use]
     pub fn resume_cursor(&self, stream: &StreamKey) -> Option<String> {
-        self.streams.get(stream).and_then(|s| s.cursor.clone()).or_else(|| self.journal.cursor(stream))
+        self.streams
+            .get(stream)
+            .and_then(|s| s.cursor.clone())
+            .or_else(|| self.journal.cursor(stream))
     }
 
     /// Requests still unanswered on `stream`.
     #[must_use]
     pub fn outstanding(&self, stream: &StreamKey) -> Vec<JsonRpcId> {
-        self.streams.get(stream).map(|s| s.outstanding.iter().cloned().collect()).unwrap_or_default()
+        self.streams
+            .get(stream)
+            .map(|s| s.outstanding.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Forget a finished stream (and its receipts: a late replay on it is refused as an
@@ -279,7 +312,9 @@ impl<J: Journal> Acceptor<J> {
     /// # Errors
     /// A [`Refusal`]; the event was not dispatched and the cursor did not move.
     pub fn accept_stream_event(&mut self, ev: IncomingEvent<'_>) -> Result<Acceptance, Refusal> {
-        if *ev.binding != self.current || ev.stream.session_generation != self.current.session_generation {
+        if *ev.binding != self.current
+            || ev.stream.session_generation != self.current.session_generation
+        {
             self.stats.misrouted += 1;
             return Err(Refusal::WrongBinding);
         }
@@ -319,7 +354,9 @@ impl<J: Journal> Acceptor<J> {
         let response_id = match &message {
             Message::Response { id, .. } => Some(id.clone()),
             Message::ErrorResponse { id: Some(id), .. } => Some(id.clone()),
-            Message::ErrorResponse { id: None, .. } | Message::Request { .. } | Message::Notification { .. } => None,
+            Message::ErrorResponse { id: None, .. }
+            | Message::Request { .. }
+            | Message::Notification { .. } => None,
         };
         if let Some(id) = response_id.as_ref().filter(|id| !entry.outstanding.contains(*id)) {
             // Either a replay of a response already accepted here, or a foreign one.
@@ -330,16 +367,23 @@ impl<J: Journal> Acceptor<J> {
             self.stats.uncorrelated += 1;
             return Err(Refusal::Uncorrelated(id.to_string()));
         }
-        if let (Message::Notification { method, params, .. }, Some(tokens)) = (&message, &entry.progress_tokens)
+        if let (Message::Notification { method, params, .. }, Some(tokens)) =
+            (&message, &entry.progress_tokens)
             && method == "notifications/progress"
         {
-            let token = params.as_ref().and_then(|p| p.get("progressToken")).map(ToString::to_string).unwrap_or_default();
+            let token = params
+                .as_ref()
+                .and_then(|p| p.get("progressToken"))
+                .map(ToString::to_string)
+                .unwrap_or_default();
             if !tokens.contains(&token) {
                 self.stats.uncorrelated += 1;
                 return Err(Refusal::Uncorrelated(format!("progress {token}")));
             }
         }
-        let Recorded::New { dispatch: Some(seq) } = self.journal.record(&receipt, ev.id, Some(ev.data), response_id.as_ref())? else {
+        let Recorded::New { dispatch: Some(seq) } =
+            self.journal.record(&receipt, ev.id, Some(ev.data), response_id.as_ref())?
+        else {
             self.stats.duplicates += 1;
             return Err(Refusal::Duplicate);
         };

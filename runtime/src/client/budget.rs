@@ -71,8 +71,15 @@ impl Backoff {
     /// return in lockstep. It does not grow with attempts: the server said when (the
     /// reconnect budget still caps the rate).
     #[must_use]
-    pub fn delay_after_refusal_ms(&self, retry_hint: Option<u64>, retry_after_ms: u64, jitter: f64) -> u64 {
-        let base = retry_after_ms.max(retry_hint.unwrap_or(0)).min(self.max_ms.max(retry_hint.unwrap_or(0)));
+    pub fn delay_after_refusal_ms(
+        &self,
+        retry_hint: Option<u64>,
+        retry_after_ms: u64,
+        jitter: f64,
+    ) -> u64 {
+        let base = retry_after_ms
+            .max(retry_hint.unwrap_or(0))
+            .min(self.max_ms.max(retry_hint.unwrap_or(0)));
         base + (base as f64 * 0.25 * jitter.clamp(0.0, 1.0)) as u64
     }
 }
@@ -112,7 +119,11 @@ mod tests {
     fn retry_after_sets_the_delay_without_exponential_growth() {
         let b = Backoff { default_ms: 1000, max_ms: 30_000 };
         assert_eq!(b.delay_after_refusal_ms(Some(500), 2000, 0.0), 2000);
-        assert_eq!(b.delay_after_refusal_ms(Some(500), 2000, 0.999), 2499, "at most a quarter of jitter");
+        assert_eq!(
+            b.delay_after_refusal_ms(Some(500), 2000, 0.999),
+            2499,
+            "at most a quarter of jitter"
+        );
         assert_eq!(b.delay_after_refusal_ms(Some(3000), 1000, 0.0), 3000, "never below retry");
         assert_eq!(b.delay_after_refusal_ms(None, 3_600_000, 0.0), 30_000, "capped");
     }

@@ -7,7 +7,7 @@ use std::path::Path;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::accept::{EventRef, ReceiptKey, StreamKey};
-use super::journal::{OutboxEntry, Journal, JournalError, Recorded};
+use super::journal::{Journal, JournalError, OutboxEntry, Recorded};
 use crate::proto::ids::JsonRpcId;
 
 const SCHEMA: &str = "
@@ -55,7 +55,13 @@ impl SqliteJournal {
 }
 
 impl Journal for SqliteJournal {
-    fn record(&mut self, receipt: &ReceiptKey, cursor: Option<&str>, dispatch: Option<&str>, answered: Option<&JsonRpcId>) -> Result<Recorded, JournalError> {
+    fn record(
+        &mut self,
+        receipt: &ReceiptKey,
+        cursor: Option<&str>,
+        dispatch: Option<&str>,
+        answered: Option<&JsonRpcId>,
+    ) -> Result<Recorded, JournalError> {
         let (g, s) = (receipt.stream.session_generation, receipt.stream.stream as i64);
         let tx = self.db.transaction().map_err(err)?;
         if let Some(event) = Self::event_text(&receipt.event) {
@@ -67,21 +73,39 @@ impl Journal for SqliteJournal {
             }
         }
         if let Some(c) = cursor {
-            tx.execute("UPDATE streams SET cursor = ?3 WHERE gen = ?1 AND stream = ?2", params![g, s, c]).map_err(err)?;
+            tx.execute(
+                "UPDATE streams SET cursor = ?3 WHERE gen = ?1 AND stream = ?2",
+                params![g, s, c],
+            )
+            .map_err(err)?;
         }
         if let Some(id) = answered {
-            let out: Option<String> =
-                tx.query_row("SELECT outstanding FROM streams WHERE gen = ?1 AND stream = ?2", params![g, s], |r| r.get(0)).optional().map_err(err)?;
+            let out: Option<String> = tx
+                .query_row(
+                    "SELECT outstanding FROM streams WHERE gen = ?1 AND stream = ?2",
+                    params![g, s],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(err)?;
             if let Some(out) = out {
                 let mut ids: Vec<JsonRpcId> = serde_json::from_str(&out).unwrap_or_default();
                 ids.retain(|o| o != id);
                 let out = serde_json::to_string(&ids).map_err(|e| JournalError(e.to_string()))?;
-                tx.execute("UPDATE streams SET outstanding = ?3 WHERE gen = ?1 AND stream = ?2", params![g, s, out]).map_err(err)?;
+                tx.execute(
+                    "UPDATE streams SET outstanding = ?3 WHERE gen = ?1 AND stream = ?2",
+                    params![g, s, out],
+                )
+                .map_err(err)?;
             }
         }
         let mut seq = None;
         if let Some(json) = dispatch {
-            tx.execute("INSERT INTO outbox (gen, stream, json) VALUES (?1, ?2, ?3)", params![g, s, json]).map_err(err)?;
+            tx.execute(
+                "INSERT INTO outbox (gen, stream, json) VALUES (?1, ?2, ?3)",
+                params![g, s, json],
+            )
+            .map_err(err)?;
             seq = Some(tx.last_insert_rowid() as u64);
         }
         tx.commit().map_err(err)?;
@@ -103,10 +127,15 @@ impl Journal for SqliteJournal {
     }
 
     fn pending(&self) -> Vec<OutboxEntry> {
-        let Ok(mut st) = self.db.prepare("SELECT gen, stream, seq, json FROM outbox ORDER BY seq") else { return Vec::new() };
-        st.query_map([], |r| Ok(OutboxEntry { stream: key_of(r)?, seq: r.get::<_, i64>(2)? as u64, json: r.get(3)? }))
-            .map(|rows| rows.filter_map(Result::ok).collect())
-            .unwrap_or_default()
+        let Ok(mut st) = self.db.prepare("SELECT gen, stream, seq, json FROM outbox ORDER BY seq")
+        else {
+            return Vec::new();
+        };
+        st.query_map([], |r| {
+            Ok(OutboxEntry { stream: key_of(r)?, seq: r.get::<_, i64>(2)? as u64, json: r.get(3)? })
+        })
+        .map(|rows| rows.filter_map(Result::ok).collect())
+        .unwrap_or_default()
     }
 
     fn ack(&mut self, seq: u64) {
@@ -117,14 +146,22 @@ impl Journal for SqliteJournal {
 
     fn cursor(&self, stream: &StreamKey) -> Option<String> {
         self.db
-            .query_row("SELECT cursor FROM streams WHERE gen = ?1 AND stream = ?2", params![stream.session_generation, stream.stream as i64], |r| r.get(0))
+            .query_row(
+                "SELECT cursor FROM streams WHERE gen = ?1 AND stream = ?2",
+                params![stream.session_generation, stream.stream as i64],
+                |r| r.get(0),
+            )
             .optional()
             .ok()
             .flatten()
             .flatten()
     }
 
-    fn register_stream(&mut self, stream: &StreamKey, outstanding: &[JsonRpcId]) -> Result<(), JournalError> {
+    fn register_stream(
+        &mut self,
+        stream: &StreamKey,
+        outstanding: &[JsonRpcId],
+    ) -> Result<(), JournalError> {
         let out = serde_json::to_string(outstanding).map_err(|e| JournalError(e.to_string()))?;
         self.db
             .execute("INSERT OR REPLACE INTO streams (gen, stream, outstanding, cursor) VALUES (?1, ?2, ?3, NULL)", params![stream.session_generation, stream.stream as i64, out])
@@ -145,7 +182,11 @@ impl Journal for SqliteJournal {
     }
 
     fn streams(&self) -> Vec<(StreamKey, Vec<JsonRpcId>)> {
-        let Ok(mut st) = self.db.prepare("SELECT gen, stream, outstanding FROM streams ORDER BY gen, stream") else { return Vec::new() };
+        let Ok(mut st) =
+            self.db.prepare("SELECT gen, stream, outstanding FROM streams ORDER BY gen, stream")
+        else {
+            return Vec::new();
+        };
         st.query_map([], |r| {
             let out: String = r.get(2)?;
             Ok((key_of(r)?, serde_json::from_str(&out).unwrap_or_default()))
@@ -164,7 +205,12 @@ mod tests {
     use crate::proto::version::ProtocolVersion;
 
     fn binding() -> Binding {
-        Binding { session_generation: 3, session_id: Arc::from("sess"), protocol_version: ProtocolVersion::V2025_11_25, principal: None }
+        Binding {
+            session_generation: 3,
+            session_id: Arc::from("sess"),
+            protocol_version: ProtocolVersion::V2025_11_25,
+            principal: None,
+        }
     }
 
     /// A journal file in a directory removed (with the file's `-wal` and `-shm`) when the
@@ -175,7 +221,8 @@ mod tests {
         (dir, path)
     }
 
-    const NOTE: &str = r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":1}}"#;
+    const NOTE: &str =
+        r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":1}}"#;
     const RESP: &str = r#"{"jsonrpc":"2.0","id":5,"result":{}}"#;
 
     #[test]
@@ -185,8 +232,22 @@ mod tests {
         let (stream, first_seq) = {
             let mut a = Acceptor::new(b.clone(), SqliteJournal::open(&path).unwrap());
             let s = a.open_post_stream(&[JsonRpcId::Number(5)]).unwrap();
-            a.accept_stream_event(IncomingEvent { stream: &s, binding: &b, id: Some("p"), data: "" }).unwrap();
-            let Acceptance::Dispatched { seq, .. } = a.accept_stream_event(IncomingEvent { stream: &s, binding: &b, id: Some("e1"), data: NOTE }).unwrap() else {
+            a.accept_stream_event(IncomingEvent {
+                stream: &s,
+                binding: &b,
+                id: Some("p"),
+                data: "",
+            })
+            .unwrap();
+            let Acceptance::Dispatched { seq, .. } = a
+                .accept_stream_event(IncomingEvent {
+                    stream: &s,
+                    binding: &b,
+                    id: Some("e1"),
+                    data: NOTE,
+                })
+                .unwrap()
+            else {
                 panic!()
             };
             // The agent handled e1; the process dies before e2 arrives.
@@ -195,11 +256,30 @@ mod tests {
         };
         let mut a = Acceptor::new(b.clone(), SqliteJournal::open(&path).unwrap());
         assert_eq!(a.stream_keys(), vec![stream.clone()], "the stream is restored");
-        assert_eq!(a.resume_cursor(&stream).as_deref(), Some("e1"), "resume from the durable cursor");
+        assert_eq!(
+            a.resume_cursor(&stream).as_deref(),
+            Some("e1"),
+            "resume from the durable cursor"
+        );
         assert_eq!(a.outstanding(&stream), vec![JsonRpcId::Number(5)]);
         // The server replays e1 (already handled) and then e2.
-        assert_eq!(a.accept_stream_event(IncomingEvent { stream: &stream, binding: &b, id: Some("e1"), data: NOTE }), Err(Refusal::Duplicate));
-        let r = a.accept_stream_event(IncomingEvent { stream: &stream, binding: &b, id: Some("e2"), data: RESP }).unwrap();
+        assert_eq!(
+            a.accept_stream_event(IncomingEvent {
+                stream: &stream,
+                binding: &b,
+                id: Some("e1"),
+                data: NOTE
+            }),
+            Err(Refusal::Duplicate)
+        );
+        let r = a
+            .accept_stream_event(IncomingEvent {
+                stream: &stream,
+                binding: &b,
+                id: Some("e2"),
+                data: RESP,
+            })
+            .unwrap();
         assert!(matches!(r, Acceptance::Dispatched { seq, completed: Some(_) } if seq > first_seq));
         let pending = a.journal_mut().pending();
         assert_eq!(pending.len(), 1, "only e2 waits for the agent: {pending:?}");
@@ -216,7 +296,10 @@ mod tests {
     fn streams_of_an_older_session_are_forgotten_on_restart() {
         let (_dir, path) = tmp("older");
         {
-            let mut a = Acceptor::new(Binding { session_generation: 1, ..binding() }, SqliteJournal::open(&path).unwrap());
+            let mut a = Acceptor::new(
+                Binding { session_generation: 1, ..binding() },
+                SqliteJournal::open(&path).unwrap(),
+            );
             a.open_get_stream().unwrap();
         }
         let a = Acceptor::new(binding(), SqliteJournal::open(&path).unwrap());

@@ -57,7 +57,11 @@ pub trait Journal {
     ///
     /// # Errors
     /// Storage failure.
-    fn register_stream(&mut self, stream: &StreamKey, outstanding: &[JsonRpcId]) -> Result<(), JournalError>;
+    fn register_stream(
+        &mut self,
+        stream: &StreamKey,
+        outstanding: &[JsonRpcId],
+    ) -> Result<(), JournalError>;
 
     /// Forget a finished stream: its cursor, outstanding requests and receipts.
     fn forget_stream(&mut self, stream: &StreamKey);
@@ -133,7 +137,11 @@ impl Journal for MemoryJournal {
         }
         let mut seq = None;
         if let Some(json) = dispatch {
-            self.outbox.push_back(OutboxEntry { seq: self.next_seq, stream: receipt.stream.clone(), json: json.to_owned() });
+            self.outbox.push_back(OutboxEntry {
+                seq: self.next_seq,
+                stream: receipt.stream.clone(),
+                json: json.to_owned(),
+            });
             seq = Some(self.next_seq);
             self.next_seq += 1;
         }
@@ -158,7 +166,11 @@ impl Journal for MemoryJournal {
         self.cursors.get(stream).cloned()
     }
 
-    fn register_stream(&mut self, stream: &StreamKey, outstanding: &[JsonRpcId]) -> Result<(), JournalError> {
+    fn register_stream(
+        &mut self,
+        stream: &StreamKey,
+        outstanding: &[JsonRpcId],
+    ) -> Result<(), JournalError> {
         self.streams.insert(stream.clone(), outstanding.to_vec());
         Ok(())
     }

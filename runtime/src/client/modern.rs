@@ -21,7 +21,8 @@ pub fn request_params(params: Option<&Value>, capabilities: &Value, client_info:
         Some(Value::Object(m)) => Value::Object(m.clone()),
         _ => Value::Object(Map::new()),
     };
-    let m = p.as_object_mut().map(|o| o.entry("_meta").or_insert_with(|| Value::Object(Map::new())));
+    let m =
+        p.as_object_mut().map(|o| o.entry("_meta").or_insert_with(|| Value::Object(Map::new())));
     if let Some(Value::Object(m)) = m {
         m.insert(meta::PROTOCOL_VERSION.into(), Value::from(modern::VERSION));
         m.insert(meta::CLIENT_CAPABILITIES.into(), capabilities.clone());
@@ -35,8 +36,15 @@ pub fn request_params(params: Option<&Value>, capabilities: &Value, client_info:
 /// each of `mirrored` that the arguments set (values base64-sentinel encoded when not plain
 /// ASCII).
 #[must_use]
-pub fn request_headers(method: &str, params: &Value, mirrored: &[HeaderParam]) -> Vec<(String, String)> {
-    let mut h = vec![("MCP-Protocol-Version".to_owned(), modern::VERSION.to_owned()), ("Mcp-Method".to_owned(), method.to_owned())];
+pub fn request_headers(
+    method: &str,
+    params: &Value,
+    mirrored: &[HeaderParam],
+) -> Vec<(String, String)> {
+    let mut h = vec![
+        ("MCP-Protocol-Version".to_owned(), modern::VERSION.to_owned()),
+        ("Mcp-Method".to_owned(), method.to_owned()),
+    ];
     if let Some(key) = modern::name_param(method)
         && let Some(name) = params.get(key).and_then(Value::as_str)
     {
@@ -55,7 +63,9 @@ pub fn request_headers(method: &str, params: &Value, mirrored: &[HeaderParam]) -
                 // The server compares integers as numbers: `42.0` is sent as `42`.
                 Some(Value::Number(n)) => match (n.as_i64(), n.as_f64()) {
                     (Some(i), _) => i.to_string(),
-                    (None, Some(f)) if f.fract() == 0.0 && f.abs() < 9.0e15 => format!("{}", f as i64),
+                    (None, Some(f)) if f.fract() == 0.0 && f.abs() < 9.0e15 => {
+                        format!("{}", f as i64)
+                    }
                     _ => n.to_string(),
                 },
                 _ => continue,
@@ -102,7 +112,9 @@ pub fn discovered(status: u16, body: &[u8]) -> Discovered {
     let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     if status == 200
         && let Some(r) = v.get("result")
-        && r.get("supportedVersions").and_then(Value::as_array).is_some_and(|s| s.iter().any(|x| x == modern::VERSION))
+        && r.get("supportedVersions")
+            .and_then(Value::as_array)
+            .is_some_and(|s| s.iter().any(|x| x == modern::VERSION))
     {
         return Discovered::Modern(r.get("capabilities").cloned().unwrap_or_else(|| json!({})));
     }
@@ -111,8 +123,12 @@ pub fn discovered(status: u16, body: &[u8]) -> Discovered {
     match code {
         // SPEC.md §3.9: only on a 400, and -32602 only for missing `_meta` (a legacy server
         // says -32602 for params it cannot read, too).
-        Some(c @ -32022..=-32020) if status == 400 => Discovered::ModernRefusal(format!("{c}: {msg}")),
-        Some(c @ -32602) if status == 400 && msg.contains("_meta") => Discovered::ModernRefusal(format!("{c}: {msg}")),
+        Some(c @ -32022..=-32020) if status == 400 => {
+            Discovered::ModernRefusal(format!("{c}: {msg}"))
+        }
+        Some(c @ -32602) if status == 400 && msg.contains("_meta") => {
+            Discovered::ModernRefusal(format!("{c}: {msg}"))
+        }
         _ => Discovered::NotModern,
     }
 }
@@ -136,7 +152,8 @@ pub enum Round {
 #[must_use]
 pub fn round_of(result: Value) -> Round {
     if result.get("resultType").and_then(Value::as_str) == Some("input_required") {
-        let requests = result.get("inputRequests").and_then(Value::as_object).cloned().unwrap_or_default();
+        let requests =
+            result.get("inputRequests").and_then(Value::as_object).cloned().unwrap_or_default();
         let state = result.get("requestState").and_then(Value::as_str).map(str::to_owned);
         return Round::InputRequired { requests, state };
     }

@@ -38,7 +38,10 @@ use crate::client::accept::{AcceptStats, Acceptance, Acceptor, Binding, Incoming
 use crate::client::budget::{Backoff, ReconnectBudget};
 use crate::client::journal::{Journal, MemoryJournal};
 use crate::proto::ids::{JsonRpcId, Tick};
-use crate::proto::jsonrpc::{ErrorObject, Incoming, Message, encode_error, encode_notification, encode_request, encode_result, parse_body};
+use crate::proto::jsonrpc::{
+    ErrorObject, Incoming, Message, encode_error, encode_notification, encode_request,
+    encode_result, parse_body,
+};
 use crate::proto::version::ProtocolVersion;
 use crate::sse::Decoder;
 
@@ -277,7 +280,13 @@ impl Reissue {
 
     /// After `failure`: `Ok` to send the request again (the pause and the reconnect budget
     /// already waited), else the error that ends it.
-    async fn after<J: Journal>(&mut self, c: &McpClient<J>, failure: Failure, idempotent: bool, method: &str) -> Result<(), ClientError> {
+    async fn after<J: Journal>(
+        &mut self,
+        c: &McpClient<J>,
+        failure: Failure,
+        idempotent: bool,
+        method: &str,
+    ) -> Result<(), ClientError> {
         let first_failure = *self.since.get_or_insert_with(tokio::time::Instant::now);
         let why = match failure {
             Failure::Final(e) => return Err(e),
@@ -285,7 +294,12 @@ impl Reissue {
             Failure::Unknown(e) => {
                 // The server may be restarting (connection refused, -32009, -32010): give it time.
                 if idempotent && !c.window_over(first_failure) {
-                    tokio::time::sleep(Duration::from_millis(c.cfg.backoff.delay_ms(Some(REISSUE_BASE_MS), self.count, c.jitter()))).await;
+                    tokio::time::sleep(Duration::from_millis(c.cfg.backoff.delay_ms(
+                        Some(REISSUE_BASE_MS),
+                        self.count,
+                        c.jitter(),
+                    )))
+                    .await;
                 }
                 e.to_string()
             }
@@ -299,7 +313,15 @@ impl Reissue {
         };
         if !idempotent || c.window_over(first_failure) {
             c.inner.borrow_mut().stats.lost += 1;
-            let how = if idempotent { format!("still failing {} ms after its first failure ({} re-issues)", first_failure.elapsed().as_millis(), self.count) } else { "not idempotent".to_owned() };
+            let how = if idempotent {
+                format!(
+                    "still failing {} ms after its first failure ({} re-issues)",
+                    first_failure.elapsed().as_millis(),
+                    self.count
+                )
+            } else {
+                "not idempotent".to_owned()
+            };
             return Err(ClientError::Lost(method.to_owned(), format!("{why}; {how}")));
         }
         self.count += 1;
@@ -312,7 +334,11 @@ impl Reissue {
 
 /// `Retry-After` in ms (delta-seconds form, capped at 5 minutes).
 fn retry_after_ms_of(headers: &awc::http::header::HeaderMap) -> Option<u64> {
-    headers.get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok()).map(|s| s.min(300) * 1000)
+    headers
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(|s| s.min(300) * 1000)
 }
 
 /// First pause before re-issuing a request whose outcome is unknown (doubling, with jitter,
@@ -355,8 +381,12 @@ enum Posted {
     Gone,
 }
 
-async fn next_chunk<S: Stream<Item = Result<Bytes, awc::error::PayloadError>> + Unpin>(s: &mut S) -> Option<Result<Bytes, String>> {
-    std::future::poll_fn(|cx| std::pin::Pin::new(&mut *s).poll_next(cx)).await.map(|r| r.map_err(|e| e.to_string()))
+async fn next_chunk<S: Stream<Item = Result<Bytes, awc::error::PayloadError>> + Unpin>(
+    s: &mut S,
+) -> Option<Result<Bytes, String>> {
+    std::future::poll_fn(|cx| std::pin::Pin::new(&mut *s).poll_next(cx))
+        .await
+        .map(|r| r.map_err(|e| e.to_string()))
 }
 
 impl<J: Journal> McpClient<J> {
@@ -372,14 +402,24 @@ impl<J: Journal> McpClient<J> {
             Era::Modern | Era::Auto => match Self::discover_with(&http, &cfg).await? {
                 Ok(state) => Some(state),
                 Err(_) if cfg.era == Era::Auto => None,
-                Err(status) => return Err(ClientError::Http(status, "server/discover: the server does not speak 2026-07-28".into())),
+                Err(status) => {
+                    return Err(ClientError::Http(
+                        status,
+                        "server/discover: the server does not speak 2026-07-28".into(),
+                    ));
+                }
             },
         };
         let (session_id, version) = match modern {
             Some(_) => (String::new(), ProtocolVersion::LATEST),
             None => Self::handshake_with(&http, &cfg).await?,
         };
-        let binding = Binding { session_generation: 1, session_id: session_id.as_str().into(), protocol_version: version, principal: cfg.token.as_deref().map(Into::into) };
+        let binding = Binding {
+            session_generation: 1,
+            session_id: session_id.as_str().into(),
+            protocol_version: version,
+            principal: cfg.token.as_deref().map(Into::into),
+        };
         let inner = Inner {
             acceptor: Acceptor::new(binding, journal),
             session_id,
@@ -395,7 +435,14 @@ impl<J: Journal> McpClient<J> {
             resume_samples: Vec::new(),
             session_dead: false,
         };
-        Ok(McpClient { http, cfg, inner: Rc::new(RefCell::new(inner)), handshake: Rc::new(tokio::sync::Mutex::new(())), clock, handler: None })
+        Ok(McpClient {
+            http,
+            cfg,
+            inner: Rc::new(RefCell::new(inner)),
+            handshake: Rc::new(tokio::sync::Mutex::new(())),
+            clock,
+            handler: None,
+        })
     }
 
     fn now(&self) -> Tick {
@@ -445,10 +492,19 @@ impl<J: Journal> McpClient<J> {
         std::mem::take(&mut self.inner.borrow_mut().notifications)
     }
 
-    fn builder(http: &awc::Client, cfg: &ClientConfig, method: awc::http::Method, session: Option<(&str, ProtocolVersion)>) -> awc::ClientRequest {
-        let mut r = http.request(method, &cfg.url).insert_header(("Accept", "application/json, text/event-stream"));
+    fn builder(
+        http: &awc::Client,
+        cfg: &ClientConfig,
+        method: awc::http::Method,
+        session: Option<(&str, ProtocolVersion)>,
+    ) -> awc::ClientRequest {
+        let mut r = http
+            .request(method, &cfg.url)
+            .insert_header(("Accept", "application/json, text/event-stream"));
         if let Some((sid, v)) = session {
-            r = r.insert_header(("Mcp-Session-Id", sid)).insert_header(("MCP-Protocol-Version", v.as_str()));
+            r = r
+                .insert_header(("Mcp-Session-Id", sid))
+                .insert_header(("MCP-Protocol-Version", v.as_str()));
         }
         if let Some(t) = &cfg.token {
             r = r.insert_header(("Authorization", format!("Bearer {t}")));
@@ -456,25 +512,39 @@ impl<J: Journal> McpClient<J> {
         r
     }
 
-    async fn handshake_with(http: &awc::Client, cfg: &ClientConfig) -> Result<(String, ProtocolVersion), ClientError> {
+    async fn handshake_with(
+        http: &awc::Client,
+        cfg: &ClientConfig,
+    ) -> Result<(String, ProtocolVersion), ClientError> {
         let body = encode_request(
             &JsonRpcId::Number(0),
             "initialize",
-            Some(&json!({"protocolVersion": cfg.protocol_version.as_str(), "capabilities": cfg.capabilities, "clientInfo": {"name": "mcp-runtime-client", "version": env!("CARGO_PKG_VERSION")}})),
+            Some(
+                &json!({"protocolVersion": cfg.protocol_version.as_str(), "capabilities": cfg.capabilities, "clientInfo": {"name": "mcp-runtime-client", "version": env!("CARGO_PKG_VERSION")}}),
+            ),
         );
         let mut resp = Self::builder(http, cfg, awc::http::Method::POST, None)
             .insert_header(("Content-Type", "application/json"))
             .send_body(body)
             .await
             .map_err(|e| ClientError::Transport(e.to_string()))?;
-        let sid = resp.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let sid =
+            resp.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
         let headers = resp.headers().clone();
         let result = Self::read_single(&mut resp).await.map_err(|e| match e {
             ClientError::Http(s, body) => status_error(s, &headers, body),
             other => other,
         })?;
-        let version = result.get("protocolVersion").and_then(Value::as_str).and_then(ProtocolVersion::parse).ok_or_else(|| ClientError::Transport("server offered an unsupported protocol version".into()))?;
-        let sid = sid.ok_or_else(|| ClientError::Transport("no MCP-Session-Id in the initialize response".into()))?;
+        let version = result
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .and_then(ProtocolVersion::parse)
+            .ok_or_else(|| {
+                ClientError::Transport("server offered an unsupported protocol version".into())
+            })?;
+        let sid = sid.ok_or_else(|| {
+            ClientError::Transport("no MCP-Session-Id in the initialize response".into())
+        })?;
         let note = encode_notification::<Value>("notifications/initialized", None);
         let r = Self::builder(http, cfg, awc::http::Method::POST, Some((&sid, version)))
             .insert_header(("Content-Type", "application/json"))
@@ -486,9 +556,15 @@ impl<J: Journal> McpClient<J> {
             // Do not leave a half-open session behind (best effort), but never send an id the
             // server just called unknown again.
             if status != 404 {
-                let _ = Self::builder(http, cfg, awc::http::Method::DELETE, Some((&sid, version))).send().await;
+                let _ = Self::builder(http, cfg, awc::http::Method::DELETE, Some((&sid, version)))
+                    .send()
+                    .await;
             }
-            return Err(status_error(status, r.headers(), "notifications/initialized not accepted".into()));
+            return Err(status_error(
+                status,
+                r.headers(),
+                "notifications/initialized not accepted".into(),
+            ));
         }
         Ok((sid, version))
     }
@@ -496,7 +572,10 @@ impl<J: Journal> McpClient<J> {
     /// Read a JSON or single-event SSE response carrying one result (used for `initialize`).
     async fn read_single(resp: &mut awc::ClientResponse) -> Result<Value, ClientError> {
         let status = resp.status().as_u16();
-        let sse = resp.headers().get("content-type").is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+        let sse = resp
+            .headers()
+            .get("content-type")
+            .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
         let mut buf = Vec::new();
         let mut dec = Decoder::new();
         while let Some(chunk) = next_chunk(resp).await {
@@ -515,7 +594,9 @@ impl<J: Journal> McpClient<J> {
         }
         match parse_body(&buf) {
             Ok(Incoming::Single(Message::Response { result, .. })) => Ok(result),
-            Ok(Incoming::Single(Message::ErrorResponse { error, .. })) => Err(ClientError::Rpc(error)),
+            Ok(Incoming::Single(Message::ErrorResponse { error, .. })) => {
+                Err(ClientError::Rpc(error))
+            }
             _ => Err(ClientError::Transport("malformed response".into())),
         }
     }
@@ -549,7 +630,9 @@ impl<J: Journal> McpClient<J> {
                 Err(e) if self.window_over(started) => return Err(e),
                 Err(e) => {
                     let delay = match e {
-                        ClientError::Unavailable { retry_after_ms: Some(ms), .. } => self.cfg.backoff.delay_after_refusal_ms(None, ms, self.jitter()),
+                        ClientError::Unavailable { retry_after_ms: Some(ms), .. } => {
+                            self.cfg.backoff.delay_after_refusal_ms(None, ms, self.jitter())
+                        }
                         _ => self.cfg.backoff.delay_ms(Some(50), attempt, self.jitter()),
                     };
                     attempt += 1;
@@ -564,27 +647,47 @@ impl<J: Journal> McpClient<J> {
         inner.version = version;
         inner.session_dead = false;
         inner.stats.handshakes += 1;
-        let binding = Binding { session_generation: inner.generation, session_id: sid.as_str().into(), protocol_version: version, principal: self.cfg.token.as_deref().map(Into::into) };
+        let binding = Binding {
+            session_generation: inner.generation,
+            session_id: sid.as_str().into(),
+            protocol_version: version,
+            principal: self.cfg.token.as_deref().map(Into::into),
+        };
         // Unanswered requests of the old session are the callers' to report or re-issue.
         let _ = inner.acceptor.rebind(binding);
         Ok(())
     }
 
-    async fn post(&self, body: Bytes, session: (String, ProtocolVersion)) -> Result<Posted, ClientError> {
-        let mut resp = Self::builder(&self.http, &self.cfg, awc::http::Method::POST, Some((&session.0, session.1)))
-            .insert_header(("Content-Type", "application/json"))
-            .send_body(body)
-            .await
-            .map_err(|e| ClientError::Transport(e.to_string()))?;
+    async fn post(
+        &self,
+        body: Bytes,
+        session: (String, ProtocolVersion),
+    ) -> Result<Posted, ClientError> {
+        let mut resp = Self::builder(
+            &self.http,
+            &self.cfg,
+            awc::http::Method::POST,
+            Some((&session.0, session.1)),
+        )
+        .insert_header(("Content-Type", "application/json"))
+        .send_body(body)
+        .await
+        .map_err(|e| ClientError::Transport(e.to_string()))?;
         let status = resp.status().as_u16();
-        let sse = resp.headers().get("content-type").is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+        let sse = resp
+            .headers()
+            .get("content-type")
+            .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
         match status {
             202 => Ok(Posted::Accepted),
             404 => Ok(Posted::Gone),
             200 if sse => Ok(Posted::Sse(resp)),
-            200 => {
-                resp.body().limit(64 << 20).await.map(Posted::Json).map_err(|e| ClientError::Transport(e.to_string()))
-            }
+            200 => resp
+                .body()
+                .limit(64 << 20)
+                .await
+                .map(Posted::Json)
+                .map_err(|e| ClientError::Transport(e.to_string())),
             s => {
                 let body = resp.body().await.unwrap_or_default();
                 Err(status_error(s, resp.headers(), String::from_utf8_lossy(&body).into_owned()))
@@ -619,7 +722,8 @@ impl<J: Journal> McpClient<J> {
         if self.is_modern() {
             return Ok(());
         }
-        self.notify("notifications/cancelled", Some(json!({"requestId": id, "reason": reason}))).await
+        self.notify("notifications/cancelled", Some(json!({"requestId": id, "reason": reason})))
+            .await
     }
 
     fn session(&self) -> (String, ProtocolVersion) {
@@ -634,8 +738,19 @@ impl<J: Journal> McpClient<J> {
     ///
     /// # Errors
     /// [`ClientError`]; a JSON-RPC error response is [`ClientError::Rpc`] (terminal).
-    pub async fn request(&self, method: &str, params: Option<Value>, idempotent: bool) -> Result<Value, ClientError> {
-        self.request_cancellable(method, params, idempotent, &tokio_util::sync::CancellationToken::new()).await
+    pub async fn request(
+        &self,
+        method: &str,
+        params: Option<Value>,
+        idempotent: bool,
+    ) -> Result<Value, ClientError> {
+        self.request_cancellable(
+            method,
+            params,
+            idempotent,
+            &tokio_util::sync::CancellationToken::new(),
+        )
+        .await
     }
 
     /// [`Self::request`] that `cancel` can stop: the request in flight is cancelled with
@@ -644,7 +759,13 @@ impl<J: Journal> McpClient<J> {
     ///
     /// # Errors
     /// As [`Self::request`], plus [`ClientError::Cancelled`].
-    pub async fn request_cancellable(&self, method: &str, params: Option<Value>, idempotent: bool, cancel: &tokio_util::sync::CancellationToken) -> Result<Value, ClientError> {
+    pub async fn request_cancellable(
+        &self,
+        method: &str,
+        params: Option<Value>,
+        idempotent: bool,
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> Result<Value, ClientError> {
         if self.is_modern() {
             return self.request_modern(method, params, idempotent, cancel).await;
         }
@@ -668,13 +789,13 @@ impl<J: Journal> McpClient<J> {
             // The re-issue window starts at the first failure, before any new handshake.
             retry.failed();
             if let Failure::Gone(generation) = failure {
-                    {
-                        let mut i = self.inner.borrow_mut();
-                        i.stats.not_found += 1;
-                        if i.generation == generation {
-                            i.session_dead = true;
-                        }
+                {
+                    let mut i = self.inner.borrow_mut();
+                    i.stats.not_found += 1;
+                    if i.generation == generation {
+                        i.session_dead = true;
                     }
+                }
                 // One shared new handshake; never move this request into the new session
                 // silently.
                 self.rehandshake(generation, true).await?;
@@ -684,7 +805,12 @@ impl<J: Journal> McpClient<J> {
     }
 
     /// One attempt: POST the request under a fresh id and follow its stream.
-    async fn attempt(&self, method: &str, params: Option<&Value>, cancel: &tokio_util::sync::CancellationToken) -> Result<Value, Failure> {
+    async fn attempt(
+        &self,
+        method: &str,
+        params: Option<&Value>,
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> Result<Value, Failure> {
         let (id, generation, session) = {
             let mut i = self.inner.borrow_mut();
             i.next_id += 1;
@@ -695,20 +821,28 @@ impl<J: Journal> McpClient<J> {
             Ok(p) => p,
             Err(e @ ClientError::Transport(_)) => return Err(Failure::Unknown(e)),
             Err(e @ ClientError::Unavailable { retry_after_ms, .. }) => {
-                let delay = retry_after_ms.map_or_else(|| self.cfg.backoff.delay_ms(None, 0, self.jitter()), |ms| self.cfg.backoff.delay_after_refusal_ms(None, ms, self.jitter()));
+                let delay = retry_after_ms.map_or_else(
+                    || self.cfg.backoff.delay_ms(None, 0, self.jitter()),
+                    |ms| self.cfg.backoff.delay_after_refusal_ms(None, ms, self.jitter()),
+                );
                 return Err(Failure::Busy(e, delay));
             }
             Err(e) => return Err(Failure::Final(e)),
         };
         match posted {
             Posted::Json(body) => Self::answer_of(&id, &body),
-            Posted::Accepted => Err(Failure::Final(ClientError::Transport("request answered with 202".into()))),
+            Posted::Accepted => {
+                Err(Failure::Final(ClientError::Transport("request answered with 202".into())))
+            }
             Posted::Gone => Err(Failure::Gone(generation)),
             Posted::Sse(resp) => {
                 let key = {
                     let mut i = self.inner.borrow_mut();
                     i.stats.streams += 1;
-                    let key = i.acceptor.open_post_stream(std::slice::from_ref(&id)).map_err(|e| Failure::Final(ClientError::Transport(e.to_string())))?;
+                    let key = i
+                        .acceptor
+                        .open_post_stream(std::slice::from_ref(&id))
+                        .map_err(|e| Failure::Final(ClientError::Transport(e.to_string())))?;
                     if let Some(token) = params.and_then(crate::proto::jsonrpc::progress_token) {
                         i.acceptor.expect_progress(&key, token);
                     }
@@ -729,10 +863,17 @@ impl<J: Journal> McpClient<J> {
                 match r {
                     // The server restarted while the request ran: its outcome is unknown, and
                     // an idempotent request may be re-issued.
-                    Ok(Err(e @ ClientError::Rpc(ErrorObject { code: crate::proto::jsonrpc::code::SERVER_RESTARTED, .. }))) => Err(Failure::Unknown(e)),
+                    Ok(Err(
+                        e @ ClientError::Rpc(ErrorObject {
+                            code: crate::proto::jsonrpc::code::SERVER_RESTARTED,
+                            ..
+                        }),
+                    )) => Err(Failure::Unknown(e)),
                     Ok(v) => v.map_err(Failure::Final),
                     Err(ClientError::Http(404, _)) => Err(Failure::Gone(generation)),
-                    Err(e @ (ClientError::Lost(..) | ClientError::Transport(_))) => Err(Failure::Unknown(e)),
+                    Err(e @ (ClientError::Lost(..) | ClientError::Transport(_))) => {
+                        Err(Failure::Unknown(e))
+                    }
                     Err(e) => Err(Failure::Final(e)),
                 }
             }
@@ -745,11 +886,18 @@ impl<J: Journal> McpClient<J> {
     /// response's head and its body; the HTTP client reads such an end as a clean one).
     fn answer_of(id: &JsonRpcId, body: &[u8]) -> Result<Value, Failure> {
         if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err() {
-            return Err(Failure::Unknown(ClientError::Transport(format!("the reply ended before its answer ({} bytes)", body.len()))));
+            return Err(Failure::Unknown(ClientError::Transport(format!(
+                "the reply ended before its answer ({} bytes)",
+                body.len()
+            ))));
         }
         match Self::result_of(id, body) {
             Ok(v) => Ok(v),
-            Err(e @ ClientError::Rpc(ErrorObject { code: crate::proto::jsonrpc::code::DRAINED, .. })) => Err(Failure::Unknown(e)),
+            Err(
+                e @ ClientError::Rpc(ErrorObject {
+                    code: crate::proto::jsonrpc::code::DRAINED, ..
+                }),
+            ) => Err(Failure::Unknown(e)),
             Err(e) => Err(Failure::Final(e)),
         }
     }
@@ -758,15 +906,25 @@ impl<J: Journal> McpClient<J> {
     fn result_of(id: &JsonRpcId, body: &[u8]) -> Result<Value, ClientError> {
         match parse_body(body) {
             Ok(Incoming::Single(Message::Response { id: rid, result })) if rid == *id => Ok(result),
-            Ok(Incoming::Single(Message::ErrorResponse { error, .. })) => Err(ClientError::Rpc(error)),
-            _ => Err(ClientError::Transport(format!("unexpected reply: {}", String::from_utf8_lossy(body)))),
+            Ok(Incoming::Single(Message::ErrorResponse { error, .. })) => {
+                Err(ClientError::Rpc(error))
+            }
+            _ => Err(ClientError::Transport(format!(
+                "unexpected reply: {}",
+                String::from_utf8_lossy(body)
+            ))),
         }
     }
 
     /// Read `resp` (the request's stream), resuming by GET + `Last-Event-ID` until the
     /// response arrives. The outer error means the stream could not be followed; the inner
     /// result is the response (a JSON-RPC error is `Err(Rpc)` inside `Ok`).
-    async fn follow(&self, key: &StreamKey, id: &JsonRpcId, mut resp: awc::ClientResponse) -> Result<Result<Value, ClientError>, ClientError> {
+    async fn follow(
+        &self,
+        key: &StreamKey,
+        id: &JsonRpcId,
+        mut resp: awc::ClientResponse,
+    ) -> Result<Result<Value, ClientError>, ClientError> {
         let mut retry_hint = None;
         // Backoff grows only while resumes fail to reach a healthy server; a 200 resets it.
         let mut failures = 0u32;
@@ -779,9 +937,13 @@ impl<J: Journal> McpClient<J> {
         let mut waited = Duration::ZERO;
         loop {
             let mut first_accept = None;
-            let answer = self.read_events(key, id, &mut resp, &mut retry_hint, &mut first_accept).await?;
+            let answer =
+                self.read_events(key, id, &mut resp, &mut retry_hint, &mut first_accept).await?;
             if let (Some(t0), Some(t1)) = (broke_at, first_accept) {
-                self.inner.borrow_mut().resume_samples.push(ResumeSample { total: t1 - t0, waited });
+                self.inner
+                    .borrow_mut()
+                    .resume_samples
+                    .push(ResumeSample { total: t1 - t0, waited });
                 broke_at = None;
                 waited = Duration::ZERO;
             }
@@ -792,7 +954,10 @@ impl<J: Journal> McpClient<J> {
             broke_at.get_or_insert_with(tokio::time::Instant::now);
             let cursor = self.inner.borrow().acceptor.resume_cursor(key);
             let Some(cursor) = cursor else {
-                return Err(ClientError::Lost(id.to_string(), "stream ended before any event id: cannot resume".into()));
+                return Err(ClientError::Lost(
+                    id.to_string(),
+                    "stream ended before any event id: cannot resume".into(),
+                ));
             };
             if last_cursor.as_deref() == Some(cursor.as_str()) {
                 no_progress += 1;
@@ -802,11 +967,22 @@ impl<J: Journal> McpClient<J> {
             }
             let mut retry_after_ms = 0;
             loop {
-                if no_progress >= self.cfg.max_resume_attempts || failures >= self.cfg.max_resume_attempts {
-                    return Err(ClientError::Lost(id.to_string(), format!("gave up resuming ({no_progress} resumes without progress, {failures} failed)")));
+                if no_progress >= self.cfg.max_resume_attempts
+                    || failures >= self.cfg.max_resume_attempts
+                {
+                    return Err(ClientError::Lost(
+                        id.to_string(),
+                        format!(
+                            "gave up resuming ({no_progress} resumes without progress, {failures} failed)"
+                        ),
+                    ));
                 }
                 let delay = if retry_after_ms > 0 {
-                    self.cfg.backoff.delay_after_refusal_ms(retry_hint, retry_after_ms, self.jitter())
+                    self.cfg.backoff.delay_after_refusal_ms(
+                        retry_hint,
+                        retry_after_ms,
+                        self.jitter(),
+                    )
                 } else {
                     self.cfg.backoff.delay_ms(retry_hint, failures, self.jitter())
                 };
@@ -816,11 +992,16 @@ impl<J: Journal> McpClient<J> {
                 waited += paused.elapsed();
                 self.inner.borrow_mut().stats.resumes += 1;
                 let session = self.session();
-                let sent = Self::builder(&self.http, &self.cfg, awc::http::Method::GET, Some((&session.0, session.1)))
-                    .insert_header(("Accept", "text/event-stream"))
-                    .insert_header(("Last-Event-ID", cursor.as_str()))
-                    .send()
-                    .await;
+                let sent = Self::builder(
+                    &self.http,
+                    &self.cfg,
+                    awc::http::Method::GET,
+                    Some((&session.0, session.1)),
+                )
+                .insert_header(("Accept", "text/event-stream"))
+                .insert_header(("Last-Event-ID", cursor.as_str()))
+                .send()
+                .await;
                 let status = sent.as_ref().map_or(0, |r| r.status().as_u16());
                 match sent {
                     Ok(r) if status == 200 => {
@@ -828,7 +1009,9 @@ impl<J: Journal> McpClient<J> {
                         resp = r;
                         break;
                     }
-                    Ok(_) if status == 404 => return Err(ClientError::Http(404, "session not found".into())),
+                    Ok(_) if status == 404 => {
+                        return Err(ClientError::Http(404, "session not found".into()));
+                    }
                     // 429 and 503 are retried, never sooner than their Retry-After.
                     Ok(r) if status == 429 || status == 503 => {
                         retry_after_ms = retry_after_ms_of(r.headers()).unwrap_or(0);
@@ -837,7 +1020,13 @@ impl<J: Journal> McpClient<J> {
                     // 400 (cursor refused), 410 (events gone), 403...: final answers.
                     Ok(mut r) if r.status().is_client_error() => {
                         let body = r.body().await.unwrap_or_default();
-                        return Err(ClientError::Lost(id.to_string(), format!("resume refused: HTTP {status} {}", String::from_utf8_lossy(&body))));
+                        return Err(ClientError::Lost(
+                            id.to_string(),
+                            format!(
+                                "resume refused: HTTP {status} {}",
+                                String::from_utf8_lossy(&body)
+                            ),
+                        ));
                     }
                     // Other 5xx, network: back off and try again.
                     Ok(_) | Err(_) => {
@@ -873,15 +1062,31 @@ impl<J: Journal> McpClient<J> {
             {
                 let mut inner = self.inner.borrow_mut();
                 let binding = inner.acceptor.binding().clone();
-                if let Some(eid) = dec.last_event_id.as_deref().filter(|_| events.is_empty() && dec.last_event_id != before)
-                    && inner.acceptor.accept_stream_event(IncomingEvent { stream: key, binding: &binding, id: Some(eid), data: "" }).is_ok()
+                if let Some(eid) = dec
+                    .last_event_id
+                    .as_deref()
+                    .filter(|_| events.is_empty() && dec.last_event_id != before)
+                    && inner
+                        .acceptor
+                        .accept_stream_event(IncomingEvent {
+                            stream: key,
+                            binding: &binding,
+                            id: Some(eid),
+                            data: "",
+                        })
+                        .is_ok()
                 {
                     first_accept.get_or_insert_with(tokio::time::Instant::now);
                 }
                 let mut handed_out = None;
                 for e in events {
                     let Ok(Acceptance::Dispatched { completed, seq }) =
-                        inner.acceptor.accept_stream_event(IncomingEvent { stream: key, binding: &binding, id: e.id.as_deref(), data: &e.data })
+                        inner.acceptor.accept_stream_event(IncomingEvent {
+                            stream: key,
+                            binding: &binding,
+                            id: e.id.as_deref(),
+                            data: &e.data,
+                        })
                     else {
                         continue;
                     };
@@ -922,7 +1127,10 @@ impl<J: Journal> McpClient<J> {
         let answer = match (&self.handler, method) {
             (Some(h), _) => h(method, req.get("params").unwrap_or(&Value::Null)),
             (None, "ping") => Ok(json!({})),
-            (None, _) => Err(ErrorObject::new(crate::proto::jsonrpc::code::METHOD_NOT_FOUND, "client has no handler for this request")),
+            (None, _) => Err(ErrorObject::new(
+                crate::proto::jsonrpc::code::METHOD_NOT_FOUND,
+                "client has no handler for this request",
+            )),
         };
         let body = match answer {
             Ok(result) => encode_result(&rid, &result),
@@ -981,17 +1189,31 @@ impl<J: Journal> McpClient<J> {
         let mut attempt: u32 = 0;
         let started = tokio::time::Instant::now();
         loop {
-            match Self::builder(&self.http, &self.cfg, awc::http::Method::DELETE, Some((&session.0, session.1))).send().await {
+            match Self::builder(
+                &self.http,
+                &self.cfg,
+                awc::http::Method::DELETE,
+                Some((&session.0, session.1)),
+            )
+            .send()
+            .await
+            {
                 // Busy or draining (a restart): as the server says, then again.
                 Ok(r) if matches!(r.status().as_u16(), 429 | 503) && !self.window_over(started) => {
                     attempt += 1;
-                    let after_ms = r.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok()).map_or(1_000, |s| s.saturating_mul(1000).min(30_000));
+                    let after_ms = r
+                        .headers()
+                        .get("retry-after")
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.trim().parse::<u64>().ok())
+                        .map_or(1_000, |s| s.saturating_mul(1000).min(30_000));
                     tokio::time::sleep(Duration::from_millis(after_ms)).await;
                 }
                 Ok(r) => return Ok(Closed::from_status(r.status().as_u16())),
                 Err(_) if !self.window_over(started) => {
                     attempt += 1;
-                    tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt.min(20)))).await;
+                    tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt.min(20))))
+                        .await;
                 }
                 Err(e) => return Err(ClientError::Transport(e.to_string())),
             }
@@ -1006,7 +1228,10 @@ mod tests {
     #[test]
     fn a_405_to_delete_is_not_a_deletion_receipt() {
         assert!(Closed::from_status(204).is_over());
-        assert!(Closed::from_status(404).is_over(), "already gone (e.g. a DELETE sent again after its answer was lost)");
+        assert!(
+            Closed::from_status(404).is_over(),
+            "already gone (e.g. a DELETE sent again after its answer was lost)"
+        );
         assert_eq!(Closed::from_status(405), Closed::NotAllowed);
         assert!(!Closed::from_status(405).is_over());
         assert!(!Closed::from_status(403).is_over());

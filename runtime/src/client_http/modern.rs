@@ -58,8 +58,15 @@ fn client_info() -> Value {
     json!({"name": "mcp-runtime-client", "version": env!("CARGO_PKG_VERSION")})
 }
 
-fn modern_post(http: &awc::Client, cfg: &ClientConfig, headers: &[(String, String)]) -> awc::ClientRequest {
-    let mut r = http.post(&cfg.url).insert_header(("Accept", "application/json, text/event-stream")).insert_header(("Content-Type", "application/json"));
+fn modern_post(
+    http: &awc::Client,
+    cfg: &ClientConfig,
+    headers: &[(String, String)],
+) -> awc::ClientRequest {
+    let mut r = http
+        .post(&cfg.url)
+        .insert_header(("Accept", "application/json, text/event-stream"))
+        .insert_header(("Content-Type", "application/json"));
     for (k, v) in headers {
         r = r.insert_header((k.as_str(), v.as_str()));
     }
@@ -81,21 +88,44 @@ impl<J: Journal> McpClient<J> {
     ///
     /// # Errors
     /// A transport failure, 401/403, 429/503, or a recognised modern refusal.
-    pub(super) async fn discover_with(http: &awc::Client, cfg: &ClientConfig) -> Result<Result<ModernState, u16>, ClientError> {
+    pub(super) async fn discover_with(
+        http: &awc::Client,
+        cfg: &ClientConfig,
+    ) -> Result<Result<ModernState, u16>, ClientError> {
         let params = rules::request_params(None, &cfg.capabilities, &client_info());
         let headers = rules::request_headers("server/discover", &params, &[]);
         let body = encode_request(&JsonRpcId::Number(0), "server/discover", Some(&params));
-        let mut resp = modern_post(http, cfg, &headers).send_body(body).await.map_err(|e| ClientError::Transport(e.to_string()))?;
+        let mut resp = modern_post(http, cfg, &headers)
+            .send_body(body)
+            .await
+            .map_err(|e| ClientError::Transport(e.to_string()))?;
         let status = resp.status().as_u16();
-        let sse = resp.headers().get("content-type").is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
-        let bytes = if sse { Self::read_single_event(&mut resp).await? } else { body_of(&mut resp).await? };
+        let sse = resp
+            .headers()
+            .get("content-type")
+            .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+        let bytes = if sse {
+            Self::read_single_event(&mut resp).await?
+        } else {
+            body_of(&mut resp).await?
+        };
         match status {
-            401 | 403 | 429 | 503 => return Err(status_error(status, resp.headers(), String::from_utf8_lossy(&bytes).into_owned())),
+            401 | 403 | 429 | 503 => {
+                return Err(status_error(
+                    status,
+                    resp.headers(),
+                    String::from_utf8_lossy(&bytes).into_owned(),
+                ));
+            }
             _ => {}
         }
         match rules::discovered(status, &bytes) {
-            Discovered::Modern(capabilities) => Ok(Ok(ModernState { capabilities, tool_headers: HashMap::new() })),
-            Discovered::ModernRefusal(why) => Err(ClientError::Http(status, format!("server/discover refused: {why}"))),
+            Discovered::Modern(capabilities) => {
+                Ok(Ok(ModernState { capabilities, tool_headers: HashMap::new() }))
+            }
+            Discovered::ModernRefusal(why) => {
+                Err(ClientError::Http(status, format!("server/discover refused: {why}")))
+            }
             Discovered::NotModern => Ok(Err(status)),
         }
     }
@@ -118,13 +148,26 @@ impl<J: Journal> McpClient<J> {
     }
 
     /// A request in the 2026-07-28 era: see the module docs.
-    pub(super) async fn request_modern(&self, method: &str, params: Option<Value>, idempotent: bool, cancel: &tokio_util::sync::CancellationToken) -> Result<Value, ClientError> {
+    pub(super) async fn request_modern(
+        &self,
+        method: &str,
+        params: Option<Value>,
+        idempotent: bool,
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> Result<Value, ClientError> {
         self.request_modern_as(method, params, idempotent, cancel, &self.cfg.capabilities).await
     }
 
     /// [`Self::request_modern`] declaring `capabilities` (the configured ones, or those and an
     /// extension this request needs).
-    async fn request_modern_as(&self, method: &str, params: Option<Value>, idempotent: bool, cancel: &tokio_util::sync::CancellationToken, capabilities: &Value) -> Result<Value, ClientError> {
+    async fn request_modern_as(
+        &self,
+        method: &str,
+        params: Option<Value>,
+        idempotent: bool,
+        cancel: &tokio_util::sync::CancellationToken,
+        capabilities: &Value,
+    ) -> Result<Value, ClientError> {
         let mut current = rules::request_params(params.as_ref(), capabilities, &client_info());
         let mut retry = Reissue::default();
         let mut rounds = 0;
@@ -144,14 +187,19 @@ impl<J: Journal> McpClient<J> {
                     Round::InputRequired { requests, state } => {
                         rounds += 1;
                         if rounds > MAX_ROUNDS {
-                            return Err(ClientError::Transport(format!("{method}: the server still asked after {MAX_ROUNDS} rounds")));
+                            return Err(ClientError::Transport(format!(
+                                "{method}: the server still asked after {MAX_ROUNDS} rounds"
+                            )));
                         }
                         self.inner.borrow_mut().stats.input_rounds += 1;
-                        current = rules::next_round(&current, self.answer_inputs(&requests)?, state);
+                        current =
+                            rules::next_round(&current, self.answer_inputs(&requests)?, state);
                         continue;
                     }
                 },
-                Err(Failure::Final(ClientError::Rpc(e))) if !relisted && rules::is_param_header_mismatch(e.code, &e.message) => {
+                Err(Failure::Final(ClientError::Rpc(e)))
+                    if !relisted && rules::is_param_header_mismatch(e.code, &e.message) =>
+                {
                     // The tool's annotations may have changed: read them again, send once more.
                     relisted = true;
                     Box::pin(self.request_modern("tools/list", None, true, cancel)).await?;
@@ -166,7 +214,9 @@ impl<J: Journal> McpClient<J> {
     /// The configured capabilities with the tasks extension declared.
     fn with_tasks(&self) -> Result<Value, ClientError> {
         if !self.is_modern() {
-            return Err(ClientError::Transport("tasks are a 2026-07-28 extension: connect with Era::Modern or Era::Auto".into()));
+            return Err(ClientError::Transport(
+                "tasks are a 2026-07-28 extension: connect with Era::Modern or Era::Auto".into(),
+            ));
         }
         let mut caps = self.cfg.capabilities.clone();
         if !caps.is_object() {
@@ -181,26 +231,55 @@ impl<J: Journal> McpClient<J> {
     ///
     /// # Errors
     /// As [`Self::request`]; a legacy session has no tasks.
-    pub async fn call_tool_as_task(&self, name: &str, arguments: Value, idempotent: bool) -> Result<TaskCall, ClientError> {
+    pub async fn call_tool_as_task(
+        &self,
+        name: &str,
+        arguments: Value,
+        idempotent: bool,
+    ) -> Result<TaskCall, ClientError> {
         let caps = self.with_tasks()?;
         let params = json!({"name": name, "arguments": arguments});
-        let r = self.request_modern_as("tools/call", Some(params), idempotent, &tokio_util::sync::CancellationToken::new(), &caps).await?;
+        let r = self
+            .request_modern_as(
+                "tools/call",
+                Some(params),
+                idempotent,
+                &tokio_util::sync::CancellationToken::new(),
+                &caps,
+            )
+            .await?;
         if r.get("resultType").and_then(Value::as_str) == Some("task") {
-            let task_id = r.get("taskId").and_then(Value::as_str).ok_or_else(|| ClientError::Transport(format!("a task without a taskId: {r}")))?.to_owned();
+            let task_id = r
+                .get("taskId")
+                .and_then(Value::as_str)
+                .ok_or_else(|| ClientError::Transport(format!("a task without a taskId: {r}")))?
+                .to_owned();
             let poll_ms = r.get("pollIntervalMs").and_then(Value::as_u64).unwrap_or(1000);
             return Ok(TaskCall::Task { task_id, poll_ms });
         }
         Ok(TaskCall::Done(r))
     }
 
-    async fn task_method(&self, method: &str, task_id: &str, extra: Value) -> Result<Value, ClientError> {
+    async fn task_method(
+        &self,
+        method: &str,
+        task_id: &str,
+        extra: Value,
+    ) -> Result<Value, ClientError> {
         let caps = self.with_tasks()?;
         let mut params = json!({"taskId": task_id});
         if let (Some(p), Value::Object(e)) = (params.as_object_mut(), extra) {
             p.extend(e);
         }
         // Reading, answering an answered question again, and cancelling are all safe to repeat.
-        self.request_modern_as(method, Some(params), true, &tokio_util::sync::CancellationToken::new(), &caps).await
+        self.request_modern_as(
+            method,
+            Some(params),
+            true,
+            &tokio_util::sync::CancellationToken::new(),
+            &caps,
+        )
+        .await
     }
 
     /// The task's state (`tasks/get`).
@@ -228,22 +307,37 @@ impl<J: Journal> McpClient<J> {
     /// [`ClientError::Rpc`] with the task's error when it `failed`; [`ClientError::Cancelled`]
     /// when it was cancelled; [`ClientError::Lost`] when it is still running after
     /// `max_wait`; as [`Self::task_get`].
-    pub async fn task_result(&self, task_id: &str, max_wait: std::time::Duration) -> Result<Value, ClientError> {
+    pub async fn task_result(
+        &self,
+        task_id: &str,
+        max_wait: std::time::Duration,
+    ) -> Result<Value, ClientError> {
         let deadline = tokio::time::Instant::now() + max_wait;
         loop {
             let state = self.task_get(task_id).await?;
             match state.get("status").and_then(Value::as_str).unwrap_or_default() {
                 "completed" => return Ok(state.get("result").cloned().unwrap_or(Value::Null)),
                 "failed" => {
-                    let e = state.get("error").cloned().and_then(|e| serde_json::from_value::<ErrorObject>(e).ok()).unwrap_or_else(|| ErrorObject::new(code::INTERNAL_ERROR, "the task failed"));
+                    let e = state
+                        .get("error")
+                        .cloned()
+                        .and_then(|e| serde_json::from_value::<ErrorObject>(e).ok())
+                        .unwrap_or_else(|| {
+                            ErrorObject::new(code::INTERNAL_ERROR, "the task failed")
+                        });
                     return Err(ClientError::Rpc(e));
                 }
                 "cancelled" => return Err(ClientError::Cancelled),
                 "input_required" => {
-                    let asked = state.get("inputRequests").and_then(Value::as_object).cloned().unwrap_or_default();
+                    let asked = state
+                        .get("inputRequests")
+                        .and_then(Value::as_object)
+                        .cloned()
+                        .unwrap_or_default();
                     let answers = self.answer_inputs(&asked)?;
                     self.inner.borrow_mut().stats.input_rounds += 1;
-                    self.task_method("tasks/update", task_id, json!({"inputResponses": answers})).await?;
+                    self.task_method("tasks/update", task_id, json!({"inputResponses": answers}))
+                        .await?;
                     // A task that keeps asking is bounded by the same deadline (checked
                     // below) as one that keeps working.
                     if tokio::time::Instant::now() < deadline {
@@ -253,10 +347,21 @@ impl<J: Journal> McpClient<J> {
                 _ => {}
             }
             if tokio::time::Instant::now() >= deadline {
-                return Err(ClientError::Lost(task_id.to_owned(), format!("the task was still running after {} ms", max_wait.as_millis())));
+                return Err(ClientError::Lost(
+                    task_id.to_owned(),
+                    format!("the task was still running after {} ms", max_wait.as_millis()),
+                ));
             }
-            let poll = state.get("pollIntervalMs").and_then(Value::as_u64).unwrap_or(1000).clamp(10, 30_000);
-            tokio::time::sleep(std::time::Duration::from_millis(poll).min(deadline.saturating_duration_since(tokio::time::Instant::now()))).await;
+            let poll = state
+                .get("pollIntervalMs")
+                .and_then(Value::as_u64)
+                .unwrap_or(1000)
+                .clamp(10, 30_000);
+            tokio::time::sleep(
+                std::time::Duration::from_millis(poll)
+                    .min(deadline.saturating_duration_since(tokio::time::Instant::now())),
+            )
+            .await;
         }
     }
 
@@ -265,7 +370,13 @@ impl<J: Journal> McpClient<J> {
     fn learn_tools(&self, list: &Value) {
         let mut i = self.inner.borrow_mut();
         if let Some(m) = i.modern.as_mut() {
-            for name in list.get("tools").and_then(Value::as_array).into_iter().flatten().filter_map(|t| t.get("name")?.as_str()) {
+            for name in list
+                .get("tools")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|t| t.get("name")?.as_str())
+            {
                 m.tool_headers.remove(name);
             }
             m.tool_headers.extend(rules::header_params_of_tools(list));
@@ -273,14 +384,20 @@ impl<J: Journal> McpClient<J> {
     }
 
     /// This round's answers, from the handler (without one, every question is refused).
-    fn answer_inputs(&self, requests: &Map<String, Value>) -> Result<Map<String, Value>, ClientError> {
+    fn answer_inputs(
+        &self,
+        requests: &Map<String, Value>,
+    ) -> Result<Map<String, Value>, ClientError> {
         let mut answers = Map::new();
         for (key, q) in requests {
             let method = q.get("method").and_then(Value::as_str).unwrap_or_default();
             let params = q.get("params").unwrap_or(&Value::Null);
             let answer = match &self.handler {
                 Some(h) => h(method, params),
-                None => Err(ErrorObject::new(code::METHOD_NOT_FOUND, "client has no handler for this request")),
+                None => Err(ErrorObject::new(
+                    code::METHOD_NOT_FOUND,
+                    "client has no handler for this request",
+                )),
             };
             answers.insert(key.clone(), answer.map_err(ClientError::Rpc)?);
         }
@@ -288,11 +405,21 @@ impl<J: Journal> McpClient<J> {
     }
 
     /// One attempt: POST `params` under a fresh id and read the answer.
-    async fn attempt_modern(&self, method: &str, params: &Value, cancel: &tokio_util::sync::CancellationToken) -> Result<Value, Failure> {
+    async fn attempt_modern(
+        &self,
+        method: &str,
+        params: &Value,
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> Result<Value, Failure> {
         let (id, headers) = {
             let mut i = self.inner.borrow_mut();
             i.next_id += 1;
-            let mirrored = params.get("name").and_then(Value::as_str).zip(i.modern.as_ref()).and_then(|(n, m)| m.tool_headers.get(n)).map_or(&[][..], Vec::as_slice);
+            let mirrored = params
+                .get("name")
+                .and_then(Value::as_str)
+                .zip(i.modern.as_ref())
+                .and_then(|(n, m)| m.tool_headers.get(n))
+                .map_or(&[][..], Vec::as_slice);
             (JsonRpcId::Number(i.next_id), rules::request_headers(method, params, mirrored))
         };
         let body = encode_request(&id, method, Some(params));
@@ -302,7 +429,10 @@ impl<J: Journal> McpClient<J> {
             () = cancel.cancelled() => return Err(Failure::Final(ClientError::Cancelled)),
         };
         let status = resp.status().as_u16();
-        let sse = resp.headers().get("content-type").is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+        let sse = resp
+            .headers()
+            .get("content-type")
+            .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
         if status == 200 && sse {
             self.inner.borrow_mut().stats.streams += 1;
             // Dropping the stream on cancel is the cancellation.
@@ -318,25 +448,43 @@ impl<J: Journal> McpClient<J> {
                 Self::answer_of(&id, &bytes)
             }
             429 | 503 => {
-                let e = status_error(status, resp.headers(), String::from_utf8_lossy(&bytes).into_owned());
+                let e = status_error(
+                    status,
+                    resp.headers(),
+                    String::from_utf8_lossy(&bytes).into_owned(),
+                );
                 let delay = match &e {
-                    ClientError::Unavailable { retry_after_ms: Some(ms), .. } => self.cfg.backoff.delay_after_refusal_ms(None, *ms, self.jitter()),
+                    ClientError::Unavailable { retry_after_ms: Some(ms), .. } => {
+                        self.cfg.backoff.delay_after_refusal_ms(None, *ms, self.jitter())
+                    }
                     _ => self.cfg.backoff.delay_ms(None, 0, self.jitter()),
                 };
                 Err(Failure::Busy(e, delay))
             }
             // A protocol refusal (400 -32020, -32021, 404 -32601, ...) is the answer; a
             // transport one (403 Origin, 401, 406, ... with -32000) is an HTTP error.
-            _ => match serde_json::from_slice::<Value>(&bytes).ok().and_then(|v| v.get("error").cloned()).and_then(|e| serde_json::from_value::<ErrorObject>(e).ok()) {
+            _ => match serde_json::from_slice::<Value>(&bytes)
+                .ok()
+                .and_then(|v| v.get("error").cloned())
+                .and_then(|e| serde_json::from_value::<ErrorObject>(e).ok())
+            {
                 Some(e) if e.code != code::TRANSPORT => Err(Failure::Final(ClientError::Rpc(e))),
-                _ => Err(Failure::Final(status_error(status, resp.headers(), String::from_utf8_lossy(&bytes).into_owned()))),
+                _ => Err(Failure::Final(status_error(
+                    status,
+                    resp.headers(),
+                    String::from_utf8_lossy(&bytes).into_owned(),
+                ))),
             },
         }
     }
 
     /// Read an SSE answer: notifications (kept for [`Self::take_notifications`]) until the
     /// answer to `id`. A stream that ends first lost the request.
-    async fn read_modern_stream(&self, id: &JsonRpcId, resp: &mut awc::ClientResponse) -> Result<Value, Failure> {
+    async fn read_modern_stream(
+        &self,
+        id: &JsonRpcId,
+        resp: &mut awc::ClientResponse,
+    ) -> Result<Value, Failure> {
         let mut dec = Decoder::new();
         while let Some(chunk) = next_chunk(resp).await {
             let Ok(chunk) = chunk else { break };
@@ -353,15 +501,25 @@ impl<J: Journal> McpClient<J> {
                 }
             }
         }
-        Err(Failure::Unknown(ClientError::Lost(id.to_string(), "the response stream ended before its answer".into())))
+        Err(Failure::Unknown(ClientError::Lost(
+            id.to_string(),
+            "the response stream ended before its answer".into(),
+        )))
     }
 
     /// A notification in the 2026-07-28 era (the server accepts and drops it: the protocol
     /// defines none a client sends over HTTP).
-    pub(super) async fn notify_modern(&self, method: &str, params: Option<Value>) -> Result<(), ClientError> {
+    pub(super) async fn notify_modern(
+        &self,
+        method: &str,
+        params: Option<Value>,
+    ) -> Result<(), ClientError> {
         let params = rules::request_params(params.as_ref(), &self.cfg.capabilities, &client_info());
         let headers = rules::request_headers(method, &params, &[]);
-        let mut resp = modern_post(&self.http, &self.cfg, &headers).send_body(encode_notification(method, Some(&params))).await.map_err(|e| ClientError::Transport(e.to_string()))?;
+        let mut resp = modern_post(&self.http, &self.cfg, &headers)
+            .send_body(encode_notification(method, Some(&params)))
+            .await
+            .map_err(|e| ClientError::Transport(e.to_string()))?;
         match resp.status().as_u16() {
             202 => Ok(()),
             s => {

@@ -28,13 +28,23 @@ async fn handles_made_before_a_key_rotation_are_found_listed_and_moved_by_their_
     let (h1, h2) = {
         let l = Ledger::sqlite_for_tests(&dir, OLD, &[]);
         let hs = Handles::new(&l);
-        (hs.create(&k, alice, None, json!({"n": 1})).await.unwrap(), hs.create(&k, alice, None, json!({"n": 2})).await.unwrap())
+        (
+            hs.create(&k, alice, None, json!({"n": 1})).await.unwrap(),
+            hs.create(&k, alice, None, json!({"n": 2})).await.unwrap(),
+        )
     };
     let l = Ledger::sqlite_for_tests(&dir, NEW, &[OLD]);
     let hs = Handles::new(&l);
     let before = sorted(vec![(h1.clone(), json!({"n": 1})), (h2.clone(), json!({"n": 2}))]);
-    assert_eq!(sorted(hs.list(&k, alice, ListScope::All).await.unwrap()), before, "the same handles, not what another key unseals");
-    assert!(matches!(hs.get(&k, Some("bob"), &h1).await, Err(HandleError::NotFound(_))), "still bound to its caller");
+    assert_eq!(
+        sorted(hs.list(&k, alice, ListScope::All).await.unwrap()),
+        before,
+        "the same handles, not what another key unseals"
+    );
+    assert!(
+        matches!(hs.get(&k, Some("bob"), &h1).await, Err(HandleError::NotFound(_))),
+        "still bound to its caller"
+    );
 
     // A use moves h1, an update moves h2: each under its current name only.
     assert_eq!(hs.get(&k, alice, &h1).await.unwrap(), json!({"n": 1}));
@@ -46,10 +56,18 @@ async fn handles_made_before_a_key_rotation_are_found_listed_and_moved_by_their_
     .unwrap();
     l.writer.barrier().await.unwrap();
     for h in [&h1, &h2] {
-        assert!(stored(&l, &hs.id(h)).is_some() && stored(&l, &ledger_name(&hs.previous[0].0, h)).is_none(), "{h} moved");
+        assert!(
+            stored(&l, &hs.id(h)).is_some()
+                && stored(&l, &ledger_name(&hs.previous[0].0, h)).is_none(),
+            "{h} moved"
+        );
     }
     let after = sorted(vec![(h1.clone(), json!({"n": 1})), (h2.clone(), json!({"n": 3}))]);
-    assert_eq!(sorted(hs.list(&k, alice, ListScope::All).await.unwrap()), after, "listed once each");
+    assert_eq!(
+        sorted(hs.list(&k, alice, ListScope::All).await.unwrap()),
+        after,
+        "listed once each"
+    );
     drop((hs, l));
 
     // Moved: found with the new key alone.
@@ -87,8 +105,17 @@ async fn a_listed_record_whose_unsealed_handle_does_not_name_it_is_skipped() {
     let other = "00".repeat(16);
     let expires_ms = l.clock.now().0 + 3_600_000;
     let copy = vec![
-        Op::Put { key: codec::handle_key(&other), value: stored(&l, &hs.id(&h)).unwrap(), expires_ms },
-        Op::IndexAdd { index: codec::handles_index(k.prefix, None), member: other, score: expires_ms, expires_ms },
+        Op::Put {
+            key: codec::handle_key(&other),
+            value: stored(&l, &hs.id(&h)).unwrap(),
+            expires_ms,
+        },
+        Op::IndexAdd {
+            index: codec::handles_index(k.prefix, None),
+            member: other,
+            score: expires_ms,
+            expires_ms,
+        },
     ];
     l.writer.submit_acked(copy).await.unwrap();
     assert_eq!(hs.list(&k, None, ListScope::All).await.unwrap(), vec![(h, json!({"n": 1}))]);

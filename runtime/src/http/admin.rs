@@ -41,7 +41,14 @@ impl AdminToken {
     }
 
     fn accepts(&self, req: &HttpRequest) -> bool {
-        let Some(given) = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ")) else { return false };
+        let Some(given) = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+        else {
+            return false;
+        };
         let d: [u8; 32] = Sha256::digest(given.trim().as_bytes()).into();
         d.iter().zip(&self.0).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
     }
@@ -168,6 +175,8 @@ async fn handle(req: HttpRequest, body: web::Bytes, st: web::Data<AdminState>) -
 pub fn configure(sup: Arc<Supervisor>, token: AdminToken) -> impl FnOnce(&mut web::ServiceConfig) {
     move |cfg: &mut web::ServiceConfig| {
         let metrics = crate::metrics::registry(Arc::clone(&sup));
-        cfg.app_data(web::Data::new(AdminState { sup, token, metrics })).app_data(web::PayloadConfig::new(16 << 10)).default_service(web::to(handle));
+        cfg.app_data(web::Data::new(AdminState { sup, token, metrics }))
+            .app_data(web::PayloadConfig::new(16 << 10))
+            .default_service(web::to(handle));
     }
 }

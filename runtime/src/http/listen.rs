@@ -35,14 +35,29 @@ const FRAME_QUEUE: usize = 16;
 /// # Errors
 /// 406 for a client that does not accept SSE; `-32602` for a malformed filter; 503 / 429 when
 /// the server's or the caller's listen places are taken; 503 while draining. Each echoes `id`.
-pub(super) fn open(sup: &Arc<Supervisor>, caller: QuotaKey, id: JsonRpcId, params: Option<&serde_json::Value>, reply: ReplyMode) -> Result<HttpResponse, Rejection> {
+pub(super) fn open(
+    sup: &Arc<Supervisor>,
+    caller: QuotaKey,
+    id: JsonRpcId,
+    params: Option<&serde_json::Value>,
+    reply: ReplyMode,
+) -> Result<HttpResponse, Rejection> {
     if reply == ReplyMode::Json {
         return Err(Rejection::NotAcceptable.with_id(&id));
     }
     let cfg = sup.config();
-    let limits = FilterLimits { max_uris: cfg.modern.listen_max_uris, max_uri_bytes: cfg.limits.uri_max_bytes };
-    let filter = Filter::parse(params, limits).map_err(|why| Rejection::Modern { error: ModernError::InvalidInput(why), id: Some(id.clone()) })?;
-    let place = sup.stats().listen_enter(caller, cfg.modern.listen_max, cfg.modern.listen_per_caller).map_err(|r| r.with_id(&id))?;
+    let limits = FilterLimits {
+        max_uris: cfg.modern.listen_max_uris,
+        max_uri_bytes: cfg.limits.uri_max_bytes,
+    };
+    let filter = Filter::parse(params, limits).map_err(|why| Rejection::Modern {
+        error: ModernError::InvalidInput(why),
+        id: Some(id.clone()),
+    })?;
+    let place = sup
+        .stats()
+        .listen_enter(caller, cfg.modern.listen_max, cfg.modern.listen_per_caller)
+        .map_err(|r| r.with_id(&id))?;
     let catalog = sup.catalog();
     let changes = catalog.changes();
     let honoured = filter.honoured(&changes.offered(), |uri| catalog.has_resource(uri));
@@ -66,7 +81,15 @@ async fn send(tx: &mpsc::Sender<Bytes>, frame: Bytes, stall: std::time::Duration
 }
 
 /// Drive one subscription until its client closes the stream or the server ends it.
-async fn run(mut sub: Subscription, mut feed: ChangeFeed, mut life: watch::Receiver<Lifecycle>, tx: mpsc::Sender<Bytes>, keepalive: std::time::Duration, stats: Arc<RuntimeStats>, _place: ListenPlace) {
+async fn run(
+    mut sub: Subscription,
+    mut feed: ChangeFeed,
+    mut life: watch::Receiver<Lifecycle>,
+    tx: mpsc::Sender<Bytes>,
+    keepalive: std::time::Duration,
+    stats: Arc<RuntimeStats>,
+    _place: ListenPlace,
+) {
     let stall = keepalive.saturating_mul(2).max(std::time::Duration::from_secs(1));
     if stopping(&life.borrow_and_update()) {
         sub.handle_end();
@@ -115,7 +138,10 @@ struct Frames(mpsc::Receiver<Bytes>);
 impl futures_core::Stream for Frames {
     type Item = Result<Bytes, std::convert::Infallible>;
 
-    fn poll_next(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Self::Item>> {
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
         self.0.poll_recv(cx).map(|f| f.map(Ok))
     }
 }

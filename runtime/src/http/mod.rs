@@ -14,8 +14,14 @@ use bytes::{Bytes, BytesMut};
 use futures_core::Stream as _;
 use tokio::sync::oneshot;
 
-use crate::actor::{Delete, InboxTicket, JsonReply, OpenGet, Phase, Post, PostOutcome, QuotaKey, Resume, SessionHandle, SseBody, Supervisor};
-use crate::proto::admission::{Admitted, Command, HeadAdmitted, HttpMethod, ReplyMode, RequestHead, admit_body, admit_head, cors_headers, cors_origin, cors_preflight_headers};
+use crate::actor::{
+    Delete, InboxTicket, JsonReply, OpenGet, Phase, Post, PostOutcome, QuotaKey, Resume,
+    SessionHandle, SseBody, Supervisor,
+};
+use crate::proto::admission::{
+    Admitted, Command, HeadAdmitted, HttpMethod, ReplyMode, RequestHead, admit_body, admit_head,
+    cors_headers, cors_origin, cors_preflight_headers,
+};
 use crate::proto::error::{Overload, Quota, Rejection};
 use crate::proto::forwarded::{self, Cidr};
 use crate::proto::jsonrpc::{Incoming, encode_result};
@@ -57,7 +63,8 @@ impl ResponseError for ApiError {
         for (k, v) in self.0.headers() {
             b.insert_header((k, v));
         }
-        b.content_type("application/json").body(crate::proto::jsonrpc::encode_error(self.0.id(), &self.0.to_error_object()))
+        b.content_type("application/json")
+            .body(crate::proto::jsonrpc::encode_error(self.0.id(), &self.0.to_error_object()))
     }
 }
 
@@ -105,8 +112,33 @@ fn request_head(method: HttpMethod, h: &HeaderMap) -> RequestHead<'_> {
             }
         }
     }
-    let [accept, content_type, session_id, protocol_version, origin, host, last_event_id, authorization, cors_request_method, mcp_method, mcp_name] = values;
-    RequestHead { accept, content_type, session_id, protocol_version, origin, host, last_event_id, authorization, cors_request_method, mcp_method, mcp_name, ..head }
+    let [
+        accept,
+        content_type,
+        session_id,
+        protocol_version,
+        origin,
+        host,
+        last_event_id,
+        authorization,
+        cors_request_method,
+        mcp_method,
+        mcp_name,
+    ] = values;
+    RequestHead {
+        accept,
+        content_type,
+        session_id,
+        protocol_version,
+        origin,
+        host,
+        last_event_id,
+        authorization,
+        cors_request_method,
+        mcp_method,
+        mcp_name,
+        ..head
+    }
 }
 
 fn method_of(req: &HttpRequest) -> HttpMethod {
@@ -121,11 +153,21 @@ fn method_of(req: &HttpRequest) -> HttpMethod {
 
 /// Read a POST body of at most `limit` bytes (`declared`: its `Content-Length`, to size the
 /// buffer once), all of it within `deadline`.
-async fn read_body(mut payload: web::Payload, limit: usize, declared: Option<usize>, deadline: std::time::Duration) -> Result<Bytes, Rejection> {
+async fn read_body(
+    mut payload: web::Payload,
+    limit: usize,
+    declared: Option<usize>,
+    deadline: std::time::Duration,
+) -> Result<Bytes, Rejection> {
     let read = async move {
         let mut buf = BytesMut::with_capacity(declared.unwrap_or(0).min(limit));
-        while let Some(chunk) = std::future::poll_fn(|cx| std::pin::Pin::new(&mut payload).poll_next(cx)).await {
-            let chunk = chunk.map_err(|_| Rejection::InvalidMessage { reason: "could not read the request body".into(), id: None })?;
+        while let Some(chunk) =
+            std::future::poll_fn(|cx| std::pin::Pin::new(&mut payload).poll_next(cx)).await
+        {
+            let chunk = chunk.map_err(|_| Rejection::InvalidMessage {
+                reason: "could not read the request body".into(),
+                id: None,
+            })?;
             if buf.len() + chunk.len() > limit {
                 return Err(Rejection::PayloadTooLarge);
             }
@@ -139,7 +181,9 @@ async fn read_body(mut payload: web::Payload, limit: usize, declared: Option<usi
 /// The head of every SSE response: no caching or transformation, no proxy buffering.
 fn sse_head() -> actix_web::HttpResponseBuilder {
     let mut b = HttpResponse::Ok();
-    b.content_type("text/event-stream").insert_header((header::CACHE_CONTROL, "no-cache, no-transform")).insert_header(("X-Accel-Buffering", "no"));
+    b.content_type("text/event-stream")
+        .insert_header((header::CACHE_CONTROL, "no-cache, no-transform"))
+        .insert_header(("X-Accel-Buffering", "no"));
     b
 }
 
@@ -148,7 +192,9 @@ fn sse(body: SseBody) -> HttpResponse {
 }
 
 /// An SSE response streaming `frames`.
-fn sse_streaming(frames: impl futures_core::Stream<Item = Result<Bytes, std::convert::Infallible>> + 'static) -> HttpResponse {
+fn sse_streaming(
+    frames: impl futures_core::Stream<Item = Result<Bytes, std::convert::Infallible>> + 'static,
+) -> HttpResponse {
     sse_head().streaming(frames)
 }
 
@@ -167,7 +213,11 @@ fn json_reply(r: Result<JsonReply, oneshot::error::RecvError>) -> Result<HttpRes
 }
 
 /// The `/mcp` handler for every method.
-pub async fn endpoint(req: HttpRequest, payload: web::Payload, sup: web::Data<Arc<Supervisor>>) -> HttpResponse {
+pub async fn endpoint(
+    req: HttpRequest,
+    payload: web::Payload,
+    sup: web::Data<Arc<Supervisor>>,
+) -> HttpResponse {
     sup.stats().request();
     let head = request_head(method_of(&req), req.headers());
     let mut resp = match serve(&req, &head, payload, &sup).await {
@@ -177,7 +227,10 @@ pub async fn endpoint(req: HttpRequest, payload: web::Payload, sup: web::Data<Ar
             let mut resp = ApiError(rejection.clone()).error_response();
             if rejection.inner() == &Rejection::Overloaded(Overload::Draining) {
                 // How long a restart takes is the operator's to say.
-                resp.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from(sup.config().shutdown.retry_after_secs));
+                resp.headers_mut().insert(
+                    header::RETRY_AFTER,
+                    header::HeaderValue::from(sup.config().shutdown.retry_after_secs),
+                );
             }
             resp
         }
@@ -186,7 +239,9 @@ pub async fn endpoint(req: HttpRequest, payload: web::Payload, sup: web::Data<Ar
     if let Some(origin) = cors_origin(&head, sup.admit_policy()) {
         let h = resp.headers_mut();
         for (k, v) in cors_headers(origin) {
-            if let (Ok(k), Ok(v)) = (header::HeaderName::try_from(k), header::HeaderValue::from_str(&v)) {
+            if let (Ok(k), Ok(v)) =
+                (header::HeaderName::try_from(k), header::HeaderValue::from_str(&v))
+            {
                 h.insert(k, v);
             }
         }
@@ -202,7 +257,8 @@ pub async fn endpoint(req: HttpRequest, payload: web::Payload, sup: web::Data<Ar
 /// receipts): the principal, else the client's address ([`client_ip`]).
 fn caller_key(req: &HttpRequest, principal: Option<&Arc<str>>, sup: &Supervisor) -> QuotaKey {
     let cfg = sup.config();
-    let client = if principal.is_some() { None } else { client_ip(req, &cfg.security.trust_forwarded_for) };
+    let client =
+        if principal.is_some() { None } else { client_ip(req, &cfg.security.trust_forwarded_for) };
     quota_key(principal, client, cfg.quotas.ipv6_prefix_len)
 }
 
@@ -214,8 +270,15 @@ fn client_ip(req: &HttpRequest, trusted: &[Cidr]) -> Option<IpAddr> {
     if !forwarded::is_trusted(peer, trusted) {
         return Some(peer);
     }
-    let lines = |name: &header::HeaderName| req.headers().get_all(name).map(header::HeaderValue::as_bytes).collect::<Vec<_>>();
-    Some(forwarded::client_addr(peer, trusted, &lines(&header::FORWARDED), &lines(&X_FORWARDED_FOR)))
+    let lines = |name: &header::HeaderName| {
+        req.headers().get_all(name).map(header::HeaderValue::as_bytes).collect::<Vec<_>>()
+    };
+    Some(forwarded::client_addr(
+        peer,
+        trusted,
+        &lines(&header::FORWARDED),
+        &lines(&X_FORWARDED_FOR),
+    ))
 }
 
 static X_FORWARDED_FOR: header::HeaderName = header::HeaderName::from_static("x-forwarded-for");
@@ -247,7 +310,10 @@ fn stream_memory_available(sup: &Supervisor, handle: &SessionHandle) -> Result<(
         return Err(Rejection::Overloaded(Overload::StreamMemory));
     }
     if handle.caller_budget.is_full() {
-        return Err(Rejection::QuotaExceeded { cause: Quota::StreamMemory, retry_after_s: Overload::StreamMemory.retry_after_s() });
+        return Err(Rejection::QuotaExceeded {
+            cause: Quota::StreamMemory,
+            retry_after_s: Overload::StreamMemory.retry_after_s(),
+        });
     }
     Ok(())
 }
@@ -261,13 +327,20 @@ fn opens_stream(incoming: &Incoming, reply: ReplyMode) -> bool {
 // command made the future 1.3 KiB, past glibc's tcache and into its slow large-bin path
 // on every request. Admission and the answer are small futures of their own; what lies
 // between them is synchronous ([`dispatch`]).
-async fn serve(req: &HttpRequest, head: &RequestHead<'_>, payload: web::Payload, sup: &Arc<Supervisor>) -> Result<HttpResponse, Rejection> {
+async fn serve(
+    req: &HttpRequest,
+    head: &RequestHead<'_>,
+    payload: web::Payload,
+    sup: &Arc<Supervisor>,
+) -> Result<HttpResponse, Rejection> {
     let admitted = admit_request(req, head, payload, sup).await?;
     if sup.phase() != Phase::Serving && starts_work(&admitted.command) {
         // Draining: what finishes in-flight work (answers to server-to-client requests,
         // cancellations, resumes, DELETE) is still served; nothing new starts.
         return Err(match &admitted.command {
-            Command::Modern { request, .. } => Rejection::Overloaded(Overload::Draining).with_id(&request.id),
+            Command::Modern { request, .. } => {
+                Rejection::Overloaded(Overload::Draining).with_id(&request.id)
+            }
             _ => Rejection::Overloaded(Overload::Draining),
         });
     }
@@ -323,7 +396,10 @@ fn starts_work(c: &Command) -> bool {
             Incoming::Batch(items) => items.iter().any(crate::proto::jsonrpc::Message::is_request),
         },
         Command::Modern { .. } => true,
-        Command::Preflight | Command::Resume { .. } | Command::Delete { .. } | Command::ModernNotification => false,
+        Command::Preflight
+        | Command::Resume { .. }
+        | Command::Delete { .. }
+        | Command::ModernNotification => false,
     }
 }
 
@@ -341,18 +417,29 @@ enum Next {
 
 /// Carry an admitted command to its session (`found` when it names one, with a place in its
 /// inbox), or answer it here.
-fn dispatch(req: &HttpRequest, sup: &Arc<Supervisor>, admitted: Admitted, found: Option<(SessionHandle, InboxTicket)>) -> Result<Next, Rejection> {
+fn dispatch(
+    req: &HttpRequest,
+    sup: &Arc<Supervisor>,
+    admitted: Admitted,
+    found: Option<(SessionHandle, InboxTicket)>,
+) -> Result<Next, Rejection> {
     let principal = admitted.principal;
     // The parsed body's share of the request memory budget, for a request that starts work
     // (refused with 503 before it is handed on when the budget is full): held while the
     // request runs. Notifications and responses finish work and are never refused for it.
-    let charge = || sup.stats().request_memory_enter(admitted.parsed_bytes, sup.config().limits.request_memory_bytes);
+    let charge = || {
+        sup.stats()
+            .request_memory_enter(admitted.parsed_bytes, sup.config().limits.request_memory_bytes)
+    };
     // `found` is made from the command's session, so a command with one always has it.
     let found = move || found.ok_or(Rejection::Internal);
     match admitted.command {
         Command::Preflight => {
             let mut b = HttpResponse::NoContent();
-            let requested = req.headers().get(header::ACCESS_CONTROL_REQUEST_HEADERS).and_then(|v| v.to_str().ok());
+            let requested = req
+                .headers()
+                .get(header::ACCESS_CONTROL_REQUEST_HEADERS)
+                .and_then(|v| v.to_str().ok());
             for (k, v) in cors_preflight_headers(requested)? {
                 b.insert_header((k, v));
             }
@@ -364,9 +451,15 @@ fn dispatch(req: &HttpRequest, sup: &Arc<Supervisor>, admitted: Admitted, found:
             let _charge = charge()?;
             let key = caller_key(req, principal.as_ref(), sup);
             let origin = req.headers().get(header::ORIGIN).and_then(|v| v.to_str().ok());
-            let (session, version, recorded) = sup.create_session(key, principal, &init, kept_bytes, origin)?;
+            let (session, version, recorded) =
+                sup.create_session(key, principal, &init, kept_bytes, origin)?;
             let catalog = sup.catalog();
-            let result = initialize_result(version, catalog.capabilities(), catalog.server_info(), catalog.instructions());
+            let result = initialize_result(
+                version,
+                catalog.capabilities(),
+                catalog.server_info(),
+                catalog.instructions(),
+            );
             let bytes = encode_result(&id, &result);
             let mut resp = match reply {
                 ReplyMode::Json => json(bytes),
@@ -386,11 +479,21 @@ fn dispatch(req: &HttpRequest, sup: &Arc<Supervisor>, admitted: Admitted, found:
             // Given back when the session has answered the request(s) it carries.
             let charge = match &incoming {
                 Incoming::Single(m) if m.is_request() => Some(charge()?),
-                Incoming::Batch(items) if items.iter().any(crate::proto::jsonrpc::Message::is_request) => Some(charge()?),
+                Incoming::Batch(items)
+                    if items.iter().any(crate::proto::jsonrpc::Message::is_request) =>
+                {
+                    Some(charge()?)
+                }
                 Incoming::Single(_) | Incoming::Batch(_) => None,
             };
             let (tx, rx) = oneshot::channel();
-            handle.deliver(ticket, |ticket| Post { incoming, reply_mode: reply, reply: tx, ticket, charge })?;
+            handle.deliver(ticket, |ticket| Post {
+                incoming,
+                reply_mode: reply,
+                reply: tx,
+                ticket,
+                charge,
+            })?;
             Ok(Next::Post(rx))
         }
         Command::OpenStream { .. } => {
@@ -408,7 +511,14 @@ fn dispatch(req: &HttpRequest, sup: &Arc<Supervisor>, admitted: Admitted, found:
             // A dropped reply: the stream stopped (its retention ended) with the resume queued.
             Ok(Next::Stream(rx, Rejection::EventsLost))
         }
-        Command::Modern { request, reply } => Ok(Next::Ready(modern::serve(req, sup, principal, request, reply, admitted.parsed_bytes)?)),
+        Command::Modern { request, reply } => Ok(Next::Ready(modern::serve(
+            req,
+            sup,
+            principal,
+            request,
+            reply,
+            admitted.parsed_bytes,
+        )?)),
         Command::ModernNotification => Ok(Next::Ready(HttpResponse::Accepted().finish())),
         Command::Delete { .. } => {
             let (handle, ticket) = found()?;
@@ -421,13 +531,22 @@ fn dispatch(req: &HttpRequest, sup: &Arc<Supervisor>, admitted: Admitted, found:
 
 /// The head's rules first (a refused caller never makes us buffer a body), then a POST's
 /// body within its deadline and the body's rules.
-async fn admit_request(req: &HttpRequest, head: &RequestHead<'_>, payload: web::Payload, sup: &Supervisor) -> Result<Admitted, Rejection> {
+async fn admit_request(
+    req: &HttpRequest,
+    head: &RequestHead<'_>,
+    payload: web::Payload,
+    sup: &Supervisor,
+) -> Result<Admitted, Rejection> {
     let policy = sup.admit_policy();
     let principal = match admit_head(head, policy)? {
         HeadAdmitted::Done(a) => return Ok(a),
         HeadAdmitted::Post { principal } => principal,
     };
-    let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
     if declared.is_some_and(|n| n > policy.max_body_bytes) {
         return Err(Rejection::PayloadTooLarge);
     }
@@ -437,7 +556,9 @@ async fn admit_request(req: &HttpRequest, head: &RequestHead<'_>, payload: web::
 }
 
 /// The answer to a POST, once the session has taken it.
-async fn post_reply(rx: oneshot::Receiver<Result<PostOutcome, Rejection>>) -> Result<HttpResponse, Rejection> {
+async fn post_reply(
+    rx: oneshot::Receiver<Result<PostOutcome, Rejection>>,
+) -> Result<HttpResponse, Rejection> {
     let outcome = match rx.await {
         Ok(Ok(outcome)) => outcome,
         Ok(Err(rejection)) => return Err(rejection),
@@ -476,7 +597,11 @@ async fn post_reply(rx: oneshot::Receiver<Result<PostOutcome, Rejection>>) -> Re
 /// `503 not ready` (draining, starting, or the ledger cannot commit); no detail, no
 /// authentication (load balancers and orchestrators ask it). The admin port's answers why.
 async fn readyz(sup: web::Data<Arc<Supervisor>>) -> HttpResponse {
-    if sup.ready() { HttpResponse::Ok().content_type("text/plain").body("ready\n") } else { HttpResponse::ServiceUnavailable().content_type("text/plain").body("not ready\n") }
+    if sup.ready() {
+        HttpResponse::Ok().content_type("text/plain").body("ready\n")
+    } else {
+        HttpResponse::ServiceUnavailable().content_type("text/plain").body("not ready\n")
+    }
 }
 
 /// `GET /livez`: `200` while the process serves HTTP at all.
@@ -503,13 +628,29 @@ mod tests {
 
     #[test]
     fn ipv6_callers_are_counted_by_prefix_and_ipv4_whole() {
-        let key = |a: &str, p| quota_key(None, Some(a.parse::<std::net::SocketAddr>().unwrap().ip()), p);
-        assert_eq!(key("[2001:db8:1:2:aaaa::1]:1", 64), key("[2001:db8:1:2:bbbb::9]:2", 64), "one /64, one caller");
+        let key =
+            |a: &str, p| quota_key(None, Some(a.parse::<std::net::SocketAddr>().unwrap().ip()), p);
+        assert_eq!(
+            key("[2001:db8:1:2:aaaa::1]:1", 64),
+            key("[2001:db8:1:2:bbbb::9]:2", 64),
+            "one /64, one caller"
+        );
         assert_ne!(key("[2001:db8:1:2::1]:1", 64), key("[2001:db8:1:3::1]:1", 64));
-        assert_ne!(key("[2001:db8:1:2::1]:1", 128), key("[2001:db8:1:2::2]:1", 128), "/128 counts single addresses");
-        assert_eq!(key("[::ffff:10.0.0.1]:1", 64), key("10.0.0.1:9", 64), "IPv4-mapped is the IPv4 address");
+        assert_ne!(
+            key("[2001:db8:1:2::1]:1", 128),
+            key("[2001:db8:1:2::2]:1", 128),
+            "/128 counts single addresses"
+        );
+        assert_eq!(
+            key("[::ffff:10.0.0.1]:1", 64),
+            key("10.0.0.1:9", 64),
+            "IPv4-mapped is the IPv4 address"
+        );
         assert_ne!(key("10.0.0.1:1", 64), key("10.0.0.2:1", 64));
         let p: Arc<str> = "alice".into();
-        assert_eq!(quota_key(Some(&p), Some("10.0.0.1".parse().unwrap()), 64), QuotaKey::Principal(p));
+        assert_eq!(
+            quota_key(Some(&p), Some("10.0.0.1".parse().unwrap()), 64),
+            QuotaKey::Principal(p)
+        );
     }
 }

@@ -19,14 +19,14 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::actor::ModernInFlight as ModernPlace;
 use crate::actor::{Counted, GenCount, RequestCharge, Supervisor};
 use crate::proto::admission::ReplyMode;
 use crate::proto::error::Rejection;
-use crate::proto::jsonrpc::{ErrorObject, code, encode_error, encode_result_raw};
 use crate::proto::ids::JsonRpcId;
+use crate::proto::jsonrpc::{ErrorObject, code, encode_error, encode_result_raw};
 use crate::proto::modern::{self, ModernError, ModernRequest, headers as mheaders, state};
 use crate::proto::task::{self, TaskSupport};
-use crate::actor::ModernInFlight as ModernPlace;
 use crate::tasks::{Run, TaskError, TaskSlot, Tasks};
 use crate::tools::{BoxFuture, Dispatch, ToolContext, ToolOutbound};
 
@@ -47,7 +47,14 @@ type Handler = Pin<Box<dyn Future<Output = Result<Value, ErrorObject>>>>;
 /// A [`Rejection`] answered before anything ran: draining, the request memory budget full,
 /// too many modern requests (of the caller, or in all), a mirrored `Mcp-Param-*` header that
 /// does not match, a capability the tool needs and the request lacks.
-pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<Arc<str>>, request: ModernRequest, reply: ReplyMode, parsed_bytes: usize) -> Result<HttpResponse, Rejection> {
+pub(super) fn serve(
+    req: &HttpRequest,
+    sup: &Arc<Supervisor>,
+    principal: Option<Arc<str>>,
+    request: ModernRequest,
+    reply: ReplyMode,
+    parsed_bytes: usize,
+) -> Result<HttpResponse, Rejection> {
     let caller = super::caller_key(req, principal.as_ref(), sup);
     if request.method == "subscriptions/listen" {
         // Long-lived: counted among the listen places, not the requests a drain waits for. It
@@ -63,11 +70,20 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
         return Ok(super::json(answer));
     }
     let cfg = sup.config();
-    let charge = sup.stats().request_memory_enter(parsed_bytes, cfg.limits.request_memory_bytes).map_err(|r| r.with_id(&id))?;
-    let place = sup.stats().modern_enter(caller, cfg.modern.max_in_flight, cfg.modern_share()).map_err(|r| r.with_id(&id))?;
+    let charge = sup
+        .stats()
+        .request_memory_enter(parsed_bytes, cfg.limits.request_memory_bytes)
+        .map_err(|r| r.with_id(&id))?;
+    let place = sup
+        .stats()
+        .modern_enter(caller, cfg.modern.max_in_flight, cfg.modern_share())
+        .map_err(|r| r.with_id(&id))?;
     let catalog = sup.catalog();
     let refuse = |error| Rejection::Modern { error, id: Some(id.clone()) };
-    let needs_tasks = || Rejection::MissingCapability { capabilities: task::required_capabilities(), id: id.clone() };
+    let needs_tasks = || Rejection::MissingCapability {
+        capabilities: task::required_capabilities(),
+        id: id.clone(),
+    };
     if matches!(method.as_str(), "tasks/get" | "tasks/update" | "tasks/cancel") {
         // The capability comes first (before the task is looked up): tasks are for clients
         // that declared the extension on this very request.
@@ -82,12 +98,18 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
     }
     let mut support = TaskSupport::Forbidden;
     if method == "tools/call"
-        && let Some(tool) = params.as_ref().and_then(|p| p.get("name")).and_then(Value::as_str).and_then(|n| catalog.tool(n))
+        && let Some(tool) = params
+            .as_ref()
+            .and_then(|p| p.get("name"))
+            .and_then(Value::as_str)
+            .and_then(|n| catalog.tool(n))
     {
         let mirrored = catalog.header_params(&tool.spec().name);
-        mheaders::check_params(mirrored, params.as_ref().and_then(|p| p.get("arguments")), |lower| {
-            req.headers().get(format!("mcp-param-{lower}")).and_then(|v| v.to_str().ok())
-        })
+        mheaders::check_params(
+            mirrored,
+            params.as_ref().and_then(|p| p.get("arguments")),
+            |lower| req.headers().get(format!("mcp-param-{lower}")).and_then(|v| v.to_str().ok()),
+        )
         .map_err(|why| refuse(ModernError::HeaderMismatch(why)))?;
         support = tool.spec().task_support;
     }
@@ -107,13 +129,20 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
     if support == TaskSupport::Required && declared {
         ledger_ok.clone().map_err(|r| r.with_id(&id))?;
     }
-    let reserved = (support != TaskSupport::Forbidden && declared && ledger_ok.is_ok()).then(|| sup.tasks().reserve(owner.clone()));
+    let reserved = (support != TaskSupport::Forbidden && declared && ledger_ok.is_ok())
+        .then(|| sup.tasks().reserve(owner.clone()));
     if support == TaskSupport::Required
         && let Some(Err(no_room)) = reserved
     {
         let refusal = match no_room {
-            crate::tasks::NoRoom::Full { retry_after_s } => Rejection::StoreFull { store: crate::proto::error::StoreBound::Tasks, retry_after_s },
-            _ => Rejection::QuotaExceeded { cause: crate::proto::error::Quota::Tasks, retry_after_s: no_room.retry_after_s() },
+            crate::tasks::NoRoom::Full { retry_after_s } => Rejection::StoreFull {
+                store: crate::proto::error::StoreBound::Tasks,
+                retry_after_s,
+            },
+            _ => Rejection::QuotaExceeded {
+                cause: crate::proto::error::Quota::Tasks,
+                retry_after_s: no_room.retry_after_s(),
+            },
         };
         return Err(refusal.with_id(&id));
     }
@@ -121,10 +150,19 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
     let task_ok = slot.is_some();
     let cancel = CancellationToken::new();
     let asks = matches!(method.as_str(), "tools/call" | "prompts/get" | "resources/read");
-    let inputs = if asks { Inputs::of(sup, owner.as_deref(), &method, params.as_ref()).map_err(|why| refuse(ModernError::InvalidInput(why)))? } else { Inputs::none() };
+    let inputs = if asks {
+        Inputs::of(sup, owner.as_deref(), &method, params.as_ref())
+            .map_err(|why| refuse(ModernError::InvalidInput(why)))?
+    } else {
+        Inputs::none()
+    };
     // A JSON-only client's notifications are dropped: there is nowhere to put them.
     let out = Arc::new(Outbound {
-        queue: parking_lot::Mutex::new(if reply == ReplyMode::Json { Queue::Closed } else { Queue::Unused }),
+        queue: parking_lot::Mutex::new(if reply == ReplyMode::Json {
+            Queue::Closed
+        } else {
+            Queue::Unused
+        }),
         inputs: parking_lot::Mutex::new(inputs),
         task_ok,
         first_poll: std::sync::atomic::AtomicBool::new(true),
@@ -132,13 +170,23 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
     });
     let dispatch = match method.as_str() {
         "tools/call" | "resources/read" | "prompts/get" | "completion/complete" => {
-            let progress_token = params.as_ref().and_then(crate::proto::jsonrpc::progress_token).cloned();
+            let progress_token =
+                params.as_ref().and_then(crate::proto::jsonrpc::progress_token).cloned();
             let outbound: Arc<dyn ToolOutbound> = Arc::clone(&out) as Arc<dyn ToolOutbound>;
             let caps = Arc::new(meta.capabilities);
             let (rid, cancel, log_level) = (id.clone(), cancel.clone(), meta.log_level);
             let (caller, cx_owner) = (principal.clone(), owner.clone());
             let cx = move || {
-                let cx = ToolContext::new(rid, progress_token, cancel, log_level, caps, caller, outbound).with_owner(cx_owner);
+                let cx = ToolContext::new(
+                    rid,
+                    progress_token,
+                    cancel,
+                    log_level,
+                    caps,
+                    caller,
+                    outbound,
+                )
+                .with_owner(cx_owner);
                 if log_level.is_some() { cx } else { cx.without_logs() }
             };
             // A write tool's call with an idempotency key goes through its receipt, as in a
@@ -148,7 +196,8 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
                 (Err(e), _) => Dispatch::Ready(Err(e)),
                 (Ok(Some(call)), Some(place)) => {
                     let (owned, c) = (params.clone(), Arc::clone(catalog));
-                    let run = Box::new(move || c.dispatch_uncaught("tools/call", owned.as_ref(), cx));
+                    let run =
+                        Box::new(move || c.dispatch_uncaught("tools/call", owned.as_ref(), cx));
                     Dispatch::Pending(sup.receipts().call(call, owner.clone(), place, run))
                 }
                 (Ok(_), _) => catalog.dispatch(&method, params.as_ref(), cx),
@@ -171,7 +220,9 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
     finish.out.first_poll.store(false, std::sync::atomic::Ordering::Release);
     let first = match polled {
         // It waits (or asked to go on as a task) before asking anything: a task from here.
-        Poll::Pending if let Some(slot) = slot.take_if(|_| finish.out.inputs.lock().asked.is_empty()) => {
+        Poll::Pending
+            if let Some(slot) = slot.take_if(|_| finish.out.inputs.lock().asked.is_empty()) =>
+        {
             drop(place);
             return Ok(make_task(sup, finish, handler, slot, cancel, generation, id, charge));
         }
@@ -182,7 +233,9 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
             Poll::Ready(Ok(r))
         }),
         // A tool that needs a task is one even when it finished at once.
-        Poll::Ready(r) if let Some(slot) = slot.take_if(|_| support == TaskSupport::Required && r.is_ok()) => {
+        Poll::Ready(r)
+            if let Some(slot) = slot.take_if(|_| support == TaskSupport::Required && r.is_ok()) =>
+        {
             drop(place);
             let done: Handler = Box::pin(std::future::ready(r));
             return Ok(make_task(sup, finish, done, slot, cancel, generation, id, charge));
@@ -199,7 +252,8 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
             Ok(super::json(answer))
         }
         first => {
-            let generation = generation.unwrap_or_else(|| sup.generations().enter_current(Counted::InFlight));
+            let generation =
+                generation.unwrap_or_else(|| sup.generations().enter_current(Counted::InFlight));
             // The status is sent from here on: a refusal is an error in the body.
             let ready = match first {
                 Poll::Ready(r) => Some(finish.encode_in_stream(&id, r)),
@@ -210,9 +264,26 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
             // Streaming from here: the queue exists now, so a notification from anything the
             // handler spawned wakes the body at once.
             let rx = finish.out.open();
-            let body = ModernBody { handler: Some(handler), rx, ready, finish, id, cancel, stats: Arc::clone(sup.stats()), _place: place, _charge: charge, _generation: generation, ended, keepalive, tick: Box::pin(tokio::time::sleep(keepalive)), done: false };
+            let body = ModernBody {
+                handler: Some(handler),
+                rx,
+                ready,
+                finish,
+                id,
+                cancel,
+                stats: Arc::clone(sup.stats()),
+                _place: place,
+                _charge: charge,
+                _generation: generation,
+                ended,
+                keepalive,
+                tick: Box::pin(tokio::time::sleep(keepalive)),
+                done: false,
+            };
             if reply == ReplyMode::Json {
-                return Ok(HttpResponse::Ok().content_type("application/json").streaming(JsonOnce(body)));
+                return Ok(HttpResponse::Ok()
+                    .content_type("application/json")
+                    .streaming(JsonOnce(body)));
             }
             Ok(super::sse_streaming(body))
         }
@@ -221,14 +292,23 @@ pub(super) fn serve(req: &HttpRequest, sup: &Arc<Supervisor>, principal: Option<
 
 /// The answer of `server/discover` and the lists, which never change while the process runs
 /// (encoded once, unless a cursor asks for a page) and never wait; `None` for any other method.
-fn answered_at_once(sup: &Supervisor, id: &JsonRpcId, method: &str, params: Option<&Value>) -> Option<Bytes> {
+fn answered_at_once(
+    sup: &Supervisor,
+    id: &JsonRpcId,
+    method: &str,
+    params: Option<&Value>,
+) -> Option<Bytes> {
     if let Some(result) = sup.modern_results().fixed(method, params) {
         return Some(encode_result_raw(id, result));
     }
     let catalog = sup.catalog();
     let r = match method {
-        "server/discover" => Ok(modern::discover_result(catalog.modern_capabilities(), catalog.instructions())),
-        "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" => catalog.list(method, params).unwrap_or_else(|| Err(ErrorObject::new(code::INTERNAL_ERROR, "not a list"))),
+        "server/discover" => {
+            Ok(modern::discover_result(catalog.modern_capabilities(), catalog.instructions()))
+        }
+        "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" => catalog
+            .list(method, params)
+            .unwrap_or_else(|| Err(ErrorObject::new(code::INTERNAL_ERROR, "not a list"))),
         _ => return None,
     };
     Some(match r {
@@ -262,15 +342,25 @@ impl Stream for OnceBody {
 fn json_later(work: impl Future<Output = Bytes> + 'static) -> HttpResponse {
     let done = actix_rt::spawn(work);
     // A panic in the work leaves an empty body: the client reads an unknown outcome.
-    HttpResponse::Ok().content_type("application/json").streaming(OnceBody(Some(Box::pin(async move { done.await.unwrap_or_default() }))))
+    HttpResponse::Ok()
+        .content_type("application/json")
+        .streaming(OnceBody(Some(Box::pin(async move { done.await.unwrap_or_default() }))))
 }
 
 /// `tasks/get`, `tasks/update`, `tasks/cancel` of a request that declared the extension
 /// (counted among the modern requests in flight, and charged to the request memory, `held`,
 /// until answered).
-fn tasks_request(sup: &Arc<Supervisor>, held: (ModernPlace, RequestCharge), owner: Option<Arc<str>>, id: &JsonRpcId, method: &str, params: Option<&Value>) -> HttpResponse {
+fn tasks_request(
+    sup: &Arc<Supervisor>,
+    held: (ModernPlace, RequestCharge),
+    owner: Option<Arc<str>>,
+    id: &JsonRpcId,
+    method: &str,
+    params: Option<&Value>,
+) -> HttpResponse {
     let (sup, id, method) = (Arc::clone(sup), id.clone(), method.to_owned());
-    let task_id = params.and_then(|p| p.get("taskId")).and_then(Value::as_str).unwrap_or_default().to_owned();
+    let task_id =
+        params.and_then(|p| p.get("taskId")).and_then(Value::as_str).unwrap_or_default().to_owned();
     let responses = params.and_then(|p| p.get("inputResponses")).cloned();
     json_later(async move {
         let _held = held;
@@ -279,7 +369,9 @@ fn tasks_request(sup: &Arc<Supervisor>, held: (ModernPlace, RequestCharge), owne
         let r = match method.as_str() {
             "tasks/get" => tasks.get(p, &task_id).await.map(|v| v.detailed()),
             "tasks/update" => match responses {
-                None => tasks.update(p, &task_id, &serde_json::Map::new(), state::check_answer).await,
+                None => {
+                    tasks.update(p, &task_id, &serde_json::Map::new(), state::check_answer).await
+                }
                 Some(Value::Object(m)) => tasks.update(p, &task_id, &m, state::check_answer).await,
                 Some(_) => Err(TaskError::BadAnswer("inputResponses must be an object".into())),
             }
@@ -297,11 +389,27 @@ fn tasks_request(sup: &Arc<Supervisor>, held: (ModernPlace, RequestCharge), owne
 /// `CreateTaskResult`, and its handler run on in the background (`drive`), which keeps the
 /// request's `charge` (its handler holds the arguments) until the task ends.
 #[allow(clippy::too_many_arguments)]
-fn make_task(sup: &Arc<Supervisor>, finish: Finish, handler: Handler, slot: TaskSlot, cancel: CancellationToken, generation: Option<GenCount>, id: JsonRpcId, charge: RequestCharge) -> HttpResponse {
+fn make_task(
+    sup: &Arc<Supervisor>,
+    finish: Finish,
+    handler: Handler,
+    slot: TaskSlot,
+    cancel: CancellationToken,
+    generation: Option<GenCount>,
+    id: JsonRpcId,
+    charge: RequestCharge,
+) -> HttpResponse {
     let tasks = Arc::clone(sup.tasks());
     // Counted in flight: a drain waits for it, within its grace period.
-    let generation = generation.unwrap_or_else(|| sup.generations().enter_current(Counted::InFlight));
-    let tool = finish.params.as_ref().and_then(|p| p.get("name")).and_then(Value::as_str).unwrap_or_default().to_owned();
+    let generation =
+        generation.unwrap_or_else(|| sup.generations().enter_current(Counted::InFlight));
+    let tool = finish
+        .params
+        .as_ref()
+        .and_then(|p| p.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
     json_later(async move {
         // A task's notifications have no stream to go to.
         finish.out.close();
@@ -310,7 +418,10 @@ fn make_task(sup: &Arc<Supervisor>, finish: Finish, handler: Handler, slot: Task
                 *finish.out.task.lock() = Some((Arc::clone(&tasks), Arc::clone(&run)));
                 let created = run.created();
                 actix_rt::spawn(drive(tasks, run, handler, generation, charge));
-                encode_result_raw(&id, &finish.sup.modern_results().tails().encode("tools/call", &created))
+                encode_result_raw(
+                    &id,
+                    &finish.sup.modern_results().tails().encode("tools/call", &created),
+                )
             }
             Err(e) => {
                 cancel.cancel();
@@ -324,7 +435,13 @@ fn make_task(sup: &Arc<Supervisor>, finish: Finish, handler: Handler, slot: Task
 /// the drain's or rollback's grace period ends first (then it is interrupted), or it reaches
 /// `tasks.ttl_secs` (then it expires). A handler that panics leaves its task `failed`. The
 /// request's `charge` is given back with the handler.
-async fn drive(tasks: Arc<Tasks>, run: Arc<Run>, mut handler: Handler, generation: GenCount, charge: RequestCharge) {
+async fn drive(
+    tasks: Arc<Tasks>,
+    run: Arc<Run>,
+    mut handler: Handler,
+    generation: GenCount,
+    charge: RequestCharge,
+) {
     let mut unfinished = Unfinished(Some((Arc::clone(&tasks), Arc::clone(&run))));
     let ended = generation.generation().stateless_ended();
     let outcome = tokio::select! {
@@ -389,28 +506,55 @@ impl Finish {
         let requests: serde_json::Map<String, Value> = i.asked.iter().cloned().collect();
         let expires = unix_ms().saturating_add(i.ttl_ms);
         let digest = state::request_digest(&self.method, self.params.as_ref());
-        let sealed = state::seal(self.sup.request_state_key(), self.owner.as_deref(), &digest, expires, &i.used);
-        Some(serde_json::json!({"resultType": "input_required", "inputRequests": requests, "requestState": sealed}))
+        let sealed = state::seal(
+            self.sup.request_state_key(),
+            self.owner.as_deref(),
+            &digest,
+            expires,
+            &i.used,
+        );
+        Some(
+            serde_json::json!({"resultType": "input_required", "inputRequests": requests, "requestState": sealed}),
+        )
     }
 
     /// The response bytes; a missing client capability is the 400 of the error table when
     /// nothing has been sent yet.
-    fn encode(&self, id: &crate::proto::JsonRpcId, r: Result<Value, ErrorObject>) -> Result<Bytes, Rejection> {
+    fn encode(
+        &self,
+        id: &crate::proto::JsonRpcId,
+        r: Result<Value, ErrorObject>,
+    ) -> Result<Bytes, Rejection> {
         match r {
-            Ok(v) => Ok(encode_result_raw(id, &self.sup.modern_results().tails().encode(&self.method, &v))),
+            Ok(v) => Ok(encode_result_raw(
+                id,
+                &self.sup.modern_results().tails().encode(&self.method, &v),
+            )),
             Err(e) if e.code == code::MISSING_CLIENT_CAPABILITY => {
-                let capabilities = e.data.as_ref().and_then(|d| d.get("requiredCapabilities")).cloned().unwrap_or_else(|| Value::Object(serde_json::Map::new()));
+                let capabilities = e
+                    .data
+                    .as_ref()
+                    .and_then(|d| d.get("requiredCapabilities"))
+                    .cloned()
+                    .unwrap_or_else(|| Value::Object(serde_json::Map::new()));
                 Err(Rejection::MissingCapability { capabilities, id: id.clone() })
             }
             // 2026-07-28: an unknown resource is invalid params, never -32002.
-            Err(e) if e.code == code::RESOURCE_NOT_FOUND => Ok(encode_error(Some(id), &ErrorObject { code: code::INVALID_PARAMS, ..e })),
+            Err(e) if e.code == code::RESOURCE_NOT_FOUND => {
+                Ok(encode_error(Some(id), &ErrorObject { code: code::INVALID_PARAMS, ..e }))
+            }
             Err(e) => Ok(encode_error(Some(id), &e)),
         }
     }
 
     /// As [`Self::encode`], a refusal rendered in the stream (the status is already sent).
-    fn encode_in_stream(&self, id: &crate::proto::JsonRpcId, r: Result<Value, ErrorObject>) -> Bytes {
-        self.encode(id, r).unwrap_or_else(|rejection| encode_error(Some(id), &rejection.to_error_object()))
+    fn encode_in_stream(
+        &self,
+        id: &crate::proto::JsonRpcId,
+        r: Result<Value, ErrorObject>,
+    ) -> Bytes {
+        self.encode(id, r)
+            .unwrap_or_else(|rejection| encode_error(Some(id), &rejection.to_error_object()))
     }
 }
 
@@ -495,10 +639,23 @@ struct Inputs {
 impl Inputs {
     /// For a method that may not ask (every question is refused).
     fn none() -> Inputs {
-        Inputs { allowed: false, known: serde_json::Map::new(), responses: serde_json::Map::new(), used: serde_json::Map::new(), asked: Vec::new(), next: 0, ttl_ms: 0 }
+        Inputs {
+            allowed: false,
+            known: serde_json::Map::new(),
+            responses: serde_json::Map::new(),
+            used: serde_json::Map::new(),
+            asked: Vec::new(),
+            next: 0,
+            ttl_ms: 0,
+        }
     }
 
-    fn of(sup: &Supervisor, principal: Option<&str>, method: &str, params: Option<&Value>) -> Result<Inputs, String> {
+    fn of(
+        sup: &Supervisor,
+        principal: Option<&str>,
+        method: &str,
+        params: Option<&Value>,
+    ) -> Result<Inputs, String> {
         let keys = sup.request_state_keys();
         let responses = match params.and_then(|p| p.get("inputResponses")) {
             None => serde_json::Map::new(),
@@ -507,15 +664,26 @@ impl Inputs {
         };
         let known = match params.and_then(|p| p.get("requestState")) {
             None => serde_json::Map::new(),
-            Some(Value::String(s)) => state::open(keys, s, principal, &state::request_digest(method, params), unix_ms()).map_err(|r| r.describe().to_owned())?,
+            Some(Value::String(s)) => {
+                state::open(keys, s, principal, &state::request_digest(method, params), unix_ms())
+                    .map_err(|r| r.describe().to_owned())?
+            }
             Some(_) => return Err("requestState must be a string".into()),
         };
-        Ok(Inputs { allowed: true, known, responses, ttl_ms: sup.config().modern.request_state_ttl_secs.saturating_mul(1000), ..Inputs::none() })
+        Ok(Inputs {
+            allowed: true,
+            known,
+            responses,
+            ttl_ms: sup.config().modern.request_state_ttl_secs.saturating_mul(1000),
+            ..Inputs::none()
+        })
     }
 }
 
 fn unix_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 impl ToolOutbound for Outbound {
@@ -560,15 +728,29 @@ impl ToolOutbound for Outbound {
         self.input(&key, method, params)
     }
 
-    fn input(&self, key: &str, method: &str, params: Value) -> BoxFuture<Result<Value, ErrorObject>> {
+    fn input(
+        &self,
+        key: &str,
+        method: &str,
+        params: Value,
+    ) -> BoxFuture<Result<Value, ErrorObject>> {
         if let Some((tasks, run)) = self.task.lock().clone() {
             // A task asks through its input requests; `tasks/update` answers.
             let answer = tasks.ask(&run, key, method, params);
-            return Box::pin(async move { answer.await.map_err(|_| ErrorObject::new(code::INTERNAL_ERROR, "the task ended before its question was answered")) });
+            return Box::pin(async move {
+                answer.await.map_err(|_| {
+                    ErrorObject::new(
+                        code::INTERNAL_ERROR,
+                        "the task ended before its question was answered",
+                    )
+                })
+            });
         }
         let mut i = self.inputs.lock();
         if !i.allowed {
-            let msg = format!("{method}: only tools/call, prompts/get and resources/read may ask the client (2026-07-28)");
+            let msg = format!(
+                "{method}: only tools/call, prompts/get and resources/read may ask the client (2026-07-28)"
+            );
             return Box::pin(async move { Err(ErrorObject::new(code::METHOD_NOT_FOUND, msg)) });
         }
         let answer = match i.known.get(key).cloned() {
@@ -578,7 +760,9 @@ impl ToolOutbound for Outbound {
                     Ok(()) => Some(a),
                     Err(why) => {
                         let msg = format!("inputResponses.{key}: {why}");
-                        return Box::pin(async move { Err(ErrorObject::new(code::INVALID_PARAMS, msg)) });
+                        return Box::pin(async move {
+                            Err(ErrorObject::new(code::INVALID_PARAMS, msg))
+                        });
                     }
                 },
                 None => None,
@@ -590,7 +774,10 @@ impl ToolOutbound for Outbound {
                 Box::pin(async move { Ok(a) })
             }
             None => {
-                i.asked.push((key.to_owned(), serde_json::json!({"method": method, "params": params})));
+                i.asked.push((
+                    key.to_owned(),
+                    serde_json::json!({"method": method, "params": params}),
+                ));
                 // Never answered in this run: the runner answers `input_required` and drops it.
                 Box::pin(std::future::pending())
             }

@@ -246,7 +246,13 @@ pub enum CodecError {
     UnknownType(String),
 }
 
-const KNOWN_TYPES: [&str; 5] = ["mcpHttpSession.v1", "mcpSseStream.v1", "mcpIdempotencyReceipt.v1", "mcpStateHandle.v1", "mcpTask.v1"];
+const KNOWN_TYPES: [&str; 5] = [
+    "mcpHttpSession.v1",
+    "mcpSseStream.v1",
+    "mcpIdempotencyReceipt.v1",
+    "mcpStateHandle.v1",
+    "mcpTask.v1",
+];
 
 /// Encode a record.
 #[must_use]
@@ -265,13 +271,17 @@ pub fn decode(bytes: &[u8]) -> Result<Record, CodecError> {
         #[serde(rename = "type", borrow)]
         kind: Option<std::borrow::Cow<'a, str>>,
     }
-    let tag: Tag<'_> = serde_json::from_slice(bytes).map_err(|e| CodecError::Malformed(e.to_string()))?;
+    let tag: Tag<'_> =
+        serde_json::from_slice(bytes).map_err(|e| CodecError::Malformed(e.to_string()))?;
     match tag.kind {
         None => return Err(CodecError::Malformed("no \"type\"".into())),
-        Some(t) if !KNOWN_TYPES.contains(&&*t) => return Err(CodecError::UnknownType(t.into_owned())),
+        Some(t) if !KNOWN_TYPES.contains(&&*t) => {
+            return Err(CodecError::UnknownType(t.into_owned()));
+        }
         Some(_) => {}
     }
-    let record: Record = serde_json::from_slice(bytes).map_err(|e| CodecError::Malformed(e.to_string()))?;
+    let record: Record =
+        serde_json::from_slice(bytes).map_err(|e| CodecError::Malformed(e.to_string()))?;
     validate(&record)?;
     Ok(record)
 }
@@ -495,7 +505,11 @@ mod tests {
             principal: Some("alice".into()),
             auth_subject: Some("alice".into()),
             protocol_version: "2025-11-25".into(),
-            handshake: Handshake { requested_version: Some("2025-11-25".into()), capabilities: serde_json::json!({"sampling": {}}), client_info: serde_json::json!({"name": "c"}) },
+            handshake: Handshake {
+                requested_version: Some("2025-11-25".into()),
+                capabilities: serde_json::json!({"sampling": {}}),
+                client_info: serde_json::json!({"name": "c"}),
+            },
             origin: None,
             created_ms: 1,
             last_used_ms: 2,
@@ -510,7 +524,10 @@ mod tests {
 
     #[test]
     fn a_record_of_a_newer_type_is_refused_not_misread() {
-        assert_eq!(decode(br#"{"type":"mcpHttpSession.v2","session_hmac":"x"}"#), Err(CodecError::UnknownType("mcpHttpSession.v2".into())));
+        assert_eq!(
+            decode(br#"{"type":"mcpHttpSession.v2","session_hmac":"x"}"#),
+            Err(CodecError::UnknownType("mcpHttpSession.v2".into()))
+        );
         assert!(matches!(decode(b"{}"), Err(CodecError::Malformed(_))));
         assert!(matches!(decode(b"not json"), Err(CodecError::Malformed(_))));
     }
@@ -519,7 +536,10 @@ mod tests {
     fn unknown_fields_of_a_known_type_are_ignored() {
         let mut v = serde_json::to_value(Record::Session(session("0".repeat(32)))).unwrap();
         v["added_by_a_newer_minor"] = serde_json::json!(true);
-        assert_eq!(decode(&serde_json::to_vec(&v).unwrap()).unwrap(), Record::Session(session("0".repeat(32))));
+        assert_eq!(
+            decode(&serde_json::to_vec(&v).unwrap()).unwrap(),
+            Record::Session(session("0".repeat(32)))
+        );
     }
 
     #[test]
@@ -532,14 +552,28 @@ mod tests {
     }
 
     #[test]
-    fn a_handle_record_of_the_previous_release_reads_as_made_outside_a_session_and_the_field_stays_optional() {
+    fn a_handle_record_of_the_previous_release_reads_as_made_outside_a_session_and_the_field_stays_optional()
+     {
         let previous = br#"{"type":"mcpStateHandle.v1","kind":"bsk","principal":null,"sealed":"000102030405060708090a0b0c0d0e0f1011","value":{},"version":1,"created_ms":1,"used_ms":1}"#;
         let Ok(Record::Handle(h)) = decode(previous) else { panic!("readable") };
         assert_eq!(h.session, None);
-        assert!(!String::from_utf8(encode(&Record::Handle(h.clone()))).unwrap().contains("session"), "left out when None: the previous release's shape");
+        assert!(
+            !String::from_utf8(encode(&Record::Handle(h.clone()))).unwrap().contains("session"),
+            "left out when None: the previous release's shape"
+        );
         let made_in_one = HandleRecord { session: Some("ab".repeat(16)), ..h.clone() };
-        assert_eq!(decode(&encode(&Record::Handle(made_in_one.clone()))), Ok(Record::Handle(made_in_one)));
-        assert!(decode(&encode(&Record::Handle(HandleRecord { session: Some("a session id".into()), ..h }))).is_err(), "an HMAC, never anything else");
+        assert_eq!(
+            decode(&encode(&Record::Handle(made_in_one.clone()))),
+            Ok(Record::Handle(made_in_one))
+        );
+        assert!(
+            decode(&encode(&Record::Handle(HandleRecord {
+                session: Some("a session id".into()),
+                ..h
+            })))
+            .is_err(),
+            "an HMAC, never anything else"
+        );
     }
 
     #[test]
@@ -549,11 +583,17 @@ mod tests {
     }
 
     fn arb_json() -> impl Strategy<Value = Value> {
-        let leaf = prop_oneof![Just(Value::Null), any::<bool>().prop_map(Value::from), any::<i64>().prop_map(Value::from), "\\PC{0,12}".prop_map(Value::from)];
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            "\\PC{0,12}".prop_map(Value::from)
+        ];
         leaf.prop_recursive(3, 16, 4, |inner| {
             prop_oneof![
                 proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
-                proptest::collection::btree_map("\\PC{0,6}", inner, 0..4).prop_map(|m| Value::Object(m.into_iter().collect())),
+                proptest::collection::btree_map("\\PC{0,6}", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
             ]
         })
     }
@@ -562,28 +602,57 @@ mod tests {
         let hmac = proptest::collection::vec(any::<u8>(), 16).prop_map(|b| hex(&b));
         let digest = proptest::collection::vec(any::<u8>(), 32).prop_map(|b| hex(&b));
         let opt_s = proptest::option::of("\\PC{0,16}");
-        let session = (hmac.clone(), opt_s.clone(), arb_json(), arb_json(), any::<u32>(), 0u64..1 << 50, 0u64..1 << 20, 0u8..4, any::<u32>()).prop_map(
-            |(h, principal, caps, info, generation, used, ttl, st, incarnation)| {
-                Record::Session(SessionRecord {
-                    session_hmac: h,
-                    auth_subject: principal.clone(),
-                    principal,
-                    protocol_version: "2025-06-18".into(),
-                    handshake: Handshake { requested_version: None, capabilities: caps, client_info: info },
-                    origin: Some("http://localhost".into()),
-                    created_ms: used / 2,
-                    last_used_ms: used,
-                    expires_ms: used + ttl,
-                    generation,
-                    state: [RecordState::Active, RecordState::Deleted, RecordState::Expired, RecordState::Evicted][usize::from(st)],
-                    log_level: None,
-                    incarnation,
-                    run: u64::from(incarnation % 7),
-                })
-            },
-        );
-        let stream = (hmac, any::<u64>(), any::<bool>(), any::<i64>(), digest.clone(), 0u64..1000, 0u64..1000, proptest::option::of("[a-z_]{1,12}")).prop_map(
-            |(h, sid, post, rid, d, a, b, reason)| {
+        let session = (
+            hmac.clone(),
+            opt_s.clone(),
+            arb_json(),
+            arb_json(),
+            any::<u32>(),
+            0u64..1 << 50,
+            0u64..1 << 20,
+            0u8..4,
+            any::<u32>(),
+        )
+            .prop_map(
+                |(h, principal, caps, info, generation, used, ttl, st, incarnation)| {
+                    Record::Session(SessionRecord {
+                        session_hmac: h,
+                        auth_subject: principal.clone(),
+                        principal,
+                        protocol_version: "2025-06-18".into(),
+                        handshake: Handshake {
+                            requested_version: None,
+                            capabilities: caps,
+                            client_info: info,
+                        },
+                        origin: Some("http://localhost".into()),
+                        created_ms: used / 2,
+                        last_used_ms: used,
+                        expires_ms: used + ttl,
+                        generation,
+                        state: [
+                            RecordState::Active,
+                            RecordState::Deleted,
+                            RecordState::Expired,
+                            RecordState::Evicted,
+                        ][usize::from(st)],
+                        log_level: None,
+                        incarnation,
+                        run: u64::from(incarnation % 7),
+                    })
+                },
+            );
+        let stream = (
+            hmac,
+            any::<u64>(),
+            any::<bool>(),
+            any::<i64>(),
+            digest.clone(),
+            0u64..1000,
+            0u64..1000,
+            proptest::option::of("[a-z_]{1,12}"),
+        )
+            .prop_map(|(h, sid, post, rid, d, a, b, reason)| {
                 Record::Stream(StreamRecord {
                     session_hmac: h,
                     stream: sid,
@@ -600,26 +669,42 @@ mod tests {
                     created_ms: 5,
                     shadow: sid % 2 == 0,
                 })
+            });
+        let receipt = (opt_s, "\\PC{1,20}", digest, proptest::option::of(arb_json())).prop_map(
+            |(principal, key, d, result)| {
+                Record::Receipt(ReceiptRecord {
+                    principal,
+                    key,
+                    tool: "t".into(),
+                    args_digest: d,
+                    created_ms: 9,
+                    state: match result {
+                        Some(r) => ReceiptState::Done { outcome: Outcome::Result(r) },
+                        None => ReceiptState::Running,
+                    },
+                })
             },
         );
-        let receipt = (opt_s, "\\PC{1,20}", digest, proptest::option::of(arb_json())).prop_map(|(principal, key, d, result)| {
-            Record::Receipt(ReceiptRecord {
-                principal,
-                key,
-                tool: "t".into(),
-                args_digest: d,
-                created_ms: 9,
-                state: match result {
-                    Some(r) => ReceiptState::Done { outcome: Outcome::Result(r) },
-                    None => ReceiptState::Running,
-                },
-            })
-        });
-        let handle = (proptest::option::of("\\PC{0,16}"), proptest::option::of(proptest::collection::vec(any::<u8>(), 16).prop_map(|b| hex(&b))), proptest::collection::vec(any::<u8>(), 18), arb_json(), 0u64..1 << 50).prop_map(
-            |(principal, session, sealed, value, created)| {
-                Record::Handle(HandleRecord { kind: "bsk".into(), principal, session, sealed: hex(&sealed), value, version: 1, created_ms: created, used_ms: created + 1, expires_ms: created + 2 })
-            },
-        );
+        let handle = (
+            proptest::option::of("\\PC{0,16}"),
+            proptest::option::of(proptest::collection::vec(any::<u8>(), 16).prop_map(|b| hex(&b))),
+            proptest::collection::vec(any::<u8>(), 18),
+            arb_json(),
+            0u64..1 << 50,
+        )
+            .prop_map(|(principal, session, sealed, value, created)| {
+                Record::Handle(HandleRecord {
+                    kind: "bsk".into(),
+                    principal,
+                    session,
+                    sealed: hex(&sealed),
+                    value,
+                    version: 1,
+                    created_ms: created,
+                    used_ms: created + 1,
+                    expires_ms: created + 2,
+                })
+            });
         prop_oneof![session, stream, receipt, handle]
     }
 

@@ -63,7 +63,8 @@ pub(crate) fn mode_of(f: &File) -> std::io::Result<(u32, bool)> {
 /// A symbolic link at `path` is never followed (`link` does not follow its target name).
 pub(crate) fn create_whole(path: &Path, text: &str) -> std::io::Result<()> {
     let tmp = beside(path, &format!(".tmp-{}", super::codec::hex(&crate::rng::bytes::<8>())));
-    let written = create_private(&tmp).and_then(|mut f| f.write_all(text.as_bytes()).and_then(|()| f.sync_all()));
+    let written = create_private(&tmp)
+        .and_then(|mut f| f.write_all(text.as_bytes()).and_then(|()| f.sync_all()));
     let linked = written.and_then(|()| std::fs::hard_link(&tmp, path));
     let _ = std::fs::remove_file(&tmp);
     linked?;
@@ -102,7 +103,13 @@ impl LockFile {
     /// [`LockError::Held`] when it is locked already; [`LockError::Io`] otherwise (a
     /// symbolic link at `path` among them).
     pub(crate) fn acquire(path: &Path) -> Result<LockFile, LockError> {
-        let mut file = options().read(true).write(true).create(true).truncate(false).open(path).map_err(LockError::Io)?;
+        let mut file = options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(LockError::Io)?;
         match file.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {
@@ -113,7 +120,10 @@ impl LockFile {
             Err(std::fs::TryLockError::Error(e)) => return Err(LockError::Io(e)),
         }
         // Only the holder writes: the pid a refused process reads is its holder's.
-        let wrote = file.set_len(0).and_then(|()| file.rewind()).and_then(|()| writeln!(file, "{}", std::process::id()));
+        let wrote = file
+            .set_len(0)
+            .and_then(|()| file.rewind())
+            .and_then(|()| writeln!(file, "{}", std::process::id()));
         wrote.map_err(LockError::Io)?;
         Ok(LockFile { _file: file })
     }
@@ -128,7 +138,9 @@ mod tests {
         let dir = mcp_devtools::TempDir::new("lock");
         let path = dir.path().join("l.db.lock");
         let first = LockFile::acquire(&path).unwrap();
-        assert!(matches!(LockFile::acquire(&path), Err(LockError::Held { holder_pid: Some(p) }) if p == std::process::id()));
+        assert!(
+            matches!(LockFile::acquire(&path), Err(LockError::Held { holder_pid: Some(p) }) if p == std::process::id())
+        );
         let (mode, open) = mode_of(&File::open(&path).unwrap()).unwrap();
         assert_eq!((mode, open), (0o600, false));
         drop(first);
@@ -141,15 +153,25 @@ mod tests {
         let path = dir.path().join("k");
         create_whole(&path, "secret\n").unwrap();
         assert_eq!(mode_of(&File::open(&path).unwrap()).unwrap(), (0o600, false));
-        assert_eq!(create_whole(&path, "other\n").unwrap_err().kind(), std::io::ErrorKind::AlreadyExists);
+        assert_eq!(
+            create_whole(&path, "other\n").unwrap_err().kind(),
+            std::io::ErrorKind::AlreadyExists
+        );
         let target = dir.path().join("target");
         std::fs::write(&target, "kept").unwrap();
         let link = dir.path().join("link");
         std::os::unix::fs::symlink(&target, &link).unwrap();
         assert!(is_symlink(&open_no_follow(&link).unwrap_err()));
-        assert_eq!(create_whole(&link, "secret\n").unwrap_err().kind(), std::io::ErrorKind::AlreadyExists);
+        assert_eq!(
+            create_whole(&link, "secret\n").unwrap_err().kind(),
+            std::io::ErrorKind::AlreadyExists
+        );
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "kept");
-        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).filter(|n| n.contains(".tmp-")).collect();
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.contains(".tmp-"))
+            .collect();
         assert!(left.is_empty(), "no temporary file is left: {left:?}");
     }
 }

@@ -71,7 +71,10 @@ fn apply_one(t: &mut Tables, op: &Op) {
             t.logs.remove(log);
         }
         Op::IndexAdd { index, member, score, expires_ms } => {
-            let i = t.indexes.entry(index.clone()).or_insert_with(|| Index { expires_ms: *expires_ms, ..Index::default() });
+            let i = t
+                .indexes
+                .entry(index.clone())
+                .or_insert_with(|| Index { expires_ms: *expires_ms, ..Index::default() });
             if let Some(old) = i.scores.insert(member.clone(), *score) {
                 i.order.remove(&(old, member.clone()));
             }
@@ -124,24 +127,55 @@ impl Store for MemoryStore {
 
     fn read_log(&self, log: &str, now_ms: u64) -> Result<Vec<(u64, Bytes)>, StoreError> {
         let t = self.tables.lock();
-        Ok(t.logs.get(log).filter(|l| l.expires_ms > now_ms).map(|l| l.events.iter().map(|(s, f)| (*s, f.clone())).collect()).unwrap_or_default())
+        Ok(t.logs
+            .get(log)
+            .filter(|l| l.expires_ms > now_ms)
+            .map(|l| l.events.iter().map(|(s, f)| (*s, f.clone())).collect())
+            .unwrap_or_default())
     }
 
-    fn index_lowest(&self, index: &str, limit: usize, now_ms: u64) -> Result<Vec<(String, u64)>, StoreError> {
+    fn index_lowest(
+        &self,
+        index: &str,
+        limit: usize,
+        now_ms: u64,
+    ) -> Result<Vec<(String, u64)>, StoreError> {
         let t = self.tables.lock();
-        Ok(t.indexes.get(index).filter(|i| i.expires_ms > now_ms).map(|i| i.order.iter().take(limit).map(|(s, m)| (m.clone(), *s)).collect()).unwrap_or_default())
+        Ok(t.indexes
+            .get(index)
+            .filter(|i| i.expires_ms > now_ms)
+            .map(|i| i.order.iter().take(limit).map(|(s, m)| (m.clone(), *s)).collect())
+            .unwrap_or_default())
     }
 
-    fn index_page(&self, index: &str, after: Option<(u64, &str)>, limit: usize, now_ms: u64) -> Result<Vec<(String, u64)>, StoreError> {
+    fn index_page(
+        &self,
+        index: &str,
+        after: Option<(u64, &str)>,
+        limit: usize,
+        now_ms: u64,
+    ) -> Result<Vec<(String, u64)>, StoreError> {
         use std::ops::Bound;
         let t = self.tables.lock();
-        let Some(i) = t.indexes.get(index).filter(|i| i.expires_ms > now_ms) else { return Ok(Vec::new()) };
+        let Some(i) = t.indexes.get(index).filter(|i| i.expires_ms > now_ms) else {
+            return Ok(Vec::new());
+        };
         let from = after.map_or(Bound::Unbounded, |(s, m)| Bound::Excluded((s, m.to_owned())));
-        Ok(i.order.range((from, Bound::Unbounded)).take(limit).map(|(s, m)| (m.clone(), *s)).collect())
+        Ok(i.order
+            .range((from, Bound::Unbounded))
+            .take(limit)
+            .map(|(s, m)| (m.clone(), *s))
+            .collect())
     }
 
     fn index_len(&self, index: &str, now_ms: u64) -> Result<usize, StoreError> {
-        Ok(self.tables.lock().indexes.get(index).filter(|i| i.expires_ms > now_ms).map_or(0, |i| i.order.len()))
+        Ok(self
+            .tables
+            .lock()
+            .indexes
+            .get(index)
+            .filter(|i| i.expires_ms > now_ms)
+            .map_or(0, |i| i.order.len()))
     }
 
     fn sweep(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError> {

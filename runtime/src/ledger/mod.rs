@@ -36,12 +36,15 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 pub use memory::MemoryStore;
-pub use reads::{READ_QUEUE, READ_THREADS, ReadError, Reads};
-pub(crate) use usage::{Caller, Entry, Reservation, StoreUsage};
 pub(crate) use open::derive_key;
 pub use open::{Ledger, OpenError, load_or_create_key};
+pub use reads::{READ_QUEUE, READ_THREADS, ReadError, Reads};
 pub use sqlite::SqliteStore;
-pub use writer::{Committed, Housekeeping, LedgerState, Unconfirmed, Writer, WriterSettings, WriterSnapshot, WriterStats};
+pub(crate) use usage::{Caller, Entry, Reservation, StoreUsage};
+pub use writer::{
+    Committed, Housekeeping, LedgerState, Unconfirmed, Writer, WriterSettings, WriterSnapshot,
+    WriterStats,
+};
 
 /// One write. A batch of them is applied atomically ([`Store::apply`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -192,7 +195,12 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     ///
     /// # Errors
     /// [`StoreError::Backend`].
-    fn index_lowest(&self, index: &str, limit: usize, now_ms: u64) -> Result<Vec<(String, u64)>, StoreError>;
+    fn index_lowest(
+        &self,
+        index: &str,
+        limit: usize,
+        now_ms: u64,
+    ) -> Result<Vec<(String, u64)>, StoreError>;
 
     /// The next `limit` members of `index` after `after` (a `(score, member)` returned by the
     /// page before; `None`: from the lowest), in the order of [`Store::index_lowest`], unless
@@ -201,9 +209,19 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     ///
     /// # Errors
     /// [`StoreError::Backend`].
-    fn index_page(&self, index: &str, after: Option<(u64, &str)>, limit: usize, now_ms: u64) -> Result<Vec<(String, u64)>, StoreError> {
+    fn index_page(
+        &self,
+        index: &str,
+        after: Option<(u64, &str)>,
+        limit: usize,
+        now_ms: u64,
+    ) -> Result<Vec<(String, u64)>, StoreError> {
         let all = self.index_lowest(index, usize::MAX, now_ms)?;
-        Ok(all.into_iter().filter(|(m, s)| after.is_none_or(|(as_, am)| (*s, m.as_str()) > (as_, am))).take(limit).collect())
+        Ok(all
+            .into_iter()
+            .filter(|(m, s)| after.is_none_or(|(as_, am)| (*s, m.as_str()) > (as_, am)))
+            .take(limit)
+            .collect())
     }
 
     /// How many members `index` has, unless it expired at `now_ms` (Redis: `ZCARD`).

@@ -43,7 +43,9 @@ pub enum OpenError {
         reason: String,
     },
     /// The ledger was written by a newer release.
-    #[error("the ledger {path} was written by a newer mcp-host (schema {found}); it was left untouched")]
+    #[error(
+        "the ledger {path} was written by a newer mcp-host (schema {found}); it was left untouched"
+    )]
     Newer {
         /// The file.
         path: String,
@@ -59,13 +61,17 @@ pub enum OpenError {
         source: std::io::Error,
     },
     /// The secret is not the one this ledger was written with.
-    #[error("the ledger {path} was written with another key (ledger.key_file or security.cursor_secret_hex): its sessions cannot be read with this one")]
+    #[error(
+        "the ledger {path} was written with another key (ledger.key_file or security.cursor_secret_hex): its sessions cannot be read with this one"
+    )]
     KeyMismatch {
         /// The ledger file.
         path: String,
     },
     /// A key (or token) file that others than its owner may read or write.
-    #[error("{path} is readable by others than its owner (mode {mode:o}): chmod 600 it, or start with --allow-insecure-key (ledger.allow_insecure_key)")]
+    #[error(
+        "{path} is readable by others than its owner (mode {mode:o}): chmod 600 it, or start with --allow-insecure-key (ledger.allow_insecure_key)"
+    )]
     InsecureKey {
         /// The file.
         path: String,
@@ -74,7 +80,9 @@ pub enum OpenError {
     },
     /// A key (or token) file path that is a symbolic link: a secret is never read or written
     /// through one.
-    #[error("{path} is a symbolic link: a secret is never read or written through one (put the file itself there)")]
+    #[error(
+        "{path} is a symbolic link: a secret is never read or written through one (put the file itself there)"
+    )]
     KeySymlink {
         /// The path.
         path: String,
@@ -126,7 +134,8 @@ const CLEAN_MARK_MS: u64 = 8 * 24 * 3_600_000;
 /// secret serves cursors, session-id HMACs and the fingerprint without reuse.
 pub(crate) fn derive_key(secret: &[u8], purpose: &str) -> [u8; 32] {
     use hmac::Mac as _;
-    let mut m = <hmac::Hmac<sha2::Sha256>>::new_from_slice(secret).expect("hmac takes any key length");
+    let mut m =
+        <hmac::Hmac<sha2::Sha256>>::new_from_slice(secret).expect("hmac takes any key length");
     m.update(purpose.as_bytes());
     m.finalize().into_bytes().into()
 }
@@ -151,32 +160,54 @@ impl Ledger {
     #[must_use]
     pub fn memory(cfg: &RuntimeConfig) -> Ledger {
         let secret = cfg.cursor_secret().unwrap_or_else(|| crate::rng::bytes::<32>().to_vec());
-        Ledger::start(Arc::new(MemoryStore::new()), secret, Vec::new(), cfg, "memory", false).expect("a new memory store holds no other key")
+        Ledger::start(Arc::new(MemoryStore::new()), secret, Vec::new(), cfg, "memory", false)
+            .expect("a new memory store holds no other key")
     }
 
-    fn start(store: Arc<dyn Store>, secret: Vec<u8>, previous: Vec<Vec<u8>>, cfg: &RuntimeConfig, path: &str, durable: bool) -> Result<Ledger, OpenError> {
+    fn start(
+        store: Arc<dyn Store>,
+        secret: Vec<u8>,
+        previous: Vec<Vec<u8>>,
+        cfg: &RuntimeConfig,
+        path: &str,
+        durable: bool,
+    ) -> Result<Ledger, OpenError> {
         let clock = Clock::start();
         let now = clock.now().0;
         let err = |source| OpenError::Store { path: path.to_owned(), source };
-        let fingerprint_of = |s: &[u8]| super::codec::hex(&derive_key(s, "mcp-host key fingerprint v1")[..8]);
+        let fingerprint_of =
+            |s: &[u8]| super::codec::hex(&derive_key(s, "mcp-host key fingerprint v1")[..8]);
         let fingerprint = fingerprint_of(&secret);
         match store.get(KEY_FINGERPRINT, now).map_err(err)? {
             Some(f) if f == fingerprint.as_bytes() => {}
             // Written with a previous key: rotated (the current key's fingerprint goes in below).
             Some(f) if previous.iter().any(|p| f == fingerprint_of(p).as_bytes()) => {
-                tracing::info!(path, "ledger key rotated: sessions and state handles recorded under the previous key move to the current one on first use");
+                tracing::info!(
+                    path,
+                    "ledger key rotated: sessions and state handles recorded under the previous key move to the current one on first use"
+                );
             }
             Some(_) => return Err(OpenError::KeyMismatch { path: path.to_owned() }),
             None => {}
         }
         let run = match store.get(RUN_KEY, now).map_err(err)? {
-            Some(v) => std::str::from_utf8(&v).ok().and_then(|s| s.parse::<u64>().ok()).unwrap_or(0) + 1,
+            Some(v) => {
+                std::str::from_utf8(&v).ok().and_then(|s| s.parse::<u64>().ok()).unwrap_or(0) + 1
+            }
             None => 1,
         };
         store
             .apply(&[
-                Op::Put { key: KEY_FINGERPRINT.into(), value: fingerprint.into(), expires_ms: u64::MAX },
-                Op::Put { key: RUN_KEY.into(), value: run.to_string().into(), expires_ms: u64::MAX },
+                Op::Put {
+                    key: KEY_FINGERPRINT.into(),
+                    value: fingerprint.into(),
+                    expires_ms: u64::MAX,
+                },
+                Op::Put {
+                    key: RUN_KEY.into(),
+                    value: run.to_string().into(),
+                    expires_ms: u64::MAX,
+                },
             ])
             .map_err(err)?;
         let l = &cfg.ledger;
@@ -191,14 +222,23 @@ impl Ledger {
         };
         let reads = super::Reads::start(&store);
         let writer = Writer::start(store, settings, Box::new(move || sweep_clock.now().0));
-        Ok(Ledger { writer, reads, secret: secret.into(), previous: previous.into_iter().map(Into::into).collect(), clock, run, durable })
+        Ok(Ledger {
+            writer,
+            reads,
+            secret: secret.into(),
+            previous: previous.into_iter().map(Into::into).collect(),
+            clock,
+            run,
+            durable,
+        })
     }
 
     /// Whether everything run `run` wrote reached the ledger: it is this process, or it
     /// stopped cleanly ([`Ledger::stopped_cleanly`]).
     #[cfg(test)]
     pub(crate) fn run_complete(&self, run: u64) -> bool {
-        run == self.run || self.writer.store().get(&clean_key(run), self.clock.now().0).ok().flatten().is_some()
+        run == self.run
+            || self.writer.store().get(&clean_key(run), self.clock.now().0).ok().flatten().is_some()
     }
 
     /// [`Ledger::run_complete`] on `store` (for a read already on a reader thread): `this_run`
@@ -216,7 +256,11 @@ impl Ledger {
 
     /// Record that generation `n` started (numbers stay unique across restarts).
     pub fn record_generation(&self, n: u32) {
-        self.writer.submit(vec![Op::Put { key: GENERATION_KEY.into(), value: n.to_string().into(), expires_ms: u64::MAX }]);
+        self.writer.submit(vec![Op::Put {
+            key: GENERATION_KEY.into(),
+            value: n.to_string().into(),
+            expires_ms: u64::MAX,
+        }]);
     }
 
     /// A key for `purpose`, derived from the ledger's secret (so every node with the key file
@@ -230,7 +274,10 @@ impl Ledger {
     /// each previous one (`ledger.previous_key_files`: what was made before a rotation, still
     /// read).
     pub(crate) fn derive_rotated(&self, purpose: &str) -> Vec<[u8; 32]> {
-        std::iter::once(&self.secret).chain(&self.previous).map(|s| derive_key(s, purpose)).collect()
+        std::iter::once(&self.secret)
+            .chain(&self.previous)
+            .map(|s| derive_key(s, purpose))
+            .collect()
     }
 
     /// The id of the key cursors and session HMACs are made with: the first hex digits of its
@@ -244,7 +291,11 @@ impl Ledger {
     /// once the mark and everything before it are committed.
     pub fn stopped_cleanly(&self) -> tokio::sync::oneshot::Receiver<()> {
         let expires_ms = self.clock.now().0.saturating_add(CLEAN_MARK_MS);
-        self.writer.submit(vec![Op::Put { key: clean_key(self.run), value: bytes::Bytes::from_static(b"1"), expires_ms }]);
+        self.writer.submit(vec![Op::Put {
+            key: clean_key(self.run),
+            value: bytes::Bytes::from_static(b"1"),
+            expires_ms,
+        }]);
         self.writer.barrier()
     }
 
@@ -265,7 +316,11 @@ impl Ledger {
             Some(s) => s,
             None => load_or_create_key(&l.key_path(), l.allow_insecure_key)?,
         };
-        let previous = l.previous_key_files.iter().map(|p| read_key(Path::new(p), l.allow_insecure_key)).collect::<Result<Vec<_>, _>>()?;
+        let previous = l
+            .previous_key_files
+            .iter()
+            .map(|p| read_key(Path::new(p), l.allow_insecure_key))
+            .collect::<Result<Vec<_>, _>>()?;
         Ledger::start(Arc::new(store), secret, previous, cfg, &l.path, true)
     }
 }
@@ -274,10 +329,22 @@ impl Ledger {
 impl Ledger {
     /// The SQLite ledger `dir/l.db` with `secret`, `previous` being the secrets it was
     /// written with before rotations (as `ledger.previous_key_files` lists them).
-    pub(crate) fn sqlite_for_tests(dir: &mcp_devtools::TempDir, secret: &[u8], previous: &[&[u8]]) -> Ledger {
+    pub(crate) fn sqlite_for_tests(
+        dir: &mcp_devtools::TempDir,
+        secret: &[u8],
+        previous: &[&[u8]],
+    ) -> Ledger {
         let path = dir.path().join("l.db").display().to_string();
         let store = SqliteStore::open(Path::new(&path)).expect("a test ledger");
-        Ledger::start(Arc::new(store), secret.to_vec(), previous.iter().map(|p| p.to_vec()).collect(), &RuntimeConfig::default(), &path, true).expect("a test ledger")
+        Ledger::start(
+            Arc::new(store),
+            secret.to_vec(),
+            previous.iter().map(|p| p.to_vec()).collect(),
+            &RuntimeConfig::default(),
+            &path,
+            true,
+        )
+        .expect("a test ledger")
     }
 }
 
@@ -308,7 +375,10 @@ pub fn load_or_create_key(path: &Path, allow_insecure: bool) -> Result<Vec<u8>, 
 
 /// Read an existing key file (a previous key: never created).
 fn read_key(path: &Path, allow_insecure: bool) -> Result<Vec<u8>, OpenError> {
-    read_existing(path, allow_insecure)?.ok_or_else(|| OpenError::Key { path: path.display().to_string(), reason: "no such file".into() })
+    read_existing(path, allow_insecure)?.ok_or_else(|| OpenError::Key {
+        path: path.display().to_string(),
+        reason: "no such file".into(),
+    })
 }
 
 /// The key in the file at `path`; `None` when there is no file. The checks run on the open
@@ -326,8 +396,12 @@ fn read_existing(path: &Path, allow_insecure: bool) -> Result<Option<Vec<u8>>, O
         return Err(err("not a regular file".into()));
     }
     match files::mode_of(&f).map_err(|e| err(e.to_string()))? {
-        (mode, true) if !allow_insecure => return Err(OpenError::InsecureKey { path: name(), mode }),
-        (mode, true) => tracing::warn!(path = %path.display(), mode = format!("{mode:o}"), "the key file is readable by others than its owner (allowed by --allow-insecure-key; chmod 600 it)"),
+        (mode, true) if !allow_insecure => {
+            return Err(OpenError::InsecureKey { path: name(), mode });
+        }
+        (mode, true) => {
+            tracing::warn!(path = %path.display(), mode = format!("{mode:o}"), "the key file is readable by others than its owner (allowed by --allow-insecure-key; chmod 600 it)")
+        }
         (_, false) => {}
     }
     let mut text = String::new();
@@ -350,7 +424,10 @@ mod tests {
         write_key(&old_key, &"ab".repeat(16), 0o600);
         drop(Ledger::open(&sqlite_cfg(&dir, &"ab".repeat(16))).unwrap());
         let mut rotated = sqlite_cfg(&dir, &"cd".repeat(16));
-        assert!(matches!(Ledger::open(&rotated), Err(OpenError::KeyMismatch { .. })), "a new key alone is refused");
+        assert!(
+            matches!(Ledger::open(&rotated), Err(OpenError::KeyMismatch { .. })),
+            "a new key alone is refused"
+        );
         rotated.ledger.previous_key_files = vec![old_key.display().to_string()];
         let l = Ledger::open(&rotated).unwrap();
         assert_eq!(l.previous.len(), 1);
@@ -358,8 +435,12 @@ mod tests {
         drop(l);
         rotated.ledger.previous_key_files.clear();
         assert!(Ledger::open(&rotated).is_ok(), "the ledger now carries the new key's fingerprint");
-        rotated.ledger.previous_key_files = vec![dir.path().join("missing.key").display().to_string()];
-        assert!(matches!(Ledger::open(&rotated), Err(OpenError::Key { .. })), "a listed previous key must exist");
+        rotated.ledger.previous_key_files =
+            vec![dir.path().join("missing.key").display().to_string()];
+        assert!(
+            matches!(Ledger::open(&rotated), Err(OpenError::Key { .. })),
+            "a listed previous key must exist"
+        );
     }
 
     fn write_key(path: &Path, hex: &str, mode: u32) {
@@ -376,7 +457,8 @@ mod tests {
         assert_eq!(first.len(), 32);
         assert_eq!(files::mode_of(&std::fs::File::open(&path).unwrap()).unwrap(), (0o600, false));
         assert_eq!(load_or_create_key(&path, false).unwrap(), first, "a restart reuses the key");
-        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> =
+            std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names, ["l.db.key"], "no temporary file is left");
         write_key(&path, "not hex", 0o600);
         assert!(matches!(load_or_create_key(&path, false), Err(OpenError::Key { .. })));
@@ -388,10 +470,16 @@ mod tests {
         let path = dir.path().join("l.db.key");
         write_key(&path, &"ab".repeat(16), 0o644);
         match load_or_create_key(&path, false) {
-            Err(e @ OpenError::InsecureKey { mode: 0o644, .. }) => assert!(e.to_string().contains("chmod 600"), "{e}"),
+            Err(e @ OpenError::InsecureKey { mode: 0o644, .. }) => {
+                assert!(e.to_string().contains("chmod 600"), "{e}")
+            }
             other => panic!("expected InsecureKey, got {other:?}"),
         }
-        assert_eq!(load_or_create_key(&path, true).unwrap(), vec![0xab; 16], "allowed: read as before");
+        assert_eq!(
+            load_or_create_key(&path, true).unwrap(),
+            vec![0xab; 16],
+            "allowed: read as before"
+        );
         // A previous key of a rotation too.
         let mut cfg = RuntimeConfig::default();
         cfg.ledger.path = dir.path().join("l.db").display().to_string();
@@ -430,7 +518,10 @@ mod tests {
         let dir = mcp_devtools::TempDir::new("key-mismatch");
         drop(Ledger::open(&sqlite_cfg(&dir, &"ab".repeat(16))).unwrap());
         assert!(Ledger::open(&sqlite_cfg(&dir, &"ab".repeat(16))).is_ok(), "the same key again");
-        assert!(matches!(Ledger::open(&sqlite_cfg(&dir, &"cd".repeat(16))), Err(OpenError::KeyMismatch { .. })));
+        assert!(matches!(
+            Ledger::open(&sqlite_cfg(&dir, &"cd".repeat(16))),
+            Err(OpenError::KeyMismatch { .. })
+        ));
     }
 
     #[test]

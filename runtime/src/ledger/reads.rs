@@ -42,7 +42,9 @@ pub struct Reads {
 
 impl std::fmt::Debug for Reads {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Reads").field("running", &(READ_THREADS - self.running.available_permits())).finish_non_exhaustive()
+        f.debug_struct("Reads")
+            .field("running", &(READ_THREADS - self.running.available_permits()))
+            .finish_non_exhaustive()
     }
 }
 
@@ -50,7 +52,11 @@ impl Reads {
     /// The reads of `store`.
     #[must_use]
     pub fn start(store: &Arc<dyn Store>) -> Arc<Reads> {
-        Arc::new(Reads { store: Arc::clone(store), admitted: Arc::new(Semaphore::new(READ_THREADS + READ_QUEUE)), running: Arc::new(Semaphore::new(READ_THREADS)) })
+        Arc::new(Reads {
+            store: Arc::clone(store),
+            admitted: Arc::new(Semaphore::new(READ_THREADS + READ_QUEUE)),
+            running: Arc::new(Semaphore::new(READ_THREADS)),
+        })
     }
 
     /// Run `read` on a blocking thread and wait for its answer. Must be called on a tokio
@@ -58,9 +64,14 @@ impl Reads {
     ///
     /// # Errors
     /// [`ReadError::Busy`] when the queue is full; what `read` returns.
-    pub async fn run<T: Send + 'static>(&self, read: impl FnOnce(&dyn Store) -> Result<T, StoreError> + Send + 'static) -> Result<T, ReadError> {
-        let admitted = Arc::clone(&self.admitted).try_acquire_owned().map_err(|_| ReadError::Busy)?;
-        let running = Arc::clone(&self.running).acquire_owned().await.map_err(|_| ReadError::Busy)?;
+    pub async fn run<T: Send + 'static>(
+        &self,
+        read: impl FnOnce(&dyn Store) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, ReadError> {
+        let admitted =
+            Arc::clone(&self.admitted).try_acquire_owned().map_err(|_| ReadError::Busy)?;
+        let running =
+            Arc::clone(&self.running).acquire_owned().await.map_err(|_| ReadError::Busy)?;
         let store = Arc::clone(&self.store);
         let done = tokio::task::spawn_blocking(move || {
             let r = read(store.as_ref());
@@ -80,10 +91,17 @@ mod tests {
     #[tokio::test]
     async fn a_read_runs_on_another_thread_and_answers() {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-        store.apply(&[Op::Put { key: "k".into(), value: bytes::Bytes::from_static(b"v"), expires_ms: u64::MAX }]).unwrap();
+        store
+            .apply(&[Op::Put {
+                key: "k".into(),
+                value: bytes::Bytes::from_static(b"v"),
+                expires_ms: u64::MAX,
+            }])
+            .unwrap();
         let reads = Reads::start(&store);
         let here = std::thread::current().id();
-        let (value, there) = reads.run(|s| Ok((s.get("k", 0)?, std::thread::current().id()))).await.unwrap();
+        let (value, there) =
+            reads.run(|s| Ok((s.get("k", 0)?, std::thread::current().id()))).await.unwrap();
         assert_eq!(value.as_deref(), Some(&b"v"[..]));
         assert_ne!(there, here, "not on the asking thread");
     }

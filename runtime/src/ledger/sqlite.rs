@@ -24,7 +24,7 @@ use parking_lot::Mutex;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::files::{self, LockError, LockFile};
-use super::{Durability, OpenError, Op, Store, StoreError};
+use super::{Durability, Op, OpenError, Store, StoreError};
 
 /// SQLite's `PRAGMA application_id` of a ledger: "MCPH".
 pub(crate) const APPLICATION_ID: u32 = 0x4D43_5048;
@@ -102,13 +102,17 @@ fn inspect(path: &Path) -> Result<Found, OpenError> {
     match std::fs::File::open(path) {
         Ok(f) => {
             use std::io::Read as _;
-            f.take(HEADER_LEN as u64).read_to_end(&mut header).map_err(|source| OpenError::File { path: name(), source })?;
+            f.take(HEADER_LEN as u64)
+                .read_to_end(&mut header)
+                .map_err(|source| OpenError::File { path: name(), source })?;
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return match files::create_private(path) {
                 // Created by someone else meanwhile (not a host: we hold the lock): look again.
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => inspect(path),
-                r => r.map(|_| Found::New).map_err(|source| OpenError::File { path: name(), source }),
+                r => {
+                    r.map(|_| Found::New).map_err(|source| OpenError::File { path: name(), source })
+                }
             };
         }
         Err(source) => return Err(OpenError::File { path: name(), source }),
@@ -119,30 +123,51 @@ fn inspect(path: &Path) -> Result<Found, OpenError> {
     if header.len() < HEADER_LEN || &header[..16] != MAGIC {
         return Err(foreign("not an SQLite database".into()));
     }
-    let be = |at: usize| u32::from_be_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]]);
+    let be = |at: usize| {
+        u32::from_be_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
+    };
     let (user_version, application_id) = (be(60), be(68));
     if application_id == APPLICATION_ID {
-        return if user_version > SCHEMA_VERSION { Err(OpenError::Newer { path: name(), found: format!("version {user_version}") }) } else { Ok(Found::Ledger) };
+        return if user_version > SCHEMA_VERSION {
+            Err(OpenError::Newer { path: name(), found: format!("version {user_version}") })
+        } else {
+            Ok(Found::Ledger)
+        };
     }
     if application_id != 0 {
-        return Err(foreign(format!("an SQLite database of application id {application_id:#010x}, not mcp-host's {APPLICATION_ID:#010x}")));
+        return Err(foreign(format!(
+            "an SQLite database of application id {application_id:#010x}, not mcp-host's {APPLICATION_ID:#010x}"
+        )));
     }
     // SQLite's default id: another application's database, or a ledger of the release before
     // ids (or one whose id waits in its WAL). Read-only, which changes neither the file nor
     // its journal mode; and without a WAL beside it, immutable too: a read-only open of a
     // WAL-mode file would still create an empty `-wal` and a `-shm` beside it.
-    let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX | rusqlite::OpenFlags::SQLITE_OPEN_URI;
+    let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
+        | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | rusqlite::OpenFlags::SQLITE_OPEN_URI;
     let wal = std::fs::symlink_metadata(files::beside(path, "-wal")).is_ok();
     let uri = format!("file:{}{}", uri_path(path), if wal { "" } else { "?immutable=1" });
     let ro = Connection::open_with_flags(uri, flags).map_err(|e| foreign(e.to_string()))?;
-    let has_meta: bool = ro.query_row("SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'meta'", [], |r| r.get(0)).map_err(|e| foreign(e.to_string()))?;
+    let has_meta: bool = ro
+        .query_row(
+            "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'meta'",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(|e| foreign(e.to_string()))?;
     if !has_meta {
         return Err(foreign("an SQLite database without the ledger's meta table".into()));
     }
-    let schema: Option<String> = ro.query_row("SELECT v FROM meta WHERE k = 'schema'", [], |r| r.get(0)).optional().map_err(|e| foreign(e.to_string()))?;
+    let schema: Option<String> = ro
+        .query_row("SELECT v FROM meta WHERE k = 'schema'", [], |r| r.get(0))
+        .optional()
+        .map_err(|e| foreign(e.to_string()))?;
     match schema.as_deref() {
         Some(SCHEMA_NAME) => Ok(Found::Unmarked),
-        Some(s) if s.starts_with("mcp-host-ledger.") => Err(OpenError::Newer { path: name(), found: s.to_owned() }),
+        Some(s) if s.starts_with("mcp-host-ledger.") => {
+            Err(OpenError::Newer { path: name(), found: s.to_owned() })
+        }
         other => Err(foreign(format!("its meta table names schema {other:?}, not {SCHEMA_NAME}"))),
     }
 }
@@ -177,7 +202,9 @@ impl SqliteStore {
         let lock_path = files::beside(path, ".lock");
         let lock = LockFile::acquire(&lock_path).map_err(|e| match e {
             LockError::Held { holder_pid } => OpenError::Locked { path: name(), holder_pid },
-            LockError::Io(source) => OpenError::File { path: lock_path.display().to_string(), source },
+            LockError::Io(source) => {
+                OpenError::File { path: lock_path.display().to_string(), source }
+            }
         })?;
         let found = inspect(path)?;
         let writer = open_conn(path).map_err(store_err)?;
@@ -192,15 +219,25 @@ impl SqliteStore {
         }
         // The writer's page cache holds the hot part of the logs and indexes (32 MiB).
         writer.execute_batch("PRAGMA cache_size = -32768;").map_err(|e| store_err(backend(e)))?;
-        let schema: String = writer.query_row("SELECT v FROM meta WHERE k = 'schema'", [], |r| r.get(0)).map_err(|e| store_err(backend(e)))?;
+        let schema: String = writer
+            .query_row("SELECT v FROM meta WHERE k = 'schema'", [], |r| r.get(0))
+            .map_err(|e| store_err(backend(e)))?;
         if schema != SCHEMA_NAME {
             return Err(OpenError::Newer { path: name(), found: schema });
         }
         if let Ok((mode, true)) = std::fs::File::open(path).and_then(|f| files::mode_of(&f)) {
             tracing::warn!(path = %path.display(), mode = format!("{mode:o}"), "the ledger is readable by others than its owner, and so are its -wal and -shm (chmod 600 all three)");
         }
-        let readers = (0..READERS).map(|_| open_conn(path).map(Mutex::new)).collect::<Result<Vec<_>, _>>().map_err(store_err)?;
-        Ok(SqliteStore { writer: Mutex::new(writer), readers, next_reader: AtomicUsize::new(0), _lock: lock })
+        let readers = (0..READERS)
+            .map(|_| open_conn(path).map(Mutex::new))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(store_err)?;
+        Ok(SqliteStore {
+            writer: Mutex::new(writer),
+            readers,
+            next_reader: AtomicUsize::new(0),
+            _lock: lock,
+        })
     }
 
     fn read<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T, StoreError> {
@@ -232,19 +269,25 @@ fn apply_one(tx: &rusqlite::Transaction<'_>, op: &Op) -> rusqlite::Result<()> {
                 .execute(params![index, member, ms(*score)])?;
             // An existing index keeps its expiry here (a read, no write): its owner pushes it
             // with `Expire` (a session's record writes do).
-            tx.prepare_cached("INSERT OR IGNORE INTO indexes (name, expires) VALUES (?1, ?2)")?.execute(params![index, ms(*expires_ms)])?;
+            tx.prepare_cached("INSERT OR IGNORE INTO indexes (name, expires) VALUES (?1, ?2)")?
+                .execute(params![index, ms(*expires_ms)])?;
         }
         Op::Expire { name, expires_ms } => {
             let e = ms(*expires_ms);
-            tx.prepare_cached("UPDATE kv SET expires = ?2 WHERE key = ?1 AND expires < ?2")?.execute(params![name, e])?;
-            tx.prepare_cached("UPDATE logs SET expires = ?2 WHERE log = ?1 AND expires < ?2")?.execute(params![name, e])?;
-            tx.prepare_cached("UPDATE indexes SET expires = ?2 WHERE name = ?1 AND expires < ?2")?.execute(params![name, e])?;
+            tx.prepare_cached("UPDATE kv SET expires = ?2 WHERE key = ?1 AND expires < ?2")?
+                .execute(params![name, e])?;
+            tx.prepare_cached("UPDATE logs SET expires = ?2 WHERE log = ?1 AND expires < ?2")?
+                .execute(params![name, e])?;
+            tx.prepare_cached("UPDATE indexes SET expires = ?2 WHERE name = ?1 AND expires < ?2")?
+                .execute(params![name, e])?;
         }
         Op::IndexRemove { index, member } => {
-            tx.prepare_cached("DELETE FROM idx WHERE name = ?1 AND member = ?2")?.execute(params![index, member])?;
+            tx.prepare_cached("DELETE FROM idx WHERE name = ?1 AND member = ?2")?
+                .execute(params![index, member])?;
         }
         Op::IndexTrim { index, below } => {
-            tx.prepare_cached("DELETE FROM idx WHERE name = ?1 AND score < ?2")?.execute(params![index, ms(*below)])?;
+            tx.prepare_cached("DELETE FROM idx WHERE name = ?1 AND score < ?2")?
+                .execute(params![index, ms(*below)])?;
         }
         Op::DropIndex { index } => {
             tx.prepare_cached("DELETE FROM idx WHERE name = ?1")?.execute(params![index])?;
@@ -269,13 +312,20 @@ struct LogTail {
 }
 
 /// Write the logs' rows and trims for the appends folded so far, and forget them.
-fn write_tails(tx: &rusqlite::Transaction<'_>, logs: &mut HashMap<Arc<str>, LogTail>) -> rusqlite::Result<()> {
+fn write_tails(
+    tx: &rusqlite::Transaction<'_>,
+    logs: &mut HashMap<Arc<str>, LogTail>,
+) -> rusqlite::Result<()> {
     for (log, t) in logs.drain() {
         if t.row_stale {
-            tx.prepare_cached("UPDATE logs SET newest = ?2, expires = max(expires, ?3) WHERE log = ?1")?.execute(params![&*log, t.newest, t.expires])?;
+            tx.prepare_cached(
+                "UPDATE logs SET newest = ?2, expires = max(expires, ?3) WHERE log = ?1",
+            )?
+            .execute(params![&*log, t.newest, t.expires])?;
         }
         if t.trim && t.newest > t.keep {
-            tx.prepare_cached("DELETE FROM events WHERE log = ?1 AND seq <= ?2")?.execute(params![&*log, t.newest - t.keep])?;
+            tx.prepare_cached("DELETE FROM events WHERE log = ?1 AND seq <= ?2")?
+                .execute(params![&*log, t.newest - t.keep])?;
         }
     }
     Ok(())
@@ -291,7 +341,11 @@ impl Store for SqliteStore {
         for op in ops {
             match op {
                 Op::Append { log, seq, frame, max_len, expires_ms } => {
-                    let (seq, expires, keep) = (ms(*seq), ms(*expires_ms), i64::try_from((*max_len).max(1)).unwrap_or(i64::MAX));
+                    let (seq, expires, keep) = (
+                        ms(*seq),
+                        ms(*expires_ms),
+                        i64::try_from((*max_len).max(1)).unwrap_or(i64::MAX),
+                    );
                     let tail = match logs.entry(Arc::clone(log)) {
                         Entry::Occupied(e) => e.into_mut(),
                         Entry::Vacant(e) => {
@@ -308,19 +362,43 @@ impl Store for SqliteStore {
                             let newest = if advanced {
                                 seq
                             } else {
-                                tx.prepare_cached("SELECT newest FROM logs WHERE log = ?1").and_then(|mut st| st.query_row(params![&**log], |r| r.get::<_, i64>(0))).map_err(backend)?
+                                tx.prepare_cached("SELECT newest FROM logs WHERE log = ?1")
+                                    .and_then(|mut st| {
+                                        st.query_row(params![&**log], |r| r.get::<_, i64>(0))
+                                    })
+                                    .map_err(backend)?
                             };
                             if advanced {
-                                tx.prepare_cached("INSERT INTO events (log, seq, frame) VALUES (?1, ?2, ?3)").and_then(|mut st| st.execute(params![&**log, seq, &frame[..]])).map_err(backend)?;
+                                tx.prepare_cached(
+                                    "INSERT INTO events (log, seq, frame) VALUES (?1, ?2, ?3)",
+                                )
+                                .and_then(|mut st| st.execute(params![&**log, seq, &frame[..]]))
+                                .map_err(backend)?;
                             }
-                            e.insert(LogTail { newest, expires, keep, row_stale: false, trim: advanced });
+                            e.insert(LogTail {
+                                newest,
+                                expires,
+                                keep,
+                                row_stale: false,
+                                trim: advanced,
+                            });
                             continue;
                         }
                     };
                     // Sequence numbers of a log only grow: a replayed append is ignored.
                     if seq > tail.newest {
-                        tx.prepare_cached("INSERT INTO events (log, seq, frame) VALUES (?1, ?2, ?3)").and_then(|mut st| st.execute(params![&**log, seq, &frame[..]])).map_err(backend)?;
-                        *tail = LogTail { newest: seq, expires: tail.expires.max(expires), keep, row_stale: true, trim: true };
+                        tx.prepare_cached(
+                            "INSERT INTO events (log, seq, frame) VALUES (?1, ?2, ?3)",
+                        )
+                        .and_then(|mut st| st.execute(params![&**log, seq, &frame[..]]))
+                        .map_err(backend)?;
+                        *tail = LogTail {
+                            newest: seq,
+                            expires: tail.expires.max(expires),
+                            keep,
+                            row_stale: true,
+                            trim: true,
+                        };
                     }
                 }
                 Op::DropLog { .. } | Op::Expire { .. } => {
@@ -345,29 +423,54 @@ impl Store for SqliteStore {
 
     fn read_log(&self, log: &str, now_ms: u64) -> Result<Vec<(u64, Bytes)>, StoreError> {
         self.read(|c| {
-            let live: Option<i64> = c.prepare_cached("SELECT newest FROM logs WHERE log = ?1 AND expires > ?2")?.query_row(params![log, ms(now_ms)], |r| r.get(0)).optional()?;
+            let live: Option<i64> = c
+                .prepare_cached("SELECT newest FROM logs WHERE log = ?1 AND expires > ?2")?
+                .query_row(params![log, ms(now_ms)], |r| r.get(0))
+                .optional()?;
             if live.is_none() {
                 return Ok(Vec::new());
             }
-            let mut s = c.prepare_cached("SELECT seq, frame FROM events WHERE log = ?1 ORDER BY seq")?;
-            let rows = s.query_map(params![log], |r| Ok((r.get::<_, i64>(0)? as u64, Bytes::from(r.get::<_, Vec<u8>>(1)?))))?;
+            let mut s =
+                c.prepare_cached("SELECT seq, frame FROM events WHERE log = ?1 ORDER BY seq")?;
+            let rows = s.query_map(params![log], |r| {
+                Ok((r.get::<_, i64>(0)? as u64, Bytes::from(r.get::<_, Vec<u8>>(1)?)))
+            })?;
             rows.collect()
         })
     }
 
-    fn index_lowest(&self, index: &str, limit: usize, now_ms: u64) -> Result<Vec<(String, u64)>, StoreError> {
+    fn index_lowest(
+        &self,
+        index: &str,
+        limit: usize,
+        now_ms: u64,
+    ) -> Result<Vec<(String, u64)>, StoreError> {
         self.read(|c| {
-            let live: Option<i64> = c.prepare_cached("SELECT expires FROM indexes WHERE name = ?1 AND expires > ?2")?.query_row(params![index, ms(now_ms)], |r| r.get(0)).optional()?;
+            let live: Option<i64> = c
+                .prepare_cached("SELECT expires FROM indexes WHERE name = ?1 AND expires > ?2")?
+                .query_row(params![index, ms(now_ms)], |r| r.get(0))
+                .optional()?;
             if live.is_none() {
                 return Ok(Vec::new());
             }
-            let mut s = c.prepare_cached("SELECT member, score FROM idx WHERE name = ?1 ORDER BY score, member LIMIT ?2")?;
-            let rows = s.query_map(params![index, i64::try_from(limit).unwrap_or(i64::MAX)], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64)))?;
+            let mut s = c.prepare_cached(
+                "SELECT member, score FROM idx WHERE name = ?1 ORDER BY score, member LIMIT ?2",
+            )?;
+            let rows = s
+                .query_map(params![index, i64::try_from(limit).unwrap_or(i64::MAX)], |r| {
+                    Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64))
+                })?;
             rows.collect()
         })
     }
 
-    fn index_page(&self, index: &str, after: Option<(u64, &str)>, limit: usize, now_ms: u64) -> Result<Vec<(String, u64)>, StoreError> {
+    fn index_page(
+        &self,
+        index: &str,
+        after: Option<(u64, &str)>,
+        limit: usize,
+        now_ms: u64,
+    ) -> Result<Vec<(String, u64)>, StoreError> {
         self.read(|c| {
             let live: Option<i64> = c.prepare_cached("SELECT expires FROM indexes WHERE name = ?1 AND expires > ?2")?.query_row(params![index, ms(now_ms)], |r| r.get(0)).optional()?;
             if live.is_none() {
@@ -387,11 +490,16 @@ impl Store for SqliteStore {
 
     fn index_len(&self, index: &str, now_ms: u64) -> Result<usize, StoreError> {
         self.read(|c| {
-            let live: Option<i64> = c.prepare_cached("SELECT expires FROM indexes WHERE name = ?1 AND expires > ?2")?.query_row(params![index, ms(now_ms)], |r| r.get(0)).optional()?;
+            let live: Option<i64> = c
+                .prepare_cached("SELECT expires FROM indexes WHERE name = ?1 AND expires > ?2")?
+                .query_row(params![index, ms(now_ms)], |r| r.get(0))
+                .optional()?;
             if live.is_none() {
                 return Ok(0);
             }
-            c.prepare_cached("SELECT count(*) FROM idx WHERE name = ?1")?.query_row(params![index], |r| r.get::<_, i64>(0)).map(|n| n as usize)
+            c.prepare_cached("SELECT count(*) FROM idx WHERE name = ?1")?
+                .query_row(params![index], |r| r.get::<_, i64>(0))
+                .map(|n| n as usize)
         })
     }
 
@@ -399,18 +507,30 @@ impl Store for SqliteStore {
         let mut conn = self.writer.lock();
         let tx = conn.transaction().map_err(backend)?;
         let (now, limit) = (ms(now_ms), i64::try_from(limit).unwrap_or(i64::MAX));
-        let keys = tx.execute("DELETE FROM kv WHERE key IN (SELECT key FROM kv WHERE expires <= ?1 LIMIT ?2)", params![now, limit]).map_err(backend)?;
+        let keys = tx
+            .execute(
+                "DELETE FROM kv WHERE key IN (SELECT key FROM kv WHERE expires <= ?1 LIMIT ?2)",
+                params![now, limit],
+            )
+            .map_err(backend)?;
         // What is left of the limit after `done` removals.
         let expired = |sql: &str, done: usize| -> Result<Vec<String>, StoreError> {
             let mut s = tx.prepare(sql).map_err(backend)?;
-            let names = s.query_map(params![now, limit, i64::try_from(done).unwrap_or(i64::MAX)], |r| r.get::<_, String>(0)).map_err(backend)?;
+            let names = s
+                .query_map(params![now, limit, i64::try_from(done).unwrap_or(i64::MAX)], |r| {
+                    r.get::<_, String>(0)
+                })
+                .map_err(backend)?;
             names.collect::<Result<_, _>>().map_err(backend)
         };
         let logs = expired("SELECT log FROM logs WHERE expires <= ?1 LIMIT ?2 - ?3", keys)?;
         for log in &logs {
             apply_one(&tx, &Op::DropLog { log: log.clone() }).map_err(backend)?;
         }
-        let indexes = expired("SELECT name FROM indexes WHERE expires <= ?1 LIMIT ?2 - ?3", keys + logs.len())?;
+        let indexes = expired(
+            "SELECT name FROM indexes WHERE expires <= ?1 LIMIT ?2 - ?3",
+            keys + logs.len(),
+        )?;
         for index in &indexes {
             apply_one(&tx, &Op::DropIndex { index: index.clone() }).map_err(backend)?;
         }
@@ -445,7 +565,12 @@ mod tests {
         let path = dir.path().join("l.db");
         {
             let s = SqliteStore::open(&path).unwrap();
-            s.apply(&[Op::Put { key: "k".into(), value: Bytes::from_static(b"v"), expires_ms: 100 }]).unwrap();
+            s.apply(&[Op::Put {
+                key: "k".into(),
+                value: Bytes::from_static(b"v"),
+                expires_ms: 100,
+            }])
+            .unwrap();
         }
         let s = SqliteStore::open(&path).unwrap();
         assert_eq!(s.get("k", 1).unwrap().as_deref(), Some(&b"v"[..]));
@@ -456,7 +581,9 @@ mod tests {
         let dir = mcp_devtools::TempDir::new("foreign");
         let path = dir.path().join("l.db");
         Connection::open(&path).unwrap().execute_batch("CREATE TABLE meta (k TEXT PRIMARY KEY, v TEXT); INSERT INTO meta VALUES ('schema', 'other.v9');").unwrap();
-        assert!(matches!(SqliteStore::open(&path), Err(OpenError::NotALedger { reason, .. }) if reason.contains("other.v9")));
+        assert!(
+            matches!(SqliteStore::open(&path), Err(OpenError::NotALedger { reason, .. }) if reason.contains("other.v9"))
+        );
     }
 
     /// The files in `dir`, and their contents, but the lock file (a refused open may create
@@ -467,7 +594,12 @@ mod tests {
             .unwrap()
             .map(|e| e.unwrap().path())
             .filter(|p| !p.to_string_lossy().ends_with(".lock"))
-            .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), super::super::codec::hex(&sha2::Sha256::digest(std::fs::read(&p).unwrap()))))
+            .map(|p| {
+                (
+                    p.file_name().unwrap().to_string_lossy().into_owned(),
+                    super::super::codec::hex(&sha2::Sha256::digest(std::fs::read(&p).unwrap())),
+                )
+            })
             .collect();
         v.sort();
         v
@@ -477,19 +609,63 @@ mod tests {
     fn a_foreign_file_is_refused_and_left_byte_for_byte_untouched() {
         type Make = fn(&Path);
         let cases: [(&str, Make, &str); 6] = [
-            ("plain sqlite, no meta table", |p| Connection::open(p).unwrap().execute_batch("CREATE TABLE t (x); INSERT INTO t VALUES (1);").unwrap(), "meta table"),
+            (
+                "plain sqlite, no meta table",
+                |p| {
+                    Connection::open(p)
+                        .unwrap()
+                        .execute_batch("CREATE TABLE t (x); INSERT INTO t VALUES (1);")
+                        .unwrap()
+                },
+                "meta table",
+            ),
             (
                 "sqlite in WAL mode, no meta table",
                 |p| {
                     let c = Connection::open(p).unwrap();
-                    c.execute_batch("PRAGMA journal_mode = WAL; CREATE TABLE t (x); INSERT INTO t VALUES (1);").unwrap();
+                    c.execute_batch(
+                        "PRAGMA journal_mode = WAL; CREATE TABLE t (x); INSERT INTO t VALUES (1);",
+                    )
+                    .unwrap();
                 },
                 "meta table",
             ),
-            ("another application id", |p| Connection::open(p).unwrap().execute_batch("PRAGMA application_id = 7; CREATE TABLE meta (k, v);").unwrap(), "application id 0x00000007"),
-            ("random bytes", |p| std::fs::write(p, (0..4096u32).map(|i| (i * 7919 % 251) as u8).collect::<Vec<_>>()).unwrap(), "not an SQLite database"),
-            ("a short text file", |p| std::fs::write(p, "hello\n").unwrap(), "not an SQLite database"),
-            ("another application's meta table", |p| Connection::open(p).unwrap().execute_batch("CREATE TABLE meta (k TEXT, v TEXT);").unwrap(), "None"),
+            (
+                "another application id",
+                |p| {
+                    Connection::open(p)
+                        .unwrap()
+                        .execute_batch("PRAGMA application_id = 7; CREATE TABLE meta (k, v);")
+                        .unwrap()
+                },
+                "application id 0x00000007",
+            ),
+            (
+                "random bytes",
+                |p| {
+                    std::fs::write(
+                        p,
+                        (0..4096u32).map(|i| (i * 7919 % 251) as u8).collect::<Vec<_>>(),
+                    )
+                    .unwrap()
+                },
+                "not an SQLite database",
+            ),
+            (
+                "a short text file",
+                |p| std::fs::write(p, "hello\n").unwrap(),
+                "not an SQLite database",
+            ),
+            (
+                "another application's meta table",
+                |p| {
+                    Connection::open(p)
+                        .unwrap()
+                        .execute_batch("CREATE TABLE meta (k TEXT, v TEXT);")
+                        .unwrap()
+                },
+                "None",
+            ),
         ];
         for (what, make, reason) in cases {
             let dir = mcp_devtools::TempDir::new("foreign-file");
@@ -498,10 +674,16 @@ mod tests {
             make(&path);
             let before = contents(dir.path());
             match SqliteStore::open(&path) {
-                Err(OpenError::NotALedger { reason: r, .. }) => assert!(r.contains(reason), "{what}: {r}"),
+                Err(OpenError::NotALedger { reason: r, .. }) => {
+                    assert!(r.contains(reason), "{what}: {r}")
+                }
                 other => panic!("{what}: expected NotALedger, got {other:?}"),
             }
-            assert_eq!(contents(dir.path()), before, "{what}: the file (and what lies beside it) is untouched");
+            assert_eq!(
+                contents(dir.path()),
+                before,
+                "{what}: the file (and what lies beside it) is untouched"
+            );
         }
     }
 
@@ -510,7 +692,10 @@ mod tests {
         let dir = mcp_devtools::TempDir::new("newer");
         let path = dir.path().join("l.db");
         drop(SqliteStore::open(&path).unwrap());
-        Connection::open(&path).unwrap().execute_batch(&format!("PRAGMA user_version = {};", SCHEMA_VERSION + 1)).unwrap();
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch(&format!("PRAGMA user_version = {};", SCHEMA_VERSION + 1))
+            .unwrap();
         let before = contents(dir.path());
         assert!(matches!(SqliteStore::open(&path), Err(OpenError::Newer { .. })));
         assert_eq!(contents(dir.path()), before);
@@ -518,7 +703,9 @@ mod tests {
         let dir = mcp_devtools::TempDir::new("newer-unmarked");
         let path = dir.path().join("l.db");
         Connection::open(&path).unwrap().execute_batch("CREATE TABLE meta (k TEXT PRIMARY KEY, v TEXT NOT NULL); INSERT INTO meta VALUES ('schema', 'mcp-host-ledger.v2');").unwrap();
-        assert!(matches!(SqliteStore::open(&path), Err(OpenError::Newer { found, .. }) if found == "mcp-host-ledger.v2"));
+        assert!(
+            matches!(SqliteStore::open(&path), Err(OpenError::Newer { found, .. }) if found == "mcp-host-ledger.v2")
+        );
     }
 
     #[test]
@@ -534,7 +721,8 @@ mod tests {
         let s = SqliteStore::open(&path).unwrap();
         assert_eq!(s.get("k", 1).unwrap().as_deref(), Some(&b"v"[..]));
         drop(s);
-        let c = Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        let c =
+            Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
         let ids: (u32, u32) = c.query_row("SELECT application_id, user_version FROM pragma_application_id, pragma_user_version", [], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
         assert_eq!(ids, (APPLICATION_ID, SCHEMA_VERSION));
     }
@@ -544,15 +732,22 @@ mod tests {
         let dir = mcp_devtools::TempDir::new("private");
         let path = dir.path().join("l.db");
         let s = SqliteStore::open(&path).unwrap();
-        s.apply(&[Op::Put { key: "k".into(), value: Bytes::from_static(b"v"), expires_ms: 100 }]).unwrap();
+        s.apply(&[Op::Put { key: "k".into(), value: Bytes::from_static(b"v"), expires_ms: 100 }])
+            .unwrap();
         for suffix in ["", "-wal", "-shm", ".lock"] {
             let p = files::beside(&path, suffix);
-            let (mode, _) = files::mode_of(&std::fs::File::open(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))).unwrap();
+            let (mode, _) = files::mode_of(
+                &std::fs::File::open(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())),
+            )
+            .unwrap();
             assert_eq!(mode, 0o600, "{}", p.display());
         }
         // Read as plain bytes while the store is open (its WAL not checkpointed yet).
         let header = std::fs::read(&path).unwrap();
-        assert_eq!((&header[60..64], &header[68..72]), (&SCHEMA_VERSION.to_be_bytes()[..], &APPLICATION_ID.to_be_bytes()[..]));
+        assert_eq!(
+            (&header[60..64], &header[68..72]),
+            (&SCHEMA_VERSION.to_be_bytes()[..], &APPLICATION_ID.to_be_bytes()[..])
+        );
     }
 
     #[test]

@@ -33,7 +33,16 @@ pub(crate) fn contract(s: &dyn Store) {
     assert!(s.read_log("never", 10).unwrap().is_empty());
 
     // One batch: appends around a drop of their log, trimmed to the last one's bound.
-    s.apply(&[append("m", 1, 8), append("m", 2, 8), Op::DropLog { log: "m".into() }, append("m", 1, 2), append("m", 2, 2), append("m", 3, 2), append("m", 3, 2)]).unwrap();
+    s.apply(&[
+        append("m", 1, 8),
+        append("m", 2, 8),
+        Op::DropLog { log: "m".into() },
+        append("m", 1, 2),
+        append("m", 2, 2),
+        append("m", 3, 2),
+        append("m", 3, 2),
+    ])
+    .unwrap();
     let seqs: Vec<u64> = s.read_log("m", 10).unwrap().into_iter().map(|(q, _)| q).collect();
     assert_eq!(seqs, vec![2, 3], "dropped, started again, trimmed, the replay ignored");
 
@@ -43,14 +52,32 @@ pub(crate) fn contract(s: &dyn Store) {
     assert_eq!(seqs, vec![5, 6], "4..=6 are kept, and only 5 and 6 exist");
 
     // Indexes.
-    let add = |m: &str, score| Op::IndexAdd { index: "i".into(), member: m.into(), score, expires_ms: 500 };
+    let add = |m: &str, score| Op::IndexAdd {
+        index: "i".into(),
+        member: m.into(),
+        score,
+        expires_ms: 500,
+    };
     // (Only the first add sets the index's expiry; a later one's is ignored.)
     s.apply(&[add("x", 30), add("y", 10), add("z", 20), add("x", 5)]).unwrap();
-    let members = |now| s.index_lowest("i", 10, now).unwrap().into_iter().map(|(m, _)| m).collect::<Vec<_>>();
-    assert_eq!(s.index_lowest("i", 2, 0).unwrap(), vec![("x".to_owned(), 5), ("y".to_owned(), 10)], "re-scored in place");
+    let members =
+        |now| s.index_lowest("i", 10, now).unwrap().into_iter().map(|(m, _)| m).collect::<Vec<_>>();
+    assert_eq!(
+        s.index_lowest("i", 2, 0).unwrap(),
+        vec![("x".to_owned(), 5), ("y".to_owned(), 10)],
+        "re-scored in place"
+    );
     s.apply(&[Op::IndexRemove { index: "i".into(), member: "y".into() }]).unwrap();
     assert_eq!(members(0), ["x", "z"]);
-    assert_eq!((s.index_len("i", 0).unwrap(), s.index_len("i", 500).unwrap(), s.index_len("never", 0).unwrap()), (2, 0, 0), "counted unless expired");
+    assert_eq!(
+        (
+            s.index_len("i", 0).unwrap(),
+            s.index_len("i", 500).unwrap(),
+            s.index_len("never", 0).unwrap()
+        ),
+        (2, 0, 0),
+        "counted unless expired"
+    );
     s.apply(&[add("w", 25), Op::IndexTrim { index: "i".into(), below: 25 }]).unwrap();
     assert_eq!(members(0), ["w"], "members scored below 25 are trimmed");
     s.apply(&[add("x", 5), add("z", 20)]).unwrap();
@@ -59,31 +86,64 @@ pub(crate) fn contract(s: &dyn Store) {
     assert!(members(0).is_empty());
 
     // Pages of an index, in its order, ties on the score broken by the member.
-    let page_add = |m: &str, score| Op::IndexAdd { index: "p".into(), member: m.into(), score, expires_ms: 500 };
+    let page_add = |m: &str, score| Op::IndexAdd {
+        index: "p".into(),
+        member: m.into(),
+        score,
+        expires_ms: 500,
+    };
     s.apply(&[page_add("b", 1), page_add("a", 1), page_add("c", 2), page_add("d", 3)]).unwrap();
     let page = |after: Option<(u64, &str)>| s.index_page("p", after, 2, 0).unwrap();
     assert_eq!(page(None), vec![("a".to_owned(), 1), ("b".to_owned(), 1)]);
     assert_eq!(page(Some((1, "b"))), vec![("c".to_owned(), 2), ("d".to_owned(), 3)]);
-    assert_eq!(page(Some((1, "a"))), vec![("b".to_owned(), 1), ("c".to_owned(), 2)], "the same score, a later member");
+    assert_eq!(
+        page(Some((1, "a"))),
+        vec![("b".to_owned(), 1), ("c".to_owned(), 2)],
+        "the same score, a later member"
+    );
     assert!(page(Some((3, "d"))).is_empty());
     assert!(s.index_page("p", None, 2, 500).unwrap().is_empty(), "an expired index reads empty");
 
     // Expire pushes a key's, a log's or an index's expiry forward, never back.
-    s.apply(&[put("e", "v", 100), append("e-log", 1, 8), add("x", 1), Op::Expire { name: "e".into(), expires_ms: 5_000 }]).unwrap();
-    s.apply(&[Op::IndexAdd { index: "i".into(), member: "y".into(), score: 2, expires_ms: 9_000 }]).unwrap();
+    s.apply(&[
+        put("e", "v", 100),
+        append("e-log", 1, 8),
+        add("x", 1),
+        Op::Expire { name: "e".into(), expires_ms: 5_000 },
+    ])
+    .unwrap();
+    s.apply(&[Op::IndexAdd { index: "i".into(), member: "y".into(), score: 2, expires_ms: 9_000 }])
+        .unwrap();
     assert!(members(4_000).is_empty(), "a later add does not push an existing index's expiry");
     s.apply(&[Op::IndexRemove { index: "i".into(), member: "y".into() }]).unwrap();
-    s.apply(&[Op::Expire { name: "e-log".into(), expires_ms: 5_000 }, Op::Expire { name: "i".into(), expires_ms: 5_000 }, Op::Expire { name: "e".into(), expires_ms: 10 }]).unwrap();
-    assert!(s.get("e", 4_000).unwrap().is_some() && !s.read_log("e-log", 4_000).unwrap().is_empty() && members(4_000) == ["x"]);
+    s.apply(&[
+        Op::Expire { name: "e-log".into(), expires_ms: 5_000 },
+        Op::Expire { name: "i".into(), expires_ms: 5_000 },
+        Op::Expire { name: "e".into(), expires_ms: 10 },
+    ])
+    .unwrap();
+    assert!(
+        s.get("e", 4_000).unwrap().is_some()
+            && !s.read_log("e-log", 4_000).unwrap().is_empty()
+            && members(4_000) == ["x"]
+    );
     s.apply(&[Op::Expire { name: "never-written".into(), expires_ms: 5_000 }]).unwrap();
     assert_eq!(s.get("never-written", 0).unwrap(), None, "expiring nothing creates nothing");
 
     // Sweep removes what expired: keys, logs and indexes.
-    s.apply(&[put("old", "o", 20), append("old-log", 1, 8), Op::IndexAdd { index: "old-i".into(), member: "m".into(), score: 1, expires_ms: 20 }]).unwrap();
+    s.apply(&[
+        put("old", "o", 20),
+        append("old-log", 1, 8),
+        Op::IndexAdd { index: "old-i".into(), member: "m".into(), score: 1, expires_ms: 20 },
+    ])
+    .unwrap();
     assert_eq!(s.sweep(2_000, 1).unwrap(), 1, "a sweep removes at most its limit");
     assert!(s.sweep(2_000, 1_000).unwrap() >= 2);
     assert_eq!(s.get("a", 0).unwrap(), None);
     assert!(s.read_log("old-log", 0).unwrap().is_empty());
-    assert!(s.index_lowest("old-i", 10, 0).unwrap().is_empty(), "a swept index is gone, not only hidden");
+    assert!(
+        s.index_lowest("old-i", 10, 0).unwrap().is_empty(),
+        "a swept index is gone, not only hidden"
+    );
     assert!(members(0) == ["x"], "a live index survives the sweep");
 }

@@ -81,7 +81,12 @@ impl StoreUsage {
     /// Empty figures of the store `store` (see [`codec::usage_index`]), counted by expiry in
     /// buckets of `bucket_ms`.
     pub(crate) fn new(store: &str, limits: UsageLimits, bucket_ms: u64) -> StoreUsage {
-        StoreUsage { index: codec::usage_index(store), figures: Mutex::new(Usage::new(limits, bucket_ms)), bucket_ms: bucket_ms.max(1), trimmed_at: AtomicU64::new(0) }
+        StoreUsage {
+            index: codec::usage_index(store),
+            figures: Mutex::new(Usage::new(limits, bucket_ms)),
+            bucket_ms: bucket_ms.max(1),
+            trimmed_at: AtomicU64::new(0),
+        }
     }
 
     /// Count what the store's usage index holds (at start, before anything is served: a
@@ -94,7 +99,12 @@ impl StoreUsage {
         let mut after: Option<(u64, String)> = None;
         loop {
             // A page at a time: the index may hold millions of members.
-            let page = store.index_page(&self.index, after.as_ref().map(|(s, m)| (*s, m.as_str())), REBUILD_PAGE, now)?;
+            let page = store.index_page(
+                &self.index,
+                after.as_ref().map(|(s, m)| (*s, m.as_str())),
+                REBUILD_PAGE,
+                now,
+            )?;
             let mut figures = self.figures.lock();
             for (member, expires_ms) in page.iter().filter(|(_, e)| *e > now) {
                 if let Some((caller, bytes)) = codec::parse_usage_member(member) {
@@ -112,9 +122,19 @@ impl StoreUsage {
     /// The write that records `entry` in the usage index (and trims what expired, now and
     /// then).
     fn index_ops(&self, caller: &Caller, entry: &Entry<'_>, now: u64) -> Vec<Op> {
-        let mut ops = vec![Op::IndexAdd { index: self.index.clone(), member: codec::usage_member(caller.as_deref(), entry.bytes, entry.name), score: entry.expires_ms, expires_ms: u64::MAX }];
+        let mut ops = vec![Op::IndexAdd {
+            index: self.index.clone(),
+            member: codec::usage_member(caller.as_deref(), entry.bytes, entry.name),
+            score: entry.expires_ms,
+            expires_ms: u64::MAX,
+        }];
         let last = self.trimmed_at.load(Ordering::Relaxed);
-        if now.saturating_sub(last) >= self.bucket_ms && self.trimmed_at.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+        if now.saturating_sub(last) >= self.bucket_ms
+            && self
+                .trimmed_at
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
             ops.push(Op::IndexTrim { index: self.index.clone(), below: now.saturating_add(1) });
         }
         ops
@@ -129,10 +149,18 @@ impl StoreUsage {
     ///
     /// # Errors
     /// [`Over`].
-    pub(crate) fn replace(&self, caller: &Caller, old: Option<&Entry<'_>>, new: &Entry<'_>, now: u64, force: bool) -> Result<Vec<Op>, Over> {
+    pub(crate) fn replace(
+        &self,
+        caller: &Caller,
+        old: Option<&Entry<'_>>,
+        new: &Entry<'_>,
+        now: u64,
+        force: bool,
+    ) -> Result<Vec<Op>, Over> {
         {
             let mut f = self.figures.lock();
-            let (count, grows) = old.map_or((1, new.bytes), |o| (0, new.bytes.saturating_sub(o.bytes)));
+            let (count, grows) =
+                old.map_or((1, new.bytes), |o| (0, new.bytes.saturating_sub(o.bytes)));
             if !force && (count > 0 || grows > 0) {
                 f.check(caller, now, count, grows)?;
             }
@@ -143,7 +171,10 @@ impl StoreUsage {
         }
         let mut ops = Vec::with_capacity(3);
         if let Some(o) = old {
-            ops.push(Op::IndexRemove { index: self.index.clone(), member: codec::usage_member(caller.as_deref(), o.bytes, o.name) });
+            ops.push(Op::IndexRemove {
+                index: self.index.clone(),
+                member: codec::usage_member(caller.as_deref(), o.bytes, o.name),
+            });
         }
         ops.extend(self.index_ops(caller, new, now));
         Ok(ops)
@@ -153,7 +184,10 @@ impl StoreUsage {
     /// the write that removes it from the usage index.
     pub(crate) fn release(&self, caller: &Caller, old: &Entry<'_>) -> Op {
         self.figures.lock().remove(caller, old.expires_ms, 1, old.bytes);
-        Op::IndexRemove { index: self.index.clone(), member: codec::usage_member(caller.as_deref(), old.bytes, old.name) }
+        Op::IndexRemove {
+            index: self.index.clone(),
+            member: codec::usage_member(caller.as_deref(), old.bytes, old.name),
+        }
     }
 
     /// Hold a place for one entry of `bytes` expiring at `expires_ms` (checked and counted in
@@ -162,11 +196,23 @@ impl StoreUsage {
     ///
     /// # Errors
     /// [`Over`].
-    pub(crate) fn reserve(self: &Arc<Self>, caller: &Caller, now: u64, expires_ms: u64, bytes: u64) -> Result<Reservation, Over> {
+    pub(crate) fn reserve(
+        self: &Arc<Self>,
+        caller: &Caller,
+        now: u64,
+        expires_ms: u64,
+        bytes: u64,
+    ) -> Result<Reservation, Over> {
         let mut f = self.figures.lock();
         f.check(caller, now, 1, bytes)?;
         f.add(caller, expires_ms, 1, bytes);
-        Ok(Reservation { usage: Arc::clone(self), caller: caller.clone(), expires_ms, bytes, held: true })
+        Ok(Reservation {
+            usage: Arc::clone(self),
+            caller: caller.clone(),
+            expires_ms,
+            bytes,
+            held: true,
+        })
     }
 
     /// `(entries, bytes)` of `caller` at `now`.
@@ -187,7 +233,8 @@ mod tests {
 
     #[test]
     fn figures_rebuilt_from_the_index_equal_those_that_wrote_it() {
-        let limits = UsageLimits { per_caller_count: 10, per_caller_bytes: 1000, total_bytes: 10_000 };
+        let limits =
+            UsageLimits { per_caller_count: 10, per_caller_bytes: 1000, total_bytes: 10_000 };
         let store = MemoryStore::new();
         let written = StoreUsage::new("r", limits, 1000);
         let alice: Caller = Some("alice".into());
@@ -195,7 +242,11 @@ mod tests {
         let mut ops = written.replace(&alice, None, &e("k1", 50_000, 100), 0, false).unwrap();
         ops.extend(written.replace(&None, None, &e("k2", 60_000, 30), 0, false).unwrap());
         ops.extend(written.replace(&alice, None, &e("k3", 70_000, 7), 0, false).unwrap());
-        ops.extend(written.replace(&alice, Some(&e("k3", 70_000, 7)), &e("k3", 70_000, 70), 0, false).unwrap());
+        ops.extend(
+            written
+                .replace(&alice, Some(&e("k3", 70_000, 7)), &e("k3", 70_000, 70), 0, false)
+                .unwrap(),
+        );
         ops.extend(written.replace(&alice, None, &e("old", 500, 1), 0, false).unwrap());
         store.apply(&ops).unwrap();
         let read = StoreUsage::new("r", limits, 1000);
@@ -207,11 +258,15 @@ mod tests {
 
     #[test]
     fn concurrent_reservations_cannot_all_pass_a_bound_and_a_dropped_one_gives_its_place_back() {
-        let limits = UsageLimits { per_caller_count: 3, per_caller_bytes: 1000, total_bytes: 10_000 };
+        let limits =
+            UsageLimits { per_caller_count: 3, per_caller_bytes: 1000, total_bytes: 10_000 };
         let u = Arc::new(StoreUsage::new("t", limits, 1000));
         let alice: Caller = Some("alice".into());
         let held: Vec<_> = (0..3).map(|_| u.reserve(&alice, 0, 9_000, 10).unwrap()).collect();
-        assert!(u.reserve(&alice, 0, 9_000, 10).is_err(), "three places held: a fourth is refused before any is written");
+        assert!(
+            u.reserve(&alice, 0, 9_000, 10).is_err(),
+            "three places held: a fourth is refused before any is written"
+        );
         let mut held = held.into_iter();
         let first = held.next().unwrap();
         let ops = first.into_entry(&Entry { name: "t1", expires_ms: 9_000, bytes: 400 }, 0);
@@ -223,7 +278,8 @@ mod tests {
 
     #[test]
     fn a_rewrite_that_grows_past_a_bound_is_refused_unless_forced_and_changes_nothing() {
-        let limits = UsageLimits { per_caller_count: 10, per_caller_bytes: 100, total_bytes: 10_000 };
+        let limits =
+            UsageLimits { per_caller_count: 10, per_caller_bytes: 100, total_bytes: 10_000 };
         let u = StoreUsage::new("h", limits, 1000);
         let bob: Caller = Some("bob".into());
         let small = Entry { name: "h1", expires_ms: 5_000, bytes: 60 };

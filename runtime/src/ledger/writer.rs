@@ -174,7 +174,10 @@ pub struct Writer {
 
 impl std::fmt::Debug for Writer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Writer").field("durability", &self.durability).field("queued", &self.queued.load(Ordering::Relaxed)).finish_non_exhaustive()
+        f.debug_struct("Writer")
+            .field("durability", &self.durability)
+            .field("queued", &self.queued.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
     }
 }
 
@@ -185,8 +188,19 @@ impl Writer {
     /// # Panics
     /// When the operating system cannot start a thread.
     #[must_use]
-    pub fn start(store: Arc<dyn Store>, settings: WriterSettings, now: Box<dyn Fn() -> u64 + Send>) -> Arc<Writer> {
-        let WriterSettings { durability, batch_max_ops, queue_max_bytes, sweep_every, linger, commit_wait } = settings;
+    pub fn start(
+        store: Arc<dyn Store>,
+        settings: WriterSettings,
+        now: Box<dyn Fn() -> u64 + Send>,
+    ) -> Arc<Writer> {
+        let WriterSettings {
+            durability,
+            batch_max_ops,
+            queue_max_bytes,
+            sweep_every,
+            linger,
+            commit_wait,
+        } = settings;
         store.set_durability(durability);
         let (tx, rx) = mpsc::channel();
         let queued = Arc::new(AtomicUsize::new(0));
@@ -194,12 +208,30 @@ impl Writer {
         let housekeeping: Arc<Mutex<Option<Housekeeping>>> = Arc::default();
         let stopping = Arc::new(AtomicBool::new(false));
         let thread = {
-            let (store, queued, stats, hk, stop) = (Arc::clone(&store), Arc::clone(&queued), Arc::clone(&stats), Arc::clone(&housekeeping), Arc::clone(&stopping));
+            let (store, queued, stats, hk, stop) = (
+                Arc::clone(&store),
+                Arc::clone(&queued),
+                Arc::clone(&stats),
+                Arc::clone(&housekeeping),
+                Arc::clone(&stopping),
+            );
             std::thread::Builder::new()
                 .name("ledger-writer".into())
                 .spawn(move || {
-                    let shared = Shared { store: store.as_ref(), wall_ms: &*now, queued: &queued, stats: &stats, housekeeping: &hk, stopping: &stop };
-                    run(&rx, &shared, Batching { max_ops: batch_max_ops.max(1), linger }, sweep_every);
+                    let shared = Shared {
+                        store: store.as_ref(),
+                        wall_ms: &*now,
+                        queued: &queued,
+                        stats: &stats,
+                        housekeeping: &hk,
+                        stopping: &stop,
+                    };
+                    run(
+                        &rx,
+                        &shared,
+                        Batching { max_ops: batch_max_ops.max(1), linger },
+                        sweep_every,
+                    );
                 })
                 .expect("the ledger writer thread starts")
         };
@@ -224,7 +256,18 @@ impl Writer {
                 })
                 .expect("the ledger watchdog thread starts");
         }
-        Arc::new(Writer { tx, store, durability, queued, queue_max_bytes, commit_wait, stats, stopping, housekeeping, thread: Mutex::new(Some(thread)) })
+        Arc::new(Writer {
+            tx,
+            store,
+            durability,
+            queued,
+            queue_max_bytes,
+            commit_wait,
+            stats,
+            stopping,
+            housekeeping,
+            thread: Mutex::new(Some(thread)),
+        })
     }
 
     /// Run `task` on the writer thread after every sweep (between batches, so what it applies
@@ -260,7 +303,8 @@ impl Writer {
     /// Whether the queue is over its bound (`batched` mode): event appends are refused then.
     #[must_use]
     pub fn backed_up(&self) -> bool {
-        self.durability == Durability::Batched && self.queued.load(Ordering::Acquire) > self.queue_max_bytes
+        self.durability == Durability::Batched
+            && self.queued.load(Ordering::Acquire) > self.queue_max_bytes
     }
 
     /// Whether writes that may be skipped (a handle's use) are skipped now: the queue is over
@@ -322,9 +366,12 @@ impl Writer {
     /// gave up on them as the process stopped).
     pub fn submit_acked(&self, ops: Vec<Op>) -> oneshot::Receiver<()> {
         let (ack, rx) = oneshot::channel();
-        self.send(ops, Some(Box::new(move || {
-            let _ = ack.send(());
-        })));
+        self.send(
+            ops,
+            Some(Box::new(move || {
+                let _ = ack.send(());
+            })),
+        );
         rx
     }
 
@@ -399,11 +446,19 @@ impl Writer {
             events_dropped: s.events_dropped.load(Ordering::Relaxed),
             errors: s.errors.load(Ordering::Relaxed),
             state: self.refusal().unwrap_or(LedgerState::Ok),
-            failing_since_ms: if failing { nonzero(s.failing_since_ms.load(Ordering::Relaxed)) } else { None },
+            failing_since_ms: if failing {
+                nonzero(s.failing_since_ms.load(Ordering::Relaxed))
+            } else {
+                None
+            },
             last_commit_ms: nonzero(s.last_commit_ms.load(Ordering::Relaxed)),
             lost_ops: s.lost_ops.load(Ordering::Relaxed),
             queued_bytes: self.queued.load(Ordering::Relaxed) as u64,
-            mean_commit_us: s.commit_us_total.load(Ordering::Relaxed).checked_div(batches).unwrap_or(0),
+            mean_commit_us: s
+                .commit_us_total
+                .load(Ordering::Relaxed)
+                .checked_div(batches)
+                .unwrap_or(0),
         }
     }
 }
@@ -571,7 +626,9 @@ const WATCH_EVERY: Duration = Duration::from_millis(250);
 
 /// Wall time (ms since the epoch), for the watchdog's record of when failing began.
 fn wall_ms_now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Most expired entries one sweep transaction removes.
@@ -609,7 +666,10 @@ fn commit(sh: &Shared<'_>, batch: &[Op]) -> bool {
                 if stats.failing.swap(false, Ordering::AcqRel) {
                     stats.failing_tx.send_replace(false);
                     let since = stats.failing_since_ms.swap(0, Ordering::Relaxed);
-                    tracing::info!(failing_ms = now.saturating_sub(since), "the ledger commits again; nothing handed over was lost");
+                    tracing::info!(
+                        failing_ms = now.saturating_sub(since),
+                        "the ledger commits again; nothing handed over was lost"
+                    );
                 }
                 return true;
             }
@@ -643,18 +703,39 @@ mod tests {
     use super::*;
     use crate::ledger::MemoryStore;
 
-    fn settings(durability: Durability, batch_max_ops: usize, queue_max_bytes: usize) -> WriterSettings {
-        WriterSettings { durability, batch_max_ops, queue_max_bytes, sweep_every: Duration::from_secs(60), linger: Duration::ZERO, commit_wait: Duration::from_secs(10) }
+    fn settings(
+        durability: Durability,
+        batch_max_ops: usize,
+        queue_max_bytes: usize,
+    ) -> WriterSettings {
+        WriterSettings {
+            durability,
+            batch_max_ops,
+            queue_max_bytes,
+            sweep_every: Duration::from_secs(60),
+            linger: Duration::ZERO,
+            commit_wait: Duration::from_secs(10),
+        }
     }
 
     fn append(seq: u64) -> Op {
-        Op::Append { log: "l".into(), seq, frame: Bytes::from(vec![b'x'; 100]), max_len: 1 << 20, expires_ms: u64::MAX }
+        Op::Append {
+            log: "l".into(),
+            seq,
+            frame: Bytes::from(vec![b'x'; 100]),
+            max_len: 1 << 20,
+            expires_ms: u64::MAX,
+        }
     }
 
     #[test]
     fn everything_submitted_is_committed_in_order_before_a_barrier_resolves() {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-        let w = Writer::start(Arc::clone(&store), settings(Durability::Batched, 16, usize::MAX), Box::new(|| 0));
+        let w = Writer::start(
+            Arc::clone(&store),
+            settings(Durability::Batched, 16, usize::MAX),
+            Box::new(|| 0),
+        );
         for seq in 1..=1000 {
             w.submit(vec![append(seq)]);
         }
@@ -683,9 +764,14 @@ mod tests {
     #[test]
     fn records_travelling_with_refused_appends_still_go_in() {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-        let w = Writer::start(Arc::clone(&store), settings(Durability::Batched, 16, 0), Box::new(|| 0));
+        let w =
+            Writer::start(Arc::clone(&store), settings(Durability::Batched, 16, 0), Box::new(|| 0));
         w.queued.fetch_add(1, Ordering::AcqRel);
-        let record = Op::Put { key: "t/x".into(), value: Bytes::from_static(b"closed"), expires_ms: u64::MAX };
+        let record = Op::Put {
+            key: "t/x".into(),
+            value: Bytes::from_static(b"closed"),
+            expires_ms: u64::MAX,
+        };
         assert!(!w.submit_events(vec![append(1), record]));
         w.queued.fetch_sub(1, Ordering::AcqRel);
         w.flush_blocking();
@@ -717,10 +803,19 @@ mod tests {
         fn get(&self, key: &str, now_ms: u64) -> Result<Option<Bytes>, crate::ledger::StoreError> {
             self.inner.get(key, now_ms)
         }
-        fn read_log(&self, log: &str, now_ms: u64) -> Result<Vec<(u64, Bytes)>, crate::ledger::StoreError> {
+        fn read_log(
+            &self,
+            log: &str,
+            now_ms: u64,
+        ) -> Result<Vec<(u64, Bytes)>, crate::ledger::StoreError> {
             self.inner.read_log(log, now_ms)
         }
-        fn index_lowest(&self, index: &str, limit: usize, now_ms: u64) -> Result<Vec<(String, u64)>, crate::ledger::StoreError> {
+        fn index_lowest(
+            &self,
+            index: &str,
+            limit: usize,
+            now_ms: u64,
+        ) -> Result<Vec<(String, u64)>, crate::ledger::StoreError> {
             self.inner.index_lowest(index, limit, now_ms)
         }
         fn index_len(&self, index: &str, now_ms: u64) -> Result<usize, crate::ledger::StoreError> {
@@ -750,7 +845,11 @@ mod tests {
     #[test]
     fn a_batch_the_store_refuses_is_retried_until_it_commits_and_nothing_handed_over_is_lost() {
         let store = Arc::new(Refusing::default());
-        let w = Writer::start(Arc::clone(&store) as Arc<dyn Store>, settings(Durability::Batched, 1, usize::MAX), Box::new(|| 7));
+        let w = Writer::start(
+            Arc::clone(&store) as Arc<dyn Store>,
+            settings(Durability::Batched, 1, usize::MAX),
+            Box::new(|| 7),
+        );
         w.submit(put("first"));
         w.flush_blocking();
         assert_eq!((w.snapshot().state, w.snapshot().last_commit_ms), (LedgerState::Ok, Some(7)));
@@ -766,12 +865,18 @@ mod tests {
         let tried = store.attempts.load(Ordering::Relaxed);
         eventually("it keeps retrying", || store.attempts.load(Ordering::Relaxed) >= tried + 3);
         assert!(store.get("during-1", 0).unwrap().is_none());
-        assert!(matches!(acked.try_recv(), Err(oneshot::error::TryRecvError::Empty)), "an acknowledgement waits for the commit");
+        assert!(
+            matches!(acked.try_recv(), Err(oneshot::error::TryRecvError::Empty)),
+            "an acknowledgement waits for the commit"
+        );
         store.full.store(false, Ordering::Release);
         w.flush_blocking();
         assert!(acked.try_recv().is_ok(), "acknowledged once committed");
         for k in ["first", "during-1", "during-2"] {
-            assert!(store.get(k, 0).unwrap().is_some(), "{k} was handed over before the store healed");
+            assert!(
+                store.get(k, 0).unwrap().is_some(),
+                "{k} was handed over before the store healed"
+            );
         }
         let s = w.snapshot();
         assert_eq!((s.state, s.failing_since_ms, s.lost_ops), (LedgerState::Ok, None, 0), "{s:?}");
@@ -790,7 +895,11 @@ mod tests {
         w.submit(put("stuck"));
         eventually("the watchdog reports the stall", || w.is_failing());
         assert_eq!(w.refusal(), Some(LedgerState::Failing));
-        assert!(w.last_error().is_some_and(|e| e.contains("has not answered")), "{:?}", w.last_error());
+        assert!(
+            w.last_error().is_some_and(|e| e.contains("has not answered")),
+            "{:?}",
+            w.last_error()
+        );
         store.stalled.store(false, Ordering::Release);
         w.flush_blocking();
         assert!(!w.is_failing(), "the commit's own end clears it");
@@ -813,7 +922,11 @@ mod tests {
     #[test]
     fn a_writer_dropped_while_the_store_fails_gives_up_and_counts_what_is_lost() {
         let store = Arc::new(Refusing::default());
-        let w = Writer::start(Arc::clone(&store) as Arc<dyn Store>, settings(Durability::Batched, 1, usize::MAX), Box::new(|| 0));
+        let w = Writer::start(
+            Arc::clone(&store) as Arc<dyn Store>,
+            settings(Durability::Batched, 1, usize::MAX),
+            Box::new(|| 0),
+        );
         store.full.store(true, Ordering::Release);
         let acked = w.submit_acked(put("a"));
         w.submit(put("b"));
@@ -827,7 +940,8 @@ mod tests {
     #[test]
     fn sync_appends_are_never_refused_and_are_acknowledged_after_commit() {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-        let w = Writer::start(Arc::clone(&store), settings(Durability::Sync, 16, 0), Box::new(|| 0));
+        let w =
+            Writer::start(Arc::clone(&store), settings(Durability::Sync, 16, 0), Box::new(|| 0));
         w.queued.fetch_add(1, Ordering::AcqRel);
         assert!(w.submit_events(vec![append(1)]));
         let ack = w.submit_acked(vec![append(2)]);
@@ -839,7 +953,11 @@ mod tests {
     #[test]
     fn dropping_the_writer_commits_what_was_queued() {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-        let w = Writer::start(Arc::clone(&store), settings(Durability::Batched, 4, usize::MAX), Box::new(|| 0));
+        let w = Writer::start(
+            Arc::clone(&store),
+            settings(Durability::Batched, 4, usize::MAX),
+            Box::new(|| 0),
+        );
         for seq in 1..=100 {
             w.submit(vec![append(seq)]);
         }

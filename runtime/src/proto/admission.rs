@@ -119,7 +119,12 @@ impl TokenMap {
     /// Build from `(token, principal)` pairs.
     #[must_use]
     pub fn new<'t>(pairs: impl IntoIterator<Item = (&'t str, &'t str)>) -> TokenMap {
-        TokenMap(pairs.into_iter().map(|(t, p)| (Sha256::digest(t.as_bytes()).into(), Arc::from(p))).collect())
+        TokenMap(
+            pairs
+                .into_iter()
+                .map(|(t, p)| (Sha256::digest(t.as_bytes()).into(), Arc::from(p)))
+                .collect(),
+        )
     }
 
     fn principal(&self, token: &str) -> Option<Arc<str>> {
@@ -238,8 +243,14 @@ impl Command {
     #[must_use]
     pub fn session(&self) -> Option<&SessionId> {
         match self {
-            Command::Post { session, .. } | Command::OpenStream { session } | Command::Resume { session, .. } | Command::Delete { session } => Some(session),
-            Command::Initialize { .. } | Command::Preflight | Command::Modern { .. } | Command::ModernNotification => None,
+            Command::Post { session, .. }
+            | Command::OpenStream { session }
+            | Command::Resume { session, .. }
+            | Command::Delete { session } => Some(session),
+            Command::Initialize { .. }
+            | Command::Preflight
+            | Command::Modern { .. }
+            | Command::ModernNotification => None,
         }
     }
 }
@@ -260,7 +271,11 @@ pub fn cors_origin<'a>(head: &RequestHead<'a>, p: &AdmitPolicy) -> Option<&'a st
 /// CORS headers of every response to an allowed origin.
 #[must_use]
 pub fn cors_headers(origin: &str) -> [(&'static str, String); 3] {
-    [("Access-Control-Allow-Origin", origin.to_owned()), ("Access-Control-Expose-Headers", CORS_EXPOSE_HEADERS.into()), ("Vary", "Origin".into())]
+    [
+        ("Access-Control-Allow-Origin", origin.to_owned()),
+        ("Access-Control-Expose-Headers", CORS_EXPOSE_HEADERS.into()),
+        ("Vary", "Origin".into()),
+    ]
 }
 
 /// Most `Mcp-Param-{Name}` headers one preflight may ask for ([`cors_preflight_headers`]).
@@ -278,10 +293,14 @@ pub const CORS_MAX_PARAM_HEADERS: usize = 64;
 /// # Errors
 /// [`Rejection::TooManyParamHeaders`] when `requested` names more than
 /// [`CORS_MAX_PARAM_HEADERS`] well-formed `Mcp-Param-*` headers (repeats count).
-pub fn cors_preflight_headers(requested: Option<&str>) -> Result<[(&'static str, String); 3], Rejection> {
+pub fn cors_preflight_headers(
+    requested: Option<&str>,
+) -> Result<[(&'static str, String); 3], Rejection> {
     let (mut params, mut named): (Vec<&str>, usize) = (Vec::new(), 0);
     for h in requested.into_iter().flat_map(|r| r.split(',')).map(str::trim) {
-        let is_param = h.len() > 10 && h.get(..10).is_some_and(|p| p.eq_ignore_ascii_case("mcp-param-")) && h.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+        let is_param = h.len() > 10
+            && h.get(..10).is_some_and(|p| p.eq_ignore_ascii_case("mcp-param-"))
+            && h.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
         if !is_param {
             continue;
         }
@@ -294,13 +313,19 @@ pub fn cors_preflight_headers(requested: Option<&str>) -> Result<[(&'static str,
             params.push(h);
         }
     }
-    let mut allow = String::with_capacity(CORS_ALLOW_HEADERS.len() + params.iter().map(|p| p.len() + 2).sum::<usize>());
+    let mut allow = String::with_capacity(
+        CORS_ALLOW_HEADERS.len() + params.iter().map(|p| p.len() + 2).sum::<usize>(),
+    );
     allow.push_str(CORS_ALLOW_HEADERS);
     for p in params {
         allow.push_str(", ");
         allow.push_str(p);
     }
-    Ok([("Access-Control-Allow-Methods", CORS_ALLOW_METHODS.into()), ("Access-Control-Allow-Headers", allow), ("Access-Control-Max-Age", "600".into())])
+    Ok([
+        ("Access-Control-Allow-Methods", CORS_ALLOW_METHODS.into()),
+        ("Access-Control-Allow-Headers", allow),
+        ("Access-Control-Max-Age", "600".into()),
+    ])
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -317,7 +342,9 @@ fn parse_accept(accept: Option<&str>) -> Accepts {
         let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
         let refused = parts.any(|p| {
             let p = p.trim();
-            p.strip_prefix("q=").or_else(|| p.strip_prefix("Q=")).is_some_and(|q| q.trim().parse::<f32>().ok() == Some(0.0))
+            p.strip_prefix("q=")
+                .or_else(|| p.strip_prefix("Q="))
+                .is_some_and(|q| q.trim().parse::<f32>().ok() == Some(0.0))
         });
         if refused {
             continue;
@@ -345,7 +372,9 @@ fn host_part(authority: &str) -> &str {
     if authority.starts_with('[') {
         return authority.find(']').map_or(authority, |i| &authority[..=i]);
     }
-    authority.rsplit_once(':').map_or(authority, |(h, p)| if p.bytes().all(|b| b.is_ascii_digit()) { h } else { authority })
+    authority.rsplit_once(':').map_or(authority, |(h, p)| {
+        if p.bytes().all(|b| b.is_ascii_digit()) { h } else { authority }
+    })
 }
 
 fn origin_allowed(origin: &str, p: &AdmitPolicy) -> bool {
@@ -356,7 +385,8 @@ fn origin_allowed(origin: &str, p: &AdmitPolicy) -> bool {
     if !p.allow_localhost_origins {
         return false;
     }
-    let Some(rest) = lower.strip_prefix("http://").or_else(|| lower.strip_prefix("https://")) else {
+    let Some(rest) = lower.strip_prefix("http://").or_else(|| lower.strip_prefix("https://"))
+    else {
         return false;
     };
     !rest.contains('/') && is_localhost_name(host_part(rest))
@@ -370,7 +400,8 @@ fn host_allowed(host: &str, p: &AdmitPolicy) -> bool {
         };
     }
     let lower = host.to_ascii_lowercase();
-    is_localhost_name(host_part(&lower)) || p.allowed_hosts.iter().any(|h| *h == lower || *h == host_part(&lower))
+    is_localhost_name(host_part(&lower))
+        || p.allowed_hosts.iter().any(|h| *h == lower || *h == host_part(&lower))
 }
 
 fn session_of(head: &RequestHead<'_>) -> Result<SessionId, Rejection> {
@@ -382,14 +413,18 @@ fn session_of(head: &RequestHead<'_>) -> Result<SessionId, Rejection> {
 fn version_of(head: &RequestHead<'_>) -> Result<Option<ProtocolVersion>, Rejection> {
     match head.protocol_version.map(str::trim) {
         None => Ok(None),
-        Some(v) => ProtocolVersion::parse(v).map(Some).ok_or_else(|| Rejection::UnsupportedVersion(v.to_owned())),
+        Some(v) => ProtocolVersion::parse(v)
+            .map(Some)
+            .ok_or_else(|| Rejection::UnsupportedVersion(v.to_owned())),
     }
 }
 
 fn invalid(e: ParseError) -> Rejection {
     match e {
         ParseError::Json(_) => Rejection::Parse,
-        ParseError::Invalid { reason, id } => Rejection::InvalidMessage { reason: reason.into(), id },
+        ParseError::Invalid { reason, id } => {
+            Rejection::InvalidMessage { reason: reason.into(), id }
+        }
     }
 }
 
@@ -430,7 +465,11 @@ pub fn admit_head(head: &RequestHead<'_>, policy: &AdmitPolicy) -> Result<HeadAd
     }
     if head.method == HttpMethod::Options {
         return match (head.origin, head.cors_request_method) {
-            (Some(_), Some(_)) => Ok(HeadAdmitted::Done(Admitted { principal: None, command: Command::Preflight, parsed_bytes: 0 })),
+            (Some(_), Some(_)) => Ok(HeadAdmitted::Done(Admitted {
+                principal: None,
+                command: Command::Preflight,
+                parsed_bytes: 0,
+            })),
             _ => Err(Rejection::MethodNotAllowed),
         };
     }
@@ -450,12 +489,18 @@ pub fn admit_head(head: &RequestHead<'_>, policy: &AdmitPolicy) -> Result<HeadAd
         && head.protocol_version.is_some_and(|v| super::modern::is_modern(Some(v), None))
     {
         // 2026-07-28 has no sessions: no GET stream, no DELETE (SPEC.md §3.8).
-        return Err(Rejection::Modern { error: super::modern::ModernError::NoSessionMethods, id: None });
+        return Err(Rejection::Modern {
+            error: super::modern::ModernError::NoSessionMethods,
+            id: None,
+        });
     }
     // Refused here, in the legacy order, unless a 2026-07-28 POST may ignore it (decided with
     // its body).
-    let modern_header = head.protocol_version.is_some_and(|v| super::modern::is_modern(Some(v), None));
-    if let Some(name) = head.invalid_session_header.filter(|_| head.method != HttpMethod::Post || !modern_header) {
+    let modern_header =
+        head.protocol_version.is_some_and(|v| super::modern::is_modern(Some(v), None));
+    if let Some(name) =
+        head.invalid_session_header.filter(|_| head.method != HttpMethod::Post || !modern_header)
+    {
         return Err(Rejection::InvalidHeader(name));
     }
     let command = match head.method {
@@ -491,12 +536,21 @@ pub fn admit_head(head: &RequestHead<'_>, policy: &AdmitPolicy) -> Result<HeadAd
 ///
 /// # Errors
 /// The [`Rejection`] for the first rule the body breaks.
-pub fn admit_body(principal: Option<Arc<str>>, head: &RequestHead<'_>, body: &[u8], policy: &AdmitPolicy) -> Result<Admitted, Rejection> {
+pub fn admit_body(
+    principal: Option<Arc<str>>,
+    head: &RequestHead<'_>,
+    body: &[u8],
+    policy: &AdmitPolicy,
+) -> Result<Admitted, Rejection> {
     if body.len() > policy.max_body_bytes {
         return Err(Rejection::PayloadTooLarge);
     }
     let scanned = limits::scan(body, &policy.limits).map_err(Rejection::LimitExceeded)?;
-    Ok(Admitted { principal, command: admit_post(head, body, policy)?, parsed_bytes: scanned.parsed_bytes() })
+    Ok(Admitted {
+        principal,
+        command: admit_post(head, body, policy)?,
+        parsed_bytes: scanned.parsed_bytes(),
+    })
 }
 
 /// Classify one HTTP request: [`admit_head`], then for a POST [`admit_body`].
@@ -504,7 +558,11 @@ pub fn admit_body(principal: Option<Arc<str>>, head: &RequestHead<'_>, body: &[u
 /// # Errors
 /// The [`Rejection`] for the first rule the request breaks, in the order listed in the module
 /// documentation.
-pub fn admit(head: &RequestHead<'_>, body: &[u8], policy: &AdmitPolicy) -> Result<Admitted, Rejection> {
+pub fn admit(
+    head: &RequestHead<'_>,
+    body: &[u8],
+    policy: &AdmitPolicy,
+) -> Result<Admitted, Rejection> {
     match admit_head(head, policy)? {
         HeadAdmitted::Done(a) => Ok(a),
         HeadAdmitted::Post { principal } => admit_body(principal, head, body, policy),
@@ -512,17 +570,26 @@ pub fn admit(head: &RequestHead<'_>, body: &[u8], policy: &AdmitPolicy) -> Resul
 }
 
 /// [`admit_body`] after the size and the scan.
-fn admit_post(head: &RequestHead<'_>, body: &[u8], policy: &AdmitPolicy) -> Result<Command, Rejection> {
+fn admit_post(
+    head: &RequestHead<'_>,
+    body: &[u8],
+    policy: &AdmitPolicy,
+) -> Result<Command, Rejection> {
     let limits = &policy.limits;
     let incoming = parse_body(body).map_err(invalid)?;
     match &incoming {
         Incoming::Single(m) => limits::check_message(m, limits),
-        Incoming::Batch(ms) if ms.len() > limits.batch_max_items => Err(LimitExceeded { limit: Limit::BatchItems, max: limits.batch_max_items }),
+        Incoming::Batch(ms) if ms.len() > limits.batch_max_items => {
+            Err(LimitExceeded { limit: Limit::BatchItems, max: limits.batch_max_items })
+        }
         Incoming::Batch(ms) => ms.iter().try_for_each(|m| limits::check_message(m, limits)),
     }
     .map_err(|l| match &incoming {
         // A 2026-07-28 request's refusal echoes its id (unless the id is what is too long).
-        Incoming::Single(Message::Request { id, meta, .. }) if l.limit != Limit::IdLength && super::modern::is_modern(head.protocol_version, meta.as_deref()) => {
+        Incoming::Single(Message::Request { id, meta, .. })
+            if l.limit != Limit::IdLength
+                && super::modern::is_modern(head.protocol_version, meta.as_deref()) =>
+        {
             Rejection::LimitExceeded(l).with_id(id)
         }
         _ => Rejection::LimitExceeded(l),
@@ -542,22 +609,33 @@ fn admit_post(head: &RequestHead<'_>, body: &[u8], policy: &AdmitPolicy) -> Resu
     if has_request && !accepts.json && !accepts.sse {
         return Err(Rejection::NotAcceptable);
     }
-    let reply = if accepts.sse && (policy.prefer_sse || !accepts.json) { ReplyMode::Sse } else { ReplyMode::Json };
+    let reply = if accepts.sse && (policy.prefer_sse || !accepts.json) {
+        ReplyMode::Sse
+    } else {
+        ReplyMode::Json
+    };
     if let Incoming::Single(Message::Request { method, id, params, .. }) = &incoming
-        && method == "initialize" {
-            // The version header is never a reason to refuse `initialize` (negotiation
-            // happens in the body).
-            if head.session_id.is_some() {
-                return Err(Rejection::AlreadyInitialized);
-            }
-            let init = InitializeRequest::from_params(params.as_ref());
-            let kept_bytes = limits::check_handshake(&init.capabilities, &init.client_info, &limits.handshake).map_err(Rejection::LimitExceeded)?;
-            return Ok(Command::Initialize { id: id.clone(), init, kept_bytes, reply });
+        && method == "initialize"
+    {
+        // The version header is never a reason to refuse `initialize` (negotiation
+        // happens in the body).
+        if head.session_id.is_some() {
+            return Err(Rejection::AlreadyInitialized);
         }
+        let init = InitializeRequest::from_params(params.as_ref());
+        let kept_bytes =
+            limits::check_handshake(&init.capabilities, &init.client_info, &limits.handshake)
+                .map_err(Rejection::LimitExceeded)?;
+        return Ok(Command::Initialize { id: id.clone(), init, kept_bytes, reply });
+    }
     if let Incoming::Batch(ms) = &incoming
-        && ms.iter().any(|m| matches!(m, Message::Request { method, .. } if method == "initialize")) {
-            return Err(Rejection::InvalidMessage { reason: "initialize must not be part of a batch".into(), id: None });
-        }
+        && ms.iter().any(|m| matches!(m, Message::Request { method, .. } if method == "initialize"))
+    {
+        return Err(Rejection::InvalidMessage {
+            reason: "initialize must not be part of a batch".into(),
+            id: None,
+        });
+    }
     let session = session_of(head)?;
     let version = version_of(head)?;
     Ok(Command::Post { session, version, incoming, reply })
@@ -565,27 +643,52 @@ fn admit_post(head: &RequestHead<'_>, body: &[u8], policy: &AdmitPolicy) -> Resu
 
 /// The modern path, when the body says so (see [`super::modern::is_modern`]); the body back
 /// when it is legacy.
-fn admit_modern(head: &RequestHead<'_>, incoming: Incoming) -> Result<Result<Command, Rejection>, Incoming> {
+fn admit_modern(
+    head: &RequestHead<'_>,
+    incoming: Incoming,
+) -> Result<Result<Command, Rejection>, Incoming> {
     use super::modern::{self, ModernError, ModernHead, ModernRequest};
     let modern_header = head.protocol_version.is_some_and(|v| modern::is_modern(Some(v), None));
-    let refuse = |why: &str| Ok(Err(Rejection::Modern { error: ModernError::InvalidRequest(why.into()), id: None }));
+    let refuse = |why: &str| {
+        Ok(Err(Rejection::Modern { error: ModernError::InvalidRequest(why.into()), id: None }))
+    };
     match incoming {
-        Incoming::Batch(_) if modern_header => refuse("a body is exactly one message in 2026-07-28"),
-        Incoming::Single(Message::Request { id, method, params, meta }) if modern::is_modern(head.protocol_version, meta.as_deref()) => {
+        Incoming::Batch(_) if modern_header => {
+            refuse("a body is exactly one message in 2026-07-28")
+        }
+        Incoming::Single(Message::Request { id, method, params, meta })
+            if modern::is_modern(head.protocol_version, meta.as_deref()) =>
+        {
             let accepts = parse_accept(head.accept);
             if !accepts.json && !accepts.sse {
                 return Ok(Err(Rejection::NotAcceptable.with_id(&id)));
             }
             let reply = if accepts.sse { ReplyMode::Sse } else { ReplyMode::Json };
-            let mhead = ModernHead { protocol_version: head.protocol_version, method: head.mcp_method, name: head.mcp_name, unreadable: head.invalid_modern_header };
+            let mhead = ModernHead {
+                protocol_version: head.protocol_version,
+                method: head.mcp_method,
+                name: head.mcp_name,
+                unreadable: head.invalid_modern_header,
+            };
             Ok(match modern::check(&mhead, &method, params.as_ref(), meta) {
-                Ok(meta) => Ok(Command::Modern { request: ModernRequest { id, method, params, meta }, reply }),
+                Ok(meta) => Ok(Command::Modern {
+                    request: ModernRequest { id, method, params, meta },
+                    reply,
+                }),
                 Err(error) => Err(Rejection::Modern { error, id: Some(id) }),
             })
         }
-        Incoming::Single(Message::Notification { meta, .. }) if modern::is_modern(head.protocol_version, meta.as_deref()) => Ok(Ok(Command::ModernNotification)),
-        Incoming::Single(Message::Response { .. } | Message::ErrorResponse { .. }) if modern_header => {
-            refuse("clients send no responses in 2026-07-28 (there are no server-to-client requests)")
+        Incoming::Single(Message::Notification { meta, .. })
+            if modern::is_modern(head.protocol_version, meta.as_deref()) =>
+        {
+            Ok(Ok(Command::ModernNotification))
+        }
+        Incoming::Single(Message::Response { .. } | Message::ErrorResponse { .. })
+            if modern_header =>
+        {
+            refuse(
+                "clients send no responses in 2026-07-28 (there are no server-to-client requests)",
+            )
         }
         legacy => Err(legacy),
     }

@@ -44,7 +44,13 @@ impl Overload {
     #[must_use]
     pub fn retry_after_s(self) -> u32 {
         match self {
-            Overload::Mailbox | Overload::InFlight | Overload::ModernInFlight | Overload::Listen | Overload::LedgerBacklog | Overload::RequestMemory | Overload::LedgerReads => 1,
+            Overload::Mailbox
+            | Overload::InFlight
+            | Overload::ModernInFlight
+            | Overload::Listen
+            | Overload::LedgerBacklog
+            | Overload::RequestMemory
+            | Overload::LedgerReads => 1,
             Overload::StreamMemory => 2,
             Overload::Sessions | Overload::Draining | Overload::LedgerFailing => 5,
         }
@@ -59,10 +65,16 @@ impl Overload {
             Overload::StreamMemory => "server-wide stream memory budget is full",
             Overload::ModernInFlight => "too many 2026-07-28 requests running",
             Overload::Listen => "too many subscriptions/listen streams open",
-            Overload::LedgerFailing => "the ledger cannot commit right now (its store refuses writes: disk full, locked or failing); nothing was run or recorded, try again",
-            Overload::LedgerBacklog => "the ledger is behind (more than ledger.queue_max_bytes wait to be committed); nothing was run or recorded, try again",
+            Overload::LedgerFailing => {
+                "the ledger cannot commit right now (its store refuses writes: disk full, locked or failing); nothing was run or recorded, try again"
+            }
+            Overload::LedgerBacklog => {
+                "the ledger is behind (more than ledger.queue_max_bytes wait to be committed); nothing was run or recorded, try again"
+            }
             Overload::RequestMemory => "server-wide request memory budget is full",
-            Overload::LedgerReads => "the ledger's reads are behind (as many wait as may); nothing was run, try again",
+            Overload::LedgerReads => {
+                "the ledger's reads are behind (as many wait as may); nothing was run, try again"
+            }
         }
     }
 }
@@ -129,7 +141,9 @@ pub enum Rejection {
     #[error("Bad Request: the {0} header is not visible ASCII")]
     InvalidHeader(&'static str),
     /// A CORS preflight asks for more than [`CORS_MAX_PARAM_HEADERS`] `Mcp-Param-*` headers.
-    #[error("Bad Request: Access-Control-Request-Headers names more than {CORS_MAX_PARAM_HEADERS} Mcp-Param-* headers")]
+    #[error(
+        "Bad Request: Access-Control-Request-Headers names more than {CORS_MAX_PARAM_HEADERS} Mcp-Param-* headers"
+    )]
     TooManyParamHeaders,
     /// Body is not JSON.
     #[error("Parse error")]
@@ -280,7 +294,9 @@ impl Rejection {
         match self {
             Rejection::WithId(inner, _) => inner.code(),
             Rejection::Parse => code::PARSE_ERROR,
-            Rejection::InvalidMessage { .. } | Rejection::AlreadyInitialized | Rejection::LimitExceeded(_) => code::INVALID_REQUEST,
+            Rejection::InvalidMessage { .. }
+            | Rejection::AlreadyInitialized
+            | Rejection::LimitExceeded(_) => code::INVALID_REQUEST,
             Rejection::SessionNotFound => code::SESSION_NOT_FOUND,
             Rejection::RequestIdInFlight(_) => code::REQUEST_ID_IN_FLIGHT,
             Rejection::CursorRejected => code::CURSOR_REJECTED,
@@ -290,8 +306,11 @@ impl Rejection {
             Rejection::Internal => code::INTERNAL_ERROR,
             Rejection::Modern { error, .. } => match error {
                 super::modern::ModernError::HeaderMismatch(_) => code::HEADER_MISMATCH,
-                super::modern::ModernError::InvalidMeta(_) | super::modern::ModernError::InvalidInput(_) => code::INVALID_PARAMS,
-                super::modern::ModernError::UnsupportedVersion(_) => code::UNSUPPORTED_PROTOCOL_VERSION,
+                super::modern::ModernError::InvalidMeta(_)
+                | super::modern::ModernError::InvalidInput(_) => code::INVALID_PARAMS,
+                super::modern::ModernError::UnsupportedVersion(_) => {
+                    code::UNSUPPORTED_PROTOCOL_VERSION
+                }
                 super::modern::ModernError::MethodNotFound(_) => code::METHOD_NOT_FOUND,
                 super::modern::ModernError::InvalidRequest(_) => code::INVALID_REQUEST,
                 super::modern::ModernError::NoSessionMethods => code::TRANSPORT,
@@ -317,7 +336,9 @@ impl Rejection {
     pub fn id(&self) -> Option<&JsonRpcId> {
         match self {
             Rejection::InvalidMessage { id, .. } | Rejection::Modern { id, .. } => id.as_ref(),
-            Rejection::RequestIdInFlight(id) | Rejection::MissingCapability { id, .. } | Rejection::WithId(_, id) => Some(id),
+            Rejection::RequestIdInFlight(id)
+            | Rejection::MissingCapability { id, .. }
+            | Rejection::WithId(_, id) => Some(id),
             _ => None,
         }
     }
@@ -327,7 +348,8 @@ impl Rejection {
     pub fn retry_after_s(&self) -> Option<u32> {
         match self {
             Rejection::WithId(inner, _) => inner.retry_after_s(),
-            Rejection::QuotaExceeded { retry_after_s, .. } | Rejection::StoreFull { retry_after_s, .. } => Some(*retry_after_s),
+            Rejection::QuotaExceeded { retry_after_s, .. }
+            | Rejection::StoreFull { retry_after_s, .. } => Some(*retry_after_s),
             Rejection::Overloaded(cause) => Some(cause.retry_after_s()),
             _ => None,
         }
@@ -343,7 +365,9 @@ impl Rejection {
             Rejection::WithId(inner, _) => inner.headers(),
             Rejection::Unauthorized => vec![("WWW-Authenticate", "Bearer".into())],
             Rejection::MethodNotAllowed => vec![("Allow", "GET, POST, DELETE, OPTIONS".into())],
-            Rejection::Modern { error: super::modern::ModernError::NoSessionMethods, .. } => vec![("Allow", "POST, OPTIONS".into())],
+            Rejection::Modern { error: super::modern::ModernError::NoSessionMethods, .. } => {
+                vec![("Allow", "POST, OPTIONS".into())]
+            }
             _ => Vec::new(),
         }
     }
@@ -359,9 +383,17 @@ impl Rejection {
             Rejection::UnsupportedVersion(_) => e.with_data(serde_json::json!({
                 "supported": super::version::SUPPORTED.map(|v| v.as_str()),
             })),
-            Rejection::LimitExceeded(l) => e.with_data(serde_json::json!({"limit": l.limit.describe(), "max": l.max})),
-            Rejection::Modern { error: super::modern::ModernError::UnsupportedVersion(v), .. } => e.with_data(serde_json::json!({"supported": super::modern::MODERN_VERSIONS, "requested": v})),
-            Rejection::MissingCapability { capabilities, .. } => e.with_data(serde_json::json!({"requiredCapabilities": capabilities})),
+            Rejection::LimitExceeded(l) => {
+                e.with_data(serde_json::json!({"limit": l.limit.describe(), "max": l.max}))
+            }
+            Rejection::Modern {
+                error: super::modern::ModernError::UnsupportedVersion(v), ..
+            } => e.with_data(
+                serde_json::json!({"supported": super::modern::MODERN_VERSIONS, "requested": v}),
+            ),
+            Rejection::MissingCapability { capabilities, .. } => {
+                e.with_data(serde_json::json!({"requiredCapabilities": capabilities}))
+            }
             _ => e,
         }
     }
@@ -401,7 +433,11 @@ impl Rejection {
             Rejection::LimitExceeded(l) => match l.limit {
                 Limit::JsonDepth | Limit::JsonValues => "limit.json",
                 Limit::Capabilities(_) | Limit::ClientInfo(_) => "limit.handshake",
-                Limit::IdLength | Limit::MethodLength | Limit::NameLength | Limit::UriLength | Limit::ProgressToken => "limit.length",
+                Limit::IdLength
+                | Limit::MethodLength
+                | Limit::NameLength
+                | Limit::UriLength
+                | Limit::ProgressToken => "limit.length",
                 Limit::BatchItems => "limit.batch",
             },
             Rejection::MissingSession => "missing_session",
@@ -417,7 +453,9 @@ impl Rejection {
             Rejection::QuotaExceeded { cause: Quota::Listen, .. } => "quota.listen",
             Rejection::QuotaExceeded { cause: Quota::Tasks, .. } => "quota.tasks",
             Rejection::QuotaExceeded { cause: Quota::Receipts, .. } => "quota.receipts",
-            Rejection::QuotaExceeded { cause: Quota::ModernInFlight, .. } => "quota.modern_in_flight",
+            Rejection::QuotaExceeded { cause: Quota::ModernInFlight, .. } => {
+                "quota.modern_in_flight"
+            }
             Rejection::StoreFull { store: StoreBound::Receipts, .. } => "overloaded.receipts",
             Rejection::StoreFull { store: StoreBound::Tasks, .. } => "overloaded.tasks",
             Rejection::Overloaded(Overload::Sessions) => "overloaded.sessions",
@@ -508,44 +546,122 @@ impl Rejection {
         let limit = |limit| Rejection::LimitExceeded(LimitExceeded { limit, max: 1 });
         let modern = |error| Rejection::Modern { error, id: Some(JsonRpcId::Number(1)) };
         vec![
-            (Rejection::OriginNotAllowed, "`Origin` present and not in the allow-list (also on a CORS preflight)"),
-            (Rejection::HostNotAllowed, "`Host` not allowed (loopback binds accept only localhost names)"),
+            (
+                Rejection::OriginNotAllowed,
+                "`Origin` present and not in the allow-list (also on a CORS preflight)",
+            ),
+            (
+                Rejection::HostNotAllowed,
+                "`Host` not allowed (loopback binds accept only localhost names)",
+            ),
             (Rejection::Unauthorized, "auth configured; bearer token missing or unknown"),
-            (Rejection::NotAcceptable, "POST accepts neither JSON nor SSE; GET does not accept SSE"),
-            (Rejection::UnsupportedMediaType, "POST `Content-Type` is present and not `application/json`"),
-            (Rejection::PayloadTooLarge, "body larger than `security.max_body_bytes` (checked against `Content-Length` before reading, and while reading)"),
-            (Rejection::BodyTimeout, "the body did not arrive in full within `security.body_read_timeout_ms`"),
-            (Rejection::MethodNotAllowed, "method other than POST, GET, DELETE; OPTIONS that is not a CORS preflight"),
-            (Rejection::InvalidHeader("Last-Event-ID"), "a header the endpoint reads (`Accept`, `Content-Type`, `Origin`, `Host`, `Authorization`, `MCP-Session-Id`, `MCP-Protocol-Version`, `Last-Event-ID`, `Access-Control-Request-Method`) is not visible ASCII"),
-            (Rejection::TooManyParamHeaders, "a CORS preflight's `Access-Control-Request-Headers` names more than 64 `Mcp-Param-*` headers (repeats count)"),
+            (
+                Rejection::NotAcceptable,
+                "POST accepts neither JSON nor SSE; GET does not accept SSE",
+            ),
+            (
+                Rejection::UnsupportedMediaType,
+                "POST `Content-Type` is present and not `application/json`",
+            ),
+            (
+                Rejection::PayloadTooLarge,
+                "body larger than `security.max_body_bytes` (checked against `Content-Length` before reading, and while reading)",
+            ),
+            (
+                Rejection::BodyTimeout,
+                "the body did not arrive in full within `security.body_read_timeout_ms`",
+            ),
+            (
+                Rejection::MethodNotAllowed,
+                "method other than POST, GET, DELETE; OPTIONS that is not a CORS preflight",
+            ),
+            (
+                Rejection::InvalidHeader("Last-Event-ID"),
+                "a header the endpoint reads (`Accept`, `Content-Type`, `Origin`, `Host`, `Authorization`, `MCP-Session-Id`, `MCP-Protocol-Version`, `Last-Event-ID`, `Access-Control-Request-Method`) is not visible ASCII",
+            ),
+            (
+                Rejection::TooManyParamHeaders,
+                "a CORS preflight's `Access-Control-Request-Headers` names more than 64 `Mcp-Param-*` headers (repeats count)",
+            ),
             (Rejection::Parse, "body is not JSON"),
             (
                 Rejection::InvalidMessage { reason: "example".into(), id: None },
                 "not JSON-RPC 2.0; `null` id; batch on a session newer than 2025-03-26; `initialize` in a batch",
             ),
-            (limit(Limit::JsonValues), "body deeper or with more values than `limits.json_*`; `initialize` `capabilities` or `clientInfo` over `limits.handshake_*`; string id, method, tool/prompt name or URI longer than its `limits.*_max_bytes`; a `_meta.progressToken` that is not a number or a string of at most `limits.id_max_bytes`; batch over `limits.batch_max_items` (`data` names the limit)"),
+            (
+                limit(Limit::JsonValues),
+                "body deeper or with more values than `limits.json_*`; `initialize` `capabilities` or `clientInfo` over `limits.handshake_*`; string id, method, tool/prompt name or URI longer than its `limits.*_max_bytes`; a `_meta.progressToken` that is not a number or a string of at most `limits.id_max_bytes`; batch over `limits.batch_max_items` (`data` names the limit)",
+            ),
             (Rejection::MissingSession, "no `MCP-Session-Id` on a non-`initialize` request"),
-            (Rejection::SessionNotFound, "session unknown, deleted (also while its request was running), expired, or owned by another caller"),
-            (Rejection::UnsupportedVersion("1999-01-01".into()), "`MCP-Protocol-Version` not supported"),
+            (
+                Rejection::SessionNotFound,
+                "session unknown, deleted (also while its request was running), expired, or owned by another caller",
+            ),
+            (
+                Rejection::UnsupportedVersion("1999-01-01".into()),
+                "`MCP-Protocol-Version` not supported",
+            ),
             (Rejection::AlreadyInitialized, "`initialize` sent with an `MCP-Session-Id`"),
-            (Rejection::RequestIdInFlight(JsonRpcId::Number(1)), "request id already in flight in the session"),
-            (Rejection::CursorRejected, "`Last-Event-ID` malformed, forged, or from another stream/session/caller"),
+            (
+                Rejection::RequestIdInFlight(JsonRpcId::Number(1)),
+                "request id already in flight in the session",
+            ),
+            (
+                Rejection::CursorRejected,
+                "`Last-Event-ID` malformed, forged, or from another stream/session/caller",
+            ),
             (
                 Rejection::EventsLost,
                 "GET resume: the stream is no longer retained, or (standalone GET stream) events after the cursor were evicted",
             ),
-            (Rejection::QuotaExceeded { cause: Quota::Sessions, retry_after_s: 5 }, "the caller (principal, or client address without auth) has `quotas.sessions_per_principal` live sessions (`Retry-After: 5`), creates them faster than `quotas.session_rate_per_sec` (`Retry-After`: when the next is allowed), or its share `quotas.stream_memory_per_principal` of the stream memory is full for a request that would open a stream or session (`Retry-After: 2`), or holds `modern.listen_per_caller` open `subscriptions/listen` streams (`Retry-After: 1`), or runs `tasks.max_per_caller` tasks (`Retry-After: 1`) or keeps `tasks.max_kept_per_caller` or `tasks.bytes_per_caller` (`Retry-After`: until its oldest expires) when calling a tool that needs one, or keeps `ledger.receipts_per_caller` idempotency receipts or `ledger.receipt_bytes_per_caller` of them for a keyed write-tool call (`Retry-After`: until its oldest expires; the tool did not run), or runs `modern.max_in_flight_per_caller` 2026-07-28 requests (`Retry-After: 1`)"),
-            (Rejection::Overloaded(Overload::Sessions), "`sessions.max_sessions` reached (`Retry-After: 5`), the server is draining: every new request, `initialize` included (`shutdown.retry_after_secs`, default 5), session mailbox full (1), `sessions.max_in_flight` reached (1), `modern.max_in_flight` 2026-07-28 requests running (1), `modern.listen_max` `subscriptions/listen` streams open (1), or the stream memory budget `limits.stream_memory_bytes` is full for a request that would open a stream (2), the request memory budget `limits.request_memory_bytes` is held by requests in flight (1), the ledger's reads are behind (1,024 wait) for a request that needs one (1); the ledger cannot commit (5: a refused commit, or one unanswered for `ledger.commit_wait_ms`) or is more than `ledger.queue_max_bytes` behind (1) and the request needs a new durable record (`initialize` and reviving a session on a durable ledger, a keyed write-tool call, a tool that keeps state handles, a task, a resumable stream; the message names the ledger)"),
-            (Rejection::StoreFull { store: StoreBound::Receipts, retry_after_s: 60 }, "the idempotency receipts of every caller hold `ledger.receipt_bytes_total` (a keyed write-tool call; the tool did not run), or the kept tasks `tasks.bytes_total` (a tool that needs a task); `Retry-After`: until the oldest expires"),
+            (
+                Rejection::QuotaExceeded { cause: Quota::Sessions, retry_after_s: 5 },
+                "the caller (principal, or client address without auth) has `quotas.sessions_per_principal` live sessions (`Retry-After: 5`), creates them faster than `quotas.session_rate_per_sec` (`Retry-After`: when the next is allowed), or its share `quotas.stream_memory_per_principal` of the stream memory is full for a request that would open a stream or session (`Retry-After: 2`), or holds `modern.listen_per_caller` open `subscriptions/listen` streams (`Retry-After: 1`), or runs `tasks.max_per_caller` tasks (`Retry-After: 1`) or keeps `tasks.max_kept_per_caller` or `tasks.bytes_per_caller` (`Retry-After`: until its oldest expires) when calling a tool that needs one, or keeps `ledger.receipts_per_caller` idempotency receipts or `ledger.receipt_bytes_per_caller` of them for a keyed write-tool call (`Retry-After`: until its oldest expires; the tool did not run), or runs `modern.max_in_flight_per_caller` 2026-07-28 requests (`Retry-After: 1`)",
+            ),
+            (
+                Rejection::Overloaded(Overload::Sessions),
+                "`sessions.max_sessions` reached (`Retry-After: 5`), the server is draining: every new request, `initialize` included (`shutdown.retry_after_secs`, default 5), session mailbox full (1), `sessions.max_in_flight` reached (1), `modern.max_in_flight` 2026-07-28 requests running (1), `modern.listen_max` `subscriptions/listen` streams open (1), or the stream memory budget `limits.stream_memory_bytes` is full for a request that would open a stream (2), the request memory budget `limits.request_memory_bytes` is held by requests in flight (1), the ledger's reads are behind (1,024 wait) for a request that needs one (1); the ledger cannot commit (5: a refused commit, or one unanswered for `ledger.commit_wait_ms`) or is more than `ledger.queue_max_bytes` behind (1) and the request needs a new durable record (`initialize` and reviving a session on a durable ledger, a keyed write-tool call, a tool that keeps state handles, a task, a resumable stream; the message names the ledger)",
+            ),
+            (
+                Rejection::StoreFull { store: StoreBound::Receipts, retry_after_s: 60 },
+                "the idempotency receipts of every caller hold `ledger.receipt_bytes_total` (a keyed write-tool call; the tool did not run), or the kept tasks `tasks.bytes_total` (a tool that needs a task); `Retry-After`: until the oldest expires",
+            ),
             (Rejection::Internal, "unexpected server error (details only in the log)"),
-            (modern(M::HeaderMismatch("example".into())), "modern request: `MCP-Protocol-Version` missing or different from `_meta`'s version; `Mcp-Method` missing or different from the body's method; `Mcp-Name` missing or different from `params.name` (`tools/call`, `prompts/get`) or `params.uri` (`resources/read`), after base64-sentinel decoding; an `Mcp-Param-*` header missing, extra, undecodable or different from its annotated argument (integers compared as numbers)"),
-            (modern(M::InvalidMeta("example".into())), "modern request: `_meta` lacks `io.modelcontextprotocol/protocolVersion` or `clientCapabilities`, or one of its fields has the wrong type (`clientInfo` not an object, an unknown `logLevel`)"),
-            (modern(M::UnsupportedVersion("2099-01-01".into())), "modern request naming a version other than 2026-07-28 (`data.supported`, `data.requested`)"),
-            (Rejection::MissingCapability { capabilities: serde_json::json!({"sampling": {}}), id: JsonRpcId::Number(1) }, "modern request: the tool needs a client capability the request's `clientCapabilities` lack (`data.requiredCapabilities`); a call of a tool that needs a task, or a `tasks/*` request, without the tasks extension in them"),
-            (modern(M::MethodNotFound("ping".into())), "modern request for an unknown method or one removed in 2026-07-28 (`initialize`, `ping`, `logging/setLevel`, `resources/subscribe`, `resources/unsubscribe`, `notifications/initialized`); the message names the supported versions"),
-            (modern(M::InvalidRequest("example".into())), "modern request body that is a batch or a JSON-RPC response (clients send only requests and notifications in 2026-07-28)"),
-            (modern(M::InvalidInput("example".into())), "modern retry of an `input_required` result: `inputResponses` not an object, or `requestState` altered, expired (`modern.request_state_ttl_secs`), issued to another caller or for another request; a `subscriptions/listen` filter (`params.notifications`) missing or malformed, or naming more than `modern.listen_max_uris` URIs"),
-            (modern(M::NoSessionMethods), "GET or DELETE with a 2026-07-28 `MCP-Protocol-Version` and no `MCP-Session-Id` (that era has no sessions; `Allow: POST, OPTIONS`)"),
+            (
+                modern(M::HeaderMismatch("example".into())),
+                "modern request: `MCP-Protocol-Version` missing or different from `_meta`'s version; `Mcp-Method` missing or different from the body's method; `Mcp-Name` missing or different from `params.name` (`tools/call`, `prompts/get`) or `params.uri` (`resources/read`), after base64-sentinel decoding; an `Mcp-Param-*` header missing, extra, undecodable or different from its annotated argument (integers compared as numbers)",
+            ),
+            (
+                modern(M::InvalidMeta("example".into())),
+                "modern request: `_meta` lacks `io.modelcontextprotocol/protocolVersion` or `clientCapabilities`, or one of its fields has the wrong type (`clientInfo` not an object, an unknown `logLevel`)",
+            ),
+            (
+                modern(M::UnsupportedVersion("2099-01-01".into())),
+                "modern request naming a version other than 2026-07-28 (`data.supported`, `data.requested`)",
+            ),
+            (
+                Rejection::MissingCapability {
+                    capabilities: serde_json::json!({"sampling": {}}),
+                    id: JsonRpcId::Number(1),
+                },
+                "modern request: the tool needs a client capability the request's `clientCapabilities` lack (`data.requiredCapabilities`); a call of a tool that needs a task, or a `tasks/*` request, without the tasks extension in them",
+            ),
+            (
+                modern(M::MethodNotFound("ping".into())),
+                "modern request for an unknown method or one removed in 2026-07-28 (`initialize`, `ping`, `logging/setLevel`, `resources/subscribe`, `resources/unsubscribe`, `notifications/initialized`); the message names the supported versions",
+            ),
+            (
+                modern(M::InvalidRequest("example".into())),
+                "modern request body that is a batch or a JSON-RPC response (clients send only requests and notifications in 2026-07-28)",
+            ),
+            (
+                modern(M::InvalidInput("example".into())),
+                "modern retry of an `input_required` result: `inputResponses` not an object, or `requestState` altered, expired (`modern.request_state_ttl_secs`), issued to another caller or for another request; a `subscriptions/listen` filter (`params.notifications`) missing or malformed, or naming more than `modern.listen_max_uris` URIs",
+            ),
+            (
+                modern(M::NoSessionMethods),
+                "GET or DELETE with a 2026-07-28 `MCP-Protocol-Version` and no `MCP-Session-Id` (that era has no sessions; `Allow: POST, OPTIONS`)",
+            ),
         ]
     }
 }
@@ -608,18 +724,33 @@ mod tests {
 
     #[test]
     fn overload_and_quota_carry_retry_after_by_cause_and_auth_its_challenge() {
-        assert_eq!(Rejection::Overloaded(Overload::InFlight).headers(), vec![("Retry-After", "1".to_string())]);
-        assert_eq!(Rejection::Overloaded(Overload::Sessions).headers(), vec![("Retry-After", "5".to_string())]);
-        assert_eq!(Rejection::Overloaded(Overload::StreamMemory).headers(), vec![("Retry-After", "2".to_string())]);
+        assert_eq!(
+            Rejection::Overloaded(Overload::InFlight).headers(),
+            vec![("Retry-After", "1".to_string())]
+        );
+        assert_eq!(
+            Rejection::Overloaded(Overload::Sessions).headers(),
+            vec![("Retry-After", "5".to_string())]
+        );
+        assert_eq!(
+            Rejection::Overloaded(Overload::StreamMemory).headers(),
+            vec![("Retry-After", "2".to_string())]
+        );
         let q = Rejection::QuotaExceeded { cause: Quota::SessionRate, retry_after_s: 3 };
         assert_eq!((q.status(), q.headers()), (429, vec![("Retry-After", "3".to_string())]));
         assert_eq!(Rejection::Unauthorized.headers()[0].0, "WWW-Authenticate");
-        assert_eq!(Rejection::MethodNotAllowed.headers()[0], ("Allow", "GET, POST, DELETE, OPTIONS".to_string()));
+        assert_eq!(
+            Rejection::MethodNotAllowed.headers()[0],
+            ("Allow", "GET, POST, DELETE, OPTIONS".to_string())
+        );
     }
 
     #[test]
     fn limit_errors_name_the_limit_in_message_and_data() {
-        let r = Rejection::LimitExceeded(LimitExceeded { limit: Limit::Capabilities(HandshakeBound::Values), max: 1024 });
+        let r = Rejection::LimitExceeded(LimitExceeded {
+            limit: Limit::Capabilities(HandshakeBound::Values),
+            max: 1024,
+        });
         let e = r.to_error_object();
         assert!(e.message.contains("capabilities") && e.message.contains("1024"), "{}", e.message);
         assert_eq!(e.data.unwrap()["max"], 1024);
@@ -629,10 +760,19 @@ mod tests {
     fn every_cause_is_listed_once() {
         let mut all: Vec<Rejection> = Rejection::table().into_iter().map(|(r, _)| r).collect();
         let hs = [HandshakeBound::Values, HandshakeBound::Depth, HandshakeBound::StringBytes];
-        let limits = [Limit::JsonDepth, Limit::JsonValues, Limit::IdLength, Limit::MethodLength, Limit::NameLength, Limit::UriLength, Limit::BatchItems, Limit::ProgressToken]
-            .into_iter()
-            .chain(hs.map(Limit::Capabilities))
-            .chain(hs.map(Limit::ClientInfo));
+        let limits = [
+            Limit::JsonDepth,
+            Limit::JsonValues,
+            Limit::IdLength,
+            Limit::MethodLength,
+            Limit::NameLength,
+            Limit::UriLength,
+            Limit::BatchItems,
+            Limit::ProgressToken,
+        ]
+        .into_iter()
+        .chain(hs.map(Limit::Capabilities))
+        .chain(hs.map(Limit::ClientInfo));
         for limit in limits {
             all.push(Rejection::LimitExceeded(LimitExceeded { limit, max: 1 }));
         }
@@ -658,7 +798,10 @@ mod tests {
         all.push(Rejection::QuotaExceeded { cause: Quota::StreamMemory, retry_after_s: 2 });
         all.push(Rejection::QuotaExceeded { cause: Quota::Listen, retry_after_s: 1 });
         all.push(Rejection::QuotaExceeded { cause: Quota::Tasks, retry_after_s: 1 });
-        all.push(Rejection::Modern { error: super::super::modern::ModernError::MethodNotFound("x".into()), id: None });
+        all.push(Rejection::Modern {
+            error: super::super::modern::ModernError::MethodNotFound("x".into()),
+            id: None,
+        });
         for r in &all {
             assert!(Rejection::CAUSES.contains(&r.cause()), "{r:?}");
         }
@@ -680,9 +823,15 @@ mod tests {
     #[test]
     fn a_refusal_with_an_id_keeps_its_status_code_headers_and_cause() {
         let r = Rejection::Overloaded(Overload::ModernInFlight).with_id(&JsonRpcId::Number(7));
-        assert_eq!((r.status(), r.code(), r.cause(), r.id()), (503, code::OVERLOADED, "overloaded.modern_in_flight", Some(&JsonRpcId::Number(7))));
+        assert_eq!(
+            (r.status(), r.code(), r.cause(), r.id()),
+            (503, code::OVERLOADED, "overloaded.modern_in_flight", Some(&JsonRpcId::Number(7)))
+        );
         assert_eq!(r.headers(), vec![("Retry-After", "1".to_string())]);
-        assert_eq!(r.to_error_object(), Rejection::Overloaded(Overload::ModernInFlight).to_error_object());
+        assert_eq!(
+            r.to_error_object(),
+            Rejection::Overloaded(Overload::ModernInFlight).to_error_object()
+        );
         assert_eq!(r.inner(), &Rejection::Overloaded(Overload::ModernInFlight));
         let own = Rejection::RequestIdInFlight(JsonRpcId::Number(1));
         assert_eq!(own.clone().with_id(&JsonRpcId::Number(2)), own, "an id of its own is kept");

@@ -81,7 +81,10 @@ impl CursorKey {
             mac.update(principal.as_bytes());
             mac
         };
-        CursorSigner { mac: bind(&self.current), previous: self.previous.iter().map(bind).collect() }
+        CursorSigner {
+            mac: bind(&self.current),
+            previous: self.previous.iter().map(bind).collect(),
+        }
     }
 }
 
@@ -119,7 +122,9 @@ impl CursorSigner {
         raw[..PAYLOAD_LEN].copy_from_slice(&payload);
         raw[PAYLOAD_LEN..].copy_from_slice(&tag[..TAG_LEN]);
         let mut out = [0u8; ENCODED_LEN];
-        let n = URL_SAFE_NO_PAD.encode_slice(raw, &mut out).expect("32 bytes always encode to 43 characters");
+        let n = URL_SAFE_NO_PAD
+            .encode_slice(raw, &mut out)
+            .expect("32 bytes always encode to 43 characters");
         debug_assert_eq!(n, ENCODED_LEN);
         out
     }
@@ -156,7 +161,11 @@ impl CursorSigner {
         }
         let u32_at = |i: usize| u32::from_be_bytes(raw[i..i + 4].try_into().expect("4 bytes"));
         let u64_at = |i: usize| u64::from_be_bytes(raw[i..i + 8].try_into().expect("8 bytes"));
-        Ok(EventId { generation: Generation(u32_at(0)), stream: StreamId(u64_at(4)), seq: Seq(u64_at(12)) })
+        Ok(EventId {
+            generation: Generation(u32_at(0)),
+            stream: StreamId(u64_at(4)),
+            seq: Seq(u64_at(12)),
+        })
     }
 }
 
@@ -178,13 +187,32 @@ mod tests {
     fn cursors_of_a_previous_key_are_accepted_and_new_ones_use_the_current_key() {
         let old = CursorKey::new(b"old key old key old key old key!");
         let new = CursorKey::new(b"new key new key new key new key!");
-        let rotated = CursorKey::rotated(b"new key new key new key new key!", &[b"old key old key old key old key!"]);
+        let rotated = CursorKey::rotated(
+            b"new key new key new key new key!",
+            &[b"old key old key old key old key!"],
+        );
         let before = old.signer("s", None).encode(&id(1, 2));
-        assert_eq!(rotated.signer("s", None).decode(&before), Ok(id(1, 2)), "an old cursor still resumes");
-        assert_eq!(new.signer("s", None).decode(&before), Err(CursorError::Forged), "without the previous key it is refused");
-        assert_eq!(rotated.signer("other", None).decode(&before), Err(CursorError::Forged), "still bound to its session");
+        assert_eq!(
+            rotated.signer("s", None).decode(&before),
+            Ok(id(1, 2)),
+            "an old cursor still resumes"
+        );
+        assert_eq!(
+            new.signer("s", None).decode(&before),
+            Err(CursorError::Forged),
+            "without the previous key it is refused"
+        );
+        assert_eq!(
+            rotated.signer("other", None).decode(&before),
+            Err(CursorError::Forged),
+            "still bound to its session"
+        );
         let minted = rotated.signer("s", None).encode(&id(1, 3));
-        assert_eq!(new.signer("s", None).decode(&minted), Ok(id(1, 3)), "minted with the current key");
+        assert_eq!(
+            new.signer("s", None).decode(&minted),
+            Ok(id(1, 3)),
+            "minted with the current key"
+        );
     }
 
     #[test]

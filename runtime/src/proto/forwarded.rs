@@ -55,11 +55,17 @@ impl std::str::FromStr for Cidr {
         let max = if net.is_ipv4() { 32 } else { 128 };
         let len = match len {
             None => max,
-            Some(l) if !l.is_empty() && l.len() <= 3 && l.bytes().all(|b| b.is_ascii_digit()) => l.parse::<u8>().map_err(|_| bad("the prefix length does not parse"))?,
+            Some(l) if !l.is_empty() && l.len() <= 3 && l.bytes().all(|b| b.is_ascii_digit()) => {
+                l.parse::<u8>().map_err(|_| bad("the prefix length does not parse"))?
+            }
             Some(_) => return Err(bad("the prefix length is not a number")),
         };
         if len > max {
-            return Err(bad(if max == 32 { "an IPv4 prefix is at most /32" } else { "an IPv6 prefix is at most /128" }));
+            return Err(bad(if max == 32 {
+                "an IPv4 prefix is at most /32"
+            } else {
+                "an IPv6 prefix is at most /128"
+            }));
         }
         let cidr = Cidr { net, len };
         if cidr.masked(net) != net {
@@ -106,8 +112,14 @@ impl Cidr {
     /// `ip` with the bits after this range's prefix cleared (`ip` of this range's family).
     fn masked(&self, ip: IpAddr) -> IpAddr {
         match ip {
-            IpAddr::V4(v4) => IpAddr::V4((u32::from(v4) & u32::MAX.checked_shl(32 - u32::from(self.len)).unwrap_or(0)).into()),
-            IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & u128::MAX.checked_shl(128 - u32::from(self.len)).unwrap_or(0)).into()),
+            IpAddr::V4(v4) => IpAddr::V4(
+                (u32::from(v4) & u32::MAX.checked_shl(32 - u32::from(self.len)).unwrap_or(0))
+                    .into(),
+            ),
+            IpAddr::V6(v6) => IpAddr::V6(
+                (u128::from(v6) & u128::MAX.checked_shl(128 - u32::from(self.len)).unwrap_or(0))
+                    .into(),
+            ),
         }
     }
 
@@ -159,7 +171,12 @@ impl Hops {
 /// (each line's raw bytes, in order: `forwarded` the `Forwarded` lines, `x_forwarded_for`
 /// the `X-Forwarded-For` ones) name one by the rule in the module docs.
 #[must_use]
-pub fn client_addr(peer: IpAddr, trusted: &[Cidr], forwarded: &[&[u8]], x_forwarded_for: &[&[u8]]) -> IpAddr {
+pub fn client_addr(
+    peer: IpAddr,
+    trusted: &[Cidr],
+    forwarded: &[&[u8]],
+    x_forwarded_for: &[&[u8]],
+) -> IpAddr {
     let peer = peer.to_canonical();
     if !is_trusted(peer, trusted) {
         return peer;
@@ -302,15 +319,28 @@ fn node_hop(node: &[u8]) -> Hop {
     }
     let Ok(s) = std::str::from_utf8(node) else { return Hop::Opaque };
     let port_ok = |p: &str| {
-        (!p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) && p.parse::<u16>().is_ok())
-            || p.strip_prefix('_').is_some_and(|o| !o.is_empty() && o.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-'))
+        (!p.is_empty()
+            && p.len() <= 5
+            && p.bytes().all(|b| b.is_ascii_digit())
+            && p.parse::<u16>().is_ok())
+            || p.strip_prefix('_').is_some_and(|o| {
+                !o.is_empty()
+                    && o.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+            })
     };
     let addr = if let Some(rest) = s.strip_prefix('[') {
-        rest.split_once(']').filter(|(_, after)| after.is_empty() || after.strip_prefix(':').is_some_and(port_ok)).and_then(|(ip, _)| ip.parse::<Ipv6Addr>().ok()).map(IpAddr::V6)
+        rest.split_once(']')
+            .filter(|(_, after)| after.is_empty() || after.strip_prefix(':').is_some_and(port_ok))
+            .and_then(|(ip, _)| ip.parse::<Ipv6Addr>().ok())
+            .map(IpAddr::V6)
     } else if let Ok(ip) = s.parse::<IpAddr>() {
         Some(ip)
     } else {
-        s.rsplit_once(':').filter(|(_, p)| port_ok(p)).and_then(|(ip, _)| ip.parse::<Ipv4Addr>().ok()).map(IpAddr::V4)
+        s.rsplit_once(':')
+            .filter(|(_, p)| port_ok(p))
+            .and_then(|(ip, _)| ip.parse::<Ipv4Addr>().ok())
+            .map(IpAddr::V4)
     };
     addr.map_or(Hop::Opaque, |a| Hop::Addr(a.to_canonical()))
 }

@@ -38,22 +38,42 @@ impl HandleKind {
     /// On a prefix that is not 1 to 8 lower-case ASCII letters, or a zero TTL or bound (a
     /// programming error in the pack that declares it).
     #[must_use]
-    pub fn new(prefix: &'static str, noun: &'static str, create_tool: &'static str, idle_ttl_secs: u64, max_bytes: usize, max_per_caller: usize) -> HandleKind {
-        assert!((1..=8).contains(&prefix.len()) && prefix.bytes().all(|b| b.is_ascii_lowercase()), "a handle prefix is 1 to 8 lower-case letters: {prefix:?}");
-        assert!(idle_ttl_secs > 0 && max_bytes > 0 && max_per_caller > 0, "a handle kind needs a TTL and bounds");
+    pub fn new(
+        prefix: &'static str,
+        noun: &'static str,
+        create_tool: &'static str,
+        idle_ttl_secs: u64,
+        max_bytes: usize,
+        max_per_caller: usize,
+    ) -> HandleKind {
+        assert!(
+            (1..=8).contains(&prefix.len()) && prefix.bytes().all(|b| b.is_ascii_lowercase()),
+            "a handle prefix is 1 to 8 lower-case letters: {prefix:?}"
+        );
+        assert!(
+            idle_ttl_secs > 0 && max_bytes > 0 && max_per_caller > 0,
+            "a handle kind needs a TTL and bounds"
+        );
         HandleKind { prefix, noun, create_tool, idle_ttl_secs, max_bytes, max_per_caller }
     }
 
     /// A new handle of this kind from `random` (CSPRNG bytes).
     #[must_use]
     pub fn mint(&self, random: &[u8; HANDLE_RANDOM_BYTES]) -> String {
-        format!("{}_{}", self.prefix, base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(random))
+        format!(
+            "{}_{}",
+            self.prefix,
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(random)
+        )
     }
 
     /// Whether `s` has the shape of a handle of this kind (it may still be unknown).
     #[must_use]
     pub fn is_shaped(&self, s: &str) -> bool {
-        s.strip_prefix(self.prefix).and_then(|r| r.strip_prefix('_')).is_some_and(|r| r.len() == HANDLE_RANDOM_CHARS && r.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
+        s.strip_prefix(self.prefix).and_then(|r| r.strip_prefix('_')).is_some_and(|r| {
+            r.len() == HANDLE_RANDOM_CHARS
+                && r.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
     }
 
     /// How long an unused handle lives, in words (`"30 minutes"`).
@@ -66,7 +86,11 @@ impl HandleKind {
     /// setting the store enforces.
     #[must_use]
     pub fn expiry_sentence(&self) -> String {
-        format!("A {} expires after {} without use (any call that names it counts as use).", self.noun, self.ttl_words())
+        format!(
+            "A {} expires after {} without use (any call that names it counts as use).",
+            self.noun,
+            self.ttl_words()
+        )
     }
 
     /// The tool error for a handle that is unknown, expired, destroyed or another caller's
@@ -103,8 +127,16 @@ impl HandleKind {
     /// `handle` is `None` for a value refused before its handle was handed out (a create).
     pub fn too_large(&self, handle: Option<&str>, bytes: usize) -> String {
         match handle {
-            Some(h) => format!("{} {h} would hold {bytes} bytes; a {} holds at most {} bytes. Nothing was changed.", capitalized(self.noun), self.noun, self.max_bytes),
-            None => format!("The new {} would hold {bytes} bytes; a {} holds at most {} bytes. Nothing was created.", self.noun, self.noun, self.max_bytes),
+            Some(h) => format!(
+                "{} {h} would hold {bytes} bytes; a {} holds at most {} bytes. Nothing was changed.",
+                capitalized(self.noun),
+                self.noun,
+                self.max_bytes
+            ),
+            None => format!(
+                "The new {} would hold {bytes} bytes; a {} holds at most {} bytes. Nothing was created.",
+                self.noun, self.noun, self.max_bytes
+            ),
         }
     }
 
@@ -135,7 +167,10 @@ impl HandleKind {
     /// its byte bound (`ledger.handle_bytes_total`).
     #[must_use]
     pub fn server_state_full(&self, retry_after_s: u32) -> String {
-        format!("The server keeps as much state as it may right now; nothing was changed. Try again in {}.", duration_words(u64::from(retry_after_s)))
+        format!(
+            "The server keeps as much state as it may right now; nothing was changed. Try again in {}.",
+            duration_words(u64::from(retry_after_s))
+        )
     }
 
     /// The tool error for a caller at [`HandleKind::max_per_caller`].
@@ -189,7 +224,14 @@ mod tests {
         let h = k.mint(&[0xfb; HANDLE_RANDOM_BYTES]);
         assert_eq!(h, "bsk_-_v7-_v7-_v7-_v7-_v7-_v7");
         assert!(k.is_shaped(&h));
-        for bad in ["bsk_short", "bsk-_v7-_v7-_v7-_v7-_v7-_v7", "cart_-_v7-_v7-_v7-_v7-_v7-_v7", "bsk_-_v7-_v7-_v7-_v7-_v7-_v7x", "bsk_-_v7-_v7-_v7-_v7-_v7-_v/", ""] {
+        for bad in [
+            "bsk_short",
+            "bsk-_v7-_v7-_v7-_v7-_v7-_v7",
+            "cart_-_v7-_v7-_v7-_v7-_v7-_v7",
+            "bsk_-_v7-_v7-_v7-_v7-_v7-_v7x",
+            "bsk_-_v7-_v7-_v7-_v7-_v7-_v/",
+            "",
+        ] {
             assert!(!k.is_shaped(bad), "{bad}");
         }
         assert_ne!(k.mint(&[1; HANDLE_RANDOM_BYTES]), k.mint(&[2; HANDLE_RANDOM_BYTES]));
@@ -198,15 +240,35 @@ mod tests {
     #[test]
     fn the_words_a_model_reads_come_from_the_policy() {
         let k = basket();
-        assert_eq!(k.expiry_sentence(), "A basket expires after 30 minutes without use (any call that names it counts as use).");
+        assert_eq!(
+            k.expiry_sentence(),
+            "A basket expires after 30 minutes without use (any call that names it counts as use)."
+        );
         let e = k.not_found("bsk_x");
-        assert!(e.contains("\"bsk_x\"") && e.contains("30 minutes") && e.contains("Call create_basket"), "{e}");
+        assert!(
+            e.contains("\"bsk_x\"") && e.contains("30 minutes") && e.contains("Call create_basket"),
+            "{e}"
+        );
         assert!(k.too_many().contains("3 baskets"));
-        assert!(k.too_large(Some("bsk_x"), 2000).contains("bsk_x would hold 2000 bytes; a basket holds at most 1024 bytes"));
-        assert!(k.too_large(None, 2000).starts_with("The new basket would hold 2000 bytes"), "a create names no handle it never handed out");
+        assert!(
+            k.too_large(Some("bsk_x"), 2000)
+                .contains("bsk_x would hold 2000 bytes; a basket holds at most 1024 bytes")
+        );
+        assert!(
+            k.too_large(None, 2000).starts_with("The new basket would hold 2000 bytes"),
+            "a create names no handle it never handed out"
+        );
         let u = k.unlisted();
-        assert!(u.starts_with("Listing baskets needs an authenticated caller") && u.contains("bsk_…") && u.contains("Call create_basket"), "{u}");
-        assert_eq!((duration_words(86_400), duration_words(7_200), duration_words(60), duration_words(90)), ("1 day".into(), "2 hours".into(), "1 minute".into(), "90 seconds".into()));
+        assert!(
+            u.starts_with("Listing baskets needs an authenticated caller")
+                && u.contains("bsk_…")
+                && u.contains("Call create_basket"),
+            "{u}"
+        );
+        assert_eq!(
+            (duration_words(86_400), duration_words(7_200), duration_words(60), duration_words(90)),
+            ("1 day".into(), "2 hours".into(), "1 minute".into(), "90 seconds".into())
+        );
     }
 
     #[test]

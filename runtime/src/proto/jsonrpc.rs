@@ -220,8 +220,10 @@ pub fn parse_body(body: &[u8]) -> Result<Incoming, ParseError> {
         }
         let mut out = Vec::with_capacity(items.len());
         for item in items {
-            let wire: Wire = serde_json::from_value(item)
-                .map_err(|_| ParseError::Invalid { reason: "batch item is not an object", id: None })?;
+            let wire: Wire = serde_json::from_value(item).map_err(|_| ParseError::Invalid {
+                reason: "batch item is not an object",
+                id: None,
+            })?;
             out.push(classify(wire)?);
         }
         return Ok(Incoming::Batch(out));
@@ -242,7 +244,12 @@ fn classify(w: Wire) -> Result<Message, ParseError> {
         Some(v) => match JsonRpcId::from_value(v) {
             Some(id) => Some(id),
             None if v.is_null() => None,
-            None => return Err(ParseError::Invalid { reason: "id must be a string or an integer", id: None }),
+            None => {
+                return Err(ParseError::Invalid {
+                    reason: "id must be a string or an integer",
+                    id: None,
+                });
+            }
         },
     };
     if w.jsonrpc.as_deref() != Some("2.0") {
@@ -250,18 +257,28 @@ fn classify(w: Wire) -> Result<Message, ParseError> {
     }
     if let Some(method) = w.method {
         if w.result.is_some() || w.error.is_some() {
-            return Err(ParseError::Invalid { reason: "a request cannot carry result or error", id });
+            return Err(ParseError::Invalid {
+                reason: "a request cannot carry result or error",
+                id,
+            });
         }
         let (params, meta) = w.params.map_or((None, None), |p| (p.0, p.1));
         let params = match params {
             None => None,
             Some(p @ (Value::Object(_) | Value::Array(_))) => Some(p),
-            Some(_) => return Err(ParseError::Invalid { reason: "params must be an object or array", id }),
+            Some(_) => {
+                return Err(ParseError::Invalid {
+                    reason: "params must be an object or array",
+                    id,
+                });
+            }
         };
         return match (w.id, id) {
             (None, _) => Ok(Message::Notification { method, params, meta }),
             (Some(_), Some(id)) => Ok(Message::Request { id, method, params, meta }),
-            (Some(_), None) => Err(ParseError::Invalid { reason: "request id must not be null", id: None }),
+            (Some(_), None) => {
+                Err(ParseError::Invalid { reason: "request id must not be null", id: None })
+            }
         };
     }
     match (w.result, w.error) {
@@ -270,11 +287,15 @@ fn classify(w: Wire) -> Result<Message, ParseError> {
             None => Err(ParseError::Invalid { reason: "response without an id", id: None }),
         },
         (None, Some(error)) => {
-            let error: ErrorObject = serde_json::from_value(error)
-                .map_err(|_| ParseError::Invalid { reason: "malformed error object", id: id.clone() })?;
+            let error: ErrorObject = serde_json::from_value(error).map_err(|_| {
+                ParseError::Invalid { reason: "malformed error object", id: id.clone() }
+            })?;
             Ok(Message::ErrorResponse { id, error })
         }
-        _ => Err(ParseError::Invalid { reason: "neither a request, a notification nor a response", id }),
+        _ => Err(ParseError::Invalid {
+            reason: "neither a request, a notification nor a response",
+            id,
+        }),
     }
 }
 
@@ -348,7 +369,11 @@ pub fn encode_notification<P: Serialize + ?Sized>(method: &str, params: Option<&
 
 /// Encode a request.
 #[must_use]
-pub fn encode_request<P: Serialize + ?Sized>(id: &JsonRpcId, method: &str, params: Option<&P>) -> Bytes {
+pub fn encode_request<P: Serialize + ?Sized>(
+    id: &JsonRpcId,
+    method: &str,
+    params: Option<&P>,
+) -> Bytes {
     to_bytes(&OutCall { jsonrpc: "2.0", id: Some(id), method, params })
 }
 

@@ -53,7 +53,11 @@ impl Default for MessageLimits {
         MessageLimits {
             json_max_depth: 64,
             json_max_values: 262_144,
-            handshake: HandshakeLimits { max_values: 1024, max_depth: 16, max_string_bytes: 64 << 10 },
+            handshake: HandshakeLimits {
+                max_values: 1024,
+                max_depth: 16,
+                max_string_bytes: 64 << 10,
+            },
             id_max_bytes: 256,
             method_max_bytes: 256,
             name_max_bytes: 256,
@@ -95,18 +99,32 @@ impl Limit {
         match self {
             Limit::JsonDepth => "JSON nesting depth (limits.json_max_depth)",
             Limit::JsonValues => "number of JSON values (limits.json_max_values)",
-            Limit::Capabilities(HandshakeBound::Values) => "initialize capabilities: values (limits.handshake_max_values)",
-            Limit::Capabilities(HandshakeBound::Depth) => "initialize capabilities: depth (limits.handshake_max_depth)",
-            Limit::Capabilities(HandshakeBound::StringBytes) => "initialize capabilities: string bytes (limits.handshake_max_string_bytes)",
-            Limit::ClientInfo(HandshakeBound::Values) => "initialize clientInfo: values (limits.handshake_max_values)",
-            Limit::ClientInfo(HandshakeBound::Depth) => "initialize clientInfo: depth (limits.handshake_max_depth)",
-            Limit::ClientInfo(HandshakeBound::StringBytes) => "initialize clientInfo: string bytes (limits.handshake_max_string_bytes)",
+            Limit::Capabilities(HandshakeBound::Values) => {
+                "initialize capabilities: values (limits.handshake_max_values)"
+            }
+            Limit::Capabilities(HandshakeBound::Depth) => {
+                "initialize capabilities: depth (limits.handshake_max_depth)"
+            }
+            Limit::Capabilities(HandshakeBound::StringBytes) => {
+                "initialize capabilities: string bytes (limits.handshake_max_string_bytes)"
+            }
+            Limit::ClientInfo(HandshakeBound::Values) => {
+                "initialize clientInfo: values (limits.handshake_max_values)"
+            }
+            Limit::ClientInfo(HandshakeBound::Depth) => {
+                "initialize clientInfo: depth (limits.handshake_max_depth)"
+            }
+            Limit::ClientInfo(HandshakeBound::StringBytes) => {
+                "initialize clientInfo: string bytes (limits.handshake_max_string_bytes)"
+            }
             Limit::IdLength => "request id length in bytes (limits.id_max_bytes)",
             Limit::MethodLength => "method name length in bytes (limits.method_max_bytes)",
             Limit::NameLength => "tool or prompt name length in bytes (limits.name_max_bytes)",
             Limit::UriLength => "resource URI length in bytes (limits.uri_max_bytes)",
             Limit::BatchItems => "messages in a batch (limits.batch_max_items)",
-            Limit::ProgressToken => "request _meta.progressToken: a number, or a string of at most limits.id_max_bytes bytes",
+            Limit::ProgressToken => {
+                "request _meta.progressToken: a number, or a string of at most limits.id_max_bytes bytes"
+            }
         }
     }
 }
@@ -165,7 +183,9 @@ impl Scanned {
     /// any size; within a small factor otherwise.
     #[must_use]
     pub fn parsed_bytes(&self) -> usize {
-        self.body_bytes.saturating_add(self.values.saturating_mul(PARSED_BYTES_PER_VALUE)).saturating_add(self.objects.saturating_mul(PARSED_BYTES_PER_OBJECT))
+        self.body_bytes
+            .saturating_add(self.values.saturating_mul(PARSED_BYTES_PER_VALUE))
+            .saturating_add(self.objects.saturating_mul(PARSED_BYTES_PER_OBJECT))
     }
 }
 
@@ -183,11 +203,23 @@ pub fn scan(body: &[u8], limits: &MessageLimits) -> Result<Scanned, LimitExceede
     // a byte of its own), and the depth at most the number of opening brackets anywhere
     // (strings included); counting those is one vectorized pass. So is the measure of a
     // short body: every value but the first follows a `[`, `{`, `,` or `:`.
-    let (opens, braces, separators) = body.iter().fold((0usize, 0usize, 0usize), |(o, b, s), &c| {
-        (o + usize::from(c == b'[' || c == b'{'), b + usize::from(c == b'{'), s + usize::from(c == b',' || c == b':'))
-    });
-    if body.len() < limits.json_max_values && opens <= limits.json_max_depth && body.len() <= FAST_MEASURE_MAX_BYTES {
-        return Ok(Scanned { body_bytes: body.len(), values: 1 + opens + separators, objects: braces });
+    let (opens, braces, separators) =
+        body.iter().fold((0usize, 0usize, 0usize), |(o, b, s), &c| {
+            (
+                o + usize::from(c == b'[' || c == b'{'),
+                b + usize::from(c == b'{'),
+                s + usize::from(c == b',' || c == b':'),
+            )
+        });
+    if body.len() < limits.json_max_values
+        && opens <= limits.json_max_depth
+        && body.len() <= FAST_MEASURE_MAX_BYTES
+    {
+        return Ok(Scanned {
+            body_bytes: body.len(),
+            values: 1 + opens + separators,
+            objects: braces,
+        });
     }
     // Values are counted where they start, not by their separators: counting every `,` and
     // `:` counts an object member twice (the `,` before its key and the `:` before its
@@ -223,7 +255,10 @@ pub fn scan(body: &[u8], limits: &MessageLimits) -> Result<Scanned, LimitExceede
             b'[' | b'{' => {
                 depth += 1;
                 if depth > limits.json_max_depth {
-                    return Err(LimitExceeded { limit: Limit::JsonDepth, max: limits.json_max_depth });
+                    return Err(LimitExceeded {
+                        limit: Limit::JsonDepth,
+                        max: limits.json_max_depth,
+                    });
                 }
             }
             b']' | b'}' => {
@@ -259,7 +294,12 @@ struct Measure {
 }
 
 /// Walks `v`, stopping at the first bound it passes.
-fn within(v: &Value, depth: usize, l: &HandshakeLimits, m: &mut Measure) -> Result<(), HandshakeBound> {
+fn within(
+    v: &Value,
+    depth: usize,
+    l: &HandshakeLimits,
+    m: &mut Measure,
+) -> Result<(), HandshakeBound> {
     m.values += 1;
     if m.values > l.max_values {
         return Err(HandshakeBound::Values);
@@ -292,7 +332,11 @@ const BYTES_PER_VALUE: usize = 64;
 ///
 /// # Errors
 /// [`Limit::Capabilities`] or [`Limit::ClientInfo`] with the bound passed, `max` its value.
-pub fn check_handshake(capabilities: &Value, client_info: &Value, limits: &HandshakeLimits) -> Result<usize, LimitExceeded> {
+pub fn check_handshake(
+    capabilities: &Value,
+    client_info: &Value,
+    limits: &HandshakeLimits,
+) -> Result<usize, LimitExceeded> {
     let measure = |v: &Value, which: fn(HandshakeBound) -> Limit| {
         let mut m = Measure::default();
         within(v, 1, limits, &mut m).map_err(|bound| {
@@ -312,12 +356,19 @@ pub fn check_handshake(capabilities: &Value, client_info: &Value, limits: &Hands
 
 fn id_ok(id: &JsonRpcId, l: &MessageLimits) -> Result<(), LimitExceeded> {
     match id {
-        JsonRpcId::String(s) if s.len() > l.id_max_bytes => Err(LimitExceeded { limit: Limit::IdLength, max: l.id_max_bytes }),
+        JsonRpcId::String(s) if s.len() > l.id_max_bytes => {
+            Err(LimitExceeded { limit: Limit::IdLength, max: l.id_max_bytes })
+        }
         _ => Ok(()),
     }
 }
 
-fn param_len(params: Option<&Value>, key: &str, limit: Limit, max: usize) -> Result<(), LimitExceeded> {
+fn param_len(
+    params: Option<&Value>,
+    key: &str,
+    limit: Limit,
+    max: usize,
+) -> Result<(), LimitExceeded> {
     match params.and_then(|p| p.get(key)).and_then(Value::as_str) {
         Some(s) if s.len() > max => Err(LimitExceeded { limit, max }),
         _ => Ok(()),
@@ -337,7 +388,9 @@ pub fn check_message(m: &Message, l: &MessageLimits) -> Result<(), LimitExceeded
             match params.as_ref().and_then(crate::proto::jsonrpc::progress_token) {
                 None | Some(Value::Number(_)) => {}
                 Some(Value::String(t)) if t.len() <= l.id_max_bytes => {}
-                Some(_) => return Err(LimitExceeded { limit: Limit::ProgressToken, max: l.id_max_bytes }),
+                Some(_) => {
+                    return Err(LimitExceeded { limit: Limit::ProgressToken, max: l.id_max_bytes });
+                }
             }
             (method, params.as_ref())
         }
@@ -349,8 +402,12 @@ pub fn check_message(m: &Message, l: &MessageLimits) -> Result<(), LimitExceeded
         return Err(LimitExceeded { limit: Limit::MethodLength, max: l.method_max_bytes });
     }
     match method.as_str() {
-        "tools/call" | "prompts/get" => param_len(params, "name", Limit::NameLength, l.name_max_bytes),
-        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => param_len(params, "uri", Limit::UriLength, l.uri_max_bytes),
+        "tools/call" | "prompts/get" => {
+            param_len(params, "name", Limit::NameLength, l.name_max_bytes)
+        }
+        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
+            param_len(params, "uri", Limit::UriLength, l.uri_max_bytes)
+        }
         _ => Ok(()),
     }
 }
@@ -373,7 +430,9 @@ mod tests {
     fn objects_of(v: &Value) -> usize {
         match v {
             Value::Array(a) => a.iter().map(objects_of).sum(),
-            Value::Object(m) => usize::from(!m.is_empty()) + m.values().map(objects_of).sum::<usize>(),
+            Value::Object(m) => {
+                usize::from(!m.is_empty()) + m.values().map(objects_of).sum::<usize>()
+            }
             _ => 0,
         }
     }
@@ -387,11 +446,17 @@ mod tests {
     }
 
     fn json_value() -> impl Strategy<Value = Value> {
-        let leaf = prop_oneof![Just(Value::Null), any::<bool>().prop_map(Value::from), any::<i64>().prop_map(Value::from), "[a-z\\[\\]{},:\"\\\\]{0,8}".prop_map(Value::from)];
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            "[a-z\\[\\]{},:\"\\\\]{0,8}".prop_map(Value::from)
+        ];
         leaf.prop_recursive(6, 64, 6, |inner| {
             prop_oneof![
                 prop::collection::vec(inner.clone(), 0..6).prop_map(Value::from),
-                prop::collection::btree_map("[a-z,:\\[]{0,4}", inner, 0..6).prop_map(|m| Value::Object(m.into_iter().collect())),
+                prop::collection::btree_map("[a-z,:\\[]{0,4}", inner, 0..6)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
             ]
         })
     }
@@ -433,14 +498,22 @@ mod tests {
         // 5 values (the keys make 3 more), depth 3: within 2 * 5 + 1 = 11, whatever the keys
         // hold. Counting separators made this 12, and `n` members each holding `{}` 3n + 1.
         for body in [&br#"{"":[],":":{"":{}},"[":[]}"#[..], br#"{"a":[],"b":{"c":{}},"d":[]}"#] {
-            let l = |max_values, max_depth| MessageLimits { json_max_values: max_values, json_max_depth: max_depth, ..MessageLimits::default() };
+            let l = |max_values, max_depth| MessageLimits {
+                json_max_values: max_values,
+                json_max_depth: max_depth,
+                ..MessageLimits::default()
+            };
             assert!(scan(body, &l(11, 3)).is_ok());
             assert_eq!(scan(body, &l(4, 3)).unwrap_err().limit, Limit::JsonValues);
             assert_eq!(scan(body, &l(usize::MAX, 2)).unwrap_err().limit, Limit::JsonDepth);
         }
         let members: Vec<String> = (0..100).map(|i| format!("\"k{i}\": {{}}")).collect();
         let body = format!("{{{}}}", members.join(", "));
-        let l = MessageLimits { json_max_values: 2 * 101 + 1, json_max_depth: 2, ..MessageLimits::default() };
+        let l = MessageLimits {
+            json_max_values: 2 * 101 + 1,
+            json_max_depth: 2,
+            ..MessageLimits::default()
+        };
         assert!(scan(body.as_bytes(), &l).is_ok());
         // Scalars are counted once each, however long, and whitespace not at all.
         let l = MessageLimits { json_max_values: 4, json_max_depth: 1, ..MessageLimits::default() };
@@ -452,10 +525,15 @@ mod tests {
     #[test]
     fn the_fast_path_never_hides_a_violation() {
         // Short bodies skip the full scan only when no bound can be reached.
-        let l = MessageLimits { json_max_depth: 3, json_max_values: 1000, ..MessageLimits::default() };
-        assert!(scan(br#"{"a":"[[[[[[[["}"#, &l).is_ok(), "brackets in strings: full scan, no violation");
+        let l =
+            MessageLimits { json_max_depth: 3, json_max_values: 1000, ..MessageLimits::default() };
+        assert!(
+            scan(br#"{"a":"[[[[[[[["}"#, &l).is_ok(),
+            "brackets in strings: full scan, no violation"
+        );
         assert_eq!(scan(b"[[[[1]]]]", &l).unwrap_err().limit, Limit::JsonDepth);
-        let l = MessageLimits { json_max_depth: 64, json_max_values: 8, ..MessageLimits::default() };
+        let l =
+            MessageLimits { json_max_depth: 64, json_max_values: 8, ..MessageLimits::default() };
         assert_eq!(scan(b"[1,2,3,4,5,6,7,8]", &l).unwrap_err().limit, Limit::JsonValues);
         assert!(scan(b"[1,2,3]", &l).is_ok());
     }
@@ -466,13 +544,24 @@ mod tests {
         let body = r#"{"a": [1, {}, {"b": "x,:{"}], "c": { }}"#;
         // Padded past the fast path's length: the full pass, exact (10 values, keys included;
         // the root and {"b"...} have members, {} and { } do not).
-        let full = scan(format!("{body}{}", " ".repeat(FAST_MEASURE_MAX_BYTES)).as_bytes(), &l).unwrap();
+        let full =
+            scan(format!("{body}{}", " ".repeat(FAST_MEASURE_MAX_BYTES)).as_bytes(), &l).unwrap();
         assert_eq!((full.values, full.objects), (10, 2));
         let short = scan(body.as_bytes(), &l).unwrap();
-        assert_eq!((short.values, short.objects), (15, 5), "one, plus every [ {{ , : and every {{, strings included");
-        assert_eq!(short.parsed_bytes(), body.len() + 15 * PARSED_BYTES_PER_VALUE + 5 * PARSED_BYTES_PER_OBJECT);
+        assert_eq!(
+            (short.values, short.objects),
+            (15, 5),
+            "one, plus every [ {{ , : and every {{, strings included"
+        );
+        assert_eq!(
+            short.parsed_bytes(),
+            body.len() + 15 * PARSED_BYTES_PER_VALUE + 5 * PARSED_BYTES_PER_OBJECT
+        );
         // A large argument is charged about its size, not per byte.
-        let big = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"t","arguments":{{"pad":"{}"}}}}}}"#, "x,".repeat(1 << 20));
+        let big = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"t","arguments":{{"pad":"{}"}}}}}}"#,
+            "x,".repeat(1 << 20)
+        );
         let s = scan(big.as_bytes(), &l).unwrap();
         assert_eq!((s.values, s.objects), (15, 3));
         assert!(s.parsed_bytes() < big.len() + 4096, "{}", s.parsed_bytes());
@@ -513,22 +602,56 @@ mod tests {
         let kept = check_handshake(&caps, &info, &l).unwrap();
         assert_eq!(kept, 4 * BYTES_PER_VALUE + 24, "values and string bytes of the capabilities");
         let larger_info = json!({"name": "c".repeat(16), "version": "1", "x": 1});
-        assert_eq!(check_handshake(&caps, &larger_info, &l).unwrap(), kept, "clientInfo is bounded, not kept, so not charged");
+        assert_eq!(
+            check_handshake(&caps, &larger_info, &l).unwrap(),
+            kept,
+            "clientInfo is bounded, not kept, so not charged"
+        );
         let over = |caps: Value, info: &Value| check_handshake(&caps, info, &l).unwrap_err();
-        assert_eq!(over(json!({"x": [0, 0, 0, 0, 0, 0, 0, 0]}), &info), LimitExceeded { limit: Limit::Capabilities(HandshakeBound::Values), max: 8 });
-        assert_eq!(over(json!({"a": {"b": {"c": {}}}}), &info), LimitExceeded { limit: Limit::Capabilities(HandshakeBound::Depth), max: 3 });
-        assert_eq!(over(json!({}), &json!({"name": "x".repeat(29)})), LimitExceeded { limit: Limit::ClientInfo(HandshakeBound::StringBytes), max: 32 });
-        assert_eq!(over(json!({"k".repeat(33): 1}), &info), LimitExceeded { limit: Limit::Capabilities(HandshakeBound::StringBytes), max: 32 });
+        assert_eq!(
+            over(json!({"x": [0, 0, 0, 0, 0, 0, 0, 0]}), &info),
+            LimitExceeded { limit: Limit::Capabilities(HandshakeBound::Values), max: 8 }
+        );
+        assert_eq!(
+            over(json!({"a": {"b": {"c": {}}}}), &info),
+            LimitExceeded { limit: Limit::Capabilities(HandshakeBound::Depth), max: 3 }
+        );
+        assert_eq!(
+            over(json!({}), &json!({"name": "x".repeat(29)})),
+            LimitExceeded { limit: Limit::ClientInfo(HandshakeBound::StringBytes), max: 32 }
+        );
+        assert_eq!(
+            over(json!({"k".repeat(33): 1}), &info),
+            LimitExceeded { limit: Limit::Capabilities(HandshakeBound::StringBytes), max: 32 }
+        );
     }
 
     #[test]
     fn ids_methods_names_and_uris_have_length_limits() {
-        let l = MessageLimits { id_max_bytes: 8, method_max_bytes: 32, name_max_bytes: 8, uri_max_bytes: 64, ..MessageLimits::default() };
-        let req = |id: JsonRpcId, method: &str, params: Value| Message::Request { id, method: method.into(), params: Some(params), meta: None };
-        assert!(check_message(&req(JsonRpcId::String("12345678".into()), "tools/call", json!({"name": "echo"})), &l).is_ok());
+        let l = MessageLimits {
+            id_max_bytes: 8,
+            method_max_bytes: 32,
+            name_max_bytes: 8,
+            uri_max_bytes: 64,
+            ..MessageLimits::default()
+        };
+        let req = |id: JsonRpcId, method: &str, params: Value| Message::Request {
+            id,
+            method: method.into(),
+            params: Some(params),
+            meta: None,
+        };
+        assert!(
+            check_message(
+                &req(JsonRpcId::String("12345678".into()), "tools/call", json!({"name": "echo"})),
+                &l
+            )
+            .is_ok()
+        );
         let long_id = req(JsonRpcId::String("123456789".into()), "ping", json!({}));
         assert_eq!(check_message(&long_id, &l).unwrap_err().limit, Limit::IdLength);
-        let long_method = Message::Notification { method: "m".repeat(33), params: None, meta: None };
+        let long_method =
+            Message::Notification { method: "m".repeat(33), params: None, meta: None };
         assert_eq!(check_message(&long_method, &l).unwrap_err().limit, Limit::MethodLength);
         let long_name = req(JsonRpcId::Number(1), "tools/call", json!({"name": "n".repeat(9)}));
         assert_eq!(check_message(&long_name, &l).unwrap_err().limit, Limit::NameLength);
@@ -536,12 +659,25 @@ mod tests {
         assert_eq!(check_message(&long_prompt, &l).unwrap_err().limit, Limit::NameLength);
         let long_uri = req(JsonRpcId::Number(1), "resources/read", json!({"uri": "u".repeat(65)}));
         assert_eq!(check_message(&long_uri, &l).unwrap_err().limit, Limit::UriLength);
-        let answer = Message::Response { id: JsonRpcId::String("x".repeat(9).into()), result: json!({}) };
+        let answer =
+            Message::Response { id: JsonRpcId::String("x".repeat(9).into()), result: json!({}) };
         assert_eq!(check_message(&answer, &l).unwrap_err().limit, Limit::IdLength);
-        let token = |t: Value| req(JsonRpcId::Number(1), "tools/call", json!({"name": "echo", "_meta": {"progressToken": t}}));
+        let token = |t: Value| {
+            req(
+                JsonRpcId::Number(1),
+                "tools/call",
+                json!({"name": "echo", "_meta": {"progressToken": t}}),
+            )
+        };
         assert!(check_message(&token(json!(7)), &l).is_ok());
         assert!(check_message(&token(json!("12345678")), &l).is_ok());
-        assert_eq!(check_message(&token(json!("123456789")), &l).unwrap_err().limit, Limit::ProgressToken);
-        assert_eq!(check_message(&token(json!({"big": [1, 2, 3]})), &l).unwrap_err().limit, Limit::ProgressToken);
+        assert_eq!(
+            check_message(&token(json!("123456789")), &l).unwrap_err().limit,
+            Limit::ProgressToken
+        );
+        assert_eq!(
+            check_message(&token(json!({"big": [1, 2, 3]})), &l).unwrap_err().limit,
+            Limit::ProgressToken
+        );
     }
 }

@@ -134,7 +134,12 @@ impl InitializeRequest {
 
 /// The `InitializeResult` body.
 #[must_use]
-pub fn initialize_result(version: ProtocolVersion, capabilities: &Value, server_info: &Value, instructions: Option<&str>) -> Value {
+pub fn initialize_result(
+    version: ProtocolVersion,
+    capabilities: &Value,
+    server_info: &Value,
+    instructions: Option<&str>,
+) -> Value {
     let mut r = json!({
         "protocolVersion": version.as_str(),
         "capabilities": capabilities,
@@ -161,7 +166,9 @@ mod tests {
 
     #[test]
     fn initialize_params_are_read_leniently() {
-        let r = InitializeRequest::from_params(Some(&json!({"protocolVersion":"2025-06-18","capabilities":{"sampling":{}}})));
+        let r = InitializeRequest::from_params(Some(
+            &json!({"protocolVersion":"2025-06-18","capabilities":{"sampling":{}}}),
+        ));
         assert_eq!(r.requested_version.as_deref(), Some("2025-06-18"));
         assert!(r.has_capability("sampling"));
         assert!(!r.has_capability("elicitation"));

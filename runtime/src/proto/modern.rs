@@ -40,7 +40,14 @@ pub mod meta {
 
 /// Methods that exist only in the legacy era: a modern request for one is "method not found"
 /// (404, `-32601`).
-pub const REMOVED_METHODS: [&str; 6] = ["initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe", "notifications/initialized"];
+pub const REMOVED_METHODS: [&str; 6] = [
+    "initialize",
+    "ping",
+    "logging/setLevel",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "notifications/initialized",
+];
 
 /// The methods that name something in `Mcp-Name`, and which parameter it mirrors.
 #[must_use]
@@ -116,37 +123,72 @@ pub struct ModernHead<'a> {
 ///
 /// # Errors
 /// The first [`ModernError`] the request breaks.
-pub fn check(head: &ModernHead<'_>, method: &str, params: Option<&Value>, wire: Option<Box<WireMeta>>) -> Result<ModernMeta, ModernError> {
-    let header = head.protocol_version.map(str::trim).ok_or_else(|| ModernError::HeaderMismatch("missing MCP-Protocol-Version header".into()))?;
+pub fn check(
+    head: &ModernHead<'_>,
+    method: &str,
+    params: Option<&Value>,
+    wire: Option<Box<WireMeta>>,
+) -> Result<ModernMeta, ModernError> {
+    let header = head
+        .protocol_version
+        .map(str::trim)
+        .ok_or_else(|| ModernError::HeaderMismatch("missing MCP-Protocol-Version header".into()))?;
     let w = wire.map(|b| *b).unwrap_or_default();
-    let missing: Vec<&str> = [(meta::PROTOCOL_VERSION, w.protocol_version.is_none()), (meta::CLIENT_CAPABILITIES, w.client_capabilities.is_none())].into_iter().filter_map(|(k, gone)| gone.then_some(k)).collect();
+    let missing: Vec<&str> = [
+        (meta::PROTOCOL_VERSION, w.protocol_version.is_none()),
+        (meta::CLIENT_CAPABILITIES, w.client_capabilities.is_none()),
+    ]
+    .into_iter()
+    .filter_map(|(k, gone)| gone.then_some(k))
+    .collect();
     if !missing.is_empty() {
-        return Err(ModernError::InvalidMeta(format!("missing _meta keys: {}", missing.join(", "))));
+        return Err(ModernError::InvalidMeta(format!(
+            "missing _meta keys: {}",
+            missing.join(", ")
+        )));
     }
-    let version = w.protocol_version.as_ref().and_then(Value::as_str).ok_or_else(|| ModernError::InvalidMeta(format!("_meta {} must be a string", meta::PROTOCOL_VERSION)))?;
+    let version = w.protocol_version.as_ref().and_then(Value::as_str).ok_or_else(|| {
+        ModernError::InvalidMeta(format!("_meta {} must be a string", meta::PROTOCOL_VERSION))
+    })?;
     if version != header {
-        return Err(ModernError::HeaderMismatch(format!("MCP-Protocol-Version {header:?} does not match _meta {version:?}")));
+        return Err(ModernError::HeaderMismatch(format!(
+            "MCP-Protocol-Version {header:?} does not match _meta {version:?}"
+        )));
     }
     if !MODERN_VERSIONS.contains(&version) {
         return Err(ModernError::UnsupportedVersion(version.to_owned()));
     }
     let capabilities = w.client_capabilities.unwrap_or(Value::Null);
     if !capabilities.is_object() {
-        return Err(ModernError::InvalidMeta(format!("_meta {} must be an object", meta::CLIENT_CAPABILITIES)));
+        return Err(ModernError::InvalidMeta(format!(
+            "_meta {} must be an object",
+            meta::CLIENT_CAPABILITIES
+        )));
     }
     if w.client_info_is_object == Some(false) {
-        return Err(ModernError::InvalidMeta(format!("_meta {} must be an object", meta::CLIENT_INFO)));
+        return Err(ModernError::InvalidMeta(format!(
+            "_meta {} must be an object",
+            meta::CLIENT_INFO
+        )));
     }
     let log_level = match w.log_level.as_ref() {
         None | Some(Value::Null) => None,
-        Some(v) => Some(v.as_str().and_then(LogLevel::parse).ok_or_else(|| ModernError::InvalidMeta(format!("_meta {} must be a log level", meta::LOG_LEVEL)))?),
+        Some(v) => Some(v.as_str().and_then(LogLevel::parse).ok_or_else(|| {
+            ModernError::InvalidMeta(format!("_meta {} must be a log level", meta::LOG_LEVEL))
+        })?),
     };
     if let Some(name) = head.unreadable {
-        return Err(ModernError::HeaderMismatch(format!("the {name} header has characters a header value may not carry; send a value that is not plain ASCII as =?base64?…?=")));
+        return Err(ModernError::HeaderMismatch(format!(
+            "the {name} header has characters a header value may not carry; send a value that is not plain ASCII as =?base64?…?="
+        )));
     }
     match head.method {
         None => return Err(ModernError::HeaderMismatch("missing Mcp-Method header".into())),
-        Some(h) if h != method => return Err(ModernError::HeaderMismatch(format!("Mcp-Method {h:?} does not match the body's method"))),
+        Some(h) if h != method => {
+            return Err(ModernError::HeaderMismatch(format!(
+                "Mcp-Method {h:?} does not match the body's method"
+            )));
+        }
         Some(_) => {}
     }
     if let Some(key) = name_param(method) {
@@ -154,9 +196,12 @@ pub fn check(head: &ModernHead<'_>, method: &str, params: Option<&Value>, wire: 
         match (head.name, body) {
             (None, _) => return Err(ModernError::HeaderMismatch("missing Mcp-Name header".into())),
             (Some(raw), body) => {
-                let decoded = headers::decode_value(raw).map_err(|e| ModernError::HeaderMismatch(format!("Mcp-Name: {e}")))?;
+                let decoded = headers::decode_value(raw)
+                    .map_err(|e| ModernError::HeaderMismatch(format!("Mcp-Name: {e}")))?;
                 if body != Some(decoded.as_str()) {
-                    return Err(ModernError::HeaderMismatch(format!("Mcp-Name does not match the body's {key}")));
+                    return Err(ModernError::HeaderMismatch(format!(
+                        "Mcp-Name does not match the body's {key}"
+                    )));
                 }
             }
         }
@@ -181,7 +226,14 @@ pub struct ModernRequest {
 }
 
 /// The methods whose complete results carry cache hints (`ttlMs`, `cacheScope`).
-pub const CACHEABLE: [&str; 6] = ["server/discover", "tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read"];
+pub const CACHEABLE: [&str; 6] = [
+    "server/discover",
+    "tools/list",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+];
 
 /// Cache hints of a result (SPEC.md §4.8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -196,13 +248,22 @@ pub struct CacheHints {
 /// A complete modern result: `resultType` (kept when the handler set one), the server's
 /// identity in `_meta`, and for [`CACHEABLE`] methods the cache hints.
 #[must_use]
-pub fn complete_result(method: &str, mut result: Value, server_info: &Value, hints: CacheHints) -> Value {
+pub fn complete_result(
+    method: &str,
+    mut result: Value,
+    server_info: &Value,
+    hints: CacheHints,
+) -> Value {
     if let Value::Object(m) = &mut result {
-        let complete = m.entry("resultType").or_insert_with(|| Value::from("complete")) == "complete";
+        let complete =
+            m.entry("resultType").or_insert_with(|| Value::from("complete")) == "complete";
         // An `input_required` result is never cacheable.
         if complete && CACHEABLE.contains(&method) {
             m.insert("ttlMs".into(), Value::from(hints.ttl_ms));
-            m.insert("cacheScope".into(), Value::from(if hints.public { "public" } else { "private" }));
+            m.insert(
+                "cacheScope".into(),
+                Value::from(if hints.public { "public" } else { "private" }),
+            );
         }
         let meta = m.entry("_meta").or_insert_with(|| Value::Object(serde_json::Map::new()));
         if let Value::Object(meta) = meta {
@@ -232,12 +293,23 @@ impl ResultTails {
     /// The tails for `server_info` and the cache hints of lists and reads.
     #[must_use]
     pub fn new(server_info: &Value, list_hints: CacheHints, read_hints: CacheHints) -> ResultTails {
-        let meta = serde_json::to_string(&serde_json::json!({ meta::SERVER_INFO: server_info })).unwrap_or_default();
+        let meta = serde_json::to_string(&serde_json::json!({ meta::SERVER_INFO: server_info }))
+            .unwrap_or_default();
         let scope = |h: CacheHints| if h.public { "public" } else { "private" };
         ResultTails {
             plain: format!(r#""resultType":"complete","_meta":{meta}"#).into_bytes(),
-            list: format!(r#""resultType":"complete","ttlMs":{},"cacheScope":"{}","_meta":{meta}"#, list_hints.ttl_ms, scope(list_hints)).into_bytes(),
-            read: format!(r#""resultType":"complete","ttlMs":{},"cacheScope":"{}","_meta":{meta}"#, read_hints.ttl_ms, scope(read_hints)).into_bytes(),
+            list: format!(
+                r#""resultType":"complete","ttlMs":{},"cacheScope":"{}","_meta":{meta}"#,
+                list_hints.ttl_ms,
+                scope(list_hints)
+            )
+            .into_bytes(),
+            read: format!(
+                r#""resultType":"complete","ttlMs":{},"cacheScope":"{}","_meta":{meta}"#,
+                read_hints.ttl_ms,
+                scope(read_hints)
+            )
+            .into_bytes(),
             server_info: server_info.clone(),
             list_hints,
             read_hints,
@@ -267,8 +339,15 @@ impl ResultTails {
             }
             // The handler set resultType or _meta itself: merged the slow way.
             other => {
-                let hints = if method == "resources/read" { self.read_hints } else { self.list_hints };
-                serde_json::to_vec(&complete_result(method, other.clone(), &self.server_info, hints)).unwrap_or_default()
+                let hints =
+                    if method == "resources/read" { self.read_hints } else { self.list_hints };
+                serde_json::to_vec(&complete_result(
+                    method,
+                    other.clone(),
+                    &self.server_info,
+                    hints,
+                ))
+                .unwrap_or_default()
             }
         }
     }
@@ -309,7 +388,8 @@ impl ModernResults {
 /// The `server/discover` result (before [`complete_result`]).
 #[must_use]
 pub fn discover_result(capabilities: &Value, instructions: Option<&str>) -> Value {
-    let mut r = serde_json::json!({"supportedVersions": MODERN_VERSIONS, "capabilities": capabilities});
+    let mut r =
+        serde_json::json!({"supportedVersions": MODERN_VERSIONS, "capabilities": capabilities});
     if let Some(i) = instructions {
         r["instructions"] = Value::from(i);
     }
@@ -333,11 +413,17 @@ pub fn modern_capabilities(legacy: &Value, offered: &listen::Offered, tasks: boo
             }
         }
         let mut set = |key: &str, flag: &str| {
-            if let Value::Object(inner) = m.entry(key).or_insert_with(|| Value::Object(serde_json::Map::new())) {
+            if let Value::Object(inner) =
+                m.entry(key).or_insert_with(|| Value::Object(serde_json::Map::new()))
+            {
                 inner.insert(flag.into(), Value::Bool(true));
             }
         };
-        for (key, kind) in [("tools", listen::ListKind::Tools), ("prompts", listen::ListKind::Prompts), ("resources", listen::ListKind::Resources)] {
+        for (key, kind) in [
+            ("tools", listen::ListKind::Tools),
+            ("prompts", listen::ListKind::Prompts),
+            ("resources", listen::ListKind::Resources),
+        ] {
             if offered.list(kind) {
                 set(key, "listChanged");
             }

@@ -136,11 +136,17 @@ impl<W> Default for ReceiptTable<W> {
 fn verdict(stored: Option<&Stored>, first: &str, idempotent: bool, digest: &str) -> Option<Answer> {
     match stored {
         None => Some(Answer::Unavailable),
-        Some(Stored::Done { digest: d, outcome }) => Some(if d == digest { Answer::Outcome { outcome: outcome.clone(), attached: false } } else { Answer::Conflict }),
+        Some(Stored::Done { digest: d, outcome }) => Some(if d == digest {
+            Answer::Outcome { outcome: outcome.clone(), attached: false }
+        } else {
+            Answer::Conflict
+        }),
         Some(Stored::Running { digest: d }) if d != digest => Some(Answer::Conflict),
         Some(Stored::Running { .. }) if !idempotent => Some(Answer::Unknown),
         // Absent, or interrupted and idempotent: it executes with the first caller's arguments.
-        Some(Stored::Absent | Stored::Running { .. }) => (digest != first).then_some(Answer::Conflict),
+        Some(Stored::Absent | Stored::Running { .. }) => {
+            (digest != first).then_some(Answer::Conflict)
+        }
     }
 }
 
@@ -175,12 +181,20 @@ impl<W: Waiter> ReceiptTable<W> {
     pub fn arrive(&mut self, key: &str, digest: &str, idempotent: bool, waiter: W) -> Arrival {
         match self.entries.get_mut(key) {
             None => {
-                self.entries.insert(key.to_owned(), Entry::Looking { digest: digest.to_owned(), idempotent, waiters: Vec::new() });
+                self.entries.insert(
+                    key.to_owned(),
+                    Entry::Looking { digest: digest.to_owned(), idempotent, waiters: Vec::new() },
+                );
                 Arrival::Lookup
             }
             Some(Entry::Looking { waiters, .. }) => {
                 // Whether this caller's arguments match is known once the receipt is read.
-                if wait_in(waiters, (digest.to_owned(), waiter), |(_, w): &(String, W)| w.is_gone()) { Arrival::Wait } else { Arrival::Answered(Answer::TooManyWaiting) }
+                if wait_in(waiters, (digest.to_owned(), waiter), |(_, w): &(String, W)| w.is_gone())
+                {
+                    Arrival::Wait
+                } else {
+                    Arrival::Answered(Answer::TooManyWaiting)
+                }
             }
             Some(Entry::Running { digest: d, waiters }) => {
                 if d != digest {
@@ -196,11 +210,17 @@ impl<W: Waiter> ReceiptTable<W> {
                     return Arrival::Answered(Answer::Conflict);
                 }
                 match ended {
-                    Ended::Finished(outcome) => Arrival::Answered(Answer::Outcome { outcome: outcome.clone(), attached: false }),
+                    Ended::Finished(outcome) => Arrival::Answered(Answer::Outcome {
+                        outcome: outcome.clone(),
+                        attached: false,
+                    }),
                     // Interrupted here: an idempotent tool runs again; one that never ran, too.
                     Ended::Interrupted if !idempotent => Arrival::Answered(Answer::Unknown),
                     Ended::Interrupted | Ended::NotRun => {
-                        self.entries.insert(key.to_owned(), Entry::Running { digest: digest.to_owned(), waiters: Vec::new() });
+                        self.entries.insert(
+                            key.to_owned(),
+                            Entry::Running { digest: digest.to_owned(), waiters: Vec::new() },
+                        );
                         Arrival::Execute
                     }
                 }
@@ -316,7 +336,11 @@ mod tests {
         for i in 0..MAX_WAITERS as i32 {
             assert_eq!(t.arrive("k", "d", false, i + 1), Arrival::Wait);
         }
-        assert_eq!(t.arrive("k", "d", false, 9_999), Arrival::Answered(Answer::TooManyWaiting), "full of live callers");
+        assert_eq!(
+            t.arrive("k", "d", false, 9_999),
+            Arrival::Answered(Answer::TooManyWaiting),
+            "full of live callers"
+        );
         assert_eq!(t.finish("k", &ok(1)).len(), MAX_WAITERS);
     }
 
@@ -332,7 +356,11 @@ mod tests {
     fn a_new_key_is_looked_up_once_and_executed_by_its_first_caller() {
         let mut t = ReceiptTable::default();
         assert_eq!(t.arrive("k", "d", false, 1), Arrival::Lookup);
-        assert_eq!(t.arrive("k", "d", false, 2), Arrival::Wait, "a second caller during the lookup waits");
+        assert_eq!(
+            t.arrive("k", "d", false, 2),
+            Arrival::Wait,
+            "a second caller during the lookup waits"
+        );
         let (first, answers) = t.resolve("k", Some(Stored::Absent));
         assert_eq!(first, Decision::Execute);
         assert!(answers.is_empty(), "the waiter attaches to the execution");
@@ -355,11 +383,19 @@ mod tests {
         t.arrive("k", "d", false, 1);
         t.resolve("k", Some(Stored::Absent));
         t.finish("k", &ok(5));
-        assert_eq!(t.arrive("k", "d", false, 2), Arrival::Answered(replayed(5)), "not read from the store, which may still say running");
+        assert_eq!(
+            t.arrive("k", "d", false, 2),
+            Arrival::Answered(replayed(5)),
+            "not read from the store, which may still say running"
+        );
         assert_eq!(t.arrive("k", "x", false, 3), Arrival::Answered(Answer::Conflict));
         t.settled("k");
         assert!(t.is_empty());
-        assert_eq!(t.arrive("k", "d", false, 4), Arrival::Lookup, "after the commit the ledger answers");
+        assert_eq!(
+            t.arrive("k", "d", false, 4),
+            Arrival::Lookup,
+            "after the commit the ledger answers"
+        );
     }
 
     #[test]
@@ -368,7 +404,8 @@ mod tests {
         t.arrive("k", "d", false, 1);
         t.arrive("k", "d", false, 2);
         t.arrive("k", "x", false, 3);
-        let (first, answers) = t.resolve("k", Some(Stored::Done { digest: "d".into(), outcome: ok(9) }));
+        let (first, answers) =
+            t.resolve("k", Some(Stored::Done { digest: "d".into(), outcome: ok(9) }));
         assert_eq!(first, Decision::Answered(replayed(9)));
         assert_eq!(answers, vec![(2, replayed(9)), (3, Answer::Conflict)]);
         assert!(t.is_empty(), "the ledger keeps answering");
@@ -378,13 +415,24 @@ mod tests {
     fn an_execution_interrupted_by_a_crash_is_unknown_unless_the_tool_is_idempotent() {
         let mut t = ReceiptTable::<u8>::default();
         t.arrive("k", "d", false, 1);
-        assert_eq!(t.resolve("k", Some(Stored::Running { digest: "d".into() })).0, Decision::Answered(Answer::Unknown));
+        assert_eq!(
+            t.resolve("k", Some(Stored::Running { digest: "d".into() })).0,
+            Decision::Answered(Answer::Unknown)
+        );
         t.arrive("k", "d", true, 1);
-        assert_eq!(t.resolve("k", Some(Stored::Running { digest: "d".into() })).0, Decision::Execute, "an idempotent tool runs again");
+        assert_eq!(
+            t.resolve("k", Some(Stored::Running { digest: "d".into() })).0,
+            Decision::Execute,
+            "an idempotent tool runs again"
+        );
         t.interrupt("k");
         t.settled("k");
         t.arrive("k", "x", true, 1);
-        assert_eq!(t.resolve("k", Some(Stored::Running { digest: "d".into() })).0, Decision::Answered(Answer::Conflict), "other arguments never rerun it");
+        assert_eq!(
+            t.resolve("k", Some(Stored::Running { digest: "d".into() })).0,
+            Decision::Answered(Answer::Conflict),
+            "other arguments never rerun it"
+        );
     }
 
     #[test]
@@ -408,7 +456,11 @@ mod tests {
         t.resolve("k", Some(Stored::Absent));
         t.arrive("k", "d", false, 2);
         assert_eq!(t.not_run("k"), vec![2]);
-        assert_eq!(t.arrive("k", "d", false, 3), Arrival::Execute, "not idempotent, but it never ran");
+        assert_eq!(
+            t.arrive("k", "d", false, 3),
+            Arrival::Execute,
+            "not idempotent, but it never ran"
+        );
         assert_eq!(t.arrive("k", "x", false, 4), Arrival::Answered(Answer::Conflict));
     }
 

@@ -63,7 +63,10 @@ impl ReplayWindow {
     #[must_use]
     pub fn new(limits: WindowLimits) -> ReplayWindow {
         ReplayWindow {
-            limits: WindowLimits { max_events: limits.max_events.max(1), max_bytes: limits.max_bytes },
+            limits: WindowLimits {
+                max_events: limits.max_events.max(1),
+                max_bytes: limits.max_bytes,
+            },
             events: VecDeque::new(),
             bytes: 0,
             next: Seq::START.next(),
@@ -84,7 +87,9 @@ impl ReplayWindow {
     }
 
     fn enforce_bounds(&mut self) {
-        while self.events.len() > 1 && (self.events.len() > self.limits.max_events || self.bytes > self.limits.max_bytes) {
+        while self.events.len() > 1
+            && (self.events.len() > self.limits.max_events || self.bytes > self.limits.max_bytes)
+        {
             self.evict_front();
         }
     }
@@ -94,7 +99,11 @@ impl ReplayWindow {
     /// events ending at `newest` is kept, so a hole in the copy (events that never reached
     /// it) answers a resume from before it with a [`ReplayGap`], never a silent skip.
     #[must_use]
-    pub fn restore(limits: WindowLimits, newest: Seq, events: impl IntoIterator<Item = (Seq, Bytes)>) -> ReplayWindow {
+    pub fn restore(
+        limits: WindowLimits,
+        newest: Seq,
+        events: impl IntoIterator<Item = (Seq, Bytes)>,
+    ) -> ReplayWindow {
         let events: Vec<(Seq, Bytes)> = events.into_iter().collect();
         let newest = events.last().map_or(newest, |(s, _)| newest.max(*s));
         let mut w = ReplayWindow::new(limits);
@@ -154,7 +163,10 @@ impl ReplayWindow {
     /// # Errors
     /// [`ReplayError::Gap`] when some event after `after` was evicted;
     /// [`ReplayError::Ahead`] when `after` is newer than anything pushed.
-    pub fn replay_after(&self, after: Seq) -> Result<impl Iterator<Item = &Bytes> + '_, ReplayError> {
+    pub fn replay_after(
+        &self,
+        after: Seq,
+    ) -> Result<impl Iterator<Item = &Bytes> + '_, ReplayError> {
         self.events_after(after).map(|it| it.map(|(_, f)| f))
     }
 
@@ -163,7 +175,10 @@ impl ReplayWindow {
     ///
     /// # Errors
     /// As [`Self::replay_after`].
-    pub fn events_after(&self, after: Seq) -> Result<impl Iterator<Item = (Seq, &Bytes)> + '_, ReplayError> {
+    pub fn events_after(
+        &self,
+        after: Seq,
+    ) -> Result<impl Iterator<Item = (Seq, &Bytes)> + '_, ReplayError> {
         if after > self.newest() {
             return Err(ReplayError::Ahead { newest: self.newest(), requested: after });
         }
@@ -271,23 +286,35 @@ mod tests {
         assert!(w.is_empty() && matches!(w.replay_after(Seq(2)), Err(ReplayError::Gap(_))));
         assert_eq!(w.replay_after(Seq(6)).unwrap().count(), 0);
         // Bounds apply to what is restored.
-        let w = ReplayWindow::restore(WindowLimits { max_events: 2, max_bytes: 1 << 20 }, Seq(3), (1..=3).map(|n| (Seq(n), frame(n, 4))));
+        let w = ReplayWindow::restore(
+            WindowLimits { max_events: 2, max_bytes: 1 << 20 },
+            Seq(3),
+            (1..=3).map(|n| (Seq(n), frame(n, 4))),
+        );
         assert_eq!(w.len().0, 2);
     }
 
     #[test]
     fn numbers_skipped_after_a_restore_are_not_a_gap_but_events_missing_before_them_are() {
         let limits = WindowLimits { max_events: 10, max_bytes: 1 << 20 };
-        let mut w = ReplayWindow::restore(limits, Seq(2), [(Seq(1), frame(1, 4)), (Seq(2), frame(2, 4))]);
+        let mut w =
+            ReplayWindow::restore(limits, Seq(2), [(Seq(1), frame(1, 4)), (Seq(2), frame(2, 4))]);
         w.skip_to(Seq(100));
         assert_eq!(w.push(frame(100, 4)), Seq(100));
         assert_eq!(w.replay_after(Seq(2)).unwrap().count(), 1, "3..=99 were never assigned");
-        assert_eq!(w.replay_after(Seq(50)).unwrap().count(), 1, "a cursor in the skipped range is not a gap");
+        assert_eq!(
+            w.replay_after(Seq(50)).unwrap().count(),
+            1,
+            "a cursor in the skipped range is not a gap"
+        );
         let mut empty = ReplayWindow::restore(limits, Seq(2), []);
         empty.skip_to(Seq(100));
         let _ = empty.push(frame(100, 4));
         assert_eq!(empty.replay_after(Seq(2)).unwrap().count(), 1);
-        assert!(matches!(empty.replay_after(Seq(1)), Err(ReplayError::Gap(_))), "event 2 is not in the copy");
+        assert!(
+            matches!(empty.replay_after(Seq(1)), Err(ReplayError::Gap(_))),
+            "event 2 is not in the copy"
+        );
     }
 
     #[test]

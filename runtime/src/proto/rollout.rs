@@ -93,7 +93,11 @@ impl RolloutFlags {
     /// # Errors
     /// [`BadShare`] when it is not within 0.0..=1.0.
     pub fn validate(self) -> Result<RolloutFlags, BadShare> {
-        if (0.0..=1.0).contains(&self.share) { Ok(self) } else { Err(BadShare(self.share.to_string())) }
+        if (0.0..=1.0).contains(&self.share) {
+            Ok(self)
+        } else {
+            Err(BadShare(self.share.to_string()))
+        }
     }
 
     /// These flags with a rollback applied: no new stream is resumable (nor shadowed).
@@ -187,7 +191,9 @@ pub struct ShadowSent {
 /// A payload's digest (64-bit FNV-1a: not a defence against tampering, a check of content).
 #[must_use]
 pub fn payload_digest(json: &[u8]) -> u64 {
-    json.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3))
+    json.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 impl ShadowSent {
@@ -251,7 +257,8 @@ fn split_frame(frame: &[u8]) -> (Option<&str>, Vec<u8>) {
     for line in frame.split(|b| *b == b'\n') {
         if let Some(v) = line.strip_prefix(b"id: ").or_else(|| line.strip_prefix(b"id:")) {
             id = std::str::from_utf8(v).ok();
-        } else if let Some(v) = line.strip_prefix(b"data: ").or_else(|| line.strip_prefix(b"data:")) {
+        } else if let Some(v) = line.strip_prefix(b"data: ").or_else(|| line.strip_prefix(b"data:"))
+        {
             if !first {
                 data.push(b'\n');
             }
@@ -264,13 +271,25 @@ fn split_frame(frame: &[u8]) -> (Option<&str>, Vec<u8>) {
 
 /// Compare a shadow stream's ledger copy (`(seq, frame)`, as read back) with what was sent.
 #[must_use]
-pub fn verify_shadow(sent: &ShadowSent, copy: &[(u64, Bytes)], signer: &CursorSigner, generation: Generation, stream: StreamId) -> ShadowReport {
-    let mut r = ShadowReport { sent: sent.total, window_lost: sent.total - sent.recent.len() as u64, ..ShadowReport::default() };
+pub fn verify_shadow(
+    sent: &ShadowSent,
+    copy: &[(u64, Bytes)],
+    signer: &CursorSigner,
+    generation: Generation,
+    stream: StreamId,
+) -> ShadowReport {
+    let mut r = ShadowReport {
+        sent: sent.total,
+        window_lost: sent.total - sent.recent.len() as u64,
+        ..ShadowReport::default()
+    };
     let mut found = std::collections::HashSet::new();
     let mut prev: Option<u64> = None;
     for (seq, frame) in copy {
         let (id, data) = split_frame(frame);
-        let cursor_ok = id.and_then(|c| signer.decode(c).ok()).is_some_and(|e| e.generation == generation && e.stream == stream && e.seq.0 == *seq);
+        let cursor_ok = id
+            .and_then(|c| signer.decode(c).ok())
+            .is_some_and(|e| e.generation == generation && e.stream == stream && e.seq.0 == *seq);
         if !cursor_ok || prev == Some(*seq) {
             r.cursor += 1;
             continue;
@@ -314,15 +333,35 @@ mod tests {
 
     #[test]
     fn share_picks_sessions_below_it_and_growing_it_only_adds_sessions() {
-        let places: Vec<f64> = (0..1000u32).map(|i| share_place(&format!("{:032x}", u128::from(i).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835)))).collect();
-        let chosen = |share: f64| places.iter().filter(|p| flags(Resumable::On, share, WriteTools::All).mode(**p, StreamPurpose::ReadOnly) == StreamMode::Resumable).count();
+        let places: Vec<f64> = (0..1000u32)
+            .map(|i| {
+                share_place(&format!(
+                    "{:032x}",
+                    u128::from(i).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835)
+                ))
+            })
+            .collect();
+        let chosen = |share: f64| {
+            places
+                .iter()
+                .filter(|p| {
+                    flags(Resumable::On, share, WriteTools::All).mode(**p, StreamPurpose::ReadOnly)
+                        == StreamMode::Resumable
+                })
+                .count()
+        };
         let (one, ten, all) = (chosen(0.01), chosen(0.1), chosen(1.0));
         assert!(one < ten && ten < all && all == 1000, "{one} {ten} {all}");
         assert!((50..=150).contains(&ten), "about a tenth: {ten}");
         for p in &places {
-            let small = flags(Resumable::On, 0.1, WriteTools::All).mode(*p, StreamPurpose::ReadOnly);
-            let large = flags(Resumable::On, 0.5, WriteTools::All).mode(*p, StreamPurpose::ReadOnly);
-            assert!(small == StreamMode::Plain || large == StreamMode::Resumable, "a session in the small share is in the larger one");
+            let small =
+                flags(Resumable::On, 0.1, WriteTools::All).mode(*p, StreamPurpose::ReadOnly);
+            let large =
+                flags(Resumable::On, 0.5, WriteTools::All).mode(*p, StreamPurpose::ReadOnly);
+            assert!(
+                small == StreamMode::Plain || large == StreamMode::Resumable,
+                "a session in the small share is in the larger one"
+            );
         }
         assert_eq!(chosen(0.0), 0);
     }
@@ -340,24 +379,43 @@ mod tests {
         let f = flags(Resumable::Shadow, 1.0, WriteTools::All);
         assert_eq!(f.mode(0.3, StreamPurpose::ReadOnly), StreamMode::Shadow);
         assert_eq!(f.mode(0.3, StreamPurpose::Write { receipt: true }), StreamMode::Plain);
-        assert_eq!(flags(Resumable::Shadow, 0.2, WriteTools::All).mode(0.3, StreamPurpose::ReadOnly), StreamMode::Plain, "outside the share");
+        assert_eq!(
+            flags(Resumable::Shadow, 0.2, WriteTools::All).mode(0.3, StreamPurpose::ReadOnly),
+            StreamMode::Plain,
+            "outside the share"
+        );
     }
 
     #[test]
     fn write_tools_need_a_receipt_when_asked_in_every_mode() {
         for r in [Resumable::On, Resumable::Shadow] {
             let f = flags(r, 1.0, WriteTools::Receipts);
-            assert_eq!(f.mode(0.1, StreamPurpose::Write { receipt: false }), StreamMode::Plain, "{r:?}");
+            assert_eq!(
+                f.mode(0.1, StreamPurpose::Write { receipt: false }),
+                StreamMode::Plain,
+                "{r:?}"
+            );
         }
-        assert_eq!(flags(Resumable::On, 1.0, WriteTools::Receipts).mode(0.1, StreamPurpose::Write { receipt: true }), StreamMode::Resumable);
-        assert_eq!(flags(Resumable::On, 1.0, WriteTools::Receipts).mode(0.1, StreamPurpose::ReadOnly), StreamMode::Resumable);
+        assert_eq!(
+            flags(Resumable::On, 1.0, WriteTools::Receipts)
+                .mode(0.1, StreamPurpose::Write { receipt: true }),
+            StreamMode::Resumable
+        );
+        assert_eq!(
+            flags(Resumable::On, 1.0, WriteTools::Receipts).mode(0.1, StreamPurpose::ReadOnly),
+            StreamMode::Resumable
+        );
     }
 
     #[test]
     fn off_and_rollback_make_nothing_resumable() {
         let f = RolloutFlags::default().rolled_back();
         assert_eq!(f.mode(0.0, StreamPurpose::ReadOnly), StreamMode::Plain);
-        assert_eq!(flags(Resumable::Off, 1.0, WriteTools::All).mode(0.0, StreamPurpose::Write { receipt: true }), StreamMode::Plain);
+        assert_eq!(
+            flags(Resumable::Off, 1.0, WriteTools::All)
+                .mode(0.0, StreamPurpose::Write { receipt: true }),
+            StreamMode::Plain
+        );
     }
 
     #[test]
@@ -375,7 +433,11 @@ mod tests {
         for q in 1..=n {
             let json = format!("{{\"n\":{q}}}");
             sent.sent(Seq(q), json.as_bytes());
-            let cursor = signer.encode(&EventId { generation: Generation(2), stream: StreamId(5), seq: Seq(q) });
+            let cursor = signer.encode(&EventId {
+                generation: Generation(2),
+                stream: StreamId(5),
+                seq: Seq(q),
+            });
             copy.push((q, sse::event_frame(cursor.as_bytes(), json.as_bytes())));
         }
         (signer, sent, copy)
@@ -391,9 +453,12 @@ mod tests {
     #[test]
     fn a_corrupted_reordered_duplicated_or_short_copy_is_counted() {
         let (signer, sent, copy) = shadow_fixture(10, 64);
-        let check = |c: &[(u64, Bytes)]| verify_shadow(&sent, c, &signer, Generation(2), StreamId(5));
+        let check =
+            |c: &[(u64, Bytes)]| verify_shadow(&sent, c, &signer, Generation(2), StreamId(5));
         let mut altered = copy.clone();
-        altered[3].1 = Bytes::from(String::from_utf8(altered[3].1.to_vec()).unwrap().replace("\"n\":4", "\"n\":40"));
+        altered[3].1 = Bytes::from(
+            String::from_utf8(altered[3].1.to_vec()).unwrap().replace("\"n\":4", "\"n\":40"),
+        );
         assert_eq!(check(&altered).content, 1);
         let mut swapped = copy.clone();
         swapped.swap(2, 3);
@@ -404,7 +469,8 @@ mod tests {
         let short: Vec<_> = copy.iter().filter(|(q, _)| *q != 6).cloned().collect();
         assert_eq!(check(&short).missing, 1);
         let mut wrong_stream = copy.clone();
-        let other = signer.encode(&EventId { generation: Generation(2), stream: StreamId(6), seq: Seq(1) });
+        let other =
+            signer.encode(&EventId { generation: Generation(2), stream: StreamId(6), seq: Seq(1) });
         wrong_stream[0].1 = sse::event_frame(other.as_bytes(), b"{\"n\":1}");
         let r = check(&wrong_stream);
         assert_eq!((r.cursor, r.missing), (1, 1));

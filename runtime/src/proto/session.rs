@@ -159,13 +159,26 @@ pub struct SessionCore<R, S, P> {
 impl<R, S, P> SessionCore<R, S, P> {
     /// A new active session.
     #[must_use]
-    pub fn new(id: SessionId, version: ProtocolVersion, generation: Generation, limits: SessionLimits, now: Tick) -> Self {
+    pub fn new(
+        id: SessionId,
+        version: ProtocolVersion,
+        generation: Generation,
+        limits: SessionLimits,
+        now: Tick,
+    ) -> Self {
         Self::incarnate(id, version, generation, limits, now, 0)
     }
 
     /// A session in its `incarnation`-th life (0: just created; then one more per restore).
     #[must_use]
-    pub fn incarnate(id: SessionId, version: ProtocolVersion, generation: Generation, limits: SessionLimits, now: Tick, incarnation: u32) -> Self {
+    pub fn incarnate(
+        id: SessionId,
+        version: ProtocolVersion,
+        generation: Generation,
+        limits: SessionLimits,
+        now: Tick,
+        incarnation: u32,
+    ) -> Self {
         let base = u64::from(incarnation) << 32;
         SessionCore {
             id,
@@ -218,7 +231,8 @@ impl<R, S, P> SessionCore<R, S, P> {
         if self.state != SessionState::Active {
             return None;
         }
-        let moved = self.last_activity.0.saturating_sub(self.recorded.0) > self.limits.idle_ttl_ms / 16;
+        let moved =
+            self.last_activity.0.saturating_sub(self.recorded.0) > self.limits.idle_ttl_ms / 16;
         let due = self.refresh_at().is_some_and(|t| now >= t);
         if !(self.dirty || moved || due) {
             return None;
@@ -234,9 +248,18 @@ impl<R, S, P> SessionCore<R, S, P> {
     /// the GET stream), `closed` with the bytes its window holds when it produced its last
     /// event. Returns the streams the shell must stop and forget: closed ones evicted to
     /// respect the retention bounds, and an older open GET stream this one replaces.
-    pub fn restore_stream(&mut self, sid: StreamId, request: Option<JsonRpcId>, closed: Option<usize>, handle: S) -> Vec<StreamEntry<S>> {
+    pub fn restore_stream(
+        &mut self,
+        sid: StreamId,
+        request: Option<JsonRpcId>,
+        closed: Option<usize>,
+        handle: S,
+    ) -> Vec<StreamEntry<S>> {
         let is_get = request.is_none();
-        self.streams.insert(sid, StreamEntry { id: sid, request, closed: false, retained_bytes: 0, handle });
+        self.streams.insert(
+            sid,
+            StreamEntry { id: sid, request, closed: false, retained_bytes: 0, handle },
+        );
         self.next_stream = self.next_stream.max(sid.0 + 1);
         let mut gone = Vec::new();
         if is_get
@@ -355,7 +378,13 @@ impl<R, S, P> SessionCore<R, S, P> {
     /// # Errors
     /// The handle back, with why, when `origin` is no longer in flight or too many client
     /// requests are waiting.
-    pub fn begin_client_request(&mut self, origin: &JsonRpcId, method: &str, now: Tick, handle: P) -> Result<JsonRpcId, (P, ClientRequestRefused)> {
+    pub fn begin_client_request(
+        &mut self,
+        origin: &JsonRpcId,
+        method: &str,
+        now: Tick,
+        handle: P,
+    ) -> Result<JsonRpcId, (P, ClientRequestRefused)> {
         if !self.in_flight.contains_key(origin) {
             return Err((handle, ClientRequestRefused::OriginEnded));
         }
@@ -365,7 +394,10 @@ impl<R, S, P> SessionCore<R, S, P> {
         let id = JsonRpcId::Number(self.next_client_request);
         self.next_client_request += 1;
         let deadline = now.plus_ms(self.limits.client_request_timeout_ms);
-        self.pending.insert(id.clone(), ClientRequest { origin: origin.clone(), method: method.into(), deadline, handle });
+        self.pending.insert(
+            id.clone(),
+            ClientRequest { origin: origin.clone(), method: method.into(), deadline, handle },
+        );
         Ok(id)
     }
 
@@ -384,7 +416,16 @@ impl<R, S, P> SessionCore<R, S, P> {
     /// Allocate a stream id and register the POST stream of `request`.
     pub fn open_post_stream(&mut self, request: &JsonRpcId, handle: S) -> StreamId {
         let sid = self.alloc_stream();
-        self.streams.insert(sid, StreamEntry { id: sid, request: Some(request.clone()), closed: false, retained_bytes: 0, handle });
+        self.streams.insert(
+            sid,
+            StreamEntry {
+                id: sid,
+                request: Some(request.clone()),
+                closed: false,
+                retained_bytes: 0,
+                handle,
+            },
+        );
         if let Some(f) = self.in_flight.get_mut(request) {
             f.stream = Some(sid);
         }
@@ -394,7 +435,10 @@ impl<R, S, P> SessionCore<R, S, P> {
     /// Register a new standalone GET stream; returns the id and the stream it replaces.
     pub fn open_get_stream(&mut self, handle: S) -> (StreamId, Option<StreamEntry<S>>) {
         let sid = self.alloc_stream();
-        self.streams.insert(sid, StreamEntry { id: sid, request: None, closed: false, retained_bytes: 0, handle });
+        self.streams.insert(
+            sid,
+            StreamEntry { id: sid, request: None, closed: false, retained_bytes: 0, handle },
+        );
         let old = self.get_stream.replace(sid).and_then(|old| self.remove_stream(old));
         (sid, old)
     }
@@ -432,7 +476,8 @@ impl<R, S, P> SessionCore<R, S, P> {
         }
         let mut evicted = Vec::new();
         while self.closed_order.len() > 1
-            && (self.closed_order.len() > self.limits.max_retained_streams || self.retained_bytes > self.limits.max_retained_bytes)
+            && (self.closed_order.len() > self.limits.max_retained_streams
+                || self.retained_bytes > self.limits.max_retained_bytes)
         {
             if let Some(old) = self.closed_order.front().copied()
                 && let Some(e) = self.remove_stream(old)
@@ -525,7 +570,10 @@ impl<R, S, P> SessionCore<R, S, P> {
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Tick> {
         let client = self.pending.values().map(|p| p.deadline).min();
-        [self.idle_deadline(), self.park_deadline(), client, self.refresh_at()].into_iter().flatten().min()
+        [self.idle_deadline(), self.park_deadline(), client, self.refresh_at()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Advance time: give up client requests past their deadline (forgotten here; the shell
@@ -533,7 +581,12 @@ impl<R, S, P> SessionCore<R, S, P> {
     pub fn handle_timeout(&mut self, now: Tick) -> Due<P> {
         let mut timed_out = Vec::new();
         if self.pending.values().any(|p| p.deadline <= now) {
-            let due: Vec<JsonRpcId> = self.pending.iter().filter(|(_, p)| p.deadline <= now).map(|(id, _)| id.clone()).collect();
+            let due: Vec<JsonRpcId> = self
+                .pending
+                .iter()
+                .filter(|(_, p)| p.deadline <= now)
+                .map(|(id, _)| id.clone())
+                .collect();
             for id in due {
                 if let Some(p) = self.pending.remove(&id) {
                     timed_out.push((id, p));

@@ -233,7 +233,13 @@ pub struct RestoredStream {
 impl StreamCore {
     /// A new stream with no connection.
     #[must_use]
-    pub fn new(id: StreamId, generation: Generation, kind: StreamKind, signer: CursorSigner, settings: StreamSettings) -> StreamCore {
+    pub fn new(
+        id: StreamId,
+        generation: Generation,
+        kind: StreamKind,
+        signer: CursorSigner,
+        settings: StreamSettings,
+    ) -> StreamCore {
         let window = ReplayWindow::new(settings.window);
         let mut s = StreamCore::with_window(id, generation, kind, signer, settings, window);
         if s.settings.mode != StreamMode::Plain {
@@ -242,7 +248,14 @@ impl StreamCore {
         s
     }
 
-    fn with_window(id: StreamId, generation: Generation, kind: StreamKind, signer: CursorSigner, settings: StreamSettings, window: ReplayWindow) -> StreamCore {
+    fn with_window(
+        id: StreamId,
+        generation: Generation,
+        kind: StreamKind,
+        signer: CursorSigner,
+        settings: StreamSettings,
+        window: ReplayWindow,
+    ) -> StreamCore {
         StreamCore {
             released: window.newest(),
             window,
@@ -259,7 +272,8 @@ impl StreamCore {
             ledger: Vec::new(),
             unrecorded: true,
             stats: StreamStats::default(),
-            shadow: (settings.mode == StreamMode::Shadow).then(|| ShadowSent::new(settings.window.max_events)),
+            shadow: (settings.mode == StreamMode::Shadow)
+                .then(|| ShadowSent::new(settings.window.max_events)),
             settings,
             last_write: Tick(0),
             retention_since: None,
@@ -272,7 +286,14 @@ impl StreamCore {
     /// restarted" error ([`code::SERVER_RESTARTED`]) as its final event, recorded like any
     /// other, so the client that resumes learns it must re-issue the request.
     #[must_use]
-    pub fn restore(id: StreamId, generation: Generation, kind: StreamKind, signer: CursorSigner, settings: StreamSettings, r: RestoredStream) -> StreamCore {
+    pub fn restore(
+        id: StreamId,
+        generation: Generation,
+        kind: StreamKind,
+        signer: CursorSigner,
+        settings: StreamSettings,
+        r: RestoredStream,
+    ) -> StreamCore {
         let mut window = ReplayWindow::restore(settings.window, r.newest, r.events);
         window.skip_to(r.first_seq);
         let mut s = StreamCore::with_window(id, generation, kind, signer, settings, window);
@@ -281,7 +302,10 @@ impl StreamCore {
         match (r.closed, &s.kind) {
             (Some(reason), _) => s.state = StreamState::Closed(reason),
             (None, StreamKind::Post { request }) => {
-                let error = ErrorObject::new(code::SERVER_RESTARTED, "The server restarted while this request was running; its outcome is unknown. Re-issue it if running it again is safe.");
+                let error = ErrorObject::new(
+                    code::SERVER_RESTARTED,
+                    "The server restarted while this request was running; its outcome is unknown. Re-issue it if running it again is safe.",
+                );
                 let json = encode_error(Some(request), &error);
                 let delivery = s.append(&json, true);
                 debug_assert!(matches!(delivery, Delivery::Buffered | Delivery::Held));
@@ -401,7 +425,10 @@ impl StreamCore {
         if !frames.is_empty() {
             self.id_sent = true;
         }
-        frames.into_iter().map(|(q, frame)| Delivery::Write { conn, frame, end: closed_at == Some(q) }).collect()
+        frames
+            .into_iter()
+            .map(|(q, frame)| Delivery::Write { conn, frame, end: closed_at == Some(q) })
+            .collect()
     }
 
     /// Stream id.
@@ -449,7 +476,10 @@ impl StreamCore {
         let conn = self.new_conn();
         let mut initial = Vec::new();
         if self.settings.prime && self.settings.mode == StreamMode::Resumable {
-            initial.push(sse::priming_frame(&self.cursor(self.window.newest()), self.settings.retry_ms));
+            initial.push(sse::priming_frame(
+                &self.cursor(self.window.newest()),
+                self.settings.retry_ms,
+            ));
             self.id_sent = true;
         }
         Attachment { conn, initial, end_after_initial: false }
@@ -472,7 +502,10 @@ impl StreamCore {
             return Err(Rejection::CursorRejected);
         }
         let released = self.released;
-        let replay: Result<Vec<Bytes>, ReplayError> = self.window.events_after(after).map(|it| it.take_while(|&(q, _)| q <= released).map(|(_, f)| f.clone()).collect());
+        let replay: Result<Vec<Bytes>, ReplayError> = self
+            .window
+            .events_after(after)
+            .map(|it| it.take_while(|&(q, _)| q <= released).map(|(_, f)| f.clone()).collect());
         match replay {
             Ok(initial) => {
                 self.stats.resumes += 1;
@@ -480,7 +513,8 @@ impl StreamCore {
                     self.acked = after;
                     self.ledger.push(StreamChange::Record);
                 }
-                let end_after_initial = matches!(self.state, StreamState::Closed(_)) && self.released == self.window.newest();
+                let end_after_initial = matches!(self.state, StreamState::Closed(_))
+                    && self.released == self.window.newest();
                 let conn = self.new_conn();
                 self.id_sent = true;
                 Ok(Attachment { conn, initial, end_after_initial })
@@ -488,13 +522,17 @@ impl StreamCore {
             Err(ReplayError::Ahead { .. }) => Err(Rejection::CursorRejected),
             Err(ReplayError::Gap(gap)) => {
                 self.stats.gaps += 1;
-                let StreamKind::Post { request } = &self.kind else { return Err(Rejection::EventsLost) };
+                let StreamKind::Post { request } = &self.kind else {
+                    return Err(Rejection::EventsLost);
+                };
                 let error = ErrorObject::new(code::EVENTS_LOST, "Events after Last-Event-ID were lost; the response to this request cannot be delivered")
                     .with_data(serde_json::json!({"oldestRetained": gap.oldest.0, "requested": gap.requested.0}));
                 let json = encode_error(Some(request), &error);
                 let frame = match self.state {
                     // A cancelled request is owed nothing, not even this error.
-                    StreamState::Closed(CloseReason::Cancelled) => return Err(Rejection::EventsLost),
+                    StreamState::Closed(CloseReason::Cancelled) => {
+                        return Err(Rejection::EventsLost);
+                    }
                     // Answered already (its response, or this error): the answer is not
                     // appended a second time; this connection gets the error, without an id.
                     StreamState::Closed(_) => sse::data_frame(&json),
@@ -614,7 +652,11 @@ impl StreamCore {
     pub fn retention(&self) -> Option<Retention> {
         match self.state {
             StreamState::Closed(reason) if self.conn.is_none() => {
-                Some(if self.delivered || reason == CloseReason::Cancelled { Retention::Delivered } else { Retention::Undelivered })
+                Some(if self.delivered || reason == CloseReason::Cancelled {
+                    Retention::Delivered
+                } else {
+                    Retention::Undelivered
+                })
             }
             _ => None,
         }
@@ -630,7 +672,8 @@ impl StreamCore {
     /// stream that is not closed.
     #[must_use]
     pub fn keepalive_deadline(&self) -> Option<Tick> {
-        (self.conn.is_some() && !matches!(self.state, StreamState::Closed(_))).then(|| self.last_write.plus_ms(self.settings.timing.keepalive_ms))
+        (self.conn.is_some() && !matches!(self.state, StreamState::Closed(_)))
+            .then(|| self.last_write.plus_ms(self.settings.timing.keepalive_ms))
     }
 
     fn retention_end(&self) -> Option<Tick> {
@@ -658,7 +701,10 @@ impl StreamCore {
     /// What is due at `now` (after [`StreamCore::poll_timeout`]).
     #[must_use]
     pub fn handle_timeout(&self, now: Tick) -> StreamDue {
-        StreamDue { retention_over: self.retention_end().is_some_and(|t| now >= t), keepalive: self.keepalive_deadline().is_some_and(|t| now >= t) }
+        StreamDue {
+            retention_over: self.retention_end().is_some_and(|t| now >= t),
+            keepalive: self.keepalive_deadline().is_some_and(|t| now >= t),
+        }
     }
 
     /// SEP-1699 polling: end the current connection without ending the stream. Allowed only

@@ -63,7 +63,9 @@ pub fn mint_id(random: &[u8; TASK_ID_RANDOM_BYTES]) -> String {
 /// Whether `s` has the shape of a task id (it may still be unknown).
 #[must_use]
 pub fn is_id_shaped(s: &str) -> bool {
-    s.strip_prefix("tsk_").is_some_and(|r| r.len() == 24 && r.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
+    s.strip_prefix("tsk_").is_some_and(|r| {
+        r.len() == 24 && r.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    })
 }
 
 /// Whether a request's client capabilities declare the extension.
@@ -93,7 +95,13 @@ pub fn iso8601(ms: u64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z", rem / 3600, rem % 3600 / 60, rem % 60, ms % 1000)
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        ms % 1000
+    )
 }
 
 /// What a task shows: its state, and what that state carries.
@@ -191,13 +199,18 @@ pub struct Answered {
 ///
 /// # Errors
 /// The first answer `check` refuses, with its key.
-pub fn answer(questions: &Map<String, Value>, responses: &Map<String, Value>, check: impl Fn(&str, &Value, &Value) -> Result<(), String>) -> Result<Answered, String> {
+pub fn answer(
+    questions: &Map<String, Value>,
+    responses: &Map<String, Value>,
+    check: impl Fn(&str, &Value, &Value) -> Result<(), String>,
+) -> Result<Answered, String> {
     let mut out = Answered::default();
     for (key, answer) in responses {
         match questions.get(key) {
             Some(q) => {
                 let method = q.get("method").and_then(Value::as_str).unwrap_or_default();
-                check(method, q.get("params").unwrap_or(&Value::Null), answer).map_err(|why| format!("inputResponses.{key}: {why}"))?;
+                check(method, q.get("params").unwrap_or(&Value::Null), answer)
+                    .map_err(|why| format!("inputResponses.{key}: {why}"))?;
                 out.taken.push((key.clone(), answer.clone()));
             }
             None => out.ignored.push(key.clone()),
@@ -219,7 +232,10 @@ mod tests {
             updated_ms: 1_764_642_078_000,
             ttl_ms: 3_600_000,
             poll_ms: 1000,
-            input_requests: Map::from_iter([("confirm".to_owned(), json!({"method": "elicitation/create", "params": {}}))]),
+            input_requests: Map::from_iter([(
+                "confirm".to_owned(),
+                json!({"method": "elicitation/create", "params": {}}),
+            )]),
             result: Some(json!({"content": []})),
             error: Some(json!({"code": -32603, "message": "x"})),
         }
@@ -237,9 +253,14 @@ mod tests {
     fn a_created_task_is_flat_and_carries_nothing_of_its_outcome() {
         let c = view(TaskStatus::Working).created();
         assert_eq!(c["resultType"], "task");
-        assert_eq!((c["ttlMs"].clone(), c["pollIntervalMs"].clone()), (json!(3_600_000), json!(1000)));
+        assert_eq!(
+            (c["ttlMs"].clone(), c["pollIntervalMs"].clone()),
+            (json!(3_600_000), json!(1000))
+        );
         assert!(c["createdAt"].as_str().unwrap().starts_with("2025-12-02T"));
-        for absent in ["task", "result", "error", "inputRequests", "requestState", "ttl", "pollInterval"] {
+        for absent in
+            ["task", "result", "error", "inputRequests", "requestState", "ttl", "pollInterval"]
+        {
             assert!(c.get(absent).is_none(), "{absent}: {c}");
         }
         assert!(is_id_shaped(c["taskId"].as_str().unwrap()));
@@ -248,22 +269,45 @@ mod tests {
     #[test]
     fn each_state_shows_only_what_it_carries() {
         let d = |s| view(s).detailed();
-        assert!(d(TaskStatus::Working).get("inputRequests").is_none() && d(TaskStatus::Working).get("result").is_none());
-        assert_eq!(d(TaskStatus::InputRequired)["inputRequests"]["confirm"]["method"], "elicitation/create");
-        assert!(d(TaskStatus::Completed).get("result").is_some() && d(TaskStatus::Completed).get("error").is_none());
-        assert!(d(TaskStatus::Failed).get("error").is_some() && d(TaskStatus::Failed).get("result").is_none());
-        assert!(d(TaskStatus::Cancelled).get("result").is_none() && d(TaskStatus::Cancelled).get("error").is_none());
+        assert!(
+            d(TaskStatus::Working).get("inputRequests").is_none()
+                && d(TaskStatus::Working).get("result").is_none()
+        );
+        assert_eq!(
+            d(TaskStatus::InputRequired)["inputRequests"]["confirm"]["method"],
+            "elicitation/create"
+        );
+        assert!(
+            d(TaskStatus::Completed).get("result").is_some()
+                && d(TaskStatus::Completed).get("error").is_none()
+        );
+        assert!(
+            d(TaskStatus::Failed).get("error").is_some()
+                && d(TaskStatus::Failed).get("result").is_none()
+        );
+        assert!(
+            d(TaskStatus::Cancelled).get("result").is_none()
+                && d(TaskStatus::Cancelled).get("error").is_none()
+        );
         assert!(TaskStatus::Cancelled.is_final() && !TaskStatus::InputRequired.is_final());
     }
 
     #[test]
     fn an_update_takes_answers_to_questions_asked_now_and_ignores_the_rest() {
-        let q = Map::from_iter([("a".to_owned(), json!({"method": "elicitation/create"})), ("b".to_owned(), json!({"method": "roots/list"}))]);
-        let r = Map::from_iter([("a".to_owned(), json!({"action": "accept"})), ("zzz".to_owned(), json!({"ignored": true}))]);
+        let q = Map::from_iter([
+            ("a".to_owned(), json!({"method": "elicitation/create"})),
+            ("b".to_owned(), json!({"method": "roots/list"})),
+        ]);
+        let r = Map::from_iter([
+            ("a".to_owned(), json!({"action": "accept"})),
+            ("zzz".to_owned(), json!({"ignored": true})),
+        ]);
         let out = answer(&q, &r, |_, _, _| Ok(())).unwrap();
         assert_eq!(out.taken, vec![("a".to_owned(), json!({"action": "accept"}))]);
         assert_eq!(out.ignored, vec!["zzz".to_owned()]);
-        let refused = answer(&q, &r, |m, _, _| if m == "elicitation/create" { Err("wrong shape".into()) } else { Ok(()) });
+        let refused = answer(&q, &r, |m, _, _| {
+            if m == "elicitation/create" { Err("wrong shape".into()) } else { Ok(()) }
+        });
         assert_eq!(refused.unwrap_err(), "inputResponses.a: wrong shape");
     }
 
@@ -272,6 +316,9 @@ mod tests {
         assert!(declared(&json!({"extensions": {EXTENSION: {}}})));
         assert!(!declared(&json!({"extensions": {}})));
         assert!(!declared(&json!({"tasks": {}})), "not the 2025-11-25 slot");
-        assert_eq!(required_capabilities(), json!({"extensions": {"io.modelcontextprotocol/tasks": {}}}));
+        assert_eq!(
+            required_capabilities(),
+            json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
+        );
     }
 }

@@ -116,7 +116,13 @@ impl<K: Hash + Eq + Clone> Usage<K> {
     /// `bucket_ms`.
     #[must_use]
     pub fn new(limits: UsageLimits, bucket_ms: u64) -> Usage<K> {
-        Usage { limits, bucket_ms: bucket_ms.max(1), callers: HashMap::new(), total: Account::default(), swept_at: 0 }
+        Usage {
+            limits,
+            bucket_ms: bucket_ms.max(1),
+            callers: HashMap::new(),
+            total: Account::default(),
+            swept_at: 0,
+        }
     }
 
     fn bucket(&self, expires_ms: u64) -> u64 {
@@ -131,7 +137,9 @@ impl<K: Hash + Eq + Clone> Usage<K> {
         self.sweep(now);
         if let Some(a) = self.callers.get_mut(caller) {
             a.prune(now);
-            if a.count.saturating_add(count) > self.limits.per_caller_count || a.bytes.saturating_add(bytes) > self.limits.per_caller_bytes {
+            if a.count.saturating_add(count) > self.limits.per_caller_count
+                || a.bytes.saturating_add(bytes) > self.limits.per_caller_bytes
+            {
                 return Err(Over::Caller { retry_after_ms: a.retry_after(now) });
             }
         } else if count > self.limits.per_caller_count || bytes > self.limits.per_caller_bytes {
@@ -199,7 +207,8 @@ impl<K: Hash + Eq + Clone> Usage<K> {
 mod tests {
     use super::*;
 
-    const LIMITS: UsageLimits = UsageLimits { per_caller_count: 3, per_caller_bytes: 100, total_bytes: 150 };
+    const LIMITS: UsageLimits =
+        UsageLimits { per_caller_count: 3, per_caller_bytes: 100, total_bytes: 150 };
 
     #[test]
     fn a_caller_past_its_count_or_bytes_is_over_until_its_oldest_entry_expires() {
@@ -208,7 +217,11 @@ mod tests {
             assert_eq!(u.check(&"a", 0, 1, 10), Ok(()));
             u.add(&"a", 10_000 + i * 1000, 1, 10);
         }
-        assert_eq!(u.check(&"a", 0, 1, 10), Err(Over::Caller { retry_after_ms: 10_000 }), "a fourth entry");
+        assert_eq!(
+            u.check(&"a", 0, 1, 10),
+            Err(Over::Caller { retry_after_ms: 10_000 }),
+            "a fourth entry"
+        );
         assert_eq!(u.check(&"b", 0, 1, 10), Ok(()), "another caller is not");
         assert_eq!(u.check(&"a", 10_000, 1, 10), Ok(()), "the oldest expired");
         assert_eq!(u.caller(&"a", 10_000), (2, 20));

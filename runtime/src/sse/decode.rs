@@ -104,10 +104,9 @@ impl Decoder {
                 self.id_buffer = Some(value.to_owned());
                 self.id_in_event = true;
             }
-            "retry"
-                if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
-                    self.retry_ms = value.parse().ok();
-                }
+            "retry" if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
+                self.retry_ms = value.parse().ok();
+            }
             _ => {}
         }
     }
@@ -125,7 +124,12 @@ impl Decoder {
         if data.ends_with('\n') {
             data.pop();
         }
-        out.push(SseEvent { event: if event.is_empty() { "message".into() } else { event }, data, id, own_id });
+        out.push(SseEvent {
+            event: if event.is_empty() { "message".into() } else { event },
+            data,
+            id,
+            own_id,
+        });
     }
 }
 
@@ -138,7 +142,11 @@ mod own_id_tests {
         let mut d = Decoder::new();
         let evs = d.feed(b"id: 5\ndata: a\n\ndata: b\n\n");
         assert_eq!((evs[0].id.as_deref(), evs[0].own_id), (Some("5"), true));
-        assert_eq!((evs[1].id.as_deref(), evs[1].own_id), (Some("5"), false), "WHATWG: the last event id carries over");
+        assert_eq!(
+            (evs[1].id.as_deref(), evs[1].own_id),
+            (Some("5"), false),
+            "WHATWG: the last event id carries over"
+        );
     }
 }
 
@@ -183,7 +191,11 @@ mod tests {
         assert_eq!(d.last_event_id.as_deref(), Some("p"));
         // A connection cut after the next event's id and data lines, before its blank line.
         assert!(d.feed(b"id: r\ndata: {\"result\":1}\n").is_empty());
-        assert_eq!(d.last_event_id.as_deref(), Some("p"), "resume must replay the unfinished event");
+        assert_eq!(
+            d.last_event_id.as_deref(),
+            Some("p"),
+            "resume must replay the unfinished event"
+        );
         let evs = d.feed(b"\n");
         assert_eq!(evs[0].id.as_deref(), Some("r"));
         assert_eq!(d.last_event_id.as_deref(), Some("r"));
@@ -193,6 +205,14 @@ mod tests {
     fn crlf_cr_and_multiline_data() {
         let mut d = Decoder::new();
         let evs = d.feed(b"\xEF\xBB\xBFdata:a\r\ndata: b\rid: 7\r\n\r\n");
-        assert_eq!(evs, vec![SseEvent { event: "message".into(), data: "a\nb".into(), id: Some("7".into()), own_id: true }]);
+        assert_eq!(
+            evs,
+            vec![SseEvent {
+                event: "message".into(),
+                data: "a\nb".into(),
+                id: Some("7".into()),
+                own_id: true
+            }]
+        );
     }
 }

@@ -6,7 +6,15 @@ const OLD: &[u8] = &[0xab; 16];
 const NEW: &[u8] = &[0xcd; 16];
 
 fn settings() -> TaskSettings {
-    TaskSettings { ttl_ms: 3_600_000, poll_ms: 1_000, max_per_caller: 4, max_kept_per_caller: 16, max_result_bytes: 1 << 20, bytes_per_caller: 1 << 30, bytes_total: 1 << 32 }
+    TaskSettings {
+        ttl_ms: 3_600_000,
+        poll_ms: 1_000,
+        max_per_caller: 4,
+        max_kept_per_caller: 16,
+        max_result_bytes: 1 << 20,
+        bytes_per_caller: 1 << 30,
+        bytes_total: 1 << 32,
+    }
 }
 
 #[tokio::test]
@@ -16,31 +24,57 @@ async fn tasks_recorded_before_a_key_rotation_are_found_and_read_after_it() {
     let (done, running) = {
         let l = Ledger::sqlite_for_tests(&dir, OLD, &[]);
         let t = Tasks::new(&l, settings());
-        let done = t.create(t.reserve(alice.clone()).unwrap(), "job", CancellationToken::new()).await.unwrap();
+        let done = t
+            .create(t.reserve(alice.clone()).unwrap(), "job", CancellationToken::new())
+            .await
+            .unwrap();
         t.finish(&done, Ok(json!({"content": [{"type": "text", "text": "done"}]}))).await;
         // Left working: its process is gone (as after a kill).
-        let running = t.create(t.reserve(alice.clone()).unwrap(), "job", CancellationToken::new()).await.unwrap();
+        let running = t
+            .create(t.reserve(alice.clone()).unwrap(), "job", CancellationToken::new())
+            .await
+            .unwrap();
         l.writer.barrier().await.unwrap();
         (done.id().to_owned(), running.id().to_owned())
     };
     let l = Ledger::sqlite_for_tests(&dir, NEW, &[OLD]);
     let t = Tasks::new(&l, settings());
     let v = t.get(alice.as_deref(), &done).await.unwrap();
-    assert_eq!((v.status, v.result.unwrap()["content"][0]["text"].clone()), (TaskStatus::Completed, json!("done")));
-    assert_eq!(t.get(Some("bob"), &done).await, Err(TaskError::NotFound), "still bound to its caller");
+    assert_eq!(
+        (v.status, v.result.unwrap()["content"][0]["text"].clone()),
+        (TaskStatus::Completed, json!("done"))
+    );
+    assert_eq!(
+        t.get(Some("bob"), &done).await,
+        Err(TaskError::NotFound),
+        "still bound to its caller"
+    );
     let v = t.get(alice.as_deref(), &running).await.unwrap();
     assert_eq!(v.status, TaskStatus::Failed, "interrupted, recorded where it was found");
     l.writer.barrier().await.unwrap();
     assert_eq!(t.get(alice.as_deref(), &running).await.unwrap().status_message, v.status_message);
     drop((t, l));
     let l = Ledger::sqlite_for_tests(&dir, NEW, &[]);
-    assert_eq!(Tasks::new(&l, settings()).get(alice.as_deref(), &done).await, Err(TaskError::NotFound), "without the previous key listed");
+    assert_eq!(
+        Tasks::new(&l, settings()).get(alice.as_deref(), &done).await,
+        Err(TaskError::NotFound),
+        "without the previous key listed"
+    );
 }
 
 #[tokio::test]
 async fn kept_tasks_are_bounded_by_bytes_per_caller_and_in_total() {
     let l = Ledger::memory(&crate::config::RuntimeConfig::default());
-    let t = Tasks::new(&l, TaskSettings { max_per_caller: 4, max_kept_per_caller: 1000, bytes_per_caller: 64 << 10, bytes_total: 100 << 10, ..settings() });
+    let t = Tasks::new(
+        &l,
+        TaskSettings {
+            max_per_caller: 4,
+            max_kept_per_caller: 1000,
+            bytes_per_caller: 64 << 10,
+            bytes_total: 100 << 10,
+            ..settings()
+        },
+    );
     let result = json!({"content": [{"type": "text", "text": "z".repeat(10 << 10)}]});
     // Tasks of `owner` until one is refused: (results kept, results not kept, why refused).
     let keep = |owner: &'static str| {
@@ -53,7 +87,11 @@ async fn kept_tasks_are_bounded_by_bytes_per_caller_and_in_total() {
                         let run = t.create(slot, "job", CancellationToken::new()).await.unwrap();
                         t.finish(&run, Ok(result.clone())).await;
                         let v = t.get(Some(owner), run.id()).await.unwrap();
-                        if v.result.as_ref().is_some_and(|r| r["isError"] == true) { not_kept += 1 } else { kept += 1 }
+                        if v.result.as_ref().is_some_and(|r| r["isError"] == true) {
+                            not_kept += 1
+                        } else {
+                            kept += 1
+                        }
                         assert!(kept + not_kept < 200, "never bounded");
                     }
                     Err(no_room) => return (kept, not_kept, no_room),
@@ -64,10 +102,21 @@ async fn kept_tasks_are_bounded_by_bytes_per_caller_and_in_total() {
     let (alice, alice_not_kept, why) = keep("alice").await;
     assert!(matches!(why, NoRoom::Kept { retry_after_s } if retry_after_s > 3000), "{why:?}");
     assert_eq!(alice, 6, "64 KiB keeps six results of 10 KiB with their records");
-    assert!(alice_not_kept > 0, "past the bound a task's result is not kept, then its place is refused");
-    assert!(t.kept(Some("alice")).0.1 <= 64 << 10, "never past the bound: {:?}", t.kept(Some("alice")));
+    assert!(
+        alice_not_kept > 0,
+        "past the bound a task's result is not kept, then its place is refused"
+    );
+    assert!(
+        t.kept(Some("alice")).0.1 <= 64 << 10,
+        "never past the bound: {:?}",
+        t.kept(Some("alice"))
+    );
     let (bob, _, why) = keep("bob").await;
     assert!(matches!(why, NoRoom::Full { .. } | NoRoom::Kept { .. }), "{why:?}");
     assert!(bob >= 2, "bob keeps what is left of the total: {bob}");
-    assert!(t.kept(None).1.1 <= 100 << 10, "every caller together never past the total: {:?}", t.kept(None));
+    assert!(
+        t.kept(None).1.1 <= 100 << 10,
+        "every caller together never past the total: {:?}",
+        t.kept(None)
+    );
 }

@@ -3,7 +3,10 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use super::{BoxFuture, CallToolResult, Changes, Prompt, Resource, ResourceTemplate, Tool, ToolContext, ToolError, ToolSpec, validate_arguments};
+use super::{
+    BoxFuture, CallToolResult, Changes, Prompt, Resource, ResourceTemplate, Tool, ToolContext,
+    ToolError, ToolSpec, validate_arguments,
+};
 use crate::proto::jsonrpc::{ErrorObject, code};
 use crate::proto::modern::listen::{ListKind, Offered};
 
@@ -173,14 +176,18 @@ impl CatalogBuilder {
         let mut header_params = HashMap::new();
         for (i, t) in self.tools.iter().enumerate() {
             let name = &t.spec().name;
-            if name.is_empty() || name.len() > 64 || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-/".contains(&b)) {
+            if name.is_empty()
+                || name.len() > 64
+                || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-/".contains(&b))
+            {
                 return Err(CatalogError::InvalidToolName(name.clone()));
             }
             if tool_index.insert(name.clone(), i).is_some() {
                 return Err(CatalogError::DuplicateTool(name.clone()));
             }
             check_idempotency_key(t.spec())?;
-            let params = crate::proto::modern::headers::params_of(&t.spec().input_schema).map_err(|why| CatalogError::InvalidHeaderAnnotation { tool: name.clone(), why })?;
+            let params = crate::proto::modern::headers::params_of(&t.spec().input_schema)
+                .map_err(|why| CatalogError::InvalidHeaderAnnotation { tool: name.clone(), why })?;
             if !params.is_empty() {
                 header_params.insert(name.clone(), params);
             }
@@ -198,8 +205,10 @@ impl CatalogBuilder {
             }
         }
         let tools_list = json!({"tools": self.tools.iter().map(|t| t.spec()).collect::<Vec<_>>()});
-        let prompts_list = json!({"prompts": self.prompts.iter().map(|p| p.spec()).collect::<Vec<_>>()});
-        let resources_list = json!({"resources": self.resources.iter().map(|r| r.spec()).collect::<Vec<_>>()});
+        let prompts_list =
+            json!({"prompts": self.prompts.iter().map(|p| p.spec()).collect::<Vec<_>>()});
+        let resources_list =
+            json!({"resources": self.resources.iter().map(|r| r.spec()).collect::<Vec<_>>()});
         let templates_list = json!({"resourceTemplates": self.templates.iter().map(|t| t.spec()).collect::<Vec<_>>()});
         let mut caps = Map::new();
         if !self.tools.is_empty() {
@@ -214,8 +223,12 @@ impl CatalogBuilder {
         caps.insert("logging".into(), json!({}));
         caps.insert("completions".into(), json!({}));
         let capabilities = Value::Object(caps);
-        let tasks = self.tools.iter().any(|t| t.spec().task_support != crate::proto::task::TaskSupport::Forbidden);
-        let modern_capabilities = crate::proto::modern::modern_capabilities(&capabilities, &self.offered, tasks);
+        let tasks = self
+            .tools
+            .iter()
+            .any(|t| t.spec().task_support != crate::proto::task::TaskSupport::Forbidden);
+        let modern_capabilities =
+            crate::proto::modern::modern_capabilities(&capabilities, &self.offered, tasks);
         Ok(Catalog {
             server_info: json!({"name": info.name, "version": info.version}),
             instructions: info.instructions,
@@ -267,13 +280,22 @@ pub struct Catalog {
 
 impl std::fmt::Debug for Catalog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Catalog").field("tools", &self.tools.len()).field("prompts", &self.prompts.len()).finish_non_exhaustive()
+        f.debug_struct("Catalog")
+            .field("tools", &self.tools.len())
+            .field("prompts", &self.prompts.len())
+            .finish_non_exhaustive()
     }
 }
 
 fn check_idempotency_key(spec: &ToolSpec) -> Result<(), CatalogError> {
     let Some(arg) = &spec.idempotency_key_argument else { return Ok(()) };
-    let bad = |why| Err(CatalogError::InvalidIdempotencyKey { tool: spec.name.clone(), argument: arg.clone(), why });
+    let bad = |why| {
+        Err(CatalogError::InvalidIdempotencyKey {
+            tool: spec.name.clone(),
+            argument: arg.clone(),
+            why,
+        })
+    };
     if !spec.is_write() {
         return bad("is declared on a read-only tool (readOnlyHint: true)");
     }
@@ -294,7 +316,10 @@ fn invalid_params(msg: impl Into<String>) -> ErrorObject {
 }
 
 fn str_param<'a>(params: Option<&'a Value>, key: &str) -> Result<&'a str, ErrorObject> {
-    params.and_then(|p| p.get(key)).and_then(Value::as_str).ok_or_else(|| invalid_params(format!("missing string parameter {key:?}")))
+    params
+        .and_then(|p| p.get(key))
+        .and_then(Value::as_str)
+        .ok_or_else(|| invalid_params(format!("missing string parameter {key:?}")))
 }
 
 /// We never issue pagination cursors (every list fits one page), so any cursor is invalid.
@@ -319,7 +344,11 @@ pub fn match_template(template: &str, uri: &str) -> Option<Map<String, Value>> {
             rest_t = &after_brace[end + 1..];
             let next_lit_end = rest_t.find('{').unwrap_or(rest_t.len());
             let lit = &rest_t[..next_lit_end];
-            let stop = if lit.is_empty() { rest_u.find('/').unwrap_or(rest_u.len()) } else { rest_u.find(lit)? };
+            let stop = if lit.is_empty() {
+                rest_u.find('/').unwrap_or(rest_u.len())
+            } else {
+                rest_u.find(lit)?
+            };
             let value = &rest_u[..stop];
             if value.is_empty() || value.contains('/') {
                 return None;
@@ -405,14 +434,19 @@ impl Catalog {
     /// Whether `uri` names a listed resource or matches a template.
     #[must_use]
     pub fn has_resource(&self, uri: &str) -> bool {
-        self.resource_index.contains_key(uri) || self.templates.iter().any(|t| match_template(&t.spec().uri_template, uri).is_some())
+        self.resource_index.contains_key(uri)
+            || self.templates.iter().any(|t| match_template(&t.spec().uri_template, uri).is_some())
     }
 
     /// Whether a `tools/call` names a write tool (one not annotated `readOnlyHint: true`).
     /// Unknown tools are not writes (dispatch refuses them).
     #[must_use]
     pub fn is_write_call(&self, params: Option<&Value>) -> bool {
-        params.and_then(|p| p.get("name")).and_then(Value::as_str).and_then(|n| self.tool(n)).is_some_and(|t| t.spec().is_write())
+        params
+            .and_then(|p| p.get("name"))
+            .and_then(Value::as_str)
+            .and_then(|n| self.tool(n))
+            .is_some_and(|t| t.spec().is_write())
     }
 
     /// The idempotency key of a `tools/call`: `None` for other tools than write tools, for
@@ -420,20 +454,38 @@ impl Catalog {
     ///
     /// # Errors
     /// `-32602` for a key that is not a string of 1 to [`IDEMPOTENCY_KEY_MAX_BYTES`] bytes.
-    pub fn idempotent_call(&self, params: Option<&Value>) -> Result<Option<IdempotentCall>, ErrorObject> {
-        let Some(tool) = params.and_then(|p| p.get("name")).and_then(Value::as_str).and_then(|n| self.tool(n)) else { return Ok(None) };
+    pub fn idempotent_call(
+        &self,
+        params: Option<&Value>,
+    ) -> Result<Option<IdempotentCall>, ErrorObject> {
+        let Some(tool) =
+            params.and_then(|p| p.get("name")).and_then(Value::as_str).and_then(|n| self.tool(n))
+        else {
+            return Ok(None);
+        };
         let spec = tool.spec();
         if !spec.is_write() {
             return Ok(None);
         }
         let args = params.and_then(|p| p.get("arguments")).filter(|a| !a.is_null());
-        let from_meta = params.and_then(|p| p.get("_meta")).and_then(|m| m.get(IDEMPOTENCY_KEY_META)).map(|k| (k, IDEMPOTENCY_KEY_META));
-        let from_arg = || spec.idempotency_key_argument.as_deref().and_then(|a| args.and_then(|v| v.get(a)).map(|k| (k, a)));
+        let from_meta = params
+            .and_then(|p| p.get("_meta"))
+            .and_then(|m| m.get(IDEMPOTENCY_KEY_META))
+            .map(|k| (k, IDEMPOTENCY_KEY_META));
+        let from_arg = || {
+            spec.idempotency_key_argument
+                .as_deref()
+                .and_then(|a| args.and_then(|v| v.get(a)).map(|k| (k, a)))
+        };
         let Some((key, field)) = from_meta.or_else(from_arg) else { return Ok(None) };
         let key = key
             .as_str()
             .filter(|k| !k.is_empty() && k.len() <= IDEMPOTENCY_KEY_MAX_BYTES)
-            .ok_or_else(|| invalid_params(format!("{field} must be a string of 1 to {IDEMPOTENCY_KEY_MAX_BYTES} bytes")))?;
+            .ok_or_else(|| {
+                invalid_params(format!(
+                    "{field} must be a string of 1 to {IDEMPOTENCY_KEY_MAX_BYTES} bytes"
+                ))
+            })?;
         let empty = Value::Object(Map::new());
         Ok(Some(IdempotentCall {
             tool: spec.name.clone(),
@@ -461,10 +513,19 @@ impl Catalog {
     /// Dispatch a catalog method. `cx` is called only for `tools/call`, `prompts/get` and
     /// `resources/read`. A handler that panics (making its future, or in any poll of it) ends
     /// only this call, answered `-32603` (see [`super::unwind`]).
-    pub fn dispatch(&self, method: &str, params: Option<&Value>, cx: impl FnOnce() -> ToolContext) -> Dispatch {
+    pub fn dispatch(
+        &self,
+        method: &str,
+        params: Option<&Value>,
+        cx: impl FnOnce() -> ToolContext,
+    ) -> Dispatch {
         match super::unwind::catch(|| self.dispatch_uncaught(method, params, cx)) {
             Ok(Dispatch::Ready(r)) => Dispatch::Ready(r),
-            Ok(Dispatch::Pending(fut)) => Dispatch::Pending(Box::pin(async move { super::unwind::CatchUnwind::new(fut).await.unwrap_or_else(|p| Err(p.to_error_object())) })),
+            Ok(Dispatch::Pending(fut)) => Dispatch::Pending(Box::pin(async move {
+                super::unwind::CatchUnwind::new(fut)
+                    .await
+                    .unwrap_or_else(|p| Err(p.to_error_object()))
+            })),
             Err(p) => Dispatch::Ready(Err(p.to_error_object())),
         }
     }
@@ -472,7 +533,12 @@ impl Catalog {
     /// [`Catalog::dispatch`] with a handler's panic left to unwind, for a caller that catches
     /// it itself and must tell it from an answer (receipts: a panicked call's outcome is
     /// unknown, not an error to replay).
-    pub(crate) fn dispatch_uncaught(&self, method: &str, params: Option<&Value>, cx: impl FnOnce() -> ToolContext) -> Dispatch {
+    pub(crate) fn dispatch_uncaught(
+        &self,
+        method: &str,
+        params: Option<&Value>,
+        cx: impl FnOnce() -> ToolContext,
+    ) -> Dispatch {
         use Dispatch::Ready;
         if let Some(r) = self.list(method, params) {
             return Ready(r);
@@ -481,8 +547,13 @@ impl Catalog {
             "tools/call" => self.call_tool(params, cx),
             "resources/read" => self.read_resource(params, cx),
             "prompts/get" => self.get_prompt(params, cx),
-            "completion/complete" => Ready(Ok(json!({"completion": {"values": [], "total": 0, "hasMore": false}}))),
-            _ => Ready(Err(ErrorObject::new(code::METHOD_NOT_FOUND, format!("Method not found: {method}")))),
+            "completion/complete" => {
+                Ready(Ok(json!({"completion": {"values": [], "total": 0, "hasMore": false}})))
+            }
+            _ => Ready(Err(ErrorObject::new(
+                code::METHOD_NOT_FOUND,
+                format!("Method not found: {method}"),
+            ))),
         }
     }
 
@@ -500,7 +571,9 @@ impl Catalog {
             Some(_) => return Dispatch::Ready(Err(invalid_params("arguments must be an object"))),
         };
         if let Err(msg) = validate_arguments(&tool.spec().input_schema, &args) {
-            return Dispatch::Ready(Ok(to_value(&CallToolResult::error(format!("Invalid arguments: {msg}")))));
+            return Dispatch::Ready(Ok(to_value(&CallToolResult::error(format!(
+                "Invalid arguments: {msg}"
+            )))));
         }
         let fut = tool.call(args, self.context(cx));
         Dispatch::Pending(Box::pin(async move {
@@ -520,12 +593,18 @@ impl Catalog {
         let cx = || self.context(cx);
         let fut = if let Some(&i) = self.resource_index.get(&uri) {
             self.resources[i].read(cx())
-        } else if let Some((t, vars)) = self.templates.iter().find_map(|t| match_template(&t.spec().uri_template, &uri).map(|v| (t, v))) {
+        } else if let Some((t, vars)) = self
+            .templates
+            .iter()
+            .find_map(|t| match_template(&t.spec().uri_template, &uri).map(|v| (t, v)))
+        {
             t.read(&uri, &vars, cx())
         } else {
             return Dispatch::Ready(Err(resource_not_found(&uri)));
         };
-        Dispatch::Pending(Box::pin(async move { fut.await.map(|contents| json!({"contents": contents})) }))
+        Dispatch::Pending(Box::pin(async move {
+            fut.await.map(|contents| json!({"contents": contents}))
+        }))
     }
 
     fn get_prompt(&self, params: Option<&Value>, cx: impl FnOnce() -> ToolContext) -> Dispatch {
@@ -544,7 +623,10 @@ impl Catalog {
         };
         for a in prompt.spec().arguments.iter().filter(|a| a.required) {
             if !args.contains_key(&a.name) {
-                return Dispatch::Ready(Err(invalid_params(format!("missing required argument {:?}", a.name))));
+                return Dispatch::Ready(Err(invalid_params(format!(
+                    "missing required argument {:?}",
+                    a.name
+                ))));
             }
         }
         let fut = prompt.get(args, self.context(cx));
@@ -579,13 +661,39 @@ mod tests {
 
     #[test]
     fn an_idempotency_key_argument_must_be_a_string_property_of_a_write_tool() {
-        let schema = json!({"type":"object","properties":{"key":{"type":"string"},"n":{"type":"integer"}}});
+        let schema =
+            json!({"type":"object","properties":{"key":{"type":"string"},"n":{"type":"integer"}}});
         let write = ToolAnnotations { read_only_hint: Some(false), ..Default::default() };
-        assert!(keyed(ToolSpec::new("w", "d", schema.clone()).annotations(write.clone()).idempotency_key_argument("key")).is_ok());
+        assert!(
+            keyed(
+                ToolSpec::new("w", "d", schema.clone())
+                    .annotations(write.clone())
+                    .idempotency_key_argument("key")
+            )
+            .is_ok()
+        );
         for (spec, why) in [
-            (ToolSpec::new("w", "d", schema.clone()).annotations(write.clone()).idempotency_key_argument("n"), "not a string"),
-            (ToolSpec::new("w", "d", schema.clone()).annotations(write).idempotency_key_argument("missing"), "not a string"),
-            (ToolSpec::new("w", "d", schema).annotations(ToolAnnotations { read_only_hint: Some(true), ..Default::default() }).idempotency_key_argument("key"), "read-only"),
+            (
+                ToolSpec::new("w", "d", schema.clone())
+                    .annotations(write.clone())
+                    .idempotency_key_argument("n"),
+                "not a string",
+            ),
+            (
+                ToolSpec::new("w", "d", schema.clone())
+                    .annotations(write)
+                    .idempotency_key_argument("missing"),
+                "not a string",
+            ),
+            (
+                ToolSpec::new("w", "d", schema)
+                    .annotations(ToolAnnotations {
+                        read_only_hint: Some(true),
+                        ..Default::default()
+                    })
+                    .idempotency_key_argument("key"),
+                "read-only",
+            ),
         ] {
             let e = keyed(spec).unwrap_err().to_string();
             assert!(e.contains(why) && e.contains("\"w\""), "{e}");
@@ -596,7 +704,10 @@ mod tests {
     fn an_invalid_x_mcp_header_annotation_is_a_build_error_naming_the_tool() {
         let bad = json!({"type":"object","properties":{"n":{"type":"number","x-mcp-header":"N"}}});
         let e = keyed(ToolSpec::new("priced", "d", bad)).unwrap_err();
-        assert!(matches!(&e, CatalogError::InvalidHeaderAnnotation { tool, .. } if tool == "priced"), "{e}");
+        assert!(
+            matches!(&e, CatalogError::InvalidHeaderAnnotation { tool, .. } if tool == "priced"),
+            "{e}"
+        );
         let good = json!({"type":"object","properties":{"region":{"type":"string","x-mcp-header":"Region"}}});
         let c = keyed(ToolSpec::new("w", "d", good)).unwrap();
         assert_eq!(c.header_params("w")[0].name, "Region");
@@ -609,7 +720,12 @@ mod tests {
         let c = keyed(ToolSpec::new("w", "d", schema).idempotency_key_argument("key")).unwrap();
         let call = |p: Value| c.idempotent_call(Some(&p)).unwrap().map(|k| k.key);
         assert_eq!(call(json!({"name": "w", "arguments": {"key": "a"}})), Some("a".into()));
-        assert_eq!(call(json!({"name": "w", "arguments": {"key": "a"}, "_meta": {IDEMPOTENCY_KEY_META: "m"}})), Some("m".into()));
+        assert_eq!(
+            call(
+                json!({"name": "w", "arguments": {"key": "a"}, "_meta": {IDEMPOTENCY_KEY_META: "m"}})
+            ),
+            Some("m".into())
+        );
         assert_eq!(call(json!({"name": "w", "arguments": {}})), None);
         assert_eq!(call(json!({"name": "unknown", "_meta": {IDEMPOTENCY_KEY_META: "m"}})), None);
         assert!(c.idempotent_call(Some(&json!({"name": "w", "arguments": {"key": 5}}))).is_err());

@@ -27,7 +27,12 @@ pub trait ToolOutbound: Send + Sync + 'static {
     /// A server-to-client request under the key `key`: in the legacy era sent at once (the key
     /// is not used); in the modern era the key names it in the `input_required` result's
     /// `inputRequests` and in the retry's `inputResponses`.
-    fn input(&self, key: &str, method: &str, params: Value) -> BoxFuture<Result<Value, ErrorObject>> {
+    fn input(
+        &self,
+        key: &str,
+        method: &str,
+        params: Value,
+    ) -> BoxFuture<Result<Value, ErrorObject>> {
         let _ = key;
         self.request(method, params)
     }
@@ -79,7 +84,20 @@ impl ToolContext {
         out: Arc<dyn ToolOutbound>,
     ) -> ToolContext {
         let owner = principal.clone();
-        ToolContext { request_id, progress_token, cancel, log_level, client_capabilities, principal, owner, session: None, out, logs: true, changes: None, handles: None }
+        ToolContext {
+            request_id,
+            progress_token,
+            cancel,
+            log_level,
+            client_capabilities,
+            principal,
+            owner,
+            session: None,
+            out,
+            logs: true,
+            changes: None,
+            handles: None,
+        }
     }
 
     /// Whose state handles the tool sees: the principal, or without authentication the
@@ -124,9 +142,18 @@ impl ToolContext {
     /// # Errors
     /// [`HandleError::Unavailable`](crate::handles::HandleError::Unavailable) when the
     /// context has no store (a catalog not served by a supervisor).
-    pub fn handles<'a>(&'a self, kind: &'a crate::proto::handle::HandleKind) -> Result<crate::handles::HandleScope<'a>, crate::handles::HandleError> {
+    pub fn handles<'a>(
+        &'a self,
+        kind: &'a crate::proto::handle::HandleKind,
+    ) -> Result<crate::handles::HandleScope<'a>, crate::handles::HandleError> {
         let store = self.handles.as_deref().ok_or(crate::handles::HandleError::Unavailable)?;
-        Ok(crate::handles::HandleScope { store, kind, principal: self.owner.as_deref(), session: self.session.as_deref(), authenticated: self.principal.is_some() })
+        Ok(crate::handles::HandleScope {
+            store,
+            kind,
+            principal: self.owner.as_deref(),
+            session: self.session.as_deref(),
+            authenticated: self.principal.is_some(),
+        })
     }
 
     /// Announce that a list changed (the tool added or removed something it lists): every
@@ -231,7 +258,12 @@ impl ToolContext {
     ///
     /// # Errors
     /// As [`Self::request`]; in the modern era also `-32602` for an answer of the wrong shape.
-    pub async fn input(&self, key: &str, method: &str, params: Value) -> Result<Value, ErrorObject> {
+    pub async fn input(
+        &self,
+        key: &str,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, ErrorObject> {
         self.check_capability(method)?;
         self.out.input(key, method, params).await
     }
@@ -250,7 +282,10 @@ impl ToolContext {
                 return Err(ErrorObject::new(code::MISSING_CLIENT_CAPABILITY, format!("this tool needs the client capability {cap:?}, which the request did not declare"))
                     .with_data(json!({"requiredCapabilities": {cap: {}}})));
             }
-            return Err(ErrorObject::new(code::METHOD_NOT_FOUND, format!("client did not declare the {cap} capability")));
+            return Err(ErrorObject::new(
+                code::METHOD_NOT_FOUND,
+                format!("client did not declare the {cap} capability"),
+            ));
         }
         Ok(())
     }

@@ -6,8 +6,8 @@ use std::future::Future;
 use serde_json::{Map, Value};
 
 use super::{
-    BoxFuture, CallToolResult, GetPromptResult, Prompt, PromptSpec, Resource, ResourceContents, ResourceSpec, ResourceTemplate,
-    ResourceTemplateSpec, Tool, ToolContext, ToolError, ToolSpec,
+    BoxFuture, CallToolResult, GetPromptResult, Prompt, PromptSpec, Resource, ResourceContents,
+    ResourceSpec, ResourceTemplate, ResourceTemplateSpec, Tool, ToolContext, ToolError, ToolSpec,
 };
 use crate::proto::jsonrpc::ErrorObject;
 
@@ -104,20 +104,31 @@ pub struct FnTemplate<F> {
 /// Make a template from a spec and a synchronous closure.
 pub fn template_fn<F>(spec: ResourceTemplateSpec, f: F) -> FnTemplate<F>
 where
-    F: Fn(&str, &Map<String, Value>) -> Result<Vec<ResourceContents>, ErrorObject> + Send + Sync + 'static,
+    F: Fn(&str, &Map<String, Value>) -> Result<Vec<ResourceContents>, ErrorObject>
+        + Send
+        + Sync
+        + 'static,
 {
     FnTemplate { spec, f }
 }
 
 impl<F> ResourceTemplate for FnTemplate<F>
 where
-    F: Fn(&str, &Map<String, Value>) -> Result<Vec<ResourceContents>, ErrorObject> + Send + Sync + 'static,
+    F: Fn(&str, &Map<String, Value>) -> Result<Vec<ResourceContents>, ErrorObject>
+        + Send
+        + Sync
+        + 'static,
 {
     fn spec(&self) -> &ResourceTemplateSpec {
         &self.spec
     }
 
-    fn read(&self, uri: &str, vars: &Map<String, Value>, _: ToolContext) -> BoxFuture<Result<Vec<ResourceContents>, ErrorObject>> {
+    fn read(
+        &self,
+        uri: &str,
+        vars: &Map<String, Value>,
+        _: ToolContext,
+    ) -> BoxFuture<Result<Vec<ResourceContents>, ErrorObject>> {
         let r = (self.f)(uri, vars);
         Box::pin(async move { r })
     }
@@ -145,7 +156,11 @@ where
         &self.spec
     }
 
-    fn get(&self, args: Map<String, Value>, _cx: ToolContext) -> BoxFuture<Result<GetPromptResult, ErrorObject>> {
+    fn get(
+        &self,
+        args: Map<String, Value>,
+        _cx: ToolContext,
+    ) -> BoxFuture<Result<GetPromptResult, ErrorObject>> {
         let r = (self.f)(&args);
         Box::pin(async move { r })
     }
@@ -176,7 +191,11 @@ where
         &self.spec
     }
 
-    fn get(&self, args: Map<String, Value>, cx: ToolContext) -> BoxFuture<Result<GetPromptResult, ErrorObject>> {
+    fn get(
+        &self,
+        args: Map<String, Value>,
+        cx: ToolContext,
+    ) -> BoxFuture<Result<GetPromptResult, ErrorObject>> {
         Box::pin((self.f)(args, cx))
     }
 }

@@ -11,11 +11,17 @@ mod schema;
 mod types;
 pub(crate) mod unwind;
 
-pub use catalog::{Catalog, CatalogBuilder, CatalogError, Dispatch, IDEMPOTENCY_KEY_MAX_BYTES, IDEMPOTENCY_KEY_META, IdempotentCall, ServerInfo, match_template, resource_not_found};
+pub use crate::proto::modern::listen::ListKind;
+pub use catalog::{
+    Catalog, CatalogBuilder, CatalogError, Dispatch, IDEMPOTENCY_KEY_MAX_BYTES,
+    IDEMPOTENCY_KEY_META, IdempotentCall, ServerInfo, match_template, resource_not_found,
+};
 pub use changes::{ChangeFeed, Changes, UPDATE_QUEUE};
 pub use context::{ToolContext, ToolOutbound};
-pub use crate::proto::modern::listen::ListKind;
-pub use helpers::{AsyncPrompt, AsyncResource, FnPrompt, FnTemplate, FnTool, StaticResource, prompt_async_fn, prompt_fn, resource_async_fn, template_fn, tool_fn};
+pub use helpers::{
+    AsyncPrompt, AsyncResource, FnPrompt, FnTemplate, FnTool, StaticResource, prompt_async_fn,
+    prompt_fn, resource_async_fn, template_fn, tool_fn,
+};
 pub use schema::validate_arguments;
 pub use types::*;
 
@@ -56,7 +62,12 @@ pub trait ResourceTemplate: Send + Sync + 'static {
     fn spec(&self) -> &ResourceTemplateSpec;
     /// Read the resource `uri`, whose template variables are `vars`; `cx` as for
     /// [`Resource::read`].
-    fn read(&self, uri: &str, vars: &Map<String, Value>, cx: ToolContext) -> BoxFuture<Result<Vec<ResourceContents>, ErrorObject>>;
+    fn read(
+        &self,
+        uri: &str,
+        vars: &Map<String, Value>,
+        cx: ToolContext,
+    ) -> BoxFuture<Result<Vec<ResourceContents>, ErrorObject>>;
 }
 
 /// A prompt.
@@ -65,5 +76,9 @@ pub trait Prompt: Send + Sync + 'static {
     fn spec(&self) -> &PromptSpec;
     /// Render the prompt. Required arguments are checked before this is called. `cx` is the
     /// request's context: a prompt may ask the client ([`ToolContext::input`]) like a tool.
-    fn get(&self, args: Map<String, Value>, cx: ToolContext) -> BoxFuture<Result<GetPromptResult, ErrorObject>>;
+    fn get(
+        &self,
+        args: Map<String, Value>,
+        cx: ToolContext,
+    ) -> BoxFuture<Result<GetPromptResult, ErrorObject>>;
 }

@@ -153,13 +153,21 @@ impl ResourceContents {
     /// Text contents.
     #[must_use]
     pub fn text(uri: &str, mime_type: &str, text: impl Into<String>) -> ResourceContents {
-        ResourceContents::Text { uri: uri.into(), mime_type: Some(mime_type.into()), text: text.into() }
+        ResourceContents::Text {
+            uri: uri.into(),
+            mime_type: Some(mime_type.into()),
+            text: text.into(),
+        }
     }
 
     /// Binary contents (already base64).
     #[must_use]
     pub fn blob(uri: &str, mime_type: &str, blob_base64: impl Into<String>) -> ResourceContents {
-        ResourceContents::Blob { uri: uri.into(), mime_type: Some(mime_type.into()), blob: blob_base64.into() }
+        ResourceContents::Blob {
+            uri: uri.into(),
+            mime_type: Some(mime_type.into()),
+            blob: blob_base64.into(),
+        }
     }
 }
 
@@ -238,7 +246,11 @@ impl CallToolResult {
     /// content block (for clients that read only `content`).
     #[must_use]
     pub fn structured(value: Value) -> CallToolResult {
-        CallToolResult { content: vec![Content::text(value.to_string())], structured_content: Some(value), is_error: false }
+        CallToolResult {
+            content: vec![Content::text(value.to_string())],
+            structured_content: Some(value),
+            is_error: false,
+        }
     }
 
     /// A successful result with these blocks.

@@ -23,8 +23,15 @@ pub(crate) struct Panicked;
 
 impl Panicked {
     fn logged(payload: &(dyn Any + Send)) -> Panicked {
-        let text = payload.downcast_ref::<&str>().copied().or_else(|| payload.downcast_ref::<String>().map(String::as_str)).unwrap_or("(not text)");
-        tracing::error!(panic = text, "a handler panicked; its call is answered with an internal error");
+        let text = payload
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("(not text)");
+        tracing::error!(
+            panic = text,
+            "a handler panicked; its call is answered with an internal error"
+        );
         Panicked
     }
 
@@ -97,8 +104,14 @@ mod tests {
         })));
         assert!(poll_once(&mut f).is_pending());
         assert!(matches!(poll_once(&mut f), Poll::Ready(Err(Panicked))));
-        assert!(dropped.load(std::sync::atomic::Ordering::SeqCst), "dropped at once, not with the wrapper");
-        assert!(matches!(poll_once(&mut f), Poll::Ready(Err(Panicked))), "polled again: still ended");
+        assert!(
+            dropped.load(std::sync::atomic::Ordering::SeqCst),
+            "dropped at once, not with the wrapper"
+        );
+        assert!(
+            matches!(poll_once(&mut f), Poll::Ready(Err(Panicked))),
+            "polled again: still ended"
+        );
     }
 
     #[test]
@@ -106,6 +119,9 @@ mod tests {
         let mut f = CatchUnwind::new(Box::pin(async { 7 }));
         assert!(matches!(poll_once(&mut f), Poll::Ready(Ok(7))));
         assert!(catch(|| -> () { panic!("bug") }).is_err());
-        assert_eq!(Panicked.to_error_object(), ErrorObject::new(crate::proto::jsonrpc::code::INTERNAL_ERROR, "Internal error"));
+        assert_eq!(
+            Panicked.to_error_object(),
+            ErrorObject::new(crate::proto::jsonrpc::code::INTERNAL_ERROR, "Internal error")
+        );
     }
 }

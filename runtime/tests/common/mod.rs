@@ -18,7 +18,10 @@ use mcp_runtime::config::RuntimeConfig;
 use mcp_runtime::proto::mcp::LogLevel;
 use mcp_runtime::proto::task::TaskSupport;
 use mcp_runtime::sse::{Decoder, SseEvent};
-use mcp_runtime::tools::{CallToolResult, Catalog, ListKind, ResourceContents, ResourceSpec, ServerInfo, StaticResource, ToolAnnotations, ToolError, ToolSpec, resource_async_fn, tool_fn};
+use mcp_runtime::tools::{
+    CallToolResult, Catalog, ListKind, ResourceContents, ResourceSpec, ServerInfo, StaticResource,
+    ToolAnnotations, ToolError, ToolSpec, resource_async_fn, tool_fn,
+};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
@@ -65,7 +68,11 @@ fn write_tool(name: &str, idempotent: bool, gate: &Gate) -> impl mcp_runtime::to
                 g.go.acquire().await.map_err(|e| ToolError::Failed(e.to_string()))?.forget();
             }
             // `pad` (a string) is appended: a result as large as a test needs.
-            Ok(CallToolResult::text(format!("wrote {} #{nth}{}", a["n"], a["pad"].as_str().unwrap_or_default())))
+            Ok(CallToolResult::text(format!(
+                "wrote {} #{nth}{}",
+                a["n"],
+                a["pad"].as_str().unwrap_or_default()
+            )))
         }
     })
 }
@@ -84,7 +91,11 @@ impl Gate {
     /// Wait until `n` gated calls have produced their results.
     pub async fn finished(&self, n: u32) {
         let wait = self.done.acquire_many(n);
-        tokio::time::timeout(WAIT, wait).await.expect("gated tool did not finish").unwrap().forget();
+        tokio::time::timeout(WAIT, wait)
+            .await
+            .expect("gated tool did not finish")
+            .unwrap()
+            .forget();
     }
 
     /// Wait until `n` `flood_then_wait` calls were dropped by their session (cancelled).
@@ -290,7 +301,8 @@ pub fn cfg(f: impl FnOnce(&mut RuntimeConfig)) -> RuntimeConfig {
 
 /// Bearer tokens: `ta` is alice, `tb` is bob.
 pub fn two_callers(c: &mut RuntimeConfig) {
-    c.security.bearer_tokens = [("ta".to_owned(), "alice".to_owned()), ("tb".to_owned(), "bob".to_owned())].into();
+    c.security.bearer_tokens =
+        [("ta".to_owned(), "alice".to_owned()), ("tb".to_owned(), "bob".to_owned())].into();
 }
 
 /// A harness with bearer authentication: token `ta` is alice, `tb` is bob.
@@ -316,17 +328,33 @@ pub async fn harness_with_catalog(cfg: RuntimeConfig, catalog: Catalog) -> Harne
 }
 
 /// A harness serving a test's own `catalog` on `ledger`.
-pub async fn harness_with_catalog_on(cfg: RuntimeConfig, catalog: Catalog, ledger: mcp_runtime::ledger::Ledger) -> Harness {
+pub async fn harness_with_catalog_on(
+    cfg: RuntimeConfig,
+    catalog: Catalog,
+    ledger: mcp_runtime::ledger::Ledger,
+) -> Harness {
     harness_serving(cfg, catalog, ledger, Gate::default()).await
 }
 
-async fn harness_serving(cfg: RuntimeConfig, catalog: Catalog, ledger: mcp_runtime::ledger::Ledger, gate: Gate) -> Harness {
+async fn harness_serving(
+    cfg: RuntimeConfig,
+    catalog: Catalog,
+    ledger: mcp_runtime::ledger::Ledger,
+    gate: Gate,
+) -> Harness {
     let sup = Supervisor::with_ledger(cfg, catalog, ledger);
     sup.start_serving();
-    let svc = Rc::new(test::init_service(App::new().configure(mcp_runtime::http::configure("/mcp", Arc::clone(&sup)))).await);
+    let svc = Rc::new(
+        test::init_service(
+            App::new().configure(mcp_runtime::http::configure("/mcp", Arc::clone(&sup))),
+        )
+        .await,
+    );
     let call: Call = Rc::new(move |req: TestRequest| {
         let svc = Rc::clone(&svc);
-        Box::pin(async move { test::call_service(&*svc, req.to_request()).await.map_into_boxed_body() })
+        Box::pin(
+            async move { test::call_service(&*svc, req.to_request()).await.map_into_boxed_body() },
+        )
     });
     Harness { call, sup, gate }
 }
@@ -359,7 +387,11 @@ impl Resp {
     /// Fails the test after 5 s.
     pub async fn chunk(&mut self) -> Option<Bytes> {
         let body = self.body.as_mut()?;
-        let next = tokio::time::timeout(WAIT, std::future::poll_fn(|cx| Pin::new(&mut *body).poll_next(cx))).await;
+        let next = tokio::time::timeout(
+            WAIT,
+            std::future::poll_fn(|cx| Pin::new(&mut *body).poll_next(cx)),
+        )
+        .await;
         match next.expect("timed out waiting for a body chunk") {
             Some(Ok(b)) => {
                 if self.headers.get("content-type").is_some_and(|v| v == "text/event-stream") {
@@ -367,7 +399,9 @@ impl Resp {
                     let evs = self.sse.feed(&b);
                     self.events.extend(evs);
                     let text = String::from_utf8_lossy(&b);
-                    self.ids.extend(text.lines().filter_map(|l| l.strip_prefix("id: ")).map(str::to_owned));
+                    self.ids.extend(
+                        text.lines().filter_map(|l| l.strip_prefix("id: ")).map(str::to_owned),
+                    );
                 }
                 Some(b)
             }
@@ -414,7 +448,8 @@ impl Resp {
         while let Some(c) = self.chunk().await {
             buf.extend_from_slice(&c);
         }
-        serde_json::from_slice(&buf).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&buf)))
+        serde_json::from_slice(&buf)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&buf)))
     }
 
     /// Drop the body: the client disconnects.
@@ -435,10 +470,20 @@ impl Resp {
 
 impl Harness {
     pub async fn send(&self, req: TestRequest) -> Resp {
-        let r = tokio::time::timeout(WAIT, (self.call)(req)).await.expect("timed out waiting for the response head");
+        let r = tokio::time::timeout(WAIT, (self.call)(req))
+            .await
+            .expect("timed out waiting for the response head");
         let status = r.status();
         let headers = r.headers().clone();
-        Resp { status, headers, body: Some(r.into_body()), sse: Decoder::new(), events: Default::default(), ids: Vec::new(), raw: Vec::new() }
+        Resp {
+            status,
+            headers,
+            body: Some(r.into_body()),
+            sse: Decoder::new(),
+            events: Default::default(),
+            ids: Vec::new(),
+            raw: Vec::new(),
+        }
     }
 
     /// Initialize a session at `version`; returns the client.
@@ -456,8 +501,12 @@ impl Harness {
         let sid = r.header("mcp-session-id").expect("session id header");
         let v = r.json().await;
         assert_eq!(v["result"]["protocolVersion"], version);
-        let c = Client { h: self, sid, version: version.to_owned(), token: token.map(str::to_owned) };
-        assert_eq!(c.notify(json!({"jsonrpc":"2.0","method":"notifications/initialized"})).await, StatusCode::ACCEPTED);
+        let c =
+            Client { h: self, sid, version: version.to_owned(), token: token.map(str::to_owned) };
+        assert_eq!(
+            c.notify(json!({"jsonrpc":"2.0","method":"notifications/initialized"})).await,
+            StatusCode::ACCEPTED
+        );
         c
     }
 }
@@ -476,7 +525,10 @@ pub fn post() -> TestRequest {
 }
 
 pub fn get() -> TestRequest {
-    TestRequest::get().uri("/mcp").insert_header(("Accept", "text/event-stream")).insert_header(("Host", "127.0.0.1:8080"))
+    TestRequest::get()
+        .uri("/mcp")
+        .insert_header(("Accept", "text/event-stream"))
+        .insert_header(("Host", "127.0.0.1:8080"))
 }
 
 pub struct Client<'a> {
@@ -488,7 +540,9 @@ pub struct Client<'a> {
 
 impl Client<'_> {
     pub fn with_session(&self, req: TestRequest) -> TestRequest {
-        let req = req.insert_header(("Mcp-Session-Id", self.sid.clone())).insert_header(("MCP-Protocol-Version", self.version.clone()));
+        let req = req
+            .insert_header(("Mcp-Session-Id", self.sid.clone()))
+            .insert_header(("MCP-Protocol-Version", self.version.clone()));
         match &self.token {
             Some(t) => req.insert_header(("Authorization", format!("Bearer {t}"))),
             None => req,
@@ -514,7 +568,11 @@ impl Client<'_> {
     }
 
     pub async fn resume(&self, last_event_id: &str) -> Resp {
-        self.h.send(self.with_session(get()).insert_header(("Last-Event-ID", last_event_id.to_owned()))).await
+        self.h
+            .send(
+                self.with_session(get()).insert_header(("Last-Event-ID", last_event_id.to_owned())),
+            )
+            .await
     }
 
     pub async fn open_get(&self) -> Resp {
@@ -522,7 +580,11 @@ impl Client<'_> {
     }
 
     pub async fn delete(&self) -> Resp {
-        self.h.send(self.with_session(TestRequest::delete().uri("/mcp").insert_header(("Host", "127.0.0.1:8080")))).await
+        self.h
+            .send(self.with_session(
+                TestRequest::delete().uri("/mcp").insert_header(("Host", "127.0.0.1:8080")),
+            ))
+            .await
     }
 }
 
@@ -546,7 +608,9 @@ pub async fn assert_refused(mut r: Resp, status: StatusCode, code: i64) {
 
 /// The `result.content[0].text` of a response message.
 pub fn text_of(msg: &Value) -> &str {
-    msg["result"]["content"][0]["text"].as_str().unwrap_or_else(|| panic!("no text result in {msg}"))
+    msg["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no text result in {msg}"))
 }
 
 /// The modern protocol version.
@@ -561,10 +625,16 @@ pub fn modern(id: impl Into<Value>, method: &str, mut params: Value) -> TestRequ
     if params.get("_meta").is_none() {
         params["_meta"] = meta(json!({"sampling": {}, "elicitation": {}}));
     }
-    let mut r = post().insert_header(("MCP-Protocol-Version", V)).insert_header(("Mcp-Method", method));
-    let name = params.get("name").or_else(|| params.get("uri")).and_then(Value::as_str).map(str::to_owned);
-    if let Some(n) = name.filter(|_| matches!(method, "tools/call" | "prompts/get" | "resources/read")) {
+    let mut r =
+        post().insert_header(("MCP-Protocol-Version", V)).insert_header(("Mcp-Method", method));
+    let name =
+        params.get("name").or_else(|| params.get("uri")).and_then(Value::as_str).map(str::to_owned);
+    if let Some(n) =
+        name.filter(|_| matches!(method, "tools/call" | "prompts/get" | "resources/read"))
+    {
         r = r.insert_header(("Mcp-Name", n));
     }
-    r.set_payload(json!({"jsonrpc": "2.0", "id": id.into(), "method": method, "params": params}).to_string())
+    r.set_payload(
+        json!({"jsonrpc": "2.0", "id": id.into(), "method": method, "params": params}).to_string(),
+    )
 }

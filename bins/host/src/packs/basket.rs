@@ -24,7 +24,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use mcp_runtime::proto::handle::HandleKind;
-use mcp_runtime::tools::{CallToolResult, CatalogBuilder, ToolAnnotations, ToolError, ToolSpec, tool_fn};
+use mcp_runtime::tools::{
+    CallToolResult, CatalogBuilder, ToolAnnotations, ToolError, ToolSpec, tool_fn,
+};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -59,7 +61,9 @@ impl Basket {
         let lines = self.items.len();
         match self.items.iter_mut().find(|l| l.sku == sku) {
             Some(l) => l.quantity = (l.quantity + quantity).min(MAX_QUANTITY),
-            None if lines >= MAX_LINES => return Err(format!("a basket holds at most {MAX_LINES} different SKUs")),
+            None if lines >= MAX_LINES => {
+                return Err(format!("a basket holds at most {MAX_LINES} different SKUs"));
+            }
             None => self.items.push(Line { sku: sku.to_owned(), quantity }),
         }
         Ok(())
@@ -86,7 +90,9 @@ impl OrderBook {
     fn open(path: Option<&Path>) -> std::io::Result<OrderBook> {
         let mut b = OrderBook::default();
         if let Some(p) = path {
-            let j = super::journal::JsonlJournal::open(p, |v| b.count(v["b"].as_str().unwrap_or_default()))?;
+            let j = super::journal::JsonlJournal::open(p, |v| {
+                b.count(v["b"].as_str().unwrap_or_default())
+            })?;
             b.journal = Some(j);
         }
         Ok(b)
@@ -143,7 +149,13 @@ fn arg<'a>(args: &'a Value, key: &str) -> &'a str {
     args[key].as_str().unwrap_or_default()
 }
 
-fn spec(name: &str, description: &str, input: Value, output: Option<Value>, read_only: bool) -> ToolSpec {
+fn spec(
+    name: &str,
+    description: &str,
+    input: Value,
+    output: Option<Value>,
+    read_only: bool,
+) -> ToolSpec {
     let mut s = ToolSpec::new(name, description, input).annotations(ToolAnnotations {
         read_only_hint: Some(read_only),
         idempotent_hint: Some(read_only),
@@ -165,13 +177,19 @@ pub(crate) fn kind(idle_ttl_secs: u64) -> HandleKind {
 
 /// The pack, with baskets of `kind` (its TTL and bounds) and the order journal at `orders`.
 pub(crate) fn pack(kind: HandleKind, orders: Option<&Path>) -> Result<CatalogBuilder, String> {
-    let book = Arc::new(Mutex::new(OrderBook::open(orders).map_err(|e| format!("basket pack journal: {e}"))?));
+    let book = Arc::new(Mutex::new(
+        OrderBook::open(orders).map_err(|e| format!("basket pack journal: {e}"))?,
+    ));
     let kind = Arc::new(kind);
     let items_schema = json!({"type": "array", "maxItems": MAX_LINES, "items": {"type": "object", "properties": {
         "sku": {"type": "string"}, "quantity": {"type": "integer", "minimum": 1, "maximum": MAX_QUANTITY}}, "required": ["sku"]}});
     let create = spec(
         "create_basket",
-        &format!("Creates a shopping basket, optionally with its first items, and returns its basket_id (bsk_…), which every other basket tool takes. {} A caller holds at most {} baskets.", kind.expiry_sentence(), kind.max_per_caller),
+        &format!(
+            "Creates a shopping basket, optionally with its first items, and returns its basket_id (bsk_…), which every other basket tool takes. {} A caller holds at most {} baskets.",
+            kind.expiry_sentence(),
+            kind.max_per_caller
+        ),
         json!({"type": "object", "properties": {"items": items_schema}}),
         Some(basket_output()),
         false,
@@ -183,7 +201,13 @@ pub(crate) fn pack(kind: HandleKind, orders: Option<&Path>) -> Result<CatalogBui
         Some(basket_output()),
         false,
     );
-    let get = spec("get_basket", "Shows a basket: its items, their count, and its order once checked out.", json!({"type": "object", "properties": {"basket_id": basket_id_schema()}, "required": ["basket_id"]}), Some(basket_output()), true);
+    let get = spec(
+        "get_basket",
+        "Shows a basket: its items, their count, and its order once checked out.",
+        json!({"type": "object", "properties": {"basket_id": basket_id_schema()}, "required": ["basket_id"]}),
+        Some(basket_output()),
+        true,
+    );
     let checkout = spec(
         "checkout",
         "Orders a basket's items: one order per basket. Calling it again for the same basket returns the same order and never orders twice.",
@@ -192,16 +216,35 @@ pub(crate) fn pack(kind: HandleKind, orders: Option<&Path>) -> Result<CatalogBui
         false,
     );
     // An interrupted checkout may run again: it orders only a basket without an order.
-    let checkout = ToolSpec { annotations: checkout.annotations.map(|a| ToolAnnotations { idempotent_hint: Some(true), ..a }), ..checkout };
-    let destroy = spec("destroy_basket", "Destroys a basket; its basket_id is unknown afterwards.", json!({"type": "object", "properties": {"basket_id": basket_id_schema()}, "required": ["basket_id"]}), None, false);
+    let checkout = ToolSpec {
+        annotations: checkout
+            .annotations
+            .map(|a| ToolAnnotations { idempotent_hint: Some(true), ..a }),
+        ..checkout
+    };
+    let destroy = spec(
+        "destroy_basket",
+        "Destroys a basket; its basket_id is unknown afterwards.",
+        json!({"type": "object", "properties": {"basket_id": basket_id_schema()}, "required": ["basket_id"]}),
+        None,
+        false,
+    );
     let list = spec(
         "list_baskets",
         "Lists the caller's baskets (never anyone else's), each with its item count. Without authentication it lists only the baskets created in the same session, and none outside a session: a basket is then reached by its basket_id alone.",
         json!({"type": "object", "properties": {}}),
-        Some(json!({"type": "object", "properties": {"baskets": {"type": "array", "items": basket_output()}}, "required": ["baskets"]})),
+        Some(
+            json!({"type": "object", "properties": {"baskets": {"type": "array", "items": basket_output()}}, "required": ["baskets"]}),
+        ),
         true,
     );
-    let stats = spec("basket_stats", "Orders placed, and baskets ordered more than once (always 0 unless something is broken).", json!({"type": "object", "properties": {}}), None, true);
+    let stats = spec(
+        "basket_stats",
+        "Orders placed, and baskets ordered more than once (always 0 unless something is broken).",
+        json!({"type": "object", "properties": {}}),
+        None,
+        true,
+    );
     let k = |k: &Arc<HandleKind>| Arc::clone(k);
     let (k1, k2, k3, k4, k5, k6) = (k(&kind), k(&kind), k(&kind), k(&kind), k(&kind), k(&kind));
     let b1 = Arc::clone(&book);
@@ -333,7 +376,11 @@ mod tests {
         for i in 0..=TRACKED_BASKETS {
             book.place(&format!("t{i}"), "o").unwrap();
         }
-        assert_eq!((book.by_basket.len(), book.tracked.len()), (TRACKED_BASKETS, TRACKED_BASKETS), "the oldest left");
+        assert_eq!(
+            (book.by_basket.len(), book.tracked.len()),
+            (TRACKED_BASKETS, TRACKED_BASKETS),
+            "the oldest left"
+        );
         book.place(&format!("t{TRACKED_BASKETS}"), "o").unwrap();
         assert_eq!(book.double, 1, "a recent basket ordered twice is still counted");
     }

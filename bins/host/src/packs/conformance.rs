@@ -5,11 +5,12 @@ use std::time::Duration;
 
 use mcp_runtime::proto::jsonrpc::ErrorObject;
 use mcp_runtime::proto::mcp::LogLevel;
-use mcp_runtime::tools::{
-    CallToolResult, CatalogBuilder, Content, GetPromptResult, PromptArgument, PromptMessage, PromptSpec, ResourceContents, ResourceSpec,
-    ListKind, ResourceTemplateSpec, StaticResource, ToolError, ToolSpec, prompt_fn, template_fn, tool_fn,
-};
 use mcp_runtime::proto::task::TaskSupport;
+use mcp_runtime::tools::{
+    CallToolResult, CatalogBuilder, Content, GetPromptResult, ListKind, PromptArgument,
+    PromptMessage, PromptSpec, ResourceContents, ResourceSpec, ResourceTemplateSpec,
+    StaticResource, ToolError, ToolSpec, prompt_fn, template_fn, tool_fn,
+};
 use serde_json::{Value, json};
 
 const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==";
@@ -28,8 +29,16 @@ fn text_arg(args: &Value, key: &str) -> String {
 }
 
 /// Ask the client to elicit with `schema` and describe the outcome.
-async fn elicit(cx: &mcp_runtime::tools::ToolContext, message: &str, schema: Value, prefix: &str) -> Result<CallToolResult, ToolError> {
-    let r = cx.request("elicitation/create", json!({"message": message, "requestedSchema": schema})).await.map_err(ToolError::Protocol)?;
+async fn elicit(
+    cx: &mcp_runtime::tools::ToolContext,
+    message: &str,
+    schema: Value,
+    prefix: &str,
+) -> Result<CallToolResult, ToolError> {
+    let r = cx
+        .request("elicitation/create", json!({"message": message, "requestedSchema": schema}))
+        .await
+        .map_err(ToolError::Protocol)?;
     let action = r.get("action").and_then(Value::as_str).unwrap_or("unknown");
     let content = r.get("content").cloned().unwrap_or(Value::Null);
     Ok(CallToolResult::text(format!("{prefix}: action={action}, content={content}")))
@@ -162,7 +171,10 @@ fn tools(b: CatalogBuilder) -> CatalogBuilder {
 
 /// The client's answer to an elicitation, its accepted `content.<field>` as text.
 fn accepted(answer: &Value, field: &str) -> String {
-    answer.pointer(&format!("/content/{field}")).map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned)).unwrap_or_default()
+    answer
+        .pointer(&format!("/content/{field}"))
+        .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned))
+        .unwrap_or_default()
 }
 
 fn elicit_params(message: &str, field: &str, kind: &str) -> Value {
@@ -265,7 +277,8 @@ fn listen_tools() -> CatalogBuilder {
 fn task_tools() -> CatalogBuilder {
     let obj = |props: Value| json!({"type": "object", "properties": props});
     let p = |e: mcp_runtime::proto::jsonrpc::ErrorObject| ToolError::Protocol(e);
-    let confirm = |filename: &str| elicit_params(&format!("Delete {filename}?"), "confirm", "boolean");
+    let confirm =
+        |filename: &str| elicit_params(&format!("Delete {filename}?"), "confirm", "boolean");
     CatalogBuilder::default()
         .tool(tool_fn(ToolSpec::new("greet", "Greets someone by name (never a task).", obj(json!({"name": {"type": "string"}}))), |args, _| async move {
             Ok(CallToolResult::text(format!("Hello, {}!", text_arg(&args, "name"))))
@@ -363,15 +376,31 @@ fn schema_tools() -> CatalogBuilder {
 }
 
 fn resources(b: CatalogBuilder) -> CatalogBuilder {
-    let spec = |uri: &str, name: &str, mime: &str| ResourceSpec { uri: uri.into(), name: name.into(), description: Some(format!("Test resource {name}")), mime_type: Some(mime.into()) };
+    let spec = |uri: &str, name: &str, mime: &str| ResourceSpec {
+        uri: uri.into(),
+        name: name.into(),
+        description: Some(format!("Test resource {name}")),
+        mime_type: Some(mime.into()),
+    };
     b.resource(StaticResource::new(
         spec("test://static-text", "static-text", "text/plain"),
-        vec![ResourceContents::text("test://static-text", "text/plain", "This is the content of the static text resource.")],
+        vec![ResourceContents::text(
+            "test://static-text",
+            "text/plain",
+            "This is the content of the static text resource.",
+        )],
     ))
-    .resource(StaticResource::new(spec("test://static-binary", "static-binary", "image/png"), vec![ResourceContents::blob("test://static-binary", "image/png", PNG)]))
+    .resource(StaticResource::new(
+        spec("test://static-binary", "static-binary", "image/png"),
+        vec![ResourceContents::blob("test://static-binary", "image/png", PNG)],
+    ))
     .resource(StaticResource::new(
         spec("test://watched-resource", "watched-resource", "text/plain"),
-        vec![ResourceContents::text("test://watched-resource", "text/plain", "Watched resource content")],
+        vec![ResourceContents::text(
+            "test://watched-resource",
+            "text/plain",
+            "Watched resource content",
+        )],
     ))
     .template(template_fn(
         ResourceTemplateSpec {
@@ -382,7 +411,9 @@ fn resources(b: CatalogBuilder) -> CatalogBuilder {
         },
         |uri, vars| {
             let id = vars.get("id").and_then(Value::as_str).unwrap_or_default();
-            let text = json!({"id": id, "templateTest": true, "data": format!("Data for ID: {id}")}).to_string();
+            let text =
+                json!({"id": id, "templateTest": true, "data": format!("Data for ID: {id}")})
+                    .to_string();
             Ok(vec![ResourceContents::text(uri, "application/json", text)])
         },
     ))
@@ -397,30 +428,78 @@ fn arg(name: &str, description: &str) -> PromptArgument {
 }
 
 fn prompts(b: CatalogBuilder) -> CatalogBuilder {
-    let spec = |name: &str, description: &str, arguments| PromptSpec { name: name.into(), description: description.into(), arguments };
-    let ok = |messages| -> Result<GetPromptResult, ErrorObject> { Ok(GetPromptResult { description: None, messages }) };
-    b.prompt(prompt_fn(spec("test_simple_prompt", "A simple prompt without arguments", vec![]), move |_| {
-        ok(vec![user(Content::text("This is a simple prompt for testing."))])
-    }))
-    .prompt(prompt_fn(spec("test_prompt_with_arguments", "A prompt with two required arguments", vec![arg("arg1", "First argument"), arg("arg2", "Second argument")]), move |a| {
-        let get = |k: &str| a.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
-        ok(vec![user(Content::text(format!("Prompt with arguments: arg1='{}', arg2='{}'", get("arg1"), get("arg2"))))])
-    }))
-    .prompt(prompt_fn(spec("test_prompt_with_embedded_resource", "A prompt that embeds a resource", vec![arg("resourceUri", "URI of the resource to embed")]), move |a| {
-        let uri = a.get("resourceUri").and_then(Value::as_str).unwrap_or_default();
-        ok(vec![
-            user(Content::Resource { resource: ResourceContents::text(uri, "text/plain", "Embedded resource content for testing.") }),
-            user(Content::text("Please process the embedded resource above.")),
-        ])
-    }))
-    .prompt(prompt_fn(spec("test_prompt_with_image", "A prompt that includes an image", vec![]), move |_| {
-        ok(vec![user(image()), user(Content::text("Please analyze the image above."))])
-    }))
+    let spec = |name: &str, description: &str, arguments| PromptSpec {
+        name: name.into(),
+        description: description.into(),
+        arguments,
+    };
+    let ok = |messages| -> Result<GetPromptResult, ErrorObject> {
+        Ok(GetPromptResult { description: None, messages })
+    };
+    b.prompt(prompt_fn(
+        spec("test_simple_prompt", "A simple prompt without arguments", vec![]),
+        move |_| ok(vec![user(Content::text("This is a simple prompt for testing."))]),
+    ))
+    .prompt(prompt_fn(
+        spec(
+            "test_prompt_with_arguments",
+            "A prompt with two required arguments",
+            vec![arg("arg1", "First argument"), arg("arg2", "Second argument")],
+        ),
+        move |a| {
+            let get = |k: &str| a.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
+            ok(vec![user(Content::text(format!(
+                "Prompt with arguments: arg1='{}', arg2='{}'",
+                get("arg1"),
+                get("arg2")
+            )))])
+        },
+    ))
+    .prompt(prompt_fn(
+        spec(
+            "test_prompt_with_embedded_resource",
+            "A prompt that embeds a resource",
+            vec![arg("resourceUri", "URI of the resource to embed")],
+        ),
+        move |a| {
+            let uri = a.get("resourceUri").and_then(Value::as_str).unwrap_or_default();
+            ok(vec![
+                user(Content::Resource {
+                    resource: ResourceContents::text(
+                        uri,
+                        "text/plain",
+                        "Embedded resource content for testing.",
+                    ),
+                }),
+                user(Content::text("Please process the embedded resource above.")),
+            ])
+        },
+    ))
+    .prompt(prompt_fn(
+        spec("test_prompt_with_image", "A prompt that includes an image", vec![]),
+        move |_| ok(vec![user(image()), user(Content::text("Please analyze the image above."))]),
+    ))
     .prompt(mcp_runtime::tools::prompt_async_fn(
-        spec("test_input_required_result_prompt", "Asks the user for context (elicitation, key user_context) before rendering", vec![]),
+        spec(
+            "test_input_required_result_prompt",
+            "Asks the user for context (elicitation, key user_context) before rendering",
+            vec![],
+        ),
         move |_, cx| async move {
-            let a = cx.input("user_context", "elicitation/create", elicit_params("What context should the prompt use?", "context", "string")).await?;
-            Ok(GetPromptResult { description: None, messages: vec![user(Content::text(format!("Use this context: {}", accepted(&a, "context"))))] })
+            let a = cx
+                .input(
+                    "user_context",
+                    "elicitation/create",
+                    elicit_params("What context should the prompt use?", "context", "string"),
+                )
+                .await?;
+            Ok(GetPromptResult {
+                description: None,
+                messages: vec![user(Content::text(format!(
+                    "Use this context: {}",
+                    accepted(&a, "context")
+                )))],
+            })
         },
     ))
 }

@@ -3,14 +3,22 @@
 
 use std::time::Duration;
 
-use mcp_runtime::tools::{CallToolResult, CatalogBuilder, ToolAnnotations, ToolError, ToolSpec, tool_fn};
+use mcp_runtime::tools::{
+    CallToolResult, CatalogBuilder, ToolAnnotations, ToolError, ToolSpec, tool_fn,
+};
 use serde_json::{Value, json};
 
 /// The longest `sleep` (ms); its description states it.
 pub(crate) const SLEEP_MAX_MS: u64 = 60_000;
 
 fn read_only() -> ToolAnnotations {
-    ToolAnnotations { read_only_hint: Some(true), idempotent_hint: Some(true), destructive_hint: Some(false), open_world_hint: Some(false), ..Default::default() }
+    ToolAnnotations {
+        read_only_hint: Some(true),
+        idempotent_hint: Some(true),
+        destructive_hint: Some(false),
+        open_world_hint: Some(false),
+        ..Default::default()
+    }
 }
 
 pub(crate) fn pack() -> CatalogBuilder {

@@ -121,14 +121,19 @@ impl Ledger {
 fn hold(args: &Value) -> Result<Duration, String> {
     match args.get("hold_ms") {
         None | Some(Value::Null) => Ok(Duration::ZERO),
-        Some(v) => v.as_u64().filter(|ms| *ms <= HOLD_MAX_MS).map(Duration::from_millis).ok_or_else(|| format!("hold_ms must be an integer from 0 to {HOLD_MAX_MS}")),
+        Some(v) => v
+            .as_u64()
+            .filter(|ms| *ms <= HOLD_MAX_MS)
+            .map(Duration::from_millis)
+            .ok_or_else(|| format!("hold_ms must be an integer from 0 to {HOLD_MAX_MS}")),
     }
 }
 
 /// The pack; `journal` is where applied keys are journaled (none: memory only).
 pub(crate) fn pack(journal: Option<&Path>) -> Result<CatalogBuilder, String> {
     let ledger = match journal {
-        Some(p) => Ledger::with_journal(KEYS_PER_PRINCIPAL, p).map_err(|e| format!("ledger pack journal {}: {e}", p.display()))?,
+        Some(p) => Ledger::with_journal(KEYS_PER_PRINCIPAL, p)
+            .map_err(|e| format!("ledger pack journal {}: {e}", p.display()))?,
         None => Ledger::new(KEYS_PER_PRINCIPAL),
     };
     let ledger = Arc::new(Mutex::new(ledger));
@@ -146,8 +151,16 @@ pub(crate) fn pack(journal: Option<&Path>) -> Result<CatalogBuilder, String> {
         json!({"type":"object","properties":{"name":{"type":"string"},"value":{},"hold_ms":hold_schema},"required":["name","value"]}),
     )
     .annotations(ToolAnnotations { read_only_hint: Some(false), idempotent_hint: Some(true), destructive_hint: Some(false), open_world_hint: Some(false), ..Default::default() });
-    let stats = ToolSpec::new("ledger_stats", "Writes applied, distinct idempotency keys and duplicates.", json!({"type":"object","properties":{}}))
-        .annotations(ToolAnnotations { read_only_hint: Some(true), idempotent_hint: Some(true), ..Default::default() });
+    let stats = ToolSpec::new(
+        "ledger_stats",
+        "Writes applied, distinct idempotency keys and duplicates.",
+        json!({"type":"object","properties":{}}),
+    )
+    .annotations(ToolAnnotations {
+        read_only_hint: Some(true),
+        idempotent_hint: Some(true),
+        ..Default::default()
+    });
     let (l1, l2) = (Arc::clone(&ledger), Arc::clone(&ledger));
     Ok(CatalogBuilder::default()
         .tool(tool_fn(append, move |args: Value, cx| {
@@ -156,7 +169,10 @@ pub(crate) fn pack(journal: Option<&Path>) -> Result<CatalogBuilder, String> {
                 let hold = hold(&args).map_err(mcp_runtime::tools::ToolError::Failed)?;
                 // The schema requires the key; the runtime checked its length.
                 let key = args["key"].as_str().unwrap_or_default();
-                let seq = l.lock().append(cx.principal(), key).map_err(|e| mcp_runtime::tools::ToolError::Failed(format!("journal: {e}")))?;
+                let seq = l
+                    .lock()
+                    .append(cx.principal(), key)
+                    .map_err(|e| mcp_runtime::tools::ToolError::Failed(format!("journal: {e}")))?;
                 if !hold.is_zero() {
                     // Without a hold the call has no await point after its write: only a
                     // crash can come between the write and the answer.
@@ -191,9 +207,7 @@ pub(crate) fn pack(journal: Option<&Path>) -> Result<CatalogBuilder, String> {
         }))
         .tool(tool_fn(stats, move |_, _cx| {
             let l = Arc::clone(&ledger);
-            async move {
-                Ok(CallToolResult::structured(l.lock().stats()))
-            }
+            async move { Ok(CallToolResult::structured(l.lock().stats())) }
         })))
 }
 
@@ -210,7 +224,10 @@ mod tests {
         assert_eq!(l.append(None, "b").unwrap(), 2);
         assert_eq!(l.stats()["duplicates"], 0);
         l.append(None, "a").unwrap();
-        assert_eq!(l.stats(), json!({"applied": 3, "keys": 2, "duplicates": 1, "cross_principal": 0, "sets": 0}));
+        assert_eq!(
+            l.stats(),
+            json!({"applied": 3, "keys": 2, "duplicates": 1, "cross_principal": 0, "sets": 0})
+        );
     }
 
     #[test]
@@ -219,11 +236,19 @@ mod tests {
         l.append(Some("alice"), "k").unwrap();
         l.append(Some("bob"), "k").unwrap();
         assert_eq!(l.stats()["duplicates"], 0, "bob's key is not alice's");
-        assert_eq!(l.stats()["cross_principal"], 1, "but one key under two callers is counted apart");
+        assert_eq!(
+            l.stats()["cross_principal"],
+            1,
+            "but one key under two callers is counted apart"
+        );
         for k in ["x", "y", "z"] {
             l.append(Some("mallory"), k).unwrap();
         }
-        assert_eq!(l.spaces[&Some("mallory".to_owned())].keys.len(), 2, "mallory's table is bounded");
+        assert_eq!(
+            l.spaces[&Some("mallory".to_owned())].keys.len(),
+            2,
+            "mallory's table is bounded"
+        );
         l.append(Some("alice"), "k").unwrap();
         assert_eq!(l.stats()["duplicates"], 1, "mallory's writes did not push alice's key out");
     }
@@ -236,13 +261,22 @@ mod tests {
         l.append(Some("p"), "a").unwrap();
         l.append(None, "b").unwrap();
         drop(l);
-        std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(b"{\"p\":null,\"k\":\"tor").unwrap();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(b"{\"p\":null,\"k\":\"tor")
+            .unwrap();
         let mut again = Ledger::with_journal(10, &path).unwrap();
         assert_eq!(again.stats()["applied"], 2);
         again.append(Some("p"), "a").unwrap();
         assert_eq!(again.stats()["duplicates"], 1, "a key applied before the restart counts");
         drop(again);
-        assert_eq!(Ledger::with_journal(10, &path).unwrap().stats()["applied"], 3, "the line after the torn one is whole");
+        assert_eq!(
+            Ledger::with_journal(10, &path).unwrap().stats()["applied"],
+            3,
+            "the line after the torn one is whole"
+        );
     }
 
     #[test]

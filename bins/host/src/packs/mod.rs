@@ -24,7 +24,11 @@ pub(crate) const KNOWN: [&str; 6] = ["conformance", "echo", "ledger", "soak", "b
 /// Build the catalog contents for the named packs; baskets live `basket_idle_ttl_secs` unused.
 /// Their journals are opened (created) here: call it once the ledger they sit beside is
 /// locked for this process.
-pub(crate) fn build(names: &[String], journals: &Journals<'_>, basket_idle_ttl_secs: u64) -> Result<CatalogBuilder, String> {
+pub(crate) fn build(
+    names: &[String],
+    journals: &Journals<'_>,
+    basket_idle_ttl_secs: u64,
+) -> Result<CatalogBuilder, String> {
     let mut b = CatalogBuilder::default();
     for n in names {
         b = b.merge(match n.as_str() {

@@ -10,7 +10,9 @@
 use std::time::Duration;
 
 use mcp_runtime::proto::mcp::LogLevel;
-use mcp_runtime::tools::{CallToolResult, CatalogBuilder, ToolAnnotations, ToolError, ToolSpec, tool_fn};
+use mcp_runtime::tools::{
+    CallToolResult, CatalogBuilder, ToolAnnotations, ToolError, ToolSpec, tool_fn,
+};
 use serde_json::{Value, json};
 
 const MAX_COUNT: u64 = 10_000;
@@ -31,8 +33,16 @@ pub(crate) fn pack() -> CatalogBuilder {
         "bytes":{"type":"integer","description":"Bytes per message (at most 65536)"},
         "delay_ms":{"type":"integer","description":"Wait before sending (at most 10000 ms)"},
         "hold_ms":{"type":"integer","description":"Wait after sending, before answering (at most 10000 ms)"}}});
-    let spec = ToolSpec::new("soak_flood", "Waits, then floods its stream with log messages, then answers.", schema)
-        .annotations(ToolAnnotations { read_only_hint: Some(true), idempotent_hint: Some(true), ..Default::default() });
+    let spec = ToolSpec::new(
+        "soak_flood",
+        "Waits, then floods its stream with log messages, then answers.",
+        schema,
+    )
+    .annotations(ToolAnnotations {
+        read_only_hint: Some(true),
+        idempotent_hint: Some(true),
+        ..Default::default()
+    });
     CatalogBuilder::default().tool(tool_fn(spec, |args: Value, cx| async move {
         let count = bounded(&args, "count", MAX_COUNT)?;
         let bytes = bounded(&args, "bytes", MAX_BYTES)? as usize;

@@ -28,13 +28,22 @@ pub(crate) fn start_with(dir: &TempDir, port: u16, extra: &[&str]) -> Host {
 /// The binary, `--packs soak,echo,conformance,ledger` on `port`, its ledger (and admin token
 /// file) in `dir`, its admin API on a free port; with `log`, its stderr goes to that file
 /// with the log filter `MCP_HOST_LOG` = `log.1`.
-pub(crate) fn start_logged(dir: &TempDir, port: u16, extra: &[&str], log: Option<(&std::path::Path, &str)>) -> Host {
-    let bin = std::env::var("MCP_HOST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_mcp-host").to_owned());
+pub(crate) fn start_logged(
+    dir: &TempDir,
+    port: u16,
+    extra: &[&str],
+    log: Option<(&std::path::Path, &str)>,
+) -> Host {
+    let bin =
+        std::env::var("MCP_HOST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_mcp-host").to_owned());
     let mut cmd = Command::new(bin);
-    cmd.args(["--port", &port.to_string(), "--packs", "soak,echo,conformance,ledger"]).args(dir.host_args()).args(extra);
+    cmd.args(["--port", &port.to_string(), "--packs", "soak,echo,conformance,ledger"])
+        .args(dir.host_args())
+        .args(extra);
     match log {
         Some((path, filter)) => {
-            cmd.stderr(std::fs::File::create(path).expect("the log file")).env(mcp_devtools::LOG_ENV, filter);
+            cmd.stderr(std::fs::File::create(path).expect("the log file"))
+                .env(mcp_devtools::LOG_ENV, filter);
         }
         None => {
             cmd.stderr(std::process::Stdio::null());
@@ -65,15 +74,31 @@ impl Host {
 
 /// One HTTP/1.1 exchange on a fresh connection: (status, headers, body). A chunked body
 /// (SSE) is read until the server ends it or `read_for` passes.
-pub(crate) fn http(addr: &str, method: &str, headers: &[(&str, &str)], body: &str, read_for: Duration) -> (u16, String, Vec<u8>) {
+pub(crate) fn http(
+    addr: &str,
+    method: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+    read_for: Duration,
+) -> (u16, String, Vec<u8>) {
     http_at(addr, method, "/mcp", headers, body, read_for)
 }
 
 /// [`http`] on another path.
-pub(crate) fn http_at(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &str, read_for: Duration) -> (u16, String, Vec<u8>) {
+pub(crate) fn http_at(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+    read_for: Duration,
+) -> (u16, String, Vec<u8>) {
     let mut s = TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(read_for)).unwrap();
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n", body.len());
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+        body.len()
+    );
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -101,7 +126,10 @@ pub(crate) fn http_at(addr: &str, method: &str, path: &str, headers: &[(&str, &s
 pub(crate) fn dechunk(mut b: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     while let Some(eol) = b.windows(2).position(|w| w == b"\r\n") {
-        let Ok(n) = usize::from_str_radix(std::str::from_utf8(&b[..eol]).unwrap_or("").trim(), 16) else { break };
+        let Ok(n) = usize::from_str_radix(std::str::from_utf8(&b[..eol]).unwrap_or("").trim(), 16)
+        else {
+            break;
+        };
         if n == 0 || b.len() < eol + 2 + n {
             out.extend_from_slice(&b[(eol + 2).min(b.len())..b.len().min(eol + 2 + n)]);
             break;
@@ -113,7 +141,9 @@ pub(crate) fn dechunk(mut b: &[u8]) -> Vec<u8> {
 }
 
 pub(crate) fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
-    head.lines().find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.trim()))
+    head.lines().find_map(|l| {
+        l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.trim())
+    })
 }
 
 /// SSE events: (id, data).
@@ -138,21 +168,36 @@ pub(crate) fn initialize(addr: &str) -> String {
 /// 2025-06-18 ones do not).
 pub(crate) fn initialize_as(addr: &str, version: &str, auth: &[(&str, &str)]) -> String {
     let init = json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":version,"capabilities":{"sampling":{}},"clientInfo":{"name":"restart-test","version":"1"}}});
-    let headers: Vec<(&str, &str)> = [("Accept", "application/json")].into_iter().chain(auth.iter().copied()).collect();
+    let headers: Vec<(&str, &str)> =
+        [("Accept", "application/json")].into_iter().chain(auth.iter().copied()).collect();
     let (status, head, _) = http(addr, "POST", &headers, &init.to_string(), QUICK);
     assert_eq!(status, 200);
     header(&head, "mcp-session-id").expect("a session id").to_owned()
 }
 
 pub(crate) fn post_json(addr: &str, sid: &str, body: &Value) -> (u16, Value) {
-    let (status, _, b) = http(addr, "POST", &[("Accept", "application/json"), ("Mcp-Session-Id", sid), ("MCP-Protocol-Version", "2025-11-25")], &body.to_string(), QUICK);
+    let (status, _, b) = http(
+        addr,
+        "POST",
+        &[
+            ("Accept", "application/json"),
+            ("Mcp-Session-Id", sid),
+            ("MCP-Protocol-Version", "2025-11-25"),
+        ],
+        &body.to_string(),
+        QUICK,
+    );
     (status, serde_json::from_slice(&b).unwrap_or(Value::Null))
 }
 
 /// POST a tools/call with SSE and hang up after its first event (the priming event): the
 /// cursor to resume from.
 pub(crate) fn call_and_hang_up(addr: &str, sid: &str, id: i64, tool: &str, args: Value) -> String {
-    hang_up_after_priming(addr, sid, &json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":args}}))
+    hang_up_after_priming(
+        addr,
+        sid,
+        &json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":args}}),
+    )
 }
 
 /// POST `body` with SSE and hang up after the priming event; returns its cursor.
@@ -167,18 +212,27 @@ pub(crate) fn hang_up_after_priming(addr: &str, sid: &str, body: &Value) -> Stri
     s.write_all(req.as_bytes()).unwrap();
     let mut raw = Vec::new();
     let mut buf = [0u8; 4096];
-    while !String::from_utf8_lossy(&raw).contains("\n\n") || !String::from_utf8_lossy(&raw).contains("id:") {
+    while !String::from_utf8_lossy(&raw).contains("\n\n")
+        || !String::from_utf8_lossy(&raw).contains("id:")
+    {
         let n = s.read(&mut buf).expect("the priming event");
         assert!(n > 0, "closed before the priming event");
         raw.extend_from_slice(&buf[..n]);
     }
     let text = String::from_utf8_lossy(&raw).into_owned();
-    text.lines().find_map(|l| l.strip_prefix("id:")).map(|c| c.trim().to_owned()).expect("a priming cursor")
+    text.lines()
+        .find_map(|l| l.strip_prefix("id:"))
+        .map(|c| c.trim().to_owned())
+        .expect("a priming cursor")
 }
 
 /// Wait (bounded) until `count_sql` on the ledger file counts at least `n` committed rows.
 pub(crate) fn wait_for_ledger(dir: &TempDir, count_sql: &str, n: i64) {
-    let db = rusqlite::Connection::open_with_flags(dir.path().join("mcp-host.db"), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    let db = rusqlite::Connection::open_with_flags(
+        dir.path().join("mcp-host.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
     for _ in 0..500 {
         if db.query_row(count_sql, [], |r| r.get::<_, i64>(0)).unwrap_or(0) >= n {
             return;
@@ -194,19 +248,37 @@ pub(crate) fn wait_for_committed_events(dir: &TempDir, n: i64) {
 }
 
 pub(crate) fn resume(addr: &str, sid: &str, cursor: &str) -> (u16, Vec<(Option<String>, String)>) {
-    let (status, _, body) = http(addr, "GET", &[("Accept", "text/event-stream"), ("Mcp-Session-Id", sid), ("MCP-Protocol-Version", "2025-11-25"), ("Last-Event-ID", cursor)], "", QUICK);
+    let (status, _, body) = http(
+        addr,
+        "GET",
+        &[
+            ("Accept", "text/event-stream"),
+            ("Mcp-Session-Id", sid),
+            ("MCP-Protocol-Version", "2025-11-25"),
+            ("Last-Event-ID", cursor),
+        ],
+        "",
+        QUICK,
+    );
     (status, events(&body))
 }
 
 /// `logging/setLevel` info on `sid` (request id 2).
 pub(crate) fn set_level_info(addr: &str, sid: &str) {
-    assert_eq!(post_json(addr, sid, &json!({"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"info"}})).0, 200);
+    assert_eq!(
+        post_json(
+            addr,
+            sid,
+            &json!({"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"info"}})
+        )
+        .0,
+        200
+    );
 }
 
 pub(crate) fn json_of(data: &str) -> Value {
     serde_json::from_str(data).unwrap_or(Value::Null)
 }
-
 
 /// A 2026-07-28 request (`_meta` and mirrored headers, no session), answered as JSON: the
 /// whole response.
@@ -215,19 +287,35 @@ pub(crate) fn modern(addr: &str, id: i64, method: &str, params: Value) -> Value 
 }
 
 /// [`modern`] with `token` as its bearer token, when given.
-pub(crate) fn modern_as(addr: &str, token: Option<&str>, id: i64, method: &str, mut params: Value) -> Value {
+pub(crate) fn modern_as(
+    addr: &str,
+    token: Option<&str>,
+    id: i64,
+    method: &str,
+    mut params: Value,
+) -> Value {
     // The caller's own `_meta` (its capabilities, say) is kept.
     let caps = params["_meta"]["io.modelcontextprotocol/clientCapabilities"].clone();
     params["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
-    params["_meta"]["io.modelcontextprotocol/clientCapabilities"] = if caps.is_null() { json!({}) } else { caps };
-    let name = params.get("name").or_else(|| params.get("uri")).and_then(Value::as_str).map(str::to_owned);
+    params["_meta"]["io.modelcontextprotocol/clientCapabilities"] =
+        if caps.is_null() { json!({}) } else { caps };
+    let name =
+        params.get("name").or_else(|| params.get("uri")).and_then(Value::as_str).map(str::to_owned);
     let bearer = token.map(|t| format!("Bearer {t}"));
-    let mut headers = vec![("Accept", "application/json"), ("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", method)];
+    let mut headers = vec![
+        ("Accept", "application/json"),
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", method),
+    ];
     if let Some(b) = bearer.as_deref() {
         headers.push(("Authorization", b));
     }
     let task = params.get("taskId").and_then(Value::as_str).map(str::to_owned);
-    if let Some(n) = name.as_deref().filter(|_| matches!(method, "tools/call" | "prompts/get" | "resources/read")).or(task.as_deref()) {
+    if let Some(n) = name
+        .as_deref()
+        .filter(|_| matches!(method, "tools/call" | "prompts/get" | "resources/read"))
+        .or(task.as_deref())
+    {
         headers.push(("Mcp-Name", n));
     }
     let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
@@ -243,7 +331,13 @@ pub(crate) fn modern_call(addr: &str, id: i64, tool: &str, args: Value) -> Value
 }
 
 /// [`modern_call`] with `token` as its bearer token, when given.
-pub(crate) fn modern_call_as(addr: &str, token: Option<&str>, id: i64, tool: &str, args: Value) -> Value {
+pub(crate) fn modern_call_as(
+    addr: &str,
+    token: Option<&str>,
+    id: i64,
+    tool: &str,
+    args: Value,
+) -> Value {
     let r = modern_as(addr, token, id, "tools/call", json!({"name": tool, "arguments": args}));
     r.get("result").cloned().unwrap_or_else(|| panic!("{tool}: {r}"))
 }

@@ -4,7 +4,11 @@ use super::*;
 
 #[test]
 fn every_request_carries_its_version_capabilities_and_identity_beside_the_callers_meta() {
-    let p = request_params(Some(&json!({"name": "t", "_meta": {"progressToken": 7}})), &json!({"sampling": {}}), &json!({"name": "c", "version": "1"}));
+    let p = request_params(
+        Some(&json!({"name": "t", "_meta": {"progressToken": 7}})),
+        &json!({"sampling": {}}),
+        &json!({"name": "c", "version": "1"}),
+    );
     assert_eq!(p["name"], "t");
     assert_eq!(p["_meta"]["progressToken"], 7);
     assert_eq!(p["_meta"]["io.modelcontextprotocol/protocolVersion"], "2026-07-28");
@@ -33,9 +37,13 @@ fn headers_mirror_method_name_and_annotated_arguments_as_the_server_checks_them(
     assert_eq!(get("Mcp-Param-Flag"), Some("true"));
     assert!(get("Mcp-Param-Unset").is_none(), "an absent argument has no header");
     // What the server's own check accepts.
-    let lower: Vec<(String, String)> = h.iter().map(|(k, v)| (k.to_ascii_lowercase(), v.clone())).collect();
-    let found = |name: &str| lower.iter().find(|(k, _)| *k == format!("mcp-param-{name}")).map(|(_, v)| v.as_str());
-    crate::proto::modern::headers::check_params(&mirrored[0].1, params.get("arguments"), found).unwrap();
+    let lower: Vec<(String, String)> =
+        h.iter().map(|(k, v)| (k.to_ascii_lowercase(), v.clone())).collect();
+    let found = |name: &str| {
+        lower.iter().find(|(k, _)| *k == format!("mcp-param-{name}")).map(|(_, v)| v.as_str())
+    };
+    crate::proto::modern::headers::check_params(&mirrored[0].1, params.get("arguments"), found)
+        .unwrap();
     let read = request_headers("resources/read", &json!({"uri": "file:///a b"}), &[]);
     assert!(read.contains(&("Mcp-Name".to_owned(), "file:///a b".to_owned())));
 }
@@ -45,12 +53,22 @@ fn discover_tells_a_modern_server_a_modern_refusal_and_anything_else_apart() {
     let ok = br#"{"jsonrpc":"2.0","id":1,"result":{"supportedVersions":["2026-07-28"],"capabilities":{"tools":{}}}}"#;
     assert_eq!(discovered(200, ok), Discovered::Modern(json!({"tools": {}})));
     let refusal = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32022,"message":"unsupported"}}"#;
-    assert!(matches!(discovered(400, refusal), Discovered::ModernRefusal(m) if m.contains("-32022")));
+    assert!(
+        matches!(discovered(400, refusal), Discovered::ModernRefusal(m) if m.contains("-32022"))
+    );
     assert_eq!(discovered(400, br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Bad Request: missing MCP-Session-Id header"}}"#), Discovered::NotModern);
     assert_eq!(discovered(404, b""), Discovered::NotModern);
     let legacy_params = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"Invalid request parameters"}}"#;
-    assert_eq!(discovered(200, legacy_params), Discovered::NotModern, "a legacy server's -32602 is no modern refusal");
-    assert_eq!(discovered(400, legacy_params), Discovered::NotModern, "nor on a 400 unless it is about _meta");
+    assert_eq!(
+        discovered(200, legacy_params),
+        Discovered::NotModern,
+        "a legacy server's -32602 is no modern refusal"
+    );
+    assert_eq!(
+        discovered(400, legacy_params),
+        Discovered::NotModern,
+        "nor on a 400 unless it is about _meta"
+    );
     let missing_meta = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"Invalid params: missing _meta keys: x"}}"#;
     assert!(matches!(discovered(400, missing_meta), Discovered::ModernRefusal(_)));
     assert_eq!(discovered(200, refusal), Discovered::NotModern, "a refusal is a 400");
@@ -60,7 +78,9 @@ fn discover_tells_a_modern_server_a_modern_refusal_and_anything_else_apart() {
 
 #[test]
 fn an_input_required_result_becomes_the_next_rounds_params() {
-    let r = round_of(json!({"resultType": "input_required", "inputRequests": {"k": {"method": "roots/list", "params": {}}}, "requestState": "v1.x.y"}));
+    let r = round_of(
+        json!({"resultType": "input_required", "inputRequests": {"k": {"method": "roots/list", "params": {}}}, "requestState": "v1.x.y"}),
+    );
     let Round::InputRequired { requests, state } = r else { panic!("not input_required") };
     assert_eq!(requests["k"]["method"], "roots/list");
     let first = json!({"name": "t", "inputResponses": {"old": 1}, "_meta": {}});
@@ -70,8 +90,14 @@ fn an_input_required_result_becomes_the_next_rounds_params() {
     assert_eq!(next["inputResponses"], json!({"k": {"roots": []}}), "this round's answers only");
     assert_eq!(next["requestState"], "v1.x.y");
     assert_eq!(next["name"], "t");
-    assert!(matches!(round_of(json!({"resultType": "complete", "content": []})), Round::Complete(_)));
-    assert!(matches!(round_of(json!({"content": []})), Round::Complete(_)), "no resultType: complete");
+    assert!(matches!(
+        round_of(json!({"resultType": "complete", "content": []})),
+        Round::Complete(_)
+    ));
+    assert!(
+        matches!(round_of(json!({"content": []})), Round::Complete(_)),
+        "no resultType: complete"
+    );
 }
 
 #[test]

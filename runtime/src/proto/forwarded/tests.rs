@@ -22,7 +22,11 @@ fn client(peer: &str, trusted: &[&str], fwd: &[&str], xff: &[&str]) -> String {
 #[test]
 fn ranges_parse_contain_and_refuse_what_is_no_range() {
     let table: &[(&str, &[&str], &[&str])] = &[
-        ("10.0.0.0/8", &["10.0.0.1", "10.255.255.255", "::ffff:10.1.2.3"], &["11.0.0.1", "::a00:1"]),
+        (
+            "10.0.0.0/8",
+            &["10.0.0.1", "10.255.255.255", "::ffff:10.1.2.3"],
+            &["11.0.0.1", "::a00:1"],
+        ),
         ("127.0.0.1", &["127.0.0.1"], &["127.0.0.2"]),
         ("0.0.0.0/0", &["1.2.3.4", "255.255.255.255"], &["::1"]),
         ("2001:db8::/32", &["2001:db8::1", "2001:db8:ffff::9"], &["2001:db9::1", "10.0.0.1"]),
@@ -39,7 +43,19 @@ fn ranges_parse_contain_and_refuse_what_is_no_range() {
         }
     }
     assert_eq!("127.0.0.1".parse::<Cidr>().unwrap().to_string(), "127.0.0.1/32");
-    for bad in ["", "10.0.0/8", "10.0.0.0/33", "2001:db8::/129", "10.0.0.1/8", "10.0.0.0/", "10.0.0.0/+8", "10.0.0.0/8/8", "example.com/8", "10.0.0.0/0008", "[::1]/128"] {
+    for bad in [
+        "",
+        "10.0.0/8",
+        "10.0.0.0/33",
+        "2001:db8::/129",
+        "10.0.0.1/8",
+        "10.0.0.0/",
+        "10.0.0.0/+8",
+        "10.0.0.0/8/8",
+        "example.com/8",
+        "10.0.0.0/0008",
+        "[::1]/128",
+    ] {
         let e = bad.parse::<Cidr>().expect_err(bad);
         assert!(e.to_string().contains("CIDR"), "{bad}: {e}");
     }
@@ -47,8 +63,12 @@ fn ranges_parse_contain_and_refuse_what_is_no_range() {
 
 #[test]
 fn ranges_read_and_write_as_strings_in_the_config() {
-    let v: Vec<Cidr> = serde_json::from_value(serde_json::json!(["10.0.0.0/8", "2001:db8::/32"])).unwrap();
-    assert_eq!(serde_json::to_value(&v).unwrap(), serde_json::json!(["10.0.0.0/8", "2001:db8::/32"]));
+    let v: Vec<Cidr> =
+        serde_json::from_value(serde_json::json!(["10.0.0.0/8", "2001:db8::/32"])).unwrap();
+    assert_eq!(
+        serde_json::to_value(&v).unwrap(),
+        serde_json::json!(["10.0.0.0/8", "2001:db8::/32"])
+    );
     let e = serde_json::from_value::<Vec<Cidr>>(serde_json::json!(["10.0.0.1/8"])).unwrap_err();
     assert!(e.to_string().contains("host bits"), "{e}");
 }
@@ -58,7 +78,11 @@ fn headers_from_a_peer_that_is_not_trusted_are_ignored() {
     let t = &["10.0.0.0/8"];
     assert_eq!(client("192.0.2.9", t, &["for=198.51.100.1"], &[]), "192.0.2.9");
     assert_eq!(client("192.0.2.9", t, &[], &["198.51.100.1"]), "192.0.2.9");
-    assert_eq!(client("10.0.0.1", &[], &[], &["198.51.100.1"]), "10.0.0.1", "nothing trusted: the peer");
+    assert_eq!(
+        client("10.0.0.1", &[], &[], &["198.51.100.1"]),
+        "10.0.0.1",
+        "nothing trusted: the peer"
+    );
     assert_eq!(client("::ffff:192.0.2.9", t, &[], &["198.51.100.1"]), "192.0.2.9", "canonical");
 }
 
@@ -126,16 +150,29 @@ fn forwarded_decides_when_present_with_its_syntax_ports_quotes_and_case() {
     for (fwd, want) in table {
         assert_eq!(client("127.0.0.1", t, fwd, &["203.0.113.7"]), *want, "{fwd:?}");
     }
-    assert_eq!(client("127.0.0.1", t, &[], &["203.0.113.7"]), "203.0.113.7", "X-Forwarded-For only without Forwarded");
+    assert_eq!(
+        client("127.0.0.1", t, &[], &["203.0.113.7"]),
+        "203.0.113.7",
+        "X-Forwarded-For only without Forwarded"
+    );
 }
 
 #[test]
 fn long_chains_are_bounded_and_cost_linear_time() {
     let t = &["10.0.0.0/8"];
-    let trusted_hops = |n: usize| (0..n).map(|i| format!("10.0.{}.{}", i / 256, i % 256)).collect::<Vec<_>>();
+    let trusted_hops =
+        |n: usize| (0..n).map(|i| format!("10.0.{}.{}", i / 256, i % 256)).collect::<Vec<_>>();
     let chain = |n: usize| format!("198.51.100.1, {}", trusted_hops(n).join(", "));
-    assert_eq!(client("10.0.0.1", t, &[], &[&chain(MAX_HOPS - 1)]), "198.51.100.1", "within the bound");
-    assert_eq!(client("10.0.0.1", t, &[], &[&chain(MAX_HOPS)]), "10.0.0.1", "more trusted hops than the bound: not believed");
+    assert_eq!(
+        client("10.0.0.1", t, &[], &[&chain(MAX_HOPS - 1)]),
+        "198.51.100.1",
+        "within the bound"
+    );
+    assert_eq!(
+        client("10.0.0.1", t, &[], &[&chain(MAX_HOPS)]),
+        "10.0.0.1",
+        "more trusted hops than the bound: not believed"
+    );
     // The client within the last MAX_HOPS hops is found whatever lies to its left.
     let long = format!("{}, 198.51.100.1", "203.0.113.1, ".repeat(100_000));
     assert_eq!(client("10.0.0.1", t, &[], &[&long]), "198.51.100.1");

@@ -12,12 +12,18 @@ fn single(body: &str) -> Result<Message, ParseError> {
 
 #[test]
 fn request_notification_response_are_classified() {
-    assert!(matches!(single(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#), Ok(Message::Request { .. })));
+    assert!(matches!(
+        single(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#),
+        Ok(Message::Request { .. })
+    ));
     assert!(matches!(
         single(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#),
         Ok(Message::Notification { .. })
     ));
-    assert!(matches!(single(r#"{"jsonrpc":"2.0","id":"a","result":{}}"#), Ok(Message::Response { .. })));
+    assert!(matches!(
+        single(r#"{"jsonrpc":"2.0","id":"a","result":{}}"#),
+        Ok(Message::Response { .. })
+    ));
     assert!(matches!(
         single(r#"{"jsonrpc":"2.0","id":"a","error":{"code":-1,"message":"x"}}"#),
         Ok(Message::ErrorResponse { .. })
@@ -33,11 +39,13 @@ fn null_request_id_is_rejected_not_treated_as_notification() {
 
 #[test]
 fn string_and_number_ids_keep_their_type() {
-    let Message::Request { id, .. } = single(r#"{"jsonrpc":"2.0","id":"7","method":"m"}"#).unwrap() else {
+    let Message::Request { id, .. } = single(r#"{"jsonrpc":"2.0","id":"7","method":"m"}"#).unwrap()
+    else {
         panic!()
     };
     assert_eq!(id, JsonRpcId::String("7".into()));
-    let Message::Request { id, .. } = single(r#"{"jsonrpc":"2.0","id":7,"method":"m"}"#).unwrap() else {
+    let Message::Request { id, .. } = single(r#"{"jsonrpc":"2.0","id":7,"method":"m"}"#).unwrap()
+    else {
         panic!()
     };
     assert_eq!(id, JsonRpcId::Number(7));
@@ -66,10 +74,10 @@ fn scalar_params_and_empty_batch_are_invalid() {
 
 #[test]
 fn batch_is_parsed_in_order() {
-    let Incoming::Batch(items) = parse_body(
-        br#"[{"jsonrpc":"2.0","id":1,"method":"a"},{"jsonrpc":"2.0","method":"b"}]"#,
-    )
-    .unwrap() else {
+    let Incoming::Batch(items) =
+        parse_body(br#"[{"jsonrpc":"2.0","id":1,"method":"a"},{"jsonrpc":"2.0","method":"b"}]"#)
+            .unwrap()
+    else {
         panic!()
     };
     assert_eq!(items.len(), 2);
@@ -134,29 +142,63 @@ fn progress_token_is_read_from_params_meta_only() {
 #[test]
 fn the_modern_meta_keys_are_read_apart_and_the_rest_of_params_is_kept() {
     let body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","_meta":{"progressToken":7,"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"sampling":{}},"io.modelcontextprotocol/clientInfo":{"name":"c","version":"1"},"io.modelcontextprotocol/logLevel":"info"}}}"#;
-    let Ok(Incoming::Single(Message::Request { params, meta, .. })) = parse_body(body) else { panic!("not a request") };
-    assert_eq!(params, Some(json!({"name": "t", "_meta": {"progressToken": 7}})), "other _meta keys stay");
+    let Ok(Incoming::Single(Message::Request { params, meta, .. })) = parse_body(body) else {
+        panic!("not a request")
+    };
+    assert_eq!(
+        params,
+        Some(json!({"name": "t", "_meta": {"progressToken": 7}})),
+        "other _meta keys stay"
+    );
     let m = meta.expect("modern keys");
     assert_eq!(m.protocol_version, Some(json!("2026-07-28")));
     assert_eq!(m.client_capabilities, Some(json!({"sampling": {}})));
     assert_eq!((m.client_info_is_object, m.log_level.clone()), (Some(true), Some(json!("info"))));
-    assert_eq!(Some(*m), WireMeta::of(&serde_json::from_slice::<Value>(body).unwrap()["params"]), "the same as reading them from a Value");
+    assert_eq!(
+        Some(*m),
+        WireMeta::of(&serde_json::from_slice::<Value>(body).unwrap()["params"]),
+        "the same as reading them from a Value"
+    );
     // Only modern keys: _meta goes; a _meta that is not an object stays as it is.
     let only = br#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":5,"io.modelcontextprotocol/clientInfo":[1]}}}"#;
-    let Ok(Incoming::Single(Message::Request { params, meta, .. })) = parse_body(only) else { panic!() };
+    let Ok(Incoming::Single(Message::Request { params, meta, .. })) = parse_body(only) else {
+        panic!()
+    };
     assert_eq!(params, Some(json!({})));
     let m = meta.unwrap();
-    assert_eq!((m.protocol_version, m.client_info_is_object), (Some(json!(5)), Some(false)), "types are checked later, not here");
+    assert_eq!(
+        (m.protocol_version, m.client_info_is_object),
+        (Some(json!(5)), Some(false)),
+        "types are checked later, not here"
+    );
     let odd = br#"{"jsonrpc":"2.0","method":"n","params":{"_meta":"x"}}"#;
-    assert_eq!(parse_body(odd).unwrap(), Incoming::Single(Message::Notification { method: "n".into(), params: Some(json!({"_meta": "x"})), meta: None }));
+    assert_eq!(
+        parse_body(odd).unwrap(),
+        Incoming::Single(Message::Notification {
+            method: "n".into(),
+            params: Some(json!({"_meta": "x"})),
+            meta: None
+        })
+    );
     // params itself: an array is kept, null and scalars are refused as before.
-    assert!(matches!(parse_body(br#"{"jsonrpc":"2.0","id":1,"method":"m","params":[1,{"_meta":{}}]}"#), Ok(Incoming::Single(Message::Request { params: Some(Value::Array(_)), .. }))));
+    assert!(matches!(
+        parse_body(br#"{"jsonrpc":"2.0","id":1,"method":"m","params":[1,{"_meta":{}}]}"#),
+        Ok(Incoming::Single(Message::Request { params: Some(Value::Array(_)), .. }))
+    ));
     for p in ["null", "1", "\"s\"", "true"] {
         let b = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"m","params":{p}}}"#);
-        assert!(matches!(parse_body(b.as_bytes()), Err(ParseError::Invalid { reason: "params must be an object or array", .. })), "{p}");
+        assert!(
+            matches!(
+                parse_body(b.as_bytes()),
+                Err(ParseError::Invalid { reason: "params must be an object or array", .. })
+            ),
+            "{p}"
+        );
     }
     // In a batch too.
     let batch = br#"[{"jsonrpc":"2.0","id":1,"method":"m","params":{"_meta":{"io.modelcontextprotocol/logLevel":"debug"}}}]"#;
     let Ok(Incoming::Batch(ms)) = parse_body(batch) else { panic!() };
-    assert!(matches!(&ms[0], Message::Request { meta: Some(m), .. } if m.log_level == Some(json!("debug"))));
+    assert!(
+        matches!(&ms[0], Message::Request { meta: Some(m), .. } if m.log_level == Some(json!("debug")))
+    );
 }

@@ -17,8 +17,12 @@ const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;
 /// # Errors
 /// A sentinel whose content is not base64 of UTF-8.
 pub fn decode_value(raw: &str) -> Result<String, &'static str> {
-    let Some(inner) = raw.strip_prefix("=?base64?").and_then(|r| r.strip_suffix("?=")) else { return Ok(raw.to_owned()) };
-    let bytes = base64::engine::general_purpose::STANDARD.decode(inner).map_err(|_| "its =?base64?…?= value is not base64")?;
+    let Some(inner) = raw.strip_prefix("=?base64?").and_then(|r| r.strip_suffix("?=")) else {
+        return Ok(raw.to_owned());
+    };
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(inner)
+        .map_err(|_| "its =?base64?…?= value is not base64")?;
     String::from_utf8(bytes).map_err(|_| "its =?base64?…?= value is not UTF-8")
 }
 
@@ -26,8 +30,14 @@ pub fn decode_value(raw: &str) -> Result<String, &'static str> {
 /// trailing whitespace and does not look like the sentinel, else the base64 sentinel.
 #[must_use]
 pub fn encode_value(v: &str) -> String {
-    let plain = v.bytes().all(|b| (0x20..0x7f).contains(&b)) && v.trim() == v && !(v.starts_with("=?base64?") && v.ends_with("?="));
-    if plain { v.to_owned() } else { format!("=?base64?{}?=", base64::engine::general_purpose::STANDARD.encode(v.as_bytes())) }
+    let plain = v.bytes().all(|b| (0x20..0x7f).contains(&b))
+        && v.trim() == v
+        && !(v.starts_with("=?base64?") && v.ends_with("?="));
+    if plain {
+        v.to_owned()
+    } else {
+        format!("=?base64?{}?=", base64::engine::general_purpose::STANDARD.encode(v.as_bytes()))
+    }
 }
 
 /// The JSON type of a mirrored parameter.
@@ -59,7 +69,21 @@ fn is_token(s: &str) -> bool {
 }
 
 /// Schema keywords under which an annotation is not reachable purely through `properties`.
-const NOT_REACHABLE: [&str; 13] = ["items", "prefixItems", "additionalProperties", "patternProperties", "oneOf", "anyOf", "allOf", "not", "if", "then", "else", "$defs", "definitions"];
+const NOT_REACHABLE: [&str; 13] = [
+    "items",
+    "prefixItems",
+    "additionalProperties",
+    "patternProperties",
+    "oneOf",
+    "anyOf",
+    "allOf",
+    "not",
+    "if",
+    "then",
+    "else",
+    "$defs",
+    "definitions",
+];
 
 /// Read the `x-mcp-header` annotations of an input schema.
 ///
@@ -73,19 +97,33 @@ pub fn params_of(schema: &Value) -> Result<Vec<HeaderParam>, String> {
     let mut seen = std::collections::HashSet::new();
     for p in &out {
         if !seen.insert(p.lower.clone()) {
-            return Err(format!("{ANNOTATION} {:?} is used twice (names are case-insensitive)", p.name));
+            return Err(format!(
+                "{ANNOTATION} {:?} is used twice (names are case-insensitive)",
+                p.name
+            ));
         }
     }
     Ok(out)
 }
 
-fn walk(schema: &Value, path: &mut Vec<String>, out: &mut Vec<HeaderParam>, reachable: bool) -> Result<(), String> {
+fn walk(
+    schema: &Value,
+    path: &mut Vec<String>,
+    out: &mut Vec<HeaderParam>,
+    reachable: bool,
+) -> Result<(), String> {
     let Value::Object(m) = schema else { return Ok(()) };
     if let Some(a) = m.get(ANNOTATION) {
-        let at = if path.is_empty() { "the schema root".to_owned() } else { format!("property {:?}", path.join(".")) };
+        let at = if path.is_empty() {
+            "the schema root".to_owned()
+        } else {
+            format!("property {:?}", path.join("."))
+        };
         let name = a.as_str().ok_or_else(|| format!("{ANNOTATION} on {at} is not a string"))?;
         if !reachable || path.is_empty() {
-            return Err(format!("{ANNOTATION} {name:?} on {at} is not reachable through properties alone"));
+            return Err(format!(
+                "{ANNOTATION} {name:?} on {at} is not reachable through properties alone"
+            ));
         }
         if !is_token(name) {
             return Err(format!("{ANNOTATION} {name:?} on {at} is not a non-empty RFC 9110 token"));
@@ -94,9 +132,18 @@ fn walk(schema: &Value, path: &mut Vec<String>, out: &mut Vec<HeaderParam>, reac
             Some("string") => ParamKind::String,
             Some("integer") => ParamKind::Integer,
             Some("boolean") => ParamKind::Boolean,
-            other => return Err(format!("{ANNOTATION} {name:?} on {at} of type {other:?}: only integer, string and boolean can be mirrored")),
+            other => {
+                return Err(format!(
+                    "{ANNOTATION} {name:?} on {at} of type {other:?}: only integer, string and boolean can be mirrored"
+                ));
+            }
         };
-        out.push(HeaderParam { name: name.to_owned(), lower: name.to_ascii_lowercase(), path: path.clone(), kind });
+        out.push(HeaderParam {
+            name: name.to_owned(),
+            lower: name.to_ascii_lowercase(),
+            path: path.clone(),
+            kind,
+        });
     }
     if let Some(Value::Object(props)) = m.get("properties") {
         for (k, v) in props {
@@ -107,8 +154,14 @@ fn walk(schema: &Value, path: &mut Vec<String>, out: &mut Vec<HeaderParam>, reac
     }
     for key in NOT_REACHABLE {
         match m.get(key) {
-            Some(Value::Array(items)) => items.iter().try_for_each(|v| walk(v, path, out, false))?,
-            Some(Value::Object(o)) if key == "$defs" || key == "definitions" || key == "patternProperties" => o.values().try_for_each(|v| walk(v, path, out, false))?,
+            Some(Value::Array(items)) => {
+                items.iter().try_for_each(|v| walk(v, path, out, false))?
+            }
+            Some(Value::Object(o))
+                if key == "$defs" || key == "definitions" || key == "patternProperties" =>
+            {
+                o.values().try_for_each(|v| walk(v, path, out, false))?
+            }
             Some(v) => walk(v, path, out, false)?,
             None => {}
         }
@@ -123,7 +176,11 @@ fn walk(schema: &Value, path: &mut Vec<String>, out: &mut Vec<HeaderParam>, reac
 /// What does not match: a value in the body without its header, a header without a value in
 /// the body, a header that differs from the body (integers compared as numbers), or a header
 /// that cannot be decoded.
-pub fn check_params<'h>(params: &[HeaderParam], arguments: Option<&Value>, header: impl Fn(&str) -> Option<&'h str>) -> Result<(), String> {
+pub fn check_params<'h>(
+    params: &[HeaderParam],
+    arguments: Option<&Value>,
+    header: impl Fn(&str) -> Option<&'h str>,
+) -> Result<(), String> {
     for p in params {
         let mut v = arguments;
         for k in &p.path {
@@ -133,15 +190,23 @@ pub fn check_params<'h>(params: &[HeaderParam], arguments: Option<&Value>, heade
         let name = format!("Mcp-Param-{}", p.name);
         match (body, header(&p.lower)) {
             (None, None) => {}
-            (Some(_), None) => return Err(format!("{name} is missing while the body has the parameter")),
-            (None, Some(_)) => return Err(format!("{name} is sent while the body has no value for it")),
+            (Some(_), None) => {
+                return Err(format!("{name} is missing while the body has the parameter"));
+            }
+            (None, Some(_)) => {
+                return Err(format!("{name} is sent while the body has no value for it"));
+            }
             (Some(b), Some(raw)) => {
                 let h = decode_value(raw).map_err(|e| format!("{name}: {e}"))?;
                 let same = match p.kind {
                     ParamKind::String => b.as_str() == Some(h.as_str()),
-                    ParamKind::Boolean => b.as_bool().map(|x| if x { "true" } else { "false" }) == Some(h.as_str()),
+                    ParamKind::Boolean => {
+                        b.as_bool().map(|x| if x { "true" } else { "false" }) == Some(h.as_str())
+                    }
                     ParamKind::Integer => match (integer_of(b), h.trim().parse::<i64>().ok()) {
-                        (Some(x), Some(y)) => x == y && (-MAX_SAFE_INTEGER..=MAX_SAFE_INTEGER).contains(&y),
+                        (Some(x), Some(y)) => {
+                            x == y && (-MAX_SAFE_INTEGER..=MAX_SAFE_INTEGER).contains(&y)
+                        }
                         _ => false,
                     },
                 };
@@ -155,7 +220,11 @@ pub fn check_params<'h>(params: &[HeaderParam], arguments: Option<&Value>, heade
 }
 
 fn integer_of(v: &Value) -> Option<i64> {
-    v.as_i64().or_else(|| v.as_f64().filter(|f| f.fract() == 0.0 && f.abs() <= MAX_SAFE_INTEGER as f64).map(|f| f as i64))
+    v.as_i64().or_else(|| {
+        v.as_f64()
+            .filter(|f| f.fract() == 0.0 && f.abs() <= MAX_SAFE_INTEGER as f64)
+            .map(|f| f as i64)
+    })
 }
 
 #[cfg(test)]
@@ -168,12 +237,19 @@ mod tests {
         assert_eq!(decode_value("plain").unwrap(), "plain");
         assert_eq!(decode_value("=?base64?w6lsw6h2ZQ==?=").unwrap(), "élève");
         assert!(decode_value("=?base64?***?=").is_err());
-        assert_eq!(decode_value("=?BASE64?eA==?=").unwrap(), "=?BASE64?eA==?=", "markers are case-sensitive");
+        assert_eq!(
+            decode_value("=?BASE64?eA==?=").unwrap(),
+            "=?BASE64?eA==?=",
+            "markers are case-sensitive"
+        );
         for v in ["plain", "élève", " padded ", "=?base64?x?=", "tab\there"] {
             assert_eq!(decode_value(&encode_value(v)).unwrap(), v);
         }
         assert_eq!(encode_value("plain"), "plain");
-        assert!(encode_value("=?base64?x?=").starts_with("=?base64?"), "a literal that looks like the sentinel is itself encoded");
+        assert!(
+            encode_value("=?base64?x?=").starts_with("=?base64?"),
+            "a literal that looks like the sentinel is itself encoded"
+        );
     }
 
     #[test]
@@ -184,7 +260,10 @@ mod tests {
         }});
         let p = params_of(&s).unwrap();
         assert_eq!(p.len(), 2);
-        assert!(p.iter().any(|x| x.name == "N" && x.path == ["opts", "n"] && x.kind == ParamKind::Integer));
+        assert!(
+            p.iter()
+                .any(|x| x.name == "N" && x.path == ["opts", "n"] && x.kind == ParamKind::Integer)
+        );
     }
 
     #[test]
@@ -194,9 +273,18 @@ mod tests {
             (json!({"properties":{"a":{"type":"string","x-mcp-header":"a b"}}}), "token"),
             (json!({"properties":{"a":{"type":"string","x-mcp-header":"X\r\n"}}}), "token"),
             (json!({"properties":{"a":{"type":"number","x-mcp-header":"A"}}}), "only integer"),
-            (json!({"properties":{"a":{"type":"string","x-mcp-header":"A"},"b":{"type":"string","x-mcp-header":"a"}}}), "twice"),
-            (json!({"properties":{"a":{"type":"array","items":{"type":"string","x-mcp-header":"A"}}}}), "reachable"),
-            (json!({"properties":{"a":{"anyOf":[{"type":"string","x-mcp-header":"A"}]}}}), "reachable"),
+            (
+                json!({"properties":{"a":{"type":"string","x-mcp-header":"A"},"b":{"type":"string","x-mcp-header":"a"}}}),
+                "twice",
+            ),
+            (
+                json!({"properties":{"a":{"type":"array","items":{"type":"string","x-mcp-header":"A"}}}}),
+                "reachable",
+            ),
+            (
+                json!({"properties":{"a":{"anyOf":[{"type":"string","x-mcp-header":"A"}]}}}),
+                "reachable",
+            ),
         ];
         for (schema, why) in bad {
             let e = params_of(&schema).unwrap_err();
@@ -207,8 +295,13 @@ mod tests {
     #[test]
     fn mirrored_headers_must_match_the_body_and_integers_compare_as_numbers() {
         let p = params_of(&json!({"properties":{"n":{"type":"integer","x-mcp-header":"N"},"s":{"type":"string","x-mcp-header":"S"},"b":{"type":"boolean","x-mcp-header":"B"}}})).unwrap();
-        let check = |args: Value, hs: &[(&'static str, &'static str)]| check_params(&p, Some(&args), |n| hs.iter().find(|(k, _)| *k == n).map(|(_, v)| *v));
-        assert!(check(json!({"n": 42, "s": "x", "b": true}), &[("n", "42"), ("s", "x"), ("b", "true")]).is_ok());
+        let check = |args: Value, hs: &[(&'static str, &'static str)]| {
+            check_params(&p, Some(&args), |n| hs.iter().find(|(k, _)| *k == n).map(|(_, v)| *v))
+        };
+        assert!(
+            check(json!({"n": 42, "s": "x", "b": true}), &[("n", "42"), ("s", "x"), ("b", "true")])
+                .is_ok()
+        );
         assert!(check(json!({"n": 42.0}), &[("n", "042")]).is_ok(), "numeric comparison");
         assert!(check(json!({}), &[]).is_ok(), "absent values, absent headers");
         assert!(check(json!({"s": null}), &[]).is_ok(), "null is absent");
@@ -218,6 +311,9 @@ mod tests {
         assert!(check(json!({"s": "x"}), &[("s", "y")]).is_err());
         assert!(check(json!({"b": true}), &[("b", "True")]).is_err(), "values are case-sensitive");
         assert!(check(json!({"n": 1}), &[("n", "1.5")]).is_err());
-        assert!(check(json!({"n": i64::MIN}), &[("n", "-9223372036854775808")]).is_err(), "out of the safe range, and no overflow");
+        assert!(
+            check(json!({"n": i64::MIN}), &[("n", "-9223372036854775808")]).is_err(),
+            "out of the safe range, and no overflow"
+        );
     }
 }

@@ -127,26 +127,41 @@ impl Filter {
             f.lists[kind.index()] = match n.get(kind.filter_key()) {
                 None | Some(Value::Null) => false,
                 Some(Value::Bool(b)) => *b,
-                Some(_) => return Err(format!("notifications.{} must be a boolean", kind.filter_key())),
+                Some(_) => {
+                    return Err(format!("notifications.{} must be a boolean", kind.filter_key()));
+                }
             };
         }
         match n.get("resourceSubscriptions") {
             None | Some(Value::Null) => {}
             Some(Value::Array(a)) => {
                 if a.len() > limits.max_uris {
-                    return Err(format!("notifications.resourceSubscriptions lists {} URIs; at most {} are allowed", a.len(), limits.max_uris));
+                    return Err(format!(
+                        "notifications.resourceSubscriptions lists {} URIs; at most {} are allowed",
+                        a.len(),
+                        limits.max_uris
+                    ));
                 }
                 for u in a {
-                    let u = u.as_str().ok_or("notifications.resourceSubscriptions must be an array of strings")?;
+                    let u = u
+                        .as_str()
+                        .ok_or("notifications.resourceSubscriptions must be an array of strings")?;
                     if u.is_empty() || u.len() > limits.max_uri_bytes {
-                        return Err(format!("notifications.resourceSubscriptions: a URI must have 1 to {} bytes", limits.max_uri_bytes));
+                        return Err(format!(
+                            "notifications.resourceSubscriptions: a URI must have 1 to {} bytes",
+                            limits.max_uri_bytes
+                        ));
                     }
                     if !f.uris.iter().any(|x| x == u) {
                         f.uris.push(u.to_owned());
                     }
                 }
             }
-            Some(_) => return Err("notifications.resourceSubscriptions must be an array of strings".into()),
+            Some(_) => {
+                return Err(
+                    "notifications.resourceSubscriptions must be an array of strings".into()
+                );
+            }
         }
         Ok(f)
     }
@@ -175,7 +190,12 @@ impl Filter {
     /// (`uri` continues a subscribed URI after a `/`).
     #[must_use]
     pub fn wants_uri(&self, uri: &str) -> bool {
-        self.uris.iter().any(|s| uri == s || uri.strip_prefix(s.as_str()).is_some_and(|rest| s.ends_with('/') || rest.starts_with('/')))
+        self.uris.iter().any(|s| {
+            uri == s
+                || uri
+                    .strip_prefix(s.as_str())
+                    .is_some_and(|rest| s.ends_with('/') || rest.starts_with('/'))
+        })
     }
 
     /// As sent on the wire: only the fields that are set.
@@ -224,9 +244,24 @@ impl Subscription {
     /// `now` (changes before the subscription are not announced). Its first frame is the
     /// acknowledgement.
     #[must_use]
-    pub fn new(id: JsonRpcId, honoured: Filter, now: ListVersions, server_info: Value) -> Subscription {
-        let ack = encode_notification("notifications/subscriptions/acknowledged", Some(&json!({"_meta": tagged(&id), "notifications": honoured.to_value()})));
-        Subscription { id, filter: honoured, told: now, out: VecDeque::from([ack]), ended: false, server_info }
+    pub fn new(
+        id: JsonRpcId,
+        honoured: Filter,
+        now: ListVersions,
+        server_info: Value,
+    ) -> Subscription {
+        let ack = encode_notification(
+            "notifications/subscriptions/acknowledged",
+            Some(&json!({"_meta": tagged(&id), "notifications": honoured.to_value()})),
+        );
+        Subscription {
+            id,
+            filter: honoured,
+            told: now,
+            out: VecDeque::from([ack]),
+            ended: false,
+            server_info,
+        }
     }
 
     /// The lists now stand at `versions`: one notification per wanted list that changed
@@ -237,7 +272,10 @@ impl Subscription {
         }
         for kind in ListKind::ALL {
             if versions.of(kind) != self.told.of(kind) && self.filter.wants_list(kind) {
-                self.out.push_back(encode_notification(kind.method(), Some(&json!({"_meta": tagged(&self.id)}))));
+                self.out.push_back(encode_notification(
+                    kind.method(),
+                    Some(&json!({"_meta": tagged(&self.id)})),
+                ));
             }
         }
         self.told = versions;
@@ -263,7 +301,10 @@ impl Subscription {
     }
 
     fn push_updated(&mut self, uri: &str) {
-        self.out.push_back(encode_notification("notifications/resources/updated", Some(&json!({"_meta": tagged(&self.id), "uri": uri}))));
+        self.out.push_back(encode_notification(
+            "notifications/resources/updated",
+            Some(&json!({"_meta": tagged(&self.id), "uri": uri})),
+        ));
     }
 
     /// The server ends the subscription (it is draining or stopping): after what is queued,

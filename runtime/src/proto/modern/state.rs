@@ -34,10 +34,14 @@ impl StateRefused {
     #[must_use]
     pub fn describe(self) -> &'static str {
         match self {
-            StateRefused::Tampered => "requestState is not one this server issued (altered or malformed); send the request again without it",
+            StateRefused::Tampered => {
+                "requestState is not one this server issued (altered or malformed); send the request again without it"
+            }
             StateRefused::Expired => "requestState has expired; send the request again without it",
             StateRefused::Foreign => "requestState was issued to another caller",
-            StateRefused::OtherRequest => "requestState was issued for another request (method, name or arguments differ)",
+            StateRefused::OtherRequest => {
+                "requestState was issued for another request (method, name or arguments differ)"
+            }
         }
     }
 }
@@ -74,8 +78,15 @@ fn tag(key: &[u8; 32], body: &str) -> Vec<u8> {
 
 /// Seal `answers` for the request `digest` of `principal`, valid until `expires_ms`.
 #[must_use]
-pub fn seal(key: &[u8; 32], principal: Option<&str>, digest: &str, expires_ms: u64, answers: &Map<String, Value>) -> String {
-    let payload = json!({"p": principal_digest(principal), "d": digest, "x": expires_ms, "a": answers});
+pub fn seal(
+    key: &[u8; 32],
+    principal: Option<&str>,
+    digest: &str,
+    expires_ms: u64,
+    answers: &Map<String, Value>,
+) -> String {
+    let payload =
+        json!({"p": principal_digest(principal), "d": digest, "x": expires_ms, "a": answers});
     let body = format!("{PREFIX}{}", B64.encode(payload.to_string()));
     let t = B64.encode(tag(key, &body));
     format!("{body}.{t}")
@@ -86,21 +97,32 @@ pub fn seal(key: &[u8; 32], principal: Option<&str>, digest: &str, expires_ms: u
 ///
 /// # Errors
 /// [`StateRefused`].
-pub fn open(keys: &[[u8; 32]], state: &str, principal: Option<&str>, digest: &str, now_ms: u64) -> Result<Map<String, Value>, StateRefused> {
+pub fn open(
+    keys: &[[u8; 32]],
+    state: &str,
+    principal: Option<&str>,
+    digest: &str,
+    now_ms: u64,
+) -> Result<Map<String, Value>, StateRefused> {
     let (body, t) = state.rsplit_once('.').ok_or(StateRefused::Tampered)?;
     if !body.starts_with(PREFIX) {
         return Err(StateRefused::Tampered);
     }
     let given = B64.decode(t).map_err(|_| StateRefused::Tampered)?;
     let verifies = |key: &[u8; 32]| {
-        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes any key length");
+        let mut mac =
+            <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes any key length");
         mac.update(body.as_bytes());
         mac.verify_slice(&given).is_ok()
     };
     if !keys.iter().any(verifies) {
         return Err(StateRefused::Tampered);
     }
-    let payload: Value = B64.decode(&body[PREFIX.len()..]).ok().and_then(|b| serde_json::from_slice(&b).ok()).ok_or(StateRefused::Tampered)?;
+    let payload: Value = B64
+        .decode(&body[PREFIX.len()..])
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .ok_or(StateRefused::Tampered)?;
     if payload["x"].as_u64().is_none_or(|x| now_ms >= x) {
         return Err(StateRefused::Expired);
     }
@@ -124,12 +146,17 @@ pub fn check_answer(method: &str, params: &Value, answer: &Value) -> Result<(), 
             let action = obj.get("action").and_then(Value::as_str).ok_or("needs an action")?;
             match action {
                 "accept" => {
-                    let content = obj.get("content").ok_or("an accepted elicitation needs content")?;
+                    let content =
+                        obj.get("content").ok_or("an accepted elicitation needs content")?;
                     if !content.is_object() {
                         return Err("content must be an object".into());
                     }
                     match params.get("requestedSchema") {
-                        Some(schema) => crate::tools::validate_arguments(schema, content).map_err(|e| format!("content does not match the requested schema: {e}")),
+                        Some(schema) => {
+                            crate::tools::validate_arguments(schema, content).map_err(|e| {
+                                format!("content does not match the requested schema: {e}")
+                            })
+                        }
                         None => Ok(()),
                     }
                 }
@@ -137,10 +164,12 @@ pub fn check_answer(method: &str, params: &Value, answer: &Value) -> Result<(), 
                 other => Err(format!("unknown action {other:?}")),
             }
         }
-        "sampling/createMessage" => match (obj.get("role").and_then(Value::as_str), obj.get("content")) {
-            (Some(_), Some(c)) if c.is_object() || c.is_array() => Ok(()),
-            _ => Err("a sampling result needs role and content".into()),
-        },
+        "sampling/createMessage" => {
+            match (obj.get("role").and_then(Value::as_str), obj.get("content")) {
+                (Some(_), Some(c)) if c.is_object() || c.is_array() => Ok(()),
+                _ => Err("a sampling result needs role and content".into()),
+            }
+        }
         "roots/list" => match obj.get("roots") {
             Some(Value::Array(_)) => Ok(()),
             _ => Err("a roots result needs a roots array".into()),
@@ -156,7 +185,10 @@ mod tests {
     const KEY: [u8; 32] = [7; 32];
 
     fn answers() -> Map<String, Value> {
-        json!({"step1": {"action": "accept", "content": {"name": "Alice"}}}).as_object().cloned().unwrap()
+        json!({"step1": {"action": "accept", "content": {"name": "Alice"}}})
+            .as_object()
+            .cloned()
+            .unwrap()
     }
 
     #[test]
@@ -167,7 +199,8 @@ mod tests {
         assert_eq!(open(&[KEY], &s, Some("alice"), &d, 1_000), Err(StateRefused::Expired));
         assert_eq!(open(&[KEY], &s, Some("bob"), &d, 0), Err(StateRefused::Foreign));
         assert_eq!(open(&[KEY], &s, None, &d, 0), Err(StateRefused::Foreign));
-        let other = request_digest("tools/call", Some(&json!({"name": "t", "arguments": {"x": 1}})));
+        let other =
+            request_digest("tools/call", Some(&json!({"name": "t", "arguments": {"x": 1}})));
         assert_eq!(open(&[KEY], &s, Some("alice"), &other, 0), Err(StateRefused::OtherRequest));
     }
 
@@ -175,12 +208,18 @@ mod tests {
     fn a_tampered_or_foreign_keyed_state_is_refused() {
         let d = request_digest("tools/call", None);
         let s = seal(&KEY, None, &d, 10, &answers());
-        assert_eq!(open(&[KEY], &format!("{s}-TAMPERED"), None, &d, 0), Err(StateRefused::Tampered));
+        assert_eq!(
+            open(&[KEY], &format!("{s}-TAMPERED"), None, &d, 0),
+            Err(StateRefused::Tampered)
+        );
         assert_eq!(open(&[[8; 32]], &s, None, &d, 0), Err(StateRefused::Tampered), "another key");
         // Change the payload, keep the tag.
         let (body, t) = s.rsplit_once('.').unwrap();
         let forged = B64.encode(json!({"p": "", "d": d, "x": u64::MAX, "a": {}}).to_string());
-        assert_eq!(open(&[KEY], &format!("v1.{forged}.{t}"), None, &d, 0), Err(StateRefused::Tampered));
+        assert_eq!(
+            open(&[KEY], &format!("v1.{forged}.{t}"), None, &d, 0),
+            Err(StateRefused::Tampered)
+        );
         assert!(body.starts_with("v1."));
         for junk in ["", "v1.", "x.y", "v1.!!.!!"] {
             assert_eq!(open(&[KEY], junk, None, &d, 0), Err(StateRefused::Tampered), "{junk:?}");
@@ -193,26 +232,63 @@ mod tests {
         let (old, new) = ([1; 32], [2; 32]);
         let s = seal(&old, Some("alice"), &d, 10, &answers());
         assert_eq!(open(&[new, old], &s, Some("alice"), &d, 0).unwrap(), answers());
-        assert_eq!(open(&[new], &s, Some("alice"), &d, 0), Err(StateRefused::Tampered), "the previous key no longer listed");
-        assert_eq!(open(&[new, old], &s, Some("bob"), &d, 0), Err(StateRefused::Foreign), "the other checks still apply");
+        assert_eq!(
+            open(&[new], &s, Some("alice"), &d, 0),
+            Err(StateRefused::Tampered),
+            "the previous key no longer listed"
+        );
+        assert_eq!(
+            open(&[new, old], &s, Some("bob"), &d, 0),
+            Err(StateRefused::Foreign),
+            "the other checks still apply"
+        );
         assert_eq!(open(&[], &s, Some("alice"), &d, 0), Err(StateRefused::Tampered));
     }
 
     #[test]
     fn the_digest_ignores_meta_responses_state_and_empty_arguments() {
         let a = request_digest("tools/call", Some(&json!({"name": "t"})));
-        assert_eq!(a, request_digest("tools/call", Some(&json!({"name": "t", "arguments": {}, "_meta": {"x": 1}, "inputResponses": {}, "requestState": "s"}))));
+        assert_eq!(
+            a,
+            request_digest(
+                "tools/call",
+                Some(
+                    &json!({"name": "t", "arguments": {}, "_meta": {"x": 1}, "inputResponses": {}, "requestState": "s"})
+                )
+            )
+        );
         assert_ne!(a, request_digest("prompts/get", Some(&json!({"name": "t"}))));
     }
 
     #[test]
     fn answers_are_checked_against_their_request() {
         let p = json!({"message": "?", "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}});
-        assert!(check_answer("elicitation/create", &p, &json!({"action": "accept", "content": {"name": "A"}})).is_ok());
+        assert!(
+            check_answer(
+                "elicitation/create",
+                &p,
+                &json!({"action": "accept", "content": {"name": "A"}})
+            )
+            .is_ok()
+        );
         assert!(check_answer("elicitation/create", &p, &json!(12345)).is_err());
-        assert!(check_answer("elicitation/create", &p, &json!({"action": "accept", "content": {"name": 5}})).is_err());
+        assert!(
+            check_answer(
+                "elicitation/create",
+                &p,
+                &json!({"action": "accept", "content": {"name": 5}})
+            )
+            .is_err()
+        );
         assert!(check_answer("elicitation/create", &p, &json!({"action": "decline"})).is_ok());
-        assert!(check_answer("sampling/createMessage", &json!({}), &json!({"role": "assistant", "content": {"type": "text", "text": "x"}})).is_ok());
+        assert!(
+            check_answer(
+                "sampling/createMessage",
+                &json!({}),
+                &json!({"role": "assistant", "content": {"type": "text", "text": "x"}})
+            )
+            .is_ok()
+        );
         assert!(check_answer("roots/list", &json!({}), &json!({"roots": []})).is_ok());
         assert!(check_answer("roots/list", &json!({}), &json!({})).is_err());
     }

@@ -15,21 +15,41 @@ fn is_modern_v(header: Option<&str>, params: Option<&Value>) -> bool {
     is_modern(header, params.and_then(WireMeta::of).as_ref())
 }
 
-fn check_v(h: &ModernHead<'_>, method: &str, params: Option<&Value>) -> Result<ModernMeta, ModernError> {
+fn check_v(
+    h: &ModernHead<'_>,
+    method: &str,
+    params: Option<&Value>,
+) -> Result<ModernMeta, ModernError> {
     check(h, method, params, params.and_then(WireMeta::of).map(Box::new))
 }
 
-fn head<'a>(version: Option<&'a str>, method: Option<&'a str>, name: Option<&'a str>) -> ModernHead<'a> {
+fn head<'a>(
+    version: Option<&'a str>,
+    method: Option<&'a str>,
+    name: Option<&'a str>,
+) -> ModernHead<'a> {
     ModernHead { protocol_version: version, method, name, unreadable: None }
 }
 
 #[test]
 fn a_request_is_modern_by_its_meta_or_a_non_legacy_version_header() {
     assert!(is_modern_v(None, Some(&json!({"_meta": {meta::PROTOCOL_VERSION: "2026-07-28"}}))));
-    assert!(is_modern_v(Some("2026-07-28"), None), "header alone: modern (then refused for its missing _meta)");
-    assert!(is_modern_v(Some("v999.0.0"), Some(&json!({"_meta": {meta::PROTOCOL_VERSION: "v999.0.0"}}))));
-    assert!(!is_modern_v(Some("2099-01-01"), Some(&json!({"protocolVersion": "2025-11-25"}))), "a legacy initialize negotiates in its body");
-    assert!(!is_modern_v(Some("2025-11-25"), Some(&json!({"name": "x"}))), "a legacy session's request");
+    assert!(
+        is_modern_v(Some("2026-07-28"), None),
+        "header alone: modern (then refused for its missing _meta)"
+    );
+    assert!(is_modern_v(
+        Some("v999.0.0"),
+        Some(&json!({"_meta": {meta::PROTOCOL_VERSION: "v999.0.0"}}))
+    ));
+    assert!(
+        !is_modern_v(Some("2099-01-01"), Some(&json!({"protocolVersion": "2025-11-25"}))),
+        "a legacy initialize negotiates in its body"
+    );
+    assert!(
+        !is_modern_v(Some("2025-11-25"), Some(&json!({"name": "x"}))),
+        "a legacy session's request"
+    );
     assert!(!is_modern_v(None, None), "no header, no meta: legacy (2025-03-26 assumed)");
     assert!(!is_modern_v(None, Some(&json!({"_meta": {"progressToken": 1}}))));
 }
@@ -39,31 +59,79 @@ fn each_modern_rule_gives_its_error_in_the_documented_order() {
     let ok = head(Some(VERSION), Some("tools/list"), None);
     let p = |m: Value| Some(json!({"_meta": m}));
     assert!(check_v(&ok, "tools/list", p(meta(json!({}))).as_ref()).is_ok());
-    let err = |h: &ModernHead<'_>, method: &str, params: Option<Value>| check_v(h, method, params.as_ref()).unwrap_err();
-    assert!(matches!(err(&head(None, Some("tools/list"), None), "tools/list", p(meta(json!({})))), ModernError::HeaderMismatch(_)));
-    assert!(matches!(err(&ok, "tools/list", Some(json!({}))), ModernError::InvalidMeta(m) if m.contains("protocolVersion")));
-    assert!(matches!(err(&ok, "tools/list", p(json!({meta::PROTOCOL_VERSION: VERSION}))), ModernError::InvalidMeta(m) if m.contains("clientCapabilities")));
+    let err = |h: &ModernHead<'_>, method: &str, params: Option<Value>| {
+        check_v(h, method, params.as_ref()).unwrap_err()
+    };
+    assert!(matches!(
+        err(&head(None, Some("tools/list"), None), "tools/list", p(meta(json!({})))),
+        ModernError::HeaderMismatch(_)
+    ));
+    assert!(
+        matches!(err(&ok, "tools/list", Some(json!({}))), ModernError::InvalidMeta(m) if m.contains("protocolVersion"))
+    );
+    assert!(
+        matches!(err(&ok, "tools/list", p(json!({meta::PROTOCOL_VERSION: VERSION}))), ModernError::InvalidMeta(m) if m.contains("clientCapabilities"))
+    );
     // A mismatch comes before an unsupported version (missing _meta fields come first: above).
-    assert!(matches!(err(&ok, "tools/list", p(meta(json!({meta::PROTOCOL_VERSION: "v999"})))), ModernError::HeaderMismatch(_)));
-    assert!(matches!(err(&ok, "tools/list", p(json!({meta::CLIENT_CAPABILITIES: {}, "x": 1}))), ModernError::InvalidMeta(_)), "missing version in _meta: -32602, not a mismatch");
+    assert!(matches!(
+        err(&ok, "tools/list", p(meta(json!({meta::PROTOCOL_VERSION: "v999"})))),
+        ModernError::HeaderMismatch(_)
+    ));
+    assert!(
+        matches!(
+            err(&ok, "tools/list", p(json!({meta::CLIENT_CAPABILITIES: {}, "x": 1}))),
+            ModernError::InvalidMeta(_)
+        ),
+        "missing version in _meta: -32602, not a mismatch"
+    );
     let v999 = head(Some("v999"), Some("tools/list"), None);
-    assert_eq!(err(&v999, "tools/list", p(meta(json!({meta::PROTOCOL_VERSION: "v999"})))), ModernError::UnsupportedVersion("v999".into()));
-    assert!(matches!(err(&ok, "tools/list", p(meta(json!({meta::CLIENT_CAPABILITIES: []})))), ModernError::InvalidMeta(_)));
-    assert!(matches!(err(&ok, "tools/list", p(meta(json!({meta::LOG_LEVEL: "loud"})))), ModernError::InvalidMeta(_)));
-    assert!(matches!(err(&head(Some(VERSION), None, None), "tools/list", p(meta(json!({})))), ModernError::HeaderMismatch(m) if m.contains("Mcp-Method")));
-    assert!(matches!(err(&head(Some(VERSION), Some("TOOLS/LIST"), None), "tools/list", p(meta(json!({})))), ModernError::HeaderMismatch(_)), "values are case-sensitive");
+    assert_eq!(
+        err(&v999, "tools/list", p(meta(json!({meta::PROTOCOL_VERSION: "v999"})))),
+        ModernError::UnsupportedVersion("v999".into())
+    );
+    assert!(matches!(
+        err(&ok, "tools/list", p(meta(json!({meta::CLIENT_CAPABILITIES: []})))),
+        ModernError::InvalidMeta(_)
+    ));
+    assert!(matches!(
+        err(&ok, "tools/list", p(meta(json!({meta::LOG_LEVEL: "loud"})))),
+        ModernError::InvalidMeta(_)
+    ));
+    assert!(
+        matches!(err(&head(Some(VERSION), None, None), "tools/list", p(meta(json!({})))), ModernError::HeaderMismatch(m) if m.contains("Mcp-Method"))
+    );
+    assert!(
+        matches!(
+            err(&head(Some(VERSION), Some("TOOLS/LIST"), None), "tools/list", p(meta(json!({})))),
+            ModernError::HeaderMismatch(_)
+        ),
+        "values are case-sensitive"
+    );
     for removed in REMOVED_METHODS {
-        assert_eq!(err(&head(Some(VERSION), Some(removed), None), removed, p(meta(json!({})))), ModernError::MethodNotFound(removed.into()));
+        assert_eq!(
+            err(&head(Some(VERSION), Some(removed), None), removed, p(meta(json!({})))),
+            ModernError::MethodNotFound(removed.into())
+        );
     }
 }
 
 #[test]
 fn mcp_name_mirrors_the_tool_prompt_or_uri_after_decoding() {
-    let call = |name: Option<&str>| check_v(&head(Some(VERSION), Some("tools/call"), name), "tools/call", Some(&json!({"name": "élan", "_meta": meta(json!({}))})));
+    let call = |name: Option<&str>| {
+        check_v(
+            &head(Some(VERSION), Some("tools/call"), name),
+            "tools/call",
+            Some(&json!({"name": "élan", "_meta": meta(json!({}))})),
+        )
+    };
     assert!(call(Some("=?base64?w6lsYW4=?=")).is_ok());
     assert!(matches!(call(None), Err(ModernError::HeaderMismatch(m)) if m.contains("Mcp-Name")));
     assert!(matches!(call(Some("other")), Err(ModernError::HeaderMismatch(_))));
-    let read = check_v(&head(Some(VERSION), Some("resources/read"), Some("test://x")), "resources/read", Some(&json!({"uri": "test://x", "_meta": meta(json!({}))})));
+    let read = check_v(
+        &head(Some(VERSION), Some("resources/read"), Some("test://x")),
+        "resources/read",
+        Some(&json!({"uri": "test://x", "_meta": meta(json!({}))})),
+    );
     assert!(read.is_ok());
 }
 
@@ -77,7 +145,8 @@ fn log_level_and_capabilities_come_from_meta() {
 #[test]
 fn a_result_encoded_with_its_tail_equals_the_completed_result() {
     let info = json!({"name": "s", "version": "1"});
-    let (list, read) = (CacheHints { ttl_ms: 300, public: true }, CacheHints { ttl_ms: 0, public: false });
+    let (list, read) =
+        (CacheHints { ttl_ms: 300, public: true }, CacheHints { ttl_ms: 0, public: false });
     let tails = ResultTails::new(&info, list, read);
     let cases = [
         ("tools/call", json!({"content": [{"type": "text", "text": "h\"i"}]})),
@@ -91,6 +160,10 @@ fn a_result_encoded_with_its_tail_equals_the_completed_result() {
     for (method, result) in cases {
         let hints = if method == "resources/read" { read } else { list };
         let fast: Value = serde_json::from_slice(&tails.encode(method, &result)).unwrap();
-        assert_eq!(fast, complete_result(method, result.clone(), &info, hints), "{method} {result}");
+        assert_eq!(
+            fast,
+            complete_result(method, result.clone(), &info, hints),
+            "{method} {result}"
+        );
     }
 }

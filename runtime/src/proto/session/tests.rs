@@ -1,11 +1,24 @@
 use super::*;
 
 fn limits() -> SessionLimits {
-    SessionLimits { idle_ttl_ms: 1_000, max_in_flight: 3, max_retained_streams: 2, max_retained_bytes: 100, client_request_timeout_ms: 300, park_after_ms: u64::MAX }
+    SessionLimits {
+        idle_ttl_ms: 1_000,
+        max_in_flight: 3,
+        max_retained_streams: 2,
+        max_retained_bytes: 100,
+        client_request_timeout_ms: 300,
+        park_after_ms: u64::MAX,
+    }
 }
 
 fn core() -> SessionCore<u32, &'static str, &'static str> {
-    SessionCore::new(SessionId::parse("s").unwrap(), ProtocolVersion::LATEST, Generation(1), limits(), Tick(0))
+    SessionCore::new(
+        SessionId::parse("s").unwrap(),
+        ProtocolVersion::LATEST,
+        Generation(1),
+        limits(),
+        Tick(0),
+    )
 }
 
 fn id(n: i64) -> JsonRpcId {
@@ -57,7 +70,11 @@ fn attached_connection_keeps_session_alive() {
     let mut s = core();
     s.connection_delta(Tick(0), true);
     assert_eq!(s.idle_deadline(), None);
-    assert_eq!(s.poll_timeout(), Some(Tick(500)), "only the ledger refresh is due, at half the TTL");
+    assert_eq!(
+        s.poll_timeout(),
+        Some(Tick(500)),
+        "only the ledger refresh is due, at half the TTL"
+    );
     assert!(!s.handle_timeout(Tick(1_000_000)).expired);
     s.connection_delta(Tick(2_000_000), false);
     assert_eq!(s.idle_deadline(), Some(Tick(2_001_000)));
@@ -70,7 +87,11 @@ fn request_in_flight_keeps_session_alive_and_its_end_restarts_the_idle_clock() {
     assert_eq!(s.idle_deadline(), None, "a running tool is not idleness");
     assert!(!s.handle_timeout(Tick(1_000_000)).expired);
     s.end_request(&id(1), Tick(2_000_000)).unwrap();
-    assert_eq!(s.idle_deadline(), Some(Tick(2_001_000)), "the client gets a full TTL to collect the response");
+    assert_eq!(
+        s.idle_deadline(),
+        Some(Tick(2_001_000)),
+        "the client gets a full TTL to collect the response"
+    );
 }
 
 #[test]
@@ -78,7 +99,11 @@ fn client_request_times_out_at_its_deadline_and_is_forgotten() {
     let mut s = core();
     s.begin_request(&id(1), 0).unwrap();
     let asked = s.begin_client_request(&id(1), "elicitation/create", Tick(100), "reply").unwrap();
-    assert_eq!(s.poll_timeout(), Some(Tick(400)), "the deadline wakes the shell although the session is busy");
+    assert_eq!(
+        s.poll_timeout(),
+        Some(Tick(400)),
+        "the deadline wakes the shell although the session is busy"
+    );
     assert!(s.handle_timeout(Tick(399)).timed_out.is_empty());
     let due = s.handle_timeout(Tick(400));
     assert!(!due.expired);
@@ -104,12 +129,18 @@ fn session_waiting_only_on_an_absent_client_expires_after_the_deadline_and_the_t
 #[test]
 fn client_requests_are_refused_for_an_ended_origin_and_past_the_bound_and_end_with_it() {
     let mut s = core();
-    assert_eq!(s.begin_client_request(&id(1), "roots/list", Tick(0), "r").unwrap_err().1, ClientRequestRefused::OriginEnded);
+    assert_eq!(
+        s.begin_client_request(&id(1), "roots/list", Tick(0), "r").unwrap_err().1,
+        ClientRequestRefused::OriginEnded
+    );
     s.begin_request(&id(1), 0).unwrap();
     for _ in 0..3 {
         s.begin_client_request(&id(1), "roots/list", Tick(0), "r").unwrap();
     }
-    assert_eq!(s.begin_client_request(&id(1), "roots/list", Tick(0), "r").unwrap_err().1, ClientRequestRefused::TooMany);
+    assert_eq!(
+        s.begin_client_request(&id(1), "roots/list", Tick(0), "r").unwrap_err().1,
+        ClientRequestRefused::TooMany
+    );
     s.end_request(&id(1), Tick(1)).unwrap();
     assert_eq!(s.client_requests_len(), 0, "a finished tool waits on nothing");
 }
@@ -165,7 +196,11 @@ fn closed_streams_are_retained_up_to_the_byte_limit_and_the_newest_always() {
     let ids = post_streams(&mut s, 3);
     assert!(s.stream_closed(ids[0], 60).is_empty());
     let evicted = s.stream_closed(ids[1], 60);
-    assert_eq!(evicted.iter().map(|e| e.request.clone()).collect::<Vec<_>>(), vec![Some(id(0))], "120 > 100 bytes");
+    assert_eq!(
+        evicted.iter().map(|e| e.request.clone()).collect::<Vec<_>>(),
+        vec![Some(id(0))],
+        "120 > 100 bytes"
+    );
     assert_eq!(s.retained_bytes(), 60);
     // A single stream over the bound is still kept: it may hold an undelivered response.
     let evicted = s.stream_closed(ids[2], 500);
@@ -194,7 +229,10 @@ fn events_lost_ends_the_request_of_that_stream_only() {
     assert_eq!(s.in_flight_len(), 1);
     assert_eq!(s.client_requests_len(), 0);
     s.begin_request(&id(0), 0).expect("its id is free again");
-    assert!(s.events_lost(ids[0], Tick(6)).is_none(), "the new request under that id has no stream yet");
+    assert!(
+        s.events_lost(ids[0], Tick(6)).is_none(),
+        "the new request under that id has no stream yet"
+    );
 }
 
 #[test]
@@ -241,13 +279,21 @@ fn a_busy_session_refreshes_its_record_before_it_could_expire_in_the_ledger() {
 fn a_new_incarnation_never_reuses_an_earlier_ones_stream_or_client_request_ids() {
     let mut first = core();
     let sid = first.open_post_stream(&id(1), "a");
-    let mut second: SessionCore<u32, &'static str, &'static str> =
-        SessionCore::incarnate(SessionId::parse("s").unwrap(), ProtocolVersion::LATEST, Generation(1), limits(), Tick(0), 1);
+    let mut second: SessionCore<u32, &'static str, &'static str> = SessionCore::incarnate(
+        SessionId::parse("s").unwrap(),
+        ProtocolVersion::LATEST,
+        Generation(1),
+        limits(),
+        Tick(0),
+        1,
+    );
     let _ = second.restore_stream(sid, Some(id(1)), Some(10), "a");
     let next = second.open_post_stream(&id(2), "b");
     assert!(next.0 > sid.0 && next.0 >= 1 << 32, "{next:?}");
     second.begin_request(&id(3), 0).unwrap();
-    let Ok(JsonRpcId::Number(cr)) = second.begin_client_request(&id(3), "m", Tick(0), "p") else { panic!() };
+    let Ok(JsonRpcId::Number(cr)) = second.begin_client_request(&id(3), "m", Tick(0), "p") else {
+        panic!()
+    };
     assert!(cr > 1 << 32);
 }
 
@@ -257,16 +303,30 @@ fn a_restored_get_stream_is_the_sessions_get_stream_and_closed_ones_count_agains
     let _ = s.restore_stream(StreamId(1), None, None, "get");
     assert_eq!(s.get_stream().map(|(id, h)| (id, *h)), Some((StreamId(1), "get")));
     let replaced = s.restore_stream(StreamId(4), None, None, "newer get");
-    assert_eq!(replaced.iter().map(|e| e.handle).collect::<Vec<_>>(), ["get"], "an older GET stream is handed back to be forgotten");
+    assert_eq!(
+        replaced.iter().map(|e| e.handle).collect::<Vec<_>>(),
+        ["get"],
+        "an older GET stream is handed back to be forgotten"
+    );
     assert_eq!(s.get_stream().map(|(id, _)| id), Some(StreamId(4)));
     assert!(s.restore_stream(StreamId(2), Some(id(1)), Some(60), "a").is_empty());
     let evicted = s.restore_stream(StreamId(3), Some(id(2)), Some(60), "b");
-    assert_eq!(evicted.iter().map(|e| e.handle).collect::<Vec<_>>(), ["a"], "over max_retained_bytes the oldest goes");
+    assert_eq!(
+        evicted.iter().map(|e| e.handle).collect::<Vec<_>>(),
+        ["a"],
+        "over max_retained_bytes the oldest goes"
+    );
 }
 
 #[test]
 fn an_idle_session_parks_before_it_expires_and_a_busy_one_never() {
-    let mut s = SessionCore::<u32, &'static str, &'static str>::new(SessionId::parse("s").unwrap(), ProtocolVersion::LATEST, Generation(1), SessionLimits { park_after_ms: 200, ..limits() }, Tick(0));
+    let mut s = SessionCore::<u32, &'static str, &'static str>::new(
+        SessionId::parse("s").unwrap(),
+        ProtocolVersion::LATEST,
+        Generation(1),
+        SessionLimits { park_after_ms: 200, ..limits() },
+        Tick(0),
+    );
     let _ = s.poll_ledger(Tick(0));
     assert_eq!(s.poll_timeout(), Some(Tick(200)));
     let due = s.handle_timeout(Tick(200));
@@ -275,6 +335,12 @@ fn an_idle_session_parks_before_it_expires_and_a_busy_one_never() {
     s.begin_request(&id(1), 0).unwrap();
     assert_eq!(s.park_deadline(), None, "a request in flight is not idleness");
     assert!(!s.handle_timeout(Tick(10_000)).park);
-    let never = SessionCore::<u32, &'static str, &'static str>::new(SessionId::parse("s").unwrap(), ProtocolVersion::LATEST, Generation(1), SessionLimits { park_after_ms: 1_000, ..limits() }, Tick(0));
+    let never = SessionCore::<u32, &'static str, &'static str>::new(
+        SessionId::parse("s").unwrap(),
+        ProtocolVersion::LATEST,
+        Generation(1),
+        SessionLimits { park_after_ms: 1_000, ..limits() },
+        Tick(0),
+    );
     assert_eq!(never.park_deadline(), None, "parking at or after the TTL never happens");
 }

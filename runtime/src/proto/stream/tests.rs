@@ -2,10 +2,21 @@ use super::*;
 use crate::proto::event_id::CursorKey;
 use crate::sse::Decoder;
 
-const TIMING: StreamTiming = StreamTiming { keepalive_ms: 100, retention_after_delivery_ms: 1_000, retention_undelivered_ms: 5_000 };
+const TIMING: StreamTiming = StreamTiming {
+    keepalive_ms: 100,
+    retention_after_delivery_ms: 1_000,
+    retention_undelivered_ms: 5_000,
+};
 
 fn settings(prime: bool, max_events: usize) -> StreamSettings {
-    StreamSettings { window: WindowLimits { max_events, max_bytes: 1 << 20 }, prime, retry_ms: Some(500), hold_until_committed: false, mode: StreamMode::Resumable, timing: TIMING }
+    StreamSettings {
+        window: WindowLimits { max_events, max_bytes: 1 << 20 },
+        prime,
+        retry_ms: Some(500),
+        hold_until_committed: false,
+        mode: StreamMode::Resumable,
+        timing: TIMING,
+    }
 }
 
 fn signer() -> CursorSigner {
@@ -13,7 +24,13 @@ fn signer() -> CursorSigner {
 }
 
 fn post_stream(prime: bool, max_events: usize) -> StreamCore {
-    StreamCore::new(StreamId(7), Generation(1), StreamKind::Post { request: JsonRpcId::Number(1) }, signer(), settings(prime, max_events))
+    StreamCore::new(
+        StreamId(7),
+        Generation(1),
+        StreamKind::Post { request: JsonRpcId::Number(1) },
+        signer(),
+        settings(prime, max_events),
+    )
 }
 
 fn decode(frames: &[Bytes]) -> (Vec<String>, Decoder) {
@@ -86,12 +103,17 @@ fn gap_on_post_stream_answers_the_request_with_events_lost() {
     assert_eq!(v["id"], 1);
     assert_eq!(v["error"]["code"], code::EVENTS_LOST);
     assert_eq!(s.state(), StreamState::Closed(CloseReason::EventsLost));
-    assert_eq!(s.push_final(b"{}"), Delivery::Dropped, "the late response is not sent after the error");
+    assert_eq!(
+        s.push_final(b"{}"),
+        Delivery::Dropped,
+        "the late response is not sent after the error"
+    );
 }
 
 #[test]
 fn gap_on_get_stream_is_refused_with_events_lost() {
-    let mut s = StreamCore::new(StreamId(1), Generation(1), StreamKind::Get, signer(), settings(true, 1));
+    let mut s =
+        StreamCore::new(StreamId(1), Generation(1), StreamKind::Get, signer(), settings(true, 1));
     let _ = s.attach_new();
     let _ = s.push(b"{}");
     let _ = s.push(b"{}");
@@ -169,7 +191,10 @@ fn a_gap_on_an_answered_stream_sends_the_error_without_storing_a_second_answer()
         assert!(r.end_after_initial);
         let (data, d) = decode(&r.initial);
         assert!(data[0].contains("-32005"), "{data:?}");
-        assert_eq!(d.last_event_id, None, "the error carries no id: it is not an event of the stream");
+        assert_eq!(
+            d.last_event_id, None,
+            "the error carries no id: it is not an event of the stream"
+        );
         s.detach(r.conn, true);
     }
     assert_eq!((s.window.len().0, s.retained_bytes()), (events, bytes), "nothing was appended");
@@ -224,7 +249,10 @@ fn the_ledger_gets_every_event_in_order_and_the_record_on_open_close_and_ack() {
     let _ = s.attach_resume(Seq(1)).unwrap();
     let _ = s.push_final(b"{}");
     assert_eq!(changes(&mut s), ["event 1", "event 2", "record", "event 3", "record"]);
-    assert_eq!((s.acked(), s.newest(), s.close_reason()), (Seq(1), Seq(3), Some(CloseReason::Responded)));
+    assert_eq!(
+        (s.acked(), s.newest(), s.close_reason()),
+        (Seq(1), Seq(3), Some(CloseReason::Responded))
+    );
     let _ = s.attach_resume(Seq(1)).unwrap();
     assert!(changes(&mut s).is_empty(), "an older acknowledgement changes nothing");
 }
@@ -235,15 +263,22 @@ fn a_cancelled_stream_records_its_close_and_a_replaced_one_leaves_it_to_its_sess
     let _ = changes(&mut s);
     let _ = s.close(CloseReason::Cancelled);
     assert_eq!(changes(&mut s), ["record"]);
-    let mut g = StreamCore::new(StreamId(2), Generation(1), StreamKind::Get, signer(), settings(true, 8));
+    let mut g =
+        StreamCore::new(StreamId(2), Generation(1), StreamKind::Get, signer(), settings(true, 8));
     let _ = changes(&mut g);
     let _ = g.close(CloseReason::Replaced);
     assert!(changes(&mut g).is_empty());
 }
 
-fn restored(events: &[u64], newest: u64, closed: Option<CloseReason>, kind: StreamKind) -> StreamCore {
+fn restored(
+    events: &[u64],
+    newest: u64,
+    closed: Option<CloseReason>,
+    kind: StreamKind,
+) -> StreamCore {
     // Frames as the original stream encoded them (same signer, same cursors).
-    let mut orig = StreamCore::new(StreamId(7), Generation(1), kind.clone(), signer(), settings(true, 8));
+    let mut orig =
+        StreamCore::new(StreamId(7), Generation(1), kind.clone(), signer(), settings(true, 8));
     let mut frames = Vec::new();
     for _ in 0..newest {
         let _ = orig.push(b"{\"n\":1}");
@@ -255,22 +290,46 @@ fn restored(events: &[u64], newest: u64, closed: Option<CloseReason>, kind: Stre
             frames.push((seq, frame));
         }
     }
-    StreamCore::restore(StreamId(7), Generation(1), kind, signer(), settings(true, 8), RestoredStream { events: frames, newest: Seq(newest), acked: Seq(1), closed, first_seq: Seq(1 << 32) })
+    StreamCore::restore(
+        StreamId(7),
+        Generation(1),
+        kind,
+        signer(),
+        settings(true, 8),
+        RestoredStream {
+            events: frames,
+            newest: Seq(newest),
+            acked: Seq(1),
+            closed,
+            first_seq: Seq(1 << 32),
+        },
+    )
 }
 
 #[test]
 fn a_request_running_when_the_server_stopped_is_answered_with_the_restarted_error_on_resume() {
     let mut s = restored(&[1, 2], 2, None, StreamKind::Post { request: JsonRpcId::Number(1) });
-    assert_eq!(changes(&mut s), [format!("event {}", 1u64 << 32), "record".to_owned()], "the error is recorded like any final event, numbered above anything sent before");
+    assert_eq!(
+        changes(&mut s),
+        [format!("event {}", 1u64 << 32), "record".to_owned()],
+        "the error is recorded like any final event, numbered above anything sent before"
+    );
     assert_eq!(s.close_reason(), Some(CloseReason::Responded));
     let a = s.attach_resume(Seq(2)).unwrap();
     assert!(a.end_after_initial);
     let (data, d) = decode(&a.initial);
     let v: serde_json::Value = serde_json::from_str(&data[0]).unwrap();
-    assert_eq!((v["id"].clone(), v["error"]["code"].clone()), (serde_json::json!(1), serde_json::json!(code::SERVER_RESTARTED)));
+    assert_eq!(
+        (v["id"].clone(), v["error"]["code"].clone()),
+        (serde_json::json!(1), serde_json::json!(code::SERVER_RESTARTED))
+    );
     assert_eq!(cursor_seq(d.last_event_id.as_deref().unwrap()), Seq(1 << 32));
     let replay = s.attach_resume(Seq(1)).unwrap();
-    assert_eq!(decode(&replay.initial).0.len(), 2, "the missed event, then the error: exactly once each");
+    assert_eq!(
+        decode(&replay.initial).0.len(),
+        2,
+        "the missed event, then the error: exactly once each"
+    );
     // A client holding an event that went out but never reached the copy (3, lost with the
     // last batch) gets the error too, not an empty stream, and no number is reused.
     let lost_tail = s.attach_resume(Seq(3)).unwrap();
@@ -280,20 +339,35 @@ fn a_request_running_when_the_server_stopped_is_answered_with_the_restarted_erro
 
 #[test]
 fn a_restored_closed_stream_replays_and_a_restored_get_stream_stays_open() {
-    let mut s = restored(&[1, 2, 3], 3, Some(CloseReason::Responded), StreamKind::Post { request: JsonRpcId::Number(1) });
+    let mut s = restored(
+        &[1, 2, 3],
+        3,
+        Some(CloseReason::Responded),
+        StreamKind::Post { request: JsonRpcId::Number(1) },
+    );
     assert!(changes(&mut s).is_empty());
     assert_eq!(decode(&s.attach_resume(Seq(1)).unwrap().initial).0.len(), 2);
     let mut g = restored(&[1], 1, None, StreamKind::Get);
     assert_eq!(g.state(), StreamState::Disconnected);
     assert!(matches!(g.push(b"{}"), Delivery::Buffered));
-    assert_eq!(g.newest(), Seq(1 << 32), "numbering goes on above anything sent before the restart");
+    assert_eq!(
+        g.newest(),
+        Seq(1 << 32),
+        "numbering goes on above anything sent before the restart"
+    );
 }
 
 #[test]
 fn with_hold_until_committed_no_event_reaches_a_connection_before_its_commit() {
     let mut st = settings(false, 8);
     st.hold_until_committed = true;
-    let mut s = StreamCore::new(StreamId(7), Generation(1), StreamKind::Post { request: JsonRpcId::Number(1) }, signer(), st);
+    let mut s = StreamCore::new(
+        StreamId(7),
+        Generation(1),
+        StreamKind::Post { request: JsonRpcId::Number(1) },
+        signer(),
+        st,
+    );
     let a = s.attach_new();
     assert_eq!(s.push(b"{}"), Delivery::Held);
     assert_eq!(s.push_final(b"{}"), Delivery::Held);
@@ -303,7 +377,10 @@ fn with_hold_until_committed_no_event_reaches_a_connection_before_its_commit() {
     let first = s.committed(Seq(1));
     assert!(matches!(&first[..], [Delivery::Write { conn, end: false, .. }] if *conn == r.conn));
     let last = s.committed(Seq(2));
-    assert!(matches!(&last[..], [Delivery::Write { end: true, .. }]), "the final event ends the connection once committed");
+    assert!(
+        matches!(&last[..], [Delivery::Write { end: true, .. }]),
+        "the final event ends the connection once committed"
+    );
     assert!(s.committed(Seq(2)).is_empty(), "released once");
 }
 
@@ -321,7 +398,10 @@ fn held_events_evicted_before_their_commit_end_the_connection_instead_of_being_s
         assert_eq!(s.push(b"{}"), Delivery::Held);
     }
     let d = s.committed(Seq(4));
-    assert!(matches!(&d[..], [Delivery::Write { frame, end: true, .. }] if frame.is_empty()), "{d:?}");
+    assert!(
+        matches!(&d[..], [Delivery::Write { frame, end: true, .. }] if frame.is_empty()),
+        "{d:?}"
+    );
 }
 
 #[test]
@@ -329,11 +409,27 @@ fn a_restored_held_stream_releases_its_restarted_error_on_commit_and_ends() {
     let mut st = settings(true, 8);
     st.hold_until_committed = true;
     let kind = StreamKind::Post { request: JsonRpcId::Number(1) };
-    let mut s = StreamCore::restore(StreamId(7), Generation(1), kind, signer(), st, RestoredStream { events: Vec::new(), newest: Seq(2), acked: Seq(0), closed: None, first_seq: Seq(1 << 32) });
+    let mut s = StreamCore::restore(
+        StreamId(7),
+        Generation(1),
+        kind,
+        signer(),
+        st,
+        RestoredStream {
+            events: Vec::new(),
+            newest: Seq(2),
+            acked: Seq(0),
+            closed: None,
+            first_seq: Seq(1 << 32),
+        },
+    );
     let a = s.attach_resume(Seq(2)).unwrap();
     assert!(a.initial.is_empty() && !a.end_after_initial, "not released before its commit");
     let d = s.committed(Seq(1 << 32));
-    assert!(matches!(&d[..], [Delivery::Write { end: true, .. }]), "released, and it ends the connection: {d:?}");
+    assert!(
+        matches!(&d[..], [Delivery::Write { end: true, .. }]),
+        "released, and it ends the connection: {d:?}"
+    );
 }
 
 #[test]
@@ -346,9 +442,16 @@ fn a_stream_answered_in_its_first_write_is_recorded_only_if_that_write_did_not_a
         s.detach(a.conn, drained);
         let after = changes(&mut s);
         if drained {
-            assert!(after.is_empty() && !s.recorded(), "every frame arrived: nothing is owed after a restart");
+            assert!(
+                after.is_empty() && !s.recorded(),
+                "every frame arrived: nothing is owed after a restart"
+            );
         } else {
-            assert_eq!(after, ["record", "event 1", "record"], "not delivered: recorded now, in order");
+            assert_eq!(
+                after,
+                ["record", "event 1", "record"],
+                "not delivered: recorded now, in order"
+            );
             assert!(s.recorded());
         }
     }
@@ -356,7 +459,13 @@ fn a_stream_answered_in_its_first_write_is_recorded_only_if_that_write_did_not_a
 
 fn stream_in(mode: StreamMode, hold: bool) -> StreamCore {
     let s = StreamSettings { mode, hold_until_committed: hold, ..settings(true, 8) };
-    StreamCore::new(StreamId(7), Generation(1), StreamKind::Post { request: JsonRpcId::Number(1) }, signer(), s)
+    StreamCore::new(
+        StreamId(7),
+        Generation(1),
+        StreamKind::Post { request: JsonRpcId::Number(1) },
+        signer(),
+        s,
+    )
 }
 
 fn frames_of(d: Delivery) -> Bytes {
@@ -379,11 +488,18 @@ fn a_shadow_stream_records_as_if_resumable_but_sends_no_id_priming_or_retry() {
     assert!(!text.contains("id:") && !text.contains("retry:"), "{text}");
     assert_eq!(decode(&[Bytes::from(wire)]).0, vec![r#"{"n":1}"#, r#"{"n":2}"#]);
     let recorded: Vec<StreamChange> = s.poll_ledger().map(Iterator::collect).unwrap_or_default();
-    let events: Vec<&Bytes> = recorded.iter().filter_map(|c| if let StreamChange::Event { frame, .. } = c { Some(frame) } else { None }).collect();
+    let events: Vec<&Bytes> = recorded
+        .iter()
+        .filter_map(|c| if let StreamChange::Event { frame, .. } = c { Some(frame) } else { None })
+        .collect();
     assert_eq!(events.len(), 2, "the ledger gets both events");
     assert!(events.iter().all(|f| f.starts_with(b"id: ")), "with their cursors");
     assert_eq!(s.shadow_sent().map(ShadowSent::total), Some(2));
-    assert_eq!(s.attach_resume(Seq::START).unwrap_err(), Rejection::CursorRejected, "no cursor was ever handed out");
+    assert_eq!(
+        s.attach_resume(Seq::START).unwrap_err(),
+        Rejection::CursorRejected,
+        "no cursor was ever handed out"
+    );
     assert_eq!(s.close_for_polling(), None);
 }
 
@@ -431,6 +547,10 @@ fn retention_counts_from_when_it_starts_applying_and_restarts_when_it_changes() 
     let r = s.attach_resume(Seq::START).unwrap();
     assert_eq!(s.poll_timeout(Tick(4_000)), None, "an attached connection cancels it");
     s.detach(r.conn, true);
-    assert_eq!(s.poll_timeout(Tick(4_500)), Some(Tick(5_500)), "delivered in full: the short one, from now");
+    assert_eq!(
+        s.poll_timeout(Tick(4_500)),
+        Some(Tick(5_500)),
+        "delivered in full: the short one, from now"
+    );
     assert!(s.handle_timeout(Tick(5_500)).retention_over);
 }

@@ -22,19 +22,37 @@ fn sub(id: JsonRpcId, n: Value, offered: &Offered) -> Subscription {
 fn the_acknowledgement_comes_first_with_the_honoured_filter_and_the_id_as_sent() {
     // Prompts are not offered; an unknown URI is dropped.
     let offered = Offered { lists: [true, false, true], resource_updates: true };
-    let mut s = sub(JsonRpcId::Number(1_790_000_000_000), json!({"toolsListChanged": true, "promptsListChanged": true, "resourceSubscriptions": ["test://a", "file:///x"]}), &offered);
+    let mut s = sub(
+        JsonRpcId::Number(1_790_000_000_000),
+        json!({"toolsListChanged": true, "promptsListChanged": true, "resourceSubscriptions": ["test://a", "file:///x"]}),
+        &offered,
+    );
     let f = frames(&mut s);
     assert_eq!(f.len(), 1);
     assert_eq!(f[0]["method"], "notifications/subscriptions/acknowledged");
-    assert_eq!(f[0]["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], json!(1_790_000_000_000_i64), "a number stays a number");
-    assert_eq!(f[0]["params"]["notifications"], json!({"toolsListChanged": true, "resourceSubscriptions": ["test://a"]}));
+    assert_eq!(
+        f[0]["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        json!(1_790_000_000_000_i64),
+        "a number stays a number"
+    );
+    assert_eq!(
+        f[0]["params"]["notifications"],
+        json!({"toolsListChanged": true, "resourceSubscriptions": ["test://a"]})
+    );
     let mut s = sub(JsonRpcId::String("listen-1".into()), json!({}), &ALL);
-    assert_eq!(frames(&mut s)[0]["params"], json!({"_meta": {"io.modelcontextprotocol/subscriptionId": "listen-1"}, "notifications": {}}));
+    assert_eq!(
+        frames(&mut s)[0]["params"],
+        json!({"_meta": {"io.modelcontextprotocol/subscriptionId": "listen-1"}, "notifications": {}})
+    );
 }
 
 #[test]
 fn only_opted_in_changes_are_sent_each_tagged_with_the_subscription_id() {
-    let mut s = sub(JsonRpcId::Number(7), json!({"promptsListChanged": true, "resourceSubscriptions": ["test://a"]}), &ALL);
+    let mut s = sub(
+        JsonRpcId::Number(7),
+        json!({"promptsListChanged": true, "resourceSubscriptions": ["test://a"]}),
+        &ALL,
+    );
     let _ack = frames(&mut s);
     let mut v = ListVersions::default();
     v.bump(ListKind::Tools);
@@ -48,8 +66,19 @@ fn only_opted_in_changes_are_sent_each_tagged_with_the_subscription_id() {
     s.handle_updated("test://ab");
     let f = frames(&mut s);
     let methods: Vec<&str> = f.iter().map(|m| m["method"].as_str().unwrap()).collect();
-    assert_eq!(methods, ["notifications/prompts/list_changed", "notifications/resources/updated", "notifications/resources/updated"]);
-    assert_eq!((f[1]["params"]["uri"].as_str(), f[2]["params"]["uri"].as_str()), (Some("test://a"), Some("test://a/part")), "a sub-resource, not a longer name");
+    assert_eq!(
+        methods,
+        [
+            "notifications/prompts/list_changed",
+            "notifications/resources/updated",
+            "notifications/resources/updated"
+        ]
+    );
+    assert_eq!(
+        (f[1]["params"]["uri"].as_str(), f[2]["params"]["uri"].as_str()),
+        (Some("test://a"), Some("test://a/part")),
+        "a sub-resource, not a longer name"
+    );
     for m in &f {
         assert_eq!(m["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 7, "{m}");
     }
@@ -68,12 +97,17 @@ fn list_changes_coalesce_and_changes_before_the_subscription_are_not_announced()
     v.bump(ListKind::Tools);
     v.bump(ListKind::Tools);
     s.handle_lists(v);
-    assert_eq!(frames(&mut s).len(), 1, "two changes the client had not been told of: one notification");
+    assert_eq!(
+        frames(&mut s).len(),
+        1,
+        "two changes the client had not been told of: one notification"
+    );
 }
 
 #[test]
 fn missed_updates_announce_every_subscribed_uri() {
-    let mut s = sub(JsonRpcId::Number(1), json!({"resourceSubscriptions": ["test://a", "test://b"]}), &ALL);
+    let mut s =
+        sub(JsonRpcId::Number(1), json!({"resourceSubscriptions": ["test://a", "test://b"]}), &ALL);
     let _ack = frames(&mut s);
     s.handle_missed_updates();
     let uris: Vec<Value> = frames(&mut s).iter().map(|m| m["params"]["uri"].clone()).collect();
@@ -110,8 +144,15 @@ fn a_malformed_or_oversized_filter_is_refused_with_a_reason() {
     assert!(filter(json!({"resourceSubscriptions": ["test://1", "test://2", "test://3", "test://4", "test://5"]})).unwrap_err().contains("at most 4"));
     assert!(filter(json!({"resourceSubscriptions": ["x".repeat(33)]})).is_err());
     assert!(filter(json!({"resourceSubscriptions": [""]})).is_err());
-    let f = filter(json!({"resourceSubscriptions": ["test://a", "test://a"], "toolsListChanged": false})).unwrap();
-    assert_eq!(f.to_value(), json!({"resourceSubscriptions": ["test://a"]}), "duplicates once; false flags are not echoed");
+    let f = filter(
+        json!({"resourceSubscriptions": ["test://a", "test://a"], "toolsListChanged": false}),
+    )
+    .unwrap();
+    assert_eq!(
+        f.to_value(),
+        json!({"resourceSubscriptions": ["test://a"]}),
+        "duplicates once; false flags are not echoed"
+    );
 }
 
 #[test]
