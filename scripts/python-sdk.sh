@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The official Python SDK client (mcp 2.x, legacy mode) against mcp-host.
+# The official Python SDK client (mcp 2.x, legacy and modern modes) against mcp-host and
+# against the README's library example (runtime/examples/one_tool.rs).
 # Usage: scripts/python-sdk.sh [path/to/mcp-host]
 # pytest's fixtures start mcp-host themselves and stop it in a `finally`, which does not run if
 # pytest is killed (or if the host outlives `proc.wait(timeout=10)`). So pytest runs as the
@@ -21,6 +22,9 @@ trap stop_started EXIT
 own_tmp_dir ledgers
 export MCP_LEDGER_ROOT=$ledgers MCP_HOST_REAL_BIN=$HOST_BIN
 export MCP_HOST_BIN=$PWD/scripts/host-with-ledger.sh
+# The README's library example (built by `cargo build --all-targets`), served from a temporary
+# working directory by its own fixture.
+export MCP_EXAMPLE_BIN=${MCP_EXAMPLE_BIN:-$PWD/target/debug/examples/one_tool}
 bg_start_group - timeout 600 "$venv/bin/python" -m pytest -q -p no:cacheprovider bins/host/tests/python
 pytest_sid=$BG_PID
 status=0

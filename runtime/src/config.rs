@@ -574,12 +574,33 @@ pub(crate) fn decode_hex(s: &str) -> Option<Vec<u8>> {
     (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
 }
 
+/// A [`RuntimeConfig`] whose every range was checked: made only by
+/// [`RuntimeConfig::validate`] (or [`ValidConfig::default`], the defaults, which are valid).
+/// Read it through `Deref`.
+#[derive(Debug, Clone, Default)]
+pub struct ValidConfig(RuntimeConfig);
+
+impl ValidConfig {
+    /// The checked configuration, to change and validate again.
+    #[must_use]
+    pub fn into_inner(self) -> RuntimeConfig {
+        self.0
+    }
+}
+
+impl std::ops::Deref for ValidConfig {
+    type Target = RuntimeConfig;
+    fn deref(&self) -> &RuntimeConfig {
+        &self.0
+    }
+}
+
 impl RuntimeConfig {
     /// Check every range.
     ///
     /// # Errors
     /// [`ConfigError`] naming the first field out of range.
-    pub fn validate(self) -> Result<RuntimeConfig, ConfigError> {
+    pub fn validate(self) -> Result<ValidConfig, ConfigError> {
         let (se, ss, l, q) = (&self.sse, &self.sessions, &self.limits, &self.quotas);
         let max = u64::MAX;
         let rows: [(&'static str, u64, u64, u64); 61] = [
@@ -695,7 +716,7 @@ impl RuntimeConfig {
             return Err(ConfigError::CursorSecret);
         }
         self.rollout.validate().map_err(|e| ConfigError::Rollout(e.to_string()))?;
-        Ok(self)
+        Ok(ValidConfig(self))
     }
 
     /// The cursor secret, when configured (validated: at least 16 bytes).
@@ -763,7 +784,7 @@ impl RuntimeConfig {
 mod tests {
     use super::*;
 
-    fn with(f: impl FnOnce(&mut RuntimeConfig)) -> Result<RuntimeConfig, ConfigError> {
+    fn with(f: impl FnOnce(&mut RuntimeConfig)) -> Result<ValidConfig, ConfigError> {
         let mut c = RuntimeConfig::default();
         f(&mut c);
         c.validate()

@@ -13,8 +13,11 @@
 //! - [`metrics`]: Prometheus text encoding of the supervisor's figures.
 //! - [`client`]: the resilient client's sans-IO core (acceptance point, journal, pacing).
 //! - [`client_http`]: the resilient client's HTTP driver (awc).
+//! - [`server`]: the facade — [`Server::builder`], serve, graceful stop.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
+
+pub use server::Server;
 
 pub mod actor;
 pub mod client;
@@ -27,6 +30,7 @@ pub mod ledger;
 pub mod metrics;
 pub mod proto;
 mod rng;
+pub mod server;
 pub mod sse;
 pub mod tasks;
 pub mod tools;

@@ -208,7 +208,7 @@ pub(crate) struct HostConfig {
     pub(crate) stats_every_ms: Option<u64>,
     pub(crate) trim_every_secs: u64,
     pub(crate) tcp_user_timeout_secs: u64,
-    pub(crate) runtime: RuntimeConfig,
+    pub(crate) runtime: mcp_runtime::config::ValidConfig,
     /// `None`: `--no-admin` or `admin.enabled = false`.
     pub(crate) admin: Option<AdminConfig>,
     /// What it was loaded from (SIGHUP reads them again).

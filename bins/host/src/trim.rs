@@ -86,16 +86,21 @@ pub(crate) fn release() -> bool {
 }
 
 /// Check every `every`, trim when [`due`].
-pub(crate) async fn run(sup: std::sync::Arc<mcp_runtime::actor::Supervisor>, every: Duration) {
+/// Ends once the server is gone.
+pub(crate) async fn run(server: mcp_runtime::server::Control, every: Duration) {
     let footprint = || {
-        let s = sup.stats_snapshot();
-        (s.requests, [s.connections, s.sessions as i64, s.streams, s.stream_memory_bytes as i64])
+        let s = server.stats()?;
+        Some((
+            s.requests,
+            [s.connections, s.sessions as i64, s.streams, s.stream_memory_bytes as i64],
+        ))
     };
-    let mut policy = Policy::new(footprint());
+    let Some(start) = footprint() else { return };
+    let mut policy = Policy::new(start);
     let mut tick = tokio::time::interval(every);
     loop {
         tick.tick().await;
-        let now = footprint();
+        let Some(now) = footprint() else { return };
         if policy.due(now) {
             let released = release();
             tracing::debug!(

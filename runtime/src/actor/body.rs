@@ -228,8 +228,9 @@ mod tests {
         let addr = ctx.address();
         let share = MemoryBudget::new(1 << 20);
         let ledger = StreamLedger::new("0".repeat(32).into(), StreamId(1), None, Tick(0));
-        let generation = Arc::new(super::super::generations::Gen::from(
+        let generation = Arc::new(super::super::generations::Gen::new(
             super::super::generations::GenSettings::for_tests(),
+            Arc::default(),
         ))
         .enter(super::super::generations::Counted::Stream);
         let links = super::super::stream::StreamLinks {

@@ -69,6 +69,8 @@ pub struct Gen {
     /// Fired to end this generation's 2026-07-28 requests still running (a drain's or a
     /// rollback's grace period is over): each is answered "drained" (`-32010`).
     stateless_end: tokio_util::sync::CancellationToken,
+    /// Told when one of its counts falls to zero (a stop waits on it, see `Supervisor::settle`).
+    quiet: Arc<tokio::sync::Notify>,
 }
 
 /// What a [`GenCount`] counts.
@@ -131,7 +133,9 @@ impl GenCount {
 
 impl Drop for GenCount {
     fn drop(&mut self) {
-        self.generation.counter(self.what).fetch_sub(1, Ordering::Relaxed);
+        if self.generation.counter(self.what).fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.generation.quiet.notify_waiters();
+        }
     }
 }
 
@@ -158,13 +162,22 @@ pub struct GenStatus {
 pub struct Generations {
     /// Oldest first; the current one is last.
     list: RwLock<Vec<Arc<Gen>>>,
+    /// Told when a count of any generation falls to zero.
+    quiet: Arc<tokio::sync::Notify>,
 }
 
 impl Generations {
     /// Start with `first`.
     #[must_use]
     pub fn new(first: GenSettings) -> Generations {
-        Generations { list: RwLock::new(vec![Arc::new(Gen::from(first))]) }
+        Generations::with_quiet(first, Arc::default())
+    }
+
+    /// Start with `first`; `quiet` is told whenever a count of a generation falls to zero.
+    #[must_use]
+    pub(crate) fn with_quiet(first: GenSettings, quiet: Arc<tokio::sync::Notify>) -> Generations {
+        let first = Arc::new(Gen::new(first, Arc::clone(&quiet)));
+        Generations { list: RwLock::new(vec![first]), quiet }
     }
 
     /// The current generation.
@@ -195,7 +208,7 @@ impl Generations {
         change(&mut s);
         (s.id, s.origin, s.started_ms) = (Generation(highest.saturating_add(1)), origin, now_ms);
         current.superseded_ms.store(now_ms, Ordering::Relaxed);
-        let g = Arc::new(Gen::from(s));
+        let g = Arc::new(Gen::new(s, Arc::clone(&self.quiet)));
         list.push(Arc::clone(&g));
         retire(&mut list);
         g
@@ -222,7 +235,7 @@ impl Generations {
             started_ms: now_ms,
             ..current.settings.clone()
         };
-        let g = Arc::new(Gen::from(s));
+        let g = Arc::new(Gen::new(s, Arc::clone(&self.quiet)));
         g.superseded_ms.store(now_ms, Ordering::Relaxed);
         let count = g.enter(what);
         // Kept in number order, the current one last.
@@ -353,9 +366,10 @@ impl GenSettings {
     }
 }
 
-impl From<GenSettings> for Gen {
-    fn from(settings: GenSettings) -> Gen {
+impl Gen {
+    pub(crate) fn new(settings: GenSettings, quiet: Arc<tokio::sync::Notify>) -> Gen {
         Gen {
+            quiet,
             settings,
             sessions: AtomicI64::new(0),
             streams: AtomicI64::new(0),

@@ -136,11 +136,21 @@ pub struct Registry {
     per_key: Mutex<HashMap<QuotaKey, Caller>>,
     /// Ledger HMACs of the live sessions: ledger housekeeping never evicts one of these.
     live_hmacs: Mutex<std::collections::HashSet<Arc<str>>>,
+    /// Told when the last session leaves.
+    quiet: Arc<tokio::sync::Notify>,
 }
 
 impl Default for Registry {
     fn default() -> Registry {
+        Registry::with_quiet(Arc::default())
+    }
+}
+
+impl Registry {
+    /// An empty registry; `quiet` is told when the last session leaves.
+    pub(crate) fn with_quiet(quiet: Arc<tokio::sync::Notify>) -> Registry {
         Registry {
+            quiet,
             shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
             hasher: RandomState::new(),
             count: AtomicUsize::new(0),
@@ -224,7 +234,9 @@ impl Registry {
     }
 
     fn release(&self, key: &QuotaKey) {
-        self.count.fetch_sub(1, Ordering::AcqRel);
+        if self.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.quiet.notify_waiters();
+        }
         let mut per_key = self.per_key.lock();
         if let Some(c) = per_key.get_mut(key) {
             c.sessions -= 1;

@@ -16,6 +16,10 @@ pub struct RuntimeStats {
     requests: AtomicU64,
     connections: AtomicI64,
     streams_live: AtomicI64,
+    /// Told when the last live stream stops, the last session leaves or the last request
+    /// of a generation ends (shared with the registry and the generations): a stop waits
+    /// on it instead of polling.
+    pub(crate) quiet: Arc<tokio::sync::Notify>,
     refused: [AtomicU64; Rejection::CAUSES.len()],
     client_requests_timed_out: AtomicU64,
     requests_ended_by_gap: AtomicU64,
@@ -157,6 +161,7 @@ impl Default for RuntimeStats {
             requests: AtomicU64::new(0),
             connections: AtomicI64::new(0),
             streams_live: AtomicI64::new(0),
+            quiet: Arc::default(),
             refused: std::array::from_fn(|_| AtomicU64::new(0)),
             client_requests_timed_out: AtomicU64::new(0),
             requests_ended_by_gap: AtomicU64::new(0),
@@ -343,7 +348,9 @@ impl RuntimeStats {
     /// A stream actor stopped: its gauge drops (events, resumes and gaps were counted as
     /// they happened).
     pub(crate) fn stream_stopped(&self, s: &StreamStats) {
-        self.streams_live.fetch_sub(1, Ordering::Relaxed);
+        if self.streams_live.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.quiet.notify_waiters();
+        }
         add(&self.live.lost_unattached, s.lost_unattached);
     }
 

@@ -409,10 +409,14 @@ impl Supervisor {
         let generation =
             Generation(cfg.sessions.generation.max(ledger.last_generation().saturating_add(1)));
         ledger.record_generation(generation.0);
-        let gens = Arc::new(Generations::new(GenSettings {
-            id: generation,
-            ..GenSettings::from_config(&cfg, ledger.key_id(), GenOrigin::Start, now_ms)
-        }));
+        let stats = Arc::new(RuntimeStats::default());
+        let gens = Arc::new(Generations::with_quiet(
+            GenSettings {
+                id: generation,
+                ..GenSettings::from_config(&cfg, ledger.key_id(), GenOrigin::Start, now_ms)
+            },
+            Arc::clone(&stats.quiet),
+        ));
         let stream_ttl_ms = cfg.idle_ttl_ms().saturating_add(cfg.sessions.retention_undelivered_ms);
         let cursor_secret = |s: &[u8]| crate::ledger::derive_key(s, "mcp-host cursor v1");
         let previous: Vec<[u8; 32]> = ledger.previous.iter().map(|s| cursor_secret(s)).collect();
@@ -422,7 +426,6 @@ impl Supervisor {
         );
         let clock = ledger.clock;
         let ledger_cx = Arc::new(LedgerCtx::new(ledger, cfg.idle_ttl_ms(), stream_ttl_ms));
-        let stats = Arc::new(RuntimeStats::default());
         let l = &cfg.ledger;
         let receipt_limits = crate::proto::usage::UsageLimits {
             per_caller_count: l.receipts_per_caller,
@@ -449,7 +452,7 @@ impl Supervisor {
             clock,
         });
         let q = &cfg.quotas;
-        let registry = Arc::new(Registry::default());
+        let registry = Arc::new(Registry::with_quiet(Arc::clone(&stream_env.stats.quiet)));
         let settling: Arc<Mutex<SettlingMap>> = Arc::default();
         let revive_locks =
             Arc::new(ReviveLocks((0..16).map(|_| tokio::sync::Mutex::new(())).collect()));
@@ -1184,6 +1187,35 @@ impl Supervisor {
         });
     }
 
+    /// Whether no session, no stream and no request is left.
+    #[must_use]
+    pub fn is_idle(&self) -> bool {
+        self.session_count() == 0 && self.stats().streams_live() <= 0 && self.in_flight() <= 0
+    }
+
+    /// Wait until `done` holds or `deadline` passes; returns whether it holds. Woken when
+    /// the last session, stream or request (of a generation) ends, not by polling.
+    pub async fn wait_until(
+        &self,
+        deadline: tokio::time::Instant,
+        done: impl Fn(&Supervisor) -> bool,
+    ) -> bool {
+        let quiet = &self.stream_env.stats.quiet;
+        loop {
+            // Registered before the check: a change between the check and the wait still
+            // wakes it.
+            let changed = quiet.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if done(self) {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return done(self);
+            }
+        }
+    }
+
     /// Requests in flight, over every generation.
     #[must_use]
     pub fn in_flight(&self) -> i64 {
@@ -1233,6 +1265,33 @@ fn modern_results(cfg: &RuntimeConfig, catalog: &Catalog) -> crate::proto::moder
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// With the clock paused, time moves only when every task waits: a wait that returns
+    /// before its deadline was woken by what it waited for.
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_waiting_for_the_last_request_or_stream_is_woken_when_it_ends() {
+        let catalog = Catalog::builder().build(crate::tools::ServerInfo::new("t", "1")).unwrap();
+        let sup = Supervisor::new(RuntimeConfig::default(), catalog);
+        let request = sup.generations().enter_current(super::super::generations::Counted::InFlight);
+        sup.stats().stream_started();
+        let start = tokio::time::Instant::now();
+        let deadline = start + Duration::from_secs(3600);
+        let stats = Arc::clone(sup.stats());
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            drop(request);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            stats.stream_stopped(&crate::proto::stream::StreamStats::default());
+        });
+        assert!(sup.wait_until(deadline, |s| s.in_flight() <= 0).await);
+        assert_eq!(start.elapsed(), Duration::from_secs(1), "woken when the request ended");
+        assert!(sup.wait_until(deadline, Supervisor::is_idle).await);
+        assert_eq!(start.elapsed(), Duration::from_secs(2), "woken when the stream stopped");
+        let never = sup.generations().enter_current(super::super::generations::Counted::InFlight);
+        assert!(!sup.wait_until(start + Duration::from_secs(10), |s| s.in_flight() <= 0).await);
+        assert_eq!(start.elapsed(), Duration::from_secs(10), "otherwise at its deadline");
+        drop(never);
+    }
 
     #[test]
     fn session_rate_is_per_caller_with_retry_after() {

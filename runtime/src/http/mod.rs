@@ -611,7 +611,7 @@ async fn livez() -> HttpResponse {
 
 /// Mount the endpoint at `path`, and `GET /readyz` and `GET /livez`, with the supervisor as
 /// app data.
-pub fn configure(path: &str, sup: Arc<Supervisor>) -> impl FnOnce(&mut web::ServiceConfig) {
+pub fn configure(path: &str, sup: Arc<Supervisor>) -> impl FnOnce(&mut web::ServiceConfig) + use<> {
     let path = path.to_owned();
     move |cfg: &mut web::ServiceConfig| {
         cfg.app_data(web::Data::new(sup))

@@ -21,6 +21,14 @@ pub struct ServerInfo {
     pub instructions: Option<String>,
 }
 
+impl ServerInfo {
+    /// `name` and `version`, without instructions.
+    #[must_use]
+    pub fn new(name: impl Into<String>, version: impl Into<String>) -> ServerInfo {
+        ServerInfo { name: name.into(), version: version.into(), instructions: None }
+    }
+}
+
 /// Why a catalog could not be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

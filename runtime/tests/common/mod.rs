@@ -296,7 +296,7 @@ pub async fn harness() -> Harness {
 pub fn cfg(f: impl FnOnce(&mut RuntimeConfig)) -> RuntimeConfig {
     let mut c = RuntimeConfig::default();
     f(&mut c);
-    c.validate().expect("a valid test configuration")
+    c.validate().expect("a valid test configuration").into_inner()
 }
 
 /// Bearer tokens: `ta` is alice, `tb` is bob.
