@@ -89,3 +89,27 @@ async fn a_busy_port_is_refused_before_the_ledger_is_opened() {
     assert!(!db.exists(), "nothing was written: the ledger was never opened");
     assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "no file beside it either");
 }
+
+#[actix_web::test]
+async fn a_mounted_endpoint_serves_in_an_app_of_ones_own_and_stops_clean() {
+    use actix_web::{App, test};
+    let config = cfg(|c| c.ledger.backend = LedgerBackend::Memory);
+    let mounted = Server::builder(catalog(Gate::default()))
+        .config(config.validate().unwrap())
+        .path("/api/mcp")
+        .mount()
+        .expect("mounts");
+    let app = test::init_service(App::new().configure(mounted.configure())).await;
+    let req = common::modern(1, "tools/call", json!({"name": "echo", "arguments": {"text": "m"}}))
+        .uri("/api/mcp")
+        .to_request();
+    let answer: Value = test::call_and_read_body_json(&app, req).await;
+    assert_eq!(answer["result"]["content"][0]["text"], "m", "{answer}");
+    let stopped = mounted.shutdown(Duration::from_secs(5)).await;
+    assert!(stopped.drained);
+    assert_eq!(stopped.marked, Marked::Clean);
+    let req = common::modern(2, "tools/call", json!({"name": "echo", "arguments": {"text": "m"}}))
+        .uri("/api/mcp")
+        .to_request();
+    assert_eq!(test::call_service(&app, req).await.status(), 503, "stopped: refused");
+}
