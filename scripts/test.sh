@@ -71,6 +71,13 @@ cargo fetch --locked
 cargo fetch --locked --manifest-path runtime/fuzz/Cargo.toml
 cargo clippy --locked --workspace --all-targets -- -D warnings
 cargo build --locked --workspace --all-targets
+# The runtime's features: a server-only build compiles no awc; one without `sqlite` still builds.
+if cargo tree --locked -p mcp-runtime -e normal --prefix none | grep -q '^awc '; then
+  echo "test.sh: FAILED: mcp-runtime with its default features depends on awc" >&2
+  exit 1
+fi
+cargo check --locked -p mcp-runtime --no-default-features --lib
+cargo check --locked -p mcp-runtime --no-default-features --features client --lib
 cargo test --locked --workspace 2>&1 | tee "$log/cargo.txt"
 cargo build --locked --manifest-path runtime/fuzz/Cargo.toml --target-dir target/fuzz
 echo "fuzz targets build: event_id jsonrpc replay_ops ledger_codec"

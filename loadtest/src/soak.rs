@@ -91,15 +91,16 @@ impl SoakSpec {
         2 * self.settle() + Duration::from_secs(10)
     }
 
-    /// The host's config file (what has no flag). The host returns freed memory every second
-    /// (its default is every 10 s): the soak compresses hours of TTLs into seconds, and the
+    /// The host's config file (what has no flag). Its body deadline is 2 s: long enough that a
+    /// chunked body past 4 MiB (debug builds, a busy machine) reaches the size limit (413)
+    /// before it. The host returns freed memory every second (its default is every 10 s): the soak compresses hours of TTLs into seconds, and the
     /// trim must come within the settle time too. Its 2026-07-28 places, request memory
     /// budget and receipt bounds are small, so `modern-slot-hog`, `pinned-arguments` and
     /// `receipt-flood` reach them quickly; receipts expire in seconds (and expired records are
     /// swept every second), so the figures move during the run.
     pub(crate) fn config_toml(&self) -> String {
         format!(
-            "[server]\ntrim_every_secs = 1\ntcp_user_timeout_secs = 2\n\n[security]\nbody_read_timeout_ms = 500\n\n[sessions]\nretention_after_delivery_ms = {}\nretention_undelivered_ms = {}\n\n[sse]\nkeepalive_ms = {}\n\n[limits]\nrequest_memory_bytes = {}\n\n[modern]\nmax_in_flight = {}\nmax_in_flight_per_caller = {}\n\n[ledger]\nreceipts_per_caller = {}\nreceipt_bytes_total = {}\nreceipt_retention_secs = {}\nsweep_every_secs = 1\n",
+            "[server]\ntrim_every_secs = 1\ntcp_user_timeout_secs = 2\n\n[security]\nbody_read_timeout_ms = 2000\n\n[sessions]\nretention_after_delivery_ms = {}\nretention_undelivered_ms = {}\n\n[sse]\nkeepalive_ms = {}\n\n[limits]\nrequest_memory_bytes = {}\n\n[modern]\nmax_in_flight = {}\nmax_in_flight_per_caller = {}\n\n[ledger]\nreceipts_per_caller = {}\nreceipt_bytes_total = {}\nreceipt_retention_secs = {}\nsweep_every_secs = 1\n",
             self.retention_after_delivery_ms,
             self.retention_undelivered_ms,
             self.keepalive_ms,

@@ -11,8 +11,9 @@
 //! - [`ledger`]: durable records of sessions, streams and receipts (trait, codec, SQLite and
 //!   memory stores, the group-commit writer).
 //! - [`metrics`]: Prometheus text encoding of the supervisor's figures.
-//! - [`client`]: the resilient client's sans-IO core (acceptance point, journal, pacing).
-//! - [`client_http`]: the resilient client's HTTP driver (awc).
+//! - `client`: the resilient client's sans-IO core (acceptance point, journal, pacing);
+//!   feature `client`.
+//! - `client_http`: the resilient client's HTTP driver (awc); feature `client`.
 //! - [`server`]: the facade — [`Server::builder`], serve, graceful stop.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
@@ -20,7 +21,9 @@
 pub use server::Server;
 
 pub mod actor;
+#[cfg(feature = "client")]
 pub mod client;
+#[cfg(feature = "client")]
 pub mod client_http;
 mod clock;
 pub mod config;

@@ -284,7 +284,7 @@ fn settle_time_and_host_settings_follow_the_flags() {
     );
     assert_eq!(
         s.config_toml(),
-        "[server]\ntrim_every_secs = 1\ntcp_user_timeout_secs = 2\n\n[security]\nbody_read_timeout_ms = 500\n\n[sessions]\nretention_after_delivery_ms = 1000\nretention_undelivered_ms = 3000\n\n[sse]\nkeepalive_ms = 1000\n\n[limits]\nrequest_memory_bytes = 60948480\n\n[modern]\nmax_in_flight = 64\nmax_in_flight_per_caller = 16\n\n[ledger]\nreceipts_per_caller = 128\nreceipt_bytes_total = 81920\nreceipt_retention_secs = 10\nsweep_every_secs = 1\n"
+        "[server]\ntrim_every_secs = 1\ntcp_user_timeout_secs = 2\n\n[security]\nbody_read_timeout_ms = 2000\n\n[sessions]\nretention_after_delivery_ms = 1000\nretention_undelivered_ms = 3000\n\n[sse]\nkeepalive_ms = 1000\n\n[limits]\nrequest_memory_bytes = 60948480\n\n[modern]\nmax_in_flight = 64\nmax_in_flight_per_caller = 16\n\n[ledger]\nreceipts_per_caller = 128\nreceipt_bytes_total = 81920\nreceipt_retention_secs = 10\nsweep_every_secs = 1\n"
     );
     // The host takes its bounds: every value in range.
     let mut host = mcp_runtime::config::RuntimeConfig::default();

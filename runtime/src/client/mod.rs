@@ -16,6 +16,7 @@
 
 pub mod accept;
 pub mod budget;
+#[cfg(feature = "sqlite")]
 pub mod durable;
 pub mod journal;
 pub mod modern;

@@ -11,7 +11,9 @@
 //! - Reads are bounded ([`SECRET_MAX_BYTES`]). Nothing here deletes a file it did not create.
 
 use std::fs::{File, OpenOptions};
-use std::io::{Read as _, Seek as _, Write as _};
+use std::io::Write as _;
+#[cfg(feature = "sqlite")]
+use std::io::{Read as _, Seek as _};
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
@@ -77,6 +79,7 @@ pub(crate) fn create_whole(path: &Path, text: &str) -> std::io::Result<()> {
 }
 
 /// Why the lock could not be taken.
+#[cfg(feature = "sqlite")]
 #[derive(Debug)]
 pub(crate) enum LockError {
     /// Another process (or another open of this ledger in this one) holds it.
@@ -89,12 +92,14 @@ pub(crate) enum LockError {
 }
 
 /// The held lock of a ledger (see the module doc). Dropping it releases the lock.
+#[cfg(feature = "sqlite")]
 #[derive(Debug)]
 pub(crate) struct LockFile {
     /// The locked file: the `flock` belongs to this open file description.
     _file: File,
 }
 
+#[cfg(feature = "sqlite")]
 impl LockFile {
     /// Lock `path` (created owner-only if missing) without waiting, and write this process's
     /// pid into it.

@@ -27,6 +27,7 @@ mod files;
 mod memory;
 mod open;
 mod reads;
+#[cfg(feature = "sqlite")]
 mod sqlite;
 mod usage;
 mod writer;
@@ -39,6 +40,7 @@ pub use memory::MemoryStore;
 pub(crate) use open::derive_key;
 pub use open::{Ledger, OpenError, load_or_create_key};
 pub use reads::{READ_QUEUE, READ_THREADS, ReadError, Reads};
+#[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 pub(crate) use usage::{Caller, Entry, Reservation, StoreUsage};
 pub use writer::{

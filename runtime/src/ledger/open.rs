@@ -9,8 +9,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(feature = "sqlite")]
+use super::SqliteStore;
 use super::files;
-use super::{MemoryStore, Op, SqliteStore, Store, StoreError, Writer, WriterSettings};
+use super::{MemoryStore, Op, Store, StoreError, Writer, WriterSettings};
 use crate::clock::Clock;
 use crate::config::{LedgerBackend, RuntimeConfig};
 
@@ -18,6 +20,14 @@ use crate::config::{LedgerBackend, RuntimeConfig};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum OpenError {
+    /// This build has no SQLite store (the `sqlite` feature is off).
+    #[error(
+        "cannot open the ledger {path}: built without the `sqlite` feature (use the memory ledger)"
+    )]
+    NoSqlite {
+        /// The file asked for.
+        path: String,
+    },
     /// The store could not be opened.
     #[error("cannot open the ledger {path}: {source}")]
     Store {
@@ -310,8 +320,13 @@ impl Ledger {
         if l.backend == LedgerBackend::Memory {
             return Ok(Ledger::memory(cfg));
         }
-        let path = Path::new(&l.path);
-        let store = SqliteStore::open(path)?;
+        Ledger::open_sqlite(cfg)
+    }
+
+    #[cfg(feature = "sqlite")]
+    fn open_sqlite(cfg: &RuntimeConfig) -> Result<Ledger, OpenError> {
+        let l = &cfg.ledger;
+        let store = SqliteStore::open(Path::new(&l.path))?;
         let secret = match cfg.cursor_secret() {
             Some(s) => s,
             None => load_or_create_key(&l.key_path(), l.allow_insecure_key)?,
@@ -322,6 +337,11 @@ impl Ledger {
             .map(|p| read_key(Path::new(p), l.allow_insecure_key))
             .collect::<Result<Vec<_>, _>>()?;
         Ledger::start(Arc::new(store), secret, previous, cfg, &l.path, true)
+    }
+
+    #[cfg(not(feature = "sqlite"))]
+    fn open_sqlite(cfg: &RuntimeConfig) -> Result<Ledger, OpenError> {
+        Err(OpenError::NoSqlite { path: cfg.ledger.path.clone() })
     }
 }
 
