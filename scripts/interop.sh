@@ -56,7 +56,7 @@ else
   echo "interop: mcp-load run with connection cuts FAILED"; cat "$log/cut.txt"; failed=$((failed + 1))
 fi
 # The release gate, short (debug build): a baseline phase, each fault scenario alone, then
-# all mixed; every gate must pass. The full run (>= 100,000 events per phase) is in README.
+# all mixed; every gate must pass. The full run (>= 100,000 events per phase) is in docs/testing.md.
 if timeout 900 "$LOAD_BIN" gate --spawn-host "$HOST_BIN" --clients 32 --events-per-phase 1500 \
     --phase-seconds 60 --min-events 15000 --seed 7 --no-progress --json-out "$log/gate.json" > "$log/gate.txt" 2>&1; then
   echo "interop: mcp-load gate (short: 18 phases, every fault scenario, crash, sigterm, rollout, the 2026-07-28 phase and the handles phase included) ok"; passed=$((passed + 1))

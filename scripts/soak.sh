@@ -7,7 +7,7 @@
 # waits in silence; its gates: sessions, streams and request memory back to 0, RSS back within
 # 2x idle, receipts within their total, no refusal but the provoked ones. mcp-load stops its host on every path (and the host exits if mcp-load
 # dies), and gives it a fresh SQLite ledger in a temporary directory that it removes (under this
-# script's TMPDIR, removed at exit). The 10-minute run is in README.
+# script's TMPDIR, removed at exit). The 10-minute run is in docs/testing.md.
 # Usage: scripts/soak.sh [path/to/mcp-host] [path/to/mcp-load]
 set -euo pipefail
 cd "$(dirname "$0")/.."

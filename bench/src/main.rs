@@ -374,7 +374,7 @@ async fn run(target: Target, url: &str, pid: u32, a: &Args) -> Outcome {
         Target::Mcp { sse: true } => "mcp-host tools/call echo (SSE)",
         Target::Mcp { sse: false } => "mcp-host tools/call echo (JSON)",
         // An echo sends nothing before its result, so it is answered with one JSON body even
-        // when the client accepts SSE (see README, "The modern era").
+        // when the client accepts SSE (see docs/protocol.md, the 2026-07-28 era).
         Target::Modern { sse: true } => "mcp-host modern tools/call echo (accepts SSE)",
         Target::Modern { sse: false } => "mcp-host modern tools/call echo (JSON)",
     };

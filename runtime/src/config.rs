@@ -864,8 +864,8 @@ mod tests {
     }
 
     #[test]
-    fn readme_documents_every_setting_with_its_default() {
-        let readme = include_str!("../../README.md");
+    fn the_configuration_page_documents_every_setting_with_its_default() {
+        let readme = include_str!("../../docs/configuration.md");
         let tree = serde_json::to_value(RuntimeConfig::default()).unwrap();
         for (section, fields) in tree.as_object().unwrap() {
             for (field, default) in fields.as_object().unwrap() {
@@ -873,7 +873,7 @@ mod tests {
                 let row = readme
                     .lines()
                     .find(|l| l.starts_with('|') && l.contains(&format!("| {name} |")))
-                    .unwrap_or_else(|| panic!("README lacks {name}"));
+                    .unwrap_or_else(|| panic!("docs/configuration.md lacks {name}"));
                 let shown = match default {
                     serde_json::Value::Null => continue,
                     serde_json::Value::Object(m) if m.is_empty() => "`{}`".to_owned(),
@@ -882,7 +882,7 @@ mod tests {
                 };
                 assert!(
                     row.contains(&shown),
-                    "README row of {name} does not give its default {shown}: {row}"
+                    "docs/configuration.md row of {name} does not give its default {shown}: {row}"
                 );
             }
         }

@@ -513,6 +513,17 @@ async fn mark_if_clean(left: Leftovers, ledger: Ledger) -> Marked {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_readme_shows_the_library_example_as_it_is_built() {
+        let readme = include_str!("../../README.md");
+        let example = include_str!("../examples/one_tool.rs");
+        assert!(
+            readme.contains(&format!("```rust\n{example}```")),
+            "README's library example differs from runtime/examples/one_tool.rs"
+        );
+        assert!(example.lines().count() <= 25, "the example stays within 25 lines");
+    }
+
     const NONE: Leftovers = Leftovers { sessions: 0, streams: 0, in_flight: 0 };
 
     #[test]

@@ -20,7 +20,7 @@ use serde::Deserialize;
     about = "MCP Streamable HTTP host (legacy session era: 2025-03-26, 2025-06-18, 2025-11-25)"
 )]
 pub(crate) struct Flags {
-    /// TOML config file (see README, "Configuration").
+    /// TOML config file (see docs/configuration.md).
     #[arg(long, short = 'c')]
     pub(crate) config: Option<PathBuf>,
     /// Address to bind. Default 127.0.0.1.

@@ -1,4 +1,4 @@
-//! A key rotation as README's procedure does it (the key file moved aside and listed in
+//! A key rotation as docs/durability.md's procedure does it (the key file moved aside and listed in
 //! `ledger.previous_key_files`, a new one created at start) keeps what was made under the
 //! previous key: state handles (found, listed with the same ids, usable, moved to the new key
 //! by their next use), tasks (found and read), and `requestState` values (still accepted).
@@ -97,7 +97,7 @@ fn after_a_key_rotation_baskets_tasks_and_request_states_of_the_previous_key_are
     let port = host.port();
     assert!(host.process.terminate(Duration::from_secs(15)).is_some_and(|s| s.success()));
 
-    // README's procedure: move the key file aside, list it, restart.
+    // The documented procedure (docs/durability.md): move the key file aside, list it, restart.
     let old_key = dir.path().join("mcp-host.db.key.old");
     std::fs::rename(dir.path().join("mcp-host.db.key"), &old_key).unwrap();
     let cfg = auth_config(

@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-/// The host's default limits (README "Error table"; `limits.*` in the config).
+/// The host's default limits (docs/errors.md; `limits.*` in the config).
 pub(crate) const JSON_MAX_VALUES: usize = 262_144;
 pub(crate) const JSON_MAX_DEPTH: usize = 64;
 pub(crate) const HANDSHAKE_MAX_VALUES: usize = 1024;

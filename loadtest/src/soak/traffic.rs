@@ -1547,7 +1547,7 @@ fn has_session(a: &Answer, _: Option<&Value>) -> Result<(), String> {
     }
 }
 
-/// The deliberate probes, by `kind/step`, and their documented answers (README's error
+/// The deliberate probes, by `kind/step`, and their documented answers (docs/errors.md's
 /// table and "Unresumable cursors").
 pub(crate) const PROBES: [(Kind, &str, &str); 32] = [
     (

@@ -877,7 +877,7 @@ impl SessionActor {
 
     /// `resources/subscribe` and `resources/unsubscribe`. Only known resources can be
     /// subscribed to. Nothing is recorded: a session is not told of updates yet (only
-    /// 2026-07-28 `subscriptions/listen` streams are; README "Not yet built").
+    /// 2026-07-28 `subscriptions/listen` streams are; docs/protocol.md).
     fn subscription(&self, method: &str, params: Option<&Value>) -> Result<Value, ErrorObject> {
         let uri = params.and_then(|p| p.get("uri")).and_then(Value::as_str).ok_or_else(|| {
             ErrorObject::new(code::INVALID_PARAMS, "missing string parameter \"uri\"")

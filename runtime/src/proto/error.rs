@@ -812,11 +812,11 @@ mod tests {
     }
 
     #[test]
-    fn readme_error_table_matches_the_rejections() {
-        let readme = include_str!("../../../README.md");
+    fn the_error_table_page_matches_the_rejections() {
+        let page = include_str!("../../../docs/errors.md");
         for (r, when) in Rejection::table() {
             let row = format!("| {} | {} | {} |", r.status(), r.code(), when);
-            assert!(readme.contains(&row), "README error table lacks or differs on: {row}");
+            assert!(page.contains(&row), "docs/errors.md lacks or differs on: {row}");
         }
     }
 
