@@ -15,39 +15,11 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
+pub use super::journal::{EventRef, ReceiptKey, StreamKey};
 use super::journal::{Journal, JournalError, Recorded};
 use crate::proto::ids::JsonRpcId;
 use crate::proto::jsonrpc::{Incoming, Message, parse_body};
 use crate::proto::version::ProtocolVersion;
-
-/// A stream as the client knows it: the session epoch it was opened in and a local number.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct StreamKey {
-    /// Client-side session epoch (incremented on every new handshake).
-    pub session_generation: u32,
-    /// Local stream number, never reused.
-    pub stream: u64,
-}
-
-/// Which event a receipt is for: the server's id, or a local number for events without one.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum EventRef {
-    /// The SSE `id`.
-    Id(String),
-    /// An event without an id (cannot be replayed, so cannot be duplicated by a resume).
-    Unnamed(u64),
-}
-
-/// The deduplication key of an accepted event.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ReceiptKey {
-    /// The stream.
-    pub stream: StreamKey,
-    /// The event.
-    pub event: EventRef,
-    /// SHA-256 of the event data.
-    pub digest: [u8; 32],
-}
 
 /// Who a connection speaks for: session, negotiated version and caller.
 #[derive(Debug, Clone, PartialEq, Eq)]

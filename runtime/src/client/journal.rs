@@ -6,8 +6,36 @@
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 
-use super::accept::{ReceiptKey, StreamKey};
 use crate::proto::ids::JsonRpcId;
+
+/// A stream as the client knows it: the session epoch it was opened in and a local number.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StreamKey {
+    /// Client-side session epoch (incremented on every new handshake).
+    pub session_generation: u32,
+    /// Local stream number, never reused.
+    pub stream: u64,
+}
+
+/// Which event a receipt is for: the server's id, or a local number for events without one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum EventRef {
+    /// The SSE `id`.
+    Id(String),
+    /// An event without an id (cannot be replayed, so cannot be duplicated by a resume).
+    Unnamed(u64),
+}
+
+/// The deduplication key of an accepted event.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ReceiptKey {
+    /// The stream.
+    pub stream: StreamKey,
+    /// The event.
+    pub event: EventRef,
+    /// SHA-256 of the event data.
+    pub digest: [u8; 32],
+}
 
 /// A message waiting for the agent.
 #[derive(Debug, Clone, PartialEq, Eq)]

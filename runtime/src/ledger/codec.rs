@@ -9,6 +9,8 @@
 //!
 //! Timestamps are milliseconds since the Unix epoch (the shells' [`crate::proto::Tick`]).
 
+pub use crate::proto::digest::{digest, hex};
+pub use crate::proto::receipt::Outcome;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -131,16 +133,6 @@ pub enum ReceiptState {
         /// Its outcome.
         outcome: Outcome,
     },
-}
-
-/// How a recorded execution ended.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    /// The JSON-RPC `result`.
-    Result(Value),
-    /// The JSON-RPC `error` object.
-    Error(Value),
 }
 
 /// `mcpIdempotencyReceipt.v1`: one idempotency key of one caller.
@@ -343,49 +335,11 @@ fn validate(record: &Record) -> Result<(), CodecError> {
 /// Hex digits of a session HMAC (128 bits).
 pub const HMAC_HEX_LEN: usize = 32;
 
-/// Lower-case hex.
-#[must_use]
-pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[usize::from(b >> 4)] as char);
-        s.push(DIGITS[usize::from(b & 15)] as char);
-    }
-    s
-}
-
 /// SHA-256 of `bytes`, hex.
 #[must_use]
 pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::{Digest as _, Sha256};
     hex(&Sha256::digest(bytes))
-}
-
-/// SHA-256 of a name and a JSON value (length-prefixed name, then the value serialized
-/// straight into the hash, no buffer; serde_json's map is ordered, so objects are canonical),
-/// hex: the request digest of a stream record and the arguments digest of a receipt.
-#[must_use]
-pub fn digest(name: &str, value: Option<&Value>) -> String {
-    use sha2::{Digest as _, Sha256};
-    struct Hashing(Sha256);
-    impl std::io::Write for Hashing {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.update(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut h = Hashing(Sha256::new());
-    h.0.update((name.len() as u32).to_be_bytes());
-    h.0.update(name.as_bytes());
-    if let Some(v) = value {
-        // Writing a Value into a sink that never fails cannot fail.
-        let _ = serde_json::to_writer(&mut h, v);
-    }
-    hex(&h.0.finalize())
 }
 
 /// Key of a session record.

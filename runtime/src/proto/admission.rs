@@ -278,8 +278,7 @@ pub fn cors_headers(origin: &str) -> [(&'static str, String); 3] {
     ]
 }
 
-/// Most `Mcp-Param-{Name}` headers one preflight may ask for ([`cors_preflight_headers`]).
-pub const CORS_MAX_PARAM_HEADERS: usize = 64;
+pub use super::limits::CORS_MAX_PARAM_HEADERS;
 
 /// Extra headers of a preflight answer (besides [`cors_headers`]). `requested` is the
 /// preflight's `Access-Control-Request-Headers`: the `Mcp-Param-{Name}` headers it names are

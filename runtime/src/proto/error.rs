@@ -2,10 +2,9 @@
 //! its extra headers, defined once. The HTTP layer renders [`Rejection`] and nothing else;
 //! README's error table is generated from the same rows (`Rejection::table`).
 
-use super::admission::CORS_MAX_PARAM_HEADERS;
 use super::ids::JsonRpcId;
 use super::jsonrpc::{ErrorObject, code};
-use super::limits::{Limit, LimitExceeded};
+use super::limits::{CORS_MAX_PARAM_HEADERS, Limit, LimitExceeded};
 
 /// Why a request was refused with 503 (the server is short of something; not the caller's
 /// fault). Each cause has its own `Retry-After`.

@@ -412,6 +412,9 @@ pub fn check_message(m: &Message, l: &MessageLimits) -> Result<(), LimitExceeded
     }
 }
 
+/// Most `Mcp-Param-{Name}` headers one preflight may ask for ([`cors_preflight_headers`]).
+pub const CORS_MAX_PARAM_HEADERS: usize = 64;
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;

@@ -10,6 +10,7 @@
 
 pub mod admission;
 pub mod bucket;
+pub mod digest;
 pub mod error;
 pub mod event_id;
 pub mod forwarded;
@@ -22,6 +23,7 @@ pub mod modern;
 pub mod receipt;
 pub mod replay;
 pub mod rollout;
+pub mod schema;
 pub mod session;
 pub mod stream;
 pub mod task;

@@ -19,7 +19,15 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-pub use crate::ledger::codec::Outcome;
+/// How a recorded execution ended.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The JSON-RPC `result`.
+    Result(Value),
+    /// The JSON-RPC `error` object.
+    Error(Value),
+}
 
 /// What the ledger holds for a key, as far as the table needs it.
 #[derive(Debug, Clone, PartialEq)]
@@ -302,7 +310,7 @@ impl<W: Waiter> ReceiptTable<W> {
 /// canonical form (object members sorted, no whitespace), hex.
 #[must_use]
 pub fn args_digest(tool: &str, args: &Value) -> String {
-    crate::ledger::codec::digest(tool, Some(args))
+    super::digest::digest(tool, Some(args))
 }
 
 #[cfg(test)]

@@ -7,11 +7,11 @@ mod catalog;
 mod changes;
 mod context;
 mod helpers;
-mod schema;
 mod types;
 pub(crate) mod unwind;
 
 pub use crate::proto::modern::listen::ListKind;
+pub use crate::proto::schema::validate_arguments;
 pub use catalog::{
     Catalog, CatalogBuilder, CatalogError, Dispatch, IDEMPOTENCY_KEY_MAX_BYTES,
     IDEMPOTENCY_KEY_META, IdempotentCall, ServerInfo, match_template, resource_not_found,
@@ -22,7 +22,6 @@ pub use helpers::{
     AsyncPrompt, AsyncResource, FnPrompt, FnTemplate, FnTool, StaticResource, prompt_async_fn,
     prompt_fn, resource_async_fn, template_fn, tool_fn,
 };
-pub use schema::validate_arguments;
 pub use types::*;
 
 use std::future::Future;

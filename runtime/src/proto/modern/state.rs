@@ -12,6 +12,8 @@ use hmac::{Hmac, Mac};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
+use crate::proto::digest::hex;
+
 const PREFIX: &str = "v1.";
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
@@ -60,10 +62,6 @@ pub fn request_digest(method: &str, params: Option<&Value>) -> String {
     // serde_json's map is ordered by key: the text is canonical.
     let text = json!({"m": method, "p": p}).to_string();
     hex(&Sha256::digest(text.as_bytes()))
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 fn principal_digest(principal: Option<&str>) -> String {
@@ -152,11 +150,10 @@ pub fn check_answer(method: &str, params: &Value, answer: &Value) -> Result<(), 
                         return Err("content must be an object".into());
                     }
                     match params.get("requestedSchema") {
-                        Some(schema) => {
-                            crate::tools::validate_arguments(schema, content).map_err(|e| {
+                        Some(schema) => crate::proto::schema::validate_arguments(schema, content)
+                            .map_err(|e| {
                                 format!("content does not match the requested schema: {e}")
-                            })
-                        }
+                            }),
                         None => Ok(()),
                     }
                 }
