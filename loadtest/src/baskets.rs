@@ -20,7 +20,10 @@ use mcp_runtime::client_http::{ClientError, Era, McpClient, TaskCall};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::gate::{GateSpec, OUTCOME_UNKNOWN, Phase, connect, end_session};
+use crate::gate::client::{connect, end_session};
+use crate::gate::spec::GateSpec;
+use crate::gate::spec::OUTCOME_UNKNOWN;
+use crate::gate::tally::Phase;
 
 /// Items per basket.
 const ITEMS: usize = 5;

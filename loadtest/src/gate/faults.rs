@@ -1,0 +1,119 @@
+//! The faults the gate makes itself: kills, graceful restarts and flag changes of the host it spawned.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::time::Instant;
+
+use crate::run::SpawnedHost;
+use parking_lot::Mutex;
+use std::sync::Arc;
+
+use super::spec::*;
+use super::tally::*;
+
+/// How the `crash` and `sigterm` scenarios stop the host.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stop {
+    /// SIGKILL.
+    Kill,
+    /// SIGTERM (the graceful drain), waiting for the exit.
+    Term,
+}
+
+/// The `crash` and `sigterm` scenarios: until `stop`, stop the host after a random pause, each
+/// of `stops` in turn, and start it again on the same ledger and port (on a blocking
+/// thread: the clients keep running). The pauses are the crash scenario's when it is among
+/// `stops`.
+pub(crate) async fn kill_now_and_then(
+    host: Arc<Mutex<SpawnedHost>>,
+    seed: u64,
+    stop: Rc<Cell<bool>>,
+    phase: Rc<RefCell<Phase>>,
+    stops: Vec<Stop>,
+) -> Result<(), String> {
+    let mut x = seed | 1;
+    let (low, high) = if stops.contains(&Stop::Kill) { KILL_PAUSE_MS } else { TERM_PAUSE_MS };
+    let mut round = 0usize;
+    loop {
+        let pause_draw = crate::proxy::next_random(&mut x);
+        let pause = low + pause_draw % (high - low);
+        let how = stops[round % stops.len()];
+        round += 1;
+        let until = Instant::now() + Duration::from_millis(pause);
+        while Instant::now() < until {
+            if stop.get() {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let h = Arc::clone(&host);
+        let t0 = Instant::now();
+        let exit = tokio::task::spawn_blocking(move || match how {
+            Stop::Kill => h.lock().kill_and_restart().map(|()| None),
+            Stop::Term => h.lock().terminate_and_restart().map(Some),
+        })
+        .await
+        .map_err(|e| format!("restart: {e}"))??;
+        let mut p = phase.borrow_mut();
+        let _ = p.restart_ms.record(t0.elapsed().as_millis().max(1) as u64);
+        match exit {
+            None => p.kills += 1,
+            Some(code) => {
+                p.restarts += 1;
+                if code != Some(0) {
+                    p.unclean_exits += 1;
+                    p.note_error(format!("graceful stop exited with {code:?}"));
+                }
+            }
+        }
+    }
+}
+
+/// The `rollout` scenario: until `stop` (and at least one whole cycle), set the host's flags
+/// through its admin API to each setting of [`ROLLOUT_CYCLE`] in turn, then roll back, each
+/// kept [`FLIP_EVERY_MS`]. At the end the defaults are set again for the phases after it.
+pub(crate) async fn flip_now_and_then(
+    host: Arc<Mutex<SpawnedHost>>,
+    stop: Rc<Cell<bool>>,
+    phase: Rc<RefCell<Phase>>,
+) -> Result<(), String> {
+    // Asked for each change, and used with the host held: a restart (crash, sigterm in the
+    // mixed phase) moves the admin API to a new port, and waits until the change is made.
+    let with_admin = |h: &Arc<Mutex<SpawnedHost>>,
+                      f: &dyn Fn(&crate::admin::Admin) -> Result<(), String>| {
+        let host = h.lock();
+        f(&host.admin().ok_or("the spawned host has no admin API")?)
+    };
+    let mut step = 0usize;
+    while !stop.get() || phase.borrow().flips < FLIPS_PER_PHASE {
+        let h = Arc::clone(&host);
+        let i = step % (ROLLOUT_CYCLE.len() + 1);
+        tokio::task::spawn_blocking(move || {
+            with_admin(&h, &|a| match ROLLOUT_CYCLE.get(i) {
+                Some((resumable, share)) => {
+                    a.set_flags(&json!({"resumable": resumable, "share": share}))
+                }
+                None => a.rollback(),
+            })
+        })
+        .await
+        .map_err(|e| e.to_string())??;
+        phase.borrow_mut().flips += 1;
+        step += 1;
+        let until = Instant::now() + Duration::from_millis(FLIP_EVERY_MS);
+        while Instant::now() < until && !(stop.get() && phase.borrow().flips >= FLIPS_PER_PHASE) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let h = Arc::clone(&host);
+    tokio::task::spawn_blocking(move || {
+        with_admin(&h, &|a| {
+            a.set_flags(&json!({"resumable": "on", "share": 1.0, "write_tools": "all"}))
+        })
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}

@@ -1,0 +1,54 @@
+//! What a gate run is given ([`GateSpec`]) and its fixed numbers.
+
+use crate::proxy::Scenario;
+use crate::run::SpawnedHost;
+use parking_lot::Mutex;
+use std::sync::Arc;
+
+/// Settings of a gate run.
+#[derive(Debug, Clone)]
+pub(crate) struct GateSpec {
+    pub(crate) url: String,
+    pub(crate) token: Option<String>,
+    pub(crate) other_token: Option<String>,
+    pub(crate) clients: usize,
+    /// A phase ends after this many events (or `phase_seconds`).
+    pub(crate) events_per_phase: u64,
+    pub(crate) phase_seconds: u64,
+    /// The run fails unless its phases together saw this many events.
+    pub(crate) min_events: u64,
+    pub(crate) scenarios: Vec<Scenario>,
+    /// Rate of a scenario in its own phase, and of each scenario in the mixed phase.
+    pub(crate) rate: f64,
+    pub(crate) mixed_rate: f64,
+    pub(crate) seed: u64,
+    /// Calls per session before a virtual client ends it and starts another.
+    pub(crate) calls_per_session: u64,
+    pub(crate) progress: bool,
+    /// The host the gate spawned (the `crash` scenario kills and restarts it).
+    pub(crate) host: Option<Arc<Mutex<SpawnedHost>>>,
+}
+
+/// The text of the receipts' answer to a retry of a call a kill interrupted.
+pub(crate) const OUTCOME_UNKNOWN: &str = "may or may not have taken effect";
+/// When the `crash` scenario kills the host: after a pause drawn from this range (ms).
+pub(crate) const KILL_PAUSE_MS: (u64, u64) = (3_000, 6_000);
+/// A `crash` phase does not end on its event count before this many kills.
+pub(crate) const KILLS_PER_PHASE: u64 = 3;
+/// When the `sigterm` scenario stops the host: after a pause drawn from this range (ms).
+pub(crate) const TERM_PAUSE_MS: (u64, u64) = (2_000, 4_000);
+/// A `sigterm` phase does not end on its event count before this many graceful restarts.
+pub(crate) const RESTARTS_PER_PHASE: u64 = 2;
+/// How long the `rollout` scenario keeps each flag setting (ms).
+pub(crate) const FLIP_EVERY_MS: u64 = 1_200;
+/// The `rollout` scenario's cycle: `(resumable, share)` settings, then a rollback.
+pub(crate) const ROLLOUT_CYCLE: [(&str, f64); 4] =
+    [("off", 1.0), ("shadow", 1.0), ("on", 0.5), ("on", 1.0)];
+/// A `rollout` phase does not end on its event count before one whole cycle and its rollback.
+pub(crate) const FLIPS_PER_PHASE: u64 = ROLLOUT_CYCLE.len() as u64 + 1;
+
+/// Reconnect budget the virtual clients run with (the client defaults).
+pub(crate) const BUDGET_BURST: u32 = 20;
+pub(crate) const BUDGET_PER_SECOND: f64 = 10.0;
+/// Recovery gate from the design: resume p99 under 5 s.
+pub(crate) const RESUME_P99_LIMIT_MS: u64 = 5_000;
