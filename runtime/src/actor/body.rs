@@ -14,12 +14,12 @@ use std::convert::Infallible;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use actix::Addr;
+use actix::Recipient;
 use actix_web::body::{BodySize, MessageBody};
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use super::stream::{Detached, SessionLink, StreamActor, StreamReport};
+use super::links::{Detached, SessionLink, StreamReport};
 
 /// Initial frames up to this size are joined into one write.
 const JOIN_MAX_BYTES: usize = 16 << 10;
@@ -27,7 +27,7 @@ const JOIN_MAX_BYTES: usize = 16 << 10;
 /// Where a body reports its end: its stream (to pick the retention) and its session (to
 /// count the connection off).
 pub(crate) struct ConnectionOwner {
-    pub(crate) stream: Addr<StreamActor>,
+    pub(crate) stream: Recipient<Detached>,
     pub(crate) session: SessionLink,
     pub(crate) conn: u64,
 }
@@ -125,13 +125,13 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use actix::prelude::{Actor, AsyncContext, Context, Handler, Message, MessageResult};
+    use actix::prelude::{Actor, Addr, AsyncContext, Context, Handler, Message, MessageResult};
 
     use super::*;
     use crate::actor::budget::MemoryBudget;
     use crate::actor::durable::{LedgerCtx, StreamLedger};
     use crate::actor::stats::RuntimeStats;
-    use crate::actor::stream::{KeepaliveRunning, Stop, StreamEnv};
+    use crate::actor::stream::{KeepaliveRunning, Stop, StreamActor, StreamEnv};
     use crate::ledger::Ledger;
     use crate::proto::event_id::CursorKey;
     use crate::proto::ids::{Generation, StreamId, Tick};

@@ -25,6 +25,7 @@ mod body;
 mod budget;
 mod durable;
 mod generations;
+mod links;
 mod receipts;
 mod registry;
 mod session;

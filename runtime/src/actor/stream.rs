@@ -20,10 +20,11 @@ use super::body::{ConnectionOwner, SseBody};
 use super::budget::{Charge, MemoryBudget};
 use super::durable::{LedgerCtx, StreamLedger};
 use super::generations::GenCount;
+pub(crate) use super::links::{Detached, SessionLink, StreamReport};
 use super::stats::RuntimeStats;
 use crate::ledger::Durability;
 use crate::proto::error::Rejection;
-use crate::proto::ids::{Seq, StreamId, Tick};
+use crate::proto::ids::{Seq, Tick};
 use crate::proto::rollout::{StreamMode, verify_shadow};
 use crate::proto::stream::{
     Attachment, CloseReason, Delivery, StreamCore, StreamState, StreamTiming,
@@ -43,11 +44,6 @@ pub(crate) struct StreamEnv {
     pub(crate) clock: crate::clock::Clock,
 }
 
-/// Where a session's streams and their connection bodies report: made once per session and
-/// shared (a `Recipient` clone allocates; an `Arc` clone does not, and this is on every SSE
-/// response's path).
-pub(crate) type SessionLink = Arc<Recipient<StreamReport>>;
-
 /// What a stream is started with from its session: where it reports, what every stream
 /// shares, and its caller's share of the memory budget.
 pub(crate) struct StreamLinks {
@@ -56,28 +52,6 @@ pub(crate) struct StreamLinks {
     pub(crate) caller_budget: Arc<MemoryBudget>,
     /// The session's span (the stream's is its child).
     pub(crate) span: tracing::Span,
-}
-
-/// Reports of a stream (and of its connections' bodies) to its session.
-#[derive(Message, Debug, Clone, Copy, PartialEq, Eq)]
-#[rtype(result = "()")]
-pub(crate) enum StreamReport {
-    /// A resuming connection attached (the first connection is counted by the session).
-    ConnectionStarted,
-    /// A connection's body was dropped (sent by the body itself).
-    ConnectionEnded,
-    /// The stream produced its last event; its window holds `bytes`.
-    Closed {
-        /// The stream.
-        stream: StreamId,
-        /// Bytes its window holds.
-        bytes: usize,
-    },
-    /// A resume found the events after its cursor lost; the stream answered its request
-    /// with an "events lost" error and closed: the request must end.
-    EventsLost(StreamId),
-    /// The stream's retention ended; it stopped.
-    Gone(StreamId),
 }
 
 struct Writer {
@@ -145,14 +119,6 @@ pub(crate) struct Attach {
     pub(crate) reply: oneshot::Sender<Result<SseBody, Rejection>>,
 }
 
-/// A connection's body was dropped; `drained` = it returned every frame and ended normally.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct Detached {
-    pub(crate) conn: u64,
-    pub(crate) drained: bool,
-}
-
 /// Close without a further event (cancellation).
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -214,7 +180,8 @@ impl StreamActor {
             let (tx, rx) = mpsc::channel(env.write_queue_frames);
             (Some(Writer { conn, tx }), Some(rx))
         };
-        let owner = ConnectionOwner { stream: addr, session: Arc::clone(&session), conn };
+        let owner =
+            ConnectionOwner { stream: addr.recipient(), session: Arc::clone(&session), conn };
         let mut actor = StreamActor::with_core(
             core,
             writer,
@@ -362,7 +329,7 @@ impl StreamActor {
     fn body_for(&mut self, att: Attachment, ctx: &mut Context<Self>) -> SseBody {
         self.report(StreamReport::ConnectionStarted);
         let owner = ConnectionOwner {
-            stream: ctx.address(),
+            stream: ctx.address().recipient(),
             session: Arc::clone(&self.session),
             conn: att.conn,
         };
