@@ -24,7 +24,9 @@
 mod body;
 mod budget;
 mod durable;
+mod env;
 mod generations;
+mod lifecycle;
 mod links;
 mod receipts;
 mod registry;
@@ -37,8 +39,10 @@ pub use body::SseBody;
 pub use budget::{Charge, MemoryBudget};
 pub use generations::{Counted, Gen, GenCount, GenOrigin, GenSettings, GenStatus, Generations};
 pub use receipts::IDEMPOTENCY_RESULT_META;
-pub use registry::{Inbox, InboxTicket, QuotaKey, Registry, SessionHandle};
-pub use session::{Delete, JsonReply, OpenGet, Post, PostOutcome, Resume, SessionActor};
+pub use registry::{Inbox, InboxTicket, QuotaKey, Registered, Registry};
+pub use session::{
+    Delete, JsonReply, OpenGet, Post, PostOutcome, Resume, SessionActor, SessionHandle,
+};
 pub use stats::{ConnectionGuard, Kept, KeptFigures, RequestCharge, RuntimeStats, StatsSnapshot};
 pub(crate) use stats::{ListenPlace, ModernInFlight};
 pub use stream::StreamActor;

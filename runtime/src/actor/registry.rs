@@ -1,4 +1,4 @@
-//! Session registry: `SessionId -> SessionHandle` in a sharded map, the live-session count
+//! Session registry: `SessionId -> handle` in a sharded map, the live-session count
 //! and the per-caller session counts of the quotas. Guards are held only for the lookup
 //! (never across an await); a handle is cloned out.
 //!
@@ -11,13 +11,10 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use actix::prelude::{Addr, Handler, Message, SendError};
 use parking_lot::{Mutex, RwLock};
 
 use super::budget::MemoryBudget;
-use super::session::SessionActor;
 use crate::proto::error::{Overload, Quota, Rejection};
-use crate::proto::event_id::CursorSigner;
 use crate::proto::ids::SessionId;
 
 const SHARDS: usize = 16;
@@ -34,44 +31,11 @@ pub enum QuotaKey {
     Unknown,
 }
 
-/// What a request needs to reach a session without messaging it: its address, owner and
-/// cursor signer.
-#[derive(Debug, Clone)]
-pub struct SessionHandle {
-    /// The session actor.
-    pub addr: Addr<SessionActor>,
+/// What the registry keeps of a session (its handle, cloned out on every lookup): the
+/// session's module defines it; the registry needs only its inbox.
+pub trait Registered: Clone + std::fmt::Debug + Send + Sync + 'static {
     /// Requests' messages waiting in the session's mailbox.
-    pub inbox: Arc<Inbox>,
-    /// The owning principal (authentication on).
-    pub principal: Option<Arc<str>>,
-    /// Verifies cursors for this session and owner.
-    pub signer: Arc<CursorSigner>,
-    /// The caller's share of the stream memory budget.
-    pub caller_budget: Arc<MemoryBudget>,
-}
-
-impl SessionHandle {
-    /// Hand a request's message to the session, with the place in its [`Inbox`] taken when
-    /// the session was found ([`Registry::enter`]).
-    ///
-    /// # Errors
-    /// [`Rejection::Overloaded`] (`503`, mailbox) when the mailbox is full;
-    /// [`Rejection::SessionNotFound`] when the session has stopped.
-    pub fn deliver<M>(
-        &self,
-        ticket: InboxTicket,
-        message: impl FnOnce(InboxTicket) -> M,
-    ) -> Result<(), Rejection>
-    where
-        M: Message + Send + 'static,
-        M::Result: Send,
-        SessionActor: Handler<M>,
-    {
-        self.addr.try_send(message(ticket)).map_err(|e| match e {
-            SendError::Full(_) => Rejection::Overloaded(Overload::Mailbox),
-            SendError::Closed(_) => Rejection::SessionNotFound,
-        })
-    }
+    fn inbox(&self) -> &Arc<Inbox>;
 }
 
 /// The bound on requests' messages waiting for one session (`sessions.mailbox`), counted
@@ -125,8 +89,8 @@ struct Caller {
 
 /// The sharded session map.
 #[derive(Debug)]
-pub struct Registry {
-    shards: Vec<RwLock<HashMap<SessionId, SessionHandle>>>,
+pub struct Registry<H> {
+    shards: Vec<RwLock<HashMap<SessionId, H>>>,
     hasher: RandomState,
     /// Live plus reserved sessions; reservations make the limit check atomic.
     count: AtomicUsize,
@@ -140,15 +104,15 @@ pub struct Registry {
     quiet: Arc<tokio::sync::Notify>,
 }
 
-impl Default for Registry {
-    fn default() -> Registry {
+impl<H> Default for Registry<H> {
+    fn default() -> Registry<H> {
         Registry::with_quiet(Arc::default())
     }
 }
 
-impl Registry {
+impl<H> Registry<H> {
     /// An empty registry; `quiet` is told when the last session leaves.
-    pub(crate) fn with_quiet(quiet: Arc<tokio::sync::Notify>) -> Registry {
+    pub(crate) fn with_quiet(quiet: Arc<tokio::sync::Notify>) -> Registry<H> {
         Registry {
             quiet,
             shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
@@ -160,13 +124,13 @@ impl Registry {
     }
 }
 
-impl Registry {
+impl<H: Registered> Registry<H> {
     /// Whether the session recorded under ledger HMAC `hmac` is live here.
     pub(crate) fn is_live_hmac(&self, hmac: &str) -> bool {
         self.live_hmacs.lock().contains(hmac)
     }
 
-    fn shard(&self, id: &SessionId) -> &RwLock<HashMap<SessionId, SessionHandle>> {
+    fn shard(&self, id: &SessionId) -> &RwLock<HashMap<SessionId, H>> {
         &self.shards[(self.hasher.hash_one(id) as usize) % SHARDS]
     }
 
@@ -176,16 +140,16 @@ impl Registry {
     ///
     /// # Errors
     /// [`Rejection::Overloaded`] (`503`, mailbox) when its inbox is full.
-    pub fn enter(&self, id: &SessionId) -> Option<Result<(SessionHandle, InboxTicket), Rejection>> {
+    pub fn enter(&self, id: &SessionId) -> Option<Result<(H, InboxTicket), Rejection>> {
         let shard = self.shard(id).read();
         let h = shard.get(id)?;
-        Some(h.inbox.enter().map(|t| (h.clone(), t)))
+        Some(h.inbox().enter().map(|t| (h.clone(), t)))
     }
 
     /// The handle of a registered session, without a place in its inbox (for control
     /// messages, which do not wait in it).
     #[must_use]
-    pub(crate) fn handle(&self, id: &SessionId) -> Option<SessionHandle> {
+    pub(crate) fn handle(&self, id: &SessionId) -> Option<H> {
         self.shard(id).read().get(id).cloned()
     }
 
@@ -206,7 +170,7 @@ impl Registry {
         self: &Arc<Self>,
         key: QuotaKey,
         limits: SlotLimits,
-    ) -> Result<Reservation, Rejection> {
+    ) -> Result<Reservation<H>, Rejection> {
         let mut per_key = self.per_key.lock();
         let (mine, budget) = match per_key.get(&key) {
             Some(c) => (c.sessions, Arc::clone(&c.budget)),
@@ -268,7 +232,7 @@ impl Registry {
 
     /// Every handle (for shutdown).
     #[must_use]
-    pub fn all(&self) -> Vec<SessionHandle> {
+    pub fn all(&self) -> Vec<H> {
         self.shards.iter().flat_map(|s| s.read().values().cloned().collect::<Vec<_>>()).collect()
     }
 }
@@ -287,8 +251,8 @@ pub struct SlotLimits {
 /// A reserved slot, not yet holding a session.
 #[derive(Debug)]
 #[must_use = "dropping a reservation releases the slot"]
-pub struct Reservation {
-    registry: Option<Arc<Registry>>,
+pub struct Reservation<H: Registered> {
+    registry: Option<Arc<Registry<H>>>,
     key: Option<QuotaKey>,
     budget: Arc<MemoryBudget>,
 }
@@ -307,7 +271,7 @@ impl QuotaKey {
     }
 }
 
-impl Reservation {
+impl<H: Registered> Reservation<H> {
     /// The owner (see [`QuotaKey::owner`]) of the caller the reservation counts.
     #[must_use]
     pub fn owner(&self) -> Option<Arc<str>> {
@@ -321,17 +285,17 @@ impl Reservation {
     }
 
     /// Publish the session under `id`; the returned guard deregisters it on drop.
-    pub fn insert(mut self, id: SessionId, handle: SessionHandle, hmac: Arc<str>) -> RegistryGuard {
+    pub fn insert(mut self, id: SessionId, handle: H, hmac: Arc<str>) -> RegistryGuard<H> {
         let registry = self.registry.take().expect("reservation used once");
         let key = self.key.take().expect("reservation used once");
-        let inbox = Arc::clone(&handle.inbox);
+        let inbox = Arc::clone(handle.inbox());
         registry.live_hmacs.lock().insert(Arc::clone(&hmac));
         registry.shard(&id).write().insert(id.clone(), handle);
         RegistryGuard { registry, id, key, inbox, hmac, removed: false }
     }
 }
 
-impl Drop for Reservation {
+impl<H: Registered> Drop for Reservation<H> {
     fn drop(&mut self) {
         if let (Some(r), Some(k)) = (&self.registry, &self.key) {
             r.release(k);
@@ -342,8 +306,8 @@ impl Drop for Reservation {
 /// Owned by the session actor: dropping it (on every exit path of the actor) removes the
 /// session from the registry and frees its slot and its caller's quota.
 #[derive(Debug)]
-pub struct RegistryGuard {
-    registry: Arc<Registry>,
+pub struct RegistryGuard<H: Registered> {
+    registry: Arc<Registry<H>>,
     id: SessionId,
     key: QuotaKey,
     inbox: Arc<Inbox>,
@@ -353,13 +317,13 @@ pub struct RegistryGuard {
     removed: bool,
 }
 
-impl RegistryGuard {
+impl<H: Registered> RegistryGuard<H> {
     /// Deregister the session to park it, unless a request holds a place in its inbox (then
     /// the guard comes back and the session stays).
     ///
     /// # Errors
     /// The guard, when the inbox is not empty.
-    pub fn park(mut self) -> Result<(), RegistryGuard> {
+    pub fn park(mut self) -> Result<(), RegistryGuard<H>> {
         {
             let mut shard = self.registry.shard(&self.id).write();
             if self.inbox.queued.load(Ordering::Acquire) > 0 {
@@ -375,7 +339,7 @@ impl RegistryGuard {
     }
 }
 
-impl Drop for RegistryGuard {
+impl<H: Registered> Drop for RegistryGuard<H> {
     fn drop(&mut self) {
         if !self.removed {
             // Under the shard lock, like the insert: a revive's new entry is not touched.
@@ -391,13 +355,23 @@ impl Drop for RegistryGuard {
 mod tests {
     use super::*;
 
+    /// A handle with nothing but its inbox.
+    #[derive(Debug, Clone)]
+    struct Handle(Arc<Inbox>);
+
+    impl Registered for Handle {
+        fn inbox(&self) -> &Arc<Inbox> {
+            &self.0
+        }
+    }
+
     fn limits(max: usize, max_per_key: usize) -> SlotLimits {
         SlotLimits { max, max_per_key, memory_per_key: 1000 }
     }
 
     #[test]
     fn per_key_quota_refuses_429_and_the_table_503_and_drops_give_back() {
-        let r = Arc::new(Registry::default());
+        let r = Arc::new(Registry::<Handle>::default());
         let alice = QuotaKey::Principal("alice".into());
         let bob = QuotaKey::Principal("bob".into());
         let a1 = r.reserve(alice.clone(), limits(3, 2)).unwrap();
@@ -421,7 +395,7 @@ mod tests {
 
     #[test]
     fn a_refused_reservation_leaves_the_counts_unchanged() {
-        let r = Arc::new(Registry::default());
+        let r = Arc::new(Registry::<Handle>::default());
         let k = QuotaKey::Unknown;
         let _a = r.reserve(k.clone(), limits(1, 5)).unwrap();
         assert!(r.reserve(k.clone(), limits(1, 5)).is_err());
@@ -430,7 +404,7 @@ mod tests {
 
     #[test]
     fn a_callers_sessions_share_one_memory_budget_and_a_full_one_refuses_429() {
-        let r = Arc::new(Registry::default());
+        let r = Arc::new(Registry::<Handle>::default());
         let k = QuotaKey::Principal("alice".into());
         let a = r.reserve(k.clone(), limits(10, 10)).unwrap();
         let b = r.reserve(k.clone(), limits(10, 10)).unwrap();

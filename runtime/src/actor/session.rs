@@ -18,13 +18,14 @@ use tokio_util::sync::CancellationToken;
 use super::body::SseBody;
 use super::budget::{Charge, MemoryBudget};
 use super::durable::{self, LedgerCtx, SessionMeta, StreamLedger};
+use super::env::{SessionEnv, Settle};
 use super::generations::{Counted, GenCount, Generations};
-use super::registry::{InboxTicket, RegistryGuard};
+use super::lifecycle::Phase;
+use super::registry::{Inbox, InboxTicket, Registered, RegistryGuard};
 use super::stream::{
     Attach, Close, Drain as DrainStream, Emit, PollClose, SessionLink, Stop as StopStream,
     StreamActor, StreamLinks, StreamReport,
 };
-use super::supervisor::{Phase, Settle, Supervisor};
 use crate::ledger::codec::{Handshake, RecordState};
 use crate::proto::admission::ReplyMode;
 use crate::proto::error::{Overload, Rejection};
@@ -84,10 +85,10 @@ pub struct SessionActor {
     /// Counted live in the generation it was opened (or revived) under.
     _generation: GenCount,
     client_caps: Arc<Value>,
-    sup: Arc<Supervisor>,
+    sup: Arc<dyn SessionEnv>,
     /// Deregisters the session when dropped: taken explicitly before a DELETE or expiry is
     /// acknowledged, and dropped with the actor on every other exit path.
-    guard: Option<RegistryGuard>,
+    guard: Option<RegistryGuard<SessionHandle>>,
     /// The one armed timer and the tick it is armed for.
     timer: Option<(Tick, SpawnHandle)>,
     /// Why the session ended, for JSON replies still owed.
@@ -290,11 +291,57 @@ pub(crate) struct Restore {
     pub(crate) complete: bool,
 }
 
+/// What a request needs to reach a session without messaging it: its address, owner and
+/// cursor signer.
+#[derive(Debug, Clone)]
+pub struct SessionHandle {
+    /// The session actor.
+    pub addr: Addr<SessionActor>,
+    /// Requests' messages waiting in the session's mailbox.
+    pub inbox: Arc<Inbox>,
+    /// The owning principal (authentication on).
+    pub principal: Option<Arc<str>>,
+    /// Verifies cursors for this session and owner.
+    pub signer: Arc<CursorSigner>,
+    /// The caller's share of the stream memory budget.
+    pub caller_budget: Arc<MemoryBudget>,
+}
+
+impl SessionHandle {
+    /// Hand a request's message to the session, with the place in its [`Inbox`] taken when
+    /// the session was found ([`Registry::enter`]).
+    ///
+    /// # Errors
+    /// [`Rejection::Overloaded`] (`503`, mailbox) when the mailbox is full;
+    /// [`Rejection::SessionNotFound`] when the session has stopped.
+    pub fn deliver<M>(
+        &self,
+        ticket: InboxTicket,
+        message: impl FnOnce(InboxTicket) -> M,
+    ) -> Result<(), Rejection>
+    where
+        M: actix::Message + Send + 'static,
+        M::Result: Send,
+        SessionActor: Handler<M>,
+    {
+        self.addr.try_send(message(ticket)).map_err(|e| match e {
+            SendError::Full(_) => Rejection::Overloaded(Overload::Mailbox),
+            SendError::Closed(_) => Rejection::SessionNotFound,
+        })
+    }
+}
+
+impl Registered for SessionHandle {
+    fn inbox(&self) -> &Arc<Inbox> {
+        &self.inbox
+    }
+}
+
 impl SessionActor {
     pub(crate) fn new(
         seed: SessionSeed,
-        sup: Arc<Supervisor>,
-        guard: RegistryGuard,
+        sup: Arc<dyn SessionEnv>,
+        guard: RegistryGuard<SessionHandle>,
         link: SessionLink,
     ) -> SessionActor {
         let cfg = sup.config();

@@ -16,7 +16,8 @@ use super::budget::MemoryBudget;
 use super::durable::LedgerCtx;
 use super::generations::{GenOrigin, GenSettings, Generations};
 use super::receipts::Receipts;
-use super::registry::{Inbox, QuotaKey, Registry, SessionHandle, SlotLimits};
+use super::registry::{Inbox, QuotaKey, Registry, SlotLimits};
+use super::session::SessionHandle;
 use super::session::{Restore, SessionActor, SessionSeed};
 use super::stats::{RuntimeStats, StatsSnapshot};
 use super::stream::StreamEnv;
@@ -32,31 +33,8 @@ use crate::proto::mcp::InitializeRequest;
 use crate::proto::version::ProtocolVersion;
 use crate::tools::Catalog;
 
-/// Lifecycle phase of the process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Phase {
-    /// Built, not serving yet.
-    Starting,
-    /// Admitting new requests.
-    Serving,
-    /// Stopping: new requests get 503 with `Retry-After`; in-flight ones finish, then every
-    /// stream ends with a `retry` hint.
-    Draining,
-    /// Every session stopped ([`Supervisor::mark_stopped`]); the ledger is being flushed.
-    Stopped,
-}
-
-/// The published lifecycle: the phase and the current generation, with when it changed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct Lifecycle {
-    /// The phase.
-    pub phase: Phase,
-    /// The current generation.
-    pub generation: Generation,
-    /// When the phase or the generation last changed (ms since the epoch).
-    pub since_ms: u64,
-}
+pub(crate) use super::env::{Settle, ToolDoor};
+pub use super::lifecycle::{Lifecycle, Phase};
 
 /// Session-creation rate per caller: one token bucket per [`QuotaKey`], at most
 /// `max_entries` of them. A full bucket equals a new one, so when the map is full a newcomer
@@ -124,17 +102,6 @@ impl RateLimiter {
     }
 }
 
-/// What the door decided for a request ([`Supervisor::admit_tool_call`]).
-pub(crate) struct ToolDoor {
-    /// A `tools/call`'s idempotency key (`Ok(None)`: none, or not a call of a write tool).
-    pub(crate) call:
-        Result<Option<crate::tools::IdempotentCall>, crate::proto::jsonrpc::ErrorObject>,
-    /// What its stream, if it gets one, is for.
-    pub(crate) purpose: crate::proto::rollout::StreamPurpose,
-    /// A keyed call's place among its caller's receipts.
-    pub(crate) place: Option<crate::ledger::Reservation>,
-}
-
 /// Process-wide owner of sessions.
 pub struct Supervisor {
     /// Seal 2026-07-28 `requestState` values (derived from the ledger's key once): the
@@ -147,7 +114,7 @@ pub struct Supervisor {
     cfg: Arc<RuntimeConfig>,
     admit: AdmitPolicy,
     catalog: Arc<Catalog>,
-    registry: Arc<Registry>,
+    registry: Arc<Registry<SessionHandle>>,
     rate: RateLimiter,
     key: CursorKey,
     /// The generations with something alive, the current one last.
@@ -267,7 +234,7 @@ impl ReviveLocks {
 struct LedgerCap {
     max: usize,
     idle_ttl_ms: u64,
-    registry: Arc<Registry>,
+    registry: Arc<Registry<SessionHandle>>,
     revive_locks: Arc<ReviveLocks>,
     settling: Arc<Mutex<SettlingMap>>,
     stats: Arc<RuntimeStats>,
@@ -368,15 +335,6 @@ impl LedgerCap {
 
 /// Session HMAC -> why its last writes are on their way, and how many batches of them.
 type SettlingMap = HashMap<Arc<str>, (Settle, usize)>;
-
-/// Why a session's last writes are on their way to the ledger.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Settle {
-    /// It ended (DELETE, expiry): not to be revived.
-    Ended,
-    /// It parked: a revive reads its record once these writes are committed.
-    Parked,
-}
 
 impl std::fmt::Debug for Supervisor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -945,7 +903,7 @@ impl Supervisor {
     fn start_session(
         self: &Arc<Self>,
         mut seed: SessionSeed,
-        reservation: super::registry::Reservation,
+        reservation: super::registry::Reservation<SessionHandle>,
     ) {
         let sup = Arc::clone(self);
         seed.owner = reservation.owner();
@@ -1238,6 +1196,51 @@ impl Supervisor {
             h.addr.do_send(super::session::Shutdown);
         }
         all.len()
+    }
+}
+
+impl super::env::SessionEnv for Supervisor {
+    fn now(&self) -> Tick {
+        Supervisor::now(self)
+    }
+    fn phase(&self) -> Phase {
+        Supervisor::phase(self)
+    }
+    fn config(&self) -> &Arc<RuntimeConfig> {
+        Supervisor::config(self)
+    }
+    fn catalog(&self) -> &Arc<Catalog> {
+        Supervisor::catalog(self)
+    }
+    fn stats(&self) -> &Arc<RuntimeStats> {
+        Supervisor::stats(self)
+    }
+    fn stream_env(&self) -> &Arc<StreamEnv> {
+        Supervisor::stream_env(self)
+    }
+    fn generations(&self) -> &Arc<Generations> {
+        Supervisor::generations(self)
+    }
+    fn receipts(&self) -> &Arc<Receipts> {
+        Supervisor::receipts(self)
+    }
+    fn admit_tool_call(
+        &self,
+        method: &str,
+        params: Option<&Value>,
+        owner: &crate::ledger::Caller,
+    ) -> Result<ToolDoor, Rejection> {
+        Supervisor::admit_tool_call(self, method, params, owner)
+    }
+    fn admit_recorded_stream(
+        &self,
+        purpose: crate::proto::rollout::StreamPurpose,
+        standalone: bool,
+    ) -> Result<(), Rejection> {
+        Supervisor::admit_recorded_stream(self, purpose, standalone)
+    }
+    fn settle(&self, hmac: &Arc<str>, why: Settle, ops: Vec<crate::ledger::Op>) {
+        Supervisor::settle(self, hmac, why, ops);
     }
 }
 
