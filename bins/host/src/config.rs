@@ -151,6 +151,20 @@ pub(crate) struct AdminConfig {
     pub(crate) token_file: PathBuf,
 }
 
+impl AdminConfig {
+    /// The admin token: the configured one, else the token file's (created on first start with
+    /// mode 0600, like the ledger key, and refused like it when it is a symbolic link or others
+    /// may read it, unless `allow_insecure`).
+    pub(crate) fn token_value(&self, allow_insecure: bool) -> Result<String, String> {
+        if let Some(t) = &self.token {
+            return Ok(t.trim().to_owned());
+        }
+        let bytes = mcp_runtime::ledger::load_or_create_key(&self.token_file, allow_insecure)
+            .map_err(|e| format!("admin token file {}: {e}", self.token_file.display()))?;
+        Ok(mcp_runtime::ledger::codec::hex(&bytes))
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 struct ServerSection {

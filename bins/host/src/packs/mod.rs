@@ -10,6 +10,31 @@ mod soak;
 
 use mcp_runtime::tools::CatalogBuilder;
 
+/// The host's catalog: its packs, with the ledger and basket packs journalling beside a
+/// SQLite ledger (so their duplicate counts survive restarts). Their journals are opened
+/// here: call it once the ledger is locked for this process.
+///
+/// # Errors
+/// An unknown pack, a journal that does not open, a catalog that does not build.
+pub(crate) fn for_host(
+    packs: &[String],
+    ledger: &mcp_runtime::config::LedgerConfig,
+    basket_idle_ttl_secs: u64,
+) -> Result<mcp_runtime::tools::Catalog, String> {
+    let beside = |ext: &str| {
+        (ledger.backend == mcp_runtime::config::LedgerBackend::Sqlite)
+            .then(|| std::path::PathBuf::from(format!("{}.{ext}", ledger.path)))
+    };
+    let (appends, orders) = (beside("appends"), beside("orders"));
+    build(
+        packs,
+        &Journals { ledger: appends.as_deref(), orders: orders.as_deref() },
+        basket_idle_ttl_secs,
+    )?
+    .build(mcp_runtime::tools::ServerInfo::new("mcp-host", env!("CARGO_PKG_VERSION")))
+    .map_err(|e| e.to_string())
+}
+
 /// Where the packs that count effects journal them (none: memory only).
 pub(crate) struct Journals<'a> {
     /// The `ledger` pack's applied keys.
