@@ -382,5 +382,25 @@ pub fn cpu_ticks(pid: u32) -> Option<u64> {
     stat_ticks(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
+/// The body of a `Transfer-Encoding: chunked` message, decoded (chunk extensions ignored); a
+/// body cut short gives what arrived whole, up to the cut.
+#[must_use]
+pub fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(eol) = b.windows(2).position(|w| w == b"\r\n") {
+        let size = String::from_utf8_lossy(&b[..eol]);
+        let size = size.split(';').next().unwrap_or_default().trim();
+        let Ok(n) = usize::from_str_radix(size, 16) else { break };
+        let rest = &b[eol + 2..];
+        if n == 0 || rest.len() < n {
+            out.extend_from_slice(&rest[..rest.len().min(n)]);
+            break;
+        }
+        out.extend_from_slice(&rest[..n]);
+        b = rest[n..].strip_prefix(b"\r\n").unwrap_or(&rest[n..]);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests;

@@ -142,3 +142,11 @@ fn the_admin_line_gives_the_admin_base_url() {
     assert_eq!(parse_admin_line("mcp-host listening on http://127.0.0.1:1/mcp"), None);
     assert_eq!(parse_admin_line("mcp-host admin on ftp://x/admin/status"), None);
 }
+
+#[test]
+fn dechunk_joins_the_chunks_ignores_extensions_and_keeps_what_arrived_of_a_cut_body() {
+    assert_eq!(dechunk(b"5\r\nhello\r\n3\r\n ok\r\n0\r\n\r\n"), b"hello ok");
+    assert_eq!(dechunk(b"5;name=v\r\nhello\r\n0\r\n\r\n"), b"hello");
+    assert_eq!(dechunk(b"a\r\nhello"), b"hello", "cut inside a chunk");
+    assert_eq!(dechunk(b"zz\r\nhello"), b"", "not a size");
+}

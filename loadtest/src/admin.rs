@@ -46,7 +46,7 @@ impl Admin {
             .ok_or_else(|| format!("admin {path}: no status"))?;
         let body = &raw[split + 4..];
         let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
-            dechunk(body)
+            mcp_devtools::dechunk(body)
         } else {
             body.to_vec()
         };
@@ -76,23 +76,6 @@ impl Admin {
             (s, b) => Err(format!("GET /metrics: {s} {b}")),
         }
     }
-}
-
-fn dechunk(mut b: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(eol) = b.windows(2).position(|w| w == b"\r\n") {
-        let Ok(n) = usize::from_str_radix(String::from_utf8_lossy(&b[..eol]).trim(), 16) else {
-            break;
-        };
-        let rest = &b[eol + 2..];
-        if n == 0 || rest.len() < n {
-            out.extend_from_slice(&rest[..rest.len().min(n)]);
-            break;
-        }
-        out.extend_from_slice(&rest[..n]);
-        b = rest[n..].strip_prefix(b"\r\n").unwrap_or(&rest[n..]);
-    }
-    out
 }
 
 /// Prometheus text samples (comments and `_bucket` series left out).
@@ -125,6 +108,5 @@ mod tests {
         assert_eq!(s.len(), 3);
         assert_eq!(total(&s, "a_total"), 5.0);
         assert_eq!(total(&s, "h_count"), 4.0);
-        assert_eq!(dechunk(b"5\r\nhello\r\n3\r\n ok\r\n0\r\n\r\n"), b"hello ok");
     }
 }

@@ -123,22 +123,7 @@ pub(crate) fn http_at(
     (status, head, body)
 }
 
-pub(crate) fn dechunk(mut b: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(eol) = b.windows(2).position(|w| w == b"\r\n") {
-        let Ok(n) = usize::from_str_radix(std::str::from_utf8(&b[..eol]).unwrap_or("").trim(), 16)
-        else {
-            break;
-        };
-        if n == 0 || b.len() < eol + 2 + n {
-            out.extend_from_slice(&b[(eol + 2).min(b.len())..b.len().min(eol + 2 + n)]);
-            break;
-        }
-        out.extend_from_slice(&b[eol + 2..eol + 2 + n]);
-        b = &b[(eol + 4 + n).min(b.len())..];
-    }
-    out
-}
+pub(crate) use mcp_devtools::dechunk;
 
 pub(crate) fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
     head.lines().find_map(|l| {
