@@ -31,6 +31,7 @@ pub mod handles;
 pub mod http;
 pub mod ledger;
 pub mod metrics;
+mod pipeline;
 pub mod proto;
 mod rng;
 pub mod server;

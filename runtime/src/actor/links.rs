@@ -1,10 +1,12 @@
-//! What a stream and its connections' bodies tell their owners: a body its stream (the
-//! connection ended) and its session, a stream its session. Apart from both actors, so that a
-//! body knows its stream only as the recipient of one message.
+//! What a stream and its connections' bodies tell their owners (a body its stream: the
+//! connection ended; a body and a stream their session), and what a running request sends its
+//! stream. Apart from the actors, so that a body knows its stream only as the recipient of
+//! one message, and the request pipeline names no session.
 
 use std::sync::Arc;
 
 use actix::prelude::*;
+use bytes::Bytes;
 
 use crate::proto::ids::StreamId;
 
@@ -42,3 +44,16 @@ pub(crate) struct Detached {
     pub(crate) conn: u64,
     pub(crate) drained: bool,
 }
+
+/// Append a message to a stream; `last` marks the final response (closes the stream).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Emit {
+    pub(crate) json: Bytes,
+    pub(crate) last: bool,
+}
+
+/// SEP-1699: end the current connection, keep the stream.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct PollClose;

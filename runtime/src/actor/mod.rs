@@ -27,7 +27,7 @@ mod durable;
 mod env;
 mod generations;
 mod lifecycle;
-mod links;
+pub(crate) mod links;
 mod receipts;
 mod registry;
 mod session;
@@ -37,8 +37,10 @@ mod supervisor;
 
 pub use body::SseBody;
 pub use budget::{Charge, MemoryBudget};
+pub(crate) use env::ToolDoor;
 pub use generations::{Counted, Gen, GenCount, GenOrigin, GenSettings, GenStatus, Generations};
 pub use receipts::IDEMPOTENCY_RESULT_META;
+pub(crate) use receipts::Receipts;
 pub use registry::{Inbox, InboxTicket, QuotaKey, Registered, Registry};
 pub use session::{
     Delete, JsonReply, OpenGet, Post, PostOutcome, Resume, SessionActor, SessionHandle,

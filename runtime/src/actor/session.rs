@@ -23,10 +23,11 @@ use super::generations::{Counted, GenCount, Generations};
 use super::lifecycle::Phase;
 use super::registry::{Inbox, InboxTicket, Registered, RegistryGuard};
 use super::stream::{
-    Attach, Close, Drain as DrainStream, Emit, PollClose, SessionLink, Stop as StopStream,
-    StreamActor, StreamLinks, StreamReport,
+    Attach, Close, Drain as DrainStream, Emit, SessionLink, Stop as StopStream, StreamActor,
+    StreamLinks, StreamReport,
 };
 use crate::ledger::codec::{Handshake, RecordState};
+use crate::pipeline::{self, Caller, First, GetStream, Outbound, ServerRequest, SessionLinks};
 use crate::proto::admission::ReplyMode;
 use crate::proto::error::{Overload, Rejection};
 use crate::proto::event_id::{CursorSigner, EventId};
@@ -38,10 +39,11 @@ use crate::proto::jsonrpc::{
 use crate::proto::mcp::{LogLevel, method};
 use crate::proto::replay::WindowLimits;
 use crate::proto::rollout::{StreamMode, StreamPurpose};
+use crate::proto::route::{Era, Route};
 use crate::proto::session::{ClientRequestRefused, SessionCore, SessionLimits};
 use crate::proto::stream::{CloseReason, RestoredStream, StreamCore, StreamKind, StreamSettings};
 use crate::proto::version::ProtocolVersion;
-use crate::tools::{BoxFuture, Dispatch, ToolContext, ToolOutbound};
+use crate::tools::Dispatch;
 
 /// The answer to a request sent as JSON: its encoded response, or why there is none (the
 /// session ended). A dropped sender means the request was cancelled (no response is owed).
@@ -96,6 +98,8 @@ pub struct SessionActor {
     /// Where its streams report: a strong recipient of itself (the session stops only by
     /// `ctx.stop()`, never waiting for its addresses to drop; the cycle ends with the actor).
     link: SessionLink,
+    /// Where its requests' questions and notifications go (the requests' [`Outbound`]s).
+    links: Arc<SessionLinks>,
     /// The caller's share of the stream memory budget, charged by this session's streams.
     caller_budget: Arc<MemoryBudget>,
     /// The kept handshake, charged to the budgets for the session's life.
@@ -187,24 +191,6 @@ pub(crate) struct EndOlderRequests {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct Shutdown;
-
-/// A server-to-client request from a running tool.
-#[derive(Message)]
-#[rtype(result = "()")]
-struct ServerRequest {
-    origin: JsonRpcId,
-    stream: Option<Addr<StreamActor>>,
-    method: String,
-    params: Value,
-    reply: oneshot::Sender<Result<Value, ErrorObject>>,
-}
-
-/// Where a related notification of a request answered as JSON goes: the GET stream, if one
-/// is open. The tool then sends to it itself, so a flood waits on the stream's mailbox
-/// (backpressure on the tool) instead of piling up unbounded.
-#[derive(Message)]
-#[rtype(result = "Option<Addr<StreamActor>>")]
-struct GetStream;
 
 impl Actor for SessionActor {
     type Context = Context<Self>;
@@ -342,7 +328,7 @@ impl SessionActor {
         seed: SessionSeed,
         sup: Arc<dyn SessionEnv>,
         guard: RegistryGuard<SessionHandle>,
-        link: SessionLink,
+        addr: &Addr<SessionActor>,
     ) -> SessionActor {
         let cfg = sup.config();
         let limits = SessionLimits {
@@ -402,7 +388,11 @@ impl SessionActor {
             guard: Some(guard),
             timer: None,
             ended_by: Rejection::SessionNotFound,
-            link,
+            link: Arc::new(addr.clone().recipient()),
+            links: Arc::new(SessionLinks {
+                ask: addr.clone().recipient(),
+                get_stream: addr.clone().recipient(),
+            }),
             caller_budget: seed.caller_budget,
             _handshake: handshake,
             meta,
@@ -776,7 +766,6 @@ impl SessionActor {
         if mode == ReplyMode::Sse && self.stream_mode(purpose) != StreamMode::Plain {
             self.sup.admit_recorded_stream(purpose, false)?;
         }
-        let (call, mut receipt_place) = (door.call, door.place);
         let cancel = CancellationToken::new();
         let generation = self.gens.enter_current(Counted::InFlight);
         self.core.begin_request(
@@ -807,52 +796,41 @@ impl SessionActor {
             }
         };
         let stream_addr = stream.as_ref().map(|(_, _, a)| a.clone());
-        let dispatch = match method.as_str() {
-            method::PING => Dispatch::Ready(Ok(json!({}))),
-            method::SET_LEVEL => Dispatch::Ready(self.set_level(params.as_ref())),
-            "resources/subscribe" | "resources/unsubscribe" => {
-                Dispatch::Ready(self.subscription(&method, params.as_ref()))
+        let dispatch = match Route::of(Era::Session, &method) {
+            Route::Ping => Dispatch::Ready(Ok(json!({}))),
+            Route::SetLevel => Dispatch::Ready(self.set_level(params.as_ref())),
+            r @ (Route::Subscribe | Route::Unsubscribe) => {
+                Dispatch::Ready(self.subscription(r, params.as_ref()))
             }
-            method::INITIALIZE => Dispatch::Ready(Err(ErrorObject::new(
+            Route::Reinitialize => Dispatch::Ready(Err(ErrorObject::new(
                 code::INVALID_REQUEST,
                 "session already initialized",
             ))),
             _ => {
-                let progress_token =
-                    params.as_ref().and_then(crate::proto::jsonrpc::progress_token).cloned();
-                let out: Arc<dyn ToolOutbound> = Arc::new(Outbound {
-                    session: ctx.address(),
+                let out = Arc::new(Outbound::Session {
+                    session: Arc::clone(&self.links),
                     stream: stream_addr,
                     origin: id.clone(),
                 });
-                let log_level = self.core.log_level();
-                let caps = Arc::clone(&self.client_caps);
-                let (principal, owner, names) =
-                    (self.principal.clone(), self.owner.clone(), Arc::clone(&self.names));
-                let catalog = Arc::clone(self.sup.catalog());
-                let rid = id.clone();
-                let cx = move || {
-                    ToolContext::new(rid, progress_token, cancel, log_level, caps, principal, out)
-                        .with_owner(owner)
-                        .with_session(names)
+                let caller = Caller {
+                    principal: self.principal.clone(),
+                    owner: self.owner.clone(),
+                    capabilities: Arc::clone(&self.client_caps),
+                    log_level: self.core.log_level(),
+                    logs: true,
+                    session: Some(Arc::clone(&self.names)),
                 };
-                match (call, receipt_place.take()) {
-                    (Err(e), _) => Dispatch::Ready(Err(e)),
-                    (Ok(Some(call)), Some(place)) => {
-                        // Executed only if its receipt allows it.
-                        let owned = params.clone();
-                        let run = Box::new(move || {
-                            catalog.dispatch_uncaught("tools/call", owned.as_ref(), cx)
-                        });
-                        Dispatch::Pending(self.sup.receipts().call(
-                            call,
-                            self.owner.clone(),
-                            place,
-                            run,
-                        ))
-                    }
-                    (Ok(_), _) => catalog.dispatch(&method, params.as_ref(), cx),
-                }
+                pipeline::dispatch(
+                    self.sup.catalog(),
+                    self.sup.receipts(),
+                    &id,
+                    &method,
+                    params.as_ref(),
+                    door,
+                    caller,
+                    cancel,
+                    out,
+                )
             }
         };
         // For the span of a request that waits (a known method's name, else "other": the
@@ -860,33 +838,23 @@ impl SessionActor {
         let request_method = crate::proto::mcp::method::span_name(&method);
         // Kept by the stream for its record's digest, computed only if it is ever recorded.
         let request = stream.is_some().then_some((method, params));
-        let done = match dispatch {
-            Dispatch::Ready(r) => Some(r),
-            Dispatch::Pending(mut fut) => {
-                // One poll now: a handler that finishes without waiting answers in the same
-                // write as the priming event. One that waits has sent nothing yet (its first
-                // send is still pending), so ordering is kept; it runs on in this context.
-                match fut
-                    .as_mut()
-                    .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
-                {
-                    std::task::Poll::Ready(r) => Some(r),
-                    std::task::Poll::Pending => {
-                        let rid = id.clone();
-                        let fut = tracing::Instrument::instrument(
-                            fut,
-                            tracing::info_span!(parent: &self.span, "request", method = request_method),
-                        );
-                        let h = ctx.spawn(fut.into_actor(self).map(move |r, act, ctx| {
-                            act.complete(&rid, r);
-                            act.arm(ctx);
-                        }));
-                        if let Some(f) = self.core.in_flight_mut(&id) {
-                            f.handle.spawn = Some(h);
-                        }
-                        None
-                    }
+        let done = match pipeline::first_poll(dispatch) {
+            First::Answered(r) => Some(r),
+            First::Waits(fut) => {
+                // It runs on in this context.
+                let rid = id.clone();
+                let fut = tracing::Instrument::instrument(
+                    fut,
+                    tracing::info_span!(parent: &self.span, "request", method = request_method),
+                );
+                let h = ctx.spawn(fut.into_actor(self).map(move |r, act, ctx| {
+                    act.complete(&rid, r);
+                    act.arm(ctx);
+                }));
+                if let Some(f) = self.core.in_flight_mut(&id) {
+                    f.handle.spawn = Some(h);
                 }
+                None
             }
         };
         match (stream, json_reply) {
@@ -925,11 +893,11 @@ impl SessionActor {
     /// `resources/subscribe` and `resources/unsubscribe`. Only known resources can be
     /// subscribed to. Nothing is recorded: a session is not told of updates yet (only
     /// 2026-07-28 `subscriptions/listen` streams are; docs/protocol.md).
-    fn subscription(&self, method: &str, params: Option<&Value>) -> Result<Value, ErrorObject> {
+    fn subscription(&self, route: Route, params: Option<&Value>) -> Result<Value, ErrorObject> {
         let uri = params.and_then(|p| p.get("uri")).and_then(Value::as_str).ok_or_else(|| {
             ErrorObject::new(code::INVALID_PARAMS, "missing string parameter \"uri\"")
         })?;
-        if method == "resources/subscribe" && !self.sup.catalog().has_resource(uri) {
+        if route == Route::Subscribe && !self.sup.catalog().has_resource(uri) {
             return Err(crate::tools::resource_not_found(uri));
         }
         Ok(json!({}))
@@ -1235,69 +1203,5 @@ impl Handler<GetStream> for SessionActor {
     fn handle(&mut self, _: GetStream, _: &mut Context<Self>) -> Self::Result {
         let _span = self.span.clone().entered();
         MessageResult(self.core.get_stream().map(|(_, s)| s.clone()))
-    }
-}
-
-/// [`ToolOutbound`] of one request: its stream when it has one, else the session's GET
-/// stream.
-struct Outbound {
-    session: Addr<SessionActor>,
-    stream: Option<Addr<StreamActor>>,
-    origin: JsonRpcId,
-}
-
-impl ToolOutbound for Outbound {
-    fn notify(&self, json: Bytes) -> BoxFuture<()> {
-        match &self.stream {
-            Some(s) => {
-                let s = s.clone();
-                Box::pin(async move {
-                    let _ = s.send(Emit { json, last: false }).await;
-                })
-            }
-            None => {
-                let s = self.session.clone();
-                Box::pin(async move {
-                    // No GET stream: there is no connection this notification may use (it
-                    // must not go on another request's stream); it is dropped.
-                    if let Ok(Some(get)) = s.send(GetStream).await {
-                        let _ = get.send(Emit { json, last: false }).await;
-                    }
-                })
-            }
-        }
-    }
-
-    fn request(&self, method: &str, params: Value) -> BoxFuture<Result<Value, ErrorObject>> {
-        let (tx, rx) = oneshot::channel();
-        let msg = ServerRequest {
-            origin: self.origin.clone(),
-            stream: self.stream.clone(),
-            method: method.to_owned(),
-            params,
-            reply: tx,
-        };
-        let session = self.session.clone();
-        Box::pin(async move {
-            session
-                .send(msg)
-                .await
-                .map_err(|_| ErrorObject::new(code::INTERNAL_ERROR, "session ended"))?;
-            rx.await.unwrap_or_else(|_| {
-                Err(ErrorObject::new(
-                    code::INTERNAL_ERROR,
-                    "session ended before the client answered",
-                ))
-            })
-        })
-    }
-
-    fn close_for_polling(&self) -> BoxFuture<()> {
-        let s = self.stream.clone();
-        Box::pin(async move {
-            if let Some(s) = s {
-                let _ = s.send(PollClose).await;
-            }
-        })
     }
 }

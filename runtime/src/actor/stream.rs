@@ -20,7 +20,7 @@ use super::body::{ConnectionOwner, SseBody};
 use super::budget::{Charge, MemoryBudget};
 use super::durable::{LedgerCtx, StreamLedger};
 use super::generations::GenCount;
-pub(crate) use super::links::{Detached, SessionLink, StreamReport};
+pub(crate) use super::links::{Detached, Emit, PollClose, SessionLink, StreamReport};
 use super::stats::RuntimeStats;
 use crate::ledger::Durability;
 use crate::proto::error::Rejection;
@@ -101,14 +101,6 @@ impl Actor for StreamActor {
     }
 }
 
-/// Append a message; `last` marks the final response (closes the stream).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct Emit {
-    pub(crate) json: Bytes,
-    pub(crate) last: bool,
-}
-
 /// Attach a resuming connection after `after`.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -135,11 +127,6 @@ pub(crate) struct Stop(pub(crate) CloseReason);
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct Drain;
-
-/// SEP-1699: end the current connection, keep the stream.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct PollClose;
 
 impl StreamActor {
     /// Start a stream in `ctx` (created earlier so its address could be handed out) with its

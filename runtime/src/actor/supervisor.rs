@@ -608,34 +608,21 @@ impl Supervisor {
         params: Option<&Value>,
         owner: &crate::ledger::Caller,
     ) -> Result<ToolDoor, Rejection> {
-        let read_only = || ToolDoor {
-            call: Ok(None),
-            purpose: crate::proto::rollout::StreamPurpose::ReadOnly,
-            place: None,
-        };
-        if method != "tools/call" {
-            return Ok(read_only());
-        }
-        let Some(tool) = params
+        let class = match params
             .and_then(|p| p.get("name"))
             .and_then(Value::as_str)
             .and_then(|n| self.catalog.tool(n))
-        else {
-            return Ok(read_only());
+        {
+            Some(tool) if method == "tools/call" => {
+                crate::proto::route::classify_call(&tool.spec().traits(), params)
+            }
+            _ => crate::proto::route::CallClass::read_only(),
         };
-        let spec = tool.spec();
-        let call = self.catalog.idempotent_call(params);
-        let keyed = matches!(call, Ok(Some(_)));
-        if keyed || spec.keeps_state {
+        if class.needs_ledger {
             self.ledger_accepts()?;
         }
-        let place = if keyed { Some(self.receipts.admit(owner)?) } else { None };
-        let purpose = if spec.is_write() {
-            crate::proto::rollout::StreamPurpose::Write { receipt: keyed }
-        } else {
-            crate::proto::rollout::StreamPurpose::ReadOnly
-        };
-        Ok(ToolDoor { call, purpose, place })
+        let place = if class.keyed() { Some(self.receipts.admit(owner)?) } else { None };
+        Ok(ToolDoor { call: class.key, purpose: class.purpose, place })
     }
 
     /// The door of a stream that will be recorded (resumable or shadow) for `purpose`: on a
@@ -920,7 +907,7 @@ impl Supervisor {
                 caller_budget: Arc::clone(&seed.caller_budget),
             };
             let guard = reservation.insert(seed.id.clone(), handle, Arc::clone(&seed.hmac));
-            SessionActor::new(seed, sup, guard, Arc::new(ctx.address().recipient()))
+            SessionActor::new(seed, sup, guard, &ctx.address())
         });
     }
 

@@ -21,19 +21,16 @@ use tokio_util::sync::CancellationToken;
 
 use crate::actor::ModernInFlight as ModernPlace;
 use crate::actor::{Counted, GenCount, RequestCharge, Supervisor};
+use crate::pipeline::{self, Caller, First, Handler, Inputs, Outbound, StatelessSink};
 use crate::proto::admission::ReplyMode;
 use crate::proto::error::Rejection;
 use crate::proto::ids::JsonRpcId;
 use crate::proto::jsonrpc::{ErrorObject, code, encode_error, encode_result_raw};
 use crate::proto::modern::{self, ModernError, ModernRequest, headers as mheaders, state};
+use crate::proto::route::{self, Era, Route, TaskOp, TaskPlan};
 use crate::proto::task::{self, TaskSupport};
 use crate::tasks::{Run, TaskError, TaskSlot, Tasks};
-use crate::tools::{BoxFuture, Dispatch, ToolContext, ToolOutbound};
-
-/// Notifications a running modern request may have queued before it waits for the client.
-const NOTIFY_QUEUE: usize = 64;
-
-type Handler = Pin<Box<dyn Future<Output = Result<Value, ErrorObject>>>>;
+use crate::tools::Dispatch;
 
 /// Serve one admitted modern request, whose body parses into about `parsed_bytes`.
 ///
@@ -56,7 +53,8 @@ pub(super) fn serve(
     parsed_bytes: usize,
 ) -> Result<HttpResponse, Rejection> {
     let caller = super::caller_key(req, principal.as_ref(), sup);
-    if request.method == "subscriptions/listen" {
+    let route = Route::of(Era::Stateless, &request.method);
+    if route == Route::Listen {
         // Long-lived: counted among the listen places, not the requests a drain waits for. It
         // keeps only its filter (at most `modern.listen_max_uris` URIs) of the body: nothing
         // is charged to the request memory.
@@ -65,7 +63,8 @@ pub(super) fn serve(
     // Whose handles and tasks these are: the principal, or the caller's address.
     let owner = caller.owner();
     let ModernRequest { id, method, params, meta } = request;
-    if let Some(answer) = answered_at_once(sup, &id, &method, params.as_ref()) {
+    if route == Route::AtOnce {
+        let answer = answered_at_once(sup, &id, &method, params.as_ref());
         sup.stats().modern_served();
         return Ok(super::json(answer));
     }
@@ -84,17 +83,21 @@ pub(super) fn serve(
         capabilities: task::required_capabilities(),
         id: id.clone(),
     };
-    if matches!(method.as_str(), "tasks/get" | "tasks/update" | "tasks/cancel") {
-        // The capability comes first (before the task is looked up): tasks are for clients
-        // that declared the extension on this very request.
-        if !task::declared(&meta.capabilities) {
-            return Err(needs_tasks());
+    match route {
+        Route::Task(op) => {
+            // The capability comes first (before the task is looked up): tasks are for
+            // clients that declared the extension on this very request.
+            if !task::declared(&meta.capabilities) {
+                return Err(needs_tasks());
+            }
+            if op.records() {
+                // An answer or a cancellation is recorded before it is acknowledged.
+                sup.ledger_accepts().map_err(|r| r.with_id(&id))?;
+            }
+            return Ok(tasks_request(sup, (place, charge), owner, &id, op, params.as_ref()));
         }
-        if method != "tasks/get" {
-            // An answer or a cancellation is recorded before it is acknowledged.
-            sup.ledger_accepts().map_err(|r| r.with_id(&id))?;
-        }
-        return Ok(tasks_request(sup, (place, charge), owner, &id, &method, params.as_ref()));
+        Route::Catalog => {}
+        _ => return Err(refuse(ModernError::MethodNotFound(method))),
     }
     let mut support = TaskSupport::Forbidden;
     if method == "tools/call"
@@ -116,22 +119,19 @@ pub(super) fn serve(
     // A tool call's idempotency key and the door's refusals (modern streams are not
     // resumable: only receipts and state handles need the ledger).
     let door = sup.admit_tool_call(&method, params.as_ref(), &owner).map_err(|r| r.with_id(&id))?;
-    let (call, mut receipt_place) = (door.call, door.place);
     // May this call become a task? Only for a tool that may run as one, a request that
     // declared the extension, a ledger that can record it, and a caller with room for one
     // more (its place is taken now, so concurrent calls cannot all pass, and given back
     // unless the call becomes a task).
-    let declared = task::declared(&meta.capabilities);
-    if support == TaskSupport::Required && !declared {
-        return Err(needs_tasks());
-    }
+    let plan = route::task_plan(support, task::declared(&meta.capabilities))
+        .map_err(|route::NeedsTasks| needs_tasks())?;
     let ledger_ok = sup.ledger_accepts();
-    if support == TaskSupport::Required && declared {
+    if plan == TaskPlan::Required {
         ledger_ok.clone().map_err(|r| r.with_id(&id))?;
     }
-    let reserved = (support != TaskSupport::Forbidden && declared && ledger_ok.is_ok())
-        .then(|| sup.tasks().reserve(owner.clone()));
-    if support == TaskSupport::Required
+    let reserved =
+        (plan != TaskPlan::Never && ledger_ok.is_ok()).then(|| sup.tasks().reserve(owner.clone()));
+    if plan == TaskPlan::Required
         && let Some(Err(no_room)) = reserved
     {
         let refusal = match no_room {
@@ -147,106 +147,75 @@ pub(super) fn serve(
         return Err(refusal.with_id(&id));
     }
     let mut slot = reserved.and_then(Result::ok);
-    let task_ok = slot.is_some();
-    let cancel = CancellationToken::new();
-    let asks = matches!(method.as_str(), "tools/call" | "prompts/get" | "resources/read");
-    let inputs = if asks {
-        Inputs::of(sup, owner.as_deref(), &method, params.as_ref())
+    let inputs = if route::may_ask(&method) {
+        let ttl_ms = cfg.modern.request_state_ttl_secs.saturating_mul(1000);
+        Inputs::of(sup.request_state_keys(), ttl_ms, owner.as_deref(), &method, params.as_ref())
             .map_err(|why| refuse(ModernError::InvalidInput(why)))?
     } else {
         Inputs::none()
     };
     // A JSON-only client's notifications are dropped: there is nowhere to put them.
-    let out = Arc::new(Outbound {
-        queue: parking_lot::Mutex::new(if reply == ReplyMode::Json {
-            Queue::Closed
-        } else {
-            Queue::Unused
-        }),
-        inputs: parking_lot::Mutex::new(inputs),
-        task_ok,
-        first_poll: std::sync::atomic::AtomicBool::new(true),
-        task: parking_lot::Mutex::new(None),
-    });
-    let dispatch = match method.as_str() {
-        "tools/call" | "resources/read" | "prompts/get" | "completion/complete" => {
-            let progress_token =
-                params.as_ref().and_then(crate::proto::jsonrpc::progress_token).cloned();
-            let outbound: Arc<dyn ToolOutbound> = Arc::clone(&out) as Arc<dyn ToolOutbound>;
-            let caps = Arc::new(meta.capabilities);
-            let (rid, cancel, log_level) = (id.clone(), cancel.clone(), meta.log_level);
-            let (caller, cx_owner) = (principal.clone(), owner.clone());
-            let cx = move || {
-                let cx = ToolContext::new(
-                    rid,
-                    progress_token,
-                    cancel,
-                    log_level,
-                    caps,
-                    caller,
-                    outbound,
-                )
-                .with_owner(cx_owner);
-                if log_level.is_some() { cx } else { cx.without_logs() }
-            };
-            // A write tool's call with an idempotency key goes through its receipt, as in a
-            // session: a 2026-07-28 client re-issues a call whose stream dropped, and the
-            // re-issue must never run the write twice.
-            match (call, receipt_place.take()) {
-                (Err(e), _) => Dispatch::Ready(Err(e)),
-                (Ok(Some(call)), Some(place)) => {
-                    let (owned, c) = (params.clone(), Arc::clone(catalog));
-                    let run =
-                        Box::new(move || c.dispatch_uncaught("tools/call", owned.as_ref(), cx));
-                    Dispatch::Pending(sup.receipts().call(call, owner.clone(), place, run))
-                }
-                (Ok(_), _) => catalog.dispatch(&method, params.as_ref(), cx),
-            }
-        }
-        _ => return Err(refuse(ModernError::MethodNotFound(method))),
+    let sink = Arc::new(StatelessSink::new(reply != ReplyMode::Json, inputs, slot.is_some()));
+    let cancel = CancellationToken::new();
+    let caller = Caller {
+        principal,
+        owner: owner.clone(),
+        capabilities: Arc::new(meta.capabilities),
+        log_level: meta.log_level,
+        logs: meta.log_level.is_some(),
+        session: None,
     };
-    let finish = Finish { method, params, sup: Arc::clone(sup), out, owner };
+    // A write tool's call with an idempotency key goes through its receipt, as in a session:
+    // a 2026-07-28 client re-issues a call whose stream dropped, and the re-issue must never
+    // run the write twice.
+    let dispatch = pipeline::dispatch(
+        catalog,
+        sup.receipts(),
+        &id,
+        &method,
+        params.as_ref(),
+        door,
+        caller,
+        cancel.clone(),
+        Arc::new(Outbound::Stateless(Arc::clone(&sink))),
+    );
+    let finish = Finish { method, params, sup: Arc::clone(sup), sink, owner };
     // Counted in flight under the generation current at admission, before the handler first
     // runs: a rollback that starts while it runs finds it among the older generation's.
-    let mut generation = None;
-    let mut handler: Handler = match dispatch {
-        Dispatch::Ready(r) => Box::pin(std::future::ready(r)),
-        Dispatch::Pending(fut) => {
-            generation = Some(sup.generations().enter_current(Counted::InFlight));
-            fut
-        }
-    };
-    let polled = handler.as_mut().poll(&mut Context::from_waker(std::task::Waker::noop()));
-    finish.out.first_poll.store(false, std::sync::atomic::Ordering::Release);
-    let first = match polled {
+    let generation = matches!(dispatch, Dispatch::Pending(_))
+        .then(|| sup.generations().enter_current(Counted::InFlight));
+    let polled = pipeline::first_poll(dispatch);
+    finish.sink.first_poll_done();
+    let (first, handler): (Poll<_>, Option<Handler>) = match polled {
         // It waits (or asked to go on as a task) before asking anything: a task from here.
-        Poll::Pending
-            if let Some(slot) = slot.take_if(|_| finish.out.inputs.lock().asked.is_empty()) =>
-        {
+        First::Waits(handler) if let Some(slot) = slot.take_if(|_| finish.sink.asked_nothing()) => {
             drop(place);
             return Ok(make_task(sup, finish, handler, slot, cancel, generation, id, charge));
         }
         // Waiting for answers it does not have: dropped, its token fired (anything it spawned
         // stops); it runs again from its start on the retry.
-        Poll::Pending => finish.asked().map_or(Poll::Pending, |r| {
-            cancel.cancel();
-            Poll::Ready(Ok(r))
-        }),
+        First::Waits(handler) => match finish.asked() {
+            Some(r) => {
+                cancel.cancel();
+                (Poll::Ready(Ok(r)), None)
+            }
+            None => (Poll::Pending, Some(handler)),
+        },
         // A tool that needs a task is one even when it finished at once.
-        Poll::Ready(r)
-            if let Some(slot) = slot.take_if(|_| support == TaskSupport::Required && r.is_ok()) =>
+        First::Answered(r)
+            if let Some(slot) = slot.take_if(|_| plan == TaskPlan::Required && r.is_ok()) =>
         {
             drop(place);
             let done: Handler = Box::pin(std::future::ready(r));
             return Ok(make_task(sup, finish, done, slot, cancel, generation, id, charge));
         }
-        ready => ready,
+        First::Answered(r) => (Poll::Ready(r), None),
     };
     match first {
-        Poll::Ready(r) if !finish.out.has_queued() => {
+        Poll::Ready(r) if !finish.sink.has_queued() => {
             drop((place, charge));
             // Anything the handler left running may notify no more.
-            finish.out.close();
+            finish.sink.close();
             let answer = finish.encode(&id, r)?;
             sup.stats().modern_served();
             Ok(super::json(answer))
@@ -263,9 +232,9 @@ pub(super) fn serve(
             let ended = Box::pin(generation.generation().stateless_ended());
             // Streaming from here: the queue exists now, so a notification from anything the
             // handler spawned wakes the body at once.
-            let rx = finish.out.open();
+            let rx = finish.sink.open();
             let body = ModernBody {
-                handler: Some(handler),
+                handler,
                 rx,
                 ready,
                 finish,
@@ -290,31 +259,29 @@ pub(super) fn serve(
     }
 }
 
-/// The answer of `server/discover` and the lists, which never change while the process runs
-/// (encoded once, unless a cursor asks for a page) and never wait; `None` for any other method.
+/// The answer of `server/discover` and the lists ([`Route::AtOnce`]), which never change
+/// while the process runs (encoded once, unless a cursor asks for a page) and never wait.
 fn answered_at_once(
     sup: &Supervisor,
     id: &JsonRpcId,
     method: &str,
     params: Option<&Value>,
-) -> Option<Bytes> {
+) -> Bytes {
     if let Some(result) = sup.modern_results().fixed(method, params) {
-        return Some(encode_result_raw(id, result));
+        return encode_result_raw(id, result);
     }
     let catalog = sup.catalog();
-    let r = match method {
-        "server/discover" => {
-            Ok(modern::discover_result(catalog.modern_capabilities(), catalog.instructions()))
-        }
-        "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" => catalog
+    let r = if method == "server/discover" {
+        Ok(modern::discover_result(catalog.modern_capabilities(), catalog.instructions()))
+    } else {
+        catalog
             .list(method, params)
-            .unwrap_or_else(|| Err(ErrorObject::new(code::INTERNAL_ERROR, "not a list"))),
-        _ => return None,
+            .unwrap_or_else(|| Err(ErrorObject::new(code::INTERNAL_ERROR, "not a list")))
     };
-    Some(match r {
+    match r {
         Ok(v) => encode_result_raw(id, &sup.modern_results().tails().encode(method, &v)),
         Err(e) => encode_error(Some(id), &e),
-    })
+    }
 }
 
 /// A body computed by a future: one chunk, then the end (a task's creation and the `tasks/*`
@@ -355,10 +322,10 @@ fn tasks_request(
     held: (ModernPlace, RequestCharge),
     owner: Option<Arc<str>>,
     id: &JsonRpcId,
-    method: &str,
+    op: TaskOp,
     params: Option<&Value>,
 ) -> HttpResponse {
-    let (sup, id, method) = (Arc::clone(sup), id.clone(), method.to_owned());
+    let (sup, id) = (Arc::clone(sup), id.clone());
     let task_id =
         params.and_then(|p| p.get("taskId")).and_then(Value::as_str).unwrap_or_default().to_owned();
     let responses = params.and_then(|p| p.get("inputResponses")).cloned();
@@ -366,9 +333,9 @@ fn tasks_request(
         let _held = held;
         let tasks = sup.tasks();
         let p = owner.as_deref();
-        let r = match method.as_str() {
-            "tasks/get" => tasks.get(p, &task_id).await.map(|v| v.detailed()),
-            "tasks/update" => match responses {
+        let r = match op {
+            TaskOp::Get => tasks.get(p, &task_id).await.map(|v| v.detailed()),
+            TaskOp::Update => match responses {
                 None => {
                     tasks.update(p, &task_id, &serde_json::Map::new(), state::check_answer).await
                 }
@@ -376,10 +343,12 @@ fn tasks_request(
                 Some(_) => Err(TaskError::BadAnswer("inputResponses must be an object".into())),
             }
             .map(|()| Value::Object(serde_json::Map::new())),
-            _ => tasks.cancel(p, &task_id).await.map(|()| Value::Object(serde_json::Map::new())),
+            TaskOp::Cancel => {
+                tasks.cancel(p, &task_id).await.map(|()| Value::Object(serde_json::Map::new()))
+            }
         };
         match r {
-            Ok(v) => encode_result_raw(&id, &sup.modern_results().tails().encode(&method, &v)),
+            Ok(v) => encode_result_raw(&id, &sup.modern_results().tails().encode(op.method(), &v)),
             Err(e) => encode_error(Some(&id), &e.to_error_object()),
         }
     })
@@ -412,10 +381,10 @@ fn make_task(
         .to_owned();
     json_later(async move {
         // A task's notifications have no stream to go to.
-        finish.out.close();
+        finish.sink.close();
         match tasks.create(slot, &tool, cancel.clone()).await {
             Ok(run) => {
-                *finish.out.task.lock() = Some((Arc::clone(&tasks), Arc::clone(&run)));
+                finish.sink.runs_as_task(Arc::clone(&tasks), Arc::clone(&run));
                 let created = run.created();
                 actix_rt::spawn(drive(tasks, run, handler, generation, charge));
                 encode_result_raw(
@@ -490,7 +459,7 @@ struct Finish {
     params: Option<Value>,
     /// For the catalog, the encoded result tails and the `requestState` key.
     sup: Arc<Supervisor>,
-    out: Arc<Outbound>,
+    sink: Arc<StatelessSink>,
     /// The caller a `requestState` is bound to.
     owner: Option<Arc<str>>,
 }
@@ -499,22 +468,11 @@ impl Finish {
     /// The `input_required` result, when the handler waits for answers it does not have
     /// (then it is dropped: it runs again from its start on the client's retry).
     fn asked(&self) -> Option<Value> {
-        let i = self.out.inputs.lock();
-        if i.asked.is_empty() {
-            return None;
-        }
-        let requests: serde_json::Map<String, Value> = i.asked.iter().cloned().collect();
-        let expires = unix_ms().saturating_add(i.ttl_ms);
-        let digest = state::request_digest(&self.method, self.params.as_ref());
-        let sealed = state::seal(
+        self.sink.input_required(
             self.sup.request_state_key(),
             self.owner.as_deref(),
-            &digest,
-            expires,
-            &i.used,
-        );
-        Some(
-            serde_json::json!({"resultType": "input_required", "inputRequests": requests, "requestState": sealed}),
+            &self.method,
+            self.params.as_ref(),
         )
     }
 
@@ -558,242 +516,6 @@ impl Finish {
     }
 }
 
-/// Where a modern request's notifications go (its own response stream) and where its
-/// questions to the client are answered from (the retry's `inputResponses` and the answers
-/// its `requestState` carries) or collected for an `input_required` result.
-struct Outbound {
-    queue: parking_lot::Mutex<Queue>,
-    inputs: parking_lot::Mutex<Inputs>,
-    /// The call may become a task (see `serve`).
-    task_ok: bool,
-    /// The handler has not been polled yet, or is in its first poll (`continue_as_task` yields then).
-    first_poll: std::sync::atomic::AtomicBool,
-    /// Once it runs as a task: its run (questions go there).
-    task: parking_lot::Mutex<Option<(Arc<Tasks>, Arc<Run>)>>,
-}
-
-/// The notification queue of a modern request: made when the handler first notifies (most
-/// never do, and a channel is the dearest thing a request would otherwise allocate).
-enum Queue {
-    /// Nothing sent yet.
-    Unused,
-    /// The sender, and the receiver until the response body takes it.
-    Open(mpsc::Sender<Bytes>, Option<mpsc::Receiver<Bytes>>),
-    /// No more notifications: a JSON-only client, or the response is over.
-    Closed,
-}
-
-impl Outbound {
-    /// The receiver, once the handler has notified (for the response body).
-    fn take_receiver(&self) -> Option<mpsc::Receiver<Bytes>> {
-        match &mut *self.queue.lock() {
-            Queue::Open(_, rx) => rx.take(),
-            Queue::Unused | Queue::Closed => None,
-        }
-    }
-
-    /// The receiver, making the queue if the handler has not notified yet (`None` when
-    /// notifications are dropped: JSON only, or over).
-    fn open(&self) -> Option<mpsc::Receiver<Bytes>> {
-        let mut q = self.queue.lock();
-        if matches!(*q, Queue::Unused) {
-            let (tx, rx) = mpsc::channel(NOTIFY_QUEUE);
-            *q = Queue::Open(tx, None);
-            return Some(rx);
-        }
-        match &mut *q {
-            Queue::Open(_, rx) => rx.take(),
-            Queue::Unused | Queue::Closed => None,
-        }
-    }
-
-    /// Notifications wait that the body has not taken yet.
-    fn has_queued(&self) -> bool {
-        matches!(&*self.queue.lock(), Queue::Open(_, Some(rx)) if !rx.is_empty())
-    }
-
-    /// No more notifications: later ones are dropped (a receiver not taken goes with it).
-    fn close(&self) {
-        *self.queue.lock() = Queue::Closed;
-    }
-}
-
-/// The multi-round-trip state of one modern request.
-struct Inputs {
-    /// This method may ask (tools/call, prompts/get, resources/read).
-    allowed: bool,
-    /// Answers of earlier rounds, from the verified `requestState`.
-    known: serde_json::Map<String, Value>,
-    /// This round's `inputResponses` (checked when a question looks one up; extra keys are
-    /// ignored).
-    responses: serde_json::Map<String, Value>,
-    /// Answers the handler used in this run: sealed into the next `requestState`.
-    used: serde_json::Map<String, Value>,
-    /// Questions without an answer, in the order asked.
-    asked: Vec<(String, Value)>,
-    /// Questions asked without a key so far (their keys are `input_<n>`).
-    next: usize,
-    ttl_ms: u64,
-}
-
-impl Inputs {
-    /// For a method that may not ask (every question is refused).
-    fn none() -> Inputs {
-        Inputs {
-            allowed: false,
-            known: serde_json::Map::new(),
-            responses: serde_json::Map::new(),
-            used: serde_json::Map::new(),
-            asked: Vec::new(),
-            next: 0,
-            ttl_ms: 0,
-        }
-    }
-
-    fn of(
-        sup: &Supervisor,
-        principal: Option<&str>,
-        method: &str,
-        params: Option<&Value>,
-    ) -> Result<Inputs, String> {
-        let keys = sup.request_state_keys();
-        let responses = match params.and_then(|p| p.get("inputResponses")) {
-            None => serde_json::Map::new(),
-            Some(Value::Object(m)) => m.clone(),
-            Some(_) => return Err("inputResponses must be an object".into()),
-        };
-        let known = match params.and_then(|p| p.get("requestState")) {
-            None => serde_json::Map::new(),
-            Some(Value::String(s)) => {
-                state::open(keys, s, principal, &state::request_digest(method, params), unix_ms())
-                    .map_err(|r| r.describe().to_owned())?
-            }
-            Some(_) => return Err("requestState must be a string".into()),
-        };
-        Ok(Inputs {
-            allowed: true,
-            known,
-            responses,
-            ttl_ms: sup.config().modern.request_state_ttl_secs.saturating_mul(1000),
-            ..Inputs::none()
-        })
-    }
-}
-
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-impl ToolOutbound for Outbound {
-    fn continue_as_task(&self) -> BoxFuture<()> {
-        if self.task_ok && self.first_poll.load(std::sync::atomic::Ordering::Acquire) {
-            // Pending once: the first poll ends here, and `serve` makes the call a task.
-            let mut yielded = false;
-            return Box::pin(std::future::poll_fn(move |cx| {
-                if yielded {
-                    return Poll::Ready(());
-                }
-                yielded = true;
-                cx.waker().wake_by_ref();
-                Poll::Pending
-            }));
-        }
-        Box::pin(async {})
-    }
-
-    fn notify(&self, json: Bytes) -> BoxFuture<()> {
-        let tx = match &mut *self.queue.lock() {
-            Queue::Closed => return Box::pin(async {}),
-            Queue::Open(tx, _) => tx.clone(),
-            q @ Queue::Unused => {
-                let (tx, rx) = mpsc::channel(NOTIFY_QUEUE);
-                *q = Queue::Open(tx.clone(), Some(rx));
-                tx
-            }
-        };
-        Box::pin(async move {
-            // Closed: the client went away (the handler is being dropped).
-            let _ = tx.send(json).await;
-        })
-    }
-
-    fn request(&self, method: &str, params: Value) -> BoxFuture<Result<Value, ErrorObject>> {
-        let key = {
-            let mut i = self.inputs.lock();
-            i.next += 1;
-            format!("input_{}", i.next)
-        };
-        self.input(&key, method, params)
-    }
-
-    fn input(
-        &self,
-        key: &str,
-        method: &str,
-        params: Value,
-    ) -> BoxFuture<Result<Value, ErrorObject>> {
-        if let Some((tasks, run)) = self.task.lock().clone() {
-            // A task asks through its input requests; `tasks/update` answers.
-            let answer = tasks.ask(&run, key, method, params);
-            return Box::pin(async move {
-                answer.await.map_err(|_| {
-                    ErrorObject::new(
-                        code::INTERNAL_ERROR,
-                        "the task ended before its question was answered",
-                    )
-                })
-            });
-        }
-        let mut i = self.inputs.lock();
-        if !i.allowed {
-            let msg = format!(
-                "{method}: only tools/call, prompts/get and resources/read may ask the client (2026-07-28)"
-            );
-            return Box::pin(async move { Err(ErrorObject::new(code::METHOD_NOT_FOUND, msg)) });
-        }
-        let answer = match i.known.get(key).cloned() {
-            Some(a) => Some(a),
-            None => match i.responses.get(key).cloned() {
-                Some(a) => match state::check_answer(method, &params, &a) {
-                    Ok(()) => Some(a),
-                    Err(why) => {
-                        let msg = format!("inputResponses.{key}: {why}");
-                        return Box::pin(async move {
-                            Err(ErrorObject::new(code::INVALID_PARAMS, msg))
-                        });
-                    }
-                },
-                None => None,
-            },
-        };
-        match answer {
-            Some(a) => {
-                i.used.insert(key.to_owned(), a.clone());
-                Box::pin(async move { Ok(a) })
-            }
-            None => {
-                i.asked.push((
-                    key.to_owned(),
-                    serde_json::json!({"method": method, "params": params}),
-                ));
-                // Never answered in this run: the runner answers `input_required` and drops it.
-                Box::pin(std::future::pending())
-            }
-        }
-    }
-
-    fn close_for_polling(&self) -> BoxFuture<()> {
-        // Modern streams are not resumable: there is nothing to poll.
-        Box::pin(async {})
-    }
-
-    fn modern(&self) -> bool {
-        true
-    }
-}
-
 /// The SSE body of a modern request: its notifications as they come, then its result, then
 /// the end. Dropping it (the client closed the stream) cancels the handler.
 struct ModernBody {
@@ -827,7 +549,7 @@ impl Stream for ModernBody {
         this.poll_handler(cx);
         // The queue exists once the handler first notified (perhaps in the poll above).
         if this.rx.is_none() {
-            this.rx = this.finish.out.take_receiver();
+            this.rx = this.finish.sink.take_receiver();
         }
         // Notifications first: each is sent before the result that follows it.
         if let Some(rx) = this.rx.as_mut() {
@@ -904,7 +626,7 @@ impl ModernBody {
 impl Drop for ModernBody {
     fn drop(&mut self) {
         // Whatever the handler left running may notify no more.
-        self.finish.out.close();
+        self.finish.sink.close();
         if !self.done {
             // The client closed the stream before the result: that is the cancellation.
             self.cancel.cancel();

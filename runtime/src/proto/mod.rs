@@ -23,6 +23,7 @@ pub mod modern;
 pub mod receipt;
 pub mod replay;
 pub mod rollout;
+pub mod route;
 pub mod schema;
 pub mod session;
 pub mod stream;

@@ -19,6 +19,26 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
+/// The `_meta` field of `tools/call` that carries an idempotency key (1 to
+/// [`IDEMPOTENCY_KEY_MAX_BYTES`] bytes). Honoured for write tools (not annotated
+/// `readOnlyHint: true`) and ignored for read-only ones.
+pub const IDEMPOTENCY_KEY_META: &str = "io.mcp-host/idempotencyKey";
+/// Longest idempotency key.
+pub const IDEMPOTENCY_KEY_MAX_BYTES: usize = 128;
+
+/// A `tools/call` of a write tool that carries an idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotentCall {
+    /// The tool.
+    pub tool: String,
+    /// The key, as sent.
+    pub key: String,
+    /// Digest of the tool name and arguments.
+    pub digest: String,
+    /// The tool is annotated `idempotentHint: true` (an interrupted call may run again).
+    pub idempotent: bool,
+}
+
 /// How a recorded execution ended.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -66,25 +66,7 @@ pub enum CatalogError {
     },
 }
 
-/// The `_meta` field of `tools/call` that carries an idempotency key (1 to
-/// [`IDEMPOTENCY_KEY_MAX_BYTES`] bytes). Honoured for write tools (not annotated
-/// `readOnlyHint: true`) and ignored for read-only ones.
-pub const IDEMPOTENCY_KEY_META: &str = "io.mcp-host/idempotencyKey";
-/// Longest idempotency key.
-pub const IDEMPOTENCY_KEY_MAX_BYTES: usize = 128;
-
-/// A `tools/call` of a write tool that carries an idempotency key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IdempotentCall {
-    /// The tool.
-    pub tool: String,
-    /// The key, as sent.
-    pub key: String,
-    /// Digest of the tool name and arguments.
-    pub digest: String,
-    /// The tool is annotated `idempotentHint: true` (an interrupted call may run again).
-    pub idempotent: bool,
-}
+pub use crate::proto::receipt::{IDEMPOTENCY_KEY_MAX_BYTES, IDEMPOTENCY_KEY_META, IdempotentCall};
 
 /// The outcome of dispatching a request to the catalog.
 pub enum Dispatch {
@@ -466,41 +448,11 @@ impl Catalog {
         &self,
         params: Option<&Value>,
     ) -> Result<Option<IdempotentCall>, ErrorObject> {
-        let Some(tool) =
-            params.and_then(|p| p.get("name")).and_then(Value::as_str).and_then(|n| self.tool(n))
-        else {
-            return Ok(None);
-        };
-        let spec = tool.spec();
-        if !spec.is_write() {
-            return Ok(None);
+        match params.and_then(|p| p.get("name")).and_then(Value::as_str).and_then(|n| self.tool(n))
+        {
+            Some(tool) => crate::proto::route::classify_call(&tool.spec().traits(), params).key,
+            None => Ok(None),
         }
-        let args = params.and_then(|p| p.get("arguments")).filter(|a| !a.is_null());
-        let from_meta = params
-            .and_then(|p| p.get("_meta"))
-            .and_then(|m| m.get(IDEMPOTENCY_KEY_META))
-            .map(|k| (k, IDEMPOTENCY_KEY_META));
-        let from_arg = || {
-            spec.idempotency_key_argument
-                .as_deref()
-                .and_then(|a| args.and_then(|v| v.get(a)).map(|k| (k, a)))
-        };
-        let Some((key, field)) = from_meta.or_else(from_arg) else { return Ok(None) };
-        let key = key
-            .as_str()
-            .filter(|k| !k.is_empty() && k.len() <= IDEMPOTENCY_KEY_MAX_BYTES)
-            .ok_or_else(|| {
-                invalid_params(format!(
-                    "{field} must be a string of 1 to {IDEMPOTENCY_KEY_MAX_BYTES} bytes"
-                ))
-            })?;
-        let empty = Value::Object(Map::new());
-        Ok(Some(IdempotentCall {
-            tool: spec.name.clone(),
-            key: key.to_owned(),
-            digest: crate::proto::receipt::args_digest(&spec.name, args.unwrap_or(&empty)),
-            idempotent: spec.is_idempotent(),
-        }))
     }
 
     /// The result of a list method (`tools/list`, `prompts/list`, `resources/list`,

@@ -115,6 +115,18 @@ impl ToolSpec {
         self.annotations.as_ref().and_then(|a| a.idempotent_hint) == Some(true)
     }
 
+    /// What the door of a `tools/call` needs to know of this tool.
+    #[must_use]
+    pub fn traits(&self) -> crate::proto::route::ToolTraits<'_> {
+        crate::proto::route::ToolTraits {
+            name: &self.name,
+            write: self.is_write(),
+            idempotent: self.is_idempotent(),
+            keeps_state: self.keeps_state,
+            key_argument: self.idempotency_key_argument.as_deref(),
+        }
+    }
+
     /// Set the annotations.
     #[must_use]
     pub fn annotations(mut self, a: ToolAnnotations) -> ToolSpec {
