@@ -400,7 +400,7 @@ impl Control {
     /// The figures of the stats line and `GET /admin/status`, or `None` once the server is
     /// gone.
     #[must_use]
-    pub fn stats(&self) -> Option<crate::actor::StatsSnapshot> {
+    pub fn stats(&self) -> Option<crate::stats::StatsSnapshot> {
         Some(self.0.upgrade()?.stats_snapshot())
     }
 }

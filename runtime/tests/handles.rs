@@ -6,9 +6,9 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use mcp_runtime::config::RuntimeConfig;
-use mcp_runtime::handles::{HandleError, Handles, ListScope};
 use mcp_runtime::ledger::Ledger;
 use mcp_runtime::proto::handle::HandleKind;
+use mcp_runtime::stores::handles::{HandleError, Handles, ListScope};
 use serde_json::{Value, json};
 
 fn store() -> Handles {

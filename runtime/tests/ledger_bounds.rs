@@ -212,8 +212,8 @@ async fn a_result_too_large_to_keep_ran_once_and_replays_as_an_error_with_its_si
 
 #[tokio::test]
 async fn state_handles_are_bounded_by_bytes_per_caller_and_in_total() {
-    use mcp_runtime::handles::{HandleError, Handles};
     use mcp_runtime::proto::handle::HandleKind;
+    use mcp_runtime::stores::handles::{HandleError, Handles};
     let ledger =
         mcp_runtime::ledger::Ledger::memory(&mcp_runtime::config::RuntimeConfig::default());
     let s = Handles::bounded(&ledger, 64 << 10, 100 << 10);

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use mcp_runtime::config::RuntimeConfig;
-use mcp_runtime::handles::Handles;
 use mcp_runtime::ledger::{Durability, Ledger};
 use mcp_runtime::proto::handle::HandleKind;
+use mcp_runtime::stores::handles::Handles;
 use serde_json::{Value, json};
 
 const CONCURRENT: usize = 64;

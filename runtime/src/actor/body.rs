@@ -130,13 +130,13 @@ mod tests {
     use super::*;
     use crate::actor::budget::MemoryBudget;
     use crate::actor::durable::{LedgerCtx, StreamLedger};
-    use crate::actor::stats::RuntimeStats;
     use crate::actor::stream::{KeepaliveRunning, Stop, StreamActor, StreamEnv};
     use crate::ledger::Ledger;
     use crate::proto::event_id::CursorKey;
     use crate::proto::ids::{Generation, StreamId, Tick};
     use crate::proto::replay::WindowLimits;
     use crate::proto::stream::{CloseReason, StreamCore, StreamKind, StreamSettings};
+    use crate::stats::RuntimeStats;
 
     /// Stands in for a session: counts the connections reported ended and the streams gone.
     #[derive(Default)]

@@ -8,13 +8,13 @@ use serde_json::Value;
 
 use super::generations::Generations;
 use super::lifecycle::Phase;
-use super::receipts::Receipts;
-use super::stats::RuntimeStats;
 use super::stream::StreamEnv;
 use crate::config::RuntimeConfig;
 use crate::proto::error::Rejection;
 use crate::proto::ids::Tick;
 use crate::proto::rollout::StreamPurpose;
+use crate::stats::RuntimeStats;
+use crate::stores::receipts::Receipts;
 use crate::tools::Catalog;
 
 /// What the door decided for a request ([`SessionEnv::admit_tool_call`]).

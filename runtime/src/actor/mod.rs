@@ -28,10 +28,8 @@ mod env;
 mod generations;
 mod lifecycle;
 pub(crate) mod links;
-mod receipts;
 mod registry;
 mod session;
-mod stats;
 mod stream;
 mod supervisor;
 
@@ -39,13 +37,9 @@ pub use body::SseBody;
 pub use budget::{Charge, MemoryBudget};
 pub(crate) use env::ToolDoor;
 pub use generations::{Counted, Gen, GenCount, GenOrigin, GenSettings, GenStatus, Generations};
-pub use receipts::IDEMPOTENCY_RESULT_META;
-pub(crate) use receipts::Receipts;
 pub use registry::{Inbox, InboxTicket, QuotaKey, Registered, Registry};
 pub use session::{
     Delete, JsonReply, OpenGet, Post, PostOutcome, Resume, SessionActor, SessionHandle,
 };
-pub use stats::{ConnectionGuard, Kept, KeptFigures, RequestCharge, RuntimeStats, StatsSnapshot};
-pub(crate) use stats::{ListenPlace, ModernInFlight};
 pub use stream::StreamActor;
 pub use supervisor::{Lifecycle, Phase, Supervisor};

@@ -7,7 +7,6 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -17,19 +16,9 @@ use super::budget::MemoryBudget;
 use crate::proto::error::{Overload, Quota, Rejection};
 use crate::proto::ids::SessionId;
 
-const SHARDS: usize = 16;
+pub use crate::proto::caller::QuotaKey;
 
-/// Whom a quota counts: the authenticated principal, or the remote address when
-/// authentication is off.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum QuotaKey {
-    /// A bearer-token principal.
-    Principal(Arc<str>),
-    /// A remote address (authentication off).
-    Address(IpAddr),
-    /// Neither is known (in-process tests).
-    Unknown,
-}
+const SHARDS: usize = 16;
 
 /// What the registry keeps of a session (its handle, cloned out on every lookup): the
 /// session's module defines it; the registry needs only its inbox.
@@ -255,20 +244,6 @@ pub struct Reservation<H: Registered> {
     registry: Option<Arc<Registry<H>>>,
     key: Option<QuotaKey>,
     budget: Arc<MemoryBudget>,
-}
-
-impl QuotaKey {
-    /// Whose state handles and tasks a request's tool sees: the principal, or without
-    /// authentication the remote address as the quotas count it (`ip:` and the address, or
-    /// its IPv6 prefix); `None` when neither is known (in-process callers).
-    #[must_use]
-    pub fn owner(&self) -> Option<Arc<str>> {
-        match self {
-            QuotaKey::Principal(p) => Some(Arc::clone(p)),
-            QuotaKey::Address(ip) => Some(format!("ip:{ip}").into()),
-            QuotaKey::Unknown => None,
-        }
-    }
 }
 
 impl<H: Registered> Reservation<H> {

@@ -58,7 +58,7 @@ pub(crate) struct RequestTask {
     /// Counted in flight in the generation it was admitted under.
     generation: GenCount,
     /// Its parsed body's share of the request memory budget, given back when it ends.
-    _charge: Option<super::RequestCharge>,
+    _charge: Option<crate::stats::RequestCharge>,
 }
 
 /// Shell data of a server-to-client request: where its answer goes and the stream it was
@@ -144,7 +144,7 @@ pub struct Post {
     /// The request memory its parsed body holds (`None` without a request): moved to the
     /// request (a batch's split evenly between its requests), given back when the session
     /// has answered it; a refused one's at once.
-    pub charge: Option<super::RequestCharge>,
+    pub charge: Option<crate::stats::RequestCharge>,
 }
 
 /// Open a new standalone GET stream (replacing any previous one).
@@ -698,7 +698,7 @@ impl SessionActor {
         &mut self,
         m: Message,
         mode: ReplyMode,
-        charge: Option<super::RequestCharge>,
+        charge: Option<crate::stats::RequestCharge>,
         ctx: &mut Context<Self>,
     ) -> Result<PostOutcome, Rejection> {
         match m {
@@ -756,7 +756,7 @@ impl SessionActor {
         method: String,
         params: Option<Value>,
         mode: ReplyMode,
-        charge: Option<super::RequestCharge>,
+        charge: Option<crate::stats::RequestCharge>,
         ctx: &mut Context<Self>,
     ) -> Result<PostOutcome, Rejection> {
         // A tool call's idempotency key and what its stream is for; the refusals before

@@ -21,7 +21,6 @@ use super::budget::{Charge, MemoryBudget};
 use super::durable::{LedgerCtx, StreamLedger};
 use super::generations::GenCount;
 pub(crate) use super::links::{Detached, Emit, PollClose, SessionLink, StreamReport};
-use super::stats::RuntimeStats;
 use crate::ledger::Durability;
 use crate::proto::error::Rejection;
 use crate::proto::ids::{Seq, Tick};
@@ -30,6 +29,7 @@ use crate::proto::stream::{
     Attachment, CloseReason, Delivery, StreamCore, StreamState, StreamTiming,
 };
 use crate::sse::COMMENT_KEEPALIVE;
+use crate::stats::RuntimeStats;
 
 /// What every stream of a supervisor shares: connection and retention settings, the memory
 /// budget and the counters.

@@ -15,11 +15,9 @@ use serde_json::Value;
 use super::budget::MemoryBudget;
 use super::durable::LedgerCtx;
 use super::generations::{GenOrigin, GenSettings, Generations};
-use super::receipts::Receipts;
 use super::registry::{Inbox, QuotaKey, Registry, SlotLimits};
 use super::session::SessionHandle;
 use super::session::{Restore, SessionActor, SessionSeed};
-use super::stats::{RuntimeStats, StatsSnapshot};
 use super::stream::StreamEnv;
 use crate::config::RuntimeConfig;
 use crate::ledger::Ledger;
@@ -31,6 +29,8 @@ use crate::proto::event_id::CursorKey;
 use crate::proto::ids::{Generation, SessionId, Tick};
 use crate::proto::mcp::InitializeRequest;
 use crate::proto::version::ProtocolVersion;
+use crate::stats::{RuntimeStats, StatsSnapshot};
+use crate::stores::receipts::Receipts;
 use crate::tools::Catalog;
 
 pub(crate) use super::env::{Settle, ToolDoor};
@@ -110,7 +110,7 @@ pub struct Supervisor {
     /// 2026-07-28 results encoded once (the fixed ones whole, the tails of the others).
     modern_results: crate::proto::modern::ModernResults,
     /// Tasks (the 2026-07-28 tasks extension), recorded in the ledger.
-    tasks: Arc<crate::tasks::Tasks>,
+    tasks: Arc<crate::stores::tasks::Tasks>,
     cfg: Arc<RuntimeConfig>,
     admit: AdmitPolicy,
     catalog: Arc<Catalog>,
@@ -136,7 +136,7 @@ pub struct Supervisor {
     /// Idempotency receipts of write-tool calls.
     receipts: Arc<Receipts>,
     /// State handles (also attached to the catalog, for the tools).
-    handles: Arc<crate::handles::Handles>,
+    handles: Arc<crate::stores::handles::Handles>,
 }
 
 /// Copy a session's streams recorded under `old` (a previous key's HMAC) to `new`: records,
@@ -391,7 +391,7 @@ impl Supervisor {
             total_bytes: l.receipt_bytes_total,
         };
         let receipts = Arc::new(Receipts::new(
-            Arc::clone(&ledger_cx),
+            ledger_cx.ledger.clone(),
             l.receipt_retention_secs.saturating_mul(1000),
             l.receipt_max_bytes,
             receipt_limits,
@@ -429,16 +429,16 @@ impl Supervisor {
             per_caller_bytes: cfg.ledger.handle_bytes_per_caller,
             total_bytes: cfg.ledger.handle_bytes_total,
         };
-        let handles = Arc::new(crate::handles::Handles::bounded(
+        let handles = Arc::new(crate::stores::handles::Handles::bounded(
             &stream_env.ledger.ledger,
             handle_limits.per_caller_bytes,
             handle_limits.total_bytes,
         ));
         catalog.attach_handles(Arc::clone(&handles));
         let t = &cfg.tasks;
-        let tasks = Arc::new(crate::tasks::Tasks::new(
+        let tasks = Arc::new(crate::stores::tasks::Tasks::new(
             &stream_env.ledger.ledger,
-            crate::tasks::TaskSettings {
+            crate::stores::tasks::TaskSettings {
                 ttl_ms: t.ttl_secs.saturating_mul(1000),
                 poll_ms: t.poll_interval_ms,
                 max_per_caller: t.max_per_caller,
@@ -485,7 +485,7 @@ impl Supervisor {
 
     /// The tasks of this process.
     #[must_use]
-    pub fn tasks(&self) -> &Arc<crate::tasks::Tasks> {
+    pub fn tasks(&self) -> &Arc<crate::stores::tasks::Tasks> {
         &self.tasks
     }
 
@@ -529,8 +529,8 @@ impl Supervisor {
             self.stream_env.budget.used(),
             self.stream_env.ledger.writer.snapshot(),
         );
-        let kept = |(count, bytes): (u64, u64)| super::stats::Kept { count, bytes };
-        s.kept = super::stats::KeptFigures {
+        let kept = |(count, bytes): (u64, u64)| crate::stats::Kept { count, bytes };
+        s.kept = crate::stats::KeptFigures {
             receipts: kept(self.receipts.kept(&None).1),
             handles: kept(self.handles.kept(None).1),
             tasks: kept(self.tasks.kept(None).1),

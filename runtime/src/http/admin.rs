@@ -130,7 +130,7 @@ async fn handle(req: HttpRequest, body: web::Bytes, st: web::Data<AdminState>) -
     let sup = &st.sup;
     let method = req.method().clone();
     match (method.as_str(), req.path()) {
-        ("GET", "/metrics") => HttpResponse::Ok().content_type(crate::metrics::CONTENT_TYPE).body(crate::metrics::encode(&st.metrics)),
+        ("GET", "/metrics") => HttpResponse::Ok().content_type(super::metrics::CONTENT_TYPE).body(super::metrics::encode(&st.metrics)),
         ("GET", "/admin/status") => HttpResponse::Ok().json(status(sup)),
         ("GET", "/readyz") => {
             let doc = readiness(sup);
@@ -174,7 +174,7 @@ async fn handle(req: HttpRequest, body: web::Bytes, st: web::Data<AdminState>) -
 /// Mount the admin API and `/metrics` (for the admin listener's `App`).
 pub fn configure(sup: Arc<Supervisor>, token: AdminToken) -> impl FnOnce(&mut web::ServiceConfig) {
     move |cfg: &mut web::ServiceConfig| {
-        let metrics = crate::metrics::registry(Arc::clone(&sup));
+        let metrics = super::metrics::registry(Arc::clone(&sup));
         cfg.app_data(web::Data::new(AdminState { sup, token, metrics }))
             .app_data(web::PayloadConfig::new(16 << 10))
             .default_service(web::to(handle));

@@ -19,12 +19,13 @@ use actix_web::HttpResponse;
 use bytes::Bytes;
 use tokio::sync::{broadcast, mpsc, watch};
 
-use crate::actor::{Lifecycle, ListenPlace, Phase, QuotaKey, RuntimeStats, Supervisor};
+use crate::actor::{Lifecycle, Phase, QuotaKey, Supervisor};
 use crate::proto::admission::ReplyMode;
 use crate::proto::error::Rejection;
 use crate::proto::ids::JsonRpcId;
 use crate::proto::modern::ModernError;
 use crate::proto::modern::listen::{Filter, FilterLimits, Subscription};
+use crate::stats::{ListenPlace, RuntimeStats};
 use crate::tools::ChangeFeed;
 
 /// Frames waiting for a listen stream's connection.

@@ -29,6 +29,7 @@ use crate::proto::mcp::initialize_result;
 
 pub mod admin;
 mod listen;
+mod metrics;
 mod modern;
 
 /// The session header, as written by this server.

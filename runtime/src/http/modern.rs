@@ -19,8 +19,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::actor::ModernInFlight as ModernPlace;
-use crate::actor::{Counted, GenCount, RequestCharge, Supervisor};
+use crate::actor::{Counted, GenCount, Supervisor};
 use crate::pipeline::{self, Caller, First, Handler, Inputs, Outbound, StatelessSink};
 use crate::proto::admission::ReplyMode;
 use crate::proto::error::Rejection;
@@ -29,7 +28,9 @@ use crate::proto::jsonrpc::{ErrorObject, code, encode_error, encode_result_raw};
 use crate::proto::modern::{self, ModernError, ModernRequest, headers as mheaders, state};
 use crate::proto::route::{self, Era, Route, TaskOp, TaskPlan};
 use crate::proto::task::{self, TaskSupport};
-use crate::tasks::{Run, TaskError, TaskSlot, Tasks};
+use crate::stats::ModernInFlight as ModernPlace;
+use crate::stats::RequestCharge;
+use crate::stores::tasks::{TaskError, TaskSlot};
 use crate::tools::Dispatch;
 
 /// Serve one admitted modern request, whose body parses into about `parsed_bytes`.
@@ -135,7 +136,7 @@ pub(super) fn serve(
         && let Some(Err(no_room)) = reserved
     {
         let refusal = match no_room {
-            crate::tasks::NoRoom::Full { retry_after_s } => Rejection::StoreFull {
+            crate::stores::tasks::NoRoom::Full { retry_after_s } => Rejection::StoreFull {
                 store: crate::proto::error::StoreBound::Tasks,
                 retry_after_s,
             },
@@ -386,7 +387,10 @@ fn make_task(
             Ok(run) => {
                 finish.sink.runs_as_task(Arc::clone(&tasks), Arc::clone(&run));
                 let created = run.created();
-                actix_rt::spawn(drive(tasks, run, handler, generation, charge));
+                let ended = generation.generation().stateless_ended();
+                actix_rt::spawn(crate::stores::tasks::drive(
+                    tasks, run, handler, ended, charge, generation,
+                ));
                 encode_result_raw(
                     &id,
                     &finish.sup.modern_results().tails().encode("tools/call", &created),
@@ -398,58 +402,6 @@ fn make_task(
             }
         }
     })
-}
-
-/// Run a task's handler to its end, unless it is cancelled (`tasks/cancel` recorded that),
-/// the drain's or rollback's grace period ends first (then it is interrupted), or it reaches
-/// `tasks.ttl_secs` (then it expires). A handler that panics leaves its task `failed`. The
-/// request's `charge` is given back with the handler.
-async fn drive(
-    tasks: Arc<Tasks>,
-    run: Arc<Run>,
-    mut handler: Handler,
-    generation: GenCount,
-    charge: RequestCharge,
-) {
-    let mut unfinished = Unfinished(Some((Arc::clone(&tasks), Arc::clone(&run))));
-    let ended = generation.generation().stateless_ended();
-    let outcome = tokio::select! {
-        r = &mut handler => Some(r),
-        // `tasks/cancel` (or the interruption or expiry below) recorded the end already; a
-        // tool that cancelled its own token did not: its task is failed, not left working.
-        () = run.cancellation().cancelled() => {
-            tasks.abandon(&run).await;
-            None
-        }
-        () = ended => {
-            tasks.interrupt(&run).await;
-            None
-        }
-        () = tokio::time::sleep(tasks.time_left(&run)) => {
-            tasks.expire(&run).await;
-            None
-        }
-    };
-    // The tool's future goes first (its token has fired when it did not finish).
-    drop(handler);
-    drop(charge);
-    if let Some(r) = outcome {
-        tasks.finish(&run, r).await;
-    }
-    unfinished.0 = None;
-    drop(generation);
-}
-
-/// A task's run that did not reach its end (its handler panicked, or the runtime dropped
-/// it): the task is recorded `failed` rather than left `working` until it expires.
-struct Unfinished(Option<(Arc<Tasks>, Arc<Run>)>);
-
-impl Drop for Unfinished {
-    fn drop(&mut self) {
-        if let Some((tasks, run)) = self.0.take().filter(|(_, run)| !run.is_final()) {
-            actix_rt::spawn(async move { tasks.abandon(&run).await });
-        }
-    }
 }
 
 /// How a handler's outcome becomes the response body.
@@ -526,8 +478,8 @@ struct ModernBody {
     finish: Finish,
     id: crate::proto::JsonRpcId,
     cancel: CancellationToken,
-    stats: Arc<crate::actor::RuntimeStats>,
-    _place: crate::actor::ModernInFlight,
+    stats: Arc<crate::stats::RuntimeStats>,
+    _place: crate::stats::ModernInFlight,
     /// Its share of the request memory budget: its handler holds the arguments.
     _charge: RequestCharge,
     _generation: GenCount,

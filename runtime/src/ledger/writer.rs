@@ -77,8 +77,8 @@ pub struct WriterStats {
     /// store that answers nothing for the commit wait is failing too (a stalled disk).
     applying_since: Mutex<Option<tokio::time::Instant>>,
     commit_us_total: AtomicU64,
-    commit_seconds: crate::metrics::Histo,
-    batch_ops: crate::metrics::Histo,
+    commit_seconds: crate::stats::histogram::Histo,
+    batch_ops: crate::stats::histogram::Histo,
 }
 
 impl Default for WriterStats {
@@ -96,8 +96,10 @@ impl Default for WriterStats {
             failing_tx: tokio::sync::watch::Sender::new(false),
             applying_since: Mutex::new(None),
             commit_us_total: AtomicU64::new(0),
-            commit_seconds: crate::metrics::Histo::new(crate::metrics::LATENCY_BOUNDS),
-            batch_ops: crate::metrics::Histo::new(crate::metrics::COUNT_BOUNDS),
+            commit_seconds: crate::stats::histogram::Histo::new(
+                crate::stats::histogram::LATENCY_BOUNDS,
+            ),
+            batch_ops: crate::stats::histogram::Histo::new(crate::stats::histogram::COUNT_BOUNDS),
         }
     }
 }
@@ -429,7 +431,7 @@ impl Writer {
 
     /// Commit latency and batch size histograms.
     #[must_use]
-    pub fn histograms(&self) -> (&crate::metrics::Histo, &crate::metrics::Histo) {
+    pub fn histograms(&self) -> (&crate::stats::histogram::Histo, &crate::stats::histogram::Histo) {
         (&self.stats.commit_seconds, &self.stats.batch_ops)
     }
 

@@ -56,7 +56,7 @@ pub(crate) struct Caller {
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn dispatch(
     catalog: &Arc<Catalog>,
-    receipts: &Arc<crate::actor::Receipts>,
+    receipts: &Arc<crate::stores::receipts::Receipts>,
     id: &JsonRpcId,
     method: &str,
     params: Option<&Value>,

@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 
 use crate::proto::jsonrpc::{ErrorObject, code};
 use crate::proto::modern::state;
-use crate::tasks::{Run, Tasks};
+use crate::stores::tasks::{Run, Tasks};
 use crate::tools::BoxFuture;
 
 /// Notifications a running stateless request may have queued before it waits for the client.

@@ -1,5 +1,5 @@
 //! Explicit state handles (SEP-2567), the pure part: what a handle looks like, a kind's
-//! policy, and the words a model reads about them. The store is [`crate::handles`].
+//! policy, and the words a model reads about them. The store is [`crate::stores::handles`].
 //!
 //! A handle is `<prefix>_<24 URL-safe base64 characters>`: 144 bits from the operating
 //! system's CSPRNG, never derived from anything a caller could predict, with a readable type

@@ -10,6 +10,7 @@
 
 pub mod admission;
 pub mod bucket;
+pub mod caller;
 pub mod digest;
 pub mod error;
 pub mod event_id;

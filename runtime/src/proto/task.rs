@@ -1,6 +1,6 @@
 //! The tasks extension (`io.modelcontextprotocol/tasks`, SEP-2663), the pure part: a task's
 //! states and what each shows on the wire, the input requests of a task and how an update
-//! answers them, task ids and timestamps. The runs and the store are [`crate::tasks`].
+//! answers them, task ids and timestamps. The runs and the store are [`crate::stores::tasks`].
 //!
 //! A task is `working`, `input_required` (some of its questions are unanswered), then one of
 //! the final states `completed` (the tool's result, a tool error included), `failed` (a

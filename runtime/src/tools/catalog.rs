@@ -265,7 +265,7 @@ pub struct Catalog {
     /// Announcements of list changes and resource updates.
     changes: Arc<Changes>,
     /// The state handle store, once a supervisor serves the catalog (it lives in the ledger).
-    handles: std::sync::OnceLock<Arc<crate::handles::Handles>>,
+    handles: std::sync::OnceLock<Arc<crate::stores::handles::Handles>>,
 }
 
 impl std::fmt::Debug for Catalog {
@@ -395,7 +395,7 @@ impl Catalog {
 
     /// Give handlers the state handle store (done once, by the supervisor that serves the
     /// catalog; a second store is ignored).
-    pub fn attach_handles(&self, handles: Arc<crate::handles::Handles>) {
+    pub fn attach_handles(&self, handles: Arc<crate::stores::handles::Handles>) {
         let _ = self.handles.set(handles);
     }
 

@@ -62,7 +62,7 @@ pub struct ToolContext {
     /// Where list changes and resource updates are announced (set by the catalog).
     changes: Option<Arc<super::Changes>>,
     /// The state handle store (set by the catalog of a supervisor).
-    handles: Option<Arc<crate::handles::Handles>>,
+    handles: Option<Arc<crate::stores::handles::Handles>>,
 }
 
 impl std::fmt::Debug for ToolContext {
@@ -127,7 +127,7 @@ impl ToolContext {
 
     /// Use the state handle store `handles` (the catalog sets this before a handler runs).
     #[must_use]
-    pub fn with_handles(mut self, handles: Arc<crate::handles::Handles>) -> ToolContext {
+    pub fn with_handles(mut self, handles: Arc<crate::stores::handles::Handles>) -> ToolContext {
         self.handles = Some(handles);
         self
     }
@@ -135,19 +135,20 @@ impl ToolContext {
     /// This caller's handles of `kind` (SEP-2567): create, read, update atomically, destroy
     /// and list them, typed with serde (a list without authentication shows only what this
     /// legacy session created, and nothing outside one: see
-    /// [`HandleScope::list`](crate::handles::HandleScope::list)); each use is checked against the caller, and every
+    /// [`HandleScope::list`](crate::stores::handles::HandleScope::list)); each use is checked against the caller, and every
     /// refusal is a tool error whose text names the handle and the way to recover. Use `?`
     /// into a [`ToolError`](super::ToolError).
     ///
     /// # Errors
-    /// [`HandleError::Unavailable`](crate::handles::HandleError::Unavailable) when the
+    /// [`HandleError::Unavailable`](crate::stores::handles::HandleError::Unavailable) when the
     /// context has no store (a catalog not served by a supervisor).
     pub fn handles<'a>(
         &'a self,
         kind: &'a crate::proto::handle::HandleKind,
-    ) -> Result<crate::handles::HandleScope<'a>, crate::handles::HandleError> {
-        let store = self.handles.as_deref().ok_or(crate::handles::HandleError::Unavailable)?;
-        Ok(crate::handles::HandleScope {
+    ) -> Result<crate::stores::handles::HandleScope<'a>, crate::stores::handles::HandleError> {
+        let store =
+            self.handles.as_deref().ok_or(crate::stores::handles::HandleError::Unavailable)?;
+        Ok(crate::stores::handles::HandleScope {
             store,
             kind,
             principal: self.owner.as_deref(),

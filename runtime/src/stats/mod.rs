@@ -1,6 +1,8 @@
 //! Process-wide counters and gauges, kept as plain atomics by the actors and read as one
 //! [`StatsSnapshot`] (for `mcp-host --stats-every-ms`) and as [`MetricFigures`] (for `/metrics`).
 
+pub mod histogram;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
@@ -33,7 +35,8 @@ pub struct RuntimeStats {
     modern_in_flight: AtomicI64,
     /// Modern requests running per caller (entries only while non-zero, so at most
     /// `modern.max_in_flight` of them). A lock held for one map update, never across an await.
-    modern_by_caller: parking_lot::Mutex<std::collections::HashMap<super::QuotaKey, usize>>,
+    modern_by_caller:
+        parking_lot::Mutex<std::collections::HashMap<crate::proto::caller::QuotaKey, usize>>,
     /// Bytes of parsed requests held in flight, charged against `limits.request_memory_bytes`
     /// ([`RequestCharge`]).
     request_memory: AtomicUsize,
@@ -48,7 +51,8 @@ pub struct RuntimeStats {
     listen_completed: AtomicU64,
     /// Open listen streams per caller (entries only while non-zero). A lock held for one
     /// map update, never across an await.
-    listen_by_caller: parking_lot::Mutex<std::collections::HashMap<super::QuotaKey, u32>>,
+    listen_by_caller:
+        parking_lot::Mutex<std::collections::HashMap<crate::proto::caller::QuotaKey, u32>>,
 }
 
 /// Figures counted as they happen (for the metrics endpoint).
@@ -68,7 +72,7 @@ struct LiveFigures {
     shadow_window_lost: AtomicU64,
     shadow_unreadable: AtomicU64,
     shadow_unverified: AtomicU64,
-    shadow_latency: crate::metrics::Histo,
+    shadow_latency: histogram::Histo,
     http: [AtomicU64; HTTP_STATUSES.len()],
     streams_by_mode: [AtomicI64; 3],
     streams_by_state: [AtomicI64; 3],
@@ -102,7 +106,7 @@ impl Default for LiveFigures {
             shadow_window_lost: z(),
             shadow_unreadable: z(),
             shadow_unverified: z(),
-            shadow_latency: crate::metrics::Histo::new(crate::metrics::LATENCY_BOUNDS),
+            shadow_latency: histogram::Histo::new(histogram::LATENCY_BOUNDS),
             http: std::array::from_fn(|_| z()),
             streams_by_mode: std::array::from_fn(|_| AtomicI64::new(0)),
             streams_by_state: std::array::from_fn(|_| AtomicI64::new(0)),
@@ -200,7 +204,7 @@ impl RuntimeStats {
     /// when the caller's are.
     pub(crate) fn modern_enter(
         self: &Arc<Self>,
-        caller: super::QuotaKey,
+        caller: crate::proto::caller::QuotaKey,
         max: usize,
         per_caller: usize,
     ) -> Result<ModernInFlight, Rejection> {
@@ -284,7 +288,7 @@ impl RuntimeStats {
     /// taken, 429 ([`Quota::Listen`](crate::proto::error::Quota::Listen)) when the caller's are.
     pub(crate) fn listen_enter(
         self: &Arc<Self>,
-        caller: super::QuotaKey,
+        caller: crate::proto::caller::QuotaKey,
         max: usize,
         per_caller: u32,
     ) -> Result<ListenPlace, Rejection> {
@@ -420,7 +424,7 @@ impl RuntimeStats {
 
     /// The shadow commit latency histogram.
     #[must_use]
-    pub fn shadow_latency(&self) -> &crate::metrics::Histo {
+    pub fn shadow_latency(&self) -> &histogram::Histo {
         &self.live.shadow_latency
     }
 
@@ -726,7 +730,7 @@ mod admission_tests {
 #[derive(Debug)]
 pub(crate) struct ModernInFlight {
     stats: Arc<RuntimeStats>,
-    caller: super::QuotaKey,
+    caller: crate::proto::caller::QuotaKey,
 }
 
 impl Drop for ModernInFlight {
@@ -784,7 +788,7 @@ impl Drop for RequestCharge {
 #[derive(Debug)]
 pub(crate) struct ListenPlace {
     stats: Arc<RuntimeStats>,
-    caller: super::QuotaKey,
+    caller: crate::proto::caller::QuotaKey,
 }
 
 impl Drop for ListenPlace {

@@ -24,6 +24,10 @@
 //! - A key rotation (`ledger.previous_key_files`) loses no task: one recorded before it is
 //!   read under its previous key's name (it stays there until it expires).
 
+mod drive;
+
+pub(crate) use drive::drive;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -266,7 +270,7 @@ impl Tasks {
     }
 
     fn hmac(&self, id: &str) -> String {
-        crate::handles::ledger_name(&self.id_key, id)
+        crate::stores::handles::ledger_name(&self.id_key, id)
     }
 
     /// The writes of `run`'s record as `state` has it, counted against the bounds in place of
@@ -588,7 +592,7 @@ impl Tasks {
             return Ok(Some((r, hmac, bytes)));
         }
         for key in &self.previous_id_keys {
-            let old = crate::handles::ledger_name(key, id);
+            let old = crate::stores::handles::ledger_name(key, id);
             if let Some((r, bytes)) = self.read(&old).await? {
                 return Ok(Some((r, old, bytes)));
             }

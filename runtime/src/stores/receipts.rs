@@ -21,9 +21,8 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-use super::durable::LedgerCtx;
 use crate::ledger::codec::{self, Outcome, ReceiptRecord, ReceiptState, Record};
-use crate::ledger::{Caller, Durability, Entry, Op, Reservation, StoreUsage};
+use crate::ledger::{Caller, Durability, Entry, Ledger, Op, Reservation, StoreUsage};
 use crate::proto::error::{Quota, Rejection, StoreBound};
 use crate::proto::jsonrpc::{ErrorObject, code};
 use crate::proto::receipt::{Answer, Arrival, Decision, ReceiptTable, Stored, Waiter};
@@ -54,10 +53,10 @@ type Table = Arc<Mutex<ReceiptTable<oneshot::Sender<Answer>>>>;
 /// The process's receipts.
 pub(crate) struct Receipts {
     table: Table,
-    ledger: Arc<LedgerCtx>,
+    ledger: Ledger,
     retention_ms: u64,
     max_bytes: usize,
-    stats: Arc<super::stats::RuntimeStats>,
+    stats: Arc<crate::stats::RuntimeStats>,
     /// What each caller, and every caller, keeps.
     usage: Arc<StoreUsage>,
     /// The charge `(expiry, bytes)` of the `Running` receipt an execution interrupted here left
@@ -82,16 +81,16 @@ impl std::fmt::Debug for Receipts {
 impl Receipts {
     /// The receipts of `ledger`, their figures rebuilt from it (a blocking read, at start).
     pub(crate) fn new(
-        ledger: Arc<LedgerCtx>,
+        ledger: Ledger,
         retention_ms: u64,
         max_bytes: usize,
         limits: UsageLimits,
-        stats: Arc<super::stats::RuntimeStats>,
+        stats: Arc<crate::stats::RuntimeStats>,
     ) -> Receipts {
         // 64 buckets over the retention: an expired receipt leaves the figures at most 1/64
         // of the retention late.
         let usage = StoreUsage::new("r", limits, (retention_ms / 64).max(1000));
-        match usage.rebuild(ledger.writer.store().as_ref(), ledger.ledger.clock.now().0) {
+        match usage.rebuild(ledger.writer.store().as_ref(), ledger.clock.now().0) {
             Ok(n) if n > 0 => {
                 tracing::info!(receipts = n, "idempotency receipts counted from the ledger")
             }
@@ -121,7 +120,7 @@ impl Receipts {
     /// # Errors
     /// [`Rejection::QuotaExceeded`] ([`Quota::Receipts`]), [`Rejection::StoreFull`].
     pub(crate) fn admit(&self, owner: &Caller) -> Result<Reservation, Rejection> {
-        let now = self.ledger.ledger.clock.now().0;
+        let now = self.ledger.clock.now().0;
         self.usage.reserve(owner, now, now.saturating_add(self.retention_ms), ADMIT_BYTES).map_err(
             |over| match over {
                 Over::Caller { .. } => Rejection::QuotaExceeded {
@@ -138,7 +137,7 @@ impl Receipts {
 
     /// `(receipts, bytes)` kept by `owner`, and by every caller.
     pub(crate) fn kept(&self, owner: &Caller) -> ((u64, u64), (u64, u64)) {
-        let now = self.ledger.ledger.clock.now().0;
+        let now = self.ledger.clock.now().0;
         (self.usage.of(owner, now), self.usage.total(now))
     }
 
@@ -209,9 +208,9 @@ impl Receipts {
     /// The receipt the ledger holds for `key` (read on a reader thread; `None` when it
     /// cannot be read), and the charge `(expiry, bytes)` it is counted with.
     async fn read(&self, key: &str) -> (Option<Stored>, Option<(u64, u64)>) {
-        let now = self.ledger.ledger.clock.now().0;
+        let now = self.ledger.clock.now().0;
         let owned = key.to_owned();
-        let bytes = match self.ledger.ledger.reads.run(move |store| store.get(&owned, now)).await {
+        let bytes = match self.ledger.reads.run(move |store| store.get(&owned, now)).await {
             Ok(Some(b)) => b,
             Ok(None) => return (Some(Stored::Absent), None),
             Err(e) => {
@@ -251,7 +250,7 @@ impl Receipts {
         prior: Option<(u64, u64)>,
         run: Run,
     ) -> Result<Value, ErrorObject> {
-        let created_ms = self.ledger.ledger.clock.now().0;
+        let created_ms = self.ledger.clock.now().0;
         let expires_ms = created_ms.saturating_add(self.retention_ms);
         let mut guard = Executing {
             receipts: Arc::clone(&self),
@@ -310,7 +309,7 @@ impl Receipts {
         // callers attached to this execution get the whole outcome, as its own caller does.
         // What the receipt keeps is bounded by `receipt_max_bytes`, and by what its caller and
         // every caller may keep: past either, only the result's size and digest.
-        let now = self.ledger.ledger.clock.now().0;
+        let now = self.ledger.clock.now().0;
         let running = Entry { name: &guard.key, expires_ms, bytes: guard.bytes };
         let mut kept = self.kept_outcome(&call, outcome.clone(), false);
         record.state = ReceiptState::Done { outcome: kept.clone() };

@@ -1,13 +1,12 @@
 //! Prometheus metrics: the supervisor's counters, gauges and histograms encoded in the
 //! Prometheus text format (`prometheus-client`) at scrape time. Nothing here sits on a data
-//! path: the actors keep plain atomics ([`RuntimeStats`](crate::actor::RuntimeStats), the
+//! path: the actors keep plain atomics ([`RuntimeStats`](crate::stats::RuntimeStats), the
 //! ledger writer's stats, [`Histo`]), and a scrape reads them.
 //!
 //! Labels are typed (`EncodeLabelSet` structs); none carries a session id or anything
 //! derived from one.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
@@ -17,62 +16,11 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
 use crate::actor::Supervisor;
+use crate::stats::histogram::Histo;
 
-/// A histogram kept in atomics (no lock on the path that observes it).
+/// Reads the supervisor at every scrape.
 #[derive(Debug)]
-pub struct Histo {
-    bounds: &'static [f64],
-    /// Per bucket (not cumulative); the last is `+Inf`.
-    counts: Box<[AtomicU64]>,
-    /// Sum of observations, in millionths.
-    sum_micros: AtomicU64,
-}
-
-/// Bucket bounds for latencies (seconds): 100 µs to about 6.5 s.
-pub const LATENCY_BOUNDS: &[f64] = &[
-    0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-    6.5,
-];
-/// Bucket bounds for counts (a batch's operations).
-pub const COUNT_BOUNDS: &[f64] =
-    &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0];
-
-impl Histo {
-    /// A histogram with these (ascending) upper bounds.
-    #[must_use]
-    pub fn new(bounds: &'static [f64]) -> Histo {
-        Histo {
-            bounds,
-            counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
-            sum_micros: AtomicU64::new(0),
-        }
-    }
-
-    /// Observe `v`.
-    pub fn observe(&self, v: f64) {
-        let i = self.bounds.iter().position(|b| v <= *b).unwrap_or(self.bounds.len());
-        self.counts[i].fetch_add(1, Ordering::Relaxed);
-        self.sum_micros.fetch_add((v.max(0.0) * 1e6) as u64, Ordering::Relaxed);
-    }
-
-    /// `(sum, count, cumulative buckets)` as the encoder wants them.
-    #[must_use]
-    pub fn snapshot(&self) -> (f64, u64, Vec<(f64, u64)>) {
-        let mut total = 0;
-        let mut buckets = Vec::with_capacity(self.counts.len());
-        for (i, c) in self.counts.iter().enumerate() {
-            total += c.load(Ordering::Relaxed);
-            buckets.push((self.bounds.get(i).copied().unwrap_or(f64::INFINITY), total));
-        }
-        (self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6, total, buckets)
-    }
-
-    /// Observations so far.
-    #[must_use]
-    pub fn count(&self) -> u64 {
-        self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum()
-    }
-}
+struct SupervisorCollector(Arc<Supervisor>);
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct GenerationLabel {
@@ -108,10 +56,6 @@ struct StatusLabel {
 struct PhaseLabel {
     phase: &'static str,
 }
-
-/// Reads the supervisor at every scrape.
-#[derive(Debug)]
-struct SupervisorCollector(Arc<Supervisor>);
 
 fn gauge(
     e: &mut DescriptorEncoder<'_>,
@@ -442,7 +386,7 @@ impl Collector for SupervisorCollector {
 
 /// The metrics of `sup`, ready to encode.
 #[must_use]
-pub fn registry(sup: Arc<Supervisor>) -> Registry {
+pub(super) fn registry(sup: Arc<Supervisor>) -> Registry {
     let mut r = Registry::default();
     r.register_collector(Box::new(SupervisorCollector(sup)));
     r
@@ -450,7 +394,7 @@ pub fn registry(sup: Arc<Supervisor>) -> Registry {
 
 /// Encode in the Prometheus text format (version 0.0.4).
 #[must_use]
-pub fn encode(r: &Registry) -> String {
+pub(super) fn encode(r: &Registry) -> String {
     let mut out = String::new();
     // Writing to a String cannot fail; an encoder error leaves what was written.
     let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, r);
@@ -458,7 +402,7 @@ pub fn encode(r: &Registry) -> String {
 }
 
 /// The content type of [`encode`]'s output.
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub(super) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 #[cfg(test)]
 mod tests {
