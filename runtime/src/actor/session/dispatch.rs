@@ -1,0 +1,285 @@
+//! A session's messages: requests routed (`proto::route`) and run through the request
+//! pipeline, notifications, cancellation, responses, and the completion of a request.
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+use bytes::Bytes;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use crate::actor::generations::Counted;
+use crate::actor::lifecycle::Phase;
+use crate::actor::stream::{Close, Emit, StreamActor};
+use crate::pipeline::{self, Caller, First, Outbound};
+use crate::proto::admission::ReplyMode;
+use crate::proto::error::{Overload, Rejection};
+use crate::proto::ids::{JsonRpcId, StreamId};
+use crate::proto::jsonrpc::{ErrorObject, Message, code, encode_error, encode_result};
+use crate::proto::mcp::{LogLevel, method};
+use crate::proto::rollout::StreamMode;
+use crate::proto::route::{Era, Route};
+use crate::proto::stream::{CloseReason, StreamKind};
+use crate::tools::Dispatch;
+
+use super::messages::PostOutcome;
+use super::{RequestTask, SessionActor};
+
+impl SessionActor {
+    pub(super) fn on_message(
+        &mut self,
+        m: Message,
+        mode: ReplyMode,
+        charge: Option<crate::stats::RequestCharge>,
+        ctx: &mut Context<Self>,
+    ) -> Result<PostOutcome, Rejection> {
+        match m {
+            // Admitted before a drain began and queued here since: the phase is read now.
+            Message::Request { .. } if self.sup.phase() != Phase::Serving => {
+                Err(Rejection::Overloaded(Overload::Draining))
+            }
+            Message::Request { id, method, params, .. } => {
+                self.start_request(id, method, params, mode, charge, ctx)
+            }
+            Message::Notification { method, params, .. } => {
+                self.on_notification(&method, params.as_ref(), ctx);
+                Ok(PostOutcome::Accepted)
+            }
+            Message::Response { id, result } => {
+                if let Some(p) = self.core.answer_client_request(&id) {
+                    let _ = p.handle.reply.send(Ok(result));
+                }
+                Ok(PostOutcome::Accepted)
+            }
+            Message::ErrorResponse { id, error } => {
+                if let Some(p) = id.and_then(|id| self.core.answer_client_request(&id)) {
+                    let _ = p.handle.reply.send(Err(error));
+                }
+                Ok(PostOutcome::Accepted)
+            }
+        }
+    }
+
+    pub(super) fn on_notification(
+        &mut self,
+        method: &str,
+        params: Option<&Value>,
+        ctx: &mut Context<Self>,
+    ) {
+        if method == method::CANCELLED {
+            let id = params.and_then(|p| p.get("requestId")).and_then(JsonRpcId::from_value);
+            if let Some(id) = id {
+                self.cancel(&id, ctx);
+            }
+        }
+        // notifications/initialized, roots/list_changed and unknown notifications need no
+        // action from this server.
+    }
+
+    pub(super) fn cancel(&mut self, id: &JsonRpcId, ctx: &mut Context<Self>) {
+        let Some(task) = self.core.end_request(id, self.sup.now()) else { return };
+        task.handle.cancel.cancel();
+        if let Some(h) = task.handle.spawn {
+            ctx.cancel_future(h);
+        }
+        if let Some(s) = task.stream.and_then(|sid| self.core.stream(sid)) {
+            s.handle.do_send(Close(CloseReason::Cancelled));
+        }
+    }
+
+    pub(super) fn start_request(
+        &mut self,
+        id: JsonRpcId,
+        method: String,
+        params: Option<Value>,
+        mode: ReplyMode,
+        charge: Option<crate::stats::RequestCharge>,
+        ctx: &mut Context<Self>,
+    ) -> Result<PostOutcome, Rejection> {
+        // A tool call's idempotency key and what its stream is for; the refusals before
+        // anything runs (the ledger cannot take the durable record it needs, a receipt bound).
+        let door = self.sup.admit_tool_call(&method, params.as_ref(), &self.owner)?;
+        let purpose = door.purpose;
+        if mode == ReplyMode::Sse && self.stream_mode(purpose) != StreamMode::Plain {
+            self.sup.admit_recorded_stream(purpose, false)?;
+        }
+        let cancel = CancellationToken::new();
+        let generation = self.gens.enter_current(Counted::InFlight);
+        self.core.begin_request(
+            &id,
+            RequestTask {
+                spawn: None,
+                cancel: cancel.clone(),
+                json: None,
+                generation,
+                _charge: charge,
+            },
+        )?;
+        // The stream's address exists before the stream starts, so the handler can be run
+        // first and an immediate answer can share the priming event's write.
+        let (stream, json_reply) = match mode {
+            ReplyMode::Sse => {
+                let sctx = Context::<StreamActor>::new();
+                let addr = sctx.address();
+                let sid = self.core.open_post_stream(&id, addr.clone());
+                (Some((sctx, sid, addr)), None)
+            }
+            ReplyMode::Json => {
+                let (tx, rx) = oneshot::channel();
+                if let Some(f) = self.core.in_flight_mut(&id) {
+                    f.handle.json = Some(tx);
+                }
+                (None, Some(rx))
+            }
+        };
+        let stream_addr = stream.as_ref().map(|(_, _, a)| a.clone());
+        let dispatch = match Route::of(Era::Session, &method) {
+            Route::Ping => Dispatch::Ready(Ok(json!({}))),
+            Route::SetLevel => Dispatch::Ready(self.set_level(params.as_ref())),
+            r @ (Route::Subscribe | Route::Unsubscribe) => {
+                Dispatch::Ready(self.subscription(r, params.as_ref()))
+            }
+            Route::Reinitialize => Dispatch::Ready(Err(ErrorObject::new(
+                code::INVALID_REQUEST,
+                "session already initialized",
+            ))),
+            _ => {
+                let out = Arc::new(Outbound::Session {
+                    session: Arc::clone(&self.links),
+                    stream: stream_addr,
+                    origin: id.clone(),
+                });
+                let caller = Caller {
+                    principal: self.principal.clone(),
+                    owner: self.owner.clone(),
+                    capabilities: Arc::clone(&self.client_caps),
+                    log_level: self.core.log_level(),
+                    logs: true,
+                    session: Some(Arc::clone(&self.names)),
+                };
+                pipeline::dispatch(
+                    self.sup.catalog(),
+                    self.sup.receipts(),
+                    &id,
+                    &method,
+                    params.as_ref(),
+                    door,
+                    caller,
+                    cancel,
+                    out,
+                )
+            }
+        };
+        // For the span of a request that waits (a known method's name, else "other": the
+        // name is the client's).
+        let request_method = crate::proto::mcp::method::span_name(&method);
+        // Kept by the stream for its record's digest, computed only if it is ever recorded.
+        let request = stream.is_some().then_some((method, params));
+        let done = match pipeline::first_poll(dispatch) {
+            First::Answered(r) => Some(r),
+            First::Waits(fut) => {
+                // It runs on in this context.
+                let rid = id.clone();
+                let fut = tracing::Instrument::instrument(
+                    fut,
+                    tracing::info_span!(parent: &self.span, "request", method = request_method),
+                );
+                let h = ctx.spawn(fut.into_actor(self).map(move |r, act, ctx| {
+                    act.complete(&rid, r);
+                    act.arm(ctx);
+                }));
+                if let Some(f) = self.core.in_flight_mut(&id) {
+                    f.handle.spawn = Some(h);
+                }
+                None
+            }
+        };
+        match (stream, json_reply) {
+            (Some((sctx, sid, _)), _) => {
+                let final_json =
+                    done.and_then(|r| self.take_response(&id, r).map(|(bytes, _, _)| bytes));
+                Ok(PostOutcome::Sse(self.start_stream(
+                    sctx,
+                    sid,
+                    StreamKind::Post { request: id },
+                    final_json,
+                    request,
+                    purpose,
+                )))
+            }
+            (None, Some(rx)) => {
+                if let Some(r) = done {
+                    self.complete(&id, r);
+                }
+                Ok(PostOutcome::Json(rx))
+            }
+            (None, None) => Err(Rejection::Internal),
+        }
+    }
+
+    pub(super) fn set_level(&mut self, params: Option<&Value>) -> Result<Value, ErrorObject> {
+        let level = params
+            .and_then(|p| p.get("level"))
+            .and_then(Value::as_str)
+            .and_then(LogLevel::parse)
+            .ok_or_else(|| ErrorObject::new(code::INVALID_PARAMS, "level must be one of debug, info, notice, warning, error, critical, alert, emergency"))?;
+        self.core.set_log_level(level);
+        Ok(json!({}))
+    }
+
+    /// `resources/subscribe` and `resources/unsubscribe`. Only known resources can be
+    /// subscribed to. Nothing is recorded: a session is not told of updates yet (only
+    /// 2026-07-28 `subscriptions/listen` streams are; docs/protocol.md).
+    pub(super) fn subscription(
+        &self,
+        route: Route,
+        params: Option<&Value>,
+    ) -> Result<Value, ErrorObject> {
+        let uri = params.and_then(|p| p.get("uri")).and_then(Value::as_str).ok_or_else(|| {
+            ErrorObject::new(code::INVALID_PARAMS, "missing string parameter \"uri\"")
+        })?;
+        if route == Route::Subscribe && !self.sup.catalog().has_resource(uri) {
+            return Err(crate::tools::resource_not_found(uri));
+        }
+        Ok(json!({}))
+    }
+
+    /// A request finished: forget it and encode its response. `None` when it was cancelled
+    /// (nothing is sent then). Also returns the task, for its reply route.
+    pub(super) fn take_response(
+        &mut self,
+        id: &JsonRpcId,
+        r: Result<Value, ErrorObject>,
+    ) -> Option<(Bytes, RequestTask, Option<StreamId>)> {
+        let task = self.core.end_request(id, self.sup.now())?;
+        let bytes = match r {
+            Ok(v) => encode_result(id, &v),
+            Err(e) => encode_error(Some(id), &e),
+        };
+        Some((bytes, task.handle, task.stream))
+    }
+
+    /// A spawned request finished: send its response on its own stream (or JSON reply),
+    /// unless it was cancelled.
+    pub(super) fn complete(&mut self, id: &JsonRpcId, r: Result<Value, ErrorObject>) {
+        let Some((bytes, task, stream)) = self.take_response(id, r) else { return };
+        if let Some(tx) = task.json {
+            let _ = tx.send(Ok(bytes));
+        } else if let Some(s) = stream.and_then(|sid| self.core.stream(sid)) {
+            // Within the stream's mailbox bound; a busy stream gets it as soon as it has room:
+            // awaited on a task of its own (it outlives this session if the session stops),
+            // the request counted in flight until the stream has it (a drain waits for it).
+            match s.handle.try_send(Emit { json: bytes, last: true }) {
+                Ok(()) | Err(SendError::Closed(_)) => {}
+                Err(SendError::Full(m)) => {
+                    let (addr, in_flight) = (s.handle.clone(), task.generation);
+                    actix_rt::spawn(async move {
+                        let _ = addr.send(m).await;
+                        drop(in_flight);
+                    });
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! The messages a session receives from the HTTP shell, and what a POST produces.
+
+use actix::prelude::*;
+use bytes::Bytes;
+use tokio::sync::oneshot;
+
+use crate::actor::body::SseBody;
+use crate::actor::registry::InboxTicket;
+use crate::proto::admission::ReplyMode;
+use crate::proto::error::Rejection;
+use crate::proto::event_id::EventId;
+use crate::proto::ids::Generation;
+use crate::proto::jsonrpc::Incoming;
+
+/// The answer to a request sent as JSON: its encoded response, or why there is none (the
+/// session ended). A dropped sender means the request was cancelled (no response is owed).
+pub type JsonReply = Result<Bytes, Rejection>;
+
+/// What a POST produced.
+#[derive(Debug)]
+pub enum PostOutcome {
+    /// Notification(s) or response(s) only: 202.
+    Accepted,
+    /// A JSON reply; the sender is dropped if the request is cancelled.
+    Json(oneshot::Receiver<JsonReply>),
+    /// An SSE reply.
+    Sse(SseBody),
+    /// A 2025-03-26 batch: one JSON reply per request, in order.
+    Batch(Vec<oneshot::Receiver<JsonReply>>),
+}
+
+/// POSTed message(s) for this session.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Post {
+    /// The message(s).
+    pub incoming: Incoming,
+    /// Reply format for requests.
+    pub reply_mode: ReplyMode,
+    /// Where the outcome goes.
+    pub reply: oneshot::Sender<Result<PostOutcome, Rejection>>,
+    /// Its place in the session's inbox, given back when the message is dropped.
+    pub ticket: InboxTicket,
+    /// The request memory its parsed body holds (`None` without a request): moved to the
+    /// request (a batch's split evenly between its requests), given back when the session
+    /// has answered it; a refused one's at once.
+    pub charge: Option<crate::stats::RequestCharge>,
+}
+
+/// Open a new standalone GET stream (replacing any previous one).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct OpenGet {
+    /// Where the body goes.
+    pub reply: oneshot::Sender<Result<SseBody, Rejection>>,
+    /// Its place in the session's inbox, given back when the message is dropped.
+    pub ticket: InboxTicket,
+}
+
+/// Resume the stream named by a verified cursor.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Resume {
+    /// The verified cursor.
+    pub event: EventId,
+    /// Where the body goes.
+    pub reply: oneshot::Sender<Result<SseBody, Rejection>>,
+    /// Its place in the session's inbox, given back when the message is dropped.
+    pub ticket: InboxTicket,
+}
+
+/// End the session (HTTP DELETE).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Delete {
+    /// Acknowledgement.
+    pub reply: oneshot::Sender<Result<(), Rejection>>,
+    /// Its place in the session's inbox, given back when the message is dropped.
+    pub ticket: InboxTicket,
+}
+
+/// A rollback's drain is over: end the requests admitted under a generation older than
+/// `before` with the "drained" error (`-32010`).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct EndOlderRequests {
+    pub(crate) before: Generation,
+}
+
+/// Stop the session (process shutdown).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Shutdown;

@@ -1,0 +1,380 @@
+//! One actor per legacy session: drives a [`SessionCore`], runs requests as futures in its
+//! own context (so completion and cancellation are serialized with everything else the
+//! session does), and routes server-to-client requests and their answers.
+//!
+//! Time: one timer at a time, armed at the core's [`SessionCore::poll_timeout`] (idle expiry,
+//! or the earliest client-request deadline) and re-armed after every handled message when
+//! the core wants an earlier wake-up.
+//!
+//! This file holds the actor's state, its creation and its timer; the jobs are apart:
+//! `messages.rs` (what the HTTP shell sends it), `handlers.rs` (how it handles each message),
+//! `dispatch.rs` (requests, notifications, cancellation, responses), `streams.rs` (its
+//! streams), `persist.rs` (its ledger record).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use bytes::Bytes;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use super::budget::{Charge, MemoryBudget};
+use super::durable::{LedgerCtx, SessionMeta};
+use super::env::SessionEnv;
+use super::generations::{GenCount, Generations};
+use super::lifecycle::Phase;
+use super::registry::{Inbox, InboxTicket, Registered, RegistryGuard};
+use super::stream::{Drain as DrainStream, Emit, SessionLink, Stop as StopStream, StreamActor};
+use crate::ledger::codec::{Handshake, RecordState};
+use crate::pipeline::SessionLinks;
+use crate::proto::error::{Overload, Rejection};
+use crate::proto::event_id::CursorSigner;
+use crate::proto::ids::{SessionId, Tick};
+use crate::proto::jsonrpc::{ErrorObject, code, encode_notification};
+use crate::proto::mcp::{LogLevel, method};
+use crate::proto::session::{SessionCore, SessionLimits};
+use crate::proto::stream::CloseReason;
+use crate::proto::version::ProtocolVersion;
+
+mod dispatch;
+mod handlers;
+mod messages;
+mod persist;
+mod streams;
+
+pub use messages::{Delete, JsonReply, OpenGet, Post, PostOutcome, Resume};
+pub(crate) use messages::{EndOlderRequests, Shutdown};
+
+/// Shell data of an in-flight request.
+#[derive(Debug)]
+pub(crate) struct RequestTask {
+    spawn: Option<SpawnHandle>,
+    cancel: CancellationToken,
+    json: Option<oneshot::Sender<JsonReply>>,
+    /// Counted in flight in the generation it was admitted under.
+    generation: GenCount,
+    /// Its parsed body's share of the request memory budget, given back when it ends.
+    _charge: Option<crate::stats::RequestCharge>,
+}
+
+/// Shell data of a server-to-client request: where its answer goes and the stream it was
+/// sent on (where a timeout's `notifications/cancelled` goes).
+#[derive(Debug)]
+pub(crate) struct ClientRequestRoute {
+    reply: oneshot::Sender<Result<Value, ErrorObject>>,
+    stream: Addr<StreamActor>,
+}
+
+/// The session actor.
+pub struct SessionActor {
+    core: SessionCore<RequestTask, Addr<StreamActor>, ClientRequestRoute>,
+    principal: Option<Arc<str>>,
+    /// Whose handles its tools see ([`crate::actor::registry::QuotaKey::owner`]).
+    owner: Option<Arc<str>>,
+    /// Its names in the ledger (the HMAC of its id under the current key, then under each
+    /// previous one): handles its tools create record the first, and without authentication
+    /// a list shows those recorded under any of them.
+    names: Arc<[Arc<str>]>,
+    signer: Arc<CursorSigner>,
+    /// Its streams' settings that do not come from their generation.
+    streams: SessionStreams,
+    /// Where new streams find the current generation.
+    gens: Arc<Generations>,
+    /// Counted live in the generation it was opened (or revived) under.
+    _generation: GenCount,
+    client_caps: Arc<Value>,
+    sup: Arc<dyn SessionEnv>,
+    /// Deregisters the session when dropped: taken explicitly before a DELETE or expiry is
+    /// acknowledged, and dropped with the actor on every other exit path.
+    guard: Option<RegistryGuard<SessionHandle>>,
+    /// The one armed timer and the tick it is armed for.
+    timer: Option<(Tick, SpawnHandle)>,
+    /// Why the session ended, for JSON replies still owed.
+    ended_by: Rejection,
+    /// Where its streams report: a strong recipient of itself (the session stops only by
+    /// `ctx.stop()`, never waiting for its addresses to drop; the cycle ends with the actor).
+    link: SessionLink,
+    /// Where its requests' questions and notifications go (the requests' [`Outbound`]s).
+    links: Arc<SessionLinks>,
+    /// The caller's share of the stream memory budget, charged by this session's streams.
+    caller_budget: Arc<MemoryBudget>,
+    /// The kept handshake, charged to the budgets for the session's life.
+    _handshake: Charge,
+    /// What its ledger record holds besides the core's state.
+    meta: SessionMeta,
+    /// `clientInfo` and the requested version, for the record.
+    client_info: Value,
+    requested_version: Option<String>,
+    ledger: Arc<LedgerCtx>,
+    /// Told when the first record of this life is committed (`None` after).
+    on_recorded: Option<tokio::sync::oneshot::Sender<()>>,
+    /// Its tracing span: a prefix of its id's HMAC (never the id) and its generation.
+    span: tracing::Span,
+}
+
+impl Actor for SessionActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        self.arm(ctx);
+        if self.sup.phase() != Phase::Serving {
+            // Created or revived as a drain began, after the supervisor told every registered
+            // session to stop: it stops too (its first record is on its way, so its id stays
+            // valid for the next process).
+            ctx.notify(Shutdown);
+        }
+    }
+
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        let _span = self.span.clone().entered();
+        self.guard.take();
+        let (requests, streams) = self.core.terminate();
+        for (_, r) in requests {
+            r.handle.cancel.cancel();
+            if let Some(tx) = r.handle.json {
+                // The client is still waiting on its POST: say why no response comes.
+                let _ = tx.send(Err(self.ended_by.clone()));
+            }
+        }
+        let draining = self.ended_by == Rejection::Overloaded(Overload::Draining);
+        for s in streams {
+            // Control messages: they must arrive, or the stream would outlive its session.
+            if draining {
+                s.handle.do_send(DrainStream);
+            } else {
+                s.handle.do_send(StopStream(CloseReason::SessionEnded));
+            }
+        }
+    }
+}
+
+/// What a session is created with.
+pub(crate) struct SessionSeed {
+    pub(crate) id: SessionId,
+    pub(crate) principal: Option<Arc<str>>,
+    /// Whose state handles its tools see (the caller that created or revived it).
+    pub(crate) owner: Option<Arc<str>>,
+    pub(crate) version: ProtocolVersion,
+    /// Counted live in the generation it is opened (or revived) under.
+    pub(crate) generation: GenCount,
+    pub(crate) signer: Arc<CursorSigner>,
+    pub(crate) handshake: Handshake,
+    /// Estimated bytes of the handshake the session keeps.
+    pub(crate) kept_bytes: usize,
+    /// The caller's share of the stream memory budget.
+    pub(crate) caller_budget: Arc<MemoryBudget>,
+    /// Its id's HMAC (its name in the ledger).
+    pub(crate) hmac: Arc<str>,
+    /// The `Origin` of its `initialize`.
+    pub(crate) origin: Option<String>,
+    /// Rebuilt from the ledger (after a restart or parking) rather than created.
+    pub(crate) restore: Option<Restore>,
+    /// Told when its first record is committed.
+    pub(crate) recorded: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+/// What a session's streams take from the session rather than from their generation.
+pub(crate) struct SessionStreams {
+    /// Its version primes streams (>= 2025-11-25).
+    primes: bool,
+    hold_until_committed: bool,
+    /// Its place in the rollout share (stable: from its id's HMAC).
+    place: f64,
+}
+
+/// What the ledger held for a session being revived.
+pub(crate) struct Restore {
+    /// Its new incarnation (one more than recorded).
+    pub(crate) incarnation: u32,
+    pub(crate) created_ms: u64,
+    pub(crate) log_level: Option<LogLevel>,
+    /// Its streams' records and events.
+    pub(crate) streams: Vec<(crate::ledger::codec::StreamRecord, Vec<(u64, Bytes)>)>,
+    /// Its durable copy is complete: it was last written by this process, or by one that
+    /// stopped cleanly. Otherwise its last batch may be missing, and an open GET stream,
+    /// which has no request to answer with the "restarted" error, is not restored (its
+    /// resume gets 410; the client opens a new one).
+    pub(crate) complete: bool,
+}
+
+/// What a request needs to reach a session without messaging it: its address, owner and
+/// cursor signer.
+#[derive(Debug, Clone)]
+pub struct SessionHandle {
+    /// The session actor.
+    pub addr: Addr<SessionActor>,
+    /// Requests' messages waiting in the session's mailbox.
+    pub inbox: Arc<Inbox>,
+    /// The owning principal (authentication on).
+    pub principal: Option<Arc<str>>,
+    /// Verifies cursors for this session and owner.
+    pub signer: Arc<CursorSigner>,
+    /// The caller's share of the stream memory budget.
+    pub caller_budget: Arc<MemoryBudget>,
+}
+
+impl SessionHandle {
+    /// Hand a request's message to the session, with the place in its [`Inbox`] taken when
+    /// the session was found ([`Registry::enter`]).
+    ///
+    /// # Errors
+    /// [`Rejection::Overloaded`] (`503`, mailbox) when the mailbox is full;
+    /// [`Rejection::SessionNotFound`] when the session has stopped.
+    pub fn deliver<M>(
+        &self,
+        ticket: InboxTicket,
+        message: impl FnOnce(InboxTicket) -> M,
+    ) -> Result<(), Rejection>
+    where
+        M: actix::Message + Send + 'static,
+        M::Result: Send,
+        SessionActor: Handler<M>,
+    {
+        self.addr.try_send(message(ticket)).map_err(|e| match e {
+            SendError::Full(_) => Rejection::Overloaded(Overload::Mailbox),
+            SendError::Closed(_) => Rejection::SessionNotFound,
+        })
+    }
+}
+
+impl Registered for SessionHandle {
+    fn inbox(&self) -> &Arc<Inbox> {
+        &self.inbox
+    }
+}
+
+impl SessionActor {
+    pub(crate) fn new(
+        seed: SessionSeed,
+        sup: Arc<dyn SessionEnv>,
+        guard: RegistryGuard<SessionHandle>,
+        addr: &Addr<SessionActor>,
+    ) -> SessionActor {
+        let cfg = sup.config();
+        let limits = SessionLimits {
+            idle_ttl_ms: cfg.idle_ttl_ms(),
+            max_in_flight: seed.generation.generation().settings.max_in_flight,
+            max_retained_streams: cfg.sessions.max_retained_streams,
+            max_retained_bytes: cfg.sessions.max_retained_bytes,
+            client_request_timeout_ms: cfg
+                .sessions
+                .client_request_timeout_secs
+                .saturating_mul(1000),
+            park_after_ms: cfg.sessions.park_after_secs.saturating_mul(1000),
+        };
+        let streams = SessionStreams {
+            primes: seed.version.primes_streams(),
+            hold_until_committed: cfg.ledger.durability == crate::ledger::Durability::Sync,
+            place: crate::proto::rollout::share_place(&seed.hmac),
+        };
+        let mut handshake = sup.stream_env().budget.charge(Some(&seed.caller_budget));
+        handshake.set(seed.kept_bytes);
+        let now = sup.now();
+        let incarnation = seed.restore.as_ref().map_or(0, |r| r.incarnation);
+        let names = std::iter::once(Arc::clone(&seed.hmac))
+            .chain(sup.stream_env().ledger.previous_session_hmacs(&seed.id))
+            .collect();
+        let mut core = SessionCore::incarnate(
+            seed.id,
+            seed.version,
+            seed.generation.generation().settings.id,
+            limits,
+            now,
+            incarnation,
+        );
+        if let Some(level) = seed.restore.as_ref().and_then(|r| r.log_level) {
+            core.set_log_level(level);
+        }
+        let span = tracing::info_span!("session", hmac = %&seed.hmac[..seed.hmac.len().min(12)], generation = seed.generation.generation().settings.id.0);
+        let meta = SessionMeta {
+            hmac: seed.hmac,
+            principal: seed.principal.clone(),
+            origin: seed.origin,
+            created_ms: seed.restore.as_ref().map_or(now.0, |r| r.created_ms),
+        };
+        let ledger = Arc::clone(&sup.stream_env().ledger);
+        let Handshake { requested_version, capabilities, client_info } = seed.handshake;
+        let mut actor = SessionActor {
+            core,
+            principal: seed.principal,
+            owner: seed.owner,
+            names,
+            signer: seed.signer,
+            streams,
+            gens: Arc::clone(sup.generations()),
+            _generation: seed.generation,
+            client_caps: Arc::new(capabilities),
+            sup,
+            guard: Some(guard),
+            timer: None,
+            ended_by: Rejection::SessionNotFound,
+            link: Arc::new(addr.clone().recipient()),
+            links: Arc::new(SessionLinks {
+                ask: addr.clone().recipient(),
+                get_stream: addr.clone().recipient(),
+            }),
+            caller_budget: seed.caller_budget,
+            _handshake: handshake,
+            meta,
+            client_info,
+            requested_version,
+            ledger,
+            on_recorded: seed.recorded,
+            span,
+        };
+        if let Some(r) = seed.restore {
+            actor.restore_streams(r.streams, r.complete);
+        }
+        actor
+    }
+
+    /// Arm the timer for the core's next deadline, unless one is armed at or before it.
+    pub(super) fn arm(&mut self, ctx: &mut Context<Self>) {
+        self.record_if_due();
+        let Some(at) = self.core.poll_timeout() else { return };
+        if self.timer.as_ref().is_some_and(|(t, _)| *t <= at) {
+            return;
+        }
+        if let Some((_, h)) = self.timer.take() {
+            ctx.cancel_future(h);
+        }
+        let delay = Duration::from_millis(at.0.saturating_sub(self.sup.now().0));
+        let h = ctx.run_later(delay, |act, ctx| {
+            act.timer = None;
+            act.on_timeout(ctx);
+        });
+        self.timer = Some((at, h));
+    }
+
+    pub(super) fn on_timeout(&mut self, ctx: &mut Context<Self>) {
+        let _span = self.span.clone().entered();
+        let due = self.core.handle_timeout(self.sup.now());
+        self.sup.stats().client_requests_timed_out(due.timed_out.len());
+        let secs = self.sup.config().sessions.client_request_timeout_secs;
+        for (id, req) in due.timed_out {
+            tracing::debug!(method = %req.method, "client request timed out");
+            let msg = format!("the client did not answer {} within {secs} s", req.method);
+            let _ = req.handle.reply.send(Err(ErrorObject::new(code::REQUEST_TIMEOUT, msg)));
+            // Tell the client too; best effort (the stream may be busy or gone).
+            let cancelled = encode_notification(
+                method::CANCELLED,
+                Some(&json!({"requestId": id.to_value(), "reason": "timed out"})),
+            );
+            let _ = req.handle.stream.try_send(Emit { json: cancelled, last: false });
+        }
+        if due.expired {
+            tracing::debug!("session expired");
+            self.record_end(RecordState::Expired);
+            self.guard.take();
+            ctx.stop();
+            return;
+        }
+        if due.park && self.park() {
+            ctx.stop();
+            return;
+        }
+        self.arm(ctx);
+    }
+}

@@ -1,0 +1,179 @@
+//! What a session records in the ledger and when: its record, its streams' restore after a
+//! revive, parking, the end.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::actor::durable::{self, StreamLedger};
+use crate::actor::env::Settle;
+use crate::actor::generations::Counted;
+use crate::actor::stream::StreamActor;
+use crate::ledger::codec::{Handshake, RecordState};
+use crate::proto::ids::{Generation, JsonRpcId, StreamId, Tick};
+use crate::proto::mcp::LogLevel;
+use crate::proto::replay::WindowLimits;
+use crate::proto::rollout::StreamMode;
+use crate::proto::stream::{RestoredStream, StreamCore, StreamKind, StreamSettings};
+
+use super::SessionActor;
+
+impl SessionActor {
+    /// Rebuild the streams the ledger held (each as a stream actor with no connection).
+    pub(super) fn restore_streams(
+        &mut self,
+        streams: Vec<(crate::ledger::codec::StreamRecord, Vec<(u64, Bytes)>)>,
+        complete: bool,
+    ) {
+        use crate::ledger::codec::StreamKindRecord;
+        use crate::proto::ids::Seq;
+        let first_seq = Seq(u64::from(self.core.incarnation()) << 32);
+        for (record, events) in streams {
+            let sid = StreamId(record.stream);
+            if record.shadow {
+                // Its client never got a cursor: nothing to resume.
+                self.forget_streams([sid]);
+                continue;
+            }
+            let closed = record.close_reason.as_deref().map(durable::reason_from);
+            let (kind, request) = match record.kind {
+                StreamKindRecord::Get if closed.is_none() && !complete => {
+                    self.forget_streams([sid]);
+                    continue;
+                }
+                StreamKindRecord::Get => (StreamKind::Get, None),
+                StreamKindRecord::Post => {
+                    match record.request_id.as_ref().and_then(JsonRpcId::from_value) {
+                        Some(id) => (StreamKind::Post { request: id.clone() }, Some(id)),
+                        // Not a record this release wrote: nothing to resume it with.
+                        None => {
+                            self.forget_streams([sid]);
+                            continue;
+                        }
+                    }
+                }
+            };
+            let restored = RestoredStream {
+                events: events.into_iter().map(|(q, f)| (Seq(q), f)).collect(),
+                newest: Seq(record.last_sent),
+                acked: Seq(record.last_acked),
+                closed,
+                first_seq,
+            };
+            // Its rules are its record's (the generation it was opened under may be an
+            // earlier process's).
+            let settings = StreamSettings {
+                window: WindowLimits { max_events: record.max_events, max_bytes: record.max_bytes },
+                prime: false,
+                retry_ms: record.retry_ms,
+                hold_until_committed: self.streams.hold_until_committed,
+                mode: StreamMode::Resumable,
+                timing: self.sup.stream_env().timing,
+            };
+            let generation = self.gens.enter_restored(
+                Generation(record.generation),
+                self.sup.now().0,
+                Counted::Stream,
+            );
+            let core = StreamCore::restore(
+                sid,
+                generation.generation().settings.id,
+                kind,
+                (*self.signer).clone(),
+                settings,
+                restored,
+            );
+            let ledger = StreamLedger::restored(Arc::clone(&self.meta.hmac), sid, &record);
+            let (addr, closed) =
+                StreamActor::start_restored(core, self.stream_links(), ledger, generation);
+            let evicted = self.core.restore_stream(sid, request, closed, addr);
+            self.evict(evicted);
+        }
+    }
+
+    pub(super) fn record_ops_at(
+        &self,
+        state: RecordState,
+        last_used: Tick,
+    ) -> Vec<crate::ledger::Op> {
+        self.meta.record_ops(
+            &self.ledger,
+            durable::SessionNow {
+                version: self.core.version().as_str(),
+                generation: self.core.generation().0,
+                state,
+                log_level: self.core.log_level().map(LogLevel::as_str),
+                incarnation: self.core.incarnation(),
+                last_used,
+                handshake: Handshake {
+                    requested_version: self.requested_version.clone(),
+                    capabilities: (*self.client_caps).clone(),
+                    client_info: self.client_info.clone(),
+                },
+                streams: self.core.stream_ids(),
+            },
+        )
+    }
+
+    /// The session ended for good (DELETE, expiry): its record says so until it expires (its
+    /// id stays 404 across restarts), its streams are forgotten. Written before the registry
+    /// lets go of it, so a revive that follows reads the end. A stop for any other reason
+    /// (process shutdown, parking) leaves its record active.
+    pub(super) fn record_end(&mut self, state: RecordState) {
+        let mut ops = self.record_ops_at(state, self.sup.now());
+        for sid in self.core.stream_ids() {
+            durable::forget_stream_ops(&self.meta.hmac, sid, &mut ops);
+        }
+        ops.push(crate::ledger::Op::DropIndex {
+            index: crate::ledger::codec::streams_index(&self.meta.hmac),
+        });
+        self.sup.settle(&self.meta.hmac, Settle::Ended, ops);
+    }
+
+    /// Park: record the session as it is and deregister it, unless a request holds a place
+    /// in its inbox (then it stays, and that request's activity moves the deadline).
+    pub(super) fn park(&mut self) -> bool {
+        let Some(guard) = self.guard.take() else { return false };
+        let ops = self.record_ops_at(RecordState::Active, self.core.last_activity());
+        // Announced before it leaves the registry: a revive waits for these writes. When the
+        // session stays after all, they were an ordinary record write.
+        self.sup.settle(&self.meta.hmac, Settle::Parked, ops);
+        match guard.park() {
+            Ok(()) => {
+                tracing::debug!("session parked");
+                self.sup.stats().session_parked();
+                true
+            }
+            Err(guard) => {
+                self.guard = Some(guard);
+                false
+            }
+        }
+    }
+
+    /// Write the record when the core says it is due.
+    pub(super) fn record_if_due(&mut self) {
+        if let Some(used) = self.core.poll_ledger(self.sup.now()) {
+            let ops = self.record_ops_at(RecordState::Active, used);
+            match self.on_recorded.take() {
+                // The first record of this life: its `initialize` (or revive) waits for it.
+                Some(tx) => self.ledger.writer.submit_then(
+                    ops,
+                    Box::new(move || {
+                        let _ = tx.send(());
+                    }),
+                ),
+                None => self.ledger.writer.submit(ops),
+            }
+        }
+    }
+
+    /// Forget streams in the ledger (retention over, evicted, replaced).
+    pub(super) fn forget_streams(&self, sids: impl IntoIterator<Item = StreamId>) {
+        let mut ops = Vec::new();
+        for sid in sids {
+            durable::forget_stream_ops(&self.meta.hmac, sid, &mut ops);
+        }
+        self.ledger.writer.submit(ops);
+    }
+}

@@ -1,0 +1,375 @@
+//! Sessions as the supervisor makes them: lookup, creation with its handshake record, the
+//! session actor's start, the revive of a recorded session, and the settling of a session's
+//! last writes.
+
+use std::sync::Arc;
+
+use actix::{Actor, AsyncContext};
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde_json::Value;
+
+use crate::actor::budget::MemoryBudget;
+use crate::actor::env::Settle;
+use crate::actor::lifecycle::Phase;
+use crate::actor::registry::{Inbox, QuotaKey, SlotLimits};
+use crate::actor::session::SessionHandle;
+use crate::actor::session::{Restore, SessionActor, SessionSeed};
+use crate::ledger::codec::{self, Handshake, Record};
+use crate::proto::error::{Overload, Rejection};
+use crate::proto::ids::{Generation, SessionId};
+use crate::proto::mcp::InitializeRequest;
+use crate::proto::version::ProtocolVersion;
+
+use super::Supervisor;
+use super::revive::{SessionFound, migration_ops, read_session};
+
+impl Supervisor {
+    /// A session whose id was never handed out (its first record was not committed in time):
+    /// it stops. Its record, if it lands later, names a session nobody knows; it expires.
+    pub(crate) fn abandon_unrecorded(&self, id: &SessionId) {
+        if let Some(h) = self.registry.handle(id) {
+            // Control message: it must arrive (its inbox may be full).
+            h.addr.do_send(crate::actor::session::Shutdown);
+        }
+    }
+
+    /// Live sessions.
+    #[must_use]
+    pub fn session_count(&self) -> usize {
+        self.registry.len()
+    }
+
+    /// Find a session for a caller. Another caller's session is reported as not found.
+    ///
+    /// # Errors
+    /// [`Rejection::SessionNotFound`].
+    pub fn lookup(
+        &self,
+        id: &SessionId,
+        principal: Option<&Arc<str>>,
+    ) -> Result<(SessionHandle, crate::actor::registry::InboxTicket), Rejection> {
+        let (h, ticket) = self.registry.enter(id).ok_or(Rejection::SessionNotFound)??;
+        if h.principal.as_deref() != principal.map(|p| &**p) {
+            return Err(Rejection::SessionNotFound);
+        }
+        Ok((h, ticket))
+    }
+
+    /// Create a session for an `initialize` request of `key`. Must run on an actix arbiter.
+    ///
+    /// # Errors
+    /// [`Rejection::Overloaded`] when stopping, when the stream memory budget is full or at
+    /// `max_sessions`; [`Rejection::QuotaExceeded`] past the caller's session quota, rate or
+    /// memory share. `kept_bytes` (the handshake's estimated size) is charged to the budgets
+    /// for the session's life.
+    pub fn create_session(
+        self: &Arc<Self>,
+        key: QuotaKey,
+        principal: Option<Arc<str>>,
+        init: &InitializeRequest,
+        kept_bytes: usize,
+        origin: Option<&str>,
+    ) -> Result<(SessionId, ProtocolVersion, Option<tokio::sync::oneshot::Receiver<()>>), Rejection>
+    {
+        if self.phase() != Phase::Serving {
+            return Err(Rejection::Overloaded(Overload::Draining));
+        }
+        let durable = self.stream_env.ledger.ledger.durable;
+        if durable {
+            // Its id is handed out only once its record is committed.
+            self.ledger_accepts()?;
+        }
+        if self.stream_memory_full() {
+            return Err(Rejection::Overloaded(Overload::StreamMemory));
+        }
+        self.rate.take(&key, self.now())?;
+        let limits = SlotLimits {
+            max: self.cfg.sessions.max_sessions,
+            max_per_key: self.cfg.quotas.sessions_per_principal,
+            memory_per_key: self.cfg.stream_memory_share(),
+        };
+        let reservation = self.registry.reserve(key, limits)?;
+        let version = ProtocolVersion::negotiate(init.requested_version.as_deref());
+        let generation = self.gens.enter_current(crate::actor::generations::Counted::Session);
+        let raw = format!(
+            "{}.{}",
+            generation.generation().settings.id.0,
+            URL_SAFE_NO_PAD.encode(crate::rng::bytes::<24>())
+        );
+        let id = SessionId::parse(&raw).expect("base64url and digits are visible ASCII");
+        let handshake = Handshake {
+            requested_version: init.requested_version.clone(),
+            capabilities: init.capabilities.clone(),
+            client_info: init.client_info.clone(),
+        };
+        let (recorded, on_recorded) = tokio::sync::oneshot::channel();
+        let mut seed = self.seed(
+            id.clone(),
+            principal,
+            version,
+            generation,
+            handshake,
+            kept_bytes,
+            reservation.caller_budget(),
+            origin.map(str::to_owned),
+            None,
+        );
+        // Only a durable ledger's record is waited for.
+        seed.recorded = durable.then_some(recorded);
+        self.start_session(seed, reservation);
+        Ok((id, version, durable.then_some(on_recorded)))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn seed(
+        &self,
+        id: SessionId,
+        principal: Option<Arc<str>>,
+        version: ProtocolVersion,
+        generation: crate::actor::generations::GenCount,
+        handshake: Handshake,
+        kept_bytes: usize,
+        caller_budget: &Arc<MemoryBudget>,
+        origin: Option<String>,
+        restore: Option<Restore>,
+    ) -> SessionSeed {
+        let signer = Arc::new(self.key.signer(id.as_str(), principal.as_deref()));
+        let hmac = self.stream_env.ledger.session_hmac(&id);
+        SessionSeed {
+            id,
+            principal,
+            owner: None,
+            version,
+            generation,
+            signer,
+            handshake,
+            kept_bytes,
+            caller_budget: Arc::clone(caller_budget),
+            hmac,
+            origin,
+            restore,
+            recorded: None,
+        }
+    }
+
+    pub(super) fn start_session(
+        self: &Arc<Self>,
+        mut seed: SessionSeed,
+        reservation: crate::actor::registry::Reservation<SessionHandle>,
+    ) {
+        let sup = Arc::clone(self);
+        seed.owner = reservation.owner();
+        SessionActor::create(move |ctx| {
+            // Before the address is published: a full default mailbox (16) would refuse
+            // the session's first requests.
+            ctx.set_mailbox_capacity(sup.config().sessions.mailbox);
+            let inbox = Inbox::new(sup.config().sessions.mailbox);
+            let handle = SessionHandle {
+                addr: ctx.address(),
+                inbox,
+                principal: seed.principal.clone(),
+                signer: Arc::clone(&seed.signer),
+                caller_budget: Arc::clone(&seed.caller_budget),
+            };
+            let guard = reservation.insert(seed.id.clone(), handle, Arc::clone(&seed.hmac));
+            SessionActor::new(seed, sup, guard, &ctx.address())
+        });
+    }
+
+    /// Bring a session recorded in the ledger back to life (after a restart, or from
+    /// parking) so that `id`'s next request finds it. Does nothing when it is live already
+    /// or the ledger holds no active session of this caller under this id (the request then
+    /// gets 404). Must run on an actix arbiter.
+    ///
+    /// # Errors
+    /// The quotas and limits of [`Supervisor::create_session`] (a revived session counts like
+    /// a new one); [`Rejection::Internal`] when the ledger cannot be read.
+    pub async fn revive(
+        self: &Arc<Self>,
+        id: &SessionId,
+        principal: Option<&Arc<str>>,
+        key: QuotaKey,
+    ) -> Result<(), Rejection> {
+        let cx = &self.stream_env.ledger;
+        let hmac = cx.session_hmac(id);
+        // The HMAC is uniform: its first two hex digits pick the shard evenly.
+        let _one_at_a_time = self.revive_locks.of(&hmac).lock().await;
+        if self.registry.contains(id) {
+            return Ok(());
+        }
+        // Read under the lock: a park or end that began while this revive waited counts.
+        let settling = self.settling.lock().get(&hmac).map(|(why, _)| *why);
+        match settling {
+            // It just ended here; its end is on the way to the ledger.
+            Some(Settle::Ended) => return Ok(()),
+            // It just parked: read its record once its last writes are in (rare: only in the
+            // milliseconds after a park; the wait holds this shard's lock, not a thread). A
+            // ledger that cannot commit refuses the revive (it needs a record too) rather than
+            // keep this shard waiting.
+            Some(Settle::Parked) => {
+                if cx.ledger.durable {
+                    self.ledger_accepts()?;
+                }
+                cx.writer.wait_committed(cx.writer.barrier()).await.map_err(Rejection::from)?;
+            }
+            None => {}
+        }
+        // Read on a reader thread: a slow disk stalls this revive, never the worker.
+        let (found, complete) =
+            self.read_for_revive(id, &hmac, principal.cloned()).await.map_err(|e| {
+                tracing::error!(error = %e, "cannot read a session from the ledger");
+                match e {
+                    crate::ledger::ReadError::Busy => Rejection::Overloaded(Overload::LedgerReads),
+                    crate::ledger::ReadError::Store(_) => Rejection::Internal,
+                }
+            })?;
+        let Some((record, streams)) = found else {
+            return Ok(());
+        };
+        // Read first: a session that does not exist is 404 also while stopping.
+        if self.phase() != Phase::Serving {
+            return Err(Rejection::Overloaded(Overload::Draining));
+        }
+        if cx.ledger.durable {
+            // Its new life is recorded before it is served.
+            self.ledger_accepts()?;
+        }
+        let Some(version) = ProtocolVersion::parse(&record.protocol_version) else { return Ok(()) };
+        let limits = SlotLimits {
+            max: self.cfg.sessions.max_sessions,
+            max_per_key: self.cfg.quotas.sessions_per_principal,
+            memory_per_key: self.cfg.stream_memory_share(),
+        };
+        let reservation = self.registry.reserve(key, limits)?;
+        // Measured as at creation, without today's bounds (the session was admitted under its own).
+        let unbounded = crate::proto::limits::HandshakeLimits {
+            max_values: usize::MAX,
+            max_depth: usize::MAX,
+            max_string_bytes: usize::MAX,
+        };
+        let kept_bytes = crate::proto::limits::check_handshake(
+            &record.handshake.capabilities,
+            &Value::Null,
+            &unbounded,
+        )
+        .unwrap_or(0);
+        let restore = Restore {
+            complete,
+            incarnation: record.incarnation.saturating_add(1),
+            created_ms: record.created_ms,
+            log_level: record.log_level.as_deref().and_then(crate::proto::mcp::LogLevel::parse),
+            streams,
+        };
+        if cx.ledger.durable {
+            // This life's incarnation is committed before the session can be found: a crash
+            // after it cannot make the next revive number streams and events this life may
+            // hand out. (Under this shard's revive lock: a second request for it waits.)
+            let mut life = record.clone();
+            (life.incarnation, life.run, life.session_hmac) =
+                (restore.incarnation, cx.ledger.run, hmac.to_string());
+            // The request reviving it is a use: its idle TTL starts again (the recorded last
+            // use may lag behind, by up to half a TTL when the last batch of a crash was lost).
+            let now = self.now().0;
+            (life.last_used_ms, life.expires_ms) = (
+                life.last_used_ms.max(now),
+                now.saturating_add(cx.idle_ttl_ms).max(life.expires_ms),
+            );
+            let expires_ms = life.expires_ms;
+            let put = crate::ledger::Op::Put {
+                key: codec::session_key(&hmac),
+                value: bytes::Bytes::from(codec::encode(&Record::Session(life))),
+                expires_ms,
+            };
+            // Not committed in time (or given up on as the process stops): not revived; the
+            // record, if it lands later, only numbers the next life higher.
+            cx.writer.submit_and_wait(vec![put]).await.map_err(Rejection::from)?;
+        }
+        let generation = self.gens.enter_restored(
+            Generation(record.generation),
+            self.now().0,
+            crate::actor::generations::Counted::Session,
+        );
+        let seed = self.seed(
+            id.clone(),
+            principal.cloned(),
+            version,
+            generation,
+            record.handshake,
+            kept_bytes,
+            reservation.caller_budget(),
+            record.origin,
+            Some(restore),
+        );
+        self.stream_env.stats.session_revived();
+        self.start_session(seed, reservation);
+        Ok(())
+    }
+
+    /// The active session recorded under `hmac` for `principal`, with its streams, and whether
+    /// the run that last wrote it is complete; read on a reader thread. A session recorded
+    /// before a key rotation, and never since (a record under the current key, even a
+    /// tombstone, is the truth), is found under its previous HMAC and its streams' copy to
+    /// the current one is queued (the session's own record follows with its first write).
+    pub(super) async fn read_for_revive(
+        &self,
+        id: &SessionId,
+        hmac: &Arc<str>,
+        principal: Option<Arc<str>>,
+    ) -> Result<(Option<SessionFound>, bool), crate::ledger::ReadError> {
+        let cx = Arc::clone(&self.stream_env.ledger);
+        let previous = cx.previous_session_hmacs(id);
+        let (now, most, this_run) = (
+            self.now().0,
+            self.cfg.sessions.max_retained_streams + self.cfg.sessions.max_in_flight + 1,
+            cx.ledger.run,
+        );
+        let hmac = Arc::clone(hmac);
+        let migrate = Arc::clone(&cx);
+        cx.ledger
+            .reads
+            .run(move |store| {
+                let mut found = read_session(store, &hmac, principal.as_ref(), most, now)?;
+                if found.is_none()
+                    && !previous.is_empty()
+                    && store.get(&codec::session_key(&hmac), now)?.is_none()
+                {
+                    for old in &previous {
+                        if let Some(f) = read_session(store, old, principal.as_ref(), most, now)? {
+                            migrate.writer.submit(migration_ops(&hmac, &f.0, &f.1, &migrate));
+                            found = Some(f);
+                            break;
+                        }
+                    }
+                }
+                let complete = found.as_ref().is_some_and(|(r, _)| {
+                    crate::ledger::Ledger::run_complete_in(store, this_run, r.run, now)
+                });
+                Ok((found, complete))
+            })
+            .await
+    }
+
+    /// Announce a session's last writes of this life (it ended, or parks): until `ops` are
+    /// committed a revive does not read the record they replace.
+    pub(crate) fn settle(&self, hmac: &Arc<str>, why: Settle, ops: Vec<crate::ledger::Op>) {
+        self.settling
+            .lock()
+            .entry(Arc::clone(hmac))
+            .and_modify(|(w, n)| (*w, *n) = (why, *n + 1))
+            .or_insert((why, 1));
+        let (settling, hmac) = (Arc::clone(&self.settling), Arc::clone(hmac));
+        self.stream_env.ledger.writer.submit_then(
+            ops,
+            Box::new(move || {
+                let mut s = settling.lock();
+                if let Some((_, n)) = s.get_mut(&hmac) {
+                    *n -= 1;
+                    if *n == 0 {
+                        s.remove(&hmac);
+                    }
+                }
+            }),
+        );
+    }
+}
