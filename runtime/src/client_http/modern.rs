@@ -20,12 +20,14 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
-use super::{ClientConfig, ClientError, Failure, McpClient, Reissue, next_chunk, status_error};
+use super::retry::{Reissue, status_error};
+use super::state::{McpClient, ModernState};
+use super::types::{ClientConfig, ClientError, Failure};
+use super::wire::next_chunk;
 use crate::client::journal::Journal;
 use crate::client::modern::{self as rules, Discovered, Round};
 use crate::proto::ids::JsonRpcId;
 use crate::proto::jsonrpc::{ErrorObject, code, encode_notification, encode_request};
-use crate::proto::modern::headers::HeaderParam;
 use crate::sse::Decoder;
 
 /// Most `input_required` rounds one request may take (a server that keeps asking is an error).
@@ -43,15 +45,6 @@ pub enum TaskCall {
         /// The poll interval the server asked for (ms).
         poll_ms: u64,
     },
-}
-
-/// What a client that discovered a 2026-07-28 server keeps.
-#[derive(Debug, Default)]
-pub(super) struct ModernState {
-    /// The server's capabilities (from `server/discover`).
-    pub(super) capabilities: Value,
-    /// Each tool's `x-mcp-header` parameters, from the last `tools/list` seen.
-    tool_headers: HashMap<String, Vec<HeaderParam>>,
 }
 
 fn client_info() -> Value {

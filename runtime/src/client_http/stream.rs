@@ -1,0 +1,245 @@
+//! Reading a request's SSE stream (legacy era): every event through the acceptance point,
+//! server-to-client requests answered on the way, and a stream that ends before its response
+//! resumed by GET + `Last-Event-ID`.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::retry::retry_after_ms_of;
+use super::state::McpClient;
+use super::types::{ClientError, Posted, ResumeSample};
+use super::wire::next_chunk;
+use crate::client::accept::{Acceptance, IncomingEvent, StreamKey};
+use crate::client::journal::Journal;
+use crate::proto::ids::JsonRpcId;
+use crate::proto::jsonrpc::{ErrorObject, encode_error, encode_result};
+use crate::sse::Decoder;
+
+impl<J: Journal> McpClient<J> {
+    /// Read `resp` (the request's stream), resuming by GET + `Last-Event-ID` until the
+    /// response arrives. The outer error means the stream could not be followed; the inner
+    /// result is the response (a JSON-RPC error is `Err(Rpc)` inside `Ok`).
+    pub(super) async fn follow(
+        &self,
+        key: &StreamKey,
+        id: &JsonRpcId,
+        mut resp: awc::ClientResponse,
+    ) -> Result<Result<Value, ClientError>, ClientError> {
+        let mut retry_hint = None;
+        // Backoff grows only while resumes fail to reach a healthy server; a 200 resets it.
+        let mut failures = 0u32;
+        // Resumes in a row that brought no new event: bounds a server that answers 200 and
+        // closes without progress (which would otherwise loop forever).
+        let mut no_progress = 0u32;
+        let mut last_cursor: Option<String> = None;
+        // Resume measurement: when the stream broke, and how long we waited on purpose since.
+        let mut broke_at: Option<tokio::time::Instant> = None;
+        let mut waited = Duration::ZERO;
+        loop {
+            let mut first_accept = None;
+            let answer =
+                self.read_events(key, id, &mut resp, &mut retry_hint, &mut first_accept).await?;
+            if let (Some(t0), Some(t1)) = (broke_at, first_accept) {
+                self.inner
+                    .borrow_mut()
+                    .resume_samples
+                    .push(ResumeSample { total: t1 - t0, waited });
+                broke_at = None;
+                waited = Duration::ZERO;
+            }
+            if let Some(v) = answer {
+                return Ok(v);
+            }
+            // The stream ended (or broke) before the response: resume.
+            broke_at.get_or_insert_with(tokio::time::Instant::now);
+            let cursor = self.inner.borrow().acceptor.resume_cursor(key);
+            let Some(cursor) = cursor else {
+                return Err(ClientError::Lost(
+                    id.to_string(),
+                    "stream ended before any event id: cannot resume".into(),
+                ));
+            };
+            if last_cursor.as_deref() == Some(cursor.as_str()) {
+                no_progress += 1;
+            } else {
+                no_progress = 0;
+                last_cursor = Some(cursor.clone());
+            }
+            let mut retry_after_ms = 0;
+            loop {
+                if no_progress >= self.cfg.max_resume_attempts
+                    || failures >= self.cfg.max_resume_attempts
+                {
+                    return Err(ClientError::Lost(
+                        id.to_string(),
+                        format!(
+                            "gave up resuming ({no_progress} resumes without progress, {failures} failed)"
+                        ),
+                    ));
+                }
+                let delay = if retry_after_ms > 0 {
+                    self.cfg.backoff.delay_after_refusal_ms(
+                        retry_hint,
+                        retry_after_ms,
+                        self.jitter(),
+                    )
+                } else {
+                    self.cfg.backoff.delay_ms(retry_hint, failures, self.jitter())
+                };
+                let paused = tokio::time::Instant::now();
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+                self.wait_for_budget().await;
+                waited += paused.elapsed();
+                self.inner.borrow_mut().stats.resumes += 1;
+                let session = self.session();
+                let sent = Self::builder(
+                    &self.http,
+                    &self.cfg,
+                    awc::http::Method::GET,
+                    Some((&session.0, session.1)),
+                )
+                .insert_header(("Accept", "text/event-stream"))
+                .insert_header(("Last-Event-ID", cursor.as_str()))
+                .send()
+                .await;
+                let status = sent.as_ref().map_or(0, |r| r.status().as_u16());
+                match sent {
+                    Ok(r) if status == 200 => {
+                        failures = 0;
+                        resp = r;
+                        break;
+                    }
+                    Ok(_) if status == 404 => {
+                        return Err(ClientError::Http(404, "session not found".into()));
+                    }
+                    // 429 and 503 are retried, never sooner than their Retry-After.
+                    Ok(r) if status == 429 || status == 503 => {
+                        retry_after_ms = retry_after_ms_of(r.headers()).unwrap_or(0);
+                        failures += 1;
+                    }
+                    // 400 (cursor refused), 410 (events gone), 403...: final answers.
+                    Ok(mut r) if r.status().is_client_error() => {
+                        let body = r.body().await.unwrap_or_default();
+                        return Err(ClientError::Lost(
+                            id.to_string(),
+                            format!(
+                                "resume refused: HTTP {status} {}",
+                                String::from_utf8_lossy(&body)
+                            ),
+                        ));
+                    }
+                    // Other 5xx, network: back off and try again.
+                    Ok(_) | Err(_) => {
+                        retry_after_ms = 0;
+                        failures += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Feed the stream's events to the acceptor. `Some` when the response arrived.
+    async fn read_events(
+        &self,
+        key: &StreamKey,
+        id: &JsonRpcId,
+        resp: &mut awc::ClientResponse,
+        retry_hint: &mut Option<u64>,
+        first_accept: &mut Option<tokio::time::Instant>,
+    ) -> Result<Option<Result<Value, ClientError>>, ClientError> {
+        let mut dec = Decoder::new();
+        while let Some(chunk) = next_chunk(resp).await {
+            let Ok(chunk) = chunk else { break };
+            let mut answer = None;
+            let mut to_answer = Vec::new();
+            // Priming and other empty-data events update the cursor without dispatch; the
+            // decoder drops them, so feed their ids through the acceptor explicitly.
+            let before = dec.last_event_id.clone();
+            let events = dec.feed(&chunk);
+            if dec.retry_ms.is_some() {
+                *retry_hint = dec.retry_ms;
+            }
+            {
+                let mut inner = self.inner.borrow_mut();
+                let binding = inner.acceptor.binding().clone();
+                if let Some(eid) = dec
+                    .last_event_id
+                    .as_deref()
+                    .filter(|_| events.is_empty() && dec.last_event_id != before)
+                    && inner
+                        .acceptor
+                        .accept_stream_event(IncomingEvent {
+                            stream: key,
+                            binding: &binding,
+                            id: Some(eid),
+                            data: "",
+                        })
+                        .is_ok()
+                {
+                    first_accept.get_or_insert_with(tokio::time::Instant::now);
+                }
+                let mut handed_out = None;
+                for e in events {
+                    let Ok(Acceptance::Dispatched { completed, seq }) =
+                        inner.acceptor.accept_stream_event(IncomingEvent {
+                            stream: key,
+                            binding: &binding,
+                            id: e.id.as_deref(),
+                            data: &e.data,
+                        })
+                    else {
+                        continue;
+                    };
+                    first_accept.get_or_insert_with(tokio::time::Instant::now);
+                    handed_out = Some(seq);
+                    if completed.as_ref() == Some(id) {
+                        answer = Some(Self::result_of(id, e.data.as_bytes()));
+                        continue;
+                    }
+                    let msg: Value = serde_json::from_str(&e.data).unwrap_or(Value::Null);
+                    if msg.get("method").is_some() && msg.get("id").is_some() {
+                        to_answer.push(msg);
+                    } else {
+                        // The id this event carried itself: one inherited from an earlier event
+                        // (WHATWG keeps the last id) does not name this event.
+                        inner.notifications.push((e.own_id.then(|| e.id.clone()).flatten(), msg));
+                    }
+                }
+                // Everything accepted above was handed out (or is being answered) already.
+                if let Some(seq) = handed_out {
+                    inner.acceptor.journal_mut().ack(seq);
+                }
+            }
+            for req in to_answer {
+                self.answer_server_request(&req).await?;
+            }
+            if let Some(a) = answer {
+                return Ok(Some(a));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Answer a server-to-client request through the handler (see [`Self::with_handler`]).
+    async fn answer_server_request(&self, req: &Value) -> Result<(), ClientError> {
+        let Some(rid) = req.get("id").and_then(JsonRpcId::from_value) else { return Ok(()) };
+        let method = req["method"].as_str().unwrap_or_default();
+        let answer = match (&self.handler, method) {
+            (Some(h), _) => h(method, req.get("params").unwrap_or(&Value::Null)),
+            (None, "ping") => Ok(json!({})),
+            (None, _) => Err(ErrorObject::new(
+                crate::proto::jsonrpc::code::METHOD_NOT_FOUND,
+                "client has no handler for this request",
+            )),
+        };
+        let body = match answer {
+            Ok(result) => encode_result(&rid, &result),
+            Err(e) => encode_error(Some(&rid), &e),
+        };
+        match self.post(body, self.session()).await? {
+            Posted::Accepted => Ok(()),
+            _ => Err(ClientError::Transport("server did not accept our response".into())),
+        }
+    }
+}
