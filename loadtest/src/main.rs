@@ -10,6 +10,8 @@
 
 mod admin;
 mod baskets;
+#[cfg(test)]
+mod cli_tests;
 mod gate;
 mod http1;
 mod proxy;
@@ -78,9 +80,8 @@ enum Command {
         /// Whether a call may be re-issued comes from the tool's annotations.
         #[arg(long = "call")]
         calls: Vec<String>,
-        /// Also write the report as JSON here.
-        #[arg(long)]
-        json_out: Option<String>,
+        #[command(flatten)]
+        json_out: JsonOut,
         /// No progress bar.
         #[arg(long)]
         no_progress: bool,
@@ -94,9 +95,8 @@ enum Command {
         /// Fault `scenario=rate` through the proxy, repeatable (scenarios: see `mcp-load gate --help`).
         #[arg(long = "fault")]
         faults: Vec<String>,
-        /// Seed of the fault proxy's decisions.
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
+        #[command(flatten)]
+        seed: ProxySeed,
         /// Which era the clients speak: `legacy` (a session each), `modern` (2026-07-28:
         /// discover, then stateless requests) or `mixed` (every other client modern).
         #[arg(long, default_value = "legacy")]
@@ -155,12 +155,10 @@ enum Command {
         /// Calls per session before a virtual client ends it and opens another.
         #[arg(long, default_value_t = 100)]
         calls_per_session: u64,
-        /// Seed of the fault proxy's decisions.
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// Also write the report as JSON here.
-        #[arg(long)]
-        json_out: Option<String>,
+        #[command(flatten)]
+        seed: ProxySeed,
+        #[command(flatten)]
+        json_out: JsonOut,
         /// Also write an SVG chart of the latency distributions here.
         #[arg(long)]
         svg_out: Option<String>,
@@ -239,6 +237,28 @@ enum Command {
         #[arg(long)]
         no_progress: bool,
     },
+}
+
+// The flags several subcommands share, each written once (loadtest/src/cli_tests.rs parses
+// them). Flags spelled alike whose meaning, help, default or range differ stay in their
+// subcommands: `--url`, `--spawn-host`, `--clients`, `--seconds`, `--rate`, `soak --seed`
+// (the clients' choices), `soak --json-out`, `--svg-out` (another chart each) and
+// `--no-progress` (its help names a bar, bars or a line).
+
+/// `--seed` of `run` and `gate`.
+#[derive(clap::Args)]
+struct ProxySeed {
+    /// Seed of the fault proxy's decisions.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+/// `--json-out` of `run` and `gate`.
+#[derive(clap::Args)]
+struct JsonOut {
+    /// Also write the report as JSON here.
+    #[arg(long)]
+    json_out: Option<String>,
 }
 
 /// Start the host for a soak, run it, print and write the report.
@@ -495,12 +515,12 @@ fn main() -> ExitCode {
             seconds,
             rate,
             calls,
-            json_out,
+            json_out: JsonOut { json_out },
             no_progress,
             fail_on_error,
             cut_rate,
             faults,
-            seed,
+            seed: ProxySeed { seed },
             era,
         } => {
             let eras = match run::Eras::parse(&era) {
@@ -570,8 +590,8 @@ fn main() -> ExitCode {
             rate,
             mixed_rate,
             calls_per_session,
-            seed,
-            json_out,
+            seed: ProxySeed { seed },
+            json_out: JsonOut { json_out },
             svg_out,
             no_progress,
         } => {
