@@ -1,5 +1,8 @@
 //! `mcp-host` configuration: a TOML file (optional) whose runtime sections are the runtime's
-//! own config types (every default lives there), overlaid by command-line flags.
+//! own config types (every default lives there), overlaid, in this order, by
+//! `MCP_HOST_SECTION__FIELD` environment variables, `--set section.field=value` flags and the
+//! dedicated command-line flags. Every field is reachable from the file, and so from an
+//! override. Every refusal is a [`ConfigError`] (exit status 2).
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -23,6 +26,12 @@ pub(crate) struct Flags {
     /// TOML config file (see docs/configuration.md).
     #[arg(long, short = 'c')]
     pub(crate) config: Option<PathBuf>,
+    /// Set one config-file field (repeatable), e.g. `ledger.receipts_per_caller=1000` or
+    /// `security.allowed_origins=["https://a.example"]`: the value is read as a TOML value,
+    /// and one that is not TOML as a string. Over the file and MCP_HOST_SECTION__FIELD
+    /// variables; under the dedicated flags.
+    #[arg(long = "set", value_name = "SECTION.FIELD=VALUE")]
+    pub(crate) set: Vec<String>,
     /// Address to bind. Default 127.0.0.1.
     #[arg(long)]
     pub(crate) bind: Option<IpAddr>,
@@ -82,7 +91,8 @@ pub(crate) struct Flags {
     #[arg(long)]
     pub(crate) allow_insecure_key: bool,
     /// Print a `stats {json}` line on stdout this often (ms): sessions, streams, stream
-    /// memory, refusals by cause. For load and soak runs; off by default.
+    /// memory, refusals by cause. For load and soak runs; off by default
+    /// (`server.stats_every_ms`).
     #[arg(long)]
     pub(crate) stats_every_ms: Option<u64>,
     /// Port of the admin API and /metrics. Default 8081; 0 picks a free port (printed on
@@ -155,12 +165,15 @@ impl AdminConfig {
     /// The admin token: the configured one, else the token file's (created on first start with
     /// mode 0600, like the ledger key, and refused like it when it is a symbolic link or others
     /// may read it, unless `allow_insecure`).
-    pub(crate) fn token_value(&self, allow_insecure: bool) -> Result<String, String> {
+    pub(crate) fn token_value(&self, allow_insecure: bool) -> Result<String, ConfigError> {
         if let Some(t) = &self.token {
             return Ok(t.trim().to_owned());
         }
         let bytes = mcp_runtime::ledger::load_or_create_key(&self.token_file, allow_insecure)
-            .map_err(|e| format!("admin token file {}: {e}", self.token_file.display()))?;
+            .map_err(|e| ConfigError::TokenFile {
+                path: self.token_file.clone(),
+                message: e.to_string(),
+            })?;
         Ok(mcp_runtime::ledger::codec::hex(&bytes))
     }
 }
@@ -178,6 +191,8 @@ struct ServerSection {
     /// reading, a peer that vanished) is closed by the kernel (TCP_USER_TIMEOUT, s); 0 = the
     /// system's default (about 15 minutes of retransmissions, or forever for a zero window).
     tcp_user_timeout_secs: u64,
+    /// Print a `stats {json}` line on stdout this often (ms); none by default.
+    stats_every_ms: Option<u64>,
 }
 
 impl Default for ServerSection {
@@ -189,6 +204,7 @@ impl Default for ServerSection {
             workers: None,
             trim_every_secs: 10,
             tcp_user_timeout_secs: 60,
+            stats_every_ms: None,
         }
     }
 }
@@ -230,20 +246,18 @@ pub(crate) struct HostConfig {
 }
 
 impl HostConfig {
-    /// Merge file and flags, then validate.
-    pub(crate) fn load(flags: Flags) -> Result<HostConfig, String> {
-        let file: FileConfig = match &flags.config {
-            None => FileConfig::default(),
-            Some(p) => {
-                let text = std::fs::read_to_string(p)
-                    .map_err(|e| format!("cannot read {}: {e}", p.display()))?;
-                toml::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))?
-            }
-        };
-        Self::merge(file, flags)
+    /// Read the file, overlay the environment's `MCP_HOST_*__*` variables and the `--set`
+    /// flags, merge the dedicated flags, then validate.
+    pub(crate) fn load(flags: Flags) -> Result<HostConfig, ConfigError> {
+        let file = read_file(flags.config.as_deref())?;
+        let mut overrides = env_overrides(std::env::vars_os())?;
+        for arg in &flags.set {
+            overrides.push(Override::from_set(arg)?);
+        }
+        Self::merge(overlay(file, &overrides)?, flags)
     }
 
-    fn merge(f: FileConfig, flags: Flags) -> Result<HostConfig, String> {
+    fn merge(f: FileConfig, flags: Flags) -> Result<HostConfig, ConfigError> {
         let given = flags.clone();
         let bind = flags.bind.unwrap_or(f.server.bind);
         let mut runtime = RuntimeConfig {
@@ -280,33 +294,37 @@ impl HostConfig {
         set(&mut sse.retry_ms, flags.retry_ms);
         set(&mut sessions.idle_ttl_secs, flags.session_ttl_secs);
         set(&mut sessions.client_request_timeout_secs, flags.client_request_timeout_secs);
-        let runtime = runtime.validate().map_err(|e| e.to_string())?;
+        let runtime = runtime.validate()?;
         let path = flags.path.unwrap_or(f.server.path);
         if !path.starts_with('/') {
-            return Err(format!("path must start with '/': {path:?}"));
+            return Err(ConfigError::Path(path));
         }
-        if flags.stats_every_ms == Some(0) {
-            return Err("--stats-every-ms must be greater than 0".into());
+        let stats_every_ms = flags.stats_every_ms.or(f.server.stats_every_ms);
+        if stats_every_ms == Some(0) {
+            return Err(ConfigError::OutOfRange {
+                field: "server.stats_every_ms",
+                value: "0".into(),
+                allowed: "1 or more",
+            });
         }
         let packs = flags.packs.unwrap_or(f.tools.packs);
         if let Some(p) = packs.iter().find(|p| !crate::packs::KNOWN.contains(&p.as_str())) {
-            return Err(format!(
-                "unknown tool pack {p:?} (known: {})",
-                crate::packs::KNOWN.join(", ")
-            ));
+            return Err(ConfigError::UnknownPack(p.clone()));
         }
         let workers = flags.workers.or(f.server.workers);
-        if workers.is_some_and(|w| !(1..=512).contains(&w)) {
-            return Err(format!(
-                "server.workers = {} is out of range (allowed: 1..=512)",
-                workers.unwrap_or(0)
-            ));
+        if let Some(w) = workers.filter(|w| !(1..=512).contains(w)) {
+            return Err(ConfigError::OutOfRange {
+                field: "server.workers",
+                value: w.to_string(),
+                allowed: "1..=512",
+            });
         }
         if f.server.tcp_user_timeout_secs > 3600 {
-            return Err(format!(
-                "server.tcp_user_timeout_secs = {} is out of range (allowed: 0..=3600)",
-                f.server.tcp_user_timeout_secs
-            ));
+            return Err(ConfigError::OutOfRange {
+                field: "server.tcp_user_timeout_secs",
+                value: f.server.tcp_user_timeout_secs.to_string(),
+                allowed: "0..=3600",
+            });
         }
         let a = f.admin;
         let admin = (a.enabled && !flags.no_admin).then(|| AdminConfig {
@@ -323,19 +341,13 @@ impl HostConfig {
         });
         if let Some(a) = &admin {
             if a.token.as_deref().is_some_and(|t| t.trim().len() < 16) {
-                return Err("admin.token must be at least 16 characters".into());
+                return Err(ConfigError::AdminTokenShort);
             }
             if !a.bind.is_loopback() && a.token.is_none() {
-                return Err(format!(
-                    "admin.bind = {} is not a loopback address: set admin.token (at least 16 characters) to serve the admin API there",
-                    a.bind
-                ));
+                return Err(ConfigError::AdminBindNeedsToken(a.bind));
             }
             if a.port != 0 && a.port == flags.port.unwrap_or(f.server.port) && a.bind == bind {
-                return Err(format!(
-                    "the admin API and the MCP endpoint cannot share port {}",
-                    a.port
-                ));
+                return Err(ConfigError::AdminPortShared(a.port));
             }
         }
         Ok(HostConfig {
@@ -352,17 +364,211 @@ impl HostConfig {
             {
                 s @ 1..=2_592_000 => s,
                 s => {
-                    return Err(format!(
-                        "tools.basket_idle_ttl_secs must be 1 to 2592000 (30 days), not {s}"
-                    ));
+                    return Err(ConfigError::OutOfRange {
+                        field: "tools.basket_idle_ttl_secs",
+                        value: s.to_string(),
+                        allowed: "1..=2592000 (30 days)",
+                    });
                 }
             },
-            stats_every_ms: flags.stats_every_ms,
+            stats_every_ms,
             trim_every_secs: f.server.trim_every_secs,
             tcp_user_timeout_secs: f.server.tcp_user_timeout_secs,
             runtime,
         })
     }
+}
+
+/// Why the host's configuration was refused (the host exits with status 2 and this message).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConfigError {
+    /// The config file could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The config file is not TOML, or names an unknown field, or gives one a value of the
+    /// wrong type (with its line and column).
+    #[error("{}: {message}", path.display())]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, where.
+        message: String,
+    },
+    /// A `--set` or an `MCP_HOST_SECTION__FIELD` variable is malformed, names an unknown
+    /// field, or gives it a value of the wrong type.
+    #[error("{origin}: {message}")]
+    Override {
+        /// The flag or the variable, as given.
+        origin: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A runtime setting out of its range (the runtime's own checks).
+    #[error(transparent)]
+    Runtime(#[from] mcp_runtime::config::ConfigError),
+    /// A host setting out of its range.
+    #[error("{field} = {value} is out of range (allowed: {allowed})")]
+    OutOfRange {
+        /// `section.field`.
+        field: &'static str,
+        /// The value given.
+        value: String,
+        /// What is allowed.
+        allowed: &'static str,
+    },
+    /// `server.path` does not start with `/`.
+    #[error("server.path must start with '/': {0:?}")]
+    Path(String),
+    /// An unknown tool pack (checked before the ledger is opened).
+    #[error("unknown tool pack {0:?} (known: {known})", known = crate::packs::KNOWN.join(", "))]
+    UnknownPack(String),
+    /// `admin.token` is too short to be a secret.
+    #[error("admin.token must be at least 16 characters")]
+    AdminTokenShort,
+    /// The admin API on a non-loopback address without a configured token.
+    #[error(
+        "admin.bind = {0} is not a loopback address: set admin.token (at least 16 characters) to serve the admin API there"
+    )]
+    AdminBindNeedsToken(IpAddr),
+    /// The admin API on the MCP endpoint's port.
+    #[error("the admin API and the MCP endpoint cannot share port {0}")]
+    AdminPortShared(u16),
+    /// The admin token file could not be read or created, or is not private.
+    #[error("admin token file {}: {message}", path.display())]
+    TokenFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+}
+
+/// The prefix of the environment variables that set config fields: `MCP_HOST_` then the
+/// field's path in capitals with `__` between its parts (`MCP_HOST_LEDGER__RECEIPTS_PER_CALLER`).
+/// A variable with the prefix but no `__` is not a config field (`MCP_HOST_LOG`).
+const ENV_PREFIX: &str = "MCP_HOST_";
+
+/// One field set over the file: by a `--set` flag or an environment variable.
+#[derive(Debug, Clone, PartialEq)]
+struct Override {
+    /// The flag or variable as given, for errors.
+    origin: String,
+    /// The field's path: section, field (and a key inside a table field).
+    path: Vec<String>,
+    value: toml::Value,
+}
+
+impl Override {
+    /// `section.field=value`.
+    fn from_set(arg: &str) -> Result<Override, ConfigError> {
+        let origin = format!("--set {arg}");
+        let Some((path, value)) = arg.split_once('=') else {
+            return Err(ConfigError::Override {
+                origin,
+                message: "expected SECTION.FIELD=VALUE".into(),
+            });
+        };
+        let path: Vec<String> = path.trim().split('.').map(str::to_owned).collect();
+        Override::new(origin, path, value)
+    }
+
+    /// `MCP_HOST_SECTION__FIELD=value`: `None` for a variable without the prefix or `__`.
+    fn from_env(name: &str, value: &str) -> Option<Result<Override, ConfigError>> {
+        let rest = name.strip_prefix(ENV_PREFIX).filter(|r| r.contains("__"))?;
+        let path: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
+        Some(Override::new(name.to_owned(), path, value))
+    }
+
+    fn new(origin: String, path: Vec<String>, value: &str) -> Result<Override, ConfigError> {
+        if path.len() < 2 || path.iter().any(String::is_empty) {
+            return Err(ConfigError::Override {
+                origin,
+                message: "name a field inside a section, e.g. ledger.receipts_per_caller".into(),
+            });
+        }
+        Ok(Override { origin, path, value: toml_value(value) })
+    }
+}
+
+/// `text` read as a TOML value (`5`, `true`, `"x"`, `["a", "b"]`, `{ k = "v" }`); text that
+/// is not one is the string it is (`0.0.0.0`, `sqlite`, `/var/lib/mcp/l.db`).
+fn toml_value(text: &str) -> toml::Value {
+    let text = text.trim();
+    toml::from_str::<toml::Table>(&format!("v = {text}"))
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(text.to_owned()))
+}
+
+/// The config-field variables among `vars` (the process's environment), sorted by name so the
+/// outcome never depends on the environment's order.
+fn env_overrides(
+    vars: impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+) -> Result<Vec<Override>, ConfigError> {
+    let mut found = Vec::new();
+    for (name, value) in vars {
+        let Some(name) = name.to_str().filter(|n| n.starts_with(ENV_PREFIX)) else { continue };
+        let value = value.to_str().ok_or_else(|| ConfigError::Override {
+            origin: name.to_owned(),
+            message: "the value is not UTF-8".into(),
+        });
+        if let Some(o) = value.and_then(|v| Override::from_env(name, v).transpose())? {
+            found.push(o);
+        }
+    }
+    found.sort_by(|a, b| a.origin.cmp(&b.origin));
+    Ok(found)
+}
+
+/// The config file as a table (empty without one). A file that would not make a
+/// [`FileConfig`] is refused here, with the line and column of what is wrong.
+fn read_file(path: Option<&std::path::Path>) -> Result<toml::Table, ConfigError> {
+    let Some(path) = path else { return Ok(toml::Table::new()) };
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+    let refused = |e: toml::de::Error| ConfigError::File {
+        path: path.to_path_buf(),
+        message: e.to_string().trim_end().to_owned(),
+    };
+    toml::from_str::<FileConfig>(&text).map_err(refused)?;
+    toml::from_str::<toml::Table>(&text).map_err(refused)
+}
+
+/// The file's table with `overrides` set over it, in order, as a [`FileConfig`]. Each
+/// override must make a config on its own (so its error names it).
+fn overlay(mut table: toml::Table, overrides: &[Override]) -> Result<FileConfig, ConfigError> {
+    for o in overrides {
+        let refused = |message: String| ConfigError::Override { origin: o.origin.clone(), message };
+        let mut alone = toml::Table::new();
+        set_path(&mut alone, &o.path, o.value.clone()).map_err(refused)?;
+        toml::Value::Table(alone)
+            .try_into::<FileConfig>()
+            .map_err(|e| refused(e.to_string().trim_end().to_owned()))?;
+        set_path(&mut table, &o.path, o.value.clone()).map_err(refused)?;
+    }
+    toml::Value::Table(table).try_into::<FileConfig>().map_err(|e| ConfigError::Override {
+        origin: "the overrides together".into(),
+        message: e.to_string().trim_end().to_owned(),
+    })
+}
+
+/// Set `value` at `path` in `table`, making the tables on the way.
+fn set_path(table: &mut toml::Table, path: &[String], value: toml::Value) -> Result<(), String> {
+    let (last, parents) = path.split_last().ok_or("an empty path")?;
+    let mut t = table;
+    for (i, p) in parents.iter().enumerate() {
+        let entry = t.entry(p.clone()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        t = entry
+            .as_table_mut()
+            .ok_or_else(|| format!("{} is not a table", path[..=i].join(".")))?;
+    }
+    t.insert(last.clone(), value);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -425,22 +631,25 @@ mod tests {
         ] {
             let file: FileConfig = toml::from_str(bad).unwrap();
             let field = bad.lines().nth(1).unwrap().split(' ').next().unwrap();
-            let err = HostConfig::merge(file, flags(&[])).unwrap_err();
+            let err = HostConfig::merge(file, flags(&[])).unwrap_err().to_string();
             assert!(err.contains(field), "{bad:?}: {err}");
         }
         assert!(
             HostConfig::merge(FileConfig::default(), flags(&["--retry-ms", "0"]))
                 .unwrap_err()
+                .to_string()
                 .contains("sse.retry_ms")
         );
         assert!(
             HostConfig::merge(FileConfig::default(), flags(&["--workers", "0"]))
                 .unwrap_err()
+                .to_string()
                 .contains("server.workers")
         );
         assert!(
             HostConfig::merge(FileConfig::default(), flags(&["--packs", "echo,nope"]))
                 .unwrap_err()
+                .to_string()
                 .contains("\"nope\""),
             "before the ledger is opened"
         );
@@ -498,7 +707,7 @@ path = \"/var/lib/mcp/l.db\"\ndurability = \"sync\"\n",
     #[test]
     fn the_admin_api_refuses_a_non_loopback_bind_without_a_configured_token() {
         let file: FileConfig = toml::from_str("[admin]\nbind = \"0.0.0.0\"\n").unwrap();
-        let err = HostConfig::merge(file, flags(&[])).unwrap_err();
+        let err = HostConfig::merge(file, flags(&[])).unwrap_err().to_string();
         assert!(err.contains("admin.token"), "{err}");
         let file: FileConfig =
             toml::from_str("[admin]\nbind = \"0.0.0.0\"\ntoken = \"0123456789abcdef0123\"\n")
@@ -506,7 +715,7 @@ path = \"/var/lib/mcp/l.db\"\ndurability = \"sync\"\n",
         assert!(HostConfig::merge(file, flags(&[])).is_ok());
         let short: FileConfig = toml::from_str("[admin]\ntoken = \"short\"\n").unwrap();
         assert!(
-            HostConfig::merge(short, flags(&[])).unwrap_err().contains("16 characters"),
+            HostConfig::merge(short, flags(&[])).unwrap_err().to_string().contains("16 characters"),
             "also on loopback"
         );
         let c = HostConfig::merge(FileConfig::default(), flags(&[])).unwrap();
@@ -543,7 +752,9 @@ path = \"/var/lib/mcp/l.db\"\ndurability = \"sync\"\n",
         assert_eq!(c.runtime.rollout.resumable, mcp_runtime::proto::rollout::Resumable::Shadow);
         assert_eq!((c.runtime.rollout.share, c.runtime.shutdown.grace_secs), (0.01, 7));
         let file: FileConfig = toml::from_str("[rollout]\nshare = 2.0\n").unwrap();
-        assert!(HostConfig::merge(file, flags(&[])).unwrap_err().contains("rollout.share"));
+        assert!(
+            HostConfig::merge(file, flags(&[])).unwrap_err().to_string().contains("rollout.share")
+        );
         assert!(toml::from_str::<FileConfig>("[rollout]\nresumable = \"maybe\"\n").is_err());
     }
 
@@ -587,5 +798,185 @@ path = \"/var/lib/mcp/l.db\"\ndurability = \"sync\"\n",
         let file: FileConfig =
             toml::from_str("[security.bearer_tokens]\n\"t1\" = \"alice\"\n").unwrap();
         assert!(HostConfig::merge(file, flags(&[])).unwrap().runtime.admit_policy().auth.is_some());
+    }
+
+    fn with_overrides(
+        file: &str,
+        env: &[(&str, &str)],
+        args: &[&str],
+    ) -> Result<HostConfig, ConfigError> {
+        let flags = flags(args);
+        let vars = env.iter().map(|(k, v)| ((*k).into(), (*v).into()));
+        let mut overrides = env_overrides(vars)?;
+        for arg in &flags.set {
+            overrides.push(Override::from_set(arg)?);
+        }
+        HostConfig::merge(overlay(toml::from_str(file).unwrap(), &overrides)?, flags)
+    }
+
+    #[test]
+    fn overrides_apply_in_order_file_then_environment_then_set_then_flags() {
+        let file = "[ledger]\nreceipts_per_caller = 10\n[server]\nport = 9000\n";
+        let env =
+            [("MCP_HOST_LEDGER__RECEIPTS_PER_CALLER", "20"), ("MCP_HOST_SERVER__PORT", "9001")];
+        let c = with_overrides(file, &[], &[]).unwrap();
+        assert_eq!((c.runtime.ledger.receipts_per_caller, c.port), (10, 9000));
+        let c = with_overrides(file, &env, &[]).unwrap();
+        assert_eq!((c.runtime.ledger.receipts_per_caller, c.port), (20, 9001));
+        let set = ["--set", "ledger.receipts_per_caller=30", "--set", "server.port=9002"];
+        let c = with_overrides(file, &env, &set).unwrap();
+        assert_eq!((c.runtime.ledger.receipts_per_caller, c.port), (30, 9002));
+        let c = with_overrides(file, &env, &[&set[..], &["--port", "9003"]].concat()).unwrap();
+        assert_eq!(c.port, 9003, "a dedicated flag is the last word");
+        // Two --set of one field: the later wins.
+        let c =
+            with_overrides("", &[], &["--set", "server.port=1", "--set", "server.port=2"]).unwrap();
+        assert_eq!(c.port, 2);
+    }
+
+    #[test]
+    fn an_override_value_is_read_as_toml_and_anything_else_as_a_string() {
+        let c = with_overrides(
+            "",
+            &[("MCP_HOST_ADMIN__TOKEN", "0123456789abcdef0123"), ("MCP_HOST_LOG", "debug")],
+            &[
+                "--set",
+                "security.allowed_origins=[\"https://a.example\", \"https://b.example\"]",
+                "--set",
+                "security.bearer_tokens.Tok1=alice",
+                "--set",
+                "ledger.durability=sync",
+                "--set",
+                "admin.bind=0.0.0.0",
+                "--set",
+                "rollout.share=0.25",
+                "--set",
+                "tools.packs=[\"echo\"]",
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            c.runtime.admit_policy().allowed_origins,
+            vec!["https://a.example", "https://b.example"]
+        );
+        assert!(c.runtime.admit_policy().auth.is_some(), "a key inside a table field");
+        assert_eq!(c.runtime.ledger.durability, mcp_runtime::ledger::Durability::Sync);
+        let admin = c.admin.unwrap();
+        assert_eq!(admin.bind.to_string(), "0.0.0.0");
+        assert_eq!(
+            admin.token.as_deref(),
+            Some("0123456789abcdef0123"),
+            "a secret from the environment"
+        );
+        assert_eq!((c.runtime.rollout.share, c.packs), (0.25, vec!["echo".to_owned()]));
+        // A quoted number is a string where a string is wanted.
+        let c = with_overrides("", &[], &["--set", "ledger.path=\"123\""]).unwrap();
+        assert_eq!(c.runtime.ledger.path, "123");
+    }
+
+    #[test]
+    fn an_override_of_an_unknown_field_or_of_the_wrong_type_or_range_names_where_it_came_from() {
+        let refused = |env: &[(&str, &str)], args: &[&str]| {
+            with_overrides("", env, args).map(|_| ()).unwrap_err().to_string()
+        };
+        let e = refused(&[], &["--set", "ledger.receipts_per_callr=5"]);
+        assert!(
+            e.starts_with("--set ledger.receipts_per_callr=5: ")
+                && e.contains("receipts_per_callr"),
+            "{e}"
+        );
+        let e = refused(&[("MCP_HOST_SERVER__PORT", "eighty")], &[]);
+        assert!(e.starts_with("MCP_HOST_SERVER__PORT: "), "{e}");
+        let e = refused(&[("MCP_HOST_NOPE__X", "1")], &[]);
+        assert!(e.starts_with("MCP_HOST_NOPE__X: ") && e.contains("nope"), "{e}");
+        for bad in ["server.port", "port=1", "=1", "server..port=1"] {
+            let e = refused(&[], &["--set", bad]);
+            assert!(e.starts_with(&format!("--set {bad}: ")), "{e}");
+        }
+        let e = refused(&[], &["--set", "server.port.x=1"]);
+        assert!(e.contains("server.port") || e.contains("invalid type"), "{e}");
+        // Ranges are the same checks as the file's.
+        let e = refused(&[], &["--set", "sse.retry_ms=0"]);
+        assert!(e.contains("sse.retry_ms"), "{e}");
+        let e = refused(&[], &["--set", "server.stats_every_ms=0"]);
+        assert!(e.contains("server.stats_every_ms"), "{e}");
+    }
+
+    /// Each dedicated flag, and the `--set` of the file field it stands for.
+    const FLAG_FIELDS: &[(&[&str], &str)] = &[
+        (&["--bind", "0.0.0.0"], "server.bind=0.0.0.0"),
+        (&["--port", "9000"], "server.port=9000"),
+        (&["--path", "/x"], "server.path=/x"),
+        (&["--workers", "3"], "server.workers=3"),
+        (
+            &["--allowed-origin", "https://a.example"],
+            "security.allowed_origins=[\"https://a.example\"]",
+        ),
+        (&["--allowed-host", "h.example"], "security.allowed_hosts=[\"h.example\"]"),
+        (&["--trust-forwarded-for", "10.0.0.0/8"], "security.trust_forwarded_for=[\"10.0.0.0/8\"]"),
+        (&["--replay-max-events", "10"], "sse.replay_max_events=10"),
+        (&["--replay-max-bytes", "100000"], "sse.replay_max_bytes=100000"),
+        (&["--retry-ms", "50"], "sse.retry_ms=50"),
+        (&["--session-ttl-secs", "60"], "sessions.idle_ttl_secs=60"),
+        (&["--client-request-timeout-secs", "7"], "sessions.client_request_timeout_secs=7"),
+        (&["--packs", "echo"], "tools.packs=[\"echo\"]"),
+        (&["--basket-idle-ttl-secs", "60"], "tools.basket_idle_ttl_secs=60"),
+        (&["--ledger", "memory"], "ledger.backend=memory"),
+        (&["--ledger-path", "/tmp/x.db"], "ledger.path=/tmp/x.db"),
+        (&["--allow-insecure-key"], "ledger.allow_insecure_key=true"),
+        (&["--stats-every-ms", "20"], "server.stats_every_ms=20"),
+        (&["--admin-port", "9"], "admin.port=9"),
+        (&["--no-admin"], "admin.enabled=false"),
+    ];
+
+    #[test]
+    fn every_flag_sets_a_file_field_that_an_override_reaches_as_well() {
+        use clap::CommandFactory as _;
+        let covered: Vec<String> = FLAG_FIELDS
+            .iter()
+            .map(|(args, _)| args[0].trim_start_matches("--").to_owned())
+            .collect();
+        for arg in Flags::command().get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if ["config", "set", "help", "version"].contains(&long) {
+                continue;
+            }
+            assert!(covered.iter().any(|c| c == long), "--{long} has no file field in FLAG_FIELDS");
+        }
+        let plain = |mut c: HostConfig| {
+            c.flags = flags(&[]);
+            format!("{c:?}")
+        };
+        for (args, set) in FLAG_FIELDS {
+            let by_flag = plain(with_overrides("", &[], args).unwrap());
+            let by_set = plain(with_overrides("", &[], &["--set", set]).unwrap());
+            assert_eq!(by_flag, by_set, "{args:?} and --set {set}");
+            assert_ne!(
+                by_flag,
+                plain(with_overrides("", &[], &[]).unwrap()),
+                "{args:?} changes something"
+            );
+        }
+    }
+
+    #[test]
+    fn a_file_error_keeps_its_line_and_the_environment_is_read_in_name_order() {
+        let dir = std::env::temp_dir().join(format!("mcp-host-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("bad.toml");
+        std::fs::write(&path, "[server]\nport = 1\nprot = 2\n").unwrap();
+        let e = read_file(Some(&path)).unwrap_err().to_string();
+        assert!(e.contains("bad.toml") && e.contains("line 3") && e.contains("prot"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+        let vars = [
+            ("MCP_HOST_SSE__RETRY_MS", "7"),
+            ("MCP_HOST_EXIT_WITH_PARENT", "1"),
+            ("OTHER__X", "1"),
+            ("MCP_HOST_SERVER__PORT", "1"),
+        ];
+        let found = env_overrides(vars.iter().map(|(k, v)| ((*k).into(), (*v).into()))).unwrap();
+        let names: Vec<&str> = found.iter().map(|o| o.origin.as_str()).collect();
+        assert_eq!(names, ["MCP_HOST_SERVER__PORT", "MCP_HOST_SSE__RETRY_MS"]);
+        assert_eq!(found[1].path, ["sse", "retry_ms"]);
     }
 }

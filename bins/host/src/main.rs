@@ -81,7 +81,7 @@ async fn serve(cfg: HostConfig) -> Result<(), Failure> {
         .as_ref()
         .map(|a| a.token_value(cfg.runtime.ledger.allow_insecure_key))
         .transpose()
-        .map_err(Refused)?;
+        .map_err(|e| Refused(e.to_string()))?;
     let catalog = packs::for_host(&cfg.packs, &cfg.runtime.ledger, cfg.basket_idle_ttl_secs)
         .map_err(Refused)?;
     let user_timeout =
