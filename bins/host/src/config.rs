@@ -546,15 +546,18 @@ fn overlay(mut table: toml::Table, overrides: &[Override]) -> Result<FileConfig,
         let refused = |message: String| ConfigError::Override { origin: o.origin.clone(), message };
         let mut alone = toml::Table::new();
         set_path(&mut alone, &o.path, o.value.clone()).map_err(refused)?;
-        toml::Value::Table(alone)
-            .try_into::<FileConfig>()
-            .map_err(|e| refused(e.to_string().trim_end().to_owned()))?;
+        toml::Value::Table(alone).try_into::<FileConfig>().map_err(|e| refused(one_line(&e)))?;
         set_path(&mut table, &o.path, o.value.clone()).map_err(refused)?;
     }
     toml::Value::Table(table).try_into::<FileConfig>().map_err(|e| ConfigError::Override {
         origin: "the overrides together".into(),
-        message: e.to_string().trim_end().to_owned(),
+        message: one_line(&e),
     })
+}
+
+/// A deserialization error on one line (`… in \`server.port\``).
+fn one_line(e: &toml::de::Error) -> String {
+    e.to_string().split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// Set `value` at `path` in `table`, making the tables on the way.
