@@ -1,0 +1,29 @@
+//! The runtime's integration tests, through the real actix service: one test binary (one
+//! link instead of one per file), a module per topic.
+
+mod common;
+
+mod accounting;
+mod anonymous;
+mod bounds;
+#[cfg(feature = "client")]
+mod client;
+#[cfg(feature = "client")]
+mod client_modern;
+mod fair_shares;
+mod front_door;
+mod handles;
+mod ledger_bounds;
+mod ledger_crash;
+mod ledger_health;
+mod lifecycle;
+mod listen;
+mod modern;
+mod panics;
+mod receipts;
+mod resume;
+mod rollout;
+mod server;
+mod slow_store;
+mod status_codes;
+mod tasks;

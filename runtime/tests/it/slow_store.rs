@@ -1,0 +1,136 @@
+//! A slow store stalls only the requests that read it: while a state handle's read hangs in
+//! the store, a JSON echo on another session is answered. The test runs the endpoint on one
+//! thread (as one actix worker): a store read on that thread would hold the echo until the
+//! store let go.
+
+use crate::common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use mcp_runtime::ledger::{Durability, Ledger, MemoryStore, Op, Store, StoreError};
+use mcp_runtime::proto::handle::HandleKind;
+use mcp_runtime::tools::{
+    CallToolResult, Catalog, ServerInfo, ToolAnnotations, ToolError, ToolSpec, tool_fn,
+};
+use parking_lot::{Condvar, Mutex};
+use serde_json::{Value, json};
+
+/// A memory store whose reads of state handles hang while `held` (at most 5 s: without the
+/// fix the test fails instead of hanging).
+#[derive(Debug, Default)]
+struct Slow {
+    inner: MemoryStore,
+    held: Mutex<bool>,
+    released: Condvar,
+    /// Handle reads that entered while held.
+    entered: AtomicUsize,
+    /// A held read gave up waiting (the release never came while it waited).
+    timed_out: AtomicBool,
+}
+
+impl Slow {
+    fn release(&self) {
+        *self.held.lock() = false;
+        self.released.notify_all();
+    }
+}
+
+impl Store for Slow {
+    fn apply(&self, ops: &[Op]) -> Result<(), StoreError> {
+        self.inner.apply(ops)
+    }
+    fn get(&self, key: &str, now_ms: u64) -> Result<Option<Bytes>, StoreError> {
+        if key.starts_with("h/") {
+            let mut held = self.held.lock();
+            if *held {
+                self.entered.fetch_add(1, Ordering::SeqCst);
+                if self
+                    .released
+                    .wait_while_for(&mut held, |h| *h, Duration::from_secs(5))
+                    .timed_out()
+                {
+                    self.timed_out.store(true, Ordering::SeqCst);
+                }
+            }
+        }
+        self.inner.get(key, now_ms)
+    }
+    fn read_log(&self, log: &str, now_ms: u64) -> Result<Vec<(u64, Bytes)>, StoreError> {
+        self.inner.read_log(log, now_ms)
+    }
+    fn index_lowest(
+        &self,
+        index: &str,
+        limit: usize,
+        now_ms: u64,
+    ) -> Result<Vec<(String, u64)>, StoreError> {
+        self.inner.index_lowest(index, limit, now_ms)
+    }
+    fn index_len(&self, index: &str, now_ms: u64) -> Result<usize, StoreError> {
+        self.inner.index_len(index, now_ms)
+    }
+    fn sweep(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError> {
+        self.inner.sweep(now_ms, limit)
+    }
+    fn set_durability(&self, _: Durability) {}
+}
+
+fn catalog() -> Catalog {
+    let kind = Arc::new(HandleKind::new("box", "box", "make", 600, 4096, 10));
+    let obj = json!({"type": "object", "properties": {"h": {"type": "string"}, "text": {"type": "string"}}});
+    let (k1, k2) = (Arc::clone(&kind), kind);
+    Catalog::builder()
+        .tool(tool_fn(ToolSpec::new("make", "Makes a box", obj.clone()).keeps_state(), move |_: Value, cx| {
+            let k = Arc::clone(&k1);
+            async move { Ok(CallToolResult::text(cx.handles(&k)?.create(&json!("inside")).await?)) }
+        }))
+        .tool(tool_fn(ToolSpec::new("peek", "Reads a box", obj.clone()).annotations(ToolAnnotations { read_only_hint: Some(true), ..Default::default() }), move |a: Value, cx| {
+            let k = Arc::clone(&k2);
+            async move {
+                let v: Value = cx.handles(&k)?.get(a["h"].as_str().ok_or_else(|| ToolError::Failed("h".into()))?).await?;
+                Ok(CallToolResult::text(v.to_string()))
+            }
+        }))
+        .tool(tool_fn(ToolSpec::new("echo", "Echo", obj), |a: Value, _| async move { Ok(CallToolResult::text(a["text"].as_str().unwrap_or_default())) }))
+        .build(ServerInfo { name: "slow".into(), version: "0".into(), instructions: None })
+        .unwrap()
+}
+
+#[actix_web::test]
+async fn a_store_read_that_hangs_does_not_delay_a_json_echo_on_another_session() {
+    let store = Arc::new(Slow::default());
+    let c = cfg(|_| {});
+    let ledger = Ledger::on_store(Arc::clone(&store) as Arc<dyn Store>, &c).unwrap();
+    let h = harness_with_catalog_on(c, catalog(), ledger).await;
+    let (reader, other) = (h.client("2025-11-25").await, h.client("2025-11-25").await);
+    let handle = text_of(&reader.call_tool(1, "make", json!({})).await.message().await).to_owned();
+
+    *store.held.lock() = true;
+    // The read of the handle hangs in the store; its response stream is open.
+    let mut peek = reader.call_tool(2, "peek", json!({"h": handle})).await;
+    until("the handle's read is in the store", || store.entered.load(Ordering::SeqCst) == 1).await;
+    // Another session's JSON echo is answered meanwhile.
+    let echo = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "not delayed"}}});
+    let mut r = h
+        .send(
+            other
+                .with_session(post().insert_header(("Accept", "application/json")))
+                .set_payload(echo.to_string()),
+        )
+        .await;
+    assert_eq!(text_of(&r.json().await), "not delayed");
+    assert!(
+        *store.held.lock() && !store.timed_out.load(Ordering::SeqCst),
+        "answered while the store still held the read"
+    );
+    store.release();
+    assert_eq!(
+        text_of(&peek.message().await),
+        "\"inside\"",
+        "the slow read completes once the store lets go"
+    );
+}
