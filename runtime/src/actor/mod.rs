@@ -33,13 +33,11 @@ mod session;
 mod stream;
 mod supervisor;
 
-pub use body::SseBody;
-pub use budget::{Charge, MemoryBudget};
+pub(crate) use body::SseBody;
 pub(crate) use env::ToolDoor;
-pub use generations::{Counted, Gen, GenCount, GenOrigin, GenSettings, GenStatus, Generations};
-pub use registry::{Inbox, InboxTicket, QuotaKey, Registered, Registry};
-pub use session::{
-    Delete, JsonReply, OpenGet, Post, PostOutcome, Resume, SessionActor, SessionHandle,
-};
-pub use stream::StreamActor;
+pub(crate) use generations::{Counted, GenCount, GenStatus};
+pub use generations::{GenOrigin, GenSettings};
+pub(crate) use registry::{InboxTicket, QuotaKey};
+pub(crate) use session::{Delete, JsonReply, OpenGet, Post, PostOutcome, Resume, SessionHandle};
+pub(crate) use stream::StreamActor;
 pub use supervisor::{Lifecycle, Phase, Supervisor};

@@ -16,13 +16,13 @@ use super::budget::MemoryBudget;
 use crate::proto::error::{Overload, Quota, Rejection};
 use crate::proto::ids::SessionId;
 
-pub use crate::proto::caller::QuotaKey;
+pub(crate) use crate::proto::caller::QuotaKey;
 
 const SHARDS: usize = 16;
 
 /// What the registry keeps of a session (its handle, cloned out on every lookup): the
 /// session's module defines it; the registry needs only its inbox.
-pub trait Registered: Clone + std::fmt::Debug + Send + Sync + 'static {
+pub(crate) trait Registered: Clone + std::fmt::Debug + Send + Sync + 'static {
     /// Requests' messages waiting in the session's mailbox.
     fn inbox(&self) -> &Arc<Inbox>;
 }
@@ -78,7 +78,7 @@ struct Caller {
 
 /// The sharded session map.
 #[derive(Debug)]
-pub struct Registry<H> {
+pub(crate) struct Registry<H> {
     shards: Vec<RwLock<HashMap<SessionId, H>>>,
     hasher: RandomState,
     /// Live plus reserved sessions; reservations make the limit check atomic.
@@ -129,7 +129,7 @@ impl<H: Registered> Registry<H> {
     ///
     /// # Errors
     /// [`Rejection::Overloaded`] (`503`, mailbox) when its inbox is full.
-    pub fn enter(&self, id: &SessionId) -> Option<Result<(H, InboxTicket), Rejection>> {
+    pub(crate) fn enter(&self, id: &SessionId) -> Option<Result<(H, InboxTicket), Rejection>> {
         let shard = self.shard(id).read();
         let h = shard.get(id)?;
         Some(h.inbox().enter().map(|t| (h.clone(), t)))
@@ -144,7 +144,7 @@ impl<H: Registered> Registry<H> {
 
     /// Whether a session is registered.
     #[must_use]
-    pub fn contains(&self, id: &SessionId) -> bool {
+    pub(crate) fn contains(&self, id: &SessionId) -> bool {
         self.shard(id).read().contains_key(id)
     }
 
@@ -155,7 +155,7 @@ impl<H: Registered> Registry<H> {
     /// # Errors
     /// [`Rejection::QuotaExceeded`] (429) when `key` is at its session quota or its memory
     /// share is full; [`Rejection::Overloaded`] (503) when the table is full.
-    pub fn reserve(
+    pub(crate) fn reserve(
         self: &Arc<Self>,
         key: QuotaKey,
         limits: SlotLimits,
@@ -203,32 +203,27 @@ impl<H: Registered> Registry<H> {
 
     /// Live sessions (including reservations).
     #[must_use]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.count.load(Ordering::Acquire)
     }
 
     /// Live sessions (including reservations) of one caller.
+    #[cfg(test)]
     #[must_use]
-    pub fn len_of(&self, key: &QuotaKey) -> usize {
+    pub(crate) fn len_of(&self, key: &QuotaKey) -> usize {
         self.per_key.lock().get(key).map_or(0, |c| c.sessions)
-    }
-
-    /// Whether there is no session.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// Every handle (for shutdown).
     #[must_use]
-    pub fn all(&self) -> Vec<H> {
+    pub(crate) fn all(&self) -> Vec<H> {
         self.shards.iter().flat_map(|s| s.read().values().cloned().collect::<Vec<_>>()).collect()
     }
 }
 
 /// The bounds a reservation checks.
 #[derive(Debug, Clone, Copy)]
-pub struct SlotLimits {
+pub(crate) struct SlotLimits {
     /// Sessions in all (`sessions.max_sessions`).
     pub max: usize,
     /// Sessions per caller (`quotas.sessions_per_principal`).
@@ -240,7 +235,7 @@ pub struct SlotLimits {
 /// A reserved slot, not yet holding a session.
 #[derive(Debug)]
 #[must_use = "dropping a reservation releases the slot"]
-pub struct Reservation<H: Registered> {
+pub(crate) struct Reservation<H: Registered> {
     registry: Option<Arc<Registry<H>>>,
     key: Option<QuotaKey>,
     budget: Arc<MemoryBudget>,
@@ -249,18 +244,18 @@ pub struct Reservation<H: Registered> {
 impl<H: Registered> Reservation<H> {
     /// The owner (see [`QuotaKey::owner`]) of the caller the reservation counts.
     #[must_use]
-    pub fn owner(&self) -> Option<Arc<str>> {
+    pub(crate) fn owner(&self) -> Option<Arc<str>> {
         self.key.as_ref().and_then(QuotaKey::owner)
     }
 
     /// The caller's share of the stream memory budget.
     #[must_use]
-    pub fn caller_budget(&self) -> &Arc<MemoryBudget> {
+    pub(crate) fn caller_budget(&self) -> &Arc<MemoryBudget> {
         &self.budget
     }
 
     /// Publish the session under `id`; the returned guard deregisters it on drop.
-    pub fn insert(mut self, id: SessionId, handle: H, hmac: Arc<str>) -> RegistryGuard<H> {
+    pub(crate) fn insert(mut self, id: SessionId, handle: H, hmac: Arc<str>) -> RegistryGuard<H> {
         let registry = self.registry.take().expect("reservation used once");
         let key = self.key.take().expect("reservation used once");
         let inbox = Arc::clone(handle.inbox());
@@ -281,7 +276,7 @@ impl<H: Registered> Drop for Reservation<H> {
 /// Owned by the session actor: dropping it (on every exit path of the actor) removes the
 /// session from the registry and frees its slot and its caller's quota.
 #[derive(Debug)]
-pub struct RegistryGuard<H: Registered> {
+pub(crate) struct RegistryGuard<H: Registered> {
     registry: Arc<Registry<H>>,
     id: SessionId,
     key: QuotaKey,
@@ -298,7 +293,7 @@ impl<H: Registered> RegistryGuard<H> {
     ///
     /// # Errors
     /// The guard, when the inbox is not empty.
-    pub fn park(mut self) -> Result<(), RegistryGuard<H>> {
+    pub(crate) fn park(mut self) -> Result<(), RegistryGuard<H>> {
         {
             let mut shard = self.registry.shard(&self.id).write();
             if self.inbox.queued.load(Ordering::Acquire) > 0 {

@@ -60,7 +60,7 @@ struct Writer {
 }
 
 /// The actor.
-pub struct StreamActor {
+pub(crate) struct StreamActor {
     core: StreamCore,
     writer: Option<Writer>,
     session: SessionLink,

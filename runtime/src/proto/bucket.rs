@@ -6,7 +6,7 @@ use super::ids::Tick;
 
 /// A token bucket, full when created.
 #[derive(Debug, Clone)]
-pub struct TokenBucket {
+pub(crate) struct TokenBucket {
     capacity: f64,
     tokens: f64,
     per_ms: f64,
@@ -16,7 +16,7 @@ pub struct TokenBucket {
 impl TokenBucket {
     /// A full bucket of `capacity` (at least 1) tokens, refilled at `per_second`.
     #[must_use]
-    pub fn new(capacity: u32, per_second: f64, now: Tick) -> TokenBucket {
+    pub(crate) fn new(capacity: u32, per_second: f64, now: Tick) -> TokenBucket {
         let capacity = f64::from(capacity.max(1));
         TokenBucket { capacity, tokens: capacity, per_ms: per_second.max(0.0) / 1000.0, last: now }
     }
@@ -28,7 +28,7 @@ impl TokenBucket {
     }
 
     /// Take one token at `now`; `false` means wait (see [`Self::ready_at`]).
-    pub fn try_take(&mut self, now: Tick) -> bool {
+    pub(crate) fn try_take(&mut self, now: Tick) -> bool {
         self.refill(now);
         if self.tokens >= 1.0 {
             self.tokens -= 1.0;
@@ -40,7 +40,7 @@ impl TokenBucket {
 
     /// When the next token will be available (`now` if one is).
     #[must_use]
-    pub fn ready_at(&self, now: Tick) -> Tick {
+    pub(crate) fn ready_at(&self, now: Tick) -> Tick {
         if self.tokens >= 1.0 || self.per_ms <= 0.0 {
             return now;
         }
@@ -50,7 +50,7 @@ impl TokenBucket {
     /// Whether the bucket would be full at `now` (then it is equivalent to a new one and may
     /// be forgotten).
     #[must_use]
-    pub fn is_full_at(&self, now: Tick) -> bool {
+    pub(crate) fn is_full_at(&self, now: Tick) -> bool {
         let elapsed = now.0.saturating_sub(self.last.0) as f64;
         self.tokens + elapsed * self.per_ms >= self.capacity
     }

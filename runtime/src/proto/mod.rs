@@ -9,10 +9,10 @@
 //! test command) fails the build if this folder imports an async runtime.
 
 pub mod admission;
-pub mod bucket;
-pub mod caller;
-pub mod digest;
-pub mod error;
+pub(crate) mod bucket;
+pub(crate) mod caller;
+pub(crate) mod digest;
+pub(crate) mod error;
 pub mod event_id;
 pub mod forwarded;
 pub mod handle;
@@ -20,16 +20,16 @@ pub mod ids;
 pub mod jsonrpc;
 pub mod limits;
 pub mod mcp;
-pub mod modern;
-pub mod receipt;
+pub(crate) mod modern;
+pub(crate) mod receipt;
 pub mod replay;
 pub mod rollout;
-pub mod route;
-pub mod schema;
-pub mod session;
-pub mod stream;
+pub(crate) mod route;
+pub(crate) mod schema;
+pub(crate) mod session;
+pub(crate) mod stream;
 pub mod task;
-pub mod usage;
+pub(crate) mod usage;
 pub mod version;
 
 pub use ids::{Generation, JsonRpcId, Seq, SessionId, StreamId, Tick};

@@ -7,40 +7,40 @@
 //! header names a modern version, is modern; everything else is legacy and goes down the
 //! session path unchanged.
 
-pub mod headers;
-pub mod listen;
-pub mod state;
+pub(crate) mod headers;
+pub(crate) mod listen;
+pub(crate) mod state;
 
 use serde_json::Value;
 
 use super::ids::JsonRpcId;
-pub use super::jsonrpc::WireMeta;
+pub(crate) use super::jsonrpc::WireMeta;
 use super::mcp::LogLevel;
 
 /// The modern protocol version.
-pub const VERSION: &str = "2026-07-28";
+pub(crate) const VERSION: &str = "2026-07-28";
 /// Every version a modern request may name.
-pub const MODERN_VERSIONS: [&str; 1] = [VERSION];
+pub(crate) const MODERN_VERSIONS: [&str; 1] = [VERSION];
 
 /// `_meta` keys of a modern request and result.
-pub mod meta {
+pub(crate) mod meta {
     /// The request's protocol version (required).
-    pub const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+    pub(crate) const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
     /// The client's capabilities (required; `{}` for none).
-    pub const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+    pub(crate) const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
     /// The client's self-description (optional, never used for decisions).
-    pub const CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+    pub(crate) const CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
     /// Deprecated: the least severe log level the client wants (none: no log notifications).
-    pub const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+    pub(crate) const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
     /// The server's identity, in every result's `_meta`.
-    pub const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+    pub(crate) const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
     /// On a listen stream's notifications: the listen request's id.
-    pub const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+    pub(crate) const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 }
 
 /// Methods that exist only in the legacy era: a modern request for one is "method not found"
 /// (404, `-32601`).
-pub const REMOVED_METHODS: [&str; 6] = [
+pub(crate) const REMOVED_METHODS: [&str; 6] = [
     "initialize",
     "ping",
     "logging/setLevel",
@@ -51,7 +51,7 @@ pub const REMOVED_METHODS: [&str; 6] = [
 
 /// The methods that name something in `Mcp-Name`, and which parameter it mirrors.
 #[must_use]
-pub fn name_param(method: &str) -> Option<&'static str> {
+pub(crate) fn name_param(method: &str) -> Option<&'static str> {
     match method {
         "tools/call" | "prompts/get" => Some("name"),
         "resources/read" => Some("uri"),
@@ -66,7 +66,7 @@ pub fn name_param(method: &str) -> Option<&'static str> {
 /// without modern `_meta`, stays legacy: a legacy `initialize` negotiates in its body, and a
 /// session's request with it gets the legacy 400.)
 #[must_use]
-pub fn is_modern(header_version: Option<&str>, meta: Option<&WireMeta>) -> bool {
+pub(crate) fn is_modern(header_version: Option<&str>, meta: Option<&WireMeta>) -> bool {
     let in_meta = meta.is_some_and(|m| m.protocol_version.is_some());
     in_meta || header_version.map(str::trim).is_some_and(|v| MODERN_VERSIONS.contains(&v))
 }
@@ -104,7 +104,7 @@ pub struct ModernMeta {
 
 /// The request-metadata headers of a modern POST.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct ModernHead<'a> {
+pub(crate) struct ModernHead<'a> {
     /// `MCP-Protocol-Version`.
     pub protocol_version: Option<&'a str>,
     /// `Mcp-Method`.
@@ -123,7 +123,7 @@ pub struct ModernHead<'a> {
 ///
 /// # Errors
 /// The first [`ModernError`] the request breaks.
-pub fn check(
+pub(crate) fn check(
     head: &ModernHead<'_>,
     method: &str,
     params: Option<&Value>,
@@ -226,7 +226,7 @@ pub struct ModernRequest {
 }
 
 /// The methods whose complete results carry cache hints (`ttlMs`, `cacheScope`).
-pub const CACHEABLE: [&str; 6] = [
+pub(crate) const CACHEABLE: [&str; 6] = [
     "server/discover",
     "tools/list",
     "prompts/list",
@@ -248,7 +248,7 @@ pub struct CacheHints {
 /// A complete modern result: `resultType` (kept when the handler set one), the server's
 /// identity in `_meta`, and for [`CACHEABLE`] methods the cache hints.
 #[must_use]
-pub fn complete_result(
+pub(crate) fn complete_result(
     method: &str,
     mut result: Value,
     server_info: &Value,
@@ -387,7 +387,7 @@ impl ModernResults {
 
 /// The `server/discover` result (before [`complete_result`]).
 #[must_use]
-pub fn discover_result(capabilities: &Value, instructions: Option<&str>) -> Value {
+pub(crate) fn discover_result(capabilities: &Value, instructions: Option<&str>) -> Value {
     let mut r =
         serde_json::json!({"supportedVersions": MODERN_VERSIONS, "capabilities": capabilities});
     if let Some(i) = instructions {
@@ -402,7 +402,7 @@ pub fn discover_result(capabilities: &Value, instructions: Option<&str>) -> Valu
 /// and neither where it does not (false flags are left out); and the tasks extension
 /// (`extensions`) when a tool may run as a task.
 #[must_use]
-pub fn modern_capabilities(legacy: &Value, offered: &listen::Offered, tasks: bool) -> Value {
+pub(crate) fn modern_capabilities(legacy: &Value, offered: &listen::Offered, tasks: bool) -> Value {
     let mut caps = legacy.clone();
     if let Value::Object(m) = &mut caps {
         m.remove("logging");

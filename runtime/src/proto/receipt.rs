@@ -51,7 +51,7 @@ pub enum Outcome {
 
 /// What the ledger holds for a key, as far as the table needs it.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Stored {
+pub(crate) enum Stored {
     /// No receipt (never used, or expired).
     Absent,
     /// An execution started under these arguments and recorded no outcome.
@@ -70,7 +70,7 @@ pub enum Stored {
 
 /// The answer a caller gets without executing.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Answer {
+pub(crate) enum Answer {
     /// The outcome of the execution with this key (`attached`: it was running when this
     /// caller arrived; otherwise it was replayed from a receipt).
     Outcome {
@@ -97,18 +97,18 @@ pub enum Answer {
 }
 
 /// A waiting caller, as the table needs to know it.
-pub trait Waiter {
+pub(crate) trait Waiter {
     /// The caller went away (its request was cancelled): its place can be reused.
     fn is_gone(&self) -> bool;
 }
 
 /// Most callers waiting on one key (attached to one execution, or to one lookup); past it a
 /// caller is answered [`Answer::TooManyWaiting`].
-pub const MAX_WAITERS: usize = 256;
+pub(crate) const MAX_WAITERS: usize = 256;
 
 /// What the caller that arrives does now.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Arrival {
+pub(crate) enum Arrival {
     /// Read the ledger's receipt, then call [`ReceiptTable::resolve`].
     Lookup,
     /// Wait: the waiter was kept and will be answered.
@@ -122,7 +122,7 @@ pub enum Arrival {
 
 /// What the caller whose lookup finished does now.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// Execute, then call [`ReceiptTable::finish`] (or [`ReceiptTable::interrupt`]).
     Execute,
     /// Answered without executing.
@@ -148,7 +148,7 @@ enum Ended {
 
 /// The table (see the module docs).
 #[derive(Debug)]
-pub struct ReceiptTable<W> {
+pub(crate) struct ReceiptTable<W> {
     entries: HashMap<String, Entry<W>>,
 }
 
@@ -194,19 +194,26 @@ fn wait_in<T>(waiters: &mut Vec<T>, w: T, gone: impl Fn(&T) -> bool) -> bool {
 impl<W: Waiter> ReceiptTable<W> {
     /// Keys with an entry (executions running, lookups, records on their way).
     #[must_use]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }
 
     /// Whether no key has an entry.
+    #[cfg(test)]
     #[must_use]
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
     /// A call with `key` and arguments `digest` arrives; `idempotent` is the tool's
     /// `idempotentHint`. `waiter` is kept when the caller is to wait.
-    pub fn arrive(&mut self, key: &str, digest: &str, idempotent: bool, waiter: W) -> Arrival {
+    pub(crate) fn arrive(
+        &mut self,
+        key: &str,
+        digest: &str,
+        idempotent: bool,
+        waiter: W,
+    ) -> Arrival {
         match self.entries.get_mut(key) {
             None => {
                 self.entries.insert(
@@ -259,7 +266,11 @@ impl<W: Waiter> ReceiptTable<W> {
     /// The lookup of `key` read `stored` (or failed: `None`). Returns what the caller that
     /// looked does, and the answers for the callers that waited meanwhile (those whose
     /// arguments match an execution that now starts stay attached to it).
-    pub fn resolve(&mut self, key: &str, stored: Option<Stored>) -> (Decision, Vec<(W, Answer)>) {
+    pub(crate) fn resolve(
+        &mut self,
+        key: &str,
+        stored: Option<Stored>,
+    ) -> (Decision, Vec<(W, Answer)>) {
         let Some(Entry::Looking { digest, idempotent, waiters }) = self.entries.remove(key) else {
             debug_assert!(false, "resolve without a lookup");
             return (Decision::Answered(Answer::Unavailable), Vec::new());
@@ -285,20 +296,20 @@ impl<W: Waiter> ReceiptTable<W> {
 
     /// The execution of `key` finished with `outcome`; returns the callers attached to it.
     /// Until [`ReceiptTable::settled`], callers are answered from the table.
-    pub fn finish(&mut self, key: &str, outcome: &Outcome) -> Vec<W> {
+    pub(crate) fn finish(&mut self, key: &str, outcome: &Outcome) -> Vec<W> {
         self.end(key, Ended::Finished(outcome.clone()))
     }
 
     /// The execution of `key` ended without an outcome while the tool ran (its caller
     /// cancelled it, its session ended): the callers attached to it, who are answered
     /// [`Answer::Unknown`].
-    pub fn interrupt(&mut self, key: &str) -> Vec<W> {
+    pub(crate) fn interrupt(&mut self, key: &str) -> Vec<W> {
         self.end(key, Ended::Interrupted)
     }
 
     /// The execution of `key` was dropped before the tool ran (its receipt is to be deleted):
     /// the callers attached to it, who are answered [`Answer::NotRun`]; a later call runs it.
-    pub fn not_run(&mut self, key: &str) -> Vec<W> {
+    pub(crate) fn not_run(&mut self, key: &str) -> Vec<W> {
         self.end(key, Ended::NotRun)
     }
 
@@ -319,7 +330,7 @@ impl<W: Waiter> ReceiptTable<W> {
 
     /// The record written at the end of `key`'s execution is committed: the ledger answers
     /// for it from now on. Leaves an entry that is running again alone.
-    pub fn settled(&mut self, key: &str) {
+    pub(crate) fn settled(&mut self, key: &str) {
         if matches!(self.entries.get(key), Some(Entry::Settling { .. })) {
             self.entries.remove(key);
         }
@@ -329,7 +340,7 @@ impl<W: Waiter> ReceiptTable<W> {
 /// The digest of a tool call's arguments: SHA-256 over the tool name and the arguments in
 /// canonical form (object members sorted, no whitespace), hex.
 #[must_use]
-pub fn args_digest(tool: &str, args: &Value) -> String {
+pub(crate) fn args_digest(tool: &str, args: &Value) -> String {
     super::digest::digest(tool, Some(args))
 }
 

@@ -12,7 +12,7 @@ use super::task::TaskSupport;
 
 /// How a request reaches the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Era {
+pub(crate) enum Era {
     /// Inside a legacy session (`MCP-Session-Id`; 2025-03-26 to 2025-11-25).
     Session,
     /// Stateless, every request on its own (2026-07-28).
@@ -21,7 +21,7 @@ pub enum Era {
 
 /// The step that answers a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Route {
+pub(crate) enum Route {
     /// The catalog's handlers: tools, resources, prompts, completion. In a session also the
     /// lists and any other method (the catalog answers "method not found").
     Catalog,
@@ -48,7 +48,7 @@ pub enum Route {
 
 /// A `tasks/*` request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TaskOp {
+pub(crate) enum TaskOp {
     /// `tasks/get`.
     Get,
     /// `tasks/update`: answers to a task's questions.
@@ -60,7 +60,7 @@ pub enum TaskOp {
 impl TaskOp {
     /// Its method's name.
     #[must_use]
-    pub fn method(self) -> &'static str {
+    pub(crate) fn method(self) -> &'static str {
         match self {
             TaskOp::Get => "tasks/get",
             TaskOp::Update => "tasks/update",
@@ -70,7 +70,7 @@ impl TaskOp {
 
     /// It changes the task: recorded in the ledger before it is acknowledged.
     #[must_use]
-    pub fn records(self) -> bool {
+    pub(crate) fn records(self) -> bool {
         !matches!(self, TaskOp::Get)
     }
 }
@@ -78,7 +78,7 @@ impl TaskOp {
 impl Route {
     /// The route of `method` in `era`.
     #[must_use]
-    pub fn of(era: Era, method: &str) -> Route {
+    pub(crate) fn of(era: Era, method: &str) -> Route {
         match era {
             Era::Session => match method {
                 super::mcp::method::PING => Route::Ping,
@@ -111,7 +111,7 @@ impl Route {
 /// roots). In the stateless era the others' questions are refused: only these methods carry
 /// `inputResponses` and `requestState`.
 #[must_use]
-pub fn may_ask(method: &str) -> bool {
+pub(crate) fn may_ask(method: &str) -> bool {
     matches!(method, "tools/call" | "prompts/get" | "resources/read")
 }
 
@@ -132,7 +132,7 @@ pub struct ToolTraits<'a> {
 
 /// What a `tools/call` of a known tool needs before the tool runs.
 #[derive(Debug, Clone, PartialEq)]
-pub struct CallClass {
+pub(crate) struct CallClass {
     /// Its idempotency key (`Ok(None)`: none, or a read-only tool; `Err`: a malformed key,
     /// the call's answer).
     pub key: Result<Option<IdempotentCall>, ErrorObject>,
@@ -146,13 +146,13 @@ pub struct CallClass {
 impl CallClass {
     /// A request that is not a call of a known tool: nothing to record.
     #[must_use]
-    pub fn read_only() -> CallClass {
+    pub(crate) fn read_only() -> CallClass {
         CallClass { key: Ok(None), purpose: StreamPurpose::ReadOnly, needs_ledger: false }
     }
 
     /// It carries a well-formed idempotency key: it takes a place among its caller's receipts.
     #[must_use]
-    pub fn keyed(&self) -> bool {
+    pub(crate) fn keyed(&self) -> bool {
         matches!(self.key, Ok(Some(_)))
     }
 }
@@ -160,7 +160,7 @@ impl CallClass {
 /// Classify a `tools/call` of `tool` with `params`: a write or not, its idempotency key, and
 /// whether it needs the ledger.
 #[must_use]
-pub fn classify_call(tool: &ToolTraits<'_>, params: Option<&Value>) -> CallClass {
+pub(crate) fn classify_call(tool: &ToolTraits<'_>, params: Option<&Value>) -> CallClass {
     let key = idempotent_call(tool, params);
     let keyed = matches!(key, Ok(Some(_)));
     let purpose =
@@ -205,7 +205,7 @@ fn idempotent_call(
 
 /// Whether a call may become a task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TaskPlan {
+pub(crate) enum TaskPlan {
     /// Never (the tool forbids it, or the request did not declare the extension).
     Never,
     /// If the ledger accepts writes and the caller has room for one more task; otherwise
@@ -217,14 +217,14 @@ pub enum TaskPlan {
 
 /// The call needs a task and its request did not declare the tasks extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NeedsTasks;
+pub(crate) struct NeedsTasks;
 
 /// Whether a call of a tool with `support` may become a task, for a request that `declared`
 /// the tasks extension or not.
 ///
 /// # Errors
 /// [`NeedsTasks`] for a tool that runs only as a task, called without the extension.
-pub fn task_plan(support: TaskSupport, declared: bool) -> Result<TaskPlan, NeedsTasks> {
+pub(crate) fn task_plan(support: TaskSupport, declared: bool) -> Result<TaskPlan, NeedsTasks> {
     match (support, declared) {
         (TaskSupport::Required, false) => Err(NeedsTasks),
         (TaskSupport::Required, true) => Ok(TaskPlan::Required),

@@ -31,13 +31,13 @@
 use std::collections::{HashMap, VecDeque};
 
 use super::error::{Overload, Rejection};
-use super::ids::{Generation, JsonRpcId, SessionId, StreamId, Tick};
+use super::ids::{Generation, JsonRpcId, StreamId, Tick};
 use super::mcp::LogLevel;
 use super::version::ProtocolVersion;
 
 /// Lifecycle state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SessionState {
+pub(crate) enum SessionState {
     /// Serving.
     Active,
     /// DELETE received; finishing teardown.
@@ -50,7 +50,7 @@ pub enum SessionState {
 
 /// Bounds of one session.
 #[derive(Debug, Clone, Copy)]
-pub struct SessionLimits {
+pub(crate) struct SessionLimits {
     /// Idle time after which the session expires (ms).
     pub idle_ttl_ms: u64,
     /// Most requests in flight at once; also the most client requests waiting at once.
@@ -69,7 +69,7 @@ pub struct SessionLimits {
 
 /// A request being served.
 #[derive(Debug)]
-pub struct InFlight<R> {
+pub(crate) struct InFlight<R> {
     /// Its response stream (SSE) or `None` (JSON reply).
     pub stream: Option<StreamId>,
     /// Shell data (task handle, cancellation token...).
@@ -78,7 +78,7 @@ pub struct InFlight<R> {
 
 /// A server-to-client request waiting for the client's answer.
 #[derive(Debug)]
-pub struct ClientRequest<P> {
+pub(crate) struct ClientRequest<P> {
     /// The request (of the client) whose tool asked.
     pub origin: JsonRpcId,
     /// Its method, for the timeout message.
@@ -91,7 +91,7 @@ pub struct ClientRequest<P> {
 
 /// Why a server-to-client request could not be sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClientRequestRefused {
+pub(crate) enum ClientRequestRefused {
     /// The tool's own request is no longer in flight.
     OriginEnded,
     /// `max_in_flight` client requests are already waiting.
@@ -100,9 +100,7 @@ pub enum ClientRequestRefused {
 
 /// A stream in the table.
 #[derive(Debug)]
-pub struct StreamEntry<S> {
-    /// Its id.
-    pub id: StreamId,
+pub(crate) struct StreamEntry<S> {
     /// The request it answers, or `None` for the standalone GET stream.
     pub request: Option<JsonRpcId>,
     /// Closed (kept for late resumes only).
@@ -114,12 +112,12 @@ pub struct StreamEntry<S> {
 }
 
 /// Everything a terminated session hands back to its shell: in-flight requests and streams.
-pub type Teardown<R, S> = (Vec<(JsonRpcId, InFlight<R>)>, Vec<StreamEntry<S>>);
+pub(crate) type Teardown<R, S> = (Vec<(JsonRpcId, InFlight<R>)>, Vec<StreamEntry<S>>);
 
 /// What [`SessionCore::handle_timeout`] found due.
 #[derive(Debug)]
 #[must_use = "timed-out client requests must be answered to their tools"]
-pub struct Due<P> {
+pub(crate) struct Due<P> {
     /// The session expired just now (the shell stops it).
     pub expired: bool,
     /// The session has been idle for `park_after_ms`: the shell parks it (its state stays
@@ -132,8 +130,7 @@ pub struct Due<P> {
 
 /// The session core.
 #[derive(Debug)]
-pub struct SessionCore<R, S, P> {
-    id: SessionId,
+pub(crate) struct SessionCore<R, S, P> {
     version: ProtocolVersion,
     generation: Generation,
     state: SessionState,
@@ -158,21 +155,20 @@ pub struct SessionCore<R, S, P> {
 
 impl<R, S, P> SessionCore<R, S, P> {
     /// A new active session.
+    #[cfg(test)]
     #[must_use]
-    pub fn new(
-        id: SessionId,
+    pub(crate) fn new(
         version: ProtocolVersion,
         generation: Generation,
         limits: SessionLimits,
         now: Tick,
     ) -> Self {
-        Self::incarnate(id, version, generation, limits, now, 0)
+        Self::incarnate(version, generation, limits, now, 0)
     }
 
     /// A session in its `incarnation`-th life (0: just created; then one more per restore).
     #[must_use]
-    pub fn incarnate(
-        id: SessionId,
+    pub(crate) fn incarnate(
         version: ProtocolVersion,
         generation: Generation,
         limits: SessionLimits,
@@ -181,7 +177,6 @@ impl<R, S, P> SessionCore<R, S, P> {
     ) -> Self {
         let base = u64::from(incarnation) << 32;
         SessionCore {
-            id,
             version,
             generation,
             state: SessionState::Active,
@@ -206,13 +201,13 @@ impl<R, S, P> SessionCore<R, S, P> {
 
     /// Which life this is.
     #[must_use]
-    pub fn incarnation(&self) -> u32 {
+    pub(crate) fn incarnation(&self) -> u32 {
         self.incarnation
     }
 
     /// Last activity.
     #[must_use]
-    pub fn last_activity(&self) -> Tick {
+    pub(crate) fn last_activity(&self) -> Tick {
         self.last_activity
     }
 
@@ -227,7 +222,7 @@ impl<R, S, P> SessionCore<R, S, P> {
     }
 
     /// The last-use time to record in the ledger now, if the record must be written.
-    pub fn poll_ledger(&mut self, now: Tick) -> Option<Tick> {
+    pub(crate) fn poll_ledger(&mut self, now: Tick) -> Option<Tick> {
         if self.state != SessionState::Active {
             return None;
         }
@@ -248,7 +243,7 @@ impl<R, S, P> SessionCore<R, S, P> {
     /// the GET stream), `closed` with the bytes its window holds when it produced its last
     /// event. Returns the streams the shell must stop and forget: closed ones evicted to
     /// respect the retention bounds, and an older open GET stream this one replaces.
-    pub fn restore_stream(
+    pub(crate) fn restore_stream(
         &mut self,
         sid: StreamId,
         request: Option<JsonRpcId>,
@@ -256,10 +251,7 @@ impl<R, S, P> SessionCore<R, S, P> {
         handle: S,
     ) -> Vec<StreamEntry<S>> {
         let is_get = request.is_none();
-        self.streams.insert(
-            sid,
-            StreamEntry { id: sid, request, closed: false, retained_bytes: 0, handle },
-        );
+        self.streams.insert(sid, StreamEntry { request, closed: false, retained_bytes: 0, handle });
         self.next_stream = self.next_stream.max(sid.0 + 1);
         let mut gone = Vec::new();
         if is_get
@@ -274,38 +266,33 @@ impl<R, S, P> SessionCore<R, S, P> {
         gone
     }
 
-    /// Session id.
-    #[must_use]
-    pub fn id(&self) -> &SessionId {
-        &self.id
-    }
-
     /// Negotiated version.
     #[must_use]
-    pub fn version(&self) -> ProtocolVersion {
+    pub(crate) fn version(&self) -> ProtocolVersion {
         self.version
     }
 
     /// Generation.
     #[must_use]
-    pub fn generation(&self) -> Generation {
+    pub(crate) fn generation(&self) -> Generation {
         self.generation
     }
 
     /// Lifecycle state.
+    #[cfg(test)]
     #[must_use]
-    pub fn state(&self) -> SessionState {
+    pub(crate) fn state(&self) -> SessionState {
         self.state
     }
 
     /// Minimum level for `notifications/message`; `None` until `logging/setLevel`.
     #[must_use]
-    pub fn log_level(&self) -> Option<LogLevel> {
+    pub(crate) fn log_level(&self) -> Option<LogLevel> {
         self.log_level
     }
 
     /// `logging/setLevel`.
-    pub fn set_log_level(&mut self, level: LogLevel) {
+    pub(crate) fn set_log_level(&mut self, level: LogLevel) {
         if self.log_level != Some(level) {
             self.dirty = true;
         }
@@ -313,7 +300,7 @@ impl<R, S, P> SessionCore<R, S, P> {
     }
 
     /// Record activity (any request on the session).
-    pub fn touch(&mut self, now: Tick) {
+    pub(crate) fn touch(&mut self, now: Tick) {
         self.last_activity = self.last_activity.max(now);
     }
 
@@ -321,7 +308,7 @@ impl<R, S, P> SessionCore<R, S, P> {
     ///
     /// # Errors
     /// [`Rejection::SessionNotFound`] once it is no longer active.
-    pub fn check_active(&self) -> Result<(), Rejection> {
+    pub(crate) fn check_active(&self) -> Result<(), Rejection> {
         if self.state == SessionState::Active { Ok(()) } else { Err(Rejection::SessionNotFound) }
     }
 
@@ -330,7 +317,7 @@ impl<R, S, P> SessionCore<R, S, P> {
     /// # Errors
     /// [`Rejection::RequestIdInFlight`] when the id is still being served (the original is
     /// not disturbed); [`Rejection::Overloaded`] past `max_in_flight`.
-    pub fn begin_request(&mut self, id: &JsonRpcId, handle: R) -> Result<(), Rejection> {
+    pub(crate) fn begin_request(&mut self, id: &JsonRpcId, handle: R) -> Result<(), Rejection> {
         self.check_active()?;
         if self.in_flight.contains_key(id) {
             return Err(Rejection::RequestIdInFlight(id.clone()));
@@ -343,19 +330,19 @@ impl<R, S, P> SessionCore<R, S, P> {
     }
 
     /// The ids of the requests in flight whose handle `pick` selects.
-    pub fn in_flight_where(&self, pick: impl Fn(&R) -> bool) -> Vec<JsonRpcId> {
+    pub(crate) fn in_flight_where(&self, pick: impl Fn(&R) -> bool) -> Vec<JsonRpcId> {
         self.in_flight.iter().filter(|(_, f)| pick(&f.handle)).map(|(id, _)| id.clone()).collect()
     }
 
     /// Mutable access to an in-flight request (to attach its stream or handle).
-    pub fn in_flight_mut(&mut self, id: &JsonRpcId) -> Option<&mut InFlight<R>> {
+    pub(crate) fn in_flight_mut(&mut self, id: &JsonRpcId) -> Option<&mut InFlight<R>> {
         self.in_flight.get_mut(id)
     }
 
     /// The request finished (or was cancelled) at `now`: forget it, and every client request
     /// its tool was waiting on. The idle clock restarts from here, so a long request does not
     /// leave its session expiring the moment it ends.
-    pub fn end_request(&mut self, id: &JsonRpcId, now: Tick) -> Option<InFlight<R>> {
+    pub(crate) fn end_request(&mut self, id: &JsonRpcId, now: Tick) -> Option<InFlight<R>> {
         let ended = self.in_flight.remove(id);
         if ended.is_some() {
             self.touch(now);
@@ -368,7 +355,7 @@ impl<R, S, P> SessionCore<R, S, P> {
 
     /// Requests in flight.
     #[must_use]
-    pub fn in_flight_len(&self) -> usize {
+    pub(crate) fn in_flight_len(&self) -> usize {
         self.in_flight.len()
     }
 
@@ -378,7 +365,7 @@ impl<R, S, P> SessionCore<R, S, P> {
     /// # Errors
     /// The handle back, with why, when `origin` is no longer in flight or too many client
     /// requests are waiting.
-    pub fn begin_client_request(
+    pub(crate) fn begin_client_request(
         &mut self,
         origin: &JsonRpcId,
         method: &str,
@@ -403,23 +390,23 @@ impl<R, S, P> SessionCore<R, S, P> {
 
     /// The client answered the request `id`; `None` when it is unknown (never sent, answered
     /// already, timed out, or its tool ended).
-    pub fn answer_client_request(&mut self, id: &JsonRpcId) -> Option<ClientRequest<P>> {
+    pub(crate) fn answer_client_request(&mut self, id: &JsonRpcId) -> Option<ClientRequest<P>> {
         self.pending.remove(id)
     }
 
     /// Client requests waiting.
+    #[cfg(test)]
     #[must_use]
-    pub fn client_requests_len(&self) -> usize {
+    pub(crate) fn client_requests_len(&self) -> usize {
         self.pending.len()
     }
 
     /// Allocate a stream id and register the POST stream of `request`.
-    pub fn open_post_stream(&mut self, request: &JsonRpcId, handle: S) -> StreamId {
+    pub(crate) fn open_post_stream(&mut self, request: &JsonRpcId, handle: S) -> StreamId {
         let sid = self.alloc_stream();
         self.streams.insert(
             sid,
             StreamEntry {
-                id: sid,
                 request: Some(request.clone()),
                 closed: false,
                 retained_bytes: 0,
@@ -433,12 +420,10 @@ impl<R, S, P> SessionCore<R, S, P> {
     }
 
     /// Register a new standalone GET stream; returns the id and the stream it replaces.
-    pub fn open_get_stream(&mut self, handle: S) -> (StreamId, Option<StreamEntry<S>>) {
+    pub(crate) fn open_get_stream(&mut self, handle: S) -> (StreamId, Option<StreamEntry<S>>) {
         let sid = self.alloc_stream();
-        self.streams.insert(
-            sid,
-            StreamEntry { id: sid, request: None, closed: false, retained_bytes: 0, handle },
-        );
+        self.streams
+            .insert(sid, StreamEntry { request: None, closed: false, retained_bytes: 0, handle });
         let old = self.get_stream.replace(sid).and_then(|old| self.remove_stream(old));
         (sid, old)
     }
@@ -451,21 +436,21 @@ impl<R, S, P> SessionCore<R, S, P> {
 
     /// The standalone GET stream, if one is registered.
     #[must_use]
-    pub fn get_stream(&self) -> Option<(StreamId, &S)> {
+    pub(crate) fn get_stream(&self) -> Option<(StreamId, &S)> {
         let sid = self.get_stream?;
         self.streams.get(&sid).map(|e| (sid, &e.handle))
     }
 
     /// Look up a stream named by a verified cursor.
     #[must_use]
-    pub fn stream(&self, sid: StreamId) -> Option<&StreamEntry<S>> {
+    pub(crate) fn stream(&self, sid: StreamId) -> Option<&StreamEntry<S>> {
         self.streams.get(&sid)
     }
 
     /// A stream finished producing events, holding `bytes` in its window. Returns the streams
     /// evicted to respect `max_retained_streams` and `max_retained_bytes`, oldest first (the
     /// shell stops them); the newest closed stream is never evicted.
-    pub fn stream_closed(&mut self, sid: StreamId, bytes: usize) -> Vec<StreamEntry<S>> {
+    pub(crate) fn stream_closed(&mut self, sid: StreamId, bytes: usize) -> Vec<StreamEntry<S>> {
         if let Some(e) = self.streams.get_mut(&sid)
             && !e.closed
         {
@@ -489,7 +474,7 @@ impl<R, S, P> SessionCore<R, S, P> {
     }
 
     /// Forget a stream (its retention ended, or it was replaced or evicted).
-    pub fn remove_stream(&mut self, sid: StreamId) -> Option<StreamEntry<S>> {
+    pub(crate) fn remove_stream(&mut self, sid: StreamId) -> Option<StreamEntry<S>> {
         if self.get_stream == Some(sid) {
             self.get_stream = None;
         }
@@ -504,13 +489,14 @@ impl<R, S, P> SessionCore<R, S, P> {
     }
 
     /// Every stream in the table.
-    pub fn stream_ids(&self) -> impl Iterator<Item = StreamId> + '_ {
+    pub(crate) fn stream_ids(&self) -> impl Iterator<Item = StreamId> + '_ {
         self.streams.keys().copied()
     }
 
     /// Bytes of closed streams retained.
+    #[cfg(test)]
     #[must_use]
-    pub fn retained_bytes(&self) -> usize {
+    pub(crate) fn retained_bytes(&self) -> usize {
         self.retained_bytes
     }
 
@@ -518,7 +504,7 @@ impl<R, S, P> SessionCore<R, S, P> {
     /// answered its request with an "events lost" error: that request ends now (its id is
     /// free again, its client requests are forgotten). Returns it for the shell to cancel its
     /// tool; `None` when the request had ended already.
-    pub fn events_lost(&mut self, sid: StreamId, now: Tick) -> Option<InFlight<R>> {
+    pub(crate) fn events_lost(&mut self, sid: StreamId, now: Tick) -> Option<InFlight<R>> {
         let request = self.streams.get(&sid)?.request.clone()?;
         if self.in_flight.get(&request)?.stream != Some(sid) {
             return None;
@@ -529,7 +515,7 @@ impl<R, S, P> SessionCore<R, S, P> {
     /// A connection attached to (`true`) or detached from one of this session's streams. A
     /// session with an attached connection is never idle; the idle clock restarts on each
     /// change.
-    pub fn connection_delta(&mut self, now: Tick, attached: bool) {
+    pub(crate) fn connection_delta(&mut self, now: Tick, attached: bool) {
         self.touch(now);
         if attached {
             self.attached_connections += 1;
@@ -541,7 +527,7 @@ impl<R, S, P> SessionCore<R, S, P> {
 
     /// Connections attached now.
     #[must_use]
-    pub fn attached_connections(&self) -> usize {
+    pub(crate) fn attached_connections(&self) -> usize {
         self.attached_connections
     }
 
@@ -550,7 +536,7 @@ impl<R, S, P> SessionCore<R, S, P> {
     /// client will resume to collect; a tool waiting on an absent client ends at its client
     /// request's deadline, after which the session becomes idle).
     #[must_use]
-    pub fn idle_deadline(&self) -> Option<Tick> {
+    pub(crate) fn idle_deadline(&self) -> Option<Tick> {
         self.idle_since().map(|t| t.plus_ms(self.limits.idle_ttl_ms))
     }
 
@@ -561,14 +547,14 @@ impl<R, S, P> SessionCore<R, S, P> {
     /// When the session parks if nothing happens (`None` while busy, or when it would
     /// expire first).
     #[must_use]
-    pub fn park_deadline(&self) -> Option<Tick> {
+    pub(crate) fn park_deadline(&self) -> Option<Tick> {
         (self.limits.park_after_ms < self.limits.idle_ttl_ms).then_some(())?;
         self.idle_since().map(|t| t.plus_ms(self.limits.park_after_ms))
     }
 
     /// The earliest moment [`Self::handle_timeout`] has something to do, if any.
     #[must_use]
-    pub fn poll_timeout(&self) -> Option<Tick> {
+    pub(crate) fn poll_timeout(&self) -> Option<Tick> {
         let client = self.pending.values().map(|p| p.deadline).min();
         [self.idle_deadline(), self.park_deadline(), client, self.refresh_at()]
             .into_iter()
@@ -578,7 +564,7 @@ impl<R, S, P> SessionCore<R, S, P> {
 
     /// Advance time: give up client requests past their deadline (forgotten here; the shell
     /// fails their tools), and expire the session when it has been idle for its TTL.
-    pub fn handle_timeout(&mut self, now: Tick) -> Due<P> {
+    pub(crate) fn handle_timeout(&mut self, now: Tick) -> Due<P> {
         let mut timed_out = Vec::new();
         if self.pending.values().any(|p| p.deadline <= now) {
             let due: Vec<JsonRpcId> = self
@@ -608,7 +594,7 @@ impl<R, S, P> SessionCore<R, S, P> {
     ///
     /// # Errors
     /// [`Rejection::SessionNotFound`] when it is no longer active.
-    pub fn request_delete(&mut self) -> Result<(), Rejection> {
+    pub(crate) fn request_delete(&mut self) -> Result<(), Rejection> {
         self.check_active()?;
         self.state = SessionState::DeleteRequested;
         Ok(())
@@ -616,7 +602,7 @@ impl<R, S, P> SessionCore<R, S, P> {
 
     /// Teardown finished (or shutdown): everything in flight and every stream is handed back
     /// for the shell to stop; waiting client requests are dropped.
-    pub fn terminate(&mut self) -> Teardown<R, S> {
+    pub(crate) fn terminate(&mut self) -> Teardown<R, S> {
         if self.state != SessionState::Expired {
             self.state = SessionState::Terminated;
         }

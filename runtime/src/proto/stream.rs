@@ -30,7 +30,7 @@ use crate::sse;
 
 /// What the stream carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StreamKind {
+pub(crate) enum StreamKind {
     /// The response stream of a POSTed request.
     Post {
         /// The request it answers.
@@ -42,7 +42,7 @@ pub enum StreamKind {
 
 /// Lifecycle state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StreamState {
+pub(crate) enum StreamState {
     /// A connection is attached.
     Open,
     /// No connection; events accumulate in the window.
@@ -53,7 +53,7 @@ pub enum StreamState {
 
 /// Why a stream closed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CloseReason {
+pub(crate) enum CloseReason {
     /// The final response was appended (also the "server restarted" error of a request
     /// that was running when the process stopped).
     Responded,
@@ -71,7 +71,7 @@ pub enum CloseReason {
 
 /// How long a closed stream with no connection attached stays resumable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Retention {
+pub(crate) enum Retention {
     /// Its last connection returned its final frame in full, or nothing is owed (cancelled):
     /// kept briefly for late resumes.
     Delivered,
@@ -82,7 +82,7 @@ pub enum Retention {
 
 /// Settings shared by every stream of a session.
 #[derive(Debug, Clone)]
-pub struct StreamSettings {
+pub(crate) struct StreamSettings {
     /// Replay window bounds.
     pub window: WindowLimits,
     /// Send a priming event first (session negotiated >= 2025-11-25).
@@ -100,7 +100,7 @@ pub struct StreamSettings {
 
 /// How long a stream lets its connection stay quiet and keeps itself once closed (ms).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StreamTiming {
+pub(crate) struct StreamTiming {
     /// A comment goes to an attached connection quiet this long.
     pub keepalive_ms: u64,
     /// [`Retention::Delivered`].
@@ -111,7 +111,7 @@ pub struct StreamTiming {
 
 /// What is due at a deadline ([`StreamCore::handle_timeout`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct StreamDue {
+pub(crate) struct StreamDue {
     /// The retention ended: the stream's life is over.
     pub retention_over: bool,
     /// Write a keep-alive comment to the attached connection.
@@ -120,7 +120,7 @@ pub struct StreamDue {
 
 /// What the ledger must record for a stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StreamChange {
+pub(crate) enum StreamChange {
     /// Append this event to the stream's log.
     Event {
         /// Its sequence number.
@@ -135,7 +135,7 @@ pub enum StreamChange {
 /// A connection attachment: its number and the frames to write first.
 #[derive(Debug)]
 #[must_use = "the initial frames must be written to the new connection"]
-pub struct Attachment {
+pub(crate) struct Attachment {
     /// Connection number, echoed in [`StreamCore::detach`].
     pub conn: u64,
     /// Frames to write before live events (priming or replay).
@@ -147,7 +147,7 @@ pub struct Attachment {
 /// What to do with a frame after appending it.
 #[derive(Debug, PartialEq, Eq)]
 #[must_use = "a delivery must be offered to the attached connection"]
-pub enum Delivery {
+pub(crate) enum Delivery {
     /// No connection is attached; the window keeps the frame.
     Buffered,
     /// Held until the ledger commits it (`hold_until_committed`); [`StreamCore::committed`]
@@ -168,7 +168,7 @@ pub enum Delivery {
 
 /// Counters the shell exports.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct StreamStats {
+pub(crate) struct StreamStats {
     /// Messages appended.
     pub events: u64,
     /// Successful resumes.
@@ -184,7 +184,7 @@ pub struct StreamStats {
 
 /// One stream.
 #[derive(Debug)]
-pub struct StreamCore {
+pub(crate) struct StreamCore {
     id: StreamId,
     generation: Generation,
     kind: StreamKind,
@@ -216,7 +216,7 @@ pub struct StreamCore {
 
 /// A stream rebuilt from its ledger record.
 #[derive(Debug)]
-pub struct RestoredStream {
+pub(crate) struct RestoredStream {
     /// Its events (the durable copy, oldest first).
     pub events: Vec<(Seq, Bytes)>,
     /// The newest sequence number it ever assigned.
@@ -233,7 +233,7 @@ pub struct RestoredStream {
 impl StreamCore {
     /// A new stream with no connection.
     #[must_use]
-    pub fn new(
+    pub(crate) fn new(
         id: StreamId,
         generation: Generation,
         kind: StreamKind,
@@ -286,7 +286,7 @@ impl StreamCore {
     /// restarted" error ([`code::SERVER_RESTARTED`]) as its final event, recorded like any
     /// other, so the client that resumes learns it must re-issue the request.
     #[must_use]
-    pub fn restore(
+    pub(crate) fn restore(
         id: StreamId,
         generation: Generation,
         kind: StreamKind,
@@ -317,7 +317,7 @@ impl StreamCore {
 
     /// What the ledger must record since the last call, in order.
     /// `None` when there is nothing to record now.
-    pub fn poll_ledger(&mut self) -> Option<std::vec::Drain<'_, StreamChange>> {
+    pub(crate) fn poll_ledger(&mut self) -> Option<std::vec::Drain<'_, StreamChange>> {
         if self.ledger.is_empty() {
             return None;
         }
@@ -337,31 +337,31 @@ impl StreamCore {
 
     /// Whether anything of this stream was handed to the ledger (so its end must be).
     #[must_use]
-    pub fn recorded(&self) -> bool {
+    pub(crate) fn recorded(&self) -> bool {
         !self.unrecorded
     }
 
     /// The kind of stream.
     #[must_use]
-    pub fn kind(&self) -> &StreamKind {
+    pub(crate) fn kind(&self) -> &StreamKind {
         &self.kind
     }
 
     /// The newest event the client acknowledged.
     #[must_use]
-    pub fn acked(&self) -> Seq {
+    pub(crate) fn acked(&self) -> Seq {
         self.acked
     }
 
     /// The newest sequence number assigned.
     #[must_use]
-    pub fn newest(&self) -> Seq {
+    pub(crate) fn newest(&self) -> Seq {
         self.window.newest()
     }
 
     /// Why it closed, if it did.
     #[must_use]
-    pub fn close_reason(&self) -> Option<CloseReason> {
+    pub(crate) fn close_reason(&self) -> Option<CloseReason> {
         match self.state {
             StreamState::Closed(r) => Some(r),
             _ => None,
@@ -370,43 +370,43 @@ impl StreamCore {
 
     /// Generation it was opened under.
     #[must_use]
-    pub fn generation(&self) -> Generation {
+    pub(crate) fn generation(&self) -> Generation {
         self.generation
     }
 
     /// How it is served.
     #[must_use]
-    pub fn mode(&self) -> StreamMode {
+    pub(crate) fn mode(&self) -> StreamMode {
         self.settings.mode
     }
 
     /// What a shadow stream sent (`None` unless shadowed).
     #[must_use]
-    pub fn shadow_sent(&self) -> Option<&ShadowSent> {
+    pub(crate) fn shadow_sent(&self) -> Option<&ShadowSent> {
         self.shadow.as_ref()
     }
 
     /// The signer of its cursors (a shadow stream's verification decodes its copy's).
     #[must_use]
-    pub fn signer(&self) -> &CursorSigner {
+    pub(crate) fn signer(&self) -> &CursorSigner {
         &self.signer
     }
 
     /// The `retry` hint it sends.
     #[must_use]
-    pub fn retry_ms(&self) -> Option<u64> {
+    pub(crate) fn retry_ms(&self) -> Option<u64> {
         self.settings.retry_ms
     }
 
     /// Its replay bounds.
     #[must_use]
-    pub fn window_limits(&self) -> WindowLimits {
+    pub(crate) fn window_limits(&self) -> WindowLimits {
         self.settings.window
     }
 
     /// The ledger committed every event up to `upto`: with `hold_until_committed`, the held
     /// frames go to the attached connection now, in order (the last may end it).
-    pub fn committed(&mut self, upto: Seq) -> Vec<Delivery> {
+    pub(crate) fn committed(&mut self, upto: Seq) -> Vec<Delivery> {
         let upto = upto.min(self.window.newest());
         if upto <= self.released {
             return Vec::new();
@@ -433,25 +433,25 @@ impl StreamCore {
 
     /// Stream id.
     #[must_use]
-    pub fn id(&self) -> StreamId {
+    pub(crate) fn id(&self) -> StreamId {
         self.id
     }
 
     /// State.
     #[must_use]
-    pub fn state(&self) -> StreamState {
+    pub(crate) fn state(&self) -> StreamState {
         self.state
     }
 
     /// Counters.
     #[must_use]
-    pub fn stats(&self) -> StreamStats {
+    pub(crate) fn stats(&self) -> StreamStats {
         self.stats
     }
 
     /// The attached connection, if any.
     #[must_use]
-    pub fn connection(&self) -> Option<u64> {
+    pub(crate) fn connection(&self) -> Option<u64> {
         self.conn
     }
 
@@ -472,7 +472,7 @@ impl StreamCore {
 
     /// Attach the first connection of a new stream. Writes the priming event when the session
     /// primes (its cursor is `Seq::START`: resuming from it replays everything).
-    pub fn attach_new(&mut self) -> Attachment {
+    pub(crate) fn attach_new(&mut self) -> Attachment {
         let conn = self.new_conn();
         let mut initial = Vec::new();
         if self.settings.prime && self.settings.mode == StreamMode::Resumable {
@@ -496,7 +496,7 @@ impl StreamCore {
     /// # Errors
     /// [`Rejection::EventsLost`] for a gap on the GET stream; [`Rejection::CursorRejected`]
     /// for a cursor ahead of the stream.
-    pub fn attach_resume(&mut self, after: Seq) -> Result<Attachment, Rejection> {
+    pub(crate) fn attach_resume(&mut self, after: Seq) -> Result<Attachment, Rejection> {
         if self.settings.mode != StreamMode::Resumable {
             // Its client was never given a cursor.
             return Err(Rejection::CursorRejected);
@@ -558,12 +558,12 @@ impl StreamCore {
     }
 
     /// Append a message (notification or server request) and say where it goes.
-    pub fn push(&mut self, json: &[u8]) -> Delivery {
+    pub(crate) fn push(&mut self, json: &[u8]) -> Delivery {
         self.append(json, false)
     }
 
     /// Append the final response and close the stream.
-    pub fn push_final(&mut self, json: &[u8]) -> Delivery {
+    pub(crate) fn push_final(&mut self, json: &[u8]) -> Delivery {
         self.append(json, true)
     }
 
@@ -614,7 +614,7 @@ impl StreamCore {
 
     /// Close without a further event (cancellation, session end, replacement). Returns the
     /// connection to end, if one is attached.
-    pub fn close(&mut self, reason: CloseReason) -> Option<u64> {
+    pub(crate) fn close(&mut self, reason: CloseReason) -> Option<u64> {
         if !matches!(self.state, StreamState::Closed(_)) {
             self.state = StreamState::Closed(reason);
             // A cancelled request is owed nothing, also after a restart. The other reasons
@@ -629,7 +629,7 @@ impl StreamCore {
 
     /// The connection `conn` went away (or was ended); `drained` when it returned every frame
     /// written to it. Ignored unless it is the current one.
-    pub fn detach(&mut self, conn: u64, drained: bool) {
+    pub(crate) fn detach(&mut self, conn: u64, drained: bool) {
         if self.conn == Some(conn) {
             self.conn = None;
             match self.state {
@@ -649,7 +649,7 @@ impl StreamCore {
     /// The retention that applies now: `None` while the stream is open or a connection is
     /// attached (it must not end under its connection).
     #[must_use]
-    pub fn retention(&self) -> Option<Retention> {
+    pub(crate) fn retention(&self) -> Option<Retention> {
         match self.state {
             StreamState::Closed(reason) if self.conn.is_none() => {
                 Some(if self.delivered || reason == CloseReason::Cancelled {
@@ -664,14 +664,14 @@ impl StreamCore {
 
     /// The shell wrote to the attached connection, or attached one, at `now`: its keep-alive
     /// counts from here.
-    pub fn wrote(&mut self, now: Tick) {
+    pub(crate) fn wrote(&mut self, now: Tick) {
         self.last_write = now;
     }
 
     /// When the attached connection is owed a keep-alive comment: while one is attached to a
     /// stream that is not closed.
     #[must_use]
-    pub fn keepalive_deadline(&self) -> Option<Tick> {
+    pub(crate) fn keepalive_deadline(&self) -> Option<Tick> {
         (self.conn.is_some() && !matches!(self.state, StreamState::Closed(_)))
             .then(|| self.last_write.plus_ms(self.settings.timing.keepalive_ms))
     }
@@ -689,7 +689,7 @@ impl StreamCore {
     /// The next deadline (the retention's end, a keep-alive), to arm one timer at. A retention
     /// starts counting at the first call that finds it applying, and again whenever it
     /// changes (an attach cancels it; the next detach starts a full one).
-    pub fn poll_timeout(&mut self, now: Tick) -> Option<Tick> {
+    pub(crate) fn poll_timeout(&mut self, now: Tick) -> Option<Tick> {
         match (self.retention(), self.retention_since) {
             (None, _) => self.retention_since = None,
             (Some(r), Some((had, _))) if r == had => {}
@@ -700,7 +700,7 @@ impl StreamCore {
 
     /// What is due at `now` (after [`StreamCore::poll_timeout`]).
     #[must_use]
-    pub fn handle_timeout(&self, now: Tick) -> StreamDue {
+    pub(crate) fn handle_timeout(&self, now: Tick) -> StreamDue {
         StreamDue {
             retention_over: self.retention_end().is_some_and(|t| now >= t),
             keepalive: self.keepalive_deadline().is_some_and(|t| now >= t),
@@ -710,7 +710,7 @@ impl StreamCore {
     /// SEP-1699 polling: end the current connection without ending the stream. Allowed only
     /// after an event id went out on it; returns the connection and the `retry` frame to write
     /// before ending it.
-    pub fn close_for_polling(&mut self) -> Option<(u64, Option<Bytes>)> {
+    pub(crate) fn close_for_polling(&mut self) -> Option<(u64, Option<Bytes>)> {
         if !self.id_sent || matches!(self.state, StreamState::Closed(_)) {
             return None;
         }
@@ -721,14 +721,14 @@ impl StreamCore {
 
     /// Bytes of encoded frames the window holds.
     #[must_use]
-    pub fn retained_bytes(&self) -> usize {
+    pub(crate) fn retained_bytes(&self) -> usize {
         self.window.len().1
     }
 
     /// The server-wide memory budget is exhausted: keep only the newest event (a later resume
     /// from an older cursor gets the explicit events-lost answer). Returns how many events
     /// were dropped.
-    pub fn trim_for_budget(&mut self) -> usize {
+    pub(crate) fn trim_for_budget(&mut self) -> usize {
         self.window.trim_to_newest()
     }
 }

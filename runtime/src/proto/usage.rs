@@ -19,7 +19,7 @@ use std::hash::Hash;
 
 /// The bounds of one store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct UsageLimits {
+pub(crate) struct UsageLimits {
     /// Entries one caller may keep.
     pub per_caller_count: u64,
     /// Bytes one caller may keep.
@@ -30,7 +30,7 @@ pub struct UsageLimits {
 
 /// Why an entry may not be added.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Over {
+pub(crate) enum Over {
     /// The caller keeps as many entries, or bytes, as it may.
     Caller {
         /// Until its oldest entry expires (ms; at least 1 s).
@@ -46,7 +46,7 @@ pub enum Over {
 impl Over {
     /// `Retry-After` in whole seconds.
     #[must_use]
-    pub fn retry_after_s(self) -> u32 {
+    pub(crate) fn retry_after_s(self) -> u32 {
         let (Over::Caller { retry_after_ms } | Over::Total { retry_after_ms }) = self;
         u32::try_from(retry_after_ms.div_ceil(1000)).unwrap_or(u32::MAX).max(1)
     }
@@ -103,7 +103,7 @@ impl Account {
 
 /// The figures of one store (see the module docs). `K` names a caller.
 #[derive(Debug)]
-pub struct Usage<K> {
+pub(crate) struct Usage<K> {
     limits: UsageLimits,
     bucket_ms: u64,
     callers: HashMap<K, Account>,
@@ -115,7 +115,7 @@ impl<K: Hash + Eq + Clone> Usage<K> {
     /// Empty figures with these bounds; entries are counted by expiry rounded up to
     /// `bucket_ms`.
     #[must_use]
-    pub fn new(limits: UsageLimits, bucket_ms: u64) -> Usage<K> {
+    pub(crate) fn new(limits: UsageLimits, bucket_ms: u64) -> Usage<K> {
         Usage {
             limits,
             bucket_ms: bucket_ms.max(1),
@@ -133,7 +133,13 @@ impl<K: Hash + Eq + Clone> Usage<K> {
     ///
     /// # Errors
     /// [`Over`], with when to try again.
-    pub fn check(&mut self, caller: &K, now: u64, count: u64, bytes: u64) -> Result<(), Over> {
+    pub(crate) fn check(
+        &mut self,
+        caller: &K,
+        now: u64,
+        count: u64,
+        bytes: u64,
+    ) -> Result<(), Over> {
         self.sweep(now);
         if let Some(a) = self.callers.get_mut(caller) {
             a.prune(now);
@@ -152,14 +158,14 @@ impl<K: Hash + Eq + Clone> Usage<K> {
     }
 
     /// Count `count` entries of `bytes` for `caller`, expiring at `expires_ms`.
-    pub fn add(&mut self, caller: &K, expires_ms: u64, count: u64, bytes: u64) {
+    pub(crate) fn add(&mut self, caller: &K, expires_ms: u64, count: u64, bytes: u64) {
         let b = self.bucket(expires_ms);
         self.callers.entry(caller.clone()).or_default().add(b, count, bytes);
         self.total.add(b, count, bytes);
     }
 
     /// Take back what [`Usage::add`] counted for `caller` with the same expiry.
-    pub fn remove(&mut self, caller: &K, expires_ms: u64, count: u64, bytes: u64) {
+    pub(crate) fn remove(&mut self, caller: &K, expires_ms: u64, count: u64, bytes: u64) {
         let b = self.bucket(expires_ms);
         if let Some(a) = self.callers.get_mut(caller) {
             a.remove(b, count, bytes);
@@ -168,7 +174,7 @@ impl<K: Hash + Eq + Clone> Usage<K> {
     }
 
     /// `(entries, bytes)` `caller` keeps at `now`.
-    pub fn caller(&mut self, caller: &K, now: u64) -> (u64, u64) {
+    pub(crate) fn caller(&mut self, caller: &K, now: u64) -> (u64, u64) {
         self.callers.get_mut(caller).map_or((0, 0), |a| {
             a.prune(now);
             (a.count, a.bytes)
@@ -176,7 +182,7 @@ impl<K: Hash + Eq + Clone> Usage<K> {
     }
 
     /// `(entries, bytes)` every caller keeps at `now`.
-    pub fn total(&mut self, now: u64) -> (u64, u64) {
+    pub(crate) fn total(&mut self, now: u64) -> (u64, u64) {
         self.total.prune(now);
         (self.total.count, self.total.bytes)
     }
@@ -184,7 +190,7 @@ impl<K: Hash + Eq + Clone> Usage<K> {
     /// Callers with figures.
     #[cfg(test)]
     #[must_use]
-    pub fn callers(&self) -> usize {
+    pub(crate) fn callers(&self) -> usize {
         self.callers.len()
     }
 

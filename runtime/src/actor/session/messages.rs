@@ -14,7 +14,7 @@ use crate::proto::jsonrpc::Incoming;
 
 /// The answer to a request sent as JSON: its encoded response, or why there is none (the
 /// session ended). A dropped sender means the request was cancelled (no response is owed).
-pub type JsonReply = Result<Bytes, Rejection>;
+pub(crate) type JsonReply = Result<Bytes, Rejection>;
 
 /// What a POST produced.
 #[derive(Debug)]

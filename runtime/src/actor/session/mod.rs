@@ -44,7 +44,7 @@ mod messages;
 mod persist;
 mod streams;
 
-pub use messages::{Delete, JsonReply, OpenGet, Post, PostOutcome, Resume};
+pub(crate) use messages::{Delete, JsonReply, OpenGet, Post, PostOutcome, Resume};
 pub(crate) use messages::{EndOlderRequests, Shutdown};
 
 /// Shell data of an in-flight request.
@@ -277,7 +277,6 @@ impl SessionActor {
             .chain(sup.stream_env().ledger.previous_session_hmacs(&seed.id))
             .collect();
         let mut core = SessionCore::incarnate(
-            seed.id,
             seed.version,
             seed.generation.generation().settings.id,
             limits,

@@ -6,7 +6,7 @@ use base64::Engine as _;
 use serde_json::Value;
 
 /// The annotation a tool puts on an input property to have it mirrored as `Mcp-Param-{Name}`.
-pub const ANNOTATION: &str = "x-mcp-header";
+pub(crate) const ANNOTATION: &str = "x-mcp-header";
 
 /// Largest integer a mirrored header may carry (±(2^53 − 1)).
 const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;
@@ -16,7 +16,7 @@ const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;
 ///
 /// # Errors
 /// A sentinel whose content is not base64 of UTF-8.
-pub fn decode_value(raw: &str) -> Result<String, &'static str> {
+pub(crate) fn decode_value(raw: &str) -> Result<String, &'static str> {
     let Some(inner) = raw.strip_prefix("=?base64?").and_then(|r| r.strip_suffix("?=")) else {
         return Ok(raw.to_owned());
     };
@@ -29,7 +29,7 @@ pub fn decode_value(raw: &str) -> Result<String, &'static str> {
 /// Encode a value as a client must: as it is when it is plain visible ASCII without leading or
 /// trailing whitespace and does not look like the sentinel, else the base64 sentinel.
 #[must_use]
-pub fn encode_value(v: &str) -> String {
+pub(crate) fn encode_value(v: &str) -> String {
     let plain = v.bytes().all(|b| (0x20..0x7f).contains(&b))
         && v.trim() == v
         && !(v.starts_with("=?base64?") && v.ends_with("?="));
@@ -91,7 +91,7 @@ const NOT_REACHABLE: [&str; 13] = [
 /// Why the annotations are invalid (which invalidates the tool): an empty name, one that is
 /// not an RFC 9110 token, a duplicate (case-insensitive), one on a type other than integer,
 /// string or boolean, or one not reachable through `properties` keys only.
-pub fn params_of(schema: &Value) -> Result<Vec<HeaderParam>, String> {
+pub(crate) fn params_of(schema: &Value) -> Result<Vec<HeaderParam>, String> {
     let mut out = Vec::new();
     walk(schema, &mut Vec::new(), &mut out, true)?;
     let mut seen = std::collections::HashSet::new();
@@ -176,7 +176,7 @@ fn walk(
 /// What does not match: a value in the body without its header, a header without a value in
 /// the body, a header that differs from the body (integers compared as numbers), or a header
 /// that cannot be decoded.
-pub fn check_params<'h>(
+pub(crate) fn check_params<'h>(
     params: &[HeaderParam],
     arguments: Option<&Value>,
     header: impl Fn(&str) -> Option<&'h str>,

@@ -97,14 +97,14 @@ impl Offered {
 
 /// A `SubscriptionFilter`: what a client opts into (or, acknowledged, what it gets).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Filter {
+pub(crate) struct Filter {
     lists: [bool; 3],
     uris: Vec<String>,
 }
 
 /// Bounds on a listen request's filter.
 #[derive(Debug, Clone, Copy)]
-pub struct FilterLimits {
+pub(crate) struct FilterLimits {
     /// Most URIs in `resourceSubscriptions`.
     pub max_uris: usize,
     /// Longest URI, in bytes.
@@ -118,7 +118,7 @@ impl Filter {
     /// Why the filter is malformed (missing, not an object, a flag that is not a boolean, a
     /// URI list that is not an array of strings, or one over `limits`); the caller answers
     /// `-32602`.
-    pub fn parse(params: Option<&Value>, limits: FilterLimits) -> Result<Filter, String> {
+    pub(crate) fn parse(params: Option<&Value>, limits: FilterLimits) -> Result<Filter, String> {
         let Some(Value::Object(n)) = params.and_then(|p| p.get("notifications")) else {
             return Err("params.notifications (the subscription filter) must be an object".into());
         };
@@ -169,7 +169,7 @@ impl Filter {
     /// The part of this filter the server honours: list kinds it may announce, and URIs
     /// (of resources `known` says exist) when it sends resource updates at all.
     #[must_use]
-    pub fn honoured(&self, offered: &Offered, known: impl Fn(&str) -> bool) -> Filter {
+    pub(crate) fn honoured(&self, offered: &Offered, known: impl Fn(&str) -> bool) -> Filter {
         let mut f = Filter::default();
         for kind in ListKind::ALL {
             f.lists[kind.index()] = self.lists[kind.index()] && offered.list(kind);
@@ -182,14 +182,14 @@ impl Filter {
 
     /// Whether changes of `kind` are wanted.
     #[must_use]
-    pub fn wants_list(&self, kind: ListKind) -> bool {
+    pub(crate) fn wants_list(&self, kind: ListKind) -> bool {
         self.lists[kind.index()]
     }
 
     /// Whether an update of `uri` is wanted: it is a subscribed URI, or a sub-resource of one
     /// (`uri` continues a subscribed URI after a `/`).
     #[must_use]
-    pub fn wants_uri(&self, uri: &str) -> bool {
+    pub(crate) fn wants_uri(&self, uri: &str) -> bool {
         self.uris.iter().any(|s| {
             uri == s
                 || uri
@@ -200,7 +200,7 @@ impl Filter {
 
     /// As sent on the wire: only the fields that are set.
     #[must_use]
-    pub fn to_value(&self) -> Value {
+    pub(crate) fn to_value(&self) -> Value {
         let mut m = Map::new();
         for kind in ListKind::ALL.into_iter().filter(|k| self.wants_list(*k)) {
             m.insert(kind.filter_key().into(), Value::Bool(true));
@@ -219,7 +219,7 @@ fn tagged(id: &JsonRpcId) -> Value {
 
 /// The graceful completion result of a subscription the server ends (SPEC.md §3.7).
 #[must_use]
-pub fn completion(id: &JsonRpcId, server_info: &Value) -> Bytes {
+pub(crate) fn completion(id: &JsonRpcId, server_info: &Value) -> Bytes {
     let mut m = tagged(id);
     m[meta::SERVER_INFO] = server_info.clone();
     encode_result(id, &json!({"resultType": "complete", "_meta": m}))
@@ -227,7 +227,7 @@ pub fn completion(id: &JsonRpcId, server_info: &Value) -> Bytes {
 
 /// One subscription's state: what its client has been told, and the frames still to send.
 #[derive(Debug)]
-pub struct Subscription {
+pub(crate) struct Subscription {
     id: JsonRpcId,
     filter: Filter,
     /// The list versions the client has been told about (or that were current when it
@@ -244,7 +244,7 @@ impl Subscription {
     /// `now` (changes before the subscription are not announced). Its first frame is the
     /// acknowledgement.
     #[must_use]
-    pub fn new(
+    pub(crate) fn new(
         id: JsonRpcId,
         honoured: Filter,
         now: ListVersions,
@@ -266,7 +266,7 @@ impl Subscription {
 
     /// The lists now stand at `versions`: one notification per wanted list that changed
     /// since the client was last told.
-    pub fn handle_lists(&mut self, versions: ListVersions) {
+    pub(crate) fn handle_lists(&mut self, versions: ListVersions) {
         if self.ended {
             return;
         }
@@ -282,7 +282,7 @@ impl Subscription {
     }
 
     /// Resource `uri` changed.
-    pub fn handle_updated(&mut self, uri: &str) {
+    pub(crate) fn handle_updated(&mut self, uri: &str) {
         if !self.ended && self.filter.wants_uri(uri) {
             self.push_updated(uri);
         }
@@ -290,7 +290,7 @@ impl Subscription {
 
     /// Resource updates were missed (the shell's queue overflowed): every subscribed URI is
     /// announced as updated.
-    pub fn handle_missed_updates(&mut self) {
+    pub(crate) fn handle_missed_updates(&mut self) {
         if self.ended {
             return;
         }
@@ -309,7 +309,7 @@ impl Subscription {
 
     /// The server ends the subscription (it is draining or stopping): after what is queued,
     /// the completion result; then nothing more.
-    pub fn handle_end(&mut self) {
+    pub(crate) fn handle_end(&mut self) {
         if !self.ended {
             self.ended = true;
             self.out.push_back(completion(&self.id, &self.server_info));
@@ -318,13 +318,13 @@ impl Subscription {
 
     /// The next frame to write (one JSON-RPC message), if any.
     #[must_use = "a polled frame must be written"]
-    pub fn poll_frame(&mut self) -> Option<Bytes> {
+    pub(crate) fn poll_frame(&mut self) -> Option<Bytes> {
         self.out.pop_front()
     }
 
     /// Everything is written and the subscription has ended: close the stream.
     #[must_use]
-    pub fn is_finished(&self) -> bool {
+    pub(crate) fn is_finished(&self) -> bool {
         self.ended && self.out.is_empty()
     }
 }

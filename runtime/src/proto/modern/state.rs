@@ -20,7 +20,7 @@ const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::URL
 /// Why a `requestState` was refused. Each is reported to the client as it is (it tells the
 /// client what to do: start the request again without the state).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StateRefused {
+pub(crate) enum StateRefused {
     /// Not of our form, or its tag does not verify (altered, or made with another key).
     Tampered,
     /// Its deadline passed.
@@ -34,7 +34,7 @@ pub enum StateRefused {
 impl StateRefused {
     /// The explanation sent to the client.
     #[must_use]
-    pub fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             StateRefused::Tampered => {
                 "requestState is not one this server issued (altered or malformed); send the request again without it"
@@ -51,7 +51,7 @@ impl StateRefused {
 /// The digest of a request as a multi-round-trip retry must repeat it: its method and params
 /// without `_meta`, `inputResponses` and `requestState` (and without an empty `arguments`).
 #[must_use]
-pub fn request_digest(method: &str, params: Option<&Value>) -> String {
+pub(crate) fn request_digest(method: &str, params: Option<&Value>) -> String {
     let mut p = params.and_then(Value::as_object).cloned().unwrap_or_default();
     for k in ["_meta", "inputResponses", "requestState"] {
         p.remove(k);
@@ -76,7 +76,7 @@ fn tag(key: &[u8; 32], body: &str) -> Vec<u8> {
 
 /// Seal `answers` for the request `digest` of `principal`, valid until `expires_ms`.
 #[must_use]
-pub fn seal(
+pub(crate) fn seal(
     key: &[u8; 32],
     principal: Option<&str>,
     digest: &str,
@@ -95,7 +95,7 @@ pub fn seal(
 ///
 /// # Errors
 /// [`StateRefused`].
-pub fn open(
+pub(crate) fn open(
     keys: &[[u8; 32]],
     state: &str,
     principal: Option<&str>,
@@ -137,7 +137,7 @@ pub fn open(
 ///
 /// # Errors
 /// What is wrong with it.
-pub fn check_answer(method: &str, params: &Value, answer: &Value) -> Result<(), String> {
+pub(crate) fn check_answer(method: &str, params: &Value, answer: &Value) -> Result<(), String> {
     let obj = answer.as_object().ok_or("must be an object")?;
     match method {
         "elicitation/create" => {

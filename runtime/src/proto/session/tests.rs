@@ -12,13 +12,7 @@ fn limits() -> SessionLimits {
 }
 
 fn core() -> SessionCore<u32, &'static str, &'static str> {
-    SessionCore::new(
-        SessionId::parse("s").unwrap(),
-        ProtocolVersion::LATEST,
-        Generation(1),
-        limits(),
-        Tick(0),
-    )
+    SessionCore::new(ProtocolVersion::LATEST, Generation(1), limits(), Tick(0))
 }
 
 fn id(n: i64) -> JsonRpcId {
@@ -279,14 +273,8 @@ fn a_busy_session_refreshes_its_record_before_it_could_expire_in_the_ledger() {
 fn a_new_incarnation_never_reuses_an_earlier_ones_stream_or_client_request_ids() {
     let mut first = core();
     let sid = first.open_post_stream(&id(1), "a");
-    let mut second: SessionCore<u32, &'static str, &'static str> = SessionCore::incarnate(
-        SessionId::parse("s").unwrap(),
-        ProtocolVersion::LATEST,
-        Generation(1),
-        limits(),
-        Tick(0),
-        1,
-    );
+    let mut second: SessionCore<u32, &'static str, &'static str> =
+        SessionCore::incarnate(ProtocolVersion::LATEST, Generation(1), limits(), Tick(0), 1);
     let _ = second.restore_stream(sid, Some(id(1)), Some(10), "a");
     let next = second.open_post_stream(&id(2), "b");
     assert!(next.0 > sid.0 && next.0 >= 1 << 32, "{next:?}");
@@ -321,7 +309,6 @@ fn a_restored_get_stream_is_the_sessions_get_stream_and_closed_ones_count_agains
 #[test]
 fn an_idle_session_parks_before_it_expires_and_a_busy_one_never() {
     let mut s = SessionCore::<u32, &'static str, &'static str>::new(
-        SessionId::parse("s").unwrap(),
         ProtocolVersion::LATEST,
         Generation(1),
         SessionLimits { park_after_ms: 200, ..limits() },
@@ -336,7 +323,6 @@ fn an_idle_session_parks_before_it_expires_and_a_busy_one_never() {
     assert_eq!(s.park_deadline(), None, "a request in flight is not idleness");
     assert!(!s.handle_timeout(Tick(10_000)).park);
     let never = SessionCore::<u32, &'static str, &'static str>::new(
-        SessionId::parse("s").unwrap(),
         ProtocolVersion::LATEST,
         Generation(1),
         SessionLimits { park_after_ms: 1_000, ..limits() },
