@@ -27,7 +27,9 @@ pub(crate) fn decode_value(raw: &str) -> Result<String, &'static str> {
 }
 
 /// Encode a value as a client must: as it is when it is plain visible ASCII without leading or
-/// trailing whitespace and does not look like the sentinel, else the base64 sentinel.
+/// trailing whitespace and does not look like the sentinel, else the base64 sentinel (the
+/// client's side of the rule: built with the `client` feature).
+#[cfg(any(test, feature = "client"))]
 #[must_use]
 pub(crate) fn encode_value(v: &str) -> String {
     let plain = v.bytes().all(|b| (0x20..0x7f).contains(&b))
