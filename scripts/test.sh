@@ -67,6 +67,9 @@ scripts/check-sans-io.sh
 # No import cycle between files of the runtime, the host or mcp-load; proto names no shell.
 python3 scripts/check-layers.py --self-test
 python3 scripts/check-layers.py
+# Every file or folder the docs name exists.
+python3 scripts/check-doc-paths.py --self-test
+python3 scripts/check-doc-paths.py
 cargo fmt --all --check
 cargo fmt --manifest-path runtime/fuzz/Cargo.toml --check
 # Both lock files must be current before anything long runs (a stale one fails in seconds).

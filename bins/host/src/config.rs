@@ -249,8 +249,16 @@ impl HostConfig {
     /// Read the file, overlay the environment's `MCP_HOST_*__*` variables and the `--set`
     /// flags, merge the dedicated flags, then validate.
     pub(crate) fn load(flags: Flags) -> Result<HostConfig, ConfigError> {
+        Self::load_from(flags, std::env::vars_os())
+    }
+
+    /// [`HostConfig::load`] with the environment given.
+    fn load_from(
+        flags: Flags,
+        vars: impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+    ) -> Result<HostConfig, ConfigError> {
         let file = read_file(flags.config.as_deref())?;
-        let mut overrides = env_overrides(std::env::vars_os())?;
+        let mut overrides = env_overrides(vars)?;
         for arg in &flags.set {
             overrides.push(Override::from_set(arg)?);
         }
@@ -512,12 +520,16 @@ fn env_overrides(
 ) -> Result<Vec<Override>, ConfigError> {
     let mut found = Vec::new();
     for (name, value) in vars {
-        let Some(name) = name.to_str().filter(|n| n.starts_with(ENV_PREFIX)) else { continue };
+        let Some(name) = name.to_str() else { continue };
+        if !name.strip_prefix(ENV_PREFIX).is_some_and(|r| r.contains("__")) {
+            // Not a field (`MCP_HOST_LOG`, another program's variable): whatever its value.
+            continue;
+        }
         let value = value.to_str().ok_or_else(|| ConfigError::Override {
             origin: name.to_owned(),
             message: "the value is not UTF-8".into(),
-        });
-        if let Some(o) = value.and_then(|v| Override::from_env(name, v).transpose())? {
+        })?;
+        if let Some(o) = Override::from_env(name, value).transpose()? {
             found.push(o);
         }
     }
@@ -803,18 +815,20 @@ path = \"/var/lib/mcp/l.db\"\ndurability = \"sync\"\n",
         assert!(HostConfig::merge(file, flags(&[])).unwrap().runtime.admit_policy().auth.is_some());
     }
 
+    /// `load` (what SIGHUP runs too) with `file` as the config file, `env` as the environment
+    /// and `args` as the command line.
     fn with_overrides(
         file: &str,
         env: &[(&str, &str)],
         args: &[&str],
     ) -> Result<HostConfig, ConfigError> {
-        let flags = flags(args);
+        let dir = mcp_devtools::TempDir::new("host-config");
+        let path = dir.path().join("mcp-host.toml");
+        std::fs::write(&path, file).unwrap();
+        let path = path.to_str().unwrap().to_owned();
+        let flags = flags(&[&["--config", path.as_str()], args].concat());
         let vars = env.iter().map(|(k, v)| ((*k).into(), (*v).into()));
-        let mut overrides = env_overrides(vars)?;
-        for arg in &flags.set {
-            overrides.push(Override::from_set(arg)?);
-        }
-        HostConfig::merge(overlay(toml::from_str(file).unwrap(), &overrides)?, flags)
+        HostConfig::load_from(flags, vars)
     }
 
     #[test]
@@ -981,5 +995,11 @@ path = \"/var/lib/mcp/l.db\"\ndurability = \"sync\"\n",
         let names: Vec<&str> = found.iter().map(|o| o.origin.as_str()).collect();
         assert_eq!(names, ["MCP_HOST_SERVER__PORT", "MCP_HOST_SSE__RETRY_MS"]);
         assert_eq!(found[1].path, ["sse", "retry_ms"]);
+        // A value that is not UTF-8 is refused only in a field's variable.
+        use std::os::unix::ffi::OsStringExt as _;
+        let bad = || std::ffi::OsString::from_vec(vec![0xff, 0xfe]);
+        assert!(env_overrides([("MCP_HOST_LOG".into(), bad())].into_iter()).unwrap().is_empty());
+        let e = env_overrides([("MCP_HOST_SSE__RETRY_MS".into(), bad())].into_iter()).unwrap_err();
+        assert!(e.to_string().starts_with("MCP_HOST_SSE__RETRY_MS: "), "{e}");
     }
 }

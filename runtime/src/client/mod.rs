@@ -19,4 +19,4 @@ pub mod budget;
 #[cfg(feature = "sqlite")]
 pub mod durable;
 pub mod journal;
-pub mod modern;
+pub mod stateless;

@@ -41,8 +41,8 @@ use crate::proto::ids::{JsonRpcId, Tick};
 use crate::proto::jsonrpc::{ErrorObject, encode_notification, encode_request};
 use crate::proto::version::ProtocolVersion;
 
-pub use modern::{MAX_ROUNDS, TaskCall};
 pub use state::McpClient;
+pub use stateless::{MAX_ROUNDS, TaskCall};
 pub use types::{
     ClientConfig, ClientError, ClientStats, Closed, Era, ResumeSample, ServerRequestHandler,
 };
@@ -52,9 +52,9 @@ use state::Inner;
 use types::{Failure, Posted};
 
 mod handshake;
-mod modern;
 mod retry;
 mod state;
+mod stateless;
 mod stream;
 mod types;
 mod wire;

@@ -11,7 +11,7 @@ use super::types::{ClientConfig, ClientStats, ResumeSample, ServerRequestHandler
 use crate::client::accept::Acceptor;
 use crate::client::budget::ReconnectBudget;
 use crate::client::journal::{Journal, MemoryJournal};
-use crate::proto::modern::headers::HeaderParam;
+use crate::proto::stateless::headers::HeaderParam;
 use crate::proto::version::ProtocolVersion;
 
 /// A resilient MCP client over Streamable HTTP (legacy era).

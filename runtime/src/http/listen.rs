@@ -23,8 +23,8 @@ use crate::actor::{Lifecycle, Phase, QuotaKey, Supervisor};
 use crate::proto::admission::ReplyMode;
 use crate::proto::error::Rejection;
 use crate::proto::ids::JsonRpcId;
-use crate::proto::modern::ModernError;
-use crate::proto::modern::listen::{Filter, FilterLimits, Subscription};
+use crate::proto::stateless::ModernError;
+use crate::proto::stateless::listen::{Filter, FilterLimits, Subscription};
 use crate::stats::{ListenPlace, RuntimeStats};
 use crate::tools::ChangeFeed;
 

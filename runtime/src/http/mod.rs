@@ -30,7 +30,7 @@ use crate::proto::mcp::initialize_result;
 pub mod admin;
 mod listen;
 mod metrics;
-mod modern;
+mod stateless;
 
 /// The session header, as written by this server.
 pub const SESSION_HEADER: &str = "mcp-session-id";
@@ -512,7 +512,7 @@ fn dispatch(
             // A dropped reply: the stream stopped (its retention ended) with the resume queued.
             Ok(Next::Stream(rx, Rejection::EventsLost))
         }
-        Command::Modern { request, reply } => Ok(Next::Ready(modern::serve(
+        Command::Modern { request, reply } => Ok(Next::Ready(stateless::serve(
             req,
             sup,
             principal,

@@ -11,7 +11,7 @@
 //!
 //! What differs stays with each era: a session's bookkeeping, streams and framing
 //! (`actor::session`), a stateless request's places, tasks, questions answered on retry and
-//! framing (`http::modern`).
+//! framing (`http::stateless`).
 
 mod outbound;
 mod stateless;
@@ -34,7 +34,7 @@ use crate::tools::{BoxFuture, Catalog, Dispatch, ToolContext};
 pub(crate) type Handler = BoxFuture<Result<Value, ErrorObject>>;
 
 /// Who sends a request, as its handler sees them.
-pub(crate) struct Caller {
+pub(crate) struct Requester {
     /// The authenticated principal, if any.
     pub(crate) principal: Option<Arc<str>>,
     /// Whose state handles and tasks these are: the principal, or the caller's address.
@@ -61,12 +61,12 @@ pub(crate) fn dispatch(
     method: &str,
     params: Option<&Value>,
     door: ToolDoor,
-    caller: Caller,
+    requester: Requester,
     cancel: CancellationToken,
     out: Arc<Outbound>,
 ) -> Dispatch {
     let progress_token = params.and_then(crate::proto::jsonrpc::progress_token).cloned();
-    let Caller { principal, owner, capabilities, log_level, logs, session } = caller;
+    let Requester { principal, owner, capabilities, log_level, logs, session } = requester;
     let rid = id.clone();
     let keeper = owner.clone();
     let cx = move || {

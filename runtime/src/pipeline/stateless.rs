@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
 use crate::proto::jsonrpc::{ErrorObject, code};
-use crate::proto::modern::state;
+use crate::proto::stateless::state;
 use crate::stores::tasks::{Run, Tasks};
 use crate::tools::BoxFuture;
 

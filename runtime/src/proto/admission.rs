@@ -229,7 +229,7 @@ pub enum Command {
     /// A stray `MCP-Session-Id` or `Last-Event-ID` was ignored.
     Modern {
         /// The request, its `_meta` and `Mcp-Method` / `Mcp-Name` checked.
-        request: super::modern::ModernRequest,
+        request: super::stateless::ModernRequest,
         /// Reply format (SSE when the client accepts it, so progress can precede the result).
         reply: ReplyMode,
     },
@@ -485,18 +485,18 @@ pub fn admit_head(head: &RequestHead<'_>, policy: &AdmitPolicy) -> Result<HeadAd
     };
     if matches!(head.method, HttpMethod::Get | HttpMethod::Delete)
         && head.session_id.is_none()
-        && head.protocol_version.is_some_and(|v| super::modern::is_modern(Some(v), None))
+        && head.protocol_version.is_some_and(|v| super::stateless::is_modern(Some(v), None))
     {
         // 2026-07-28 has no sessions: no GET stream, no DELETE (SPEC.md §3.8).
         return Err(Rejection::Modern {
-            error: super::modern::ModernError::NoSessionMethods,
+            error: super::stateless::ModernError::NoSessionMethods,
             id: None,
         });
     }
     // Refused here, in the legacy order, unless a 2026-07-28 POST may ignore it (decided with
     // its body).
     let modern_header =
-        head.protocol_version.is_some_and(|v| super::modern::is_modern(Some(v), None));
+        head.protocol_version.is_some_and(|v| super::stateless::is_modern(Some(v), None));
     if let Some(name) =
         head.invalid_session_header.filter(|_| head.method != HttpMethod::Post || !modern_header)
     {
@@ -587,7 +587,7 @@ fn admit_post(
         // A 2026-07-28 request's refusal echoes its id (unless the id is what is too long).
         Incoming::Single(Message::Request { id, meta, .. })
             if l.limit != Limit::IdLength
-                && super::modern::is_modern(head.protocol_version, meta.as_deref()) =>
+                && super::stateless::is_modern(head.protocol_version, meta.as_deref()) =>
         {
             Rejection::LimitExceeded(l).with_id(id)
         }
@@ -640,14 +640,14 @@ fn admit_post(
     Ok(Command::Post { session, version, incoming, reply })
 }
 
-/// The modern path, when the body says so (see [`super::modern::is_modern`]); the body back
+/// The modern path, when the body says so (see [`super::stateless::is_modern`]); the body back
 /// when it is legacy.
 fn admit_modern(
     head: &RequestHead<'_>,
     incoming: Incoming,
 ) -> Result<Result<Command, Rejection>, Incoming> {
-    use super::modern::{self, ModernError, ModernHead, ModernRequest};
-    let modern_header = head.protocol_version.is_some_and(|v| modern::is_modern(Some(v), None));
+    use super::stateless::{self, ModernError, ModernHead, ModernRequest};
+    let modern_header = head.protocol_version.is_some_and(|v| stateless::is_modern(Some(v), None));
     let refuse = |why: &str| {
         Ok(Err(Rejection::Modern { error: ModernError::InvalidRequest(why.into()), id: None }))
     };
@@ -656,7 +656,7 @@ fn admit_modern(
             refuse("a body is exactly one message in 2026-07-28")
         }
         Incoming::Single(Message::Request { id, method, params, meta })
-            if modern::is_modern(head.protocol_version, meta.as_deref()) =>
+            if stateless::is_modern(head.protocol_version, meta.as_deref()) =>
         {
             let accepts = parse_accept(head.accept);
             if !accepts.json && !accepts.sse {
@@ -669,7 +669,7 @@ fn admit_modern(
                 name: head.mcp_name,
                 unreadable: head.invalid_modern_header,
             };
-            Ok(match modern::check(&mhead, &method, params.as_ref(), meta) {
+            Ok(match stateless::check(&mhead, &method, params.as_ref(), meta) {
                 Ok(meta) => Ok(Command::Modern {
                     request: ModernRequest { id, method, params, meta },
                     reply,
@@ -678,7 +678,7 @@ fn admit_modern(
             })
         }
         Incoming::Single(Message::Notification { meta, .. })
-            if modern::is_modern(head.protocol_version, meta.as_deref()) =>
+            if stateless::is_modern(head.protocol_version, meta.as_deref()) =>
         {
             Ok(Ok(Command::ModernNotification))
         }

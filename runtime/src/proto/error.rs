@@ -217,7 +217,7 @@ pub enum Rejection {
     #[error("{}", modern_message(.error))]
     Modern {
         /// Why.
-        error: super::modern::ModernError,
+        error: super::stateless::ModernError,
         /// The request id, echoed.
         id: Option<JsonRpcId>,
     },
@@ -235,15 +235,15 @@ pub enum Rejection {
     },
 }
 
-fn modern_message(e: &super::modern::ModernError) -> String {
-    use super::modern::ModernError as M;
+fn modern_message(e: &super::stateless::ModernError) -> String {
+    use super::stateless::ModernError as M;
     match e {
         M::HeaderMismatch(why) => format!("Header mismatch: {why}"),
         M::InvalidMeta(why) => format!("Invalid params: {why}"),
-        M::UnsupportedVersion(v) => format!("Unsupported protocol version {v:?}; this server supports {} (and the legacy versions through initialize)", super::modern::MODERN_VERSIONS.join(", ")),
-        M::MethodNotFound(m) if super::modern::REMOVED_METHODS.contains(&m.as_str()) => format!(
+        M::UnsupportedVersion(v) => format!("Unsupported protocol version {v:?}; this server supports {} (and the legacy versions through initialize)", super::stateless::MODERN_VERSIONS.join(", ")),
+        M::MethodNotFound(m) if super::stateless::REMOVED_METHODS.contains(&m.as_str()) => format!(
             "Method not found: {m} does not exist in protocol {}; legacy clients use initialize with one of {}",
-            super::modern::VERSION,
+            super::stateless::VERSION,
             super::version::SUPPORTED.map(|v| v.as_str()).join(", ")
         ),
         M::MethodNotFound(m) => format!("Method not found: {m}"),
@@ -281,8 +281,12 @@ impl Rejection {
             Rejection::QuotaExceeded { .. } => 429,
             Rejection::Overloaded(_) | Rejection::StoreFull { .. } => 503,
             Rejection::Internal => 500,
-            Rejection::Modern { error: super::modern::ModernError::MethodNotFound(_), .. } => 404,
-            Rejection::Modern { error: super::modern::ModernError::NoSessionMethods, .. } => 405,
+            Rejection::Modern {
+                error: super::stateless::ModernError::MethodNotFound(_), ..
+            } => 404,
+            Rejection::Modern {
+                error: super::stateless::ModernError::NoSessionMethods, ..
+            } => 405,
             Rejection::Modern { .. } | Rejection::MissingCapability { .. } => 400,
         }
     }
@@ -304,15 +308,15 @@ impl Rejection {
             Rejection::Overloaded(_) | Rejection::StoreFull { .. } => code::OVERLOADED,
             Rejection::Internal => code::INTERNAL_ERROR,
             Rejection::Modern { error, .. } => match error {
-                super::modern::ModernError::HeaderMismatch(_) => code::HEADER_MISMATCH,
-                super::modern::ModernError::InvalidMeta(_)
-                | super::modern::ModernError::InvalidInput(_) => code::INVALID_PARAMS,
-                super::modern::ModernError::UnsupportedVersion(_) => {
+                super::stateless::ModernError::HeaderMismatch(_) => code::HEADER_MISMATCH,
+                super::stateless::ModernError::InvalidMeta(_)
+                | super::stateless::ModernError::InvalidInput(_) => code::INVALID_PARAMS,
+                super::stateless::ModernError::UnsupportedVersion(_) => {
                     code::UNSUPPORTED_PROTOCOL_VERSION
                 }
-                super::modern::ModernError::MethodNotFound(_) => code::METHOD_NOT_FOUND,
-                super::modern::ModernError::InvalidRequest(_) => code::INVALID_REQUEST,
-                super::modern::ModernError::NoSessionMethods => code::TRANSPORT,
+                super::stateless::ModernError::MethodNotFound(_) => code::METHOD_NOT_FOUND,
+                super::stateless::ModernError::InvalidRequest(_) => code::INVALID_REQUEST,
+                super::stateless::ModernError::NoSessionMethods => code::TRANSPORT,
             },
             Rejection::MissingCapability { .. } => code::MISSING_CLIENT_CAPABILITY,
             Rejection::OriginNotAllowed
@@ -364,7 +368,9 @@ impl Rejection {
             Rejection::WithId(inner, _) => inner.headers(),
             Rejection::Unauthorized => vec![("WWW-Authenticate", "Bearer".into())],
             Rejection::MethodNotAllowed => vec![("Allow", "GET, POST, DELETE, OPTIONS".into())],
-            Rejection::Modern { error: super::modern::ModernError::NoSessionMethods, .. } => {
+            Rejection::Modern {
+                error: super::stateless::ModernError::NoSessionMethods, ..
+            } => {
                 vec![("Allow", "POST, OPTIONS".into())]
             }
             _ => Vec::new(),
@@ -386,9 +392,10 @@ impl Rejection {
                 e.with_data(serde_json::json!({"limit": l.limit.describe(), "max": l.max}))
             }
             Rejection::Modern {
-                error: super::modern::ModernError::UnsupportedVersion(v), ..
+                error: super::stateless::ModernError::UnsupportedVersion(v),
+                ..
             } => e.with_data(
-                serde_json::json!({"supported": super::modern::MODERN_VERSIONS, "requested": v}),
+                serde_json::json!({"supported": super::stateless::MODERN_VERSIONS, "requested": v}),
             ),
             Rejection::MissingCapability { capabilities, .. } => {
                 e.with_data(serde_json::json!({"requiredCapabilities": capabilities}))
@@ -470,13 +477,13 @@ impl Rejection {
             Rejection::Overloaded(Overload::LedgerReads) => "overloaded.ledger_reads",
             Rejection::Internal => "internal",
             Rejection::Modern { error, .. } => match error {
-                super::modern::ModernError::HeaderMismatch(_) => "modern.header_mismatch",
-                super::modern::ModernError::InvalidMeta(_) => "modern.invalid_meta",
-                super::modern::ModernError::UnsupportedVersion(_) => "modern.version",
-                super::modern::ModernError::MethodNotFound(_) => "modern.method_not_found",
-                super::modern::ModernError::InvalidRequest(_) => "modern.invalid_request",
-                super::modern::ModernError::InvalidInput(_) => "modern.invalid_input",
-                super::modern::ModernError::NoSessionMethods => "modern.no_session_methods",
+                super::stateless::ModernError::HeaderMismatch(_) => "modern.header_mismatch",
+                super::stateless::ModernError::InvalidMeta(_) => "modern.invalid_meta",
+                super::stateless::ModernError::UnsupportedVersion(_) => "modern.version",
+                super::stateless::ModernError::MethodNotFound(_) => "modern.method_not_found",
+                super::stateless::ModernError::InvalidRequest(_) => "modern.invalid_request",
+                super::stateless::ModernError::InvalidInput(_) => "modern.invalid_input",
+                super::stateless::ModernError::NoSessionMethods => "modern.no_session_methods",
             },
             Rejection::MissingCapability { .. } => "modern.missing_capability",
         }
@@ -541,7 +548,7 @@ impl Rejection {
     /// One representative of every variant, for the table test and README.
     #[must_use]
     pub fn table() -> Vec<(Rejection, &'static str)> {
-        use super::modern::ModernError as M;
+        use super::stateless::ModernError as M;
         let limit = |limit| Rejection::LimitExceeded(LimitExceeded { limit, max: 1 });
         let modern = |error| Rejection::Modern { error, id: Some(JsonRpcId::Number(1)) };
         vec![
@@ -798,7 +805,7 @@ mod tests {
         all.push(Rejection::QuotaExceeded { cause: Quota::Listen, retry_after_s: 1 });
         all.push(Rejection::QuotaExceeded { cause: Quota::Tasks, retry_after_s: 1 });
         all.push(Rejection::Modern {
-            error: super::super::modern::ModernError::MethodNotFound("x".into()),
+            error: super::super::stateless::ModernError::MethodNotFound("x".into()),
             id: None,
         });
         for r in &all {

@@ -117,7 +117,7 @@ pub(crate) fn may_ask(method: &str) -> bool {
 
 /// What the door of a `tools/call` needs to know of its tool (from the tool's spec).
 #[derive(Debug, Clone, Copy)]
-pub struct ToolTraits<'a> {
+pub(crate) struct ToolTraits<'a> {
     /// The tool's name.
     pub name: &'a str,
     /// Not annotated `readOnlyHint: true`.

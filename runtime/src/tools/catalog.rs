@@ -8,7 +8,7 @@ use super::{
     ToolError, ToolSpec, validate_arguments,
 };
 use crate::proto::jsonrpc::{ErrorObject, code};
-use crate::proto::modern::listen::{ListKind, Offered};
+use crate::proto::stateless::listen::{ListKind, Offered};
 
 /// `serverInfo` of the `initialize` result.
 #[derive(Debug, Clone)]
@@ -176,7 +176,7 @@ impl CatalogBuilder {
                 return Err(CatalogError::DuplicateTool(name.clone()));
             }
             check_idempotency_key(t.spec())?;
-            let params = crate::proto::modern::headers::params_of(&t.spec().input_schema)
+            let params = crate::proto::stateless::headers::params_of(&t.spec().input_schema)
                 .map_err(|why| CatalogError::InvalidHeaderAnnotation { tool: name.clone(), why })?;
             if !params.is_empty() {
                 header_params.insert(name.clone(), params);
@@ -218,7 +218,7 @@ impl CatalogBuilder {
             .iter()
             .any(|t| t.spec().task_support != crate::proto::task::TaskSupport::Forbidden);
         let modern_capabilities =
-            crate::proto::modern::modern_capabilities(&capabilities, &self.offered, tasks);
+            crate::proto::stateless::modern_capabilities(&capabilities, &self.offered, tasks);
         Ok(Catalog {
             server_info: json!({"name": info.name, "version": info.version}),
             instructions: info.instructions,
@@ -252,7 +252,7 @@ pub struct Catalog {
     tools: Vec<Arc<dyn Tool>>,
     tool_index: HashMap<String, usize>,
     /// Each tool's `x-mcp-header` parameters (2026-07-28 `Mcp-Param-*`), when it has any.
-    header_params: HashMap<String, Vec<crate::proto::modern::headers::HeaderParam>>,
+    header_params: HashMap<String, Vec<crate::proto::stateless::headers::HeaderParam>>,
     resources: Vec<Arc<dyn Resource>>,
     resource_index: HashMap<String, usize>,
     templates: Vec<Arc<dyn ResourceTemplate>>,
@@ -380,7 +380,7 @@ impl Catalog {
     }
 
     /// `ServerCapabilities` of the 2026-07-28 `server/discover` result (see
-    /// [`crate::proto::modern::modern_capabilities`]).
+    /// [`crate::proto::stateless::modern_capabilities`]).
     #[must_use]
     pub fn modern_capabilities(&self) -> &Value {
         &self.modern_capabilities
@@ -417,7 +417,7 @@ impl Catalog {
 
     /// The `Mcp-Param-*` parameters a tool's input schema annotates (empty for most tools).
     #[must_use]
-    pub fn header_params(&self, tool: &str) -> &[crate::proto::modern::headers::HeaderParam] {
+    pub fn header_params(&self, tool: &str) -> &[crate::proto::stateless::headers::HeaderParam] {
         self.header_params.get(tool).map_or(&[], Vec::as_slice)
     }
 

@@ -7,14 +7,14 @@
 //! Bounded on every edge: list changes are counters in a `watch` (a subscriber that reads late
 //! sees the newest counts: changes coalesce, nothing queues); resource updates go through a
 //! `broadcast` of [`UPDATE_QUEUE`] entries, and a subscriber that falls further behind is told
-//! every URI it subscribed to changed (see [`crate::proto::modern::listen`]). Announcing never
+//! every URI it subscribed to changed (see [`crate::proto::stateless::listen`]). Announcing never
 //! waits.
 
 use std::sync::Arc;
 
 use tokio::sync::{broadcast, watch};
 
-use crate::proto::modern::listen::{ListKind, ListVersions, Offered};
+use crate::proto::stateless::listen::{ListKind, ListVersions, Offered};
 
 /// Resource updates a listen stream may fall behind by before it is told every subscribed
 /// URI changed.

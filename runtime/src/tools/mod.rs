@@ -10,8 +10,8 @@ mod helpers;
 mod types;
 pub(crate) mod unwind;
 
-pub use crate::proto::modern::listen::ListKind;
 pub use crate::proto::schema::validate_arguments;
+pub use crate::proto::stateless::listen::ListKind;
 pub use catalog::{
     Catalog, CatalogBuilder, CatalogError, Dispatch, IDEMPOTENCY_KEY_MAX_BYTES,
     IDEMPOTENCY_KEY_META, IdempotentCall, ServerInfo, match_template, resource_not_found,

@@ -117,7 +117,7 @@ impl ToolSpec {
 
     /// What the door of a `tools/call` needs to know of this tool.
     #[must_use]
-    pub fn traits(&self) -> crate::proto::route::ToolTraits<'_> {
+    pub(crate) fn traits(&self) -> crate::proto::route::ToolTraits<'_> {
         crate::proto::route::ToolTraits {
             name: &self.name,
             write: self.is_write(),

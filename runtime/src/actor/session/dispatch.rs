@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use crate::actor::generations::Counted;
 use crate::actor::lifecycle::Phase;
 use crate::actor::stream::{Close, Emit, StreamActor};
-use crate::pipeline::{self, Caller, First, Outbound};
+use crate::pipeline::{self, First, Outbound, Requester};
 use crate::proto::admission::ReplyMode;
 use crate::proto::error::{Overload, Rejection};
 use crate::proto::ids::{JsonRpcId, StreamId};
@@ -150,7 +150,7 @@ impl SessionActor {
                     stream: stream_addr,
                     origin: id.clone(),
                 });
-                let caller = Caller {
+                let requester = Requester {
                     principal: self.principal.clone(),
                     owner: self.owner.clone(),
                     capabilities: Arc::clone(&self.client_caps),
@@ -165,7 +165,7 @@ impl SessionActor {
                     &method,
                     params.as_ref(),
                     door,
-                    caller,
+                    requester,
                     cancel,
                     out,
                 )

@@ -47,7 +47,7 @@ pub struct Supervisor {
     /// current key first (it seals), then the previous keys' (they still open).
     state_keys: Vec<[u8; 32]>,
     /// 2026-07-28 results encoded once (the fixed ones whole, the tails of the others).
-    modern_results: crate::proto::modern::ModernResults,
+    modern_results: crate::proto::stateless::ModernResults,
     /// Tasks (the 2026-07-28 tasks extension), recorded in the ledger.
     tasks: Arc<crate::stores::tasks::Tasks>,
     cfg: Arc<RuntimeConfig>,
@@ -221,7 +221,7 @@ impl Supervisor {
 
     /// 2026-07-28 results encoded once.
     #[must_use]
-    pub fn modern_results(&self) -> &crate::proto::modern::ModernResults {
+    pub fn modern_results(&self) -> &crate::proto::stateless::ModernResults {
         &self.modern_results
     }
 
@@ -381,15 +381,18 @@ impl super::env::SessionEnv for Supervisor {
 /// The 2026-07-28 results of `catalog` that never change, and the tails of the others, with
 /// the configured cache hints (`cacheScope` private when callers authenticate: a shared cache
 /// must not answer one principal with another's copy).
-fn modern_results(cfg: &RuntimeConfig, catalog: &Catalog) -> crate::proto::modern::ModernResults {
-    use crate::proto::modern::{self, CacheHints, ModernResults, ResultTails};
+fn modern_results(
+    cfg: &RuntimeConfig,
+    catalog: &Catalog,
+) -> crate::proto::stateless::ModernResults {
+    use crate::proto::stateless::{self, CacheHints, ModernResults, ResultTails};
     let public = cfg.security.bearer_tokens.is_empty();
     let list = CacheHints { ttl_ms: cfg.modern.list_ttl_ms, public };
     let read = CacheHints { ttl_ms: cfg.modern.read_ttl_ms, public };
     let tails = ResultTails::new(catalog.server_info(), list, read);
     let mut fixed = vec![(
         "server/discover",
-        modern::discover_result(catalog.modern_capabilities(), catalog.instructions()),
+        stateless::discover_result(catalog.modern_capabilities(), catalog.instructions()),
     )];
     for m in ["tools/list", "prompts/list", "resources/list", "resources/templates/list"] {
         if let Some(Ok(v)) = catalog.list(m, None) {

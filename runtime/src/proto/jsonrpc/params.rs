@@ -10,10 +10,10 @@
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
-use crate::proto::modern::meta;
+use crate::proto::stateless::meta;
 
 /// The 2026-07-28 keys of a request's `params._meta`, as sent (types are checked by
-/// [`crate::proto::modern::check`]).
+/// [`crate::proto::stateless::check`]).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct WireMeta {
     /// `io.modelcontextprotocol/protocolVersion`.

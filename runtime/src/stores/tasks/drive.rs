@@ -23,6 +23,9 @@ pub(crate) async fn drive<M, G>(
     memory: M,
     in_flight: G,
 ) {
+    // Given back in this order however the run ends (a panic or a dropped run included): the
+    // memory first, what a drain waits for last.
+    let mut held = Held { memory: Some(memory), in_flight: Some(in_flight) };
     let mut unfinished = Unfinished(Some((Arc::clone(&tasks), Arc::clone(&run))));
     let outcome = tokio::select! {
         r = &mut handler => Some(r),
@@ -43,12 +46,18 @@ pub(crate) async fn drive<M, G>(
     };
     // The tool's future goes first (its token has fired when it did not finish).
     drop(handler);
-    drop(memory);
+    held.memory = None;
     if let Some(r) = outcome {
         tasks.finish(&run, r).await;
     }
     unfinished.0 = None;
-    drop(in_flight);
+    held.in_flight = None;
+}
+
+/// What a task's run holds for its request; fields drop in their order.
+struct Held<M, G> {
+    memory: Option<M>,
+    in_flight: Option<G>,
 }
 
 /// A task's run that did not reach its end (its handler panicked, or the runtime dropped

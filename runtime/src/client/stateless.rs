@@ -9,8 +9,8 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::proto::modern::headers::{HeaderParam, encode_value};
-use crate::proto::modern::{self, meta};
+use crate::proto::stateless::headers::{HeaderParam, encode_value};
+use crate::proto::stateless::{self, meta};
 
 /// `_meta` a modern request carries: the version, `capabilities` and `client_info`, beside
 /// whatever the caller put there (a progress token, an idempotency key). Returns the params
@@ -24,7 +24,7 @@ pub fn request_params(params: Option<&Value>, capabilities: &Value, client_info:
     let m =
         p.as_object_mut().map(|o| o.entry("_meta").or_insert_with(|| Value::Object(Map::new())));
     if let Some(Value::Object(m)) = m {
-        m.insert(meta::PROTOCOL_VERSION.into(), Value::from(modern::VERSION));
+        m.insert(meta::PROTOCOL_VERSION.into(), Value::from(stateless::VERSION));
         m.insert(meta::CLIENT_CAPABILITIES.into(), capabilities.clone());
         m.insert(meta::CLIENT_INFO.into(), client_info.clone());
     }
@@ -42,10 +42,10 @@ pub fn request_headers(
     mirrored: &[HeaderParam],
 ) -> Vec<(String, String)> {
     let mut h = vec![
-        ("MCP-Protocol-Version".to_owned(), modern::VERSION.to_owned()),
+        ("MCP-Protocol-Version".to_owned(), stateless::VERSION.to_owned()),
         ("Mcp-Method".to_owned(), method.to_owned()),
     ];
-    if let Some(key) = modern::name_param(method)
+    if let Some(key) = stateless::name_param(method)
         && let Some(name) = params.get(key).and_then(Value::as_str)
     {
         h.push(("Mcp-Name".to_owned(), encode_value(name)));
@@ -86,7 +86,7 @@ pub fn header_params_of_tools(list: &Value) -> Vec<(String, Vec<HeaderParam>)> {
         .iter()
         .filter_map(|t| {
             let name = t.get("name")?.as_str()?;
-            let params = crate::proto::modern::headers::params_of(t.get("inputSchema")?).ok()?;
+            let params = crate::proto::stateless::headers::params_of(t.get("inputSchema")?).ok()?;
             (!params.is_empty()).then(|| (name.to_owned(), params))
         })
         .collect()
@@ -114,7 +114,7 @@ pub fn discovered(status: u16, body: &[u8]) -> Discovered {
         && let Some(r) = v.get("result")
         && r.get("supportedVersions")
             .and_then(Value::as_array)
-            .is_some_and(|s| s.iter().any(|x| x == modern::VERSION))
+            .is_some_and(|s| s.iter().any(|x| x == stateless::VERSION))
     {
         return Discovered::Modern(r.get("capabilities").cloned().unwrap_or_else(|| json!({})));
     }

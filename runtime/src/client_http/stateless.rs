@@ -1,5 +1,5 @@
 //! The 2026-07-28 side of the client driver: `server/discover`, then each request on its own.
-//! The rules are [`crate::client::modern`]'s; this moves the bytes.
+//! The rules are [`crate::client::stateless`]'s; this moves the bytes.
 //!
 //! - Every request carries `_meta` (version, capabilities, identity) and the mirrored
 //!   headers; `tools/call` mirrors the arguments the tool annotates (learnt from the
@@ -25,7 +25,7 @@ use super::state::{McpClient, ModernState};
 use super::types::{ClientConfig, ClientError, Failure};
 use super::wire::next_chunk;
 use crate::client::journal::Journal;
-use crate::client::modern::{self as rules, Discovered, Round};
+use crate::client::stateless::{self as rules, Discovered, Round};
 use crate::proto::ids::JsonRpcId;
 use crate::proto::jsonrpc::{ErrorObject, code, encode_notification, encode_request};
 use crate::sse::Decoder;

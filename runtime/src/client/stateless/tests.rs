@@ -42,7 +42,7 @@ fn headers_mirror_method_name_and_annotated_arguments_as_the_server_checks_them(
     let found = |name: &str| {
         lower.iter().find(|(k, _)| *k == format!("mcp-param-{name}")).map(|(_, v)| v.as_str())
     };
-    crate::proto::modern::headers::check_params(&mirrored[0].1, params.get("arguments"), found)
+    crate::proto::stateless::headers::check_params(&mirrored[0].1, params.get("arguments"), found)
         .unwrap();
     let read = request_headers("resources/read", &json!({"uri": "file:///a b"}), &[]);
     assert!(read.contains(&("Mcp-Name".to_owned(), "file:///a b".to_owned())));

@@ -20,13 +20,13 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::actor::{Counted, GenCount, Supervisor};
-use crate::pipeline::{self, Caller, First, Handler, Inputs, Outbound, StatelessSink};
+use crate::pipeline::{self, First, Handler, Inputs, Outbound, Requester, StatelessSink};
 use crate::proto::admission::ReplyMode;
 use crate::proto::error::Rejection;
 use crate::proto::ids::JsonRpcId;
 use crate::proto::jsonrpc::{ErrorObject, code, encode_error, encode_result_raw};
-use crate::proto::modern::{self, ModernError, ModernRequest, headers as mheaders, state};
 use crate::proto::route::{self, Era, Route, TaskOp, TaskPlan};
+use crate::proto::stateless::{self, ModernError, ModernRequest, headers as mheaders, state};
 use crate::proto::task::{self, TaskSupport};
 use crate::stats::ModernInFlight as ModernPlace;
 use crate::stats::RequestCharge;
@@ -158,7 +158,7 @@ pub(super) fn serve(
     // A JSON-only client's notifications are dropped: there is nowhere to put them.
     let sink = Arc::new(StatelessSink::new(reply != ReplyMode::Json, inputs, slot.is_some()));
     let cancel = CancellationToken::new();
-    let caller = Caller {
+    let requester = Requester {
         principal,
         owner: owner.clone(),
         capabilities: Arc::new(meta.capabilities),
@@ -176,7 +176,7 @@ pub(super) fn serve(
         &method,
         params.as_ref(),
         door,
-        caller,
+        requester,
         cancel.clone(),
         Arc::new(Outbound::Stateless(Arc::clone(&sink))),
     );
@@ -273,7 +273,7 @@ fn answered_at_once(
     }
     let catalog = sup.catalog();
     let r = if method == "server/discover" {
-        Ok(modern::discover_result(catalog.modern_capabilities(), catalog.instructions()))
+        Ok(stateless::discover_result(catalog.modern_capabilities(), catalog.instructions()))
     } else {
         catalog
             .list(method, params)
