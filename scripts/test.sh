@@ -4,8 +4,8 @@
 # 0.2.0-alpha.12) against a freshly started mcp-host, the official Python SDK client, CORS in
 # headless Chromium and by curl (scripts/browser.sh), our client against the official
 # TypeScript SDK server and mcp-host, and a short soak (scripts/soak.sh).
-# Installs what it needs (Node 22 via npm, Python packages via pip, Chromium via apt); starts
-# and stops its own mcp-host processes.
+# Installs what it needs (Node 22 via npm, Python packages via pip, Chromium and redis-server
+# via apt); starts and stops its own mcp-host and redis-server processes.
 #
 # Every process of the run inherits MCP_TEST_RUN (a random marker). At the end, and on an early
 # exit, no process carrying it may be alive (after 2 s of grace for hosts that exit when their
@@ -62,6 +62,22 @@ on_exit() {
   fi
 }
 trap on_exit EXIT
+
+# redis-server for the Redis ledger's tests (each test starts its own on a free loopback port,
+# its files in a temporary directory, and stops it): Debian's package, its service not started.
+if ! command -v redis-server >/dev/null; then
+  no_service=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+    no_service=1
+  fi
+  apt-get install -y -qq --no-install-recommends redis-server >/dev/null 2>&1 ||
+    { apt-get update -qq && apt-get install -y -qq --no-install-recommends redis-server >/dev/null; }
+  [ -n "$no_service" ] && rm -f /usr/sbin/policy-rc.d
+  # A distribution whose package started the service anyway: stop it (the tests use their own).
+  if pgrep -x redis-server >/dev/null; then service redis-server stop >/dev/null 2>&1 || true; fi
+fi
+redis-server --version
 
 scripts/check-sans-io.sh
 # No import cycle between files of the runtime, the host or mcp-load; proto names no shell.

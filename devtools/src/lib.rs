@@ -404,3 +404,133 @@ pub fn dechunk(mut b: &[u8]) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests;
+
+/// A `redis-server` of a test's own: on a free loopback port, its files in a temporary
+/// directory, nothing persisted; stopped (SIGTERM, then SIGKILL) and its directory removed
+/// when dropped.
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Child,
+    port: u16,
+    _dir: TempDir,
+}
+
+/// Why a `redis-server` could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum RedisError {
+    /// `redis-server` is not installed (the test command installs Debian's `redis-server`).
+    #[error(
+        "redis-server is not installed: `apt-get install redis-server` (scripts/test.sh does): {0}"
+    )]
+    NotInstalled(std::io::Error),
+    /// It did not answer `PING` in time (its log is included).
+    #[error("redis-server did not start: {0}")]
+    NotReady(String),
+}
+
+impl RedisServer {
+    /// Start one and wait (at most 10 s) until it answers `PING`. A port taken between
+    /// choosing it and the server's bind is tried again (at most 5 ports).
+    ///
+    /// # Errors
+    /// [`RedisError`].
+    pub fn start() -> Result<RedisServer, RedisError> {
+        let mut last = RedisError::NotReady(String::new());
+        for _ in 0..5 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .map_err(|e| RedisError::NotReady(e.to_string()))?
+                .port();
+            match RedisServer::start_on(port) {
+                Ok(s) => return Ok(s),
+                Err(e @ RedisError::NotInstalled(_)) => return Err(e),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    /// Start one on `port` (a server started again where a stopped one was), and wait (at
+    /// most 10 s) until it answers `PING`.
+    ///
+    /// # Errors
+    /// [`RedisError`].
+    pub fn start_on(port: u16) -> Result<RedisServer, RedisError> {
+        let dir = TempDir::new("redis");
+        let log = dir.path().join("redis.log");
+        let mut child = Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--save", "", "--appendonly", "no", "--protected-mode", "yes"])
+            .arg("--dir")
+            .arg(dir.path())
+            .arg("--logfile")
+            .arg(&log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(RedisError::NotInstalled)?;
+        // At most 10 s: 500 pauses of 20 ms (a ping's own wait is bounded too).
+        for _ in 0..500 {
+            if ping(port) {
+                return Ok(RedisServer { child, port, _dir: dir });
+            }
+            if let Ok(Some(_)) = child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        Err(RedisError::NotReady(std::fs::read_to_string(&log).unwrap_or_default()))
+    }
+
+    /// `redis://127.0.0.1:<port>/0`.
+    #[must_use]
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// Its port.
+    #[must_use]
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Its process id (to pause or kill it in a test).
+    #[must_use]
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+/// A raw `PING` to 127.0.0.1:`port`: true on `+PONG`.
+fn ping(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect_timeout(
+        &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        Duration::from_millis(200),
+    ) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    let mut buf = [0u8; 16];
+    s.write_all(b"PING\r\n").is_ok()
+        && s.read(&mut buf).is_ok_and(|n| buf[..n].starts_with(b"+PONG"))
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        // SIGTERM first (it exits at once: nothing to save), then SIGKILL after 2 s.
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        for _ in 0..200 {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

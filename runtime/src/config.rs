@@ -421,16 +421,29 @@ pub enum LedgerBackend {
     Sqlite,
     /// Process memory: lost with the process (tests, throwaway runs).
     Memory,
+    /// A Redis server (`ledger.redis_url`; the `redis` feature).
+    Redis,
 }
 
 /// `[ledger]`: the durable record of sessions, streams and idempotency receipts.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LedgerConfig {
-    /// `"sqlite"` (survives restarts) or `"memory"`. Default `"sqlite"`.
+    /// `"sqlite"` (survives restarts), `"memory"` or `"redis"`. Default `"sqlite"`.
     pub backend: LedgerBackend,
-    /// The SQLite file. Default `mcp-host.db` in the working directory.
+    /// The SQLite file. Default `mcp-host.db` in the working directory. With another backend,
+    /// the key file's default name is still made from it.
     pub path: String,
+    /// The Redis server of the `redis` backend: `redis://[user:password@]host:port/db`.
+    /// Default `redis://127.0.0.1:6379/0`.
+    pub redis_url: String,
+    /// Prefix of every key the ledger writes in Redis (one per deployment sharing a server).
+    /// Default `mcp:`.
+    pub redis_prefix: String,
+    /// How long a connect, read or write of the Redis backend may take (ms); a longer one is
+    /// a failed commit (the writer retries, and fails closed meanwhile). Default 5000; 100 to
+    /// 60 000.
+    pub redis_timeout_ms: u64,
     /// `"batched"` (events reach the wire at once and are committed within a few ms; a crash
     /// loses at most the uncommitted batch) or `"sync"` (an event reaches the wire only after
     /// its commit with fsync). Default `"batched"`.
@@ -502,6 +515,9 @@ impl Default for LedgerConfig {
         LedgerConfig {
             backend: LedgerBackend::Sqlite,
             path: "mcp-host.db".into(),
+            redis_url: "redis://127.0.0.1:6379/0".into(),
+            redis_prefix: "mcp:".into(),
+            redis_timeout_ms: 5_000,
             durability: crate::ledger::Durability::Batched,
             key_file: None,
             previous_key_files: Vec::new(),
@@ -603,7 +619,7 @@ impl RuntimeConfig {
     pub fn validate(self) -> Result<ValidConfig, ConfigError> {
         let (se, ss, l, q) = (&self.sse, &self.sessions, &self.limits, &self.quotas);
         let max = u64::MAX;
-        let rows: [(&'static str, u64, u64, u64); 61] = [
+        let rows: [(&'static str, u64, u64, u64); 62] = [
             ("security.max_body_bytes", self.security.max_body_bytes as u64, 1, 1 << 30),
             ("security.body_read_timeout_ms", self.security.body_read_timeout_ms, 100, 600_000),
             ("sse.replay_max_events", se.replay_max_events as u64, 1, 1 << 20),
@@ -658,6 +674,7 @@ impl RuntimeConfig {
             ),
             ("ledger.receipt_max_bytes", self.ledger.receipt_max_bytes as u64, 1024, 1 << 30),
             ("ledger.commit_wait_ms", self.ledger.commit_wait_ms, 100, 600_000),
+            ("ledger.redis_timeout_ms", self.ledger.redis_timeout_ms, 100, 60_000),
             ("ledger.receipts_per_caller", self.ledger.receipts_per_caller, 1, 1 << 32),
             (
                 "ledger.receipt_bytes_per_caller",

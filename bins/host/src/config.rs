@@ -80,9 +80,10 @@ pub(crate) struct Flags {
     #[arg(long)]
     pub(crate) basket_idle_ttl_secs: Option<u64>,
     /// Where sessions, streams and receipts are recorded: sqlite (default: they survive
-    /// restarts) or memory (lost with the process).
-    #[arg(long, value_parser = ["sqlite", "memory"])]
-    pub(crate) ledger: Option<String>,
+    /// restarts), memory (lost with the process), or a Redis server that several hosts may
+    /// share: redis://[user:password@]host:port/db (ledger.backend and ledger.redis_url).
+    #[arg(long, value_parser = parse_ledger, value_name = "sqlite|memory|redis://…")]
+    pub(crate) ledger: Option<LedgerArg>,
     /// The SQLite ledger file. Default mcp-host.db in the working directory.
     #[arg(long)]
     pub(crate) ledger_path: Option<String>,
@@ -102,6 +103,28 @@ pub(crate) struct Flags {
     /// Serve no admin API and no /metrics.
     #[arg(long)]
     pub(crate) no_admin: bool,
+}
+
+/// `--ledger`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum LedgerArg {
+    Sqlite,
+    Memory,
+    /// The server's URL.
+    Redis(String),
+}
+
+fn parse_ledger(s: &str) -> Result<LedgerArg, String> {
+    match s {
+        "sqlite" => Ok(LedgerArg::Sqlite),
+        "memory" => Ok(LedgerArg::Memory),
+        url if url.starts_with("redis://") => Ok(LedgerArg::Redis(url.to_owned())),
+        url if url.starts_with("rediss://") => {
+            Err("rediss:// (Redis over TLS) is not built in yet: use redis:// on a trusted network"
+                .into())
+        }
+        other => Err(format!("{other:?} is none of sqlite, memory, redis://host:port/db")),
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -280,9 +303,13 @@ impl HostConfig {
             modern: f.modern,
             tasks: f.tasks,
         };
-        match flags.ledger.as_deref() {
-            Some("memory") => runtime.ledger.backend = LedgerBackend::Memory,
-            Some(_) => runtime.ledger.backend = LedgerBackend::Sqlite,
+        match flags.ledger {
+            Some(LedgerArg::Memory) => runtime.ledger.backend = LedgerBackend::Memory,
+            Some(LedgerArg::Sqlite) => runtime.ledger.backend = LedgerBackend::Sqlite,
+            Some(LedgerArg::Redis(url)) => {
+                runtime.ledger.backend = LedgerBackend::Redis;
+                runtime.ledger.redis_url = url;
+            }
             None => {}
         }
         if let Some(p) = flags.ledger_path {
@@ -920,30 +947,37 @@ path = \"/var/lib/mcp/l.db\"\ndurability = \"sync\"\n",
     }
 
     /// Each dedicated flag, and the `--set` of the file field it stands for.
-    const FLAG_FIELDS: &[(&[&str], &str)] = &[
-        (&["--bind", "0.0.0.0"], "server.bind=0.0.0.0"),
-        (&["--port", "9000"], "server.port=9000"),
-        (&["--path", "/x"], "server.path=/x"),
-        (&["--workers", "3"], "server.workers=3"),
+    const FLAG_FIELDS: &[(&[&str], &[&str])] = &[
+        (&["--bind", "0.0.0.0"], &["server.bind=0.0.0.0"]),
+        (&["--port", "9000"], &["server.port=9000"]),
+        (&["--path", "/x"], &["server.path=/x"]),
+        (&["--workers", "3"], &["server.workers=3"]),
         (
             &["--allowed-origin", "https://a.example"],
-            "security.allowed_origins=[\"https://a.example\"]",
+            &["security.allowed_origins=[\"https://a.example\"]"],
         ),
-        (&["--allowed-host", "h.example"], "security.allowed_hosts=[\"h.example\"]"),
-        (&["--trust-forwarded-for", "10.0.0.0/8"], "security.trust_forwarded_for=[\"10.0.0.0/8\"]"),
-        (&["--replay-max-events", "10"], "sse.replay_max_events=10"),
-        (&["--replay-max-bytes", "100000"], "sse.replay_max_bytes=100000"),
-        (&["--retry-ms", "50"], "sse.retry_ms=50"),
-        (&["--session-ttl-secs", "60"], "sessions.idle_ttl_secs=60"),
-        (&["--client-request-timeout-secs", "7"], "sessions.client_request_timeout_secs=7"),
-        (&["--packs", "echo"], "tools.packs=[\"echo\"]"),
-        (&["--basket-idle-ttl-secs", "60"], "tools.basket_idle_ttl_secs=60"),
-        (&["--ledger", "memory"], "ledger.backend=memory"),
-        (&["--ledger-path", "/tmp/x.db"], "ledger.path=/tmp/x.db"),
-        (&["--allow-insecure-key"], "ledger.allow_insecure_key=true"),
-        (&["--stats-every-ms", "20"], "server.stats_every_ms=20"),
-        (&["--admin-port", "9"], "admin.port=9"),
-        (&["--no-admin"], "admin.enabled=false"),
+        (&["--allowed-host", "h.example"], &["security.allowed_hosts=[\"h.example\"]"]),
+        (
+            &["--trust-forwarded-for", "10.0.0.0/8"],
+            &["security.trust_forwarded_for=[\"10.0.0.0/8\"]"],
+        ),
+        (&["--replay-max-events", "10"], &["sse.replay_max_events=10"]),
+        (&["--replay-max-bytes", "100000"], &["sse.replay_max_bytes=100000"]),
+        (&["--retry-ms", "50"], &["sse.retry_ms=50"]),
+        (&["--session-ttl-secs", "60"], &["sessions.idle_ttl_secs=60"]),
+        (&["--client-request-timeout-secs", "7"], &["sessions.client_request_timeout_secs=7"]),
+        (&["--packs", "echo"], &["tools.packs=[\"echo\"]"]),
+        (&["--basket-idle-ttl-secs", "60"], &["tools.basket_idle_ttl_secs=60"]),
+        (&["--ledger", "memory"], &["ledger.backend=memory"]),
+        (
+            &["--ledger", "redis://10.0.0.9:6380/2"],
+            &["ledger.backend=redis", "ledger.redis_url=redis://10.0.0.9:6380/2"],
+        ),
+        (&["--ledger-path", "/tmp/x.db"], &["ledger.path=/tmp/x.db"]),
+        (&["--allow-insecure-key"], &["ledger.allow_insecure_key=true"]),
+        (&["--stats-every-ms", "20"], &["server.stats_every_ms=20"]),
+        (&["--admin-port", "9"], &["admin.port=9"]),
+        (&["--no-admin"], &["admin.enabled=false"]),
     ];
 
     #[test]
@@ -964,10 +998,11 @@ path = \"/var/lib/mcp/l.db\"\ndurability = \"sync\"\n",
             c.flags = flags(&[]);
             format!("{c:?}")
         };
-        for (args, set) in FLAG_FIELDS {
+        for (args, sets) in FLAG_FIELDS {
             let by_flag = plain(with_overrides("", &[], args).unwrap());
-            let by_set = plain(with_overrides("", &[], &["--set", set]).unwrap());
-            assert_eq!(by_flag, by_set, "{args:?} and --set {set}");
+            let set_args: Vec<&str> = sets.iter().flat_map(|s| ["--set", s]).collect();
+            let by_set = plain(with_overrides("", &[], &set_args).unwrap());
+            assert_eq!(by_flag, by_set, "{args:?} and --set {sets:?}");
             assert_ne!(
                 by_flag,
                 plain(with_overrides("", &[], &[]).unwrap()),

@@ -6,7 +6,8 @@
 //!   index), so a Redis backend maps it one to one; nothing here is SQL or assumes a
 //!   single process.
 //! - [`MemoryStore`] (tests, throwaway runs) and [`SqliteStore`] (the default: rusqlite, WAL;
-//!   one process per file, files owner-only, foreign files refused untouched).
+//!   one process per file, files owner-only, foreign files refused untouched), and
+//!   `RedisStore` (feature `redis`: the ledger on a Redis server several hosts share).
 //! - [`Writer`]: the ledger writer. The actors hand it the operations their state machines
 //!   produced; it commits them in groups (one transaction per batch) on its own thread, off
 //!   the request path, in the order they were handed over, so a crash loses at most a suffix
@@ -27,6 +28,8 @@ mod files;
 mod memory;
 mod open;
 mod reads;
+#[cfg(feature = "redis")]
+mod redis;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod usage;
@@ -38,8 +41,10 @@ use bytes::Bytes;
 
 pub use memory::MemoryStore;
 pub(crate) use open::derive_key;
-pub use open::{Ledger, OpenError, load_or_create_key};
+pub use open::{Ledger, OpenError, load_or_create_key, redacted};
 pub use reads::{READ_QUEUE, READ_THREADS, ReadError, Reads};
+#[cfg(feature = "redis")]
+pub use redis::{EXPIRY_GRACE_MS, LeaseError, RedisStore};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 pub(crate) use usage::{Caller, Entry, Reservation, StoreUsage};

@@ -20,6 +20,22 @@ use crate::config::{LedgerBackend, RuntimeConfig};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum OpenError {
+    /// Another host holds the Redis ledger's lease (one host per Redis ledger for now).
+    #[error(
+        "the Redis ledger {url} is in use by another mcp-host ({holder}); one host writes a Redis ledger at a time for now (it waited for the lease to lapse)"
+    )]
+    Held {
+        /// The server (without its password).
+        url: String,
+        /// What the holder wrote: `host:pid:token`.
+        holder: String,
+    },
+    /// This build has no Redis store (the `redis` feature is off).
+    #[error("cannot open the ledger {url}: built without the `redis` feature")]
+    NoRedis {
+        /// The server asked for (without its password).
+        url: String,
+    },
     /// This build has no SQLite store (the `sqlite` feature is off).
     #[error(
         "cannot open the ledger {path}: built without the `sqlite` feature (use the memory ledger)"
@@ -72,11 +88,15 @@ pub enum OpenError {
     },
     /// The secret is not the one this ledger was written with.
     #[error(
-        "the ledger {path} was written with another key (ledger.key_file or security.cursor_secret_hex): its sessions cannot be read with this one"
+        "the ledger {path} was written with another key (its fingerprint {recorded}; this process's key: {ours}; ledger.key_file or security.cursor_secret_hex): its sessions cannot be read with this one, and every host sharing a ledger needs the same key"
     )]
     KeyMismatch {
-        /// The ledger file.
+        /// The ledger (file or server).
         path: String,
+        /// The fingerprint the ledger records.
+        recorded: String,
+        /// This process's key's fingerprint.
+        ours: String,
     },
     /// A key (or token) file that others than its owner may read or write.
     #[error(
@@ -197,7 +217,13 @@ impl Ledger {
                     "ledger key rotated: sessions and state handles recorded under the previous key move to the current one on first use"
                 );
             }
-            Some(_) => return Err(OpenError::KeyMismatch { path: path.to_owned() }),
+            Some(f) => {
+                return Err(OpenError::KeyMismatch {
+                    path: path.to_owned(),
+                    recorded: String::from_utf8_lossy(&f).into_owned(),
+                    ours: fingerprint,
+                });
+            }
             None => {}
         }
         let run = match store.get(RUN_KEY, now).map_err(err)? {
@@ -316,17 +342,17 @@ impl Ledger {
     /// # Errors
     /// [`OpenError`] naming the file.
     pub fn open(cfg: &RuntimeConfig) -> Result<Ledger, OpenError> {
-        let l = &cfg.ledger;
-        if l.backend == LedgerBackend::Memory {
-            return Ok(Ledger::memory(cfg));
+        match cfg.ledger.backend {
+            LedgerBackend::Memory => Ok(Ledger::memory(cfg)),
+            LedgerBackend::Sqlite => Ledger::open_sqlite(cfg),
+            LedgerBackend::Redis => Ledger::open_redis(cfg),
         }
-        Ledger::open_sqlite(cfg)
     }
 
-    #[cfg(feature = "sqlite")]
-    fn open_sqlite(cfg: &RuntimeConfig) -> Result<Ledger, OpenError> {
+    /// The secret (the configured one, or the key file's, created if missing) and the
+    /// previous ones.
+    fn secrets(cfg: &RuntimeConfig) -> Result<(Vec<u8>, Vec<Vec<u8>>), OpenError> {
         let l = &cfg.ledger;
-        let store = SqliteStore::open(Path::new(&l.path))?;
         let secret = match cfg.cursor_secret() {
             Some(s) => s,
             None => load_or_create_key(&l.key_path(), l.allow_insecure_key)?,
@@ -336,6 +362,45 @@ impl Ledger {
             .iter()
             .map(|p| read_key(Path::new(p), l.allow_insecure_key))
             .collect::<Result<Vec<_>, _>>()?;
+        Ok((secret, previous))
+    }
+
+    /// The Redis ledger `ledger.redis_url` names (its keys under `ledger.redis_prefix`). More
+    /// than one host may share it; each needs the same key (a host whose key differs from the
+    /// one the ledger records refuses to start).
+    #[cfg(feature = "redis")]
+    fn open_redis(cfg: &RuntimeConfig) -> Result<Ledger, OpenError> {
+        let l = &cfg.ledger;
+        let shown = redacted(&l.redis_url);
+        let timeout = Duration::from_millis(l.redis_timeout_ms);
+        let store = super::RedisStore::open(&l.redis_url, &l.redis_prefix, timeout)
+            .map_err(|source| OpenError::Store { path: shown.clone(), source })?;
+        // One writer at a time: the lease fences every batch (a host paused past it cannot
+        // write after another took it), and a restarted host waits for its predecessor's to
+        // lapse.
+        let holder = format!("{}:{}", host_name(), std::process::id());
+        store.take_lease(&holder, REDIS_LEASE).map_err(|e| match e {
+            super::redis::LeaseError::Held { holder } => {
+                OpenError::Held { url: shown.clone(), holder }
+            }
+            super::redis::LeaseError::Store(source) => {
+                OpenError::Store { path: shown.clone(), source }
+            }
+        })?;
+        let (secret, previous) = Ledger::secrets(cfg)?;
+        Ledger::start(Arc::new(store), secret, previous, cfg, &shown, true)
+    }
+
+    #[cfg(not(feature = "redis"))]
+    fn open_redis(cfg: &RuntimeConfig) -> Result<Ledger, OpenError> {
+        Err(OpenError::NoRedis { url: redacted(&cfg.ledger.redis_url) })
+    }
+
+    #[cfg(feature = "sqlite")]
+    fn open_sqlite(cfg: &RuntimeConfig) -> Result<Ledger, OpenError> {
+        let l = &cfg.ledger;
+        let store = SqliteStore::open(Path::new(&l.path))?;
+        let (secret, previous) = Ledger::secrets(cfg)?;
         Ledger::start(Arc::new(store), secret, previous, cfg, &l.path, true)
     }
 
@@ -365,6 +430,34 @@ impl Ledger {
             true,
         )
         .expect("a test ledger")
+    }
+}
+
+/// How long a Redis ledger's lease lasts unrenewed (renewed every third of it): a host
+/// restarted after a crash waits at most this long for its predecessor's to lapse.
+#[cfg(feature = "redis")]
+const REDIS_LEASE: Duration = Duration::from_secs(5);
+
+/// This machine's name (for a lease holder's description), or `host`.
+#[cfg(feature = "redis")]
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "host".into())
+}
+
+/// `url` without its password (`redis://user:***@host:port/db`), for messages and logs.
+#[must_use]
+pub fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
+    match rest.split_once('@') {
+        Some((auth, host)) => {
+            let user = auth.split_once(':').map_or(auth, |(u, _)| u);
+            format!("{scheme}://{user}:***@{host}")
+        }
+        None => url.to_owned(),
     }
 }
 

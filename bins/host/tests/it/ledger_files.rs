@@ -32,7 +32,7 @@ impl Drop for Refusing {
 /// Run the host with `args` (stdout discarded) and wait at most 20 s for it to exit: its exit
 /// code and stderr. Panics (after killing it) when it is still running then: it started
 /// instead of refusing.
-fn run_to_exit(args: &[&str]) -> (Option<i32>, String) {
+pub(crate) fn run_to_exit(args: &[&str]) -> (Option<i32>, String) {
     let child = Command::new(bin())
         .args(args)
         .env(mcp_devtools::LOG_ENV, "warn")

@@ -1,0 +1,194 @@
+//! The host on a Redis ledger (`--ledger redis://…`), against a real `redis-server` of the
+//! test's own: what the SQLite ledger survives, the Redis one does too, and a host whose key
+//! differs from the one the shared ledger records refuses to start.
+
+use serde_json::json;
+
+use crate::common::{self, initialize, post_json};
+use mcp_devtools::{RedisServer, TempDir};
+
+fn redis() -> RedisServer {
+    RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)")
+}
+
+#[test]
+fn a_session_on_a_redis_ledger_survives_a_sigkill_and_a_sigterm_restart_and_a_deleted_one_stays_404()
+ {
+    let server = redis();
+    let url = server.url();
+    let dir = TempDir::new("redis-restart");
+    let host = common::start_with(&dir, 0, &["--ledger", &url]);
+    // A new session's id is handed out once its record is committed (Redis is durable here).
+    let (kept, deleted) = (initialize(&host.addr), initialize(&host.addr));
+    let echo = json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"r"}}});
+    assert_eq!(post_json(&host.addr, &kept, &echo).0, 200);
+    let mut host = host.kill_and_restart_with(&dir, &["--ledger", &url]);
+    let (status, body) = post_json(&host.addr, &kept, &echo);
+    assert_eq!(status, 200, "revived from Redis after a SIGKILL: {body}");
+    assert_eq!(body["result"]["content"][0]["text"], "r");
+    let (status, _, _) = common::http(
+        &host.addr,
+        "DELETE",
+        &[("Mcp-Session-Id", &deleted), ("MCP-Protocol-Version", "2025-11-25")],
+        "",
+        common::QUICK,
+    );
+    assert_eq!(status, 204);
+    // A clean stop writes what the sessions owe (the DELETE's record among it) before it ends.
+    let port = host.port();
+    assert!(
+        host.process.terminate(std::time::Duration::from_secs(15)).is_some_and(|s| s.success()),
+        "a clean stop"
+    );
+    let host = common::start_with(&dir, port, &["--ledger", &url]);
+    let ping = json!({"jsonrpc":"2.0","id":3,"method":"ping"});
+    assert_eq!(post_json(&host.addr, &kept, &ping).0, 200, "survived the SIGTERM restart too");
+    assert_eq!(post_json(&host.addr, &deleted, &ping).0, 404, "a deleted session stays deleted");
+    assert!(
+        !dir.path().join("mcp-host.db").exists(),
+        "the sessions were in Redis, not in a SQLite file beside the key"
+    );
+}
+
+#[test]
+fn a_second_host_on_a_redis_ledger_is_refused_while_the_first_holds_its_lease() {
+    let server = redis();
+    let url = server.url();
+    let dir = TempDir::new("redis-second");
+    let first = common::start_with(&dir, 0, &["--ledger", &url]);
+    let sid = initialize(&first.addr);
+    let ledger = dir.path().join("mcp-host.db").display().to_string();
+    let (code, stderr) = crate::ledger_files::run_to_exit(&[
+        "--port",
+        "0",
+        "--admin-port",
+        "0",
+        "--ledger-path",
+        &ledger,
+        "--ledger",
+        &url,
+    ]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("in use by another mcp-host")
+            && stderr.contains(&format!(":{}:", first.process.pid())),
+        "names the holder's pid: {stderr}"
+    );
+    // The first host serves on.
+    let ping = json!({"jsonrpc":"2.0","id":2,"method":"ping"});
+    assert_eq!(post_json(&first.addr, &sid, &ping).0, 200);
+}
+
+#[test]
+fn a_host_whose_key_differs_from_the_one_redis_records_refuses_to_start_naming_both() {
+    let server = redis();
+    let url = server.url();
+    let first_dir = TempDir::new("redis-key-a");
+    let mut first = common::start_with(&first_dir, 0, &["--ledger", &url]);
+    initialize(&first.addr);
+    // A clean stop releases the ledger's lease.
+    assert!(
+        first.process.terminate(std::time::Duration::from_secs(15)).is_some_and(|s| s.success())
+    );
+    // Another directory: another key file, made fresh by the second host.
+    let other = TempDir::new("redis-key-b");
+    let ledger = other.path().join("mcp-host.db").display().to_string();
+    let (code, stderr) = crate::ledger_files::run_to_exit(&[
+        "--port",
+        "0",
+        "--admin-port",
+        "0",
+        "--ledger-path",
+        &ledger,
+        "--ledger",
+        &url,
+    ]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("written with another key"), "{stderr}");
+    let fingerprints: Vec<&str> =
+        stderr.split(|c: char| !c.is_ascii_hexdigit()).filter(|w| w.len() == 16).collect();
+    assert!(fingerprints.len() >= 2 && fingerprints[0] != fingerprints[1], "{stderr}");
+}
+
+#[test]
+fn a_redis_that_does_not_answer_is_refused_at_start_without_its_password() {
+    let dir = TempDir::new("redis-none");
+    // A port nobody listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("redis://mcp:s3cret@127.0.0.1:{port}/0");
+    let ledger = dir.path().join("mcp-host.db").display().to_string();
+    let (code, stderr) = crate::ledger_files::run_to_exit(&[
+        "--port",
+        "0",
+        "--admin-port",
+        "0",
+        "--ledger-path",
+        &ledger,
+        "--ledger",
+        &url,
+    ]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains(&format!("127.0.0.1:{port}")), "names the server: {stderr}");
+    assert!(!stderr.contains("s3cret"), "never its password: {stderr}");
+}
+
+fn initialize_status(addr: &str) -> (u16, serde_json::Value) {
+    let init = json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"redis-gone","version":"1"}}});
+    let (status, _, body) = common::http(
+        addr,
+        "POST",
+        &[("Accept", "application/json")],
+        &init.to_string(),
+        common::QUICK,
+    );
+    (status, serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null))
+}
+
+/// Wait (bounded: 20 s, in 50 ms pauses) until `cond` holds.
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    for _ in 0..400 {
+        if cond() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("never happened within 20 s: {what}");
+}
+
+#[test]
+fn a_redis_that_goes_away_fails_the_host_closed_and_the_host_heals_when_redis_is_back() {
+    let server = redis();
+    let (url, port) = (server.url(), server.port());
+    let dir = TempDir::new("redis-gone");
+    let host = common::start_with(
+        &dir,
+        0,
+        &[
+            "--ledger",
+            &url,
+            "--set",
+            "ledger.commit_wait_ms=500",
+            "--set",
+            "ledger.redis_timeout_ms=500",
+        ],
+    );
+    let sid = initialize(&host.addr);
+    let ready = |addr: &str| common::http_at(addr, "GET", "/readyz", &[], "", common::QUICK).0;
+    assert_eq!(ready(&host.addr), 200);
+    drop(server);
+    // New sessions need a record: refused with 503 naming the ledger once the writer knows;
+    // not ready meanwhile; a read that needs nothing new (a ping of a live session) goes on.
+    wait_until("a new session is refused", || {
+        let (status, body) = initialize_status(&host.addr);
+        assert!(status == 200 || status == 503, "{status}");
+        status == 503 && body["error"]["message"].as_str().is_some_and(|m| m.contains("ledger"))
+    });
+    assert_eq!(ready(&host.addr), 503);
+    let ping = json!({"jsonrpc":"2.0","id":2,"method":"ping"});
+    assert_eq!(post_json(&host.addr, &sid, &ping).0, 200, "the live session is served");
+    // Redis is back (empty: the test's server keeps nothing): the host heals by itself.
+    let again = RedisServer::start_on(port).expect("redis-server again on its port");
+    wait_until("the host is ready again", || ready(&host.addr) == 200);
+    assert_eq!(initialize_status(&host.addr).0, 200, "new sessions again");
+    drop(again);
+}

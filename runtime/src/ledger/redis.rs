@@ -1,0 +1,766 @@
+//! The Redis store: the ledger on a Redis (or Valkey) server that more than one host can
+//! share. Same semantics as the memory and SQLite stores (the one contract test runs against
+//! all three).
+//!
+//! Layout, under a key prefix `P` (one per deployment):
+//!
+//! | ledger item | Redis keys |
+//! |---|---|
+//! | key `k` | string `P` `d:` `k`: its expiry (16 decimal digits, ms) then its value |
+//! | log `l` | stream `P` `l:` `l` (entry id `seq-1`, field `f`: the frame) and string `P` `el:` `l`: its expiry |
+//! | index `i` | sorted set `P` `i:` `i` and string `P` `ei:` `i`: its expiry |
+//!
+//! **Two clocks.** The ledger's expiries are in its own clock, and a read says what "now" is
+//! (as for the other stores); Redis also drops every key on its own (`PEXPIREAT`), at the
+//! ledger's expiry but never sooner than [`EXPIRY_GRACE_MS`] after the writing node's wall
+//! clock, so nodes whose clocks differ a little never see a record vanish before its time; a
+//! sweep removes what expired for the ledger's clock sooner (checked in a script, so a record
+//! another node renewed meanwhile stays).
+//!
+//! **One batch, one script.** [`Store::apply`] sends the whole batch as one Lua script
+//! (atomic, one round trip): the conditions (an append at or below a log's newest is ignored;
+//! an index keeps the expiry it was created with; an expiry only grows) are checked inside
+//! it. The script names its keys from its arguments, so one batch needs one Redis (or one
+//! Cluster slot): this layout serves a single Redis primary.
+//!
+//! Scores and expiries are exact up to 2^53 (Redis keeps scores as doubles; Lua numbers are
+//! doubles): expiries are capped there (year 287,396), and the ledger's scores (times in ms,
+//! counters) stay far below it.
+//!
+//! The Store trait is synchronous: the writer's thread and the readers' threads call it, never
+//! an async worker. Each call takes a connection from a small pool (or opens one, with a
+//! deadline) and gives it back unless the call failed; every read and write has a deadline.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+
+use super::{Durability, Op, Store, StoreError};
+
+/// Redis removes a record no sooner than this long after the writing node's wall clock.
+pub const EXPIRY_GRACE_MS: u64 = 60_000;
+
+/// The largest expiry kept exactly (2^53 − 1 ms).
+const MAX_EXPIRY_MS: u64 = (1 << 53) - 1;
+
+/// Connections kept for reuse (the writer's, the readers', a few more).
+const POOL_MAX: usize = 16;
+
+/// Applies one batch: `ARGV[1]` is the key prefix, `ARGV[2]` this store's lease token (empty:
+/// none), then each operation as its opcode and its arguments (see `push_op`). A store that
+/// holds no longer the lease it took is refused, whatever it sends (fencing).
+const APPLY: &str = r"
+local p = ARGV[1]
+if ARGV[2] ~= '' and redis.call('GET', p .. 'm:holder') ~= ARGV[2] then
+  return redis.error_reply('FENCED this host no longer holds the ledger lease')
+end
+local function pexp_at_least(k, phys)
+  local cur = redis.call('PEXPIRETIME', k)
+  if cur == -2 then return end
+  if cur == -1 or cur < phys then redis.call('PEXPIREAT', k, phys) end
+end
+local function exp_at_least(e, exp, phys)
+  local cur = redis.call('GET', e)
+  if (not cur) or tonumber(cur) < tonumber(exp) then redis.call('SET', e, exp) end
+  pexp_at_least(e, phys)
+end
+local i, n = 3, #ARGV
+while i <= n do
+  local op = ARGV[i]
+  if op == 'P' then
+    redis.call('SET', p .. 'd:' .. ARGV[i + 1], ARGV[i + 2], 'PXAT', ARGV[i + 3])
+    i = i + 4
+  elseif op == 'D' then
+    redis.call('DEL', p .. 'd:' .. ARGV[i + 1])
+    i = i + 2
+  elseif op == 'A' then
+    local l, e = p .. 'l:' .. ARGV[i + 1], p .. 'el:' .. ARGV[i + 1]
+    local seq, phys = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 6])
+    exp_at_least(e, ARGV[i + 5], phys)
+    local last = redis.call('XREVRANGE', l, '+', '-', 'COUNT', 1)
+    if #last == 0 or tonumber(string.match(last[1][1], '^(%d+)')) < seq then
+      redis.call('XADD', l, ARGV[i + 2] .. '-1', 'f', ARGV[i + 3])
+      local keep_from = seq - math.max(tonumber(ARGV[i + 4]), 1)
+      if keep_from > 0 then
+        redis.call('XTRIM', l, 'MINID', string.format('%.0f', keep_from + 1) .. '-0')
+      end
+    end
+    pexp_at_least(l, phys)
+    i = i + 7
+  elseif op == 'X' then
+    redis.call('DEL', p .. 'l:' .. ARGV[i + 1], p .. 'el:' .. ARGV[i + 1])
+    i = i + 2
+  elseif op == 'I' then
+    local z, e = p .. 'i:' .. ARGV[i + 1], p .. 'ei:' .. ARGV[i + 1]
+    if redis.call('EXISTS', e) == 0 then
+      redis.call('SET', e, ARGV[i + 4], 'PXAT', ARGV[i + 5])
+    end
+    redis.call('ZADD', z, ARGV[i + 3], ARGV[i + 2])
+    pexp_at_least(z, redis.call('PEXPIRETIME', e))
+    i = i + 6
+  elseif op == 'R' then
+    redis.call('ZREM', p .. 'i:' .. ARGV[i + 1], ARGV[i + 2])
+    i = i + 3
+  elseif op == 'T' then
+    redis.call('ZREMRANGEBYSCORE', p .. 'i:' .. ARGV[i + 1], '-inf', '(' .. ARGV[i + 2])
+    i = i + 3
+  elseif op == 'Y' then
+    redis.call('DEL', p .. 'i:' .. ARGV[i + 1], p .. 'ei:' .. ARGV[i + 1])
+    i = i + 2
+  elseif op == 'E' then
+    local name, exp, phys = ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
+    local d = p .. 'd:' .. name
+    local v = redis.call('GET', d)
+    if v then
+      if tonumber(string.sub(v, 1, 16)) < tonumber(exp) then
+        redis.call('SET', d, exp .. string.sub(v, 17), 'KEEPTTL')
+      end
+      pexp_at_least(d, phys)
+    end
+    for _, kind in ipairs({'l', 'i'}) do
+      local e = p .. 'e' .. kind .. ':' .. name
+      if redis.call('EXISTS', e) == 1 then
+        exp_at_least(e, exp, phys)
+        pexp_at_least(p .. kind .. ':' .. name, phys)
+      end
+    end
+    i = i + 4
+  else
+    return redis.error_reply('unknown ledger operation ' .. tostring(op))
+  end
+end
+return 1
+";
+
+/// Deletes what expired for the ledger's clock: `ARGV[1]` the prefix, `ARGV[2]` now (ms),
+/// `ARGV[3]` the most to delete, then candidate names (`d:k`, `el:l`, `ei:i` without the
+/// prefix). Each is checked and deleted in the script, so a record another node renewed in
+/// between is never deleted. Returns how many were.
+const SWEEP: &str = r"
+local p, now, left = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local removed = 0
+for i = 4, #ARGV do
+  if removed >= left then break end
+  local name = ARGV[i]
+  local kind, rest = string.match(name, '^(%a+):(.*)$')
+  if kind == 'd' then
+    local v = redis.call('GET', p .. name)
+    if v and tonumber(string.sub(v, 1, 16)) <= now then
+      redis.call('DEL', p .. name)
+      removed = removed + 1
+    end
+  elseif kind == 'el' or kind == 'ei' then
+    local e = redis.call('GET', p .. name)
+    if e and tonumber(e) <= now then
+      redis.call('DEL', p .. name, p .. string.sub(kind, 2) .. ':' .. rest)
+      removed = removed + 1
+    end
+  end
+end
+return removed
+";
+
+/// Keys one sweep looks at, at most (besides the `limit` it deletes).
+const SWEEP_SCAN_MAX: usize = 20_000;
+
+/// The Redis store.
+pub struct RedisStore {
+    client: redis::Client,
+    prefix: String,
+    pool: Mutex<Vec<redis::Connection>>,
+    apply: redis::Script,
+    sweep: redis::Script,
+    /// Where the next sweep's `SCAN` goes on.
+    sweep_cursor: Mutex<u64>,
+    timeout: Duration,
+    /// The lease this store took ([`RedisStore::take_lease`]): every batch is checked against
+    /// it.
+    lease: Mutex<Option<Lease>>,
+}
+
+/// A held lease: its token and the thread that renews it.
+struct Lease {
+    token: std::sync::Arc<str>,
+    stop: std::sync::mpsc::Sender<()>,
+    renewer: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Renews the lease if `ARGV[2]` holds it (1), takes it again if it lapsed (2), else 0.
+const RENEW: &str = r"
+local k = ARGV[1] .. 'm:holder'
+local cur = redis.call('GET', k)
+if cur == ARGV[2] then
+  redis.call('PEXPIRE', k, ARGV[3])
+  return 1
+end
+if not cur then
+  redis.call('SET', k, ARGV[2], 'PX', ARGV[3])
+  return 2
+end
+return 0
+";
+
+/// Deletes the lease key if `ARGV[2]` holds it.
+const RELEASE: &str = r"
+local k = ARGV[1] .. 'm:holder'
+if redis.call('GET', k) == ARGV[2] then redis.call('DEL', k) end
+return 1
+";
+
+/// Why a lease could not be taken.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    /// Another holder kept it for as long as we waited.
+    #[error("held by {holder}")]
+    Held {
+        /// What the holder wrote (`host:pid`).
+        holder: String,
+    },
+    /// Redis failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore").field("prefix", &self.prefix).finish_non_exhaustive()
+    }
+}
+
+impl Drop for RedisStore {
+    fn drop(&mut self) {
+        let Some(mut lease) = self.lease.lock().take() else { return };
+        let _ = lease.stop.send(());
+        if let Some(t) = lease.renewer.take() {
+            let _ = t.join();
+        }
+        let release = redis::Script::new(RELEASE);
+        let _ = self.with_conn(|c| release.arg(&self.prefix).arg(&*lease.token).invoke::<i64>(c));
+    }
+}
+
+fn backend(e: &redis::RedisError) -> StoreError {
+    StoreError::Backend(format!("redis: {e}"))
+}
+
+/// An expiry as the layout keeps it: 16 decimal digits, capped at 2^53 − 1.
+fn digits(expires_ms: u64) -> String {
+    format!("{:016}", expires_ms.min(MAX_EXPIRY_MS))
+}
+
+/// The expiry Redis enforces for a record the ledger expires at `expires_ms`.
+fn physical(expires_ms: u64) -> u64 {
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    expires_ms.max(wall.saturating_add(EXPIRY_GRACE_MS)).min(MAX_EXPIRY_MS)
+}
+
+/// A kept expiry (`None`: absent) that has not passed at `now_ms`.
+fn alive(expiry: Option<&[u8]>, now_ms: u64) -> bool {
+    expiry
+        .and_then(|e| std::str::from_utf8(e.get(..16)?).ok()?.parse::<u64>().ok())
+        .is_some_and(|e| e > now_ms)
+}
+
+impl RedisStore {
+    /// The store at `url` (`redis://[user:password@]host:port/db`), its keys under `prefix`;
+    /// every connect, read and write waits at most `timeout`. Checks that the server answers.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`]: a malformed URL, or a server that does not answer.
+    pub fn open(url: &str, prefix: &str, timeout: Duration) -> Result<RedisStore, StoreError> {
+        let client = redis::Client::open(url).map_err(|e| backend(&e))?;
+        let store = RedisStore {
+            client,
+            prefix: prefix.to_owned(),
+            pool: Mutex::new(Vec::new()),
+            apply: redis::Script::new(APPLY),
+            sweep: redis::Script::new(SWEEP),
+            sweep_cursor: Mutex::new(0),
+            timeout,
+            lease: Mutex::new(None),
+        };
+        store.with_conn(|c| redis::cmd("PING").query::<String>(c))?;
+        Ok(store)
+    }
+
+    /// Take the ledger's one lease as `holder` (`host:pid`), waiting at most `ttl` plus a
+    /// second for a lapsed holder's lease to expire, and keep it renewed (every `ttl` / 3, on
+    /// a thread of its own) until this store is dropped (then it is released). From now on a
+    /// batch is applied only while this store holds the lease: one that lost it (paused past
+    /// `ttl`, or cut off from Redis while another host took it) is refused, and it takes the
+    /// lease back by itself once it lapses again.
+    ///
+    /// # Errors
+    /// [`LeaseError::Held`] when another holder kept it; [`LeaseError::Store`].
+    pub fn take_lease(&self, holder: &str, ttl: Duration) -> Result<(), LeaseError> {
+        let token: std::sync::Arc<str> =
+            format!("{holder}:{}", super::codec::hex(&crate::rng::bytes::<8>())).into();
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(100);
+        let key = format!("{}m:holder", self.prefix);
+        // Tries every 100 ms for the lease's length and a second more.
+        let tries = (ttl_ms + 1_000).div_ceil(100);
+        for attempt in 1.. {
+            let took: Option<String> = self.with_conn(|c| {
+                redis::cmd("SET").arg(&key).arg(&*token).arg("NX").arg("PX").arg(ttl_ms).query(c)
+            })?;
+            if took.is_some() {
+                break;
+            }
+            if attempt >= tries {
+                let holder: Option<String> =
+                    self.with_conn(|c| redis::cmd("GET").arg(&key).query(c))?;
+                return Err(LeaseError::Held { holder: holder.unwrap_or_default() });
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let renewer = self.renewer(std::sync::Arc::clone(&token), ttl_ms, stopped)?;
+        *self.lease.lock() = Some(Lease { token, stop, renewer: Some(renewer) });
+        Ok(())
+    }
+
+    /// The thread that renews the lease `token` every `ttl_ms` / 3 until `stopped` says so
+    /// (or its sender is dropped).
+    fn renewer(
+        &self,
+        token: std::sync::Arc<str>,
+        ttl_ms: u64,
+        stopped: std::sync::mpsc::Receiver<()>,
+    ) -> Result<std::thread::JoinHandle<()>, StoreError> {
+        let (client, prefix, timeout) = (self.client.clone(), self.prefix.clone(), self.timeout);
+        let renew = redis::Script::new(RENEW);
+        std::thread::Builder::new()
+            .name("ledger-lease".into())
+            .spawn(move || {
+                let mut con: Option<redis::Connection> = None;
+                let mut held = true;
+                let every = Duration::from_millis(ttl_ms / 3);
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(every)
+                {
+                    if con.is_none() {
+                        con = client.get_connection_with_timeout(timeout).ok();
+                        if let Some(c) = &con {
+                            let _ = c.set_read_timeout(Some(timeout));
+                            let _ = c.set_write_timeout(Some(timeout));
+                        }
+                    }
+                    let Some(c) = con.as_mut() else { continue };
+                    match renew.arg(&prefix).arg(&*token).arg(ttl_ms).invoke::<i64>(c) {
+                        Ok(0) if held => {
+                            held = false;
+                            tracing::error!(
+                                "ledger: another host took the Redis ledger's lease: this one's writes are refused until it lapses"
+                            );
+                        }
+                        Ok(2) => {
+                            held = true;
+                            tracing::warn!("ledger: took the Redis ledger's lease back after it lapsed");
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::warn!(error = %e, "ledger: could not renew the Redis ledger's lease");
+                            con = None;
+                        }
+                    }
+                }
+            })
+            .map_err(|e| StoreError::Backend(format!("cannot start the lease thread: {e}")))
+    }
+
+    fn connect(&self) -> Result<redis::Connection, StoreError> {
+        let c = self.client.get_connection_with_timeout(self.timeout).map_err(|e| backend(&e))?;
+        c.set_read_timeout(Some(self.timeout)).map_err(|e| backend(&e))?;
+        c.set_write_timeout(Some(self.timeout)).map_err(|e| backend(&e))?;
+        Ok(c)
+    }
+
+    /// Run `f` on a pooled connection; one that failed is dropped, not pooled.
+    fn with_conn<T>(
+        &self,
+        f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
+    ) -> Result<T, StoreError> {
+        let pooled = self.pool.lock().pop();
+        let mut c = match pooled {
+            Some(c) => c,
+            None => self.connect()?,
+        };
+        let r = f(&mut c).map_err(|e| backend(&e))?;
+        let mut pool = self.pool.lock();
+        if pool.len() < POOL_MAX {
+            pool.push(c);
+        }
+        Ok(r)
+    }
+
+    fn name(&self, kind: &str, name: &str) -> String {
+        format!("{}{kind}:{name}", self.prefix)
+    }
+
+    /// The members of `index` (with their scores) from `ZRANGE args… WITHSCORES`, unless the
+    /// index expired at `now_ms`.
+    fn index_range(
+        &self,
+        index: &str,
+        range: &[String],
+        now_ms: u64,
+    ) -> Result<Vec<(String, u64)>, StoreError> {
+        let (exp, members): (Option<Vec<u8>>, Vec<(String, f64)>) = self.with_conn(|c| {
+            redis::pipe()
+                .cmd("GET")
+                .arg(self.name("ei", index))
+                .cmd("ZRANGE")
+                .arg(self.name("i", index))
+                .arg(range)
+                .arg("WITHSCORES")
+                .query(c)
+        })?;
+        if !alive(exp.as_deref(), now_ms) {
+            return Ok(Vec::new());
+        }
+        // Scores are integers below 2^53: exact as doubles.
+        #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "see above")]
+        Ok(members.into_iter().map(|(m, s)| (m, s as u64)).collect())
+    }
+}
+
+/// `s` with the glob characters of `SCAN MATCH` escaped.
+fn glob_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for ch in s.chars() {
+        if matches!(ch, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+fn push_op(inv: &mut redis::ScriptInvocation<'_>, op: &Op) {
+    match op {
+        Op::Put { key, value, expires_ms } => {
+            let mut v = digits(*expires_ms).into_bytes();
+            v.extend_from_slice(value);
+            inv.arg("P").arg(key).arg(v).arg(physical(*expires_ms));
+        }
+        Op::Delete { key } => {
+            inv.arg("D").arg(key);
+        }
+        Op::Append { log, seq, frame, max_len, expires_ms } => {
+            inv.arg("A")
+                .arg(&**log)
+                .arg(*seq)
+                .arg(&frame[..])
+                .arg(*max_len)
+                .arg(digits(*expires_ms))
+                .arg(physical(*expires_ms));
+        }
+        Op::DropLog { log } => {
+            inv.arg("X").arg(log);
+        }
+        Op::IndexAdd { index, member, score, expires_ms } => {
+            inv.arg("I")
+                .arg(index)
+                .arg(member)
+                .arg(*score)
+                .arg(digits(*expires_ms))
+                .arg(physical(*expires_ms));
+        }
+        Op::IndexRemove { index, member } => {
+            inv.arg("R").arg(index).arg(member);
+        }
+        Op::IndexTrim { index, below } => {
+            inv.arg("T").arg(index).arg(*below);
+        }
+        Op::DropIndex { index } => {
+            inv.arg("Y").arg(index);
+        }
+        Op::Expire { name, expires_ms } => {
+            inv.arg("E").arg(name).arg(digits(*expires_ms)).arg(physical(*expires_ms));
+        }
+    }
+}
+
+impl Store for RedisStore {
+    fn apply(&self, ops: &[Op]) -> Result<(), StoreError> {
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let token = self.lease.lock().as_ref().map(|l| std::sync::Arc::clone(&l.token));
+        let mut inv = self.apply.prepare_invoke();
+        inv.arg(&self.prefix).arg(token.as_deref().unwrap_or(""));
+        for op in ops {
+            push_op(&mut inv, op);
+        }
+        self.with_conn(|c| inv.invoke::<i64>(c)).map(|_| ())
+    }
+
+    fn get(&self, key: &str, now_ms: u64) -> Result<Option<Bytes>, StoreError> {
+        let v: Option<Vec<u8>> =
+            self.with_conn(|c| redis::cmd("GET").arg(self.name("d", key)).query(c))?;
+        Ok(v.filter(|v| alive(Some(v), now_ms)).map(|v| Bytes::from(v).slice(16..)))
+    }
+
+    fn read_log(&self, log: &str, now_ms: u64) -> Result<Vec<(u64, Bytes)>, StoreError> {
+        type Entry = (String, Vec<Vec<u8>>);
+        let (exp, entries): (Option<Vec<u8>>, Vec<Entry>) = self.with_conn(|c| {
+            redis::pipe()
+                .cmd("GET")
+                .arg(self.name("el", log))
+                .cmd("XRANGE")
+                .arg(self.name("l", log))
+                .arg("-")
+                .arg("+")
+                .query(c)
+        })?;
+        if !alive(exp.as_deref(), now_ms) {
+            return Ok(Vec::new());
+        }
+        entries
+            .into_iter()
+            .map(|(id, mut fields)| {
+                let seq = id.split_once('-').and_then(|(s, _)| s.parse::<u64>().ok());
+                match (seq, fields.len()) {
+                    (Some(seq), 2) => Ok((seq, Bytes::from(fields.swap_remove(1)))),
+                    _ => Err(StoreError::Backend(format!("redis: malformed log entry {id}"))),
+                }
+            })
+            .collect()
+    }
+
+    fn index_lowest(
+        &self,
+        index: &str,
+        limit: usize,
+        now_ms: u64,
+    ) -> Result<Vec<(String, u64)>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let stop = i64::try_from(limit).map_or(-1, |l| l - 1);
+        self.index_range(index, &["0".to_owned(), stop.to_string()], now_ms)
+    }
+
+    fn index_page(
+        &self,
+        index: &str,
+        after: Option<(u64, &str)>,
+        limit: usize,
+        now_ms: u64,
+    ) -> Result<Vec<(String, u64)>, StoreError> {
+        let Some((score, member)) = after else {
+            return self.index_lowest(index, limit, now_ms);
+        };
+        // From the cursor's score on; the members of that score at or before the cursor are
+        // skipped (Redis orders equal scores by member, bytewise, as the cursor does).
+        let mut out = Vec::new();
+        let mut offset = 0usize;
+        let chunk = limit.clamp(1, 1024) + 16;
+        while out.len() < limit {
+            let range = [
+                score.to_string(),
+                "+inf".to_owned(),
+                "BYSCORE".to_owned(),
+                "LIMIT".to_owned(),
+                offset.to_string(),
+                chunk.to_string(),
+            ];
+            let got = self.index_range(index, &range, now_ms)?;
+            let n = got.len();
+            out.extend(
+                got.into_iter()
+                    .filter(|(m, s)| (*s, m.as_str()) > (score, member))
+                    .take(limit - out.len()),
+            );
+            if n < chunk {
+                break;
+            }
+            offset += n;
+        }
+        Ok(out)
+    }
+
+    fn index_len(&self, index: &str, now_ms: u64) -> Result<usize, StoreError> {
+        let (exp, n): (Option<Vec<u8>>, usize) = self.with_conn(|c| {
+            redis::pipe()
+                .cmd("GET")
+                .arg(self.name("ei", index))
+                .cmd("ZCARD")
+                .arg(self.name("i", index))
+                .query(c)
+        })?;
+        Ok(if alive(exp.as_deref(), now_ms) { n } else { 0 })
+    }
+
+    /// Redis drops expired records itself, at their expiry plus the grace (see the module);
+    /// a sweep removes sooner what expired for the ledger's clock: it goes on with a `SCAN`
+    /// of the prefix where the last one stopped, and stops after `limit` removals, a whole
+    /// pass, or [`SWEEP_SCAN_MAX`] keys looked at.
+    fn sweep(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError> {
+        let pattern = format!("{}*", glob_escape(&self.prefix));
+        let mut removed = 0;
+        let mut looked = 0;
+        let mut cursor = *self.sweep_cursor.lock();
+        loop {
+            let (next, keys): (u64, Vec<String>) = self.with_conn(|c| {
+                redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(512)
+                    .query(c)
+            })?;
+            looked += keys.len();
+            let names: Vec<&str> = keys
+                .iter()
+                .filter_map(|k| k.strip_prefix(&self.prefix))
+                .filter(|n| n.starts_with("d:") || n.starts_with("el:") || n.starts_with("ei:"))
+                .collect();
+            if !names.is_empty() {
+                let mut inv = self.sweep.prepare_invoke();
+                inv.arg(&self.prefix).arg(now_ms).arg(limit - removed).arg(&names);
+                removed += self.with_conn(|c| inv.invoke::<usize>(c))?;
+            }
+            cursor = next;
+            if cursor == 0 || removed >= limit || looked >= SWEEP_SCAN_MAX {
+                break;
+            }
+        }
+        *self.sweep_cursor.lock() = cursor;
+        Ok(removed)
+    }
+
+    /// Redis' own persistence (`appendonly`, `appendfsync`) decides what survives its crash.
+    fn set_durability(&self, _: Durability) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store(server: &mcp_devtools::RedisServer, prefix: &str) -> RedisStore {
+        RedisStore::open(&server.url(), prefix, Duration::from_secs(5)).unwrap()
+    }
+
+    #[test]
+    fn the_redis_store_keeps_the_store_contract() {
+        let server = mcp_devtools::RedisServer::start().unwrap();
+        super::super::store_tests::contract(&store(&server, "contract:"));
+    }
+
+    #[test]
+    fn two_prefixes_on_one_server_never_see_each_other() {
+        let server = mcp_devtools::RedisServer::start().unwrap();
+        let (a, b) = (store(&server, "a:"), store(&server, "b:"));
+        let far = physical(0) + 3_600_000;
+        a.apply(&[Op::Put { key: "k".into(), value: Bytes::from_static(b"1"), expires_ms: far }])
+            .unwrap();
+        assert_eq!(a.get("k", 0).unwrap().as_deref(), Some(&b"1"[..]));
+        assert_eq!(b.get("k", 0).unwrap(), None);
+    }
+
+    #[test]
+    fn redis_drops_a_record_at_its_expiry_but_never_within_the_grace_of_the_writers_clock() {
+        let server = mcp_devtools::RedisServer::start().unwrap();
+        let s = store(&server, "exp:");
+        let mut c = s.connect().unwrap();
+        let far = physical(0) + 3_600_000;
+        s.apply(&[
+            Op::Put { key: "past".into(), value: Bytes::from_static(b"x"), expires_ms: 5 },
+            Op::Put { key: "far".into(), value: Bytes::from_static(b"y"), expires_ms: far },
+        ])
+        .unwrap();
+        let pexpiretime = |c: &mut redis::Connection, k: &str| -> i64 {
+            redis::cmd("PEXPIRETIME").arg(format!("exp:d:{k}")).query(c).unwrap()
+        };
+        let wall = physical(0) - EXPIRY_GRACE_MS;
+        let past = u64::try_from(pexpiretime(&mut c, "past")).unwrap();
+        assert!(
+            past >= wall + EXPIRY_GRACE_MS - 5_000,
+            "kept at least the grace: {past} vs {wall}"
+        );
+        assert_eq!(u64::try_from(pexpiretime(&mut c, "far")).unwrap(), far);
+        assert_eq!(s.get("past", 10).unwrap(), None, "yet expired for the ledger's clock");
+    }
+
+    #[test]
+    fn a_server_that_goes_away_is_a_backend_error_and_one_that_comes_back_is_used_again() {
+        let mut server = Some(mcp_devtools::RedisServer::start().unwrap());
+        let port = server.as_ref().map(mcp_devtools::RedisServer::port).unwrap();
+        let s = store(server.as_ref().unwrap(), "gone:");
+        let put = |v: &'static [u8]| Op::Put {
+            key: "k".into(),
+            value: Bytes::from_static(v),
+            expires_ms: physical(0) + 3_600_000,
+        };
+        s.apply(&[put(b"1")]).unwrap();
+        server = None;
+        assert!(matches!(s.apply(&[put(b"2")]), Err(StoreError::Backend(_))));
+        assert!(matches!(s.get("k", 0), Err(StoreError::Backend(_))));
+        drop(server);
+        // A new server on the same port: the store connects again by itself (data gone:
+        // nothing was persisted).
+        let again = mcp_devtools::RedisServer::start_on(port).unwrap();
+        s.apply(&[put(b"3")]).unwrap();
+        assert_eq!(s.get("k", 0).unwrap().as_deref(), Some(&b"3"[..]));
+        drop(again);
+    }
+
+    #[test]
+    fn a_store_that_lost_its_lease_is_fenced_and_takes_the_lease_back_once_it_lapses() {
+        let server = mcp_devtools::RedisServer::start().unwrap();
+        let put = |v: &'static [u8]| Op::Put {
+            key: "k".into(),
+            value: Bytes::from_static(v),
+            expires_ms: physical(0) + 3_600_000,
+        };
+        let ttl = Duration::from_millis(600);
+        let a = store(&server, "lease:");
+        a.take_lease("a", ttl).unwrap();
+        a.apply(&[put(b"a1")]).unwrap();
+        // `a` is paused past its lease and another host takes the ledger.
+        let mut c = a.connect().unwrap();
+        redis::cmd("DEL").arg("lease:m:holder").query::<i64>(&mut c).unwrap();
+        let b = store(&server, "lease:");
+        b.take_lease("b", ttl).unwrap();
+        let refused = a.apply(&[put(b"a2")]);
+        assert!(
+            matches!(&refused, Err(StoreError::Backend(m)) if m.contains("FENCED")),
+            "{refused:?}"
+        );
+        b.apply(&[put(b"b1")]).unwrap();
+        assert_eq!(a.get("k", 0).unwrap().as_deref(), Some(&b"b1"[..]), "a's write never landed");
+        // `b` stops (its lease released): `a` takes the lease back by itself and writes again.
+        drop(b);
+        let healed = (0..100).any(|_| {
+            std::thread::sleep(Duration::from_millis(50));
+            a.apply(&[put(b"a3")]).is_ok()
+        });
+        assert!(healed, "the lease came back within 5 s");
+        assert_eq!(a.get("k", 0).unwrap().as_deref(), Some(&b"a3"[..]));
+    }
+
+    #[test]
+    fn a_second_store_is_refused_the_lease_while_the_first_renews_it_and_gets_it_once_released() {
+        let server = mcp_devtools::RedisServer::start().unwrap();
+        let ttl = Duration::from_millis(300);
+        let a = store(&server, "two:");
+        a.take_lease("host-a:1", ttl).unwrap();
+        let b = store(&server, "two:");
+        match b.take_lease("host-b:2", ttl) {
+            Err(LeaseError::Held { holder }) => {
+                assert!(holder.starts_with("host-a:1:"), "{holder}")
+            }
+            other => panic!("the lease is held by a: {other:?}"),
+        }
+        drop(a);
+        b.take_lease("host-b:2", ttl).unwrap();
+        // A store without a lease (the contract tests') is not fenced by another's.
+        let free = store(&server, "two:");
+        free.apply(&[Op::Delete { key: "nothing".into() }]).unwrap();
+    }
+}
