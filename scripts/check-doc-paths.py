@@ -27,8 +27,9 @@ def named_paths(text):
     for n, line in enumerate(text.splitlines(), 1):
         for m in TICKED.finditer(line):
             word = m.group(1).rstrip(",.;:")
-            # Absolute paths and paths outside the repository (`../shared/…`) are not checked.
-            if PATHLIKE.match(word) and "<" not in word and not word.startswith(("/", "..", "http")):
+            # Absolute paths, paths outside the repository (`../shared/…`) and build output
+            # (`target/…`, absent from a clean clone) are not checked.
+            if PATHLIKE.match(word) and "<" not in word and not word.startswith(("/", "..", "http", "target")):
                 yield n, word
 
 
@@ -44,7 +45,7 @@ def docs():
 
 def self_test():
     text = "see `runtime/src/http/metrics.rs` and `actor/session/`, not `a b.rs` or `x`\n"
-    text += "`--set`, `foo.toml`, `<dir>/x.rs`, `../shared/p/x.py`, `stores/receipts.rs`.\n"
+    text += "`--set`, `foo.toml`, `<dir>/x.rs`, `../shared/p/x.py`, `target/`, `stores/receipts.rs`.\n"
     got = list(named_paths(text))
     assert got == [(1, "runtime/src/http/metrics.rs"), (1, "actor/session/"), (2, "stores/receipts.rs")], got
     assert exists("runtime/src/lib.rs") and exists("stores/receipts.rs")
