@@ -381,6 +381,15 @@ async fn serve(
             Err(_) => Err(dropped),
         },
         Next::Delete(rx) => match rx.await {
+            // On a durable ledger that commits, the end is acknowledged once its record is
+            // committed, so a crash right after never brings the session back. While the
+            // ledger cannot commit (or stops committing within the commit wait) it is
+            // acknowledged as handed over: the record lands when the ledger heals.
+            Ok(Ok(())) if sup.ledger_durable() && !sup.ledger_writer().is_failing() => {
+                let writer = sup.ledger_writer();
+                let _ = writer.wait_committed(writer.barrier()).await;
+                Ok(HttpResponse::NoContent().finish())
+            }
             Ok(Ok(())) => Ok(HttpResponse::NoContent().finish()),
             Ok(Err(rejection)) => Err(rejection),
             Err(_) => Err(Rejection::SessionNotFound),

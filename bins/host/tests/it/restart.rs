@@ -497,3 +497,25 @@ fn in_sync_mode_every_event_a_client_received_survives_a_sigkill_right_after() {
         "everything after the first event, exactly as received"
     );
 }
+
+#[test]
+fn a_delete_is_acknowledged_once_recorded_so_a_sigkill_right_after_it_never_brings_the_session_back()
+ {
+    let dir = TempDir::new("restart-delete");
+    // Batches wait 100 ms for more (the most allowed): an acknowledgement sent before its
+    // record's commit would leave a wide window for the kill below.
+    let linger = ["--set", "ledger.commit_linger_us=100000"];
+    let host = start_with(&dir, 0, &linger);
+    let deleted = initialize(&host.addr);
+    let (status, _, _) = http(
+        &host.addr,
+        "DELETE",
+        &[("Mcp-Session-Id", &deleted), ("MCP-Protocol-Version", "2025-11-25")],
+        "",
+        QUICK,
+    );
+    assert_eq!(status, 204);
+    let host = host.kill_and_restart_with(&dir, &linger);
+    let ping = json!({"jsonrpc":"2.0","id":9,"method":"ping"});
+    assert_eq!(post_json(&host.addr, &deleted, &ping).0, 404, "deleted stays deleted");
+}
