@@ -103,6 +103,11 @@ pub(crate) struct Flags {
     /// Serve no admin API and no /metrics.
     #[arg(long)]
     pub(crate) no_admin: bool,
+    /// Check the ledger and exit, writing nothing: it answers, and this configuration's key
+    /// is the one it records (exit 0), or why not (exit 2). For a Redis ledger before a host
+    /// joins it.
+    #[arg(long)]
+    pub(crate) check: bool,
 }
 
 /// `--ledger`.
@@ -989,7 +994,7 @@ path = \"/var/lib/mcp/l.db\"\ndurability = \"sync\"\n",
             .collect();
         for arg in Flags::command().get_arguments() {
             let Some(long) = arg.get_long() else { continue };
-            if ["config", "set", "help", "version"].contains(&long) {
+            if ["config", "set", "help", "version", "check"].contains(&long) {
                 continue;
             }
             assert!(covered.iter().any(|c| c == long), "--{long} has no file field in FLAG_FIELDS");

@@ -1,5 +1,6 @@
 //! `mcp-host`: config, tracing, supervisor, HTTP server, signals.
 
+mod check;
 mod config;
 mod packs;
 mod signals;
@@ -31,6 +32,9 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
+    if cfg.flags.check {
+        return check::ledger(&cfg.runtime);
+    }
     if std::env::var_os("MCP_HOST_EXIT_WITH_PARENT").is_some() {
         exit_with_parent();
     }
@@ -49,8 +53,7 @@ fn main() -> std::process::ExitCode {
 
 /// Why the host ended with an error.
 enum Failure {
-    /// It refused to start (configuration, port, ledger, key or token file): nothing was
-    /// served. Exit status 2, as for a configuration error.
+    /// It refused to start (config, port, ledger, key or token file): exit status 2.
     Refused(String),
     /// Serving failed. Exit status 1.
     Failed(String),

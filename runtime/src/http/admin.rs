@@ -99,6 +99,8 @@ pub fn status(sup: &Supervisor) -> serde_json::Value {
         "in_flight": gens.iter().map(|g| g.in_flight).sum::<i64>(),
         "streams": sup.stats().streams_live(),
         "ledger": {
+            "backend": sup.config().ledger.backend,
+            "location": ledger_location(&sup.config().ledger),
             "durable": sup.ledger_durable(),
             "key_id": sup.generations().current().settings.key_id,
             "state": writer.state,
@@ -110,6 +112,17 @@ pub fn status(sup: &Supervisor) -> serde_json::Value {
         },
         "stats": sup.stats_snapshot(),
     })
+}
+
+/// Where the ledger is: its file, its server (without the password), or `memory`.
+fn ledger_location(l: &crate::config::LedgerConfig) -> String {
+    match l.backend {
+        crate::config::LedgerBackend::Sqlite => l.path.clone(),
+        crate::config::LedgerBackend::Redis => {
+            format!("{} (prefix {})", crate::ledger::redacted(&l.redis_url), l.redis_prefix)
+        }
+        crate::config::LedgerBackend::Memory => "memory".into(),
+    }
 }
 
 /// Why the process is (not) ready: its phase and its ledger's state.

@@ -170,6 +170,11 @@ pub(crate) fn derive_key(secret: &[u8], purpose: &str) -> [u8; 32] {
     m.finalize().into_bytes().into()
 }
 
+/// The fingerprint a ledger records of the secret it is written with (not secret).
+fn fingerprint_of(secret: &[u8]) -> String {
+    super::codec::hex(&derive_key(secret, "mcp-host key fingerprint v1")[..8])
+}
+
 fn clean_key(run: u64) -> String {
     format!("m/clean/{run}")
 }
@@ -205,8 +210,6 @@ impl Ledger {
         let clock = Clock::start();
         let now = clock.now().0;
         let err = |source| OpenError::Store { path: path.to_owned(), source };
-        let fingerprint_of =
-            |s: &[u8]| super::codec::hex(&derive_key(s, "mcp-host key fingerprint v1")[..8]);
         let fingerprint = fingerprint_of(&secret);
         match store.get(KEY_FINGERPRINT, now).map_err(err)? {
             Some(f) if f == fingerprint.as_bytes() => {}
@@ -347,6 +350,94 @@ impl Ledger {
             LedgerBackend::Sqlite => Ledger::open_sqlite(cfg),
             LedgerBackend::Redis => Ledger::open_redis(cfg),
         }
+    }
+
+    /// Check, without writing anything, that the ledger `cfg.ledger` names can be opened by
+    /// this configuration: the store answers, and the key (the configured one, or the key
+    /// file's) is the one the ledger records (or it records none yet). Returns what was found,
+    /// a line each (for `mcp-host --check`).
+    ///
+    /// # Errors
+    /// [`OpenError`]: the store cannot be reached or opened ([`OpenError::Locked`] for a SQLite
+    /// file another process holds), or [`OpenError::KeyMismatch`].
+    pub fn check(cfg: &RuntimeConfig) -> Result<Vec<String>, OpenError> {
+        let l = &cfg.ledger;
+        let (store, shown): (Arc<dyn Store>, String) = match l.backend {
+            LedgerBackend::Memory => return Ok(vec!["ledger: memory (nothing kept)".into()]),
+            LedgerBackend::Sqlite => {
+                if !Path::new(&l.path).exists() {
+                    return Ok(vec![format!(
+                        "ledger: {} does not exist yet (a first start creates it)",
+                        l.path
+                    )]);
+                }
+                (Ledger::check_sqlite(cfg)?, l.path.clone())
+            }
+            LedgerBackend::Redis => Ledger::check_redis(cfg)?,
+        };
+        let mut found = vec![format!("ledger: {shown} answers")];
+        let now = Clock::start().now().0;
+        let err = |source| OpenError::Store { path: shown.clone(), source };
+        let recorded = store.get(KEY_FINGERPRINT, now).map_err(err)?;
+        let secret = match cfg.cursor_secret() {
+            Some(s) => Some(s),
+            None => read_existing(&l.key_path(), l.allow_insecure_key)?,
+        };
+        let ours = secret.as_deref().map(fingerprint_of);
+        match (recorded, ours) {
+            (None, _) => found
+                .push("key: the ledger records none yet (a first start writes this host's)".into()),
+            (Some(r), Some(o)) if r == o.as_bytes() => {
+                found.push(format!("key: fingerprint {o}, the one the ledger records"))
+            }
+            (Some(r), Some(o)) => {
+                return Err(OpenError::KeyMismatch {
+                    path: shown,
+                    recorded: String::from_utf8_lossy(&r).into_owned(),
+                    ours: o,
+                });
+            }
+            (Some(r), None) => {
+                return Err(OpenError::Key {
+                    path: l.key_path().display().to_string(),
+                    reason: format!(
+                        "no such file, and the ledger records key fingerprint {}: copy the key file of the hosts that wrote it",
+                        String::from_utf8_lossy(&r)
+                    ),
+                });
+            }
+        }
+        if let Some(run) = store.get(RUN_KEY, now).map_err(err)? {
+            found.push(format!("runs: {} so far", String::from_utf8_lossy(&run)));
+        }
+        Ok(found)
+    }
+
+    #[cfg(feature = "sqlite")]
+    fn check_sqlite(cfg: &RuntimeConfig) -> Result<Arc<dyn Store>, OpenError> {
+        Ok(Arc::new(SqliteStore::open(Path::new(&cfg.ledger.path))?))
+    }
+
+    #[cfg(not(feature = "sqlite"))]
+    fn check_sqlite(cfg: &RuntimeConfig) -> Result<Arc<dyn Store>, OpenError> {
+        Err(OpenError::NoSqlite { path: cfg.ledger.path.clone() })
+    }
+
+    #[cfg(feature = "redis")]
+    fn check_redis(cfg: &RuntimeConfig) -> Result<(Arc<dyn Store>, String), OpenError> {
+        let l = &cfg.ledger;
+        let shown = redacted(&l.redis_url);
+        let timeout = Duration::from_millis(l.redis_timeout_ms);
+        let store = super::RedisStore::open(&l.redis_url, &l.redis_prefix, timeout)
+            .map_err(|source| OpenError::Store { path: shown.clone(), source })?;
+        let about =
+            store.about().map_err(|source| OpenError::Store { path: shown.clone(), source })?;
+        Ok((Arc::new(store), format!("{shown} ({about})")))
+    }
+
+    #[cfg(not(feature = "redis"))]
+    fn check_redis(cfg: &RuntimeConfig) -> Result<(Arc<dyn Store>, String), OpenError> {
+        Err(OpenError::NoRedis { url: redacted(&cfg.ledger.redis_url) })
     }
 
     /// The secret (the configured one, or the key file's, created if missing) and the

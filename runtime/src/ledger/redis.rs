@@ -286,6 +286,31 @@ impl RedisStore {
         Ok(store)
     }
 
+    /// What a check reports of the server and the ledger's lease: `redis <version>, prefix
+    /// <prefix>, lease held by <holder>` (or `no lease held`).
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`].
+    pub fn about(&self) -> Result<String, StoreError> {
+        let (info, holder): (String, Option<String>) = self.with_conn(|c| {
+            redis::pipe()
+                .cmd("INFO")
+                .arg("server")
+                .cmd("GET")
+                .arg(format!("{}m:holder", self.prefix))
+                .query(c)
+        })?;
+        let version = info
+            .lines()
+            .find_map(|l| l.strip_prefix("redis_version:"))
+            .unwrap_or("of an unknown version")
+            .trim()
+            .to_owned();
+        let lease =
+            holder.map_or_else(|| "no lease held".to_owned(), |h| format!("lease held by {h}"));
+        Ok(format!("redis {version}, prefix {}, {lease}", self.prefix))
+    }
+
     /// Take the ledger's one lease as `holder` (`host:pid`), waiting at most `ttl` plus a
     /// second for a lapsed holder's lease to expire, and keep it renewed (every `ttl` / 3, on
     /// a thread of its own) until this store is dropped (then it is released). From now on a

@@ -274,3 +274,16 @@ fn sigterm_on_an_idle_host_leaves_a_clean_stop_mark_and_closes_the_ledger_despit
         .unwrap();
     assert_eq!(marks, ["m/clean/1"], "the next start sees the run as clean");
 }
+
+#[test]
+fn check_writes_no_ledger_file_and_refuses_a_ledger_another_host_holds() {
+    let dir = TempDir::new("check-sqlite");
+    let ledger = ledger_path(&dir);
+    let (code, stderr) = run_to_exit(&["--check", "--ledger-path", &ledger]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(names(dir.path()).is_empty(), "nothing written: {:?}", names(dir.path()));
+    let host = common::start(&dir, 0);
+    let (code, stderr) = run_to_exit(&["--check", "--ledger-path", &ledger]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains(&format!("pid {}", host.process.pid())), "{stderr}");
+}

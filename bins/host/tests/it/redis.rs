@@ -173,6 +173,23 @@ fn a_redis_that_goes_away_fails_the_host_closed_and_the_host_heals_when_redis_is
         ],
     );
     let sid = initialize(&host.addr);
+    // The admin status names the backend and the server, never its password.
+    let admin = host.process.admin_url(std::time::Duration::from_secs(20)).expect("the admin line");
+    let admin = admin.trim_start_matches("http://");
+    let token = std::fs::read_to_string(dir.path().join("mcp-host.admin-token")).unwrap();
+    let bearer = format!("Bearer {}", token.trim());
+    let (status, _, body) = common::http_at(
+        admin,
+        "GET",
+        "/admin/status",
+        &[("Authorization", &bearer)],
+        "",
+        common::QUICK,
+    );
+    assert_eq!(status, 200);
+    let status: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(status["ledger"]["backend"], "redis");
+    assert_eq!(status["ledger"]["location"], format!("{url} (prefix mcp:)"));
     let ready = |addr: &str| common::http_at(addr, "GET", "/readyz", &[], "", common::QUICK).0;
     assert_eq!(ready(&host.addr), 200);
     drop(server);
@@ -191,4 +208,56 @@ fn a_redis_that_goes_away_fails_the_host_closed_and_the_host_heals_when_redis_is
     wait_until("the host is ready again", || ready(&host.addr) == 200);
     assert_eq!(initialize_status(&host.addr).0, 200, "new sessions again");
     drop(again);
+}
+
+/// `mcp-host --check` with `args`: its exit code and stdout + stderr.
+fn check(args: &[&str]) -> (Option<i32>, String) {
+    let bin =
+        std::env::var("MCP_HOST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_mcp-host").to_owned());
+    let out = std::process::Command::new(bin)
+        .arg("--check")
+        .args(args)
+        .env(mcp_devtools::LOG_ENV, "warn")
+        .output()
+        .expect("run mcp-host --check");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code(), text)
+}
+
+#[test]
+fn check_reports_a_shared_redis_ledger_its_lease_holder_and_a_key_that_differs_writing_nothing() {
+    let server = redis();
+    let url = server.url();
+    let dir = TempDir::new("redis-check");
+    let ledger = dir.path().join("mcp-host.db").display().to_string();
+    let args =
+        |l: &str| ["--ledger-path".to_owned(), l.to_owned(), "--ledger".to_owned(), url.clone()];
+    // Before any host: the server answers, no key recorded yet, and the check made no key file.
+    let a = args(&ledger);
+    let (code, text) = check(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("answers") && text.contains(", prefix mcp:"), "{text}");
+    assert!(text.contains("records none yet") && text.contains("no lease held"), "{text}");
+    assert!(!dir.path().join("mcp-host.db.key").exists(), "the check writes nothing");
+    // With a host serving: its key matches, and the check names the lease holder's pid.
+    let host = common::start_with(&dir, 0, &["--ledger", &url]);
+    let (code, text) = check(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("the one the ledger records"), "{text}");
+    assert!(text.contains(&format!(":{}:", host.process.pid())), "names the holder: {text}");
+    // Another directory's key: exit 2 naming both fingerprints.
+    let other = TempDir::new("redis-check-other");
+    std::fs::write(other.path().join("mcp-host.db.key"), format!("{}\n", "ab".repeat(32))).unwrap();
+    set_owner_only(&other.path().join("mcp-host.db.key"));
+    let ledger = other.path().join("mcp-host.db").display().to_string();
+    let b = args(&ledger);
+    let (code, text) = check(&b.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("written with another key"), "{text}");
+}
+
+fn set_owner_only(path: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
 }
