@@ -71,9 +71,13 @@ if ! command -v redis-server >/dev/null; then
     printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
     no_service=1
   fi
-  apt-get install -y -qq --no-install-recommends redis-server >/dev/null 2>&1 ||
-    { apt-get update -qq && apt-get install -y -qq --no-install-recommends redis-server >/dev/null; }
+  installed=0
+  { apt-get install -y -qq --no-install-recommends redis-server >/dev/null 2>&1 ||
+    { apt-get update -qq && apt-get install -y -qq --no-install-recommends redis-server >/dev/null; }; } &&
+    installed=1
+  # Removed whether or not the install worked (services stay startable on this machine).
   [ -n "$no_service" ] && rm -f /usr/sbin/policy-rc.d
+  [ "$installed" -eq 1 ] || { echo "test.sh: FAILED: cannot install redis-server" >&2; exit 1; }
   # A distribution whose package started the service anyway: stop it (the tests use their own).
   if pgrep -x redis-server >/dev/null; then service redis-server stop >/dev/null 2>&1 || true; fi
 fi

@@ -115,14 +115,26 @@ impl LockFile {
             .truncate(false)
             .open(path)
             .map_err(LockError::Io)?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                let mut text = String::new();
-                let _ = (&file).take(64).read_to_string(&mut text);
-                return Err(LockError::Held { holder_pid: text.trim().parse().ok() });
+        // A lock this process released may stay held for a moment by a child another thread
+        // is spawning: the child shares the descriptor from its fork until its exec closes it.
+        // So a lock whose holder is this very process is tried again, for at most a second.
+        let mut tries = 0;
+        loop {
+            match file.try_lock() {
+                Ok(()) => break,
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    let mut text = String::new();
+                    let _ = file.rewind();
+                    let _ = (&file).take(64).read_to_string(&mut text);
+                    let holder_pid = text.trim().parse().ok();
+                    tries += 1;
+                    if holder_pid != Some(std::process::id()) || tries > 50 {
+                        return Err(LockError::Held { holder_pid });
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(LockError::Io(e)),
             }
-            Err(std::fs::TryLockError::Error(e)) => return Err(LockError::Io(e)),
         }
         // Only the holder writes: the pid a refused process reads is its holder's.
         let wrote = file

@@ -539,17 +539,23 @@ fn host_name() -> String {
         .unwrap_or_else(|| "host".into())
 }
 
-/// `url` without its password (`redis://user:***@host:port/db`), for messages and logs.
+/// `url` without its password (`redis://user:***@host:port/db`) and without its query (where
+/// a `pass=` may sit), for messages, logs and `/admin/status`. The user info ends at the last
+/// `@` of the authority (a password may hold an `@`).
 #[must_use]
 pub fn redacted(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
-    match rest.split_once('@') {
-        Some((auth, host)) => {
-            let user = auth.split_once(':').map_or(auth, |(u, _)| u);
-            format!("{scheme}://{user}:***@{host}")
-        }
-        None => url.to_owned(),
-    }
+    let Some((scheme, rest)) = url.split_once("://") else { return "(not a URL)".to_owned() };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(end);
+    let path = path.split(['?', '#']).next().unwrap_or_default();
+    let authority = match authority.rsplit_once('@') {
+        Some((user_info, host)) => match user_info.split_once(':') {
+            Some((user, _)) => format!("{user}:***@{host}"),
+            None => format!("{user_info}@{host}"),
+        },
+        None => authority.to_owned(),
+    };
+    format!("{scheme}://{authority}{path}")
 }
 
 /// Read the secret from `path` (hex, first line), or create it there with 32 random bytes,
@@ -743,5 +749,17 @@ mod tests {
         drop(second);
         let third = Ledger::open(&cfg).unwrap();
         assert!(third.run_complete(2) && !third.run_complete(1));
+    }
+
+    #[test]
+    fn a_redis_url_is_shown_without_its_password_or_query() {
+        assert_eq!(redacted("redis://127.0.0.1:6379/0"), "redis://127.0.0.1:6379/0");
+        assert_eq!(redacted("redis://u:secret@h:1/2"), "redis://u:***@h:1/2");
+        assert_eq!(redacted("redis://u:p@ss@h:1/2"), "redis://u:***@h:1/2", "an @ in the password");
+        assert_eq!(redacted("redis://:secret@h"), "redis://:***@h");
+        assert_eq!(redacted("redis://user@h/0"), "redis://user@h/0", "no password, none added");
+        assert_eq!(redacted("unix:///run/r.sock?db=1&pass=secret"), "unix:///run/r.sock");
+        assert_eq!(redacted("redis://h/0?pass=secret#x"), "redis://h/0");
+        assert_eq!(redacted("secret"), "(not a URL)");
     }
 }

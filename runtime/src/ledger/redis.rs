@@ -134,13 +134,16 @@ return 1
 ";
 
 /// Deletes what expired for the ledger's clock: `ARGV[1]` the prefix, `ARGV[2]` now (ms),
-/// `ARGV[3]` the most to delete, then candidate names (`d:k`, `el:l`, `ei:i` without the
+/// `ARGV[3]` the most to delete, `ARGV[4]` the lease token (empty: none), then candidate names (`d:k`, `el:l`, `ei:i` without the
 /// prefix). Each is checked and deleted in the script, so a record another node renewed in
 /// between is never deleted. Returns how many were.
 const SWEEP: &str = r"
 local p, now, left = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+if ARGV[4] ~= '' and redis.call('GET', p .. 'm:holder') ~= ARGV[4] then
+  return redis.error_reply('FENCED this host no longer holds the ledger lease')
+end
 local removed = 0
-for i = 4, #ARGV do
+for i = 5, #ARGV do
   if removed >= left then break end
   local name = ARGV[i]
   local kind, rest = string.match(name, '^(%a+):(.*)$')
@@ -164,6 +167,10 @@ return removed
 /// Keys one sweep looks at, at most (besides the `limit` it deletes).
 const SWEEP_SCAN_MAX: usize = 20_000;
 
+/// `SCAN` calls one sweep makes, at most (a Redis shared with other keys: the pattern may
+/// match few of the keys each call walks).
+const SWEEP_SCANS_MAX: usize = 64;
+
 /// The Redis store.
 pub struct RedisStore {
     client: redis::Client,
@@ -186,17 +193,33 @@ struct Lease {
     renewer: Option<std::thread::JoinHandle<()>>,
 }
 
-/// Renews the lease if `ARGV[2]` holds it (1), takes it again if it lapsed (2), else 0.
+/// Renews the lease if `ARGV[2]` holds it (1); takes it again if it lapsed and no other
+/// holder took it since (`m:last`, the last token that took it, is still ours, or is gone
+/// with a Redis that lost its data) (2); else 0:
+/// another host took the ledger, and this store stays fenced for good (its queued batches
+/// must never land over what the other wrote).
 const RENEW: &str = r"
-local k = ARGV[1] .. 'm:holder'
+local k, l = ARGV[1] .. 'm:holder', ARGV[1] .. 'm:last'
 local cur = redis.call('GET', k)
 if cur == ARGV[2] then
   redis.call('PEXPIRE', k, ARGV[3])
   return 1
 end
-if not cur then
+local last = redis.call('GET', l)
+if not cur and (last == ARGV[2] or not last) then
   redis.call('SET', k, ARGV[2], 'PX', ARGV[3])
+  redis.call('SET', l, ARGV[2])
   return 2
+end
+return 0
+";
+
+/// Takes the lease when nobody holds it, and records the taker as the last (`m:last`, kept
+/// without expiry): 1, else 0.
+const TAKE: &str = r"
+if redis.call('SET', ARGV[1] .. 'm:holder', ARGV[2], 'NX', 'PX', ARGV[3]) then
+  redis.call('SET', ARGV[1] .. 'm:last', ARGV[2])
+  return 1
 end
 return 0
 ";
@@ -271,6 +294,11 @@ impl RedisStore {
     /// # Errors
     /// [`StoreError::Backend`]: a malformed URL, or a server that does not answer.
     pub fn open(url: &str, prefix: &str, timeout: Duration) -> Result<RedisStore, StoreError> {
+        if prefix.is_empty() || !prefix.ends_with(':') {
+            return Err(StoreError::Backend(format!(
+                "redis: the key prefix {prefix:?} must be non-empty and end with ':' (one per deployment; none may begin another)"
+            )));
+        }
         let client = redis::Client::open(url).map_err(|e| backend(&e))?;
         let store = RedisStore {
             client,
@@ -282,7 +310,14 @@ impl RedisStore {
             timeout,
             lease: Mutex::new(None),
         };
-        store.with_conn(|c| redis::cmd("PING").query::<String>(c))?;
+        let info: String = store.with_conn(|c| redis::cmd("INFO").arg("server").query(c))?;
+        let version = redis_version(&info);
+        // PEXPIRETIME and the expiry options of PEXPIREAT the scripts use came with 7.0.
+        if version.split('.').next().and_then(|m| m.parse::<u32>().ok()).is_none_or(|m| m < 7) {
+            return Err(StoreError::Backend(format!(
+                "redis: the server is redis {version}; the ledger needs 7.0 or later"
+            )));
+        }
         Ok(store)
     }
 
@@ -300,12 +335,7 @@ impl RedisStore {
                 .arg(format!("{}m:holder", self.prefix))
                 .query(c)
         })?;
-        let version = info
-            .lines()
-            .find_map(|l| l.strip_prefix("redis_version:"))
-            .unwrap_or("of an unknown version")
-            .trim()
-            .to_owned();
+        let version = redis_version(&info);
         let lease =
             holder.map_or_else(|| "no lease held".to_owned(), |h| format!("lease held by {h}"));
         Ok(format!("redis {version}, prefix {}, {lease}", self.prefix))
@@ -314,9 +344,10 @@ impl RedisStore {
     /// Take the ledger's one lease as `holder` (`host:pid`), waiting at most `ttl` plus a
     /// second for a lapsed holder's lease to expire, and keep it renewed (every `ttl` / 3, on
     /// a thread of its own) until this store is dropped (then it is released). From now on a
-    /// batch is applied only while this store holds the lease: one that lost it (paused past
-    /// `ttl`, or cut off from Redis while another host took it) is refused, and it takes the
-    /// lease back by itself once it lapses again.
+    /// batch is applied only while this store holds the lease. One that let it lapse takes it
+    /// back if no other holder took it meanwhile; one whose lease another holder took (it was
+    /// paused past `ttl`, or cut off from Redis) stays refused for good: what it still holds
+    /// must never land over what the other wrote.
     ///
     /// # Errors
     /// [`LeaseError::Held`] when another holder kept it; [`LeaseError::Store`].
@@ -327,11 +358,11 @@ impl RedisStore {
         let key = format!("{}m:holder", self.prefix);
         // Tries every 100 ms for the lease's length and a second more.
         let tries = (ttl_ms + 1_000).div_ceil(100);
+        let take = redis::Script::new(TAKE);
         for attempt in 1.. {
-            let took: Option<String> = self.with_conn(|c| {
-                redis::cmd("SET").arg(&key).arg(&*token).arg("NX").arg("PX").arg(ttl_ms).query(c)
-            })?;
-            if took.is_some() {
+            let took: i64 =
+                self.with_conn(|c| take.arg(&self.prefix).arg(&*token).arg(ttl_ms).invoke(c))?;
+            if took == 1 {
                 break;
             }
             if attempt >= tries {
@@ -355,7 +386,9 @@ impl RedisStore {
         ttl_ms: u64,
         stopped: std::sync::mpsc::Receiver<()>,
     ) -> Result<std::thread::JoinHandle<()>, StoreError> {
-        let (client, prefix, timeout) = (self.client.clone(), self.prefix.clone(), self.timeout);
+        let (client, prefix) = (self.client.clone(), self.prefix.clone());
+        // A renewal that waits longer than a third of the lease could let it lapse.
+        let timeout = self.timeout.min(Duration::from_millis((ttl_ms / 3).max(50)));
         let renew = redis::Script::new(RENEW);
         std::thread::Builder::new()
             .name("ledger-lease".into())
@@ -378,7 +411,7 @@ impl RedisStore {
                         Ok(0) if held => {
                             held = false;
                             tracing::error!(
-                                "ledger: another host took the Redis ledger's lease: this one's writes are refused until it lapses"
+                                "ledger: another host took the Redis ledger's lease: this host's writes are refused from now on (restart it to take the ledger again)"
                             );
                         }
                         Ok(2) => {
@@ -450,6 +483,13 @@ impl RedisStore {
         #[expect(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "see above")]
         Ok(members.into_iter().map(|(m, s)| (m, s as u64)).collect())
     }
+}
+
+/// The `redis_version` of an `INFO server` reply (`unknown` without one).
+fn redis_version(info: &str) -> String {
+    info.lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .map_or_else(|| "unknown".to_owned(), |v| v.trim().to_owned())
 }
 
 /// `s` with the glob characters of `SCAN MATCH` escaped.
@@ -628,8 +668,10 @@ impl Store for RedisStore {
         let pattern = format!("{}*", glob_escape(&self.prefix));
         let mut removed = 0;
         let mut looked = 0;
+        let mut scans = 0;
         let mut cursor = *self.sweep_cursor.lock();
         loop {
+            scans += 1;
             let (next, keys): (u64, Vec<String>) = self.with_conn(|c| {
                 redis::cmd("SCAN")
                     .arg(cursor)
@@ -646,12 +688,21 @@ impl Store for RedisStore {
                 .filter(|n| n.starts_with("d:") || n.starts_with("el:") || n.starts_with("ei:"))
                 .collect();
             if !names.is_empty() {
+                let token = self.lease.lock().as_ref().map(|l| std::sync::Arc::clone(&l.token));
                 let mut inv = self.sweep.prepare_invoke();
-                inv.arg(&self.prefix).arg(now_ms).arg(limit - removed).arg(&names);
+                inv.arg(&self.prefix)
+                    .arg(now_ms)
+                    .arg(limit - removed)
+                    .arg(token.as_deref().unwrap_or(""))
+                    .arg(&names);
                 removed += self.with_conn(|c| inv.invoke::<usize>(c))?;
             }
             cursor = next;
-            if cursor == 0 || removed >= limit || looked >= SWEEP_SCAN_MAX {
+            if cursor == 0
+                || removed >= limit
+                || looked >= SWEEP_SCAN_MAX
+                || scans >= SWEEP_SCANS_MAX
+            {
                 break;
             }
         }
@@ -735,44 +786,84 @@ mod tests {
         drop(again);
     }
 
-    #[test]
-    fn a_store_that_lost_its_lease_is_fenced_and_takes_the_lease_back_once_it_lapses() {
-        let server = mcp_devtools::RedisServer::start().unwrap();
-        let put = |v: &'static [u8]| Op::Put {
+    fn put(v: &'static [u8]) -> Op {
+        Op::Put {
             key: "k".into(),
             value: Bytes::from_static(v),
             expires_ms: physical(0) + 3_600_000,
-        };
-        let ttl = Duration::from_millis(600);
+        }
+    }
+
+    fn fenced(r: &Result<(), StoreError>) -> bool {
+        matches!(r, Err(StoreError::Backend(m)) if m.contains("FENCED"))
+    }
+
+    #[test]
+    fn a_store_whose_lease_another_host_took_stays_fenced_even_after_that_host_is_gone() {
+        let server = mcp_devtools::RedisServer::start().unwrap();
         let a = store(&server, "lease:");
-        a.take_lease("a", ttl).unwrap();
+        a.take_lease("a", Duration::from_millis(600)).unwrap();
         a.apply(&[put(b"a1")]).unwrap();
-        // `a` is paused past its lease and another host takes the ledger.
+        // `a` was paused past its lease and host `b` took the ledger (as take_lease does).
         let mut c = a.connect().unwrap();
+        redis::pipe()
+            .cmd("SET")
+            .arg("lease:m:holder")
+            .arg("b:token")
+            .arg("PX")
+            .arg(600)
+            .cmd("SET")
+            .arg("lease:m:last")
+            .arg("b:token")
+            .query::<()>(&mut c)
+            .unwrap();
+        let r = a.apply(&[put(b"a2")]);
+        assert!(fenced(&r), "{r:?}");
+        assert!(fenced(&a.sweep(u64::MAX, 10).map(|_| ())), "a sweep is fenced too");
+        // `b` is gone and its lease lapses: `a` never takes it back by itself (what it still
+        // holds must not land over what `b` wrote), however long it waits.
         redis::cmd("DEL").arg("lease:m:holder").query::<i64>(&mut c).unwrap();
-        let b = store(&server, "lease:");
-        b.take_lease("b", ttl).unwrap();
-        let refused = a.apply(&[put(b"a2")]);
-        assert!(
-            matches!(&refused, Err(StoreError::Backend(m)) if m.contains("FENCED")),
-            "{refused:?}"
-        );
-        b.apply(&[put(b"b1")]).unwrap();
-        assert_eq!(a.get("k", 0).unwrap().as_deref(), Some(&b"b1"[..]), "a's write never landed");
-        // `b` stops (its lease released): `a` takes the lease back by itself and writes again.
-        drop(b);
+        std::thread::sleep(Duration::from_millis(1_000));
+        let r = a.apply(&[put(b"a3")]);
+        assert!(fenced(&r), "{r:?}");
+        assert_eq!(a.get("k", 0).unwrap().as_deref(), Some(&b"a1"[..]), "nothing of a landed");
+        // A host started again takes the ledger.
+        let again = store(&server, "lease:");
+        again.take_lease("a-restarted", Duration::from_millis(600)).unwrap();
+        again.apply(&[put(b"new")]).unwrap();
+    }
+
+    #[test]
+    fn a_store_whose_lease_lapsed_while_nobody_took_it_takes_it_back() {
+        let server = mcp_devtools::RedisServer::start().unwrap();
+        let a = store(&server, "lapse:");
+        a.take_lease("a", Duration::from_millis(600)).unwrap();
+        let mut c = a.connect().unwrap();
+        // Paused past its lease, but no other host came: the key lapsed.
+        redis::cmd("DEL").arg("lapse:m:holder").query::<i64>(&mut c).unwrap();
         let healed = (0..100).any(|_| {
             std::thread::sleep(Duration::from_millis(50));
-            a.apply(&[put(b"a3")]).is_ok()
+            a.apply(&[put(b"a2")]).is_ok()
         });
         assert!(healed, "the lease came back within 5 s");
-        assert_eq!(a.get("k", 0).unwrap().as_deref(), Some(&b"a3"[..]));
+        let holder: String = redis::cmd("GET").arg("lapse:m:holder").query(&mut c).unwrap();
+        assert!(holder.starts_with("a:"), "{holder}");
+    }
+
+    #[test]
+    fn a_prefix_that_could_begin_another_or_an_old_server_is_refused() {
+        let server = mcp_devtools::RedisServer::start().unwrap();
+        for bad in ["", "mcp"] {
+            let r = RedisStore::open(&server.url(), bad, Duration::from_secs(5));
+            assert!(matches!(&r, Err(StoreError::Backend(m)) if m.contains("prefix")), "{bad:?}");
+        }
+        assert_eq!(redis_version("# Server\r\nredis_version:7.0.15\r\nredis_mode:x"), "7.0.15");
     }
 
     #[test]
     fn a_second_store_is_refused_the_lease_while_the_first_renews_it_and_gets_it_once_released() {
         let server = mcp_devtools::RedisServer::start().unwrap();
-        let ttl = Duration::from_millis(300);
+        let ttl = Duration::from_millis(1_000);
         let a = store(&server, "two:");
         a.take_lease("host-a:1", ttl).unwrap();
         let b = store(&server, "two:");
