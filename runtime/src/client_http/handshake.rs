@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::retry::status_error;
 use super::state::McpClient;
-use super::types::{ClientConfig, ClientError};
+use super::types::{ClientConfig, ClientError, is_sse};
 use super::wire::next_chunk;
 use crate::client::accept::Binding;
 use crate::client::journal::Journal;
@@ -78,10 +78,7 @@ impl<J: Journal> McpClient<J> {
     /// Read a JSON or single-event SSE response carrying one result (used for `initialize`).
     async fn read_single(resp: &mut awc::ClientResponse) -> Result<Value, ClientError> {
         let status = resp.status().as_u16();
-        let sse = resp
-            .headers()
-            .get("content-type")
-            .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+        let sse = is_sse(resp.headers());
         let mut buf = Vec::new();
         let mut dec = Decoder::new();
         while let Some(chunk) = next_chunk(resp).await {

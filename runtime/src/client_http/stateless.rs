@@ -22,7 +22,7 @@ use serde_json::{Map, Value, json};
 
 use super::retry::{Reissue, status_error};
 use super::state::{McpClient, ModernState};
-use super::types::{ClientConfig, ClientError, Failure};
+use super::types::{ClientConfig, ClientError, Failure, is_sse};
 use super::wire::next_chunk;
 use crate::client::journal::Journal;
 use crate::client::stateless::{self as rules, Discovered, Round};
@@ -93,10 +93,7 @@ impl<J: Journal> McpClient<J> {
             .await
             .map_err(|e| ClientError::Transport(e.to_string()))?;
         let status = resp.status().as_u16();
-        let sse = resp
-            .headers()
-            .get("content-type")
-            .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+        let sse = is_sse(resp.headers());
         let bytes = if sse {
             Self::read_single_event(&mut resp).await?
         } else {
@@ -422,10 +419,7 @@ impl<J: Journal> McpClient<J> {
             () = cancel.cancelled() => return Err(Failure::Final(ClientError::Cancelled)),
         };
         let status = resp.status().as_u16();
-        let sse = resp
-            .headers()
-            .get("content-type")
-            .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+        let sse = is_sse(resp.headers());
         if status == 200 && sse {
             self.inner.borrow_mut().stats.streams += 1;
             // Dropping the stream on cancel is the cancellation.

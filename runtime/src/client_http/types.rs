@@ -219,6 +219,11 @@ pub(super) enum Posted {
     Gone,
 }
 
+/// Whether a reply with these headers is an SSE stream.
+pub(super) fn is_sse(headers: &awc::http::header::HeaderMap) -> bool {
+    headers.get("content-type").is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

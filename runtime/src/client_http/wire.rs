@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::retry::status_error;
 use super::state::McpClient;
-use super::types::{ClientConfig, ClientError, Failure, Posted};
+use super::types::{ClientConfig, ClientError, Failure, Posted, is_sse};
 use crate::client::journal::Journal;
 use crate::proto::ids::JsonRpcId;
 use crate::proto::jsonrpc::{ErrorObject, Incoming, Message, parse_body};
@@ -61,10 +61,7 @@ impl<J: Journal> McpClient<J> {
         .await
         .map_err(|e| ClientError::Transport(e.to_string()))?;
         let status = resp.status().as_u16();
-        let sse = resp
-            .headers()
-            .get("content-type")
-            .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+        let sse = is_sse(resp.headers());
         match status {
             202 => Ok(Posted::Accepted),
             404 => Ok(Posted::Gone),

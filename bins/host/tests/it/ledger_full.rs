@@ -64,25 +64,6 @@ fn ledger_state(addr: &str, token: &str) -> Value {
     serde_json::from_str::<Value>(&body).unwrap()["ledger"].clone()
 }
 
-/// Wait (bounded: `limit`, counted in 50 ms pauses) until `cond` holds.
-fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
-    let pause = Duration::from_millis(50);
-    for _ in 0..limit.as_millis() / pause.as_millis() {
-        if cond() {
-            return;
-        }
-        std::thread::sleep(pause);
-    }
-    panic!("never happened within {limit:?}: {what}");
-}
-
-fn initialize_status(addr: &str) -> (u16, String, Value) {
-    let init = json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"full-disk","version":"1"}}});
-    let (status, head, body) =
-        http(addr, "POST", &[("Accept", "application/json")], &init.to_string(), QUICK);
-    (status, head, serde_json::from_slice(&body).unwrap_or(Value::Null))
-}
-
 #[test]
 fn a_full_disk_fails_closed_with_503_naming_the_ledger_keeps_reads_and_heals_when_space_returns() {
     let dir = TempDir::new("ledger-full");

@@ -2,10 +2,28 @@
 //! test's own: what the SQLite ledger survives, the Redis one does too, and a host whose key
 //! differs from the one the shared ledger records refuses to start.
 
+use std::time::Duration;
+
 use serde_json::json;
 
 use crate::common::{self, initialize, post_json};
 use mcp_devtools::{RedisServer, TempDir};
+
+/// A host on `url` with its ledger files (key) in `dir`, expected to refuse to start: its
+/// exit code and stderr.
+fn refused_on(dir: &TempDir, url: &str) -> (Option<i32>, String) {
+    let ledger = dir.path().join("mcp-host.db").display().to_string();
+    crate::ledger_files::run_to_exit(&[
+        "--port",
+        "0",
+        "--admin-port",
+        "0",
+        "--ledger-path",
+        &ledger,
+        "--ledger",
+        url,
+    ])
+}
 
 fn redis() -> RedisServer {
     RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)")
@@ -57,17 +75,7 @@ fn a_second_host_on_a_redis_ledger_is_refused_while_the_first_holds_its_lease() 
     let dir = TempDir::new("redis-second");
     let first = common::start_with(&dir, 0, &["--ledger", &url]);
     let sid = initialize(&first.addr);
-    let ledger = dir.path().join("mcp-host.db").display().to_string();
-    let (code, stderr) = crate::ledger_files::run_to_exit(&[
-        "--port",
-        "0",
-        "--admin-port",
-        "0",
-        "--ledger-path",
-        &ledger,
-        "--ledger",
-        &url,
-    ]);
+    let (code, stderr) = refused_on(&dir, &url);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(
         stderr.contains("in use by another mcp-host")
@@ -92,17 +100,7 @@ fn a_host_whose_key_differs_from_the_one_redis_records_refuses_to_start_naming_b
     );
     // Another directory: another key file, made fresh by the second host.
     let other = TempDir::new("redis-key-b");
-    let ledger = other.path().join("mcp-host.db").display().to_string();
-    let (code, stderr) = crate::ledger_files::run_to_exit(&[
-        "--port",
-        "0",
-        "--admin-port",
-        "0",
-        "--ledger-path",
-        &ledger,
-        "--ledger",
-        &url,
-    ]);
+    let (code, stderr) = refused_on(&other, &url);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("written with another key"), "{stderr}");
     let fingerprints: Vec<&str> =
@@ -116,43 +114,10 @@ fn a_redis_that_does_not_answer_is_refused_at_start_without_its_password() {
     // A port nobody listens on.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let url = format!("redis://mcp:s3cret@127.0.0.1:{port}/0");
-    let ledger = dir.path().join("mcp-host.db").display().to_string();
-    let (code, stderr) = crate::ledger_files::run_to_exit(&[
-        "--port",
-        "0",
-        "--admin-port",
-        "0",
-        "--ledger-path",
-        &ledger,
-        "--ledger",
-        &url,
-    ]);
+    let (code, stderr) = refused_on(&dir, &url);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains(&format!("127.0.0.1:{port}")), "names the server: {stderr}");
     assert!(!stderr.contains("s3cret"), "never its password: {stderr}");
-}
-
-fn initialize_status(addr: &str) -> (u16, serde_json::Value) {
-    let init = json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"redis-gone","version":"1"}}});
-    let (status, _, body) = common::http(
-        addr,
-        "POST",
-        &[("Accept", "application/json")],
-        &init.to_string(),
-        common::QUICK,
-    );
-    (status, serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null))
-}
-
-/// Wait (bounded: 20 s, in 50 ms pauses) until `cond` holds.
-fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    for _ in 0..400 {
-        if cond() {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    panic!("never happened within 20 s: {what}");
 }
 
 #[test]
@@ -195,8 +160,8 @@ fn a_redis_that_goes_away_fails_the_host_closed_and_the_host_heals_when_redis_is
     drop(server);
     // New sessions need a record: refused with 503 naming the ledger once the writer knows;
     // not ready meanwhile; a read that needs nothing new (a ping of a live session) goes on.
-    wait_until("a new session is refused", || {
-        let (status, body) = initialize_status(&host.addr);
+    common::wait_until("a new session is refused", Duration::from_secs(20), || {
+        let (status, _, body) = common::initialize_status(&host.addr);
         assert!(status == 200 || status == 503, "{status}");
         status == 503 && body["error"]["message"].as_str().is_some_and(|m| m.contains("ledger"))
     });
@@ -205,8 +170,10 @@ fn a_redis_that_goes_away_fails_the_host_closed_and_the_host_heals_when_redis_is
     assert_eq!(post_json(&host.addr, &sid, &ping).0, 200, "the live session is served");
     // Redis is back (empty: the test's server keeps nothing): the host heals by itself.
     let again = RedisServer::start_on(port).expect("redis-server again on its port");
-    wait_until("the host is ready again", || ready(&host.addr) == 200);
-    assert_eq!(initialize_status(&host.addr).0, 200, "new sessions again");
+    common::wait_until("the host is ready again", Duration::from_secs(20), || {
+        ready(&host.addr) == 200
+    });
+    assert_eq!(common::initialize_status(&host.addr).0, 200, "new sessions again");
     drop(again);
 }
 

@@ -64,16 +64,6 @@ fn call_sse(addr: &str, sid: &str, body: &Value, read_for: Duration) -> (u16, St
     (status, head, String::from_utf8_lossy(&b).into_owned())
 }
 
-fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    for _ in 0..500 {
-        if cond() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("timed out waiting until {what}");
-}
-
 #[test]
 fn sigterm_drains_in_phase_order_finishes_in_flight_calls_ends_streams_with_retry_and_exits_0() {
     let dir = TempDir::new("sigterm-drain");
@@ -116,7 +106,9 @@ fn sigterm_drains_in_phase_order_finishes_in_flight_calls_ends_streams_with_retr
             Duration::from_secs(20),
         )
     });
-    wait_until("both calls are in flight", || status_of(&admin_addr, &token)["in_flight"] == 2);
+    wait_until("both calls are in flight", Duration::from_secs(10), || {
+        status_of(&admin_addr, &token)["in_flight"] == 2
+    });
 
     assert!(
         Command::new("kill")
@@ -125,7 +117,7 @@ fn sigterm_drains_in_phase_order_finishes_in_flight_calls_ends_streams_with_retr
             .unwrap()
             .success()
     );
-    wait_until("the admin status says draining", || {
+    wait_until("the admin status says draining", Duration::from_secs(10), || {
         status_of(&admin_addr, &token)["phase"] == "draining"
     });
     let (status, head, _) = call_sse(&addr, &sid, &call(5, "echo", json!({"text": "late"})), QUICK);

@@ -326,3 +326,23 @@ pub(crate) fn modern_call_as(
     let r = modern_as(addr, token, id, "tools/call", json!({"name": tool, "arguments": args}));
     r.get("result").cloned().unwrap_or_else(|| panic!("{tool}: {r}"))
 }
+
+/// Wait (bounded: `limit`, in 20 ms pauses) until `cond` holds; panics naming `what` else.
+pub(crate) fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let pause = Duration::from_millis(20);
+    for _ in 0..limit.as_millis() / pause.as_millis() {
+        if cond() {
+            return;
+        }
+        std::thread::sleep(pause);
+    }
+    panic!("never happened within {limit:?}: {what}");
+}
+
+/// A legacy `initialize` whatever its answer: (status, head, body as JSON or null).
+pub(crate) fn initialize_status(addr: &str) -> (u16, String, Value) {
+    let init = json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"host-test","version":"1"}}});
+    let (status, head, body) =
+        http(addr, "POST", &[("Accept", "application/json")], &init.to_string(), QUICK);
+    (status, head, serde_json::from_slice(&body).unwrap_or(Value::Null))
+}
