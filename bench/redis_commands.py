@@ -6,11 +6,12 @@ call without a key).
 Starts its own redis-server (a free loopback port, a temporary directory, nothing persisted)
 and one mcp-host on it (`--ledger redis://…`, one worker, the `echo` and `ledger` packs), then
 for each kind of call sends N of them one after the other and reads `INFO commandstats` before
-and after: commands per call by command name, . Redis counts the commands a script runs as well
-(`INFO commandstats` does not tell them apart): each `evalsha` is one round trip (a whole
-batch), and the `get`, `set`, `xadd`… beside it are mostly what the scripts ran; a call that
-shows no command at all made no round trip. The host's own background traffic (the lease's renewal every 1.7 s, sweeps) is
-measured in an idle window of the same length and taken off.
+and after: commands per call by command name. Redis counts the commands a script runs with the
+others (`INFO commandstats` does not tell them apart), so round trips are read, not counted:
+each `evalsha` is one (a whole batch), and the reads beside it are told from the script's own
+by the code; a call that shows no command at all made no round trip. The host's own background
+traffic (the lease's renewal every 1.7 s, sweeps) is measured in an idle window of the same
+length and taken off.
 
 Usage:
   python3 bench/redis_commands.py [--host-bin target/release/mcp-host] [--n 500] [--json-out FILE]
@@ -112,7 +113,10 @@ def main():
                 if redis_cmd(rport, "PING") == "+PONG":
                     break
             except OSError:
-                time.sleep(0.02)
+                pass
+            time.sleep(0.02)
+        else:
+            raise SystemExit("redis-server did not answer within 10 s")
         host = subprocess.Popen(
             [os.path.abspath(a.host_bin), "--port", "0", "--admin-port", "0", "--workers", "1",
              "--packs", "echo,ledger", "--ledger", f"redis://127.0.0.1:{rport}/0",

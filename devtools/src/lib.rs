@@ -406,8 +406,8 @@ pub fn dechunk(mut b: &[u8]) -> Vec<u8> {
 mod tests;
 
 /// A `redis-server` of a test's own: on a free loopback port, its files in a temporary
-/// directory, nothing persisted; stopped (SIGTERM, then SIGKILL) and its directory removed
-/// when dropped.
+/// directory, nothing persisted; killed (SIGKILL: it has nothing to save) and its directory
+/// removed when dropped.
 #[derive(Debug)]
 pub struct RedisServer {
     child: Child,
@@ -472,11 +472,13 @@ impl RedisServer {
             .map_err(RedisError::NotInstalled)?;
         // At most 10 s: 500 pauses of 20 ms (a ping's own wait is bounded too).
         for _ in 0..500 {
-            if ping(port) {
-                return Ok(RedisServer { child, port, _dir: dir });
-            }
+            // Ours answers only while it runs: a PONG after it exited (it could not bind) is
+            // another server's on that port.
             if let Ok(Some(_)) = child.try_wait() {
                 break;
+            }
+            if ping(port) && matches!(child.try_wait(), Ok(None)) {
+                return Ok(RedisServer { child, port, _dir: dir });
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -495,12 +497,6 @@ impl RedisServer {
     #[must_use]
     pub fn port(&self) -> u16 {
         self.port
-    }
-
-    /// Its process id (to pause or kill it in a test).
-    #[must_use]
-    pub fn pid(&self) -> u32 {
-        self.child.id()
     }
 }
 

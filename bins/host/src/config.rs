@@ -103,9 +103,10 @@ pub(crate) struct Flags {
     /// Serve no admin API and no /metrics.
     #[arg(long)]
     pub(crate) no_admin: bool,
-    /// Check the ledger and exit, writing nothing: it answers, and this configuration's key
-    /// is the one it records (exit 0), or why not (exit 2). For a Redis ledger before a host
-    /// joins it.
+    /// Check the ledger and exit: it answers, and this configuration's key (or a previous one)
+    /// is the one it records (exit 0), or why not (exit 2). Writes nothing to a Redis ledger
+    /// and creates no file; an existing SQLite file is opened as a host would (its lock taken
+    /// for the moment).
     #[arg(long)]
     pub(crate) check: bool,
 }

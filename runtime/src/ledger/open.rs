@@ -146,8 +146,8 @@ pub struct Ledger {
     pub(crate) clock: Clock,
     /// This process's run number (one more than the previous process's on this ledger).
     pub(crate) run: u64,
-    /// It outlives the process (SQLite): a session id is handed out only once its record is
-    /// committed. A memory ledger dies with the process, so nothing waits for it.
+    /// It outlives the process (SQLite, Redis): a session id is handed out only once its record
+    /// is committed. A memory ledger dies with the process, so nothing waits for it.
     pub(crate) durable: bool,
 }
 
@@ -168,6 +168,42 @@ pub(crate) fn derive_key(secret: &[u8], purpose: &str) -> [u8; 32] {
         <hmac::Hmac<sha2::Sha256>>::new_from_slice(secret).expect("hmac takes any key length");
     m.update(purpose.as_bytes());
     m.finalize().into_bytes().into()
+}
+
+/// How a ledger's recorded key fingerprint stands to this process's keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeyMatch {
+    /// It records none yet.
+    None,
+    /// The current key's.
+    Current,
+    /// A previous key's (`ledger.previous_key_files`): a rotation.
+    Previous,
+}
+
+/// Compare the fingerprint the ledger at `path` records with `secret` and the `previous` ones.
+///
+/// # Errors
+/// [`OpenError::KeyMismatch`] naming both fingerprints.
+fn key_matches(
+    recorded: Option<&[u8]>,
+    secret: &[u8],
+    previous: &[Vec<u8>],
+    path: &str,
+) -> Result<KeyMatch, OpenError> {
+    let ours = fingerprint_of(secret);
+    match recorded {
+        None => Ok(KeyMatch::None),
+        Some(f) if f == ours.as_bytes() => Ok(KeyMatch::Current),
+        Some(f) if previous.iter().any(|p| f == fingerprint_of(p).as_bytes()) => {
+            Ok(KeyMatch::Previous)
+        }
+        Some(f) => Err(OpenError::KeyMismatch {
+            path: path.to_owned(),
+            recorded: String::from_utf8_lossy(f).into_owned(),
+            ours,
+        }),
+    }
 }
 
 /// The fingerprint a ledger records of the secret it is written with (not secret).
@@ -210,24 +246,13 @@ impl Ledger {
         let clock = Clock::start();
         let now = clock.now().0;
         let err = |source| OpenError::Store { path: path.to_owned(), source };
+        let recorded = store.get(KEY_FINGERPRINT, now).map_err(err)?;
         let fingerprint = fingerprint_of(&secret);
-        match store.get(KEY_FINGERPRINT, now).map_err(err)? {
-            Some(f) if f == fingerprint.as_bytes() => {}
-            // Written with a previous key: rotated (the current key's fingerprint goes in below).
-            Some(f) if previous.iter().any(|p| f == fingerprint_of(p).as_bytes()) => {
-                tracing::info!(
-                    path,
-                    "ledger key rotated: sessions and state handles recorded under the previous key move to the current one on first use"
-                );
-            }
-            Some(f) => {
-                return Err(OpenError::KeyMismatch {
-                    path: path.to_owned(),
-                    recorded: String::from_utf8_lossy(&f).into_owned(),
-                    ours: fingerprint,
-                });
-            }
-            None => {}
+        if key_matches(recorded.as_deref(), &secret, &previous, path)? == KeyMatch::Previous {
+            tracing::info!(
+                path,
+                "ledger key rotated: sessions and state handles recorded under the previous key move to the current one on first use"
+            );
         }
         let run = match store.get(RUN_KEY, now).map_err(err)? {
             Some(v) => {
@@ -352,8 +377,10 @@ impl Ledger {
         }
     }
 
-    /// Check, without writing anything, that the ledger `cfg.ledger` names can be opened by
-    /// this configuration: the store answers, and the key (the configured one, or the key
+    /// Check that the ledger `cfg.ledger` names can be opened by this configuration, writing
+    /// nothing to a Redis ledger and creating no file (a key file is read, never made; a
+    /// SQLite file that exists is opened as a host opens it, its lock taken for the moment, a
+    /// missing one is not created): the store answers, and the key (the configured one, or the key
     /// file's) is the one the ledger records (or it records none yet). Returns what was found,
     /// a line each (for `mcp-host --check`).
     ///
@@ -383,26 +410,35 @@ impl Ledger {
             Some(s) => Some(s),
             None => read_existing(&l.key_path(), l.allow_insecure_key)?,
         };
-        let ours = secret.as_deref().map(fingerprint_of);
-        match (recorded, ours) {
-            (None, _) => found
-                .push("key: the ledger records none yet (a first start writes this host's)".into()),
-            (Some(r), Some(o)) if r == o.as_bytes() => {
-                found.push(format!("key: fingerprint {o}, the one the ledger records"))
-            }
-            (Some(r), Some(o)) => {
-                return Err(OpenError::KeyMismatch {
-                    path: shown,
-                    recorded: String::from_utf8_lossy(&r).into_owned(),
-                    ours: o,
-                });
-            }
-            (Some(r), None) => {
+        let previous = l
+            .previous_key_files
+            .iter()
+            .map(|p| read_key(Path::new(p), l.allow_insecure_key))
+            .collect::<Result<Vec<_>, _>>()?;
+        match (secret, recorded.as_deref()) {
+            (Some(secret), r) => found.push(match key_matches(r, &secret, &previous, &shown)? {
+                KeyMatch::None => {
+                    "key: the ledger records none yet (a first start writes this host's)".into()
+                }
+                KeyMatch::Current => format!(
+                    "key: fingerprint {}, the one the ledger records",
+                    fingerprint_of(&secret)
+                ),
+                KeyMatch::Previous => format!(
+                    "key: a previous key's fingerprint is recorded; a start rotates to {}",
+                    fingerprint_of(&secret)
+                ),
+            }),
+            (None, None) => found.push(
+                "key: no key file yet, and the ledger records none yet (a first start writes both)"
+                    .into(),
+            ),
+            (None, Some(r)) => {
                 return Err(OpenError::Key {
                     path: l.key_path().display().to_string(),
                     reason: format!(
                         "no such file, and the ledger records key fingerprint {}: copy the key file of the hosts that wrote it",
-                        String::from_utf8_lossy(&r)
+                        String::from_utf8_lossy(r)
                     ),
                 });
             }
@@ -540,22 +576,27 @@ fn host_name() -> String {
 }
 
 /// `url` without its password (`redis://user:***@host:port/db`) and without its query (where
-/// a `pass=` may sit), for messages, logs and `/admin/status`. The user info ends at the last
-/// `@` of the authority (a password may hold an `@`).
+/// a `pass=` may sit), for messages, logs and `/admin/status`.
 #[must_use]
 pub fn redacted(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else { return "(not a URL)".to_owned() };
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(end);
-    let path = path.split(['?', '#']).next().unwrap_or_default();
-    let authority = match authority.rsplit_once('@') {
-        Some((user_info, host)) => match user_info.split_once(':') {
-            Some((user, _)) => format!("{user}:***@{host}"),
-            None => format!("{user_info}@{host}"),
-        },
-        None => authority.to_owned(),
-    };
-    format!("{scheme}://{authority}{path}")
+    let no_query = |s: &str| s.split(['?', '#']).next().unwrap_or_default().to_owned();
+    // The user info ends at the last `@` (a password may hold `@`, `/`, `?` or `:`); a user
+    // name that is not one (an `@` in a query) is hidden whole.
+    match rest.rsplit_once('@') {
+        Some((info, host)) => {
+            let user = info.split(':').next().unwrap_or_default();
+            let host = no_query(host);
+            if user.contains(['/', '?', '#']) {
+                format!("{scheme}://***@{host}")
+            } else if info.contains(':') {
+                format!("{scheme}://{user}:***@{host}")
+            } else {
+                format!("{scheme}://{user}@{host}")
+            }
+        }
+        None => format!("{scheme}://{}", no_query(rest)),
+    }
 }
 
 /// Read the secret from `path` (hex, first line), or create it there with 32 random bytes,
@@ -760,6 +801,12 @@ mod tests {
         assert_eq!(redacted("redis://user@h/0"), "redis://user@h/0", "no password, none added");
         assert_eq!(redacted("unix:///run/r.sock?db=1&pass=secret"), "unix:///run/r.sock");
         assert_eq!(redacted("redis://h/0?pass=secret#x"), "redis://h/0");
+        assert_eq!(
+            redacted("redis://u:a/b?c@h:1/2"),
+            "redis://u:***@h:1/2",
+            "/ and ? in a password"
+        );
+        assert_eq!(redacted("redis://h/0?pass=s@x"), "redis://***@x", "an @ in the query");
         assert_eq!(redacted("secret"), "(not a URL)");
     }
 }

@@ -272,12 +272,31 @@ fn digits(expires_ms: u64) -> String {
     format!("{:016}", expires_ms.min(MAX_EXPIRY_MS))
 }
 
-/// The expiry Redis enforces for a record the ledger expires at `expires_ms`.
-fn physical(expires_ms: u64) -> u64 {
-    let wall = std::time::SystemTime::now()
+/// A connection to `client` whose connect, reads and writes each wait at most `timeout`.
+fn connect(client: &redis::Client, timeout: Duration) -> Result<redis::Connection, StoreError> {
+    let c = client.get_connection_with_timeout(timeout).map_err(|e| backend(&e))?;
+    c.set_read_timeout(Some(timeout)).map_err(|e| backend(&e))?;
+    c.set_write_timeout(Some(timeout)).map_err(|e| backend(&e))?;
+    Ok(c)
+}
+
+/// This host's wall clock (ms since the epoch).
+fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The expiry Redis enforces for a record the ledger expires at `expires_ms`, written when the
+/// wall clock reads `wall`.
+fn physical_at(wall: u64, expires_ms: u64) -> u64 {
     expires_ms.max(wall.saturating_add(EXPIRY_GRACE_MS)).min(MAX_EXPIRY_MS)
+}
+
+/// [`physical_at`] now.
+#[cfg(test)]
+fn physical(expires_ms: u64) -> u64 {
+    physical_at(wall_ms(), expires_ms)
 }
 
 /// A kept expiry (`None`: absent) that has not passed at `now_ms`.
@@ -312,8 +331,7 @@ impl RedisStore {
         };
         let info: String = store.with_conn(|c| redis::cmd("INFO").arg("server").query(c))?;
         let version = redis_version(&info);
-        // PEXPIRETIME and the expiry options of PEXPIREAT the scripts use came with 7.0.
-        if version.split('.').next().and_then(|m| m.parse::<u32>().ok()).is_none_or(|m| m < 7) {
+        if !supported(&version) {
             return Err(StoreError::Backend(format!(
                 "redis: the server is redis {version}; the ledger needs 7.0 or later"
             )));
@@ -400,11 +418,7 @@ impl RedisStore {
                     stopped.recv_timeout(every)
                 {
                     if con.is_none() {
-                        con = client.get_connection_with_timeout(timeout).ok();
-                        if let Some(c) = &con {
-                            let _ = c.set_read_timeout(Some(timeout));
-                            let _ = c.set_write_timeout(Some(timeout));
-                        }
+                        con = connect(&client, timeout).ok();
                     }
                     let Some(c) = con.as_mut() else { continue };
                     match renew.arg(&prefix).arg(&*token).arg(ttl_ms).invoke::<i64>(c) {
@@ -430,10 +444,7 @@ impl RedisStore {
     }
 
     fn connect(&self) -> Result<redis::Connection, StoreError> {
-        let c = self.client.get_connection_with_timeout(self.timeout).map_err(|e| backend(&e))?;
-        c.set_read_timeout(Some(self.timeout)).map_err(|e| backend(&e))?;
-        c.set_write_timeout(Some(self.timeout)).map_err(|e| backend(&e))?;
-        Ok(c)
+        connect(&self.client, self.timeout)
     }
 
     /// Run `f` on a pooled connection; one that failed is dropped, not pooled.
@@ -492,6 +503,12 @@ fn redis_version(info: &str) -> String {
         .map_or_else(|| "unknown".to_owned(), |v| v.trim().to_owned())
 }
 
+/// Whether a server of `version` runs the scripts: PEXPIRETIME and the expiry options of
+/// PEXPIREAT came with 7.0.
+fn supported(version: &str) -> bool {
+    version.split('.').next().and_then(|m| m.parse::<u32>().ok()).is_some_and(|m| m >= 7)
+}
+
 /// `s` with the glob characters of `SCAN MATCH` escaped.
 fn glob_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -504,7 +521,8 @@ fn glob_escape(s: &str) -> String {
     out
 }
 
-fn push_op(inv: &mut redis::ScriptInvocation<'_>, op: &Op) {
+fn push_op(inv: &mut redis::ScriptInvocation<'_>, op: &Op, wall: u64) {
+    let physical = |expires_ms| physical_at(wall, expires_ms);
     match op {
         Op::Put { key, value, expires_ms } => {
             let mut v = digits(*expires_ms).into_bytes();
@@ -557,8 +575,9 @@ impl Store for RedisStore {
         let token = self.lease.lock().as_ref().map(|l| std::sync::Arc::clone(&l.token));
         let mut inv = self.apply.prepare_invoke();
         inv.arg(&self.prefix).arg(token.as_deref().unwrap_or(""));
+        let wall = wall_ms();
         for op in ops {
-            push_op(&mut inv, op);
+            push_op(&mut inv, op, wall);
         }
         self.with_conn(|c| inv.invoke::<i64>(c)).map(|_| ())
     }
@@ -858,6 +877,8 @@ mod tests {
             assert!(matches!(&r, Err(StoreError::Backend(m)) if m.contains("prefix")), "{bad:?}");
         }
         assert_eq!(redis_version("# Server\r\nredis_version:7.0.15\r\nredis_mode:x"), "7.0.15");
+        assert!(supported("7.0.15") && supported("8.2.1"));
+        assert!(!supported("6.2.14") && !supported("unknown"), "refused before a script fails");
     }
 
     #[test]

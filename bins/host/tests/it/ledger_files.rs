@@ -282,8 +282,27 @@ fn check_writes_no_ledger_file_and_refuses_a_ledger_another_host_holds() {
     let (code, stderr) = run_to_exit(&["--check", "--ledger-path", &ledger]);
     assert_eq!(code, Some(0), "{stderr}");
     assert!(names(dir.path()).is_empty(), "nothing written: {:?}", names(dir.path()));
-    let host = common::start(&dir, 0);
+    let mut host = common::start(&dir, 0);
     let (code, stderr) = run_to_exit(&["--check", "--ledger-path", &ledger]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains(&format!("pid {}", host.process.pid())), "{stderr}");
+    // Stopped: the ledger and its key are checked, and a foreign key is named.
+    assert!(host.process.terminate(Duration::from_secs(15)).is_some_and(|s| s.success()));
+    let (code, stderr) = run_to_exit(&["--check", "--ledger-path", &ledger]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let other_key = dir.path().join("other.key");
+    std::fs::write(&other_key, format!("{}\n", "cd".repeat(32))).unwrap();
+    std::fs::set_permissions(&other_key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let key = other_key.display().to_string();
+    let set = format!("ledger.key_file={key}");
+    let (code, stderr) = run_to_exit(&["--check", "--ledger-path", &ledger, "--set", &set]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("written with another key"), "{stderr}");
+    // The same key listed as a previous one of a new key: a start would rotate, and so the
+    // check passes.
+    let previous =
+        format!("ledger.previous_key_files=[\"{}\"]", dir.path().join("mcp-host.db.key").display());
+    let (code, stderr) =
+        run_to_exit(&["--check", "--ledger-path", &ledger, "--set", &set, "--set", &previous]);
+    assert_eq!(code, Some(0), "a rotation is not a mismatch: {stderr}");
 }

@@ -53,15 +53,14 @@ impl Supervisor {
         params: Option<&Value>,
         owner: &crate::ledger::Caller,
     ) -> Result<ToolDoor, Rejection> {
-        let class = match params
-            .and_then(|p| p.get("name"))
-            .and_then(Value::as_str)
-            .and_then(|n| self.catalog.tool(n))
-        {
-            Some(tool) if method == "tools/call" => {
-                crate::proto::route::classify_call(&tool.spec().traits(), params)
-            }
-            _ => crate::proto::route::CallClass::read_only(),
+        // Only a tools/call names a tool (no lookup for any other method).
+        let tool = (method == "tools/call")
+            .then(|| params.and_then(|p| p.get("name")).and_then(Value::as_str))
+            .flatten()
+            .and_then(|n| self.catalog.tool(n));
+        let class = match tool {
+            Some(tool) => crate::proto::route::classify_call(&tool.spec().traits(), params),
+            None => crate::proto::route::CallClass::read_only(),
         };
         if class.needs_ledger {
             self.ledger_accepts()?;
