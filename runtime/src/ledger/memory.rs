@@ -47,6 +47,13 @@ fn apply_one(t: &mut Tables, op: &Op) {
         Op::Put { key, value, expires_ms } => {
             t.kv.insert(key.clone(), (value.clone(), *expires_ms));
         }
+        Op::PutLater { key, value, expires_ms } => {
+            if t.kv.get(key).is_none_or(|(_, exp)| exp <= expires_ms) {
+                t.kv.insert(key.clone(), (value.clone(), *expires_ms));
+            }
+        }
+        // One process: nobody else to tell.
+        Op::Publish { .. } => {}
         Op::Delete { key } => {
             t.kv.remove(key);
         }
@@ -193,6 +200,17 @@ impl Store for MemoryStore {
     }
 
     fn set_durability(&self, _: Durability) {}
+
+    fn incr(&self, key: &str, floor: u64, expires_ms: u64, now_ms: u64) -> Result<u64, StoreError> {
+        let mut t = self.tables.lock();
+        let (current, expiry) = match t.kv.get(key).filter(|(_, exp)| *exp > now_ms) {
+            Some((v, exp)) => (super::counter_value(v), (*exp).max(expires_ms)),
+            None => (0, expires_ms),
+        };
+        let next = current.max(floor).saturating_add(1);
+        t.kv.insert(key.to_owned(), (Bytes::from(next.to_string()), expiry));
+        Ok(next)
+    }
 }
 
 #[cfg(test)]

@@ -65,6 +65,26 @@ pub enum Op {
         /// Expiry, ms since the epoch.
         expires_ms: u64,
     },
+    /// Set `key` to `value` until `expires_ms` unless it holds a live value that expires
+    /// later: of two hosts' writes of one record (each expiring its last use plus a TTL), the
+    /// later use wins whatever order they land in (Redis: checked in the batch's script).
+    PutLater {
+        /// Key.
+        key: String,
+        /// Encoded record.
+        value: Bytes,
+        /// Expiry, ms since the epoch.
+        expires_ms: u64,
+    },
+    /// Tell the other hosts sharing the store `message` on `channel` once the batch commits
+    /// (Redis: `PUBLISH` inside the batch's script); a store that only one process uses has
+    /// nobody to tell and ignores it.
+    Publish {
+        /// Channel (a short name, under the store's prefix).
+        channel: &'static str,
+        /// What the subscribers get.
+        message: Bytes,
+    },
     /// Delete `key` (Redis: `DEL`).
     Delete {
         /// Key.
@@ -139,7 +159,8 @@ impl Op {
     #[must_use]
     pub fn size(&self) -> usize {
         64 + match self {
-            Op::Put { key, value, .. } => key.len() + value.len(),
+            Op::Put { key, value, .. } | Op::PutLater { key, value, .. } => key.len() + value.len(),
+            Op::Publish { channel, message } => channel.len() + message.len(),
             Op::Append { log, frame, .. } => log.len() + frame.len(),
             Op::Delete { key } => key.len(),
             Op::DropLog { log } => log.len(),
@@ -246,7 +267,48 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 
     /// Make batches applied from now on durable as `durability` says.
     fn set_durability(&self, durability: Durability);
+
+    /// Add one to the counter at `key` (absent, or expired at `now_ms`: 0) after raising it
+    /// to `floor`, push its expiry to at least `expires_ms`, and return the new value,
+    /// committed (Redis: one script). The value is decimal text, as a [`Op::Put`] of a number
+    /// writes it. Two hosts that count at once get different numbers.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`]; nothing was counted.
+    fn incr(&self, key: &str, floor: u64, expires_ms: u64, now_ms: u64) -> Result<u64, StoreError>;
+
+    /// Call `deliver` with each message another host publishes on `channel`
+    /// ([`Op::Publish`]) from now on, on a thread of the store's, until the store is dropped;
+    /// `deliver(None)` each time messages may have been missed (the subscription was cut and
+    /// is taken again). A store only one process uses has nobody to hear: the default does
+    /// nothing.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`]: the subscription could not be started.
+    fn subscribe(&self, channel: &'static str, deliver: Deliver) -> Result<(), StoreError> {
+        let _ = (channel, deliver);
+        Ok(())
+    }
+
+    /// Whether the host that runs as `run` still holds its lease on a store several hosts
+    /// share. A store only one process uses has no other host: `false` (the caller knows its
+    /// own run).
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`].
+    fn run_alive(&self, run: u64) -> Result<bool, StoreError> {
+        let _ = run;
+        Ok(false)
+    }
 }
+
+/// A counter's value as [`Store::incr`] keeps it (decimal text; anything else counts as 0).
+pub(crate) fn counter_value(v: &[u8]) -> u64 {
+    std::str::from_utf8(v).ok().and_then(|s| s.parse().ok()).unwrap_or(0)
+}
+
+/// What a [`Store::subscribe`] calls with each message (`None`: some may have been missed).
+pub type Deliver = Box<dyn Fn(Option<Bytes>) + Send + Sync>;
 
 #[cfg(test)]
 pub(crate) mod store_tests;

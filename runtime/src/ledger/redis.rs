@@ -47,13 +47,14 @@ const MAX_EXPIRY_MS: u64 = (1 << 53) - 1;
 /// Connections kept for reuse (the writer's, the readers', a few more).
 const POOL_MAX: usize = 16;
 
-/// Applies one batch: `ARGV[1]` is the key prefix, `ARGV[2]` this store's lease token (empty:
-/// none), then each operation as its opcode and its arguments (see `push_op`). A store that
-/// holds no longer the lease it took is refused, whatever it sends (fencing).
+/// Applies one batch: `ARGV[1]` is the key prefix, `ARGV[2]` the key of this store's lease
+/// (without the prefix; empty: none) and `ARGV[3]` its token, then each operation as its
+/// opcode and its arguments (see `push_op`). A store that holds no longer the lease it took
+/// is refused, whatever it sends (fencing).
 const APPLY: &str = r"
 local p = ARGV[1]
-if ARGV[2] ~= '' and redis.call('GET', p .. 'm:holder') ~= ARGV[2] then
-  return redis.error_reply('FENCED this host no longer holds the ledger lease')
+if ARGV[2] ~= '' and redis.call('GET', p .. ARGV[2]) ~= ARGV[3] then
+  return redis.error_reply('FENCED this host no longer holds its ledger lease')
 end
 local function pexp_at_least(k, phys)
   local cur = redis.call('PEXPIRETIME', k)
@@ -65,12 +66,22 @@ local function exp_at_least(e, exp, phys)
   if (not cur) or tonumber(cur) < tonumber(exp) then redis.call('SET', e, exp) end
   pexp_at_least(e, phys)
 end
-local i, n = 3, #ARGV
+local i, n = 4, #ARGV
 while i <= n do
   local op = ARGV[i]
   if op == 'P' then
     redis.call('SET', p .. 'd:' .. ARGV[i + 1], ARGV[i + 2], 'PXAT', ARGV[i + 3])
     i = i + 4
+  elseif op == 'L' then
+    local d = p .. 'd:' .. ARGV[i + 1]
+    local v = redis.call('GET', d)
+    if (not v) or string.sub(v, 1, 16) <= string.sub(ARGV[i + 2], 1, 16) then
+      redis.call('SET', d, ARGV[i + 2], 'PXAT', ARGV[i + 3])
+    end
+    i = i + 4
+  elseif op == 'B' then
+    redis.call('PUBLISH', p .. 'bus:' .. ARGV[i + 1], ARGV[i + 2])
+    i = i + 3
   elseif op == 'D' then
     redis.call('DEL', p .. 'd:' .. ARGV[i + 1])
     i = i + 2
@@ -134,16 +145,17 @@ return 1
 ";
 
 /// Deletes what expired for the ledger's clock: `ARGV[1]` the prefix, `ARGV[2]` now (ms),
-/// `ARGV[3]` the most to delete, `ARGV[4]` the lease token (empty: none), then candidate names (`d:k`, `el:l`, `ei:i` without the
-/// prefix). Each is checked and deleted in the script, so a record another node renewed in
-/// between is never deleted. Returns how many were.
+/// `ARGV[3]` the most to delete, `ARGV[4]` and `ARGV[5]` the lease's key and token (as for
+/// `APPLY`), then candidate names (`d:k`, `el:l`, `ei:i` without the prefix). Each is checked
+/// and deleted in the script, so a record another node renewed in between is never deleted.
+/// Returns how many were.
 const SWEEP: &str = r"
 local p, now, left = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-if ARGV[4] ~= '' and redis.call('GET', p .. 'm:holder') ~= ARGV[4] then
-  return redis.error_reply('FENCED this host no longer holds the ledger lease')
+if ARGV[4] ~= '' and redis.call('GET', p .. ARGV[4]) ~= ARGV[5] then
+  return redis.error_reply('FENCED this host no longer holds its ledger lease')
 end
 local removed = 0
-for i = 5, #ARGV do
+for i = 6, #ARGV do
   if removed >= left then break end
   local name = ARGV[i]
   local kind, rest = string.match(name, '^(%a+):(.*)$')
@@ -184,10 +196,20 @@ pub struct RedisStore {
     /// The lease this store took ([`RedisStore::take_lease`]): every batch is checked against
     /// it.
     lease: Mutex<Option<Lease>>,
+    incr: redis::Script,
+    /// Set when the store is dropped: the subscriptions' threads stop.
+    stopping: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    subscribers: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
-/// A held lease: its token and the thread that renews it.
+/// How long a subscription waits for a message before it looks whether the store stopped.
+const BUS_POLL: Duration = Duration::from_millis(200);
+/// Pause before a subscription that failed is tried again.
+const BUS_RETRY: Duration = Duration::from_millis(200);
+
+/// A held lease: its key (without the prefix), its token and the thread that renews it.
 struct Lease {
+    key: std::sync::Arc<str>,
     token: std::sync::Arc<str>,
     stop: std::sync::mpsc::Sender<()>,
     renewer: Option<std::thread::JoinHandle<()>>,
@@ -224,12 +246,68 @@ end
 return 0
 ";
 
-/// Deletes the lease key if `ARGV[2]` holds it.
+/// Deletes the lease key `ARGV[1]` if `ARGV[2]` holds it.
 const RELEASE: &str = r"
-local k = ARGV[1] .. 'm:holder'
-if redis.call('GET', k) == ARGV[2] then redis.call('DEL', k) end
+if redis.call('GET', ARGV[1]) == ARGV[2] then redis.call('DEL', ARGV[1]) end
 return 1
 ";
+
+/// Renews a host's own lease `ARGV[1]` if `ARGV[2]` still holds it (1), else 0: a host whose
+/// lease lapsed never takes it back (the others may have ended its streams and taken over its
+/// work), and stays fenced.
+const RENEW_OWN: &str = r"
+if redis.call('GET', ARGV[1]) == ARGV[2] then
+  redis.call('PEXPIRE', ARGV[1], ARGV[3])
+  return 1
+end
+return 0
+";
+
+/// Counts ([`Store::incr`]): `ARGV[1]` the prefix, `ARGV[2]` the key, `ARGV[3]` the floor,
+/// `ARGV[4]` the expiry (16 digits), `ARGV[5]` now (ledger clock), `ARGV[6]` Redis' expiry.
+const INCR: &str = r"
+local d = ARGV[1] .. 'd:' .. ARGV[2]
+local floor, exp, now, phys = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local cur = 0
+local v = redis.call('GET', d)
+if v then
+  local e = tonumber(string.sub(v, 1, 16))
+  if e > now then
+    cur = tonumber(string.sub(v, 17)) or 0
+    if e > exp then exp = e end
+  end
+end
+if cur < floor then cur = floor end
+cur = cur + 1
+local kept = redis.call('PEXPIRETIME', d)
+if kept > phys then phys = kept end
+redis.call('SET', d, string.format('%016.0f', exp) .. string.format('%.0f', cur), 'PXAT', phys)
+return cur
+";
+
+/// How a lease is renewed.
+#[derive(Debug, Clone, Copy)]
+enum Renewal {
+    /// The ledger's one lease (one host per ledger): taken back after a lapse nobody used.
+    Ledger,
+    /// A host's own lease on a shared ledger: never taken back.
+    Own,
+}
+
+/// The key (without the prefix) of run `run`'s lease on a shared ledger.
+fn run_lease(run: u64) -> String {
+    format!("m:run:{run}")
+}
+
+/// A lease token: the holder and 8 random bytes.
+fn new_token(holder: &str) -> std::sync::Arc<str> {
+    format!("{holder}:{}", super::codec::hex(&crate::rng::bytes::<8>())).into()
+}
+
+/// A lease's length in ms (at least 100).
+fn lease_ms(ttl: Duration) -> u64 {
+    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(100)
+}
 
 /// Why a lease could not be taken.
 #[derive(Debug, thiserror::Error)]
@@ -253,13 +331,18 @@ impl std::fmt::Debug for RedisStore {
 
 impl Drop for RedisStore {
     fn drop(&mut self) {
+        self.stopping.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in self.subscribers.lock().drain(..) {
+            let _ = t.join();
+        }
         let Some(mut lease) = self.lease.lock().take() else { return };
         let _ = lease.stop.send(());
         if let Some(t) = lease.renewer.take() {
             let _ = t.join();
         }
         let release = redis::Script::new(RELEASE);
-        let _ = self.with_conn(|c| release.arg(&self.prefix).arg(&*lease.token).invoke::<i64>(c));
+        let key = self.name_raw(&lease.key);
+        let _ = self.with_conn(|c| release.arg(&key).arg(&*lease.token).invoke::<i64>(c));
     }
 }
 
@@ -328,6 +411,9 @@ impl RedisStore {
             sweep_cursor: Mutex::new(0),
             timeout,
             lease: Mutex::new(None),
+            incr: redis::Script::new(INCR),
+            stopping: std::sync::Arc::default(),
+            subscribers: Mutex::new(Vec::new()),
         };
         let info: String = store.with_conn(|c| redis::cmd("INFO").arg("server").query(c))?;
         let version = redis_version(&info);
@@ -370,9 +456,8 @@ impl RedisStore {
     /// # Errors
     /// [`LeaseError::Held`] when another holder kept it; [`LeaseError::Store`].
     pub fn take_lease(&self, holder: &str, ttl: Duration) -> Result<(), LeaseError> {
-        let token: std::sync::Arc<str> =
-            format!("{holder}:{}", super::codec::hex(&crate::rng::bytes::<8>())).into();
-        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(100);
+        let token = new_token(holder);
+        let ttl_ms = lease_ms(ttl);
         let key = format!("{}m:holder", self.prefix);
         // Tries every 100 ms for the lease's length and a second more.
         let tries = (ttl_ms + 1_000).div_ceil(100);
@@ -390,24 +475,78 @@ impl RedisStore {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        let (stop, stopped) = std::sync::mpsc::channel::<()>();
-        let renewer = self.renewer(std::sync::Arc::clone(&token), ttl_ms, stopped)?;
-        *self.lease.lock() = Some(Lease { token, stop, renewer: Some(renewer) });
+        self.keep_lease("m:holder".into(), token, ttl_ms, Renewal::Ledger)?;
         Ok(())
     }
 
-    /// The thread that renews the lease `token` every `ttl_ms` / 3 until `stopped` says so
-    /// (or its sender is dropped).
-    fn renewer(
+    /// Take this host's own lease as run `run` of a ledger several hosts share (`holder`:
+    /// `host:pid`), and keep it renewed every `ttl` / 3 on a thread of its own until this store
+    /// is dropped (then it is released). From now on a batch is applied only while the lease
+    /// is held; a host paused or cut off past `ttl` finds it lapsed and stays fenced for good
+    /// (the other hosts may have ended its streams and taken its work over), and
+    /// [`Store::run_alive`] says `false` of it to the others.
+    ///
+    /// # Errors
+    /// [`LeaseError::Held`] when the run's lease exists already (two hosts counted the same
+    /// run: never, with [`Store::incr`]); [`LeaseError::Store`].
+    pub fn take_run_lease(&self, run: u64, holder: &str, ttl: Duration) -> Result<(), LeaseError> {
+        let token = new_token(holder);
+        let ttl_ms = lease_ms(ttl);
+        let suffix = run_lease(run);
+        let key = self.name_raw(&suffix);
+        let took: Option<String> = self.with_conn(|c| {
+            redis::cmd("SET").arg(&key).arg(&*token).arg("NX").arg("PX").arg(ttl_ms).query(c)
+        })?;
+        if took.is_none() {
+            let holder: Option<String> =
+                self.with_conn(|c| redis::cmd("GET").arg(&key).query(c))?;
+            return Err(LeaseError::Held { holder: holder.unwrap_or_default() });
+        }
+        self.keep_lease(suffix.into(), token, ttl_ms, Renewal::Own)?;
+        Ok(())
+    }
+
+    /// Start renewing the lease `key` (without the prefix) held as `token`, and fence every
+    /// batch by it from now on.
+    fn keep_lease(
         &self,
+        key: std::sync::Arc<str>,
         token: std::sync::Arc<str>,
         ttl_ms: u64,
+        how: Renewal,
+    ) -> Result<(), StoreError> {
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let renewer =
+            self.renewer(self.name_raw(&key), std::sync::Arc::clone(&token), ttl_ms, how, stopped)?;
+        *self.lease.lock() = Some(Lease { key, token, stop, renewer: Some(renewer) });
+        Ok(())
+    }
+
+    /// The lease's key (without the prefix) and token every batch is fenced by (empty: none).
+    fn fence(&self) -> (std::sync::Arc<str>, std::sync::Arc<str>) {
+        self.lease.lock().as_ref().map_or_else(
+            || ("".into(), "".into()),
+            |l| (std::sync::Arc::clone(&l.key), std::sync::Arc::clone(&l.token)),
+        )
+    }
+
+    /// The thread that renews the lease `key` held as `token` every `ttl_ms` / 3 until
+    /// `stopped` says so (or its sender is dropped).
+    fn renewer(
+        &self,
+        key: String,
+        token: std::sync::Arc<str>,
+        ttl_ms: u64,
+        how: Renewal,
         stopped: std::sync::mpsc::Receiver<()>,
     ) -> Result<std::thread::JoinHandle<()>, StoreError> {
         let (client, prefix) = (self.client.clone(), self.prefix.clone());
         // A renewal that waits longer than a third of the lease could let it lapse.
         let timeout = self.timeout.min(Duration::from_millis((ttl_ms / 3).max(50)));
-        let renew = redis::Script::new(RENEW);
+        let renew = redis::Script::new(match how {
+            Renewal::Ledger => RENEW,
+            Renewal::Own => RENEW_OWN,
+        });
         std::thread::Builder::new()
             .name("ledger-lease".into())
             .spawn(move || {
@@ -421,12 +560,22 @@ impl RedisStore {
                         con = connect(&client, timeout).ok();
                     }
                     let Some(c) = con.as_mut() else { continue };
-                    match renew.arg(&prefix).arg(&*token).arg(ttl_ms).invoke::<i64>(c) {
+                    let mut inv = renew.prepare_invoke();
+                    match how {
+                        Renewal::Ledger => inv.arg(&prefix).arg(&*token).arg(ttl_ms),
+                        Renewal::Own => inv.arg(&key).arg(&*token).arg(ttl_ms),
+                    };
+                    match inv.invoke::<i64>(c) {
                         Ok(0) if held => {
                             held = false;
-                            tracing::error!(
-                                "ledger: another host took the Redis ledger's lease: this host's writes are refused from now on (restart it to take the ledger again)"
-                            );
+                            match how {
+                                Renewal::Ledger => tracing::error!(
+                                    "ledger: another host took the Redis ledger's lease: this host's writes are refused from now on (restart it to take the ledger again)"
+                                ),
+                                Renewal::Own => tracing::error!(
+                                    "ledger: this host's lease on the shared Redis ledger lapsed (paused or cut off for longer than the lease): its writes are refused from now on, the other hosts take its work over (restart it to join again)"
+                                ),
+                            }
                         }
                         Ok(2) => {
                             held = true;
@@ -463,6 +612,11 @@ impl RedisStore {
             pool.push(c);
         }
         Ok(r)
+    }
+
+    /// `name` under the prefix.
+    fn name_raw(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
     }
 
     fn name(&self, kind: &str, name: &str) -> String {
@@ -529,6 +683,14 @@ fn push_op(inv: &mut redis::ScriptInvocation<'_>, op: &Op, wall: u64) {
             v.extend_from_slice(value);
             inv.arg("P").arg(key).arg(v).arg(physical(*expires_ms));
         }
+        Op::PutLater { key, value, expires_ms } => {
+            let mut v = digits(*expires_ms).into_bytes();
+            v.extend_from_slice(value);
+            inv.arg("L").arg(key).arg(v).arg(physical(*expires_ms));
+        }
+        Op::Publish { channel, message } => {
+            inv.arg("B").arg(*channel).arg(&message[..]);
+        }
         Op::Delete { key } => {
             inv.arg("D").arg(key);
         }
@@ -572,9 +734,9 @@ impl Store for RedisStore {
         if ops.is_empty() {
             return Ok(());
         }
-        let token = self.lease.lock().as_ref().map(|l| std::sync::Arc::clone(&l.token));
+        let (key, token) = self.fence();
         let mut inv = self.apply.prepare_invoke();
-        inv.arg(&self.prefix).arg(token.as_deref().unwrap_or(""));
+        inv.arg(&self.prefix).arg(&*key).arg(&*token);
         let wall = wall_ms();
         for op in ops {
             push_op(&mut inv, op, wall);
@@ -707,12 +869,13 @@ impl Store for RedisStore {
                 .filter(|n| n.starts_with("d:") || n.starts_with("el:") || n.starts_with("ei:"))
                 .collect();
             if !names.is_empty() {
-                let token = self.lease.lock().as_ref().map(|l| std::sync::Arc::clone(&l.token));
+                let (key, token) = self.fence();
                 let mut inv = self.sweep.prepare_invoke();
                 inv.arg(&self.prefix)
                     .arg(now_ms)
                     .arg(limit - removed)
-                    .arg(token.as_deref().unwrap_or(""))
+                    .arg(&*key)
+                    .arg(&*token)
                     .arg(&names);
                 removed += self.with_conn(|c| inv.invoke::<usize>(c))?;
             }
@@ -731,6 +894,63 @@ impl Store for RedisStore {
 
     /// Redis' own persistence (`appendonly`, `appendfsync`) decides what survives its crash.
     fn set_durability(&self, _: Durability) {}
+
+    fn incr(&self, key: &str, floor: u64, expires_ms: u64, now_ms: u64) -> Result<u64, StoreError> {
+        let mut inv = self.incr.prepare_invoke();
+        inv.arg(&self.prefix)
+            .arg(key)
+            .arg(floor)
+            .arg(digits(expires_ms))
+            .arg(now_ms)
+            .arg(physical_at(wall_ms(), expires_ms));
+        self.with_conn(|c| inv.invoke::<u64>(c))
+    }
+
+    fn subscribe(&self, channel: &'static str, deliver: super::Deliver) -> Result<(), StoreError> {
+        let (client, timeout) = (self.client.clone(), self.timeout);
+        let (name, stopping) =
+            (self.name_raw(&format!("bus:{channel}")), std::sync::Arc::clone(&self.stopping));
+        let thread = std::thread::Builder::new()
+            .name("ledger-bus".into())
+            .spawn(move || {
+                use std::sync::atomic::Ordering;
+                // Each pass: connect, subscribe, say that messages may have been missed (the
+                // first pass too: published before this subscription), then deliver until the
+                // connection fails or the store stops.
+                while !stopping.load(Ordering::Relaxed) {
+                    let Ok(mut con) = connect(&client, timeout) else {
+                        std::thread::sleep(BUS_RETRY);
+                        continue;
+                    };
+                    let mut bus = con.as_pubsub();
+                    if bus.subscribe(&name).is_err() || bus.set_read_timeout(Some(BUS_POLL)).is_err()
+                    {
+                        std::thread::sleep(BUS_RETRY);
+                        continue;
+                    }
+                    deliver(None);
+                    while !stopping.load(Ordering::Relaxed) {
+                        match bus.get_message() {
+                            Ok(m) => deliver(Some(Bytes::from(m.get_payload_bytes().to_vec()))),
+                            Err(e) if e.is_timeout() => {}
+                            Err(e) => {
+                                tracing::warn!(error = %e, "ledger: the Redis subscription was cut; taking it again");
+                                break;
+                            }
+                        }
+                    }
+                }
+            })
+            .map_err(|e| StoreError::Backend(format!("cannot start the bus thread: {e}")))?;
+        self.subscribers.lock().push(thread);
+        Ok(())
+    }
+
+    fn run_alive(&self, run: u64) -> Result<bool, StoreError> {
+        let n: i64 =
+            self.with_conn(|c| redis::cmd("EXISTS").arg(self.name_raw(&run_lease(run))).query(c))?;
+        Ok(n == 1)
+    }
 }
 
 #[cfg(test)]
@@ -899,5 +1119,68 @@ mod tests {
         // A store without a lease (the contract tests') is not fenced by another's.
         let free = store(&server, "two:");
         free.apply(&[Op::Delete { key: "nothing".into() }]).unwrap();
+    }
+
+    #[test]
+    fn hosts_sharing_a_ledger_each_hold_a_run_lease_and_one_that_lapsed_stays_fenced_for_good() {
+        let server = mcp_devtools::RedisServer::start().unwrap();
+        let (a, b) = (store(&server, "runs:"), store(&server, "runs:"));
+        // Two hosts starting at once count different runs.
+        let (ra, rb) =
+            (a.incr("m/run", 0, u64::MAX, 0).unwrap(), b.incr("m/run", 0, u64::MAX, 0).unwrap());
+        assert_ne!(ra, rb);
+        a.take_run_lease(ra, "a", Duration::from_millis(600)).unwrap();
+        b.take_run_lease(rb, "b", Duration::from_millis(600)).unwrap();
+        assert!(matches!(
+            b.take_run_lease(ra, "b", Duration::from_millis(600)),
+            Err(LeaseError::Held { .. })
+        ));
+        // Both write, each fenced by its own lease, renewed past its length.
+        std::thread::sleep(Duration::from_millis(900));
+        a.apply(&[put(b"a1")]).unwrap();
+        b.apply(&[put(b"b1")]).unwrap();
+        assert!(a.run_alive(rb).unwrap() && b.run_alive(ra).unwrap());
+        assert!(!a.run_alive(rb + 100).unwrap(), "a run nobody holds");
+        // `a` is cut off past its lease (here: the lease is gone, as after a lapse): it never
+        // takes it back, every batch and sweep of it is refused, and the others see it dead.
+        let mut c = a.connect().unwrap();
+        redis::cmd("DEL").arg(format!("runs:m:run:{ra}")).query::<i64>(&mut c).unwrap();
+        std::thread::sleep(Duration::from_millis(700));
+        assert!(fenced(&a.apply(&[put(b"a2")])));
+        assert!(fenced(&a.sweep(u64::MAX, 10).map(|_| ())));
+        assert!(!b.run_alive(ra).unwrap());
+        b.apply(&[put(b"b2")]).unwrap();
+        assert_eq!(b.get("k", 0).unwrap().as_deref(), Some(&b"b2"[..]));
+        // A clean stop releases the lease.
+        drop(b);
+        assert!(!a.run_alive(rb).unwrap());
+    }
+
+    #[test]
+    fn a_publication_reaches_the_other_hosts_subscribers_once_its_batch_commits() {
+        let server = mcp_devtools::RedisServer::start().unwrap();
+        let (a, b) = (store(&server, "bus:"), store(&server, "bus:"));
+        let (tx, rx) = std::sync::mpsc::channel::<Option<Bytes>>();
+        let tx = Mutex::new(tx);
+        b.subscribe(
+            "ends",
+            Box::new(move |m| {
+                let _ = tx.lock().send(m);
+            }),
+        )
+        .unwrap();
+        // Subscribed (and told that it may have missed what came before).
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), None);
+        a.apply(&[put(b"v"), Op::Publish { channel: "ends", message: Bytes::from_static(b"s1") }])
+            .unwrap();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap().as_deref(), Some(&b"s1"[..]));
+        // Another channel, or another prefix, is not heard.
+        a.apply(&[Op::Publish { channel: "other", message: Bytes::from_static(b"x") }]).unwrap();
+        store(&server, "bus2:")
+            .apply(&[Op::Publish { channel: "ends", message: Bytes::from_static(b"y") }])
+            .unwrap();
+        assert!(rx.recv_timeout(Duration::from_millis(300)).is_err());
+        // A dropped store stops its subscription's thread (the drop returns).
+        drop(b);
     }
 }

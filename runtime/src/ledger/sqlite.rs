@@ -255,6 +255,12 @@ fn apply_one(tx: &rusqlite::Transaction<'_>, op: &Op) -> rusqlite::Result<()> {
             tx.prepare_cached("INSERT INTO kv (key, value, expires) VALUES (?1, ?2, ?3) ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires = excluded.expires")?
                 .execute(params![key, &value[..], ms(*expires_ms)])?;
         }
+        Op::PutLater { key, value, expires_ms } => {
+            tx.prepare_cached("INSERT INTO kv (key, value, expires) VALUES (?1, ?2, ?3) ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires = excluded.expires WHERE kv.expires <= excluded.expires")?
+                .execute(params![key, &value[..], ms(*expires_ms)])?;
+        }
+        // One process: nobody else to tell.
+        Op::Publish { .. } => {}
         Op::Delete { key } => {
             tx.prepare_cached("DELETE FROM kv WHERE key = ?1")?.execute(params![key])?;
         }
@@ -546,6 +552,28 @@ impl Store for SqliteStore {
         if let Err(e) = self.writer.lock().pragma_update(None, "synchronous", level) {
             tracing::warn!(error = %e, "could not set the ledger's durability");
         }
+    }
+
+    fn incr(&self, key: &str, floor: u64, expires_ms: u64, now_ms: u64) -> Result<u64, StoreError> {
+        // On the writer's connection, in a transaction of its own (waits for a batch).
+        let mut conn = self.writer.lock();
+        let tx = conn.transaction().map_err(backend)?;
+        let found: Option<(Vec<u8>, i64)> = tx
+            .prepare_cached("SELECT value, expires FROM kv WHERE key = ?1 AND expires > ?2")
+            .and_then(|mut q| {
+                q.query_row(params![key, ms(now_ms)], |r| Ok((r.get(0)?, r.get(1)?))).optional()
+            })
+            .map_err(backend)?;
+        let (current, expires) = match found {
+            Some((v, exp)) => (super::counter_value(&v), exp.max(ms(expires_ms))),
+            None => (0, ms(expires_ms)),
+        };
+        let next = current.max(floor).saturating_add(1);
+        tx.prepare_cached("INSERT INTO kv (key, value, expires) VALUES (?1, ?2, ?3) ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires = excluded.expires")
+            .and_then(|mut q| q.execute(params![key, next.to_string().as_bytes(), expires]))
+            .map_err(backend)?;
+        tx.commit().map_err(backend)?;
+        Ok(next)
     }
 }
 

@@ -21,6 +21,39 @@ pub(crate) fn contract(s: &dyn Store) {
     s.apply(&[put("a", "3", 100), Op::Delete { key: "b".into() }]).unwrap();
     assert_eq!(s.get("a", 10).unwrap().as_deref(), Some(&b"3"[..]), "the last write wins");
 
+    // PutLater: the write expiring later wins, in whichever order the two land; a
+    // publication changes nothing stored.
+    let later = |key: &str, value: &str, expires_ms| Op::PutLater {
+        key: key.into(),
+        value: Bytes::from(value.to_owned()),
+        expires_ms,
+    };
+    s.apply(&[later("w", "used at 2", 200), later("w", "used at 1", 150)]).unwrap();
+    assert_eq!(s.get("w", 10).unwrap().as_deref(), Some(&b"used at 2"[..]), "the earlier kept out");
+    s.apply(&[
+        later("w", "used at 3", 300),
+        Op::Publish { channel: "test", message: Bytes::from_static(b"hello") },
+    ])
+    .unwrap();
+    assert_eq!(
+        s.get("w", 250).unwrap().as_deref(),
+        Some(&b"used at 3"[..]),
+        "a later one replaces"
+    );
+    s.apply(&[later("fresh", "v", 100)]).unwrap();
+    assert_eq!(s.get("fresh", 10).unwrap().as_deref(), Some(&b"v"[..]), "nothing there: written");
+
+    // Counters: one more each time, raised to a floor first, from 0 when absent or expired;
+    // a counter's expiry only grows.
+    assert_eq!(s.incr("n", 0, 100, 0).unwrap(), 1);
+    assert_eq!(s.incr("n", 0, 50, 0).unwrap(), 2);
+    assert_eq!(s.incr("n", 7, 50, 0).unwrap(), 8, "raised to the floor, then counted");
+    assert_eq!(s.incr("n", 0, 50, 99).unwrap(), 9, "the expiry of 100 was kept");
+    assert_eq!(s.incr("n", 0, 500, 100).unwrap(), 1, "expired: counted from 0");
+    s.apply(&[put("r", "41", 100)]).unwrap();
+    assert_eq!(s.incr("r", 0, 100, 0).unwrap(), 42, "a number put as text counts on");
+    assert_eq!(s.get("r", 0).unwrap().as_deref(), Some(&b"42"[..]));
+
     // Logs: bounded, ordered, never duplicated by a replayed append.
     s.apply(&(1..=5).map(|i| append("l", i, 3)).collect::<Vec<_>>()).unwrap();
     s.apply(&[append("l", 4, 3), append("l", 2, 3)]).unwrap();

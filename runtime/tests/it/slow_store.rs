@@ -77,6 +77,9 @@ impl Store for Slow {
         self.inner.sweep(now_ms, limit)
     }
     fn set_durability(&self, _: Durability) {}
+    fn incr(&self, key: &str, floor: u64, expires_ms: u64, now_ms: u64) -> Result<u64, StoreError> {
+        self.inner.incr(key, floor, expires_ms, now_ms)
+    }
 }
 
 fn catalog() -> Catalog {
