@@ -276,6 +276,15 @@ impl HostProcess {
         self.child.wait().ok()
     }
 
+    /// Send the process `signal` (a `kill` name: `STOP`, `CONT`, `HUP`...); whether `kill`
+    /// could. A stopped process is still killed by the drop.
+    pub fn signal(&self, signal: &str) -> bool {
+        Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
     /// SIGKILL the process and reap it.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

@@ -444,6 +444,14 @@ pub struct LedgerConfig {
     /// a failed commit (the writer retries, and fails closed meanwhile). Default 5000; 100 to
     /// 60 000.
     pub redis_timeout_ms: u64,
+    /// Several hosts serve this Redis ledger at once, behind any balancer: any of them serves
+    /// any session (each holds a lease of its own, `redis_lease_ms`). Off: one host at a time
+    /// (a second one exits 2). Default off.
+    pub redis_shared: bool,
+    /// How long a host's lease on the Redis ledger lasts (ms); it is renewed every third of
+    /// it. A host paused or cut off from Redis for longer is fenced: its writes are refused
+    /// (and, when shared, the other hosts take its work over). Default 5000; 300 to 60 000.
+    pub redis_lease_ms: u64,
     /// `"batched"` (events reach the wire at once and are committed within a few ms; a crash
     /// loses at most the uncommitted batch) or `"sync"` (an event reaches the wire only after
     /// its commit with fsync). Default `"batched"`.
@@ -518,6 +526,8 @@ impl Default for LedgerConfig {
             redis_url: "redis://127.0.0.1:6379/0".into(),
             redis_prefix: "mcp:".into(),
             redis_timeout_ms: 5_000,
+            redis_shared: false,
+            redis_lease_ms: 5_000,
             durability: crate::ledger::Durability::Batched,
             key_file: None,
             previous_key_files: Vec::new(),
@@ -569,6 +579,9 @@ pub enum ConfigError {
     /// `[rollout]` is unusable.
     #[error("{0}")]
     Rollout(String),
+    /// `ledger.redis_shared` with settings it cannot work with.
+    #[error("ledger.redis_shared = true {0}")]
+    Shared(&'static str),
 }
 
 const HOUR_MS: u64 = 3_600_000;
@@ -619,7 +632,7 @@ impl RuntimeConfig {
     pub fn validate(self) -> Result<ValidConfig, ConfigError> {
         let (se, ss, l, q) = (&self.sse, &self.sessions, &self.limits, &self.quotas);
         let max = u64::MAX;
-        let rows: [(&'static str, u64, u64, u64); 62] = [
+        let rows: [(&'static str, u64, u64, u64); 63] = [
             ("security.max_body_bytes", self.security.max_body_bytes as u64, 1, 1 << 30),
             ("security.body_read_timeout_ms", self.security.body_read_timeout_ms, 100, 600_000),
             ("sse.replay_max_events", se.replay_max_events as u64, 1, 1 << 20),
@@ -675,6 +688,7 @@ impl RuntimeConfig {
             ("ledger.receipt_max_bytes", self.ledger.receipt_max_bytes as u64, 1024, 1 << 30),
             ("ledger.commit_wait_ms", self.ledger.commit_wait_ms, 100, 600_000),
             ("ledger.redis_timeout_ms", self.ledger.redis_timeout_ms, 100, 60_000),
+            ("ledger.redis_lease_ms", self.ledger.redis_lease_ms, 300, 60_000),
             ("ledger.receipts_per_caller", self.ledger.receipts_per_caller, 1, 1 << 32),
             (
                 "ledger.receipt_bytes_per_caller",
@@ -733,6 +747,18 @@ impl RuntimeConfig {
             return Err(ConfigError::CursorSecret);
         }
         self.rollout.validate().map_err(|e| ConfigError::Rollout(e.to_string()))?;
+        if self.ledger.redis_shared {
+            if self.ledger.backend != LedgerBackend::Redis {
+                return Err(ConfigError::Shared("needs ledger.backend = \"redis\""));
+            }
+            // A host lets go of a session it served (parks it) long before the session's
+            // idle TTL: the TTL is the ledger's, counted from the last use on any host.
+            if self.sessions.park_after_secs >= self.sessions.idle_ttl_secs {
+                return Err(ConfigError::Shared(
+                    "needs sessions.park_after_secs below sessions.idle_ttl_secs (a host parks a session it served; the ledger ends it, idle on every host)",
+                ));
+            }
+        }
         Ok(ValidConfig(self))
     }
 
@@ -878,6 +904,27 @@ mod tests {
         );
         let ok = with(|c| c.security.cursor_secret_hex = Some("0f".repeat(16))).unwrap();
         assert_eq!(ok.cursor_secret().unwrap(), vec![0x0f; 16]);
+    }
+
+    #[test]
+    fn a_shared_ledger_needs_redis_and_hosts_that_park_sessions_before_their_ttl() {
+        let shared = |c: &mut RuntimeConfig| {
+            c.ledger.redis_shared = true;
+            c.ledger.backend = LedgerBackend::Redis;
+        };
+        assert!(with(shared).is_ok());
+        let e = with(|c| {
+            shared(c);
+            c.ledger.backend = LedgerBackend::Sqlite;
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("ledger.backend"), "{e}");
+        let e = with(|c| {
+            shared(c);
+            c.sessions.park_after_secs = c.sessions.idle_ttl_secs;
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("sessions.park_after_secs"), "{e}");
     }
 
     #[test]

@@ -122,11 +122,18 @@ impl SessionMeta {
             incarnation: s.incarnation,
             run: cx.ledger.run,
         });
-        let mut ops = vec![Op::Put {
-            key: codec::session_key(&self.hmac),
-            value: Bytes::from(codec::encode(&record)),
-            expires_ms,
+        let (key, value) = (codec::session_key(&self.hmac), Bytes::from(codec::encode(&record)));
+        let mut ops = vec![if s.state == RecordState::Active {
+            // Another host serving the session may have recorded a later use: the later wins.
+            Op::PutLater { key, value, expires_ms }
+        } else {
+            Op::Put { key, value, expires_ms }
         }];
+        // The counter of its lives lives as long as any record of it.
+        ops.push(Op::Expire {
+            name: codec::incarnation_key(&self.hmac),
+            expires_ms: expires_ms.saturating_add(cx.idle_ttl_ms),
+        });
         // The ledger's session cap evicts by last recorded use; an ended session leaves it.
         ops.push(if s.state == RecordState::Active {
             Op::IndexAdd {
@@ -284,7 +291,9 @@ impl StreamLedger {
             let key = record_key.clone();
             ops.push(Op::Put {
                 key,
-                value: Bytes::from(codec::encode(&Record::Stream(self.record(core)))),
+                value: Bytes::from(codec::encode(&Record::Stream(
+                    self.record(core, cx.ledger.run),
+                ))),
                 expires_ms,
             });
             if !self.indexed {
@@ -301,7 +310,7 @@ impl StreamLedger {
         (ops, newest)
     }
 
-    fn record(&self, core: &StreamCore) -> StreamRecord {
+    fn record(&self, core: &StreamCore, run: u64) -> StreamRecord {
         let (kind, request_id) = match core.kind() {
             StreamKind::Post { request } => (StreamKindRecord::Post, Some(request.to_value())),
             StreamKind::Get => (StreamKindRecord::Get, None),
@@ -322,6 +331,7 @@ impl StreamLedger {
             max_bytes: limits.max_bytes,
             created_ms: self.created_ms,
             shadow: core.mode() == crate::proto::rollout::StreamMode::Shadow,
+            run,
         }
     }
 }

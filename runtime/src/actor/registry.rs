@@ -87,8 +87,9 @@ pub(crate) struct Registry<H> {
     /// removed when its count reaches 0, so the map holds at most one entry per live session.
     /// Taken once per session start and end.
     per_key: Mutex<HashMap<QuotaKey, Caller>>,
-    /// Ledger HMACs of the live sessions: ledger housekeeping never evicts one of these.
-    live_hmacs: Mutex<std::collections::HashSet<Arc<str>>>,
+    /// Ledger HMACs of the live sessions, with their ids: ledger housekeeping never evicts
+    /// one of these, and an end heard from another host finds its session here.
+    live_hmacs: Mutex<HashMap<Arc<str>, SessionId>>,
     /// Told when the last session leaves.
     quiet: Arc<tokio::sync::Notify>,
 }
@@ -116,7 +117,18 @@ impl<H> Registry<H> {
 impl<H: Registered> Registry<H> {
     /// Whether the session recorded under ledger HMAC `hmac` is live here.
     pub(crate) fn is_live_hmac(&self, hmac: &str) -> bool {
-        self.live_hmacs.lock().contains(hmac)
+        self.live_hmacs.lock().contains_key(hmac)
+    }
+
+    /// The live session recorded under ledger HMAC `hmac`, if any.
+    pub(crate) fn by_hmac(&self, hmac: &str) -> Option<H> {
+        let id = self.live_hmacs.lock().get(hmac).cloned()?;
+        self.handle(&id)
+    }
+
+    /// The ledger HMACs of every live session.
+    pub(crate) fn live_hmacs(&self) -> Vec<Arc<str>> {
+        self.live_hmacs.lock().keys().cloned().collect()
     }
 
     fn shard(&self, id: &SessionId) -> &RwLock<HashMap<SessionId, H>> {
@@ -259,7 +271,7 @@ impl<H: Registered> Reservation<H> {
         let registry = self.registry.take().expect("reservation used once");
         let key = self.key.take().expect("reservation used once");
         let inbox = Arc::clone(handle.inbox());
-        registry.live_hmacs.lock().insert(Arc::clone(&hmac));
+        registry.live_hmacs.lock().insert(Arc::clone(&hmac), id.clone());
         registry.shard(&id).write().insert(id.clone(), handle);
         RegistryGuard { registry, id, key, inbox, hmac, removed: false }
     }

@@ -120,6 +120,11 @@ pub struct StreamRecord {
     /// never got a cursor, so it is not restored.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub shadow: bool,
+    /// The run (host process) that wrote it last, which serves it: on a ledger several hosts
+    /// share, another host follows a stream whose run is alive and takes over one whose run
+    /// is gone (0: a release before shared ledgers).
+    #[serde(default)]
+    pub run: u64,
 }
 
 /// State of an idempotency receipt.
@@ -352,6 +357,25 @@ pub fn session_key(hmac: &str) -> String {
 #[must_use]
 pub fn stream_key(hmac: &str, stream: u64) -> String {
     format!("t/{hmac}/{stream}")
+}
+
+/// Key of a session's end (DELETE, expiry): while it exists the session stays ended, whatever
+/// record another host still writes for it (it outlives every such record: twice the idle
+/// TTL).
+#[must_use]
+pub fn session_end_key(hmac: &str) -> String {
+    format!("x/{hmac}")
+}
+
+/// The channel ([`super::Op::Publish`]) on which a host tells the others sharing the ledger
+/// that a session ended (message: its HMAC).
+pub const ENDS_CHANNEL: &str = "ends";
+
+/// Key of a session's incarnation counter ([`super::Store::incr`]): each revive, on any
+/// host, counts a life of its own.
+#[must_use]
+pub fn incarnation_key(hmac: &str) -> String {
+    format!("n/{hmac}")
 }
 
 /// Name of a stream's event log.
@@ -622,6 +646,7 @@ mod tests {
                     max_bytes: 1 << 20,
                     created_ms: 5,
                     shadow: sid % 2 == 0,
+                    run: a,
                 })
             });
         let receipt = (opt_s, "\\PC{1,20}", digest, proptest::option::of(arb_json())).prop_map(

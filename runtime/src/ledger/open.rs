@@ -224,15 +224,23 @@ impl Ledger {
     /// [`OpenError::Store`] when `store` cannot be read or written.
     pub fn on_store(store: Arc<dyn Store>, cfg: &RuntimeConfig) -> Result<Ledger, OpenError> {
         let secret = cfg.cursor_secret().unwrap_or_else(|| crate::rng::bytes::<32>().to_vec());
-        Ledger::start(store, secret, Vec::new(), cfg, "(custom store)", false)
+        Ledger::start(store, secret, Vec::new(), cfg, "(custom store)", false, &|_| Ok(()))
     }
 
     /// A memory ledger with a fresh secret (in-process servers, tests).
     #[must_use]
     pub fn memory(cfg: &RuntimeConfig) -> Ledger {
         let secret = cfg.cursor_secret().unwrap_or_else(|| crate::rng::bytes::<32>().to_vec());
-        Ledger::start(Arc::new(MemoryStore::new()), secret, Vec::new(), cfg, "memory", false)
-            .expect("a new memory store holds no other key")
+        Ledger::start(
+            Arc::new(MemoryStore::new()),
+            secret,
+            Vec::new(),
+            cfg,
+            "memory",
+            false,
+            &|_| Ok(()),
+        )
+        .expect("a new memory store holds no other key")
     }
 
     fn start(
@@ -242,6 +250,7 @@ impl Ledger {
         cfg: &RuntimeConfig,
         path: &str,
         durable: bool,
+        on_run: &dyn Fn(u64) -> Result<(), OpenError>,
     ) -> Result<Ledger, OpenError> {
         let clock = Clock::start();
         let now = clock.now().0;
@@ -254,25 +263,16 @@ impl Ledger {
                 "ledger key rotated: sessions and state handles recorded under the previous key move to the current one on first use"
             );
         }
-        let run = match store.get(RUN_KEY, now).map_err(err)? {
-            Some(v) => {
-                std::str::from_utf8(&v).ok().and_then(|s| s.parse::<u64>().ok()).unwrap_or(0) + 1
-            }
-            None => 1,
-        };
+        // Counted, not read and written: hosts starting at once on a shared ledger get
+        // different runs.
+        let run = store.incr(RUN_KEY, 0, u64::MAX, now).map_err(err)?;
+        on_run(run)?;
         store
-            .apply(&[
-                Op::Put {
-                    key: KEY_FINGERPRINT.into(),
-                    value: fingerprint.into(),
-                    expires_ms: u64::MAX,
-                },
-                Op::Put {
-                    key: RUN_KEY.into(),
-                    value: run.to_string().into(),
-                    expires_ms: u64::MAX,
-                },
-            ])
+            .apply(&[Op::Put {
+                key: KEY_FINGERPRINT.into(),
+                value: fingerprint.into(),
+                expires_ms: u64::MAX,
+            }])
             .map_err(err)?;
         let l = &cfg.ledger;
         let sweep_clock = clock;
@@ -502,20 +502,35 @@ impl Ledger {
         let timeout = Duration::from_millis(l.redis_timeout_ms);
         let store = super::RedisStore::open(&l.redis_url, &l.redis_prefix, timeout)
             .map_err(|source| OpenError::Store { path: shown.clone(), source })?;
-        // One writer at a time: the lease fences every batch (a host paused past it cannot
-        // write after another took it), and a restarted host waits for its predecessor's to
-        // lapse.
         let holder = format!("{}:{}", host_name(), std::process::id());
-        store.take_lease(&holder, REDIS_LEASE).map_err(|e| match e {
+        let ttl = Duration::from_millis(l.redis_lease_ms);
+        let held = |e| match e {
             super::redis::LeaseError::Held { holder } => {
                 OpenError::Held { url: shown.clone(), holder }
             }
             super::redis::LeaseError::Store(source) => {
                 OpenError::Store { path: shown.clone(), source }
             }
-        })?;
+        };
+        let store = Arc::new(store);
+        if !l.redis_shared {
+            // One writer at a time: the lease fences every batch (a host paused past it cannot
+            // write after another took it), and a restarted host waits for its predecessor's
+            // to lapse.
+            store.take_lease(&holder, ttl).map_err(held)?;
+        }
         let (secret, previous) = Ledger::secrets(cfg)?;
-        Ledger::start(Arc::new(store), secret, previous, cfg, &shown, true)
+        let own = Arc::clone(&store);
+        // Shared: each host holds a lease of its own run, taken before its first write and
+        // fencing every batch; the other hosts read it to know whether this one is alive.
+        let on_run = move |run| {
+            if l.redis_shared {
+                own.take_run_lease(run, &holder, ttl).map_err(held)
+            } else {
+                Ok(())
+            }
+        };
+        Ledger::start(store, secret, previous, cfg, &shown, true, &on_run)
     }
 
     #[cfg(not(feature = "redis"))]
@@ -528,7 +543,7 @@ impl Ledger {
         let l = &cfg.ledger;
         let store = SqliteStore::open(Path::new(&l.path))?;
         let (secret, previous) = Ledger::secrets(cfg)?;
-        Ledger::start(Arc::new(store), secret, previous, cfg, &l.path, true)
+        Ledger::start(Arc::new(store), secret, previous, cfg, &l.path, true, &|_| Ok(()))
     }
 
     #[cfg(not(feature = "sqlite"))]
@@ -555,15 +570,11 @@ impl Ledger {
             &RuntimeConfig::default(),
             &path,
             true,
+            &|_| Ok(()),
         )
         .expect("a test ledger")
     }
 }
-
-/// How long a Redis ledger's lease lasts unrenewed (renewed every third of it): a host
-/// restarted after a crash waits at most this long for its predecessor's to lapse.
-#[cfg(feature = "redis")]
-const REDIS_LEASE: Duration = Duration::from_secs(5);
 
 /// This machine's name (for a lease holder's description), or `host`.
 #[cfg(feature = "redis")]

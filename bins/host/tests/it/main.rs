@@ -11,6 +11,7 @@ mod ledger_full;
 mod redis;
 mod restart;
 mod rotation;
+mod shared;
 mod stalled_reader;
 mod stateless;
 mod supervisor;

@@ -15,7 +15,9 @@ use crate::proto::rollout::{StreamMode, StreamPurpose};
 use crate::proto::session::ClientRequestRefused;
 use crate::proto::stream::{CloseReason, StreamKind};
 
-use super::messages::{Delete, EndOlderRequests, OpenGet, Post, PostOutcome, Resume, Shutdown};
+use super::messages::{
+    Delete, EndOlderRequests, EndedElsewhere, OpenGet, Post, PostOutcome, Resume, Shutdown,
+};
 use super::{ClientRequestRoute, SessionActor};
 
 impl Handler<Post> for SessionActor {
@@ -143,12 +145,27 @@ impl Handler<Delete> for SessionActor {
         let _span = self.span.clone().entered();
         let r = self.core.request_delete();
         if r.is_ok() {
-            self.record_end(RecordState::Deleted);
+            self.record_end(RecordState::Deleted, true);
             // Gone from the registry before the client hears "deleted".
             self.guard.take();
             ctx.stop();
         }
         let _ = msg.reply.send(r);
+    }
+}
+
+impl Handler<EndedElsewhere> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, _: EndedElsewhere, ctx: &mut Context<Self>) {
+        let _span = self.span.clone().entered();
+        if self.core.request_delete().is_ok() {
+            tracing::debug!("session ended by another host");
+            // Its streams here are forgotten too; the others were told already.
+            self.record_end(RecordState::Deleted, false);
+            self.guard.take();
+            ctx.stop();
+        }
     }
 }
 

@@ -87,6 +87,11 @@ pub(crate) struct EndOlderRequests {
     pub(crate) before: Generation,
 }
 
+/// Another host sharing the ledger ended the session (DELETE, expiry): it ends here too.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct EndedElsewhere;
+
 /// Stop the session (process shutdown).
 #[derive(Message)]
 #[rtype(result = "()")]

@@ -44,7 +44,7 @@ mod messages;
 mod persist;
 mod streams;
 
-pub(crate) use messages::{Delete, JsonReply, OpenGet, Post, PostOutcome, Resume};
+pub(crate) use messages::{Delete, EndedElsewhere, JsonReply, OpenGet, Post, PostOutcome, Resume};
 pub(crate) use messages::{EndOlderRequests, Shutdown};
 
 /// Shell data of an in-flight request.
@@ -365,7 +365,7 @@ impl SessionActor {
         }
         if due.expired {
             tracing::debug!("session expired");
-            self.record_end(RecordState::Expired);
+            self.record_end(RecordState::Expired, true);
             self.guard.take();
             ctx.stop();
             return;

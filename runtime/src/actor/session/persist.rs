@@ -119,14 +119,29 @@ impl SessionActor {
     /// id stays 404 across restarts), its streams are forgotten. Written before the registry
     /// lets go of it, so a revive that follows reads the end. A stop for any other reason
     /// (process shutdown, parking) leaves its record active.
-    pub(super) fn record_end(&mut self, state: RecordState) {
-        let mut ops = self.record_ops_at(state, self.sup.now());
+    ///
+    /// The end's own key outlives every record another host may still write for the session
+    /// before it hears of the end; `announce` tells the other hosts sharing the ledger once it
+    /// commits (not when the end was heard from one of them).
+    pub(super) fn record_end(&mut self, state: RecordState, announce: bool) {
+        use crate::ledger::{Op, codec};
+        let now = self.sup.now();
+        let mut ops = self.record_ops_at(state, now);
         for sid in self.core.stream_ids() {
             durable::forget_stream_ops(&self.meta.hmac, sid, &mut ops);
         }
-        ops.push(crate::ledger::Op::DropIndex {
-            index: crate::ledger::codec::streams_index(&self.meta.hmac),
+        ops.push(Op::DropIndex { index: codec::streams_index(&self.meta.hmac) });
+        ops.push(Op::Put {
+            key: codec::session_end_key(&self.meta.hmac),
+            value: Bytes::from(format!("{state:?}")),
+            expires_ms: now.0.saturating_add(self.ledger.idle_ttl_ms.saturating_mul(2)),
         });
+        if announce {
+            ops.push(Op::Publish {
+                channel: codec::ENDS_CHANNEL,
+                message: Bytes::copy_from_slice(self.meta.hmac.as_bytes()),
+            });
+        }
         self.sup.settle(&self.meta.hmac, Settle::Ended, ops);
     }
 

@@ -7,7 +7,8 @@
 //! - `sessions.rs`: lookup, creation, the session actor's start, revive, settling;
 //! - `lifecycle.rs`: the published phase, reload and rollback, stop request, drain and waits;
 //! - `rate.rs`: the per-caller rate of new sessions;
-//! - `revive.rs`: what a revive reads, one revive per session at a time, the ledger's cap.
+//! - `revive.rs`: what a revive reads, one revive per session at a time, the ledger's cap;
+//! - `bus.rs`: what the other hosts sharing the ledger tell (sessions they ended).
 
 use std::sync::Arc;
 
@@ -31,6 +32,7 @@ use crate::stores::receipts::Receipts;
 use crate::tools::Catalog;
 
 mod admission;
+mod bus;
 mod lifecycle;
 mod rate;
 mod revive;
@@ -190,7 +192,7 @@ impl Supervisor {
                 bytes_total: t.bytes_total,
             },
         ));
-        Arc::new(Supervisor {
+        let sup = Arc::new(Supervisor {
             state_keys: stream_env.ledger.ledger.derive_rotated("mcp-host requestState v1"),
             modern_results,
             tasks,
@@ -216,7 +218,9 @@ impl Supervisor {
             receipts,
             handles,
             cfg: Arc::new(cfg),
-        })
+        });
+        sup.hear_ends();
+        sup
     }
 
     /// 2026-07-28 results encoded once.

@@ -66,6 +66,9 @@ pub(super) fn read_session(
     most: usize,
     now: u64,
 ) -> Result<Option<SessionFound>, crate::ledger::StoreError> {
+    if store.get(&codec::session_end_key(hmac), now)?.is_some() {
+        return Ok(None);
+    }
     let Some(bytes) = store.get(&codec::session_key(hmac), now)? else { return Ok(None) };
     let Record::Session(record) = codec::decode(&bytes)? else { return Ok(None) };
     if record.state != RecordState::Active
@@ -210,3 +213,58 @@ impl LedgerCap {
 
 /// Session HMAC -> why its last writes are on their way, and how many batches of them.
 pub(super) type SettlingMap = HashMap<Arc<str>, (Settle, usize)>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::{MemoryStore, Op, Store as _};
+
+    fn session(hmac: &str, state: RecordState) -> codec::SessionRecord {
+        codec::SessionRecord {
+            session_hmac: hmac.into(),
+            principal: None,
+            auth_subject: None,
+            protocol_version: "2025-11-25".into(),
+            handshake: codec::Handshake {
+                requested_version: None,
+                capabilities: serde_json::json!({}),
+                client_info: serde_json::json!({}),
+            },
+            origin: None,
+            created_ms: 1,
+            last_used_ms: 1,
+            expires_ms: 10_000,
+            generation: 1,
+            state,
+            log_level: None,
+            incarnation: 0,
+            run: 1,
+        }
+    }
+
+    #[test]
+    fn an_ended_session_is_not_revived_even_when_another_host_wrote_it_active_after_the_end() {
+        let store = MemoryStore::new();
+        let hmac = "ab".repeat(16);
+        let put = |r: codec::SessionRecord| Op::Put {
+            key: codec::session_key(&hmac),
+            value: bytes::Bytes::from(codec::encode(&Record::Session(r))),
+            expires_ms: 10_000,
+        };
+        store.apply(&[put(session(&hmac, RecordState::Active))]).unwrap();
+        assert!(read_session(&store, &hmac, None, 8, 5).unwrap().is_some());
+        // Ended on one host; another, not told yet, records its later use of it.
+        store
+            .apply(&[
+                put(session(&hmac, RecordState::Deleted)),
+                Op::Put {
+                    key: codec::session_end_key(&hmac),
+                    value: bytes::Bytes::from_static(b"Deleted"),
+                    expires_ms: 20_000,
+                },
+                put(session(&hmac, RecordState::Active)),
+            ])
+            .unwrap();
+        assert!(read_session(&store, &hmac, None, 8, 5).unwrap().is_none());
+    }
+}

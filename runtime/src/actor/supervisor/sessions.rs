@@ -256,15 +256,16 @@ impl Supervisor {
         .unwrap_or(0);
         let restore = Restore {
             complete,
-            incarnation: record.incarnation.saturating_add(1),
+            // Counted by the revive's read (the record's own number raised by one at least).
+            incarnation: record.incarnation,
             created_ms: record.created_ms,
             log_level: record.log_level.as_deref().and_then(crate::proto::mcp::LogLevel::parse),
             streams,
         };
         if cx.ledger.durable {
-            // This life's incarnation is committed before the session can be found: a crash
-            // after it cannot make the next revive number streams and events this life may
-            // hand out. (Under this shard's revive lock: a second request for it waits.)
+            // This life (its run, its use) is committed before the session can be found, so
+            // a ledger that cannot commit refuses the revive; its number was counted already.
+            // (Under this shard's revive lock: a second request for it here waits.)
             let mut life = record.clone();
             (life.incarnation, life.run, life.session_hmac) =
                 (restore.incarnation, cx.ledger.run, hmac.to_string());
@@ -276,13 +277,13 @@ impl Supervisor {
                 now.saturating_add(cx.idle_ttl_ms).max(life.expires_ms),
             );
             let expires_ms = life.expires_ms;
-            let put = crate::ledger::Op::Put {
+            // Another host serving it may have recorded a later use: the later wins.
+            let put = crate::ledger::Op::PutLater {
                 key: codec::session_key(&hmac),
                 value: bytes::Bytes::from(codec::encode(&Record::Session(life))),
                 expires_ms,
             };
-            // Not committed in time (or given up on as the process stops): not revived; the
-            // record, if it lands later, only numbers the next life higher.
+            // Not committed in time (or given up on as the process stops): not revived.
             cx.writer.submit_and_wait(vec![put]).await.map_err(Rejection::from)?;
         }
         let generation = self.gens.enter_restored(
@@ -303,6 +304,7 @@ impl Supervisor {
         );
         self.stream_env.stats.session_revived();
         self.start_session(seed, reservation);
+        self.recheck_end(hmac);
         Ok(())
     }
 
@@ -319,10 +321,11 @@ impl Supervisor {
     ) -> Result<(Option<SessionFound>, bool), crate::ledger::ReadError> {
         let cx = Arc::clone(&self.stream_env.ledger);
         let previous = cx.previous_session_hmacs(id);
-        let (now, most, this_run) = (
+        let (now, most, this_run, ttl) = (
             self.now().0,
             self.cfg.sessions.max_retained_streams + self.cfg.sessions.max_in_flight + 1,
             cx.ledger.run,
+            cx.idle_ttl_ms,
         );
         let hmac = Arc::clone(hmac);
         let migrate = Arc::clone(&cx);
@@ -345,6 +348,32 @@ impl Supervisor {
                 let complete = found.as_ref().is_some_and(|(r, _)| {
                     crate::ledger::Ledger::run_complete_in(store, this_run, r.run, now)
                 });
+                let Some((record, streams)) = found.as_mut() else { return Ok((None, complete)) };
+                // Another live host's streams stay its own (it still appends to them); a gone
+                // host's are taken over.
+                let mut others: Vec<u64> = streams
+                    .iter()
+                    .map(|(s, _)| s.run)
+                    .filter(|r| *r != 0 && *r != this_run)
+                    .collect();
+                others.sort_unstable();
+                others.dedup();
+                let mut alive = Vec::new();
+                for run in others {
+                    if store.run_alive(run)? {
+                        alive.push(run);
+                    }
+                }
+                streams.retain(|(s, _)| !alive.contains(&s.run));
+                // This life's number, counted: two hosts reviving it at once never share one
+                // (its stream ids and event numbers start there).
+                let life = store.incr(
+                    &codec::incarnation_key(&hmac),
+                    u64::from(record.incarnation),
+                    now.saturating_add(ttl.saturating_mul(2)),
+                    now,
+                )?;
+                record.incarnation = u32::try_from(life).unwrap_or(u32::MAX);
                 Ok((found, complete))
             })
             .await

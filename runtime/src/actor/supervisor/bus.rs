@@ -1,0 +1,61 @@
+//! What a host hears from the other hosts sharing its ledger: a session that ended on one of
+//! them ends here too, within the time a publication takes; after a subscription that was cut
+//! (messages may have been missed), every live session's end is looked up in the ledger.
+
+use std::sync::Arc;
+
+use crate::actor::session::EndedElsewhere;
+use crate::ledger::codec;
+
+use super::Supervisor;
+
+impl Supervisor {
+    /// Subscribe to the ends other hosts publish (a ledger only this process uses has none).
+    /// The subscription holds the supervisor weakly: it never keeps the ledger alive.
+    pub(super) fn hear_ends(self: &Arc<Self>) {
+        let sup = Arc::downgrade(self);
+        let store = Arc::clone(self.stream_env.ledger.ledger.writer.store());
+        let heard = Box::new(move |message: Option<bytes::Bytes>| {
+            let Some(sup) = sup.upgrade() else { return };
+            match message {
+                Some(hmac) => sup.ended_elsewhere(std::str::from_utf8(&hmac).unwrap_or("")),
+                None => sup.look_up_ends(),
+            }
+        });
+        if let Err(e) = store.subscribe(codec::ENDS_CHANNEL, heard) {
+            tracing::error!(error = %e, "cannot hear the other hosts' session ends; a session deleted on another host stays usable here until it parks");
+        }
+    }
+
+    /// End the live session recorded under `hmac`, if there is one here.
+    fn ended_elsewhere(&self, hmac: &str) {
+        if let Some(h) = self.registry.by_hmac(hmac) {
+            h.addr.do_send(EndedElsewhere);
+        }
+    }
+
+    /// End every live session whose end the ledger records (on the subscription's thread).
+    fn look_up_ends(&self) {
+        let (store, now) = (self.stream_env.ledger.ledger.writer.store(), self.now().0);
+        for hmac in self.registry.live_hmacs() {
+            if matches!(store.get(&codec::session_end_key(&hmac), now), Ok(Some(_))) {
+                self.ended_elsewhere(&hmac);
+            }
+        }
+    }
+
+    /// A session just revived here may have ended on another host between the revive's read
+    /// and its start (the publication found nothing to end): look its end up once more, on a
+    /// reader thread.
+    pub(super) fn recheck_end(self: &Arc<Self>, hmac: Arc<str>) {
+        let sup = Arc::clone(self);
+        let now = self.now().0;
+        let reads = Arc::clone(&self.stream_env.ledger.ledger.reads);
+        actix_rt::spawn(async move {
+            let key = codec::session_end_key(&hmac);
+            if let Ok(Some(_)) = reads.run(move |store| store.get(&key, now)).await {
+                sup.ended_elsewhere(&hmac);
+            }
+        });
+    }
+}
