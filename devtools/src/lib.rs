@@ -507,6 +507,24 @@ impl RedisServer {
     pub fn port(&self) -> u16 {
         self.port
     }
+
+    /// How many keys match `pattern` (`KEYS`: for tests' small data sets); `None` when the
+    /// server does not answer.
+    #[must_use]
+    pub fn count_keys(&self, pattern: &str) -> Option<usize> {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        s.write_all(format!("KEYS {pattern}\r\n").as_bytes()).ok()?;
+        // The reply starts `*<count>\r\n`.
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n") && head.len() < 32 {
+            s.read_exact(&mut byte).ok()?;
+            head.push(byte[0]);
+        }
+        std::str::from_utf8(head.strip_prefix(b"*")?).ok()?.trim().parse().ok()
+    }
 }
 
 /// A raw `PING` to 127.0.0.1:`port`: true on `+PONG`.

@@ -223,6 +223,7 @@ mod tests {
                 60_000,
             )),
             clock: crate::clock::Clock::start(),
+            followers: Arc::new(tokio::sync::Semaphore::new(1)),
         });
         let ctx = Context::new();
         let addr = ctx.address();

@@ -25,6 +25,7 @@ mod body;
 mod budget;
 mod durable;
 mod env;
+mod follow;
 mod generations;
 mod lifecycle;
 pub(crate) mod links;

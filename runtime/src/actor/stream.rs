@@ -42,6 +42,8 @@ pub(crate) struct StreamEnv {
     pub(crate) stats: Arc<RuntimeStats>,
     pub(crate) ledger: Arc<LedgerCtx>,
     pub(crate) clock: crate::clock::Clock,
+    /// Places for the streams this host follows for another (`actor::follow`).
+    pub(crate) followers: Arc<tokio::sync::Semaphore>,
 }
 
 /// What a stream is started with from its session: where it reports, what every stream

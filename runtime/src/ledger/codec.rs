@@ -378,6 +378,13 @@ pub fn incarnation_key(hmac: &str) -> String {
     format!("n/{hmac}")
 }
 
+/// Key of the claim on a stream whose host (run `run`) is gone: the first host to count it
+/// takes the stream over ([`super::Store::incr`]).
+#[must_use]
+pub fn takeover_key(hmac: &str, stream: u64, run: u64) -> String {
+    format!("o/{hmac}/{stream}/{run}")
+}
+
 /// Name of a stream's event log.
 #[must_use]
 pub fn events_key(hmac: &str, stream: u64) -> String {

@@ -218,6 +218,25 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// [`StoreError::Backend`].
     fn read_log(&self, log: &str, now_ms: u64) -> Result<Vec<(u64, Bytes)>, StoreError>;
 
+    /// The events of `log` after sequence number `after`, oldest first, at most `limit`, unless
+    /// the log expired at `now_ms` (Redis: `XRANGE log (after+1)-0 + COUNT limit`). The
+    /// default reads the whole log; a store several hosts share reads only what is asked.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`].
+    fn read_log_after(
+        &self,
+        log: &str,
+        after: u64,
+        limit: usize,
+        now_ms: u64,
+    ) -> Result<Vec<(u64, Bytes)>, StoreError> {
+        let mut all = self.read_log(log, now_ms)?;
+        all.retain(|(seq, _)| *seq > after);
+        all.truncate(limit);
+        Ok(all)
+    }
+
     /// The `limit` lowest-scored members of `index`, lowest first, unless the index expired
     /// at `now_ms` (Redis: `ZRANGE ... WITHSCORES`).
     ///

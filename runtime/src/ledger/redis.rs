@@ -614,6 +614,40 @@ impl RedisStore {
         Ok(r)
     }
 
+    /// The entries of log `log` from stream id `from` on (at most `limit`), unless it expired
+    /// at `now_ms`.
+    fn log_range(
+        &self,
+        log: &str,
+        from: &str,
+        limit: Option<usize>,
+        now_ms: u64,
+    ) -> Result<Vec<(u64, Bytes)>, StoreError> {
+        type Entry = (String, Vec<Vec<u8>>);
+        let (exp, entries): (Option<Vec<u8>>, Vec<Entry>) = self.with_conn(|c| {
+            let mut p = redis::pipe();
+            p.cmd("GET").arg(self.name("el", log));
+            let range = p.cmd("XRANGE").arg(self.name("l", log)).arg(from).arg("+");
+            if let Some(n) = limit {
+                range.arg("COUNT").arg(n);
+            }
+            p.query(c)
+        })?;
+        if !alive(exp.as_deref(), now_ms) {
+            return Ok(Vec::new());
+        }
+        entries
+            .into_iter()
+            .map(|(id, mut fields)| {
+                let seq = id.split_once('-').and_then(|(s, _)| s.parse::<u64>().ok());
+                match (seq, fields.len()) {
+                    (Some(seq), 2) => Ok((seq, Bytes::from(fields.swap_remove(1)))),
+                    _ => Err(StoreError::Backend(format!("redis: malformed log entry {id}"))),
+                }
+            })
+            .collect()
+    }
+
     /// `name` under the prefix.
     fn name_raw(&self, name: &str) -> String {
         format!("{}{name}", self.prefix)
@@ -751,30 +785,17 @@ impl Store for RedisStore {
     }
 
     fn read_log(&self, log: &str, now_ms: u64) -> Result<Vec<(u64, Bytes)>, StoreError> {
-        type Entry = (String, Vec<Vec<u8>>);
-        let (exp, entries): (Option<Vec<u8>>, Vec<Entry>) = self.with_conn(|c| {
-            redis::pipe()
-                .cmd("GET")
-                .arg(self.name("el", log))
-                .cmd("XRANGE")
-                .arg(self.name("l", log))
-                .arg("-")
-                .arg("+")
-                .query(c)
-        })?;
-        if !alive(exp.as_deref(), now_ms) {
-            return Ok(Vec::new());
-        }
-        entries
-            .into_iter()
-            .map(|(id, mut fields)| {
-                let seq = id.split_once('-').and_then(|(s, _)| s.parse::<u64>().ok());
-                match (seq, fields.len()) {
-                    (Some(seq), 2) => Ok((seq, Bytes::from(fields.swap_remove(1)))),
-                    _ => Err(StoreError::Backend(format!("redis: malformed log entry {id}"))),
-                }
-            })
-            .collect()
+        self.log_range(log, "-", None, now_ms)
+    }
+
+    fn read_log_after(
+        &self,
+        log: &str,
+        after: u64,
+        limit: usize,
+        now_ms: u64,
+    ) -> Result<Vec<(u64, Bytes)>, StoreError> {
+        self.log_range(log, &format!("{}-0", after.saturating_add(1)), Some(limit), now_ms)
     }
 
     fn index_lowest(

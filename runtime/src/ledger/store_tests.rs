@@ -60,6 +60,11 @@ pub(crate) fn contract(s: &dyn Store) {
     let seqs: Vec<u64> = s.read_log("l", 10).unwrap().into_iter().map(|(q, _)| q).collect();
     assert_eq!(seqs, vec![3, 4, 5]);
     assert_eq!(s.read_log("l", 10).unwrap()[2].1, Bytes::from("frame 5"));
+    let after = |after, limit, now| -> Vec<u64> {
+        s.read_log_after("l", after, limit, now).unwrap().into_iter().map(|(q, _)| q).collect()
+    };
+    assert_eq!((after(3, 8, 10), after(0, 1, 10), after(5, 8, 10)), (vec![4, 5], vec![3], vec![]));
+    assert!(after(0, 8, 1_000).is_empty(), "an expired log reads empty after any cursor");
     assert!(s.read_log("l", 1_000).unwrap().is_empty(), "an expired log reads empty");
     s.apply(&[Op::DropLog { log: "l".into() }]).unwrap();
     assert!(s.read_log("l", 10).unwrap().is_empty());

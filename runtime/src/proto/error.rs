@@ -36,6 +36,9 @@ pub enum Overload {
     /// The ledger's reads are behind: as many wait as may (the store is slower than the
     /// traffic).
     LedgerReads,
+    /// A resumed stream is served by another host sharing the ledger, and this one cannot
+    /// follow it now (as many are followed as may be, or another host is taking it over).
+    Elsewhere,
 }
 
 impl Overload {
@@ -49,7 +52,8 @@ impl Overload {
             | Overload::Listen
             | Overload::LedgerBacklog
             | Overload::RequestMemory
-            | Overload::LedgerReads => 1,
+            | Overload::LedgerReads
+            | Overload::Elsewhere => 1,
             Overload::StreamMemory => 2,
             Overload::Sessions | Overload::Draining | Overload::LedgerFailing => 5,
         }
@@ -73,6 +77,9 @@ impl Overload {
             Overload::RequestMemory => "server-wide request memory budget is full",
             Overload::LedgerReads => {
                 "the ledger's reads are behind (as many wait as may); nothing was run, try again"
+            }
+            Overload::Elsewhere => {
+                "this stream is served by another host and cannot be followed here right now; resume again"
             }
         }
     }
@@ -475,6 +482,7 @@ impl Rejection {
             Rejection::Overloaded(Overload::LedgerBacklog) => "overloaded.ledger_backlog",
             Rejection::Overloaded(Overload::RequestMemory) => "overloaded.request_memory",
             Rejection::Overloaded(Overload::LedgerReads) => "overloaded.ledger_reads",
+            Rejection::Overloaded(Overload::Elsewhere) => "overloaded.elsewhere",
             Rejection::Internal => "internal",
             Rejection::Modern { error, .. } => match error {
                 super::stateless::ModernError::HeaderMismatch(_) => "modern.header_mismatch",
@@ -490,7 +498,7 @@ impl Rejection {
     }
 
     /// Every value [`Rejection::cause`] can return.
-    pub const CAUSES: [&'static str; 52] = [
+    pub const CAUSES: [&'static str; 53] = [
         "origin",
         "host",
         "unauthorized",
@@ -534,6 +542,7 @@ impl Rejection {
         "overloaded.ledger_backlog",
         "overloaded.request_memory",
         "overloaded.ledger_reads",
+        "overloaded.elsewhere",
         "internal",
         "modern.header_mismatch",
         "modern.invalid_meta",
@@ -626,7 +635,7 @@ impl Rejection {
             ),
             (
                 Rejection::Overloaded(Overload::Sessions),
-                "`sessions.max_sessions` reached (`Retry-After: 5`), the server is draining: every new request, `initialize` included (`shutdown.retry_after_secs`, default 5), session mailbox full (1), `sessions.max_in_flight` reached (1), `modern.max_in_flight` 2026-07-28 requests running (1), `modern.listen_max` `subscriptions/listen` streams open (1), or the stream memory budget `limits.stream_memory_bytes` is full for a request that would open a stream (2), the request memory budget `limits.request_memory_bytes` is held by requests in flight (1), the ledger's reads are behind (1,024 wait) for a request that needs one (1); the ledger cannot commit (5: a refused commit, or one unanswered for `ledger.commit_wait_ms`) or is more than `ledger.queue_max_bytes` behind (1) and the request needs a new durable record (`initialize` and reviving a session on a durable ledger, a keyed write-tool call, a tool that keeps state handles, a task, a resumable stream; the message names the ledger)",
+                "`sessions.max_sessions` reached (`Retry-After: 5`), the server is draining: every new request, `initialize` included (`shutdown.retry_after_secs`, default 5), session mailbox full (1), `sessions.max_in_flight` reached (1), `modern.max_in_flight` 2026-07-28 requests running (1), `modern.listen_max` `subscriptions/listen` streams open (1), or the stream memory budget `limits.stream_memory_bytes` is full for a request that would open a stream (2), the request memory budget `limits.request_memory_bytes` is held by requests in flight (1), the ledger's reads are behind (1,024 wait) for a request that needs one (1), a resumed stream another host serves cannot be followed here now (4,096 followed, or another host is taking it over) (1); the ledger cannot commit (5: a refused commit, or one unanswered for `ledger.commit_wait_ms`) or is more than `ledger.queue_max_bytes` behind (1) and the request needs a new durable record (`initialize` and reviving a session on a durable ledger, a keyed write-tool call, a tool that keeps state handles, a task, a resumable stream; the message names the ledger)",
             ),
             (
                 Rejection::StoreFull { store: StoreBound::Receipts, retry_after_s: 60 },
@@ -794,6 +803,7 @@ mod tests {
             Overload::LedgerBacklog,
             Overload::RequestMemory,
             Overload::LedgerReads,
+            Overload::Elsewhere,
         ] {
             all.push(Rejection::Overloaded(o));
         }

@@ -252,7 +252,12 @@ impl<R, S, P> SessionCore<R, S, P> {
     ) -> Vec<StreamEntry<S>> {
         let is_get = request.is_none();
         self.streams.insert(sid, StreamEntry { request, closed: false, retained_bytes: 0, handle });
-        self.next_stream = self.next_stream.max(sid.0 + 1);
+        // Only a stream of this life moves its numbering on: one of another life (an earlier
+        // one, or a host that is gone whose stream was taken over) keeps its own range, which
+        // this life never numbers in.
+        if sid.0 >> 32 == self.next_stream >> 32 {
+            self.next_stream = self.next_stream.max(sid.0 + 1);
+        }
         let mut gone = Vec::new();
         if is_get
             && closed.is_none()

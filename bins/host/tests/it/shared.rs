@@ -95,3 +95,94 @@ fn a_host_paused_past_its_lease_on_a_shared_ledger_is_fenced_and_the_others_serv
     assert_eq!(post_json(&b.addr, &sid, &echo(4, "after")).0, 200);
     assert_eq!(common::initialize_status(&b.addr).0, 200);
 }
+
+/// The messages of a resumed stream, with their event ids.
+fn messages(events: &[(Option<String>, String)]) -> Vec<(Option<String>, serde_json::Value)> {
+    events
+        .iter()
+        .filter(|(_, d)| !d.is_empty())
+        .map(|(id, d)| (id.clone(), common::json_of(d)))
+        .collect()
+}
+
+#[test]
+fn a_stream_one_host_serves_is_resumed_on_another_and_followed_to_its_end_without_a_gap_or_a_repeat()
+ {
+    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
+    let url = server.url();
+    let dir = TempDir::new("shared-follow");
+    let (a, b) = (shared_host(&dir, &url, &[]), shared_host(&dir, &url, &[]));
+    let sid = initialize(&a.addr);
+    // A call on `a` that notifies four times, 300 ms apart; its client is cut off after the
+    // priming event and resumes on `b` (the balancer's choice) while `a` still runs it.
+    let args = json!({"delay_ms": 300, "count": 4, "bytes": 8});
+    let cursor = common::call_and_hang_up(&a.addr, &sid, 3, "soak_flood", args.clone());
+    common::wait_until("the stream is recorded", Duration::from_secs(5), || {
+        server.count_keys("mcp:d:t/*").unwrap_or(0) >= 1
+    });
+    let (status, got) = common::resume(&b.addr, &sid, &cursor);
+    assert_eq!(status, 200);
+    let got = messages(&got);
+    let last = got.last().map(|(_, m)| m.clone()).unwrap_or_default();
+    assert_eq!(last["id"], 3, "the answer ends the followed stream: {got:?}");
+    assert!(last["result"].is_object(), "{last}");
+    let notes = got.iter().filter(|(_, m)| m["method"].is_string()).count();
+    // What the same call sends on one host, for comparison.
+    let (status, whole) = {
+        let c = common::call_and_hang_up(&a.addr, &sid, 4, "soak_flood", args);
+        common::resume(&a.addr, &sid, &c)
+    };
+    assert_eq!(status, 200);
+    let whole = messages(&whole);
+    assert_eq!(notes, whole.iter().filter(|(_, m)| m["method"].is_string()).count(), "{got:?}");
+    let mut ids: Vec<&String> = got.iter().filter_map(|(id, _)| id.as_ref()).collect();
+    let n = ids.len();
+    ids.dedup();
+    assert_eq!(ids.len(), n, "no event twice: {got:?}");
+    // Resumed again on `b` after the last event: nothing more, and the stream is over.
+    let end = got.last().and_then(|(id, _)| id.clone()).expect("an event id");
+    let (status, after) = common::resume(&b.addr, &sid, &end);
+    assert_eq!(status, 200);
+    assert!(messages(&after).is_empty(), "{after:?}");
+}
+
+#[test]
+fn a_stream_whose_host_died_is_taken_over_once_and_answered_restarted_for_its_request() {
+    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
+    let url = server.url();
+    let dir = TempDir::new("shared-takeover");
+    let lease = ["--set", "ledger.redis_lease_ms=600"];
+    let (a, b, c) = (
+        shared_host(&dir, &url, &lease),
+        shared_host(&dir, &url, &lease),
+        shared_host(&dir, &url, &lease),
+    );
+    let sid = initialize(&a.addr);
+    let cursor =
+        common::call_and_hang_up(&a.addr, &sid, 7, "soak_flood", json!({"delay_ms": 10_000}));
+    common::wait_until("the stream is recorded", Duration::from_secs(5), || {
+        server.count_keys("mcp:d:t/*").unwrap_or(0) >= 1
+    });
+    // `a` dies with the call running; its lease lapses.
+    drop(a);
+    common::wait_until("a's lease lapses", Duration::from_secs(5), || {
+        server.count_keys("mcp:m:run:*").unwrap_or(0) == 2
+    });
+    // The resume on `b` takes the stream over: the unfinished request is answered with the
+    // "server restarted" error, and its id is free for the client to re-issue.
+    let (status, got) = common::resume(&b.addr, &sid, &cursor);
+    assert_eq!(status, 200);
+    let got = messages(&got);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(
+        (got[0].1["id"].clone(), got[0].1["error"]["code"].clone()),
+        (json!(7), json!(-32009))
+    );
+    // On `c`, the same cursor gets the same one event (`b` serves the stream now), never a
+    // second answer of its own.
+    let (status, again) = common::resume(&c.addr, &sid, &cursor);
+    assert_eq!(status, 200);
+    assert_eq!(messages(&again), got, "one answer, the same event");
+    let (status, v) = post_json(&c.addr, &sid, &echo(7, "re-issued"));
+    assert_eq!(status, 200, "{v}");
+}

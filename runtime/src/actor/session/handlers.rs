@@ -114,6 +114,18 @@ impl Handler<Resume> for SessionActor {
             let _ = msg.reply.send(Err(e));
             return;
         }
+        if self.core.stream(msg.event.stream).is_none() {
+            // Not here: another host sharing the ledger may serve it, or it is gone.
+            self.resume_elsewhere(msg, ctx);
+            return;
+        }
+        self.attach(msg);
+    }
+}
+
+impl SessionActor {
+    /// Attach a resume to its stream, which this session holds.
+    pub(super) fn attach(&mut self, msg: Resume) {
         let Some(entry) = self.core.stream(msg.event.stream) else {
             tracing::debug!(stream = %msg.event.stream, "resume of a stream no longer retained");
             let _ = msg.reply.send(Err(Rejection::EventsLost));

@@ -39,6 +39,7 @@ use crate::proto::stream::CloseReason;
 use crate::proto::version::ProtocolVersion;
 
 mod dispatch;
+mod elsewhere;
 mod handlers;
 mod messages;
 mod persist;
@@ -324,7 +325,8 @@ impl SessionActor {
             span,
         };
         if let Some(r) = seed.restore {
-            actor.restore_streams(r.streams, r.complete);
+            let first_seq = crate::proto::ids::Seq(u64::from(actor.core.incarnation()) << 32);
+            actor.restore_streams(r.streams, r.complete, first_seq);
         }
         actor
     }

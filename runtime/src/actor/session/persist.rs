@@ -19,15 +19,17 @@ use crate::proto::stream::{RestoredStream, StreamCore, StreamKind, StreamSetting
 use super::SessionActor;
 
 impl SessionActor {
-    /// Rebuild the streams the ledger held (each as a stream actor with no connection).
+    /// Rebuild the streams the ledger held (each as a stream actor with no connection); the
+    /// events they add are numbered from `first_seq` on (this life's, or one counted for a
+    /// stream taken over from a host that is gone).
     pub(super) fn restore_streams(
         &mut self,
         streams: Vec<(crate::ledger::codec::StreamRecord, Vec<(u64, Bytes)>)>,
         complete: bool,
+        first_seq: crate::proto::ids::Seq,
     ) {
         use crate::ledger::codec::StreamKindRecord;
         use crate::proto::ids::Seq;
-        let first_seq = Seq(u64::from(self.core.incarnation()) << 32);
         for (record, events) in streams {
             let sid = StreamId(record.stream);
             if record.shadow {

@@ -152,6 +152,7 @@ impl Supervisor {
             stats,
             ledger: ledger_cx,
             clock,
+            followers: Arc::new(tokio::sync::Semaphore::new(super::follow::FOLLOWERS_MAX)),
         });
         let q = &cfg.quotas;
         let registry = Arc::new(Registry::with_quiet(Arc::clone(&stream_env.stats.quiet)));

@@ -321,11 +321,12 @@ impl Supervisor {
     ) -> Result<(Option<SessionFound>, bool), crate::ledger::ReadError> {
         let cx = Arc::clone(&self.stream_env.ledger);
         let previous = cx.previous_session_hmacs(id);
-        let (now, most, this_run, ttl) = (
+        let (now, most, this_run, ttl, stream_ttl) = (
             self.now().0,
             self.cfg.sessions.max_retained_streams + self.cfg.sessions.max_in_flight + 1,
             cx.ledger.run,
             cx.idle_ttl_ms,
+            cx.stream_ttl_ms,
         );
         let hmac = Arc::clone(hmac);
         let migrate = Arc::clone(&cx);
@@ -365,6 +366,22 @@ impl Supervisor {
                     }
                 }
                 streams.retain(|(s, _)| !alive.contains(&s.run));
+                // A gone host's stream still open is claimed: one host takes it over (and
+                // answers its unfinished request), the others follow that one.
+                let at = crate::actor::follow::LookUp {
+                    this_run,
+                    now_ms: now,
+                    stream_ttl_ms: stream_ttl,
+                    idle_ttl_ms: ttl,
+                };
+                let mut kept = Vec::with_capacity(streams.len());
+                for (mut s, events) in std::mem::take(streams) {
+                    let orphan = s.run != this_run && s.close_reason.is_none() && !s.shadow;
+                    if !orphan || crate::actor::follow::claim(store, &mut s, &at)? {
+                        kept.push((s, events));
+                    }
+                }
+                *streams = kept;
                 // This life's number, counted: two hosts reviving it at once never share one
                 // (its stream ids and event numbers start there).
                 let life = store.incr(

@@ -286,6 +286,19 @@ fn a_new_incarnation_never_reuses_an_earlier_ones_stream_or_client_request_ids()
 }
 
 #[test]
+fn a_stream_taken_over_from_a_later_life_never_moves_this_lifes_numbering_into_its_range() {
+    // Life 1 here; life 3 was another host's, gone, and its stream 3<<32 + 1 is taken over:
+    // its stream 3<<32 + 2 may still be in the ledger, so this life never numbers there.
+    let mut s: SessionCore<u32, &'static str, &'static str> =
+        SessionCore::incarnate(ProtocolVersion::LATEST, Generation(1), limits(), Tick(0), 1);
+    let taken = StreamId((3 << 32) + 1);
+    let _ = s.restore_stream(taken, Some(id(1)), Some(10), "taken");
+    let next = s.open_post_stream(&id(2), "b");
+    assert_eq!(next.0 >> 32, 1, "{next:?}");
+    assert!(s.stream(taken).is_some());
+}
+
+#[test]
 fn a_restored_get_stream_is_the_sessions_get_stream_and_closed_ones_count_against_retention() {
     let mut s = core();
     let _ = s.restore_stream(StreamId(1), None, None, "get");

@@ -1,0 +1,211 @@
+//! A stream this host does not serve, resumed here (a ledger several hosts share): looked up
+//! in the ledger, then followed while the host that serves it lives, or taken over once that
+//! host is gone.
+//!
+//! Following: the events after the client's cursor come from the ledger, then whatever the
+//! serving host appends, read every [`FOLLOW_POLL`] (one `XRANGE` after the last event sent
+//! and one `GET` of the stream's record per poll on Redis), with a keep-alive comment when
+//! nothing came for the keep-alive interval, until the record says the stream closed and
+//! every event went out, the serving host is gone (the connection ends: the client's next
+//! resume takes the stream over), or the client leaves. A follower holds no session state:
+//! it is a reader of the ledger, bounded per host ([`FOLLOWERS_MAX`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+use crate::actor::body::SseBody;
+use crate::clock::Clock;
+use crate::ledger::codec::{self, Record, StreamRecord};
+use crate::ledger::{Reads, Store, StoreError};
+
+/// How often a follower reads what the serving host appended.
+pub(crate) const FOLLOW_POLL: Duration = Duration::from_millis(50);
+/// Every this many polls, whether the serving host still holds its lease.
+const ALIVE_EVERY: u32 = 10;
+/// Events one poll reads at most (the rest come with the next).
+const READ_MAX: usize = 256;
+/// Reads in a row that may fail before a follower ends its connection (the client resumes).
+const FAILURES_MAX: u32 = 20;
+/// Streams followed at once by one host, at most (one more is refused with 503).
+pub(crate) const FOLLOWERS_MAX: usize = 4_096;
+
+/// What the ledger holds of a stream this session does not serve.
+pub(crate) enum Found {
+    /// No record: it ended and was forgotten, or it never was.
+    Nothing,
+    /// The host that serves it is alive: follow it from these events on.
+    Live { record: StreamRecord, events: Vec<(u64, Bytes)> },
+    /// The host that served it is gone and this one claimed it first: take it over. `events`:
+    /// its whole log; `complete`: that host stopped cleanly; `life`: a life counted for the
+    /// events this host adds to it.
+    Orphan { record: StreamRecord, events: Vec<(u64, Bytes)>, complete: bool, life: u32 },
+    /// The host that served it is gone and another host claimed it first.
+    Claimed,
+}
+
+/// What a look-up needs to know besides the stream.
+pub(crate) struct LookUp {
+    pub(crate) this_run: u64,
+    pub(crate) now_ms: u64,
+    pub(crate) stream_ttl_ms: u64,
+    pub(crate) idle_ttl_ms: u64,
+}
+
+/// Look stream `sid` of session `hmac` up, for a resume after `after` (on a reader thread).
+///
+/// # Errors
+/// [`StoreError`].
+pub(crate) fn look_up(
+    store: &dyn Store,
+    hmac: &str,
+    sid: u64,
+    after: u64,
+    at: &LookUp,
+) -> Result<Found, StoreError> {
+    let now = at.now_ms;
+    let Some(bytes) = store.get(&codec::stream_key(hmac, sid), now)? else {
+        return Ok(Found::Nothing);
+    };
+    let Record::Stream(record) = codec::decode(&bytes)? else { return Ok(Found::Nothing) };
+    if record.session_hmac != hmac || record.stream != sid {
+        return Ok(Found::Nothing);
+    }
+    // A shadow stream's client never got a cursor; one this run wrote and no longer holds was
+    // forgotten here.
+    if record.shadow || record.run == at.this_run {
+        return Ok(Found::Nothing);
+    }
+    if record.run != 0 && store.run_alive(record.run)? {
+        let events = store.read_log_after(&codec::events_key(hmac, sid), after, READ_MAX, now)?;
+        return Ok(Found::Live { record, events });
+    }
+    let mut record = record;
+    if !claim(store, &mut record, at)? {
+        return Ok(Found::Claimed);
+    }
+    let life = store.incr(
+        &codec::incarnation_key(hmac),
+        0,
+        now.saturating_add(at.idle_ttl_ms.saturating_mul(2)),
+        now,
+    )?;
+    let events = store.read_log(&codec::events_key(hmac, sid), now)?;
+    let complete = crate::ledger::Ledger::run_complete_in(store, at.this_run, record.run, now);
+    Ok(Found::Orphan { record, events, complete, life: u32::try_from(life).unwrap_or(u32::MAX) })
+}
+
+/// How long a claim on a gone host's stream holds: the claimer records the stream as its own
+/// at once; one that dies before it did lets another host claim it after this long.
+const CLAIM_MS: u64 = 10_000;
+
+/// Claim a stream whose host is gone (`record.run`, not this one): the first host to count
+/// the claim takes it over and records it as its own at once (so the others follow it from
+/// then on). Whether this host won (then `record.run` is this run).
+///
+/// # Errors
+/// [`StoreError`].
+pub(crate) fn claim(
+    store: &dyn Store,
+    record: &mut StreamRecord,
+    at: &LookUp,
+) -> Result<bool, StoreError> {
+    let now = at.now_ms;
+    let key = codec::takeover_key(&record.session_hmac, record.stream, record.run);
+    if store.incr(&key, 0, now.saturating_add(CLAIM_MS), now)? != 1 {
+        return Ok(false);
+    }
+    record.run = at.this_run;
+    store.apply(&[crate::ledger::Op::Put {
+        key: codec::stream_key(&record.session_hmac, record.stream),
+        value: Bytes::from(codec::encode(&Record::Stream(record.clone()))),
+        expires_ms: now.saturating_add(at.stream_ttl_ms),
+    }])?;
+    Ok(true)
+}
+
+/// Whether every event of a closed stream went out.
+fn finished(record: &StreamRecord, last: u64) -> bool {
+    record.close_reason.is_some() && last >= record.last_sent
+}
+
+/// A body that sends `events` (the stream's after the client's cursor `after`), then follows
+/// the stream on `reads` as the module says. `permit` counts the follower until it ends.
+pub(crate) fn follow(
+    reads: Arc<Reads>,
+    clock: Clock,
+    (hmac, sid, after): (Arc<str>, u64, u64),
+    record: &StreamRecord,
+    events: Vec<(u64, Bytes)>,
+    keepalive_ms: u64,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) -> SseBody {
+    let mut last = events.last().map_or(after, |(q, _)| *q);
+    let initial: Vec<Bytes> = events.into_iter().map(|(_, f)| f).collect();
+    if finished(record, last) {
+        return SseBody::fixed(initial);
+    }
+    let run = record.run;
+    let (tx, rx) = mpsc::channel::<Bytes>(READ_MAX);
+    actix_rt::spawn(async move {
+        let _permit = permit;
+        let (mut polls, mut failures, mut quiet_ms) = (0u32, 0u32, 0u64);
+        let (key, log): (Arc<str>, Arc<str>) =
+            (codec::stream_key(&hmac, sid).into(), codec::events_key(&hmac, sid).into());
+        loop {
+            tokio::time::sleep(FOLLOW_POLL).await;
+            if tx.is_closed() {
+                return;
+            }
+            polls = polls.wrapping_add(1);
+            let check_alive = polls.is_multiple_of(ALIVE_EVERY);
+            let (now, key, log) = (clock.now().0, Arc::clone(&key), Arc::clone(&log));
+            let read = reads
+                .run(move |store| {
+                    let record = match store.get(&key, now)? {
+                        Some(b) => match codec::decode(&b)? {
+                            Record::Stream(r) => Some(r),
+                            _ => None,
+                        },
+                        None => None,
+                    };
+                    let events = store.read_log_after(&log, last, READ_MAX, now)?;
+                    let alive = !check_alive || store.run_alive(run)?;
+                    Ok((record, events, alive))
+                })
+                .await;
+            let Ok((record, events, alive)) = read else {
+                failures += 1;
+                if failures >= FAILURES_MAX {
+                    return;
+                }
+                continue;
+            };
+            failures = 0;
+            if events.is_empty() {
+                quiet_ms += FOLLOW_POLL.as_millis() as u64;
+                if quiet_ms >= keepalive_ms {
+                    quiet_ms = 0;
+                    if tx.send(Bytes::from_static(crate::sse::COMMENT_KEEPALIVE)).await.is_err() {
+                        return;
+                    }
+                }
+            } else {
+                quiet_ms = 0;
+            }
+            for (seq, frame) in events {
+                if tx.send(frame).await.is_err() {
+                    return;
+                }
+                last = seq;
+            }
+            // Forgotten (its session ended), closed and sent, or its host gone: the end.
+            if record.as_ref().is_none_or(|r| finished(r, last) || r.run != run) || !alive {
+                return;
+            }
+        }
+    });
+    SseBody::new(initial, Some(rx), None)
+}
