@@ -156,6 +156,11 @@ pub struct ReceiptRecord {
     /// Its outcome so far.
     #[serde(flatten)]
     pub state: ReceiptState,
+    /// The run (host process) that executes it: on a ledger several hosts share, another
+    /// host waits for the outcome of a `Running` receipt whose run is alive (0: a release
+    /// before shared ledgers).
+    #[serde(default)]
+    pub run: u64,
 }
 
 /// `mcpStateHandle.v1`: one explicit state handle (SEP-2567) and its value. Keyed by an HMAC
@@ -408,6 +413,14 @@ pub fn streams_index(hmac: &str) -> String {
 pub fn receipt_key(principal: Option<&str>, key: &str) -> String {
     let p = principal.unwrap_or("");
     format!("r/{}:{p}/{key}", p.len())
+}
+
+/// Key of the claim on an idempotency key's execution (shared ledger): `receipt` is the
+/// receipt's key, `replaced` when the `Running` receipt the execution replaces was created
+/// (0: none). The first host to count it runs the execution ([`super::Store::incr`]).
+#[must_use]
+pub fn receipt_claim_key(receipt: &str, replaced: u64) -> String {
+    format!("c/{replaced}/{receipt}")
 }
 
 /// Key of a task: the HMAC of its id.
@@ -668,6 +681,7 @@ mod tests {
                         Some(r) => ReceiptState::Done { outcome: Outcome::Result(r) },
                         None => ReceiptState::Running,
                     },
+                    run: 3,
                 })
             },
         );

@@ -149,6 +149,9 @@ pub struct Ledger {
     /// It outlives the process (SQLite, Redis): a session id is handed out only once its record
     /// is committed. A memory ledger dies with the process, so nothing waits for it.
     pub(crate) durable: bool,
+    /// Other hosts serve it too (a shared Redis ledger): what one host decides alone
+    /// otherwise (an idempotency key's execution) is claimed in the store first.
+    pub(crate) shared: bool,
 }
 
 /// The run counter.
@@ -294,6 +297,7 @@ impl Ledger {
             clock,
             run,
             durable,
+            shared: false,
         })
     }
 
@@ -530,7 +534,9 @@ impl Ledger {
                 Ok(())
             }
         };
-        Ledger::start(store, secret, previous, cfg, &shown, true, &on_run)
+        let mut ledger = Ledger::start(store, secret, previous, cfg, &shown, true, &on_run)?;
+        ledger.shared = l.redis_shared;
+        Ok(ledger)
     }
 
     #[cfg(not(feature = "redis"))]

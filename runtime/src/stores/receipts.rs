@@ -66,6 +66,14 @@ pub(crate) struct Receipts {
     interrupted: Arc<Mutex<std::collections::HashMap<String, (u64, u64)>>>,
 }
 
+/// How often a receipt whose execution another host runs is read again (shared ledger).
+const ELSEWHERE_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+/// How long an execution on another host is waited for, at most.
+const ELSEWHERE_WAIT: std::time::Duration = std::time::Duration::from_secs(900);
+/// How long a claim on an execution holds without its `Running` receipt (the claimer writes
+/// it at once; one that died first lets another host claim after this long).
+const CLAIM_MS: u64 = 10_000;
+
 /// Bytes a receipt is assumed to take when a call is admitted (a `Running` record is a few
 /// hundred bytes; its outcome is counted when it is written).
 const ADMIT_BYTES: u64 = 512;
@@ -207,15 +215,51 @@ impl Receipts {
 
     /// The receipt the ledger holds for `key` (read on a reader thread; `None` when it
     /// cannot be read), and the charge `(expiry, bytes)` it is counted with.
+    ///
+    /// On a shared ledger, a `Running` receipt whose execution another live host runs is
+    /// waited for (read again every [`ELSEWHERE_POLL`], for at most [`ELSEWHERE_WAIT`]):
+    /// its outcome, or its host's end (then it reads as interrupted), is what this host
+    /// answers with.
     async fn read(&self, key: &str) -> (Option<Stored>, Option<(u64, u64)>) {
-        let now = self.ledger.clock.now().0;
-        let owned = key.to_owned();
-        let bytes = match self.ledger.reads.run(move |store| store.get(&owned, now)).await {
-            Ok(Some(b)) => b,
-            Ok(None) => return (Some(Stored::Absent), None),
-            Err(e) => {
-                tracing::error!(error = %e, "cannot read an idempotency receipt");
-                return (None, None);
+        let (this_run, shared) = (self.ledger.run, self.ledger.shared);
+        let mut polls = 0u64;
+        let bytes = loop {
+            let now = self.ledger.clock.now().0;
+            let owned = key.to_owned();
+            let read = self.ledger.reads.run(move |store| {
+                let Some(b) = store.get(&owned, now)? else { return Ok(None) };
+                let elsewhere = shared
+                    && match codec::decode(&b) {
+                        Ok(Record::Receipt(r)) => {
+                            r.state == ReceiptState::Running
+                                && r.run != 0
+                                && r.run != this_run
+                                && store.run_alive(r.run)?
+                        }
+                        _ => false,
+                    };
+                Ok(Some((b, elsewhere)))
+            });
+            match read.await {
+                Ok(Some((_, true)))
+                    if polls
+                        < ELSEWHERE_WAIT.as_millis() as u64 / ELSEWHERE_POLL.as_millis() as u64 =>
+                {
+                    polls += 1;
+                    tokio::time::sleep(ELSEWHERE_POLL).await;
+                }
+                Ok(Some((_, true))) => {
+                    tracing::warn!(
+                        "an idempotency key's execution on another host outlasted the wait for it"
+                    );
+                    return (None, None);
+                }
+                Ok(Some((b, false))) => break b,
+                Ok(None) => return (Some(Stored::Absent), None),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot read an idempotency receipt");
+                    return (None, None);
+                }
             }
         };
         match codec::decode(&bytes) {
@@ -268,6 +312,7 @@ impl Receipts {
             args_digest: call.digest.clone(),
             created_ms,
             state: ReceiptState::Running,
+            run: self.ledger.run,
         };
         // A receipt's record and its bytes as the bounds count them (key and value).
         let put = |r: &ReceiptRecord, key: &str| {
@@ -279,6 +324,23 @@ impl Receipts {
             // The ledger takes no new durable work now (the front door refuses such calls
             // with 503; this one arrived as it began).
             return answer(&call, Answer::Unavailable);
+        }
+        if self.ledger.shared {
+            // Another host may have looked the key up as absent too: the first to claim this
+            // execution runs it; the others answer with its outcome.
+            let replaced =
+                prior.map_or(0, |(expires, _)| expires.saturating_sub(self.retention_ms));
+            let claimed = self.claim(&guard.key, replaced).await;
+            if claimed != Ok(true) {
+                // Nothing of this execution was written: the drop must not delete the key.
+                guard.armed = false;
+                let key = guard.key.clone();
+                drop((guard, place));
+                return match claimed {
+                    Ok(_) => self.answered_elsewhere(key, &call).await,
+                    Err(()) => self.end_unrun(&key, &call, Answer::Unavailable),
+                };
+            }
         }
         let (running, bytes) = put(&record, &guard.key);
         let mut ops = vec![running];
@@ -372,6 +434,88 @@ impl Receipts {
             self.ledger.writer.submit_then(ops, Box::new(move || table.lock().settled(&key)));
         }
         r
+    }
+
+    /// Claim the execution of `key` that replaces the `Running` receipt created at
+    /// `replaced` (0: none) on a shared ledger: whether this host is the first. `Err`: the
+    /// store could not be asked.
+    async fn claim(&self, key: &str, replaced: u64) -> Result<bool, ()> {
+        let now = self.ledger.clock.now().0;
+        let claim = codec::receipt_claim_key(key, replaced);
+        self.ledger
+            .reads
+            .run(move |store| Ok(store.incr(&claim, 0, now.saturating_add(CLAIM_MS), now)? == 1))
+            .await
+            .map_err(|e| tracing::error!(error = %e, "cannot claim an idempotency key's execution"))
+    }
+
+    /// Another host claimed the execution of `key` this host was about to start: wait for
+    /// its receipt (its `Running` one may not be committed yet: read again for as long as a
+    /// claim holds), then answer the caller and those attached here with its outcome, or with
+    /// what became of it.
+    async fn answered_elsewhere(
+        &self,
+        key: String,
+        call: &IdempotentCall,
+    ) -> Result<Value, ErrorObject> {
+        let mut stored = None;
+        for _ in 0..=(CLAIM_MS / ELSEWHERE_POLL.as_millis() as u64) {
+            stored = self.read(&key).await.0;
+            if stored != Some(Stored::Absent) {
+                break;
+            }
+            tokio::time::sleep(ELSEWHERE_POLL).await;
+        }
+        match stored {
+            Some(Stored::Done { digest, outcome }) if digest == call.digest => {
+                let waiting = {
+                    let mut t = self.table.lock();
+                    let waiting = t.finish(&key, &outcome);
+                    t.settled(&key);
+                    waiting
+                };
+                for w in waiting {
+                    let _ = w.send(Answer::Outcome { outcome: outcome.clone(), attached: true });
+                }
+                self.answered(call, Answer::Outcome { outcome, attached: true })
+            }
+            // The key was used for other arguments.
+            Some(Stored::Done { .. }) => self.end_unrun(&key, call, Answer::Conflict),
+            Some(Stored::Running { digest }) if digest != call.digest => {
+                self.end_unrun(&key, call, Answer::Conflict)
+            }
+            // Its host ended without an outcome.
+            Some(Stored::Running { .. }) => {
+                let waiting = {
+                    let mut t = self.table.lock();
+                    let waiting = t.interrupt(&key);
+                    t.settled(&key);
+                    waiting
+                };
+                for w in waiting {
+                    let _ = w.send(Answer::Unknown);
+                }
+                answer(call, Answer::Unknown)
+            }
+            // Its claimer never recorded it: nothing ran.
+            Some(Stored::Absent) => self.end_unrun(&key, call, Answer::NotRun),
+            None => self.end_unrun(&key, call, Answer::Unavailable),
+        }
+    }
+
+    /// End this host's execution of `key` that never started (nothing of it was written):
+    /// the caller and those attached get `a`.
+    fn end_unrun(&self, key: &str, call: &IdempotentCall, a: Answer) -> Result<Value, ErrorObject> {
+        let waiting = {
+            let mut t = self.table.lock();
+            let waiting = t.not_run(key);
+            t.settled(key);
+            waiting
+        };
+        for w in waiting {
+            let _ = w.send(a.clone());
+        }
+        answer(call, a)
     }
 
     /// What the receipt keeps of `outcome`: all of it up to `ledger.receipt_max_bytes` (and

@@ -186,3 +186,46 @@ fn a_stream_whose_host_died_is_taken_over_once_and_answered_restarted_for_its_re
     let (status, v) = post_json(&c.addr, &sid, &echo(7, "re-issued"));
     assert_eq!(status, 200, "{v}");
 }
+
+/// `ledger_stats` on `addr`: how many writes that host applied.
+fn applied(addr: &str, sid: &str) -> u64 {
+    let (status, v) = post_json(
+        addr,
+        sid,
+        &json!({"jsonrpc":"2.0","id":99,"method":"tools/call","params":{"name":"ledger_stats","arguments":{}}}),
+    );
+    assert_eq!(status, 200, "{v}");
+    v["result"]["structuredContent"]["applied"].as_u64().expect("applied")
+}
+
+#[test]
+fn one_idempotency_key_sent_to_two_hosts_at_once_runs_once_and_both_get_its_outcome() {
+    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
+    let url = server.url();
+    let dir = TempDir::new("shared-key");
+    let (a, b) = (shared_host(&dir, &url, &[]), shared_host(&dir, &url, &[]));
+    let sid = initialize(&a.addr);
+    assert_eq!(post_json(&b.addr, &sid, &json!({"jsonrpc":"2.0","id":1,"method":"ping"})).0, 200);
+    // The same write (its key is its idempotency key), held 800 ms, to both hosts at once.
+    let call = json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"ledger_append","arguments":{"key":"order-7","hold_ms":800}}});
+    let answers: Vec<(u16, serde_json::Value)> = std::thread::scope(|s| {
+        let calls: Vec<_> = [&a.addr, &b.addr]
+            .into_iter()
+            .map(|addr| {
+                let (sid, call) = (&sid, &call);
+                s.spawn(move || post_json(addr, sid, call))
+            })
+            .collect();
+        calls.into_iter().map(|c| c.join().unwrap()).collect()
+    });
+    for (status, v) in &answers {
+        assert_eq!(*status, 200, "{v}");
+        assert_eq!(v["result"]["content"][0]["text"], "order-7", "{v}");
+    }
+    assert_eq!(applied(&a.addr, &sid) + applied(&b.addr, &sid), 1, "run once in all: {answers:?}");
+    // Later, on either host: replayed from the receipt, not run again.
+    let (status, again) = post_json(&b.addr, &sid, &call);
+    assert_eq!(status, 200);
+    assert_eq!(again["result"]["_meta"]["io.mcp-host/idempotency"], "replayed", "{again}");
+    assert_eq!(applied(&a.addr, &sid) + applied(&b.addr, &sid), 1);
+}
