@@ -423,6 +423,13 @@ pub fn receipt_claim_key(receipt: &str, replaced: u64) -> String {
     format!("c/{replaced}/{receipt}")
 }
 
+/// Key of a state handle's lock across hosts (shared ledger): held (counted once with
+/// [`super::Store::incr`]) from an update's read to its commit, which deletes it.
+#[must_use]
+pub fn handle_lock_key(hmac: &str) -> String {
+    format!("hl/{hmac}")
+}
+
 /// Key of a task: the HMAC of its id.
 #[must_use]
 pub fn task_key(hmac: &str) -> String {

@@ -204,7 +204,7 @@ impl Store for MemoryStore {
     fn incr(&self, key: &str, floor: u64, expires_ms: u64, now_ms: u64) -> Result<u64, StoreError> {
         let mut t = self.tables.lock();
         let (current, expiry) = match t.kv.get(key).filter(|(_, exp)| *exp > now_ms) {
-            Some((v, exp)) => (super::counter_value(v), (*exp).max(expires_ms)),
+            Some((v, exp)) => (super::counter_value(v), *exp),
             None => (0, expires_ms),
         };
         let next = current.max(floor).saturating_add(1);

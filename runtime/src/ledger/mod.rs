@@ -288,9 +288,11 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     fn set_durability(&self, durability: Durability);
 
     /// Add one to the counter at `key` (absent, or expired at `now_ms`: 0) after raising it
-    /// to `floor`, push its expiry to at least `expires_ms`, and return the new value,
-    /// committed (Redis: one script). The value is decimal text, as a [`Op::Put`] of a number
-    /// writes it. Two hosts that count at once get different numbers.
+    /// to `floor`, and return the new value, committed (Redis: one script). A counter that
+    /// starts (absent or expired) expires at `expires_ms`; a live one keeps its expiry (a
+    /// claim's losers never prolong it; push it with [`Op::Expire`]). The value is decimal
+    /// text, as a [`Op::Put`] of a number writes it. Two hosts that count at once get
+    /// different numbers.
     ///
     /// # Errors
     /// [`StoreError::Backend`]; nothing was counted.

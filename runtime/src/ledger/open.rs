@@ -152,6 +152,9 @@ pub struct Ledger {
     /// Other hosts serve it too (a shared Redis ledger): what one host decides alone
     /// otherwise (an idempotency key's execution) is claimed in the store first.
     pub(crate) shared: bool,
+    /// A host's lease on a shared ledger (ms; 0: not shared): a lock across hosts outlives
+    /// it, so a host paused past its lease is fenced before its locks lapse.
+    pub(crate) lease_ms: u64,
 }
 
 /// The run counter.
@@ -298,6 +301,7 @@ impl Ledger {
             run,
             durable,
             shared: false,
+            lease_ms: 0,
         })
     }
 
@@ -536,6 +540,7 @@ impl Ledger {
         };
         let mut ledger = Ledger::start(store, secret, previous, cfg, &shown, true, &on_run)?;
         ledger.shared = l.redis_shared;
+        ledger.lease_ms = if l.redis_shared { l.redis_lease_ms } else { 0 };
         Ok(ledger)
     }
 

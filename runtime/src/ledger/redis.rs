@@ -264,24 +264,29 @@ return 0
 ";
 
 /// Counts ([`Store::incr`]): `ARGV[1]` the prefix, `ARGV[2]` the key, `ARGV[3]` the floor,
-/// `ARGV[4]` the expiry (16 digits), `ARGV[5]` now (ledger clock), `ARGV[6]` Redis' expiry.
+/// `ARGV[4]` the expiry of a counter that starts (16 digits), `ARGV[5]` now (ledger clock),
+/// `ARGV[6]` Redis' expiry of a counter that starts (a live one keeps both).
 const INCR: &str = r"
 local d = ARGV[1] .. 'd:' .. ARGV[2]
 local floor, exp, now, phys = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local cur = 0
 local v = redis.call('GET', d)
+local live = false
 if v then
   local e = tonumber(string.sub(v, 1, 16))
   if e > now then
     cur = tonumber(string.sub(v, 17)) or 0
-    if e > exp then exp = e end
+    exp, live = e, true
   end
 end
 if cur < floor then cur = floor end
 cur = cur + 1
-local kept = redis.call('PEXPIRETIME', d)
-if kept > phys then phys = kept end
-redis.call('SET', d, string.format('%016.0f', exp) .. string.format('%.0f', cur), 'PXAT', phys)
+local value = string.format('%016.0f', exp) .. string.format('%.0f', cur)
+if live then
+  redis.call('SET', d, value, 'KEEPTTL')
+else
+  redis.call('SET', d, value, 'PXAT', phys)
+end
 return cur
 ";
 

@@ -565,7 +565,7 @@ impl Store for SqliteStore {
             })
             .map_err(backend)?;
         let (current, expires) = match found {
-            Some((v, exp)) => (super::counter_value(&v), exp.max(ms(expires_ms))),
+            Some((v, exp)) => (super::counter_value(&v), exp),
             None => (0, ms(expires_ms)),
         };
         let next = current.max(floor).saturating_add(1);

@@ -44,12 +44,14 @@ pub(crate) fn contract(s: &dyn Store) {
     assert_eq!(s.get("fresh", 10).unwrap().as_deref(), Some(&b"v"[..]), "nothing there: written");
 
     // Counters: one more each time, raised to a floor first, from 0 when absent or expired;
-    // a counter's expiry only grows.
+    // a live counter keeps the expiry it started with (a claim's losers never prolong it).
     assert_eq!(s.incr("n", 0, 100, 0).unwrap(), 1);
     assert_eq!(s.incr("n", 0, 50, 0).unwrap(), 2);
-    assert_eq!(s.incr("n", 7, 50, 0).unwrap(), 8, "raised to the floor, then counted");
+    assert_eq!(s.incr("n", 7, 5_000, 0).unwrap(), 8, "raised to the floor, then counted");
     assert_eq!(s.incr("n", 0, 50, 99).unwrap(), 9, "the expiry of 100 was kept");
-    assert_eq!(s.incr("n", 0, 500, 100).unwrap(), 1, "expired: counted from 0");
+    assert_eq!(s.incr("n", 0, 500, 100).unwrap(), 1, "expired at 100, not later: from 0");
+    s.apply(&[Op::Expire { name: "n".into(), expires_ms: 900 }]).unwrap();
+    assert_eq!(s.incr("n", 0, 0, 600).unwrap(), 2, "an Expire pushes a counter's expiry");
     s.apply(&[put("r", "41", 100)]).unwrap();
     assert_eq!(s.incr("r", 0, 100, 0).unwrap(), 42, "a number put as text counts on");
     assert_eq!(s.get("r", 0).unwrap().as_deref(), Some(&b"42"[..]));

@@ -15,9 +15,10 @@
 //! - A handle unused for its kind's idle TTL expires (the ledger drops it; its record's expiry
 //!   moves with every use).
 //! - Updates of one handle are serialized ([`HandleScope::update`] reads, changes and commits
-//!   under the handle's lock stripe), so two concurrent changes never lose one another. Across
-//!   processes that share a ledger this needs the store's compare-and-set (Redis, later); the
-//!   SQLite ledger has one process.
+//!   under the handle's lock stripe), so two concurrent changes never lose one another. On a
+//!   ledger several hosts share, a lock in the store (`hl/<id>`, counted once, deleted by the
+//!   change's own commit, lapsing after twice the hosts' lease) serializes them across hosts
+//!   too; the SQLite ledger has one process.
 //! - A write is answered only once committed; a value over its kind's size bound, a create
 //!   over the caller's count bound, or a change past the caller's or the server's byte bound
 //!   (`ledger.handle_bytes_*`, counted in memory over every kind) changes nothing.
@@ -49,6 +50,30 @@ use crate::proto::usage::{Over, UsageLimits};
 
 /// Lock stripes: updates of one handle, and creates of one caller's kind, take one.
 const STRIPES: usize = 64;
+
+/// How often a handle's lock held by another host is tried again.
+const LOCK_POLL: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// A handle's lock across hosts (shared ledger; `key: None` otherwise).
+struct HostLock {
+    writer: Arc<Writer>,
+    key: Option<String>,
+}
+
+impl HostLock {
+    /// The lock's deletion, to commit with the change it guards (`None`: no lock).
+    fn release(&mut self) -> Option<Op> {
+        self.key.take().map(|key| Op::Delete { key })
+    }
+}
+
+impl Drop for HostLock {
+    fn drop(&mut self) {
+        if let Some(op) = self.release() {
+            self.writer.submit(vec![op]);
+        }
+    }
+}
 
 /// Why a handle operation did nothing. Each becomes a tool error (`isError: true`) whose text
 /// names the handle and says what to do.
@@ -100,6 +125,9 @@ pub struct Handles {
     reads: Arc<crate::ledger::Reads>,
     /// What each caller, and every caller, keeps (bytes over every kind).
     usage: StoreUsage,
+    /// On a shared ledger, how long a handle's lock across hosts holds (ms): past twice the
+    /// hosts' lease, so a holder paused that long is fenced before its lock lapses.
+    lock_ms: Option<u64>,
 }
 
 impl std::fmt::Debug for Handles {
@@ -162,7 +190,35 @@ impl Handles {
             stripes: (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
             reads: Arc::clone(&ledger.reads),
             usage,
+            lock_ms: ledger.shared.then(|| ledger.lease_ms.saturating_mul(2).saturating_add(1_000)),
         }
+    }
+
+    /// On a shared ledger, take `id`'s lock across hosts (after its stripe here): waited for
+    /// while another host holds it, at most as long as a lock holds. The change's commit
+    /// deletes it ([`HostLock::release`]); dropped unreleased, its deletion is queued.
+    async fn lock_across(&self, id: &str) -> Result<HostLock, HandleError> {
+        let Some(lock_ms) = self.lock_ms else {
+            return Ok(HostLock { writer: Arc::clone(&self.writer), key: None });
+        };
+        let key = codec::handle_lock_key(id);
+        for _ in 0..=lock_ms / LOCK_POLL.as_millis() as u64 {
+            let (k, now) = (key.clone(), self.now());
+            match self
+                .reads
+                .run(move |store| store.incr(&k, 0, now.saturating_add(lock_ms), now))
+                .await
+            {
+                Ok(1) => return Ok(HostLock { writer: Arc::clone(&self.writer), key: Some(key) }),
+                Ok(_) => tokio::time::sleep(LOCK_POLL).await,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot take a state handle's lock");
+                    return Err(HandleError::Unavailable);
+                }
+            }
+        }
+        tracing::warn!("a state handle's lock stayed held by another host");
+        Err(HandleError::Unavailable)
     }
 
     fn now(&self) -> u64 {
@@ -455,6 +511,11 @@ impl Handles {
             return Ok(found.record.value);
         }
         let _turn = self.stripe(&id).lock().await;
+        // Another host's change must not be overwritten by this use's record: its lock too.
+        let Ok(mut lock) = self.lock_across(&id).await else {
+            // The use is not recorded (it only shortens the idle TTL).
+            return Ok(found.record.value);
+        };
         let found = self.find(kind, principal, handle, &id).await?;
         let now = self.now();
         if due(&found, now) {
@@ -464,7 +525,8 @@ impl Handles {
             // that is holds the stripe until committed (at most the commit wait): a change
             // after it must read the record it wrote, not the one before (the figures count
             // the new one already).
-            if let Ok(ops) = self.write(kind, handle, &id, record, Some(&found)) {
+            if let Ok(mut ops) = self.write(kind, handle, &id, record, Some(&found)) {
+                ops.extend(lock.release());
                 let _ = self.writer.submit_and_wait(ops).await;
             }
         }
@@ -487,6 +549,7 @@ impl Handles {
     ) -> Result<R, HandleError> {
         let id = self.id(handle);
         let _turn = self.stripe(&id).lock().await;
+        let mut lock = self.lock_across(&id).await?;
         let found = self.find(kind, principal, handle, &id).await?;
         let mut record = found.record.clone();
         let out = change(&mut record.value).map_err(HandleError::Refused)?;
@@ -494,7 +557,9 @@ impl Handles {
         record.version += 1;
         record.used_ms = self.now().max(record.used_ms);
         self.writable()?;
-        self.commit(self.write(kind, handle, &id, record, Some(&found))?).await?;
+        let mut ops = self.write(kind, handle, &id, record, Some(&found))?;
+        ops.extend(lock.release());
+        self.commit(ops).await?;
         Ok(out)
     }
 
@@ -510,6 +575,7 @@ impl Handles {
     ) -> Result<(), HandleError> {
         let id = self.id(handle);
         let _turn = self.stripe(&id).lock().await;
+        let mut lock = self.lock_across(&id).await?;
         let found = self.find(kind, principal, handle, &id).await?;
         let index = codec::handles_index(kind.prefix, found.record.principal.as_deref());
         let name = found.moved_from.clone().unwrap_or(id);
@@ -523,12 +589,13 @@ impl Handles {
                 bytes: found.bytes,
             },
         );
-        self.commit(vec![
+        let mut ops = vec![
             Op::Delete { key: codec::handle_key(&name) },
             Op::IndexRemove { index, member: name },
             released,
-        ])
-        .await
+        ];
+        ops.extend(lock.release());
+        self.commit(ops).await
     }
 
     /// The caller's live handles of `kind` that `scope` shows, with their values, oldest

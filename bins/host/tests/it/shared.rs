@@ -229,3 +229,35 @@ fn one_idempotency_key_sent_to_two_hosts_at_once_runs_once_and_both_get_its_outc
     assert_eq!(again["result"]["_meta"]["io.mcp-host/idempotency"], "replayed", "{again}");
     assert_eq!(applied(&a.addr, &sid) + applied(&b.addr, &sid), 1);
 }
+
+#[test]
+fn two_hosts_adding_to_one_basket_at_once_lose_no_item() {
+    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
+    let url = server.url();
+    let dir = TempDir::new("shared-basket");
+    let basket = ["--packs", "basket"];
+    let (a, b) = (shared_host(&dir, &url, &basket), shared_host(&dir, &url, &basket));
+    let created = common::modern_call(&a.addr, 1, "create_basket", json!({"items": []}));
+    let id = created["structuredContent"]["basket_id"].as_str().expect("a basket_id").to_owned();
+    // 2 × 2 callers on each host, 10 adds of one item each, all at once.
+    let adds = 10;
+    std::thread::scope(|s| {
+        for (n, host) in [&a, &b, &a, &b].into_iter().enumerate() {
+            let id = &id;
+            s.spawn(move || {
+                for i in 0..adds {
+                    let sku = format!("sku-{n}-{i}");
+                    let r = common::modern_call(
+                        &host.addr,
+                        100 + i,
+                        "add_item",
+                        json!({"basket_id": id, "sku": sku, "quantity": 1}),
+                    );
+                    assert!(r["isError"] != true, "{r}");
+                }
+            });
+        }
+    });
+    let got = common::modern_call(&b.addr, 2, "get_basket", json!({"basket_id": id}));
+    assert_eq!(got["structuredContent"]["item_count"], 4 * adds, "{got}");
+}
