@@ -216,6 +216,29 @@ pub struct Tasks {
     usage: Arc<StoreUsage>,
     /// Where records are read (never on the caller's thread).
     reads: Arc<crate::ledger::Reads>,
+    /// Other hosts share the ledger: a task running on one of them is read from its record
+    /// (not taken for interrupted), and its cancellation and answers are sent to it.
+    shared: bool,
+}
+
+/// The channel ([`Op::Publish`]) on which a host sends a task's cancellation or answers to
+/// the host that runs it (message: JSON `{"task": <hmac>, "cancel": true}` or
+/// `{"task": <hmac>, "answers": {...}}`).
+pub(crate) const TASKS_CHANNEL: &str = "tasks";
+
+/// How long a cancellation or answers sent to another host wait for its record to show them.
+const FORWARD_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How often that record is read meanwhile.
+const FORWARD_POLL: std::time::Duration = std::time::Duration::from_millis(25);
+
+/// Where a task named in a request runs.
+enum Where {
+    /// Here.
+    Here(Arc<Run>),
+    /// On another live host (shared ledger); its record asks `questions`.
+    Elsewhere { hmac: String, questions: Map<String, Value> },
+    /// Nowhere (it ended).
+    Ended,
 }
 
 impl std::fmt::Debug for Tasks {
@@ -256,6 +279,33 @@ impl Tasks {
             settings,
             live: Mutex::new(HashMap::new()),
             counts: Arc::default(),
+            shared: ledger.shared,
+        }
+    }
+
+    /// Hear the cancellations and answers other hosts send to the tasks running here (a
+    /// ledger only this process uses has none). Holds the tasks weakly.
+    pub(crate) fn hear(self: &Arc<Self>) {
+        let tasks = Arc::downgrade(self);
+        let heard = Box::new(move |message: Option<Bytes>| {
+            let (Some(tasks), Some(m)) = (tasks.upgrade(), message) else { return };
+            let Ok(m) = serde_json::from_slice::<Value>(&m) else { return };
+            let Some(hmac) = m["task"].as_str() else { return };
+            let Some(run) = tasks.live.lock().get(hmac).cloned() else { return };
+            if m["cancel"] == true {
+                if tasks
+                    .end_now(&run, TaskStatus::Cancelled, "cancelled by the client", 0)
+                    .is_some()
+                {
+                    tasks.retire(&run);
+                }
+            } else if let Some(answers) = m["answers"].as_object() {
+                // Checked by the host that received them, against the same questions.
+                let _ = tasks.deliver(&run, answers, |_, _, _| Ok(()));
+            }
+        });
+        if let Err(e) = self.writer.store().subscribe(TASKS_CHANNEL, heard) {
+            tracing::error!(error = %e, "cannot hear other hosts' task cancellations and answers");
         }
     }
 
@@ -537,6 +587,10 @@ impl Tasks {
             .filter(|(r, ..)| r.principal.as_deref() == principal)
             .ok_or(TaskError::NotFound)?;
         let mut view = TaskView { task_id: id.to_owned(), ..record.view.clone() };
+        if !view.status.is_final() && self.runs_elsewhere(record.run).await? {
+            // Another live host runs it: its record is its latest state.
+            return Ok(view);
+        }
         if !view.status.is_final() {
             // Not running here: the process that ran it is gone (a graceful stop records that
             // itself, so this was a kill). Recorded, so every later read agrees (unless the
@@ -621,22 +675,87 @@ impl Tasks {
         }
     }
 
-    async fn live_run(
-        &self,
-        principal: Option<&str>,
-        id: &str,
-    ) -> Result<Option<Arc<Run>>, TaskError> {
+    /// Whether run `run` (not this one) is another live host sharing the ledger.
+    async fn runs_elsewhere(&self, run: u64) -> Result<bool, TaskError> {
+        if !self.shared || run == self.run || run == 0 {
+            return Ok(false);
+        }
+        self.reads.run(move |store| store.run_alive(run)).await.map_err(|e| {
+            tracing::error!(error = %e, "cannot tell whether a task's host is alive");
+            TaskError::Unavailable
+        })
+    }
+
+    async fn locate(&self, principal: Option<&str>, id: &str) -> Result<Where, TaskError> {
         if !task::is_id_shaped(id) {
             return Err(TaskError::NotFound);
         }
         let hmac = self.hmac(id);
         let run = self.live.lock().get(&hmac).cloned();
         match run {
-            Some(r) if r.principal.as_deref() == principal => Ok(Some(r)),
+            Some(r) if r.principal.as_deref() == principal => Ok(Where::Here(r)),
             Some(_) => Err(TaskError::NotFound),
-            // Not running here: it exists (final, or interrupted) or it does not.
-            None => self.get(principal, id).await.map(|_| None),
+            // Not running here: it exists (final, interrupted, or on another host) or not.
+            None => {
+                let view = self.get(principal, id).await?;
+                if view.status.is_final() {
+                    return Ok(Where::Ended);
+                }
+                let (record, hmac, _) =
+                    self.read_named(hmac, id).await?.ok_or(TaskError::NotFound)?;
+                Ok(Where::Elsewhere { hmac, questions: record.view.input_requests })
+            }
         }
+    }
+
+    /// Send `message` about task `hmac` to the host that runs it, and wait (at most
+    /// [`FORWARD_WAIT`]) until its record shows it (`shown`), or that it ended.
+    async fn forward(
+        &self,
+        hmac: &str,
+        message: Value,
+        shown: impl Fn(&TaskView) -> bool,
+    ) -> Result<(), TaskError> {
+        let op = Op::Publish { channel: TASKS_CHANNEL, message: Bytes::from(message.to_string()) };
+        self.writer.submit_and_wait(vec![op]).await.map_err(|_| TaskError::Unavailable)?;
+        for _ in 0..FORWARD_WAIT.as_millis() / FORWARD_POLL.as_millis() {
+            tokio::time::sleep(FORWARD_POLL).await;
+            match self.read(hmac).await? {
+                Some((r, _)) if shown(&r.view) || r.view.status.is_final() => return Ok(()),
+                Some(_) => {}
+                None => return Ok(()),
+            }
+        }
+        tracing::warn!("the host running a task did not record what was sent to it in time");
+        Err(TaskError::Unavailable)
+    }
+
+    /// Deliver the answers to `run`'s questions that `check` accepts (sync): the ledger's
+    /// acknowledgement of the record, `None` when none was asked now.
+    fn deliver(
+        &self,
+        run: &Run,
+        responses: &Map<String, Value>,
+        check: impl Fn(&str, &Value, &Value) -> Result<(), String>,
+    ) -> Result<Option<oneshot::Receiver<()>>, TaskError> {
+        let mut s = run.state.lock();
+        let answered =
+            task::answer(&s.view.input_requests, responses, check).map_err(TaskError::BadAnswer)?;
+        if answered.taken.is_empty() {
+            return Ok(None);
+        }
+        for (key, answer) in answered.taken {
+            s.view.input_requests.remove(&key);
+            if let Some(w) = s.waiters.remove(&key) {
+                let _ = w.send(answer);
+            }
+        }
+        if s.view.input_requests.is_empty() && s.view.status == TaskStatus::InputRequired {
+            s.view.status = TaskStatus::Working;
+        }
+        s.view.updated_ms = self.now().max(s.view.updated_ms);
+        let ops = self.put(run, &mut s);
+        Ok(Some(self.writer.submit_acked(ops)))
     }
 
     /// Answer some of a task's questions (`tasks/update`): answers to questions asked now are
@@ -653,28 +772,28 @@ impl Tasks {
         responses: &Map<String, Value>,
         check: impl Fn(&str, &Value, &Value) -> Result<(), String>,
     ) -> Result<(), TaskError> {
-        let Some(run) = self.live_run(principal, id).await? else { return Ok(()) };
-        let ack = {
-            let mut s = run.state.lock();
-            let answered = task::answer(&s.view.input_requests, responses, check)
-                .map_err(TaskError::BadAnswer)?;
-            if answered.taken.is_empty() {
-                return Ok(());
-            }
-            for (key, answer) in answered.taken {
-                s.view.input_requests.remove(&key);
-                if let Some(w) = s.waiters.remove(&key) {
-                    let _ = w.send(answer);
+        match self.locate(principal, id).await? {
+            Where::Here(run) => match self.deliver(&run, responses, check)? {
+                Some(ack) => self.committed(ack).await,
+                None => Ok(()),
+            },
+            Where::Elsewhere { hmac, questions } => {
+                // Checked here, against the questions its record asks; sent to its host.
+                let answered =
+                    task::answer(&questions, responses, check).map_err(TaskError::BadAnswer)?;
+                if answered.taken.is_empty() {
+                    return Ok(());
                 }
+                let answers: Map<String, Value> = answered.taken.into_iter().collect();
+                let message = json!({"task": hmac, "answers": answers});
+                // Shown once none of these questions is asked any more.
+                self.forward(&hmac, message, |v| {
+                    answers.keys().all(|k| !v.input_requests.contains_key(k))
+                })
+                .await
             }
-            if s.view.input_requests.is_empty() && s.view.status == TaskStatus::InputRequired {
-                s.view.status = TaskStatus::Working;
-            }
-            s.view.updated_ms = self.now().max(s.view.updated_ms);
-            let ops = self.put(&run, &mut s);
-            self.writer.submit_acked(ops)
-        };
-        self.committed(ack).await
+            Where::Ended => Ok(()),
+        }
     }
 
     /// Cancel a task (`tasks/cancel`): a running one becomes `cancelled` (recorded before it
@@ -683,8 +802,15 @@ impl Tasks {
     /// # Errors
     /// [`TaskError::NotFound`]; [`TaskError::Unavailable`].
     pub async fn cancel(&self, principal: Option<&str>, id: &str) -> Result<(), TaskError> {
-        let Some(run) = self.live_run(principal, id).await? else { return Ok(()) };
-        self.end(&run, TaskStatus::Cancelled, "cancelled by the client", 0).await
+        match self.locate(principal, id).await? {
+            Where::Here(run) => {
+                self.end(&run, TaskStatus::Cancelled, "cancelled by the client", 0).await
+            }
+            Where::Elsewhere { hmac, .. } => {
+                self.forward(&hmac, json!({"task": hmac, "cancel": true}), |_| false).await
+            }
+            Where::Ended => Ok(()),
+        }
     }
 
     /// A running task is stopped by the server (its drain's or rollback's grace period is
@@ -723,10 +849,25 @@ impl Tasks {
         why: &str,
         error_code: i64,
     ) -> Result<(), TaskError> {
+        let Some(ack) = self.end_now(run, status, why, error_code) else { return Ok(()) };
+        let r = self.committed(ack).await;
+        self.retire(run);
+        r
+    }
+
+    /// [`Tasks::end`]'s change, queued (its tool's token fired): the acknowledgement of its
+    /// record, `None` when it had ended already.
+    fn end_now(
+        &self,
+        run: &Run,
+        status: TaskStatus,
+        why: &str,
+        error_code: i64,
+    ) -> Option<oneshot::Receiver<()>> {
         let ack = {
             let mut s = run.state.lock();
             if s.view.status.is_final() {
-                return Ok(());
+                return None;
             }
             s.view.status = status;
             s.view.status_message = Some(why.to_owned());
@@ -740,9 +881,7 @@ impl Tasks {
             self.writer.submit_acked(ops)
         };
         run.cancel.cancel();
-        let r = self.committed(ack).await;
-        self.retire(run);
-        r
+        Some(ack)
     }
 }
 

@@ -261,3 +261,54 @@ fn two_hosts_adding_to_one_basket_at_once_lose_no_item() {
     let got = common::modern_call(&b.addr, 2, "get_basket", json!({"basket_id": id}));
     assert_eq!(got["structuredContent"]["item_count"], 4 * adds, "{got}");
 }
+
+fn with_tasks(mut params: serde_json::Value) -> serde_json::Value {
+    params["_meta"] = json!({"io.modelcontextprotocol/clientCapabilities": {"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}});
+    params
+}
+
+fn task_status(addr: &str, id: i64, task: &str) -> serde_json::Value {
+    common::modern(addr, id, "tasks/get", with_tasks(json!({"taskId": task})))
+}
+
+#[test]
+fn a_task_running_on_one_host_is_read_answered_and_cancelled_through_another() {
+    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
+    let url = server.url();
+    let dir = TempDir::new("shared-tasks");
+    let (a, b) = (shared_host(&dir, &url, &[]), shared_host(&dir, &url, &[]));
+    // A task on `a` that asks a question, answered through `b`.
+    let asks = common::modern(
+        &a.addr,
+        1,
+        "tools/call",
+        with_tasks(json!({"name": "confirm_delete", "arguments": {"filename": "x.txt"}})),
+    );
+    let asks = asks["result"]["taskId"].as_str().unwrap_or_else(|| panic!("{asks}")).to_owned();
+    common::wait_until("b reads the question", Duration::from_secs(10), || {
+        task_status(&b.addr, 2, &asks)["result"]["status"] == "input_required"
+    });
+    let answer = json!({"taskId": asks, "inputResponses": {"confirm": {"action": "accept", "content": {"confirm": true}}}});
+    let ok = common::modern(&b.addr, 3, "tasks/update", with_tasks(answer));
+    assert_eq!(ok["result"]["resultType"], "complete", "{ok}");
+    common::wait_until("the task completes on a", Duration::from_secs(10), || {
+        task_status(&a.addr, 4, &asks)["result"]["status"] == "completed"
+    });
+    assert_eq!(
+        task_status(&b.addr, 5, &asks)["result"]["result"]["content"][0]["text"],
+        "Deleted x.txt"
+    );
+    // A long task on `a`: `b` reads it as working (not interrupted), and cancels it.
+    let long = common::modern(
+        &a.addr,
+        6,
+        "tools/call",
+        with_tasks(json!({"name": "slow_compute", "arguments": {"seconds": 600, "label": "far"}})),
+    );
+    let long = long["result"]["taskId"].as_str().unwrap_or_else(|| panic!("{long}")).to_owned();
+    assert_eq!(task_status(&b.addr, 7, &long)["result"]["status"], "working");
+    let ack = common::modern(&b.addr, 8, "tasks/cancel", with_tasks(json!({"taskId": long})));
+    assert_eq!(ack["result"]["resultType"], "complete", "{ack}");
+    assert_eq!(task_status(&a.addr, 9, &long)["result"]["status"], "cancelled");
+    assert_eq!(task_status(&b.addr, 10, &long)["result"]["status"], "cancelled");
+}

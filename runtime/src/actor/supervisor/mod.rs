@@ -221,6 +221,7 @@ impl Supervisor {
             cfg: Arc::new(cfg),
         });
         sup.hear_ends();
+        sup.tasks.hear();
         sup
     }
 
