@@ -376,6 +376,11 @@ pub fn session_end_key(hmac: &str) -> String {
 /// that a session ended (message: its HMAC).
 pub const ENDS_CHANNEL: &str = "ends";
 
+/// The channel on which a host tells the others what a client sent it for a session another
+/// host may be serving: an answer to a server-to-client request (`{"s": <hmac>, "id": ..,
+/// "result"|"error": ..}`) or a cancellation (`{"s": <hmac>, "cancel": <request id>}`).
+pub const SESSIONS_CHANNEL: &str = "sessions";
+
 /// Key of a session's incarnation counter ([`super::Store::incr`]): each revive, on any
 /// host, counts a life of its own.
 #[must_use]

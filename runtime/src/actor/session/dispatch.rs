@@ -47,14 +47,12 @@ impl SessionActor {
                 Ok(PostOutcome::Accepted)
             }
             Message::Response { id, result } => {
-                if let Some(p) = self.core.answer_client_request(&id) {
-                    let _ = p.handle.reply.send(Ok(result));
-                }
+                self.client_answered(&id, Ok(result), true);
                 Ok(PostOutcome::Accepted)
             }
             Message::ErrorResponse { id, error } => {
-                if let Some(p) = id.and_then(|id| self.core.answer_client_request(&id)) {
-                    let _ = p.handle.reply.send(Err(error));
+                if let Some(id) = id {
+                    self.client_answered(&id, Err(error), true);
                 }
                 Ok(PostOutcome::Accepted)
             }
@@ -77,8 +75,51 @@ impl SessionActor {
         // action from this server.
     }
 
+    /// The client answered server-to-client request `id`: the request waiting for it here
+    /// gets the answer; one this session does not wait for may be another host's (a shared
+    /// ledger: `relay`), which is told.
+    pub(super) fn client_answered(
+        &mut self,
+        id: &JsonRpcId,
+        answer: Result<Value, crate::proto::jsonrpc::ErrorObject>,
+        relay: bool,
+    ) {
+        if let Some(p) = self.core.answer_client_request(id) {
+            let _ = p.handle.reply.send(answer);
+        } else if relay {
+            let message = match answer {
+                Ok(result) => json!({"id": id.to_value(), "result": result}),
+                Err(error) => json!({"id": id.to_value(), "error": error}),
+            };
+            self.relay(message);
+        }
+    }
+
+    /// Tell the other hosts sharing the ledger about this session (`message` gets the
+    /// session's HMAC as `s`); nothing when the ledger is not shared.
+    pub(super) fn relay(&self, mut message: Value) {
+        if !self.ledger.ledger.shared {
+            return;
+        }
+        message["s"] = json!(&*self.meta.hmac);
+        self.ledger.writer.submit(vec![crate::ledger::Op::Publish {
+            channel: crate::ledger::codec::SESSIONS_CHANNEL,
+            message: bytes::Bytes::from(message.to_string()),
+        }]);
+    }
+
     pub(super) fn cancel(&mut self, id: &JsonRpcId, ctx: &mut Context<Self>) {
-        let Some(task) = self.core.end_request(id, self.sup.now()) else { return };
+        self.cancel_here(id, ctx, true);
+    }
+
+    /// Cancel request `id`; one not running here may run on another host (`relay`: tell it).
+    pub(super) fn cancel_here(&mut self, id: &JsonRpcId, ctx: &mut Context<Self>, relay: bool) {
+        let Some(task) = self.core.end_request(id, self.sup.now()) else {
+            if relay {
+                self.relay(json!({"cancel": id.to_value()}));
+            }
+            return;
+        };
         task.handle.cancel.cancel();
         if let Some(h) = task.handle.spawn {
             ctx.cancel_future(h);

@@ -16,7 +16,7 @@ use crate::proto::session::ClientRequestRefused;
 use crate::proto::stream::{CloseReason, StreamKind};
 
 use super::messages::{
-    Delete, EndOlderRequests, EndedElsewhere, OpenGet, Post, PostOutcome, Resume, Shutdown,
+    Delete, EndOlderRequests, EndedElsewhere, OpenGet, Post, PostOutcome, Relayed, Resume, Shutdown,
 };
 use super::{ClientRequestRoute, SessionActor};
 
@@ -177,6 +177,22 @@ impl Handler<EndedElsewhere> for SessionActor {
             self.record_end(RecordState::Deleted, false);
             self.guard.take();
             ctx.stop();
+        }
+    }
+}
+
+impl Handler<Relayed> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Relayed, ctx: &mut Context<Self>) {
+        let _span = self.span.clone().entered();
+        // Never relayed again: every host heard it once.
+        match msg {
+            Relayed::Answer(id, answer) => self.client_answered(&id, answer, false),
+            Relayed::Cancel(id) => {
+                self.cancel_here(&id, ctx, false);
+                self.arm(ctx);
+            }
         }
     }
 }

@@ -92,6 +92,20 @@ pub(crate) struct EndOlderRequests {
 #[rtype(result = "()")]
 pub(crate) struct EndedElsewhere;
 
+/// What a client sent another host sharing the ledger for this session: an answer to a
+/// server-to-client request, or a cancellation.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) enum Relayed {
+    /// The answer to server-to-client request `id`.
+    Answer(
+        crate::proto::ids::JsonRpcId,
+        Result<serde_json::Value, crate::proto::jsonrpc::ErrorObject>,
+    ),
+    /// `notifications/cancelled` of request `id`.
+    Cancel(crate::proto::ids::JsonRpcId),
+}
+
 /// Stop the session (process shutdown).
 #[derive(Message)]
 #[rtype(result = "()")]

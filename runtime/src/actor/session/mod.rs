@@ -45,7 +45,9 @@ mod messages;
 mod persist;
 mod streams;
 
-pub(crate) use messages::{Delete, EndedElsewhere, JsonReply, OpenGet, Post, PostOutcome, Resume};
+pub(crate) use messages::{
+    Delete, EndedElsewhere, JsonReply, OpenGet, Post, PostOutcome, Relayed, Resume,
+};
 pub(crate) use messages::{EndOlderRequests, Shutdown};
 
 /// Shell data of an in-flight request.

@@ -1,10 +1,12 @@
 //! What a host hears from the other hosts sharing its ledger: a session that ended on one of
 //! them ends here too, within the time a publication takes; after a subscription that was cut
-//! (messages may have been missed), every live session's end is looked up in the ledger.
+//! (messages may have been missed), every live session's end is looked up in the ledger. And
+//! what a client sent another host for a session live here (an answer to a server-to-client
+//! request, a cancellation) is handed to it.
 
 use std::sync::Arc;
 
-use crate::actor::session::EndedElsewhere;
+use crate::actor::session::{EndedElsewhere, Relayed};
 use crate::ledger::codec;
 
 use super::Supervisor;
@@ -25,6 +27,36 @@ impl Supervisor {
         if let Err(e) = store.subscribe(codec::ENDS_CHANNEL, heard) {
             tracing::error!(error = %e, "cannot hear the other hosts' session ends; a session deleted on another host stays usable here until it parks");
         }
+        let sup = Arc::downgrade(self);
+        let relayed = Box::new(move |message: Option<bytes::Bytes>| {
+            let (Some(sup), Some(m)) = (sup.upgrade(), message) else { return };
+            sup.relayed(&m);
+        });
+        if let Err(e) = store.subscribe(codec::SESSIONS_CHANNEL, relayed) {
+            tracing::error!(error = %e, "cannot hear what clients send other hosts for sessions served here");
+        }
+    }
+
+    /// What a client sent another host for a session live here: handed to the session.
+    fn relayed(&self, message: &[u8]) {
+        use crate::proto::ids::JsonRpcId;
+        let Ok(m) = serde_json::from_slice::<serde_json::Value>(message) else { return };
+        let Some(h) = m["s"].as_str().and_then(|s| self.registry.by_hmac(s)) else { return };
+        let relayed = if let Some(id) = JsonRpcId::from_value(&m["cancel"]) {
+            Relayed::Cancel(id)
+        } else if let Some(id) = JsonRpcId::from_value(&m["id"]) {
+            match (m.get("result"), m.get("error")) {
+                (Some(r), None) => Relayed::Answer(id, Ok(r.clone())),
+                (None, Some(e)) => match serde_json::from_value(e.clone()) {
+                    Ok(e) => Relayed::Answer(id, Err(e)),
+                    Err(_) => return,
+                },
+                _ => return,
+            }
+        } else {
+            return;
+        };
+        h.addr.do_send(relayed);
     }
 
     /// End the live session recorded under `hmac`, if there is one here.
