@@ -28,6 +28,19 @@ pub struct Changes {
     lists: watch::Sender<ListVersions>,
     /// Updated URIs, to every live subscriber; bounded, a lagging reader is told so.
     updates: broadcast::Sender<Arc<str>>,
+    /// Where announcements made here also go: the other hosts sharing the ledger (set once,
+    /// by the supervisor of a shared ledger).
+    relay: std::sync::OnceLock<Relay>,
+}
+
+/// What an announcement made here is relayed with (its message: JSON `{"list": "tools"}` or
+/// `{"uri": "..."}`).
+pub(crate) struct Relay(pub(crate) Box<dyn Fn(bytes::Bytes) + Send + Sync>);
+
+impl std::fmt::Debug for Relay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Relay")
+    }
 }
 
 /// What a listen stream reads changes from.
@@ -45,7 +58,7 @@ impl Changes {
     pub fn new(offered: Offered) -> Changes {
         let (lists, _) = watch::channel(ListVersions::default());
         let (updates, _) = broadcast::channel(UPDATE_QUEUE);
-        Changes { offered, lists, updates }
+        Changes { offered, lists, updates, relay: std::sync::OnceLock::new() }
     }
 
     /// What this catalog may announce (its capabilities say so to clients).
@@ -63,6 +76,14 @@ impl Changes {
             return false;
         }
         self.lists.send_modify(|v| v.bump(kind));
+        if let Some(r) = self.relay.get() {
+            let name = match kind {
+                ListKind::Tools => "tools",
+                ListKind::Prompts => "prompts",
+                ListKind::Resources => "resources",
+            };
+            (r.0)(bytes::Bytes::from(serde_json::json!({"list": name}).to_string()));
+        }
         true
     }
 
@@ -76,7 +97,36 @@ impl Changes {
         }
         // No subscriber: nothing to tell.
         let _ = self.updates.send(uri.into());
+        if let Some(r) = self.relay.get() {
+            (r.0)(bytes::Bytes::from(serde_json::json!({"uri": uri}).to_string()));
+        }
         true
+    }
+
+    /// Relay every announcement made here with `relay` from now on (set once).
+    pub(crate) fn relay_to(&self, relay: Relay) {
+        let _ = self.relay.set(relay);
+    }
+
+    /// An announcement another host relayed: told to this host's listen streams, never
+    /// relayed again.
+    pub(crate) fn heard(&self, message: &[u8]) {
+        let Ok(m) = serde_json::from_slice::<serde_json::Value>(message) else { return };
+        if let Some(uri) = m["uri"].as_str() {
+            if self.offered.resource_updates {
+                let _ = self.updates.send(uri.into());
+            }
+            return;
+        }
+        let kind = match m["list"].as_str() {
+            Some("tools") => ListKind::Tools,
+            Some("prompts") => ListKind::Prompts,
+            Some("resources") => ListKind::Resources,
+            _ => return,
+        };
+        if self.offered.list(kind) {
+            self.lists.send_modify(|v| v.bump(kind));
+        }
     }
 
     /// A feed of the changes from now on.

@@ -16,6 +16,7 @@ pub use catalog::{
     Catalog, CatalogBuilder, CatalogError, Dispatch, IDEMPOTENCY_KEY_MAX_BYTES,
     IDEMPOTENCY_KEY_META, IdempotentCall, ServerInfo, match_template, resource_not_found,
 };
+pub(crate) use changes::Relay;
 pub use changes::{ChangeFeed, Changes, UPDATE_QUEUE};
 pub use context::{ToolContext, ToolOutbound};
 pub use helpers::{

@@ -411,3 +411,34 @@ fn a_cancellation_posted_to_another_host_stops_the_request() {
         }
     }
 }
+
+#[test]
+fn a_list_change_announced_on_one_host_reaches_a_listen_stream_on_another() {
+    use std::io::{Read, Write};
+    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
+    let url = server.url();
+    let dir = TempDir::new("shared-listen");
+    let (a, b) = (shared_host(&dir, &url, &[]), shared_host(&dir, &url, &[]));
+    let body = r#"{"jsonrpc":"2.0","id":"sub-1","method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+    let mut s = std::net::TcpStream::connect(&b.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let req = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: subscriptions/listen\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 4096];
+    let mut read_until = |s: &mut std::net::TcpStream, raw: &mut Vec<u8>, what: &str| {
+        while !String::from_utf8_lossy(raw).contains(what) {
+            let n = s.read(&mut buf).expect("the stream goes on");
+            assert!(n > 0, "closed before {what}: {}", String::from_utf8_lossy(raw));
+            raw.extend_from_slice(&buf[..n]);
+        }
+    };
+    read_until(&mut s, &mut raw, "acknowledged");
+    // The change is announced by a tool on `a`.
+    let r = common::modern_call(&a.addr, 2, "test_trigger_tool_change", json!({}));
+    assert!(r["isError"] != true, "{r}");
+    read_until(&mut s, &mut raw, "notifications/tools/list_changed");
+}

@@ -11,6 +11,10 @@ use crate::ledger::codec;
 
 use super::Supervisor;
 
+/// The channel on which hosts sharing a ledger relay their catalogs' announcements to one
+/// another's `subscriptions/listen` streams (message: `{"list": ..}` or `{"uri": ..}`).
+const CHANGES_CHANNEL: &str = "changes";
+
 impl Supervisor {
     /// Subscribe to the ends other hosts publish (a ledger only this process uses has none).
     /// The subscription holds the supervisor weakly: it never keeps the ledger alive.
@@ -34,6 +38,30 @@ impl Supervisor {
         });
         if let Err(e) = store.subscribe(codec::SESSIONS_CHANNEL, relayed) {
             tracing::error!(error = %e, "cannot hear what clients send other hosts for sessions served here");
+        }
+    }
+
+    /// On a shared ledger, relay the catalog's announcements (list changes, resource updates)
+    /// to the other hosts' listen streams, and tell this host's the ones they relay.
+    pub(super) fn relay_changes(self: &Arc<Self>) {
+        let cx = &self.stream_env.ledger;
+        if !cx.ledger.shared {
+            return;
+        }
+        let writer = std::sync::Arc::downgrade(&cx.writer);
+        self.catalog.changes().relay_to(crate::tools::Relay(Box::new(move |message| {
+            if let Some(w) = writer.upgrade() {
+                w.submit(vec![crate::ledger::Op::Publish { channel: CHANGES_CHANNEL, message }]);
+            }
+        })));
+        let changes = std::sync::Arc::downgrade(self.catalog.changes());
+        let heard = Box::new(move |message: Option<bytes::Bytes>| {
+            if let (Some(c), Some(m)) = (changes.upgrade(), message) {
+                c.heard(&m);
+            }
+        });
+        if let Err(e) = cx.writer.store().subscribe(CHANGES_CHANNEL, heard) {
+            tracing::error!(error = %e, "cannot hear the other hosts' list changes and resource updates");
         }
     }
 

@@ -222,6 +222,7 @@ impl Supervisor {
         });
         sup.hear_ends();
         sup.tasks.hear();
+        sup.relay_changes();
         sup
     }
 
