@@ -442,3 +442,34 @@ fn a_list_change_announced_on_one_host_reaches_a_listen_stream_on_another() {
     assert!(r["isError"] != true, "{r}");
     read_until(&mut s, &mut raw, "notifications/tools/list_changed");
 }
+
+/// `test_input_required_result_multi_round` with `answers` and `state` (a client that can
+/// elicit).
+fn multi_round(
+    addr: &str,
+    id: i64,
+    answers: serde_json::Value,
+    state: Option<&str>,
+) -> serde_json::Value {
+    let mut params = json!({"name": "test_input_required_result_multi_round", "arguments": {}, "inputResponses": answers, "_meta": {"io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}});
+    if let Some(s) = state {
+        params["requestState"] = json!(s);
+    }
+    common::modern(addr, id, "tools/call", params)
+}
+
+#[test]
+fn a_multi_round_request_goes_on_on_whichever_host_gets_each_round() {
+    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
+    let url = server.url();
+    let dir = TempDir::new("shared-mrtr");
+    let (a, b) = (shared_host(&dir, &url, &[]), shared_host(&dir, &url, &[]));
+    // Round 1 on `a`, round 2 on `b`, round 3 on `a`: the sealed requestState opens on both.
+    let first = multi_round(&a.addr, 1, json!({}), None);
+    let step1 = json!({"step1": {"action": "accept", "content": {"name": "Alice"}}});
+    let second = multi_round(&b.addr, 2, step1, first["result"]["requestState"].as_str());
+    let state = second["result"]["requestState"].as_str().unwrap_or_else(|| panic!("{second}"));
+    let step2 = json!({"step2": {"action": "accept", "content": {"color": "blue"}}});
+    let finished = multi_round(&a.addr, 3, step2, Some(state));
+    assert_eq!(finished["result"]["content"][0]["text"], "Alice likes blue", "{finished}");
+}
