@@ -532,11 +532,19 @@ impl Ledger {
         // Shared: each host holds a lease of its own run, taken before its first write and
         // fencing every batch; the other hosts read it to know whether this one is alive.
         let on_run = move |run| {
-            if l.redis_shared {
-                own.take_run_lease(run, &holder, ttl).map_err(held)
-            } else {
-                Ok(())
+            if !l.redis_shared {
+                return Ok(());
             }
+            // Its sessions and streams here may have been taken over, its answers given by
+            // another host: it must not serve on. It stops as a crash does (nothing it held
+            // is lost: that is what the ledger is for), and its supervisor starts it again.
+            let lost = Box::new(|| {
+                tracing::error!(
+                    "exiting with status 3: this host lost its lease on the shared ledger (start it again to rejoin)"
+                );
+                std::process::exit(LEASE_LOST_EXIT);
+            });
+            own.take_run_lease(run, &holder, ttl, lost).map_err(held)
         };
         let mut ledger = Ledger::start(store, secret, previous, cfg, &shown, true, &on_run)?;
         ledger.shared = l.redis_shared;
@@ -586,6 +594,9 @@ impl Ledger {
         .expect("a test ledger")
     }
 }
+
+/// The exit status of a host that lost its lease on a shared Redis ledger.
+pub const LEASE_LOST_EXIT: i32 = 3;
 
 /// This machine's name (for a lease holder's description), or `host`.
 #[cfg(feature = "redis")]

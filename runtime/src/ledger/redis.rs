@@ -291,12 +291,11 @@ return cur
 ";
 
 /// How a lease is renewed.
-#[derive(Debug, Clone, Copy)]
 enum Renewal {
     /// The ledger's one lease (one host per ledger): taken back after a lapse nobody used.
     Ledger,
-    /// A host's own lease on a shared ledger: never taken back.
-    Own,
+    /// A host's own lease on a shared ledger: never taken back; what to do once it is lost.
+    Own(Box<dyn Fn() + Send>),
 }
 
 /// The key (without the prefix) of run `run`'s lease on a shared ledger.
@@ -494,7 +493,13 @@ impl RedisStore {
     /// # Errors
     /// [`LeaseError::Held`] when the run's lease exists already (two hosts counted the same
     /// run: never, with [`Store::incr`]); [`LeaseError::Store`].
-    pub fn take_run_lease(&self, run: u64, holder: &str, ttl: Duration) -> Result<(), LeaseError> {
+    pub fn take_run_lease(
+        &self,
+        run: u64,
+        holder: &str,
+        ttl: Duration,
+        on_lost: Box<dyn Fn() + Send>,
+    ) -> Result<(), LeaseError> {
         let token = new_token(holder);
         let ttl_ms = lease_ms(ttl);
         let suffix = run_lease(run);
@@ -507,7 +512,7 @@ impl RedisStore {
                 self.with_conn(|c| redis::cmd("GET").arg(&key).query(c))?;
             return Err(LeaseError::Held { holder: holder.unwrap_or_default() });
         }
-        self.keep_lease(suffix.into(), token, ttl_ms, Renewal::Own)?;
+        self.keep_lease(suffix.into(), token, ttl_ms, Renewal::Own(on_lost))?;
         Ok(())
     }
 
@@ -550,7 +555,7 @@ impl RedisStore {
         let timeout = self.timeout.min(Duration::from_millis((ttl_ms / 3).max(50)));
         let renew = redis::Script::new(match how {
             Renewal::Ledger => RENEW,
-            Renewal::Own => RENEW_OWN,
+            Renewal::Own(_) => RENEW_OWN,
         });
         std::thread::Builder::new()
             .name("ledger-lease".into())
@@ -568,18 +573,21 @@ impl RedisStore {
                     let mut inv = renew.prepare_invoke();
                     match how {
                         Renewal::Ledger => inv.arg(&prefix).arg(&*token).arg(ttl_ms),
-                        Renewal::Own => inv.arg(&key).arg(&*token).arg(ttl_ms),
+                        Renewal::Own(_) => inv.arg(&key).arg(&*token).arg(ttl_ms),
                     };
                     match inv.invoke::<i64>(c) {
                         Ok(0) if held => {
                             held = false;
-                            match how {
+                            match &how {
                                 Renewal::Ledger => tracing::error!(
                                     "ledger: another host took the Redis ledger's lease: this host's writes are refused from now on (restart it to take the ledger again)"
                                 ),
-                                Renewal::Own => tracing::error!(
-                                    "ledger: this host's lease on the shared Redis ledger lapsed (paused or cut off for longer than the lease): its writes are refused from now on, the other hosts take its work over (restart it to join again)"
-                                ),
+                                Renewal::Own(lost) => {
+                                    tracing::error!(
+                                        "ledger: this host's lease on the shared Redis ledger lapsed (paused or cut off for longer than the lease): its writes are refused from now on, the other hosts take its work over"
+                                    );
+                                    lost();
+                                }
                             }
                         }
                         Ok(2) => {
@@ -1174,6 +1182,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(700));
         assert!(fenced(&a.apply(&[put(b"a2")])));
         assert!(fenced(&a.sweep(u64::MAX, 10).map(|_| ())));
+        assert!(lost.load(std::sync::atomic::Ordering::SeqCst), "told once its renewal failed");
         assert!(!b.run_alive(ra).unwrap());
         b.apply(&[put(b"b2")]).unwrap();
         assert_eq!(b.get("k", 0).unwrap().as_deref(), Some(&b"b2"[..]));
