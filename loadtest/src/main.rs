@@ -125,6 +125,15 @@ enum Command {
         /// temporary directory removed after it stops.
         #[arg(long)]
         spawn_host: Option<String>,
+        /// With --spawn-host: start this many hosts on one shared Redis ledger (--ledger),
+        /// each request sent to the next (round robin, no affinity); `node-loss` and
+        /// `partition` need 2 or more (`all` leaves them out with one).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
+        nodes: u32,
+        /// With --spawn-host: the Redis ledger the hosts share (`redis://host:port/db`; needed
+        /// with --nodes 2 or more). Each run writes under a key prefix of its own.
+        #[arg(long)]
+        ledger: Option<String>,
         /// Bearer token of the clients (with --url).
         #[arg(long)]
         token: Option<String>,
@@ -326,11 +335,48 @@ const GATE_TOKENS: [&str; 2] = ["mcp-load-gate-alice", "mcp-load-gate-bob"];
 struct GateArgs {
     url: Option<String>,
     spawn_host: Option<String>,
+    nodes: u32,
+    ledger: Option<String>,
     json_out: Option<String>,
     svg_out: Option<String>,
 }
 
+/// The arguments of the gate's hosts on the shared Redis ledger `url`: a key prefix of this
+/// run's own, a short lease (a `partition` pauses a node past it), and parking before the
+/// gate's 10 s idle TTL (a shared ledger needs it).
+fn shared_ledger_args(url: &str) -> Vec<String> {
+    let run = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    [
+        "--ledger".to_owned(),
+        url.to_owned(),
+        "--set".to_owned(),
+        "ledger.redis_shared=true".to_owned(),
+        "--set".to_owned(),
+        format!("ledger.redis_prefix=\"gate-{}-{run}:\"", std::process::id()),
+        "--set".to_owned(),
+        format!("ledger.redis_lease_ms={}", gate::spec::NODE_LEASE_MS),
+        "--set".to_owned(),
+        "sessions.park_after_secs=5".to_owned(),
+    ]
+    .to_vec()
+}
+
 fn gate_command(args: GateArgs, mut spec: gate::GateSpec) -> ExitCode {
+    if args.nodes > 1 && (args.spawn_host.is_none() || args.ledger.is_none()) {
+        eprintln!(
+            "mcp-load: --nodes 2 or more needs --spawn-host and --ledger redis://… (the hosts share one Redis ledger)"
+        );
+        return ExitCode::from(2);
+    }
+    if let Some(s) = spec.scenarios.iter().find(|s| s.needs_nodes()).filter(|_| args.nodes < 2) {
+        eprintln!(
+            "mcp-load: scenario {} needs --nodes 2 or more; leave it out with --scenarios",
+            s.name()
+        );
+        return ExitCode::from(2);
+    }
     let host = match args.spawn_host.as_deref() {
         Some(bin) => {
             // The host's ledger and config: owned with the host by the SpawnedHost, so they
@@ -347,30 +393,39 @@ fn gate_command(args: GateArgs, mut spec: gate::GateSpec) -> ExitCode {
                 eprintln!("mcp-load: cannot write {}: {e}", path.display());
                 return ExitCode::from(2);
             }
-            match run::spawn_host(
-                bin,
-                dir,
-                &["--config", &path.to_string_lossy(), "--session-ttl-secs", "10"],
-            ) {
-                Ok(h) => {
-                    spec.token = Some(GATE_TOKENS[0].into());
-                    spec.other_token = Some(GATE_TOKENS[1].into());
-                    Some(h)
-                }
-                Err(e) => {
-                    eprintln!("mcp-load: {e}");
-                    return ExitCode::from(2);
+            let mut extra: Vec<String> =
+                ["--config", &path.to_string_lossy(), "--session-ttl-secs", "10"]
+                    .iter()
+                    .map(|a| (*a).to_owned())
+                    .collect();
+            if let Some(url) = &args.ledger {
+                extra.extend(shared_ledger_args(url));
+            }
+            let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+            // The first node creates the key file the others read.
+            let dir = std::sync::Arc::new(dir);
+            let mut nodes = Vec::new();
+            for _ in 0..args.nodes {
+                match run::spawn_host_in(bin, std::sync::Arc::clone(&dir), &extra) {
+                    Ok(h) => nodes.push(std::sync::Arc::new(parking_lot::Mutex::new(h))),
+                    Err(e) => {
+                        eprintln!("mcp-load: {e}");
+                        return ExitCode::from(2);
+                    }
                 }
             }
+            spec.token = Some(GATE_TOKENS[0].into());
+            spec.other_token = Some(GATE_TOKENS[1].into());
+            nodes
         }
-        None => None,
+        None => Vec::new(),
     };
-    spec.url = host.as_ref().map(|h| h.url().to_owned()).or(args.url).unwrap_or_default();
-    // Shared with the crash scenario, which restarts it (same URL); dropped last, below.
-    let host = host.map(|h| std::sync::Arc::new(parking_lot::Mutex::new(h)));
-    spec.host.clone_from(&host);
+    spec.url = host.first().map(|h| h.lock().url().to_owned()).or(args.url).unwrap_or_default();
+    // Shared with the crash scenario, which restarts the first (same URL); dropped last, below.
+    spec.host = host.first().cloned();
+    spec.nodes.clone_from(&host);
     if let Some(s) =
-        spec.scenarios.iter().find(|s| s.needs_spawned_host()).filter(|_| host.is_none())
+        spec.scenarios.iter().find(|s| s.needs_spawned_host()).filter(|_| host.is_empty())
     {
         eprintln!(
             "mcp-load: scenario {} needs --spawn-host (the gate restarts the host or drives its admin API); leave it out with --scenarios",
@@ -580,6 +635,8 @@ fn main() -> ExitCode {
         Command::Gate {
             url,
             spawn_host,
+            nodes,
+            ledger,
             token,
             other_token,
             clients,
@@ -596,7 +653,11 @@ fn main() -> ExitCode {
             no_progress,
         } => {
             let scenarios: Result<Vec<proxy::Scenario>, String> = if scenarios == "all" {
-                Ok(proxy::Scenario::ALL.to_vec())
+                // The node scenarios only with several nodes.
+                Ok(proxy::Scenario::ALL
+                    .into_iter()
+                    .filter(|s| nodes > 1 || !s.needs_nodes())
+                    .collect())
             } else {
                 scenarios
                     .split(',')
@@ -635,8 +696,9 @@ fn main() -> ExitCode {
                 calls_per_session,
                 progress: !no_progress,
                 host: None,
+                nodes: Vec::new(),
             };
-            gate_command(GateArgs { url, spawn_host, json_out, svg_out }, spec)
+            gate_command(GateArgs { url, spawn_host, nodes, ledger, json_out, svg_out }, spec)
         }
         Command::Soak {
             spawn_host,

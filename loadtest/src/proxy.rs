@@ -69,10 +69,18 @@ pub(crate) enum Scenario {
     /// `basket` pack over many calls (SEP-2567 state handles) and run short tasks, with cut
     /// streams and, with `crash` selected, kills of the host.
     Handles,
+    /// Not a proxy fault (`--nodes` 2 or more): the gate SIGKILLs one node at random moments,
+    /// in turn, and starts it again a second later while the others serve (the proxy skips
+    /// a node that refuses connections).
+    NodeLoss,
+    /// Not a proxy fault (`--nodes` 2 or more): the gate SIGSTOPs one node, in turn, past its
+    /// lease on the shared ledger, then SIGCONTs it: it finds its lease gone and exits
+    /// (status 3), and is started again.
+    Partition,
 }
 
 impl Scenario {
-    pub(crate) const ALL: [Scenario; 16] = [
+    pub(crate) const ALL: [Scenario; 18] = [
         Scenario::Cut,
         Scenario::LostPriming,
         Scenario::CrossedIds,
@@ -89,11 +97,25 @@ impl Scenario {
         Scenario::Rollout,
         Scenario::Modern,
         Scenario::Handles,
+        Scenario::NodeLoss,
+        Scenario::Partition,
     ];
 
     /// The gate runs it on a host it spawned (it restarts the host or drives its admin API).
     pub(crate) fn needs_spawned_host(self) -> bool {
-        matches!(self, Scenario::Crash | Scenario::Sigterm | Scenario::Rollout)
+        matches!(
+            self,
+            Scenario::Crash
+                | Scenario::Sigterm
+                | Scenario::Rollout
+                | Scenario::NodeLoss
+                | Scenario::Partition
+        )
+    }
+
+    /// It needs several nodes on a shared ledger (`gate --nodes 2` or more).
+    pub(crate) fn needs_nodes(self) -> bool {
+        matches!(self, Scenario::NodeLoss | Scenario::Partition)
     }
 
     pub(crate) fn name(self) -> &'static str {
@@ -114,6 +136,8 @@ impl Scenario {
             Scenario::Rollout => "rollout",
             Scenario::Modern => "modern",
             Scenario::Handles => "handles",
+            Scenario::NodeLoss => "node-loss",
+            Scenario::Partition => "partition",
         }
     }
 
@@ -161,7 +185,10 @@ type EventsById = (HashMap<String, Rc<[u8]>>, VecDeque<String>);
 
 /// State shared by every proxied connection (single-threaded runtime).
 pub(crate) struct Proxy {
-    upstream: SocketAddr,
+    /// The servers behind it: each request goes to the next (round robin, no affinity); one
+    /// that refuses connections is skipped.
+    upstreams: Vec<SocketAddr>,
+    next_upstream: Cell<usize>,
     plan: FaultPlan,
     rng: Cell<u64>,
     /// Times each scenario fired (for [`FaultPlan::limit`]).
@@ -292,15 +319,20 @@ pub(crate) fn next_random(state: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// Start the proxy in front of `upstream` on the current (local) runtime.
+/// Start the proxy in front of `upstreams` (at least one; more: a round-robin balancer with
+/// no affinity) on the current (local) runtime.
 pub(crate) async fn start(
-    upstream: SocketAddr,
+    upstreams: Vec<SocketAddr>,
     plan: FaultPlan,
 ) -> std::io::Result<(SocketAddr, Rc<Proxy>)> {
+    if upstreams.is_empty() {
+        return Err(std::io::Error::other("no upstream server"));
+    }
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let proxy = Rc::new(Proxy {
-        upstream,
+        upstreams,
+        next_upstream: Cell::new(0),
         rng: Cell::new(plan.seed),
         hits: RefCell::default(),
         plan,
@@ -468,24 +500,34 @@ struct EventFaults {
 
 async fn serve(client: TcpStream, p: Rc<Proxy>) {
     let mut c = Conn::new(client);
-    let mut up: Option<Conn> = None;
+    // One kept connection per server behind the proxy.
+    let mut ups: Vec<Option<Conn>> = p.upstreams.iter().map(|_| None).collect();
     loop {
-        match exchange(&p, &mut c, &mut up).await {
+        match exchange(&p, &mut c, &mut ups).await {
             Ok(true) => {}
             Ok(false) | Err(_) => return,
         }
     }
 }
 
-async fn upstream<'a>(p: &Proxy, up: &'a mut Option<Conn>) -> IoResult<&'a mut Conn> {
+impl Proxy {
+    /// The index of the server the next request goes to (round robin).
+    fn pick(&self) -> usize {
+        let i = self.next_upstream.get();
+        self.next_upstream.set((i + 1) % self.upstreams.len());
+        i
+    }
+}
+
+async fn upstream<'a>(addr: SocketAddr, up: &'a mut Option<Conn>) -> IoResult<&'a mut Conn> {
     if up.is_none() {
-        *up = Some(Conn::new(TcpStream::connect(p.upstream).await?));
+        *up = Some(Conn::new(TcpStream::connect(addr).await?));
     }
     up.as_mut().ok_or_else(eof)
 }
 
 /// One request/response exchange. `Ok(true)`: the connection stays open.
-async fn exchange(p: &Proxy, c: &mut Conn, up: &mut Option<Conn>) -> IoResult<bool> {
+async fn exchange(p: &Proxy, c: &mut Conn, ups: &mut [Option<Conn>]) -> IoResult<bool> {
     let Some(head) = c.read_head().await? else { return Ok(false) };
     let Some(mut req) = parse_request_head(&head) else {
         c.s.write_all(
@@ -578,17 +620,8 @@ async fn exchange(p: &Proxy, c: &mut Conn, up: &mut Option<Conn>) -> IoResult<bo
         EventFaults::default()
     };
 
-    let reused = up.is_some();
-    let rhead = match send(p, up, &req).await? {
-        Some(h) => h,
-        None if !reused => return Err(eof()),
-        None => {
-            // The server closed the idle upstream connection without answering (its
-            // keep-alive ran out): a real proxy retries that on a new connection, and so do we.
-            *up = None;
-            send(p, up, &req).await?.ok_or_else(eof)?
-        }
-    };
+    let (at, rhead) = send_any(p, ups, &req).await?;
+    let up = &mut ups[at];
     let Some(u) = up.as_mut() else { return Err(eof()) };
     let r =
         parse_response_head(&rhead).ok_or_else(|| std::io::Error::other("bad response head"))?;
@@ -623,10 +656,51 @@ async fn exchange(p: &Proxy, c: &mut Conn, up: &mut Option<Conn>) -> IoResult<bo
     Ok(keep && !r.close)
 }
 
-/// Write `req` upstream and read the response head. `None`: the connection closed before
-/// any byte of a response.
-async fn send(p: &Proxy, up: &mut Option<Conn>, req: &Request) -> IoResult<Option<Vec<u8>>> {
-    let u = upstream(p, up).await?;
+/// Send `req` to the next server (round robin) and read the response head: the server's
+/// index and the head. A server that refuses the connection (it is down) is skipped for the
+/// next one, as a balancer's health check would; one that takes the request and closes
+/// without a word is an error (the client sees its connection cut).
+async fn send_any(
+    p: &Proxy,
+    ups: &mut [Option<Conn>],
+    req: &Request,
+) -> IoResult<(usize, Vec<u8>)> {
+    let mut last = eof();
+    for _ in 0..p.upstreams.len() {
+        let at = p.pick();
+        let (addr, up) = (p.upstreams[at], &mut ups[at]);
+        let reused = up.is_some();
+        match send(addr, up, req).await {
+            Ok(Some(h)) => return Ok((at, h)),
+            Ok(None) if !reused => return Err(eof()),
+            Ok(None) => {
+                // The server closed the idle upstream connection without answering (its
+                // keep-alive ran out): a real proxy retries that on a new connection, and so
+                // do we.
+                *up = None;
+                return send(addr, up, req).await?.ok_or_else(eof).map(|h| (at, h));
+            }
+            Err(e) if !reused => {
+                // Not connected: nothing was sent. The next server.
+                *up = None;
+                if p.upstreams.len() > 1 {
+                    p.bump("upstream.skipped");
+                }
+                last = e;
+            }
+            Err(e) => {
+                *up = None;
+                return Err(e);
+            }
+        }
+    }
+    Err(last)
+}
+
+/// Write `req` to the server at `addr` (on `up`, connected first if need be) and read the
+/// response head. `None`: the connection closed before any byte of a response.
+async fn send(addr: SocketAddr, up: &mut Option<Conn>, req: &Request) -> IoResult<Option<Vec<u8>>> {
+    let u = upstream(addr, up).await?;
     if u.s.write_all(&req.to_bytes()).await.is_err() {
         return Ok(None);
     }
@@ -887,7 +961,7 @@ async fn end_session(p: &Proxy, req: &Request) {
     }
     del.set("content-length", "0");
     del.set("connection", "close");
-    let Ok(s) = TcpStream::connect(p.upstream).await else { return };
+    let Ok(s) = TcpStream::connect(p.upstreams[p.pick()]).await else { return };
     let mut conn = Conn::new(s);
     if conn.s.write_all(&del.to_bytes()).await.is_ok()
         && let Ok(Some(head)) = conn.read_head().await

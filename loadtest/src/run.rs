@@ -5,6 +5,7 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
@@ -139,14 +140,25 @@ pub(crate) struct SpawnedHost {
     /// How it was started, for a restart on the same ledger and port.
     bin: String,
     args: Vec<String>,
-    /// Held for its drop (after the process's), and for a restart on the same ledger.
-    dir: TempDir,
+    /// Held for its drop (after the process's), and for a restart on the same ledger
+    /// (shared by nodes on one ledger).
+    dir: Arc<TempDir>,
 }
 
 impl SpawnedHost {
     /// Start `bin` with `args` and a ledger in `dir` (which may already hold its config files);
     /// stderr inherited.
     pub(crate) fn start(bin: &str, dir: TempDir, args: &[&str]) -> Result<SpawnedHost, String> {
+        SpawnedHost::start_in(bin, Arc::new(dir), args)
+    }
+
+    /// [`SpawnedHost::start`] in a directory other hosts may share (nodes of one ledger: one
+    /// key file, one admin token, one journal).
+    pub(crate) fn start_in(
+        bin: &str,
+        dir: Arc<TempDir>,
+        args: &[&str],
+    ) -> Result<SpawnedHost, String> {
         let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
         let process = Self::spawn(bin, &dir, &args)?;
         Ok(SpawnedHost { process, bin: bin.to_owned(), args, dir })
@@ -192,6 +204,12 @@ impl SpawnedHost {
         self.restart()
     }
 
+    /// Start the host again on the same ledger and port, after it exited or was killed
+    /// (blocks until it listens).
+    pub(crate) fn start_again(&mut self) -> Result<(), String> {
+        self.restart()
+    }
+
     fn restart(&mut self) -> Result<(), String> {
         let port = self
             .url()
@@ -215,11 +233,20 @@ impl SpawnedHost {
 /// `extra` arguments, on a fresh ledger in `dir` (killed when the handle drops, then `dir`
 /// removed; exits by itself if we die).
 pub(crate) fn spawn_host(bin: &str, dir: TempDir, extra: &[&str]) -> Result<SpawnedHost, String> {
+    spawn_host_in(bin, Arc::new(dir), extra)
+}
+
+/// [`spawn_host`] in a directory other hosts may share.
+pub(crate) fn spawn_host_in(
+    bin: &str,
+    dir: Arc<TempDir>,
+    extra: &[&str],
+) -> Result<SpawnedHost, String> {
     let args: Vec<&str> = ["--port", "0", "--packs", "conformance,echo,ledger,basket"]
         .into_iter()
         .chain(extra.iter().copied())
         .collect();
-    SpawnedHost::start(bin, dir, &args)
+    SpawnedHost::start_in(bin, dir, &args)
 }
 
 #[derive(Default)]
@@ -264,7 +291,7 @@ pub(crate) async fn run(mut spec: RunSpec) -> Result<Value, String> {
     if let Some(plan) = spec.faults.clone() {
         let (upstream, path) = crate::proxy::split_url(&spec.url)?;
         let (addr, stats) =
-            crate::proxy::start(upstream, plan).await.map_err(|e| format!("proxy: {e}"))?;
+            crate::proxy::start(vec![upstream], plan).await.map_err(|e| format!("proxy: {e}"))?;
         spec.url = format!("http://{addr}{path}");
         proxy_stats = Some(stats);
     }

@@ -79,7 +79,7 @@ async fn setup(
         limit,
         token_rewrite_modern_tools: Vec::new(),
     };
-    let (addr, p) = proxy::start(upstream, plan).await.expect("proxy");
+    let (addr, p) = proxy::start(vec![upstream], plan).await.expect("proxy");
     (format!("http://{addr}/mcp"), p)
 }
 

@@ -117,3 +117,89 @@ pub(crate) async fn flip_now_and_then(
     .await
     .map_err(|e| e.to_string())?
 }
+
+/// How a node is taken away.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NodeFault {
+    /// `node-loss`: SIGKILL, down for [`NODE_DOWN_MS`], started again.
+    Loss,
+    /// `partition`: SIGSTOP past the lease, SIGCONT, its exit (status 3) awaited, started
+    /// again.
+    Partition,
+}
+
+/// The `node-loss` and `partition` scenarios: until `stop` (and their count), take one node
+/// after another away after a random pause, as `how` says, while the others serve.
+pub(crate) async fn nodes_now_and_then(
+    nodes: Vec<Arc<Mutex<SpawnedHost>>>,
+    seed: u64,
+    stop: Rc<Cell<bool>>,
+    phase: Rc<RefCell<Phase>>,
+    how: NodeFault,
+) -> Result<(), String> {
+    let mut x = seed | 1;
+    let (low, high) = match how {
+        NodeFault::Loss => NODE_LOSS_PAUSE_MS,
+        NodeFault::Partition => PARTITION_PAUSE_MS,
+    };
+    let mut round = seed as usize;
+    loop {
+        let pause = low + crate::proxy::next_random(&mut x) % (high - low);
+        let until = Instant::now() + Duration::from_millis(pause);
+        while Instant::now() < until {
+            if stop.get() && !phase.borrow().owes_faults() {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let node = Arc::clone(&nodes[round % nodes.len()]);
+        round += 1;
+        let t0 = Instant::now();
+        let exited = tokio::task::spawn_blocking(move || {
+            let mut n = node.lock();
+            match how {
+                NodeFault::Loss => {
+                    n.process.kill();
+                    std::thread::sleep(Duration::from_millis(NODE_DOWN_MS));
+                    n.start_again().map(|()| Some(3))
+                }
+                NodeFault::Partition => {
+                    if !n.process.signal("STOP") {
+                        return Err("cannot SIGSTOP a node".to_owned());
+                    }
+                    std::thread::sleep(Duration::from_millis(NODE_LEASE_MS + 1_000));
+                    n.process.signal("CONT");
+                    // Its lease is gone: it exits 3 at its next renewal (a third of the lease).
+                    let mut code = None;
+                    for _ in 0..(NODE_LEASE_MS * 4 / 20) {
+                        if let Some(s) = n.process.exit_status() {
+                            code = s.code();
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    if code.is_none() {
+                        n.process.kill();
+                    }
+                    n.start_again().map(|()| code)
+                }
+            }
+        })
+        .await
+        .map_err(|e| format!("node fault: {e}"))??;
+        let mut p = phase.borrow_mut();
+        let _ = p.restart_ms.record(t0.elapsed().as_millis().max(1) as u64);
+        match how {
+            NodeFault::Loss => p.nodes_lost += 1,
+            NodeFault::Partition => {
+                p.partitions += 1;
+                if exited != Some(3) {
+                    p.partition_unexpected += 1;
+                    p.note_error(format!(
+                        "a node paused past its lease exited with {exited:?}, not 3"
+                    ));
+                }
+            }
+        }
+    }
+}

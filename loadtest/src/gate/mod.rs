@@ -52,9 +52,17 @@ pub(crate) async fn run_phase(
     eras: Eras,
 ) -> Result<Phase, String> {
     let (upstream, path) = crate::proxy::split_url(&spec.url)?;
+    // Every node behind one balancer (the first is `spec.url`'s).
+    let mut upstreams = vec![upstream];
+    for n in spec.nodes.iter().skip(1) {
+        let url = n.lock().url().to_owned();
+        upstreams.push(crate::proxy::split_url(&url)?.0);
+    }
     let crash = rates.contains_key(&Scenario::Crash);
     let sigterm = rates.contains_key(&Scenario::Sigterm);
     let rollout = rates.contains_key(&Scenario::Rollout);
+    let node_loss = rates.contains_key(&Scenario::NodeLoss);
+    let partition = rates.contains_key(&Scenario::Partition);
     // Only the read-only calls of the mix may be served as another principal (see FaultPlan).
     let read_only = vec!["echo".to_owned(), "test_tool_with_progress".to_owned()];
     let plan = FaultPlan {
@@ -65,13 +73,14 @@ pub(crate) async fn run_phase(
         token_rewrite_modern_tools: read_only,
     };
     let (addr, proxy) =
-        crate::proxy::start(upstream, plan).await.map_err(|e| format!("proxy: {e}"))?;
+        crate::proxy::start(upstreams, plan).await.map_err(|e| format!("proxy: {e}"))?;
     let url: Rc<str> = format!("http://{addr}{path}").into();
     let phase = Rc::new(RefCell::new(Phase::new(name)));
     let before = host_metrics(spec).await;
     {
         let mut p = phase.borrow_mut();
         (p.crash, p.sigterm, p.rollout) = (crash, sigterm, rollout);
+        (p.node_loss, p.partition) = (node_loss, partition);
         p.host_before = before;
         p.eras = eras;
     }
@@ -95,6 +104,21 @@ pub(crate) async fn run_phase(
     // take turns on the host; `crash` and `sigterm` together share one task, so the host
     // restarts one way or the other at the crash cadence, not at both cadences at once.
     let mut killers = Vec::new();
+    for (on, how) in [(node_loss, NodeFault::Loss), (partition, NodeFault::Partition)] {
+        if !on {
+            continue;
+        }
+        if spec.nodes.len() < 2 {
+            return Err(format!("phase {name} needs --nodes 2 or more"));
+        }
+        killers.push(actix_rt::spawn(nodes_now_and_then(
+            spec.nodes.clone(),
+            seed,
+            Rc::clone(&stop),
+            Rc::clone(&phase),
+            how,
+        )));
+    }
     if crash || sigterm || rollout {
         let Some(host) = &spec.host else { return Err(format!("phase {name} needs --spawn-host")) };
         let stops: Vec<Stop> = [(crash, Stop::Kill), (sigterm, Stop::Term)]
@@ -156,6 +180,8 @@ pub(crate) async fn run_phase(
         ("sigterm.restarts", p.restarts),
         ("rollout.flips", p.flips),
         ("handles.baskets", p.baskets),
+        ("node_loss.nodes", p.nodes_lost),
+        ("partition.nodes", p.partitions),
     ] {
         if n > 0 {
             p.proxy.insert(name, n);
@@ -254,6 +280,15 @@ pub(crate) async fn run(spec: GateSpec) -> Result<(Value, bool), String> {
             );
         }
         phases.push(p);
+    }
+    if spec.nodes.len() > 1 {
+        // Each node counts what it applied and what its journal held when it started: the
+        // first one, started again, reads every node's lines (one shared journal), so a key
+        // applied on two nodes counts as a duplicate.
+        let first = Arc::clone(&spec.nodes[0]);
+        tokio::task::spawn_blocking(move || first.lock().terminate_and_restart())
+            .await
+            .map_err(|e| format!("restart of the first node: {e}"))??;
     }
     let mut ledger = ledger_stats(&spec).await;
     if spec.scenarios.contains(&Scenario::Handles) {

@@ -25,8 +25,12 @@ pub(crate) struct GateSpec {
     /// Calls per session before a virtual client ends it and starts another.
     pub(crate) calls_per_session: u64,
     pub(crate) progress: bool,
-    /// The host the gate spawned (the `crash` scenario kills and restarts it).
+    /// The host the gate spawned (the `crash` scenario kills and restarts it): the first of
+    /// `nodes`.
     pub(crate) host: Option<Arc<Mutex<SpawnedHost>>>,
+    /// Every host the gate spawned (`--nodes`: several on one shared Redis ledger, behind the
+    /// proxy's round robin; `node-loss` and `partition` act on them in turn).
+    pub(crate) nodes: Vec<Arc<Mutex<SpawnedHost>>>,
 }
 
 /// The text of the receipts' answer to a retry of a call a kill interrupted.
@@ -46,6 +50,20 @@ pub(crate) const ROLLOUT_CYCLE: [(&str, f64); 4] =
     [("off", 1.0), ("shadow", 1.0), ("on", 0.5), ("on", 1.0)];
 /// A `rollout` phase does not end on its event count before one whole cycle and its rollback.
 pub(crate) const FLIPS_PER_PHASE: u64 = ROLLOUT_CYCLE.len() as u64 + 1;
+
+/// When the `node-loss` scenario kills a node: after a pause drawn from this range (ms).
+pub(crate) const NODE_LOSS_PAUSE_MS: (u64, u64) = (3_000, 6_000);
+/// How long a lost node stays down before it is started again (ms).
+pub(crate) const NODE_DOWN_MS: u64 = 1_000;
+/// A `node-loss` phase does not end on its event count before this many node losses.
+pub(crate) const NODE_LOSSES_PER_PHASE: u64 = 3;
+/// The lease of the gate's nodes on their shared ledger (`ledger.redis_lease_ms`): a
+/// `partition` pauses a node past it.
+pub(crate) const NODE_LEASE_MS: u64 = 1_500;
+/// When the `partition` scenario pauses a node: after a pause drawn from this range (ms).
+pub(crate) const PARTITION_PAUSE_MS: (u64, u64) = (4_000, 7_000);
+/// A `partition` phase does not end on its event count before this many partitions.
+pub(crate) const PARTITIONS_PER_PHASE: u64 = 2;
 
 /// Reconnect budget the virtual clients run with (the client defaults).
 pub(crate) const BUDGET_BURST: u32 = 20;

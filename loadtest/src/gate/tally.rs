@@ -57,6 +57,13 @@ pub(crate) struct Phase {
     /// Flag changes through the admin API (`rollout`).
     pub(crate) rollout: bool,
     pub(crate) flips: u64,
+    /// Nodes killed and started again (`node-loss`), nodes paused past their lease that
+    /// exited and were started again (`partition`), and paused nodes that did not exit 3.
+    pub(crate) node_loss: bool,
+    pub(crate) nodes_lost: u64,
+    pub(crate) partition: bool,
+    pub(crate) partitions: u64,
+    pub(crate) partition_unexpected: u64,
     /// The host's own metrics before and after the phase (a host the gate spawned).
     pub(crate) host_before: BTreeMap<String, f64>,
     pub(crate) host_after: BTreeMap<String, f64>,
@@ -116,6 +123,11 @@ impl Phase {
             unclean_exits: 0,
             rollout: false,
             flips: 0,
+            node_loss: false,
+            nodes_lost: 0,
+            partition: false,
+            partitions: 0,
+            partition_unexpected: 0,
             host_before: BTreeMap::new(),
             host_after: BTreeMap::new(),
             errors: Vec::new(),
@@ -141,6 +153,8 @@ impl Phase {
         (self.crash && self.kills < KILLS_PER_PHASE)
             || (self.sigterm && self.restarts < RESTARTS_PER_PHASE)
             || (self.rollout && self.flips < FLIPS_PER_PHASE)
+            || (self.node_loss && self.nodes_lost < NODE_LOSSES_PER_PHASE)
+            || (self.partition && self.partitions < PARTITIONS_PER_PHASE)
     }
 
     pub(crate) fn add_client_stats(&mut self, s: &ClientStats) {
@@ -187,6 +201,7 @@ impl Phase {
             "proxy": self.proxy, "error_samples": self.errors,
             "outcome_unknown": self.outcome_unknown, "kills": self.kills, "restart_ms": q(&self.restart_ms),
             "graceful_restarts": self.restarts, "unclean_exits": self.unclean_exits, "flag_flips": self.flips,
+            "nodes_lost": self.nodes_lost, "partitions": self.partitions, "partition_unexpected": self.partition_unexpected,
             "host_metrics": {"before": self.host_before, "after": self.host_after},
             "eras": format!("{:?}", self.eras).to_lowercase(), "modern_calls": self.modern_calls,
         });

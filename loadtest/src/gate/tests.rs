@@ -16,6 +16,7 @@ fn spec(scenarios: Vec<Scenario>) -> GateSpec {
         calls_per_session: 10,
         progress: false,
         host: None,
+        nodes: Vec::new(),
     }
 }
 

@@ -34,6 +34,8 @@ pub(crate) fn evidence(s: Scenario) -> &'static [&'static str] {
         Scenario::Rollout => &["rollout.flips"],
         Scenario::Modern => &["modern.requests"],
         Scenario::Handles => &["handles.baskets"],
+        Scenario::NodeLoss => &["node_loss.nodes"],
+        Scenario::Partition => &["partition.nodes"],
     }
 }
 
@@ -169,6 +171,32 @@ pub(crate) fn evaluate(spec: &GateSpec, phases: &[Phase], ledger: &Value) -> Vec
             kills >= KILLS_PER_PHASE,
         ));
     }
+    for (s, owed, what) in [
+        (Scenario::NodeLoss, NODE_LOSSES_PER_PHASE, "nodes killed and started again"),
+        (Scenario::Partition, PARTITIONS_PER_PHASE, "nodes paused past their lease"),
+    ] {
+        if !spec.scenarios.contains(&s) {
+            continue;
+        }
+        let of = || phases.iter().filter(|p| p.name == s.name());
+        gates.push(zero_gate(
+            &format!("404s in the {} phase (another node serves every session)", s.name()),
+            of().map(|p| p.not_found).sum(),
+        ));
+        let done = of().map(|p| p.nodes_lost + p.partitions).min().unwrap_or(0);
+        gates.push(Gate::new(
+            format!("{what} in the {} phase", s.name()),
+            done.to_string(),
+            format!(">= {owed}"),
+            done >= owed,
+        ));
+    }
+    if spec.scenarios.contains(&Scenario::Partition) {
+        gates.push(zero_gate(
+            "paused nodes that did not exit 3 once continued",
+            sum(&|p| p.partition_unexpected),
+        ));
+    }
     if spec.scenarios.contains(&Scenario::Sigterm) {
         let term = || phases.iter().filter(|p| p.name == Scenario::Sigterm.name());
         gates.push(zero_gate(
@@ -213,7 +241,13 @@ pub(crate) fn evaluate(spec: &GateSpec, phases: &[Phase], ledger: &Value) -> Vec
     }
     gates.push(zero_gate(
         "outcome-unknown answers in phases without a kill",
-        sum(&|p| if p.kills == 0 { p.outcome_unknown } else { 0 }),
+        sum(&|p| {
+            if p.kills == 0 && p.nodes_lost == 0 && p.partitions == 0 {
+                p.outcome_unknown
+            } else {
+                0
+            }
+        }),
     ));
     gates.push(rate_gate_if(
         spec,

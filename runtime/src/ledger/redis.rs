@@ -1163,10 +1163,13 @@ mod tests {
         let (ra, rb) =
             (a.incr("m/run", 0, u64::MAX, 0).unwrap(), b.incr("m/run", 0, u64::MAX, 0).unwrap());
         assert_ne!(ra, rb);
-        a.take_run_lease(ra, "a", Duration::from_millis(600)).unwrap();
-        b.take_run_lease(rb, "b", Duration::from_millis(600)).unwrap();
+        let lost = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let told = std::sync::Arc::clone(&lost);
+        let on_lost = Box::new(move || told.store(true, std::sync::atomic::Ordering::SeqCst));
+        a.take_run_lease(ra, "a", Duration::from_millis(600), on_lost).unwrap();
+        b.take_run_lease(rb, "b", Duration::from_millis(600), Box::new(|| {})).unwrap();
         assert!(matches!(
-            b.take_run_lease(ra, "b", Duration::from_millis(600)),
+            b.take_run_lease(ra, "b", Duration::from_millis(600), Box::new(|| {})),
             Err(LeaseError::Held { .. })
         ));
         // Both write, each fenced by its own lease, renewed past its length.

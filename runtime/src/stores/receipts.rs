@@ -64,6 +64,10 @@ pub(crate) struct Receipts {
     /// idempotent tool replaces that receipt and takes its charge back). Held for one insert,
     /// removal or lookup.
     interrupted: Arc<Mutex<std::collections::HashMap<String, (u64, u64)>>>,
+    /// The claims this host holds on a shared ledger (an execution that did not start gives
+    /// its claim back by deleting it: until that deletion is committed, the next execution of
+    /// the key here holds it still, not another host).
+    claims: Arc<Mutex<std::collections::HashSet<String>>>,
 }
 
 /// How often a receipt whose execution another host runs is read again (shared ledger).
@@ -115,6 +119,7 @@ impl Receipts {
             stats,
             usage: Arc::new(usage),
             interrupted: Arc::default(),
+            claims: Arc::default(),
         }
     }
 
@@ -304,6 +309,7 @@ impl Receipts {
             owner: principal.clone(),
             expires_ms,
             bytes: 0,
+            claim: None,
         };
         let mut record = ReceiptRecord {
             principal: principal.as_deref().map(str::to_owned),
@@ -330,8 +336,17 @@ impl Receipts {
             // execution runs it; the others answer with its outcome.
             let replaced =
                 prior.map_or(0, |(expires, _)| expires.saturating_sub(self.retention_ms));
-            let claimed = self.claim(&guard.key, replaced).await;
-            if claimed != Ok(true) {
+            let claim = codec::receipt_claim_key(&guard.key, replaced);
+            let claimed = if self.claims.lock().contains(&claim) {
+                Ok(true)
+            } else {
+                self.claim(&claim).await
+            };
+            if claimed == Ok(true) {
+                // Given back if this execution never starts (its receipt is deleted then).
+                self.claims.lock().insert(claim.clone());
+                guard.claim = Some(claim);
+            } else {
                 // Nothing of this execution was written: the drop must not delete the key.
                 guard.armed = false;
                 let key = guard.key.clone();
@@ -363,6 +378,10 @@ impl Receipts {
             Dispatch::Pending(fut) => fut.await,
         };
         guard.armed = false;
+        // Ran: its receipt answers for the key from now on, whatever becomes of the claim.
+        if let Some(c) = guard.claim.take() {
+            self.claims.lock().remove(&c);
+        }
         let outcome = match &r {
             Ok(v) => Outcome::Result(v.clone()),
             Err(e) => Outcome::Error(serde_json::to_value(e).expect("an error object serializes")),
@@ -436,17 +455,30 @@ impl Receipts {
         r
     }
 
-    /// Claim the execution of `key` that replaces the `Running` receipt created at
-    /// `replaced` (0: none) on a shared ledger: whether this host is the first. `Err`: the
+    /// Claim an execution on a shared ledger (`claim`: [`codec::receipt_claim_key`] of its key
+    /// and the `Running` receipt it replaces): whether this host is the first. `Err`: the
     /// store could not be asked.
-    async fn claim(&self, key: &str, replaced: u64) -> Result<bool, ()> {
+    async fn claim(&self, claim: &str) -> Result<bool, ()> {
         let now = self.ledger.clock.now().0;
-        let claim = codec::receipt_claim_key(key, replaced);
-        self.ledger
-            .reads
-            .run(move |store| Ok(store.incr(&claim, 0, now.saturating_add(CLAIM_MS), now)? == 1))
-            .await
-            .map_err(|e| tracing::error!(error = %e, "cannot claim an idempotency key's execution"))
+        let (reads, claims, claim) =
+            (Arc::clone(&self.ledger.reads), Arc::clone(&self.claims), claim.to_owned());
+        // On a task of its own: a caller that goes away meanwhile (its session ended) does
+        // not lose a claim it won; the next execution of the key here finds it held.
+        let (tx, rx) = oneshot::channel();
+        actix_rt::spawn(async move {
+            let key = claim.clone();
+            let won = reads
+                .run(move |store| Ok(store.incr(&key, 0, now.saturating_add(CLAIM_MS), now)? == 1))
+                .await
+                .map_err(
+                    |e| tracing::error!(error = %e, "cannot claim an idempotency key's execution"),
+                );
+            if won == Ok(true) {
+                claims.lock().insert(claim);
+            }
+            let _ = tx.send(won);
+        });
+        rx.await.unwrap_or(Err(()))
     }
 
     /// Another host claimed the execution of `key` this host was about to start: wait for
@@ -585,6 +617,9 @@ struct Executing {
     owner: Caller,
     expires_ms: u64,
     bytes: u64,
+    /// Its claim on a shared ledger, deleted with its receipt if it never started (a new
+    /// call with the key claims it again at once, not once the claim lapses).
+    claim: Option<String>,
 }
 
 impl Drop for Executing {
@@ -602,6 +637,9 @@ impl Drop for Executing {
             (self.receipts.table.lock().interrupt(&self.key), Answer::Unknown, Vec::new())
         } else {
             let mut ops = vec![Op::Delete { key: self.key.clone() }];
+            if let Some(claim) = self.claim.clone() {
+                ops.push(Op::Delete { key: claim });
+            }
             if self.bytes > 0 {
                 ops.push(self.receipts.usage.release(
                     &self.owner,
@@ -618,6 +656,14 @@ impl Drop for Executing {
             Arc::clone(&self.receipts.interrupted),
             std::mem::take(&mut self.key),
         );
+        // Started: a retry claims anew (it replaces the `Running` receipt). Not started: the
+        // claim is this host's until its deletion is committed.
+        let (claims, claim) = (Arc::clone(&self.receipts.claims), self.claim.take());
+        if self.started
+            && let Some(c) = &claim
+        {
+            claims.lock().remove(c);
+        }
         // Once that is committed (the `Running` receipt may still be queued) the ledger answers
         // (and a lookup reads the interrupted receipt's charge from it).
         self.receipts.ledger.writer.submit_then(
@@ -625,6 +671,9 @@ impl Drop for Executing {
             Box::new(move || {
                 table.lock().settled(&key);
                 interrupted.lock().remove(&key);
+                if let Some(c) = claim {
+                    claims.lock().remove(&c);
+                }
             }),
         );
     }

@@ -35,9 +35,12 @@ impl JsonlJournal {
         Ok(JsonlJournal(f))
     }
 
-    /// Append one line.
+    /// Append one line, in one write: processes appending to one journal (hosts sharing a
+    /// ledger) never interleave their lines.
     pub(crate) fn append(&mut self, v: &Value) -> std::io::Result<()> {
-        writeln!(self.0, "{v}")
+        let mut line = v.to_string();
+        line.push('\n');
+        self.0.write_all(line.as_bytes())
     }
 }
 

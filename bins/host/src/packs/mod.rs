@@ -11,7 +11,8 @@ mod soak;
 use mcp_runtime::tools::CatalogBuilder;
 
 /// The host's catalog: its packs, with the ledger and basket packs journalling beside a
-/// SQLite ledger (so their duplicate counts survive restarts). Their journals are opened
+/// SQLite ledger, or at `ledger.path` with a Redis one (so their duplicate counts survive
+/// restarts). Their journals are opened
 /// here: call it once the ledger is locked for this process.
 ///
 /// # Errors
@@ -21,8 +22,10 @@ pub(crate) fn for_host(
     ledger: &mcp_runtime::config::LedgerConfig,
     basket_idle_ttl_secs: u64,
 ) -> Result<mcp_runtime::tools::Catalog, String> {
+    // Beside the ledger file, or on a Redis ledger where that file would be (hosts sharing
+    // one Redis ledger and one such path share the journals: their lines are appended whole).
     let beside = |ext: &str| {
-        (ledger.backend == mcp_runtime::config::LedgerBackend::Sqlite)
+        (ledger.backend != mcp_runtime::config::LedgerBackend::Memory)
             .then(|| std::path::PathBuf::from(format!("{}.{ext}", ledger.path)))
     };
     let (appends, orders) = (beside("appends"), beside("orders"));
