@@ -132,6 +132,8 @@ fn gate_parses_shared_and_own_flags() {
     let Command::Gate {
         url,
         spawn_host,
+        nodes,
+        ledger,
         token,
         other_token,
         clients,
@@ -151,6 +153,7 @@ fn gate_parses_shared_and_own_flags() {
         panic!("not gate");
     };
     assert_eq!((url, spawn_host.as_deref()), (None, Some("mcp-host")));
+    assert_eq!((nodes, ledger), (1, None), "one node on its own SQLite ledger by default");
     assert_eq!((token, other_token), (None, None));
     assert_eq!(clients, 48);
     assert_eq!((events_per_phase, phase_seconds, min_events), (100_000, 120, 100_000));

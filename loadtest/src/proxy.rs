@@ -519,7 +519,7 @@ impl Proxy {
     }
 }
 
-async fn upstream<'a>(addr: SocketAddr, up: &'a mut Option<Conn>) -> IoResult<&'a mut Conn> {
+async fn upstream(addr: SocketAddr, up: &mut Option<Conn>) -> IoResult<&mut Conn> {
     if up.is_none() {
         *up = Some(Conn::new(TcpStream::connect(addr).await?));
     }

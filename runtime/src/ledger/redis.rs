@@ -614,17 +614,39 @@ impl RedisStore {
         &self,
         f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
     ) -> Result<T, StoreError> {
+        self.with_conn_raw(f).map_err(|e| backend(&e))
+    }
+
+    fn with_conn_raw<T>(
+        &self,
+        f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
+    ) -> redis::RedisResult<T> {
         let pooled = self.pool.lock().pop();
         let mut c = match pooled {
             Some(c) => c,
-            None => self.connect()?,
+            None => self
+                .connect()
+                .map_err(|e| redis::RedisError::from(std::io::Error::other(e.to_string())))?,
         };
-        let r = f(&mut c).map_err(|e| backend(&e))?;
+        let r = f(&mut c)?;
         let mut pool = self.pool.lock();
         if pool.len() < POOL_MAX {
             pool.push(c);
         }
         Ok(r)
+    }
+
+    /// [`RedisStore::with_conn`] for a read (it changes nothing, so it may run twice): one that
+    /// failed on its connection (a signal interrupted it, a pooled connection outlived a
+    /// Redis restart) is tried once more on a new one.
+    fn read_conn<T>(
+        &self,
+        f: impl Fn(&mut redis::Connection) -> redis::RedisResult<T>,
+    ) -> Result<T, StoreError> {
+        match self.with_conn_raw(&f) {
+            Err(e) if e.is_io_error() || e.is_connection_dropped() => self.with_conn(&f),
+            r => r.map_err(|e| backend(&e)),
+        }
     }
 
     /// The entries of log `log` from stream id `from` on (at most `limit`), unless it expired
@@ -637,7 +659,7 @@ impl RedisStore {
         now_ms: u64,
     ) -> Result<Vec<(u64, Bytes)>, StoreError> {
         type Entry = (String, Vec<Vec<u8>>);
-        let (exp, entries): (Option<Vec<u8>>, Vec<Entry>) = self.with_conn(|c| {
+        let (exp, entries): (Option<Vec<u8>>, Vec<Entry>) = self.read_conn(|c| {
             let mut p = redis::pipe();
             p.cmd("GET").arg(self.name("el", log));
             let range = p.cmd("XRANGE").arg(self.name("l", log)).arg(from).arg("+");
@@ -678,7 +700,7 @@ impl RedisStore {
         range: &[String],
         now_ms: u64,
     ) -> Result<Vec<(String, u64)>, StoreError> {
-        let (exp, members): (Option<Vec<u8>>, Vec<(String, f64)>) = self.with_conn(|c| {
+        let (exp, members): (Option<Vec<u8>>, Vec<(String, f64)>) = self.read_conn(|c| {
             redis::pipe()
                 .cmd("GET")
                 .arg(self.name("ei", index))
@@ -793,7 +815,7 @@ impl Store for RedisStore {
 
     fn get(&self, key: &str, now_ms: u64) -> Result<Option<Bytes>, StoreError> {
         let v: Option<Vec<u8>> =
-            self.with_conn(|c| redis::cmd("GET").arg(self.name("d", key)).query(c))?;
+            self.read_conn(|c| redis::cmd("GET").arg(self.name("d", key)).query(c))?;
         Ok(v.filter(|v| alive(Some(v), now_ms)).map(|v| Bytes::from(v).slice(16..)))
     }
 
@@ -864,7 +886,7 @@ impl Store for RedisStore {
     }
 
     fn index_len(&self, index: &str, now_ms: u64) -> Result<usize, StoreError> {
-        let (exp, n): (Option<Vec<u8>>, usize) = self.with_conn(|c| {
+        let (exp, n): (Option<Vec<u8>>, usize) = self.read_conn(|c| {
             redis::pipe()
                 .cmd("GET")
                 .arg(self.name("ei", index))
@@ -982,7 +1004,7 @@ impl Store for RedisStore {
 
     fn run_alive(&self, run: u64) -> Result<bool, StoreError> {
         let n: i64 =
-            self.with_conn(|c| redis::cmd("EXISTS").arg(self.name_raw(&run_lease(run))).query(c))?;
+            self.read_conn(|c| redis::cmd("EXISTS").arg(self.name_raw(&run_lease(run))).query(c))?;
         Ok(n == 1)
     }
 }

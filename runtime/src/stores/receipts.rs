@@ -342,20 +342,24 @@ impl Receipts {
             } else {
                 self.claim(&claim).await
             };
-            if claimed == Ok(true) {
-                // Given back if this execution never starts (its receipt is deleted then).
-                self.claims.lock().insert(claim.clone());
-                guard.claim = Some(claim);
-            } else {
-                // Nothing of this execution was written: the drop must not delete the key.
+            if claimed != Ok(true) {
+                // Nothing of this execution was written: a drop meanwhile must not delete the
+                // key (another host's receipt may be there).
                 guard.armed = false;
                 let key = guard.key.clone();
-                drop((guard, place));
-                return match claimed {
-                    Ok(_) => self.answered_elsewhere(key, &call).await,
-                    Err(()) => self.end_unrun(&key, &call, Answer::Unavailable),
-                };
+                if claimed.is_err() {
+                    return self.end_unrun(&key, &call, Answer::Unavailable);
+                }
+                if let Some(answered) = self.answered_elsewhere(&key, &call, &claim).await {
+                    return answered;
+                }
+                // The other host's claim lapsed (or was given back) with nothing written:
+                // this host claimed it and runs the call.
+                guard.armed = true;
             }
+            // Given back if this execution never starts (its receipt is deleted then).
+            self.claims.lock().insert(claim.clone());
+            guard.claim = Some(claim);
         }
         let (running, bytes) = put(&record, &guard.key);
         let mut ops = vec![running];
@@ -462,6 +466,7 @@ impl Receipts {
         let now = self.ledger.clock.now().0;
         let (reads, claims, claim) =
             (Arc::clone(&self.ledger.reads), Arc::clone(&self.claims), claim.to_owned());
+        let writer = Arc::downgrade(&self.ledger.writer);
         // On a task of its own: a caller that goes away meanwhile (its session ended) does
         // not lose a claim it won; the next execution of the key here finds it held.
         let (tx, rx) = oneshot::channel();
@@ -474,9 +479,16 @@ impl Receipts {
                     |e| tracing::error!(error = %e, "cannot claim an idempotency key's execution"),
                 );
             if won == Ok(true) {
-                claims.lock().insert(claim);
+                claims.lock().insert(claim.clone());
             }
-            let _ = tx.send(won);
+            if tx.send(won).is_err() && won == Ok(true) {
+                // Its caller went away before it ran anything: the claim is given back, so
+                // another host waiting on it runs the call at once.
+                claims.lock().remove(&claim);
+                if let Some(w) = writer.upgrade() {
+                    w.submit(vec![Op::Delete { key: claim }]);
+                }
+            }
         });
         rx.await.unwrap_or(Err(()))
     }
@@ -487,23 +499,44 @@ impl Receipts {
     /// what became of it.
     async fn answered_elsewhere(
         &self,
-        key: String,
+        key: &str,
         call: &IdempotentCall,
-    ) -> Result<Value, ErrorObject> {
+        claim: &str,
+    ) -> Option<Result<Value, ErrorObject>> {
         let mut stored = None;
-        for _ in 0..=(CLAIM_MS / ELSEWHERE_POLL.as_millis() as u64) {
-            stored = self.read(&key).await.0;
+        for _ in 0..=(2 * CLAIM_MS / ELSEWHERE_POLL.as_millis() as u64) {
+            stored = self.read(key).await.0;
             if stored != Some(Stored::Absent) {
                 break;
             }
-            tokio::time::sleep(ELSEWHERE_POLL).await;
+            // Nothing written yet: the claimer may be gone (its claim lapses) or have given
+            // its claim back (its call never started); then this host claims it.
+            match self.claim(claim).await {
+                Ok(true) => return None,
+                Ok(false) => tokio::time::sleep(ELSEWHERE_POLL).await,
+                Err(()) => {
+                    stored = None;
+                    break;
+                }
+            }
         }
+        Some(self.settle_elsewhere(key, call, stored))
+    }
+
+    /// Answer the caller and those attached here with what the other host's execution left:
+    /// `stored` as read last.
+    fn settle_elsewhere(
+        &self,
+        key: &str,
+        call: &IdempotentCall,
+        stored: Option<Stored>,
+    ) -> Result<Value, ErrorObject> {
         match stored {
             Some(Stored::Done { digest, outcome }) if digest == call.digest => {
                 let waiting = {
                     let mut t = self.table.lock();
-                    let waiting = t.finish(&key, &outcome);
-                    t.settled(&key);
+                    let waiting = t.finish(key, &outcome);
+                    t.settled(key);
                     waiting
                 };
                 for w in waiting {
@@ -512,16 +545,16 @@ impl Receipts {
                 self.answered(call, Answer::Outcome { outcome, attached: true })
             }
             // The key was used for other arguments.
-            Some(Stored::Done { .. }) => self.end_unrun(&key, call, Answer::Conflict),
+            Some(Stored::Done { .. }) => self.end_unrun(key, call, Answer::Conflict),
             Some(Stored::Running { digest }) if digest != call.digest => {
-                self.end_unrun(&key, call, Answer::Conflict)
+                self.end_unrun(key, call, Answer::Conflict)
             }
             // Its host ended without an outcome.
             Some(Stored::Running { .. }) => {
                 let waiting = {
                     let mut t = self.table.lock();
-                    let waiting = t.interrupt(&key);
-                    t.settled(&key);
+                    let waiting = t.interrupt(key);
+                    t.settled(key);
                     waiting
                 };
                 for w in waiting {
@@ -530,8 +563,8 @@ impl Receipts {
                 answer(call, Answer::Unknown)
             }
             // Its claimer never recorded it: nothing ran.
-            Some(Stored::Absent) => self.end_unrun(&key, call, Answer::NotRun),
-            None => self.end_unrun(&key, call, Answer::Unavailable),
+            Some(Stored::Absent) => self.end_unrun(key, call, Answer::NotRun),
+            None => self.end_unrun(key, call, Answer::Unavailable),
         }
     }
 
