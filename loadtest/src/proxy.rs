@@ -670,6 +670,15 @@ async fn send_any(
         let at = p.pick();
         let (addr, up) = (p.upstreams[at], &mut ups[at]);
         let reused = up.is_some();
+        if !reused && let Err(e) = upstream(addr, up).await {
+            // Not connected: nothing was sent. The next server.
+            *up = None;
+            if p.upstreams.len() > 1 {
+                p.bump("upstream.skipped");
+            }
+            last = e;
+            continue;
+        }
         match send(addr, up, req).await {
             Ok(Some(h)) => return Ok((at, h)),
             Ok(None) if !reused => return Err(eof()),
@@ -679,14 +688,6 @@ async fn send_any(
                 // do we.
                 *up = None;
                 return send(addr, up, req).await?.ok_or_else(eof).map(|h| (at, h));
-            }
-            Err(e) if !reused => {
-                // Not connected: nothing was sent. The next server.
-                *up = None;
-                if p.upstreams.len() > 1 {
-                    p.bump("upstream.skipped");
-                }
-                last = e;
             }
             Err(e) => {
                 *up = None;

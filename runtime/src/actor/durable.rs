@@ -123,7 +123,7 @@ impl SessionMeta {
             run: cx.ledger.run,
         });
         let (key, value) = (codec::session_key(&self.hmac), Bytes::from(codec::encode(&record)));
-        let mut ops = vec![if s.state == RecordState::Active {
+        let mut ops = vec![if s.state == RecordState::Active && cx.ledger.shared {
             // Another host serving the session may have recorded a later use: the later wins.
             Op::PutLater { key, value, expires_ms }
         } else {

@@ -82,6 +82,8 @@ pub(crate) fn look_up(
         let events = store.read_log_after(&codec::events_key(hmac, sid), after, READ_MAX, now)?;
         return Ok(Found::Live { record, events });
     }
+    // Whether its host stopped cleanly, asked before the claim makes the record this run's.
+    let complete = crate::ledger::Ledger::run_complete_in(store, at.this_run, record.run, now);
     let mut record = record;
     if !claim(store, &mut record, at)? {
         return Ok(Found::Claimed);
@@ -93,7 +95,6 @@ pub(crate) fn look_up(
         now,
     )?;
     let events = store.read_log(&codec::events_key(hmac, sid), now)?;
-    let complete = crate::ledger::Ledger::run_complete_in(store, at.this_run, record.run, now);
     Ok(Found::Orphan { record, events, complete, life: u32::try_from(life).unwrap_or(u32::MAX) })
 }
 

@@ -563,13 +563,31 @@ impl RedisStore {
                 let mut con: Option<redis::Connection> = None;
                 let mut held = true;
                 let every = Duration::from_millis(ttl_ms / 3);
+                // Renewals missed in a row: a host's own lease that could not be renewed for
+                // its whole length has lapsed in Redis, whether or not Redis answers now (a
+                // host cut off from Redis must stop as one paused past its lease does).
+                let mut missed = 0u64;
+                let lapsed = |missed: u64| missed.saturating_mul(ttl_ms / 3) >= ttl_ms;
                 while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
                     stopped.recv_timeout(every)
                 {
+                    if let Renewal::Own(lost) = &how
+                        && held
+                        && lapsed(missed)
+                    {
+                        held = false;
+                        tracing::error!(
+                            "ledger: this host could not renew its lease on the shared Redis ledger for the lease's length (cut off from Redis): the other hosts take its work over"
+                        );
+                        lost();
+                    }
                     if con.is_none() {
                         con = connect(&client, timeout).ok();
                     }
-                    let Some(c) = con.as_mut() else { continue };
+                    let Some(c) = con.as_mut() else {
+                        missed += 1;
+                        continue;
+                    };
                     let mut inv = renew.prepare_invoke();
                     match how {
                         Renewal::Ledger => inv.arg(&prefix).arg(&*token).arg(ttl_ms),
@@ -594,10 +612,11 @@ impl RedisStore {
                             held = true;
                             tracing::warn!("ledger: took the Redis ledger's lease back after it lapsed");
                         }
-                        Ok(_) => {}
+                        Ok(_) => missed = 0,
                         Err(e) => {
                             tracing::warn!(error = %e, "ledger: could not renew the Redis ledger's lease");
                             con = None;
+                            missed += 1;
                         }
                     }
                 }

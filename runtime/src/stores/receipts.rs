@@ -310,6 +310,7 @@ impl Receipts {
             expires_ms,
             bytes: 0,
             claim: None,
+            abandoned: None,
         };
         let mut record = ReceiptRecord {
             principal: principal.as_deref().map(str::to_owned),
@@ -362,6 +363,14 @@ impl Receipts {
             guard.claim = Some(claim);
         }
         let (running, bytes) = put(&record, &guard.key);
+        if self.ledger.shared {
+            // Written if the execution is interrupted here: the same receipt, run by no host,
+            // so another host answers for the key at once rather than wait for an outcome this
+            // host will never record.
+            let mut abandoned = record.clone();
+            abandoned.run = 0;
+            guard.abandoned = Some(put(&abandoned, &guard.key).0);
+        }
         let mut ops = vec![running];
         if let Some((prior_expires, prior_bytes)) = prior {
             ops.push(self.usage.release(
@@ -653,6 +662,8 @@ struct Executing {
     /// Its claim on a shared ledger, deleted with its receipt if it never started (a new
     /// call with the key claims it again at once, not once the claim lapses).
     claim: Option<String>,
+    /// On a shared ledger, its `Running` receipt run by no host: written if it is interrupted.
+    abandoned: Option<Op>,
 }
 
 impl Drop for Executing {
@@ -661,13 +672,14 @@ impl Drop for Executing {
             return;
         }
         let (waiting, answer, ops) = if self.started {
-            // Nothing to write: the `Running` receipt says it (and stays counted: a re-run
-            // takes its charge back, see `interrupted`).
+            // The `Running` receipt says it (and stays counted: a re-run takes its charge
+            // back, see `interrupted`); on a shared ledger it no longer names this host.
             self.receipts
                 .interrupted
                 .lock()
                 .insert(self.key.clone(), (self.expires_ms, self.bytes));
-            (self.receipts.table.lock().interrupt(&self.key), Answer::Unknown, Vec::new())
+            let ops: Vec<Op> = self.abandoned.take().into_iter().collect();
+            (self.receipts.table.lock().interrupt(&self.key), Answer::Unknown, ops)
         } else {
             let mut ops = vec![Op::Delete { key: self.key.clone() }];
             if let Some(claim) = self.claim.clone() {

@@ -35,7 +35,7 @@ pub struct Changes {
 
 /// What an announcement made here is relayed with (its message: JSON `{"list": "tools"}` or
 /// `{"uri": "..."}`).
-pub(crate) struct Relay(pub(crate) Box<dyn Fn(bytes::Bytes) + Send + Sync>);
+pub(crate) struct Relay(pub(crate) Box<dyn Fn(serde_json::Value) + Send + Sync>);
 
 impl std::fmt::Debug for Relay {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -82,7 +82,7 @@ impl Changes {
                 ListKind::Prompts => "prompts",
                 ListKind::Resources => "resources",
             };
-            (r.0)(bytes::Bytes::from(serde_json::json!({"list": name}).to_string()));
+            (r.0)(serde_json::json!({"list": name}));
         }
         true
     }
@@ -98,7 +98,7 @@ impl Changes {
         // No subscriber: nothing to tell.
         let _ = self.updates.send(uri.into());
         if let Some(r) = self.relay.get() {
-            (r.0)(bytes::Bytes::from(serde_json::json!({"uri": uri}).to_string()));
+            (r.0)(serde_json::json!({"uri": uri}));
         }
         true
     }
@@ -110,8 +110,7 @@ impl Changes {
 
     /// An announcement another host relayed: told to this host's listen streams, never
     /// relayed again.
-    pub(crate) fn heard(&self, message: &[u8]) {
-        let Ok(m) = serde_json::from_slice::<serde_json::Value>(message) else { return };
+    pub(crate) fn heard(&self, m: &serde_json::Value) {
         if let Some(uri) = m["uri"].as_str() {
             if self.offered.resource_updates {
                 let _ = self.updates.send(uri.into());

@@ -408,11 +408,14 @@ fn a_cancellation_posted_to_another_host_stops_the_request() {
         Duration::from_millis(500),
     );
     assert_eq!(status, 202);
-    // `a` stops the call and ends its stream, long before the tool's 20 s.
-    loop {
+    // `a` stops the call and ends its stream (the body's last chunk) within 3 s, long before
+    // the tool's 20 s.
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let mut seen = Vec::new();
+    while !seen.windows(5).any(|w| w == b"0\r\n\r\n") {
         match s.read(&mut buf) {
             Ok(0) => break,
-            Ok(_) => {}
+            Ok(n) => seen.extend_from_slice(&buf[..n]),
             Err(e) => panic!("the stream was not ended by the cancellation: {e}"),
         }
     }
@@ -478,4 +481,26 @@ fn a_multi_round_request_goes_on_on_whichever_host_gets_each_round() {
     let step2 = json!({"step2": {"action": "accept", "content": {"color": "blue"}}});
     let finished = multi_round(&a.addr, 3, step2, Some(state));
     assert_eq!(finished["result"]["content"][0]["text"], "Alice likes blue", "{finished}");
+}
+
+#[test]
+fn a_keyed_call_interrupted_on_one_host_is_answered_at_once_on_another() {
+    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
+    let url = server.url();
+    let dir = TempDir::new("shared-interrupted");
+    let (a, b) = (shared_host(&dir, &url, &[]), shared_host(&dir, &url, &[]));
+    let sid = initialize(&a.addr);
+    // A write on `a`, held 5 s; its session is deleted on `b` meanwhile, which ends the call
+    // on `a` (its outcome unknown: the write ran).
+    let call = json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"ledger_append","arguments":{"key":"order-9","hold_ms":5000}}});
+    common::hang_up_after_priming(&a.addr, &sid, &call);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(delete(&b.addr, &sid), 204);
+    // The client retries in a new session on `b`: told at once that the outcome is unknown,
+    // not kept waiting for an outcome `a` will never record.
+    let fresh = initialize(&b.addr);
+    let (status, v) = post_json(&b.addr, &fresh, &call);
+    assert_eq!(status, 200, "{v}");
+    let text = v["result"]["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(text.contains("may or may not have taken effect"), "{v}");
 }

@@ -114,7 +114,7 @@ impl Handler<Resume> for SessionActor {
             let _ = msg.reply.send(Err(e));
             return;
         }
-        if self.core.stream(msg.event.stream).is_none() {
+        if self.core.stream(msg.event.stream).is_none() && self.ledger.ledger.shared {
             // Not here: another host sharing the ledger may serve it, or it is gone.
             self.resume_elsewhere(msg, ctx);
             return;

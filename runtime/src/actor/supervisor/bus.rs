@@ -49,14 +49,21 @@ impl Supervisor {
             return;
         }
         let writer = std::sync::Arc::downgrade(&cx.writer);
-        self.catalog.changes().relay_to(crate::tools::Relay(Box::new(move |message| {
+        // Each message names the run that announced it: Redis delivers a publication to its
+        // publisher's own subscription too, and this host told its streams already.
+        let run = cx.ledger.run;
+        self.catalog.changes().relay_to(crate::tools::Relay(Box::new(move |mut message| {
+            message["from"] = serde_json::json!(run);
             if let Some(w) = writer.upgrade() {
+                let message = bytes::Bytes::from(message.to_string());
                 w.submit(vec![crate::ledger::Op::Publish { channel: CHANGES_CHANNEL, message }]);
             }
         })));
         let changes = std::sync::Arc::downgrade(self.catalog.changes());
         let heard = Box::new(move |message: Option<bytes::Bytes>| {
-            if let (Some(c), Some(m)) = (changes.upgrade(), message) {
+            let (Some(c), Some(m)) = (changes.upgrade(), message) else { return };
+            let Ok(m) = serde_json::from_slice::<serde_json::Value>(&m) else { return };
+            if m["from"] != serde_json::json!(run) {
                 c.heard(&m);
             }
         });

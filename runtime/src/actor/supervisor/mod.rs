@@ -8,7 +8,8 @@
 //! - `lifecycle.rs`: the published phase, reload and rollback, stop request, drain and waits;
 //! - `rate.rs`: the per-caller rate of new sessions;
 //! - `revive.rs`: what a revive reads, one revive per session at a time, the ledger's cap;
-//! - `bus.rs`: what the other hosts sharing the ledger tell (sessions they ended).
+//! - `bus.rs`: what the other hosts sharing the ledger tell (sessions they ended, clients'
+//!   answers and cancellations, the catalog's announcements).
 
 use std::sync::Arc;
 

@@ -278,10 +278,14 @@ impl Supervisor {
             );
             let expires_ms = life.expires_ms;
             // Another host serving it may have recorded a later use: the later wins.
-            let put = crate::ledger::Op::PutLater {
-                key: codec::session_key(&hmac),
-                value: bytes::Bytes::from(codec::encode(&Record::Session(life))),
-                expires_ms,
+            let (key, value) = (
+                codec::session_key(&hmac),
+                bytes::Bytes::from(codec::encode(&Record::Session(life))),
+            );
+            let put = if cx.ledger.shared {
+                crate::ledger::Op::PutLater { key, value, expires_ms }
+            } else {
+                crate::ledger::Op::Put { key, value, expires_ms }
             };
             // Not committed in time (or given up on as the process stops): not revived.
             cx.writer.submit_and_wait(vec![put]).await.map_err(Rejection::from)?;
@@ -321,6 +325,7 @@ impl Supervisor {
     ) -> Result<(Option<SessionFound>, bool), crate::ledger::ReadError> {
         let cx = Arc::clone(&self.stream_env.ledger);
         let previous = cx.previous_session_hmacs(id);
+        let shared = cx.ledger.shared;
         let (now, most, this_run, ttl, stream_ttl) = (
             self.now().0,
             self.cfg.sessions.max_retained_streams + self.cfg.sessions.max_in_flight + 1,
@@ -350,6 +355,13 @@ impl Supervisor {
                     crate::ledger::Ledger::run_complete_in(store, this_run, r.run, now)
                 });
                 let Some((record, streams)) = found.as_mut() else { return Ok((None, complete)) };
+                if !shared {
+                    // One process: the next life is numbered after the recorded one (its
+                    // record is committed before the session can be found), and every stream
+                    // recorded is this ledger's to restore.
+                    record.incarnation = record.incarnation.saturating_add(1);
+                    return Ok((found, complete));
+                }
                 // Another live host's streams stay its own (it still appends to them); a gone
                 // host's are taken over.
                 let mut others: Vec<u64> = streams
