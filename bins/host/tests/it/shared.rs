@@ -504,3 +504,31 @@ fn a_keyed_call_interrupted_on_one_host_is_answered_at_once_on_another() {
     let text = v["result"]["content"][0]["text"].as_str().unwrap_or_default();
     assert!(text.contains("may or may not have taken effect"), "{v}");
 }
+
+#[test]
+fn a_delete_on_the_host_where_the_session_parked_ends_the_call_running_on_another() {
+    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
+    let url = server.url();
+    let dir = TempDir::new("shared-parked-delete");
+    let park = ["--set", "sessions.park_after_secs=1"];
+    let (a, b) = (shared_host(&dir, &url, &park), shared_host(&dir, &url, &park));
+    let sid = initialize(&a.addr);
+    let call = json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"ledger_append","arguments":{"key":"order-11","hold_ms":8000}}});
+    common::hang_up_after_priming(&b.addr, &sid, &call);
+    // `a` parks its copy (idle for a second); the DELETE reaches `a`.
+    std::thread::sleep(Duration::from_millis(2_500));
+    let (status, _, _) = common::http(
+        &a.addr,
+        "DELETE",
+        &[("Mcp-Session-Id", &sid), ("MCP-Protocol-Version", "2025-11-25")],
+        "",
+        Duration::from_secs(5),
+    );
+    assert_eq!(status, 204);
+    let ping = json!({"jsonrpc":"2.0","id":3,"method":"ping"});
+    common::wait_until(
+        "the host running the call ends the session",
+        Duration::from_secs(5),
+        || post_json(&b.addr, &sid, &ping).0 == 404,
+    );
+}
