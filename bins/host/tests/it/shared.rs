@@ -21,6 +21,17 @@ fn echo(id: i64, text: &str) -> serde_json::Value {
     json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"echo","arguments":{"text":text}}})
 }
 
+/// POST `body` (a notification or an answer) to `addr` in session `sid`: its status.
+fn post_to(addr: &str, sid: &str, body: &serde_json::Value) -> u16 {
+    let headers = [
+        ("Accept", "application/json, text/event-stream"),
+        ("Content-Type", "application/json"),
+        ("Mcp-Session-Id", sid),
+        ("MCP-Protocol-Version", "2025-11-25"),
+    ];
+    common::http(addr, "POST", &headers, &body.to_string(), Duration::from_millis(500)).0
+}
+
 fn delete(addr: &str, sid: &str) -> u16 {
     common::http(
         addr,
@@ -321,7 +332,6 @@ fn a_task_running_on_one_host_is_read_answered_and_cancelled_through_another() {
 
 #[test]
 fn a_clients_answer_posted_to_another_host_reaches_the_request_that_asked() {
-    use std::io::{Read, Write};
     let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
     let url = server.url();
     let dir = TempDir::new("shared-answer");
@@ -329,127 +339,61 @@ fn a_clients_answer_posted_to_another_host_reaches_the_request_that_asked() {
     let sid = initialize(&a.addr);
     // A call on `a` that asks the client's model (sampling) on its response stream.
     let body = json!({"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"test_missing_capability","arguments":{}}}).to_string();
-    let mut s = std::net::TcpStream::connect(&a.addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let req = format!(
-        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\nMcp-Session-Id: {sid}\r\nMCP-Protocol-Version: 2025-11-25\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
+    let mut s = common::post_streamed(
+        &a.addr,
+        &common::session_headers(&sid),
+        &body,
+        Duration::from_secs(10),
     );
-    s.write_all(req.as_bytes()).unwrap();
-    let mut raw = Vec::new();
-    let mut buf = [0u8; 4096];
-    let mut read_until = |s: &mut std::net::TcpStream, raw: &mut Vec<u8>, what: &str| {
-        while !String::from_utf8_lossy(raw).contains(what) {
-            let n = s.read(&mut buf).expect("the stream goes on");
-            assert!(n > 0, "closed before {what}: {}", String::from_utf8_lossy(raw));
-            raw.extend_from_slice(&buf[..n]);
-        }
-    };
-    read_until(&mut s, &mut raw, "sampling/createMessage");
-    let asked = common::events(&mcp_devtools::dechunk(
-        &raw[raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4..],
-    ))
-    .into_iter()
-    .map(|(_, d)| common::json_of(&d))
-    .find(|m| m["method"] == "sampling/createMessage")
-    .expect("the question");
+    s.read_until("sampling/createMessage");
+    let asked = s
+        .messages()
+        .into_iter()
+        .find(|m| m["method"] == "sampling/createMessage")
+        .expect("the question");
     // The balancer sends the answer to `b`.
     let answer = json!({"jsonrpc":"2.0","id":asked["id"],"result":{"role":"assistant","content":{"type":"text","text":"hello from b"},"model":"m"}});
-    let (status, _, _) = common::http(
-        &b.addr,
-        "POST",
-        &[
-            ("Accept", "application/json, text/event-stream"),
-            ("Content-Type", "application/json"),
-            ("Mcp-Session-Id", &sid),
-            ("MCP-Protocol-Version", "2025-11-25"),
-        ],
-        &answer.to_string(),
-        Duration::from_millis(500),
-    );
-    assert_eq!(status, 202);
-    read_until(&mut s, &mut raw, "sampled: hello from b");
+    assert_eq!(post_to(&b.addr, &sid, &answer), 202);
+    s.read_until("sampled: hello from b");
 }
 
 #[test]
 fn a_cancellation_posted_to_another_host_stops_the_request() {
-    use std::io::{Read, Write};
     let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
     let url = server.url();
     let dir = TempDir::new("shared-cancel");
     let (a, b) = (shared_host(&dir, &url, &[]), shared_host(&dir, &url, &[]));
     let sid = initialize(&a.addr);
     let body = json!({"jsonrpc":"2.0","id":"long-1","method":"tools/call","params":{"name":"soak_flood","arguments":{"delay_ms":10_000,"hold_ms":10_000}}}).to_string();
-    let mut s = std::net::TcpStream::connect(&a.addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let req = format!(
-        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\nMcp-Session-Id: {sid}\r\nMCP-Protocol-Version: 2025-11-25\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
+    let mut s = common::post_streamed(
+        &a.addr,
+        &common::session_headers(&sid),
+        &body,
+        Duration::from_secs(10),
     );
-    s.write_all(req.as_bytes()).unwrap();
-    let mut buf = [0u8; 4096];
-    let n = s.read(&mut buf).expect("the response head and priming event");
-    assert!(
-        String::from_utf8_lossy(&buf[..n]).contains("200"),
-        "{}",
-        String::from_utf8_lossy(&buf[..n])
-    );
+    s.read_until("HTTP/1.1 200");
     let cancel = json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"long-1","reason":"changed my mind"}});
-    let (status, _, _) = common::http(
-        &b.addr,
-        "POST",
-        &[
-            ("Accept", "application/json, text/event-stream"),
-            ("Content-Type", "application/json"),
-            ("Mcp-Session-Id", &sid),
-            ("MCP-Protocol-Version", "2025-11-25"),
-        ],
-        &cancel.to_string(),
-        Duration::from_millis(500),
-    );
-    assert_eq!(status, 202);
+    assert_eq!(post_to(&b.addr, &sid, &cancel), 202);
     // `a` stops the call and ends its stream (the body's last chunk) within 3 s, long before
     // the tool's 20 s.
-    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-    let mut seen = Vec::new();
-    while !seen.windows(5).any(|w| w == b"0\r\n\r\n") {
-        match s.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => seen.extend_from_slice(&buf[..n]),
-            Err(e) => panic!("the stream was not ended by the cancellation: {e}"),
-        }
-    }
+    s.look_from_here(Duration::from_secs(3));
+    s.read_until("0\r\n\r\n");
 }
 
 #[test]
 fn a_list_change_announced_on_one_host_reaches_a_listen_stream_on_another() {
-    use std::io::{Read, Write};
     let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
     let url = server.url();
     let dir = TempDir::new("shared-listen");
     let (a, b) = (shared_host(&dir, &url, &[]), shared_host(&dir, &url, &[]));
     let body = r#"{"jsonrpc":"2.0","id":"sub-1","method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
-    let mut s = std::net::TcpStream::connect(&b.addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let req = format!(
-        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: subscriptions/listen\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(req.as_bytes()).unwrap();
-    let mut raw = Vec::new();
-    let mut buf = [0u8; 4096];
-    let mut read_until = |s: &mut std::net::TcpStream, raw: &mut Vec<u8>, what: &str| {
-        while !String::from_utf8_lossy(raw).contains(what) {
-            let n = s.read(&mut buf).expect("the stream goes on");
-            assert!(n > 0, "closed before {what}: {}", String::from_utf8_lossy(raw));
-            raw.extend_from_slice(&buf[..n]);
-        }
-    };
-    read_until(&mut s, &mut raw, "acknowledged");
+    let listen = [("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "subscriptions/listen")];
+    let mut s = common::post_streamed(&b.addr, &listen, body, Duration::from_secs(10));
+    s.read_until("acknowledged");
     // The change is announced by a tool on `a`.
     let r = common::modern_call(&a.addr, 2, "test_trigger_tool_change", json!({}));
     assert!(r["isError"] != true, "{r}");
-    read_until(&mut s, &mut raw, "notifications/tools/list_changed");
+    s.read_until("notifications/tools/list_changed");
 }
 
 /// `test_input_required_result_multi_round` with `answers` and `state` (a client that can

@@ -185,26 +185,83 @@ pub(crate) fn call_and_hang_up(addr: &str, sid: &str, id: i64, tool: &str, args:
     )
 }
 
-/// POST `body` with SSE and hang up after the priming event; returns its cursor.
-pub(crate) fn hang_up_after_priming(addr: &str, sid: &str, body: &Value) -> String {
-    let body = body.to_string();
+/// A response read as it arrives, on a connection of its own.
+pub(crate) struct Streamed {
+    s: TcpStream,
+    /// Everything read so far (head and chunked body).
+    pub(crate) raw: Vec<u8>,
+    /// Where [`Streamed::read_until`] starts looking.
+    from: usize,
+}
+
+/// POST `body` to `/mcp` with `headers` (besides SSE accepted and a JSON body) on a fresh
+/// connection; its response is read as it arrives, each read waiting at most `wait`.
+pub(crate) fn post_streamed(
+    addr: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+    wait: Duration,
+) -> Streamed {
     let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(QUICK)).unwrap();
+    s.set_read_timeout(Some(wait)).unwrap();
+    let extra: String = headers.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
     let req = format!(
-        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\nMcp-Session-Id: {sid}\r\nMCP-Protocol-Version: 2025-11-25\r\nContent-Length: {}\r\n\r\n{body}",
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\n{extra}Content-Length: {}\r\n\r\n{body}",
         body.len()
     );
     s.write_all(req.as_bytes()).unwrap();
-    let mut raw = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !String::from_utf8_lossy(&raw).contains("\n\n")
-        || !String::from_utf8_lossy(&raw).contains("id:")
-    {
-        let n = s.read(&mut buf).expect("the priming event");
-        assert!(n > 0, "closed before the priming event");
-        raw.extend_from_slice(&buf[..n]);
+    Streamed { s, raw: Vec::new(), from: 0 }
+}
+
+impl Streamed {
+    /// Read once more; panics when the connection closed or the read waited past its bound.
+    pub(crate) fn read_more(&mut self) {
+        let mut buf = [0u8; 4096];
+        match self.s.read(&mut buf) {
+            Ok(0) => panic!("closed; so far: {}", String::from_utf8_lossy(&self.raw)),
+            Ok(n) => self.raw.extend_from_slice(&buf[..n]),
+            Err(e) => panic!("{e}; so far: {}", String::from_utf8_lossy(&self.raw)),
+        }
     }
-    let text = String::from_utf8_lossy(&raw).into_owned();
+
+    /// Read until `what` arrived (since [`Streamed::look_from_here`]).
+    pub(crate) fn read_until(&mut self, what: &str) {
+        while !self.raw[self.from..].windows(what.len()).any(|w| w == what.as_bytes()) {
+            self.read_more();
+        }
+    }
+
+    /// Look only at what arrives from now on; later reads wait at most `wait`.
+    pub(crate) fn look_from_here(&mut self, wait: Duration) {
+        self.from = self.raw.len();
+        self.s.set_read_timeout(Some(wait)).unwrap();
+    }
+
+    /// The messages of the SSE body so far.
+    pub(crate) fn messages(&self) -> Vec<Value> {
+        let body = self.raw.windows(4).position(|w| w == b"\r\n\r\n").map_or(0, |i| i + 4);
+        events(&mcp_devtools::dechunk(&self.raw[body..]))
+            .into_iter()
+            .filter(|(_, d)| !d.is_empty())
+            .map(|(_, d)| json_of(&d))
+            .collect()
+    }
+}
+
+/// The headers of a 2025-11-25 request of session `sid`.
+pub(crate) fn session_headers(sid: &str) -> [(&str, &str); 2] {
+    [("Mcp-Session-Id", sid), ("MCP-Protocol-Version", "2025-11-25")]
+}
+
+/// POST `body` with SSE and hang up after the priming event; returns its cursor.
+pub(crate) fn hang_up_after_priming(addr: &str, sid: &str, body: &Value) -> String {
+    let mut r = post_streamed(addr, &session_headers(sid), &body.to_string(), QUICK);
+    while !String::from_utf8_lossy(&r.raw).contains("\n\n")
+        || !String::from_utf8_lossy(&r.raw).contains("id:")
+    {
+        r.read_more();
+    }
+    let text = String::from_utf8_lossy(&r.raw).into_owned();
     text.lines()
         .find_map(|l| l.strip_prefix("id:"))
         .map(|c| c.trim().to_owned())
