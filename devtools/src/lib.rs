@@ -508,23 +508,79 @@ impl RedisServer {
         self.port
     }
 
-    /// How many keys match `pattern` (`KEYS`: for tests' small data sets); `None` when the
+    /// The keys that match `pattern` (`KEYS`: for tests' small data sets); `None` when the
     /// server does not answer.
     #[must_use]
+    pub fn keys(&self, pattern: &str) -> Option<Vec<String>> {
+        match self.command(&["KEYS", pattern])? {
+            Reply::Many(keys) => keys.into_iter().map(|k| String::from_utf8(k).ok()).collect(),
+            Reply::Line(_) => None,
+        }
+    }
+
+    /// How many keys match `pattern`; `None` when the server does not answer.
+    #[must_use]
     pub fn count_keys(&self, pattern: &str) -> Option<usize> {
-        use std::io::{Read, Write};
+        self.keys(pattern).map(|k| k.len())
+    }
+
+    /// Set `key` to `value`, dropped after `px_ms` (what another host would have written, for
+    /// tests of what a host does with it); whether the server said OK.
+    #[must_use]
+    pub fn set_px(&self, key: &str, value: &str, px_ms: u64) -> bool {
+        matches!(self.command(&["SET", key, value, "PX", &px_ms.to_string()]), Some(Reply::Line(l)) if l == "OK")
+    }
+
+    /// One command (its arguments, binary-safe) on a connection of its own, with a deadline.
+    fn command(&self, args: &[&str]) -> Option<Reply> {
+        use std::io::{BufRead, BufReader, Read, Write};
         let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-        s.write_all(format!("KEYS {pattern}\r\n").as_bytes()).ok()?;
-        // The reply starts `*<count>\r\n`.
-        let mut head = Vec::new();
-        let mut byte = [0u8; 1];
-        while !head.ends_with(b"\r\n") && head.len() < 32 {
-            s.read_exact(&mut byte).ok()?;
-            head.push(byte[0]);
+        let mut req = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            req.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            req.extend_from_slice(a.as_bytes());
+            req.extend_from_slice(b"\r\n");
         }
-        std::str::from_utf8(head.strip_prefix(b"*")?).ok()?.trim().parse().ok()
+        s.write_all(&req).ok()?;
+        let mut r = BufReader::new(s);
+        let mut line = || -> Option<String> {
+            let mut l = String::new();
+            r.read_line(&mut l).ok()?;
+            Some(l.trim_end().to_owned())
+        };
+        let head = line()?;
+        let bulk = |n: usize, r: &mut BufReader<std::net::TcpStream>| -> Option<Vec<u8>> {
+            let mut b = vec![0; n + 2];
+            r.read_exact(&mut b).ok()?;
+            b.truncate(n);
+            Some(b)
+        };
+        drop(line);
+        match head.split_at_checked(1)? {
+            ("+" | ":", rest) => Some(Reply::Line(rest.to_owned())),
+            ("$", n) => Some(Reply::Line(String::from_utf8(bulk(n.parse().ok()?, &mut r)?).ok()?)),
+            ("*", n) => {
+                let mut items = Vec::new();
+                for _ in 0..n.parse::<usize>().ok()? {
+                    let mut l = String::new();
+                    r.read_line(&mut l).ok()?;
+                    let len = l.trim_end().strip_prefix('$')?.parse().ok()?;
+                    items.push(bulk(len, &mut r)?);
+                }
+                Some(Reply::Many(items))
+            }
+            _ => None,
+        }
     }
+}
+
+/// A Redis reply, as [`RedisServer`]'s test helpers read them.
+enum Reply {
+    /// A status, a number or a (UTF-8) string.
+    Line(String),
+    /// An array of strings.
+    Many(Vec<Vec<u8>>),
 }
 
 /// A raw `PING` to 127.0.0.1:`port`: true on `+PONG`.

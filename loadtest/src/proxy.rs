@@ -962,17 +962,26 @@ async fn end_session(p: &Proxy, req: &Request) {
     }
     del.set("content-length", "0");
     del.set("connection", "close");
-    let Ok(s) = TcpStream::connect(p.upstreams[p.pick()]).await else { return };
-    let mut conn = Conn::new(s);
-    if conn.s.write_all(&del.to_bytes()).await.is_ok()
-        && let Ok(Some(head)) = conn.read_head().await
-        && parse_response_head(&head).is_some_and(|r| (200..300).contains(&r.status))
-    {
-        p.bump("expiry_race");
-    } else {
-        p.bump("expiry_race.delete_failed");
+    let upstream = p.upstreams[p.pick()];
+    let deleted = async {
+        let mut conn = Conn::new(TcpStream::connect(upstream).await.ok()?);
+        conn.s.write_all(&del.to_bytes()).await.ok()?;
+        let head = conn.read_head().await.ok()??;
+        Some(parse_response_head(&head).is_some_and(|r| (200..300).contains(&r.status)))
+    };
+    match tokio::time::timeout(DELETE_DEADLINE, deleted).await {
+        Ok(Some(true)) => p.bump("expiry_race"),
+        Ok(_) => p.bump("expiry_race.delete_failed"),
+        // A host that never answers a DELETE: the gate fails on it (never waits for ever).
+        Err(_) => p.bump(EXPIRY_RACE_UNANSWERED),
     }
 }
+
+/// How long [`end_session`] waits for a host's answer to its DELETE.
+const DELETE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The counter of the expiry race's DELETEs no host answered within [`DELETE_DEADLINE`].
+pub(crate) const EXPIRY_RACE_UNANSWERED: &str = "expiry_race.delete_unanswered";
 
 #[cfg(test)]
 mod tests {

@@ -191,6 +191,12 @@ pub(crate) fn evaluate(spec: &GateSpec, phases: &[Phase], ledger: &Value) -> Vec
             done >= owed,
         ));
     }
+    if spec.scenarios.contains(&Scenario::ExpiryRace) {
+        gates.push(zero_gate(
+            "expiry-race DELETEs no host answered within 30 s",
+            count(crate::proxy::EXPIRY_RACE_UNANSWERED),
+        ));
+    }
     if spec.scenarios.contains(&Scenario::Partition) {
         gates.push(zero_gate(
             "paused nodes that did not exit 3 once continued",

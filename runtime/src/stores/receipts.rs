@@ -311,6 +311,7 @@ impl Receipts {
             bytes: 0,
             claim: None,
             abandoned: None,
+            queued: !self.ledger.shared,
         };
         let mut record = ReceiptRecord {
             principal: principal.as_deref().map(str::to_owned),
@@ -344,19 +345,20 @@ impl Receipts {
                 self.claim(&claim).await
             };
             if claimed != Ok(true) {
-                // Nothing of this execution was written: a drop meanwhile must not delete the
-                // key (another host's receipt may be there).
-                guard.armed = false;
+                // Nothing of this execution is written (another host's receipt may be at the
+                // key): dropped meanwhile (its session ended while it waited), the guard only
+                // answers the callers attached here, so the key is never left running here.
                 let key = guard.key.clone();
                 if claimed.is_err() {
+                    guard.armed = false;
                     return self.end_unrun(&key, &call, Answer::Unavailable);
                 }
                 if let Some(answered) = self.answered_elsewhere(&key, &call, &claim).await {
+                    guard.armed = false;
                     return answered;
                 }
                 // The other host's claim lapsed (or was given back) with nothing written:
                 // this host claimed it and runs the call.
-                guard.armed = true;
             }
             // Given back if this execution never starts (its receipt is deleted then).
             self.claims.lock().insert(claim.clone());
@@ -380,6 +382,7 @@ impl Receipts {
         }
         ops.extend(place.into_entry(&Entry { name: &guard.key, expires_ms, bytes }, created_ms));
         guard.bytes = bytes;
+        guard.queued = true;
         if self.ledger.writer.submit_and_wait(ops).await.is_err() {
             // The receipt is not confirmed in the ledger: running now could run it twice
             // later. Not run; the guard queues its deletion behind it.
@@ -664,6 +667,10 @@ struct Executing {
     claim: Option<String>,
     /// On a shared ledger, its `Running` receipt run by no host: written if it is interrupted.
     abandoned: Option<Op>,
+    /// Its `Running` receipt was queued for the ledger (on a single host: from the start, as
+    /// nothing is awaited before). Before, the key may hold another host's receipt or the
+    /// interrupted one this execution replaces: a drop deletes nothing but its own claim.
+    queued: bool,
 }
 
 impl Drop for Executing {
@@ -681,7 +688,10 @@ impl Drop for Executing {
             let ops: Vec<Op> = self.abandoned.take().into_iter().collect();
             (self.receipts.table.lock().interrupt(&self.key), Answer::Unknown, ops)
         } else {
-            let mut ops = vec![Op::Delete { key: self.key.clone() }];
+            let mut ops = Vec::new();
+            if self.queued {
+                ops.push(Op::Delete { key: self.key.clone() });
+            }
             if let Some(claim) = self.claim.clone() {
                 ops.push(Op::Delete { key: claim });
             }
@@ -709,13 +719,22 @@ impl Drop for Executing {
         {
             claims.lock().remove(c);
         }
+        if ops.is_empty() {
+            // Nothing of it reached the ledger: the ledger answers for the key already (a
+            // lookup reads the charge of an interrupted receipt it would have replaced).
+            table.lock().settled(&key);
+            return;
+        }
+        let wrote = self.started || self.queued;
         // Once that is committed (the `Running` receipt may still be queued) the ledger answers
         // (and a lookup reads the interrupted receipt's charge from it).
         self.receipts.ledger.writer.submit_then(
             ops,
             Box::new(move || {
                 table.lock().settled(&key);
-                interrupted.lock().remove(&key);
+                if wrote {
+                    interrupted.lock().remove(&key);
+                }
                 if let Some(c) = claim {
                     claims.lock().remove(&c);
                 }

@@ -476,3 +476,50 @@ fn a_delete_on_the_host_where_the_session_parked_ends_the_call_running_on_anothe
         || post_json(&b.addr, &sid, &ping).0 == 404,
     );
 }
+
+#[test]
+fn a_keyed_call_whose_session_ends_while_another_host_holds_its_claim_leaves_the_key_to_the_next_call()
+ {
+    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
+    let url = server.url();
+    let dir = TempDir::new("shared-claim-wait");
+    let (a, b) = (shared_host(&dir, &url, &[]), shared_host(&dir, &url, &[]));
+    let keyed = |id: i64, key: &str| json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"ledger_append","arguments":{"key":key}}});
+    // The receipt's name in Redis, learnt from a first keyed call.
+    let probe = initialize(&a.addr);
+    assert_eq!(post_json(&a.addr, &probe, &keyed(1, "probe-3")).0, 200);
+    let found = server.keys("*d:r/*probe-3").expect("redis answers");
+    let receipt = found.first().expect("the probe's receipt").replace("probe-3", "order-13");
+    // Another host claimed order-13's execution and has written nothing yet (it died right
+    // after its claim): its claim lapses in 4 s.
+    let claim = receipt.replacen("d:r/", "d:c/0/r/", 1);
+    let now_ms =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()
+            as u64;
+    assert!(server.set_px(&claim, &format!("{:016}1", now_ms + 4_000), 60_000));
+    // A call with the key on `b` waits on that claim; its session ends meanwhile.
+    let first = initialize(&b.addr);
+    common::hang_up_after_priming(&b.addr, &first, &keyed(2, "order-13"));
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(delete(&b.addr, &first), 204);
+    // The client re-issues it in a new session on `b`: once the claim lapses, `b` runs it
+    // (it waited for ever on the execution that went away with the first session).
+    let again = initialize(&b.addr);
+    let (status, _, body) = common::http(
+        &b.addr,
+        "POST",
+        &[
+            ("Accept", "application/json"),
+            ("Content-Type", "application/json"),
+            ("Mcp-Session-Id", &again),
+            ("MCP-Protocol-Version", "2025-11-25"),
+        ],
+        &keyed(3, "order-13").to_string(),
+        Duration::from_secs(15),
+    );
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("a JSON answer");
+    assert_eq!(v["result"]["content"][0]["text"], "order-13", "{v}");
+    assert_eq!(applied(&a.addr, &probe) + applied(&b.addr, &again), 2, "each key ran once");
+}
