@@ -544,19 +544,17 @@ impl RedisServer {
         }
         s.write_all(&req).ok()?;
         let mut r = BufReader::new(s);
-        let mut line = || -> Option<String> {
+        let head = {
             let mut l = String::new();
             r.read_line(&mut l).ok()?;
-            Some(l.trim_end().to_owned())
+            l.trim_end().to_owned()
         };
-        let head = line()?;
         let bulk = |n: usize, r: &mut BufReader<std::net::TcpStream>| -> Option<Vec<u8>> {
             let mut b = vec![0; n + 2];
             r.read_exact(&mut b).ok()?;
             b.truncate(n);
             Some(b)
         };
-        drop(line);
         match head.split_at_checked(1)? {
             ("+" | ":", rest) => Some(Reply::Line(rest.to_owned())),
             ("$", n) => Some(Reply::Line(String::from_utf8(bulk(n.parse().ok()?, &mut r)?).ok()?)),

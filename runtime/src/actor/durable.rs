@@ -80,6 +80,9 @@ fn id_hmac(key: &Hmac<Sha256>, id: &SessionId) -> Arc<str> {
 pub(crate) struct SessionMeta {
     pub(crate) hmac: Arc<str>,
     pub(crate) principal: Option<Arc<str>>,
+    /// The caller as the quotas count it ([`crate::proto::caller::QuotaKey::owner`]): on a
+    /// shared ledger its record writes score it in that caller's index.
+    pub(crate) owner: Option<Arc<str>>,
     pub(crate) origin: Option<String>,
     pub(crate) created_ms: u64,
 }
@@ -134,6 +137,25 @@ impl SessionMeta {
             name: codec::incarnation_key(&self.hmac),
             expires_ms: expires_ms.saturating_add(cx.idle_ttl_ms),
         });
+        // The caller's sessions across hosts (shared ledger): this one until its record
+        // expires; those that expired before its last use leave the index.
+        if cx.ledger.shared
+            && let Some(owner) = &self.owner
+        {
+            let index = codec::caller_sessions_index(owner);
+            if s.state == RecordState::Active {
+                ops.push(Op::IndexTrim { index: index.clone(), below: last_used_ms });
+                ops.push(Op::IndexAdd {
+                    index: index.clone(),
+                    member: self.hmac.to_string(),
+                    score: expires_ms,
+                    expires_ms,
+                });
+                ops.push(Op::Expire { name: index, expires_ms });
+            } else {
+                ops.push(Op::IndexRemove { index, member: self.hmac.to_string() });
+            }
+        }
         // The ledger's session cap evicts by last recorded use; an ended session leaves it.
         ops.push(if s.state == RecordState::Active {
             Op::IndexAdd {

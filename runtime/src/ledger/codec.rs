@@ -406,6 +406,14 @@ pub fn events_key(hmac: &str, stream: u64) -> String {
 /// idle TTL (expired sessions) are trimmed from it.
 pub const SESSIONS_LRU: &str = "lru/sessions";
 
+/// Index of one caller's sessions on a shared ledger (member: session HMAC; score: when its
+/// record expires, ms): a caller's sessions across hosts are those scored in the future.
+/// `owner` is the caller as the quotas count it (a principal, or `ip:` and an address).
+#[must_use]
+pub fn caller_sessions_index(owner: &str) -> String {
+    format!("ps/{}:{owner}", owner.len())
+}
+
 /// Index of a session's streams (member: stream id; score: its id).
 #[must_use]
 pub fn streams_index(hmac: &str) -> String {

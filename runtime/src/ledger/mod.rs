@@ -277,6 +277,16 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// [`StoreError::Backend`].
     fn index_len(&self, index: &str, now_ms: u64) -> Result<usize, StoreError>;
 
+    /// How many members of `index` are scored `min` or more, unless it expired at `now_ms`
+    /// (Redis: `ZCOUNT index min +inf`). The default reads the whole index; a store that
+    /// several hosts share counts in place.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`].
+    fn index_count_from(&self, index: &str, min: u64, now_ms: u64) -> Result<usize, StoreError> {
+        Ok(self.index_lowest(index, usize::MAX, now_ms)?.iter().filter(|(_, s)| *s >= min).count())
+    }
+
     /// Remove keys, logs and indexes expired at `now_ms`, at most `limit` of them
     /// (Redis expires them itself: a no-op there); returns how many were removed.
     ///

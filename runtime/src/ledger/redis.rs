@@ -916,6 +916,20 @@ impl Store for RedisStore {
         Ok(if alive(exp.as_deref(), now_ms) { n } else { 0 })
     }
 
+    fn index_count_from(&self, index: &str, min: u64, now_ms: u64) -> Result<usize, StoreError> {
+        let (exp, n): (Option<Vec<u8>>, usize) = self.read_conn(|c| {
+            redis::pipe()
+                .cmd("GET")
+                .arg(self.name("ei", index))
+                .cmd("ZCOUNT")
+                .arg(self.name("i", index))
+                .arg(min)
+                .arg("+inf")
+                .query(c)
+        })?;
+        Ok(if alive(exp.as_deref(), now_ms) { n } else { 0 })
+    }
+
     /// Redis drops expired records itself, at their expiry plus the grace (see the module);
     /// a sweep removes sooner what expired for the ledger's clock: it goes on with a `SCAN`
     /// of the prefix where the last one stopped, and stops after `limit` removals, a whole

@@ -118,6 +118,16 @@ pub(crate) fn contract(s: &dyn Store) {
         (2, 0, 0),
         "counted unless expired"
     );
+    assert_eq!(
+        (
+            s.index_count_from("i", 5, 0).unwrap(),
+            s.index_count_from("i", 6, 0).unwrap(),
+            s.index_count_from("i", 21, 0).unwrap(),
+            s.index_count_from("i", 5, 500).unwrap()
+        ),
+        (2, 1, 0, 0),
+        "members scored at least the bound, unless expired"
+    );
     s.apply(&[add("w", 25), Op::IndexTrim { index: "i".into(), below: 25 }]).unwrap();
     assert_eq!(members(0), ["w"], "members scored below 25 are trimmed");
     s.apply(&[add("x", 5), add("z", 20)]).unwrap();

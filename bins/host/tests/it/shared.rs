@@ -523,3 +523,53 @@ fn a_keyed_call_whose_session_ends_while_another_host_holds_its_claim_leaves_the
     assert_eq!(v["result"]["content"][0]["text"], "order-13", "{v}");
     assert_eq!(applied(&a.addr, &probe) + applied(&b.addr, &again), 2, "each key ran once");
 }
+
+/// `initialize` on `addr`: its status, and the session id when made.
+fn try_initialize(addr: &str) -> (u16, Option<String>) {
+    let init = json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"quota-test","version":"1"}}});
+    let (status, head, _) = common::http(
+        addr,
+        "POST",
+        &[("Accept", "application/json")],
+        &init.to_string(),
+        common::QUICK,
+    );
+    (status, common::header(&head, "mcp-session-id").map(str::to_owned))
+}
+
+/// Handshakes on `addr`, 300 ms apart (each host reads a caller's count at most 1 s old, in
+/// the background), until one is refused or `most` were made: the sessions made.
+fn made_until_refused(addr: &str, most: usize) -> usize {
+    let mut made = 0;
+    for _ in 0..most {
+        match try_initialize(addr) {
+            (200, Some(_)) => made += 1,
+            (429, _) => return made,
+            (status, _) => panic!("initialize answered {status}"),
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    made
+}
+
+#[test]
+fn one_callers_sessions_are_counted_across_hosts_against_its_quota() {
+    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
+    let url = server.url();
+    let dir = TempDir::new("shared-quota");
+    let quota = ["--set", "quotas.sessions_per_principal=3"];
+    let (a, b) = (shared_host(&dir, &url, &quota), shared_host(&dir, &url, &quota));
+    // Two sessions on `b`; then `a` (which would allow 3 of its own) makes the third only.
+    let on_b: Vec<String> = (0..2).map(|_| initialize(&b.addr)).collect();
+    assert_eq!(made_until_refused(&a.addr, 5), 1, "3 in all across the hosts");
+    // An ended session no longer counts on another host, once that host reads the count
+    // again (a stale count still refuses: the first try only starts the read).
+    assert_eq!(delete(&b.addr, &on_b[0]), 204);
+    std::thread::sleep(Duration::from_millis(1_200));
+    let made_again = (0..5).any(|_| {
+        let made = try_initialize(&a.addr).0 == 200;
+        std::thread::sleep(Duration::from_millis(300));
+        made
+    });
+    assert!(made_again, "room for one again");
+}

@@ -293,6 +293,7 @@ impl SessionActor {
         let meta = SessionMeta {
             hmac: seed.hmac,
             principal: seed.principal.clone(),
+            owner: seed.owner.clone(),
             origin: seed.origin,
             created_ms: seed.restore.as_ref().map_or(now.0, |r| r.created_ms),
         };

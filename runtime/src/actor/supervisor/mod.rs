@@ -35,6 +35,7 @@ use crate::tools::Catalog;
 mod admission;
 mod bus;
 mod lifecycle;
+mod quotas;
 mod rate;
 mod revive;
 mod sessions;
@@ -58,6 +59,8 @@ pub struct Supervisor {
     catalog: Arc<Catalog>,
     registry: Arc<Registry<SessionHandle>>,
     rate: RateLimiter,
+    /// Each caller's sessions across the hosts of a shared ledger.
+    caller_sessions: Arc<Mutex<quotas::CallerCounts>>,
     key: CursorKey,
     /// The generations with something alive, the current one last.
     gens: Arc<Generations>,
@@ -200,6 +203,7 @@ impl Supervisor {
             tasks,
             key: cursor_key,
             admit: cfg.admit_policy(),
+            caller_sessions: Arc::default(),
             rate: RateLimiter::new(
                 q.session_burst,
                 q.session_rate_per_sec,

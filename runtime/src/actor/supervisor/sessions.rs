@@ -84,6 +84,11 @@ impl Supervisor {
             return Err(Rejection::Overloaded(Overload::StreamMemory));
         }
         self.rate.take(&key, self.now())?;
+        if self.stream_env.ledger.ledger.shared
+            && let Some(owner) = key.owner()
+        {
+            self.admit_across_hosts(owner)?;
+        }
         let limits = SlotLimits {
             max: self.cfg.sessions.max_sessions,
             max_per_key: self.cfg.quotas.sessions_per_principal,
@@ -119,6 +124,36 @@ impl Supervisor {
         seed.recorded = durable.then_some(recorded);
         self.start_session(seed, reservation);
         Ok((id, version, durable.then_some(on_recorded)))
+    }
+
+    /// `quotas.sessions_per_principal` across the hosts of a shared ledger: counted from the
+    /// caller's index in the ledger, read again in the background once stale (see
+    /// [`super::quotas`]).
+    fn admit_across_hosts(&self, owner: Arc<str>) -> Result<(), Rejection> {
+        let now = self.now().0;
+        let admit =
+            self.caller_sessions.lock().admit(&owner, self.cfg.quotas.sessions_per_principal, now);
+        if admit.read {
+            let (counts, cx) =
+                (Arc::clone(&self.caller_sessions), Arc::clone(&self.stream_env.ledger));
+            let index = codec::caller_sessions_index(&owner);
+            actix_rt::spawn(async move {
+                let read =
+                    cx.ledger.reads.run(move |store| store.index_count_from(&index, now, now));
+                let found = read.await.map_err(|e| {
+                    tracing::warn!(error = %e, "cannot count a caller's sessions on the shared ledger");
+                });
+                counts.lock().read_done(&owner, found.ok());
+            });
+        }
+        if admit.ok {
+            Ok(())
+        } else {
+            Err(Rejection::QuotaExceeded {
+                cause: crate::proto::error::Quota::Sessions,
+                retry_after_s: Overload::Sessions.retry_after_s(),
+            })
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
