@@ -331,7 +331,7 @@ impl<J: Journal> McpClient<J> {
                             ..
                         }),
                     )) => Err(Failure::Unknown(e)),
-                    Ok(v) => v.map_err(Failure::Final),
+                    Ok(v) => v.map_err(wire::busy_or_final),
                     Err(ClientError::Http(404, _)) => Err(Failure::Gone(generation)),
                     Err(e @ (ClientError::Lost(..) | ClientError::Transport(_))) => {
                         Err(Failure::Unknown(e))

@@ -85,7 +85,8 @@ impl<J: Journal> McpClient<J> {
     }
 
     /// The outcome in a JSON response body to `id`: its result; a JSON-RPC error is final,
-    /// but "drained" (`-32010`), whose outcome is unknown. So is a body that is not JSON at
+    /// but "drained" (`-32010`), whose outcome is unknown, and "unavailable" (`-32006`: nothing
+    /// ran), which is waited out and sent again. So is a body that is not JSON at
     /// all: empty or cut short, the connection closed before its end (a kill between a
     /// response's head and its body; the HTTP client reads such an end as a clean one).
     pub(super) fn answer_of(id: &JsonRpcId, body: &[u8]) -> Result<Value, Failure> {
@@ -102,7 +103,7 @@ impl<J: Journal> McpClient<J> {
                     code: crate::proto::jsonrpc::code::DRAINED, ..
                 }),
             ) => Err(Failure::Unknown(e)),
-            Err(e) => Err(Failure::Final(e)),
+            Err(e) => Err(busy_or_final(e)),
         }
     }
 
@@ -118,5 +119,43 @@ impl<J: Journal> McpClient<J> {
                 String::from_utf8_lossy(body)
             ))),
         }
+    }
+}
+
+/// How long to wait before sending again a request answered "unavailable" (`-32006`) inside
+/// a response: nothing of it ran, as after a 503 without `Retry-After`.
+pub(super) const UNAVAILABLE_RETRY_MS: u64 = 1_000;
+
+/// A JSON-RPC error answer as a failure: `-32006` (the server could not take the request now;
+/// nothing ran) is waited out and sent again, as a 503 is; any other is the answer.
+pub(super) fn busy_or_final(e: ClientError) -> Failure {
+    match e {
+        ClientError::Rpc(ErrorObject { code: crate::proto::jsonrpc::code::OVERLOADED, .. }) => {
+            Failure::Busy(e, UNAVAILABLE_RETRY_MS)
+        }
+        e => Failure::Final(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unavailable_answer_is_sent_again_and_other_errors_are_the_answer() {
+        let id = JsonRpcId::Number(7);
+        let body = |code: i64| {
+            format!(r#"{{"jsonrpc":"2.0","id":7,"error":{{"code":{code},"message":"m"}}}}"#)
+        };
+        let answer = |code| {
+            McpClient::<crate::client::journal::MemoryJournal>::answer_of(
+                &id,
+                body(code).as_bytes(),
+            )
+        };
+        assert!(matches!(answer(-32006), Err(Failure::Busy(_, UNAVAILABLE_RETRY_MS))));
+        assert!(matches!(answer(-32010), Err(Failure::Unknown(_))));
+        assert!(matches!(answer(-32603), Err(Failure::Final(_))));
+        assert!(matches!(answer(-32602), Err(Failure::Final(_))));
     }
 }

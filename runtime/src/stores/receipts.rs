@@ -787,9 +787,11 @@ fn answer(call: &IdempotentCall, a: Answer) -> Result<Value, ErrorObject> {
                 call.key
             ),
         )),
+        // Nothing ran: like a 503, the call may be sent again as it is (the client library
+        // waits a second and does).
         Answer::Unavailable => Err(ErrorObject::new(
-            code::INTERNAL_ERROR,
-            "idempotency receipts are unavailable (the ledger cannot be read or written); the call was not run",
+            code::OVERLOADED,
+            "Service Unavailable: idempotency receipts are unavailable (the ledger cannot be read or written); the call was not run: send it again",
         )),
         Answer::NotRecordedYet => tool_error(format!(
             "The call with idempotency key {:?} ran, but the ledger cannot record its outcome right now: it is recorded once the ledger commits again. Call again with the same key later to get it; it is not run again.",

@@ -91,10 +91,17 @@ impl Supervisor {
         } else {
             return;
         };
-        h.addr.do_send(relayed);
+        // Within the session's mailbox bound (a flood of relayed messages must not grow it):
+        // one that finds it full is dropped, as a client's message to a full session is.
+        if h.addr.try_send(relayed).is_err() {
+            tracing::warn!(
+                "a message relayed from another host found its session's mailbox full or closed; dropped"
+            );
+        }
     }
 
-    /// End the live session recorded under `hmac`, if there is one here.
+    /// End the live session recorded under `hmac`, if there is one here (never dropped: one
+    /// message per session, and the end must happen).
     fn ended_elsewhere(&self, hmac: &str) {
         if let Some(h) = self.registry.by_hmac(hmac) {
             h.addr.do_send(EndedElsewhere);
