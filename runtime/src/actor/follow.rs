@@ -52,6 +52,8 @@ pub(crate) struct LookUp {
     pub(crate) now_ms: u64,
     pub(crate) stream_ttl_ms: u64,
     pub(crate) idle_ttl_ms: u64,
+    /// How long a take-over claim holds ([`crate::ledger::Ledger::hold_ms`] of [`CLAIM_MS`]).
+    pub(crate) claim_ms: u64,
 }
 
 /// Look stream `sid` of session `hmac` up, for a resume after `after` (on a reader thread).
@@ -98,9 +100,9 @@ pub(crate) fn look_up(
     Ok(Found::Orphan { record, events, complete, life: u32::try_from(life).unwrap_or(u32::MAX) })
 }
 
-/// How long a claim on a gone host's stream holds: the claimer records the stream as its own
-/// at once; one that dies before it did lets another host claim it after this long.
-const CLAIM_MS: u64 = 10_000;
+/// How long a claim on a gone host's stream holds, at least: the claimer records the stream
+/// as its own at once; one that dies before it did lets another host claim it after this long.
+pub(crate) const CLAIM_MS: u64 = 10_000;
 
 /// Claim a stream whose host is gone (`record.run`, not this one): the first host to count
 /// the claim takes it over and records it as its own at once (so the others follow it from
@@ -115,7 +117,7 @@ pub(crate) fn claim(
 ) -> Result<bool, StoreError> {
     let now = at.now_ms;
     let key = codec::takeover_key(&record.session_hmac, record.stream, record.run);
-    if store.incr(&key, 0, now.saturating_add(CLAIM_MS), now)? != 1 {
+    if store.incr(&key, 0, now.saturating_add(at.claim_ms), now)? != 1 {
         return Ok(false);
     }
     record.run = at.this_run;

@@ -126,12 +126,16 @@ impl<J: Journal> McpClient<J> {
 /// a response: nothing of it ran, as after a 503 without `Retry-After`.
 pub(super) const UNAVAILABLE_RETRY_MS: u64 = 1_000;
 
-/// A JSON-RPC error answer as a failure: `-32006` (the server could not take the request now;
-/// nothing ran) is waited out and sent again, as a 503 is; any other is the answer.
+/// A JSON-RPC error answer as a failure: `-32006` (the server could not take the request now,
+/// e.g. receipts it cannot read: that call did not run) is waited out and an idempotent
+/// request sent again, as after a 503 ([`Failure::Busy`]); any other is the answer.
 pub(super) fn busy_or_final(e: ClientError) -> Failure {
     match e {
         ClientError::Rpc(ErrorObject { code: crate::proto::jsonrpc::code::OVERLOADED, .. }) => {
-            Failure::Busy(e, UNAVAILABLE_RETRY_MS)
+            // Up to half a second more, so the clients a fault refused together come back
+            // spread out.
+            let jitter = u64::from(u16::from_le_bytes(crate::rng::bytes::<2>())) % 500;
+            Failure::Busy(e, UNAVAILABLE_RETRY_MS + jitter)
         }
         e => Failure::Final(e),
     }
@@ -153,7 +157,10 @@ mod tests {
                 body(code).as_bytes(),
             )
         };
-        assert!(matches!(answer(-32006), Err(Failure::Busy(_, UNAVAILABLE_RETRY_MS))));
+        assert!(matches!(
+            answer(-32006),
+            Err(Failure::Busy(_, ms)) if (UNAVAILABLE_RETRY_MS..UNAVAILABLE_RETRY_MS + 500).contains(&ms)
+        ));
         assert!(matches!(answer(-32010), Err(Failure::Unknown(_))));
         assert!(matches!(answer(-32603), Err(Failure::Final(_))));
         assert!(matches!(answer(-32602), Err(Failure::Final(_))));

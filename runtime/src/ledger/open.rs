@@ -222,6 +222,14 @@ fn clean_key(run: u64) -> String {
 }
 
 impl Ledger {
+    /// How long a claim or lock that another host may take over holds on a shared ledger, at
+    /// least `floor_ms`: past twice this host's lease and a second, so a host paused while
+    /// holding one is fenced (its writes refused) before another host can take it and act.
+    #[must_use]
+    pub(crate) fn hold_ms(&self, floor_ms: u64) -> u64 {
+        self.lease_ms.saturating_mul(2).saturating_add(1_000).max(floor_ms)
+    }
+
     /// A ledger over `store` (an embedder's own store, or a test's), with the configured
     /// secret or a fresh one; like a memory ledger, a new session's id is not held back for
     /// its record.

@@ -190,7 +190,7 @@ impl Handles {
             stripes: (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
             reads: Arc::clone(&ledger.reads),
             usage,
-            lock_ms: ledger.shared.then(|| ledger.lease_ms.saturating_mul(2).saturating_add(1_000)),
+            lock_ms: ledger.shared.then(|| ledger.hold_ms(0)),
         }
     }
 

@@ -74,8 +74,9 @@ pub(crate) struct Receipts {
 const ELSEWHERE_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 /// How long an execution on another host is waited for, at most.
 const ELSEWHERE_WAIT: std::time::Duration = std::time::Duration::from_secs(900);
-/// How long a claim on an execution holds without its `Running` receipt (the claimer writes
-/// it at once; one that died first lets another host claim after this long).
+/// How long a claim on an execution holds without its `Running` receipt, at least (the
+/// claimer writes it at once; one that died first lets another host claim after this long);
+/// longer with a long lease ([`crate::ledger::Ledger::hold_ms`]).
 const CLAIM_MS: u64 = 10_000;
 
 /// Bytes a receipt is assumed to take when a call is admitted (a `Running` record is a few
@@ -312,6 +313,7 @@ impl Receipts {
             claim: None,
             abandoned: None,
             queued: !self.ledger.shared,
+            claiming: None,
         };
         let mut record = ReceiptRecord {
             principal: principal.as_deref().map(str::to_owned),
@@ -339,6 +341,7 @@ impl Receipts {
             let replaced =
                 prior.map_or(0, |(expires, _)| expires.saturating_sub(self.retention_ms));
             let claim = codec::receipt_claim_key(&guard.key, replaced);
+            guard.claiming = Some(claim.clone());
             let claimed = if self.claims.lock().contains(&claim) {
                 Ok(true)
             } else {
@@ -475,7 +478,7 @@ impl Receipts {
     /// and the `Running` receipt it replaces): whether this host is the first. `Err`: the
     /// store could not be asked.
     async fn claim(&self, claim: &str) -> Result<bool, ()> {
-        let now = self.ledger.clock.now().0;
+        let (now, hold_ms) = (self.ledger.clock.now().0, self.ledger.hold_ms(CLAIM_MS));
         let (reads, claims, claim) =
             (Arc::clone(&self.ledger.reads), Arc::clone(&self.claims), claim.to_owned());
         let writer = Arc::downgrade(&self.ledger.writer);
@@ -485,7 +488,7 @@ impl Receipts {
         actix_rt::spawn(async move {
             let key = claim.clone();
             let won = reads
-                .run(move |store| Ok(store.incr(&key, 0, now.saturating_add(CLAIM_MS), now)? == 1))
+                .run(move |store| Ok(store.incr(&key, 0, now.saturating_add(hold_ms), now)? == 1))
                 .await
                 .map_err(
                     |e| tracing::error!(error = %e, "cannot claim an idempotency key's execution"),
@@ -516,7 +519,7 @@ impl Receipts {
         claim: &str,
     ) -> Option<Result<Value, ErrorObject>> {
         let mut stored = None;
-        for _ in 0..=(2 * CLAIM_MS / ELSEWHERE_POLL.as_millis() as u64) {
+        for _ in 0..=(2 * self.ledger.hold_ms(CLAIM_MS) / ELSEWHERE_POLL.as_millis() as u64) {
             stored = self.read(key).await.0;
             if stored != Some(Stored::Absent) {
                 break;
@@ -671,6 +674,9 @@ struct Executing {
     /// nothing is awaited before). Before, the key may hold another host's receipt or the
     /// interrupted one this execution replaces: a drop deletes nothing but its own claim.
     queued: bool,
+    /// The claim this execution asks for on a shared ledger (before it knows whether it won):
+    /// one this host won while the caller went away is given back by the drop.
+    claiming: Option<String>,
 }
 
 impl Drop for Executing {
@@ -694,6 +700,11 @@ impl Drop for Executing {
             }
             if let Some(claim) = self.claim.clone() {
                 ops.push(Op::Delete { key: claim });
+            } else if let Some(claiming) = self.claiming.take()
+                && self.receipts.claims.lock().remove(&claiming)
+            {
+                // Won just as its caller went away (the answer never read): given back.
+                ops.push(Op::Delete { key: claiming });
             }
             if self.bytes > 0 {
                 ops.push(self.receipts.usage.release(
@@ -719,7 +730,7 @@ impl Drop for Executing {
         {
             claims.lock().remove(c);
         }
-        if ops.is_empty() {
+        if ops.is_empty() && !self.started {
             // Nothing of it reached the ledger: the ledger answers for the key already (a
             // lookup reads the charge of an interrupted receipt it would have replaced).
             table.lock().settled(&key);
@@ -791,11 +802,50 @@ fn answer(call: &IdempotentCall, a: Answer) -> Result<Value, ErrorObject> {
         // waits a second and does).
         Answer::Unavailable => Err(ErrorObject::new(
             code::OVERLOADED,
-            "Service Unavailable: idempotency receipts are unavailable (the ledger cannot be read or written); the call was not run: send it again",
+            "Service Unavailable: idempotency receipts are unavailable (the ledger cannot be read or written, or another host's execution of this key outlasted the wait); the call was not run here: send it again",
         )),
         Answer::NotRecordedYet => tool_error(format!(
             "The call with idempotency key {:?} ran, but the ledger cannot record its outcome right now: it is recorded once the ledger commits again. Call again with the same key later to get it; it is not run again.",
             call.key
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The receipts of a fresh memory ledger.
+    fn receipts() -> Arc<Receipts> {
+        let cfg = crate::config::RuntimeConfig::default();
+        let limits =
+            UsageLimits { per_caller_count: 100, per_caller_bytes: 1 << 20, total_bytes: 1 << 24 };
+        Arc::new(Receipts::new(
+            Ledger::memory(&cfg),
+            60_000,
+            64 * 1024,
+            limits,
+            Arc::new(crate::stats::RuntimeStats::default()),
+        ))
+    }
+
+    #[tokio::test]
+    async fn an_execution_interrupted_on_one_host_leaves_nothing_behind_once_committed() {
+        let r = receipts();
+        let call = IdempotentCall {
+            tool: "slow".into(),
+            key: "k-1".into(),
+            digest: "d".into(),
+            idempotent: false,
+        };
+        let place = r.admit(&None).expect("room for a receipt");
+        let never: Run = Box::new(|| Dispatch::Pending(Box::pin(std::future::pending())));
+        // The tool runs, and its caller goes away (its session ended).
+        let served = r.call(call, None, place, never);
+        assert!(tokio::time::timeout(std::time::Duration::from_millis(200), served).await.is_err());
+        let writer = &r.ledger.writer;
+        writer.wait_committed(writer.barrier()).await.expect("committed");
+        assert_eq!(r.table.lock().len(), 0, "the key is the ledger's to answer for again");
+        assert!(r.interrupted.lock().is_empty(), "no interrupted charge is kept for ever");
     }
 }

@@ -537,8 +537,9 @@ fn try_initialize(addr: &str) -> (u16, Option<String>) {
     (status, common::header(&head, "mcp-session-id").map(str::to_owned))
 }
 
-/// Handshakes on `addr`, 300 ms apart (each host reads a caller's count at most 1 s old, in
-/// the background), until one is refused or `most` were made: the sessions made.
+/// Handshakes on `addr`, 500 ms apart (each host reads a caller's count at most 1 s old, in
+/// the background: a read takes milliseconds), until one is refused or `most` were made: the
+/// sessions made.
 fn made_until_refused(addr: &str, most: usize) -> usize {
     let mut made = 0;
     for _ in 0..most {
@@ -547,7 +548,7 @@ fn made_until_refused(addr: &str, most: usize) -> usize {
             (429, _) => return made,
             (status, _) => panic!("initialize answered {status}"),
         }
-        std::thread::sleep(Duration::from_millis(300));
+        std::thread::sleep(Duration::from_millis(500));
     }
     made
 }
@@ -568,7 +569,7 @@ fn one_callers_sessions_are_counted_across_hosts_against_its_quota() {
     std::thread::sleep(Duration::from_millis(1_200));
     let made_again = (0..5).any(|_| {
         let made = try_initialize(&a.addr).0 == 200;
-        std::thread::sleep(Duration::from_millis(300));
+        std::thread::sleep(Duration::from_millis(500));
         made
     });
     assert!(made_again, "room for one again");

@@ -26,6 +26,7 @@ impl SessionActor {
             now_ms: self.sup.now().0,
             stream_ttl_ms: cx.stream_ttl_ms,
             idle_ttl_ms: cx.idle_ttl_ms,
+            claim_ms: cx.ledger.hold_ms(follow::CLAIM_MS),
         };
         let (hmac, sid, after) = (Arc::clone(&self.meta.hmac), msg.event.stream.0, msg.event.seq.0);
         let look = async move {

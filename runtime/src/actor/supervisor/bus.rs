@@ -92,7 +92,9 @@ impl Supervisor {
             return;
         };
         // Within the session's mailbox bound (a flood of relayed messages must not grow it):
-        // one that finds it full is dropped, as a client's message to a full session is.
+        // one that finds it full is dropped. The client was answered 202 by the other host
+        // already: a dropped answer leaves its request waiting until
+        // `sessions.client_request_timeout_secs`, a dropped cancellation lets the call run on.
         if h.addr.try_send(relayed).is_err() {
             tracing::warn!(
                 "a message relayed from another host found its session's mailbox full or closed; dropped"

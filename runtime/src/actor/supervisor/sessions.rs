@@ -84,17 +84,20 @@ impl Supervisor {
             return Err(Rejection::Overloaded(Overload::StreamMemory));
         }
         self.rate.take(&key, self.now())?;
-        if self.stream_env.ledger.ledger.shared
-            && let Some(owner) = key.owner()
-        {
-            self.admit_across_hosts(owner)?;
-        }
         let limits = SlotLimits {
             max: self.cfg.sessions.max_sessions,
             max_per_key: self.cfg.quotas.sessions_per_principal,
             memory_per_key: self.cfg.stream_memory_share(),
         };
+        let owner = key.owner();
         let reservation = self.registry.reserve(key, limits)?;
+        // After this host's own checks (a session they refuse is not counted across hosts);
+        // a refusal here drops the reservation.
+        if self.stream_env.ledger.ledger.shared
+            && let Some(owner) = owner
+        {
+            self.admit_across_hosts(owner)?;
+        }
         let version = ProtocolVersion::negotiate(init.requested_version.as_deref());
         let generation = self.gens.enter_current(crate::actor::generations::Counted::Session);
         let raw = format!(
@@ -368,6 +371,7 @@ impl Supervisor {
             cx.idle_ttl_ms,
             cx.stream_ttl_ms,
         );
+        let claim_ms = cx.ledger.hold_ms(crate::actor::follow::CLAIM_MS);
         let hmac = Arc::clone(hmac);
         let migrate = Arc::clone(&cx);
         cx.ledger
@@ -420,6 +424,7 @@ impl Supervisor {
                     now_ms: now,
                     stream_ttl_ms: stream_ttl,
                     idle_ttl_ms: ttl,
+                    claim_ms,
                 };
                 let mut kept = Vec::with_capacity(streams.len());
                 for (mut s, events) in std::mem::take(streams) {
