@@ -30,6 +30,17 @@ const ITEMS: usize = 5;
 /// Baskets per session before a client ends it and opens another.
 const BASKETS_PER_SESSION: u64 = 5;
 
+/// Baskets the phase's clients (one principal) hold at once, at most: the `basket` pack lets
+/// a caller hold 100, and a basket a kill left behind counts until it is found and destroyed.
+/// (With 128 clients, slower calls — several nodes, one ledger — made the clients hold more
+/// than 100 at times: refusals the gate would count as lost.)
+const MOST_HELD: usize = 64;
+
+thread_local! {
+    /// The places among [`MOST_HELD`] (the gate's clients run on one thread).
+    static HELD: Rc<tokio::sync::Semaphore> = Rc::new(tokio::sync::Semaphore::new(MOST_HELD));
+}
+
 /// One tool call with an idempotency key: `Ok` with the result, or `Err` when the call was
 /// lost (noted in the phase).
 async fn call(
@@ -121,6 +132,9 @@ async fn create(
 /// One basket's life; `tag` is unique in the run. Once created, it is destroyed whatever
 /// happens in between.
 async fn basket(client: &McpClient, phase: &RefCell<Phase>, tag: &str, era: Era) {
+    let held = HELD.with(Rc::clone);
+    // Never closed, so a place always comes.
+    let Ok(place) = held.acquire().await else { return };
     let first = format!("{tag}-sku0");
     let Some(id) = create(client, phase, tag, &first).await else { return };
     fill_and_check_out(client, phase, tag, &id, first).await;
@@ -149,6 +163,7 @@ async fn basket(client: &McpClient, phase: &RefCell<Phase>, tag: &str, era: Era)
         }
         break;
     }
+    drop(place);
     if era == Era::Modern {
         task(client, phase, tag).await;
     }

@@ -57,6 +57,7 @@ fn run_parses_shared_and_own_flags() {
         faults,
         seed: ProxySeed { seed },
         era,
+        also_urls,
     } = parse(&["run", "--url", "http://127.0.0.1:1/mcp"])
     else {
         panic!("not run");
@@ -70,6 +71,7 @@ fn run_parses_shared_and_own_flags() {
     assert_eq!(cut_rate, 0.0);
     assert_eq!(seed, 1);
     assert_eq!(era, "legacy");
+    assert!(also_urls.is_empty());
 
     let Command::Run {
         url,
@@ -85,6 +87,7 @@ fn run_parses_shared_and_own_flags() {
         faults,
         seed: ProxySeed { seed },
         era,
+        also_urls: _,
     } = parse(&[
         "run",
         "--spawn-host",
@@ -125,6 +128,31 @@ fn run_parses_shared_and_own_flags() {
     assert_eq!(faults, ["storm=0.1"]);
     assert_eq!(seed, 42);
     assert_eq!(era, "mixed");
+}
+
+#[test]
+fn run_takes_more_nodes_only_beside_a_url() {
+    let Command::Run { also_urls, .. } = parse(&[
+        "run",
+        "--url",
+        "http://127.0.0.1:1/mcp",
+        "--also-url",
+        "http://127.0.0.1:2/mcp",
+        "--also-url",
+        "http://127.0.0.1:3/mcp",
+    ]) else {
+        panic!("not run");
+    };
+    assert_eq!(also_urls, ["http://127.0.0.1:2/mcp", "http://127.0.0.1:3/mcp"]);
+    let refused = Cli::try_parse_from([
+        "mcp-load",
+        "run",
+        "--spawn-host",
+        "target/debug/mcp-host",
+        "--also-url",
+        "http://127.0.0.1:2/mcp",
+    ]);
+    assert!(refused.is_err(), "--also-url needs --url");
 }
 
 #[test]

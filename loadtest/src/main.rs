@@ -101,6 +101,10 @@ enum Command {
         /// discover, then stateless requests) or `mixed` (every other client modern).
         #[arg(long, default_value = "legacy")]
         era: String,
+        /// Another node serving the same ledger as --url (repeatable): the clients go through
+        /// the proxy, which sends each request to the next node (round robin, no affinity).
+        #[arg(long = "also-url", requires = "url")]
+        also_urls: Vec<String>,
     },
     /// The release gate: a baseline phase, one phase per fault scenario and a mixed phase,
     /// each through the fault proxy; prints the gate table, exits 1 if any gate fails.
@@ -577,6 +581,7 @@ fn main() -> ExitCode {
             faults,
             seed: ProxySeed { seed },
             era,
+            also_urls,
         } => {
             let eras = match run::Eras::parse(&era) {
                 Ok(e) => e,
@@ -607,7 +612,8 @@ fn main() -> ExitCode {
                 specs.push(format!("cut={cut_rate}"));
             }
             let faults = match parse_faults(&specs) {
-                Ok(rates) if rates.is_empty() => None,
+                // Several nodes need the proxy's round robin, with no fault.
+                Ok(rates) if rates.is_empty() && also_urls.is_empty() => None,
                 Ok(rates) => Some(proxy::FaultPlan {
                     rates,
                     seed,
@@ -629,6 +635,7 @@ fn main() -> ExitCode {
                 progress: !no_progress,
                 faults,
                 eras,
+                also_urls,
             };
             run_command(url, spawn_host, spec, json_out, fail_on_error)
         }

@@ -126,6 +126,8 @@ pub(crate) struct RunSpec {
     pub(crate) faults: Option<crate::proxy::FaultPlan>,
     /// Which era each client speaks.
     pub(crate) eras: Eras,
+    /// More nodes serving the same ledger as `url` (same path): the proxy round-robins.
+    pub(crate) also_urls: Vec<String>,
 }
 
 /// A host that `--spawn-host` started, with the directory it owns: its SQLite ledger
@@ -254,6 +256,8 @@ struct Totals {
     per_tool: BTreeMap<String, Histogram<u64>>,
     errors: BTreeMap<String, u64>,
     resumes: u64,
+    /// Disconnect to first replayed event, ms (with the waits the server asked for).
+    resume_ms: Option<Histogram<u64>>,
     handshakes: u64,
     /// The first few error messages, verbatim.
     samples: Vec<String>,
@@ -290,8 +294,16 @@ pub(crate) async fn run(mut spec: RunSpec) -> Result<Value, String> {
     let mut proxy_stats = None;
     if let Some(plan) = spec.faults.clone() {
         let (upstream, path) = crate::proxy::split_url(&spec.url)?;
+        let mut upstreams = vec![upstream];
+        for url in &spec.also_urls {
+            let (also, also_path) = crate::proxy::split_url(url)?;
+            if also_path != path {
+                return Err(format!("--also-url {url} has another path than --url ({path})"));
+            }
+            upstreams.push(also);
+        }
         let (addr, stats) =
-            crate::proxy::start(vec![upstream], plan).await.map_err(|e| format!("proxy: {e}"))?;
+            crate::proxy::start(upstreams, plan).await.map_err(|e| format!("proxy: {e}"))?;
         spec.url = format!("http://{addr}{path}");
         proxy_stats = Some(stats);
     }
@@ -390,6 +402,10 @@ pub(crate) async fn run(mut spec: RunSpec) -> Result<Value, String> {
             let stats = client.stats();
             {
                 let mut t = totals.borrow_mut();
+                let resumed = t.resume_ms.get_or_insert_with(histogram);
+                for s in client.take_resume_samples() {
+                    let _ = resumed.record(s.total.as_millis().max(1) as u64);
+                }
                 t.resumes += stats.resumes;
                 t.handshakes += stats.handshakes;
             }
@@ -423,6 +439,7 @@ pub(crate) async fn run(mut spec: RunSpec) -> Result<Value, String> {
         "calls_ok": ok, "calls_failed": failed, "calls_per_s": ok as f64 / seconds,
         "latency_us": {"p50": all.value_at_quantile(0.5), "p90": all.value_at_quantile(0.9), "p99": all.value_at_quantile(0.99), "max": all.max()},
         "per_tool": tools, "errors": t.errors, "resumes": t.resumes, "handshakes": t.handshakes, "error_samples": t.samples,
+        "resume_ms": t.resume_ms.as_ref().filter(|h| !h.is_empty()).map(|h| json!({"samples": h.len(), "p50": h.value_at_quantile(0.5), "p99": h.value_at_quantile(0.99), "max": h.max()})),
         "proxy": proxy_stats.map(|p| json!(p.counts())),
     }))
 }
@@ -455,6 +472,10 @@ pub(crate) fn print_table(r: &Value) {
         }
     }
     println!("resumes {}  handshakes {}  errors {}", r["resumes"], r["handshakes"], r["errors"]);
+    if !r["resume_ms"].is_null() {
+        let q = &r["resume_ms"];
+        println!("resume ms: p50 {}  p99 {}  max {}", q["p50"], q["p99"], q["max"]);
+    }
     for e in r["error_samples"].as_array().into_iter().flatten() {
         println!("  e.g. {}", e.as_str().unwrap_or_default());
     }
