@@ -14,7 +14,7 @@ traffic (the lease's renewal every 1.7 s, sweeps) is measured in an idle window 
 length and taken off.
 
 Usage:
-  python3 bench/redis_commands.py [--host-bin target/release/mcp-host] [--n 500] [--json-out FILE]
+  python3 bench/redis_commands.py [--host-bin target/release/mcp-host] [--n 500] [--shared] [--json-out FILE]
 Talks to 127.0.0.1 only; stops every process it starts.
 """
 
@@ -67,6 +67,39 @@ def redis_cmd(port, *args):
         return buf.decode().strip()
 
 
+def stop(p):
+    """SIGTERM `p` (if it runs), SIGKILL after 15 s, and reap it."""
+    if p and p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def start_redis(directory, port, prefix=()):
+    """A redis-server on 127.0.0.1:`port` keeping nothing (its log in `directory`), started
+    under `prefix` (e.g. taskset)."""
+    return subprocess.Popen(
+        list(prefix) + ["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "",
+                        "--appendonly", "no", "--dir", directory,
+                        "--logfile", os.path.join(directory, "redis.log")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def wait_for_redis(port):
+    """Until the server on `port` answers PING (at most 10 s)."""
+    for _ in range(500):
+        try:
+            if redis_cmd(port, "PING") == "+PONG":
+                return
+        except OSError:
+            pass
+        time.sleep(0.02)
+    raise SystemExit("redis-server did not answer within 10 s")
+
+
 def commandstats(port):
     """{command: calls} from INFO commandstats."""
     text = redis_cmd(port, "INFO", "commandstats")
@@ -97,30 +130,22 @@ def main():
     ap.add_argument("--host-bin", default="target/release/mcp-host")
     ap.add_argument("--n", type=int, default=500)
     ap.add_argument("--json-out")
+    ap.add_argument("--shared", action="store_true",
+                    help="the host on a shared ledger (ledger.redis_shared = true): what a call costs when several hosts share it")
     a = ap.parse_args()
     if not shutil.which("redis-server"):
         raise SystemExit("redis-server is not installed (apt-get install redis-server)")
     work = tempfile.TemporaryDirectory(prefix="mcp-redis-commands-")
     rport = free_port()
-    redis = subprocess.Popen(
-        ["redis-server", "--bind", "127.0.0.1", "--port", str(rport), "--save", "", "--appendonly", "no",
-         "--dir", work.name, "--logfile", os.path.join(work.name, "redis.log")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    redis = start_redis(work.name, rport)
     host = None
     try:
-        for _ in range(500):
-            try:
-                if redis_cmd(rport, "PING") == "+PONG":
-                    break
-            except OSError:
-                pass
-            time.sleep(0.02)
-        else:
-            raise SystemExit("redis-server did not answer within 10 s")
+        wait_for_redis(rport)
         host = subprocess.Popen(
             [os.path.abspath(a.host_bin), "--port", "0", "--admin-port", "0", "--workers", "1",
              "--packs", "echo,ledger", "--ledger", f"redis://127.0.0.1:{rport}/0",
-             "--ledger-path", os.path.join(work.name, "mcp-host.db")],
+             "--ledger-path", os.path.join(work.name, "mcp-host.db")]
+            + (["--set", "ledger.redis_shared=true"] if a.shared else []),
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=work.name,
             env={**os.environ, "MCP_HOST_LOG": "warn", "MCP_HOST_EXIT_WITH_PARENT": "1"})
         url = host.stdout.readline().split()[-1]
@@ -156,16 +181,10 @@ def main():
             print(f"{name}: {json.dumps(per_call, sort_keys=True)}")
         if a.json_out:
             with open(a.json_out, "w") as f:
-                json.dump({"n": a.n, "results": results, "note": "commands Redis ran per call, background (lease, sweep) taken off; commands run inside a script are listed as well"}, f, indent=1)
+                json.dump({"n": a.n, "shared": a.shared, "results": results, "note": "commands Redis ran per call, background (lease, sweep) taken off; commands run inside a script are listed as well"}, f, indent=1)
     finally:
         for p in (host, redis):
-            if p and p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+            stop(p)
         work.cleanup()
 
 

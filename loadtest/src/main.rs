@@ -103,7 +103,7 @@ enum Command {
         era: String,
         /// Another node serving the same ledger as --url (repeatable): the clients go through
         /// the proxy, which sends each request to the next node (round robin, no affinity).
-        #[arg(long = "also-url", requires = "url")]
+        #[arg(long = "also-url", conflicts_with = "spawn_host")]
         also_urls: Vec<String>,
     },
     /// The release gate: a baseline phase, one phase per fault scenario and a mixed phase,

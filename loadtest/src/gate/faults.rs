@@ -23,6 +23,42 @@ pub(crate) enum Stop {
     Term,
 }
 
+/// How many nodes the phase's faults have down at once (its tasks run on one thread): one
+/// more may go down only while another still serves.
+#[derive(Clone)]
+pub(crate) struct Outages {
+    down: Rc<Cell<usize>>,
+    nodes: usize,
+}
+
+/// A node taken down, until dropped.
+pub(crate) struct Outage(Rc<Cell<usize>>);
+
+impl Drop for Outage {
+    fn drop(&mut self) {
+        self.0.set(self.0.get().saturating_sub(1));
+    }
+}
+
+impl Outages {
+    pub(crate) fn new(nodes: usize) -> Outages {
+        Outages { down: Rc::new(Cell::new(0)), nodes }
+    }
+
+    /// Take a node down once another still serves (at once with one node: the host is the
+    /// only one, and its own faults are the scenario); `None` once `stop` says so first.
+    async fn take(&self, stop: impl Fn() -> bool) -> Option<Outage> {
+        while self.nodes > 1 && self.down.get() + 1 >= self.nodes {
+            if stop() {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.down.set(self.down.get() + 1);
+        Some(Outage(Rc::clone(&self.down)))
+    }
+}
+
 /// The `crash` and `sigterm` scenarios: until `stop`, stop the host after a random pause, each
 /// of `stops` in turn, and start it again on the same ledger and port (on a blocking
 /// thread: the clients keep running). The pauses are the crash scenario's when it is among
@@ -33,6 +69,7 @@ pub(crate) async fn kill_now_and_then(
     stop: Rc<Cell<bool>>,
     phase: Rc<RefCell<Phase>>,
     stops: Vec<Stop>,
+    outages: Outages,
 ) -> Result<(), String> {
     let mut x = seed | 1;
     let (low, high) = if stops.contains(&Stop::Kill) { KILL_PAUSE_MS } else { TERM_PAUSE_MS };
@@ -49,6 +86,7 @@ pub(crate) async fn kill_now_and_then(
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        let Some(_down) = outages.take(|| stop.get()).await else { return Ok(()) };
         let h = Arc::clone(&host);
         let t0 = Instant::now();
         let exit = tokio::task::spawn_blocking(move || match how {
@@ -136,6 +174,7 @@ pub(crate) async fn nodes_now_and_then(
     stop: Rc<Cell<bool>>,
     phase: Rc<RefCell<Phase>>,
     how: NodeFault,
+    outages: Outages,
 ) -> Result<(), String> {
     let mut x = seed | 1;
     let (low, high) = match how {
@@ -152,6 +191,9 @@ pub(crate) async fn nodes_now_and_then(
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        let Some(_down) = outages.take(|| stop.get() && !phase.borrow().owes_faults()).await else {
+            return Ok(());
+        };
         let node = Arc::clone(&nodes[round % nodes.len()]);
         round += 1;
         let t0 = Instant::now();
@@ -201,5 +243,25 @@ pub(crate) async fn nodes_now_and_then(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_faults_never_take_the_last_serving_node_down() {
+        let two = Outages::new(2);
+        let first = two.take(|| false).await.expect("one node down");
+        let second = tokio::time::timeout(Duration::from_millis(100), two.take(|| false)).await;
+        assert!(second.is_err(), "the other node keeps serving");
+        assert!(two.take(|| true).await.is_none(), "a phase that stops waits no more");
+        drop(first);
+        assert!(two.take(|| false).await.is_some(), "back up: the next may go");
+        // One node: its own faults are the scenario.
+        let one = Outages::new(1);
+        let _a = one.take(|| false).await.expect("down");
+        assert!(one.take(|| false).await.is_some());
     }
 }

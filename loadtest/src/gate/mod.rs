@@ -104,6 +104,9 @@ pub(crate) async fn run_phase(
     // take turns on the host; `crash` and `sigterm` together share one task, so the host
     // restarts one way or the other at the crash cadence, not at both cadences at once.
     let mut killers = Vec::new();
+    // On several nodes the faults of one phase take turns so that one node always serves (a
+    // balancer with no node to send to is not what the gate measures).
+    let outages = Outages::new(spec.nodes.len());
     for (on, how) in [(node_loss, NodeFault::Loss), (partition, NodeFault::Partition)] {
         if !on {
             continue;
@@ -117,6 +120,7 @@ pub(crate) async fn run_phase(
             Rc::clone(&stop),
             Rc::clone(&phase),
             how,
+            outages.clone(),
         )));
     }
     if crash || sigterm || rollout {
@@ -132,6 +136,7 @@ pub(crate) async fn run_phase(
                 Rc::clone(&stop),
                 Rc::clone(&phase),
                 stops,
+                outages.clone(),
             )));
         }
         if rollout {

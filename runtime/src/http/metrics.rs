@@ -380,6 +380,21 @@ impl Collector for SupervisorCollector {
         let (commit, batch) = w.histograms();
         histogram(&mut e, "mcp_ledger_commit_seconds", "Time to commit one ledger batch", commit)?;
         histogram(&mut e, "mcp_ledger_batch_ops", "Operations per committed ledger batch", batch)?;
+        let reads = sup.ledger_reads();
+        histogram(
+            &mut e,
+            "mcp_ledger_read_seconds",
+            "Time the store took for one ledger read (on Redis: its round trips)",
+            reads.histogram(),
+        )?;
+        let rs = reads.snapshot();
+        counter(&mut e, "mcp_ledger_read_errors", "Ledger reads the store failed", rs.errors)?;
+        counter(
+            &mut e,
+            "mcp_ledger_reads_refused",
+            "Ledger reads refused because 1,024 waited already (503)",
+            rs.refused,
+        )?;
         Ok(())
     }
 }

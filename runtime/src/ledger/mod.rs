@@ -42,7 +42,7 @@ use bytes::Bytes;
 pub use memory::MemoryStore;
 pub(crate) use open::derive_key;
 pub use open::{LEASE_LOST_EXIT, Ledger, OpenError, load_or_create_key, redacted};
-pub use reads::{READ_QUEUE, READ_THREADS, ReadError, Reads};
+pub use reads::{READ_QUEUE, READ_THREADS, ReadError, Reads, ReadsSnapshot};
 #[cfg(feature = "redis")]
 pub use redis::{EXPIRY_GRACE_MS, LeaseError, RedisStore};
 #[cfg(feature = "sqlite")]

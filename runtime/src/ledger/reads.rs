@@ -10,10 +10,12 @@
 //! auto-advancing while it runs (tokio's rule for blocking tasks).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::Semaphore;
 
 use super::{Store, StoreError};
+use crate::stats::histogram::{Histo, LATENCY_BOUNDS};
 
 /// Reads running at once.
 pub const READ_THREADS: usize = 4;
@@ -38,6 +40,21 @@ pub struct Reads {
     admitted: Arc<Semaphore>,
     /// Places among the reads running.
     running: Arc<Semaphore>,
+    /// How long each read took the store (on Redis: its round trips).
+    seconds: Arc<Histo>,
+    /// Reads the store failed.
+    errors: Arc<AtomicU64>,
+    /// Reads refused because [`READ_QUEUE`] waited already.
+    refused: AtomicU64,
+}
+
+/// What the reads did, for `/metrics`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadsSnapshot {
+    /// Reads the store failed.
+    pub errors: u64,
+    /// Reads refused with the queue full.
+    pub refused: u64,
 }
 
 impl std::fmt::Debug for Reads {
@@ -56,7 +73,25 @@ impl Reads {
             store: Arc::clone(store),
             admitted: Arc::new(Semaphore::new(READ_THREADS + READ_QUEUE)),
             running: Arc::new(Semaphore::new(READ_THREADS)),
+            seconds: Arc::new(Histo::new(LATENCY_BOUNDS)),
+            errors: Arc::default(),
+            refused: AtomicU64::new(0),
         })
+    }
+
+    /// How long reads took the store.
+    #[must_use]
+    pub fn histogram(&self) -> &Histo {
+        &self.seconds
+    }
+
+    /// Reads failed and refused so far.
+    #[must_use]
+    pub fn snapshot(&self) -> ReadsSnapshot {
+        ReadsSnapshot {
+            errors: self.errors.load(Ordering::Relaxed),
+            refused: self.refused.load(Ordering::Relaxed),
+        }
     }
 
     /// Run `read` on a blocking thread and wait for its answer. Must be called on a tokio
@@ -68,13 +103,21 @@ impl Reads {
         &self,
         read: impl FnOnce(&dyn Store) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, ReadError> {
-        let admitted =
-            Arc::clone(&self.admitted).try_acquire_owned().map_err(|_| ReadError::Busy)?;
+        let admitted = Arc::clone(&self.admitted).try_acquire_owned().map_err(|_| {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+            ReadError::Busy
+        })?;
         let running =
             Arc::clone(&self.running).acquire_owned().await.map_err(|_| ReadError::Busy)?;
-        let store = Arc::clone(&self.store);
+        let (store, seconds, errors) =
+            (Arc::clone(&self.store), Arc::clone(&self.seconds), Arc::clone(&self.errors));
         let done = tokio::task::spawn_blocking(move || {
+            let started = tokio::time::Instant::now();
             let r = read(store.as_ref());
+            seconds.observe(started.elapsed().as_secs_f64());
+            if r.is_err() {
+                errors.fetch_add(1, Ordering::Relaxed);
+            }
             drop((running, admitted));
             r
         });
@@ -104,6 +147,11 @@ mod tests {
             reads.run(|s| Ok((s.get("k", 0)?, std::thread::current().id()))).await.unwrap();
         assert_eq!(value.as_deref(), Some(&b"v"[..]));
         assert_ne!(there, here, "not on the asking thread");
+        // Timed, and a failed read counted.
+        let failed = reads.run(|_| Err::<(), _>(StoreError::Backend("down".into()))).await;
+        assert!(matches!(failed, Err(ReadError::Store(_))));
+        assert_eq!(reads.histogram().count(), 2);
+        assert_eq!(reads.snapshot(), ReadsSnapshot { errors: 1, refused: 0 });
     }
 
     #[tokio::test]
@@ -135,6 +183,7 @@ mod tests {
             tokio::task::yield_now().await;
         }
         assert_eq!(reads.run(|_| Ok(())).await, Err(ReadError::Busy));
+        assert_eq!(reads.snapshot(), ReadsSnapshot { errors: 0, refused: 1 }, "counted");
         tokio::task::spawn_blocking(move || gate.wait()).await.unwrap();
         for h in held.into_iter().chain(queued) {
             assert!(h.await.unwrap().is_ok());

@@ -343,6 +343,12 @@ fn metrics_parse_as_prometheus_text_and_move_when_traffic_flows() {
         "the ledger committed"
     );
     assert!(get(&after, "mcp_ledger_commit_seconds_count") > 0.0);
+    // The unknown session's 404 came after a ledger read (a revive looked for it).
+    assert!(
+        get(&after, "mcp_ledger_read_seconds_count")
+            > get(&before, "mcp_ledger_read_seconds_count")
+    );
+    assert_eq!(after.get("mcp_ledger_read_errors_total"), Some(&0.0), "exported, none failed");
     let generation = get(&after, "mcp_generation_current");
     assert!(generation >= 1.0);
     assert_eq!(get(&after, &format!("mcp_sessions_live{{generation=\"{generation}\"}}")), 1.0);

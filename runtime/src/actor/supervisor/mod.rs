@@ -325,6 +325,12 @@ impl Supervisor {
         &self.stream_env.ledger.writer
     }
 
+    /// The ledger's reads (their timings and failures, for `/metrics`).
+    #[must_use]
+    pub fn ledger_reads(&self) -> &Arc<crate::ledger::Reads> {
+        &self.stream_env.ledger.ledger.reads
+    }
+
     /// Whether the stream memory budget is used up (requests that would open a stream are
     /// then refused).
     #[must_use]
