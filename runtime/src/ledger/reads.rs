@@ -40,10 +40,16 @@ pub struct Reads {
     admitted: Arc<Semaphore>,
     /// Places among the reads running.
     running: Arc<Semaphore>,
+    /// What the reads took and how they failed, counted on the reading threads.
+    stats: Arc<ReadStats>,
+}
+
+#[derive(Debug)]
+struct ReadStats {
     /// How long each read took the store (on Redis: its round trips).
-    seconds: Arc<Histo>,
+    seconds: Histo,
     /// Reads the store failed.
-    errors: Arc<AtomicU64>,
+    errors: AtomicU64,
     /// Reads refused because [`READ_QUEUE`] waited already.
     refused: AtomicU64,
 }
@@ -73,24 +79,26 @@ impl Reads {
             store: Arc::clone(store),
             admitted: Arc::new(Semaphore::new(READ_THREADS + READ_QUEUE)),
             running: Arc::new(Semaphore::new(READ_THREADS)),
-            seconds: Arc::new(Histo::new(LATENCY_BOUNDS)),
-            errors: Arc::default(),
-            refused: AtomicU64::new(0),
+            stats: Arc::new(ReadStats {
+                seconds: Histo::new(LATENCY_BOUNDS),
+                errors: AtomicU64::new(0),
+                refused: AtomicU64::new(0),
+            }),
         })
     }
 
     /// How long reads took the store.
     #[must_use]
     pub fn histogram(&self) -> &Histo {
-        &self.seconds
+        &self.stats.seconds
     }
 
     /// Reads failed and refused so far.
     #[must_use]
     pub fn snapshot(&self) -> ReadsSnapshot {
         ReadsSnapshot {
-            errors: self.errors.load(Ordering::Relaxed),
-            refused: self.refused.load(Ordering::Relaxed),
+            errors: self.stats.errors.load(Ordering::Relaxed),
+            refused: self.stats.refused.load(Ordering::Relaxed),
         }
     }
 
@@ -104,19 +112,18 @@ impl Reads {
         read: impl FnOnce(&dyn Store) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, ReadError> {
         let admitted = Arc::clone(&self.admitted).try_acquire_owned().map_err(|_| {
-            self.refused.fetch_add(1, Ordering::Relaxed);
+            self.stats.refused.fetch_add(1, Ordering::Relaxed);
             ReadError::Busy
         })?;
         let running =
             Arc::clone(&self.running).acquire_owned().await.map_err(|_| ReadError::Busy)?;
-        let (store, seconds, errors) =
-            (Arc::clone(&self.store), Arc::clone(&self.seconds), Arc::clone(&self.errors));
+        let (store, stats) = (Arc::clone(&self.store), Arc::clone(&self.stats));
         let done = tokio::task::spawn_blocking(move || {
             let started = tokio::time::Instant::now();
             let r = read(store.as_ref());
-            seconds.observe(started.elapsed().as_secs_f64());
+            stats.seconds.observe(started.elapsed().as_secs_f64());
             if r.is_err() {
-                errors.fetch_add(1, Ordering::Relaxed);
+                stats.errors.fetch_add(1, Ordering::Relaxed);
             }
             drop((running, admitted));
             r
