@@ -24,6 +24,8 @@
 //! until its commit).
 
 pub mod codec;
+#[cfg(test)]
+pub(crate) mod faulty;
 mod files;
 mod memory;
 mod open;

@@ -704,6 +704,7 @@ mod tests {
 
     use super::*;
     use crate::ledger::MemoryStore;
+    use crate::ledger::faulty::Refusing;
 
     fn settings(
         durability: Durability,
@@ -779,63 +780,6 @@ mod tests {
         w.flush_blocking();
         assert!(store.get("t/x", 0).unwrap().is_some(), "the stream's record is kept");
         assert!(store.read_log("l", 0).unwrap().is_empty(), "its event was refused");
-    }
-
-    /// A store that refuses every batch while `full` is set (as a full disk does), and
-    /// answers nothing while `stalled` is (as a stalled disk does).
-    #[derive(Debug, Default)]
-    struct Refusing {
-        inner: MemoryStore,
-        full: AtomicBool,
-        stalled: AtomicBool,
-        attempts: AtomicU64,
-    }
-
-    impl Store for Refusing {
-        fn apply(&self, ops: &[Op]) -> Result<(), crate::ledger::StoreError> {
-            self.attempts.fetch_add(1, Ordering::Relaxed);
-            while self.stalled.load(Ordering::Acquire) {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            if self.full.load(Ordering::Acquire) {
-                return Err(crate::ledger::StoreError::Backend("database or disk is full".into()));
-            }
-            self.inner.apply(ops)
-        }
-        fn get(&self, key: &str, now_ms: u64) -> Result<Option<Bytes>, crate::ledger::StoreError> {
-            self.inner.get(key, now_ms)
-        }
-        fn read_log(
-            &self,
-            log: &str,
-            now_ms: u64,
-        ) -> Result<Vec<(u64, Bytes)>, crate::ledger::StoreError> {
-            self.inner.read_log(log, now_ms)
-        }
-        fn index_lowest(
-            &self,
-            index: &str,
-            limit: usize,
-            now_ms: u64,
-        ) -> Result<Vec<(String, u64)>, crate::ledger::StoreError> {
-            self.inner.index_lowest(index, limit, now_ms)
-        }
-        fn index_len(&self, index: &str, now_ms: u64) -> Result<usize, crate::ledger::StoreError> {
-            self.inner.index_len(index, now_ms)
-        }
-        fn sweep(&self, now_ms: u64, limit: usize) -> Result<usize, crate::ledger::StoreError> {
-            self.inner.sweep(now_ms, limit)
-        }
-        fn set_durability(&self, _: Durability) {}
-        fn incr(
-            &self,
-            key: &str,
-            floor: u64,
-            expires_ms: u64,
-            now_ms: u64,
-        ) -> Result<u64, crate::ledger::StoreError> {
-            self.inner.incr(key, floor, expires_ms, now_ms)
-        }
     }
 
     fn put(k: &str) -> Vec<Op> {

@@ -159,6 +159,9 @@ pub struct Run {
 #[derive(Debug)]
 struct RunState {
     view: TaskView,
+    /// What readers see while the record of a final `view` commits: the state before it (a
+    /// `tasks/get` never answers an outcome a kill could still take back).
+    shown: Option<TaskView>,
     /// Who waits for each unanswered question.
     waiters: HashMap<String, oneshot::Sender<Value>>,
     /// Its place among its caller's running tasks, given back when it ends.
@@ -287,17 +290,29 @@ impl Tasks {
     /// ledger only this process uses has none). Holds the tasks weakly.
     pub(crate) fn hear(self: &Arc<Self>) {
         let tasks = Arc::downgrade(self);
+        // The bus delivers on a thread of its own: a cancelled run leaves the running ones
+        // on this runtime once its record commits (read from the ledger before, it would read
+        // as interrupted).
+        let runtime = tokio::runtime::Handle::try_current().ok();
         let heard = Box::new(move |message: Option<Bytes>| {
             let (Some(tasks), Some(m)) = (tasks.upgrade(), message) else { return };
             let Ok(m) = serde_json::from_slice::<Value>(&m) else { return };
             let Some(hmac) = m["task"].as_str() else { return };
             let Some(run) = tasks.live.lock().get(hmac).cloned() else { return };
             if m["cancel"] == true {
-                if tasks
-                    .end_now(&run, TaskStatus::Cancelled, "cancelled by the client", 0)
-                    .is_some()
-                {
-                    tasks.retire(&run);
+                let Some(ack) =
+                    tasks.end_now(&run, TaskStatus::Cancelled, "cancelled by the client", 0)
+                else {
+                    return;
+                };
+                match &runtime {
+                    Some(rt) => {
+                        rt.spawn(async move {
+                            let _ = tasks.committed(ack).await;
+                            tasks.retire(&run);
+                        });
+                    }
+                    None => tasks.retire(&run),
                 }
             } else if let Some(answers) = m["answers"].as_object() {
                 // Checked by the host that received them, against the same questions.
@@ -457,6 +472,7 @@ impl Tasks {
             cancel,
             state: Mutex::new(RunState {
                 view,
+                shown: None,
                 waiters: HashMap::new(),
                 slot: Some(slot),
                 recorded_bytes: 0,
@@ -518,6 +534,7 @@ impl Tasks {
             if s.view.status.is_final() {
                 return;
             }
+            s.shown = Some(s.view.clone());
             match outcome {
                 Ok(result) => {
                     let size = serde_json::to_vec(&result).map_or(usize::MAX, |v| v.len());
@@ -579,7 +596,8 @@ impl Tasks {
             if run.principal.as_deref() != principal {
                 return Err(TaskError::NotFound);
             }
-            return Ok(run.state.lock().view.clone());
+            let s = run.state.lock();
+            return Ok(s.shown.as_ref().unwrap_or(&s.view).clone());
         }
         let (record, hmac, stored_bytes) = self
             .read_named(hmac, id)
@@ -869,6 +887,7 @@ impl Tasks {
             if s.view.status.is_final() {
                 return None;
             }
+            s.shown = Some(s.view.clone());
             s.view.status = status;
             s.view.status_message = Some(why.to_owned());
             if status == TaskStatus::Failed {

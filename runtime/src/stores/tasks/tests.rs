@@ -120,3 +120,71 @@ async fn kept_tasks_are_bounded_by_bytes_per_caller_and_in_total() {
         t.kept(None)
     );
 }
+
+/// A task's outcome (finished, or cancelled) is shown only once its record is committed: a
+/// kill before the commit would read it back as interrupted, so a `tasks/get` meanwhile
+/// answers the state before it.
+#[tokio::test]
+async fn an_outcome_is_shown_only_once_its_record_is_committed() {
+    use std::sync::atomic::Ordering;
+    let store = Arc::new(crate::ledger::faulty::Refusing::default());
+    let l = Ledger::on_store(
+        Arc::clone(&store) as Arc<dyn crate::ledger::Store>,
+        &crate::config::RuntimeConfig::default(),
+    )
+    .unwrap();
+    let t = Arc::new(Tasks::new(&l, settings()));
+    let alice: Option<Arc<str>> = Some("alice".into());
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        let run = t.create(t.reserve(alice.clone()).unwrap(), "job", CancellationToken::new());
+        runs.push(run.await.unwrap());
+    }
+    let (finished, cancelled) = (Arc::clone(&runs[0]), runs[1].id().to_owned());
+    let stall = store.stall();
+    let tried = store.attempts.load(Ordering::Relaxed);
+    let ending = {
+        let (t, a) = (Arc::clone(&t), alice.clone());
+        tokio::spawn(async move {
+            t.finish(&finished, Ok(json!({"content": []}))).await;
+            t.cancel(a.as_deref(), &cancelled).await
+        })
+    };
+    // The finish's record is being written (the store holds it).
+    for _ in 0..400 {
+        if store.attempts.load(Ordering::Relaxed) > tried {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert!(store.attempts.load(Ordering::Relaxed) > tried, "the finish's record was submitted");
+    let v = t.get(alice.as_deref(), runs[0].id()).await.unwrap();
+    assert_eq!(v.status, TaskStatus::Working, "not yet committed: {v:?}");
+    assert!(v.result.is_none());
+    stall.release();
+    ending.await.unwrap().unwrap();
+    let v = t.get(alice.as_deref(), runs[0].id()).await.unwrap();
+    assert_eq!(v.status, TaskStatus::Completed);
+    assert_eq!(t.get(alice.as_deref(), runs[1].id()).await.unwrap().status, TaskStatus::Cancelled);
+    // Cancelled while its record is held: shown as working until it commits.
+    let run = t.create(t.reserve(alice.clone()).unwrap(), "job", CancellationToken::new());
+    let run = run.await.unwrap();
+    let stall = store.stall();
+    let tried = store.attempts.load(Ordering::Relaxed);
+    let cancelling = {
+        let (t, a, id) = (Arc::clone(&t), alice.clone(), run.id().to_owned());
+        tokio::spawn(async move { t.cancel(a.as_deref(), &id).await })
+    };
+    for _ in 0..400 {
+        if store.attempts.load(Ordering::Relaxed) > tried {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert!(run.is_final(), "the cancellation took effect at once");
+    let v = t.get(alice.as_deref(), run.id()).await.unwrap();
+    assert_eq!(v.status, TaskStatus::Working, "not yet committed: {v:?}");
+    stall.release();
+    cancelling.await.unwrap().unwrap();
+    assert_eq!(t.get(alice.as_deref(), run.id()).await.unwrap().status, TaskStatus::Cancelled);
+}
