@@ -790,7 +790,11 @@ fn check_rewrite(p: &Proxy, rewrite: Rewrite, status: u16, modern: bool) {
         (Rewrite::Version, 404) => "missing_version.session_gone",
         // A resume of a stream that is gone (a crash took its unrecorded tail): not the header.
         (Rewrite::Version, 410) => "missing_version.stream_gone",
-        (Rewrite::Version, _) => "missing_version.refused",
+        (Rewrite::Version, _) => {
+            // Which answer, for the report (the gate counts them all).
+            p.bump(refused_with(status));
+            "missing_version.refused"
+        }
         (Rewrite::Cursor, 400) => "foreign_cursor.rejected",
         // The session ended meanwhile: nothing was replayed either.
         (Rewrite::Cursor, 404) => "foreign_cursor.session_gone",
@@ -798,6 +802,26 @@ fn check_rewrite(p: &Proxy, rewrite: Rewrite, status: u16, modern: bool) {
         (Rewrite::None | Rewrite::Storm | Rewrite::LostDelete, _) => return,
     };
     p.bump(name);
+}
+
+/// The report's name of a request without its version header answered `status`.
+fn refused_with(status: u16) -> &'static str {
+    match status {
+        400 => "missing_version.refused_with.400",
+        401 => "missing_version.refused_with.401",
+        403 => "missing_version.refused_with.403",
+        405 => "missing_version.refused_with.405",
+        406 => "missing_version.refused_with.406",
+        409 => "missing_version.refused_with.409",
+        413 => "missing_version.refused_with.413",
+        500 => "missing_version.refused_with.500",
+        502 => "missing_version.refused_with.502",
+        504 => "missing_version.refused_with.504",
+        100..=199 => "missing_version.refused_with.1xx",
+        300..=399 => "missing_version.refused_with.3xx",
+        400..=499 => "missing_version.refused_with.4xx",
+        _ => "missing_version.refused_with.5xx",
+    }
 }
 
 async fn refuse_storm(p: &Proxy, c: &mut Conn, session: &str) -> IoResult<bool> {
