@@ -394,15 +394,27 @@ impl Writer {
     /// # Errors
     /// [`Unconfirmed`].
     pub async fn wait_committed(&self, ack: oneshot::Receiver<()>) -> Result<(), Unconfirmed> {
-        let mut ack = std::pin::pin!(ack);
+        self.wait_until(async move { ack.await.is_ok() }).await
+    }
+
+    /// [`Writer::wait_committed`] for any sign of a commit: `done` resolves `true` once it
+    /// is committed, `false` when the writer gave up on it.
+    ///
+    /// # Errors
+    /// [`Unconfirmed`].
+    pub async fn wait_until(
+        &self,
+        done: impl std::future::Future<Output = bool>,
+    ) -> Result<(), Unconfirmed> {
+        let mut done = std::pin::pin!(done);
         let mut failing = self.stats.failing_tx.subscribe();
         tokio::select! {
-            r = &mut ack => return r.map_err(|_| Unconfirmed::GaveUp),
+            ok = &mut done => return if ok { Ok(()) } else { Err(Unconfirmed::GaveUp) },
             _ = failing.wait_for(|f| *f) => {}
         }
-        match tokio::time::timeout(self.commit_wait, ack).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(_)) => Err(Unconfirmed::GaveUp),
+        match tokio::time::timeout(self.commit_wait, done).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(Unconfirmed::GaveUp),
             Err(_) => Err(Unconfirmed::TimedOut),
         }
     }

@@ -154,7 +154,12 @@ pub struct Run {
     /// Fired by `tasks/cancel`: the tool's own cancellation token.
     cancel: CancellationToken,
     state: Mutex<RunState>,
+    /// Set once its final record is committed (it has left the running ones then).
+    settled: tokio::sync::watch::Sender<bool>,
 }
+
+/// The tasks running in this process, by the HMAC of their id.
+type Live = Arc<Mutex<HashMap<String, Arc<Run>>>>;
 
 #[derive(Debug)]
 struct RunState {
@@ -212,7 +217,7 @@ pub struct Tasks {
     settings: TaskSettings,
     /// Tasks running here, by the HMAC of their id. Held for a map operation, never across
     /// an await.
-    live: Mutex<HashMap<String, Arc<Run>>>,
+    live: Live,
     /// Running tasks (and calls that may become one) per caller.
     counts: Counts,
     /// What each caller, and every caller, keeps (count and bytes of kept tasks).
@@ -280,7 +285,7 @@ impl Tasks {
             id_key: keys.next().expect("the current secret's key comes first"),
             previous_id_keys: keys.collect(),
             settings,
-            live: Mutex::new(HashMap::new()),
+            live: Arc::default(),
             counts: Arc::default(),
             shared: ledger.shared,
         }
@@ -290,30 +295,14 @@ impl Tasks {
     /// ledger only this process uses has none). Holds the tasks weakly.
     pub(crate) fn hear(self: &Arc<Self>) {
         let tasks = Arc::downgrade(self);
-        // The bus delivers on a thread of its own: a cancelled run leaves the running ones
-        // on this runtime once its record commits (read from the ledger before, it would read
-        // as interrupted).
-        let runtime = tokio::runtime::Handle::try_current().ok();
         let heard = Box::new(move |message: Option<Bytes>| {
             let (Some(tasks), Some(m)) = (tasks.upgrade(), message) else { return };
             let Ok(m) = serde_json::from_slice::<Value>(&m) else { return };
             let Some(hmac) = m["task"].as_str() else { return };
             let Some(run) = tasks.live.lock().get(hmac).cloned() else { return };
             if m["cancel"] == true {
-                let Some(ack) =
-                    tasks.end_now(&run, TaskStatus::Cancelled, "cancelled by the client", 0)
-                else {
-                    return;
-                };
-                match &runtime {
-                    Some(rt) => {
-                        rt.spawn(async move {
-                            let _ = tasks.committed(ack).await;
-                            tasks.retire(&run);
-                        });
-                    }
-                    None => tasks.retire(&run),
-                }
+                // It leaves the running ones once its record commits.
+                tasks.end_now(&run, TaskStatus::Cancelled, "cancelled by the client", 0);
             } else if let Some(answers) = m["answers"].as_object() {
                 // Checked by the host that received them, against the same questions.
                 let _ = tasks.deliver(&run, answers, |_, _, _| Ok(()));
@@ -477,6 +466,7 @@ impl Tasks {
                 slot: Some(slot),
                 recorded_bytes: 0,
             }),
+            settled: tokio::sync::watch::Sender::new(false),
         });
         let ops = self.put(&run, &mut run.state.lock());
         let ack = self.writer.submit_acked(ops);
@@ -485,11 +475,36 @@ impl Tasks {
         Ok(run)
     }
 
-    /// An ended run leaves the running ones (after its final record is committed, so a read
-    /// meanwhile finds it in memory) and gives its caller's place back.
-    fn retire(&self, run: &Run) {
-        self.live.lock().remove(&run.hmac);
-        drop(run.state.lock().slot.take());
+    /// Queue `run`'s final record (`state` has its final view): once it commits the run
+    /// leaves the running ones, gives its caller's place back and is settled. Until then a
+    /// read finds it here and is shown the state before ([`RunState::shown`]), and a cancel
+    /// waits for it ([`Tasks::settled`]), whatever time the ledger takes.
+    fn settle(&self, run: &Arc<Run>, ops: Vec<Op>) {
+        let (live, run) = (Arc::clone(&self.live), Arc::clone(run));
+        self.writer.submit_then(
+            ops,
+            Box::new(move || {
+                live.lock().remove(&run.hmac);
+                drop(run.state.lock().slot.take());
+                run.settled.send_replace(true);
+            }),
+        );
+    }
+
+    /// Wait until `run`'s final record is committed (at once when it is, or it has not
+    /// ended).
+    ///
+    /// # Errors
+    /// [`TaskError::Unavailable`]: the ledger fails (it may still commit later).
+    async fn settled(&self, run: &Run) -> Result<(), TaskError> {
+        if !run.is_final() {
+            return Ok(());
+        }
+        let mut settled = run.settled.subscribe();
+        self.writer
+            .wait_until(async move { settled.wait_for(|s| *s).await.is_ok() })
+            .await
+            .map_err(|_| TaskError::Unavailable)
     }
 
     /// How long `run` may still run before its record expires.
@@ -528,8 +543,8 @@ impl Tasks {
 
     /// The task's tool finished with `outcome` (unless the task already ended: a cancelled
     /// task stays cancelled). Recorded before the task leaves the running ones.
-    pub async fn finish(&self, run: &Run, outcome: Result<Value, ErrorObject>) {
-        let ack = {
+    pub async fn finish(&self, run: &Arc<Run>, outcome: Result<Value, ErrorObject>) {
+        {
             let mut s = run.state.lock();
             if s.view.status.is_final() {
                 return;
@@ -574,12 +589,11 @@ impl Tasks {
                     self.put(run, &mut s)
                 }
             };
-            self.writer.submit_acked(ops)
-        };
-        if self.committed(ack).await.is_err() {
-            tracing::error!(task = %run.hmac, "a task's outcome could not be recorded");
+            self.settle(run, ops);
         }
-        self.retire(run);
+        if self.settled(run).await.is_err() {
+            tracing::error!(task = %run.hmac, "a task's outcome is not recorded yet: the ledger fails (it stays running here until it is)");
+        }
     }
 
     /// A task's state for `principal`.
@@ -833,13 +847,13 @@ impl Tasks {
 
     /// A running task is stopped by the server (its drain's or rollback's grace period is
     /// over): `failed` ("interrupted"), recorded; its tool's token fires.
-    pub async fn interrupt(&self, run: &Run) {
+    pub async fn interrupt(&self, run: &Arc<Run>) {
         let _ = self.end(run, TaskStatus::Failed, "interrupted: the server stopped (or rolled back) while the task ran; its outcome is unknown", code::DRAINED).await;
     }
 
     /// A task that reached `tasks.ttl_secs` while running is stopped: its tool's token
     /// fires and it leaves the running ones (its record, `failed`, expires with it).
-    pub async fn expire(&self, run: &Run) {
+    pub async fn expire(&self, run: &Arc<Run>) {
         let why = format!(
             "expired: the task ran for {} s (tasks.ttl_secs) without finishing and was stopped",
             self.settings.ttl_ms / 1000
@@ -848,7 +862,7 @@ impl Tasks {
     }
 
     /// A task whose tool stopped without an outcome (it fired its own token, or its run was dropped unfinished): `failed`, recorded.
-    pub async fn abandon(&self, run: &Run) {
+    pub async fn abandon(&self, run: &Arc<Run>) {
         let _ = self
             .end(
                 run,
@@ -860,32 +874,26 @@ impl Tasks {
     }
 
     /// End a running task with `status` (a `failed` one with an error of `error_code`).
+    /// Returns once its final record is committed, or the one of how it ended before (a
+    /// task that just finished: it is not answered as ended before that is recorded).
     async fn end(
         &self,
-        run: &Run,
+        run: &Arc<Run>,
         status: TaskStatus,
         why: &str,
         error_code: i64,
     ) -> Result<(), TaskError> {
-        let Some(ack) = self.end_now(run, status, why, error_code) else { return Ok(()) };
-        let r = self.committed(ack).await;
-        self.retire(run);
-        r
+        self.end_now(run, status, why, error_code);
+        self.settled(run).await
     }
 
-    /// [`Tasks::end`]'s change, queued (its tool's token fired): the acknowledgement of its
-    /// record, `None` when it had ended already.
-    fn end_now(
-        &self,
-        run: &Run,
-        status: TaskStatus,
-        why: &str,
-        error_code: i64,
-    ) -> Option<oneshot::Receiver<()>> {
-        let ack = {
+    /// [`Tasks::end`]'s change, queued (its tool's token fired); nothing when it had ended
+    /// already.
+    fn end_now(&self, run: &Arc<Run>, status: TaskStatus, why: &str, error_code: i64) {
+        {
             let mut s = run.state.lock();
             if s.view.status.is_final() {
-                return None;
+                return;
             }
             s.shown = Some(s.view.clone());
             s.view.status = status;
@@ -897,10 +905,9 @@ impl Tasks {
             s.waiters.clear();
             s.view.updated_ms = self.now().max(s.view.updated_ms);
             let ops = self.put(run, &mut s);
-            self.writer.submit_acked(ops)
-        };
+            self.settle(run, ops);
+        }
         run.cancel.cancel();
-        Some(ack)
     }
 }
 

@@ -161,7 +161,15 @@ async fn an_outcome_is_shown_only_once_its_record_is_committed() {
     let v = t.get(alice.as_deref(), runs[0].id()).await.unwrap();
     assert_eq!(v.status, TaskStatus::Working, "not yet committed: {v:?}");
     assert!(v.result.is_none());
+    // A cancel now is not acknowledged before the outcome it leaves as it is is recorded.
+    let late_cancel = {
+        let (t, a, id) = (Arc::clone(&t), alice.clone(), runs[0].id().to_owned());
+        tokio::spawn(async move { t.cancel(a.as_deref(), &id).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert!(!late_cancel.is_finished(), "acknowledged before the outcome was recorded");
     stall.release();
+    late_cancel.await.unwrap().unwrap();
     ending.await.unwrap().unwrap();
     let v = t.get(alice.as_deref(), runs[0].id()).await.unwrap();
     assert_eq!(v.status, TaskStatus::Completed);
@@ -187,4 +195,43 @@ async fn an_outcome_is_shown_only_once_its_record_is_committed() {
     stall.release();
     cancelling.await.unwrap().unwrap();
     assert_eq!(t.get(alice.as_deref(), run.id()).await.unwrap().status, TaskStatus::Cancelled);
+}
+
+/// A finished task whose record the ledger cannot take yet stays running here (shown as it
+/// was) until it can: never answered as interrupted, then as completed once the ledger heals;
+/// a cancel meanwhile is not acknowledged as if the task had ended.
+#[tokio::test]
+async fn a_task_whose_outcome_the_ledger_cannot_record_yet_stays_running_until_it_can() {
+    use std::sync::atomic::Ordering;
+    let store = Arc::new(crate::ledger::faulty::Refusing::default());
+    let mut cfg = crate::config::RuntimeConfig::default();
+    cfg.ledger.commit_wait_ms = 200;
+    let l = Ledger::on_store(Arc::clone(&store) as Arc<dyn crate::ledger::Store>, &cfg).unwrap();
+    let t = Tasks::new(&l, settings());
+    let alice: Option<Arc<str>> = Some("alice".into());
+    let run = t.create(t.reserve(alice.clone()).unwrap(), "job", CancellationToken::new());
+    let run = run.await.unwrap();
+    store.full.store(true, Ordering::Release);
+    // Gives up waiting after the commit wait; the record stays queued.
+    t.finish(&run, Ok(json!({"content": []}))).await;
+    let v = t.get(alice.as_deref(), run.id()).await.unwrap();
+    assert_eq!(v.status, TaskStatus::Working, "{v:?}");
+    assert_eq!(
+        t.cancel(alice.as_deref(), run.id()).await,
+        Err(TaskError::Unavailable),
+        "its end is not recorded yet"
+    );
+    store.full.store(false, Ordering::Release);
+    let mut seen = Vec::new();
+    for _ in 0..400 {
+        let v = t.get(alice.as_deref(), run.id()).await.unwrap();
+        seen.push(v.status);
+        if v.status.is_final() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(seen.last(), Some(&TaskStatus::Completed), "{seen:?}");
+    assert!(seen[..seen.len() - 1].iter().all(|s| *s == TaskStatus::Working), "{seen:?}");
+    assert_eq!(t.cancel(alice.as_deref(), run.id()).await, Ok(()), "ended: left as it is");
 }
