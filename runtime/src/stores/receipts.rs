@@ -714,8 +714,14 @@ impl Drop for Executing {
             }
             (self.receipts.table.lock().not_run(&self.key), Answer::NotRun, ops)
         };
-        for w in waiting {
-            let _ = w.send(answer.clone());
+        // "Not run: call again" is told once the deletion of a queued `Running` receipt is
+        // committed: a kill before it would leave that receipt, read after the restart as
+        // "outcome unknown" by the very call it invited.
+        let mut waiting = Some(waiting);
+        if self.started || !self.queued {
+            for w in waiting.take().into_iter().flatten() {
+                let _ = w.send(answer.clone());
+            }
         }
         let (table, interrupted, key) = (
             Arc::clone(&self.receipts.table),
@@ -736,6 +742,7 @@ impl Drop for Executing {
             table.lock().settled(&key);
             return;
         }
+        let waiting = waiting.map(|w| (w, answer));
         let wrote = self.started || self.queued;
         // Once that is committed (the `Running` receipt may still be queued) the ledger answers
         // (and a lookup reads the interrupted receipt's charge from it).
@@ -743,6 +750,11 @@ impl Drop for Executing {
             ops,
             Box::new(move || {
                 table.lock().settled(&key);
+                if let Some((waiting, answer)) = waiting {
+                    for w in waiting {
+                        let _ = w.send(answer.clone());
+                    }
+                }
                 if wrote {
                     interrupted.lock().remove(&key);
                 }
@@ -817,11 +829,15 @@ mod tests {
 
     /// The receipts of a fresh memory ledger.
     fn receipts() -> Arc<Receipts> {
-        let cfg = crate::config::RuntimeConfig::default();
+        on(Ledger::memory(&crate::config::RuntimeConfig::default()))
+    }
+
+    /// The receipts of `ledger`.
+    fn on(ledger: Ledger) -> Arc<Receipts> {
         let limits =
             UsageLimits { per_caller_count: 100, per_caller_bytes: 1 << 20, total_bytes: 1 << 24 };
         Arc::new(Receipts::new(
-            Ledger::memory(&cfg),
+            ledger,
             60_000,
             64 * 1024,
             limits,
@@ -847,5 +863,49 @@ mod tests {
         writer.wait_committed(writer.barrier()).await.expect("committed");
         assert_eq!(r.table.lock().len(), 0, "the key is the ledger's to answer for again");
         assert!(r.interrupted.lock().is_empty(), "no interrupted charge is kept for ever");
+    }
+
+    /// A call attached to an execution dropped before its tool ran is told "nothing was
+    /// done, call again" only once the deletion of the `Running` receipt is committed (a kill
+    /// before would leave that receipt to answer the invited call "outcome unknown").
+    #[tokio::test]
+    async fn not_run_is_told_only_once_the_running_receipt_is_deleted() {
+        let store = Arc::new(crate::ledger::faulty::Refusing::default());
+        let ledger = Ledger::on_store(
+            Arc::clone(&store) as Arc<dyn crate::ledger::Store>,
+            &crate::config::RuntimeConfig::default(),
+        )
+        .unwrap();
+        let r = on(ledger);
+        let call = || IdempotentCall {
+            tool: "write".into(),
+            key: "k-2".into(),
+            digest: "d".into(),
+            idempotent: false,
+        };
+        let ran = || -> Run { Box::new(|| Dispatch::Ready(Ok(json!({"content": []})))) };
+        let attempts = || store.attempts.load(std::sync::atomic::Ordering::Relaxed);
+        let stall = store.stall();
+        let tried = attempts();
+        let first = tokio::spawn(r.call(call(), None, r.admit(&None).unwrap(), ran()));
+        // Its `Running` receipt is in the (held) store's hands.
+        for _ in 0..400 {
+            if attempts() > tried {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        assert!(attempts() > tried, "the receipt was submitted");
+        let second = tokio::spawn(r.call(call(), None, r.admit(&None).unwrap(), ran()));
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        first.abort();
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert!(!second.is_finished(), "told before the receipt's deletion was committed");
+        stall.release();
+        let told = second.await.unwrap().unwrap();
+        assert!(
+            told["content"][0]["text"].as_str().unwrap().contains("nothing was done"),
+            "{told}"
+        );
     }
 }
