@@ -1,7 +1,7 @@
 //! A slow store stalls only the requests that read it: while a state handle's read hangs in
 //! the store, a JSON echo on another session is answered. The test runs the endpoint on one
 //! thread (as one actix worker): a store read on that thread would hold the echo until the
-//! store let go.
+//! store let go. And a write that waits on it (a log level's record) holds its answer.
 
 use crate::common;
 
@@ -19,12 +19,15 @@ use mcp_runtime::tools::{
 use parking_lot::{Condvar, Mutex};
 use serde_json::{Value, json};
 
-/// A memory store whose reads of state handles hang while `held` (at most 5 s: without the
-/// fix the test fails instead of hanging).
+/// A memory store whose reads of state handles hang while `held`, and whose writes hang
+/// while `writes_held` (at most 5 s: without the fix the test fails instead of hanging).
 #[derive(Debug, Default)]
 struct Slow {
     inner: MemoryStore,
     held: Mutex<bool>,
+    writes_held: Mutex<bool>,
+    /// Batches that entered while writes were held.
+    writes_entered: AtomicUsize,
     released: Condvar,
     /// Handle reads that entered while held.
     entered: AtomicUsize,
@@ -35,12 +38,19 @@ struct Slow {
 impl Slow {
     fn release(&self) {
         *self.held.lock() = false;
+        *self.writes_held.lock() = false;
         self.released.notify_all();
     }
 }
 
 impl Store for Slow {
     fn apply(&self, ops: &[Op]) -> Result<(), StoreError> {
+        let mut held = self.writes_held.lock();
+        if *held {
+            self.writes_entered.fetch_add(1, Ordering::SeqCst);
+            let _ = self.released.wait_while_for(&mut held, |h| *h, Duration::from_secs(5));
+        }
+        drop(held);
         self.inner.apply(ops)
     }
     fn get(&self, key: &str, now_ms: u64) -> Result<Option<Bytes>, StoreError> {
@@ -136,4 +146,29 @@ async fn a_store_read_that_hangs_does_not_delay_a_json_echo_on_another_session()
         "\"inside\"",
         "the slow read completes once the store lets go"
     );
+}
+
+/// `logging/setLevel` is answered once the session's record with the new level is committed
+/// (a restart right after the answer keeps the level).
+#[actix_web::test]
+async fn a_log_level_is_answered_once_the_session_record_holding_it_is_committed() {
+    let store = Arc::new(Slow::default());
+    let c = cfg(|_| {});
+    let ledger = Ledger::on_store(Arc::clone(&store) as Arc<dyn Store>, &c).unwrap();
+    let h = harness_with_catalog_on(c, catalog(), ledger).await;
+    let client = h.client("2025-11-25").await;
+    *store.writes_held.lock() = true;
+    let mut r = client
+        .request(json!({"jsonrpc": "2.0", "id": 1, "method": "logging/setLevel", "params": {"level": "error"}}))
+        .await;
+    until("the level's record is in the store", || {
+        store.writes_entered.load(Ordering::SeqCst) >= 1
+    })
+    .await;
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), r.message()).await.is_err(),
+        "answered before the record was committed"
+    );
+    store.release();
+    assert_eq!(r.message().await["result"], json!({}));
 }

@@ -177,7 +177,7 @@ impl SessionActor {
         let stream_addr = stream.as_ref().map(|(_, _, a)| a.clone());
         let dispatch = match Route::of(Era::Session, &method) {
             Route::Ping => Dispatch::Ready(Ok(json!({}))),
-            Route::SetLevel => Dispatch::Ready(self.set_level(params.as_ref())),
+            Route::SetLevel => self.set_level(params.as_ref()),
             r @ (Route::Subscribe | Route::Unsubscribe) => {
                 Dispatch::Ready(self.subscription(r, params.as_ref()))
             }
@@ -259,14 +259,28 @@ impl SessionActor {
         }
     }
 
-    pub(super) fn set_level(&mut self, params: Option<&Value>) -> Result<Value, ErrorObject> {
-        let level = params
-            .and_then(|p| p.get("level"))
-            .and_then(Value::as_str)
-            .and_then(LogLevel::parse)
-            .ok_or_else(|| ErrorObject::new(code::INVALID_PARAMS, "level must be one of debug, info, notice, warning, error, critical, alert, emergency"))?;
+    /// `logging/setLevel`: answered once the session's record with the level is committed
+    /// (its answer, on a stream, is queued behind it), so a restart keeps what was answered.
+    pub(super) fn set_level(&mut self, params: Option<&Value>) -> Dispatch {
+        let Some(level) =
+            params.and_then(|p| p.get("level")).and_then(Value::as_str).and_then(LogLevel::parse)
+        else {
+            return Dispatch::Ready(Err(ErrorObject::new(
+                code::INVALID_PARAMS,
+                "level must be one of debug, info, notice, warning, error, critical, alert, emergency",
+            )));
+        };
         self.core.set_log_level(level);
-        Ok(json!({}))
+        let Some(ack) = self.record_due(true) else { return Dispatch::Ready(Ok(json!({}))) };
+        let writer = Arc::clone(&self.ledger.writer);
+        Dispatch::Pending(Box::pin(async move {
+            writer.wait_committed(ack).await.map(|()| json!({})).map_err(|_| {
+                ErrorObject::new(
+                    code::INTERNAL_ERROR,
+                    "the log level applies now, but the ledger did not confirm recording it (a restart may forget it); send it again",
+                )
+            })
+        }))
     }
 
     /// `resources/subscribe` and `resources/unsubscribe`. Only known resources can be

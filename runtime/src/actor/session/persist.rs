@@ -170,19 +170,31 @@ impl SessionActor {
 
     /// Write the record when the core says it is due.
     pub(super) fn record_if_due(&mut self) {
-        if let Some(used) = self.core.poll_ledger(self.sup.now()) {
-            let ops = self.record_ops_at(RecordState::Active, used);
-            match self.on_recorded.take() {
-                // The first record of this life: its `initialize` (or revive) waits for it.
-                Some(tx) => self.ledger.writer.submit_then(
-                    ops,
-                    Box::new(move || {
-                        let _ = tx.send(());
-                    }),
-                ),
-                None => self.ledger.writer.submit(ops),
-            }
+        let _ = self.record_due(false);
+    }
+
+    /// Write the record when the core says it is due (a change it holds is); with `acked`,
+    /// returns the acknowledgement of its commit (`None`: nothing was due).
+    pub(super) fn record_due(&mut self, acked: bool) -> Option<tokio::sync::oneshot::Receiver<()>> {
+        let used = self.core.poll_ledger(self.sup.now())?;
+        let ops = self.record_ops_at(RecordState::Active, used);
+        // The first record of this life: its `initialize` (or revive) waits for it.
+        let first = self.on_recorded.take();
+        if first.is_none() && !acked {
+            self.ledger.writer.submit(ops);
+            return None;
         }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.ledger.writer.submit_then(
+            ops,
+            Box::new(move || {
+                if let Some(first) = first {
+                    let _ = first.send(());
+                }
+                let _ = tx.send(());
+            }),
+        );
+        Some(rx)
     }
 
     /// Forget streams in the ledger (retention over, evicted, replaced).
