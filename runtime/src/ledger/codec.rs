@@ -464,6 +464,17 @@ pub(crate) fn usage_index(store: &str) -> String {
     format!("u/{store}")
 }
 
+/// The tally of what one caller keeps in store `store` (`Some(caller)`, as in
+/// [`usage_member`]) or every caller (`None`), on a ledger several hosts share.
+#[must_use]
+pub(crate) fn usage_tally(store: &str, caller: Option<Option<&str>>) -> String {
+    match caller {
+        None => format!("ut/{store}"),
+        Some(None) => format!("ut/{store}/-"),
+        Some(Some(c)) => format!("ut/{store}/{}:{c}", c.len()),
+    }
+}
+
 /// A member of a [`usage_index`]: the entry's bytes, its caller (`-` for none, else
 /// length-prefixed as in [`receipt_key`]) and its name.
 #[must_use]

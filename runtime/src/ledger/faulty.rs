@@ -53,6 +53,9 @@ impl Store for Refusing {
         self.inner.sweep(now_ms, limit)
     }
     fn set_durability(&self, _: Durability) {}
+    fn tally(&self, tally: &str, now_ms: u64) -> Result<(u64, u64), crate::ledger::StoreError> {
+        self.inner.tally(tally, now_ms)
+    }
     fn incr(
         &self,
         key: &str,

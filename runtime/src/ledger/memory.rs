@@ -26,6 +26,8 @@ struct Tables {
     kv: HashMap<String, (Bytes, u64)>,
     logs: HashMap<String, Log>,
     indexes: HashMap<String, Index>,
+    /// Tally → bucket end → (entries, bytes).
+    tallies: HashMap<String, BTreeMap<u64, (i64, i64)>>,
 }
 
 /// The in-memory store.
@@ -96,6 +98,12 @@ fn apply_one(t: &mut Tables, op: &Op) {
         }
         Op::DropIndex { index } => {
             t.indexes.remove(index);
+        }
+        Op::Tally { tally, bucket, count, bytes, now_ms } => {
+            let t = t.tallies.entry(tally.clone()).or_default();
+            let b = t.entry(*bucket).or_default();
+            *b = (b.0.saturating_add(*count), b.1.saturating_add(*bytes));
+            t.retain(|end, (c, b)| *end > *now_ms && (*c > 0 || *b > 0));
         }
         Op::IndexTrim { index, below } => {
             if let Some(i) = t.indexes.get_mut(index) {
@@ -196,10 +204,18 @@ impl Store for MemoryStore {
         t.kv.retain(|_, (_, exp)| take(*exp <= now_ms));
         t.logs.retain(|_, l| take(l.expires_ms <= now_ms));
         t.indexes.retain(|_, i| take(i.expires_ms <= now_ms));
+        t.tallies.retain(|_, b| take(b.last_key_value().is_none_or(|(end, _)| *end <= now_ms)));
         Ok(limit - left)
     }
 
     fn set_durability(&self, _: Durability) {}
+
+    fn tally(&self, tally: &str, now_ms: u64) -> Result<(u64, u64), StoreError> {
+        let t = self.tables.lock();
+        Ok(t.tallies.get(tally).map_or((0, 0), |t| {
+            super::tally_sum(t.iter().map(|(end, (c, b))| (*end, *c, *b)), now_ms)
+        }))
+    }
 
     fn incr(&self, key: &str, floor: u64, expires_ms: u64, now_ms: u64) -> Result<u64, StoreError> {
         let mut t = self.tables.lock();

@@ -154,6 +154,23 @@ pub enum Op {
         /// Index name.
         index: String,
     },
+    /// Add `count` entries and `bytes` (either may be negative: taken back) to the tally
+    /// `tally` in the bucket ending at `bucket` (ms; what it counts is gone by then), and
+    /// forget the tally's buckets that ended by `now_ms` (Redis: `HINCRBY` twice on a hash,
+    /// its fields cleared when a bucket starts, its expiry pushed to its last bucket). Read
+    /// with [`Store::tally`].
+    Tally {
+        /// Tally name.
+        tally: String,
+        /// When the bucket ends, ms since the epoch.
+        bucket: u64,
+        /// Entries added (negative: removed).
+        count: i64,
+        /// Bytes added (negative: removed).
+        bytes: i64,
+        /// The ledger's clock when the batch was made.
+        now_ms: u64,
+    },
 }
 
 impl Op {
@@ -170,6 +187,7 @@ impl Op {
             Op::IndexRemove { index, member } => index.len() + member.len(),
             Op::DropIndex { index } | Op::IndexTrim { index, .. } => index.len(),
             Op::Expire { name, .. } => name.len(),
+            Op::Tally { tally, .. } => tally.len() + 24,
         }
     }
 }
@@ -299,6 +317,13 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Make batches applied from now on durable as `durability` says.
     fn set_durability(&self, durability: Durability);
 
+    /// `(entries, bytes)` the tally `tally` holds in its buckets that end after `now_ms`
+    /// ([`Op::Tally`]; never below zero; absent: `(0, 0)`) (Redis: `HGETALL`).
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`].
+    fn tally(&self, tally: &str, now_ms: u64) -> Result<(u64, u64), StoreError>;
+
     /// Add one to the counter at `key` (absent, or expired at `now_ms`: 0) after raising it
     /// to `floor`, and return the new value, committed (Redis: one script). A counter that
     /// starts (absent or expired) expires at `expires_ms`; a live one keeps its expiry (a
@@ -338,6 +363,15 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 /// A counter's value as [`Store::incr`] keeps it (decimal text; anything else counts as 0).
 pub(crate) fn counter_value(v: &[u8]) -> u64 {
     std::str::from_utf8(v).ok().and_then(|s| s.parse().ok()).unwrap_or(0)
+}
+
+/// The sum of a tally's buckets `(bucket end, entries, bytes)` that end after `now_ms`, as
+/// [`Store::tally`] answers it.
+pub(crate) fn tally_sum(buckets: impl Iterator<Item = (u64, i64, i64)>, now_ms: u64) -> (u64, u64) {
+    let (count, bytes) = buckets
+        .filter(|(end, ..)| *end > now_ms)
+        .fold((0i64, 0i64), |(c, b), (_, dc, db)| (c.saturating_add(dc), b.saturating_add(db)));
+    (count.max(0).unsigned_abs(), bytes.max(0).unsigned_abs())
 }
 
 /// What a [`Store::subscribe`] calls with each message (`None`: some may have been missed).

@@ -137,6 +137,21 @@ while i <= n do
       end
     end
     i = i + 4
+  elseif op == 'U' then
+    local h, b, dc = p .. 't:' .. ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
+    local c = redis.call('HINCRBY', h, b .. 'c', ARGV[i + 3])
+    local by = redis.call('HINCRBY', h, b .. 'b', ARGV[i + 4])
+    if c <= 0 and by <= 0 then
+      redis.call('HDEL', h, b .. 'c', b .. 'b')
+    elseif c == dc then
+      -- A bucket begins: the ones that ended go.
+      local now = tonumber(ARGV[i + 5])
+      for _, f in ipairs(redis.call('HKEYS', h)) do
+        if tonumber(string.sub(f, 1, -2)) <= now then redis.call('HDEL', h, f) end
+      end
+    end
+    pexp_at_least(h, tonumber(ARGV[i + 6]))
+    i = i + 7
   else
     return redis.error_reply('unknown ledger operation ' .. tostring(op))
   end
@@ -814,6 +829,15 @@ fn push_op(inv: &mut redis::ScriptInvocation<'_>, op: &Op, wall: u64) {
         Op::Expire { name, expires_ms } => {
             inv.arg("E").arg(name).arg(digits(*expires_ms)).arg(physical(*expires_ms));
         }
+        Op::Tally { tally, bucket, count, bytes, now_ms } => {
+            inv.arg("U")
+                .arg(tally)
+                .arg(digits(*bucket))
+                .arg(*count)
+                .arg(*bytes)
+                .arg(digits(*now_ms))
+                .arg(physical(*bucket));
+        }
     }
 }
 
@@ -976,6 +1000,23 @@ impl Store for RedisStore {
 
     /// Redis' own persistence (`appendonly`, `appendfsync`) decides what survives its crash.
     fn set_durability(&self, _: Durability) {}
+
+    fn tally(&self, tally: &str, now_ms: u64) -> Result<(u64, u64), StoreError> {
+        let fields: Vec<(String, i64)> =
+            self.read_conn(|c| redis::cmd("HGETALL").arg(self.name("t", tally)).query(c))?;
+        let mut buckets: std::collections::BTreeMap<u64, (i64, i64)> = Default::default();
+        for (field, v) in fields {
+            let (end, kind) = field.split_at(field.len().saturating_sub(1));
+            let Ok(end) = end.parse::<u64>() else { continue };
+            let b = buckets.entry(end).or_default();
+            match kind {
+                "c" => b.0 = v,
+                "b" => b.1 = v,
+                _ => {}
+            }
+        }
+        Ok(super::tally_sum(buckets.into_iter().map(|(e, (c, b))| (e, c, b)), now_ms))
+    }
 
     fn incr(&self, key: &str, floor: u64, expires_ms: u64, now_ms: u64) -> Result<u64, StoreError> {
         let mut inv = self.incr.prepare_invoke();

@@ -47,6 +47,8 @@ CREATE TABLE IF NOT EXISTS idx (name TEXT NOT NULL, member TEXT NOT NULL, score 
 CREATE INDEX IF NOT EXISTS idx_score ON idx (name, score, member);
 CREATE TABLE IF NOT EXISTS indexes (name TEXT PRIMARY KEY, expires INTEGER NOT NULL) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS indexes_expires ON indexes (expires);
+CREATE TABLE IF NOT EXISTS tallies (name TEXT NOT NULL, bucket INTEGER NOT NULL, count INTEGER NOT NULL, bytes INTEGER NOT NULL, PRIMARY KEY (name, bucket)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS tallies_bucket ON tallies (bucket);
 ";
 
 /// Readers kept open (each read takes a free one, or waits for the least busy).
@@ -299,6 +301,12 @@ fn apply_one(tx: &rusqlite::Transaction<'_>, op: &Op) -> rusqlite::Result<()> {
             tx.prepare_cached("DELETE FROM idx WHERE name = ?1")?.execute(params![index])?;
             tx.prepare_cached("DELETE FROM indexes WHERE name = ?1")?.execute(params![index])?;
         }
+        Op::Tally { tally, bucket, count, bytes, now_ms } => {
+            tx.prepare_cached("INSERT INTO tallies (name, bucket, count, bytes) VALUES (?1, ?2, ?3, ?4) ON CONFLICT (name, bucket) DO UPDATE SET count = count + excluded.count, bytes = bytes + excluded.bytes")?
+                .execute(params![tally, ms(*bucket), count, bytes])?;
+            tx.prepare_cached("DELETE FROM tallies WHERE name = ?1 AND (bucket <= ?2 OR (count <= 0 AND bytes <= 0))")?
+                .execute(params![tally, ms(*now_ms)])?;
+        }
     }
     Ok(())
 }
@@ -540,8 +548,29 @@ impl Store for SqliteStore {
         for index in &indexes {
             apply_one(&tx, &Op::DropIndex { index: index.clone() }).map_err(backend)?;
         }
+        let left = limit
+            .saturating_sub(i64::try_from(keys + logs.len() + indexes.len()).unwrap_or(i64::MAX));
+        let buckets = tx
+            .execute(
+                "DELETE FROM tallies WHERE (name, bucket) IN (SELECT name, bucket FROM tallies WHERE bucket <= ?1 LIMIT ?2)",
+                params![now, left],
+            )
+            .map_err(backend)?;
         tx.commit().map_err(backend)?;
-        Ok(keys + logs.len() + indexes.len())
+        Ok(keys + logs.len() + indexes.len() + buckets)
+    }
+
+    fn tally(&self, tally: &str, now_ms: u64) -> Result<(u64, u64), StoreError> {
+        self.read(|c| {
+            let mut st = c.prepare_cached(
+                "SELECT bucket, count, bytes FROM tallies WHERE name = ?1 AND bucket > ?2",
+            )?;
+            let rows = st.query_map(params![tally, ms(now_ms)], |r| {
+                Ok((r.get::<_, i64>(0)?.max(0).unsigned_abs(), r.get(1)?, r.get(2)?))
+            })?;
+            let rows = rows.collect::<rusqlite::Result<Vec<_>>>()?;
+            Ok(super::tally_sum(rows.into_iter(), now_ms))
+        })
     }
 
     fn set_durability(&self, durability: Durability) {

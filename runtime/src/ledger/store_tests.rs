@@ -196,4 +196,25 @@ pub(crate) fn contract(s: &dyn Store) {
         "a swept index is gone, not only hidden"
     );
     assert!(members(0) == ["x"], "a live index survives the sweep");
+
+    // Tallies: added and taken back by bucket; a bucket that ended counts no more, and is
+    // forgotten when a later batch of the tally is made after it ended.
+    let tally = |bucket, count, bytes, now_ms| Op::Tally {
+        tally: "u/t".into(),
+        bucket,
+        count,
+        bytes,
+        now_ms,
+    };
+    assert_eq!(s.tally("u/t", 0).unwrap(), (0, 0), "an absent tally is empty");
+    s.apply(&[tally(1_000, 1, 100, 0), tally(1_000, 1, 50, 0), tally(2_000, 1, 10, 0)]).unwrap();
+    assert_eq!(s.tally("u/t", 500).unwrap(), (3, 160));
+    s.apply(&[tally(1_000, -1, -100, 500)]).unwrap();
+    assert_eq!(s.tally("u/t", 500).unwrap(), (2, 60), "taken back");
+    assert_eq!(s.tally("u/t", 1_000).unwrap(), (1, 10), "the first bucket ended");
+    s.apply(&[tally(1_000, -5, -500, 500)]).unwrap();
+    assert_eq!(s.tally("u/t", 500).unwrap(), (1, 10), "never below zero");
+    s.apply(&[tally(3_000, 1, 1, 2_500)]).unwrap();
+    assert_eq!(s.tally("u/t", 0).unwrap(), (1, 1), "ended buckets were forgotten");
+    assert_eq!(s.tally("u/other", 0).unwrap(), (0, 0), "tallies are apart");
 }

@@ -2,7 +2,10 @@
 //! in-memory figures ([`crate::proto::usage::Usage`]) of who keeps what, rebuilt at start from
 //! the store's usage index ([`codec::usage_index`]), and the index writes that keep that
 //! rebuild right. The store that owns it decides when an entry is added, rewritten or
-//! removed; the writes it gets back go into the same batch as the entry's own.
+//! removed; the writes it gets back go into the same batch as the entry's own. On a ledger
+//! several hosts share, those writes also keep the tallies of every host's figures
+//! ([`codec::usage_tally`]), read in the background when a caller's are stale (see
+//! [`crate::proto::usage`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,8 +13,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::Mutex;
 
 use super::codec;
-use super::{Op, Store, StoreError};
-use crate::proto::usage::{Over, Usage, UsageLimits};
+use super::{Op, Reads, Store, StoreError};
+use crate::clock::Clock;
+use crate::proto::usage::{Over, Usage, UsageLimits, bucket_end};
 
 /// Members of a usage index read per page when the figures are rebuilt.
 const REBUILD_PAGE: usize = 10_000;
@@ -49,7 +53,9 @@ impl Reservation {
             f.remove(&self.caller, self.expires_ms, 1, self.bytes);
             f.add(&self.caller, entry.expires_ms, 1, entry.bytes);
         }
-        self.usage.index_ops(&self.caller, entry, now)
+        let mut ops = self.usage.index_ops(&self.caller, entry, now);
+        ops.extend(self.usage.tallies(&self.caller, entry.expires_ms, 1, entry.bytes, now, true));
+        ops
     }
 }
 
@@ -61,11 +67,20 @@ impl Drop for Reservation {
     }
 }
 
+/// What reads the other hosts' figures of a shared ledger.
+struct Across {
+    reads: Arc<Reads>,
+    clock: Clock,
+    store: String,
+}
+
 /// The figures of one store.
 pub(crate) struct StoreUsage {
     index: String,
     /// Held for one check or update, never across an await.
-    figures: Mutex<Usage<Caller>>,
+    figures: Arc<Mutex<Usage<Caller>>>,
+    /// On a shared ledger.
+    across: Option<Across>,
     bucket_ms: u64,
     /// When expired members of the index were last trimmed (ms).
     trimmed_at: AtomicU64,
@@ -83,10 +98,85 @@ impl StoreUsage {
     pub(crate) fn new(store: &str, limits: UsageLimits, bucket_ms: u64) -> StoreUsage {
         StoreUsage {
             index: codec::usage_index(store),
-            figures: Mutex::new(Usage::new(limits, bucket_ms)),
+            figures: Arc::new(Mutex::new(Usage::new(limits, bucket_ms))),
+            across: None,
             bucket_ms: bucket_ms.max(1),
             trimmed_at: AtomicU64::new(0),
         }
+    }
+
+    /// The figures of store `store` (`what` it keeps, for the log) on `ledger`, counted from
+    /// the ledger's usage index (a failure is logged: the bounds start from zero); on a
+    /// shared ledger every write also keeps the tallies, and a caller's stale figures are
+    /// read from them.
+    pub(crate) fn open(
+        ledger: &super::Ledger,
+        store: &str,
+        what: &str,
+        limits: UsageLimits,
+        bucket_ms: u64,
+    ) -> StoreUsage {
+        let mut usage = StoreUsage::new(store, limits, bucket_ms);
+        if ledger.shared {
+            usage.figures.lock().share();
+            usage.across = Some(Across {
+                reads: Arc::clone(&ledger.reads),
+                clock: ledger.clock,
+                store: store.to_owned(),
+            });
+        }
+        match usage.rebuild(ledger.writer.store().as_ref(), ledger.clock.now().0) {
+            Ok(n) if n > 0 => tracing::info!(entries = n, "{what} counted from the ledger"),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::error!(error = %e, "cannot count the {what} in the ledger: their bounds start from zero");
+            }
+        }
+        usage
+    }
+
+    /// The tally writes of `count` entries of `bytes` expiring at `expires_ms` for `caller`
+    /// (and in the total), taken back unless `add`; none unless the ledger is shared.
+    fn tallies(
+        &self,
+        caller: &Caller,
+        expires_ms: u64,
+        count: i64,
+        bytes: u64,
+        now: u64,
+        add: bool,
+    ) -> Vec<Op> {
+        let Some(a) = &self.across else { return Vec::new() };
+        let bytes = i64::try_from(bytes).unwrap_or(i64::MAX);
+        let (count, bytes) = if add { (count, bytes) } else { (-count, -bytes) };
+        let bucket = bucket_end(expires_ms, self.bucket_ms);
+        [codec::usage_tally(&a.store, Some(caller.as_deref())), codec::usage_tally(&a.store, None)]
+            .into_iter()
+            .map(|tally| Op::Tally { tally, bucket, count, bytes, now_ms: now })
+            .collect()
+    }
+
+    /// Read `caller`'s figures across the hosts in the background, when they are due.
+    fn read_across(&self, caller: &Caller, due: bool, now: u64) {
+        let Some(a) = self.across.as_ref().filter(|_| due) else { return };
+        let figures = Arc::clone(&self.figures);
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            figures.lock().read_done(caller, None);
+            return;
+        };
+        let (reads, caller) = (Arc::clone(&a.reads), caller.clone());
+        let (mine, all) = (
+            codec::usage_tally(&a.store, Some(caller.as_deref())),
+            codec::usage_tally(&a.store, None),
+        );
+        rt.spawn(async move {
+            let found = reads
+                .run(move |store| Ok((store.tally(&mine, now)?, store.tally(&all, now)?)))
+                .await
+                .map_err(|e| tracing::warn!(error = %e, "cannot read a caller's figures across the hosts"))
+                .ok();
+            figures.lock().read_done(&caller, found);
+        });
     }
 
     /// Count what the store's usage index holds (at start, before anything is served: a
@@ -157,37 +247,50 @@ impl StoreUsage {
         now: u64,
         force: bool,
     ) -> Result<Vec<Op>, Over> {
-        {
+        let due = {
             let mut f = self.figures.lock();
             let (count, grows) =
                 old.map_or((1, new.bytes), |o| (0, new.bytes.saturating_sub(o.bytes)));
-            if !force && (count > 0 || grows > 0) {
-                f.check(caller, now, count, grows)?;
+            let due = f.read_due(caller, now);
+            if !force
+                && (count > 0 || grows > 0)
+                && let Err(over) = f.check(caller, now, count, grows)
+            {
+                drop(f);
+                self.read_across(caller, due, now);
+                return Err(over);
             }
             if let Some(o) = old {
                 f.remove(caller, o.expires_ms, 1, o.bytes);
             }
             f.add(caller, new.expires_ms, 1, new.bytes);
-        }
-        let mut ops = Vec::with_capacity(3);
+            due
+        };
+        self.read_across(caller, due, now);
+        let mut ops = Vec::with_capacity(7);
         if let Some(o) = old {
             ops.push(Op::IndexRemove {
                 index: self.index.clone(),
                 member: codec::usage_member(caller.as_deref(), o.bytes, o.name),
             });
+            ops.extend(self.tallies(caller, o.expires_ms, 1, o.bytes, now, false));
         }
         ops.extend(self.index_ops(caller, new, now));
+        ops.extend(self.tallies(caller, new.expires_ms, 1, new.bytes, now, true));
         Ok(ops)
     }
 
     /// Take back an entry counted before (the same caller, name, expiry and bytes); returns
-    /// the write that removes it from the usage index.
-    pub(crate) fn release(&self, caller: &Caller, old: &Entry<'_>) -> Op {
+    /// the writes that remove it from the usage index (and the tallies).
+    pub(crate) fn release(&self, caller: &Caller, old: &Entry<'_>) -> Vec<Op> {
         self.figures.lock().remove(caller, old.expires_ms, 1, old.bytes);
-        Op::IndexRemove {
+        let now = self.across.as_ref().map_or(0, |a| a.clock.now().0);
+        let mut ops = vec![Op::IndexRemove {
             index: self.index.clone(),
             member: codec::usage_member(caller.as_deref(), old.bytes, old.name),
-        }
+        }];
+        ops.extend(self.tallies(caller, old.expires_ms, 1, old.bytes, now, false));
+        ops
     }
 
     /// Hold a place for one entry of `bytes` expiring at `expires_ms` (checked and counted in
@@ -204,8 +307,14 @@ impl StoreUsage {
         bytes: u64,
     ) -> Result<Reservation, Over> {
         let mut f = self.figures.lock();
-        f.check(caller, now, 1, bytes)?;
-        f.add(caller, expires_ms, 1, bytes);
+        let due = f.read_due(caller, now);
+        let checked = f.check(caller, now, 1, bytes);
+        if checked.is_ok() {
+            f.add(caller, expires_ms, 1, bytes);
+        }
+        drop(f);
+        self.read_across(caller, due, now);
+        checked?;
         Ok(Reservation {
             usage: Arc::clone(self),
             caller: caller.clone(),

@@ -13,9 +13,50 @@
 //!
 //! Memory: per caller, one map entry per non-empty bucket; callers with nothing left are
 //! forgotten by the periodic sweep.
+//!
+//! On a ledger several hosts share, each host counts what it writes, and the ledger keeps a
+//! tally of every host's (per caller and in total, by the same buckets). A check adds what
+//! the other hosts keep as last read ([`Usage::read_due`], [`Usage::read_done`]): the tally
+//! read less this host's own figures when the read began. A caller's figures are read again
+//! once they are [`FRESH_MS`] old (a write that finds them stale does not wait for the read),
+//! so a bound holds across hosts within what the other hosts wrote since the last read (at
+//! most [`FRESH_MS`] and one read old while the caller keeps writing; a caller's first write
+//! on a host is checked against this host's figures while its first read is under way).
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
+
+/// Figures of the other hosts are read again once older than this (ms).
+pub(crate) const FRESH_MS: u64 = 1_000;
+
+/// Callers whose other hosts' figures are kept; past it, those read longest ago are
+/// forgotten (and read again when they come back).
+const MAX_ELSEWHERE: usize = 10_000;
+
+/// When the bucket of an entry expiring at `expires_ms` ends (buckets `bucket_ms` wide).
+#[must_use]
+pub(crate) fn bucket_end(expires_ms: u64, bucket_ms: u64) -> u64 {
+    let w = bucket_ms.max(1);
+    expires_ms.div_ceil(w).saturating_mul(w)
+}
+
+/// A caller's figures on the other hosts sharing the ledger.
+#[derive(Debug, Default)]
+struct Elsewhere {
+    /// `(entries, bytes)` the other hosts keep, as last read (may be negative: this host
+    /// took back entries another host counted).
+    others: (i64, i64),
+    /// When that read began (`None`: never read).
+    read_at: Option<u64>,
+    /// A read under way: when it began, and this host's figures (the caller's and the
+    /// total's bytes) then.
+    reading: Option<(u64, (u64, u64), u64)>,
+}
+
+/// `held` plus `others` (never below zero).
+fn with_others(held: u64, others: i64) -> u64 {
+    i64::try_from(held).unwrap_or(i64::MAX).saturating_add(others).max(0).unsigned_abs()
+}
 
 /// The bounds of one store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,6 +150,11 @@ pub(crate) struct Usage<K> {
     callers: HashMap<K, Account>,
     total: Account,
     swept_at: u64,
+    /// Whether other hosts share the ledger (their figures are read and added).
+    shared: bool,
+    elsewhere: HashMap<K, Elsewhere>,
+    /// Bytes every caller keeps on the other hosts, as last read.
+    total_elsewhere: i64,
 }
 
 impl<K: Hash + Eq + Clone> Usage<K> {
@@ -122,11 +168,67 @@ impl<K: Hash + Eq + Clone> Usage<K> {
             callers: HashMap::new(),
             total: Account::default(),
             swept_at: 0,
+            shared: false,
+            elsewhere: HashMap::new(),
+            total_elsewhere: 0,
         }
     }
 
+    /// These figures count one host of several sharing the ledger (see the module docs).
+    pub(crate) fn share(&mut self) {
+        self.shared = true;
+    }
+
     fn bucket(&self, expires_ms: u64) -> u64 {
-        expires_ms.div_ceil(self.bucket_ms).saturating_mul(self.bucket_ms)
+        bucket_end(expires_ms, self.bucket_ms)
+    }
+
+    /// Whether `caller`'s figures across the hosts are to be read now (shared figures whose
+    /// last read is [`FRESH_MS`] old, none under way): then read the ledger's tallies and
+    /// give them to [`Usage::read_done`].
+    pub(crate) fn read_due(&mut self, caller: &K, now: u64) -> bool {
+        if !self.shared {
+            return false;
+        }
+        if !self.elsewhere.contains_key(caller) && self.elsewhere.len() >= MAX_ELSEWHERE {
+            self.forget_oldest();
+        }
+        let mine = self.caller(caller, now);
+        let total = self.total(now).1;
+        let e = self.elsewhere.entry(caller.clone()).or_default();
+        let stale = e.read_at.is_none_or(|at| now.saturating_sub(at) >= FRESH_MS);
+        if !stale || e.reading.is_some() {
+            return false;
+        }
+        e.reading = Some((now, mine, total));
+        true
+    }
+
+    /// The read [`Usage::read_due`] asked for found `caller`'s tally and the total's
+    /// `(entries, bytes)` (`None`: it failed; the last figures stand, the next write reads
+    /// again).
+    pub(crate) fn read_done(&mut self, caller: &K, found: Option<((u64, u64), (u64, u64))>) {
+        let Some(e) = self.elsewhere.get_mut(caller) else { return };
+        let Some((began, mine, total)) = e.reading.take() else { return };
+        let Some(((count, bytes), (_, all_bytes))) = found else { return };
+        let less = |a: u64, b: u64| {
+            i64::try_from(a)
+                .unwrap_or(i64::MAX)
+                .saturating_sub(i64::try_from(b).unwrap_or(i64::MAX))
+        };
+        e.others = (less(count, mine.0), less(bytes, mine.1));
+        e.read_at = Some(began);
+        self.total_elsewhere = less(all_bytes, total);
+    }
+
+    /// Forget the tenth of the callers read longest ago.
+    fn forget_oldest(&mut self) {
+        let mut by_age: Vec<(u64, K)> =
+            self.elsewhere.iter().map(|(k, e)| (e.read_at.unwrap_or(0), k.clone())).collect();
+        by_age.sort_unstable_by_key(|(at, _)| *at);
+        for (_, k) in by_age.into_iter().take(MAX_ELSEWHERE / 10 + 1) {
+            self.elsewhere.remove(&k);
+        }
     }
 
     /// Whether `caller` may add `count` entries of `bytes` at `now`.
@@ -141,17 +243,23 @@ impl<K: Hash + Eq + Clone> Usage<K> {
         bytes: u64,
     ) -> Result<(), Over> {
         self.sweep(now);
-        if let Some(a) = self.callers.get_mut(caller) {
-            a.prune(now);
-            if a.count.saturating_add(count) > self.limits.per_caller_count
-                || a.bytes.saturating_add(bytes) > self.limits.per_caller_bytes
-            {
-                return Err(Over::Caller { retry_after_ms: a.retry_after(now) });
+        let others = self.elsewhere.get(caller).map_or((0, 0), |e| e.others);
+        let (held, held_bytes, retry_after_ms) = match self.callers.get_mut(caller) {
+            Some(a) => {
+                a.prune(now);
+                (a.count, a.bytes, a.retry_after(now))
             }
-        } else if count > self.limits.per_caller_count || bytes > self.limits.per_caller_bytes {
-            return Err(Over::Caller { retry_after_ms: 1000 });
+            None => (0, 0, 1000),
+        };
+        if with_others(held, others.0).saturating_add(count) > self.limits.per_caller_count
+            || with_others(held_bytes, others.1).saturating_add(bytes)
+                > self.limits.per_caller_bytes
+        {
+            return Err(Over::Caller { retry_after_ms });
         }
-        if self.total.bytes.saturating_add(bytes) > self.limits.total_bytes {
+        if with_others(self.total.bytes, self.total_elsewhere).saturating_add(bytes)
+            > self.limits.total_bytes
+        {
             return Err(Over::Total { retry_after_ms: self.total.retry_after(now) });
         }
         Ok(())
@@ -282,5 +390,43 @@ mod tests {
         assert_eq!(u.callers(), 100);
         assert_eq!(u.check(&0, 5_000, 1, 1), Ok(()));
         assert_eq!(u.callers(), 0);
+    }
+
+    #[test]
+    fn shared_figures_add_what_the_other_hosts_keep_as_last_read_and_read_again_once_stale() {
+        let mut u = Usage::new(LIMITS, 1000);
+        u.share();
+        // Never read: due (and only once while under way); checked on this host's figures.
+        assert!(u.read_due(&"a", 0));
+        assert!(!u.read_due(&"a", 10), "a read is under way");
+        assert_eq!(u.check(&"a", 10, 1, 10), Ok(()));
+        u.add(&"a", 10_000, 1, 10);
+        // The read (begun before that entry) finds 2 entries of 60 bytes on the other hosts,
+        // and 140 bytes of everyone.
+        u.read_done(&"a", Some(((2, 60), (2, 140))));
+        assert_eq!(
+            u.check(&"a", 20, 1, 10),
+            Err(Over::Caller { retry_after_ms: 9_980 }),
+            "2 elsewhere and 1 here: at the count"
+        );
+        // A caller with nothing anywhere is held by the total: 140 elsewhere, 10 here.
+        assert_eq!(
+            u.check(&"b", 20, 0, 1),
+            Err(Over::Total { retry_after_ms: 9_980 }),
+            "140 + 10 + 1 bytes > 150"
+        );
+        assert!(!u.read_due(&"a", 999), "fresh");
+        // Stale: read again; the other hosts' entries are gone, this host's one is in it.
+        assert!(u.read_due(&"a", 1_000));
+        u.read_done(&"a", Some(((1, 10), (1, 10))));
+        assert_eq!(u.check(&"a", 1_001, 1, 10), Ok(()));
+        assert_eq!(u.check(&"b", 1_001, 1, 10), Ok(()));
+        // A failed read leaves the last figures and is asked for again.
+        assert!(u.read_due(&"a", 2_001));
+        u.read_done(&"a", None);
+        assert!(u.read_due(&"a", 2_002));
+        // Not shared: never read.
+        let mut alone = Usage::new(LIMITS, 1000);
+        assert!(!alone.read_due(&"a", 0));
     }
 }

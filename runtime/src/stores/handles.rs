@@ -173,14 +173,7 @@ impl Handles {
         let mut pairs = keys("mcp-host handle id v1").zip(keys("mcp-host handle seal v1"));
         let (id_key, seal_key) = pairs.next().expect("the current secret's keys come first");
         // Expiries move with every use: buckets of a minute.
-        let usage = StoreUsage::new("h", limits, 60_000);
-        match usage.rebuild(ledger.writer.store().as_ref(), ledger.clock.now().0) {
-            Ok(n) if n > 0 => tracing::info!(handles = n, "state handles counted from the ledger"),
-            Ok(_) => {}
-            Err(e) => {
-                tracing::error!(error = %e, "cannot count the state handles in the ledger: their bounds start from zero")
-            }
-        }
+        let usage = StoreUsage::open(ledger, "h", "state handles", limits, 60_000);
         Handles {
             writer: Arc::clone(&ledger.writer),
             clock: ledger.clock,
@@ -592,8 +585,8 @@ impl Handles {
         let mut ops = vec![
             Op::Delete { key: codec::handle_key(&name) },
             Op::IndexRemove { index, member: name },
-            released,
         ];
+        ops.extend(released);
         ops.extend(lock.release());
         self.commit(ops).await
     }

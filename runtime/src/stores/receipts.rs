@@ -102,16 +102,8 @@ impl Receipts {
     ) -> Receipts {
         // 64 buckets over the retention: an expired receipt leaves the figures at most 1/64
         // of the retention late.
-        let usage = StoreUsage::new("r", limits, (retention_ms / 64).max(1000));
-        match usage.rebuild(ledger.writer.store().as_ref(), ledger.clock.now().0) {
-            Ok(n) if n > 0 => {
-                tracing::info!(receipts = n, "idempotency receipts counted from the ledger")
-            }
-            Ok(_) => {}
-            Err(e) => {
-                tracing::error!(error = %e, "cannot count the idempotency receipts in the ledger: their bounds start from zero")
-            }
-        }
+        let bucket_ms = (retention_ms / 64).max(1000);
+        let usage = StoreUsage::open(&ledger, "r", "idempotency receipts", limits, bucket_ms);
         Receipts {
             table: Arc::default(),
             ledger,
@@ -378,7 +370,7 @@ impl Receipts {
         }
         let mut ops = vec![running];
         if let Some((prior_expires, prior_bytes)) = prior {
-            ops.push(self.usage.release(
+            ops.extend(self.usage.release(
                 &guard.owner,
                 &Entry { name: &guard.key, expires_ms: prior_expires, bytes: prior_bytes },
             ));
@@ -707,7 +699,7 @@ impl Drop for Executing {
                 ops.push(Op::Delete { key: claiming });
             }
             if self.bytes > 0 {
-                ops.push(self.receipts.usage.release(
+                ops.extend(self.receipts.usage.release(
                     &self.owner,
                     &Entry { name: &self.key, expires_ms: self.expires_ms, bytes: self.bytes },
                 ));

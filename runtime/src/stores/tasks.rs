@@ -268,14 +268,8 @@ impl Tasks {
             per_caller_bytes: settings.bytes_per_caller,
             total_bytes: settings.bytes_total,
         };
-        let usage = StoreUsage::new("t", limits, (settings.ttl_ms / 64).max(1000));
-        match usage.rebuild(ledger.writer.store().as_ref(), ledger.clock.now().0) {
-            Ok(n) if n > 0 => tracing::info!(tasks = n, "kept tasks counted from the ledger"),
-            Ok(_) => {}
-            Err(e) => {
-                tracing::error!(error = %e, "cannot count the kept tasks in the ledger: their bounds start from zero")
-            }
-        }
+        let bucket_ms = (settings.ttl_ms / 64).max(1000);
+        let usage = StoreUsage::open(ledger, "t", "kept tasks", limits, bucket_ms);
         Tasks {
             usage: Arc::new(usage),
             reads: Arc::clone(&ledger.reads),

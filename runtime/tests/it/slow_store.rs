@@ -87,6 +87,9 @@ impl Store for Slow {
         self.inner.sweep(now_ms, limit)
     }
     fn set_durability(&self, _: Durability) {}
+    fn tally(&self, tally: &str, now_ms: u64) -> Result<(u64, u64), StoreError> {
+        self.inner.tally(tally, now_ms)
+    }
     fn incr(&self, key: &str, floor: u64, expires_ms: u64, now_ms: u64) -> Result<u64, StoreError> {
         self.inner.incr(key, floor, expires_ms, now_ms)
     }

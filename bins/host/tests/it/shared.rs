@@ -574,3 +574,38 @@ fn one_callers_sessions_are_counted_across_hosts_against_its_quota() {
     });
     assert!(made_again, "room for one again");
 }
+
+/// Keyed writes on `addr` in session `sid`, 500 ms apart (each host reads a caller's
+/// figures across the hosts at most 1 s old, in the background), until one is refused or
+/// `most` were made: the ones made.
+fn keyed_until_refused(addr: &str, sid: &str, first: usize, most: usize) -> usize {
+    let mut made = 0;
+    for i in first..first + most {
+        let call = json!({"jsonrpc":"2.0","id":i,"method":"tools/call","params":{"name":"ledger_append","arguments":{"key":format!("order-{i}")}}});
+        match post_json(addr, sid, &call) {
+            (200, v) if v["result"]["content"][0]["text"] == format!("order-{i}") => made += 1,
+            (429, _) => return made,
+            (status, v) => panic!("a keyed write answered {status}: {v}"),
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    made
+}
+
+#[test]
+fn one_callers_receipts_are_counted_across_hosts_against_its_bound() {
+    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
+    let url = server.url();
+    let dir = TempDir::new("shared-receipts");
+    let bound = ["--set", "ledger.receipts_per_caller=3"];
+    let (a, b) = (shared_host(&dir, &url, &bound), shared_host(&dir, &url, &bound));
+    let sid = initialize(&a.addr);
+    // Two receipts kept through `a`; then `b` (which would keep 3 of its own) keeps the
+    // third only: the caller (its address, without authentication) is the same on both.
+    assert_eq!(keyed_until_refused(&a.addr, &sid, 1, 2), 2);
+    assert_eq!(keyed_until_refused(&b.addr, &sid, 10, 5), 1, "3 in all across the hosts");
+    // And `a` refuses too once it has read what `b` kept: its figures for the caller are
+    // stale by now, so the first write there only starts the read (documented).
+    std::thread::sleep(Duration::from_millis(1_100));
+    assert!(keyed_until_refused(&a.addr, &sid, 20, 3) <= 1);
+}
