@@ -4,8 +4,8 @@
 # 0.2.0-alpha.12) against a freshly started mcp-host, the official Python SDK client, CORS in
 # headless Chromium and by curl (scripts/browser.sh), our client against the official
 # TypeScript SDK server and mcp-host, and a short soak (scripts/soak.sh).
-# Installs what it needs (Node 22 via npm, Python packages via pip, Chromium and redis-server
-# via apt); starts and stops its own mcp-host and redis-server processes.
+# Installs what it needs (Node 22 via npm, Python packages via pip, Chromium, redis-server
+# and openssl via apt); starts and stops its own mcp-host and redis-server processes.
 #
 # Every process of the run inherits MCP_TEST_RUN (a random marker). At the end, and on an early
 # exit, no process carrying it may be alive (after 2 s of grace for hosts that exit when their
@@ -82,6 +82,12 @@ if ! command -v redis-server >/dev/null; then
   if pgrep -x redis-server >/dev/null; then service redis-server stop >/dev/null 2>&1 || true; fi
 fi
 redis-server --version
+# openssl for the certificates of the rediss:// (TLS) tests.
+if ! command -v openssl >/dev/null; then
+  apt-get install -y -qq --no-install-recommends openssl >/dev/null 2>&1 ||
+    { apt-get update -qq && apt-get install -y -qq --no-install-recommends openssl >/dev/null; } ||
+    { echo "test.sh: FAILED: cannot install openssl" >&2; exit 1; }
+fi
 
 scripts/check-sans-io.sh
 # No import cycle between files of the runtime, the host or mcp-load; proto names no shell.

@@ -421,6 +421,8 @@ mod tests;
 pub struct RedisServer {
     child: Child,
     port: u16,
+    /// Its TLS port and the directory of its certificates, when it has one.
+    tls: Option<(u16, std::path::PathBuf)>,
     _dir: TempDir,
 }
 
@@ -465,9 +467,40 @@ impl RedisServer {
     /// # Errors
     /// [`RedisError`].
     pub fn start_on(port: u16) -> Result<RedisServer, RedisError> {
-        let dir = TempDir::new("redis");
+        RedisServer::spawn(port, None, TempDir::new("redis"))
+    }
+
+    /// Start one that also serves TLS on another port, with a certificate for 127.0.0.1
+    /// signed by a certificate authority of its own, and asks TLS clients for a certificate
+    /// signed by it ([`RedisServer::tls_files`]); made with the `openssl` command.
+    ///
+    /// # Errors
+    /// [`RedisError`]; `NotReady` when the certificates could not be made.
+    pub fn start_tls() -> Result<RedisServer, RedisError> {
+        let dir = TempDir::new("redis-tls");
+        make_certificates(dir.path()).map_err(RedisError::NotReady)?;
+        let free = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .map(|a| a.port())
+                .map_err(|e| RedisError::NotReady(e.to_string()))
+        };
+        let (port, tls) = (free()?, free()?);
+        RedisServer::spawn(port, Some(tls), dir)
+    }
+
+    fn spawn(port: u16, tls: Option<u16>, dir: TempDir) -> Result<RedisServer, RedisError> {
         let log = dir.path().join("redis.log");
-        let mut child = Command::new("redis-server")
+        let mut command = Command::new("redis-server");
+        if let Some(tls) = tls {
+            let file = |name: &str| dir.path().join(name).display().to_string();
+            command.args(["--tls-port", &tls.to_string()]);
+            command.args(["--tls-cert-file", &file("server.crt")]);
+            command.args(["--tls-key-file", &file("server.key")]);
+            command.args(["--tls-ca-cert-file", &file("ca.crt")]);
+            command.args(["--tls-auth-clients", "yes"]);
+        }
+        let mut child = command
             .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
             .args(["--save", "", "--appendonly", "no", "--protected-mode", "yes"])
             .arg("--dir")
@@ -487,7 +520,8 @@ impl RedisServer {
                 break;
             }
             if ping(port) && matches!(child.try_wait(), Ok(None)) {
-                return Ok(RedisServer { child, port, _dir: dir });
+                let tls = tls.map(|t| (t, dir.path().to_owned()));
+                return Ok(RedisServer { child, port, tls, _dir: dir });
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -506,6 +540,22 @@ impl RedisServer {
     #[must_use]
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// `rediss://127.0.0.1:<tls port>/0` of one started with [`RedisServer::start_tls`].
+    #[must_use]
+    pub fn tls_url(&self) -> Option<String> {
+        self.tls.as_ref().map(|(p, _)| format!("rediss://127.0.0.1:{p}/0"))
+    }
+
+    /// The PEM files `(certificate authority, client certificate, client key)` of one started
+    /// with [`RedisServer::start_tls`].
+    #[must_use]
+    pub fn tls_files(&self) -> Option<(String, String, String)> {
+        self.tls.as_ref().map(|(_, d)| {
+            let f = |n: &str| d.join(n).display().to_string();
+            (f("ca.crt"), f("client.crt"), f("client.key"))
+        })
     }
 
     /// The keys that match `pattern` (`KEYS`: for tests' small data sets); `None` when the
@@ -594,6 +644,71 @@ fn ping(port: u16) -> bool {
     let mut buf = [0u8; 16];
     s.write_all(b"PING\r\n").is_ok()
         && s.read(&mut buf).is_ok_and(|n| buf[..n].starts_with(b"+PONG"))
+}
+
+/// A certificate authority in `dir` (`ca.crt`, `ca.key`), and the certificates it signs:
+/// `server.crt` for 127.0.0.1 and `client.crt` (with their keys), made with `openssl`.
+fn make_certificates(dir: &std::path::Path) -> Result<(), String> {
+    let openssl = |args: &[&str]| -> Result<(), String> {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("openssl is not installed (apt-get install openssl): {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!("openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr)))
+        }
+    };
+    let key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    openssl(
+        &[
+            &["req", "-x509"][..],
+            &key,
+            &["-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=mcp-test-ca"],
+        ]
+        .concat(),
+    )?;
+    std::fs::write(dir.join("server.ext"), "subjectAltName=IP:127.0.0.1\n")
+        .map_err(|e| e.to_string())?;
+    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n")
+        .map_err(|e| e.to_string())?;
+    for who in ["server", "client"] {
+        let (k, csr, crt, ext) = (
+            format!("{who}.key"),
+            format!("{who}.csr"),
+            format!("{who}.crt"),
+            format!("{who}.ext"),
+        );
+        openssl(
+            &[
+                &["req"][..],
+                &key,
+                &["-keyout", &k, "-out", &csr, "-subj", &format!("/CN=mcp-test-{who}")],
+            ]
+            .concat(),
+        )?;
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            &crt,
+            "-days",
+            "2",
+            "-extfile",
+            &ext,
+        ])?;
+    }
+    Ok(())
 }
 
 impl Drop for RedisServer {

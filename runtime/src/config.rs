@@ -434,9 +434,18 @@ pub struct LedgerConfig {
     /// The SQLite file. Default `mcp-host.db` in the working directory. With another backend,
     /// the key file's default name is still made from it.
     pub path: String,
-    /// The Redis server of the `redis` backend: `redis://[user:password@]host:port/db`.
-    /// Default `redis://127.0.0.1:6379/0`.
+    /// The Redis server of the `redis` backend: `redis://[user:password@]host:port/db`, or
+    /// `rediss://…` over TLS (the system's trusted roots unless `redis_tls_ca_file`). Default
+    /// `redis://127.0.0.1:6379/0`.
     pub redis_url: String,
+    /// PEM file of the certificate authority a `rediss://` server's certificate must be
+    /// signed by (instead of the system's trusted roots). Default none.
+    pub redis_tls_ca_file: Option<String>,
+    /// PEM files of this host's client certificate and its key, for a `rediss://` server that
+    /// asks for one (`tls-auth-clients yes`): both or neither. Default none.
+    pub redis_tls_cert_file: Option<String>,
+    /// See `redis_tls_cert_file`.
+    pub redis_tls_key_file: Option<String>,
     /// Prefix of every key the ledger writes in Redis (one per deployment sharing a server).
     /// Default `mcp:`.
     pub redis_prefix: String,
@@ -524,6 +533,9 @@ impl Default for LedgerConfig {
             backend: LedgerBackend::Sqlite,
             path: "mcp-host.db".into(),
             redis_url: "redis://127.0.0.1:6379/0".into(),
+            redis_tls_ca_file: None,
+            redis_tls_cert_file: None,
+            redis_tls_key_file: None,
             redis_prefix: "mcp:".into(),
             redis_timeout_ms: 5_000,
             redis_shared: false,

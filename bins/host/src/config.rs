@@ -124,12 +124,12 @@ fn parse_ledger(s: &str) -> Result<LedgerArg, String> {
     match s {
         "sqlite" => Ok(LedgerArg::Sqlite),
         "memory" => Ok(LedgerArg::Memory),
-        url if url.starts_with("redis://") => Ok(LedgerArg::Redis(url.to_owned())),
-        url if url.starts_with("rediss://") => {
-            Err("rediss:// (Redis over TLS) is not built in yet: use redis:// on a trusted network"
-                .into())
+        url if url.starts_with("redis://") || url.starts_with("rediss://") => {
+            Ok(LedgerArg::Redis(url.to_owned()))
         }
-        other => Err(format!("{other:?} is none of sqlite, memory, redis://host:port/db")),
+        other => Err(format!(
+            "{other:?} is none of sqlite, memory, redis://host:port/db, rediss://host:port/db"
+        )),
     }
 }
 

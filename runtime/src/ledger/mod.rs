@@ -46,7 +46,7 @@ pub(crate) use open::derive_key;
 pub use open::{LEASE_LOST_EXIT, Ledger, OpenError, load_or_create_key, redacted};
 pub use reads::{READ_QUEUE, READ_THREADS, ReadError, Reads, ReadsSnapshot};
 #[cfg(feature = "redis")]
-pub use redis::{EXPIRY_GRACE_MS, LeaseError, RedisStore};
+pub use redis::{EXPIRY_GRACE_MS, LeaseError, RedisStore, Tls as RedisTls};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 pub(crate) use usage::{Caller, Entry, Reservation, StoreUsage};

@@ -477,14 +477,34 @@ impl Ledger {
 
     #[cfg(feature = "redis")]
     fn check_redis(cfg: &RuntimeConfig) -> Result<(Arc<dyn Store>, String), OpenError> {
-        let l = &cfg.ledger;
-        let shown = redacted(&l.redis_url);
-        let timeout = Duration::from_millis(l.redis_timeout_ms);
-        let store = super::RedisStore::open(&l.redis_url, &l.redis_prefix, timeout)
-            .map_err(|source| OpenError::Store { path: shown.clone(), source })?;
+        let (store, shown) = Ledger::redis_store(cfg)?;
         let about =
             store.about().map_err(|source| OpenError::Store { path: shown.clone(), source })?;
         Ok((Arc::new(store), format!("{shown} ({about})")))
+    }
+
+    /// The Redis store `ledger.redis_url` names (over TLS with `ledger.redis_tls_*`), and the
+    /// URL as messages show it.
+    #[cfg(feature = "redis")]
+    fn redis_store(cfg: &RuntimeConfig) -> Result<(super::RedisStore, String), OpenError> {
+        let l = &cfg.ledger;
+        let shown = redacted(&l.redis_url);
+        let err = |source| OpenError::Store { path: shown.clone(), source };
+        let client = match (&l.redis_tls_cert_file, &l.redis_tls_key_file) {
+            (Some(c), Some(k)) => Some((c.clone(), k.clone())),
+            (None, None) => None,
+            _ => {
+                return Err(err(super::StoreError::Backend(
+                    "redis: ledger.redis_tls_cert_file and ledger.redis_tls_key_file go together"
+                        .into(),
+                )));
+            }
+        };
+        let tls = super::redis::Tls { ca_file: l.redis_tls_ca_file.clone(), client };
+        let timeout = Duration::from_millis(l.redis_timeout_ms);
+        let store = super::RedisStore::open_tls(&l.redis_url, &tls, &l.redis_prefix, timeout)
+            .map_err(err)?;
+        Ok((store, shown))
     }
 
     #[cfg(not(feature = "redis"))]
@@ -514,10 +534,7 @@ impl Ledger {
     #[cfg(feature = "redis")]
     fn open_redis(cfg: &RuntimeConfig) -> Result<Ledger, OpenError> {
         let l = &cfg.ledger;
-        let shown = redacted(&l.redis_url);
-        let timeout = Duration::from_millis(l.redis_timeout_ms);
-        let store = super::RedisStore::open(&l.redis_url, &l.redis_prefix, timeout)
-            .map_err(|source| OpenError::Store { path: shown.clone(), source })?;
+        let (store, shown) = Ledger::redis_store(cfg)?;
         let holder = format!("{}:{}", host_name(), std::process::id());
         let ttl = Duration::from_millis(l.redis_lease_ms);
         let held = |e| match e {

@@ -408,6 +408,50 @@ fn alive(expiry: Option<&[u8]>, now_ms: u64) -> bool {
         .is_some_and(|e| e > now_ms)
 }
 
+/// The files a `rediss://` connection is checked with (PEM; `None`: the system's trusted
+/// roots, no client certificate).
+#[derive(Debug, Clone, Default)]
+pub struct Tls {
+    /// The certificate authority the server's certificate must be signed by.
+    pub ca_file: Option<String>,
+    /// This host's client certificate and its key (both or neither).
+    pub client: Option<(String, String)>,
+}
+
+impl Tls {
+    /// The client of `url` with these files.
+    fn client(&self, url: &str) -> Result<redis::Client, StoreError> {
+        if self.ca_file.is_none() && self.client.is_none() {
+            return redis::Client::open(url).map_err(|e| backend(&e));
+        }
+        if !url.starts_with("rediss://") {
+            return Err(StoreError::Backend(
+                "redis: TLS files (ledger.redis_tls_*) are given for a redis:// URL: use rediss://"
+                    .into(),
+            ));
+        }
+        let read = |what: &str, path: &str| {
+            std::fs::read(path).map_err(|e| {
+                StoreError::Backend(format!("redis: cannot read the TLS {what} file {path}: {e}"))
+            })
+        };
+        let root_cert =
+            self.ca_file.as_deref().map(|f| read("certificate authority", f)).transpose()?;
+        let client_tls = self
+            .client
+            .as_ref()
+            .map(|(cert, key)| {
+                Ok::<_, StoreError>(redis::ClientTlsConfig {
+                    client_cert: read("client certificate", cert)?,
+                    client_key: read("client key", key)?,
+                })
+            })
+            .transpose()?;
+        redis::Client::build_with_tls(url, redis::TlsCertificates { client_tls, root_cert })
+            .map_err(|e| backend(&e))
+    }
+}
+
 impl RedisStore {
     /// The store at `url` (`redis://[user:password@]host:port/db`), its keys under `prefix`;
     /// every connect, read and write waits at most `timeout`. Checks that the server answers.
@@ -415,12 +459,26 @@ impl RedisStore {
     /// # Errors
     /// [`StoreError::Backend`]: a malformed URL, or a server that does not answer.
     pub fn open(url: &str, prefix: &str, timeout: Duration) -> Result<RedisStore, StoreError> {
+        RedisStore::open_tls(url, &Tls::default(), prefix, timeout)
+    }
+
+    /// [`RedisStore::open`], a `rediss://` server checked with `tls`.
+    ///
+    /// # Errors
+    /// [`StoreError::Backend`]: as [`RedisStore::open`], and `tls` files that cannot be read,
+    /// or given for a `redis://` URL.
+    pub fn open_tls(
+        url: &str,
+        tls: &Tls,
+        prefix: &str,
+        timeout: Duration,
+    ) -> Result<RedisStore, StoreError> {
         if prefix.is_empty() || !prefix.ends_with(':') {
             return Err(StoreError::Backend(format!(
                 "redis: the key prefix {prefix:?} must be non-empty and end with ':' (one per deployment; none may begin another)"
             )));
         }
-        let client = redis::Client::open(url).map_err(|e| backend(&e))?;
+        let client = tls.client(url)?;
         let store = RedisStore {
             client,
             prefix: prefix.to_owned(),
@@ -1088,6 +1146,29 @@ mod tests {
     fn the_redis_store_keeps_the_store_contract() {
         let server = mcp_devtools::RedisServer::start().unwrap();
         super::super::store_tests::contract(&store(&server, "contract:"));
+    }
+
+    #[test]
+    fn a_tls_store_keeps_the_contract_and_checks_both_certificates() {
+        let server = mcp_devtools::RedisServer::start_tls().unwrap();
+        let (url, (ca, cert, key)) = (server.tls_url().unwrap(), server.tls_files().unwrap());
+        let open = |tls: Tls| RedisStore::open_tls(&url, &tls, "tls:", Duration::from_secs(5));
+        let client = Some((cert.clone(), key.clone()));
+        let store = open(Tls { ca_file: Some(ca.clone()), client: client.clone() }).unwrap();
+        super::super::store_tests::contract(&store);
+        // The server's certificate is signed by an authority the system does not trust.
+        let e = open(Tls { ca_file: None, client }).unwrap_err().to_string();
+        assert!(e.contains("certificate") || e.contains("Certificate"), "{e}");
+        // The server asks for a client certificate.
+        assert!(open(Tls { ca_file: Some(ca.clone()), client: None }).is_err());
+        // Files for a URL without TLS are a mistake, said so.
+        let plain = RedisStore::open_tls(
+            &server.url(),
+            &Tls { ca_file: Some(ca), client: None },
+            "tls:",
+            Duration::from_secs(5),
+        );
+        assert!(plain.unwrap_err().to_string().contains("rediss://"));
     }
 
     #[test]

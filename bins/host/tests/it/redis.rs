@@ -228,3 +228,35 @@ fn set_owner_only(path: &std::path::Path) {
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
 }
+
+#[test]
+fn a_host_on_a_rediss_ledger_serves_over_tls_and_one_that_does_not_trust_its_certificate_is_refused()
+ {
+    let server = RedisServer::start_tls().expect("a redis-server with TLS and openssl");
+    let (url, (ca, cert, key)) = (server.tls_url().unwrap(), server.tls_files().unwrap());
+    let dir = TempDir::new("redis-tls");
+    let tls = |name: &str, file: &str| format!("ledger.redis_tls_{name}_file={file:?}");
+    let (ca_set, cert_set, key_set) = (tls("ca", &ca), tls("cert", &cert), tls("key", &key));
+    let host = common::start_with(
+        &dir,
+        0,
+        &["--ledger", &url, "--set", &ca_set, "--set", &cert_set, "--set", &key_set],
+    );
+    let sid = initialize(&host.addr);
+    let echo = json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"tls"}}});
+    let (status, body) = post_json(&host.addr, &sid, &echo);
+    assert_eq!(
+        (status, body["result"]["content"][0]["text"].as_str()),
+        (200, Some("tls")),
+        "{body}"
+    );
+    assert!(server.count_keys("mcp:*").is_some_and(|n| n > 0), "written through TLS");
+    drop(host);
+    // The system's roots do not sign its certificate: refused at start (exit 2), said why.
+    let (code, err) = refused_on(&TempDir::new("redis-tls-untrusted"), &url);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("rediss://127.0.0.1") && err.to_lowercase().contains("certificate"),
+        "{err}"
+    );
+}
