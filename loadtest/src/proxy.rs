@@ -806,21 +806,27 @@ fn check_rewrite(p: &Proxy, rewrite: Rewrite, status: u16, modern: bool) {
 
 /// The report's name of a request without its version header answered `status`.
 fn refused_with(status: u16) -> &'static str {
-    match status {
-        400 => "missing_version.refused_with.400",
-        401 => "missing_version.refused_with.401",
-        403 => "missing_version.refused_with.403",
-        405 => "missing_version.refused_with.405",
-        406 => "missing_version.refused_with.406",
-        409 => "missing_version.refused_with.409",
-        413 => "missing_version.refused_with.413",
-        500 => "missing_version.refused_with.500",
-        502 => "missing_version.refused_with.502",
-        504 => "missing_version.refused_with.504",
-        100..=199 => "missing_version.refused_with.1xx",
-        300..=399 => "missing_version.refused_with.3xx",
-        400..=499 => "missing_version.refused_with.4xx",
-        _ => "missing_version.refused_with.5xx",
+    const NAMED: [(u16, &str); 10] = [
+        (400, "missing_version.refused_with.400"),
+        (401, "missing_version.refused_with.401"),
+        (403, "missing_version.refused_with.403"),
+        (405, "missing_version.refused_with.405"),
+        (406, "missing_version.refused_with.406"),
+        (409, "missing_version.refused_with.409"),
+        (413, "missing_version.refused_with.413"),
+        (500, "missing_version.refused_with.500"),
+        (502, "missing_version.refused_with.502"),
+        (504, "missing_version.refused_with.504"),
+    ];
+    if let Some((_, name)) = NAMED.iter().find(|(s, _)| *s == status) {
+        return name;
+    }
+    match status / 100 {
+        1 => "missing_version.refused_with.1xx",
+        3 => "missing_version.refused_with.3xx",
+        4 => "missing_version.refused_with.4xx",
+        5 => "missing_version.refused_with.5xx",
+        _ => "missing_version.refused_with.other",
     }
 }
 

@@ -67,11 +67,17 @@ impl Drop for Reservation {
     }
 }
 
+/// Reads of the other hosts' figures under way at once, at most (past it a read is skipped
+/// and asked for again by the next write: they never take the request reads' places).
+const READS_ACROSS: usize = 4;
+
 /// What reads the other hosts' figures of a shared ledger.
 struct Across {
     reads: Arc<Reads>,
+    writer: Arc<super::Writer>,
     clock: Clock,
     store: String,
+    reading: Arc<tokio::sync::Semaphore>,
 }
 
 /// The figures of one store.
@@ -121,8 +127,10 @@ impl StoreUsage {
             usage.figures.lock().share();
             usage.across = Some(Across {
                 reads: Arc::clone(&ledger.reads),
+                writer: Arc::clone(&ledger.writer),
                 clock: ledger.clock,
                 store: store.to_owned(),
+                reading: Arc::new(tokio::sync::Semaphore::new(READS_ACROSS)),
             });
         }
         match usage.rebuild(ledger.writer.store().as_ref(), ledger.clock.now().0) {
@@ -156,26 +164,41 @@ impl StoreUsage {
             .collect()
     }
 
-    /// Read `caller`'s figures across the hosts in the background, when they are due.
-    fn read_across(&self, caller: &Caller, due: bool, now: u64) {
+    /// Read `caller`'s figures across the hosts in the background, when they are due: once
+    /// what this host queued is committed (so its own figures noted then are in the tallies).
+    fn read_across(&self, caller: &Caller, due: bool) {
         let Some(a) = self.across.as_ref().filter(|_| due) else { return };
         let figures = Arc::clone(&self.figures);
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            figures.lock().read_done(caller, None);
+        let (Ok(rt), Ok(permit)) =
+            (tokio::runtime::Handle::try_current(), Arc::clone(&a.reading).try_acquire_owned())
+        else {
+            figures.lock().read_done(caller, None, false, None);
             return;
         };
-        let (reads, caller) = (Arc::clone(&a.reads), caller.clone());
+        let (reads, writer, clock, caller) =
+            (Arc::clone(&a.reads), Arc::clone(&a.writer), a.clock, caller.clone());
         let (mine, all) = (
             codec::usage_tally(&a.store, Some(caller.as_deref())),
             codec::usage_tally(&a.store, None),
         );
         rt.spawn(async move {
+            let _permit = permit;
+            if writer.wait_committed(writer.barrier()).await.is_err() {
+                figures.lock().read_done(&caller, None, false, None);
+                return;
+            }
+            let now = clock.now().0;
+            let total_too = figures.lock().read_begins(&caller, now);
             let found = reads
-                .run(move |store| Ok((store.tally(&mine, now)?, store.tally(&all, now)?)))
+                .run(move |store| {
+                    let total = if total_too { Some(store.tally(&all, now)?.1) } else { None };
+                    Ok((store.tally(&mine, now)?, total))
+                })
                 .await
                 .map_err(|e| tracing::warn!(error = %e, "cannot read a caller's figures across the hosts"))
                 .ok();
-            figures.lock().read_done(&caller, found);
+            let (found, total) = found.map_or((None, None), |(f, t)| (Some(f), t));
+            figures.lock().read_done(&caller, found, total_too, total);
         });
     }
 
@@ -257,7 +280,7 @@ impl StoreUsage {
                 && let Err(over) = f.check(caller, now, count, grows)
             {
                 drop(f);
-                self.read_across(caller, due, now);
+                self.read_across(caller, due);
                 return Err(over);
             }
             if let Some(o) = old {
@@ -266,7 +289,7 @@ impl StoreUsage {
             f.add(caller, new.expires_ms, 1, new.bytes);
             due
         };
-        self.read_across(caller, due, now);
+        self.read_across(caller, due);
         let mut ops = Vec::with_capacity(7);
         if let Some(o) = old {
             ops.push(Op::IndexRemove {
@@ -313,7 +336,7 @@ impl StoreUsage {
             f.add(caller, expires_ms, 1, bytes);
         }
         drop(f);
-        self.read_across(caller, due, now);
+        self.read_across(caller, due);
         checked?;
         Ok(Reservation {
             usage: Arc::clone(self),

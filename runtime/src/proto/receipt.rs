@@ -198,6 +198,15 @@ impl<W: Waiter> ReceiptTable<W> {
         self.entries.len()
     }
 
+    /// Callers attached to `key`'s running execution (tests).
+    #[cfg(test)]
+    pub(crate) fn attached(&self, key: &str) -> usize {
+        match self.entries.get(key) {
+            Some(Entry::Running { waiters, .. }) => waiters.len(),
+            _ => 0,
+        }
+    }
+
     /// Whether no key has an entry.
     #[cfg(test)]
     #[must_use]

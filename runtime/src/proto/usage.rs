@@ -48,9 +48,9 @@ struct Elsewhere {
     others: (i64, i64),
     /// When that read began (`None`: never read).
     read_at: Option<u64>,
-    /// A read under way: when it began, and this host's figures (the caller's and the
-    /// total's bytes) then.
-    reading: Option<(u64, (u64, u64), u64)>,
+    /// A read under way: when it was asked for, and this host's figures for the caller when
+    /// it began ([`Usage::read_begins`]).
+    reading: Option<(u64, Option<(u64, u64)>)>,
 }
 
 /// `held` plus `others` (never below zero).
@@ -155,6 +155,10 @@ pub(crate) struct Usage<K> {
     elsewhere: HashMap<K, Elsewhere>,
     /// Bytes every caller keeps on the other hosts, as last read.
     total_elsewhere: i64,
+    /// When the total's tally was last read (`None`: never).
+    total_read_at: Option<u64>,
+    /// A read of the total's tally under way: when it began, and this host's total then.
+    total_reading: Option<(u64, u64)>,
 }
 
 impl<K: Hash + Eq + Clone> Usage<K> {
@@ -171,6 +175,8 @@ impl<K: Hash + Eq + Clone> Usage<K> {
             shared: false,
             elsewhere: HashMap::new(),
             total_elsewhere: 0,
+            total_read_at: None,
+            total_reading: None,
         }
     }
 
@@ -184,8 +190,9 @@ impl<K: Hash + Eq + Clone> Usage<K> {
     }
 
     /// Whether `caller`'s figures across the hosts are to be read now (shared figures whose
-    /// last read is [`FRESH_MS`] old, none under way): then read the ledger's tallies and
-    /// give them to [`Usage::read_done`].
+    /// last read is [`FRESH_MS`] old, none under way): then wait until this host's writes
+    /// queued so far are committed, call [`Usage::read_begins`], read the ledger's tallies
+    /// and give them to [`Usage::read_done`].
     pub(crate) fn read_due(&mut self, caller: &K, now: u64) -> bool {
         if !self.shared {
             return false;
@@ -193,32 +200,62 @@ impl<K: Hash + Eq + Clone> Usage<K> {
         if !self.elsewhere.contains_key(caller) && self.elsewhere.len() >= MAX_ELSEWHERE {
             self.forget_oldest();
         }
-        let mine = self.caller(caller, now);
-        let total = self.total(now).1;
         let e = self.elsewhere.entry(caller.clone()).or_default();
         let stale = e.read_at.is_none_or(|at| now.saturating_sub(at) >= FRESH_MS);
         if !stale || e.reading.is_some() {
             return false;
         }
-        e.reading = Some((now, mine, total));
+        e.reading = Some((now, None));
         true
     }
 
-    /// The read [`Usage::read_due`] asked for found `caller`'s tally and the total's
-    /// `(entries, bytes)` (`None`: it failed; the last figures stand, the next write reads
-    /// again).
-    pub(crate) fn read_done(&mut self, caller: &K, found: Option<((u64, u64), (u64, u64))>) {
-        let Some(e) = self.elsewhere.get_mut(caller) else { return };
-        let Some((began, mine, total)) = e.reading.take() else { return };
-        let Some(((count, bytes), (_, all_bytes))) = found else { return };
+    /// The read of `caller`'s tallies begins at `now` (what this host wrote is committed up
+    /// to here): this host's figures are noted, to be taken from what the read finds. Returns
+    /// whether the total's tally is to be read too (at most once a [`FRESH_MS`] for every
+    /// caller).
+    pub(crate) fn read_begins(&mut self, caller: &K, now: u64) -> bool {
+        let mine = self.caller(caller, now);
+        let total = self.total(now).1;
+        if let Some((_, noted @ None)) =
+            self.elsewhere.get_mut(caller).and_then(|e| e.reading.as_mut())
+        {
+            *noted = Some(mine);
+        }
+        let stale = self.total_read_at.is_none_or(|at| now.saturating_sub(at) >= FRESH_MS);
+        if stale && self.total_reading.is_none() {
+            self.total_reading = Some((now, total));
+            return true;
+        }
+        false
+    }
+
+    /// The read [`Usage::read_due`] asked for found `caller`'s tally `(entries, bytes)` and,
+    /// when [`Usage::read_begins`] asked for it (`total_asked`), the total's bytes (`None`:
+    /// the read failed, or never began; the last figures stand, and are read again).
+    pub(crate) fn read_done(
+        &mut self,
+        caller: &K,
+        found: Option<(u64, u64)>,
+        total_asked: bool,
+        total: Option<u64>,
+    ) {
         let less = |a: u64, b: u64| {
             i64::try_from(a)
                 .unwrap_or(i64::MAX)
                 .saturating_sub(i64::try_from(b).unwrap_or(i64::MAX))
         };
-        e.others = (less(count, mine.0), less(bytes, mine.1));
-        e.read_at = Some(began);
-        self.total_elsewhere = less(all_bytes, total);
+        if let Some((began, noted)) = self.total_reading.take_if(|_| total_asked)
+            && let Some(all) = total
+        {
+            self.total_elsewhere = less(all, noted);
+            self.total_read_at = Some(began);
+        }
+        let Some(e) = self.elsewhere.get_mut(caller) else { return };
+        let Some((began, noted)) = e.reading.take() else { return };
+        if let (Some(mine), Some((count, bytes))) = (noted, found) {
+            e.others = (less(count, mine.0), less(bytes, mine.1));
+            e.read_at = Some(began);
+        }
     }
 
     /// Forget the tenth of the callers read longest ago.
@@ -243,7 +280,9 @@ impl<K: Hash + Eq + Clone> Usage<K> {
         bytes: u64,
     ) -> Result<(), Over> {
         self.sweep(now);
-        let others = self.elsewhere.get(caller).map_or((0, 0), |e| e.others);
+        // Never looser than this host's own figures (a read may miss writes under way here).
+        let others =
+            self.elsewhere.get(caller).map_or((0, 0), |e| (e.others.0.max(0), e.others.1.max(0)));
         let (held, held_bytes, retry_after_ms) = match self.callers.get_mut(caller) {
             Some(a) => {
                 a.prune(now);
@@ -257,7 +296,7 @@ impl<K: Hash + Eq + Clone> Usage<K> {
         {
             return Err(Over::Caller { retry_after_ms });
         }
-        if with_others(self.total.bytes, self.total_elsewhere).saturating_add(bytes)
+        if with_others(self.total.bytes, self.total_elsewhere.max(0)).saturating_add(bytes)
             > self.limits.total_bytes
         {
             return Err(Over::Total { retry_after_ms: self.total.retry_after(now) });
@@ -400,10 +439,11 @@ mod tests {
         assert!(u.read_due(&"a", 0));
         assert!(!u.read_due(&"a", 10), "a read is under way");
         assert_eq!(u.check(&"a", 10, 1, 10), Ok(()));
+        // The read begins (the total is read too) before that entry is counted here.
+        assert!(u.read_begins(&"a", 10));
         u.add(&"a", 10_000, 1, 10);
-        // The read (begun before that entry) finds 2 entries of 60 bytes on the other hosts,
-        // and 140 bytes of everyone.
-        u.read_done(&"a", Some(((2, 60), (2, 140))));
+        // It finds 2 entries of 60 bytes on the other hosts, and 140 bytes of everyone.
+        u.read_done(&"a", Some((2, 60)), true, Some(140));
         assert_eq!(
             u.check(&"a", 20, 1, 10),
             Err(Over::Caller { retry_after_ms: 9_980 }),
@@ -418,13 +458,29 @@ mod tests {
         assert!(!u.read_due(&"a", 999), "fresh");
         // Stale: read again; the other hosts' entries are gone, this host's one is in it.
         assert!(u.read_due(&"a", 1_000));
-        u.read_done(&"a", Some(((1, 10), (1, 10))));
+        assert!(u.read_begins(&"a", 1_010), "the total is stale too");
+        u.read_done(&"a", Some((1, 10)), true, Some(10));
         assert_eq!(u.check(&"a", 1_001, 1, 10), Ok(()));
         assert_eq!(u.check(&"b", 1_001, 1, 10), Ok(()));
-        // A failed read leaves the last figures and is asked for again.
-        assert!(u.read_due(&"a", 2_001));
-        u.read_done(&"a", None);
-        assert!(u.read_due(&"a", 2_002));
+        // Another caller's read within the second does not read the total again.
+        assert!(u.read_due(&"b", 1_002));
+        assert!(!u.read_begins(&"b", 1_002));
+        u.read_done(&"b", Some((0, 0)), false, None);
+        // A failed read leaves the last figures and is asked for again (the total too).
+        assert!(u.read_due(&"a", 2_020));
+        assert!(u.read_begins(&"a", 2_020));
+        u.read_done(&"a", None, true, None);
+        assert!(u.read_due(&"a", 2_021));
+        assert!(u.read_begins(&"a", 2_021));
+        // A read that finds less than this host keeps (an entry written here, not yet in the
+        // tally) never makes the figures looser than this host's own.
+        u.read_done(&"a", Some((0, 0)), true, Some(0));
+        u.add(&"a", 10_000, 2, 20);
+        assert_eq!(
+            u.check(&"a", 2_022, 1, 10),
+            Err(Over::Caller { retry_after_ms: 7_978 }),
+            "3 here"
+        );
         // Not shared: never read.
         let mut alone = Usage::new(LIMITS, 1000);
         assert!(!alone.read_due(&"a", 0));

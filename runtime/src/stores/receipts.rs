@@ -734,7 +734,27 @@ impl Drop for Executing {
             table.lock().settled(&key);
             return;
         }
-        let waiting = waiting.map(|w| (w, answer));
+        // The callers still waiting are told once the deletion is committed, or told to call
+        // again later (unavailable) when the ledger fails to commit it within its commit
+        // wait (the receipt may then outlive a kill, answering "outcome unknown").
+        let (deleted, committed) = oneshot::channel();
+        if let Some(waiting) = waiting {
+            let writer = Arc::clone(&self.receipts.ledger.writer);
+            // Dropped outside a runtime (never while serving): told at once.
+            let rt = tokio::runtime::Handle::try_current();
+            let told = |a: &Answer, waiting: Vec<oneshot::Sender<Answer>>| {
+                for w in waiting {
+                    let _ = w.send(a.clone());
+                }
+            };
+            match rt {
+                Ok(rt) => drop(rt.spawn(async move {
+                    let ok = writer.wait_committed(committed).await.is_ok();
+                    told(if ok { &answer } else { &Answer::Unavailable }, waiting);
+                })),
+                Err(_) => told(&answer, waiting),
+            }
+        }
         let wrote = self.started || self.queued;
         // Once that is committed (the `Running` receipt may still be queued) the ledger answers
         // (and a lookup reads the interrupted receipt's charge from it).
@@ -742,11 +762,7 @@ impl Drop for Executing {
             ops,
             Box::new(move || {
                 table.lock().settled(&key);
-                if let Some((waiting, answer)) = waiting {
-                    for w in waiting {
-                        let _ = w.send(answer.clone());
-                    }
-                }
+                let _ = deleted.send(());
                 if wrote {
                     interrupted.lock().remove(&key);
                 }
@@ -889,7 +905,14 @@ mod tests {
         }
         assert!(attempts() > tried, "the receipt was submitted");
         let second = tokio::spawn(r.call(call(), None, r.admit(&None).unwrap(), ran()));
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let key = codec::receipt_key(None, "k-2");
+        for _ in 0..400 {
+            if r.table.lock().attached(&key) == 1 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        assert_eq!(r.table.lock().attached(&key), 1, "the second call waits on the first");
         first.abort();
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         assert!(!second.is_finished(), "told before the receipt's deletion was committed");

@@ -15,7 +15,8 @@
 //!   run on; a graceful stop records that itself. Records are kept `tasks.ttl_secs` after
 //!   creation.
 //! - At most `tasks.max_per_caller` tasks of one caller run at once in this process: a
-//!   [`TaskSlot`] is taken before the call runs and given back when its task ends.
+//!   [`TaskSlot`] is taken before the call runs and given back once its task's end is
+//!   recorded (while the ledger fails, it stays taken).
 //! - A task's records are queued under its state lock, so they are committed in the order
 //!   of its states (a `working` record never lands after `completed`).
 //! - A task ends by `tasks.ttl_secs` after its creation at the latest: its tool is stopped
@@ -155,7 +156,9 @@ pub struct Run {
     cancel: CancellationToken,
     state: Mutex<RunState>,
     /// Set once its final record is committed (it has left the running ones then).
-    settled: tokio::sync::watch::Sender<bool>,
+    /// `Some(true)` once its final record is committed (it has left the running ones then),
+    /// `Some(false)` when the writer gave that record up (the process stops).
+    settled: tokio::sync::watch::Sender<Option<bool>>,
 }
 
 /// The tasks running in this process, by the HMAC of their id.
@@ -460,7 +463,7 @@ impl Tasks {
                 slot: Some(slot),
                 recorded_bytes: 0,
             }),
-            settled: tokio::sync::watch::Sender::new(false),
+            settled: tokio::sync::watch::Sender::new(None),
         });
         let ops = self.put(&run, &mut run.state.lock());
         let ack = self.writer.submit_acked(ops);
@@ -474,13 +477,26 @@ impl Tasks {
     /// read finds it here and is shown the state before ([`RunState::shown`]), and a cancel
     /// waits for it ([`Tasks::settled`]), whatever time the ledger takes.
     fn settle(&self, run: &Arc<Run>, ops: Vec<Op>) {
-        let (live, run) = (Arc::clone(&self.live), Arc::clone(run));
+        /// Says the record was given up if the writer drops the callback uncalled.
+        struct Settling(Arc<Run>, bool);
+        impl Settling {
+            fn done(&mut self) {
+                self.1 = true;
+            }
+        }
+        impl Drop for Settling {
+            fn drop(&mut self) {
+                self.0.settled.send_replace(Some(self.1));
+            }
+        }
+        let (live, mut settling) = (Arc::clone(&self.live), Settling(Arc::clone(run), false));
         self.writer.submit_then(
             ops,
             Box::new(move || {
+                let run = &settling.0;
                 live.lock().remove(&run.hmac);
                 drop(run.state.lock().slot.take());
-                run.settled.send_replace(true);
+                settling.done();
             }),
         );
     }
@@ -496,7 +512,9 @@ impl Tasks {
         }
         let mut settled = run.settled.subscribe();
         self.writer
-            .wait_until(async move { settled.wait_for(|s| *s).await.is_ok() })
+            .wait_until(async move {
+                settled.wait_for(Option::is_some).await.is_ok_and(|s| *s == Some(true))
+            })
             .await
             .map_err(|_| TaskError::Unavailable)
     }

@@ -271,7 +271,9 @@ impl SessionActor {
             )));
         };
         self.core.set_log_level(level);
-        let Some(ack) = self.record_due(true) else { return Dispatch::Ready(Ok(json!({}))) };
+        // The level unchanged (sent again after an unconfirmed answer): its record may still
+        // be queued, so the answer waits for everything queued before it.
+        let ack = self.record_due(true).unwrap_or_else(|| self.ledger.writer.barrier());
         let writer = Arc::clone(&self.ledger.writer);
         Dispatch::Pending(Box::pin(async move {
             writer.wait_committed(ack).await.map(|()| json!({})).map_err(|_| {

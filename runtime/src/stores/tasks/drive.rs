@@ -14,7 +14,8 @@ use crate::tools::BoxFuture;
 /// `ended` resolves first (the drain's or rollback's grace period is over: it is interrupted),
 /// or it reaches `tasks.ttl_secs` (then it expires). A handler that panics leaves its task
 /// `failed`. `memory` (the request's charge: its handler holds the arguments) is given back
-/// with the handler; `in_flight` (what a drain waits for) once the end is recorded.
+/// with the handler; `in_flight` (what a drain waits for) once the end is recorded, or the
+/// ledger failed to record it for `ledger.commit_wait_ms` (it stays running in `Tasks` then).
 pub(crate) async fn drive<M, G>(
     tasks: Arc<Tasks>,
     run: Arc<Run>,
