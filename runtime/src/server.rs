@@ -318,6 +318,12 @@ impl Running {
         self.sup.stop_requested().await;
     }
 
+    /// Resolves once this host lost its lease on a shared ledger: stop the process at once,
+    /// without a drain ([`crate::ledger::Ledger::lease_lost`]).
+    pub fn lease_lost(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        self.ledger.lease_lost()
+    }
+
     /// The graceful stop: new requests get `503` with `Retry-After`, requests in flight
     /// finish within `grace` (those still running then are cancelled: a legacy client gets
     /// "server restarted" after the restart, a 2026-07-28 one "drained"), every stream ends

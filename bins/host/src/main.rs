@@ -116,6 +116,14 @@ async fn serve(cfg: HostConfig) -> Result<(), Failure> {
             println!("mcp-host admin on http://{addr}/admin/status (token: {token})");
         }
     }
+    // A host that lost its lease on a shared ledger stops at once, as a crash does (whatever
+    // it is doing, a drain included): what it holds may have been taken over.
+    let lost = running.lease_lost();
+    actix_web::rt::spawn(async move {
+        lost.await;
+        tracing::error!("exiting with status 3: this host lost its lease on the shared ledger");
+        std::process::exit(mcp_runtime::ledger::LEASE_LOST_EXIT);
+    });
     let Signals { mut term, mut int, hup } = signals;
     actix_web::rt::spawn(reload_on_sighup(running.control(), cfg.flags.clone(), hup));
     if cfg.trim_every_secs > 0 {

@@ -155,6 +155,8 @@ pub struct Ledger {
     /// A host's lease on a shared ledger (ms; 0: not shared): a lock across hosts outlives
     /// it, so a host paused past its lease is fenced before its locks lapse.
     pub(crate) lease_ms: u64,
+    /// Set once this host lost its lease on a shared ledger ([`Ledger::lease_lost`]).
+    lease_lost: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 /// The run counter.
@@ -310,7 +312,25 @@ impl Ledger {
             durable,
             shared: false,
             lease_ms: 0,
+            lease_lost: Arc::new(tokio::sync::watch::Sender::new(false)),
         })
+    }
+
+    /// Resolves once this host lost its lease on a shared ledger (paused, or cut off from
+    /// Redis, for longer than `ledger.redis_lease_ms`); never on a ledger only this process
+    /// uses. Its writes are refused from then on, and what it holds in memory may have been
+    /// taken over by another host (a stream answered "restarted" there, a task cancelled):
+    /// answering from it could answer a request twice, so the process must stop at once,
+    /// without a drain, as a crash does (what it held is in the ledger); `mcp-host` exits
+    /// with [`LEASE_LOST_EXIT`]. Its supervisor starts it again under a new run.
+    pub fn lease_lost(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut lost = self.lease_lost.subscribe();
+        async move {
+            if lost.wait_for(|l| *l).await.is_err() {
+                // The ledger is gone (a stop): never lost.
+                std::future::pending::<()>().await;
+            }
+        }
     }
 
     /// Whether everything run `run` wrote reached the ledger: it is this process, or it
@@ -554,24 +574,27 @@ impl Ledger {
         }
         let (secret, previous) = Ledger::secrets(cfg)?;
         let own = Arc::clone(&store);
+        let lost_tx = Arc::new(tokio::sync::watch::Sender::new(false));
+        let lost_in_run = Arc::clone(&lost_tx);
         // Shared: each host holds a lease of its own run, taken before its first write and
         // fencing every batch; the other hosts read it to know whether this one is alive.
         let on_run = move |run| {
             if !l.redis_shared {
                 return Ok(());
             }
-            // Its sessions and streams here may have been taken over, its answers given by
-            // another host: it must not serve on. It stops as a crash does (nothing it held
-            // is lost: that is what the ledger is for), and its supervisor starts it again.
-            let lost = Box::new(|| {
+            // Its writes are refused from now on (fenced); what it holds may have been taken
+            // over, so its process must stop (see `Ledger::lease_lost`).
+            let lost = Arc::clone(&lost_in_run);
+            let lost = Box::new(move || {
                 tracing::error!(
-                    "exiting with status 3: this host lost its lease on the shared ledger (start it again to rejoin)"
+                    "this host lost its lease on the shared ledger: its writes are refused, it must stop (start it again to rejoin)"
                 );
-                std::process::exit(LEASE_LOST_EXIT);
+                lost.send_replace(true);
             });
             own.take_run_lease(run, &holder, ttl, lost).map_err(held)
         };
         let mut ledger = Ledger::start(store, secret, previous, cfg, &shown, true, &on_run)?;
+        ledger.lease_lost = lost_tx;
         ledger.shared = l.redis_shared;
         ledger.lease_ms = if l.redis_shared { l.redis_lease_ms } else { 0 };
         Ok(ledger)
