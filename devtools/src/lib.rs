@@ -477,16 +477,24 @@ impl RedisServer {
     /// # Errors
     /// [`RedisError`]; `NotReady` when the certificates could not be made.
     pub fn start_tls() -> Result<RedisServer, RedisError> {
-        let dir = TempDir::new("redis-tls");
-        make_certificates(dir.path()).map_err(RedisError::NotReady)?;
         let free = || {
             std::net::TcpListener::bind("127.0.0.1:0")
                 .and_then(|l| l.local_addr())
                 .map(|a| a.port())
                 .map_err(|e| RedisError::NotReady(e.to_string()))
         };
-        let (port, tls) = (free()?, free()?);
-        RedisServer::spawn(port, Some(tls), dir)
+        // A port taken between choosing it and the server's bind: tried again (at most 5).
+        let mut last = RedisError::NotReady(String::new());
+        for _ in 0..5 {
+            let dir = TempDir::new("redis-tls");
+            make_certificates(dir.path()).map_err(RedisError::NotReady)?;
+            match RedisServer::spawn(free()?, Some(free()?), dir) {
+                Ok(s) => return Ok(s),
+                Err(e @ RedisError::NotInstalled(_)) => return Err(e),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
     }
 
     fn spawn(port: u16, tls: Option<u16>, dir: TempDir) -> Result<RedisServer, RedisError> {

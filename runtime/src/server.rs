@@ -367,6 +367,12 @@ pub struct Mounted {
 }
 
 impl Mounted {
+    /// Resolves once this host lost its lease on a shared ledger: stop the process at once,
+    /// without a drain ([`crate::ledger::Ledger::lease_lost`]).
+    pub fn lease_lost(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        self.ledger.lease_lost()
+    }
+
     /// The endpoint (and `/readyz`, `/livez`) for one worker's `App`:
     /// `HttpServer::new(move || App::new().configure(m.configure()))`.
     pub fn configure(&self) -> impl FnOnce(&mut web::ServiceConfig) + use<> {

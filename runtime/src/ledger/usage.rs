@@ -51,6 +51,7 @@ impl Reservation {
         {
             let mut f = self.usage.figures.lock();
             f.remove(&self.caller, self.expires_ms, 1, self.bytes);
+            f.unhold(&self.caller, self.bytes);
             f.add(&self.caller, entry.expires_ms, 1, entry.bytes);
         }
         let mut ops = self.usage.index_ops(&self.caller, entry, now);
@@ -62,7 +63,9 @@ impl Reservation {
 impl Drop for Reservation {
     fn drop(&mut self) {
         if self.held {
-            self.usage.figures.lock().remove(&self.caller, self.expires_ms, 1, self.bytes);
+            let mut f = self.usage.figures.lock();
+            f.remove(&self.caller, self.expires_ms, 1, self.bytes);
+            f.unhold(&self.caller, self.bytes);
         }
     }
 }
@@ -164,8 +167,8 @@ impl StoreUsage {
             .collect()
     }
 
-    /// Read `caller`'s figures across the hosts in the background, when they are due: once
-    /// what this host queued is committed (so its own figures noted then are in the tallies).
+    /// Read `caller`'s figures across the hosts in the background, when they are due: this
+    /// host's figures noted, then once what it queued is committed, its tallies.
     fn read_across(&self, caller: &Caller, due: bool) {
         let Some(a) = self.across.as_ref().filter(|_| due) else { return };
         let figures = Arc::clone(&self.figures);
@@ -183,12 +186,15 @@ impl StoreUsage {
         );
         rt.spawn(async move {
             let _permit = permit;
-            if writer.wait_committed(writer.barrier()).await.is_err() {
-                figures.lock().read_done(&caller, None, false, None);
-                return;
-            }
+            // This host's figures are noted first, then everything it queued until then is
+            // committed, then the tallies are read: what it counted is in them (a write
+            // counted after the note may be counted twice until the next read, never missed).
             let now = clock.now().0;
             let total_too = figures.lock().read_begins(&caller, now);
+            if writer.wait_committed(writer.barrier()).await.is_err() {
+                figures.lock().read_done(&caller, None, total_too, None);
+                return;
+            }
             let found = reads
                 .run(move |store| {
                     let total = if total_too { Some(store.tally(&all, now)?.1) } else { None };
@@ -334,6 +340,7 @@ impl StoreUsage {
         let checked = f.check(caller, now, 1, bytes);
         if checked.is_ok() {
             f.add(caller, expires_ms, 1, bytes);
+            f.hold(caller, bytes);
         }
         drop(f);
         self.read_across(caller, due);

@@ -153,6 +153,9 @@ pub(crate) struct Usage<K> {
     /// Whether other hosts share the ledger (their figures are read and added).
     shared: bool,
     elsewhere: HashMap<K, Elsewhere>,
+    /// Places held for entries not written yet, by caller `(entries, bytes)`: counted here,
+    /// in no tally yet (see [`Usage::hold`]).
+    held: HashMap<K, (u64, u64)>,
     /// Bytes every caller keeps on the other hosts, as last read.
     total_elsewhere: i64,
     /// When the total's tally was last read (`None`: never).
@@ -174,6 +177,7 @@ impl<K: Hash + Eq + Clone> Usage<K> {
             swept_at: 0,
             shared: false,
             elsewhere: HashMap::new(),
+            held: HashMap::new(),
             total_elsewhere: 0,
             total_read_at: None,
             total_reading: None,
@@ -214,8 +218,13 @@ impl<K: Hash + Eq + Clone> Usage<K> {
     /// whether the total's tally is to be read too (at most once a [`FRESH_MS`] for every
     /// caller).
     pub(crate) fn read_begins(&mut self, caller: &K, now: u64) -> bool {
-        let mine = self.caller(caller, now);
-        let total = self.total(now).1;
+        // What the tallies hold of this host's: its figures less the places held for
+        // entries not written yet.
+        let (count, bytes) = self.caller(caller, now);
+        let (held, held_bytes) = self.held.get(caller).copied().unwrap_or_default();
+        let mine = (count.saturating_sub(held), bytes.saturating_sub(held_bytes));
+        let all_held: u64 = self.held.values().map(|(_, b)| *b).sum();
+        let total = self.total(now).1.saturating_sub(all_held);
         if let Some((_, noted @ None)) =
             self.elsewhere.get_mut(caller).and_then(|e| e.reading.as_mut())
         {
@@ -255,6 +264,26 @@ impl<K: Hash + Eq + Clone> Usage<K> {
         if let (Some(mine), Some((count, bytes))) = (noted, found) {
             e.others = (less(count, mine.0), less(bytes, mine.1));
             e.read_at = Some(began);
+        }
+    }
+
+    /// A place of one entry of `bytes` is held for `caller` (counted with [`Usage::add`] too)
+    /// until its entry is written or it is given back ([`Usage::unhold`]): a read of the
+    /// tallies does not find it there yet.
+    pub(crate) fn hold(&mut self, caller: &K, bytes: u64) {
+        if self.shared {
+            let h = self.held.entry(caller.clone()).or_default();
+            *h = (h.0 + 1, h.1.saturating_add(bytes));
+        }
+    }
+
+    /// The place [`Usage::hold`] held is written or given back.
+    pub(crate) fn unhold(&mut self, caller: &K, bytes: u64) {
+        if let Some(h) = self.held.get_mut(caller) {
+            *h = (h.0.saturating_sub(1), h.1.saturating_sub(bytes));
+            if h.0 == 0 {
+                self.held.remove(caller);
+            }
         }
     }
 
@@ -494,5 +523,22 @@ mod tests {
         // Not shared: never read.
         let mut alone = Usage::new(LIMITS, 1000);
         assert!(!alone.read_due(&"a", 0));
+    }
+
+    #[test]
+    fn a_place_held_for_an_entry_not_written_yet_is_not_taken_from_what_the_read_finds() {
+        let mut u = Usage::new(LIMITS, 1000);
+        u.share();
+        // One entry written here, one place held (its entry not written yet).
+        u.add(&"a", 10_000, 1, 10);
+        u.add(&"a", 10_000, 1, 10);
+        u.hold(&"a", 10);
+        assert!(u.read_due(&"a", 0));
+        u.read_begins(&"a", 0);
+        // The tallies hold the written one and another host's.
+        u.read_done(&"a", Some((2, 20)), true, Some(20));
+        assert!(u.check(&"a", 1, 1, 10).is_err(), "2 here and 1 elsewhere: at the count");
+        u.unhold(&"a", 10);
+        assert!(u.held.is_empty(), "nothing left once written");
     }
 }

@@ -155,7 +155,6 @@ pub struct Run {
     /// Fired by `tasks/cancel`: the tool's own cancellation token.
     cancel: CancellationToken,
     state: Mutex<RunState>,
-    /// Set once its final record is committed (it has left the running ones then).
     /// `Some(true)` once its final record is committed (it has left the running ones then),
     /// `Some(false)` when the writer gave that record up (the process stops).
     settled: tokio::sync::watch::Sender<Option<bool>>,

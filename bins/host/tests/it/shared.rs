@@ -600,10 +600,13 @@ fn one_callers_receipts_are_counted_across_hosts_against_its_bound() {
     let bound = ["--set", "ledger.receipts_per_caller=3"];
     let (a, b) = (shared_host(&dir, &url, &bound), shared_host(&dir, &url, &bound));
     let sid = initialize(&a.addr);
-    // One receipt kept through `a`; then `b` (which would keep 3 of its own) keeps two: the
-    // caller (its address, without authentication) is the same on both.
+    // One receipt kept through `a`; then `b` (which would keep 3 of its own) keeps two, or
+    // one when its first read already finds its own first receipt (counted twice until the
+    // next read, documented): the caller (its address, without authentication) is the same
+    // on both.
     assert_eq!(keyed_until_refused(&a.addr, &sid, 1, 1), 1);
-    assert_eq!(keyed_until_refused(&b.addr, &sid, 10, 5), 2, "3 in all across the hosts");
+    let on_b = keyed_until_refused(&b.addr, &sid, 10, 5);
+    assert!((1..=2).contains(&on_b), "3 at most in all across the hosts: {on_b} on b");
     // And `a` (which holds one of its own) refuses once it has read what `b` kept: its
     // figures for the caller are stale by now, so its first write only starts that read
     // (documented). Counting only its own, it would make two.
