@@ -89,3 +89,13 @@ impl Drop for Stall<'_> {
         self.0.stalled.store(false, Ordering::Release);
     }
 }
+
+/// Wait (bounded: 400 pauses of 5 ms) until `cond` holds; the caller asserts it after.
+pub(crate) async fn settle_until(cond: impl Fn() -> bool) {
+    for _ in 0..400 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}

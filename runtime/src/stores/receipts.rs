@@ -897,21 +897,11 @@ mod tests {
         let tried = attempts();
         let first = tokio::spawn(r.call(call(), None, r.admit(&None).unwrap(), ran()));
         // Its `Running` receipt is in the (held) store's hands.
-        for _ in 0..400 {
-            if attempts() > tried {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
+        crate::ledger::faulty::settle_until(|| attempts() > tried).await;
         assert!(attempts() > tried, "the receipt was submitted");
         let second = tokio::spawn(r.call(call(), None, r.admit(&None).unwrap(), ran()));
         let key = codec::receipt_key(None, "k-2");
-        for _ in 0..400 {
-            if r.table.lock().attached(&key) == 1 {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
+        crate::ledger::faulty::settle_until(|| r.table.lock().attached(&key) == 1).await;
         assert_eq!(r.table.lock().attached(&key), 1, "the second call waits on the first");
         first.abort();
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;

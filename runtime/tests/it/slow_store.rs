@@ -116,12 +116,17 @@ fn catalog() -> Catalog {
         .unwrap()
 }
 
-#[actix_web::test]
-async fn a_store_read_that_hangs_does_not_delay_a_json_echo_on_another_session() {
+/// A harness serving `catalog()` on a fresh slow store.
+async fn on_slow_store() -> (Arc<Slow>, Harness) {
     let store = Arc::new(Slow::default());
     let c = cfg(|_| {});
     let ledger = Ledger::on_store(Arc::clone(&store) as Arc<dyn Store>, &c).unwrap();
-    let h = harness_with_catalog_on(c, catalog(), ledger).await;
+    (store, harness_with_catalog_on(c, catalog(), ledger).await)
+}
+
+#[actix_web::test]
+async fn a_store_read_that_hangs_does_not_delay_a_json_echo_on_another_session() {
+    let (store, h) = on_slow_store().await;
     let (reader, other) = (h.client("2025-11-25").await, h.client("2025-11-25").await);
     let handle = text_of(&reader.call_tool(1, "make", json!({})).await.message().await).to_owned();
 
@@ -155,10 +160,7 @@ async fn a_store_read_that_hangs_does_not_delay_a_json_echo_on_another_session()
 /// (a restart right after the answer keeps the level).
 #[actix_web::test]
 async fn a_log_level_is_answered_once_the_session_record_holding_it_is_committed() {
-    let store = Arc::new(Slow::default());
-    let c = cfg(|_| {});
-    let ledger = Ledger::on_store(Arc::clone(&store) as Arc<dyn Store>, &c).unwrap();
-    let h = harness_with_catalog_on(c, catalog(), ledger).await;
+    let (store, h) = on_slow_store().await;
     let client = h.client("2025-11-25").await;
     *store.writes_held.lock() = true;
     let mut r = client

@@ -537,20 +537,28 @@ fn try_initialize(addr: &str) -> (u16, Option<String>) {
     (status, common::header(&head, "mcp-session-id").map(str::to_owned))
 }
 
-/// Handshakes on `addr`, 500 ms apart (each host reads a caller's count at most 1 s old, in
-/// the background: a read takes milliseconds), until one is refused or `most` were made: the
-/// sessions made.
-fn made_until_refused(addr: &str, most: usize) -> usize {
+/// Attempts `attempt(i)` for `i` in `first..first + most`, 500 ms apart (each host reads a
+/// caller's figures across the hosts at most 1 s old, in the background: a read takes
+/// milliseconds), until one is refused (`false`) or all were made: how many were made.
+fn made_until_refused(first: usize, most: usize, attempt: impl Fn(usize) -> bool) -> usize {
     let mut made = 0;
-    for _ in 0..most {
-        match try_initialize(addr) {
-            (200, Some(_)) => made += 1,
-            (429, _) => return made,
-            (status, _) => panic!("initialize answered {status}"),
+    for i in first..first + most {
+        if !attempt(i) {
+            return made;
         }
+        made += 1;
         std::thread::sleep(Duration::from_millis(500));
     }
     made
+}
+
+/// A handshake on `addr`: made (`true`) or refused with 429 (`false`).
+fn handshake(addr: &str) -> bool {
+    match try_initialize(addr) {
+        (200, Some(_)) => true,
+        (429, _) => false,
+        (status, _) => panic!("initialize answered {status}"),
+    }
 }
 
 #[test]
@@ -562,7 +570,7 @@ fn one_callers_sessions_are_counted_across_hosts_against_its_quota() {
     let (a, b) = (shared_host(&dir, &url, &quota), shared_host(&dir, &url, &quota));
     // Two sessions on `b`; then `a` (which would allow 3 of its own) makes the third only.
     let on_b: Vec<String> = (0..2).map(|_| initialize(&b.addr)).collect();
-    assert_eq!(made_until_refused(&a.addr, 5), 1, "3 in all across the hosts");
+    assert_eq!(made_until_refused(0, 5, |_| handshake(&a.addr)), 1, "3 in all across the hosts");
     // An ended session no longer counts on another host, once that host reads the count
     // again (a stale count still refuses: the first try only starts the read).
     assert_eq!(delete(&b.addr, &on_b[0]), 204);
@@ -575,21 +583,14 @@ fn one_callers_sessions_are_counted_across_hosts_against_its_quota() {
     assert!(made_again, "room for one again");
 }
 
-/// Keyed writes on `addr` in session `sid`, 500 ms apart (each host reads a caller's
-/// figures across the hosts at most 1 s old, in the background), until one is refused or
-/// `most` were made: the ones made.
-fn keyed_until_refused(addr: &str, sid: &str, first: usize, most: usize) -> usize {
-    let mut made = 0;
-    for i in first..first + most {
-        let call = json!({"jsonrpc":"2.0","id":i,"method":"tools/call","params":{"name":"ledger_append","arguments":{"key":format!("order-{i}")}}});
-        match post_json(addr, sid, &call) {
-            (200, v) if v["result"]["content"][0]["text"] == format!("order-{i}") => made += 1,
-            (429, _) => return made,
-            (status, v) => panic!("a keyed write answered {status}: {v}"),
-        }
-        std::thread::sleep(Duration::from_millis(500));
+/// Keyed write `i` on `addr` in session `sid`: made (`true`) or refused with 429 (`false`).
+fn keyed_write(addr: &str, sid: &str, i: usize) -> bool {
+    let call = json!({"jsonrpc":"2.0","id":i,"method":"tools/call","params":{"name":"ledger_append","arguments":{"key":format!("order-{i}")}}});
+    match post_json(addr, sid, &call) {
+        (200, v) if v["result"]["content"][0]["text"] == format!("order-{i}") => true,
+        (429, _) => false,
+        (status, v) => panic!("a keyed write answered {status}: {v}"),
     }
-    made
 }
 
 #[test]
@@ -604,12 +605,12 @@ fn one_callers_receipts_are_counted_across_hosts_against_its_bound() {
     // one when its first read already finds its own first receipt (counted twice until the
     // next read, documented): the caller (its address, without authentication) is the same
     // on both.
-    assert_eq!(keyed_until_refused(&a.addr, &sid, 1, 1), 1);
-    let on_b = keyed_until_refused(&b.addr, &sid, 10, 5);
+    assert_eq!(made_until_refused(1, 1, |i| keyed_write(&a.addr, &sid, i)), 1);
+    let on_b = made_until_refused(10, 5, |i| keyed_write(&b.addr, &sid, i));
     assert!((1..=2).contains(&on_b), "3 at most in all across the hosts: {on_b} on b");
     // And `a` (which holds one of its own) refuses once it has read what `b` kept: its
     // figures for the caller are stale by now, so its first write only starts that read
     // (documented). Counting only its own, it would make two.
     std::thread::sleep(Duration::from_millis(1_100));
-    assert!(keyed_until_refused(&a.addr, &sid, 20, 3) <= 1);
+    assert!(made_until_refused(20, 3, |i| keyed_write(&a.addr, &sid, i)) <= 1);
 }

@@ -151,12 +151,7 @@ async fn an_outcome_is_shown_only_once_its_record_is_committed() {
         })
     };
     // The finish's record is being written (the store holds it).
-    for _ in 0..400 {
-        if store.attempts.load(Ordering::Relaxed) > tried {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
+    crate::ledger::faulty::settle_until(|| store.attempts.load(Ordering::Relaxed) > tried).await;
     assert!(store.attempts.load(Ordering::Relaxed) > tried, "the finish's record was submitted");
     let v = t.get(alice.as_deref(), runs[0].id()).await.unwrap();
     assert_eq!(v.status, TaskStatus::Working, "not yet committed: {v:?}");
@@ -183,12 +178,7 @@ async fn an_outcome_is_shown_only_once_its_record_is_committed() {
         let (t, a, id) = (Arc::clone(&t), alice.clone(), run.id().to_owned());
         tokio::spawn(async move { t.cancel(a.as_deref(), &id).await })
     };
-    for _ in 0..400 {
-        if store.attempts.load(Ordering::Relaxed) > tried {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
+    crate::ledger::faulty::settle_until(|| store.attempts.load(Ordering::Relaxed) > tried).await;
     assert!(run.is_final(), "the cancellation took effect at once");
     let v = t.get(alice.as_deref(), run.id()).await.unwrap();
     assert_eq!(v.status, TaskStatus::Working, "not yet committed: {v:?}");
