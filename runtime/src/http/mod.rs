@@ -576,6 +576,11 @@ async fn post_reply(
     };
     match outcome {
         PostOutcome::Accepted => Ok(HttpResponse::Accepted().finish()),
+        PostOutcome::Relayed(rx) => match rx.await {
+            Ok(Err(rejection)) => Err(rejection),
+            // Relayed, or the session stopped before it could look (nothing to refuse).
+            Ok(Ok(())) | Err(_) => Ok(HttpResponse::Accepted().finish()),
+        },
         PostOutcome::Sse(body) => Ok(sse(body)),
         PostOutcome::Json(rx) => json_reply(rx.await),
         PostOutcome::Batch(rxs) => {

@@ -388,6 +388,14 @@ pub fn incarnation_key(hmac: &str) -> String {
     format!("n/{hmac}")
 }
 
+/// Key of a server-to-client request's asker (shared ledger): the run (host process) whose
+/// request asked the client `id` (its JSON text) in a session, so a host that gets the
+/// client's answer and finds that run gone says so rather than relaying it to nobody.
+#[must_use]
+pub fn question_key(hmac: &str, id: &str) -> String {
+    format!("q/{hmac}/{id}")
+}
+
 /// Key of the claim on a stream whose host (run `run`) is gone: the first host to count it
 /// takes the stream over ([`super::Store::incr`]).
 #[must_use]

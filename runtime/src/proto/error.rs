@@ -187,6 +187,10 @@ pub enum Rejection {
     /// after the cursor were evicted from its replay window.
     #[error("Gone: events after Last-Event-ID are no longer available")]
     EventsLost,
+    /// An answer to a server-to-client request asked by a request that ran on a host that
+    /// has stopped (a shared ledger): no request waits for it.
+    #[error("Gone: the request that asked for this answer ran on a host that has stopped; nothing waits for it (resume that request's stream: it ends with -32009)")]
+    AskerGone,
     /// The caller is over a per-principal quota.
     #[error("Too Many Requests: {}", match .cause {
         Quota::Sessions => "too many live sessions for this caller",
@@ -284,7 +288,7 @@ impl Rejection {
             | Rejection::CursorRejected => 400,
             Rejection::SessionNotFound => 404,
             Rejection::RequestIdInFlight(_) => 409,
-            Rejection::EventsLost => 410,
+            Rejection::EventsLost | Rejection::AskerGone => 410,
             Rejection::QuotaExceeded { .. } => 429,
             Rejection::Overloaded(_) | Rejection::StoreFull { .. } => 503,
             Rejection::Internal => 500,
@@ -311,6 +315,7 @@ impl Rejection {
             Rejection::RequestIdInFlight(_) => code::REQUEST_ID_IN_FLIGHT,
             Rejection::CursorRejected => code::CURSOR_REJECTED,
             Rejection::EventsLost => code::EVENTS_LOST,
+            Rejection::AskerGone => code::ASKER_GONE,
             Rejection::QuotaExceeded { .. } => code::QUOTA_EXCEEDED,
             Rejection::Overloaded(_) | Rejection::StoreFull { .. } => code::OVERLOADED,
             Rejection::Internal => code::INTERNAL_ERROR,
@@ -460,6 +465,7 @@ impl Rejection {
             Rejection::RequestIdInFlight(_) => "id_in_flight",
             Rejection::CursorRejected => "cursor_rejected",
             Rejection::EventsLost => "events_lost",
+            Rejection::AskerGone => "asker_gone",
             Rejection::QuotaExceeded { cause: Quota::Sessions, .. } => "quota.sessions",
             Rejection::QuotaExceeded { cause: Quota::SessionRate, .. } => "quota.session_rate",
             Rejection::QuotaExceeded { cause: Quota::StreamMemory, .. } => "quota.stream_memory",
@@ -498,7 +504,7 @@ impl Rejection {
     }
 
     /// Every value [`Rejection::cause`] can return.
-    pub const CAUSES: [&'static str; 53] = [
+    pub const CAUSES: [&'static str; 54] = [
         "origin",
         "host",
         "unauthorized",
@@ -522,6 +528,7 @@ impl Rejection {
         "id_in_flight",
         "cursor_rejected",
         "events_lost",
+        "asker_gone",
         "quota.sessions",
         "quota.session_rate",
         "quota.stream_memory",
@@ -630,6 +637,10 @@ impl Rejection {
                 "GET resume: the stream is no longer retained, or (standalone GET stream) events after the cursor were evicted",
             ),
             (
+                Rejection::AskerGone,
+                "a client's answer to a server-to-client request (elicitation, sampling, roots) whose asking request ran on another host sharing the ledger that has stopped (its lease lapsed): nothing waits for it; a resume of that request's stream ends it with `-32009`",
+            ),
+            (
                 Rejection::QuotaExceeded { cause: Quota::Sessions, retry_after_s: 5 },
                 "the caller (principal, or client address without auth) has `quotas.sessions_per_principal` live sessions (`Retry-After: 5`), creates them faster than `quotas.session_rate_per_sec` (`Retry-After`: when the next is allowed), or its share `quotas.stream_memory_per_principal` of the stream memory is full for a request that would open a stream or session (`Retry-After: 2`), or holds `modern.listen_per_caller` open `subscriptions/listen` streams (`Retry-After: 1`), or runs `tasks.max_per_caller` tasks (`Retry-After: 1`) or keeps `tasks.max_kept_per_caller` or `tasks.bytes_per_caller` (`Retry-After`: until its oldest expires) when calling a tool that needs one, or keeps `ledger.receipts_per_caller` idempotency receipts or `ledger.receipt_bytes_per_caller` of them for a keyed write-tool call (`Retry-After`: until its oldest expires; the tool did not run), or runs `modern.max_in_flight_per_caller` 2026-07-28 requests (`Retry-After: 1`)",
             ),
@@ -709,6 +720,7 @@ mod tests {
             (409, code::REQUEST_ID_IN_FLIGHT),
             (400, code::CURSOR_REJECTED),
             (410, code::EVENTS_LOST),
+            (410, code::ASKER_GONE),
             (429, code::QUOTA_EXCEEDED),
             (503, code::OVERLOADED),
             (503, code::OVERLOADED),

@@ -51,6 +51,9 @@ pub mod code {
     pub const DRAINED: i64 = -32010;
     /// A keyed write call ran once, but its result was too large to keep for a replay.
     pub const RESULT_NOT_KEPT: i64 = -32011;
+    /// An answer to a server-to-client request whose asking request ran on a host that has
+    /// stopped (shared ledger): nobody waits for it; resume the request's stream for its end.
+    pub const ASKER_GONE: i64 = -32012;
     /// 2026-07-28: a request-metadata header is missing or differs from the body.
     pub const HEADER_MISMATCH: i64 = -32020;
     /// 2026-07-28: the request lacks a client capability the server needs.

@@ -393,6 +393,11 @@ impl<R, S, P> SessionCore<R, S, P> {
         Ok(id)
     }
 
+    /// How long a server-to-client request waits for its answer (ms).
+    pub(crate) fn client_request_timeout_ms(&self) -> u64 {
+        self.limits.client_request_timeout_ms
+    }
+
     /// The client answered the request `id`; `None` when it is unknown (never sent, answered
     /// already, timed out, or its tool ended).
     pub(crate) fn answer_client_request(&mut self, id: &JsonRpcId) -> Option<ClientRequest<P>> {

@@ -21,15 +21,22 @@ fn echo(id: i64, text: &str) -> serde_json::Value {
     json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"echo","arguments":{"text":text}}})
 }
 
-/// POST `body` (a notification or an answer) to `addr` in session `sid`: its status.
-fn post_to(addr: &str, sid: &str, body: &serde_json::Value) -> u16 {
+/// POST `body` (a notification or an answer) to `addr` in session `sid`: its status and body.
+fn post_answer(addr: &str, sid: &str, body: &serde_json::Value) -> (u16, serde_json::Value) {
     let headers = [
         ("Accept", "application/json, text/event-stream"),
         ("Content-Type", "application/json"),
         ("Mcp-Session-Id", sid),
         ("MCP-Protocol-Version", "2025-11-25"),
     ];
-    common::http(addr, "POST", &headers, &body.to_string(), Duration::from_millis(500)).0
+    let (status, _, body) =
+        common::http(addr, "POST", &headers, &body.to_string(), Duration::from_millis(500));
+    (status, serde_json::from_slice(&body).unwrap_or_default())
+}
+
+/// [`post_answer`]'s status.
+fn post_to(addr: &str, sid: &str, body: &serde_json::Value) -> u16 {
+    post_answer(addr, sid, body).0
 }
 
 fn delete(addr: &str, sid: &str) -> u16 {
@@ -355,6 +362,48 @@ fn a_clients_answer_posted_to_another_host_reaches_the_request_that_asked() {
     let answer = json!({"jsonrpc":"2.0","id":asked["id"],"result":{"role":"assistant","content":{"type":"text","text":"hello from b"},"model":"m"}});
     assert_eq!(post_to(&b.addr, &sid, &answer), 202);
     s.read_until("sampled: hello from b");
+}
+
+#[test]
+fn an_answer_posted_for_a_request_whose_host_died_is_refused_as_gone_and_the_request_ends_restarted()
+ {
+    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
+    let url = server.url();
+    let dir = TempDir::new("shared-answer-gone");
+    let lease = ["--set", "ledger.redis_lease_ms=600"];
+    let (a, b) = (shared_host(&dir, &url, &lease), shared_host(&dir, &url, &lease));
+    let sid = initialize(&a.addr);
+    let body = json!({"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"test_missing_capability","arguments":{}}}).to_string();
+    let mut s = common::post_streamed(
+        &a.addr,
+        &common::session_headers(&sid),
+        &body,
+        Duration::from_secs(10),
+    );
+    s.read_until("sampling/createMessage");
+    let start = s.raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a head") + 4;
+    let events = common::events(&mcp_devtools::dechunk(&s.raw[start..]));
+    let cursor = events.first().and_then(|(id, _)| id.clone()).expect("the priming event's id");
+    let asked = s
+        .messages()
+        .into_iter()
+        .find(|m| m["method"] == "sampling/createMessage")
+        .expect("the question");
+    let answer = json!({"jsonrpc":"2.0","id":asked["id"],"result":{"role":"assistant","content":{"type":"text","text":"too late"},"model":"m"}});
+    // Killed as soon as the question arrived (who asked is committed before it is sent).
+    drop(s);
+    drop(a);
+    common::wait_until("a's lease lapses", Duration::from_secs(5), || {
+        server.count_keys("mcp:m:run:*").unwrap_or(0) == 1
+    });
+    // `a` is gone: the answer is refused, saying so, rather than accepted for nobody.
+    let (status, v) = post_answer(&b.addr, &sid, &answer);
+    assert_eq!((status, v["error"]["code"].clone()), (410, json!(-32012)), "{v}");
+    // The request that asked ends as any request of a host that died: restarted, once.
+    let (status, got) = common::resume(&b.addr, &sid, &cursor);
+    assert_eq!(status, 200);
+    let ended = messages(&got).into_iter().find(|(_, m)| m["id"] == json!(5)).expect("its end");
+    assert_eq!(ended.1["error"]["code"], json!(-32009), "{got:?}");
 }
 
 #[test]

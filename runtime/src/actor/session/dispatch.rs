@@ -46,16 +46,11 @@ impl SessionActor {
                 self.on_notification(&method, params.as_ref(), ctx);
                 Ok(PostOutcome::Accepted)
             }
-            Message::Response { id, result } => {
-                self.client_answered(&id, Ok(result), true);
-                Ok(PostOutcome::Accepted)
-            }
-            Message::ErrorResponse { id, error } => {
-                if let Some(id) = id {
-                    self.client_answered(&id, Err(error), true);
-                }
-                Ok(PostOutcome::Accepted)
-            }
+            Message::Response { id, result } => Ok(self.client_answered(&id, Ok(result), ctx)),
+            Message::ErrorResponse { id, error } => Ok(match id {
+                Some(id) => self.client_answered(&id, Err(error), ctx),
+                None => PostOutcome::Accepted,
+            }),
         }
     }
 
@@ -76,22 +71,91 @@ impl SessionActor {
     }
 
     /// The client answered server-to-client request `id`: the request waiting for it here
-    /// gets the answer; one this session does not wait for may be another host's (a shared
-    /// ledger: `relay`), which is told.
+    /// gets the answer. One this session does not wait for may be another host's (a shared
+    /// ledger): the host whose request asked is looked up, and the answer relayed to it, or
+    /// refused as [`Rejection::AskerGone`] once that host is known to have stopped.
     pub(super) fn client_answered(
         &mut self,
         id: &JsonRpcId,
-        answer: Result<Value, crate::proto::jsonrpc::ErrorObject>,
-        relay: bool,
-    ) {
-        if let Some(p) = self.core.answer_client_request(id) {
-            let _ = p.handle.reply.send(answer);
-        } else if relay {
-            let message = match answer {
-                Ok(result) => json!({"id": id.to_value(), "result": result}),
-                Err(error) => json!({"id": id.to_value(), "error": error}),
-            };
-            self.relay(message);
+        answer: Result<Value, ErrorObject>,
+        ctx: &mut Context<Self>,
+    ) -> PostOutcome {
+        if self.answered_here(id, answer.clone()) || !self.ledger.ledger.shared {
+            return PostOutcome::Accepted;
+        }
+        let message = match answer {
+            Ok(result) => json!({"id": id.to_value(), "result": result}),
+            Err(error) => json!({"id": id.to_value(), "error": error}),
+        };
+        let (tx, rx) = oneshot::channel();
+        let key = crate::ledger::codec::question_key(&self.meta.hmac, &id.to_value().to_string());
+        let (reads, run, now) =
+            (Arc::clone(&self.ledger.ledger.reads), self.ledger.ledger.run, self.sup.now().0);
+        // Gone only when the asker's run is known and its lease has lapsed; a failed or busy
+        // read relays (as an unknown asker does: it may be a live host's).
+        let look = async move {
+            reads
+                .run(move |store| match store.get(&key, now)? {
+                    Some(v) => match std::str::from_utf8(&v).ok().and_then(|r| r.parse().ok()) {
+                        Some(asker) if asker != run => store.run_alive(asker),
+                        _ => Ok(true),
+                    },
+                    None => Ok(true),
+                })
+                .await
+        };
+        ctx.spawn(look.into_actor(self).map(move |alive, act, _| {
+            if matches!(alive, Ok(false)) {
+                let _ = tx.send(Err(Rejection::AskerGone));
+            } else {
+                act.relay(message);
+                let _ = tx.send(Ok(()));
+            }
+        }));
+        PostOutcome::Relayed(rx)
+    }
+
+    /// Hand the client's answer to the request here that waits for it: whether one did.
+    pub(super) fn answered_here(
+        &mut self,
+        id: &JsonRpcId,
+        answer: Result<Value, ErrorObject>,
+    ) -> bool {
+        let Some(p) = self.core.answer_client_request(id) else { return false };
+        let _ = p.handle.reply.send(answer);
+        true
+    }
+
+    /// Record which run asks the client `id` (a shared ledger): a host that gets the answer
+    /// and finds that run gone refuses it ([`Self::client_answered`]). Kept a minute past the
+    /// question's deadline (hosts' clocks differ). `None` when not shared; else resolves once
+    /// the record is committed.
+    pub(super) fn note_question(
+        &self,
+        id: &JsonRpcId,
+        timeout_ms: u64,
+    ) -> Option<oneshot::Receiver<()>> {
+        if !self.ledger.ledger.shared {
+            return None;
+        }
+        let key = crate::ledger::codec::question_key(&self.meta.hmac, &id.to_value().to_string());
+        Some(self.ledger.writer.submit_acked(vec![crate::ledger::Op::Put {
+            key,
+            value: Bytes::from(self.ledger.ledger.run.to_string()),
+            expires_ms: self.sup.now().0.saturating_add(timeout_ms).saturating_add(60_000),
+        }]))
+    }
+
+    /// Send the client request `id` (encoded: `json`) on `target`; one that cannot be sent is
+    /// answered with an error at once.
+    pub(super) fn ask(&mut self, id: &JsonRpcId, json: Bytes, target: &Addr<StreamActor>) {
+        if target.try_send(Emit { json, last: false }).is_err()
+            && let Some(p) = self.core.answer_client_request(id)
+        {
+            let _ = p.handle.reply.send(Err(ErrorObject::new(
+                code::INTERNAL_ERROR,
+                "the request's stream is busy or gone",
+            )));
         }
     }
 

@@ -5,7 +5,7 @@ use actix::prelude::*;
 use tokio::sync::oneshot;
 
 use crate::actor::lifecycle::Phase;
-use crate::actor::stream::{Attach, Emit, Stop as StopStream, StreamActor, StreamReport};
+use crate::actor::stream::{Attach, Stop as StopStream, StreamActor, StreamReport};
 use crate::ledger::codec::RecordState;
 use crate::pipeline::{GetStream, ServerRequest};
 use crate::proto::admission::ReplyMode;
@@ -188,7 +188,9 @@ impl Handler<Relayed> for SessionActor {
         let _span = self.span.clone().entered();
         // Never relayed again: every host heard it once.
         match msg {
-            Relayed::Answer(id, answer) => self.client_answered(&id, answer, false),
+            Relayed::Answer(id, answer) => {
+                self.answered_here(&id, answer);
+            }
             Relayed::Cancel(id) => {
                 self.cancel_here(&id, ctx, false);
                 self.arm(ctx);
@@ -293,13 +295,17 @@ impl Handler<ServerRequest> for SessionActor {
         match self.core.begin_client_request(&msg.origin, &msg.method, self.sup.now(), route) {
             Ok(id) => {
                 let json = encode_request(&id, &msg.method, Some(&msg.params));
-                if target.try_send(Emit { json, last: false }).is_err()
-                    && let Some(p) = self.core.answer_client_request(&id)
-                {
-                    let _ = p.handle.reply.send(Err(ErrorObject::new(
-                        code::INTERNAL_ERROR,
-                        "the request's stream is busy or gone",
-                    )));
+                match self.note_question(&id, self.core.client_request_timeout_ms()) {
+                    None => self.ask(&id, json, &target),
+                    // Asked once who asks is committed (or the commit wait gave up: the
+                    // record only lets another host refuse an answer once this one died).
+                    Some(noted) => {
+                        let writer = std::sync::Arc::clone(&self.ledger.writer);
+                        let noted = async move { writer.wait_committed(noted).await };
+                        ctx.spawn(noted.into_actor(self).map(move |_, act, _| {
+                            act.ask(&id, json, &target);
+                        }));
+                    }
                 }
             }
             Err((route, why)) => {

@@ -25,6 +25,9 @@ pub enum PostOutcome {
     Json(oneshot::Receiver<JsonReply>),
     /// An SSE reply.
     Sse(SseBody),
+    /// An answer to a server-to-client request another host may wait for (a shared ledger):
+    /// 202 once relayed, or why not ([`Rejection::AskerGone`]).
+    Relayed(oneshot::Receiver<Result<(), Rejection>>),
     /// A 2025-03-26 batch: one JSON reply per request, in order.
     Batch(Vec<oneshot::Receiver<JsonReply>>),
 }
