@@ -430,12 +430,12 @@ fn a_cancellation_posted_to_another_host_stops_the_request() {
 }
 
 #[test]
-fn a_list_change_announced_on_one_host_reaches_a_listen_stream_on_another() {
+fn a_list_change_and_a_resource_update_announced_on_one_host_reach_a_listen_stream_on_another() {
     let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
     let url = server.url();
     let dir = TempDir::new("shared-listen");
     let (a, b) = (shared_host(&dir, &url, &[]), shared_host(&dir, &url, &[]));
-    let body = r#"{"jsonrpc":"2.0","id":"sub-1","method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+    let body = r#"{"jsonrpc":"2.0","id":"sub-1","method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true,"resourceSubscriptions":["test://watched-resource"]},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
     let listen = [("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "subscriptions/listen")];
     let mut s = common::post_streamed(&b.addr, &listen, body, Duration::from_secs(10));
     s.read_until("acknowledged");
@@ -443,6 +443,19 @@ fn a_list_change_announced_on_one_host_reaches_a_listen_stream_on_another() {
     let r = common::modern_call(&a.addr, 2, "test_trigger_tool_change", json!({}));
     assert!(r["isError"] != true, "{r}");
     s.read_until("notifications/tools/list_changed");
+    // An update of a resource it subscribed to reaches it too; one of another does not.
+    for uri in ["test://static-text", "test://watched-resource"] {
+        let r = common::modern_call(&a.addr, 3, "test_trigger_resource_update", json!({"uri": uri}));
+        assert!(r["isError"] != true, "{r}");
+    }
+    s.read_until("notifications/resources/updated");
+    let updated: Vec<_> = s
+        .messages()
+        .into_iter()
+        .filter(|m| m["method"] == "notifications/resources/updated")
+        .map(|m| m["params"]["uri"].clone())
+        .collect();
+    assert_eq!(updated, [json!("test://watched-resource")]);
 }
 
 /// `test_input_required_result_multi_round` with `answers` and `state` (a client that can
