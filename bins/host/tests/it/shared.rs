@@ -255,6 +255,42 @@ fn one_idempotency_key_sent_to_two_hosts_at_once_runs_once_and_both_get_its_outc
 }
 
 #[test]
+fn a_keyed_call_whose_host_died_ends_restarted_and_its_reissue_on_another_host_gets_the_one_outcome()
+ {
+    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
+    let url = server.url();
+    let dir = TempDir::new("shared-reissue");
+    let lease = ["--set", "ledger.redis_lease_ms=600"];
+    let (a, b) = (shared_host(&dir, &url, &lease), shared_host(&dir, &url, &lease));
+    let sid = initialize(&a.addr);
+    // A write held 10 s on `a`; the client hangs up after the priming event.
+    let args = json!({"key": "order-21", "hold_ms": 10_000});
+    let cursor = common::call_and_hang_up(&a.addr, &sid, 2, "ledger_append", args.clone());
+    common::wait_until("its receipt is recorded", Duration::from_secs(5), || {
+        server.count_keys("mcp:d:r/*").unwrap_or(0) >= 1
+    });
+    drop(a);
+    common::wait_until("a's lease lapses", Duration::from_secs(5), || {
+        server.count_keys("mcp:m:run:*").unwrap_or(0) == 1
+    });
+    // The resume on `b` ends the request: restarted, its outcome unknown.
+    let (status, got) = common::resume(&b.addr, &sid, &cursor);
+    assert_eq!(status, 200);
+    let ended = messages(&got).into_iter().find(|(_, m)| m["id"] == json!(2)).expect("its end");
+    assert_eq!(ended.1["error"]["code"], json!(-32009), "{got:?}");
+    // Re-issued with its key on `b`: never run a second time; the one outcome, the same on
+    // every later try.
+    let call = json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"ledger_append","arguments":args}});
+    for _ in 0..2 {
+        let (status, v) = post_json(&b.addr, &sid, &call);
+        assert_eq!(status, 200, "{v}");
+        let text = v["result"]["content"][0]["text"].as_str().unwrap_or_default();
+        assert!(text.contains("may or may not have taken effect"), "{v}");
+    }
+    assert_eq!(applied(&b.addr, &sid), 0, "not run again");
+}
+
+#[test]
 fn two_hosts_adding_to_one_basket_at_once_lose_no_item() {
     let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
     let url = server.url();
