@@ -108,6 +108,7 @@ pub fn status(sup: &Supervisor) -> serde_json::Value {
             "since_last_commit_ms": writer.last_commit_ms.map(|t| now.saturating_sub(t)),
             "failing_since_ms": writer.failing_since_ms,
             "last_error": w.last_error(),
+            "round_trip_us": w.store().round_trip_us(),
             "writer": writer,
         },
         "stats": sup.stats_snapshot(),

@@ -377,6 +377,14 @@ impl Collector for SupervisorCollector {
             "Seconds the ledger has been unable to commit (0 while it commits)",
             since(ws.failing_since_ms),
         )?;
+        if let Some(us) = w.store().round_trip_us() {
+            gauge_f(
+                &mut e,
+                "mcp_ledger_round_trip_seconds",
+                "The last round trip to the ledger's server (Redis: the lease's last renewal, every third of the lease)",
+                us as f64 / 1e6,
+            )?;
+        }
         let (commit, batch) = w.histograms();
         histogram(&mut e, "mcp_ledger_commit_seconds", "Time to commit one ledger batch", commit)?;
         histogram(&mut e, "mcp_ledger_batch_ops", "Operations per committed ledger batch", batch)?;

@@ -358,6 +358,13 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         let _ = run;
         Ok(false)
     }
+
+    /// The last round trip to a store on another machine (µs): on Redis, the lease's last
+    /// renewal (one script call, every third of the lease). `None` for an embedded store, or
+    /// before the first.
+    fn round_trip_us(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A counter's value as [`Store::incr`] keeps it (decimal text; anything else counts as 0).

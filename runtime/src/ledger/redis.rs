@@ -215,6 +215,8 @@ pub struct RedisStore {
     /// Set when the store is dropped: the subscriptions' threads stop.
     stopping: std::sync::Arc<std::sync::atomic::AtomicBool>,
     subscribers: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// The lease's last renewal, one round trip (µs; 0: none yet).
+    round_trip_us: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// How long a subscription waits for a message before it looks whether the store stopped.
@@ -491,6 +493,7 @@ impl RedisStore {
             incr: redis::Script::new(INCR),
             stopping: std::sync::Arc::default(),
             subscribers: Mutex::new(Vec::new()),
+            round_trip_us: std::sync::Arc::default(),
         };
         let info: String = store.with_conn(|c| redis::cmd("INFO").arg("server").query(c))?;
         let version = redis_version(&info);
@@ -624,6 +627,7 @@ impl RedisStore {
         stopped: std::sync::mpsc::Receiver<()>,
     ) -> Result<std::thread::JoinHandle<()>, StoreError> {
         let (client, prefix) = (self.client.clone(), self.prefix.clone());
+        let round_trip_us = std::sync::Arc::clone(&self.round_trip_us);
         // A renewal that waits longer than a third of the lease could let it lapse.
         let timeout = self.timeout.min(Duration::from_millis((ttl_ms / 3).max(50)));
         let renew = redis::Script::new(match how {
@@ -666,7 +670,13 @@ impl RedisStore {
                         Renewal::Ledger => inv.arg(&prefix).arg(&*token).arg(ttl_ms),
                         Renewal::Own(_) => inv.arg(&key).arg(&*token).arg(ttl_ms),
                     };
-                    match inv.invoke::<i64>(c) {
+                    let began = tokio::time::Instant::now();
+                    let renewed = inv.invoke::<i64>(c);
+                    if renewed.is_ok() {
+                        let us = u64::try_from(began.elapsed().as_micros()).unwrap_or(u64::MAX);
+                        round_trip_us.store(us.max(1), std::sync::atomic::Ordering::Relaxed);
+                    }
+                    match renewed {
                         Ok(0) if held => {
                             held = false;
                             match &how {
@@ -1131,6 +1141,11 @@ impl Store for RedisStore {
         let n: i64 =
             self.read_conn(|c| redis::cmd("EXISTS").arg(self.name_raw(&run_lease(run))).query(c))?;
         Ok(n == 1)
+    }
+
+    fn round_trip_us(&self) -> Option<u64> {
+        let us = self.round_trip_us.load(std::sync::atomic::Ordering::Relaxed);
+        (us > 0).then_some(us)
     }
 }
 
