@@ -589,6 +589,15 @@ impl RedisServer {
         matches!(self.command(&["SET", key, value, "PX", &px_ms.to_string()]), Some(Reply::Line(l)) if l == "OK")
     }
 
+    /// Add the user `name` with `password`, allowed everything (`ACL SETUSER`); the default
+    /// user stays as it was. Whether the server said OK.
+    #[must_use]
+    pub fn add_user(&self, name: &str, password: &str) -> bool {
+        let pass = format!(">{password}");
+        let args = ["ACL", "SETUSER", name, "on", &pass, "~*", "&*", "+@all"];
+        matches!(self.command(&args), Some(Reply::Line(l)) if l == "OK")
+    }
+
     /// One command (its arguments, binary-safe) on a connection of its own, with a deadline.
     fn command(&self, args: &[&str]) -> Option<Reply> {
         use std::io::{BufRead, BufReader, Read, Write};

@@ -438,6 +438,11 @@ pub struct LedgerConfig {
     /// `rediss://…` over TLS (the system's trusted roots unless `redis_tls_ca_file`). Default
     /// `redis://127.0.0.1:6379/0`.
     pub redis_url: String,
+    /// The Redis password, given apart from `redis_url` (which then has none), so it is
+    /// never in a URL that messages or the process list might show: the
+    /// `MCP_HOST_REDIS_PASSWORD` variable sets it. Never serialized. Default none.
+    #[serde(skip_serializing)]
+    pub redis_password: Option<String>,
     /// PEM file of the certificate authority a `rediss://` server's certificate must be
     /// signed by (instead of the system's trusted roots). Default none.
     pub redis_tls_ca_file: Option<String>,
@@ -533,6 +538,7 @@ impl Default for LedgerConfig {
             backend: LedgerBackend::Sqlite,
             path: "mcp-host.db".into(),
             redis_url: "redis://127.0.0.1:6379/0".into(),
+            redis_password: None,
             redis_tls_ca_file: None,
             redis_tls_cert_file: None,
             redis_tls_key_file: None,

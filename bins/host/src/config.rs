@@ -494,6 +494,13 @@ pub(crate) enum ConfigError {
 /// A variable with the prefix but no `__` is not a config field (`MCP_HOST_LOG`).
 const ENV_PREFIX: &str = "MCP_HOST_";
 
+/// Environment variables named for what they hold rather than for their field: each sets
+/// its field as the string it is (a password or a key of digits stays a string).
+const ENV_ALIASES: [(&str, [&str; 2]); 2] = [
+    ("MCP_HOST_REDIS_PASSWORD", ["ledger", "redis_password"]),
+    ("MCP_HOST_LEDGER_KEY", ["security", "cursor_secret_hex"]),
+];
+
 /// One field set over the file: by a `--set` flag or an environment variable.
 #[derive(Debug, Clone, PartialEq)]
 struct Override {
@@ -551,9 +558,21 @@ fn toml_value(text: &str) -> toml::Value {
 fn env_overrides(
     vars: impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
 ) -> Result<Vec<Override>, ConfigError> {
-    let mut found = Vec::new();
+    let mut found: Vec<Override> = Vec::new();
     for (name, value) in vars {
         let Some(name) = name.to_str() else { continue };
+        if let Some((_, path)) = ENV_ALIASES.iter().find(|(alias, _)| *alias == name) {
+            let value = value.to_str().ok_or_else(|| ConfigError::Override {
+                origin: name.to_owned(),
+                message: "the value is not UTF-8".into(),
+            })?;
+            found.push(Override {
+                origin: name.to_owned(),
+                path: path.iter().map(|p| (*p).to_owned()).collect(),
+                value: toml::Value::String(value.to_owned()),
+            });
+            continue;
+        }
         if !name.strip_prefix(ENV_PREFIX).is_some_and(|r| r.contains("__")) {
             // Not a field (`MCP_HOST_LOG`, another program's variable): whatever its value.
             continue;
@@ -567,6 +586,16 @@ fn env_overrides(
         }
     }
     found.sort_by(|a, b| a.origin.cmp(&b.origin));
+    // A field set by two variables (a named one and its `SECTION__FIELD` form): which one
+    // counts would be a guess.
+    for (i, a) in found.iter().enumerate() {
+        if let Some(b) = found[i + 1..].iter().find(|b| b.path == a.path) {
+            return Err(ConfigError::Override {
+                origin: b.origin.clone(),
+                message: format!("{} sets {} too: give one of them", a.origin, a.path.join(".")),
+            });
+        }
+    }
     Ok(found)
 }
 
@@ -862,6 +891,22 @@ path = \"/var/lib/mcp/l.db\"\ndurability = \"sync\"\n",
         let flags = flags(&[&["--config", path.as_str()], args].concat());
         let vars = env.iter().map(|(k, v)| ((*k).into(), (*v).into()));
         HostConfig::load_from(flags, vars)
+    }
+
+    #[test]
+    fn the_redis_password_and_ledger_key_variables_set_their_fields_as_strings_and_clash_with_their_long_forms()
+     {
+        let key = "1234567890".repeat(4);
+        let env = [("MCP_HOST_REDIS_PASSWORD", "12345"), ("MCP_HOST_LEDGER_KEY", key.as_str())];
+        let c = with_overrides("", &env, &[]).unwrap();
+        assert_eq!(c.runtime.ledger.redis_password.as_deref(), Some("12345"));
+        assert_eq!(c.runtime.security.cursor_secret_hex.as_deref(), Some(key.as_str()));
+        let twice = [
+            ("MCP_HOST_LEDGER_KEY", key.as_str()),
+            ("MCP_HOST_SECURITY__CURSOR_SECRET_HEX", key.as_str()),
+        ];
+        let e = with_overrides("", &twice, &[]).unwrap_err().to_string();
+        assert!(e.contains("MCP_HOST_LEDGER_KEY") && e.contains("give one"), "{e}");
     }
 
     #[test]

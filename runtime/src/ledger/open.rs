@@ -520,7 +520,11 @@ impl Ledger {
                 )));
             }
         };
-        let tls = super::redis::Tls { ca_file: l.redis_tls_ca_file.clone(), client };
+        let tls = super::redis::Tls {
+            ca_file: l.redis_tls_ca_file.clone(),
+            client,
+            password: l.redis_password.clone(),
+        };
         let timeout = Duration::from_millis(l.redis_timeout_ms);
         let store = super::RedisStore::open_tls(&l.redis_url, &tls, &l.redis_prefix, timeout)
             .map_err(err)?;

@@ -410,21 +410,46 @@ fn alive(expiry: Option<&[u8]>, now_ms: u64) -> bool {
         .is_some_and(|e| e > now_ms)
 }
 
-/// The files a `rediss://` connection is checked with (PEM; `None`: the system's trusted
-/// roots, no client certificate).
-#[derive(Debug, Clone, Default)]
+/// How a connection is made besides its URL: the files a `rediss://` connection is checked
+/// with (PEM; `None`: the system's trusted roots, no client certificate), and a password
+/// given apart from the URL.
+#[derive(Clone, Default)]
 pub struct Tls {
     /// The certificate authority the server's certificate must be signed by.
     pub ca_file: Option<String>,
     /// This host's client certificate and its key (both or neither).
     pub client: Option<(String, String)>,
+    /// The password (`ledger.redis_password`, `MCP_HOST_REDIS_PASSWORD`); a URL that has one
+    /// too is refused (which one counts would be a guess).
+    pub password: Option<String>,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls")
+            .field("ca_file", &self.ca_file)
+            .field("client", &self.client)
+            .field("password", &self.password.as_ref().map(|_| "…"))
+            .finish()
+    }
 }
 
 impl Tls {
-    /// The client of `url` with these files.
+    /// The client of `url` with these files and password.
     fn client(&self, url: &str) -> Result<redis::Client, StoreError> {
+        use redis::IntoConnectionInfo as _;
+        let mut info = url.into_connection_info().map_err(|e| backend(&e))?;
+        if let Some(password) = &self.password {
+            if info.redis_settings().password().is_some() {
+                return Err(StoreError::Backend(
+                    "redis: a password is given both in the URL and apart from it (ledger.redis_password or MCP_HOST_REDIS_PASSWORD): give it once".into(),
+                ));
+            }
+            let settings = info.redis_settings().clone().set_password(password);
+            info = info.set_redis_settings(settings);
+        }
         if self.ca_file.is_none() && self.client.is_none() {
-            return redis::Client::open(url).map_err(|e| backend(&e));
+            return redis::Client::open(info).map_err(|e| backend(&e));
         }
         if !url.starts_with("rediss://") {
             return Err(StoreError::Backend(
@@ -449,7 +474,7 @@ impl Tls {
                 })
             })
             .transpose()?;
-        redis::Client::build_with_tls(url, redis::TlsCertificates { client_tls, root_cert })
+        redis::Client::build_with_tls(info, redis::TlsCertificates { client_tls, root_cert })
             .map_err(|e| backend(&e))
     }
 }
@@ -1169,21 +1194,46 @@ mod tests {
         let (url, (ca, cert, key)) = (server.tls_url().unwrap(), server.tls_files().unwrap());
         let open = |tls: Tls| RedisStore::open_tls(&url, &tls, "tls:", Duration::from_secs(5));
         let client = Some((cert.clone(), key.clone()));
-        let store = open(Tls { ca_file: Some(ca.clone()), client: client.clone() }).unwrap();
+        let store = open(Tls { ca_file: Some(ca.clone()), client: client.clone(), password: None })
+            .unwrap();
         super::super::store_tests::contract(&store);
         // The server's certificate is signed by an authority the system does not trust.
-        let e = open(Tls { ca_file: None, client }).unwrap_err().to_string();
+        let e = open(Tls { ca_file: None, client, password: None }).unwrap_err().to_string();
         assert!(e.contains("certificate") || e.contains("Certificate"), "{e}");
         // The server asks for a client certificate.
-        assert!(open(Tls { ca_file: Some(ca.clone()), client: None }).is_err());
+        assert!(open(Tls { ca_file: Some(ca.clone()), client: None, password: None }).is_err());
         // Files for a URL without TLS are a mistake, said so.
         let plain = RedisStore::open_tls(
             &server.url(),
-            &Tls { ca_file: Some(ca), client: None },
+            &Tls { ca_file: Some(ca), client: None, password: None },
             "tls:",
             Duration::from_secs(5),
         );
         assert!(plain.unwrap_err().to_string().contains("rediss://"));
+    }
+
+    #[test]
+    fn a_password_given_apart_from_the_url_is_sent_and_one_given_twice_is_refused() {
+        let server = mcp_devtools::RedisServer::start().unwrap();
+        assert!(server.add_user("mcp", "s3cret"));
+        let url = format!("redis://mcp@127.0.0.1:{}/0", server.port());
+        let open = |url: &str, password: &str| {
+            let tls = Tls { password: Some(password.into()), ..Tls::default() };
+            RedisStore::open_tls(url, &tls, "pw:", Duration::from_secs(5))
+        };
+        let store = open(&url, "s3cret").unwrap();
+        store
+            .apply(&[Op::Put { key: "k".into(), value: "v".into(), expires_ms: u64::MAX / 4 }])
+            .unwrap();
+        // Sent: a wrong one is refused by the server (without it, `mcp@` alone would be
+        // served as the default user).
+        let e = open(&url, "wrong").unwrap_err().to_string();
+        assert!(!e.contains("wrong") && !e.contains("s3cret"), "never the password: {e}");
+        let both = format!("redis://mcp:s3cret@127.0.0.1:{}/0", server.port());
+        let e = open(&both, "s3cret").unwrap_err().to_string();
+        assert!(e.contains("give it once"), "{e}");
+        let shown = format!("{:?}", Tls { password: Some("s3cret".into()), ..Tls::default() });
+        assert!(!shown.contains("s3cret"), "{shown}");
     }
 
     #[test]

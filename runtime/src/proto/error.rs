@@ -189,7 +189,9 @@ pub enum Rejection {
     EventsLost,
     /// An answer to a server-to-client request asked by a request that ran on a host that
     /// has stopped (a shared ledger): no request waits for it.
-    #[error("Gone: the request that asked for this answer ran on a host that has stopped; nothing waits for it (resume that request's stream: it ends with -32009)")]
+    #[error(
+        "Gone: the request that asked for this answer ran on a host that has stopped; nothing waits for it (resume that request's stream: it ends with -32009)"
+    )]
     AskerGone,
     /// The caller is over a per-principal quota.
     #[error("Too Many Requests: {}", match .cause {

@@ -481,7 +481,8 @@ fn a_list_change_and_a_resource_update_announced_on_one_host_reach_a_listen_stre
     s.read_until("notifications/tools/list_changed");
     // An update of a resource it subscribed to reaches it too; one of another does not.
     for uri in ["test://static-text", "test://watched-resource"] {
-        let r = common::modern_call(&a.addr, 3, "test_trigger_resource_update", json!({"uri": uri}));
+        let r =
+            common::modern_call(&a.addr, 3, "test_trigger_resource_update", json!({"uri": uri}));
         assert!(r["isError"] != true, "{r}");
     }
     s.read_until("notifications/resources/updated");
