@@ -422,6 +422,14 @@ pub fn caller_sessions_index(owner: &str) -> String {
     format!("ps/{}:{owner}", owner.len())
 }
 
+/// Index of one caller's new sessions on a shared ledger (member: a random tag; score: when
+/// it leaves the rate's window, a second after it was made): those scored in the future are
+/// the caller's sessions made in the last second on every host.
+#[must_use]
+pub fn caller_rate_index(owner: &str) -> String {
+    format!("pr/{}:{owner}", owner.len())
+}
+
 /// Index of a session's streams (member: stream id; score: its id).
 #[must_use]
 pub fn streams_index(hmac: &str) -> String {

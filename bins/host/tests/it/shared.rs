@@ -682,6 +682,35 @@ fn one_callers_sessions_are_counted_across_hosts_against_its_quota() {
     assert!(made_again, "room for one again");
 }
 
+#[test]
+fn one_callers_session_rate_is_counted_across_hosts() {
+    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
+    let url = server.url();
+    let dir = TempDir::new("shared-rate");
+    let rate = ["--set", "quotas.session_rate_per_sec=3", "--set", "quotas.session_burst=3"];
+    let (a, b) = (shared_host(&dir, &url, &rate), shared_host(&dir, &url, &rate));
+    // Within one second: 3 sessions on `b`, then `a` (whose own bucket holds 3) makes 1 while
+    // it reads the count (2 if the read is slow), and is refused once it has read it. A try
+    // that took most of the second (a slow machine) is made again after the window passed.
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(1_100));
+        let began = std::time::Instant::now();
+        assert!((0..3).all(|_| handshake(&b.addr)), "b's own bucket holds 3");
+        let mut on_a = 0;
+        for _ in 0..3 {
+            if handshake(&a.addr) {
+                on_a += 1;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if began.elapsed() < Duration::from_millis(800) {
+            assert!(on_a <= 2, "3 a second across the hosts: {on_a} more on a");
+            return;
+        }
+    }
+    panic!("no try ran within the rate's one-second window");
+}
+
 /// Keyed write `i` on `addr` in session `sid`: made (`true`) or refused with 429 (`false`).
 fn keyed_write(addr: &str, sid: &str, i: usize) -> bool {
     let call = json!({"jsonrpc":"2.0","id":i,"method":"tools/call","params":{"name":"ledger_append","arguments":{"key":format!("order-{i}")}}});

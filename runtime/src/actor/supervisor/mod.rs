@@ -61,6 +61,9 @@ pub struct Supervisor {
     rate: RateLimiter,
     /// Each caller's sessions across the hosts of a shared ledger.
     caller_sessions: Arc<Mutex<quotas::CallerCounts>>,
+    /// Each caller's new sessions in the last second across the hosts of a shared ledger
+    /// (`quotas.session_rate_per_sec`; [`quotas`]).
+    caller_rate: Arc<Mutex<quotas::CallerRates>>,
     key: CursorKey,
     /// The generations with something alive, the current one last.
     gens: Arc<Generations>,
@@ -204,6 +207,7 @@ impl Supervisor {
             key: cursor_key,
             admit: cfg.admit_policy(),
             caller_sessions: Arc::default(),
+            caller_rate: Arc::default(),
             rate: RateLimiter::new(
                 q.session_burst,
                 q.session_rate_per_sec,

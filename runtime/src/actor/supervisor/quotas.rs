@@ -41,6 +41,33 @@ pub(crate) struct Admit {
     pub(crate) read: bool,
 }
 
+/// What a caller's figures across hosts answer: [`CallerCounts`] (its sessions) and
+/// [`CallerRates`] (its new sessions a second).
+pub(crate) trait AcrossHosts: Send + 'static {
+    /// Admit one more of `owner`'s, who may have `max`, at `now`.
+    fn admit(&mut self, owner: &Arc<str>, max: usize, now: u64) -> Admit;
+    /// The read begun for `owner` found `found` (`None`: it failed).
+    fn read_done(&mut self, owner: &Arc<str>, found: Option<usize>);
+}
+
+impl AcrossHosts for CallerCounts {
+    fn admit(&mut self, owner: &Arc<str>, max: usize, now: u64) -> Admit {
+        CallerCounts::admit(self, owner, max, now)
+    }
+    fn read_done(&mut self, owner: &Arc<str>, found: Option<usize>) {
+        CallerCounts::read_done(self, owner, found);
+    }
+}
+
+impl AcrossHosts for CallerRates {
+    fn admit(&mut self, owner: &Arc<str>, max: usize, now: u64) -> Admit {
+        CallerRates::admit(self, owner, max, now)
+    }
+    fn read_done(&mut self, owner: &Arc<str>, found: Option<usize>) {
+        CallerRates::read_done(self, owner, found);
+    }
+}
+
 /// The counts (sans IO: the supervisor reads the ledger when asked to).
 #[derive(Debug, Default)]
 pub(crate) struct CallerCounts {
@@ -79,20 +106,115 @@ impl CallerCounts {
         }
     }
 
-    /// Forget the tenth of the callers read longest ago (one whose read is under way too: its
-    /// result then finds nothing to update).
     fn forget_oldest(&mut self) {
-        let mut by_age: Vec<(u64, Arc<str>)> =
-            self.counts.iter().map(|(k, c)| (c.read_at.unwrap_or(0), Arc::clone(k))).collect();
-        by_age.sort_unstable();
-        for (_, k) in by_age.into_iter().take(MAX_CALLERS / 10 + 1) {
-            self.counts.remove(&k);
-        }
+        forget_oldest(&mut self.counts, |c| c.read_at);
     }
 
     #[cfg(test)]
     fn len(&self) -> usize {
         self.counts.len()
+    }
+}
+
+/// Forget the tenth of the callers in `map` read longest ago (`read_at`; one whose read is
+/// under way too: its result then finds nothing to update).
+fn forget_oldest<T>(map: &mut HashMap<Arc<str>, T>, read_at: impl Fn(&T) -> Option<u64>) {
+    let mut by_age: Vec<(u64, Arc<str>)> =
+        map.iter().map(|(k, c)| (read_at(c).unwrap_or(0), Arc::clone(k))).collect();
+    by_age.sort_unstable();
+    for (_, k) in by_age.into_iter().take(MAX_CALLERS / 10 + 1) {
+        map.remove(&k);
+    }
+}
+
+/// The window a caller's session rate is counted over across hosts (ms).
+pub(crate) const RATE_WINDOW_MS: u64 = 1_000;
+/// The window's slices: this host's own new sessions are counted per slice.
+const SLICES: usize = 10;
+const SLICE_MS: u64 = RATE_WINDOW_MS / SLICES as u64;
+
+/// One caller's new sessions in the last [`RATE_WINDOW_MS`] (`quotas.session_rate_per_sec`)
+/// across the hosts of a shared ledger. Each new session is also scored in the caller's rate
+/// index in the ledger ([`crate::ledger::codec::caller_rate_index`], until it leaves the
+/// window); a read counts the index's members in the window. A handshake is admitted against
+/// the other hosts' part as last read (the count less this host's own when the read began)
+/// plus this host's own in the window now (exact, per tenth of the window); a read older than
+/// the window counts nothing (what it found has left the window) and is read again in the
+/// background (the handshake does not wait). The rate holds across hosts past it by at most
+/// what the other hosts admitted since the last read.
+#[derive(Debug, Default)]
+pub(crate) struct CallerRates {
+    rates: HashMap<Arc<str>, Rate>,
+}
+
+#[derive(Debug, Default)]
+struct Rate {
+    /// This host's own new sessions per slice: (the slice's start, ms; how many).
+    own: [(u64, u32); SLICES],
+    /// The other hosts' new sessions in the window, as last read.
+    others: usize,
+    /// When that read began (`None`: never read).
+    read_at: Option<u64>,
+    /// A read is under way, begun at this time, when this host's own count was this.
+    reading: Option<(u64, usize)>,
+}
+
+impl Rate {
+    /// This host's own new sessions in the window ending at `now`.
+    fn own_at(&self, now: u64) -> usize {
+        let since = now.saturating_sub(RATE_WINDOW_MS);
+        self.own
+            .iter()
+            .filter(|(start, n)| *n > 0 && start + SLICE_MS > since)
+            .map(|(_, n)| *n as usize)
+            .sum()
+    }
+
+    fn count_own(&mut self, now: u64) {
+        let start = now - now % SLICE_MS;
+        let slot = &mut self.own[(start / SLICE_MS) as usize % SLICES];
+        if slot.0 != start {
+            *slot = (start, 0);
+        }
+        slot.1 = slot.1.saturating_add(1);
+    }
+}
+
+impl CallerRates {
+    /// Admit one more new session of `owner`, who may make `max` a window across the hosts,
+    /// at `now`.
+    pub(crate) fn admit(&mut self, owner: &Arc<str>, max: usize, now: u64) -> Admit {
+        if !self.rates.contains_key(owner) && self.rates.len() >= MAX_CALLERS {
+            forget_oldest(&mut self.rates, |r| r.read_at);
+        }
+        let r = self.rates.entry(Arc::clone(owner)).or_default();
+        let age = r.read_at.map(|at| now.saturating_sub(at));
+        let others = if age.is_some_and(|a| a < RATE_WINDOW_MS) { r.others } else { 0 };
+        let ok = others.saturating_add(r.own_at(now)) < max;
+        if ok {
+            r.count_own(now);
+        }
+        // This one counted among this host's own: the read waits until what this host queued
+        // is committed (its rate entry included) before it counts.
+        let read = age.is_none_or(|a| a >= FRESH_MS) && r.reading.is_none();
+        if read {
+            r.reading = Some((now, r.own_at(now)));
+        }
+        Admit { ok, read }
+    }
+
+    /// The read begun for `owner` found `counted` new sessions in the window, on every host,
+    /// once what this host had queued when it began was committed (`None`: it failed; the
+    /// next handshake reads again).
+    pub(crate) fn read_done(&mut self, owner: &Arc<str>, counted: Option<usize>) {
+        let Some(r) = self.rates.get_mut(owner) else { return };
+        let Some((began, own_then)) = r.reading.take() else { return };
+        if let Some(n) = counted {
+            // This host's own made until the read began are in it (committed before it
+            // counted); those made since may be too: counted twice until the next read.
+            r.others = n.saturating_sub(own_then);
+            r.read_at = Some(began);
+        }
     }
 }
 
@@ -127,6 +249,29 @@ mod tests {
         assert_eq!(c.admit(&bob, 1, FRESH_MS), Admit { ok: false, read: true });
         c.read_done(&bob, None);
         assert_eq!(c.admit(&bob, 1, FRESH_MS + 1), Admit { ok: false, read: true });
+    }
+
+    #[test]
+    fn a_callers_rate_counts_the_other_hosts_as_read_and_its_own_in_the_window() {
+        let mut r = CallerRates::default();
+        let alice: Arc<str> = "alice".into();
+        // Never read: admitted while the read is under way.
+        assert_eq!(r.admit(&alice, 3, 10_000), Admit { ok: true, read: true });
+        // The read finds 3 in the window: this host's 1 (the one that began it) and the
+        // other hosts' 2.
+        r.read_done(&alice, Some(3));
+        assert_eq!(r.admit(&alice, 3, 10_100), Admit { ok: false, read: false }, "2 + 1 = 3");
+        // Once the window passed, what the read found counts nothing, and this host's own
+        // left it too: admitted while read again.
+        assert_eq!(r.admit(&alice, 3, 11_050), Admit { ok: true, read: true });
+        r.read_done(&alice, Some(1)); // only this host's own, made as the read began
+        assert_eq!(r.admit(&alice, 3, 11_100), Admit { ok: true, read: false });
+        assert_eq!(r.admit(&alice, 3, 11_200), Admit { ok: true, read: false });
+        assert_eq!(r.admit(&alice, 3, 11_300), Admit { ok: false, read: false }, "3 of its own");
+        // A failed read keeps nothing new and the next handshake reads again.
+        assert!(r.admit(&alice, 3, 12_400).read);
+        r.read_done(&alice, None);
+        assert!(r.admit(&alice, 3, 12_401).read);
     }
 
     #[test]

@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+use parking_lot::Mutex;
+
 use actix::{Actor, AsyncContext};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -15,13 +17,15 @@ use crate::actor::lifecycle::Phase;
 use crate::actor::registry::{Inbox, QuotaKey, SlotLimits};
 use crate::actor::session::SessionHandle;
 use crate::actor::session::{Restore, SessionActor, SessionSeed};
+use crate::ledger::Op;
 use crate::ledger::codec::{self, Handshake, Record};
-use crate::proto::error::{Overload, Rejection};
+use crate::proto::error::{Overload, Quota, Rejection};
 use crate::proto::ids::{Generation, SessionId};
 use crate::proto::mcp::InitializeRequest;
 use crate::proto::version::ProtocolVersion;
 
 use super::Supervisor;
+use super::quotas::{self, RATE_WINDOW_MS};
 use super::revive::{SessionFound, migration_ops, read_session};
 
 impl Supervisor {
@@ -90,13 +94,41 @@ impl Supervisor {
             memory_per_key: self.cfg.stream_memory_share(),
         };
         let owner = key.owner();
+        let shared = self.stream_env.ledger.ledger.shared;
+        // Across hosts (a shared ledger), after this host's own checks: a session they refuse
+        // is not counted; a refusal here drops the reservation.
+        if shared && let Some(owner) = &owner {
+            let q = &self.cfg.quotas;
+            let rate =
+                usize::try_from(q.session_rate_per_sec.max(q.session_burst)).unwrap_or(usize::MAX);
+            self.admit_across_hosts(
+                &self.caller_rate,
+                owner,
+                codec::caller_rate_index(owner),
+                rate,
+                Quota::SessionRate,
+            )?;
+        }
         let reservation = self.registry.reserve(key, limits)?;
-        // After this host's own checks (a session they refuse is not counted across hosts);
-        // a refusal here drops the reservation.
-        if self.stream_env.ledger.ledger.shared
-            && let Some(owner) = owner
-        {
-            self.admit_across_hosts(owner)?;
+        if shared && let Some(owner) = &owner {
+            let index = codec::caller_sessions_index(owner);
+            let max = self.cfg.quotas.sessions_per_principal;
+            self.admit_across_hosts(&self.caller_sessions, owner, index, max, Quota::Sessions)?;
+            // Counted in the rate's window on every host, committed before the session's
+            // record (the writer keeps order), so before its id goes out.
+            let index = codec::caller_rate_index(owner);
+            let now = self.now().0;
+            let member = URL_SAFE_NO_PAD.encode(crate::rng::bytes::<12>());
+            self.stream_env.ledger.writer.submit(vec![
+                Op::IndexTrim { index: index.clone(), below: now },
+                Op::IndexAdd {
+                    index: index.clone(),
+                    member,
+                    score: now + RATE_WINDOW_MS,
+                    expires_ms: now + 2 * RATE_WINDOW_MS,
+                },
+                Op::Expire { name: index, expires_ms: now + 2 * RATE_WINDOW_MS },
+            ]);
         }
         let version = ProtocolVersion::negotiate(init.requested_version.as_deref());
         let generation = self.gens.enter_current(crate::actor::generations::Counted::Session);
@@ -129,18 +161,27 @@ impl Supervisor {
         Ok((id, version, durable.then_some(on_recorded)))
     }
 
-    /// `quotas.sessions_per_principal` across the hosts of a shared ledger: counted from the
-    /// caller's index in the ledger, read again in the background once stale (see
-    /// [`super::quotas`]).
-    fn admit_across_hosts(&self, owner: Arc<str>) -> Result<(), Rejection> {
+    /// A caller's sessions across the hosts of a shared ledger, at most `max`: those its
+    /// `index` in the ledger counts (scored in the future), read again in the background once
+    /// stale (see [`super::quotas`]); past it, refused for `cause`.
+    fn admit_across_hosts<T: quotas::AcrossHosts>(
+        &self,
+        counts: &Arc<Mutex<T>>,
+        owner: &Arc<str>,
+        index: String,
+        max: usize,
+        cause: Quota,
+    ) -> Result<(), Rejection> {
         let now = self.now().0;
-        let admit =
-            self.caller_sessions.lock().admit(&owner, self.cfg.quotas.sessions_per_principal, now);
+        let admit = counts.lock().admit(owner, max, now);
         if admit.read {
-            let (counts, cx) =
-                (Arc::clone(&self.caller_sessions), Arc::clone(&self.stream_env.ledger));
-            let index = codec::caller_sessions_index(&owner);
+            let (counts, cx, owner) =
+                (Arc::clone(counts), Arc::clone(&self.stream_env.ledger), Arc::clone(owner));
             actix_rt::spawn(async move {
+                // Once what this host queued (the entry of the handshake that began the read
+                // included) is committed; a writer that gives up leaves the read to count what
+                // is there.
+                let _ = cx.writer.wait_committed(cx.writer.barrier()).await;
                 let read =
                     cx.ledger.reads.run(move |store| store.index_count_from(&index, now, now));
                 let found = read.await.map_err(|e| {
@@ -152,10 +193,11 @@ impl Supervisor {
         if admit.ok {
             Ok(())
         } else {
-            Err(Rejection::QuotaExceeded {
-                cause: crate::proto::error::Quota::Sessions,
-                retry_after_s: Overload::Sessions.retry_after_s(),
-            })
+            let retry_after_s = match cause {
+                Quota::Sessions => Overload::Sessions.retry_after_s(),
+                _ => 1,
+            };
+            Err(Rejection::QuotaExceeded { cause, retry_after_s })
         }
     }
 
