@@ -589,6 +589,19 @@ impl RedisServer {
         matches!(self.command(&["SET", key, value, "PX", &px_ms.to_string()]), Some(Reply::Line(l)) if l == "OK")
     }
 
+    /// How many times the server ran `command` (lower case, `INFO commandstats`; 0 when it
+    /// has not yet); `None` when the server does not answer.
+    #[must_use]
+    pub fn calls(&self, command: &str) -> Option<u64> {
+        let Reply::Line(info) = self.command(&["INFO", "commandstats"])? else { return None };
+        let prefix = format!("cmdstat_{command}:calls=");
+        Some(
+            info.lines()
+                .find_map(|l| l.strip_prefix(&prefix)?.split(',').next()?.parse().ok())
+                .unwrap_or(0),
+        )
+    }
+
     /// Add the user `name` with `password`, allowed everything (`ACL SETUSER`); the default
     /// user stays as it was. Whether the server said OK.
     #[must_use]

@@ -212,16 +212,18 @@ mod tests {
             CursorKey::new(b"k").signer("s", None),
             settings,
         );
+        let ledger = Arc::new(LedgerCtx::new(
+            Ledger::memory(&crate::config::RuntimeConfig::default()),
+            60_000,
+            60_000,
+        ));
         let env = Arc::new(StreamEnv {
             timing,
             write_queue_frames: 4,
             budget: MemoryBudget::new(1 << 20),
             stats: Arc::new(RuntimeStats::default()),
-            ledger: Arc::new(LedgerCtx::new(
-                Ledger::memory(&crate::config::RuntimeConfig::default()),
-                60_000,
-                60_000,
-            )),
+            watch: crate::actor::watch::Watch::new(Arc::clone(ledger.writer.store())),
+            ledger,
             clock: crate::clock::Clock::start(),
             followers: Arc::new(tokio::sync::Semaphore::new(1)),
         });

@@ -3,12 +3,16 @@
 //! host is gone.
 //!
 //! Following: the events after the client's cursor come from the ledger, then whatever the
-//! serving host appends, read every [`FOLLOW_POLL`] (one `XRANGE` after the last event sent
-//! and one `GET` of the stream's record per poll on Redis), with a keep-alive comment when
-//! nothing came for the keep-alive interval, until the record says the stream closed and
-//! every event went out, the serving host is gone (the connection ends: the client's next
-//! resume takes the stream over), or the client leaves. A follower holds no session state:
-//! it is a reader of the ledger, bounded per host ([`FOLLOWERS_MAX`]).
+//! serving host appends. One thread per host ([`Watch`](super::watch::Watch)) waits for appends to every followed
+//! stream at once (one `XREAD BLOCK` over them all on Redis) and wakes the followers whose
+//! stream got events; a woken follower reads them (one `XRANGE` after the last event sent and
+//! one `GET` of the stream's record), and every [`QUIET_READ`] without a wake it reads anyway
+//! (a stream that closed without a last event, a serving host that died) and looks whether
+//! that host still holds its lease. A keep-alive comment goes out when nothing came for the
+//! keep-alive interval. It ends once the record says the stream closed and every event went
+//! out, the serving host is gone (the connection ends: the client's next resume takes the
+//! stream over), or the client leaves. A follower holds no session state: it is a reader of
+//! the ledger, bounded per host ([`FOLLOWERS_MAX`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,18 +21,19 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use crate::actor::body::SseBody;
-use crate::clock::Clock;
+use crate::actor::stream::StreamEnv;
 use crate::ledger::codec::{self, Record, StreamRecord};
-use crate::ledger::{Reads, Store, StoreError};
+use crate::ledger::{Store, StoreError};
 
-/// How often a follower reads what the serving host appended.
-pub(crate) const FOLLOW_POLL: Duration = Duration::from_millis(50);
-/// Every this many polls, whether the serving host still holds its lease.
-const ALIVE_EVERY: u32 = 10;
+/// How long a follower waits for a wake before it reads anyway (and looks whether the
+/// serving host still holds its lease).
+pub(crate) const QUIET_READ: Duration = Duration::from_secs(1);
 /// Events one poll reads at most (the rest come with the next).
 const READ_MAX: usize = 256;
-/// Reads in a row that may fail before a follower ends its connection (the client resumes).
+/// Reads in a row that may fail before a follower ends its connection (the client resumes),
+/// [`RETRY`] apart.
 const FAILURES_MAX: u32 = 20;
+const RETRY: Duration = Duration::from_millis(50);
 /// Streams followed at once by one host, at most (one more is refused with 503).
 pub(crate) const FOLLOWERS_MAX: usize = 4_096;
 
@@ -135,16 +140,17 @@ fn finished(record: &StreamRecord, last: u64) -> bool {
 }
 
 /// A body that sends `events` (the stream's after the client's cursor `after`), then follows
-/// the stream on `reads` as the module says. `permit` counts the follower until it ends.
+/// the stream with `env`'s ledger reads and watch as the module says. `permit` counts the
+/// follower until it ends.
 pub(crate) fn follow(
-    reads: Arc<Reads>,
-    clock: Clock,
+    env: &StreamEnv,
     (hmac, sid, after): (Arc<str>, u64, u64),
     record: &StreamRecord,
     events: Vec<(u64, Bytes)>,
-    keepalive_ms: u64,
     permit: tokio::sync::OwnedSemaphorePermit,
 ) -> SseBody {
+    let (reads, clock, keepalive_ms) =
+        (Arc::clone(&env.ledger.ledger.reads), env.clock, env.timing.keepalive_ms);
     let mut last = events.last().map_or(after, |(q, _)| *q);
     let initial: Vec<Bytes> = events.into_iter().map(|(_, f)| f).collect();
     if finished(record, last) {
@@ -152,18 +158,20 @@ pub(crate) fn follow(
     }
     let run = record.run;
     let (tx, rx) = mpsc::channel::<Bytes>(READ_MAX);
+    let (key, log): (Arc<str>, Arc<str>) =
+        (codec::stream_key(&hmac, sid).into(), codec::events_key(&hmac, sid).into());
+    let watcher = env.watch.watch(Arc::clone(&log), last);
     actix_rt::spawn(async move {
         let _permit = permit;
-        let (mut polls, mut failures, mut quiet_ms) = (0u32, 0u32, 0u64);
-        let (key, log): (Arc<str>, Arc<str>) =
-            (codec::stream_key(&hmac, sid).into(), codec::events_key(&hmac, sid).into());
+        let (mut failures, mut quiet_ms, mut wait) = (0u32, 0u64, QUIET_READ);
         loop {
-            tokio::time::sleep(FOLLOW_POLL).await;
+            let began = tokio::time::Instant::now();
+            let woken = watcher.woken(wait).await;
             if tx.is_closed() {
                 return;
             }
-            polls = polls.wrapping_add(1);
-            let check_alive = polls.is_multiple_of(ALIVE_EVERY);
+            // Without a wake, also whether the serving host lives.
+            let check_alive = !woken;
             let (now, key, log) = (clock.now().0, Arc::clone(&key), Arc::clone(&log));
             let read = reads
                 .run(move |store| {
@@ -184,11 +192,12 @@ pub(crate) fn follow(
                 if failures >= FAILURES_MAX {
                     return;
                 }
+                wait = RETRY;
                 continue;
             };
-            failures = 0;
+            (failures, wait) = (0, QUIET_READ);
             if events.is_empty() {
-                quiet_ms += FOLLOW_POLL.as_millis() as u64;
+                quiet_ms += u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX);
                 if quiet_ms >= keepalive_ms {
                     quiet_ms = 0;
                     if tx.send(Bytes::from_static(crate::sse::COMMENT_KEEPALIVE)).await.is_err() {
@@ -208,6 +217,7 @@ pub(crate) fn follow(
             if record.as_ref().is_none_or(|r| finished(r, last) || r.run != run) || !alive {
                 return;
             }
+            watcher.rearm(last);
         }
     });
     SseBody::new(initial, Some(rx), None)

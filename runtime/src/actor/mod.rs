@@ -33,6 +33,7 @@ mod registry;
 mod session;
 mod stream;
 mod supervisor;
+mod watch;
 
 pub(crate) use body::SseBody;
 pub(crate) use env::ToolDoor;

@@ -44,6 +44,8 @@ pub(crate) struct StreamEnv {
     pub(crate) clock: crate::clock::Clock,
     /// Places for the streams this host follows for another (`actor::follow`).
     pub(crate) followers: Arc<tokio::sync::Semaphore>,
+    /// What wakes them when their streams get events.
+    pub(crate) watch: Arc<super::watch::Watch>,
 }
 
 /// What a stream is started with from its session: where it reports, what every stream

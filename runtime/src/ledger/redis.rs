@@ -215,6 +215,8 @@ pub struct RedisStore {
     /// Set when the store is dropped: the subscriptions' threads stop.
     stopping: std::sync::Arc<std::sync::atomic::AtomicBool>,
     subscribers: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// The connection [`Store::wait_appended`] blocks on (its own: a blocked read holds it).
+    watch_conn: Mutex<Option<redis::Connection>>,
     /// The lease's last renewal, one round trip (µs; 0: none yet).
     round_trip_us: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
@@ -519,6 +521,7 @@ impl RedisStore {
             stopping: std::sync::Arc::default(),
             subscribers: Mutex::new(Vec::new()),
             round_trip_us: std::sync::Arc::default(),
+            watch_conn: Mutex::new(None),
         };
         let info: String = store.with_conn(|c| redis::cmd("INFO").arg("server").query(c))?;
         let version = redis_version(&info);
@@ -1166,6 +1169,40 @@ impl Store for RedisStore {
         let n: i64 =
             self.read_conn(|c| redis::cmd("EXISTS").arg(self.name_raw(&run_lease(run))).query(c))?;
         Ok(n == 1)
+    }
+
+    fn wait_appended(&self, logs: &[(&str, u64)], block_ms: u64) -> Result<Vec<usize>, StoreError> {
+        if logs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut held = self.watch_conn.lock();
+        if held.is_none() {
+            let c = self.connect()?;
+            // The read waits for the block, then for the answer.
+            let wait = self.timeout.saturating_add(Duration::from_millis(block_ms));
+            c.set_read_timeout(Some(wait)).map_err(|e| backend(&e))?;
+            *held = Some(c);
+        }
+        let Some(c) = held.as_mut() else { return Ok(Vec::new()) };
+        let names: Vec<String> = logs.iter().map(|(l, _)| self.name("l", l)).collect();
+        let mut cmd = redis::cmd("XREAD");
+        cmd.arg("COUNT").arg(1).arg("BLOCK").arg(block_ms.max(1)).arg("STREAMS").arg(&names);
+        // Entries are `<seq>-1`: every id past `<after>-<the largest>` has a later seq.
+        for (_, after) in logs {
+            cmd.arg(format!("{after}-{}", u64::MAX));
+        }
+        let found: redis::RedisResult<Option<Vec<(String, redis::Value)>>> = cmd.query(c);
+        let found = match found {
+            Ok(f) => f.unwrap_or_default(),
+            Err(e) => {
+                *held = None;
+                return Err(backend(&e));
+            }
+        };
+        Ok(found
+            .into_iter()
+            .filter_map(|(name, _)| names.iter().position(|n| *n == name))
+            .collect())
     }
 
     fn round_trip_us(&self) -> Option<u64> {

@@ -171,6 +171,31 @@ fn a_stream_one_host_serves_is_resumed_on_another_and_followed_to_its_end_withou
 }
 
 #[test]
+fn a_quiet_stream_followed_on_another_host_is_waited_for_with_a_blocking_read_not_polled() {
+    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
+    let url = server.url();
+    let dir = TempDir::new("shared-watch");
+    let (a, b) = (shared_host(&dir, &url, &[]), shared_host(&dir, &url, &[]));
+    let sid = initialize(&a.addr);
+    let cursor =
+        common::call_and_hang_up(&a.addr, &sid, 7, "soak_flood", json!({"delay_ms": 10_000}));
+    let (xrange, xread) = (server.calls("xrange").unwrap(), server.calls("xread").unwrap());
+    // Followed on `b` for 3 s while nothing comes: one XREAD BLOCK over the followed streams
+    // waits for it; a read every second at most (a 50 ms poll read 60 times).
+    let headers = [
+        ("Accept", "text/event-stream"),
+        ("Mcp-Session-Id", sid.as_str()),
+        ("MCP-Protocol-Version", "2025-11-25"),
+        ("Last-Event-ID", cursor.as_str()),
+    ];
+    let (status, _, _) = common::http(&b.addr, "GET", &headers, "", Duration::from_secs(3));
+    assert_eq!(status, 200);
+    let read = server.calls("xrange").unwrap() - xrange;
+    assert!(read <= 8, "{read} reads of the log in 3 s");
+    assert!(server.calls("xread").unwrap() > xread, "a blocking read waited for it");
+}
+
+#[test]
 fn a_stream_whose_host_died_is_taken_over_once_and_answered_restarted_for_its_request() {
     let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
     let url = server.url();

@@ -57,12 +57,10 @@ impl SessionActor {
                 };
                 tracing::debug!(stream = %msg.event.stream, run = record.run, "following a stream another host serves");
                 let body = follow::follow(
-                    Arc::clone(&self.ledger.ledger.reads),
-                    env.clock,
+                    env,
                     (Arc::clone(&self.meta.hmac), msg.event.stream.0, msg.event.seq.0),
                     &record,
                     events,
-                    env.timing.keepalive_ms,
                     permit,
                 );
                 let _ = msg.reply.send(Ok(body));

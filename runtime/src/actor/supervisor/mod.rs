@@ -157,6 +157,7 @@ impl Supervisor {
             write_queue_frames: cfg.sse.write_queue_frames,
             budget: MemoryBudget::new(cfg.limits.stream_memory_bytes),
             stats,
+            watch: super::watch::Watch::new(Arc::clone(ledger_cx.writer.store())),
             ledger: ledger_cx,
             clock,
             followers: Arc::new(tokio::sync::Semaphore::new(super::follow::FOLLOWERS_MAX)),
