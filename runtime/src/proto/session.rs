@@ -304,6 +304,11 @@ impl<R, S, P> SessionCore<R, S, P> {
         self.log_level = Some(level);
     }
 
+    /// `logging/setLevel` answered (and recorded) by another host serving this session.
+    pub(crate) fn heard_log_level(&mut self, level: LogLevel) {
+        self.log_level = Some(level);
+    }
+
     /// Record activity (any request on the session).
     pub(crate) fn touch(&mut self, now: Tick) {
         self.last_activity = self.last_activity.max(now);

@@ -468,6 +468,33 @@ fn an_answer_posted_for_a_request_whose_host_died_is_refused_as_gone_and_the_req
 }
 
 #[test]
+fn a_log_level_set_through_one_host_applies_to_the_calls_another_host_serves() {
+    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
+    let url = server.url();
+    let dir = TempDir::new("shared-level");
+    let (a, b) = (shared_host(&dir, &url, &[]), shared_host(&dir, &url, &[]));
+    let sid = initialize(&a.addr);
+    // The info-level messages a logging call on `addr` sends (request `id`).
+    let logs_on = |addr: &str, id: i64| {
+        let body = json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"test_tool_with_logging","arguments":{}}}).to_string();
+        let headers = common::session_headers(&sid);
+        let mut s = common::post_streamed(addr, &headers, &body, Duration::from_secs(10));
+        s.read_until("\"result\"");
+        s.messages().iter().filter(|m| m["method"] == "notifications/message").count()
+    };
+    assert_eq!(logs_on(&a.addr, 2), 3, "no level set: every message");
+    let set =
+        json!({"jsonrpc":"2.0","id":3,"method":"logging/setLevel","params":{"level":"error"}});
+    assert_eq!(post_json(&b.addr, &sid, &set).0, 200);
+    // `a` serves the session still (live there): it hears the level within moments.
+    let mut id = 10;
+    common::wait_until("the level applies on a", Duration::from_secs(5), || {
+        id += 1;
+        logs_on(&a.addr, id) == 0
+    });
+}
+
+#[test]
 fn a_cancellation_posted_to_another_host_stops_the_request() {
     let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
     let url = server.url();

@@ -338,6 +338,8 @@ impl SessionActor {
         // The level unchanged (sent again after an unconfirmed answer): its record may still
         // be queued, so the answer waits for everything queued before it.
         let ack = self.record_due(true).unwrap_or_else(|| self.ledger.writer.barrier());
+        // The other hosts serving the session apply it too (after the record, in order).
+        self.relay(json!({"level": level.as_str()}));
         let writer = Arc::clone(&self.ledger.writer);
         Dispatch::Pending(Box::pin(async move {
             writer.wait_committed(ack).await.map(|()| json!({})).map_err(|_| {

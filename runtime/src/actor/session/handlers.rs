@@ -195,6 +195,8 @@ impl Handler<Relayed> for SessionActor {
                 self.cancel_here(&id, ctx, false);
                 self.arm(ctx);
             }
+            // Recorded by the host that answered it: applied here, not written again.
+            Relayed::Level(level) => self.core.heard_log_level(level),
         }
     }
 }

@@ -96,7 +96,7 @@ pub(crate) struct EndOlderRequests {
 pub(crate) struct EndedElsewhere;
 
 /// What a client sent another host sharing the ledger for this session: an answer to a
-/// server-to-client request, or a cancellation.
+/// server-to-client request, a cancellation, or a new log level.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) enum Relayed {
@@ -107,6 +107,8 @@ pub(crate) enum Relayed {
     ),
     /// `notifications/cancelled` of request `id`.
     Cancel(crate::proto::ids::JsonRpcId),
+    /// `logging/setLevel` answered by another host (its record committed there).
+    Level(crate::proto::mcp::LogLevel),
 }
 
 /// Stop the session (process shutdown).

@@ -79,6 +79,9 @@ impl Supervisor {
         let Some(h) = m["s"].as_str().and_then(|s| self.registry.by_hmac(s)) else { return };
         let relayed = if let Some(id) = JsonRpcId::from_value(&m["cancel"]) {
             Relayed::Cancel(id)
+        } else if let Some(level) = m["level"].as_str().and_then(crate::proto::mcp::LogLevel::parse)
+        {
+            Relayed::Level(level)
         } else if let Some(id) = JsonRpcId::from_value(&m["id"]) {
             match (m.get("result"), m.get("error")) {
                 (Some(r), None) => Relayed::Answer(id, Ok(r.clone())),
