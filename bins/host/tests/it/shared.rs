@@ -794,3 +794,67 @@ fn one_callers_receipts_are_counted_across_hosts_against_its_bound() {
     std::thread::sleep(Duration::from_millis(1_100));
     assert!(made_until_refused(20, 3, |i| keyed_write(&a.addr, &sid, i)) <= 1);
 }
+
+/// A task (of a tool that needs one: refused past the bound, never run without) started
+/// through `addr` (request `i`): kept (`true`) or refused with 429 (`false`).
+fn kept_task(addr: &str, i: usize) -> bool {
+    let call = json!({"name": "failing_job", "arguments": {}});
+    let r = common::modern(addr, i as i64, "tools/call", with_tasks(call));
+    if r["result"]["taskId"].is_string() {
+        true
+    } else if r["error"]["code"] == json!(-32007) {
+        false
+    } else {
+        panic!("a task answered {r}")
+    }
+}
+
+#[test]
+fn one_callers_kept_tasks_are_counted_across_hosts_against_its_bound() {
+    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
+    let url = server.url();
+    let dir = TempDir::new("shared-kept-tasks");
+    let bound = ["--set", "tasks.max_kept_per_caller=3"];
+    let (a, b) = (shared_host(&dir, &url, &bound), shared_host(&dir, &url, &bound));
+    // As the receipts: one kept through `a`, then `b` (which would keep 3 of its own) keeps
+    // one or two, and `a` at most one more once it has read what `b` kept.
+    assert_eq!(made_until_refused(1, 1, |i| kept_task(&a.addr, i)), 1);
+    let on_b = made_until_refused(10, 5, |i| kept_task(&b.addr, i));
+    assert!((1..=2).contains(&on_b), "3 at most in all across the hosts: {on_b} on b");
+    std::thread::sleep(Duration::from_millis(1_100));
+    assert!(made_until_refused(20, 3, |i| kept_task(&a.addr, i)) <= 1);
+}
+
+/// A basket of about 12 KiB created through `addr` (request `i`): kept (`true`) or refused
+/// for the caller's handle bytes (`false`).
+fn kept_basket(addr: &str, i: usize) -> bool {
+    let sku = format!("{i}-{}", "x".repeat(12_000));
+    let r = common::modern_call(
+        addr,
+        i as i64,
+        "create_basket",
+        json!({"items": [{"sku": sku, "quantity": 1}]}),
+    );
+    if r["structuredContent"]["basket_id"].is_string() {
+        true
+    } else if r["isError"] == true {
+        false
+    } else {
+        panic!("create_basket answered {r}")
+    }
+}
+
+#[test]
+fn one_callers_handle_bytes_are_counted_across_hosts_against_its_bound() {
+    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
+    let url = server.url();
+    let dir = TempDir::new("shared-handle-bytes");
+    let args = ["--packs", "basket", "--set", "ledger.handle_bytes_per_caller=65536"];
+    let (a, b) = (shared_host(&dir, &url, &args), shared_host(&dir, &url, &args));
+    // 64 KiB hold five baskets of 12 KiB. Two through `a`; then `b`, which alone would keep
+    // five, keeps three at most (four when its first read counts none of `a`'s: it is
+    // admitted while that read is under way).
+    assert_eq!(made_until_refused(1, 2, |i| kept_basket(&a.addr, i)), 2);
+    let on_b = made_until_refused(10, 6, |i| kept_basket(&b.addr, i));
+    assert!((1..=4).contains(&on_b), "5 at most in all across the hosts: {on_b} on b");
+}
