@@ -738,6 +738,13 @@ fn make_certificates(dir: &std::path::Path) -> Result<(), String> {
             &ext,
         ])?;
     }
+    // The client's key is a secret (the host refuses one others may read).
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(dir.join("client.key"), std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| e.to_string())?;
+    }
     Ok(())
 }
 

@@ -600,6 +600,9 @@ pub enum ConfigError {
     /// `ledger.redis_shared` with settings it cannot work with.
     #[error("ledger.redis_shared = true {0}")]
     Shared(&'static str),
+    /// The Redis backend's connection settings contradict each other.
+    #[error("{0}")]
+    Redis(&'static str),
 }
 
 const HOUR_MS: u64 = 3_600_000;
@@ -765,6 +768,18 @@ impl RuntimeConfig {
             return Err(ConfigError::CursorSecret);
         }
         self.rollout.validate().map_err(|e| ConfigError::Rollout(e.to_string()))?;
+        let l = &self.ledger;
+        if l.redis_tls_cert_file.is_some() != l.redis_tls_key_file.is_some() {
+            return Err(ConfigError::Redis(
+                "ledger.redis_tls_cert_file and ledger.redis_tls_key_file go together (a client certificate and its key)",
+            ));
+        }
+        let tls_files = l.redis_tls_ca_file.is_some() || l.redis_tls_cert_file.is_some();
+        if l.backend == LedgerBackend::Redis && tls_files && !l.redis_url.starts_with("rediss://") {
+            return Err(ConfigError::Redis(
+                "ledger.redis_tls_* files are given for a redis:// URL: use rediss:// (TLS)",
+            ));
+        }
         if self.ledger.redis_shared {
             if self.ledger.backend != LedgerBackend::Redis {
                 return Err(ConfigError::Shared("needs ledger.backend = \"redis\""));
@@ -943,6 +958,37 @@ mod tests {
         })
         .unwrap_err();
         assert!(e.to_string().contains("sessions.park_after_secs"), "{e}");
+    }
+
+    #[test]
+    fn redis_tls_files_need_a_rediss_url_and_a_client_certificate_its_key() {
+        let tls = |c: &mut RuntimeConfig| {
+            c.ledger.backend = LedgerBackend::Redis;
+            c.ledger.redis_url = "rediss://127.0.0.1:6380/0".into();
+            c.ledger.redis_tls_ca_file = Some("ca.pem".into());
+        };
+        assert!(with(tls).is_ok());
+        let e = with(|c| {
+            tls(c);
+            c.ledger.redis_tls_cert_file = Some("client.pem".into());
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("go together"), "{e}");
+        let e = with(|c| {
+            tls(c);
+            c.ledger.redis_url = "redis://127.0.0.1:6379/0".into();
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("rediss://"), "{e}");
+        // Not the Redis backend: the files are not used, and not refused.
+        assert!(
+            with(|c| {
+                tls(c);
+                c.ledger.backend = LedgerBackend::Sqlite;
+                c.ledger.redis_url = "redis://127.0.0.1:6379/0".into();
+            })
+            .is_ok()
+        );
     }
 
     #[test]

@@ -510,15 +510,23 @@ impl Ledger {
         let l = &cfg.ledger;
         let shown = redacted(&l.redis_url);
         let err = |source| OpenError::Store { path: shown.clone(), source };
+        // Both or neither (checked by `RuntimeConfig::validate`). The key is a secret: read
+        // with the key file's checks; the certificate is public.
         let client = match (&l.redis_tls_cert_file, &l.redis_tls_key_file) {
-            (Some(c), Some(k)) => Some((c.clone(), k.clone())),
-            (None, None) => None,
-            _ => {
-                return Err(err(super::StoreError::Backend(
-                    "redis: ledger.redis_tls_cert_file and ledger.redis_tls_key_file go together"
-                        .into(),
-                )));
+            (Some(cert), Some(key)) => {
+                let key = read_private(Path::new(key), l.allow_insecure_key, TLS_KEY_MAX_BYTES)?
+                    .ok_or_else(|| OpenError::Key {
+                        path: key.clone(),
+                        reason: "no such file".into(),
+                    })?;
+                let cert = std::fs::read(cert).map_err(|e| {
+                    err(super::StoreError::Backend(format!(
+                        "redis: cannot read the TLS client certificate file {cert}: {e}"
+                    )))
+                })?;
+                Some((cert, key))
             }
+            _ => None,
         };
         let tls = super::redis::Tls {
             ca_file: l.redis_tls_ca_file.clone(),
@@ -717,9 +725,27 @@ fn read_key(path: &Path, allow_insecure: bool) -> Result<Vec<u8>, OpenError> {
     })
 }
 
-/// The key in the file at `path`; `None` when there is no file. The checks run on the open
-/// file itself (no race between checking a path and reading it).
+/// The key in the file at `path`; `None` when there is no file ([`read_private`]'s checks).
 fn read_existing(path: &Path, allow_insecure: bool) -> Result<Option<Vec<u8>>, OpenError> {
+    let Some(bytes) = read_private(path, allow_insecure, files::SECRET_MAX_BYTES)? else {
+        return Ok(None);
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    let line = text.lines().next().unwrap_or("").trim();
+    match crate::config::decode_hex(line) {
+        Some(k) if k.len() >= 16 => Ok(Some(k)),
+        _ => Err(OpenError::Key {
+            path: path.display().to_string(),
+            reason: "the first line must be at least 32 hexadecimal digits".into(),
+        }),
+    }
+}
+
+/// At most `max` bytes of the secret file at `path` (a key, a token, a TLS client key);
+/// `None` when there is no file. Refused: a symbolic link, not a regular file, or a file
+/// others than its owner may read unless `allow_insecure` (then a warning). The checks run
+/// on the open file itself (no race between checking a path and reading it).
+fn read_private(path: &Path, allow_insecure: bool, max: u64) -> Result<Option<Vec<u8>>, OpenError> {
     let name = || path.display().to_string();
     let err = |reason: String| OpenError::Key { path: name(), reason };
     let f = match files::open_no_follow(path) {
@@ -736,18 +762,18 @@ fn read_existing(path: &Path, allow_insecure: bool) -> Result<Option<Vec<u8>>, O
             return Err(OpenError::InsecureKey { path: name(), mode });
         }
         (mode, true) => {
-            tracing::warn!(path = %path.display(), mode = format!("{mode:o}"), "the key file is readable by others than its owner (allowed by --allow-insecure-key; chmod 600 it)")
+            tracing::warn!(path = %path.display(), mode = format!("{mode:o}"), "a secret file is readable by others than its owner (allowed by --allow-insecure-key; chmod 600 it)")
         }
         (_, false) => {}
     }
-    let mut text = String::new();
-    f.take(files::SECRET_MAX_BYTES).read_to_string(&mut text).map_err(|e| err(e.to_string()))?;
-    let line = text.lines().next().unwrap_or("").trim();
-    match crate::config::decode_hex(line) {
-        Some(k) if k.len() >= 16 => Ok(Some(k)),
-        _ => Err(err("the first line must be at least 32 hexadecimal digits".into())),
-    }
+    let mut bytes = Vec::new();
+    f.take(max).read_to_end(&mut bytes).map_err(|e| err(e.to_string()))?;
+    Ok(Some(bytes))
 }
+
+/// Largest TLS client key file read (PEM; an 8192-bit RSA key is about 6.5 KiB).
+#[cfg(feature = "redis")]
+const TLS_KEY_MAX_BYTES: u64 = 64 << 10;
 
 #[cfg(test)]
 mod tests {

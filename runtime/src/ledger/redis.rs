@@ -419,8 +419,8 @@ fn alive(expiry: Option<&[u8]>, now_ms: u64) -> bool {
 pub struct Tls {
     /// The certificate authority the server's certificate must be signed by.
     pub ca_file: Option<String>,
-    /// This host's client certificate and its key (both or neither).
-    pub client: Option<(String, String)>,
+    /// This host's client certificate and its key (PEM contents; both or neither).
+    pub client: Option<(Vec<u8>, Vec<u8>)>,
     /// The password (`ledger.redis_password`, `MCP_HOST_REDIS_PASSWORD`); a URL that has one
     /// too is refused (which one counts would be a guess).
     pub password: Option<String>,
@@ -430,7 +430,7 @@ impl std::fmt::Debug for Tls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Tls")
             .field("ca_file", &self.ca_file)
-            .field("client", &self.client)
+            .field("client", &self.client.as_ref().map(|_| "a certificate and its key"))
             .field("password", &self.password.as_ref().map(|_| "…"))
             .finish()
     }
@@ -466,16 +466,10 @@ impl Tls {
         };
         let root_cert =
             self.ca_file.as_deref().map(|f| read("certificate authority", f)).transpose()?;
-        let client_tls = self
-            .client
-            .as_ref()
-            .map(|(cert, key)| {
-                Ok::<_, StoreError>(redis::ClientTlsConfig {
-                    client_cert: read("client certificate", cert)?,
-                    client_key: read("client key", key)?,
-                })
-            })
-            .transpose()?;
+        let client_tls = self.client.as_ref().map(|(cert, key)| redis::ClientTlsConfig {
+            client_cert: cert.clone(),
+            client_key: key.clone(),
+        });
         redis::Client::build_with_tls(info, redis::TlsCertificates { client_tls, root_cert })
             .map_err(|e| backend(&e))
     }
@@ -1230,7 +1224,7 @@ mod tests {
         let server = mcp_devtools::RedisServer::start_tls().unwrap();
         let (url, (ca, cert, key)) = (server.tls_url().unwrap(), server.tls_files().unwrap());
         let open = |tls: Tls| RedisStore::open_tls(&url, &tls, "tls:", Duration::from_secs(5));
-        let client = Some((cert.clone(), key.clone()));
+        let client = Some((std::fs::read(&cert).unwrap(), std::fs::read(&key).unwrap()));
         let store = open(Tls { ca_file: Some(ca.clone()), client: client.clone(), password: None })
             .unwrap();
         super::super::store_tests::contract(&store);

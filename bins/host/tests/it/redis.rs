@@ -265,6 +265,31 @@ fn a_host_on_a_rediss_ledger_serves_over_tls_and_one_that_does_not_trust_its_cer
     );
     assert!(server.count_keys("mcp:*").is_some_and(|n| n > 0), "written through TLS");
     drop(host);
+    // A client key others may read is refused as a key file is (exit 2, saying chmod 600).
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let ledger = TempDir::new("redis-tls-open-key");
+    let ledger = ledger.path().join("mcp-host.db").display().to_string();
+    let (code, err) = crate::ledger_files::run_to_exit(&[
+        "--port",
+        "0",
+        "--admin-port",
+        "0",
+        "--ledger-path",
+        &ledger,
+        "--ledger",
+        &url,
+        "--set",
+        &ca_set,
+        "--set",
+        &cert_set,
+        "--set",
+        &key_set,
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains(&key) && err.contains("chmod 600"), "{err}");
     // The system's roots do not sign its certificate: refused at start (exit 2), said why.
     let (code, err) = refused_on(&TempDir::new("redis-tls-untrusted"), &url);
     assert_eq!(code, Some(2), "{err}");
