@@ -10,6 +10,37 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::proto::admission::{AdmitPolicy, TokenMap};
+
+/// A setting that is a secret (a key, a password): read as the string it is, never shown by
+/// `Debug` (a config printed for a bug report keeps it out).
+#[derive(Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(…)")
+    }
+}
+
+impl std::ops::Deref for Secret {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<String> for Secret {
+    fn from(s: String) -> Secret {
+        Secret(s)
+    }
+}
+
+impl From<&str> for Secret {
+    fn from(s: &str) -> Secret {
+        Secret(s.to_owned())
+    }
+}
 use crate::proto::limits::{HandshakeLimits, MessageLimits};
 
 /// Default replay window: events per stream.
@@ -50,7 +81,7 @@ pub struct SecurityConfig {
     pub bearer_tokens: BTreeMap<String, String>,
     /// Secret that keys cursor tags and session-id HMACs, hex (at least 32 digits). Default:
     /// the ledger's key file (`ledger.key_file`), so cursors and sessions survive restarts.
-    pub cursor_secret_hex: Option<String>,
+    pub cursor_secret_hex: Option<Secret>,
     /// TCP peers (address ranges, `"10.0.0.0/8"`) trusted to name the client in `Forwarded`
     /// / `X-Forwarded-For`: a request from inside one is counted (quotas) and owned (handles,
     /// tasks, receipts, without authentication) as the client address those headers name
@@ -442,7 +473,7 @@ pub struct LedgerConfig {
     /// never in a URL that messages or the process list might show: the
     /// `MCP_HOST_REDIS_PASSWORD` variable sets it. Never serialized. Default none.
     #[serde(skip_serializing)]
-    pub redis_password: Option<String>,
+    pub redis_password: Option<Secret>,
     /// PEM file of the certificate authority a `rediss://` server's certificate must be
     /// signed by (instead of the system's trusted roots). Default none.
     pub redis_tls_ca_file: Option<String>,
@@ -769,13 +800,14 @@ impl RuntimeConfig {
         }
         self.rollout.validate().map_err(|e| ConfigError::Rollout(e.to_string()))?;
         let l = &self.ledger;
-        if l.redis_tls_cert_file.is_some() != l.redis_tls_key_file.is_some() {
+        let redis = l.backend == LedgerBackend::Redis;
+        if redis && l.redis_tls_cert_file.is_some() != l.redis_tls_key_file.is_some() {
             return Err(ConfigError::Redis(
                 "ledger.redis_tls_cert_file and ledger.redis_tls_key_file go together (a client certificate and its key)",
             ));
         }
         let tls_files = l.redis_tls_ca_file.is_some() || l.redis_tls_cert_file.is_some();
-        if l.backend == LedgerBackend::Redis && tls_files && !l.redis_url.starts_with("rediss://") {
+        if redis && tls_files && !l.redis_url.starts_with("rediss://") {
             return Err(ConfigError::Redis(
                 "ledger.redis_tls_* files are given for a redis:// URL: use rediss:// (TLS)",
             ));
@@ -932,10 +964,10 @@ mod tests {
             ConfigError::CursorSecret
         );
         assert_eq!(
-            with(|c| c.security.cursor_secret_hex = Some("zz".repeat(16))).unwrap_err(),
+            with(|c| c.security.cursor_secret_hex = Some("zz".repeat(16).into())).unwrap_err(),
             ConfigError::CursorSecret
         );
-        let ok = with(|c| c.security.cursor_secret_hex = Some("0f".repeat(16))).unwrap();
+        let ok = with(|c| c.security.cursor_secret_hex = Some("0f".repeat(16).into())).unwrap();
         assert_eq!(ok.cursor_secret().unwrap(), vec![0x0f; 16]);
     }
 
@@ -986,9 +1018,14 @@ mod tests {
                 tls(c);
                 c.ledger.backend = LedgerBackend::Sqlite;
                 c.ledger.redis_url = "redis://127.0.0.1:6379/0".into();
+                c.ledger.redis_tls_cert_file = Some("client.pem".into());
             })
             .is_ok()
         );
+        // A secret is never shown by Debug.
+        let shown =
+            format!("{:?}", with(|c| c.ledger.redis_password = Some("s3cret".into())).unwrap());
+        assert!(!shown.contains("s3cret"), "{shown}");
     }
 
     #[test]

@@ -565,7 +565,7 @@ mod tests {
         let dir = mcp_devtools::TempDir::new("clean-mark");
         let mut cfg = crate::config::RuntimeConfig::default();
         cfg.ledger.path = dir.path().join("l.db").display().to_string();
-        cfg.security.cursor_secret_hex = Some("ab".repeat(16));
+        cfg.security.cursor_secret_hex = Some("ab".repeat(16).into());
         let path = dir.path().join("l.db");
         let run = |left: Leftovers| {
             let ledger = Ledger::open(&cfg).unwrap();

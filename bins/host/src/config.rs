@@ -566,6 +566,10 @@ fn env_overrides(
                 origin: name.to_owned(),
                 message: "the value is not UTF-8".into(),
             })?;
+            // Set but empty (`MCP_HOST_REDIS_PASSWORD=` in a unit file): as if unset.
+            if value.is_empty() {
+                continue;
+            }
             found.push(Override {
                 origin: name.to_owned(),
                 path: path.iter().map(|p| (*p).to_owned()).collect(),
@@ -907,6 +911,8 @@ path = \"/var/lib/mcp/l.db\"\ndurability = \"sync\"\n",
         ];
         let e = with_overrides("", &twice, &[]).unwrap_err().to_string();
         assert!(e.contains("MCP_HOST_LEDGER_KEY") && e.contains("give one"), "{e}");
+        let empty = with_overrides("", &[("MCP_HOST_REDIS_PASSWORD", "")], &[]).unwrap();
+        assert_eq!(empty.runtime.ledger.redis_password, None, "empty is unset");
     }
 
     #[test]

@@ -34,6 +34,8 @@ const READ_MAX: usize = 256;
 /// [`RETRY`] apart.
 const FAILURES_MAX: u32 = 20;
 const RETRY: Duration = Duration::from_millis(50);
+/// Least time between two reads of a woken follower.
+const MIN_READ_GAP: Duration = Duration::from_millis(10);
 /// Streams followed at once by one host, at most (one more is refused with 503).
 pub(crate) const FOLLOWERS_MAX: usize = 4_096;
 
@@ -164,12 +166,18 @@ pub(crate) fn follow(
     actix_rt::spawn(async move {
         let _permit = permit;
         let (mut failures, mut quiet_ms, mut wait) = (0u32, 0u64, QUIET_READ);
+        let mut read_at = tokio::time::Instant::now();
         loop {
             let began = tokio::time::Instant::now();
             let woken = watcher.woken(wait).await;
             if tx.is_closed() {
                 return;
             }
+            // A busy stream is read at most every MIN_READ_GAP (each read takes what came).
+            if woken {
+                tokio::time::sleep_until(read_at + MIN_READ_GAP).await;
+            }
+            read_at = tokio::time::Instant::now();
             // Without a wake, also whether the serving host lives.
             let check_alive = !woken;
             let (now, key, log) = (clock.now().0, Arc::clone(&key), Arc::clone(&log));
@@ -196,7 +204,8 @@ pub(crate) fn follow(
                 continue;
             };
             (failures, wait) = (0, QUIET_READ);
-            if events.is_empty() {
+            let nothing = events.is_empty();
+            if nothing {
                 quiet_ms += u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX);
                 if quiet_ms >= keepalive_ms {
                     quiet_ms = 0;
@@ -217,7 +226,12 @@ pub(crate) fn follow(
             if record.as_ref().is_none_or(|r| finished(r, last) || r.run != run) || !alive {
                 return;
             }
-            watcher.rearm(last);
+            // A wake that found nothing (a log this host's clock reads as expired while Redis
+            // keeps it a little longer): not waited for again before the next quiet read, which
+            // also looks whether the serving host lives.
+            if !(woken && nothing) {
+                watcher.rearm(last);
+            }
         }
     });
     SseBody::new(initial, Some(rx), None)

@@ -359,17 +359,23 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         Ok(false)
     }
 
-    /// Wait at most `block_ms` for an event after `after` in any of `logs` (`(log, after)`):
-    /// the positions in `logs` of those that have one (none when the wait ran out). Redis:
-    /// one `XREAD BLOCK` over them all, on a connection of its own. The default (a store
-    /// only one process writes, where nobody follows another's stream) waits a twentieth of
-    /// a second and names them all, so its callers read as they would poll.
+    /// Wait at most `block_ms` for an event after `after` in any of `logs` (`(log, after)`,
+    /// one entry per log): for those that have one, their position in `logs` and the
+    /// sequence number of the first such event (none when the wait ran out). Redis: one
+    /// `XREAD BLOCK` over them all, on a connection of its own. The default (a store only one
+    /// process writes, where nobody follows another's stream) waits a twentieth of a second
+    /// and names them all (`u64::MAX`: maybe anything), so its callers read as they would
+    /// poll.
     ///
     /// # Errors
     /// [`StoreError::Backend`].
-    fn wait_appended(&self, logs: &[(&str, u64)], block_ms: u64) -> Result<Vec<usize>, StoreError> {
+    fn wait_appended(
+        &self,
+        logs: &[(&str, u64)],
+        block_ms: u64,
+    ) -> Result<Vec<(usize, u64)>, StoreError> {
         std::thread::sleep(std::time::Duration::from_millis(block_ms.min(50)));
-        Ok((0..logs.len()).collect())
+        Ok((0..logs.len()).map(|i| (i, u64::MAX)).collect())
     }
 
     /// The last round trip to a store on another machine (µs): on Redis, the lease's last

@@ -531,7 +531,7 @@ impl Ledger {
         let tls = super::redis::Tls {
             ca_file: l.redis_tls_ca_file.clone(),
             client,
-            password: l.redis_password.clone(),
+            password: l.redis_password.as_deref().map(str::to_owned),
         };
         let timeout = Duration::from_millis(l.redis_timeout_ms);
         let store = super::RedisStore::open_tls(&l.redis_url, &tls, &l.redis_prefix, timeout)

@@ -1165,7 +1165,11 @@ impl Store for RedisStore {
         Ok(n == 1)
     }
 
-    fn wait_appended(&self, logs: &[(&str, u64)], block_ms: u64) -> Result<Vec<usize>, StoreError> {
+    fn wait_appended(
+        &self,
+        logs: &[(&str, u64)],
+        block_ms: u64,
+    ) -> Result<Vec<(usize, u64)>, StoreError> {
         if logs.is_empty() {
             return Ok(Vec::new());
         }
@@ -1185,7 +1189,9 @@ impl Store for RedisStore {
         for (_, after) in logs {
             cmd.arg(format!("{after}-{}", u64::MAX));
         }
-        let found: redis::RedisResult<Option<Vec<(String, redis::Value)>>> = cmd.query(c);
+        // [[log, [[id, fields]]], ..]: the first entry after `after` of each log that has one.
+        type Found = Vec<(String, Vec<(String, redis::Value)>)>;
+        let found: redis::RedisResult<Option<Found>> = cmd.query(c);
         let found = match found {
             Ok(f) => f.unwrap_or_default(),
             Err(e) => {
@@ -1195,7 +1201,11 @@ impl Store for RedisStore {
         };
         Ok(found
             .into_iter()
-            .filter_map(|(name, _)| names.iter().position(|n| *n == name))
+            .filter_map(|(name, entries)| {
+                let at = names.iter().position(|n| *n == name)?;
+                let seq = entries.first()?.0.split_once('-')?.0.parse().ok()?;
+                Some((at, seq))
+            })
             .collect())
     }
 
@@ -1265,6 +1275,34 @@ mod tests {
         assert!(e.contains("give it once"), "{e}");
         let shown = format!("{:?}", Tls { password: Some("s3cret".into()), ..Tls::default() });
         assert!(!shown.contains("s3cret"), "{shown}");
+    }
+
+    #[test]
+    fn a_wait_for_appends_wakes_on_the_logs_that_got_one_and_times_out_on_none() {
+        let server = mcp_devtools::RedisServer::start().unwrap();
+        let s = std::sync::Arc::new(store(&server, "watch:"));
+        let append = |log: &str, seq: u64| Op::Append {
+            log: log.into(),
+            seq,
+            frame: Bytes::from(format!("event {seq}")),
+            max_len: 16,
+            expires_ms: u64::MAX / 4,
+        };
+        s.apply(&[append("a", 1), append("b", 1), append("b", 2)]).unwrap();
+        // Past their last events: nothing within the block.
+        assert!(s.wait_appended(&[("a", 1), ("b", 2)], 100).unwrap().is_empty());
+        // Behind on `b`: at once, naming its first event after the one asked for.
+        assert_eq!(s.wait_appended(&[("a", 1), ("b", 0)], 5_000).unwrap(), [(1, 1)]);
+        // An append while it blocks wakes it (not the whole block later).
+        let other = std::sync::Arc::clone(&s);
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            other.apply(&[append("a", 2)]).unwrap();
+        });
+        let began = tokio::time::Instant::now();
+        assert_eq!(s.wait_appended(&[("a", 1), ("b", 2)], 10_000).unwrap(), [(0, 2)]);
+        assert!(began.elapsed() < Duration::from_secs(5), "woken by the append");
+        t.join().unwrap();
     }
 
     #[test]

@@ -398,6 +398,11 @@ impl<R, S, P> SessionCore<R, S, P> {
         Ok(id)
     }
 
+    /// Whether client request `id` still waits for its answer.
+    pub(crate) fn client_request_pending(&self, id: &JsonRpcId) -> bool {
+        self.pending.contains_key(id)
+    }
+
     /// How long a server-to-client request waits for its answer (ms).
     pub(crate) fn client_request_timeout_ms(&self) -> u64 {
         self.limits.client_request_timeout_ms

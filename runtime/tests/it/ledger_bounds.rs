@@ -158,7 +158,7 @@ async fn a_callers_receipts_are_counted_again_after_a_restart() {
     let config = || {
         cfg(|c| {
             two_callers(c);
-            c.security.cursor_secret_hex = Some("ab".repeat(16));
+            c.security.cursor_secret_hex = Some("ab".repeat(16).into());
             c.ledger.receipts_per_caller = 2;
         })
     };

@@ -43,7 +43,7 @@ async fn a_ledger_locked_past_the_old_retry_budget_refuses_durable_work_keeps_re
     let cfg = cfg(|c| {
         c.ledger.path = path.display().to_string();
         c.ledger.commit_wait_ms = 500;
-        c.security.cursor_secret_hex = Some("ab".repeat(16));
+        c.security.cursor_secret_hex = Some("ab".repeat(16).into());
     });
     let ledger = Ledger::open(&cfg).unwrap();
     let writer = Arc::clone(&ledger.writer);
@@ -127,7 +127,7 @@ async fn a_session_parked_while_the_ledger_fails_is_refused_503_not_held_until_i
         c.ledger.path = path.display().to_string();
         c.ledger.commit_wait_ms = 500;
         c.sessions.park_after_secs = 1;
-        c.security.cursor_secret_hex = Some("ab".repeat(16));
+        c.security.cursor_secret_hex = Some("ab".repeat(16).into());
     });
     let ledger = Ledger::open(&cfg).unwrap();
     let writer = Arc::clone(&ledger.writer);
@@ -168,7 +168,7 @@ async fn in_sync_durability_a_stream_that_would_wait_for_its_commits_is_refused_
         c.ledger.path = path.display().to_string();
         c.ledger.commit_wait_ms = 500;
         c.ledger.durability = mcp_runtime::ledger::Durability::Sync;
-        c.security.cursor_secret_hex = Some("ab".repeat(16));
+        c.security.cursor_secret_hex = Some("ab".repeat(16).into());
     });
     let ledger = Ledger::open(&cfg).unwrap();
     let writer = Arc::clone(&ledger.writer);

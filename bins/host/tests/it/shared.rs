@@ -285,7 +285,7 @@ fn a_keyed_call_whose_host_died_ends_restarted_and_its_reissue_on_another_host_g
     let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
     let url = server.url();
     let dir = TempDir::new("shared-reissue");
-    let lease = ["--set", "ledger.redis_lease_ms=600"];
+    let lease = ["--set", "ledger.redis_lease_ms=1500"];
     let (a, b) = (shared_host(&dir, &url, &lease), shared_host(&dir, &url, &lease));
     let sid = initialize(&a.addr);
     // A write held 10 s on `a`; the client hangs up after the priming event.
@@ -431,7 +431,7 @@ fn an_answer_posted_for_a_request_whose_host_died_is_refused_as_gone_and_the_req
     let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
     let url = server.url();
     let dir = TempDir::new("shared-answer-gone");
-    let lease = ["--set", "ledger.redis_lease_ms=600"];
+    let lease = ["--set", "ledger.redis_lease_ms=1500"];
     let (a, b) = (shared_host(&dir, &url, &lease), shared_host(&dir, &url, &lease));
     let sid = initialize(&a.addr);
     let body = json!({"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"test_missing_capability","arguments":{}}}).to_string();
@@ -743,19 +743,20 @@ fn one_callers_session_rate_is_counted_across_hosts() {
     let (a, b) = (shared_host(&dir, &url, &rate), shared_host(&dir, &url, &rate));
     // Within one second: 3 sessions on `b`, then `a` (whose own bucket holds 3) makes 1 while
     // it reads the count (2 if the read is slow), and is refused once it has read it. A try
-    // that took most of the second (a slow machine) is made again after the window passed.
-    for _ in 0..3 {
-        std::thread::sleep(Duration::from_millis(1_100));
+    // that took most of the second (a slow machine), or in which `b` still counted an earlier
+    // try's sessions, is made again once the window passed.
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_millis(1_200));
         let began = tokio::time::Instant::now();
-        assert!((0..3).all(|_| handshake(&b.addr)), "b's own bucket holds 3");
+        let on_b = (0..3).filter(|_| handshake(&b.addr)).count();
         let mut on_a = 0;
         for _ in 0..3 {
             if handshake(&a.addr) {
                 on_a += 1;
             }
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(Duration::from_millis(150));
         }
-        if began.elapsed() < Duration::from_millis(800) {
+        if on_b == 3 && began.elapsed() < Duration::from_millis(900) {
             assert!(on_a <= 2, "3 a second across the hosts: {on_a} more on a");
             return;
         }

@@ -80,7 +80,11 @@ impl SessionActor {
         answer: Result<Value, ErrorObject>,
         ctx: &mut Context<Self>,
     ) -> PostOutcome {
-        if self.answered_here(id, answer.clone()) || !self.ledger.ledger.shared {
+        if let Some(p) = self.core.answer_client_request(id) {
+            let _ = p.handle.reply.send(answer);
+            return PostOutcome::Accepted;
+        }
+        if !self.ledger.ledger.shared {
             return PostOutcome::Accepted;
         }
         let message = match answer {
@@ -149,6 +153,10 @@ impl SessionActor {
     /// Send the client request `id` (encoded: `json`) on `target`; one that cannot be sent is
     /// answered with an error at once.
     pub(super) fn ask(&mut self, id: &JsonRpcId, json: Bytes, target: &Addr<StreamActor>) {
+        // Its request may have ended (or the question timed out) while who asks was recorded.
+        if !self.core.client_request_pending(id) {
+            return;
+        }
         if target.try_send(Emit { json, last: false }).is_err()
             && let Some(p) = self.core.answer_client_request(id)
         {
@@ -166,6 +174,9 @@ impl SessionActor {
             return;
         }
         message["s"] = json!(&*self.meta.hmac);
+        // Redis delivers a publication to its publisher's subscription too: this host's
+        // sessions heard it already.
+        message["from"] = json!(self.ledger.ledger.run);
         self.ledger.writer.submit(vec![crate::ledger::Op::Publish {
             channel: crate::ledger::codec::SESSIONS_CHANNEL,
             message: bytes::Bytes::from(message.to_string()),

@@ -76,6 +76,9 @@ impl Supervisor {
     fn relayed(&self, message: &[u8]) {
         use crate::proto::ids::JsonRpcId;
         let Ok(m) = serde_json::from_slice::<serde_json::Value>(message) else { return };
+        if m["from"] == serde_json::json!(self.stream_env.ledger.ledger.run) {
+            return;
+        }
         let Some(h) = m["s"].as_str().and_then(|s| self.registry.by_hmac(s)) else { return };
         let relayed = if let Some(id) = JsonRpcId::from_value(&m["cancel"]) {
             Relayed::Cancel(id)

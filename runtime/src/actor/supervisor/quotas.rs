@@ -93,6 +93,14 @@ impl CallerCounts {
         Admit { ok, read }
     }
 
+    /// Take back the session [`CallerCounts::admit`] counted for `owner` last (it was not
+    /// made after all).
+    pub(crate) fn unadmit(&mut self, owner: &Arc<str>) {
+        if let Some(c) = self.counts.get_mut(owner) {
+            c.made = c.made.saturating_sub(1);
+        }
+    }
+
     /// The read begun for `owner` found `recorded` sessions (`None`: it failed; the last count
     /// stands and the next handshake reads again).
     pub(crate) fn read_done(&mut self, owner: &Arc<str>, recorded: Option<usize>) {
@@ -238,6 +246,12 @@ mod tests {
         // The other hosts' sessions ended: 0 recorded.
         c.read_done(&alice, Some(0));
         assert_eq!(c.admit(&alice, 3, FRESH_MS + 2), Admit { ok: true, read: false });
+        // One taken back (refused by another check after all) leaves its place.
+        assert_eq!(c.admit(&alice, 3, FRESH_MS + 3), Admit { ok: true, read: false });
+        assert_eq!(c.admit(&alice, 3, FRESH_MS + 4), Admit { ok: true, read: false });
+        assert_eq!(c.admit(&alice, 3, FRESH_MS + 5), Admit { ok: false, read: false });
+        c.unadmit(&alice);
+        assert_eq!(c.admit(&alice, 3, FRESH_MS + 6), Admit { ok: true, read: false });
     }
 
     #[test]

@@ -94,26 +94,26 @@ impl Supervisor {
             memory_per_key: self.cfg.stream_memory_share(),
         };
         let owner = key.owner();
-        let shared = self.stream_env.ledger.ledger.shared;
+        let reservation = self.registry.reserve(key, limits)?;
         // Across hosts (a shared ledger), after this host's own checks: a session they refuse
-        // is not counted; a refusal here drops the reservation.
-        if shared && let Some(owner) = &owner {
+        // is not counted. A refusal here drops the reservation; one of the rate takes back
+        // the place the caller's session count gave.
+        if self.stream_env.ledger.ledger.shared
+            && let Some(owner) = &owner
+        {
             let q = &self.cfg.quotas;
+            let index = codec::caller_sessions_index(owner);
+            let max = q.sessions_per_principal;
+            self.admit_across_hosts(&self.caller_sessions, owner, index, max, Quota::Sessions)?;
             let rate =
                 usize::try_from(q.session_rate_per_sec.max(q.session_burst)).unwrap_or(usize::MAX);
-            self.admit_across_hosts(
-                &self.caller_rate,
-                owner,
-                codec::caller_rate_index(owner),
-                rate,
-                Quota::SessionRate,
-            )?;
-        }
-        let reservation = self.registry.reserve(key, limits)?;
-        if shared && let Some(owner) = &owner {
-            let index = codec::caller_sessions_index(owner);
-            let max = self.cfg.quotas.sessions_per_principal;
-            self.admit_across_hosts(&self.caller_sessions, owner, index, max, Quota::Sessions)?;
+            let index = codec::caller_rate_index(owner);
+            let rated =
+                self.admit_across_hosts(&self.caller_rate, owner, index, rate, Quota::SessionRate);
+            if let Err(refused) = rated {
+                self.caller_sessions.lock().unadmit(owner);
+                return Err(refused);
+            }
             // Counted in the rate's window on every host, committed before the session's
             // record (the writer keeps order), so before its id goes out.
             let index = codec::caller_rate_index(owner);
