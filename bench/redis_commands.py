@@ -7,11 +7,10 @@ Starts its own redis-server (a free loopback port, a temporary directory, nothin
 and one mcp-host on it (`--ledger redis://…`, one worker, the `echo` and `ledger` packs), then
 for each kind of call sends N of them one after the other and reads `INFO commandstats` before
 and after: commands per call by command name. Redis counts the commands a script runs with the
-others (`INFO commandstats` does not tell them apart), so round trips are read, not counted:
-each `evalsha` is one (a whole batch), and the reads beside it are told from the script's own
-by the code; a call that shows no command at all made no round trip. The host's own background
-traffic (the lease's renewal every 1.7 s, sweeps) is measured in an idle window of the same
-length and taken off.
+others (`INFO commandstats` does not tell them apart); the round trips are the host's own
+count (`mcp_ledger_round_trips_total` on its admin `/metrics`: each batch, read or count on a
+pooled connection). The host's own background traffic (the lease's renewal every 1.7 s,
+sweeps) is measured in an idle window of the same length and taken off both.
 
 Usage:
   python3 bench/redis_commands.py [--host-bin target/release/mcp-host] [--n 500] [--shared] [--json-out FILE]
@@ -150,6 +149,24 @@ def main():
             env={**os.environ, "MCP_HOST_LOG": "warn", "MCP_HOST_EXIT_WITH_PARENT": "1"})
         url = host.stdout.readline().split()[-1]
         h, port = url.split("//")[1].split("/")[0].rsplit(":", 1)
+        # "mcp-host admin on http://ADDR/admin/status (token: FILE)": the host's own count of
+        # its round trips (mcp_ledger_round_trips_total) is read from /metrics there.
+        admin_line = host.stdout.readline().split()
+        admin_addr = admin_line[3].split("//")[1].split("/")[0]
+        token_file = admin_line[-1].rstrip(")")
+        with open(token_file if os.path.isabs(token_file) else os.path.join(work.name, token_file)) as f:
+            token = f.read().strip()
+
+        def round_trips():
+            ah, ap = admin_addr.rsplit(":", 1)
+            m = http.client.HTTPConnection(ah, int(ap), timeout=10)
+            m.request("GET", "/metrics", headers={"Authorization": f"Bearer {token}"})
+            text = m.getresponse().read().decode()
+            m.close()
+            for line in text.splitlines():
+                if line.startswith("mcp_ledger_round_trips_total "):
+                    return float(line.split()[1])
+            raise SystemExit("the host's /metrics has no mcp_ledger_round_trips_total")
         c = http.client.HTTPConnection(h, int(port), timeout=60)
         legacy = {"Accept": "application/json", "MCP-Protocol-Version": "2025-11-25"}
         init = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
@@ -165,20 +182,21 @@ def main():
         }
         results = {}
         for name, call in kinds.items():
-            before, t0 = commandstats(rport), time.monotonic()
+            before, trips_before, t0 = commandstats(rport), round_trips(), time.monotonic()
             for i in range(a.n):
                 call(1000 + i)
             took = time.monotonic() - t0
-            after = commandstats(rport)
+            after, trips_after = commandstats(rport), round_trips()
             # The background traffic of as long a window, taken off.
             time.sleep(min(took, 10.0))
-            idle = delta(after, commandstats(rport))
+            idle, trips_idle = delta(after, commandstats(rport)), round_trips() - trips_after
             scale = took / max(min(took, 10.0), 1e-9)
             d = delta(before, after)
             per_call = {k: round((v - idle.get(k, 0) * scale) / a.n, 3) for k, v in d.items()}
             per_call = {k: v for k, v in per_call.items() if abs(v) >= 0.005 and k != "info"}
-            results[name] = {"commands_per_call": per_call, "seconds": round(took, 2)}
-            print(f"{name}: {json.dumps(per_call, sort_keys=True)}")
+            trips = round((trips_after - trips_before - trips_idle * scale) / a.n, 3)
+            results[name] = {"commands_per_call": per_call, "round_trips_per_call": trips, "seconds": round(took, 2)}
+            print(f"{name}: {trips} round trips; {json.dumps(per_call, sort_keys=True)}")
         if a.json_out:
             with open(a.json_out, "w") as f:
                 json.dump({"n": a.n, "shared": a.shared, "results": results, "note": "commands Redis ran per call, background (lease, sweep) taken off; commands run inside a script are listed as well"}, f, indent=1)

@@ -377,6 +377,14 @@ impl Collector for SupervisorCollector {
             "Seconds the ledger has been unable to commit (0 while it commits)",
             since(ws.failing_since_ms),
         )?;
+        if let Some(n) = w.store().round_trips() {
+            counter(
+                &mut e,
+                "mcp_ledger_round_trips",
+                "Round trips to the ledger's server (Redis: each batch, read, count or sweep; not the lease's renewals, the subscriptions or the followers' wait)",
+                n,
+            )?;
+        }
         if let Some(us) = w.store().round_trip_us() {
             gauge_f(
                 &mut e,

@@ -378,6 +378,13 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         Ok((0..logs.len()).map(|i| (i, u64::MAX)).collect())
     }
 
+    /// Round trips to a store on another machine so far (Redis: each request on a pooled
+    /// connection: a batch, a read, a count, a sweep; the lease's renewals, the subscriptions
+    /// and the followers' wait are not counted). `None` for an embedded store.
+    fn round_trips(&self) -> Option<u64> {
+        None
+    }
+
     /// The last round trip to a store on another machine (µs): on Redis, the lease's last
     /// renewal (one script call, every third of the lease). `None` for an embedded store, or
     /// before the first.

@@ -217,6 +217,8 @@ pub struct RedisStore {
     subscribers: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// The connection [`Store::wait_appended`] blocks on (its own: a blocked read holds it).
     watch_conn: Mutex<Option<redis::Connection>>,
+    /// Requests made on pooled connections ([`Store::round_trips`]).
+    round_trips: std::sync::atomic::AtomicU64,
     /// The lease's last renewal, one round trip (µs; 0: none yet).
     round_trip_us: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
@@ -515,6 +517,7 @@ impl RedisStore {
             stopping: std::sync::Arc::default(),
             subscribers: Mutex::new(Vec::new()),
             round_trip_us: std::sync::Arc::default(),
+            round_trips: std::sync::atomic::AtomicU64::new(0),
             watch_conn: Mutex::new(None),
         };
         let info: String = store.with_conn(|c| redis::cmd("INFO").arg("server").query(c))?;
@@ -752,6 +755,7 @@ impl RedisStore {
                 .connect()
                 .map_err(|e| redis::RedisError::from(std::io::Error::other(e.to_string())))?,
         };
+        self.round_trips.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let r = f(&mut c)?;
         let mut pool = self.pool.lock();
         if pool.len() < POOL_MAX {
@@ -1207,6 +1211,10 @@ impl Store for RedisStore {
                 Some((at, seq))
             })
             .collect())
+    }
+
+    fn round_trips(&self) -> Option<u64> {
+        Some(self.round_trips.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     fn round_trip_us(&self) -> Option<u64> {

@@ -65,6 +65,11 @@ pub(crate) struct SessionLimits {
     /// Idle time after which the session is parked: its shell stops, its state stays in
     /// the ledger, its next request revives it (ms; at or past `idle_ttl_ms`: never).
     pub park_after_ms: u64,
+    /// Other hosts serve the session too (a shared ledger): this host's idle time is not the
+    /// session's (another may have used it since), so past its park time it parks even when
+    /// its idle TTL passed by this host's clock (a pause); the ledger's record, expiring from
+    /// the last use on any host, ends it.
+    pub idle_ends_in_ledger: bool,
 }
 
 /// A request being served.
@@ -599,14 +604,16 @@ impl<R, S, P> SessionCore<R, S, P> {
                 }
             }
         }
+        let park_due = self.park_deadline().is_some_and(|t| now >= t);
         let expired = match self.idle_deadline() {
+            Some(_) if park_due && self.limits.idle_ends_in_ledger => false,
             Some(deadline) if now >= deadline => {
                 self.state = SessionState::Expired;
                 true
             }
             _ => false,
         };
-        let park = !expired && self.park_deadline().is_some_and(|t| now >= t);
+        let park = !expired && park_due;
         Due { expired, park, timed_out }
     }
 

@@ -166,6 +166,7 @@ fn a_redis_that_goes_away_fails_the_host_closed_and_the_host_heals_when_redis_is
     };
     assert!(metric("mcp_ledger_round_trip_seconds") > 0.0);
     assert!(metric("mcp_ledger_commit_seconds_count") >= 1.0, "initialize committed");
+    assert!(metric("mcp_ledger_round_trips_total") >= 1.0, "its batch went to Redis");
     assert_eq!(metric("mcp_ledger_errors_total"), 0.0);
     let ready = |addr: &str| common::http_at(addr, "GET", "/readyz", &[], "", common::QUICK).0;
     assert_eq!(ready(&host.addr), 200);

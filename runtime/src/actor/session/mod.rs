@@ -266,6 +266,7 @@ impl SessionActor {
                 .client_request_timeout_secs
                 .saturating_mul(1000),
             park_after_ms: cfg.sessions.park_after_secs.saturating_mul(1000),
+            idle_ends_in_ledger: sup.stream_env().ledger.ledger.shared,
         };
         let streams = SessionStreams {
             primes: seed.version.primes_streams(),

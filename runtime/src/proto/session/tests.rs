@@ -8,6 +8,7 @@ fn limits() -> SessionLimits {
         max_retained_bytes: 100,
         client_request_timeout_ms: 300,
         park_after_ms: u64::MAX,
+        idle_ends_in_ledger: false,
     }
 }
 
@@ -342,4 +343,30 @@ fn an_idle_session_parks_before_it_expires_and_a_busy_one_never() {
         Tick(0),
     );
     assert_eq!(never.park_deadline(), None, "parking at or after the TTL never happens");
+}
+
+#[test]
+fn on_a_shared_ledger_a_session_past_both_its_park_time_and_its_ttl_parks_and_never_expires_here() {
+    // A host paused past the session's idle TTL: another host may have used the session
+    // since; the ledger's record, not this host's clock, ends it.
+    let shared = SessionLimits { park_after_ms: 200, idle_ends_in_ledger: true, ..limits() };
+    let mut s = SessionCore::<u32, &'static str, &'static str>::new(
+        ProtocolVersion::LATEST,
+        Generation(1),
+        shared,
+        Tick(0),
+    );
+    let _ = s.poll_ledger(Tick(0));
+    let due = s.handle_timeout(Tick(1_000_000));
+    assert!(due.park && !due.expired, "{due:?}");
+    assert_eq!(s.state(), SessionState::Active);
+    // On a ledger of its own the same session expires.
+    let mut alone = SessionCore::<u32, &'static str, &'static str>::new(
+        ProtocolVersion::LATEST,
+        Generation(1),
+        SessionLimits { park_after_ms: 200, ..limits() },
+        Tick(0),
+    );
+    let _ = alone.poll_ledger(Tick(0));
+    assert!(alone.handle_timeout(Tick(1_000_000)).expired);
 }
