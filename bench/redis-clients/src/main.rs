@@ -6,7 +6,9 @@
 //! - **reads**: `GET`s from 4 callers at once (the ledger's 4 reader threads), then from 64.
 //!
 //! Each prints calls per second and p50 / p99 (µs). It starts its own `redis-server` on a free
-//! loopback port (nothing persisted) and stops it on every exit path.
+//! loopback port (nothing persisted, in a directory removed on a return or a panic), stopped when this program
+//! ends however it ends: by its `Drop` on a return or a panic, by the kernel (a parent-death
+//! signal) on a signal or a kill.
 
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -15,12 +17,13 @@ use std::time::{Duration, Instant};
 const SCRIPT: &str = "for i = 1, 4 do redis.call('SET', KEYS[i], ARGV[1], 'PX', 60000) end \
     redis.call('ZADD', KEYS[5], ARGV[2], ARGV[3]) redis.call('PEXPIRE', KEYS[5], 60000) return 1";
 
-struct Server(Child, u16);
+struct Server(Child, u16, std::path::PathBuf);
 
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+        let _ = std::fs::remove_dir_all(&self.2);
     }
 }
 
@@ -28,14 +31,23 @@ fn start() -> Server {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let dir = std::env::temp_dir().join(format!("redis-clients-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+    let mut cmd = Command::new("redis-server");
+    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
         .arg("--dir")
         .arg(&dir)
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("redis-server on PATH");
-    let server = Server(child, port);
+        .stdout(Stdio::null());
+    // SIGKILL for it when this program dies (a signal skips Drop).
+    unsafe {
+        use std::os::unix::process::CommandExt as _;
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().expect("redis-server on PATH");
+    let server = Server(child, port, dir);
     for _ in 0..100 {
         if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
             return server;

@@ -588,7 +588,9 @@ impl<R, S, P> SessionCore<R, S, P> {
     }
 
     /// Advance time: give up client requests past their deadline (forgotten here; the shell
-    /// fails their tools), and expire the session when it has been idle for its TTL.
+    /// fails their tools), expire the session when it has been idle for its TTL, or park it
+    /// when idle for its park time (always, past both, when the ledger ends idle sessions:
+    /// [`SessionLimits::idle_ends_in_ledger`]).
     pub(crate) fn handle_timeout(&mut self, now: Tick) -> Due<P> {
         let mut timed_out = Vec::new();
         if self.pending.values().any(|p| p.deadline <= now) {
