@@ -12,17 +12,14 @@ use mcp_devtools::{RedisServer, TempDir};
 /// A host on `url` with its ledger files (key) in `dir`, expected to refuse to start: its
 /// exit code and stderr.
 fn refused_on(dir: &TempDir, url: &str) -> (Option<i32>, String) {
+    refused_with(dir, url, &[])
+}
+
+/// [`refused_on`] with `extra` arguments.
+fn refused_with(dir: &TempDir, url: &str, extra: &[&str]) -> (Option<i32>, String) {
     let ledger = dir.path().join("mcp-host.db").display().to_string();
-    crate::ledger_files::run_to_exit(&[
-        "--port",
-        "0",
-        "--admin-port",
-        "0",
-        "--ledger-path",
-        &ledger,
-        "--ledger",
-        url,
-    ])
+    let args = ["--port", "0", "--admin-port", "0", "--ledger-path", &ledger, "--ledger", url];
+    crate::ledger_files::run_to_exit(&[&args[..], extra].concat())
 }
 
 fn redis() -> RedisServer {
@@ -271,24 +268,8 @@ fn a_host_on_a_rediss_ledger_serves_over_tls_and_one_that_does_not_trust_its_cer
         use std::os::unix::fs::PermissionsExt as _;
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
     }
-    let ledger = TempDir::new("redis-tls-open-key");
-    let ledger = ledger.path().join("mcp-host.db").display().to_string();
-    let (code, err) = crate::ledger_files::run_to_exit(&[
-        "--port",
-        "0",
-        "--admin-port",
-        "0",
-        "--ledger-path",
-        &ledger,
-        "--ledger",
-        &url,
-        "--set",
-        &ca_set,
-        "--set",
-        &cert_set,
-        "--set",
-        &key_set,
-    ]);
+    let set = ["--set", &ca_set, "--set", &cert_set, "--set", &key_set];
+    let (code, err) = refused_with(&TempDir::new("redis-tls-open-key"), &url, &set);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains(&key) && err.contains("chmod 600"), "{err}");
     // The system's roots do not sign its certificate: refused at start (exit 2), said why.

@@ -17,6 +17,16 @@ fn shared_host(dir: &TempDir, url: &str, extra: &[&str]) -> Host {
     common::start_with(dir, 0, &args)
 }
 
+/// A Redis of its own and two hosts sharing it (with `extra` arguments), their key file in a
+/// directory named after `name`.
+fn two_hosts(name: &str, extra: &[&str]) -> (RedisServer, TempDir, Host, Host) {
+    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
+    let url = server.url();
+    let dir = TempDir::new(name);
+    let (a, b) = (shared_host(&dir, &url, extra), shared_host(&dir, &url, extra));
+    (server, dir, a, b)
+}
+
 fn echo(id: i64, text: &str) -> serde_json::Value {
     json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"echo","arguments":{"text":text}}})
 }
@@ -132,10 +142,7 @@ fn messages(events: &[(Option<String>, String)]) -> Vec<(Option<String>, serde_j
 #[test]
 fn a_stream_one_host_serves_is_resumed_on_another_and_followed_to_its_end_without_a_gap_or_a_repeat()
  {
-    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
-    let url = server.url();
-    let dir = TempDir::new("shared-follow");
-    let (a, b) = (shared_host(&dir, &url, &[]), shared_host(&dir, &url, &[]));
+    let (server, _dir, a, b) = two_hosts("shared-follow", &[]);
     let sid = initialize(&a.addr);
     // A call on `a` that notifies four times, 300 ms apart; its client is cut off after the
     // priming event and resumes on `b` (the balancer's choice) while `a` still runs it.
@@ -172,10 +179,7 @@ fn a_stream_one_host_serves_is_resumed_on_another_and_followed_to_its_end_withou
 
 #[test]
 fn a_quiet_stream_followed_on_another_host_is_waited_for_with_a_blocking_read_not_polled() {
-    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
-    let url = server.url();
-    let dir = TempDir::new("shared-watch");
-    let (a, b) = (shared_host(&dir, &url, &[]), shared_host(&dir, &url, &[]));
+    let (server, _dir, a, b) = two_hosts("shared-watch", &[]);
     let sid = initialize(&a.addr);
     let cursor =
         common::call_and_hang_up(&a.addr, &sid, 7, "soak_flood", json!({"delay_ms": 10_000}));
@@ -249,10 +253,7 @@ fn applied(addr: &str, sid: &str) -> u64 {
 
 #[test]
 fn one_idempotency_key_sent_to_two_hosts_at_once_runs_once_and_both_get_its_outcome() {
-    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
-    let url = server.url();
-    let dir = TempDir::new("shared-key");
-    let (a, b) = (shared_host(&dir, &url, &[]), shared_host(&dir, &url, &[]));
+    let (_server, _dir, a, b) = two_hosts("shared-key", &[]);
     let sid = initialize(&a.addr);
     assert_eq!(post_json(&b.addr, &sid, &json!({"jsonrpc":"2.0","id":1,"method":"ping"})).0, 200);
     // The same write (its key is its idempotency key), held 800 ms, to both hosts at once.
@@ -282,11 +283,8 @@ fn one_idempotency_key_sent_to_two_hosts_at_once_runs_once_and_both_get_its_outc
 #[test]
 fn a_keyed_call_whose_host_died_ends_restarted_and_its_reissue_on_another_host_gets_the_one_outcome()
  {
-    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
-    let url = server.url();
-    let dir = TempDir::new("shared-reissue");
     let lease = ["--set", "ledger.redis_lease_ms=1500"];
-    let (a, b) = (shared_host(&dir, &url, &lease), shared_host(&dir, &url, &lease));
+    let (server, _dir, a, b) = two_hosts("shared-reissue", &lease);
     let sid = initialize(&a.addr);
     // A write held 10 s on `a`; the client hangs up after the priming event.
     let args = json!({"key": "order-21", "hold_ms": 10_000});
@@ -317,11 +315,8 @@ fn a_keyed_call_whose_host_died_ends_restarted_and_its_reissue_on_another_host_g
 
 #[test]
 fn two_hosts_adding_to_one_basket_at_once_lose_no_item() {
-    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
-    let url = server.url();
-    let dir = TempDir::new("shared-basket");
     let basket = ["--packs", "basket"];
-    let (a, b) = (shared_host(&dir, &url, &basket), shared_host(&dir, &url, &basket));
+    let (_server, _dir, a, b) = two_hosts("shared-basket", &basket);
     let created = common::modern_call(&a.addr, 1, "create_basket", json!({"items": []}));
     let id = created["structuredContent"]["basket_id"].as_str().expect("a basket_id").to_owned();
     // 2 × 2 callers on each host, 10 adds of one item each, all at once.
@@ -358,10 +353,7 @@ fn task_status(addr: &str, id: i64, task: &str) -> serde_json::Value {
 
 #[test]
 fn a_task_running_on_one_host_is_read_answered_and_cancelled_through_another() {
-    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
-    let url = server.url();
-    let dir = TempDir::new("shared-tasks");
-    let (a, b) = (shared_host(&dir, &url, &[]), shared_host(&dir, &url, &[]));
+    let (_server, _dir, a, b) = two_hosts("shared-tasks", &[]);
     // A task on `a` that asks a question, answered through `b`.
     let asks = common::modern(
         &a.addr,
@@ -400,10 +392,7 @@ fn a_task_running_on_one_host_is_read_answered_and_cancelled_through_another() {
 
 #[test]
 fn a_clients_answer_posted_to_another_host_reaches_the_request_that_asked() {
-    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
-    let url = server.url();
-    let dir = TempDir::new("shared-answer");
-    let (a, b) = (shared_host(&dir, &url, &[]), shared_host(&dir, &url, &[]));
+    let (_server, _dir, a, b) = two_hosts("shared-answer", &[]);
     let sid = initialize(&a.addr);
     // A call on `a` that asks the client's model (sampling) on its response stream.
     let body = json!({"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"test_missing_capability","arguments":{}}}).to_string();
@@ -428,11 +417,8 @@ fn a_clients_answer_posted_to_another_host_reaches_the_request_that_asked() {
 #[test]
 fn an_answer_posted_for_a_request_whose_host_died_is_refused_as_gone_and_the_request_ends_restarted()
  {
-    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
-    let url = server.url();
-    let dir = TempDir::new("shared-answer-gone");
     let lease = ["--set", "ledger.redis_lease_ms=1500"];
-    let (a, b) = (shared_host(&dir, &url, &lease), shared_host(&dir, &url, &lease));
+    let (server, _dir, a, b) = two_hosts("shared-answer-gone", &lease);
     let sid = initialize(&a.addr);
     let body = json!({"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"test_missing_capability","arguments":{}}}).to_string();
     let mut s = common::post_streamed(
@@ -469,10 +455,7 @@ fn an_answer_posted_for_a_request_whose_host_died_is_refused_as_gone_and_the_req
 
 #[test]
 fn a_log_level_set_through_one_host_applies_to_the_calls_another_host_serves() {
-    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
-    let url = server.url();
-    let dir = TempDir::new("shared-level");
-    let (a, b) = (shared_host(&dir, &url, &[]), shared_host(&dir, &url, &[]));
+    let (_server, _dir, a, b) = two_hosts("shared-level", &[]);
     let sid = initialize(&a.addr);
     // The info-level messages a logging call on `addr` sends (request `id`).
     let logs_on = |addr: &str, id: i64| {
@@ -496,10 +479,7 @@ fn a_log_level_set_through_one_host_applies_to_the_calls_another_host_serves() {
 
 #[test]
 fn a_cancellation_posted_to_another_host_stops_the_request() {
-    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
-    let url = server.url();
-    let dir = TempDir::new("shared-cancel");
-    let (a, b) = (shared_host(&dir, &url, &[]), shared_host(&dir, &url, &[]));
+    let (_server, _dir, a, b) = two_hosts("shared-cancel", &[]);
     let sid = initialize(&a.addr);
     let body = json!({"jsonrpc":"2.0","id":"long-1","method":"tools/call","params":{"name":"soak_flood","arguments":{"delay_ms":10_000,"hold_ms":10_000}}}).to_string();
     let mut s = common::post_streamed(
@@ -519,10 +499,7 @@ fn a_cancellation_posted_to_another_host_stops_the_request() {
 
 #[test]
 fn a_list_change_and_a_resource_update_announced_on_one_host_reach_a_listen_stream_on_another() {
-    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
-    let url = server.url();
-    let dir = TempDir::new("shared-listen");
-    let (a, b) = (shared_host(&dir, &url, &[]), shared_host(&dir, &url, &[]));
+    let (_server, _dir, a, b) = two_hosts("shared-listen", &[]);
     let body = r#"{"jsonrpc":"2.0","id":"sub-1","method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true,"resourceSubscriptions":["test://watched-resource"]},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
     let listen = [("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "subscriptions/listen")];
     let mut s = common::post_streamed(&b.addr, &listen, body, Duration::from_secs(10));
@@ -564,10 +541,7 @@ fn multi_round(
 
 #[test]
 fn a_multi_round_request_goes_on_on_whichever_host_gets_each_round() {
-    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
-    let url = server.url();
-    let dir = TempDir::new("shared-mrtr");
-    let (a, b) = (shared_host(&dir, &url, &[]), shared_host(&dir, &url, &[]));
+    let (_server, _dir, a, b) = two_hosts("shared-mrtr", &[]);
     // Round 1 on `a`, round 2 on `b`, round 3 on `a`: the sealed requestState opens on both.
     let first = multi_round(&a.addr, 1, json!({}), None);
     let step1 = json!({"step1": {"action": "accept", "content": {"name": "Alice"}}});
@@ -580,10 +554,7 @@ fn a_multi_round_request_goes_on_on_whichever_host_gets_each_round() {
 
 #[test]
 fn a_keyed_call_interrupted_on_one_host_is_answered_at_once_on_another() {
-    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
-    let url = server.url();
-    let dir = TempDir::new("shared-interrupted");
-    let (a, b) = (shared_host(&dir, &url, &[]), shared_host(&dir, &url, &[]));
+    let (_server, _dir, a, b) = two_hosts("shared-interrupted", &[]);
     let sid = initialize(&a.addr);
     // A write on `a`, held 5 s; its session is deleted on `b` meanwhile, which ends the call
     // on `a` (its outcome unknown: the write ran).
@@ -602,11 +573,8 @@ fn a_keyed_call_interrupted_on_one_host_is_answered_at_once_on_another() {
 
 #[test]
 fn a_delete_on_the_host_where_the_session_parked_ends_the_call_running_on_another() {
-    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
-    let url = server.url();
-    let dir = TempDir::new("shared-parked-delete");
     let park = ["--set", "sessions.park_after_secs=1"];
-    let (a, b) = (shared_host(&dir, &url, &park), shared_host(&dir, &url, &park));
+    let (_server, _dir, a, b) = two_hosts("shared-parked-delete", &park);
     let sid = initialize(&a.addr);
     let call = json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"ledger_append","arguments":{"key":"order-11","hold_ms":8000}}});
     common::hang_up_after_priming(&b.addr, &sid, &call);
@@ -631,10 +599,7 @@ fn a_delete_on_the_host_where_the_session_parked_ends_the_call_running_on_anothe
 #[test]
 fn a_keyed_call_whose_session_ends_while_another_host_holds_its_claim_leaves_the_key_to_the_next_call()
  {
-    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
-    let url = server.url();
-    let dir = TempDir::new("shared-claim-wait");
-    let (a, b) = (shared_host(&dir, &url, &[]), shared_host(&dir, &url, &[]));
+    let (server, _dir, a, b) = two_hosts("shared-claim-wait", &[]);
     let keyed = |id: i64, key: &str| json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"ledger_append","arguments":{"key":key}}});
     // The receipt's name in Redis, learnt from a first keyed call.
     let probe = initialize(&a.addr);
@@ -714,11 +679,8 @@ fn handshake(addr: &str) -> bool {
 
 #[test]
 fn one_callers_sessions_are_counted_across_hosts_against_its_quota() {
-    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
-    let url = server.url();
-    let dir = TempDir::new("shared-quota");
     let quota = ["--set", "quotas.sessions_per_principal=3"];
-    let (a, b) = (shared_host(&dir, &url, &quota), shared_host(&dir, &url, &quota));
+    let (_server, _dir, a, b) = two_hosts("shared-quota", &quota);
     // Two sessions on `b`; then `a` (which would allow 3 of its own) makes the third only.
     let on_b: Vec<String> = (0..2).map(|_| initialize(&b.addr)).collect();
     assert_eq!(made_until_refused(0, 5, |_| handshake(&a.addr)), 1, "3 in all across the hosts");
@@ -736,11 +698,8 @@ fn one_callers_sessions_are_counted_across_hosts_against_its_quota() {
 
 #[test]
 fn one_callers_session_rate_is_counted_across_hosts() {
-    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
-    let url = server.url();
-    let dir = TempDir::new("shared-rate");
     let rate = ["--set", "quotas.session_rate_per_sec=3", "--set", "quotas.session_burst=3"];
-    let (a, b) = (shared_host(&dir, &url, &rate), shared_host(&dir, &url, &rate));
+    let (_server, _dir, a, b) = two_hosts("shared-rate", &rate);
     // Within one second: 3 sessions on `b`, then `a` (whose own bucket holds 3) makes 1 while
     // it reads the count (2 if the read is slow), and is refused once it has read it. A try
     // that took most of the second (a slow machine), or in which `b` still counted an earlier
@@ -776,11 +735,8 @@ fn keyed_write(addr: &str, sid: &str, i: usize) -> bool {
 
 #[test]
 fn one_callers_receipts_are_counted_across_hosts_against_its_bound() {
-    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
-    let url = server.url();
-    let dir = TempDir::new("shared-receipts");
     let bound = ["--set", "ledger.receipts_per_caller=3"];
-    let (a, b) = (shared_host(&dir, &url, &bound), shared_host(&dir, &url, &bound));
+    let (_server, _dir, a, b) = two_hosts("shared-receipts", &bound);
     let sid = initialize(&a.addr);
     // One receipt kept through `a`; then `b` (which would keep 3 of its own) keeps two, or
     // one when its first read already finds its own first receipt (counted twice until the
@@ -812,11 +768,8 @@ fn kept_task(addr: &str, i: usize) -> bool {
 
 #[test]
 fn one_callers_kept_tasks_are_counted_across_hosts_against_its_bound() {
-    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
-    let url = server.url();
-    let dir = TempDir::new("shared-kept-tasks");
     let bound = ["--set", "tasks.max_kept_per_caller=3"];
-    let (a, b) = (shared_host(&dir, &url, &bound), shared_host(&dir, &url, &bound));
+    let (_server, _dir, a, b) = two_hosts("shared-kept-tasks", &bound);
     // As the receipts: one kept through `a`, then `b` (which would keep 3 of its own) keeps
     // one or two, and `a` at most one more once it has read what `b` kept.
     assert_eq!(made_until_refused(1, 1, |i| kept_task(&a.addr, i)), 1);
@@ -847,11 +800,8 @@ fn kept_basket(addr: &str, i: usize) -> bool {
 
 #[test]
 fn one_callers_handle_bytes_are_counted_across_hosts_against_its_bound() {
-    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
-    let url = server.url();
-    let dir = TempDir::new("shared-handle-bytes");
     let args = ["--packs", "basket", "--set", "ledger.handle_bytes_per_caller=65536"];
-    let (a, b) = (shared_host(&dir, &url, &args), shared_host(&dir, &url, &args));
+    let (_server, _dir, a, b) = two_hosts("shared-handle-bytes", &args);
     // 64 KiB hold five baskets of 12 KiB. Two through `a`; then `b`, which alone would keep
     // five, keeps three at most (four when its first read counts none of `a`'s: it is
     // admitted while that read is under way).
