@@ -467,7 +467,7 @@ impl RedisServer {
     /// # Errors
     /// [`RedisError`].
     pub fn start_on(port: u16) -> Result<RedisServer, RedisError> {
-        RedisServer::spawn(port, None, TempDir::new("redis"))
+        RedisServer::spawn(port, None, TempDir::new("redis"), &[])
     }
 
     /// Start one that also serves TLS on another port, with a certificate for 127.0.0.1
@@ -488,7 +488,7 @@ impl RedisServer {
         for _ in 0..5 {
             let dir = TempDir::new("redis-tls");
             make_certificates(dir.path()).map_err(RedisError::NotReady)?;
-            match RedisServer::spawn(free()?, Some(free()?), dir) {
+            match RedisServer::spawn(free()?, Some(free()?), dir, &[]) {
                 Ok(s) => return Ok(s),
                 Err(e @ RedisError::NotInstalled(_)) => return Err(e),
                 Err(e) => last = e,
@@ -497,9 +497,15 @@ impl RedisServer {
         Err(last)
     }
 
-    fn spawn(port: u16, tls: Option<u16>, dir: TempDir) -> Result<RedisServer, RedisError> {
+    fn spawn(
+        port: u16,
+        tls: Option<u16>,
+        dir: TempDir,
+        extra: &[&str],
+    ) -> Result<RedisServer, RedisError> {
         let log = dir.path().join("redis.log");
         let mut command = Command::new("redis-server");
+        command.args(extra);
         if let Some(tls) = tls {
             let file = |name: &str| dir.path().join(name).display().to_string();
             command.args(["--tls-port", &tls.to_string()]);
@@ -650,6 +656,92 @@ impl RedisServer {
             }
             _ => None,
         }
+    }
+}
+
+/// A Redis Cluster of three primaries (no replicas) on 127.0.0.1, each a [`RedisServer`] of
+/// its own (`cluster-enabled`), the slots split in three; all stopped when dropped.
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Start one and wait (at most 20 s) until every node says `cluster_state:ok`. Each node
+    /// needs its port and that port plus 10,000 (its cluster bus) free.
+    ///
+    /// # Errors
+    /// [`RedisError`].
+    pub fn start() -> Result<RedisCluster, RedisError> {
+        let mut nodes = Vec::new();
+        let mut tries = 0;
+        while nodes.len() < 3 {
+            tries += 1;
+            if tries > 50 {
+                return Err(RedisError::NotReady("no free ports for a cluster".into()));
+            }
+            // A port below 55,536 whose bus port is free too.
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos() as usize);
+            let spread = nanos / 1_000 + tries * 131;
+            let port = 20_000 + u16::try_from(spread % 30_000).unwrap_or(0);
+            let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+            if !free(port) || !free(port + 10_000) {
+                continue;
+            }
+            let args = ["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"];
+            match RedisServer::spawn(port, None, TempDir::new("redis-cluster"), &args) {
+                Ok(s) => nodes.push(s),
+                Err(e @ RedisError::NotInstalled(_)) => return Err(e),
+                Err(_) => {}
+            }
+        }
+        let ok = |r: Option<Reply>| matches!(r, Some(Reply::Line(l)) if l == "OK");
+        for (i, n) in nodes.iter().enumerate() {
+            let (from, to) = (i * 16_384 / 3, (i + 1) * 16_384 / 3 - 1);
+            let (from, to) = (from.to_string(), to.to_string());
+            if !ok(n.command(&["CLUSTER", "ADDSLOTSRANGE", &from, &to])) {
+                return Err(RedisError::NotReady(format!("node {i} took no slots")));
+            }
+        }
+        for n in &nodes[1..] {
+            let port = n.port.to_string();
+            if !ok(nodes[0].command(&["CLUSTER", "MEET", "127.0.0.1", &port])) {
+                return Err(RedisError::NotReady("CLUSTER MEET failed".into()));
+            }
+        }
+        // At most 20 s: 200 pauses of 100 ms.
+        for _ in 0..200 {
+            let state_ok = |n: &RedisServer| {
+                matches!(n.command(&["CLUSTER", "INFO"]), Some(Reply::Line(i)) if i.contains("cluster_state:ok") && i.contains("cluster_known_nodes:3"))
+            };
+            if nodes.iter().all(state_ok) {
+                return Ok(RedisCluster { nodes });
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let info: Vec<String> = nodes
+            .iter()
+            .map(|n| match n.command(&["CLUSTER", "INFO"]) {
+                Some(Reply::Line(i)) => i.lines().take(7).collect::<Vec<_>>().join(" "),
+                _ => "no answer".into(),
+            })
+            .collect();
+        Err(RedisError::NotReady(format!(
+            "the cluster did not reach cluster_state:ok in 20 s: {info:?}"
+        )))
+    }
+
+    /// `redis://127.0.0.1:<port>/0` of its first node (a client finds the others from it).
+    #[must_use]
+    pub fn url(&self) -> String {
+        self.nodes[0].url()
+    }
+
+    /// Its nodes.
+    #[must_use]
+    pub fn nodes(&self) -> &[RedisServer] {
+        &self.nodes
     }
 }
 

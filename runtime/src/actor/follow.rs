@@ -87,7 +87,7 @@ pub(crate) fn look_up(
     if record.shadow || record.run == at.this_run {
         return Ok(Found::Nothing);
     }
-    if record.run != 0 && store.run_alive(record.run)? {
+    if record.run != 0 && store.run_alive(record.run, &codec::stream_key(hmac, sid))? {
         let events = store.read_log_after(&codec::events_key(hmac, sid), after, READ_MAX, now)?;
         return Ok(Found::Live { record, events });
     }
@@ -191,7 +191,7 @@ pub(crate) fn follow(
                         None => None,
                     };
                     let events = store.read_log_after(&log, last, READ_MAX, now)?;
-                    let alive = !check_alive || store.run_alive(run)?;
+                    let alive = !check_alive || store.run_alive(run, &key)?;
                     Ok((record, events, alive))
                 })
                 .await;

@@ -46,7 +46,7 @@ pub(crate) use open::derive_key;
 pub use open::{LEASE_LOST_EXIT, Ledger, OpenError, load_or_create_key, redacted};
 pub use reads::{READ_QUEUE, READ_THREADS, ReadError, Reads, ReadsSnapshot};
 #[cfg(feature = "redis")]
-pub use redis::{EXPIRY_GRACE_MS, LeaseError, RedisStore, Tls as RedisTls};
+pub use redis::{EXPIRY_GRACE_MS, LeaseError, RedisStore, Tls as RedisTls, redis_key};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 pub(crate) use usage::{Caller, Entry, Reservation, StoreUsage};
@@ -349,13 +349,15 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     }
 
     /// Whether the host that runs as `run` still holds its lease on a store several hosts
-    /// share. A store only one process uses has no other host: `false` (the caller knows its
-    /// own run).
+    /// share, for writes to ledger name `near` (what the caller would take over or wait for:
+    /// on a Redis Cluster each tag has its own copy of the lease, and only the copy that
+    /// fences writes to `near` says whether that host can still write there). A store only
+    /// one process uses has no other host: `false` (the caller knows its own run).
     ///
     /// # Errors
     /// [`StoreError::Backend`].
-    fn run_alive(&self, run: u64) -> Result<bool, StoreError> {
-        let _ = run;
+    fn run_alive(&self, run: u64, near: &str) -> Result<bool, StoreError> {
+        let _ = (run, near);
         Ok(false)
     }
 

@@ -47,13 +47,13 @@ const MAX_EXPIRY_MS: u64 = (1 << 53) - 1;
 /// Connections kept for reuse (the writer's, the readers', a few more).
 const POOL_MAX: usize = 16;
 
-/// Applies one batch: `ARGV[1]` is the key prefix, `ARGV[2]` the key of this store's lease
-/// (without the prefix; empty: none) and `ARGV[3]` its token, then each operation as its
-/// opcode and its arguments (see `push_op`). A store that holds no longer the lease it took
-/// is refused, whatever it sends (fencing).
+/// Applies one batch, or the part of it whose keys share one hash tag: `ARGV[1]` the key of
+/// this store's lease copy in that tag (empty: none) and `ARGV[2]` its token, then each
+/// operation as its opcode, its keys' tag (`P{n}`) and its arguments (see `push_op`);
+/// `KEYS[1]` is a key of that tag (where a Cluster sends it). A store that holds no longer the
+/// lease it took is refused, whatever it sends (fencing).
 const APPLY: &str = r"
-local p = ARGV[1]
-if ARGV[2] ~= '' and redis.call('GET', p .. ARGV[2]) ~= ARGV[3] then
+if ARGV[1] ~= '' and redis.call('GET', ARGV[1]) ~= ARGV[2] then
   return redis.error_reply('FENCED this host no longer holds its ledger lease')
 end
 local function pexp_at_least(k, phys)
@@ -66,9 +66,10 @@ local function exp_at_least(e, exp, phys)
   if (not cur) or tonumber(cur) < tonumber(exp) then redis.call('SET', e, exp) end
   pexp_at_least(e, phys)
 end
-local i, n = 4, #ARGV
+local i, n = 3, #ARGV
 while i <= n do
-  local op = ARGV[i]
+  local op, p = ARGV[i], ARGV[i + 1]
+  i = i + 1
   if op == 'P' then
     redis.call('SET', p .. 'd:' .. ARGV[i + 1], ARGV[i + 2], 'PXAT', ARGV[i + 3])
     i = i + 4
@@ -159,31 +160,31 @@ end
 return 1
 ";
 
-/// Deletes what expired for the ledger's clock: `ARGV[1]` the prefix, `ARGV[2]` now (ms),
-/// `ARGV[3]` the most to delete, `ARGV[4]` and `ARGV[5]` the lease's key and token (as for
-/// `APPLY`), then candidate names (`d:k`, `el:l`, `ei:i` without the prefix). Each is checked
-/// and deleted in the script, so a record another node renewed in between is never deleted.
-/// Returns how many were.
+/// Deletes what expired for the ledger's clock: `ARGV[1]` now (ms), `ARGV[2]` the most to
+/// delete, `ARGV[3]` and `ARGV[4]` the lease copy's key and token (as for `APPLY`), then
+/// candidate keys (`P{n}d:k`, `P{n}el:l`, `P{n}ei:i`; one tag on a Cluster, `KEYS[1]` of
+/// it). Each is checked and deleted in the script, so a record another node renewed in
+/// between is never deleted. Returns how many were.
 const SWEEP: &str = r"
-local p, now, left = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-if ARGV[4] ~= '' and redis.call('GET', p .. ARGV[4]) ~= ARGV[5] then
+local now, left = tonumber(ARGV[1]), tonumber(ARGV[2])
+if ARGV[3] ~= '' and redis.call('GET', ARGV[3]) ~= ARGV[4] then
   return redis.error_reply('FENCED this host no longer holds its ledger lease')
 end
 local removed = 0
-for i = 6, #ARGV do
+for i = 5, #ARGV do
   if removed >= left then break end
   local name = ARGV[i]
-  local kind, rest = string.match(name, '^(%a+):(.*)$')
+  local p, kind, rest = string.match(name, '^([^}]*})(%a+):(.*)$')
   if kind == 'd' then
-    local v = redis.call('GET', p .. name)
+    local v = redis.call('GET', name)
     if v and tonumber(string.sub(v, 1, 16)) <= now then
-      redis.call('DEL', p .. name)
+      redis.call('DEL', name)
       removed = removed + 1
     end
   elseif kind == 'el' or kind == 'ei' then
-    local e = redis.call('GET', p .. name)
+    local e = redis.call('GET', name)
     if e and tonumber(e) <= now then
-      redis.call('DEL', p .. name, p .. string.sub(kind, 2) .. ':' .. rest)
+      redis.call('DEL', name, p .. string.sub(kind, 2) .. ':' .. rest)
       removed = removed + 1
     end
   end
@@ -198,15 +199,96 @@ const SWEEP_SCAN_MAX: usize = 20_000;
 /// match few of the keys each call walks).
 const SWEEP_SCANS_MAX: usize = 64;
 
+/// The hash tags a deployment's keys are spread over (`P{0}` … `P{63}`): a Redis Cluster
+/// serves each from the node of its slot, and a host keeps one copy of its lease in each,
+/// which every script on that tag checks (fencing needs the lease in the script's slot).
+const SHARDS: usize = 64;
+
+/// The part of a ledger name its tag is chosen by: what follows its kind, up to the next `/`
+/// (`s/<hmac>`, `t/<hmac>/<stream>`, `e/<hmac>/<stream>`, `h/<hmac>`, `hl/<hmac>`: the HMAC), so
+/// every key of one session, stream or handle shares a tag; a name without `/`, whole.
+fn group(name: &str) -> &str {
+    match name.split_once('/') {
+        Some((_, rest)) => rest.split('/').next().unwrap_or(rest),
+        None => name,
+    }
+}
+
+/// The tag (0 … [`SHARDS`] − 1) of ledger name `name` (FNV-1a of its [`group`]).
+fn shard_of(name: &str) -> usize {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in group(name).bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    // Below SHARDS: fits.
+    #[expect(clippy::cast_possible_truncation, reason = "see above")]
+    let shard = (h % SHARDS as u64) as usize;
+    shard
+}
+
+/// The Redis key of ledger name `name` of kind `kind` (`d` a key, `l` a log, `el` its
+/// expiry, `i` an index, `ei` its expiry, `t` a tally) under `prefix`: `prefix{n}kind:name`,
+/// `n` the name's tag (for tools and tests that look at Redis itself).
+#[must_use]
+pub fn redis_key(prefix: &str, kind: &str, name: &str) -> String {
+    format!("{prefix}{{{}}}{kind}:{name}", shard_of(name))
+}
+
+/// A connection: to the one server, or to a Cluster (which sends each command to the node
+/// of its key's slot, following `MOVED` and `ASK`).
+enum Conn {
+    One(redis::Connection),
+    Cluster(Box<redis::cluster::ClusterConnection>),
+}
+
+impl Conn {
+    fn like(&mut self) -> &mut dyn redis::ConnectionLike {
+        match self {
+            Conn::One(c) => c,
+            Conn::Cluster(c) => &mut **c,
+        }
+    }
+
+    fn set_read_timeout(&self, wait: Duration) -> redis::RedisResult<()> {
+        match self {
+            Conn::One(c) => c.set_read_timeout(Some(wait)),
+            Conn::Cluster(c) => c.set_read_timeout(Some(wait)),
+        }
+    }
+}
+
+/// How a store reaches Redis: `one` (the URL's server), or a Cluster when that server is one
+/// of a Cluster's nodes (`cluster_enabled:1`; the others are found from it).
+#[derive(Clone)]
+struct Connector {
+    one: redis::Client,
+    cluster: Option<redis::cluster::ClusterClient>,
+    timeout: Duration,
+}
+
+impl Connector {
+    /// A connection whose connect, reads and writes each wait at most the timeout.
+    fn connect(&self) -> Result<Conn, StoreError> {
+        match &self.cluster {
+            None => Ok(Conn::One(connect(&self.one, self.timeout)?)),
+            Some(c) => Ok(Conn::Cluster(Box::new(c.get_connection().map_err(|e| backend(&e))?))),
+        }
+    }
+}
+
 /// The Redis store.
 pub struct RedisStore {
-    client: redis::Client,
+    conn: Connector,
+    /// Where the subscriptions listen: the URL's server; on a Cluster, each primary in turn
+    /// when one fails (a publication reaches every node).
+    bus: Vec<redis::Client>,
     prefix: String,
-    pool: Mutex<Vec<redis::Connection>>,
+    pool: Mutex<Vec<Conn>>,
     apply: redis::Script,
     sweep: redis::Script,
-    /// Where the next sweep's `SCAN` goes on.
-    sweep_cursor: Mutex<u64>,
+    /// Where the next sweep's `SCAN` goes on: the primary (its place in the Cluster's list;
+    /// 0 for one server) and its cursor.
+    sweep_cursor: Mutex<(usize, u64)>,
     timeout: Duration,
     /// The lease this store took ([`RedisStore::take_lease`]): every batch is checked against
     /// it.
@@ -216,7 +298,7 @@ pub struct RedisStore {
     stopping: std::sync::Arc<std::sync::atomic::AtomicBool>,
     subscribers: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// The connection [`Store::wait_appended`] blocks on (its own: a blocked read holds it).
-    watch_conn: Mutex<Option<redis::Connection>>,
+    watch_conn: Mutex<Option<Conn>>,
     /// Requests made on pooled connections ([`Store::round_trips`]).
     round_trips: std::sync::atomic::AtomicU64,
     /// The lease's last renewal, one round trip (µs; 0: none yet).
@@ -228,7 +310,8 @@ const BUS_POLL: Duration = Duration::from_millis(200);
 /// Pause before a subscription that failed is tried again.
 const BUS_RETRY: Duration = Duration::from_millis(200);
 
-/// A held lease: its key (without the prefix), its token and the thread that renews it.
+/// A held lease: its key (without the prefix and tag: each copy has the tag it fences), its
+/// token and the thread that renews it.
 struct Lease {
     key: std::sync::Arc<str>,
     token: std::sync::Arc<str>,
@@ -236,60 +319,59 @@ struct Lease {
     renewer: Option<std::thread::JoinHandle<()>>,
 }
 
-/// Renews the lease if `ARGV[2]` holds it (1); takes it again if it lapsed and no other
-/// holder took it since (`m:last`, the last token that took it, is still ours, or is gone
-/// with a Redis that lost its data) (2); else 0:
+/// Renews a lease copy (`KEYS[1]` its holder, `KEYS[2]` the last to take it) if `ARGV[1]`
+/// holds it (1); takes it again if it lapsed and no other holder took it since (the last
+/// token that took it is still ours, or is gone with a Redis that lost its data) (2); else 0:
 /// another host took the ledger, and this store stays fenced for good (its queued batches
-/// must never land over what the other wrote).
+/// must never land over what the other wrote). `ARGV[2]`: the lease's length (ms).
 const RENEW: &str = r"
-local k, l = ARGV[1] .. 'm:holder', ARGV[1] .. 'm:last'
-local cur = redis.call('GET', k)
-if cur == ARGV[2] then
-  redis.call('PEXPIRE', k, ARGV[3])
+local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
-local last = redis.call('GET', l)
-if not cur and (last == ARGV[2] or not last) then
-  redis.call('SET', k, ARGV[2], 'PX', ARGV[3])
-  redis.call('SET', l, ARGV[2])
+local last = redis.call('GET', KEYS[2])
+if not cur and (last == ARGV[1] or not last) then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  redis.call('SET', KEYS[2], ARGV[1])
   return 2
 end
 return 0
 ";
 
-/// Takes the lease when nobody holds it, and records the taker as the last (`m:last`, kept
-/// without expiry): 1, else 0.
+/// Takes a lease copy (`KEYS[1]`, `KEYS[2]` as for `RENEW`) when nobody holds it, and records
+/// the taker as the last (kept without expiry): 1, else 0.
 const TAKE: &str = r"
-if redis.call('SET', ARGV[1] .. 'm:holder', ARGV[2], 'NX', 'PX', ARGV[3]) then
-  redis.call('SET', ARGV[1] .. 'm:last', ARGV[2])
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  redis.call('SET', KEYS[2], ARGV[1])
   return 1
 end
 return 0
 ";
 
-/// Deletes the lease key `ARGV[1]` if `ARGV[2]` holds it.
+/// Deletes the lease copy `KEYS[1]` if `ARGV[1]` holds it.
 const RELEASE: &str = r"
-if redis.call('GET', ARGV[1]) == ARGV[2] then redis.call('DEL', ARGV[1]) end
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
 return 1
 ";
 
-/// Renews a host's own lease `ARGV[1]` if `ARGV[2]` still holds it (1), else 0: a host whose
-/// lease lapsed never takes it back (the others may have ended its streams and taken over its
-/// work), and stays fenced.
+/// Renews a host's own lease copy `KEYS[1]` if `ARGV[1]` still holds it (1), else 0: a host
+/// whose lease lapsed never takes it back (the others may have ended its streams and taken
+/// over its work), and stays fenced.
 const RENEW_OWN: &str = r"
-if redis.call('GET', ARGV[1]) == ARGV[2] then
-  redis.call('PEXPIRE', ARGV[1], ARGV[3])
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
 return 0
 ";
 
-/// Counts ([`Store::incr`]): `ARGV[1]` the prefix, `ARGV[2]` the key, `ARGV[3]` the floor,
-/// `ARGV[4]` the expiry of a counter that starts (16 digits), `ARGV[5]` now (ledger clock),
-/// `ARGV[6]` Redis' expiry of a counter that starts (a live one keeps both).
+/// Counts ([`Store::incr`]): `KEYS[1]` the key, `ARGV[1]` the floor, `ARGV[2]` the expiry of
+/// a counter that starts (16 digits), `ARGV[3]` now (ledger clock), `ARGV[4]` Redis' expiry
+/// of a counter that starts (a live one keeps both).
 const INCR: &str = r"
-local d = ARGV[1] .. 'd:' .. ARGV[2]
-local floor, exp, now, phys = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local d = KEYS[1]
+local floor, exp, now, phys = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local cur = 0
 local v = redis.call('GET', d)
 local live = false
@@ -365,9 +447,8 @@ impl Drop for RedisStore {
         if let Some(t) = lease.renewer.take() {
             let _ = t.join();
         }
-        let release = redis::Script::new(RELEASE);
-        let key = self.name_raw(&lease.key);
-        let _ = self.with_conn(|c| release.arg(&key).arg(&*lease.token).invoke::<i64>(c));
+        let all: Vec<usize> = self.copies().collect();
+        self.release_copies(&lease.key, &lease.token, &all);
     }
 }
 
@@ -439,21 +520,24 @@ impl std::fmt::Debug for Tls {
 }
 
 impl Tls {
-    /// The client of `url` with these files and password.
-    fn client(&self, url: &str) -> Result<redis::Client, StoreError> {
+    /// How to reach `url` with this password.
+    fn info(&self, url: &str) -> Result<redis::ConnectionInfo, StoreError> {
         use redis::IntoConnectionInfo as _;
-        let mut info = url.into_connection_info().map_err(|e| backend(&e))?;
-        if let Some(password) = &self.password {
-            if info.redis_settings().password().is_some() {
-                return Err(StoreError::Backend(
-                    "redis: a password is given both in the URL and apart from it (ledger.redis_password or MCP_HOST_REDIS_PASSWORD): give it once".into(),
-                ));
-            }
-            let settings = info.redis_settings().clone().set_password(password);
-            info = info.set_redis_settings(settings);
+        let info = url.into_connection_info().map_err(|e| backend(&e))?;
+        let Some(password) = &self.password else { return Ok(info) };
+        if info.redis_settings().password().is_some() {
+            return Err(StoreError::Backend(
+                "redis: a password is given both in the URL and apart from it (ledger.redis_password or MCP_HOST_REDIS_PASSWORD): give it once".into(),
+            ));
         }
+        let settings = info.redis_settings().clone().set_password(password);
+        Ok(info.set_redis_settings(settings))
+    }
+
+    /// The files' certificates (`None`: none given, the system's roots).
+    fn certificates(&self, url: &str) -> Result<Option<redis::TlsCertificates>, StoreError> {
         if self.ca_file.is_none() && self.client.is_none() {
-            return redis::Client::open(info).map_err(|e| backend(&e));
+            return Ok(None);
         }
         if !url.starts_with("rediss://") {
             return Err(StoreError::Backend(
@@ -472,9 +556,65 @@ impl Tls {
             client_cert: cert.clone(),
             client_key: key.clone(),
         });
-        redis::Client::build_with_tls(info, redis::TlsCertificates { client_tls, root_cert })
-            .map_err(|e| backend(&e))
+        Ok(Some(redis::TlsCertificates { client_tls, root_cert }))
     }
+
+    /// The client of `url` with these files and password.
+    fn client(&self, url: &str) -> Result<redis::Client, StoreError> {
+        let info = self.info(url)?;
+        match self.certificates(url)? {
+            None => redis::Client::open(info),
+            Some(certs) => redis::Client::build_with_tls(info, certs),
+        }
+        .map_err(|e| backend(&e))
+    }
+
+    /// The client of the Cluster `url`'s server belongs to; each request waits at most
+    /// `timeout` per try, and is tried at most 3 times (a node that failed over).
+    fn cluster_client(
+        &self,
+        url: &str,
+        timeout: Duration,
+    ) -> Result<redis::cluster::ClusterClient, StoreError> {
+        let mut b = redis::cluster::ClusterClientBuilder::new([self.info(url)?])
+            .connection_timeout(timeout)
+            .response_timeout(timeout)
+            .retries(3)
+            .min_retry_wait(10)
+            .max_retry_wait(200);
+        if let Some(certs) = self.certificates(url)? {
+            b = b.certs(certs);
+        }
+        b.build().map_err(|e| backend(&e))
+    }
+}
+
+/// `url` with its host and port replaced by `host`:`port` (another node of its Cluster).
+fn url_at(url: &str, host: &str, port: u16) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("redis", url));
+    let (authority, path) = rest.split_once('/').map_or((rest, ""), |(a, p)| (a, p));
+    let user = authority.rsplit_once('@').map_or("", |(u, _)| u);
+    let host = if host.contains(':') { format!("[{host}]") } else { host.to_owned() };
+    let at = if user.is_empty() { String::new() } else { format!("{user}@") };
+    let path = if path.is_empty() { String::new() } else { format!("/{path}") };
+    format!("{scheme}://{at}{host}:{port}{path}")
+}
+
+/// The serving primaries (`host`, `port`) of a `CLUSTER NODES` reply.
+fn primaries(nodes: &str) -> Vec<(String, u16)> {
+    nodes
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let flags = f.get(2)?;
+            let serving = flags.split(',').any(|x| x == "master")
+                && !flags.split(',').any(|x| x.starts_with("fail") || x == "noaddr")
+                && f.len() > 8;
+            let addr = f.get(1)?.split(['@', ',']).next()?;
+            let (host, port) = addr.rsplit_once(':')?;
+            serving.then(|| Some((host.to_owned(), port.parse().ok()?)))?
+        })
+        .collect()
 }
 
 impl RedisStore {
@@ -487,30 +627,59 @@ impl RedisStore {
         RedisStore::open_tls(url, &Tls::default(), prefix, timeout)
     }
 
-    /// [`RedisStore::open`], a `rediss://` server checked with `tls`.
+    /// [`RedisStore::open`], a `rediss://` server checked with `tls`. A server that is a node
+    /// of a Redis Cluster (`cluster_enabled:1`) opens the Cluster: each key goes to the node
+    /// of its slot.
     ///
     /// # Errors
     /// [`StoreError::Backend`]: as [`RedisStore::open`], and `tls` files that cannot be read,
-    /// or given for a `redis://` URL.
+    /// or given for a `redis://` URL; a prefix with `{` or `}` (they would change the hash
+    /// tag); keys of the layout before hash tags under `prefix`.
     pub fn open_tls(
         url: &str,
         tls: &Tls,
         prefix: &str,
         timeout: Duration,
     ) -> Result<RedisStore, StoreError> {
-        if prefix.is_empty() || !prefix.ends_with(':') {
+        if prefix.is_empty() || !prefix.ends_with(':') || prefix.contains(['{', '}']) {
             return Err(StoreError::Backend(format!(
-                "redis: the key prefix {prefix:?} must be non-empty and end with ':' (one per deployment; none may begin another)"
+                "redis: the key prefix {prefix:?} must be non-empty, end with ':' and hold no '{{' or '}}' (one per deployment; none may begin another)"
             )));
         }
-        let client = tls.client(url)?;
+        let one = tls.client(url)?;
+        let mut c = connect(&one, timeout)?;
+        let (info, cluster_info): (String, String) = redis::pipe()
+            .cmd("INFO")
+            .arg("server")
+            .cmd("INFO")
+            .arg("cluster")
+            .query(&mut c)
+            .map_err(|e| backend(&e))?;
+        let version = redis_version(&info);
+        if !supported(&version) {
+            return Err(StoreError::Backend(format!(
+                "redis: the server is redis {version}; the ledger needs 7.0 or later"
+            )));
+        }
+        let (cluster, bus) = if cluster_info.lines().any(|l| l.trim() == "cluster_enabled:1") {
+            let nodes: String =
+                redis::cmd("CLUSTER").arg("NODES").query(&mut c).map_err(|e| backend(&e))?;
+            let bus = primaries(&nodes)
+                .iter()
+                .map(|(h, p)| tls.client(&url_at(url, h, *p)))
+                .collect::<Result<Vec<_>, _>>()?;
+            (Some(tls.cluster_client(url, timeout)?), bus)
+        } else {
+            (None, vec![one.clone()])
+        };
         let store = RedisStore {
-            client,
+            conn: Connector { one, cluster, timeout },
+            bus,
             prefix: prefix.to_owned(),
             pool: Mutex::new(Vec::new()),
             apply: redis::Script::new(APPLY),
             sweep: redis::Script::new(SWEEP),
-            sweep_cursor: Mutex::new(0),
+            sweep_cursor: Mutex::new((0, 0)),
             timeout,
             lease: Mutex::new(None),
             incr: redis::Script::new(INCR),
@@ -520,34 +689,63 @@ impl RedisStore {
             round_trips: std::sync::atomic::AtomicU64::new(0),
             watch_conn: Mutex::new(None),
         };
-        let info: String = store.with_conn(|c| redis::cmd("INFO").arg("server").query(c))?;
-        let version = redis_version(&info);
-        if !supported(&version) {
+        // The layout before hash tags kept the key fingerprint at `P` `d:m/key`: a ledger of
+        // it would be silently unreachable (every session unknown), so it is refused.
+        let old = format!("{prefix}d:m/key");
+        let before: i64 = store.with_conn(|c| redis::cmd("EXISTS").arg(&old).query(c))?;
+        if before != 0 {
             return Err(StoreError::Backend(format!(
-                "redis: the server is redis {version}; the ledger needs 7.0 or later"
+                "redis: keys under the prefix {prefix:?} are of an earlier layout (without hash tags; {old} exists), which this version does not read: give another ledger.redis_prefix, or delete them"
             )));
         }
         Ok(store)
     }
 
+    /// Whether this store is on a Redis Cluster.
+    fn on_cluster(&self) -> bool {
+        self.conn.cluster.is_some()
+    }
+
+    /// `P{shard}`: the prefix and hash tag of the keys of `shard`.
+    fn tag(&self, shard: usize) -> String {
+        format!("{}{{{shard}}}", self.prefix)
+    }
+
+    /// The lease copies a host keeps: one per tag on a Cluster (in the order renewed and
+    /// taken), one on a single server (every tag's scripts check it).
+    fn copies(&self) -> impl Iterator<Item = usize> + use<> {
+        (0..if self.on_cluster() { SHARDS } else { 1 }).rev()
+    }
+
+    /// The key of lease `key`'s copy that fences the writes to `shard`.
+    fn lease_key(&self, key: &str, shard: usize) -> String {
+        format!("{}{key}", self.tag(if self.on_cluster() { shard } else { 0 }))
+    }
+
     /// What a check reports of the server and the ledger's lease: `redis <version>, prefix
-    /// <prefix>, lease held by <holder>` (or `no lease held`).
+    /// <prefix>, lease held by <holder>` (or `no lease held`); on a Cluster, how many
+    /// primaries serve it.
     ///
     /// # Errors
     /// [`StoreError::Backend`].
     pub fn about(&self) -> Result<String, StoreError> {
-        let (info, holder): (String, Option<String>) = self.with_conn(|c| {
-            redis::pipe()
-                .cmd("INFO")
-                .arg("server")
-                .cmd("GET")
-                .arg(format!("{}m:holder", self.prefix))
-                .query(c)
+        // The URL's server (on a Cluster, INFO would go to every node).
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query(&mut connect(&self.conn.one, self.timeout)?)
+            .map_err(|e| backend(&e))?;
+        let holder: Option<String> = self.with_conn(|c| {
+            redis::cmd("GET").arg(self.lease_key("m:holder", 0)).query(c)
         })?;
         let version = redis_version(&info);
         let lease =
             holder.map_or_else(|| "no lease held".to_owned(), |h| format!("lease held by {h}"));
-        Ok(format!("redis {version}, prefix {}, {lease}", self.prefix))
+        let cluster = if self.on_cluster() {
+            format!(" (a Cluster of {} primaries)", self.bus.len())
+        } else {
+            String::new()
+        };
+        Ok(format!("redis {version}{cluster}, prefix {}, {lease}", self.prefix))
     }
 
     /// Take the ledger's one lease as `holder` (`host:pid`), waiting at most `ttl` plus a
@@ -556,24 +754,37 @@ impl RedisStore {
     /// batch is applied only while this store holds the lease. One that let it lapse takes it
     /// back if no other holder took it meanwhile; one whose lease another holder took (it was
     /// paused past `ttl`, or cut off from Redis) stays refused for good: what it still holds
-    /// must never land over what the other wrote.
+    /// must never land over what the other wrote. On a Cluster every copy is taken, or none.
     ///
     /// # Errors
     /// [`LeaseError::Held`] when another holder kept it; [`LeaseError::Store`].
     pub fn take_lease(&self, holder: &str, ttl: Duration) -> Result<(), LeaseError> {
         let token = new_token(holder);
         let ttl_ms = lease_ms(ttl);
-        let key = format!("{}m:holder", self.prefix);
         // Tries every 100 ms for the lease's length and a second more.
         let tries = (ttl_ms + 1_000).div_ceil(100);
         let take = redis::Script::new(TAKE);
         for attempt in 1.. {
-            let took: i64 =
-                self.with_conn(|c| take.arg(&self.prefix).arg(&*token).arg(ttl_ms).invoke(c))?;
-            if took == 1 {
+            let mut taken = Vec::new();
+            for s in self.copies() {
+                let took: i64 = self.with_conn(|c| {
+                    take.key(self.lease_key("m:holder", s))
+                        .key(self.lease_key("m:last", s))
+                        .arg(&*token)
+                        .arg(ttl_ms)
+                        .invoke(c)
+                })?;
+                if took != 1 {
+                    break;
+                }
+                taken.push(s);
+            }
+            if taken.len() == self.copies().count() {
                 break;
             }
+            self.release_copies("m:holder", &token, &taken);
             if attempt >= tries {
+                let key = self.lease_key("m:holder", 0);
                 let holder: Option<String> =
                     self.with_conn(|c| redis::cmd("GET").arg(&key).query(c))?;
                 return Err(LeaseError::Held { holder: holder.unwrap_or_default() });
@@ -582,6 +793,15 @@ impl RedisStore {
         }
         self.keep_lease("m:holder".into(), token, ttl_ms, Renewal::Ledger)?;
         Ok(())
+    }
+
+    /// Delete the copies `shards` of lease `key` that `token` holds.
+    fn release_copies(&self, key: &str, token: &str, shards: &[usize]) {
+        let release = redis::Script::new(RELEASE);
+        for s in shards {
+            let _ = self
+                .with_conn(|c| release.key(self.lease_key(key, *s)).arg(token).invoke::<i64>(c));
+        }
     }
 
     /// Take this host's own lease as run `run` of a ledger several hosts share (`holder`:
@@ -604,14 +824,19 @@ impl RedisStore {
         let token = new_token(holder);
         let ttl_ms = lease_ms(ttl);
         let suffix = run_lease(run);
-        let key = self.name_raw(&suffix);
-        let took: Option<String> = self.with_conn(|c| {
-            redis::cmd("SET").arg(&key).arg(&*token).arg("NX").arg("PX").arg(ttl_ms).query(c)
-        })?;
-        if took.is_none() {
-            let holder: Option<String> =
-                self.with_conn(|c| redis::cmd("GET").arg(&key).query(c))?;
-            return Err(LeaseError::Held { holder: holder.unwrap_or_default() });
+        let mut taken = Vec::new();
+        for s in self.copies() {
+            let key = self.lease_key(&suffix, s);
+            let took: Option<String> = self.with_conn(|c| {
+                redis::cmd("SET").arg(&key).arg(&*token).arg("NX").arg("PX").arg(ttl_ms).query(c)
+            })?;
+            if took.is_none() {
+                self.release_copies(&suffix, &token, &taken);
+                let holder: Option<String> =
+                    self.with_conn(|c| redis::cmd("GET").arg(&key).query(c))?;
+                return Err(LeaseError::Held { holder: holder.unwrap_or_default() });
+            }
+            taken.push(s);
         }
         self.keep_lease(suffix.into(), token, ttl_ms, Renewal::Own(on_lost))?;
         Ok(())
@@ -627,8 +852,12 @@ impl RedisStore {
         how: Renewal,
     ) -> Result<(), StoreError> {
         let (stop, stopped) = std::sync::mpsc::channel::<()>();
-        let renewer =
-            self.renewer(self.name_raw(&key), std::sync::Arc::clone(&token), ttl_ms, how, stopped)?;
+        // Each copy's keys: its holder and (for the ledger's one lease) the last to take it.
+        let keys = self
+            .copies()
+            .map(|s| (self.lease_key(&key, s), self.lease_key("m:last", s)))
+            .collect();
+        let renewer = self.renewer(keys, std::sync::Arc::clone(&token), ttl_ms, how, stopped)?;
         *self.lease.lock() = Some(Lease { key, token, stop, renewer: Some(renewer) });
         Ok(())
     }
@@ -641,20 +870,20 @@ impl RedisStore {
         )
     }
 
-    /// The thread that renews the lease `key` held as `token` every `ttl_ms` / 3 until
-    /// `stopped` says so (or its sender is dropped).
+    /// The thread that renews the lease copies `keys` (holder, last) held as `token` every
+    /// `ttl_ms` / 3 until `stopped` says so (or its sender is dropped).
     fn renewer(
         &self,
-        key: String,
+        keys: Vec<(String, String)>,
         token: std::sync::Arc<str>,
         ttl_ms: u64,
         how: Renewal,
         stopped: std::sync::mpsc::Receiver<()>,
     ) -> Result<std::thread::JoinHandle<()>, StoreError> {
-        let (client, prefix) = (self.client.clone(), self.prefix.clone());
+        let mut conn = self.conn.clone();
         let round_trip_us = std::sync::Arc::clone(&self.round_trip_us);
         // A renewal that waits longer than a third of the lease could let it lapse.
-        let timeout = self.timeout.min(Duration::from_millis((ttl_ms / 3).max(50)));
+        conn.timeout = self.timeout.min(Duration::from_millis((ttl_ms / 3).max(50)));
         let renew = redis::Script::new(match how {
             Renewal::Ledger => RENEW,
             Renewal::Own(_) => RENEW_OWN,
@@ -662,7 +891,7 @@ impl RedisStore {
         std::thread::Builder::new()
             .name("ledger-lease".into())
             .spawn(move || {
-                let mut con: Option<redis::Connection> = None;
+                let mut con: Option<Conn> = None;
                 let mut held = true;
                 let every = Duration::from_millis(ttl_ms / 3);
                 // Renewals missed in a row: a host's own lease that could not be renewed for
@@ -684,24 +913,38 @@ impl RedisStore {
                         lost();
                     }
                     if con.is_none() {
-                        con = connect(&client, timeout).ok();
+                        con = conn.connect().ok();
                     }
                     let Some(c) = con.as_mut() else {
                         missed += 1;
                         continue;
                     };
-                    let mut inv = renew.prepare_invoke();
-                    match how {
-                        Renewal::Ledger => inv.arg(&prefix).arg(&*token).arg(ttl_ms),
-                        Renewal::Own(_) => inv.arg(&key).arg(&*token).arg(ttl_ms),
-                    };
-                    let began = tokio::time::Instant::now();
-                    let renewed = inv.invoke::<i64>(c);
-                    if renewed.is_ok() {
-                        let us = u64::try_from(began.elapsed().as_micros()).unwrap_or(u64::MAX);
-                        round_trip_us.store(us.max(1), std::sync::atomic::Ordering::Relaxed);
+                    // Every copy; the worst answer counts (one copy another host took, or
+                    // that lapsed, is the lease lost).
+                    let mut worst = Ok(1);
+                    for (i, (holder, last)) in keys.iter().enumerate() {
+                        let mut inv = renew.key(holder);
+                        if let Renewal::Ledger = how {
+                            inv.key(last);
+                        }
+                        inv.arg(&*token).arg(ttl_ms);
+                        let began = tokio::time::Instant::now();
+                        let renewed = inv.invoke::<i64>(c.like());
+                        if i == 0 && renewed.is_ok() {
+                            let us = u64::try_from(began.elapsed().as_micros()).unwrap_or(u64::MAX);
+                            round_trip_us.store(us.max(1), std::sync::atomic::Ordering::Relaxed);
+                        }
+                        worst = match (worst, renewed) {
+                            (Err(e), _) | (_, Err(e)) => Err(e),
+                            (Ok(0), _) | (_, Ok(0)) => Ok(0),
+                            (Ok(2), _) | (_, Ok(2)) => Ok(2),
+                            (Ok(a), Ok(_)) => Ok(a),
+                        };
+                        if worst.is_err() {
+                            break;
+                        }
                     }
-                    match renewed {
+                    match worst {
                         Ok(0) if held => {
                             held = false;
                             match &how {
@@ -732,26 +975,37 @@ impl RedisStore {
             .map_err(|e| StoreError::Backend(format!("cannot start the lease thread: {e}")))
     }
 
-    fn connect(&self) -> Result<redis::Connection, StoreError> {
-        connect(&self.client, self.timeout)
+    #[cfg(test)]
+    fn connect(&self) -> Result<Conn, StoreError> {
+        self.conn.connect()
     }
 
     /// Run `f` on a pooled connection; one that failed is dropped, not pooled.
     fn with_conn<T>(
         &self,
-        f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
+        f: impl FnOnce(&mut dyn redis::ConnectionLike) -> redis::RedisResult<T>,
     ) -> Result<T, StoreError> {
         self.with_conn_raw(f).map_err(|e| backend(&e))
     }
 
     fn with_conn_raw<T>(
         &self,
-        f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
+        f: impl FnOnce(&mut dyn redis::ConnectionLike) -> redis::RedisResult<T>,
+    ) -> redis::RedisResult<T> {
+        self.with_pooled(|c| f(c.like()))
+    }
+
+    /// [`RedisStore::with_conn_raw`] on the connection itself (a Cluster's commands for one
+    /// node).
+    fn with_pooled<T>(
+        &self,
+        f: impl FnOnce(&mut Conn) -> redis::RedisResult<T>,
     ) -> redis::RedisResult<T> {
         let pooled = self.pool.lock().pop();
         let mut c = match pooled {
             Some(c) => c,
             None => self
+                .conn
                 .connect()
                 .map_err(|e| redis::RedisError::from(std::io::Error::other(e.to_string())))?,
         };
@@ -769,10 +1023,34 @@ impl RedisStore {
     /// Redis restart) is tried once more on a new one.
     fn read_conn<T>(
         &self,
-        f: impl Fn(&mut redis::Connection) -> redis::RedisResult<T>,
+        f: impl Fn(&mut dyn redis::ConnectionLike) -> redis::RedisResult<T>,
     ) -> Result<T, StoreError> {
         match self.with_conn_raw(&f) {
             Err(e) if e.is_io_error() || e.is_connection_dropped() => self.with_conn(&f),
+            r => r.map_err(|e| backend(&e)),
+        }
+    }
+
+    /// Two reads of one tag's keys in one round trip (a pipeline; on a Cluster, its own kind,
+    /// which sends both to the tag's node), tried again once as [`RedisStore::read_conn`].
+    fn read_pair<T: redis::FromRedisValue>(
+        &self,
+        first: redis::Cmd,
+        second: redis::Cmd,
+    ) -> Result<T, StoreError> {
+        let run = |c: &mut Conn| match c {
+            Conn::One(c) => {
+                redis::pipe().add_command(first.clone()).add_command(second.clone()).query(c)
+            }
+            Conn::Cluster(c) => redis::cluster::cluster_pipe()
+                .add_command(first.clone())
+                .add_command(second.clone())
+                .query(c),
+        };
+        match self.with_pooled(run) {
+            Err(e) if e.is_io_error() || e.is_connection_dropped() => {
+                self.with_pooled(run).map_err(|e| backend(&e))
+            }
             r => r.map_err(|e| backend(&e)),
         }
     }
@@ -787,15 +1065,13 @@ impl RedisStore {
         now_ms: u64,
     ) -> Result<Vec<(u64, Bytes)>, StoreError> {
         type Entry = (String, Vec<Vec<u8>>);
-        let (exp, entries): (Option<Vec<u8>>, Vec<Entry>) = self.read_conn(|c| {
-            let mut p = redis::pipe();
-            p.cmd("GET").arg(self.name("el", log));
-            let range = p.cmd("XRANGE").arg(self.name("l", log)).arg(from).arg("+");
-            if let Some(n) = limit {
-                range.arg("COUNT").arg(n);
-            }
-            p.query(c)
-        })?;
+        let mut range = redis::cmd("XRANGE");
+        range.arg(self.name("l", log)).arg(from).arg("+");
+        if let Some(n) = limit {
+            range.arg("COUNT").arg(n);
+        }
+        let (exp, entries): (Option<Vec<u8>>, Vec<Entry>) =
+            self.read_pair(redis::cmd("GET").arg(self.name("el", log)).clone(), range)?;
         if !alive(exp.as_deref(), now_ms) {
             return Ok(Vec::new());
         }
@@ -811,13 +1087,64 @@ impl RedisStore {
             .collect()
     }
 
-    /// `name` under the prefix.
-    fn name_raw(&self, name: &str) -> String {
-        format!("{}{name}", self.prefix)
+    /// The Redis key of ledger name `name` of kind `kind` (`d`, `l`, `el`, `i`, `ei`, `t`):
+    /// `P{n}kind:name`, `n` its tag.
+    fn name(&self, kind: &str, name: &str) -> String {
+        redis_key(&self.prefix, kind, name)
     }
 
-    fn name(&self, kind: &str, name: &str) -> String {
-        format!("{}{kind}:{name}", self.prefix)
+    /// Apply `ops` (their keys all of `shard` on a Cluster) as one script, fenced by the lease
+    /// copy of `shard`.
+    fn apply_part<'o>(
+        &self,
+        shard: usize,
+        ops: impl Iterator<Item = &'o Op>,
+        (lease, token): (&str, &str),
+        wall: u64,
+    ) -> Result<(), StoreError> {
+        let fence = if lease.is_empty() { String::new() } else { self.lease_key(lease, shard) };
+        let mut inv = self.apply.prepare_invoke();
+        inv.key(self.tag(shard)).arg(&fence).arg(token);
+        for op in ops {
+            let tag = op_name(op).map_or_else(|| self.prefix.clone(), |n| self.tag(shard_of(n)));
+            push_op(&mut inv, op, &tag, wall);
+        }
+        self.with_conn(|c| inv.invoke::<i64>(c)).map(|_| ())
+    }
+
+    /// One pass of a sweep over the keys `names` (full Redis keys): on a Cluster one script
+    /// per tag, each fenced by its lease copy. How many it removed.
+    fn sweep_keys(&self, names: &[String], now_ms: u64, left: usize) -> Result<usize, StoreError> {
+        let mut parts: std::collections::BTreeMap<usize, Vec<&str>> = Default::default();
+        for n in names {
+            let Some(rest) = n.strip_prefix(&self.prefix).and_then(|r| r.strip_prefix('{')) else {
+                continue;
+            };
+            let Some((shard, kind)) = rest.split_once('}') else { continue };
+            let Ok(shard) = shard.parse::<usize>() else { continue };
+            if !(kind.starts_with("d:") || kind.starts_with("el:") || kind.starts_with("ei:")) {
+                continue;
+            }
+            let shard = if self.on_cluster() { shard } else { 0 };
+            parts.entry(shard).or_default().push(n);
+        }
+        let (key, token) = self.fence();
+        let mut removed = 0;
+        for (shard, names) in parts {
+            if removed >= left {
+                break;
+            }
+            let fence = if key.is_empty() { String::new() } else { self.lease_key(&key, shard) };
+            let mut inv = self.sweep.prepare_invoke();
+            inv.key(self.tag(shard))
+                .arg(now_ms)
+                .arg(left - removed)
+                .arg(&fence)
+                .arg(&*token)
+                .arg(&names);
+            removed += self.with_conn(|c| inv.invoke::<usize>(c))?;
+        }
+        Ok(removed)
     }
 
     /// The members of `index` (with their scores) from `ZRANGE args… WITHSCORES`, unless the
@@ -828,16 +1155,10 @@ impl RedisStore {
         range: &[String],
         now_ms: u64,
     ) -> Result<Vec<(String, u64)>, StoreError> {
-        let (exp, members): (Option<Vec<u8>>, Vec<(String, f64)>) = self.read_conn(|c| {
-            redis::pipe()
-                .cmd("GET")
-                .arg(self.name("ei", index))
-                .cmd("ZRANGE")
-                .arg(self.name("i", index))
-                .arg(range)
-                .arg("WITHSCORES")
-                .query(c)
-        })?;
+        let (exp, members): (Option<Vec<u8>>, Vec<(String, f64)>) = self.read_pair(
+            redis::cmd("GET").arg(self.name("ei", index)).clone(),
+            redis::cmd("ZRANGE").arg(self.name("i", index)).arg(range).arg("WITHSCORES").clone(),
+        )?;
         if !alive(exp.as_deref(), now_ms) {
             return Ok(Vec::new());
         }
@@ -872,28 +1193,60 @@ fn glob_escape(s: &str) -> String {
     out
 }
 
-fn push_op(inv: &mut redis::ScriptInvocation<'_>, op: &Op, wall: u64) {
+/// The ledger name an operation writes (its tag's), none for a publication.
+fn op_name(op: &Op) -> Option<&str> {
+    match op {
+        Op::Put { key, .. } | Op::PutLater { key, .. } | Op::Delete { key } => Some(key),
+        Op::Append { log, .. } => Some(log),
+        Op::DropLog { log } => Some(log),
+        Op::IndexAdd { index, .. }
+        | Op::IndexRemove { index, .. }
+        | Op::IndexTrim { index, .. }
+        | Op::DropIndex { index } => Some(index),
+        Op::Expire { name, .. } => Some(name),
+        Op::Tally { tally, .. } => Some(tally),
+        Op::Publish { .. } => None,
+    }
+}
+
+/// `op` as `APPLY` reads it: its opcode, `tag` (`P{n}`; the prefix for a publication), its
+/// arguments.
+fn push_op(inv: &mut redis::ScriptInvocation<'_>, op: &Op, tag: &str, wall: u64) {
     let physical = |expires_ms| physical_at(wall, expires_ms);
+    let code = match op {
+        Op::Put { .. } => "P",
+        Op::PutLater { .. } => "L",
+        Op::Publish { .. } => "B",
+        Op::Delete { .. } => "D",
+        Op::Append { .. } => "A",
+        Op::DropLog { .. } => "X",
+        Op::IndexAdd { .. } => "I",
+        Op::IndexRemove { .. } => "R",
+        Op::IndexTrim { .. } => "T",
+        Op::DropIndex { .. } => "Y",
+        Op::Expire { .. } => "E",
+        Op::Tally { .. } => "U",
+    };
+    inv.arg(code).arg(tag);
     match op {
         Op::Put { key, value, expires_ms } => {
             let mut v = digits(*expires_ms).into_bytes();
             v.extend_from_slice(value);
-            inv.arg("P").arg(key).arg(v).arg(physical(*expires_ms));
+            inv.arg(key).arg(v).arg(physical(*expires_ms));
         }
         Op::PutLater { key, value, expires_ms } => {
             let mut v = digits(*expires_ms).into_bytes();
             v.extend_from_slice(value);
-            inv.arg("L").arg(key).arg(v).arg(physical(*expires_ms));
+            inv.arg(key).arg(v).arg(physical(*expires_ms));
         }
         Op::Publish { channel, message } => {
-            inv.arg("B").arg(*channel).arg(&message[..]);
+            inv.arg(*channel).arg(&message[..]);
         }
         Op::Delete { key } => {
-            inv.arg("D").arg(key);
+            inv.arg(key);
         }
         Op::Append { log, seq, frame, max_len, expires_ms } => {
-            inv.arg("A")
-                .arg(&**log)
+            inv.arg(&**log)
                 .arg(*seq)
                 .arg(&frame[..])
                 .arg(*max_len)
@@ -901,31 +1254,29 @@ fn push_op(inv: &mut redis::ScriptInvocation<'_>, op: &Op, wall: u64) {
                 .arg(physical(*expires_ms));
         }
         Op::DropLog { log } => {
-            inv.arg("X").arg(log);
+            inv.arg(log);
         }
         Op::IndexAdd { index, member, score, expires_ms } => {
-            inv.arg("I")
-                .arg(index)
+            inv.arg(index)
                 .arg(member)
                 .arg(*score)
                 .arg(digits(*expires_ms))
                 .arg(physical(*expires_ms));
         }
         Op::IndexRemove { index, member } => {
-            inv.arg("R").arg(index).arg(member);
+            inv.arg(index).arg(member);
         }
         Op::IndexTrim { index, below } => {
-            inv.arg("T").arg(index).arg(*below);
+            inv.arg(index).arg(*below);
         }
         Op::DropIndex { index } => {
-            inv.arg("Y").arg(index);
+            inv.arg(index);
         }
         Op::Expire { name, expires_ms } => {
-            inv.arg("E").arg(name).arg(digits(*expires_ms)).arg(physical(*expires_ms));
+            inv.arg(name).arg(digits(*expires_ms)).arg(physical(*expires_ms));
         }
         Op::Tally { tally, bucket, count, bytes, now_ms } => {
-            inv.arg("U")
-                .arg(tally)
+            inv.arg(tally)
                 .arg(digits(*bucket))
                 .arg(*count)
                 .arg(*bytes)
@@ -936,18 +1287,32 @@ fn push_op(inv: &mut redis::ScriptInvocation<'_>, op: &Op, wall: u64) {
 }
 
 impl Store for RedisStore {
+    /// One script on one server (atomic). On a Cluster, one script per tag the batch writes
+    /// (each atomic, a session's keys sharing one), its publications with the last, so they
+    /// go out once every write of the batch landed.
     fn apply(&self, ops: &[Op]) -> Result<(), StoreError> {
         if ops.is_empty() {
             return Ok(());
         }
         let (key, token) = self.fence();
-        let mut inv = self.apply.prepare_invoke();
-        inv.arg(&self.prefix).arg(&*key).arg(&*token);
         let wall = wall_ms();
-        for op in ops {
-            push_op(&mut inv, op, wall);
+        if !self.on_cluster() {
+            return self.apply_part(0, ops.iter(), (&key, &token), wall);
         }
-        self.with_conn(|c| inv.invoke::<i64>(c)).map(|_| ())
+        let mut parts: std::collections::BTreeMap<usize, Vec<&Op>> = Default::default();
+        let mut publications = Vec::new();
+        for op in ops {
+            match op_name(op) {
+                Some(name) => parts.entry(shard_of(name)).or_default().push(op),
+                None => publications.push(op),
+            }
+        }
+        let last = parts.keys().next_back().copied().unwrap_or(0);
+        parts.entry(last).or_default().extend(publications);
+        for (shard, part) in parts {
+            self.apply_part(shard, part.into_iter(), (&key, &token), wall)?;
+        }
+        Ok(())
     }
 
     fn get(&self, key: &str, now_ms: u64) -> Result<Option<Bytes>, StoreError> {
@@ -1028,59 +1393,61 @@ impl Store for RedisStore {
     }
 
     fn index_count_from(&self, index: &str, min: u64, now_ms: u64) -> Result<usize, StoreError> {
-        let (exp, n): (Option<Vec<u8>>, usize) = self.read_conn(|c| {
-            redis::pipe()
-                .cmd("GET")
-                .arg(self.name("ei", index))
-                .cmd("ZCOUNT")
-                .arg(self.name("i", index))
-                .arg(min)
-                .arg("+inf")
-                .query(c)
-        })?;
+        let (exp, n): (Option<Vec<u8>>, usize) = self.read_pair(
+            redis::cmd("GET").arg(self.name("ei", index)).clone(),
+            redis::cmd("ZCOUNT").arg(self.name("i", index)).arg(min).arg("+inf").clone(),
+        )?;
         Ok(if alive(exp.as_deref(), now_ms) { n } else { 0 })
     }
 
     /// Redis drops expired records itself, at their expiry plus the grace (see the module);
     /// a sweep removes sooner what expired for the ledger's clock: it goes on with a `SCAN`
-    /// of the prefix where the last one stopped, and stops after `limit` removals, a whole
-    /// pass, or [`SWEEP_SCAN_MAX`] keys looked at.
+    /// of the prefix where the last one stopped (on a Cluster, of one primary after the
+    /// other), and stops after `limit` removals, a whole pass (of every primary), or
+    /// [`SWEEP_SCAN_MAX`] keys looked at.
     fn sweep(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError> {
         let pattern = format!("{}*", glob_escape(&self.prefix));
+        let nodes = if self.on_cluster() {
+            let nodes: String = self.with_conn(|c| redis::cmd("CLUSTER").arg("NODES").query(c))?;
+            primaries(&nodes)
+        } else {
+            Vec::new()
+        };
         let mut removed = 0;
         let mut looked = 0;
         let mut scans = 0;
-        let mut cursor = *self.sweep_cursor.lock();
+        // Servers whose pass ended in this sweep (one each at most).
+        let mut passes = 0;
+        let (mut node, mut cursor) = *self.sweep_cursor.lock();
         loop {
             scans += 1;
-            let (next, keys): (u64, Vec<String>) = self.with_conn(|c| {
-                redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("MATCH")
-                    .arg(&pattern)
-                    .arg("COUNT")
-                    .arg(512)
-                    .query(c)
-            })?;
+            let mut scan = redis::cmd("SCAN");
+            scan.arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(512);
+            let (next, keys): (u64, Vec<String>) = match nodes.get(node % nodes.len().max(1)) {
+                None => self.with_conn(|c| scan.query(c))?,
+                Some((host, port)) => {
+                    use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+                    let at = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                        host: host.clone(),
+                        port: *port,
+                    });
+                    let v = self
+                        .with_pooled(|c| match c {
+                            Conn::Cluster(c) => c.route_command(&scan, at),
+                            Conn::One(c) => scan.query(c),
+                        })
+                        .map_err(|e| backend(&e))?;
+                    redis::from_redis_value(v).map_err(|e| backend(&e.into()))?
+                }
+            };
             looked += keys.len();
-            let names: Vec<&str> = keys
-                .iter()
-                .filter_map(|k| k.strip_prefix(&self.prefix))
-                .filter(|n| n.starts_with("d:") || n.starts_with("el:") || n.starts_with("ei:"))
-                .collect();
-            if !names.is_empty() {
-                let (key, token) = self.fence();
-                let mut inv = self.sweep.prepare_invoke();
-                inv.arg(&self.prefix)
-                    .arg(now_ms)
-                    .arg(limit - removed)
-                    .arg(&*key)
-                    .arg(&*token)
-                    .arg(&names);
-                removed += self.with_conn(|c| inv.invoke::<usize>(c))?;
-            }
+            removed += self.sweep_keys(&keys, now_ms, limit - removed)?;
             cursor = next;
-            if cursor == 0
+            if cursor == 0 {
+                node = (node + 1) % nodes.len().max(1);
+                passes += 1;
+            }
+            if passes >= nodes.len().max(1)
                 || removed >= limit
                 || looked >= SWEEP_SCAN_MAX
                 || scans >= SWEEP_SCANS_MAX
@@ -1088,7 +1455,7 @@ impl Store for RedisStore {
                 break;
             }
         }
-        *self.sweep_cursor.lock() = cursor;
+        *self.sweep_cursor.lock() = (node, cursor);
         Ok(removed)
     }
 
@@ -1114,8 +1481,7 @@ impl Store for RedisStore {
 
     fn incr(&self, key: &str, floor: u64, expires_ms: u64, now_ms: u64) -> Result<u64, StoreError> {
         let mut inv = self.incr.prepare_invoke();
-        inv.arg(&self.prefix)
-            .arg(key)
+        inv.key(self.name("d", key))
             .arg(floor)
             .arg(digits(expires_ms))
             .arg(now_ms)
@@ -1124,18 +1490,22 @@ impl Store for RedisStore {
     }
 
     fn subscribe(&self, channel: &'static str, deliver: super::Deliver) -> Result<(), StoreError> {
-        let (client, timeout) = (self.client.clone(), self.timeout);
+        let (servers, timeout) = (self.bus.clone(), self.timeout);
         let (name, stopping) =
-            (self.name_raw(&format!("bus:{channel}")), std::sync::Arc::clone(&self.stopping));
+            (format!("{}bus:{channel}", self.prefix), std::sync::Arc::clone(&self.stopping));
         let thread = std::thread::Builder::new()
             .name("ledger-bus".into())
             .spawn(move || {
                 use std::sync::atomic::Ordering;
                 // Each pass: connect, subscribe, say that messages may have been missed (the
                 // first pass too: published before this subscription), then deliver until the
-                // connection fails or the store stops.
+                // connection fails or the store stops; the next pass on the next server (a
+                // Cluster's publications reach every node).
+                let mut pass = 0usize;
                 while !stopping.load(Ordering::Relaxed) {
-                    let Ok(mut con) = connect(&client, timeout) else {
+                    let server = &servers[pass % servers.len().max(1)];
+                    pass += 1;
+                    let Ok(mut con) = connect(server, timeout) else {
                         std::thread::sleep(BUS_RETRY);
                         continue;
                     };
@@ -1163,9 +1533,9 @@ impl Store for RedisStore {
         Ok(())
     }
 
-    fn run_alive(&self, run: u64) -> Result<bool, StoreError> {
-        let n: i64 =
-            self.read_conn(|c| redis::cmd("EXISTS").arg(self.name_raw(&run_lease(run))).query(c))?;
+    fn run_alive(&self, run: u64, near: &str) -> Result<bool, StoreError> {
+        let key = self.lease_key(&run_lease(run), shard_of(near));
+        let n: i64 = self.read_conn(|c| redis::cmd("EXISTS").arg(&key).query(c))?;
         Ok(n == 1)
     }
 
@@ -1179,38 +1549,61 @@ impl Store for RedisStore {
         }
         let mut held = self.watch_conn.lock();
         if held.is_none() {
-            let c = self.connect()?;
+            let c = self.conn.connect()?;
             // The read waits for the block, then for the answer.
             let wait = self.timeout.saturating_add(Duration::from_millis(block_ms));
-            c.set_read_timeout(Some(wait)).map_err(|e| backend(&e))?;
+            c.set_read_timeout(wait).map_err(|e| backend(&e))?;
             *held = Some(c);
         }
         let Some(c) = held.as_mut() else { return Ok(Vec::new()) };
-        let names: Vec<String> = logs.iter().map(|(l, _)| self.name("l", l)).collect();
-        let mut cmd = redis::cmd("XREAD");
-        cmd.arg("COUNT").arg(1).arg("BLOCK").arg(block_ms.max(1)).arg("STREAMS").arg(&names);
-        // Entries are `<seq>-1`: every id past `<after>-<the largest>` has a later seq.
-        for (_, after) in logs {
-            cmd.arg(format!("{after}-{}", u64::MAX));
-        }
-        // [[log, [[id, fields]]], ..]: the first entry after `after` of each log that has one.
-        type Found = Vec<(String, Vec<(String, redis::Value)>)>;
-        let found: redis::RedisResult<Option<Found>> = cmd.query(c);
-        let found = match found {
-            Ok(f) => f.unwrap_or_default(),
-            Err(e) => {
-                *held = None;
-                return Err(backend(&e));
+        // On a Cluster one `XREAD` names keys of one tag only: with logs of several tags it
+        // reads each tag's at once, then waits a twentieth of a second when none had one.
+        let mut tags: Vec<Vec<usize>> = Vec::new();
+        if self.on_cluster() {
+            let mut by: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+            for (i, (l, _)) in logs.iter().enumerate() {
+                by.entry(shard_of(l)).or_default().push(i);
             }
-        };
-        Ok(found
-            .into_iter()
-            .filter_map(|(name, entries)| {
-                let at = names.iter().position(|n| *n == name)?;
+            tags.extend(by.into_values());
+        } else {
+            tags.push((0..logs.len()).collect());
+        }
+        let block = (tags.len() == 1).then_some(block_ms.max(1));
+        let mut out = Vec::new();
+        for part in &tags {
+            let names: Vec<String> = part.iter().map(|&i| self.name("l", logs[i].0)).collect();
+            let mut cmd = redis::cmd("XREAD");
+            cmd.arg("COUNT").arg(1);
+            if let Some(ms) = block {
+                cmd.arg("BLOCK").arg(ms);
+            }
+            cmd.arg("STREAMS").arg(&names);
+            // Entries are `<seq>-1`: every id past `<after>-<the largest>` has a later seq.
+            for &i in part {
+                cmd.arg(format!("{}-{}", logs[i].1, u64::MAX));
+            }
+            // [[log, [[id, fields]]], ..]: the first entry after `after` of each log that has
+            // one.
+            type Found = Vec<(String, Vec<(String, redis::Value)>)>;
+            let found: redis::RedisResult<Option<Found>> = cmd.query(c.like());
+            let found = match found {
+                Ok(f) => f.unwrap_or_default(),
+                Err(e) => {
+                    *held = None;
+                    return Err(backend(&e));
+                }
+            };
+            out.extend(found.into_iter().filter_map(|(name, entries)| {
+                let at = part[names.iter().position(|n| *n == name)?];
                 let seq = entries.first()?.0.split_once('-')?.0.parse().ok()?;
                 Some((at, seq))
-            })
-            .collect())
+            }));
+        }
+        if out.is_empty() && block.is_none() {
+            drop(held);
+            std::thread::sleep(Duration::from_millis(block_ms.min(50)));
+        }
+        Ok(out)
     }
 
     fn round_trips(&self) -> Option<u64> {
@@ -1235,6 +1628,127 @@ mod tests {
     fn the_redis_store_keeps_the_store_contract() {
         let server = mcp_devtools::RedisServer::start().unwrap();
         super::super::store_tests::contract(&store(&server, "contract:"));
+    }
+
+    #[test]
+    fn on_a_cluster_the_store_keeps_the_contract_and_spreads_its_keys_over_every_node() {
+        let cluster = mcp_devtools::RedisCluster::start().unwrap();
+        let s = RedisStore::open(&cluster.url(), "contract:", Duration::from_secs(5)).unwrap();
+        assert!(s.on_cluster());
+        assert!(s.about().unwrap().contains("a Cluster of 3 primaries"), "{}", s.about().unwrap());
+        super::super::store_tests::contract(&s);
+        // One batch over many sessions' keys lands whole, its keys on every node.
+        let far = physical(0) + 3_600_000;
+        let ops: Vec<Op> = (0..64)
+            .map(|i| Op::Put {
+                key: format!("s/session-{i}"),
+                value: Bytes::from(format!("{i}")),
+                expires_ms: far,
+            })
+            .collect();
+        s.apply(&ops).unwrap();
+        for i in 0..64 {
+            let got = s.get(&format!("s/session-{i}"), 0).unwrap();
+            assert_eq!(got.as_deref(), Some(format!("{i}").as_bytes()));
+        }
+        for n in cluster.nodes() {
+            assert!(n.count_keys("contract:{*}d:s/session-*").unwrap() > 0, "every node has some");
+        }
+        // A session's keys share a tag: one slot, one script.
+        assert_eq!(shard_of("s/abc"), shard_of("t/abc/7"));
+        assert_eq!(shard_of("e/abc/7"), shard_of("q/abc/\"1\""));
+    }
+
+    #[test]
+    fn on_a_cluster_each_tag_is_fenced_by_its_own_lease_copy_and_the_lease_is_lost_with_one() {
+        let cluster = mcp_devtools::RedisCluster::start().unwrap();
+        let open = || RedisStore::open(&cluster.url(), "runs:", Duration::from_secs(5)).unwrap();
+        let (a, b) = (open(), open());
+        let run = a.incr("m/run", 0, u64::MAX, 0).unwrap();
+        let lost = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let told = std::sync::Arc::clone(&lost);
+        let on_lost = Box::new(move || told.store(true, std::sync::atomic::Ordering::SeqCst));
+        a.take_run_lease(run, "a", Duration::from_millis(600), on_lost).unwrap();
+        // A copy in every tag, on every node.
+        let copies: usize = cluster
+            .nodes()
+            .iter()
+            .map(|n| n.count_keys(&format!("runs:{{*}}m:run:{run}")).unwrap())
+            .sum();
+        assert_eq!(copies, SHARDS);
+        let far = physical(0) + 3_600_000;
+        let put = |key: &str| Op::Put { key: key.into(), value: "v".into(), expires_ms: far };
+        // Two keys of different tags.
+        let other = (0..).map(|i| format!("s/other-{i}")).find(|k| shard_of(k) != shard_of("s/x"));
+        let other = other.unwrap();
+        a.apply(&[put("s/x"), put(&other)]).unwrap();
+        assert!(b.run_alive(run, "s/x").unwrap() && b.run_alive(run, &other).unwrap());
+        // The copy that fences `s/x` lapses (a failover that lost it, or its node's clock).
+        let key = a.lease_key(&run_lease(run), shard_of("s/x"));
+        let node = cluster.nodes().iter().find(|n| n.count_keys(&key).unwrap() == 1).unwrap();
+        assert!(node.set_px(&key, "lapsing", 1));
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(fenced(&a.apply(&[put("s/x")])), "the tag whose copy is gone is refused");
+        assert!(!b.run_alive(run, "s/x").unwrap(), "dead for what that copy fences");
+        // The renewal finds it and the host is told its lease is lost.
+        let told = (0..100).any(|_| {
+            std::thread::sleep(Duration::from_millis(50));
+            lost.load(std::sync::atomic::Ordering::SeqCst)
+        });
+        assert!(told, "told within 5 s");
+    }
+
+    #[test]
+    fn on_a_cluster_a_wait_wakes_on_logs_of_any_tag_and_a_publication_reaches_every_host() {
+        let cluster = mcp_devtools::RedisCluster::start().unwrap();
+        let open = || RedisStore::open(&cluster.url(), "watch:", Duration::from_secs(5)).unwrap();
+        let (a, b) = (open(), open());
+        let logs: Vec<String> = (0..8).map(|i| format!("e/session-{i}/1")).collect();
+        let append = |log: &str, seq: u64| Op::Append {
+            log: log.into(),
+            seq,
+            frame: Bytes::from(format!("event {seq}")),
+            max_len: 16,
+            expires_ms: u64::MAX / 4,
+        };
+        let ops: Vec<Op> = logs.iter().map(|l| append(l, 1)).collect();
+        a.apply(&ops).unwrap();
+        let asked: Vec<(&str, u64)> = logs.iter().map(|l| (l.as_str(), 1)).collect();
+        assert!(b.wait_appended(&asked, 100).unwrap().is_empty(), "nothing after 1");
+        a.apply(&[append(&logs[5], 2)]).unwrap();
+        assert_eq!(b.wait_appended(&asked, 100).unwrap(), [(5, 2)]);
+        // A publication goes from one node's script to a subscriber on another.
+        let (tx, rx) = std::sync::mpsc::channel::<Option<Bytes>>();
+        let tx = Mutex::new(tx);
+        b.subscribe("ends", Box::new(move |m| drop(tx.lock().send(m)))).unwrap();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), None);
+        // Its batch's keys on many tags: the publication comes after all of them.
+        let mut ops: Vec<Op> = (0..16)
+            .map(|i| Op::Put { key: format!("x/s{i}"), value: "1".into(), expires_ms: u64::MAX / 4 })
+            .collect();
+        ops.insert(0, Op::Publish { channel: "ends", message: Bytes::from_static(b"s1") });
+        a.apply(&ops).unwrap();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap().as_deref(), Some(&b"s1"[..]));
+    }
+
+    #[test]
+    fn on_a_cluster_a_sweep_removes_what_expired_on_every_node() {
+        let cluster = mcp_devtools::RedisCluster::start().unwrap();
+        let s = RedisStore::open(&cluster.url(), "sweep:", Duration::from_secs(5)).unwrap();
+        let ops: Vec<Op> = (0..48)
+            .map(|i| Op::Put { key: format!("s/gone-{i}"), value: "1".into(), expires_ms: 5 })
+            .collect();
+        s.apply(&ops).unwrap();
+        let left = || -> usize {
+            cluster.nodes().iter().map(|n| n.count_keys("sweep:{*}d:s/gone-*").unwrap()).sum()
+        };
+        assert_eq!(left(), 48);
+        let mut removed = 0;
+        for _ in 0..6 {
+            removed += s.sweep(10, 1_000).unwrap();
+        }
+        assert_eq!(removed, 48);
+        assert_eq!(left(), 0);
     }
 
     #[test]
@@ -1335,8 +1849,8 @@ mod tests {
             Op::Put { key: "far".into(), value: Bytes::from_static(b"y"), expires_ms: far },
         ])
         .unwrap();
-        let pexpiretime = |c: &mut redis::Connection, k: &str| -> i64 {
-            redis::cmd("PEXPIRETIME").arg(format!("exp:d:{k}")).query(c).unwrap()
+        let pexpiretime = |c: &mut Conn, k: &str| -> i64 {
+            redis::cmd("PEXPIRETIME").arg(s.name("d", k)).query(c.like()).unwrap()
         };
         let wall = physical(0) - EXPIRY_GRACE_MS;
         let past = u64::try_from(pexpiretime(&mut c, "past")).unwrap();
@@ -1393,21 +1907,21 @@ mod tests {
         let mut c = a.connect().unwrap();
         redis::pipe()
             .cmd("SET")
-            .arg("lease:m:holder")
+            .arg("lease:{0}m:holder")
             .arg("b:token")
             .arg("PX")
             .arg(600)
             .cmd("SET")
-            .arg("lease:m:last")
+            .arg("lease:{0}m:last")
             .arg("b:token")
-            .query::<()>(&mut c)
+            .query::<()>(c.like())
             .unwrap();
         let r = a.apply(&[put(b"a2")]);
         assert!(fenced(&r), "{r:?}");
         assert!(fenced(&a.sweep(u64::MAX, 10).map(|_| ())), "a sweep is fenced too");
         // `b` is gone and its lease lapses: `a` never takes it back by itself (what it still
         // holds must not land over what `b` wrote), however long it waits.
-        redis::cmd("DEL").arg("lease:m:holder").query::<i64>(&mut c).unwrap();
+        redis::cmd("DEL").arg("lease:{0}m:holder").query::<i64>(c.like()).unwrap();
         std::thread::sleep(Duration::from_millis(1_000));
         let r = a.apply(&[put(b"a3")]);
         assert!(fenced(&r), "{r:?}");
@@ -1425,13 +1939,13 @@ mod tests {
         a.take_lease("a", Duration::from_millis(600)).unwrap();
         let mut c = a.connect().unwrap();
         // Paused past its lease, but no other host came: the key lapsed.
-        redis::cmd("DEL").arg("lapse:m:holder").query::<i64>(&mut c).unwrap();
+        redis::cmd("DEL").arg("lapse:{0}m:holder").query::<i64>(c.like()).unwrap();
         let healed = (0..100).any(|_| {
             std::thread::sleep(Duration::from_millis(50));
             a.apply(&[put(b"a2")]).is_ok()
         });
         assert!(healed, "the lease came back within 5 s");
-        let holder: String = redis::cmd("GET").arg("lapse:m:holder").query(&mut c).unwrap();
+        let holder: String = redis::cmd("GET").arg("lapse:{0}m:holder").query(c.like()).unwrap();
         assert!(holder.starts_with("a:"), "{holder}");
     }
 
@@ -1488,22 +2002,22 @@ mod tests {
         std::thread::sleep(Duration::from_millis(900));
         a.apply(&[put(b"a1")]).unwrap();
         b.apply(&[put(b"b1")]).unwrap();
-        assert!(a.run_alive(rb).unwrap() && b.run_alive(ra).unwrap());
-        assert!(!a.run_alive(rb + 100).unwrap(), "a run nobody holds");
+        assert!(a.run_alive(rb, "k").unwrap() && b.run_alive(ra, "k").unwrap());
+        assert!(!a.run_alive(rb + 100, "k").unwrap(), "a run nobody holds");
         // `a` is cut off past its lease (here: the lease is gone, as after a lapse): it never
         // takes it back, every batch and sweep of it is refused, and the others see it dead.
         let mut c = a.connect().unwrap();
-        redis::cmd("DEL").arg(format!("runs:m:run:{ra}")).query::<i64>(&mut c).unwrap();
+        redis::cmd("DEL").arg(a.lease_key(&run_lease(ra), 0)).query::<i64>(c.like()).unwrap();
         std::thread::sleep(Duration::from_millis(700));
         assert!(fenced(&a.apply(&[put(b"a2")])));
         assert!(fenced(&a.sweep(u64::MAX, 10).map(|_| ())));
         assert!(lost.load(std::sync::atomic::Ordering::SeqCst), "told once its renewal failed");
-        assert!(!b.run_alive(ra).unwrap());
+        assert!(!b.run_alive(ra, "k").unwrap());
         b.apply(&[put(b"b2")]).unwrap();
         assert_eq!(b.get("k", 0).unwrap().as_deref(), Some(&b"b2"[..]));
         // A clean stop releases the lease.
         drop(b);
-        assert!(!a.run_alive(rb).unwrap());
+        assert!(!a.run_alive(rb, "k").unwrap());
     }
 
     #[test]

@@ -232,7 +232,7 @@ impl Receipts {
                             r.state == ReceiptState::Running
                                 && r.run != 0
                                 && r.run != this_run
-                                && store.run_alive(r.run)?
+                                && store.run_alive(r.run, &owned)?
                         }
                         _ => false,
                     };

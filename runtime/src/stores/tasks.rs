@@ -630,7 +630,7 @@ impl Tasks {
             .filter(|(r, ..)| r.principal.as_deref() == principal)
             .ok_or(TaskError::NotFound)?;
         let mut view = TaskView { task_id: id.to_owned(), ..record.view.clone() };
-        if !view.status.is_final() && self.runs_elsewhere(record.run).await? {
+        if !view.status.is_final() && self.runs_elsewhere(record.run, &hmac).await? {
             // Another live host runs it: its record is its latest state.
             return Ok(view);
         }
@@ -718,12 +718,14 @@ impl Tasks {
         }
     }
 
-    /// Whether run `run` (not this one) is another live host sharing the ledger.
-    async fn runs_elsewhere(&self, run: u64) -> Result<bool, TaskError> {
+    /// Whether run `run` (not this one) is another live host sharing the ledger, that can
+    /// still write the record of the task whose HMAC is `hmac`.
+    async fn runs_elsewhere(&self, run: u64, hmac: &str) -> Result<bool, TaskError> {
         if !self.shared || run == self.run || run == 0 {
             return Ok(false);
         }
-        self.reads.run(move |store| store.run_alive(run)).await.map_err(|e| {
+        let near = codec::task_key(hmac);
+        self.reads.run(move |store| store.run_alive(run, &near)).await.map_err(|e| {
             tracing::error!(error = %e, "cannot tell whether a task's host is alive");
             TaskError::Unavailable
         })

@@ -149,7 +149,7 @@ fn a_stream_one_host_serves_is_resumed_on_another_and_followed_to_its_end_withou
     let args = json!({"delay_ms": 300, "count": 4, "bytes": 8});
     let cursor = common::call_and_hang_up(&a.addr, &sid, 3, "soak_flood", args.clone());
     common::wait_until("the stream is recorded", Duration::from_secs(5), || {
-        server.count_keys("mcp:d:t/*").unwrap_or(0) >= 1
+        server.count_keys("mcp:{*}d:t/*").unwrap_or(0) >= 1
     });
     let (status, got) = common::resume(&b.addr, &sid, &cursor);
     assert_eq!(status, 200);
@@ -214,12 +214,12 @@ fn a_stream_whose_host_died_is_taken_over_once_and_answered_restarted_for_its_re
     let cursor =
         common::call_and_hang_up(&a.addr, &sid, 7, "soak_flood", json!({"delay_ms": 10_000}));
     common::wait_until("the stream is recorded", Duration::from_secs(5), || {
-        server.count_keys("mcp:d:t/*").unwrap_or(0) >= 1
+        server.count_keys("mcp:{*}d:t/*").unwrap_or(0) >= 1
     });
     // `a` dies with the call running; its lease lapses.
     drop(a);
     common::wait_until("a's lease lapses", Duration::from_secs(5), || {
-        server.count_keys("mcp:m:run:*").unwrap_or(0) == 2
+        server.count_keys("mcp:{*}m:run:*").unwrap_or(0) == 2
     });
     // The resume on `b` takes the stream over: the unfinished request is answered with the
     // "server restarted" error, and its id is free for the client to re-issue.
@@ -290,11 +290,11 @@ fn a_keyed_call_whose_host_died_ends_restarted_and_its_reissue_on_another_host_g
     let args = json!({"key": "order-21", "hold_ms": 10_000});
     let cursor = common::call_and_hang_up(&a.addr, &sid, 2, "ledger_append", args.clone());
     common::wait_until("its receipt is recorded", Duration::from_secs(5), || {
-        server.count_keys("mcp:d:r/*").unwrap_or(0) >= 1
+        server.count_keys("mcp:{*}d:r/*").unwrap_or(0) >= 1
     });
     drop(a);
     common::wait_until("a's lease lapses", Duration::from_secs(5), || {
-        server.count_keys("mcp:m:run:*").unwrap_or(0) == 1
+        server.count_keys("mcp:{*}m:run:*").unwrap_or(0) == 1
     });
     // The resume on `b` ends the request: restarted, its outcome unknown.
     let (status, got) = common::resume(&b.addr, &sid, &cursor);
@@ -441,7 +441,7 @@ fn an_answer_posted_for_a_request_whose_host_died_is_refused_as_gone_and_the_req
     drop(s);
     drop(a);
     common::wait_until("a's lease lapses", Duration::from_secs(5), || {
-        server.count_keys("mcp:m:run:*").unwrap_or(0) == 1
+        server.count_keys("mcp:{*}m:run:*").unwrap_or(0) == 1
     });
     // `a` is gone: the answer is refused, saying so, rather than accepted for nobody.
     let (status, v) = post_answer(&b.addr, &sid, &answer);
@@ -605,10 +605,11 @@ fn a_keyed_call_whose_session_ends_while_another_host_holds_its_claim_leaves_the
     let probe = initialize(&a.addr);
     assert_eq!(post_json(&a.addr, &probe, &keyed(1, "probe-3")).0, 200);
     let found = server.keys("*d:r/*probe-3").expect("redis answers");
-    let receipt = found.first().expect("the probe's receipt").replace("probe-3", "order-13");
+    let probe_key = found.first().expect("the probe's receipt");
+    let name = probe_key.split_once("}d:").expect("a ledger key").1.replace("probe-3", "order-13");
     // Another host claimed order-13's execution and has written nothing yet (it died right
     // after its claim): its claim lapses in 4 s.
-    let claim = receipt.replacen("d:r/", "d:c/0/r/", 1);
+    let claim = mcp_runtime::ledger::redis_key("mcp:", "d", &format!("c/0/{name}"));
     let now_ms =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()
             as u64;

@@ -101,7 +101,7 @@ impl SessionActor {
             reads
                 .run(move |store| match store.get(&key, now)? {
                     Some(v) => match std::str::from_utf8(&v).ok().and_then(|r| r.parse().ok()) {
-                        Some(asker) if asker != run => store.run_alive(asker),
+                        Some(asker) if asker != run => store.run_alive(asker, &key),
                         _ => Ok(true),
                     },
                     None => Ok(true),

@@ -454,7 +454,7 @@ impl Supervisor {
                 others.dedup();
                 let mut alive = Vec::new();
                 for run in others {
-                    if store.run_alive(run)? {
+                    if store.run_alive(run, &codec::session_key(&hmac))? {
                         alive.push(run);
                     }
                 }
