@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::common::{self, Host, initialize, post_json};
-use mcp_devtools::{RedisServer, TempDir};
+use mcp_devtools::{RedisCluster, RedisServer, TempDir};
 
 /// A host on the shared ledger at `url` (its key file in `dir`, which every host of the test
 /// shares), with `extra` arguments.
@@ -15,6 +15,70 @@ fn shared_host(dir: &TempDir, url: &str, extra: &[&str]) -> Host {
     let mut args = vec!["--ledger", url, "--set", "ledger.redis_shared=true"];
     args.extend_from_slice(extra);
     common::start_with(dir, 0, &args)
+}
+
+/// The Redis a test's hosts share: one server, or a Cluster of three primaries.
+enum Shared {
+    One(RedisServer),
+    Cluster(RedisCluster),
+}
+
+impl Shared {
+    fn start(cluster: bool) -> Shared {
+        if cluster {
+            Shared::Cluster(RedisCluster::start().expect("a Redis Cluster of redis-servers"))
+        } else {
+            Shared::One(RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)"))
+        }
+    }
+
+    fn url(&self) -> String {
+        match self {
+            Shared::One(s) => s.url(),
+            Shared::Cluster(c) => c.url(),
+        }
+    }
+
+    /// How many keys match `pattern`, on every node.
+    fn count_keys(&self, pattern: &str) -> Option<usize> {
+        match self {
+            Shared::One(s) => s.count_keys(pattern),
+            Shared::Cluster(c) => c.nodes().iter().map(|n| n.count_keys(pattern)).sum(),
+        }
+    }
+}
+
+/// The tests that run twice: on one Redis server and on a Redis Cluster (each `fn(cluster)`).
+macro_rules! on_one_server_and_on_a_cluster {
+    ($($name:ident),* $(,)?) => {
+        mod on_one_server {
+            $( #[test] fn $name() { super::$name(false) } )*
+        }
+        mod on_a_cluster {
+            $( #[test] fn $name() { super::$name(true) } )*
+        }
+    };
+}
+
+on_one_server_and_on_a_cluster!(
+    any_host_sharing_a_redis_ledger_serves_a_session_made_on_another_and_a_delete_on_one_ends_it_on_all,
+    a_host_paused_past_its_lease_on_a_shared_ledger_exits_and_the_others_serve_its_sessions,
+    a_stream_one_host_serves_is_resumed_on_another_and_followed_to_its_end_without_a_gap_or_a_repeat,
+    a_stream_whose_host_died_is_taken_over_once_and_answered_restarted_for_its_request,
+    one_idempotency_key_sent_to_two_hosts_at_once_runs_once_and_both_get_its_outcome,
+    two_hosts_adding_to_one_basket_at_once_lose_no_item,
+    a_clients_answer_posted_to_another_host_reaches_the_request_that_asked,
+    a_list_change_and_a_resource_update_announced_on_one_host_reach_a_listen_stream_on_another,
+);
+
+/// Two hosts sharing a Redis of their own (a Cluster if `cluster`), with `extra` arguments,
+/// their key file in a directory named after `name`.
+fn two_hosts_on(cluster: bool, name: &str, extra: &[&str]) -> (Shared, TempDir, Host, Host) {
+    let shared = Shared::start(cluster);
+    let url = shared.url();
+    let dir = TempDir::new(name);
+    let (a, b) = (shared_host(&dir, &url, extra), shared_host(&dir, &url, extra));
+    (shared, dir, a, b)
 }
 
 /// A Redis of its own and two hosts sharing it (with `extra` arguments), their key file in a
@@ -60,10 +124,9 @@ fn delete(addr: &str, sid: &str) -> u16 {
     .0
 }
 
-#[test]
-fn any_host_sharing_a_redis_ledger_serves_a_session_made_on_another_and_a_delete_on_one_ends_it_on_all()
+fn any_host_sharing_a_redis_ledger_serves_a_session_made_on_another_and_a_delete_on_one_ends_it_on_all(cluster: bool)
  {
-    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
+    let server = Shared::start(cluster);
     let url = server.url();
     let dir = TempDir::new("shared-any");
     let (a, b) = (shared_host(&dir, &url, &[]), shared_host(&dir, &url, &[]));
@@ -91,9 +154,8 @@ fn any_host_sharing_a_redis_ledger_serves_a_session_made_on_another_and_a_delete
     assert_eq!(post_json(&c.addr, &sid, &ping).0, 200);
 }
 
-#[test]
-fn a_host_paused_past_its_lease_on_a_shared_ledger_exits_and_the_others_serve_its_sessions() {
-    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
+fn a_host_paused_past_its_lease_on_a_shared_ledger_exits_and_the_others_serve_its_sessions(cluster: bool) {
+    let server = Shared::start(cluster);
     let url = server.url();
     let dir = TempDir::new("shared-pause");
     let fast = [
@@ -139,10 +201,9 @@ fn messages(events: &[(Option<String>, String)]) -> Vec<(Option<String>, serde_j
         .collect()
 }
 
-#[test]
-fn a_stream_one_host_serves_is_resumed_on_another_and_followed_to_its_end_without_a_gap_or_a_repeat()
+fn a_stream_one_host_serves_is_resumed_on_another_and_followed_to_its_end_without_a_gap_or_a_repeat(cluster: bool)
  {
-    let (server, _dir, a, b) = two_hosts("shared-follow", &[]);
+    let (server, _dir, a, b) = two_hosts_on(cluster, "shared-follow", &[]);
     let sid = initialize(&a.addr);
     // A call on `a` that notifies four times, 300 ms apart; its client is cut off after the
     // priming event and resumes on `b` (the balancer's choice) while `a` still runs it.
@@ -199,9 +260,8 @@ fn a_quiet_stream_followed_on_another_host_is_waited_for_with_a_blocking_read_no
     assert!(server.calls("xread").unwrap() > xread, "a blocking read waited for it");
 }
 
-#[test]
-fn a_stream_whose_host_died_is_taken_over_once_and_answered_restarted_for_its_request() {
-    let server = RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)");
+fn a_stream_whose_host_died_is_taken_over_once_and_answered_restarted_for_its_request(cluster: bool) {
+    let server = Shared::start(cluster);
     let url = server.url();
     let dir = TempDir::new("shared-takeover");
     let lease = ["--set", "ledger.redis_lease_ms=600"];
@@ -219,7 +279,7 @@ fn a_stream_whose_host_died_is_taken_over_once_and_answered_restarted_for_its_re
     // `a` dies with the call running; its lease lapses.
     drop(a);
     common::wait_until("a's lease lapses", Duration::from_secs(5), || {
-        server.count_keys("mcp:{*}m:run:*").unwrap_or(0) == 2
+        server.count_keys("mcp:{0}m:run:*").unwrap_or(0) == 2
     });
     // The resume on `b` takes the stream over: the unfinished request is answered with the
     // "server restarted" error, and its id is free for the client to re-issue.
@@ -251,9 +311,8 @@ fn applied(addr: &str, sid: &str) -> u64 {
     v["result"]["structuredContent"]["applied"].as_u64().expect("applied")
 }
 
-#[test]
-fn one_idempotency_key_sent_to_two_hosts_at_once_runs_once_and_both_get_its_outcome() {
-    let (_server, _dir, a, b) = two_hosts("shared-key", &[]);
+fn one_idempotency_key_sent_to_two_hosts_at_once_runs_once_and_both_get_its_outcome(cluster: bool) {
+    let (_server, _dir, a, b) = two_hosts_on(cluster, "shared-key", &[]);
     let sid = initialize(&a.addr);
     assert_eq!(post_json(&b.addr, &sid, &json!({"jsonrpc":"2.0","id":1,"method":"ping"})).0, 200);
     // The same write (its key is its idempotency key), held 800 ms, to both hosts at once.
@@ -313,10 +372,9 @@ fn a_keyed_call_whose_host_died_ends_restarted_and_its_reissue_on_another_host_g
     assert_eq!(applied(&b.addr, &sid), 0, "not run again");
 }
 
-#[test]
-fn two_hosts_adding_to_one_basket_at_once_lose_no_item() {
+fn two_hosts_adding_to_one_basket_at_once_lose_no_item(cluster: bool) {
     let basket = ["--packs", "basket"];
-    let (_server, _dir, a, b) = two_hosts("shared-basket", &basket);
+    let (_server, _dir, a, b) = two_hosts_on(cluster, "shared-basket", &basket);
     let created = common::modern_call(&a.addr, 1, "create_basket", json!({"items": []}));
     let id = created["structuredContent"]["basket_id"].as_str().expect("a basket_id").to_owned();
     // 2 × 2 callers on each host, 10 adds of one item each, all at once.
@@ -390,9 +448,8 @@ fn a_task_running_on_one_host_is_read_answered_and_cancelled_through_another() {
     assert_eq!(task_status(&b.addr, 10, &long)["result"]["status"], "cancelled");
 }
 
-#[test]
-fn a_clients_answer_posted_to_another_host_reaches_the_request_that_asked() {
-    let (_server, _dir, a, b) = two_hosts("shared-answer", &[]);
+fn a_clients_answer_posted_to_another_host_reaches_the_request_that_asked(cluster: bool) {
+    let (_server, _dir, a, b) = two_hosts_on(cluster, "shared-answer", &[]);
     let sid = initialize(&a.addr);
     // A call on `a` that asks the client's model (sampling) on its response stream.
     let body = json!({"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"test_missing_capability","arguments":{}}}).to_string();
@@ -497,9 +554,8 @@ fn a_cancellation_posted_to_another_host_stops_the_request() {
     s.read_until("0\r\n\r\n");
 }
 
-#[test]
-fn a_list_change_and_a_resource_update_announced_on_one_host_reach_a_listen_stream_on_another() {
-    let (_server, _dir, a, b) = two_hosts("shared-listen", &[]);
+fn a_list_change_and_a_resource_update_announced_on_one_host_reach_a_listen_stream_on_another(cluster: bool) {
+    let (_server, _dir, a, b) = two_hosts_on(cluster, "shared-listen", &[]);
     let body = r#"{"jsonrpc":"2.0","id":"sub-1","method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true,"resourceSubscriptions":["test://watched-resource"]},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
     let listen = [("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "subscriptions/listen")];
     let mut s = common::post_streamed(&b.addr, &listen, body, Duration::from_secs(10));
