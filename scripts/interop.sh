@@ -79,5 +79,39 @@ if timeout 900 "$LOAD_BIN" gate --spawn-host "$HOST_BIN" --nodes 2 --ledger "red
 else
   echo "interop: mcp-load gate on 2 nodes FAILED"; cat "$log/gate2.txt"; failed=$((failed + 1))
 fi
+# The same on a Redis Cluster of three primaries (each its own redis-server, slots split by
+# redis-cli --cluster create): the hosts are given one node's URL and find the others.
+cluster_ports=$(python3 -c '
+import socket, random
+ports = []
+while len(ports) < 3:
+    p = random.randrange(20000, 50000)
+    try:
+        for q in (p, p + 10000):
+            s = socket.socket(); s.bind(("127.0.0.1", q)); s.close()
+    except OSError:
+        continue
+    if p not in ports: ports.append(p)
+print(" ".join(map(str, ports)))')
+for p in $cluster_ports; do
+  own_dir "$log/cluster-$p"
+  bg_start "$log/cluster-$p.out" redis-server --bind 127.0.0.1 --port "$p" --save '' --appendonly no \
+    --cluster-enabled yes --cluster-node-timeout 2000 --dir "$log/cluster-$p"
+done
+for p in $cluster_ports; do
+  for _ in $(seq 1 100); do redis-cli -p "$p" ping >/dev/null 2>&1 && break; sleep 0.1; done
+done
+first=${cluster_ports%% *}
+# shellcheck disable=SC2046 # one argument per node
+redis-cli --cluster create $(printf '127.0.0.1:%s ' $cluster_ports) --cluster-replicas 0 --cluster-yes > "$log/cluster.txt" 2>&1 || true
+for _ in $(seq 1 100); do redis-cli -p "$first" cluster info 2>/dev/null | grep -q 'cluster_state:ok' && break; sleep 0.2; done
+if timeout 900 "$LOAD_BIN" gate --spawn-host "$HOST_BIN" --nodes 2 --ledger "redis://127.0.0.1:$first/0" \
+    --scenarios cut,crash,node-loss,partition --clients 16 --events-per-phase 1500 \
+    --phase-seconds 60 --min-events 6000 --seed 13 --no-progress --json-out "$log/gate-cluster.json" > "$log/gate-cluster.txt" 2>&1; then
+  echo "interop: mcp-load gate on 2 nodes sharing a 3-primary Redis Cluster (short: cut, crash, node-loss, partition, mixed) ok"; passed=$((passed + 1))
+  grep -E 'events, .* sessions' "$log/gate-cluster.txt"
+else
+  echo "interop: mcp-load gate on a Redis Cluster FAILED"; cat "$log/cluster.txt" "$log/gate-cluster.txt"; failed=$((failed + 1))
+fi
 echo "interop: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -608,6 +608,13 @@ impl RedisServer {
         )
     }
 
+    /// Forget every loaded script (`SCRIPT FLUSH`, as a restarted or failed-over server has
+    /// none); whether the server said OK.
+    #[must_use]
+    pub fn flush_scripts(&self) -> bool {
+        matches!(self.command(&["SCRIPT", "FLUSH"]), Some(Reply::Line(l)) if l == "OK")
+    }
+
     /// Add the user `name` with `password`, allowed everything (`ACL SETUSER`); the default
     /// user stays as it was. Whether the server said OK.
     #[must_use]

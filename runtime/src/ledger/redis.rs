@@ -2,13 +2,16 @@
 //! share. Same semantics as the memory and SQLite stores (the one contract test runs against
 //! all three).
 //!
-//! Layout, under a key prefix `P` (one per deployment):
+//! Layout, under a key prefix `P` (one per deployment), each key with the hash tag `{n}` of
+//! its ledger name ([`shard_of`]: a session's keys share one):
 //!
 //! | ledger item | Redis keys |
 //! |---|---|
-//! | key `k` | string `P` `d:` `k`: its expiry (16 decimal digits, ms) then its value |
-//! | log `l` | stream `P` `l:` `l` (entry id `seq-1`, field `f`: the frame) and string `P` `el:` `l`: its expiry |
-//! | index `i` | sorted set `P` `i:` `i` and string `P` `ei:` `i`: its expiry |
+//! | key `k` | string `P{n}d:k`: its expiry (16 decimal digits, ms) then its value |
+//! | log `l` | stream `P{n}l:l` (entry id `seq-1`, field `f`: the frame) and string `P{n}el:l`: its expiry |
+//! | index `i` | sorted set `P{n}i:i` and string `P{n}ei:i`: its expiry |
+//! | tally `u` | hash `P{n}t:u` |
+//! | a lease | `P{0}m:…`; on a Cluster a copy in every tag, `P{n}m:…` |
 //!
 //! **Two clocks.** The ledger's expiries are in its own clock, and a read says what "now" is
 //! (as for the other stores); Redis also drops every key on its own (`PEXPIREAT`), at the
@@ -20,8 +23,8 @@
 //! **One batch, one script.** [`Store::apply`] sends the whole batch as one Lua script
 //! (atomic, one round trip): the conditions (an append at or below a log's newest is ignored;
 //! an index keeps the expiry it was created with; an expiry only grows) are checked inside
-//! it. The script names its keys from its arguments, so one batch needs one Redis (or one
-//! Cluster slot): this layout serves a single Redis primary.
+//! it. On a Redis Cluster, one script per tag the batch writes (each atomic; the
+//! publications with the last), each fenced by the lease's copy in its tag.
 //!
 //! Scores and expiries are exact up to 2^53 (Redis keeps scores as doubles; Lua numbers are
 //! doubles): expiries are capped there (year 287,396), and the ledger's scores (times in ms,
@@ -1093,23 +1096,55 @@ impl RedisStore {
         redis_key(&self.prefix, kind, name)
     }
 
-    /// Apply `ops` (their keys all of `shard` on a Cluster) as one script, fenced by the lease
-    /// copy of `shard`.
-    fn apply_part<'o>(
+    /// The `EVALSHA` of `APPLY` for `ops` (their keys all of `shard` on a Cluster), fenced by
+    /// the lease copy of `shard`.
+    fn apply_cmd<'o>(
         &self,
         shard: usize,
         ops: impl Iterator<Item = &'o Op>,
         (lease, token): (&str, &str),
         wall: u64,
-    ) -> Result<(), StoreError> {
+    ) -> redis::Cmd {
         let fence = if lease.is_empty() { String::new() } else { self.lease_key(lease, shard) };
-        let mut inv = self.apply.prepare_invoke();
-        inv.key(self.tag(shard)).arg(&fence).arg(token);
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.apply.get_hash()).arg(1).arg(self.tag(shard)).arg(&fence).arg(token);
         for op in ops {
             let tag = op_name(op).map_or_else(|| self.prefix.clone(), |n| self.tag(shard_of(n)));
-            push_op(&mut inv, op, &tag, wall);
+            push_op(&mut cmd, op, &tag, wall);
         }
-        self.with_conn(|c| inv.invoke::<i64>(c)).map(|_| ())
+        cmd
+    }
+
+    /// Send `cmds` (`EVALSHA`s of `APPLY`) in one round trip (on a Cluster, a pipeline: one
+    /// per node). A server that does not know the script (started again, failed over) gets it
+    /// and the whole is sent again: every write of a batch is idempotent but a tally's, which
+    /// may count twice (it only bounds), as after any failed commit the writer retries.
+    fn run_scripts(&self, cmds: &[redis::Cmd]) -> Result<(), StoreError> {
+        let send = |c: &mut Conn| -> redis::RedisResult<()> {
+            match c {
+                Conn::One(c) => {
+                    let mut p = redis::pipe();
+                    for x in cmds {
+                        p.add_command(x.clone());
+                    }
+                    p.query::<redis::Value>(c).map(drop)
+                }
+                Conn::Cluster(c) => {
+                    let mut p = redis::cluster::cluster_pipe();
+                    for x in cmds {
+                        p.add_command(x.clone());
+                    }
+                    p.query::<redis::Value>(c).map(drop)
+                }
+            }
+        };
+        match self.with_pooled(send) {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                self.with_conn(|c| self.apply.load(c))?;
+                self.with_pooled(send).map_err(|e| backend(&e))
+            }
+            r => r.map_err(|e| backend(&e)),
+        }
     }
 
     /// One pass of a sweep over the keys `names` (full Redis keys): on a Cluster one script
@@ -1211,7 +1246,7 @@ fn op_name(op: &Op) -> Option<&str> {
 
 /// `op` as `APPLY` reads it: its opcode, `tag` (`P{n}`; the prefix for a publication), its
 /// arguments.
-fn push_op(inv: &mut redis::ScriptInvocation<'_>, op: &Op, tag: &str, wall: u64) {
+fn push_op(inv: &mut redis::Cmd, op: &Op, tag: &str, wall: u64) {
     let physical = |expires_ms| physical_at(wall, expires_ms);
     let code = match op {
         Op::Put { .. } => "P",
@@ -1288,16 +1323,17 @@ fn push_op(inv: &mut redis::ScriptInvocation<'_>, op: &Op, tag: &str, wall: u64)
 
 impl Store for RedisStore {
     /// One script on one server (atomic). On a Cluster, one script per tag the batch writes
-    /// (each atomic, a session's keys sharing one), its publications with the last, so they
-    /// go out once every write of the batch landed.
+    /// (each atomic, a session's keys sharing one) in one pipeline, then its publications, so
+    /// they go out once every write of the batch landed.
     fn apply(&self, ops: &[Op]) -> Result<(), StoreError> {
         if ops.is_empty() {
             return Ok(());
         }
         let (key, token) = self.fence();
+        let fence = (&*key, &*token);
         let wall = wall_ms();
         if !self.on_cluster() {
-            return self.apply_part(0, ops.iter(), (&key, &token), wall);
+            return self.run_scripts(&[self.apply_cmd(0, ops.iter(), fence, wall)]);
         }
         let mut parts: std::collections::BTreeMap<usize, Vec<&Op>> = Default::default();
         let mut publications = Vec::new();
@@ -1308,9 +1344,15 @@ impl Store for RedisStore {
             }
         }
         let last = parts.keys().next_back().copied().unwrap_or(0);
-        parts.entry(last).or_default().extend(publications);
-        for (shard, part) in parts {
-            self.apply_part(shard, part.into_iter(), (&key, &token), wall)?;
+        let writes: Vec<redis::Cmd> = parts
+            .into_iter()
+            .map(|(shard, part)| self.apply_cmd(shard, part.into_iter(), fence, wall))
+            .collect();
+        if !writes.is_empty() {
+            self.run_scripts(&writes)?;
+        }
+        if !publications.is_empty() {
+            self.run_scripts(&[self.apply_cmd(last, publications.into_iter(), fence, wall)])?;
         }
         Ok(())
     }
@@ -1654,6 +1696,13 @@ mod tests {
         for n in cluster.nodes() {
             assert!(n.count_keys("contract:{*}d:s/session-*").unwrap() > 0, "every node has some");
         }
+        // Nodes that forgot the script (restarted, failed over) are given it again.
+        for n in cluster.nodes() {
+            assert!(n.flush_scripts());
+        }
+        s.apply(&[Op::Delete { key: "s/session-1".into() }, Op::Delete { key: "s/session-2".into() }])
+            .unwrap();
+        assert_eq!(s.get("s/session-1", 0).unwrap(), None);
         // A session's keys share a tag: one slot, one script.
         assert_eq!(shard_of("s/abc"), shard_of("t/abc/7"));
         assert_eq!(shard_of("e/abc/7"), shard_of("q/abc/\"1\""));
