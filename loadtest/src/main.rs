@@ -398,9 +398,10 @@ fn gate_command(args: GateArgs, mut spec: gate::GateSpec) -> ExitCode {
                 return ExitCode::from(2);
             }
             let mut extra: Vec<String> =
-                ["--config", &path.to_string_lossy(), "--session-ttl-secs", "10"]
+                ["--config", &path.to_string_lossy(), "--session-ttl-secs"]
                     .iter()
                     .map(|a| (*a).to_owned())
+                    .chain([gate::spec::GATE_SESSION_TTL_SECS.to_string()])
                     .collect();
             if let Some(url) = &args.ledger {
                 extra.extend(shared_ledger_args(url));
@@ -620,6 +621,7 @@ fn main() -> ExitCode {
                     other_token: None,
                     limit: None,
                     token_rewrite_modern_tools: Vec::new(),
+                    session_ttl: None,
                 }),
                 Err(e) => {
                     eprintln!("mcp-load: {e}");

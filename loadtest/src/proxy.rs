@@ -162,6 +162,10 @@ pub(crate) struct FaultPlan {
     /// principal's receipts, and a re-issue after a later fault (crash, drain) under the right
     /// token would run it a second time. Empty: every modern request may be rewritten.
     pub(crate) token_rewrite_modern_tools: Vec<String>,
+    /// The hosts' idle session TTL, when the gate set it: a 404 for a session whose requests
+    /// went unanswered for nearly that long is its expiry (`404.after_idle`), not a session
+    /// a fault lost (`404.unexplained`). `None`: every 404 is unexplained.
+    pub(crate) session_ttl: Option<std::time::Duration>,
 }
 
 impl FaultPlan {
@@ -204,6 +208,10 @@ pub(crate) struct Proxy {
     stormed: RefCell<HashSet<(String, String)>>,
     /// Sessions that answered 404 to an unmodified request.
     dead: RefCell<HashSet<String>>,
+    /// Session -> when a request of it last got an answer (a status below 400).
+    answered: RefCell<HashMap<String, Instant>>,
+    /// Sessions a DELETE was sent for.
+    deleting: RefCell<HashSet<String>>,
     /// Session -> times of its resume attempts (GET with `Last-Event-ID`).
     resumes: RefCell<HashMap<String, Vec<Instant>>>,
     /// Session -> the earliest moment its next resume is allowed: a cut stream's last `retry`
@@ -342,6 +350,8 @@ pub(crate) async fn start(
         storms: RefCell::default(),
         stormed: RefCell::default(),
         dead: RefCell::default(),
+        answered: RefCell::default(),
+        deleting: RefCell::default(),
         resumes: RefCell::default(),
         not_before: RefCell::default(),
     });
@@ -620,17 +630,37 @@ async fn exchange(p: &Proxy, c: &mut Conn, ups: &mut [Option<Conn>]) -> IoResult
         EventFaults::default()
     };
 
+    // A DELETE sent again (the answer to the first was lost with its node) finds the session
+    // ended: its 404 is that end.
+    let delete_again = req.method == "DELETE"
+        && session.as_ref().is_some_and(|s| !p.deleting.borrow_mut().insert(s.clone()));
     let (at, rhead) = send_any(p, ups, &req).await?;
     let up = &mut ups[at];
     let Some(u) = up.as_mut() else { return Err(eof()) };
     let r =
         parse_response_head(&rhead).ok_or_else(|| std::io::Error::other("bad response head"))?;
     check_rewrite(p, rewrite, r.status, modern);
+    if r.status < 400
+        && let Some(s) = &session
+    {
+        p.answered.borrow_mut().insert(s.clone(), Instant::now());
+    }
     if r.status == 404
         && rewrite == Rewrite::None
         && let Some(s) = &session
     {
         p.dead.borrow_mut().insert(s.clone());
+        let idle = p.answered.borrow().get(s).map(Instant::elapsed);
+        if delete_again {
+            p.bump(NOT_FOUND_DELETE_AGAIN);
+        } else if let (Some(ttl), Some(idle)) = (p.plan.session_ttl, idle)
+            && idle >= expiry_explains(ttl)
+        {
+            p.bump(NOT_FOUND_AFTER_IDLE);
+        } else {
+            p.bump(NOT_FOUND_UNEXPLAINED);
+            say_404(at, &req, s);
+        }
     }
     if rewrite == Rewrite::LostDelete {
         // The server ended the session; its answer never reaches the client.
@@ -654,6 +684,44 @@ async fn exchange(p: &Proxy, c: &mut Conn, ups: &mut [Option<Conn>]) -> IoResult
         *up = None;
     }
     Ok(keep && !r.close)
+}
+
+/// A 404 to a DELETE sent again for the same session (the first one's answer was lost).
+pub(crate) const NOT_FOUND_DELETE_AGAIN: &str = "404.delete_again";
+/// A 404 for a session whose requests went unanswered for about the hosts' idle TTL: it
+/// expired.
+pub(crate) const NOT_FOUND_AFTER_IDLE: &str = "404.after_idle";
+/// A 404 neither explains: the session was lost.
+pub(crate) const NOT_FOUND_UNEXPLAINED: &str = "404.unexplained";
+
+/// How long unanswered a session may expire after a host's idle TTL `ttl`: a host records
+/// a session's last use coarsely (when it moved by a sixteenth of the TTL), so its record may
+/// say up to `ttl / 16` earlier than the last answer; a quarter second more for the clocks
+/// and the commit.
+fn expiry_explains(ttl: std::time::Duration) -> std::time::Duration {
+    ttl.saturating_sub(ttl / 16 + std::time::Duration::from_millis(250))
+}
+
+/// 404s said so far ([`say_404`]).
+static SAID_404: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// A 404 nothing explains is said on stderr (the first 200): when, which node, what for, so
+/// a host's log can be read beside it.
+fn say_404(node: usize, req: &Request, session: &str) {
+    if SAID_404.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= 200 {
+        return;
+    }
+    let body = String::from_utf8_lossy(&req.body);
+    let method = body.split("\"method\":\"").nth(1).and_then(|m| m.split('"').next());
+    let at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    eprintln!(
+        "mcp-load: proxy: 404 from node {node} for {} {} of session {}… at {at} ms",
+        req.method,
+        method.unwrap_or("-"),
+        session.get(..8).unwrap_or(session),
+    );
 }
 
 /// Send `req` to the next server (round robin) and read the response head: the server's

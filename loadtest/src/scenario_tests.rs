@@ -49,7 +49,11 @@ fn catalog() -> Catalog {
 
 /// The server, with bearer auth (two principals), fast `retry`.
 async fn serve() -> std::net::SocketAddr {
-    let mut cfg = RuntimeConfig::default();
+    serve_with(RuntimeConfig::default()).await
+}
+
+/// [`serve`] with `cfg` as its other settings.
+async fn serve_with(mut cfg: RuntimeConfig) -> std::net::SocketAddr {
     cfg.sse.retry_ms = 20;
     cfg.security.bearer_tokens =
         [(ALICE.to_owned(), "alice".to_owned()), (BOB.to_owned(), "bob".to_owned())].into();
@@ -77,7 +81,7 @@ async fn setup(
         seed: 7,
         other_token: Some(BOB.into()),
         limit,
-        token_rewrite_modern_tools: Vec::new(),
+        ..FaultPlan::default()
     };
     let (addr, p) = proxy::start(vec![upstream], plan).await.expect("proxy");
     (format!("http://{addr}/mcp"), p)
@@ -194,6 +198,32 @@ async fn lost_delete_answer_is_sent_again_and_404_confirms_the_end() {
     let c = client(&url).await;
     assert_eq!(c.close().await.unwrap(), Closed::AlreadyGone);
     assert_eq!(count(&p.counts(), "lost_delete"), 1);
+    // The DELETE sent again finds the end the first made: not a lost session.
+    assert_eq!(count(&p.counts(), proxy::NOT_FOUND_DELETE_AGAIN), 1, "{:?}", p.counts());
+    assert_eq!(count(&p.counts(), proxy::NOT_FOUND_UNEXPLAINED), 0);
+}
+
+#[actix_web::test]
+async fn a_404_after_the_idle_ttl_is_an_expiry_and_one_before_it_is_unexplained() {
+    let mut cfg = RuntimeConfig::default();
+    cfg.sessions.idle_ttl_secs = 1;
+    let upstream = serve_with(cfg).await;
+    for (ttl, expired, unexplained) in [(Some(1), 1, 0), (Some(5), 0, 1), (None, 0, 1)] {
+        let plan = FaultPlan {
+            session_ttl: ttl.map(std::time::Duration::from_secs),
+            ..FaultPlan::default()
+        };
+        let (addr, p) = proxy::start(vec![upstream], plan).await.expect("proxy");
+        let c = client(&format!("http://{addr}/mcp")).await;
+        assert_eq!(echo(&c, "a", true).await.unwrap(), "a");
+        // Unanswered past the host's 1 s TTL: the session expired, the client starts over.
+        tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
+        assert_eq!(echo(&c, "b", true).await.unwrap(), "b");
+        assert_eq!(c.stats().not_found, 1);
+        let counts = p.counts();
+        assert_eq!(count(&counts, proxy::NOT_FOUND_AFTER_IDLE), expired, "{ttl:?}: {counts:?}");
+        assert_eq!(count(&counts, proxy::NOT_FOUND_UNEXPLAINED), unexplained, "{ttl:?}");
+    }
 }
 
 #[actix_web::test]

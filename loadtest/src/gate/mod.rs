@@ -71,6 +71,10 @@ pub(crate) async fn run_phase(
         other_token: spec.other_token.clone(),
         limit: None,
         token_rewrite_modern_tools: read_only,
+        session_ttl: spec
+            .host
+            .is_some()
+            .then(|| std::time::Duration::from_secs(spec::GATE_SESSION_TTL_SECS)),
     };
     let (addr, proxy) =
         crate::proxy::start(upstreams, plan).await.map_err(|e| format!("proxy: {e}"))?;

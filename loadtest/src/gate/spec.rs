@@ -33,6 +33,10 @@ pub(crate) struct GateSpec {
     pub(crate) nodes: Vec<Arc<Mutex<SpawnedHost>>>,
 }
 
+/// The idle session TTL of the hosts the gate spawns (`--session-ttl-secs`): short, so the
+/// sessions `old-token` makes clients abandon expire within a phase.
+pub(crate) const GATE_SESSION_TTL_SECS: u64 = 10;
+
 /// The text of the receipts' answer to a retry of a call a kill interrupted.
 pub(crate) const OUTCOME_UNKNOWN: &str = "may or may not have taken effect";
 /// When the `crash` scenario kills the host: after a pause drawn from this range (ms).

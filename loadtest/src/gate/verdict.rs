@@ -179,9 +179,15 @@ pub(crate) fn evaluate(spec: &GateSpec, phases: &[Phase], ledger: &Value) -> Vec
             continue;
         }
         let of = || phases.iter().filter(|p| p.name == s.name());
+        // Counted by the proxy: every 404 to a request of a session, but a DELETE sent again
+        // (its first answer lost with a node) and a session left unanswered for about the idle
+        // TTL (a request stuck on a paused node was never recorded as a use): they expired.
         gates.push(zero_gate(
-            &format!("404s in the {} phase (another node serves every session)", s.name()),
-            of().map(|p| p.not_found).sum(),
+            &format!(
+                "404s in the {} phase (another node serves every session; expiries after the idle TTL apart)",
+                s.name()
+            ),
+            of().map(|p| p.count(crate::proxy::NOT_FOUND_UNEXPLAINED)).sum(),
         ));
         let done = of().map(|p| p.nodes_lost + p.partitions).min().unwrap_or(0);
         gates.push(Gate::new(

@@ -354,7 +354,9 @@ async fn serve(
             Err(Rejection::SessionNotFound) => {
                 let key = caller_key(req, admitted.principal.as_ref(), sup);
                 Box::pin(sup.revive(session, admitted.principal.as_ref(), key)).await?;
-                sup.lookup(session, admitted.principal.as_ref())?
+                sup.lookup(session, admitted.principal.as_ref()).inspect_err(|_| {
+                    tracing::debug!(target: "mcp_runtime::revive", "not found after the revive");
+                })?
             }
             other => other?,
         }),

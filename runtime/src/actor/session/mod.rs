@@ -237,7 +237,10 @@ impl SessionHandle {
     {
         self.addr.try_send(message(ticket)).map_err(|e| match e {
             SendError::Full(_) => Rejection::Overloaded(Overload::Mailbox),
-            SendError::Closed(_) => Rejection::SessionNotFound,
+            SendError::Closed(_) => {
+                tracing::debug!(target: "mcp_runtime::revive", "not found: the session stopped as the request reached it");
+                Rejection::SessionNotFound
+            }
         })
     }
 }

@@ -66,15 +66,35 @@ pub(super) fn read_session(
     most: usize,
     now: u64,
 ) -> Result<Option<SessionFound>, crate::ledger::StoreError> {
+    let short = hmac.get(..8).unwrap_or(hmac);
     if store.get(&codec::session_end_key(hmac), now)?.is_some() {
+        tracing::debug!(target: "mcp_runtime::revive", hmac = short, "not revived: its end is recorded");
         return Ok(None);
     }
-    let Some(bytes) = store.get(&codec::session_key(hmac), now)? else { return Ok(None) };
+    let Some(bytes) = store.get(&codec::session_key(hmac), now)? else {
+        if tracing::enabled!(target: "mcp_runtime::revive", tracing::Level::DEBUG) {
+            // Gone, or kept but past its expiry for this host's clock?
+            let kept = store.get(&codec::session_key(hmac), 0)?.and_then(|b| match codec::decode(&b) {
+                Ok(Record::Session(r)) => Some((r.expires_ms, r.last_used_ms, r.run, r.state)),
+                _ => None,
+            });
+            tracing::debug!(target: "mcp_runtime::revive", hmac = short, now, ?kept, "not revived: no record");
+        }
+        return Ok(None);
+    };
     let Record::Session(record) = codec::decode(&bytes)? else { return Ok(None) };
     if record.state != RecordState::Active
         || record.principal.as_deref() != principal.map(|p| &**p)
         || record.session_hmac != hmac
     {
+        tracing::debug!(
+            target: "mcp_runtime::revive",
+            hmac = short,
+            state = ?record.state,
+            run = record.run,
+            same_principal = record.principal.as_deref() == principal.map(|p| &**p),
+            "not revived: its record is not an active session of this caller"
+        );
         return Ok(None);
     }
     let mut streams = Vec::new();

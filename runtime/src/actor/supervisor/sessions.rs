@@ -282,7 +282,10 @@ impl Supervisor {
         let settling = self.settling.lock().get(&hmac).map(|(why, _)| *why);
         match settling {
             // It just ended here; its end is on the way to the ledger.
-            Some(Settle::Ended) => return Ok(()),
+            Some(Settle::Ended) => {
+                tracing::debug!(target: "mcp_runtime::revive", hmac = hmac.get(..8), "not revived: it just ended here");
+                return Ok(());
+            }
             // It just parked: read its record once its last writes are in (rare: only in the
             // milliseconds after a park; the wait holds this shard's lock, not a thread). A
             // ledger that cannot commit refuses the revive (it needs a record too) rather than
