@@ -217,7 +217,7 @@ pub(crate) struct Proxy {
     /// Session -> the earliest moment its next resume is allowed: a cut stream's last `retry`
     /// after the cut, or `Retry-After` after a storm refusal. An earlier one counts as
     /// `resume.too_early`.
-    not_before: RefCell<HashMap<String, Instant>>,
+    not_before: RefCell<HashMap<(String, String), Instant>>,
 }
 
 impl Proxy {
@@ -225,11 +225,13 @@ impl Proxy {
         *self.counts.borrow_mut().entry(name).or_default() += 1;
     }
 
-    /// `session` may not resume sooner than `ms` from now (checked on its next resume).
-    fn resume_not_before(&self, session: &str, ms: u64) {
-        self.not_before
-            .borrow_mut()
-            .insert(session.to_owned(), Instant::now() + std::time::Duration::from_millis(ms));
+    /// `session` may not resume from `cursor` sooner than `ms` from now (checked on that
+    /// resume: a session's other streams, cut or dropped at other times, wait their own).
+    fn resume_not_before(&self, session: &str, cursor: &str, ms: u64) {
+        self.not_before.borrow_mut().insert(
+            (session.to_owned(), cursor.to_owned()),
+            Instant::now() + std::time::Duration::from_millis(ms),
+        );
     }
 
     fn roll(&self, s: Scenario) -> bool {
@@ -568,10 +570,10 @@ async fn exchange(p: &Proxy, c: &mut Conn, ups: &mut [Option<Conn>]) -> IoResult
         if p.dead.borrow().contains(s) {
             p.bump("session.reused_after_404");
         }
-        if resume_from.is_some() {
+        if let Some(cursor) = &resume_from {
             let now = Instant::now();
             p.resumes.borrow_mut().entry(s.clone()).or_default().push(now);
-            let due = p.not_before.borrow_mut().remove(s);
+            let due = p.not_before.borrow_mut().remove(&(s.clone(), cursor.clone()));
             match due {
                 Some(t) if now + EARLY_TOLERANCE < t => p.bump("resume.too_early"),
                 Some(_) => p.bump("resume.waited_enough"),
@@ -584,7 +586,7 @@ async fn exchange(p: &Proxy, c: &mut Conn, ups: &mut [Option<Conn>]) -> IoResult
         let left = p.storms.borrow().get(s).copied().unwrap_or(0);
         if left > 0 {
             p.storms.borrow_mut().insert(s.clone(), left - 1);
-            return refuse_storm(p, c, s).await;
+            return refuse_storm(p, c, s, resume_from.as_deref()).await;
         }
     }
     // One storm per reconnect episode: the attempts after it are not stormed again.
@@ -616,7 +618,8 @@ async fn exchange(p: &Proxy, c: &mut Conn, ups: &mut [Option<Conn>]) -> IoResult
                 p.bump("storm.started");
                 p.storms.borrow_mut().insert(s.clone(), p.below(2) as u32);
             }
-            return refuse_storm(p, c, session.as_deref().unwrap_or_default()).await;
+            return refuse_storm(p, c, session.as_deref().unwrap_or_default(), resume_from.as_deref())
+                .await;
         }
         Rewrite::None | Rewrite::LostDelete => {}
     }
@@ -898,10 +901,15 @@ fn refused_with(status: u16) -> &'static str {
     }
 }
 
-async fn refuse_storm(p: &Proxy, c: &mut Conn, session: &str) -> IoResult<bool> {
+async fn refuse_storm(
+    p: &Proxy,
+    c: &mut Conn,
+    session: &str,
+    cursor: Option<&str>,
+) -> IoResult<bool> {
     p.bump("storm.refusals");
-    if !session.is_empty() {
-        p.resume_not_before(session, 1_000);
+    if let Some(cursor) = cursor.filter(|_| !session.is_empty()) {
+        p.resume_not_before(session, cursor, 1_000);
     }
     let answer: &[u8] = if p.below(2) == 0 {
         b"HTTP/1.1 429 Too Many Requests\r\nretry-after: 1\r\ncontent-length: 0\r\n\r\n"
@@ -963,10 +971,12 @@ async fn relay_events(p: &Proxy, c: &mut Conn, u: &mut Conn, ctx: StreamCtx<'_>)
     let mut cut_left: Option<usize> = None;
     // The stream's latest `retry` (ms): after a cut, the client must wait that long.
     let mut retry_ms: Option<u64> = None;
-    let cut_here = |retry_ms: Option<u64>| {
+    // The last event id the client got whole on this stream: where it resumes from.
+    let mut last_id: Option<String> = ctx.req.header("last-event-id").map(str::to_owned);
+    let cut_here = |retry_ms: Option<u64>, last_id: Option<&str>| {
         p.bump("cut");
-        if let Some(ms) = retry_ms {
-            p.resume_not_before(&ctx.session, ms);
+        if let (Some(ms), Some(cursor)) = (retry_ms, last_id) {
+            p.resume_not_before(&ctx.session, cursor, ms);
         }
     };
     if let Some(ev) = ctx.replay_first {
@@ -1001,17 +1011,18 @@ async fn relay_events(p: &Proxy, c: &mut Conn, u: &mut Conn, ctx: StreamCtx<'_>)
             if let Some(left) = cut_left {
                 if ev.len() > left {
                     c.s.write_all(&chunk(&ev[..left])).await?;
-                    cut_here(retry_ms);
+                    cut_here(retry_ms, last_id.as_deref());
                     return Ok(false);
                 }
                 cut_left = Some(left - ev.len());
             }
             c.s.write_all(&chunk(&ev)).await?;
-            if id.is_some() {
+            if let Some(id) = id {
+                last_id = Some(id.to_owned());
                 if f.expiry_race {
                     end_session(p, ctx.req).await;
                     if let Some(ms) = retry_ms {
-                        p.resume_not_before(&ctx.session, ms);
+                        p.resume_not_before(&ctx.session, id, ms);
                     }
                     return Ok(false);
                 }
@@ -1037,7 +1048,7 @@ async fn relay_events(p: &Proxy, c: &mut Conn, u: &mut Conn, ctx: StreamCtx<'_>)
     }
     if cut_left.is_some() {
         // The stream ended inside the cut allowance: cut before its end instead.
-        cut_here(retry_ms);
+        cut_here(retry_ms, last_id.as_deref());
         return Ok(false);
     }
     c.s.write_all(b"0\r\n\r\n").await?;
