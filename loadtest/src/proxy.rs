@@ -212,6 +212,9 @@ pub(crate) struct Proxy {
     answered: RefCell<HashMap<String, Instant>>,
     /// Sessions a DELETE was sent for.
     deleting: RefCell<HashSet<String>>,
+    /// Sessions with a request that got no answer (its node paused, killed) since their last
+    /// answer.
+    unanswered: RefCell<HashSet<String>>,
     /// Session -> times of its resume attempts (GET with `Last-Event-ID`).
     resumes: RefCell<HashMap<String, Vec<Instant>>>,
     /// Session -> the earliest moment its next resume is allowed: a cut stream's last `retry`
@@ -354,6 +357,7 @@ pub(crate) async fn start(
         dead: RefCell::default(),
         answered: RefCell::default(),
         deleting: RefCell::default(),
+        unanswered: RefCell::default(),
         resumes: RefCell::default(),
         not_before: RefCell::default(),
     });
@@ -637,7 +641,15 @@ async fn exchange(p: &Proxy, c: &mut Conn, ups: &mut [Option<Conn>]) -> IoResult
     // ended: its 404 is that end.
     let delete_again = req.method == "DELETE"
         && session.as_ref().is_some_and(|s| !p.deleting.borrow_mut().insert(s.clone()));
-    let (at, rhead) = send_any(p, ups, &req).await?;
+    let (at, rhead) = match send_any(p, ups, &req).await {
+        Ok(sent) => sent,
+        Err(e) => {
+            if let Some(s) = &session {
+                p.unanswered.borrow_mut().insert(s.clone());
+            }
+            return Err(e);
+        }
+    };
     let up = &mut ups[at];
     let Some(u) = up.as_mut() else { return Err(eof()) };
     let r =
@@ -647,6 +659,7 @@ async fn exchange(p: &Proxy, c: &mut Conn, ups: &mut [Option<Conn>]) -> IoResult
         && let Some(s) = &session
     {
         p.answered.borrow_mut().insert(s.clone(), Instant::now());
+        p.unanswered.borrow_mut().remove(s);
     }
     if r.status == 404
         && rewrite == Rewrite::None
@@ -654,14 +667,10 @@ async fn exchange(p: &Proxy, c: &mut Conn, ups: &mut [Option<Conn>]) -> IoResult
     {
         p.dead.borrow_mut().insert(s.clone());
         let idle = p.answered.borrow().get(s).map(Instant::elapsed);
-        if delete_again {
-            p.bump(NOT_FOUND_DELETE_AGAIN);
-        } else if let (Some(ttl), Some(idle)) = (p.plan.session_ttl, idle)
-            && idle >= expiry_explains(ttl)
-        {
-            p.bump(NOT_FOUND_AFTER_IDLE);
-        } else {
-            p.bump(NOT_FOUND_UNEXPLAINED);
+        let stuck = p.unanswered.borrow().contains(s);
+        let why = not_found_why(delete_again, p.plan.session_ttl, idle, stuck);
+        p.bump(why);
+        if why == NOT_FOUND_UNEXPLAINED {
             say_404(at, &req, s);
         }
     }
@@ -691,11 +700,28 @@ async fn exchange(p: &Proxy, c: &mut Conn, ups: &mut [Option<Conn>]) -> IoResult
 
 /// A 404 to a DELETE sent again for the same session (the first one's answer was lost).
 pub(crate) const NOT_FOUND_DELETE_AGAIN: &str = "404.delete_again";
-/// A 404 for a session whose requests went unanswered for about the hosts' idle TTL: it
-/// expired.
+/// A 404 for a session with a request stuck on a faulted node and no answer for about the
+/// hosts' idle TTL: it expired.
 pub(crate) const NOT_FOUND_AFTER_IDLE: &str = "404.after_idle";
 /// A 404 neither explains: the session was lost.
 pub(crate) const NOT_FOUND_UNEXPLAINED: &str = "404.unexplained";
+
+/// What explains a 404 to an unmodified request of a session: a DELETE sent again
+/// (`delete_again`), or an expiry: the hosts' idle TTL is `ttl`, the session's last answer
+/// `idle` ago, and a request of it got no answer since (`stuck`: it went to a node that was
+/// paused or killed, which never recorded it as a use). Anything else is unexplained.
+pub(crate) fn not_found_why(
+    delete_again: bool,
+    ttl: Option<std::time::Duration>,
+    idle: Option<std::time::Duration>,
+    stuck: bool,
+) -> &'static str {
+    match (ttl, idle) {
+        _ if delete_again => NOT_FOUND_DELETE_AGAIN,
+        (Some(ttl), Some(idle)) if stuck && idle >= expiry_explains(ttl) => NOT_FOUND_AFTER_IDLE,
+        _ => NOT_FOUND_UNEXPLAINED,
+    }
+}
 
 /// How long unanswered a session may expire after a host's idle TTL `ttl`: a host records
 /// a session's last use coarsely (when it moved by a sixteenth of the TTL), so its record may

@@ -32,7 +32,8 @@
 //!
 //! The Store trait is synchronous: the writer's thread and the readers' threads call it, never
 //! an async worker. Each call takes a connection from a small pool (or opens one, with a
-//! deadline) and gives it back unless the call failed; every read and write has a deadline.
+//! deadline) and gives it back unless the call failed; every read and write has a deadline
+//! (on a Cluster, per try: [`CLUSTER_TRIES`]).
 
 use std::time::Duration;
 
@@ -260,22 +261,51 @@ impl Conn {
     }
 }
 
+/// Where a Cluster is found: the URL and each primary seen at open (any one that answers
+/// will do), and how to connect to them.
+#[derive(Clone)]
+struct Seeds {
+    urls: Vec<String>,
+    tls: Tls,
+}
+
 /// How a store reaches Redis: `one` (the URL's server), or a Cluster when that server is one
 /// of a Cluster's nodes (`cluster_enabled:1`; the others are found from it).
 #[derive(Clone)]
 struct Connector {
     one: redis::Client,
-    cluster: Option<redis::cluster::ClusterClient>,
+    cluster: Option<(Seeds, redis::cluster::ClusterClient)>,
     timeout: Duration,
 }
+
+/// Tries of one request on a Cluster (a node that failed over answers `MOVED` or not at all).
+const CLUSTER_TRIES: u32 = 3;
 
 impl Connector {
     /// A connection whose connect, reads and writes each wait at most the timeout.
     fn connect(&self) -> Result<Conn, StoreError> {
         match &self.cluster {
             None => Ok(Conn::One(connect(&self.one, self.timeout)?)),
-            Some(c) => Ok(Conn::Cluster(Box::new(c.get_connection().map_err(|e| backend(&e))?))),
+            Some((_, c)) => {
+                let con = c.get_connection().map_err(|e| backend(&e))?;
+                con.set_read_timeout(Some(self.timeout)).map_err(|e| backend(&e))?;
+                con.set_write_timeout(Some(self.timeout)).map_err(|e| backend(&e))?;
+                Ok(Conn::Cluster(Box::new(con)))
+            }
         }
+    }
+
+    /// This connector with every wait at most `timeout` and, on a Cluster, each request tried
+    /// once (the lease's renewals: a renewal that waits past a third of the lease could let
+    /// it lapse unseen).
+    fn bounded(&self, timeout: Duration) -> Result<Connector, StoreError> {
+        let cluster = match &self.cluster {
+            None => None,
+            Some((seeds, _)) => {
+                Some((seeds.clone(), seeds.tls.cluster_client(&seeds.urls, timeout, 1)?))
+            }
+        };
+        Ok(Connector { one: self.one.clone(), cluster, timeout })
     }
 }
 
@@ -342,11 +372,11 @@ end
 return 0
 ";
 
-/// Takes a lease copy (`KEYS[1]`, `KEYS[2]` as for `RENEW`) when nobody holds it, and records
-/// the taker as the last (kept without expiry): 1, else 0.
+/// Takes a lease copy (`KEYS[1]`) when nobody holds it: 1, else 0. The taker is recorded as
+/// the last (`m:last`) once every copy is taken, so a take given up half way leaves the
+/// copies a lapsed holder may take back as they were.
 const TAKE: &str = r"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  redis.call('SET', KEYS[2], ARGV[1])
   return 1
 end
 return 0
@@ -572,20 +602,22 @@ impl Tls {
         .map_err(|e| backend(&e))
     }
 
-    /// The client of the Cluster `url`'s server belongs to; each request waits at most
-    /// `timeout` per try, and is tried at most 3 times (a node that failed over).
+    /// The client of the Cluster whose nodes `urls` are (it starts from whichever answers);
+    /// each request waits at most `timeout` per try, and is tried at most `tries` times.
     fn cluster_client(
         &self,
-        url: &str,
+        urls: &[String],
         timeout: Duration,
+        tries: u32,
     ) -> Result<redis::cluster::ClusterClient, StoreError> {
-        let mut b = redis::cluster::ClusterClientBuilder::new([self.info(url)?])
+        let infos = urls.iter().map(|u| self.info(u)).collect::<Result<Vec<_>, _>>()?;
+        let mut b = redis::cluster::ClusterClientBuilder::new(infos)
             .connection_timeout(timeout)
             .response_timeout(timeout)
-            .retries(3)
+            .retries(tries.saturating_sub(1))
             .min_retry_wait(10)
             .max_retry_wait(200);
-        if let Some(certs) = self.certificates(url)? {
+        if let Some(certs) = urls.first().map(|u| self.certificates(u)).transpose()?.flatten() {
             b = b.certs(certs);
         }
         b.build().map_err(|e| backend(&e))
@@ -617,6 +649,8 @@ fn primaries(nodes: &str) -> Vec<(String, u16)> {
             let (host, port) = addr.rsplit_once(':')?;
             serving.then(|| Some((host.to_owned(), port.parse().ok()?)))?
         })
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
         .collect()
 }
 
@@ -667,11 +701,12 @@ impl RedisStore {
         let (cluster, bus) = if cluster_info.lines().any(|l| l.trim() == "cluster_enabled:1") {
             let nodes: String =
                 redis::cmd("CLUSTER").arg("NODES").query(&mut c).map_err(|e| backend(&e))?;
-            let bus = primaries(&nodes)
-                .iter()
-                .map(|(h, p)| tls.client(&url_at(url, h, *p)))
-                .collect::<Result<Vec<_>, _>>()?;
-            (Some(tls.cluster_client(url, timeout)?), bus)
+            let urls: Vec<String> =
+                primaries(&nodes).iter().map(|(h, p)| url_at(url, h, *p)).collect();
+            let bus = urls.iter().map(|u| tls.client(u)).collect::<Result<Vec<_>, _>>()?;
+            let seeds = Seeds { urls: [url.to_owned()].into_iter().chain(urls).collect(), tls: tls.clone() };
+            let client = tls.cluster_client(&seeds.urls, timeout, CLUSTER_TRIES)?;
+            (Some((seeds, client)), bus)
         } else {
             (None, vec![one.clone()])
         };
@@ -769,20 +804,33 @@ impl RedisStore {
         let take = redis::Script::new(TAKE);
         for attempt in 1.. {
             let mut taken = Vec::new();
+            let mut took_all = true;
             for s in self.copies() {
-                let took: i64 = self.with_conn(|c| {
-                    take.key(self.lease_key("m:holder", s))
-                        .key(self.lease_key("m:last", s))
-                        .arg(&*token)
-                        .arg(ttl_ms)
-                        .invoke(c)
-                })?;
-                if took != 1 {
-                    break;
+                let took: Result<i64, _> = self.with_conn(|c| {
+                    take.key(self.lease_key("m:holder", s)).arg(&*token).arg(ttl_ms).invoke(c)
+                });
+                match took {
+                    Ok(1) => taken.push(s),
+                    Ok(_) => {
+                        took_all = false;
+                        break;
+                    }
+                    Err(e) => {
+                        self.release_copies("m:holder", &token, &taken);
+                        return Err(e.into());
+                    }
                 }
-                taken.push(s);
             }
-            if taken.len() == self.copies().count() {
+            if took_all {
+                for s in &taken {
+                    let last = self.lease_key("m:last", *s);
+                    let set: Result<(), _> =
+                        self.with_conn(|c| redis::cmd("SET").arg(&last).arg(&*token).query(c));
+                    if let Err(e) = set {
+                        self.release_copies("m:holder", &token, &taken);
+                        return Err(e.into());
+                    }
+                }
                 break;
             }
             self.release_copies("m:holder", &token, &taken);
@@ -830,9 +878,16 @@ impl RedisStore {
         let mut taken = Vec::new();
         for s in self.copies() {
             let key = self.lease_key(&suffix, s);
-            let took: Option<String> = self.with_conn(|c| {
+            let took: Result<Option<String>, _> = self.with_conn(|c| {
                 redis::cmd("SET").arg(&key).arg(&*token).arg("NX").arg("PX").arg(ttl_ms).query(c)
-            })?;
+            });
+            let took = match took {
+                Ok(t) => t,
+                Err(e) => {
+                    self.release_copies(&suffix, &token, &taken);
+                    return Err(e.into());
+                }
+            };
             if took.is_none() {
                 self.release_copies(&suffix, &token, &taken);
                 let holder: Option<String> =
@@ -883,10 +938,9 @@ impl RedisStore {
         how: Renewal,
         stopped: std::sync::mpsc::Receiver<()>,
     ) -> Result<std::thread::JoinHandle<()>, StoreError> {
-        let mut conn = self.conn.clone();
         let round_trip_us = std::sync::Arc::clone(&self.round_trip_us);
         // A renewal that waits longer than a third of the lease could let it lapse.
-        conn.timeout = self.timeout.min(Duration::from_millis((ttl_ms / 3).max(50)));
+        let conn = self.conn.bounded(self.timeout.min(Duration::from_millis((ttl_ms / 3).max(50))))?;
         let renew = redis::Script::new(match how {
             Renewal::Ledger => RENEW,
             Renewal::Own(_) => RENEW_OWN,
@@ -897,17 +951,18 @@ impl RedisStore {
                 let mut con: Option<Conn> = None;
                 let mut held = true;
                 let every = Duration::from_millis(ttl_ms / 3);
-                // Renewals missed in a row: a host's own lease that could not be renewed for
-                // its whole length has lapsed in Redis, whether or not Redis answers now (a
-                // host cut off from Redis must stop as one paused past its lease does).
-                let mut missed = 0u64;
-                let lapsed = |missed: u64| missed.saturating_mul(ttl_ms / 3) >= ttl_ms;
+                // The last renewal of every copy: a host's own lease not renewed for its whole
+                // length has lapsed in Redis, whether or not Redis answers now (a host cut off
+                // from Redis must stop as one paused past its lease does).
+                let mut renewed_at = tokio::time::Instant::now();
+                let ttl = Duration::from_millis(ttl_ms);
+                let lapsed = |at: tokio::time::Instant| at.elapsed() >= ttl;
                 while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
                     stopped.recv_timeout(every)
                 {
                     if let Renewal::Own(lost) = &how
                         && held
-                        && lapsed(missed)
+                        && lapsed(renewed_at)
                     {
                         held = false;
                         tracing::error!(
@@ -918,10 +973,9 @@ impl RedisStore {
                     if con.is_none() {
                         con = conn.connect().ok();
                     }
-                    let Some(c) = con.as_mut() else {
-                        missed += 1;
-                        continue;
-                    };
+                    let Some(c) = con.as_mut() else { continue };
+                    // Taken before the first request: a renewal counts from when it was sent.
+                    let sent = tokio::time::Instant::now();
                     // Every copy; the worst answer counts (one copy another host took, or
                     // that lapsed, is the lease lost).
                     let mut worst = Ok(1);
@@ -964,13 +1018,13 @@ impl RedisStore {
                         }
                         Ok(2) => {
                             held = true;
+                            renewed_at = sent;
                             tracing::warn!("ledger: took the Redis ledger's lease back after it lapsed");
                         }
-                        Ok(_) => missed = 0,
+                        Ok(_) => renewed_at = sent,
                         Err(e) => {
                             tracing::warn!(error = %e, "ledger: could not renew the Redis ledger's lease");
                             con = None;
-                            missed += 1;
                         }
                     }
                 }
@@ -1996,6 +2050,41 @@ mod tests {
         assert!(healed, "the lease came back within 5 s");
         let holder: String = redis::cmd("GET").arg("lapse:{0}m:holder").query(c.like()).unwrap();
         assert!(holder.starts_with("a:"), "{holder}");
+    }
+
+    #[test]
+    fn a_clusters_nodes_are_read_from_cluster_nodes_and_reached_with_the_urls_credentials() {
+        let nodes = "\
+07c3 127.0.0.1:30004@40004 master - 0 1 1 connected 10923-16383
+a1b2 127.0.0.1:30001@40001,redis-1.example myself,master - 0 0 1 connected 0-5460
+e5f6 127.0.0.1:30005@40005 slave a1b2 0 1 1 connected
+c3d4 10.0.0.9:30002@40002 master,fail - 0 1 1 disconnected 5461-10922
+9f9f ::1:30003@40003 master - 0 1 1 connected 5461-10922
+0000 127.0.0.1:30009@40009 master - 0 1 1 connected";
+        // Serving primaries only (no replica, no failed one, none without slots), sorted.
+        assert_eq!(
+            primaries(nodes),
+            [("127.0.0.1".to_owned(), 30001), ("127.0.0.1".into(), 30004), ("::1".into(), 30003)]
+        );
+        assert_eq!(
+            url_at("rediss://mcp:pw@10.0.0.1:6379/0", "127.0.0.1", 30004),
+            "rediss://mcp:pw@127.0.0.1:30004/0"
+        );
+        assert_eq!(url_at("redis://10.0.0.1:6379", "::1", 30003), "redis://[::1]:30003");
+    }
+
+    #[test]
+    fn a_ledger_of_the_layout_before_hash_tags_and_a_prefix_with_braces_are_refused() {
+        let server = mcp_devtools::RedisServer::start().unwrap();
+        for bad in ["a{b}:", "a}:"] {
+            let r = RedisStore::open(&server.url(), bad, Duration::from_secs(5));
+            assert!(matches!(&r, Err(StoreError::Backend(m)) if m.contains("prefix")), "{bad:?}");
+        }
+        // The key fingerprint where the earlier layout kept it.
+        assert!(server.set_px("old:d:m/key", "0000000000000000x", 60_000));
+        let e = RedisStore::open(&server.url(), "old:", Duration::from_secs(5)).unwrap_err();
+        assert!(e.to_string().contains("earlier layout"), "{e}");
+        RedisStore::open(&server.url(), "new:", Duration::from_secs(5)).unwrap();
     }
 
     #[test]
