@@ -55,10 +55,14 @@ impl Reissue {
                 e.to_string()
             }
             Failure::Busy(e, delay) => {
-                if !idempotent || c.window_over(first_failure) {
+                // Refused, not run: a request not marked idempotent gets the refusal itself.
+                if !idempotent {
                     return Err(e);
                 }
-                tokio::time::sleep(Duration::from_millis(delay)).await;
+                // One that kept failing for the whole window is lost (below), with its history.
+                if !c.window_over(first_failure) {
+                    tokio::time::sleep(Duration::from_millis(delay)).await;
+                }
                 e.to_string()
             }
         };
