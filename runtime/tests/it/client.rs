@@ -367,34 +367,6 @@ async fn reissues_end_once_the_window_has_passed_and_the_request_is_reported_los
     assert_eq!(c.stats().lost, 1);
 }
 
-/// One HTTP/1.1 request read from a scripted peer's connection: its method, its
-/// `Mcp-Session-Id` and its body.
-async fn read_request(s: &mut tokio::net::TcpStream) -> (String, Option<String>, String) {
-    use tokio::io::AsyncReadExt;
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let (head, body_len) = loop {
-        let n = s.read(&mut chunk).await.unwrap();
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-            let len = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .map_or(0, |v| v.trim().parse::<usize>().unwrap());
-            break (head, end + 4 + len);
-        }
-    };
-    while buf.len() < body_len {
-        let n = s.read(&mut chunk).await.unwrap();
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    let method = head.split(' ').next().unwrap_or_default().to_owned();
-    let sid =
-        head.lines().find_map(|l| l.strip_prefix("mcp-session-id:")).map(|v| v.trim().to_owned());
-    (method, sid, String::from_utf8_lossy(&buf[head.len() + 4..]).into_owned())
-}
-
 #[actix_web::test]
 async fn an_idempotent_request_refused_for_the_whole_window_is_reported_lost_with_its_history() {
     // A scripted peer: a session, then 503 (`Retry-After: 0`) to every request.
@@ -405,7 +377,7 @@ async fn an_idempotent_request_refused_for_the_whole_window_is_reported_lost_wit
         // Bounded: the window below is 300 ms of 20 ms refusals.
         for _ in 0..200 {
             let Ok((mut s, _)) = listener.accept().await else { return };
-            let (_, _, body) = read_request(&mut s).await;
+            let (_, _, body) = common::read_request(&mut s).await;
             let answer = if body.contains("\"initialize\"") {
                 let result = r#"{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-11-25","capabilities":{},"serverInfo":{"name":"scripted","version":"0"}}}"#;
                 format!(
@@ -453,7 +425,7 @@ async fn a_404_to_initialized_sends_no_delete_with_the_dead_id() {
         let mut sessions = 0;
         for _ in 0..6 {
             let Ok((mut s, _)) = listener.accept().await else { return };
-            let (method, sid, body) = read_request(&mut s).await;
+            let (method, sid, body) = common::read_request(&mut s).await;
             log.borrow_mut().push((method.clone(), sid.clone()));
             let answer = if body.contains("\"initialize\"") {
                 sessions += 1;

@@ -273,32 +273,15 @@ async fn a_reply_cut_off_after_its_head_is_an_unknown_outcome_and_an_idempotent_
     // A scripted peer (the client is what is tested): `server/discover` is answered; the
     // first call gets a 200 head and the connection closes before any body byte (a kill
     // between a response's head and its body), the second an empty 200, the third its result.
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
     let peer = actix_rt::spawn(async move {
         let mut calls = 0;
         for _ in 0..8 {
             let Ok((mut s, _)) = listener.accept().await else { return };
-            let mut buf = Vec::new();
-            let mut chunk = [0u8; 4096];
-            let body_at = loop {
-                let n = s.read(&mut chunk).await.unwrap();
-                buf.extend_from_slice(&chunk[..n]);
-                if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                    let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-                    let len = head
-                        .lines()
-                        .find_map(|l| l.strip_prefix("content-length:"))
-                        .map_or(0, |v| v.trim().parse::<usize>().unwrap());
-                    while buf.len() < end + 4 + len {
-                        let n = s.read(&mut chunk).await.unwrap();
-                        buf.extend_from_slice(&chunk[..n]);
-                    }
-                    break end + 4;
-                }
-            };
-            let body: Value = serde_json::from_slice(&buf[body_at..]).unwrap();
+            let (_, _, body) = common::read_request(&mut s).await;
+            let body: Value = serde_json::from_str(&body).unwrap();
             let id = body["id"].clone();
             let reply = |result: Value| {
                 let b = json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string();

@@ -638,3 +638,31 @@ pub fn modern(id: impl Into<Value>, method: &str, mut params: Value) -> TestRequ
         json!({"jsonrpc": "2.0", "id": id.into(), "method": method, "params": params}).to_string(),
     )
 }
+
+/// One HTTP/1.1 request read from a scripted peer's connection: its method, its
+/// `Mcp-Session-Id` and its body.
+pub async fn read_request(s: &mut tokio::net::TcpStream) -> (String, Option<String>, String) {
+    use tokio::io::AsyncReadExt;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let (head, body_len) = loop {
+        let n = s.read(&mut chunk).await.unwrap();
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let len = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map_or(0, |v| v.trim().parse::<usize>().unwrap());
+            break (head, end + 4 + len);
+        }
+    };
+    while buf.len() < body_len {
+        let n = s.read(&mut chunk).await.unwrap();
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let method = head.split(' ').next().unwrap_or_default().to_owned();
+    let sid =
+        head.lines().find_map(|l| l.strip_prefix("mcp-session-id:")).map(|v| v.trim().to_owned());
+    (method, sid, String::from_utf8_lossy(&buf[head.len() + 4..]).into_owned())
+}
