@@ -655,6 +655,15 @@ async fn exchange(p: &Proxy, c: &mut Conn, ups: &mut [Option<Conn>]) -> IoResult
     let r =
         parse_response_head(&rhead).ok_or_else(|| std::io::Error::other("bad response head"))?;
     check_rewrite(p, rewrite, r.status, modern);
+    if rewrite == Rewrite::Version && !matches!(r.status, 200..=299 | 404 | 410 | 429 | 503) {
+        // Refused without its version header: what it was, for the reader of the report.
+        eprintln!(
+            "mcp-load: proxy: {} without its version header answered {} by node {at}{}",
+            req.method,
+            r.status,
+            if resume_from.is_some() { " (a resume)" } else { "" },
+        );
+    }
     if r.status < 400
         && let Some(s) = &session
     {
