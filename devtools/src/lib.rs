@@ -719,9 +719,7 @@ impl RedisCluster {
         }
         // At most 20 s: 200 pauses of 100 ms.
         for _ in 0..200 {
-            let state_ok = |n: &RedisServer| {
-                matches!(n.command(&["CLUSTER", "INFO"]), Some(Reply::Line(i)) if i.contains("cluster_state:ok") && i.contains("cluster_known_nodes:3"))
-            };
+            let state_ok = |n: &RedisServer| matches!(n.command(&["CLUSTER", "INFO"]), Some(Reply::Line(i)) if i.contains("cluster_state:ok") && i.contains("cluster_known_nodes:3"));
             if nodes.iter().all(state_ok) {
                 return Ok(RedisCluster { nodes });
             }

@@ -622,8 +622,13 @@ async fn exchange(p: &Proxy, c: &mut Conn, ups: &mut [Option<Conn>]) -> IoResult
                 p.bump("storm.started");
                 p.storms.borrow_mut().insert(s.clone(), p.below(2) as u32);
             }
-            return refuse_storm(p, c, session.as_deref().unwrap_or_default(), resume_from.as_deref())
-                .await;
+            return refuse_storm(
+                p,
+                c,
+                session.as_deref().unwrap_or_default(),
+                resume_from.as_deref(),
+            )
+            .await;
         }
         Rewrite::None | Rewrite::LostDelete => {}
     }

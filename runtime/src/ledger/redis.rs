@@ -704,7 +704,10 @@ impl RedisStore {
             let urls: Vec<String> =
                 primaries(&nodes).iter().map(|(h, p)| url_at(url, h, *p)).collect();
             let bus = urls.iter().map(|u| tls.client(u)).collect::<Result<Vec<_>, _>>()?;
-            let seeds = Seeds { urls: [url.to_owned()].into_iter().chain(urls).collect(), tls: tls.clone() };
+            let seeds = Seeds {
+                urls: [url.to_owned()].into_iter().chain(urls).collect(),
+                tls: tls.clone(),
+            };
             let client = tls.cluster_client(&seeds.urls, timeout, CLUSTER_TRIES)?;
             (Some((seeds, client)), bus)
         } else {
@@ -772,9 +775,8 @@ impl RedisStore {
             .arg("server")
             .query(&mut connect(&self.conn.one, self.timeout)?)
             .map_err(|e| backend(&e))?;
-        let holder: Option<String> = self.with_conn(|c| {
-            redis::cmd("GET").arg(self.lease_key("m:holder", 0)).query(c)
-        })?;
+        let holder: Option<String> =
+            self.with_conn(|c| redis::cmd("GET").arg(self.lease_key("m:holder", 0)).query(c))?;
         let version = redis_version(&info);
         let lease =
             holder.map_or_else(|| "no lease held".to_owned(), |h| format!("lease held by {h}"));
@@ -911,10 +913,8 @@ impl RedisStore {
     ) -> Result<(), StoreError> {
         let (stop, stopped) = std::sync::mpsc::channel::<()>();
         // Each copy's keys: its holder and (for the ledger's one lease) the last to take it.
-        let keys = self
-            .copies()
-            .map(|s| (self.lease_key(&key, s), self.lease_key("m:last", s)))
-            .collect();
+        let keys =
+            self.copies().map(|s| (self.lease_key(&key, s), self.lease_key("m:last", s))).collect();
         let renewer = self.renewer(keys, std::sync::Arc::clone(&token), ttl_ms, how, stopped)?;
         *self.lease.lock() = Some(Lease { key, token, stop, renewer: Some(renewer) });
         Ok(())
@@ -940,7 +940,8 @@ impl RedisStore {
     ) -> Result<std::thread::JoinHandle<()>, StoreError> {
         let round_trip_us = std::sync::Arc::clone(&self.round_trip_us);
         // A renewal that waits longer than a third of the lease could let it lapse.
-        let conn = self.conn.bounded(self.timeout.min(Duration::from_millis((ttl_ms / 3).max(50))))?;
+        let conn =
+            self.conn.bounded(self.timeout.min(Duration::from_millis((ttl_ms / 3).max(50))))?;
         let renew = redis::Script::new(match how {
             Renewal::Ledger => RENEW,
             Renewal::Own(_) => RENEW_OWN,
@@ -1754,8 +1755,11 @@ mod tests {
         for n in cluster.nodes() {
             assert!(n.flush_scripts());
         }
-        s.apply(&[Op::Delete { key: "s/session-1".into() }, Op::Delete { key: "s/session-2".into() }])
-            .unwrap();
+        s.apply(&[
+            Op::Delete { key: "s/session-1".into() },
+            Op::Delete { key: "s/session-2".into() },
+        ])
+        .unwrap();
         assert_eq!(s.get("s/session-1", 0).unwrap(), None);
         // A session's keys share a tag: one slot, one script.
         assert_eq!(shard_of("s/abc"), shard_of("t/abc/7"));
@@ -1827,7 +1831,11 @@ mod tests {
         assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), None);
         // Its batch's keys on many tags: the publication comes after all of them.
         let mut ops: Vec<Op> = (0..16)
-            .map(|i| Op::Put { key: format!("x/s{i}"), value: "1".into(), expires_ms: u64::MAX / 4 })
+            .map(|i| Op::Put {
+                key: format!("x/s{i}"),
+                value: "1".into(),
+                expires_ms: u64::MAX / 4,
+            })
             .collect();
         ops.insert(0, Op::Publish { channel: "ends", message: Bytes::from_static(b"s1") });
         a.apply(&ops).unwrap();

@@ -28,7 +28,9 @@ impl Shared {
         if cluster {
             Shared::Cluster(RedisCluster::start().expect("a Redis Cluster of redis-servers"))
         } else {
-            Shared::One(RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)"))
+            Shared::One(
+                RedisServer::start().expect("a redis-server (scripts/test.sh installs Debian's)"),
+            )
         }
     }
 
@@ -124,8 +126,9 @@ fn delete(addr: &str, sid: &str) -> u16 {
     .0
 }
 
-fn any_host_sharing_a_redis_ledger_serves_a_session_made_on_another_and_a_delete_on_one_ends_it_on_all(cluster: bool)
- {
+fn any_host_sharing_a_redis_ledger_serves_a_session_made_on_another_and_a_delete_on_one_ends_it_on_all(
+    cluster: bool,
+) {
     let server = Shared::start(cluster);
     let url = server.url();
     let dir = TempDir::new("shared-any");
@@ -154,7 +157,9 @@ fn any_host_sharing_a_redis_ledger_serves_a_session_made_on_another_and_a_delete
     assert_eq!(post_json(&c.addr, &sid, &ping).0, 200);
 }
 
-fn a_host_paused_past_its_lease_on_a_shared_ledger_exits_and_the_others_serve_its_sessions(cluster: bool) {
+fn a_host_paused_past_its_lease_on_a_shared_ledger_exits_and_the_others_serve_its_sessions(
+    cluster: bool,
+) {
     let server = Shared::start(cluster);
     let url = server.url();
     let dir = TempDir::new("shared-pause");
@@ -201,8 +206,9 @@ fn messages(events: &[(Option<String>, String)]) -> Vec<(Option<String>, serde_j
         .collect()
 }
 
-fn a_stream_one_host_serves_is_resumed_on_another_and_followed_to_its_end_without_a_gap_or_a_repeat(cluster: bool)
- {
+fn a_stream_one_host_serves_is_resumed_on_another_and_followed_to_its_end_without_a_gap_or_a_repeat(
+    cluster: bool,
+) {
     let (server, _dir, a, b) = two_hosts_on(cluster, "shared-follow", &[]);
     let sid = initialize(&a.addr);
     // A call on `a` that notifies four times, 300 ms apart; its client is cut off after the
@@ -260,7 +266,9 @@ fn a_quiet_stream_followed_on_another_host_is_waited_for_with_a_blocking_read_no
     assert!(server.calls("xread").unwrap() > xread, "a blocking read waited for it");
 }
 
-fn a_stream_whose_host_died_is_taken_over_once_and_answered_restarted_for_its_request(cluster: bool) {
+fn a_stream_whose_host_died_is_taken_over_once_and_answered_restarted_for_its_request(
+    cluster: bool,
+) {
     let server = Shared::start(cluster);
     let url = server.url();
     let dir = TempDir::new("shared-takeover");
@@ -554,7 +562,9 @@ fn a_cancellation_posted_to_another_host_stops_the_request() {
     s.read_until("0\r\n\r\n");
 }
 
-fn a_list_change_and_a_resource_update_announced_on_one_host_reach_a_listen_stream_on_another(cluster: bool) {
+fn a_list_change_and_a_resource_update_announced_on_one_host_reach_a_listen_stream_on_another(
+    cluster: bool,
+) {
     let (_server, _dir, a, b) = two_hosts_on(cluster, "shared-listen", &[]);
     let body = r#"{"jsonrpc":"2.0","id":"sub-1","method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true,"resourceSubscriptions":["test://watched-resource"]},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
     let listen = [("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "subscriptions/listen")];

@@ -74,10 +74,11 @@ pub(super) fn read_session(
     let Some(bytes) = store.get(&codec::session_key(hmac), now)? else {
         if tracing::enabled!(target: "mcp_runtime::revive", tracing::Level::DEBUG) {
             // Gone, or kept but past its expiry for this host's clock?
-            let kept = store.get(&codec::session_key(hmac), 0)?.and_then(|b| match codec::decode(&b) {
-                Ok(Record::Session(r)) => Some((r.expires_ms, r.last_used_ms, r.run, r.state)),
-                _ => None,
-            });
+            let kept =
+                store.get(&codec::session_key(hmac), 0)?.and_then(|b| match codec::decode(&b) {
+                    Ok(Record::Session(r)) => Some((r.expires_ms, r.last_used_ms, r.run, r.state)),
+                    _ => None,
+                });
             tracing::debug!(target: "mcp_runtime::revive", hmac = short, now, ?kept, "not revived: no record");
         }
         return Ok(None);
