@@ -316,6 +316,8 @@ pub struct RedisStore {
     /// when one fails (a publication reaches every node).
     bus: Vec<redis::Client>,
     prefix: String,
+    /// `P{0}` … `P{63}`: each tag's prefix, made once.
+    tags: Vec<String>,
     pool: Mutex<Vec<Conn>>,
     apply: redis::Script,
     sweep: redis::Script,
@@ -717,6 +719,7 @@ impl RedisStore {
             conn: Connector { one, cluster, timeout },
             bus,
             prefix: prefix.to_owned(),
+            tags: (0..SHARDS).map(|n| format!("{prefix}{{{n}}}")).collect(),
             pool: Mutex::new(Vec::new()),
             apply: redis::Script::new(APPLY),
             sweep: redis::Script::new(SWEEP),
@@ -748,8 +751,8 @@ impl RedisStore {
     }
 
     /// `P{shard}`: the prefix and hash tag of the keys of `shard`.
-    fn tag(&self, shard: usize) -> String {
-        format!("{}{{{shard}}}", self.prefix)
+    fn tag(&self, shard: usize) -> &str {
+        &self.tags[shard]
     }
 
     /// The lease copies a host keeps: one per tag on a Cluster (in the order renewed and
@@ -1164,8 +1167,8 @@ impl RedisStore {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(self.apply.get_hash()).arg(1).arg(self.tag(shard)).arg(&fence).arg(token);
         for op in ops {
-            let tag = op_name(op).map_or_else(|| self.prefix.clone(), |n| self.tag(shard_of(n)));
-            push_op(&mut cmd, op, &tag, wall);
+            let tag = op_name(op).map_or(self.prefix.as_str(), |n| self.tag(shard_of(n)));
+            push_op(&mut cmd, op, tag, wall);
         }
         cmd
     }
@@ -1174,23 +1177,21 @@ impl RedisStore {
     /// per node). A server that does not know the script (started again, failed over) gets it
     /// and the whole is sent again: every write of a batch is idempotent but a tally's, which
     /// may count twice (it only bounds), as after any failed commit the writer retries.
-    fn run_scripts(&self, cmds: &[redis::Cmd]) -> Result<(), StoreError> {
+    fn run_scripts(&self, cmds: Vec<redis::Cmd>) -> Result<(), StoreError> {
+        // Built once (the commands carry the batch's frames) and sent again as is after a
+        // load; a store's connections are all of one kind, so only its pipeline is filled.
+        let (mut one, mut cluster) = (redis::pipe(), redis::cluster::cluster_pipe());
+        for x in cmds {
+            if self.on_cluster() {
+                cluster.add_command(x);
+            } else {
+                one.add_command(x);
+            }
+        }
         let send = |c: &mut Conn| -> redis::RedisResult<()> {
             match c {
-                Conn::One(c) => {
-                    let mut p = redis::pipe();
-                    for x in cmds {
-                        p.add_command(x.clone());
-                    }
-                    p.query::<redis::Value>(c).map(drop)
-                }
-                Conn::Cluster(c) => {
-                    let mut p = redis::cluster::cluster_pipe();
-                    for x in cmds {
-                        p.add_command(x.clone());
-                    }
-                    p.query::<redis::Value>(c).map(drop)
-                }
+                Conn::One(c) => one.query::<redis::Value>(c).map(drop),
+                Conn::Cluster(c) => cluster.query::<redis::Value>(c).map(drop),
             }
         };
         match self.with_pooled(send) {
@@ -1319,12 +1320,7 @@ fn push_op(inv: &mut redis::Cmd, op: &Op, tag: &str, wall: u64) {
     };
     inv.arg(code).arg(tag);
     match op {
-        Op::Put { key, value, expires_ms } => {
-            let mut v = digits(*expires_ms).into_bytes();
-            v.extend_from_slice(value);
-            inv.arg(key).arg(v).arg(physical(*expires_ms));
-        }
-        Op::PutLater { key, value, expires_ms } => {
+        Op::Put { key, value, expires_ms } | Op::PutLater { key, value, expires_ms } => {
             let mut v = digits(*expires_ms).into_bytes();
             v.extend_from_slice(value);
             inv.arg(key).arg(v).arg(physical(*expires_ms));
@@ -1388,7 +1384,7 @@ impl Store for RedisStore {
         let fence = (&*key, &*token);
         let wall = wall_ms();
         if !self.on_cluster() {
-            return self.run_scripts(&[self.apply_cmd(0, ops.iter(), fence, wall)]);
+            return self.run_scripts(vec![self.apply_cmd(0, ops.iter(), fence, wall)]);
         }
         let mut parts: std::collections::BTreeMap<usize, Vec<&Op>> = Default::default();
         let mut publications = Vec::new();
@@ -1404,10 +1400,10 @@ impl Store for RedisStore {
             .map(|(shard, part)| self.apply_cmd(shard, part.into_iter(), fence, wall))
             .collect();
         if !writes.is_empty() {
-            self.run_scripts(&writes)?;
+            self.run_scripts(writes)?;
         }
         if !publications.is_empty() {
-            self.run_scripts(&[self.apply_cmd(last, publications.into_iter(), fence, wall)])?;
+            self.run_scripts(vec![self.apply_cmd(last, publications.into_iter(), fence, wall)])?;
         }
         Ok(())
     }
