@@ -20,6 +20,7 @@ pub mod ids;
 pub mod jsonrpc;
 pub mod limits;
 pub mod mcp;
+pub mod oauth;
 pub(crate) mod receipt;
 pub mod replay;
 pub mod rollout;
