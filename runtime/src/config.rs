@@ -110,6 +110,118 @@ impl Default for SecurityConfig {
     }
 }
 
+/// `[auth]`: OAuth 2.1 authorization (the MCP authorization specification) and which scopes
+/// each request needs. Static tokens (`security.bearer_tokens`) work beside it; a static
+/// token's principal is trusted with every scope.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// `[auth.oauth]`: this server as an OAuth resource server.
+    pub oauth: OAuthConfig,
+    /// Scopes every request needs (an OAuth token's). Default none.
+    pub required_scopes: Vec<String>,
+    /// `[auth.scopes]`: scopes a method needs (`"tools/call"`), or a method naming one tool,
+    /// prompt or resource (`"tools/call:checkout"`, `"prompts/get:summary"`,
+    /// `"resources/read:file:///a"`), on top of `required_scopes`; the named entry wins over
+    /// the method's. Default none.
+    pub scopes: BTreeMap<String, Vec<String>>,
+}
+
+/// `[auth.oauth]`: the resource server. On when `issuers` or `introspection` names an
+/// authorization server; then `resource` is required.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OAuthConfig {
+    /// Authorization servers whose JWT access tokens (RFC 9068) are accepted, by issuer URL
+    /// (`https://`, or `http://` on loopback). Their metadata (RFC 8414, else OpenID) gives
+    /// the JWKS. Default none.
+    pub issuers: Vec<String>,
+    /// Authorization servers whose opaque tokens are introspected (RFC 7662) with a client
+    /// credential. Default none.
+    pub introspection: Vec<IntrospectionConfig>,
+    /// This endpoint's canonical URI, as clients reach it (`https://mcp.example.com/mcp`): the
+    /// audience a token must name, and the base of the Protected Resource Metadata URL.
+    /// Never taken from a request's `Host`. Required with OAuth.
+    pub resource: Option<String>,
+    /// `scopes_supported` of the Protected Resource Metadata (`offline_access` is never
+    /// advertised). Default none.
+    pub scopes_supported: Vec<String>,
+    /// `resource_documentation` of the metadata. Default none.
+    pub resource_documentation: Option<String>,
+    /// Clock slack for `exp` and `nbf` (s). Default 30; 0 to 600.
+    pub leeway_secs: u64,
+    /// An unknown `kid` fetches the issuer's JWKS again at most this often (s). Default 60;
+    /// 1 to 86 400.
+    pub jwks_refresh_min_secs: u64,
+    /// Keys are fetched again this long after the last fetch, even without an unknown `kid`
+    /// (a key the issuer dropped stops verifying) (s). Default 3600; 60 to 604 800.
+    pub jwks_max_age_secs: u64,
+    /// Validated tokens kept (by SHA-256 digest, until they expire), so a token seen again
+    /// costs a hash look-up. Default 10 000; 1 to 10 000 000.
+    pub token_cache_entries: usize,
+    /// An introspected token is asked about again after this long (s), or at its `exp` if
+    /// sooner: a revoked token is refused at most this late. Default 60; 1 to 86 400.
+    pub introspection_cache_secs: u64,
+    /// Deadline of one fetch from an authorization server (metadata, JWKS, introspection)
+    /// (ms). Default 5000; 100 to 60 000.
+    pub fetch_timeout_ms: u64,
+    /// Introspections in flight at once; a token arriving past them waits its fetch deadline,
+    /// then gets 503. Default 32; 1 to 4096.
+    pub introspection_concurrency: usize,
+}
+
+impl Default for OAuthConfig {
+    fn default() -> OAuthConfig {
+        OAuthConfig {
+            issuers: Vec::new(),
+            introspection: Vec::new(),
+            resource: None,
+            scopes_supported: Vec::new(),
+            resource_documentation: None,
+            leeway_secs: 30,
+            jwks_refresh_min_secs: 60,
+            jwks_max_age_secs: 3600,
+            token_cache_entries: 10_000,
+            introspection_cache_secs: 60,
+            fetch_timeout_ms: 5000,
+            introspection_concurrency: 32,
+        }
+    }
+}
+
+impl OAuthConfig {
+    /// Whether OAuth is on: an authorization server is configured.
+    #[must_use]
+    pub fn enabled(&self) -> bool {
+        !self.issuers.is_empty() || !self.introspection.is_empty()
+    }
+
+    /// Every authorization server, in order, once (the metadata's `authorization_servers`).
+    #[must_use]
+    pub fn authorization_servers(&self) -> Vec<String> {
+        let mut all: Vec<String> = Vec::new();
+        for i in self.issuers.iter().chain(self.introspection.iter().map(|i| &i.issuer)) {
+            if !all.contains(i) {
+                all.push(i.clone());
+            }
+        }
+        all
+    }
+}
+
+/// `[[auth.oauth.introspection]]`: one authorization server whose opaque tokens are
+/// introspected.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct IntrospectionConfig {
+    /// Its issuer URL (its metadata names the introspection endpoint).
+    pub issuer: String,
+    /// This server's client id there.
+    pub client_id: String,
+    /// Its secret (sent with HTTP Basic authentication).
+    pub client_secret: Secret,
+}
+
 /// `[sse]`: streams, their replay windows and their connections.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -326,6 +438,8 @@ pub struct RuntimeConfig {
     pub modern: ModernConfig,
     /// `[tasks]`: the tasks extension (2026-07-28).
     pub tasks: TasksConfig,
+    /// `[auth]`: OAuth 2.1 and scopes.
+    pub auth: AuthConfig,
 }
 
 /// `[tasks]`: how tasks (the 2026-07-28 tasks extension) are kept.
@@ -634,6 +748,9 @@ pub enum ConfigError {
     /// The Redis backend's connection settings contradict each other.
     #[error("{0}")]
     Redis(&'static str),
+    /// `[auth]` is unusable.
+    #[error("{0}")]
+    Auth(String),
 }
 
 const HOUR_MS: u64 = 3_600_000;
@@ -684,7 +801,7 @@ impl RuntimeConfig {
     pub fn validate(self) -> Result<ValidConfig, ConfigError> {
         let (se, ss, l, q) = (&self.sse, &self.sessions, &self.limits, &self.quotas);
         let max = u64::MAX;
-        let rows: [(&'static str, u64, u64, u64); 63] = [
+        let rows: [(&'static str, u64, u64, u64); 70] = [
             ("security.max_body_bytes", self.security.max_body_bytes as u64, 1, 1 << 30),
             ("security.body_read_timeout_ms", self.security.body_read_timeout_ms, 100, 600_000),
             ("sse.replay_max_events", se.replay_max_events as u64, 1, 1 << 20),
@@ -778,6 +895,28 @@ impl RuntimeConfig {
             ("tasks.max_per_caller", self.tasks.max_per_caller as u64, 1, 1 << 16),
             ("tasks.max_kept_per_caller", self.tasks.max_kept_per_caller as u64, 1, 1 << 20),
             ("tasks.max_result_bytes", self.tasks.max_result_bytes as u64, 1024, 64 << 20),
+            ("auth.oauth.leeway_secs", self.auth.oauth.leeway_secs, 0, 600),
+            ("auth.oauth.jwks_refresh_min_secs", self.auth.oauth.jwks_refresh_min_secs, 1, 86_400),
+            ("auth.oauth.jwks_max_age_secs", self.auth.oauth.jwks_max_age_secs, 60, 604_800),
+            (
+                "auth.oauth.token_cache_entries",
+                self.auth.oauth.token_cache_entries as u64,
+                1,
+                10_000_000,
+            ),
+            (
+                "auth.oauth.introspection_cache_secs",
+                self.auth.oauth.introspection_cache_secs,
+                1,
+                86_400,
+            ),
+            ("auth.oauth.fetch_timeout_ms", self.auth.oauth.fetch_timeout_ms, 100, 60_000),
+            (
+                "auth.oauth.introspection_concurrency",
+                self.auth.oauth.introspection_concurrency as u64,
+                1,
+                4096,
+            ),
         ];
         for (field, value, min, max) in rows {
             check(field, value, min, max)?;
@@ -799,6 +938,7 @@ impl RuntimeConfig {
             return Err(ConfigError::CursorSecret);
         }
         self.rollout.validate().map_err(|e| ConfigError::Rollout(e.to_string()))?;
+        self.validate_auth().map_err(ConfigError::Auth)?;
         let l = &self.ledger;
         let redis = l.backend == LedgerBackend::Redis;
         if redis && l.redis_tls_cert_file.is_some() != l.redis_tls_key_file.is_some() {
@@ -825,6 +965,63 @@ impl RuntimeConfig {
             }
         }
         Ok(ValidConfig(self))
+    }
+
+    /// `[auth]`'s rules beyond ranges: URLs an authorization server or a resource may have,
+    /// scope tokens, a resource when OAuth is on, scopes only with OAuth.
+    fn validate_auth(&self) -> Result<(), String> {
+        use crate::proto::oauth::{scope_token_ok, url_allowed};
+        let a = &self.auth;
+        let o = &a.oauth;
+        let url = |field: &str, u: &str| {
+            if url_allowed(u) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{field} = {u:?}: an https:// URL (http:// only on 127.0.0.1, localhost or [::1]), without query, fragment, quote or space"
+                ))
+            }
+        };
+        for i in &o.issuers {
+            url("auth.oauth.issuers", i)?;
+        }
+        for i in &o.introspection {
+            url("auth.oauth.introspection.issuer", &i.issuer)?;
+            if i.client_id.is_empty() {
+                return Err("auth.oauth.introspection.client_id is empty".into());
+            }
+        }
+        if let Some(d) = &o.resource_documentation {
+            url("auth.oauth.resource_documentation", d)?;
+        }
+        let scopes =
+            o.scopes_supported.iter().chain(&a.required_scopes).chain(a.scopes.values().flatten());
+        for s in scopes {
+            if !scope_token_ok(s) {
+                return Err(format!(
+                    "scope {s:?} is not a scope token (visible ASCII, no space, quote or backslash)"
+                ));
+            }
+        }
+        if o.enabled() && !cfg!(feature = "oauth") {
+            return Err("[auth.oauth] needs mcp-runtime's cargo feature `oauth`".into());
+        }
+        if !o.enabled() {
+            if o.resource.is_some() || !a.required_scopes.is_empty() || !a.scopes.is_empty() {
+                return Err("auth.oauth.resource, auth.required_scopes and [auth.scopes] need an authorization server (auth.oauth.issuers or [[auth.oauth.introspection]])".into());
+            }
+            return Ok(());
+        }
+        let resource = o.resource.as_deref().ok_or(
+            "auth.oauth.resource is required with OAuth: this endpoint's public URI, e.g. https://mcp.example.com/mcp",
+        )?;
+        url("auth.oauth.resource", resource)?;
+        if let Some(p) = self.security.bearer_tokens.values().find(|p| p.contains('|')) {
+            return Err(format!(
+                "security.bearer_tokens principal {p:?} contains '|', which OAuth principals (issuer|subject) use"
+            ));
+        }
+        Ok(())
     }
 
     /// The cursor secret, when configured (validated: at least 16 bytes).
@@ -1032,9 +1229,23 @@ mod tests {
     fn the_configuration_page_documents_every_setting_with_its_default() {
         let readme = include_str!("../../docs/configuration.md");
         let tree = serde_json::to_value(RuntimeConfig::default()).unwrap();
-        for (section, fields) in tree.as_object().unwrap() {
-            for (field, default) in fields.as_object().unwrap() {
-                let name = format!("`{section}.{field}`");
+        // Fields of a nested section (`auth.oauth`) are listed as fields of the section.
+        let mut fields = Vec::new();
+        let mut todo: Vec<(String, serde_json::Value)> =
+            tree.as_object().unwrap().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        while let Some((path, v)) = todo.pop() {
+            for (field, default) in v.as_object().unwrap() {
+                match default {
+                    serde_json::Value::Object(m) if !m.is_empty() && path == "auth" => {
+                        todo.push((format!("{path}.{field}"), default.clone()));
+                    }
+                    _ => fields.push((format!("{path}.{field}"), default.clone())),
+                }
+            }
+        }
+        {
+            for (name, default) in &fields {
+                let name = format!("`{name}`");
                 let row = readme
                     .lines()
                     .find(|l| l.starts_with('|') && l.contains(&format!("| {name} |")))

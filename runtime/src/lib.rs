@@ -25,6 +25,7 @@
 pub use server::Server;
 
 pub mod actor;
+pub mod auth;
 #[cfg(feature = "client")]
 pub mod client;
 #[cfg(feature = "client")]

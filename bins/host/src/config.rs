@@ -9,8 +9,8 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use mcp_runtime::config::{
-    LedgerBackend, LedgerConfig, LimitsConfig, ModernConfig, QuotasConfig, RuntimeConfig,
-    SecurityConfig, SessionsConfig, ShutdownConfig, SseConfig, TasksConfig,
+    AuthConfig, LedgerBackend, LedgerConfig, LimitsConfig, ModernConfig, QuotasConfig,
+    RuntimeConfig, SecurityConfig, SessionsConfig, ShutdownConfig, SseConfig, TasksConfig,
 };
 use mcp_runtime::proto::rollout::RolloutFlags;
 use serde::Deserialize;
@@ -55,6 +55,18 @@ pub(crate) struct Flags {
     /// address its Forwarded / X-Forwarded-For header names. Default none (headers ignored).
     #[arg(long = "trust-forwarded-for", value_name = "CIDR")]
     pub(crate) trust_forwarded_for: Vec<mcp_runtime::proto::forwarded::Cidr>,
+    /// An OAuth authorization server whose JWT access tokens are accepted (repeatable), by
+    /// issuer URL; turns OAuth on (auth.oauth.issuers). Needs --oauth-resource.
+    #[arg(long = "oauth-issuer", value_name = "URL")]
+    pub(crate) oauth_issuers: Vec<String>,
+    /// This endpoint's public URI, e.g. https://mcp.example.com/mcp: the audience tokens must
+    /// name and the base of the Protected Resource Metadata URL (auth.oauth.resource).
+    #[arg(long = "oauth-resource", value_name = "URL")]
+    pub(crate) oauth_resource: Option<String>,
+    /// Scopes the Protected Resource Metadata advertises, comma-separated
+    /// (auth.oauth.scopes_supported).
+    #[arg(long = "oauth-scopes-supported", value_delimiter = ',', value_name = "A,B")]
+    pub(crate) oauth_scopes_supported: Option<Vec<String>>,
     /// Replay window per stream, in events.
     #[arg(long)]
     pub(crate) replay_max_events: Option<usize>,
@@ -148,6 +160,7 @@ pub(crate) struct FileConfig {
     shutdown: ShutdownConfig,
     modern: ModernConfig,
     tasks: TasksConfig,
+    auth: AuthConfig,
     admin: AdminSection,
 }
 
@@ -308,6 +321,7 @@ impl HostConfig {
             shutdown: f.shutdown,
             modern: f.modern,
             tasks: f.tasks,
+            auth: f.auth,
         };
         match flags.ledger {
             Some(LedgerArg::Memory) => runtime.ledger.backend = LedgerBackend::Memory,
@@ -328,6 +342,14 @@ impl HostConfig {
         security.allowed_origins.extend(flags.allowed_origins);
         security.allowed_hosts.extend(flags.allowed_hosts);
         security.trust_forwarded_for.extend(flags.trust_forwarded_for);
+        let oauth = &mut runtime.auth.oauth;
+        oauth.issuers.extend(flags.oauth_issuers);
+        if let Some(r) = flags.oauth_resource {
+            oauth.resource = Some(r);
+        }
+        if let Some(s) = flags.oauth_scopes_supported {
+            oauth.scopes_supported = s;
+        }
         let set = |slot: &mut u64, v: Option<u64>| *slot = v.unwrap_or(*slot);
         let set_usize = |slot: &mut usize, v: Option<usize>| *slot = v.unwrap_or(*slot);
         set_usize(&mut sse.replay_max_events, flags.replay_max_events);
@@ -1035,6 +1057,35 @@ path = \"/var/lib/mcp/l.db\"\ndurability = \"sync\"\n",
         (&["--stats-every-ms", "20"], &["server.stats_every_ms=20"]),
         (&["--admin-port", "9"], &["admin.port=9"]),
         (&["--no-admin"], &["admin.enabled=false"]),
+        (
+            &["--oauth-issuer", "https://as.example", "--oauth-resource", "https://m.example/mcp"],
+            &[
+                "auth.oauth.issuers=[\"https://as.example\"]",
+                "auth.oauth.resource=https://m.example/mcp",
+            ],
+        ),
+        (
+            &["--oauth-resource", "https://m.example/mcp", "--oauth-issuer", "http://127.0.0.1:9"],
+            &[
+                "auth.oauth.resource=https://m.example/mcp",
+                "auth.oauth.issuers=[\"http://127.0.0.1:9\"]",
+            ],
+        ),
+        (
+            &[
+                "--oauth-scopes-supported",
+                "a,b",
+                "--oauth-issuer",
+                "https://as.example",
+                "--oauth-resource",
+                "https://m.example/mcp",
+            ],
+            &[
+                "auth.oauth.scopes_supported=[\"a\", \"b\"]",
+                "auth.oauth.issuers=[\"https://as.example\"]",
+                "auth.oauth.resource=https://m.example/mcp",
+            ],
+        ),
     ];
 
     #[test]

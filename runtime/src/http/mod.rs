@@ -19,8 +19,8 @@ use crate::actor::{
     SessionHandle, SseBody, Supervisor,
 };
 use crate::proto::admission::{
-    Admitted, Command, HeadAdmitted, HttpMethod, ReplyMode, RequestHead, admit_body, admit_head,
-    cors_headers, cors_origin, cors_preflight_headers,
+    Admitted, Command, HeadAdmitted, HttpMethod, ReplyMode, RequestHead, admit_after_auth,
+    admit_body, admit_front, bearer_token, cors_headers, cors_origin, cors_preflight_headers,
 };
 use crate::proto::error::{Overload, Quota, Rejection};
 use crate::proto::forwarded::{self, Cidr};
@@ -30,6 +30,7 @@ use crate::proto::mcp::initialize_result;
 pub mod admin;
 mod listen;
 mod metrics;
+mod oauth;
 mod stateless;
 
 /// The session header, as written by this server.
@@ -226,6 +227,11 @@ pub async fn endpoint(
         Err(rejection) => {
             sup.stats().refused(&rejection);
             let mut resp = ApiError(rejection.clone()).error_response();
+            if let Some(oauth) = sup.oauth()
+                && rejection.is_challenge()
+            {
+                oauth::challenge(oauth, &rejection, &mut resp);
+            }
             if rejection.inner() == &Rejection::Overloaded(Overload::Draining) {
                 // How long a restart takes is the operator's to say.
                 resp.headers_mut().insert(
@@ -334,6 +340,9 @@ async fn serve(
     payload: web::Payload,
     sup: &Arc<Supervisor>,
 ) -> Result<HttpResponse, Rejection> {
+    if oauth::token_in_query(req.query_string()) {
+        return Err(Rejection::TokenInQuery);
+    }
     let admitted = admit_request(req, head, payload, sup).await?;
     if sup.phase() != Phase::Serving && starts_work(&admitted.command) {
         // Draining: what finishes in-flight work (answers to server-to-client requests,
@@ -550,21 +559,44 @@ async fn admit_request(
     sup: &Supervisor,
 ) -> Result<Admitted, Rejection> {
     let policy = sup.admit_policy();
-    let principal = match admit_head(head, policy)? {
-        HeadAdmitted::Done(a) => return Ok(a),
-        HeadAdmitted::Post { principal } => principal,
-    };
-    let declared = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > policy.max_body_bytes) {
-        return Err(Rejection::PayloadTooLarge);
+    if let Some(preflight) = admit_front(head, policy)? {
+        return Ok(preflight);
     }
-    let deadline = std::time::Duration::from_millis(sup.config().security.body_read_timeout_ms);
-    let body = read_body(payload, policy.max_body_bytes, declared, deadline).await?;
-    admit_body(principal, head, &body, policy)
+    // A static token's principal, else an OAuth grant's (checked, or from the cache).
+    let token = bearer_token(head);
+    let mut grant = None;
+    let principal = match (token.and_then(|t| policy.auth.as_ref()?.principal(t)), sup.oauth()) {
+        (Some(p), _) => Some(p),
+        (None, Some(oauth)) => {
+            let g = oauth::authenticate(oauth, token).await?;
+            let p = Arc::clone(&g.principal);
+            grant = Some(g);
+            Some(p)
+        }
+        (None, None) if policy.auth.is_some() => return Err(Rejection::Unauthorized),
+        (None, None) => None,
+    };
+    let admitted = match admit_after_auth(head, principal)? {
+        HeadAdmitted::Done(a) => a,
+        HeadAdmitted::Post { principal } => {
+            let declared = req
+                .headers()
+                .get(header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<usize>().ok());
+            if declared.is_some_and(|n| n > policy.max_body_bytes) {
+                return Err(Rejection::PayloadTooLarge);
+            }
+            let deadline =
+                std::time::Duration::from_millis(sup.config().security.body_read_timeout_ms);
+            let body = read_body(payload, policy.max_body_bytes, declared, deadline).await?;
+            admit_body(principal, head, &body, policy)?
+        }
+    };
+    if let (Some(grant), Some(oauth)) = (&grant, sup.oauth()) {
+        oauth::check_scopes(oauth, &admitted, grant)?;
+    }
+    Ok(admitted)
 }
 
 /// The answer to a POST, once the session has taken it.
@@ -631,6 +663,7 @@ async fn livez() -> HttpResponse {
 pub fn configure(path: &str, sup: Arc<Supervisor>) -> impl FnOnce(&mut web::ServiceConfig) + use<> {
     let path = path.to_owned();
     move |cfg: &mut web::ServiceConfig| {
+        oauth::routes(cfg, &sup);
         cfg.app_data(web::Data::new(sup))
             .app_data(web::PayloadConfig::new(usize::MAX))
             .route("/readyz", web::get().to(readyz))

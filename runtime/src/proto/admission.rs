@@ -127,7 +127,9 @@ impl TokenMap {
         )
     }
 
-    fn principal(&self, token: &str) -> Option<Arc<str>> {
+    /// The principal of a static token.
+    #[must_use]
+    pub fn principal(&self, token: &str) -> Option<Arc<str>> {
         let d: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         self.0.get(&d).cloned()
     }
@@ -252,6 +254,35 @@ impl Command {
             | Command::Modern { .. }
             | Command::ModernNotification => None,
         }
+    }
+}
+
+/// The scopes `command` needs that `grant` lacks: `None` when it has them all, else every
+/// scope the first request short of them needs (the `scope` of the 403, so a client can ask
+/// for them in one step-up). A batch is refused whole when any request in it is short.
+#[must_use]
+pub fn missing_scopes<'t>(
+    command: &Command,
+    table: &'t super::oauth::ScopeTable,
+    grant: &super::oauth::Grant,
+) -> Option<&'t [Box<str>]> {
+    use super::jsonrpc::Message;
+    use super::oauth::named_in;
+    let short = |needed: &'t [Box<str>]| (!grant.has_all(needed)).then_some(needed);
+    let of_message = |m: &Message| match m {
+        Message::Request { method, params, .. } => {
+            short(table.needed(method, named_in(method, params.as_ref())))
+        }
+        _ => short(table.endpoint()),
+    };
+    match command {
+        Command::Initialize { .. } => short(table.needed("initialize", None)),
+        Command::Post { incoming: Incoming::Single(m), .. } => of_message(m),
+        Command::Post { incoming: Incoming::Batch(items), .. } => items.iter().find_map(of_message),
+        Command::Modern { request, .. } => {
+            short(table.needed(&request.method, named_in(&request.method, request.params.as_ref())))
+        }
+        _ => short(table.endpoint()),
     }
 }
 
@@ -449,6 +480,36 @@ pub enum HeadAdmitted {
 /// # Errors
 /// The [`Rejection`] for the first rule the head breaks.
 pub fn admit_head(head: &RequestHead<'_>, policy: &AdmitPolicy) -> Result<HeadAdmitted, Rejection> {
+    if let Some(preflight) = admit_front(head, policy)? {
+        return Ok(HeadAdmitted::Done(preflight));
+    }
+    let principal = match &policy.auth {
+        None => None,
+        Some(tokens) => Some(
+            bearer_token(head).and_then(|t| tokens.principal(t)).ok_or(Rejection::Unauthorized)?,
+        ),
+    };
+    admit_after_auth(head, principal)
+}
+
+/// The bearer token of `Authorization` (scheme case-insensitive), if any.
+#[must_use]
+pub fn bearer_token<'h>(head: &RequestHead<'h>) -> Option<&'h str> {
+    let a = head.authorization?.trim_start();
+    let (scheme, token) = a.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// The head's rules before authentication: header values, `Origin`, `Host`, and a CORS
+/// preflight (answered without credentials). `Some` is the preflight, decided.
+///
+/// # Errors
+/// The [`Rejection`] for the first rule the head breaks.
+pub fn admit_front(
+    head: &RequestHead<'_>,
+    policy: &AdmitPolicy,
+) -> Result<Option<Admitted>, Rejection> {
     if let Some(name) = head.invalid_header {
         return Err(Rejection::InvalidHeader(name));
     }
@@ -464,25 +525,24 @@ pub fn admit_head(head: &RequestHead<'_>, policy: &AdmitPolicy) -> Result<HeadAd
     }
     if head.method == HttpMethod::Options {
         return match (head.origin, head.cors_request_method) {
-            (Some(_), Some(_)) => Ok(HeadAdmitted::Done(Admitted {
-                principal: None,
-                command: Command::Preflight,
-                parsed_bytes: 0,
-            })),
+            (Some(_), Some(_)) => {
+                Ok(Some(Admitted { principal: None, command: Command::Preflight, parsed_bytes: 0 }))
+            }
             _ => Err(Rejection::MethodNotAllowed),
         };
     }
-    let principal = match &policy.auth {
-        None => None,
-        Some(tokens) => {
-            let token = head
-                .authorization
-                .and_then(|a| a.strip_prefix("Bearer ").or_else(|| a.strip_prefix("bearer ")))
-                .map(str::trim)
-                .ok_or(Rejection::Unauthorized)?;
-            Some(tokens.principal(token).ok_or(Rejection::Unauthorized)?)
-        }
-    };
+    Ok(None)
+}
+
+/// The head's rules after authentication ([`admit_front`], then the caller's `principal`
+/// found by the shell: a static token's, or an OAuth grant's).
+///
+/// # Errors
+/// The [`Rejection`] for the first rule the head breaks.
+pub fn admit_after_auth(
+    head: &RequestHead<'_>,
+    principal: Option<Arc<str>>,
+) -> Result<HeadAdmitted, Rejection> {
     if matches!(head.method, HttpMethod::Get | HttpMethod::Delete)
         && head.session_id.is_none()
         && head.protocol_version.is_some_and(|v| super::stateless::is_modern(Some(v), None))

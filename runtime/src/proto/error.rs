@@ -128,6 +128,19 @@ pub enum Rejection {
     /// Authentication is configured and the bearer token is missing or unknown.
     #[error("Unauthorized: missing or invalid bearer token")]
     Unauthorized,
+    /// OAuth: a bearer token was sent and is not accepted (signature, issuer, audience,
+    /// expiry, or an introspection that says it is not active).
+    #[error("Unauthorized: the access token is not accepted")]
+    InvalidToken,
+    /// OAuth: the token lacks a scope the request needs (the scopes it needs, sorted).
+    #[error("Forbidden: the access token lacks a scope this request needs")]
+    InsufficientScope(std::sync::Arc<[Box<str>]>),
+    /// An access token in the query string (MCP: tokens go in the `Authorization` header only).
+    #[error("Bad Request: access tokens are accepted in the Authorization header only")]
+    TokenInQuery,
+    /// OAuth: no authorization server that could accept the token answered in time.
+    #[error("Service Unavailable: the authorization server could not be asked")]
+    AuthUnavailable,
     /// Neither JSON nor SSE is acceptable to the client (POST), or SSE is not (GET).
     #[error("Not Acceptable: client must accept application/json or text/event-stream")]
     NotAcceptable,
@@ -273,7 +286,10 @@ impl Rejection {
         match self {
             Rejection::WithId(inner, _) => inner.status(),
             Rejection::OriginNotAllowed | Rejection::HostNotAllowed => 403,
-            Rejection::Unauthorized => 401,
+            Rejection::Unauthorized | Rejection::InvalidToken => 401,
+            Rejection::InsufficientScope(_) => 403,
+            Rejection::TokenInQuery => 400,
+            Rejection::AuthUnavailable => 503,
             Rejection::NotAcceptable => 406,
             Rejection::UnsupportedMediaType => 415,
             Rejection::PayloadTooLarge => 413,
@@ -336,6 +352,10 @@ impl Rejection {
             Rejection::OriginNotAllowed
             | Rejection::HostNotAllowed
             | Rejection::Unauthorized
+            | Rejection::InvalidToken
+            | Rejection::InsufficientScope(_)
+            | Rejection::TokenInQuery
+            | Rejection::AuthUnavailable
             | Rejection::NotAcceptable
             | Rejection::UnsupportedMediaType
             | Rejection::PayloadTooLarge
@@ -368,6 +388,7 @@ impl Rejection {
             Rejection::QuotaExceeded { retry_after_s, .. }
             | Rejection::StoreFull { retry_after_s, .. } => Some(*retry_after_s),
             Rejection::Overloaded(cause) => Some(cause.retry_after_s()),
+            Rejection::AuthUnavailable => Some(1),
             _ => None,
         }
     }
@@ -380,7 +401,12 @@ impl Rejection {
         }
         match self {
             Rejection::WithId(inner, _) => inner.headers(),
-            Rejection::Unauthorized => vec![("WWW-Authenticate", "Bearer".into())],
+            Rejection::Unauthorized
+            | Rejection::InvalidToken
+            | Rejection::InsufficientScope(_)
+            | Rejection::TokenInQuery => {
+                vec![("WWW-Authenticate", self.challenge(None, &[]))]
+            }
             Rejection::MethodNotAllowed => vec![("Allow", "GET, POST, DELETE, OPTIONS".into())],
             Rejection::Modern {
                 error: super::stateless::ModernError::NoSessionMethods, ..
@@ -389,6 +415,39 @@ impl Rejection {
             }
             _ => Vec::new(),
         }
+    }
+
+    /// The `WWW-Authenticate` value of an authentication refusal, with the Protected Resource
+    /// Metadata URL and the scopes the request needs when OAuth is on (the scopes of an
+    /// insufficient-scope refusal are its own).
+    #[must_use]
+    pub fn challenge(&self, resource_metadata: Option<&str>, scopes: &[Box<str>]) -> String {
+        use super::oauth::{BearerError, challenge};
+        match self.inner() {
+            Rejection::InvalidToken => {
+                challenge(resource_metadata, scopes, Some(BearerError::InvalidToken))
+            }
+            Rejection::InsufficientScope(needed) => {
+                challenge(resource_metadata, needed, Some(BearerError::InsufficientScope))
+            }
+            Rejection::TokenInQuery => {
+                challenge(resource_metadata, &[], Some(BearerError::InvalidRequest))
+            }
+            _ => challenge(resource_metadata, scopes, None),
+        }
+    }
+
+    /// Whether this refusal is about the caller's credentials (it carries a
+    /// `WWW-Authenticate` challenge).
+    #[must_use]
+    pub fn is_challenge(&self) -> bool {
+        matches!(
+            self.inner(),
+            Rejection::Unauthorized
+                | Rejection::InvalidToken
+                | Rejection::InsufficientScope(_)
+                | Rejection::TokenInQuery
+        )
     }
 
     /// The JSON-RPC error object of the body.
@@ -441,6 +500,10 @@ impl Rejection {
             Rejection::OriginNotAllowed => "origin",
             Rejection::HostNotAllowed => "host",
             Rejection::Unauthorized => "unauthorized",
+            Rejection::InvalidToken => "invalid_token",
+            Rejection::InsufficientScope(_) => "insufficient_scope",
+            Rejection::TokenInQuery => "token_in_query",
+            Rejection::AuthUnavailable => "auth_unavailable",
             Rejection::NotAcceptable => "not_acceptable",
             Rejection::UnsupportedMediaType => "media_type",
             Rejection::PayloadTooLarge => "body_too_large",
@@ -506,10 +569,14 @@ impl Rejection {
     }
 
     /// Every value [`Rejection::cause`] can return.
-    pub const CAUSES: [&'static str; 54] = [
+    pub const CAUSES: [&'static str; 58] = [
         "origin",
         "host",
         "unauthorized",
+        "invalid_token",
+        "insufficient_scope",
+        "token_in_query",
+        "auth_unavailable",
         "not_acceptable",
         "media_type",
         "body_too_large",
@@ -578,7 +645,26 @@ impl Rejection {
                 Rejection::HostNotAllowed,
                 "`Host` not allowed (loopback binds accept only localhost names)",
             ),
-            (Rejection::Unauthorized, "auth configured; bearer token missing or unknown"),
+            (
+                Rejection::Unauthorized,
+                "auth configured; no bearer token, or (static tokens only) an unknown one",
+            ),
+            (
+                Rejection::InvalidToken,
+                "OAuth: the access token is not accepted (`error=\"invalid_token\"`): signature, algorithm, issuer, audience not this resource, expired, not yet valid, or introspection says inactive",
+            ),
+            (
+                Rejection::InsufficientScope(std::sync::Arc::from(vec![Box::from("s")])),
+                "OAuth: the token lacks a scope the request needs (`error=\"insufficient_scope\"`, `scope=` what it needs)",
+            ),
+            (
+                Rejection::TokenInQuery,
+                "an `access_token` in the query string (`error=\"invalid_request\"`)",
+            ),
+            (
+                Rejection::AuthUnavailable,
+                "OAuth: no authorization server that could accept the token answered (keys or introspection) within `auth.oauth.fetch_timeout_ms`",
+            ),
             (
                 Rejection::NotAcceptable,
                 "POST accepts neither JSON nor SSE; GET does not accept SSE",
@@ -705,6 +791,10 @@ mod tests {
             (403, code::TRANSPORT),
             (403, code::TRANSPORT),
             (401, code::TRANSPORT),
+            (401, code::TRANSPORT),
+            (403, code::TRANSPORT),
+            (400, code::TRANSPORT),
+            (503, code::TRANSPORT),
             (406, code::TRANSPORT),
             (415, code::TRANSPORT),
             (413, code::TRANSPORT),

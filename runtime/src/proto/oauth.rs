@@ -229,6 +229,12 @@ impl KeySet {
     pub fn is_empty(&self) -> bool {
         self.keys.is_empty()
     }
+
+    /// Whether a key has this `kid` (never for a token without one).
+    #[must_use]
+    pub fn has_kid(&self, kid: Option<&str>) -> bool {
+        kid.is_some() && self.keys.iter().any(|k| k.kid.as_deref() == kid)
+    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -56,6 +56,8 @@ pub struct Supervisor {
     tasks: Arc<crate::stores::tasks::Tasks>,
     cfg: Arc<RuntimeConfig>,
     admit: AdmitPolicy,
+    /// The OAuth resource server (`[auth.oauth]`).
+    oauth: Option<Arc<crate::auth::OAuth>>,
     catalog: Arc<Catalog>,
     registry: Arc<Registry<SessionHandle>>,
     rate: RateLimiter,
@@ -207,6 +209,7 @@ impl Supervisor {
             tasks,
             key: cursor_key,
             admit: cfg.admit_policy(),
+            oauth: crate::auth::OAuth::from_config(&cfg, clock),
             caller_sessions: Arc::default(),
             caller_rate: Arc::default(),
             rate: RateLimiter::new(
@@ -258,6 +261,12 @@ impl Supervisor {
     #[must_use]
     pub fn admit_policy(&self) -> &AdmitPolicy {
         &self.admit
+    }
+
+    /// The OAuth resource server, when `[auth.oauth]` names an authorization server.
+    #[must_use]
+    pub fn oauth(&self) -> Option<&Arc<crate::auth::OAuth>> {
+        self.oauth.as_ref()
     }
 
     /// The catalog.

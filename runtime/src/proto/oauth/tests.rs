@@ -302,8 +302,8 @@ fn challenges_name_the_metadata_the_scopes_and_the_error() {
 
 #[test]
 fn the_scope_table_adds_a_method_or_a_named_entry_to_the_endpoint_scopes() {
-    let write = vec!["baskets:write".to_owned()];
-    let tools = vec!["tools".to_owned()];
+    let write = ["baskets:write".to_owned()];
+    let tools = ["tools".to_owned()];
     let t =
         ScopeTable::new(["mcp"], [("tools/call:checkout", &write[..]), ("tools/call", &tools[..])]);
     let names = |v: &[Box<str>]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
