@@ -4,8 +4,9 @@
 # 0.2.0-alpha.12) against a freshly started mcp-host, the official Python SDK client, CORS in
 # headless Chromium and by curl (scripts/browser.sh), our client against the official
 # TypeScript SDK server and mcp-host, and a short soak (scripts/soak.sh).
-# Installs what it needs (Node 22 via npm, Python packages via pip, Chromium, redis-server
-# and openssl via apt); starts and stops its own mcp-host and redis-server processes.
+# Installs what it needs (Node 22 and the OAuth provider oidc-provider via npm, Python
+# packages via pip, Chromium, redis-server and openssl via apt); starts and stops its own
+# mcp-host, redis-server and OAuth provider processes.
 #
 # Every process of the run inherits MCP_TEST_RUN (a random marker). At the end, and on an early
 # exit, no process carrying it may be alive (after 2 s of grace for hosts that exit when their
@@ -88,6 +89,14 @@ if ! command -v openssl >/dev/null; then
     { apt-get update -qq && apt-get install -y -qq --no-install-recommends openssl >/dev/null; } ||
     { echo "test.sh: FAILED: cannot install openssl" >&2; exit 1; }
 fi
+
+# The OAuth tests' authorization server (oidc-provider) and its Node 22 runtime, from the npm
+# registry (the tests start and stop it themselves: mcp_devtools::OidcProvider).
+if ! command -v npm >/dev/null 2>&1; then
+  apt-get update -qq && apt-get install -y -qq nodejs npm >/dev/null
+fi
+(cd scripts/oidc && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+scripts/oidc/node_modules/.bin/node --version >/dev/null
 
 scripts/check-sans-io.sh
 # No import cycle between files of the runtime, the host or mcp-load; proto names no shell.

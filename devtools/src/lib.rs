@@ -414,6 +414,9 @@ pub fn dechunk(mut b: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests;
 
+pub mod oidc;
+pub use oidc::{OidcError, OidcProvider};
+
 /// A `redis-server` of a test's own: on a free loopback port, its files in a temporary
 /// directory, nothing persisted; killed (SIGKILL: it has nothing to save) and its directory
 /// removed when dropped.

@@ -8,6 +8,7 @@ mod faults;
 mod graceful_stop;
 mod ledger_files;
 mod ledger_full;
+mod oauth;
 mod redis;
 mod restart;
 mod rotation;
