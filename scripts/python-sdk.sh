@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The official Python SDK client (mcp 2.x, legacy and modern modes) against mcp-host and
-# against the README's library example (runtime/examples/one_tool.rs).
+# against the README's library example (runtime/examples/one_tool.rs), and in its OAuth mode
+# (client credentials, discovery from the 401) against mcp-host and the OAuth provider of
+# scripts/oidc (installed by scripts/test.sh; the test starts and stops it).
 # Usage: scripts/python-sdk.sh [path/to/mcp-host]
 # pytest's fixtures start mcp-host themselves and stop it in a `finally`, which does not run if
 # pytest is killed (or if the host outlives `proc.wait(timeout=10)`). So pytest runs as the
