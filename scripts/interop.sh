@@ -3,7 +3,8 @@
 # (stateful, in-memory event store; scripts/conformance/ts-server.mjs) and mcp-host. Each
 # probe calls a tool whose stream the server closes early and requires the call to complete
 # through GET + Last-Event-ID. Then mcp-load runs (fault-free, with cuts) and a short release
-# gate against mcp-host. Needs `npm ci` in scripts/conformance (conformance.sh does it).
+# gate against mcp-host (also with OAuth tokens from the provider of scripts/oidc). Needs
+# `npm ci` in scripts/conformance (conformance.sh does it) and in scripts/oidc (test.sh does).
 # Usage: scripts/interop.sh [path/to/mcp-host] [path/to/mcp-load]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -63,6 +64,27 @@ if timeout 900 "$LOAD_BIN" gate --spawn-host "$HOST_BIN" --clients 32 --events-p
   grep -E 'events, .* sessions' "$log/gate.txt"
 else
   echo "interop: mcp-load gate FAILED"; cat "$log/gate.txt"; failed=$((failed + 1))
+fi
+# The gate with OAuth: the hosts trust a real authorization server (scripts/oidc, oidc-provider),
+# the clients' JWT access tokens come from it by the client credentials grant
+# (--token-cmd, fetched again every 20 s), and `old-token` sends another client's token on
+# live sessions (refused: 404) and stateless requests (served as that other principal).
+oidc_node=scripts/oidc/node_modules/.bin/node
+[ -x "$oidc_node" ] || (cd scripts/oidc && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+bg_start "$log/oidc.out" "$oidc_node" scripts/oidc/provider.mjs --port 0
+wait_listening "$log/oidc.out" "$BG_PID" issuer \
+  || { echo "interop: the OAuth provider did not start" >&2; cat "$log/oidc.out.err" >&2; exit 1; }
+resource=http://127.0.0.1/mcp-gate
+if timeout 600 "$LOAD_BIN" gate --spawn-host "$HOST_BIN" --scenarios cut,old-token,modern,crash \
+    --host-arg="--oauth-issuer=$issuer" --host-arg="--oauth-resource=$resource" \
+    --token-cmd "scripts/oidc/token.sh $issuer jwt-es256 $resource 'mcp tools:read'" \
+    --other-token-cmd "scripts/oidc/token.sh $issuer jwt-eddsa $resource mcp" --token-refresh-secs 20 \
+    --clients 16 --events-per-phase 1000 --phase-seconds 40 --min-events 3000 --seed 5 --no-progress \
+    --json-out "$log/gate-oauth.json" > "$log/gate-oauth.txt" 2>&1; then
+  echo "interop: mcp-load gate with OAuth access tokens from oidc-provider (short: cut, old-token, modern, crash, mixed) ok"; passed=$((passed + 1))
+  grep -E 'events, .* sessions' "$log/gate-oauth.txt"
+else
+  echo "interop: mcp-load gate with OAuth FAILED"; cat "$log/gate-oauth.txt"; failed=$((failed + 1))
 fi
 # The gate on two hosts sharing one Redis ledger (its own redis-server on a free port, stopped
 # with everything else): requests round robin, no affinity; a node killed, a node paused past

@@ -96,6 +96,7 @@ impl OidcProvider {
         cmd.arg(root.join("provider.mjs"))
             .args(["--port", &port.to_string(), "--keys"])
             .arg(keys)
+            .arg("--exit-with-stdin")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).map_err(|e| OidcError::NotReady(e.to_string()))?);
@@ -114,7 +115,7 @@ impl OidcProvider {
             for _ in lines {}
         });
         let line = rx.recv_timeout(Duration::from_secs(20)).ok().flatten();
-        match line.as_deref().and_then(|l| l.strip_prefix("listening ")) {
+        match line.as_deref().and_then(|l| l.strip_prefix("listening on ")) {
             Some(url) => Ok(OidcProvider {
                 child,
                 _stdin: stdin,

@@ -164,6 +164,10 @@ fn gate_parses_shared_and_own_flags() {
         ledger,
         token,
         other_token,
+        token_cmd,
+        other_token_cmd,
+        token_refresh_secs,
+        host_args,
         clients,
         events_per_phase,
         phase_seconds,
@@ -183,6 +187,8 @@ fn gate_parses_shared_and_own_flags() {
     assert_eq!((url, spawn_host.as_deref()), (None, Some("mcp-host")));
     assert_eq!((nodes, ledger), (1, None), "one node on its own SQLite ledger by default");
     assert_eq!((token, other_token), (None, None));
+    assert_eq!((token_cmd, other_token_cmd, token_refresh_secs), (None, None, 60));
+    assert!(host_args.is_empty());
     assert_eq!(clients, 48);
     assert_eq!((events_per_phase, phase_seconds, min_events), (100_000, 120, 100_000));
     assert_eq!(scenarios, "all");
@@ -230,6 +236,47 @@ fn gate_parses_shared_and_own_flags() {
     assert_eq!(json_out.as_deref(), Some("gate.json"));
     assert_eq!(svg_out.as_deref(), Some("gate.svg"));
     assert!(no_progress);
+
+    // Tokens from commands, and arguments for the spawned hosts.
+    let Command::Gate { token_cmd, other_token_cmd, token_refresh_secs, host_args, .. } = parse(&[
+        "gate",
+        "--spawn-host",
+        "mcp-host",
+        "--token-cmd",
+        "get-token a",
+        "--other-token-cmd",
+        "get-token b",
+        "--token-refresh-secs",
+        "30",
+        "--host-arg=--oauth-issuer=http://127.0.0.1:9",
+        "--host-arg",
+        "--oauth-resource=http://127.0.0.1/mcp",
+    ]) else {
+        panic!("not gate");
+    };
+    assert_eq!(
+        (token_cmd.as_deref(), other_token_cmd.as_deref()),
+        (Some("get-token a"), Some("get-token b"))
+    );
+    assert_eq!(token_refresh_secs, 30);
+    assert_eq!(
+        host_args,
+        ["--oauth-issuer=http://127.0.0.1:9", "--oauth-resource=http://127.0.0.1/mcp"]
+    );
+    assert!(
+        Cli::try_parse_from([
+            "mcp-load",
+            "gate",
+            "--url",
+            "http://127.0.0.1:2/mcp",
+            "--token",
+            "a",
+            "--token-cmd",
+            "x"
+        ])
+        .is_err(),
+        "one token source"
+    );
 }
 
 #[test]

@@ -19,13 +19,14 @@ mod run;
 #[cfg(test)]
 mod scenario_tests;
 mod soak;
+mod token;
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use mcp_runtime::client::journal::MemoryJournal;
-use mcp_runtime::client_http::{ClientConfig, McpClient};
+use mcp_runtime::client_http::{BearerToken, ClientConfig, McpClient};
 use serde_json::{Value, json};
 
 #[derive(Parser)]
@@ -144,6 +145,21 @@ enum Command {
         /// A valid token of another principal (with --url; needed by `old-token`).
         #[arg(long)]
         other_token: Option<String>,
+        /// A command whose output is the clients' bearer token (an OAuth access token, say:
+        /// `curl … /token | jq -r .access_token`), run at start and every
+        /// --token-refresh-secs; instead of --token (and of the spawned host's static token).
+        #[arg(long, conflicts_with = "token")]
+        token_cmd: Option<String>,
+        /// The same for `old-token`'s token of another principal.
+        #[arg(long, conflicts_with = "other_token")]
+        other_token_cmd: Option<String>,
+        /// How often the token commands run again (s).
+        #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+        token_refresh_secs: u64,
+        /// An argument for the spawned hosts (repeatable), e.g.
+        /// `--host-arg=--oauth-issuer=http://127.0.0.1:9000`.
+        #[arg(long = "host-arg", allow_hyphen_values = true)]
+        host_args: Vec<String>,
         /// Virtual clients.
         #[arg(long, default_value_t = 48, value_parser = clap::value_parser!(u32).range(1..=10_000))]
         clients: u32,
@@ -339,6 +355,9 @@ const GATE_TOKENS: [&str; 2] = ["mcp-load-gate-alice", "mcp-load-gate-bob"];
 struct GateArgs {
     url: Option<String>,
     spawn_host: Option<String>,
+    host_args: Vec<String>,
+    /// The token commands (clients', other principal's) and how often they run.
+    token_cmds: (Option<String>, Option<String>, Duration),
     nodes: u32,
     ledger: Option<String>,
     json_out: Option<String>,
@@ -368,6 +387,10 @@ fn shared_ledger_args(url: &str) -> Vec<String> {
 }
 
 fn gate_command(args: GateArgs, mut spec: gate::GateSpec) -> ExitCode {
+    if !args.host_args.is_empty() && args.spawn_host.is_none() {
+        eprintln!("mcp-load: --host-arg is for the hosts --spawn-host starts");
+        return ExitCode::from(2);
+    }
     if args.nodes > 1 && (args.spawn_host.is_none() || args.ledger.is_none()) {
         eprintln!(
             "mcp-load: --nodes 2 or more needs --spawn-host and --ledger redis://… (the hosts share one Redis ledger)"
@@ -406,6 +429,7 @@ fn gate_command(args: GateArgs, mut spec: gate::GateSpec) -> ExitCode {
             if let Some(url) = &args.ledger {
                 extra.extend(shared_ledger_args(url));
             }
+            extra.extend(args.host_args.iter().cloned());
             let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
             // The first node creates the key file the others read.
             let dir = std::sync::Arc::new(dir);
@@ -419,8 +443,8 @@ fn gate_command(args: GateArgs, mut spec: gate::GateSpec) -> ExitCode {
                     }
                 }
             }
-            spec.token = Some(GATE_TOKENS[0].into());
-            spec.other_token = Some(GATE_TOKENS[1].into());
+            spec.token = Some(BearerToken::fixed(GATE_TOKENS[0]));
+            spec.other_token = Some(BearerToken::fixed(GATE_TOKENS[1]));
             nodes
         }
         None => Vec::new(),
@@ -438,6 +462,27 @@ fn gate_command(args: GateArgs, mut spec: gate::GateSpec) -> ExitCode {
         );
         return ExitCode::from(2);
     }
+    // Tokens from commands, refreshed while the gate runs (the refresher stops when dropped).
+    let (token_cmd, other_cmd, every) = args.token_cmds;
+    let mut refreshed = Vec::new();
+    for (cmd, slot, principal) in [
+        (token_cmd, &mut spec.token, "token-cmd"),
+        (other_cmd, &mut spec.other_token, "other-token-cmd"),
+    ] {
+        let Some(cmd) = cmd else { continue };
+        match token::fetch(&cmd) {
+            Ok(t) => {
+                let t = BearerToken::refreshed(&t, principal);
+                refreshed.push((t.clone(), cmd));
+                *slot = Some(t);
+            }
+            Err(e) => {
+                eprintln!("mcp-load: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let _refresher = (!refreshed.is_empty()).then(|| token::Refresher::start(refreshed, every));
     if spec.scenarios.contains(&proxy::Scenario::OldToken) && spec.other_token.is_none() {
         eprintln!(
             "mcp-load: scenario old-token needs --other-token (or --spawn-host); leave it out with --scenarios"
@@ -648,6 +693,10 @@ fn main() -> ExitCode {
             ledger,
             token,
             other_token,
+            token_cmd,
+            other_token_cmd,
+            token_refresh_secs,
+            host_args,
             clients,
             events_per_phase,
             phase_seconds,
@@ -692,8 +741,8 @@ fn main() -> ExitCode {
             }
             let spec = gate::GateSpec {
                 url: String::new(),
-                token,
-                other_token,
+                token: token.as_deref().map(BearerToken::fixed),
+                other_token: other_token.as_deref().map(BearerToken::fixed),
                 clients: clients as usize,
                 events_per_phase,
                 phase_seconds,
@@ -707,7 +756,23 @@ fn main() -> ExitCode {
                 host: None,
                 nodes: Vec::new(),
             };
-            gate_command(GateArgs { url, spawn_host, nodes, ledger, json_out, svg_out }, spec)
+            gate_command(
+                GateArgs {
+                    url,
+                    spawn_host,
+                    host_args,
+                    token_cmds: (
+                        token_cmd,
+                        other_token_cmd,
+                        Duration::from_secs(token_refresh_secs),
+                    ),
+                    nodes,
+                    ledger,
+                    json_out,
+                    svg_out,
+                },
+                spec,
+            )
         }
         Command::Soak {
             spawn_host,

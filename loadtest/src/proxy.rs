@@ -154,7 +154,7 @@ pub(crate) struct FaultPlan {
     /// Seed of the proxy's decisions.
     pub(crate) seed: u64,
     /// For [`Scenario::OldToken`]: a token the server accepts, of another principal.
-    pub(crate) other_token: Option<String>,
+    pub(crate) other_token: Option<mcp_runtime::client_http::BearerToken>,
     /// Each scenario fires at most this many times (`None`: no limit).
     pub(crate) limit: Option<u64>,
     /// A 2026-07-28 `tools/call` gets the old-token rewrite only when its `Mcp-Name` is one of
@@ -604,7 +604,7 @@ async fn exchange(p: &Proxy, c: &mut Conn, ups: &mut [Option<Conn>]) -> IoResult
         Rewrite::Origin => req.set("Origin", FOREIGN_ORIGIN),
         Rewrite::Token => req.set(
             "Authorization",
-            &format!("Bearer {}", p.plan.other_token.as_deref().unwrap_or_default()),
+            &format!("Bearer {}", p.plan.other_token.as_ref().map(|t| t.get()).unwrap_or_default()),
         ),
         Rewrite::Version => req.remove("MCP-Protocol-Version"),
         Rewrite::Cursor => {

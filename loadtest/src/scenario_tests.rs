@@ -79,7 +79,7 @@ async fn setup(
     let plan = FaultPlan {
         rates: faults.iter().copied().collect::<BTreeMap<_, _>>(),
         seed: 7,
-        other_token: Some(BOB.into()),
+        other_token: Some(mcp_runtime::client_http::BearerToken::fixed(BOB)),
         limit,
         ..FaultPlan::default()
     };
@@ -89,7 +89,7 @@ async fn setup(
 
 async fn client(url: &str) -> McpClient {
     let mut cfg = ClientConfig::new(url);
-    cfg.token = Some(ALICE.into());
+    cfg.token = Some(mcp_runtime::client_http::BearerToken::fixed(ALICE));
     cfg.backoff.default_ms = 20;
     McpClient::connect(cfg, MemoryJournal::new(4096)).await.expect("connect")
 }
@@ -248,7 +248,7 @@ async fn another_principals_token_is_refused_and_the_client_starts_over() {
     let (url, p) = setup(&[(Scenario::OldToken, 1.0)], Some(1)).await;
     // The first request with a session id is notifications/initialized: the swap hits it.
     let mut cfg = ClientConfig::new(&url);
-    cfg.token = Some(ALICE.into());
+    cfg.token = Some(mcp_runtime::client_http::BearerToken::fixed(ALICE));
     assert!(matches!(
         McpClient::connect(cfg, MemoryJournal::new(16)).await,
         Err(ClientError::Http(404, _))
@@ -272,7 +272,7 @@ async fn missing_version_header_is_served_from_the_session() {
 async fn rewritten_origin_is_refused_and_not_retried() {
     let (url, p) = setup(&[(Scenario::OriginRewrite, 1.0)], None).await;
     let mut cfg = ClientConfig::new(&url);
-    cfg.token = Some(ALICE.into());
+    cfg.token = Some(mcp_runtime::client_http::BearerToken::fixed(ALICE));
     assert!(matches!(
         McpClient::connect(cfg, MemoryJournal::new(16)).await,
         Err(ClientError::Http(403, _))

@@ -3,11 +3,12 @@
 // (RFC 8707), JWT access tokens (RFC 9068) or opaque ones, introspection (RFC 7662) and
 // revocation (RFC 7009). Nothing here issues a token by hand: every token is oidc-provider's.
 //
-// Usage: node provider.mjs [--port N] [--keys FILE] [--rotate]
-//   --port   0 (default) picks a free port; prints "listening http://127.0.0.1:PORT" once up.
+// Usage: node provider.mjs [--port N] [--keys FILE] [--rotate] [--exit-with-stdin]
+//   --port   0 (default) picks a free port; prints "listening on http://127.0.0.1:PORT" once up.
 //   --keys   where its signing keys are kept (JWKS with private parts). Made on first use.
 //   --rotate add new keys (kids "<alg>-<n+1>") in front of the kept ones and sign with them;
 //            the old keys stay published (a key rotation as a provider does it).
+//   --exit-with-stdin  exit when standard input closes (a test that dies takes it along).
 // Every GET of the JWKS is logged on stderr as "jwks fetched" (the tests count refreshes).
 //
 // Clients (secret = id + "-secret", HTTP Basic), scopes "mcp tools:read baskets:write":
@@ -103,7 +104,8 @@ server.on('request', (req, res) => {
   callback(req, res);
 });
 for (const sig of ['SIGTERM', 'SIGINT']) process.on(sig, () => { server.close(); process.exit(0); });
-// Stops with its parent: stdin closes when the test that started it is gone.
-process.stdin.on('end', () => process.exit(0));
-process.stdin.resume();
-console.log(`listening ${issuer}`);
+if (args.includes('--exit-with-stdin')) {
+  process.stdin.on('end', () => process.exit(0));
+  process.stdin.resume();
+}
+console.log(`listening on ${issuer}`);

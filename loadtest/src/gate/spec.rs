@@ -9,8 +9,8 @@ use std::sync::Arc;
 #[derive(Debug, Clone)]
 pub(crate) struct GateSpec {
     pub(crate) url: String,
-    pub(crate) token: Option<String>,
-    pub(crate) other_token: Option<String>,
+    pub(crate) token: Option<mcp_runtime::client_http::BearerToken>,
+    pub(crate) other_token: Option<mcp_runtime::client_http::BearerToken>,
     pub(crate) clients: usize,
     /// A phase ends after this many events (or `phase_seconds`).
     pub(crate) events_per_phase: u64,

@@ -160,7 +160,7 @@ impl<J: Journal> McpClient<J> {
             session_generation: inner.generation,
             session_id: sid.as_str().into(),
             protocol_version: version,
-            principal: self.cfg.token.as_deref().map(Into::into),
+            principal: self.cfg.token.as_ref().map(|t| std::sync::Arc::clone(t.principal())),
         };
         // Unanswered requests of the old session are the callers' to report or re-issue.
         let _ = inner.acceptor.rebind(binding);

@@ -44,7 +44,8 @@ use crate::proto::version::ProtocolVersion;
 pub use state::McpClient;
 pub use stateless::{MAX_ROUNDS, TaskCall};
 pub use types::{
-    ClientConfig, ClientError, ClientStats, Closed, Era, ResumeSample, ServerRequestHandler,
+    BearerToken, ClientConfig, ClientError, ClientStats, Closed, Era, ResumeSample,
+    ServerRequestHandler,
 };
 
 use retry::Reissue;
@@ -92,7 +93,7 @@ impl<J: Journal> McpClient<J> {
             session_generation: 1,
             session_id: session_id.as_str().into(),
             protocol_version: version,
-            principal: cfg.token.as_deref().map(Into::into),
+            principal: cfg.token.as_ref().map(|t| std::sync::Arc::clone(t.principal())),
         };
         let inner = Inner {
             acceptor: Acceptor::new(binding, journal),

@@ -64,7 +64,7 @@ fn modern_post(
         r = r.insert_header((k.as_str(), v.as_str()));
     }
     if let Some(t) = &cfg.token {
-        r = r.insert_header(("Authorization", format!("Bearer {t}")));
+        r = r.insert_header(("Authorization", format!("Bearer {}", t.get())));
     }
     r
 }

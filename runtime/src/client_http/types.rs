@@ -31,6 +31,55 @@ pub enum Era {
     Auto,
 }
 
+/// The bearer token a client sends. It may be replaced while the client runs (a token source
+/// refreshing an OAuth access token before it expires); its `principal` names whose token it
+/// is and stays the same across replacements. `Debug` never shows the token.
+#[derive(Clone)]
+pub struct BearerToken {
+    current: std::sync::Arc<parking_lot::RwLock<std::sync::Arc<str>>>,
+    principal: std::sync::Arc<str>,
+}
+
+impl BearerToken {
+    /// A token that never changes (its principal is the token itself).
+    #[must_use]
+    pub fn fixed(token: &str) -> BearerToken {
+        BearerToken::refreshed(token, token)
+    }
+
+    /// A token that a source replaces ([`BearerToken::set`]), of `principal`.
+    #[must_use]
+    pub fn refreshed(token: &str, principal: &str) -> BearerToken {
+        BearerToken {
+            current: std::sync::Arc::new(parking_lot::RwLock::new(token.into())),
+            principal: principal.into(),
+        }
+    }
+
+    /// The token to send now.
+    #[must_use]
+    pub fn get(&self) -> std::sync::Arc<str> {
+        std::sync::Arc::clone(&self.current.read())
+    }
+
+    /// Replace it (every clone sees the new one).
+    pub fn set(&self, token: &str) {
+        *self.current.write() = token.into();
+    }
+
+    /// Whose token it is.
+    #[must_use]
+    pub fn principal(&self) -> &std::sync::Arc<str> {
+        &self.principal
+    }
+}
+
+impl std::fmt::Debug for BearerToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BearerToken(…)")
+    }
+}
+
 /// Client settings.
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
@@ -39,7 +88,7 @@ pub struct ClientConfig {
     /// Which era to speak.
     pub era: Era,
     /// Bearer token, if the server wants one.
-    pub token: Option<String>,
+    pub token: Option<BearerToken>,
     /// Version to ask for in `initialize`.
     pub protocol_version: ProtocolVersion,
     /// Capabilities to declare.

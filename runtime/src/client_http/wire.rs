@@ -40,7 +40,7 @@ impl<J: Journal> McpClient<J> {
                 .insert_header(("MCP-Protocol-Version", v.as_str()));
         }
         if let Some(t) = &cfg.token {
-            r = r.insert_header(("Authorization", format!("Bearer {t}")));
+            r = r.insert_header(("Authorization", format!("Bearer {}", t.get())));
         }
         r
     }

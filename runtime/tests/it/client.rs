@@ -179,7 +179,7 @@ async fn handshake_refused_with_503_is_retried_no_sooner_than_retry_after() {
     let connect_as = |token: &str| {
         let mut cfg = ClientConfig::new(&url);
         cfg.backoff.default_ms = 20;
-        cfg.token = Some(token.to_owned());
+        cfg.token = Some(mcp_runtime::client_http::BearerToken::fixed(token));
         McpClient::connect(cfg, MemoryJournal::new(4096))
     };
     let a = connect_as("ta").await.unwrap();

@@ -40,7 +40,7 @@ def stop(proc):
 def servers():
     """(issuer, MCP URL): the provider, and a host that trusts it, on free loopback ports."""
     provider = subprocess.Popen(
-        [str(OIDC / "node_modules/.bin/node"), str(OIDC / "provider.mjs"), "--port", "0"],
+        [str(OIDC / "node_modules/.bin/node"), str(OIDC / "provider.mjs"), "--port", "0", "--exit-with-stdin"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -49,7 +49,7 @@ def servers():
     host = None
     try:
         line = first_line(provider, "the OAuth provider")
-        assert line.startswith("listening "), line
+        assert line.startswith("listening on "), line
         issuer = line.split()[-1]
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
