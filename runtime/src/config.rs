@@ -125,6 +125,10 @@ pub struct AuthConfig {
     /// `"resources/read:file:///a"`), on top of `required_scopes`; the named entry wins over
     /// the method's. Default none.
     pub scopes: BTreeMap<String, Vec<String>>,
+    /// `tools/list`, `prompts/list` and `resources/list` show an OAuth caller only what its
+    /// token's scopes let it call, get or read. Default false (every caller sees the whole
+    /// catalog; what it lacks the scope for is refused with 403 when called).
+    pub filter_lists: bool,
 }
 
 /// `[auth.oauth]`: the resource server. On when `issuers` or `introspection` names an
@@ -1007,8 +1011,12 @@ impl RuntimeConfig {
             return Err("[auth.oauth] needs mcp-runtime's cargo feature `oauth`".into());
         }
         if !o.enabled() {
-            if o.resource.is_some() || !a.required_scopes.is_empty() || !a.scopes.is_empty() {
-                return Err("auth.oauth.resource, auth.required_scopes and [auth.scopes] need an authorization server (auth.oauth.issuers or [[auth.oauth.introspection]])".into());
+            if o.resource.is_some()
+                || !a.required_scopes.is_empty()
+                || !a.scopes.is_empty()
+                || a.filter_lists
+            {
+                return Err("auth.oauth.resource, auth.required_scopes, [auth.scopes] and auth.filter_lists need an authorization server (auth.oauth.issuers or [[auth.oauth.introspection]])".into());
             }
             return Ok(());
         }

@@ -23,8 +23,8 @@ use sha2::{Digest as _, Sha256};
 use crate::clock::Clock;
 use crate::config::{OAuthConfig, RuntimeConfig, Secret};
 use crate::proto::oauth::{
-    AsMetadata, Expect, Grant, KeySet, ScopeTable, TokenError, grant_from_introspection,
-    looks_like_jwt, metadata_urls, parse_jwt, prm_document, prm_url,
+    AsMetadata, Expect, Grant, KeySet, ListFilter, ScopeTable, TokenError,
+    grant_from_introspection, looks_like_jwt, metadata_urls, parse_jwt, prm_document, prm_url,
 };
 
 pub(crate) use self::fetch::Fetch;
@@ -59,7 +59,8 @@ pub struct OAuth {
     resource: String,
     metadata_url: String,
     metadata_doc: Bytes,
-    scopes: ScopeTable,
+    scopes: Arc<ScopeTable>,
+    filter_lists: bool,
     issuers: Vec<Issuer>,
     cache: parking_lot::Mutex<HashMap<[u8; 32], Grant>>,
     cache_max: usize,
@@ -115,10 +116,11 @@ impl OAuth {
         Some(Arc::new(OAuth {
             metadata_url: prm_url(&resource),
             metadata_doc: Bytes::from(serde_json::to_vec(&doc).unwrap_or_default()),
-            scopes: ScopeTable::new(
+            scopes: Arc::new(ScopeTable::new(
                 cfg.auth.required_scopes.iter().map(String::as_str),
                 cfg.auth.scopes.iter().map(|(k, v)| (k.as_str(), v.as_slice())),
-            ),
+            )),
+            filter_lists: cfg.auth.filter_lists,
             resource,
             issuers,
             cache: parking_lot::Mutex::new(HashMap::new()),
@@ -150,6 +152,13 @@ impl OAuth {
     #[must_use]
     pub fn scopes(&self) -> &ScopeTable {
         &self.scopes
+    }
+
+    /// What `grant`'s lists show, when `auth.filter_lists` is on.
+    #[must_use]
+    pub fn list_filter(&self, grant: &Grant) -> Option<Arc<ListFilter>> {
+        self.filter_lists
+            .then(|| Arc::new(ListFilter { table: Arc::clone(&self.scopes), grant: grant.clone() }))
     }
 
     /// The resource (the audience tokens must name).

@@ -26,6 +26,7 @@ use crate::proto::error::{Overload, Quota, Rejection};
 use crate::proto::forwarded::{self, Cidr};
 use crate::proto::jsonrpc::{Incoming, encode_result};
 use crate::proto::mcp::initialize_result;
+use crate::proto::oauth::ListFilter;
 
 pub mod admin;
 mod listen;
@@ -343,7 +344,7 @@ async fn serve(
     if oauth::token_in_query(req.query_string()) {
         return Err(Rejection::TokenInQuery);
     }
-    let admitted = admit_request(req, head, payload, sup).await?;
+    let (admitted, lists) = admit_request(req, head, payload, sup).await?;
     if sup.phase() != Phase::Serving && starts_work(&admitted.command) {
         // Draining: what finishes in-flight work (answers to server-to-client requests,
         // cancellations, resumes, DELETE) is still served; nothing new starts.
@@ -371,7 +372,7 @@ async fn serve(
         }),
     };
     // Bound first: a `?` in the scrutinee would keep its temporary across the awaits.
-    let next = dispatch(req, sup, admitted, found)?;
+    let next = dispatch(req, sup, admitted, lists, found)?;
     match next {
         Next::Ready(resp) => Ok(resp),
         Next::Recorded(None, resp, _) => Ok(resp),
@@ -442,6 +443,7 @@ fn dispatch(
     req: &HttpRequest,
     sup: &Arc<Supervisor>,
     admitted: Admitted,
+    lists: Option<Arc<ListFilter>>,
     found: Option<(SessionHandle, InboxTicket)>,
 ) -> Result<Next, Rejection> {
     let principal = admitted.principal;
@@ -514,6 +516,7 @@ fn dispatch(
                 reply: tx,
                 ticket,
                 charge,
+                lists,
             })?;
             Ok(Next::Post(rx))
         }
@@ -536,6 +539,7 @@ fn dispatch(
             req,
             sup,
             principal,
+            lists,
             request,
             reply,
             admitted.parsed_bytes,
@@ -557,10 +561,10 @@ async fn admit_request(
     head: &RequestHead<'_>,
     payload: web::Payload,
     sup: &Supervisor,
-) -> Result<Admitted, Rejection> {
+) -> Result<(Admitted, Option<Arc<ListFilter>>), Rejection> {
     let policy = sup.admit_policy();
     if let Some(preflight) = admit_front(head, policy)? {
-        return Ok(preflight);
+        return Ok((preflight, None));
     }
     // A static token's principal, else an OAuth grant's (checked, or from the cache).
     let token = bearer_token(head);
@@ -593,10 +597,12 @@ async fn admit_request(
             admit_body(principal, head, &body, policy)?
         }
     };
+    let mut lists = None;
     if let (Some(grant), Some(oauth)) = (&grant, sup.oauth()) {
         oauth::check_scopes(oauth, &admitted, grant)?;
+        lists = oauth.list_filter(grant);
     }
-    Ok(admitted)
+    Ok((admitted, lists))
 }
 
 /// The answer to a POST, once the session has taken it.

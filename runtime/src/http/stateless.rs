@@ -49,6 +49,7 @@ pub(super) fn serve(
     req: &HttpRequest,
     sup: &Arc<Supervisor>,
     principal: Option<Arc<str>>,
+    lists: Option<std::sync::Arc<crate::proto::oauth::ListFilter>>,
     request: ModernRequest,
     reply: ReplyMode,
     parsed_bytes: usize,
@@ -65,7 +66,7 @@ pub(super) fn serve(
     let owner = caller.owner();
     let ModernRequest { id, method, params, meta } = request;
     if route == Route::AtOnce {
-        let answer = answered_at_once(sup, &id, &method, params.as_ref());
+        let answer = answered_at_once(sup, &id, &method, params.as_ref(), lists.as_deref());
         sup.stats().modern_served();
         return Ok(super::json(answer));
     }
@@ -165,6 +166,7 @@ pub(super) fn serve(
         log_level: meta.log_level,
         logs: meta.log_level.is_some(),
         session: None,
+        lists,
     };
     // A write tool's call with an idempotency key goes through its receipt, as in a session:
     // a 2026-07-28 client re-issues a call whose stream dropped, and the re-issue must never
@@ -267,8 +269,11 @@ fn answered_at_once(
     id: &JsonRpcId,
     method: &str,
     params: Option<&Value>,
+    lists: Option<&crate::proto::oauth::ListFilter>,
 ) -> Bytes {
-    if let Some(result) = sup.modern_results().fixed(method, params) {
+    if lists.is_none()
+        && let Some(result) = sup.modern_results().fixed(method, params)
+    {
         return encode_result_raw(id, result);
     }
     let catalog = sup.catalog();
@@ -278,6 +283,7 @@ fn answered_at_once(
         catalog
             .list(method, params)
             .unwrap_or_else(|| Err(ErrorObject::new(code::INTERNAL_ERROR, "not a list")))
+            .map(|full| lists.and_then(|f| f.apply(method, &full)).unwrap_or(full))
     };
     match r {
         Ok(v) => encode_result_raw(id, &sup.modern_results().tails().encode(method, &v)),

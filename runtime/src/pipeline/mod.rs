@@ -48,6 +48,8 @@ pub(crate) struct Requester {
     pub(crate) logs: bool,
     /// The legacy session's ledger names (a handle created here records them).
     pub(crate) session: Option<Arc<[Arc<str>]>>,
+    /// What its lists show (`auth.filter_lists`), when filtered.
+    pub(crate) lists: Option<Arc<crate::proto::oauth::ListFilter>>,
 }
 
 /// Run a request that its route sends to the catalog: build its context, and dispatch it (a
@@ -66,7 +68,13 @@ pub(crate) fn dispatch(
     out: Arc<Outbound>,
 ) -> Dispatch {
     let progress_token = params.and_then(crate::proto::jsonrpc::progress_token).cloned();
-    let Requester { principal, owner, capabilities, log_level, logs, session } = requester;
+    let Requester { principal, owner, capabilities, log_level, logs, session, lists } = requester;
+    if let Some(filter) = &lists
+        && let Some(Ok(full)) = catalog.list(method, params)
+        && let Some(shown) = filter.apply(method, &full)
+    {
+        return Dispatch::Ready(Ok(shown));
+    }
     let rid = id.clone();
     let keeper = owner.clone();
     let cx = move || {

@@ -700,6 +700,38 @@ impl ScopeTable {
     }
 }
 
+/// What a caller's lists show when `auth.filter_lists` is on: only the tools, prompts and
+/// resources its token has the scopes to call, get or read.
+#[derive(Debug, Clone)]
+pub struct ListFilter {
+    /// The scope table.
+    pub table: Arc<ScopeTable>,
+    /// The caller's grant.
+    pub grant: Grant,
+}
+
+impl ListFilter {
+    /// A list result (`tools/list`, `prompts/list`, `resources/list`) with only the entries
+    /// the grant may use; `None` for another method (its result is unchanged).
+    #[must_use]
+    pub fn apply(&self, method: &str, result: &Value) -> Option<Value> {
+        let (key, call, field) = match method {
+            "tools/list" => ("tools", "tools/call", "name"),
+            "prompts/list" => ("prompts", "prompts/get", "name"),
+            "resources/list" => ("resources", "resources/read", "uri"),
+            _ => return None,
+        };
+        let mut out = result.clone();
+        if let Some(items) = out.get_mut(key).and_then(Value::as_array_mut) {
+            items.retain(|item| {
+                let name = item.get(field).and_then(Value::as_str);
+                self.grant.has_all(self.table.needed(call, name))
+            });
+        }
+        Some(out)
+    }
+}
+
 /// What a request names for the scope table: the tool or prompt (`params.name`) or the
 /// resource (`params.uri`).
 #[must_use]

@@ -371,6 +371,78 @@ fn a_token_without_a_needed_scope_gets_403_naming_it_in_both_eras() {
     assert!(challenge(&head).contains("scope=\"mcp\""), "{head}");
 }
 
+/// A `tools/list` in both eras with `token`: the tool names, and the stateless result's
+/// `cacheScope`.
+fn tool_names(addr: &str, token: &str) -> (Vec<String>, Vec<String>, Value) {
+    let names = |v: &Value| -> Vec<String> {
+        v["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let sid = session(addr, token);
+    let bearer = format!("Bearer {token}");
+    let (_, _, b) = http(
+        addr,
+        "POST",
+        &[
+            ("Accept", "application/json"),
+            ("Mcp-Session-Id", &sid),
+            ("MCP-Protocol-Version", "2025-11-25"),
+            ("Authorization", &bearer),
+        ],
+        &json!({"jsonrpc":"2.0","id":3,"method":"tools/list"}).to_string(),
+        QUICK,
+    );
+    let legacy: Value = serde_json::from_slice(&b).unwrap();
+    let body = json!({"jsonrpc":"2.0","id":4,"method":"tools/list","params":{
+        "_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}});
+    let (_, _, b) = http(
+        addr,
+        "POST",
+        &[
+            ("Accept", "application/json"),
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", "tools/list"),
+            ("Authorization", &bearer),
+        ],
+        &body.to_string(),
+        QUICK,
+    );
+    let modern: Value = serde_json::from_slice(&b).unwrap();
+    (names(&legacy), names(&modern), modern["result"]["cacheScope"].clone())
+}
+
+#[test]
+fn lists_show_only_what_the_token_may_call_when_filter_lists_is_on() {
+    let p = provider();
+    let narrow_scopes = "mcp tools:read";
+    let h = protected(&[p.issuer()], "", &["--set", "auth.filter_lists=true"]);
+    let narrow = p.token("jwt-es256", &h.resource, narrow_scopes).unwrap();
+    let wide = p.token("jwt-es256", &h.resource, ALL).unwrap();
+    let (legacy, modern, scope) = tool_names(&h.host.addr, &narrow);
+    assert!(legacy.contains(&"test_simple_text".to_owned()), "{legacy:?}");
+    assert!(!legacy.contains(&"test_image_content".to_owned()), "needs baskets:write: {legacy:?}");
+    assert_eq!(legacy, modern, "both eras filter alike");
+    assert_eq!(scope, "private", "a shared cache must not serve one caller's list to another");
+    let (legacy, modern, _) = tool_names(&h.host.addr, &wide);
+    assert!(
+        legacy.contains(&"test_image_content".to_owned())
+            && modern.contains(&"test_image_content".to_owned())
+    );
+    // Off (the default): the whole catalog for everyone, and still private with OAuth.
+    let off = protected(&[p.issuer()], "", &[]);
+    let narrow = p.token("jwt-es256", &off.resource, narrow_scopes).unwrap();
+    let (legacy, modern, scope) = tool_names(&off.host.addr, &narrow);
+    assert!(
+        legacy.contains(&"test_image_content".to_owned())
+            && modern.contains(&"test_image_content".to_owned())
+    );
+    assert_eq!(scope, "private");
+}
+
 #[test]
 fn a_token_in_the_query_string_is_refused() {
     let p = provider();

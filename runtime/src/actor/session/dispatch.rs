@@ -26,12 +26,19 @@ use crate::tools::Dispatch;
 use super::messages::PostOutcome;
 use super::{RequestTask, SessionActor};
 
+/// What a request brings besides its message: its share of the request memory budget, and
+/// what its caller's lists show (`auth.filter_lists`).
+pub(super) struct Carried {
+    pub(super) charge: Option<crate::stats::RequestCharge>,
+    pub(super) lists: Option<std::sync::Arc<crate::proto::oauth::ListFilter>>,
+}
+
 impl SessionActor {
     pub(super) fn on_message(
         &mut self,
         m: Message,
         mode: ReplyMode,
-        charge: Option<crate::stats::RequestCharge>,
+        carried: Carried,
         ctx: &mut Context<Self>,
     ) -> Result<PostOutcome, Rejection> {
         match m {
@@ -40,7 +47,7 @@ impl SessionActor {
                 Err(Rejection::Overloaded(Overload::Draining))
             }
             Message::Request { id, method, params, .. } => {
-                self.start_request(id, method, params, mode, charge, ctx)
+                self.start_request(id, method, params, mode, carried, ctx)
             }
             Message::Notification { method, params, .. } => {
                 self.on_notification(&method, params.as_ref(), ctx);
@@ -210,7 +217,7 @@ impl SessionActor {
         method: String,
         params: Option<Value>,
         mode: ReplyMode,
-        charge: Option<crate::stats::RequestCharge>,
+        Carried { charge, lists }: Carried,
         ctx: &mut Context<Self>,
     ) -> Result<PostOutcome, Rejection> {
         // A tool call's idempotency key and what its stream is for; the refusals before
@@ -273,6 +280,7 @@ impl SessionActor {
                     log_level: self.core.log_level(),
                     logs: true,
                     session: Some(Arc::clone(&self.names)),
+                    lists,
                 };
                 pipeline::dispatch(
                     self.sup.catalog(),

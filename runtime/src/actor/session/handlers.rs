@@ -4,6 +4,7 @@
 use actix::prelude::*;
 use tokio::sync::oneshot;
 
+use super::dispatch::Carried;
 use crate::actor::lifecycle::Phase;
 use crate::actor::stream::{Attach, Stop as StopStream, StreamActor, StreamReport};
 use crate::ledger::codec::RecordState;
@@ -27,7 +28,10 @@ impl Handler<Post> for SessionActor {
         let _span = self.span.clone().entered();
         self.core.touch(self.sup.now());
         let r = self.core.check_active().and_then(|()| match msg.incoming {
-            Incoming::Single(m) => self.on_message(m, msg.reply_mode, msg.charge, ctx),
+            Incoming::Single(m) => {
+                let carried = Carried { charge: msg.charge, lists: msg.lists };
+                self.on_message(m, msg.reply_mode, carried, ctx)
+            }
             Incoming::Batch(items) => {
                 if !self.core.version().allows_batches() {
                     return Err(Rejection::InvalidMessage {
@@ -49,7 +53,8 @@ impl Handler<Post> for SessionActor {
                     let id =
                         if let Message::Request { id, .. } = &m { Some(id.clone()) } else { None };
                     let charge = if is_request { charges.next() } else { None };
-                    match self.on_message(m, ReplyMode::Json, charge, ctx) {
+                    let carried = Carried { charge, lists: msg.lists.clone() };
+                    match self.on_message(m, ReplyMode::Json, carried, ctx) {
                         Ok(PostOutcome::Json(rx)) => replies.push(rx),
                         Ok(_) => {}
                         Err(rej) if is_request => {

@@ -48,6 +48,8 @@ pub struct Post {
     /// request (a batch's split evenly between its requests), given back when the session
     /// has answered it; a refused one's at once.
     pub charge: Option<crate::stats::RequestCharge>,
+    /// What the caller's lists show (`auth.filter_lists`), when filtered.
+    pub lists: Option<std::sync::Arc<crate::proto::oauth::ListFilter>>,
 }
 
 /// Open a new standalone GET stream (replacing any previous one).

@@ -418,7 +418,7 @@ fn modern_results(
     catalog: &Catalog,
 ) -> crate::proto::stateless::ModernResults {
     use crate::proto::stateless::{self, CacheHints, ModernResults, ResultTails};
-    let public = cfg.security.bearer_tokens.is_empty();
+    let public = cfg.security.bearer_tokens.is_empty() && !cfg.auth.oauth.enabled();
     let list = CacheHints { ttl_ms: cfg.modern.list_ttl_ms, public };
     let read = CacheHints { ttl_ms: cfg.modern.read_ttl_ms, public };
     let tails = ResultTails::new(catalog.server_info(), list, read);

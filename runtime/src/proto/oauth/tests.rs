@@ -348,3 +348,33 @@ fn only_https_or_loopback_http_urls_and_scope_tokens_are_allowed() {
             && !scope_token_ok("é")
     );
 }
+
+#[test]
+fn a_list_filter_keeps_what_the_grant_may_call_get_or_read() {
+    let write = ["w".to_owned()];
+    let table = Arc::new(ScopeTable::new(
+        ["mcp"],
+        [("tools/call:checkout", &write[..]), ("resources/read:file:///secret", &write[..])],
+    ));
+    let grant = |scopes: &[&str]| Grant {
+        principal: "p".into(),
+        scopes: scopes.iter().map(|s| Box::from(*s)).collect::<Vec<_>>().into(),
+        expires_at_s: u64::MAX,
+    };
+    let tools = json!({"tools": [{"name": "echo"}, {"name": "checkout"}], "nextCursor": null});
+    let f = ListFilter { table: Arc::clone(&table), grant: grant(&["mcp"]) };
+    assert_eq!(
+        f.apply("tools/list", &tools).unwrap(),
+        json!({"tools": [{"name": "echo"}], "nextCursor": null})
+    );
+    let res = json!({"resources": [{"uri": "file:///a"}, {"uri": "file:///secret"}]});
+    assert_eq!(
+        f.apply("resources/list", &res).unwrap(),
+        json!({"resources": [{"uri": "file:///a"}]})
+    );
+    assert_eq!(f.apply("tools/call", &tools), None, "not a list");
+    let wide = ListFilter { table: Arc::clone(&table), grant: grant(&["mcp", "w"]) };
+    assert_eq!(wide.apply("tools/list", &tools).unwrap(), tools);
+    let none = ListFilter { table, grant: grant(&["w"]) };
+    assert_eq!(none.apply("tools/list", &tools).unwrap(), json!({"tools": [], "nextCursor": null}));
+}
