@@ -8,10 +8,15 @@
 //!
 //! Usage: mcp-bench [--concurrency 64] [--seconds 10] [--warmup 2] [--server-cpu 0]
 //!                  [--host-bin PATH] [--raw-bin PATH] [--baseline-host-bin PATH]
-//!                  [--memory-ledger] [--modern] [--json-out FILE]
+//!                  [--memory-ledger] [--modern] [--auth] [--json-out FILE]
 //!
 //! `--modern` also measures `--host-bin` serving 2026-07-28 stateless `tools/call`s (no
 //! session: `_meta` and mirrored headers on every request), after its legacy runs.
+//!
+//! `--auth` measures `--host-bin`'s JSON calls of both eras three ways, each on a fresh host:
+//! without authentication, with a static bearer token, and with an OAuth JWT access token
+//! (ES256) from a real authorization server (`scripts/oidc`, started here; the token is
+//! validated on its first request and found in the cache by digest after).
 //!
 //! `--memory-ledger` measures `--host-bin` on a memory ledger right before each of its runs
 //! on the default SQLite ledger.
@@ -51,6 +56,9 @@ struct Args {
     memory_ledger: bool,
     /// Also measure modern (2026-07-28) stateless calls on `host_bin`, after its legacy runs.
     modern: bool,
+    /// Also measure JSON calls without authentication, with a static token and with an OAuth
+    /// JWT.
+    auth: bool,
     json_out: Option<String>,
 }
 
@@ -69,6 +77,7 @@ fn parse_args() -> Args {
         baseline_host_bin: None,
         memory_ledger: false,
         modern: false,
+        auth: false,
         json_out: None,
     };
     let mut it = std::env::args().skip(1);
@@ -87,6 +96,7 @@ fn parse_args() -> Args {
             "--baseline-host-bin" => a.baseline_host_bin = Some(val()),
             "--memory-ledger" => a.memory_ledger = true,
             "--modern" => a.modern = true,
+            "--auth" => a.auth = true,
             "--json-out" => a.json_out = Some(val()),
             other => panic!("unknown flag {other}"),
         }
@@ -248,10 +258,10 @@ fn host_port(url: &str) -> (String, String) {
     (hp.to_owned(), format!("/{path}"))
 }
 
-async fn initialize(addr: &str, path: &str) -> String {
+async fn initialize(addr: &str, path: &str, auth: &str) -> String {
     let mut c = Conn::open(addr).await;
     let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json\r\nConnection: close\r\n"
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json\r\nConnection: close\r\n{auth}"
     );
     let body = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"mcp-bench","version":"1"}}}).to_string();
     let mut req = head.into_bytes();
@@ -272,7 +282,7 @@ async fn initialize(addr: &str, path: &str) -> String {
         .expect("session id in initialize response");
     let mut c = Conn::open(addr).await;
     let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: {sid}\r\nMCP-Protocol-Version: 2025-11-25\r\n"
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: {sid}\r\nMCP-Protocol-Version: 2025-11-25\r\n{auth}"
     );
     let (status, _) = c
         .round_trip(head.as_bytes(), br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
@@ -283,24 +293,30 @@ async fn initialize(addr: &str, path: &str) -> String {
 }
 
 async fn run(target: Target, url: &str, pid: u32, a: &Args) -> Outcome {
+    run_as(target, url, pid, a, None).await
+}
+
+/// [`run`] with `token` as every request's bearer token.
+async fn run_as(target: Target, url: &str, pid: u32, a: &Args, token: Option<&str>) -> Outcome {
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
     let (addr, path) = host_port(url);
     let head = match target {
         Target::Raw => {
             format!("POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n")
         }
         Target::Mcp { sse } => {
-            let sid = initialize(&addr, &path).await;
+            let sid = initialize(&addr, &path, &auth).await;
             let accept =
                 if sse { "application/json, text/event-stream" } else { "application/json" };
             format!(
-                "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: {accept}\r\nMcp-Session-Id: {sid}\r\nMCP-Protocol-Version: 2025-11-25\r\n"
+                "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: {accept}\r\nMcp-Session-Id: {sid}\r\nMCP-Protocol-Version: 2025-11-25\r\n{auth}"
             )
         }
         Target::Modern { sse } => {
             let accept =
                 if sse { "application/json, text/event-stream" } else { "application/json" };
             format!(
-                "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: {accept}\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: echo\r\n"
+                "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: {accept}\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: echo\r\n{auth}"
             )
         }
     };
@@ -389,6 +405,38 @@ async fn run(target: Target, url: &str, pid: u32, a: &Args) -> Outcome {
     }
 }
 
+/// `--auth`: JSON calls of both eras on fresh hosts without authentication, with a static
+/// token, and with an OAuth JWT from the test authorization server.
+fn measure_auth(
+    rt: &tokio::runtime::Runtime,
+    a: &Args,
+    cpu: Option<&str>,
+    outcomes: &mut Vec<Outcome>,
+) {
+    const STATIC: &str = "mcp-bench-static-token";
+    const RESOURCE: &str = "http://127.0.0.1/mcp-bench";
+    let provider = mcp_devtools::OidcProvider::start().unwrap_or_else(|e| panic!("{e}"));
+    let jwt = provider.token("jwt-es256", RESOURCE, "mcp").unwrap_or_else(|e| panic!("{e}"));
+    let issuer = format!("--oauth-issuer={}", provider.issuer());
+    let resource = format!("--oauth-resource={RESOURCE}");
+    let protected =
+        ["--set", "security.bearer_tokens.mcp-bench-static-token=bench", &issuer, &resource];
+    let runs: [(&str, &[&str], Option<&str>); 3] = [
+        ("no auth", &[], None),
+        ("static token", &protected, Some(STATIC)),
+        ("OAuth JWT (cached)", &protected, Some(&jwt)),
+    ];
+    for target in [Target::Mcp { sse: false }, Target::Modern { sse: false }] {
+        for (label, extra, token) in &runs {
+            let host = start_host(&a.host_bin, cpu, extra);
+            let mut o =
+                rt.block_on(run_as(target, host.process.url(), host.process.pid(), a, *token));
+            o.name = format!("{} ({label})", o.name);
+            outcomes.push(o);
+        }
+    }
+}
+
 fn main() {
     let a = parse_args();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -431,6 +479,9 @@ fn main() {
                 &a,
             )));
         }
+    }
+    if a.auth {
+        measure_auth(&rt, &a, cpu, &mut outcomes);
     }
     println!(
         "concurrency {} on one session, {} s measured after {} s warm-up, server pinned to cpu {:?}",
