@@ -129,6 +129,10 @@ pub struct AuthConfig {
     /// token's scopes let it call, get or read. Default false (every caller sees the whole
     /// catalog; what it lacks the scope for is refused with 403 when called).
     pub filter_lists: bool,
+    /// `[auth.scope_implies]`: a broader scope and the narrower ones it implies
+    /// (`"baskets:admin" = ["baskets:write", "baskets:read"]`, followed transitively): a token
+    /// with the broader one has them all. Default none.
+    pub scope_implies: BTreeMap<String, Vec<String>>,
 }
 
 /// `[auth.oauth]`: the resource server. On when `issuers` or `introspection` names an
@@ -998,8 +1002,13 @@ impl RuntimeConfig {
         if let Some(d) = &o.resource_documentation {
             url("auth.oauth.resource_documentation", d)?;
         }
-        let scopes =
-            o.scopes_supported.iter().chain(&a.required_scopes).chain(a.scopes.values().flatten());
+        let scopes = o
+            .scopes_supported
+            .iter()
+            .chain(&a.required_scopes)
+            .chain(a.scopes.values().flatten())
+            .chain(a.scope_implies.keys())
+            .chain(a.scope_implies.values().flatten());
         for s in scopes {
             if !scope_token_ok(s) {
                 return Err(format!(
@@ -1015,8 +1024,9 @@ impl RuntimeConfig {
                 || !a.required_scopes.is_empty()
                 || !a.scopes.is_empty()
                 || a.filter_lists
+                || !a.scope_implies.is_empty()
             {
-                return Err("auth.oauth.resource, auth.required_scopes, [auth.scopes] and auth.filter_lists need an authorization server (auth.oauth.issuers or [[auth.oauth.introspection]])".into());
+                return Err("auth.oauth.resource, auth.required_scopes, [auth.scopes], [auth.scope_implies] and auth.filter_lists need an authorization server (auth.oauth.issuers or [[auth.oauth.introspection]])".into());
             }
             return Ok(());
         }
@@ -1231,6 +1241,74 @@ mod tests {
         let shown =
             format!("{:?}", with(|c| c.ledger.redis_password = Some("s3cret".into())).unwrap());
         assert!(!shown.contains("s3cret"), "{shown}");
+    }
+
+    #[test]
+    #[cfg(not(feature = "oauth"))]
+    fn oauth_is_refused_by_a_build_without_its_feature() {
+        let e = with(|c| {
+            c.auth.oauth.issuers = vec!["https://as.example".into()];
+            c.auth.oauth.resource = Some("https://mcp.example/mcp".into());
+        });
+        assert!(matches!(e, Err(ConfigError::Auth(m)) if m.contains("feature `oauth`")));
+    }
+
+    #[test]
+    #[cfg(feature = "oauth")]
+    fn oauth_needs_a_resource_safe_urls_and_scope_tokens_and_scopes_need_oauth() {
+        let oauth = |c: &mut RuntimeConfig| {
+            c.auth.oauth.issuers = vec!["https://as.example".into()];
+            c.auth.oauth.resource = Some("https://mcp.example/mcp".into());
+        };
+        let refused = |f: &dyn Fn(&mut RuntimeConfig)| match with(|c| f(c)) {
+            Err(ConfigError::Auth(e)) => e,
+            other => panic!("not refused: {other:?}"),
+        };
+        let ok = with(oauth).unwrap();
+        assert!(ok.auth.oauth.enabled());
+        assert!(
+            with(|c| {
+                oauth(c);
+                c.auth.oauth.issuers = vec!["http://127.0.0.1:9000".into()];
+            })
+            .is_ok(),
+            "http on loopback"
+        );
+        assert!(
+            refused(&|c| {
+                oauth(c);
+                c.auth.oauth.resource = None;
+            })
+            .contains("auth.oauth.resource is required")
+        );
+        assert!(
+            refused(&|c| {
+                oauth(c);
+                c.auth.oauth.issuers = vec!["http://as.example".into()];
+            })
+            .contains("https://")
+        );
+        assert!(
+            refused(&|c| {
+                oauth(c);
+                c.auth.required_scopes = vec!["a b".into()];
+            })
+            .contains("scope token")
+        );
+        assert!(
+            refused(&|c| {
+                oauth(c);
+                c.security.bearer_tokens.insert("t".into(), "a|b".into());
+            })
+            .contains("'|'")
+        );
+        assert!(refused(&|c| c.auth.filter_lists = true).contains("need an authorization server"));
+        assert!(
+            refused(&|c| {
+                c.auth.scopes.insert("tools/call".into(), vec!["x".into()]);
+            })
+            .contains("need an authorization server")
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //   --exit-with-stdin  exit when standard input closes (a test that dies takes it along).
 // Every GET of the JWKS is logged on stderr as "jwks fetched" (the tests count refreshes).
 //
-// Clients (secret = id + "-secret", HTTP Basic), scopes "mcp tools:read baskets:write":
+// Clients (secret = id + "-secret", HTTP Basic), scopes "mcp tools:read baskets:write baskets:admin":
 //   jwt-rs256, jwt-es256, jwt-eddsa   JWT access tokens signed with that algorithm, 600 s
 //   short                              JWT (ES256), 1 s: expires during a test
 //   opaque                             opaque access tokens, 600 s (introspect them)
@@ -54,7 +54,7 @@ if (keysFile && existsSync(keysFile)) {
 }
 if (keysFile) writeFileSync(keysFile, JSON.stringify({ keys }), { mode: 0o600 });
 
-const SCOPES = 'mcp tools:read baskets:write';
+const SCOPES = 'mcp tools:read baskets:write baskets:admin';
 const client = (id, extra = {}) => ({
   client_id: id,
   client_secret: `${id}-secret`,

@@ -116,10 +116,15 @@ impl OAuth {
         Some(Arc::new(OAuth {
             metadata_url: prm_url(&resource),
             metadata_doc: Bytes::from(serde_json::to_vec(&doc).unwrap_or_default()),
-            scopes: Arc::new(ScopeTable::new(
-                cfg.auth.required_scopes.iter().map(String::as_str),
-                cfg.auth.scopes.iter().map(|(k, v)| (k.as_str(), v.as_slice())),
-            )),
+            scopes: Arc::new(
+                ScopeTable::new(
+                    cfg.auth.required_scopes.iter().map(String::as_str),
+                    cfg.auth.scopes.iter().map(|(k, v)| (k.as_str(), v.as_slice())),
+                )
+                .with_implies(
+                    cfg.auth.scope_implies.iter().map(|(k, v)| (k.as_str(), v.as_slice())),
+                ),
+            ),
             filter_lists: cfg.auth.filter_lists,
             resource,
             issuers,
@@ -183,11 +188,12 @@ impl OAuth {
         }
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         let now_s = self.now_ms() / 1000;
-        let grant = if looks_like_jwt(token) && self.jwt_issuer_of(token).is_some() {
+        let mut grant = if looks_like_jwt(token) && self.jwt_issuer_of(token).is_some() {
             self.check_jwt(token).await?
         } else {
             self.introspect(token).await?
         };
+        grant.scopes = self.scopes.expand(&grant.scopes);
         self.keep(digest, grant.clone(), now_s);
         Ok(grant)
     }

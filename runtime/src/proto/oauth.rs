@@ -639,6 +639,8 @@ pub fn challenge(
 pub struct ScopeTable {
     endpoint: Vec<Box<str>>,
     by_key: HashMap<Box<str>, Vec<Box<str>>>,
+    /// A broader scope and the narrower ones it implies.
+    implies: HashMap<Box<str>, Vec<Box<str>>>,
 }
 
 impl ScopeTable {
@@ -666,7 +668,41 @@ impl ScopeTable {
                 (Box::from(k), all)
             })
             .collect();
-        ScopeTable { endpoint, by_key }
+        ScopeTable { endpoint, by_key, implies: HashMap::new() }
+    }
+
+    /// With a scope hierarchy: each broader scope and the narrower ones it implies
+    /// (`"baskets:admin" = ["baskets:write"]`; followed transitively).
+    #[must_use]
+    pub fn with_implies<'a>(
+        mut self,
+        implies: impl IntoIterator<Item = (&'a str, &'a [String])>,
+    ) -> ScopeTable {
+        self.implies = implies
+            .into_iter()
+            .map(|(k, v)| (Box::from(k), v.iter().map(|s| Box::from(s.as_str())).collect()))
+            .collect();
+        self
+    }
+
+    /// `granted` with every scope a granted one implies, transitively, sorted: what a token
+    /// is checked against (MCP 2026-07-28: a broader scope implies narrower ones).
+    #[must_use]
+    pub fn expand(&self, granted: &[Box<str>]) -> Arc<[Box<str>]> {
+        let mut all: Vec<Box<str>> = granted.to_vec();
+        let mut i = 0;
+        while i < all.len() {
+            if let Some(narrower) = self.implies.get(&all[i]) {
+                for n in narrower {
+                    if !all.contains(n) {
+                        all.push(n.clone());
+                    }
+                }
+            }
+            i += 1;
+        }
+        all.sort();
+        all.into()
     }
 
     /// The scopes every request needs.

@@ -444,6 +444,20 @@ fn lists_show_only_what_the_token_may_call_when_filter_lists_is_on() {
 }
 
 #[test]
+fn a_broader_scope_stands_for_the_narrower_ones_it_implies() {
+    let p = provider();
+    let implies = "[auth.scope_implies]\n\"baskets:admin\" = [\"baskets:write\"]";
+    let h = protected(&[p.issuer()], implies, &[]);
+    let admin = p.token("jwt-es256", &h.resource, "mcp baskets:admin").unwrap();
+    let (status, _, body) = modern_call(&h.host.addr, Some(&admin), "test_image_content");
+    assert_eq!(status, 200, "baskets:admin implies baskets:write: {body}");
+    let plain = protected(&[p.issuer()], "", &[]);
+    let admin = p.token("jwt-es256", &plain.resource, "mcp baskets:admin").unwrap();
+    let (status, _, _) = modern_call(&plain.host.addr, Some(&admin), "test_image_content");
+    assert_eq!(status, 403, "without the hierarchy it does not");
+}
+
+#[test]
 fn a_token_in_the_query_string_is_refused() {
     let p = provider();
     let h = protected(&[p.issuer()], "", &[]);

@@ -350,6 +350,18 @@ fn only_https_or_loopback_http_urls_and_scope_tokens_are_allowed() {
 }
 
 #[test]
+fn a_broader_scope_implies_its_narrower_ones_transitively() {
+    let admin = ["baskets:write".to_owned(), "baskets:read".to_owned()];
+    let write = ["baskets:read".to_owned(), "baskets:admin".to_owned()];
+    let t = ScopeTable::new(["mcp"], [])
+        .with_implies([("baskets:admin", &admin[..]), ("baskets:write", &write[..])]);
+    let got = t.expand(&[Box::from("mcp"), Box::from("baskets:admin")]);
+    let names: Vec<&str> = got.iter().map(|s| &**s).collect();
+    assert_eq!(names, ["baskets:admin", "baskets:read", "baskets:write", "mcp"], "a cycle ends");
+    assert_eq!(&*t.expand(&[Box::from("x")]), &[Box::from("x")][..]);
+}
+
+#[test]
 fn a_list_filter_keeps_what_the_grant_may_call_get_or_read() {
     let write = ["w".to_owned()];
     let table = Arc::new(ScopeTable::new(
