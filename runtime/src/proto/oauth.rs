@@ -612,8 +612,9 @@ impl BearerError {
 }
 
 /// A `WWW-Authenticate` value: `Bearer` with the metadata URL (RFC 9728 §5.1), the scopes
-/// the request needs (MCP 2025-11-25), and the error when there is one. The values are
-/// quoted; the config refuses URLs and scopes with a quote or a backslash.
+/// the request needs (MCP 2025-11-25; never `offline_access`, MCP 2026-07-28), and the error
+/// when there is one. The values are quoted; the config refuses URLs and scopes with a quote
+/// or a backslash.
 #[must_use]
 pub fn challenge(
     resource_metadata: Option<&str>,
@@ -624,6 +625,8 @@ pub fn challenge(
     if let Some(error) = error {
         parts.push(format!("error=\"{}\"", error.as_str()));
     }
+    let scopes: Vec<&str> =
+        scopes.iter().map(|s| &**s).filter(|s| *s != "offline_access").collect();
     if !scopes.is_empty() {
         parts.push(format!("scope=\"{}\"", scopes.join(" ")));
     }

@@ -297,6 +297,11 @@ fn challenges_name_the_metadata_the_scopes_and_the_error() {
         challenge(None, &[], Some(BearerError::InvalidToken)),
         "Bearer error=\"invalid_token\""
     );
+    assert_eq!(
+        challenge(None, &[Box::from("mcp"), Box::from("offline_access")], None),
+        "Bearer scope=\"mcp\"",
+        "offline_access is never asked for"
+    );
     assert_eq!(challenge(None, &[], None), "Bearer");
 }
 
