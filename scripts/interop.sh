@@ -72,7 +72,8 @@ fi
 oidc_node=scripts/oidc/node_modules/.bin/node
 [ -x "$oidc_node" ] || (cd scripts/oidc && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 bg_start "$log/oidc.out" "$oidc_node" scripts/oidc/provider.mjs --port 0
-wait_listening "$log/oidc.out" "$BG_PID" issuer \
+oidc_pid=$BG_PID
+wait_listening "$log/oidc.out" "$oidc_pid" issuer \
   || { echo "interop: the OAuth provider did not start" >&2; cat "$log/oidc.out.err" >&2; exit 1; }
 resource=http://127.0.0.1/mcp-gate
 if timeout 600 "$LOAD_BIN" gate --spawn-host "$HOST_BIN" --scenarios cut,old-token,modern,crash \
@@ -86,6 +87,8 @@ if timeout 600 "$LOAD_BIN" gate --spawn-host "$HOST_BIN" --scenarios cut,old-tok
 else
   echo "interop: mcp-load gate with OAuth FAILED"; cat "$log/gate-oauth.txt"; failed=$((failed + 1))
 fi
+# Its gate is over: the provider stops now (the EXIT trap would stop it too).
+KW_WATCH=("$oidc_pid"); kill_wait "$oidc_pid"; wait "$oidc_pid" 2>/dev/null || true
 # The gate on two hosts sharing one Redis ledger (its own redis-server on a free port, stopped
 # with everything else): requests round robin, no affinity; a node killed, a node paused past
 # its lease. The full run is in docs/testing.md.

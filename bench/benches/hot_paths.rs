@@ -131,6 +131,7 @@ fn oauth(c: &mut Criterion) {
         resource: "https://mcp.example/mcp",
         now_s: 1_800_000_000,
         leeway_s: 30,
+        require_at_jwt: true,
     };
     let token = |alg: &str, sign: &dyn Fn(&[u8]) -> Vec<u8>| {
         let input = format!(

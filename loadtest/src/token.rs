@@ -2,7 +2,8 @@
 //! the token; it is run again every `--token-refresh-secs` while the run lasts, so an OAuth
 //! access token is replaced before it expires (every client sees the new one at its next
 //! request). A command that fails or prints nothing keeps the previous token and says so on
-//! stderr; at start it stops the run (exit status 2).
+//! stderr; at start it stops the run (exit status 2). Messages never repeat the command (it
+//! may hold a client secret).
 
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -14,18 +15,21 @@ use mcp_runtime::client_http::BearerToken;
 /// How long a token command may take.
 const DEADLINE: Duration = Duration::from_secs(30);
 
-/// Run `cmd` with `sh -c` (stdin closed, at most [`DEADLINE`]): its trimmed stdout.
+/// Run `cmd` with `sh -c` (stdin closed, in a process group of its own, at most
+/// [`DEADLINE`]: then the whole group is killed): its trimmed stdout.
 ///
 /// # Errors
 /// Why there is no token: the command could not start, failed, timed out or printed nothing.
 pub(crate) fn fetch(cmd: &str) -> Result<String, String> {
+    use std::os::unix::process::CommandExt as _;
     let mut child = Command::new("sh")
         .args(["-c", cmd])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
+        .process_group(0)
         .spawn()
-        .map_err(|e| format!("token command {cmd:?}: {e}"))?;
+        .map_err(|e| format!("the token command did not start: {e}"))?;
     let mut out = child.stdout.take().expect("piped");
     let reader = std::thread::spawn(move || {
         let mut s = String::new();
@@ -42,23 +46,28 @@ pub(crate) fn fetch(cmd: &str) -> Result<String, String> {
         std::thread::sleep(pause);
     }
     let Some(status) = status else {
+        // The group: `sh` and whatever it started (a `curl` that hangs).
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", child.id())])
+            .stderr(Stdio::null())
+            .status();
         let _ = child.kill();
         let _ = child.wait();
-        return Err(format!("token command {cmd:?} took more than {DEADLINE:?}"));
+        return Err(format!("the token command took more than {DEADLINE:?}"));
     };
     let text = reader.join().unwrap_or_default();
     let token = text.trim();
     if !status.success() {
-        return Err(format!("token command {cmd:?} failed ({status})"));
+        return Err(format!("the token command failed ({status})"));
     }
     if token.is_empty() || token.contains(char::is_whitespace) {
-        return Err(format!("token command {cmd:?} printed no single token"));
+        return Err("the token command printed no single token".to_owned());
     }
     Ok(token.to_owned())
 }
 
-/// Refreshes tokens from their commands until dropped (checks every 100 ms whether to stop,
-/// so dropping it returns within that).
+/// Refreshes tokens from their commands until dropped. It checks every 100 ms whether to
+/// stop; a command running then is waited for (at most its [`DEADLINE`]).
 pub(crate) struct Refresher {
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,

@@ -176,6 +176,10 @@ pub struct OAuthConfig {
     /// Introspections in flight at once; a token arriving past them waits its fetch deadline,
     /// then gets 503. Default 32; 1 to 4096.
     pub introspection_concurrency: usize,
+    /// Take JWTs whatever their `typ`. Default false: RFC 9068 §4, only `at+jwt` (an ID token
+    /// or another JWT of the issuer is no access token); turn on for an authorization server
+    /// that types its access tokens `JWT`, where `aud` alone keeps other JWTs out.
+    pub accept_any_jwt_typ: bool,
 }
 
 impl Default for OAuthConfig {
@@ -193,6 +197,7 @@ impl Default for OAuthConfig {
             introspection_cache_secs: 60,
             fetch_timeout_ms: 5000,
             introspection_concurrency: 32,
+            accept_any_jwt_typ: false,
         }
     }
 }

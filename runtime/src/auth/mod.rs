@@ -2,14 +2,22 @@
 //! (authorization server metadata, JWKS, introspection answers), keeps it, and turns a bearer
 //! token into a [`Grant`].
 //!
-//! - Keys: fetched at an issuer's first token, again [`OAuthConfig::jwks_max_age_secs`]
-//!   later, and on a `kid` no key has — at most once per `jwks_refresh_min_secs`, one fetch
-//!   per issuer at a time (the others wait for it, within the fetch deadline).
-//! - Validated tokens are kept by SHA-256 digest until they expire (introspected ones at most
-//!   `introspection_cache_secs`), at most `token_cache_entries`: a token seen again costs a
-//!   hash and a look-up, not a signature check or a round trip.
-//! - An authorization server that cannot be reached is a 503 (the token may be good), never a
-//!   401 (which tells the client to throw its token away).
+//! - **Where a token goes.** A JWT-shaped token is routed by the `iss` it claims: to the
+//!   signature check for a JWT issuer, to that issuer's introspection for an introspecting
+//!   one, and nowhere for any other (401 without a fetch). Only an opaque token is asked of
+//!   the introspecting issuers, in their configured order.
+//! - **Keys** are read without waiting. They are fetched at an issuer's first token, again
+//!   `jwks_max_age_secs` after the last good fetch (tried every `jwks_refresh_min_secs` while
+//!   that fails; keys older than three maximum ages are not used: 503), and on a `kid` no key
+//!   has, at most once per `jwks_refresh_min_secs`. One fetch per issuer at a time; a
+//!   request that needs it waits for it, within the fetch deadline.
+//! - **Validated tokens** are kept by SHA-256 digest until they expire (introspected ones at
+//!   most `introspection_cache_secs`), refused ones as long, each at most
+//!   `token_cache_entries`: a token seen again costs a hash and a look-up.
+//! - An authorization server that cannot be asked is a 503 (the token may be good), never a
+//!   401 (which tells the client to throw its token away). One authentication waits at most
+//!   twice `fetch_timeout_ms`.
+//! - `exp` and `nbf` are read against the wall clock; the intervals against the monotonic one.
 
 mod fetch;
 
@@ -23,8 +31,9 @@ use sha2::{Digest as _, Sha256};
 use crate::clock::Clock;
 use crate::config::{OAuthConfig, RuntimeConfig, Secret};
 use crate::proto::oauth::{
-    AsMetadata, Expect, Grant, KeySet, ListFilter, ScopeTable, TokenError,
-    grant_from_introspection, looks_like_jwt, metadata_urls, parse_jwt, prm_document, prm_url,
+    AsMetadata, Expect, Grant, KeySet, ListFilter, ScopeTable, TokenError, Unverified,
+    grant_from_introspection, looks_like_jwt, metadata_urls, parse_jwt, peek_issuer, prm_document,
+    prm_url,
 };
 
 pub(crate) use self::fetch::Fetch;
@@ -34,24 +43,31 @@ pub(crate) use self::fetch::Fetch;
 pub enum AuthFailure {
     /// The token is not accepted: 401 `invalid_token`.
     Invalid(TokenError),
-    /// An authorization server could not be asked (down, slow, or too many introspections at
-    /// once): 503.
+    /// An authorization server could not be asked (down, slow, a malformed answer, or too
+    /// many introspections at once): 503.
     Unavailable(String),
 }
 
+/// An issuer's keys and when they were fetched (monotonic ms; 0: never).
+#[derive(Clone, Default)]
 struct Keys {
     set: Arc<KeySet>,
-    /// When they were fetched (ms); 0: never.
-    fetched_ms: u64,
-    metadata: Option<AsMetadata>,
+    /// The last fetch that gave keys.
+    ok_ms: u64,
+    /// The last fetch tried, good or not.
+    tried_ms: u64,
 }
 
 struct Issuer {
     url: String,
     jwt: bool,
     introspection: Option<(String, Secret)>,
-    /// One fetch at a time; readers take the keys from it briefly.
-    keys: tokio::sync::Mutex<Keys>,
+    /// Read by every uncached token of this issuer, never across an await.
+    keys: parking_lot::RwLock<Keys>,
+    /// Fetched once, and again after a failed key fetch.
+    metadata: parking_lot::Mutex<Option<AsMetadata>>,
+    /// One fetch (metadata, keys) at a time.
+    fetching: tokio::sync::Mutex<()>,
 }
 
 /// The resource server: configuration, the issuers' keys, the validated tokens.
@@ -63,8 +79,11 @@ pub struct OAuth {
     filter_lists: bool,
     issuers: Vec<Issuer>,
     cache: parking_lot::Mutex<HashMap<[u8; 32], Grant>>,
+    /// Tokens refused, by digest, and until when (wall s): a retried bad token costs nothing.
+    refused: parking_lot::Mutex<HashMap<[u8; 32], u64>>,
     cache_max: usize,
     leeway_s: u64,
+    require_at_jwt: bool,
     refresh_min_ms: u64,
     max_age_ms: u64,
     introspection_cache_s: u64,
@@ -80,10 +99,35 @@ impl std::fmt::Debug for OAuth {
     }
 }
 
+/// A token's cache key.
+#[must_use]
+pub fn digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+/// Seconds since the epoch, from the wall clock: what `exp` and `nbf` are compared with.
+fn wall_s() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// Where a token goes.
+enum Route<'t> {
+    /// A JWT of a JWT issuer: its signature and claims.
+    Jwt(&'t Issuer, Box<Unverified<'t>>),
+    /// Introspection at these issuers, in order.
+    Introspect(Vec<&'t Issuer>),
+}
+
 impl OAuth {
     /// The resource server of a validated configuration, or `None` when OAuth is off.
     #[must_use]
     pub(crate) fn from_config(cfg: &RuntimeConfig, clock: Clock) -> Option<Arc<OAuth>> {
+        let o: &OAuthConfig = &cfg.auth.oauth;
+        let fetch = fetch::default_fetch(Duration::from_millis(o.fetch_timeout_ms));
+        OAuth::with_fetch(cfg, clock, fetch)
+    }
+
+    fn with_fetch(cfg: &RuntimeConfig, clock: Clock, fetch: Box<dyn Fetch>) -> Option<Arc<OAuth>> {
         let o: &OAuthConfig = &cfg.auth.oauth;
         if !o.enabled() {
             return None;
@@ -100,11 +144,9 @@ impl OAuth {
                     .iter()
                     .find(|i| &i.issuer == url)
                     .map(|i| (i.client_id.clone(), i.client_secret.clone())),
-                keys: tokio::sync::Mutex::new(Keys {
-                    set: Arc::default(),
-                    fetched_ms: 0,
-                    metadata: None,
-                }),
+                keys: parking_lot::RwLock::default(),
+                metadata: parking_lot::Mutex::new(None),
+                fetching: tokio::sync::Mutex::new(()),
             })
             .collect();
         let doc = prm_document(
@@ -113,30 +155,31 @@ impl OAuth {
             &o.scopes_supported,
             o.resource_documentation.as_deref(),
         );
+        let a = &cfg.auth;
         Some(Arc::new(OAuth {
             metadata_url: prm_url(&resource),
             metadata_doc: Bytes::from(serde_json::to_vec(&doc).unwrap_or_default()),
             scopes: Arc::new(
                 ScopeTable::new(
-                    cfg.auth.required_scopes.iter().map(String::as_str),
-                    cfg.auth.scopes.iter().map(|(k, v)| (k.as_str(), v.as_slice())),
+                    a.required_scopes.iter().map(String::as_str),
+                    a.scopes.iter().map(|(k, v)| (k.as_str(), v.as_slice())),
                 )
-                .with_implies(
-                    cfg.auth.scope_implies.iter().map(|(k, v)| (k.as_str(), v.as_slice())),
-                ),
+                .with_implies(a.scope_implies.iter().map(|(k, v)| (k.as_str(), v.as_slice()))),
             ),
-            filter_lists: cfg.auth.filter_lists,
+            filter_lists: a.filter_lists,
             resource,
             issuers,
             cache: parking_lot::Mutex::new(HashMap::new()),
+            refused: parking_lot::Mutex::new(HashMap::new()),
             cache_max: o.token_cache_entries,
             leeway_s: o.leeway_secs,
+            require_at_jwt: !o.accept_any_jwt_typ,
             refresh_min_ms: o.jwks_refresh_min_secs.saturating_mul(1000),
             max_age_ms: o.jwks_max_age_secs.saturating_mul(1000),
             introspection_cache_s: o.introspection_cache_secs,
             fetch_timeout: Duration::from_millis(o.fetch_timeout_ms),
             introspections: tokio::sync::Semaphore::new(o.introspection_concurrency),
-            fetch: fetch::default_fetch(Duration::from_millis(o.fetch_timeout_ms)),
+            fetch,
             clock,
         }))
     }
@@ -176,53 +219,99 @@ impl OAuth {
         self.clock.now().0
     }
 
-    /// The grant of a bearer token: from the cache, else checked (a JWT with its issuer's
-    /// keys, an opaque token by introspection) and kept.
+    /// The grant of a token validated before and not yet expired, or the refusal of one
+    /// refused lately: a look-up by its digest. `None`: not known, check it.
+    ///
+    /// # Errors
+    /// [`AuthFailure::Invalid`] for a token refused within `introspection_cache_secs`.
+    pub fn cached(&self, digest: &[u8; 32]) -> Option<Result<Grant, AuthFailure>> {
+        let now = wall_s();
+        if let Some(g) = self.cache.lock().get(digest).filter(|g| now < g.expires_at_s) {
+            return Some(Ok(g.clone()));
+        }
+        self.refused
+            .lock()
+            .get(digest)
+            .filter(|until| now < **until)
+            .map(|_| Err(AuthFailure::Invalid(TokenError::Inactive)))
+    }
+
+    /// The grant of a bearer token not in the cache ([`OAuth::cached`]): checked (a JWT with
+    /// its issuer's keys, an opaque token by introspection), then kept (a refusal too).
     ///
     /// # Errors
     /// [`AuthFailure::Invalid`] for a token not accepted, [`AuthFailure::Unavailable`] when
-    /// no authorization server that could accept it answered.
-    pub async fn authenticate(&self, token: &str) -> Result<Grant, AuthFailure> {
-        if let Some(g) = self.cached(token) {
-            return Ok(g);
-        }
-        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        let now_s = self.now_ms() / 1000;
-        let mut grant = if looks_like_jwt(token) && self.jwt_issuer_of(token).is_some() {
-            self.check_jwt(token).await?
-        } else {
-            self.introspect(token).await?
+    /// no authorization server that could accept it answered in time.
+    pub async fn authenticate(&self, token: &str, digest: [u8; 32]) -> Result<Grant, AuthFailure> {
+        let deadline = self.fetch_timeout.saturating_mul(2);
+        let checked = match tokio::time::timeout(deadline, self.check(token)).await {
+            Ok(r) => r,
+            Err(_) => Err(AuthFailure::Unavailable(format!("no answer within {deadline:?}"))),
         };
-        grant.scopes = self.scopes.expand(&grant.scopes);
-        self.keep(digest, grant.clone(), now_s);
-        Ok(grant)
+        match checked {
+            Ok(mut grant) => {
+                grant.scopes = self.scopes.expand(&grant.scopes);
+                keep(&self.cache, self.cache_max, digest, grant.clone(), |g| g.expires_at_s);
+                Ok(grant)
+            }
+            Err(AuthFailure::Invalid(why)) => {
+                // Not a refusal that time may lift: a key the issuer just added, a token not
+                // yet valid.
+                if !matches!(why, TokenError::UnknownKid(_) | TokenError::NotYetValid) {
+                    let until = wall_s().saturating_add(self.introspection_cache_s);
+                    keep(&self.refused, self.cache_max, digest, until, |u| *u);
+                }
+                Err(AuthFailure::Invalid(why))
+            }
+            Err(e) => Err(e),
+        }
     }
 
-    /// The grant of a token validated before and not yet expired: a hash and a look-up.
-    #[must_use]
-    pub fn cached(&self, token: &str) -> Option<Grant> {
-        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        let now_s = self.now_ms() / 1000;
-        self.cache.lock().get(&digest).filter(|g| now_s < g.expires_at_s).cloned()
+    async fn check(&self, token: &str) -> Result<Grant, AuthFailure> {
+        match self.route(token)? {
+            Route::Jwt(issuer, t) => self.check_jwt(issuer, &t).await,
+            Route::Introspect(issuers) => self.introspect(&issuers, token).await,
+        }
     }
 
-    /// The JWT issuer a JWT-shaped token names, when configured for JWTs.
-    fn jwt_issuer_of(&self, token: &str) -> Option<&Issuer> {
-        let t = parse_jwt(token).ok()?;
-        let iss = t.issuer()?;
-        self.issuers.iter().find(|i| i.jwt && i.url == iss)
-    }
-
-    async fn check_jwt(&self, token: &str) -> Result<Grant, AuthFailure> {
-        let t = parse_jwt(token).map_err(AuthFailure::Invalid)?;
-        let issuer = t
-            .issuer()
-            .and_then(|iss| self.issuers.iter().find(|i| i.jwt && i.url == iss))
+    /// Where a token goes ([`Route`]); a JWT-shaped token claiming no configured issuer is
+    /// refused here, with no fetch.
+    fn route<'s, 't>(&'s self, token: &'t str) -> Result<Route<'t>, AuthFailure>
+    where
+        's: 't,
+    {
+        if !looks_like_jwt(token) {
+            let all: Vec<&Issuer> =
+                self.issuers.iter().filter(|i| i.introspection.is_some()).collect();
+            return if all.is_empty() {
+                Err(AuthFailure::Invalid(TokenError::Malformed))
+            } else {
+                Ok(Route::Introspect(all))
+            };
+        }
+        let iss = peek_issuer(token).ok_or(AuthFailure::Invalid(TokenError::Issuer))?;
+        let issuer = self
+            .issuers
+            .iter()
+            .find(|i| i.url == iss)
             .ok_or(AuthFailure::Invalid(TokenError::Issuer))?;
-        let keys = self.keys_of(issuer, None).await?;
+        if issuer.jwt {
+            let t = parse_jwt(token).map_err(AuthFailure::Invalid)?;
+            Ok(Route::Jwt(issuer, Box::new(t)))
+        } else {
+            Ok(Route::Introspect(vec![issuer]))
+        }
+    }
+
+    async fn check_jwt(&self, issuer: &Issuer, t: &Unverified<'_>) -> Result<Grant, AuthFailure> {
+        let keys = self.keys_of(issuer, false).await?;
         match t.verify(&keys) {
             Err(TokenError::UnknownKid(kid)) => {
-                let again = self.keys_of(issuer, Some(kid.as_deref())).await?;
+                // A key the issuer added since: fetched again unless that was done lately.
+                let again = self.keys_of(issuer, true).await?;
+                if Arc::ptr_eq(&again, &keys) {
+                    return Err(AuthFailure::Invalid(TokenError::UnknownKid(kid)));
+                }
                 t.verify(&again).map_err(AuthFailure::Invalid)?;
             }
             other => other.map_err(AuthFailure::Invalid)?,
@@ -234,80 +323,119 @@ impl OAuth {
         Expect {
             issuer,
             resource: &self.resource,
-            now_s: self.now_ms() / 1000,
+            now_s: wall_s(),
             leeway_s: self.leeway_s,
+            require_at_jwt: self.require_at_jwt,
         }
     }
 
-    /// An issuer's keys: fetched when there are none or they are older than the maximum age;
-    /// with `unknown_kid`, fetched again unless they already have it or were fetched less
-    /// than the refresh interval ago. One fetch per issuer at a time.
+    /// An issuer's keys, fetched first when there are none yet, when they are due (past
+    /// their maximum age, not tried within the refresh interval), or — `unknown_kid` — when
+    /// not fetched within the refresh interval. Keys that are there are used while a due
+    /// fetch fails, up to three maximum ages; a fetch asked for by an unknown `kid` that fails
+    /// is a 503 (the new key may well be the issuer's).
     async fn keys_of(
         &self,
         issuer: &Issuer,
-        unknown_kid: Option<Option<&str>>,
+        unknown_kid: bool,
     ) -> Result<Arc<KeySet>, AuthFailure> {
-        let mut keys = tokio::time::timeout(self.fetch_timeout, issuer.keys.lock())
-            .await
-            .map_err(|_| AuthFailure::Unavailable(format!("{}: keys being fetched", issuer.url)))?;
+        let seen = issuer.keys.read().clone();
         let now = self.now_ms();
-        let age = now.saturating_sub(keys.fetched_ms);
-        let stale = keys.fetched_ms == 0 || age >= self.max_age_ms;
-        let refresh = match unknown_kid {
-            None => stale,
-            // Another request may have fetched them while this one waited.
-            Some(kid) => stale || (!keys.set.has_kid(kid) && age >= self.refresh_min_ms),
-        };
-        if refresh {
-            match self.fetch_keys(issuer, &mut keys).await {
-                Ok(()) => {}
-                // Keys that are there still verify; none at all is unavailable.
-                Err(e) if keys.set.is_empty() => return Err(AuthFailure::Unavailable(e)),
-                Err(e) => tracing::warn!(issuer = %issuer.url, "keys not refreshed: {e}"),
-            }
-            // Counted as a fetch even when it failed: an issuer that is down is asked again
-            // only after the interval, not on every token.
-            keys.fetched_ms = now.max(1);
+        let since_try = now.saturating_sub(seen.tried_ms);
+        let never = seen.ok_ms == 0;
+        let due = never || now.saturating_sub(seen.ok_ms) >= self.max_age_ms;
+        // At most once per refresh interval, whatever asks (a first fetch that failed too).
+        let may = seen.tried_ms == 0 || since_try >= self.refresh_min_ms;
+        let fetch = may && (unknown_kid || due);
+        if !fetch {
+            return self.usable(issuer, seen, now);
         }
-        Ok(Arc::clone(&keys.set))
+        let unavailable = |e: String| AuthFailure::Unavailable(format!("{}: {e}", issuer.url));
+        let _one = tokio::time::timeout(self.fetch_timeout, issuer.fetching.lock())
+            .await
+            .map_err(|_| unavailable("its keys are being fetched".into()))?;
+        // Fetched by another request while this one waited.
+        let current = issuer.keys.read().clone();
+        if current.tried_ms != seen.tried_ms {
+            return if current.ok_ms == current.tried_ms {
+                Ok(current.set)
+            } else {
+                Err(unavailable("its keys could not be fetched".into()))
+            };
+        }
+        let fetched = self.fetch_keys(issuer).await;
+        let mut keys = issuer.keys.write();
+        keys.tried_ms = now.max(1);
+        match fetched {
+            Ok(set) => {
+                keys.set = Arc::new(set);
+                keys.ok_ms = keys.tried_ms;
+                Ok(Arc::clone(&keys.set))
+            }
+            Err(e) => {
+                tracing::warn!(target: "mcp_runtime::auth", issuer = %issuer.url, "keys not fetched: {e}");
+                let kept = keys.clone();
+                drop(keys);
+                if unknown_kid || never {
+                    return Err(unavailable(e));
+                }
+                self.usable(issuer, kept, now)
+            }
+        }
     }
 
-    async fn fetch_keys(&self, issuer: &Issuer, keys: &mut Keys) -> Result<(), String> {
-        let metadata = self.metadata_of(issuer, keys).await?;
-        let uri = metadata
-            .jwks_uri
-            .as_deref()
-            .ok_or_else(|| format!("{}: metadata has no jwks_uri", issuer.url))?;
-        let doc = self.fetch.get(uri).await?;
-        let set = KeySet::parse(&doc)?;
-        tracing::info!(issuer = %issuer.url, keys = set.len(), "fetched the issuer's keys");
-        keys.set = Arc::new(set);
-        Ok(())
+    /// Keys that are there, unless older than three maximum ages.
+    fn usable(&self, issuer: &Issuer, keys: Keys, now: u64) -> Result<Arc<KeySet>, AuthFailure> {
+        if keys.ok_ms == 0 || now.saturating_sub(keys.ok_ms) > self.max_age_ms.saturating_mul(3) {
+            return Err(AuthFailure::Unavailable(format!("{}: no current keys", issuer.url)));
+        }
+        Ok(keys.set)
     }
 
-    /// The issuer's metadata, fetched once (and again with the keys when it could not be).
-    async fn metadata_of(&self, issuer: &Issuer, keys: &mut Keys) -> Result<AsMetadata, String> {
-        if let Some(m) = &keys.metadata {
-            return Ok(m.clone());
+    async fn fetch_keys(&self, issuer: &Issuer) -> Result<KeySet, String> {
+        let metadata = self.metadata_of(issuer).await?;
+        let uri =
+            metadata.jwks_uri.as_deref().ok_or_else(|| "metadata has no jwks_uri".to_owned())?;
+        let fetched = match self.fetch.get(uri).await {
+            Ok(doc) => KeySet::parse(&doc),
+            Err(e) => Err(e),
+        };
+        match fetched {
+            Ok(set) => {
+                tracing::info!(target: "mcp_runtime::auth", issuer = %issuer.url, keys = set.len(), "fetched the issuer's keys");
+                Ok(set)
+            }
+            Err(e) => {
+                // The keys may have moved: the metadata is asked again next time.
+                *issuer.metadata.lock() = None;
+                Err(e)
+            }
+        }
+    }
+
+    /// The issuer's metadata: kept once fetched (dropped when a key fetch fails).
+    async fn metadata_of(&self, issuer: &Issuer) -> Result<AsMetadata, String> {
+        if let Some(m) = issuer.metadata.lock().clone() {
+            return Ok(m);
         }
         let mut last = String::new();
         for url in metadata_urls(&issuer.url) {
             match self.fetch.get(&url).await {
                 Ok(doc) => {
                     let m = AsMetadata::parse(&doc, &issuer.url)?;
-                    keys.metadata = Some(m.clone());
+                    *issuer.metadata.lock() = Some(m.clone());
                     return Ok(m);
                 }
                 Err(e) => last = e,
             }
         }
-        Err(format!("{}: no metadata found ({last})", issuer.url))
+        Err(format!("no metadata found ({last})"))
     }
 
-    /// Ask the introspecting issuers, in order, until one says the token is active.
-    async fn introspect(&self, token: &str) -> Result<Grant, AuthFailure> {
+    /// Ask `issuers`, in order, until one says the token is active.
+    async fn introspect(&self, issuers: &[&Issuer], token: &str) -> Result<Grant, AuthFailure> {
         let mut unavailable = None;
-        for issuer in self.issuers.iter().filter(|i| i.introspection.is_some()) {
+        for issuer in issuers {
             match self.introspect_at(issuer, token).await {
                 Ok(g) => return Ok(g),
                 Err(AuthFailure::Unavailable(e)) => unavailable = Some(e),
@@ -316,31 +444,28 @@ impl OAuth {
         }
         Err(match unavailable {
             Some(e) => AuthFailure::Unavailable(e),
-            None if looks_like_jwt(token) => AuthFailure::Invalid(TokenError::Issuer),
             None => AuthFailure::Invalid(TokenError::Inactive),
         })
     }
 
     async fn introspect_at(&self, issuer: &Issuer, token: &str) -> Result<Grant, AuthFailure> {
+        let unavailable = |e: String| AuthFailure::Unavailable(format!("{}: {e}", issuer.url));
         let Some((client, secret)) = &issuer.introspection else {
             return Err(AuthFailure::Invalid(TokenError::Inactive));
         };
-        let endpoint = {
-            let mut keys = tokio::time::timeout(self.fetch_timeout, issuer.keys.lock())
+        let metadata = {
+            let _one = tokio::time::timeout(self.fetch_timeout, issuer.fetching.lock())
                 .await
-                .map_err(|_| AuthFailure::Unavailable(format!("{}: busy", issuer.url)))?;
-            let m = self.metadata_of(issuer, &mut keys).await.map_err(AuthFailure::Unavailable)?;
-            m.introspection_endpoint.ok_or_else(|| {
-                AuthFailure::Unavailable(format!(
-                    "{}: metadata has no introspection_endpoint",
-                    issuer.url
-                ))
-            })?
+                .map_err(|_| unavailable("busy".into()))?;
+            self.metadata_of(issuer).await.map_err(unavailable)?
         };
+        let endpoint = metadata
+            .introspection_endpoint
+            .ok_or_else(|| unavailable("metadata has no introspection_endpoint".into()))?;
         let _permit = tokio::time::timeout(self.fetch_timeout, self.introspections.acquire())
             .await
-            .map_err(|_| AuthFailure::Unavailable("too many introspections at once".into()))?
-            .map_err(|_| AuthFailure::Unavailable("closed".into()))?;
+            .map_err(|_| unavailable("too many introspections at once".into()))?
+            .map_err(|_| unavailable("closed".into()))?;
         let body = self
             .fetch
             .post_form(
@@ -349,34 +474,42 @@ impl OAuth {
                 &[("token", token), ("token_type_hint", "access_token")],
             )
             .await
-            .map_err(AuthFailure::Unavailable)?;
-        let mut g = grant_from_introspection(&body, &self.expect(&issuer.url))
-            .map_err(AuthFailure::Invalid)?;
-        let bound = self.now_ms() / 1000 + self.introspection_cache_s;
-        g.expires_at_s = g.expires_at_s.min(bound);
+            .map_err(unavailable)?;
+        let mut g = match grant_from_introspection(&body, &self.expect(&issuer.url)) {
+            // A 200 that is not an introspection answer says nothing about the token.
+            Err(TokenError::Malformed) => {
+                return Err(unavailable("not an introspection answer".into()));
+            }
+            other => other.map_err(AuthFailure::Invalid)?,
+        };
+        g.expires_at_s = g.expires_at_s.min(wall_s().saturating_add(self.introspection_cache_s));
         Ok(g)
     }
+}
 
-    /// Keep a grant; when full, drop the expired, and if that is not enough an eighth of the
-    /// rest (whichever the map yields first).
-    fn keep(&self, digest: [u8; 32], grant: Grant, now_s: u64) {
-        let mut cache = self.cache.lock();
-        if cache.len() >= self.cache_max {
-            cache.retain(|_, g| now_s < g.expires_at_s);
-            if cache.len() >= self.cache_max {
-                let drop: Vec<[u8; 32]> =
-                    cache.keys().take((self.cache_max / 8).max(1)).copied().collect();
-                for k in drop {
-                    cache.remove(&k);
-                }
+/// Keep `value` under `digest` in a map of at most `max` entries: when full, drop the expired
+/// (by `until`, wall s), and if that is not enough an eighth of the rest (whichever the map
+/// yields first).
+fn keep<V>(
+    map: &parking_lot::Mutex<HashMap<[u8; 32], V>>,
+    max: usize,
+    digest: [u8; 32],
+    value: V,
+    until: impl Fn(&V) -> u64,
+) {
+    let now = wall_s();
+    let mut map = map.lock();
+    if map.len() >= max {
+        map.retain(|_, v| now < until(v));
+        if map.len() >= max {
+            let drop: Vec<[u8; 32]> = map.keys().take((max / 8).max(1)).copied().collect();
+            for k in drop {
+                map.remove(&k);
             }
         }
-        cache.insert(digest, grant);
     }
-
-    /// Validated tokens kept now.
-    #[must_use]
-    pub fn cached_tokens(&self) -> usize {
-        self.cache.lock().len()
-    }
+    map.insert(digest, value);
 }
+
+#[cfg(test)]
+mod tests;

@@ -17,24 +17,52 @@ use crate::proto::oauth::Grant;
 
 /// Whether a query string carries an access token (refused: tokens go in the header only).
 pub(super) fn token_in_query(query: &str) -> bool {
-    !query.is_empty() && query.split('&').any(|pair| pair.split('=').next() == Some("access_token"))
+    !query.is_empty()
+        && query.split(['&', ';']).any(|pair| {
+            let name = pair.split('=').next().unwrap_or("");
+            // The name as a form decoder reads it (`access%5Ftoken` is `access_token`).
+            let mut decoded = Vec::with_capacity(name.len());
+            let b = name.as_bytes();
+            let mut i = 0;
+            while i < b.len() {
+                let hex = |c: u8| char::from(c).to_digit(16);
+                match (
+                    b[i],
+                    b.get(i + 1).copied().and_then(hex),
+                    b.get(i + 2).copied().and_then(hex),
+                ) {
+                    (b'%', Some(h), Some(l)) => {
+                        decoded.push(u8::try_from(h * 16 + l).unwrap_or(0));
+                        i += 3;
+                    }
+                    (c, _, _) => {
+                        decoded.push(c);
+                        i += 1;
+                    }
+                }
+            }
+            decoded.eq_ignore_ascii_case(b"access_token")
+        })
 }
 
 /// The grant of the request's bearer token: from the cache without awaiting anything, else
 /// checked (boxed: only this rare path adds its state to the request's future).
 pub(super) async fn authenticate(oauth: &OAuth, token: Option<&str>) -> Result<Grant, Rejection> {
     let token = token.ok_or(Rejection::Unauthorized)?;
-    if let Some(g) = oauth.cached(token) {
-        return Ok(g);
-    }
-    match Box::pin(oauth.authenticate(token)).await {
+    let digest = crate::auth::digest(token);
+    let checked = match oauth.cached(&digest) {
+        Some(known) => known,
+        None => Box::pin(oauth.authenticate(token, digest)).await,
+    };
+    match checked {
         Ok(g) => Ok(g),
         Err(AuthFailure::Invalid(why)) => {
-            tracing::debug!(target: "mcp_runtime::auth", "token refused: {why}");
+            tracing::debug!(target: "mcp_runtime::auth", "token refused: {:?}", why.to_string());
             Err(Rejection::InvalidToken)
         }
         Err(AuthFailure::Unavailable(why)) => {
-            tracing::warn!(target: "mcp_runtime::auth", "authorization server unavailable: {why}");
+            // Per request: debug (a failed key fetch is warned once per refresh interval).
+            tracing::debug!(target: "mcp_runtime::auth", "authorization server unavailable: {why}");
             Err(Rejection::AuthUnavailable)
         }
     }
@@ -50,7 +78,7 @@ pub(super) fn check_scopes(
     let Some(needed) = missing_scopes(&admitted.command, oauth.scopes(), grant) else {
         return Ok(());
     };
-    let refusal = Rejection::InsufficientScope(Arc::from(needed.to_vec()));
+    let refusal = Rejection::InsufficientScope(Arc::from(needed));
     Err(match &admitted.command {
         Command::Modern { request, .. } => refusal.with_id(&request.id),
         _ => refusal,
@@ -81,6 +109,10 @@ async fn metadata(req: HttpRequest, sup: web::Data<Arc<Supervisor>>) -> HttpResp
     let mut resp = if method == HttpMethod::Options {
         let mut b = HttpResponse::NoContent();
         b.insert_header((header::ACCESS_CONTROL_ALLOW_METHODS, "GET"));
+        b.insert_header((
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            crate::proto::admission::CORS_ALLOW_HEADERS,
+        ));
         b.insert_header((header::ACCESS_CONTROL_MAX_AGE, "86400"));
         b.finish()
     } else {
@@ -123,5 +155,7 @@ mod tests {
         assert!(token_in_query("access_token"));
         assert!(!token_in_query(""));
         assert!(!token_in_query("x_access_token=1&token=2"));
+        assert!(token_in_query("access%5Ftoken=abc"), "percent-encoded");
+        assert!(token_in_query("a=1;ACCESS_TOKEN=abc"), "any case, either separator");
     }
 }

@@ -257,33 +257,40 @@ impl Command {
     }
 }
 
-/// The scopes `command` needs that `grant` lacks: `None` when it has them all, else every
-/// scope the first request short of them needs (the `scope` of the 403, so a client can ask
-/// for them in one step-up). A batch is refused whole when any request in it is short.
+/// The scopes `command` needs when `grant` lacks some: `None` when it has them all, else every
+/// scope its requests need, sorted (the `scope` of the 403, so a client can ask for them in
+/// one step-up). A batch is refused whole when any request in it is short.
 #[must_use]
-pub fn missing_scopes<'t>(
+pub fn missing_scopes(
     command: &Command,
-    table: &'t super::oauth::ScopeTable,
+    table: &super::oauth::ScopeTable,
     grant: &super::oauth::Grant,
-) -> Option<&'t [Box<str>]> {
+) -> Option<Vec<Box<str>>> {
     use super::jsonrpc::Message;
     use super::oauth::named_in;
-    let short = |needed: &'t [Box<str>]| (!grant.has_all(needed)).then_some(needed);
     let of_message = |m: &Message| match m {
         Message::Request { method, params, .. } => {
-            short(table.needed(method, named_in(method, params.as_ref())))
+            table.needed(method, named_in(method, params.as_ref()))
         }
-        _ => short(table.endpoint()),
+        _ => table.endpoint(),
     };
-    match command {
-        Command::Initialize { .. } => short(table.needed("initialize", None)),
-        Command::Post { incoming: Incoming::Single(m), .. } => of_message(m),
-        Command::Post { incoming: Incoming::Batch(items), .. } => items.iter().find_map(of_message),
-        Command::Modern { request, .. } => {
-            short(table.needed(&request.method, named_in(&request.method, request.params.as_ref())))
+    let needs: Vec<&[Box<str>]> = match command {
+        Command::Initialize { .. } => vec![table.needed("initialize", None)],
+        Command::Post { incoming: Incoming::Single(m), .. } => vec![of_message(m)],
+        Command::Post { incoming: Incoming::Batch(items), .. } => {
+            items.iter().map(of_message).collect()
         }
-        _ => short(table.endpoint()),
-    }
+        Command::Modern { request, .. } => {
+            vec![table.needed(&request.method, named_in(&request.method, request.params.as_ref()))]
+        }
+        _ => vec![table.endpoint()],
+    };
+    (!needs.iter().all(|n| grant.has_all(n))).then(|| {
+        let mut all: Vec<Box<str>> = needs.into_iter().flatten().cloned().collect();
+        all.sort();
+        all.dedup();
+        all
+    })
 }
 
 /// Request headers MCP uses, allowed on cross-origin requests.

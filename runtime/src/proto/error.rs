@@ -663,7 +663,7 @@ impl Rejection {
             ),
             (
                 Rejection::AuthUnavailable,
-                "OAuth: no authorization server that could accept the token answered (keys or introspection) within `auth.oauth.fetch_timeout_ms`",
+                "OAuth: no authorization server that could accept the token answered (keys or introspection) within twice `auth.oauth.fetch_timeout_ms`, or its answer was not one",
             ),
             (
                 Rejection::NotAcceptable,

@@ -63,6 +63,12 @@ pub enum TokenError {
     /// Introspection said `active: false`.
     #[error("not active")]
     Inactive,
+    /// `typ` is not `at+jwt` (RFC 9068 §4: an ID token or another JWT is not an access token).
+    #[error("not an access token (typ {0:?})")]
+    Type(Option<String>),
+    /// No `kid`, and the issuer has several keys of the algorithm's type.
+    #[error("no kid, and several keys could have signed it")]
+    NoKid,
 }
 
 /// The signature algorithms accepted, each bound to one key type.
@@ -243,6 +249,8 @@ struct Header {
     #[serde(default)]
     kid: Option<String>,
     #[serde(default)]
+    typ: Option<String>,
+    #[serde(default)]
     crit: Option<Value>,
 }
 
@@ -292,6 +300,7 @@ struct Claims {
 pub struct Unverified<'t> {
     alg: Alg,
     kid: Option<String>,
+    typ: Option<String>,
     claims: Claims,
     signing_input: &'t str,
     signature: Vec<u8>,
@@ -330,7 +339,18 @@ pub fn parse_jwt(token: &str) -> Result<Unverified<'_>, TokenError> {
     let claims: Claims = serde_json::from_slice(&b64(c).ok_or(TokenError::Malformed)?)
         .map_err(|_| TokenError::Malformed)?;
     let signature = b64(sig).ok_or(TokenError::Malformed)?;
-    Ok(Unverified { alg, kid: header.kid, claims, signing_input, signature })
+    Ok(Unverified { alg, kid: header.kid, typ: header.typ, claims, signing_input, signature })
+}
+
+/// The `iss` a JWT-shaped token claims, read without judging anything else: which
+/// authorization server the token says it comes from (where to send it, if anywhere).
+#[must_use]
+pub fn peek_issuer(token: &str) -> Option<String> {
+    if token.len() > MAX_TOKEN_BYTES {
+        return None;
+    }
+    let claims = token.split('.').nth(1)?;
+    serde_json::from_slice::<Claims>(&b64(claims)?).ok()?.iss
 }
 
 impl Unverified<'_> {
@@ -338,12 +358,6 @@ impl Unverified<'_> {
     #[must_use]
     pub fn issuer(&self) -> Option<&str> {
         self.claims.iss.as_deref()
-    }
-
-    /// The header's `kid`.
-    #[must_use]
-    pub fn kid(&self) -> Option<&str> {
-        self.kid.as_deref()
     }
 
     /// Check the signature with the issuer's keys: the key with the header's `kid` (any key
@@ -358,15 +372,16 @@ impl Unverified<'_> {
             .iter()
             .filter(|k| k.material.alg() == self.alg && (self.kid.is_none() || k.kid == self.kid));
         let first = fitting.next().ok_or_else(|| TokenError::UnknownKid(self.kid.clone()))?;
-        let message = self.signing_input.as_bytes();
-        if first.material.verify(message, &self.signature) {
-            return Ok(());
+        // Without a kid, the key must be the only one of its type: one signature check per
+        // token, never one per key.
+        if self.kid.is_none() && fitting.next().is_some() {
+            return Err(TokenError::NoKid);
         }
-        // Without a kid, any key of the type may be the one (bounded by MAX_JWKS_KEYS).
-        if self.kid.is_none() && fitting.any(|k| k.material.verify(message, &self.signature)) {
-            return Ok(());
+        if first.material.verify(self.signing_input.as_bytes(), &self.signature) {
+            Ok(())
+        } else {
+            Err(TokenError::Signature)
         }
-        Err(TokenError::Signature)
     }
 
     /// The claims' rules ([`check_claims`]), once [`Unverified::verify`] passed.
@@ -374,6 +389,12 @@ impl Unverified<'_> {
     /// # Errors
     /// The first rule broken.
     pub fn grant(&self, expect: &Expect<'_>) -> Result<Grant, TokenError> {
+        let at_jwt = self.typ.as_deref().is_some_and(|t| {
+            t.eq_ignore_ascii_case("at+jwt") || t.eq_ignore_ascii_case("application/at+jwt")
+        });
+        if expect.require_at_jwt && !at_jwt {
+            return Err(TokenError::Type(self.typ.clone()));
+        }
         check_claims(&self.claims, expect)
     }
 }
@@ -389,6 +410,8 @@ pub struct Expect<'a> {
     pub now_s: u64,
     /// Slack for clocks that differ (s).
     pub leeway_s: u64,
+    /// A JWT's `typ` must be `at+jwt` (RFC 9068 §4).
+    pub require_at_jwt: bool,
 }
 
 /// An accepted token: who it is and what it may do.
@@ -444,10 +467,13 @@ fn check_claims(c: &Claims, expect: &Expect<'_>) -> Result<Grant, TokenError> {
         return Err(TokenError::NotYetValid);
     }
     let subject = c.sub.as_deref().or(c.client_id.as_deref()).ok_or(TokenError::NoSubject)?;
-    let mut principal = format!("{}|{subject}", expect.issuer);
+    // Each part with `%` and `|` escaped: `|` separates them, so no two tokens' parts can
+    // spell one principal.
+    let part = |s: &str| s.replace('%', "%25").replace('|', "%7C");
+    let mut principal = format!("{}|{}", part(expect.issuer), part(subject));
     if let Some(client) = c.client_id.as_deref().filter(|c| *c != subject) {
         principal.push('|');
-        principal.push_str(client);
+        principal.push_str(&part(client));
     }
     let mut scopes: Vec<Box<str>> = c
         .scope
@@ -549,14 +575,36 @@ pub fn prm_path(resource: &str) -> String {
 }
 
 /// Whether a URL may name an authorization server or a resource: `https`, or `http` on a
-/// loopback host only (for local use and tests); no fragment, no query, no quote.
+/// loopback host only (for local use and tests); a host, an optional numeric port, no user
+/// part, no fragment, no query, no quote.
 #[must_use]
 pub fn url_allowed(url: &str) -> bool {
-    let loopback = ["http://127.0.0.1", "http://localhost", "http://[::1]"].iter().any(|p| {
-        url.strip_prefix(p).is_some_and(|rest| rest.is_empty() || rest.starts_with([':', '/']))
-    });
-    (url.starts_with("https://") && url.len() > 8 || loopback)
-        && !url.contains(['#', '?', '"', '\\', ' '])
+    if url.contains(['#', '?', '"', '\\', ' ', '@']) {
+        return false;
+    }
+    let (https, rest) = match (url.strip_prefix("https://"), url.strip_prefix("http://")) {
+        (Some(rest), _) => (true, rest),
+        (None, Some(rest)) => (false, rest),
+        _ => return false,
+    };
+    let authority = rest.split('/').next().unwrap_or("");
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(v6) => match v6.split_once(']') {
+            Some((h, port)) => (format!("[{h}]"), port),
+            None => return false,
+        },
+        None => match authority.split_once(':') {
+            Some((h, _)) => (h.to_owned(), &authority[h.len()..]),
+            None => (authority.to_owned(), ""),
+        },
+    };
+    let port_ok = port.is_empty()
+        || port
+            .strip_prefix(':')
+            .is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    !host.is_empty()
+        && port_ok
+        && (https || matches!(host.as_str(), "127.0.0.1" | "localhost" | "[::1]"))
 }
 
 /// Whether a scope is a `scope-token` (RFC 6749 §3.3: visible ASCII but `"` and `\`).
@@ -731,12 +779,6 @@ impl ScopeTable {
         }
         &self.endpoint
     }
-
-    /// Whether the table has entries beyond the endpoint's scopes.
-    #[must_use]
-    pub fn has_entries(&self) -> bool {
-        !self.by_key.is_empty()
-    }
 }
 
 /// What a caller's lists show when `auth.filter_lists` is on: only the tools, prompts and
@@ -783,5 +825,7 @@ pub fn named_in<'p>(method: &str, params: Option<&'p Value>) -> Option<&'p str> 
     params?.get(field)?.as_str()
 }
 
+#[cfg(test)]
+pub(crate) mod test_keys;
 #[cfg(test)]
 mod tests;

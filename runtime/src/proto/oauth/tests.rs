@@ -1,69 +1,9 @@
-use ring::rand::SystemRandom;
-use ring::signature::{self as sig, KeyPair as _};
-
+use super::test_keys::{Signer, enc};
 use super::*;
 
 const ISS: &str = "https://as.example";
 const RES: &str = "https://mcp.example/mcp";
 const NOW: u64 = 1_800_000_000;
-
-fn enc(v: &Value) -> String {
-    URL_SAFE_NO_PAD.encode(serde_json::to_vec(v).unwrap())
-}
-
-/// A test signer: an Ed25519 or a P-256 key made here, its JWK, and compact JWS of claims.
-enum Signer {
-    Ed(sig::Ed25519KeyPair),
-    Ec(sig::EcdsaKeyPair),
-}
-
-impl Signer {
-    fn ed() -> Signer {
-        let doc = sig::Ed25519KeyPair::generate_pkcs8(&SystemRandom::new()).unwrap();
-        Signer::Ed(sig::Ed25519KeyPair::from_pkcs8(doc.as_ref()).unwrap())
-    }
-
-    fn ec() -> Signer {
-        let rng = SystemRandom::new();
-        let alg = &sig::ECDSA_P256_SHA256_FIXED_SIGNING;
-        let doc = sig::EcdsaKeyPair::generate_pkcs8(alg, &rng).unwrap();
-        Signer::Ec(sig::EcdsaKeyPair::from_pkcs8(alg, doc.as_ref(), &rng).unwrap())
-    }
-
-    fn jwk(&self, kid: &str) -> Value {
-        match self {
-            Signer::Ed(k) => json!({"kty": "OKP", "crv": "Ed25519", "kid": kid,
-                "x": URL_SAFE_NO_PAD.encode(k.public_key().as_ref())}),
-            Signer::Ec(k) => {
-                let p = k.public_key().as_ref();
-                json!({"kty": "EC", "crv": "P-256", "kid": kid, "use": "sig",
-                    "x": URL_SAFE_NO_PAD.encode(&p[1..33]), "y": URL_SAFE_NO_PAD.encode(&p[33..])})
-            }
-        }
-    }
-
-    fn alg(&self) -> &'static str {
-        match self {
-            Signer::Ed(_) => "EdDSA",
-            Signer::Ec(_) => "ES256",
-        }
-    }
-
-    fn sign_with_header(&self, header: &Value, claims: &Value) -> String {
-        let input = format!("{}.{}", enc(header), enc(claims));
-        let s = match self {
-            Signer::Ed(k) => k.sign(input.as_bytes()).as_ref().to_vec(),
-            Signer::Ec(k) => {
-                k.sign(&SystemRandom::new(), input.as_bytes()).unwrap().as_ref().to_vec()
-            }
-        };
-        format!("{input}.{}", URL_SAFE_NO_PAD.encode(s))
-    }
-
-    fn sign(&self, kid: &str, claims: &Value) -> String {
-        self.sign_with_header(&json!({"alg": self.alg(), "kid": kid, "typ": "at+jwt"}), claims)
-    }
-}
 
 fn keys(signers: &[(&Signer, &str)]) -> KeySet {
     let doc = json!({"keys": signers.iter().map(|(s, kid)| s.jwk(kid)).collect::<Vec<_>>()});
@@ -76,7 +16,7 @@ fn claims() -> Value {
 }
 
 fn expect() -> Expect<'static> {
-    Expect { issuer: ISS, resource: RES, now_s: NOW, leeway_s: 5 }
+    Expect { issuer: ISS, resource: RES, now_s: NOW, leeway_s: 5, require_at_jwt: true }
 }
 
 fn check(token: &str, keys: &KeySet) -> Result<Grant, TokenError> {
@@ -177,9 +117,44 @@ fn an_unknown_kid_asks_for_the_keys_again() {
     let t = s.sign("new", &claims());
     assert_eq!(check(&t, &keys(&[(&s, "old")])), Err(TokenError::UnknownKid(Some("new".into()))));
     assert!(check(&t, &keys(&[(&Signer::ed(), "old"), (&s, "new")])).is_ok());
-    // No kid: every key of the type is tried.
-    let t = s.sign_with_header(&json!({"alg": "EdDSA"}), &claims());
-    assert!(check(&t, &keys(&[(&Signer::ed(), "a"), (&s, "b")])).is_ok());
+    // No kid: the only key of the type, or refused (one signature check per token).
+    let t = s.sign_with_header(&json!({"alg": "EdDSA", "typ": "at+jwt"}), &claims());
+    assert!(check(&t, &keys(&[(&Signer::ec(), "a"), (&s, "b")])).is_ok());
+    assert_eq!(check(&t, &keys(&[(&Signer::ed(), "a"), (&s, "b")])), Err(TokenError::NoKid));
+}
+
+#[test]
+fn principal_parts_are_escaped_so_two_tokens_never_spell_one_principal() {
+    let s = Signer::ed();
+    let ks = keys(&[(&s, "k")]);
+    let mut one = claims();
+    one["sub"] = json!("a|b");
+    one.as_object_mut().unwrap().remove("client_id");
+    let mut two = claims();
+    two["sub"] = json!("a");
+    two["client_id"] = json!("b");
+    let p1 = check(&s.sign("k", &one), &ks).unwrap().principal;
+    let p2 = check(&s.sign("k", &two), &ks).unwrap().principal;
+    assert_eq!(&*p1, "https://as.example|a%7Cb");
+    assert_eq!(&*p2, "https://as.example|a|b");
+}
+
+#[test]
+fn a_jwt_must_be_typed_as_an_access_token_unless_told_otherwise() {
+    let s = Signer::ed();
+    let ks = keys(&[(&s, "k")]);
+    for typ in [json!("JWT"), json!(null)] {
+        let t = s.sign_with_header(&json!({"alg": "EdDSA", "kid": "k", "typ": typ}), &claims());
+        let u = parse_jwt(&t).unwrap();
+        u.verify(&ks).unwrap();
+        assert!(matches!(u.grant(&expect()), Err(TokenError::Type(_))), "{typ}");
+        assert!(u.grant(&Expect { require_at_jwt: false, ..expect() }).is_ok());
+    }
+    let t = s.sign_with_header(
+        &json!({"alg": "EdDSA", "kid": "k", "typ": "application/AT+JWT"}),
+        &claims(),
+    );
+    assert!(check(&t, &ks).is_ok());
 }
 
 #[test]
@@ -335,6 +310,11 @@ fn only_https_or_loopback_http_urls_and_scope_tokens_are_allowed() {
         assert!(url_allowed(ok), "{ok}");
     }
     for bad in [
+        "http://localhost:@evil.example",
+        "https://user@as.example",
+        "http://localhost.evil",
+        "https://a:x",
+        "https://[::1",
         "http://as.example",
         "http://127.0.0.1.evil.example",
         "https://",
