@@ -254,6 +254,22 @@ async fn an_introspection_answer_that_is_not_json_is_503_and_a_jwt_without_at_jw
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_token_caches_stay_within_their_bound() {
+    let key = Signer::ed();
+    let (o, _) = server(&[(&key, "k")], |c| c.auth.oauth.token_cache_entries = 4);
+    for n in 0..20 {
+        let mut good = claims(A);
+        good["jti"] = json!(n);
+        assert!(auth(&o, &key.sign("k", &good)).await.is_ok());
+        let mut bad = good.clone();
+        bad["aud"] = json!("https://other.example/mcp");
+        assert!(auth(&o, &key.sign("k", &bad)).await.is_err());
+        assert!(o.cache.lock().len() <= 4 && o.refused.lock().len() <= 4);
+    }
+    assert!(!o.cache.lock().is_empty(), "the newest is kept");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_broader_scope_is_expanded_into_the_grant() {
     let key = Signer::ed();
     let admin = vec!["baskets:write".to_owned()];

@@ -180,6 +180,25 @@ fn protected_resource_metadata_is_served_at_both_well_known_names_with_cors() {
         );
         assert_eq!(header(&head, "access-control-allow-origin"), Some("http://localhost:3000"));
     }
+    // A browser's preflight of it (the MCP headers allowed).
+    let (status, head, _) = http_at(
+        &h.host.addr,
+        "OPTIONS",
+        "/.well-known/oauth-protected-resource/mcp",
+        &[
+            ("Origin", "http://localhost:3000"),
+            ("Access-Control-Request-Method", "GET"),
+            ("Access-Control-Request-Headers", "mcp-protocol-version"),
+        ],
+        "",
+        QUICK,
+    );
+    assert_eq!(status, 204);
+    assert!(
+        header(&head, "access-control-allow-headers")
+            .is_some_and(|h| h.to_ascii_lowercase().contains("mcp-protocol-version")),
+        "{head}"
+    );
     // A Host header naming another server changes nothing: the URLs are the configured ones.
     let (_, _, body) = http_at(
         &h.host.addr,
