@@ -507,6 +507,51 @@ fn a_session_answers_only_the_principal_that_made_it() {
 }
 
 #[test]
+fn a_state_handle_belongs_to_the_principal_that_made_it() {
+    let p = provider();
+    let h = protected(&[p.issuer()], "", &["--packs", "basket"]);
+    let alice = p.token("jwt-es256", &h.resource, ALL).unwrap();
+    let bob = p.token("jwt-rs256", &h.resource, ALL).unwrap();
+    let call = |token: &str, tool: &str, args: Value| -> Value {
+        let bearer = format!("Bearer {token}");
+        let body = json!({"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":tool,"arguments":args,
+            "_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}});
+        let (status, _, b) = http(
+            &h.host.addr,
+            "POST",
+            &[
+                ("Accept", "application/json"),
+                ("MCP-Protocol-Version", "2026-07-28"),
+                ("Mcp-Method", "tools/call"),
+                ("Mcp-Name", tool),
+                ("Authorization", &bearer),
+            ],
+            &body.to_string(),
+            QUICK,
+        );
+        assert_eq!(status, 200);
+        serde_json::from_slice(&b).unwrap()
+    };
+    let made = call(&alice, "create_basket", json!({"items": [{"sku": "shoes"}]}));
+    let id =
+        made["result"]["structuredContent"]["basket_id"].as_str().expect("a basket").to_owned();
+    let theirs = call(&bob, "get_basket", json!({"basket_id": id}));
+    assert_eq!(
+        theirs["result"]["isError"], true,
+        "another principal's handle is unknown to it: {theirs}"
+    );
+    let fake = "bsk_doesnotexist000000000000";
+    let unknown = call(&bob, "get_basket", json!({"basket_id": fake}));
+    assert_eq!(
+        theirs["result"]["content"].to_string().replace(&id, fake),
+        unknown["result"]["content"].to_string(),
+        "and reads exactly like an unknown one"
+    );
+    let mine = call(&alice, "get_basket", json!({"basket_id": id}));
+    assert_eq!(mine["result"]["structuredContent"]["item_count"], 1, "{mine}");
+}
+
+#[test]
 fn static_tokens_work_beside_oauth() {
     let p = provider();
     let h = protected(&[p.issuer()], "", &["--set", "security.bearer_tokens.local-token-123=ops"]);
