@@ -180,6 +180,13 @@ pub struct OAuthConfig {
     /// or another JWT of the issuer is no access token); turn on for an authorization server
     /// that types its access tokens `JWT`, where `aud` alone keeps other JWTs out.
     pub accept_any_jwt_typ: bool,
+    /// Refused tokens one client address may send, sustained, per second; past
+    /// `failures_burst` of them its requests get 429 before any token is checked (no
+    /// signature check, no introspection). Default 2; 1 to 1 000 000.
+    pub failures_per_sec: u32,
+    /// Refused tokens one client address may send at once (bucket size). Default 20; 1 to
+    /// 1 000 000.
+    pub failures_burst: u32,
 }
 
 impl Default for OAuthConfig {
@@ -198,6 +205,8 @@ impl Default for OAuthConfig {
             fetch_timeout_ms: 5000,
             introspection_concurrency: 32,
             accept_any_jwt_typ: false,
+            failures_per_sec: 2,
+            failures_burst: 20,
         }
     }
 }
@@ -814,7 +823,7 @@ impl RuntimeConfig {
     pub fn validate(self) -> Result<ValidConfig, ConfigError> {
         let (se, ss, l, q) = (&self.sse, &self.sessions, &self.limits, &self.quotas);
         let max = u64::MAX;
-        let rows: [(&'static str, u64, u64, u64); 70] = [
+        let rows: [(&'static str, u64, u64, u64); 72] = [
             ("security.max_body_bytes", self.security.max_body_bytes as u64, 1, 1 << 30),
             ("security.body_read_timeout_ms", self.security.body_read_timeout_ms, 100, 600_000),
             ("sse.replay_max_events", se.replay_max_events as u64, 1, 1 << 20),
@@ -924,6 +933,13 @@ impl RuntimeConfig {
                 86_400,
             ),
             ("auth.oauth.fetch_timeout_ms", self.auth.oauth.fetch_timeout_ms, 100, 60_000),
+            (
+                "auth.oauth.failures_per_sec",
+                u64::from(self.auth.oauth.failures_per_sec),
+                1,
+                1_000_000,
+            ),
+            ("auth.oauth.failures_burst", u64::from(self.auth.oauth.failures_burst), 1, 1_000_000),
             (
                 "auth.oauth.introspection_concurrency",
                 self.auth.oauth.introspection_concurrency as u64,

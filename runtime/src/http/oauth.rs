@@ -45,14 +45,27 @@ pub(super) fn token_in_query(query: &str) -> bool {
         })
 }
 
-/// The grant of the request's bearer token: from the cache without awaiting anything, else
-/// checked (boxed: only this rare path adds its state to the request's future).
-pub(super) async fn authenticate(oauth: &OAuth, token: Option<&str>) -> Result<Grant, Rejection> {
+/// The grant of the request's bearer token: from the cache without awaiting anything, else,
+/// when `allowed` (the client's rate of refused tokens) says so, checked (boxed: only this
+/// rare path adds its state to the request's future). A token validated before passes
+/// whatever the rate: a client behind the same address as a flood keeps working.
+pub(super) async fn authenticate(
+    oauth: &OAuth,
+    token: Option<&str>,
+    allowed: impl FnOnce() -> Result<(), Rejection>,
+) -> Result<Grant, Rejection> {
     let token = token.ok_or(Rejection::Unauthorized)?;
     let digest = crate::auth::digest(token);
     let checked = match oauth.cached(&digest) {
-        Some(known) => known,
-        None => Box::pin(oauth.authenticate(token, digest)).await,
+        Some(Ok(g)) => return Ok(g),
+        Some(refused) => {
+            allowed()?;
+            refused
+        }
+        None => {
+            allowed()?;
+            Box::pin(oauth.authenticate(token, digest)).await
+        }
     };
     match checked {
         Ok(g) => Ok(g),

@@ -104,6 +104,9 @@ pub enum Quota {
     Receipts,
     /// `modern.max_in_flight_per_caller` 2026-07-28 requests of the caller running.
     ModernInFlight,
+    /// `auth.oauth.failures_per_sec` refused tokens from the client's address (OAuth): no
+    /// more are checked until its bucket refills.
+    AuthFailures,
 }
 
 /// A store of the ledger whose server-wide byte bound is reached (503).
@@ -215,6 +218,7 @@ pub enum Rejection {
         Quota::Tasks => "too many tasks of this caller are running or kept",
         Quota::Receipts => "this caller keeps as many idempotency receipts as it may (by count or bytes); the tool was not run",
         Quota::ModernInFlight => "too many 2026-07-28 requests of this caller are running",
+        Quota::AuthFailures => "too many refused access tokens from this address",
     })]
     QuotaExceeded {
         /// Which quota.
@@ -537,6 +541,7 @@ impl Rejection {
             Rejection::QuotaExceeded { cause: Quota::Listen, .. } => "quota.listen",
             Rejection::QuotaExceeded { cause: Quota::Tasks, .. } => "quota.tasks",
             Rejection::QuotaExceeded { cause: Quota::Receipts, .. } => "quota.receipts",
+            Rejection::QuotaExceeded { cause: Quota::AuthFailures, .. } => "quota.auth_failures",
             Rejection::QuotaExceeded { cause: Quota::ModernInFlight, .. } => {
                 "quota.modern_in_flight"
             }
@@ -569,7 +574,7 @@ impl Rejection {
     }
 
     /// Every value [`Rejection::cause`] can return.
-    pub const CAUSES: [&'static str; 58] = [
+    pub const CAUSES: [&'static str; 59] = [
         "origin",
         "host",
         "unauthorized",
@@ -605,6 +610,7 @@ impl Rejection {
         "quota.tasks",
         "quota.receipts",
         "quota.modern_in_flight",
+        "quota.auth_failures",
         "overloaded.receipts",
         "overloaded.tasks",
         "overloaded.sessions",
@@ -730,7 +736,7 @@ impl Rejection {
             ),
             (
                 Rejection::QuotaExceeded { cause: Quota::Sessions, retry_after_s: 5 },
-                "the caller (principal, or client address without auth) has `quotas.sessions_per_principal` live sessions (`Retry-After: 5`), creates them faster than `quotas.session_rate_per_sec` (`Retry-After`: when the next is allowed), or its share `quotas.stream_memory_per_principal` of the stream memory is full for a request that would open a stream or session (`Retry-After: 2`), or holds `modern.listen_per_caller` open `subscriptions/listen` streams (`Retry-After: 1`), or runs `tasks.max_per_caller` tasks (`Retry-After: 1`) or keeps `tasks.max_kept_per_caller` or `tasks.bytes_per_caller` (`Retry-After`: until its oldest expires) when calling a tool that needs one, or keeps `ledger.receipts_per_caller` idempotency receipts or `ledger.receipt_bytes_per_caller` of them for a keyed write-tool call (`Retry-After`: until its oldest expires; the tool did not run), or runs `modern.max_in_flight_per_caller` 2026-07-28 requests (`Retry-After: 1`)",
+                "the caller (principal, or client address without auth) has `quotas.sessions_per_principal` live sessions (`Retry-After: 5`), creates them faster than `quotas.session_rate_per_sec` (`Retry-After`: when the next is allowed), or its share `quotas.stream_memory_per_principal` of the stream memory is full for a request that would open a stream or session (`Retry-After: 2`), or holds `modern.listen_per_caller` open `subscriptions/listen` streams (`Retry-After: 1`), or runs `tasks.max_per_caller` tasks (`Retry-After: 1`) or keeps `tasks.max_kept_per_caller` or `tasks.bytes_per_caller` (`Retry-After`: until its oldest expires) when calling a tool that needs one, or keeps `ledger.receipts_per_caller` idempotency receipts or `ledger.receipt_bytes_per_caller` of them for a keyed write-tool call (`Retry-After`: until its oldest expires; the tool did not run), or runs `modern.max_in_flight_per_caller` 2026-07-28 requests (`Retry-After: 1`), or (OAuth) sent more refused tokens from its address than `auth.oauth.failures_burst`, refilled at `auth.oauth.failures_per_sec` (`Retry-After`: when the next is checked)",
             ),
             (
                 Rejection::Overloaded(Overload::Sessions),
@@ -918,6 +924,7 @@ mod tests {
         all.push(Rejection::QuotaExceeded { cause: Quota::StreamMemory, retry_after_s: 2 });
         all.push(Rejection::QuotaExceeded { cause: Quota::Listen, retry_after_s: 1 });
         all.push(Rejection::QuotaExceeded { cause: Quota::Tasks, retry_after_s: 1 });
+        all.push(Rejection::QuotaExceeded { cause: Quota::AuthFailures, retry_after_s: 1 });
         all.push(Rejection::Modern {
             error: super::super::stateless::ModernError::MethodNotFound("x".into()),
             id: None,

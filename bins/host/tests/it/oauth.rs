@@ -552,6 +552,26 @@ fn a_state_handle_belongs_to_the_principal_that_made_it() {
 }
 
 #[test]
+fn an_address_sending_refused_tokens_is_slowed_down_and_a_known_token_still_passes() {
+    let p = provider();
+    let h = protected(&[p.issuer()], "failures_burst = 3\nfailures_per_sec = 1", &[]);
+    let good = p.token("jwt-es256", &h.resource, ALL).unwrap();
+    assert_eq!(initialize(&h.host.addr, Some(&good)).0, 200, "validated and cached");
+    for n in 0..3 {
+        let (status, _) = initialize(&h.host.addr, Some(&format!("made-up-{n}")));
+        assert_eq!(status, 401, "refusal {n}");
+    }
+    let (status, head) = initialize(&h.host.addr, Some("made-up-4"));
+    assert_eq!(status, 429, "past the burst: refused before any check");
+    assert!(header(&head, "retry-after").is_some());
+    let fresh = p.token("jwt-es256", &h.resource, ALL).unwrap();
+    assert_eq!(initialize(&h.host.addr, Some(&fresh)).0, 429, "a token not seen yet waits too");
+    assert_eq!(initialize(&h.host.addr, Some(&good)).0, 200, "a token validated before passes");
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(initialize(&h.host.addr, Some(&fresh)).0, 200, "the bucket refills");
+}
+
+#[test]
 fn static_tokens_work_beside_oauth() {
     let p = provider();
     let h = protected(&[p.issuer()], "", &["--set", "security.bearer_tokens.local-token-123=ops"]);

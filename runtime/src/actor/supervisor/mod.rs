@@ -61,6 +61,8 @@ pub struct Supervisor {
     catalog: Arc<Catalog>,
     registry: Arc<Registry<SessionHandle>>,
     rate: RateLimiter,
+    /// Refused OAuth tokens per client address.
+    auth_failures: RateLimiter,
     /// Each caller's sessions across the hosts of a shared ledger.
     caller_sessions: Arc<Mutex<quotas::CallerCounts>>,
     /// Each caller's new sessions in the last second across the hosts of a shared ledger
@@ -212,6 +214,12 @@ impl Supervisor {
             oauth: crate::auth::OAuth::from_config(&cfg, clock),
             caller_sessions: Arc::default(),
             caller_rate: Arc::default(),
+            auth_failures: RateLimiter::new(
+                cfg.auth.oauth.failures_burst,
+                cfg.auth.oauth.failures_per_sec,
+                cfg.sessions.max_sessions.max(1024),
+            )
+            .with_cause(crate::proto::error::Quota::AuthFailures),
             rate: RateLimiter::new(
                 q.session_burst,
                 q.session_rate_per_sec,
@@ -261,6 +269,20 @@ impl Supervisor {
     #[must_use]
     pub fn admit_policy(&self) -> &AdmitPolicy {
         &self.admit
+    }
+
+    /// Whether the client at `key` may still have a token checked (429 once it sent
+    /// `auth.oauth.failures_burst` refused ones faster than `failures_per_sec`).
+    ///
+    /// # Errors
+    /// The 429 naming when to come back.
+    pub fn auth_attempt_allowed(&self, key: &crate::actor::QuotaKey) -> Result<(), Rejection> {
+        self.auth_failures.check(key, self.now())
+    }
+
+    /// A token from the client at `key` was refused: it counts against its rate.
+    pub fn auth_failed(&self, key: &crate::actor::QuotaKey) {
+        let _ = self.auth_failures.take(key, self.now());
     }
 
     /// The OAuth resource server, when `[auth.oauth]` names an authorization server.

@@ -22,6 +22,8 @@ pub(super) struct RateLimiter {
     burst: u32,
     per_second: f64,
     max_entries: usize,
+    /// What a refusal names.
+    cause: Quota,
 }
 
 #[derive(Debug, Default)]
@@ -41,6 +43,25 @@ impl RateLimiter {
             burst,
             per_second: f64::from(per_second),
             max_entries,
+            cause: Quota::SessionRate,
+        }
+    }
+
+    /// The same, its refusals naming `cause`.
+    pub(super) fn with_cause(mut self, cause: Quota) -> RateLimiter {
+        self.cause = cause;
+        self
+    }
+
+    /// Whether `key` has a token now, without taking it (a caller never seen has).
+    pub(super) fn check(&self, key: &QuotaKey, now: Tick) -> Result<(), Rejection> {
+        let table = self.table.lock();
+        match table.buckets.get(key).map(|b| b.wait_at(now)) {
+            Some(wait_ms @ 1..) => Err(Rejection::QuotaExceeded {
+                cause: self.cause,
+                retry_after_s: u32::try_from(wait_ms.div_ceil(1000)).unwrap_or(u32::MAX).max(1),
+            }),
+            _ => Ok(()),
         }
     }
 
@@ -55,10 +76,7 @@ impl RateLimiter {
                 *swept_at = Some(now);
             }
             if buckets.len() >= self.max_entries {
-                return Err(Rejection::QuotaExceeded {
-                    cause: Quota::SessionRate,
-                    retry_after_s: 1,
-                });
+                return Err(Rejection::QuotaExceeded { cause: self.cause, retry_after_s: 1 });
             }
         }
         let bucket = buckets
@@ -69,7 +87,7 @@ impl RateLimiter {
         }
         let wait_ms = bucket.ready_at(now).0.saturating_sub(now.0);
         Err(Rejection::QuotaExceeded {
-            cause: Quota::SessionRate,
+            cause: self.cause,
             retry_after_s: wait_ms.div_ceil(1000).max(1) as u32,
         })
     }
@@ -89,6 +107,19 @@ mod tests {
         assert_eq!((refused.status(), refused.retry_after_s()), (429, Some(1)));
         assert!(r.take(&b, Tick(0)).is_ok(), "another caller is not throttled");
         assert!(r.take(&a, Tick(1000)).is_ok(), "one more a second");
+    }
+
+    #[test]
+    fn check_looks_without_taking_and_refuses_an_empty_bucket_naming_its_cause() {
+        let r = RateLimiter::new(2, 1, 1024).with_cause(Quota::AuthFailures);
+        let a = QuotaKey::Address([10, 0, 0, 1].into());
+        assert!(r.check(&a, Tick(0)).is_ok(), "never seen");
+        let _ = r.take(&a, Tick(0));
+        assert!(r.check(&a, Tick(0)).is_ok(), "one left");
+        let _ = r.take(&a, Tick(0));
+        let e = r.check(&a, Tick(0)).unwrap_err();
+        assert_eq!(e.cause(), "quota.auth_failures");
+        assert!(r.check(&a, Tick(1000)).is_ok(), "refilled");
     }
 
     #[test]
