@@ -14,9 +14,10 @@
 //! - **Validated tokens** are kept by SHA-256 digest until they expire (introspected ones at
 //!   most `introspection_cache_secs`), refused ones as long, each at most
 //!   `token_cache_entries`: a token seen again costs a hash and a look-up.
-//! - An authorization server that cannot be asked is a 503 (the token may be good), never a
-//!   401 (which tells the client to throw its token away). One authentication waits at most
-//!   twice `fetch_timeout_ms`.
+//! - An authorization server that cannot be asked is a 503 (the token may be good), not a 401
+//!   (which tells the client to throw its token away). A JWT waits at most twice
+//!   `fetch_timeout_ms` (another request's key fetch, then its own), an opaque token at most
+//!   `fetch_timeout_ms` per introspecting server.
 //! - `exp` and `nbf` are read against the wall clock; the intervals against the monotonic one.
 
 mod fetch;
@@ -243,7 +244,11 @@ impl OAuth {
     /// [`AuthFailure::Invalid`] for a token not accepted, [`AuthFailure::Unavailable`] when
     /// no authorization server that could accept it answered in time.
     pub async fn authenticate(&self, token: &str, digest: [u8; 32]) -> Result<Grant, AuthFailure> {
-        let deadline = self.fetch_timeout.saturating_mul(2);
+        // A JWT: the wait for another request's key fetch, then one fetch. An opaque token:
+        // one deadline per introspecting server, each asked in turn.
+        let rounds = self.issuers.iter().filter(|i| i.introspection.is_some()).count().max(1);
+        let deadline =
+            self.fetch_timeout.saturating_mul(u32::try_from(rounds + 1).unwrap_or(u32::MAX));
         let checked = match tokio::time::timeout(deadline, self.check(token)).await {
             Ok(r) => r,
             Err(_) => Err(AuthFailure::Unavailable(format!("no answer within {deadline:?}"))),
@@ -255,9 +260,15 @@ impl OAuth {
                 Ok(grant)
             }
             Err(AuthFailure::Invalid(why)) => {
-                // Not a refusal that time may lift: a key the issuer just added, a token not
-                // yet valid.
-                if !matches!(why, TokenError::UnknownKid(_) | TokenError::NotYetValid) {
+                // Kept only when time will not lift it: not a key the issuer may have just
+                // added or replaced, not a token not yet valid.
+                if !matches!(
+                    why,
+                    TokenError::UnknownKid(_)
+                        | TokenError::Signature
+                        | TokenError::NoKid
+                        | TokenError::NotYetValid
+                ) {
                     let until = wall_s().saturating_add(self.introspection_cache_s);
                     keep(&self.refused, self.cache_max, digest, until, |u| *u);
                 }
@@ -306,11 +317,13 @@ impl OAuth {
     async fn check_jwt(&self, issuer: &Issuer, t: &Unverified<'_>) -> Result<Grant, AuthFailure> {
         let keys = self.keys_of(issuer, false).await?;
         match t.verify(&keys) {
-            Err(TokenError::UnknownKid(kid)) => {
-                // A key the issuer added since: fetched again unless that was done lately.
+            // A key the issuer added or replaced since (a new kid, a kid reused for new key
+            // material, a token without kid while keys overlap): the keys are fetched again,
+            // unless that was done within the refresh interval.
+            Err(why @ (TokenError::UnknownKid(_) | TokenError::Signature | TokenError::NoKid)) => {
                 let again = self.keys_of(issuer, true).await?;
                 if Arc::ptr_eq(&again, &keys) {
-                    return Err(AuthFailure::Invalid(TokenError::UnknownKid(kid)));
+                    return Err(AuthFailure::Invalid(why));
                 }
                 t.verify(&again).map_err(AuthFailure::Invalid)?;
             }
@@ -330,55 +343,67 @@ impl OAuth {
     }
 
     /// An issuer's keys, fetched first when there are none yet, when they are due (past
-    /// their maximum age, not tried within the refresh interval), or — `unknown_kid` — when
-    /// not fetched within the refresh interval. Keys that are there are used while a due
-    /// fetch fails, up to three maximum ages; a fetch asked for by an unknown `kid` that fails
-    /// is a 503 (the new key may well be the issuer's).
+    /// their maximum age), or — `unknown_kid` — when a token names a key they lack; every
+    /// fetch at most once per refresh interval. Keys that are there are used while a due
+    /// fetch fails, up to three maximum ages. A key a token needs that could not be fetched is
+    /// a 503 (the new key may well be the issuer's), whether this request's fetch failed or
+    /// the last one did.
     async fn keys_of(
         &self,
         issuer: &Issuer,
         unknown_kid: bool,
     ) -> Result<Arc<KeySet>, AuthFailure> {
+        let unavailable = |e: &str| AuthFailure::Unavailable(format!("{}: {e}", issuer.url));
         let seen = issuer.keys.read().clone();
         let now = self.now_ms();
-        let since_try = now.saturating_sub(seen.tried_ms);
         let never = seen.ok_ms == 0;
         let due = never || now.saturating_sub(seen.ok_ms) >= self.max_age_ms;
         // At most once per refresh interval, whatever asks (a first fetch that failed too).
-        let may = seen.tried_ms == 0 || since_try >= self.refresh_min_ms;
-        let fetch = may && (unknown_kid || due);
-        if !fetch {
+        let may = seen.tried_ms == 0 || now.saturating_sub(seen.tried_ms) >= self.refresh_min_ms;
+        if !(may && (unknown_kid || due)) {
+            if unknown_kid && seen.tried_ms != seen.ok_ms {
+                return Err(unavailable("its keys could not be fetched lately"));
+            }
             return self.usable(issuer, seen, now);
         }
-        let unavailable = |e: String| AuthFailure::Unavailable(format!("{}: {e}", issuer.url));
         let _one = tokio::time::timeout(self.fetch_timeout, issuer.fetching.lock())
             .await
-            .map_err(|_| unavailable("its keys are being fetched".into()))?;
+            .map_err(|_| unavailable("its keys are being fetched"))?;
         // Fetched by another request while this one waited.
         let current = issuer.keys.read().clone();
         if current.tried_ms != seen.tried_ms {
             return if current.ok_ms == current.tried_ms {
                 Ok(current.set)
+            } else if unknown_kid || current.ok_ms == 0 {
+                Err(unavailable("its keys could not be fetched"))
             } else {
-                Err(unavailable("its keys could not be fetched".into()))
+                self.usable(issuer, current, now)
             };
         }
-        let fetched = self.fetch_keys(issuer).await;
-        let mut keys = issuer.keys.write();
-        keys.tried_ms = now.max(1);
+        // The attempt counts from its start: one cut short by the request's deadline is
+        // still an attempt (no second one within the interval).
+        issuer.keys.write().tried_ms = now.max(1);
+        let fetched = match tokio::time::timeout(self.fetch_timeout, self.fetch_keys(issuer)).await
+        {
+            Ok(r) => r,
+            Err(_) => {
+                *issuer.metadata.lock() = None;
+                Err(format!("no keys within {:?}", self.fetch_timeout))
+            }
+        };
         match fetched {
             Ok(set) => {
+                let mut keys = issuer.keys.write();
                 keys.set = Arc::new(set);
                 keys.ok_ms = keys.tried_ms;
                 Ok(Arc::clone(&keys.set))
             }
             Err(e) => {
                 tracing::warn!(target: "mcp_runtime::auth", issuer = %issuer.url, "keys not fetched: {e}");
-                let kept = keys.clone();
-                drop(keys);
                 if unknown_kid || never {
-                    return Err(unavailable(e));
+                    return Err(unavailable(&e));
                 }
+                let kept = issuer.keys.read().clone();
                 self.usable(issuer, kept, now)
             }
         }
@@ -420,9 +445,9 @@ impl OAuth {
         }
         let mut last = String::new();
         for url in metadata_urls(&issuer.url) {
-            match self.fetch.get(&url).await {
-                Ok(doc) => {
-                    let m = AsMetadata::parse(&doc, &issuer.url)?;
+            // A 200 that is not this issuer's metadata is no answer either: the next place.
+            match self.fetch.get(&url).await.and_then(|doc| AsMetadata::parse(&doc, &issuer.url)) {
+                Ok(m) => {
                     *issuer.metadata.lock() = Some(m.clone());
                     return Ok(m);
                 }
@@ -436,7 +461,14 @@ impl OAuth {
     async fn introspect(&self, issuers: &[&Issuer], token: &str) -> Result<Grant, AuthFailure> {
         let mut unavailable = None;
         for issuer in issuers {
-            match self.introspect_at(issuer, token).await {
+            // Each within its own deadline: one server that hangs does not keep the others'
+            // tokens from being asked.
+            let asked = tokio::time::timeout(self.fetch_timeout, self.introspect_at(issuer, token))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(AuthFailure::Unavailable(format!("{}: no answer in time", issuer.url)))
+                });
+            match asked {
                 Ok(g) => return Ok(g),
                 Err(AuthFailure::Unavailable(e)) => unavailable = Some(e),
                 Err(AuthFailure::Invalid(_)) => {}

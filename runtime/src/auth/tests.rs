@@ -18,10 +18,12 @@ const A: &str = "https://a.example";
 const B: &str = "https://b.example";
 const RES: &str = "https://mcp.example/mcp";
 
-/// Answers by URL (a missing URL is an error), and the URLs asked, in order.
+/// Answers by URL (a missing URL is an error; a URL in `hang` never answers), and the URLs
+/// asked, in order.
 #[derive(Default, Clone)]
 struct Script {
     answers: Arc<parking_lot::Mutex<HashMap<String, Result<Bytes, String>>>>,
+    hang: Arc<parking_lot::Mutex<Vec<String>>>,
     asked: Arc<parking_lot::Mutex<Vec<String>>>,
 }
 
@@ -35,6 +37,10 @@ impl Script {
         self.answers.lock().insert(url.to_owned(), Ok(Bytes::from_static(body)));
     }
 
+    fn hang(&self, url: &str) {
+        self.hang.lock().push(url.to_owned());
+    }
+
     fn asked(&self) -> Vec<String> {
         self.asked.lock().clone()
     }
@@ -45,13 +51,28 @@ impl Script {
     }
 }
 
+impl Script {
+    fn answering<'a>(
+        &self,
+        url: &str,
+    ) -> Pin<Box<dyn Future<Output = Result<Bytes, String>> + 'a>> {
+        let hangs = self.hang.lock().iter().any(|u| u == url);
+        let r = self.reply(url);
+        Box::pin(async move {
+            if hangs {
+                tokio::time::sleep(Duration::from_secs(86_400)).await;
+            }
+            r
+        })
+    }
+}
+
 impl Fetch for Script {
     fn get<'a>(
         &'a self,
         url: &'a str,
     ) -> Pin<Box<dyn Future<Output = Result<Bytes, String>> + 'a>> {
-        let r = self.reply(url);
-        Box::pin(async move { r })
+        self.answering(url)
     }
 
     fn post_form<'a>(
@@ -60,8 +81,7 @@ impl Fetch for Script {
         _basic: (&'a str, &'a str),
         _form: &'a [(&'a str, &'a str)],
     ) -> Pin<Box<dyn Future<Output = Result<Bytes, String>> + 'a>> {
-        let r = self.reply(url);
-        Box::pin(async move { r })
+        self.answering(url)
     }
 }
 
@@ -267,6 +287,99 @@ async fn the_token_caches_stay_within_their_bound() {
         assert!(o.cache.lock().len() <= 4 && o.refused.lock().len() <= 4);
     }
     assert!(!o.cache.lock().is_empty(), "the newest is kept");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_key_fetch_that_hangs_counts_as_an_attempt_and_the_keys_there_still_serve() {
+    let key = Signer::ed();
+    let (o, script) = server(&[(&key, "k")], |c| {
+        c.auth.oauth.jwks_max_age_secs = 100;
+        c.auth.oauth.jwks_refresh_min_secs = 10;
+        c.auth.oauth.fetch_timeout_ms = 1000;
+    });
+    let mut n = 0;
+    let mut fresh = || {
+        n += 1;
+        let mut c = claims(A);
+        c["jti"] = json!(n);
+        key.sign("k", &c)
+    };
+    assert!(auth(&o, &fresh()).await.is_ok());
+    tokio::time::advance(Duration::from_secs(150)).await;
+    script.hang(&format!("{A}/jwks"));
+    assert!(
+        auth(&o, &fresh()).await.is_ok(),
+        "due, the fetch hangs past its deadline, the keys still serve"
+    );
+    let fetches = || script.asked().iter().filter(|u| u.ends_with("/jwks")).count();
+    assert_eq!(fetches(), 2);
+    assert!(auth(&o, &fresh()).await.is_ok());
+    assert_eq!(fetches(), 2, "the hung attempt counts: none again within the interval");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_kid_while_the_keys_cannot_be_fetched_is_503_not_401() {
+    let old = Signer::ed();
+    let new = Signer::ed();
+    let (o, script) = server(&[(&old, "old")], |c| {
+        c.auth.oauth.jwks_max_age_secs = 100;
+        c.auth.oauth.jwks_refresh_min_secs = 10;
+    });
+    assert!(auth(&o, &old.sign("old", &claims(A))).await.is_ok());
+    tokio::time::advance(Duration::from_secs(150)).await;
+    script.answer(&format!("{A}/jwks"), Err("down"));
+    // Due: this request's own fetch fails, then its kid is not there.
+    assert!(matches!(
+        auth(&o, &new.sign("new", &claims(A))).await,
+        Err(AuthFailure::Unavailable(_))
+    ));
+    // Within the interval, with the last fetch failed: still 503.
+    let mut c = claims(A);
+    c["jti"] = json!("again");
+    assert!(matches!(auth(&o, &new.sign("new", &c)).await, Err(AuthFailure::Unavailable(_))));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_token_signed_by_a_replaced_key_material_fetches_the_keys_again() {
+    let before = Signer::ed();
+    let after = Signer::ed();
+    let (o, script) = server(&[(&before, "k")], |c| c.auth.oauth.jwks_refresh_min_secs = 10);
+    assert!(auth(&o, &before.sign("k", &claims(A))).await.is_ok());
+    script.answer(&format!("{A}/jwks"), Ok(jwks(&[(&after, "k")])));
+    let t = after.sign("k", &claims(A));
+    assert_eq!(
+        auth(&o, &t).await,
+        Err(AuthFailure::Invalid(TokenError::Signature)),
+        "within the interval"
+    );
+    assert!(o.cached(&digest(&t)).is_none(), "not remembered as refused");
+    tokio::time::advance(Duration::from_secs(10)).await;
+    assert!(auth(&o, &t).await.is_ok(), "the same kid, new key material: fetched again, taken");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_introspection_server_that_hangs_does_not_keep_the_next_from_answering() {
+    let key = Signer::ed();
+    const C: &str = "https://c.example";
+    let (o, script) = server(&[(&key, "k")], |c| {
+        c.auth.oauth.fetch_timeout_ms = 1000;
+        c.auth.oauth.introspection.push(IntrospectionConfig {
+            issuer: C.into(),
+            client_id: "rs".into(),
+            client_secret: "s".into(),
+        });
+    });
+    script.answer(
+        &format!("{C}/.well-known/oauth-authorization-server"),
+        Ok(json!({"issuer": C, "introspection_endpoint": format!("{C}/introspect")})),
+    );
+    script.hang(&format!("{B}/introspect"));
+    script.answer(
+        &format!("{C}/introspect"),
+        Ok(json!({"active": true, "sub": "w", "aud": RES, "exp": wall_s() + 60})),
+    );
+    let g = auth(&o, "opaque-for-c").await.unwrap();
+    assert_eq!(&*g.principal, "https://c.example|w");
 }
 
 #[tokio::test(start_paused = true)]

@@ -572,15 +572,7 @@ async fn admit_request(
     let principal = match (token.and_then(|t| policy.auth.as_ref()?.principal(t)), sup.oauth()) {
         (Some(p), _) => Some(p),
         (None, Some(oauth)) => {
-            // Rated by the client's address: refused tokens cost it, so one client cannot
-            // make the server check (or introspect) made-up tokens without end.
-            let client = caller_key(req, None, sup);
-            let allowed = || sup.auth_attempt_allowed(&client);
-            let g = oauth::authenticate(oauth, token, allowed).await.inspect_err(|r| {
-                if *r == Rejection::InvalidToken {
-                    sup.auth_failed(&client);
-                }
-            })?;
+            let g = oauth::authenticate(oauth, token, req, sup).await?;
             let p = Arc::clone(&g.principal);
             grant = Some(g);
             Some(p)

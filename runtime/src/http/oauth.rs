@@ -45,28 +45,33 @@ pub(super) fn token_in_query(query: &str) -> bool {
         })
 }
 
-/// The grant of the request's bearer token: from the cache without awaiting anything, else,
-/// when `allowed` (the client's rate of refused tokens) says so, checked (boxed: only this
-/// rare path adds its state to the request's future). A token validated before passes
-/// whatever the rate: a client behind the same address as a flood keeps working.
+/// The grant of the request's bearer token: from the cache without awaiting anything, else
+/// checked (boxed: only this rare path adds its state to the request's future). A check
+/// takes a token of the client address's bucket of refusals first (429 when it has none, so
+/// its checks in flight are bounded by the burst) and gives it back unless the token was
+/// refused. A token in the cache passes whatever the bucket: a client behind the same
+/// address as a flood keeps working while its token is cached.
 pub(super) async fn authenticate(
     oauth: &OAuth,
     token: Option<&str>,
-    allowed: impl FnOnce() -> Result<(), Rejection>,
+    req: &HttpRequest,
+    sup: &Supervisor,
 ) -> Result<Grant, Rejection> {
     let token = token.ok_or(Rejection::Unauthorized)?;
     let digest = crate::auth::digest(token);
-    let checked = match oauth.cached(&digest) {
-        Some(Ok(g)) => return Ok(g),
-        Some(refused) => {
-            allowed()?;
-            refused
-        }
-        None => {
-            allowed()?;
-            Box::pin(oauth.authenticate(token, digest)).await
-        }
+    let cached = oauth.cached(&digest);
+    if let Some(Ok(g)) = cached {
+        return Ok(g);
+    }
+    let client = super::caller_key(req, None, sup);
+    sup.auth_charge(&client)?;
+    let checked = match cached {
+        Some(refused) => refused,
+        None => Box::pin(oauth.authenticate(token, digest)).await,
     };
+    if !matches!(checked, Err(AuthFailure::Invalid(_))) {
+        sup.auth_refund(&client);
+    }
     match checked {
         Ok(g) => Ok(g),
         Err(AuthFailure::Invalid(why)) => {
@@ -74,7 +79,8 @@ pub(super) async fn authenticate(
             Err(Rejection::InvalidToken)
         }
         Err(AuthFailure::Unavailable(why)) => {
-            // Per request: debug (a failed key fetch is warned once per refresh interval).
+            // Per request: debug (a failed key fetch is warned once per attempt, at most one
+            // an issuer per refresh interval).
             tracing::debug!(target: "mcp_runtime::auth", "authorization server unavailable: {why}");
             Err(Rejection::AuthUnavailable)
         }

@@ -47,19 +47,9 @@ impl TokenBucket {
         now.plus_ms(((1.0 - self.tokens) / self.per_ms).ceil() as u64)
     }
 
-    /// How long after `now` a token will be there (ms; 0: one is), counting the refill since
-    /// the last take — without taking anything.
-    #[must_use]
-    pub(crate) fn wait_at(&self, now: Tick) -> u64 {
-        let elapsed = now.0.saturating_sub(self.last.0) as f64;
-        let tokens = (self.tokens + elapsed * self.per_ms).min(self.capacity);
-        if tokens >= 1.0 {
-            0
-        } else if self.per_ms <= 0.0 {
-            u64::MAX
-        } else {
-            ((1.0 - tokens) / self.per_ms).ceil() as u64
-        }
+    /// Put back a token taken (at most up to the capacity).
+    pub(crate) fn give_back(&mut self) {
+        self.tokens = (self.tokens + 1.0).min(self.capacity);
     }
 
     /// Whether the bucket would be full at `now` (then it is equivalent to a new one and may
@@ -76,13 +66,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn wait_at_counts_the_refill_without_taking() {
-        let mut b = TokenBucket::new(2, 1.0, Tick(0));
-        assert!(b.try_take(Tick(0)) && b.try_take(Tick(0)));
-        assert_eq!(b.wait_at(Tick(0)), 1000);
-        assert_eq!(b.wait_at(Tick(400)), 600);
-        assert_eq!(b.wait_at(Tick(1000)), 0);
-        assert_eq!(b.wait_at(Tick(1000)), 0, "looking took nothing");
+    fn a_token_given_back_can_be_taken_again_and_never_past_the_capacity() {
+        let mut b = TokenBucket::new(1, 1.0, Tick(0));
+        assert!(b.try_take(Tick(0)) && !b.try_take(Tick(0)));
+        b.give_back();
+        assert!(b.try_take(Tick(0)));
+        b.give_back();
+        b.give_back();
+        assert!(b.try_take(Tick(0)) && !b.try_take(Tick(0)), "capacity 1");
     }
 
     #[test]

@@ -669,7 +669,7 @@ impl Rejection {
             ),
             (
                 Rejection::AuthUnavailable,
-                "OAuth: no authorization server that could accept the token answered (keys or introspection) within twice `auth.oauth.fetch_timeout_ms`, or its answer was not one",
+                "OAuth: no authorization server that could accept the token answered (keys or introspection) within `auth.oauth.fetch_timeout_ms` (a JWT: twice that; an opaque token: that per introspecting server), or its answer was not one",
             ),
             (
                 Rejection::NotAcceptable,

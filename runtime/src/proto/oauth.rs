@@ -496,8 +496,11 @@ fn check_claims(c: &Claims, expect: &Expect<'_>) -> Result<Grant, TokenError> {
 /// that is not JSON.
 pub fn grant_from_introspection(body: &[u8], expect: &Expect<'_>) -> Result<Grant, TokenError> {
     let mut c: Claims = serde_json::from_slice(body).map_err(|_| TokenError::Malformed)?;
-    if c.active != Some(true) {
-        return Err(TokenError::Inactive);
+    match c.active {
+        Some(true) => {}
+        Some(false) => return Err(TokenError::Inactive),
+        // RFC 7662 requires `active`: without it the answer says nothing about the token.
+        None => return Err(TokenError::Malformed),
     }
     if c.iss.is_none() {
         c.iss = Some(expect.issuer.to_owned());

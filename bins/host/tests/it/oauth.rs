@@ -556,6 +556,8 @@ fn an_address_sending_refused_tokens_is_slowed_down_and_a_known_token_still_pass
     let p = provider();
     let h = protected(&[p.issuer()], "failures_burst = 3\nfailures_per_sec = 1", &[]);
     let good = p.token("jwt-es256", &h.resource, ALL).unwrap();
+    // Minted first: what follows must fit in the bucket's refill time (1 s).
+    let fresh = p.token("jwt-es256", &h.resource, ALL).unwrap();
     assert_eq!(initialize(&h.host.addr, Some(&good)).0, 200, "validated and cached");
     for n in 0..3 {
         let (status, _) = initialize(&h.host.addr, Some(&format!("made-up-{n}")));
@@ -564,7 +566,6 @@ fn an_address_sending_refused_tokens_is_slowed_down_and_a_known_token_still_pass
     let (status, head) = initialize(&h.host.addr, Some("made-up-4"));
     assert_eq!(status, 429, "past the burst: refused before any check");
     assert!(header(&head, "retry-after").is_some());
-    let fresh = p.token("jwt-es256", &h.resource, ALL).unwrap();
     assert_eq!(initialize(&h.host.addr, Some(&fresh)).0, 429, "a token not seen yet waits too");
     assert_eq!(initialize(&h.host.addr, Some(&good)).0, 200, "a token validated before passes");
     std::thread::sleep(Duration::from_millis(1100));

@@ -271,18 +271,19 @@ impl Supervisor {
         &self.admit
     }
 
-    /// Whether the client at `key` may still have a token checked (429 once it sent
-    /// `auth.oauth.failures_burst` refused ones faster than `failures_per_sec`).
+    /// Take a token of the client's bucket of refused OAuth tokens before one of its tokens
+    /// is checked (`auth.oauth.failures_burst`, refilled at `failures_per_sec`); give it back
+    /// ([`Supervisor::auth_refund`]) unless the token is refused.
     ///
     /// # Errors
-    /// The 429 naming when to come back.
-    pub fn auth_attempt_allowed(&self, key: &crate::actor::QuotaKey) -> Result<(), Rejection> {
-        self.auth_failures.check(key, self.now())
+    /// 429 naming when to come back, when the bucket is empty (or the table of buckets full).
+    pub fn auth_charge(&self, key: &crate::actor::QuotaKey) -> Result<(), Rejection> {
+        self.auth_failures.take(key, self.now())
     }
 
-    /// A token from the client at `key` was refused: it counts against its rate.
-    pub fn auth_failed(&self, key: &crate::actor::QuotaKey) {
-        let _ = self.auth_failures.take(key, self.now());
+    /// Give back what [`Supervisor::auth_charge`] took: the token was not refused.
+    pub fn auth_refund(&self, key: &crate::actor::QuotaKey) {
+        self.auth_failures.give_back(key);
     }
 
     /// The OAuth resource server, when `[auth.oauth]` names an authorization server.

@@ -53,15 +53,10 @@ impl RateLimiter {
         self
     }
 
-    /// Whether `key` has a token now, without taking it (a caller never seen has).
-    pub(super) fn check(&self, key: &QuotaKey, now: Tick) -> Result<(), Rejection> {
-        let table = self.table.lock();
-        match table.buckets.get(key).map(|b| b.wait_at(now)) {
-            Some(wait_ms @ 1..) => Err(Rejection::QuotaExceeded {
-                cause: self.cause,
-                retry_after_s: u32::try_from(wait_ms.div_ceil(1000)).unwrap_or(u32::MAX).max(1),
-            }),
-            _ => Ok(()),
+    /// Give back a token taken from `key`'s bucket (what it was taken for did not count).
+    pub(super) fn give_back(&self, key: &QuotaKey) {
+        if let Some(b) = self.table.lock().buckets.get_mut(key) {
+            b.give_back();
         }
     }
 
@@ -110,16 +105,18 @@ mod tests {
     }
 
     #[test]
-    fn check_looks_without_taking_and_refuses_an_empty_bucket_naming_its_cause() {
+    fn a_token_given_back_counts_as_never_taken_and_a_refusal_names_its_cause() {
         let r = RateLimiter::new(2, 1, 1024).with_cause(Quota::AuthFailures);
         let a = QuotaKey::Address([10, 0, 0, 1].into());
-        assert!(r.check(&a, Tick(0)).is_ok(), "never seen");
-        let _ = r.take(&a, Tick(0));
-        assert!(r.check(&a, Tick(0)).is_ok(), "one left");
-        let _ = r.take(&a, Tick(0));
-        let e = r.check(&a, Tick(0)).unwrap_err();
-        assert_eq!(e.cause(), "quota.auth_failures");
-        assert!(r.check(&a, Tick(1000)).is_ok(), "refilled");
+        for _ in 0..10 {
+            r.take(&a, Tick(0)).unwrap();
+            r.give_back(&a);
+        }
+        r.take(&a, Tick(0)).unwrap();
+        r.take(&a, Tick(0)).unwrap();
+        assert_eq!(r.take(&a, Tick(0)).unwrap_err().cause(), "quota.auth_failures");
+        r.give_back(&QuotaKey::Address([10, 0, 0, 2].into()));
+        assert_eq!(r.table.lock().buckets.len(), 1, "giving back to a caller never seen adds none");
     }
 
     #[test]

@@ -198,6 +198,7 @@ fn introspection_answers_follow_the_same_rules() {
     let e = expect();
     let ans = |v: Value| grant_from_introspection(&serde_json::to_vec(&v).unwrap(), &e);
     assert_eq!(ans(json!({"active": false})), Err(TokenError::Inactive));
+    assert_eq!(ans(json!({"sub": "u"})), Err(TokenError::Malformed), "no active: no answer");
     let g = ans(json!({"active": true, "sub": "u", "aud": [RES], "exp": NOW + 10, "scope": "x"}))
         .unwrap();
     assert_eq!(&*g.principal, "https://as.example|u", "the issuer asked stands for a missing iss");
