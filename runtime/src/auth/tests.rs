@@ -123,6 +123,17 @@ fn claims(iss: &str) -> Value {
     json!({"iss": iss, "sub": "u", "aud": RES, "exp": wall_s() + 3600, "scope": "mcp"})
 }
 
+/// A new token of A's at each call (another `jti`): never from the cache.
+fn fresh_tokens(key: &Signer) -> impl FnMut() -> String + '_ {
+    let mut n = 0;
+    move || {
+        n += 1;
+        let mut c = claims(A);
+        c["jti"] = json!(n);
+        key.sign("k", &c)
+    }
+}
+
 async fn auth(o: &OAuth, token: &str) -> Result<Grant, AuthFailure> {
     match o.cached(&digest(token)) {
         Some(r) => r,
@@ -187,13 +198,7 @@ async fn keys_are_used_while_a_due_refresh_fails_but_not_past_three_maximum_ages
         c.auth.oauth.jwks_max_age_secs = 100;
         c.auth.oauth.jwks_refresh_min_secs = 10;
     });
-    let mut n = 0;
-    let mut fresh = || {
-        n += 1;
-        let mut c = claims(A);
-        c["jti"] = json!(n); // a new token each time: not from the cache
-        key.sign("k", &c)
-    };
+    let mut fresh = fresh_tokens(&key);
     assert!(auth(&o, &fresh()).await.is_ok());
     script.answer(&format!("{A}/jwks"), Err("down"));
     tokio::time::advance(Duration::from_secs(150)).await;
@@ -297,13 +302,7 @@ async fn a_key_fetch_that_hangs_counts_as_an_attempt_and_the_keys_there_still_se
         c.auth.oauth.jwks_refresh_min_secs = 10;
         c.auth.oauth.fetch_timeout_ms = 1000;
     });
-    let mut n = 0;
-    let mut fresh = || {
-        n += 1;
-        let mut c = claims(A);
-        c["jti"] = json!(n);
-        key.sign("k", &c)
-    };
+    let mut fresh = fresh_tokens(&key);
     assert!(auth(&o, &fresh()).await.is_ok());
     tokio::time::advance(Duration::from_secs(150)).await;
     script.hang(&format!("{A}/jwks"));
