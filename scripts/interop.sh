@@ -98,7 +98,7 @@ bg_start "$log/redis.out" redis-server --bind 127.0.0.1 --port "$redis_port" --s
 for _ in $(seq 1 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
 if timeout 900 "$LOAD_BIN" gate --spawn-host "$HOST_BIN" --nodes 2 --ledger "redis://127.0.0.1:$redis_port/0" \
     --scenarios cut,crash,node-loss,partition,modern,handles --clients 16 --events-per-phase 1500 \
-    --phase-seconds 60 --min-events 8000 --seed 11 --no-progress --json-out "$log/gate2.json" > "$log/gate2.txt" 2>&1; then
+    --phase-seconds 60 --min-events 8000 --seed 11 --resume-p99-limit-ms 10000 --no-progress --json-out "$log/gate2.json" > "$log/gate2.txt" 2>&1; then
   echo "interop: mcp-load gate on 2 nodes sharing one Redis ledger (short: cut, crash, node-loss, partition, modern, handles, mixed) ok"; passed=$((passed + 1))
   grep -E 'events, .* sessions' "$log/gate2.txt"
 else
@@ -132,7 +132,7 @@ redis-cli --cluster create $(printf '127.0.0.1:%s ' $cluster_ports) --cluster-re
 for _ in $(seq 1 100); do redis-cli -p "$first" cluster info 2>/dev/null | grep -q 'cluster_state:ok' && break; sleep 0.2; done
 if timeout 900 "$LOAD_BIN" gate --spawn-host "$HOST_BIN" --nodes 2 --ledger "redis://127.0.0.1:$first/0" \
     --scenarios cut,crash,node-loss,partition --clients 16 --events-per-phase 1500 \
-    --phase-seconds 60 --min-events 6000 --seed 13 --no-progress --json-out "$log/gate-cluster.json" > "$log/gate-cluster.txt" 2>&1; then
+    --phase-seconds 60 --min-events 6000 --seed 13 --resume-p99-limit-ms 10000 --no-progress --json-out "$log/gate-cluster.json" > "$log/gate-cluster.txt" 2>&1; then
   echo "interop: mcp-load gate on 2 nodes sharing a 3-primary Redis Cluster (short: cut, crash, node-loss, partition, mixed) ok"; passed=$((passed + 1))
   grep -E 'events, .* sessions' "$log/gate-cluster.txt"
 else

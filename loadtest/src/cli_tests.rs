@@ -176,6 +176,7 @@ fn gate_parses_shared_and_own_flags() {
         rate,
         mixed_rate,
         calls_per_session,
+        resume_p99_limit_ms,
         seed: ProxySeed { seed },
         json_out: JsonOut { json_out },
         svg_out,
@@ -193,6 +194,7 @@ fn gate_parses_shared_and_own_flags() {
     assert_eq!((events_per_phase, phase_seconds, min_events), (100_000, 120, 100_000));
     assert_eq!(scenarios, "all");
     assert_eq!((rate, mixed_rate, calls_per_session), (0.2, 0.05, 100));
+    assert_eq!(resume_p99_limit_ms, 5_000, "the design's recovery bound");
     assert_eq!(seed, 1);
     assert_eq!((json_out, svg_out), (None, None));
     assert!(!no_progress);

@@ -24,6 +24,8 @@ pub(crate) struct GateSpec {
     pub(crate) seed: u64,
     /// Calls per session before a virtual client ends it and starts another.
     pub(crate) calls_per_session: u64,
+    /// The resume-latency gate (ms; `--resume-p99-limit-ms`).
+    pub(crate) resume_p99_limit_ms: u64,
     pub(crate) progress: bool,
     /// The host the gate spawned (the `crash` scenario kills and restarts it): the first of
     /// `nodes`.

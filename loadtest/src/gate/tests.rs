@@ -14,6 +14,7 @@ fn spec(scenarios: Vec<Scenario>) -> GateSpec {
         mixed_rate: 0.05,
         seed: 1,
         calls_per_session: 10,
+        resume_p99_limit_ms: RESUME_P99_LIMIT_MS,
         progress: false,
         host: None,
         nodes: Vec::new(),
@@ -95,7 +96,12 @@ fn a_clean_run_passes_and_each_defect_fails_its_gate() {
     );
     let mut p = clean_phase("cut");
     let _ = p.resume_ms.record_n(6_000, 10);
-    assert_eq!(failing(&evaluate(&s, &[p], &ledger)), vec!["resume latency p99 (with retry wait)"]);
+    assert_eq!(
+        failing(&evaluate(&s, std::slice::from_ref(&p), &ledger)),
+        vec!["resume latency p99 (with retry wait)"]
+    );
+    let roomy = GateSpec { resume_p99_limit_ms: 10_000, ..s.clone() };
+    assert!(failing(&evaluate(&roomy, &[p], &ledger)).is_empty(), "--resume-p99-limit-ms");
     let mut p = clean_phase("cut");
     p.proxy.clear();
     assert_eq!(
