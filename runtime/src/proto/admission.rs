@@ -274,23 +274,30 @@ pub fn missing_scopes(
         }
         _ => table.endpoint(),
     };
-    let needs: Vec<&[Box<str>]> = match command {
-        Command::Initialize { .. } => vec![table.needed("initialize", None)],
-        Command::Post { incoming: Incoming::Single(m), .. } => vec![of_message(m)],
+    // Each request's scope set, in order, handed to `each` (false: stop); walked a second
+    // time only when one falls short, so a request with its scopes allocates nothing.
+    let visit = |each: &mut dyn FnMut(&[Box<str>]) -> bool| match command {
+        Command::Initialize { .. } => each(table.needed("initialize", None)),
+        Command::Post { incoming: Incoming::Single(m), .. } => each(of_message(m)),
         Command::Post { incoming: Incoming::Batch(items), .. } => {
-            items.iter().map(of_message).collect()
+            items.iter().all(|m| each(of_message(m)))
         }
         Command::Modern { request, .. } => {
-            vec![table.needed(&request.method, named_in(&request.method, request.params.as_ref()))]
+            each(table.needed(&request.method, named_in(&request.method, request.params.as_ref())))
         }
-        _ => vec![table.endpoint()],
+        _ => each(table.endpoint()),
     };
-    (!needs.iter().all(|n| grant.has_all(n))).then(|| {
-        let mut all: Vec<Box<str>> = needs.into_iter().flatten().cloned().collect();
-        all.sort();
-        all.dedup();
-        all
-    })
+    if visit(&mut |n| grant.has_all(n)) {
+        return None;
+    }
+    let mut all: Vec<Box<str>> = Vec::new();
+    visit(&mut |n| {
+        all.extend(n.iter().cloned());
+        true
+    });
+    all.sort();
+    all.dedup();
+    Some(all)
 }
 
 /// Request headers MCP uses, allowed on cross-origin requests.

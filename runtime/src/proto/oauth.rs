@@ -354,12 +354,6 @@ pub fn peek_issuer(token: &str) -> Option<String> {
 }
 
 impl Unverified<'_> {
-    /// The `iss` claim, unverified: which issuer's keys to check it with.
-    #[must_use]
-    pub fn issuer(&self) -> Option<&str> {
-        self.claims.iss.as_deref()
-    }
-
     /// Check the signature with the issuer's keys: the key with the header's `kid` (any key
     /// of the algorithm's type when the header has none), whose type must be the algorithm's.
     ///
