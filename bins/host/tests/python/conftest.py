@@ -24,18 +24,28 @@ def url():
         env={**os.environ, "MCP_HOST_EXIT_WITH_PARENT": "1"},
     )
     try:
-        ready = select.select([proc.stdout], [], [], 30)[0]
-        assert ready, "mcp-host printed nothing within 30 s"
-        line = proc.stdout.readline()
+        line = first_line(proc, "mcp-host")
         assert line.startswith("mcp-host listening on "), f"unexpected first line: {line!r}"
         yield line.split()[-1]
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop(proc)
+
+
+def first_line(proc, what):
+    """The first line `proc` prints, within 30 s."""
+    ready = select.select([proc.stdout], [], [], 30)[0]
+    assert ready, f"{what} printed nothing within 30 s"
+    return proc.stdout.readline()
+
+
+def stop(proc):
+    """SIGTERM, then SIGKILL after 10 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ credentials grant (no person needed), for the resource the host names. Both mode
 
 import json
 import os
-import select
 import socket
 import subprocess
 from pathlib import Path
@@ -17,23 +16,10 @@ from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuth
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from conftest import first_line, stop
+
 HOST_BIN = os.environ.get("MCP_HOST_BIN", "target/debug/mcp-host")
 OIDC = Path(__file__).resolve().parents[4] / "scripts" / "oidc"
-
-
-def first_line(proc, what):
-    ready = select.select([proc.stdout], [], [], 30)[0]
-    assert ready, f"{what} printed nothing within 30 s"
-    return proc.stdout.readline()
-
-
-def stop(proc):
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
@@ -136,8 +122,3 @@ async def test_the_sdk_discovers_the_authorization_server_from_the_401_and_calls
     assert token == [("POST", issuer + "/token", 200)], seen
     after = seen[seen.index(next(e for e in seen if e[1] == issuer + "/token")) + 1:]
     assert after and all(s in (200, 202, 204) for _, u, s, _ in after if u.startswith(url.rsplit("/mcp", 1)[0])), after
-
-
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
