@@ -10,7 +10,11 @@ cancelled out. Reply modes: SSE (Accept: both) and JSON (Accept: application/jso
 
 Usage:
   python3 bench/instructions.py NAME=PATH [NAME=PATH ...] [--n1 1000] [--n2 4000] [--json-out FILE]
+      [--modern] [--initialize]
       [--keep-dir DIR]   (keep each callgrind profile as DIR/NAME-MODE-N.out, for callgrind_annotate)
+  python3 bench/instructions.py --check bench/baseline.json new=target/release/mcp-host
+      (the regression guard of the test command: each mode of the baseline measured with its n1
+      and n2; exit status 1 when one grew more than its tolerance, 10 %)
   (a PATH may carry host flags after a comma: new=target/release/mcp-host,--config,x.toml)
 Needs valgrind. Talks to 127.0.0.1 only; stops every host it starts.
 """
@@ -28,8 +32,21 @@ MODERN_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.mode
                "io.modelcontextprotocol/clientInfo": {"name": "instructions", "version": "1"}}
 
 
-def count(cmd, n, sse, keep=None, modern=False):
-    """Instructions of the host process that served `n` echo calls (its profile kept at `keep`)."""
+# Each mode: (era, Accept, request). "initialize" sends handshakes (each a new session on the
+# build's default SQLite ledger, recorded before its id goes out); the others `tools/call echo`.
+MODES = {
+    "legacy SSE": ("legacy", "application/json, text/event-stream", "call"),
+    "legacy JSON": ("legacy", "application/json", "call"),
+    "modern SSE": ("modern", "application/json, text/event-stream", "call"),
+    "modern JSON": ("modern", "application/json", "call"),
+    "initialize": ("legacy", "application/json, text/event-stream", "initialize"),
+}
+INIT = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "instructions", "version": "1"}}
+
+
+def count(cmd, n, mode, keep=None):
+    """Instructions of the host process that served `n` requests of `mode` (its profile kept at `keep`)."""
+    era, accept, request = MODES[mode]
     if keep:
         out = keep
     else:
@@ -48,19 +65,21 @@ def count(cmd, n, sse, keep=None, modern=False):
         hostport = url.split("//")[1].split("/")[0]
         h, port = hostport.rsplit(":", 1)
         c = http.client.HTTPConnection(h, int(port), timeout=120)
-        accept = "application/json, text/event-stream" if sse else "application/json"
-        if modern:
+        if request == "initialize":
+            headers = {"Content-Type": "application/json", "Accept": accept}
+            return serve(c, host, out, n, headers, "initialize", lambda i: INIT)
+        if era == "modern":
             headers = {"Content-Type": "application/json", "Accept": accept, "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "echo"}
             params = {"name": "echo", "arguments": {"text": "hello"}, "_meta": MODERN_META}
-            return serve(c, host, out, n, headers, params)
-        init = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
-                "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "instructions", "version": "1"}}}
+            return serve(c, host, out, n, headers, "tools/call", lambda i: params)
+        init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": INIT}
         c.request("POST", "/mcp", json.dumps(init), {"Content-Type": "application/json", "Accept": "application/json"})
         r = c.getresponse()
         r.read()
         sid = r.getheader("mcp-session-id")
         headers = {"Content-Type": "application/json", "Accept": accept, "Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-11-25"}
-        return serve(c, host, out, n, headers, {"name": "echo", "arguments": {"text": "hello"}})
+        params = {"name": "echo", "arguments": {"text": "hello"}}
+        return serve(c, host, out, n, headers, "tools/call", lambda i: params)
     finally:
         if host.poll() is None:
             host.kill()
@@ -70,10 +89,10 @@ def count(cmd, n, sse, keep=None, modern=False):
         workdir.cleanup()
 
 
-def serve(c, host, out, n, headers, params):
-    """Send `n` echo calls, stop the host, return its instruction total."""
+def serve(c, host, out, n, headers, method, params):
+    """Send `n` requests of `method`, stop the host, return its instruction total."""
     for i in range(n):
-        body = {"jsonrpc": "2.0", "id": i + 1, "method": "tools/call", "params": params}
+        body = {"jsonrpc": "2.0", "id": i + 1, "method": method, "params": params(i)}
         c.request("POST", "/mcp", json.dumps(body), headers)
         r = c.getresponse()
         r.read()
@@ -92,6 +111,36 @@ def serve(c, host, out, n, headers, params):
     return total
 
 
+def per_request(cmd, mode, n1, n2, keep_dir=None, name="build"):
+    keep = (lambda n: os.path.join(keep_dir, f"{name}-{mode.replace(' ', '-')}-{n}.out")) if keep_dir else (lambda n: None)
+    return (count(cmd, n2, mode, keep(n2)) - count(cmd, n1, mode, keep(n1))) / (n2 - n1)
+
+
+def check(a):
+    """--check: one build against the committed baseline; exit status 1 past its tolerance."""
+    base = json.load(open(a.check))
+    tol = base.get("tolerance", 0.10)
+    if len(a.builds) != 1:
+        raise SystemExit("--check takes exactly one NAME=PATH")
+    name, spec = a.builds[0].split("=", 1)
+    failed = []
+    rows = []
+    for mode, want in base["instructions_per_request"].items():
+        got = per_request(spec.split(","), mode, base["n1"], base["n2"], a.keep_dir, name)
+        ratio = got / want
+        verdict = "FAIL" if ratio > 1 + tol else "ok"
+        if verdict == "FAIL":
+            failed.append(mode)
+        rows.append({"mode": mode, "baseline": want, "measured": round(got), "ratio": round(ratio, 4)})
+        note = "  (well below the baseline: lower it deliberately, with the reason in the commit)" if ratio < 1 - tol else ""
+        print(f"{verdict:4s} {mode:12s} {got:10,.0f} instructions/request, baseline {want:,} ({ratio - 1:+.1%}, limit +{tol:.0%}){note}", flush=True)
+    if a.json_out:
+        with open(a.json_out, "w") as f:
+            json.dump({"baseline": a.check, "rows": rows}, f, indent=2)
+    if failed:
+        raise SystemExit(f"instructions per request grew more than {tol:.0%} over {a.check}: {', '.join(failed)}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("builds", nargs="+", help="NAME=PATH[,host flags]")
@@ -100,16 +149,17 @@ def main():
     ap.add_argument("--json-out")
     ap.add_argument("--keep-dir")
     ap.add_argument("--modern", action="store_true", help="also count 2026-07-28 stateless calls (no session) on each build")
+    ap.add_argument("--initialize", action="store_true", help="also count initialize (a new session each)")
+    ap.add_argument("--check", metavar="BASELINE", help="measure the one build in the modes of BASELINE (JSON) and fail past its tolerance")
     a = ap.parse_args()
+    if a.check:
+        return check(a)
+    modes = ["legacy SSE", "legacy JSON"] + (["modern SSE", "modern JSON"] if a.modern else []) + (["initialize"] if a.initialize else [])
     rows = []
-    eras = (False, True) if a.modern else (False,)
-    for sse in (True, False):
-        for b, modern in ((b, m) for b in a.builds for m in eras):
+    for mode in modes:
+        for b in a.builds:
             name, spec = b.split("=", 1)
-            cmd = spec.split(",")
-            mode = ("modern " if modern else "") + ("SSE" if sse else "JSON")
-            keep = (lambda n: os.path.join(a.keep_dir, f"{name}-{mode.replace(' ', '-')}-{n}.out")) if a.keep_dir else (lambda n: None)
-            per = (count(cmd, a.n2, sse, keep(a.n2), modern) - count(cmd, a.n1, sse, keep(a.n1), modern)) / (a.n2 - a.n1)
+            per = per_request(spec.split(","), mode, a.n1, a.n2, a.keep_dir, name)
             rows.append({"build": name, "mode": mode, "instructions_per_request": round(per)})
             print(f"| {name} | {mode} | {per:,.0f} |", flush=True)
     if a.json_out:

@@ -1,14 +1,17 @@
 //! Giving freed memory back to the operating system.
 //!
-//! glibc keeps what a thread freed in that thread's arena: after a burst (thousands of
-//! sessions holding large handshakes and buffered responses, then gone) the process stays
-//! resident at its peak although the memory is free (measured: 588 MiB after 2,000 such
-//! sessions were deleted, 7 MiB after one `malloc_trim`). So every `every` the host asks glibc
-//! to return free pages — only after the footprint it can see (sessions, streams, stream
-//! memory) shrank, so a steady server does not walk its arenas for nothing. The trim locks
-//! each arena in turn while it runs (51 ms for that 580 MiB release, microseconds otherwise).
-//! [`fix_thresholds`] keeps glibc from raising its thresholds after large frees, which would
-//! leave memory at each arena's top out of the trim's reach.
+//! Two allocators hold memory here: jemalloc every Rust allocation (the global allocator,
+//! see main.rs), glibc SQLite's. Each keeps what was freed: after a burst (thousands of
+//! sessions holding large handshakes and buffered responses, then gone) the process would stay
+//! resident at its peak although the memory is free (measured with glibc alone: 588 MiB after
+//! 2,000 such sessions were deleted, 7 MiB after one `malloc_trim`). jemalloc returns dirty
+//! pages on its own after about 10 s, but only while it is being called; so every `every` the
+//! host asks both to return free pages at once — only after the footprint it can see
+//! (sessions, streams, stream memory) shrank, so a steady server does not walk its arenas for
+//! nothing. glibc's trim locks each arena in turn while it runs (51 ms for that 580 MiB
+//! release, microseconds otherwise). [`fix_thresholds`] keeps glibc from raising its
+//! thresholds after large frees, which would leave memory at each arena's top out of the
+//! trim's reach.
 
 use std::time::Duration;
 
@@ -70,18 +73,44 @@ pub(crate) fn fix_thresholds() {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 pub(crate) fn fix_thresholds() {}
 
-/// Ask the allocator to return its free pages; `true` if it released any.
+/// Ask both allocators to return their free pages; `true` if glibc released any (jemalloc's
+/// purge does not say).
+pub(crate) fn release() -> bool {
+    purge_jemalloc();
+    trim_glibc()
+}
+
+/// Return every jemalloc arena's unused dirty pages now (`arena.<MALLCTL_ARENAS_ALL>.purge`).
+#[allow(unsafe_code)]
+fn purge_jemalloc() {
+    // SAFETY: the name is a NUL-terminated string that outlives the call; this control takes
+    // no old or new value, so every pointer passed is null with length 0, as mallctl(3)
+    // allows for a void control.
+    let rc = unsafe {
+        tikv_jemalloc_sys::mallctl(
+            c"arena.4096.purge".as_ptr(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    if rc != 0 {
+        tracing::debug!(rc, "jemalloc: arena purge refused");
+    }
+}
+
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[allow(unsafe_code)]
-pub(crate) fn release() -> bool {
+fn trim_glibc() -> bool {
     // SAFETY: malloc_trim takes no pointers and has no caller-side invariants; glibc
     // serializes it with every other allocator call.
     unsafe { libc::malloc_trim(0) == 1 }
 }
 
-/// Other allocators (musl, macOS) return memory themselves.
+/// Other C allocators (musl, macOS) return memory themselves.
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-pub(crate) fn release() -> bool {
+fn trim_glibc() -> bool {
     false
 }
 
