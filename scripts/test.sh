@@ -3,7 +3,8 @@
 # integration), fuzz targets build, the official conformance suite (0.1.16 and
 # 0.2.0-alpha.12) against a freshly started mcp-host, the official Python SDK client, CORS in
 # headless Chromium and by curl (scripts/browser.sh), our client against the official
-# TypeScript SDK server and mcp-host, and a short soak (scripts/soak.sh).
+# TypeScript SDK server and mcp-host, a short soak (scripts/soak.sh), and the release build's
+# instructions per request against bench/baseline.json (bench/instructions.py, valgrind).
 # Installs what it needs (Node 22 and the OAuth provider oidc-provider via npm, Python
 # packages via pip, Chromium, redis-server and openssl via apt); starts and stops its own
 # mcp-host, redis-server and OAuth provider processes.
@@ -122,6 +123,17 @@ cargo check --locked -p mcp-runtime --no-default-features --features client --li
 cargo test --locked --workspace 2>&1 | tee "$log/cargo.txt"
 cargo build --locked --manifest-path runtime/fuzz/Cargo.toml --target-dir target/fuzz
 echo "fuzz targets build: event_id jsonrpc replay_ops ledger_codec"
+# Instructions per request of the release build (callgrind counts the same on every run of one
+# binary, whatever else the machine does) against bench/baseline.json: a legacy SSE echo, a
+# 2026-07-28 JSON echo and initialize; one grown more than 10 % fails (docs/benchmarks.md).
+if ! command -v valgrind >/dev/null; then
+  apt-get install -y -qq --no-install-recommends valgrind >/dev/null 2>&1 ||
+    { apt-get update -qq && apt-get install -y -qq --no-install-recommends valgrind >/dev/null; } ||
+    { echo "test.sh: FAILED: cannot install valgrind" >&2; exit 1; }
+fi
+cargo build --locked --release -p mcp-host
+python3 bench/instructions.py --self-test
+python3 bench/instructions.py --check bench/baseline.json new=target/release/mcp-host 2>&1 | tee "$log/instructions.txt"
 scripts/conformance.sh target/debug/mcp-host 2>&1 | tee "$log/conformance.txt"
 scripts/python-sdk.sh target/debug/mcp-host 2>&1 | tee "$log/python.txt"
 scripts/browser.sh target/debug/mcp-host 2>&1 | tee "$log/browser.txt"
@@ -134,8 +146,9 @@ py_passed=$(grep -oE '[0-9]+ passed' "$log/python.txt" | tail -1 | awk '{print $
 browser_passed=$(awk '/^browser: [0-9]+ passed/ {print $2}' "$log/browser.txt")
 interop_passed=$(awk '/^interop: [0-9]+ passed/ {print $2}' "$log/interop.txt")
 soak_passed=$(awk '/^soak: [0-9]+ passed/ {print $2}' "$log/soak.txt")
-echo "cargo tests: $cargo_passed passed; conformance checks: $conf_passed passed; python sdk tests: ${py_passed:-0} passed; browser checks: ${browser_passed:-0} passed; interop probes: ${interop_passed:-0} passed; soak: ${soak_passed:-0} passed"
-total=$((cargo_passed + conf_passed + ${py_passed:-0} + ${browser_passed:-0} + ${interop_passed:-0} + ${soak_passed:-0}))
+instr_passed=$(grep -c '^ok ' "$log/instructions.txt" || true)
+echo "cargo tests: $cargo_passed passed; instruction budgets: ${instr_passed:-0} passed; conformance checks: $conf_passed passed; python sdk tests: ${py_passed:-0} passed; browser checks: ${browser_passed:-0} passed; interop probes: ${interop_passed:-0} passed; soak: ${soak_passed:-0} passed"
+total=$((cargo_passed + ${instr_passed:-0} + conf_passed + ${py_passed:-0} + ${browser_passed:-0} + ${interop_passed:-0} + ${soak_passed:-0}))
 checked=1
 left=()
 leftovers || left+=("processes left behind")
