@@ -654,7 +654,7 @@ pub struct LedgerConfig {
     /// Most operations committed in one transaction. Default 4096.
     pub batch_max_ops: usize,
     /// How long a batch waits for more operations once its first arrived (µs), so that
-    /// requests in quick succession share a commit. Default 1000; 0 to 100 000. In `sync`
+    /// requests in quick succession share a commit. Default 200; 0 to 100 000. In `sync`
     /// mode it adds to the time an event waits before it goes out.
     pub commit_linger_us: u64,
     /// Bytes waiting for the writer past which `batched` event appends are refused (the
@@ -718,7 +718,7 @@ impl Default for LedgerConfig {
             previous_key_files: Vec::new(),
             allow_insecure_key: false,
             batch_max_ops: 4096,
-            commit_linger_us: 1000,
+            commit_linger_us: 200,
             queue_max_bytes: 64 << 20,
             sweep_every_secs: 60,
             receipt_retention_secs: 86_400,

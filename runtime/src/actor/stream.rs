@@ -81,7 +81,8 @@ pub(crate) struct StreamActor {
     ending: bool,
     /// The state the metrics count it in (an index of `STREAM_STATES`).
     state_shown: Option<usize>,
-    /// Its tracing span (stream, generation, mode; a child of its session's).
+    /// Its tracing span (stream, generation, mode; a child of its session's), or at levels
+    /// coarser than `debug` its session's ([`stream_span`]).
     span: tracing::Span,
 }
 
@@ -132,6 +133,15 @@ pub(crate) struct Stop(pub(crate) CloseReason);
 #[rtype(result = "()")]
 pub(crate) struct Drain;
 
+/// A stream's span: its own (stream, generation, mode) under its session's at `debug`; at
+/// coarser levels its session's span itself, so its log lines still name the session. An
+/// enabled span per stream cost about a tenth of an SSE echo's CPU at the default `info`
+/// (measured with `bench/peers`, issue 23): one is made for every SSE reply.
+fn stream_span(session: &tracing::Span, core: &StreamCore) -> tracing::Span {
+    let span = tracing::debug_span!(parent: session, "stream", stream = core.id().0, generation = core.generation().0, mode = core.mode().as_str());
+    if span.is_disabled() { session.clone() } else { span }
+}
+
 impl StreamActor {
     /// Start a stream in `ctx` (created earlier so its address could be handed out) with its
     /// first connection attached; returns that connection's body. The caller (the session)
@@ -151,7 +161,7 @@ impl StreamActor {
     ) -> (SseBody, Option<usize>) {
         let StreamLinks { session, env, caller_budget, span } = links;
         let caller_budget = &caller_budget;
-        let span = tracing::info_span!(parent: &span, "stream", stream = core.id().0, generation = core.generation().0, mode = core.mode().as_str());
+        let span = stream_span(&span, &core);
         let addr = ctx.address();
         let mut att = core.attach_new();
         let conn = att.conn;
@@ -204,7 +214,7 @@ impl StreamActor {
     ) -> (Addr<StreamActor>, Option<usize>) {
         let StreamLinks { session, env, caller_budget, span } = links;
         let caller_budget = &caller_budget;
-        let span = tracing::info_span!(parent: &span, "stream", stream = core.id().0, generation = core.generation().0, mode = core.mode().as_str());
+        let span = stream_span(&span, &core);
         let mut ctx = Context::<StreamActor>::new();
         let addr = ctx.address();
         let mut actor = StreamActor::with_core(
@@ -474,7 +484,7 @@ impl StreamActor {
                     act.env.stats.shadow_verified(&r, latency);
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "shadow ledger copy cannot be read back");
+                    tracing::warn!(stream = %act.core.id(), error = %e, "shadow ledger copy cannot be read back");
                     act.env.stats.shadow_unreadable();
                 }
             }

@@ -594,23 +594,23 @@ fn run(rx: &mpsc::Receiver<Msg>, sh: &Shared<'_>, batching: Batching, sweep_ever
             Msg::Barrier(ack) => acks.push(ack),
         };
         take(first, &mut batch, &mut acks);
+        // The linger is slept, not waited on the channel: a thread blocked in `recv` is woken
+        // (a futex call and a context switch) by every operation sent, so a burst of
+        // handshakes paid one wake each; asleep, the senders only queue (issue 23: a tenth
+        // of an `initialize`'s CPU went to those switches). What is queued is taken after.
         let until = tokio::time::Instant::now() + batching.linger;
-        while batch.len() < batching.max_ops {
-            let m = match rx.try_recv() {
-                Ok(m) => m,
-                Err(mpsc::TryRecvError::Disconnected) => break,
-                Err(mpsc::TryRecvError::Empty) => {
-                    let left = until.saturating_duration_since(tokio::time::Instant::now());
-                    if left.is_zero() {
-                        break;
-                    }
-                    match rx.recv_timeout(left) {
-                        Ok(m) => m,
-                        Err(_) => break,
-                    }
+        loop {
+            while batch.len() < batching.max_ops {
+                match rx.try_recv() {
+                    Ok(m) => take(m, &mut batch, &mut acks),
+                    Err(_) => break,
                 }
-            };
-            take(m, &mut batch, &mut acks);
+            }
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            if batch.len() >= batching.max_ops || left.is_zero() {
+                break;
+            }
+            std::thread::sleep(left);
         }
         let committed = if batch.is_empty() {
             true

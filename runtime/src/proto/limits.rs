@@ -189,6 +189,26 @@ impl Scanned {
     }
 }
 
+/// The bytes `[` or `{`, the bytes `{`, and the bytes `,` or `:` in `body`. Counted in byte
+/// lanes, 255 bytes at a time (a lane cannot overflow within a chunk), which the compiler
+/// vectorizes: 28 ns for a 300-byte `tools/call` against 284 ns for the same sums in `usize`
+/// (issue 23; one of these runs on every POST body).
+fn count_structural(body: &[u8]) -> (usize, usize, usize) {
+    let (mut opens, mut braces, mut separators) = (0usize, 0usize, 0usize);
+    for chunk in body.chunks(255) {
+        let (mut o, mut b, mut s) = (0u8, 0u8, 0u8);
+        for &c in chunk {
+            o += u8::from(c == b'[') + u8::from(c == b'{');
+            b += u8::from(c == b'{');
+            s += u8::from(c == b',') + u8::from(c == b':');
+        }
+        opens += usize::from(o);
+        braces += usize::from(b);
+        separators += usize::from(s);
+    }
+    (opens, braces, separators)
+}
+
 /// One pass over a raw JSON body: nesting depth and number of values, counted where each
 /// value starts (every array or object opened, every string, object keys included, and every
 /// run of scalar bytes such as `-1.5e3` or `true`, outside strings). A parser allocates one
@@ -203,14 +223,7 @@ pub fn scan(body: &[u8], limits: &MessageLimits) -> Result<Scanned, LimitExceede
     // a byte of its own), and the depth at most the number of opening brackets anywhere
     // (strings included); counting those is one vectorized pass. So is the measure of a
     // short body: every value but the first follows a `[`, `{`, `,` or `:`.
-    let (opens, braces, separators) =
-        body.iter().fold((0usize, 0usize, 0usize), |(o, b, s), &c| {
-            (
-                o + usize::from(c == b'[' || c == b'{'),
-                b + usize::from(c == b'{'),
-                s + usize::from(c == b',' || c == b':'),
-            )
-        });
+    let (opens, braces, separators) = count_structural(body);
     if body.len() < limits.json_max_values
         && opens <= limits.json_max_depth
         && body.len() <= FAST_MEASURE_MAX_BYTES
@@ -421,6 +434,30 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn structural_counts_do_not_wrap_past_a_lane_of_255() {
+        // Every byte structural, so each 255-byte lane is full; lengths around the chunk size.
+        for len in [0, 1, 254, 255, 256, 600, 1021] {
+            let body: Vec<u8> = b"{[,:".iter().copied().cycle().take(len).collect();
+            let count = |set: &[u8]| body.iter().filter(|c| set.contains(c)).count();
+            assert_eq!(
+                count_structural(&body),
+                (count(b"[{"), count(b"{"), count(b",:")),
+                "{len} bytes"
+            );
+        }
+        let all_braces = vec![b'{'; 1000];
+        assert_eq!(count_structural(&all_braces), (1000, 1000, 0));
+    }
+
+    proptest! {
+        #[test]
+        fn structural_counts_match_a_plain_count(body in proptest::collection::vec(any::<u8>(), 0..2000)) {
+            let count = |set: &[u8]| body.iter().filter(|c| set.contains(c)).count();
+            prop_assert_eq!(count_structural(&body), (count(b"[{"), count(b"{"), count(b",:")));
+        }
+    }
 
     fn values_of(v: &Value) -> usize {
         1 + match v {
