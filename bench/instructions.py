@@ -3,7 +3,8 @@
 depend on what else the machine is doing (wall-clock benchmarks on a shared 2-core machine
 vary by tens of percent from run to run; instruction counts repeat).
 
-Each build is started under callgrind with one worker and the `echo` pack; one session sends
+Each build is started under callgrind with one worker, the `echo` pack and the default log
+level (`info`: what a level costs is part of what a user runs); one session sends
 N1, then (in a second run) N2 sequential `tools/call echo` requests on one keep-alive
 connection; (I(N2) - I(N1)) / (N2 - N1) is the cost of one request, start-up and shutdown
 cancelled out. Reply modes: SSE (Accept: both) and JSON (Accept: application/json).
@@ -59,7 +60,7 @@ def count(cmd, n, mode, keep=None):
     host = subprocess.Popen(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={os.path.abspath(out)}", *cmd, "--port", "0", "--workers", "1", "--packs", "echo"],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=workdir.name,
-        env={**os.environ, "MCP_HOST_LOG": "warn", "MCP_HOST_EXIT_WITH_PARENT": "1"})
+        env={**os.environ, "MCP_HOST_LOG": "info", "MCP_HOST_EXIT_WITH_PARENT": "1"})
     try:
         url = host.stdout.readline().split()[-1]
         hostport = url.split("//")[1].split("/")[0]
