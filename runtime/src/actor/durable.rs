@@ -132,11 +132,16 @@ impl SessionMeta {
         } else {
             Op::Put { key, value, expires_ms }
         }];
-        // The counter of its lives lives as long as any record of it.
-        ops.push(Op::Expire {
-            name: codec::incarnation_key(&self.hmac),
-            expires_ms: expires_ms.saturating_add(cx.idle_ttl_ms),
-        });
+        // The counter of its lives lives as long as any record of it. A first life on a ledger
+        // of its own has none (only a revive counts one), so nothing to extend: three lookups
+        // saved on every record of a new session (issue 23). On a shared ledger another host
+        // may have revived it meanwhile.
+        if s.incarnation > 0 || cx.ledger.shared {
+            ops.push(Op::Expire {
+                name: codec::incarnation_key(&self.hmac),
+                expires_ms: expires_ms.saturating_add(cx.idle_ttl_ms),
+            });
+        }
         // The caller's sessions across hosts (shared ledger): this one until its record
         // expires; those that expired before its last use leave the index.
         if cx.ledger.shared
@@ -355,5 +360,52 @@ impl StreamLedger {
             shadow: core.mode() == crate::proto::rollout::StreamMode::Shadow,
             run,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::config::RuntimeConfig;
+    use crate::ledger::codec::{Handshake, RecordState};
+
+    fn record_ops(cx: &LedgerCtx, incarnation: u32) -> Vec<Op> {
+        let meta = SessionMeta {
+            hmac: Arc::from("5e55"),
+            principal: None,
+            owner: None,
+            origin: None,
+            created_ms: 1,
+        };
+        meta.record_ops(
+            cx,
+            SessionNow {
+                version: "2025-11-25",
+                generation: 1,
+                state: RecordState::Active,
+                log_level: None,
+                incarnation,
+                last_used: Tick(5),
+                handshake: Handshake {
+                    requested_version: None,
+                    capabilities: json!({}),
+                    client_info: json!({}),
+                },
+                streams: std::iter::empty(),
+            },
+        )
+    }
+
+    #[test]
+    fn only_a_revived_session_extends_its_life_counter_on_a_ledger_of_its_own() {
+        let cx = LedgerCtx::new(Ledger::memory(&RuntimeConfig::default()), 60_000, 60_000);
+        let counter = codec::incarnation_key("5e55");
+        let extends = |ops: &[Op]| {
+            ops.iter().any(|o| matches!(o, Op::Expire { name, .. } if *name == counter))
+        };
+        assert!(!extends(&record_ops(&cx, 0)), "a first life has no counter to extend");
+        assert!(extends(&record_ops(&cx, 1)), "a revive counted one: it lives as the record does");
     }
 }
