@@ -28,9 +28,7 @@ import signal
 import subprocess
 import tempfile
 
-
-MODERN_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {},
-               "io.modelcontextprotocol/clientInfo": {"name": "instructions", "version": "1"}}
+from hostproc import MODERN_META, spawn_host
 
 
 # Each mode: (era, Accept, request). "initialize" sends handshakes (each a new session on the
@@ -57,12 +55,12 @@ def count(cmd, n, mode, keep=None):
     # their default `mcp-host.db` there (the SQLite default is what is measured).
     workdir = tempfile.TemporaryDirectory(prefix="mcp-instructions-")
     cmd = [os.path.abspath(cmd[0]), *cmd[1:]]
-    host = subprocess.Popen(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={os.path.abspath(out)}", *cmd, "--port", "0", "--workers", "1", "--packs", "echo"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=workdir.name,
-        env={**os.environ, "MCP_HOST_LOG": "info", "MCP_HOST_EXIT_WITH_PARENT": "1"})
+    procs = []
     try:
-        url = host.stdout.readline().split()[-1]
+        # Under valgrind a start takes seconds; two minutes is past any healthy one.
+        host, url = spawn_host(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={os.path.abspath(out)}", *cmd, "--port", "0", "--workers", "1", "--packs", "echo"],
+            workdir.name, deadline_s=120, procs=procs)
         hostport = url.split("//")[1].split("/")[0]
         h, port = hostport.rsplit(":", 1)
         c = http.client.HTTPConnection(h, int(port), timeout=120)
@@ -82,9 +80,10 @@ def count(cmd, n, mode, keep=None):
         params = {"name": "echo", "arguments": {"text": "hello"}}
         return serve(c, host, out, n, headers, "tools/call", lambda i: params)
     finally:
-        if host.poll() is None:
-            host.kill()
-            host.wait()
+        for host in procs:
+            if host.poll() is None:
+                host.kill()
+                host.wait()
         if not keep:
             os.remove(out)
         workdir.cleanup()

@@ -40,16 +40,12 @@ import tempfile
 import threading
 import time
 
+from hostproc import MODERN_META, spawn_host
 from redis_commands import free_port, start_redis, stop, wait_for_redis
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LEGACY = "2025-11-25"
 MODERN = "2026-07-28"
-MODERN_META = {
-    "io.modelcontextprotocol/protocolVersion": MODERN,
-    "io.modelcontextprotocol/clientCapabilities": {},
-    "io.modelcontextprotocol/clientInfo": {"name": "bench-nodes", "version": "1"},
-}
 
 
 def pinned(cpu, argv, pin):
@@ -57,24 +53,13 @@ def pinned(cpu, argv, pin):
 
 
 def start_host(a, work, args, procs):
-    """One mcp-host on a free port; its URL once it listens (within 30 s). The rest of its
-    stdout is read and dropped, so it never blocks on a full pipe."""
-    p = subprocess.Popen(
+    """One mcp-host on a free port; its URL once it listens (within 30 s)."""
+    _, url = spawn_host(
         pinned(0, [os.path.abspath(a.host_bin), "--port", "0", "--admin-port", "0", "--workers", "1",
                    "--packs", "conformance,echo,ledger",
                    "--ledger-path", os.path.join(work, "mcp-host.db")] + args, a.pin),
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=work,
-        env={**os.environ, "MCP_HOST_LOG": "warn", "MCP_HOST_EXIT_WITH_PARENT": "1"})
-    procs.append(p)
-    first = []
-    reader = threading.Thread(target=lambda: (first.append(p.stdout.readline()), p.stdout.read()), daemon=True)
-    reader.start()
-    deadline = time.monotonic() + 30
-    while not first and time.monotonic() < deadline and p.poll() is None:
-        time.sleep(0.01)
-    if not first or not first[0]:
-        raise SystemExit(f"mcp-host {' '.join(args)} did not start within 30 s")
-    return first[0].split()[-1]
+        work, log="warn", deadline_s=30, procs=procs)
+    return url
 
 
 def hostport(url):

@@ -28,11 +28,7 @@ import subprocess
 import tempfile
 import time
 
-MODERN_META = {
-    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-    "io.modelcontextprotocol/clientCapabilities": {},
-    "io.modelcontextprotocol/clientInfo": {"name": "redis-commands", "version": "1"},
-}
+from hostproc import MODERN_META  # noqa: E402
 
 
 def free_port():

@@ -10,7 +10,8 @@ SSE streams, with 1 and with 2 HTTP workers (issue 23 item 6), drawn as an SVG c
 
 With `--workers 1` the host is pinned to CPU 1 and wrk to CPU 0 (as bench/peers does); with
 `--workers 2` nothing is pinned: on a 2-core machine the host's two workers and wrk then share
-both cores, so the load generator takes CPU the server would otherwise have.
+both cores, so the load generator takes CPU the server would otherwise have. Hosts run at the
+default log level (`info`).
 
 Usage:
   python3 bench/scaling.py --host-bin target/release/mcp-host --workers 1 --workers 2 \
@@ -22,6 +23,7 @@ import argparse
 import asyncio
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -29,6 +31,7 @@ import sys
 import tempfile
 import time
 
+from hostproc import spawn_host
 from nodes import hostport, initialize
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -86,7 +89,10 @@ async def response(r):
     return status, hd
 held = []
 async def one(sem):
+    # Every step of a stream's setup within one deadline.
     async with sem:
+        await asyncio.wait_for(setup(), 60)
+async def setup():
         r, w = await asyncio.open_connection(host, port)
         w.write(req("POST", {"Accept": "application/json"}, INIT)); st, hd = await response(r)
         sid = hd["mcp-session-id"]
@@ -121,10 +127,7 @@ def run_config(a, workers, work):
         cmd = (["taskset", "-c", "1"] if pin else []) + [
             os.path.abspath(a.host_bin), "--port", "0", "--workers", str(workers), "--packs", "echo",
             "--config", os.path.join(HERE, "peers", "ours-bench.toml")]
-        host = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=work,
-                                env={**os.environ, "MCP_HOST_LOG": "warn", "MCP_HOST_EXIT_WITH_PARENT": "1"})
-        procs.append(host)
-        url = host.stdout.readline().split()[-1]
+        host, url = spawn_host(cmd, work, procs=procs)
         sids = [initialize(url) for _ in range(max(SESSIONS))]
         wrk(url, sids[:1], 1, pin)  # warm-up
         for s in SESSIONS:
@@ -139,7 +142,9 @@ def run_config(a, workers, work):
             if k:
                 holder.stdin.write(f"{k}\n")
                 holder.stdin.flush()
-                line = holder.stdout.readline()
+                # Each stream's setup has its own 60 s deadline; this bounds the whole batch.
+                ready, _, _ = select.select([holder.stdout], [], [], 600)
+                line = holder.stdout.readline() if ready else ""
                 if not line.startswith("OPEN"):
                     raise SystemExit(f"stream holder failed: {line!r}")
             time.sleep(1)

@@ -54,6 +54,12 @@ stop_pid() {
   kill -9 "$pid" 2>/dev/null || true
 }
 
+# The server of the current rep is stopped on every exit (Ctrl-C or a kill mid-rep included):
+# the peers are started with nohup and would outlive this script.
+pid=""
+trap '[ -n "${pid:-}" ] && stop_pid "$pid"' EXIT
+trap 'exit 130' INT TERM
+
 peer_label() {
   local s="$1" var
   if [[ "$s" == EXTRA* ]]; then var="EXTRA_PEER${s#EXTRA}"; s="${!var%%|*}"; fi

@@ -18,7 +18,7 @@ use crate::signals::{Signals, exit_with_parent, reload_on_sighup, stop_signal};
 /// jemalloc for every Rust allocation (SQLite's C code keeps glibc's malloc). Measured side by
 /// side with glibc and mimalloc (issue 23, `bench/results/peers-2026-12-04-allocators`, one
 /// worker on one core, medians of 3): `tools/call` echo +11 % req/s on one session, +18 % on 64
-/// sessions, +6 % for 2026-07-28 calls, for both jemalloc and mimalloc; jemalloc's RSS after
+/// sessions, +4 % for 2026-07-28 calls, for both jemalloc and mimalloc; jemalloc's RSS after
 /// those runs was 18 / 37 MiB against mimalloc's 30 / 54 MiB (glibc 18 / 41). glibc spent
 /// about 12 % of the CPU in malloc and free (the large task cell of each stream actor took its
 /// slow path).

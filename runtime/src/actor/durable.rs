@@ -132,11 +132,11 @@ impl SessionMeta {
         } else {
             Op::Put { key, value, expires_ms }
         }];
-        // The counter of its lives lives as long as any record of it. A first life on a ledger
-        // of its own has none (only a revive counts one), so nothing to extend: three lookups
-        // saved on every record of a new session (issue 23). On a shared ledger another host
-        // may have revived it meanwhile.
-        if s.incarnation > 0 || cx.ledger.shared {
+        // The counter of its lives lives as long as any record of it. Only a shared ledger
+        // keeps one (a revive there counts the next life in the store, so two hosts never
+        // share one); one process numbers lives from the record alone. So nothing to extend
+        // on a ledger of its own: three SQLite lookups saved on every session record (issue 23).
+        if cx.ledger.shared {
             ops.push(Op::Expire {
                 name: codec::incarnation_key(&self.hmac),
                 expires_ms: expires_ms.saturating_add(cx.idle_ttl_ms),
@@ -399,13 +399,18 @@ mod tests {
     }
 
     #[test]
-    fn only_a_revived_session_extends_its_life_counter_on_a_ledger_of_its_own() {
-        let cx = LedgerCtx::new(Ledger::memory(&RuntimeConfig::default()), 60_000, 60_000);
+    fn a_life_counter_is_extended_only_on_a_shared_ledger() {
         let counter = codec::incarnation_key("5e55");
         let extends = |ops: &[Op]| {
             ops.iter().any(|o| matches!(o, Op::Expire { name, .. } if *name == counter))
         };
-        assert!(!extends(&record_ops(&cx, 0)), "a first life has no counter to extend");
-        assert!(extends(&record_ops(&cx, 1)), "a revive counted one: it lives as the record does");
+        let own = LedgerCtx::new(Ledger::memory(&RuntimeConfig::default()), 60_000, 60_000);
+        assert!(!extends(&record_ops(&own, 0)), "one process keeps no counter");
+        assert!(!extends(&record_ops(&own, 3)), "not after a revive either");
+        let mut shared = Ledger::memory(&RuntimeConfig::default());
+        shared.shared = true;
+        let shared = LedgerCtx::new(shared, 60_000, 60_000);
+        assert!(extends(&record_ops(&shared, 0)), "another host may have counted a life");
+        assert!(extends(&record_ops(&shared, 2)));
     }
 }

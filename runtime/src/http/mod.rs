@@ -333,7 +333,8 @@ fn opens_stream(incoming: &Incoming, reply: ReplyMode) -> bool {
 // `serve` is split so that every request's handler future stays small: an `async fn`
 // keeps the storage of whatever it holds across an await, and one big match over every
 // command made the future 1.3 KiB, past glibc's tcache and into its slow large-bin path
-// on every request. Admission and the answer are small futures of their own; what lies
+// on every request (mcp-host uses jemalloc now; a library user on glibc still gains).
+// Admission and the answer are small futures of their own; what lies
 // between them is synchronous ([`dispatch`]).
 async fn serve(
     req: &HttpRequest,

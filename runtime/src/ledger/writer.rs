@@ -509,7 +509,9 @@ pub struct WriterSettings {
     /// How often expired entries are swept.
     pub sweep_every: Duration,
     /// How long a batch waits for more operations once its first arrived: commits of
-    /// concurrent (and quickly successive) requests are shared.
+    /// concurrent (and quickly successive) requests are shared. The writer sleeps it out
+    /// (operations sent meanwhile only queue), then takes what is queued up to
+    /// `batch_max_ops`; a batch full before the linger ends still waits for its end.
     pub linger: Duration,
     /// How long [`Writer::submit_and_wait`] waits for the commit.
     pub commit_wait: Duration,
@@ -760,6 +762,38 @@ mod tests {
         let snap = w.snapshot();
         assert_eq!((snap.ops, snap.queued_bytes), (1000, 0));
         assert!(snap.batches <= 1000 && snap.batches >= 1000 / 16);
+    }
+
+    #[test]
+    fn operations_sent_during_the_linger_share_its_commit_up_to_the_batch_cap() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let mut s = settings(Durability::Batched, 8, usize::MAX);
+        // Long enough that a busy machine cannot stretch the 12 sends past it.
+        s.linger = Duration::from_secs(1);
+        let w = Writer::start(Arc::clone(&store), s, Box::new(|| 0));
+        // Sent one by one well within one linger: 12 operations, a cap of 8 a batch.
+        for seq in 1..=12 {
+            w.submit(vec![append(seq)]);
+        }
+        w.flush_blocking();
+        let snap = w.snapshot();
+        assert_eq!(snap.ops, 12);
+        assert_eq!(snap.batches, 2, "8 in the first commit, the other 4 in the next");
+        let log = store.read_log("l", 0).unwrap();
+        assert_eq!(log.iter().map(|(s, _)| *s).collect::<Vec<_>>(), (1..=12).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_writer_dropped_during_its_linger_still_commits_what_it_was_given() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let mut s = settings(Durability::Batched, 16, usize::MAX);
+        s.linger = Duration::from_millis(50);
+        let w = Writer::start(Arc::clone(&store), s, Box::new(|| 0));
+        w.submit(vec![append(1)]);
+        w.submit(vec![append(2)]);
+        drop(w);
+        let log = store.read_log("l", 0).unwrap();
+        assert_eq!(log.iter().map(|(s, _)| *s).collect::<Vec<_>>(), vec![1, 2]);
     }
 
     #[test]

@@ -6,11 +6,12 @@ the top functions by self time printed beside it.
 Kinds: `legacy-sse` (`tools/call echo` on one 2025-11-25 session, answered as SSE),
 `legacy-json` (the same, Accept: application/json), `modern-json` (2026-07-28 stateless
 `tools/call echo`, JSON), `initialize` (each request a new session on the default SQLite
-ledger). The host runs with one worker on CPU 1 (`--host-cpu`), wrk with 64 connections on
-CPU 0, in a temporary directory (its own ledger), started and stopped here.
+ledger). The host runs with one worker on CPU 1 (`--host-cpu`) at the default log level
+(`info`), wrk with 64 connections on CPU 0, in a temporary directory (its own ledger), started
+and stopped here.
 
 Usage:
-  python3 bench/profile.py --host-bin target/release/mcp-host --kind legacy-sse \
+  python3 bench/flamegraph.py --host-bin target/release/mcp-host --kind legacy-sse \
       --svg bench/profiles/legacy-sse.svg [--seconds 5] [--top 40] [--host-arg=--config --host-arg=FILE]
 Needs perf (linux-perf), wrk and inferno (`cargo install inferno`). Loopback only.
 """
@@ -24,14 +25,10 @@ import subprocess
 import tempfile
 import time
 
-from nodes import hostport, initialize
+from hostproc import MODERN_META, spawn_host
+from nodes import initialize
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MODERN_META = {
-    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-    "io.modelcontextprotocol/clientCapabilities": {},
-    "io.modelcontextprotocol/clientInfo": {"name": "bench-profile", "version": "1"},
-}
 BOTH = "application/json, text/event-stream"
 
 
@@ -64,7 +61,7 @@ def main():
     a = ap.parse_args()
     for tool in ("perf", "wrk", "inferno-collapse-perf", "inferno-flamegraph"):
         if not shutil.which(tool):
-            raise SystemExit(f"profile.py: {tool} not found")
+            raise SystemExit(f"flamegraph.py: {tool} not found")
     if a.kind == "initialize" and not any(x.startswith("--config") for x in a.host_arg):
         # New sessions at full speed from one address pass the default session caps in a
         # second; the side-by-side run's settings raise only those (the ledger stays SQLite).
@@ -72,13 +69,10 @@ def main():
     work = tempfile.mkdtemp(prefix="mcp-profile-")
     procs = []
     try:
-        host = subprocess.Popen(
+        # The default log level (info), as a user runs it.
+        host, url = spawn_host(
             ["taskset", "-c", a.host_cpu, os.path.abspath(a.host_bin), "--port", "0", "--workers", "1",
-             "--packs", "echo", *a.host_arg],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=work,
-            env={**os.environ, "MCP_HOST_LOG": "warn", "MCP_HOST_EXIT_WITH_PARENT": "1"})
-        procs.append(host)
-        url = host.stdout.readline().split()[-1]
+             "--packs", "echo", *a.host_arg], work, procs=procs)
         env = {**os.environ, **load(a.kind, url), "POOL": "10000"}
         wrk = ["taskset", "-c", a.load_cpu, "wrk", "-t1", "-c64", "--timeout", "10s",
                "-s", os.path.join(HERE, "lua", "calls.lua"), url]
@@ -93,8 +87,14 @@ def main():
         out, _ = run.communicate(timeout=60)
         line = next((l for l in out.splitlines() if l.startswith("CALLSJSON ")), None)
         stats = json.loads(line[len("CALLSJSON "):]) if line else {}
-        script = subprocess.run(["perf", "script", "-i", data], check=True, capture_output=True).stdout
-        folded = subprocess.run(["inferno-collapse-perf"], input=script, check=True, capture_output=True).stdout
+        # perf script's text (hundreds of MB) goes straight into the folder, never into memory.
+        script = subprocess.Popen(["perf", "script", "-i", data], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        procs.append(script)
+        folded = subprocess.run(["inferno-collapse-perf"], stdin=script.stdout, check=True, capture_output=True,
+                                timeout=600).stdout
+        script.stdout.close()
+        if script.wait(timeout=60) != 0:
+            raise SystemExit("perf script failed")
         title = f"mcp-host {a.kind}: wrk c64, {stats.get('requests', '?')} requests in {a.seconds + 2} s"
         svg = subprocess.run(["inferno-flamegraph", "--title", title, "--width", "1600", "--minwidth", "0.5"], input=folded,
                              check=True, capture_output=True).stdout
@@ -113,7 +113,7 @@ def main():
     finally:
         for p in reversed(procs):
             if p.poll() is None:
-                p.send_signal(signal.SIGINT if p is not host else signal.SIGTERM)
+                p.send_signal(signal.SIGTERM if p is procs[0] else signal.SIGINT)
                 try:
                     p.wait(timeout=10)
                 except subprocess.TimeoutExpired:

@@ -1,0 +1,36 @@
+"""What the bench scripts share: starting an mcp-host and reading its URL within a deadline,
+and the `_meta` of a 2026-07-28 request."""
+
+import os
+import subprocess
+import threading
+import time
+
+MODERN_META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {},
+    "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "1"},
+}
+
+
+def spawn_host(argv, cwd, log="info", deadline_s=60, procs=None):
+    """Start `argv` (an mcp-host command line, `--port 0` included) in `cwd`; return the
+    process and the URL it prints first, within `deadline_s` (else it is killed and this
+    raises). The rest of its stdout is read and dropped, so it never blocks on a full pipe.
+    Appended to `procs` (if given) before waiting, so the caller's cleanup stops it on any
+    exit path."""
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=cwd,
+                         env={**os.environ, "MCP_HOST_LOG": log, "MCP_HOST_EXIT_WITH_PARENT": "1"})
+    if procs is not None:
+        procs.append(p)
+    first = []
+    threading.Thread(target=lambda: (first.append(p.stdout.readline()), p.stdout.read()), daemon=True).start()
+    deadline = time.monotonic() + deadline_s
+    while not first and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.01)
+    if not first or not first[0]:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        raise SystemExit(f"{os.path.basename(argv[0])} did not print its URL within {deadline_s} s")
+    return p, first[0].split()[-1]
