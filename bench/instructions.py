@@ -7,7 +7,9 @@ Each build is started under callgrind with one worker, the `echo` pack and the d
 level (`info`: what a level costs is part of what a user runs); one session sends
 N1, then (in a second run) N2 sequential `tools/call echo` requests on one keep-alive
 connection; (I(N2) - I(N1)) / (N2 - N1) is the cost of one request, start-up and shutdown
-cancelled out. Reply modes: SSE (Accept: both) and JSON (Accept: application/json).
+cancelled out. Reply modes: SSE (Accept: both) and JSON (Accept: application/json). The same
+difference of the profiles' call counts gives the allocations of one request (calls to malloc
+and its kin, glibc's or jemalloc's, on every thread); `--check` looks at instructions only.
 
 Usage:
   python3 bench/instructions.py NAME=PATH [NAME=PATH ...] [--n1 1000] [--n2 4000] [--json-out FILE]
@@ -24,6 +26,7 @@ import argparse
 import http.client
 import json
 import os
+import re
 import signal
 import subprocess
 import tempfile
@@ -40,6 +43,9 @@ MODES = {
     "modern JSON": ("modern", "application/json", "call"),
     "initialize": ("legacy", "application/json, text/event-stream", "initialize"),
 }
+# What counts as an allocation: glibc's entry points (SQLite's, and every Rust one in a build
+# on glibc) and jemalloc's prefixed ones (the host's Rust allocations).
+ALLOC_FUNCTIONS = re.compile(r"^(malloc|calloc|realloc|posix_memalign|aligned_alloc|_rjem_(malloc|mallocx|calloc|realloc|rallocx|posix_memalign|aligned_alloc))$")
 INIT = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "instructions", "version": "1"}}
 
 
@@ -90,7 +96,8 @@ def count(cmd, n, mode, keep=None):
 
 
 def serve(c, host, out, n, headers, method, params):
-    """Send `n` requests of `method`, stop the host, return its instruction total."""
+    """Send `n` requests of `method`, stop the host, return its instruction total and its
+    allocator calls."""
     for i in range(n):
         body = {"jsonrpc": "2.0", "id": i + 1, "method": method, "params": params(i)}
         c.request("POST", "/mcp", json.dumps(body), headers)
@@ -102,18 +109,35 @@ def serve(c, host, out, n, headers, method, params):
     host.send_signal(signal.SIGTERM)
     host.wait(timeout=120)
     total = None
-    with open(out) as f:
+    allocs = 0
+    names = {}
+    callee = None
+    with open(out, errors="replace") as f:
         for line in f:
-            if line.startswith(("summary:", "totals:")):
+            # Calls to an allocation function, from the profile's call records: `cfn=(id) name`
+            # names the callee (later only `cfn=(id)`), the `calls=N` line after it counts them.
+            if line.startswith("cfn="):
+                ref, _, name = line[4:].strip().partition(" ")
+                if name:
+                    names[ref] = name
+                callee = names.get(ref, ref)
+            elif line.startswith("calls=") and callee is not None:
+                if ALLOC_FUNCTIONS.match(callee.split(" ")[0].split("'")[0]):
+                    allocs += int(line[6:].split()[0])
+                callee = None
+            elif line.startswith(("summary:", "totals:")):
                 total = int(line.split()[1])
     if total is None:
         raise RuntimeError("callgrind wrote no total")
-    return total
+    return total, allocs
 
 
 def per_request(cmd, mode, n1, n2, keep_dir=None, name="build"):
+    """Instructions and allocations (calls to malloc and its kin, glibc's or jemalloc's, every
+    thread) of one request."""
     keep = (lambda n: os.path.join(keep_dir, f"{name}-{mode.replace(' ', '-')}-{n}.out")) if keep_dir else (lambda n: None)
-    return (count(cmd, n2, mode, keep(n2)) - count(cmd, n1, mode, keep(n1))) / (n2 - n1)
+    (i2, a2), (i1, a1) = count(cmd, n2, mode, keep(n2)), count(cmd, n1, mode, keep(n1))
+    return (i2 - i1) / (n2 - n1), (a2 - a1) / (n2 - n1)
 
 
 def verdict(measured, baseline, tol):
@@ -142,7 +166,7 @@ def check(a):
     failed = []
     rows = []
     for mode, want in base["instructions_per_request"].items():
-        got = per_request(spec.split(","), mode, base["n1"], base["n2"], a.keep_dir, name)
+        got, _ = per_request(spec.split(","), mode, base["n1"], base["n2"], a.keep_dir, name)
         v = verdict(got, want, tol)
         if v == "FAIL":
             failed.append(mode)
@@ -179,9 +203,10 @@ def main():
     for mode in modes:
         for b in a.builds:
             name, spec = b.split("=", 1)
-            per = per_request(spec.split(","), mode, a.n1, a.n2, a.keep_dir, name)
-            rows.append({"build": name, "mode": mode, "instructions_per_request": round(per)})
-            print(f"| {name} | {mode} | {per:,.0f} |", flush=True)
+            per, allocs = per_request(spec.split(","), mode, a.n1, a.n2, a.keep_dir, name)
+            rows.append({"build": name, "mode": mode, "instructions_per_request": round(per),
+                         "allocations_per_request": round(allocs, 1)})
+            print(f"| {name} | {mode} | {per:,.0f} | {allocs:.1f} allocations |", flush=True)
     if a.json_out:
         with open(a.json_out, "w") as f:
             json.dump({"n1": a.n1, "n2": a.n2, "rows": rows}, f, indent=2)
