@@ -25,7 +25,7 @@ import subprocess
 import tempfile
 import time
 
-from hostproc import MODERN_META, spawn_host
+from hostproc import MODERN_META, calls_summary, spawn_host
 from nodes import initialize
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -85,8 +85,7 @@ def main():
                         "-o", data, "-p", str(host.pid), "--", "sleep", str(a.seconds)],
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         out, _ = run.communicate(timeout=60)
-        line = next((l for l in out.splitlines() if l.startswith("CALLSJSON ")), None)
-        stats = json.loads(line[len("CALLSJSON "):]) if line else {}
+        stats = calls_summary(out) or {}
         # perf script's text (hundreds of MB) goes straight into the folder, never into memory.
         script = subprocess.Popen(["perf", "script", "-i", data], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         procs.append(script)

@@ -1,6 +1,7 @@
 """What the bench scripts share: starting an mcp-host and reading its URL within a deadline,
-and the `_meta` of a 2026-07-28 request."""
+a process's RSS, the summary `lua/calls.lua` prints, and the `_meta` of a 2026-07-28 request."""
 
+import json
 import os
 import subprocess
 import threading
@@ -34,3 +35,21 @@ def spawn_host(argv, cwd, log="info", deadline_s=60, procs=None):
             p.wait()
         raise SystemExit(f"{os.path.basename(argv[0])} did not print its URL within {deadline_s} s")
     return p, first[0].split()[-1]
+
+
+def rss_kib(pid):
+    """The resident set of process `pid` (KiB), 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except FileNotFoundError:
+        pass
+    return 0
+
+
+def calls_summary(text):
+    """The `CALLSJSON {...}` line `lua/calls.lua` prints at wrk's end, parsed; None without one."""
+    line = next((l for l in text.splitlines() if l.startswith("CALLSJSON ")), None)
+    return json.loads(line[len("CALLSJSON "):]) if line else None

@@ -28,7 +28,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 import tempfile
 
 from hostproc import MODERN_META, spawn_host

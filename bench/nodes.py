@@ -37,10 +37,8 @@ import os
 import shutil
 import subprocess
 import tempfile
-import threading
-import time
 
-from hostproc import MODERN_META, spawn_host
+from hostproc import MODERN_META, calls_summary, spawn_host
 from redis_commands import free_port, start_redis, stop, wait_for_redis
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -108,10 +106,10 @@ def wrk_all(a, urls, mode, sids_by_node):
     try:
         for p in runs:
             text, _ = p.communicate(timeout=a.seconds + 60)
-            line = next((l for l in text.splitlines() if l.startswith("CALLSJSON ")), None)
-            if line is None:
+            summary = calls_summary(text)
+            if summary is None:
                 raise SystemExit(f"wrk failed: {text[-400:]}")
-            out.append(json.loads(line[len("CALLSJSON "):]))
+            out.append(summary)
     finally:
         for p in runs:
             stop(p)

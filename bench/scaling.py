@@ -20,19 +20,18 @@ Needs wrk. Loopback only; stops every process it starts.
 """
 
 import argparse
-import asyncio
 import json
 import os
 import select
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 
-from hostproc import spawn_host
+from hostproc import calls_summary, rss_kib, spawn_host
 from nodes import hostport, initialize
+from redis_commands import stop
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BOTH = "application/json, text/event-stream"
@@ -42,23 +41,14 @@ SESSIONS = [1, 16, 64, 256, 1024]
 STREAMS = [0, 100, 1000, 10000]
 
 
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-
 def wrk(url, sids, seconds, pin):
     env = {**os.environ, "BODY": ECHO, "SIDS": ",".join(sids), "HEADERS": f"Accept: {BOTH}|MCP-Protocol-Version: 2025-11-25"}
     cmd = (["taskset", "-c", "0"] if pin else []) + ["wrk", "-t1", "-c64", f"-d{seconds}s", "--timeout", "10s",
                                                     "-s", os.path.join(HERE, "lua", "calls.lua"), url]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=seconds + 60).stdout
-    line = next((l for l in out.splitlines() if l.startswith("CALLSJSON ")), None)
-    if line is None:
+    r = calls_summary(out)
+    if r is None:
         raise SystemExit(f"wrk failed: {out[-400:]}")
-    r = json.loads(line[len("CALLSJSON "):])
     errors = sum(r[k] for k in ("err_connect", "err_read", "err_write", "err_status", "err_timeout"))
     return {"rps": round(r["requests"] / (r["duration_us"] / 1e6)), "p50_ms": r["p50_us"] / 1000,
             "p99_ms": r["p99_us"] / 1000, "errors": errors}
@@ -153,13 +143,7 @@ def run_config(a, workers, work):
             print(f"workers {workers}: {k:5d} open streams: {r}", flush=True)
     finally:
         for p in reversed(procs):
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+            stop(p)
     return rows
 
 

@@ -29,6 +29,8 @@ import tempfile
 import threading
 import time
 
+from hostproc import rss_kib
+
 INIT = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "sessions-bench", "version": "1"}}})
 THREADS = 8
@@ -63,11 +65,7 @@ class Host:
                     pass
 
     def rss_kib(self):
-        with open(f"/proc/{self.proc.pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-        return 0
+        return rss_kib(self.proc.pid)
 
     def wait_stats(self, pred, what, timeout=120):
         end = time.monotonic() + timeout
