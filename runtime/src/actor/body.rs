@@ -7,7 +7,8 @@
 //! sent), with `do_send`, which never drops a message while its receiver lives. It reports
 //! to the session directly, not through the stream actor, so a stream that stopped first
 //! (replaced, evicted, retention over) cannot leave its session counting a connection that
-//! is gone.
+//! is gone. A stream its session keeps as data ([`super::dormant`]) has no actor: its
+//! bodies report to the session alone, once, with the stream's id.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -20,6 +21,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use super::links::{Detached, SessionLink, StreamReport};
+use crate::proto::ids::StreamId;
 
 /// Initial frames up to this size are joined into one write.
 const JOIN_MAX_BYTES: usize = 16 << 10;
@@ -27,7 +29,10 @@ const JOIN_MAX_BYTES: usize = 16 << 10;
 /// Where a body reports its end: its stream (to pick the retention) and its session (to
 /// count the connection off).
 pub(crate) struct ConnectionOwner {
-    pub(crate) stream: Recipient<Detached>,
+    /// The stream's actor; `None` while its session keeps the stream as data (the session
+    /// then hears of the end with the stream's id, and passes it on if the stream woke).
+    pub(crate) stream: Option<Recipient<Detached>>,
+    pub(crate) sid: StreamId,
     pub(crate) session: SessionLink,
     pub(crate) conn: u64,
 }
@@ -114,8 +119,18 @@ impl Drop for SseBody {
     fn drop(&mut self) {
         if let Some(o) = self.owner.take() {
             // One message each per connection, so the unbounded `do_send` stays bounded.
-            o.stream.do_send(Detached { conn: o.conn, drained: self.finished });
-            o.session.do_send(StreamReport::ConnectionEnded);
+            let (conn, drained) = (o.conn, self.finished);
+            match o.stream {
+                Some(stream) => {
+                    stream.do_send(Detached { conn, drained });
+                    o.session.do_send(StreamReport::ConnectionEnded);
+                }
+                None => o.session.do_send(StreamReport::DormantDetached {
+                    stream: o.sid,
+                    conn,
+                    drained,
+                }),
+            }
         }
     }
 }

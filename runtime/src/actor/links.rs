@@ -35,6 +35,17 @@ pub(crate) enum StreamReport {
     EventsLost(StreamId),
     /// The stream's retention ended; it stopped.
     Gone(StreamId),
+    /// A connection's body was dropped, of a stream its session keeps as data (no actor):
+    /// the connection ended, and the stream's retention starts (`drained`: the body returned
+    /// every frame).
+    DormantDetached {
+        /// The stream.
+        stream: StreamId,
+        /// The connection.
+        conn: u64,
+        /// It returned every frame and ended normally.
+        drained: bool,
+    },
 }
 
 /// A connection's body was dropped; `drained` = it returned every frame and ended normally.

@@ -7,7 +7,9 @@
 //! - [`SessionActor`]: one per session; owns the session core, runs requests, routes
 //!   server-to-client requests and their answers, keeps the one timer its core asks for.
 //! - [`StreamActor`]: one per SSE stream; owns the stream core (and its replay window), the
-//!   attached connection's write queue and its charge on the memory budget.
+//!   attached connection's write queue and its charge on the memory budget. A stream answered
+//!   in its first write has none until a resume wakes it: its session keeps it as data
+//!   (`dormant.rs`).
 //!
 //! Edges: HTTP -> session takes a place in the session's [`Inbox`] (`sessions.mailbox`
 //! requests' messages waiting; full = 503) and then `try_send`s. Session -> stream uses
@@ -23,6 +25,7 @@
 
 mod body;
 mod budget;
+mod dormant;
 mod durable;
 mod env;
 mod follow;

@@ -81,6 +81,9 @@ pub(crate) struct StreamActor {
     ending: bool,
     /// The state the metrics count it in (an index of `STREAM_STATES`).
     state_shown: Option<usize>,
+    /// Counted live (started, mode) before its actor started: a stream its session kept as
+    /// data until a resume woke it.
+    counted: bool,
     /// Its tracing span (stream, generation, mode; a child of its session's), or at levels
     /// coarser than `debug` its session's ([`stream_span`]).
     span: tracing::Span,
@@ -91,8 +94,10 @@ impl Actor for StreamActor {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.set_mailbox_capacity(64);
-        self.env.stats.stream_started();
-        self.env.stats.stream_mode(self.core.mode(), 1);
+        if !self.counted {
+            self.counted = true;
+            count_started(&self.env.stats, &self.core);
+        }
         self.core.wrote(self.env.clock.now());
         self.arm(ctx);
     }
@@ -100,9 +105,7 @@ impl Actor for StreamActor {
     fn stopped(&mut self, _: &mut Context<Self>) {
         let _span = self.span.clone().entered();
         // The budget charge is released when the actor is dropped, right after this.
-        self.env.stats.stream_stopped(&self.core.stats());
-        self.env.stats.stream_mode(self.core.mode(), -1);
-        self.env.stats.stream_state(self.state_shown.take(), None);
+        count_stopped(&self.env.stats, &self.core, self.state_shown.take());
     }
 }
 
@@ -132,6 +135,71 @@ pub(crate) struct Stop(pub(crate) CloseReason);
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct Drain;
+
+/// The metrics' index of a closed stream's state (`STREAM_STATES`).
+pub(crate) const STATE_CLOSED: usize = 2;
+
+/// A stream begins to count live: started, and in its mode.
+pub(super) fn count_started(stats: &RuntimeStats, core: &StreamCore) {
+    stats.stream_started();
+    stats.stream_mode(core.mode(), 1);
+}
+
+/// A stream stops counting live, from the state `shown`.
+pub(super) fn count_stopped(stats: &RuntimeStats, core: &StreamCore, shown: Option<usize>) {
+    stats.stream_stopped(&core.stats());
+    stats.stream_mode(core.mode(), -1);
+    stats.stream_state(shown, None);
+}
+
+/// Charge the window's size to the budget and the caller's share; over either, keep only the
+/// newest event.
+pub(super) fn charge_window(charge: &mut Charge, core: &mut StreamCore, stats: &RuntimeStats) {
+    if charge.set(core.retained_bytes()) {
+        let trimmed = core.trim_for_budget();
+        if trimmed > 0 {
+            tracing::debug!(stream = %core.id(), trimmed, "stream memory budget full: window trimmed to its newest event");
+            stats.budget_trimmed(trimmed);
+            charge.set(core.retained_bytes());
+        }
+    }
+}
+
+/// Hand what the core wants recorded to the ledger writer. With durability `sync`, new events
+/// return the commit to wait for and the newest of them (held until then).
+pub(super) fn submit_changes(
+    ledger: &mut StreamLedger,
+    core: &mut StreamCore,
+    env: &StreamEnv,
+) -> Option<(oneshot::Receiver<()>, Seq)> {
+    let cx: &LedgerCtx = &env.ledger;
+    let (ops, newest) = ledger.ops(core, cx, env.clock.now());
+    if ops.is_empty() {
+        return None;
+    }
+    match newest {
+        Some(upto) if cx.writer.durability() == Durability::Sync => {
+            Some((cx.writer.submit_acked(ops), upto))
+        }
+        Some(_) => {
+            let _ = cx.writer.submit_events(ops);
+            None
+        }
+        None => {
+            cx.writer.submit(ops);
+            None
+        }
+    }
+}
+
+/// Remove a stream's copy from the ledger, if it ever had one.
+pub(super) fn forget_copy(ledger: &StreamLedger, core: &StreamCore, env: &StreamEnv) {
+    if core.recorded() {
+        let mut ops = Vec::new();
+        super::durable::forget_stream_ops(ledger.hmac(), core.id(), &mut ops);
+        env.ledger.writer.submit(ops);
+    }
+}
 
 /// A stream's span: its own (stream, generation, mode) under its session's at `debug`; at
 /// coarser levels its session's span itself, so its log lines still name the session. An
@@ -181,18 +249,15 @@ impl StreamActor {
             let (tx, rx) = mpsc::channel(env.write_queue_frames);
             (Some(Writer { conn, tx }), Some(rx))
         };
-        let owner =
-            ConnectionOwner { stream: addr.recipient(), session: Arc::clone(&session), conn };
-        let mut actor = StreamActor::with_core(
-            core,
-            writer,
-            session,
-            env,
-            caller_budget,
-            ledger,
-            generation,
-            span,
-        );
+        let owner = ConnectionOwner {
+            stream: Some(addr.recipient()),
+            sid: core.id(),
+            session: Arc::clone(&session),
+            conn,
+        };
+        let charge = env.budget.charge(Some(caller_budget));
+        let mut actor =
+            StreamActor::with_core(core, writer, session, env, charge, ledger, generation, span);
         actor.closed_reported = final_json.is_some();
         actor.update_charge();
         actor.flush_ledger(&mut ctx);
@@ -217,16 +282,9 @@ impl StreamActor {
         let span = stream_span(&span, &core);
         let mut ctx = Context::<StreamActor>::new();
         let addr = ctx.address();
-        let mut actor = StreamActor::with_core(
-            core,
-            None,
-            session,
-            env,
-            caller_budget,
-            ledger,
-            generation,
-            span,
-        );
+        let charge = env.budget.charge(Some(caller_budget));
+        let mut actor =
+            StreamActor::with_core(core, None, session, env, charge, ledger, generation, span);
         let closed = matches!(actor.core.state(), StreamState::Closed(_));
         // Its session learns the bytes from the return value, not from a report.
         actor.closed_reported = closed;
@@ -237,19 +295,38 @@ impl StreamActor {
         (addr, bytes)
     }
 
+    /// Start, in `ctx`, a closed stream its session kept as data until now (a resume woke
+    /// it): already counted live and closed, its bytes known to its session, its retention
+    /// running on from where it was.
+    pub(crate) fn start_woken(
+        ctx: Context<StreamActor>,
+        kept: super::dormant::Parts,
+        session: SessionLink,
+        span: &tracing::Span,
+    ) {
+        let super::dormant::Parts { core, ledger, generation, charge, env } = kept;
+        let span = stream_span(span, &core);
+        let mut actor =
+            StreamActor::with_core(core, None, session, env, charge, ledger, generation, span);
+        actor.counted = true;
+        actor.closed_reported = true;
+        actor.state_shown = Some(STATE_CLOSED);
+        ctx.run(actor);
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn with_core(
         core: StreamCore,
         writer: Option<Writer>,
         session: SessionLink,
         env: Arc<StreamEnv>,
-        caller_budget: &Arc<MemoryBudget>,
+        charge: Charge,
         ledger: StreamLedger,
         generation: GenCount,
         span: tracing::Span,
     ) -> StreamActor {
         StreamActor {
-            charge: env.budget.charge(Some(caller_budget)),
+            charge,
             core,
             writer,
             session,
@@ -260,6 +337,7 @@ impl StreamActor {
             _generation: generation,
             ending: false,
             state_shown: None,
+            counted: false,
             span,
         }
     }
@@ -267,33 +345,18 @@ impl StreamActor {
     /// Hand what the core wants recorded to the ledger writer. With durability `sync` the
     /// held events are released when their batch is committed.
     fn flush_ledger(&mut self, ctx: &mut Context<Self>) {
-        let cx: &LedgerCtx = &self.env.ledger;
-        let (ops, newest) = self.ledger.ops(&mut self.core, cx, self.env.clock.now());
-        if ops.is_empty() {
-            return;
-        }
-        match newest {
-            Some(upto) if cx.writer.durability() == Durability::Sync => {
-                let committed = cx.writer.submit_acked(ops);
-                ctx.spawn(
-                    actix::fut::wrap_future::<_, Self>(committed)
-                        .map(move |_, act, ctx| act.on_committed(upto, ctx)),
-                );
-            }
-            Some(_) => {
-                let _ = cx.writer.submit_events(ops);
-            }
-            None => cx.writer.submit(ops),
+        if let Some((committed, upto)) = submit_changes(&mut self.ledger, &mut self.core, &self.env)
+        {
+            ctx.spawn(
+                actix::fut::wrap_future::<_, Self>(committed)
+                    .map(move |_, act, ctx| act.on_committed(upto, ctx)),
+            );
         }
     }
 
     /// Its life is over: remove its copy from the ledger, if it ever had one.
     fn forget(&mut self) {
-        if self.core.recorded() {
-            let mut ops = Vec::new();
-            super::durable::forget_stream_ops(self.ledger.hmac(), self.core.id(), &mut ops);
-            self.env.ledger.writer.submit(ops);
-        }
+        forget_copy(&self.ledger, &self.core, &self.env);
     }
 
     fn on_committed(&mut self, upto: Seq, ctx: &mut Context<Self>) {
@@ -311,14 +374,7 @@ impl StreamActor {
     /// Charge the window's size to the budget and the caller's share; over either, keep only
     /// the newest event.
     fn update_charge(&mut self) {
-        if self.charge.set(self.core.retained_bytes()) {
-            let trimmed = self.core.trim_for_budget();
-            if trimmed > 0 {
-                tracing::debug!(stream = %self.core.id(), trimmed, "stream memory budget full: window trimmed to its newest event");
-                self.env.stats.budget_trimmed(trimmed);
-                self.charge.set(self.core.retained_bytes());
-            }
-        }
+        charge_window(&mut self.charge, &mut self.core, &self.env.stats);
     }
 
     /// The only place the writer changes (the core's keep-alive deadline follows the attached
@@ -330,7 +386,8 @@ impl StreamActor {
     fn body_for(&mut self, att: Attachment, ctx: &mut Context<Self>) -> SseBody {
         self.report(StreamReport::ConnectionStarted);
         let owner = ConnectionOwner {
-            stream: ctx.address().recipient(),
+            stream: Some(ctx.address().recipient()),
+            sid: self.core.id(),
             session: Arc::clone(&self.session),
             conn: att.conn,
         };
@@ -399,7 +456,7 @@ impl StreamActor {
     /// earlier one; one that fires early finds nothing due and re-arms).
     fn arm(&mut self, ctx: &mut Context<Self>) {
         let state = match self.core.state() {
-            StreamState::Closed(_) => 2,
+            StreamState::Closed(_) => STATE_CLOSED,
             _ if self.core.connection().is_some() => 0,
             _ => 1,
         };

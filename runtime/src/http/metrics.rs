@@ -159,7 +159,7 @@ impl Collector for SupervisorCollector {
         gauges(
             &mut e,
             "mcp_streams_live",
-            "Live stream actors by the generation they were opened under",
+            "Live streams by the generation they were opened under",
             &by_gen(|g| g.streams),
         )?;
         gauges(
@@ -197,6 +197,12 @@ impl Collector for SupervisorCollector {
             "mcp_streams_by_state",
             "Live streams by state (open: a connection attached)",
             &states,
+        )?;
+        gauge(
+            &mut e,
+            "mcp_streams_dormant",
+            "Closed streams kept for late resumes as data, without an actor (answered in their first write, not resumed since)",
+            st.streams_dormant(),
         )?;
         gauge(
             &mut e,

@@ -472,6 +472,11 @@ impl<R, S, P> SessionCore<R, S, P> {
         self.streams.get(&sid)
     }
 
+    /// The shell data of stream `sid`, to replace it (an actor started or stopped for it).
+    pub(crate) fn stream_handle_mut(&mut self, sid: StreamId) -> Option<&mut S> {
+        self.streams.get_mut(&sid).map(|e| &mut e.handle)
+    }
+
     /// A stream finished producing events, holding `bytes` in its window. Returns the streams
     /// evicted to respect `max_retained_streams` and `max_retained_bytes`, oldest first (the
     /// shell stops them); the newest closed stream is never evicted.

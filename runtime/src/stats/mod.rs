@@ -18,6 +18,8 @@ pub struct RuntimeStats {
     requests: AtomicU64,
     connections: AtomicI64,
     streams_live: AtomicI64,
+    /// Of those, closed streams kept by their sessions as data (no actor).
+    streams_dormant: AtomicI64,
     /// Told when the last live stream stops, the last session leaves or the last request
     /// of a generation ends (shared with the registry and the generations): a stop waits
     /// on it instead of polling.
@@ -165,6 +167,7 @@ impl Default for RuntimeStats {
             requests: AtomicU64::new(0),
             connections: AtomicI64::new(0),
             streams_live: AtomicI64::new(0),
+            streams_dormant: AtomicI64::new(0),
             quiet: Arc::default(),
             refused: std::array::from_fn(|_| AtomicU64::new(0)),
             client_requests_timed_out: AtomicU64::new(0),
@@ -349,7 +352,12 @@ impl RuntimeStats {
         self.streams_live.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A stream actor stopped: its gauge drops (events, resumes and gaps were counted as
+    /// A stream began (`1`) or ceased (`-1`) to be kept by its session as data.
+    pub(crate) fn stream_dormant(&self, delta: i64) {
+        self.streams_dormant.fetch_add(delta, Ordering::Relaxed);
+    }
+
+    /// A stream stopped: its gauge drops (events, resumes and gaps were counted as
     /// they happened).
     pub(crate) fn stream_stopped(&self, s: &StreamStats) {
         if self.streams_live.fetch_sub(1, Ordering::AcqRel) == 1 {
@@ -538,6 +546,12 @@ impl RuntimeStats {
         self.streams_live.load(Ordering::Relaxed)
     }
 
+    /// Of the live streams, those kept by their sessions as data (no actor).
+    #[must_use]
+    pub fn streams_dormant(&self) -> i64 {
+        self.streams_dormant.load(Ordering::Relaxed)
+    }
+
     /// Refusals of one cause so far.
     #[must_use]
     pub fn refusals(&self, cause: &str) -> u64 {
@@ -567,8 +581,11 @@ pub struct StatsSnapshot {
     pub connections: i64,
     /// Live sessions (including reservations being set up).
     pub sessions: usize,
-    /// Stream actors alive (open, and closed but retained).
+    /// Streams alive (open, and closed but retained).
     pub streams: i64,
+    /// Of `streams`: closed ones kept by their sessions as data, with no actor (answered in
+    /// their first write, not resumed since).
+    pub streams_dormant: i64,
     /// Bytes charged to the stream memory budget.
     pub stream_memory_bytes: usize,
     /// Bytes of parsed requests held in flight, charged to the request memory budget.
@@ -640,6 +657,7 @@ impl RuntimeStats {
             connections: self.connections.load(Ordering::Relaxed),
             sessions,
             streams: self.streams_live(),
+            streams_dormant: self.streams_dormant(),
             stream_memory_bytes,
             request_memory_bytes: self.request_memory_bytes(),
             modern_in_flight: self.modern_in_flight.load(Ordering::Relaxed),

@@ -10,6 +10,7 @@ mod bounds;
 mod client;
 #[cfg(feature = "client")]
 mod client_modern;
+mod dormant;
 mod fair_shares;
 mod front_door;
 mod handles;

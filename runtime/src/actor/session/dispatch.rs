@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
+use crate::actor::dormant::StreamHandle;
 use crate::actor::generations::Counted;
 use crate::actor::lifecycle::Phase;
 use crate::actor::stream::{Close, Emit, StreamActor};
@@ -206,8 +207,9 @@ impl SessionActor {
         if let Some(h) = task.handle.spawn {
             ctx.cancel_future(h);
         }
-        if let Some(s) = task.stream.and_then(|sid| self.core.stream(sid)) {
-            s.handle.do_send(Close(CloseReason::Cancelled));
+        // (A stream kept as data is closed already.)
+        if let Some(s) = task.stream.and_then(|sid| self.core.stream(sid)?.handle.live()) {
+            s.do_send(Close(CloseReason::Cancelled));
         }
     }
 
@@ -245,7 +247,7 @@ impl SessionActor {
             ReplyMode::Sse => {
                 let sctx = Context::<StreamActor>::new();
                 let addr = sctx.address();
-                let sid = self.core.open_post_stream(&id, addr.clone());
+                let sid = self.core.open_post_stream(&id, StreamHandle::Live(addr.clone()));
                 (Some((sctx, sid, addr)), None)
             }
             ReplyMode::Json => {
@@ -408,14 +410,14 @@ impl SessionActor {
         let Some((bytes, task, stream)) = self.take_response(id, r) else { return };
         if let Some(tx) = task.json {
             let _ = tx.send(Ok(bytes));
-        } else if let Some(s) = stream.and_then(|sid| self.core.stream(sid)) {
+        } else if let Some(s) = stream.and_then(|sid| self.core.stream(sid)?.handle.live()) {
             // Within the stream's mailbox bound; a busy stream gets it as soon as it has room:
             // awaited on a task of its own (it outlives this session if the session stops),
             // the request counted in flight until the stream has it (a drain waits for it).
-            match s.handle.try_send(Emit { json: bytes, last: true }) {
+            match s.try_send(Emit { json: bytes, last: true }) {
                 Ok(()) | Err(SendError::Closed(_)) => {}
                 Err(SendError::Full(m)) => {
-                    let (addr, in_flight) = (s.handle.clone(), task.generation);
+                    let (addr, in_flight) = (s.clone(), task.generation);
                     actix_rt::spawn(async move {
                         let _ = addr.send(m).await;
                         drop(in_flight);

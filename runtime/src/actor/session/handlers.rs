@@ -5,8 +5,9 @@ use actix::prelude::*;
 use tokio::sync::oneshot;
 
 use super::dispatch::Carried;
+use crate::actor::dormant::StreamHandle;
 use crate::actor::lifecycle::Phase;
-use crate::actor::stream::{Attach, Stop as StopStream, StreamActor, StreamReport};
+use crate::actor::stream::{Attach, StreamActor, StreamReport};
 use crate::ledger::codec::RecordState;
 use crate::pipeline::{GetStream, ServerRequest};
 use crate::proto::admission::ReplyMode;
@@ -97,9 +98,9 @@ impl Handler<OpenGet> for SessionActor {
         };
         let r = self.core.check_active().and(serving).and(recorded).map(|()| {
             let sctx = Context::<StreamActor>::new();
-            let (sid, replaced) = self.core.open_get_stream(sctx.address());
+            let (sid, replaced) = self.core.open_get_stream(StreamHandle::Live(sctx.address()));
             if let Some(old) = replaced {
-                old.handle.do_send(StopStream(CloseReason::Replaced));
+                self.stop_handle(old.handle, CloseReason::Replaced);
             }
             self.start_stream(sctx, sid, StreamKind::Get, None, None, StreamPurpose::ReadOnly)
         });
@@ -131,13 +132,14 @@ impl Handler<Resume> for SessionActor {
 impl SessionActor {
     /// Attach a resume to its stream, which this session holds.
     pub(super) fn attach(&mut self, msg: Resume) {
-        let Some(entry) = self.core.stream(msg.event.stream) else {
+        // A stream kept as data wakes for it.
+        let Some(stream) = self.wake(msg.event.stream) else {
             tracing::debug!(stream = %msg.event.stream, "resume of a stream no longer retained");
             let _ = msg.reply.send(Err(Rejection::EventsLost));
             return;
         };
         // The stream checks the cursor's generation against its own.
-        match entry.handle.try_send(Attach {
+        match stream.try_send(Attach {
             after: msg.event.seq,
             generation: msg.event.generation,
             reply: msg.reply,
@@ -275,6 +277,9 @@ impl Handler<StreamReport> for SessionActor {
                     }
                 }
             }
+            StreamReport::DormantDetached { stream, conn, drained } => {
+                self.dormant_detached(stream, conn, drained);
+            }
             StreamReport::Gone(sid) => {
                 tracing::debug!(stream = %sid, "stream retention ended");
                 // (The stream forgot its own copy as its retention ended.)
@@ -290,7 +295,8 @@ impl Handler<ServerRequest> for SessionActor {
 
     fn handle(&mut self, msg: ServerRequest, ctx: &mut Context<Self>) {
         let _span = self.span.clone().entered();
-        let Some(target) = msg.stream.or_else(|| self.core.get_stream().map(|(_, a)| a.clone()))
+        let Some(target) =
+            msg.stream.or_else(|| self.core.get_stream().and_then(|(_, h)| h.live().cloned()))
         else {
             let _ = msg.reply.send(Err(ErrorObject::new(
                 code::INTERNAL_ERROR,
@@ -336,6 +342,6 @@ impl Handler<GetStream> for SessionActor {
 
     fn handle(&mut self, _: GetStream, _: &mut Context<Self>) -> Self::Result {
         let _span = self.span.clone().entered();
-        MessageResult(self.core.get_stream().map(|(_, s)| s.clone()))
+        MessageResult(self.core.get_stream().and_then(|(_, h)| h.live().cloned()))
     }
 }

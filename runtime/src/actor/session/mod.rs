@@ -2,9 +2,10 @@
 //! own context (so completion and cancellation are serialized with everything else the
 //! session does), and routes server-to-client requests and their answers.
 //!
-//! Time: one timer at a time, armed at the core's [`SessionCore::poll_timeout`] (idle expiry,
-//! or the earliest client-request deadline) and re-armed after every handled message when
-//! the core wants an earlier wake-up.
+//! Time: one timer at a time, armed at the earliest of the core's
+//! [`SessionCore::poll_timeout`] (idle expiry, or the earliest client-request deadline) and
+//! the retention ends of the streams it keeps as data (`actor::dormant`), and re-armed after
+//! every handled message when an earlier wake-up is wanted.
 //!
 //! This file holds the actor's state, its creation and its timer; the jobs are apart:
 //! `messages.rs` (what the HTTP shell sends it), `handlers.rs` (how it handles each message),
@@ -21,6 +22,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::budget::{Charge, MemoryBudget};
+use super::dormant::StreamHandle;
 use super::durable::{LedgerCtx, SessionMeta};
 use super::env::SessionEnv;
 use super::generations::{GenCount, Generations};
@@ -72,7 +74,10 @@ pub(crate) struct ClientRequestRoute {
 
 /// The session actor.
 pub struct SessionActor {
-    core: SessionCore<RequestTask, Addr<StreamActor>, ClientRequestRoute>,
+    core: SessionCore<RequestTask, StreamHandle, ClientRequestRoute>,
+    /// The retention ends of the streams it keeps as data (`StreamHandle::Dormant`) whose
+    /// connection has ended: its timer wakes for the earliest.
+    dormant_until: std::collections::BTreeSet<(Tick, crate::proto::ids::StreamId)>,
     principal: Option<Arc<str>>,
     /// Whose handles its tools see ([`crate::actor::registry::QuotaKey::owner`]).
     owner: Option<Arc<str>>,
@@ -142,12 +147,16 @@ impl Actor for SessionActor {
             }
         }
         let draining = self.ended_by == Rejection::Overloaded(Overload::Draining);
+        self.dormant_until.clear();
         for s in streams {
             // Control messages: they must arrive, or the stream would outlive its session.
+            // (A stream kept as data is closed with no writer: it stops as it is dropped, as
+            // its actor would on either message.)
+            let StreamHandle::Live(s) = s.handle else { continue };
             if draining {
-                s.handle.do_send(DrainStream);
+                s.do_send(DrainStream);
             } else {
-                s.handle.do_send(StopStream(CloseReason::SessionEnded));
+                s.do_send(StopStream(CloseReason::SessionEnded));
             }
         }
     }
@@ -305,6 +314,7 @@ impl SessionActor {
         let Handshake { requested_version, capabilities, client_info } = seed.handshake;
         let mut actor = SessionActor {
             core,
+            dormant_until: std::collections::BTreeSet::new(),
             principal: seed.principal,
             owner: seed.owner,
             names,
@@ -338,10 +348,14 @@ impl SessionActor {
         actor
     }
 
-    /// Arm the timer for the core's next deadline, unless one is armed at or before it.
+    /// Arm the timer for the next deadline (the core's, or a kept stream's retention end),
+    /// unless one is armed at or before it.
     pub(super) fn arm(&mut self, ctx: &mut Context<Self>) {
         self.record_if_due();
-        let Some(at) = self.core.poll_timeout() else { return };
+        let kept = self.dormant_until.first().map(|(t, _)| *t);
+        let Some(at) = [self.core.poll_timeout(), kept].into_iter().flatten().min() else {
+            return;
+        };
         if self.timer.as_ref().is_some_and(|(t, _)| *t <= at) {
             return;
         }
@@ -358,6 +372,7 @@ impl SessionActor {
 
     pub(super) fn on_timeout(&mut self, ctx: &mut Context<Self>) {
         let _span = self.span.clone().entered();
+        self.end_dormant_retentions();
         let due = self.core.handle_timeout(self.sup.now());
         self.sup.stats().client_requests_timed_out(due.timed_out.len());
         let secs = self.sup.config().sessions.client_request_timeout_secs;

@@ -88,7 +88,12 @@ impl SessionActor {
             let ledger = StreamLedger::restored(Arc::clone(&self.meta.hmac), sid, &record);
             let (addr, closed) =
                 StreamActor::start_restored(core, self.stream_links(), ledger, generation);
-            let evicted = self.core.restore_stream(sid, request, closed, addr);
+            let evicted = self.core.restore_stream(
+                sid,
+                request,
+                closed,
+                crate::actor::dormant::StreamHandle::Live(addr),
+            );
             self.evict(evicted);
         }
     }

@@ -1,5 +1,6 @@
 //! A session's streams: their settings and mode, the start of a request's or the GET stream,
-//! eviction past the retention bounds.
+//! eviction past the retention bounds, and the streams it keeps as data
+//! (`actor::dormant`): their connections' ends, retention and waking.
 
 use std::sync::Arc;
 
@@ -8,6 +9,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use crate::actor::body::SseBody;
+use crate::actor::dormant::{DormantStream, StreamHandle};
 use crate::actor::durable::StreamLedger;
 use crate::actor::generations::{Counted, GenCount};
 use crate::actor::stream::{Stop as StopStream, StreamActor, StreamLinks};
@@ -66,6 +68,7 @@ impl SessionActor {
         purpose: StreamPurpose,
     ) -> SseBody {
         let (generation, settings) = self.new_stream_settings(purpose);
+        let kept = final_json.is_some() && DormantStream::fits(&settings);
         let core = StreamCore::new(
             sid,
             generation.generation().settings.id,
@@ -76,6 +79,26 @@ impl SessionActor {
         let now = self.sup.now();
         self.core.connection_delta(now, true);
         let ledger = StreamLedger::new(Arc::clone(&self.meta.hmac), sid, request, now);
+        if kept && let Some(json) = final_json {
+            // Its context is never started: nothing was sent to it (the handler answered
+            // without waiting, so it awaited no send).
+            drop(sctx);
+            let (stream, body, bytes) = DormantStream::open(
+                core,
+                &json,
+                Arc::clone(self.sup.stream_env()),
+                &self.caller_budget,
+                ledger,
+                generation,
+                Arc::clone(&self.link),
+            );
+            if let Some(h) = self.core.stream_handle_mut(sid) {
+                *h = StreamHandle::Dormant(stream);
+            }
+            let evicted = self.core.stream_closed(sid, bytes);
+            self.evict(evicted);
+            return body;
+        }
         let (body, closed_with) = StreamActor::start_in(
             sctx,
             core,
@@ -91,17 +114,97 @@ impl SessionActor {
         body
     }
 
-    pub(super) fn evict(
-        &mut self,
-        evicted: Vec<crate::proto::session::StreamEntry<Addr<StreamActor>>>,
-    ) {
+    pub(super) fn evict(&mut self, evicted: Vec<crate::proto::session::StreamEntry<StreamHandle>>) {
         if !evicted.is_empty() {
             tracing::debug!(n = evicted.len(), "closed streams evicted by the retention bounds");
             self.sup.stats().streams_evicted(evicted.len());
         }
         // Each stream forgets its own copy when it stops (it knows whether it has one).
         for e in evicted {
-            e.handle.do_send(StopStream(CloseReason::Evicted));
+            self.stop_handle(e.handle, CloseReason::Evicted);
         }
+    }
+
+    /// Stop a stream this session no longer holds: its actor with `why`, or a kept one at
+    /// once (its life is over: evicted, replaced).
+    pub(super) fn stop_handle(&mut self, h: StreamHandle, why: CloseReason) {
+        match h {
+            StreamHandle::Live(a) => a.do_send(StopStream(why)),
+            StreamHandle::Dormant(d) => {
+                if let Some(t) = d.until() {
+                    self.dormant_until.remove(&(t, d.sid()));
+                }
+                d.forget();
+            }
+        }
+    }
+
+    /// The connection `conn` of stream `sid` ended (its body said so; `drained`: it returned
+    /// every frame). A kept stream's retention starts; one a resume woke meanwhile hears it
+    /// from here.
+    pub(super) fn dormant_detached(&mut self, sid: StreamId, conn: u64, drained: bool) {
+        self.core.connection_delta(self.sup.now(), false);
+        match self.core.stream_handle_mut(sid) {
+            Some(StreamHandle::Dormant(d)) => {
+                if let Some(t) = d.detached(conn, drained) {
+                    self.dormant_until.insert((t, sid));
+                }
+            }
+            Some(StreamHandle::Live(a)) => {
+                a.do_send(crate::actor::links::Detached { conn, drained });
+            }
+            None => {}
+        }
+    }
+
+    /// Drop the kept streams whose retention is over (their ledger copies go).
+    pub(super) fn end_dormant_retentions(&mut self) {
+        let now = self.sup.now();
+        let mut early = Vec::new();
+        while let Some(&(t, sid)) = self.dormant_until.first() {
+            if t > now {
+                break;
+            }
+            self.dormant_until.pop_first();
+            let over = match self.core.stream_handle_mut(sid) {
+                Some(StreamHandle::Dormant(d)) => d.retention_over(now),
+                // Woken or gone: no longer indexed here.
+                _ => continue,
+            };
+            if !over {
+                // Its core disagrees with the index (it cannot, as both read one end): it
+                // decides, and is looked at again a tick later.
+                early.push((t.plus_ms(1), sid));
+                continue;
+            }
+            if let Some(e) = self.core.remove_stream(sid) {
+                tracing::debug!(stream = %sid, "stream retention ended");
+                if let StreamHandle::Dormant(d) = e.handle {
+                    d.forget();
+                }
+            }
+        }
+        self.dormant_until.extend(early);
+    }
+
+    /// Wake kept stream `sid` for a resume: it runs in an actor from now on. Returns its
+    /// address (also for one that was live already).
+    pub(super) fn wake(&mut self, sid: StreamId) -> Option<Addr<StreamActor>> {
+        let h = self.core.stream_handle_mut(sid)?;
+        if let StreamHandle::Live(a) = h {
+            return Some(a.clone());
+        }
+        let ctx = Context::<StreamActor>::new();
+        let addr = ctx.address();
+        let StreamHandle::Dormant(d) = std::mem::replace(h, StreamHandle::Live(addr.clone()))
+        else {
+            unreachable!("matched as dormant above")
+        };
+        if let Some(t) = d.until() {
+            self.dormant_until.remove(&(t, sid));
+        }
+        tracing::debug!(stream = %sid, "kept stream woken by a resume");
+        d.wake(ctx, Arc::clone(&self.link), &self.span);
+        Some(addr)
     }
 }

@@ -1,0 +1,141 @@
+//! A stream answered in its first write is kept by its session as data, with no actor
+//! (`actor::dormant`): counted like any retained stream, recorded if its answer may not have
+//! arrived, ended by its retention or the retention bounds, and woken by a resume, which then
+//! replays it as before.
+
+use crate::common;
+
+use std::time::Duration;
+
+use actix_web::http::StatusCode;
+use common::*;
+use mcp_runtime::ledger::codec::stream_key;
+use mcp_runtime::proto::ids::SessionId;
+use serde_json::json;
+
+/// Whether the session's stream `sid` has a record in the ledger, once everything submitted
+/// so far is committed.
+async fn recorded(h: &Harness, c: &Client<'_>, sid: u64) -> bool {
+    let w = h.sup.ledger_writer();
+    w.wait_committed(w.barrier()).await.expect("the ledger commits");
+    let hmac = h.sup.session_hmac(&SessionId::parse(&c.sid).expect("a session id"));
+    w.store().get(&stream_key(&hmac, sid), h.sup.now().0).expect("a read").is_some()
+}
+
+/// An echo answered in its first write and read to its end; its priming cursor.
+async fn echo(c: &Client<'_>, id: i64, text: &str) -> String {
+    let mut r = c.call_tool(id, "echo", json!({"text": text})).await;
+    let msgs = r.rest().await;
+    assert_eq!(text_of(&msgs[0]), text);
+    r.first_id()
+}
+
+#[actix_web::test]
+async fn a_reply_answered_in_its_first_write_is_kept_without_an_actor_until_a_resume_wakes_it() {
+    let h = harness().await;
+    let c = h.client("2025-11-25").await;
+    let cursor = echo(&c, 1, "x").await;
+    let s = h.sup.stats_snapshot();
+    assert_eq!((s.streams, s.streams_dormant), (1, 1), "retained, as data");
+    until("its connection's end reached the session", || {
+        // A delivered reply is not recorded; its retention runs from the connection's end.
+        h.sup.stats_snapshot().streams_dormant == 1
+    })
+    .await;
+    assert!(!recorded(&h, &c, 1).await, "every frame arrived: nothing to record");
+    let again = c.resume(&cursor).await.rest().await;
+    assert_eq!(again.len(), 1, "the answer, replayed: {again:?}");
+    assert_eq!((text_of(&again[0]), &again[0]["id"]), ("x", &json!(1)));
+    let s = h.sup.stats_snapshot();
+    assert_eq!((s.streams, s.streams_dormant), (1, 0), "woken: an actor serves it now");
+    // The woken stream goes on as any closed stream: resumable again.
+    assert_eq!(c.resume(&cursor).await.rest().await.len(), 1);
+}
+
+#[actix_web::test]
+async fn a_kept_stream_ends_at_its_retention_and_its_cursor_is_then_gone() {
+    tokio::time::pause();
+    let h = harness_with(cfg(|c| c.sessions.retention_after_delivery_ms = 1_000)).await;
+    let c = h.client("2025-11-25").await;
+    let memory = h.sup.stats_snapshot().stream_memory_bytes;
+    let cursor = echo(&c, 1, "x").await;
+    assert!(h.sup.stats_snapshot().stream_memory_bytes > memory, "its window is charged");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let s = h.sup.stats_snapshot();
+    assert_eq!((s.streams, s.streams_dormant), (0, 0), "its retention ended");
+    assert_eq!(s.stream_memory_bytes, memory, "its window's charge was released");
+    assert_refused(c.resume(&cursor).await, StatusCode::GONE, -32005).await;
+    assert_eq!(h.sup.session_count(), 1, "the session itself goes on");
+}
+
+/// Call `echo` and go away after its one write, before the body ended (whether the answer
+/// arrived is then unknown); its priming cursor.
+async fn echo_unread(c: &Client<'_>) -> String {
+    let mut r = c.call_tool(1, "echo", json!({"text": "x"})).await;
+    r.chunk().await.expect("the one write: priming and answer");
+    let cursor = r.first_id();
+    drop(r.disconnect());
+    cursor
+}
+
+#[actix_web::test]
+async fn a_kept_stream_whose_answer_was_not_read_to_its_end_is_recorded_until_its_retention_ends() {
+    // Real time: the ledger's writer is a thread of its own, which paused time would skip past.
+    let h = harness_with(cfg(|c| c.sessions.retention_undelivered_ms = 300)).await;
+    let c = h.client("2025-11-25").await;
+    echo_unread(&c).await;
+    let mut on_record = false;
+    for _ in 0..100 {
+        on_record = recorded(&h, &c, 1).await;
+        if on_record {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(on_record, "an answer that may not have arrived is recorded");
+    until("its retention ended", || h.sup.stats_snapshot().streams == 0).await;
+    assert!(!recorded(&h, &c, 1).await, "its record went with it");
+}
+
+#[actix_web::test]
+async fn a_kept_stream_whose_answer_was_not_read_to_its_end_is_kept_for_the_longer_retention() {
+    tokio::time::pause();
+    let h = harness_with(cfg(|c| {
+        c.sessions.retention_after_delivery_ms = 1_000;
+        c.sessions.retention_undelivered_ms = 5_000;
+    }))
+    .await;
+    let c = h.client("2025-11-25").await;
+    let cursor = echo_unread(&c).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let again = c.resume(&cursor).await.rest().await;
+    assert_eq!(text_of(&again[0]), "x", "kept past the delivered retention");
+}
+
+#[actix_web::test]
+async fn kept_streams_past_the_retention_bound_are_evicted_and_stop_counting() {
+    let h = harness_with(cfg(|c| c.sessions.max_retained_streams = 2)).await;
+    let c = h.client("2025-11-25").await;
+    let mut cursors = Vec::new();
+    for id in 1..=4 {
+        cursors.push(echo(&c, id, "x").await);
+    }
+    let s = h.sup.stats_snapshot();
+    assert_eq!((s.streams, s.streams_dormant, s.streams_evicted), (2, 2, 2));
+    assert_refused(c.resume(&cursors[0]).await, StatusCode::GONE, -32005).await;
+    assert_eq!(c.resume(&cursors[3]).await.rest().await.len(), 1, "the newest is kept");
+}
+
+#[actix_web::test]
+async fn a_deleted_session_drops_its_kept_streams_and_their_charges() {
+    let h = harness().await;
+    let c = h.client("2025-11-25").await;
+    for id in 1..=3 {
+        echo(&c, id, "x").await;
+    }
+    assert_eq!(h.sup.stats_snapshot().streams_dormant, 3);
+    assert_eq!(c.delete().await.status, StatusCode::NO_CONTENT);
+    until("the session stopped", || h.sup.session_count() == 0).await;
+    let s = h.sup.stats_snapshot();
+    assert_eq!((s.streams, s.streams_dormant, s.stream_memory_bytes), (0, 0, 0));
+}
