@@ -122,6 +122,8 @@ def run_config(a, workers, work):
         wrk(url, sids[:1], 1, pin)  # warm-up
         for s in SESSIONS:
             r = {"sessions": s, **wrk(url, sids[:s], a.seconds, pin)}
+            # Right after the run: the closed streams its sessions retain are still held.
+            r["rss_mib"] = round(rss_kib(host.pid) / 1024, 1)
             rows["sessions"].append(r)
             print(f"workers {workers}: {s:5d} sessions: {r}", flush=True)
         h, port = hostport(url)

@@ -224,7 +224,7 @@ mod tests {
             StreamId(1),
             Generation(1),
             kind,
-            CursorKey::new(b"k").signer("s", None),
+            Arc::new(CursorKey::new(b"k").signer("s", None)),
             settings,
         );
         let ledger = Arc::new(LedgerCtx::new(

@@ -35,7 +35,7 @@ use super::stream::{
 };
 use crate::proto::ids::{StreamId, Tick};
 use crate::proto::rollout::StreamMode;
-use crate::proto::stream::{Delivery, StreamCore, StreamSettings};
+use crate::proto::stream::{Delivery, Retention, StreamCore, StreamSettings};
 
 /// A session's handle on one of its streams.
 pub(crate) enum StreamHandle {
@@ -130,6 +130,10 @@ impl DormantStream {
         let p = self.parts();
         p.core.detach(conn, drained);
         let _ = submit_changes(&mut p.ledger, &mut p.core, &p.env);
+        if !p.core.recorded() && p.core.retention() == Some(Retention::Delivered) {
+            // Its answer arrived before anything of it was recorded: it never will be.
+            p.ledger.never_recorded();
+        }
         let now = p.env.clock.now();
         let until = p.core.poll_timeout(now);
         self.until = until;

@@ -265,6 +265,12 @@ impl StreamLedger {
         }
     }
 
+    /// Its stream will never be recorded (closed, its answer delivered before anything of it
+    /// was): the request kept for the record's digest goes.
+    pub(crate) fn never_recorded(&mut self) {
+        self.request = None;
+    }
+
     /// The session's HMAC.
     pub(crate) fn hmac(&self) -> &str {
         &self.hmac

@@ -18,6 +18,8 @@
 //! `hold_until_committed` (ledger durability `sync`) an event reaches no connection, neither
 //! live nor in a replay, before the shell reports its commit ([`StreamCore::committed`]).
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
 use super::error::Rejection;
@@ -188,7 +190,7 @@ pub(crate) struct StreamCore {
     id: StreamId,
     generation: Generation,
     kind: StreamKind,
-    signer: CursorSigner,
+    signer: Arc<CursorSigner>,
     settings: StreamSettings,
     window: ReplayWindow,
     state: StreamState,
@@ -237,7 +239,7 @@ impl StreamCore {
         id: StreamId,
         generation: Generation,
         kind: StreamKind,
-        signer: CursorSigner,
+        signer: Arc<CursorSigner>,
         settings: StreamSettings,
     ) -> StreamCore {
         let window = ReplayWindow::new(settings.window);
@@ -252,7 +254,7 @@ impl StreamCore {
         id: StreamId,
         generation: Generation,
         kind: StreamKind,
-        signer: CursorSigner,
+        signer: Arc<CursorSigner>,
         settings: StreamSettings,
         window: ReplayWindow,
     ) -> StreamCore {
@@ -290,7 +292,7 @@ impl StreamCore {
         id: StreamId,
         generation: Generation,
         kind: StreamKind,
-        signer: CursorSigner,
+        signer: Arc<CursorSigner>,
         settings: StreamSettings,
         r: RestoredStream,
     ) -> StreamCore {
@@ -637,8 +639,9 @@ impl StreamCore {
                 StreamState::Closed(_) => {
                     self.delivered = drained;
                     if drained && self.unrecorded && self.settings.mode == StreamMode::Resumable {
-                        // Every frame reached its client: nothing to record.
-                        self.ledger.clear();
+                        // Every frame reached its client: nothing to record, ever (it is
+                        // closed), so nothing is kept for it either.
+                        self.ledger = Vec::new();
                     }
                 }
                 StreamState::Disconnected => {}

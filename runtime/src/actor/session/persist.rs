@@ -81,7 +81,7 @@ impl SessionActor {
                 sid,
                 generation.generation().settings.id,
                 kind,
-                (*self.signer).clone(),
+                Arc::clone(&self.signer),
                 settings,
                 restored,
             );

@@ -73,7 +73,7 @@ impl SessionActor {
             sid,
             generation.generation().settings.id,
             kind,
-            (*self.signer).clone(),
+            Arc::clone(&self.signer),
             settings,
         );
         let now = self.sup.now();

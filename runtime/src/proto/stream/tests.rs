@@ -19,8 +19,8 @@ fn settings(prime: bool, max_events: usize) -> StreamSettings {
     }
 }
 
-fn signer() -> CursorSigner {
-    CursorKey::new(b"k").signer("session", None)
+fn signer() -> std::sync::Arc<CursorSigner> {
+    std::sync::Arc::new(CursorKey::new(b"k").signer("session", None))
 }
 
 fn post_stream(prime: bool, max_events: usize) -> StreamCore {
