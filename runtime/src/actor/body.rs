@@ -29,12 +29,18 @@ const JOIN_MAX_BYTES: usize = 16 << 10;
 /// Where a body reports its end: its stream (to pick the retention) and its session (to
 /// count the connection off).
 pub(crate) struct ConnectionOwner {
-    /// The stream's actor; `None` while its session keeps the stream as data (the session
-    /// then hears of the end with the stream's id, and passes it on if the stream woke).
-    pub(crate) stream: Option<Recipient<Detached>>,
-    pub(crate) sid: StreamId,
+    pub(crate) stream: StreamOwner,
     pub(crate) session: SessionLink,
     pub(crate) conn: u64,
+}
+
+/// Who holds a body's stream.
+pub(crate) enum StreamOwner {
+    /// Its actor, told directly.
+    Actor(Recipient<Detached>),
+    /// Its session, which keeps it as data: told with the stream's id (and passes it on if
+    /// the stream woke meanwhile).
+    Session(StreamId),
 }
 
 /// A streaming `text/event-stream` body bound to one stream connection.
@@ -121,15 +127,13 @@ impl Drop for SseBody {
             // One message each per connection, so the unbounded `do_send` stays bounded.
             let (conn, drained) = (o.conn, self.finished);
             match o.stream {
-                Some(stream) => {
+                StreamOwner::Actor(stream) => {
                     stream.do_send(Detached { conn, drained });
                     o.session.do_send(StreamReport::ConnectionEnded);
                 }
-                None => o.session.do_send(StreamReport::DormantDetached {
-                    stream: o.sid,
-                    conn,
-                    drained,
-                }),
+                StreamOwner::Session(stream) => {
+                    o.session.do_send(StreamReport::DormantDetached { stream, conn, drained });
+                }
             }
         }
     }

@@ -24,18 +24,19 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 
-use super::body::{ConnectionOwner, SseBody};
+use super::body::{ConnectionOwner, SseBody, StreamOwner};
 use super::budget::{Charge, MemoryBudget};
 use super::durable::StreamLedger;
 use super::generations::GenCount;
 use super::links::SessionLink;
 use super::stream::{
-    STATE_CLOSED, StreamActor, StreamEnv, charge_window, count_started, count_stopped, forget_copy,
+    StreamActor, StreamEnv, charge_window, count_started, count_stopped, forget_copy,
     submit_changes,
 };
 use crate::proto::ids::{StreamId, Tick};
 use crate::proto::rollout::StreamMode;
-use crate::proto::stream::{Delivery, Retention, StreamCore, StreamSettings};
+use crate::proto::stream::{Delivery, StreamCore, StreamSettings};
+use crate::stats::STATE_CLOSED;
 
 /// A session's handle on one of its streams.
 pub(crate) enum StreamHandle {
@@ -112,7 +113,8 @@ impl DormantStream {
         count_started(&env.stats, &core);
         env.stats.stream_state(None, Some(STATE_CLOSED));
         env.stats.stream_dormant(1);
-        let owner = ConnectionOwner { stream: None, sid: core.id(), session, conn: att.conn };
+        let stream = StreamOwner::Session(core.id());
+        let owner = ConnectionOwner { stream, session, conn: att.conn };
         let body = SseBody::new(att.initial, None, Some(owner));
         let bytes = core.retained_bytes();
         let parts = Parts { core, ledger, generation, charge, env };
@@ -130,8 +132,7 @@ impl DormantStream {
         let p = self.parts();
         p.core.detach(conn, drained);
         let _ = submit_changes(&mut p.ledger, &mut p.core, &p.env);
-        if !p.core.recorded() && p.core.retention() == Some(Retention::Delivered) {
-            // Its answer arrived before anything of it was recorded: it never will be.
+        if p.core.settled() {
             p.ledger.never_recorded();
         }
         let now = p.env.clock.now();

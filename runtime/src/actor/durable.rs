@@ -265,8 +265,8 @@ impl StreamLedger {
         }
     }
 
-    /// Its stream will never be recorded (closed, its answer delivered before anything of it
-    /// was): the request kept for the record's digest goes.
+    /// Its stream will never be recorded ([`StreamCore::settled`]): the request kept for the
+    /// record's digest goes.
     pub(crate) fn never_recorded(&mut self) {
         self.request = None;
     }

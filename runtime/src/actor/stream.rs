@@ -1,7 +1,8 @@
-//! One actor per SSE stream: drives a [`StreamCore`], the attached connection's bounded
+//! The actor of an SSE stream: drives a [`StreamCore`], the attached connection's bounded
 //! write queue, the stream's retention after it closed, and its share of the server-wide
 //! memory budget. Reports to its session through a [`SessionLink`] (it never names the
-//! session's type).
+//! session's type). A stream answered in its first write has none until a resume arrives
+//! (`super::dormant`); this module also holds what both forms share.
 //!
 //! Time: one timer at a time, armed at the core's [`StreamCore::poll_timeout`] (its
 //! retention's end once closed with no connection attached, or the attached connection's
@@ -16,8 +17,9 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::body::{ConnectionOwner, SseBody};
+use super::body::{ConnectionOwner, SseBody, StreamOwner};
 use super::budget::{Charge, MemoryBudget};
+use super::dormant::Parts;
 use super::durable::{LedgerCtx, StreamLedger};
 use super::generations::GenCount;
 pub(crate) use super::links::{Detached, Emit, PollClose, SessionLink, StreamReport};
@@ -29,7 +31,7 @@ use crate::proto::stream::{
     Attachment, CloseReason, Delivery, StreamCore, StreamState, StreamTiming,
 };
 use crate::sse::COMMENT_KEEPALIVE;
-use crate::stats::RuntimeStats;
+use crate::stats::{RuntimeStats, STATE_CLOSED, STATE_DETACHED, STATE_OPEN};
 
 /// What every stream of a supervisor shares: connection and retention settings, the memory
 /// budget and the counters.
@@ -135,9 +137,6 @@ pub(crate) struct Stop(pub(crate) CloseReason);
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct Drain;
-
-/// The metrics' index of a closed stream's state (`STREAM_STATES`).
-pub(crate) const STATE_CLOSED: usize = 2;
 
 /// A stream begins to count live: started, and in its mode.
 pub(super) fn count_started(stats: &RuntimeStats, core: &StreamCore) {
@@ -250,8 +249,7 @@ impl StreamActor {
             (Some(Writer { conn, tx }), Some(rx))
         };
         let owner = ConnectionOwner {
-            stream: Some(addr.recipient()),
-            sid: core.id(),
+            stream: StreamOwner::Actor(addr.recipient()),
             session: Arc::clone(&session),
             conn,
         };
@@ -300,11 +298,11 @@ impl StreamActor {
     /// running on from where it was.
     pub(crate) fn start_woken(
         ctx: Context<StreamActor>,
-        kept: super::dormant::Parts,
+        kept: Parts,
         session: SessionLink,
         span: &tracing::Span,
     ) {
-        let super::dormant::Parts { core, ledger, generation, charge, env } = kept;
+        let Parts { core, ledger, generation, charge, env } = kept;
         let span = stream_span(span, &core);
         let mut actor =
             StreamActor::with_core(core, None, session, env, charge, ledger, generation, span);
@@ -386,8 +384,7 @@ impl StreamActor {
     fn body_for(&mut self, att: Attachment, ctx: &mut Context<Self>) -> SseBody {
         self.report(StreamReport::ConnectionStarted);
         let owner = ConnectionOwner {
-            stream: Some(ctx.address().recipient()),
-            sid: self.core.id(),
+            stream: StreamOwner::Actor(ctx.address().recipient()),
             session: Arc::clone(&self.session),
             conn: att.conn,
         };
@@ -457,8 +454,8 @@ impl StreamActor {
     fn arm(&mut self, ctx: &mut Context<Self>) {
         let state = match self.core.state() {
             StreamState::Closed(_) => STATE_CLOSED,
-            _ if self.core.connection().is_some() => 0,
-            _ => 1,
+            _ if self.core.connection().is_some() => STATE_OPEN,
+            _ => STATE_DETACHED,
         };
         if self.state_shown != Some(state) {
             self.env.stats.stream_state(self.state_shown.replace(state), Some(state));
@@ -620,6 +617,9 @@ impl Handler<Detached> for StreamActor {
         self.core.detach(msg.conn, msg.drained);
         // A stream answered in its first write is recorded now if that write did not arrive.
         self.flush_ledger(ctx);
+        if self.core.settled() {
+            self.ledger.never_recorded();
+        }
         self.arm(ctx);
     }
 }

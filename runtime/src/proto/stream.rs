@@ -207,6 +207,9 @@ pub(crate) struct StreamCore {
     ledger: Vec<StreamChange>,
     /// Nothing has been handed to the ledger yet.
     unrecorded: bool,
+    /// Closed and delivered before anything of it was recorded: it never will be (a later
+    /// resume's acknowledgement is not recorded either: its record would name no event).
+    settled: bool,
     stats: StreamStats,
     /// What a shadow stream sent (for its verification).
     shadow: Option<ShadowSent>,
@@ -273,6 +276,7 @@ impl StreamCore {
             acked: Seq::START,
             ledger: Vec::new(),
             unrecorded: true,
+            settled: false,
             stats: StreamStats::default(),
             shadow: (settings.mode == StreamMode::Shadow)
                 .then(|| ShadowSent::new(settings.window.max_events)),
@@ -335,6 +339,12 @@ impl StreamCore {
         }
         self.unrecorded = false;
         Some(self.ledger.drain(..))
+    }
+
+    /// Whether it was delivered whole before anything of it was recorded: it never will be.
+    #[must_use]
+    pub(crate) fn settled(&self) -> bool {
+        self.settled
     }
 
     /// Whether anything of this stream was handed to the ledger (so its end must be).
@@ -513,7 +523,9 @@ impl StreamCore {
                 self.stats.resumes += 1;
                 if after > self.acked {
                     self.acked = after;
-                    self.ledger.push(StreamChange::Record);
+                    if !self.settled {
+                        self.ledger.push(StreamChange::Record);
+                    }
                 }
                 let end_after_initial = matches!(self.state, StreamState::Closed(_))
                     && self.released == self.window.newest();
@@ -639,8 +651,8 @@ impl StreamCore {
                 StreamState::Closed(_) => {
                     self.delivered = drained;
                     if drained && self.unrecorded && self.settings.mode == StreamMode::Resumable {
-                        // Every frame reached its client: nothing to record, ever (it is
-                        // closed), so nothing is kept for it either.
+                        // Every frame reached its client: nothing to record, now or later.
+                        self.settled = true;
                         self.ledger = Vec::new();
                     }
                 }

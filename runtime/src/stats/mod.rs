@@ -90,6 +90,12 @@ const SHADOW_KINDS: [&str; 4] = ["content", "order", "cursor", "missing"];
 const MODES: [&str; 3] = ["resumable", "shadow", "plain"];
 /// Stream states as the metrics name them: a connection attached, none, closed.
 pub(crate) const STREAM_STATES: [&str; 3] = ["open", "detached", "closed"];
+/// [`STREAM_STATES`]' index of an open stream (a connection attached).
+pub(crate) const STATE_OPEN: usize = 0;
+/// [`STREAM_STATES`]' index of an open stream with no connection.
+pub(crate) const STATE_DETACHED: usize = 1;
+/// [`STREAM_STATES`]' index of a closed (retained) stream.
+pub(crate) const STATE_CLOSED: usize = 2;
 
 impl Default for LiveFigures {
     fn default() -> LiveFigures {

@@ -22,6 +22,15 @@ async fn recorded(h: &Harness, c: &Client<'_>, sid: u64) -> bool {
     w.store().get(&stream_key(&hmac, sid), h.sup.now().0).expect("a read").is_some()
 }
 
+/// Returns once the session has handled everything sent to it before (a dropped body's
+/// report included): its mailbox is handled in order, and a ping's answer comes after.
+async fn handled_before(c: &Client<'_>) {
+    // Answered as JSON: no stream of its own.
+    let ping = json!({"jsonrpc":"2.0","id":"barrier","method":"ping"}).to_string();
+    let req = c.with_session(post()).insert_header(("Accept", "application/json"));
+    assert_eq!(c.h.send(req.set_payload(ping)).await.json().await["id"], "barrier");
+}
+
 /// An echo answered in its first write and read to its end; its priming cursor.
 async fn echo(c: &Client<'_>, id: i64, text: &str) -> String {
     let mut r = c.call_tool(id, "echo", json!({"text": text})).await;
@@ -37,11 +46,7 @@ async fn a_reply_answered_in_its_first_write_is_kept_without_an_actor_until_a_re
     let cursor = echo(&c, 1, "x").await;
     let s = h.sup.stats_snapshot();
     assert_eq!((s.streams, s.streams_dormant), (1, 1), "retained, as data");
-    until("its connection's end reached the session", || {
-        // A delivered reply is not recorded; its retention runs from the connection's end.
-        h.sup.stats_snapshot().streams_dormant == 1
-    })
-    .await;
+    handled_before(&c).await;
     assert!(!recorded(&h, &c, 1).await, "every frame arrived: nothing to record");
     let again = c.resume(&cursor).await.rest().await;
     assert_eq!(again.len(), 1, "the answer, replayed: {again:?}");
@@ -80,19 +85,13 @@ async fn echo_unread(c: &Client<'_>) -> String {
 
 #[actix_web::test]
 async fn a_kept_stream_whose_answer_was_not_read_to_its_end_is_recorded_until_its_retention_ends() {
-    // Real time: the ledger's writer is a thread of its own, which paused time would skip past.
+    // Real time: the ledger's writer is a thread of its own, which paused time would skip past
+    // (its commits are awaited).
     let h = harness_with(cfg(|c| c.sessions.retention_undelivered_ms = 300)).await;
     let c = h.client("2025-11-25").await;
     echo_unread(&c).await;
-    let mut on_record = false;
-    for _ in 0..100 {
-        on_record = recorded(&h, &c, 1).await;
-        if on_record {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(on_record, "an answer that may not have arrived is recorded");
+    handled_before(&c).await;
+    assert!(recorded(&h, &c, 1).await, "an answer that may not have arrived is recorded");
     until("its retention ended", || h.sup.stats_snapshot().streams == 0).await;
     assert!(!recorded(&h, &c, 1).await, "its record went with it");
 }
@@ -109,6 +108,7 @@ async fn a_kept_stream_whose_answer_was_not_read_to_its_end_is_kept_for_the_long
     let cursor = echo_unread(&c).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let again = c.resume(&cursor).await.rest().await;
+    assert_eq!(again.len(), 1, "the answer, once: {again:?}");
     assert_eq!(text_of(&again[0]), "x", "kept past the delivered retention");
 }
 
@@ -137,5 +137,27 @@ async fn a_deleted_session_drops_its_kept_streams_and_their_charges() {
     assert_eq!(c.delete().await.status, StatusCode::NO_CONTENT);
     until("the session stopped", || h.sup.session_count() == 0).await;
     let s = h.sup.stats_snapshot();
+    assert_eq!((s.streams, s.streams_dormant, s.stream_memory_bytes), (0, 0, 0));
+}
+
+#[actix_web::test]
+async fn a_resume_that_comes_before_the_first_connection_ended_still_lets_the_session_end() {
+    tokio::time::pause();
+    let h = harness_with(cfg(|c| {
+        c.sessions.idle_ttl_secs = 1;
+        c.sessions.retention_after_delivery_ms = 1_000;
+        c.sessions.retention_undelivered_ms = 1_000;
+    }))
+    .await;
+    let c = h.client("2025-11-25").await;
+    let mut first = c.call_tool(1, "echo", json!({"text": "x"})).await;
+    first.chunk().await.expect("the one write");
+    // Its body is still held: the stream wakes with that first connection attached.
+    let again = c.resume(&first.first_id()).await.rest().await;
+    assert_eq!(again.len(), 1, "the answer, once: {again:?}");
+    drop(first);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let s = h.sup.stats_snapshot();
+    assert_eq!(h.sup.session_count(), 0, "both connections were counted off: it expired");
     assert_eq!((s.streams, s.streams_dormant, s.stream_memory_bytes), (0, 0, 0));
 }

@@ -12,6 +12,7 @@
 //! `dispatch.rs` (requests, notifications, cancellation, responses), `streams.rs` (its
 //! streams), `persist.rs` (its ledger record).
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,7 +34,7 @@ use crate::ledger::codec::{Handshake, RecordState};
 use crate::pipeline::SessionLinks;
 use crate::proto::error::{Overload, Rejection};
 use crate::proto::event_id::CursorSigner;
-use crate::proto::ids::{SessionId, Tick};
+use crate::proto::ids::{SessionId, StreamId, Tick};
 use crate::proto::jsonrpc::{ErrorObject, code, encode_notification};
 use crate::proto::mcp::{LogLevel, method};
 use crate::proto::session::{SessionCore, SessionLimits};
@@ -77,7 +78,7 @@ pub struct SessionActor {
     core: SessionCore<RequestTask, StreamHandle, ClientRequestRoute>,
     /// The retention ends of the streams it keeps as data (`StreamHandle::Dormant`) whose
     /// connection has ended: its timer wakes for the earliest.
-    dormant_until: std::collections::BTreeSet<(Tick, crate::proto::ids::StreamId)>,
+    dormant_until: BTreeSet<(Tick, StreamId)>,
     principal: Option<Arc<str>>,
     /// Whose handles its tools see ([`crate::actor::registry::QuotaKey::owner`]).
     owner: Option<Arc<str>>,
@@ -314,7 +315,7 @@ impl SessionActor {
         let Handshake { requested_version, capabilities, client_info } = seed.handshake;
         let mut actor = SessionActor {
             core,
-            dormant_until: std::collections::BTreeSet::new(),
+            dormant_until: BTreeSet::new(),
             principal: seed.principal,
             owner: seed.owner,
             names,

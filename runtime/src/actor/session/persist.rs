@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::actor::dormant::StreamHandle;
 use crate::actor::durable::{self, StreamLedger};
 use crate::actor::env::Settle;
 use crate::actor::generations::Counted;
@@ -88,12 +89,7 @@ impl SessionActor {
             let ledger = StreamLedger::restored(Arc::clone(&self.meta.hmac), sid, &record);
             let (addr, closed) =
                 StreamActor::start_restored(core, self.stream_links(), ledger, generation);
-            let evicted = self.core.restore_stream(
-                sid,
-                request,
-                closed,
-                crate::actor::dormant::StreamHandle::Live(addr),
-            );
+            let evicted = self.core.restore_stream(sid, request, closed, StreamHandle::Live(addr));
             self.evict(evicted);
         }
     }

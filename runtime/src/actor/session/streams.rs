@@ -12,6 +12,7 @@ use crate::actor::body::SseBody;
 use crate::actor::dormant::{DormantStream, StreamHandle};
 use crate::actor::durable::StreamLedger;
 use crate::actor::generations::{Counted, GenCount};
+use crate::actor::links::Detached;
 use crate::actor::stream::{Stop as StopStream, StreamActor, StreamLinks};
 use crate::proto::ids::StreamId;
 use crate::proto::rollout::{StreamMode, StreamPurpose};
@@ -20,9 +21,7 @@ use crate::proto::stream::{CloseReason, StreamCore, StreamKind, StreamSettings};
 use super::SessionActor;
 
 impl SessionActor {
-    /// Start the stream registered under `sid` in `sctx`; `final_json` when its request is
-    /// already answered (the stream is then closed from the start). Counts the stream's first
-    /// connection.
+    /// What a stream actor of this session is started with.
     pub(super) fn stream_links(&self) -> StreamLinks {
         StreamLinks {
             session: Arc::clone(&self.link),
@@ -58,6 +57,10 @@ impl SessionActor {
         (g, settings)
     }
 
+    /// Start the stream registered under `sid`; `final_json` when its request is already
+    /// answered (the stream is then closed from the start). Counts the stream's first
+    /// connection and returns its body. Its actor runs in `sctx`, unless the stream is kept
+    /// as data (`actor::dormant`): `sctx` is then dropped without being started.
     pub(super) fn start_stream(
         &mut self,
         sctx: Context<StreamActor>,
@@ -119,7 +122,7 @@ impl SessionActor {
             tracing::debug!(n = evicted.len(), "closed streams evicted by the retention bounds");
             self.sup.stats().streams_evicted(evicted.len());
         }
-        // Each stream forgets its own copy when it stops (it knows whether it has one).
+        // Each stream's copy is forgotten as it stops (an actor's by itself, a kept one's here).
         for e in evicted {
             self.stop_handle(e.handle, CloseReason::Evicted);
         }
@@ -150,9 +153,7 @@ impl SessionActor {
                     self.dormant_until.insert((t, sid));
                 }
             }
-            Some(StreamHandle::Live(a)) => {
-                a.do_send(crate::actor::links::Detached { conn, drained });
-            }
+            Some(StreamHandle::Live(a)) => a.do_send(Detached { conn, drained }),
             None => {}
         }
     }
@@ -160,22 +161,14 @@ impl SessionActor {
     /// Drop the kept streams whose retention is over (their ledger copies go).
     pub(super) fn end_dormant_retentions(&mut self) {
         let now = self.sup.now();
-        let mut early = Vec::new();
         while let Some(&(t, sid)) = self.dormant_until.first() {
             if t > now {
                 break;
             }
             self.dormant_until.pop_first();
-            let over = match self.core.stream_handle_mut(sid) {
-                Some(StreamHandle::Dormant(d)) => d.retention_over(now),
-                // Woken or gone: no longer indexed here.
-                _ => continue,
-            };
-            if !over {
-                // Its core disagrees with the index (it cannot, as both read one end): it
-                // decides, and is looked at again a tick later.
-                early.push((t.plus_ms(1), sid));
-                continue;
+            // Indexed at the end its core named (woken or gone ones are not indexed).
+            if let Some(StreamHandle::Dormant(d)) = self.core.stream_handle_mut(sid) {
+                debug_assert!(d.retention_over(now), "the index holds the core's end");
             }
             if let Some(e) = self.core.remove_stream(sid) {
                 tracing::debug!(stream = %sid, "stream retention ended");
@@ -184,7 +177,6 @@ impl SessionActor {
                 }
             }
         }
-        self.dormant_until.extend(early);
     }
 
     /// Wake kept stream `sid` for a resume: it runs in an actor from now on. Returns its

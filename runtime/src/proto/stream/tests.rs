@@ -457,6 +457,29 @@ fn a_stream_answered_in_its_first_write_is_recorded_only_if_that_write_did_not_a
     }
 }
 
+#[test]
+fn a_stream_delivered_before_it_was_recorded_is_not_recorded_by_a_later_resume() {
+    let mut s = post_stream(true, 8);
+    let a = s.attach_new();
+    assert!(matches!(s.push_final(b"{}"), Delivery::Write { end: true, .. }));
+    s.detach(a.conn, true);
+    assert!(s.settled() && changes(&mut s).is_empty());
+    // The client resumes with the answer's own cursor (an acknowledgement) and goes away
+    // before that connection drained.
+    let r = s.attach_resume(s.newest()).unwrap();
+    s.detach(r.conn, false);
+    assert!(changes(&mut s).is_empty() && !s.recorded(), "nothing to record, ever");
+    // One not delivered is recorded, and so is a later acknowledgement.
+    let mut u = post_stream(true, 8);
+    let b = u.attach_new();
+    let _ = u.push_final(b"{}");
+    u.detach(b.conn, false);
+    assert!(!u.settled() && !changes(&mut u).is_empty());
+    let r = u.attach_resume(u.newest()).unwrap();
+    u.detach(r.conn, true);
+    assert_eq!(changes(&mut u), ["record"], "the acknowledgement is recorded");
+}
+
 fn stream_in(mode: StreamMode, hold: bool) -> StreamCore {
     let s = StreamSettings { mode, hold_until_committed: hold, ..settings(true, 8) };
     StreamCore::new(
