@@ -25,12 +25,12 @@ use std::sync::Arc;
 use actix::prelude::*;
 
 use super::body::{ConnectionOwner, SseBody, StreamOwner};
-use super::budget::{Charge, MemoryBudget};
+use super::budget::MemoryBudget;
 use super::durable::StreamLedger;
 use super::generations::GenCount;
 use super::links::SessionLink;
 use super::stream::{
-    StreamActor, StreamEnv, charge_window, count_started, count_stopped, forget_copy,
+    Parts, StreamActor, StreamEnv, charge_window, count_started, count_stopped, forget_copy,
     submit_changes,
 };
 use crate::proto::ids::{StreamId, Tick};
@@ -54,15 +54,6 @@ impl StreamHandle {
             StreamHandle::Dormant(_) => None,
         }
     }
-}
-
-/// What a kept stream is made of, handed whole to its actor when it wakes.
-pub(crate) struct Parts {
-    pub(super) core: StreamCore,
-    pub(super) ledger: StreamLedger,
-    pub(super) generation: GenCount,
-    pub(super) charge: Charge,
-    pub(super) env: Arc<StreamEnv>,
 }
 
 /// A closed stream kept as data. Counted live from [`DormantStream::open`] until dropped

@@ -19,7 +19,6 @@ use tokio::time::Instant;
 
 use super::body::{ConnectionOwner, SseBody, StreamOwner};
 use super::budget::{Charge, MemoryBudget};
-use super::dormant::Parts;
 use super::durable::{LedgerCtx, StreamLedger};
 use super::generations::GenCount;
 pub(crate) use super::links::{Detached, Emit, PollClose, SessionLink, StreamReport};
@@ -137,6 +136,16 @@ pub(crate) struct Stop(pub(crate) CloseReason);
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct Drain;
+
+/// What a stream its session keeps as data (`super::dormant`) is made of, handed whole to
+/// its actor when it wakes.
+pub(crate) struct Parts {
+    pub(super) core: StreamCore,
+    pub(super) ledger: StreamLedger,
+    pub(super) generation: GenCount,
+    pub(super) charge: Charge,
+    pub(super) env: Arc<StreamEnv>,
+}
 
 /// A stream begins to count live: started, and in its mode.
 pub(super) fn count_started(stats: &RuntimeStats, core: &StreamCore) {
