@@ -16,7 +16,7 @@
 use std::time::Duration;
 
 /// What the host can see of its memory: HTTP requests served so far, then what holds memory
-/// and is released when it ends: open connections, live sessions, stream actors, stream
+/// and is released when it ends: open connections, live sessions, live streams, stream
 /// memory bytes.
 pub(crate) type Footprint = (u64, [i64; 4]);
 

@@ -1,5 +1,6 @@
 //! The SSE response body of one connection: initial frames (priming or replay), then live
-//! frames from the stream actor's bounded queue.
+//! frames from the stream actor's bounded queue (a stream kept as data has none: its body ends
+//! after its initial frames).
 //!
 //! Connection accounting cannot drift: whoever creates a body for a stream has counted the
 //! connection with its session, and the body's [`ConnectionOwner`] reports the end when the

@@ -1,7 +1,8 @@
 //! The server-wide byte budget shared by every stream's replay window (open and retained).
 //!
-//! Each stream actor holds one [`Charge`] and sets it to its window's size after every change;
-//! the charge is released when the actor is dropped, on every exit path, so the budget cannot
+//! Each stream (its actor, or its session's data while kept without one) holds one [`Charge`]
+//! and sets it to its window's size after every change; the charge is released when the stream
+//! is dropped, on every exit path, so the budget cannot
 //! drift. When the budget is used up, requests that would open a stream are refused (503) and
 //! a growing stream trims its own window to its newest event.
 

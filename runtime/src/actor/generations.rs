@@ -78,7 +78,7 @@ pub struct Gen {
 pub enum Counted {
     /// A live session (opened or revived under it).
     Session,
-    /// A live stream actor.
+    /// A live stream (with an actor or kept as data by its session).
     Stream,
     /// A request in flight.
     InFlight,
@@ -149,7 +149,7 @@ pub struct GenStatus {
     pub current: bool,
     /// Live sessions opened (or revived) under it.
     pub sessions: i64,
-    /// Live stream actors opened under it.
+    /// Live streams opened under it.
     pub streams: i64,
     /// Its requests still in flight.
     pub in_flight: i64,

@@ -5,11 +5,12 @@
 //!   sessions. Sessions and streams reach their generation through [`GenCount`], not the
 //!   supervisor.
 //! - [`SessionActor`]: one per session; owns the session core, runs requests, routes
-//!   server-to-client requests and their answers, keeps the one timer its core asks for.
-//! - [`StreamActor`]: one per SSE stream; owns the stream core (and its replay window), the
-//!   attached connection's write queue and its charge on the memory budget. A stream answered
-//!   in its first write has none until a resume wakes it: its session keeps it as data
-//!   (`dormant.rs`).
+//!   server-to-client requests and their answers, keeps one timer (its core's deadlines and
+//!   the retention ends of the streams it keeps as data).
+//! - [`StreamActor`]: an SSE stream's actor; owns the stream core (and its replay window), the
+//!   attached connection's write queue and its charge on the memory budget. A resumable stream
+//!   answered in its first write (durability not `sync`) has none until a resume wakes it: its
+//!   session keeps it as data (`dormant.rs`).
 //!
 //! Edges: HTTP -> session takes a place in the session's [`Inbox`] (`sessions.mailbox`
 //! requests' messages waiting; full = 503) and then `try_send`s. Session -> stream uses

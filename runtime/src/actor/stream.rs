@@ -212,7 +212,8 @@ pub(super) fn forget_copy(ledger: &StreamLedger, core: &StreamCore, env: &Stream
 /// A stream's span: its own (stream, generation, mode) under its session's at `debug`; at
 /// coarser levels its session's span itself, so its log lines still name the session. An
 /// enabled span per stream cost about a tenth of an SSE echo's CPU at the default `info`
-/// (measured with `bench/peers`, issue 23): one is made for every SSE reply.
+/// (measured with `bench/peers`, issue 23): one was made for every SSE reply (now for every
+/// stream actor).
 fn stream_span(session: &tracing::Span, core: &StreamCore) -> tracing::Span {
     let span = tracing::debug_span!(parent: session, "stream", stream = core.id().0, generation = core.generation().0, mode = core.mode().as_str());
     if span.is_disabled() { session.clone() } else { span }

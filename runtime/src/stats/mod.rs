@@ -546,7 +546,7 @@ impl RuntimeStats {
         add(&self.sessions_parked, 1);
     }
 
-    /// Stream actors alive now.
+    /// Streams alive now (with an actor or kept as data by their session).
     #[must_use]
     pub fn streams_live(&self) -> i64 {
         self.streams_live.load(Ordering::Relaxed)
