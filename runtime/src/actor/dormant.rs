@@ -100,7 +100,8 @@ impl DormantStream {
         let mut charge = env.budget.charge(Some(caller_budget));
         charge_window(&mut charge, &mut core, &env.stats);
         // With nothing held, nothing waits for a commit.
-        let _ = submit_changes(&mut ledger, &mut core, &env);
+        let wait = submit_changes(&mut ledger, &mut core, &env);
+        debug_assert!(wait.is_none(), "a kept stream holds nothing for a commit");
         count_started(&env.stats, &core);
         env.stats.stream_state(None, Some(STATE_CLOSED));
         env.stats.stream_dormant(1);
@@ -122,7 +123,8 @@ impl DormantStream {
     pub(crate) fn detached(&mut self, conn: u64, drained: bool) -> Option<Tick> {
         let p = self.parts();
         p.core.detach(conn, drained);
-        let _ = submit_changes(&mut p.ledger, &mut p.core, &p.env);
+        let wait = submit_changes(&mut p.ledger, &mut p.core, &p.env);
+        debug_assert!(wait.is_none(), "a kept stream holds nothing for a commit");
         if p.core.settled() {
             p.ledger.never_recorded();
         }

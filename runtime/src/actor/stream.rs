@@ -96,7 +96,6 @@ impl Actor for StreamActor {
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.set_mailbox_capacity(64);
         if !self.counted {
-            self.counted = true;
             count_started(&self.env.stats, &self.core);
         }
         self.core.wrote(self.env.clock.now());

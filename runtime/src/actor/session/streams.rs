@@ -71,7 +71,7 @@ impl SessionActor {
         purpose: StreamPurpose,
     ) -> SseBody {
         let (generation, settings) = self.new_stream_settings(purpose);
-        let kept = final_json.is_some() && DormantStream::fits(&settings);
+        let kept = DormantStream::fits(&settings);
         let core = StreamCore::new(
             sid,
             generation.generation().settings.id,
@@ -82,22 +82,21 @@ impl SessionActor {
         let now = self.sup.now();
         self.core.connection_delta(now, true);
         let ledger = StreamLedger::new(Arc::clone(&self.meta.hmac), sid, request, now);
-        if kept && let Some(json) = final_json {
-            // Its context is never started: nothing was sent to it (the handler answered
-            // without waiting, so it awaited no send).
+        if let Some(json) = final_json.as_ref().filter(|_| kept) {
+            // Its context is never started: nothing it awaited was sent to it (the handler
+            // answered without waiting).
             drop(sctx);
             let (stream, body, bytes) = DormantStream::open(
                 core,
-                &json,
+                json,
                 Arc::clone(self.sup.stream_env()),
                 &self.caller_budget,
                 ledger,
                 generation,
                 Arc::clone(&self.link),
             );
-            if let Some(h) = self.core.stream_handle_mut(sid) {
-                *h = StreamHandle::Dormant(stream);
-            }
+            *self.core.stream_handle_mut(sid).expect("registered before its request ran") =
+                StreamHandle::Dormant(stream);
             let evicted = self.core.stream_closed(sid, bytes);
             self.evict(evicted);
             return body;
