@@ -318,6 +318,13 @@ pub struct SessionsConfig {
     /// request revives it, so abandoned sessions do not fill `max_sessions`. Default 300; 1 s
     /// to 7 days (at or past `idle_ttl_secs` it never parks).
     pub park_after_secs: u64,
+    /// A session with no request in flight, no connection, no stream (kept or open) and no
+    /// question to its client for this long hibernates (ms): its actor stops and the session
+    /// table keeps it as data (a few hundred bytes, no task, mailbox or timer) until its next
+    /// request wakes it, with no ledger read. It stays live: counted, and expiring or parking
+    /// at its own deadlines. Not on a shared ledger (another host may change the session
+    /// meanwhile). Default 1000; 0: never.
+    pub hibernate_after_ms: u64,
 }
 
 impl Default for SessionsConfig {
@@ -334,6 +341,7 @@ impl Default for SessionsConfig {
             mailbox: 1024,
             generation: 1,
             park_after_secs: 300,
+            hibernate_after_ms: 1_000,
         }
     }
 }
@@ -823,7 +831,7 @@ impl RuntimeConfig {
     pub fn validate(self) -> Result<ValidConfig, ConfigError> {
         let (se, ss, l, q) = (&self.sse, &self.sessions, &self.limits, &self.quotas);
         let max = u64::MAX;
-        let rows: [(&'static str, u64, u64, u64); 72] = [
+        let rows: [(&'static str, u64, u64, u64); 73] = [
             ("security.max_body_bytes", self.security.max_body_bytes as u64, 1, 1 << 30),
             ("security.body_read_timeout_ms", self.security.body_read_timeout_ms, 100, 600_000),
             ("sse.replay_max_events", se.replay_max_events as u64, 1, 1 << 20),
@@ -841,6 +849,7 @@ impl RuntimeConfig {
             ("sessions.client_request_timeout_secs", ss.client_request_timeout_secs, 1, 24 * 3600),
             ("sessions.mailbox", ss.mailbox as u64, 16, 1 << 20),
             ("sessions.park_after_secs", ss.park_after_secs, 1, 7 * 24 * 3600),
+            ("sessions.hibernate_after_ms", ss.hibernate_after_ms, 0, DAY_MS),
             ("limits.json_max_depth", l.json_max_depth as u64, 2, 128),
             ("limits.json_max_values", l.json_max_values as u64, 16, max),
             ("limits.handshake_max_values", l.handshake_max_values as u64, 8, max),

@@ -77,4 +77,7 @@ pub(crate) trait SessionEnv: Send + Sync + 'static {
     ) -> Result<(), Rejection>;
     /// A session's last writes (`why` it ended), committed before a revive reads its record.
     fn settle(&self, hmac: &Arc<str>, why: Settle, ops: Vec<crate::ledger::Op>);
+    /// A session hibernated (the registry keeps it): something must wake it at its deadline.
+    /// Called on an actix arbiter.
+    fn hibernated(&self);
 }

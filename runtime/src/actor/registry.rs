@@ -2,10 +2,15 @@
 //! and the per-caller session counts of the quotas. Guards are held only for the lookup
 //! (never across an await); a handle is cloned out.
 //!
+//! A hibernating session is kept here as data in its handle's place (its actor stopped):
+//! every lookup that finds one wakes it first, under the shard's lock, so callers only ever
+//! see handles. Its deadlines (expiry, parking) are kept in one index that the supervisor's
+//! sweeper reads ([`Registry::due_sleepers`]).
+//!
 //! Every slot is taken by a [`Reservation`] and given back by the drop of that reservation
 //! or of the [`RegistryGuard`] it becomes, on every exit path, so neither count can drift.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -23,8 +28,22 @@ const SHARDS: usize = 16;
 /// What the registry keeps of a session (its handle, cloned out on every lookup): the
 /// session's module defines it; the registry needs only its inbox.
 pub(crate) trait Registered: Clone + std::fmt::Debug + Send + Sync + 'static {
+    /// What a hibernating session keeps in the handle's place.
+    type Asleep: Send + Sync + 'static;
+
     /// Requests' messages waiting in the session's mailbox.
     fn inbox(&self) -> &Arc<Inbox>;
+
+    /// Wake a hibernating session (start its actor) and return its handle. Runs under the
+    /// shard's write lock: it must not use the registry, nor drop the guard it holds.
+    fn wake(asleep: Box<Self::Asleep>) -> Self;
+}
+
+/// A registered session: awake (its handle) or hibernating (its deadline in
+/// [`Registry::wake_at`], and its state as data).
+enum Slot<H: Registered> {
+    Awake(H),
+    Asleep(u64, Box<H::Asleep>),
 }
 
 /// The bound on requests' messages waiting for one session (`sessions.mailbox`), counted
@@ -78,8 +97,8 @@ struct Caller {
 
 /// The sharded session map.
 #[derive(Debug)]
-pub(crate) struct Registry<H> {
-    shards: Vec<RwLock<HashMap<SessionId, H>>>,
+pub(crate) struct Registry<H: Registered> {
+    shards: Vec<RwLock<HashMap<SessionId, Slot<H>>>>,
     hasher: RandomState,
     /// Live plus reserved sessions; reservations make the limit check atomic.
     count: AtomicUsize,
@@ -92,15 +111,29 @@ pub(crate) struct Registry<H> {
     live_hmacs: Mutex<HashMap<Arc<str>, SessionId>>,
     /// Told when the last session leaves.
     quiet: Arc<tokio::sync::Notify>,
+    /// Hibernating sessions.
+    sleeping: AtomicUsize,
+    /// When each hibernating session must be woken (to expire or park), by id: one entry per
+    /// hibernating session, taken out when it wakes.
+    wake_at: Mutex<BTreeSet<(u64, SessionId)>>,
 }
 
-impl<H> Default for Registry<H> {
+impl<H: Registered> std::fmt::Debug for Slot<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Slot::Awake(h) => h.fmt(f),
+            Slot::Asleep(at, _) => write!(f, "Asleep until {at}"),
+        }
+    }
+}
+
+impl<H: Registered> Default for Registry<H> {
     fn default() -> Registry<H> {
         Registry::with_quiet(Arc::default())
     }
 }
 
-impl<H> Registry<H> {
+impl<H: Registered> Registry<H> {
     /// An empty registry; `quiet` is told when the last session leaves.
     pub(crate) fn with_quiet(quiet: Arc<tokio::sync::Notify>) -> Registry<H> {
         Registry {
@@ -110,6 +143,8 @@ impl<H> Registry<H> {
             count: AtomicUsize::new(0),
             per_key: Mutex::new(HashMap::new()),
             live_hmacs: Mutex::default(),
+            sleeping: AtomicUsize::new(0),
+            wake_at: Mutex::default(),
         }
     }
 }
@@ -131,27 +166,98 @@ impl<H: Registered> Registry<H> {
         self.live_hmacs.lock().keys().cloned().collect()
     }
 
-    fn shard(&self, id: &SessionId) -> &RwLock<HashMap<SessionId, H>> {
+    fn shard(&self, id: &SessionId) -> &RwLock<HashMap<SessionId, Slot<H>>> {
         &self.shards[(self.hasher.hash_one(id) as usize) % SHARDS]
     }
 
     /// Find a session and take a place in its inbox, both under the shard's lock: a session
-    /// parks only with an empty inbox, under the same lock, so a request that found it is
-    /// handled by it, and one that did not revives it.
+    /// parks or hibernates only with an empty inbox, under the same lock, so a request that
+    /// found it is handled by it, and one that did not revives it. A hibernating session is
+    /// woken.
     ///
     /// # Errors
     /// [`Rejection::Overloaded`] (`503`, mailbox) when its inbox is full.
     pub(crate) fn enter(&self, id: &SessionId) -> Option<Result<(H, InboxTicket), Rejection>> {
-        let shard = self.shard(id).read();
-        let h = shard.get(id)?;
+        {
+            let shard = self.shard(id).read();
+            match shard.get(id)? {
+                Slot::Awake(h) => return Some(h.inbox().enter().map(|t| (h.clone(), t))),
+                Slot::Asleep(..) => {}
+            }
+        }
+        let mut shard = self.shard(id).write();
+        let h = self.awake(&mut shard, id)?;
         Some(h.inbox().enter().map(|t| (h.clone(), t)))
     }
 
-    /// The handle of a registered session, without a place in its inbox (for control
-    /// messages, which do not wait in it).
+    /// The handle of a registered session (woken if it hibernates), without a place in its
+    /// inbox (for control messages, which do not wait in it).
     #[must_use]
     pub(crate) fn handle(&self, id: &SessionId) -> Option<H> {
-        self.shard(id).read().get(id).cloned()
+        if let Slot::Awake(h) = self.shard(id).read().get(id)? {
+            return Some(h.clone());
+        }
+        self.awake(&mut self.shard(id).write(), id).cloned()
+    }
+
+    /// The session under `id` in its (write-locked) shard, woken if it hibernates.
+    fn awake<'a>(
+        &self,
+        shard: &'a mut HashMap<SessionId, Slot<H>>,
+        id: &SessionId,
+    ) -> Option<&'a H> {
+        if let Slot::Asleep(..) = shard.get(id)? {
+            let Some(Slot::Asleep(at, asleep)) = shard.remove(id) else {
+                unreachable!("looked at")
+            };
+            shard.insert(id.clone(), Slot::Awake(H::wake(asleep)));
+            self.sleeping.fetch_sub(1, Ordering::AcqRel);
+            // (The sweeper's own wakes took it out already.)
+            self.wake_at.lock().remove(&(at, id.clone()));
+        }
+        match shard.get(id)? {
+            Slot::Awake(h) => Some(h),
+            Slot::Asleep(..) => None,
+        }
+    }
+
+    /// Hibernating sessions now.
+    #[must_use]
+    pub(crate) fn sleeping(&self) -> usize {
+        self.sleeping.load(Ordering::Acquire)
+    }
+
+    /// Wake at most `most` hibernating sessions whose deadline (see
+    /// [`RegistryGuard::hibernate`]) is at or before `now`; returns how many were woken.
+    pub(crate) fn wake_due(&self, now: u64, most: usize) -> usize {
+        let due: Vec<SessionId> = {
+            let mut wake_at = self.wake_at.lock();
+            let mut due = Vec::new();
+            while due.len() < most {
+                match wake_at.first() {
+                    Some((t, _)) if *t <= now => {
+                        due.push(wake_at.pop_first().expect("looked at").1);
+                    }
+                    _ => break,
+                }
+            }
+            due
+        };
+        let mut woken = 0;
+        for id in due {
+            let mut shard = self.shard(&id).write();
+            if let Some(Slot::Asleep(..)) = shard.get(&id) {
+                let _ = self.awake(&mut shard, &id);
+                woken += 1;
+            }
+        }
+        woken
+    }
+
+    /// The earliest deadline of a hibernating session, if any.
+    #[must_use]
+    pub(crate) fn next_wake(&self) -> Option<u64> {
+        self.wake_at.lock().first().map(|(t, _)| *t)
     }
 
     /// Whether a session is registered.
@@ -226,10 +332,30 @@ impl<H: Registered> Registry<H> {
         self.per_key.lock().get(key).map_or(0, |c| c.sessions)
     }
 
-    /// Every handle (for shutdown).
+    /// Every handle, hibernating sessions woken (for shutdown).
     #[must_use]
     pub(crate) fn all(&self) -> Vec<H> {
-        self.shards.iter().flat_map(|s| s.read().values().cloned().collect::<Vec<_>>()).collect()
+        let mut all = Vec::new();
+        for shard in &self.shards {
+            let mut shard = shard.write();
+            let ids: Vec<SessionId> = shard.keys().cloned().collect();
+            all.extend(ids.iter().filter_map(|id| self.awake(&mut shard, id).cloned()));
+        }
+        all
+    }
+
+    /// The handles of the sessions that are awake (a hibernating one has nothing running).
+    #[must_use]
+    pub(crate) fn all_awake(&self) -> Vec<H> {
+        let awake = |s: &HashMap<SessionId, Slot<H>>| -> Vec<H> {
+            s.values()
+                .filter_map(|slot| match slot {
+                    Slot::Awake(h) => Some(h.clone()),
+                    Slot::Asleep(..) => None,
+                })
+                .collect()
+        };
+        self.shards.iter().flat_map(|s| awake(&s.read())).collect()
     }
 }
 
@@ -272,7 +398,7 @@ impl<H: Registered> Reservation<H> {
         let key = self.key.take().expect("reservation used once");
         let inbox = Arc::clone(handle.inbox());
         registry.live_hmacs.lock().insert(Arc::clone(&hmac), id.clone());
-        registry.shard(&id).write().insert(id.clone(), handle);
+        registry.shard(&id).write().insert(id.clone(), Slot::Awake(handle));
         RegistryGuard { registry, id, key, inbox, hmac, removed: false }
     }
 }
@@ -300,6 +426,40 @@ pub(crate) struct RegistryGuard<H: Registered> {
 }
 
 impl<H: Registered> RegistryGuard<H> {
+    /// The session's inbox.
+    pub(crate) fn inbox(&self) -> &Arc<Inbox> {
+        &self.inbox
+    }
+
+    /// Hibernate the session: `asleep` (given this guard) takes its handle's place, and the
+    /// session is woken at `wake_at` at the latest; unless a request holds a place in its
+    /// inbox (then the guard comes back and the session stays awake). `asleep` runs under the
+    /// shard's lock.
+    ///
+    /// # Errors
+    /// The guard, when the inbox is not empty.
+    pub(crate) fn hibernate(
+        self,
+        wake_at: u64,
+        asleep: impl FnOnce(RegistryGuard<H>) -> Box<H::Asleep>,
+    ) -> Result<(), RegistryGuard<H>> {
+        let registry = Arc::clone(&self.registry);
+        let id = self.id.clone();
+        let mut shard = registry.shard(&id).write();
+        if self.inbox.queued.load(Ordering::Acquire) > 0 {
+            drop(shard);
+            return Err(self);
+        }
+        // The entry is this session's (the guard removes it only on drop).
+        let old = shard.insert(id.clone(), Slot::Asleep(wake_at, asleep(self)));
+        registry.sleeping.fetch_add(1, Ordering::AcqRel);
+        registry.wake_at.lock().insert((wake_at, id));
+        drop(shard);
+        // The awake handle goes outside the lock.
+        drop(old);
+        Ok(())
+    }
+
     /// Deregister the session to park it, unless a request holds a place in its inbox (then
     /// the guard comes back and the session stays).
     ///
@@ -326,8 +486,11 @@ impl<H: Registered> Drop for RegistryGuard<H> {
         if !self.removed {
             // Under the shard lock, like the insert: a revive's new entry is not touched.
             let mut shard = self.registry.shard(&self.id).write();
-            shard.remove(&self.id);
+            let gone = shard.remove(&self.id);
             self.registry.live_hmacs.lock().remove(&self.hmac);
+            drop(shard);
+            // A guard lives in the session (awake or asleep), never in its own entry.
+            debug_assert!(!matches!(gone, Some(Slot::Asleep(..))), "a guard dropped while asleep");
         }
         self.registry.release(&self.key);
     }
@@ -342,8 +505,18 @@ mod tests {
     struct Handle(Arc<Inbox>);
 
     impl Registered for Handle {
+        type Asleep = RegistryGuard<Handle>;
+
         fn inbox(&self) -> &Arc<Inbox> {
             &self.0
+        }
+
+        fn wake(asleep: Box<RegistryGuard<Handle>>) -> Handle {
+            let inbox = Arc::clone(asleep.inbox());
+            // The woken "session" holds its guard (here, nowhere: it lives on in a leak, as
+            // an actor's would in the actor).
+            std::mem::forget(asleep);
+            Handle(inbox)
         }
     }
 
@@ -400,5 +573,47 @@ mod tests {
             "bob has his own share"
         );
         charge.set(0);
+    }
+
+    fn registered(
+        r: &Arc<Registry<Handle>>,
+        n: u32,
+    ) -> (SessionId, Arc<Inbox>, RegistryGuard<Handle>) {
+        let id = SessionId::parse(&format!("s{n}")).unwrap();
+        let inbox = Inbox::new(4);
+        let reservation = r.reserve(QuotaKey::Unknown, limits(10, 10)).unwrap();
+        let guard =
+            reservation.insert(id.clone(), Handle(Arc::clone(&inbox)), format!("h{n}").into());
+        (id, inbox, guard)
+    }
+
+    #[test]
+    fn a_session_hibernates_only_with_an_empty_inbox_and_a_lookup_wakes_it() {
+        let r = Arc::new(Registry::<Handle>::default());
+        let (id, inbox, guard) = registered(&r, 1);
+        let ticket = inbox.enter().unwrap();
+        let guard = guard.hibernate(50, Box::new).expect_err("a request holds a place");
+        drop(ticket);
+        guard.hibernate(50, Box::new).expect("an empty inbox");
+        assert_eq!((r.len(), r.sleeping(), r.next_wake()), (1, 1, Some(50)));
+        assert!(r.contains(&id) && r.is_live_hmac("h1"), "still live");
+        assert!(r.all_awake().is_empty());
+        let (h, _ticket) = r.enter(&id).unwrap().unwrap();
+        assert!(Arc::ptr_eq(&h.0, &inbox), "woken with its inbox");
+        assert_eq!((r.len(), r.sleeping(), r.next_wake()), (1, 0, None), "its deadline is gone");
+    }
+
+    #[test]
+    fn the_sweeper_wakes_only_sessions_past_their_deadline_and_no_more_than_asked() {
+        let r = Arc::new(Registry::<Handle>::default());
+        for (n, at) in [(1, 10), (2, 20), (3, 30)] {
+            let (_, _, guard) = registered(&r, n);
+            guard.hibernate(at, Box::new).unwrap();
+        }
+        assert_eq!(r.wake_due(20, 1), 1);
+        assert_eq!(r.wake_due(20, 5), 1);
+        assert_eq!((r.sleeping(), r.next_wake(), r.len()), (1, Some(30), 3));
+        assert_eq!(r.all().len(), 3, "a stop wakes the rest");
+        assert_eq!((r.sleeping(), r.next_wake()), (0, None));
     }
 }

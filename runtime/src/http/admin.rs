@@ -96,6 +96,7 @@ pub fn status(sup: &Supervisor) -> serde_json::Value {
         "generation": lifecycle.generation,
         "generations": gens,
         "sessions": sup.session_count(),
+        "sessions_hibernating": sup.sessions_hibernating(),
         "in_flight": gens.iter().map(|g| g.in_flight).sum::<i64>(),
         "streams": sup.stats().streams_live(),
         "ledger": {

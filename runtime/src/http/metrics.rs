@@ -168,6 +168,12 @@ impl Collector for SupervisorCollector {
             "Requests in flight by the generation they were admitted under",
             &by_gen(|g| g.in_flight),
         )?;
+        gauge(
+            &mut e,
+            "mcp_sessions_hibernating",
+            "Live sessions kept as data while they have nothing to do (no actor; woken by their next request)",
+            sup.sessions_hibernating() as i64,
+        )?;
         let m = st.metrics();
         counter(
             &mut e,

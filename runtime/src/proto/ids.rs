@@ -53,7 +53,7 @@ impl Seq {
 }
 
 /// An MCP session id as minted by the server: visible ASCII only (0x21..=0x7E).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SessionId(Arc<str>);
 
 impl SessionId {

@@ -70,6 +70,10 @@ pub(crate) struct SessionLimits {
     /// its idle TTL passed by this host's clock (a pause); the ledger's record, expiring from
     /// the last use on any host, ends it.
     pub idle_ends_in_ledger: bool,
+    /// Idle time, with no stream and no client request either, after which the session
+    /// hibernates: its shell keeps a [`SleepingCore`] and nothing else runs for it (ms;
+    /// `u64::MAX`: never).
+    pub hibernate_after_ms: u64,
 }
 
 /// A request being served.
@@ -128,6 +132,9 @@ pub(crate) struct Due<P> {
     /// The session has been idle for `park_after_ms`: the shell parks it (its state stays
     /// active; a request that arrives meanwhile keeps it live).
     pub park: bool,
+    /// The session has had nothing to do for `hibernate_after_ms` (and neither expired nor
+    /// parks): the shell may keep it as a [`SleepingCore`] ([`SessionCore::sleep`]).
+    pub hibernate: bool,
     /// Client requests past their deadline, with the id they were sent under; forgotten by
     /// the core.
     pub timed_out: Vec<(JsonRpcId, ClientRequest<P>)>,
@@ -156,6 +163,39 @@ pub(crate) struct SessionCore<R, S, P> {
     recorded: Tick,
     /// Something besides the last use changed (log level).
     dirty: bool,
+    /// When it last woke from hibernation (or was made): it stays awake for
+    /// `hibernate_after_ms` from then, whatever its last activity.
+    awake_since: Tick,
+}
+
+/// What a hibernating session keeps of its core: enough to go on where it stopped (its
+/// numbering, log level, last use and what its record says), and nothing of its tables,
+/// which were empty.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SleepingCore {
+    version: ProtocolVersion,
+    generation: Generation,
+    log_level: Option<LogLevel>,
+    next_stream: u64,
+    next_client_request: i64,
+    last_activity: Tick,
+    incarnation: u32,
+    recorded: Tick,
+    dirty: bool,
+}
+
+impl SleepingCore {
+    /// When it has something to do without a request: expire, or park, whichever comes first
+    /// under `limits` (its shell wakes it then).
+    #[must_use]
+    pub(crate) fn deadline(&self, limits: &SessionLimits) -> Tick {
+        let expiry = self.last_activity.plus_ms(limits.idle_ttl_ms);
+        if limits.park_after_ms < limits.idle_ttl_ms {
+            expiry.min(self.last_activity.plus_ms(limits.park_after_ms))
+        } else {
+            expiry
+        }
+    }
 }
 
 impl<R, S, P> SessionCore<R, S, P> {
@@ -201,7 +241,58 @@ impl<R, S, P> SessionCore<R, S, P> {
             recorded: now,
             // Its record is written when it begins (or begins again).
             dirty: true,
+            awake_since: now,
         }
+    }
+
+    /// What it keeps while it hibernates, or `None` unless it is active with nothing at all
+    /// in its tables (no request, connection, stream or client request).
+    #[must_use]
+    pub(crate) fn sleep(&self) -> Option<SleepingCore> {
+        let empty = self.streams.is_empty() && self.pending.is_empty();
+        (empty && self.idle_since().is_some()).then_some(SleepingCore {
+            version: self.version,
+            generation: self.generation,
+            log_level: self.log_level,
+            next_stream: self.next_stream,
+            next_client_request: self.next_client_request,
+            last_activity: self.last_activity,
+            incarnation: self.incarnation,
+            recorded: self.recorded,
+            dirty: self.dirty,
+        })
+    }
+
+    /// A hibernating session's core, woken at `now` (it stays awake for `hibernate_after_ms`
+    /// at least); its last activity is not moved: a wake is not a use.
+    #[must_use]
+    pub(crate) fn wake(s: SleepingCore, limits: SessionLimits, now: Tick) -> Self {
+        let mut core =
+            Self::incarnate(s.version, s.generation, limits, s.last_activity, s.incarnation);
+        core.log_level = s.log_level;
+        core.next_stream = s.next_stream;
+        core.next_client_request = s.next_client_request;
+        core.recorded = s.recorded;
+        core.dirty = s.dirty;
+        core.awake_since = now;
+        core
+    }
+
+    /// Its hibernation was refused (a request is on its way): it stays awake for another
+    /// `hibernate_after_ms`.
+    pub(crate) fn stay_awake(&mut self, now: Tick) {
+        self.awake_since = now;
+    }
+
+    /// When it hibernates if nothing happens: `hibernate_after_ms` after it became idle with
+    /// empty tables, or after it woke, whichever is later (`None` while anything is open).
+    #[must_use]
+    pub(crate) fn hibernate_deadline(&self) -> Option<Tick> {
+        if !(self.streams.is_empty() && self.pending.is_empty()) {
+            return None;
+        }
+        let since = self.idle_since()?.max(self.awake_since);
+        Some(since.plus_ms(self.limits.hibernate_after_ms))
     }
 
     /// Which life this is.
@@ -586,7 +677,8 @@ impl<R, S, P> SessionCore<R, S, P> {
     #[must_use]
     pub(crate) fn poll_timeout(&self) -> Option<Tick> {
         let client = self.pending.values().map(|p| p.deadline).min();
-        [self.idle_deadline(), self.park_deadline(), client, self.refresh_at()]
+        let sleep = self.hibernate_deadline();
+        [self.idle_deadline(), self.park_deadline(), client, self.refresh_at(), sleep]
             .into_iter()
             .flatten()
             .min()
@@ -621,7 +713,8 @@ impl<R, S, P> SessionCore<R, S, P> {
             _ => false,
         };
         let park = !expired && park_due;
-        Due { expired, park, timed_out }
+        let hibernate = !expired && !park && self.hibernate_deadline().is_some_and(|t| now >= t);
+        Due { expired, park, hibernate, timed_out }
     }
 
     /// DELETE: the session stops accepting requests.

@@ -14,6 +14,7 @@ mod dormant;
 mod fair_shares;
 mod front_door;
 mod handles;
+mod hibernate;
 mod ledger_bounds;
 mod ledger_crash;
 mod ledger_health;

@@ -10,7 +10,8 @@
 //! This file holds the actor's state, its creation and its timer; the jobs are apart:
 //! `messages.rs` (what the HTTP shell sends it), `handlers.rs` (how it handles each message),
 //! `dispatch.rs` (requests, notifications, cancellation, responses), `streams.rs` (its
-//! streams), `persist.rs` (its ledger record).
+//! streams), `persist.rs` (its ledger record), `sleep.rs` (hibernation: kept as data while
+//! it has nothing to do).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -46,7 +47,10 @@ mod elsewhere;
 mod handlers;
 mod messages;
 mod persist;
+mod sleep;
 mod streams;
+
+pub(crate) use sleep::SleepingSession;
 
 pub(crate) use messages::{
     Delete, EndedElsewhere, JsonReply, OpenGet, Post, PostOutcome, Relayed, Resume,
@@ -91,8 +95,9 @@ pub struct SessionActor {
     streams: SessionStreams,
     /// Where new streams find the current generation.
     gens: Arc<Generations>,
-    /// Counted live in the generation it was opened (or revived) under.
-    _generation: GenCount,
+    /// Counted live in the generation it was opened (or revived) under (`None` once handed
+    /// to its hibernating form).
+    generation_count: Option<GenCount>,
     client_caps: Arc<Value>,
     sup: Arc<dyn SessionEnv>,
     /// Deregisters the session when dropped: taken explicitly before a DELETE or expiry is
@@ -109,8 +114,9 @@ pub struct SessionActor {
     links: Arc<SessionLinks>,
     /// The caller's share of the stream memory budget, charged by this session's streams.
     caller_budget: Arc<MemoryBudget>,
-    /// The kept handshake, charged to the budgets for the session's life.
-    _handshake: Charge,
+    /// The kept handshake, charged to the budgets for the session's life (`None` once handed
+    /// to its hibernating form).
+    handshake_charge: Option<Charge>,
     /// What its ledger record holds besides the core's state.
     meta: SessionMeta,
     /// `clientInfo` and the requested version, for the record.
@@ -127,7 +133,13 @@ impl Actor for SessionActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        self.arm(ctx);
+        if self.core.poll_timeout().is_some_and(|t| t <= self.sup.now()) {
+            // Woken past a deadline (its expiry or parking): that comes before any request
+            // already in its mailbox.
+            self.on_timeout(ctx);
+        } else {
+            self.arm(ctx);
+        }
         if self.sup.phase() != Phase::Serving {
             // Created or revived as a drain began, after the supervisor told every registered
             // session to stop: it stops too (its first record is on its way, so its id stays
@@ -189,6 +201,7 @@ pub(crate) struct SessionSeed {
 }
 
 /// What a session's streams take from the session rather than from their generation.
+#[derive(Clone)]
 pub(crate) struct SessionStreams {
     /// Its version primes streams (>= 2025-11-25).
     primes: bool,
@@ -256,8 +269,14 @@ impl SessionHandle {
 }
 
 impl Registered for SessionHandle {
+    type Asleep = SleepingSession;
+
     fn inbox(&self) -> &Arc<Inbox> {
         &self.inbox
+    }
+
+    fn wake(asleep: Box<SleepingSession>) -> SessionHandle {
+        sleep::wake(*asleep)
     }
 }
 
@@ -269,18 +288,7 @@ impl SessionActor {
         addr: &Addr<SessionActor>,
     ) -> SessionActor {
         let cfg = sup.config();
-        let limits = SessionLimits {
-            idle_ttl_ms: cfg.idle_ttl_ms(),
-            max_in_flight: seed.generation.generation().settings.max_in_flight,
-            max_retained_streams: cfg.sessions.max_retained_streams,
-            max_retained_bytes: cfg.sessions.max_retained_bytes,
-            client_request_timeout_ms: cfg
-                .sessions
-                .client_request_timeout_secs
-                .saturating_mul(1000),
-            park_after_ms: cfg.sessions.park_after_secs.saturating_mul(1000),
-            idle_ends_in_ledger: sup.stream_env().ledger.ledger.shared,
-        };
+        let limits = session_limits(&*sup, &seed.generation);
         let streams = SessionStreams {
             primes: seed.version.primes_streams(),
             hold_until_committed: cfg.ledger.durability == crate::ledger::Durability::Sync,
@@ -303,7 +311,7 @@ impl SessionActor {
         if let Some(level) = seed.restore.as_ref().and_then(|r| r.log_level) {
             core.set_log_level(level);
         }
-        let span = tracing::info_span!("session", hmac = %&seed.hmac[..seed.hmac.len().min(12)], generation = seed.generation.generation().settings.id.0);
+        let span = session_span(&seed.hmac, &seed.generation);
         let meta = SessionMeta {
             hmac: seed.hmac,
             principal: seed.principal.clone(),
@@ -322,19 +330,16 @@ impl SessionActor {
             signer: seed.signer,
             streams,
             gens: Arc::clone(sup.generations()),
-            _generation: seed.generation,
+            generation_count: Some(seed.generation),
             client_caps: Arc::new(capabilities),
             sup,
             guard: Some(guard),
             timer: None,
             ended_by: Rejection::SessionNotFound,
             link: Arc::new(addr.clone().recipient()),
-            links: Arc::new(SessionLinks {
-                ask: addr.clone().recipient(),
-                get_stream: addr.clone().recipient(),
-            }),
+            links: session_links(addr),
             caller_budget: seed.caller_budget,
-            _handshake: handshake,
+            handshake_charge: Some(handshake),
             meta,
             client_info,
             requested_version,
@@ -399,6 +404,42 @@ impl SessionActor {
             ctx.stop();
             return;
         }
+        if due.hibernate && self.hibernate(ctx) {
+            return;
+        }
         self.arm(ctx);
     }
+}
+
+/// A session's bounds: the host's settings, and its generation's.
+fn session_limits(sup: &dyn SessionEnv, generation: &GenCount) -> SessionLimits {
+    let cfg = sup.config();
+    let shared = sup.stream_env().ledger.ledger.shared;
+    SessionLimits {
+        idle_ttl_ms: cfg.idle_ttl_ms(),
+        max_in_flight: generation.generation().settings.max_in_flight,
+        max_retained_streams: cfg.sessions.max_retained_streams,
+        max_retained_bytes: cfg.sessions.max_retained_bytes,
+        client_request_timeout_ms: cfg.sessions.client_request_timeout_secs.saturating_mul(1000),
+        park_after_ms: cfg.sessions.park_after_secs.saturating_mul(1000),
+        idle_ends_in_ledger: shared,
+        // Not on a shared ledger: another host may serve the session meanwhile, and what
+        // this one kept of it would be stale.
+        hibernate_after_ms: match cfg.sessions.hibernate_after_ms {
+            0 => u64::MAX,
+            _ if shared => u64::MAX,
+            ms => ms,
+        },
+    }
+}
+
+/// Its tracing span: a prefix of its id's HMAC (never the id) and its generation.
+fn session_span(hmac: &str, generation: &GenCount) -> tracing::Span {
+    let prefix = &hmac[..hmac.len().min(12)];
+    tracing::info_span!("session", hmac = %prefix, generation = generation.generation().settings.id.0)
+}
+
+/// Where its requests' questions and notifications go.
+fn session_links(addr: &Addr<SessionActor>) -> Arc<SessionLinks> {
+    Arc::new(SessionLinks { ask: addr.clone().recipient(), get_stream: addr.clone().recipient() })
 }

@@ -72,7 +72,8 @@ impl Supervisor {
                         requests = left,
                         "rollback drain: grace period over; the older generations' requests still running are ended (-32010)"
                     );
-                    for h in s.registry.all() {
+                    // A hibernating session has no request.
+                    for h in s.registry.all_awake() {
                         // Control message: it must arrive.
                         h.addr.do_send(crate::actor::session::EndOlderRequests { before: g });
                     }

@@ -89,6 +89,9 @@ pub struct Supervisor {
     receipts: Arc<Receipts>,
     /// State handles (also attached to the catalog, for the tools).
     handles: Arc<crate::stores::handles::Handles>,
+    /// The sweeper that wakes hibernating sessions at their deadlines runs (started by the
+    /// first hibernation, on that session's arbiter).
+    sleep_sweeper: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Supervisor {
@@ -239,6 +242,7 @@ impl Supervisor {
             settling,
             receipts,
             handles,
+            sleep_sweeper: std::sync::atomic::AtomicBool::new(false),
             cfg: Arc::new(cfg),
         });
         sup.hear_ends();
@@ -430,6 +434,9 @@ impl super::env::SessionEnv for Supervisor {
     }
     fn settle(&self, hmac: &Arc<str>, why: Settle, ops: Vec<crate::ledger::Op>) {
         Supervisor::settle(self, hmac, why, ops);
+    }
+    fn hibernated(&self) {
+        self.start_sleep_sweeper();
     }
 }
 

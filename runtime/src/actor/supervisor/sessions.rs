@@ -44,6 +44,43 @@ impl Supervisor {
         self.registry.len()
     }
 
+    /// Of the live sessions, those hibernating (kept as data, no actor).
+    #[must_use]
+    pub fn sessions_hibernating(&self) -> usize {
+        self.registry.sleeping()
+    }
+
+    /// Start, once, the task that wakes hibernating sessions at their deadlines (expiry,
+    /// parking), where their actors then end or park them. On the calling actix arbiter; it
+    /// lives as long as the registry.
+    pub(crate) fn start_sleep_sweeper(&self) {
+        use std::sync::atomic::Ordering;
+        /// Longest sleep of the sweeper: a deadline is met within this (a session hibernated
+        /// meanwhile may have an earlier one than the sweeper knew).
+        const ROUND_MS: u64 = 1_000;
+        /// Most sessions woken per round: a burst of deadlines does not hold the arbiter.
+        const WAKE_PER_ROUND: usize = 256;
+        if self.sleep_sweeper.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let registry = Arc::downgrade(&self.registry);
+        let clock = self.stream_env.clock;
+        actix_rt::spawn(async move {
+            loop {
+                let Some(r) = registry.upgrade() else { return };
+                let now = clock.now().0;
+                let woken = r.wake_due(now, WAKE_PER_ROUND);
+                let next = r.next_wake().map_or(ROUND_MS, |t| t.saturating_sub(now).min(ROUND_MS));
+                drop(r);
+                if woken == WAKE_PER_ROUND {
+                    tokio::task::yield_now().await;
+                } else {
+                    tokio::time::sleep(std::time::Duration::from_millis(next.max(1))).await;
+                }
+            }
+        });
+    }
+
     /// Find a session for a caller. Another caller's session is reported as not found.
     ///
     /// # Errors

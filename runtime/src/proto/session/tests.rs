@@ -9,6 +9,7 @@ fn limits() -> SessionLimits {
         client_request_timeout_ms: 300,
         park_after_ms: u64::MAX,
         idle_ends_in_ledger: false,
+        hibernate_after_ms: u64::MAX,
     }
 }
 
@@ -369,4 +370,96 @@ fn on_a_shared_ledger_a_session_past_both_its_park_time_and_its_ttl_parks_and_ne
     );
     let _ = alone.poll_ledger(Tick(0));
     assert!(alone.handle_timeout(Tick(1_000_000)).expired);
+}
+
+fn sleepy() -> SessionLimits {
+    SessionLimits { hibernate_after_ms: 100, park_after_ms: 500, ..limits() }
+}
+
+/// Runs one request (with a client request of its own and a stream it then drops) through
+/// `s` at `at`, so its numbering moves on.
+fn one_request(s: &mut SessionCore<u32, &'static str, &'static str>, n: i64, at: Tick) {
+    s.touch(at);
+    s.begin_request(&id(n), 0).unwrap();
+    let sid = s.open_post_stream(&id(n), "stream");
+    let _ = s.begin_client_request(&id(n), "roots/list", at, "route").unwrap();
+    let _ = s.handle_timeout(at.plus_ms(300));
+    s.end_request(&id(n), at);
+    let _ = s.stream_closed(sid, 0);
+    let _ = s.remove_stream(sid);
+}
+
+#[test]
+fn an_idle_session_with_empty_tables_hibernates_and_wakes_where_it_stopped() {
+    let mut s = SessionCore::new(ProtocolVersion::LATEST, Generation(1), sleepy(), Tick(0));
+    one_request(&mut s, 1, Tick(10));
+    s.set_log_level(LogLevel::Warning);
+    let _ = s.poll_ledger(Tick(30));
+    assert_eq!(s.hibernate_deadline(), Some(Tick(110)), "idle since the last use");
+    assert_eq!(s.poll_timeout(), Some(Tick(110)), "the earliest deadline is the hibernation");
+    assert!(!s.handle_timeout(Tick(109)).hibernate);
+    let due = s.handle_timeout(Tick(110));
+    assert!(due.hibernate && !due.park && !due.expired, "{due:?}");
+    let sleeping = s.sleep().expect("nothing is open");
+    assert_eq!(sleeping.deadline(&sleepy()), Tick(510), "it parks before it expires");
+    assert_eq!(
+        sleeping.deadline(&SessionLimits { park_after_ms: u64::MAX, ..sleepy() }),
+        Tick(1_010),
+        "or expires when it never parks"
+    );
+    let mut woken = SessionCore::wake(sleeping, sleepy(), Tick(700));
+    assert_eq!(woken.last_activity(), Tick(10), "a wake is not a use");
+    assert_eq!(woken.idle_deadline(), s.idle_deadline(), "it expires when it would have");
+    assert_eq!(woken.log_level(), Some(LogLevel::Warning));
+    assert_eq!(woken.poll_ledger(Tick(700)), None, "its record is as written");
+    assert_eq!(woken.hibernate_deadline(), Some(Tick(800)), "awake for its time after a wake");
+    // It numbers its next stream and client request as the session that never slept.
+    one_request(&mut s, 2, Tick(720));
+    one_request(&mut woken, 2, Tick(720));
+    let (a, b) = (s.open_post_stream(&id(3), "x"), woken.open_post_stream(&id(3), "x"));
+    assert_eq!(a, b);
+    s.begin_request(&id(4), 0).unwrap();
+    woken.begin_request(&id(4), 0).unwrap();
+    assert_eq!(
+        s.begin_client_request(&id(4), "ping", Tick(730), "r").unwrap(),
+        woken.begin_client_request(&id(4), "ping", Tick(730), "r").unwrap()
+    );
+}
+
+#[test]
+fn a_session_holding_a_stream_a_connection_or_a_request_never_hibernates() {
+    let mut s = SessionCore::new(ProtocolVersion::LATEST, Generation(1), sleepy(), Tick(0));
+    let sid = s.open_post_stream(&id(1), "kept");
+    let _ = s.stream_closed(sid, 10);
+    assert_eq!((s.hibernate_deadline(), s.sleep()), (None, None), "a retained closed stream");
+    assert!(!s.handle_timeout(Tick(400)).hibernate);
+    let _ = s.remove_stream(sid);
+    assert!(s.sleep().is_some());
+    s.connection_delta(Tick(1), true);
+    assert_eq!((s.hibernate_deadline(), s.sleep()), (None, None), "an attached connection");
+    s.connection_delta(Tick(2), false);
+    s.begin_request(&id(2), 0).unwrap();
+    let _ = s.begin_client_request(&id(2), "ping", Tick(2), "r").unwrap();
+    assert_eq!((s.hibernate_deadline(), s.sleep()), (None, None), "a request asking its client");
+}
+
+#[test]
+fn a_refused_hibernation_waits_its_time_again() {
+    let mut s = SessionCore::<u32, &'static str, &'static str>::new(
+        ProtocolVersion::LATEST,
+        Generation(1),
+        sleepy(),
+        Tick(0),
+    );
+    assert!(s.handle_timeout(Tick(100)).hibernate);
+    s.stay_awake(Tick(100));
+    assert_eq!(s.hibernate_deadline(), Some(Tick(200)));
+    assert!(!s.handle_timeout(Tick(150)).hibernate);
+    let never = SessionCore::<u32, &'static str, &'static str>::new(
+        ProtocolVersion::LATEST,
+        Generation(1),
+        limits(),
+        Tick(0),
+    );
+    assert_eq!(never.poll_timeout(), never.idle_deadline(), "u64::MAX: never");
 }

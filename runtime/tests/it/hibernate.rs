@@ -1,0 +1,161 @@
+//! A session with nothing to do hibernates (`actor::session::sleep`): the registry keeps it
+//! as data, its next request wakes it where it stopped (no ledger read), it expires and
+//! parks at its own deadlines, and it stays live and counted throughout.
+
+use crate::common;
+
+use std::time::Duration;
+
+use actix_web::http::StatusCode;
+use common::*;
+use serde_json::{Value, json};
+
+/// A request answered as JSON (no stream of its own, so nothing keeps the session awake).
+async fn json_call(c: &Client<'_>, id: i64, method: &str, params: Value) -> Resp {
+    let body = json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}).to_string();
+    let req = c.with_session(post()).insert_header(("Accept", "application/json"));
+    c.h.send(req.set_payload(body)).await
+}
+
+async fn ping(c: &Client<'_>, id: i64) {
+    let mut r = json_call(c, id, "ping", json!({})).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.json().await["id"], id);
+}
+
+async fn hibernating(h: &Harness, n: usize) {
+    until(&format!("{n} sessions hibernate"), || h.sup.sessions_hibernating() == n).await;
+}
+
+#[actix_web::test]
+async fn an_idle_session_hibernates_and_its_next_request_wakes_it_without_the_ledger() {
+    tokio::time::pause();
+    let h = harness().await;
+    let c = h.client("2025-11-25").await;
+    ping(&c, 1).await;
+    assert_eq!(h.sup.sessions_hibernating(), 0, "not before its time");
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!((h.sup.sessions_hibernating(), h.sup.session_count()), (1, 1), "live, as data");
+    let mut r =
+        json_call(&c, 2, "tools/call", json!({"name":"echo","arguments":{"text":"up"}})).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(text_of(&r.json().await), "up");
+    assert_eq!(h.sup.sessions_hibernating(), 0, "woken by the request");
+    let s = h.sup.stats_snapshot();
+    assert_eq!((s.sessions_revived, s.sessions_parked), (0, 0), "not parked nor read back");
+    // Its GET stream opens on the woken session, and keeps it awake.
+    let get = c.open_get().await;
+    assert_eq!(get.status, StatusCode::OK);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(h.sup.sessions_hibernating(), 0, "an open stream keeps it awake");
+    drop(get);
+    hibernating(&h, 0).await;
+}
+
+#[actix_web::test]
+async fn a_session_keeping_a_stream_hibernates_only_once_the_stream_is_gone() {
+    tokio::time::pause();
+    let h = harness_with(cfg(|c| c.sessions.retention_after_delivery_ms = 3_000)).await;
+    let c = h.client("2025-11-25").await;
+    let mut r = c.call_tool(1, "echo", json!({"text": "x"})).await;
+    assert_eq!(text_of(&r.rest().await[0]), "x");
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    let s = h.sup.stats_snapshot();
+    assert_eq!((s.streams, h.sup.sessions_hibernating()), (1, 0), "its answer is kept");
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    hibernating(&h, 1).await;
+    assert_eq!(h.sup.stats_snapshot().streams, 0);
+}
+
+#[actix_web::test]
+async fn a_hibernating_session_expires_at_its_idle_ttl_and_then_answers_404() {
+    tokio::time::pause();
+    let h = harness_with(cfg(|c| c.sessions.idle_ttl_secs = 3)).await;
+    let c = h.client("2025-11-25").await;
+    ping(&c, 1).await;
+    hibernating(&h, 1).await;
+    // Woken by the sweeper at its expiry (within a second of it).
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    until("the session expired", || h.sup.session_count() == 0).await;
+    assert_eq!(h.sup.sessions_hibernating(), 0);
+    assert_eq!(json_call(&c, 2, "ping", json!({})).await.status, StatusCode::NOT_FOUND);
+}
+
+#[actix_web::test]
+async fn a_request_after_the_idle_ttl_finds_the_hibernating_session_expired() {
+    tokio::time::pause();
+    let h = harness_with(cfg(|c| c.sessions.idle_ttl_secs = 3)).await;
+    let c = h.client("2025-11-25").await;
+    ping(&c, 1).await;
+    hibernating(&h, 1).await;
+    // Past its expiry: whether the request or the sweeper wakes it, it expires before it
+    // handles anything.
+    tokio::time::advance(Duration::from_millis(3_000)).await;
+    assert_eq!(json_call(&c, 2, "ping", json!({})).await.status, StatusCode::NOT_FOUND);
+    until("the session expired", || h.sup.session_count() == 0).await;
+}
+
+#[actix_web::test]
+async fn a_hibernating_session_parks_at_its_park_time_and_is_revived_from_the_ledger() {
+    // Real time: the revive waits for the ledger writer's thread.
+    let h = harness_with(cfg(|c| {
+        c.sessions.hibernate_after_ms = 100;
+        c.sessions.park_after_secs = 1;
+    }))
+    .await;
+    let c = h.client("2025-11-25").await;
+    ping(&c, 1).await;
+    hibernating(&h, 1).await;
+    assert_eq!(h.sup.stats_snapshot().sessions_parked, 0, "hibernating first");
+    // Woken by the sweeper at its park time, where its actor parks it.
+    until("the session parked", || h.sup.stats_snapshot().sessions_parked == 1).await;
+    assert_eq!((h.sup.session_count(), h.sup.sessions_hibernating()), (0, 0));
+    ping(&c, 2).await;
+    assert_eq!(h.sup.stats_snapshot().sessions_revived, 1, "read back from the ledger");
+}
+
+#[actix_web::test]
+async fn a_hibernating_session_is_deleted_and_then_answers_404() {
+    tokio::time::pause();
+    let h = harness().await;
+    let c = h.client("2025-11-25").await;
+    ping(&c, 1).await;
+    hibernating(&h, 1).await;
+    assert!(c.delete().await.status.is_success());
+    assert_eq!((h.sup.session_count(), h.sup.sessions_hibernating()), (0, 0));
+    assert_eq!(json_call(&c, 2, "ping", json!({})).await.status, StatusCode::NOT_FOUND);
+}
+
+#[actix_web::test]
+async fn a_hibernating_session_keeps_its_place_in_its_callers_quota() {
+    tokio::time::pause();
+    let h = harness_with(cfg(|c| c.quotas.sessions_per_principal = 1)).await;
+    let c = h.client("2025-11-25").await;
+    ping(&c, 1).await;
+    hibernating(&h, 1).await;
+    let r = h.send(post().set_payload(init_body("2025-11-25"))).await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "the caller's one session counts");
+    ping(&c, 2).await;
+}
+
+#[actix_web::test]
+async fn a_stop_wakes_and_ends_hibernating_sessions() {
+    tokio::time::pause();
+    let h = harness().await;
+    let c = h.client("2025-11-25").await;
+    ping(&c, 1).await;
+    hibernating(&h, 1).await;
+    assert_eq!(h.sup.shutdown(), 1, "told to stop, as an awake session");
+    until("the session stopped", || h.sup.session_count() == 0).await;
+    assert_eq!(h.sup.sessions_hibernating(), 0);
+}
+
+#[actix_web::test]
+async fn with_hibernation_off_an_idle_session_keeps_its_actor() {
+    tokio::time::pause();
+    let h = harness_with(cfg(|c| c.sessions.hibernate_after_ms = 0)).await;
+    let c = h.client("2025-11-25").await;
+    ping(&c, 1).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!((h.sup.sessions_hibernating(), h.sup.session_count()), (0, 1));
+}
