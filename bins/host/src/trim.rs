@@ -16,8 +16,8 @@
 use std::time::Duration;
 
 /// What the host can see of its memory: HTTP requests served so far, then what holds memory
-/// and is released when it ends: open connections, live sessions, live streams, stream
-/// memory bytes.
+/// and is released when it ends: open connections, awake sessions (live, not hibernating),
+/// live streams, stream memory bytes.
 pub(crate) type Footprint = (u64, [i64; 4]);
 
 /// Quiet checks after a change during which the host still trims (frees that no counter
@@ -122,7 +122,13 @@ pub(crate) async fn run(server: mcp_runtime::server::Control, every: Duration) {
         let s = server.stats()?;
         Some((
             s.requests,
-            [s.connections, s.sessions as i64, s.streams, s.stream_memory_bytes as i64],
+            // Awake sessions: one that hibernates frees its actor and stays counted.
+            [
+                s.connections,
+                s.sessions.saturating_sub(s.sessions_hibernating) as i64,
+                s.streams,
+                s.stream_memory_bytes as i64,
+            ],
         ))
     };
     let Some(start) = footprint() else { return };

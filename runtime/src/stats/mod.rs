@@ -587,6 +587,8 @@ pub struct StatsSnapshot {
     pub connections: i64,
     /// Live sessions (including reservations being set up).
     pub sessions: usize,
+    /// Of `sessions`: those hibernating (kept as data, no actor).
+    pub sessions_hibernating: usize,
     /// Streams alive (open, and closed but retained).
     pub streams: i64,
     /// Of `streams`: closed ones kept by their sessions as data, with no actor (answered in
@@ -662,6 +664,7 @@ impl RuntimeStats {
             requests: get(&self.requests),
             connections: self.connections.load(Ordering::Relaxed),
             sessions,
+            sessions_hibernating: 0,
             streams: self.streams_live(),
             streams_dormant: self.streams_dormant(),
             stream_memory_bytes,

@@ -324,6 +324,7 @@ impl Supervisor {
             self.stream_env.budget.used(),
             self.stream_env.ledger.writer.snapshot(),
         );
+        s.sessions_hibernating = self.registry.sleeping();
         let kept = |(count, bytes): (u64, u64)| crate::stats::Kept { count, bytes };
         s.kept = crate::stats::KeptFigures {
             receipts: kept(self.receipts.kept(&None).1),
