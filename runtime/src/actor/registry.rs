@@ -3,9 +3,13 @@
 //! (never across an await); a handle is cloned out.
 //!
 //! A hibernating session is kept here as data in its handle's place (its actor stopped):
-//! every lookup that finds one wakes it first, under the shard's lock, so callers only ever
-//! see handles. Its deadlines (expiry, parking) are kept in one index that the supervisor's
-//! sweeper reads ([`Registry::due_sleepers`]).
+//! every lookup that finds one wakes it first, so callers only ever see handles. The wake
+//! makes the new actor's address under the shard's lock and starts the actor once the lock
+//! is released. Its deadlines (expiry, parking) are kept in one index that the supervisor's
+//! sweeper reads ([`Registry::wake_due`]); a stop takes hibernating sessions out as data
+//! ([`Registry::take_for_shutdown`]) rather than waking them.
+//!
+//! Lock order: a shard, then `wake_at` or `live_hmacs`; never two shards.
 //!
 //! Every slot is taken by a [`Reservation`] and given back by the drop of that reservation
 //! or of the [`RegistryGuard`] it becomes, on every exit path, so neither count can drift.
@@ -13,13 +17,13 @@
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::{Mutex, RwLock};
 
 use super::budget::MemoryBudget;
 use crate::proto::error::{Overload, Quota, Rejection};
-use crate::proto::ids::SessionId;
+use crate::proto::ids::{SessionId, Tick};
 
 pub(crate) use crate::proto::caller::QuotaKey;
 
@@ -34,16 +38,31 @@ pub(crate) trait Registered: Clone + std::fmt::Debug + Send + Sync + 'static {
     /// Requests' messages waiting in the session's mailbox.
     fn inbox(&self) -> &Arc<Inbox>;
 
-    /// Wake a hibernating session (start its actor) and return its handle. Runs under the
-    /// shard's write lock: it must not use the registry, nor drop the guard it holds.
-    fn wake(asleep: Box<Self::Asleep>) -> Self;
+    /// Wake a hibernating session: the handle of its new actor, and what starts that actor
+    /// (run once the shard's lock is released; messages sent meanwhile wait in its mailbox).
+    /// Runs under the shard's write lock: it must not use the registry, nor drop the guard
+    /// the session holds.
+    fn wake(asleep: Box<Self::Asleep>) -> (Self, Starter);
+
+    /// The registry guard a hibernating session holds.
+    fn guard_of(asleep: &mut Self::Asleep) -> &mut RegistryGuard<Self>;
+}
+
+/// What starts a woken session's actor, outside the registry's locks.
+pub(crate) type Starter = Box<dyn FnOnce()>;
+
+/// Run the starters of the sessions a lookup woke, its lock released.
+fn start(starters: Vec<Starter>) {
+    for s in starters {
+        s();
+    }
 }
 
 /// A registered session: awake (its handle) or hibernating (its deadline in
 /// [`Registry::wake_at`], and its state as data).
 enum Slot<H: Registered> {
     Awake(H),
-    Asleep(u64, Box<H::Asleep>),
+    Asleep(Tick, Box<H::Asleep>),
 }
 
 /// The bound on requests' messages waiting for one session (`sessions.mailbox`), counted
@@ -74,6 +93,13 @@ impl Inbox {
             return Err(Rejection::Overloaded(Overload::Mailbox));
         }
         Ok(InboxTicket(Arc::clone(self)))
+    }
+
+    /// A place for a control message, past the capacity (it must arrive): counted like a
+    /// request's, so the session neither parks nor hibernates while it waits.
+    pub(crate) fn control(self: &Arc<Self>) -> InboxTicket {
+        self.queued.fetch_add(1, Ordering::AcqRel);
+        InboxTicket(Arc::clone(self))
     }
 }
 
@@ -113,16 +139,19 @@ pub(crate) struct Registry<H: Registered> {
     quiet: Arc<tokio::sync::Notify>,
     /// Hibernating sessions.
     sleeping: AtomicUsize,
+    /// Hibernations and wakes so far.
+    hibernations: AtomicU64,
+    wakes: AtomicU64,
     /// When each hibernating session must be woken (to expire or park), by id: one entry per
-    /// hibernating session, taken out when it wakes.
-    wake_at: Mutex<BTreeSet<(u64, SessionId)>>,
+    /// hibernating session, taken out when it wakes or leaves.
+    wake_at: Mutex<BTreeSet<(Tick, SessionId)>>,
 }
 
 impl<H: Registered> std::fmt::Debug for Slot<H> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Slot::Awake(h) => h.fmt(f),
-            Slot::Asleep(at, _) => write!(f, "Asleep until {at}"),
+            Slot::Asleep(at, _) => write!(f, "Asleep until {}", at.0),
         }
     }
 }
@@ -144,6 +173,8 @@ impl<H: Registered> Registry<H> {
             per_key: Mutex::new(HashMap::new()),
             live_hmacs: Mutex::default(),
             sleeping: AtomicUsize::new(0),
+            hibernations: AtomicU64::new(0),
+            wakes: AtomicU64::new(0),
             wake_at: Mutex::default(),
         }
     }
@@ -185,33 +216,60 @@ impl<H: Registered> Registry<H> {
                 Slot::Asleep(..) => {}
             }
         }
-        let mut shard = self.shard(id).write();
-        let h = self.awake(&mut shard, id)?;
-        Some(h.inbox().enter().map(|t| (h.clone(), t)))
+        self.woken(id, |h| h.inbox().enter().map(|t| (h.clone(), t)))
+    }
+
+    /// Find a session (woken if it hibernates) and take a place in its inbox for a control
+    /// message, past its capacity: it cannot park or hibernate before it handles the message.
+    pub(crate) fn enter_control(&self, id: &SessionId) -> Option<(H, InboxTicket)> {
+        self.woken(id, |h| (h.clone(), h.inbox().control()))
     }
 
     /// The handle of a registered session (woken if it hibernates), without a place in its
-    /// inbox (for control messages, which do not wait in it).
+    /// inbox.
     #[must_use]
     pub(crate) fn handle(&self, id: &SessionId) -> Option<H> {
         if let Slot::Awake(h) = self.shard(id).read().get(id)? {
             return Some(h.clone());
         }
-        self.awake(&mut self.shard(id).write(), id).cloned()
+        self.woken(id, H::clone)
     }
 
-    /// The session under `id` in its (write-locked) shard, woken if it hibernates.
+    /// Whether a session is registered (awake or hibernating).
+    #[must_use]
+    pub(crate) fn contains(&self, id: &SessionId) -> bool {
+        self.shard(id).read().contains_key(id)
+    }
+
+    /// `f` of the session under `id`, woken if it hibernates, under its shard's write lock;
+    /// a woken actor starts once the lock is released.
+    fn woken<T>(&self, id: &SessionId, f: impl FnOnce(&H) -> T) -> Option<T> {
+        let mut started = Vec::new();
+        let out = {
+            let mut shard = self.shard(id).write();
+            self.awake(&mut shard, id, &mut started).map(f)
+        };
+        start(started);
+        out
+    }
+
+    /// The session under `id` in its (write-locked) shard, woken if it hibernates (its
+    /// actor's starter pushed to `started`, for after the lock).
     fn awake<'a>(
         &self,
         shard: &'a mut HashMap<SessionId, Slot<H>>,
         id: &SessionId,
+        started: &mut Vec<Starter>,
     ) -> Option<&'a H> {
         if let Slot::Asleep(..) = shard.get(id)? {
             let Some(Slot::Asleep(at, asleep)) = shard.remove(id) else {
                 unreachable!("looked at")
             };
-            shard.insert(id.clone(), Slot::Awake(H::wake(asleep)));
+            let (handle, starter) = H::wake(asleep);
+            shard.insert(id.clone(), Slot::Awake(handle));
+            started.push(starter);
             self.sleeping.fetch_sub(1, Ordering::AcqRel);
+            self.wakes.fetch_add(1, Ordering::Relaxed);
             // (The sweeper's own wakes took it out already.)
             self.wake_at.lock().remove(&(at, id.clone()));
         }
@@ -227,43 +285,79 @@ impl<H: Registered> Registry<H> {
         self.sleeping.load(Ordering::Acquire)
     }
 
+    /// Sessions hibernated and woken so far.
+    #[must_use]
+    pub(crate) fn hibernations_and_wakes(&self) -> (u64, u64) {
+        (self.hibernations.load(Ordering::Relaxed), self.wakes.load(Ordering::Relaxed))
+    }
+
     /// Wake at most `most` hibernating sessions whose deadline (see
     /// [`RegistryGuard::hibernate`]) is at or before `now`; returns how many were woken.
-    pub(crate) fn wake_due(&self, now: u64, most: usize) -> usize {
+    pub(crate) fn wake_due(&self, now: Tick, most: usize) -> usize {
         let due: Vec<SessionId> = {
             let mut wake_at = self.wake_at.lock();
             let mut due = Vec::new();
-            while due.len() < most {
-                match wake_at.first() {
-                    Some((t, _)) if *t <= now => {
-                        due.push(wake_at.pop_first().expect("looked at").1);
-                    }
-                    _ => break,
-                }
+            while due.len() < most && wake_at.first().is_some_and(|(t, _)| *t <= now) {
+                due.push(wake_at.pop_first().expect("looked at").1);
             }
             due
         };
         let mut woken = 0;
         for id in due {
-            let mut shard = self.shard(&id).write();
-            if let Some(Slot::Asleep(..)) = shard.get(&id) {
-                let _ = self.awake(&mut shard, &id);
-                woken += 1;
+            let mut started = Vec::new();
+            {
+                let mut shard = self.shard(&id).write();
+                if let Some(Slot::Asleep(..)) = shard.get(&id) {
+                    let _ = self.awake(&mut shard, &id, &mut started);
+                    woken += 1;
+                }
             }
+            start(started);
         }
         woken
     }
 
     /// The earliest deadline of a hibernating session, if any.
     #[must_use]
-    pub(crate) fn next_wake(&self) -> Option<u64> {
+    pub(crate) fn next_wake(&self) -> Option<Tick> {
         self.wake_at.lock().first().map(|(t, _)| *t)
     }
 
-    /// Whether a session is registered.
-    #[must_use]
-    pub(crate) fn contains(&self, id: &SessionId) -> bool {
-        self.shard(id).read().contains_key(id)
+    /// Take every hibernating session out, as data: each has left the table (its guard
+    /// gives its slot back when it is dropped, outside the locks).
+    fn take_sleepers(&self) -> Vec<Box<H::Asleep>> {
+        let mut taken = Vec::new();
+        for shard in &self.shards {
+            let mut shard = shard.write();
+            let ids: Vec<SessionId> = shard
+                .iter()
+                .filter(|(_, slot)| matches!(slot, Slot::Asleep(..)))
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in ids {
+                let Some(Slot::Asleep(at, mut asleep)) = shard.remove(&id) else { continue };
+                let guard = H::guard_of(&mut asleep);
+                guard.removed = true;
+                self.live_hmacs.lock().remove(&guard.hmac);
+                self.wake_at.lock().remove(&(at, id));
+                self.sleeping.fetch_sub(1, Ordering::AcqRel);
+                taken.push(asleep);
+            }
+        }
+        taken
+    }
+
+    /// For a stop: the awake sessions' handles, and the hibernating sessions taken out as data
+    /// (the caller records each and drops it, which frees its slot). A session that
+    /// hibernates meanwhile is refused by its own check of the phase, under its shard's lock.
+    pub(crate) fn take_for_shutdown(&self) -> (Vec<H>, Vec<Box<H::Asleep>>) {
+        let sleepers = self.take_sleepers();
+        (self.all_awake(), sleepers)
+    }
+
+    /// Drop every hibernating session (its supervisor is gone: nothing will wake it).
+    pub(crate) fn drop_sleepers(&self) {
+        drop(self.take_sleepers());
     }
 
     /// Reserve a slot for `key` if it has fewer than `limits.max_per_key` sessions, its memory
@@ -332,18 +426,6 @@ impl<H: Registered> Registry<H> {
         self.per_key.lock().get(key).map_or(0, |c| c.sessions)
     }
 
-    /// Every handle, hibernating sessions woken (for shutdown).
-    #[must_use]
-    pub(crate) fn all(&self) -> Vec<H> {
-        let mut all = Vec::new();
-        for shard in &self.shards {
-            let mut shard = shard.write();
-            let ids: Vec<SessionId> = shard.keys().cloned().collect();
-            all.extend(ids.iter().filter_map(|id| self.awake(&mut shard, id).cloned()));
-        }
-        all
-    }
-
     /// The handles of the sessions that are awake (a hibernating one has nothing running).
     #[must_use]
     pub(crate) fn all_awake(&self) -> Vec<H> {
@@ -398,7 +480,10 @@ impl<H: Registered> Reservation<H> {
         let key = self.key.take().expect("reservation used once");
         let inbox = Arc::clone(handle.inbox());
         registry.live_hmacs.lock().insert(Arc::clone(&hmac), id.clone());
-        registry.shard(&id).write().insert(id.clone(), Slot::Awake(handle));
+        let old = registry.shard(&id).write().insert(id.clone(), Slot::Awake(handle));
+        debug_assert!(old.is_none(), "a session id is inserted once");
+        // Dropped outside the shard's lock.
+        drop(old);
         RegistryGuard { registry, id, key, inbox, hmac, removed: false }
     }
 }
@@ -432,27 +517,30 @@ impl<H: Registered> RegistryGuard<H> {
     }
 
     /// Hibernate the session: `asleep` (given this guard) takes its handle's place, and the
-    /// session is woken at `wake_at` at the latest; unless a request holds a place in its
-    /// inbox (then the guard comes back and the session stays awake). `asleep` runs under the
-    /// shard's lock.
+    /// session is woken at `wake_at` at the latest. Refused (the guard comes back, the
+    /// session stays awake) while a request or control message holds a place in its inbox,
+    /// or when `may` says no: both are checked under the shard's lock, which every lookup
+    /// and a stop's sweep of the table take too. `may` and `asleep` run under that lock.
     ///
     /// # Errors
-    /// The guard, when the inbox is not empty.
+    /// The guard, when refused.
     pub(crate) fn hibernate(
         self,
-        wake_at: u64,
+        wake_at: Tick,
+        may: impl FnOnce() -> bool,
         asleep: impl FnOnce(RegistryGuard<H>) -> Box<H::Asleep>,
     ) -> Result<(), RegistryGuard<H>> {
         let registry = Arc::clone(&self.registry);
         let id = self.id.clone();
         let mut shard = registry.shard(&id).write();
-        if self.inbox.queued.load(Ordering::Acquire) > 0 {
+        if self.inbox.queued.load(Ordering::Acquire) > 0 || !may() {
             drop(shard);
             return Err(self);
         }
         // The entry is this session's (the guard removes it only on drop).
         let old = shard.insert(id.clone(), Slot::Asleep(wake_at, asleep(self)));
         registry.sleeping.fetch_add(1, Ordering::AcqRel);
+        registry.hibernations.fetch_add(1, Ordering::Relaxed);
         registry.wake_at.lock().insert((wake_at, id));
         drop(shard);
         // The awake handle goes outside the lock.
@@ -489,7 +577,8 @@ impl<H: Registered> Drop for RegistryGuard<H> {
             let gone = shard.remove(&self.id);
             self.registry.live_hmacs.lock().remove(&self.hmac);
             drop(shard);
-            // A guard lives in the session (awake or asleep), never in its own entry.
+            // A hibernating session's guard is in its entry: it is dropped only once taken
+            // out (`removed` set), never through its own removal here.
             debug_assert!(!matches!(gone, Some(Slot::Asleep(..))), "a guard dropped while asleep");
         }
         self.registry.release(&self.key);
@@ -511,12 +600,15 @@ mod tests {
             &self.0
         }
 
-        fn wake(asleep: Box<RegistryGuard<Handle>>) -> Handle {
+        fn wake(asleep: Box<RegistryGuard<Handle>>) -> (Handle, Starter) {
             let inbox = Arc::clone(asleep.inbox());
-            // The woken "session" holds its guard (here, nowhere: it lives on in a leak, as
-            // an actor's would in the actor).
+            // The woken "session" keeps its guard, as an actor would: here it is leaked.
             std::mem::forget(asleep);
-            Handle(inbox)
+            (Handle(inbox), Box::new(|| {}))
+        }
+
+        fn guard_of(asleep: &mut RegistryGuard<Handle>) -> &mut RegistryGuard<Handle> {
+            asleep
         }
     }
 
@@ -592,10 +684,14 @@ mod tests {
         let r = Arc::new(Registry::<Handle>::default());
         let (id, inbox, guard) = registered(&r, 1);
         let ticket = inbox.enter().unwrap();
-        let guard = guard.hibernate(50, Box::new).expect_err("a request holds a place");
+        let guard = guard.hibernate(Tick(50), || true, Box::new).expect_err("a request waits");
         drop(ticket);
-        guard.hibernate(50, Box::new).expect("an empty inbox");
-        assert_eq!((r.len(), r.sleeping(), r.next_wake()), (1, 1, Some(50)));
+        let control = inbox.control();
+        let guard = guard.hibernate(Tick(50), || true, Box::new).expect_err("a control message");
+        drop(control);
+        let guard = guard.hibernate(Tick(50), || false, Box::new).expect_err("refused by `may`");
+        guard.hibernate(Tick(50), || true, Box::new).expect("an empty inbox");
+        assert_eq!((r.len(), r.sleeping(), r.next_wake()), (1, 1, Some(Tick(50))));
         assert!(r.contains(&id) && r.is_live_hmac("h1"), "still live");
         assert!(r.all_awake().is_empty());
         let (h, _ticket) = r.enter(&id).unwrap().unwrap();
@@ -608,12 +704,16 @@ mod tests {
         let r = Arc::new(Registry::<Handle>::default());
         for (n, at) in [(1, 10), (2, 20), (3, 30)] {
             let (_, _, guard) = registered(&r, n);
-            guard.hibernate(at, Box::new).unwrap();
+            guard.hibernate(Tick(at), || true, Box::new).unwrap();
         }
-        assert_eq!(r.wake_due(20, 1), 1);
-        assert_eq!(r.wake_due(20, 5), 1);
-        assert_eq!((r.sleeping(), r.next_wake(), r.len()), (1, Some(30), 3));
-        assert_eq!(r.all().len(), 3, "a stop wakes the rest");
-        assert_eq!((r.sleeping(), r.next_wake()), (0, None));
+        assert_eq!(r.wake_due(Tick(20), 1), 1);
+        assert_eq!(r.wake_due(Tick(20), 5), 1);
+        assert_eq!((r.sleeping(), r.next_wake(), r.len()), (1, Some(Tick(30)), 3));
+        assert_eq!(r.hibernations_and_wakes(), (3, 2));
+        let (awake, asleep) = r.take_for_shutdown();
+        assert_eq!((awake.len(), asleep.len()), (2, 1), "a stop takes the sleeper out as data");
+        assert_eq!((r.sleeping(), r.next_wake(), r.is_live_hmac("h3")), (0, None, false));
+        drop(asleep);
+        assert_eq!(r.len(), 2, "its slot is given back when it is dropped");
     }
 }

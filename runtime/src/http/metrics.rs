@@ -174,6 +174,19 @@ impl Collector for SupervisorCollector {
             "Live sessions kept as data while they have nothing to do (no actor; woken by their next request)",
             sup.sessions_hibernating() as i64,
         )?;
+        let (hibernated, woken) = sup.sessions_hibernated_and_woken();
+        counter(
+            &mut e,
+            "mcp_sessions_hibernated",
+            "Hibernations of idle sessions (each woken again, or ended or parked by its deadline)",
+            hibernated,
+        )?;
+        counter(
+            &mut e,
+            "mcp_sessions_woken",
+            "Hibernating sessions woken (by a request, a lookup or their expiry or park time)",
+            woken,
+        )?;
         let m = st.metrics();
         counter(
             &mut e,

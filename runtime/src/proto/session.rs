@@ -184,20 +184,6 @@ pub(crate) struct SleepingCore {
     dirty: bool,
 }
 
-impl SleepingCore {
-    /// When it has something to do without a request: expire, or park, whichever comes first
-    /// under `limits` (its shell wakes it then).
-    #[must_use]
-    pub(crate) fn deadline(&self, limits: &SessionLimits) -> Tick {
-        let expiry = self.last_activity.plus_ms(limits.idle_ttl_ms);
-        if limits.park_after_ms < limits.idle_ttl_ms {
-            expiry.min(self.last_activity.plus_ms(limits.park_after_ms))
-        } else {
-            expiry
-        }
-    }
-}
-
 impl<R, S, P> SessionCore<R, S, P> {
     /// A new active session.
     #[cfg(test)]
@@ -245,22 +231,27 @@ impl<R, S, P> SessionCore<R, S, P> {
         }
     }
 
-    /// What it keeps while it hibernates, or `None` unless it is active with nothing at all
-    /// in its tables (no request, connection, stream or client request).
+    /// What it keeps while it hibernates, and when it must be woken without a request (it
+    /// expires or parks then); `None` unless it is active with nothing at all in its tables
+    /// (no request, connection, stream or client request).
     #[must_use]
-    pub(crate) fn sleep(&self) -> Option<SleepingCore> {
+    pub(crate) fn sleep(&self) -> Option<(SleepingCore, Tick)> {
         let empty = self.streams.is_empty() && self.pending.is_empty();
-        (empty && self.idle_since().is_some()).then_some(SleepingCore {
-            version: self.version,
-            generation: self.generation,
-            log_level: self.log_level,
-            next_stream: self.next_stream,
-            next_client_request: self.next_client_request,
-            last_activity: self.last_activity,
-            incarnation: self.incarnation,
-            recorded: self.recorded,
-            dirty: self.dirty,
-        })
+        let wake_at = [self.idle_deadline(), self.park_deadline()].into_iter().flatten().min()?;
+        empty.then_some((
+            SleepingCore {
+                version: self.version,
+                generation: self.generation,
+                log_level: self.log_level,
+                next_stream: self.next_stream,
+                next_client_request: self.next_client_request,
+                last_activity: self.last_activity,
+                incarnation: self.incarnation,
+                recorded: self.recorded,
+                dirty: self.dirty,
+            },
+            wake_at,
+        ))
     }
 
     /// A hibernating session's core, woken at `now` (it stays awake for `hibernate_after_ms`

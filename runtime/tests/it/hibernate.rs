@@ -48,8 +48,52 @@ async fn an_idle_session_hibernates_and_its_next_request_wakes_it_without_the_le
     assert_eq!(get.status, StatusCode::OK);
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     assert_eq!(h.sup.sessions_hibernating(), 0, "an open stream keeps it awake");
+    // Not yet hibernated: a GET stream, once opened, is kept for its resume, with no
+    // retention of its own, and the session keeps its actor while it has one.
     drop(get);
-    hibernating(&h, 0).await;
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert_eq!((h.sup.sessions_hibernating(), h.sup.stats_snapshot().streams), (0, 1));
+}
+
+#[actix_web::test]
+async fn a_woken_session_keeps_its_log_level() {
+    // Real time: the level's record is committed by the ledger writer's thread.
+    let h = harness_with(cfg(|c| c.sessions.hibernate_after_ms = 100)).await;
+    let quiet = h.client("2025-11-25").await;
+    let mut r = json_call(&quiet, 1, "logging/setLevel", json!({"level": "warning"})).await;
+    assert_eq!(r.json().await["id"], 1);
+    let loud = h.client("2025-11-25").await;
+    ping(&loud, 1).await;
+    hibernating(&h, 2).await;
+    h.gate.open(2);
+    // The gated tool logs at info: heard by the session at the default level only.
+    let logs =
+        |msgs: &[Value]| msgs.iter().filter(|m| m["method"] == "notifications/message").count();
+    let msgs = quiet.call_tool(2, "gated", json!({})).await.rest().await;
+    assert_eq!((logs(&msgs), text_of(msgs.last().unwrap())), (0, "done"), "{msgs:?}");
+    let msgs = loud.call_tool(2, "gated", json!({})).await.rest().await;
+    assert_eq!(logs(&msgs), 2, "{msgs:?}");
+}
+
+#[actix_web::test]
+async fn a_session_refused_its_hibernation_by_a_drain_stays_registered_until_stopped() {
+    tokio::time::pause();
+    let h = harness().await;
+    let idle = h.client("2025-11-25").await;
+    ping(&idle, 1).await;
+    let busy = h.client("2025-11-25").await;
+    let _running = busy.call_tool(2, "gated", json!({})).await;
+    h.gate.started(1).await;
+    h.sup.begin_drain();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(
+        (h.sup.session_count(), h.sup.sessions_hibernating()),
+        (2, 0),
+        "the idle session stays, awake, while the drain waits for the busy one"
+    );
+    assert_eq!(h.sup.shutdown(), 2, "and is told to stop");
+    h.gate.open(1);
+    until("both sessions stopped", || h.sup.session_count() == 0).await;
 }
 
 #[actix_web::test]
@@ -82,7 +126,7 @@ async fn a_hibernating_session_expires_at_its_idle_ttl_and_then_answers_404() {
 }
 
 #[actix_web::test]
-async fn a_request_after_the_idle_ttl_finds_the_hibernating_session_expired() {
+async fn a_request_after_the_idle_ttl_never_reaches_the_hibernating_session() {
     tokio::time::pause();
     let h = harness_with(cfg(|c| c.sessions.idle_ttl_secs = 3)).await;
     let c = h.client("2025-11-25").await;
@@ -139,15 +183,15 @@ async fn a_hibernating_session_keeps_its_place_in_its_callers_quota() {
 }
 
 #[actix_web::test]
-async fn a_stop_wakes_and_ends_hibernating_sessions() {
+async fn a_stop_ends_hibernating_sessions_without_waking_them() {
     tokio::time::pause();
     let h = harness().await;
     let c = h.client("2025-11-25").await;
     ping(&c, 1).await;
     hibernating(&h, 1).await;
-    assert_eq!(h.sup.shutdown(), 1, "told to stop, as an awake session");
-    until("the session stopped", || h.sup.session_count() == 0).await;
-    assert_eq!(h.sup.sessions_hibernating(), 0);
+    assert_eq!(h.sup.shutdown(), 1, "counted with the sessions told to stop");
+    assert_eq!((h.sup.session_count(), h.sup.sessions_hibernating()), (0, 0), "gone at once");
+    assert_eq!(h.sup.sessions_hibernated_and_woken(), (1, 0), "recorded as data, not woken");
 }
 
 #[actix_web::test]

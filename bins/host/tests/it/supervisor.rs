@@ -344,6 +344,11 @@ fn metrics_parse_as_prometheus_text_and_move_when_traffic_flows() {
         get(&after, "mcp_ledger_batches_total") > get(&before, "mcp_ledger_batches_total"),
         "the ledger committed"
     );
+    for series in
+        ["mcp_sessions_hibernating", "mcp_sessions_hibernated_total", "mcp_sessions_woken_total"]
+    {
+        assert!(after.contains_key(series), "{series} is exported");
+    }
     assert!(get(&after, "mcp_ledger_commit_seconds_count") > 0.0);
     // The unknown session's 404 came after a ledger read (a revive looked for it).
     assert!(

@@ -113,7 +113,11 @@ pub(crate) enum Relayed {
     Level(crate::proto::mcp::LogLevel),
 }
 
-/// Stop the session (process shutdown).
+/// Stop the session (process shutdown, or an id never handed out).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub(crate) struct Shutdown;
+pub(crate) struct Shutdown {
+    /// Its place in the session's inbox (from the registry), given back once handled: the
+    /// session does not hibernate while the message waits.
+    pub(crate) _place: Option<super::InboxTicket>,
+}

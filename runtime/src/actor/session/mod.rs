@@ -144,7 +144,7 @@ impl Actor for SessionActor {
             // Created or revived as a drain began, after the supervisor told every registered
             // session to stop: it stops too (its first record is on its way, so its id stays
             // valid for the next process).
-            ctx.notify(Shutdown);
+            ctx.notify(Shutdown { _place: None });
         }
     }
 
@@ -275,8 +275,12 @@ impl Registered for SessionHandle {
         &self.inbox
     }
 
-    fn wake(asleep: Box<SleepingSession>) -> SessionHandle {
+    fn wake(asleep: Box<SleepingSession>) -> (SessionHandle, crate::actor::registry::Starter) {
         sleep::wake(*asleep)
+    }
+
+    fn guard_of(asleep: &mut SleepingSession) -> &mut RegistryGuard<SessionHandle> {
+        asleep.guard_mut()
     }
 }
 

@@ -99,23 +99,12 @@ impl SessionActor {
         state: RecordState,
         last_used: Tick,
     ) -> Vec<crate::ledger::Op> {
-        self.meta.record_ops(
-            &self.ledger,
-            durable::SessionNow {
-                version: self.core.version().as_str(),
-                generation: self.core.generation().0,
-                state,
-                log_level: self.core.log_level().map(LogLevel::as_str),
-                incarnation: self.core.incarnation(),
-                last_used,
-                handshake: Handshake {
-                    requested_version: self.requested_version.clone(),
-                    capabilities: (*self.client_caps).clone(),
-                    client_info: self.client_info.clone(),
-                },
-                streams: self.core.stream_ids(),
-            },
-        )
+        let handshake = Handshake {
+            requested_version: self.requested_version.clone(),
+            capabilities: (*self.client_caps).clone(),
+            client_info: self.client_info.clone(),
+        };
+        record_ops(&self.meta, &self.ledger, &self.core, state, last_used, handshake)
     }
 
     /// The session ended for good (DELETE, expiry): its record says so until it expires (its
@@ -206,4 +195,28 @@ impl SessionActor {
         }
         self.ledger.writer.submit(ops);
     }
+}
+
+/// The writes of a session's record as `core` states it (a hibernating session's too).
+pub(super) fn record_ops<R, S, P>(
+    meta: &durable::SessionMeta,
+    ledger: &durable::LedgerCtx,
+    core: &crate::proto::session::SessionCore<R, S, P>,
+    state: RecordState,
+    last_used: Tick,
+    handshake: Handshake,
+) -> Vec<crate::ledger::Op> {
+    meta.record_ops(
+        ledger,
+        durable::SessionNow {
+            version: core.version().as_str(),
+            generation: core.generation().0,
+            state,
+            log_level: core.log_level().map(LogLevel::as_str),
+            incarnation: core.incarnation(),
+            last_used,
+            handshake,
+            streams: core.stream_ids(),
+        },
+    )
 }

@@ -3,24 +3,28 @@
 //! data, a [`SleepingSession`]: no task, mailbox, timer or tracing span. Its next request
 //! (or any lookup, or the supervisor's sweeper at its expiry or parking deadline) wakes it
 //! into a new actor that goes on where it stopped: same incarnation, numbering, log level and
-//! last use, no ledger read or write. It stays live throughout: counted in the registry, its
-//! caller's quota and its generation.
+//! last use, no ledger read or write. A stop records it as data, without waking it. It stays
+//! live throughout: counted in the registry, its caller's quota and its generation.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use actix::prelude::*;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use super::persist::record_ops;
 use super::{
-    SessionActor, SessionHandle, SessionStreams, session_limits, session_links, session_span,
+    RequestTask, SessionActor, SessionHandle, SessionStreams, session_limits, session_links,
+    session_span,
 };
 use crate::actor::budget::{Charge, MemoryBudget};
+use crate::actor::dormant::StreamHandle;
 use crate::actor::durable::SessionMeta;
 use crate::actor::env::SessionEnv;
 use crate::actor::generations::GenCount;
 use crate::actor::lifecycle::Phase;
-use crate::actor::registry::RegistryGuard;
+use crate::actor::registry::{RegistryGuard, Starter};
+use crate::ledger::codec::{Handshake, RecordState};
 use crate::proto::error::Rejection;
 use crate::proto::event_id::CursorSigner;
 use crate::proto::session::{SessionCore, SleepingCore};
@@ -29,18 +33,25 @@ use crate::proto::session::{SessionCore, SleepingCore};
 /// holds for its whole life (names, signer, handshake, counts and charges). The handshake's
 /// JSON is kept as text: a parsed object costs a tree node of about 600 bytes per level.
 pub(crate) struct SleepingSession {
+    guard: RegistryGuard<SessionHandle>,
+    generation: GenCount,
+    handshake: Charge,
+    kept: Kept,
+}
+
+/// A sleeping session's state besides what it owns alone (guard, counts, charges): built
+/// before the registry's lock is taken, and dropped if the hibernation is refused.
+struct Kept {
     core: SleepingCore,
     principal: Option<Arc<str>>,
     owner: Option<Arc<str>>,
     names: Arc<[Arc<str>]>,
     signer: Arc<CursorSigner>,
     streams: SessionStreams,
-    generation: GenCount,
     client_caps: Box<RawValue>,
-    sup: Arc<dyn SessionEnv>,
-    guard: RegistryGuard<SessionHandle>,
+    /// Weak: the registry that keeps the session belongs to the supervisor (no cycle).
+    sup: Weak<dyn SessionEnv>,
     caller_budget: Arc<MemoryBudget>,
-    handshake: Charge,
     meta: SessionMeta,
     client_info: Box<RawValue>,
     requested_version: Option<String>,
@@ -58,41 +69,50 @@ fn parsed(raw: &RawValue) -> Value {
 
 impl SessionActor {
     /// Hibernate if nothing is open and the session may: it hands its state to the registry
-    /// and stops. Refused (it stays awake another `hibernate_after_ms`) while a request holds
-    /// a place in its inbox, a stream is kept, its first record is not handed to the ledger
-    /// yet, or the host is not serving.
+    /// and stops. Refused (it stays awake another `hibernate_after_ms`) while a request or a
+    /// control message holds a place in its inbox, a stream is kept, its first record is not
+    /// handed to the ledger yet, or the host is not serving (checked under the registry's
+    /// lock, which a stop's sweep of the table takes too).
     pub(super) fn hibernate(&mut self, ctx: &mut Context<Self>) -> bool {
         let now = self.sup.now();
         self.record_if_due();
-        let sleeping = self.core.sleep().filter(|_| {
-            self.dormant_until.is_empty()
-                && self.on_recorded.is_none()
-                && self.sup.phase() == Phase::Serving
-        });
-        let (Some(core), Some(guard)) = (sleeping, self.guard.take()) else {
+        let core = self
+            .core
+            .sleep()
+            .filter(|_| self.dormant_until.is_empty() && self.on_recorded.is_none());
+        let Some((core, deadline)) = core else {
             self.core.stay_awake(now);
             return false;
         };
-        let limits = session_limits(&*self.sup, self.generation_count.as_ref().expect("awake"));
-        let hibernated = guard.hibernate(core.deadline(&limits).0, |guard| {
-            Box::new(SleepingSession {
-                core,
-                principal: self.principal.clone(),
-                owner: self.owner.clone(),
-                names: Arc::clone(&self.names),
-                signer: Arc::clone(&self.signer),
-                streams: self.streams.clone(),
-                generation: self.generation_count.take().expect("awake"),
-                client_caps: raw(&self.client_caps),
-                sup: Arc::clone(&self.sup),
-                guard,
-                caller_budget: Arc::clone(&self.caller_budget),
-                handshake: self.handshake_charge.take().expect("awake"),
-                meta: self.meta.clone(),
-                client_info: raw(&self.client_info),
-                requested_version: self.requested_version.take(),
-            })
-        });
+        let Some(guard) = self.guard.take() else { return false };
+        let kept = Kept {
+            core,
+            principal: self.principal.clone(),
+            owner: self.owner.clone(),
+            names: Arc::clone(&self.names),
+            signer: Arc::clone(&self.signer),
+            streams: self.streams.clone(),
+            client_caps: raw(&self.client_caps),
+            sup: Arc::downgrade(&self.sup),
+            caller_budget: Arc::clone(&self.caller_budget),
+            meta: self.meta.clone(),
+            client_info: raw(&self.client_info),
+            requested_version: self.requested_version.clone(),
+        };
+        let sup = Arc::clone(&self.sup);
+        let (generation, handshake) = (&mut self.generation_count, &mut self.handshake_charge);
+        let hibernated = guard.hibernate(
+            deadline,
+            || sup.phase() == Phase::Serving,
+            |guard| {
+                Box::new(SleepingSession {
+                    guard,
+                    generation: generation.take().expect("awake: its count is its own"),
+                    handshake: handshake.take().expect("awake: its charge is its own"),
+                    kept,
+                })
+            },
+        );
         match hibernated {
             Ok(()) => {
                 tracing::debug!("session hibernated");
@@ -109,50 +129,86 @@ impl SessionActor {
     }
 
     /// The actor of a session woken from hibernation.
-    fn woken(s: SleepingSession, addr: &Addr<SessionActor>) -> SessionActor {
-        let limits = session_limits(&*s.sup, &s.generation);
-        let now = s.sup.now();
-        let span = session_span(&s.meta.hmac, &s.generation);
+    fn woken(s: SleepingSession, sup: Arc<dyn SessionEnv>, addr: &Addr<SessionActor>) -> Self {
+        let SleepingSession { guard, generation, handshake, kept: k } = s;
+        let limits = session_limits(&*sup, &generation);
+        let now = sup.now();
         SessionActor {
-            core: SessionCore::wake(s.core, limits, now),
+            core: SessionCore::wake(k.core, limits, now),
             dormant_until: std::collections::BTreeSet::new(),
-            principal: s.principal,
-            owner: s.owner,
-            names: s.names,
-            signer: s.signer,
-            streams: s.streams,
-            gens: Arc::clone(s.sup.generations()),
-            generation_count: Some(s.generation),
-            client_caps: Arc::new(parsed(&s.client_caps)),
-            guard: Some(s.guard),
+            principal: k.principal,
+            owner: k.owner,
+            names: k.names,
+            signer: k.signer,
+            streams: k.streams,
+            gens: Arc::clone(sup.generations()),
+            span: session_span(&k.meta.hmac, &generation),
+            generation_count: Some(generation),
+            client_caps: Arc::new(parsed(&k.client_caps)),
+            guard: Some(guard),
             timer: None,
             ended_by: Rejection::SessionNotFound,
             link: Arc::new(addr.clone().recipient()),
             links: session_links(addr),
-            caller_budget: s.caller_budget,
-            handshake_charge: Some(s.handshake),
-            meta: s.meta,
-            client_info: parsed(&s.client_info),
-            requested_version: s.requested_version,
-            ledger: Arc::clone(&s.sup.stream_env().ledger),
+            caller_budget: k.caller_budget,
+            handshake_charge: Some(handshake),
+            meta: k.meta,
+            client_info: parsed(&k.client_info),
+            requested_version: k.requested_version,
+            ledger: Arc::clone(&sup.stream_env().ledger),
             on_recorded: None,
-            span,
-            sup: s.sup,
+            sup,
         }
     }
 }
 
-/// Start a hibernating session's actor; its handle, for the registry. Runs on an actix
-/// arbiter (a request's worker, or the sweeper's).
-pub(super) fn wake(s: SleepingSession) -> SessionHandle {
-    let mailbox = s.sup.config().sessions.mailbox;
-    let inbox = Arc::clone(s.guard.inbox());
-    let principal = s.principal.clone();
-    let signer = Arc::clone(&s.signer);
-    let caller_budget = Arc::clone(&s.caller_budget);
-    let addr = SessionActor::create(move |ctx| {
-        ctx.set_mailbox_capacity(mailbox);
-        SessionActor::woken(s, &ctx.address())
-    });
-    SessionHandle { addr, inbox, principal, signer, caller_budget }
+impl SleepingSession {
+    /// The guard it holds (the registry marks it taken out).
+    pub(super) fn guard_mut(&mut self) -> &mut RegistryGuard<SessionHandle> {
+        &mut self.guard
+    }
+
+    /// A stop, without waking it: its record as of its last use (as an awake session's
+    /// `Shutdown` writes it), then it is dropped, which frees its slot.
+    pub(crate) fn shut_down(self) {
+        let Some(sup) = self.kept.sup.upgrade() else { return };
+        let k = &self.kept;
+        let limits = session_limits(&*sup, &self.generation);
+        let core: SessionCore<RequestTask, StreamHandle, super::ClientRequestRoute> =
+            SessionCore::wake(k.core, limits, sup.now());
+        let handshake = Handshake {
+            requested_version: k.requested_version.clone(),
+            capabilities: parsed(&k.client_caps),
+            client_info: parsed(&k.client_info),
+        };
+        let ledger = &sup.stream_env().ledger;
+        let used = core.last_activity();
+        ledger.writer.submit(record_ops(
+            &k.meta,
+            ledger,
+            &core,
+            RecordState::Active,
+            used,
+            handshake,
+        ));
+    }
+}
+
+/// A hibernating session's new actor: its handle, made under the registry's lock, and what
+/// starts it, run once the lock is released (on an actix arbiter: a request's worker, the
+/// sweeper's, a stop's).
+pub(super) fn wake(s: SleepingSession) -> (SessionHandle, Starter) {
+    let sup = s.kept.sup.upgrade().expect("a session is woken through its supervisor, alive");
+    let mut ctx = Context::<SessionActor>::new();
+    ctx.set_mailbox_capacity(sup.config().sessions.mailbox);
+    let addr = ctx.address();
+    let handle = SessionHandle {
+        addr: addr.clone(),
+        inbox: Arc::clone(s.guard.inbox()),
+        principal: s.kept.principal.clone(),
+        signer: Arc::clone(&s.kept.signer),
+        caller_budget: Arc::clone(&s.kept.caller_budget),
+    };
+    let actor = SessionActor::woken(s, sup, &addr);
+    (handle, Box::new(move || drop(ctx.run(actor))))
 }

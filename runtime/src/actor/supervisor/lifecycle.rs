@@ -167,12 +167,17 @@ impl Supervisor {
         self.begin_drain();
         // 2026-07-28 requests have no "after the restart": they are answered "drained" now.
         self.gens.end_stateless_requests(None);
-        let all = self.registry.all();
-        for h in &all {
+        let (awake, asleep) = self.registry.take_for_shutdown();
+        for h in &awake {
             // Control message: it must arrive.
-            h.addr.do_send(crate::actor::session::Shutdown);
+            h.addr.do_send(crate::actor::session::Shutdown { _place: None });
         }
-        all.len()
+        // Recorded as data, not woken: a stop with many of them does not start their actors.
+        let hibernating = asleep.len();
+        for s in asleep {
+            s.shut_down();
+        }
+        awake.len() + hibernating
     }
 }
 

@@ -89,9 +89,23 @@ pub struct Supervisor {
     receipts: Arc<Receipts>,
     /// State handles (also attached to the catalog, for the tools).
     handles: Arc<crate::stores::handles::Handles>,
-    /// The sweeper that wakes hibernating sessions at their deadlines runs (started by the
-    /// first hibernation, on that session's arbiter).
-    sleep_sweeper: std::sync::atomic::AtomicBool,
+    /// The sweeper that wakes hibernating sessions at their deadlines (started by a
+    /// hibernation, on that session's arbiter; started again by the next one if that arbiter
+    /// stopped).
+    sleep_sweeper: Mutex<Option<actix_rt::task::JoinHandle<()>>>,
+    /// Itself, for the tasks it starts (they must not keep it alive); set once made.
+    me: std::sync::OnceLock<std::sync::Weak<Supervisor>>,
+}
+
+impl Drop for Supervisor {
+    fn drop(&mut self) {
+        // Hibernating sessions hold nothing of it (a weak link), so it can go: they go too,
+        // with nothing left to wake them.
+        self.registry.drop_sleepers();
+        if let Some(sweeper) = self.sleep_sweeper.get_mut().take() {
+            sweeper.abort();
+        }
+    }
 }
 
 impl std::fmt::Debug for Supervisor {
@@ -209,6 +223,7 @@ impl Supervisor {
             },
         ));
         let sup = Arc::new(Supervisor {
+            me: std::sync::OnceLock::new(),
             state_keys: stream_env.ledger.ledger.derive_rotated("mcp-host requestState v1"),
             modern_results,
             tasks,
@@ -242,9 +257,10 @@ impl Supervisor {
             settling,
             receipts,
             handles,
-            sleep_sweeper: std::sync::atomic::AtomicBool::new(false),
+            sleep_sweeper: Mutex::new(None),
             cfg: Arc::new(cfg),
         });
+        sup.me.set(Arc::downgrade(&sup)).expect("set once, here");
         sup.hear_ends();
         sup.tasks.hear();
         sup.relay_changes();

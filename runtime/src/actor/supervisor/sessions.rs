@@ -32,9 +32,9 @@ impl Supervisor {
     /// A session whose id was never handed out (its first record was not committed in time):
     /// it stops. Its record, if it lands later, names a session nobody knows; it expires.
     pub(crate) fn abandon_unrecorded(&self, id: &SessionId) {
-        if let Some(h) = self.registry.handle(id) {
+        if let Some((h, place)) = self.registry.enter_control(id) {
             // Control message: it must arrive (its inbox may be full).
-            h.addr.do_send(crate::actor::session::Shutdown);
+            h.addr.do_send(crate::actor::session::Shutdown { _place: Some(place) });
         }
     }
 
@@ -50,35 +50,41 @@ impl Supervisor {
         self.registry.sleeping()
     }
 
-    /// Start, once, the task that wakes hibernating sessions at their deadlines (expiry,
-    /// parking), where their actors then end or park them. On the calling actix arbiter; it
-    /// lives as long as the registry.
+    /// Sessions hibernated and woken since the start.
+    #[must_use]
+    pub fn sessions_hibernated_and_woken(&self) -> (u64, u64) {
+        self.registry.hibernations_and_wakes()
+    }
+
+    /// Start the task that wakes hibernating sessions at their deadlines (expiry, parking),
+    /// where their actors then end or park them, unless it runs: on the calling actix arbiter
+    /// (a hibernating session's), as long as the supervisor lives.
     pub(crate) fn start_sleep_sweeper(&self) {
-        use std::sync::atomic::Ordering;
         /// Longest sleep of the sweeper: a deadline is met within this (a session hibernated
         /// meanwhile may have an earlier one than the sweeper knew).
         const ROUND_MS: u64 = 1_000;
         /// Most sessions woken per round: a burst of deadlines does not hold the arbiter.
         const WAKE_PER_ROUND: usize = 256;
-        if self.sleep_sweeper.swap(true, Ordering::AcqRel) {
+        let mut running = self.sleep_sweeper.lock();
+        if running.as_ref().is_some_and(|h| !h.is_finished()) {
             return;
         }
-        let registry = Arc::downgrade(&self.registry);
-        let clock = self.stream_env.clock;
-        actix_rt::spawn(async move {
+        let Some(me) = self.me.get().cloned() else { return };
+        *running = Some(actix_rt::spawn(async move {
             loop {
-                let Some(r) = registry.upgrade() else { return };
-                let now = clock.now().0;
-                let woken = r.wake_due(now, WAKE_PER_ROUND);
-                let next = r.next_wake().map_or(ROUND_MS, |t| t.saturating_sub(now).min(ROUND_MS));
-                drop(r);
+                let Some(sup) = me.upgrade() else { return };
+                let now = sup.now();
+                let woken = sup.registry.wake_due(now, WAKE_PER_ROUND);
+                let next = sup.registry.next_wake().map_or(ROUND_MS, |t| t.0.saturating_sub(now.0));
+                drop(sup);
                 if woken == WAKE_PER_ROUND {
                     tokio::task::yield_now().await;
                 } else {
-                    tokio::time::sleep(std::time::Duration::from_millis(next.max(1))).await;
+                    let ms = next.clamp(1, ROUND_MS);
+                    tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
                 }
             }
-        });
+        }));
     }
 
     /// Find a session for a caller. Another caller's session is reported as not found.

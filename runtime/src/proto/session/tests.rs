@@ -400,13 +400,11 @@ fn an_idle_session_with_empty_tables_hibernates_and_wakes_where_it_stopped() {
     assert!(!s.handle_timeout(Tick(109)).hibernate);
     let due = s.handle_timeout(Tick(110));
     assert!(due.hibernate && !due.park && !due.expired, "{due:?}");
-    let sleeping = s.sleep().expect("nothing is open");
-    assert_eq!(sleeping.deadline(&sleepy()), Tick(510), "it parks before it expires");
-    assert_eq!(
-        sleeping.deadline(&SessionLimits { park_after_ms: u64::MAX, ..sleepy() }),
-        Tick(1_010),
-        "or expires when it never parks"
-    );
+    let (sleeping, wake_at) = s.sleep().expect("nothing is open");
+    assert_eq!(wake_at, Tick(510), "it parks before it expires");
+    let never_parks =
+        SessionCore::<u32, &'static str, &'static str>::wake(sleeping, limits(), Tick(600));
+    assert_eq!(never_parks.sleep().map(|(_, t)| t), Some(Tick(1_010)), "or expires");
     let mut woken = SessionCore::wake(sleeping, sleepy(), Tick(700));
     assert_eq!(woken.last_activity(), Tick(10), "a wake is not a use");
     assert_eq!(woken.idle_deadline(), s.idle_deadline(), "it expires when it would have");
