@@ -46,6 +46,10 @@ pub(crate) trait Registered: Clone + std::fmt::Debug + Send + Sync + 'static {
 
     /// The registry guard a hibernating session holds.
     fn guard_of(asleep: &mut Self::Asleep) -> &mut RegistryGuard<Self>;
+
+    /// Whether a lookup by `caller` may find the session (awake, or hibernating: then it is
+    /// woken only for its own caller).
+    fn belongs_to(slot: Result<&Self, &Self::Asleep>, caller: Option<&str>) -> bool;
 }
 
 /// What starts a woken session's actor, outside the registry's locks.
@@ -201,19 +205,26 @@ impl<H: Registered> Registry<H> {
         &self.shards[(self.hasher.hash_one(id) as usize) % SHARDS]
     }
 
-    /// Find a session and take a place in its inbox, both under the shard's lock: a session
-    /// parks or hibernates only with an empty inbox, under the same lock, so a request that
-    /// found it is handled by it, and one that did not revives it. A hibernating session is
-    /// woken.
+    /// Find `caller`'s session and take a place in its inbox, both under the shard's lock: a
+    /// session parks or hibernates only with an empty inbox, under the same lock, so a request
+    /// that found it is handled by it, and one that did not revives it. A hibernating session
+    /// is woken; another caller's is not found (and not woken).
     ///
     /// # Errors
     /// [`Rejection::Overloaded`] (`503`, mailbox) when its inbox is full.
-    pub(crate) fn enter(&self, id: &SessionId) -> Option<Result<(H, InboxTicket), Rejection>> {
+    pub(crate) fn enter(
+        &self,
+        id: &SessionId,
+        caller: Option<&str>,
+    ) -> Option<Result<(H, InboxTicket), Rejection>> {
         {
             let shard = self.shard(id).read();
             match shard.get(id)? {
-                Slot::Awake(h) => return Some(h.inbox().enter().map(|t| (h.clone(), t))),
-                Slot::Asleep(..) => {}
+                Slot::Awake(h) if H::belongs_to(Ok(h), caller) => {
+                    return Some(h.inbox().enter().map(|t| (h.clone(), t)));
+                }
+                Slot::Asleep(_, s) if H::belongs_to(Err(s), caller) => {}
+                _ => return None,
             }
         }
         self.woken(id, |h| h.inbox().enter().map(|t| (h.clone(), t)))
@@ -610,6 +621,10 @@ mod tests {
         fn guard_of(asleep: &mut RegistryGuard<Handle>) -> &mut RegistryGuard<Handle> {
             asleep
         }
+
+        fn belongs_to(_: Result<&Handle, &RegistryGuard<Handle>>, caller: Option<&str>) -> bool {
+            caller.is_none()
+        }
     }
 
     fn limits(max: usize, max_per_key: usize) -> SlotLimits {
@@ -694,7 +709,9 @@ mod tests {
         assert_eq!((r.len(), r.sleeping(), r.next_wake()), (1, 1, Some(Tick(50))));
         assert!(r.contains(&id) && r.is_live_hmac("h1"), "still live");
         assert!(r.all_awake().is_empty());
-        let (h, _ticket) = r.enter(&id).unwrap().unwrap();
+        assert!(r.enter(&id, Some("mallory")).is_none(), "not another caller's");
+        assert_eq!(r.sleeping(), 1, "and not woken by one");
+        let (h, _ticket) = r.enter(&id, None).unwrap().unwrap();
         assert!(Arc::ptr_eq(&h.0, &inbox), "woken with its inbox");
         assert_eq!((r.len(), r.sleeping(), r.next_wake()), (1, 0, None), "its deadline is gone");
     }

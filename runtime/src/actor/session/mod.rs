@@ -282,6 +282,14 @@ impl Registered for SessionHandle {
     fn guard_of(asleep: &mut SleepingSession) -> &mut RegistryGuard<SessionHandle> {
         asleep.guard_mut()
     }
+
+    fn belongs_to(slot: Result<&SessionHandle, &SleepingSession>, caller: Option<&str>) -> bool {
+        let owner = match slot {
+            Ok(h) => h.principal.as_deref(),
+            Err(s) => s.principal(),
+        };
+        owner == caller
+    }
 }
 
 impl SessionActor {

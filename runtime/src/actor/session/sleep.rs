@@ -163,6 +163,11 @@ impl SessionActor {
 }
 
 impl SleepingSession {
+    /// The principal that owns it.
+    pub(super) fn principal(&self) -> Option<&str> {
+        self.kept.principal.as_deref()
+    }
+
     /// The guard it holds (the registry marks it taken out).
     pub(super) fn guard_mut(&mut self) -> &mut RegistryGuard<SessionHandle> {
         &mut self.guard

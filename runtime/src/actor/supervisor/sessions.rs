@@ -96,10 +96,8 @@ impl Supervisor {
         id: &SessionId,
         principal: Option<&Arc<str>>,
     ) -> Result<(SessionHandle, crate::actor::registry::InboxTicket), Rejection> {
-        let (h, ticket) = self.registry.enter(id).ok_or(Rejection::SessionNotFound)??;
-        if h.principal.as_deref() != principal.map(|p| &**p) {
-            return Err(Rejection::SessionNotFound);
-        }
+        let found = self.registry.enter(id, principal.map(|p| &**p));
+        let (h, ticket) = found.ok_or(Rejection::SessionNotFound)??;
         Ok((h, ticket))
     }
 
