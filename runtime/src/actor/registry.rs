@@ -237,7 +237,8 @@ impl<H: Registered> Registry<H> {
     }
 
     /// The handle of a registered session (woken if it hibernates), without a place in its
-    /// inbox.
+    /// inbox. A wake starts an actor on the calling thread's arbiter: the shared ledger's
+    /// threads call this (`by_hmac`), but a session never hibernates on a shared ledger.
     #[must_use]
     pub(crate) fn handle(&self, id: &SessionId) -> Option<H> {
         if let Slot::Awake(h) = self.shard(id).read().get(id)? {
@@ -527,29 +528,31 @@ impl<H: Registered> RegistryGuard<H> {
         &self.inbox
     }
 
-    /// Hibernate the session: `asleep` (given this guard) takes its handle's place, and the
-    /// session is woken at `wake_at` at the latest. Refused (the guard comes back, the
+    /// Hibernate the session: `make(guard, parts)` takes its handle's place, and the session
+    /// is woken at `wake_at` at the latest. Refused (the guard and `parts` come back, the
     /// session stays awake) while a request or control message holds a place in its inbox,
     /// or when `may` says no: both are checked under the shard's lock, which every lookup
-    /// and a stop's sweep of the table take too. `may` and `asleep` run under that lock.
+    /// and a stop's sweep of the table take too. `may` and `make` run under that lock: they
+    /// must not panic (a plain struct's making).
     ///
     /// # Errors
-    /// The guard, when refused.
-    pub(crate) fn hibernate(
+    /// The guard and `parts`, when refused.
+    pub(crate) fn hibernate<P>(
         self,
         wake_at: Tick,
         may: impl FnOnce() -> bool,
-        asleep: impl FnOnce(RegistryGuard<H>) -> Box<H::Asleep>,
-    ) -> Result<(), RegistryGuard<H>> {
+        parts: P,
+        make: fn(RegistryGuard<H>, P) -> Box<H::Asleep>,
+    ) -> Result<(), (RegistryGuard<H>, P)> {
         let registry = Arc::clone(&self.registry);
         let id = self.id.clone();
         let mut shard = registry.shard(&id).write();
         if self.inbox.queued.load(Ordering::Acquire) > 0 || !may() {
             drop(shard);
-            return Err(self);
+            return Err((self, parts));
         }
         // The entry is this session's (the guard removes it only on drop).
-        let old = shard.insert(id.clone(), Slot::Asleep(wake_at, asleep(self)));
+        let old = shard.insert(id.clone(), Slot::Asleep(wake_at, make(self, parts)));
         registry.sleeping.fetch_add(1, Ordering::AcqRel);
         registry.hibernations.fetch_add(1, Ordering::Relaxed);
         registry.wake_at.lock().insert((wake_at, id));
@@ -682,6 +685,10 @@ mod tests {
         charge.set(0);
     }
 
+    fn asleep(guard: RegistryGuard<Handle>, (): ()) -> Box<RegistryGuard<Handle>> {
+        Box::new(guard)
+    }
+
     fn registered(
         r: &Arc<Registry<Handle>>,
         n: u32,
@@ -699,13 +706,15 @@ mod tests {
         let r = Arc::new(Registry::<Handle>::default());
         let (id, inbox, guard) = registered(&r, 1);
         let ticket = inbox.enter().unwrap();
-        let guard = guard.hibernate(Tick(50), || true, Box::new).expect_err("a request waits");
+        let guard = guard.hibernate(Tick(50), || true, (), asleep).expect_err("a request waits").0;
         drop(ticket);
         let control = inbox.control();
-        let guard = guard.hibernate(Tick(50), || true, Box::new).expect_err("a control message");
+        let guard =
+            guard.hibernate(Tick(50), || true, (), asleep).expect_err("a control message").0;
         drop(control);
-        let guard = guard.hibernate(Tick(50), || false, Box::new).expect_err("refused by `may`");
-        guard.hibernate(Tick(50), || true, Box::new).expect("an empty inbox");
+        let guard =
+            guard.hibernate(Tick(50), || false, (), asleep).expect_err("refused by `may`").0;
+        guard.hibernate(Tick(50), || true, (), asleep).expect("an empty inbox");
         assert_eq!((r.len(), r.sleeping(), r.next_wake()), (1, 1, Some(Tick(50))));
         assert!(r.contains(&id) && r.is_live_hmac("h1"), "still live");
         assert!(r.all_awake().is_empty());
@@ -721,7 +730,7 @@ mod tests {
         let r = Arc::new(Registry::<Handle>::default());
         for (n, at) in [(1, 10), (2, 20), (3, 30)] {
             let (_, _, guard) = registered(&r, n);
-            guard.hibernate(Tick(at), || true, Box::new).unwrap();
+            guard.hibernate(Tick(at), || true, (), asleep).unwrap();
         }
         assert_eq!(r.wake_due(Tick(20), 1), 1);
         assert_eq!(r.wake_due(Tick(20), 5), 1);

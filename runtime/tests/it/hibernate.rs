@@ -182,16 +182,34 @@ async fn a_hibernating_session_keeps_its_place_in_its_callers_quota() {
     ping(&c, 2).await;
 }
 
+/// The last use its ledger record states, once everything submitted so far is committed.
+async fn recorded_last_use(h: &Harness, c: &Client<'_>) -> u64 {
+    use mcp_runtime::ledger::codec::{Record, decode, session_key};
+    let w = h.sup.ledger_writer();
+    w.wait_committed(w.barrier()).await.expect("the ledger commits");
+    let hmac = h.sup.session_hmac(&mcp_runtime::proto::ids::SessionId::parse(&c.sid).unwrap());
+    let bytes = w.store().get(&session_key(&hmac), 0).expect("a read").expect("its record");
+    match decode(&bytes).expect("a record") {
+        Record::Session(r) => r.last_used_ms,
+        other => panic!("not a session record: {other:?}"),
+    }
+}
+
 #[actix_web::test]
-async fn a_stop_ends_hibernating_sessions_without_waking_them() {
-    tokio::time::pause();
-    let h = harness().await;
+async fn a_stop_records_hibernating_sessions_without_waking_them() {
+    // Real time: the records are committed by the ledger writer's thread.
+    let h = harness_with(cfg(|c| c.sessions.hibernate_after_ms = 100)).await;
     let c = h.client("2025-11-25").await;
+    let created = recorded_last_use(&h, &c).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
     ping(&c, 1).await;
     hibernating(&h, 1).await;
+    // Its record was not written again for that use (a sixteenth of the TTL had not passed).
+    assert_eq!(recorded_last_use(&h, &c).await, created);
     assert_eq!(h.sup.shutdown(), 1, "counted with the sessions told to stop");
     assert_eq!((h.sup.session_count(), h.sup.sessions_hibernating()), (0, 0), "gone at once");
     assert_eq!(h.sup.sessions_hibernated_and_woken(), (1, 0), "recorded as data, not woken");
+    assert!(recorded_last_use(&h, &c).await >= created + 50, "its record states its last use");
 }
 
 #[actix_web::test]

@@ -55,6 +55,21 @@ struct Kept {
     meta: SessionMeta,
     client_info: Box<RawValue>,
     requested_version: Option<String>,
+    /// Its mailbox's capacity (`sessions.mailbox`), for its woken actor.
+    mailbox: usize,
+}
+
+/// What goes to sleep besides the guard: built, and taken back on a refusal, outside the
+/// registry's lock.
+type Parts = (GenCount, Charge, Kept);
+
+/// The registry's entry for a session going to sleep: a plain move (it runs under the
+/// registry's lock).
+fn asleep(
+    guard: RegistryGuard<SessionHandle>,
+    (generation, handshake, kept): Parts,
+) -> Box<SleepingSession> {
+    Box::new(SleepingSession { guard, generation, handshake, kept })
 }
 
 /// A handshake value as text (it was parsed from JSON: it always prints).
@@ -84,7 +99,13 @@ impl SessionActor {
             self.core.stay_awake(now);
             return false;
         };
+        // No guard: it is ending (DELETE, expiry, parking) and stops soon.
         let Some(guard) = self.guard.take() else { return false };
+        let (Some(generation), Some(handshake)) =
+            (self.generation_count.take(), self.handshake_charge.take())
+        else {
+            unreachable!("an awake session holds its count and charge until it hibernates")
+        };
         let kept = Kept {
             core,
             principal: self.principal.clone(),
@@ -98,30 +119,21 @@ impl SessionActor {
             meta: self.meta.clone(),
             client_info: raw(&self.client_info),
             requested_version: self.requested_version.clone(),
+            mailbox: self.sup.config().sessions.mailbox,
         };
         let sup = Arc::clone(&self.sup);
-        let (generation, handshake) = (&mut self.generation_count, &mut self.handshake_charge);
-        let hibernated = guard.hibernate(
-            deadline,
-            || sup.phase() == Phase::Serving,
-            |guard| {
-                Box::new(SleepingSession {
-                    guard,
-                    generation: generation.take().expect("awake: its count is its own"),
-                    handshake: handshake.take().expect("awake: its charge is its own"),
-                    kept,
-                })
-            },
-        );
-        match hibernated {
+        let serving = || sup.phase() == Phase::Serving;
+        match guard.hibernate(deadline, serving, (generation, handshake, kept), asleep) {
             Ok(()) => {
                 tracing::debug!("session hibernated");
                 self.sup.hibernated();
                 ctx.stop();
                 true
             }
-            Err(guard) => {
+            Err((guard, (generation, handshake, _))) => {
                 self.guard = Some(guard);
+                self.generation_count = Some(generation);
+                self.handshake_charge = Some(handshake);
                 self.core.stay_awake(now);
                 false
             }
@@ -199,21 +211,25 @@ impl SleepingSession {
     }
 }
 
-/// A hibernating session's new actor: its handle, made under the registry's lock, and what
-/// starts it, run once the lock is released (on an actix arbiter: a request's worker, the
-/// sweeper's, a stop's).
+/// A hibernating session's new actor: its handle (its address, made under the registry's
+/// lock: nothing there can fail), and what builds and starts it, run once the lock is
+/// released, on an actix arbiter (a request's worker, or the sweeper's). Requests sent
+/// meanwhile wait in its mailbox. Should the start fail, the session's guard is dropped
+/// outside the lock and its entry goes: its requests get 404, none hangs.
 pub(super) fn wake(s: SleepingSession) -> (SessionHandle, Starter) {
-    let sup = s.kept.sup.upgrade().expect("a session is woken through its supervisor, alive");
     let mut ctx = Context::<SessionActor>::new();
-    ctx.set_mailbox_capacity(sup.config().sessions.mailbox);
-    let addr = ctx.address();
+    ctx.set_mailbox_capacity(s.kept.mailbox);
     let handle = SessionHandle {
-        addr: addr.clone(),
+        addr: ctx.address(),
         inbox: Arc::clone(s.guard.inbox()),
         principal: s.kept.principal.clone(),
         signer: Arc::clone(&s.kept.signer),
         caller_budget: Arc::clone(&s.kept.caller_budget),
     };
-    let actor = SessionActor::woken(s, sup, &addr);
-    (handle, Box::new(move || drop(ctx.run(actor))))
+    let start = move || {
+        let sup = s.kept.sup.upgrade().expect("a session is woken through its supervisor, alive");
+        let actor = SessionActor::woken(s, sup, &ctx.address());
+        drop(ctx.run(actor));
+    };
+    (handle, Box::new(start))
 }

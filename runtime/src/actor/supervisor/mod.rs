@@ -89,10 +89,9 @@ pub struct Supervisor {
     receipts: Arc<Receipts>,
     /// State handles (also attached to the catalog, for the tools).
     handles: Arc<crate::stores::handles::Handles>,
-    /// The sweeper that wakes hibernating sessions at their deadlines (started by a
-    /// hibernation, on that session's arbiter; started again by the next one if that arbiter
-    /// stopped).
-    sleep_sweeper: Mutex<Option<actix_rt::task::JoinHandle<()>>>,
+    /// The sweeper that wakes hibernating sessions at their deadlines runs (started by the
+    /// first hibernation, on the System's arbiter; cleared when it ends).
+    sleep_sweeper: Arc<std::sync::atomic::AtomicBool>,
     /// Itself, for the tasks it starts (they must not keep it alive); set once made.
     me: std::sync::OnceLock<std::sync::Weak<Supervisor>>,
 }
@@ -101,10 +100,8 @@ impl Drop for Supervisor {
     fn drop(&mut self) {
         // Hibernating sessions hold nothing of it (a weak link), so it can go: they go too,
         // with nothing left to wake them.
+        // (The sweeper holds it weakly: it ends at its next round.)
         self.registry.drop_sleepers();
-        if let Some(sweeper) = self.sleep_sweeper.get_mut().take() {
-            sweeper.abort();
-        }
     }
 }
 
@@ -257,7 +254,7 @@ impl Supervisor {
             settling,
             receipts,
             handles,
-            sleep_sweeper: Mutex::new(None),
+            sleep_sweeper: Arc::default(),
             cfg: Arc::new(cfg),
         });
         sup.me.set(Arc::downgrade(&sup)).expect("set once, here");

@@ -57,20 +57,29 @@ impl Supervisor {
     }
 
     /// Start the task that wakes hibernating sessions at their deadlines (expiry, parking),
-    /// where their actors then end or park them, unless it runs: on the calling actix arbiter
-    /// (a hibernating session's), as long as the supervisor lives.
+    /// where their actors then end or park them, unless it runs: on the System's arbiter (it
+    /// outlives every worker), as long as the supervisor lives. Called on an actix arbiter.
     pub(crate) fn start_sleep_sweeper(&self) {
+        use std::sync::atomic::Ordering;
         /// Longest sleep of the sweeper: a deadline is met within this (a session hibernated
         /// meanwhile may have an earlier one than the sweeper knew).
         const ROUND_MS: u64 = 1_000;
         /// Most sessions woken per round: a burst of deadlines does not hold the arbiter.
         const WAKE_PER_ROUND: usize = 256;
-        let mut running = self.sleep_sweeper.lock();
-        if running.as_ref().is_some_and(|h| !h.is_finished()) {
+        /// Clears the running flag however the task ends (its arbiter stopping included).
+        struct Running(Arc<std::sync::atomic::AtomicBool>);
+        impl Drop for Running {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::Release);
+            }
+        }
+        if self.sleep_sweeper.swap(true, Ordering::AcqRel) {
             return;
         }
         let Some(me) = self.me.get().cloned() else { return };
-        *running = Some(actix_rt::spawn(async move {
+        let running = Running(Arc::clone(&self.sleep_sweeper));
+        let sweep = async move {
+            let _running = running;
             loop {
                 let Some(sup) = me.upgrade() else { return };
                 let now = sup.now();
@@ -84,7 +93,9 @@ impl Supervisor {
                     tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
                 }
             }
-        }));
+        };
+        // Refused only while the System stops: the dropped task clears the flag.
+        let _ = actix_rt::System::current().arbiter().spawn(sweep);
     }
 
     /// Find a session for a caller. Another caller's session is reported as not found.
