@@ -32,8 +32,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 BOTH = "application/json, text/event-stream"
 
 
-def load(kind, url):
-    """wrk's environment for `kind`: BODY, HEADERS, SIDS."""
+def load(kind, url, sessions=1):
+    """wrk's environment for `kind`: BODY, HEADERS, SIDS (`sessions` of them for the legacy
+    kinds: wrk's connections take them in turn)."""
     call = {"name": "echo", "arguments": {"text": "hello perf anchor"}}
     if kind == "initialize":
         init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench-profile", "version": "1"}}
@@ -44,7 +45,8 @@ def load(kind, url):
                 "HEADERS": "Accept: application/json|MCP-Protocol-Version: 2026-07-28|Mcp-Method: tools/call|Mcp-Name: echo", "SIDS": ""}
     accept = BOTH if kind == "legacy-sse" else "application/json"
     return {"BODY": json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": call}, separators=(",", ":")),
-            "HEADERS": f"Accept: {accept}|MCP-Protocol-Version: 2025-11-25", "SIDS": initialize(url)}
+            "HEADERS": f"Accept: {accept}|MCP-Protocol-Version: 2025-11-25",
+            "SIDS": ",".join(initialize(url) for _ in range(sessions))}
 
 
 def main():
@@ -53,6 +55,7 @@ def main():
     ap.add_argument("--kind", required=True, choices=["legacy-sse", "legacy-json", "modern-json", "initialize"])
     ap.add_argument("--svg", required=True)
     ap.add_argument("--seconds", type=int, default=5)
+    ap.add_argument("--sessions", type=int, default=1, help="legacy kinds: sessions the calls share (64: the side-by-side a64)")
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--host-cpu", default="1")
     ap.add_argument("--load-cpu", default="0")
@@ -73,7 +76,7 @@ def main():
         host, url = spawn_host(
             ["taskset", "-c", a.host_cpu, os.path.abspath(a.host_bin), "--port", "0", "--workers", "1",
              "--packs", "echo", *a.host_arg], work, procs=procs)
-        env = {**os.environ, **load(a.kind, url), "POOL": "10000"}
+        env = {**os.environ, **load(a.kind, url, a.sessions), "POOL": "10000"}
         wrk = ["taskset", "-c", a.load_cpu, "wrk", "-t1", "-c64", "--timeout", "10s",
                "-s", os.path.join(HERE, "lua", "calls.lua"), url]
         subprocess.run(wrk[:5] + ["-d1s"] + wrk[5:], env=env, stdout=subprocess.DEVNULL, check=True)
