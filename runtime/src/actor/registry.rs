@@ -55,13 +55,6 @@ pub(crate) trait Registered: Clone + std::fmt::Debug + Send + Sync + 'static {
 /// What starts a woken session's actor, outside the registry's locks.
 pub(crate) type Starter = Box<dyn FnOnce()>;
 
-/// Run the starters of the sessions a lookup woke, its lock released.
-fn start(starters: Vec<Starter>) {
-    for s in starters {
-        s();
-    }
-}
-
 /// A registered session: awake (its handle) or hibernating (its deadline in
 /// [`Registry::wake_at`], and its state as data).
 enum Slot<H: Registered> {
@@ -149,6 +142,16 @@ pub(crate) struct Registry<H: Registered> {
     /// When each hibernating session must be woken (to expire or park), by id: one entry per
     /// hibernating session, taken out when it wakes or leaves.
     wake_at: Mutex<BTreeSet<(Tick, SessionId)>>,
+}
+
+impl<H: Registered> Slot<H> {
+    /// The handle of an awake session.
+    fn awake(&self) -> Option<&H> {
+        match self {
+            Slot::Awake(h) => Some(h),
+            Slot::Asleep(..) => None,
+        }
+    }
 }
 
 impl<H: Registered> std::fmt::Debug for Slot<H> {
@@ -256,39 +259,29 @@ impl<H: Registered> Registry<H> {
     /// `f` of the session under `id`, woken if it hibernates, under its shard's write lock;
     /// a woken actor starts once the lock is released.
     fn woken<T>(&self, id: &SessionId, f: impl FnOnce(&H) -> T) -> Option<T> {
-        let mut started = Vec::new();
-        let out = {
+        let (out, starter) = {
             let mut shard = self.shard(id).write();
-            self.awake(&mut shard, id, &mut started).map(f)
+            let starter = self.wake_in(&mut shard, id);
+            (shard.get(id).and_then(Slot::awake).map(f), starter)
         };
-        start(started);
+        if let Some(start) = starter {
+            start();
+        }
         out
     }
 
-    /// The session under `id` in its (write-locked) shard, woken if it hibernates (its
-    /// actor's starter pushed to `started`, for after the lock).
-    fn awake<'a>(
-        &self,
-        shard: &'a mut HashMap<SessionId, Slot<H>>,
-        id: &SessionId,
-        started: &mut Vec<Starter>,
-    ) -> Option<&'a H> {
-        if let Slot::Asleep(..) = shard.get(id)? {
-            let Some(Slot::Asleep(at, asleep)) = shard.remove(id) else {
-                unreachable!("looked at")
-            };
-            let (handle, starter) = H::wake(asleep);
-            shard.insert(id.clone(), Slot::Awake(handle));
-            started.push(starter);
-            self.sleeping.fetch_sub(1, Ordering::AcqRel);
-            self.wakes.fetch_add(1, Ordering::Relaxed);
-            // (The sweeper's own wakes took it out already.)
-            self.wake_at.lock().remove(&(at, id.clone()));
-        }
-        match shard.get(id)? {
-            Slot::Awake(h) => Some(h),
-            Slot::Asleep(..) => None,
-        }
+    /// Wake the session under `id` in its (write-locked) shard if it hibernates: its actor's
+    /// starter, to run once the lock is released.
+    fn wake_in(&self, shard: &mut HashMap<SessionId, Slot<H>>, id: &SessionId) -> Option<Starter> {
+        let Some(Slot::Asleep(..)) = shard.get(id) else { return None };
+        let Some(Slot::Asleep(at, asleep)) = shard.remove(id) else { unreachable!("looked at") };
+        let (handle, starter) = H::wake(asleep);
+        shard.insert(id.clone(), Slot::Awake(handle));
+        self.sleeping.fetch_sub(1, Ordering::AcqRel);
+        self.wakes.fetch_add(1, Ordering::Relaxed);
+        // (The sweeper's own wakes took it out already.)
+        self.wake_at.lock().remove(&(at, id.clone()));
+        Some(starter)
     }
 
     /// Hibernating sessions now.
@@ -316,15 +309,12 @@ impl<H: Registered> Registry<H> {
         };
         let mut woken = 0;
         for id in due {
-            let mut started = Vec::new();
-            {
-                let mut shard = self.shard(&id).write();
-                if let Some(Slot::Asleep(..)) = shard.get(&id) {
-                    let _ = self.awake(&mut shard, &id, &mut started);
-                    woken += 1;
-                }
+            // Its lock is released before the actor starts.
+            let starter = self.wake_in(&mut self.shard(&id).write(), &id);
+            if let Some(start) = starter {
+                start();
+                woken += 1;
             }
-            start(started);
         }
         woken
     }
@@ -442,12 +432,7 @@ impl<H: Registered> Registry<H> {
     #[must_use]
     pub(crate) fn all_awake(&self) -> Vec<H> {
         let awake = |s: &HashMap<SessionId, Slot<H>>| -> Vec<H> {
-            s.values()
-                .filter_map(|slot| match slot {
-                    Slot::Awake(h) => Some(h.clone()),
-                    Slot::Asleep(..) => None,
-                })
-                .collect()
+            s.values().filter_map(Slot::awake).cloned().collect()
         };
         self.shards.iter().flat_map(|s| awake(&s.read())).collect()
     }

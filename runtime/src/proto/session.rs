@@ -184,6 +184,14 @@ pub(crate) struct SleepingCore {
     dirty: bool,
 }
 
+impl SleepingCore {
+    /// Its protocol version.
+    #[must_use]
+    pub(crate) fn version(&self) -> ProtocolVersion {
+        self.version
+    }
+}
+
 impl<R, S, P> SessionCore<R, S, P> {
     /// A new active session.
     #[cfg(test)]
@@ -236,9 +244,8 @@ impl<R, S, P> SessionCore<R, S, P> {
     /// (no request, connection, stream or client request).
     #[must_use]
     pub(crate) fn sleep(&self) -> Option<(SleepingCore, Tick)> {
-        let empty = self.streams.is_empty() && self.pending.is_empty();
         let wake_at = [self.idle_deadline(), self.park_deadline()].into_iter().flatten().min()?;
-        empty.then_some((
+        self.tables_empty().then_some((
             SleepingCore {
                 version: self.version,
                 generation: self.generation,
@@ -279,11 +286,14 @@ impl<R, S, P> SessionCore<R, S, P> {
     /// empty tables, or after it woke, whichever is later (`None` while anything is open).
     #[must_use]
     pub(crate) fn hibernate_deadline(&self) -> Option<Tick> {
-        if !(self.streams.is_empty() && self.pending.is_empty()) {
-            return None;
-        }
-        let since = self.idle_since()?.max(self.awake_since);
+        let since = self.idle_since().filter(|_| self.tables_empty())?.max(self.awake_since);
         Some(since.plus_ms(self.limits.hibernate_after_ms))
+    }
+
+    /// No stream (open or kept) and no client request: with nothing in flight, nothing of the
+    /// session is left but its numbering and settings.
+    fn tables_empty(&self) -> bool {
+        self.streams.is_empty() && self.pending.is_empty()
     }
 
     /// Which life this is.

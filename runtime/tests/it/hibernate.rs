@@ -23,6 +23,14 @@ async fn ping(c: &Client<'_>, id: i64) {
     assert_eq!(r.json().await["id"], id);
 }
 
+/// A session that answered one request, once it hibernated (the harness's only session).
+async fn hibernated_client(h: &Harness) -> Client<'_> {
+    let c = h.client("2025-11-25").await;
+    ping(&c, 1).await;
+    hibernating(h, 1).await;
+    c
+}
+
 async fn hibernating(h: &Harness, n: usize) {
     until(&format!("{n} sessions hibernate"), || h.sup.sessions_hibernating() == n).await;
 }
@@ -115,9 +123,7 @@ async fn a_session_keeping_a_stream_hibernates_only_once_the_stream_is_gone() {
 async fn a_hibernating_session_expires_at_its_idle_ttl_and_then_answers_404() {
     tokio::time::pause();
     let h = harness_with(cfg(|c| c.sessions.idle_ttl_secs = 3)).await;
-    let c = h.client("2025-11-25").await;
-    ping(&c, 1).await;
-    hibernating(&h, 1).await;
+    let c = hibernated_client(&h).await;
     // Woken by the sweeper at its expiry (within a second of it).
     tokio::time::sleep(Duration::from_millis(3_000)).await;
     until("the session expired", || h.sup.session_count() == 0).await;
@@ -129,9 +135,7 @@ async fn a_hibernating_session_expires_at_its_idle_ttl_and_then_answers_404() {
 async fn a_request_after_the_idle_ttl_never_reaches_the_hibernating_session() {
     tokio::time::pause();
     let h = harness_with(cfg(|c| c.sessions.idle_ttl_secs = 3)).await;
-    let c = h.client("2025-11-25").await;
-    ping(&c, 1).await;
-    hibernating(&h, 1).await;
+    let c = hibernated_client(&h).await;
     // Past its expiry: whether the request or the sweeper wakes it, it expires before it
     // handles anything.
     tokio::time::advance(Duration::from_millis(3_000)).await;
@@ -147,9 +151,7 @@ async fn a_hibernating_session_parks_at_its_park_time_and_is_revived_from_the_le
         c.sessions.park_after_secs = 1;
     }))
     .await;
-    let c = h.client("2025-11-25").await;
-    ping(&c, 1).await;
-    hibernating(&h, 1).await;
+    let c = hibernated_client(&h).await;
     assert_eq!(h.sup.stats_snapshot().sessions_parked, 0, "hibernating first");
     // Woken by the sweeper at its park time, where its actor parks it.
     until("the session parked", || h.sup.stats_snapshot().sessions_parked == 1).await;
@@ -162,9 +164,7 @@ async fn a_hibernating_session_parks_at_its_park_time_and_is_revived_from_the_le
 async fn a_hibernating_session_is_deleted_and_then_answers_404() {
     tokio::time::pause();
     let h = harness().await;
-    let c = h.client("2025-11-25").await;
-    ping(&c, 1).await;
-    hibernating(&h, 1).await;
+    let c = hibernated_client(&h).await;
     assert!(c.delete().await.status.is_success());
     assert_eq!((h.sup.session_count(), h.sup.sessions_hibernating()), (0, 0));
     assert_eq!(json_call(&c, 2, "ping", json!({})).await.status, StatusCode::NOT_FOUND);
@@ -174,9 +174,7 @@ async fn a_hibernating_session_is_deleted_and_then_answers_404() {
 async fn a_hibernating_session_keeps_its_place_in_its_callers_quota() {
     tokio::time::pause();
     let h = harness_with(cfg(|c| c.quotas.sessions_per_principal = 1)).await;
-    let c = h.client("2025-11-25").await;
-    ping(&c, 1).await;
-    hibernating(&h, 1).await;
+    let c = hibernated_client(&h).await;
     let r = h.send(post().set_payload(init_body("2025-11-25"))).await;
     assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "the caller's one session counts");
     ping(&c, 2).await;

@@ -201,13 +201,23 @@ pub(crate) struct SessionSeed {
 }
 
 /// What a session's streams take from the session rather than from their generation.
-#[derive(Clone)]
 pub(crate) struct SessionStreams {
     /// Its version primes streams (>= 2025-11-25).
     primes: bool,
     hold_until_committed: bool,
     /// Its place in the rollout share (stable: from its id's HMAC).
     place: f64,
+}
+
+impl SessionStreams {
+    /// Those of a session at `version` named `hmac` in the ledger, under `sup`'s settings.
+    fn new(sup: &dyn SessionEnv, version: ProtocolVersion, hmac: &str) -> SessionStreams {
+        SessionStreams {
+            primes: version.primes_streams(),
+            hold_until_committed: sup.config().ledger.durability == crate::ledger::Durability::Sync,
+            place: crate::proto::rollout::share_place(hmac),
+        }
+    }
 }
 
 /// What the ledger held for a session being revived.
@@ -299,13 +309,8 @@ impl SessionActor {
         guard: RegistryGuard<SessionHandle>,
         addr: &Addr<SessionActor>,
     ) -> SessionActor {
-        let cfg = sup.config();
         let limits = session_limits(&*sup, &seed.generation);
-        let streams = SessionStreams {
-            primes: seed.version.primes_streams(),
-            hold_until_committed: cfg.ledger.durability == crate::ledger::Durability::Sync,
-            place: crate::proto::rollout::share_place(&seed.hmac),
-        };
+        let streams = SessionStreams::new(&*sup, seed.version, &seed.hmac);
         let mut handshake = sup.stream_env().budget.charge(Some(&seed.caller_budget));
         handshake.set(seed.kept_bytes);
         let now = sup.now();

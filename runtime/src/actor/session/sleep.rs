@@ -43,15 +43,14 @@ pub(crate) struct SleepingSession {
 /// before the registry's lock is taken, and dropped if the hibernation is refused.
 struct Kept {
     core: SleepingCore,
-    principal: Option<Arc<str>>,
-    owner: Option<Arc<str>>,
     names: Arc<[Arc<str>]>,
     signer: Arc<CursorSigner>,
-    streams: SessionStreams,
     client_caps: Box<RawValue>,
     /// Weak: the registry that keeps the session belongs to the supervisor (no cycle).
     sup: Weak<dyn SessionEnv>,
     caller_budget: Arc<MemoryBudget>,
+    /// Its name, principal, owner and origin (the awake actor's `principal` and `owner` are
+    /// copies of these).
     meta: SessionMeta,
     client_info: Box<RawValue>,
     requested_version: Option<String>,
@@ -108,11 +107,8 @@ impl SessionActor {
         };
         let kept = Kept {
             core,
-            principal: self.principal.clone(),
-            owner: self.owner.clone(),
             names: Arc::clone(&self.names),
             signer: Arc::clone(&self.signer),
-            streams: self.streams.clone(),
             client_caps: raw(&self.client_caps),
             sup: Arc::downgrade(&self.sup),
             caller_budget: Arc::clone(&self.caller_budget),
@@ -121,8 +117,7 @@ impl SessionActor {
             requested_version: self.requested_version.clone(),
             mailbox: self.sup.config().sessions.mailbox,
         };
-        let sup = Arc::clone(&self.sup);
-        let serving = || sup.phase() == Phase::Serving;
+        let serving = || self.sup.phase() == Phase::Serving;
         match guard.hibernate(deadline, serving, (generation, handshake, kept), asleep) {
             Ok(()) => {
                 tracing::debug!("session hibernated");
@@ -148,11 +143,11 @@ impl SessionActor {
         SessionActor {
             core: SessionCore::wake(k.core, limits, now),
             dormant_until: std::collections::BTreeSet::new(),
-            principal: k.principal,
-            owner: k.owner,
+            principal: k.meta.principal.clone(),
+            owner: k.meta.owner.clone(),
             names: k.names,
             signer: k.signer,
-            streams: k.streams,
+            streams: SessionStreams::new(&*sup, k.core.version(), &k.meta.hmac),
             gens: Arc::clone(sup.generations()),
             span: session_span(&k.meta.hmac, &generation),
             generation_count: Some(generation),
@@ -177,7 +172,7 @@ impl SessionActor {
 impl SleepingSession {
     /// The principal that owns it.
     pub(super) fn principal(&self) -> Option<&str> {
-        self.kept.principal.as_deref()
+        self.kept.meta.principal.as_deref()
     }
 
     /// The guard it holds (the registry marks it taken out).
@@ -222,7 +217,7 @@ pub(super) fn wake(s: SleepingSession) -> (SessionHandle, Starter) {
     let handle = SessionHandle {
         addr: ctx.address(),
         inbox: Arc::clone(s.guard.inbox()),
-        principal: s.kept.principal.clone(),
+        principal: s.kept.meta.principal.clone(),
         signer: Arc::clone(&s.kept.signer),
         caller_budget: Arc::clone(&s.kept.caller_budget),
     };
