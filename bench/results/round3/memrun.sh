@@ -1,7 +1,8 @@
 #!/bin/bash
 # The mem-probe of the side-by-side harness (copied to /tmp/pp, as README's Performance says)
 # on mcp-host with hibernation on (default) and off, a fresh host per rep. Run from the project
-# root. How this round ran it (each writing its own file):
+# root. Written after the runs, as one script for the three near-copies that ran them (same
+# steps; they used ports 18500 and 18600 and wrote to /tmp first). How this round ran it:
 #   REPS=3 SETTLE=2                   OUT=mem.jsonl    (unpinned, on 4a790a8; its labels lacked -settle2)
 #   REPS=2 SETTLE=15 PIN=1 BENCH_CPUS=0 OUT=mem15.jsonl
 #   REPS=1 SETTLE=25 PIN=1 BENCH_CPUS=0 OUT=mem25.jsonl
