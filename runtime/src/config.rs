@@ -665,6 +665,13 @@ pub struct LedgerConfig {
     /// requests in quick succession share a commit. Default 200; 0 to 100 000. In `sync`
     /// mode it adds to the time an event waits before it goes out.
     pub commit_linger_us: u64,
+    /// SQLite: pages (4 KiB each) in the write-ahead log that start a checkpoint (its copy
+    /// into the main file, on a thread of its own). Default 16384 (64 MiB); 64 to 2^20. The
+    /// log may grow to four times this before the writer copies it itself.
+    pub checkpoint_pages: u64,
+    /// SQLite: the longest a commit waits for a checkpoint (ms). In `batched` mode a power
+    /// loss loses at most about this long of commits. Default 1000; 10 to 600 000.
+    pub checkpoint_every_ms: u64,
     /// Bytes waiting for the writer past which `batched` event appends are refused (the
     /// event still goes out; the durable copy gets a hole that a resume after a restart
     /// reports as lost events), and, in either mode, new durable work is refused with 503.
@@ -727,6 +734,8 @@ impl Default for LedgerConfig {
             allow_insecure_key: false,
             batch_max_ops: 4096,
             commit_linger_us: 200,
+            checkpoint_pages: 16384,
+            checkpoint_every_ms: 1000,
             queue_max_bytes: 64 << 20,
             sweep_every_secs: 60,
             receipt_retention_secs: 86_400,
@@ -831,7 +840,7 @@ impl RuntimeConfig {
     pub fn validate(self) -> Result<ValidConfig, ConfigError> {
         let (se, ss, l, q) = (&self.sse, &self.sessions, &self.limits, &self.quotas);
         let max = u64::MAX;
-        let rows: [(&'static str, u64, u64, u64); 73] = [
+        let rows: [(&'static str, u64, u64, u64); 75] = [
             ("security.max_body_bytes", self.security.max_body_bytes as u64, 1, 1 << 30),
             ("security.body_read_timeout_ms", self.security.body_read_timeout_ms, 100, 600_000),
             ("sse.replay_max_events", se.replay_max_events as u64, 1, 1 << 20),
@@ -876,6 +885,8 @@ impl RuntimeConfig {
             ),
             ("ledger.batch_max_ops", self.ledger.batch_max_ops as u64, 1, 1 << 20),
             ("ledger.commit_linger_us", self.ledger.commit_linger_us, 0, 100_000),
+            ("ledger.checkpoint_pages", self.ledger.checkpoint_pages, 64, 1 << 20),
+            ("ledger.checkpoint_every_ms", self.ledger.checkpoint_every_ms, 10, 600_000),
             ("ledger.queue_max_bytes", self.ledger.queue_max_bytes as u64, 1 << 16, max),
             ("ledger.sweep_every_secs", self.ledger.sweep_every_secs, 1, 24 * 3600),
             ("ledger.max_sessions", self.ledger.max_sessions as u64, 1, 1 << 32),

@@ -48,7 +48,7 @@ pub use reads::{READ_QUEUE, READ_THREADS, ReadError, Reads, ReadsSnapshot};
 #[cfg(feature = "redis")]
 pub use redis::{EXPIRY_GRACE_MS, LeaseError, RedisStore, Tls as RedisTls, redis_key};
 #[cfg(feature = "sqlite")]
-pub use sqlite::SqliteStore;
+pub use sqlite::{Checkpointing, SqliteStore};
 pub(crate) use usage::{Caller, Entry, Reservation, StoreUsage};
 pub use writer::{
     Committed, Housekeeping, LedgerState, Unconfirmed, Writer, WriterSettings, WriterSnapshot,
@@ -199,7 +199,8 @@ pub enum Durability {
     /// Commit within a few ms of the event reaching the wire; the database survives a
     /// process crash with every committed batch (SQLite `synchronous = NORMAL` in WAL mode).
     /// A crash (SIGKILL) loses at most the batch that was not committed yet; a power loss may
-    /// also lose the batches since the last WAL checkpoint.
+    /// also lose the batches since the last WAL checkpoint (at most `ledger.checkpoint_every_ms`
+    /// after a commit).
     #[default]
     Batched,
     /// An event is released to the wire only after its batch is committed with fsync

@@ -487,7 +487,7 @@ impl Ledger {
 
     #[cfg(feature = "sqlite")]
     fn check_sqlite(cfg: &RuntimeConfig) -> Result<Arc<dyn Store>, OpenError> {
-        Ok(Arc::new(SqliteStore::open(Path::new(&cfg.ledger.path))?))
+        Ok(Arc::new(SqliteStore::open_with(Path::new(&cfg.ledger.path), checkpointing(cfg))?))
     }
 
     #[cfg(not(feature = "sqlite"))]
@@ -620,7 +620,7 @@ impl Ledger {
     #[cfg(feature = "sqlite")]
     fn open_sqlite(cfg: &RuntimeConfig) -> Result<Ledger, OpenError> {
         let l = &cfg.ledger;
-        let store = SqliteStore::open(Path::new(&l.path))?;
+        let store = SqliteStore::open_with(Path::new(&l.path), checkpointing(cfg))?;
         let (secret, previous) = Ledger::secrets(cfg)?;
         Ledger::start(Arc::new(store), secret, previous, cfg, &l.path, true, &|_| Ok(()))
     }
@@ -628,6 +628,16 @@ impl Ledger {
     #[cfg(not(feature = "sqlite"))]
     fn open_sqlite(cfg: &RuntimeConfig) -> Result<Ledger, OpenError> {
         Err(OpenError::NoSqlite { path: cfg.ledger.path.clone() })
+    }
+}
+
+/// When the SQLite ledger's log is checkpointed, as the configuration says.
+#[cfg(feature = "sqlite")]
+fn checkpointing(cfg: &RuntimeConfig) -> super::Checkpointing {
+    let l = &cfg.ledger;
+    super::Checkpointing {
+        pages: u32::try_from(l.checkpoint_pages).unwrap_or(u32::MAX),
+        every: Duration::from_millis(l.checkpoint_every_ms),
     }
 }
 

@@ -23,6 +23,10 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use rusqlite::{Connection, OptionalExtension, params};
 
+mod checkpoint;
+
+pub use checkpoint::Checkpointing;
+
 use super::files::{self, LockError, LockFile};
 use super::{Durability, Op, OpenError, Store, StoreError};
 
@@ -65,6 +69,9 @@ fn ms(v: u64) -> i64 {
 /// The SQLite store.
 #[derive(Debug)]
 pub struct SqliteStore {
+    /// Declared first, so stopped before the connections close (the writer's, the last,
+    /// checkpoints what is left).
+    _checkpointer: checkpoint::Checkpointer,
     writer: Mutex<Connection>,
     readers: Vec<Mutex<Connection>>,
     next_reader: AtomicUsize,
@@ -199,6 +206,23 @@ impl SqliteStore {
     /// this release's ledger (left untouched); [`OpenError::File`] and [`OpenError::Store`]
     /// when a file cannot be created or read.
     pub fn open(path: &Path) -> Result<SqliteStore, OpenError> {
+        SqliteStore::open_with(path, Checkpointing::default())
+    }
+
+    /// [`SqliteStore::open`], its log checkpointed as `checkpointing` says.
+    ///
+    /// # Errors
+    /// As [`SqliteStore::open`].
+    pub fn open_with(path: &Path, checkpointing: Checkpointing) -> Result<SqliteStore, OpenError> {
+        SqliteStore::open_inner(path, checkpointing, true)
+    }
+
+    /// Without `checkpointer`, only the writer's own checkpoints of a log past its bound.
+    fn open_inner(
+        path: &Path,
+        checkpointing: Checkpointing,
+        checkpointer: bool,
+    ) -> Result<SqliteStore, OpenError> {
         let name = || path.display().to_string();
         let store_err = |source| OpenError::Store { path: name(), source };
         let lock_path = files::beside(path, ".lock");
@@ -209,7 +233,7 @@ impl SqliteStore {
             }
         })?;
         let found = inspect(path)?;
-        let writer = open_conn(path).map_err(store_err)?;
+        let mut writer = open_conn(path).map_err(store_err)?;
         if found == Found::New {
             // In rollback mode, before WAL: committed to the main file at once.
             writer.execute_batch(&format!("PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};")).map_err(|e| store_err(backend(e)))?;
@@ -234,7 +258,12 @@ impl SqliteStore {
             .map(|_| open_conn(path).map(Mutex::new))
             .collect::<Result<Vec<_>, _>>()
             .map_err(store_err)?;
+        let thread_conn =
+            if checkpointer { Some(open_conn(path).map_err(store_err)?) } else { None };
+        let checkpointer = checkpoint::Checkpointer::start(&mut writer, thread_conn, checkpointing)
+            .map_err(store_err)?;
         Ok(SqliteStore {
+            _checkpointer: checkpointer,
             writer: Mutex::new(writer),
             readers,
             next_reader: AtomicUsize::new(0),
@@ -631,6 +660,80 @@ mod tests {
         }
         let s = SqliteStore::open(&path).unwrap();
         assert_eq!(s.get("k", 1).unwrap().as_deref(), Some(&b"v"[..]));
+    }
+
+    /// Commit `batches` batches of one 8 KiB value each (three pages or so), the first one
+    /// holding `marker`.
+    fn write_pages(s: &SqliteStore, marker: &str, batches: usize) {
+        for i in 0..batches {
+            let mut value = if i == 0 { marker.as_bytes().to_vec() } else { Vec::new() };
+            value.resize(8192, b'.');
+            s.apply(&[Op::Put {
+                key: format!("k{i}"),
+                value: Bytes::from(value),
+                expires_ms: 1 << 40,
+            }])
+            .unwrap();
+        }
+    }
+
+    /// Whether the ledger's main file (not its log) holds `marker`, within 10 s.
+    fn main_file_gets(path: &Path, marker: &str) -> bool {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let main = std::fs::read(path).unwrap();
+            if main.windows(marker.len()).any(|w| w == marker.as_bytes()) {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    #[test]
+    fn a_log_of_checkpoint_pages_is_copied_into_the_main_file_by_the_checkpointer() {
+        let dir = mcp_devtools::TempDir::new("ckpt-pages");
+        let path = dir.path().join("l.db");
+        let every = std::time::Duration::from_secs(3600);
+        let s = SqliteStore::open_with(&path, Checkpointing { pages: 64, every }).unwrap();
+        // About 100 pages: past 64, far below SQLite's own 1,000.
+        write_pages(&s, "first-of-a-full-log", 30);
+        assert!(main_file_gets(&path, "first-of-a-full-log"), "not checkpointed");
+    }
+
+    #[test]
+    fn a_quiet_log_is_copied_into_the_main_file_after_checkpoint_every() {
+        let dir = mcp_devtools::TempDir::new("ckpt-every");
+        let path = dir.path().join("l.db");
+        let every = std::time::Duration::from_millis(50);
+        let s = SqliteStore::open_with(&path, Checkpointing { pages: 1 << 20, every }).unwrap();
+        write_pages(&s, "one-quiet-commit", 1);
+        assert!(main_file_gets(&path, "one-quiet-commit"), "not checkpointed");
+    }
+
+    #[test]
+    fn without_its_checkpointer_the_writer_copies_a_log_of_four_times_checkpoint_pages() {
+        let dir = mcp_devtools::TempDir::new("ckpt-hard");
+        let path = dir.path().join("l.db");
+        let every = std::time::Duration::from_secs(3600);
+        let s = SqliteStore::open_inner(&path, Checkpointing { pages: 64, every }, false).unwrap();
+        // About 1,200 pages: the log restarts once past 256, so it never holds them all.
+        write_pages(&s, "first-of-a-long-log", 400);
+        assert!(main_file_gets(&path, "first-of-a-long-log"), "not checkpointed");
+        let wal = std::fs::metadata(files::beside(&path, "-wal")).unwrap().len();
+        // 4 × 64 pages and the batch that passed them, each page with its frame header.
+        assert!(wal < (4 * 64 + 8) * (4096 + 24) + 32, "the log grew to {wal} bytes");
+        // Without the thread nothing copies a log below the bound.
+        let dir = mcp_devtools::TempDir::new("ckpt-none");
+        let path = dir.path().join("l.db");
+        let s2 = SqliteStore::open_inner(&path, Checkpointing { pages: 64, every }, false).unwrap();
+        write_pages(&s2, "below-the-bound", 30);
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let main = std::fs::read(&path).unwrap();
+        assert!(!main.windows(15).any(|w| w == b"below-the-bound"));
+        drop(s);
     }
 
     #[test]
