@@ -600,6 +600,11 @@ pub enum LedgerBackend {
     Redis,
 }
 
+/// Default of `ledger.checkpoint_pages` (64 MiB of log).
+pub const DEFAULT_CHECKPOINT_PAGES: u32 = 16_384;
+/// Default of `ledger.checkpoint_every_ms`.
+pub const DEFAULT_CHECKPOINT_EVERY_MS: u64 = 1_000;
+
 /// `[ledger]`: the durable record of sessions, streams and idempotency receipts.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -666,11 +671,12 @@ pub struct LedgerConfig {
     /// mode it adds to the time an event waits before it goes out.
     pub commit_linger_us: u64,
     /// SQLite: pages (4 KiB each) in the write-ahead log that start a checkpoint (its copy
-    /// into the main file, on a thread of its own). Default 16384 (64 MiB); 64 to 2^20. The
-    /// log may grow to four times this before the writer copies it itself.
+    /// into the main file, on a thread of its own). Default 16384 (64 MiB); 64 to 2^20. Past
+    /// four times this the writer checkpoints the log itself, waiting for readers.
     pub checkpoint_pages: u64,
-    /// SQLite: the longest a commit waits for a checkpoint (ms). In `batched` mode a power
-    /// loss loses at most about this long of commits. Default 1000; 10 to 600 000.
+    /// SQLite: the longest after a commit before a checkpoint, which syncs the log (ms). In
+    /// `batched` mode commits reach the disk then: a power loss loses those since, more while
+    /// checkpoints fail. Default 1000; 10 to 600 000.
     pub checkpoint_every_ms: u64,
     /// Bytes waiting for the writer past which `batched` event appends are refused (the
     /// event still goes out; the durable copy gets a hole that a resume after a restart
@@ -734,8 +740,8 @@ impl Default for LedgerConfig {
             allow_insecure_key: false,
             batch_max_ops: 4096,
             commit_linger_us: 200,
-            checkpoint_pages: 16384,
-            checkpoint_every_ms: 1000,
+            checkpoint_pages: u64::from(DEFAULT_CHECKPOINT_PAGES),
+            checkpoint_every_ms: DEFAULT_CHECKPOINT_EVERY_MS,
             queue_max_bytes: 64 << 20,
             sweep_every_secs: 60,
             receipt_retention_secs: 86_400,

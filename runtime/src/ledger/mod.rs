@@ -199,8 +199,8 @@ pub enum Durability {
     /// Commit within a few ms of the event reaching the wire; the database survives a
     /// process crash with every committed batch (SQLite `synchronous = NORMAL` in WAL mode).
     /// A crash (SIGKILL) loses at most the batch that was not committed yet; a power loss may
-    /// also lose the batches since the last WAL checkpoint (at most `ledger.checkpoint_every_ms`
-    /// after a commit).
+    /// also lose the batches since the last WAL checkpoint (normally within
+    /// `ledger.checkpoint_every_ms` of a commit).
     #[default]
     Batched,
     /// An event is released to the wire only after its batch is committed with fsync
