@@ -390,6 +390,20 @@ impl Collector for SupervisorCollector {
         )?;
         let now_ms = sup.now().0;
         let since = |t: Option<u64>| t.map_or(0, |t| now_ms.saturating_sub(t)) as f64 / 1000.0;
+        if let Some(log) = ws.log {
+            gauge(
+                &mut e,
+                "mcp_ledger_log_pages",
+                "Pages (4 KiB) in the SQLite write-ahead log since it last restarted; past ledger.checkpoint_pages a checkpoint copies them, past four times that the writer does",
+                i64::try_from(log.pages).unwrap_or(i64::MAX),
+            )?;
+            counter(
+                &mut e,
+                "mcp_ledger_checkpoint_failures",
+                "SQLite checkpoints that failed (the log grows until one succeeds)",
+                log.checkpoint_failures,
+            )?;
+        }
         gauge_f(
             &mut e,
             "mcp_ledger_seconds_since_commit",

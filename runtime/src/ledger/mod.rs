@@ -208,6 +208,15 @@ pub enum Durability {
     Sync,
 }
 
+/// A store's write-ahead log (SQLite), as the metrics show it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct LogHealth {
+    /// Pages in the log since it last restarted, copied ones included: what its file holds.
+    pub pages: u64,
+    /// Checkpoints that failed (the checkpointer's, and the writer's own past the bound).
+    pub checkpoint_failures: u64,
+}
+
 /// The storage failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
@@ -317,6 +326,11 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 
     /// Make batches applied from now on durable as `durability` says.
     fn set_durability(&self, durability: Durability);
+
+    /// Its write-ahead log, for a store that keeps one (SQLite); `None` for the others.
+    fn log_health(&self) -> Option<LogHealth> {
+        None
+    }
 
     /// `(entries, bytes)` the tally `tally` holds in its buckets that end after `now_ms`
     /// ([`Op::Tally`]; never below zero; absent: `(0, 0)`) (Redis: `HGETALL`).

@@ -71,7 +71,7 @@ fn ms(v: u64) -> i64 {
 pub struct SqliteStore {
     /// Declared first, so stopped before the connections close (the last of them to close
     /// checkpoints what is left).
-    _checkpointer: checkpoint::Checkpointer,
+    checkpointer: checkpoint::Checkpointer,
     writer: Mutex<Connection>,
     readers: Vec<Mutex<Connection>>,
     next_reader: AtomicUsize,
@@ -263,7 +263,7 @@ impl SqliteStore {
         let checkpointer = checkpoint::Checkpointer::start(&mut writer, thread_conn, checkpointing)
             .map_err(store_err)?;
         Ok(SqliteStore {
-            _checkpointer: checkpointer,
+            checkpointer,
             writer: Mutex::new(writer),
             readers,
             next_reader: AtomicUsize::new(0),
@@ -612,6 +612,10 @@ impl Store for SqliteStore {
         }
     }
 
+    fn log_health(&self) -> Option<super::LogHealth> {
+        Some(self.checkpointer.health())
+    }
+
     fn incr(&self, key: &str, floor: u64, expires_ms: u64, now_ms: u64) -> Result<u64, StoreError> {
         // On the writer's connection, in a transaction of its own (waits for a batch).
         let mut conn = self.writer.lock();
@@ -702,6 +706,9 @@ mod tests {
         // About 150 frames: past 64, far below SQLite's own 1,000.
         write_pages(&s, "first-of-a-full-log", 30);
         assert!(main_file_gets(&path, "first-of-a-full-log"), "not checkpointed");
+        // The metrics' view: the log holds pages, no checkpoint failed.
+        let log = s.log_health().unwrap();
+        assert!(log.pages > 0 && log.checkpoint_failures == 0, "{log:?}");
     }
 
     #[test]

@@ -141,6 +141,8 @@ pub struct WriterSnapshot {
     pub queued_bytes: u64,
     /// Mean commit time of a batch (µs).
     pub mean_commit_us: u64,
+    /// The store's write-ahead log, when it keeps one (SQLite).
+    pub log: Option<super::LogHealth>,
 }
 
 /// Whether the ledger takes new durable work.
@@ -473,6 +475,7 @@ impl Writer {
                 .load(Ordering::Relaxed)
                 .checked_div(batches)
                 .unwrap_or(0),
+            log: self.store.log_health(),
         }
     }
 }

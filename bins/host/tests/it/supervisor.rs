@@ -349,6 +349,13 @@ fn metrics_parse_as_prometheus_text_and_move_when_traffic_flows() {
     {
         assert!(after.contains_key(series), "{series} is exported");
     }
+    // The host's default SQLite ledger shows its log: the commits above are in it.
+    assert!(get(&after, "mcp_ledger_log_pages") > 0.0, "the log's pages");
+    assert_eq!(
+        after.get("mcp_ledger_checkpoint_failures_total"),
+        Some(&0.0),
+        "exported, none failed"
+    );
     assert!(get(&after, "mcp_ledger_commit_seconds_count") > 0.0);
     // The unknown session's 404 came after a ledger read (a revive looked for it).
     assert!(

@@ -22,6 +22,7 @@
 
 use std::ffi::c_int;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -30,7 +31,7 @@ use rusqlite::wal::CheckpointMode;
 use rusqlite::{Connection, InterruptHandle};
 use tokio::time::Instant;
 
-use super::super::StoreError;
+use super::super::{LogHealth, StoreError};
 
 /// The log's size, in multiples of [`Checkpointing::pages`], past which the writer checkpoints
 /// it itself.
@@ -76,6 +77,10 @@ struct State {
 struct Shared {
     state: Mutex<State>,
     wake: Condvar,
+    /// Pages in the log after the last commit (the hook's count), for the metrics.
+    pages: AtomicU64,
+    /// Checkpoints that failed, for the metrics.
+    failures: AtomicU64,
 }
 
 /// The checkpointer thread; stopped and joined when dropped.
@@ -110,6 +115,7 @@ impl Checkpointer {
             .wal_hook(Some(move |wal: &mut rusqlite::hooks::Wal, frames: c_int| {
                 // Frames in the log since it last restarted, copied ones included.
                 let frames = u32::try_from(frames).unwrap_or(0);
+                hook.pages.store(u64::from(frames), Ordering::Relaxed);
                 if frames < hard && failed_at.take().is_some() {
                     tracing::info!("ledger: the log is back within its bound");
                 }
@@ -122,6 +128,7 @@ impl Checkpointer {
                         }
                         Ok(_) => {}
                         Err(e) => {
+                            hook.failures.fetch_add(1, Ordering::Relaxed);
                             if failed_at.is_none() {
                                 tracing::warn!(error = %e, frames, "ledger: the log passed its bound and the writer could not checkpoint it (tried again as it grows)");
                             }
@@ -151,6 +158,16 @@ impl Checkpointer {
             .spawn(move || run(&conn, &thread_shared, cfg.every))
             .map_err(|e| StoreError::Backend(format!("cannot start the checkpointer: {e}")))?;
         Ok(Checkpointer { shared, thread: Some((thread, interrupt)) })
+    }
+}
+
+impl Checkpointer {
+    /// The log's pages and failed checkpoints so far.
+    pub(super) fn health(&self) -> LogHealth {
+        LogHealth {
+            pages: self.shared.pages.load(Ordering::Relaxed),
+            checkpoint_failures: self.shared.failures.load(Ordering::Relaxed),
+        }
     }
 }
 
@@ -212,6 +229,7 @@ fn run(conn: &Connection, shared: &Shared, every: Duration) {
                 }
             }
             Err(e) => {
+                shared.failures.fetch_add(1, Ordering::Relaxed);
                 if !failing {
                     tracing::warn!(error = %e, "ledger: checkpoint failed (tried again after checkpoint_every_ms, or at the next full log)");
                 }
