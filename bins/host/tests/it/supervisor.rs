@@ -7,6 +7,7 @@
 use crate::common;
 
 use std::collections::HashMap;
+use std::io::{Read as _, Write as _};
 use std::process::Command;
 use std::time::Duration;
 
@@ -92,19 +93,27 @@ fn sigterm_drains_in_phase_order_finishes_in_flight_calls_ends_streams_with_retr
     let waiting = std::thread::spawn(move || {
         call_sse(&a, &s, &call(4, "sleep", json!({"ms": 900})), Duration::from_secs(20))
     });
-    let (a, s) = (addr.clone(), sid.clone());
+    // The GET stream, open (its head read) before the signal: sent from a thread unawaited,
+    // on a loaded machine it could arrive after the drain began and get its 503 instead.
+    let mut get = std::net::TcpStream::connect(&addr).unwrap();
+    get.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(
+        get,
+        "GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\nMcp-Session-Id: {sid}\r\nMCP-Protocol-Version: 2025-11-25\r\n\r\n"
+    )
+    .unwrap();
+    let mut get_head = Vec::new();
+    while !get_head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let mut buf = [0u8; 1024];
+        let n = get.read(&mut buf).unwrap();
+        assert!(n > 0, "the GET stream closed before its head");
+        get_head.extend_from_slice(&buf[..n]);
+    }
+    assert!(get_head.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&get_head));
     let get = std::thread::spawn(move || {
-        http(
-            &a,
-            "GET",
-            &[
-                ("Accept", "text/event-stream"),
-                ("Mcp-Session-Id", &s),
-                ("MCP-Protocol-Version", "2025-11-25"),
-            ],
-            "",
-            Duration::from_secs(20),
-        )
+        let mut all = get_head;
+        get.read_to_end(&mut all).unwrap();
+        all
     });
     wait_until("both calls are in flight", Duration::from_secs(10), || {
         status_of(&admin_addr, &token)["in_flight"] == 2
@@ -133,7 +142,7 @@ fn sigterm_drains_in_phase_order_finishes_in_flight_calls_ends_streams_with_retr
         .collect();
     assert_eq!(done.len(), 1, "the in-flight call finished before the exit: {body}");
     assert_eq!(done[0]["result"]["content"][0]["text"], "slept 900 ms");
-    let (_, _, get_body) = get.join().unwrap();
+    let get_body = get.join().unwrap();
     let get_text = String::from_utf8_lossy(&get_body);
     assert!(get_text.contains("retry:"), "the GET stream ends with a retry hint: {get_text}");
     let exit = (0..500).find_map(|_| {

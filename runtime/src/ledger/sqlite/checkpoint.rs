@@ -13,12 +13,15 @@
 //! frames it may not overwrite) is tried again [`RETRY`] later. A larger log lets one
 //! checkpoint copy once a page that many commits rewrote.
 //!
-//! A passive checkpoint never restarts the log: the writer's next commit does, once all of it
-//! is copied and no reader uses it. Should the log reach [`HARD_FACTOR`] times `pages` (the
-//! checkpointer cannot keep up, readers keep it from finishing, or it fails), the writer,
-//! after its commit, runs a `RESTART` checkpoint itself: it waits (up to its busy timeout) for
-//! the checkpointer and the readers, so the next commit starts the log again. The file is cut
-//! back to `2 × pages` at that restart (`journal_size_limit`).
+//! A passive checkpoint never restarts the log: the log restarts at a commit only when all of
+//! it is copied and no reader uses it, and under steady writes the writer adds frames while the
+//! thread copies. So the writer, after a commit that left a full log, finishes it
+//! (`finish_log`): a passive checkpoint of the last [`TAIL`] frames or fewer the thread left
+//! (a stall the size of SQLite's own checkpoints), and past [`HARD_FACTOR`] times `pages` (the
+//! thread cannot keep up, readers hold it back, or it fails) a `RESTART` checkpoint after the
+//! thread's current one, waiting up to its busy timeout for readers. The next commit then
+//! starts the log again, and the file is cut back to `2 × pages` (`journal_size_limit`).
+//! Checkpoints take an in-process lock first: SQLite's own does not wait.
 
 use std::ffi::c_int;
 use std::sync::Arc;
@@ -38,9 +41,9 @@ use super::super::{LogHealth, StoreError};
 const HARD_FACTOR: u32 = 4;
 /// How soon a checkpoint that readers held back is tried again.
 const RETRY: Duration = Duration::from_millis(10);
-/// The fewest pages between two of the writer's own checkpoints while one keeps failing, so a
-/// failing disk costs it one attempt per so many pages, not one per commit.
-const WRITER_RETRY_PAGES: u32 = 64;
+/// Frames of a full log the thread may leave uncopied for the writer to copy itself (and so
+/// restart the log): SQLite's own checkpoints copy 1,000 at a time on the writer.
+const TAIL: u32 = 1024;
 
 /// When the log is copied into the main file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +84,11 @@ struct Shared {
     pages: AtomicU64,
     /// Checkpoints that failed, for the metrics.
     failures: AtomicU64,
+    /// The last checkpoint's `(log, copied)` frames ([`pack`]).
+    copied: AtomicU64,
+    /// Held by whoever checkpoints (the thread, or the writer finishing a log): SQLite's own
+    /// checkpoint lock does not wait, so the writer would otherwise fail against the thread.
+    ckpt: Mutex<()>,
 }
 
 /// The checkpointer thread; stopped and joined when dropped.
@@ -119,22 +127,8 @@ impl Checkpointer {
                 if frames < hard && failed_at.take().is_some() {
                     tracing::info!("ledger: the log is back within its bound");
                 }
-                if frames >= hard && failed_at.is_none_or(|f| frames >= f + WRITER_RETRY_PAGES) {
-                    // Its failure (a disk that refuses, readers past the busy timeout) is not
-                    // this commit's, which is done: reported, the batch would be retried.
-                    match wal.checkpoint_v2(CheckpointMode::RESTART) {
-                        Ok((_, _)) if failed_at.take().is_some() => {
-                            tracing::info!("ledger: the writer's checkpoint succeeded again");
-                        }
-                        Ok(_) => {}
-                        Err(e) => {
-                            hook.failures.fetch_add(1, Ordering::Relaxed);
-                            if failed_at.is_none() {
-                                tracing::warn!(error = %e, frames, "ledger: the log passed its bound and the writer could not checkpoint it (tried again as it grows)");
-                            }
-                            failed_at = Some(frames);
-                        }
-                    }
+                if frames >= pages {
+                    finish_log(wal, &hook, frames, pages, hard, &mut failed_at);
                 }
                 let mut st = hook.state.lock();
                 st.dirty = true;
@@ -190,6 +184,69 @@ impl Drop for Checkpointer {
     }
 }
 
+/// On the writer, after a commit that left `frames` in a log of `pages` or more: copy what the
+/// checkpointer has not, so that the next commit restarts the log. A passive checkpoint on
+/// another connection never gets there under steady writes (the writer adds frames while it
+/// copies; the log restarts only when, at a commit's start, all of it is copied), so the log
+/// grew past its bound in a storm. Here nobody writes meanwhile.
+/// - When the thread's last checkpoint left at most [`TAIL`] frames of this log uncopied (a
+///   quarter of `pages` if that is fewer) and
+///   the thread is idle: a passive checkpoint of that tail (a short stall, the size SQLite's
+///   own checkpoints have).
+/// - Past `hard` (the thread cannot keep up, readers hold it back, or it fails): a `RESTART`
+///   checkpoint after the thread's current one ends, waiting (the writer's busy timeout) for
+///   readers. Its failure (a disk that refuses, readers past the timeout) is not this
+///   commit's, which is done: reported, the batch would be retried.
+fn finish_log(
+    wal: &mut rusqlite::hooks::Wal,
+    shared: &Shared,
+    frames: u32,
+    pages: u32,
+    hard: u32,
+    failed_at: &mut Option<u32>,
+) {
+    let (log_at, done) = unpack(shared.copied.load(Ordering::Acquire));
+    // A record of an older log (one that restarted since) says nothing of this one.
+    let done = if log_at > frames { 0 } else { done };
+    let guard = if frames >= hard {
+        if failed_at.is_some_and(|f| frames < f.saturating_add(pages / 8)) {
+            return;
+        }
+        Some(shared.ckpt.lock())
+    } else if frames.saturating_sub(done) <= TAIL.min(pages / 4) {
+        shared.ckpt.try_lock()
+    } else {
+        None
+    };
+    let Some(_guard) = guard else { return };
+    let mode = if frames >= hard { CheckpointMode::RESTART } else { CheckpointMode::PASSIVE };
+    match wal.checkpoint_v2(mode) {
+        Ok((log, done)) => {
+            shared.copied.store(pack(log, done), Ordering::Release);
+            if failed_at.take().is_some() {
+                tracing::info!("ledger: the writer's checkpoint succeeded again");
+            }
+        }
+        Err(e) => {
+            shared.failures.fetch_add(1, Ordering::Relaxed);
+            if failed_at.is_none() {
+                tracing::warn!(error = %e, frames, "ledger: the writer could not checkpoint the log (tried again as it grows)");
+            }
+            *failed_at = Some(frames);
+        }
+    }
+}
+
+/// A checkpoint's `(log, copied)` frame counts in one word.
+fn pack(log: c_int, done: c_int) -> u64 {
+    let part = |v: c_int| u64::from(u32::try_from(v).unwrap_or(0));
+    part(log) << 32 | part(done)
+}
+
+fn unpack(v: u64) -> (u32, u32) {
+    ((v >> 32) as u32, v as u32)
+}
+
 fn run(conn: &Connection, shared: &Shared, every: Duration) {
     let mut failing = false;
     let mut wait = every;
@@ -216,7 +273,7 @@ fn run(conn: &Connection, shared: &Shared, every: Duration) {
             st.dirty = false;
         }
         wait = every;
-        match checkpoint(conn) {
+        match checkpoint(conn, shared) {
             Ok(whole) => {
                 if failing {
                     failing = false;
@@ -228,6 +285,8 @@ fn run(conn: &Connection, shared: &Shared, every: Duration) {
                     wait = RETRY;
                 }
             }
+            // A stop interrupts a checkpoint in progress: not a failure.
+            Err(_) if shared.state.lock().stop => return,
             Err(e) => {
                 shared.failures.fetch_add(1, Ordering::Relaxed);
                 if !failing {
@@ -241,9 +300,18 @@ fn run(conn: &Connection, shared: &Shared, every: Duration) {
 }
 
 /// One passive checkpoint; whether it copied every frame the log held when it started (the
-/// writer may add more meanwhile: those are the next one's).
-fn checkpoint(conn: &Connection) -> rusqlite::Result<bool> {
-    let (log, done): (i64, i64) =
-        conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| Ok((r.get(1)?, r.get(2)?)))?;
+/// writer may add more meanwhile: those are the next one's). Busy (the writer finishing the
+/// log holds the lock) counts as not whole.
+fn checkpoint(conn: &Connection, shared: &Shared) -> rusqlite::Result<bool> {
+    let _guard = shared.ckpt.lock();
+    let (busy, log, done): (i64, i64, i64) =
+        conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })?;
+    if busy != 0 || log < 0 {
+        return Ok(false);
+    }
+    let part = |v: i64| c_int::try_from(v).unwrap_or(c_int::MAX);
+    shared.copied.store(pack(part(log), part(done)), Ordering::Release);
     Ok(done >= log)
 }
