@@ -741,6 +741,32 @@ mod tests {
     }
 
     #[test]
+    fn the_writer_copies_what_the_checkpointer_left_of_a_full_log_so_the_next_commit_restarts_it() {
+        let dir = mcp_devtools::TempDir::new("ckpt-finish");
+        let path = dir.path().join("l.db");
+        let every = std::time::Duration::from_secs(3600);
+        // No thread: the test runs its checkpoint in its place, at a chosen moment. 256 pages:
+        // the writer copies a tail of 64 frames or fewer, and its own bound is 1,024.
+        let s = SqliteStore::open_inner(&path, Checkpointing { pages: 256, every }, false).unwrap();
+        write_pages(&s, "full", 60);
+        // The thread copies while commits go on (here: a reader's snapshot keeps it from the
+        // last two batches, as a commit during its copy would).
+        let reader = Connection::open(&path).unwrap();
+        reader.execute_batch("BEGIN; SELECT count(*) FROM kv;").unwrap();
+        write_pages(&s, "during", 2);
+        let full = s.log_health().unwrap().pages;
+        assert!(full >= 256, "{full} pages");
+        assert!(!s.checkpointer.checkpoint_as_the_thread(&Connection::open(&path).unwrap()));
+        reader.execute_batch("COMMIT;").unwrap();
+        // The next commit leaves a full log with a short tail the thread did not copy: the
+        // writer copies it, so the commit after starts the log again.
+        write_pages(&s, "tail", 1);
+        write_pages(&s, "restarted", 1);
+        let now = s.log_health().unwrap().pages;
+        assert!(now < 32, "the log did not restart: {full} pages, then {now}");
+    }
+
+    #[test]
     fn without_its_checkpointer_the_writer_copies_a_log_of_four_times_checkpoint_pages() {
         let dir = mcp_devtools::TempDir::new("ckpt-hard");
         let path = dir.path().join("l.db");

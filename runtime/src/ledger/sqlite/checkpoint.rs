@@ -156,6 +156,12 @@ impl Checkpointer {
 }
 
 impl Checkpointer {
+    /// One of the thread's checkpoints, run on `conn` by a test in its place.
+    #[cfg(test)]
+    pub(super) fn checkpoint_as_the_thread(&self, conn: &Connection) -> bool {
+        checkpoint(conn, &self.shared).unwrap()
+    }
+
     /// The log's pages and failed checkpoints so far.
     pub(super) fn health(&self) -> LogHealth {
         LogHealth {
