@@ -666,6 +666,22 @@ mod tests {
         assert_eq!(s.get("k", 1).unwrap().as_deref(), Some(&b"v"[..]));
     }
 
+    /// A ledger `name/l.db` (its directory kept with it) checkpointed at `pages` pages or after
+    /// `every_ms`; without `with_thread`, only the writer checkpoints.
+    fn ledger(
+        name: &str,
+        pages: u32,
+        every_ms: u64,
+        with_thread: bool,
+    ) -> (mcp_devtools::TempDir, std::path::PathBuf, SqliteStore) {
+        let dir = mcp_devtools::TempDir::new(name);
+        let path = dir.path().join("l.db");
+        let every = std::time::Duration::from_millis(every_ms);
+        let s =
+            SqliteStore::open_inner(&path, Checkpointing { pages, every }, with_thread).unwrap();
+        (dir, path, s)
+    }
+
     /// Commit `batches` batches of one 8 KiB value each (about five log frames a batch, more
     /// when a page splits), the first one holding `marker`.
     fn write_pages(s: &SqliteStore, marker: &str, batches: usize) {
@@ -699,10 +715,7 @@ mod tests {
 
     #[test]
     fn a_log_of_checkpoint_pages_is_copied_into_the_main_file_by_the_checkpointer() {
-        let dir = mcp_devtools::TempDir::new("ckpt-pages");
-        let path = dir.path().join("l.db");
-        let every = std::time::Duration::from_secs(3600);
-        let s = SqliteStore::open_with(&path, Checkpointing { pages: 64, every }).unwrap();
+        let (_dir, path, s) = ledger("ckpt-pages", 64, 3_600_000, true);
         // About 150 frames: past 64, far below SQLite's own 1,000.
         write_pages(&s, "first-of-a-full-log", 30);
         assert!(main_file_gets(&path, "first-of-a-full-log"), "not checkpointed");
@@ -713,20 +726,14 @@ mod tests {
 
     #[test]
     fn a_quiet_log_is_copied_into_the_main_file_after_checkpoint_every() {
-        let dir = mcp_devtools::TempDir::new("ckpt-every");
-        let path = dir.path().join("l.db");
-        let every = std::time::Duration::from_millis(50);
-        let s = SqliteStore::open_with(&path, Checkpointing { pages: 1 << 20, every }).unwrap();
+        let (_dir, path, s) = ledger("ckpt-every", 1 << 20, 50, true);
         write_pages(&s, "one-quiet-commit", 1);
         assert!(main_file_gets(&path, "one-quiet-commit"), "not checkpointed");
     }
 
     #[test]
     fn a_checkpoint_a_reader_held_back_is_tried_again() {
-        let dir = mcp_devtools::TempDir::new("ckpt-reader");
-        let path = dir.path().join("l.db");
-        let every = std::time::Duration::from_millis(50);
-        let s = SqliteStore::open_with(&path, Checkpointing { pages: 1 << 20, every }).unwrap();
+        let (_dir, path, s) = ledger("ckpt-reader", 1 << 20, 50, true);
         // A read begun before the commit keeps its frames from being copied...
         let reader = Connection::open(&path).unwrap();
         reader.execute_batch("BEGIN; SELECT count(*) FROM kv;").unwrap();
@@ -742,12 +749,9 @@ mod tests {
 
     #[test]
     fn the_writer_copies_what_the_checkpointer_left_of_a_full_log_so_the_next_commit_restarts_it() {
-        let dir = mcp_devtools::TempDir::new("ckpt-finish");
-        let path = dir.path().join("l.db");
-        let every = std::time::Duration::from_secs(3600);
         // No thread: the test runs its checkpoint in its place, at a chosen moment. 256 pages:
         // the writer copies a tail of 64 frames or fewer, and its own bound is 1,024.
-        let s = SqliteStore::open_inner(&path, Checkpointing { pages: 256, every }, false).unwrap();
+        let (_dir, path, s) = ledger("ckpt-finish", 256, 3_600_000, false);
         write_pages(&s, "full", 60);
         // The thread copies while commits go on (here: a reader's snapshot keeps it from the
         // last two batches, as a commit during its copy would).
@@ -768,10 +772,7 @@ mod tests {
 
     #[test]
     fn without_its_checkpointer_the_writer_copies_a_log_of_four_times_checkpoint_pages() {
-        let dir = mcp_devtools::TempDir::new("ckpt-hard");
-        let path = dir.path().join("l.db");
-        let every = std::time::Duration::from_secs(3600);
-        let s = SqliteStore::open_inner(&path, Checkpointing { pages: 64, every }, false).unwrap();
+        let (_dir, path, s) = ledger("ckpt-hard", 64, 3_600_000, false);
         // About 2,000 frames (SQLite's own checkpoints would have let the log reach 1,000):
         // the log restarts once past 256, so it never holds them all.
         write_pages(&s, "first-of-a-long-log", 400);

@@ -127,12 +127,13 @@ impl Checkpointer {
                 if frames < hard && failed_at.take().is_some() {
                     tracing::info!("ledger: the log is back within its bound");
                 }
-                if frames >= pages {
+                let full = frames >= pages;
+                if full {
                     finish_log(wal, &hook, frames, pages, hard, &mut failed_at);
                 }
                 let mut st = hook.state.lock();
                 st.dirty = true;
-                if frames >= pages && !st.due {
+                if full && !st.due {
                     st.due = true;
                     hook.wake.notify_one();
                 }
@@ -153,9 +154,7 @@ impl Checkpointer {
             .map_err(|e| StoreError::Backend(format!("cannot start the checkpointer: {e}")))?;
         Ok(Checkpointer { shared, thread: Some((thread, interrupt)) })
     }
-}
 
-impl Checkpointer {
     /// One of the thread's checkpoints, run on `conn` by a test in its place.
     #[cfg(test)]
     pub(super) fn checkpoint_as_the_thread(&self, conn: &Connection) -> bool {
@@ -305,9 +304,10 @@ fn run(conn: &Connection, shared: &Shared, every: Duration) {
     }
 }
 
-/// One passive checkpoint; whether it copied every frame the log held when it started (the
-/// writer may add more meanwhile: those are the next one's). Busy (the writer finishing the
-/// log holds the lock) counts as not whole.
+/// One passive checkpoint, after the writer's own (the in-process lock); whether it copied
+/// every frame the log held when it started (the writer may add more meanwhile: those are the
+/// next one's). Busy (another process checkpointing, say an operator's `sqlite3`) counts as
+/// not whole.
 fn checkpoint(conn: &Connection, shared: &Shared) -> rusqlite::Result<bool> {
     let _guard = shared.ckpt.lock();
     let (busy, log, done): (i64, i64, i64) =
