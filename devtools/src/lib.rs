@@ -627,6 +627,39 @@ impl RedisServer {
         matches!(self.command(&args), Some(Reply::Line(l)) if l == "OK")
     }
 
+    /// How many subscriptions this server has to the channels whose names end with `suffix`
+    /// (`PUBSUB CHANNELS`, then `PUBSUB NUMSUB`); `None` when the server does not answer.
+    #[must_use]
+    pub fn subscribers(&self, suffix: &str) -> Option<u64> {
+        let pattern = format!("*{suffix}");
+        let Reply::Many(channels) = self.command(&["PUBSUB", "CHANNELS", &pattern])? else {
+            return None;
+        };
+        let mut args = vec!["PUBSUB".to_owned(), "NUMSUB".to_owned()];
+        for c in channels {
+            args.push(String::from_utf8(c).ok()?);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let Reply::Many(counts) = self.command(&args)? else { return None };
+        // [channel, count, channel, count, ..]
+        counts
+            .iter()
+            .skip(1)
+            .step_by(2)
+            .map(|n| std::str::from_utf8(n).ok()?.parse::<u64>().ok())
+            .sum()
+    }
+
+    /// Cut every subscriber's connection (`CLIENT KILL TYPE pubsub`, as a network fault or a
+    /// failover does); how many were cut, `None` when the server does not answer.
+    #[must_use]
+    pub fn kill_subscribers(&self) -> Option<u64> {
+        let Reply::Line(n) = self.command(&["CLIENT", "KILL", "TYPE", "pubsub"])? else {
+            return None;
+        };
+        n.parse().ok()
+    }
+
     /// One command (its arguments, binary-safe) on a connection of its own, with a deadline.
     fn command(&self, args: &[&str]) -> Option<Reply> {
         use std::io::{BufRead, BufReader, Read, Write};
@@ -659,7 +692,13 @@ impl RedisServer {
                 for _ in 0..n.parse::<usize>().ok()? {
                     let mut l = String::new();
                     r.read_line(&mut l).ok()?;
-                    let len = l.trim_end().strip_prefix('$')?.parse().ok()?;
+                    let l = l.trim_end();
+                    // A number (`PUBSUB NUMSUB`'s counts) or a bulk string.
+                    if let Some(n) = l.strip_prefix(':') {
+                        items.push(n.as_bytes().to_vec());
+                        continue;
+                    }
+                    let len = l.strip_prefix('$')?.parse().ok()?;
                     items.push(bulk(len, &mut r)?);
                 }
                 Some(Reply::Many(items))

@@ -128,9 +128,50 @@ impl Changes {
         }
     }
 
+    /// Announcements other hosts relayed may have been missed (the subscription to them was
+    /// cut, or not yet taken when they were made): every listen stream here is told each list
+    /// it opted into changed and each URI it subscribed to was updated (a client re-reads what
+    /// did not change, but misses nothing that did).
+    pub(crate) fn missed(&self) {
+        let offered = self.offered;
+        self.lists.send_modify(|v| {
+            for kind in ListKind::ALL {
+                if offered.list(kind) {
+                    v.bump(kind);
+                }
+            }
+            if offered.resource_updates {
+                v.bump_missed_updates();
+            }
+        });
+    }
+
     /// A feed of the changes from now on.
     #[must_use]
     pub fn feed(&self) -> ChangeFeed {
         ChangeFeed { lists: self.lists.subscribe(), updates: self.updates.subscribe() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_miss_bumps_each_offered_list_and_the_missed_updates_and_nothing_not_offered() {
+        let offered = Offered { lists: [true, false, true], resource_updates: true };
+        let changes = Changes::new(offered);
+        let mut feed = changes.feed();
+        changes.missed();
+        assert!(feed.lists.has_changed().unwrap(), "listen streams are woken");
+        let now = *feed.lists.borrow_and_update();
+        let mut want = ListVersions::default();
+        want.bump(ListKind::Tools);
+        want.bump(ListKind::Resources);
+        want.bump_missed_updates();
+        assert_eq!(now, want);
+        let quiet = Changes::new(Offered { lists: [false; 3], resource_updates: false });
+        quiet.missed();
+        assert_eq!(*quiet.feed().lists.borrow(), ListVersions::default());
     }
 }

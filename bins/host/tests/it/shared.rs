@@ -41,6 +41,24 @@ impl Shared {
         }
     }
 
+    /// The servers (a Cluster's every node).
+    fn servers(&self) -> &[RedisServer] {
+        match self {
+            Shared::One(s) => std::slice::from_ref(s),
+            Shared::Cluster(c) => c.nodes(),
+        }
+    }
+
+    /// Wait until `hosts` hosts have subscribed to one another's list changes and resource
+    /// updates (announcements made before a subscription are missed).
+    fn wait_for_changes_subscribers(&self, hosts: u64) {
+        let subscribed =
+            || -> Option<u64> { self.servers().iter().map(|n| n.subscribers("bus:changes")).sum() };
+        common::wait_until("the hosts hear one another's changes", Duration::from_secs(10), || {
+            subscribed() == Some(hosts)
+        });
+    }
+
     /// How many keys match `pattern`, on every node.
     fn count_keys(&self, pattern: &str) -> Option<usize> {
         match self {
@@ -71,6 +89,7 @@ on_one_server_and_on_a_cluster!(
     two_hosts_adding_to_one_basket_at_once_lose_no_item,
     a_clients_answer_posted_to_another_host_reaches_the_request_that_asked,
     a_list_change_and_a_resource_update_announced_on_one_host_reach_a_listen_stream_on_another,
+    a_listen_stream_is_told_everything_changed_when_its_hosts_subscription_to_the_others_was_cut,
 );
 
 /// Two hosts sharing a Redis of their own (a Cluster if `cluster`), with `extra` arguments,
@@ -565,11 +584,10 @@ fn a_cancellation_posted_to_another_host_stops_the_request() {
 fn a_list_change_and_a_resource_update_announced_on_one_host_reach_a_listen_stream_on_another(
     cluster: bool,
 ) {
-    let (_server, _dir, a, b) = two_hosts_on(cluster, "shared-listen", &[]);
-    let body = r#"{"jsonrpc":"2.0","id":"sub-1","method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true,"resourceSubscriptions":["test://watched-resource"]},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
-    let listen = [("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "subscriptions/listen")];
-    let mut s = common::post_streamed(&b.addr, &listen, body, Duration::from_secs(10));
-    s.read_until("acknowledged");
+    let (shared, _dir, a, b) = two_hosts_on(cluster, "shared-listen", &[]);
+    // Subscribed before anything is announced: no miss tells the stream everything changed.
+    shared.wait_for_changes_subscribers(2);
+    let mut s = listen_watching_tools_and_one_resource(&b.addr);
     // The change is announced by a tool on `a`.
     let r = common::modern_call(&a.addr, 2, "test_trigger_tool_change", json!({}));
     assert!(r["isError"] != true, "{r}");
@@ -580,6 +598,38 @@ fn a_list_change_and_a_resource_update_announced_on_one_host_reach_a_listen_stre
             common::modern_call(&a.addr, 3, "test_trigger_resource_update", json!({"uri": uri}));
         assert!(r["isError"] != true, "{r}");
     }
+    s.read_until("notifications/resources/updated");
+    let updated: Vec<_> = s
+        .messages()
+        .into_iter()
+        .filter(|m| m["method"] == "notifications/resources/updated")
+        .map(|m| m["params"]["uri"].clone())
+        .collect();
+    assert_eq!(updated, [json!("test://watched-resource")]);
+}
+
+/// A `subscriptions/listen` stream on `addr` for tools list changes and updates of
+/// `test://watched-resource`, read past its acknowledgement.
+fn listen_watching_tools_and_one_resource(addr: &str) -> common::Streamed {
+    let body = r#"{"jsonrpc":"2.0","id":"sub-1","method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true,"resourceSubscriptions":["test://watched-resource"]},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+    let listen = [("MCP-Protocol-Version", "2026-07-28"), ("Mcp-Method", "subscriptions/listen")];
+    let mut s = common::post_streamed(addr, &listen, body, Duration::from_secs(10));
+    s.read_until("acknowledged");
+    s
+}
+
+fn a_listen_stream_is_told_everything_changed_when_its_hosts_subscription_to_the_others_was_cut(
+    cluster: bool,
+) {
+    let (shared, _dir, _a, b) = two_hosts_on(cluster, "shared-listen-cut", &[]);
+    shared.wait_for_changes_subscribers(2);
+    let mut s = listen_watching_tools_and_one_resource(&b.addr);
+    // Nothing is announced anywhere; the hosts' subscriptions are cut (what was published
+    // meanwhile is lost) and taken again: the stream is told its list and its resource may
+    // have changed.
+    let cut: u64 = shared.servers().iter().filter_map(RedisServer::kill_subscribers).sum();
+    assert!(cut >= 2, "each host's subscription to the changes was cut ({cut} in all)");
+    s.read_until("notifications/tools/list_changed");
     s.read_until("notifications/resources/updated");
     let updated: Vec<_> = s
         .messages()

@@ -42,7 +42,8 @@ impl Supervisor {
     }
 
     /// On a shared ledger, relay the catalog's announcements (list changes, resource updates)
-    /// to the other hosts' listen streams, and tell this host's the ones they relay.
+    /// to the other hosts' listen streams, and tell this host's the ones they relay (all of
+    /// them, as changed, when some may have been missed).
     pub(super) fn relay_changes(self: &Arc<Self>) {
         let cx = &self.stream_env.ledger;
         if !cx.ledger.shared {
@@ -61,7 +62,8 @@ impl Supervisor {
         })));
         let changes = std::sync::Arc::downgrade(self.catalog.changes());
         let heard = Box::new(move |message: Option<bytes::Bytes>| {
-            let (Some(c), Some(m)) = (changes.upgrade(), message) else { return };
+            let Some(c) = changes.upgrade() else { return };
+            let Some(m) = message else { return c.missed() };
             let Ok(m) = serde_json::from_slice::<serde_json::Value>(&m) else { return };
             if m["from"] != serde_json::json!(run) {
                 c.heard(&m);

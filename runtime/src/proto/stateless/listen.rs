@@ -60,21 +60,31 @@ impl ListKind {
     }
 }
 
-/// How many times each list has changed since the process started (what a subscription
-/// compares against what it has already told its client).
+/// How many times each list has changed since the process started, and how many times
+/// resource updates may have been missed (what a subscription compares against what it has
+/// already told its client).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ListVersions(pub [u64; 3]);
+pub struct ListVersions {
+    lists: [u64; 3],
+    missed_updates: u64,
+}
 
 impl ListVersions {
     /// The count of `kind`.
     #[must_use]
     pub fn of(&self, kind: ListKind) -> u64 {
-        self.0[kind.index()]
+        self.lists[kind.index()]
     }
 
     /// One more change of `kind`.
     pub fn bump(&mut self, kind: ListKind) {
-        self.0[kind.index()] = self.0[kind.index()].wrapping_add(1);
+        self.lists[kind.index()] = self.lists[kind.index()].wrapping_add(1);
+    }
+
+    /// Resource updates may have been missed once more (announcements from another host were
+    /// lost): each subscription announces every URI it subscribed to as updated.
+    pub fn bump_missed_updates(&mut self) {
+        self.missed_updates = self.missed_updates.wrapping_add(1);
     }
 }
 
@@ -265,7 +275,8 @@ impl Subscription {
     }
 
     /// The lists now stand at `versions`: one notification per wanted list that changed
-    /// since the client was last told.
+    /// since the client was last told, and every subscribed URI if updates may have been
+    /// missed since.
     pub(crate) fn handle_lists(&mut self, versions: ListVersions) {
         if self.ended {
             return;
@@ -278,7 +289,11 @@ impl Subscription {
                 ));
             }
         }
+        let missed = versions.missed_updates != self.told.missed_updates;
         self.told = versions;
+        if missed {
+            self.handle_missed_updates();
+        }
     }
 
     /// Resource `uri` changed.
@@ -288,8 +303,8 @@ impl Subscription {
         }
     }
 
-    /// Resource updates were missed (the shell's queue overflowed): every subscribed URI is
-    /// announced as updated.
+    /// Resource updates were missed (the shell's queue overflowed, or another host's
+    /// announcements were lost): every subscribed URI is announced as updated.
     pub(crate) fn handle_missed_updates(&mut self) {
         if self.ended {
             return;

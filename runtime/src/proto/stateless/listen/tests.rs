@@ -115,6 +115,20 @@ fn missed_updates_announce_every_subscribed_uri() {
 }
 
 #[test]
+fn updates_counted_as_missed_in_the_versions_announce_every_subscribed_uri_once() {
+    let mut s =
+        sub(JsonRpcId::Number(1), json!({"resourceSubscriptions": ["test://a", "test://b"]}), &ALL);
+    let _ack = frames(&mut s);
+    let mut v = ListVersions::default();
+    v.bump_missed_updates();
+    s.handle_lists(v);
+    let uris: Vec<Value> = frames(&mut s).iter().map(|m| m["params"]["uri"].clone()).collect();
+    assert_eq!(uris, [json!("test://a"), json!("test://b")]);
+    s.handle_lists(v);
+    assert!(frames(&mut s).is_empty(), "told once per miss");
+}
+
+#[test]
 fn the_server_ends_a_subscription_with_the_completion_result_and_then_sends_nothing() {
     let mut s = sub(JsonRpcId::String("l".into()), json!({"toolsListChanged": true}), &ALL);
     let mut v = ListVersions::default();
