@@ -664,6 +664,13 @@ pub struct LedgerConfig {
     /// file) may be read by others than its owner: a warning instead of a refusal. Default
     /// false; a secret others can read lets them forge cursors and find session records.
     pub allow_insecure_key: bool,
+    /// New session ids carry the millisecond they were made (`<generation>.<ms>.<random>`),
+    /// and their ledger names lead with it: a new session's records go to the end of the
+    /// ledger's indexes instead of a random page each (SQLite writes whole pages). Off: ids
+    /// of random bits only, as builds before this setting made; turn it off while hosts may
+    /// still be rolled back to such a build (it finds no session whose id carries its time).
+    /// Either way every host finds sessions of both kinds. Default true.
+    pub ordered_session_ids: bool,
     /// Most operations committed in one transaction. Default 4096.
     pub batch_max_ops: usize,
     /// How long a batch waits for more operations once its first arrived (µs), so that
@@ -738,6 +745,7 @@ impl Default for LedgerConfig {
             key_file: None,
             previous_key_files: Vec::new(),
             allow_insecure_key: false,
+            ordered_session_ids: true,
             batch_max_ops: 4096,
             commit_linger_us: 200,
             checkpoint_pages: u64::from(DEFAULT_CHECKPOINT_PAGES),

@@ -72,7 +72,58 @@ impl SessionId {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// A new id, `<generation>.<ms>.<random>`: the generation that made it, the time it was
+    /// made (milliseconds since the epoch, the low 48 bits as 12 lowercase hex digits), and
+    /// `random` in base64url. Its ledger name leads with that time (see
+    /// [`SessionId::minted_at`]).
+    #[must_use]
+    pub fn mint(generation: u64, now_ms: u64, random: &[u8; SESSION_ID_RANDOM_BYTES]) -> SessionId {
+        use base64::Engine as _;
+        let random = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(random);
+        SessionId(format!("{generation}.{:012x}.{random}", now_ms & MINTED_AT_MASK).into())
+    }
+
+    /// A new id without its time, `<generation>.<random>` (what builds before `mint` made):
+    /// its ledger name is all MAC, in no order.
+    #[must_use]
+    pub fn mint_unordered(generation: u64, random: &[u8; SESSION_ID_RANDOM_BYTES]) -> SessionId {
+        use base64::Engine as _;
+        let random = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(random);
+        SessionId(format!("{generation}.{random}").into())
+    }
+
+    /// When an id [`SessionId::mint`] made was made (its 48 bits of milliseconds); `None` for
+    /// any other id (one `mint_unordered` made, one a client made up).
+    #[must_use]
+    pub fn minted_at(&self) -> Option<u64> {
+        let mut parts = self.0.split('.');
+        let (_generation, at, _random) = (parts.next()?, parts.next()?, parts.next()?);
+        let hex =
+            at.len() == 12 && at.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        if !hex || parts.next().is_some() {
+            return None;
+        }
+        u64::from_str_radix(at, 16).ok()
+    }
 }
+
+/// Random bytes in a minted session id (192 bits).
+pub const SESSION_ID_RANDOM_BYTES: usize = 24;
+
+/// The bits of a millisecond time a session id carries (48: until the year 10889).
+pub const MINTED_AT_MASK: u64 = (1 << 48) - 1;
+
+/// The part of a session's ledger name (its id's HMAC, 32 hex digits) that is uniform: the
+/// last 20 hex digits (80 bits of MAC), whether the name leads with the id's time or not.
+/// What spreads sessions over shards and rollout places, and what logs show of a session.
+#[must_use]
+pub fn session_hmac_tail(hmac: &str) -> &str {
+    hmac.get(hmac.len().saturating_sub(SESSION_HMAC_TAIL_LEN)..).unwrap_or(hmac)
+}
+
+/// Hex digits of [`session_hmac_tail`].
+pub const SESSION_HMAC_TAIL_LEN: usize = 20;
 
 /// A JSON-RPC request id. Keeps string and number distinct: `1` and `"1"` are different ids.
 /// `null` is not an id (rejected by the parser). Fractional numbers are rejected too.
@@ -126,6 +177,36 @@ mod tests {
         assert!(SessionId::parse("").is_none());
         assert!(SessionId::parse("abc\tdef").is_none());
         assert_eq!(SessionId::parse("a-b_c.~!").unwrap().as_str(), "a-b_c.~!");
+    }
+
+    #[test]
+    fn a_minted_id_carries_its_time_and_others_carry_none() {
+        let id = SessionId::mint(3, 0x0194_1234_5678, &[7; SESSION_ID_RANDOM_BYTES]);
+        assert!(id.as_str().starts_with("3.019412345678."), "{}", id.as_str());
+        assert_eq!(SessionId::parse(id.as_str()).as_ref(), Some(&id), "visible ASCII");
+        assert_eq!(id.minted_at(), Some(0x0194_1234_5678));
+        // Past 48 bits the time wraps (and stays 12 digits).
+        let late = SessionId::mint(3, (1 << 48) + 5, &[7; SESSION_ID_RANDOM_BYTES]);
+        assert_eq!(late.minted_at(), Some(5));
+        let unordered = SessionId::mint_unordered(3, &[7; SESSION_ID_RANDOM_BYTES]);
+        assert_eq!(unordered.as_str().matches('.').count(), 1);
+        assert_eq!(unordered.minted_at(), None);
+        for made_up in [
+            "3.01941234567.x",
+            "3.0194123456789.x",
+            "3.01941234567G.x",
+            "3.01941234567A.x",
+            "3.019412345678",
+            "3.019412345678.x.y",
+        ] {
+            assert_eq!(SessionId::parse(made_up).unwrap().minted_at(), None, "{made_up}");
+        }
+    }
+
+    #[test]
+    fn a_session_hmac_tail_is_its_last_twenty_digits() {
+        assert_eq!(session_hmac_tail("0123456789abcdef0123456789abcdef"), "cdef0123456789abcdef");
+        assert_eq!(session_hmac_tail("short"), "short");
     }
 
     #[test]

@@ -131,11 +131,12 @@ impl RolloutFlags {
     }
 }
 
-/// A session's place in `[0, 1)`, from the hex HMAC of its id (uniform): the session is in
-/// the share when its place is below it.
+/// A session's place in `[0, 1)`, from the hex HMAC of its id (its uniform tail,
+/// [`crate::proto::ids::session_hmac_tail`]): the session is in the share when its place is below it.
 #[must_use]
 pub fn share_place(session_hmac: &str) -> f64 {
-    let head = session_hmac.get(..13).and_then(|h| u64::from_str_radix(h, 16).ok()).unwrap_or(0);
+    let tail = crate::proto::ids::session_hmac_tail(session_hmac);
+    let head = tail.get(..13).and_then(|h| u64::from_str_radix(h, 16).ok()).unwrap_or(0);
     // 52 bits: exact in an f64.
     head as f64 / (1u64 << 52) as f64
 }
@@ -329,6 +330,13 @@ mod tests {
             assert_eq!(f.mode(p, StreamPurpose::ReadOnly), StreamMode::Resumable);
             assert_eq!(f.mode(p, StreamPurpose::Write { receipt: false }), StreamMode::Resumable);
         }
+    }
+
+    #[test]
+    fn a_sessions_place_comes_from_its_mac_not_from_the_time_its_name_leads_with() {
+        // Two sessions made in one millisecond: their names share the head.
+        let (low, high) = ("019412345678000000000000000000ff", "019412345678ffffffffffffffffff00");
+        assert!(share_place(low) < 0.01 && share_place(high) > 0.99);
     }
 
     #[test]

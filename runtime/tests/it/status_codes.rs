@@ -16,8 +16,12 @@ async fn initialize_mints_a_visible_ascii_session_id_of_at_least_128_bits() {
     assert_eq!(r.status, StatusCode::OK);
     let sid = r.header("mcp-session-id").unwrap();
     assert!(sid.bytes().all(|b| (0x21..=0x7e).contains(&b)));
-    // 24 random bytes in base64url = 32 characters after the generation tag.
-    assert!(sid.split('.').nth(1).unwrap().len() >= 22, "{sid}");
+    // The generation, the millisecond it was made (12 hex digits), then 24 random bytes in
+    // base64url: 32 characters.
+    let parts: Vec<&str> = sid.split('.').collect();
+    assert_eq!(parts.len(), 3, "{sid}");
+    assert_eq!(parts[1].len(), 12, "{sid}");
+    assert_eq!(parts[2].len(), 32, "{sid}");
     assert_eq!(r.json().await["result"]["protocolVersion"], "2025-11-25");
 }
 

@@ -132,6 +132,30 @@ fn sessions_survive_a_sigterm_restart_and_deleted_ones_stay_404() {
     assert_eq!(post_json(&host.addr, "1.not-a-session-of-ours", &ping).0, 404);
 }
 
+#[test]
+fn sessions_with_and_without_their_time_in_the_id_are_found_after_restarts_whichever_is_minted() {
+    let dir = TempDir::new("restart-ordered-ids");
+    let unordered_ids = ["--set", "ledger.ordered_session_ids=false"];
+    let host = start_with(&dir, 0, &unordered_ids);
+    let unordered = initialize(&host.addr);
+    assert_eq!(unordered.matches('.').count(), 1, "random bits only: {unordered}");
+    let host = host.kill_and_restart(&dir);
+    let ordered = initialize(&host.addr);
+    let at = ordered.split('.').nth(1).unwrap_or_else(|| panic!("{ordered}"));
+    assert_eq!(at.len(), 12, "the millisecond it was made: {ordered}");
+    // Its record's name leads with that time.
+    wait_for_ledger(&dir, &format!("SELECT count(*) FROM kv WHERE key LIKE 's/{at}%'"), 1);
+    let ping = json!({"jsonrpc":"2.0","id":9,"method":"ping"});
+    let served = |host: &Host| {
+        for sid in [&unordered, &ordered] {
+            assert_eq!(post_json(&host.addr, sid, &ping).0, 200, "revived: {sid}");
+        }
+    };
+    let host = host.kill_and_restart_with(&dir, &unordered_ids);
+    served(&host);
+    served(&host.kill_and_restart(&dir));
+}
+
 /// `stats {json}` lines, newest first seen, until `pred` holds (bounded).
 fn wait_for_stats(host: &Host, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
     for _ in 0..500 {

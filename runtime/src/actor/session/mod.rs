@@ -450,10 +450,11 @@ fn session_limits(sup: &dyn SessionEnv, generation: &GenCount) -> SessionLimits 
     }
 }
 
-/// Its tracing span: a prefix of its id's HMAC (never the id) and its generation.
+/// Its tracing span: the tail of its id's HMAC (never the id; the head may be a time many
+/// sessions share) and its generation.
 fn session_span(hmac: &str, generation: &GenCount) -> tracing::Span {
-    let prefix = &hmac[..hmac.len().min(12)];
-    tracing::info_span!("session", hmac = %prefix, generation = generation.generation().settings.id.0)
+    let tail = crate::proto::ids::session_hmac_tail(hmac);
+    tracing::info_span!("session", hmac = %tail, generation = generation.generation().settings.id.0)
 }
 
 /// Where its requests' questions and notifications go.

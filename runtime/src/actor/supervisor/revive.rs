@@ -66,7 +66,7 @@ pub(super) fn read_session(
     most: usize,
     now: u64,
 ) -> Result<Option<SessionFound>, crate::ledger::StoreError> {
-    let short = hmac.get(..8).unwrap_or(hmac);
+    let short = crate::proto::ids::session_hmac_tail(hmac);
     if store.get(&codec::session_end_key(hmac), now)?.is_some() {
         tracing::debug!(target: "mcp_runtime::revive", hmac = short, "not revived: its end is recorded");
         return Ok(None);
@@ -115,8 +115,9 @@ pub(super) struct ReviveLocks(pub(super) Vec<tokio::sync::Mutex<()>>);
 
 impl ReviveLocks {
     pub(super) fn shard(&self, hmac: &str) -> usize {
-        // The HMAC is uniform: its first two hex digits pick the shard evenly.
-        hmac.get(..2).and_then(|h| usize::from_str_radix(h, 16).ok()).unwrap_or(0) % self.0.len()
+        // The HMAC's tail is uniform: its first two hex digits pick the shard evenly.
+        let tail = crate::proto::ids::session_hmac_tail(hmac);
+        tail.get(..2).and_then(|h| usize::from_str_radix(h, 16).ok()).unwrap_or(0) % self.0.len()
     }
 
     pub(super) fn of(&self, hmac: &str) -> &tokio::sync::Mutex<()> {
@@ -239,6 +240,15 @@ pub(super) type SettlingMap = HashMap<Arc<str>, (Settle, usize)>;
 mod tests {
     use super::*;
     use crate::ledger::{MemoryStore, Op, Store as _};
+
+    #[test]
+    fn sessions_made_in_one_millisecond_are_spread_over_the_revive_shards() {
+        let locks = ReviveLocks((0..16).map(|_| tokio::sync::Mutex::new(())).collect());
+        let shards: std::collections::HashSet<usize> = (0..=255u8)
+            .map(|b| locks.shard(&format!("019412345678{b:02x}{}", "0".repeat(18))))
+            .collect();
+        assert_eq!(shards.len(), 16, "one time head, every shard");
+    }
 
     fn session(hmac: &str, state: RecordState) -> codec::SessionRecord {
         codec::SessionRecord {

@@ -184,12 +184,13 @@ impl Supervisor {
         }
         let version = ProtocolVersion::negotiate(init.requested_version.as_deref());
         let generation = self.gens.enter_current(crate::actor::generations::Counted::Session);
-        let raw = format!(
-            "{}.{}",
-            generation.generation().settings.id.0,
-            URL_SAFE_NO_PAD.encode(crate::rng::bytes::<24>())
-        );
-        let id = SessionId::parse(&raw).expect("base64url and digits are visible ASCII");
+        let (made_by, random) =
+            (u64::from(generation.generation().settings.id.0), crate::rng::bytes());
+        let id = if self.cfg.ledger.ordered_session_ids {
+            SessionId::mint(made_by, self.now().0, &random)
+        } else {
+            SessionId::mint_unordered(made_by, &random)
+        };
         let handshake = Handshake {
             requested_version: init.requested_version.clone(),
             capabilities: init.capabilities.clone(),
@@ -335,7 +336,7 @@ impl Supervisor {
         match settling {
             // It just ended here; its end is on the way to the ledger.
             Some(Settle::Ended) => {
-                tracing::debug!(target: "mcp_runtime::revive", hmac = hmac.get(..8), "not revived: it just ended here");
+                tracing::debug!(target: "mcp_runtime::revive", hmac = crate::proto::ids::session_hmac_tail(&hmac), "not revived: it just ended here");
                 return Ok(());
             }
             // It just parked: read its record once its last writes are in (rare: only in the
