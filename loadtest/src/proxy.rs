@@ -760,10 +760,11 @@ fn say_404(node: usize, req: &Request, session: &str) {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
     eprintln!(
-        "mcp-load: proxy: 404 from node {node} for {} {} of session {}… at {at} ms",
+        "mcp-load: proxy: 404 from node {node} for {} {} of session …{} at {at} ms",
         req.method,
         method.unwrap_or("-"),
-        session.get(..8).unwrap_or(session),
+        // Its random end (an id may begin with its generation and the time it was made).
+        session.get(session.len().saturating_sub(8)..).unwrap_or(session),
     );
 }
 

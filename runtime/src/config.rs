@@ -667,10 +667,11 @@ pub struct LedgerConfig {
     /// New session ids carry the millisecond they were made (`<generation>.<ms>.<random>`),
     /// and their ledger names lead with it: a new session's records go to the end of the
     /// ledger's indexes instead of a random page each (SQLite writes whole pages). Off: ids
-    /// of random bits only, as builds before this setting made; turn it off while hosts may
-    /// still be rolled back to such a build (it finds no session whose id carries its time).
-    /// Either way every host finds sessions of both kinds. Default true.
-    pub ordered_session_ids: bool,
+    /// of random bits only, as builds before this setting made, which find no session whose
+    /// id carries its time: keep it off while hosts may still be rolled back to such a build,
+    /// or (a shared ledger) while one still serves. Either way every host of this build finds
+    /// sessions of both kinds. Default: on for SQLite, off otherwise (Redis gains nothing).
+    pub ordered_session_ids: Option<bool>,
     /// Most operations committed in one transaction. Default 4096.
     pub batch_max_ops: usize,
     /// How long a batch waits for more operations once its first arrived (µs), so that
@@ -745,7 +746,7 @@ impl Default for LedgerConfig {
             key_file: None,
             previous_key_files: Vec::new(),
             allow_insecure_key: false,
-            ordered_session_ids: true,
+            ordered_session_ids: None,
             batch_max_ops: 4096,
             commit_linger_us: 200,
             checkpoint_pages: u64::from(DEFAULT_CHECKPOINT_PAGES),
@@ -766,6 +767,12 @@ impl Default for LedgerConfig {
 }
 
 impl LedgerConfig {
+    /// Whether new session ids carry their time (`ordered_session_ids`, or its default).
+    #[must_use]
+    pub fn ordered_session_ids(&self) -> bool {
+        self.ordered_session_ids.unwrap_or(self.backend == LedgerBackend::Sqlite)
+    }
+
     /// The key file: `key_file`, else the ledger's path plus `.key`.
     #[must_use]
     pub fn key_path(&self) -> std::path::PathBuf {
@@ -1166,6 +1173,21 @@ mod tests {
         let mut c = RuntimeConfig::default();
         f(&mut c);
         c.validate()
+    }
+
+    #[test]
+    fn ordered_session_ids_default_on_for_sqlite_only_and_follow_the_setting() {
+        let mut l = LedgerConfig::default();
+        assert!(l.ordered_session_ids(), "SQLite: on");
+        for backend in [LedgerBackend::Redis, LedgerBackend::Memory] {
+            l.backend = backend;
+            assert!(!l.ordered_session_ids(), "{backend:?}: off");
+        }
+        l.ordered_session_ids = Some(true);
+        assert!(l.ordered_session_ids());
+        l.backend = LedgerBackend::Sqlite;
+        l.ordered_session_ids = Some(false);
+        assert!(!l.ordered_session_ids());
     }
 
     #[test]

@@ -62,7 +62,8 @@ impl LedgerCtx {
         self.previous_id_keys.iter().map(|k| id_hmac(k, id)).collect()
     }
 
-    /// The HMAC of a session id (128 bits, hex): the only form of the id the ledger holds.
+    /// The ledger name of a session id (128 bits, hex: [`id_hmac`]): the only form of the id
+    /// the ledger holds.
     pub(crate) fn session_hmac(&self, id: &SessionId) -> Arc<str> {
         id_hmac(&self.id_key, id)
     }
@@ -100,6 +101,9 @@ pub(crate) struct SessionMeta {
     pub(crate) owner: Option<Arc<str>>,
     pub(crate) origin: Option<String>,
     pub(crate) created_ms: u64,
+    /// Its name leads with the time its id was made ([`SessionId::minted_at`]): the name's
+    /// head is no hash.
+    pub(crate) ordered_name: bool,
 }
 
 /// The session's state as its record states it.
@@ -399,6 +403,7 @@ mod tests {
             owner: None,
             origin: None,
             created_ms: 1,
+            ordered_name: false,
         };
         meta.record_ops(
             cx,

@@ -39,11 +39,13 @@ pub struct Handshake {
     pub client_info: Value,
 }
 
-/// `mcpHttpSession.v1`: one legacy session. The raw session id is never stored: records are
-/// keyed and identified by [`SessionRecord::session_hmac`].
+/// `mcpHttpSession.v1`: one legacy session. The raw session id is never stored (only the time
+/// it was made, when it carries one): records are keyed and identified by
+/// [`SessionRecord::session_hmac`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionRecord {
-    /// HMAC of the session id under the ledger key, hex.
+    /// The session's ledger name: HMAC of its id under the ledger key, led by the time the
+    /// id was made when it carries one; 32 hex digits.
     pub session_hmac: String,
     /// The owning principal (bearer authentication), if any.
     pub principal: Option<String>,

@@ -1615,6 +1615,10 @@ impl Store for RedisStore {
                             Err(e) if e.is_timeout() => {}
                             Err(e) => {
                                 tracing::warn!(error = %e, "ledger: the Redis subscription was cut; taking it again");
+                                // Not at once: a server that accepts and cuts again would make
+                                // each pass a "missed" (every listen stream told everything
+                                // changed, every live session's end looked up).
+                                std::thread::sleep(BUS_RETRY);
                                 break;
                             }
                         }

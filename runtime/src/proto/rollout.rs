@@ -131,12 +131,15 @@ impl RolloutFlags {
     }
 }
 
-/// A session's place in `[0, 1)`, from the hex HMAC of its id (its uniform tail,
-/// [`crate::proto::ids::session_hmac_tail`]): the session is in the share when its place is below it.
+/// A session's place in `[0, 1)`, from its ledger name (hex HMAC of its id): the session is
+/// in the share when its place is below it. From the name's first 13 digits, which are
+/// uniform, unless the name is `ordered` (it leads with the id's time): then from its uniform
+/// tail ([`crate::proto::ids::session_hmac_tail`]). A session keeps its place across builds.
 #[must_use]
-pub fn share_place(session_hmac: &str) -> f64 {
-    let tail = crate::proto::ids::session_hmac_tail(session_hmac);
-    let head = tail.get(..13).and_then(|h| u64::from_str_radix(h, 16).ok()).unwrap_or(0);
+pub fn share_place(session_hmac: &str, ordered: bool) -> f64 {
+    let uniform =
+        if ordered { crate::proto::ids::session_hmac_tail(session_hmac) } else { session_hmac };
+    let head = uniform.get(..13).and_then(|h| u64::from_str_radix(h, 16).ok()).unwrap_or(0);
     // 52 bits: exact in an f64.
     head as f64 / (1u64 << 52) as f64
 }
@@ -336,17 +339,22 @@ mod tests {
     fn a_sessions_place_comes_from_its_mac_not_from_the_time_its_name_leads_with() {
         // Two sessions made in one millisecond: their names share the head.
         let (low, high) = ("019412345678000000000000000000ff", "019412345678ffffffffffffffffff00");
-        assert!(share_place(low) < 0.01 && share_place(high) > 0.99);
+        assert!(share_place(low, true) < 0.01 && share_place(high, true) > 0.99);
+        // A name that is all MAC keeps the place it had before names were ordered.
+        assert!(share_place("00000000000000ffffffffffffffffff", false) < 0.01);
     }
 
     #[test]
     fn share_picks_sessions_below_it_and_growing_it_only_adds_sessions() {
         let places: Vec<f64> = (0..1000u32)
             .map(|i| {
-                share_place(&format!(
-                    "{:032x}",
-                    u128::from(i).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835)
-                ))
+                share_place(
+                    &format!(
+                        "{:032x}",
+                        u128::from(i).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835)
+                    ),
+                    false,
+                )
             })
             .collect();
         let chosen = |share: f64| {
@@ -377,9 +385,11 @@ mod tests {
     #[test]
     fn a_session_keeps_its_place() {
         let hmac = "3fa2c1d4e5f60718293a4b5c6d7e8f90";
-        assert_eq!(share_place(hmac), share_place(hmac));
-        assert!((0.0..1.0).contains(&share_place(hmac)));
-        assert!((0.0..1.0).contains(&share_place("ffffffffffffffffffffffffffffffff")));
+        for ordered in [false, true] {
+            assert_eq!(share_place(hmac, ordered), share_place(hmac, ordered));
+            assert!((0.0..1.0).contains(&share_place(hmac, ordered)));
+            assert!((0.0..1.0).contains(&share_place("ffffffffffffffffffffffffffffffff", ordered)));
+        }
     }
 
     #[test]

@@ -134,7 +134,8 @@ impl Changes {
     /// did not change, but misses nothing that did).
     pub(crate) fn missed(&self) {
         let offered = self.offered;
-        self.lists.send_modify(|v| {
+        // A catalog that announces nothing wakes no stream.
+        self.lists.send_if_modified(|v| {
             for kind in ListKind::ALL {
                 if offered.list(kind) {
                     v.bump(kind);
@@ -143,6 +144,7 @@ impl Changes {
             if offered.resource_updates {
                 v.bump_missed_updates();
             }
+            offered.lists.contains(&true) || offered.resource_updates
         });
     }
 
@@ -171,7 +173,9 @@ mod tests {
         want.bump_missed_updates();
         assert_eq!(now, want);
         let quiet = Changes::new(Offered { lists: [false; 3], resource_updates: false });
+        let mut feed = quiet.feed();
         quiet.missed();
-        assert_eq!(*quiet.feed().lists.borrow(), ListVersions::default());
+        assert!(!feed.lists.has_changed().unwrap(), "nothing to tell: no stream woken");
+        assert_eq!(*feed.lists.borrow_and_update(), ListVersions::default());
     }
 }

@@ -72,8 +72,10 @@ async fn share_picks_sessions_by_a_stable_hash_and_a_session_never_flips() {
         }
         assert!(resumable.iter().all(|r| *r == resumable[0]), "a session flipped: {resumable:?}");
         // In the share exactly when the hash of its id's HMAC places it below 0.5.
+        let id = SessionId::parse(&c.sid).unwrap();
         let place = mcp_runtime::proto::rollout::share_place(
-            &h.sup.session_hmac(&SessionId::parse(&c.sid).unwrap()),
+            &h.sup.session_hmac(&id),
+            id.minted_at().is_some(),
         );
         assert_eq!(resumable[0], place < 0.5, "place {place}");
         chosen.push(resumable[0]);

@@ -210,12 +210,12 @@ pub(crate) struct SessionStreams {
 }
 
 impl SessionStreams {
-    /// Those of a session at `version` named `hmac` in the ledger, under `sup`'s settings.
-    fn new(sup: &dyn SessionEnv, version: ProtocolVersion, hmac: &str) -> SessionStreams {
+    /// Those of session `meta` at `version`, under `sup`'s settings.
+    fn new(sup: &dyn SessionEnv, version: ProtocolVersion, meta: &SessionMeta) -> SessionStreams {
         SessionStreams {
             primes: version.primes_streams(),
             hold_until_committed: sup.config().ledger.durability == crate::ledger::Durability::Sync,
-            place: crate::proto::rollout::share_place(hmac),
+            place: crate::proto::rollout::share_place(&meta.hmac, meta.ordered_name),
         }
     }
 }
@@ -310,7 +310,6 @@ impl SessionActor {
         addr: &Addr<SessionActor>,
     ) -> SessionActor {
         let limits = session_limits(&*sup, &seed.generation);
-        let streams = SessionStreams::new(&*sup, seed.version, &seed.hmac);
         let mut handshake = sup.stream_env().budget.charge(Some(&seed.caller_budget));
         handshake.set(seed.kept_bytes);
         let now = sup.now();
@@ -335,7 +334,9 @@ impl SessionActor {
             owner: seed.owner.clone(),
             origin: seed.origin,
             created_ms: seed.restore.as_ref().map_or(now.0, |r| r.created_ms),
+            ordered_name: seed.id.minted_at().is_some(),
         };
+        let streams = SessionStreams::new(&*sup, seed.version, &meta);
         let ledger = Arc::clone(&sup.stream_env().ledger);
         let Handshake { requested_version, capabilities, client_info } = seed.handshake;
         let mut actor = SessionActor {

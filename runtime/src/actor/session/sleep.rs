@@ -147,7 +147,7 @@ impl SessionActor {
             owner: k.meta.owner.clone(),
             names: k.names,
             signer: k.signer,
-            streams: SessionStreams::new(&*sup, k.core.version(), &k.meta.hmac),
+            streams: SessionStreams::new(&*sup, k.core.version(), &k.meta),
             gens: Arc::clone(sup.generations()),
             span: session_span(&k.meta.hmac, &generation),
             generation_count: Some(generation),

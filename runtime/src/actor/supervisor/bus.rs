@@ -2,7 +2,8 @@
 //! them ends here too, within the time a publication takes; after a subscription that was cut
 //! (messages may have been missed), every live session's end is looked up in the ledger. And
 //! what a client sent another host for a session live here (an answer to a server-to-client
-//! request, a cancellation) is handed to it.
+//! request, a cancellation) is handed to it. The catalog's announcements are relayed both
+//! ways; after a cut, every listen stream here is told everything it follows changed.
 
 use std::sync::Arc;
 

@@ -186,7 +186,7 @@ impl Supervisor {
         let generation = self.gens.enter_current(crate::actor::generations::Counted::Session);
         let (made_by, random) =
             (u64::from(generation.generation().settings.id.0), crate::rng::bytes());
-        let id = if self.cfg.ledger.ordered_session_ids {
+        let id = if self.cfg.ledger.ordered_session_ids() {
             SessionId::mint(made_by, self.now().0, &random)
         } else {
             SessionId::mint_unordered(made_by, &random)
