@@ -771,6 +771,34 @@ mod tests {
     }
 
     #[test]
+    fn a_checkpoint_of_the_log_before_a_restart_does_not_pass_for_one_of_the_next_log() {
+        // No thread, as above: 256 pages, a tail of 64 frames or fewer for the writer.
+        let (_dir, path, s) = ledger("ckpt-stale", 256, 3_600_000, false);
+        let pages = || s.log_health().unwrap().pages;
+        // A log short of full but past 256 − 64, wholly copied by the "thread": its record
+        // says that many frames copied...
+        let mut i = 0;
+        while pages() < 200 {
+            write_pages(&s, &format!("old{i}"), 1);
+            i += 1;
+        }
+        let old = pages();
+        assert!(old < 256, "{old} pages");
+        assert!(s.checkpointer.checkpoint_as_the_thread(&Connection::open(&path).unwrap()));
+        // ...then the log restarts, and the next one fills with nothing copied of it.
+        write_pages(&s, "new", 1);
+        assert!(pages() < old, "the log restarted");
+        while pages() < 256 {
+            write_pages(&s, "new", 1);
+        }
+        // The record of the old log would make this one's uncopied part look like a short
+        // tail: the writer would copy the whole log, and the next commit restart it.
+        write_pages(&s, "next", 1);
+        let now = pages();
+        assert!(now >= 256, "the writer took the old log's record for this one's: {now} pages");
+    }
+
+    #[test]
     fn without_its_checkpointer_the_writer_copies_a_log_of_four_times_checkpoint_pages() {
         let (_dir, path, s) = ledger("ckpt-hard", 64, 3_600_000, false);
         // About 2,000 frames (SQLite's own checkpoints would have let the log reach 1,000):

@@ -117,6 +117,8 @@ impl Checkpointer {
         let hook = Arc::clone(&shared);
         // Frames the log held at the writer's last failed checkpoint of its own.
         let mut failed_at: Option<u32> = None;
+        // Frames after the last commit: fewer now means the log restarted.
+        let mut last_frames = 0;
         // Registering a WAL hook replaces SQLite's automatic checkpoint (which is one). The
         // hook runs after the commit released its write lock.
         writer
@@ -124,6 +126,12 @@ impl Checkpointer {
                 // Frames in the log since it last restarted, copied ones included.
                 let frames = u32::try_from(frames).unwrap_or(0);
                 hook.pages.store(u64::from(frames), Ordering::Relaxed);
+                if frames < last_frames {
+                    // A checkpoint's record of the log before says nothing of this one (once
+                    // this log grew past it, it would pass for one of this log).
+                    hook.copied.store(0, Ordering::Release);
+                }
+                last_frames = frames;
                 if frames < hard && failed_at.take().is_some() {
                     tracing::info!("ledger: the log is back within its bound");
                 }
