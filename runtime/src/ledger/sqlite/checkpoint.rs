@@ -74,6 +74,13 @@ struct State {
     due: bool,
     /// The store is closing: the thread ends.
     stop: bool,
+    /// The last checkpoint's `(log, copied)` frames, of the log since its last restart:
+    /// stored by the thread and by the writer's [`finish_log`], forgotten by the hook when it
+    /// sees the log restart.
+    copied: (u32, u32),
+    /// Restarts of the log the hook saw: a thread's checkpoint that ended across one stores
+    /// no record (it was of the log before).
+    restarts: u64,
 }
 
 #[derive(Debug, Default)]
@@ -84,8 +91,6 @@ struct Shared {
     pages: AtomicU64,
     /// Checkpoints that failed, for the metrics.
     failures: AtomicU64,
-    /// The last checkpoint's `(log, copied)` frames ([`pack`]).
-    copied: AtomicU64,
     /// Held by whoever checkpoints (the thread, or the writer finishing a log): SQLite's own
     /// checkpoint lock does not wait, so the writer would otherwise fail against the thread.
     ckpt: Mutex<()>,
@@ -128,8 +133,12 @@ impl Checkpointer {
                 hook.pages.store(u64::from(frames), Ordering::Relaxed);
                 if frames < last_frames {
                     // A checkpoint's record of the log before says nothing of this one (once
-                    // this log grew past it, it would pass for one of this log).
-                    hook.copied.store(0, Ordering::Release);
+                    // this log grew past it, it would pass for one of this log). A restart by
+                    // a commit of more frames than the whole log before goes unseen: that log
+                    // was small, and the record wrong by at most that commit.
+                    let mut st = hook.state.lock();
+                    st.copied = (0, 0);
+                    st.restarts += 1;
                 }
                 last_frames = frames;
                 if frames < hard && failed_at.take().is_some() {
@@ -218,7 +227,7 @@ fn finish_log(
     hard: u32,
     failed_at: &mut Option<u32>,
 ) {
-    let (log_at, done) = unpack(shared.copied.load(Ordering::Acquire));
+    let (log_at, done) = shared.state.lock().copied;
     // A record of an older log (one that restarted since) says nothing of this one.
     let done = if log_at > frames { 0 } else { done };
     let guard = if frames >= hard {
@@ -235,7 +244,8 @@ fn finish_log(
     let mode = if frames >= hard { CheckpointMode::RESTART } else { CheckpointMode::PASSIVE };
     match wal.checkpoint_v2(mode) {
         Ok((log, done)) => {
-            shared.copied.store(pack(log, done), Ordering::Release);
+            let part = |v: c_int| u32::try_from(v).unwrap_or(0);
+            shared.state.lock().copied = (part(log), part(done));
             if failed_at.take().is_some() {
                 tracing::info!("ledger: the writer's checkpoint succeeded again");
             }
@@ -248,16 +258,6 @@ fn finish_log(
             *failed_at = Some(frames);
         }
     }
-}
-
-/// A checkpoint's `(log, copied)` frame counts in one word.
-fn pack(log: c_int, done: c_int) -> u64 {
-    let part = |v: c_int| u64::from(u32::try_from(v).unwrap_or(0));
-    part(log) << 32 | part(done)
-}
-
-fn unpack(v: u64) -> (u32, u32) {
-    ((v >> 32) as u32, v as u32)
 }
 
 fn run(conn: &Connection, shared: &Shared, every: Duration) {
@@ -318,6 +318,7 @@ fn run(conn: &Connection, shared: &Shared, every: Duration) {
 /// not whole.
 fn checkpoint(conn: &Connection, shared: &Shared) -> rusqlite::Result<bool> {
     let _guard = shared.ckpt.lock();
+    let restarts = shared.state.lock().restarts;
     let (busy, log, done): (i64, i64, i64) =
         conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?))
@@ -325,7 +326,12 @@ fn checkpoint(conn: &Connection, shared: &Shared) -> rusqlite::Result<bool> {
     if busy != 0 || log < 0 {
         return Ok(false);
     }
-    let part = |v: i64| c_int::try_from(v).unwrap_or(c_int::MAX);
-    shared.copied.store(pack(part(log), part(done)), Ordering::Release);
+    let part = |v: i64| u32::try_from(v).unwrap_or(u32::MAX);
+    let mut st = shared.state.lock();
+    // A commit may have restarted the log once this copy ended (it copied all of it): then
+    // the record is of the log before, and the hook forgot that one.
+    if st.restarts == restarts {
+        st.copied = (part(log), part(done));
+    }
     Ok(done >= log)
 }
