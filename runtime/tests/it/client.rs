@@ -65,6 +65,38 @@ async fn client_connects_lists_tools_and_calls_one() {
 }
 
 #[actix_web::test]
+async fn calls_answered_on_their_streams_reuse_the_clients_connection() {
+    let sup = Supervisor::new(fast(), common::catalog(common::Gate::default()));
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = Arc::clone(&accepted);
+    let server = HttpServer::new(move || {
+        App::new().configure(mcp_runtime::http::configure("/mcp", Arc::clone(&sup)))
+    })
+    .on_connect(move |_, _| {
+        counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    })
+    .workers(1)
+    .disable_signals()
+    .bind(("127.0.0.1", 0))
+    .unwrap();
+    let url = format!("http://{}/mcp", server.addrs()[0]);
+    actix_rt::spawn(server.run());
+    let c = connect(&url).await;
+    for i in 0..20 {
+        let text = format!("call {i}");
+        let r = c
+            .request("tools/call", Some(json!({"name":"echo","arguments":{"text":text}})), false)
+            .await
+            .unwrap();
+        assert_eq!(r["content"][0]["text"], text);
+    }
+    // Each stream is read to its end after its answer (aside): its connection goes back to
+    // the pool. Dropped before its end, each call would need a new one.
+    let n = accepted.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(n <= 3, "{n} connections for a handshake and 20 calls");
+}
+
+#[actix_web::test]
 async fn client_resumes_a_stream_the_server_closed_after_priming() {
     let (url, _sup) = serve(fast()).await;
     let c = connect(&url).await;
