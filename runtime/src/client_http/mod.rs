@@ -24,7 +24,8 @@
 //! - Cancel with `notifications/cancelled`; DELETE on close (405 is not a deletion receipt;
 //!   a DELETE whose answer was lost is sent again, and 404 then confirms the end).
 //!
-//! Single-threaded (awc is `!Send`): use it inside an actix/tokio local runtime.
+//! Single-threaded (awc is `!Send`): use it inside an actix System or a tokio `LocalSet` (the
+//! end of a stream that came after its answer is read on a local task of its own).
 //!
 //! [`Backoff`]: crate::client::budget::Backoff
 

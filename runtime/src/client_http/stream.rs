@@ -1,6 +1,7 @@
 //! Reading a request's SSE stream (legacy era): every event through the acceptance point,
 //! server-to-client requests answered on the way, and a stream that ends before its response
-//! resumed by GET + `Last-Event-ID`.
+//! resumed by GET + `Last-Event-ID`. After the answer, the stream's end is read (on a local
+//! task when it has not arrived yet) so that its connection serves the next request.
 
 use std::time::Duration;
 
