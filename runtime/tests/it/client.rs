@@ -3,6 +3,7 @@
 use crate::common;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use actix_web::{App, HttpServer};
 use mcp_runtime::actor::Supervisor;
@@ -17,9 +18,18 @@ async fn serve(cfg: RuntimeConfig) -> (String, Arc<Supervisor>) {
 }
 
 async fn serve_sup(sup: Arc<Supervisor>) -> String {
-    let app_sup = sup;
+    serve_counting(sup).await.0
+}
+
+/// `sup` served on a loopback port, and a count of the connections it accepted.
+async fn serve_counting(sup: Arc<Supervisor>) -> (String, Arc<AtomicUsize>) {
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&accepted);
     let server = HttpServer::new(move || {
-        App::new().configure(mcp_runtime::http::configure("/mcp", Arc::clone(&app_sup)))
+        App::new().configure(mcp_runtime::http::configure("/mcp", Arc::clone(&sup)))
+    })
+    .on_connect(move |_, _| {
+        counted.fetch_add(1, Ordering::Relaxed);
     })
     .workers(1)
     .disable_signals()
@@ -27,7 +37,7 @@ async fn serve_sup(sup: Arc<Supervisor>) -> String {
     .unwrap();
     let url = format!("http://{}/mcp", server.addrs()[0]);
     actix_rt::spawn(server.run());
-    url
+    (url, accepted)
 }
 
 fn fast() -> RuntimeConfig {
@@ -67,20 +77,7 @@ async fn client_connects_lists_tools_and_calls_one() {
 #[actix_web::test]
 async fn calls_answered_on_their_streams_reuse_the_clients_connection() {
     let sup = Supervisor::new(fast(), common::catalog(common::Gate::default()));
-    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counted = Arc::clone(&accepted);
-    let server = HttpServer::new(move || {
-        App::new().configure(mcp_runtime::http::configure("/mcp", Arc::clone(&sup)))
-    })
-    .on_connect(move |_, _| {
-        counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    })
-    .workers(1)
-    .disable_signals()
-    .bind(("127.0.0.1", 0))
-    .unwrap();
-    let url = format!("http://{}/mcp", server.addrs()[0]);
-    actix_rt::spawn(server.run());
+    let (url, accepted) = serve_counting(sup).await;
     let c = connect(&url).await;
     for i in 0..20 {
         let text = format!("call {i}");
@@ -95,7 +92,7 @@ async fn calls_answered_on_their_streams_reuse_the_clients_connection() {
     // (dropped before its end, each call would need a new one). When the end has not arrived
     // with the answer, the next call takes a second connection and the two alternate: 2
     // measured, 3 allowed.
-    let n = accepted.load(std::sync::atomic::Ordering::Relaxed);
+    let n = accepted.load(Ordering::Relaxed);
     assert!(n <= 3, "{n} connections for a handshake and 20 calls");
 }
 
