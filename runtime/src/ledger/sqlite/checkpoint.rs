@@ -252,6 +252,12 @@ fn finish_log(
         }
         Err(e) => {
             shared.failures.fetch_add(1, Ordering::Relaxed);
+            // A tail's copy that failed is the thread's to try again (it says so when its own
+            // fail); only a failed `RESTART` past the bound is retried here as the log grows.
+            if frames < hard {
+                tracing::debug!(error = %e, frames, "ledger: the writer could not copy the log's tail");
+                return;
+            }
             if failed_at.is_none() {
                 tracing::warn!(error = %e, frames, "ledger: the writer could not checkpoint the log (tried again as it grows)");
             }
