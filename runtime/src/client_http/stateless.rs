@@ -23,7 +23,7 @@ use serde_json::{Map, Value, json};
 use super::retry::{Reissue, status_error};
 use super::state::{McpClient, ModernState};
 use super::types::{ClientConfig, ClientError, Failure, is_sse};
-use super::wire::next_chunk;
+use super::wire::{next_chunk, read_to_end_aside};
 use crate::client::journal::Journal;
 use crate::client::stateless::{self as rules, Discovered, Round};
 use crate::proto::ids::JsonRpcId;
@@ -108,6 +108,9 @@ impl<J: Journal> McpClient<J> {
                 ));
             }
             _ => {}
+        }
+        if sse {
+            read_to_end_aside(resp);
         }
         match rules::discovered(status, &bytes) {
             Discovered::Modern(capabilities) => {
@@ -422,11 +425,16 @@ impl<J: Journal> McpClient<J> {
         let sse = is_sse(resp.headers());
         if status == 200 && sse {
             self.inner.borrow_mut().stats.streams += 1;
-            // Dropping the stream on cancel is the cancellation.
-            return tokio::select! {
+            // Dropping the stream on cancel is the cancellation; after its answer, its end
+            // is read so that its connection serves the next request.
+            let answer = tokio::select! {
                 r = self.read_modern_stream(&id, &mut resp) => r,
-                () = cancel.cancelled() => Err(Failure::Final(ClientError::Cancelled)),
+                () = cancel.cancelled() => return Err(Failure::Final(ClientError::Cancelled)),
             };
+            if answer.is_ok() {
+                read_to_end_aside(resp);
+            }
+            return answer;
         }
         let bytes = body_of(&mut resp).await.map_err(Failure::Unknown)?;
         match status {

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use super::retry::retry_after_ms_of;
 use super::state::McpClient;
 use super::types::{ClientError, Posted, ResumeSample};
-use super::wire::next_chunk;
+use super::wire::{next_chunk, read_to_end_aside};
 use crate::client::accept::{Acceptance, IncomingEvent, StreamKey};
 use crate::client::journal::Journal;
 use crate::proto::ids::JsonRpcId;
@@ -244,45 +244,4 @@ impl<J: Journal> McpClient<J> {
             _ => Err(ClientError::Transport("server did not accept our response".into())),
         }
     }
-}
-
-/// How long a stream's end is waited for after its answer, aside.
-const END_WAIT: Duration = Duration::from_secs(1);
-
-/// Bytes read past the answer at most, aside.
-const END_MAX_BYTES: usize = 64 << 10;
-
-/// Read what follows a stream's answer (the server ends the stream after it), within
-/// [`END_MAX_BYTES`]: at once what has arrived (the end most often came with the answer),
-/// the rest on a task of its own within [`END_WAIT`]. A response read to its end gives its
-/// connection back to the client's pool; one dropped before its end is closed, and the next
-/// request pays for a new connection (host and client: several times an echo's CPU).
-fn read_to_end_aside(mut resp: awc::ClientResponse) {
-    use futures_core::Stream as _;
-    use std::task::{Context, Poll, Waker};
-    let mut read = 0usize;
-    let mut cx = Context::from_waker(Waker::noop());
-    loop {
-        match std::pin::Pin::new(&mut resp).poll_next(&mut cx) {
-            Poll::Ready(Some(Ok(chunk))) => {
-                read += chunk.len();
-                if read > END_MAX_BYTES {
-                    return;
-                }
-            }
-            Poll::Ready(_) => return,
-            Poll::Pending => break,
-        }
-    }
-    actix_rt::spawn(async move {
-        let end = async {
-            while let Some(Ok(chunk)) = next_chunk(&mut resp).await {
-                read += chunk.len();
-                if read > END_MAX_BYTES {
-                    return;
-                }
-            }
-        };
-        let _ = tokio::time::timeout(END_WAIT, end).await;
-    });
 }

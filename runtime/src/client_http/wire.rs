@@ -1,6 +1,9 @@
 //! One HTTP exchange: a request's headers (session, version, token), a POST and what came
-//! back ([`Posted`]), the chunks of a response body, and the outcome a response body carries
-//! for a request.
+//! back ([`Posted`]), the chunks of a response body (and a stream's end read after its
+//! answer, so its connection serves the next request), and the outcome a response body
+//! carries for a request.
+
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures_core::Stream;
@@ -22,6 +25,47 @@ pub(super) async fn next_chunk<
     std::future::poll_fn(|cx| std::pin::Pin::new(&mut *s).poll_next(cx))
         .await
         .map(|r| r.map_err(|e| e.to_string()))
+}
+
+/// How long a stream's end is waited for after its answer, aside.
+const END_WAIT: Duration = Duration::from_secs(1);
+
+/// Bytes read past the answer at most, aside.
+const END_MAX_BYTES: usize = 64 << 10;
+
+/// Read what follows a stream's answer (the server ends the stream after it), within
+/// [`END_MAX_BYTES`]: at once what has arrived (the end most often came with the answer),
+/// the rest on a task of its own within [`END_WAIT`]. A response read to its end gives its
+/// connection back to the client's pool; one dropped before its end is closed, and the next
+/// request pays for a new connection (host and client: several times an echo's CPU).
+pub(super) fn read_to_end_aside(mut resp: awc::ClientResponse) {
+    use futures_core::Stream as _;
+    use std::task::{Context, Poll, Waker};
+    let mut read = 0usize;
+    let mut cx = Context::from_waker(Waker::noop());
+    loop {
+        match std::pin::Pin::new(&mut resp).poll_next(&mut cx) {
+            Poll::Ready(Some(Ok(chunk))) => {
+                read += chunk.len();
+                if read > END_MAX_BYTES {
+                    return;
+                }
+            }
+            Poll::Ready(_) => return,
+            Poll::Pending => break,
+        }
+    }
+    actix_rt::spawn(async move {
+        let end = async {
+            while let Some(Ok(chunk)) = next_chunk(&mut resp).await {
+                read += chunk.len();
+                if read > END_MAX_BYTES {
+                    return;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(END_WAIT, end).await;
+    });
 }
 
 impl<J: Journal> McpClient<J> {

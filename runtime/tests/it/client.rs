@@ -3,7 +3,7 @@
 use crate::common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
 use actix_web::{App, HttpServer};
 use mcp_runtime::actor::Supervisor;
@@ -18,26 +18,7 @@ async fn serve(cfg: RuntimeConfig) -> (String, Arc<Supervisor>) {
 }
 
 async fn serve_sup(sup: Arc<Supervisor>) -> String {
-    serve_counting(sup).await.0
-}
-
-/// `sup` served on a loopback port, and a count of the connections it accepted.
-async fn serve_counting(sup: Arc<Supervisor>) -> (String, Arc<AtomicUsize>) {
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let counted = Arc::clone(&accepted);
-    let server = HttpServer::new(move || {
-        App::new().configure(mcp_runtime::http::configure("/mcp", Arc::clone(&sup)))
-    })
-    .on_connect(move |_, _| {
-        counted.fetch_add(1, Ordering::Relaxed);
-    })
-    .workers(1)
-    .disable_signals()
-    .bind(("127.0.0.1", 0))
-    .unwrap();
-    let url = format!("http://{}/mcp", server.addrs()[0]);
-    actix_rt::spawn(server.run());
-    (url, accepted)
+    common::serve_counting(sup, true).await.0
 }
 
 fn fast() -> RuntimeConfig {
@@ -77,7 +58,7 @@ async fn client_connects_lists_tools_and_calls_one() {
 #[actix_web::test]
 async fn calls_answered_on_their_streams_reuse_the_clients_connection() {
     let sup = Supervisor::new(fast(), common::catalog(common::Gate::default()));
-    let (url, accepted) = serve_counting(sup).await;
+    let (url, accepted) = common::serve_counting(sup, true).await;
     let c = connect(&url).await;
     for i in 0..20 {
         let text = format!("call {i}");

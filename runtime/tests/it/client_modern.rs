@@ -9,7 +9,6 @@ use crate::common;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use actix_web::{App, HttpServer};
 use mcp_runtime::actor::Supervisor;
 use mcp_runtime::client::journal::MemoryJournal;
 use mcp_runtime::client_http::{ClientConfig, ClientError, Closed, Era, McpClient, TaskCall};
@@ -18,19 +17,7 @@ use serde_json::{Value, json};
 
 async fn serve(cfg: RuntimeConfig, gate: common::Gate) -> (String, Arc<Supervisor>) {
     let sup = Supervisor::new(cfg, common::catalog(gate));
-    let app_sup = Arc::clone(&sup);
-    let server = HttpServer::new(move || {
-        App::new().configure(mcp_runtime::http::configure("/mcp", Arc::clone(&app_sup)))
-    })
-    .workers(1)
-    // As mcp-host: a client's close is seen at once (it is a 2026-07-28 cancellation).
-    .h1_allow_half_closed(false)
-    .disable_signals()
-    .bind(("127.0.0.1", 0))
-    .unwrap();
-    let url = format!("http://{}/mcp", server.addrs()[0]);
-    actix_rt::spawn(server.run());
-    (url, sup)
+    (common::serve_counting(Arc::clone(&sup), false).await.0, sup)
 }
 
 /// `f`, failing the test after 20 s (a request the server never ends would wait forever).
@@ -46,6 +33,27 @@ fn modern_cfg(url: &str, era: Era) -> ClientConfig {
     cfg.capabilities = json!({"sampling": {}});
     cfg.backoff.default_ms = 20;
     cfg
+}
+
+#[actix_web::test]
+async fn answers_on_their_streams_in_the_modern_era_reuse_the_clients_connection() {
+    let sup = Supervisor::new(RuntimeConfig::default(), common::catalog(common::Gate::default()));
+    let (url, accepted) = common::serve_counting(sup, false).await;
+    let c = bounded(McpClient::connect(modern_cfg(&url, Era::Modern), MemoryJournal::new(64)))
+        .await
+        .unwrap();
+    // A log notification asked for makes each answer a stream (its notification, then it).
+    let call = json!({"name": "chatty", "arguments": {"n": 1}, "_meta": {"io.modelcontextprotocol/logLevel": "debug"}});
+    for _ in 0..20 {
+        let r = bounded(c.request("tools/call", Some(call.clone()), true)).await.unwrap();
+        assert_eq!(r["content"][0]["text"], "chatty done");
+    }
+    assert_eq!(c.stats().streams, 20, "answered on their streams");
+    // Each stream is read to its end after its answer, so its connection goes back to the
+    // pool; dropped before, every call takes a new one (20: the discovery's answer is JSON).
+    // When an end has not arrived with its answer, the next call takes a second: 3 allowed.
+    let n = accepted.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(n <= 3, "{n} connections for a discovery and 20 calls");
 }
 
 #[actix_web::test]

@@ -666,3 +666,28 @@ pub async fn read_request(s: &mut tokio::net::TcpStream) -> (String, Option<Stri
         head.lines().find_map(|l| l.strip_prefix("mcp-session-id:")).map(|v| v.trim().to_owned());
     (method, sid, String::from_utf8_lossy(&buf[head.len() + 4..]).into_owned())
 }
+
+/// `sup` served by one worker on a loopback port (`url` of its `/mcp`), and a count of the
+/// connections it accepted. `half_closed: false` as mcp-host: a client's close is seen at once
+/// (in the 2026-07-28 era it is a cancellation).
+pub async fn serve_counting(
+    sup: Arc<Supervisor>,
+    half_closed: bool,
+) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = Arc::clone(&accepted);
+    let server = actix_web::HttpServer::new(move || {
+        App::new().configure(mcp_runtime::http::configure("/mcp", Arc::clone(&sup)))
+    })
+    .on_connect(move |_, _| {
+        counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    })
+    .workers(1)
+    .h1_allow_half_closed(half_closed)
+    .disable_signals()
+    .bind(("127.0.0.1", 0))
+    .unwrap();
+    let url = format!("http://{}/mcp", server.addrs()[0]);
+    actix_rt::spawn(server.run());
+    (url, accepted)
+}
