@@ -380,7 +380,8 @@ pub const ENDS_CHANNEL: &str = "ends";
 
 /// The channel on which a host tells the others what a client sent it for a session another
 /// host may be serving: an answer to a server-to-client request (`{"s": <hmac>, "id": ..,
-/// "result"|"error": ..}`) or a cancellation (`{"s": <hmac>, "cancel": <request id>}`).
+/// "result"|"error": ..}`, kept under [`answer_key`] too), a cancellation (`{"s": <hmac>,
+/// "cancel": <request id>}`) or a log level (`{"s": <hmac>, "level": ..}`).
 pub const SESSIONS_CHANNEL: &str = "sessions";
 
 /// Key of a session's incarnation counter ([`super::Store::incr`]): each revive, on any
@@ -396,6 +397,14 @@ pub fn incarnation_key(hmac: &str) -> String {
 #[must_use]
 pub fn question_key(hmac: &str, id: &str) -> String {
     format!("q/{hmac}/{id}")
+}
+
+/// Key of the client's answer to server-to-client request `id` (its JSON text) of a session,
+/// kept by the host that relayed it to the asker (the message as published), so an asker
+/// whose subscription was cut (the publication may have been missed) reads it there.
+#[must_use]
+pub fn answer_key(hmac: &str, id: &str) -> String {
+    format!("qa/{hmac}/{id}")
 }
 
 /// Key of the claim on a stream whose host (run `run`) is gone: the first host to count it

@@ -500,6 +500,12 @@ impl<R, S, P> SessionCore<R, S, P> {
         self.pending.contains_key(id)
     }
 
+    /// The client requests still waiting for their answers.
+    #[must_use]
+    pub(crate) fn client_requests_waiting(&self) -> Vec<JsonRpcId> {
+        self.pending.keys().cloned().collect()
+    }
+
     /// How long a server-to-client request waits for its answer (ms).
     pub(crate) fn client_request_timeout_ms(&self) -> u64 {
         self.limits.client_request_timeout_ms

@@ -499,6 +499,44 @@ fn a_clients_answer_posted_to_another_host_reaches_the_request_that_asked(cluste
 }
 
 #[test]
+fn an_answer_relayed_while_the_askers_subscription_is_cut_is_read_from_the_ledger() {
+    // A question waits 8 s at most: without the kept answer the call ends with an error then.
+    let wait = ["--set", "sessions.client_request_timeout_secs=8"];
+    let (shared, _dir, a, b) = two_hosts_on(false, "shared-answer-cut", &wait);
+    let sid = initialize(&a.addr);
+    let body = json!({"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"test_missing_capability","arguments":{}}}).to_string();
+    let mut s = common::post_streamed(
+        &a.addr,
+        &common::session_headers(&sid),
+        &body,
+        Duration::from_secs(10),
+    );
+    s.read_until("sampling/createMessage");
+    let asked = s
+        .messages()
+        .into_iter()
+        .find(|m| m["method"] == "sampling/createMessage")
+        .expect("the question");
+    // The hosts' subscriptions are cut every 20 ms for a second (a host subscribes again
+    // 200 ms after a cut): the answer posted to `b` meanwhile is published while `a` does
+    // not listen, and `a` reads it from the ledger once it subscribes again.
+    let cutting = std::thread::spawn(move || {
+        let mut cuts = 0;
+        for _ in 0..50 {
+            cuts += shared.servers().iter().filter_map(RedisServer::kill_subscribers).sum::<u64>();
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        (cuts, shared)
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let answer = json!({"jsonrpc":"2.0","id":asked["id"],"result":{"role":"assistant","content":{"type":"text","text":"kept by b"},"model":"m"}});
+    assert_eq!(post_to(&b.addr, &sid, &answer), 202);
+    let (cuts, _shared) = cutting.join().expect("the cutting thread");
+    assert!(cuts >= 2, "the subscriptions were cut ({cuts} in all)");
+    s.read_until("sampled: kept by b");
+}
+
+#[test]
 fn an_answer_posted_for_a_request_whose_host_died_is_refused_as_gone_and_the_request_ends_restarted()
  {
     let lease = ["--set", "ledger.redis_lease_ms=1500"];

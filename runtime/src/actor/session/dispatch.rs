@@ -100,7 +100,8 @@ impl SessionActor {
             Err(error) => json!({"id": id.to_value(), "error": error}),
         };
         let (tx, rx) = oneshot::channel();
-        let key = crate::ledger::codec::question_key(&self.meta.hmac, &id.to_value().to_string());
+        let id_text = id.to_value().to_string();
+        let key = crate::ledger::codec::question_key(&self.meta.hmac, &id_text);
         let (reads, run, now) =
             (Arc::clone(&self.ledger.ledger.reads), self.ledger.ledger.run, self.sup.now().0);
         // Gone only when the asker's run is known and its lease has lapsed; a failed or busy
@@ -120,11 +121,49 @@ impl SessionActor {
             if matches!(alive, Ok(false)) {
                 let _ = tx.send(Err(Rejection::AskerGone));
             } else {
-                act.relay(message);
+                act.relay_answer(&id_text, message);
                 let _ = tx.send(Ok(()));
             }
         }));
         PostOutcome::Relayed(rx)
+    }
+
+    /// Relayed answers may have been missed (a cut subscription): read the ones kept for the
+    /// questions still waiting here ([`Self::relay_answer`]) and hand each to its request.
+    pub(super) fn recheck_answers(&mut self, ctx: &mut Context<Self>) {
+        let waiting = self.core.client_requests_waiting();
+        if waiting.is_empty() {
+            return;
+        }
+        let keys: Vec<String> = waiting
+            .iter()
+            .map(|id| crate::ledger::codec::answer_key(&self.meta.hmac, &id.to_value().to_string()))
+            .collect();
+        let (reads, now) = (Arc::clone(&self.ledger.ledger.reads), self.sup.now().0);
+        let look = async move {
+            reads
+                .run(move |store| {
+                    let mut kept = Vec::new();
+                    for key in &keys {
+                        kept.extend(store.get(key, now)?);
+                    }
+                    Ok(kept)
+                })
+                .await
+        };
+        ctx.spawn(look.into_actor(self).map(|kept, act, _| match kept {
+            Ok(kept) => {
+                for m in kept {
+                    let m = serde_json::from_slice::<Value>(&m).unwrap_or_default();
+                    if let Some(super::Relayed::Answer(id, answer)) = super::Relayed::parse(&m)
+                        && act.answered_here(&id, answer)
+                    {
+                        tracing::info!(%id, "an answer relayed while this host's subscription was cut was read from the ledger");
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot read the answers kept for this session's questions after a cut subscription; they wait until their deadline"),
+        }));
     }
 
     /// Hand the client's answer to the request here that waits for it: whether one did.
@@ -177,18 +216,36 @@ impl SessionActor {
 
     /// Tell the other hosts sharing the ledger about this session (`message` gets the
     /// session's HMAC as `s`); nothing when the ledger is not shared.
-    pub(super) fn relay(&self, mut message: Value) {
+    pub(super) fn relay(&self, message: Value) {
+        if let Some(message) = self.stamped(message) {
+            self.ledger.writer.submit(vec![publish_relayed(message)]);
+        }
+    }
+
+    /// [`Self::relay`] the client's answer to server-to-client request `id_text` (its JSON
+    /// text), and keep it (`qa/<hmac>/<id>`, written before the publication) for as long as
+    /// a question asked now may wait: an asker whose subscription was cut reads it there
+    /// ([`Self::recheck_answers`]).
+    pub(super) fn relay_answer(&self, id_text: &str, message: Value) {
+        let Some(message) = self.stamped(message) else { return };
+        let key = crate::ledger::codec::answer_key(&self.meta.hmac, id_text);
+        let kept_ms = self.core.client_request_timeout_ms().saturating_add(60_000);
+        let expires_ms = self.sup.now().0.saturating_add(kept_ms);
+        let keep = crate::ledger::Op::Put { key, value: message.clone(), expires_ms };
+        self.ledger.writer.submit(vec![keep, publish_relayed(message)]);
+    }
+
+    /// `message` stamped with the session (`s`) and this run (`from`), as the sessions
+    /// channel carries it; `None` when the ledger is not shared.
+    fn stamped(&self, mut message: Value) -> Option<Bytes> {
         if !self.ledger.ledger.shared {
-            return;
+            return None;
         }
         message["s"] = json!(&*self.meta.hmac);
         // Redis delivers a publication to its publisher's subscription too: this host's
         // sessions heard it already.
         message["from"] = json!(self.ledger.ledger.run);
-        self.ledger.writer.submit(vec![crate::ledger::Op::Publish {
-            channel: crate::ledger::codec::SESSIONS_CHANNEL,
-            message: bytes::Bytes::from(message.to_string()),
-        }]);
+        Some(Bytes::from(message.to_string()))
     }
 
     pub(super) fn cancel(&mut self, id: &JsonRpcId, ctx: &mut Context<Self>) {
@@ -426,4 +483,9 @@ impl SessionActor {
             }
         }
     }
+}
+
+/// The publication of a [`SessionActor::stamped`] message on the sessions channel.
+fn publish_relayed(message: Bytes) -> crate::ledger::Op {
+    crate::ledger::Op::Publish { channel: crate::ledger::codec::SESSIONS_CHANNEL, message }
 }

@@ -204,6 +204,7 @@ impl Handler<Relayed> for SessionActor {
             }
             // Recorded by the host that answered it: applied here, not written again.
             Relayed::Level(level) => self.core.heard_log_level(level),
+            Relayed::MaybeMissed => self.recheck_answers(ctx),
         }
     }
 }

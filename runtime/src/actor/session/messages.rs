@@ -111,6 +111,31 @@ pub(crate) enum Relayed {
     Cancel(crate::proto::ids::JsonRpcId),
     /// `logging/setLevel` answered by another host (its record committed there).
     Level(crate::proto::mcp::LogLevel),
+    /// What was relayed may have been missed (this host's subscription was cut, or not yet
+    /// taken): the answers kept for the questions still waiting are read.
+    MaybeMissed,
+}
+
+impl Relayed {
+    /// The message a host published on the sessions channel (or kept, for an answer), as
+    /// the session hears it; `None` when it is none of these.
+    pub(crate) fn parse(m: &serde_json::Value) -> Option<Relayed> {
+        use crate::proto::ids::JsonRpcId;
+        if let Some(id) = JsonRpcId::from_value(&m["cancel"]) {
+            return Some(Relayed::Cancel(id));
+        }
+        if let Some(level) = m["level"].as_str().and_then(crate::proto::mcp::LogLevel::parse) {
+            return Some(Relayed::Level(level));
+        }
+        let id = JsonRpcId::from_value(&m["id"])?;
+        match (m.get("result"), m.get("error")) {
+            (Some(r), None) => Some(Relayed::Answer(id, Ok(r.clone()))),
+            (None, Some(e)) => {
+                serde_json::from_value(e.clone()).ok().map(|e| Relayed::Answer(id, Err(e)))
+            }
+            _ => None,
+        }
+    }
 }
 
 /// Stop the session (process shutdown, or an id never handed out).
@@ -120,4 +145,45 @@ pub(crate) struct Shutdown {
     /// Its place in the session's inbox (from the registry), given back once handled: the
     /// session does not hibernate while the message waits.
     pub(crate) _place: Option<super::InboxTicket>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Relayed;
+    use crate::proto::ids::JsonRpcId;
+    use serde_json::json;
+
+    #[test]
+    fn relayed_messages_are_read_as_what_they_carry_and_anything_else_is_none() {
+        let s = |v| Relayed::parse(&v);
+        assert!(matches!(
+            s(json!({"s": "h", "cancel": 7})),
+            Some(Relayed::Cancel(JsonRpcId::Number(7)))
+        ));
+        assert!(matches!(
+            s(json!({"s": "h", "level": "error"})),
+            Some(Relayed::Level(crate::proto::mcp::LogLevel::Error))
+        ));
+        match s(json!({"s": "h", "id": 3, "result": {"ok": true}})) {
+            Some(Relayed::Answer(JsonRpcId::Number(3), Ok(r))) => {
+                assert_eq!(r, json!({"ok": true}))
+            }
+            _ => panic!("an answer"),
+        }
+        match s(json!({"id": "q", "error": {"code": -1, "message": "no"}})) {
+            Some(Relayed::Answer(JsonRpcId::String(q), Err(e))) => {
+                assert_eq!((&*q, e.code), ("q", -1));
+            }
+            _ => panic!("an error answer"),
+        }
+        for none in [
+            json!({"s": "h"}),
+            json!({"id": 3}),
+            json!({"id": 3, "result": 1, "error": {"code": 1, "message": ""}}),
+            json!({"id": 3, "error": "not an error object"}),
+            json!({"level": "loud"}),
+        ] {
+            assert!(s(none.clone()).is_none(), "{none}");
+        }
+    }
 }

@@ -2,7 +2,8 @@
 //! them ends here too, within the time a publication takes; after a subscription that was cut
 //! (messages may have been missed), every live session's end is looked up in the ledger. And
 //! what a client sent another host for a session live here (an answer to a server-to-client
-//! request, a cancellation) is handed to it. The catalog's announcements are relayed both
+//! request, a cancellation, a log level) is handed to it; after a cut, each live session reads
+//! the answers kept for the questions it waits for. The catalog's announcements are relayed both
 //! ways; after a cut, every listen stream here is told everything it follows changed.
 
 use std::sync::Arc;
@@ -34,8 +35,11 @@ impl Supervisor {
         }
         let sup = Arc::downgrade(self);
         let relayed = Box::new(move |message: Option<bytes::Bytes>| {
-            let (Some(sup), Some(m)) = (sup.upgrade(), message) else { return };
-            sup.relayed(&m);
+            let Some(sup) = sup.upgrade() else { return };
+            match message {
+                Some(m) => sup.relayed(&m),
+                None => sup.relays_maybe_missed(),
+            }
         });
         if let Err(e) = store.subscribe(codec::SESSIONS_CHANNEL, relayed) {
             tracing::error!(error = %e, "cannot hear what clients send other hosts for sessions served here");
@@ -77,37 +81,32 @@ impl Supervisor {
 
     /// What a client sent another host for a session live here: handed to the session.
     fn relayed(&self, message: &[u8]) {
-        use crate::proto::ids::JsonRpcId;
         let Ok(m) = serde_json::from_slice::<serde_json::Value>(message) else { return };
         if m["from"] == serde_json::json!(self.stream_env.ledger.ledger.run) {
             return;
         }
         let Some(h) = m["s"].as_str().and_then(|s| self.registry.by_hmac(s)) else { return };
-        let relayed = if let Some(id) = JsonRpcId::from_value(&m["cancel"]) {
-            Relayed::Cancel(id)
-        } else if let Some(level) = m["level"].as_str().and_then(crate::proto::mcp::LogLevel::parse)
-        {
-            Relayed::Level(level)
-        } else if let Some(id) = JsonRpcId::from_value(&m["id"]) {
-            match (m.get("result"), m.get("error")) {
-                (Some(r), None) => Relayed::Answer(id, Ok(r.clone())),
-                (None, Some(e)) => match serde_json::from_value(e.clone()) {
-                    Ok(e) => Relayed::Answer(id, Err(e)),
-                    Err(_) => return,
-                },
-                _ => return,
-            }
-        } else {
-            return;
-        };
+        let Some(relayed) = Relayed::parse(&m) else { return };
         // Within the session's mailbox bound (a flood of relayed messages must not grow it):
         // one that finds it full is dropped. The client was answered 202 by the other host
-        // already: a dropped answer leaves its request waiting until
-        // `sessions.client_request_timeout_secs`, a dropped cancellation lets the call run on.
+        // already: a dropped answer is read again only after a cut subscription, else its
+        // request waits until `sessions.client_request_timeout_secs`; a dropped cancellation
+        // lets the call run on.
         if h.addr.try_send(relayed).is_err() {
             tracing::warn!(
                 "a message relayed from another host found its session's mailbox full or closed; dropped"
             );
+        }
+    }
+
+    /// This host's subscription to the sessions channel was cut, or not yet taken: every
+    /// live session reads the answers kept for the questions it still waits for (a session
+    /// whose mailbox is full misses this; its questions time out).
+    fn relays_maybe_missed(&self) {
+        for hmac in self.registry.live_hmacs() {
+            if let Some(h) = self.registry.by_hmac(&hmac) {
+                let _ = h.addr.try_send(Relayed::MaybeMissed);
+            }
         }
     }
 

@@ -110,6 +110,18 @@ fn client_request_times_out_at_its_deadline_and_is_forgotten() {
 }
 
 #[test]
+fn the_client_requests_waiting_are_those_neither_answered_nor_timed_out() {
+    let mut s = core();
+    s.begin_request(&id(1), 0).unwrap();
+    let first = s.begin_client_request(&id(1), "roots/list", Tick(0), "r").unwrap();
+    let second = s.begin_client_request(&id(1), "roots/list", Tick(200), "r").unwrap();
+    let third = s.begin_client_request(&id(1), "roots/list", Tick(200), "r").unwrap();
+    s.answer_client_request(&second).unwrap();
+    assert_eq!(s.handle_timeout(Tick(300)).timed_out.len(), 1, "the first's deadline");
+    assert_eq!(s.client_requests_waiting(), vec![third], "not {first} nor {second}");
+}
+
+#[test]
 fn session_waiting_only_on_an_absent_client_expires_after_the_deadline_and_the_ttl() {
     let mut s = core();
     s.begin_request(&id(1), 0).unwrap();
