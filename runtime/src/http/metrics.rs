@@ -236,6 +236,12 @@ impl Collector for SupervisorCollector {
             st.request_memory_bytes() as i64,
         )?;
         gauge(&mut e, "mcp_connections", "Open TCP connections", m.connections)?;
+        counter(
+            &mut e,
+            "mcp_connections_accepted",
+            "TCP connections accepted (against the requests' count: clients that do not keep theirs)",
+            m.connections_accepted,
+        )?;
         counter(&mut e, "mcp_events", "Events appended to streams", m.events)?;
         counter(&mut e, "mcp_resumes_served", "Resumes that replayed from a window", m.resumes)?;
         counter(

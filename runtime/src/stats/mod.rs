@@ -17,6 +17,8 @@ use crate::proto::stream::StreamStats;
 pub struct RuntimeStats {
     requests: AtomicU64,
     connections: AtomicI64,
+    /// TCP connections accepted since start.
+    connections_accepted: AtomicU64,
     streams_live: AtomicI64,
     /// Of those, closed streams kept by their sessions as data (no actor).
     streams_dormant: AtomicI64,
@@ -127,6 +129,9 @@ impl Default for LiveFigures {
 pub struct MetricFigures {
     /// Open TCP connections.
     pub connections: i64,
+    /// TCP connections accepted since start (their rate against the requests' shows clients
+    /// that do not keep their connections).
+    pub connections_accepted: u64,
     /// Events appended (counted as appended).
     pub events: u64,
     /// Resumes served.
@@ -172,6 +177,7 @@ impl Default for RuntimeStats {
         RuntimeStats {
             requests: AtomicU64::new(0),
             connections: AtomicI64::new(0),
+            connections_accepted: AtomicU64::new(0),
             streams_live: AtomicI64::new(0),
             streams_dormant: AtomicI64::new(0),
             quiet: Arc::default(),
@@ -351,6 +357,7 @@ impl RuntimeStats {
     #[must_use]
     pub fn connection(self: &Arc<Self>) -> ConnectionGuard {
         self.connections.fetch_add(1, Ordering::Relaxed);
+        self.connections_accepted.fetch_add(1, Ordering::Relaxed);
         ConnectionGuard(Arc::clone(self))
     }
 
@@ -474,6 +481,7 @@ impl RuntimeStats {
         let l = &self.live;
         MetricFigures {
             connections: self.connections.load(Ordering::Relaxed),
+            connections_accepted: get(&self.connections_accepted),
             events: get(&l.events),
             resumes: get(&l.resumes),
             gaps: get(&l.gaps),

@@ -341,6 +341,8 @@ fn metrics_parse_as_prometheus_text_and_move_when_traffic_flows() {
         // Answered in their first writes: kept for late resumes as data (no actors).
         ("mcp_streams_dormant", 5.0),
         ("mcp_refusals_total{cause=\"session_not_found\"}", 1.0),
+        // Each of those exchanges came on a connection of its own.
+        ("mcp_connections_accepted_total", 6.0),
     ] {
         assert!(
             get(&after, series) - get(&before, series) >= at_least,
