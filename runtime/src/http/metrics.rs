@@ -53,6 +53,11 @@ struct StatusLabel {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ChannelLabel {
+    channel: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PhaseLabel {
     phase: &'static str,
 }
@@ -302,6 +307,14 @@ impl Collector for SupervisorCollector {
             .map(|c| (CauseLabel { cause: c }, st.refusals(c)))
             .collect();
         counters(&mut e, "mcp_refusals", "Requests refused, by cause", &refused)?;
+        let missed: Vec<(ChannelLabel, u64)> =
+            st.bus_missed_counts().iter().map(|&(c, v)| (ChannelLabel { channel: c }, v)).collect();
+        counters(
+            &mut e,
+            "mcp_bus_missed",
+            "Subscriptions to the other hosts' bus (shared ledger) cut or not yet taken, by channel: what was published meanwhile is looked up again",
+            &missed,
+        )?;
         let statuses: Vec<(StatusLabel, u64)> =
             m.http_responses.iter().map(|(s, v)| (StatusLabel { status: s }, *v)).collect();
         counters(

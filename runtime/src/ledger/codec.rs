@@ -384,6 +384,10 @@ pub const ENDS_CHANNEL: &str = "ends";
 /// "cancel": <request id>}`) or a log level (`{"s": <hmac>, "level": ..}`).
 pub const SESSIONS_CHANNEL: &str = "sessions";
 
+/// The channel on which hosts sharing a ledger relay their catalogs' announcements to one
+/// another's `subscriptions/listen` streams (message: `{"list": ..}` or `{"uri": ..}`).
+pub const CHANGES_CHANNEL: &str = "changes";
+
 /// Key of a session's incarnation counter ([`super::Store::incr`]): each revive, on any
 /// host, counts a life of its own.
 #[must_use]

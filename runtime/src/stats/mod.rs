@@ -12,6 +12,12 @@ use serde::Serialize;
 use crate::proto::error::Rejection;
 use crate::proto::stream::StreamStats;
 
+/// The channels of the bus between hosts sharing a ledger, as the metrics name them.
+pub const BUS_CHANNELS: [&str; 3] = {
+    use crate::ledger::codec::{CHANGES_CHANNEL, ENDS_CHANNEL, SESSIONS_CHANNEL};
+    [ENDS_CHANNEL, SESSIONS_CHANNEL, CHANGES_CHANNEL]
+};
+
 /// Counters shared by every actor of a supervisor.
 #[derive(Debug)]
 pub struct RuntimeStats {
@@ -19,6 +25,9 @@ pub struct RuntimeStats {
     connections: AtomicI64,
     /// TCP connections accepted since start.
     connections_accepted: AtomicU64,
+    /// Subscriptions to the hosts' bus that were cut or not yet taken (what was published
+    /// meanwhile may have been missed), by channel ([`BUS_CHANNELS`]).
+    bus_missed: [AtomicU64; BUS_CHANNELS.len()],
     streams_live: AtomicI64,
     /// Of those, closed streams kept by their sessions as data (no actor).
     streams_dormant: AtomicI64,
@@ -178,6 +187,7 @@ impl Default for RuntimeStats {
             requests: AtomicU64::new(0),
             connections: AtomicI64::new(0),
             connections_accepted: AtomicU64::new(0),
+            bus_missed: std::array::from_fn(|_| AtomicU64::new(0)),
             streams_live: AtomicI64::new(0),
             streams_dormant: AtomicI64::new(0),
             quiet: Arc::default(),
@@ -359,6 +369,20 @@ impl RuntimeStats {
         self.connections.fetch_add(1, Ordering::Relaxed);
         self.connections_accepted.fetch_add(1, Ordering::Relaxed);
         ConnectionGuard(Arc::clone(self))
+    }
+
+    /// A subscription to bus channel `channel` (one of [`BUS_CHANNELS`]) was cut or not yet
+    /// taken when it was told so.
+    pub(crate) fn bus_missed(&self, channel: &str) {
+        if let Some(i) = BUS_CHANNELS.iter().position(|c| *c == channel) {
+            self.bus_missed[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// How many times each of [`BUS_CHANNELS`] may have missed messages.
+    #[must_use]
+    pub fn bus_missed_counts(&self) -> [(&'static str, u64); BUS_CHANNELS.len()] {
+        std::array::from_fn(|i| (BUS_CHANNELS[i], self.bus_missed[i].load(Ordering::Relaxed)))
     }
 
     pub(crate) fn stream_started(&self) {

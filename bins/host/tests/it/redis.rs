@@ -137,17 +137,9 @@ fn a_redis_that_goes_away_fails_the_host_closed_and_the_host_heals_when_redis_is
     let sid = initialize(&host.addr);
     // The admin status names the backend and the server, never its password, and the
     // round trip to it (the lease's renewal, every third of the 5 s lease).
-    let admin = host.process.admin_url(std::time::Duration::from_secs(20)).expect("the admin line");
-    let admin = admin.trim_start_matches("http://").to_owned();
-    let token = std::fs::read_to_string(dir.path().join("mcp-host.admin-token")).unwrap();
-    let bearer = format!("Bearer {}", token.trim());
-    let get = |path: &str| {
-        let (status, _, body) =
-            common::http_at(&admin, "GET", path, &[("Authorization", &bearer)], "", common::QUICK);
-        assert_eq!(status, 200, "{path}");
-        body
+    let status = || {
+        serde_json::from_slice::<serde_json::Value>(&host.admin_get(&dir, "/admin/status")).unwrap()
     };
-    let status = || serde_json::from_slice::<serde_json::Value>(&get("/admin/status")).unwrap();
     let first = status();
     assert_eq!(first["ledger"]["backend"], "redis");
     assert_eq!(first["ledger"]["location"], format!("{url} (prefix mcp:)"));
@@ -155,12 +147,7 @@ fn a_redis_that_goes_away_fails_the_host_closed_and_the_host_heals_when_redis_is
         status()["ledger"]["round_trip_us"].as_u64().is_some_and(|us| us > 0)
     });
     // /metrics: the round trip, the commits' and reads' timings, errors none yet.
-    let metric = |name: &str| {
-        let text = String::from_utf8(get("/metrics")).unwrap();
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
-            .unwrap_or_else(|| panic!("{name} in {text}"))
-    };
+    let metric = |name: &str| host.metric(&dir, name);
     assert!(metric("mcp_ledger_round_trip_seconds") > 0.0);
     assert!(metric("mcp_ledger_commit_seconds_count") >= 1.0, "initialize committed");
     assert!(metric("mcp_ledger_round_trips_total") >= 1.0, "its batch went to Redis");

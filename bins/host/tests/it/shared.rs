@@ -502,7 +502,7 @@ fn a_clients_answer_posted_to_another_host_reaches_the_request_that_asked(cluste
 fn an_answer_relayed_while_the_askers_subscription_is_cut_is_read_from_the_ledger() {
     // A question waits 8 s at most: without the kept answer the call ends with an error then.
     let wait = ["--set", "sessions.client_request_timeout_secs=8"];
-    let (shared, _dir, a, b) = two_hosts_on(false, "shared-answer-cut", &wait);
+    let (shared, dir, a, b) = two_hosts_on(false, "shared-answer-cut", &wait);
     let sid = initialize(&a.addr);
     let body = json!({"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"test_missing_capability","arguments":{}}}).to_string();
     let mut s = common::post_streamed(
@@ -534,6 +534,12 @@ fn an_answer_relayed_while_the_askers_subscription_is_cut_is_read_from_the_ledge
     let (cuts, _shared) = cutting.join().expect("the cutting thread");
     assert!(cuts >= 2, "the subscriptions were cut ({cuts} in all)");
     s.read_until("sampled: kept by b");
+    // The operator sees the cuts: each channel's subscription counted the messages it may
+    // have missed.
+    for channel in ["sessions", "ends", "changes"] {
+        let series = format!("mcp_bus_missed_total{{channel=\"{channel}\"}}");
+        assert!(a.metric(&dir, &series) >= 1.0, "{series}");
+    }
 }
 
 #[test]

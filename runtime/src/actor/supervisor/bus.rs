@@ -13,10 +13,6 @@ use crate::ledger::codec;
 
 use super::Supervisor;
 
-/// The channel on which hosts sharing a ledger relay their catalogs' announcements to one
-/// another's `subscriptions/listen` streams (message: `{"list": ..}` or `{"uri": ..}`).
-const CHANGES_CHANNEL: &str = "changes";
-
 impl Supervisor {
     /// Subscribe to the ends other hosts publish (a ledger only this process uses has none).
     /// The subscription holds the supervisor weakly: it never keeps the ledger alive.
@@ -27,7 +23,10 @@ impl Supervisor {
             let Some(sup) = sup.upgrade() else { return };
             match message {
                 Some(hmac) => sup.ended_elsewhere(std::str::from_utf8(&hmac).unwrap_or("")),
-                None => sup.look_up_ends(),
+                None => {
+                    sup.stats().bus_missed(codec::ENDS_CHANNEL);
+                    sup.look_up_ends();
+                }
             }
         });
         if let Err(e) = store.subscribe(codec::ENDS_CHANNEL, heard) {
@@ -62,19 +61,26 @@ impl Supervisor {
             message["from"] = serde_json::json!(run);
             if let Some(w) = writer.upgrade() {
                 let message = bytes::Bytes::from(message.to_string());
-                w.submit(vec![crate::ledger::Op::Publish { channel: CHANGES_CHANNEL, message }]);
+                w.submit(vec![crate::ledger::Op::Publish {
+                    channel: codec::CHANGES_CHANNEL,
+                    message,
+                }]);
             }
         })));
         let changes = std::sync::Arc::downgrade(self.catalog.changes());
+        let stats = Arc::clone(self.stats());
         let heard = Box::new(move |message: Option<bytes::Bytes>| {
             let Some(c) = changes.upgrade() else { return };
-            let Some(m) = message else { return c.missed() };
+            let Some(m) = message else {
+                stats.bus_missed(codec::CHANGES_CHANNEL);
+                return c.missed();
+            };
             let Ok(m) = serde_json::from_slice::<serde_json::Value>(&m) else { return };
             if m["from"] != serde_json::json!(run) {
                 c.heard(&m);
             }
         });
-        if let Err(e) = cx.writer.store().subscribe(CHANGES_CHANNEL, heard) {
+        if let Err(e) = cx.writer.store().subscribe(codec::CHANGES_CHANNEL, heard) {
             tracing::error!(error = %e, "cannot hear the other hosts' list changes and resource updates");
         }
     }
@@ -103,6 +109,7 @@ impl Supervisor {
     /// live session reads the answers kept for the questions it still waits for (a session
     /// whose mailbox is full misses this; its questions time out).
     fn relays_maybe_missed(&self) {
+        self.stats().bus_missed(codec::SESSIONS_CHANNEL);
         for hmac in self.registry.live_hmacs() {
             if let Some(h) = self.registry.by_hmac(&hmac) {
                 let _ = h.addr.try_send(Relayed::MaybeMissed);

@@ -17,6 +17,30 @@ pub(crate) struct Host {
     pub(crate) addr: String,
 }
 
+impl Host {
+    /// GET `path` on its admin listener with the token its dir holds (`dir`: the one it was
+    /// started in); the body, after a 200.
+    pub(crate) fn admin_get(&self, dir: &TempDir, path: &str) -> Vec<u8> {
+        let admin = self.process.admin_url(Duration::from_secs(20)).expect("the admin line");
+        let admin = admin.trim_start_matches("http://");
+        let token = std::fs::read_to_string(dir.path().join("mcp-host.admin-token"))
+            .expect("the admin token file");
+        let bearer = format!("Bearer {}", token.trim());
+        let (status, _, body) =
+            http_at(admin, "GET", path, &[("Authorization", &bearer)], "", QUICK);
+        assert_eq!(status, 200, "{path}");
+        body
+    }
+
+    /// The value of `series` (a metric's name and labels as exported) in its `/metrics`.
+    pub(crate) fn metric(&self, dir: &TempDir, series: &str) -> f64 {
+        let text = String::from_utf8(self.admin_get(dir, "/metrics")).expect("text");
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("{series} in {text}"))
+    }
+}
+
 pub(crate) fn start(dir: &TempDir, port: u16) -> Host {
     start_with(dir, port, &[])
 }
