@@ -415,6 +415,15 @@ impl Control {
     pub fn stats(&self) -> Option<crate::stats::StatsSnapshot> {
         Some(self.0.upgrade()?.stats_snapshot())
     }
+
+    /// Have the ledger give back the memory it caches and can read again (SQLite's page
+    /// caches), without waiting for a connection in use; for a host returning free memory
+    /// to the operating system once a burst is over.
+    pub fn release_ledger_memory(&self) {
+        if let Some(sup) = self.0.upgrade() {
+            sup.ledger_writer().store().release_memory();
+        }
+    }
 }
 
 /// Stop admitting, let requests in flight finish within `grace`, then stop every session

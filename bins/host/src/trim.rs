@@ -7,9 +7,11 @@
 //! 2,000 such sessions were deleted, 7 MiB after one `malloc_trim`). jemalloc returns dirty
 //! pages on its own after about 10 s, but only while it is being called; so every `every` the
 //! host asks both to return free pages at once — only after the footprint it can see
-//! (sessions, streams, stream memory) shrank, so a steady server does not walk its arenas for
-//! nothing. glibc's trim locks each arena in turn while it runs (51 ms for that 580 MiB
-//! release, microseconds otherwise). [`fix_thresholds`] keeps glibc from raising its
+//! (connections, sessions, streams, stream memory) shrank or settled, so a steady server does
+//! not walk its arenas for nothing. glibc's trim locks each arena in turn while it runs (51 ms
+//! for that 580 MiB release, microseconds otherwise). Once the footprint settled, the ledger
+//! gives back its SQLite page caches first (pages the OS keeps in its file cache; 0.86 KiB
+//! of RSS per idle session after a burst of 10,000, `bench/results/issue23-2026-12-04-sqlite-release/`). [`fix_thresholds`] keeps glibc from raising its
 //! thresholds after large frees, which would leave memory at each arena's top out of the
 //! trim's reach.
 
@@ -39,14 +41,33 @@ impl Policy {
         Policy { last_check: start, quiet: QUIET_TRIMS }
     }
 
-    /// Whether to trim at this check.
-    pub(crate) fn due(&mut self, now: Footprint) -> bool {
+    /// Whether to trim at this check, and why.
+    pub(crate) fn due(&mut self, now: Footprint) -> Due {
         let last = self.last_check;
         let shrank = now.1.iter().zip(last.1).any(|(n, l)| *n < l);
         self.quiet = if now == last { self.quiet.saturating_add(1) } else { 0 };
         self.last_check = now;
-        shrank || (1..=QUIET_TRIMS).contains(&self.quiet)
+        if (1..=QUIET_TRIMS).contains(&self.quiet) {
+            Due::Settled
+        } else if shrank {
+            Due::Shrinking
+        } else {
+            Due::No
+        }
     }
+}
+
+/// What a check found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Due {
+    /// Steady, growing or idle for long: nothing to give back.
+    No,
+    /// Connections, sessions, streams or stream memory shrank while serving: the allocators
+    /// give back what was freed.
+    Shrinking,
+    /// The footprint stopped changing: a burst is over. The ledger's page caches are given
+    /// back too (not while serving: the writer's is large on purpose, for the logs' appends).
+    Settled,
 }
 
 /// Largest allocation served from an arena; larger ones are mapped on their own and unmapped
@@ -137,7 +158,12 @@ pub(crate) async fn run(server: mcp_runtime::server::Control, every: Duration) {
     loop {
         tick.tick().await;
         let Some(now) = footprint() else { return };
-        if policy.due(now) {
+        let due = policy.due(now);
+        if due != Due::No {
+            if due == Due::Settled {
+                // SQLite's page caches first: what they free is glibc's, returned just after.
+                server.release_ledger_memory();
+            }
             let released = release();
             tracing::debug!(
                 released,
@@ -156,17 +182,18 @@ mod tests {
     #[test]
     fn trims_while_shrinking_and_a_few_times_once_settled_never_when_steady() {
         let mut p = Policy::new((0, [1, 10, 5, 1000]));
-        assert!(!p.due((0, [1, 10, 5, 1000])), "nothing happened since start");
-        assert!(!p.due((900, [4, 20, 9, 5000])), "growing");
-        assert!(!p.due((1800, [4, 20, 9, 5000])), "requests go on: busy, not shrinking");
+        assert_eq!(p.due((0, [1, 10, 5, 1000])), Due::No, "nothing happened since start");
+        assert_eq!(p.due((900, [4, 20, 9, 5000])), Due::No, "growing");
+        assert_eq!(p.due((1800, [4, 20, 9, 5000])), Due::No, "requests go on: busy, not shrinking");
         assert!(
-            (0..QUIET_TRIMS).all(|_| p.due((1800, [4, 20, 9, 5000]))),
+            (0..QUIET_TRIMS).all(|_| p.due((1800, [4, 20, 9, 5000])) == Due::Settled),
             "settled: the burst's garbage goes, and what is freed right after"
         );
-        assert!(!p.due((1800, [4, 20, 9, 5000])), "idle since: no more trims");
-        assert!(p.due((1800, [0, 20, 9, 5000])), "connections closed");
-        assert!(p.due((1810, [0, 5, 9, 5000])), "sessions ended");
-        assert!(p.due((1810, [0, 5, 8, 5000])), "a stream stopped");
-        assert!(p.due((1810, [0, 5, 8, 10])), "buffered events released");
+        assert_eq!(p.due((1800, [4, 20, 9, 5000])), Due::No, "idle since: no more trims");
+        assert_eq!(p.due((1800, [0, 20, 9, 5000])), Due::Shrinking, "connections closed");
+        assert_eq!(p.due((1810, [0, 5, 9, 5000])), Due::Shrinking, "sessions ended");
+        assert_eq!(p.due((1810, [0, 5, 8, 5000])), Due::Shrinking, "a stream stopped");
+        assert_eq!(p.due((1810, [0, 5, 8, 10])), Due::Shrinking, "buffered events released");
+        assert_eq!(p.due((1810, [0, 5, 8, 10])), Due::Settled, "quiet again: the caches too");
     }
 }

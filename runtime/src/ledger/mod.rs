@@ -408,6 +408,12 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     fn round_trip_us(&self) -> Option<u64> {
         None
     }
+
+    /// Give back the memory the store caches and can read again (SQLite: each idle
+    /// connection's page cache; the pages stay in the operating system's file cache). Never
+    /// waits: a connection in use keeps its cache until the next call. Nothing for a store
+    /// that caches nothing.
+    fn release_memory(&self) {}
 }
 
 /// A counter's value as [`Store::incr`] keeps it (decimal text; anything else counts as 0).

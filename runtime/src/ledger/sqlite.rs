@@ -616,6 +616,17 @@ impl Store for SqliteStore {
         Some(self.checkpointer.health())
     }
 
+    fn release_memory(&self) {
+        // `try_lock`: a connection in use (a batch, a read) is left to the next call.
+        for conn in std::iter::once(&self.writer).chain(&self.readers) {
+            if let Some(c) = conn.try_lock()
+                && let Err(e) = c.execute_batch("PRAGMA shrink_memory;")
+            {
+                tracing::debug!(error = %e, "ledger: the page cache was not released");
+            }
+        }
+    }
+
     fn incr(&self, key: &str, floor: u64, expires_ms: u64, now_ms: u64) -> Result<u64, StoreError> {
         // On the writer's connection, in a transaction of its own (waits for a batch).
         let mut conn = self.writer.lock();
@@ -664,6 +675,32 @@ mod tests {
         }
         let s = SqliteStore::open(&path).unwrap();
         assert_eq!(s.get("k", 1).unwrap().as_deref(), Some(&b"v"[..]));
+    }
+
+    #[test]
+    fn giving_back_the_page_caches_skips_a_connection_in_use_and_loses_nothing() {
+        let dir = mcp_devtools::TempDir::new("release");
+        let s = Arc::new(SqliteStore::open(&dir.path().join("l.db")).unwrap());
+        let put =
+            |k: &str| Op::Put { key: k.into(), value: Bytes::from_static(b"v"), expires_ms: 100 };
+        s.apply(&[put("a")]).unwrap();
+        // The writer's connection is in use (held here): the release goes past it at once.
+        let held = s.writer.lock();
+        let (done_tx, done) = std::sync::mpsc::channel();
+        let other = Arc::clone(&s);
+        let t = std::thread::spawn(move || {
+            other.release_memory();
+            done_tx.send(()).unwrap();
+        });
+        let waited = done.recv_timeout(std::time::Duration::from_secs(10));
+        drop(held);
+        t.join().unwrap();
+        assert!(waited.is_ok(), "the release waited for a connection in use");
+        // Idle ones are released; what they cached is read again from the file.
+        s.release_memory();
+        assert_eq!(s.get("a", 1).unwrap().as_deref(), Some(&b"v"[..]));
+        s.apply(&[put("b")]).unwrap();
+        assert_eq!(s.get("b", 1).unwrap().as_deref(), Some(&b"v"[..]));
     }
 
     /// A ledger `name/l.db` (its directory kept with it) checkpointed at `pages` pages or after
