@@ -646,6 +646,11 @@ pub struct LedgerConfig {
     /// it. A host paused or cut off from Redis for longer is fenced: its writes are refused
     /// (and, when shared, the other hosts take its work over). Default 5000; 300 to 60 000.
     pub redis_lease_ms: u64,
+    /// How long a subscription to the other hosts' bus (a shared Redis ledger) waits after a
+    /// cut before it subscribes again (ms): each time it does, what was published meanwhile
+    /// is looked up, so a server that accepts and cuts at once must not make that a loop.
+    /// Default 200; 50 to 60 000.
+    pub redis_bus_retry_ms: u64,
     /// `"batched"` (events reach the wire at once and are committed within a few ms; a crash
     /// loses at most the uncommitted batch) or `"sync"` (an event reaches the wire only after
     /// its commit with fsync). Default `"batched"`.
@@ -742,6 +747,7 @@ impl Default for LedgerConfig {
             redis_timeout_ms: 5_000,
             redis_shared: false,
             redis_lease_ms: 5_000,
+            redis_bus_retry_ms: 200,
             durability: crate::ledger::Durability::Batched,
             key_file: None,
             previous_key_files: Vec::new(),
@@ -861,7 +867,7 @@ impl RuntimeConfig {
     pub fn validate(self) -> Result<ValidConfig, ConfigError> {
         let (se, ss, l, q) = (&self.sse, &self.sessions, &self.limits, &self.quotas);
         let max = u64::MAX;
-        let rows: [(&'static str, u64, u64, u64); 75] = [
+        let rows: [(&'static str, u64, u64, u64); 76] = [
             ("security.max_body_bytes", self.security.max_body_bytes as u64, 1, 1 << 30),
             ("security.body_read_timeout_ms", self.security.body_read_timeout_ms, 100, 600_000),
             ("sse.replay_max_events", se.replay_max_events as u64, 1, 1 << 20),
@@ -921,6 +927,7 @@ impl RuntimeConfig {
             ("ledger.commit_wait_ms", self.ledger.commit_wait_ms, 100, 600_000),
             ("ledger.redis_timeout_ms", self.ledger.redis_timeout_ms, 100, 60_000),
             ("ledger.redis_lease_ms", self.ledger.redis_lease_ms, 300, 60_000),
+            ("ledger.redis_bus_retry_ms", self.ledger.redis_bus_retry_ms, 50, 60_000),
             ("ledger.receipts_per_caller", self.ledger.receipts_per_caller, 1, 1 << 32),
             (
                 "ledger.receipt_bytes_per_caller",

@@ -425,15 +425,13 @@ impl<J: Journal> McpClient<J> {
         let sse = is_sse(resp.headers());
         if status == 200 && sse {
             self.inner.borrow_mut().stats.streams += 1;
-            // Dropping the stream on cancel is the cancellation; after its answer, its end
-            // is read so that its connection serves the next request.
+            // Dropping the stream on cancel is the cancellation; after its answer (a result
+            // or an error), its end is read so that its connection serves the next request.
             let answer = tokio::select! {
                 r = self.read_modern_stream(&id, &mut resp) => r,
                 () = cancel.cancelled() => return Err(Failure::Final(ClientError::Cancelled)),
             };
-            if answer.is_ok() {
-                read_to_end_aside(resp);
-            }
+            read_to_end_aside(resp);
             return answer;
         }
         let bytes = body_of(&mut resp).await.map_err(Failure::Unknown)?;

@@ -307,13 +307,22 @@ impl Collector for SupervisorCollector {
             .map(|c| (CauseLabel { cause: c }, st.refusals(c)))
             .collect();
         counters(&mut e, "mcp_refusals", "Requests refused, by cause", &refused)?;
-        let missed: Vec<(ChannelLabel, u64)> =
-            st.bus_missed_counts().iter().map(|&(c, v)| (ChannelLabel { channel: c }, v)).collect();
+        let missed: Vec<(ChannelLabel, u64)> = st
+            .bus_missed_counts()
+            .iter()
+            .map(|&(c, v)| (ChannelLabel { channel: c.name() }, v))
+            .collect();
         counters(
             &mut e,
             "mcp_bus_missed",
-            "Subscriptions to the other hosts' bus (shared ledger) cut or not yet taken, by channel: what was published meanwhile is looked up again",
+            "Subscriptions to the other hosts' bus (shared ledger) taken, first or again after a cut, by channel: what was published before is looked up",
             &missed,
+        )?;
+        counter(
+            &mut e,
+            "mcp_bus_answers_recovered",
+            "Answers to server-to-client requests read from the ledger after a subscription cut (their publication was missed)",
+            st.answers_recovered(),
         )?;
         let statuses: Vec<(StatusLabel, u64)> =
             m.http_responses.iter().map(|(s, v)| (StatusLabel { status: s }, *v)).collect();

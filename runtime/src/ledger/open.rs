@@ -535,7 +535,8 @@ impl Ledger {
         };
         let timeout = Duration::from_millis(l.redis_timeout_ms);
         let store = super::RedisStore::open_tls(&l.redis_url, &tls, &l.redis_prefix, timeout)
-            .map_err(err)?;
+            .map_err(err)?
+            .with_bus_retry(Duration::from_millis(l.redis_bus_retry_ms));
         Ok((store, shown))
     }
 

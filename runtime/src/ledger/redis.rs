@@ -325,6 +325,9 @@ pub struct RedisStore {
     /// 0 for one server) and its cursor.
     sweep_cursor: Mutex<(usize, u64)>,
     timeout: Duration,
+    /// Pause before a subscription that failed or was cut is taken again
+    /// (`ledger.redis_bus_retry_ms`).
+    bus_retry: Duration,
     /// The lease this store took ([`RedisStore::take_lease`]): every batch is checked against
     /// it.
     lease: Mutex<Option<Lease>>,
@@ -342,8 +345,6 @@ pub struct RedisStore {
 
 /// How long a subscription waits for a message before it looks whether the store stopped.
 const BUS_POLL: Duration = Duration::from_millis(200);
-/// Pause before a subscription that failed is tried again.
-const BUS_RETRY: Duration = Duration::from_millis(200);
 
 /// A held lease: its key (without the prefix and tag: each copy has the tag it fences), its
 /// token and the thread that renews it.
@@ -657,6 +658,14 @@ fn primaries(nodes: &str) -> Vec<(String, u16)> {
 }
 
 impl RedisStore {
+    /// The same store, its subscriptions waiting `retry` after a cut before they subscribe
+    /// again (default 200 ms).
+    #[must_use]
+    pub fn with_bus_retry(mut self, retry: Duration) -> RedisStore {
+        self.bus_retry = retry;
+        self
+    }
+
     /// The store at `url` (`redis://[user:password@]host:port/db`), its keys under `prefix`;
     /// every connect, read and write waits at most `timeout`. Checks that the server answers.
     ///
@@ -725,6 +734,7 @@ impl RedisStore {
             sweep: redis::Script::new(SWEEP),
             sweep_cursor: Mutex::new((0, 0)),
             timeout,
+            bus_retry: Duration::from_millis(200),
             lease: Mutex::new(None),
             incr: redis::Script::new(INCR),
             stopping: std::sync::Arc::default(),
@@ -1583,7 +1593,7 @@ impl Store for RedisStore {
     }
 
     fn subscribe(&self, channel: &'static str, deliver: super::Deliver) -> Result<(), StoreError> {
-        let (servers, timeout) = (self.bus.clone(), self.timeout);
+        let (servers, timeout, retry) = (self.bus.clone(), self.timeout, self.bus_retry);
         let (name, stopping) =
             (format!("{}bus:{channel}", self.prefix), std::sync::Arc::clone(&self.stopping));
         let thread = std::thread::Builder::new()
@@ -1599,13 +1609,13 @@ impl Store for RedisStore {
                     let server = &servers[pass % servers.len().max(1)];
                     pass += 1;
                     let Ok(mut con) = connect(server, timeout) else {
-                        std::thread::sleep(BUS_RETRY);
+                        std::thread::sleep(retry);
                         continue;
                     };
                     let mut bus = con.as_pubsub();
                     if bus.subscribe(&name).is_err() || bus.set_read_timeout(Some(BUS_POLL)).is_err()
                     {
-                        std::thread::sleep(BUS_RETRY);
+                        std::thread::sleep(retry);
                         continue;
                     }
                     deliver(None);
@@ -1618,7 +1628,7 @@ impl Store for RedisStore {
                                 // Not at once: a server that accepts and cuts again would make
                                 // each pass a "missed" (every listen stream told everything
                                 // changed, every live session's end looked up).
-                                std::thread::sleep(BUS_RETRY);
+                                std::thread::sleep(retry);
                                 break;
                             }
                         }

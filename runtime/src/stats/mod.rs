@@ -12,11 +12,32 @@ use serde::Serialize;
 use crate::proto::error::Rejection;
 use crate::proto::stream::StreamStats;
 
-/// The channels of the bus between hosts sharing a ledger, as the metrics name them.
-pub const BUS_CHANNELS: [&str; 3] = {
-    use crate::ledger::codec::{CHANGES_CHANNEL, ENDS_CHANNEL, SESSIONS_CHANNEL};
-    [ENDS_CHANNEL, SESSIONS_CHANNEL, CHANGES_CHANNEL]
-};
+/// A channel of the bus between hosts sharing a ledger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BusChannel {
+    /// Sessions ended on another host.
+    Ends,
+    /// What clients sent another host for a session served here.
+    Sessions,
+    /// The catalogs' announcements for listen streams.
+    Changes,
+}
+
+impl BusChannel {
+    /// Every channel, in the order the counters keep them.
+    pub const ALL: [BusChannel; 3] = [BusChannel::Ends, BusChannel::Sessions, BusChannel::Changes];
+
+    /// Its name (on the bus, and as the metrics label it).
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        use crate::ledger::codec::{CHANGES_CHANNEL, ENDS_CHANNEL, SESSIONS_CHANNEL};
+        match self {
+            BusChannel::Ends => ENDS_CHANNEL,
+            BusChannel::Sessions => SESSIONS_CHANNEL,
+            BusChannel::Changes => CHANGES_CHANNEL,
+        }
+    }
+}
 
 /// Counters shared by every actor of a supervisor.
 #[derive(Debug)]
@@ -25,9 +46,12 @@ pub struct RuntimeStats {
     connections: AtomicI64,
     /// TCP connections accepted since start.
     connections_accepted: AtomicU64,
-    /// Subscriptions to the hosts' bus that were cut or not yet taken (what was published
-    /// meanwhile may have been missed), by channel ([`BUS_CHANNELS`]).
-    bus_missed: [AtomicU64; BUS_CHANNELS.len()],
+    /// Subscriptions to the hosts' bus taken (again) after a cut, or for the first time
+    /// (what was published before may have been missed), by channel ([`BusChannel::ALL`]).
+    bus_missed: [AtomicU64; BusChannel::ALL.len()],
+    /// Answers to server-to-client requests read from the ledger after a miss (their
+    /// publication was not heard).
+    answers_recovered: AtomicU64,
     streams_live: AtomicI64,
     /// Of those, closed streams kept by their sessions as data (no actor).
     streams_dormant: AtomicI64,
@@ -188,6 +212,7 @@ impl Default for RuntimeStats {
             connections: AtomicI64::new(0),
             connections_accepted: AtomicU64::new(0),
             bus_missed: std::array::from_fn(|_| AtomicU64::new(0)),
+            answers_recovered: AtomicU64::new(0),
             streams_live: AtomicI64::new(0),
             streams_dormant: AtomicI64::new(0),
             quiet: Arc::default(),
@@ -371,18 +396,27 @@ impl RuntimeStats {
         ConnectionGuard(Arc::clone(self))
     }
 
-    /// A subscription to bus channel `channel` (one of [`BUS_CHANNELS`]) was cut or not yet
-    /// taken when it was told so.
-    pub(crate) fn bus_missed(&self, channel: &str) {
-        if let Some(i) = BUS_CHANNELS.iter().position(|c| *c == channel) {
-            self.bus_missed[i].fetch_add(1, Ordering::Relaxed);
-        }
+    /// A subscription to bus channel `channel` was taken again after a cut, or for the first
+    /// time: what was published meanwhile may have been missed.
+    pub(crate) fn bus_missed(&self, channel: BusChannel) {
+        self.bus_missed[channel as usize].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// How many times each of [`BUS_CHANNELS`] may have missed messages.
+    /// How many times each channel may have missed messages, in [`BusChannel::ALL`]'s order.
     #[must_use]
-    pub fn bus_missed_counts(&self) -> [(&'static str, u64); BUS_CHANNELS.len()] {
-        std::array::from_fn(|i| (BUS_CHANNELS[i], self.bus_missed[i].load(Ordering::Relaxed)))
+    pub fn bus_missed_counts(&self) -> [(BusChannel, u64); BusChannel::ALL.len()] {
+        std::array::from_fn(|i| (BusChannel::ALL[i], self.bus_missed[i].load(Ordering::Relaxed)))
+    }
+
+    /// An answer relayed while a subscription was cut was read from the ledger.
+    pub(crate) fn answer_recovered(&self) {
+        self.answers_recovered.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Answers read from the ledger after a miss ([`Self::answer_recovered`]).
+    #[must_use]
+    pub fn answers_recovered(&self) -> u64 {
+        self.answers_recovered.load(Ordering::Relaxed)
     }
 
     pub(crate) fn stream_started(&self) {

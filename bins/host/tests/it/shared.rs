@@ -51,12 +51,15 @@ impl Shared {
 
     /// Wait until `hosts` hosts have subscribed to one another's list changes and resource
     /// updates (announcements made before a subscription are missed).
-    fn wait_for_changes_subscribers(&self, hosts: u64) {
+    /// Wait until `hosts` subscriptions listen on the channel whose name ends with `suffix`.
+    fn wait_for_subscribers(&self, suffix: &str, hosts: u64) {
         let subscribed =
-            || -> Option<u64> { self.servers().iter().map(|n| n.subscribers("bus:changes")).sum() };
-        common::wait_until("the hosts hear one another's changes", Duration::from_secs(10), || {
-            subscribed() == Some(hosts)
-        });
+            || -> Option<u64> { self.servers().iter().map(|n| n.subscribers(suffix)).sum() };
+        common::wait_until(
+            &format!("{hosts} subscribed to {suffix}"),
+            Duration::from_secs(10),
+            || subscribed() == Some(hosts),
+        );
     }
 
     /// How many keys match `pattern`, on every node.
@@ -476,7 +479,7 @@ fn a_task_running_on_one_host_is_read_answered_and_cancelled_through_another() {
 }
 
 fn a_clients_answer_posted_to_another_host_reaches_the_request_that_asked(cluster: bool) {
-    let (_server, _dir, a, b) = two_hosts_on(cluster, "shared-answer", &[]);
+    let (shared, _dir, a, b) = two_hosts_on(cluster, "shared-answer", &[]);
     let sid = initialize(&a.addr);
     // A call on `a` that asks the client's model (sampling) on its response stream.
     let body = json!({"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"test_missing_capability","arguments":{}}}).to_string();
@@ -496,13 +499,33 @@ fn a_clients_answer_posted_to_another_host_reaches_the_request_that_asked(cluste
     let answer = json!({"jsonrpc":"2.0","id":asked["id"],"result":{"role":"assistant","content":{"type":"text","text":"hello from b"},"model":"m"}});
     assert_eq!(post_to(&b.addr, &sid, &answer), 202);
     s.read_until("sampled: hello from b");
+    // `b` kept it (for an asker whose subscription was cut) ...
+    let kept = || shared.count_keys("mcp:{*}d:qa/*");
+    assert_eq!(kept(), Some(1), "the answer to the question asked");
+    // ... and keeps nothing for answers to questions nobody asked.
+    for id in 900..905 {
+        let unasked = json!({"jsonrpc":"2.0","id":id,"result":{"role":"assistant","content":{"type":"text","text":"x"},"model":"m"}});
+        assert_eq!(post_to(&b.addr, &sid, &unasked), 202);
+    }
+    // A level is answered once its record is committed, after what `b` wrote before it.
+    let level =
+        json!({"jsonrpc":"2.0","id":7,"method":"logging/setLevel","params":{"level":"info"}});
+    assert_eq!(post_json(&b.addr, &sid, &level).0, 200);
+    assert_eq!(kept(), Some(1), "nothing kept for questions nobody asked");
 }
 
 #[test]
 fn an_answer_relayed_while_the_askers_subscription_is_cut_is_read_from_the_ledger() {
-    // A question waits 8 s at most: without the kept answer the call ends with an error then.
-    let wait = ["--set", "sessions.client_request_timeout_secs=8"];
-    let (shared, dir, a, b) = two_hosts_on(false, "shared-answer-cut", &wait);
+    // A cut subscription is taken again 2 s later: what is published meanwhile is missed. A
+    // question waits 8 s at most: without the kept answer the call ends with an error then.
+    let extra = [
+        "--set",
+        "ledger.redis_bus_retry_ms=2000",
+        "--set",
+        "sessions.client_request_timeout_secs=8",
+    ];
+    let (shared, dir, a, b) = two_hosts_on(false, "shared-answer-cut", &extra);
+    shared.wait_for_subscribers("bus:sessions", 2);
     let sid = initialize(&a.addr);
     let body = json!({"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"test_missing_capability","arguments":{}}}).to_string();
     let mut s = common::post_streamed(
@@ -517,29 +540,22 @@ fn an_answer_relayed_while_the_askers_subscription_is_cut_is_read_from_the_ledge
         .into_iter()
         .find(|m| m["method"] == "sampling/createMessage")
         .expect("the question");
-    // The hosts' subscriptions are cut every 20 ms for a second (a host subscribes again
-    // 200 ms after a cut): the answer posted to `b` meanwhile is published while `a` does
-    // not listen, and `a` reads it from the ledger once it subscribes again.
-    let cutting = std::thread::spawn(move || {
-        let mut cuts = 0;
-        for _ in 0..50 {
-            cuts += shared.servers().iter().filter_map(RedisServer::kill_subscribers).sum::<u64>();
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        (cuts, shared)
-    });
-    std::thread::sleep(Duration::from_millis(100));
+    let missed =
+        |channel: &str| a.metric(&dir, &format!("mcp_bus_missed_total{{channel=\"{channel}\"}}"));
+    let before: Vec<f64> = ["ends", "sessions", "changes"].map(missed).to_vec();
+    // Both hosts' subscriptions are cut (three channels each); the answer posted to `b` now
+    // is published while `a` does not listen.
+    let cut: u64 = shared.servers().iter().filter_map(RedisServer::kill_subscribers).sum();
+    assert!(cut >= 6, "the hosts' subscriptions were cut ({cut} in all)");
     let answer = json!({"jsonrpc":"2.0","id":asked["id"],"result":{"role":"assistant","content":{"type":"text","text":"kept by b"},"model":"m"}});
     assert_eq!(post_to(&b.addr, &sid, &answer), 202);
-    let (cuts, _shared) = cutting.join().expect("the cutting thread");
-    assert!(cuts >= 2, "the subscriptions were cut ({cuts} in all)");
+    // Subscribed again, `a` reads it from the ledger.
     s.read_until("sampled: kept by b");
-    // The operator sees the cuts: each channel's subscription counted the messages it may
-    // have missed.
-    for channel in ["sessions", "ends", "changes"] {
-        let series = format!("mcp_bus_missed_total{{channel=\"{channel}\"}}");
-        assert!(a.metric(&dir, &series) >= 1.0, "{series}");
-    }
+    assert_eq!(a.metric(&dir, "mcp_bus_answers_recovered_total"), 1.0, "read from the ledger");
+    // The operator sees each channel's subscription taken again.
+    common::wait_until("every channel subscribed again", Duration::from_secs(10), || {
+        ["ends", "sessions", "changes"].map(missed).iter().zip(&before).all(|(n, b)| n > b)
+    });
 }
 
 #[test]
@@ -629,7 +645,7 @@ fn a_list_change_and_a_resource_update_announced_on_one_host_reach_a_listen_stre
     cluster: bool,
 ) {
     let (shared, _dir, a, b) = two_hosts_on(cluster, "shared-listen", &[]);
-    shared.wait_for_changes_subscribers(2);
+    shared.wait_for_subscribers("bus:changes", 2);
     // A miss (`b` subscribed a moment before it says so) tells the stream every URI it
     // follows was updated: only the relay tells it of `watched-resource` alone.
     let mut s = listen(&b.addr, &["test://watched-resource", "test://static-binary"]);
@@ -670,7 +686,7 @@ fn a_listen_stream_is_told_everything_changed_when_its_hosts_subscription_to_the
     cluster: bool,
 ) {
     let (shared, _dir, _a, b) = two_hosts_on(cluster, "shared-listen-cut", &[]);
-    shared.wait_for_changes_subscribers(2);
+    shared.wait_for_subscribers("bus:changes", 2);
     let mut s = listen(&b.addr, &["test://watched-resource"]);
     // Nothing is announced anywhere; the hosts' subscriptions are cut (what was published
     // meanwhile is lost) and taken again: the stream is told its list and its resource may

@@ -110,18 +110,29 @@ impl SessionActor {
             reads
                 .run(move |store| match store.get(&key, now)? {
                     Some(v) => match std::str::from_utf8(&v).ok().and_then(|r| r.parse().ok()) {
-                        Some(asker) if asker != run => store.run_alive(asker, &key),
-                        _ => Ok(true),
+                        Some(asker) if asker != run => Ok(if store.run_alive(asker, &key)? {
+                            Asker::Live
+                        } else {
+                            Asker::Gone
+                        }),
+                        _ => Ok(Asker::Unknown),
                     },
-                    None => Ok(true),
+                    None => Ok(Asker::Unknown),
                 })
                 .await
         };
-        ctx.spawn(look.into_actor(self).map(move |alive, act, _| {
-            if matches!(alive, Ok(false)) {
+        ctx.spawn(look.into_actor(self).map(move |asker, act, _| match asker {
+            Ok(Asker::Gone) => {
                 let _ = tx.send(Err(Rejection::AskerGone));
-            } else {
+            }
+            // Kept only for a question another live host recorded before asking: a client
+            // cannot make the ledger keep answers nobody asked for.
+            Ok(Asker::Live) => {
                 act.relay_answer(&id_text, message);
+                let _ = tx.send(Ok(()));
+            }
+            Ok(Asker::Unknown) | Err(_) => {
+                act.relay(message);
                 let _ = tx.send(Ok(()));
             }
         }));
@@ -140,29 +151,42 @@ impl SessionActor {
             .map(|id| crate::ledger::codec::answer_key(&self.meta.hmac, &id.to_value().to_string()))
             .collect();
         let (reads, now) = (Arc::clone(&self.ledger.ledger.reads), self.sup.now().0);
+        // One read job for them all (a miss tells every live session at once); each key's
+        // failure is its own.
         let look = async move {
             reads
                 .run(move |store| {
-                    let mut kept = Vec::new();
-                    for key in &keys {
-                        kept.extend(store.get(key, now)?);
-                    }
-                    Ok(kept)
+                    Ok(keys.into_iter().map(|key| store.get(&key, now)).collect::<Vec<_>>())
                 })
                 .await
         };
-        ctx.spawn(look.into_actor(self).map(|kept, act, _| match kept {
-            Ok(kept) => {
-                for m in kept {
-                    let m = serde_json::from_slice::<Value>(&m).unwrap_or_default();
-                    if let Some(super::Relayed::Answer(id, answer)) = super::Relayed::parse(&m)
-                        && act.answered_here(&id, answer)
-                    {
-                        tracing::info!(%id, "an answer relayed while this host's subscription was cut was read from the ledger");
+        ctx.spawn(look.into_actor(self).map(|kept, act, _| {
+            let kept = match kept {
+                Ok(kept) => kept,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read the answers kept for this session's questions after a cut subscription; they wait until their deadline");
+                    return;
+                }
+            };
+            for read in kept {
+                let m = match read {
+                    Ok(Some(m)) => m,
+                    Ok(None) => continue,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot read an answer kept for one of this session's questions; it waits until its deadline");
+                        continue;
                     }
+                };
+                let parsed = serde_json::from_slice::<Value>(&m).ok().and_then(|m| super::Relayed::parse(&m));
+                let Some(super::Relayed::Answer(id, answer)) = parsed else {
+                    tracing::warn!("an answer kept in the ledger for one of this session's questions is not one; ignored");
+                    continue;
+                };
+                if act.answered_here(&id, answer) {
+                    act.sup.stats().answer_recovered();
+                    tracing::info!(%id, "an answer relayed while this host's subscription was cut was read from the ledger");
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "cannot read the answers kept for this session's questions after a cut subscription; they wait until their deadline"),
         }));
     }
 
@@ -178,9 +202,9 @@ impl SessionActor {
     }
 
     /// Record which run asks the client `id` (a shared ledger): a host that gets the answer
-    /// and finds that run gone refuses it ([`Self::client_answered`]). Kept a minute past the
-    /// question's deadline (hosts' clocks differ). `None` when not shared; else resolves once
-    /// the record is committed.
+    /// and finds that run gone refuses it ([`Self::client_answered`]). Kept as long as the
+    /// question may wait, and a minute (hosts' clocks differ). `None` when not shared; else
+    /// resolves once the record is committed.
     pub(super) fn note_question(
         &self,
         id: &JsonRpcId,
@@ -193,7 +217,7 @@ impl SessionActor {
         Some(self.ledger.writer.submit_acked(vec![crate::ledger::Op::Put {
             key,
             value: Bytes::from(self.ledger.ledger.run.to_string()),
-            expires_ms: self.sup.now().0.saturating_add(timeout_ms).saturating_add(60_000),
+            expires_ms: self.question_record_expiry(timeout_ms),
         }]))
     }
 
@@ -229,10 +253,15 @@ impl SessionActor {
     pub(super) fn relay_answer(&self, id_text: &str, message: Value) {
         let Some(message) = self.stamped(message) else { return };
         let key = crate::ledger::codec::answer_key(&self.meta.hmac, id_text);
-        let kept_ms = self.core.client_request_timeout_ms().saturating_add(60_000);
-        let expires_ms = self.sup.now().0.saturating_add(kept_ms);
+        let expires_ms = self.question_record_expiry(self.core.client_request_timeout_ms());
         let keep = crate::ledger::Op::Put { key, value: message.clone(), expires_ms };
         self.ledger.writer.submit(vec![keep, publish_relayed(message)]);
+    }
+
+    /// When a record of a question asked now (who asks, its kept answer) expires: as long as
+    /// a question waits (`timeout_ms`), and a minute (hosts' clocks differ).
+    fn question_record_expiry(&self, timeout_ms: u64) -> u64 {
+        self.sup.now().0.saturating_add(timeout_ms).saturating_add(60_000)
     }
 
     /// `message` stamped with the session (`s`) and this run (`from`), as the sessions
@@ -488,4 +517,14 @@ impl SessionActor {
 /// The publication of a [`SessionActor::stamped`] message on the sessions channel.
 fn publish_relayed(message: Bytes) -> crate::ledger::Op {
     crate::ledger::Op::Publish { channel: crate::ledger::codec::SESSIONS_CHANNEL, message }
+}
+
+/// Who asked the question a client answered here, as the ledger records it.
+enum Asker {
+    /// Another host, alive: the answer is relayed and kept.
+    Live,
+    /// Another host, whose lease lapsed: the answer is refused.
+    Gone,
+    /// Not recorded (never asked, expired, or this host's own): relayed, not kept.
+    Unknown,
 }

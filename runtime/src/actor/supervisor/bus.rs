@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use crate::actor::session::{EndedElsewhere, Relayed};
 use crate::ledger::codec;
+use crate::stats::BusChannel;
 
 use super::Supervisor;
 
@@ -24,7 +25,7 @@ impl Supervisor {
             match message {
                 Some(hmac) => sup.ended_elsewhere(std::str::from_utf8(&hmac).unwrap_or("")),
                 None => {
-                    sup.stats().bus_missed(codec::ENDS_CHANNEL);
+                    sup.stats().bus_missed(BusChannel::Ends);
                     sup.look_up_ends();
                 }
             }
@@ -72,7 +73,7 @@ impl Supervisor {
         let heard = Box::new(move |message: Option<bytes::Bytes>| {
             let Some(c) = changes.upgrade() else { return };
             let Some(m) = message else {
-                stats.bus_missed(codec::CHANGES_CHANNEL);
+                stats.bus_missed(BusChannel::Changes);
                 return c.missed();
             };
             let Ok(m) = serde_json::from_slice::<serde_json::Value>(&m) else { return };
@@ -109,11 +110,20 @@ impl Supervisor {
     /// live session reads the answers kept for the questions it still waits for (a session
     /// whose mailbox is full misses this; its questions time out).
     fn relays_maybe_missed(&self) {
-        self.stats().bus_missed(codec::SESSIONS_CHANNEL);
+        self.stats().bus_missed(BusChannel::Sessions);
+        let mut dropped = 0usize;
         for hmac in self.registry.live_hmacs() {
-            if let Some(h) = self.registry.by_hmac(&hmac) {
-                let _ = h.addr.try_send(Relayed::MaybeMissed);
+            if let Some(h) = self.registry.by_hmac(&hmac)
+                && h.addr.try_send(Relayed::MaybeMissed).is_err()
+            {
+                dropped += 1;
             }
+        }
+        if dropped > 0 {
+            tracing::warn!(
+                sessions = dropped,
+                "sessions whose mailbox was full or closed were not told to read the answers kept for their questions after a cut subscription; those wait until their deadline"
+            );
         }
     }
 
