@@ -447,7 +447,7 @@ mod tests {
         let at = 0x0194_1234_5678;
         let ids: Vec<SessionId> = [(at, 9), (at, 1), (at + 1, 5), (at + 700, 0)]
             .iter()
-            .map(|&(t, r)| SessionId::mint(1, t, &[r; SESSION_ID_RANDOM_BYTES]))
+            .map(|&(t, r)| SessionId::mint(1, Some(t), &[r; SESSION_ID_RANDOM_BYTES]))
             .collect();
         let names: Vec<Arc<str>> = ids.iter().map(|id| cx.session_hmac(id)).collect();
         for n in &names {
@@ -458,7 +458,7 @@ mod tests {
         assert!(names[0] < names[2] && names[1] < names[2] && names[2] < names[3], "{names:?}");
         // An id without its time (an earlier build's) is named as that build named it: its
         // record is found.
-        let old = SessionId::mint_unordered(1, &[9; SESSION_ID_RANDOM_BYTES]);
+        let old = SessionId::mint(1, None, &[9; SESSION_ID_RANDOM_BYTES]);
         let mut m = cx.id_key.clone();
         m.update(old.as_str().as_bytes());
         assert_eq!(&*cx.session_hmac(&old), codec::hex(&m.finalize().into_bytes()[..16]));

@@ -74,27 +74,26 @@ impl SessionId {
     }
 
     /// A new id, `<generation>.<ms>.<random>`: the generation that made it, the time it was
-    /// made (milliseconds since the epoch, the low 48 bits as 12 lowercase hex digits), and
-    /// `random` in base64url. Its ledger name leads with that time (see
-    /// [`SessionId::minted_at`]).
+    /// made (`at_ms`, milliseconds since the epoch, the low 48 bits as 12 lowercase hex
+    /// digits), and `random` in base64url. Its ledger name leads with that time (see
+    /// [`SessionId::minted_at`]). Without a time, `<generation>.<random>` (what builds before
+    /// this one made): its ledger name is all MAC, in no order.
     #[must_use]
-    pub fn mint(generation: u64, now_ms: u64, random: &[u8; SESSION_ID_RANDOM_BYTES]) -> SessionId {
+    pub fn mint(
+        generation: u64,
+        at_ms: Option<u64>,
+        random: &[u8; SESSION_ID_RANDOM_BYTES],
+    ) -> SessionId {
         use base64::Engine as _;
         let random = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(random);
-        SessionId(format!("{generation}.{:012x}.{random}", now_ms & MINTED_AT_MASK).into())
-    }
-
-    /// A new id without its time, `<generation>.<random>` (what builds before `mint` made):
-    /// its ledger name is all MAC, in no order.
-    #[must_use]
-    pub fn mint_unordered(generation: u64, random: &[u8; SESSION_ID_RANDOM_BYTES]) -> SessionId {
-        use base64::Engine as _;
-        let random = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(random);
-        SessionId(format!("{generation}.{random}").into())
+        SessionId(match at_ms {
+            Some(ms) => format!("{generation}.{:012x}.{random}", ms & MINTED_AT_MASK).into(),
+            None => format!("{generation}.{random}").into(),
+        })
     }
 
     /// When an id [`SessionId::mint`] made was made (its 48 bits of milliseconds); `None` for
-    /// any other id (one `mint_unordered` made, one a client made up).
+    /// any other id (one minted without its time, one a client made up).
     #[must_use]
     pub fn minted_at(&self) -> Option<u64> {
         let mut parts = self.0.split('.');
@@ -181,14 +180,14 @@ mod tests {
 
     #[test]
     fn a_minted_id_carries_its_time_and_others_carry_none() {
-        let id = SessionId::mint(3, 0x0194_1234_5678, &[7; SESSION_ID_RANDOM_BYTES]);
+        let id = SessionId::mint(3, Some(0x0194_1234_5678), &[7; SESSION_ID_RANDOM_BYTES]);
         assert!(id.as_str().starts_with("3.019412345678."), "{}", id.as_str());
         assert_eq!(SessionId::parse(id.as_str()).as_ref(), Some(&id), "visible ASCII");
         assert_eq!(id.minted_at(), Some(0x0194_1234_5678));
         // Past 48 bits the time wraps (and stays 12 digits).
-        let late = SessionId::mint(3, (1 << 48) + 5, &[7; SESSION_ID_RANDOM_BYTES]);
+        let late = SessionId::mint(3, Some((1 << 48) + 5), &[7; SESSION_ID_RANDOM_BYTES]);
         assert_eq!(late.minted_at(), Some(5));
-        let unordered = SessionId::mint_unordered(3, &[7; SESSION_ID_RANDOM_BYTES]);
+        let unordered = SessionId::mint(3, None, &[7; SESSION_ID_RANDOM_BYTES]);
         assert_eq!(unordered.as_str().matches('.').count(), 1);
         assert_eq!(unordered.minted_at(), None);
         for made_up in [

@@ -186,11 +186,8 @@ impl Supervisor {
         let generation = self.gens.enter_current(crate::actor::generations::Counted::Session);
         let (made_by, random) =
             (u64::from(generation.generation().settings.id.0), crate::rng::bytes());
-        let id = if self.cfg.ledger.ordered_session_ids() {
-            SessionId::mint(made_by, self.now().0, &random)
-        } else {
-            SessionId::mint_unordered(made_by, &random)
-        };
+        let at = self.cfg.ledger.ordered_session_ids().then(|| self.now().0);
+        let id = SessionId::mint(made_by, at, &random);
         let handshake = Handshake {
             requested_version: init.requested_version.clone(),
             capabilities: init.capabilities.clone(),
