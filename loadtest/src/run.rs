@@ -422,7 +422,10 @@ pub(crate) async fn run(mut spec: RunSpec) -> Result<Value, String> {
         b.finish_and_clear();
     }
     for t in tasks {
-        let _ = t.await;
+        // A client that panicked (a client defect) is an error of the run, not a silence.
+        if t.await.is_err_and(|e| e.is_panic()) {
+            *totals.borrow_mut().errors.entry("client panicked".into()).or_default() += 1;
+        }
     }
     let seconds = start.elapsed().as_secs_f64();
     let t = totals.borrow();

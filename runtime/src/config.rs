@@ -605,6 +605,10 @@ pub const DEFAULT_CHECKPOINT_PAGES: u32 = 16_384;
 /// Default of `ledger.checkpoint_every_ms`.
 pub const DEFAULT_CHECKPOINT_EVERY_MS: u64 = 1_000;
 
+/// `ledger.redis_bus_retry_ms`'s default: a subscription to the other hosts' bus waits this
+/// long (ms) after a cut before it subscribes again.
+pub const DEFAULT_BUS_RETRY_MS: u64 = 200;
+
 /// `[ledger]`: the durable record of sessions, streams and idempotency receipts.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -747,7 +751,7 @@ impl Default for LedgerConfig {
             redis_timeout_ms: 5_000,
             redis_shared: false,
             redis_lease_ms: 5_000,
-            redis_bus_retry_ms: 200,
+            redis_bus_retry_ms: DEFAULT_BUS_RETRY_MS,
             durability: crate::ledger::Durability::Batched,
             key_file: None,
             previous_key_files: Vec::new(),

@@ -11,7 +11,8 @@
 //! not walk its arenas for nothing. glibc's trim locks each arena in turn while it runs (51 ms
 //! for that 580 MiB release, microseconds otherwise). Once the footprint settled, the ledger
 //! gives back its SQLite page caches first (pages the OS keeps in its file cache; 0.86 KiB
-//! of RSS per idle session after a burst of 10,000, `bench/results/issue23-2026-12-04-sqlite-release/`). [`fix_thresholds`] keeps glibc from raising its
+//! of RSS per idle session after a burst of 10,000:
+//! `bench/results/issue23-2026-12-04-sqlite-release/`). [`fix_thresholds`] keeps glibc from raising its
 //! thresholds after large frees, which would leave memory at each arena's top out of the
 //! trim's reach.
 

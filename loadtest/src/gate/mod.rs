@@ -172,8 +172,11 @@ pub(crate) async fn run_phase(
         }
         b.finish_and_clear();
     }
+    let mut panicked = 0;
     for t in tasks {
-        let _ = t.await;
+        if t.await.is_err_and(|e| e.is_panic()) {
+            panicked += 1;
+        }
     }
     stop.set(true);
     for k in killers {
@@ -182,6 +185,7 @@ pub(crate) async fn run_phase(
     let after = host_metrics(spec).await;
     let mut p = Rc::try_unwrap(phase).map_err(|_| "phase still shared")?.into_inner();
     p.host_after = after;
+    p.clients_panicked = panicked;
     p.seconds = start.elapsed().as_secs_f64();
     p.proxy = proxy.counts();
     for (name, n) in [

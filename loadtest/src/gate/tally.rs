@@ -38,6 +38,9 @@ pub(crate) struct Phase {
     pub(crate) sessions_not_closed: u64,
     pub(crate) close_refused: u64,
     pub(crate) connect_failures: u64,
+    /// Virtual clients whose task panicked (a client defect: what it would have counted is
+    /// unknown).
+    pub(crate) clients_panicked: u64,
     pub(crate) latency_us: Histogram<u64>,
     pub(crate) resume_ms: Histogram<u64>,
     pub(crate) resume_unwaited_ms: Histogram<u64>,
@@ -108,6 +111,7 @@ impl Phase {
             sessions_not_closed: 0,
             close_refused: 0,
             connect_failures: 0,
+            clients_panicked: 0,
             latency_us: histogram(),
             resume_ms: histogram(),
             resume_unwaited_ms: histogram(),
@@ -205,6 +209,8 @@ impl Phase {
             "host_metrics": {"before": self.host_before, "after": self.host_after},
             "eras": format!("{:?}", self.eras).to_lowercase(), "modern_calls": self.modern_calls,
         });
+        // Set apart: the object above is at `json!`'s recursion limit.
+        v["clients_panicked"] = json!(self.clients_panicked);
         v["handles"] = json!({
             "baskets": self.baskets, "items_lost": self.items_lost, "items_doubled": self.items_doubled,
             "checkouts": self.checkouts, "checkout_order_mismatches": self.order_mismatches,

@@ -85,6 +85,9 @@ fn a_clean_run_passes_and_each_defect_fails_its_gate() {
     let mut p = clean_phase("cut");
     p.lost = 1;
     assert_eq!(failing(&evaluate(&s, &[p], &ledger)), vec!["lost responses"]);
+    let mut p = clean_phase("cut");
+    p.clients_panicked = 1;
+    assert_eq!(failing(&evaluate(&s, &[p], &ledger)), vec!["virtual clients that panicked"]);
     assert_eq!(
         failing(&evaluate(&s, &[clean_phase("cut")], &json!({"duplicates": 1}))),
         vec!["duplicate dispatches (client + server ledger)"]

@@ -137,6 +137,7 @@ pub(crate) fn evaluate(spec: &GateSpec, phases: &[Phase], ledger: &Value) -> Vec
         sum(&|p| p.duplicate_dispatches) == 0 && dup_server == Some(0),
     ));
     gates.push(zero_gate("lost responses", sum(&|p| p.lost)));
+    gates.push(zero_gate("virtual clients that panicked", sum(&|p| p.clients_panicked)));
     let explained = count("origin.rejected") + count("old_token.rejected");
     let refused = sum(&|p| p.refused + p.close_refused);
     gates.push(Gate::new(

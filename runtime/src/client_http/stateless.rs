@@ -431,6 +431,14 @@ impl<J: Journal> McpClient<J> {
                 r = self.read_modern_stream(&id, &mut resp) => r,
                 () = cancel.cancelled() => return Err(Failure::Final(ClientError::Cancelled)),
             };
+            // A stream that ended (or broke) first is not read again: awc's body must not be
+            // polled past its end.
+            let Some(answer) = answer else {
+                return Err(Failure::Unknown(ClientError::Lost(
+                    id.to_string(),
+                    "the response stream ended before its answer".into(),
+                )));
+            };
             read_to_end_aside(resp);
             return answer;
         }
@@ -472,12 +480,13 @@ impl<J: Journal> McpClient<J> {
     }
 
     /// Read an SSE answer: notifications (kept for [`Self::take_notifications`]) until the
-    /// answer to `id`. A stream that ends first lost the request.
+    /// answer to `id`. `None`: the stream ended or broke first (the request was lost), and
+    /// its body is over.
     async fn read_modern_stream(
         &self,
         id: &JsonRpcId,
         resp: &mut awc::ClientResponse,
-    ) -> Result<Value, Failure> {
+    ) -> Option<Result<Value, Failure>> {
         let mut dec = Decoder::new();
         while let Some(chunk) = next_chunk(resp).await {
             let Ok(chunk) = chunk else { break };
@@ -490,14 +499,11 @@ impl<J: Journal> McpClient<J> {
                     i.notifications.push((None, msg));
                 } else if msg.get("id").and_then(JsonRpcId::from_value).as_ref() == Some(id) {
                     drop(i);
-                    return Self::answer_of(id, e.data.as_bytes());
+                    return Some(Self::answer_of(id, e.data.as_bytes()));
                 }
             }
         }
-        Err(Failure::Unknown(ClientError::Lost(
-            id.to_string(),
-            "the response stream ended before its answer".into(),
-        )))
+        None
     }
 
     /// A notification in the 2026-07-28 era (the server accepts and drops it: the protocol

@@ -38,6 +38,7 @@ const END_MAX_BYTES: usize = 64 << 10;
 /// the rest on a task of its own within [`END_WAIT`]. A response read to its end gives its
 /// connection back to the client's pool; one dropped before its end is closed, and the next
 /// request pays for a new connection (host and client: several times an echo's CPU).
+/// Only for a body whose end was not read yet: awc's must not be polled past it.
 pub(super) fn read_to_end_aside(mut resp: awc::ClientResponse) {
     use futures_core::Stream as _;
     use std::task::{Context, Poll, Waker};

@@ -346,6 +346,20 @@ pub struct RedisStore {
 /// How long a subscription waits for a message before it looks whether the store stopped.
 const BUS_POLL: Duration = Duration::from_millis(200);
 
+/// Sleep `d` (a subscription's pause before it subscribes again), in [`BUS_POLL`] slices,
+/// ending early once the store stops: a store being dropped joins its subscriptions' threads,
+/// and its lease is given up only after them.
+fn pause(d: Duration, stopping: &std::sync::atomic::AtomicBool) {
+    let until = tokio::time::Instant::now() + d;
+    while !stopping.load(std::sync::atomic::Ordering::Relaxed) {
+        let left = until.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        std::thread::sleep(left.min(BUS_POLL));
+    }
+}
+
 /// A held lease: its key (without the prefix and tag: each copy has the tag it fences), its
 /// token and the thread that renews it.
 struct Lease {
@@ -659,7 +673,7 @@ fn primaries(nodes: &str) -> Vec<(String, u16)> {
 
 impl RedisStore {
     /// The same store, its subscriptions waiting `retry` after a cut before they subscribe
-    /// again (default 200 ms).
+    /// again (default [`crate::config::DEFAULT_BUS_RETRY_MS`]).
     #[must_use]
     pub fn with_bus_retry(mut self, retry: Duration) -> RedisStore {
         self.bus_retry = retry;
@@ -734,7 +748,7 @@ impl RedisStore {
             sweep: redis::Script::new(SWEEP),
             sweep_cursor: Mutex::new((0, 0)),
             timeout,
-            bus_retry: Duration::from_millis(200),
+            bus_retry: Duration::from_millis(crate::config::DEFAULT_BUS_RETRY_MS),
             lease: Mutex::new(None),
             incr: redis::Script::new(INCR),
             stopping: std::sync::Arc::default(),
@@ -1609,13 +1623,13 @@ impl Store for RedisStore {
                     let server = &servers[pass % servers.len().max(1)];
                     pass += 1;
                     let Ok(mut con) = connect(server, timeout) else {
-                        std::thread::sleep(retry);
+                        pause(retry, &stopping);
                         continue;
                     };
                     let mut bus = con.as_pubsub();
                     if bus.subscribe(&name).is_err() || bus.set_read_timeout(Some(BUS_POLL)).is_err()
                     {
-                        std::thread::sleep(retry);
+                        pause(retry, &stopping);
                         continue;
                     }
                     deliver(None);
@@ -1628,7 +1642,7 @@ impl Store for RedisStore {
                                 // Not at once: a server that accepts and cuts again would make
                                 // each pass a "missed" (every listen stream told everything
                                 // changed, every live session's end looked up).
-                                std::thread::sleep(retry);
+                                pause(retry, &stopping);
                                 break;
                             }
                         }

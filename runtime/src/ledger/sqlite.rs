@@ -677,6 +677,9 @@ mod tests {
         assert_eq!(s.get("k", 1).unwrap().as_deref(), Some(&b"v"[..]));
     }
 
+    /// What the release frees is measured in the bench (RSS per idle session,
+    /// `bench/results/issue23-2026-12-04-sqlite-release/`: SQLite's cache use is not readable
+    /// without `unsafe`); here, that it never waits and loses nothing.
     #[test]
     fn giving_back_the_page_caches_skips_a_connection_in_use_and_loses_nothing() {
         let dir = mcp_devtools::TempDir::new("release");

@@ -76,8 +76,9 @@ impl SessionId {
     /// A new id, `<generation>.<ms>.<random>`: the generation that made it, the time it was
     /// made (`at_ms`, milliseconds since the epoch, the low 48 bits as 12 lowercase hex
     /// digits), and `random` in base64url. Its ledger name leads with that time (see
-    /// [`SessionId::minted_at`]). Without a time, `<generation>.<random>` (what builds before
-    /// this one made): its ledger name is all MAC, in no order.
+    /// [`SessionId::minted_at`]). Without a time, `<generation>.<random>` (what earlier builds
+    /// made, and this one with `ledger.ordered_session_ids` off, the default on Redis and
+    /// memory ledgers): its ledger name is all MAC, in no order.
     #[must_use]
     pub fn mint(
         generation: u64,

@@ -24,7 +24,7 @@ pub enum BusChannel {
 }
 
 impl BusChannel {
-    /// Every channel, in the order the counters keep them.
+    /// Every channel, in the order the counters keep them (each at its discriminant).
     pub const ALL: [BusChannel; 3] = [BusChannel::Ends, BusChannel::Sessions, BusChannel::Changes];
 
     /// Its name (on the bus, and as the metrics label it).
@@ -771,6 +771,19 @@ mod status_tests {
         s.http_response(418);
         let m = s.metrics();
         assert!(m.http_responses.iter().all(|(_, n)| *n == 1), "{:?}", m.http_responses);
+    }
+
+    #[test]
+    fn each_bus_channel_is_counted_under_its_own_name() {
+        let s = RuntimeStats::default();
+        for (i, c) in BusChannel::ALL.into_iter().enumerate() {
+            for _ in 0..=i {
+                s.bus_missed(c);
+            }
+        }
+        let counts = s.bus_missed_counts();
+        let named: Vec<_> = counts.iter().map(|(c, n)| (c.name(), *n)).collect();
+        assert_eq!(named, [("ends", 1), ("sessions", 2), ("changes", 3)]);
     }
 }
 

@@ -278,6 +278,62 @@ async fn the_client_runs_a_tool_as_a_task_answers_its_questions_and_cancels_one(
 }
 
 #[actix_web::test]
+async fn a_stream_that_ends_before_its_answer_is_an_unknown_outcome_and_its_end_is_not_read_again()
+{
+    // A scripted peer: the first call's stream carries a notification and ends cleanly
+    // without the answer; the second gets its result. The client must not read the first
+    // body again (awc's body panics when polled past its end).
+    use tokio::io::AsyncWriteExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let peer = actix_rt::spawn(async move {
+        let mut calls = 0;
+        for _ in 0..8 {
+            let Ok((mut s, _)) = listener.accept().await else { return };
+            let (_, _, body) = common::read_request(&mut s).await;
+            let body: Value = serde_json::from_str(&body).unwrap();
+            let id = body["id"].clone();
+            let json = |result: Value| {
+                let b = json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string();
+                format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{b}",
+                    b.len()
+                )
+            };
+            let answer = if body["method"] == "server/discover" {
+                json(
+                    json!({"resultType": "complete", "supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}}, "serverInfo": {"name": "scripted", "version": "0"}}),
+                )
+            } else {
+                calls += 1;
+                if calls == 1 {
+                    let event = "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"level\":\"info\",\"data\":\"x\"}}\n\n";
+                    format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n{:x}\r\n{event}\r\n0\r\n\r\n",
+                        event.len()
+                    )
+                } else {
+                    json(
+                        json!({"resultType": "complete", "content": [{"type": "text", "text": "done"}]}),
+                    )
+                }
+            };
+            s.write_all(answer.as_bytes()).await.unwrap();
+            let _ = s.shutdown().await;
+        }
+    });
+    let c = bounded(McpClient::connect(modern_cfg(&url, Era::Modern), MemoryJournal::new(64)))
+        .await
+        .unwrap();
+    let r = bounded(c.request("tools/call", Some(json!({"name": "echo", "arguments": {}})), true))
+        .await
+        .unwrap();
+    assert_eq!(r["content"][0]["text"], "done", "{r}");
+    assert_eq!(c.stats().reissued, 1, "the stream that ended first was re-issued");
+    peer.abort();
+}
+
+#[actix_web::test]
 async fn a_reply_cut_off_after_its_head_is_an_unknown_outcome_and_an_idempotent_call_is_reissued() {
     // A scripted peer (the client is what is tested): `server/discover` is answered; the
     // first call gets a 200 head and the connection closes before any body byte (a kill

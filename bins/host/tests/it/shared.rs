@@ -49,9 +49,8 @@ impl Shared {
         }
     }
 
-    /// Wait until `hosts` hosts have subscribed to one another's list changes and resource
-    /// updates (announcements made before a subscription are missed).
-    /// Wait until `hosts` subscriptions listen on the channel whose name ends with `suffix`.
+    /// Wait until `hosts` subscriptions listen on the channel whose name ends with `suffix`
+    /// (what is published before a subscription is missed).
     fn wait_for_subscribers(&self, suffix: &str, hosts: u64) {
         let subscribed =
             || -> Option<u64> { self.servers().iter().map(|n| n.subscribers(suffix)).sum() };
@@ -516,13 +515,13 @@ fn a_clients_answer_posted_to_another_host_reaches_the_request_that_asked(cluste
 
 #[test]
 fn an_answer_relayed_while_the_askers_subscription_is_cut_is_read_from_the_ledger() {
-    // A cut subscription is taken again 2 s later: what is published meanwhile is missed. A
-    // question waits 8 s at most: without the kept answer the call ends with an error then.
+    // A cut subscription is taken again 4 s later: what is published meanwhile is missed. A
+    // question waits 10 s at most: without the kept answer the call ends with an error then.
     let extra = [
         "--set",
-        "ledger.redis_bus_retry_ms=2000",
+        "ledger.redis_bus_retry_ms=4000",
         "--set",
-        "sessions.client_request_timeout_secs=8",
+        "sessions.client_request_timeout_secs=10",
     ];
     let (shared, dir, a, b) = two_hosts_on(false, "shared-answer-cut", &extra);
     shared.wait_for_subscribers("bus:sessions", 2);

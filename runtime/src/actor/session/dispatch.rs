@@ -110,12 +110,13 @@ impl SessionActor {
             reads
                 .run(move |store| match store.get(&key, now)? {
                     Some(v) => match std::str::from_utf8(&v).ok().and_then(|r| r.parse().ok()) {
-                        Some(asker) if asker != run => Ok(if store.run_alive(asker, &key)? {
+                        Some(asker) if asker == run => Ok(Asker::Here),
+                        Some(asker) => Ok(if store.run_alive(asker, &key)? {
                             Asker::Live
                         } else {
                             Asker::Gone
                         }),
-                        _ => Ok(Asker::Unknown),
+                        None => Ok(Asker::Unknown),
                     },
                     None => Ok(Asker::Unknown),
                 })
@@ -129,6 +130,11 @@ impl SessionActor {
             // cannot make the ledger keep answers nobody asked for.
             Ok(Asker::Live) => {
                 act.relay_answer(&id_text, message);
+                let _ = tx.send(Ok(()));
+            }
+            // This host asked, and its session no longer waits (answered, timed out, its
+            // request over): no other host waits either.
+            Ok(Asker::Here) => {
                 let _ = tx.send(Ok(()));
             }
             Ok(Asker::Unknown) | Err(_) => {
@@ -525,6 +531,9 @@ enum Asker {
     Live,
     /// Another host, whose lease lapsed: the answer is refused.
     Gone,
-    /// Not recorded (never asked, expired, or this host's own): relayed, not kept.
+    /// This host: its session no longer waits; the answer is accepted and dropped.
+    Here,
+    /// Not recorded (never asked, expired, its record not committed) or not readable:
+    /// relayed, neither refused nor kept.
     Unknown,
 }

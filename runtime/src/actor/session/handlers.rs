@@ -311,8 +311,10 @@ impl Handler<ServerRequest> for SessionActor {
                 let json = encode_request(&id, &msg.method, Some(&msg.params));
                 match self.note_question(&id, self.core.client_request_timeout_ms()) {
                     None => self.ask(&id, json, &target),
-                    // Asked once who asks is committed (or the commit wait gave up: the
-                    // record only lets another host refuse an answer once this one died).
+                    // Asked once who asks is committed, so that the host an answer reaches
+                    // finds it: to refuse it once this one died, to keep it for this one
+                    // otherwise. Asked anyway if the commit wait gave up: that answer is
+                    // relayed, neither refused nor kept.
                     Some(noted) => {
                         let writer = std::sync::Arc::clone(&self.ledger.writer);
                         let noted = async move { writer.wait_committed(noted).await };
