@@ -20,6 +20,47 @@ async fn serve(cfg: RuntimeConfig, gate: common::Gate) -> (String, Arc<Superviso
     (common::serve_counting(Arc::clone(&sup), false).await.0, sup)
 }
 
+/// A scripted 2026-07-28 peer on a loopback port (the client is what is tested): its URL and
+/// task. `server/discover` is answered; the `n`-th call (from 1) gets `call(n, reply)` as
+/// its raw response, `reply(result)` being a JSON 200 of `result`. Each connection is closed
+/// after its response; 8 connections at most.
+fn scripted_peer(
+    call: impl Fn(u32, &dyn Fn(Value) -> String) -> String + 'static,
+) -> (String, actix_rt::task::JoinHandle<()>) {
+    use tokio::io::AsyncWriteExt;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let peer = actix_rt::spawn(async move {
+        let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+        let mut calls = 0;
+        for _ in 0..8 {
+            let Ok((mut s, _)) = listener.accept().await else { return };
+            let (_, _, body) = common::read_request(&mut s).await;
+            let body: Value = serde_json::from_str(&body).unwrap();
+            let id = body["id"].clone();
+            let reply = |result: Value| {
+                let b = json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string();
+                format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{b}",
+                    b.len()
+                )
+            };
+            let answer = if body["method"] == "server/discover" {
+                reply(
+                    json!({"resultType": "complete", "supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}}, "serverInfo": {"name": "scripted", "version": "0"}}),
+                )
+            } else {
+                calls += 1;
+                call(calls, &reply)
+            };
+            s.write_all(answer.as_bytes()).await.unwrap();
+            let _ = s.shutdown().await;
+        }
+    });
+    (url, peer)
+}
+
 /// `f`, failing the test after 20 s (a request the server never ends would wait forever).
 async fn bounded<T>(f: impl std::future::Future<Output = T>) -> T {
     tokio::time::timeout(std::time::Duration::from_secs(20), f)
@@ -280,46 +321,18 @@ async fn the_client_runs_a_tool_as_a_task_answers_its_questions_and_cancels_one(
 #[actix_web::test]
 async fn a_stream_that_ends_before_its_answer_is_an_unknown_outcome_and_its_end_is_not_read_again()
 {
-    // A scripted peer: the first call's stream carries a notification and ends cleanly
-    // without the answer; the second gets its result. The client must not read the first
-    // body again (awc's body panics when polled past its end).
-    use tokio::io::AsyncWriteExt;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-    let peer = actix_rt::spawn(async move {
-        let mut calls = 0;
-        for _ in 0..8 {
-            let Ok((mut s, _)) = listener.accept().await else { return };
-            let (_, _, body) = common::read_request(&mut s).await;
-            let body: Value = serde_json::from_str(&body).unwrap();
-            let id = body["id"].clone();
-            let json = |result: Value| {
-                let b = json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string();
-                format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{b}",
-                    b.len()
-                )
-            };
-            let answer = if body["method"] == "server/discover" {
-                json(
-                    json!({"resultType": "complete", "supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}}, "serverInfo": {"name": "scripted", "version": "0"}}),
-                )
-            } else {
-                calls += 1;
-                if calls == 1 {
-                    let event = "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"level\":\"info\",\"data\":\"x\"}}\n\n";
-                    format!(
-                        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n{:x}\r\n{event}\r\n0\r\n\r\n",
-                        event.len()
-                    )
-                } else {
-                    json(
-                        json!({"resultType": "complete", "content": [{"type": "text", "text": "done"}]}),
-                    )
-                }
-            };
-            s.write_all(answer.as_bytes()).await.unwrap();
-            let _ = s.shutdown().await;
+    // The first call's stream carries a notification and ends cleanly without the answer;
+    // the second gets its result. The client must not read the first body again (awc's body
+    // panics when polled past its end).
+    let (url, peer) = scripted_peer(|call, reply| {
+        if call == 1 {
+            let event = "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"level\":\"info\",\"data\":\"x\"}}\n\n";
+            format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n{:x}\r\n{event}\r\n0\r\n\r\n",
+                event.len()
+            )
+        } else {
+            reply(json!({"resultType": "complete", "content": [{"type": "text", "text": "done"}]}))
         }
     });
     let c = bounded(McpClient::connect(modern_cfg(&url, Era::Modern), MemoryJournal::new(64)))
@@ -335,41 +348,14 @@ async fn a_stream_that_ends_before_its_answer_is_an_unknown_outcome_and_its_end_
 
 #[actix_web::test]
 async fn a_reply_cut_off_after_its_head_is_an_unknown_outcome_and_an_idempotent_call_is_reissued() {
-    // A scripted peer (the client is what is tested): `server/discover` is answered; the
-    // first call gets a 200 head and the connection closes before any body byte (a kill
+    // The first call gets a 200 head and the connection closes before any body byte (a kill
     // between a response's head and its body), the second an empty 200, the third its result.
-    use tokio::io::AsyncWriteExt;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-    let peer = actix_rt::spawn(async move {
-        let mut calls = 0;
-        for _ in 0..8 {
-            let Ok((mut s, _)) = listener.accept().await else { return };
-            let (_, _, body) = common::read_request(&mut s).await;
-            let body: Value = serde_json::from_str(&body).unwrap();
-            let id = body["id"].clone();
-            let reply = |result: Value| {
-                let b = json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string();
-                format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{b}",
-                    b.len()
-                )
-            };
-            let answer = if body["method"] == "server/discover" {
-                reply(
-                    json!({"resultType": "complete", "supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}}, "serverInfo": {"name": "scripted", "version": "0"}}),
-                )
-            } else {
-                calls += 1;
-                match calls {
-                    1 => "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n".to_owned(),
-                    2 => "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_owned(),
-                    _ => reply(json!({"resultType": "complete", "content": [{"type": "text", "text": "done"}]})),
-                }
-            };
-            s.write_all(answer.as_bytes()).await.unwrap();
-            let _ = s.shutdown().await;
-        }
+    let (url, peer) = scripted_peer(|call, reply| {
+        match call {
+        1 => "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n".to_owned(),
+        2 => "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_owned(),
+        _ => reply(json!({"resultType": "complete", "content": [{"type": "text", "text": "done"}]})),
+    }
     });
     let mut cfg = modern_cfg(&url, Era::Modern);
     cfg.backoff.default_ms = 20;

@@ -477,25 +477,32 @@ fn a_task_running_on_one_host_is_read_answered_and_cancelled_through_another() {
     assert_eq!(task_status(&b.addr, 10, &long)["result"]["status"], "cancelled");
 }
 
-fn a_clients_answer_posted_to_another_host_reaches_the_request_that_asked(cluster: bool) {
-    let (shared, _dir, a, b) = two_hosts_on(cluster, "shared-answer", &[]);
-    let sid = initialize(&a.addr);
-    // A call on `a` that asks the client's model (sampling) on its response stream.
+/// Session `sid`'s call on `addr` of a tool that asks the client's model (sampling) on its
+/// response stream, read until the question: the stream and the question.
+fn ask_the_model(addr: &str, sid: &str) -> (common::Streamed, serde_json::Value) {
     let body = json!({"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"test_missing_capability","arguments":{}}}).to_string();
-    let mut s = common::post_streamed(
-        &a.addr,
-        &common::session_headers(&sid),
-        &body,
-        Duration::from_secs(10),
-    );
+    let mut s =
+        common::post_streamed(addr, &common::session_headers(sid), &body, Duration::from_secs(10));
     s.read_until("sampling/createMessage");
     let asked = s
         .messages()
         .into_iter()
         .find(|m| m["method"] == "sampling/createMessage")
         .expect("the question");
+    (s, asked)
+}
+
+/// The client's answer to sampling request `id`: the model said `text`.
+fn sampled(id: &serde_json::Value, text: &str) -> serde_json::Value {
+    json!({"jsonrpc":"2.0","id":id,"result":{"role":"assistant","content":{"type":"text","text":text},"model":"m"}})
+}
+
+fn a_clients_answer_posted_to_another_host_reaches_the_request_that_asked(cluster: bool) {
+    let (shared, _dir, a, b) = two_hosts_on(cluster, "shared-answer", &[]);
+    let sid = initialize(&a.addr);
+    let (mut s, asked) = ask_the_model(&a.addr, &sid);
     // The balancer sends the answer to `b`.
-    let answer = json!({"jsonrpc":"2.0","id":asked["id"],"result":{"role":"assistant","content":{"type":"text","text":"hello from b"},"model":"m"}});
+    let answer = sampled(&asked["id"], "hello from b");
     assert_eq!(post_to(&b.addr, &sid, &answer), 202);
     s.read_until("sampled: hello from b");
     // `b` kept it (for an asker whose subscription was cut) ...
@@ -503,7 +510,7 @@ fn a_clients_answer_posted_to_another_host_reaches_the_request_that_asked(cluste
     assert_eq!(kept(), Some(1), "the answer to the question asked");
     // ... and keeps nothing for answers to questions nobody asked.
     for id in 900..905 {
-        let unasked = json!({"jsonrpc":"2.0","id":id,"result":{"role":"assistant","content":{"type":"text","text":"x"},"model":"m"}});
+        let unasked = sampled(&json!(id), "x");
         assert_eq!(post_to(&b.addr, &sid, &unasked), 202);
     }
     // A level is answered once its record is committed, after what `b` wrote before it.
@@ -526,19 +533,7 @@ fn an_answer_relayed_while_the_askers_subscription_is_cut_is_read_from_the_ledge
     let (shared, dir, a, b) = two_hosts_on(false, "shared-answer-cut", &extra);
     shared.wait_for_subscribers("bus:sessions", 2);
     let sid = initialize(&a.addr);
-    let body = json!({"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"test_missing_capability","arguments":{}}}).to_string();
-    let mut s = common::post_streamed(
-        &a.addr,
-        &common::session_headers(&sid),
-        &body,
-        Duration::from_secs(10),
-    );
-    s.read_until("sampling/createMessage");
-    let asked = s
-        .messages()
-        .into_iter()
-        .find(|m| m["method"] == "sampling/createMessage")
-        .expect("the question");
+    let (mut s, asked) = ask_the_model(&a.addr, &sid);
     let missed =
         |channel: &str| a.metric(&dir, &format!("mcp_bus_missed_total{{channel=\"{channel}\"}}"));
     let before: Vec<f64> = ["ends", "sessions", "changes"].map(missed).to_vec();
@@ -546,7 +541,7 @@ fn an_answer_relayed_while_the_askers_subscription_is_cut_is_read_from_the_ledge
     // is published while `a` does not listen.
     let cut: u64 = shared.servers().iter().filter_map(RedisServer::kill_subscribers).sum();
     assert!(cut >= 6, "the hosts' subscriptions were cut ({cut} in all)");
-    let answer = json!({"jsonrpc":"2.0","id":asked["id"],"result":{"role":"assistant","content":{"type":"text","text":"kept by b"},"model":"m"}});
+    let answer = sampled(&asked["id"], "kept by b");
     assert_eq!(post_to(&b.addr, &sid, &answer), 202);
     // Subscribed again, `a` reads it from the ledger.
     s.read_until("sampled: kept by b");
@@ -563,23 +558,11 @@ fn an_answer_posted_for_a_request_whose_host_died_is_refused_as_gone_and_the_req
     let lease = ["--set", "ledger.redis_lease_ms=1500"];
     let (server, _dir, a, b) = two_hosts("shared-answer-gone", &lease);
     let sid = initialize(&a.addr);
-    let body = json!({"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"test_missing_capability","arguments":{}}}).to_string();
-    let mut s = common::post_streamed(
-        &a.addr,
-        &common::session_headers(&sid),
-        &body,
-        Duration::from_secs(10),
-    );
-    s.read_until("sampling/createMessage");
+    let (s, asked) = ask_the_model(&a.addr, &sid);
     let start = s.raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a head") + 4;
     let events = common::events(&mcp_devtools::dechunk(&s.raw[start..]));
     let cursor = events.first().and_then(|(id, _)| id.clone()).expect("the priming event's id");
-    let asked = s
-        .messages()
-        .into_iter()
-        .find(|m| m["method"] == "sampling/createMessage")
-        .expect("the question");
-    let answer = json!({"jsonrpc":"2.0","id":asked["id"],"result":{"role":"assistant","content":{"type":"text","text":"too late"},"model":"m"}});
+    let answer = sampled(&asked["id"], "too late");
     // Killed as soon as the question arrived (who asked is committed before it is sent).
     drop(s);
     drop(a);
