@@ -536,6 +536,10 @@ fn an_answer_relayed_while_the_askers_subscription_is_cut_is_read_from_the_ledge
     let (mut s, asked) = ask_the_model(&a.addr, &sid);
     let missed =
         |channel: &str| a.metric(&dir, &format!("mcp_bus_missed_total{{channel=\"{channel}\"}}"));
+    // Each channel's first subscription counts once: counted before the cut, not after it.
+    common::wait_until("every channel subscribed once", Duration::from_secs(10), || {
+        ["ends", "sessions", "changes"].map(missed).iter().all(|n| *n >= 1.0)
+    });
     let before: Vec<f64> = ["ends", "sessions", "changes"].map(missed).to_vec();
     // Both hosts' subscriptions are cut (three channels each); the answer posted to `b` now
     // is published while `a` does not listen.
