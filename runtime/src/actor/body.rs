@@ -9,11 +9,14 @@
 //! to the session directly, not through the stream actor, so a stream that stopped first
 //! (replaced, evicted, retention over) cannot leave its session counting a connection that
 //! is gone. A stream its session keeps as data ([`super::dormant`]) has no actor: its
-//! bodies report to the session alone, once, with the stream's id.
+//! bodies report to the session alone, once, with the stream's id: a body that returned
+//! every frame queues its end in the session's [`DormantEnds`] (read at the session's next
+//! message or timer tick, which its open bodies keep armed), a cut one sends a message.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use actix::Recipient;
@@ -21,7 +24,7 @@ use actix_web::body::{BodySize, MessageBody};
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use super::links::{Detached, SessionLink, StreamReport};
+use super::links::{Detached, DormantEnds, SessionLink, StreamReport};
 use crate::proto::ids::StreamId;
 
 /// Initial frames up to this size are joined into one write.
@@ -40,8 +43,14 @@ pub(crate) enum StreamOwner {
     /// Its actor, told directly.
     Actor(Recipient<Detached>),
     /// Its session, which keeps it as data: told with the stream's id (and passes it on if
-    /// the stream woke meanwhile).
-    Session(StreamId),
+    /// the stream woke meanwhile), through `ends` when the body returned every frame, by a
+    /// message when the connection was cut.
+    Session {
+        /// The stream.
+        stream: StreamId,
+        /// Where a drained body's end is queued.
+        ends: Arc<DormantEnds>,
+    },
 }
 
 /// A streaming `text/event-stream` body bound to one stream connection.
@@ -132,8 +141,9 @@ impl Drop for SseBody {
                     stream.do_send(Detached { conn, drained });
                     o.session.do_send(StreamReport::ConnectionEnded);
                 }
-                StreamOwner::Session(stream) => {
-                    o.session.do_send(StreamReport::DormantDetached { stream, conn, drained });
+                StreamOwner::Session { stream, ends } if drained => ends.push(stream, conn),
+                StreamOwner::Session { stream, .. } => {
+                    o.session.do_send(StreamReport::DormantCut { stream, conn });
                 }
             }
         }
@@ -163,6 +173,7 @@ mod tests {
     struct Session {
         ended: usize,
         gone: usize,
+        cut: usize,
     }
 
     impl Actor for Session {
@@ -175,6 +186,7 @@ mod tests {
             match r {
                 StreamReport::ConnectionEnded => self.ended += 1,
                 StreamReport::Gone(_) => self.gone += 1,
+                StreamReport::DormantCut { .. } => self.cut += 1,
                 _ => {}
             }
         }
@@ -200,6 +212,54 @@ mod tests {
         fn handle(&mut self, _: Gone, _: &mut Context<Self>) -> Self::Result {
             MessageResult(self.gone)
         }
+    }
+
+    #[derive(Message)]
+    #[rtype(result = "usize")]
+    struct Cuts;
+
+    impl Handler<Cuts> for Session {
+        type Result = MessageResult<Cuts>;
+        fn handle(&mut self, _: Cuts, _: &mut Context<Self>) -> Self::Result {
+            MessageResult(self.cut)
+        }
+    }
+
+    /// The body of a kept stream's connection `conn`, reporting to `session` and `ends`.
+    fn kept_body(session: &Addr<Session>, ends: &Arc<DormantEnds>, conn: u64) -> SseBody {
+        let owner = ConnectionOwner {
+            stream: StreamOwner::Session { stream: StreamId(7), ends: Arc::clone(ends) },
+            session: Arc::new(session.clone().recipient()),
+            conn,
+        };
+        SseBody::new(
+            vec![Bytes::from_static(b"id: a\n\n"), Bytes::from_static(b"data: {}\n\n")],
+            None,
+            Some(owner),
+        )
+    }
+
+    #[actix_web::test]
+    async fn a_kept_streams_body_that_returned_every_frame_queues_its_end_and_a_cut_one_sends_it() {
+        let session = Session::create(|_| Session::default());
+        let ends = Arc::new(DormantEnds::default());
+        let mut heard = Vec::new();
+        // Read to its end, then dropped: queued, no message.
+        let mut body = kept_body(&session, &ends, 1);
+        let mut frames = 0;
+        while let Some(Ok(_)) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_next(cx)).await {
+            frames += 1;
+        }
+        assert_eq!(frames, 1, "priming event and answer in one write");
+        drop(body);
+        ends.take_into(&mut heard);
+        assert_eq!(heard, vec![(StreamId(7), 1)]);
+        assert_eq!(session.send(Cuts).await.unwrap(), 0, "no message for a drained body");
+        // Dropped before its end (the client went away): a message, nothing queued.
+        drop(kept_body(&session, &ends, 2));
+        ends.take_into(&mut heard);
+        assert!(heard.is_empty(), "a cut body is not queued as drained: {heard:?}");
+        assert_eq!(session.send(Cuts).await.unwrap(), 1, "the session hears of the cut at once");
     }
 
     /// A real GET stream reporting to `session`; its address and its first connection's body.

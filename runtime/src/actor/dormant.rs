@@ -9,8 +9,9 @@
 //!
 //! - counts it live, closed, in its mode, exactly as its actor would (and stops counting it
 //!   when it is dropped: retention over, evicted, session end);
-//! - hears of its connection's end from the body itself ([`StreamReport::DormantDetached`]),
-//!   then records it in the ledger if that write did not arrive, and starts its retention;
+//! - hears of its connection's end from the body itself (queued in [`DormantEnds`] when the
+//!   body returned every frame, [`StreamReport::DormantCut`] when not), then records it in
+//!   the ledger if that write did not arrive, and starts its retention;
 //! - keeps one timer for all its kept streams' retention ends (its own);
 //! - on a resume, wakes it: [`StreamActor::start_woken`] runs the same core in an actor, its
 //!   retention running on, and the resume attaches to it as to any closed stream.
@@ -18,7 +19,8 @@
 //! Only resumable streams whose answer is not held for a commit (durability `sync`) are kept
 //! so; plain and shadow streams, and every open stream, have actors.
 //!
-//! [`StreamReport::DormantDetached`]: super::links::StreamReport::DormantDetached
+//! [`StreamReport::DormantCut`]: super::links::StreamReport::DormantCut
+//! [`DormantEnds`]: super::links::DormantEnds
 
 use std::sync::Arc;
 
@@ -28,7 +30,7 @@ use super::body::{ConnectionOwner, SseBody, StreamOwner};
 use super::budget::MemoryBudget;
 use super::durable::StreamLedger;
 use super::generations::GenCount;
-use super::links::SessionLink;
+use super::links::{DormantEnds, SessionLink};
 use super::stream::{
     Parts, StreamActor, StreamEnv, charge_window, count_started, count_stopped, forget_copy,
     submit_changes,
@@ -80,7 +82,9 @@ impl DormantStream {
 
     /// Open a stream ([`Self::fits`]) answered with `final_json`: its first connection's
     /// body carries the priming event and the answer and ends. Returns the stream, the body
-    /// (reporting its end to `session`) and the bytes its window holds.
+    /// (reporting its end to `session`, or queueing it in `ends`) and the bytes its window
+    /// holds.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn open(
         mut core: StreamCore,
         final_json: &[u8],
@@ -89,6 +93,7 @@ impl DormantStream {
         mut ledger: StreamLedger,
         generation: GenCount,
         session: SessionLink,
+        ends: Arc<DormantEnds>,
     ) -> (DormantStream, SseBody, usize) {
         let mut att = core.attach_new();
         env.stats.events_appended(1);
@@ -105,7 +110,7 @@ impl DormantStream {
         count_started(&env.stats, &core);
         env.stats.stream_state(None, Some(STATE_CLOSED));
         env.stats.stream_dormant(1);
-        let stream = StreamOwner::Session(core.id());
+        let stream = StreamOwner::Session { stream: core.id(), ends };
         let owner = ConnectionOwner { stream, session, conn: att.conn };
         let body = SseBody::new(att.initial, None, Some(owner));
         let bytes = core.retained_bytes();
@@ -119,8 +124,8 @@ impl DormantStream {
     }
 
     /// Its connection `conn` ended (`drained`: every frame went out): recorded in the ledger
-    /// if the answer may not have arrived, and its retention starts. Returns its end.
-    pub(crate) fn detached(&mut self, conn: u64, drained: bool) -> Option<Tick> {
+    /// if the answer may not have arrived, and its retention starts (`now`). Returns its end.
+    pub(crate) fn detached(&mut self, conn: u64, drained: bool, now: Tick) -> Option<Tick> {
         let p = self.parts();
         p.core.detach(conn, drained);
         let wait = submit_changes(&mut p.ledger, &mut p.core, &p.env);
@@ -128,7 +133,6 @@ impl DormantStream {
         if p.core.settled() {
             p.ledger.never_recorded();
         }
-        let now = p.env.clock.now();
         let until = p.core.poll_timeout(now);
         self.until = until;
         until

@@ -22,8 +22,9 @@ async fn recorded(h: &Harness, c: &Client<'_>, sid: u64) -> bool {
     w.store().get(&stream_key(&hmac, sid), h.sup.now().0).expect("a read").is_some()
 }
 
-/// Returns once the session has handled everything sent to it before (a dropped body's
-/// report included): its mailbox is handled in order, and a ping's answer comes after.
+/// Returns once the session has handled everything sent to it before (a dropped body's end
+/// included): its mailbox is handled in order, each message hears the ends bodies queued
+/// first, and a ping's answer comes after.
 async fn handled_before(c: &Client<'_>) {
     // Answered as JSON: no stream of its own.
     let ping = json!({"jsonrpc":"2.0","id":"barrier","method":"ping"}).to_string();
@@ -57,6 +58,8 @@ async fn a_reply_answered_in_its_first_write_is_kept_without_an_actor_until_a_re
     assert_eq!(c.resume(&cursor).await.rest().await.len(), 1);
 }
 
+/// Nothing is sent to the session after the echo: its connection's end (queued by the body,
+/// no message) is heard at the session's timer, which its open body keeps armed.
 #[actix_web::test]
 async fn a_kept_stream_ends_at_its_retention_and_its_cursor_is_then_gone() {
     tokio::time::pause();

@@ -27,7 +27,9 @@ impl Handler<Post> for SessionActor {
 
     fn handle(&mut self, msg: Post, ctx: &mut Context<Self>) {
         let _span = self.span.clone().entered();
-        self.core.touch(self.sup.now());
+        let now = self.sup.now();
+        self.hear_dormant_ends(now);
+        self.core.touch(now);
         let r = self.core.check_active().and_then(|()| match msg.incoming {
             Incoming::Single(m) => {
                 let carried = Carried { charge: msg.charge, lists: msg.lists };
@@ -114,7 +116,9 @@ impl Handler<Resume> for SessionActor {
 
     fn handle(&mut self, msg: Resume, ctx: &mut Context<Self>) {
         let _span = self.span.clone().entered();
-        self.core.touch(self.sup.now());
+        let now = self.sup.now();
+        self.hear_dormant_ends(now);
+        self.core.touch(now);
         self.arm(ctx);
         if let Err(e) = self.core.check_active() {
             let _ = msg.reply.send(Err(e));
@@ -278,8 +282,8 @@ impl Handler<StreamReport> for SessionActor {
                     }
                 }
             }
-            StreamReport::DormantDetached { stream, conn, drained } => {
-                self.dormant_detached(stream, conn, drained);
+            StreamReport::DormantCut { stream, conn } => {
+                self.dormant_detached(stream, conn, false, now);
             }
             StreamReport::Gone(sid) => {
                 tracing::debug!(stream = %sid, "stream retention ended");

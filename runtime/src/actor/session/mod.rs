@@ -83,6 +83,8 @@ pub struct SessionActor {
     /// The retention ends of the streams it keeps as data (`StreamHandle::Dormant`) whose
     /// connection has ended: its timer wakes for the earliest.
     dormant_until: BTreeSet<(Tick, StreamId)>,
+    /// The bodies of its kept streams' first connections whose end it has not heard yet.
+    bodies: streams::DormantBodies,
     principal: Option<Arc<str>>,
     /// Whose handles its tools see ([`crate::actor::registry::QuotaKey::owner`]).
     owner: Option<Arc<str>>,
@@ -342,6 +344,7 @@ impl SessionActor {
         let mut actor = SessionActor {
             core,
             dormant_until: BTreeSet::new(),
+            bodies: streams::DormantBodies::default(),
             principal: seed.principal,
             owner: seed.owner,
             names,
@@ -377,7 +380,9 @@ impl SessionActor {
     pub(super) fn arm(&mut self, ctx: &mut Context<Self>) {
         self.record_if_due();
         let kept = self.dormant_until.first().map(|(t, _)| *t);
-        let Some(at) = [self.core.poll_timeout(), kept].into_iter().flatten().min() else {
+        let Some(at) =
+            [self.core.poll_timeout(), kept, self.bodies.check].into_iter().flatten().min()
+        else {
             return;
         };
         if self.timer.as_ref().is_some_and(|(t, _)| *t <= at) {
@@ -396,8 +401,11 @@ impl SessionActor {
 
     pub(super) fn on_timeout(&mut self, ctx: &mut Context<Self>) {
         let _span = self.span.clone().entered();
+        let now = self.sup.now();
+        self.hear_dormant_ends(now);
+        self.bodies.recheck(now);
         self.end_dormant_retentions();
-        let due = self.core.handle_timeout(self.sup.now());
+        let due = self.core.handle_timeout(now);
         self.sup.stats().client_requests_timed_out(due.timed_out.len());
         let secs = self.sup.config().sessions.client_request_timeout_secs;
         for (id, req) in due.timed_out {

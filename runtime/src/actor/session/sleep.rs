@@ -143,6 +143,7 @@ impl SessionActor {
         SessionActor {
             core: SessionCore::wake(k.core, limits, now),
             dormant_until: std::collections::BTreeSet::new(),
+            bodies: super::streams::DormantBodies::default(),
             principal: k.meta.principal.clone(),
             owner: k.meta.owner.clone(),
             names: k.names,

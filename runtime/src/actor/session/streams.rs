@@ -12,13 +12,56 @@ use crate::actor::body::SseBody;
 use crate::actor::dormant::{DormantStream, StreamHandle};
 use crate::actor::durable::StreamLedger;
 use crate::actor::generations::{Counted, GenCount};
-use crate::actor::links::Detached;
+use crate::actor::links::{Detached, DormantEnds};
 use crate::actor::stream::{Stop as StopStream, StreamActor, StreamLinks};
-use crate::proto::ids::StreamId;
+use crate::proto::ids::{StreamId, Tick};
 use crate::proto::rollout::{StreamMode, StreamPurpose};
 use crate::proto::stream::{CloseReason, StreamCore, StreamKind, StreamSettings};
 
 use super::SessionActor;
+
+/// How long after a kept stream's body was made its session looks at [`DormantEnds`] at the
+/// latest (it looks at every message too): when a retention may start late, and a
+/// connection be counted late off.
+const ENDS_CHECK_MS: u64 = 50;
+
+/// Ends a session keeps room for between two looks (more, after a burst, are freed).
+const HEARD_KEPT: usize = 256;
+
+/// A session's side of its kept streams' first connections: where their bodies queue their
+/// ends, how many it has not heard the end of, and when it looks next.
+#[derive(Debug, Default)]
+pub(super) struct DormantBodies {
+    ends: Arc<DormantEnds>,
+    /// Bodies made whose end it has not heard (each is counted as an attached connection).
+    open: usize,
+    /// What it took from `ends` last (kept for its capacity).
+    heard: Vec<(StreamId, u64)>,
+    /// When its timer looks at `ends` next, while `open > 0`.
+    pub(super) check: Option<Tick>,
+}
+
+impl DormantBodies {
+    /// A body was made at `now`.
+    fn opened(&mut self, now: Tick) -> Arc<DormantEnds> {
+        self.open += 1;
+        self.check.get_or_insert(now.plus_ms(ENDS_CHECK_MS));
+        Arc::clone(&self.ends)
+    }
+
+    /// One end heard.
+    fn closed(&mut self) {
+        debug_assert!(self.open > 0, "a kept stream's body ended twice");
+        self.open = self.open.saturating_sub(1);
+    }
+
+    /// The timer fired at `now`: look again later while bodies are open.
+    pub(super) fn recheck(&mut self, now: Tick) {
+        if self.check.is_some_and(|t| t <= now) {
+            self.check = (self.open > 0).then(|| now.plus_ms(ENDS_CHECK_MS));
+        }
+    }
+}
 
 impl SessionActor {
     /// What a stream actor of this session is started with.
@@ -94,6 +137,7 @@ impl SessionActor {
                 ledger,
                 generation,
                 Arc::clone(&self.link),
+                self.bodies.opened(now),
             );
             *self.core.stream_handle_mut(sid).expect("registered before its request ran") =
                 StreamHandle::Dormant(stream);
@@ -141,14 +185,31 @@ impl SessionActor {
         }
     }
 
-    /// The connection `conn` of stream `sid` ended (its body said so; `drained`: it returned
-    /// every frame). A kept stream's retention starts; one a resume woke meanwhile hears it
-    /// from here.
-    pub(super) fn dormant_detached(&mut self, sid: StreamId, conn: u64, drained: bool) {
-        self.core.connection_delta(self.sup.now(), false);
+    /// Hear the ends its kept streams' bodies queued ([`DormantEnds`]), at `now`.
+    pub(super) fn hear_dormant_ends(&mut self, now: Tick) {
+        let mut heard = std::mem::take(&mut self.bodies.heard);
+        self.bodies.ends.take_into(&mut heard);
+        for &(sid, conn) in &heard {
+            self.dormant_detached(sid, conn, true, now);
+        }
+        // A burst's capacity is not kept for the session's life (nor, swapped in, the
+        // queue's).
+        heard.clear();
+        if heard.capacity() > HEARD_KEPT {
+            heard = Vec::new();
+        }
+        self.bodies.heard = heard;
+    }
+
+    /// The connection `conn` of kept stream `sid` ended at `now` (its body said so;
+    /// `drained`: it returned every frame). The stream's retention starts; one a resume
+    /// woke meanwhile hears it from here.
+    pub(super) fn dormant_detached(&mut self, sid: StreamId, conn: u64, drained: bool, now: Tick) {
+        self.bodies.closed();
+        self.core.connection_delta(now, false);
         match self.core.stream_handle_mut(sid) {
             Some(StreamHandle::Dormant(d)) => {
-                if let Some(t) = d.detached(conn, drained) {
+                if let Some(t) = d.detached(conn, drained, now) {
                     self.dormant_until.insert((t, sid));
                 }
             }
