@@ -15,7 +15,7 @@
 //! or of the [`RegistryGuard`] it becomes, on every exit path, so neither count can drift.
 
 use std::collections::{BTreeSet, HashMap};
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -24,6 +24,7 @@ use parking_lot::{Mutex, RwLock};
 use super::budget::MemoryBudget;
 use crate::proto::error::{Overload, Quota, Rejection};
 use crate::proto::ids::{SessionId, Tick};
+use crate::proto::session::FastMap;
 
 pub(crate) use crate::proto::caller::QuotaKey;
 
@@ -121,8 +122,8 @@ struct Caller {
 /// The sharded session map.
 #[derive(Debug)]
 pub(crate) struct Registry<H: Registered> {
-    shards: Vec<RwLock<HashMap<SessionId, Slot<H>>>>,
-    hasher: RandomState,
+    shards: Vec<RwLock<FastMap<SessionId, Slot<H>>>>,
+    hasher: foldhash::fast::RandomState,
     /// Live plus reserved sessions; reservations make the limit check atomic.
     count: AtomicUsize,
     /// Live plus reserved sessions per caller, and the caller's memory share; an entry is
@@ -174,8 +175,8 @@ impl<H: Registered> Registry<H> {
     pub(crate) fn with_quiet(quiet: Arc<tokio::sync::Notify>) -> Registry<H> {
         Registry {
             quiet,
-            shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
-            hasher: RandomState::new(),
+            shards: (0..SHARDS).map(|_| RwLock::new(FastMap::default())).collect(),
+            hasher: foldhash::fast::RandomState::default(),
             count: AtomicUsize::new(0),
             per_key: Mutex::new(HashMap::new()),
             live_hmacs: Mutex::default(),
@@ -204,7 +205,7 @@ impl<H: Registered> Registry<H> {
         self.live_hmacs.lock().keys().cloned().collect()
     }
 
-    fn shard(&self, id: &SessionId) -> &RwLock<HashMap<SessionId, Slot<H>>> {
+    fn shard(&self, id: &SessionId) -> &RwLock<FastMap<SessionId, Slot<H>>> {
         &self.shards[(self.hasher.hash_one(id) as usize) % SHARDS]
     }
 
@@ -272,7 +273,7 @@ impl<H: Registered> Registry<H> {
 
     /// Wake the session under `id` in its (write-locked) shard if it hibernates: its actor's
     /// starter, to run once the lock is released.
-    fn wake_in(&self, shard: &mut HashMap<SessionId, Slot<H>>, id: &SessionId) -> Option<Starter> {
+    fn wake_in(&self, shard: &mut FastMap<SessionId, Slot<H>>, id: &SessionId) -> Option<Starter> {
         let Some(Slot::Asleep(..)) = shard.get(id) else { return None };
         let Some(Slot::Asleep(at, asleep)) = shard.remove(id) else { unreachable!("looked at") };
         let (handle, starter) = H::wake(asleep);
@@ -431,7 +432,7 @@ impl<H: Registered> Registry<H> {
     /// The handles of the sessions that are awake (a hibernating one has nothing running).
     #[must_use]
     pub(crate) fn all_awake(&self) -> Vec<H> {
-        let awake = |s: &HashMap<SessionId, Slot<H>>| -> Vec<H> {
+        let awake = |s: &FastMap<SessionId, Slot<H>>| -> Vec<H> {
             s.values().filter_map(Slot::awake).cloned().collect()
         };
         self.shards.iter().flat_map(|s| awake(&s.read())).collect()

@@ -6,6 +6,7 @@
 
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::task::Poll;
 
 use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderMap};
@@ -66,7 +67,7 @@ impl ResponseError for ApiError {
         for (k, v) in self.0.headers() {
             b.insert_header((k, v));
         }
-        b.content_type("application/json")
+        b.insert_header(json_type())
             .body(crate::proto::jsonrpc::encode_error(self.0.id(), &self.0.to_error_object()))
     }
 }
@@ -178,15 +179,26 @@ async fn read_body(
         }
         Ok(buf.freeze())
     };
+    // Most bodies arrived with their head: read at once, they need no timer.
+    let mut read = std::pin::pin!(read);
+    if let Poll::Ready(r) = std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await {
+        return r;
+    }
     tokio::time::timeout(deadline, read).await.map_err(|_| Rejection::BodyTimeout)?
 }
 
 /// The head of every SSE response: no caching or transformation, no proxy buffering.
 fn sse_head() -> actix_web::HttpResponseBuilder {
+    // Static names and values: nothing parsed or checked per response.
+    const X_ACCEL_BUFFERING: header::HeaderName =
+        header::HeaderName::from_static("x-accel-buffering");
     let mut b = HttpResponse::Ok();
-    b.content_type("text/event-stream")
-        .insert_header((header::CACHE_CONTROL, "no-cache, no-transform"))
-        .insert_header(("X-Accel-Buffering", "no"));
+    b.insert_header((header::CONTENT_TYPE, header::HeaderValue::from_static("text/event-stream")))
+        .insert_header((
+            header::CACHE_CONTROL,
+            header::HeaderValue::from_static("no-cache, no-transform"),
+        ))
+        .insert_header((X_ACCEL_BUFFERING, header::HeaderValue::from_static("no")));
     b
 }
 
@@ -201,8 +213,13 @@ fn sse_streaming(
     sse_head().streaming(frames)
 }
 
+/// `Content-Type: application/json`, a static value (not parsed per response).
+pub(crate) fn json_type() -> (header::HeaderName, header::HeaderValue) {
+    (header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"))
+}
+
 fn json(bytes: Bytes) -> HttpResponse {
-    HttpResponse::Ok().content_type("application/json").body(bytes)
+    HttpResponse::Ok().insert_header(json_type()).body(bytes)
 }
 
 /// A JSON reply: the response, nothing (cancelled: 202), or why the session could not give

@@ -254,7 +254,7 @@ pub(super) fn serve(
             };
             if reply == ReplyMode::Json {
                 return Ok(HttpResponse::Ok()
-                    .content_type("application/json")
+                    .insert_header(super::json_type())
                     .streaming(JsonOnce(body)));
             }
             Ok(super::sse_streaming(body))
@@ -317,7 +317,7 @@ fn json_later(work: impl Future<Output = Bytes> + 'static) -> HttpResponse {
     let done = actix_rt::spawn(work);
     // A panic in the work leaves an empty body: the client reads an unknown outcome.
     HttpResponse::Ok()
-        .content_type("application/json")
+        .insert_header(super::json_type())
         .streaming(OnceBody(Some(Box::pin(async move { done.await.unwrap_or_default() }))))
 }
 

@@ -383,7 +383,7 @@ fn parse_accept(accept: Option<&str>) -> Accepts {
     let mut a = Accepts::default();
     for range in accept.split(',') {
         let mut parts = range.split(';');
-        let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+        let media = parts.next().unwrap_or("").trim();
         let refused = parts.any(|p| {
             let p = p.trim();
             p.strip_prefix("q=")
@@ -393,22 +393,22 @@ fn parse_accept(accept: Option<&str>) -> Accepts {
         if refused {
             continue;
         }
-        match media.as_str() {
-            "*/*" => {
-                a.json = true;
-                a.sse = true;
-            }
-            "application/json" | "application/*" => a.json = true,
-            "text/event-stream" | "text/*" => a.sse = true,
-            _ => {}
+        // Compared without case and without a lowered copy: no allocation per request.
+        let is = |m: &str| media.eq_ignore_ascii_case(m);
+        if is("*/*") {
+            a.json = true;
+            a.sse = true;
+        } else if is("application/json") || is("application/*") {
+            a.json = true;
+        } else if is("text/event-stream") || is("text/*") {
+            a.sse = true;
         }
     }
     a
 }
 
 fn is_localhost_name(host: &str) -> bool {
-    let host = host.to_ascii_lowercase();
-    host == "localhost" || host == "127.0.0.1" || host == "[::1]"
+    ["localhost", "127.0.0.1", "[::1]"].iter().any(|n| host.eq_ignore_ascii_case(n))
 }
 
 /// Split `host[:port]` (bracketed IPv6 allowed) into the host part.
@@ -421,15 +421,24 @@ fn host_part(authority: &str) -> &str {
     })
 }
 
+/// `s` without its leading `prefix`, compared without case.
+fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
+    let head = s.get(..prefix.len())?;
+    head.eq_ignore_ascii_case(prefix).then(|| &s[prefix.len()..])
+}
+
+// The allowed origins and hosts are kept lowercase (config); a request's are compared
+// without case rather than lowered into a copy: the admission path allocates nothing.
 fn origin_allowed(origin: &str, p: &AdmitPolicy) -> bool {
-    let lower = origin.trim().to_ascii_lowercase();
-    if p.allowed_origins.iter().any(|o| o == "*" || *o == lower) {
+    let origin = origin.trim();
+    if p.allowed_origins.iter().any(|o| o == "*" || o.eq_ignore_ascii_case(origin)) {
         return true;
     }
     if !p.allow_localhost_origins {
         return false;
     }
-    let Some(rest) = lower.strip_prefix("http://").or_else(|| lower.strip_prefix("https://"))
+    let Some(rest) = strip_prefix_ignore_case(origin, "http://")
+        .or_else(|| strip_prefix_ignore_case(origin, "https://"))
     else {
         return false;
     };
@@ -437,15 +446,15 @@ fn origin_allowed(origin: &str, p: &AdmitPolicy) -> bool {
 }
 
 fn host_allowed(host: &str, p: &AdmitPolicy) -> bool {
+    let listed = || {
+        p.allowed_hosts
+            .iter()
+            .any(|h| h.eq_ignore_ascii_case(host) || h.eq_ignore_ascii_case(host_part(host)))
+    };
     if !p.localhost_hosts_only {
-        return p.allowed_hosts.is_empty() || {
-            let lower = host.to_ascii_lowercase();
-            p.allowed_hosts.iter().any(|h| *h == lower || *h == host_part(&lower))
-        };
+        return p.allowed_hosts.is_empty() || listed();
     }
-    let lower = host.to_ascii_lowercase();
-    is_localhost_name(host_part(&lower))
-        || p.allowed_hosts.iter().any(|h| *h == lower || *h == host_part(&lower))
+    is_localhost_name(host_part(host)) || listed()
 }
 
 fn session_of(head: &RequestHead<'_>) -> Result<SessionId, Rejection> {

@@ -30,6 +30,11 @@
 
 use std::collections::{HashMap, VecDeque};
 
+/// The maps a request looks up several times (randomly seeded foldhash: std's SipHash was a
+/// few per cent of an echo call). Their keys are the server's ids, or a client's request ids,
+/// which its in-flight bound limits.
+pub(crate) type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 use super::error::{Overload, Rejection};
 use super::ids::{Generation, JsonRpcId, StreamId, Tick};
 use super::mcp::LogLevel;
@@ -148,9 +153,9 @@ pub(crate) struct SessionCore<R, S, P> {
     state: SessionState,
     limits: SessionLimits,
     log_level: Option<LogLevel>,
-    in_flight: HashMap<JsonRpcId, InFlight<R>>,
-    pending: HashMap<JsonRpcId, ClientRequest<P>>,
-    streams: HashMap<StreamId, StreamEntry<S>>,
+    in_flight: FastMap<JsonRpcId, InFlight<R>>,
+    pending: FastMap<JsonRpcId, ClientRequest<P>>,
+    streams: FastMap<StreamId, StreamEntry<S>>,
     closed_order: VecDeque<StreamId>,
     retained_bytes: usize,
     get_stream: Option<StreamId>,
@@ -221,9 +226,9 @@ impl<R, S, P> SessionCore<R, S, P> {
             state: SessionState::Active,
             limits,
             log_level: None,
-            in_flight: HashMap::new(),
-            pending: HashMap::new(),
-            streams: HashMap::new(),
+            in_flight: FastMap::default(),
+            pending: FastMap::default(),
+            streams: FastMap::default(),
             closed_order: VecDeque::new(),
             retained_bytes: 0,
             get_stream: None,

@@ -200,6 +200,10 @@ fn reply_mode_follows_accept_and_preference() {
     assert_eq!(mode("application/json, text/event-stream"), ReplyMode::Sse);
     assert_eq!(mode("application/json"), ReplyMode::Json);
     assert_eq!(mode("text/event-stream"), ReplyMode::Sse);
+    // Media types are compared without case (RFC 9110 8.3.1).
+    assert_eq!(mode("Application/JSON, TEXT/Event-Stream"), ReplyMode::Sse);
+    assert_eq!(mode("APPLICATION/JSON"), ReplyMode::Json);
+    assert_eq!(mode("Application/JSON, text/event-stream;q=0"), ReplyMode::Json);
     let json_first = AdmitPolicy { prefer_sse: false, ..AdmitPolicy::default() };
     let r = admit(&post(), INIT.as_bytes(), &json_first).unwrap();
     assert!(matches!(r.command, Command::Initialize { reply: ReplyMode::Json, .. }));
@@ -243,6 +247,22 @@ fn configured_origin_and_host_are_allowed_on_top_of_localhost() {
         ..post()
     };
     assert_eq!(status(admit(&h, INIT.as_bytes(), &p)), 200);
+    // Names are compared without case; another name is not let in by a shared prefix.
+    let upper = RequestHead {
+        origin: Some("HTTP://LOCALHOST:3000"),
+        host: Some("MCP.Example.COM"),
+        ..post()
+    };
+    assert_eq!(status(admit(&upper, INIT.as_bytes(), &p)), 200);
+    let local = RequestHead { host: Some("LocalHost:8080"), ..post() };
+    assert_eq!(status(admit(&local, INIT.as_bytes(), &AdmitPolicy::default())), 200);
+    for (origin, host) in [
+        ("https://app.example.com.evil", "mcp.example.com"),
+        ("https://app.example.com", "mcp.example.co"),
+    ] {
+        let other = RequestHead { origin: Some(origin), host: Some(host), ..post() };
+        assert_eq!(status(admit(&other, INIT.as_bytes(), &p)), 403, "{origin} {host}");
+    }
 }
 
 #[test]
