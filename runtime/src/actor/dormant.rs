@@ -83,7 +83,7 @@ impl DormantStream {
     /// Open a stream ([`Self::fits`]) answered with `final_json`: its first connection's
     /// body carries the priming event and the answer and ends. Returns the stream, the body
     /// (reporting its end to `session`, or queueing it in `ends`) and the bytes its window
-    /// holds.
+    /// holds. `now`: the time it opens.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn open(
         mut core: StreamCore,
@@ -94,6 +94,7 @@ impl DormantStream {
         generation: GenCount,
         session: SessionLink,
         ends: Arc<DormantEnds>,
+        now: Tick,
     ) -> (DormantStream, SseBody, usize) {
         let mut att = core.attach_new();
         env.stats.events_appended(1);
@@ -105,7 +106,7 @@ impl DormantStream {
         let mut charge = env.budget.charge(Some(caller_budget));
         charge_window(&mut charge, &mut core, &env.stats);
         // With nothing held, nothing waits for a commit.
-        let wait = submit_changes(&mut ledger, &mut core, &env);
+        let wait = submit_changes(&mut ledger, &mut core, &env, now);
         debug_assert!(wait.is_none(), "a kept stream holds nothing for a commit");
         count_started(&env.stats, &core);
         env.stats.stream_state(None, Some(STATE_CLOSED));
@@ -128,7 +129,7 @@ impl DormantStream {
     pub(crate) fn detached(&mut self, conn: u64, drained: bool, now: Tick) -> Option<Tick> {
         let p = self.parts();
         p.core.detach(conn, drained);
-        let wait = submit_changes(&mut p.ledger, &mut p.core, &p.env);
+        let wait = submit_changes(&mut p.ledger, &mut p.core, &p.env, now);
         debug_assert!(wait.is_none(), "a kept stream holds nothing for a commit");
         if p.core.settled() {
             p.ledger.never_recorded();

@@ -178,9 +178,10 @@ pub(super) fn submit_changes(
     ledger: &mut StreamLedger,
     core: &mut StreamCore,
     env: &StreamEnv,
+    now: Tick,
 ) -> Option<(oneshot::Receiver<()>, Seq)> {
     let cx: &LedgerCtx = &env.ledger;
-    let (ops, newest) = ledger.ops(core, cx, env.clock.now());
+    let (ops, newest) = ledger.ops(core, cx, now);
     if ops.is_empty() {
         return None;
     }
@@ -352,7 +353,8 @@ impl StreamActor {
     /// Hand what the core wants recorded to the ledger writer. With durability `sync` the
     /// held events are released when their batch is committed.
     fn flush_ledger(&mut self, ctx: &mut Context<Self>) {
-        if let Some((committed, upto)) = submit_changes(&mut self.ledger, &mut self.core, &self.env)
+        if let Some((committed, upto)) =
+            submit_changes(&mut self.ledger, &mut self.core, &self.env, self.env.clock.now())
         {
             ctx.spawn(
                 actix::fut::wrap_future::<_, Self>(committed)

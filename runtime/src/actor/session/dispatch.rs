@@ -488,7 +488,7 @@ impl SessionActor {
         id: &JsonRpcId,
         r: Result<Value, ErrorObject>,
     ) -> Option<(Bytes, RequestTask, Option<StreamId>)> {
-        let task = self.core.end_request(id, self.sup.now())?;
+        let task = self.core.end_request(id, self.now())?;
         let bytes = match r {
             Ok(v) => encode_result(id, &v),
             Err(e) => encode_error(Some(id), &e),

@@ -28,6 +28,7 @@ impl Handler<Post> for SessionActor {
     fn handle(&mut self, msg: Post, ctx: &mut Context<Self>) {
         let _span = self.span.clone().entered();
         let now = self.sup.now();
+        self.turn = Some(now);
         self.hear_dormant_ends(now);
         self.core.touch(now);
         let r = self.core.check_active().and_then(|()| match msg.incoming {
@@ -78,6 +79,7 @@ impl Handler<Post> for SessionActor {
         });
         let _ = msg.reply.send(r);
         self.arm(ctx);
+        self.turn = None;
     }
 }
 

@@ -107,6 +107,8 @@ pub struct SessionActor {
     guard: Option<RegistryGuard<SessionHandle>>,
     /// The one armed timer and the tick it is armed for.
     timer: Option<(Tick, SpawnHandle)>,
+    /// The time of the message it is handling (one clock read a request, see [`Self::now`]).
+    turn: Option<Tick>,
     /// Why the session ended, for JSON replies still owed.
     ended_by: Rejection,
     /// Where its streams report: a strong recipient of itself (the session stops only by
@@ -356,6 +358,7 @@ impl SessionActor {
             sup,
             guard: Some(guard),
             timer: None,
+            turn: None,
             ended_by: Rejection::SessionNotFound,
             link: Arc::new(addr.clone().recipient()),
             links: session_links(addr),
@@ -375,6 +378,12 @@ impl SessionActor {
         actor
     }
 
+    /// The time: the handled message's when one set it ([`Self::turn`]), else the clock's.
+    /// Ticks are milliseconds: a message's handling does not move them.
+    pub(super) fn now(&self) -> Tick {
+        self.turn.unwrap_or_else(|| self.sup.now())
+    }
+
     /// Arm the timer for the next deadline (the core's, or a kept stream's retention end),
     /// unless one is armed at or before it.
     pub(super) fn arm(&mut self, ctx: &mut Context<Self>) {
@@ -391,7 +400,7 @@ impl SessionActor {
         if let Some((_, h)) = self.timer.take() {
             ctx.cancel_future(h);
         }
-        let delay = Duration::from_millis(at.0.saturating_sub(self.sup.now().0));
+        let delay = Duration::from_millis(at.0.saturating_sub(self.now().0));
         let h = ctx.run_later(delay, |act, ctx| {
             act.timer = None;
             act.on_timeout(ctx);

@@ -166,7 +166,7 @@ impl SessionActor {
     /// Write the record when the core says it is due (a change it holds is); with `acked`,
     /// returns the acknowledgement of its commit (`None`: nothing was due).
     pub(super) fn record_due(&mut self, acked: bool) -> Option<tokio::sync::oneshot::Receiver<()>> {
-        let used = self.core.poll_ledger(self.sup.now())?;
+        let used = self.core.poll_ledger(self.now())?;
         let ops = self.record_ops_at(RecordState::Active, used);
         // The first record of this life: its `initialize` (or revive) waits for it.
         let first = self.on_recorded.take();

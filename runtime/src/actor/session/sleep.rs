@@ -155,6 +155,7 @@ impl SessionActor {
             client_caps: Arc::new(parsed(&k.client_caps)),
             guard: Some(guard),
             timer: None,
+            turn: None,
             ended_by: Rejection::SessionNotFound,
             link: Arc::new(addr.clone().recipient()),
             links: session_links(addr),

@@ -122,7 +122,7 @@ impl SessionActor {
             Arc::clone(&self.signer),
             settings,
         );
-        let now = self.sup.now();
+        let now = self.now();
         self.core.connection_delta(now, true);
         let ledger = StreamLedger::new(Arc::clone(&self.meta.hmac), sid, request, now);
         if let Some(json) = final_json.as_ref().filter(|_| kept) {
@@ -138,6 +138,7 @@ impl SessionActor {
                 generation,
                 Arc::clone(&self.link),
                 self.bodies.opened(now),
+                now,
             );
             *self.core.stream_handle_mut(sid).expect("registered before its request ran") =
                 StreamHandle::Dormant(stream);
