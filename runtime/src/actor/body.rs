@@ -5,13 +5,15 @@
 //! Connection accounting cannot drift: whoever creates a body for a stream has counted the
 //! connection with its session, and the body's [`ConnectionOwner`] reports the end when the
 //! body is dropped (the client went away, the response finished, or the body was never
-//! sent), with `do_send`, which never drops a message while its receiver lives. It reports
+//! sent), with `do_send`, which never drops a message while its receiver lives (or, a kept
+//! stream's body that returned every frame, in its busy session's queue of ends). It reports
 //! to the session directly, not through the stream actor, so a stream that stopped first
 //! (replaced, evicted, retention over) cannot leave its session counting a connection that
 //! is gone. A stream its session keeps as data ([`super::dormant`]) has no actor: its
 //! bodies report to the session alone, once, with the stream's id: a body that returned
-//! every frame queues its end in the session's [`DormantEnds`] (read at the session's next
-//! message or timer tick, which its open bodies keep armed), a cut one sends a message.
+//! every frame queues its end in the session's [`DormantEnds`] while the session is busy
+//! (read at its next message, or its timer tick, which its open bodies keep armed), else
+//! sends a message, as a cut one always does.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -43,8 +45,8 @@ pub(crate) enum StreamOwner {
     /// Its actor, told directly.
     Actor(Recipient<Detached>),
     /// Its session, which keeps it as data: told with the stream's id (and passes it on if
-    /// the stream woke meanwhile), through `ends` when the body returned every frame, by a
-    /// message when the connection was cut.
+    /// the stream woke meanwhile), through `ends` when the body returned every frame and the
+    /// session reads them there, else by a message.
     Session {
         /// The stream.
         stream: StreamId,
@@ -141,9 +143,10 @@ impl Drop for SseBody {
                     stream.do_send(Detached { conn, drained });
                     o.session.do_send(StreamReport::ConnectionEnded);
                 }
-                StreamOwner::Session { stream, ends } if drained => ends.push(stream, conn),
-                StreamOwner::Session { stream, .. } => {
-                    o.session.do_send(StreamReport::DormantCut { stream, conn });
+                StreamOwner::Session { stream, ends } => {
+                    if !(drained && ends.push(stream, conn)) {
+                        o.session.do_send(StreamReport::DormantDetached { stream, conn, drained });
+                    }
                 }
             }
         }
@@ -173,7 +176,8 @@ mod tests {
     struct Session {
         ended: usize,
         gone: usize,
-        cut: usize,
+        /// Kept streams' ends told by message: (drained, cut).
+        kept_ends: (usize, usize),
     }
 
     impl Actor for Session {
@@ -186,7 +190,8 @@ mod tests {
             match r {
                 StreamReport::ConnectionEnded => self.ended += 1,
                 StreamReport::Gone(_) => self.gone += 1,
-                StreamReport::DormantCut { .. } => self.cut += 1,
+                StreamReport::DormantDetached { drained: true, .. } => self.kept_ends.0 += 1,
+                StreamReport::DormantDetached { drained: false, .. } => self.kept_ends.1 += 1,
                 _ => {}
             }
         }
@@ -215,13 +220,13 @@ mod tests {
     }
 
     #[derive(Message)]
-    #[rtype(result = "usize")]
-    struct Cuts;
+    #[rtype(result = "(usize, usize)")]
+    struct KeptEnds;
 
-    impl Handler<Cuts> for Session {
-        type Result = MessageResult<Cuts>;
-        fn handle(&mut self, _: Cuts, _: &mut Context<Self>) -> Self::Result {
-            MessageResult(self.cut)
+    impl Handler<KeptEnds> for Session {
+        type Result = MessageResult<KeptEnds>;
+        fn handle(&mut self, _: KeptEnds, _: &mut Context<Self>) -> Self::Result {
+            MessageResult(self.kept_ends)
         }
     }
 
@@ -239,27 +244,45 @@ mod tests {
         )
     }
 
-    #[actix_web::test]
-    async fn a_kept_streams_body_that_returned_every_frame_queues_its_end_and_a_cut_one_sends_it() {
-        let session = Session::create(|_| Session::default());
-        let ends = Arc::new(DormantEnds::default());
-        let mut heard = Vec::new();
-        // Read to its end, then dropped: queued, no message.
-        let mut body = kept_body(&session, &ends, 1);
+    /// Reads `body` to its end (its frames: one, the priming event and the answer joined).
+    async fn read_to_end(mut body: SseBody) -> SseBody {
         let mut frames = 0;
-        while let Some(Ok(_)) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_next(cx)).await {
+        while let Some(Ok(_)) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_next(cx)).await
+        {
             frames += 1;
         }
         assert_eq!(frames, 1, "priming event and answer in one write");
-        drop(body);
+        body
+    }
+
+    #[actix_web::test]
+    async fn a_kept_streams_body_queues_its_end_only_while_its_session_reads_the_queue() {
+        let session = Session::create(|_| Session::default());
+        let ends = Arc::new(DormantEnds::default());
+        let mut heard = Vec::new();
+        // Not queueing (a session that is not busy): a drained body sends its end.
+        drop(read_to_end(kept_body(&session, &ends, 1)).await);
         ends.take_into(&mut heard);
-        assert_eq!(heard, vec![(StreamId(7), 1)]);
-        assert_eq!(session.send(Cuts).await.unwrap(), 0, "no message for a drained body");
-        // Dropped before its end (the client went away): a message, nothing queued.
-        drop(kept_body(&session, &ends, 2));
+        assert!(heard.is_empty());
+        assert_eq!(session.send(KeptEnds).await.unwrap(), (1, 0), "told by message");
+        // Queueing: queued, no message.
+        ends.queue(true, &mut heard);
+        drop(read_to_end(kept_body(&session, &ends, 2)).await);
+        ends.take_into(&mut heard);
+        assert_eq!(heard, vec![(StreamId(7), 2)]);
+        assert_eq!(session.send(KeptEnds).await.unwrap(), (1, 0), "no message for it");
+        // Dropped before its end (the client went away): a message even while queueing.
+        drop(kept_body(&session, &ends, 3));
         ends.take_into(&mut heard);
         assert!(heard.is_empty(), "a cut body is not queued as drained: {heard:?}");
-        assert_eq!(session.send(Cuts).await.unwrap(), 1, "the session hears of the cut at once");
+        assert_eq!(session.send(KeptEnds).await.unwrap(), (1, 1), "the cut, told at once");
+        // Switched off: what was queued comes with the switch, later ends by message.
+        let late = read_to_end(kept_body(&session, &ends, 4)).await;
+        drop(read_to_end(kept_body(&session, &ends, 5)).await);
+        ends.queue(false, &mut heard);
+        assert_eq!(heard, vec![(StreamId(7), 5)], "queued before the switch");
+        drop(late);
+        assert_eq!(session.send(KeptEnds).await.unwrap(), (2, 1), "ended after it: a message");
     }
 
     /// A real GET stream reporting to `session`; its address and its first connection's body.

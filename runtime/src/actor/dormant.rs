@@ -9,9 +9,10 @@
 //!
 //! - counts it live, closed, in its mode, exactly as its actor would (and stops counting it
 //!   when it is dropped: retention over, evicted, session end);
-//! - hears of its connection's end from the body itself (queued in [`DormantEnds`] when the
-//!   body returned every frame, [`StreamReport::DormantCut`] when not), then records it in
-//!   the ledger if that write did not arrive, and starts its retention;
+//! - hears of its connection's end from the body itself ([`StreamReport::DormantDetached`],
+//!   or queued in [`DormantEnds`] while the session is busy and the body returned every
+//!   frame), then records it in the ledger if that write did not arrive, and starts its
+//!   retention;
 //! - keeps one timer for all its kept streams' retention ends (its own);
 //! - on a resume, wakes it: [`StreamActor::start_woken`] runs the same core in an actor, its
 //!   retention running on, and the resume attaches to it as to any closed stream.
@@ -19,7 +20,7 @@
 //! Only resumable streams whose answer is not held for a commit (durability `sync`) are kept
 //! so; plain and shadow streams, and every open stream, have actors.
 //!
-//! [`StreamReport::DormantCut`]: super::links::StreamReport::DormantCut
+//! [`StreamReport::DormantDetached`]: super::links::StreamReport::DormantDetached
 //! [`DormantEnds`]: super::links::DormantEnds
 
 use std::sync::Arc;

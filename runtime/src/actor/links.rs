@@ -1,9 +1,11 @@
 //! What a stream and its connections' bodies tell their owners (a body its stream: the
 //! connection ended; a body and a stream their session), and what a running request sends its
 //! stream. Apart from the actors, so that a body knows its stream only as the recipient of
-//! one message, and the request pipeline names no session.
+//! one message (or, kept as data, its session's queue of ends), and the request pipeline
+//! names no session.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use actix::prelude::*;
 use bytes::Bytes;
@@ -35,36 +37,64 @@ pub(crate) enum StreamReport {
     EventsLost(StreamId),
     /// The stream's retention ended; it stopped.
     Gone(StreamId),
-    /// A connection's body was dropped before it returned every frame, of a stream its
-    /// session keeps as data (no actor): the connection was cut, so the stream is recorded
-    /// now and its retention starts. (A body that returned every frame is queued in
-    /// [`DormantEnds`] instead: no message.)
-    DormantCut {
+    /// A connection's body was dropped, of a stream its session keeps as data (no actor):
+    /// the connection ended, and the stream's retention starts (`drained`: the body returned
+    /// every frame; if not, the stream is recorded now). Sent when the body was cut, or when
+    /// its session does not read [`DormantEnds`] (not busy).
+    DormantDetached {
         /// The stream.
         stream: StreamId,
         /// The connection.
         conn: u64,
+        /// It returned every frame and ended normally.
+        drained: bool,
     },
 }
 
 /// The connections of a session's kept streams (`actor::dormant`) that ended after returning
-/// every frame, queued by their bodies and read by the session at its next message or timer
-/// tick. A message to the session per response (a mailbox entry, a wake, a turn of its
-/// context) cost about a twentieth of a legacy SSE echo's CPU; a body pushes here under an
-/// uncontended lock. Bounded by the bodies the session has open (each pushes once).
+/// every frame, queued by their bodies while the session is busy and read at its next message
+/// (or its timer tick): a busy session's next request comes before long, and a message per
+/// response (a mailbox entry, a wake, a turn of its context) cost about a twentieth of a
+/// legacy SSE echo's CPU. While the session is not busy ([`DormantEnds::queue`] off), a body
+/// tells its end by message, as a cut one always does. Bounded by the bodies the session has
+/// open (each pushes once).
 #[derive(Debug, Default)]
-pub(crate) struct DormantEnds(parking_lot::Mutex<Vec<(StreamId, u64)>>);
+pub(crate) struct DormantEnds {
+    ends: parking_lot::Mutex<Vec<(StreamId, u64)>>,
+    /// The session reads `ends`; off, bodies send their ends. Switched under the lock (read
+    /// first without it: a body of a session that is not busy takes no lock).
+    on: AtomicBool,
+}
 
 impl DormantEnds {
-    /// Connection `conn` of stream `stream` returned every frame and ended.
-    pub(crate) fn push(&self, stream: StreamId, conn: u64) {
-        self.0.lock().push((stream, conn));
+    /// Connection `conn` of stream `stream` returned every frame and ended: queued, or
+    /// `false` when the session does not read its queue now (the body sends it instead).
+    pub(crate) fn push(&self, stream: StreamId, conn: u64) -> bool {
+        if !self.on.load(Ordering::Acquire) {
+            return false;
+        }
+        let mut ends = self.ends.lock();
+        // Switched off since: the session took what was queued then, and reads no more.
+        let on = self.on.load(Ordering::Relaxed);
+        if on {
+            ends.push((stream, conn));
+        }
+        on
     }
 
     /// Move what is queued into `into` (cleared first); both buffers keep their capacity.
     pub(crate) fn take_into(&self, into: &mut Vec<(StreamId, u64)>) {
         into.clear();
-        std::mem::swap(&mut *self.0.lock(), into);
+        std::mem::swap(&mut *self.ends.lock(), into);
+    }
+
+    /// Turn queueing on or off; what was queued until now is moved into `into` (an end
+    /// pushed before the switch is read there, one after it is queued or sent as switched).
+    pub(crate) fn queue(&self, on: bool, into: &mut Vec<(StreamId, u64)>) {
+        into.clear();
+        let mut ends = self.ends.lock();
+        self.on.store(on, Ordering::Release);
+        std::mem::swap(&mut *ends, into);
     }
 }
 

@@ -5,8 +5,9 @@
 //!   sessions. Sessions and streams reach their generation through [`GenCount`], not the
 //!   supervisor.
 //! - [`SessionActor`]: one per session; owns the session core, runs requests, routes
-//!   server-to-client requests and their answers, keeps one timer (its core's deadlines and
-//!   the retention ends of the streams it keeps as data).
+//!   server-to-client requests and their answers, keeps one timer (its core's deadlines, the
+//!   retention ends of the streams it keeps as data, and when it stops reading their
+//!   bodies' queued ends).
 //! - [`StreamActor`]: an SSE stream's actor; owns the stream core (and its replay window), the
 //!   attached connection's write queue and its charge on the memory budget. A resumable stream
 //!   answered in its first write (durability not `sync`) has none until a resume wakes it: its
@@ -22,7 +23,9 @@
 //! `try_send`: a full queue detaches the slow reader, who resumes from the window. Children
 //! (streams, connection bodies) report to their session through one shared `Recipient` with
 //! `do_send`, one message per state change, so no report is ever lost while the session
-//! lives. No actor awaits another's I/O.
+//! lives; the one exception, the end of a kept stream's body that returned every frame, is
+//! queued for a busy session's next message (`links::DormantEnds`), read by its timer at
+//! the latest. No actor awaits another's I/O.
 
 mod body;
 mod budget;

@@ -23,8 +23,7 @@ use parking_lot::{Mutex, RwLock};
 
 use super::budget::MemoryBudget;
 use crate::proto::error::{Overload, Quota, Rejection};
-use crate::proto::ids::{SessionId, Tick};
-use crate::proto::session::FastMap;
+use crate::proto::ids::{FastMap, SessionId, Tick};
 
 pub(crate) use crate::proto::caller::QuotaKey;
 

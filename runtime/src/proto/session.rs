@@ -26,17 +26,13 @@
 //!
 //! Idleness is derived from state the shell cannot lose: the count of attached connections
 //! changes only through [`SessionCore::connection_delta`], which the shell calls from a guard
-//! whose drop always reaches the session, and the set of requests in flight.
+//! whose drop always reaches the session (by message, or queued for its next turn), and the
+//! set of requests in flight.
 
 use std::collections::{HashMap, VecDeque};
 
-/// The maps a request looks up several times (randomly seeded foldhash: std's SipHash was a
-/// few per cent of an echo call). Their keys are the server's ids, or a client's request ids,
-/// which its in-flight bound limits.
-pub(crate) type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
-
 use super::error::{Overload, Rejection};
-use super::ids::{Generation, JsonRpcId, StreamId, Tick};
+use super::ids::{FastMap, Generation, JsonRpcId, StreamId, Tick};
 use super::mcp::LogLevel;
 use super::version::ProtocolVersion;
 
@@ -153,8 +149,8 @@ pub(crate) struct SessionCore<R, S, P> {
     state: SessionState,
     limits: SessionLimits,
     log_level: Option<LogLevel>,
-    in_flight: FastMap<JsonRpcId, InFlight<R>>,
-    pending: FastMap<JsonRpcId, ClientRequest<P>>,
+    in_flight: HashMap<JsonRpcId, InFlight<R>>,
+    pending: HashMap<JsonRpcId, ClientRequest<P>>,
     streams: FastMap<StreamId, StreamEntry<S>>,
     closed_order: VecDeque<StreamId>,
     retained_bytes: usize,
@@ -226,8 +222,8 @@ impl<R, S, P> SessionCore<R, S, P> {
             state: SessionState::Active,
             limits,
             log_level: None,
-            in_flight: FastMap::default(),
-            pending: FastMap::default(),
+            in_flight: HashMap::new(),
+            pending: HashMap::new(),
             streams: FastMap::default(),
             closed_order: VecDeque::new(),
             retained_bytes: 0,

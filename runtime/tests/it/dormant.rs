@@ -58,8 +58,6 @@ async fn a_reply_answered_in_its_first_write_is_kept_without_an_actor_until_a_re
     assert_eq!(c.resume(&cursor).await.rest().await.len(), 1);
 }
 
-/// Nothing is sent to the session after the echo: its connection's end (queued by the body,
-/// no message) is heard at the session's timer, which its open body keeps armed.
 #[actix_web::test]
 async fn a_kept_stream_ends_at_its_retention_and_its_cursor_is_then_gone() {
     tokio::time::pause();
@@ -74,6 +72,22 @@ async fn a_kept_stream_ends_at_its_retention_and_its_cursor_is_then_gone() {
     assert_eq!(s.stream_memory_bytes, memory, "its window's charge was released");
     assert_refused(c.resume(&cursor).await, StatusCode::GONE, -32005).await;
     assert_eq!(h.sup.session_count(), 1, "the session itself goes on");
+}
+
+/// Requests close together make the session busy: its bodies queue their ends for its next
+/// message, and nothing is sent to it after the last echo, whose end its timer then reads.
+#[actix_web::test]
+async fn a_busy_sessions_kept_streams_end_at_their_retention_without_another_request() {
+    tokio::time::pause();
+    let h = harness_with(cfg(|c| c.sessions.retention_after_delivery_ms = 1_000)).await;
+    let c = h.client("2025-11-25").await;
+    for id in 1..=3 {
+        echo(&c, id, "x").await;
+    }
+    assert_eq!(h.sup.stats_snapshot().streams, 3, "retained");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let s = h.sup.stats_snapshot();
+    assert_eq!((s.streams, s.streams_dormant), (0, 0), "every retention ended");
 }
 
 /// Call `echo` and go away after its one write, before the body ended (whether the answer

@@ -29,7 +29,7 @@ impl Handler<Post> for SessionActor {
         let _span = self.span.clone().entered();
         let now = self.sup.now();
         self.turn = Some(now);
-        self.hear_dormant_ends(now);
+        self.request_came(now);
         self.core.touch(now);
         let r = self.core.check_active().and_then(|()| match msg.incoming {
             Incoming::Single(m) => {
@@ -246,8 +246,10 @@ impl Handler<Shutdown> for SessionActor {
     fn handle(&mut self, _: Shutdown, ctx: &mut Context<Self>) {
         let _span = self.span.clone().entered();
         // Its record as of now (the periodic one may lag): the next process revives it with
-        // its true last use; one still in use counts as used now.
+        // its true last use; one still in use counts as used now (its bodies' queued ends
+        // heard first).
         let now = self.sup.now();
+        self.hear_dormant_ends(now);
         let used = if self.core.in_flight_len() > 0 || self.core.attached_connections() > 0 {
             now
         } else {
@@ -284,8 +286,8 @@ impl Handler<StreamReport> for SessionActor {
                     }
                 }
             }
-            StreamReport::DormantCut { stream, conn } => {
-                self.dormant_detached(stream, conn, false, now);
+            StreamReport::DormantDetached { stream, conn, drained } => {
+                self.dormant_detached(stream, conn, drained, now);
             }
             StreamReport::Gone(sid) => {
                 tracing::debug!(stream = %sid, "stream retention ended");

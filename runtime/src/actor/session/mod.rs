@@ -3,9 +3,10 @@
 //! session does), and routes server-to-client requests and their answers.
 //!
 //! Time: one timer at a time, armed at the earliest of the core's
-//! [`SessionCore::poll_timeout`] (idle expiry, or the earliest client-request deadline) and
-//! the retention ends of the streams it keeps as data (`actor::dormant`), and re-armed after
-//! every handled message when an earlier wake-up is wanted.
+//! [`SessionCore::poll_timeout`] (idle expiry, or the earliest client-request deadline), the
+//! retention ends of the streams it keeps as data (`actor::dormant`) and, while it is busy
+//! and their bodies queue their ends, when it stops reading that queue (`streams.rs`), and
+//! re-armed after every handled message when an earlier wake-up is wanted.
 //!
 //! This file holds the actor's state, its creation and its timer; the jobs are apart:
 //! `messages.rs` (what the HTTP shell sends it), `handlers.rs` (how it handles each message),
@@ -379,7 +380,8 @@ impl SessionActor {
     }
 
     /// The time: the handled message's when one set it ([`Self::turn`]), else the clock's.
-    /// Ticks are milliseconds: a message's handling does not move them.
+    /// A turn is short next to every deadline it feeds; a long one (a large batch, a slow
+    /// tool's first poll) only delays what it arms by its own length.
     pub(super) fn now(&self) -> Tick {
         self.turn.unwrap_or_else(|| self.sup.now())
     }
@@ -411,8 +413,9 @@ impl SessionActor {
     pub(super) fn on_timeout(&mut self, ctx: &mut Context<Self>) {
         let _span = self.span.clone().entered();
         let now = self.sup.now();
-        self.hear_dormant_ends(now);
-        self.bodies.recheck(now);
+        if self.bodies.check_due(now) {
+            self.switch_queueing(false, now);
+        }
         self.end_dormant_retentions();
         let due = self.core.handle_timeout(now);
         self.sup.stats().client_requests_timed_out(due.timed_out.len());

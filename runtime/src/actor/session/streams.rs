@@ -20,33 +20,59 @@ use crate::proto::stream::{CloseReason, StreamCore, StreamKind, StreamSettings};
 
 use super::SessionActor;
 
-/// How long after a kept stream's body was made its session looks at [`DormantEnds`] at the
-/// latest (it looks at every message too): when a retention may start late, and a
-/// connection be counted late off.
+/// Two requests of a session this close make it busy: its kept streams' bodies then queue
+/// their ends ([`DormantEnds`]) for its next message instead of sending one each.
+const BUSY_MS: u64 = 10;
+
+/// How long a busy session leaves ends in its queue at most: its timer then reads the queue
+/// and turns queueing off (bodies send their ends again) until requests come close again. A
+/// body that does not end (a slow reader of a large answer) costs it one tick, not one every
+/// 50 ms.
 const ENDS_CHECK_MS: u64 = 50;
 
 /// Ends a session keeps room for between two looks (more, after a burst, are freed).
 const HEARD_KEPT: usize = 256;
 
-/// A session's side of its kept streams' first connections: where their bodies queue their
-/// ends, how many it has not heard the end of, and when it looks next.
+/// A session's side of its kept streams' first connections: whether their bodies queue
+/// their ends, how many it has not heard the end of, and when it turns queueing off.
 #[derive(Debug, Default)]
 pub(super) struct DormantBodies {
-    ends: Arc<DormantEnds>,
+    /// Where its bodies queue their ends while it is busy: shared with them (they may end on
+    /// another worker's thread, so behind a lock), made with its first kept stream.
+    ends: Option<Arc<DormantEnds>>,
+    /// Queueing is on (as switched in `ends`).
+    queueing: bool,
     /// Bodies made whose end it has not heard (each is counted as an attached connection).
     open: usize,
+    /// When it last handled a request.
+    last_request: Option<Tick>,
     /// What it took from `ends` last (kept for its capacity).
     heard: Vec<(StreamId, u64)>,
-    /// When its timer looks at `ends` next, while `open > 0`.
+    /// While queueing: when its timer reads the queue and turns queueing off.
     pub(super) check: Option<Tick>,
 }
 
 impl DormantBodies {
-    /// A body was made at `now`.
-    fn opened(&mut self, now: Tick) -> Arc<DormantEnds> {
+    /// A request came at `now`: whether it makes the session busy, so its bodies should
+    /// start queueing their ends (they have a queue, and do not queue yet).
+    fn request(&mut self, now: Tick) -> bool {
+        let busy = self.last_request.is_some_and(|t| now.0.saturating_sub(t.0) <= BUSY_MS);
+        self.last_request = Some(now);
+        busy && !self.queueing && self.ends.is_some()
+    }
+
+    /// Queueing was switched on or off at `now`. While it is on, the timer reads the queue
+    /// within 50 ms (a body made before the switch may queue its end too, whatever comes
+    /// next) and switches it off.
+    fn switched(&mut self, on: bool, now: Tick) {
+        self.queueing = on;
+        self.check = on.then(|| now.plus_ms(ENDS_CHECK_MS));
+    }
+
+    /// A body was made: where it reports its end.
+    fn opened(&mut self) -> Arc<DormantEnds> {
         self.open += 1;
-        self.check.get_or_insert(now.plus_ms(ENDS_CHECK_MS));
-        Arc::clone(&self.ends)
+        Arc::clone(self.ends.get_or_insert_with(Arc::default))
     }
 
     /// One end heard.
@@ -55,11 +81,9 @@ impl DormantBodies {
         self.open = self.open.saturating_sub(1);
     }
 
-    /// The timer fired at `now`: look again later while bodies are open.
-    pub(super) fn recheck(&mut self, now: Tick) {
-        if self.check.is_some_and(|t| t <= now) {
-            self.check = (self.open > 0).then(|| now.plus_ms(ENDS_CHECK_MS));
-        }
+    /// Whether its timer, firing at `now`, turns queueing off.
+    pub(super) fn check_due(&self, now: Tick) -> bool {
+        self.check.is_some_and(|t| t <= now)
     }
 }
 
@@ -137,7 +161,7 @@ impl SessionActor {
                 ledger,
                 generation,
                 Arc::clone(&self.link),
-                self.bodies.opened(now),
+                self.bodies.opened(),
                 now,
             );
             *self.core.stream_handle_mut(sid).expect("registered before its request ran") =
@@ -186,10 +210,37 @@ impl SessionActor {
         }
     }
 
+    /// A request came at `now`: hear the ends its bodies queued, and have them queue their
+    /// ends from now on if requests come close together.
+    pub(super) fn request_came(&mut self, now: Tick) {
+        if self.bodies.request(now) {
+            self.switch_queueing(true, now);
+        } else {
+            self.hear_dormant_ends(now);
+        }
+    }
+
+    /// Turn its bodies' queueing of their ends on or off, hearing what was queued, at `now`.
+    pub(super) fn switch_queueing(&mut self, on: bool, now: Tick) {
+        let Some(ends) = self.bodies.ends.as_ref().map(Arc::clone) else { return };
+        let mut heard = std::mem::take(&mut self.bodies.heard);
+        ends.queue(on, &mut heard);
+        self.bodies.switched(on, now);
+        self.heard_ends(heard, now);
+    }
+
     /// Hear the ends its kept streams' bodies queued ([`DormantEnds`]), at `now`.
     pub(super) fn hear_dormant_ends(&mut self, now: Tick) {
+        // Not queueing: nothing was queued since it last looked (no lock taken).
+        let Some(ends) = self.bodies.ends.as_ref().filter(|_| self.bodies.queueing) else {
+            return;
+        };
         let mut heard = std::mem::take(&mut self.bodies.heard);
-        self.bodies.ends.take_into(&mut heard);
+        ends.take_into(&mut heard);
+        self.heard_ends(heard, now);
+    }
+
+    fn heard_ends(&mut self, mut heard: Vec<(StreamId, u64)>, now: Tick) {
         for &(sid, conn) in &heard {
             self.dormant_detached(sid, conn, true, now);
         }
@@ -259,5 +310,31 @@ impl SessionActor {
         tracing::debug!(stream = %sid, "kept stream woken by a resume");
         d.wake(ctx, Arc::clone(&self.link), &self.span);
         Some(addr)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_close_together_make_a_session_queue_its_bodies_ends_until_its_check() {
+        let mut b = DormantBodies::default();
+        assert!(!b.request(Tick(1_000)), "a first request: not busy");
+        let _ends = b.opened();
+        assert_eq!(b.check, None, "not queueing: the bodies send their ends, no check");
+        assert!(!b.request(Tick(1_100)), "100 ms apart: not busy");
+        assert!(b.request(Tick(1_105)), "5 ms apart: busy, its bodies start queueing");
+        b.switched(true, Tick(1_105));
+        assert_eq!(b.check, Some(Tick(1_155)), "read within 50 ms at the latest, bodies or not");
+        let _ = b.opened();
+        assert!(!b.request(Tick(1_121)), "already queueing");
+        assert_eq!(b.check, Some(Tick(1_155)), "the switch's check holds");
+        assert!(!b.check_due(Tick(1_154)) && b.check_due(Tick(1_155)));
+        b.switched(false, Tick(1_155));
+        assert_eq!((b.queueing, b.check), (false, None), "off: no timer for the ends");
+        assert!(b.request(Tick(1_160)), "busy again: on again");
+        let mut fresh = DormantBodies::default();
+        assert!(!fresh.request(Tick(0)) && !fresh.request(Tick(1)), "busy, but no queue made yet");
     }
 }
