@@ -247,8 +247,7 @@ mod tests {
     /// Reads `body` to its end (its frames: one, the priming event and the answer joined).
     async fn read_to_end(mut body: SseBody) -> SseBody {
         let mut frames = 0;
-        while let Some(Ok(_)) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_next(cx)).await
-        {
+        while let Some(Ok(_)) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_next(cx)).await {
             frames += 1;
         }
         assert_eq!(frames, 1, "priming event and answer in one write");

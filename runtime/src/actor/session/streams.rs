@@ -333,7 +333,8 @@ mod tests {
         assert!(!b.check_due(Tick(1_154)) && b.check_due(Tick(1_155)));
         b.switched(false, Tick(1_155));
         assert_eq!((b.queueing, b.check), (false, None), "off: no timer for the ends");
-        assert!(b.request(Tick(1_160)), "busy again: on again");
+        assert!(!b.request(Tick(1_160)), "39 ms after the last: not busy");
+        assert!(b.request(Tick(1_165)), "busy again: on again");
         let mut fresh = DormantBodies::default();
         assert!(!fresh.request(Tick(0)) && !fresh.request(Tick(1)), "busy, but no queue made yet");
     }
