@@ -12,7 +12,7 @@
 //! is gone. A stream its session keeps as data ([`super::dormant`]) has no actor: its
 //! bodies report to the session alone, once, with the stream's id: a body that returned
 //! every frame queues its end in the session's [`DormantEnds`] while the session is busy
-//! (read at its next message, or its timer tick, which its open bodies keep armed), else
+//! (read at its next request, or at the timer tick its switch to queueing armed), else
 //! sends a message, as a cut one always does.
 
 use std::collections::VecDeque;

@@ -52,7 +52,7 @@ pub(crate) enum StreamReport {
 }
 
 /// The connections of a session's kept streams (`actor::dormant`) that ended after returning
-/// every frame, queued by their bodies while the session is busy and read at its next message
+/// every frame, queued by their bodies while the session is busy and read at its next request
 /// (or its timer tick): a busy session's next request comes before long, and a message per
 /// response (a mailbox entry, a wake, a turn of its context) cost about a twentieth of a
 /// legacy SSE echo's CPU. While the session is not busy ([`DormantEnds::queue`] off), a body

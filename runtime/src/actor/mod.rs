@@ -24,7 +24,7 @@
 //! (streams, connection bodies) report to their session through one shared `Recipient` with
 //! `do_send`, one message per state change, so no report is ever lost while the session
 //! lives; the one exception, the end of a kept stream's body that returned every frame, is
-//! queued for a busy session's next message (`links::DormantEnds`), read by its timer at
+//! queued for a busy session's next request (`links::DormantEnds`), read by its timer at
 //! the latest. No actor awaits another's I/O.
 
 mod body;

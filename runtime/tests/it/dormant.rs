@@ -23,8 +23,8 @@ async fn recorded(h: &Harness, c: &Client<'_>, sid: u64) -> bool {
 }
 
 /// Returns once the session has handled everything sent to it before (a dropped body's end
-/// included): its mailbox is handled in order, each message hears the ends bodies queued
-/// first, and a ping's answer comes after.
+/// included): its mailbox is handled in order, each request (the ping too) hears the ends
+/// bodies queued first, and a ping's answer comes after.
 async fn handled_before(c: &Client<'_>) {
     // Answered as JSON: no stream of its own.
     let ping = json!({"jsonrpc":"2.0","id":"barrier","method":"ping"}).to_string();
@@ -85,7 +85,14 @@ async fn a_busy_sessions_kept_streams_end_at_their_retention_without_another_req
         echo(&c, id, "x").await;
     }
     assert_eq!(h.sup.stats_snapshot().streams, 3, "retained");
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The first end came by message (not busy yet), the second was queued and heard by the
+    // third request: both retentions are over at 1.02 s; the last end, heard by the timer
+    // within 50 ms, is not.
+    tokio::time::sleep(Duration::from_millis(1_020)).await;
+    assert_eq!(h.sup.stats_snapshot().streams, 1, "the request heard the queued end");
+    // Its retention is over by 1.05 s; heard at the others' retention end instead (1 s), it
+    // would run to 2 s.
+    tokio::time::sleep(Duration::from_millis(480)).await;
     let s = h.sup.stats_snapshot();
     assert_eq!((s.streams, s.streams_dormant), (0, 0), "every retention ended");
 }

@@ -84,7 +84,8 @@ pub struct SessionActor {
     /// The retention ends of the streams it keeps as data (`StreamHandle::Dormant`) whose
     /// connection has ended: its timer wakes for the earliest.
     dormant_until: BTreeSet<(Tick, StreamId)>,
-    /// The bodies of its kept streams' first connections whose end it has not heard yet.
+    /// Its kept streams' first connections' bodies: how many it has not heard the end of,
+    /// whether they queue their ends (busy) and when it stops reading that queue.
     bodies: streams::DormantBodies,
     principal: Option<Arc<str>>,
     /// Whose handles its tools see ([`crate::actor::registry::QuotaKey::owner`]).
@@ -386,8 +387,9 @@ impl SessionActor {
         self.turn.unwrap_or_else(|| self.sup.now())
     }
 
-    /// Arm the timer for the next deadline (the core's, or a kept stream's retention end),
-    /// unless one is armed at or before it.
+    /// Arm the timer for the next deadline (the core's, a kept stream's retention end, or the
+    /// check that switches its bodies' queueing of their ends off), unless one is armed at or
+    /// before it.
     pub(super) fn arm(&mut self, ctx: &mut Context<Self>) {
         self.record_if_due();
         let kept = self.dormant_until.first().map(|(t, _)| *t);

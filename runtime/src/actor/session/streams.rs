@@ -21,7 +21,7 @@ use crate::proto::stream::{CloseReason, StreamCore, StreamKind, StreamSettings};
 use super::SessionActor;
 
 /// Two requests of a session this close make it busy: its kept streams' bodies then queue
-/// their ends ([`DormantEnds`]) for its next message instead of sending one each.
+/// their ends ([`DormantEnds`]) for its next request instead of sending one each.
 const BUSY_MS: u64 = 10;
 
 /// How long a busy session leaves ends in its queue at most: its timer then reads the queue
@@ -328,7 +328,7 @@ mod tests {
         b.switched(true, Tick(1_105));
         assert_eq!(b.check, Some(Tick(1_155)), "read within 50 ms at the latest, bodies or not");
         let _ = b.opened();
-        assert!(!b.request(Tick(1_121)), "already queueing");
+        assert!(!b.request(Tick(1_110)), "close, but already queueing");
         assert_eq!(b.check, Some(Tick(1_155)), "the switch's check holds");
         assert!(!b.check_due(Tick(1_154)) && b.check_due(Tick(1_155)));
         b.switched(false, Tick(1_155));
