@@ -171,8 +171,9 @@ mod tests {
     use crate::proto::stream::{CloseReason, StreamCore, StreamKind, StreamSettings};
     use crate::stats::RuntimeStats;
 
-    /// Stands in for a session: counts the connections reported ended and the streams gone.
-    #[derive(Default)]
+    /// Stands in for a session: counts the connections reported ended, the streams gone and
+    /// the kept streams' ends told by message.
+    #[derive(Default, Clone, Copy)]
     struct Session {
         ended: usize,
         gone: usize,
@@ -197,36 +198,15 @@ mod tests {
         }
     }
 
+    /// What the stand-in session has counted so far.
     #[derive(Message)]
-    #[rtype(result = "usize")]
-    struct Ended;
+    #[rtype(result = "Session")]
+    struct Counts;
 
-    impl Handler<Ended> for Session {
-        type Result = MessageResult<Ended>;
-        fn handle(&mut self, _: Ended, _: &mut Context<Self>) -> Self::Result {
-            MessageResult(self.ended)
-        }
-    }
-
-    #[derive(Message)]
-    #[rtype(result = "usize")]
-    struct Gone;
-
-    impl Handler<Gone> for Session {
-        type Result = MessageResult<Gone>;
-        fn handle(&mut self, _: Gone, _: &mut Context<Self>) -> Self::Result {
-            MessageResult(self.gone)
-        }
-    }
-
-    #[derive(Message)]
-    #[rtype(result = "(usize, usize)")]
-    struct KeptEnds;
-
-    impl Handler<KeptEnds> for Session {
-        type Result = MessageResult<KeptEnds>;
-        fn handle(&mut self, _: KeptEnds, _: &mut Context<Self>) -> Self::Result {
-            MessageResult(self.kept_ends)
+    impl Handler<Counts> for Session {
+        type Result = MessageResult<Counts>;
+        fn handle(&mut self, _: Counts, _: &mut Context<Self>) -> Self::Result {
+            MessageResult(*self)
         }
     }
 
@@ -263,25 +243,29 @@ mod tests {
         drop(read_to_end(kept_body(&session, &ends, 1)).await);
         ends.take_into(&mut heard);
         assert!(heard.is_empty());
-        assert_eq!(session.send(KeptEnds).await.unwrap(), (1, 0), "told by message");
+        assert_eq!(session.send(Counts).await.unwrap().kept_ends, (1, 0), "told by message");
         // Queueing: queued, no message.
         ends.queue(true, &mut heard);
         drop(read_to_end(kept_body(&session, &ends, 2)).await);
         ends.take_into(&mut heard);
         assert_eq!(heard, vec![(StreamId(7), 2)]);
-        assert_eq!(session.send(KeptEnds).await.unwrap(), (1, 0), "no message for it");
+        assert_eq!(session.send(Counts).await.unwrap().kept_ends, (1, 0), "no message for it");
         // Dropped before its end (the client went away): a message even while queueing.
         drop(kept_body(&session, &ends, 3));
         ends.take_into(&mut heard);
         assert!(heard.is_empty(), "a cut body is not queued as drained: {heard:?}");
-        assert_eq!(session.send(KeptEnds).await.unwrap(), (1, 1), "the cut, told at once");
+        assert_eq!(session.send(Counts).await.unwrap().kept_ends, (1, 1), "the cut, told at once");
         // Switched off: what was queued comes with the switch, later ends by message.
         let late = read_to_end(kept_body(&session, &ends, 4)).await;
         drop(read_to_end(kept_body(&session, &ends, 5)).await);
         ends.queue(false, &mut heard);
         assert_eq!(heard, vec![(StreamId(7), 5)], "queued before the switch");
         drop(late);
-        assert_eq!(session.send(KeptEnds).await.unwrap(), (2, 1), "ended after it: a message");
+        assert_eq!(
+            session.send(Counts).await.unwrap().kept_ends,
+            (2, 1),
+            "ended after it: a message"
+        );
     }
 
     /// A real GET stream reporting to `session`; its address and its first connection's body.
@@ -374,7 +358,7 @@ mod tests {
         // read): then the stream reports itself gone.
         tokio::time::sleep(Duration::from_secs(61)).await;
         assert_eq!(
-            session.send(Gone).await.unwrap(),
+            session.send(Counts).await.unwrap().gone,
             1,
             "the stream got the detach despite its full mailbox"
         );
@@ -396,7 +380,11 @@ mod tests {
             assert!(queued < 100, "the mailbox never filled");
         }
         drop(body);
-        assert_eq!(session.send(Ended).await.unwrap(), 1, "the session counted the connection off");
+        assert_eq!(
+            session.send(Counts).await.unwrap().ended,
+            1,
+            "the session counted the connection off"
+        );
     }
 
     #[actix_web::test]
@@ -421,6 +409,6 @@ mod tests {
             "the stream actor has stopped"
         );
         drop(body);
-        assert_eq!(session.send(Ended).await.unwrap(), 1);
+        assert_eq!(session.send(Counts).await.unwrap().ended, 1);
     }
 }
