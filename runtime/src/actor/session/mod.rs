@@ -84,8 +84,8 @@ pub struct SessionActor {
     /// The retention ends of the streams it keeps as data (`StreamHandle::Dormant`) whose
     /// connection has ended: its timer wakes for the earliest.
     dormant_until: BTreeSet<(Tick, StreamId)>,
-    /// Its kept streams' first connections' bodies: how many it has not heard the end of,
-    /// whether they queue their ends (busy) and when it stops reading that queue.
+    /// Its kept streams' first connections' bodies: whether they queue their ends (busy) and
+    /// when it stops reading that queue.
     bodies: streams::DormantBodies,
     principal: Option<Arc<str>>,
     /// Whose handles its tools see ([`crate::actor::registry::QuotaKey::owner`]).

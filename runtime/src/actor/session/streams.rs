@@ -34,21 +34,19 @@ const ENDS_CHECK_MS: u64 = 50;
 const HEARD_KEPT: usize = 256;
 
 /// A session's side of its kept streams' first connections: whether their bodies queue
-/// their ends, how many it has not heard the end of, and when it turns queueing off.
+/// their ends and when it turns queueing off (each body not yet heard of is counted as an
+/// attached connection by the core, which also catches an end heard twice).
 #[derive(Debug, Default)]
 pub(super) struct DormantBodies {
     /// Where its bodies queue their ends while it is busy: shared with them (they may end on
     /// another worker's thread, so behind a lock), made with its first kept stream.
     ends: Option<Arc<DormantEnds>>,
-    /// Queueing is on (as switched in `ends`).
-    queueing: bool,
-    /// Bodies made whose end it has not heard (each is counted as an attached connection).
-    open: usize,
     /// When it last handled a request.
     last_request: Option<Tick>,
     /// What it took from `ends` last (kept for its capacity).
     heard: Vec<(StreamId, u64)>,
-    /// While queueing: when its timer reads the queue and turns queueing off.
+    /// While its bodies queue their ends (`Some` exactly then, as switched in `ends`): when
+    /// its timer reads the queue and turns queueing off.
     pub(super) check: Option<Tick>,
 }
 
@@ -58,27 +56,24 @@ impl DormantBodies {
     fn request(&mut self, now: Tick) -> bool {
         let busy = self.last_request.is_some_and(|t| now.0.saturating_sub(t.0) <= BUSY_MS);
         self.last_request = Some(now);
-        busy && !self.queueing && self.ends.is_some()
+        busy && !self.queueing() && self.ends.is_some()
+    }
+
+    /// Its bodies queue their ends now.
+    fn queueing(&self) -> bool {
+        self.check.is_some()
     }
 
     /// Queueing was switched on or off at `now`. While it is on, the timer reads the queue
     /// within 50 ms (a body made before the switch may queue its end too, whatever comes
     /// next) and switches it off.
     fn switched(&mut self, on: bool, now: Tick) {
-        self.queueing = on;
         self.check = on.then(|| now.plus_ms(ENDS_CHECK_MS));
     }
 
     /// A body was made: where it reports its end.
     fn opened(&mut self) -> Arc<DormantEnds> {
-        self.open += 1;
         Arc::clone(self.ends.get_or_insert_with(Arc::default))
-    }
-
-    /// One end heard.
-    fn closed(&mut self) {
-        debug_assert!(self.open > 0, "a kept stream's body ended twice");
-        self.open = self.open.saturating_sub(1);
     }
 
     /// Whether its timer, firing at `now`, turns queueing off.
@@ -232,7 +227,7 @@ impl SessionActor {
     /// Hear the ends its kept streams' bodies queued ([`DormantEnds`]), at `now`.
     pub(super) fn hear_dormant_ends(&mut self, now: Tick) {
         // Not queueing: nothing was queued since it last looked (no lock taken).
-        let Some(ends) = self.bodies.ends.as_ref().filter(|_| self.bodies.queueing) else {
+        let Some(ends) = self.bodies.ends.as_ref().filter(|_| self.bodies.queueing()) else {
             return;
         };
         let mut heard = std::mem::take(&mut self.bodies.heard);
@@ -257,7 +252,6 @@ impl SessionActor {
     /// `drained`: it returned every frame). The stream's retention starts; one a resume
     /// woke meanwhile hears it from here.
     pub(super) fn dormant_detached(&mut self, sid: StreamId, conn: u64, drained: bool, now: Tick) {
-        self.bodies.closed();
         self.core.connection_delta(now, false);
         match self.core.stream_handle_mut(sid) {
             Some(StreamHandle::Dormant(d)) => {
@@ -332,7 +326,7 @@ mod tests {
         assert_eq!(b.check, Some(Tick(1_155)), "the switch's check holds");
         assert!(!b.check_due(Tick(1_154)) && b.check_due(Tick(1_155)));
         b.switched(false, Tick(1_155));
-        assert_eq!((b.queueing, b.check), (false, None), "off: no timer for the ends");
+        assert_eq!((b.queueing(), b.check), (false, None), "off: no timer for the ends");
         assert!(!b.request(Tick(1_160)), "39 ms after the last: not busy");
         assert!(b.request(Tick(1_165)), "busy again: on again");
         let mut fresh = DormantBodies::default();
