@@ -90,11 +90,16 @@ impl DormantEnds {
 
     /// Turn queueing on or off; what was queued until now is moved into `into` (an end
     /// pushed before the switch is read there, one after it is queued or sent as switched).
+    /// Off, the queue keeps no buffer.
     pub(crate) fn queue(&self, on: bool, into: &mut Vec<(StreamId, u64)>) {
         into.clear();
         let mut ends = self.ends.lock();
         self.on.store(on, Ordering::Release);
         std::mem::swap(&mut *ends, into);
+        if !on {
+            // Nothing is queued while off: a burst's buffer is not kept.
+            *ends = Vec::new();
+        }
     }
 }
 

@@ -289,7 +289,7 @@ impl SessionActor {
 
     /// Cancel request `id`; one not running here may run on another host (`relay`: tell it).
     pub(super) fn cancel_here(&mut self, id: &JsonRpcId, ctx: &mut Context<Self>, relay: bool) {
-        let Some(task) = self.core.end_request(id, self.sup.now()) else {
+        let Some(task) = self.core.end_request(id, self.now()) else {
             if relay {
                 self.relay(json!({"cancel": id.to_value()}));
             }

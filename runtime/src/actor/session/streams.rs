@@ -222,6 +222,10 @@ impl SessionActor {
         ends.queue(on, &mut heard);
         self.bodies.switched(on, now);
         self.heard_ends(heard, now);
+        if !on {
+            // Not busy any more: neither buffer is kept (nor is the queue's, see `queue`).
+            self.bodies.heard = Vec::new();
+        }
     }
 
     /// Hear the ends its kept streams' bodies queued ([`DormantEnds`]), at `now`.
