@@ -37,53 +37,87 @@ fn resolve<'a>(root: &'a Value, schema: &'a Value) -> &'a Value {
     s
 }
 
-fn check(root: &Value, schema: &Value, v: &Value, path: &str, depth: usize) -> Result<(), String> {
+/// Where a value sits in the arguments, made into text only for an error message (a path
+/// formatted for every argument checked cost more than the check).
+#[derive(Clone, Copy)]
+enum Path<'a> {
+    Root,
+    Key(&'a Path<'a>, &'a str),
+    Index(&'a Path<'a>, usize),
+}
+
+impl Path<'_> {
+    /// `""` for the arguments themselves, `a.b` for a key, `a[0]` (`arguments[0]`) for an item.
+    fn text(&self) -> String {
+        match self {
+            Path::Root => String::new(),
+            Path::Key(parent, k) => {
+                let p = parent.text();
+                if p.is_empty() { (*k).to_owned() } else { format!("{p}.{k}") }
+            }
+            Path::Index(parent, i) => format!("{}[{i}]", parent.at()),
+        }
+    }
+
+    /// The path as a message names it: `arguments` for the arguments themselves.
+    fn at(&self) -> String {
+        let p = self.text();
+        if p.is_empty() { "arguments".to_owned() } else { p }
+    }
+}
+
+fn check(
+    root: &Value,
+    schema: &Value,
+    v: &Value,
+    path: &Path<'_>,
+    depth: usize,
+) -> Result<(), String> {
     if depth > 32 {
         return Ok(());
     }
     let schema = resolve(root, schema);
-    let at = |p: &str| if p.is_empty() { "arguments".to_owned() } else { p.to_owned() };
     match schema.get("type") {
         Some(Value::String(t)) if !type_matches(t, v) => {
-            return Err(format!("{} must be of type {t}", at(path)));
+            return Err(format!("{} must be of type {t}", path.at()));
         }
         Some(Value::Array(ts))
             if !ts.iter().filter_map(Value::as_str).any(|t| type_matches(t, v)) =>
         {
-            return Err(format!("{} has the wrong type", at(path)));
+            return Err(format!("{} has the wrong type", path.at()));
         }
         _ => {}
     }
     if let Some(Value::Array(allowed)) = schema.get("enum")
         && !allowed.contains(v)
     {
-        return Err(format!("{} must be one of {}", at(path), Value::Array(allowed.clone())));
+        return Err(format!("{} must be one of {}", path.at(), Value::Array(allowed.clone())));
     }
     if let Some(c) = schema.get("const")
         && c != v
     {
-        return Err(format!("{} must be {c}", at(path)));
+        return Err(format!("{} must be {c}", path.at()));
     }
     if let Value::Object(obj) = v {
         if let Some(Value::Array(req)) = schema.get("required") {
             for r in req.iter().filter_map(Value::as_str) {
                 if !obj.contains_key(r) {
+                    let p = path.text();
                     return Err(format!(
                         "missing required argument {:?}{}",
                         r,
-                        if path.is_empty() { String::new() } else { format!(" in {path}") }
+                        if p.is_empty() { String::new() } else { format!(" in {p}") }
                     ));
                 }
             }
         }
         let props = schema.get("properties").and_then(Value::as_object);
         for (k, val) in obj {
-            let sub =
-                format!("{}{k}", if path.is_empty() { String::new() } else { format!("{path}.") });
+            let sub = Path::Key(path, k);
             match props.and_then(|p| p.get(k)) {
                 Some(s) => check(root, s, val, &sub, depth + 1)?,
                 None if schema.get("additionalProperties") == Some(&Value::Bool(false)) => {
-                    return Err(format!("unexpected argument {sub:?}"));
+                    return Err(format!("unexpected argument {:?}", sub.text()));
                 }
                 None => {}
             }
@@ -93,16 +127,16 @@ fn check(root: &Value, schema: &Value, v: &Value, path: &str, depth: usize) -> R
         if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
             && (items.len() as u64) < min
         {
-            return Err(format!("{} needs at least {min} items", at(path)));
+            return Err(format!("{} needs at least {min} items", path.at()));
         }
         if let Some(max) = schema.get("maxItems").and_then(Value::as_u64)
             && (items.len() as u64) > max
         {
-            return Err(format!("{} allows at most {max} items", at(path)));
+            return Err(format!("{} allows at most {max} items", path.at()));
         }
         if let Some(item_schema) = schema.get("items").filter(|s| s.is_object()) {
             for (i, it) in items.iter().enumerate() {
-                check(root, item_schema, it, &format!("{}[{i}]", at(path)), depth + 1)?;
+                check(root, item_schema, it, &Path::Index(path, i), depth + 1)?;
             }
         }
     }
@@ -114,7 +148,7 @@ fn check(root: &Value, schema: &Value, v: &Value, path: &str, depth: usize) -> R
 /// # Errors
 /// A message naming the first offending argument, meant for the model to read.
 pub fn validate_arguments(schema: &Value, args: &Value) -> Result<(), String> {
-    check(schema, schema, args, "", 0)
+    check(schema, schema, args, &Path::Root, 0)
 }
 
 #[cfg(test)]
@@ -140,5 +174,27 @@ mod tests {
         let s = json!({"type":"object","$defs":{"a":{"type":"object","properties":{"city":{"type":"string"}}}},"properties":{"addr":{"$ref":"#/$defs/a"}}});
         assert!(validate_arguments(&s, &json!({"addr":{"city":"x"}})).is_ok());
         assert!(validate_arguments(&s, &json!({"addr":{"city":3}})).is_err());
+    }
+
+    #[test]
+    fn an_error_names_where_the_argument_sits() {
+        let s = json!({"type":"object","properties":{
+            "a":{"type":"object","properties":{"b":{"type":"integer"}},"required":["c"]},
+            "list":{"type":"array","items":{"type":"object","properties":{"x":{"type":"string"}},"additionalProperties":false}}}});
+        let err = |v| validate_arguments(&s, &v).unwrap_err();
+        assert_eq!(err(json!({"a":{"b":"s","c":1}})), "a.b must be of type integer");
+        assert_eq!(err(json!({"a":{"b":1}})), r#"missing required argument "c" in a"#);
+        assert_eq!(err(json!({"list":[{"x":"ok"},{"x":1}]})), "list[1].x must be of type string");
+        assert_eq!(err(json!({"list":[{"y":1}]})), r#"unexpected argument "list[0].y""#);
+        assert_eq!(err(json!([])), "arguments must be of type object");
+        let items = json!({"type":"array","items":{"type":"integer"},"maxItems":1});
+        assert_eq!(
+            validate_arguments(&items, &json!(["a"])).unwrap_err(),
+            "arguments[0] must be of type integer"
+        );
+        assert_eq!(
+            validate_arguments(&items, &json!([1, 2])).unwrap_err(),
+            "arguments allows at most 1 items"
+        );
     }
 }
