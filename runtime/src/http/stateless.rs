@@ -24,7 +24,7 @@ use crate::pipeline::{self, First, Handler, Inputs, Outbound, Requester, Statele
 use crate::proto::admission::ReplyMode;
 use crate::proto::error::Rejection;
 use crate::proto::ids::JsonRpcId;
-use crate::proto::jsonrpc::{ErrorObject, code, encode_error, encode_result_raw};
+use crate::proto::jsonrpc::{ErrorObject, Reply, code, encode_error, encode_result_raw};
 use crate::proto::route::{self, Era, Route, TaskOp, TaskPlan};
 use crate::proto::stateless::{self, ModernError, ModernRequest, headers as mheaders, state};
 use crate::proto::task::{self, TaskSupport};
@@ -200,7 +200,7 @@ pub(super) fn serve(
         First::Waits(handler) => match finish.asked() {
             Some(r) => {
                 cancel.cancel();
-                (Poll::Ready(Ok(r)), None)
+                (Poll::Ready(Ok(Reply::Value(r))), None)
             }
             None => (Poll::Pending, Some(handler)),
         },
@@ -439,12 +439,12 @@ impl Finish {
     fn encode(
         &self,
         id: &crate::proto::JsonRpcId,
-        r: Result<Value, ErrorObject>,
+        r: Result<Reply, ErrorObject>,
     ) -> Result<Bytes, Rejection> {
         match r {
             Ok(v) => Ok(encode_result_raw(
                 id,
-                &self.sup.modern_results().tails().encode(&self.method, &v),
+                &self.sup.modern_results().tails().encode_reply(&self.method, &v),
             )),
             Err(e) if e.code == code::MISSING_CLIENT_CAPABILITY => {
                 let capabilities = e
@@ -467,7 +467,7 @@ impl Finish {
     fn encode_in_stream(
         &self,
         id: &crate::proto::JsonRpcId,
-        r: Result<Value, ErrorObject>,
+        r: Result<Reply, ErrorObject>,
     ) -> Bytes {
         self.encode(id, r)
             .unwrap_or_else(|rejection| encode_error(Some(id), &rejection.to_error_object()))
@@ -564,7 +564,7 @@ impl ModernBody {
             Poll::Pending => match self.finish.asked() {
                 Some(r) => {
                     self.cancel.cancel();
-                    Ok(r)
+                    Ok(Reply::Value(r))
                 }
                 None => return,
             },

@@ -26,12 +26,12 @@ pub(crate) use self::outbound::{GetStream, Outbound, ServerRequest, SessionLinks
 pub(crate) use self::stateless::{Inputs, StatelessSink};
 use crate::actor::ToolDoor;
 use crate::proto::ids::JsonRpcId;
-use crate::proto::jsonrpc::ErrorObject;
+use crate::proto::jsonrpc::{ErrorObject, Reply};
 use crate::proto::mcp::LogLevel;
 use crate::tools::{BoxFuture, Catalog, Dispatch, ToolContext};
 
 /// A handler that waits: it answers when polled to its end.
-pub(crate) type Handler = BoxFuture<Result<Value, ErrorObject>>;
+pub(crate) type Handler = BoxFuture<Result<Reply, ErrorObject>>;
 
 /// Who sends a request, as its handler sees them.
 pub(crate) struct Requester {
@@ -73,7 +73,7 @@ pub(crate) fn dispatch(
         && let Some(Ok(full)) = catalog.list(method, params)
         && let Some(shown) = filter.apply(method, &full)
     {
-        return Dispatch::Ready(Ok(shown));
+        return Dispatch::Ready(Ok(Reply::Value(shown)));
     }
     let rid = id.clone();
     let keeper = owner.clone();
@@ -101,7 +101,7 @@ pub(crate) fn dispatch(
 /// How a request's first poll went.
 pub(crate) enum First {
     /// It answered without waiting (or never ran: answered by its route).
-    Answered(Result<Value, ErrorObject>),
+    Answered(Result<Reply, ErrorObject>),
     /// It waits: polled on by its era's shell.
     Waits(Handler),
 }
@@ -131,22 +131,20 @@ mod tests {
     use super::*;
     use crate::tools::ToolOutbound;
 
-    fn waker_poll(
-        f: &mut BoxFuture<Result<Value, ErrorObject>>,
-    ) -> Poll<Result<Value, ErrorObject>> {
+    fn waker_poll<T>(f: &mut BoxFuture<T>) -> Poll<T> {
         f.as_mut().poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
     }
 
     #[test]
     fn a_handler_that_does_not_wait_is_answered_by_the_first_poll_and_one_that_waits_is_handed_back()
      {
-        assert!(matches!(first_poll(Dispatch::Ready(Ok(json!(1)))), First::Answered(Ok(_))));
-        let at_once: Handler = Box::pin(async { Ok(json!(2)) });
+        assert!(matches!(first_poll(Dispatch::Ready(Ok(json!(1).into()))), First::Answered(Ok(_))));
+        let at_once: Handler = Box::pin(async { Ok(json!(2).into()) });
         assert!(
             matches!(first_poll(Dispatch::Pending(at_once)), First::Answered(Ok(v)) if v == json!(2))
         );
         let (tx, rx) = tokio::sync::oneshot::channel::<Value>();
-        let waits: Handler = Box::pin(async move { Ok(rx.await.unwrap_or_default()) });
+        let waits: Handler = Box::pin(async move { Ok(rx.await.unwrap_or_default().into()) });
         let First::Waits(mut fut) = first_poll(Dispatch::Pending(waits)) else {
             panic!("a handler that waits must be handed back")
         };

@@ -327,6 +327,68 @@ struct OutCall<'a, P: Serialize + ?Sized> {
     params: Option<&'a P>,
 }
 
+/// What a request's handler answers: a JSON value, or the JSON text of a result its handler
+/// serialized straight from its own type (a tool's result: building it as a `Value` first,
+/// then writing that, cost a map and a string per key and a second walk).
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// A JSON value.
+    Value(Value),
+    /// One valid JSON value, as text (made by [`Reply::of`]).
+    Raw(Box<serde_json::value::RawValue>),
+}
+
+impl Reply {
+    /// `result`, serialized now; `null` for a value that cannot be serialized (a map with
+    /// keys that are not strings: none of the runtime's result types has one).
+    #[must_use]
+    pub fn of<T: Serialize + ?Sized>(result: &T) -> Reply {
+        serde_json::value::to_raw_value(result).map_or(Reply::Value(Value::Null), Reply::Raw)
+    }
+
+    /// As a JSON value (parsed again when it is text: for the paths that keep or merge a
+    /// result, not for one that is only sent).
+    #[must_use]
+    pub fn into_value(self) -> Value {
+        match self {
+            Reply::Value(v) => v,
+            // Made by `to_raw_value`: valid JSON, which a `Value` reads back.
+            Reply::Raw(r) => serde_json::from_str(r.get()).unwrap_or(Value::Null),
+        }
+    }
+
+    /// As a JSON value, borrowed when it is one.
+    #[must_use]
+    pub fn to_value(&self) -> std::borrow::Cow<'_, Value> {
+        match self {
+            Reply::Value(v) => std::borrow::Cow::Borrowed(v),
+            Reply::Raw(_) => std::borrow::Cow::Owned(self.clone().into_value()),
+        }
+    }
+}
+
+impl From<Value> for Reply {
+    fn from(v: Value) -> Reply {
+        Reply::Value(v)
+    }
+}
+
+/// Equal when their JSON values are (for tests and comparisons; text is parsed).
+impl PartialEq<Value> for Reply {
+    fn eq(&self, other: &Value) -> bool {
+        *self.to_value() == *other
+    }
+}
+
+impl Serialize for Reply {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Reply::Value(v) => v.serialize(s),
+            Reply::Raw(r) => r.serialize(s),
+        }
+    }
+}
+
 fn to_bytes<T: Serialize>(v: &T) -> Bytes {
     // Serializing our own plain structs into a Vec cannot fail.
     Bytes::from(serde_json::to_vec(v).unwrap_or_default())

@@ -14,6 +14,7 @@ pub(crate) mod state;
 use serde_json::Value;
 
 use super::ids::JsonRpcId;
+use super::jsonrpc::Reply;
 pub(crate) use super::jsonrpc::WireMeta;
 use super::mcp::LogLevel;
 
@@ -316,14 +317,48 @@ impl ResultTails {
         }
     }
 
-    /// The JSON of `method`'s complete result `result` (as [`complete_result`] makes it).
+    /// [`ResultTails::encode`] of a handler's reply. A reply sent as text gets its tail
+    /// appended to that text when it is an object in which neither `resultType` nor `_meta`
+    /// appears at all (a nested one, or one inside a string, only sends it the slow way).
     #[must_use]
-    pub fn encode(&self, method: &str, result: &Value) -> Vec<u8> {
-        let tail = match method {
+    pub fn encode_reply(&self, method: &str, result: &Reply) -> Vec<u8> {
+        let text = match result {
+            Reply::Value(v) => return self.encode(method, v),
+            Reply::Raw(r) => r.get().as_bytes(),
+        };
+        let plain = text.len() >= 2
+            && text[0] == b'{'
+            && text[text.len() - 1] == b'}'
+            && memchr::memmem::find(text, b"\"resultType\"").is_none()
+            && memchr::memmem::find(text, b"\"_meta\"").is_none();
+        if !plain {
+            return self.encode(method, &result.to_value());
+        }
+        let tail = self.tail(method);
+        let inner = &text[1..text.len() - 1];
+        let mut out = Vec::with_capacity(text.len() + tail.len() + 1);
+        out.extend_from_slice(&text[..text.len() - 1]);
+        if !inner.iter().all(u8::is_ascii_whitespace) {
+            out.push(b',');
+        }
+        out.extend_from_slice(tail);
+        out.push(b'}');
+        out
+    }
+
+    /// The keys appended to `method`'s result.
+    fn tail(&self, method: &str) -> &[u8] {
+        match method {
             "resources/read" => &self.read,
             m if CACHEABLE.contains(&m) => &self.list,
             _ => &self.plain,
-        };
+        }
+    }
+
+    /// The JSON of `method`'s complete result `result` (as [`complete_result`] makes it).
+    #[must_use]
+    pub fn encode(&self, method: &str, result: &Value) -> Vec<u8> {
+        let tail = self.tail(method);
         match result {
             Value::Object(m) if !m.contains_key("resultType") && !m.contains_key("_meta") => {
                 let mut out = Vec::with_capacity(128 + tail.len());

@@ -24,7 +24,7 @@ use tokio::sync::oneshot;
 use crate::ledger::codec::{self, Outcome, ReceiptRecord, ReceiptState, Record};
 use crate::ledger::{Caller, Durability, Entry, Ledger, Op, Reservation, StoreUsage};
 use crate::proto::error::{Quota, Rejection, StoreBound};
-use crate::proto::jsonrpc::{ErrorObject, code};
+use crate::proto::jsonrpc::{ErrorObject, Reply, code};
 use crate::proto::receipt::{Answer, Arrival, Decision, ReceiptTable, Stored, Waiter};
 use crate::proto::usage::{Over, UsageLimits};
 use crate::tools::unwind::CatchUnwind;
@@ -165,7 +165,7 @@ impl Receipts {
         principal: Option<Arc<str>>,
         place: Reservation,
         run: Run,
-    ) -> BoxFuture<Result<Value, ErrorObject>> {
+    ) -> BoxFuture<Result<Reply, ErrorObject>> {
         let this = Arc::clone(self);
         let served = Box::pin(async move {
             let key = codec::receipt_key(principal.as_deref(), &call.key);
@@ -207,7 +207,10 @@ impl Receipts {
         // The execution's guard is dropped armed by the unwinding: the callers attached to it
         // are told the outcome is unknown, and the `Running` receipt says so to later ones.
         Box::pin(async move {
-            CatchUnwind::new(served).await.unwrap_or_else(|p| Err(p.to_error_object()))
+            CatchUnwind::new(served)
+                .await
+                .unwrap_or_else(|p| Err(p.to_error_object()))
+                .map(Reply::Value)
         })
     }
 
@@ -384,10 +387,12 @@ impl Receipts {
             return answer(&call, Answer::Unavailable);
         }
         guard.started = true;
+        // As a value: its receipt keeps it.
         let r = match run() {
             Dispatch::Ready(r) => r,
             Dispatch::Pending(fut) => fut.await,
-        };
+        }
+        .map(Reply::into_value);
         guard.armed = false;
         // Ran: its receipt answers for the key from now on, whatever becomes of the claim.
         if let Some(c) = guard.claim.take() {
@@ -891,7 +896,7 @@ mod tests {
             digest: "d".into(),
             idempotent: false,
         };
-        let ran = || -> Run { Box::new(|| Dispatch::Ready(Ok(json!({"content": []})))) };
+        let ran = || -> Run { Box::new(|| Dispatch::Ready(Ok(json!({"content": []}).into()))) };
         let attempts = || store.attempts.load(std::sync::atomic::Ordering::Relaxed);
         let stall = store.stall();
         let tried = attempts();
@@ -907,7 +912,7 @@ mod tests {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         assert!(!second.is_finished(), "told before the receipt's deletion was committed");
         stall.release();
-        let told = second.await.unwrap().unwrap();
+        let told = second.await.unwrap().unwrap().into_value();
         assert!(
             told["content"][0]["text"].as_str().unwrap().contains("nothing was done"),
             "{told}"

@@ -1,4 +1,3 @@
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
@@ -7,7 +6,8 @@ use super::{
     BoxFuture, CallToolResult, Changes, Prompt, Resource, ResourceTemplate, Tool, ToolContext,
     ToolError, ToolSpec, validate_arguments,
 };
-use crate::proto::jsonrpc::{ErrorObject, code};
+use crate::proto::ids::FastMap;
+use crate::proto::jsonrpc::{ErrorObject, Reply, code};
 use crate::proto::stateless::listen::{ListKind, Offered};
 
 /// `serverInfo` of the `initialize` result.
@@ -71,9 +71,9 @@ pub use crate::proto::receipt::{IDEMPOTENCY_KEY_MAX_BYTES, IDEMPOTENCY_KEY_META,
 /// The outcome of dispatching a request to the catalog.
 pub enum Dispatch {
     /// Answered at once.
-    Ready(Result<Value, ErrorObject>),
+    Ready(Result<Reply, ErrorObject>),
     /// Needs to run.
-    Pending(BoxFuture<Result<Value, ErrorObject>>),
+    Pending(BoxFuture<Result<Reply, ErrorObject>>),
 }
 
 impl std::fmt::Debug for Dispatch {
@@ -162,8 +162,8 @@ impl CatalogBuilder {
     /// # Errors
     /// [`CatalogError`] naming a duplicate tool, prompt or resource, or an invalid tool name.
     pub fn build(self, info: ServerInfo) -> Result<Catalog, CatalogError> {
-        let mut tool_index = HashMap::new();
-        let mut header_params = HashMap::new();
+        let mut tool_index = FastMap::default();
+        let mut header_params = FastMap::default();
         for (i, t) in self.tools.iter().enumerate() {
             let name = &t.spec().name;
             if name.is_empty()
@@ -182,13 +182,13 @@ impl CatalogBuilder {
                 header_params.insert(name.clone(), params);
             }
         }
-        let mut prompt_index = HashMap::new();
+        let mut prompt_index = FastMap::default();
         for (i, p) in self.prompts.iter().enumerate() {
             if prompt_index.insert(p.spec().name.clone(), i).is_some() {
                 return Err(CatalogError::DuplicatePrompt(p.spec().name.clone()));
             }
         }
-        let mut resource_index = HashMap::new();
+        let mut resource_index = FastMap::default();
         for (i, r) in self.resources.iter().enumerate() {
             if resource_index.insert(r.spec().uri.clone(), i).is_some() {
                 return Err(CatalogError::DuplicateResource(r.spec().uri.clone()));
@@ -250,14 +250,14 @@ pub struct Catalog {
     /// The capabilities of `server/discover` (2026-07-28).
     modern_capabilities: Value,
     tools: Vec<Arc<dyn Tool>>,
-    tool_index: HashMap<String, usize>,
+    tool_index: FastMap<String, usize>,
     /// Each tool's `x-mcp-header` parameters (2026-07-28 `Mcp-Param-*`), when it has any.
-    header_params: HashMap<String, Vec<crate::proto::stateless::headers::HeaderParam>>,
+    header_params: FastMap<String, Vec<crate::proto::stateless::headers::HeaderParam>>,
     resources: Vec<Arc<dyn Resource>>,
-    resource_index: HashMap<String, usize>,
+    resource_index: FastMap<String, usize>,
     templates: Vec<Arc<dyn ResourceTemplate>>,
     prompts: Vec<Arc<dyn Prompt>>,
-    prompt_index: HashMap<String, usize>,
+    prompt_index: FastMap<String, usize>,
     tools_list: Value,
     prompts_list: Value,
     resources_list: Value,
@@ -501,15 +501,15 @@ impl Catalog {
     ) -> Dispatch {
         use Dispatch::Ready;
         if let Some(r) = self.list(method, params) {
-            return Ready(r);
+            return Ready(r.map(Reply::Value));
         }
         match method {
             "tools/call" => self.call_tool(params, cx),
             "resources/read" => self.read_resource(params, cx),
             "prompts/get" => self.get_prompt(params, cx),
-            "completion/complete" => {
-                Ready(Ok(json!({"completion": {"values": [], "total": 0, "hasMore": false}})))
-            }
+            "completion/complete" => Ready(Ok(
+                json!({"completion": {"values": [], "total": 0, "hasMore": false}}).into(),
+            )),
             _ => Ready(Err(ErrorObject::new(
                 code::METHOD_NOT_FOUND,
                 format!("Method not found: {method}"),
@@ -531,15 +531,15 @@ impl Catalog {
             Some(_) => return Dispatch::Ready(Err(invalid_params("arguments must be an object"))),
         };
         if let Err(msg) = validate_arguments(&tool.spec().input_schema, &args) {
-            return Dispatch::Ready(Ok(to_value(&CallToolResult::error(format!(
+            return Dispatch::Ready(Ok(Reply::of(&CallToolResult::error(format!(
                 "Invalid arguments: {msg}"
             )))));
         }
         let fut = tool.call(args, self.context(cx));
         Dispatch::Pending(Box::pin(async move {
             match fut.await {
-                Ok(r) => Ok(to_value(&r)),
-                Err(ToolError::Failed(msg)) => Ok(to_value(&CallToolResult::error(msg))),
+                Ok(r) => Ok(Reply::of(&r)),
+                Err(ToolError::Failed(msg)) => Ok(Reply::of(&CallToolResult::error(msg))),
                 Err(ToolError::Protocol(e)) => Err(e),
             }
         }))
@@ -563,7 +563,12 @@ impl Catalog {
             return Dispatch::Ready(Err(resource_not_found(&uri)));
         };
         Dispatch::Pending(Box::pin(async move {
-            fut.await.map(|contents| json!({"contents": contents}))
+            /// A `resources/read` result.
+            #[derive(serde::Serialize)]
+            struct Read<T> {
+                contents: T,
+            }
+            fut.await.map(|contents| Reply::of(&Read { contents }))
         }))
     }
 
@@ -590,12 +595,8 @@ impl Catalog {
             }
         }
         let fut = prompt.get(args, self.context(cx));
-        Dispatch::Pending(Box::pin(async move { fut.await.map(|r| to_value(&r)) }))
+        Dispatch::Pending(Box::pin(async move { fut.await.map(|r| Reply::of(&r)) }))
     }
-}
-
-fn to_value<T: serde::Serialize>(v: &T) -> Value {
-    serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use crate::pipeline::{self, First, Outbound, Requester};
 use crate::proto::admission::ReplyMode;
 use crate::proto::error::{Overload, Rejection};
 use crate::proto::ids::{JsonRpcId, StreamId};
-use crate::proto::jsonrpc::{ErrorObject, Message, code, encode_error, encode_result};
+use crate::proto::jsonrpc::{ErrorObject, Message, Reply, code, encode_error, encode_result};
 use crate::proto::mcp::{LogLevel, method};
 use crate::proto::rollout::StreamMode;
 use crate::proto::route::{Era, Route};
@@ -352,10 +352,10 @@ impl SessionActor {
         };
         let stream_addr = stream.as_ref().map(|(_, _, a)| a.clone());
         let dispatch = match Route::of(Era::Session, &method) {
-            Route::Ping => Dispatch::Ready(Ok(json!({}))),
+            Route::Ping => Dispatch::Ready(Ok(json!({}).into())),
             Route::SetLevel => self.set_level(params.as_ref()),
             r @ (Route::Subscribe | Route::Unsubscribe) => {
-                Dispatch::Ready(self.subscription(r, params.as_ref()))
+                Dispatch::Ready(self.subscription(r, params.as_ref()).map(Reply::Value))
             }
             Route::Reinitialize => Dispatch::Ready(Err(ErrorObject::new(
                 code::INVALID_REQUEST,
@@ -455,7 +455,7 @@ impl SessionActor {
         self.relay(json!({"level": level.as_str()}));
         let writer = Arc::clone(&self.ledger.writer);
         Dispatch::Pending(Box::pin(async move {
-            writer.wait_committed(ack).await.map(|()| json!({})).map_err(|_| {
+            writer.wait_committed(ack).await.map(|()| json!({}).into()).map_err(|_| {
                 ErrorObject::new(
                     code::INTERNAL_ERROR,
                     "the log level applies now, but the ledger did not confirm recording it (a restart may forget it); send it again",
@@ -486,7 +486,7 @@ impl SessionActor {
     pub(super) fn take_response(
         &mut self,
         id: &JsonRpcId,
-        r: Result<Value, ErrorObject>,
+        r: Result<Reply, ErrorObject>,
     ) -> Option<(Bytes, RequestTask, Option<StreamId>)> {
         let task = self.core.end_request(id, self.now())?;
         let bytes = match r {
@@ -498,7 +498,7 @@ impl SessionActor {
 
     /// A spawned request finished: send its response on its own stream (or JSON reply),
     /// unless it was cancelled.
-    pub(super) fn complete(&mut self, id: &JsonRpcId, r: Result<Value, ErrorObject>) {
+    pub(super) fn complete(&mut self, id: &JsonRpcId, r: Result<Reply, ErrorObject>) {
         let Some((bytes, task, stream)) = self.take_response(id, r) else { return };
         if let Some(tx) = task.json {
             let _ = tx.send(Ok(bytes));

@@ -167,3 +167,51 @@ fn a_result_encoded_with_its_tail_equals_the_completed_result() {
         );
     }
 }
+
+#[test]
+fn a_reply_sent_as_text_gets_the_same_tail_as_its_value() {
+    let info = json!({"name": "s", "version": "1"});
+    let (list, read) =
+        (CacheHints { ttl_ms: 300, public: true }, CacheHints { ttl_ms: 0, public: false });
+    let tails = ResultTails::new(&info, list, read);
+    let cases = [
+        ("tools/call", r#"{"content":[{"type":"text","text":"h\"i"}],"isError":true}"#),
+        ("tools/call", "{}"),
+        ("tools/call", "{ }"),
+        // The keys a complete result gets: merged the slow way, the handler's kept.
+        ("tools/call", r#"{"content":[],"_meta":{"x":1}}"#),
+        ("tools/call", r#"{"resultType":"input_required","inputRequests":{}}"#),
+        // Only looking like them (nested, or inside a string): the same answer either way.
+        ("tools/call", r#"{"content":[{"type":"text","text":"\"_meta\""}]}"#),
+        ("tools/call", r#"{"structuredContent":{"resultType":1}}"#),
+        ("resources/read", r#"{"contents":[]}"#),
+        ("tools/list", r#"{"tools":[]}"#),
+        // Not an object: as its value would be.
+        ("tools/call", "[1]"),
+    ];
+    for (method, text) in cases {
+        let value: Value = serde_json::from_str(text).unwrap();
+        let raw = Reply::Raw(serde_json::value::RawValue::from_string(text.into()).unwrap());
+        let sent: Value = serde_json::from_slice(&tails.encode_reply(method, &raw)).unwrap();
+        let from_value: Value = serde_json::from_slice(&tails.encode(method, &value)).unwrap();
+        assert_eq!(sent, from_value, "{method} {text}");
+        let as_value = Reply::Value(value.clone());
+        assert_eq!(tails.encode_reply(method, &as_value), tails.encode(method, &value));
+    }
+}
+
+#[test]
+fn a_reply_is_its_value_whether_kept_as_text_or_as_a_value() {
+    let v = json!({"content": [{"type": "text", "text": "x"}], "isError": false});
+    let raw = Reply::of(&v);
+    assert!(matches!(raw, Reply::Raw(_)));
+    assert!(raw == v);
+    assert_eq!(raw.clone().into_value(), v);
+    assert_eq!(*raw.to_value(), v);
+    assert_eq!(serde_json::to_value(&raw).unwrap(), v);
+    assert_eq!(Reply::from(v.clone()).into_value(), v);
+    assert_eq!(
+        crate::proto::jsonrpc::encode_result(&crate::proto::JsonRpcId::Number(7), &raw),
+        crate::proto::jsonrpc::encode_result(&crate::proto::JsonRpcId::Number(7), &v)
+    );
+}

@@ -4,10 +4,8 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use serde_json::Value;
-
 use super::{Run, Tasks};
-use crate::proto::jsonrpc::ErrorObject;
+use crate::proto::jsonrpc::{ErrorObject, Reply};
 use crate::tools::BoxFuture;
 
 /// Run a task's `handler` to its end, unless it is cancelled (`tasks/cancel` recorded that),
@@ -19,7 +17,7 @@ use crate::tools::BoxFuture;
 pub(crate) async fn drive<M, G>(
     tasks: Arc<Tasks>,
     run: Arc<Run>,
-    mut handler: BoxFuture<Result<Value, ErrorObject>>,
+    mut handler: BoxFuture<Result<Reply, ErrorObject>>,
     ended: impl Future<Output = ()>,
     memory: M,
     in_flight: G,
@@ -49,7 +47,8 @@ pub(crate) async fn drive<M, G>(
     drop(handler);
     held.memory = None;
     if let Some(r) = outcome {
-        tasks.finish(&run, r).await;
+        // As a value: the task keeps it.
+        tasks.finish(&run, r.map(Reply::into_value)).await;
     }
     unfinished.0 = None;
     held.in_flight = None;
