@@ -372,7 +372,7 @@ pub fn cors_preflight_headers(
     ])
 }
 
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 struct Accepts {
     json: bool,
     sse: bool,
@@ -380,6 +380,21 @@ struct Accepts {
 
 fn parse_accept(accept: Option<&str>) -> Accepts {
     let Some(accept) = accept else { return Accepts { json: true, sse: true } };
+    // What clients send, recognised whole (the general reading below splits and trims each
+    // range: about 500 instructions a range, on every request).
+    match accept {
+        "application/json, text/event-stream" | "text/event-stream, application/json" => {
+            return Accepts { json: true, sse: true };
+        }
+        "application/json" => return Accepts { json: true, sse: false },
+        "text/event-stream" => return Accepts { json: false, sse: true },
+        _ => {}
+    }
+    parse_accept_ranges(accept)
+}
+
+/// [`parse_accept`] of any value: each media range, without those of quality 0.
+fn parse_accept_ranges(accept: &str) -> Accepts {
     let mut a = Accepts::default();
     for range in accept.split(',') {
         let mut parts = range.split(';');

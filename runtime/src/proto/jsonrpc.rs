@@ -194,9 +194,29 @@ fn present_params<'de, D: Deserializer<'de>>(d: D) -> Result<Option<params::Para
     params::ParamsWire::deserialize(d).map(Some)
 }
 
+/// A message's `jsonrpc` member: whether it is `"2.0"` (read without keeping a copy; another
+/// type than a string is refused as the `String` it replaced was).
+struct Version(bool);
+
+impl<'de> Deserialize<'de> for Version {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Version;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Version, E> {
+                Ok(Version(v == "2.0"))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
 #[derive(Deserialize)]
 struct Wire {
-    jsonrpc: Option<String>,
+    jsonrpc: Option<Version>,
     #[serde(default, deserialize_with = "present")]
     id: Option<Value>,
     method: Option<String>,
@@ -255,7 +275,7 @@ fn classify(w: Wire) -> Result<Message, ParseError> {
             }
         },
     };
-    if w.jsonrpc.as_deref() != Some("2.0") {
+    if !w.jsonrpc.is_some_and(|v| v.0) {
         return Err(ParseError::Invalid { reason: "jsonrpc must be \"2.0\"", id });
     }
     if let Some(method) = w.method {

@@ -464,3 +464,17 @@ fn a_preflight_asking_for_more_than_64_argument_headers_is_refused() {
     assert_eq!(Rejection::TooManyParamHeaders.status(), 400);
     assert!(Rejection::TooManyParamHeaders.to_string().contains("64"));
 }
+
+#[test]
+fn the_accept_values_recognised_whole_read_as_their_ranges_do() {
+    for v in [
+        "application/json, text/event-stream",
+        "text/event-stream, application/json",
+        "application/json",
+        "text/event-stream",
+    ] {
+        assert_eq!(parse_accept(Some(v)), parse_accept_ranges(v), "{v}");
+    }
+    assert_eq!(parse_accept(Some("application/json")), Accepts { json: true, sse: false });
+    assert_eq!(parse_accept(Some("text/event-stream")), Accepts { json: false, sse: true });
+}

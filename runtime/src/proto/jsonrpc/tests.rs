@@ -58,6 +58,26 @@ fn wrong_version_keeps_readable_id_for_the_error() {
 }
 
 #[test]
+fn only_the_string_2_0_is_the_version_whether_escaped_batched_or_missing() {
+    let reason = |body: &str| match parse_body(body.as_bytes()) {
+        Err(ParseError::Invalid { reason, .. }) => reason,
+        other => panic!("{body}: {other:?}"),
+    };
+    assert!(single(r#"{"jsonrpc":"2\u002e0","id":1,"method":"m"}"#).is_ok());
+    assert!(parse_body(br#"[{"jsonrpc":"2.0","id":1,"method":"m"}]"#).is_ok());
+    for wrong in [
+        r#"{"id":1,"method":"m"}"#,
+        r#"{"jsonrpc":null,"id":1,"method":"m"}"#,
+        r#"{"jsonrpc":"2.0 ","id":1,"method":"m"}"#,
+        r#"[{"jsonrpc":"1.0","id":1,"method":"m"}]"#,
+    ] {
+        assert_eq!(reason(wrong), "jsonrpc must be \"2.0\"", "{wrong}");
+    }
+    // Not a string at all: the object is not a JSON-RPC message.
+    assert_eq!(reason(r#"{"jsonrpc":2.0,"id":1,"method":"m"}"#), "not a JSON-RPC object");
+}
+
+#[test]
 fn invalid_json_is_a_parse_error_without_id() {
     let err = parse_body(b"{not json").unwrap_err();
     assert!(matches!(err, ParseError::Json(_)));
