@@ -130,8 +130,9 @@ pub(crate) struct Registry<H: Registered> {
     /// Taken once per session start and end.
     per_key: Mutex<HashMap<QuotaKey, Caller>>,
     /// Ledger HMACs of the live sessions, with their ids: ledger housekeeping never evicts
-    /// one of these, and an end heard from another host finds its session here.
-    live_hmacs: Mutex<HashMap<Arc<str>, SessionId>>,
+    /// one of these, and an end heard from another host finds its session here. Keyed by
+    /// HMACs this server computes (a client cannot choose one that collides without the key).
+    live_hmacs: Mutex<FastMap<Arc<str>, SessionId>>,
     /// Told when the last session leaves.
     quiet: Arc<tokio::sync::Notify>,
     /// Hibernating sessions.
