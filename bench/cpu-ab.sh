@@ -10,10 +10,16 @@
 set -euo pipefail
 : "${BUILDS:?BUILDS=\"name=path ...\"}" "${OUT:?OUT=dir}"
 REPS="${REPS:-4}"; LUA="${LUA:-/tmp/pp/lua/mcp.lua}"; KIND="${KIND:-legacy-sse}"
+case "$KIND" in legacy-sse|modern-json) ;; *) echo "KIND must be legacy-sse or modern-json, not $KIND" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
+# Which binaries were measured (their names are the caller's; the checksums are not).
+for b in $BUILDS; do echo "${b%%=*} ${b#*=} $(sha256sum "${b#*=}" | cut -c1-16) KIND=$KIND"; done >> "$OUT/builds.txt"
 HOST=""; WORK=""
-cleanup() { [ -n "$HOST" ] && kill "$HOST" 2>/dev/null && wait "$HOST" 2>/dev/null; [ -n "$WORK" ] && rm -rf "$WORK"; HOST=""; WORK=""; }
+cleanup() { if [ -n "$HOST" ]; then kill "$HOST" 2>/dev/null; wait "$HOST" 2>/dev/null || true; fi; if [ -n "$WORK" ]; then rm -rf "$WORK"; fi; HOST=""; WORK=""; }
+# `one` runs in this shell (never in a pipe's subshell), so a failure anywhere in it, or an
+# interrupt, stops the host it started.
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 one() { # name path -> one line
   local name=$1 bin=$2 port=$((20000 + RANDOM % 1000)) sid u0 s0 u1 s1 n out
   WORK=$(mktemp -d)
@@ -40,7 +46,7 @@ one() { # name path -> one line
   python3 -c "n=$n; tk=$(getconf CLK_TCK); print(f'$name req/s {n/8:.0f} user_us {($u1-$u0)/tk/n*1e6:.2f} sys_us {($s1-$s0)/tk/n*1e6:.2f} total_us {($u1-$u0+$s1-$s0)/tk/n*1e6:.2f}')"
 }
 for r in $(seq "$REPS"); do
-  for b in $BUILDS; do one "${b%%=*}" "${b#*=}" | tee -a "$OUT/cpu.txt"; done
+  for b in $BUILDS; do one "${b%%=*}" "${b#*=}" >> "$OUT/cpu.txt"; tail -n 1 "$OUT/cpu.txt"; done
 done
 python3 - "$OUT/cpu.txt" <<'PY' | tee "$OUT/summary.txt"
 import sys, statistics, collections

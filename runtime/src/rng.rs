@@ -3,7 +3,10 @@
 //! Drawn through a small per-thread buffer: a session's `initialize` takes a few dozen bytes,
 //! and a `getrandom` call of its own for each draw was about 1 % of its CPU (the system call
 //! and the kernel's per-call key setup). Every byte comes from the operating system, is
-//! handed out once, and is zeroed as it leaves the buffer.
+//! handed out once, and is zeroed as it leaves the buffer. What a thread has not drawn yet
+//! (at most 1 KiB) stays in its memory until drawn, and is not cleared when the thread ends.
+//! A process that forked after a draw would hand out the same bytes in parent and child: the
+//! host never forks, and a program embedding the runtime must not fork and go on using it.
 
 use std::cell::RefCell;
 

@@ -63,7 +63,7 @@ mod tests {
     use std::net::{Ipv4Addr, Ipv6Addr};
 
     #[test]
-    fn an_addresss_owner_is_written_as_the_standard_formatter_writes_it() {
+    fn an_address_owner_is_written_as_the_standard_formatter_writes_it() {
         // Owners are stored with what they keep (tasks, handles): the text must not change.
         let v4s = [
             Ipv4Addr::new(0, 0, 0, 0),

@@ -6,12 +6,12 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-/// A map keyed by ids this server mints (sessions, streams), or whose keys are fixed at start
-/// (the catalog's names: a client only looks up, it cannot fill a bucket), looked up several
-/// times a request: foldhash, faster than std's SipHash (a few per cent of an echo call in issue 23's
-/// profiles) and seeded per process (from addresses and the time) but, by its own account,
-/// not resistant to chosen collisions. Keys a client chooses (JSON-RPC request ids) keep
-/// std's `HashMap`.
+/// A map keyed by ids this server mints (sessions, streams) or computes (HMACs), or whose
+/// keys are fixed at start (the catalog's names: a client only looks up, it cannot fill a
+/// bucket), looked up several times a request: foldhash, faster than std's SipHash (a few
+/// per cent of an echo call in issue 23's profiles) and seeded per process (from addresses
+/// and the time) but, by its own account, not resistant to chosen collisions. Keys a client
+/// chooses (JSON-RPC request ids) keep std's `HashMap`.
 pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// Monotonic time in milliseconds since an origin chosen by the shell. The core never reads a

@@ -350,41 +350,73 @@ struct OutCall<'a, P: Serialize + ?Sized> {
 /// What a request's handler answers: a JSON value, or the JSON text of a result its handler
 /// serialized straight from its own type (a tool's result: building it as a `Value` first,
 /// then writing that, cost a map and a string per key and a second walk).
+///
+/// Text keeps the order its type declares its fields in; a `Value` writes its keys sorted.
+/// JSON objects are unordered, so both are the same answer (a keyed call's replay, read back
+/// from its receipt, may list a result's keys in another order than its first answer did).
 #[derive(Debug, Clone)]
 pub enum Reply {
     /// A JSON value.
     Value(Value),
-    /// One valid JSON value, as text (made by [`Reply::of`]).
-    Raw(Box<serde_json::value::RawValue>),
+    /// One valid JSON value, as text.
+    Raw(RawReply),
+}
+
+/// The text of a [`Reply`], made only by [`Reply::of`] (so always what a serializer wrote).
+#[derive(Debug, Clone)]
+pub struct RawReply(Box<serde_json::value::RawValue>);
+
+impl RawReply {
+    /// The JSON text.
+    #[must_use]
+    pub fn get(&self) -> &str {
+        self.0.get()
+    }
 }
 
 impl Reply {
     /// `result`, serialized now; `null` for a value that cannot be serialized (a map with
-    /// keys that are not strings: none of the runtime's result types has one).
+    /// keys that are not strings: none of the runtime's result types has one), as
+    /// `serde_json::to_value` gave before.
     #[must_use]
     pub fn of<T: Serialize + ?Sized>(result: &T) -> Reply {
-        serde_json::value::to_raw_value(result).map_or(Reply::Value(Value::Null), Reply::Raw)
+        serde_json::value::to_raw_value(result)
+            .map_or(Reply::Value(Value::Null), |r| Reply::Raw(RawReply(r)))
     }
 
     /// As a JSON value (parsed again when it is text: for the paths that keep or merge a
     /// result, not for one that is only sent).
-    #[must_use]
-    pub fn into_value(self) -> Value {
+    ///
+    /// # Errors
+    /// `-32603` for text nested deeper than a `Value` is read (128 levels): written, such a
+    /// result cannot be read back to be kept or merged (never silently `null`).
+    pub fn into_value(self) -> Result<Value, ErrorObject> {
         match self {
-            Reply::Value(v) => v,
-            // Made by `to_raw_value`: valid JSON, which a `Value` reads back.
-            Reply::Raw(r) => serde_json::from_str(r.get()).unwrap_or(Value::Null),
+            Reply::Value(v) => Ok(v),
+            Reply::Raw(r) => read_back(r.get()),
         }
     }
 
     /// As a JSON value, borrowed when it is one.
-    #[must_use]
-    pub fn to_value(&self) -> std::borrow::Cow<'_, Value> {
+    ///
+    /// # Errors
+    /// As [`Reply::into_value`].
+    pub fn to_value(&self) -> Result<std::borrow::Cow<'_, Value>, ErrorObject> {
         match self {
-            Reply::Value(v) => std::borrow::Cow::Borrowed(v),
-            Reply::Raw(_) => std::borrow::Cow::Owned(self.clone().into_value()),
+            Reply::Value(v) => Ok(std::borrow::Cow::Borrowed(v)),
+            Reply::Raw(r) => read_back(r.get()).map(std::borrow::Cow::Owned),
         }
     }
+}
+
+/// A result's text read back into a value.
+fn read_back(text: &str) -> Result<Value, ErrorObject> {
+    serde_json::from_str(text).map_err(|e| {
+        ErrorObject::new(
+            code::INTERNAL_ERROR,
+            format!("the result could not be read back to be kept or completed: {e}"),
+        )
+    })
 }
 
 impl From<Value> for Reply {
@@ -393,10 +425,11 @@ impl From<Value> for Reply {
     }
 }
 
-/// Equal when their JSON values are (for tests and comparisons; text is parsed).
+/// Equal when their JSON values are (for tests and comparisons; text is parsed, and text
+/// that cannot be read back equals nothing).
 impl PartialEq<Value> for Reply {
     fn eq(&self, other: &Value) -> bool {
-        *self.to_value() == *other
+        self.to_value().is_ok_and(|v| *v == *other)
     }
 }
 
@@ -404,7 +437,7 @@ impl Serialize for Reply {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
             Reply::Value(v) => v.serialize(s),
-            Reply::Raw(r) => r.serialize(s),
+            Reply::Raw(r) => r.0.serialize(s),
         }
     }
 }

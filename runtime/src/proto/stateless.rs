@@ -14,8 +14,8 @@ pub(crate) mod state;
 use serde_json::Value;
 
 use super::ids::JsonRpcId;
-use super::jsonrpc::Reply;
 pub(crate) use super::jsonrpc::WireMeta;
+use super::jsonrpc::{ErrorObject, Reply};
 use super::mcp::LogLevel;
 
 /// The modern protocol version.
@@ -318,12 +318,15 @@ impl ResultTails {
     }
 
     /// [`ResultTails::encode`] of a handler's reply. A reply sent as text gets its tail
-    /// appended to that text when it is an object in which neither `resultType` nor `_meta`
-    /// appears at all (a nested one, or one inside a string, only sends it the slow way).
-    #[must_use]
-    pub fn encode_reply(&self, method: &str, result: &Reply) -> Vec<u8> {
+    /// appended to that text when it is an object in which neither `"resultType"` nor
+    /// `"_meta"` appears at all (a nested key of that name only sends it the slow way, read
+    /// back and merged; inside a string its quotes are escaped, and it does not count).
+    ///
+    /// # Errors
+    /// As [`Reply::into_value`], when the slow way cannot read the text back.
+    pub fn encode_reply(&self, method: &str, result: &Reply) -> Result<Vec<u8>, ErrorObject> {
         let text = match result {
-            Reply::Value(v) => return self.encode(method, v),
+            Reply::Value(v) => return Ok(self.encode(method, v)),
             Reply::Raw(r) => r.get().as_bytes(),
         };
         let plain = text.len() >= 2
@@ -332,7 +335,7 @@ impl ResultTails {
             && memchr::memmem::find(text, b"\"resultType\"").is_none()
             && memchr::memmem::find(text, b"\"_meta\"").is_none();
         if !plain {
-            return self.encode(method, &result.to_value());
+            return Ok(self.encode(method, &*result.to_value()?));
         }
         let tail = self.tail(method);
         let inner = &text[1..text.len() - 1];
@@ -343,7 +346,7 @@ impl ResultTails {
         }
         out.extend_from_slice(tail);
         out.push(b'}');
-        out
+        Ok(out)
     }
 
     /// The keys appended to `method`'s result.

@@ -392,7 +392,7 @@ impl Receipts {
             Dispatch::Ready(r) => r,
             Dispatch::Pending(fut) => fut.await,
         }
-        .map(Reply::into_value);
+        .and_then(Reply::into_value);
         guard.armed = false;
         // Ran: its receipt answers for the key from now on, whatever becomes of the claim.
         if let Some(c) = guard.claim.take() {
@@ -912,7 +912,7 @@ mod tests {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         assert!(!second.is_finished(), "told before the receipt's deletion was committed");
         stall.release();
-        let told = second.await.unwrap().unwrap().into_value();
+        let told = second.await.unwrap().unwrap().into_value().unwrap();
         assert!(
             told["content"][0]["text"].as_str().unwrap().contains("nothing was done"),
             "{told}"

@@ -181,7 +181,8 @@ fn a_reply_sent_as_text_gets_the_same_tail_as_its_value() {
         // The keys a complete result gets: merged the slow way, the handler's kept.
         ("tools/call", r#"{"content":[],"_meta":{"x":1}}"#),
         ("tools/call", r#"{"resultType":"input_required","inputRequests":{}}"#),
-        // Only looking like them (nested, or inside a string): the same answer either way.
+        // Only looking like them (nested, or inside a string, where its quotes are escaped):
+        // the same answer either way.
         ("tools/call", r#"{"content":[{"type":"text","text":"\"_meta\""}]}"#),
         ("tools/call", r#"{"structuredContent":{"resultType":1}}"#),
         ("resources/read", r#"{"contents":[]}"#),
@@ -191,13 +192,54 @@ fn a_reply_sent_as_text_gets_the_same_tail_as_its_value() {
     ];
     for (method, text) in cases {
         let value: Value = serde_json::from_str(text).unwrap();
-        let raw = Reply::Raw(serde_json::value::RawValue::from_string(text.into()).unwrap());
-        let sent: Value = serde_json::from_slice(&tails.encode_reply(method, &raw)).unwrap();
+        let raw = Reply::of(&*serde_json::value::RawValue::from_string(text.into()).unwrap());
+        let sent: Value =
+            serde_json::from_slice(&tails.encode_reply(method, &raw).unwrap()).unwrap();
         let from_value: Value = serde_json::from_slice(&tails.encode(method, &value)).unwrap();
         assert_eq!(sent, from_value, "{method} {text}");
         let as_value = Reply::Value(value.clone());
-        assert_eq!(tails.encode_reply(method, &as_value), tails.encode(method, &value));
+        assert_eq!(tails.encode_reply(method, &as_value).unwrap(), tails.encode(method, &value));
     }
+    // The text itself is sent, its tail appended (not read back and written sorted).
+    let plain = String::from_utf8(tails.plain.clone()).unwrap();
+    let text = r#"{"z":1,"content":[{"type":"text","text":"\"_meta\""}]}"#;
+    let raw = Reply::of(&*serde_json::value::RawValue::from_string(text.into()).unwrap());
+    assert_eq!(
+        String::from_utf8(tails.encode_reply("tools/call", &raw).unwrap()).unwrap(),
+        format!(r#"{{"z":1,"content":[{{"type":"text","text":"\"_meta\""}}],{plain}}}"#)
+    );
+    let empty = Reply::of(&json!({}));
+    assert_eq!(
+        tails.encode_reply("tools/call", &empty).unwrap(),
+        format!("{{{plain}}}").into_bytes()
+    );
+}
+
+#[test]
+fn a_reply_too_deep_to_read_back_is_an_error_not_null() {
+    let info = json!({"name": "s", "version": "1"});
+    let hints = CacheHints { ttl_ms: 0, public: false };
+    let tails = ResultTails::new(&info, hints, hints);
+    // Written, 200 levels; read back, past serde_json's 128.
+    let mut deep = json!(1);
+    for _ in 0..200 {
+        deep = json!([deep]);
+    }
+    let reply = Reply::of(&json!({"structuredContent": deep.clone()}));
+    assert!(matches!(reply, Reply::Raw(_)));
+    let code = |e: crate::proto::jsonrpc::ErrorObject| e.code;
+    assert_eq!(
+        reply.clone().into_value().map_err(code),
+        Err(crate::proto::jsonrpc::code::INTERNAL_ERROR)
+    );
+    assert!(reply != json!(null));
+    // Sent as it is when no tail needs merging; an error when one does.
+    assert!(tails.encode_reply("tools/call", &reply).is_ok());
+    let merged = Reply::of(&json!({"_meta": {}, "structuredContent": deep}));
+    assert_eq!(
+        tails.encode_reply("tools/call", &merged).map_err(code),
+        Err(crate::proto::jsonrpc::code::INTERNAL_ERROR)
+    );
 }
 
 #[test]
@@ -206,10 +248,10 @@ fn a_reply_is_its_value_whether_kept_as_text_or_as_a_value() {
     let raw = Reply::of(&v);
     assert!(matches!(raw, Reply::Raw(_)));
     assert!(raw == v);
-    assert_eq!(raw.clone().into_value(), v);
-    assert_eq!(*raw.to_value(), v);
+    assert_eq!(raw.clone().into_value().unwrap(), v);
+    assert_eq!(*raw.to_value().unwrap(), v);
     assert_eq!(serde_json::to_value(&raw).unwrap(), v);
-    assert_eq!(Reply::from(v.clone()).into_value(), v);
+    assert_eq!(Reply::from(v.clone()).into_value().unwrap(), v);
     assert_eq!(
         crate::proto::jsonrpc::encode_result(&crate::proto::JsonRpcId::Number(7), &raw),
         crate::proto::jsonrpc::encode_result(&crate::proto::JsonRpcId::Number(7), &v)

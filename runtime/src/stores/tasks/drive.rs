@@ -48,7 +48,7 @@ pub(crate) async fn drive<M, G>(
     held.memory = None;
     if let Some(r) = outcome {
         // As a value: the task keeps it.
-        tasks.finish(&run, r.map(Reply::into_value)).await;
+        tasks.finish(&run, r.and_then(Reply::into_value)).await;
     }
     unfinished.0 = None;
     held.in_flight = None;
