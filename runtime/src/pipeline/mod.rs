@@ -70,8 +70,8 @@ pub(crate) fn dispatch(
     let progress_token = params.and_then(crate::proto::jsonrpc::progress_token).cloned();
     let Requester { principal, owner, capabilities, log_level, logs, session, lists } = requester;
     if let Some(filter) = &lists
-        && let Some(Ok(full)) = catalog.list(method, params)
-        && let Some(shown) = filter.apply(method, &full)
+        && let Some(Ok(full)) = catalog.list_ref(method, params)
+        && let Some(shown) = filter.apply(method, full)
     {
         return Dispatch::Ready(Ok(Reply::Value(shown)));
     }

@@ -232,10 +232,9 @@ impl CatalogBuilder {
             templates: self.templates,
             prompts: self.prompts,
             prompt_index,
-            tools_list,
-            prompts_list,
-            resources_list,
-            templates_list,
+            lists_text: [&tools_list, &prompts_list, &resources_list, &templates_list]
+                .map(Reply::of),
+            lists: [tools_list, prompts_list, resources_list, templates_list],
             changes: Arc::new(Changes::new(self.offered)),
             handles: std::sync::OnceLock::new(),
         })
@@ -258,10 +257,11 @@ pub struct Catalog {
     templates: Vec<Arc<dyn ResourceTemplate>>,
     prompts: Vec<Arc<dyn Prompt>>,
     prompt_index: FastMap<String, usize>,
-    tools_list: Value,
-    prompts_list: Value,
-    resources_list: Value,
-    templates_list: Value,
+    /// The results of [`LIST_METHODS`], in that order.
+    lists: [Value; 4],
+    /// The same as text: what a list request is answered with (a copy of the text, not of
+    /// the values' maps and strings).
+    lists_text: [Reply; 4],
     /// Announcements of list changes and resource updates.
     changes: Arc<Changes>,
     /// The state handle store, once a supervisor serves the catalog (it lives in the ledger).
@@ -313,6 +313,10 @@ fn str_param<'a>(params: Option<&'a Value>, key: &str) -> Result<&'a str, ErrorO
 }
 
 /// We never issue pagination cursors (every list fits one page), so any cursor is invalid.
+/// The list methods, in the order of a catalog's `lists`.
+const LIST_METHODS: [&str; 4] =
+    ["tools/list", "prompts/list", "resources/list", "resources/templates/list"];
+
 fn no_cursor(params: Option<&Value>) -> Result<(), ErrorObject> {
     match params.and_then(|p| p.get("cursor")) {
         None | Some(Value::Null) => Ok(()),
@@ -460,14 +464,27 @@ impl Catalog {
     /// another method.
     #[must_use]
     pub fn list(&self, method: &str, params: Option<&Value>) -> Option<Result<Value, ErrorObject>> {
-        let list = match method {
-            "tools/list" => &self.tools_list,
-            "prompts/list" => &self.prompts_list,
-            "resources/list" => &self.resources_list,
-            "resources/templates/list" => &self.templates_list,
-            _ => return None,
-        };
-        Some(no_cursor(params).map(|()| list.clone()))
+        self.list_ref(method, params).map(|r| r.cloned())
+    }
+
+    /// [`Catalog::list`], borrowed (for a filter, which makes its own value).
+    pub(crate) fn list_ref(
+        &self,
+        method: &str,
+        params: Option<&Value>,
+    ) -> Option<Result<&Value, ErrorObject>> {
+        let i = LIST_METHODS.iter().position(|m| *m == method)?;
+        Some(no_cursor(params).map(|()| &self.lists[i]))
+    }
+
+    /// [`Catalog::list`] as the reply sent: a copy of the list's text.
+    fn list_reply(
+        &self,
+        method: &str,
+        params: Option<&Value>,
+    ) -> Option<Result<Reply, ErrorObject>> {
+        let i = LIST_METHODS.iter().position(|m| *m == method)?;
+        Some(no_cursor(params).map(|()| self.lists_text[i].clone()))
     }
 
     /// Dispatch a catalog method. `cx` is called only for `tools/call`, `prompts/get` and
@@ -500,8 +517,8 @@ impl Catalog {
         cx: impl FnOnce() -> ToolContext,
     ) -> Dispatch {
         use Dispatch::Ready;
-        if let Some(r) = self.list(method, params) {
-            return Ready(r.map(Reply::Value));
+        if let Some(r) = self.list_reply(method, params) {
+            return Ready(r);
         }
         match method {
             "tools/call" => self.call_tool(params, cx),
@@ -612,6 +629,31 @@ mod tests {
         assert!(match_template("test://template/{id}/data", "test://template/1/2/data").is_none());
         assert!(match_template("a/{x}", "a/b").is_some());
         assert!(match_template("a/{x}", "a/b/c").is_none());
+    }
+
+    #[test]
+    fn a_list_is_answered_with_its_text_and_equals_its_value() {
+        let spec = ToolSpec::new("t", "a tool", json!({"type": "object"}));
+        let c = keyed(spec).unwrap();
+        for method in LIST_METHODS {
+            let Dispatch::Ready(Ok(reply)) = c.dispatch_uncaught(method, None, || unreachable!())
+            else {
+                panic!("{method} answers at once")
+            };
+            assert!(matches!(reply, Reply::Raw(_)), "{method}");
+            assert!(reply == c.list(method, None).unwrap().unwrap(), "{method}");
+        }
+        assert!(
+            c.list_reply("tools/list", None).unwrap().unwrap()
+                == json!({"tools": [c.tool("t").unwrap().spec()]})
+        );
+        let cursor = json!({"cursor": "x"});
+        let Dispatch::Ready(Err(e)) =
+            c.dispatch_uncaught("tools/list", Some(&cursor), || unreachable!())
+        else {
+            panic!("a cursor is refused")
+        };
+        assert_eq!(e.code, code::INVALID_PARAMS);
     }
 
     fn keyed(spec: ToolSpec) -> Result<Catalog, CatalogError> {
