@@ -91,7 +91,7 @@ pub(crate) fn dispatch(
         (Err(e), _) => Dispatch::Ready(Err(e)),
         (Ok(Some(call)), Some(place)) => {
             let (owned, c) = (params.cloned(), Arc::clone(catalog));
-            let run = Box::new(move || c.dispatch_uncaught("tools/call", owned.as_ref(), cx));
+            let run = Box::new(move || c.call_tool_kept(owned.as_ref(), cx));
             Dispatch::Pending(receipts.call(call, keeper, place, run))
         }
         (Ok(_), _) => catalog.dispatch(method, params, cx),
@@ -164,6 +164,45 @@ mod tests {
             Outbound::Stateless(s) => s,
             Outbound::Session { .. } => panic!("a stateless outbound"),
         }
+    }
+
+    #[test]
+    fn a_kept_call_is_made_a_value_and_a_sent_one_text() {
+        let spec = crate::tools::ToolSpec::new("t", "a tool", json!({"type": "object"}));
+        let c = Catalog::builder()
+            .tool(crate::tools::tool_fn(spec, |_, _| async {
+                Ok(crate::tools::CallToolResult::text("x"))
+            }))
+            .build(crate::tools::ServerInfo {
+                name: "t".into(),
+                version: "0".into(),
+                instructions: None,
+            })
+            .unwrap();
+        let params = json!({"name": "t", "arguments": {}});
+        let cx = || {
+            ToolContext::new(
+                JsonRpcId::Number(1),
+                None,
+                CancellationToken::new(),
+                None,
+                Arc::new(json!({})),
+                None,
+                Arc::new(stateless(&params)),
+            )
+        };
+        let answer = |d: Dispatch| match d {
+            Dispatch::Ready(r) => r.unwrap(),
+            Dispatch::Pending(mut f) => match waker_poll(&mut f) {
+                Poll::Ready(r) => r.unwrap(),
+                Poll::Pending => panic!("the tool answers at once"),
+            },
+        };
+        let kept = answer(c.call_tool_kept(Some(&params), cx));
+        let sent = answer(c.dispatch_uncaught("tools/call", Some(&params), cx));
+        assert!(matches!(kept, Reply::Value(_)));
+        assert!(matches!(sent, Reply::Raw(_)));
+        assert!(sent == kept.into_value().unwrap());
     }
 
     #[test]

@@ -521,7 +521,7 @@ impl Catalog {
             return Ready(r);
         }
         match method {
-            "tools/call" => self.call_tool(params, cx),
+            "tools/call" => self.call_tool(params, cx, Reply::of),
             "resources/read" => self.read_resource(params, cx),
             "prompts/get" => self.get_prompt(params, cx),
             "completion/complete" => Ready(Ok(
@@ -534,7 +534,23 @@ impl Catalog {
         }
     }
 
-    fn call_tool(&self, params: Option<&Value>, cx: impl FnOnce() -> ToolContext) -> Dispatch {
+    /// [`Catalog::dispatch_uncaught`] of a `tools/call` whose result is kept (a receipt's):
+    /// made as a value at once, not as text to be read back.
+    pub(crate) fn call_tool_kept(
+        &self,
+        params: Option<&Value>,
+        cx: impl FnOnce() -> ToolContext,
+    ) -> Dispatch {
+        self.call_tool(params, cx, |r| Reply::Value(serde_json::to_value(r).unwrap_or(Value::Null)))
+    }
+
+    /// A `tools/call`, its result made into a reply by `reply`.
+    fn call_tool(
+        &self,
+        params: Option<&Value>,
+        cx: impl FnOnce() -> ToolContext,
+        reply: fn(&CallToolResult) -> Reply,
+    ) -> Dispatch {
         let name = match str_param(params, "name") {
             Ok(n) => n,
             Err(e) => return Dispatch::Ready(Err(e)),
@@ -548,15 +564,15 @@ impl Catalog {
             Some(_) => return Dispatch::Ready(Err(invalid_params("arguments must be an object"))),
         };
         if let Err(msg) = validate_arguments(&tool.spec().input_schema, &args) {
-            return Dispatch::Ready(Ok(Reply::of(&CallToolResult::error(format!(
+            return Dispatch::Ready(Ok(reply(&CallToolResult::error(format!(
                 "Invalid arguments: {msg}"
             )))));
         }
         let fut = tool.call(args, self.context(cx));
         Dispatch::Pending(Box::pin(async move {
             match fut.await {
-                Ok(r) => Ok(Reply::of(&r)),
-                Err(ToolError::Failed(msg)) => Ok(Reply::of(&CallToolResult::error(msg))),
+                Ok(r) => Ok(reply(&r)),
+                Err(ToolError::Failed(msg)) => Ok(reply(&CallToolResult::error(msg))),
                 Err(ToolError::Protocol(e)) => Err(e),
             }
         }))
