@@ -12,6 +12,8 @@ set -euo pipefail
 REPS="${REPS:-4}"; LUA="${LUA:-/tmp/pp/lua/mcp.lua}"; KIND="${KIND:-legacy-sse}"
 case "$KIND" in legacy-sse|modern-json) ;; *) echo "KIND must be legacy-sse or modern-json, not $KIND" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
+# Medians over this run's reps only.
+if [ -e "$OUT/cpu.txt" ]; then echo "$OUT/cpu.txt exists: give a new OUT" >&2; exit 2; fi
 # Which binaries were measured (their names are the caller's; the checksums are not).
 for b in $BUILDS; do echo "${b%%=*} ${b#*=} $(sha256sum "${b#*=}" | cut -c1-16) KIND=$KIND"; done >> "$OUT/builds.txt"
 HOST=""; WORK=""
@@ -25,7 +27,9 @@ one() { # name path -> one line
   WORK=$(mktemp -d)
   (cd "$WORK" && exec taskset -c 1 "$bin" --port "$port" --workers 1 >/dev/null 2>&1) &
   HOST=$!
-  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.1; done
+  local up=""
+  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/" && { up=1; break; }; sleep 0.1; done
+  if [ -z "$up" ]; then echo "$name ($bin) did not answer on port $port within 10 s" >&2; exit 1; fi
   if [ "$KIND" = modern-json ]; then
     export MCP_BODY='{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"b","version":"1"}}}}' \
       MCP_SIDS="" MCP_PV=2026-07-28 MCP_ACCEPT="application/json" MCP_HEADERS="Mcp-Method: tools/call;Mcp-Name: echo"

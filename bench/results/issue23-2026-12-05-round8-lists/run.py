@@ -1,4 +1,4 @@
-# Host CPU per legacy tools/list (the default packs: a 7,667-byte list), two builds alternated,
+# Host CPU per legacy tools/list (the default packs: a 7,667-byte response), two builds alternated,
 # 3 reps: a fresh host per rep (one worker, CPU 1), one session, 200 warm-up calls then 4,000
 # sequential calls on one keep-alive connection; user and system CPU from /proc (clock ticks:
 # 10 ms, so about 2.5 us a call of granularity). Loopback only; stops the host it starts.

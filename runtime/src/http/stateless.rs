@@ -281,9 +281,9 @@ fn answered_at_once(
         Ok(stateless::discover_result(catalog.modern_capabilities(), catalog.instructions()))
     } else {
         catalog
-            .list(method, params)
+            .list_ref(method, params)
             .unwrap_or_else(|| Err(ErrorObject::new(code::INTERNAL_ERROR, "not a list")))
-            .map(|full| lists.and_then(|f| f.apply(method, &full)).unwrap_or(full))
+            .map(|full| lists.and_then(|f| f.apply(method, full)).unwrap_or_else(|| full.clone()))
     };
     match r {
         Ok(v) => encode_result_raw(id, &sup.modern_results().tails().encode(method, &v)),

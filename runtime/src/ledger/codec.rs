@@ -344,6 +344,33 @@ fn validate(record: &Record) -> Result<(), CodecError> {
     Ok(())
 }
 
+/// How deeply a result a record keeps may nest (arrays and objects): serde_json reads records
+/// back through at most 128 levels, and a record wraps what it keeps in a few of its own. A
+/// deeper result is not kept (as one too large is not): kept, its record could never be read.
+pub const KEPT_DEPTH_MAX: usize = 120;
+
+/// How deeply `v` nests: 0 for a scalar, one more than its deepest member for an array or an
+/// object (counted without recursion).
+#[must_use]
+pub fn depth(v: &Value) -> usize {
+    let mut deepest = 0;
+    let mut todo = vec![(v, 0)];
+    while let Some((v, d)) = todo.pop() {
+        match v {
+            Value::Array(a) => {
+                deepest = deepest.max(d + 1);
+                todo.extend(a.iter().map(|x| (x, d + 1)));
+            }
+            Value::Object(m) => {
+                deepest = deepest.max(d + 1);
+                todo.extend(m.values().map(|x| (x, d + 1)));
+            }
+            _ => {}
+        }
+    }
+    deepest
+}
+
 /// Hex digits of a session HMAC (128 bits).
 pub const HMAC_HEX_LEN: usize = 32;
 
@@ -541,6 +568,36 @@ pub fn handles_index(kind: &str, principal: Option<&str>) -> String {
 #[cfg(test)]
 mod usage_member_tests {
     use super::*;
+
+    #[test]
+    fn a_receipt_keeping_a_result_as_deep_as_the_bound_is_read_back() {
+        let nested = |levels: usize| {
+            let mut v = Value::from(1);
+            for _ in 0..levels {
+                v = serde_json::json!([v]);
+            }
+            v
+        };
+        assert_eq!(depth(&Value::from(1)), 0);
+        assert_eq!(depth(&serde_json::json!({"a": [1, {"b": {}}], "c": 2})), 4);
+        assert_eq!(depth(&serde_json::json!([])), 1);
+        assert_eq!(depth(&nested(KEPT_DEPTH_MAX)), KEPT_DEPTH_MAX);
+        let receipt = |v: Value| {
+            Record::Receipt(ReceiptRecord {
+                principal: None,
+                key: "k".into(),
+                tool: "t".into(),
+                args_digest: "0".repeat(64),
+                created_ms: 1,
+                state: ReceiptState::Done { outcome: Outcome::Result(v) },
+                run: 1,
+            })
+        };
+        let at_bound = receipt(nested(KEPT_DEPTH_MAX));
+        assert_eq!(decode(&encode(&at_bound)).unwrap(), at_bound);
+        // What the bound keeps out: past serde_json's 128 levels, a record is never read back.
+        assert!(decode(&encode(&receipt(nested(130)))).is_err());
+    }
 
     #[test]
     fn a_usage_member_gives_its_caller_and_bytes_back_whatever_the_caller_holds() {

@@ -352,8 +352,8 @@ struct OutCall<'a, P: Serialize + ?Sized> {
 /// then writing that, cost a map and a string per key and a second walk).
 ///
 /// Text keeps the order its type declares its fields in; a `Value` writes its keys sorted.
-/// JSON objects are unordered, so both are the same answer (a keyed call's replay, read back
-/// from its receipt, may list a result's keys in another order than its first answer did).
+/// JSON objects are unordered, so both are the same answer (a keyed call, whose receipt keeps
+/// its result as a value, lists the result's keys sorted; an unkeyed one in its type's order).
 #[derive(Debug, Clone)]
 pub enum Reply {
     /// A JSON value.
@@ -409,12 +409,13 @@ impl Reply {
     }
 }
 
-/// A result's text read back into a value.
+/// A result's text read back into a value. Text a serializer wrote fails to read back only
+/// past serde_json's 128 levels of nesting.
 fn read_back(text: &str) -> Result<Value, ErrorObject> {
-    serde_json::from_str(text).map_err(|e| {
+    serde_json::from_str(text).map_err(|_| {
         ErrorObject::new(
             code::INTERNAL_ERROR,
-            format!("the result could not be read back to be kept or completed: {e}"),
+            "the result nests too deeply (past 128 levels) to be kept or completed",
         )
     })
 }

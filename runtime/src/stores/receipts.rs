@@ -10,9 +10,10 @@
 //! Bounded: what each caller keeps (receipts and their bytes) and what every caller keeps
 //! (bytes) is counted in memory ([`StoreUsage`], rebuilt at start from the ledger), checked
 //! before a keyed call is admitted ([`Receipts::admit`]: 429 or 503), and recorded in the
-//! same batch as each receipt. A result larger than `ledger.receipt_max_bytes` is not kept:
-//! its receipt keeps its size and SHA-256, and a replay answers the `-32011` "result not
-//! kept" error. Receipts are read on the ledger's reader threads, never on the worker.
+//! same batch as each receipt. A result larger than `ledger.receipt_max_bytes`, or nested
+//! deeper than a record can be read back with ([`codec::KEPT_DEPTH_MAX`]), is not kept: its
+//! receipt keeps its size and SHA-256, and a replay answers the `-32011` "result not kept"
+//! error. Receipts are read on the ledger's reader threads, never on the worker.
 
 use std::sync::Arc;
 
@@ -34,10 +35,10 @@ use crate::tools::{BoxFuture, CallToolResult, Dispatch, IdempotentCall};
 /// `"replayed"` (from a finished execution) or `"attached"` (it waited for one running).
 pub const IDEMPOTENCY_RESULT_META: &str = "io.mcp-host/idempotency";
 
-/// Runs the execution of a call once its receipt allows it: the tool's dispatch with its
-/// panic uncaught ([`crate::tools::Catalog::dispatch_uncaught`]), so that a panic unwinds
-/// through the execution (its receipt stays `Running`: outcome unknown) to [`Receipts::call`],
-/// which answers it.
+/// Runs the execution of a call once its receipt allows it: the tool's call with its panic
+/// uncaught and its result made a value ([`crate::tools::Catalog::call_tool_kept`]), so that
+/// a panic unwinds through the execution (its receipt stays `Running`: outcome unknown) to
+/// [`Receipts::call`], which answers it.
 pub(crate) type Run = Box<dyn FnOnce() -> Dispatch + Send>;
 
 impl Waiter for oneshot::Sender<Answer> {
@@ -595,23 +596,31 @@ impl Receipts {
         answer(call, a)
     }
 
-    /// What the receipt keeps of `outcome`: all of it up to `ledger.receipt_max_bytes` (and
-    /// unless `too_much`: the caller's or every caller's receipts would pass their byte
-    /// bound); else the `-32011` "result not kept" error with the result's size and SHA-256
+    /// What the receipt keeps of `outcome`: all of it up to `ledger.receipt_max_bytes` and
+    /// [`codec::KEPT_DEPTH_MAX`] levels (and unless `too_much`: the caller's or every caller's
+    /// receipts would pass their byte bound); else the `-32011` "result not kept" error with the result's size and SHA-256
     /// (the call ran once; a replay must not look like a fresh result, nor run it again).
     fn kept_outcome(&self, call: &IdempotentCall, outcome: Outcome, too_much: bool) -> Outcome {
         let encoded = match &outcome {
             Outcome::Result(v) | Outcome::Error(v) => serde_json::to_vec(v).unwrap_or_default(),
         };
-        if encoded.len() <= self.max_bytes && !too_much {
+        let deep = || match &outcome {
+            Outcome::Result(v) | Outcome::Error(v) => codec::depth(v) > codec::KEPT_DEPTH_MAX,
+        };
+        if encoded.len() <= self.max_bytes && !too_much && !deep() {
             return outcome;
         }
         let why = if too_much {
             "past what this caller, or every caller, may keep in receipts (ledger.receipt_bytes_per_caller, ledger.receipt_bytes_total)".to_owned()
-        } else {
+        } else if encoded.len() > self.max_bytes {
             format!(
                 "larger than the ledger.receipt_max_bytes = {} kept for a replay",
                 self.max_bytes
+            )
+        } else {
+            format!(
+                "nested deeper than the {} levels a receipt can be read back with",
+                codec::KEPT_DEPTH_MAX
             )
         };
         Outcome::Error(json!({
@@ -856,6 +865,31 @@ mod tests {
             limits,
             Arc::new(crate::stats::RuntimeStats::default()),
         ))
+    }
+
+    #[tokio::test]
+    async fn a_result_too_deep_to_read_back_is_not_kept_and_a_replay_says_so() {
+        let r = receipts();
+        let call = IdempotentCall {
+            tool: "deep".into(),
+            key: "k-deep".into(),
+            digest: "d".into(),
+            idempotent: false,
+        };
+        let mut deep = json!(1);
+        for _ in 1..codec::KEPT_DEPTH_MAX {
+            deep = json!([deep]);
+        }
+        let within = json!({"structuredContent": deep});
+        assert_eq!(codec::depth(&within), codec::KEPT_DEPTH_MAX);
+        let kept = r.kept_outcome(&call, Outcome::Result(within.clone()), false);
+        assert_eq!(kept, Outcome::Result(within.clone()), "at the bound: kept");
+        let past = json!({"structuredContent": within});
+        let Outcome::Error(e) = r.kept_outcome(&call, Outcome::Result(past), false) else {
+            panic!("past the bound: not kept")
+        };
+        assert_eq!(e["code"], code::RESULT_NOT_KEPT);
+        assert!(e["message"].as_str().unwrap().contains("nested deeper"), "{e}");
     }
 
     #[tokio::test]

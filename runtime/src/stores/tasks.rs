@@ -564,10 +564,13 @@ impl Tasks {
             match outcome {
                 Ok(result) => {
                     let size = serde_json::to_vec(&result).map_or(usize::MAX, |v| v.len());
-                    s.view.result = Some(if size <= self.settings.max_result_bytes {
-                        result
-                    } else {
+                    let deep = crate::ledger::codec::depth(&result);
+                    s.view.result = Some(if size > self.settings.max_result_bytes {
                         json!({"content": [{"type": "text", "text": format!("The task completed, but its result ({size} bytes) is larger than the {} bytes a task keeps.", self.settings.max_result_bytes)}], "isError": true})
+                    } else if deep > crate::ledger::codec::KEPT_DEPTH_MAX {
+                        json!({"content": [{"type": "text", "text": format!("The task completed, but its result nests {deep} levels deep, past the {} a task keeps.", crate::ledger::codec::KEPT_DEPTH_MAX)}], "isError": true})
+                    } else {
+                        result
                     });
                     s.view.status = TaskStatus::Completed;
                 }

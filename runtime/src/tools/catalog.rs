@@ -312,11 +312,11 @@ fn str_param<'a>(params: Option<&'a Value>, key: &str) -> Result<&'a str, ErrorO
         .ok_or_else(|| invalid_params(format!("missing string parameter {key:?}")))
 }
 
-/// We never issue pagination cursors (every list fits one page), so any cursor is invalid.
 /// The list methods, in the order of a catalog's `lists`.
-const LIST_METHODS: [&str; 4] =
+pub(crate) const LIST_METHODS: [&str; 4] =
     ["tools/list", "prompts/list", "resources/list", "resources/templates/list"];
 
+/// We never issue pagination cursors (every list fits one page), so any cursor is invalid.
 fn no_cursor(params: Option<&Value>) -> Result<(), ErrorObject> {
     match params.and_then(|p| p.get("cursor")) {
         None | Some(Value::Null) => Ok(()),
@@ -507,9 +507,7 @@ impl Catalog {
         }
     }
 
-    /// [`Catalog::dispatch`] with a handler's panic left to unwind, for a caller that catches
-    /// it itself and must tell it from an answer (receipts: a panicked call's outcome is
-    /// unknown, not an error to replay).
+    /// [`Catalog::dispatch`] with a handler's panic left to unwind (`dispatch` catches it).
     pub(crate) fn dispatch_uncaught(
         &self,
         method: &str,
@@ -534,14 +532,18 @@ impl Catalog {
         }
     }
 
-    /// [`Catalog::dispatch_uncaught`] of a `tools/call` whose result is kept (a receipt's):
-    /// made as a value at once, not as text to be read back.
+    /// A `tools/call` whose result is kept (a receipt's): made a value at once, not text to
+    /// be read back. A handler's panic unwinds to the caller, which must catch it (receipts
+    /// do: a panicked call's outcome is unknown, not an error to replay).
     pub(crate) fn call_tool_kept(
         &self,
         params: Option<&Value>,
         cx: impl FnOnce() -> ToolContext,
     ) -> Dispatch {
-        self.call_tool(params, cx, |r| Reply::Value(serde_json::to_value(r).unwrap_or(Value::Null)))
+        self.call_tool(params, cx, |r| {
+            // A `CallToolResult`'s maps have string keys: it always makes a value.
+            Reply::Value(serde_json::to_value(r).expect("a tool result makes a JSON value"))
+        })
     }
 
     /// A `tools/call`, its result made into a reply by `reply`.

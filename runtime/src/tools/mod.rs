@@ -12,6 +12,7 @@ pub(crate) mod unwind;
 
 pub use crate::proto::schema::validate_arguments;
 pub use crate::proto::stateless::listen::ListKind;
+pub(crate) use catalog::LIST_METHODS;
 pub use catalog::{
     Catalog, CatalogBuilder, CatalogError, Dispatch, IDEMPOTENCY_KEY_MAX_BYTES,
     IDEMPOTENCY_KEY_META, IdempotentCall, ServerInfo, match_template, resource_not_found,

@@ -470,7 +470,7 @@ fn modern_results(
         "server/discover",
         stateless::discover_result(catalog.modern_capabilities(), catalog.instructions()),
     )];
-    for m in ["tools/list", "prompts/list", "resources/list", "resources/templates/list"] {
+    for m in crate::tools::LIST_METHODS {
         if let Some(Ok(v)) = catalog.list(m, None) {
             fixed.push((m, v));
         }

@@ -225,3 +225,31 @@ async fn a_task_whose_outcome_the_ledger_cannot_record_yet_stays_running_until_i
     assert!(seen[..seen.len() - 1].iter().all(|s| *s == TaskStatus::Working), "{seen:?}");
     assert_eq!(t.cancel(alice.as_deref(), run.id()).await, Ok(()), "ended: left as it is");
 }
+
+#[tokio::test]
+async fn a_result_too_deep_to_read_back_is_not_kept_and_its_task_read_after_a_restart() {
+    let dir = mcp_devtools::TempDir::new("tasks-deep");
+    let alice: Option<Arc<str>> = Some("alice".into());
+    let mut deep = json!(1);
+    for _ in 0..crate::ledger::codec::KEPT_DEPTH_MAX {
+        deep = json!([deep]);
+    }
+    let id = {
+        let l = Ledger::sqlite_for_tests(&dir, OLD, &[]);
+        let t = Tasks::new(&l, settings());
+        let run = t
+            .create(t.reserve(alice.clone()).unwrap(), "job", CancellationToken::new())
+            .await
+            .unwrap();
+        t.finish(&run, Ok(json!({"structuredContent": deep}))).await;
+        l.writer.barrier().await.unwrap();
+        run.id().to_owned()
+    };
+    // Read back from its record (kept, it could not be: past serde_json's depth).
+    let l = Ledger::sqlite_for_tests(&dir, OLD, &[]);
+    let v = Tasks::new(&l, settings()).get(alice.as_deref(), &id).await.unwrap();
+    assert_eq!(v.status, TaskStatus::Completed);
+    let result = v.result.unwrap();
+    assert_eq!(result["isError"], json!(true));
+    assert!(result["content"][0]["text"].as_str().unwrap().contains("levels deep"), "{result}");
+}
