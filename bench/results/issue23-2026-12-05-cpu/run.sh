@@ -1,47 +1,7 @@
 #!/usr/bin/env bash
-# CPU per legacy SSE tools/call echo, the commit before this round and the change, alternated:
-# each rep starts a fresh host (one worker, CPU 1, its own temporary ledger), makes one session,
-# warms up 2 s, then wrk (c=64, CPU 0, the peers harness's lua/mcp.lua) drives `echo` on that
-# session for 8 s; the host's user and system CPU (/proc/PID/stat, clock ticks) over those 8 s
-# divided by the requests served. Loopback only; stops every host it starts.
-#   BUILDS="before=PATH after=PATH" REPS=4 OUT=DIR LUA=/tmp/pp/lua/mcp.lua bash run.sh
-set -euo pipefail
-: "${BUILDS:?BUILDS=\"name=path ...\"}" "${OUT:?OUT=dir}"
-REPS="${REPS:-4}"; LUA="${LUA:-/tmp/pp/lua/mcp.lua}"
-mkdir -p "$OUT"
-HOST=""; WORK=""
-cleanup() { [ -n "$HOST" ] && kill "$HOST" 2>/dev/null && wait "$HOST" 2>/dev/null; [ -n "$WORK" ] && rm -rf "$WORK"; HOST=""; WORK=""; }
-trap cleanup EXIT
-one() { # name path -> one line
-  local name=$1 bin=$2 port=$((20000 + RANDOM % 1000)) sid u0 s0 u1 s1 n out
-  WORK=$(mktemp -d)
-  (cd "$WORK" && exec taskset -c 1 "$bin" --port "$port" --workers 1 >/dev/null 2>&1) &
-  HOST=$!
-  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.1; done
-  sid=$(curl -s -D - -o /dev/null -X POST "http://127.0.0.1:$port/mcp" -H 'Content-Type: application/json' \
-    -H 'Accept: application/json, text/event-stream' \
-    -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"b","version":"1"}}}' \
-    | tr -d '\r' | awk -F': ' 'tolower($1)=="mcp-session-id"{print $2}')
-  export MCP_BODY='{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello"}}}' \
-    MCP_SIDS="$sid" MCP_PV=2025-11-25 MCP_ACCEPT="application/json, text/event-stream"
-  taskset -c 0 wrk -t1 -c64 -d2s -s "$LUA" "http://127.0.0.1:$port/mcp" >/dev/null
-  read -r u0 s0 < <(awk '{print $14, $15}' "/proc/$HOST/stat")
-  out=$(taskset -c 0 wrk -t1 -c64 -d8s -s "$LUA" "http://127.0.0.1:$port/mcp")
-  read -r u1 s1 < <(awk '{print $14, $15}' "/proc/$HOST/stat")
-  n=$(echo "$out" | awk '/requests in/{print $1}')
-  cleanup
-  python3 -c "n=$n; tk=$(getconf CLK_TCK); print(f'$name req/s {n/8:.0f} user_us {($u1-$u0)/tk/n*1e6:.2f} sys_us {($s1-$s0)/tk/n*1e6:.2f} total_us {($u1-$u0+$s1-$s0)/tk/n*1e6:.2f}')"
-}
-for r in $(seq "$REPS"); do
-  for b in $BUILDS; do one "${b%%=*}" "${b#*=}" | tee -a "$OUT/cpu.txt"; done
-done
-python3 - "$OUT/cpu.txt" <<'PY' | tee "$OUT/summary.txt"
-import sys, statistics, collections
-rows = collections.defaultdict(list)
-for line in open(sys.argv[1]):
-    f = line.split()
-    rows[f[0]].append({k: float(v) for k, v in zip(f[1::2], f[2::2])})
-for name, rs in rows.items():
-    med = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
-    print(f"{name}: {len(rs)} reps, medians: {med['req/s']:,.0f} req/s, user {med['user_us']:.2f} us, sys {med['sys_us']:.2f} us, total {med['total_us']:.2f} us a call")
-PY
+# Round 7's CPU A/B of the legacy SSE echo. The script that made cpu.txt here is now
+# bench/cpu-ab.sh (KIND=legacy-sse is this measurement, unchanged: a fresh host per rep on
+# CPU 1, one session, wrk c=64 on CPU 0 for 8 s after 2 s of warm-up); its original text is
+# in git (`git show 45139ae:bench/results/issue23-2026-12-05-cpu/run.sh`).
+#   BUILDS="before=PATH after=PATH" REPS=5 OUT=DIR bash run.sh
+exec env KIND=legacy-sse bash "$(dirname "$0")/../../cpu-ab.sh" "$@"
