@@ -349,26 +349,17 @@ fn validate(record: &Record) -> Result<(), CodecError> {
 /// deeper result is not kept (as one too large is not): kept, its record could never be read.
 pub const KEPT_DEPTH_MAX: usize = 120;
 
-/// How deeply `v` nests: 0 for a scalar, one more than its deepest member for an array or an
-/// object (counted without recursion).
+/// Whether the JSON text `encoded` nests no deeper than [`KEPT_DEPTH_MAX`] (measured by the
+/// request bodies' scan, [`crate::proto::limits::scan`]).
 #[must_use]
-pub fn depth(v: &Value) -> usize {
-    let mut deepest = 0;
-    let mut todo = vec![(v, 0)];
-    while let Some((v, d)) = todo.pop() {
-        match v {
-            Value::Array(a) => {
-                deepest = deepest.max(d + 1);
-                todo.extend(a.iter().map(|x| (x, d + 1)));
-            }
-            Value::Object(m) => {
-                deepest = deepest.max(d + 1);
-                todo.extend(m.values().map(|x| (x, d + 1)));
-            }
-            _ => {}
-        }
-    }
-    deepest
+pub fn nests_within_kept_depth(encoded: &[u8]) -> bool {
+    use crate::proto::limits::{Limit, MessageLimits, scan};
+    let limits = MessageLimits {
+        json_max_depth: KEPT_DEPTH_MAX,
+        json_max_values: usize::MAX,
+        ..MessageLimits::default()
+    };
+    !matches!(scan(encoded, &limits), Err(e) if e.limit == Limit::JsonDepth)
 }
 
 /// Hex digits of a session HMAC (128 bits).
@@ -578,10 +569,9 @@ mod usage_member_tests {
             }
             v
         };
-        assert_eq!(depth(&Value::from(1)), 0);
-        assert_eq!(depth(&serde_json::json!({"a": [1, {"b": {}}], "c": 2})), 4);
-        assert_eq!(depth(&serde_json::json!([])), 1);
-        assert_eq!(depth(&nested(KEPT_DEPTH_MAX)), KEPT_DEPTH_MAX);
+        let within = |v: &Value| nests_within_kept_depth(&serde_json::to_vec(v).unwrap());
+        assert!(within(&nested(KEPT_DEPTH_MAX)));
+        assert!(!within(&nested(KEPT_DEPTH_MAX + 1)));
         let receipt = |v: Value| {
             Record::Receipt(ReceiptRecord {
                 principal: None,

@@ -604,9 +604,7 @@ impl Receipts {
         let encoded = match &outcome {
             Outcome::Result(v) | Outcome::Error(v) => serde_json::to_vec(v).unwrap_or_default(),
         };
-        let deep = || match &outcome {
-            Outcome::Result(v) | Outcome::Error(v) => codec::depth(v) > codec::KEPT_DEPTH_MAX,
-        };
+        let deep = || !codec::nests_within_kept_depth(&encoded);
         if encoded.len() <= self.max_bytes && !too_much && !deep() {
             return outcome;
         }
@@ -881,7 +879,6 @@ mod tests {
             deep = json!([deep]);
         }
         let within = json!({"structuredContent": deep});
-        assert_eq!(codec::depth(&within), codec::KEPT_DEPTH_MAX);
         let kept = r.kept_outcome(&call, Outcome::Result(within.clone()), false);
         assert_eq!(kept, Outcome::Result(within.clone()), "at the bound: kept");
         let past = json!({"structuredContent": within});

@@ -563,12 +563,12 @@ impl Tasks {
             s.shown = Some(s.view.clone());
             match outcome {
                 Ok(result) => {
-                    let size = serde_json::to_vec(&result).map_or(usize::MAX, |v| v.len());
-                    let deep = crate::ledger::codec::depth(&result);
+                    let encoded = serde_json::to_vec(&result).unwrap_or_default();
+                    let size = encoded.len();
                     s.view.result = Some(if size > self.settings.max_result_bytes {
                         json!({"content": [{"type": "text", "text": format!("The task completed, but its result ({size} bytes) is larger than the {} bytes a task keeps.", self.settings.max_result_bytes)}], "isError": true})
-                    } else if deep > crate::ledger::codec::KEPT_DEPTH_MAX {
-                        json!({"content": [{"type": "text", "text": format!("The task completed, but its result nests {deep} levels deep, past the {} a task keeps.", crate::ledger::codec::KEPT_DEPTH_MAX)}], "isError": true})
+                    } else if !crate::ledger::codec::nests_within_kept_depth(&encoded) {
+                        json!({"content": [{"type": "text", "text": format!("The task completed, but its result nests more levels deep than the {} a task keeps.", crate::ledger::codec::KEPT_DEPTH_MAX)}], "isError": true})
                     } else {
                         result
                     });

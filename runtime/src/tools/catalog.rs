@@ -316,6 +316,13 @@ fn str_param<'a>(params: Option<&'a Value>, key: &str) -> Result<&'a str, ErrorO
 pub(crate) const LIST_METHODS: [&str; 4] =
     ["tools/list", "prompts/list", "resources/list", "resources/templates/list"];
 
+/// Where `method`'s list is in [`LIST_METHODS`] (`None`: not a list method), or the refusal
+/// of its cursor.
+fn list_index(method: &str, params: Option<&Value>) -> Option<Result<usize, ErrorObject>> {
+    let i = LIST_METHODS.iter().position(|m| *m == method)?;
+    Some(no_cursor(params).map(|()| i))
+}
+
 /// We never issue pagination cursors (every list fits one page), so any cursor is invalid.
 fn no_cursor(params: Option<&Value>) -> Result<(), ErrorObject> {
     match params.and_then(|p| p.get("cursor")) {
@@ -473,8 +480,7 @@ impl Catalog {
         method: &str,
         params: Option<&Value>,
     ) -> Option<Result<&Value, ErrorObject>> {
-        let i = LIST_METHODS.iter().position(|m| *m == method)?;
-        Some(no_cursor(params).map(|()| &self.lists[i]))
+        Some(list_index(method, params)?.map(|i| &self.lists[i]))
     }
 
     /// [`Catalog::list`] as the reply sent: a copy of the list's text.
@@ -483,8 +489,7 @@ impl Catalog {
         method: &str,
         params: Option<&Value>,
     ) -> Option<Result<Reply, ErrorObject>> {
-        let i = LIST_METHODS.iter().position(|m| *m == method)?;
-        Some(no_cursor(params).map(|()| self.lists_text[i].clone()))
+        Some(list_index(method, params)?.map(|i| self.lists_text[i].clone()))
     }
 
     /// Dispatch a catalog method. `cx` is called only for `tools/call`, `prompts/get` and
