@@ -5,6 +5,8 @@
 //! (arrays) are parsed here and allowed or refused by the caller, which knows the session's
 //! version.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
@@ -364,13 +366,28 @@ pub enum Reply {
 
 /// The text of a [`Reply`], made only by [`Reply::of`] (so always what a serializer wrote).
 #[derive(Debug, Clone)]
-pub struct RawReply(Box<serde_json::value::RawValue>);
+pub struct RawReply(RawText);
+
+/// A reply's text: its own, or shared by every reply that sends the same text (a catalog's
+/// lists: a clone is then a count, not a copy of the list).
+#[derive(Debug, Clone)]
+enum RawText {
+    Owned(Box<serde_json::value::RawValue>),
+    Shared(Arc<serde_json::value::RawValue>),
+}
 
 impl RawReply {
     /// The JSON text.
     #[must_use]
     pub fn get(&self) -> &str {
-        self.0.get()
+        self.raw().get()
+    }
+
+    fn raw(&self) -> &serde_json::value::RawValue {
+        match &self.0 {
+            RawText::Owned(r) => r,
+            RawText::Shared(r) => r,
+        }
     }
 }
 
@@ -381,7 +398,19 @@ impl Reply {
     #[must_use]
     pub fn of<T: Serialize + ?Sized>(result: &T) -> Reply {
         serde_json::value::to_raw_value(result)
-            .map_or(Reply::Value(Value::Null), |r| Reply::Raw(RawReply(r)))
+            .map_or(Reply::Value(Value::Null), |r| Reply::Raw(RawReply(RawText::Owned(r))))
+    }
+
+    /// The same reply, made to be sent many times: text is shared by its clones (one copy
+    /// now, then a count per clone instead of a copy of the text).
+    #[must_use]
+    pub(crate) fn shared(self) -> Reply {
+        match self {
+            Reply::Raw(RawReply(RawText::Owned(r))) => {
+                Reply::Raw(RawReply(RawText::Shared(r.into())))
+            }
+            other => other,
+        }
     }
 
     /// As a JSON value (parsed again when it is text: for the paths that keep or merge a
@@ -438,7 +467,7 @@ impl Serialize for Reply {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
             Reply::Value(v) => v.serialize(s),
-            Reply::Raw(r) => r.0.serialize(s),
+            Reply::Raw(r) => r.raw().serialize(s),
         }
     }
 }

@@ -799,14 +799,28 @@ impl ListFilter {
             "resources/list" => ("resources", "resources/read", "uri"),
             _ => return None,
         };
-        let mut out = result.clone();
-        if let Some(items) = out.get_mut(key).and_then(Value::as_array_mut) {
-            items.retain(|item| {
-                let name = item.get(field).and_then(Value::as_str);
-                self.grant.has_all(self.table.needed(call, name))
-            });
-        }
-        Some(out)
+        let Value::Object(m) = result else { return Some(result.clone()) };
+        // Copied once: only the entries kept (not the whole list, then dropped from it).
+        let out = m
+            .iter()
+            .map(|(k, v)| {
+                let v = match v.as_array() {
+                    Some(items) if k == key => Value::Array(
+                        items
+                            .iter()
+                            .filter(|item| {
+                                let name = item.get(field).and_then(Value::as_str);
+                                self.grant.has_all(self.table.needed(call, name))
+                            })
+                            .cloned()
+                            .collect(),
+                    ),
+                    _ => v.clone(),
+                };
+                (k.clone(), v)
+            })
+            .collect();
+        Some(Value::Object(out))
     }
 }
 

@@ -288,6 +288,8 @@ pub struct ResultTails {
     server_info: Value,
     list_hints: CacheHints,
     read_hints: CacheHints,
+    /// Searchers for `"resultType"` and `"_meta"` in a reply's text, built once.
+    keys: [memchr::memmem::Finder<'static>; 2],
 }
 
 impl ResultTails {
@@ -314,6 +316,10 @@ impl ResultTails {
             server_info: server_info.clone(),
             list_hints,
             read_hints,
+            keys: [
+                memchr::memmem::Finder::new(b"\"resultType\""),
+                memchr::memmem::Finder::new(b"\"_meta\""),
+            ],
         }
     }
 
@@ -332,8 +338,7 @@ impl ResultTails {
         let plain = text.len() >= 2
             && text[0] == b'{'
             && text[text.len() - 1] == b'}'
-            && memchr::memmem::find(text, b"\"resultType\"").is_none()
-            && memchr::memmem::find(text, b"\"_meta\"").is_none();
+            && self.keys.iter().all(|k| k.find(text).is_none());
         if !plain {
             return Ok(self.encode(method, &*result.to_value()?));
         }

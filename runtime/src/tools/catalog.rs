@@ -233,7 +233,7 @@ impl CatalogBuilder {
             prompts: self.prompts,
             prompt_index,
             lists_text: [&tools_list, &prompts_list, &resources_list, &templates_list]
-                .map(Reply::of),
+                .map(|l| Reply::of(l).shared()),
             lists: [tools_list, prompts_list, resources_list, templates_list],
             changes: Arc::new(Changes::new(self.offered)),
             handles: std::sync::OnceLock::new(),
@@ -259,8 +259,8 @@ pub struct Catalog {
     prompt_index: FastMap<String, usize>,
     /// The results of [`LIST_METHODS`], in that order.
     lists: [Value; 4],
-    /// The same as text: what a list request is answered with (a copy of the text, not of
-    /// the values' maps and strings).
+    /// The same as text: what a list request is answered with (shared: a reply is a count
+    /// on the text, not a copy of it nor of the values' maps and strings).
     lists_text: [Reply; 4],
     /// Announcements of list changes and resource updates.
     changes: Arc<Changes>,
@@ -483,7 +483,7 @@ impl Catalog {
         Some(list_index(method, params)?.map(|i| &self.lists[i]))
     }
 
-    /// [`Catalog::list`] as the reply sent: a copy of the list's text.
+    /// [`Catalog::list`] as the reply sent: the list's shared text.
     fn list_reply(
         &self,
         method: &str,
@@ -670,6 +670,14 @@ mod tests {
             c.list_reply("tools/list", None).unwrap().unwrap()
                 == json!({"tools": [c.tool("t").unwrap().spec()]})
         );
+        // Every reply sends the one text made with the catalog, not a copy of it.
+        let text = |r: &Reply| match r {
+            Reply::Raw(t) => t.get().as_ptr(),
+            Reply::Value(_) => panic!("a list is sent as text"),
+        };
+        let reply = || c.list_reply("tools/list", None).unwrap().unwrap();
+        let (a, b) = (reply(), reply());
+        assert_eq!(text(&a), text(&b), "shared, not copied");
         let cursor = json!({"cursor": "x"});
         let Dispatch::Ready(Err(e)) =
             c.dispatch_uncaught("tools/list", Some(&cursor), || unreachable!())
