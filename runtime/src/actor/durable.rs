@@ -11,7 +11,7 @@ use sha2::Sha256;
 use crate::ledger::codec::{
     self, Handshake, Record, RecordState, SessionRecord, StreamKindRecord, StreamRecord,
 };
-use crate::ledger::{Ledger, Op, Writer};
+use crate::ledger::{Ledger, Named, Op, Writer};
 use crate::proto::ids::{SessionId, StreamId, Tick};
 use crate::proto::stream::{CloseReason, StreamChange, StreamCore, StreamKind};
 
@@ -158,6 +158,7 @@ impl SessionMeta {
         if cx.ledger.shared {
             ops.push(Op::Expire {
                 name: codec::incarnation_key(&self.hmac),
+                of: Named::Key,
                 expires_ms: expires_ms.saturating_add(cx.idle_ttl_ms),
             });
         }
@@ -175,7 +176,7 @@ impl SessionMeta {
                     score: expires_ms,
                     expires_ms,
                 });
-                ops.push(Op::Expire { name: index, expires_ms });
+                ops.push(Op::Expire { name: index, of: Named::Index, expires_ms });
             } else {
                 ops.push(Op::IndexRemove { index, member: self.hmac.to_string() });
             }
@@ -195,15 +196,18 @@ impl SessionMeta {
             let streams_expire = last_used_ms.saturating_add(cx.stream_ttl_ms);
             ops.push(Op::Expire {
                 name: codec::streams_index(&self.hmac),
+                of: Named::Index,
                 expires_ms: streams_expire,
             });
             for sid in s.streams {
                 ops.push(Op::Expire {
                     name: codec::stream_key(&self.hmac, sid.0),
+                    of: Named::Key,
                     expires_ms: streams_expire,
                 });
                 ops.push(Op::Expire {
                     name: codec::events_key(&self.hmac, sid.0),
+                    of: Named::Log,
                     expires_ms: streams_expire,
                 });
             }

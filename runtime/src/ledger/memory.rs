@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use bytes::Bytes;
 use parking_lot::Mutex;
 
-use super::{Durability, Op, Store, StoreError};
+use super::{Durability, Named, Op, Store, StoreError};
 
 #[derive(Debug, Default)]
 struct Log {
@@ -113,17 +113,23 @@ fn apply_one(t: &mut Tables, op: &Op) {
                 }
             }
         }
-        Op::Expire { name, expires_ms } => {
-            if let Some((_, exp)) = t.kv.get_mut(name) {
-                *exp = (*exp).max(*expires_ms);
+        Op::Expire { name, of, expires_ms } => match of {
+            Named::Key => {
+                if let Some((_, exp)) = t.kv.get_mut(name) {
+                    *exp = (*exp).max(*expires_ms);
+                }
             }
-            if let Some(l) = t.logs.get_mut(name) {
-                l.expires_ms = l.expires_ms.max(*expires_ms);
+            Named::Log => {
+                if let Some(l) = t.logs.get_mut(name) {
+                    l.expires_ms = l.expires_ms.max(*expires_ms);
+                }
             }
-            if let Some(i) = t.indexes.get_mut(name) {
-                i.expires_ms = i.expires_ms.max(*expires_ms);
+            Named::Index => {
+                if let Some(i) = t.indexes.get_mut(name) {
+                    i.expires_ms = i.expires_ms.max(*expires_ms);
+                }
             }
-        }
+        },
     }
 }
 

@@ -131,6 +131,9 @@ pub enum Op {
     Expire {
         /// Key, log or index name.
         name: String,
+        /// Which of the three it is (SQLite keeps each in its own table, and looks in that
+        /// one only; Redis has one name space).
+        of: Named,
         /// New expiry, ms since the epoch.
         expires_ms: u64,
     },
@@ -190,6 +193,17 @@ impl Op {
             Op::Tally { tally, .. } => tally.len() + 24,
         }
     }
+}
+
+/// What an [`Op::Expire`] names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Named {
+    /// A key ([`Op::Put`]).
+    Key,
+    /// A log ([`Op::Append`]).
+    Log,
+    /// An index ([`Op::IndexAdd`]).
+    Index,
 }
 
 /// How committed writes are made durable.

@@ -1382,7 +1382,8 @@ fn push_op(inv: &mut redis::Cmd, op: &Op, tag: &str, wall: u64) {
         Op::DropIndex { index } => {
             inv.arg(index);
         }
-        Op::Expire { name, expires_ms } => {
+        // One name space: what it names does not matter here.
+        Op::Expire { name, expires_ms, of: _ } => {
             inv.arg(name).arg(digits(*expires_ms)).arg(physical(*expires_ms));
         }
         Op::Tally { tally, bucket, count, bytes, now_ms } => {

@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 
-use super::{Op, Store};
+use super::{Named, Op, Store};
 
 fn put(key: &str, value: &str, expires_ms: u64) -> Op {
     Op::Put { key: key.into(), value: Bytes::from(value.to_owned()), expires_ms }
@@ -50,7 +50,7 @@ pub(crate) fn contract(s: &dyn Store) {
     assert_eq!(s.incr("n", 7, 5_000, 0).unwrap(), 8, "raised to the floor, then counted");
     assert_eq!(s.incr("n", 0, 50, 99).unwrap(), 9, "the expiry of 100 was kept");
     assert_eq!(s.incr("n", 0, 500, 100).unwrap(), 1, "expired at 100, not later: from 0");
-    s.apply(&[Op::Expire { name: "n".into(), expires_ms: 900 }]).unwrap();
+    s.apply(&[Op::Expire { name: "n".into(), of: Named::Key, expires_ms: 900 }]).unwrap();
     assert_eq!(s.incr("n", 0, 0, 600).unwrap(), 2, "an Expire pushes a counter's expiry");
     s.apply(&[put("r", "41", 100)]).unwrap();
     assert_eq!(s.incr("r", 0, 100, 0).unwrap(), 42, "a number put as text counts on");
@@ -159,7 +159,7 @@ pub(crate) fn contract(s: &dyn Store) {
         put("e", "v", 100),
         append("e-log", 1, 8),
         add("x", 1),
-        Op::Expire { name: "e".into(), expires_ms: 5_000 },
+        Op::Expire { name: "e".into(), of: Named::Key, expires_ms: 5_000 },
     ])
     .unwrap();
     s.apply(&[Op::IndexAdd { index: "i".into(), member: "y".into(), score: 2, expires_ms: 9_000 }])
@@ -167,9 +167,9 @@ pub(crate) fn contract(s: &dyn Store) {
     assert!(members(4_000).is_empty(), "a later add does not push an existing index's expiry");
     s.apply(&[Op::IndexRemove { index: "i".into(), member: "y".into() }]).unwrap();
     s.apply(&[
-        Op::Expire { name: "e-log".into(), expires_ms: 5_000 },
-        Op::Expire { name: "i".into(), expires_ms: 5_000 },
-        Op::Expire { name: "e".into(), expires_ms: 10 },
+        Op::Expire { name: "e-log".into(), of: Named::Log, expires_ms: 5_000 },
+        Op::Expire { name: "i".into(), of: Named::Index, expires_ms: 5_000 },
+        Op::Expire { name: "e".into(), of: Named::Key, expires_ms: 10 },
     ])
     .unwrap();
     assert!(
@@ -177,7 +177,8 @@ pub(crate) fn contract(s: &dyn Store) {
             && !s.read_log("e-log", 4_000).unwrap().is_empty()
             && members(4_000) == ["x"]
     );
-    s.apply(&[Op::Expire { name: "never-written".into(), expires_ms: 5_000 }]).unwrap();
+    s.apply(&[Op::Expire { name: "never-written".into(), of: Named::Key, expires_ms: 5_000 }])
+        .unwrap();
     assert_eq!(s.get("never-written", 0).unwrap(), None, "expiring nothing creates nothing");
 
     // Sweep removes what expired: keys, logs and indexes.

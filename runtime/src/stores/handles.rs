@@ -44,7 +44,7 @@ use serde_json::Value;
 use sha2::Sha256;
 
 use crate::ledger::codec::{self, HandleRecord, Record};
-use crate::ledger::{Caller, Entry, Ledger, Op, StoreUsage, Writer};
+use crate::ledger::{Caller, Entry, Ledger, Named, Op, StoreUsage, Writer};
 use crate::proto::handle::{HANDLE_RANDOM_BYTES, HandleKind, xor};
 use crate::proto::usage::{Over, UsageLimits};
 
@@ -405,7 +405,7 @@ impl Handles {
             score: expires_ms,
             expires_ms,
         });
-        ops.push(Op::Expire { name: index, expires_ms });
+        ops.push(Op::Expire { name: index, of: Named::Index, expires_ms });
         ops.extend(counted);
         Ok(ops)
     }

@@ -17,8 +17,8 @@ use crate::actor::lifecycle::Phase;
 use crate::actor::registry::{Inbox, QuotaKey, SlotLimits};
 use crate::actor::session::SessionHandle;
 use crate::actor::session::{Restore, SessionActor, SessionSeed};
-use crate::ledger::Op;
 use crate::ledger::codec::{self, Handshake, Record};
+use crate::ledger::{Named, Op};
 use crate::proto::error::{Overload, Quota, Rejection};
 use crate::proto::ids::{Generation, SessionId};
 use crate::proto::mcp::InitializeRequest;
@@ -179,7 +179,7 @@ impl Supervisor {
                     score: now + RATE_WINDOW_MS,
                     expires_ms: now + 2 * RATE_WINDOW_MS,
                 },
-                Op::Expire { name: index, expires_ms: now + 2 * RATE_WINDOW_MS },
+                Op::Expire { name: index, of: Named::Index, expires_ms: now + 2 * RATE_WINDOW_MS },
             ]);
         }
         let version = ProtocolVersion::negotiate(init.requested_version.as_deref());
