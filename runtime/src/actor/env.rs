@@ -51,6 +51,8 @@ pub(crate) trait SessionEnv: Send + Sync + 'static {
     fn stats(&self) -> &Arc<RuntimeStats>;
     /// What every stream shares.
     fn stream_env(&self) -> &Arc<StreamEnv>;
+    /// The server's cursor key (a session's signer is derived from it).
+    fn cursor_key(&self) -> &Arc<crate::proto::event_id::CursorKey>;
     /// The generations.
     fn generations(&self) -> &Arc<Generations>;
     /// The idempotency receipts.

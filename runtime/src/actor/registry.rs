@@ -509,6 +509,11 @@ pub(crate) struct RegistryGuard<H: Registered> {
 }
 
 impl<H: Registered> RegistryGuard<H> {
+    /// The session's id.
+    pub(crate) fn id(&self) -> &SessionId {
+        &self.id
+    }
+
     /// The session's inbox.
     pub(crate) fn inbox(&self) -> &Arc<Inbox> {
         &self.inbox

@@ -119,6 +119,22 @@ async fn a_session_keeping_a_stream_hibernates_only_once_the_stream_is_gone() {
     assert_eq!(h.sup.stats_snapshot().streams, 0);
 }
 
+/// A sleeping session keeps no cursor signer: it is derived again as the session wakes, and
+/// is the same. A cursor it minted before it slept still reads as its own (its stream gone:
+/// 410), not as forged (400).
+#[actix_web::test]
+async fn a_cursor_minted_before_hibernation_is_the_woken_sessions_own() {
+    tokio::time::pause();
+    let h = harness_with(cfg(|c| c.sessions.retention_after_delivery_ms = 500)).await;
+    let c = h.client("2025-11-25").await;
+    let mut r = c.call_tool(1, "echo", json!({"text": "x"})).await;
+    assert_eq!(text_of(&r.rest().await[0]), "x");
+    let cursor = r.first_id();
+    hibernating(&h, 1).await;
+    assert_refused(c.resume(&cursor).await, StatusCode::GONE, -32005).await;
+    assert_eq!(h.sup.sessions_hibernating(), 0, "woken by the resume");
+}
+
 #[actix_web::test]
 async fn a_hibernating_session_expires_at_its_idle_ttl_and_then_answers_404() {
     tokio::time::pause();

@@ -26,12 +26,14 @@ use crate::actor::lifecycle::Phase;
 use crate::actor::registry::{RegistryGuard, Starter};
 use crate::ledger::codec::{Handshake, RecordState};
 use crate::proto::error::Rejection;
-use crate::proto::event_id::CursorSigner;
+use crate::proto::event_id::{CursorKey, CursorSigner};
 use crate::proto::session::{SessionCore, SleepingCore};
 
 /// What a hibernating session keeps: its core's numbering and deadlines, and what its actor
-/// holds for its whole life (names, signer, handshake, counts and charges). The handshake's
-/// JSON is kept as text: a parsed object costs a tree node of about 600 bytes per level.
+/// holds for its whole life (names, handshake, counts and charges). The handshake's JSON is
+/// kept as text: a parsed object costs a tree node of about 600 bytes per level. Its cursor
+/// signer (two HMAC states, about 220 bytes) is not kept: derived again as it wakes, from the
+/// server's key, its id and its principal, it is the same signer.
 pub(crate) struct SleepingSession {
     guard: RegistryGuard<SessionHandle>,
     generation: GenCount,
@@ -44,7 +46,8 @@ pub(crate) struct SleepingSession {
 struct Kept {
     core: SleepingCore,
     names: Arc<[Arc<str>]>,
-    signer: Arc<CursorSigner>,
+    /// The server's cursor key, from which its signer is derived again as it wakes.
+    key: Arc<CursorKey>,
     client_caps: Box<RawValue>,
     /// Weak: the registry that keeps the session belongs to the supervisor (no cycle).
     sup: Weak<dyn SessionEnv>,
@@ -108,7 +111,7 @@ impl SessionActor {
         let kept = Kept {
             core,
             names: Arc::clone(&self.names),
-            signer: Arc::clone(&self.signer),
+            key: Arc::clone(self.sup.cursor_key()),
             client_caps: raw(&self.client_caps),
             sup: Arc::downgrade(&self.sup),
             caller_budget: Arc::clone(&self.caller_budget),
@@ -136,7 +139,12 @@ impl SessionActor {
     }
 
     /// The actor of a session woken from hibernation.
-    fn woken(s: SleepingSession, sup: Arc<dyn SessionEnv>, addr: &Addr<SessionActor>) -> Self {
+    fn woken(
+        s: SleepingSession,
+        signer: Arc<CursorSigner>,
+        sup: Arc<dyn SessionEnv>,
+        addr: &Addr<SessionActor>,
+    ) -> Self {
         let SleepingSession { guard, generation, handshake, kept: k } = s;
         let limits = session_limits(&*sup, &generation);
         let now = sup.now();
@@ -147,7 +155,7 @@ impl SessionActor {
             principal: k.meta.principal.clone(),
             owner: k.meta.owner.clone(),
             names: k.names,
-            signer: k.signer,
+            signer,
             streams: SessionStreams::new(&*sup, k.core.version(), &k.meta),
             gens: Arc::clone(sup.generations()),
             span: session_span(&k.meta.hmac, &generation),
@@ -216,16 +224,20 @@ impl SleepingSession {
 pub(super) fn wake(s: SleepingSession) -> (SessionHandle, Starter) {
     let mut ctx = Context::<SessionActor>::new();
     ctx.set_mailbox_capacity(s.kept.mailbox);
+    // As the supervisor derived it when the session was created (plain computation: it
+    // cannot fail under the registry's lock).
+    let signer =
+        Arc::new(s.kept.key.signer(s.guard.id().as_str(), s.kept.meta.principal.as_deref()));
     let handle = SessionHandle {
         addr: ctx.address(),
         inbox: Arc::clone(s.guard.inbox()),
         principal: s.kept.meta.principal.clone(),
-        signer: Arc::clone(&s.kept.signer),
+        signer: Arc::clone(&signer),
         caller_budget: Arc::clone(&s.kept.caller_budget),
     };
     let start = move || {
         let sup = s.kept.sup.upgrade().expect("a session is woken through its supervisor, alive");
-        let actor = SessionActor::woken(s, sup, &ctx.address());
+        let actor = SessionActor::woken(s, signer, sup, &ctx.address());
         drop(ctx.run(actor));
     };
     (handle, Box::new(start))

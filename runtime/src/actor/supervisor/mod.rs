@@ -68,7 +68,9 @@ pub struct Supervisor {
     /// Each caller's new sessions in the last second across the hosts of a shared ledger
     /// (`quotas.session_rate_per_sec`; [`quotas`]).
     caller_rate: Arc<Mutex<quotas::CallerRates>>,
-    key: CursorKey,
+    /// Shared with hibernating sessions, which derive their cursor signer from it again as
+    /// they wake instead of keeping it.
+    key: Arc<CursorKey>,
     /// The generations with something alive, the current one last.
     gens: Arc<Generations>,
     stream_env: Arc<StreamEnv>,
@@ -224,7 +226,7 @@ impl Supervisor {
             state_keys: stream_env.ledger.ledger.derive_rotated("mcp-host requestState v1"),
             modern_results,
             tasks,
-            key: cursor_key,
+            key: Arc::new(cursor_key),
             admit: cfg.admit_policy(),
             oauth: crate::auth::OAuth::from_config(&cfg, clock),
             caller_sessions: Arc::default(),
@@ -424,6 +426,9 @@ impl super::env::SessionEnv for Supervisor {
     }
     fn stream_env(&self) -> &Arc<StreamEnv> {
         Supervisor::stream_env(self)
+    }
+    fn cursor_key(&self) -> &Arc<CursorKey> {
+        &self.key
     }
     fn generations(&self) -> &Arc<Generations> {
         Supervisor::generations(self)
