@@ -154,7 +154,7 @@ impl SessionMeta {
         // The counter of its lives lives as long as any record of it. Only a shared ledger
         // keeps one (a revive there counts the next life in the store, so two hosts never
         // share one); one process numbers lives from the record alone. So nothing to extend
-        // on a ledger of its own: three SQLite lookups saved on every session record (issue 23).
+        // on a ledger of its own (a lookup saved on every session record, issue 23).
         if cx.ledger.shared {
             ops.push(Op::Expire {
                 name: codec::incarnation_key(&self.hmac),
@@ -401,6 +401,11 @@ mod tests {
     use crate::ledger::codec::{Handshake, RecordState};
 
     fn record_ops(cx: &LedgerCtx, incarnation: u32) -> Vec<Op> {
+        record_ops_with(cx, incarnation, &[])
+    }
+
+    /// A session's record, as of `last_used` 5, keeping `streams`.
+    fn record_ops_with(cx: &LedgerCtx, incarnation: u32, streams: &[StreamId]) -> Vec<Op> {
         let meta = SessionMeta {
             hmac: Arc::from("5e55"),
             principal: None,
@@ -423,16 +428,58 @@ mod tests {
                     capabilities: json!({}),
                     client_info: json!({}),
                 },
-                streams: std::iter::empty(),
+                streams: streams.iter().copied(),
             },
         )
+    }
+
+    /// What a session's record pushes on (its streams' index, each stream's record and events)
+    /// outlives its first expiry in the stores that look an expiry's name up by its kind.
+    #[test]
+    fn a_session_record_pushes_its_streams_key_log_and_index() {
+        let cx = LedgerCtx::new(Ledger::memory(&RuntimeConfig::default()), 60_000, 60_000);
+        let (hmac, sid) = ("5e55", StreamId(7));
+        let first = [
+            Op::Put {
+                key: codec::stream_key(hmac, sid.0),
+                value: bytes::Bytes::from_static(b"r"),
+                expires_ms: 100,
+            },
+            Op::Append {
+                log: codec::events_key(hmac, sid.0).into(),
+                seq: 1,
+                frame: bytes::Bytes::from_static(b"f"),
+                max_len: 8,
+                expires_ms: 100,
+            },
+            Op::IndexAdd {
+                index: codec::streams_index(hmac),
+                member: sid.0.to_string(),
+                score: 0,
+                expires_ms: 100,
+            },
+        ];
+        let dir = mcp_devtools::TempDir::new("record-pushes");
+        let sqlite = crate::ledger::SqliteStore::open(&dir.path().join("l.db")).unwrap();
+        let stores: [Box<dyn crate::ledger::Store>; 2] =
+            [Box::new(crate::ledger::MemoryStore::default()), Box::new(sqlite)];
+        for store in stores {
+            store.apply(&first).unwrap();
+            store.apply(&record_ops_with(&cx, 0, &[sid])).unwrap();
+            let later = 1_000;
+            assert!(store.get(&codec::stream_key(hmac, sid.0), later).unwrap().is_some());
+            assert!(!store.read_log(&codec::events_key(hmac, sid.0), later).unwrap().is_empty());
+            let index = store.index_page(&codec::streams_index(hmac), None, 8, later).unwrap();
+            assert_eq!(index.len(), 1);
+        }
     }
 
     #[test]
     fn a_life_counter_is_extended_only_on_a_shared_ledger() {
         let counter = codec::incarnation_key("5e55");
         let extends = |ops: &[Op]| {
-            ops.iter().any(|o| matches!(o, Op::Expire { name, .. } if *name == counter))
+            ops.iter()
+                .any(|o| matches!(o, Op::Expire { name, of: Named::Key, .. } if *name == counter))
         };
         let own = LedgerCtx::new(Ledger::memory(&RuntimeConfig::default()), 60_000, 60_000);
         assert!(!extends(&record_ops(&own, 0)), "one process keeps no counter");

@@ -113,23 +113,31 @@ fn apply_one(t: &mut Tables, op: &Op) {
                 }
             }
         }
-        Op::Expire { name, of, expires_ms } => match of {
-            Named::Key => {
-                if let Some((_, exp)) = t.kv.get_mut(name) {
-                    *exp = (*exp).max(*expires_ms);
+        Op::Expire { name, of, expires_ms } => {
+            debug_assert!(
+                (*of == Named::Key || !t.kv.contains_key(name))
+                    && (*of == Named::Log || !t.logs.contains_key(name))
+                    && (*of == Named::Index || !t.indexes.contains_key(name)),
+                "an expiry of {name} names it a {of:?}, which it is not"
+            );
+            match of {
+                Named::Key => {
+                    if let Some((_, exp)) = t.kv.get_mut(name) {
+                        *exp = (*exp).max(*expires_ms);
+                    }
+                }
+                Named::Log => {
+                    if let Some(l) = t.logs.get_mut(name) {
+                        l.expires_ms = l.expires_ms.max(*expires_ms);
+                    }
+                }
+                Named::Index => {
+                    if let Some(i) = t.indexes.get_mut(name) {
+                        i.expires_ms = i.expires_ms.max(*expires_ms);
+                    }
                 }
             }
-            Named::Log => {
-                if let Some(l) = t.logs.get_mut(name) {
-                    l.expires_ms = l.expires_ms.max(*expires_ms);
-                }
-            }
-            Named::Index => {
-                if let Some(i) = t.indexes.get_mut(name) {
-                    i.expires_ms = i.expires_ms.max(*expires_ms);
-                }
-            }
-        },
+        }
     }
 }
 

@@ -195,10 +195,13 @@ impl Op {
     }
 }
 
-/// What an [`Op::Expire`] names.
+/// What an [`Op::Expire`] names. SQLite and the memory store look the name up only among
+/// that kind, so an expiry given the wrong kind pushes nothing there (Redis, with one name
+/// space, would still push it); debug builds of both check that a name missed in its kind's
+/// table is in no other.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Named {
-    /// A key ([`Op::Put`]).
+    /// A key ([`Op::Put`], [`Op::PutLater`], a [`Store::incr`] counter).
     Key,
     /// A log ([`Op::Append`]).
     Log,

@@ -1383,7 +1383,7 @@ fn push_op(inv: &mut redis::Cmd, op: &Op, tag: &str, wall: u64) {
             inv.arg(index);
         }
         // One name space: what it names does not matter here.
-        Op::Expire { name, expires_ms, of: _ } => {
+        Op::Expire { name, of: _, expires_ms } => {
             inv.arg(name).arg(digits(*expires_ms)).arg(physical(*expires_ms));
         }
         Op::Tally { tally, bucket, count, bytes, now_ms } => {

@@ -280,6 +280,15 @@ impl SqliteStore {
     }
 }
 
+/// A kind's name, for the debug check of [`Op::Expire`].
+fn named(of: Named) -> &'static str {
+    match of {
+        Named::Key => "key",
+        Named::Log => "log",
+        Named::Index => "index",
+    }
+}
+
 fn apply_one(tx: &rusqlite::Transaction<'_>, op: &Op) -> rusqlite::Result<()> {
     match op {
         Op::Put { key, value, expires_ms } => {
@@ -309,15 +318,24 @@ fn apply_one(tx: &rusqlite::Transaction<'_>, op: &Op) -> rusqlite::Result<()> {
             tx.prepare_cached("INSERT OR IGNORE INTO indexes (name, expires) VALUES (?1, ?2)")?
                 .execute(params![index, ms(*expires_ms)])?;
         }
-        // One statement, in the named thing's table (a session's record pushed three
-        // lookups per name, two of them in tables that could not hold it).
+        // One statement, in the table of the kind named.
         Op::Expire { name, of, expires_ms } => {
             let sql = match of {
                 Named::Key => "UPDATE kv SET expires = ?2 WHERE key = ?1 AND expires < ?2",
                 Named::Log => "UPDATE logs SET expires = ?2 WHERE log = ?1 AND expires < ?2",
                 Named::Index => "UPDATE indexes SET expires = ?2 WHERE name = ?1 AND expires < ?2",
             };
-            tx.prepare_cached(sql)?.execute(params![name, ms(*expires_ms)])?;
+            let changed = tx.prepare_cached(sql)?.execute(params![name, ms(*expires_ms)])?;
+            if cfg!(debug_assertions) && changed == 0 {
+                let elsewhere: bool = tx.query_row(
+                    "SELECT (?2 <> 'key' AND EXISTS (SELECT 1 FROM kv WHERE key = ?1))
+                         OR (?2 <> 'log' AND EXISTS (SELECT 1 FROM logs WHERE log = ?1))
+                         OR (?2 <> 'index' AND EXISTS (SELECT 1 FROM indexes WHERE name = ?1))",
+                    params![name, named(*of)],
+                    |r| r.get(0),
+                )?;
+                debug_assert!(!elsewhere, "an expiry of {name} names it a {of:?}, which it is not");
+            }
         }
         Op::IndexRemove { index, member } => {
             tx.prepare_cached("DELETE FROM idx WHERE name = ?1 AND member = ?2")?
@@ -445,7 +463,8 @@ impl Store for SqliteStore {
                         };
                     }
                 }
-                Op::DropLog { .. } | Op::Expire { .. } => {
+                // A log's row is written before it is dropped or its expiry pushed.
+                Op::DropLog { .. } | Op::Expire { of: Named::Log, .. } => {
                     write_tails(&tx, &mut logs).map_err(backend)?;
                     apply_one(&tx, op).map_err(backend)?;
                 }

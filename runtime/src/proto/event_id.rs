@@ -69,7 +69,8 @@ impl CursorKey {
         CursorKey { current: mac(secret), previous: previous.iter().map(|s| mac(s)).collect() }
     }
 
-    /// Derive the signer for one session and caller. Do this once per session.
+    /// Derive the signer for one session and caller: the same for the same arguments (a
+    /// session derives it as it is made, and again as it wakes from hibernation).
     #[must_use]
     pub fn signer(&self, session: &str, principal: Option<&str>) -> CursorSigner {
         let bind = |key: &HmacSha256| {

@@ -800,7 +800,7 @@ impl ListFilter {
             _ => return None,
         };
         let Value::Object(m) = result else { return Some(result.clone()) };
-        // Copied once: only the entries kept (not the whole list, then dropped from it).
+        // Only the entries kept are copied.
         let out = m
             .iter()
             .map(|(k, v)| {

@@ -125,14 +125,23 @@ async fn a_session_keeping_a_stream_hibernates_only_once_the_stream_is_gone() {
 #[actix_web::test]
 async fn a_cursor_minted_before_hibernation_is_the_woken_sessions_own() {
     tokio::time::pause();
-    let h = harness_with(cfg(|c| c.sessions.retention_after_delivery_ms = 500)).await;
-    let c = h.client("2025-11-25").await;
-    let mut r = c.call_tool(1, "echo", json!({"text": "x"})).await;
-    assert_eq!(text_of(&r.rest().await[0]), "x");
-    let cursor = r.first_id();
-    hibernating(&h, 1).await;
-    assert_refused(c.resume(&cursor).await, StatusCode::GONE, -32005).await;
-    assert_eq!(h.sup.sessions_hibernating(), 0, "woken by the resume");
+    // Without authentication, and with a caller (the signer is bound to its principal too).
+    for token in [None, Some("ta")] {
+        let h = harness_with(cfg(|c| {
+            c.sessions.retention_after_delivery_ms = 500;
+            if token.is_some() {
+                two_callers(c);
+            }
+        }))
+        .await;
+        let c = h.client_as("2025-11-25", token).await;
+        let mut r = c.call_tool(1, "echo", json!({"text": "x"})).await;
+        assert_eq!(text_of(&r.rest().await[0]), "x");
+        let cursor = r.first_id();
+        hibernating(&h, 1).await;
+        assert_refused(c.resume(&cursor).await, StatusCode::GONE, -32005).await;
+        assert_eq!(h.sup.sessions_hibernating(), 0, "woken by the resume");
+    }
 }
 
 #[actix_web::test]
