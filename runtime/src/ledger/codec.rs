@@ -562,13 +562,7 @@ mod usage_member_tests {
 
     #[test]
     fn a_receipt_keeping_a_result_as_deep_as_the_bound_is_read_back() {
-        let nested = |levels: usize| {
-            let mut v = Value::from(1);
-            for _ in 0..levels {
-                v = serde_json::json!([v]);
-            }
-            v
-        };
+        let nested = crate::proto::jsonrpc::nested_arrays;
         let within = |v: &Value| nests_within_kept_depth(&serde_json::to_vec(v).unwrap());
         assert!(within(&nested(KEPT_DEPTH_MAX)));
         assert!(!within(&nested(KEPT_DEPTH_MAX + 1)));

@@ -438,6 +438,12 @@ impl Reply {
     }
 }
 
+/// `1` inside `levels` arrays (`[[1]]` for 2): a value nested as deep as a test needs.
+#[cfg(test)]
+pub(crate) fn nested_arrays(levels: usize) -> Value {
+    (0..levels).fold(Value::from(1), |v, _| Value::Array(vec![v]))
+}
+
 /// A result's text read back into a value. Text a serializer wrote fails to read back only
 /// past serde_json's 128 levels of nesting.
 fn read_back(text: &str) -> Result<Value, ErrorObject> {

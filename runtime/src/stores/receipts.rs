@@ -848,6 +848,11 @@ mod tests {
     use super::*;
 
     /// The receipts of a fresh memory ledger.
+    /// A call of a write tool (not idempotent) under `key`.
+    fn write_call(tool: &str, key: &str) -> IdempotentCall {
+        IdempotentCall { tool: tool.into(), key: key.into(), digest: "d".into(), idempotent: false }
+    }
+
     fn receipts() -> Arc<Receipts> {
         on(Ledger::memory(&crate::config::RuntimeConfig::default()))
     }
@@ -868,16 +873,8 @@ mod tests {
     #[tokio::test]
     async fn a_result_too_deep_to_read_back_is_not_kept_and_a_replay_says_so() {
         let r = receipts();
-        let call = IdempotentCall {
-            tool: "deep".into(),
-            key: "k-deep".into(),
-            digest: "d".into(),
-            idempotent: false,
-        };
-        let mut deep = json!(1);
-        for _ in 1..codec::KEPT_DEPTH_MAX {
-            deep = json!([deep]);
-        }
+        let call = write_call("deep", "k-deep");
+        let deep = crate::proto::jsonrpc::nested_arrays(codec::KEPT_DEPTH_MAX - 1);
         let within = json!({"structuredContent": deep});
         let kept = r.kept_outcome(&call, Outcome::Result(within.clone()), false);
         assert_eq!(kept, Outcome::Result(within.clone()), "at the bound: kept");
@@ -892,12 +889,7 @@ mod tests {
     #[tokio::test]
     async fn an_execution_interrupted_on_one_host_leaves_nothing_behind_once_committed() {
         let r = receipts();
-        let call = IdempotentCall {
-            tool: "slow".into(),
-            key: "k-1".into(),
-            digest: "d".into(),
-            idempotent: false,
-        };
+        let call = write_call("slow", "k-1");
         let place = r.admit(&None).expect("room for a receipt");
         let never: Run = Box::new(|| Dispatch::Pending(Box::pin(std::future::pending())));
         // The tool runs, and its caller goes away (its session ended).
@@ -921,12 +913,7 @@ mod tests {
         )
         .unwrap();
         let r = on(ledger);
-        let call = || IdempotentCall {
-            tool: "write".into(),
-            key: "k-2".into(),
-            digest: "d".into(),
-            idempotent: false,
-        };
+        let call = || write_call("write", "k-2");
         let ran = || -> Run { Box::new(|| Dispatch::Ready(Ok(json!({"content": []}).into()))) };
         let attempts = || store.attempts.load(std::sync::atomic::Ordering::Relaxed);
         let stall = store.stall();

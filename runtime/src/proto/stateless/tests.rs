@@ -221,10 +221,7 @@ fn a_reply_too_deep_to_read_back_is_an_error_not_null() {
     let hints = CacheHints { ttl_ms: 0, public: false };
     let tails = ResultTails::new(&info, hints, hints);
     // Written, 200 levels; read back, past serde_json's 128.
-    let mut deep = json!(1);
-    for _ in 0..200 {
-        deep = json!([deep]);
-    }
+    let deep = crate::proto::jsonrpc::nested_arrays(200);
     let reply = Reply::of(&json!({"structuredContent": deep.clone()}));
     assert!(matches!(reply, Reply::Raw(_)));
     let code = |e: crate::proto::jsonrpc::ErrorObject| e.code;

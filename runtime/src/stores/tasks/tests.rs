@@ -230,10 +230,7 @@ async fn a_task_whose_outcome_the_ledger_cannot_record_yet_stays_running_until_i
 async fn a_result_too_deep_to_read_back_is_not_kept_and_its_task_read_after_a_restart() {
     let dir = mcp_devtools::TempDir::new("tasks-deep");
     let alice: Option<Arc<str>> = Some("alice".into());
-    let mut deep = json!(1);
-    for _ in 0..crate::ledger::codec::KEPT_DEPTH_MAX {
-        deep = json!([deep]);
-    }
+    let deep = crate::proto::jsonrpc::nested_arrays(crate::ledger::codec::KEPT_DEPTH_MAX);
     let id = {
         let l = Ledger::sqlite_for_tests(&dir, OLD, &[]);
         let t = Tasks::new(&l, settings());
