@@ -154,7 +154,7 @@ impl SessionMeta {
         // The counter of its lives lives as long as any record of it. Only a shared ledger
         // keeps one (a revive there counts the next life in the store, so two hosts never
         // share one); one process numbers lives from the record alone. So nothing to extend
-        // on a ledger of its own (a lookup saved on every session record, issue 23).
+        // on a ledger of its own.
         if cx.ledger.shared {
             ops.push(Op::Expire {
                 name: codec::incarnation_key(&self.hmac),

@@ -362,6 +362,29 @@ pub fn nests_within_kept_depth(encoded: &[u8]) -> bool {
     !matches!(scan(encoded, &limits), Err(e) if e.limit == Limit::JsonDepth)
 }
 
+/// The bound a result crosses, kept in a record: its size past the keeper's `max_bytes`,
+/// checked first, or its depth past [`KEPT_DEPTH_MAX`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PastKeptBound {
+    /// Larger than `max_bytes`.
+    Bytes,
+    /// Nested deeper than [`KEPT_DEPTH_MAX`].
+    Depth,
+}
+
+/// Which bound the JSON text `encoded` crosses to be kept by a record holding at most
+/// `max_bytes` (receipts and tasks keep results so), if any.
+#[must_use]
+pub fn past_kept_bound(encoded: &[u8], max_bytes: usize) -> Option<PastKeptBound> {
+    if encoded.len() > max_bytes {
+        Some(PastKeptBound::Bytes)
+    } else if !nests_within_kept_depth(encoded) {
+        Some(PastKeptBound::Depth)
+    } else {
+        None
+    }
+}
+
 /// Hex digits of a session HMAC (128 bits).
 pub const HMAC_HEX_LEN: usize = 32;
 

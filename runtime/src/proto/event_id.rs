@@ -8,12 +8,14 @@
 //! A cursor minted for another session, caller or stream fails verification without any
 //! store lookup; the tag is checked in constant time (`Mac::verify_truncated_left`).
 
+use std::sync::Arc;
+
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use super::ids::{Generation, Seq, StreamId};
+use super::ids::{Generation, Seq, SessionId, StreamId};
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -70,7 +72,8 @@ impl CursorKey {
     }
 
     /// Derive the signer for one session and caller: the same for the same arguments (a
-    /// session derives it as it is made, and again as it wakes from hibernation).
+    /// session derives it as it is made, and again as it wakes from hibernation: both through
+    /// [`CursorKey::session_signer`]).
     #[must_use]
     pub fn signer(&self, session: &str, principal: Option<&str>) -> CursorSigner {
         let bind = |key: &HmacSha256| {
@@ -86,6 +89,13 @@ impl CursorKey {
             mac: bind(&self.current),
             previous: self.previous.iter().map(bind).collect(),
         }
+    }
+
+    /// [`CursorKey::signer`] of the session `id` and its caller's `principal`, as a session
+    /// holds it (shared with its handle).
+    #[must_use]
+    pub fn session_signer(&self, id: &SessionId, principal: Option<&str>) -> Arc<CursorSigner> {
+        Arc::new(self.signer(id.as_str(), principal))
     }
 }
 

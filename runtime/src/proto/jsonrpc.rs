@@ -394,7 +394,7 @@ impl RawReply {
 impl Reply {
     /// `result`, serialized now; `null` for a value that cannot be serialized (a map with
     /// keys that are not strings: none of the runtime's result types has one), as
-    /// `serde_json::to_value` gave before.
+    /// `serde_json::to_value` gives.
     #[must_use]
     pub fn of<T: Serialize + ?Sized>(result: &T) -> Reply {
         serde_json::value::to_raw_value(result)

@@ -604,13 +604,13 @@ impl Receipts {
         let encoded = match &outcome {
             Outcome::Result(v) | Outcome::Error(v) => serde_json::to_vec(v).unwrap_or_default(),
         };
-        let deep = || !codec::nests_within_kept_depth(&encoded);
-        if encoded.len() <= self.max_bytes && !too_much && !deep() {
+        let past = codec::past_kept_bound(&encoded, self.max_bytes);
+        if !too_much && past.is_none() {
             return outcome;
         }
         let why = if too_much {
             "past what this caller, or every caller, may keep in receipts (ledger.receipt_bytes_per_caller, ledger.receipt_bytes_total)".to_owned()
-        } else if encoded.len() > self.max_bytes {
+        } else if past == Some(codec::PastKeptBound::Bytes) {
             format!(
                 "larger than the ledger.receipt_max_bytes = {} kept for a replay",
                 self.max_bytes
@@ -871,7 +871,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_result_too_deep_to_read_back_is_not_kept_and_a_replay_says_so() {
+    async fn a_result_too_deep_to_read_back_is_not_kept_and_its_outcome_says_so() {
         let r = receipts();
         let call = write_call("deep", "k-deep");
         let deep = crate::proto::jsonrpc::nested_arrays(codec::KEPT_DEPTH_MAX - 1);

@@ -565,12 +565,15 @@ impl Tasks {
                 Ok(result) => {
                     let encoded = serde_json::to_vec(&result).unwrap_or_default();
                     let size = encoded.len();
-                    s.view.result = Some(if size > self.settings.max_result_bytes {
-                        json!({"content": [{"type": "text", "text": format!("The task completed, but its result ({size} bytes) is larger than the {} bytes a task keeps.", self.settings.max_result_bytes)}], "isError": true})
-                    } else if !crate::ledger::codec::nests_within_kept_depth(&encoded) {
-                        json!({"content": [{"type": "text", "text": format!("The task completed, but its result nests more levels deep than the {} a task keeps.", crate::ledger::codec::KEPT_DEPTH_MAX)}], "isError": true})
-                    } else {
-                        result
+                    let max = self.settings.max_result_bytes;
+                    s.view.result = Some(match codec::past_kept_bound(&encoded, max) {
+                        Some(codec::PastKeptBound::Bytes) => {
+                            json!({"content": [{"type": "text", "text": format!("The task completed, but its result ({size} bytes) is larger than the {max} bytes a task keeps.")}], "isError": true})
+                        }
+                        Some(codec::PastKeptBound::Depth) => {
+                            json!({"content": [{"type": "text", "text": format!("The task completed, but its result nests more levels deep than the {} a task keeps.", codec::KEPT_DEPTH_MAX)}], "isError": true})
+                        }
+                        None => result,
                     });
                     s.view.status = TaskStatus::Completed;
                 }

@@ -226,8 +226,7 @@ pub(super) fn wake(s: SleepingSession) -> (SessionHandle, Starter) {
     ctx.set_mailbox_capacity(s.kept.mailbox);
     // As the supervisor derived it when the session was created (plain computation: it
     // cannot fail under the registry's lock).
-    let signer =
-        Arc::new(s.kept.key.signer(s.guard.id().as_str(), s.kept.meta.principal.as_deref()));
+    let signer = s.kept.key.session_signer(s.guard.id(), s.kept.meta.principal.as_deref());
     let handle = SessionHandle {
         addr: ctx.address(),
         inbox: Arc::clone(s.guard.inbox()),

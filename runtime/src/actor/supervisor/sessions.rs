@@ -264,7 +264,7 @@ impl Supervisor {
         origin: Option<String>,
         restore: Option<Restore>,
     ) -> SessionSeed {
-        let signer = Arc::new(self.key.signer(id.as_str(), principal.as_deref()));
+        let signer = self.key.session_signer(&id, principal.as_deref());
         let hmac = self.stream_env.ledger.session_hmac(&id);
         SessionSeed {
             id,
