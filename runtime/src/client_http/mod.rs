@@ -172,12 +172,7 @@ impl<J: Journal> McpClient<J> {
         if self.is_modern() {
             return self.notify_modern(method, params).await;
         }
-        let session = self.session();
-        match self.post(encode_notification(method, params.as_ref()), session).await? {
-            Posted::Accepted => Ok(()),
-            Posted::Gone => Err(ClientError::Http(404, "session not found".into())),
-            _ => Err(ClientError::Transport("unexpected reply to a notification".into())),
-        }
+        self.notify_in(self.session(), method, params.as_ref()).await
     }
 
     /// Cancel a request by id (the only way in a session: a disconnect is not a
@@ -191,8 +186,32 @@ impl<J: Journal> McpClient<J> {
         if self.is_modern() {
             return Ok(());
         }
-        self.notify("notifications/cancelled", Some(json!({"requestId": id, "reason": reason})))
-            .await
+        self.cancel_in(self.session(), id, reason).await
+    }
+
+    /// Cancel `id` in `session`, the one that runs it.
+    async fn cancel_in(
+        &self,
+        session: (String, ProtocolVersion),
+        id: &JsonRpcId,
+        reason: &str,
+    ) -> Result<(), ClientError> {
+        let params = json!({"requestId": id, "reason": reason});
+        self.notify_in(session, "notifications/cancelled", Some(&params)).await
+    }
+
+    /// Send a notification in `session`.
+    async fn notify_in(
+        &self,
+        session: (String, ProtocolVersion),
+        method: &str,
+        params: Option<&Value>,
+    ) -> Result<(), ClientError> {
+        match self.post(encode_notification(method, params), session).await? {
+            Posted::Accepted => Ok(()),
+            Posted::Gone => Err(ClientError::Http(404, "session not found".into())),
+            _ => Err(ClientError::Transport("unexpected reply to a notification".into())),
+        }
     }
 
     /// Send a request and wait for its response, resuming its stream as needed. `idempotent`
@@ -281,7 +300,7 @@ impl<J: Journal> McpClient<J> {
             (JsonRpcId::Number(i.next_id), i.generation, (i.session_id.clone(), i.version))
         };
         let body = encode_request(&id, method, params);
-        let posted = match self.post(body, session).await {
+        let posted = match self.post(body, session.clone()).await {
             Ok(p) => p,
             Err(e @ ClientError::Transport(_)) => return Err(Failure::Unknown(e)),
             Err(e @ ClientError::Unavailable { retry_after_ms, .. }) => {
@@ -312,13 +331,14 @@ impl<J: Journal> McpClient<J> {
                     }
                     key
                 };
-                let follow = self.follow(&key, &id, resp);
+                let follow = self.follow(&key, &id, resp, &session);
                 tokio::pin!(follow);
                 let r = tokio::select! {
                     r = &mut follow => r,
                     () = cancel.cancelled() => {
-                        // Tell the server first; the stream is dropped on return.
-                        let _ = self.cancel(&id, "cancelled by the caller").await;
+                        // Tell the server first (the session that runs it); the stream is
+                        // dropped on return.
+                        let _ = self.cancel_in(session.clone(), &id, "cancelled by the caller").await;
                         self.inner.borrow_mut().acceptor.close_stream(&key);
                         return Err(Failure::Final(ClientError::Cancelled));
                     }

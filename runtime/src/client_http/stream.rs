@@ -15,17 +15,24 @@ use crate::client::accept::{Acceptance, IncomingEvent, StreamKey};
 use crate::client::journal::Journal;
 use crate::proto::ids::JsonRpcId;
 use crate::proto::jsonrpc::{ErrorObject, encode_error, encode_result};
+use crate::proto::version::ProtocolVersion;
 use crate::sse::Decoder;
 
 impl<J: Journal> McpClient<J> {
     /// Read `resp` (the request's stream), resuming by GET + `Last-Event-ID` until the
     /// response arrives. The outer error means the stream could not be followed; the inner
     /// result is the response (a JSON-RPC error is `Err(Rpc)` inside `Ok`).
+    ///
+    /// Every resume, and every answer to a server request on the stream, goes to `session`,
+    /// the one the request was posted in: a cursor is bound to its session, so one sent with a
+    /// newer session's id (made meanwhile by another call, after a 404) would be refused as
+    /// forged (400), where its own session answers what became of it.
     pub(super) async fn follow(
         &self,
         key: &StreamKey,
         id: &JsonRpcId,
         mut resp: awc::ClientResponse,
+        session: &(String, ProtocolVersion),
     ) -> Result<Result<Value, ClientError>, ClientError> {
         let mut retry_hint = None;
         // Backoff grows only while resumes fail to reach a healthy server; a 200 resets it.
@@ -39,8 +46,9 @@ impl<J: Journal> McpClient<J> {
         let mut waited = Duration::ZERO;
         loop {
             let mut first_accept = None;
-            let answer =
-                self.read_events(key, id, &mut resp, &mut retry_hint, &mut first_accept).await?;
+            let answer = self
+                .read_events(key, id, &mut resp, &mut retry_hint, &mut first_accept, session)
+                .await?;
             if let (Some(t0), Some(t1)) = (broke_at, first_accept) {
                 self.inner
                     .borrow_mut()
@@ -94,7 +102,6 @@ impl<J: Journal> McpClient<J> {
                 self.wait_for_budget().await;
                 waited += paused.elapsed();
                 self.inner.borrow_mut().stats.resumes += 1;
-                let session = self.session();
                 let sent = Self::builder(
                     &self.http,
                     &self.cfg,
@@ -149,6 +156,7 @@ impl<J: Journal> McpClient<J> {
         resp: &mut awc::ClientResponse,
         retry_hint: &mut Option<u64>,
         first_accept: &mut Option<tokio::time::Instant>,
+        session: &(String, ProtocolVersion),
     ) -> Result<Option<Result<Value, ClientError>>, ClientError> {
         let mut dec = Decoder::new();
         while let Some(chunk) = next_chunk(resp).await {
@@ -214,7 +222,7 @@ impl<J: Journal> McpClient<J> {
                 }
             }
             for req in to_answer {
-                self.answer_server_request(&req).await?;
+                self.answer_server_request(&req, session).await?;
             }
             if let Some(a) = answer {
                 return Ok(Some(a));
@@ -223,8 +231,13 @@ impl<J: Journal> McpClient<J> {
         Ok(None)
     }
 
-    /// Answer a server-to-client request through the handler (see [`Self::with_handler`]).
-    async fn answer_server_request(&self, req: &Value) -> Result<(), ClientError> {
+    /// Answer a server-to-client request through the handler (see [`Self::with_handler`]), in
+    /// the `session` that asked.
+    async fn answer_server_request(
+        &self,
+        req: &Value,
+        session: &(String, ProtocolVersion),
+    ) -> Result<(), ClientError> {
         let Some(rid) = req.get("id").and_then(JsonRpcId::from_value) else { return Ok(()) };
         let method = req["method"].as_str().unwrap_or_default();
         let answer = match (&self.handler, method) {
@@ -239,7 +252,7 @@ impl<J: Journal> McpClient<J> {
             Ok(result) => encode_result(&rid, &result),
             Err(e) => encode_error(Some(&rid), &e),
         };
-        match self.post(body, self.session()).await? {
+        match self.post(body, session.clone()).await? {
             Posted::Accepted => Ok(()),
             _ => Err(ClientError::Transport("server did not accept our response".into())),
         }

@@ -141,6 +141,31 @@ async fn non_idempotent_request_after_404_is_reported_lost_not_moved() {
 }
 
 #[actix_web::test]
+async fn a_stream_is_resumed_in_its_own_session_after_another_call_made_a_new_one() {
+    // The stream closes for polling with a 3 s retry: its resume waits that long.
+    let (url, _sup) = serve(common::cfg(|c| c.sse.retry_ms = 3_000)).await;
+    let c = connect(&url).await;
+    let old = c.session_id();
+    let polled = c.request("tools/call", Some(json!({"name":"poll","arguments":{}})), false);
+    let meanwhile = async {
+        // While it waits: its session ends, and another call's 404 makes a new one.
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        delete_session(&url, &old).await;
+        c.request("tools/list", None, true).await.unwrap();
+        assert_ne!(c.session_id(), old, "the other call made a new session");
+    };
+    let (r, ()) = tokio::join!(polled, meanwhile);
+    // Resumed with the new session's id, its cursor (bound to the old one) would be refused
+    // as forged (400); its own session answers that it ended (404), and a call that is not
+    // idempotent is reported lost for that.
+    match r {
+        Err(ClientError::Lost(_, why)) => assert!(why.contains("(404)"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(c.stats().handshakes, 2, "{:?}", c.stats());
+}
+
+#[actix_web::test]
 async fn server_to_client_requests_are_answered_by_the_handler() {
     let (url, _sup) = serve(fast()).await;
     let mut cfg = ClientConfig::new(&url);
