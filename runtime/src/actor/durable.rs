@@ -118,6 +118,10 @@ pub(crate) struct SessionNow<'a, I> {
     /// Its streams: their records, logs and index live as long as the session does, plus the
     /// streams' retention.
     pub(crate) streams: I,
+    /// It ever held a stream (or lives again): the ledger may hold its streams' index. A
+    /// session's first life without one has none, whose expiry would be a statement that
+    /// finds nothing.
+    pub(crate) held_streams: bool,
 }
 
 impl SessionMeta {
@@ -192,7 +196,7 @@ impl SessionMeta {
         } else {
             Op::IndexRemove { index: codec::SESSIONS_LRU.into(), member: self.hmac.to_string() }
         });
-        if s.state == RecordState::Active {
+        if s.state == RecordState::Active && s.held_streams {
             let streams_expire = last_used_ms.saturating_add(cx.stream_ttl_ms);
             ops.push(Op::Expire {
                 name: codec::streams_index(&self.hmac),
@@ -401,11 +405,16 @@ mod tests {
     use crate::ledger::codec::{Handshake, RecordState};
 
     fn record_ops(cx: &LedgerCtx, incarnation: u32) -> Vec<Op> {
-        record_ops_with(cx, incarnation, &[])
+        record_ops_with(cx, incarnation, &[], incarnation > 0)
     }
 
-    /// A session's record, as of `last_used` 5, keeping `streams`.
-    fn record_ops_with(cx: &LedgerCtx, incarnation: u32, streams: &[StreamId]) -> Vec<Op> {
+    /// A session's record, as of `last_used` 5, keeping `streams` (`held`: it ever held one).
+    fn record_ops_with(
+        cx: &LedgerCtx,
+        incarnation: u32,
+        streams: &[StreamId],
+        held: bool,
+    ) -> Vec<Op> {
         let meta = SessionMeta {
             hmac: Arc::from("5e55"),
             principal: None,
@@ -429,6 +438,7 @@ mod tests {
                     client_info: json!({}),
                 },
                 streams: streams.iter().copied(),
+                held_streams: held,
             },
         )
     }
@@ -465,13 +475,27 @@ mod tests {
             [Box::new(crate::ledger::MemoryStore::default()), Box::new(sqlite)];
         for store in stores {
             store.apply(&first).unwrap();
-            store.apply(&record_ops_with(&cx, 0, &[sid])).unwrap();
+            store.apply(&record_ops_with(&cx, 0, &[sid], true)).unwrap();
             let later = 1_000;
             assert!(store.get(&codec::stream_key(hmac, sid.0), later).unwrap().is_some());
             assert!(!store.read_log(&codec::events_key(hmac, sid.0), later).unwrap().is_empty());
             let index = store.index_page(&codec::streams_index(hmac), None, 8, later).unwrap();
             assert_eq!(index.len(), 1);
         }
+    }
+
+    #[test]
+    fn only_a_session_that_held_a_stream_pushes_its_streams_index() {
+        let cx = LedgerCtx::new(Ledger::memory(&RuntimeConfig::default()), 60_000, 60_000);
+        let index = codec::streams_index("5e55");
+        let pushes = |ops: &[Op]| {
+            ops.iter()
+                .any(|o| matches!(o, Op::Expire { name, of: Named::Index, .. } if *name == index))
+        };
+        assert!(!pushes(&record_ops_with(&cx, 0, &[], false)), "never had one: no index");
+        // Its streams are gone, but members may be added again before the index expires.
+        assert!(pushes(&record_ops_with(&cx, 0, &[], true)));
+        assert!(pushes(&record_ops_with(&cx, 0, &[StreamId(3)], true)));
     }
 
     #[test]

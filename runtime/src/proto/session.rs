@@ -164,6 +164,9 @@ pub(crate) struct SessionCore<R, S, P> {
     recorded: Tick,
     /// Something besides the last use changed (log level).
     dirty: bool,
+    /// It made or took in a stream, or lives again (an earlier life may have): the ledger may
+    /// hold an index of its streams, whose expiry its records push.
+    held_streams: bool,
     /// When it last woke from hibernation (or was made): it stays awake for
     /// `hibernate_after_ms` from then, whatever its last activity.
     awake_since: Tick,
@@ -183,6 +186,7 @@ pub(crate) struct SleepingCore {
     incarnation: u32,
     recorded: Tick,
     dirty: bool,
+    held_streams: bool,
 }
 
 impl SleepingCore {
@@ -236,6 +240,7 @@ impl<R, S, P> SessionCore<R, S, P> {
             recorded: now,
             // Its record is written when it begins (or begins again).
             dirty: true,
+            held_streams: incarnation > 0,
             awake_since: now,
         }
     }
@@ -257,6 +262,7 @@ impl<R, S, P> SessionCore<R, S, P> {
                 incarnation: self.incarnation,
                 recorded: self.recorded,
                 dirty: self.dirty,
+                held_streams: self.held_streams,
             },
             wake_at,
         ))
@@ -273,6 +279,7 @@ impl<R, S, P> SessionCore<R, S, P> {
         core.next_client_request = s.next_client_request;
         core.recorded = s.recorded;
         core.dirty = s.dirty;
+        core.held_streams = s.held_streams;
         core.awake_since = now;
         core
     }
@@ -349,6 +356,7 @@ impl<R, S, P> SessionCore<R, S, P> {
         handle: S,
     ) -> Vec<StreamEntry<S>> {
         let is_get = request.is_none();
+        self.held_streams = true;
         self.streams.insert(sid, StreamEntry { request, closed: false, retained_bytes: 0, handle });
         // Only a stream of this life moves its numbering on: one of another life (an earlier
         // one, or a host that is gone whose stream was taken over) keeps its own range, which
@@ -555,7 +563,15 @@ impl<R, S, P> SessionCore<R, S, P> {
     fn alloc_stream(&mut self) -> StreamId {
         let sid = StreamId(self.next_stream);
         self.next_stream += 1;
+        self.held_streams = true;
         sid
+    }
+
+    /// Whether the ledger may hold an index of its streams: it made or took in one in this
+    /// life, or lives again (`false`: a session's first life that never had a stream).
+    #[must_use]
+    pub(crate) fn held_streams(&self) -> bool {
+        self.held_streams
     }
 
     /// The standalone GET stream, if one is registered.

@@ -217,6 +217,7 @@ pub(super) fn record_ops<R, S, P>(
             last_used,
             handshake,
             streams: core.stream_ids(),
+            held_streams: core.held_streams(),
         },
     )
 }

@@ -473,3 +473,25 @@ fn a_refused_hibernation_waits_its_time_again() {
     );
     assert_eq!(never.poll_timeout(), never.idle_deadline(), "u64::MAX: never");
 }
+
+#[test]
+fn a_session_that_held_a_stream_says_so_after_the_stream_and_across_a_sleep() {
+    type Core = SessionCore<u32, &'static str, &'static str>;
+    let mut s = Core::new(ProtocolVersion::LATEST, Generation(1), sleepy(), Tick(0));
+    assert!(!s.held_streams(), "a new session's first life: no index of its streams");
+    let (sid, _) = s.open_get_stream("get");
+    assert!(s.held_streams());
+    let _ = s.remove_stream(sid);
+    assert!(s.held_streams(), "its index may still be written to");
+    let (sleeping, _) = s.sleep().expect("nothing is open");
+    let woken = Core::wake(sleeping, sleepy(), Tick(5));
+    assert!(woken.held_streams(), "kept across a hibernation");
+    let never = Core::new(ProtocolVersion::LATEST, Generation(1), sleepy(), Tick(0));
+    let (sleeping, _) = never.sleep().expect("nothing is open");
+    assert!(!Core::wake(sleeping, sleepy(), Tick(5)).held_streams());
+    let revived = Core::incarnate(ProtocolVersion::LATEST, Generation(1), sleepy(), Tick(0), 1);
+    assert!(revived.held_streams(), "an earlier life may have indexed streams");
+    let mut taken = core();
+    let _ = taken.restore_stream(StreamId(u64::from(u32::MAX) << 32 | 1), None, None, "taken");
+    assert!(taken.held_streams(), "a stream taken in");
+}
