@@ -118,9 +118,10 @@ pub(crate) struct SessionNow<'a, I> {
     /// Its streams: their records, logs and index live as long as the session does, plus the
     /// streams' retention.
     pub(crate) streams: I,
-    /// It ever held a stream (or lives again): the ledger may hold its streams' index. A
-    /// session's first life without one has none, whose expiry would be a statement that
-    /// finds nothing.
+    /// It ever held a stream (or lives again): the ledger may hold its streams' index. On a
+    /// ledger of its own, a session's first life without one has none, whose expiry would be a
+    /// statement that finds nothing; on a shared one another host may serve it meanwhile and
+    /// index streams of its own there, so the index is pushed whatever this life held.
     pub(crate) held_streams: bool,
 }
 
@@ -196,7 +197,7 @@ impl SessionMeta {
         } else {
             Op::IndexRemove { index: codec::SESSIONS_LRU.into(), member: self.hmac.to_string() }
         });
-        if s.state == RecordState::Active && s.held_streams {
+        if s.state == RecordState::Active && (s.held_streams || cx.ledger.shared) {
             let streams_expire = last_used_ms.saturating_add(cx.stream_ttl_ms);
             ops.push(Op::Expire {
                 name: codec::streams_index(&self.hmac),
@@ -496,6 +497,11 @@ mod tests {
         // Its streams are gone, but members may be added again before the index expires.
         assert!(pushes(&record_ops_with(&cx, 0, &[], true)));
         assert!(pushes(&record_ops_with(&cx, 0, &[StreamId(3)], true)));
+        // Shared: another host serving it meanwhile may have indexed streams of its own.
+        let mut shared = Ledger::memory(&RuntimeConfig::default());
+        shared.shared = true;
+        let shared = LedgerCtx::new(shared, 60_000, 60_000);
+        assert!(pushes(&record_ops_with(&shared, 0, &[], false)));
     }
 
     #[test]

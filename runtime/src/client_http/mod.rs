@@ -192,7 +192,7 @@ impl<J: Journal> McpClient<J> {
     /// Cancel `id` in `session`, the one that runs it.
     async fn cancel_in(
         &self,
-        session: (String, ProtocolVersion),
+        session: wire::Session,
         id: &JsonRpcId,
         reason: &str,
     ) -> Result<(), ClientError> {
@@ -203,7 +203,7 @@ impl<J: Journal> McpClient<J> {
     /// Send a notification in `session`.
     async fn notify_in(
         &self,
-        session: (String, ProtocolVersion),
+        session: wire::Session,
         method: &str,
         params: Option<&Value>,
     ) -> Result<(), ClientError> {

@@ -10,12 +10,12 @@ use serde_json::{Value, json};
 use super::retry::retry_after_ms_of;
 use super::state::McpClient;
 use super::types::{ClientError, Posted, ResumeSample};
+use super::wire::Session;
 use super::wire::{next_chunk, read_to_end_aside};
 use crate::client::accept::{Acceptance, IncomingEvent, StreamKey};
 use crate::client::journal::Journal;
 use crate::proto::ids::JsonRpcId;
 use crate::proto::jsonrpc::{ErrorObject, encode_error, encode_result};
-use crate::proto::version::ProtocolVersion;
 use crate::sse::Decoder;
 
 impl<J: Journal> McpClient<J> {
@@ -24,15 +24,16 @@ impl<J: Journal> McpClient<J> {
     /// result is the response (a JSON-RPC error is `Err(Rpc)` inside `Ok`).
     ///
     /// Every resume, and every answer to a server request on the stream, goes to `session`,
-    /// the one the request was posted in: a cursor is bound to its session, so one sent with a
-    /// newer session's id (made meanwhile by another call, after a 404) would be refused as
-    /// forged (400), where its own session answers what became of it.
+    /// the one the request was posted in: a cursor is bound to its session, and one sent with
+    /// a newer session's id would be refused as forged (400). Once another call replaced the
+    /// session (after a 404), the stream is not resumed at all: its events were let go with the
+    /// old session, and the call ends as one whose session ended (404).
     pub(super) async fn follow(
         &self,
         key: &StreamKey,
         id: &JsonRpcId,
         mut resp: awc::ClientResponse,
-        session: &(String, ProtocolVersion),
+        session: &Session,
     ) -> Result<Result<Value, ClientError>, ClientError> {
         let mut retry_hint = None;
         // Backoff grows only while resumes fail to reach a healthy server; a 200 resets it.
@@ -63,6 +64,7 @@ impl<J: Journal> McpClient<J> {
             }
             // The stream ended (or broke) before the response: resume.
             broke_at.get_or_insert_with(tokio::time::Instant::now);
+            self.check_not_replaced(key)?;
             let cursor = self.inner.borrow().acceptor.resume_cursor(key);
             let Some(cursor) = cursor else {
                 return Err(ClientError::Lost(
@@ -101,6 +103,7 @@ impl<J: Journal> McpClient<J> {
                 tokio::time::sleep(Duration::from_millis(delay)).await;
                 self.wait_for_budget().await;
                 waited += paused.elapsed();
+                self.check_not_replaced(key)?;
                 self.inner.borrow_mut().stats.resumes += 1;
                 let sent = Self::builder(
                     &self.http,
@@ -148,6 +151,16 @@ impl<J: Journal> McpClient<J> {
         }
     }
 
+    /// A 404 once another call replaced the stream's session (after a 404 of its own): the
+    /// new session's binding let the stream and its cursor go.
+    fn check_not_replaced(&self, key: &StreamKey) -> Result<(), ClientError> {
+        if self.inner.borrow().generation == key.session_generation {
+            Ok(())
+        } else {
+            Err(ClientError::Http(404, "session replaced".into()))
+        }
+    }
+
     /// Feed the stream's events to the acceptor. `Some` when the response arrived.
     async fn read_events(
         &self,
@@ -156,7 +169,7 @@ impl<J: Journal> McpClient<J> {
         resp: &mut awc::ClientResponse,
         retry_hint: &mut Option<u64>,
         first_accept: &mut Option<tokio::time::Instant>,
-        session: &(String, ProtocolVersion),
+        session: &Session,
     ) -> Result<Option<Result<Value, ClientError>>, ClientError> {
         let mut dec = Decoder::new();
         while let Some(chunk) = next_chunk(resp).await {
@@ -236,7 +249,7 @@ impl<J: Journal> McpClient<J> {
     async fn answer_server_request(
         &self,
         req: &Value,
-        session: &(String, ProtocolVersion),
+        session: &Session,
     ) -> Result<(), ClientError> {
         let Some(rid) = req.get("id").and_then(JsonRpcId::from_value) else { return Ok(()) };
         let method = req["method"].as_str().unwrap_or_default();
@@ -254,6 +267,7 @@ impl<J: Journal> McpClient<J> {
         };
         match self.post(body, session.clone()).await? {
             Posted::Accepted => Ok(()),
+            Posted::Gone => Err(ClientError::Http(404, "session not found".into())),
             _ => Err(ClientError::Transport("server did not accept our response".into())),
         }
     }

@@ -27,6 +27,9 @@ pub(super) async fn next_chunk<
         .map(|r| r.map_err(|e| e.to_string()))
 }
 
+/// A session as a request names it: its id and the protocol version it negotiated.
+pub(super) type Session = (String, ProtocolVersion);
+
 /// How long a stream's end is waited for after its answer, aside.
 const END_WAIT: Duration = Duration::from_secs(1);
 
@@ -90,11 +93,7 @@ impl<J: Journal> McpClient<J> {
         r
     }
 
-    pub(super) async fn post(
-        &self,
-        body: Bytes,
-        session: (String, ProtocolVersion),
-    ) -> Result<Posted, ClientError> {
+    pub(super) async fn post(&self, body: Bytes, session: Session) -> Result<Posted, ClientError> {
         let mut resp = Self::builder(
             &self.http,
             &self.cfg,
@@ -124,7 +123,7 @@ impl<J: Journal> McpClient<J> {
         }
     }
 
-    pub(super) fn session(&self) -> (String, ProtocolVersion) {
+    pub(super) fn session(&self) -> Session {
         let i = self.inner.borrow();
         (i.session_id.clone(), i.version)
     }

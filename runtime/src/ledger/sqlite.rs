@@ -30,6 +30,16 @@ pub use checkpoint::Checkpointing;
 use super::files::{self, LockError, LockFile};
 use super::{Durability, Named, Op, OpenError, Store, StoreError};
 
+/// The writer's page cache, KiB: the hot part of the logs and indexes. Not more: a page split
+/// of these WITHOUT ROWID tables parks a page at the lock-byte page's number (262,145) for a
+/// moment, and the commit then walks the whole cache to drop pages past the file's end, a walk
+/// as long as the cache. At 32 MiB that walk was 2.5 % of an `initialize` storm's CPU; at 4 MiB
+/// `initialize` ran about 7.6 % faster (medians 26,716 -> 28,736 a second,
+/// bench/peers/initialize-only.sh) and 256-event batches 4-7 % slower (430k -> 402-414k
+/// events/s on tmpfs, ledger-bench), still four times the goal
+/// (bench/results/issue23-2026-12-05-round10-writer-cache/).
+const WRITER_CACHE_KIB: u32 = 4096;
+
 /// SQLite's `PRAGMA application_id` of a ledger: "MCPH".
 pub(crate) const APPLICATION_ID: u32 = 0x4D43_5048;
 /// SQLite's `PRAGMA user_version` of a ledger: the schema version this release writes and
@@ -243,14 +253,9 @@ impl SqliteStore {
             writer.execute_batch(&format!("PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};")).map_err(|e| store_err(backend(e)))?;
             tracing::info!(path = %path.display(), "marked the ledger with mcp-host's application id");
         }
-        // The writer's page cache holds the hot part of the logs and indexes: 4 MiB. Not more:
-        // a page split of these WITHOUT ROWID tables parks a page at the lock-byte page number
-        // (262,145) for a moment, and the commit then walks the whole cache to drop pages past
-        // the file's end, a walk as long as the cache. At 32 MiB that walk was 2.5 % of an
-        // `initialize` storm's CPU; at 4 MiB `initialize` ran 5-9 % faster (26.3-27.1k/s ->
-        // 27.4-29.2k/s, bench/peers/initialize-only.sh) and 256-event batches 4-7 % slower
-        // (430k -> 402-414k events/s on tmpfs, ledger-bench), still four times the goal.
-        writer.execute_batch("PRAGMA cache_size = -4096;").map_err(|e| store_err(backend(e)))?;
+        writer
+            .execute_batch(&format!("PRAGMA cache_size = -{WRITER_CACHE_KIB};"))
+            .map_err(|e| store_err(backend(e)))?;
         let schema: String = writer
             .query_row("SELECT v FROM meta WHERE k = 'schema'", [], |r| r.get(0))
             .map_err(|e| store_err(backend(e)))?;

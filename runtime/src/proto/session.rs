@@ -165,7 +165,8 @@ pub(crate) struct SessionCore<R, S, P> {
     /// Something besides the last use changed (log level).
     dirty: bool,
     /// It made or took in a stream, or lives again (an earlier life may have): the ledger may
-    /// hold an index of its streams, whose expiry its records push.
+    /// hold an index of its streams, whose expiry its records push (on a shared ledger they
+    /// push it anyway: another host may serve the session meanwhile).
     held_streams: bool,
     /// When it last woke from hibernation (or was made): it stays awake for
     /// `hibernate_after_ms` from then, whatever its last activity.
@@ -567,8 +568,9 @@ impl<R, S, P> SessionCore<R, S, P> {
         sid
     }
 
-    /// Whether the ledger may hold an index of its streams: it made or took in one in this
-    /// life, or lives again (`false`: a session's first life that never had a stream).
+    /// Whether this session may have put an index of its streams in the ledger: it made or
+    /// took in one in this life, or lives again (`false`: a first life that never had a
+    /// stream; on a shared ledger other hosts' lives are not counted here).
     #[must_use]
     pub(crate) fn held_streams(&self) -> bool {
         self.held_streams

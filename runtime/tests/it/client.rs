@@ -148,21 +148,30 @@ async fn a_stream_is_resumed_in_its_own_session_after_another_call_made_a_new_on
     let old = c.session_id();
     let polled = c.request("tools/call", Some(json!({"name":"poll","arguments":{}})), false);
     let meanwhile = async {
-        // While it waits: its session ends, and another call's 404 makes a new one.
-        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        // Once it holds its stream's cursor (the priming event), and while it waits to resume:
+        // its session ends, and another call's 404 makes a new one.
+        for _ in 0..1_000 {
+            if c.stats().accept.cursor_only > 0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        assert_eq!(c.stats().accept.cursor_only, 1, "the call's priming event arrived");
         delete_session(&url, &old).await;
         c.request("tools/list", None, true).await.unwrap();
         assert_ne!(c.session_id(), old, "the other call made a new session");
+        assert_eq!(c.stats().resumes, 0, "before the stream's resume");
     };
     let (r, ()) = tokio::join!(polled, meanwhile);
     // Resumed with the new session's id, its cursor (bound to the old one) would be refused
-    // as forged (400); its own session answers that it ended (404), and a call that is not
+    // as forged (400); the client knows its session ended (404), and a call that is not
     // idempotent is reported lost for that.
     match r {
         Err(ClientError::Lost(_, why)) => assert!(why.contains("(404)"), "{why}"),
         other => panic!("{other:?}"),
     }
     assert_eq!(c.stats().handshakes, 2, "{:?}", c.stats());
+    assert_eq!(c.stats().resumes, 0, "no resume went out for a session replaced");
 }
 
 #[actix_web::test]
