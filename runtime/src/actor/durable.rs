@@ -486,7 +486,7 @@ mod tests {
     }
 
     #[test]
-    fn only_a_session_that_held_a_stream_pushes_its_streams_index() {
+    fn a_session_pushes_its_streams_index_once_it_held_a_stream_or_on_a_shared_ledger() {
         let cx = LedgerCtx::new(Ledger::memory(&RuntimeConfig::default()), 60_000, 60_000);
         let index = codec::streams_index("5e55");
         let pushes = |ops: &[Op]| {

@@ -321,6 +321,11 @@ impl<J: Journal> McpClient<J> {
             Posted::Sse(resp) => {
                 let key = {
                     let mut i = self.inner.borrow_mut();
+                    // Another call replaced the session while this POST was on its way: its
+                    // stream is not taken in under the new session's binding.
+                    if i.generation != generation {
+                        return Err(Failure::Gone(generation));
+                    }
                     i.stats.streams += 1;
                     let key = i
                         .acceptor

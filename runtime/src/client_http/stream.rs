@@ -101,6 +101,8 @@ impl<J: Journal> McpClient<J> {
                 };
                 let paused = tokio::time::Instant::now();
                 tokio::time::sleep(Duration::from_millis(delay)).await;
+                // Checked before the budget is spent on it, and again after its wait.
+                self.check_not_replaced(key)?;
                 self.wait_for_budget().await;
                 waited += paused.elapsed();
                 self.check_not_replaced(key)?;

@@ -173,7 +173,8 @@ pub struct ClientStats {
     pub budget_waits: u64,
     /// Idempotent requests re-issued (after a 404, an unresumable stream or a failed POST).
     pub reissued: u64,
-    /// 404 answers to requests that carried a session id.
+    /// 404 answers to requests that carried a session id, and calls whose stream was not
+    /// resumed because another call replaced its session meanwhile (after a 404 of its own).
     pub not_found: u64,
     /// 404s after which the client sent a new `initialize` (without the dead id) that reached
     /// the server, or found a newer session already made by a concurrent call.

@@ -141,9 +141,11 @@ async fn non_idempotent_request_after_404_is_reported_lost_not_moved() {
 }
 
 #[actix_web::test]
-async fn a_stream_is_resumed_in_its_own_session_after_another_call_made_a_new_one() {
-    // The stream closes for polling with a 3 s retry: its resume waits that long.
-    let (url, _sup) = serve(common::cfg(|c| c.sse.retry_ms = 3_000)).await;
+async fn a_stream_is_not_resumed_once_another_call_replaced_its_session() {
+    // The stream closes for polling with a 10 s retry: its resume would wait that long, far
+    // past the new session (if not, `resumes` below says so). Which of the client's checks
+    // ends it (as the stream ends, or after the wait) depends on when the stream's end is read.
+    let (url, _sup) = serve(common::cfg(|c| c.sse.retry_ms = 10_000)).await;
     let c = connect(&url).await;
     let old = c.session_id();
     let polled = c.request("tools/call", Some(json!({"name":"poll","arguments":{}})), false);
@@ -164,8 +166,8 @@ async fn a_stream_is_resumed_in_its_own_session_after_another_call_made_a_new_on
     };
     let (r, ()) = tokio::join!(polled, meanwhile);
     // Resumed with the new session's id, its cursor (bound to the old one) would be refused
-    // as forged (400); the client knows its session ended (404), and a call that is not
-    // idempotent is reported lost for that.
+    // as forged (400). Its session was replaced, so it is not resumed at all: the call ends as
+    // one whose session ended (404), reported lost as it is not idempotent.
     match r {
         Err(ClientError::Lost(_, why)) => assert!(why.contains("(404)"), "{why}"),
         other => panic!("{other:?}"),
