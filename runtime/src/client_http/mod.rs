@@ -172,7 +172,7 @@ impl<J: Journal> McpClient<J> {
         if self.is_modern() {
             return self.notify_modern(method, params).await;
         }
-        self.notify_in(self.session(), method, params.as_ref()).await
+        self.notify_in(&self.session(), method, params.as_ref()).await
     }
 
     /// Cancel a request by id (the only way in a session: a disconnect is not a
@@ -186,13 +186,13 @@ impl<J: Journal> McpClient<J> {
         if self.is_modern() {
             return Ok(());
         }
-        self.cancel_in(self.session(), id, reason).await
+        self.cancel_in(&self.session(), id, reason).await
     }
 
     /// Cancel `id` in `session`, the one that runs it.
     async fn cancel_in(
         &self,
-        session: wire::Session,
+        session: &wire::Session,
         id: &JsonRpcId,
         reason: &str,
     ) -> Result<(), ClientError> {
@@ -203,15 +203,12 @@ impl<J: Journal> McpClient<J> {
     /// Send a notification in `session`.
     async fn notify_in(
         &self,
-        session: wire::Session,
+        session: &wire::Session,
         method: &str,
         params: Option<&Value>,
     ) -> Result<(), ClientError> {
-        match self.post(encode_notification(method, params), session).await? {
-            Posted::Accepted => Ok(()),
-            Posted::Gone => Err(ClientError::Http(404, "session not found".into())),
-            _ => Err(ClientError::Transport("unexpected reply to a notification".into())),
-        }
+        let body = encode_notification(method, params);
+        self.post_accepted(body, session, "unexpected reply to a notification").await
     }
 
     /// Send a request and wait for its response, resuming its stream as needed. `idempotent`
@@ -300,7 +297,7 @@ impl<J: Journal> McpClient<J> {
             (JsonRpcId::Number(i.next_id), i.generation, (i.session_id.clone(), i.version))
         };
         let body = encode_request(&id, method, params);
-        let posted = match self.post(body, session.clone()).await {
+        let posted = match self.post(body, &session).await {
             Ok(p) => p,
             Err(e @ ClientError::Transport(_)) => return Err(Failure::Unknown(e)),
             Err(e @ ClientError::Unavailable { retry_after_ms, .. }) => {
@@ -343,7 +340,7 @@ impl<J: Journal> McpClient<J> {
                     () = cancel.cancelled() => {
                         // Tell the server first (the session that runs it); the stream is
                         // dropped on return.
-                        let _ = self.cancel_in(session.clone(), &id, "cancelled by the caller").await;
+                        let _ = self.cancel_in(&session, &id, "cancelled by the caller").await;
                         self.inner.borrow_mut().acceptor.close_stream(&key);
                         return Err(Failure::Final(ClientError::Cancelled));
                     }

@@ -9,9 +9,8 @@ use serde_json::{Value, json};
 
 use super::retry::retry_after_ms_of;
 use super::state::McpClient;
-use super::types::{ClientError, Posted, ResumeSample};
-use super::wire::Session;
-use super::wire::{next_chunk, read_to_end_aside};
+use super::types::{ClientError, ResumeSample};
+use super::wire::{Session, next_chunk, read_to_end_aside, session_not_found};
 use crate::client::accept::{Acceptance, IncomingEvent, StreamKey};
 use crate::client::journal::Journal;
 use crate::proto::ids::JsonRpcId;
@@ -125,7 +124,7 @@ impl<J: Journal> McpClient<J> {
                         break;
                     }
                     Ok(_) if status == 404 => {
-                        return Err(ClientError::Http(404, "session not found".into()));
+                        return Err(session_not_found());
                     }
                     // 429 and 503 are retried, never sooner than their Retry-After.
                     Ok(r) if status == 429 || status == 503 => {
@@ -267,10 +266,6 @@ impl<J: Journal> McpClient<J> {
             Ok(result) => encode_result(&rid, &result),
             Err(e) => encode_error(Some(&rid), &e),
         };
-        match self.post(body, session.clone()).await? {
-            Posted::Accepted => Ok(()),
-            Posted::Gone => Err(ClientError::Http(404, "session not found".into())),
-            _ => Err(ClientError::Transport("server did not accept our response".into())),
-        }
+        self.post_accepted(body, session, "server did not accept our response").await
     }
 }

@@ -30,6 +30,11 @@ pub(super) async fn next_chunk<
 /// A session as a request names it: its id and the protocol version it negotiated.
 pub(super) type Session = (String, ProtocolVersion);
 
+/// The error of a request its session no longer knows (404).
+pub(super) fn session_not_found() -> ClientError {
+    ClientError::Http(404, "session not found".into())
+}
+
 /// How long a stream's end is waited for after its answer, aside.
 const END_WAIT: Duration = Duration::from_secs(1);
 
@@ -93,7 +98,7 @@ impl<J: Journal> McpClient<J> {
         r
     }
 
-    pub(super) async fn post(&self, body: Bytes, session: Session) -> Result<Posted, ClientError> {
+    pub(super) async fn post(&self, body: Bytes, session: &Session) -> Result<Posted, ClientError> {
         let mut resp = Self::builder(
             &self.http,
             &self.cfg,
@@ -120,6 +125,22 @@ impl<J: Journal> McpClient<J> {
                 let body = resp.body().await.unwrap_or_default();
                 Err(status_error(s, resp.headers(), String::from_utf8_lossy(&body).into_owned()))
             }
+        }
+    }
+
+    /// POST a message that is answered 202 (a notification, an answer to a server request)
+    /// in `session`: a 404 is [`session_not_found`], any other answer the transport error
+    /// `refused`.
+    pub(super) async fn post_accepted(
+        &self,
+        body: Bytes,
+        session: &Session,
+        refused: &str,
+    ) -> Result<(), ClientError> {
+        match self.post(body, session).await? {
+            Posted::Accepted => Ok(()),
+            Posted::Gone => Err(session_not_found()),
+            _ => Err(ClientError::Transport(refused.to_owned())),
         }
     }
 
