@@ -164,10 +164,6 @@ pub(crate) struct SessionCore<R, S, P> {
     recorded: Tick,
     /// Something besides the last use changed (log level).
     dirty: bool,
-    /// It made or took in a stream, or lives again (an earlier life may have): the ledger may
-    /// hold an index of its streams, whose expiry its records push (on a shared ledger they
-    /// push it anyway: another host may serve the session meanwhile).
-    held_streams: bool,
     /// When it last woke from hibernation (or was made): it stays awake for
     /// `hibernate_after_ms` from then, whatever its last activity.
     awake_since: Tick,
@@ -187,7 +183,6 @@ pub(crate) struct SleepingCore {
     incarnation: u32,
     recorded: Tick,
     dirty: bool,
-    held_streams: bool,
 }
 
 impl SleepingCore {
@@ -241,7 +236,6 @@ impl<R, S, P> SessionCore<R, S, P> {
             recorded: now,
             // Its record is written when it begins (or begins again).
             dirty: true,
-            held_streams: incarnation > 0,
             awake_since: now,
         }
     }
@@ -263,7 +257,6 @@ impl<R, S, P> SessionCore<R, S, P> {
                 incarnation: self.incarnation,
                 recorded: self.recorded,
                 dirty: self.dirty,
-                held_streams: self.held_streams,
             },
             wake_at,
         ))
@@ -280,7 +273,6 @@ impl<R, S, P> SessionCore<R, S, P> {
         core.next_client_request = s.next_client_request;
         core.recorded = s.recorded;
         core.dirty = s.dirty;
-        core.held_streams = s.held_streams;
         core.awake_since = now;
         core
     }
@@ -357,7 +349,6 @@ impl<R, S, P> SessionCore<R, S, P> {
         handle: S,
     ) -> Vec<StreamEntry<S>> {
         let is_get = request.is_none();
-        self.held_streams = true;
         self.streams.insert(sid, StreamEntry { request, closed: false, retained_bytes: 0, handle });
         // Only a stream of this life moves its numbering on: one of another life (an earlier
         // one, or a host that is gone whose stream was taken over) keeps its own range, which
@@ -564,16 +555,20 @@ impl<R, S, P> SessionCore<R, S, P> {
     fn alloc_stream(&mut self) -> StreamId {
         let sid = StreamId(self.next_stream);
         self.next_stream += 1;
-        self.held_streams = true;
         sid
     }
 
     /// Whether this session may have put an index of its streams in the ledger: it made or
-    /// took in one in this life, or lives again (`false`: a first life that never had a
-    /// stream; on a shared ledger other hosts' lives are not counted here).
+    /// restored one in this life, or lives again (`false`: a first life that never had a
+    /// stream; on a shared ledger other hosts' lives and streams taken in are not counted
+    /// here).
     #[must_use]
     pub(crate) fn held_streams(&self) -> bool {
-        self.held_streams
+        // A life numbers its streams from `(incarnation << 32) + 1`: past 1, a stream of this
+        // life was made or restored, or this is a later life. (A stream of another life taken
+        // in during a first life does not move the numbering; that happens only on a shared
+        // ledger, whose records push the index anyway.)
+        self.next_stream > 1
     }
 
     /// The standalone GET stream, if one is registered.

@@ -847,12 +847,12 @@ fn answer(call: &IdempotentCall, a: Answer) -> Result<Value, ErrorObject> {
 mod tests {
     use super::*;
 
-    /// The receipts of a fresh memory ledger.
     /// A call of a write tool (not idempotent) under `key`.
     fn write_call(tool: &str, key: &str) -> IdempotentCall {
         IdempotentCall { tool: tool.into(), key: key.into(), digest: "d".into(), idempotent: false }
     }
 
+    /// The receipts of a fresh memory ledger.
     fn receipts() -> Arc<Receipts> {
         on(Ledger::memory(&crate::config::RuntimeConfig::default()))
     }
