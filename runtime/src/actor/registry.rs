@@ -137,7 +137,8 @@ pub(crate) struct Registry<H: Registered> {
     quiet: Arc<tokio::sync::Notify>,
     /// Hibernating sessions.
     sleeping: AtomicUsize,
-    /// Hibernations and wakes so far.
+    /// Sessions kept as data (hibernations, and new sessions kept so from the start) and
+    /// wakes so far.
     hibernations: AtomicU64,
     wakes: AtomicU64,
     /// When each hibernating session must be woken (to expire or park), by id: one entry per
@@ -473,15 +474,57 @@ impl<H: Registered> Reservation<H> {
     }
 
     /// Publish the session under `id`; the returned guard deregisters it on drop.
-    pub(crate) fn insert(mut self, id: SessionId, handle: H, hmac: Arc<str>) -> RegistryGuard<H> {
-        let registry = self.registry.take().expect("reservation used once");
-        let key = self.key.take().expect("reservation used once");
-        let inbox = Arc::clone(handle.inbox());
-        registry.live_hmacs.lock().insert(Arc::clone(&hmac), id.clone());
-        let old = registry.shard(&id).write().insert(id.clone(), Slot::Awake(handle));
+    pub(crate) fn insert(self, id: SessionId, handle: H, hmac: Arc<str>) -> RegistryGuard<H> {
+        let guard = self.into_guard(id, Arc::clone(handle.inbox()), hmac);
+        let registry = &guard.registry;
+        registry.live_hmacs.lock().insert(Arc::clone(&guard.hmac), guard.id.clone());
+        let old = registry.shard(&guard.id).write().insert(guard.id.clone(), Slot::Awake(handle));
         debug_assert!(old.is_none(), "a session id is inserted once");
         // Dropped outside the shard's lock.
         drop(old);
+        guard
+    }
+
+    /// Publish a new session under `id` kept as data from the start, as a hibernation keeps
+    /// one ([`RegistryGuard::hibernate`]): `make(guard, parts)` is its entry, woken by its
+    /// first lookup or at `wake_at` at the latest. Refused when `may` says no, checked under
+    /// the shard's lock as a hibernation's is (a stop's sweep of the table takes it too):
+    /// `parts` come back and the slot is given back. `may` and `make` run under that lock:
+    /// they must not panic (a plain struct's making).
+    ///
+    /// # Errors
+    /// `parts`, when refused.
+    pub(crate) fn insert_asleep<P>(
+        self,
+        id: SessionId,
+        (inbox, hmac): (Arc<Inbox>, Arc<str>),
+        wake_at: Tick,
+        may: impl FnOnce() -> bool,
+        parts: P,
+        make: fn(RegistryGuard<H>, P) -> Box<H::Asleep>,
+    ) -> Result<(), P> {
+        let Some(registry) = self.registry.clone() else { unreachable!("reservation used once") };
+        let mut shard = registry.shard(&id).write();
+        if !may() {
+            drop(shard);
+            return Err(parts);
+        }
+        let guard = self.into_guard(id.clone(), inbox, hmac);
+        registry.live_hmacs.lock().insert(Arc::clone(&guard.hmac), id.clone());
+        let old = shard.insert(id.clone(), Slot::Asleep(wake_at, make(guard, parts)));
+        debug_assert!(old.is_none(), "a session id is inserted once");
+        registry.sleeping.fetch_add(1, Ordering::AcqRel);
+        registry.hibernations.fetch_add(1, Ordering::Relaxed);
+        registry.wake_at.lock().insert((wake_at, id));
+        drop(shard);
+        drop(old);
+        Ok(())
+    }
+
+    /// The guard the reservation becomes (not registered yet).
+    fn into_guard(mut self, id: SessionId, inbox: Arc<Inbox>, hmac: Arc<str>) -> RegistryGuard<H> {
+        let registry = self.registry.take().expect("reservation used once");
+        let key = self.key.take().expect("reservation used once");
         RegistryGuard { registry, id, key, inbox, hmac, removed: false }
     }
 }
@@ -690,6 +733,26 @@ mod tests {
         let guard =
             reservation.insert(id.clone(), Handle(Arc::clone(&inbox)), format!("h{n}").into());
         (id, inbox, guard)
+    }
+
+    #[test]
+    fn a_new_session_kept_as_data_is_live_and_asleep_and_one_refused_gives_its_slot_back() {
+        let r = Arc::new(Registry::<Handle>::default());
+        let id = SessionId::parse("s1").unwrap();
+        let name = || (Inbox::new(4), Arc::<str>::from("h1"));
+        let reservation = r.reserve(QuotaKey::Unknown, limits(10, 10)).unwrap();
+        let refused = reservation.insert_asleep(id.clone(), name(), Tick(50), || false, (), asleep);
+        assert!(refused.is_err(), "refused by `may`");
+        assert_eq!((r.len(), r.sleeping(), r.next_wake()), (0, 0, None), "its slot given back");
+        assert!(!r.contains(&id) && !r.is_live_hmac("h1"));
+        let reservation = r.reserve(QuotaKey::Unknown, limits(10, 10)).unwrap();
+        reservation.insert_asleep(id.clone(), name(), Tick(50), || true, (), asleep).unwrap();
+        assert_eq!((r.len(), r.sleeping(), r.next_wake()), (1, 1, Some(Tick(50))));
+        assert!(r.contains(&id) && r.is_live_hmac("h1") && r.all_awake().is_empty());
+        assert_eq!(r.hibernations_and_wakes(), (1, 0));
+        let (_h, _ticket) = r.enter(&id, None).unwrap().unwrap();
+        assert_eq!((r.len(), r.sleeping(), r.next_wake()), (1, 0, None), "woken by a lookup");
+        assert_eq!(r.hibernations_and_wakes(), (1, 1));
     }
 
     #[test]

@@ -64,6 +64,40 @@ async fn an_idle_session_hibernates_and_its_next_request_wakes_it_without_the_le
 }
 
 #[actix_web::test]
+async fn a_new_session_is_kept_as_data_from_its_handshake_until_its_first_message() {
+    tokio::time::pause();
+    let h = harness().await;
+    let mut r = h.send(post().set_payload(init_body("2025-11-25"))).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let sid = r.header("mcp-session-id").expect("its id");
+    assert_eq!(r.json().await["result"]["protocolVersion"], "2025-11-25");
+    assert_eq!((h.sup.session_count(), h.sup.sessions_hibernating()), (1, 1), "live, as data");
+    assert_eq!(h.sup.sessions_hibernated_and_woken(), (1, 0));
+    let c = Client { h: &h, sid, version: "2025-11-25".into(), token: None };
+    // Its record was committed before its id went out.
+    assert!(recorded_last_use(&h, &c).await > 0);
+    let initialized = json!({"jsonrpc":"2.0","method":"notifications/initialized"});
+    assert_eq!(c.notify(initialized).await, StatusCode::ACCEPTED);
+    assert_eq!(h.sup.sessions_hibernating(), 0, "woken by its first message");
+    assert_eq!(h.sup.sessions_hibernated_and_woken(), (1, 1));
+    ping(&c, 1).await;
+    // Awake now, it hibernates as any idle session does.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(h.sup.sessions_hibernated_and_woken(), (2, 1));
+    ping(&c, 2).await;
+}
+
+#[actix_web::test]
+async fn a_new_session_gets_its_actor_at_once_with_hibernation_off() {
+    tokio::time::pause();
+    let h = harness_with(cfg(|c| c.sessions.hibernate_after_ms = 0)).await;
+    let r = h.send(post().set_payload(init_body("2025-11-25"))).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!((h.sup.session_count(), h.sup.sessions_hibernating()), (1, 0));
+    assert_eq!(h.sup.sessions_hibernated_and_woken(), (0, 0));
+}
+
+#[actix_web::test]
 async fn a_woken_session_keeps_its_log_level() {
     // Real time: the level's record is committed by the ledger writer's thread.
     let h = harness_with(cfg(|c| c.sessions.hibernate_after_ms = 100)).await;
@@ -231,7 +265,11 @@ async fn a_stop_records_hibernating_sessions_without_waking_them() {
     assert_eq!(recorded_last_use(&h, &c).await, created);
     assert_eq!(h.sup.shutdown(), 1, "counted with the sessions told to stop");
     assert_eq!((h.sup.session_count(), h.sup.sessions_hibernating()), (0, 0), "gone at once");
-    assert_eq!(h.sup.sessions_hibernated_and_woken(), (1, 0), "recorded as data, not woken");
+    assert_eq!(
+        h.sup.sessions_hibernated_and_woken(),
+        (2, 1),
+        "born as data and woken by its first message, then hibernated: recorded as data, not woken"
+    );
     assert!(recorded_last_use(&h, &c).await >= created + 50, "its record states its last use");
 }
 

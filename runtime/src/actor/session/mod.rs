@@ -190,7 +190,6 @@ pub(crate) struct SessionSeed {
     pub(crate) version: ProtocolVersion,
     /// Counted live in the generation it is opened (or revived) under.
     pub(crate) generation: GenCount,
-    pub(crate) signer: Arc<CursorSigner>,
     pub(crate) handshake: Handshake,
     /// Estimated bytes of the handshake the session keeps.
     pub(crate) kept_bytes: usize,
@@ -311,6 +310,7 @@ impl Registered for SessionHandle {
 impl SessionActor {
     pub(crate) fn new(
         seed: SessionSeed,
+        signer: Arc<CursorSigner>,
         sup: Arc<dyn SessionEnv>,
         guard: RegistryGuard<SessionHandle>,
         addr: &Addr<SessionActor>,
@@ -320,9 +320,7 @@ impl SessionActor {
         handshake.set(seed.kept_bytes);
         let now = sup.now();
         let incarnation = seed.restore.as_ref().map_or(0, |r| r.incarnation);
-        let names = std::iter::once(Arc::clone(&seed.hmac))
-            .chain(sup.stream_env().ledger.previous_session_hmacs(&seed.id))
-            .collect();
+        let names = session_names(&*sup, &seed.hmac, &seed.id);
         let mut core = SessionCore::incarnate(
             seed.version,
             seed.generation.generation().settings.id,
@@ -352,7 +350,7 @@ impl SessionActor {
             principal: seed.principal,
             owner: seed.owner,
             names,
-            signer: seed.signer,
+            signer,
             streams,
             gens: Arc::clone(sup.generations()),
             generation_count: Some(seed.generation),
@@ -478,6 +476,14 @@ fn session_limits(sup: &dyn SessionEnv, generation: &GenCount) -> SessionLimits 
 fn session_span(hmac: &str, generation: &GenCount) -> tracing::Span {
     let tail = crate::proto::ids::session_hmac_tail(hmac);
     tracing::info_span!("session", hmac = %tail, generation = generation.generation().settings.id.0)
+}
+
+/// Its names in the ledger: `hmac` (its id's under the current key), then its id's under each
+/// previous key.
+fn session_names(sup: &dyn SessionEnv, hmac: &Arc<str>, id: &SessionId) -> Arc<[Arc<str>]> {
+    std::iter::once(Arc::clone(hmac))
+        .chain(sup.stream_env().ledger.previous_session_hmacs(id))
+        .collect()
 }
 
 /// Where its requests' questions and notifications go.

@@ -5,6 +5,9 @@
 //! into a new actor that goes on where it stopped: same incarnation, numbering, log level and
 //! last use, no ledger read or write. A stop records it as data, without waking it. It stays
 //! live throughout: counted in the registry, its caller's quota and its generation.
+//!
+//! A new session is kept so from its handshake on ([`SleepingSession::born`]): its actor is
+//! made by its first request, and a session that never sends one never has one.
 
 use std::sync::{Arc, Weak};
 
@@ -14,8 +17,8 @@ use serde_json::value::RawValue;
 
 use super::persist::record_ops;
 use super::{
-    RequestTask, SessionActor, SessionHandle, SessionStreams, session_limits, session_links,
-    session_span,
+    RequestTask, SessionActor, SessionHandle, SessionSeed, SessionStreams, session_limits,
+    session_links, session_names, session_span,
 };
 use crate::actor::budget::{Charge, MemoryBudget};
 use crate::actor::dormant::StreamHandle;
@@ -23,11 +26,11 @@ use crate::actor::durable::SessionMeta;
 use crate::actor::env::SessionEnv;
 use crate::actor::generations::GenCount;
 use crate::actor::lifecycle::Phase;
-use crate::actor::registry::{RegistryGuard, Starter};
+use crate::actor::registry::{Inbox, RegistryGuard, Reservation, Starter};
 use crate::ledger::codec::{Handshake, RecordState};
 use crate::proto::error::Rejection;
 use crate::proto::event_id::{CursorKey, CursorSigner};
-use crate::proto::session::{SessionCore, SleepingCore};
+use crate::proto::session::{SessionCore, SessionLimits, SleepingCore};
 
 /// What a hibernating session keeps: its core's numbering and deadlines, and what its actor
 /// holds for its whole life (names, handshake, counts and charges). The handshake's JSON is
@@ -180,6 +183,85 @@ impl SessionActor {
 }
 
 impl SleepingSession {
+    /// A new session's bounds when it is kept as data from its handshake on ([`Self::born`]):
+    /// when it is new (no restore) and its sessions hibernate (never on a shared ledger).
+    /// `None`: it gets its actor at once.
+    pub(crate) fn born_limits(seed: &SessionSeed, sup: &dyn SessionEnv) -> Option<SessionLimits> {
+        let limits = session_limits(sup, &seed.generation);
+        (seed.restore.is_none() && limits.hibernate_after_ms != u64::MAX).then_some(limits)
+    }
+
+    /// A new session kept as data from its handshake on, as a hibernation would keep it, with
+    /// `limits` ([`Self::born_limits`]): an actor is made only once a request comes (most
+    /// clients send one at once; some never do). Its first record goes to the ledger now
+    /// (`seed.recorded` is told of its commit). Refused by a drain that began meanwhile
+    /// (checked under the registry's lock, as a hibernation is), it is not registered; its
+    /// record stays, as an awake session's does when a drain stops it at once.
+    pub(crate) fn born(
+        seed: SessionSeed,
+        limits: SessionLimits,
+        sup: Arc<dyn SessionEnv>,
+        reservation: Reservation<SessionHandle>,
+    ) {
+        let now = sup.now();
+        let stream_env = sup.stream_env();
+        let mut core: SessionCore<RequestTask, StreamHandle, super::ClientRequestRoute> =
+            SessionCore::incarnate(
+                seed.version,
+                seed.generation.generation().settings.id,
+                limits,
+                now,
+                0,
+            );
+        let used = core.poll_ledger(now).expect("a new session's record is due");
+        let Some((core_kept, wake_at)) = core.sleep() else {
+            unreachable!("a new session's tables are empty")
+        };
+        let meta = SessionMeta {
+            hmac: seed.hmac,
+            principal: seed.principal,
+            owner: seed.owner,
+            origin: seed.origin,
+            created_ms: now.0,
+            ordered_name: seed.id.minted_at().is_some(),
+        };
+        let kept = Kept {
+            core: core_kept,
+            names: session_names(&*sup, &meta.hmac, &seed.id),
+            key: Arc::clone(sup.cursor_key()),
+            client_caps: raw(&seed.handshake.capabilities),
+            sup: Arc::downgrade(&sup),
+            caller_budget: seed.caller_budget,
+            meta: meta.clone(),
+            client_info: raw(&seed.handshake.client_info),
+            requested_version: seed.handshake.requested_version.clone(),
+            mailbox: sup.config().sessions.mailbox,
+        };
+        let ops =
+            record_ops(&meta, &stream_env.ledger, &core, RecordState::Active, used, seed.handshake);
+        let mut handshake = stream_env.budget.charge(Some(&kept.caller_budget));
+        handshake.set(seed.kept_bytes);
+        let name = (Inbox::new(kept.mailbox), Arc::clone(&meta.hmac));
+        let serving = || sup.phase() == Phase::Serving;
+        let parts = (seed.generation, handshake, kept);
+        // Registered before its record goes out: the ledger's session cap never evicts a
+        // live session.
+        let registered = reservation.insert_asleep(seed.id, name, wake_at, serving, parts, asleep);
+        match registered {
+            Ok(()) => sup.hibernated(),
+            Err(_) => tracing::debug!("a new session was refused its place by a drain"),
+        }
+        match seed.recorded {
+            Some(first) => stream_env.ledger.writer.submit_then(
+                ops,
+                Box::new(move || {
+                    let _ = first.send(());
+                }),
+            ),
+            None => stream_env.ledger.writer.submit(ops),
+        }
+    }
+
     /// The principal that owns it.
     pub(super) fn principal(&self) -> Option<&str> {
         self.kept.meta.principal.as_deref()

@@ -16,7 +16,7 @@ use crate::actor::env::Settle;
 use crate::actor::lifecycle::Phase;
 use crate::actor::registry::{Inbox, QuotaKey, SlotLimits};
 use crate::actor::session::SessionHandle;
-use crate::actor::session::{Restore, SessionActor, SessionSeed};
+use crate::actor::session::{Restore, SessionActor, SessionSeed, SleepingSession};
 use crate::ledger::codec::{self, Handshake, Record};
 use crate::ledger::{Named, Op};
 use crate::proto::error::{Overload, Quota, Rejection};
@@ -50,7 +50,8 @@ impl Supervisor {
         self.registry.sleeping()
     }
 
-    /// Sessions hibernated and woken since the start.
+    /// Sessions kept as data (new ones from their handshake on, idle ones as they hibernate)
+    /// and woken since the start.
     #[must_use]
     pub fn sessions_hibernated_and_woken(&self) -> (u64, u64) {
         self.registry.hibernations_and_wakes()
@@ -264,7 +265,6 @@ impl Supervisor {
         origin: Option<String>,
         restore: Option<Restore>,
     ) -> SessionSeed {
-        let signer = self.key.session_signer(&id, principal.as_deref());
         let hmac = self.stream_env.ledger.session_hmac(&id);
         SessionSeed {
             id,
@@ -272,7 +272,6 @@ impl Supervisor {
             owner: None,
             version,
             generation,
-            signer,
             handshake,
             kept_bytes,
             caller_budget: Arc::clone(caller_budget),
@@ -283,13 +282,21 @@ impl Supervisor {
         }
     }
 
+    /// Start a session: a new one is kept as data until its first request when sessions
+    /// hibernate ([`SleepingSession::born`]); a revived one, or any when they do not, gets its
+    /// actor now.
     pub(super) fn start_session(
         self: &Arc<Self>,
         mut seed: SessionSeed,
         reservation: crate::actor::registry::Reservation<SessionHandle>,
     ) {
-        let sup = Arc::clone(self);
         seed.owner = reservation.owner();
+        if let Some(limits) = SleepingSession::born_limits(&seed, &**self) {
+            SleepingSession::born(seed, limits, Arc::clone(self) as _, reservation);
+            return;
+        }
+        let sup = Arc::clone(self);
+        let signer = self.key.session_signer(&seed.id, seed.principal.as_deref());
         SessionActor::create(move |ctx| {
             // Before the address is published: a full default mailbox (16) would refuse
             // the session's first requests.
@@ -299,11 +306,11 @@ impl Supervisor {
                 addr: ctx.address(),
                 inbox,
                 principal: seed.principal.clone(),
-                signer: Arc::clone(&seed.signer),
+                signer: Arc::clone(&signer),
                 caller_budget: Arc::clone(&seed.caller_budget),
             };
             let guard = reservation.insert(seed.id.clone(), handle, Arc::clone(&seed.hmac));
-            SessionActor::new(seed, sup, guard, &ctx.address())
+            SessionActor::new(seed, signer, sup, guard, &ctx.address())
         });
     }
 
