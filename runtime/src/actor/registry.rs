@@ -235,6 +235,26 @@ impl<H: Registered> Registry<H> {
         self.woken(id, |h| h.inbox().enter().map(|t| (h.clone(), t)))
     }
 
+    /// Let `caller`'s hibernating session under `id` take a message without waking, under its
+    /// shard's write lock (so no lookup wakes it meanwhile): `take` says whether it did. Not
+    /// asked (`false`) when the session is awake, another caller's, unknown, or past its
+    /// deadline at `now` (a wake expires or parks it first). A message taken moves no
+    /// deadline in [`Self::wake_at`]: the sweeper may wake it at the earlier one, and it then
+    /// sleeps again.
+    pub(crate) fn took_asleep(
+        &self,
+        id: &SessionId,
+        caller: Option<&str>,
+        now: Tick,
+        take: impl FnOnce(&mut H::Asleep) -> bool,
+    ) -> bool {
+        let mut shard = self.shard(id).write();
+        match shard.get_mut(id) {
+            Some(Slot::Asleep(at, s)) if now < *at && H::belongs_to(Err(&**s), caller) => take(s),
+            _ => false,
+        }
+    }
+
     /// Find a session (woken if it hibernates) and take a place in its inbox for a control
     /// message, past its capacity: it cannot park or hibernate before it handles the message.
     pub(crate) fn enter_control(&self, id: &SessionId) -> Option<(H, InboxTicket)> {

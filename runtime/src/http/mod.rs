@@ -373,6 +373,14 @@ async fn serve(
             _ => Rejection::Overloaded(Overload::Draining),
         });
     }
+    // Notifications and answers only, to a hibernating session: taken without waking it (most
+    // often a client's `notifications/initialized` right after its handshake).
+    if let Command::Post { session, incoming, .. } = &admitted.command
+        && !incoming.carries_request()
+        && sup.took_by_sleeping(session, admitted.principal.as_ref(), incoming)
+    {
+        return Ok(HttpResponse::Accepted().finish());
+    }
     let found = match admitted.command.session() {
         None => None,
         Some(session) => Some(match sup.lookup(session, admitted.principal.as_ref()) {
@@ -431,10 +439,7 @@ async fn serve(
 fn starts_work(c: &Command) -> bool {
     match c {
         Command::Initialize { .. } | Command::OpenStream { .. } => true,
-        Command::Post { incoming, .. } => match incoming {
-            Incoming::Single(m) => m.is_request(),
-            Incoming::Batch(items) => items.iter().any(crate::proto::jsonrpc::Message::is_request),
-        },
+        Command::Post { incoming, .. } => incoming.carries_request(),
         Command::Modern { .. } => true,
         Command::Preflight
         | Command::Resume { .. }
@@ -518,15 +523,7 @@ fn dispatch(
                 stream_memory_available(sup, &handle)?;
             }
             // Given back when the session has answered the request(s) it carries.
-            let charge = match &incoming {
-                Incoming::Single(m) if m.is_request() => Some(charge()?),
-                Incoming::Batch(items)
-                    if items.iter().any(crate::proto::jsonrpc::Message::is_request) =>
-                {
-                    Some(charge()?)
-                }
-                Incoming::Single(_) | Incoming::Batch(_) => None,
-            };
+            let charge = if incoming.carries_request() { Some(charge()?) } else { None };
             let (tx, rx) = oneshot::channel();
             handle.deliver(ticket, |ticket| Post {
                 incoming,

@@ -147,6 +147,17 @@ pub enum Incoming {
     Batch(Vec<Message>),
 }
 
+impl Incoming {
+    /// Whether it carries a request (work to do), not only notifications and responses.
+    #[must_use]
+    pub fn carries_request(&self) -> bool {
+        match self {
+            Incoming::Single(m) => m.is_request(),
+            Incoming::Batch(items) => items.iter().any(Message::is_request),
+        }
+    }
+}
+
 /// Why a body could not be turned into messages. `id` is set when the offending object had a
 /// readable id, so the error response can carry it.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -191,6 +191,21 @@ impl SleepingCore {
     pub(crate) fn version(&self) -> ProtocolVersion {
         self.version
     }
+
+    /// A message that asks for nothing but to count as a use (a notification, an answer to
+    /// no question of its: a hibernating session has none) reached it at `now`: its last use
+    /// moves there, unless its record would then be due (the last use it states more than a
+    /// sixteenth of `idle_ttl_ms` behind, as an awake core's [`SessionCore::poll_ledger`]
+    /// judges it). Returns whether it took the message; if not, the message wakes it, and its
+    /// awake core records the use.
+    pub(crate) fn took_use(&mut self, now: Tick, idle_ttl_ms: u64) -> bool {
+        let now = self.last_activity.max(now);
+        if now.0.saturating_sub(self.recorded.0) > idle_ttl_ms / 16 {
+            return false;
+        }
+        self.last_activity = now;
+        true
+    }
 }
 
 impl<R, S, P> SessionCore<R, S, P> {

@@ -64,7 +64,7 @@ async fn an_idle_session_hibernates_and_its_next_request_wakes_it_without_the_le
 }
 
 #[actix_web::test]
-async fn a_new_session_is_kept_as_data_from_its_handshake_until_its_first_message() {
+async fn a_new_session_is_kept_as_data_from_its_handshake_until_its_first_request() {
     tokio::time::pause();
     let h = harness().await;
     let mut r = h.send(post().set_payload(init_body("2025-11-25"))).await;
@@ -74,17 +74,67 @@ async fn a_new_session_is_kept_as_data_from_its_handshake_until_its_first_messag
     assert_eq!((h.sup.session_count(), h.sup.sessions_hibernating()), (1, 1), "live, as data");
     assert_eq!(h.sup.sessions_hibernated_and_woken(), (1, 0));
     let c = Client { h: &h, sid, version: "2025-11-25".into(), token: None };
-    // Its record was committed before its id went out.
-    assert!(recorded_last_use(&h, &c).await > 0);
     let initialized = json!({"jsonrpc":"2.0","method":"notifications/initialized"});
     assert_eq!(c.notify(initialized).await, StatusCode::ACCEPTED);
-    assert_eq!(h.sup.sessions_hibernating(), 0, "woken by its first message");
-    assert_eq!(h.sup.sessions_hibernated_and_woken(), (1, 1));
+    assert_eq!(h.sup.sessions_hibernated_and_woken(), (1, 0), "a notification wakes nothing");
     ping(&c, 1).await;
+    assert_eq!(h.sup.sessions_hibernated_and_woken(), (1, 1), "woken by its first request");
     // Awake now, it hibernates as any idle session does.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     assert_eq!(h.sup.sessions_hibernated_and_woken(), (2, 1));
     ping(&c, 2).await;
+    // Its record is in the ledger (committed before its id went out: bins/host/tests/it/restart.rs,
+    // a session killed right after its initialize answered is still valid).
+    assert!(recorded_last_use(&h, &c).await > 0);
+}
+
+#[actix_web::test]
+async fn a_hibernating_session_takes_notifications_and_answers_without_waking() {
+    tokio::time::pause();
+    let h = harness().await;
+    let c = hibernated_client(&h).await;
+    let (kept, woken) = h.sup.sessions_hibernated_and_woken();
+    let cancel =
+        json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}});
+    assert_eq!(c.notify(cancel).await, StatusCode::ACCEPTED, "nothing to cancel");
+    let answer = json!({"jsonrpc":"2.0","id":9,"result":{}});
+    assert_eq!(c.notify(answer).await, StatusCode::ACCEPTED, "no question asked");
+    assert_eq!(h.sup.sessions_hibernated_and_woken(), (kept, woken), "none woke it");
+    ping(&c, 2).await;
+    assert_eq!(h.sup.sessions_hibernated_and_woken(), (kept, woken + 1));
+}
+
+#[actix_web::test]
+async fn a_hibernating_session_wakes_for_a_batch_its_version_refuses() {
+    tokio::time::pause();
+    let h = harness().await;
+    let c = hibernated_client(&h).await;
+    let (_, woken) = h.sup.sessions_hibernated_and_woken();
+    let batch = json!([{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}]);
+    assert_eq!(c.request(batch).await.status, StatusCode::BAD_REQUEST, "as an awake session");
+    assert_eq!(h.sup.sessions_hibernated_and_woken().1, woken + 1, "its actor answered");
+    let old = h.client("2025-03-26").await;
+    ping(&old, 1).await;
+    hibernating(&h, 2).await;
+    let (_, woken) = h.sup.sessions_hibernated_and_woken();
+    let batch = json!([{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}]);
+    assert_eq!(old.request(batch).await.status, StatusCode::ACCEPTED);
+    assert_eq!(h.sup.sessions_hibernated_and_woken().1, woken, "taken asleep");
+}
+
+#[actix_web::test]
+async fn a_notification_whose_use_would_be_due_for_a_record_wakes_the_session() {
+    // Real time: the records are committed by the ledger writer's thread. TTL 2 s: a record
+    // is due once its use is more than 125 ms past the one recorded.
+    let h = harness_with(cfg(|c| c.sessions.idle_ttl_secs = 2)).await;
+    let c = h.client("2025-11-25").await;
+    let created = recorded_last_use(&h, &c).await;
+    assert_eq!(h.sup.sessions_hibernated_and_woken(), (1, 0), "its initialized taken asleep");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let note = json!({"jsonrpc":"2.0","method":"notifications/roots/list_changed"});
+    assert_eq!(c.notify(note).await, StatusCode::ACCEPTED);
+    assert_eq!(h.sup.sessions_hibernated_and_woken(), (1, 1), "woken to record its use");
+    assert!(recorded_last_use(&h, &c).await >= created + 200, "its record states that use");
 }
 
 #[actix_web::test]
@@ -268,7 +318,7 @@ async fn a_stop_records_hibernating_sessions_without_waking_them() {
     assert_eq!(
         h.sup.sessions_hibernated_and_woken(),
         (2, 1),
-        "born as data and woken by its first message, then hibernated: recorded as data, not woken"
+        "born as data and woken by its first request, then hibernated: recorded as data, not woken"
     );
     assert!(recorded_last_use(&h, &c).await >= created + 50, "its record states its last use");
 }

@@ -30,6 +30,7 @@ use crate::actor::registry::{Inbox, RegistryGuard, Reservation, Starter};
 use crate::ledger::codec::{Handshake, RecordState};
 use crate::proto::error::Rejection;
 use crate::proto::event_id::{CursorKey, CursorSigner};
+use crate::proto::ids::Tick;
 use crate::proto::session::{SessionCore, SessionLimits, SleepingCore};
 
 /// What a hibernating session keeps: its core's numbering and deadlines, and what its actor
@@ -260,6 +261,17 @@ impl SleepingSession {
             ),
             None => stream_env.ledger.writer.submit(ops),
         }
+    }
+
+    /// A message that asks for nothing but to count as a use reached it at `now` (one of a
+    /// batch when `batch`): taken without waking it unless its version refuses batches (its
+    /// woken actor answers with that error) or its record would be due
+    /// ([`SleepingCore::took_use`]). A hibernating session has nothing in flight and asks
+    /// its client nothing, on a ledger of its own: a cancellation finds nothing to cancel and
+    /// an answer no question, as its actor would find.
+    pub(crate) fn took_use(&mut self, now: Tick, idle_ttl_ms: u64, batch: bool) -> bool {
+        let core = &mut self.kept.core;
+        (!batch || core.version().allows_batches()) && core.took_use(now, idle_ttl_ms)
     }
 
     /// The principal that owns it.

@@ -21,6 +21,7 @@ use crate::ledger::codec::{self, Handshake, Record};
 use crate::ledger::{Named, Op};
 use crate::proto::error::{Overload, Quota, Rejection};
 use crate::proto::ids::{Generation, SessionId};
+use crate::proto::jsonrpc::Incoming;
 use crate::proto::mcp::InitializeRequest;
 use crate::proto::version::ProtocolVersion;
 
@@ -111,6 +112,21 @@ impl Supervisor {
         let found = self.registry.enter(id, principal.map(|p| &**p));
         let (h, ticket) = found.ok_or(Rejection::SessionNotFound)??;
         Ok((h, ticket))
+    }
+
+    /// A POST of `caller`'s carrying no request (notifications, answers: `incoming`) to a
+    /// hibernating session: taken without waking it when it may be
+    /// ([`SleepingSession::took_use`]). `false`: it goes the usual way (a lookup, which wakes
+    /// the session).
+    pub(crate) fn took_by_sleeping(
+        &self,
+        id: &SessionId,
+        caller: Option<&Arc<str>>,
+        incoming: &Incoming,
+    ) -> bool {
+        let (now, ttl) = (self.now(), self.cfg.idle_ttl_ms());
+        let batch = matches!(incoming, Incoming::Batch(_));
+        self.registry.took_asleep(id, caller.map(|p| &**p), now, |s| s.took_use(now, ttl, batch))
     }
 
     /// Create a session for an `initialize` request of `key`. Must run on an actix arbiter.

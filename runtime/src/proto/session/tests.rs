@@ -402,6 +402,29 @@ fn one_request(s: &mut SessionCore<u32, &'static str, &'static str>, n: i64, at:
 }
 
 #[test]
+fn a_sleeping_session_takes_a_use_only_while_its_record_is_not_due() {
+    // TTL 1,000 ms: a record is due once the last use is more than 62 ms past the recorded one.
+    let mut s = SessionCore::<u32, &'static str, &'static str>::new(
+        ProtocolVersion::LATEST,
+        Generation(1),
+        sleepy(),
+        Tick(0),
+    );
+    assert_eq!(s.poll_ledger(Tick(0)), Some(Tick(0)), "its first record");
+    let (mut sleeping, _) = s.sleep().expect("nothing is open");
+    assert!(sleeping.took_use(Tick(40), 1_000));
+    assert!(sleeping.took_use(Tick(20), 1_000), "an earlier time does not move it back");
+    assert!(sleeping.took_use(Tick(62), 1_000));
+    let mut woken =
+        SessionCore::<u32, &'static str, &'static str>::wake(sleeping, sleepy(), Tick(62));
+    assert_eq!(woken.last_activity(), Tick(62), "the uses it took count");
+    assert_eq!(woken.poll_ledger(Tick(62)), None, "and need no record yet");
+    assert!(!sleeping.took_use(Tick(63), 1_000), "its record would be due: it wakes instead");
+    let woken = SessionCore::<u32, &'static str, &'static str>::wake(sleeping, sleepy(), Tick(63));
+    assert_eq!(woken.last_activity(), Tick(62), "a use refused is not counted");
+}
+
+#[test]
 fn an_idle_session_with_empty_tables_hibernates_and_wakes_where_it_stopped() {
     let mut s = SessionCore::new(ProtocolVersion::LATEST, Generation(1), sleepy(), Tick(0));
     one_request(&mut s, 1, Tick(10));
