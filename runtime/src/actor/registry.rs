@@ -2,8 +2,11 @@
 //! and the per-caller session counts of the quotas. Guards are held only for the lookup
 //! (never across an await); a handle is cloned out.
 //!
-//! A hibernating session is kept here as data in its handle's place (its actor stopped):
-//! every lookup that finds one wakes it first, so callers only ever see handles. The wake
+//! A hibernating session is kept here as data in its handle's place (its actor stopped, or
+//! none made yet: a new session is kept so until its first request): every lookup that
+//! finds one wakes it first, so callers only ever see handles; only a message that asks for
+//! nothing but to count as a use is taken by the data itself
+//! ([`Registry::try_take_asleep`]). The wake
 //! makes the new actor's address under the shard's lock and starts the actor once the lock
 //! is released. Its deadlines (expiry, parking) are kept in one index that the supervisor's
 //! sweeper reads ([`Registry::wake_due`]); a stop takes hibernating sessions out as data
@@ -241,17 +244,30 @@ impl<H: Registered> Registry<H> {
     /// deadline at `now` (a wake expires or parks it first). A message taken moves no
     /// deadline in [`Self::wake_at`]: the sweeper may wake it at the earlier one, and it then
     /// sleeps again.
-    pub(crate) fn took_asleep(
+    pub(crate) fn try_take_asleep(
         &self,
         id: &SessionId,
         caller: Option<&str>,
         now: Tick,
         take: impl FnOnce(&mut H::Asleep) -> bool,
     ) -> bool {
-        let mut shard = self.shard(id).write();
-        match shard.get_mut(id) {
-            Some(Slot::Asleep(at, s)) if now < *at && H::belongs_to(Err(&**s), caller) => take(s),
+        let may = |slot: Option<&Slot<H>>| match slot {
+            Some(Slot::Asleep(at, s)) => now < *at && H::belongs_to(Err(&**s), caller),
             _ => false,
+        };
+        // Most such messages go to awake sessions: looked at under the read lock, as a
+        // lookup does, and the write lock taken only for a sleeping one (looked at again:
+        // it may have woken in between).
+        if !may(self.shard(id).read().get(id)) {
+            return false;
+        }
+        let mut shard = self.shard(id).write();
+        if !may(shard.get(id)) {
+            return false;
+        }
+        match shard.get_mut(id) {
+            Some(Slot::Asleep(_, s)) => take(s),
+            _ => unreachable!("looked at under this lock"),
         }
     }
 
@@ -306,13 +322,30 @@ impl<H: Registered> Registry<H> {
         Some(starter)
     }
 
+    /// Put `asleep` under `id` in its (write-locked) `shard`, woken at `wake_at` at the
+    /// latest, and count it; returns the entry it replaced, to drop outside the lock.
+    fn put_asleep(
+        &self,
+        shard: &mut FastMap<SessionId, Slot<H>>,
+        id: SessionId,
+        wake_at: Tick,
+        asleep: Box<H::Asleep>,
+    ) -> Option<Slot<H>> {
+        let old = shard.insert(id.clone(), Slot::Asleep(wake_at, asleep));
+        self.sleeping.fetch_add(1, Ordering::AcqRel);
+        self.hibernations.fetch_add(1, Ordering::Relaxed);
+        self.wake_at.lock().insert((wake_at, id));
+        old
+    }
+
     /// Hibernating sessions now.
     #[must_use]
     pub(crate) fn sleeping(&self) -> usize {
         self.sleeping.load(Ordering::Acquire)
     }
 
-    /// Sessions hibernated and woken so far.
+    /// Sessions kept as data (hibernations, and new sessions kept so from the start) and
+    /// wakes so far.
     #[must_use]
     pub(crate) fn hibernations_and_wakes(&self) -> (u64, u64) {
         (self.hibernations.load(Ordering::Relaxed), self.wakes.load(Ordering::Relaxed))
@@ -358,17 +391,33 @@ impl<H: Registered> Registry<H> {
                 .filter(|(_, slot)| matches!(slot, Slot::Asleep(..)))
                 .map(|(id, _)| id.clone())
                 .collect();
-            for id in ids {
-                let Some(Slot::Asleep(at, mut asleep)) = shard.remove(&id) else { continue };
-                let guard = H::guard_of(&mut asleep);
-                guard.removed = true;
-                self.live_hmacs.lock().remove(&guard.hmac);
-                self.wake_at.lock().remove(&(at, id));
-                self.sleeping.fetch_sub(1, Ordering::AcqRel);
-                taken.push(asleep);
-            }
+            taken.extend(ids.iter().filter_map(|id| self.take_out(&mut shard, id)));
         }
         taken
+    }
+
+    /// Take the session under `id` out as data if it hibernates (its guard gives its slot
+    /// back when it is dropped, outside the lock); `None` if it is awake or unknown.
+    pub(crate) fn take_asleep(&self, id: &SessionId) -> Option<Box<H::Asleep>> {
+        self.take_out(&mut self.shard(id).write(), id)
+    }
+
+    /// Take the hibernating session under `id` out of its (write-locked) `shard`.
+    fn take_out(
+        &self,
+        shard: &mut FastMap<SessionId, Slot<H>>,
+        id: &SessionId,
+    ) -> Option<Box<H::Asleep>> {
+        let Some(Slot::Asleep(..)) = shard.get(id) else { return None };
+        let Some(Slot::Asleep(at, mut asleep)) = shard.remove(id) else {
+            unreachable!("looked at")
+        };
+        let guard = H::guard_of(&mut asleep);
+        guard.removed = true;
+        self.live_hmacs.lock().remove(&guard.hmac);
+        self.wake_at.lock().remove(&(at, id.clone()));
+        self.sleeping.fetch_sub(1, Ordering::AcqRel);
+        Some(asleep)
     }
 
     /// For a stop: the awake sessions' handles, and the hibernating sessions taken out as data
@@ -523,7 +572,7 @@ impl<H: Registered> Reservation<H> {
         parts: P,
         make: fn(RegistryGuard<H>, P) -> Box<H::Asleep>,
     ) -> Result<(), P> {
-        let Some(registry) = self.registry.clone() else { unreachable!("reservation used once") };
+        let registry = Arc::clone(self.registry.as_ref().expect("reservation used once"));
         let mut shard = registry.shard(&id).write();
         if !may() {
             drop(shard);
@@ -531,11 +580,8 @@ impl<H: Registered> Reservation<H> {
         }
         let guard = self.into_guard(id.clone(), inbox, hmac);
         registry.live_hmacs.lock().insert(Arc::clone(&guard.hmac), id.clone());
-        let old = shard.insert(id.clone(), Slot::Asleep(wake_at, make(guard, parts)));
+        let old = registry.put_asleep(&mut shard, id, wake_at, make(guard, parts));
         debug_assert!(old.is_none(), "a session id is inserted once");
-        registry.sleeping.fetch_add(1, Ordering::AcqRel);
-        registry.hibernations.fetch_add(1, Ordering::Relaxed);
-        registry.wake_at.lock().insert((wake_at, id));
         drop(shard);
         drop(old);
         Ok(())
@@ -606,10 +652,7 @@ impl<H: Registered> RegistryGuard<H> {
             return Err((self, parts));
         }
         // The entry is this session's (the guard removes it only on drop).
-        let old = shard.insert(id.clone(), Slot::Asleep(wake_at, make(self, parts)));
-        registry.sleeping.fetch_add(1, Ordering::AcqRel);
-        registry.hibernations.fetch_add(1, Ordering::Relaxed);
-        registry.wake_at.lock().insert((wake_at, id));
+        let old = registry.put_asleep(&mut shard, id, wake_at, make(self, parts));
         drop(shard);
         // The awake handle goes outside the lock.
         drop(old);
@@ -773,6 +816,36 @@ mod tests {
         let (_h, _ticket) = r.enter(&id, None).unwrap().unwrap();
         assert_eq!((r.len(), r.sleeping(), r.next_wake()), (1, 0, None), "woken by a lookup");
         assert_eq!(r.hibernations_and_wakes(), (1, 1));
+    }
+
+    #[test]
+    fn a_sleeping_session_takes_a_message_only_its_own_callers_and_before_its_deadline() {
+        let r = Arc::new(Registry::<Handle>::default());
+        let (id, _inbox, guard) = registered(&r, 1);
+        let never = |_: &mut RegistryGuard<Handle>| -> bool { panic!("not asked") };
+        assert!(!r.try_take_asleep(&id, None, Tick(10), never), "awake: not asked");
+        guard.hibernate(Tick(50), || true, (), asleep).expect("an empty inbox");
+        assert!(!r.try_take_asleep(&id, Some("mallory"), Tick(10), never), "another caller's");
+        assert!(!r.try_take_asleep(&id, None, Tick(50), never), "at its deadline: a wake first");
+        let unknown = SessionId::parse("s9").unwrap();
+        assert!(!r.try_take_asleep(&unknown, None, Tick(10), never));
+        assert!(!r.try_take_asleep(&id, None, Tick(10), |_| false), "it may say no");
+        assert!(r.try_take_asleep(&id, None, Tick(10), |_| true));
+        assert_eq!((r.sleeping(), r.hibernations_and_wakes()), (1, (1, 0)), "none woke it");
+    }
+
+    #[test]
+    fn a_sleeping_session_is_taken_out_as_data_and_an_awake_one_is_not() {
+        let r = Arc::new(Registry::<Handle>::default());
+        let (id, _inbox, guard) = registered(&r, 1);
+        assert!(r.take_asleep(&id).is_none(), "awake");
+        guard.hibernate(Tick(50), || true, (), asleep).expect("an empty inbox");
+        let taken = r.take_asleep(&id).expect("asleep");
+        assert_eq!((r.sleeping(), r.next_wake(), r.contains(&id)), (0, None, false));
+        assert!(!r.is_live_hmac("h1"));
+        assert_eq!(r.len(), 1, "its slot is given back only as it is dropped");
+        drop(taken);
+        assert_eq!(r.len(), 0);
     }
 
     #[test]

@@ -183,7 +183,7 @@ impl Collector for SupervisorCollector {
         counter(
             &mut e,
             "mcp_sessions_hibernated",
-            "Sessions kept as data: new ones from their handshake on, idle ones once they hibernate (each woken again, or ended or parked by its deadline)",
+            "Sessions kept as data: new ones from their handshake on, idle ones once they hibernate (each woken again, ended or parked by its deadline, or recorded as data by a stop)",
             hibernated,
         )?;
         counter(

@@ -377,7 +377,7 @@ async fn serve(
     // often a client's `notifications/initialized` right after its handshake).
     if let Command::Post { session, incoming, .. } = &admitted.command
         && !incoming.carries_request()
-        && sup.took_by_sleeping(session, admitted.principal.as_ref(), incoming)
+        && sup.try_take_by_sleeping(session, admitted.principal.as_ref(), incoming)
     {
         return Ok(HttpResponse::Accepted().finish());
     }

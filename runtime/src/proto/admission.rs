@@ -699,10 +699,7 @@ fn admit_post(
         return Err(Rejection::InvalidHeader(name));
     }
     let accepts = parse_accept(head.accept);
-    let has_request = match &incoming {
-        Incoming::Single(m) => m.is_request(),
-        Incoming::Batch(ms) => ms.iter().any(Message::is_request),
-    };
+    let has_request = incoming.carries_request();
     if has_request && !accepts.json && !accepts.sse {
         return Err(Rejection::NotAcceptable);
     }

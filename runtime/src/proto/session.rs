@@ -185,6 +185,12 @@ pub(crate) struct SleepingCore {
     dirty: bool,
 }
 
+/// Whether a last use of `last` makes a record that states `recorded` due: more than a
+/// sixteenth of the idle TTL behind (a crash then loses at most that much of its lifetime).
+fn record_moved(last: Tick, recorded: Tick, idle_ttl_ms: u64) -> bool {
+    last.0.saturating_sub(recorded.0) > idle_ttl_ms / 16
+}
+
 impl SleepingCore {
     /// Its protocol version.
     #[must_use]
@@ -198,9 +204,9 @@ impl SleepingCore {
     /// sixteenth of `idle_ttl_ms` behind, as an awake core's [`SessionCore::poll_ledger`]
     /// judges it). Returns whether it took the message; if not, the message wakes it, and its
     /// awake core records the use.
-    pub(crate) fn took_use(&mut self, now: Tick, idle_ttl_ms: u64) -> bool {
+    pub(crate) fn try_take_use(&mut self, now: Tick, idle_ttl_ms: u64) -> bool {
         let now = self.last_activity.max(now);
-        if now.0.saturating_sub(self.recorded.0) > idle_ttl_ms / 16 {
+        if record_moved(now, self.recorded, idle_ttl_ms) {
             return false;
         }
         self.last_activity = now;
@@ -339,8 +345,7 @@ impl<R, S, P> SessionCore<R, S, P> {
         if self.state != SessionState::Active {
             return None;
         }
-        let moved =
-            self.last_activity.0.saturating_sub(self.recorded.0) > self.limits.idle_ttl_ms / 16;
+        let moved = record_moved(self.last_activity, self.recorded, self.limits.idle_ttl_ms);
         let due = self.refresh_at().is_some_and(|t| now >= t);
         if !(self.dirty || moved || due) {
             return None;

@@ -83,9 +83,6 @@ async fn a_new_session_is_kept_as_data_from_its_handshake_until_its_first_reques
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     assert_eq!(h.sup.sessions_hibernated_and_woken(), (2, 1));
     ping(&c, 2).await;
-    // Its record is in the ledger (committed before its id went out: bins/host/tests/it/restart.rs,
-    // a session killed right after its initialize answered is still valid).
-    assert!(recorded_last_use(&h, &c).await > 0);
 }
 
 #[actix_web::test]
@@ -102,6 +99,26 @@ async fn a_hibernating_session_takes_notifications_and_answers_without_waking() 
     assert_eq!(h.sup.sessions_hibernated_and_woken(), (kept, woken), "none woke it");
     ping(&c, 2).await;
     assert_eq!(h.sup.sessions_hibernated_and_woken(), (kept, woken + 1));
+}
+
+#[actix_web::test]
+async fn another_callers_notification_to_a_hibernating_session_is_404_and_wakes_nothing() {
+    tokio::time::pause();
+    let h = harness_with_two_callers().await;
+    let alice = h.client_as("2025-11-25", Some("ta")).await;
+    ping(&alice, 1).await;
+    hibernating(&h, 1).await;
+    let woken = h.sup.sessions_hibernated_and_woken().1;
+    let bob = Client {
+        h: &h,
+        sid: alice.sid.clone(),
+        version: alice.version.clone(),
+        token: Some("tb".into()),
+    };
+    let note = json!({"jsonrpc":"2.0","method":"notifications/roots/list_changed"});
+    assert_eq!(bob.notify(note.clone()).await, StatusCode::NOT_FOUND);
+    assert_eq!(h.sup.sessions_hibernated_and_woken().1, woken, "not woken by another caller");
+    assert_eq!(alice.notify(note).await, StatusCode::ACCEPTED);
 }
 
 #[actix_web::test]
@@ -124,17 +141,17 @@ async fn a_hibernating_session_wakes_for_a_batch_its_version_refuses() {
 
 #[actix_web::test]
 async fn a_notification_whose_use_would_be_due_for_a_record_wakes_the_session() {
-    // Real time: the records are committed by the ledger writer's thread. TTL 2 s: a record
-    // is due once its use is more than 125 ms past the one recorded.
-    let h = harness_with(cfg(|c| c.sessions.idle_ttl_secs = 2)).await;
+    // Real time: the records are committed by the ledger writer's thread. TTL 16 s: a record
+    // is due once its use is more than 1 s past the one recorded.
+    let h = harness_with(cfg(|c| c.sessions.idle_ttl_secs = 16)).await;
     let c = h.client("2025-11-25").await;
     let created = recorded_last_use(&h, &c).await;
     assert_eq!(h.sup.sessions_hibernated_and_woken(), (1, 0), "its initialized taken asleep");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
     let note = json!({"jsonrpc":"2.0","method":"notifications/roots/list_changed"});
     assert_eq!(c.notify(note).await, StatusCode::ACCEPTED);
     assert_eq!(h.sup.sessions_hibernated_and_woken(), (1, 1), "woken to record its use");
-    assert!(recorded_last_use(&h, &c).await >= created + 200, "its record states that use");
+    assert!(recorded_last_use(&h, &c).await >= created + 1_100, "its record states that use");
 }
 
 #[actix_web::test]

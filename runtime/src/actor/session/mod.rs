@@ -205,6 +205,41 @@ pub(crate) struct SessionSeed {
     pub(crate) recorded: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
+/// What a session's life starts with, awake or kept as data ([`SessionSeed::begin`]).
+struct Begun {
+    core: SessionCore<RequestTask, StreamHandle, ClientRequestRoute>,
+    names: Arc<[Arc<str>]>,
+    meta: SessionMeta,
+    /// The kept handshake's charge to the memory budgets.
+    handshake: Charge,
+}
+
+impl SessionSeed {
+    /// Its life's start at `now`, with `limits`: its core (in the life its restore says, with
+    /// the log level it recorded), its names in the ledger, what its record holds besides its
+    /// core's state, and its kept handshake charged to `sup`'s budget and its caller's share.
+    fn begin(&self, sup: &dyn SessionEnv, limits: SessionLimits, now: Tick) -> Begun {
+        let restore = self.restore.as_ref();
+        let settings = self.generation.generation().settings.id;
+        let incarnation = restore.map_or(0, |r| r.incarnation);
+        let mut core = SessionCore::incarnate(self.version, settings, limits, now, incarnation);
+        if let Some(level) = restore.and_then(|r| r.log_level) {
+            core.set_log_level(level);
+        }
+        let meta = SessionMeta {
+            hmac: Arc::clone(&self.hmac),
+            principal: self.principal.clone(),
+            owner: self.owner.clone(),
+            origin: self.origin.clone(),
+            created_ms: restore.map_or(now.0, |r| r.created_ms),
+            ordered_name: self.id.minted_at().is_some(),
+        };
+        let mut handshake = sup.stream_env().budget.charge(Some(&self.caller_budget));
+        handshake.set(self.kept_bytes);
+        Begun { core, names: session_names(sup, &self.hmac, &self.id), meta, handshake }
+    }
+}
+
 /// What a session's streams take from the session rather than from their generation.
 pub(crate) struct SessionStreams {
     /// Its version primes streams (>= 2025-11-25).
@@ -316,30 +351,8 @@ impl SessionActor {
         addr: &Addr<SessionActor>,
     ) -> SessionActor {
         let limits = session_limits(&*sup, &seed.generation);
-        let mut handshake = sup.stream_env().budget.charge(Some(&seed.caller_budget));
-        handshake.set(seed.kept_bytes);
-        let now = sup.now();
-        let incarnation = seed.restore.as_ref().map_or(0, |r| r.incarnation);
-        let names = session_names(&*sup, &seed.hmac, &seed.id);
-        let mut core = SessionCore::incarnate(
-            seed.version,
-            seed.generation.generation().settings.id,
-            limits,
-            now,
-            incarnation,
-        );
-        if let Some(level) = seed.restore.as_ref().and_then(|r| r.log_level) {
-            core.set_log_level(level);
-        }
-        let span = session_span(&seed.hmac, &seed.generation);
-        let meta = SessionMeta {
-            hmac: seed.hmac,
-            principal: seed.principal.clone(),
-            owner: seed.owner.clone(),
-            origin: seed.origin,
-            created_ms: seed.restore.as_ref().map_or(now.0, |r| r.created_ms),
-            ordered_name: seed.id.minted_at().is_some(),
-        };
+        let Begun { core, names, meta, handshake } = seed.begin(&*sup, limits, sup.now());
+        let span = session_span(&meta.hmac, &seed.generation);
         let streams = SessionStreams::new(&*sup, seed.version, &meta);
         let ledger = Arc::clone(&sup.stream_env().ledger);
         let Handshake { requested_version, capabilities, client_info } = seed.handshake;

@@ -7,7 +7,9 @@
 //! live throughout: counted in the registry, its caller's quota and its generation.
 //!
 //! A new session is kept so from its handshake on ([`SleepingSession::born`]): its actor is
-//! made by its first request, and a session that never sends one never has one.
+//! made by its first request, and a session that never sends one never has one. A POST of
+//! notifications or answers only is taken by the sleeping session itself, as a use, without
+//! waking it ([`SleepingSession::try_take_use`]).
 
 use std::sync::{Arc, Weak};
 
@@ -17,8 +19,8 @@ use serde_json::value::RawValue;
 
 use super::persist::record_ops;
 use super::{
-    RequestTask, SessionActor, SessionHandle, SessionSeed, SessionStreams, session_limits,
-    session_links, session_names, session_span,
+    Begun, RequestTask, SessionActor, SessionHandle, SessionSeed, SessionStreams, session_limits,
+    session_links, session_span,
 };
 use crate::actor::budget::{Charge, MemoryBudget};
 use crate::actor::dormant::StreamHandle;
@@ -52,17 +54,61 @@ struct Kept {
     names: Arc<[Arc<str>]>,
     /// The server's cursor key, from which its signer is derived again as it wakes.
     key: Arc<CursorKey>,
-    client_caps: Box<RawValue>,
     /// Weak: the registry that keeps the session belongs to the supervisor (no cycle).
     sup: Weak<dyn SessionEnv>,
     caller_budget: Arc<MemoryBudget>,
     /// Its name, principal, owner and origin (the awake actor's `principal` and `owner` are
     /// copies of these).
     meta: SessionMeta,
-    client_info: Box<RawValue>,
-    requested_version: Option<String>,
+    handshake: KeptHandshake,
     /// Its mailbox's capacity (`sessions.mailbox`), for its woken actor.
     mailbox: usize,
+}
+
+/// Its handshake as its record states it, its JSON as text.
+struct KeptHandshake {
+    requested_version: Option<String>,
+    capabilities: Box<RawValue>,
+    client_info: Box<RawValue>,
+}
+
+impl KeptHandshake {
+    fn new(requested_version: Option<String>, capabilities: &Value, info: &Value) -> Self {
+        KeptHandshake { requested_version, capabilities: raw(capabilities), client_info: raw(info) }
+    }
+
+    /// As its record states it, parsed again.
+    fn handshake(&self) -> Handshake {
+        Handshake {
+            requested_version: self.requested_version.clone(),
+            capabilities: parsed(&self.capabilities),
+            client_info: parsed(&self.client_info),
+        }
+    }
+}
+
+impl Kept {
+    /// What a session keeps of `core` and of its life while it sleeps, under `sup`: its
+    /// names, its caller's share, its record's `meta` and its `handshake`.
+    fn new(
+        core: SleepingCore,
+        sup: &Arc<dyn SessionEnv>,
+        names: Arc<[Arc<str>]>,
+        caller_budget: &Arc<MemoryBudget>,
+        meta: SessionMeta,
+        handshake: KeptHandshake,
+    ) -> Kept {
+        Kept {
+            core,
+            names,
+            key: Arc::clone(sup.cursor_key()),
+            sup: Arc::downgrade(sup),
+            caller_budget: Arc::clone(caller_budget),
+            meta,
+            handshake,
+            mailbox: sup.config().sessions.mailbox,
+        }
+    }
 }
 
 /// What goes to sleep besides the guard: built, and taken back on a refusal, outside the
@@ -112,18 +158,10 @@ impl SessionActor {
         else {
             unreachable!("an awake session holds its count and charge until it hibernates")
         };
-        let kept = Kept {
-            core,
-            names: Arc::clone(&self.names),
-            key: Arc::clone(self.sup.cursor_key()),
-            client_caps: raw(&self.client_caps),
-            sup: Arc::downgrade(&self.sup),
-            caller_budget: Arc::clone(&self.caller_budget),
-            meta: self.meta.clone(),
-            client_info: raw(&self.client_info),
-            requested_version: self.requested_version.clone(),
-            mailbox: self.sup.config().sessions.mailbox,
-        };
+        let version = self.requested_version.clone();
+        let texts = KeptHandshake::new(version, &self.client_caps, &self.client_info);
+        let (names, meta) = (Arc::clone(&self.names), self.meta.clone());
+        let kept = Kept::new(core, &self.sup, names, &self.caller_budget, meta, texts);
         let serving = || self.sup.phase() == Phase::Serving;
         match guard.hibernate(deadline, serving, (generation, handshake, kept), asleep) {
             Ok(()) => {
@@ -164,7 +202,7 @@ impl SessionActor {
             gens: Arc::clone(sup.generations()),
             span: session_span(&k.meta.hmac, &generation),
             generation_count: Some(generation),
-            client_caps: Arc::new(parsed(&k.client_caps)),
+            client_caps: Arc::new(parsed(&k.handshake.capabilities)),
             guard: Some(guard),
             timer: None,
             turn: None,
@@ -174,8 +212,8 @@ impl SessionActor {
             caller_budget: k.caller_budget,
             handshake_charge: Some(handshake),
             meta: k.meta,
-            client_info: parsed(&k.client_info),
-            requested_version: k.requested_version,
+            client_info: parsed(&k.handshake.client_info),
+            requested_version: k.handshake.requested_version,
             ledger: Arc::clone(&sup.stream_env().ledger),
             on_recorded: None,
             sup,
@@ -205,73 +243,48 @@ impl SleepingSession {
         reservation: Reservation<SessionHandle>,
     ) {
         let now = sup.now();
-        let stream_env = sup.stream_env();
-        let mut core: SessionCore<RequestTask, StreamHandle, super::ClientRequestRoute> =
-            SessionCore::incarnate(
-                seed.version,
-                seed.generation.generation().settings.id,
-                limits,
-                now,
-                0,
-            );
+        let Begun { mut core, names, meta, handshake } = seed.begin(&*sup, limits, now);
         let used = core.poll_ledger(now).expect("a new session's record is due");
-        let Some((core_kept, wake_at)) = core.sleep() else {
+        let Some((sleeping, wake_at)) = core.sleep() else {
             unreachable!("a new session's tables are empty")
         };
-        let meta = SessionMeta {
-            hmac: seed.hmac,
-            principal: seed.principal,
-            owner: seed.owner,
-            origin: seed.origin,
-            created_ms: now.0,
-            ordered_name: seed.id.minted_at().is_some(),
-        };
-        let kept = Kept {
-            core: core_kept,
-            names: session_names(&*sup, &meta.hmac, &seed.id),
-            key: Arc::clone(sup.cursor_key()),
-            client_caps: raw(&seed.handshake.capabilities),
-            sup: Arc::downgrade(&sup),
-            caller_budget: seed.caller_budget,
-            meta: meta.clone(),
-            client_info: raw(&seed.handshake.client_info),
-            requested_version: seed.handshake.requested_version.clone(),
-            mailbox: sup.config().sessions.mailbox,
-        };
-        let ops =
-            record_ops(&meta, &stream_env.ledger, &core, RecordState::Active, used, seed.handshake);
-        let mut handshake = stream_env.budget.charge(Some(&kept.caller_budget));
-        handshake.set(seed.kept_bytes);
-        let name = (Inbox::new(kept.mailbox), Arc::clone(&meta.hmac));
+        let hs = &seed.handshake;
+        let texts =
+            KeptHandshake::new(hs.requested_version.clone(), &hs.capabilities, &hs.client_info);
+        let kept = Kept::new(sleeping, &sup, names, &seed.caller_budget, meta, texts);
+        let ledger = &sup.stream_env().ledger;
+        let ops = record_ops(&kept.meta, ledger, &core, RecordState::Active, used, seed.handshake);
+        let inbox_and_name = (Inbox::new(kept.mailbox), Arc::clone(&kept.meta.hmac));
         let serving = || sup.phase() == Phase::Serving;
         let parts = (seed.generation, handshake, kept);
         // Registered before its record goes out: the ledger's session cap never evicts a
         // live session.
-        let registered = reservation.insert_asleep(seed.id, name, wake_at, serving, parts, asleep);
+        let registered =
+            reservation.insert_asleep(seed.id, inbox_and_name, wake_at, serving, parts, asleep);
         match registered {
             Ok(()) => sup.hibernated(),
             Err(_) => tracing::debug!("a new session was refused its place by a drain"),
         }
         match seed.recorded {
-            Some(first) => stream_env.ledger.writer.submit_then(
+            Some(first) => ledger.writer.submit_then(
                 ops,
                 Box::new(move || {
                     let _ = first.send(());
                 }),
             ),
-            None => stream_env.ledger.writer.submit(ops),
+            None => ledger.writer.submit(ops),
         }
     }
 
     /// A message that asks for nothing but to count as a use reached it at `now` (one of a
     /// batch when `batch`): taken without waking it unless its version refuses batches (its
     /// woken actor answers with that error) or its record would be due
-    /// ([`SleepingCore::took_use`]). A hibernating session has nothing in flight and asks
+    /// ([`SleepingCore::try_take_use`]). A hibernating session has nothing in flight and asks
     /// its client nothing, on a ledger of its own: a cancellation finds nothing to cancel and
     /// an answer no question, as its actor would find.
-    pub(crate) fn took_use(&mut self, now: Tick, idle_ttl_ms: u64, batch: bool) -> bool {
+    pub(crate) fn try_take_use(&mut self, now: Tick, idle_ttl_ms: u64, batch: bool) -> bool {
         let core = &mut self.kept.core;
-        (!batch || core.version().allows_batches()) && core.took_use(now, idle_ttl_ms)
+        (!batch || core.version().allows_batches()) && core.try_take_use(now, idle_ttl_ms)
     }
 
     /// The principal that owns it.
@@ -292,11 +305,7 @@ impl SleepingSession {
         let limits = session_limits(&*sup, &self.generation);
         let core: SessionCore<RequestTask, StreamHandle, super::ClientRequestRoute> =
             SessionCore::wake(k.core, limits, sup.now());
-        let handshake = Handshake {
-            requested_version: k.requested_version.clone(),
-            capabilities: parsed(&k.client_caps),
-            client_info: parsed(&k.client_info),
-        };
+        let handshake = k.handshake.handshake();
         let ledger = &sup.stream_env().ledger;
         let used = core.last_activity();
         ledger.writer.submit(record_ops(

@@ -33,6 +33,13 @@ impl Supervisor {
     /// A session whose id was never handed out (its first record was not committed in time):
     /// it stops. Its record, if it lands later, names a session nobody knows; it expires.
     pub(crate) fn abandon_unrecorded(&self, id: &SessionId) {
+        // Most often still kept as data (a new session is, until its first request): it is
+        // taken out and recorded so, without waking it. The ledger is slow or failing then,
+        // for every handshake at once.
+        if let Some(asleep) = self.registry.take_asleep(id) {
+            asleep.shut_down();
+            return;
+        }
         if let Some((h, place)) = self.registry.enter_control(id) {
             // Control message: it must arrive (its inbox may be full).
             h.addr.do_send(crate::actor::session::Shutdown { _place: Some(place) });
@@ -116,9 +123,9 @@ impl Supervisor {
 
     /// A POST of `caller`'s carrying no request (notifications, answers: `incoming`) to a
     /// hibernating session: taken without waking it when it may be
-    /// ([`SleepingSession::took_use`]). `false`: it goes the usual way (a lookup, which wakes
+    /// ([`SleepingSession::try_take_use`]). `false`: it goes the usual way (a lookup, which wakes
     /// the session).
-    pub(crate) fn took_by_sleeping(
+    pub(crate) fn try_take_by_sleeping(
         &self,
         id: &SessionId,
         caller: Option<&Arc<str>>,
@@ -126,7 +133,8 @@ impl Supervisor {
     ) -> bool {
         let (now, ttl) = (self.now(), self.cfg.idle_ttl_ms());
         let batch = matches!(incoming, Incoming::Batch(_));
-        self.registry.took_asleep(id, caller.map(|p| &**p), now, |s| s.took_use(now, ttl, batch))
+        self.registry
+            .try_take_asleep(id, caller.map(|p| &**p), now, |s| s.try_take_use(now, ttl, batch))
     }
 
     /// Create a session for an `initialize` request of `key`. Must run on an actix arbiter.

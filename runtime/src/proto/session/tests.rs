@@ -412,16 +412,19 @@ fn a_sleeping_session_takes_a_use_only_while_its_record_is_not_due() {
     );
     assert_eq!(s.poll_ledger(Tick(0)), Some(Tick(0)), "its first record");
     let (mut sleeping, _) = s.sleep().expect("nothing is open");
-    assert!(sleeping.took_use(Tick(40), 1_000));
-    assert!(sleeping.took_use(Tick(20), 1_000), "an earlier time does not move it back");
-    assert!(sleeping.took_use(Tick(62), 1_000));
+    assert!(sleeping.try_take_use(Tick(40), 1_000));
+    assert!(sleeping.try_take_use(Tick(20), 1_000), "an earlier time does not move it back");
+    assert!(sleeping.try_take_use(Tick(62), 1_000));
     let mut woken =
         SessionCore::<u32, &'static str, &'static str>::wake(sleeping, sleepy(), Tick(62));
     assert_eq!(woken.last_activity(), Tick(62), "the uses it took count");
     assert_eq!(woken.poll_ledger(Tick(62)), None, "and need no record yet");
-    assert!(!sleeping.took_use(Tick(63), 1_000), "its record would be due: it wakes instead");
-    let woken = SessionCore::<u32, &'static str, &'static str>::wake(sleeping, sleepy(), Tick(63));
+    assert!(!sleeping.try_take_use(Tick(63), 1_000), "its record would be due: it wakes instead");
+    let mut woken =
+        SessionCore::<u32, &'static str, &'static str>::wake(sleeping, sleepy(), Tick(63));
     assert_eq!(woken.last_activity(), Tick(62), "a use refused is not counted");
+    woken.touch(Tick(63));
+    assert_eq!(woken.poll_ledger(Tick(63)), Some(Tick(63)), "the awake core records that use");
 }
 
 #[test]
