@@ -56,7 +56,13 @@ async fn a_ledger_locked_past_the_old_retry_budget_refuses_durable_work_keeps_re
     let lock = rusqlite::Connection::open(&path).unwrap();
     lock.execute_batch("BEGIN IMMEDIATE").unwrap();
     // A new session needs its record: it is not committed within the commit wait.
+    let woken = h.sup.sessions_hibernated_and_woken().1;
     assert_ledger_refusal(h.send(post().set_payload(init_body("2025-11-25"))).await).await;
+    assert_eq!(
+        (h.sup.session_count(), h.sup.sessions_hibernated_and_woken().1),
+        (2, woken),
+        "the session whose record did not commit is gone, taken out as data, not woken"
+    );
     within(Duration::from_secs(60), "the writer reports that it cannot commit", || {
         writer.is_failing()
     })

@@ -236,6 +236,9 @@ impl SleepingSession {
     /// (`seed.recorded` is told of its commit). Refused by a drain that began meanwhile
     /// (checked under the registry's lock, as a hibernation is), it is not registered; its
     /// record stays, as an awake session's does when a drain stops it at once.
+    ///
+    /// # Panics
+    /// Never: a new core's first record is always due and its tables are empty.
     pub(crate) fn born(
         seed: SessionSeed,
         limits: SessionLimits,

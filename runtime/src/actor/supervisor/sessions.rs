@@ -82,7 +82,10 @@ impl Supervisor {
                 self.0.store(false, Ordering::Release);
             }
         }
-        if self.sleep_sweeper.swap(true, Ordering::AcqRel) {
+        // Read first: called at every hibernation and every handshake, it runs nearly always.
+        if self.sleep_sweeper.load(Ordering::Acquire)
+            || self.sleep_sweeper.swap(true, Ordering::AcqRel)
+        {
             return;
         }
         let Some(me) = self.me.get().cloned() else { return };

@@ -413,7 +413,9 @@ fn a_sleeping_session_takes_a_use_only_while_its_record_is_not_due() {
     assert_eq!(s.poll_ledger(Tick(0)), Some(Tick(0)), "its first record");
     let (mut sleeping, _) = s.sleep().expect("nothing is open");
     assert!(sleeping.try_take_use(Tick(40), 1_000));
-    assert!(sleeping.try_take_use(Tick(20), 1_000), "an earlier time does not move it back");
+    assert!(sleeping.try_take_use(Tick(20), 1_000));
+    let then = SessionCore::<u32, &'static str, &'static str>::wake(sleeping, sleepy(), Tick(20));
+    assert_eq!(then.last_activity(), Tick(40), "an earlier time does not move it back");
     assert!(sleeping.try_take_use(Tick(62), 1_000));
     let mut woken =
         SessionCore::<u32, &'static str, &'static str>::wake(sleeping, sleepy(), Tick(62));
