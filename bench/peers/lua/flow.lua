@@ -1,8 +1,11 @@
 -- wrk script: a legacy client's whole life, over and over, one session at a time per thread:
 -- initialize, notifications/initialized, FLOW_CALLS tools/call echo (default 1), DELETE.
 -- Run with as many threads as connections (-tN -cN): each thread's Lua state follows its one
--- connection's session. done() prints sessions and requests that did not answer 2xx.
-local step, sid, calls, bad = 0, nil, tonumber(os.getenv("FLOW_CALLS") or "") or 1, 0
+-- connection's session. A session counts once its DELETE is answered 2xx; a failed
+-- initialize (or one without a session id) starts the next session over. done() prints
+-- sessions a second, the requests not answered 2xx and wrk's socket errors.
+local step, sid, calls = 0, nil, tonumber(os.getenv("FLOW_CALLS") or "") or 1
+local bad, done_sessions = 0, 0
 local pv = "2025-11-25"
 local init_body = '{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"'
   .. pv .. '","capabilities":{},"clientInfo":{"name":"wrk-flow","version":"1"}}}'
@@ -23,16 +26,31 @@ function request()
 end
 
 function response(status, headers, body)
-  if status < 200 or status >= 300 then bad = bad + 1 end
-  if step == 0 then sid = headers["mcp-session-id"] or headers["Mcp-Session-Id"] end
+  local ok = status >= 200 and status < 300
+  if not ok then bad = bad + 1 end
+  if step == 0 then
+    sid = headers["mcp-session-id"] or headers["Mcp-Session-Id"]
+    if not ok or sid == nil then
+      wrk.thread:set("bad", bad)
+      return
+    end
+  elseif step == 2 + calls and ok then
+    done_sessions = done_sessions + 1
+  end
   step = (step + 1) % (3 + calls)
   wrk.thread:set("bad", bad)
+  wrk.thread:set("sessions", done_sessions)
 end
 
 function done(summary, latency, requests)
-  local b = 0
-  for _, t in ipairs(threads) do b = b + (tonumber(t:get("bad")) or 0) end
-  local per = 3 + calls
-  io.write(string.format("FLOW sessions/s=%.0f requests=%d not_2xx=%d p99_us=%d\n",
-    summary.requests / per / (summary.duration / 1e6), summary.requests, b, latency:percentile(99)))
+  local b, n = 0, 0
+  for _, t in ipairs(threads) do
+    b = b + (tonumber(t:get("bad")) or 0)
+    n = n + (tonumber(t:get("sessions")) or 0)
+  end
+  local e = summary.errors
+  io.write(string.format(
+    "FLOW sessions=%d sessions/s=%.0f requests=%d not_2xx=%d socket_errors=%d p99_us=%d\n",
+    n, n / (summary.duration / 1e6), summary.requests, b,
+    e.connect + e.read + e.write + e.timeout, latency:percentile(99)))
 end
