@@ -6,7 +6,8 @@
 //! none made yet: a new session is kept so until its first request): every lookup that
 //! finds one wakes it first, so callers only ever see handles; only a message that asks for
 //! nothing but to count as a use is taken by the data itself
-//! ([`Registry::try_take_asleep`]). The wake
+//! ([`Registry::try_take_asleep`]), and a DELETE takes it out as data
+//! ([`Registry::try_take_out_asleep`]). The wake
 //! makes the new actor's address under the shard's lock and starts the actor once the lock
 //! is released. Its deadlines (expiry, parking) are kept in one index that the supervisor's
 //! sweeper reads ([`Registry::wake_due`]); a stop takes hibernating sessions out as data
@@ -394,6 +395,28 @@ impl<H: Registered> Registry<H> {
             taken.extend(ids.iter().filter_map(|id| self.take_out(&mut shard, id)));
         }
         taken
+    }
+
+    /// Take `caller`'s hibernating session under `id` out as data to end it without waking it,
+    /// `first` told of it under its shard's lock before it leaves (so what a lookup that
+    /// misses it does next can see that it is ending). `None` (nothing told) when it is awake,
+    /// another caller's, unknown, or past its deadline at `now` (a wake expires or parks it
+    /// first).
+    pub(crate) fn try_take_out_asleep(
+        &self,
+        id: &SessionId,
+        caller: Option<&str>,
+        now: Tick,
+        first: impl FnOnce(&H::Asleep),
+    ) -> Option<Box<H::Asleep>> {
+        let mut shard = self.shard(id).write();
+        match shard.get(id) {
+            Some(Slot::Asleep(at, s)) if now < *at && H::belongs_to(Err(&**s), caller) => {
+                first(s);
+            }
+            _ => return None,
+        }
+        self.take_out(&mut shard, id)
     }
 
     /// Take the session under `id` out as data if it hibernates (its guard gives its slot

@@ -381,6 +381,12 @@ async fn serve(
     {
         return Ok(HttpResponse::Accepted().finish());
     }
+    // A DELETE of a hibernating session: ended as data, without waking it.
+    if let Command::Delete { session } = &admitted.command
+        && sup.try_end_sleeping(session, admitted.principal.as_ref())
+    {
+        return Ok(deleted(sup).await);
+    }
     let found = match admitted.command.session() {
         None => None,
         Some(session) => Some(match sup.lookup(session, admitted.principal.as_ref()) {
@@ -419,20 +425,23 @@ async fn serve(
             Err(_) => Err(dropped),
         },
         Next::Delete(rx) => match rx.await {
-            // On a durable ledger that commits, the end is acknowledged once its record is
-            // committed, so a crash right after never brings the session back. While the
-            // ledger cannot commit (or stops committing within the commit wait) it is
-            // acknowledged as handed over: the record lands when the ledger heals.
-            Ok(Ok(())) if sup.ledger_durable() && !sup.ledger_writer().is_failing() => {
-                let writer = sup.ledger_writer();
-                let _ = writer.wait_committed(writer.barrier()).await;
-                Ok(HttpResponse::NoContent().finish())
-            }
-            Ok(Ok(())) => Ok(HttpResponse::NoContent().finish()),
+            Ok(Ok(())) => Ok(deleted(sup).await),
             Ok(Err(rejection)) => Err(rejection),
             Err(_) => Err(Rejection::SessionNotFound),
         },
     }
+}
+
+/// The answer to a DELETE whose end was handed to the ledger. On a durable ledger that
+/// commits, it is sent once the end is committed, so a crash right after never brings the
+/// session back. While the ledger cannot commit (or stops committing within the commit wait)
+/// it is acknowledged as handed over: the record lands when the ledger heals.
+async fn deleted(sup: &Supervisor) -> HttpResponse {
+    if sup.ledger_durable() && !sup.ledger_writer().is_failing() {
+        let writer = sup.ledger_writer();
+        let _ = writer.wait_committed(writer.barrier()).await;
+    }
+    HttpResponse::NoContent().finish()
 }
 
 /// Whether a command would start new work (refused while draining).

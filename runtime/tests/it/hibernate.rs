@@ -291,9 +291,52 @@ async fn a_hibernating_session_is_deleted_and_then_answers_404() {
     tokio::time::pause();
     let h = harness().await;
     let c = hibernated_client(&h).await;
+    let woken = h.sup.sessions_hibernated_and_woken().1;
     assert!(c.delete().await.status.is_success());
     assert_eq!((h.sup.session_count(), h.sup.sessions_hibernating()), (0, 0));
+    assert_eq!(h.sup.sessions_hibernated_and_woken().1, woken, "ended as data, not woken");
     assert_eq!(json_call(&c, 2, "ping", json!({})).await.status, StatusCode::NOT_FOUND);
+}
+
+#[actix_web::test]
+async fn a_deleted_sleeping_sessions_end_is_in_the_ledger_and_it_is_never_revived() {
+    // Real time: the end is committed by the ledger writer's thread.
+    let h = harness().await;
+    let c = h.client("2025-11-25").await;
+    let gone = h.client("2025-11-25").await;
+    assert_eq!(h.sup.sessions_hibernating(), 2, "new, kept as data");
+    assert!(gone.delete().await.status.is_success());
+    assert_eq!(h.sup.sessions_hibernated_and_woken(), (2, 0), "ended as data, not woken");
+    use mcp_runtime::ledger::codec::{Record, RecordState, decode, session_key};
+    let w = h.sup.ledger_writer();
+    w.wait_committed(w.barrier()).await.expect("the ledger commits");
+    let hmac = h.sup.session_hmac(&mcp_runtime::proto::ids::SessionId::parse(&gone.sid).unwrap());
+    let bytes = w.store().get(&session_key(&hmac), 0).expect("a read").expect("its record");
+    match decode(&bytes).expect("a record") {
+        Record::Session(r) => assert_eq!(r.state, RecordState::Deleted),
+        other => panic!("not a session record: {other:?}"),
+    }
+    // Not found here, and not brought back from the ledger.
+    assert_eq!(json_call(&gone, 1, "ping", json!({})).await.status, StatusCode::NOT_FOUND);
+    assert_eq!(gone.delete().await.status, StatusCode::NOT_FOUND);
+    // The other session is untouched.
+    ping(&c, 1).await;
+}
+
+#[actix_web::test]
+async fn another_callers_delete_of_a_hibernating_session_is_404_and_ends_nothing() {
+    tokio::time::pause();
+    let h = harness_with_two_callers().await;
+    let alice = h.client_as("2025-11-25", Some("ta")).await;
+    let bob = Client {
+        h: &h,
+        sid: alice.sid.clone(),
+        version: alice.version.clone(),
+        token: Some("tb".into()),
+    };
+    assert_eq!(bob.delete().await.status, StatusCode::NOT_FOUND);
+    assert_eq!((h.sup.session_count(), h.sup.sessions_hibernating()), (1, 1));
+    ping(&alice, 1).await;
 }
 
 #[actix_web::test]

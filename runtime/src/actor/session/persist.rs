@@ -116,24 +116,10 @@ impl SessionActor {
     /// before it hears of the end; `announce` tells the other hosts sharing the ledger once it
     /// commits (not when the end was heard from one of them).
     pub(super) fn record_end(&mut self, state: RecordState, announce: bool) {
-        use crate::ledger::{Op, codec};
         let now = self.sup.now();
         let mut ops = self.record_ops_at(state, now);
-        for sid in self.core.stream_ids() {
-            durable::forget_stream_ops(&self.meta.hmac, sid, &mut ops);
-        }
-        ops.push(Op::DropIndex { index: codec::streams_index(&self.meta.hmac) });
-        ops.push(Op::Put {
-            key: codec::session_end_key(&self.meta.hmac),
-            value: Bytes::from(format!("{state:?}")),
-            expires_ms: now.0.saturating_add(self.ledger.idle_ttl_ms.saturating_mul(2)),
-        });
-        if announce {
-            ops.push(Op::Publish {
-                channel: codec::ENDS_CHANNEL,
-                message: Bytes::copy_from_slice(self.meta.hmac.as_bytes()),
-            });
-        }
+        let end = End { state, at: now, announce };
+        push_end(&mut ops, &self.meta.hmac, &self.ledger, self.core.stream_ids(), end);
         self.sup.settle(&self.meta.hmac, Settle::Ended, ops);
     }
 
@@ -194,6 +180,41 @@ impl SessionActor {
             durable::forget_stream_ops(&self.meta.hmac, sid, &mut ops);
         }
         self.ledger.writer.submit(ops);
+    }
+}
+
+/// A session's end: its `state` (deleted, expired), when, and whether the other hosts sharing
+/// the ledger are told once it commits.
+pub(super) struct End {
+    pub(super) state: RecordState,
+    pub(super) at: Tick,
+    pub(super) announce: bool,
+}
+
+/// The writes of a session's end after its record's (see [`SessionActor::record_end`]): its
+/// `streams` forgotten, its streams' index dropped, its end's own key, its announcement.
+pub(super) fn push_end(
+    ops: &mut Vec<crate::ledger::Op>,
+    hmac: &str,
+    ledger: &durable::LedgerCtx,
+    streams: impl Iterator<Item = StreamId>,
+    end: End,
+) {
+    use crate::ledger::{Op, codec};
+    for sid in streams {
+        durable::forget_stream_ops(hmac, sid, ops);
+    }
+    ops.push(Op::DropIndex { index: codec::streams_index(hmac) });
+    ops.push(Op::Put {
+        key: codec::session_end_key(hmac),
+        value: Bytes::from(format!("{:?}", end.state)),
+        expires_ms: end.at.0.saturating_add(ledger.idle_ttl_ms.saturating_mul(2)),
+    });
+    if end.announce {
+        ops.push(Op::Publish {
+            channel: codec::ENDS_CHANNEL,
+            message: Bytes::copy_from_slice(hmac.as_bytes()),
+        });
     }
 }
 

@@ -9,7 +9,8 @@
 //! A new session is kept so from its handshake on ([`SleepingSession::born`]): its actor is
 //! made by its first request, and a session that never sends one never has one. A POST of
 //! notifications or answers only is taken by the sleeping session itself, as a use, without
-//! waking it ([`SleepingSession::try_take_use`]).
+//! waking it ([`SleepingSession::try_take_use`]), and a DELETE ends it as data
+//! ([`SleepingSession::deleted_ops`]).
 
 use std::sync::{Arc, Weak};
 
@@ -17,7 +18,7 @@ use actix::prelude::*;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::persist::record_ops;
+use super::persist::{End, push_end, record_ops};
 use super::{
     Begun, RequestTask, SessionActor, SessionHandle, SessionSeed, SessionStreams, session_limits,
     session_links, session_span,
@@ -298,6 +299,28 @@ impl SleepingSession {
     /// The guard it holds (the registry marks it taken out).
     pub(super) fn guard_mut(&mut self) -> &mut RegistryGuard<SessionHandle> {
         &mut self.guard
+    }
+
+    /// Its name in the ledger (its id's HMAC).
+    pub(crate) fn hmac(&self) -> &Arc<str> {
+        &self.kept.meta.hmac
+    }
+
+    /// Its end as data at `now` (a DELETE while it sleeps): the writes an awake session's
+    /// `Delete` makes ([`SessionActor::record_end`]). It holds no stream; it is announced, as
+    /// a DELETE is, to the hosts of a shared ledger (where a session never sleeps).
+    pub(crate) fn deleted_ops(&self, sup: &dyn SessionEnv, now: Tick) -> Vec<crate::ledger::Op> {
+        let k = &self.kept;
+        let limits = session_limits(sup, &self.generation);
+        let core: SessionCore<RequestTask, StreamHandle, super::ClientRequestRoute> =
+            SessionCore::wake(k.core, limits, now);
+        let ledger = &sup.stream_env().ledger;
+        let state = RecordState::Deleted;
+        let handshake = k.handshake.handshake();
+        let mut ops = record_ops(&k.meta, ledger, &core, state, now, handshake);
+        let end = End { state, at: now, announce: true };
+        push_end(&mut ops, &k.meta.hmac, ledger, core.stream_ids(), end);
+        ops
     }
 
     /// A stop, without waking it: its record as of its last use (as an awake session's

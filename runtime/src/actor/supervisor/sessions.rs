@@ -140,6 +140,23 @@ impl Supervisor {
             .try_take_asleep(id, caller.map(|p| &**p), now, |s| s.try_take_use(now, ttl, batch))
     }
 
+    /// A DELETE of `caller`'s hibernating session: ended as data, without waking it, as its
+    /// actor would end it (its end recorded and announced; gone from the table before the
+    /// answer). Counted as settling before it leaves the table, so a request that misses it
+    /// does not revive it from its record meanwhile. `false`: it goes the usual way (a lookup,
+    /// which wakes the session).
+    pub(crate) fn try_end_sleeping(&self, id: &SessionId, caller: Option<&Arc<str>>) -> bool {
+        let now = self.now();
+        let begins = |s: &SleepingSession| self.settling_begins(s.hmac(), Settle::Ended);
+        let Some(asleep) = self.registry.try_take_out_asleep(id, caller.map(|p| &**p), now, begins)
+        else {
+            return false;
+        };
+        self.settling_writes(asleep.hmac(), asleep.deleted_ops(self, now));
+        tracing::debug!("a hibernating session was deleted");
+        true
+    }
+
     /// Create a session for an `initialize` request of `key`. Must run on an actix arbiter.
     ///
     /// # Errors
@@ -580,11 +597,22 @@ impl Supervisor {
     /// Announce a session's last writes of this life (it ended, or parks): until `ops` are
     /// committed a revive does not read the record they replace.
     pub(crate) fn settle(&self, hmac: &Arc<str>, why: Settle, ops: Vec<crate::ledger::Op>) {
+        self.settling_begins(hmac, why);
+        self.settling_writes(hmac, ops);
+    }
+
+    /// `hmac`'s last writes are about to go (see [`Self::settle`]): counted until
+    /// [`Self::settling_writes`] hands them over and they commit.
+    fn settling_begins(&self, hmac: &Arc<str>, why: Settle) {
         self.settling
             .lock()
             .entry(Arc::clone(hmac))
             .and_modify(|(w, n)| (*w, *n) = (why, *n + 1))
             .or_insert((why, 1));
+    }
+
+    /// Hand over the writes [`Self::settling_begins`] counted; uncounted once committed.
+    fn settling_writes(&self, hmac: &Arc<str>, ops: Vec<crate::ledger::Op>) {
         let (settling, hmac) = (Arc::clone(&self.settling), Arc::clone(hmac));
         self.stream_env.ledger.writer.submit_then(
             ops,
