@@ -13,7 +13,8 @@
 //! sweeper reads ([`Registry::wake_due`]); a stop takes hibernating sessions out as data
 //! ([`Registry::take_for_shutdown`]) rather than waking them.
 //!
-//! Lock order: a shard, then `wake_at` or `live_hmacs`; never two shards.
+//! Lock order: a shard, then `wake_at`, `live_hmacs` or what a caller's hook under it takes
+//! (the supervisor's settling map: [`Registry::try_take_out_asleep`]); never two shards.
 //!
 //! Every slot is taken by a [`Reservation`] and given back by the drop of that reservation
 //! or of the [`RegistryGuard`] it becomes, on every exit path, so neither count can drift.
@@ -401,7 +402,7 @@ impl<H: Registered> Registry<H> {
     /// `first` told of it under its shard's lock before it leaves (so what a lookup that
     /// misses it does next can see that it is ending). `None` (nothing told) when it is awake,
     /// another caller's, unknown, or past its deadline at `now` (a wake expires or parks it
-    /// first).
+    /// first). `first` runs under the shard's lock: it must not panic nor use the registry.
     pub(crate) fn try_take_out_asleep(
         &self,
         id: &SessionId,
@@ -409,13 +410,19 @@ impl<H: Registered> Registry<H> {
         now: Tick,
         first: impl FnOnce(&H::Asleep),
     ) -> Option<Box<H::Asleep>> {
-        let mut shard = self.shard(id).write();
-        match shard.get(id) {
-            Some(Slot::Asleep(at, s)) if now < *at && H::belongs_to(Err(&**s), caller) => {
-                first(s);
-            }
-            _ => return None,
+        let may = |slot: Option<&Slot<H>>| match slot {
+            Some(Slot::Asleep(at, s)) => now < *at && H::belongs_to(Err(&**s), caller),
+            _ => false,
+        };
+        // Most DELETEs end awake sessions: looked at under the read lock first.
+        if !may(self.shard(id).read().get(id)) {
+            return None;
         }
+        let mut shard = self.shard(id).write();
+        let Some(Slot::Asleep(_, s)) = shard.get(id).filter(|slot| may(Some(slot))) else {
+            return None;
+        };
+        first(s);
         self.take_out(&mut shard, id)
     }
 
@@ -855,6 +862,27 @@ mod tests {
         assert!(!r.try_take_asleep(&id, None, Tick(10), |_| false), "it may say no");
         assert!(r.try_take_asleep(&id, None, Tick(10), |_| true));
         assert_eq!((r.sleeping(), r.hibernations_and_wakes()), (1, (1, 0)), "none woke it");
+    }
+
+    #[test]
+    fn a_delete_takes_out_only_its_callers_sleeping_session_before_its_deadline() {
+        let r = Arc::new(Registry::<Handle>::default());
+        let (id, _inbox, guard) = registered(&r, 1);
+        let never = |_: &RegistryGuard<Handle>| panic!("not told");
+        assert!(r.try_take_out_asleep(&id, None, Tick(10), never).is_none(), "awake");
+        guard.hibernate(Tick(50), || true, (), asleep).expect("an empty inbox");
+        assert!(r.try_take_out_asleep(&id, Some("mallory"), Tick(10), never).is_none());
+        assert!(r.try_take_out_asleep(&id, None, Tick(50), never).is_none(), "at its deadline");
+        let unknown = SessionId::parse("s9").unwrap();
+        assert!(r.try_take_out_asleep(&unknown, None, Tick(10), never).is_none());
+        let mut told = false;
+        let taken = r.try_take_out_asleep(&id, None, Tick(10), |_| told = true).expect("asleep");
+        assert!(told, "told before it left");
+        assert_eq!((r.sleeping(), r.next_wake(), r.contains(&id)), (0, None, false));
+        assert!(!r.is_live_hmac("h1"));
+        assert_eq!(r.len(), 1, "its slot is given back only as it is dropped");
+        drop(taken);
+        assert_eq!((r.len(), r.hibernations_and_wakes()), (0, (1, 0)), "never woken");
     }
 
     #[test]

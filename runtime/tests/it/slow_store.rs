@@ -177,3 +177,27 @@ async fn a_log_level_is_answered_once_the_session_record_holding_it_is_committed
     store.release();
     assert_eq!(r.message().await["result"], json!({}));
 }
+
+/// A DELETE of a sleeping session counts it as settling before it leaves the live table: a
+/// request that comes while its end is still on its way to the store is not revived from its
+/// old record (the store's reads of session records are not held, only its writes).
+#[actix_web::test]
+async fn a_request_after_a_sleeping_sessions_delete_is_not_revived_while_its_end_is_written() {
+    let (store, h) = on_slow_store().await;
+    let c = h.client("2025-11-25").await;
+    assert_eq!(h.sup.sessions_hibernating(), 1, "new, kept as data");
+    // Its first record is in the store: the writes held next are its end's.
+    let w = h.sup.ledger_writer();
+    w.wait_committed(w.barrier()).await.expect("the store commits");
+    *store.writes_held.lock() = true;
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+    let (deleted, pinged) = tokio::join!(c.delete(), async {
+        until("the end is in the store", || store.writes_entered.load(Ordering::SeqCst) >= 1).await;
+        let r = c.request(ping).await;
+        store.release();
+        r
+    });
+    assert_eq!(pinged.status, actix_web::http::StatusCode::NOT_FOUND, "not revived");
+    assert_eq!(h.sup.stats_snapshot().sessions_revived, 0);
+    assert!(deleted.status.is_success());
+}

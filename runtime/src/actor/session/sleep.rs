@@ -112,6 +112,9 @@ impl Kept {
     }
 }
 
+/// A session's core as its actor holds it.
+type AwakeCore = SessionCore<RequestTask, StreamHandle, super::ClientRequestRoute>;
+
 /// What goes to sleep besides the guard: built, and taken back on a refusal, outside the
 /// registry's lock.
 type Parts = (GenCount, Charge, Kept);
@@ -310,16 +313,11 @@ impl SleepingSession {
     /// `Delete` makes ([`SessionActor::record_end`]). It holds no stream; it is announced, as
     /// a DELETE is, to the hosts of a shared ledger (where a session never sleeps).
     pub(crate) fn deleted_ops(&self, sup: &dyn SessionEnv, now: Tick) -> Vec<crate::ledger::Op> {
-        let k = &self.kept;
-        let limits = session_limits(sup, &self.generation);
-        let core: SessionCore<RequestTask, StreamHandle, super::ClientRequestRoute> =
-            SessionCore::wake(k.core, limits, now);
-        let ledger = &sup.stream_env().ledger;
         let state = RecordState::Deleted;
-        let handshake = k.handshake.handshake();
-        let mut ops = record_ops(&k.meta, ledger, &core, state, now, handshake);
+        let mut ops = self.record(sup, state, |_| now);
         let end = End { state, at: now, announce: true };
-        push_end(&mut ops, &k.meta.hmac, ledger, core.stream_ids(), end);
+        let ledger = &sup.stream_env().ledger;
+        push_end(&mut ops, &self.kept.meta.hmac, ledger, std::iter::empty(), end);
         ops
     }
 
@@ -327,21 +325,23 @@ impl SleepingSession {
     /// `Shutdown` writes it), then it is dropped, which frees its slot.
     pub(crate) fn shut_down(self) {
         let Some(sup) = self.kept.sup.upgrade() else { return };
+        let ops = self.record(&*sup, RecordState::Active, SessionCore::last_activity);
+        sup.stream_env().ledger.writer.submit(ops);
+    }
+
+    /// The writes of its record in `state`, stating the last use `used` reads from its core
+    /// (as its awake actor's would: [`record_ops`]).
+    fn record(
+        &self,
+        sup: &dyn SessionEnv,
+        state: RecordState,
+        used: impl FnOnce(&AwakeCore) -> Tick,
+    ) -> Vec<crate::ledger::Op> {
         let k = &self.kept;
-        let limits = session_limits(&*sup, &self.generation);
-        let core: SessionCore<RequestTask, StreamHandle, super::ClientRequestRoute> =
-            SessionCore::wake(k.core, limits, sup.now());
-        let handshake = k.handshake.handshake();
+        let core = AwakeCore::wake(k.core, session_limits(sup, &self.generation), sup.now());
         let ledger = &sup.stream_env().ledger;
-        let used = core.last_activity();
-        ledger.writer.submit(record_ops(
-            &k.meta,
-            ledger,
-            &core,
-            RecordState::Active,
-            used,
-            handshake,
-        ));
+        let handshake = k.handshake.handshake();
+        record_ops(&k.meta, ledger, &core, state, used(&core), handshake)
     }
 }
 

@@ -84,8 +84,10 @@ pub struct Supervisor {
     /// arrive together after a restart make one actor, not two).
     revive_locks: Arc<ReviveLocks>,
     /// Sessions that ended (DELETE, expiry) whose final record is not committed yet: a revive
-    /// must not read the record they are about to overwrite. Held for one insert or lookup.
-    /// Counted: a session may settle twice before the first writes are in.
+    /// must not read the record they are about to overwrite. Held for one insert or lookup,
+    /// also under a registry shard's lock (a DELETE of a sleeping session counts it before it
+    /// leaves the table), so never held while a shard's lock is taken. Counted: a session may
+    /// settle twice before the first writes are in.
     settling: Arc<Mutex<SettlingMap>>,
     /// Idempotency receipts of write-tool calls.
     receipts: Arc<Receipts>,

@@ -153,7 +153,11 @@ impl Supervisor {
             return false;
         };
         self.settling_writes(asleep.hmac(), asleep.deleted_ops(self, now));
-        tracing::debug!("a hibernating session was deleted");
+        let hmac = crate::proto::ids::session_hmac_tail(asleep.hmac());
+        tracing::debug!(hmac, "a hibernating session was deleted");
+        // Dropped once its end is handed over: the drop frees its slot, which a drain waits
+        // for.
+        drop(asleep);
         true
     }
 
