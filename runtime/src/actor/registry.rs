@@ -200,10 +200,15 @@ impl<H: Registered> Registry<H> {
         self.live_hmacs.lock().contains_key(hmac)
     }
 
-    /// The live session recorded under ledger HMAC `hmac`, if any.
-    pub(crate) fn by_hmac(&self, hmac: &str) -> Option<H> {
+    /// The awake session recorded under ledger HMAC `hmac`, if any (`Err` with its id when it
+    /// is kept as data): never woken here, so a thread that is no actix arbiter's (the
+    /// ledger's bus) may call it.
+    pub(crate) fn awake_by_hmac(&self, hmac: &str) -> Option<Result<H, SessionId>> {
         let id = self.live_hmacs.lock().get(hmac).cloned()?;
-        self.handle(&id)
+        match self.shard(&id).read().get(&id)? {
+            Slot::Awake(h) => Some(Ok(h.clone())),
+            Slot::Asleep(..) => Some(Err(id)),
+        }
     }
 
     /// The ledger HMACs of every live session.
@@ -277,17 +282,6 @@ impl<H: Registered> Registry<H> {
     /// message, past its capacity: it cannot park or hibernate before it handles the message.
     pub(crate) fn enter_control(&self, id: &SessionId) -> Option<(H, InboxTicket)> {
         self.woken(id, |h| (h.clone(), h.inbox().control()))
-    }
-
-    /// The handle of a registered session (woken if it hibernates), without a place in its
-    /// inbox. A wake starts an actor on the calling thread's arbiter: the shared ledger's
-    /// threads call this (`by_hmac`), but a session never hibernates on a shared ledger.
-    #[must_use]
-    pub(crate) fn handle(&self, id: &SessionId) -> Option<H> {
-        if let Slot::Awake(h) = self.shard(id).read().get(id)? {
-            return Some(h.clone());
-        }
-        self.woken(id, H::clone)
     }
 
     /// Whether a session is registered (awake or hibernating).

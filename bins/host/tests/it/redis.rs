@@ -267,3 +267,24 @@ fn a_host_on_a_rediss_ledger_serves_over_tls_and_one_that_does_not_trust_its_cer
         "{err}"
     );
 }
+
+/// On a Redis ledger this host alone uses, sessions are kept as data (a new one until its
+/// first request), while the ledger's bus listens on a thread of its own. Each time its
+/// subscription is taken (first, and again after a cut) every live session is told to read
+/// the answers it may have missed: a sleeping one waits for none and is left asleep, not
+/// woken on a thread where no actor can start (that killed the bus and lost the session).
+#[test]
+fn a_sleeping_session_on_a_redis_ledger_outlives_the_bus_taking_its_subscription_again() {
+    let server = redis();
+    let dir = TempDir::new("redis-bus-sleeping");
+    let host = common::start_with(&dir, 0, &["--ledger", &server.url()]);
+    let missed = || host.metric(&dir, "mcp_bus_missed_total{channel=\"sessions\"}");
+    common::wait_until("the bus subscribed", Duration::from_secs(10), || missed() >= 1.0);
+    let sid = initialize(&host.addr);
+    let before = missed();
+    assert!(server.kill_subscribers().is_some_and(|n| n >= 1), "the bus's subscriptions cut");
+    common::wait_until("the bus subscribed again", Duration::from_secs(10), || missed() > before);
+    let echo = json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"awake"}}});
+    let (status, body) = post_json(&host.addr, &sid, &echo);
+    assert_eq!((status, body["result"]["content"][0]["text"].as_str()), (200, Some("awake")));
+}

@@ -92,7 +92,11 @@ impl Supervisor {
         if m["from"] == serde_json::json!(self.stream_env.ledger.ledger.run) {
             return;
         }
-        let Some(h) = m["s"].as_str().and_then(|s| self.registry.by_hmac(s)) else { return };
+        // A session kept as data asks nothing and runs nothing, and sleeps only on a ledger
+        // no other host shares: nothing is relayed to it (and this thread could not wake it).
+        let Some(Ok(h)) = m["s"].as_str().and_then(|s| self.registry.awake_by_hmac(s)) else {
+            return;
+        };
         let Some(relayed) = Relayed::parse(&m) else { return };
         // Within the session's mailbox bound (a flood of relayed messages must not grow it):
         // one that finds it full is dropped. The client was answered 202 by the other host
@@ -112,8 +116,9 @@ impl Supervisor {
     fn relays_maybe_missed(&self) {
         self.stats().bus_missed(BusChannel::Sessions);
         let mut dropped = 0usize;
+        // Those kept as data wait for no answer: they are left asleep.
         for hmac in self.registry.live_hmacs() {
-            if let Some(h) = self.registry.by_hmac(&hmac)
+            if let Some(Ok(h)) = self.registry.awake_by_hmac(&hmac)
                 && h.addr.try_send(Relayed::MaybeMissed).is_err()
             {
                 dropped += 1;
@@ -130,8 +135,12 @@ impl Supervisor {
     /// End the live session recorded under `hmac`, if there is one here (never dropped: one
     /// message per session, and the end must happen).
     fn ended_elsewhere(&self, hmac: &str) {
-        if let Some(h) = self.registry.by_hmac(hmac) {
-            h.addr.do_send(EndedElsewhere);
+        match self.registry.awake_by_hmac(hmac) {
+            Some(Ok(h)) => h.addr.do_send(EndedElsewhere),
+            // Kept as data (it holds no stream): taken out and dropped, which frees its slot;
+            // its end is in the ledger already (announced once committed).
+            Some(Err(id)) => drop(self.registry.take_asleep(&id)),
+            None => {}
         }
     }
 
