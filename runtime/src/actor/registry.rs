@@ -24,7 +24,7 @@ use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
 
 use super::budget::MemoryBudget;
 use crate::proto::error::{Overload, Quota, Rejection};
@@ -258,20 +258,7 @@ impl<H: Registered> Registry<H> {
         now: Tick,
         take: impl FnOnce(&mut H::Asleep) -> bool,
     ) -> bool {
-        let may = |slot: Option<&Slot<H>>| match slot {
-            Some(Slot::Asleep(at, s)) => now < *at && H::belongs_to(Err(&**s), caller),
-            _ => false,
-        };
-        // Most such messages go to awake sessions: looked at under the read lock, as a
-        // lookup does, and the write lock taken only for a sleeping one (looked at again:
-        // it may have woken in between).
-        if !may(self.shard(id).read().get(id)) {
-            return false;
-        }
-        let mut shard = self.shard(id).write();
-        if !may(shard.get(id)) {
-            return false;
-        }
+        let Some(mut shard) = self.asleep_locked(id, caller, now) else { return false };
         match shard.get_mut(id) {
             Some(Slot::Asleep(_, s)) => take(s),
             _ => unreachable!("looked at under this lock"),
@@ -404,20 +391,32 @@ impl<H: Registered> Registry<H> {
         now: Tick,
         first: impl FnOnce(&H::Asleep),
     ) -> Option<Box<H::Asleep>> {
+        let mut shard = self.asleep_locked(id, caller, now)?;
+        if let Some(Slot::Asleep(_, s)) = shard.get(id) {
+            first(s);
+        }
+        self.take_out(&mut shard, id)
+    }
+
+    /// The write-locked shard of `caller`'s hibernating session under `id`, if it is before
+    /// its deadline at `now` (a wake expires or parks it first). Most messages of the kinds
+    /// a sleeping session takes go to awake sessions: looked at under the read lock first, as
+    /// a lookup does, and again under the write lock (it may have woken in between).
+    fn asleep_locked(
+        &self,
+        id: &SessionId,
+        caller: Option<&str>,
+        now: Tick,
+    ) -> Option<RwLockWriteGuard<'_, FastMap<SessionId, Slot<H>>>> {
         let may = |slot: Option<&Slot<H>>| match slot {
             Some(Slot::Asleep(at, s)) => now < *at && H::belongs_to(Err(&**s), caller),
             _ => false,
         };
-        // Most DELETEs end awake sessions: looked at under the read lock first.
         if !may(self.shard(id).read().get(id)) {
             return None;
         }
-        let mut shard = self.shard(id).write();
-        let Some(Slot::Asleep(_, s)) = shard.get(id).filter(|slot| may(Some(slot))) else {
-            return None;
-        };
-        first(s);
-        self.take_out(&mut shard, id)
+        let shard = self.shard(id).write();
+        may(shard.get(id)).then_some(shard)
     }
 
     /// Take the session under `id` out as data if it hibernates (its guard gives its slot

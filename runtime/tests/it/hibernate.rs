@@ -31,6 +31,11 @@ async fn hibernated_client(h: &Harness) -> Client<'_> {
     c
 }
 
+/// `c`'s session as another caller (bearer `token`) names it.
+fn as_caller<'a>(c: &Client<'a>, token: &str) -> Client<'a> {
+    Client { h: c.h, sid: c.sid.clone(), version: c.version.clone(), token: Some(token.into()) }
+}
+
 async fn hibernating(h: &Harness, n: usize) {
     until(&format!("{n} sessions hibernate"), || h.sup.sessions_hibernating() == n).await;
 }
@@ -109,12 +114,7 @@ async fn another_callers_notification_to_a_hibernating_session_is_404_and_wakes_
     ping(&alice, 1).await;
     hibernating(&h, 1).await;
     let woken = h.sup.sessions_hibernated_and_woken().1;
-    let bob = Client {
-        h: &h,
-        sid: alice.sid.clone(),
-        version: alice.version.clone(),
-        token: Some("tb".into()),
-    };
+    let bob = as_caller(&alice, "tb");
     let note = json!({"jsonrpc":"2.0","method":"notifications/roots/list_changed"});
     assert_eq!(bob.notify(note.clone()).await, StatusCode::NOT_FOUND);
     assert_eq!(h.sup.sessions_hibernated_and_woken().1, woken, "not woken by another caller");
@@ -328,12 +328,7 @@ async fn another_callers_delete_of_a_hibernating_session_is_404_and_ends_nothing
     tokio::time::pause();
     let h = harness_with_two_callers().await;
     let alice = h.client_as("2025-11-25", Some("ta")).await;
-    let bob = Client {
-        h: &h,
-        sid: alice.sid.clone(),
-        version: alice.version.clone(),
-        token: Some("tb".into()),
-    };
+    let bob = as_caller(&alice, "tb");
     assert_eq!(bob.delete().await.status, StatusCode::NOT_FOUND);
     assert_eq!((h.sup.session_count(), h.sup.sessions_hibernating()), (1, 1));
     ping(&alice, 1).await;
