@@ -4,18 +4,19 @@
 # fresh host (one worker, CPU 1, its own temporary ledger), warms up 2 s, then wrk (c=64,
 # CPU 0, the peers harness's lua/mcp.lua) drives `echo` for 8 s; the host's user and system
 # CPU (/proc/PID/stat, clock ticks) over those 8 s divided by the requests served.
-# KIND=legacy-sse (default: one session, SSE replies) or modern-json (2026-07-28, no session,
-# JSON replies). Loopback only; stops every host it starts.
+# KIND=legacy-sse (default: SSE replies, SESSIONS sessions the calls go round, default 1; 64 is
+# the side by side's a64) or modern-json (2026-07-28, no session, JSON replies). Loopback only;
+# stops every host it starts.
 #   BUILDS="before=PATH after=PATH" KIND=modern-json REPS=4 OUT=DIR LUA=/tmp/pp/lua/mcp.lua bash bench/cpu-ab.sh
 set -euo pipefail
 : "${BUILDS:?BUILDS=\"name=path ...\"}" "${OUT:?OUT=dir}"
-REPS="${REPS:-4}"; LUA="${LUA:-/tmp/pp/lua/mcp.lua}"; KIND="${KIND:-legacy-sse}"
+REPS="${REPS:-4}"; LUA="${LUA:-/tmp/pp/lua/mcp.lua}"; KIND="${KIND:-legacy-sse}"; SESSIONS="${SESSIONS:-1}"
 case "$KIND" in legacy-sse|modern-json) ;; *) echo "KIND must be legacy-sse or modern-json, not $KIND" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 # Medians over this run's reps only.
 if [ -e "$OUT/cpu.txt" ]; then echo "$OUT/cpu.txt exists: give a new OUT" >&2; exit 2; fi
 # Which binaries were measured (their names are the caller's; the checksums are not).
-for b in $BUILDS; do echo "${b%%=*} ${b#*=} $(sha256sum "${b#*=}" | cut -c1-16) KIND=$KIND"; done >> "$OUT/builds.txt"
+for b in $BUILDS; do echo "${b%%=*} ${b#*=} $(sha256sum "${b#*=}" | cut -c1-16) KIND=$KIND SESSIONS=$SESSIONS"; done >> "$OUT/builds.txt"
 HOST=""; WORK=""
 cleanup() { if [ -n "$HOST" ]; then kill "$HOST" 2>/dev/null; wait "$HOST" 2>/dev/null || true; fi; if [ -n "$WORK" ]; then rm -rf "$WORK"; fi; HOST=""; WORK=""; }
 # `one` runs in this shell (never in a pipe's subshell), so a failure anywhere in it, or an
@@ -34,12 +35,17 @@ one() { # name path -> one line
     export MCP_BODY='{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"b","version":"1"}}}}' \
       MCP_SIDS="" MCP_PV=2026-07-28 MCP_ACCEPT="application/json" MCP_HEADERS="Mcp-Method: tools/call;Mcp-Name: echo"
   else
-    sid=$(curl -s -D - -o /dev/null -X POST "http://127.0.0.1:$port/mcp" -H 'Content-Type: application/json' \
-      -H 'Accept: application/json, text/event-stream' \
-      -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"b","version":"1"}}}' \
-      | tr -d '\r' | awk -F': ' 'tolower($1)=="mcp-session-id"{print $2}')
+    local sids="" i
+    for i in $(seq "$SESSIONS"); do
+      sid=$(curl -s -D - -o /dev/null -X POST "http://127.0.0.1:$port/mcp" -H 'Content-Type: application/json' \
+        -H 'Accept: application/json, text/event-stream' \
+        -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"b","version":"1"}}}' \
+        | tr -d '\r' | awk -F': ' 'tolower($1)=="mcp-session-id"{print $2}')
+      if [ -z "$sid" ]; then echo "$name: initialize $i gave no session id" >&2; exit 1; fi
+      sids="${sids:+$sids,}$sid"
+    done
     export MCP_BODY='{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello"}}}' \
-      MCP_SIDS="$sid" MCP_PV=2025-11-25 MCP_ACCEPT="application/json, text/event-stream"
+      MCP_SIDS="$sids" MCP_PV=2025-11-25 MCP_ACCEPT="application/json, text/event-stream"
   fi
   taskset -c 0 wrk -t1 -c64 -d2s -s "$LUA" "http://127.0.0.1:$port/mcp" >/dev/null
   read -r u0 s0 < <(awk '{print $14, $15}' "/proc/$HOST/stat")

@@ -162,14 +162,12 @@ mod tests {
 
     use super::*;
     use crate::actor::budget::MemoryBudget;
-    use crate::actor::durable::{LedgerCtx, StreamLedger};
-    use crate::actor::stream::{KeepaliveRunning, Stop, StreamActor, StreamEnv};
-    use crate::ledger::Ledger;
+    use crate::actor::durable::StreamLedger;
+    use crate::actor::stream::{KeepaliveRunning, Stop, StreamActor};
     use crate::proto::event_id::CursorKey;
     use crate::proto::ids::{Generation, StreamId, Tick};
     use crate::proto::replay::WindowLimits;
     use crate::proto::stream::{CloseReason, StreamCore, StreamKind, StreamSettings};
-    use crate::stats::RuntimeStats;
 
     /// Stands in for a session: counts the connections reported ended, the streams gone and
     /// the kept streams' ends told by message.
@@ -298,21 +296,7 @@ mod tests {
             Arc::new(CursorKey::new(b"k").signer("s", None)),
             settings,
         );
-        let ledger = Arc::new(LedgerCtx::new(
-            Ledger::memory(&crate::config::RuntimeConfig::default()),
-            60_000,
-            60_000,
-        ));
-        let env = Arc::new(StreamEnv {
-            timing,
-            write_queue_frames: 4,
-            budget: MemoryBudget::new(1 << 20),
-            stats: Arc::new(RuntimeStats::default()),
-            watch: crate::actor::watch::Watch::new(Arc::clone(ledger.writer.store())),
-            ledger,
-            clock: crate::clock::Clock::start(),
-            followers: Arc::new(tokio::sync::Semaphore::new(1)),
-        });
+        let env = super::super::stream::test_env(timing);
         let ctx = Context::new();
         let addr = ctx.address();
         let share = MemoryBudget::new(1 << 20);

@@ -27,7 +27,7 @@ use crate::proto::error::Rejection;
 use crate::proto::ids::{Seq, Tick};
 use crate::proto::rollout::{StreamMode, verify_shadow};
 use crate::proto::stream::{
-    Attachment, CloseReason, Delivery, StreamCore, StreamState, StreamTiming,
+    Attachment, CloseReason, Delivery, StreamCore, StreamState, StreamStats, StreamTiming,
 };
 use crate::sse::COMMENT_KEEPALIVE;
 use crate::stats::{RuntimeStats, STATE_CLOSED, STATE_DETACHED, STATE_OPEN};
@@ -47,6 +47,26 @@ pub(crate) struct StreamEnv {
     pub(crate) followers: Arc<tokio::sync::Semaphore>,
     /// What wakes them when their streams get events.
     pub(crate) watch: Arc<super::watch::Watch>,
+}
+
+/// What every stream shares, for tests: a memory ledger, a 1 MiB budget, fresh counters.
+#[cfg(test)]
+pub(crate) fn test_env(timing: StreamTiming) -> Arc<StreamEnv> {
+    let ledger = Arc::new(LedgerCtx::new(
+        crate::ledger::Ledger::memory(&crate::config::RuntimeConfig::default()),
+        60_000,
+        60_000,
+    ));
+    Arc::new(StreamEnv {
+        timing,
+        write_queue_frames: 4,
+        budget: MemoryBudget::new(1 << 20),
+        stats: Arc::new(RuntimeStats::default()),
+        watch: super::watch::Watch::new(Arc::clone(ledger.writer.store())),
+        ledger,
+        clock: crate::clock::Clock::start(),
+        followers: Arc::new(tokio::sync::Semaphore::new(1)),
+    })
 }
 
 /// What a stream is started with from its session: where it reports, what every stream
@@ -154,8 +174,18 @@ pub(super) fn count_started(stats: &RuntimeStats, core: &StreamCore) {
 
 /// A stream stops counting live, from the state `shown`.
 pub(super) fn count_stopped(stats: &RuntimeStats, core: &StreamCore, shown: Option<usize>) {
-    stats.stream_stopped(&core.stats());
-    stats.stream_mode(core.mode(), -1);
+    count_stopped_as(stats, &core.stats(), core.mode(), shown);
+}
+
+/// A stream with `counters`, in `mode`, stops counting live from the state `shown`.
+pub(super) fn count_stopped_as(
+    stats: &RuntimeStats,
+    counters: &StreamStats,
+    mode: StreamMode,
+    shown: Option<usize>,
+) {
+    stats.stream_stopped(counters);
+    stats.stream_mode(mode, -1);
     stats.stream_state(shown, None);
 }
 

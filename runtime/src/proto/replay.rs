@@ -140,6 +140,21 @@ impl ReplayWindow {
         seq
     }
 
+    /// Its only event, when it holds exactly one and no other number was ever assigned
+    /// (`Seq(1)` of a new window).
+    #[must_use]
+    pub fn only_first(&self) -> Option<&Bytes> {
+        let first = Seq::START.next();
+        match self.events.front() {
+            Some((seq, frame))
+                if *seq == first && self.events.len() == 1 && self.next == first.next() =>
+            {
+                Some(frame)
+            }
+            _ => None,
+        }
+    }
+
     /// The sequence number the next event will get.
     #[must_use]
     pub fn next_seq(&self) -> Seq {

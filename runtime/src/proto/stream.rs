@@ -219,6 +219,19 @@ pub(crate) struct StreamCore {
     retention_since: Option<(Retention, Tick)>,
 }
 
+/// All a settled stream answered in its first write keeps ([`StreamCore::settled_answer`]).
+#[derive(Debug, Clone)]
+pub(crate) struct SettledAnswer {
+    /// The request it answers.
+    request: JsonRpcId,
+    /// Its answer's frame, the only event of its window.
+    answer: Bytes,
+    /// When its retention began.
+    since: Tick,
+    /// When its shell last wrote to it (unused once closed; kept so the rebuilt core is the same).
+    last_write: Tick,
+}
+
 /// A stream rebuilt from its ledger record.
 #[derive(Debug)]
 pub(crate) struct RestoredStream {
@@ -738,6 +751,70 @@ impl StreamCore {
     #[must_use]
     pub(crate) fn retained_bytes(&self) -> usize {
         self.window.len().1
+    }
+
+    /// What a later resume can need of a stream answered in its first write whose connection
+    /// returned every frame, never recorded (settled), in its retention: its answer (the one
+    /// event of its window, which the priming event's cursor replays) and when its retention
+    /// began. `None` in any other state. Its shell may keep that instead of the core;
+    /// [`StreamCore::from_settled`] rebuilds the same core from it.
+    #[must_use]
+    pub(crate) fn settled_answer(&self) -> Option<SettledAnswer> {
+        let Some((Retention::Delivered, since)) = self.retention_since else { return None };
+        let shape = self.state == StreamState::Closed(CloseReason::Responded)
+            && self.settled
+            && self.unrecorded
+            && self.delivered
+            && self.id_sent
+            && self.conn.is_none()
+            && self.next_conn == 2
+            && self.acked == Seq::START
+            && self.released == Seq::START.next()
+            && self.stats == StreamStats { events: 1, ..StreamStats::default() }
+            && self.shadow.is_none()
+            && self.ledger.is_empty()
+            && self.settings.mode == StreamMode::Resumable
+            && !self.settings.hold_until_committed;
+        let answer = self.window.only_first().filter(|_| shape)?;
+        let StreamKind::Post { request } = &self.kind else { return None };
+        Some(SettledAnswer {
+            request: request.clone(),
+            answer: answer.clone(),
+            since,
+            last_write: self.last_write,
+        })
+    }
+
+    /// The core [`StreamCore::settled_answer`] was taken from, rebuilt: the POST stream
+    /// `id`, with the same generation, signer and settings.
+    #[must_use]
+    pub(crate) fn from_settled(
+        id: StreamId,
+        generation: Generation,
+        signer: Arc<CursorSigner>,
+        settings: StreamSettings,
+        kept: SettledAnswer,
+    ) -> StreamCore {
+        let mut window = ReplayWindow::new(settings.window);
+        let seq = window.push(kept.answer);
+        let mut s = StreamCore::with_window(
+            id,
+            generation,
+            StreamKind::Post { request: kept.request },
+            signer,
+            settings,
+            window,
+        );
+        s.state = StreamState::Closed(CloseReason::Responded);
+        s.released = seq;
+        s.next_conn = 2;
+        s.id_sent = true;
+        s.delivered = true;
+        s.settled = true;
+        s.stats.events = 1;
+        s.last_write = kept.last_write;
+        s.retention_since = Some((Retention::Delivered, kept.since));
+        s
     }
 
     /// The server-wide memory budget is exhausted: keep only the newest event (a later resume

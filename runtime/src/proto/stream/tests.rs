@@ -577,3 +577,70 @@ fn retention_counts_from_when_it_starts_applying_and_restarts_when_it_changes() 
     );
     assert!(s.handle_timeout(Tick(5_500)).retention_over);
 }
+
+/// A stream answered in its first write, delivered, its retention begun at `since`.
+fn settled_post_stream(prime: bool, since: Tick) -> StreamCore {
+    let mut s = post_stream(prime, 8);
+    let a = s.attach_new();
+    assert!(matches!(s.push_final(br#"{"result":1}"#), Delivery::Write { end: true, .. }));
+    assert!(changes(&mut s).is_empty(), "held back while its connection writes it");
+    assert!(s.settled_answer().is_none(), "its connection still writes it");
+    s.detach(a.conn, true);
+    assert!(s.settled_answer().is_none(), "its retention has not begun");
+    let _ = s.poll_timeout(since);
+    s
+}
+
+#[test]
+fn a_settled_stream_is_rebuilt_the_same_from_its_answer_and_replays_it() {
+    for prime in [true, false] {
+        let s = settled_post_stream(prime, Tick(5));
+        let kept = s.settled_answer().expect("settled, in its retention");
+        let mut r = StreamCore::from_settled(
+            StreamId(7),
+            Generation(1),
+            signer(),
+            settings(prime, 8),
+            kept,
+        );
+        assert_eq!(format!("{r:?}"), format!("{s:?}"), "prime {prime}: the same core");
+        assert_eq!(r.poll_timeout(Tick(500)), Some(Tick(1_005)), "its retention runs on");
+        let resumed = r.attach_resume(Seq::START).expect("the priming cursor resumes");
+        assert!(resumed.end_after_initial, "closed: the answer, then the end");
+        assert_eq!(decode(&resumed.initial).0, [r#"{"result":1}"#]);
+        assert!(r.settled_answer().is_none(), "resumed: a connection is attached");
+    }
+}
+
+#[test]
+fn only_a_settled_stream_in_its_retention_gives_its_answer() {
+    // Not delivered: it is recorded, and kept as it is.
+    let mut u = post_stream(true, 8);
+    let a = u.attach_new();
+    let _ = u.push_final(b"{}");
+    u.detach(a.conn, false);
+    let _ = u.poll_timeout(Tick(1));
+    assert!(u.settled_answer().is_none(), "undelivered");
+    // Delivered, then resumed and delivered again: more than its first connection.
+    let mut s = settled_post_stream(true, Tick(1));
+    let r = s.attach_resume(Seq::START).unwrap();
+    s.detach(r.conn, true);
+    let _ = s.poll_timeout(Tick(2));
+    assert!(s.settled_answer().is_none(), "a resumed stream");
+    // A notification before the answer: two events.
+    let mut n = post_stream(true, 8);
+    let a = n.attach_new();
+    let _ = n.push(b"{}");
+    let _ = n.push_final(b"{}");
+    n.detach(a.conn, true);
+    let _ = n.poll_timeout(Tick(1));
+    assert!(n.settled_answer().is_none(), "two events");
+    // A GET stream never answers.
+    let mut g =
+        StreamCore::new(StreamId(8), Generation(1), StreamKind::Get, signer(), settings(true, 8));
+    let a = g.attach_new();
+    let _ = g.close(CloseReason::Replaced);
+    g.detach(a.conn, true);
+    let _ = g.poll_timeout(Tick(1));
+    assert!(g.settled_answer().is_none(), "not an answered POST stream");
+}
