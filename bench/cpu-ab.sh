@@ -8,10 +8,13 @@
 # the side by side's a64) or modern-json (2026-07-28, no session, JSON replies). Loopback only;
 # stops every host it starts.
 #   BUILDS="before=PATH after=PATH" KIND=modern-json REPS=4 OUT=DIR LUA=/tmp/pp/lua/mcp.lua bash bench/cpu-ab.sh
+#   BUILDS="before=PATH after=PATH" SESSIONS=64 OUT=DIR bash bench/cpu-ab.sh
 set -euo pipefail
 : "${BUILDS:?BUILDS=\"name=path ...\"}" "${OUT:?OUT=dir}"
 REPS="${REPS:-4}"; LUA="${LUA:-/tmp/pp/lua/mcp.lua}"; KIND="${KIND:-legacy-sse}"; SESSIONS="${SESSIONS:-1}"
 case "$KIND" in legacy-sse|modern-json) ;; *) echo "KIND must be legacy-sse or modern-json, not $KIND" >&2; exit 2 ;; esac
+if ! [[ $SESSIONS =~ ^[1-9][0-9]*$ ]]; then echo "SESSIONS must be a positive number, not $SESSIONS" >&2; exit 2; fi
+if [ "$KIND" = modern-json ] && [ "$SESSIONS" != 1 ]; then echo "SESSIONS is for KIND=legacy-sse (2026-07-28 requests have no session)" >&2; exit 2; fi
 mkdir -p "$OUT"
 # Medians over this run's reps only.
 if [ -e "$OUT/cpu.txt" ]; then echo "$OUT/cpu.txt exists: give a new OUT" >&2; exit 2; fi

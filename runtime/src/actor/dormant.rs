@@ -22,11 +22,12 @@
 //!
 //! Once its connection returned every frame and nothing of it was recorded (it never will be:
 //! settled), the common end of an echo's reply, a kept stream holds only its answer and its
-//! counts and charges ([`StreamCore::settled_answer`]): about 100 bytes instead of the core's,
-//! its ledger state's and its window's 800, dropped while they are still in the cache. A
-//! session retains up to 64 answered streams, and evicting one that left the cache was the
-//! largest item a call over 64 sessions adds (issue 23's round-12 profile). A resume rebuilds
-//! the same core ([`StreamCore::from_settled`]) and wakes it as any kept stream.
+//! counts and charges ([`StreamCore::settled_answer`]): about 120 bytes instead of the
+//! core's, its ledger state's and its window's 740, dropped while they are still in the
+//! cache. A session retains 64 answered streams by default (`sessions.max_retained_streams`),
+//! and evicting one that had left the cache was the largest item a call over 64 sessions
+//! adds (issue 23's round-12 profile). A resume rebuilds the same core
+//! ([`StreamCore::from_settled`]) and wakes it as any kept stream.
 //!
 //! [`StreamReport::DormantDetached`]: super::links::StreamReport::DormantDetached
 //! [`DormantEnds`]: super::links::DormantEnds
@@ -38,15 +39,16 @@ use actix::prelude::*;
 use super::body::{ConnectionOwner, SseBody, StreamOwner};
 use super::budget::{Charge, MemoryBudget};
 use super::durable::StreamLedger;
-use super::generations::{Gen, GenCount};
+use super::generations::GenCount;
 use super::links::{DormantEnds, SessionLink};
 use super::stream::{
     Parts, StreamActor, StreamEnv, charge_window, count_started, count_stopped, count_stopped_as,
     forget_copy, submit_changes,
 };
+use crate::proto::event_id::CursorSigner;
 use crate::proto::ids::{StreamId, Tick};
 use crate::proto::rollout::StreamMode;
-use crate::proto::stream::{Delivery, SettledAnswer, StreamCore, StreamSettings, StreamStats};
+use crate::proto::stream::{Delivery, SettledAnswer, StreamCore, StreamSettings};
 use crate::stats::STATE_CLOSED;
 
 /// A session's handle on one of its streams.
@@ -82,8 +84,8 @@ enum Kept {
     Whole(Box<Parts>),
     /// Settled in its retention: its answer, counts and charges.
     Answer(Box<KeptAnswer>),
-    /// Woken: its actor has it now.
-    Woken,
+    /// Nothing: woken (its actor has it), or dropped.
+    Taken,
 }
 
 /// A settled kept stream ([`StreamCore::settled_answer`]): what rebuilds its core, and what
@@ -95,12 +97,27 @@ struct KeptAnswer {
     env: Arc<StreamEnv>,
 }
 
+impl KeptAnswer {
+    /// Its parts as they were before it settled: its core rebuilt with what it was opened
+    /// with (its generation's window bound and `retry`, its server's timing, its session's
+    /// `signer`), its ledger state under its session's `hmac` (it is never recorded: only
+    /// its names matter).
+    fn into_parts(self, sid: StreamId, signer: Arc<CursorSigner>, hmac: Arc<str>) -> Parts {
+        let KeptAnswer { answer, generation, charge, env } = self;
+        let g = &generation.generation().settings;
+        let opened_with = (g.window, Some(g.retry_ms), env.timing);
+        let core = StreamCore::from_settled(sid, g.id, signer, opened_with, answer);
+        let ledger = StreamLedger::new(hmac, sid, None, Tick(0));
+        Parts { core, ledger, generation, charge, env }
+    }
+}
+
 impl std::fmt::Debug for DormantStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let kept = match self.kept {
             Kept::Whole(_) => "whole",
             Kept::Answer(_) => "answer",
-            Kept::Woken => "woken",
+            Kept::Taken => "taken",
         };
         f.debug_struct("DormantStream")
             .field("kept", &kept)
@@ -162,13 +179,7 @@ impl DormantStream {
     pub(crate) fn detached(&mut self, conn: u64, drained: bool, now: Tick) -> Option<Tick> {
         // Only its one connection ever ends while it is kept: an end heard again (or of a
         // settled stream) changes nothing.
-        let mut p = match std::mem::replace(&mut self.kept, Kept::Woken) {
-            Kept::Whole(p) => p,
-            other => {
-                self.kept = other;
-                return self.until;
-            }
-        };
+        let Kept::Whole(p) = &mut self.kept else { return self.until };
         p.core.detach(conn, drained);
         let wait = submit_changes(&mut p.ledger, &mut p.core, &p.env, now);
         debug_assert!(wait.is_none(), "a kept stream holds nothing for a commit");
@@ -176,13 +187,12 @@ impl DormantStream {
             p.ledger.never_recorded();
         }
         self.until = p.core.poll_timeout(now);
-        self.kept = match p.core.settled_answer() {
-            Some(answer) => {
-                let Parts { generation, charge, env, .. } = *p;
-                Kept::Answer(Box::new(KeptAnswer { answer, generation, charge, env }))
-            }
-            None => Kept::Whole(p),
-        };
+        if let Some(answer) = p.core.settled_answer()
+            && let Kept::Whole(p) = std::mem::replace(&mut self.kept, Kept::Taken)
+        {
+            let Parts { generation, charge, env, .. } = *p;
+            self.kept = Kept::Answer(Box::new(KeptAnswer { answer, generation, charge, env }));
+        }
         self.until
     }
 
@@ -197,12 +207,11 @@ impl DormantStream {
     }
 
     /// Whether its retention is over at `now`.
-    pub(crate) fn retention_over(&mut self, now: Tick) -> bool {
+    pub(crate) fn retention_over(&self, now: Tick) -> bool {
         match &self.kept {
             Kept::Whole(p) => p.core.handle_timeout(now).retention_over,
-            // Settled: its retention's end is the only deadline its core had.
-            Kept::Answer(_) => self.until.is_some_and(|t| now >= t),
-            Kept::Woken => false,
+            Kept::Answer(a) => now >= a.answer.retention_end(a.env.timing),
+            Kept::Taken => false,
         }
     }
 
@@ -215,23 +224,18 @@ impl DormantStream {
     }
 
     /// A resume arrived: run it in an actor, in `ctx` (whose address its session keeps). A
-    /// settled one's core and ledger state are rebuilt first, by `rebuild` from its answer
-    /// and its generation.
+    /// settled one's core is rebuilt first, with its session's `signer` and `hmac`.
     pub(crate) fn wake(
         mut self,
         ctx: Context<StreamActor>,
         session: SessionLink,
         span: &tracing::Span,
-        rebuild: impl FnOnce(&Arc<Gen>, SettledAnswer) -> (StreamCore, StreamLedger),
+        (signer, hmac): (Arc<CursorSigner>, Arc<str>),
     ) {
-        let parts = match std::mem::replace(&mut self.kept, Kept::Woken) {
+        let parts = match std::mem::replace(&mut self.kept, Kept::Taken) {
             Kept::Whole(p) => *p,
-            Kept::Answer(a) => {
-                let KeptAnswer { answer, generation, charge, env } = *a;
-                let (core, ledger) = rebuild(generation.generation(), answer);
-                Parts { core, ledger, generation, charge, env }
-            }
-            Kept::Woken => {
+            Kept::Answer(a) => a.into_parts(self.sid, signer, hmac),
+            Kept::Taken => {
                 debug_assert!(false, "a kept stream wakes once");
                 return;
             }
@@ -244,23 +248,22 @@ impl DormantStream {
 impl Drop for DormantStream {
     fn drop(&mut self) {
         // Not woken: it stops counting, as its actor would have when it stopped.
-        match std::mem::replace(&mut self.kept, Kept::Woken) {
+        match std::mem::replace(&mut self.kept, Kept::Taken) {
             Kept::Whole(p) => {
                 p.env.stats.stream_dormant(-1);
                 count_stopped(&p.env.stats, &p.core, Some(STATE_CLOSED));
             }
             Kept::Answer(a) => {
-                a.env.stats.stream_dormant(-1);
-                // What its core counted: its answer, in the resumable mode.
-                let counters = StreamStats { events: 1, ..StreamStats::default() };
+                let stats = &a.env.stats;
+                stats.stream_dormant(-1);
                 count_stopped_as(
-                    &a.env.stats,
-                    &counters,
-                    StreamMode::Resumable,
+                    stats,
+                    &SettledAnswer::COUNTERS,
+                    SettledAnswer::MODE,
                     Some(STATE_CLOSED),
                 );
             }
-            Kept::Woken => {}
+            Kept::Taken => {}
         }
     }
 }
@@ -268,11 +271,10 @@ impl Drop for DormantStream {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::actor::generations::{Counted, GenSettings};
+    use crate::actor::generations::{Counted, Gen, GenSettings};
     use crate::actor::links::StreamReport;
     use crate::proto::event_id::CursorKey;
-    use crate::proto::ids::Generation;
-    use crate::proto::replay::WindowLimits;
+    use crate::proto::ids::JsonRpcId;
     use crate::proto::stream::{StreamKind, StreamTiming};
 
     /// A session that hears nothing (the tests call the stream's side directly).
@@ -291,84 +293,160 @@ mod tests {
         retention_undelivered_ms: 5_000,
     };
 
-    /// A kept stream answered with `{"result":1}` at `Tick(0)`, and what it counts in.
-    fn kept(env: &Arc<StreamEnv>, share: &Arc<MemoryBudget>) -> DormantStream {
-        let settings = StreamSettings {
-            window: WindowLimits { max_events: 8, max_bytes: 1 << 16 },
-            prime: true,
-            retry_ms: Some(100),
-            hold_until_committed: false,
-            mode: StreamMode::Resumable,
-            timing: TIMING,
-        };
-        assert!(DormantStream::fits(&settings));
-        let core = StreamCore::new(
-            StreamId(3),
-            Generation(1),
-            StreamKind::Post { request: crate::proto::ids::JsonRpcId::Number(9) },
-            Arc::new(CursorKey::new(b"k").signer("s", None)),
-            settings,
-        );
-        let generation =
-            Arc::new(Gen::new(GenSettings::for_tests(), Arc::default())).enter(Counted::Stream);
-        let ledger = StreamLedger::new("0".repeat(32).into(), StreamId(3), None, Tick(0));
-        let session: SessionLink = Arc::new(Deaf.start().recipient());
-        let (stream, _body, bytes) = DormantStream::open(
-            core,
-            br#"{"result":1}"#,
-            Arc::clone(env),
-            share,
-            ledger,
-            generation,
-            session,
-            Arc::default(),
-            Tick(0),
-        );
-        assert!(bytes > 0 && share.used() == bytes && env.budget.used() == bytes);
-        stream
+    fn signer() -> Arc<CursorSigner> {
+        Arc::new(CursorKey::new(b"k").signer("s", None))
     }
 
-    /// Live and kept streams, closed ones, resumable ones, and the bytes charged.
-    fn counts(env: &StreamEnv, share: &MemoryBudget) -> (i64, i64, i64, i64, usize) {
-        let m = env.stats.metrics();
-        let of = |v: &[(&str, i64)], k: &str| v.iter().find(|(n, _)| *n == k).map_or(0, |c| c.1);
-        (
-            env.stats.streams_live(),
-            env.stats.streams_dormant(),
-            of(&m.streams_by_state, "closed"),
-            of(&m.streams_by_mode, "resumable"),
-            share.used(),
-        )
+    fn hmac() -> Arc<str> {
+        "0".repeat(32).into()
+    }
+
+    /// What a kept stream shares with its session and server.
+    struct World {
+        env: Arc<StreamEnv>,
+        share: Arc<MemoryBudget>,
+        generation: Arc<Gen>,
+    }
+
+    impl World {
+        fn new() -> World {
+            World {
+                env: crate::actor::stream::test_env(TIMING),
+                share: MemoryBudget::new(1 << 20),
+                generation: Arc::new(Gen::new(GenSettings::for_tests(), Arc::default())),
+            }
+        }
+
+        /// A kept stream of its generation, answered with `{"result":1}` at `Tick(0)`.
+        fn kept(&self) -> DormantStream {
+            let g = &self.generation.settings;
+            let settings = StreamSettings {
+                window: g.window,
+                prime: true,
+                retry_ms: Some(g.retry_ms),
+                hold_until_committed: false,
+                mode: StreamMode::Resumable,
+                timing: self.env.timing,
+            };
+            assert!(DormantStream::fits(&settings));
+            let core = StreamCore::new(
+                StreamId(3),
+                g.id,
+                StreamKind::Post { request: JsonRpcId::Number(9) },
+                signer(),
+                settings,
+            );
+            let ledger = StreamLedger::new(hmac(), StreamId(3), None, Tick(0));
+            let session: SessionLink = Arc::new(Deaf.start().recipient());
+            let (stream, _body, bytes) = DormantStream::open(
+                core,
+                br#"{"result":1}"#,
+                Arc::clone(&self.env),
+                &self.share,
+                ledger,
+                self.generation.enter(Counted::Stream),
+                session,
+                Arc::default(),
+                Tick(0),
+            );
+            assert!(bytes > 0 && self.share.used() == bytes && self.env.budget.used() == bytes);
+            stream
+        }
+
+        /// Live and kept streams, closed ones, resumable ones, its generation's streams, and
+        /// the bytes charged (to the caller's share and to the server's budget).
+        fn counts(&self) -> (i64, i64, i64, i64, i64, usize, usize) {
+            let m = self.env.stats.metrics();
+            let of =
+                |v: &[(&str, i64)], k: &str| v.iter().find(|(n, _)| *n == k).map_or(0, |c| c.1);
+            (
+                self.env.stats.streams_live(),
+                self.env.stats.streams_dormant(),
+                of(&m.streams_by_state, "closed"),
+                of(&m.streams_by_mode, "resumable"),
+                self.generation.count(Counted::Stream),
+                self.share.used(),
+                self.env.budget.used(),
+            )
+        }
+    }
+
+    fn kept_as(s: &DormantStream) -> &'static str {
+        match s.kept {
+            Kept::Whole(_) => "whole",
+            Kept::Answer(_) => "answer",
+            Kept::Taken => "taken",
+        }
     }
 
     #[actix_web::test]
     async fn a_kept_stream_whose_connection_drained_keeps_only_its_answer_and_counts_as_before() {
-        let env = crate::actor::stream::test_env(TIMING);
-        let share = MemoryBudget::new(1 << 20);
-        let mut s = kept(&env, &share);
-        let open = counts(&env, &share);
-        assert_eq!(&[open.0, open.1, open.2, open.3], &[1, 1, 1, 1], "{open:?}");
-        assert_eq!(format!("{s:?}"), r#"DormantStream { kept: "whole", until: None, .. }"#);
+        let w = World::new();
+        let mut s = w.kept();
+        let open = w.counts();
+        assert_eq!((open.0, open.1, open.2, open.3, open.4), (1, 1, 1, 1, 1), "{open:?}");
+        assert_eq!(kept_as(&s), "whole");
         assert_eq!(s.detached(1, true, Tick(10)), Some(Tick(1_010)), "its retention runs");
-        assert!(format!("{s:?}").contains(r#"kept: "answer""#), "settled: its answer alone");
-        assert_eq!(counts(&env, &share), open, "counted and charged as before");
+        assert_eq!(kept_as(&s), "answer", "settled: its answer alone");
+        assert_eq!(w.counts(), open, "counted and charged as before");
         assert_eq!(s.detached(1, true, Tick(20)), Some(Tick(1_010)), "an end heard twice");
         assert!(!s.retention_over(Tick(1_009)) && s.retention_over(Tick(1_010)));
         s.forget();
-        assert_eq!(counts(&env, &share), (0, 0, 0, 0, 0), "dropped: counts and charges go");
-        assert_eq!(env.budget.used(), 0);
+        assert_eq!(w.counts(), (0, 0, 0, 0, 0, 0, 0), "dropped: counts and charges go");
     }
 
     #[actix_web::test]
     async fn a_kept_stream_whose_answer_may_not_have_arrived_is_kept_whole() {
-        let env = crate::actor::stream::test_env(TIMING);
-        let share = MemoryBudget::new(1 << 20);
-        let mut s = kept(&env, &share);
-        let open = counts(&env, &share);
+        let w = World::new();
+        let mut s = w.kept();
+        let open = w.counts();
         assert_eq!(s.detached(1, false, Tick(10)), Some(Tick(5_010)), "the longer retention");
-        assert!(format!("{s:?}").contains(r#"kept: "whole""#), "recorded, so kept whole");
-        assert_eq!(counts(&env, &share), open);
+        assert_eq!(kept_as(&s), "whole", "recorded, so kept whole");
+        assert_eq!(w.counts(), open);
         drop(s);
-        assert_eq!(counts(&env, &share), (0, 0, 0, 0, 0));
+        assert_eq!(w.counts(), (0, 0, 0, 0, 0, 0, 0));
+    }
+
+    #[actix_web::test]
+    async fn a_settled_stream_is_rebuilt_as_it_was_opened_and_wakes_counted_as_before() {
+        let w = World::new();
+        // Its core as it is once its connection drained, kept whole.
+        let mut whole = w.kept();
+        let Kept::Whole(p) = &mut whole.kept else { panic!("kept whole until its end") };
+        p.core.detach(1, true);
+        let _ = p.core.poll_timeout(Tick(10));
+        let expected = format!("{:?}", p.core);
+        drop(whole);
+        // Settled, then rebuilt.
+        let mut s = w.kept();
+        let _ = s.detached(1, true, Tick(10));
+        let Kept::Answer(a) = std::mem::replace(&mut s.kept, Kept::Taken) else {
+            panic!("settled")
+        };
+        let parts = a.into_parts(StreamId(3), signer(), hmac());
+        assert_eq!(format!("{:?}", parts.core), expected, "the same core");
+        s.kept = Kept::Whole(Box::new(parts));
+        drop(s);
+        assert_eq!(w.counts(), (0, 0, 0, 0, 0, 0, 0));
+        // Woken: its actor counts it on, closed, in its generation, charged the same.
+        let mut s = w.kept();
+        let _ = s.detached(1, true, Tick(10));
+        assert_eq!(kept_as(&s), "answer");
+        let before = w.counts();
+        let ctx = Context::<StreamActor>::new();
+        let addr = ctx.address();
+        let session: SessionLink = Arc::new(Deaf.start().recipient());
+        s.wake(ctx, session, &tracing::Span::none(), (signer(), hmac()));
+        assert_eq!(w.counts(), (1, 0, 1, 1, 1, before.5, before.6), "{before:?}");
+        addr.send(crate::actor::stream::Stop(crate::proto::stream::CloseReason::Evicted))
+            .await
+            .expect("the woken stream runs");
+        for _ in 0..100 {
+            if w.counts().0 == 0 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(w.counts(), (0, 0, 0, 0, 0, 0, 0), "stopped: counts and charges go");
     }
 }

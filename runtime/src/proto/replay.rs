@@ -143,7 +143,7 @@ impl ReplayWindow {
     /// Its only event, when it holds exactly one and no other number was ever assigned
     /// (`Seq(1)` of a new window).
     #[must_use]
-    pub fn only_first(&self) -> Option<&Bytes> {
+    pub(crate) fn only_first(&self) -> Option<&Bytes> {
         let first = Seq::START.next();
         match self.events.front() {
             Some((seq, frame))
@@ -249,6 +249,27 @@ mod tests {
         assert_eq!(got, vec![frame(3, 4), frame(4, 4), frame(5, 4)]);
         assert_eq!(w.replay_after(Seq(5)).unwrap().count(), 0);
         assert_eq!(w.replay_after(Seq::START).unwrap().count(), 5);
+    }
+
+    #[test]
+    fn only_a_window_that_ever_held_just_its_first_event_gives_it() {
+        let limits = WindowLimits { max_events: 4, max_bytes: 1 << 20 };
+        let mut w = ReplayWindow::new(limits);
+        assert_eq!(w.only_first(), None, "empty");
+        w.push(frame(1, 4));
+        assert_eq!(w.only_first(), Some(&frame(1, 4)));
+        w.push(frame(2, 4));
+        assert_eq!(w.only_first(), None, "two events");
+        assert_eq!(w.trim_to_newest(), 1);
+        assert_eq!(w.only_first(), None, "one event, but not the first");
+        let mut skipped = ReplayWindow::new(limits);
+        skipped.skip_to(Seq(5));
+        skipped.push(frame(5, 4));
+        assert_eq!(skipped.only_first(), None, "numbers skipped before it");
+        let restored = ReplayWindow::restore(limits, Seq(1), vec![(Seq(1), frame(1, 4))]);
+        assert_eq!(restored.only_first(), Some(&frame(1, 4)), "the same window, restored");
+        let later = ReplayWindow::restore(limits, Seq(3), vec![(Seq(1), frame(1, 4))]);
+        assert_eq!(later.only_first(), None, "restored past numbers it lost");
     }
 
     #[test]

@@ -220,6 +220,8 @@ pub(crate) struct StreamCore {
 }
 
 /// All a settled stream answered in its first write keeps ([`StreamCore::settled_answer`]).
+/// Such a stream is resumable, never holds for a commit, and has counted its answer alone
+/// ([`SettledAnswer::MODE`], [`SettledAnswer::COUNTERS`]).
 #[derive(Debug, Clone)]
 pub(crate) struct SettledAnswer {
     /// The request it answers.
@@ -230,6 +232,23 @@ pub(crate) struct SettledAnswer {
     since: Tick,
     /// When its shell last wrote to it (unused once closed; kept so the rebuilt core is the same).
     last_write: Tick,
+    /// Whether it primed (its session's version and its generation's setting).
+    prime: bool,
+}
+
+impl SettledAnswer {
+    /// The mode of every settled stream.
+    pub(crate) const MODE: StreamMode = StreamMode::Resumable;
+
+    /// What every settled stream counted: its answer.
+    pub(crate) const COUNTERS: StreamStats =
+        StreamStats { events: 1, resumes: 0, gaps: 0, dropped_after_close: 0, lost_unattached: 0 };
+
+    /// When its retention ends, with `timing` (its settings').
+    #[must_use]
+    pub(crate) fn retention_end(&self, timing: StreamTiming) -> Tick {
+        self.since.plus_ms(timing.retention_after_delivery_ms)
+    }
 }
 
 /// A stream rebuilt from its ledger record.
@@ -755,12 +774,13 @@ impl StreamCore {
 
     /// What a later resume can need of a stream answered in its first write whose connection
     /// returned every frame, never recorded (settled), in its retention: its answer (the one
-    /// event of its window, which the priming event's cursor replays) and when its retention
-    /// began. `None` in any other state. Its shell may keep that instead of the core;
-    /// [`StreamCore::from_settled`] rebuilds the same core from it.
+    /// event of its window, which the priming event's cursor replays), when its retention
+    /// began, and whether it primed. `None` in any other state. Its shell may keep that
+    /// instead of the core; [`StreamCore::from_settled`] rebuilds the same core from it.
     #[must_use]
     pub(crate) fn settled_answer(&self) -> Option<SettledAnswer> {
         let Some((Retention::Delivered, since)) = self.retention_since else { return None };
+        let StreamKind::Post { request } = &self.kind else { return None };
         let shape = self.state == StreamState::Closed(CloseReason::Responded)
             && self.settled
             && self.unrecorded
@@ -770,31 +790,41 @@ impl StreamCore {
             && self.next_conn == 2
             && self.acked == Seq::START
             && self.released == Seq::START.next()
-            && self.stats == StreamStats { events: 1, ..StreamStats::default() }
+            && self.stats == SettledAnswer::COUNTERS
             && self.shadow.is_none()
             && self.ledger.is_empty()
-            && self.settings.mode == StreamMode::Resumable
+            && self.settings.mode == SettledAnswer::MODE
             && !self.settings.hold_until_committed;
         let answer = self.window.only_first().filter(|_| shape)?;
-        let StreamKind::Post { request } = &self.kind else { return None };
         Some(SettledAnswer {
             request: request.clone(),
             answer: answer.clone(),
             since,
             last_write: self.last_write,
+            prime: self.settings.prime,
         })
     }
 
-    /// The core [`StreamCore::settled_answer`] was taken from, rebuilt: the POST stream
-    /// `id`, with the same generation, signer and settings.
+    /// The core [`StreamCore::settled_answer`] was taken from, rebuilt: the POST stream `id`
+    /// of `generation`, signed by `signer`, its window bounded by `window`, its `retry_ms`
+    /// and `timing` its generation's and its server's (all as it was opened with: `kept`
+    /// holds none of them).
     #[must_use]
     pub(crate) fn from_settled(
         id: StreamId,
         generation: Generation,
         signer: Arc<CursorSigner>,
-        settings: StreamSettings,
+        (window, retry_ms, timing): (WindowLimits, Option<u64>, StreamTiming),
         kept: SettledAnswer,
     ) -> StreamCore {
+        let settings = StreamSettings {
+            window,
+            prime: kept.prime,
+            retry_ms,
+            hold_until_committed: false,
+            mode: SettledAnswer::MODE,
+            timing,
+        };
         let mut window = ReplayWindow::new(settings.window);
         let seq = window.push(kept.answer);
         let mut s = StreamCore::with_window(
@@ -811,7 +841,7 @@ impl StreamCore {
         s.id_sent = true;
         s.delivered = true;
         s.settled = true;
-        s.stats.events = 1;
+        s.stats = SettledAnswer::COUNTERS;
         s.last_write = kept.last_write;
         s.retention_since = Some((Retention::Delivered, kept.since));
         s

@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::actor::body::SseBody;
 use crate::actor::dormant::{DormantStream, StreamHandle};
 use crate::actor::durable::StreamLedger;
-use crate::actor::generations::{Counted, Gen, GenCount};
+use crate::actor::generations::{Counted, GenCount};
 use crate::actor::links::{Detached, DormantEnds};
 use crate::actor::stream::{Stop as StopStream, StreamActor, StreamLinks};
 use crate::proto::ids::{StreamId, Tick};
@@ -106,26 +106,17 @@ impl SessionActor {
     /// The current generation and the settings a new stream for `purpose` gets from it.
     pub(super) fn new_stream_settings(&self, purpose: StreamPurpose) -> (GenCount, StreamSettings) {
         let g = self.gens.enter_current(Counted::Stream);
-        let generation = g.generation();
-        let mode = generation
-            .settings
-            .flags
-            .map_or(StreamMode::Resumable, |f| f.mode(self.streams.place, purpose));
-        let settings = self.stream_settings(generation, mode);
-        (g, settings)
-    }
-
-    /// The settings of this session's streams in `mode` under generation `g`.
-    fn stream_settings(&self, g: &Gen, mode: StreamMode) -> StreamSettings {
-        let s = &g.settings;
-        StreamSettings {
+        let s = &g.generation().settings;
+        let mode = s.flags.map_or(StreamMode::Resumable, |f| f.mode(self.streams.place, purpose));
+        let settings = StreamSettings {
             window: s.window,
             prime: s.prime_streams && self.streams.primes,
             retry_ms: Some(s.retry_ms),
             hold_until_committed: self.streams.hold_until_committed,
             mode,
             timing: self.sup.stream_env().timing,
-        }
+        };
+        (g, settings)
     }
 
     /// Start the stream registered under `sid`; `final_json` when its request is already
@@ -315,20 +306,8 @@ impl SessionActor {
             self.dormant_until.remove(&(t, sid));
         }
         tracing::debug!(stream = %sid, "kept stream woken by a resume");
-        d.wake(ctx, Arc::clone(&self.link), &self.span, |g, answer| {
-            // Kept as data only when resumable (`DormantStream::fits`).
-            let settings = self.stream_settings(g, StreamMode::Resumable);
-            let core = StreamCore::from_settled(
-                sid,
-                g.settings.id,
-                Arc::clone(&self.signer),
-                settings,
-                answer,
-            );
-            // Settled: never recorded, so its ledger state holds only its names.
-            let ledger = StreamLedger::new(Arc::clone(&self.meta.hmac), sid, None, self.sup.now());
-            (core, ledger)
-        });
+        let session = (Arc::clone(&self.signer), Arc::clone(&self.meta.hmac));
+        d.wake(ctx, Arc::clone(&self.link), &self.span, session);
         Some(addr)
     }
 }

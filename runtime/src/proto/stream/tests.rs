@@ -585,24 +585,24 @@ fn settled_post_stream(prime: bool, since: Tick) -> StreamCore {
     assert!(matches!(s.push_final(br#"{"result":1}"#), Delivery::Write { end: true, .. }));
     assert!(changes(&mut s).is_empty(), "held back while its connection writes it");
     assert!(s.settled_answer().is_none(), "its connection still writes it");
+    s.wrote(Tick(3));
     s.detach(a.conn, true);
     assert!(s.settled_answer().is_none(), "its retention has not begun");
     let _ = s.poll_timeout(since);
     s
 }
 
+/// What [`post_stream`]'s streams are opened with, as [`StreamCore::from_settled`] takes it.
+const OPENED_WITH: (WindowLimits, Option<u64>, StreamTiming) =
+    (WindowLimits { max_events: 8, max_bytes: 1 << 20 }, Some(500), TIMING);
+
 #[test]
 fn a_settled_stream_is_rebuilt_the_same_from_its_answer_and_replays_it() {
     for prime in [true, false] {
         let s = settled_post_stream(prime, Tick(5));
         let kept = s.settled_answer().expect("settled, in its retention");
-        let mut r = StreamCore::from_settled(
-            StreamId(7),
-            Generation(1),
-            signer(),
-            settings(prime, 8),
-            kept,
-        );
+        let mut r =
+            StreamCore::from_settled(StreamId(7), Generation(1), signer(), OPENED_WITH, kept);
         assert_eq!(format!("{r:?}"), format!("{s:?}"), "prime {prime}: the same core");
         assert_eq!(r.poll_timeout(Tick(500)), Some(Tick(1_005)), "its retention runs on");
         let resumed = r.attach_resume(Seq::START).expect("the priming cursor resumes");
