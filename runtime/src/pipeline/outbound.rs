@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use actix::dev::channel::{self, AddressReceiver};
 use actix::prelude::*;
 use bytes::Bytes;
 use serde_json::Value;
@@ -23,8 +24,8 @@ pub(crate) enum Outbound {
     Session {
         /// The session's doors for its requests' questions and notifications.
         session: Arc<SessionLinks>,
-        /// The request's own stream, when it has one.
-        stream: Option<Addr<StreamActor>>,
+        /// The request's own stream, when it has one (SSE).
+        stream: Option<StreamDoor>,
         /// The request (its questions are related to it).
         origin: JsonRpcId,
     },
@@ -65,13 +66,98 @@ pub(crate) struct ServerRequest {
 #[rtype(result = "Option<Addr<StreamActor>>")]
 pub(crate) struct GetStream;
 
+impl Outbound {
+    /// A legacy session's request's door to its own stream, when it has one.
+    pub(crate) fn stream_door(&self) -> Option<&StreamDoor> {
+        match self {
+            Outbound::Session { stream, .. } => stream.as_ref(),
+            Outbound::Stateless(_) => None,
+        }
+    }
+}
+
+/// The mailbox of a stream actor made before the actor: a capacity of actix's default
+/// (`Context::new`'s); the actor sets its own once it starts.
+const STREAM_MAILBOX: usize = 16;
+
+/// A request's own SSE stream as its tool and its session reach it. The stream actor's
+/// mailbox is made only once something needs its address: the tool (a notification, a
+/// question or a polling close while its handler runs) or the session, when the request
+/// waits. A request answered in its handler's first poll whose tool never used its stream
+/// gets none: its session keeps the stream as data (`actor::dormant`). A mailbox and the
+/// addresses handed out of it cost about ten allocations an SSE reply.
+pub(crate) struct StreamDoor(parking_lot::Mutex<Door>);
+
+enum Door {
+    /// Nothing asked for it yet.
+    Unopened,
+    /// Made for the tool: its actor is started in this mailbox by the session.
+    Made(AddressReceiver<StreamActor>, Addr<StreamActor>),
+    /// Its actor runs at this address (or is started there now).
+    Open(Addr<StreamActor>),
+    /// Kept as data: answered and closed, as a stream actor would drop what comes next.
+    Kept,
+}
+
+impl StreamDoor {
+    pub(crate) fn new() -> StreamDoor {
+        StreamDoor(parking_lot::Mutex::new(Door::Unopened))
+    }
+
+    /// The stream's address for its tool, its mailbox made now if nothing made it yet;
+    /// `None` once its stream is kept as data (closed).
+    fn addr(&self) -> Option<Addr<StreamActor>> {
+        let mut door = self.0.lock();
+        match &*door {
+            Door::Open(a) | Door::Made(_, a) => Some(a.clone()),
+            Door::Kept => None,
+            Door::Unopened => {
+                let (tx, rx) = channel::channel(STREAM_MAILBOX);
+                let a = Addr::new(tx);
+                *door = Door::Made(rx, a.clone());
+                Some(a)
+            }
+        }
+    }
+
+    /// For the session, once the request's handler returned from its first poll: where to
+    /// start the stream's actor, or `None` when `kept` (answered at once, kept as data)
+    /// and its tool never used the stream. Called once.
+    pub(crate) fn open(&self, kept: bool) -> Option<Context<StreamActor>> {
+        let mut door = self.0.lock();
+        match std::mem::replace(&mut *door, Door::Kept) {
+            Door::Unopened if kept => None,
+            Door::Unopened => {
+                let ctx = Context::new();
+                *door = Door::Open(ctx.address());
+                Some(ctx)
+            }
+            Door::Made(rx, a) => {
+                *door = Door::Open(a);
+                Some(Context::with_receiver(rx))
+            }
+            // Opened before: its actor has its mailbox already.
+            Door::Open(a) => {
+                debug_assert!(false, "a request's stream is opened once");
+                *door = Door::Open(a);
+                None
+            }
+            Door::Kept => None,
+        }
+    }
+}
+
 impl ToolOutbound for Outbound {
     fn notify(&self, json: Bytes) -> BoxFuture<()> {
         match self {
-            Outbound::Session { stream: Some(s), .. } => {
-                let s = s.clone();
+            Outbound::Session { stream: Some(door), .. } => {
+                // Kept as data: closed, so the notification is dropped, as a closed stream
+                // drops it.
+                let s = door.addr();
                 Box::pin(async move {
-                    let _ = s.send(Emit { json, last: false }).await;
+                    if let Some(s) = s {
+                        let _ = s.send(Emit { json, last: false }).await;
+                    }
                 })
             }
             Outbound::Session { stream: None, session, .. } => {
@@ -94,7 +180,7 @@ impl ToolOutbound for Outbound {
                 let (tx, rx) = oneshot::channel();
                 let msg = ServerRequest {
                     origin: origin.clone(),
-                    stream: stream.clone(),
+                    stream: stream.as_ref().and_then(StreamDoor::addr),
                     method: method.to_owned(),
                     params,
                     reply: tx,
@@ -133,10 +219,12 @@ impl ToolOutbound for Outbound {
 
     fn close_for_polling(&self) -> BoxFuture<()> {
         match self {
-            Outbound::Session { stream: Some(s), .. } => {
-                let s = s.clone();
+            Outbound::Session { stream: Some(door), .. } => {
+                let s = door.addr();
                 Box::pin(async move {
-                    let _ = s.send(PollClose).await;
+                    if let Some(s) = s {
+                        let _ = s.send(PollClose).await;
+                    }
                 })
             }
             // Stateless streams are not resumable: there is nothing to poll.
@@ -152,6 +240,37 @@ impl ToolOutbound for Outbound {
         match self {
             Outbound::Stateless(sink) => sink.continue_as_task(),
             Outbound::Session { .. } => Box::pin(async {}),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[actix_web::test]
+    async fn a_stream_answered_at_once_that_its_tool_never_used_gets_no_mailbox() {
+        let door = StreamDoor::new();
+        assert!(door.open(true).is_none(), "kept as data: nothing to start");
+        assert!(door.addr().is_none(), "closed: what its tool sends later is dropped");
+    }
+
+    #[actix_web::test]
+    async fn a_waiting_request_gets_its_mailbox_from_its_session_and_its_tool_the_same_address() {
+        let door = StreamDoor::new();
+        let ctx = door.open(false).expect("it waits: its actor starts now");
+        assert!(door.addr() == Some(ctx.address()), "the tool sends to the actor started");
+    }
+
+    #[actix_web::test]
+    async fn a_stream_its_tool_used_first_runs_in_the_mailbox_its_tool_sends_to() {
+        for kept in [true, false] {
+            let door = StreamDoor::new();
+            let addr = door.addr().expect("made for the tool");
+            assert!(door.addr() == Some(addr.clone()), "one mailbox");
+            let ctx = door.open(kept).expect("used by its tool: never kept as data");
+            assert!(ctx.address() == addr, "what the tool sent before waits there");
+            assert!(door.addr() == Some(addr));
         }
     }
 }

@@ -545,9 +545,23 @@ impl<R, S, P> SessionCore<R, S, P> {
         self.pending.len()
     }
 
-    /// Allocate a stream id and register the POST stream of `request`.
+    /// Allocate a stream id and register the POST stream of `request` (what its shell does
+    /// in two steps, [`Self::new_stream_id`] then [`Self::insert_post_stream`]).
+    #[cfg(test)]
     pub(crate) fn open_post_stream(&mut self, request: &JsonRpcId, handle: S) -> StreamId {
-        let sid = self.alloc_stream();
+        let sid = self.new_stream_id();
+        self.insert_post_stream(sid, request, handle);
+        sid
+    }
+
+    /// Allocate the id of a stream about to be registered ([`Self::insert_post_stream`]):
+    /// its shell may need it to make the stream's handle.
+    pub(crate) fn new_stream_id(&mut self) -> StreamId {
+        self.alloc_stream()
+    }
+
+    /// Register the POST stream `sid` ([`Self::new_stream_id`]) of `request`.
+    pub(crate) fn insert_post_stream(&mut self, sid: StreamId, request: &JsonRpcId, handle: S) {
         self.streams.insert(
             sid,
             StreamEntry {
@@ -560,7 +574,6 @@ impl<R, S, P> SessionCore<R, S, P> {
         if let Some(f) = self.in_flight.get_mut(request) {
             f.stream = Some(sid);
         }
-        sid
     }
 
     /// Register a new standalone GET stream; returns the id and the stream it replaces.

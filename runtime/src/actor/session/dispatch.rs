@@ -9,11 +9,10 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use crate::actor::dormant::StreamHandle;
 use crate::actor::generations::Counted;
 use crate::actor::lifecycle::Phase;
 use crate::actor::stream::{Close, Emit, StreamActor};
-use crate::pipeline::{self, First, Outbound, Requester};
+use crate::pipeline::{self, First, Outbound, Requester, StreamDoor};
 use crate::proto::admission::ReplyMode;
 use crate::proto::error::{Overload, Rejection};
 use crate::proto::ids::{JsonRpcId, StreamId};
@@ -21,7 +20,7 @@ use crate::proto::jsonrpc::{ErrorObject, Message, Reply, code, encode_error, enc
 use crate::proto::mcp::{LogLevel, method};
 use crate::proto::rollout::StreamMode;
 use crate::proto::route::{Era, Route};
-use crate::proto::stream::{CloseReason, StreamKind};
+use crate::proto::stream::CloseReason;
 use crate::tools::Dispatch;
 
 use super::messages::PostOutcome;
@@ -333,24 +332,23 @@ impl SessionActor {
                 _charge: charge,
             },
         )?;
-        // The stream's address exists before the stream starts, so the handler can be run
-        // first and an immediate answer can share the priming event's write.
-        let (stream, json_reply) = match mode {
-            ReplyMode::Sse => {
-                let sctx = Context::<StreamActor>::new();
-                let addr = sctx.address();
-                let sid = self.core.open_post_stream(&id, StreamHandle::Live(addr.clone()));
-                (Some((sctx, sid, addr)), None)
-            }
+        // The handler runs before its stream starts, so an immediate answer can share the
+        // priming event's write; what it sends meanwhile goes through its stream's door.
+        let json_reply = match mode {
+            ReplyMode::Sse => None,
             ReplyMode::Json => {
                 let (tx, rx) = oneshot::channel();
                 if let Some(f) = self.core.in_flight_mut(&id) {
                     f.handle.json = Some(tx);
                 }
-                (None, Some(rx))
+                Some(rx)
             }
         };
-        let stream_addr = stream.as_ref().map(|(_, _, a)| a.clone());
+        let out = Arc::new(Outbound::Session {
+            session: Arc::clone(&self.links),
+            stream: (mode == ReplyMode::Sse).then(StreamDoor::new),
+            origin: id.clone(),
+        });
         let dispatch = match Route::of(Era::Session, &method) {
             Route::Ping => Dispatch::Ready(Ok(json!({}).into())),
             Route::SetLevel => self.set_level(params.as_ref()),
@@ -362,11 +360,6 @@ impl SessionActor {
                 "session already initialized",
             ))),
             _ => {
-                let out = Arc::new(Outbound::Session {
-                    session: Arc::clone(&self.links),
-                    stream: stream_addr,
-                    origin: id.clone(),
-                });
                 let requester = Requester {
                     principal: self.principal.clone(),
                     owner: self.owner.clone(),
@@ -385,7 +378,7 @@ impl SessionActor {
                     door,
                     requester,
                     cancel,
-                    out,
+                    Arc::clone(&out),
                 )
             }
         };
@@ -393,7 +386,7 @@ impl SessionActor {
         // name is the client's).
         let request_method = crate::proto::mcp::method::span_name(&method);
         // Kept by the stream for its record's digest, computed only if it is ever recorded.
-        let request = stream.is_some().then_some((method, params));
+        let request = (mode == ReplyMode::Sse).then_some((method, params));
         let done = match pipeline::first_poll(dispatch) {
             First::Answered(r) => Some(r),
             First::Waits(fut) => {
@@ -413,18 +406,13 @@ impl SessionActor {
                 None
             }
         };
-        match (stream, json_reply) {
-            (Some((sctx, sid, _)), _) => {
+        match (out.stream_door(), json_reply) {
+            (Some(stream), _) => {
                 let final_json =
                     done.and_then(|r| self.take_response(&id, r).map(|(bytes, _, _)| bytes));
-                Ok(PostOutcome::Sse(self.start_stream(
-                    sctx,
-                    sid,
-                    StreamKind::Post { request: id },
-                    final_json,
-                    request,
-                    purpose,
-                )))
+                Ok(PostOutcome::Sse(
+                    self.start_post_stream(stream, id, final_json, request, purpose),
+                ))
             }
             (None, Some(rx)) => {
                 if let Some(r) = done {

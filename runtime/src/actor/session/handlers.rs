@@ -106,7 +106,7 @@ impl Handler<OpenGet> for SessionActor {
             if let Some(old) = replaced {
                 self.stop_handle(old.handle, CloseReason::Replaced);
             }
-            self.start_stream(sctx, sid, StreamKind::Get, None, None, StreamPurpose::ReadOnly)
+            self.start_stream(sctx, sid, StreamKind::Get, StreamPurpose::ReadOnly)
         });
         let _ = msg.reply.send(r);
         self.arm(ctx);

@@ -14,7 +14,8 @@ use crate::actor::durable::StreamLedger;
 use crate::actor::generations::{Counted, GenCount};
 use crate::actor::links::{Detached, DormantEnds};
 use crate::actor::stream::{Stop as StopStream, StreamActor, StreamLinks};
-use crate::proto::ids::{StreamId, Tick};
+use crate::pipeline::StreamDoor;
+use crate::proto::ids::{JsonRpcId, StreamId, Tick};
 use crate::proto::rollout::{StreamMode, StreamPurpose};
 use crate::proto::stream::{CloseReason, StreamCore, StreamKind, StreamSettings};
 
@@ -119,60 +120,95 @@ impl SessionActor {
         (g, settings)
     }
 
-    /// Start the stream registered under `sid`; `final_json` when its request is already
-    /// answered (the stream is then closed from the start). Counts the stream's first
-    /// connection and returns its body. Its actor runs in `sctx`, unless the stream is kept
-    /// as data (`actor::dormant`): `sctx` is then dropped without being started.
+    /// Start the stream registered under `sid` (the GET stream) in `sctx`, and count its
+    /// first connection; returns that connection's body.
     pub(super) fn start_stream(
         &mut self,
         sctx: Context<StreamActor>,
         sid: StreamId,
         kind: StreamKind,
+        purpose: StreamPurpose,
+    ) -> SseBody {
+        let (generation, settings) = self.new_stream_settings(purpose);
+        let core = self.new_core(sid, kind, &generation, settings);
+        let now = self.now();
+        self.core.connection_delta(now, true);
+        let ledger = StreamLedger::new(Arc::clone(&self.meta.hmac), sid, None, now);
+        self.run_stream(sctx, sid, core, None, ledger, generation)
+    }
+
+    /// Open and start the SSE stream of request `id`, behind `door`; `final_json` when the
+    /// request is already answered (the stream is then closed from the start). Counts the
+    /// stream's first connection and returns its body. Its actor runs in the mailbox `door`
+    /// gives, unless the stream is kept as data (`actor::dormant`): answered at once, and
+    /// its tool never used it, so no mailbox was made.
+    pub(super) fn start_post_stream(
+        &mut self,
+        door: &StreamDoor,
+        id: JsonRpcId,
         final_json: Option<Bytes>,
         request: Option<(String, Option<Value>)>,
         purpose: StreamPurpose,
     ) -> SseBody {
         let (generation, settings) = self.new_stream_settings(purpose);
-        let kept = DormantStream::fits(&settings);
-        let core = StreamCore::new(
-            sid,
-            generation.generation().settings.id,
-            kind,
-            Arc::clone(&self.signer),
-            settings,
-        );
+        let sctx = door.open(final_json.is_some() && DormantStream::fits(&settings));
+        let sid = self.core.new_stream_id();
+        let core =
+            self.new_core(sid, StreamKind::Post { request: id.clone() }, &generation, settings);
         let now = self.now();
         self.core.connection_delta(now, true);
         let ledger = StreamLedger::new(Arc::clone(&self.meta.hmac), sid, request, now);
-        if let Some(json) = final_json.as_ref().filter(|_| kept) {
-            // Its context is never started: nothing it awaited was sent to it (the handler
-            // answered without waiting).
-            drop(sctx);
-            let (stream, body, bytes) = DormantStream::open(
-                core,
-                json,
-                Arc::clone(self.sup.stream_env()),
-                &self.caller_budget,
-                ledger,
-                generation,
-                Arc::clone(&self.link),
-                self.bodies.opened(),
-                now,
-            );
-            *self.core.stream_handle_mut(sid).expect("registered before its request ran") =
-                StreamHandle::Dormant(stream);
-            let evicted = self.core.stream_closed(sid, bytes);
-            self.evict(evicted);
-            return body;
-        }
-        let (body, closed_with) = StreamActor::start_in(
-            sctx,
-            core,
-            final_json.as_deref(),
-            self.stream_links(),
-            ledger,
-            generation,
-        );
+        let sctx = match (sctx, final_json.as_ref()) {
+            (Some(sctx), _) => sctx,
+            (None, Some(json)) => {
+                let (stream, body, bytes) = DormantStream::open(
+                    core,
+                    json,
+                    Arc::clone(self.sup.stream_env()),
+                    &self.caller_budget,
+                    ledger,
+                    generation,
+                    Arc::clone(&self.link),
+                    self.bodies.opened(),
+                    now,
+                );
+                self.core.insert_post_stream(sid, &id, StreamHandle::Dormant(stream));
+                let evicted = self.core.stream_closed(sid, bytes);
+                self.evict(evicted);
+                return body;
+            }
+            // (Not answered: its door gives a mailbox.)
+            (None, None) => Context::new(),
+        };
+        self.core.insert_post_stream(sid, &id, StreamHandle::Live(sctx.address()));
+        self.run_stream(sctx, sid, core, final_json.as_deref(), ledger, generation)
+    }
+
+    /// A new stream's core, `sid` of `kind`, in `generation` with `settings`.
+    fn new_core(
+        &self,
+        sid: StreamId,
+        kind: StreamKind,
+        generation: &GenCount,
+        settings: StreamSettings,
+    ) -> StreamCore {
+        let g = generation.generation().settings.id;
+        StreamCore::new(sid, g, kind, Arc::clone(&self.signer), settings)
+    }
+
+    /// Run stream `sid` (registered, its connection counted) in its actor, in `sctx`;
+    /// `json`: its answer, written with its priming event. Returns its connection's body.
+    fn run_stream(
+        &mut self,
+        sctx: Context<StreamActor>,
+        sid: StreamId,
+        core: StreamCore,
+        json: Option<&[u8]>,
+        ledger: StreamLedger,
+        generation: GenCount,
+    ) -> SseBody {
+        let (body, closed_with) =
+            StreamActor::start_in(sctx, core, json, self.stream_links(), ledger, generation);
         if let Some(bytes) = closed_with {
             let evicted = self.core.stream_closed(sid, bytes);
             self.evict(evicted);
