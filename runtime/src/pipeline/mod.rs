@@ -22,7 +22,9 @@ use std::task::Poll;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-pub(crate) use self::outbound::{GetStream, Outbound, ServerRequest, SessionLinks, StreamDoor};
+pub(crate) use self::outbound::{
+    GetStream, Opened, Outbound, ServerRequest, SessionLinks, StreamDoor,
+};
 pub(crate) use self::stateless::{Inputs, StatelessSink};
 use crate::actor::ToolDoor;
 use crate::proto::ids::JsonRpcId;

@@ -86,6 +86,9 @@ const STREAM_MAILBOX: usize = 16;
 /// waits. A request answered in its handler's first poll whose tool never used its stream
 /// gets none: its session keeps the stream as data (`actor::dormant`). A mailbox and the
 /// addresses handed out of it cost about ten allocations an SSE reply.
+///
+/// Behind a lock: the tool may reach it from any thread while its session opens it; it is
+/// held only to read or swap the state, never across an `await`.
 pub(crate) struct StreamDoor(parking_lot::Mutex<Door>);
 
 enum Door {
@@ -97,6 +100,17 @@ enum Door {
     Open(Addr<StreamActor>),
     /// Kept as data: answered and closed, as a stream actor would drop what comes next.
     Kept,
+}
+
+/// Where a request's stream runs, as its session opens it ([`StreamDoor::open`]).
+pub(crate) enum Opened {
+    /// Kept as data: no actor, no mailbox.
+    Kept,
+    /// Its actor starts in this new mailbox.
+    Fresh(Context<StreamActor>),
+    /// Its actor starts in the mailbox its tool made and may have sent to already: an
+    /// answer goes behind what is queued there.
+    Used(Context<StreamActor>),
 }
 
 impl StreamDoor {
@@ -120,29 +134,23 @@ impl StreamDoor {
         }
     }
 
-    /// For the session, once the request's handler returned from its first poll: where to
-    /// start the stream's actor, or `None` when `kept` (answered at once, kept as data)
-    /// and its tool never used the stream. Called once.
-    pub(crate) fn open(&self, kept: bool) -> Option<Context<StreamActor>> {
+    /// For the session, once the request's handler returned from its first poll: where its
+    /// stream runs; `kept` when it would be kept as data (answered at once, and its mode
+    /// allows), which only a stream its tool never used is. Called once.
+    pub(crate) fn open(&self, kept: bool) -> Opened {
         let mut door = self.0.lock();
         match std::mem::replace(&mut *door, Door::Kept) {
-            Door::Unopened if kept => None,
+            Door::Unopened if kept => Opened::Kept,
             Door::Unopened => {
                 let ctx = Context::new();
                 *door = Door::Open(ctx.address());
-                Some(ctx)
+                Opened::Fresh(ctx)
             }
             Door::Made(rx, a) => {
                 *door = Door::Open(a);
-                Some(Context::with_receiver(rx))
+                Opened::Used(Context::with_receiver(rx))
             }
-            // Opened before: its actor has its mailbox already.
-            Door::Open(a) => {
-                debug_assert!(false, "a request's stream is opened once");
-                *door = Door::Open(a);
-                None
-            }
-            Door::Kept => None,
+            Door::Open(_) | Door::Kept => unreachable!("a request's stream is opened once"),
         }
     }
 }
@@ -177,10 +185,23 @@ impl ToolOutbound for Outbound {
     fn request(&self, method: &str, params: Value) -> BoxFuture<Result<Value, ErrorObject>> {
         match self {
             Outbound::Session { session, stream, origin } => {
+                // Its stream kept as data: its request was answered (a tool that kept its
+                // context asks after its answer), as the session would say.
+                let stream = match stream.as_ref().map(StreamDoor::addr) {
+                    Some(None) => {
+                        return Box::pin(async {
+                            Err(ErrorObject::new(
+                                code::INTERNAL_ERROR,
+                                "the originating request is no longer running",
+                            ))
+                        });
+                    }
+                    own => own.flatten(),
+                };
                 let (tx, rx) = oneshot::channel();
                 let msg = ServerRequest {
                     origin: origin.clone(),
-                    stream: stream.as_ref().and_then(StreamDoor::addr),
+                    stream,
                     method: method.to_owned(),
                     params,
                     reply: tx,
@@ -248,29 +269,86 @@ impl ToolOutbound for Outbound {
 mod tests {
     use super::*;
 
-    #[actix_web::test]
-    async fn a_stream_answered_at_once_that_its_tool_never_used_gets_no_mailbox() {
+    #[test]
+    fn a_stream_answered_at_once_that_its_tool_never_used_gets_no_mailbox() {
         let door = StreamDoor::new();
-        assert!(door.open(true).is_none(), "kept as data: nothing to start");
+        assert!(matches!(door.open(true), Opened::Kept), "kept as data: nothing to start");
         assert!(door.addr().is_none(), "closed: what its tool sends later is dropped");
     }
 
-    #[actix_web::test]
-    async fn a_waiting_request_gets_its_mailbox_from_its_session_and_its_tool_the_same_address() {
+    #[test]
+    fn a_waiting_request_gets_its_mailbox_from_its_session_and_its_tool_the_same_address() {
         let door = StreamDoor::new();
-        let ctx = door.open(false).expect("it waits: its actor starts now");
+        let Opened::Fresh(ctx) = door.open(false) else { panic!("it waits: a new mailbox") };
         assert!(door.addr() == Some(ctx.address()), "the tool sends to the actor started");
     }
 
-    #[actix_web::test]
-    async fn a_stream_its_tool_used_first_runs_in_the_mailbox_its_tool_sends_to() {
+    #[test]
+    fn a_stream_its_tool_used_first_runs_in_the_mailbox_its_tool_sends_to() {
         for kept in [true, false] {
             let door = StreamDoor::new();
             let addr = door.addr().expect("made for the tool");
             assert!(door.addr() == Some(addr.clone()), "one mailbox");
-            let ctx = door.open(kept).expect("used by its tool: never kept as data");
+            let Opened::Used(ctx) = door.open(kept) else { panic!("used: never kept as data") };
             assert!(ctx.address() == addr, "what the tool sent before waits there");
             assert!(door.addr() == Some(addr));
+        }
+    }
+
+    /// A session that is never asked anything (a question reaching it fails the test).
+    struct Unasked;
+    impl Actor for Unasked {
+        type Context = Context<Self>;
+    }
+    impl Handler<ServerRequest> for Unasked {
+        type Result = ();
+        fn handle(&mut self, _: ServerRequest, _: &mut Context<Self>) {
+            panic!("a question of a request kept as data reached its session");
+        }
+    }
+    impl Handler<GetStream> for Unasked {
+        type Result = Option<Addr<StreamActor>>;
+        fn handle(&mut self, _: GetStream, _: &mut Context<Self>) -> Self::Result {
+            None
+        }
+    }
+
+    #[actix_web::test]
+    async fn a_question_after_its_stream_was_kept_as_data_is_refused_without_asking() {
+        let session = Unasked.start();
+        let out = Outbound::Session {
+            session: Arc::new(SessionLinks {
+                ask: session.clone().recipient(),
+                get_stream: session.recipient(),
+            }),
+            stream: Some(StreamDoor::new()),
+            origin: JsonRpcId::Number(1),
+        };
+        assert!(matches!(out.stream_door().map(|d| d.open(true)), Some(Opened::Kept)));
+        let e = out.request("sampling/createMessage", Value::Null).await.unwrap_err();
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (code::INTERNAL_ERROR, "the originating request is no longer running")
+        );
+        out.notify(Bytes::from_static(b"{}")).await;
+    }
+
+    #[test]
+    fn a_tool_sees_one_mailbox_whichever_thread_reaches_its_door_first() {
+        for _ in 0..50 {
+            let door = Arc::new(StreamDoor::new());
+            let tool = std::thread::spawn({
+                let door = Arc::clone(&door);
+                move || door.addr()
+            });
+            let opened = door.open(true);
+            let sent_to = tool.join().expect("the tool's thread");
+            match opened {
+                // Before the tool: kept, and the tool finds it closed.
+                Opened::Kept => assert!(sent_to.is_none()),
+                Opened::Used(ctx) => assert!(sent_to == Some(ctx.address())),
+                Opened::Fresh(_) => panic!("answered at once: never a new mailbox"),
+            }
         }
     }
 }

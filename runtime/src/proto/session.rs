@@ -545,12 +545,13 @@ impl<R, S, P> SessionCore<R, S, P> {
         self.pending.len()
     }
 
-    /// Allocate a stream id and register the POST stream of `request` (what its shell does
-    /// in two steps, [`Self::new_stream_id`] then [`Self::insert_post_stream`]).
+    /// Allocate a stream id and register the POST stream of `request` (for tests; its shell
+    /// does it in two steps, [`Self::new_stream_id`] then [`Self::insert_post_stream`], once
+    /// the request's handler returned from its first poll).
     #[cfg(test)]
     pub(crate) fn open_post_stream(&mut self, request: &JsonRpcId, handle: S) -> StreamId {
         let sid = self.new_stream_id();
-        self.insert_post_stream(sid, request, handle);
+        self.insert_post_stream(sid, request.clone(), handle);
         sid
     }
 
@@ -561,19 +562,14 @@ impl<R, S, P> SessionCore<R, S, P> {
     }
 
     /// Register the POST stream `sid` ([`Self::new_stream_id`]) of `request`.
-    pub(crate) fn insert_post_stream(&mut self, sid: StreamId, request: &JsonRpcId, handle: S) {
-        self.streams.insert(
-            sid,
-            StreamEntry {
-                request: Some(request.clone()),
-                closed: false,
-                retained_bytes: 0,
-                handle,
-            },
-        );
-        if let Some(f) = self.in_flight.get_mut(request) {
+    pub(crate) fn insert_post_stream(&mut self, sid: StreamId, request: JsonRpcId, handle: S) {
+        if let Some(f) = self.in_flight.get_mut(&request) {
             f.stream = Some(sid);
         }
+        self.streams.insert(
+            sid,
+            StreamEntry { request: Some(request), closed: false, retained_bytes: 0, handle },
+        );
     }
 
     /// Register a new standalone GET stream; returns the id and the stream it replaces.

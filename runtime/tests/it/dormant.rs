@@ -59,6 +59,23 @@ async fn a_reply_answered_in_its_first_write_is_kept_without_an_actor_until_a_re
 }
 
 #[actix_web::test]
+async fn an_answer_at_once_comes_after_what_its_tool_sent_and_its_stream_is_not_kept() {
+    let h = harness().await;
+    let c = h.client("2025-11-25").await;
+    let mut r = c.call_tool(1, "hasty", json!({})).await;
+    let msgs = r.rest().await;
+    assert_eq!(msgs.len(), 2, "the log message, then the answer: {msgs:?}");
+    assert_eq!(
+        (&msgs[0]["method"], &msgs[0]["params"]["data"]),
+        (&json!("notifications/message"), &json!("hasty"))
+    );
+    assert_eq!((text_of(&msgs[1]), &msgs[1]["id"]), ("hasty done", &json!(1)));
+    handled_before(&c).await;
+    let s = h.sup.stats_snapshot();
+    assert_eq!((s.streams, s.streams_dormant), (1, 0), "retained by its actor, not as data");
+}
+
+#[actix_web::test]
 async fn a_kept_stream_ends_at_its_retention_and_its_cursor_is_then_gone() {
     tokio::time::pause();
     let h = harness_with(cfg(|c| c.sessions.retention_after_delivery_ms = 1_000)).await;

@@ -15,7 +15,7 @@ use crate::proto::error::{Overload, Rejection};
 use crate::proto::jsonrpc::{ErrorObject, Incoming, Message, code, encode_error, encode_request};
 use crate::proto::rollout::{StreamMode, StreamPurpose};
 use crate::proto::session::ClientRequestRefused;
-use crate::proto::stream::{CloseReason, StreamKind};
+use crate::proto::stream::CloseReason;
 
 use super::messages::{
     Delete, EndOlderRequests, EndedElsewhere, OpenGet, Post, PostOutcome, Relayed, Resume, Shutdown,
@@ -106,7 +106,7 @@ impl Handler<OpenGet> for SessionActor {
             if let Some(old) = replaced {
                 self.stop_handle(old.handle, CloseReason::Replaced);
             }
-            self.start_stream(sctx, sid, StreamKind::Get, StreamPurpose::ReadOnly)
+            self.start_get_stream(sctx, sid)
         });
         let _ = msg.reply.send(r);
         self.arm(ctx);

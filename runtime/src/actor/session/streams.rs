@@ -13,8 +13,8 @@ use crate::actor::dormant::{DormantStream, StreamHandle};
 use crate::actor::durable::StreamLedger;
 use crate::actor::generations::{Counted, GenCount};
 use crate::actor::links::{Detached, DormantEnds};
-use crate::actor::stream::{Stop as StopStream, StreamActor, StreamLinks};
-use crate::pipeline::StreamDoor;
+use crate::actor::stream::{Emit, Stop as StopStream, StreamActor, StreamLinks};
+use crate::pipeline::{Opened, StreamDoor};
 use crate::proto::ids::{JsonRpcId, StreamId, Tick};
 use crate::proto::rollout::{StreamMode, StreamPurpose};
 use crate::proto::stream::{CloseReason, StreamCore, StreamKind, StreamSettings};
@@ -120,17 +120,15 @@ impl SessionActor {
         (g, settings)
     }
 
-    /// Start the stream registered under `sid` (the GET stream) in `sctx`, and count its
-    /// first connection; returns that connection's body.
-    pub(super) fn start_stream(
+    /// Start the GET stream registered under `sid` in `sctx`, and count its first
+    /// connection; returns that connection's body.
+    pub(super) fn start_get_stream(
         &mut self,
         sctx: Context<StreamActor>,
         sid: StreamId,
-        kind: StreamKind,
-        purpose: StreamPurpose,
     ) -> SseBody {
-        let (generation, settings) = self.new_stream_settings(purpose);
-        let core = self.new_core(sid, kind, &generation, settings);
+        let (generation, settings) = self.new_stream_settings(StreamPurpose::ReadOnly);
+        let core = self.new_core(sid, StreamKind::Get, &generation, settings);
         let now = self.now();
         self.core.connection_delta(now, true);
         let ledger = StreamLedger::new(Arc::clone(&self.meta.hmac), sid, None, now);
@@ -138,10 +136,12 @@ impl SessionActor {
     }
 
     /// Open and start the SSE stream of request `id`, behind `door`; `final_json` when the
-    /// request is already answered (the stream is then closed from the start). Counts the
-    /// stream's first connection and returns its body. Its actor runs in the mailbox `door`
-    /// gives, unless the stream is kept as data (`actor::dormant`): answered at once, and
-    /// its tool never used it, so no mailbox was made.
+    /// request is already answered. Counts the stream's first connection and returns its
+    /// body. Kept as data (`actor::dormant`) when answered at once, its mode allowing and its
+    /// tool never having used it; otherwise its actor runs in the mailbox `door` gives: an
+    /// answer is written with the priming event (the stream closed from the start), unless
+    /// its tool sent to the stream meanwhile (it then follows what was sent, as a waiting
+    /// request's answer does).
     pub(super) fn start_post_stream(
         &mut self,
         door: &StreamDoor,
@@ -151,19 +151,18 @@ impl SessionActor {
         purpose: StreamPurpose,
     ) -> SseBody {
         let (generation, settings) = self.new_stream_settings(purpose);
-        let sctx = door.open(final_json.is_some() && DormantStream::fits(&settings));
+        let opened = door.open(final_json.is_some() && DormantStream::fits(&settings));
         let sid = self.core.new_stream_id();
-        let core =
-            self.new_core(sid, StreamKind::Post { request: id.clone() }, &generation, settings);
+        let kind = StreamKind::Post { request: id.clone() };
+        let core = self.new_core(sid, kind, &generation, settings);
         let now = self.now();
         self.core.connection_delta(now, true);
         let ledger = StreamLedger::new(Arc::clone(&self.meta.hmac), sid, request, now);
-        let sctx = match (sctx, final_json.as_ref()) {
-            (Some(sctx), _) => sctx,
-            (None, Some(json)) => {
+        let (sctx, with_priming, behind) = match (opened, final_json) {
+            (Opened::Kept, Some(json)) => {
                 let (stream, body, bytes) = DormantStream::open(
                     core,
-                    json,
+                    &json,
                     Arc::clone(self.sup.stream_env()),
                     &self.caller_budget,
                     ledger,
@@ -172,16 +171,24 @@ impl SessionActor {
                     self.bodies.opened(),
                     now,
                 );
-                self.core.insert_post_stream(sid, &id, StreamHandle::Dormant(stream));
+                self.core.insert_post_stream(sid, id, StreamHandle::Dormant(stream));
                 let evicted = self.core.stream_closed(sid, bytes);
                 self.evict(evicted);
                 return body;
             }
-            // (Not answered: its door gives a mailbox.)
-            (None, None) => Context::new(),
+            (Opened::Kept, None) => unreachable!("only an answered stream is kept as data"),
+            (Opened::Fresh(sctx), json) => (sctx, json, None),
+            (Opened::Used(sctx), json) => (sctx, None, json),
         };
-        self.core.insert_post_stream(sid, &id, StreamHandle::Live(sctx.address()));
-        self.run_stream(sctx, sid, core, final_json.as_deref(), ledger, generation)
+        let addr = sctx.address();
+        self.core.insert_post_stream(sid, id, StreamHandle::Live(addr.clone()));
+        let body = self.run_stream(sctx, sid, core, with_priming.as_deref(), ledger, generation);
+        if let Some(json) = behind {
+            // Behind what its tool queued, whatever the mailbox's bound (its request ended:
+            // nothing else would deliver it).
+            addr.do_send(Emit { json, last: true });
+        }
+        body
     }
 
     /// A new stream's core, `sid` of `kind`, in `generation` with `settings`.

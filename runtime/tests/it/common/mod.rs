@@ -181,6 +181,15 @@ pub fn catalog(gate: Gate) -> Catalog {
             }
             Ok(CallToolResult::text("chatty done"))
         }))
+        .tool(tool_fn(ToolSpec::new("hasty", "Hands a log message to its stream, then answers without waiting for it", obj.clone()), |_, cx| async move {
+            // Polled once, the message is in its stream's mailbox; the send is finished (its
+            // receipt awaited) on a task of its own while the tool answers at once.
+            let mut sent = Box::pin(async move { cx.log(LogLevel::Info, None, json!("hasty")).await });
+            let waker = std::task::Waker::noop();
+            assert!(sent.as_mut().poll(&mut std::task::Context::from_waker(waker)).is_pending());
+            actix_web::rt::spawn(sent);
+            Ok(CallToolResult::text("hasty done"))
+        }))
         .tool(tool_fn(ToolSpec::new("ask", "Asks the client to sample, returns its text", obj.clone()), |_, cx| async move {
             let r = cx.request("sampling/createMessage", json!({"messages":[],"maxTokens":1})).await.map_err(ToolError::Protocol)?;
             Ok(CallToolResult::text(format!("client said {}", r["content"]["text"].as_str().unwrap_or("?"))))
