@@ -48,5 +48,5 @@ pub(crate) use generations::{Counted, GenCount, GenStatus};
 pub use generations::{GenOrigin, GenSettings};
 pub(crate) use registry::{InboxTicket, QuotaKey};
 pub(crate) use session::{Delete, JsonReply, OpenGet, Post, PostOutcome, Resume, SessionHandle};
-pub(crate) use stream::StreamActor;
+pub(crate) use stream::{STREAM_MAILBOX, StreamActor};
 pub use supervisor::{Lifecycle, Phase, Supervisor};

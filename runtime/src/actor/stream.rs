@@ -110,11 +110,14 @@ pub(crate) struct StreamActor {
     span: tracing::Span,
 }
 
+/// A stream actor's mailbox bound (a tool's notifications past it wait for room).
+pub(crate) const STREAM_MAILBOX: usize = 64;
+
 impl Actor for StreamActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        ctx.set_mailbox_capacity(64);
+        ctx.set_mailbox_capacity(STREAM_MAILBOX);
         if !self.counted {
             count_started(&self.env.stats, &self.core);
         }

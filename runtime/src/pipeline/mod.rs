@@ -110,8 +110,9 @@ pub(crate) enum First {
 
 /// Poll a dispatched request once, at once, with a waker that does nothing: a handler that
 /// finishes without waiting is answered in the same write as anything before it (a session's
-/// priming event, a stateless request's one JSON body). One that waits has sent nothing yet
-/// (its first send is still pending), so ordering is kept when its shell polls it on.
+/// priming event, a stateless request's one JSON body), or, when it handed something to its
+/// stream without waiting for it, behind that. One that waits has sent nothing yet (its first
+/// send is still pending), so ordering is kept when its shell polls it on.
 pub(crate) fn first_poll(dispatch: Dispatch) -> First {
     match dispatch {
         Dispatch::Ready(r) => First::Answered(r),

@@ -1,5 +1,5 @@
 //! Where a running request's notifications and questions go: one [`Outbound`] with the
-//! era's sink.
+//! era's sink, and for a legacy SSE reply its stream's [`StreamDoor`].
 
 use std::sync::Arc;
 
@@ -10,6 +10,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use super::stateless::StatelessSink;
+use crate::actor::STREAM_MAILBOX;
 use crate::actor::StreamActor;
 use crate::actor::links::{Emit, PollClose};
 use crate::proto::ids::JsonRpcId;
@@ -76,10 +77,6 @@ impl Outbound {
     }
 }
 
-/// The mailbox of a stream actor made before the actor: a capacity of actix's default
-/// (`Context::new`'s); the actor sets its own once it starts.
-const STREAM_MAILBOX: usize = 16;
-
 /// A request's own SSE stream as its tool and its session reach it. The stream actor's
 /// mailbox is made only once something needs its address: the tool (a notification, a
 /// question or a polling close while its handler runs) or the session, when the request
@@ -102,15 +99,16 @@ enum Door {
     Kept,
 }
 
-/// Where a request's stream runs, as its session opens it ([`StreamDoor::open`]).
-pub(crate) enum Opened {
-    /// Kept as data: no actor, no mailbox.
-    Kept,
+/// Where a request's stream runs, as its session opens it ([`StreamDoor::open`]), with the
+/// request's answer when it has one.
+pub(crate) enum Opened<T> {
+    /// Kept as data (answered at once): no actor, no mailbox.
+    Kept(T),
     /// Its actor starts in this new mailbox.
-    Fresh(Context<StreamActor>),
+    Fresh(Context<StreamActor>, Option<T>),
     /// Its actor starts in the mailbox its tool made and may have sent to already: an
     /// answer goes behind what is queued there.
-    Used(Context<StreamActor>),
+    Used(Context<StreamActor>, Option<T>),
 }
 
 impl StreamDoor {
@@ -135,22 +133,25 @@ impl StreamDoor {
     }
 
     /// For the session, once the request's handler returned from its first poll: where its
-    /// stream runs; `kept` when it would be kept as data (answered at once, and its mode
-    /// allows), which only a stream its tool never used is. Called once.
-    pub(crate) fn open(&self, kept: bool) -> Opened {
+    /// stream runs, with the request's `answer` if it has one; kept as data when `keep` (its
+    /// mode allows) and answered at once, which only a stream its tool never used is.
+    ///
+    /// # Panics
+    /// Called a second time for one request (a bug: its session opens it once).
+    pub(crate) fn open<T>(&self, answer: Option<T>, keep: bool) -> Opened<T> {
         let mut door = self.0.lock();
-        match std::mem::replace(&mut *door, Door::Kept) {
-            Door::Unopened if kept => Opened::Kept,
-            Door::Unopened => {
+        match (std::mem::replace(&mut *door, Door::Kept), answer) {
+            (Door::Unopened, Some(answer)) if keep => Opened::Kept(answer),
+            (Door::Unopened, answer) => {
                 let ctx = Context::new();
                 *door = Door::Open(ctx.address());
-                Opened::Fresh(ctx)
+                Opened::Fresh(ctx, answer)
             }
-            Door::Made(rx, a) => {
+            (Door::Made(rx, a), answer) => {
                 *door = Door::Open(a);
-                Opened::Used(Context::with_receiver(rx))
+                Opened::Used(Context::with_receiver(rx), answer)
             }
-            Door::Open(_) | Door::Kept => unreachable!("a request's stream is opened once"),
+            (Door::Open(_) | Door::Kept, _) => unreachable!("a request's stream is opened once"),
         }
     }
 }
@@ -272,24 +273,31 @@ mod tests {
     #[test]
     fn a_stream_answered_at_once_that_its_tool_never_used_gets_no_mailbox() {
         let door = StreamDoor::new();
-        assert!(matches!(door.open(true), Opened::Kept), "kept as data: nothing to start");
+        assert!(
+            matches!(door.open(Some(()), true), Opened::Kept(())),
+            "kept as data: nothing to start"
+        );
         assert!(door.addr().is_none(), "closed: what its tool sends later is dropped");
     }
 
     #[test]
     fn a_waiting_request_gets_its_mailbox_from_its_session_and_its_tool_the_same_address() {
         let door = StreamDoor::new();
-        let Opened::Fresh(ctx) = door.open(false) else { panic!("it waits: a new mailbox") };
+        let Opened::Fresh(ctx, None) = door.open(None::<()>, true) else {
+            panic!("it waits: a new mailbox")
+        };
         assert!(door.addr() == Some(ctx.address()), "the tool sends to the actor started");
     }
 
     #[test]
     fn a_stream_its_tool_used_first_runs_in_the_mailbox_its_tool_sends_to() {
-        for kept in [true, false] {
+        for keep in [true, false] {
             let door = StreamDoor::new();
             let addr = door.addr().expect("made for the tool");
             assert!(door.addr() == Some(addr.clone()), "one mailbox");
-            let Opened::Used(ctx) = door.open(kept) else { panic!("used: never kept as data") };
+            let Opened::Used(ctx, Some(())) = door.open(Some(()), keep) else {
+                panic!("used: never kept as data, its answer handed back")
+            };
             assert!(ctx.address() == addr, "what the tool sent before waits there");
             assert!(door.addr() == Some(addr));
         }
@@ -324,7 +332,10 @@ mod tests {
             stream: Some(StreamDoor::new()),
             origin: JsonRpcId::Number(1),
         };
-        assert!(matches!(out.stream_door().map(|d| d.open(true)), Some(Opened::Kept)));
+        assert!(matches!(
+            out.stream_door().map(|d| d.open(Some(()), true)),
+            Some(Opened::Kept(()))
+        ));
         let e = out.request("sampling/createMessage", Value::Null).await.unwrap_err();
         assert_eq!(
             (e.code, e.message.as_str()),
@@ -341,13 +352,13 @@ mod tests {
                 let door = Arc::clone(&door);
                 move || door.addr()
             });
-            let opened = door.open(true);
+            let opened = door.open(Some(()), true);
             let sent_to = tool.join().expect("the tool's thread");
             match opened {
                 // Before the tool: kept, and the tool finds it closed.
-                Opened::Kept => assert!(sent_to.is_none()),
-                Opened::Used(ctx) => assert!(sent_to == Some(ctx.address())),
-                Opened::Fresh(_) => panic!("answered at once: never a new mailbox"),
+                Opened::Kept(()) => assert!(sent_to.is_none()),
+                Opened::Used(ctx, _) => assert!(sent_to == Some(ctx.address())),
+                Opened::Fresh(..) => panic!("answered at once: never a new mailbox"),
             }
         }
     }

@@ -546,22 +546,16 @@ impl<R, S, P> SessionCore<R, S, P> {
     }
 
     /// Allocate a stream id and register the POST stream of `request` (for tests; its shell
-    /// does it in two steps, [`Self::new_stream_id`] then [`Self::insert_post_stream`], once
+    /// does it in two steps, [`Self::alloc_stream`] then [`Self::insert_post_stream`], once
     /// the request's handler returned from its first poll).
     #[cfg(test)]
     pub(crate) fn open_post_stream(&mut self, request: &JsonRpcId, handle: S) -> StreamId {
-        let sid = self.new_stream_id();
+        let sid = self.alloc_stream();
         self.insert_post_stream(sid, request.clone(), handle);
         sid
     }
 
-    /// Allocate the id of a stream about to be registered ([`Self::insert_post_stream`]):
-    /// its shell may need it to make the stream's handle.
-    pub(crate) fn new_stream_id(&mut self) -> StreamId {
-        self.alloc_stream()
-    }
-
-    /// Register the POST stream `sid` ([`Self::new_stream_id`]) of `request`.
+    /// Register the POST stream `sid` ([`Self::alloc_stream`]) of `request`.
     pub(crate) fn insert_post_stream(&mut self, sid: StreamId, request: JsonRpcId, handle: S) {
         if let Some(f) = self.in_flight.get_mut(&request) {
             f.stream = Some(sid);
@@ -581,7 +575,9 @@ impl<R, S, P> SessionCore<R, S, P> {
         (sid, old)
     }
 
-    fn alloc_stream(&mut self) -> StreamId {
+    /// Allocate the id of a new stream (registered next: its shell may need the id to make
+    /// the stream's handle).
+    pub(crate) fn alloc_stream(&mut self) -> StreamId {
         let sid = StreamId(self.next_stream);
         self.next_stream += 1;
         sid

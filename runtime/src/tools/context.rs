@@ -207,7 +207,9 @@ impl ToolContext {
     }
 
     /// Report progress; a no-op when the request carried no progress token. `progress` must
-    /// increase from call to call.
+    /// increase from call to call. Await it: a send begun after the handler answered (a
+    /// future spawned but not polled before) finds the request's stream closed and is
+    /// dropped.
     pub async fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
         let Some(token) = &self.progress_token else { return };
         let mut p = json!({"progressToken": token, "progress": progress});
@@ -220,7 +222,8 @@ impl ToolContext {
         self.out.notify(encode_notification(method::PROGRESS, Some(&p))).await;
     }
 
-    /// Send a log message, unless the client set a higher minimum level.
+    /// Send a log message, unless the client set a higher minimum level. Await it, as
+    /// [`ToolContext::progress`].
     pub async fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {
         if !self.logs || self.log_level.is_some_and(|min| level < min) {
             return;

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use crate::actor::generations::Counted;
+use crate::actor::generations::{Counted, GenCount};
 use crate::actor::lifecycle::Phase;
 use crate::actor::stream::{Close, Emit, StreamActor};
 use crate::pipeline::{self, First, Outbound, Requester, StreamDoor};
@@ -408,11 +408,10 @@ impl SessionActor {
         };
         match (out.stream_door(), json_reply) {
             (Some(stream), _) => {
-                let final_json =
-                    done.and_then(|r| self.take_response(&id, r).map(|(bytes, _, _)| bytes));
-                Ok(PostOutcome::Sse(
-                    self.start_post_stream(stream, id, final_json, request, purpose),
-                ))
+                let answered = done
+                    .and_then(|r| self.take_response(&id, r))
+                    .map(|(bytes, task, _)| (bytes, task.generation));
+                Ok(PostOutcome::Sse(self.start_post_stream(stream, id, answered, request, purpose)))
             }
             (None, Some(rx)) => {
                 if let Some(r) = done {
@@ -491,19 +490,24 @@ impl SessionActor {
         if let Some(tx) = task.json {
             let _ = tx.send(Ok(bytes));
         } else if let Some(s) = stream.and_then(|sid| self.core.stream(sid)?.handle.live()) {
-            // Within the stream's mailbox bound; a busy stream gets it as soon as it has room:
-            // awaited on a task of its own (it outlives this session if the session stops),
-            // the request counted in flight until the stream has it (a drain waits for it).
-            match s.try_send(Emit { json: bytes, last: true }) {
-                Ok(()) | Err(SendError::Closed(_)) => {}
-                Err(SendError::Full(m)) => {
-                    let (addr, in_flight) = (s.clone(), task.generation);
-                    actix_rt::spawn(async move {
-                        let _ = addr.send(m).await;
-                        drop(in_flight);
-                    });
-                }
-            }
+            send_final(s, bytes, task.generation);
+        }
+    }
+}
+
+/// Hand a request's answer to its `stream`'s actor, within the stream's mailbox bound; a busy
+/// stream gets it as soon as it has room: awaited on a task of its own (it outlives the
+/// session if the session stops), the request counted `in_flight` until the stream has it (a
+/// drain waits for it).
+pub(super) fn send_final(stream: &Addr<StreamActor>, json: Bytes, in_flight: GenCount) {
+    match stream.try_send(Emit { json, last: true }) {
+        Ok(()) | Err(SendError::Closed(_)) => {}
+        Err(SendError::Full(m)) => {
+            let addr = stream.clone();
+            actix_rt::spawn(async move {
+                let _ = addr.send(m).await;
+                drop(in_flight);
+            });
         }
     }
 }

@@ -13,7 +13,7 @@ use crate::actor::dormant::{DormantStream, StreamHandle};
 use crate::actor::durable::StreamLedger;
 use crate::actor::generations::{Counted, GenCount};
 use crate::actor::links::{Detached, DormantEnds};
-use crate::actor::stream::{Emit, Stop as StopStream, StreamActor, StreamLinks};
+use crate::actor::stream::{Stop as StopStream, StreamActor, StreamLinks};
 use crate::pipeline::{Opened, StreamDoor};
 use crate::proto::ids::{JsonRpcId, StreamId, Tick};
 use crate::proto::rollout::{StreamMode, StreamPurpose};
@@ -135,31 +135,31 @@ impl SessionActor {
         self.run_stream(sctx, sid, core, None, ledger, generation)
     }
 
-    /// Open and start the SSE stream of request `id`, behind `door`; `final_json` when the
-    /// request is already answered. Counts the stream's first connection and returns its
-    /// body. Kept as data (`actor::dormant`) when answered at once, its mode allowing and its
-    /// tool never having used it; otherwise its actor runs in the mailbox `door` gives: an
-    /// answer is written with the priming event (the stream closed from the start), unless
-    /// its tool sent to the stream meanwhile (it then follows what was sent, as a waiting
-    /// request's answer does).
+    /// Open and start the SSE stream of request `id`, behind `door`; `answered` when the
+    /// request is already answered (its answer, and its count in flight). Counts the
+    /// stream's first connection and returns its body. Kept as data (`actor::dormant`) when
+    /// answered at once, its mode allowing and its tool never having used it; otherwise its
+    /// actor runs in the mailbox `door` gives: an answer is written with the priming event (the
+    /// stream closed from the start), unless its tool sent to the stream meanwhile (it then
+    /// follows what was sent, as a waiting request's answer does).
     pub(super) fn start_post_stream(
         &mut self,
         door: &StreamDoor,
         id: JsonRpcId,
-        final_json: Option<Bytes>,
+        answered: Option<(Bytes, GenCount)>,
         request: Option<(String, Option<Value>)>,
         purpose: StreamPurpose,
     ) -> SseBody {
         let (generation, settings) = self.new_stream_settings(purpose);
-        let opened = door.open(final_json.is_some() && DormantStream::fits(&settings));
-        let sid = self.core.new_stream_id();
+        let opened = door.open(answered, DormantStream::fits(&settings));
+        let sid = self.core.alloc_stream();
         let kind = StreamKind::Post { request: id.clone() };
         let core = self.new_core(sid, kind, &generation, settings);
         let now = self.now();
         self.core.connection_delta(now, true);
         let ledger = StreamLedger::new(Arc::clone(&self.meta.hmac), sid, request, now);
-        let (sctx, with_priming, behind) = match (opened, final_json) {
-            (Opened::Kept, Some(json)) => {
+        let (sctx, with_priming, behind) = match opened {
+            Opened::Kept((json, _in_flight)) => {
                 let (stream, body, bytes) = DormantStream::open(
                     core,
                     &json,
@@ -176,17 +176,15 @@ impl SessionActor {
                 self.evict(evicted);
                 return body;
             }
-            (Opened::Kept, None) => unreachable!("only an answered stream is kept as data"),
-            (Opened::Fresh(sctx), json) => (sctx, json, None),
-            (Opened::Used(sctx), json) => (sctx, None, json),
+            Opened::Fresh(sctx, answered) => (sctx, answered.map(|(json, _)| json), None),
+            Opened::Used(sctx, answered) => (sctx, None, answered),
         };
         let addr = sctx.address();
         self.core.insert_post_stream(sid, id, StreamHandle::Live(addr.clone()));
         let body = self.run_stream(sctx, sid, core, with_priming.as_deref(), ledger, generation);
-        if let Some(json) = behind {
-            // Behind what its tool queued, whatever the mailbox's bound (its request ended:
-            // nothing else would deliver it).
-            addr.do_send(Emit { json, last: true });
+        if let Some((json, in_flight)) = behind {
+            // Behind what its tool queued.
+            super::dispatch::send_final(&addr, json, in_flight);
         }
         body
     }
