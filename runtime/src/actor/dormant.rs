@@ -210,7 +210,8 @@ impl DormantStream {
     pub(crate) fn retention_over(&self, now: Tick) -> bool {
         match &self.kept {
             Kept::Whole(p) => p.core.handle_timeout(now).retention_over,
-            Kept::Answer(a) => now >= a.answer.retention_end(a.env.timing),
+            // Settled: its retention's end, the only deadline its core had, is `until`.
+            Kept::Answer(_) => self.until.is_some_and(|t| now >= t),
             Kept::Taken => false,
         }
     }

@@ -15,6 +15,7 @@ use crate::actor::StreamActor;
 use crate::actor::links::{Emit, PollClose};
 use crate::proto::ids::JsonRpcId;
 use crate::proto::jsonrpc::{ErrorObject, code};
+use crate::proto::session::ClientRequestRefused;
 use crate::tools::{BoxFuture, ToolOutbound};
 
 /// The [`ToolOutbound`] of one request, in either era.
@@ -190,11 +191,9 @@ impl ToolOutbound for Outbound {
                 // context asks after its answer), as the session would say.
                 let stream = match stream.as_ref().map(StreamDoor::addr) {
                     Some(None) => {
-                        return Box::pin(async {
-                            Err(ErrorObject::new(
-                                code::INTERNAL_ERROR,
-                                "the originating request is no longer running",
-                            ))
+                        let ended = ClientRequestRefused::OriginEnded.message();
+                        return Box::pin(async move {
+                            Err(ErrorObject::new(code::INTERNAL_ERROR, ended))
                         });
                     }
                     own => own.flatten(),

@@ -108,6 +108,19 @@ pub(crate) enum ClientRequestRefused {
     TooMany,
 }
 
+impl ClientRequestRefused {
+    /// What the tool is told.
+    #[must_use]
+    pub(crate) fn message(self) -> &'static str {
+        match self {
+            ClientRequestRefused::OriginEnded => "the originating request is no longer running",
+            ClientRequestRefused::TooMany => {
+                "too many server-to-client requests are waiting in this session"
+            }
+        }
+    }
+}
+
 /// A stream in the table.
 #[derive(Debug)]
 pub(crate) struct StreamEntry<S> {

@@ -243,12 +243,6 @@ impl SettledAnswer {
     /// What every settled stream counted: its answer.
     pub(crate) const COUNTERS: StreamStats =
         StreamStats { events: 1, resumes: 0, gaps: 0, dropped_after_close: 0, lost_unattached: 0 };
-
-    /// When its retention ends, with `timing` (its settings').
-    #[must_use]
-    pub(crate) fn retention_end(&self, timing: StreamTiming) -> Tick {
-        self.since.plus_ms(timing.retention_after_delivery_ms)
-    }
 }
 
 /// A stream rebuilt from its ledger record.

@@ -14,7 +14,6 @@ use crate::proto::admission::ReplyMode;
 use crate::proto::error::{Overload, Rejection};
 use crate::proto::jsonrpc::{ErrorObject, Incoming, Message, code, encode_error, encode_request};
 use crate::proto::rollout::{StreamMode, StreamPurpose};
-use crate::proto::session::ClientRequestRefused;
 use crate::proto::stream::CloseReason;
 
 use super::messages::{
@@ -333,15 +332,8 @@ impl Handler<ServerRequest> for SessionActor {
                 }
             }
             Err((route, why)) => {
-                let text = match why {
-                    ClientRequestRefused::OriginEnded => {
-                        "the originating request is no longer running"
-                    }
-                    ClientRequestRefused::TooMany => {
-                        "too many server-to-client requests are waiting in this session"
-                    }
-                };
-                let _ = route.reply.send(Err(ErrorObject::new(code::INTERNAL_ERROR, text)));
+                let _ =
+                    route.reply.send(Err(ErrorObject::new(code::INTERNAL_ERROR, why.message())));
             }
         }
         self.arm(ctx);

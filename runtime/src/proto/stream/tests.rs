@@ -635,12 +635,19 @@ fn only_a_settled_stream_in_its_retention_gives_its_answer() {
     n.detach(a.conn, true);
     let _ = n.poll_timeout(Tick(1));
     assert!(n.settled_answer().is_none(), "two events");
-    // A GET stream never answers.
+    // A closed GET stream (replaced) answers nothing.
     let mut g =
         StreamCore::new(StreamId(8), Generation(1), StreamKind::Get, signer(), settings(true, 8));
     let a = g.attach_new();
     let _ = g.close(CloseReason::Replaced);
     g.detach(a.conn, true);
     let _ = g.poll_timeout(Tick(1));
-    assert!(g.settled_answer().is_none(), "not an answered POST stream");
+    assert!(g.settled_answer().is_none(), "a GET stream");
+    // A plain stream is never resumed.
+    let mut p = stream_in(StreamMode::Plain, false);
+    let a = p.attach_new();
+    let _ = p.push_final(b"{}");
+    p.detach(a.conn, true);
+    let _ = p.poll_timeout(Tick(1));
+    assert!(p.settled_answer().is_none(), "a plain stream");
 }
