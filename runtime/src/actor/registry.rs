@@ -61,9 +61,11 @@ pub(crate) trait Registered: Clone + std::fmt::Debug + Send + Sync + 'static {
 pub(crate) type Starter = Box<dyn FnOnce()>;
 
 /// A registered session: awake (its handle) or hibernating (its deadline in
-/// [`Registry::wake_at`], and its state as data).
+/// [`Registry::wake_at`], and its state as data). Both boxed: a shard's table holds a slot
+/// for every live session, most of them asleep once a server has many, and an awake
+/// handle (64 bytes) in place would make every slot that large.
 enum Slot<H: Registered> {
-    Awake(H),
+    Awake(Box<H>),
     Asleep(Tick, Box<H::Asleep>),
 }
 
@@ -121,6 +123,8 @@ impl Drop for InboxTicket {
 struct Caller {
     sessions: usize,
     budget: Arc<MemoryBudget>,
+    /// Its owner ([`QuotaKey::owner`]), made once: its sessions share it.
+    owner: Option<Arc<str>>,
 }
 
 /// The sharded session map.
@@ -206,7 +210,7 @@ impl<H: Registered> Registry<H> {
     pub(crate) fn awake_by_hmac(&self, hmac: &str) -> Option<Result<H, SessionId>> {
         let id = self.live_hmacs.lock().get(hmac).cloned()?;
         match self.shard(&id).read().get(&id)? {
-            Slot::Awake(h) => Some(Ok(h.clone())),
+            Slot::Awake(h) => Some(Ok(H::clone(h))),
             Slot::Asleep(..) => Some(Err(id)),
         }
     }
@@ -236,7 +240,7 @@ impl<H: Registered> Registry<H> {
             let shard = self.shard(id).read();
             match shard.get(id)? {
                 Slot::Awake(h) if H::belongs_to(Ok(h), caller) => {
-                    return Some(h.inbox().enter().map(|t| (h.clone(), t)));
+                    return Some(h.inbox().enter().map(|t| (H::clone(h), t)));
                 }
                 Slot::Asleep(_, s) if H::belongs_to(Err(s), caller) => {}
                 _ => return None,
@@ -297,7 +301,7 @@ impl<H: Registered> Registry<H> {
         let Some(Slot::Asleep(..)) = shard.get(id) else { return None };
         let Some(Slot::Asleep(at, asleep)) = shard.remove(id) else { unreachable!("looked at") };
         let (handle, starter) = H::wake(asleep);
-        shard.insert(id.clone(), Slot::Awake(handle));
+        shard.insert(id.clone(), Slot::Awake(Box::new(handle)));
         self.sleeping.fetch_sub(1, Ordering::AcqRel);
         self.wakes.fetch_add(1, Ordering::Relaxed);
         // (The sweeper's own wakes took it out already.)
@@ -469,17 +473,15 @@ impl<H: Registered> Registry<H> {
         limits: SlotLimits,
     ) -> Result<Reservation<H>, Rejection> {
         let mut per_key = self.per_key.lock();
-        let (mine, budget) = match per_key.get(&key) {
-            Some(c) => (c.sessions, Arc::clone(&c.budget)),
-            None => (0, MemoryBudget::new(limits.memory_per_key)),
-        };
+        let caller = per_key.get(&key);
+        let mine = caller.map_or(0, |c| c.sessions);
         if mine >= limits.max_per_key {
             return Err(Rejection::QuotaExceeded {
                 cause: Quota::Sessions,
                 retry_after_s: Overload::Sessions.retry_after_s(),
             });
         }
-        if budget.is_full() {
+        if caller.is_some_and(|c| c.budget.is_full()) {
             return Err(Rejection::QuotaExceeded {
                 cause: Quota::StreamMemory,
                 retry_after_s: Overload::StreamMemory.retry_after_s(),
@@ -490,8 +492,14 @@ impl<H: Registered> Registry<H> {
                 (n < limits.max).then_some(n + 1)
             })
             .map_err(|_| Rejection::Overloaded(Overload::Sessions))?;
-        per_key.insert(key.clone(), Caller { sessions: mine + 1, budget: Arc::clone(&budget) });
-        Ok(Reservation { registry: Some(Arc::clone(self)), key: Some(key), budget })
+        let caller = per_key.entry(key.clone()).or_insert_with(|| Caller {
+            sessions: 0,
+            budget: MemoryBudget::new(limits.memory_per_key),
+            owner: key.owner(),
+        });
+        caller.sessions += 1;
+        let (budget, owner) = (Arc::clone(&caller.budget), caller.owner.clone());
+        Ok(Reservation { registry: Some(Arc::clone(self)), key: Some(key), budget, owner })
     }
 
     fn release(&self, key: &QuotaKey) {
@@ -550,13 +558,15 @@ pub(crate) struct Reservation<H: Registered> {
     registry: Option<Arc<Registry<H>>>,
     key: Option<QuotaKey>,
     budget: Arc<MemoryBudget>,
+    /// The caller's owner, shared by its sessions.
+    owner: Option<Arc<str>>,
 }
 
 impl<H: Registered> Reservation<H> {
     /// The owner (see [`QuotaKey::owner`]) of the caller the reservation counts.
     #[must_use]
     pub(crate) fn owner(&self) -> Option<Arc<str>> {
-        self.key.as_ref().and_then(QuotaKey::owner)
+        self.owner.clone()
     }
 
     /// The caller's share of the stream memory budget.
@@ -570,7 +580,10 @@ impl<H: Registered> Reservation<H> {
         let guard = self.into_guard(id, Arc::clone(handle.inbox()), hmac);
         let registry = &guard.registry;
         registry.live_hmacs.lock().insert(Arc::clone(&guard.hmac), guard.id.clone());
-        let old = registry.shard(&guard.id).write().insert(guard.id.clone(), Slot::Awake(handle));
+        let old = registry
+            .shard(&guard.id)
+            .write()
+            .insert(guard.id.clone(), Slot::Awake(Box::new(handle)));
         debug_assert!(old.is_none(), "a session id is inserted once");
         // Dropped outside the shard's lock.
         drop(old);
@@ -803,6 +816,20 @@ mod tests {
             "bob has his own share"
         );
         charge.set(0);
+    }
+
+    #[test]
+    fn an_address_callers_sessions_share_one_owner_made_once() {
+        let r = Arc::new(Registry::<Handle>::default());
+        let k = QuotaKey::Address("192.0.2.7".parse().unwrap());
+        let a = r.reserve(k.clone(), limits(10, 10)).unwrap();
+        let b = r.reserve(k.clone(), limits(10, 10)).unwrap();
+        let (oa, ob) = (a.owner().unwrap(), b.owner().unwrap());
+        assert_eq!((&*oa, k.owner().as_deref()), ("ip:192.0.2.7", Some("ip:192.0.2.7")));
+        assert!(Arc::ptr_eq(&oa, &ob), "one owner for the caller's sessions");
+        let other = r.reserve(QuotaKey::Address("192.0.2.8".parse().unwrap()), limits(10, 10));
+        assert_eq!(other.unwrap().owner().as_deref(), Some("ip:192.0.2.8"));
+        assert_eq!(r.reserve(QuotaKey::Unknown, limits(10, 10)).unwrap().owner(), None);
     }
 
     fn asleep(guard: RegistryGuard<Handle>, (): ()) -> Box<RegistryGuard<Handle>> {
