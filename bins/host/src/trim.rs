@@ -5,10 +5,11 @@
 //! sessions holding large handshakes and buffered responses, then gone) the process would stay
 //! resident at its peak although the memory is free (measured with glibc alone: 588 MiB after
 //! 2,000 such sessions were deleted, 7 MiB after one `malloc_trim`). jemalloc returns dirty
-//! pages on its own after about 10 s, but only while it is being called; so every `every` the
-//! host asks both to return free pages at once — only after the footprint it can see
-//! (connections, sessions, streams, stream memory) shrank or settled, so a steady server does
-//! not walk its arenas for nothing. glibc's trim locks each arena in turn while it runs (51 ms
+//! pages on its own after about 10 s, but only while it is being called; so the host asks both
+//! to return free pages at once — when the footprint it can see (connections, sessions,
+//! streams, stream memory) shrank (at most once every `every`), and within a second of a burst's
+//! end (the footprint checked every [`CHECK`]), so a steady server does not walk its arenas
+//! for nothing and an idle one holds no more than it uses. glibc's trim locks each arena in turn while it runs (51 ms
 //! for that 580 MiB release, microseconds otherwise). Once the footprint settled, the ledger
 //! gives back its SQLite page caches first (pages the OS keeps in its file cache; 0.86 KiB
 //! of RSS per idle session after a burst of 10,000:
@@ -23,23 +24,34 @@ use std::time::Duration;
 /// live streams, stream memory bytes.
 pub(crate) type Footprint = (u64, [i64; 4]);
 
+/// How often the footprint is read (a few counters): a burst's memory goes back within
+/// two of these after its last request.
+pub(crate) const CHECK: Duration = Duration::from_millis(500);
+
 /// Quiet checks after a change during which the host still trims (frees that no counter
 /// shows, right after the last request).
 const QUIET_TRIMS: u32 = 3;
 
-/// When to trim: at every check where connections, sessions, streams or stream memory
-/// shrank (memory is being freed), and at the first [`QUIET_TRIMS`] checks after the
-/// footprint stopped changing (a burst is over: what it allocated is free now). Never while
-/// the server is steady or idle for longer, so it does not walk its arenas for nothing.
+/// When to trim: where connections, sessions, streams or stream memory shrank (memory is
+/// being freed), at most once every `shrink_every` checks (a busy server's counts go down
+/// and up all the time); and at the first [`QUIET_TRIMS`] checks after the footprint stopped
+/// changing (a burst is over: what it allocated is free now). Never while the server is
+/// steady or idle for longer, so it does not walk its arenas for nothing.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Policy {
     last_check: Footprint,
     quiet: u32,
+    shrink_every: u32,
+    /// Checks since the last trim.
+    since_trim: u32,
 }
 
 impl Policy {
-    pub(crate) fn new(start: Footprint) -> Policy {
-        Policy { last_check: start, quiet: QUIET_TRIMS }
+    /// Checked every [`CHECK`], trimming while shrinking at most once every `shrink_every`
+    /// checks (at least 1).
+    pub(crate) fn new(start: Footprint, shrink_every: u32) -> Policy {
+        let shrink_every = shrink_every.max(1);
+        Policy { last_check: start, quiet: QUIET_TRIMS, shrink_every, since_trim: shrink_every }
     }
 
     /// Whether to trim at this check, and why.
@@ -48,13 +60,18 @@ impl Policy {
         let shrank = now.1.iter().zip(last.1).any(|(n, l)| *n < l);
         self.quiet = if now == last { self.quiet.saturating_add(1) } else { 0 };
         self.last_check = now;
-        if (1..=QUIET_TRIMS).contains(&self.quiet) {
+        self.since_trim = self.since_trim.saturating_add(1);
+        let due = if (1..=QUIET_TRIMS).contains(&self.quiet) {
             Due::Settled
-        } else if shrank {
+        } else if shrank && self.since_trim >= self.shrink_every {
             Due::Shrinking
         } else {
             Due::No
+        };
+        if due != Due::No {
+            self.since_trim = 0;
         }
+        due
     }
 }
 
@@ -137,7 +154,7 @@ fn trim_glibc() -> bool {
     false
 }
 
-/// Check every `every`, trim when [`due`].
+/// Check every [`CHECK`], trim when [`due`] (while shrinking, at most once every `every`).
 /// Ends once the server is gone.
 pub(crate) async fn run(server: mcp_runtime::server::Control, every: Duration) {
     let footprint = || {
@@ -154,8 +171,9 @@ pub(crate) async fn run(server: mcp_runtime::server::Control, every: Duration) {
         ))
     };
     let Some(start) = footprint() else { return };
-    let mut policy = Policy::new(start);
-    let mut tick = tokio::time::interval(every);
+    let shrink_every = every.as_millis().div_ceil(CHECK.as_millis());
+    let mut policy = Policy::new(start, u32::try_from(shrink_every).unwrap_or(u32::MAX));
+    let mut tick = tokio::time::interval(CHECK);
     loop {
         tick.tick().await;
         let Some(now) = footprint() else { return };
@@ -182,7 +200,7 @@ mod tests {
 
     #[test]
     fn trims_while_shrinking_and_a_few_times_once_settled_never_when_steady() {
-        let mut p = Policy::new((0, [1, 10, 5, 1000]));
+        let mut p = Policy::new((0, [1, 10, 5, 1000]), 1);
         assert_eq!(p.due((0, [1, 10, 5, 1000])), Due::No, "nothing happened since start");
         assert_eq!(p.due((900, [4, 20, 9, 5000])), Due::No, "growing");
         assert_eq!(p.due((1800, [4, 20, 9, 5000])), Due::No, "requests go on: busy, not shrinking");
@@ -196,5 +214,21 @@ mod tests {
         assert_eq!(p.due((1810, [0, 5, 8, 5000])), Due::Shrinking, "a stream stopped");
         assert_eq!(p.due((1810, [0, 5, 8, 10])), Due::Shrinking, "buffered events released");
         assert_eq!(p.due((1810, [0, 5, 8, 10])), Due::Settled, "quiet again: the caches too");
+    }
+
+    #[test]
+    fn while_busy_a_shrinking_footprint_trims_at_most_once_every_shrink_every_checks() {
+        let mut p = Policy::new((0, [10, 10, 10, 1000]), 4);
+        // A busy server: requests go on, its streams go down and up.
+        let mut dues = Vec::new();
+        for i in 1..=12u64 {
+            let streams = if i % 2 == 0 { 9 } else { 10 };
+            dues.push(p.due((i * 100, [10, 10, streams, 1000])));
+        }
+        let trims: Vec<usize> = (0..12).filter(|&i| dues[i] != Due::No).collect();
+        assert_eq!(trims, vec![1, 5, 9], "{dues:?}");
+        assert!(trims.iter().all(|&i| dues[i] == Due::Shrinking));
+        // The burst ends: settled at the next check, whatever the last trim's time.
+        assert_eq!(p.due((1200, [10, 10, 9, 1000])), Due::Settled);
     }
 }
