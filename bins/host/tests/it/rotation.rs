@@ -142,3 +142,54 @@ fn after_a_key_rotation_baskets_tasks_and_request_states_of_the_previous_key_are
     let got = modern_call(&host.addr, 18, "get_basket", json!({"basket_id": b}));
     assert_eq!(got["structuredContent"]["item_count"], 2, "{got}");
 }
+
+/// A legacy session's `tools/call` result (no authentication).
+fn call_in(addr: &str, sid: &str, id: i64, tool: &str, args: Value) -> Value {
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": args}});
+    let (status, r) = post_json(addr, sid, &body);
+    assert_eq!(status, 200, "{r}");
+    r.get("result").cloned().unwrap_or_else(|| panic!("{tool}: {r}"))
+}
+
+/// A legacy session made before a key rotation is named under both keys once revived; it
+/// keeps both while it hibernates (a sleeping session keeps only its names under previous
+/// keys beside its current one) and, woken, still lists the baskets it made before the
+/// rotation.
+#[test]
+fn a_session_from_before_a_key_rotation_still_lists_its_baskets_after_it_hibernated_and_woke() {
+    let dir = TempDir::new("rotate-sleep");
+    let sleepy = "[sessions]\nhibernate_after_ms = 200\n";
+    let cfg = dir.path().join("sleepy.toml");
+    std::fs::write(&cfg, sleepy).unwrap();
+    let cfg = cfg.display().to_string();
+    let mut host = start_with(&dir, 0, &["--packs", "basket", "--config", &cfg]);
+    let sid = initialize(&host.addr);
+    let made = call_in(&host.addr, &sid, 1, "create_basket", json!({"items": [{"sku": "shoes"}]}));
+    let basket = made["structuredContent"]["basket_id"].as_str().unwrap().to_owned();
+    let port = host.port();
+    assert!(host.process.terminate(Duration::from_secs(15)).is_some_and(|s| s.success()));
+
+    let old_key = dir.path().join("mcp-host.db.key.old");
+    std::fs::rename(dir.path().join("mcp-host.db.key"), &old_key).unwrap();
+    let rotated = dir.path().join("rotated.toml");
+    let previous =
+        format!("[ledger]\nprevious_key_files = [{:?}]\n", old_key.display().to_string());
+    std::fs::write(&rotated, format!("{previous}{sleepy}")).unwrap();
+    let rotated = rotated.display().to_string();
+    let mut host = start_with(&dir, port, &["--packs", "basket", "--config", &rotated]);
+    let ids = |listed: Value| -> Vec<String> {
+        let baskets = listed["structuredContent"]["baskets"].as_array().cloned();
+        let baskets = baskets.unwrap_or_else(|| panic!("{listed}"));
+        baskets.iter().map(|b| b["basket_id"].as_str().unwrap().to_owned()).collect()
+    };
+    let listed = call_in(&host.addr, &sid, 2, "list_baskets", json!({}));
+    assert_eq!(ids(listed), vec![basket.clone()], "revived under the new key, named under both");
+    wait_until("the revived session hibernates", Duration::from_secs(10), || {
+        host.metric(&dir, "mcp_sessions_hibernating") == 1.0
+    });
+    let woken = host.metric(&dir, "mcp_sessions_woken_total");
+    let listed = call_in(&host.addr, &sid, 3, "list_baskets", json!({}));
+    assert_eq!(ids(listed), vec![basket], "woken with its name under the previous key");
+    assert_eq!(host.metric(&dir, "mcp_sessions_woken_total"), woken + 1.0, "it was woken");
+    assert!(host.process.terminate(Duration::from_secs(15)).is_some_and(|s| s.success()));
+}
