@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""RSS per idle session that was used: N sessions each make initialize, notifications/initialized
+and one tools/call echo answered as JSON (no stream kept for a resume), then stay idle. Starts
+BIN (pinned to CPU 1, a temporary work dir), prints RSS idle, right after, and SETTLE s later
+(the sessions hibernate after 1 s by default), then stops the host. Loopback only.
+  python3 used-sessions.py BIN [N=10000] [SETTLE=25]"""
+import http.client, json, os, shutil, subprocess, sys, tempfile, time
+
+BIN = sys.argv[1]
+N = int(sys.argv[2]) if len(sys.argv) > 2 else 10000
+SETTLE = float(sys.argv[3]) if len(sys.argv) > 3 else 25
+PORT = 21530
+CFG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../peers/ours-bench.toml")
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
+
+
+def post(conn, body, sid=None):
+    h = {"Content-Type": "application/json", "Accept": "application/json",
+         "MCP-Protocol-Version": "2025-11-25"}
+    if sid:
+        h["Mcp-Session-Id"] = sid
+    conn.request("POST", "/mcp", json.dumps(body), h)
+    r = conn.getresponse()
+    r.read()
+    if r.status >= 300:
+        raise SystemExit(f"status {r.status}")
+    return r.getheader("Mcp-Session-Id")
+
+
+work = tempfile.mkdtemp(prefix="used-sessions-")
+host = subprocess.Popen(["taskset", "-c", "1", BIN, "--port", str(PORT), "--workers", "1",
+                         "--no-admin", "--config", CFG], cwd=work,
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+try:
+    for _ in range(100):
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=5)
+            c.request("GET", "/mcp")
+            c.getresponse().read()
+            break
+        except OSError:
+            time.sleep(0.1)
+    time.sleep(1)
+    idle = rss_kib(host.pid)
+    conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=10)
+    init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "used-sessions", "version": "0"}}}
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": "hi"}}}
+    for _ in range(N):
+        sid = post(conn, init)
+        post(conn, {"jsonrpc": "2.0", "method": "notifications/initialized"}, sid)
+        post(conn, call, sid)
+    conn.close()
+    right_after = rss_kib(host.pid)
+    time.sleep(SETTLE)
+    after = rss_kib(host.pid)
+    print(f"used sessions={N} idle={idle/1024:.1f}MiB right_after={right_after/1024:.1f}MiB "
+          f"after_{SETTLE:g}s={after/1024:.1f}MiB per_session={(after-idle)/N:.2f}KiB")
+finally:
+    host.terminate()
+    try:
+        host.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        host.kill()
+        host.wait()
+    shutil.rmtree(work, ignore_errors=True)
