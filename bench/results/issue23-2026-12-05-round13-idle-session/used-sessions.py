@@ -13,9 +13,10 @@ PORT = 21530
 CFG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../peers/ours-bench.toml")
 
 
-def rss_kib(pid):
+def rss_kib(pid, field="VmRSS:"):
+    """VmRSS (or another field of /proc/PID/status, such as RssAnon:), KiB."""
     with open(f"/proc/{pid}/status") as f:
-        return next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
+        return next(int(l.split()[1]) for l in f if l.startswith(field))
 
 
 def post(conn, body, sid=None):
@@ -45,7 +46,7 @@ try:
         except OSError:
             time.sleep(0.1)
     time.sleep(1)
-    idle = rss_kib(host.pid)
+    idle, idle_anon = rss_kib(host.pid), rss_kib(host.pid, "RssAnon:")
     conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=10)
     init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {},
@@ -59,9 +60,12 @@ try:
     conn.close()
     right_after = rss_kib(host.pid)
     time.sleep(SETTLE)
-    after = rss_kib(host.pid)
+    after, after_anon = rss_kib(host.pid), rss_kib(host.pid, "RssAnon:")
+    # Anonymous memory alone too: the binary's pages a run touches move the total by up to a
+    # MiB between builds.
     print(f"used sessions={N} idle={idle/1024:.1f}MiB right_after={right_after/1024:.1f}MiB "
-          f"after_{SETTLE:g}s={after/1024:.1f}MiB per_session={(after-idle)/N:.2f}KiB")
+          f"after_{SETTLE:g}s={after/1024:.1f}MiB per_session={(after-idle)/N:.2f}KiB "
+          f"anon_per_session={(after_anon-idle_anon)/N:.2f}KiB")
 finally:
     host.terminate()
     try:

@@ -299,9 +299,13 @@ impl<H: Registered> Registry<H> {
     /// starter, to run once the lock is released.
     fn wake_in(&self, shard: &mut FastMap<SessionId, Slot<H>>, id: &SessionId) -> Option<Starter> {
         let Some(Slot::Asleep(..)) = shard.get(id) else { return None };
-        let Some(Slot::Asleep(at, asleep)) = shard.remove(id) else { unreachable!("looked at") };
+        // The table's own key goes back in: `id` is often a request's copy of it, which would
+        // otherwise stay in the table for the session's life beside its guard's.
+        let Some((key, Slot::Asleep(at, asleep))) = shard.remove_entry(id) else {
+            unreachable!("looked at")
+        };
         let (handle, starter) = H::wake(asleep);
-        shard.insert(id.clone(), Slot::Awake(Box::new(handle)));
+        shard.insert(key, Slot::Awake(Box::new(handle)));
         self.sleeping.fetch_sub(1, Ordering::AcqRel);
         self.wakes.fetch_add(1, Ordering::Relaxed);
         // (The sweeper's own wakes took it out already.)
@@ -524,6 +528,12 @@ impl<H: Registered> Registry<H> {
     }
 
     /// Live sessions (including reservations) of one caller.
+    /// The id its table holds for `id` (the same text; which copy of it).
+    #[cfg(test)]
+    fn key_of(&self, id: &SessionId) -> Option<SessionId> {
+        self.shard(id).read().get_key_value(id).map(|(k, _)| k.clone())
+    }
+
     #[cfg(test)]
     #[must_use]
     pub(crate) fn len_of(&self, key: &QuotaKey) -> usize {
@@ -938,9 +948,13 @@ mod tests {
         assert!(r.all_awake().is_empty());
         assert!(r.enter(&id, Some("mallory")).is_none(), "not another caller's");
         assert_eq!(r.sleeping(), 1, "and not woken by one");
-        let (h, _ticket) = r.enter(&id, None).unwrap().unwrap();
+        // A request's own copy of the id wakes it; the table keeps the id it was given.
+        let copy = SessionId::parse(id.as_str()).unwrap();
+        let (h, _ticket) = r.enter(&copy, None).unwrap().unwrap();
         assert!(Arc::ptr_eq(&h.0, &inbox), "woken with its inbox");
         assert_eq!((r.len(), r.sleeping(), r.next_wake()), (1, 0, None), "its deadline is gone");
+        let kept = r.key_of(&id).unwrap();
+        assert!(std::ptr::eq(kept.as_str(), id.as_str()), "not the request's copy");
     }
 
     #[test]

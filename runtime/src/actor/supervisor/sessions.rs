@@ -194,13 +194,12 @@ impl Supervisor {
             max_per_key: self.cfg.quotas.sessions_per_principal,
             memory_per_key: self.cfg.stream_memory_share(),
         };
-        let owner = key.owner();
         let reservation = self.registry.reserve(key, limits)?;
         // Across hosts (a shared ledger), after this host's own checks: a session they refuse
         // is not counted. A refusal here drops the reservation; one of the rate takes back
         // the place the caller's session count gave.
         if self.stream_env.ledger.ledger.shared
-            && let Some(owner) = &owner
+            && let Some(owner) = &reservation.owner()
         {
             let q = &self.cfg.quotas;
             let index = codec::caller_sessions_index(owner);
