@@ -287,8 +287,8 @@ pub struct SessionsConfig {
     /// A session with no request in flight and no attached connection for this long expires
     /// (s). Default 1800; 1 s to 7 days.
     pub idle_ttl_secs: u64,
-    /// Most live sessions; more are refused with 503. Default 20 000 (an idle session costs
-    /// about 5 KiB, about 3 KiB once it hibernates: 60 to 100 MiB in all).
+    /// Most live sessions; more are refused with 503. Default 20 000 (an awake idle session
+    /// costs about 5 KiB, about 1 KiB once it hibernates: 20 to 100 MiB in all).
     pub max_sessions: usize,
     /// Most requests in flight per session; more are refused with 503. Default 256.
     pub max_in_flight: usize,
@@ -320,7 +320,7 @@ pub struct SessionsConfig {
     pub park_after_secs: u64,
     /// A session with no request in flight, no connection, no stream (kept or open) and no
     /// question to its client for this long hibernates (ms): its actor stops and the session
-    /// table keeps it as data (no task, mailbox or timer: about 3 KiB against 5) until its next
+    /// table keeps it as data (no task, mailbox or timer: about 1 KiB against 5) until its next
     /// request wakes it, with no ledger read. It stays live: counted, and expiring or parking
     /// at its own deadlines. Not on a shared ledger (another host may change the session
     /// meanwhile). Default 1000; 0: never.

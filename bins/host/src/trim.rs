@@ -6,11 +6,12 @@
 //! resident at its peak although the memory is free (measured with glibc alone: 588 MiB after
 //! 2,000 such sessions were deleted, 7 MiB after one `malloc_trim`). jemalloc returns dirty
 //! pages on its own after about 10 s, but only while it is being called; so the host asks both
-//! to return free pages at once — when the footprint it can see (connections, sessions,
-//! streams, stream memory) shrank (at most once every `every`), and within a second of a burst's
-//! end (the footprint checked every [`CHECK`]), so a steady server does not walk its arenas
-//! for nothing and an idle one holds no more than it uses. glibc's trim locks each arena in turn while it runs (51 ms
-//! for that 580 MiB release, microseconds otherwise). Once the footprint settled, the ledger
+//! to return free pages at once: when the footprint it can see (connections, sessions,
+//! streams, stream memory) shrank, and within a second of a burst's end (the footprint is
+//! read every [`CHECK`]); each at most once every `every`, so a busy or steady server does not
+//! walk its arenas for nothing and an idle one soon holds no more than it uses. glibc's trim
+//! locks each arena in turn while it runs (51 ms for that 580 MiB release, microseconds
+//! otherwise). Once the footprint settled, the ledger
 //! gives back its SQLite page caches first (pages the OS keeps in its file cache; 0.86 KiB
 //! of RSS per idle session after a burst of 10,000:
 //! `bench/results/issue23-2026-12-04-sqlite-release/`). [`fix_thresholds`] keeps glibc from raising its
@@ -26,52 +27,79 @@ pub(crate) type Footprint = (u64, [i64; 4]);
 
 /// How often the footprint is read (a few counters): a burst's memory goes back within
 /// two of these after its last request.
-pub(crate) const CHECK: Duration = Duration::from_millis(500);
+const CHECK: Duration = Duration::from_millis(500);
 
-/// Quiet checks after a change during which the host still trims (frees that no counter
-/// shows, right after the last request).
+/// Trims at the first checks after the footprint stopped changing (what is freed just after
+/// the last request, or was in use at the first trim: a connection the ledger was writing
+/// on, the last connections' buffers).
 const QUIET_TRIMS: u32 = 3;
 
+/// Requests served since the last quiet trims that make the next quiet a burst's end, trimmed
+/// at once however recent those were.
+const BURST_REQUESTS: u64 = 1_000;
+
 /// When to trim: where connections, sessions, streams or stream memory shrank (memory is
-/// being freed), at most once every `shrink_every` checks (a busy server's counts go down
-/// and up all the time); and at the first [`QUIET_TRIMS`] checks after the footprint stopped
-/// changing (a burst is over: what it allocated is free now). Never while the server is
-/// steady or idle for longer, so it does not walk its arenas for nothing.
+/// being freed), at most once every `every` checks; and at the first [`QUIET_TRIMS`] checks
+/// after the footprint stopped changing (a burst is over: what it allocated is free now),
+/// such a series at most once every `every` checks unless [`BURST_REQUESTS`] came since the
+/// last. A busy server's counts go down and up all the time, and a lightly used one goes
+/// quiet between its requests: neither trims more often than that. Never while the server is
+/// steady or idle for longer.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Policy {
     last_check: Footprint,
-    quiet: u32,
-    shrink_every: u32,
-    /// Checks since the last trim.
-    since_trim: u32,
+    every: u32,
+    /// Quiet trims still owed since the footprint last changed, and whether their series has
+    /// begun (it then goes on at each quiet check).
+    settled_left: u32,
+    series: bool,
+    /// Checks since the last trim of each kind.
+    since_shrinking: u32,
+    since_settled: u32,
+    /// Requests served at the last quiet trim.
+    settled_at: u64,
 }
 
 impl Policy {
-    /// Checked every [`CHECK`], trimming while shrinking at most once every `shrink_every`
-    /// checks (at least 1).
-    pub(crate) fn new(start: Footprint, shrink_every: u32) -> Policy {
-        let shrink_every = shrink_every.max(1);
-        Policy { last_check: start, quiet: QUIET_TRIMS, shrink_every, since_trim: shrink_every }
+    /// Checked every [`CHECK`], each kind of trim at most once every `every` checks (at
+    /// least 1).
+    pub(crate) fn new(start: Footprint, every: u32) -> Policy {
+        let every = every.max(1);
+        let (since_shrinking, since_settled) = (every, every);
+        let settled_left = 0;
+        Policy {
+            last_check: start,
+            every,
+            settled_left,
+            series: false,
+            since_shrinking,
+            since_settled,
+            settled_at: start.0,
+        }
     }
 
     /// Whether to trim at this check, and why.
     pub(crate) fn due(&mut self, now: Footprint) -> Due {
         let last = self.last_check;
         let shrank = now.1.iter().zip(last.1).any(|(n, l)| *n < l);
-        self.quiet = if now == last { self.quiet.saturating_add(1) } else { 0 };
         self.last_check = now;
-        self.since_trim = self.since_trim.saturating_add(1);
-        let due = if (1..=QUIET_TRIMS).contains(&self.quiet) {
-            Due::Settled
-        } else if shrank && self.since_trim >= self.shrink_every {
-            Due::Shrinking
-        } else {
-            Due::No
-        };
-        if due != Due::No {
-            self.since_trim = 0;
+        self.since_shrinking = self.since_shrinking.saturating_add(1);
+        self.since_settled = self.since_settled.saturating_add(1);
+        if now != last {
+            (self.settled_left, self.series) = (QUIET_TRIMS, false);
+            if shrank && self.since_shrinking >= self.every {
+                self.since_shrinking = 0;
+                return Due::Shrinking;
+            }
+            return Due::No;
         }
-        due
+        let burst = now.0.saturating_sub(self.settled_at) >= BURST_REQUESTS;
+        if self.settled_left > 0 && (self.series || burst || self.since_settled >= self.every) {
+            self.settled_left -= 1;
+            (self.series, self.since_settled, self.settled_at) = (true, 0, now.0);
+            return Due::Settled;
+        }
+        Due::No
     }
 }
 
@@ -154,7 +182,7 @@ fn trim_glibc() -> bool {
     false
 }
 
-/// Check every [`CHECK`], trim when [`due`] (while shrinking, at most once every `every`).
+/// Check every [`CHECK`], trim when [`due`] (each kind at most once every `every`).
 /// Ends once the server is gone.
 pub(crate) async fn run(server: mcp_runtime::server::Control, every: Duration) {
     let footprint = || {
@@ -171,8 +199,8 @@ pub(crate) async fn run(server: mcp_runtime::server::Control, every: Duration) {
         ))
     };
     let Some(start) = footprint() else { return };
-    let shrink_every = every.as_millis().div_ceil(CHECK.as_millis());
-    let mut policy = Policy::new(start, u32::try_from(shrink_every).unwrap_or(u32::MAX));
+    let every = every.as_millis().div_ceil(CHECK.as_millis());
+    let mut policy = Policy::new(start, u32::try_from(every).unwrap_or(u32::MAX));
     let mut tick = tokio::time::interval(CHECK);
     loop {
         tick.tick().await;
@@ -217,7 +245,7 @@ mod tests {
     }
 
     #[test]
-    fn while_busy_a_shrinking_footprint_trims_at_most_once_every_shrink_every_checks() {
+    fn while_busy_a_shrinking_footprint_trims_at_most_once_every_every_checks() {
         let mut p = Policy::new((0, [10, 10, 10, 1000]), 4);
         // A busy server: requests go on, its streams go down and up.
         let mut dues = Vec::new();
@@ -228,7 +256,26 @@ mod tests {
         let trims: Vec<usize> = (0..12).filter(|&i| dues[i] != Due::No).collect();
         assert_eq!(trims, vec![1, 5, 9], "{dues:?}");
         assert!(trims.iter().all(|&i| dues[i] == Due::Shrinking));
-        // The burst ends: settled at the next check, whatever the last trim's time.
-        assert_eq!(p.due((1200, [10, 10, 9, 1000])), Due::Settled);
+        // The burst ends: settled at the next three checks, whatever the last shrinking
+        // trim's time, then nothing.
+        let next: Vec<Due> = (0..10).map(|_| p.due((1200, [10, 10, 9, 1000]))).collect();
+        let settled: Vec<usize> = (0..10).filter(|&i| next[i] == Due::Settled).collect();
+        assert_eq!(settled, vec![0, 1, 2], "{next:?}");
+    }
+
+    #[test]
+    fn a_lightly_used_server_going_quiet_between_requests_trims_at_most_once_every_every_checks() {
+        let mut p = Policy::new((0, [1, 1, 0, 0]), 20);
+        // A request every 4 checks (a ping every 2 s): quiet for 3 checks after each.
+        let dues: Vec<Due> = (1..=100u64).map(|i| p.due((i.div_ceil(4), [1, 1, 0, 0]))).collect();
+        let trims: Vec<usize> = (0..100).filter(|&i| dues[i] != Due::No).collect();
+        // Series of at most three quiet checks in a row, each 20 checks or more after the last.
+        let series: Vec<&[usize]> = trims.chunk_by(|a, b| b - a == 1).collect();
+        assert!(series.iter().all(|s| s.len() <= 3), "{trims:?}");
+        assert!(series.windows(2).all(|w| w[1][0] - w[0][w[0].len() - 1] >= 20), "{trims:?}");
+        assert!((2..=5).contains(&series.len()), "{trims:?}");
+        // A burst of requests, then quiet: its memory goes back at once, recent trims or not.
+        assert_eq!(p.due((5_000, [1, 1, 0, 0])), Due::No, "the burst");
+        assert_eq!(p.due((5_000, [1, 1, 0, 0])), Due::Settled, "its end");
     }
 }

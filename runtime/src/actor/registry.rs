@@ -45,9 +45,10 @@ pub(crate) trait Registered: Clone + std::fmt::Debug + Send + Sync + 'static {
 
     /// Wake a hibernating session: the handle of its new actor, and what starts that actor
     /// (run once the shard's lock is released; messages sent meanwhile wait in its mailbox).
-    /// Runs under the shard's write lock: it must not use the registry, nor drop the guard
-    /// the session holds.
-    fn wake(asleep: Box<Self::Asleep>) -> (Self, Starter);
+    /// `Err` with the session unchanged when it cannot be woken (its server is going away):
+    /// it is put back as it was. Runs under the shard's write lock: it must not use the
+    /// registry, nor drop the guard the session holds (nor panic, which would drop it).
+    fn wake(asleep: Box<Self::Asleep>) -> Result<(Self, Starter), Box<Self::Asleep>>;
 
     /// The registry guard a hibernating session holds.
     fn guard_of(asleep: &mut Self::Asleep) -> &mut RegistryGuard<Self>;
@@ -304,13 +305,22 @@ impl<H: Registered> Registry<H> {
         let Some((key, Slot::Asleep(at, asleep))) = shard.remove_entry(id) else {
             unreachable!("looked at")
         };
-        let (handle, starter) = H::wake(asleep);
-        shard.insert(key, Slot::Awake(Box::new(handle)));
-        self.sleeping.fetch_sub(1, Ordering::AcqRel);
-        self.wakes.fetch_add(1, Ordering::Relaxed);
-        // (The sweeper's own wakes took it out already.)
-        self.wake_at.lock().remove(&(at, id.clone()));
-        Some(starter)
+        match H::wake(asleep) {
+            Ok((handle, starter)) => {
+                shard.insert(key, Slot::Awake(Box::new(handle)));
+                self.sleeping.fetch_sub(1, Ordering::AcqRel);
+                self.wakes.fetch_add(1, Ordering::Relaxed);
+                // (The sweeper's own wakes took it out already.)
+                self.wake_at.lock().remove(&(at, id.clone()));
+                Some(starter)
+            }
+            // Left as it was, its deadline too (the sweeper took it out before waking).
+            Err(asleep) => {
+                self.wake_at.lock().insert((at, key.clone()));
+                shard.insert(key, Slot::Asleep(at, asleep));
+                None
+            }
+        }
     }
 
     /// Put `asleep` under `id` in its (write-locked) `shard`, woken at `wake_at` at the
@@ -485,7 +495,8 @@ impl<H: Registered> Registry<H> {
                 retry_after_s: Overload::Sessions.retry_after_s(),
             });
         }
-        if caller.is_some_and(|c| c.budget.is_full()) {
+        // A new caller's share holds nothing yet: full only if it has no room at all.
+        if caller.map_or(limits.memory_per_key == 0, |c| c.budget.is_full()) {
             return Err(Rejection::QuotaExceeded {
                 cause: Quota::StreamMemory,
                 retry_after_s: Overload::StreamMemory.retry_after_s(),
@@ -528,16 +539,16 @@ impl<H: Registered> Registry<H> {
     }
 
     /// Live sessions (including reservations) of one caller.
-    /// The id its table holds for `id` (the same text; which copy of it).
-    #[cfg(test)]
-    fn key_of(&self, id: &SessionId) -> Option<SessionId> {
-        self.shard(id).read().get_key_value(id).map(|(k, _)| k.clone())
-    }
-
     #[cfg(test)]
     #[must_use]
     pub(crate) fn len_of(&self, key: &QuotaKey) -> usize {
         self.per_key.lock().get(key).map_or(0, |c| c.sessions)
+    }
+
+    /// The id its table holds for `id` (the same text; which copy of it).
+    #[cfg(test)]
+    fn key_of(&self, id: &SessionId) -> Option<SessionId> {
+        self.shard(id).read().get_key_value(id).map(|(k, _)| k.clone())
     }
 
     /// The handles of the sessions that are awake (a hibernating one has nothing running).
@@ -750,6 +761,11 @@ mod tests {
     #[derive(Debug, Clone)]
     struct Handle(Arc<Inbox>);
 
+    thread_local! {
+        /// Its sessions cannot be woken (as a session whose server is gone), on this thread.
+        static REFUSE_WAKE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
     impl Registered for Handle {
         type Asleep = RegistryGuard<Handle>;
 
@@ -757,11 +773,16 @@ mod tests {
             &self.0
         }
 
-        fn wake(asleep: Box<RegistryGuard<Handle>>) -> (Handle, Starter) {
+        fn wake(
+            asleep: Box<RegistryGuard<Handle>>,
+        ) -> Result<(Handle, Starter), Box<RegistryGuard<Handle>>> {
+            if REFUSE_WAKE.get() {
+                return Err(asleep);
+            }
             let inbox = Arc::clone(asleep.inbox());
             // The woken "session" keeps its guard, as an actor would: here it is leaked.
             std::mem::forget(asleep);
-            (Handle(inbox), Box::new(|| {}))
+            Ok((Handle(inbox), Box::new(|| {})))
         }
 
         fn guard_of(asleep: &mut RegistryGuard<Handle>) -> &mut RegistryGuard<Handle> {
@@ -955,6 +976,20 @@ mod tests {
         assert_eq!((r.len(), r.sleeping(), r.next_wake()), (1, 0, None), "its deadline is gone");
         let kept = r.key_of(&id).unwrap();
         assert!(std::ptr::eq(kept.as_str(), id.as_str()), "not the request's copy");
+    }
+
+    #[test]
+    fn a_session_that_cannot_be_woken_stays_asleep_with_its_deadline() {
+        let r = Arc::new(Registry::<Handle>::default());
+        let (id, _inbox, guard) = registered(&r, 1);
+        guard.hibernate(Tick(50), || true, (), asleep).expect("an empty inbox");
+        REFUSE_WAKE.set(true);
+        assert!(r.enter(&id, None).is_none(), "not woken: not found");
+        assert_eq!(r.wake_due(Tick(60), 10), 0, "nor by the sweeper");
+        assert_eq!((r.len(), r.sleeping(), r.next_wake()), (1, 1, Some(Tick(50))));
+        REFUSE_WAKE.set(false);
+        assert!(r.enter(&id, None).is_some(), "woken once it can be");
+        assert_eq!((r.sleeping(), r.next_wake()), (0, None));
     }
 
     #[test]

@@ -148,17 +148,6 @@ fn a_refused_checkout_does_not_stand_in_for_a_later_one() {
     );
 }
 
-/// A legacy session's `tools/call` result.
-fn call_in(addr: &str, sid: &str, id: i64, tool: &str, args: Value) -> Value {
-    let (status, r) = post_json(
-        addr,
-        sid,
-        &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": args}}),
-    );
-    assert_eq!(status, 200, "{r}");
-    r.get("result").cloned().unwrap_or_else(|| panic!("{tool}: {r}"))
-}
-
 fn basket_ids(listed: &Value) -> Vec<String> {
     let mut ids: Vec<String> = listed["structuredContent"]["baskets"]
         .as_array()

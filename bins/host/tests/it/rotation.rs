@@ -2,8 +2,9 @@
 //! `ledger.previous_key_files`, a new one created at start) keeps what was made under the
 //! previous key: state handles (found, listed with the same ids, usable, moved to the new key
 //! by their next use), tasks (found and read), and `requestState` values (still accepted).
-//! Every request authenticates (as alice): without authentication a 2026-07-28 list shows
-//! nothing, and this test lists.
+//! The 2026-07-28 requests authenticate (as alice): without authentication a 2026-07-28 list
+//! shows nothing, and that test lists. A legacy session's list, without authentication,
+//! shows what the session made under any of its names.
 
 use crate::common;
 
@@ -141,14 +142,6 @@ fn after_a_key_rotation_baskets_tasks_and_request_states_of_the_previous_key_are
     assert_eq!(basket_ids(&host.addr, 17), before);
     let got = modern_call(&host.addr, 18, "get_basket", json!({"basket_id": b}));
     assert_eq!(got["structuredContent"]["item_count"], 2, "{got}");
-}
-
-/// A legacy session's `tools/call` result (no authentication).
-fn call_in(addr: &str, sid: &str, id: i64, tool: &str, args: Value) -> Value {
-    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": args}});
-    let (status, r) = post_json(addr, sid, &body);
-    assert_eq!(status, 200, "{r}");
-    r.get("result").cloned().unwrap_or_else(|| panic!("{tool}: {r}"))
 }
 
 /// A legacy session made before a key rotation is named under both keys once revived; it

@@ -325,8 +325,10 @@ impl Registered for SessionHandle {
         &self.inbox
     }
 
-    fn wake(asleep: Box<SleepingSession>) -> (SessionHandle, crate::actor::registry::Starter) {
-        sleep::wake(*asleep)
+    fn wake(
+        asleep: Box<SleepingSession>,
+    ) -> Result<(SessionHandle, crate::actor::registry::Starter), Box<SleepingSession>> {
+        sleep::wake(asleep)
     }
 
     fn guard_of(asleep: &mut SleepingSession) -> &mut RegistryGuard<SessionHandle> {

@@ -36,9 +36,9 @@ use crate::proto::ids::Tick;
 use crate::proto::session::{SessionCore, SessionLimits, SleepingCore};
 
 /// What a hibernating session keeps: its core's numbering and deadlines, and what its actor
-/// holds for its whole life (names, handshake, counts and charges). The handshake's JSON is
-/// kept as text: a parsed object costs a tree node of about 600 bytes per level. Its cursor
-/// signer (two HMAC states, about 220 bytes) is not kept: derived again as it wakes, from the
+/// holds for its whole life and the server does not (its names under previous keys,
+/// handshake, counts and charges). The handshake's JSON is kept as text: a parsed object
+/// costs a tree node of about 600 bytes per level. Its cursor signer (two HMAC states, about 220 bytes) is not kept: derived again as it wakes, from the
 /// server's key, its id and its principal, it is the same signer.
 pub(crate) struct SleepingSession {
     guard: RegistryGuard<SessionHandle>,
@@ -55,7 +55,9 @@ struct Kept {
     /// `meta.hmac`): empty, and no allocation, unless a key was rotated.
     previous_names: Box<[Arc<str>]>,
     /// Weak: the registry that keeps the session belongs to the supervisor (no cycle). What
-    /// the whole server shares (its cursor key, its mailbox setting) is read there as it wakes.
+    /// the whole server shares (its cursor key, its mailbox setting) is read there as it wakes
+    /// rather than kept by every sleeping session (16 bytes each: a sleeping session fits
+    /// jemalloc's 320-byte class).
     sup: Weak<dyn SessionEnv>,
     caller_budget: Arc<MemoryBudget>,
     /// Its name, principal, owner and origin (the awake actor's `principal` and `owner` are
@@ -65,20 +67,33 @@ struct Kept {
 }
 
 /// Its handshake as its record states it (the requested version, the capabilities and the
-/// client's info) as the text of one JSON array: one allocation, 16 bytes in place.
+/// client's info): their JSON texts on three lines of one text, one allocation and 16 bytes
+/// in place. Three texts, not one array, so each parses back at its own depth (serde_json
+/// parses 127 levels; a value parsed from a request is at most that deep). Compact JSON has
+/// no raw line break.
 struct KeptHandshake(Box<str>);
 
 impl KeptHandshake {
     fn new(requested_version: Option<&str>, capabilities: &Value, info: &Value) -> Self {
-        let text = serde_json::to_string(&(requested_version, capabilities, info))
-            .expect("parsed JSON values print");
+        let mut text = Vec::with_capacity(64);
+        let print = "parsed JSON values print";
+        serde_json::to_writer(&mut text, &requested_version).expect(print);
+        for v in [capabilities, info] {
+            text.push(b'\n');
+            serde_json::to_writer(&mut text, v).expect(print);
+        }
+        let text = String::from_utf8(text).expect("JSON is UTF-8");
         KeptHandshake(text.into_boxed_str())
     }
 
     /// As its record states it, parsed again.
     fn handshake(&self) -> Handshake {
-        let (requested_version, capabilities, client_info) =
-            serde_json::from_str(&self.0).expect("printed from JSON values");
+        let mut lines = self.0.splitn(3, '\n');
+        let mut next = || lines.next().expect("three lines");
+        let printed = "printed from JSON values";
+        let requested_version = serde_json::from_str(next()).expect(printed);
+        let capabilities = serde_json::from_str(next()).expect(printed);
+        let client_info = serde_json::from_str(next()).expect(printed);
         Handshake { requested_version, capabilities, client_info }
     }
 }
@@ -349,12 +364,18 @@ impl SleepingSession {
 }
 
 /// A hibernating session's new actor: its handle (its address, made under the registry's
-/// lock: nothing there can fail), and what builds and starts it, run once the lock is
+/// lock: nothing there panics), and what builds and starts it, run once the lock is
 /// released, on an actix arbiter (a request's worker, or the sweeper's). Requests sent
 /// meanwhile wait in its mailbox. Should the start fail, the session's guard is dropped
 /// outside the lock and its entry goes: its requests get 404, none hangs.
-pub(super) fn wake(s: SleepingSession) -> (SessionHandle, Starter) {
-    let sup = s.kept.sup.upgrade().expect("a session is woken through its supervisor, alive");
+///
+/// # Errors
+/// The session itself, unchanged, when its supervisor is gone (the registry then keeps it as
+/// it was: every wake is a lookup or a sweep through a live supervisor, so not seen so far).
+pub(super) fn wake(
+    s: Box<SleepingSession>,
+) -> Result<(SessionHandle, Starter), Box<SleepingSession>> {
+    let Some(sup) = s.kept.sup.upgrade() else { return Err(s) };
     let mut ctx = Context::<SessionActor>::new();
     ctx.set_mailbox_capacity(sup.config().sessions.mailbox);
     // As the supervisor derived it when the session was created (plain computation: it
@@ -368,10 +389,10 @@ pub(super) fn wake(s: SleepingSession) -> (SessionHandle, Starter) {
         caller_budget: Arc::clone(&s.kept.caller_budget),
     };
     let start = move || {
-        let actor = SessionActor::woken(s, signer, sup, &ctx.address());
+        let actor = SessionActor::woken(*s, signer, sup, &ctx.address());
         drop(ctx.run(actor));
     };
-    (handle, Box::new(start))
+    Ok((handle, Box::new(start)))
 }
 
 #[cfg(test)]
@@ -389,6 +410,14 @@ mod tests {
             assert_eq!(back.requested_version.as_deref(), version);
             assert_eq!((back.capabilities, back.client_info), (caps, info));
         }
+        // As deep as serde_json parses (127 levels), a line break inside a string, and text
+        // that is not ASCII.
+        let deep: Value = serde_json::from_str(&format!("{}{}", "[".repeat(127), "]".repeat(127)))
+            .expect("127 levels parse");
+        let info = json!({"name": "two\nlines", "title": "Grüße 🦀"});
+        let back = KeptHandshake::new(Some("v\n2"), &deep, &info).handshake();
+        assert_eq!(back.requested_version.as_deref(), Some("v\n2"));
+        assert_eq!((back.capabilities, back.client_info), (deep, info));
     }
 
     #[test]

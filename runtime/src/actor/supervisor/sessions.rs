@@ -198,9 +198,8 @@ impl Supervisor {
         // Across hosts (a shared ledger), after this host's own checks: a session they refuse
         // is not counted. A refusal here drops the reservation; one of the rate takes back
         // the place the caller's session count gave.
-        if self.stream_env.ledger.ledger.shared
-            && let Some(owner) = &reservation.owner()
-        {
+        let owner = reservation.owner().filter(|_| self.stream_env.ledger.ledger.shared);
+        if let Some(owner) = &owner {
             let q = &self.cfg.quotas;
             let index = codec::caller_sessions_index(owner);
             let max = q.sessions_per_principal;

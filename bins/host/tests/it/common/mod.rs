@@ -199,6 +199,15 @@ pub(crate) fn post_json(addr: &str, sid: &str, body: &Value) -> (u16, Value) {
     (status, serde_json::from_slice(&b).unwrap_or(Value::Null))
 }
 
+/// A legacy session's `tools/call` result (answered as JSON, 200).
+pub(crate) fn call_in(addr: &str, sid: &str, id: i64, tool: &str, args: Value) -> Value {
+    let params = json!({"name": tool, "arguments": args});
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+    let (status, r) = post_json(addr, sid, &body);
+    assert_eq!(status, 200, "{r}");
+    r.get("result").cloned().unwrap_or_else(|| panic!("{tool}: {r}"))
+}
+
 /// POST a tools/call with SSE and hang up after its first event (the priming event): the
 /// cursor to resume from.
 pub(crate) fn call_and_hang_up(addr: &str, sid: &str, id: i64, tool: &str, args: Value) -> String {
