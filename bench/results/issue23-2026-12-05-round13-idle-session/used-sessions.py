@@ -4,7 +4,7 @@ and one tools/call echo answered as JSON (no stream kept for a resume), then sta
 BIN (pinned to CPU 1, a temporary work dir), prints RSS idle, right after, and SETTLE s later
 (the sessions hibernate after 1 s by default), then stops the host. Loopback only.
   python3 used-sessions.py BIN [N=10000] [SETTLE=25]"""
-import http.client, json, os, shutil, subprocess, sys, tempfile, time
+import http.client, json, os, shutil, signal, subprocess, sys, tempfile, time
 
 BIN = sys.argv[1]
 N = int(sys.argv[2]) if len(sys.argv) > 2 else 10000
@@ -20,24 +20,33 @@ def rss_kib(pid, field="VmRSS:"):
 
 
 def post(conn, body, sid=None):
+    """POST body (a JSON-RPC error counts as a failure); the session id header."""
     h = {"Content-Type": "application/json", "Accept": "application/json",
          "MCP-Protocol-Version": "2025-11-25"}
     if sid:
         h["Mcp-Session-Id"] = sid
     conn.request("POST", "/mcp", json.dumps(body), h)
     r = conn.getresponse()
-    r.read()
-    if r.status >= 300:
-        raise SystemExit(f"status {r.status}")
+    data = r.read()
+    if r.status >= 300 or (data and "error" in json.loads(data)):
+        raise SystemExit(f"status {r.status}: {data[:200]!r}")
     return r.getheader("Mcp-Session-Id")
 
 
+# A TERM or HUP (a `timeout`, a closed terminal) unwinds like Ctrl-C: the host is stopped.
+for sig in (signal.SIGTERM, signal.SIGHUP):
+    signal.signal(sig, lambda *_: sys.exit(1))
 work = tempfile.mkdtemp(prefix="used-sessions-")
-host = subprocess.Popen(["taskset", "-c", "1", BIN, "--port", str(PORT), "--workers", "1",
-                         "--no-admin", "--config", CFG], cwd=work,
-                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+host = None
 try:
+    # Loopback only, whatever the environment's MCP_HOST_* variables say.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_HOST_")}
+    host = subprocess.Popen(["taskset", "-c", "1", BIN, "--bind", "127.0.0.1", "--port", str(PORT),
+                             "--workers", "1", "--no-admin", "--config", CFG], cwd=work, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(100):
+        if host.poll() is not None:
+            raise SystemExit(f"the host exited with {host.returncode} (port {PORT} taken?)")
         try:
             c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=5)
             c.request("GET", "/mcp")
@@ -45,6 +54,8 @@ try:
             break
         except OSError:
             time.sleep(0.1)
+    else:
+        raise SystemExit("the host did not answer within 10 s")
     time.sleep(1)
     idle, idle_anon = rss_kib(host.pid), rss_kib(host.pid, "RssAnon:")
     conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=10)
@@ -67,10 +78,11 @@ try:
           f"after_{SETTLE:g}s={after/1024:.1f}MiB per_session={(after-idle)/N:.2f}KiB "
           f"anon_per_session={(after_anon-idle_anon)/N:.2f}KiB")
 finally:
-    host.terminate()
-    try:
-        host.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        host.kill()
-        host.wait()
+    if host is not None:
+        host.terminate()
+        try:
+            host.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            host.kill()
+            host.wait()
     shutil.rmtree(work, ignore_errors=True)
