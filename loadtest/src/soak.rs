@@ -94,7 +94,7 @@ impl SoakSpec {
     /// The host's config file (what has no flag). Its body deadline is 2 s: long enough that a
     /// chunked body past 4 MiB (debug builds, a busy machine) reaches the size limit (413)
     /// before it. The host returns freed memory at most every second while its footprint
-    /// shrinks (its default is every 10 s; a burst's end is within a second either way): the
+    /// shrinks, and after a quiet spell at most every second (its default is every 10 s): the
     /// soak compresses hours of TTLs into seconds, and the trim must come within the settle
     /// time too. Its 2026-07-28 places, request memory
     /// budget and receipt bounds are small, so `modern-slot-hog`, `pinned-arguments` and

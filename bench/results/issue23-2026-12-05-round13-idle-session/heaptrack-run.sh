@@ -1,9 +1,9 @@
+#!/bin/bash
 # What made heaptrack-*.txt (run as is from /tmp/ht; BIN: a glibc build, the global allocator in
 # bins/host/src/main.rs commented out; the wrk script is the peers harness's lua/mcp.lua in /tmp/pp).
 # SIGKILL after SETTLE s: what heaptrack then reports as leaked is what was live.
 # heaptrack_print -f OUT.zst --print-flamegraph F --flamegraph-cost-type leaked; python3 heaptrack-agg.py F 5 30
-#!/bin/bash
-# heaptrack a glibc build of the host through N initialize, then SIGTERM
+# heaptrack a glibc build of the host through N initialize, then SIGKILL
 N=${N:-10000}; BIN=${BIN:-/tmp/ht/host-glibc}; OUTF=${OUTF:-/tmp/ht/g}
 cd /tmp/ht && rm -rf w stop && mkdir w && cd w
 heaptrack -o $OUTF $BIN --port 21500 --workers 1 --config /work/main/bench/peers/ours-bench.toml > /tmp/ht/host.log 2>&1 &

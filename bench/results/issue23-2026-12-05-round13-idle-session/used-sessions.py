@@ -39,24 +39,32 @@ for sig in (signal.SIGTERM, signal.SIGHUP):
 work = tempfile.mkdtemp(prefix="used-sessions-")
 host = None
 try:
-    # Loopback only, whatever the environment's MCP_HOST_* variables say.
+    # Loopback only, whatever the environment's MCP_HOST_* variables say; the host exits if
+    # this script dies without stopping it (SIGKILL).
     env = {k: v for k, v in os.environ.items() if not k.startswith("MCP_HOST_")}
+    env["MCP_HOST_EXIT_WITH_PARENT"] = "1"
     host = subprocess.Popen(["taskset", "-c", "1", BIN, "--bind", "127.0.0.1", "--port", str(PORT),
                              "--workers", "1", "--no-admin", "--config", CFG], cwd=work, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(100):
+    deadline = time.monotonic() + 10
+    while True:
         if host.poll() is not None:
             raise SystemExit(f"the host exited with {host.returncode} (port {PORT} taken?)")
+        if time.monotonic() > deadline:
+            raise SystemExit("the host did not answer within 10 s")
         try:
-            c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=5)
-            c.request("GET", "/mcp")
-            c.getresponse().read()
+            c = http.client.HTTPConnection("127.0.0.1", PORT, timeout=1)
+            try:
+                c.request("GET", "/mcp")
+                c.getresponse().read()
+            finally:
+                c.close()
             break
         except OSError:
             time.sleep(0.1)
-    else:
-        raise SystemExit("the host did not answer within 10 s")
     time.sleep(1)
+    if host.poll() is not None:
+        raise SystemExit(f"the host exited with {host.returncode}: another answered on {PORT}")
     idle, idle_anon = rss_kib(host.pid), rss_kib(host.pid, "RssAnon:")
     conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=10)
     init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
@@ -78,6 +86,9 @@ try:
           f"after_{SETTLE:g}s={after/1024:.1f}MiB per_session={(after-idle)/N:.2f}KiB "
           f"anon_per_session={(after_anon-idle_anon)/N:.2f}KiB")
 finally:
+    # A second TERM or HUP must not cut the stop short.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
     if host is not None:
         host.terminate()
         try:

@@ -227,8 +227,9 @@ struct ServerSection {
     port: u16,
     path: String,
     workers: Option<usize>,
-    /// Return freed memory to the OS while the footprint shrinks and within a second of a
-    /// burst's end, each at most this often (s; default 10); 0 = never.
+    /// Return freed memory to the OS while the footprint shrinks, at most this often, and
+    /// three times once requests stop (within a second of a burst's end; after a quiet spell
+    /// without one, such a series at most this often) (s; default 10); 0 = never.
     trim_every_secs: u64,
     /// A connection whose written data stays unacknowledged this long (a reader that stopped
     /// reading, a peer that vanished) is closed by the kernel (TCP_USER_TIMEOUT, s); 0 = the

@@ -6,17 +6,16 @@
 //! resident at its peak although the memory is free (measured with glibc alone: 588 MiB after
 //! 2,000 such sessions were deleted, 7 MiB after one `malloc_trim`). jemalloc returns dirty
 //! pages on its own after about 10 s, but only while it is being called; so the host asks both
-//! to return free pages at once: when the footprint it can see (connections, sessions,
-//! streams, stream memory) shrank, and within a second of a burst's end (the footprint is
-//! read every [`CHECK`]); each at most once every `every`, so a busy or steady server does not
-//! walk its arenas for nothing and an idle one soon holds no more than it uses. glibc's trim
-//! locks each arena in turn while it runs (51 ms for that 580 MiB release, microseconds
-//! otherwise). Once the footprint settled, the ledger
-//! gives back its SQLite page caches first (pages the OS keeps in its file cache; 0.86 KiB
-//! of RSS per idle session after a burst of 10,000:
-//! `bench/results/issue23-2026-12-04-sqlite-release/`). [`fix_thresholds`] keeps glibc from raising its
-//! thresholds after large frees, which would leave memory at each arena's top out of the
-//! trim's reach.
+//! to return free pages at once, as [`Policy`] says: when the footprint it can see
+//! (connections, sessions, streams, stream memory) shrank, and once it stopped changing
+//! (read every [`CHECK`]: within a second of a burst's end), each spaced so that a busy or
+//! lightly used server does not walk its arenas for nothing. glibc's trim locks each arena in
+//! turn while it runs (51 ms for that 580 MiB release, microseconds otherwise). Once the
+//! footprint settled, the ledger gives back its SQLite page caches first (pages the OS keeps
+//! in its file cache; 0.86 KiB of RSS per idle session after a burst of 10,000:
+//! `bench/results/issue23-2026-12-04-sqlite-release/`). [`fix_thresholds`] keeps glibc from
+//! raising its thresholds after large frees, which would leave memory at each arena's top out
+//! of the trim's reach.
 
 use std::time::Duration;
 
@@ -38,20 +37,24 @@ const QUIET_TRIMS: u32 = 3;
 /// at once however recent those were.
 const BURST_REQUESTS: u64 = 1_000;
 
-/// When to trim: where connections, sessions, streams or stream memory shrank (memory is
-/// being freed), at most once every `every` checks; and at the first [`QUIET_TRIMS`] checks
-/// after the footprint stopped changing (a burst is over: what it allocated is free now),
-/// such a series at most once every `every` checks unless [`BURST_REQUESTS`] came since the
-/// last. A busy server's counts go down and up all the time, and a lightly used one goes
-/// quiet between its requests: neither trims more often than that. Never while the server is
-/// steady or idle for longer.
+/// When to trim, read every [`CHECK`]:
+/// - where connections, sessions, streams or stream memory shrank (memory is being freed), at
+///   most once every `every` checks (a busy server's counts go down and up all the time);
+/// - once requests stopped coming and the footprint stopped changing (a burst is over: what
+///   it allocated is free now), [`QUIET_TRIMS`] times at quiet checks, a change without a
+///   request (a connection closing, a session hibernating) pausing the series, not ending it.
+///   A series begins at the first quiet check when [`BURST_REQUESTS`] came since the last
+///   series or `every` checks passed since it; otherwise later in the quiet, or not at all if
+///   requests come first (a lightly used server goes quiet between its requests).
+///
+/// Never while the server is steady or idle for longer.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Policy {
     last_check: Footprint,
     every: u32,
-    /// Quiet trims still owed since the footprint last changed, and whether their series has
-    /// begun (it then goes on at each quiet check).
+    /// Quiet trims still owed since requests last came.
     settled_left: u32,
+    /// A series of quiet trims has begun and goes on at each quiet check.
     series: bool,
     /// Checks since the last trim of each kind.
     since_shrinking: u32,
@@ -86,7 +89,9 @@ impl Policy {
         self.since_shrinking = self.since_shrinking.saturating_add(1);
         self.since_settled = self.since_settled.saturating_add(1);
         if now != last {
-            (self.settled_left, self.series) = (QUIET_TRIMS, false);
+            if now.0 != last.0 {
+                (self.settled_left, self.series) = (QUIET_TRIMS, false);
+            }
             if shrank && self.since_shrinking >= self.every {
                 self.since_shrinking = 0;
                 return Due::Shrinking;
@@ -96,7 +101,8 @@ impl Policy {
         let burst = now.0.saturating_sub(self.settled_at) >= BURST_REQUESTS;
         if self.settled_left > 0 && (self.series || burst || self.since_settled >= self.every) {
             self.settled_left -= 1;
-            (self.series, self.since_settled, self.settled_at) = (true, 0, now.0);
+            self.series = self.settled_left > 0;
+            (self.since_settled, self.settled_at) = (0, now.0);
             return Due::Settled;
         }
         Due::No
@@ -182,7 +188,7 @@ fn trim_glibc() -> bool {
     false
 }
 
-/// Check every [`CHECK`], trim when [`due`] (each kind at most once every `every`).
+/// Check every [`CHECK`], trim when [`Policy::due`] says (`every`: the spacing it keeps).
 /// Ends once the server is gone.
 pub(crate) async fn run(server: mcp_runtime::server::Control, every: Duration) {
     let footprint = || {
@@ -245,7 +251,7 @@ mod tests {
     }
 
     #[test]
-    fn while_busy_a_shrinking_footprint_trims_at_most_once_every_every_checks() {
+    fn while_busy_a_shrinking_footprint_trims_at_most_once_an_interval() {
         let mut p = Policy::new((0, [10, 10, 10, 1000]), 4);
         // A busy server: requests go on, its streams go down and up.
         let mut dues = Vec::new();
@@ -264,16 +270,25 @@ mod tests {
     }
 
     #[test]
-    fn a_lightly_used_server_going_quiet_between_requests_trims_at_most_once_every_every_checks() {
+    fn a_change_without_requests_pauses_the_quiet_trims_of_a_burst_and_does_not_end_them() {
+        let mut p = Policy::new((0, [0, 0, 0, 0]), 20);
+        assert_eq!(p.due((5_000, [32, 0, 0, 0])), Due::No, "the burst");
+        assert_eq!(p.due((5_000, [32, 0, 0, 0])), Due::Settled, "its end");
+        assert_eq!(p.due((5_000, [0, 0, 0, 0])), Due::Shrinking, "its connections close");
+        assert_eq!(p.due((5_000, [0, 0, 0, 0])), Due::Settled, "the series goes on");
+        assert_eq!(p.due((5_000, [0, 0, 0, 0])), Due::Settled);
+        assert_eq!(p.due((5_000, [0, 0, 0, 0])), Due::No, "three in all");
+    }
+
+    #[test]
+    fn a_lightly_used_server_going_quiet_between_requests_trims_at_most_a_series_an_interval() {
         let mut p = Policy::new((0, [1, 1, 0, 0]), 20);
         // A request every 4 checks (a ping every 2 s): quiet for 3 checks after each.
         let dues: Vec<Due> = (1..=100u64).map(|i| p.due((i.div_ceil(4), [1, 1, 0, 0]))).collect();
         let trims: Vec<usize> = (0..100).filter(|&i| dues[i] != Due::No).collect();
-        // Series of at most three quiet checks in a row, each 20 checks or more after the last.
-        let series: Vec<&[usize]> = trims.chunk_by(|a, b| b - a == 1).collect();
-        assert!(series.iter().all(|s| s.len() <= 3), "{trims:?}");
-        assert!(series.windows(2).all(|w| w[1][0] - w[0][w[0].len() - 1] >= 20), "{trims:?}");
-        assert!((2..=5).contains(&series.len()), "{trims:?}");
+        // A series at the first pause, then one trim 20 checks after each (the next request
+        // ends it).
+        assert_eq!(trims, vec![1, 2, 3, 23, 43, 63, 83], "{dues:?}");
         // A burst of requests, then quiet: its memory goes back at once, recent trims or not.
         assert_eq!(p.due((5_000, [1, 1, 0, 0])), Due::No, "the burst");
         assert_eq!(p.due((5_000, [1, 1, 0, 0])), Due::Settled, "its end");

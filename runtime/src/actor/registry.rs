@@ -45,9 +45,12 @@ pub(crate) trait Registered: Clone + std::fmt::Debug + Send + Sync + 'static {
 
     /// Wake a hibernating session: the handle of its new actor, and what starts that actor
     /// (run once the shard's lock is released; messages sent meanwhile wait in its mailbox).
-    /// `Err` with the session unchanged when it cannot be woken (its server is going away):
-    /// it is put back as it was. Runs under the shard's write lock: it must not use the
-    /// registry, nor drop the guard the session holds (nor panic, which would drop it).
+    /// Runs under the shard's write lock: it must not use the registry, nor drop the guard
+    /// the session holds (nor panic, which would drop it).
+    ///
+    /// # Errors
+    /// The session unchanged when it cannot be woken (its server is going away): it is put
+    /// back as it was, and the lookup finds nothing.
     fn wake(asleep: Box<Self::Asleep>) -> Result<(Self, Starter), Box<Self::Asleep>>;
 
     /// The registry guard a hibernating session holds.
@@ -283,7 +286,8 @@ impl<H: Registered> Registry<H> {
     }
 
     /// `f` of the session under `id`, woken if it hibernates, under its shard's write lock;
-    /// a woken actor starts once the lock is released.
+    /// a woken actor starts once the lock is released. `None` if it is unknown or could not
+    /// be woken.
     fn woken<T>(&self, id: &SessionId, f: impl FnOnce(&H) -> T) -> Option<T> {
         let (out, starter) = {
             let mut shard = self.shard(id).write();
@@ -297,7 +301,8 @@ impl<H: Registered> Registry<H> {
     }
 
     /// Wake the session under `id` in its (write-locked) shard if it hibernates: its actor's
-    /// starter, to run once the lock is released.
+    /// starter, to run once the lock is released; `None` if it was awake, unknown, or could
+    /// not be woken (then kept as it was).
     fn wake_in(&self, shard: &mut FastMap<SessionId, Slot<H>>, id: &SessionId) -> Option<Starter> {
         let Some(Slot::Asleep(..)) = shard.get(id) else { return None };
         // The table's own key goes back in: `id` is often a request's copy of it, which would
@@ -987,6 +992,7 @@ mod tests {
         assert!(r.enter(&id, None).is_none(), "not woken: not found");
         assert_eq!(r.wake_due(Tick(60), 10), 0, "nor by the sweeper");
         assert_eq!((r.len(), r.sleeping(), r.next_wake()), (1, 1, Some(Tick(50))));
+        assert_eq!(r.hibernations_and_wakes(), (1, 0), "no wake counted");
         REFUSE_WAKE.set(false);
         assert!(r.enter(&id, None).is_some(), "woken once it can be");
         assert_eq!((r.sleeping(), r.next_wake()), (0, None));

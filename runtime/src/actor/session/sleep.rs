@@ -38,8 +38,9 @@ use crate::proto::session::{SessionCore, SessionLimits, SleepingCore};
 /// What a hibernating session keeps: its core's numbering and deadlines, and what its actor
 /// holds for its whole life and the server does not (its names under previous keys,
 /// handshake, counts and charges). The handshake's JSON is kept as text: a parsed object
-/// costs a tree node of about 600 bytes per level. Its cursor signer (two HMAC states, about 220 bytes) is not kept: derived again as it wakes, from the
-/// server's key, its id and its principal, it is the same signer.
+/// costs a tree node of about 600 bytes per level. Its cursor signer (two HMAC states, about
+/// 220 bytes) is not kept: derived again as it wakes, from the server's key, its id and its
+/// principal, it is the same signer.
 pub(crate) struct SleepingSession {
     guard: RegistryGuard<SessionHandle>,
     generation: GenCount,
@@ -74,6 +75,8 @@ struct Kept {
 struct KeptHandshake(Box<str>);
 
 impl KeptHandshake {
+    /// # Panics
+    /// Never: JSON values print, as JSON, in UTF-8.
     fn new(requested_version: Option<&str>, capabilities: &Value, info: &Value) -> Self {
         let mut text = Vec::with_capacity(64);
         let print = "parsed JSON values print";
@@ -87,6 +90,9 @@ impl KeptHandshake {
     }
 
     /// As its record states it, parsed again.
+    ///
+    /// # Panics
+    /// Never: it parses what [`Self::new`] printed.
     fn handshake(&self) -> Handshake {
         let mut lines = self.0.splitn(3, '\n');
         let mut next = || lines.next().expect("three lines");

@@ -198,7 +198,7 @@ impl Supervisor {
         // Across hosts (a shared ledger), after this host's own checks: a session they refuse
         // is not counted. A refusal here drops the reservation; one of the rate takes back
         // the place the caller's session count gave.
-        let owner = reservation.owner().filter(|_| self.stream_env.ledger.ledger.shared);
+        let owner = self.stream_env.ledger.ledger.shared.then(|| reservation.owner()).flatten();
         if let Some(owner) = &owner {
             let q = &self.cfg.quotas;
             let index = codec::caller_sessions_index(owner);
