@@ -52,10 +52,9 @@ const BURST_REQUESTS: u64 = 1_000;
 pub(crate) struct Policy {
     last_check: Footprint,
     every: u32,
-    /// Quiet trims still owed since requests last came.
+    /// Quiet trims still owed since requests last came (fewer than [`QUIET_TRIMS`] and more
+    /// than none: their series has begun, and goes on at each quiet check).
     settled_left: u32,
-    /// A series of quiet trims has begun and goes on at each quiet check.
-    series: bool,
     /// Checks since the last trim of each kind.
     since_shrinking: u32,
     since_settled: u32,
@@ -69,12 +68,10 @@ impl Policy {
     pub(crate) fn new(start: Footprint, every: u32) -> Policy {
         let every = every.max(1);
         let (since_shrinking, since_settled) = (every, every);
-        let settled_left = 0;
         Policy {
             last_check: start,
             every,
-            settled_left,
-            series: false,
+            settled_left: 0,
             since_shrinking,
             since_settled,
             settled_at: start.0,
@@ -90,7 +87,7 @@ impl Policy {
         self.since_settled = self.since_settled.saturating_add(1);
         if now != last {
             if now.0 != last.0 {
-                (self.settled_left, self.series) = (QUIET_TRIMS, false);
+                self.settled_left = QUIET_TRIMS;
             }
             if shrank && self.since_shrinking >= self.every {
                 self.since_shrinking = 0;
@@ -98,10 +95,10 @@ impl Policy {
             }
             return Due::No;
         }
+        let series = self.settled_left < QUIET_TRIMS;
         let burst = now.0.saturating_sub(self.settled_at) >= BURST_REQUESTS;
-        if self.settled_left > 0 && (self.series || burst || self.since_settled >= self.every) {
+        if self.settled_left > 0 && (series || burst || self.since_settled >= self.every) {
             self.settled_left -= 1;
-            self.series = self.settled_left > 0;
             (self.since_settled, self.settled_at) = (0, now.0);
             return Due::Settled;
         }
