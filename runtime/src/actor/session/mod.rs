@@ -208,7 +208,9 @@ pub(crate) struct SessionSeed {
 /// What a session's life starts with, awake or kept as data ([`SessionSeed::begin`]).
 struct Begun {
     core: SessionCore<RequestTask, StreamHandle, ClientRequestRoute>,
-    names: Arc<[Arc<str>]>,
+    /// Its names under previous keys (empty, without an allocation, unless a key was
+    /// rotated); its current one is `meta.hmac`.
+    previous_names: Box<[Arc<str>]>,
     meta: SessionMeta,
     /// The kept handshake's charge to the memory budgets.
     handshake: Charge,
@@ -236,7 +238,8 @@ impl SessionSeed {
         };
         let mut handshake = sup.stream_env().budget.charge(Some(&self.caller_budget));
         handshake.set(self.kept_bytes);
-        Begun { core, names: session_names(sup, &self.hmac, &self.id), meta, handshake }
+        let previous_names = sup.stream_env().ledger.previous_session_hmacs(&self.id).into();
+        Begun { core, previous_names, meta, handshake }
     }
 }
 
@@ -353,7 +356,8 @@ impl SessionActor {
         addr: &Addr<SessionActor>,
     ) -> SessionActor {
         let limits = session_limits(&*sup, &seed.generation);
-        let Begun { core, names, meta, handshake } = seed.begin(&*sup, limits, sup.now());
+        let Begun { core, previous_names, meta, handshake } = seed.begin(&*sup, limits, sup.now());
+        let names = session_names(&meta.hmac, &previous_names);
         let span = session_span(&meta.hmac, &seed.generation);
         let streams = SessionStreams::new(&*sup, seed.version, &meta);
         let ledger = Arc::clone(&sup.stream_env().ledger);
@@ -493,12 +497,10 @@ fn session_span(hmac: &str, generation: &GenCount) -> tracing::Span {
     tracing::info_span!("session", hmac = %tail, generation = generation.generation().settings.id.0)
 }
 
-/// Its names in the ledger: `hmac` (its id's under the current key), then its id's under each
-/// previous key.
-fn session_names(sup: &dyn SessionEnv, hmac: &Arc<str>, id: &SessionId) -> Arc<[Arc<str>]> {
-    std::iter::once(Arc::clone(hmac))
-        .chain(sup.stream_env().ledger.previous_session_hmacs(id))
-        .collect()
+/// Its names in the ledger, as its actor holds them: `hmac` (its id's under the current key),
+/// then `previous` (its id's under each previous key).
+fn session_names(hmac: &Arc<str>, previous: &[Arc<str>]) -> Arc<[Arc<str>]> {
+    std::iter::once(hmac).chain(previous).cloned().collect()
 }
 
 /// Where its requests' questions and notifications go.

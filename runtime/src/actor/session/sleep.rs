@@ -20,7 +20,7 @@ use serde_json::Value;
 use super::persist::{End, push_end, record_ops};
 use super::{
     Begun, RequestTask, SessionActor, SessionHandle, SessionSeed, SessionStreams, session_limits,
-    session_links, session_span,
+    session_links, session_names, session_span,
 };
 use crate::actor::budget::{Charge, MemoryBudget};
 use crate::actor::dormant::StreamHandle;
@@ -106,19 +106,18 @@ impl KeptHandshake {
 
 impl Kept {
     /// What a session keeps of `core` and of its life while it sleeps, under `sup`: its
-    /// names, its caller's share, its record's `meta` and its `handshake`.
+    /// names under previous keys, its caller's share, its record's `meta` and its `handshake`.
     fn new(
         core: SleepingCore,
         sup: &Arc<dyn SessionEnv>,
-        names: &[Arc<str>],
+        previous_names: Box<[Arc<str>]>,
         caller_budget: &Arc<MemoryBudget>,
         meta: SessionMeta,
         handshake: KeptHandshake,
     ) -> Kept {
-        debug_assert!(names.first() == Some(&meta.hmac), "a session's first name is its hmac");
         Kept {
             core,
-            previous_names: previous_names(names),
+            previous_names,
             sup: Arc::downgrade(sup),
             caller_budget: Arc::clone(caller_budget),
             meta,
@@ -128,19 +127,14 @@ impl Kept {
 
     /// Its names in the ledger, its current one first, as its actor holds them.
     fn names(&self) -> Arc<[Arc<str>]> {
-        all_names(&self.meta.hmac, &self.previous_names)
+        session_names(&self.meta.hmac, &self.previous_names)
     }
 }
 
-/// What a sleeping session keeps of its `names`: those after the first (its current name, which
-/// its record's meta holds).
+/// What a sleeping session keeps of an awake one's `names`: those after the first (its
+/// current name, which its record's meta holds).
 fn previous_names(names: &[Arc<str>]) -> Box<[Arc<str>]> {
     names.get(1..).unwrap_or_default().into()
-}
-
-/// Its names again, from its current name and [`previous_names`].
-fn all_names(current: &Arc<str>, previous: &[Arc<str>]) -> Arc<[Arc<str>]> {
-    std::iter::once(current).chain(previous).cloned().collect()
 }
 
 /// A session's core as its actor holds it.
@@ -186,7 +180,9 @@ impl SessionActor {
         let version = self.requested_version.as_deref();
         let texts = KeptHandshake::new(version, &self.client_caps, &self.client_info);
         let meta = self.meta.clone();
-        let kept = Kept::new(core, &self.sup, &self.names, &self.caller_budget, meta, texts);
+        debug_assert!(self.names.first() == Some(&meta.hmac), "its first name is its hmac");
+        let previous = previous_names(&self.names);
+        let kept = Kept::new(core, &self.sup, previous, &self.caller_budget, meta, texts);
         let serving = || self.sup.phase() == Phase::Serving;
         match guard.hibernate(deadline, serving, (generation, handshake, kept), asleep) {
             Ok(()) => {
@@ -273,7 +269,7 @@ impl SleepingSession {
         reservation: Reservation<SessionHandle>,
     ) {
         let now = sup.now();
-        let Begun { mut core, names, meta, handshake } = seed.begin(&*sup, limits, now);
+        let Begun { mut core, previous_names, meta, handshake } = seed.begin(&*sup, limits, now);
         let used = core.poll_ledger(now).expect("a new session's record is due");
         let Some((sleeping, wake_at)) = core.sleep() else {
             unreachable!("a new session's tables are empty")
@@ -281,7 +277,7 @@ impl SleepingSession {
         let hs = &seed.handshake;
         let texts =
             KeptHandshake::new(hs.requested_version.as_deref(), &hs.capabilities, &hs.client_info);
-        let kept = Kept::new(sleeping, &sup, &names, &seed.caller_budget, meta, texts);
+        let kept = Kept::new(sleeping, &sup, previous_names, &seed.caller_budget, meta, texts);
         let ledger = &sup.stream_env().ledger;
         let ops = record_ops(&kept.meta, ledger, &core, RecordState::Active, used, seed.handshake);
         let inbox = Inbox::new(sup.config().sessions.mailbox);
@@ -432,10 +428,10 @@ mod tests {
         let names: Arc<[Arc<str>]> = vec![name('a'), name('b'), name('c')].into();
         let previous = previous_names(&names);
         assert_eq!(&previous[..], &names[1..]);
-        assert_eq!(all_names(&names[0], &previous), names);
+        assert_eq!(session_names(&names[0], &previous), names);
         let one: Arc<[Arc<str>]> = vec![name('a')].into();
         assert!(previous_names(&one).is_empty());
-        assert_eq!(all_names(&one[0], &previous_names(&one)), one);
+        assert_eq!(session_names(&one[0], &previous_names(&one)), one);
     }
 
     /// A sleeping session is one allocation of jemalloc's 320-byte class (it was 368, in the
