@@ -67,13 +67,12 @@ impl Policy {
     /// least 1).
     pub(crate) fn new(start: Footprint, every: u32) -> Policy {
         let every = every.max(1);
-        let (since_shrinking, since_settled) = (every, every);
         Policy {
             last_check: start,
             every,
             settled_left: 0,
-            since_shrinking,
-            since_settled,
+            since_shrinking: every,
+            since_settled: every,
             settled_at: start.0,
         }
     }

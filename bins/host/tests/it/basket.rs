@@ -148,17 +148,6 @@ fn a_refused_checkout_does_not_stand_in_for_a_later_one() {
     );
 }
 
-fn basket_ids(listed: &Value) -> Vec<String> {
-    let mut ids: Vec<String> = listed["structuredContent"]["baskets"]
-        .as_array()
-        .unwrap_or_else(|| panic!("{listed}"))
-        .iter()
-        .map(|b| b["basket_id"].as_str().unwrap().to_owned())
-        .collect();
-    ids.sort();
-    ids
-}
-
 #[test]
 fn without_authentication_list_baskets_shows_a_session_its_own_and_a_stateless_request_none() {
     let dir = TempDir::new("basket-anonymous");
@@ -172,12 +161,12 @@ fn without_authentication_list_baskets_shows_a_session_its_own_and_a_stateless_r
     let mut of_a = vec![a1.clone(), a2];
     of_a.sort();
     assert_eq!(
-        basket_ids(&call_in(&host.addr, &a, 4, "list_baskets", json!({}))),
+        listed_basket_ids(&call_in(&host.addr, &a, 4, "list_baskets", json!({}))),
         of_a,
         "a's own only"
     );
     assert_eq!(
-        basket_ids(&call_in(&host.addr, &b, 5, "list_baskets", json!({}))),
+        listed_basket_ids(&call_in(&host.addr, &b, 5, "list_baskets", json!({}))),
         vec![b1.clone()],
         "b's own only"
     );

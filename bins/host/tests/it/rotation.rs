@@ -33,15 +33,7 @@ fn modern_call(addr: &str, id: i64, tool: &str, args: Value) -> Value {
 }
 
 fn basket_ids(addr: &str, id: i64) -> Vec<String> {
-    let listed = modern_call(addr, id, "list_baskets", json!({}));
-    let mut ids: Vec<String> = listed["structuredContent"]["baskets"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|b| b["basket_id"].as_str().unwrap().to_owned())
-        .collect();
-    ids.sort();
-    ids
+    listed_basket_ids(&modern_call(addr, id, "list_baskets", json!({})))
 }
 
 fn with_tasks(mut params: Value) -> Value {
@@ -170,19 +162,22 @@ fn a_session_from_before_a_key_rotation_still_lists_its_baskets_after_it_hiberna
     std::fs::write(&rotated, format!("{previous}{sleepy}")).unwrap();
     let rotated = rotated.display().to_string();
     let mut host = start_with(&dir, port, &["--packs", "basket", "--config", &rotated]);
-    let ids = |listed: Value| -> Vec<String> {
-        let baskets = listed["structuredContent"]["baskets"].as_array().cloned();
-        let baskets = baskets.unwrap_or_else(|| panic!("{listed}"));
-        baskets.iter().map(|b| b["basket_id"].as_str().unwrap().to_owned()).collect()
-    };
     let listed = call_in(&host.addr, &sid, 2, "list_baskets", json!({}));
-    assert_eq!(ids(listed), vec![basket.clone()], "revived under the new key, named under both");
+    assert_eq!(
+        listed_basket_ids(&listed),
+        vec![basket.clone()],
+        "revived under the new key, named under both"
+    );
     wait_until("the revived session hibernates", Duration::from_secs(10), || {
         host.metric(&dir, "mcp_sessions_hibernating") == 1.0
     });
     let woken = host.metric(&dir, "mcp_sessions_woken_total");
     let listed = call_in(&host.addr, &sid, 3, "list_baskets", json!({}));
-    assert_eq!(ids(listed), vec![basket], "woken with its name under the previous key");
+    assert_eq!(
+        listed_basket_ids(&listed),
+        vec![basket],
+        "woken with its name under the previous key"
+    );
     assert_eq!(host.metric(&dir, "mcp_sessions_woken_total"), woken + 1.0, "it was woken");
     assert!(host.process.terminate(Duration::from_secs(15)).is_some_and(|s| s.success()));
 }

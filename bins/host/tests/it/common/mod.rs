@@ -199,6 +199,18 @@ pub(crate) fn post_json(addr: &str, sid: &str, body: &Value) -> (u16, Value) {
     (status, serde_json::from_slice(&b).unwrap_or(Value::Null))
 }
 
+/// The basket ids a `list_baskets` result lists, sorted.
+pub(crate) fn listed_basket_ids(listed: &Value) -> Vec<String> {
+    let mut ids: Vec<String> = listed["structuredContent"]["baskets"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{listed}"))
+        .iter()
+        .map(|b| b["basket_id"].as_str().unwrap().to_owned())
+        .collect();
+    ids.sort();
+    ids
+}
+
 /// A legacy session's `tools/call` result (answered as JSON, 200).
 pub(crate) fn call_in(addr: &str, sid: &str, id: i64, tool: &str, args: Value) -> Value {
     let params = json!({"name": tool, "arguments": args});
