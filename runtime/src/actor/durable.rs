@@ -123,6 +123,30 @@ pub(crate) struct SessionNow<'a, I> {
     /// statement that finds nothing; on a shared one another host may serve it meanwhile and
     /// index streams of its own there, so the index is pushed whatever this life held.
     pub(crate) held_streams: bool,
+    /// Where the session is as the record is written, for the ledger's LRU index.
+    pub(crate) residence: Residence,
+}
+
+/// Where a session is as its record is written. On a ledger of its own, the LRU index that
+/// the session cap reads holds the sessions out of this host's memory only (the cap counts
+/// those in memory from the registry and never evicts them): a session enters it as it leaves
+/// memory, and leaves it as a revive brings it back (the revive's write,
+/// [`lru_leave`]). So a new session, and the writes of one in memory, cost no index row. On a
+/// shared ledger every active record is indexed, since other hosts' sessions in memory are
+/// not in this host's registry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Residence {
+    /// In memory before and after the write (a new session's, a periodic one, an end's).
+    Stays,
+    /// It leaves memory with this write (parked, or the process stops).
+    Leaving,
+}
+
+/// The write that takes a revived session out of the LRU index of a ledger of its own
+/// ([`Residence`]); none on a shared ledger, whose index holds every active session.
+pub(crate) fn lru_leave(cx: &LedgerCtx, hmac: &str) -> Option<Op> {
+    (!cx.ledger.shared)
+        .then(|| Op::IndexRemove { index: codec::SESSIONS_LRU.into(), member: hmac.to_owned() })
 }
 
 impl SessionMeta {
@@ -186,17 +210,23 @@ impl SessionMeta {
                 ops.push(Op::IndexRemove { index, member: self.hmac.to_string() });
             }
         }
-        // The ledger's session cap evicts by last recorded use; an ended session leaves it.
-        ops.push(if s.state == RecordState::Active {
-            Op::IndexAdd {
+        // The ledger's session cap evicts by last recorded use ([`Residence`] says which
+        // sessions its index holds); an ended session leaves it.
+        let indexed = s.state == RecordState::Active
+            && (cx.ledger.shared || s.residence == Residence::Leaving);
+        if indexed {
+            ops.push(Op::IndexAdd {
                 index: codec::SESSIONS_LRU.into(),
                 member: self.hmac.to_string(),
                 score: last_used_ms,
                 expires_ms: u64::MAX,
-            }
-        } else {
-            Op::IndexRemove { index: codec::SESSIONS_LRU.into(), member: self.hmac.to_string() }
-        });
+            });
+        } else if s.state != RecordState::Active {
+            ops.push(Op::IndexRemove {
+                index: codec::SESSIONS_LRU.into(),
+                member: self.hmac.to_string(),
+            });
+        }
         if s.state == RecordState::Active && (s.held_streams || cx.ledger.shared) {
             let streams_expire = last_used_ms.saturating_add(cx.stream_ttl_ms);
             ops.push(Op::Expire {
@@ -416,6 +446,16 @@ mod tests {
         streams: &[StreamId],
         held: bool,
     ) -> Vec<Op> {
+        record_ops_in(cx, (RecordState::Active, Residence::Stays), incarnation, streams, held)
+    }
+
+    fn record_ops_in(
+        cx: &LedgerCtx,
+        (state, residence): (RecordState, Residence),
+        incarnation: u32,
+        streams: &[StreamId],
+        held: bool,
+    ) -> Vec<Op> {
         let meta = SessionMeta {
             hmac: Arc::from("5e55"),
             principal: None,
@@ -429,7 +469,7 @@ mod tests {
             SessionNow {
                 version: "2025-11-25",
                 generation: 1,
-                state: RecordState::Active,
+                state,
                 log_level: None,
                 incarnation,
                 last_used: Tick(5),
@@ -440,6 +480,7 @@ mod tests {
                 },
                 streams: streams.iter().copied(),
                 held_streams: held,
+                residence,
             },
         )
     }
@@ -502,6 +543,38 @@ mod tests {
         shared.shared = true;
         let shared = LedgerCtx::new(shared, 60_000, 60_000);
         assert!(pushes(&record_ops_with(&shared, 0, &[], false)));
+    }
+
+    #[test]
+    fn on_a_ledger_of_its_own_only_a_session_leaving_memory_is_indexed_for_the_cap() {
+        let lru = |ops: &[Op]| {
+            ops.iter().find_map(|o| match o {
+                Op::IndexAdd { index, member, score, .. } if index == codec::SESSIONS_LRU => {
+                    assert_eq!((&**member, *score), ("5e55", 5), "its name, its last use");
+                    Some("add")
+                }
+                Op::IndexRemove { index, .. } if index == codec::SESSIONS_LRU => Some("remove"),
+                _ => None,
+            })
+        };
+        let at = |cx: &LedgerCtx, state: RecordState, residence: Residence, incarnation: u32| {
+            lru(&record_ops_in(cx, (state, residence), incarnation, &[], incarnation > 0))
+        };
+        let own = LedgerCtx::new(Ledger::memory(&RuntimeConfig::default()), 60_000, 60_000);
+        use {RecordState::*, Residence::*};
+        assert_eq!(at(&own, Active, Stays, 0), None, "a new session writes no row");
+        assert_eq!(at(&own, Active, Stays, 2), None, "nor a periodic write in memory");
+        assert_eq!(at(&own, Active, Leaving, 0), Some("add"), "parked, or the process stops");
+        assert_eq!(at(&own, Deleted, Stays, 0), Some("remove"), "an end leaves the index");
+        assert_eq!(at(&own, Expired, Stays, 1), Some("remove"));
+        // Shared: other hosts' sessions in memory are not this registry's; all are indexed.
+        let mut shared = Ledger::memory(&RuntimeConfig::default());
+        shared.shared = true;
+        let shared = LedgerCtx::new(shared, 60_000, 60_000);
+        for residence in [Stays, Leaving] {
+            assert_eq!(at(&shared, Active, residence, 1), Some("add"), "{residence:?}");
+        }
+        assert_eq!(at(&shared, Evicted, Stays, 1), Some("remove"));
     }
 
     #[test]

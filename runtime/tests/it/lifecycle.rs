@@ -194,6 +194,78 @@ async fn idle_stream_gets_keep_alive_comments() {
     assert!(g.sse.comments >= 1);
 }
 
+/// A harness on a memory store the test also reads, and its ledger's writer.
+async fn harness_reading_the_store(
+    c: mcp_runtime::config::RuntimeConfig,
+) -> (
+    Harness,
+    std::sync::Arc<dyn mcp_runtime::ledger::Store>,
+    std::sync::Arc<mcp_runtime::ledger::Writer>,
+) {
+    let store: std::sync::Arc<dyn mcp_runtime::ledger::Store> =
+        std::sync::Arc::new(mcp_runtime::ledger::MemoryStore::new());
+    let ledger = mcp_runtime::ledger::Ledger::on_store(std::sync::Arc::clone(&store), &c).unwrap();
+    let writer = std::sync::Arc::clone(&ledger.writer);
+    (harness_on(c, ledger).await, store, writer)
+}
+
+#[actix_web::test]
+async fn the_ledgers_lru_index_holds_a_session_only_while_it_is_out_of_memory() {
+    let (h, store, writer) =
+        harness_reading_the_store(cfg(|c| c.sessions.park_after_secs = 1)).await;
+    let indexed = || store.index_len(mcp_runtime::ledger::codec::SESSIONS_LRU, 1).unwrap();
+    let c = h.client("2025-11-25").await;
+    writer.barrier().await.unwrap();
+    assert_eq!(indexed(), 0, "a new session in memory writes no index row");
+    until("the session parked", || {
+        h.sup.stats_snapshot().sessions_parked >= 1 && h.sup.session_count() == 0
+    })
+    .await;
+    writer.barrier().await.unwrap();
+    assert_eq!(indexed(), 1, "parked: out of memory, the cap may evict it");
+    let mut r = c.request(json!({"jsonrpc":"2.0","id":2,"method":"ping"})).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.json().await["id"], 2, "revived");
+    writer.barrier().await.unwrap();
+    assert_eq!(indexed(), 0, "revived: in memory again, it leaves the index");
+}
+
+#[actix_web::test]
+async fn sessions_in_memory_count_toward_the_ledger_cap_and_are_never_evicted() {
+    let h = harness_with(cfg(|c| {
+        c.ledger.max_sessions = 2;
+        c.ledger.sweep_every_secs = 1;
+        c.sessions.park_after_secs = 1;
+    }))
+    .await;
+    let mut parked = Vec::new();
+    for n in 1..=2 {
+        parked.push(h.client("2025-11-25").await);
+        until("the session parked", || {
+            h.sup.stats_snapshot().sessions_parked >= n && h.sup.session_count() == 0
+        })
+        .await;
+    }
+    // Two parked and one in memory (its open stream keeps it from parking): one too many.
+    let live = h.client("2025-11-25").await;
+    let mut get = live.open_get().await;
+    get.chunk().await.expect("priming");
+    until("the ledger evicted one", || h.sup.stats_snapshot().sessions_evicted_from_ledger >= 1)
+        .await;
+    let ping = json!({"jsonrpc":"2.0","id":9,"method":"ping"});
+    assert_eq!(
+        parked[0].request(ping.clone()).await.status,
+        StatusCode::NOT_FOUND,
+        "the oldest parked"
+    );
+    for c in [&parked[1], &live] {
+        let mut r = c.request(ping.clone()).await;
+        assert_eq!(r.status, StatusCode::OK, "the newer parked one and the one in memory stay");
+        assert_eq!(r.json().await["id"], 9);
+    }
+    assert_eq!(h.sup.stats_snapshot().sessions_evicted_from_ledger, 1);
+}
+
 #[actix_web::test]
 async fn a_full_ledger_evicts_the_least_recently_used_parked_session_and_its_id_answers_404() {
     let h = harness_with(cfg(|c| {

@@ -255,7 +255,11 @@ impl Handler<Shutdown> for SessionActor {
             self.core.last_activity()
         };
         if self.core.check_active().is_ok() {
-            self.ledger.writer.submit(self.record_ops_at(RecordState::Active, used));
+            self.ledger.writer.submit(self.record_ops_at(
+                RecordState::Active,
+                used,
+                crate::actor::durable::Residence::Leaving,
+            ));
         }
         self.ended_by = Rejection::Overloaded(Overload::Draining);
         ctx.stop();

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::actor::dormant::StreamHandle;
-use crate::actor::durable::{self, StreamLedger};
+use crate::actor::durable::{self, Residence, StreamLedger};
 use crate::actor::env::Settle;
 use crate::actor::generations::Counted;
 use crate::actor::stream::StreamActor;
@@ -98,13 +98,14 @@ impl SessionActor {
         &self,
         state: RecordState,
         last_used: Tick,
+        residence: Residence,
     ) -> Vec<crate::ledger::Op> {
         let handshake = Handshake {
             requested_version: self.requested_version.clone(),
             capabilities: (*self.client_caps).clone(),
             client_info: self.client_info.clone(),
         };
-        record_ops(&self.meta, &self.ledger, &self.core, state, last_used, handshake)
+        record_ops(&self.meta, &self.ledger, &self.core, (state, residence), last_used, handshake)
     }
 
     /// The session ended for good (DELETE, expiry): its record says so until it expires (its
@@ -117,7 +118,7 @@ impl SessionActor {
     /// commits (not when the end was heard from one of them).
     pub(super) fn record_end(&mut self, state: RecordState, announce: bool) {
         let now = self.sup.now();
-        let mut ops = self.record_ops_at(state, now);
+        let mut ops = self.record_ops_at(state, now, Residence::Stays);
         let end = End { state, at: now, announce };
         push_end(&mut ops, &self.meta.hmac, &self.ledger, self.core.stream_ids(), end);
         self.sup.settle(&self.meta.hmac, Settle::Ended, ops);
@@ -127,7 +128,8 @@ impl SessionActor {
     /// in its inbox (then it stays, and that request's activity moves the deadline).
     pub(super) fn park(&mut self) -> bool {
         let Some(guard) = self.guard.take() else { return false };
-        let ops = self.record_ops_at(RecordState::Active, self.core.last_activity());
+        let ops =
+            self.record_ops_at(RecordState::Active, self.core.last_activity(), Residence::Leaving);
         // Announced before it leaves the registry: a revive waits for these writes. When the
         // session stays after all, they were an ordinary record write.
         self.sup.settle(&self.meta.hmac, Settle::Parked, ops);
@@ -153,9 +155,9 @@ impl SessionActor {
     /// returns the acknowledgement of its commit (`None`: nothing was due).
     pub(super) fn record_due(&mut self, acked: bool) -> Option<tokio::sync::oneshot::Receiver<()>> {
         let used = self.core.poll_ledger(self.now())?;
-        let ops = self.record_ops_at(RecordState::Active, used);
         // The first record of this life: its `initialize` (or revive) waits for it.
         let first = self.on_recorded.take();
+        let ops = self.record_ops_at(RecordState::Active, used, Residence::Stays);
         if first.is_none() && !acked {
             self.ledger.writer.submit(ops);
             return None;
@@ -223,7 +225,7 @@ pub(super) fn record_ops<R, S, P>(
     meta: &durable::SessionMeta,
     ledger: &durable::LedgerCtx,
     core: &crate::proto::session::SessionCore<R, S, P>,
-    state: RecordState,
+    (state, residence): (RecordState, Residence),
     last_used: Tick,
     handshake: Handshake,
 ) -> Vec<crate::ledger::Op> {
@@ -239,6 +241,7 @@ pub(super) fn record_ops<R, S, P>(
             handshake,
             streams: core.stream_ids(),
             held_streams: core.held_streams(),
+            residence,
         },
     )
 }

@@ -24,7 +24,7 @@ use super::{
 };
 use crate::actor::budget::{Charge, MemoryBudget};
 use crate::actor::dormant::StreamHandle;
-use crate::actor::durable::SessionMeta;
+use crate::actor::durable::{Residence, SessionMeta};
 use crate::actor::env::SessionEnv;
 use crate::actor::generations::GenCount;
 use crate::actor::lifecycle::Phase;
@@ -279,7 +279,8 @@ impl SleepingSession {
             KeptHandshake::new(hs.requested_version.as_deref(), &hs.capabilities, &hs.client_info);
         let kept = Kept::new(sleeping, &sup, previous_names, &seed.caller_budget, meta, texts);
         let ledger = &sup.stream_env().ledger;
-        let ops = record_ops(&kept.meta, ledger, &core, RecordState::Active, used, seed.handshake);
+        let now_state = (RecordState::Active, Residence::Stays);
+        let ops = record_ops(&kept.meta, ledger, &core, now_state, used, seed.handshake);
         let inbox = Inbox::new(sup.config().sessions.mailbox);
         let inbox_and_name = (inbox, Arc::clone(&kept.meta.hmac));
         let serving = || sup.phase() == Phase::Serving;
@@ -334,7 +335,7 @@ impl SleepingSession {
     /// a DELETE is, to the hosts of a shared ledger (where a session never sleeps).
     pub(crate) fn deleted_ops(&self, sup: &dyn SessionEnv, now: Tick) -> Vec<crate::ledger::Op> {
         let state = RecordState::Deleted;
-        let mut ops = self.record(sup, state, |_| now);
+        let mut ops = self.record(sup, (state, Residence::Stays), |_| now);
         let end = End { state, at: now, announce: true };
         let ledger = &sup.stream_env().ledger;
         push_end(&mut ops, &self.kept.meta.hmac, ledger, std::iter::empty(), end);
@@ -345,7 +346,8 @@ impl SleepingSession {
     /// `Shutdown` writes it), then it is dropped, which frees its slot.
     pub(crate) fn shut_down(self) {
         let Some(sup) = self.kept.sup.upgrade() else { return };
-        let ops = self.record(&*sup, RecordState::Active, SessionCore::last_activity);
+        let leaving = (RecordState::Active, Residence::Leaving);
+        let ops = self.record(&*sup, leaving, SessionCore::last_activity);
         sup.stream_env().ledger.writer.submit(ops);
     }
 
@@ -354,7 +356,7 @@ impl SleepingSession {
     fn record(
         &self,
         sup: &dyn SessionEnv,
-        state: RecordState,
+        state: (RecordState, Residence),
         used: impl FnOnce(&AwakeCore) -> Tick,
     ) -> Vec<crate::ledger::Op> {
         let k = &self.kept;

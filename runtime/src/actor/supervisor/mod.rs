@@ -191,6 +191,7 @@ impl Supervisor {
             Arc::new(ReviveLocks((0..16).map(|_| tokio::sync::Mutex::new(())).collect()));
         let cap = LedgerCap {
             max: cfg.ledger.max_sessions,
+            shared: stream_env.ledger.ledger.shared,
             idle_ttl_ms: cfg.idle_ttl_ms(),
             registry: Arc::clone(&registry),
             revive_locks: Arc::clone(&revive_locks),

@@ -127,12 +127,15 @@ impl ReviveLocks {
 
 /// The ledger's session cap, kept on the writer's thread after each sweep: sessions whose
 /// last recorded use is older than the idle TTL leave the LRU index (their records expired);
-/// past `max` recorded sessions, the least recently used ones that are not live here (parked,
-/// or left by an earlier process) are evicted: their record says `evicted` (their id answers
+/// past `max` recorded sessions (on a ledger of its own: those the index holds, out of
+/// memory, and those in memory here), the least recently used ones that are not live here
+/// (parked, or left by an earlier process) are evicted: their record says `evicted` (their id answers
 /// 404, a revive never reads them back) and their streams are deleted. Owns nothing that
 /// owns the writer.
 pub(super) struct LedgerCap {
     pub(super) max: usize,
+    /// Several hosts serve the ledger: its LRU index holds every active session.
+    pub(super) shared: bool,
     pub(super) idle_ttl_ms: u64,
     pub(super) registry: Arc<Registry<SessionHandle>>,
     pub(super) revive_locks: Arc<ReviveLocks>,
@@ -166,7 +169,10 @@ impl LedgerCap {
             index: codec::SESSIONS_LRU.into(),
             below: now.saturating_sub(self.idle_ttl_ms),
         }])?;
-        let recorded = store.index_len(codec::SESSIONS_LRU, now)?;
+        // On a ledger of its own the index holds the sessions out of memory only
+        // ([`crate::actor::durable::Residence`]): those in memory are the registry's.
+        let in_memory = if self.shared { 0 } else { self.registry.len() };
+        let recorded = store.index_len(codec::SESSIONS_LRU, now)? + in_memory;
         let Some(excess) = recorded.checked_sub(self.max).filter(|n| *n > 0) else {
             return Ok(false);
         };

@@ -473,8 +473,12 @@ impl Supervisor {
             } else {
                 crate::ledger::Op::Put { key, value, expires_ms }
             };
+            // Back in memory: out of the cap's index (a ledger of its own).
+            let ops = std::iter::once(put).chain(crate::actor::durable::lru_leave(cx, &hmac));
             // Not committed in time (or given up on as the process stops): not revived.
-            cx.writer.submit_and_wait(vec![put]).await.map_err(Rejection::from)?;
+            cx.writer.submit_and_wait(ops.collect()).await.map_err(Rejection::from)?;
+        } else if let Some(leave) = crate::actor::durable::lru_leave(cx, &hmac) {
+            cx.writer.submit(vec![leave]);
         }
         let generation = self.gens.enter_restored(
             Generation(record.generation),
