@@ -25,8 +25,7 @@ use crate::proto::admission::{
 };
 use crate::proto::error::{Overload, Quota, Rejection};
 use crate::proto::forwarded::{self, Cidr};
-use crate::proto::jsonrpc::{Incoming, encode_result};
-use crate::proto::mcp::initialize_result;
+use crate::proto::jsonrpc::{Incoming, encode_result_raw};
 use crate::proto::oauth::ListFilter;
 
 pub mod admin;
@@ -508,14 +507,7 @@ fn dispatch(
             let origin = req.headers().get(header::ORIGIN).and_then(|v| v.to_str().ok());
             let (session, version, recorded) =
                 sup.create_session(key, principal, &init, kept_bytes, origin)?;
-            let catalog = sup.catalog();
-            let result = initialize_result(
-                version,
-                catalog.capabilities(),
-                catalog.server_info(),
-                catalog.instructions(),
-            );
-            let bytes = encode_result(&id, &result);
+            let bytes = encode_result_raw(&id, sup.catalog().initialize_result_text(version));
             let mut resp = match reply {
                 ReplyMode::Json => json(bytes),
                 ReplyMode::Sse => sse(SseBody::fixed(vec![crate::sse::data_frame(&bytes)])),

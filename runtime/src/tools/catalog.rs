@@ -9,6 +9,7 @@ use super::{
 use crate::proto::ids::FastMap;
 use crate::proto::jsonrpc::{ErrorObject, Reply, code};
 use crate::proto::stateless::listen::{ListKind, Offered};
+use crate::proto::version::ProtocolVersion;
 
 /// `serverInfo` of the `initialize` result.
 #[derive(Debug, Clone)]
@@ -219,9 +220,21 @@ impl CatalogBuilder {
             .any(|t| t.spec().task_support != crate::proto::task::TaskSupport::Forbidden);
         let modern_capabilities =
             crate::proto::stateless::modern_capabilities(&capabilities, &self.offered, tasks);
+        let server_info = json!({"name": info.name, "version": info.version});
+        // Each version's `initialize` result as text: a handshake's reply writes it as it is.
+        let initialize_texts = crate::proto::version::SUPPORTED.map(|v| {
+            let r = crate::proto::mcp::initialize_result(
+                v,
+                &capabilities,
+                &server_info,
+                info.instructions.as_deref(),
+            );
+            (v, serde_json::to_vec(&r).expect("a JSON value always serializes").into())
+        });
         Ok(Catalog {
-            server_info: json!({"name": info.name, "version": info.version}),
+            server_info,
             instructions: info.instructions,
+            initialize_texts,
             capabilities,
             modern_capabilities,
             tools: self.tools,
@@ -245,6 +258,8 @@ impl CatalogBuilder {
 pub struct Catalog {
     server_info: Value,
     instructions: Option<String>,
+    /// The `initialize` result of each legacy version, as text.
+    initialize_texts: [(ProtocolVersion, Box<[u8]>); 3],
     capabilities: Value,
     /// The capabilities of `server/discover` (2026-07-28).
     modern_capabilities: Value,
@@ -382,6 +397,18 @@ impl Catalog {
     #[must_use]
     pub fn instructions(&self) -> Option<&str> {
         self.instructions.as_deref()
+    }
+
+    /// The `initialize` result for a session of `version`, as JSON text (its `capabilities`,
+    /// `serverInfo` and `instructions` are this catalog's): made once, when it was built.
+    #[must_use]
+    pub fn initialize_result_text(&self, version: ProtocolVersion) -> &[u8] {
+        let (_, text) = self
+            .initialize_texts
+            .iter()
+            .find(|(v, _)| *v == version)
+            .expect("every legacy version has its result");
+        text
     }
 
     /// `ServerCapabilities` of the legacy `initialize` result.
@@ -643,6 +670,28 @@ impl Catalog {
 mod tests {
     use super::*;
     use crate::tools::ToolAnnotations;
+
+    #[test]
+    fn each_versions_initialize_result_is_made_once_as_the_result_it_states() {
+        let info = ServerInfo {
+            name: "n".into(),
+            version: "1".into(),
+            instructions: Some("say \"hi\"".into()),
+        };
+        let c = Catalog::builder().build(info).unwrap();
+        for v in crate::proto::version::SUPPORTED {
+            let text: Value = serde_json::from_slice(c.initialize_result_text(v)).unwrap();
+            let made = crate::proto::mcp::initialize_result(
+                v,
+                c.capabilities(),
+                c.server_info(),
+                c.instructions(),
+            );
+            assert_eq!(text, made, "{v:?}");
+            assert_eq!(text["protocolVersion"], v.as_str());
+            assert_eq!(text["instructions"], "say \"hi\"");
+        }
+    }
 
     #[test]
     fn template_matching() {
