@@ -47,15 +47,21 @@ pub struct SessionRecord {
     /// The session's ledger name: HMAC of its id under the ledger key, led by the time the
     /// id was made when it carries one; 32 hex digits.
     pub session_hmac: String,
-    /// The owning principal (bearer authentication), if any.
+    /// The owning principal (bearer authentication), if any. This and the other optional
+    /// fields are left out when they have no value (earlier releases wrote `null`; both read
+    /// the same): a session's record is rewritten often, and smaller records fit more to a
+    /// page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub principal: Option<String>,
     /// The authentication subject the principal was derived from (today the principal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth_subject: Option<String>,
     /// Negotiated protocol version.
     pub protocol_version: String,
     /// The handshake receipt.
     pub handshake: Handshake,
     /// The `Origin` the session was created from (checked by the front door's policy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<String>,
     /// Created (ms since the epoch).
     pub created_ms: u64,
@@ -68,6 +74,7 @@ pub struct SessionRecord {
     /// Lifecycle state.
     pub state: RecordState,
     /// `logging/setLevel`, if set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_level: Option<String>,
     /// Incarnation: bumped each time the session is restored from the ledger. Stream ids,
     /// event sequence numbers and server-to-client request ids of incarnation `n` start at
@@ -654,6 +661,30 @@ mod tests {
         );
         assert!(matches!(decode(b"{}"), Err(CodecError::Malformed(_))));
         assert!(matches!(decode(b"not json"), Err(CodecError::Malformed(_))));
+    }
+
+    #[test]
+    fn a_session_records_empty_fields_are_left_out_and_a_record_with_nulls_reads_the_same() {
+        let bare = SessionRecord {
+            principal: None,
+            auth_subject: None,
+            log_level: None,
+            ..session("ab".repeat(16))
+        };
+        let text = String::from_utf8(encode(&Record::Session(bare.clone()))).unwrap();
+        for field in ["principal", "auth_subject", "origin", "log_level", "null"] {
+            assert!(!text.contains(field), "{field} left out: {text}");
+        }
+        assert_eq!(decode(text.as_bytes()), Ok(Record::Session(bare.clone())));
+        // The shape earlier releases wrote.
+        let mut with_nulls = serde_json::to_value(Record::Session(bare.clone())).unwrap();
+        for field in ["principal", "auth_subject", "origin", "log_level"] {
+            with_nulls[field] = Value::Null;
+        }
+        assert_eq!(decode(&serde_json::to_vec(&with_nulls).unwrap()), Ok(Record::Session(bare)));
+        let full =
+            SessionRecord { origin: Some("https://a.example".into()), ..session("ab".repeat(16)) };
+        assert_eq!(decode(&encode(&Record::Session(full.clone()))), Ok(Record::Session(full)));
     }
 
     #[test]
