@@ -8,9 +8,7 @@ use bytes::Bytes;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use crate::ledger::codec::{
-    self, Handshake, Record, RecordState, SessionRecord, StreamKindRecord, StreamRecord,
-};
+use crate::ledger::codec::{self, Record, RecordState, StreamKindRecord, StreamRecord};
 use crate::ledger::{Ledger, Named, Op, Writer};
 use crate::proto::ids::{SessionId, StreamId, Tick};
 use crate::proto::stream::{CloseReason, StreamChange, StreamCore, StreamKind};
@@ -114,7 +112,7 @@ pub(crate) struct SessionNow<'a, I> {
     pub(crate) log_level: Option<&'a str>,
     pub(crate) incarnation: u32,
     pub(crate) last_used: Tick,
-    pub(crate) handshake: Handshake,
+    pub(crate) handshake: codec::HandshakeOut<'a>,
     /// Its streams: their records, logs and index live as long as the session does, plus the
     /// streams' retention.
     pub(crate) streams: I,
@@ -157,23 +155,23 @@ impl SessionMeta {
     ) -> Vec<Op> {
         let last_used_ms = s.last_used.0;
         let expires_ms = last_used_ms.saturating_add(cx.idle_ttl_ms);
-        let record = Record::Session(SessionRecord {
-            session_hmac: self.hmac.to_string(),
-            principal: self.principal.as_deref().map(str::to_owned),
-            auth_subject: self.principal.as_deref().map(str::to_owned),
-            protocol_version: s.version.to_owned(),
+        let record = codec::encode_session(&codec::SessionOut {
+            session_hmac: &self.hmac,
+            principal: self.principal.as_deref(),
+            auth_subject: self.principal.as_deref(),
+            protocol_version: s.version,
             handshake: s.handshake,
-            origin: self.origin.clone(),
+            origin: self.origin.as_deref(),
             created_ms: self.created_ms,
             last_used_ms,
             expires_ms,
             generation: s.generation,
             state: s.state,
-            log_level: s.log_level.map(str::to_owned),
+            log_level: s.log_level,
             incarnation: s.incarnation,
             run: cx.ledger.run,
         });
-        let (key, value) = (codec::session_key(&self.hmac), Bytes::from(codec::encode(&record)));
+        let (key, value) = (codec::session_key(&self.hmac), Bytes::from(record));
         let mut ops = vec![if s.state == RecordState::Active && cx.ledger.shared {
             // Another host serving the session may have recorded a later use: the later wins.
             Op::PutLater { key, value, expires_ms }
@@ -429,11 +427,9 @@ impl StreamLedger {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
-
     use super::*;
     use crate::config::RuntimeConfig;
-    use crate::ledger::codec::{Handshake, RecordState};
+    use crate::ledger::codec::RecordState;
 
     fn record_ops(cx: &LedgerCtx, incarnation: u32) -> Vec<Op> {
         record_ops_with(cx, incarnation, &[], incarnation > 0)
@@ -473,11 +469,7 @@ mod tests {
                 log_level: None,
                 incarnation,
                 last_used: Tick(5),
-                handshake: Handshake {
-                    requested_version: None,
-                    capabilities: json!({}),
-                    client_info: json!({}),
-                },
+                handshake: codec::HandshakeOut::Lines("null\n{}\n{}"),
                 streams: streams.iter().copied(),
                 held_streams: held,
                 residence,

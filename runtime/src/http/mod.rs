@@ -506,7 +506,7 @@ fn dispatch(
             let key = caller_key(req, principal.as_ref(), sup);
             let origin = req.headers().get(header::ORIGIN).and_then(|v| v.to_str().ok());
             let (session, version, recorded) =
-                sup.create_session(key, principal, &init, kept_bytes, origin)?;
+                sup.create_session(key, principal, init, kept_bytes, origin)?;
             let bytes = encode_result_raw(&id, sup.catalog().initialize_result_text(version));
             let mut resp = match reply {
                 ReplyMode::Json => json(bytes),

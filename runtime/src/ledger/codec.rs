@@ -265,6 +265,108 @@ const KNOWN_TYPES: [&str; 5] = [
     "mcpTask.v1",
 ];
 
+/// A session's handshake as its record is written: parsed values, or the three JSON lines a
+/// sleeping session keeps (requested version, capabilities, client info), copied as they are.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum HandshakeOut<'a> {
+    /// Values (an awake session's).
+    Values { requested_version: Option<&'a str>, capabilities: &'a Value, client_info: &'a Value },
+    /// Three lines of compact JSON, one value each (no raw line break in compact JSON).
+    Lines(&'a str),
+}
+
+/// A session record's fields, borrowed: what [`encode_session`] writes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SessionOut<'a> {
+    pub(crate) session_hmac: &'a str,
+    pub(crate) principal: Option<&'a str>,
+    pub(crate) auth_subject: Option<&'a str>,
+    pub(crate) protocol_version: &'a str,
+    pub(crate) handshake: HandshakeOut<'a>,
+    pub(crate) origin: Option<&'a str>,
+    pub(crate) created_ms: u64,
+    pub(crate) last_used_ms: u64,
+    pub(crate) expires_ms: u64,
+    pub(crate) generation: u32,
+    pub(crate) state: RecordState,
+    pub(crate) log_level: Option<&'a str>,
+    pub(crate) incarnation: u32,
+    pub(crate) run: u64,
+}
+
+/// A session's record, byte for byte what [`encode`] makes of the [`SessionRecord`] these
+/// fields are, written from borrowed fields: no record is built (no copy of the handshake's
+/// values), and a kept handshake's text is copied, not parsed and printed again. A session's
+/// record is written at its creation and again through its life.
+///
+/// # Panics
+/// Never: strings and JSON values always serialize.
+#[must_use]
+pub(crate) fn encode_session(s: &SessionOut<'_>) -> Vec<u8> {
+    fn text(out: &mut Vec<u8>, key: &[u8], v: &str) {
+        out.extend_from_slice(key);
+        serde_json::to_writer(&mut *out, v).expect("a string serializes");
+    }
+    fn number(out: &mut Vec<u8>, key: &[u8], n: u64) {
+        out.extend_from_slice(key);
+        serde_json::to_writer(&mut *out, &n).expect("a number serializes");
+    }
+    let handshake_len = match s.handshake {
+        HandshakeOut::Lines(l) => l.len(),
+        HandshakeOut::Values { .. } => 64,
+    };
+    let mut out = Vec::with_capacity(320 + handshake_len);
+    text(&mut out, b"{\"type\":\"mcpHttpSession.v1\",\"session_hmac\":", s.session_hmac);
+    if let Some(p) = s.principal {
+        text(&mut out, b",\"principal\":", p);
+    }
+    if let Some(a) = s.auth_subject {
+        text(&mut out, b",\"auth_subject\":", a);
+    }
+    text(&mut out, b",\"protocol_version\":", s.protocol_version);
+    out.extend_from_slice(b",\"handshake\":{\"requested_version\":");
+    match s.handshake {
+        HandshakeOut::Values { requested_version, capabilities, client_info } => {
+            let print = "JSON values serialize";
+            serde_json::to_writer(&mut out, &requested_version).expect(print);
+            out.extend_from_slice(b",\"capabilities\":");
+            serde_json::to_writer(&mut out, capabilities).expect(print);
+            out.extend_from_slice(b",\"client_info\":");
+            serde_json::to_writer(&mut out, client_info).expect(print);
+        }
+        HandshakeOut::Lines(lines) => {
+            let mut lines = lines.splitn(3, '\n');
+            let mut next = || lines.next().unwrap_or("null").as_bytes();
+            out.extend_from_slice(next());
+            out.extend_from_slice(b",\"capabilities\":");
+            out.extend_from_slice(next());
+            out.extend_from_slice(b",\"client_info\":");
+            out.extend_from_slice(next());
+        }
+    }
+    out.push(b'}');
+    if let Some(o) = s.origin {
+        text(&mut out, b",\"origin\":", o);
+    }
+    number(&mut out, b",\"created_ms\":", s.created_ms);
+    number(&mut out, b",\"last_used_ms\":", s.last_used_ms);
+    number(&mut out, b",\"expires_ms\":", s.expires_ms);
+    number(&mut out, b",\"generation\":", u64::from(s.generation));
+    out.extend_from_slice(match s.state {
+        RecordState::Active => b",\"state\":\"active\"",
+        RecordState::Deleted => b",\"state\":\"deleted\"",
+        RecordState::Expired => b",\"state\":\"expired\"",
+        RecordState::Evicted => b",\"state\":\"evicted\"",
+    });
+    if let Some(l) = s.log_level {
+        text(&mut out, b",\"log_level\":", l);
+    }
+    number(&mut out, b",\"incarnation\":", u64::from(s.incarnation));
+    number(&mut out, b",\"run\":", s.run);
+    out.push(b'}');
+    out
+}
+
 /// Encode a record.
 #[must_use]
 pub fn encode(record: &Record) -> Vec<u8> {
@@ -865,7 +967,85 @@ mod tests {
         prop_oneof![session, stream, receipt, handle]
     }
 
+    /// The borrowed fields of `r`, its handshake as values or as kept lines.
+    fn session_out<'a>(r: &'a SessionRecord, lines: Option<&'a str>) -> SessionOut<'a> {
+        SessionOut {
+            session_hmac: &r.session_hmac,
+            principal: r.principal.as_deref(),
+            auth_subject: r.auth_subject.as_deref(),
+            protocol_version: &r.protocol_version,
+            handshake: match lines {
+                Some(l) => HandshakeOut::Lines(l),
+                None => HandshakeOut::Values {
+                    requested_version: r.handshake.requested_version.as_deref(),
+                    capabilities: &r.handshake.capabilities,
+                    client_info: &r.handshake.client_info,
+                },
+            },
+            origin: r.origin.as_deref(),
+            created_ms: r.created_ms,
+            last_used_ms: r.last_used_ms,
+            expires_ms: r.expires_ms,
+            generation: r.generation,
+            state: r.state,
+            log_level: r.log_level.as_deref(),
+            incarnation: r.incarnation,
+            run: r.run,
+        }
+    }
+
+    fn arb_session() -> impl Strategy<Value = SessionRecord> {
+        let opt = || proptest::option::of(any::<String>());
+        (
+            (any::<String>(), opt(), opt(), any::<String>(), opt(), arb_json(), arb_json()),
+            (opt(), opt(), any::<u64>(), any::<u64>(), any::<u64>(), any::<u32>(), 0u8..4),
+            (any::<u32>(), any::<u64>()),
+        )
+            .prop_map(
+                |((h, p, a, v, rv, caps, info), (o, l, c, u, e, g, st), (i, run))| SessionRecord {
+                    session_hmac: h,
+                    principal: p,
+                    auth_subject: a,
+                    protocol_version: v,
+                    handshake: Handshake {
+                        requested_version: rv,
+                        capabilities: caps,
+                        client_info: info,
+                    },
+                    origin: o,
+                    created_ms: c,
+                    last_used_ms: u,
+                    expires_ms: e,
+                    generation: g,
+                    state: [
+                        RecordState::Active,
+                        RecordState::Deleted,
+                        RecordState::Expired,
+                        RecordState::Evicted,
+                    ][usize::from(st)],
+                    log_level: l,
+                    incarnation: i,
+                    run,
+                },
+            )
+    }
+
     proptest! {
+        #[test]
+        fn a_session_record_written_from_borrowed_fields_is_the_records_encoding(r in arb_session()) {
+            let encoded = encode(&Record::Session(r.clone()));
+            prop_assert_eq!(&encode_session(&session_out(&r, None)), &encoded);
+            // The lines a sleeping session keeps (printed as it prints them).
+            let h = &r.handshake;
+            let lines = [
+                serde_json::to_string(&h.requested_version).unwrap(),
+                serde_json::to_string(&h.capabilities).unwrap(),
+                serde_json::to_string(&h.client_info).unwrap(),
+            ]
+            .join("\n");
+            prop_assert_eq!(&encode_session(&session_out(&r, Some(&lines))), &encoded);
+        }
+
         #[test]
         fn every_record_round_trips(r in arb_record()) {
             prop_assert_eq!(decode(&encode(&r)), Ok(r));

@@ -708,20 +708,22 @@ fn admit_post(
     } else {
         ReplyMode::Json
     };
-    if let Incoming::Single(Message::Request { method, id, params, .. }) = &incoming
-        && method == "initialize"
-    {
-        // The version header is never a reason to refuse `initialize` (negotiation
-        // happens in the body).
-        if head.session_id.is_some() {
-            return Err(Rejection::AlreadyInitialized);
+    let incoming = match incoming {
+        Incoming::Single(Message::Request { method, id, params, .. }) if method == "initialize" => {
+            // The version header is never a reason to refuse `initialize` (negotiation
+            // happens in the body).
+            if head.session_id.is_some() {
+                return Err(Rejection::AlreadyInitialized);
+            }
+            // Its values are moved into the handshake, not copied.
+            let init = InitializeRequest::from_params(params);
+            let kept_bytes =
+                limits::check_handshake(&init.capabilities, &init.client_info, &limits.handshake)
+                    .map_err(Rejection::LimitExceeded)?;
+            return Ok(Command::Initialize { id, init, kept_bytes, reply });
         }
-        let init = InitializeRequest::from_params(params.as_ref());
-        let kept_bytes =
-            limits::check_handshake(&init.capabilities, &init.client_info, &limits.handshake)
-                .map_err(Rejection::LimitExceeded)?;
-        return Ok(Command::Initialize { id: id.clone(), init, kept_bytes, reply });
-    }
+        other => other,
+    };
     if let Incoming::Batch(ms) = &incoming
         && ms.iter().any(|m| matches!(m, Message::Request { method, .. } if method == "initialize"))
     {

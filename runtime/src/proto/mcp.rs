@@ -115,13 +115,20 @@ pub struct InitializeRequest {
 
 impl InitializeRequest {
     /// Read the params leniently: a missing field becomes empty; the version is negotiated.
+    /// The values are taken out of `params`, not copied.
     #[must_use]
-    pub fn from_params(params: Option<&Value>) -> InitializeRequest {
-        let get = |k: &str| params.and_then(|p| p.get(k)).cloned();
+    pub fn from_params(params: Option<Value>) -> InitializeRequest {
+        let mut m = match params {
+            Some(Value::Object(m)) => m,
+            _ => serde_json::Map::new(),
+        };
         InitializeRequest {
-            requested_version: get("protocolVersion").and_then(|v| v.as_str().map(str::to_owned)),
-            capabilities: get("capabilities").unwrap_or_else(|| json!({})),
-            client_info: get("clientInfo").unwrap_or_else(|| json!({})),
+            requested_version: match m.remove("protocolVersion") {
+                Some(Value::String(v)) => Some(v),
+                _ => None,
+            },
+            capabilities: m.remove("capabilities").unwrap_or_else(|| json!({})),
+            client_info: m.remove("clientInfo").unwrap_or_else(|| json!({})),
         }
     }
 
@@ -167,7 +174,7 @@ mod tests {
     #[test]
     fn initialize_params_are_read_leniently() {
         let r = InitializeRequest::from_params(Some(
-            &json!({"protocolVersion":"2025-06-18","capabilities":{"sampling":{}}}),
+            json!({"protocolVersion":"2025-06-18","capabilities":{"sampling":{}}}),
         ));
         assert_eq!(r.requested_version.as_deref(), Some("2025-06-18"));
         assert!(r.has_capability("sampling"));

@@ -29,7 +29,7 @@ use crate::actor::env::SessionEnv;
 use crate::actor::generations::GenCount;
 use crate::actor::lifecycle::Phase;
 use crate::actor::registry::{Inbox, RegistryGuard, Reservation, Starter};
-use crate::ledger::codec::{Handshake, RecordState};
+use crate::ledger::codec::{Handshake, HandshakeOut, RecordState};
 use crate::proto::error::Rejection;
 use crate::proto::event_id::CursorSigner;
 use crate::proto::ids::Tick;
@@ -280,7 +280,9 @@ impl SleepingSession {
         let kept = Kept::new(sleeping, &sup, previous_names, &seed.caller_budget, meta, texts);
         let ledger = &sup.stream_env().ledger;
         let now_state = (RecordState::Active, Residence::Stays);
-        let ops = record_ops(&kept.meta, ledger, &core, now_state, used, seed.handshake);
+        // The record copies the text just printed: the handshake is printed once.
+        let printed = HandshakeOut::Lines(&kept.handshake.0);
+        let ops = record_ops(&kept.meta, ledger, &core, now_state, used, printed);
         let inbox = Inbox::new(sup.config().sessions.mailbox);
         let inbox_and_name = (inbox, Arc::clone(&kept.meta.hmac));
         let serving = || sup.phase() == Phase::Serving;
@@ -362,7 +364,7 @@ impl SleepingSession {
         let k = &self.kept;
         let core = AwakeCore::wake(k.core, session_limits(sup, &self.generation), sup.now());
         let ledger = &sup.stream_env().ledger;
-        let handshake = k.handshake.handshake();
+        let handshake = HandshakeOut::Lines(&k.handshake.0);
         record_ops(&k.meta, ledger, &core, state, used(&core), handshake)
     }
 }

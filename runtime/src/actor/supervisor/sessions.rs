@@ -172,7 +172,7 @@ impl Supervisor {
         self: &Arc<Self>,
         key: QuotaKey,
         principal: Option<Arc<str>>,
-        init: &InitializeRequest,
+        init: InitializeRequest,
         kept_bytes: usize,
         origin: Option<&str>,
     ) -> Result<(SessionId, ProtocolVersion, Option<tokio::sync::oneshot::Receiver<()>>), Rejection>
@@ -236,9 +236,9 @@ impl Supervisor {
         let at = self.cfg.ledger.ordered_session_ids().then(|| self.now().0);
         let id = SessionId::mint(made_by, at, &random);
         let handshake = Handshake {
-            requested_version: init.requested_version.clone(),
-            capabilities: init.capabilities.clone(),
-            client_info: init.client_info.clone(),
+            requested_version: init.requested_version,
+            capabilities: init.capabilities,
+            client_info: init.client_info,
         };
         let (recorded, on_recorded) = tokio::sync::oneshot::channel();
         let mut seed = self.seed(
