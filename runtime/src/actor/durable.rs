@@ -85,7 +85,12 @@ fn id_hmac(key: &Hmac<Sha256>, id: &SessionId) -> Arc<str> {
     } else {
         name.copy_from_slice(&mac[..16]);
     }
-    codec::hex(&name).into()
+    // Hex in place, copied once into the name (one allocation).
+    let mut text = [0u8; 32];
+    for (pair, b) in text.chunks_exact_mut(2).zip(name) {
+        pair.copy_from_slice(&crate::proto::digest::hex_digits(b));
+    }
+    Arc::from(std::str::from_utf8(&text).expect("hex digits are ASCII"))
 }
 
 /// What a session's record is made of besides its core's state (ticks in the ledger are

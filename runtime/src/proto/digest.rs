@@ -6,13 +6,20 @@ use serde_json::Value;
 /// Lower-case hex.
 #[must_use]
 pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {
-        s.push(DIGITS[usize::from(b >> 4)] as char);
-        s.push(DIGITS[usize::from(b & 15)] as char);
+        let [hi, lo] = hex_digits(*b);
+        s.push(char::from(hi));
+        s.push(char::from(lo));
     }
     s
+}
+
+/// The two lowercase hex digits of a byte.
+#[must_use]
+pub fn hex_digits(b: u8) -> [u8; 2] {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    [DIGITS[usize::from(b >> 4)], DIGITS[usize::from(b & 15)]]
 }
 
 /// SHA-256 of a name and a JSON value (length-prefixed name, then the value serialized
