@@ -17,7 +17,7 @@ pub fn hex(bytes: &[u8]) -> String {
 
 /// The two lowercase hex digits of a byte.
 #[must_use]
-pub fn hex_digits(b: u8) -> [u8; 2] {
+pub(crate) fn hex_digits(b: u8) -> [u8; 2] {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     [DIGITS[usize::from(b >> 4)], DIGITS[usize::from(b & 15)]]
 }
