@@ -707,7 +707,9 @@ pub struct LedgerConfig {
     pub receipt_retention_secs: u64,
     /// Most sessions the ledger records (live and parked); past it the least recently used
     /// ones that are not live are evicted (their ids answer 404), checked after every sweep.
-    /// Default 1,000,000.
+    /// Counted on a ledger of its own as the sessions its LRU index holds (out of memory)
+    /// plus those in this host's memory (on a shared one, the index alone). Default
+    /// 1,000,000.
     pub max_sessions: usize,
     /// Largest result a receipt keeps (bytes of JSON); of a larger one it keeps the size and
     /// SHA-256, and a replay answers `-32011` (ran once, result not kept). Default 1 MiB.

@@ -300,7 +300,8 @@ pub(crate) struct SessionOut<'a> {
 /// record is written at its creation and again through its life.
 ///
 /// # Panics
-/// Never: strings and JSON values always serialize.
+/// When a handshake of [`HandshakeOut::Lines`] is not three lines (a sleeping session's kept
+/// text always is); strings and JSON values always serialize.
 #[must_use]
 pub(crate) fn encode_session(s: &SessionOut<'_>) -> Vec<u8> {
     fn text(out: &mut Vec<u8>, key: &[u8], v: &str) {
@@ -336,7 +337,7 @@ pub(crate) fn encode_session(s: &SessionOut<'_>) -> Vec<u8> {
         }
         HandshakeOut::Lines(lines) => {
             let mut lines = lines.splitn(3, '\n');
-            let mut next = || lines.next().unwrap_or("null").as_bytes();
+            let mut next = || lines.next().expect("a kept handshake is three lines").as_bytes();
             out.extend_from_slice(next());
             out.extend_from_slice(b",\"capabilities\":");
             out.extend_from_slice(next());
@@ -574,9 +575,11 @@ pub fn events_key(hmac: &str, stream: u64) -> String {
     format!("e/{hmac}/{stream}")
 }
 
-/// Index of every recorded session by last recorded use (member: session HMAC; score: last
-/// used, ms): the ledger's session cap evicts from its low end, and members older than the
-/// idle TTL (expired sessions) are trimmed from it.
+/// Index of recorded sessions by last recorded use (member: session HMAC; score: last used,
+/// ms): the ledger's session cap evicts from its low end, and members older than the idle
+/// TTL (expired sessions) are trimmed from it. On a shared ledger it holds every active
+/// session; on a ledger of its own only those out of the host's memory (parked, or left by
+/// a stopped process; see `Residence` in the actor layer).
 pub const SESSIONS_LRU: &str = "lru/sessions";
 
 /// Index of one caller's sessions on a shared ledger (member: session HMAC; score: when its
@@ -787,6 +790,24 @@ mod tests {
         let full =
             SessionRecord { origin: Some("https://a.example".into()), ..session("ab".repeat(16)) };
         assert_eq!(decode(&encode(&Record::Session(full.clone()))), Ok(Record::Session(full)));
+    }
+
+    #[test]
+    fn a_kept_handshake_with_line_breaks_and_controls_in_its_strings_is_copied_whole() {
+        let mut r = session("ab".repeat(16));
+        r.handshake.capabilities =
+            serde_json::json!({"x\ny": "a\nb\r\u{1}\"", "n": [1, {"\n": null}]});
+        r.handshake.client_info = serde_json::json!({"name": "c\n\u{7f}é"});
+        let h = &r.handshake;
+        let lines = [
+            serde_json::to_string(&h.requested_version).unwrap(),
+            serde_json::to_string(&h.capabilities).unwrap(),
+            serde_json::to_string(&h.client_info).unwrap(),
+        ];
+        assert!(lines.iter().all(|l| !l.contains('\n')), "compact JSON has no raw line break");
+        let out = encode_session(&session_out(&r, Some(&lines.join("\n"))));
+        assert_eq!(out, encode(&Record::Session(r.clone())));
+        assert_eq!(decode(&out), Ok(Record::Session(r)));
     }
 
     #[test]
@@ -1032,7 +1053,7 @@ mod tests {
 
     proptest! {
         #[test]
-        fn a_session_record_written_from_borrowed_fields_is_the_records_encoding(r in arb_session()) {
+        fn a_session_record_from_borrowed_fields_is_the_records_encoding(r in arb_session()) {
             let encoded = encode(&Record::Session(r.clone()));
             prop_assert_eq!(&encode_session(&session_out(&r, None)), &encoded);
             // The lines a sleeping session keeps (printed as it prints them).

@@ -259,7 +259,7 @@ pub struct Catalog {
     server_info: Value,
     instructions: Option<String>,
     /// The `initialize` result of each legacy version, as text.
-    initialize_texts: [(ProtocolVersion, Box<[u8]>); 3],
+    initialize_texts: [(ProtocolVersion, Box<[u8]>); crate::proto::version::SUPPORTED.len()],
     capabilities: Value,
     /// The capabilities of `server/discover` (2026-07-28).
     modern_capabilities: Value,

@@ -194,26 +194,36 @@ async fn idle_stream_gets_keep_alive_comments() {
     assert!(g.sse.comments >= 1);
 }
 
-/// A harness on a memory store the test also reads, and its ledger's writer.
-async fn harness_reading_the_store(
-    c: mcp_runtime::config::RuntimeConfig,
-) -> (
-    Harness,
-    std::sync::Arc<dyn mcp_runtime::ledger::Store>,
-    std::sync::Arc<mcp_runtime::ledger::Writer>,
-) {
-    let store: std::sync::Arc<dyn mcp_runtime::ledger::Store> =
-        std::sync::Arc::new(mcp_runtime::ledger::MemoryStore::new());
-    let ledger = mcp_runtime::ledger::Ledger::on_store(std::sync::Arc::clone(&store), &c).unwrap();
+/// A harness on a ledger the test also reads: a memory store, or a SQLite file in `dir`
+/// (durable: a revive's new life is committed before it is served).
+async fn harness_reading_the_ledger(
+    dir: Option<&std::path::Path>,
+    mut c: mcp_runtime::config::RuntimeConfig,
+) -> (Harness, std::sync::Arc<mcp_runtime::ledger::Writer>) {
+    let ledger = match dir {
+        Some(dir) => {
+            c.ledger.path = dir.join("l.db").display().to_string();
+            c.security.cursor_secret_hex = Some("ab".repeat(16).into());
+            mcp_runtime::ledger::Ledger::open(&c).unwrap()
+        }
+        None => {
+            let store: std::sync::Arc<dyn mcp_runtime::ledger::Store> =
+                std::sync::Arc::new(mcp_runtime::ledger::MemoryStore::new());
+            mcp_runtime::ledger::Ledger::on_store(store, &c).unwrap()
+        }
+    };
     let writer = std::sync::Arc::clone(&ledger.writer);
-    (harness_on(c, ledger).await, store, writer)
+    let h = harness_on(c, ledger).await;
+    assert_eq!(h.sup.ledger_durable(), dir.is_some(), "SQLite commits a revive's life first");
+    (h, writer)
 }
 
-#[actix_web::test]
-async fn the_ledgers_lru_index_holds_a_session_only_while_it_is_out_of_memory() {
-    let (h, store, writer) =
-        harness_reading_the_store(cfg(|c| c.sessions.park_after_secs = 1)).await;
-    let indexed = || store.index_len(mcp_runtime::ledger::codec::SESSIONS_LRU, 1).unwrap();
+async fn the_lru_index_holds_a_session_only_while_it_is_out_of_memory(
+    dir: Option<&std::path::Path>,
+) {
+    let c = cfg(|c| c.sessions.park_after_secs = 1);
+    let (h, writer) = harness_reading_the_ledger(dir, c).await;
+    let indexed = || writer.store().index_len(mcp_runtime::ledger::codec::SESSIONS_LRU, 1).unwrap();
     let c = h.client("2025-11-25").await;
     writer.barrier().await.unwrap();
     assert_eq!(indexed(), 0, "a new session in memory writes no index row");
@@ -226,8 +236,23 @@ async fn the_ledgers_lru_index_holds_a_session_only_while_it_is_out_of_memory() 
     let mut r = c.request(json!({"jsonrpc":"2.0","id":2,"method":"ping"})).await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.json().await["id"], 2, "revived");
+    // Its open stream keeps it in memory (a session with a connection never parks).
+    let mut get = c.open_get().await;
+    get.chunk().await.expect("priming");
     writer.barrier().await.unwrap();
     assert_eq!(indexed(), 0, "revived: in memory again, it leaves the index");
+    assert_eq!(h.sup.stats_snapshot().sessions_parked, 1, "still in memory");
+}
+
+#[actix_web::test]
+async fn the_ledgers_lru_index_holds_a_session_only_while_it_is_out_of_memory() {
+    the_lru_index_holds_a_session_only_while_it_is_out_of_memory(None).await;
+}
+
+#[actix_web::test]
+async fn a_sqlite_ledgers_lru_index_holds_a_session_only_while_it_is_out_of_memory() {
+    let dir = mcp_devtools::TempDir::new("lru-sqlite");
+    the_lru_index_holds_a_session_only_while_it_is_out_of_memory(Some(dir.path())).await;
 }
 
 #[actix_web::test]

@@ -140,6 +140,10 @@ impl SessionActor {
                 true
             }
             Err(guard) => {
+                // It stays in memory: out of the cap's index again, after the park's row.
+                if let Some(leave) = durable::lru_leave(&self.ledger, &self.meta.hmac) {
+                    self.ledger.writer.submit(vec![leave]);
+                }
                 self.guard = Some(guard);
                 false
             }

@@ -282,18 +282,24 @@ impl SleepingSession {
         let now_state = (RecordState::Active, Residence::Stays);
         // The record copies the text just printed: the handshake is printed once.
         let printed = HandshakeOut::Lines(&kept.handshake.0);
-        let ops = record_ops(&kept.meta, ledger, &core, now_state, used, printed);
+        let mut ops = record_ops(&kept.meta, ledger, &core, now_state, used, printed);
         let inbox = Inbox::new(sup.config().sessions.mailbox);
         let inbox_and_name = (inbox, Arc::clone(&kept.meta.hmac));
         let serving = || sup.phase() == Phase::Serving;
         let parts = (seed.generation, handshake, kept);
-        // Registered before its record goes out: the ledger's session cap never evicts a
-        // live session.
+        // Registered before its record goes out.
         let registered =
             reservation.insert_asleep(seed.id, inbox_and_name, wake_at, serving, parts, asleep);
         match registered {
             Ok(()) => sup.hibernated(),
-            Err(_) => tracing::debug!("a new session was refused its place by a drain"),
+            Err((_, _, kept)) => {
+                tracing::debug!("a new session was refused its place by a drain");
+                // Out of memory from the start: recorded as leaving it, so the ledger's
+                // session cap counts it ([`Residence`]).
+                let leaving = (RecordState::Active, Residence::Leaving);
+                let printed = HandshakeOut::Lines(&kept.handshake.0);
+                ops = record_ops(&kept.meta, ledger, &core, leaving, used, printed);
+            }
         }
         match seed.recorded {
             Some(first) => ledger.writer.submit_then(

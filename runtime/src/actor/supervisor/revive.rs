@@ -129,9 +129,9 @@ impl ReviveLocks {
 /// last recorded use is older than the idle TTL leave the LRU index (their records expired);
 /// past `max` recorded sessions (on a ledger of its own: those the index holds, out of
 /// memory, and those in memory here), the least recently used ones that are not live here
-/// (parked, or left by an earlier process) are evicted: their record says `evicted` (their id answers
-/// 404, a revive never reads them back) and their streams are deleted. Owns nothing that
-/// owns the writer.
+/// (parked, or left by an earlier process) are evicted: their record says `evicted` (their
+/// id answers 404, a revive never reads them back) and their streams are deleted. Owns
+/// nothing that owns the writer.
 pub(super) struct LedgerCap {
     pub(super) max: usize,
     /// Several hosts serve the ledger: its LRU index holds every active session.

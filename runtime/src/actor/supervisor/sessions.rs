@@ -473,12 +473,20 @@ impl Supervisor {
             } else {
                 crate::ledger::Op::Put { key, value, expires_ms }
             };
-            // Back in memory: out of the cap's index (a ledger of its own).
-            let ops = std::iter::once(put).chain(crate::actor::durable::lru_leave(cx, &hmac));
             // Not committed in time (or given up on as the process stops): not revived.
-            cx.writer.submit_and_wait(ops.collect()).await.map_err(Rejection::from)?;
-        } else if let Some(leave) = crate::actor::durable::lru_leave(cx, &hmac) {
-            cx.writer.submit(vec![leave]);
+            cx.writer.submit_and_wait(vec![put]).await.map_err(Rejection::from)?;
+        }
+        // Back in memory: out of the cap's index on a ledger of its own, under its name and
+        // the one a previous key gave it, once its new life is committed (a revive refused
+        // stays indexed; the writer keeps order, so a later park's row comes after).
+        let names = [Some(&*hmac), Some(record.session_hmac.as_str()).filter(|h| *h != &*hmac)];
+        let leave: Vec<_> = names
+            .into_iter()
+            .flatten()
+            .filter_map(|h| crate::actor::durable::lru_leave(cx, h))
+            .collect();
+        if !leave.is_empty() {
+            cx.writer.submit(leave);
         }
         let generation = self.gens.enter_restored(
             Generation(record.generation),
