@@ -152,6 +152,17 @@ pub(crate) fn lru_leave(cx: &LedgerCtx, hmac: &str) -> Option<Op> {
         .then(|| Op::IndexRemove { index: codec::SESSIONS_LRU.into(), member: hmac.to_owned() })
 }
 
+/// The write that puts a session out of memory back in the LRU index of a ledger of its own,
+/// scored by its last use (a revive that failed after its leave was submitted).
+pub(crate) fn lru_enter(cx: &LedgerCtx, hmac: &str, last_used_ms: u64) -> Option<Op> {
+    (!cx.ledger.shared).then(|| Op::IndexAdd {
+        index: codec::SESSIONS_LRU.into(),
+        member: hmac.to_owned(),
+        score: last_used_ms,
+        expires_ms: u64::MAX,
+    })
+}
+
 impl SessionMeta {
     pub(crate) fn record_ops(
         &self,

@@ -166,6 +166,45 @@ async fn a_session_parked_while_the_ledger_fails_is_refused_503_not_held_until_i
 }
 
 #[actix_web::test]
+async fn a_revive_whose_commit_times_out_leaves_the_parked_session_in_the_caps_index() {
+    let dir = mcp_devtools::TempDir::new("ledger-locked-revive");
+    let path = dir.path().join("l.db");
+    let cfg = cfg(|c| {
+        c.ledger.path = path.display().to_string();
+        c.ledger.commit_wait_ms = 500;
+        c.sessions.park_after_secs = 1;
+        c.security.cursor_secret_hex = Some("ab".repeat(16).into());
+    });
+    let ledger = Ledger::open(&cfg).unwrap();
+    let writer = Arc::clone(&ledger.writer);
+    let h = harness_on(cfg, ledger).await;
+    let indexed = || writer.store().index_len(mcp_runtime::ledger::codec::SESSIONS_LRU, 1).unwrap();
+    let parked = h.client("2025-11-25").await;
+    within(Duration::from_secs(30), "the session parks", || {
+        h.sup.stats_snapshot().sessions_parked == 1 && h.sup.session_count() == 0
+    })
+    .await;
+    writer.barrier().await.unwrap();
+    assert_eq!(indexed(), 1, "parked: in the cap's index");
+    // The ledger stops committing after the park: the revive's new life is not committed in
+    // time, and its batch (the life, the leave from the index) commits once the lock goes.
+    let lock = rusqlite::Connection::open(&path).unwrap();
+    lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let r = parked.request(json!({"jsonrpc": "2.0", "id": 2, "method": "ping"})).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "not revived");
+    lock.execute_batch("ROLLBACK").unwrap();
+    drop(lock);
+    within(Duration::from_secs(30), "the writer commits again", || !writer.is_failing()).await;
+    writer.barrier().await.unwrap();
+    assert_eq!(h.sup.session_count(), 0, "out of memory");
+    assert_eq!(indexed(), 1, "still counted and evictable by the cap");
+    let r = parked.request(json!({"jsonrpc": "2.0", "id": 3, "method": "ping"})).await;
+    assert_eq!(r.status, StatusCode::OK, "revived once the ledger commits");
+    writer.barrier().await.unwrap();
+    assert_eq!(indexed(), 0, "in memory: out of the index");
+}
+
+#[actix_web::test]
 async fn in_sync_durability_a_stream_that_would_wait_for_its_commits_is_refused_and_json_reads_go_on()
  {
     let dir = mcp_devtools::TempDir::new("ledger-locked-sync");

@@ -12,6 +12,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::Value;
 
 use crate::actor::budget::MemoryBudget;
+use crate::actor::durable;
 use crate::actor::env::Settle;
 use crate::actor::lifecycle::Phase;
 use crate::actor::registry::{Inbox, QuotaKey, SlotLimits};
@@ -448,6 +449,10 @@ impl Supervisor {
             log_level: record.log_level.as_deref().and_then(crate::proto::mcp::LogLevel::parse),
             streams,
         };
+        // Its names: the current one, and the one a previous key gave it (found under it).
+        let names: Vec<&str> = std::iter::once(&*hmac)
+            .chain(Some(record.session_hmac.as_str()).filter(|h| *h != &*hmac))
+            .collect();
         if cx.ledger.durable {
             // This life (its run, its use) is committed before the session can be found, so
             // a ledger that cannot commit refuses the revive; its number was counted already.
@@ -473,20 +478,29 @@ impl Supervisor {
             } else {
                 crate::ledger::Op::Put { key, value, expires_ms }
             };
-            // Not committed in time (or given up on as the process stops): not revived.
-            cx.writer.submit_and_wait(vec![put]).await.map_err(Rejection::from)?;
-        }
-        // Back in memory: out of the cap's index on a ledger of its own, under its name and
-        // the one a previous key gave it, once its new life is committed (a revive refused
-        // stays indexed; the writer keeps order, so a later park's row comes after).
-        let names = [Some(&*hmac), Some(record.session_hmac.as_str()).filter(|h| *h != &*hmac)];
-        let leave: Vec<_> = names
-            .into_iter()
-            .flatten()
-            .filter_map(|h| crate::actor::durable::lru_leave(cx, h))
-            .collect();
-        if !leave.is_empty() {
-            cx.writer.submit(leave);
+            // Back in memory: out of the cap's index on a ledger of its own, under its name
+            // and the one a previous key gave it, in its new life's batch.
+            let ops: Vec<_> = std::iter::once(put)
+                .chain(names.iter().filter_map(|h| durable::lru_leave(cx, h)))
+                .collect();
+            if let Err(e) = cx.writer.submit_and_wait(ops).await {
+                // Not revived (not committed in time, or given up on as the process stops).
+                // The batch may still commit: its rows come back after it (the writer keeps
+                // order), so the session, out of memory, stays counted and evictable.
+                let back: Vec<_> = names
+                    .iter()
+                    .filter_map(|h| durable::lru_enter(cx, h, record.last_used_ms))
+                    .collect();
+                if !back.is_empty() {
+                    cx.writer.submit(back);
+                }
+                return Err(Rejection::from(e));
+            }
+        } else {
+            let leave: Vec<_> = names.iter().filter_map(|h| durable::lru_leave(cx, h)).collect();
+            if !leave.is_empty() {
+                cx.writer.submit(leave);
+            }
         }
         let generation = self.gens.enter_restored(
             Generation(record.generation),
