@@ -148,19 +148,28 @@ pub(crate) enum Residence {
 /// The write that takes a revived session out of the LRU index of a ledger of its own
 /// ([`Residence`]); none on a shared ledger, whose index holds every active session.
 pub(crate) fn lru_leave(cx: &LedgerCtx, hmac: &str) -> Option<Op> {
-    (!cx.ledger.shared)
-        .then(|| Op::IndexRemove { index: codec::SESSIONS_LRU.into(), member: hmac.to_owned() })
+    (!cx.ledger.shared).then(|| lru_remove(hmac))
 }
 
 /// The write that puts a session out of memory back in the LRU index of a ledger of its own,
 /// scored by its last use (a revive that failed after its leave was submitted).
 pub(crate) fn lru_enter(cx: &LedgerCtx, hmac: &str, last_used_ms: u64) -> Option<Op> {
-    (!cx.ledger.shared).then(|| Op::IndexAdd {
+    (!cx.ledger.shared).then(|| lru_add(hmac, last_used_ms))
+}
+
+/// A session's row in the LRU index, scored by its last use (the index never expires).
+fn lru_add(hmac: &str, last_used_ms: u64) -> Op {
+    Op::IndexAdd {
         index: codec::SESSIONS_LRU.into(),
         member: hmac.to_owned(),
         score: last_used_ms,
         expires_ms: u64::MAX,
-    })
+    }
+}
+
+/// A session out of the LRU index.
+fn lru_remove(hmac: &str) -> Op {
+    Op::IndexRemove { index: codec::SESSIONS_LRU.into(), member: hmac.to_owned() }
 }
 
 impl SessionMeta {
@@ -229,17 +238,9 @@ impl SessionMeta {
         let indexed = s.state == RecordState::Active
             && (cx.ledger.shared || s.residence == Residence::Leaving);
         if indexed {
-            ops.push(Op::IndexAdd {
-                index: codec::SESSIONS_LRU.into(),
-                member: self.hmac.to_string(),
-                score: last_used_ms,
-                expires_ms: u64::MAX,
-            });
+            ops.push(lru_add(&self.hmac, last_used_ms));
         } else if s.state != RecordState::Active {
-            ops.push(Op::IndexRemove {
-                index: codec::SESSIONS_LRU.into(),
-                member: self.hmac.to_string(),
-            });
+            ops.push(lru_remove(&self.hmac));
         }
         if s.state == RecordState::Active && (s.held_streams || cx.ledger.shared) {
             let streams_expire = last_used_ms.saturating_add(cx.stream_ttl_ms);

@@ -798,14 +798,9 @@ mod tests {
         r.handshake.capabilities =
             serde_json::json!({"x\ny": "a\nb\r\u{1}\"", "n": [1, {"\n": null}]});
         r.handshake.client_info = serde_json::json!({"name": "c\n\u{7f}é"});
-        let h = &r.handshake;
-        let lines = [
-            serde_json::to_string(&h.requested_version).unwrap(),
-            serde_json::to_string(&h.capabilities).unwrap(),
-            serde_json::to_string(&h.client_info).unwrap(),
-        ];
-        assert!(lines.iter().all(|l| !l.contains('\n')), "compact JSON has no raw line break");
-        let out = encode_session(&session_out(&r, Some(&lines.join("\n"))));
+        let lines = kept_lines(&r.handshake);
+        assert_eq!(lines.matches('\n').count(), 2, "compact JSON has no raw line break");
+        let out = encode_session(&session_out(&r, Some(&lines)));
         assert_eq!(out, encode(&Record::Session(r.clone())));
         assert_eq!(decode(&out), Ok(Record::Session(r)));
     }
@@ -876,6 +871,22 @@ mod tests {
         })
     }
 
+    /// A record state from a number below 4.
+    fn arb_state(n: u8) -> RecordState {
+        [RecordState::Active, RecordState::Deleted, RecordState::Expired, RecordState::Evicted]
+            [usize::from(n)]
+    }
+
+    /// A handshake as the three lines a sleeping session keeps (printed as it prints them).
+    fn kept_lines(h: &Handshake) -> String {
+        [
+            serde_json::to_string(&h.requested_version).unwrap(),
+            serde_json::to_string(&h.capabilities).unwrap(),
+            serde_json::to_string(&h.client_info).unwrap(),
+        ]
+        .join("\n")
+    }
+
     fn arb_record() -> impl Strategy<Value = Record> {
         let hmac = proptest::collection::vec(any::<u8>(), 16).prop_map(|b| hex(&b));
         let digest = proptest::collection::vec(any::<u8>(), 32).prop_map(|b| hex(&b));
@@ -908,12 +919,7 @@ mod tests {
                         last_used_ms: used,
                         expires_ms: used + ttl,
                         generation,
-                        state: [
-                            RecordState::Active,
-                            RecordState::Deleted,
-                            RecordState::Expired,
-                            RecordState::Evicted,
-                        ][usize::from(st)],
+                        state: arb_state(st),
                         log_level: None,
                         incarnation,
                         run: u64::from(incarnation % 7),
@@ -1038,12 +1044,7 @@ mod tests {
                     last_used_ms: u,
                     expires_ms: e,
                     generation: g,
-                    state: [
-                        RecordState::Active,
-                        RecordState::Deleted,
-                        RecordState::Expired,
-                        RecordState::Evicted,
-                    ][usize::from(st)],
+                    state: arb_state(st),
                     log_level: l,
                     incarnation: i,
                     run,
@@ -1056,14 +1057,7 @@ mod tests {
         fn a_session_record_from_borrowed_fields_is_the_records_encoding(r in arb_session()) {
             let encoded = encode(&Record::Session(r.clone()));
             prop_assert_eq!(&encode_session(&session_out(&r, None)), &encoded);
-            // The lines a sleeping session keeps (printed as it prints them).
-            let h = &r.handshake;
-            let lines = [
-                serde_json::to_string(&h.requested_version).unwrap(),
-                serde_json::to_string(&h.capabilities).unwrap(),
-                serde_json::to_string(&h.client_info).unwrap(),
-            ]
-            .join("\n");
+            let lines = kept_lines(&r.handshake);
             prop_assert_eq!(&encode_session(&session_out(&r, Some(&lines))), &encoded);
         }
 

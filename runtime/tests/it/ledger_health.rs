@@ -125,9 +125,12 @@ async fn a_ledger_locked_past_the_old_retry_budget_refuses_durable_work_keeps_re
     assert_eq!(r.state, mcp_runtime::ledger::codec::RecordState::Deleted);
 }
 
-#[actix_web::test]
-async fn a_session_parked_while_the_ledger_fails_is_refused_503_not_held_until_it_heals() {
-    let dir = mcp_devtools::TempDir::new("ledger-locked-park");
+/// A harness on a SQLite ledger (`l.db` in the returned directory) whose sessions park after
+/// 1 s and whose commits are waited for 500 ms.
+async fn parking_on_sqlite(
+    name: &str,
+) -> (mcp_devtools::TempDir, Harness, Arc<mcp_runtime::ledger::Writer>) {
+    let dir = mcp_devtools::TempDir::new(name);
     let path = dir.path().join("l.db");
     let cfg = cfg(|c| {
         c.ledger.path = path.display().to_string();
@@ -137,7 +140,13 @@ async fn a_session_parked_while_the_ledger_fails_is_refused_503_not_held_until_i
     });
     let ledger = Ledger::open(&cfg).unwrap();
     let writer = Arc::clone(&ledger.writer);
-    let h = harness_on(cfg, ledger).await;
+    (dir, harness_on(cfg, ledger).await, writer)
+}
+
+#[actix_web::test]
+async fn a_session_parked_while_the_ledger_fails_is_refused_503_not_held_until_it_heals() {
+    let (dir, h, writer) = parking_on_sqlite("ledger-locked-park").await;
+    let path = dir.path().join("l.db");
     let parked = h.client("2025-11-25").await;
     let lock = rusqlite::Connection::open(&path).unwrap();
     lock.execute_batch("BEGIN IMMEDIATE").unwrap();
@@ -167,17 +176,8 @@ async fn a_session_parked_while_the_ledger_fails_is_refused_503_not_held_until_i
 
 #[actix_web::test]
 async fn a_revive_whose_commit_times_out_leaves_the_parked_session_in_the_caps_index() {
-    let dir = mcp_devtools::TempDir::new("ledger-locked-revive");
+    let (dir, h, writer) = parking_on_sqlite("ledger-locked-revive").await;
     let path = dir.path().join("l.db");
-    let cfg = cfg(|c| {
-        c.ledger.path = path.display().to_string();
-        c.ledger.commit_wait_ms = 500;
-        c.sessions.park_after_secs = 1;
-        c.security.cursor_secret_hex = Some("ab".repeat(16).into());
-    });
-    let ledger = Ledger::open(&cfg).unwrap();
-    let writer = Arc::clone(&ledger.writer);
-    let h = harness_on(cfg, ledger).await;
     let indexed = || writer.store().index_len(mcp_runtime::ledger::codec::SESSIONS_LRU, 1).unwrap();
     let parked = h.client("2025-11-25").await;
     within(Duration::from_secs(30), "the session parks", || {

@@ -254,22 +254,32 @@ async fn a_sqlite_ledgers_lru_index_holds_a_session_only_while_it_is_out_of_memo
     the_lru_index_holds_a_session_only_while_it_is_out_of_memory(Some(dir.path())).await;
 }
 
-#[actix_web::test]
-async fn sessions_in_memory_count_toward_the_ledger_cap_and_are_never_evicted() {
-    let h = harness_with(cfg(|c| {
+/// A ledger that records two sessions, swept every second; sessions park after 1 s.
+fn full_after_two() -> mcp_runtime::config::RuntimeConfig {
+    cfg(|c| {
         c.ledger.max_sessions = 2;
         c.ledger.sweep_every_secs = 1;
         c.sessions.park_after_secs = 1;
-    }))
-    .await;
-    let mut parked = Vec::new();
-    for n in 1..=2 {
-        parked.push(h.client("2025-11-25").await);
+    })
+}
+
+/// `n` sessions, each created after the one before parked: their last uses are in order.
+async fn parked_in_turn(h: &Harness, n: u64) -> Vec<Client<'_>> {
+    let mut clients = Vec::new();
+    for made in 1..=n {
+        clients.push(h.client("2025-11-25").await);
         until("the session parked", || {
-            h.sup.stats_snapshot().sessions_parked >= n && h.sup.session_count() == 0
+            h.sup.stats_snapshot().sessions_parked >= made && h.sup.session_count() == 0
         })
         .await;
     }
+    clients
+}
+
+#[actix_web::test]
+async fn sessions_in_memory_count_toward_the_ledger_cap_and_are_never_evicted() {
+    let h = harness_with(full_after_two()).await;
+    let parked = parked_in_turn(&h, 2).await;
     // Two parked and one in memory (its open stream keeps it from parking): one too many.
     let live = h.client("2025-11-25").await;
     let mut get = live.open_get().await;
@@ -292,21 +302,8 @@ async fn sessions_in_memory_count_toward_the_ledger_cap_and_are_never_evicted() 
 
 #[actix_web::test]
 async fn a_full_ledger_evicts_the_least_recently_used_parked_session_and_its_id_answers_404() {
-    let h = harness_with(cfg(|c| {
-        c.ledger.max_sessions = 2;
-        c.ledger.sweep_every_secs = 1;
-        c.sessions.park_after_secs = 1;
-    }))
-    .await;
-    let mut clients = Vec::new();
-    for n in 1..=3 {
-        clients.push(h.client("2025-11-25").await);
-        // Each is created after the one before parked: their last uses are in order.
-        until("the session parked", || {
-            h.sup.stats_snapshot().sessions_parked >= n && h.sup.session_count() == 0
-        })
-        .await;
-    }
+    let h = harness_with(full_after_two()).await;
+    let clients = parked_in_turn(&h, 3).await;
     until("the ledger evicted one", || h.sup.stats_snapshot().sessions_evicted_from_ledger >= 1)
         .await;
     let ping = json!({"jsonrpc":"2.0","id":9,"method":"ping"});
