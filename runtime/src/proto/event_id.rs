@@ -6,18 +6,141 @@
 //! without padding (43 visible-ASCII characters).
 //!
 //! A cursor minted for another session, caller or stream fails verification without any
-//! store lookup; the tag is checked in constant time (`Mac::verify_truncated_left`).
+//! store lookup; the tag is checked in constant time.
+//!
+//! The HMAC (RFC 2104) is computed here on SHA-256's compression function, from states kept
+//! after the parts that never change: the key's two padded blocks, and a session's binding.
+//! A tag then costs two or three compressions and copies of two 32-byte states, where the
+//! `hmac` crate's `Mac` cloned its whole state (both hashes and their block buffers) and ran
+//! its generic padding for every cursor (issue 23: a legacy echo mints two cursors). The
+//! tags are the same bytes, checked against the `hmac` crate in the tests.
 
 use std::sync::Arc;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
+use sha2::digest::generic_array::GenericArray;
+use sha2::{Digest as _, Sha256};
 
 use super::ids::{Generation, Seq, SessionId, StreamId};
 
-type HmacSha256 = Hmac<Sha256>;
+/// SHA-256's block length.
+const BLOCK: usize = 64;
+
+/// SHA-256's initial state (FIPS 180-4, 5.3.3).
+const IV: [u32; 8] = [
+    0x6a09_e667,
+    0xbb67_ae85,
+    0x3c6e_f372,
+    0xa54f_f53a,
+    0x510e_527f,
+    0x9b05_688c,
+    0x1f83_d9ab,
+    0x5be0_cd19,
+];
+
+/// Run SHA-256's compression over whole `blocks` (a multiple of 64 bytes).
+fn compress(state: &mut [u32; 8], blocks: &[u8]) {
+    debug_assert_eq!(blocks.len() % BLOCK, 0);
+    for b in blocks.chunks_exact(BLOCK) {
+        sha2::compress256(state, std::slice::from_ref(GenericArray::from_slice(b)));
+    }
+}
+
+/// A state's digest bytes.
+fn digest_bytes(state: &[u32; 8]) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    for (o, w) in out.chunks_exact_mut(4).zip(state) {
+        o.copy_from_slice(&w.to_be_bytes());
+    }
+    out
+}
+
+/// An HMAC-SHA256 key as the states after its padded blocks (`K ^ ipad`, `K ^ opad`).
+#[derive(Clone, Copy)]
+struct HmacKey {
+    inner: [u32; 8],
+    outer: [u32; 8],
+}
+
+impl HmacKey {
+    fn new(secret: &[u8]) -> HmacKey {
+        // A key longer than a block is hashed first; a shorter one is padded with zeros.
+        let mut k = [0u8; BLOCK];
+        if secret.len() > BLOCK {
+            k[..32].copy_from_slice(&Sha256::digest(secret));
+        } else {
+            k[..secret.len()].copy_from_slice(secret);
+        }
+        let padded = |pad: u8| {
+            let mut state = IV;
+            compress(&mut state, &k.map(|b| b ^ pad));
+            state
+        };
+        HmacKey { inner: padded(0x36), outer: padded(0x5c) }
+    }
+
+    /// The inner hash's state after `bound` (whole blocks), and what is left of it.
+    fn bind(&self, bound: &[u8]) -> BoundMac {
+        let whole = bound.len() - bound.len() % BLOCK;
+        let mut inner = self.inner;
+        compress(&mut inner, &bound[..whole]);
+        let mut tail = [0u8; BLOCK];
+        tail[..bound.len() - whole].copy_from_slice(&bound[whole..]);
+        BoundMac {
+            inner,
+            outer: self.outer,
+            tail,
+            tail_len: bound.len() - whole,
+            len: (BLOCK + bound.len()) as u64,
+        }
+    }
+}
+
+/// HMAC-SHA256 under one key of messages that start with the same bytes: the inner hash's
+/// state after the whole blocks of those bytes, the rest of them, and their length.
+#[derive(Clone)]
+struct BoundMac {
+    inner: [u32; 8],
+    outer: [u32; 8],
+    tail: [u8; BLOCK],
+    tail_len: usize,
+    /// Bytes the inner hash has taken: the padded key's block and the bound bytes.
+    len: u64,
+}
+
+impl BoundMac {
+    /// The MAC of the bound bytes followed by `payload`.
+    fn tag(&self, payload: &[u8; PAYLOAD_LEN]) -> [u8; 32] {
+        // The inner hash's last one or two blocks: the tail, the payload, 0x80, zeros and
+        // the message's length in bits.
+        let mut last = [0u8; 2 * BLOCK];
+        let n = self.tail_len;
+        last[..n].copy_from_slice(&self.tail[..n]);
+        last[n..n + PAYLOAD_LEN].copy_from_slice(payload);
+        last[n + PAYLOAD_LEN] = 0x80;
+        let end = if n + PAYLOAD_LEN + 9 <= BLOCK { BLOCK } else { 2 * BLOCK };
+        let bits = (self.len + PAYLOAD_LEN as u64) * 8;
+        last[end - 8..end].copy_from_slice(&bits.to_be_bytes());
+        let mut inner = self.inner;
+        compress(&mut inner, &last[..end]);
+        // The outer hash: the padded key's block (in its state), then the inner digest.
+        let mut block = [0u8; BLOCK];
+        block[..32].copy_from_slice(&digest_bytes(&inner));
+        block[32] = 0x80;
+        block[BLOCK - 8..].copy_from_slice(&(((BLOCK + 32) * 8) as u64).to_be_bytes());
+        let mut outer = self.outer;
+        compress(&mut outer, &block);
+        digest_bytes(&outer)
+    }
+
+    /// Whether `tag` is the first bytes of the MAC of `payload`, compared in constant time.
+    fn verifies(&self, payload: &[u8; PAYLOAD_LEN], tag: &[u8; TAG_LEN]) -> bool {
+        let mac = self.tag(payload);
+        let diff = mac[..TAG_LEN].iter().zip(tag).fold(0u8, |d, (a, b)| d | (a ^ b));
+        std::hint::black_box(diff) == 0
+    }
+}
 
 const PAYLOAD_LEN: usize = 20;
 const TAG_LEN: usize = 12;
@@ -51,8 +174,8 @@ pub enum CursorError {
 /// still accepted: key rotation).
 #[derive(Clone)]
 pub struct CursorKey {
-    current: HmacSha256,
-    previous: Vec<HmacSha256>,
+    current: HmacKey,
+    previous: Vec<HmacKey>,
 }
 
 impl CursorKey {
@@ -66,9 +189,11 @@ impl CursorKey {
     /// one and accepted from any.
     #[must_use]
     pub fn rotated(secret: &[u8], previous: &[&[u8]]) -> CursorKey {
-        // HMAC accepts keys of any length.
-        let mac = |s: &[u8]| HmacSha256::new_from_slice(s).expect("hmac takes any key length");
-        CursorKey { current: mac(secret), previous: previous.iter().map(|s| mac(s)).collect() }
+        // HMAC takes keys of any length.
+        CursorKey {
+            current: HmacKey::new(secret),
+            previous: previous.iter().map(|s| HmacKey::new(s)).collect(),
+        }
     }
 
     /// Derive the signer for one session and caller: the same for the same arguments (a
@@ -76,18 +201,15 @@ impl CursorKey {
     /// [`CursorKey::session_signer`]).
     #[must_use]
     pub fn signer(&self, session: &str, principal: Option<&str>) -> CursorSigner {
-        let bind = |key: &HmacSha256| {
-            let mut mac = key.clone();
-            let principal = principal.unwrap_or("");
-            mac.update(&(session.len() as u32).to_be_bytes());
-            mac.update(session.as_bytes());
-            mac.update(&(principal.len() as u32).to_be_bytes());
-            mac.update(principal.as_bytes());
-            mac
-        };
+        let principal = principal.unwrap_or("");
+        let mut bound = Vec::with_capacity(8 + session.len() + principal.len());
+        bound.extend_from_slice(&(session.len() as u32).to_be_bytes());
+        bound.extend_from_slice(session.as_bytes());
+        bound.extend_from_slice(&(principal.len() as u32).to_be_bytes());
+        bound.extend_from_slice(principal.as_bytes());
         CursorSigner {
-            mac: bind(&self.current),
-            previous: self.previous.iter().map(bind).collect(),
+            mac: self.current.bind(&bound),
+            previous: self.previous.iter().map(|k| k.bind(&bound)).collect(),
         }
     }
 
@@ -102,9 +224,9 @@ impl CursorKey {
 /// Mints and verifies cursors for one (session, caller). Cheap to clone.
 #[derive(Clone)]
 pub struct CursorSigner {
-    mac: HmacSha256,
+    mac: BoundMac,
     /// The same binding under earlier secrets (verification only).
-    previous: Vec<HmacSha256>,
+    previous: Vec<BoundMac>,
 }
 
 impl std::fmt::Debug for CursorSigner {
@@ -126,9 +248,7 @@ impl CursorSigner {
     #[must_use]
     pub fn encode_array(&self, id: &EventId) -> [u8; ENCODED_LEN] {
         let payload = Self::payload(id);
-        let mut mac = self.mac.clone();
-        mac.update(&payload);
-        let tag = mac.finalize().into_bytes();
+        let tag = self.mac.tag(&payload);
         let mut raw = [0u8; RAW_LEN];
         raw[..PAYLOAD_LEN].copy_from_slice(&payload);
         raw[PAYLOAD_LEN..].copy_from_slice(&tag[..TAG_LEN]);
@@ -162,11 +282,9 @@ impl CursorSigner {
         if n != RAW_LEN {
             return Err(CursorError::Malformed);
         }
-        let verifies = |key: &HmacSha256| {
-            let mut mac = key.clone();
-            mac.update(&raw[..PAYLOAD_LEN]);
-            mac.verify_truncated_left(&raw[PAYLOAD_LEN..RAW_LEN]).is_ok()
-        };
+        let payload: &[u8; PAYLOAD_LEN] = raw[..PAYLOAD_LEN].try_into().expect("the payload");
+        let tag: &[u8; TAG_LEN] = raw[PAYLOAD_LEN..RAW_LEN].try_into().expect("the tag");
+        let verifies = |mac: &BoundMac| mac.verifies(payload, tag);
         if !verifies(&self.mac) && !self.previous.iter().any(verifies) {
             return Err(CursorError::Forged);
         }
@@ -265,7 +383,53 @@ mod tests {
         assert!(c.bytes().all(|b| (0x21..=0x7e).contains(&b)));
     }
 
+    /// The tag as the `hmac` crate computes it: HMAC-SHA256 under `secret` of the bound
+    /// session and principal, then the payload.
+    fn reference_tag(secret: &[u8], session: &str, principal: &str, payload: &[u8]) -> [u8; 32] {
+        use hmac::{Hmac, Mac};
+        let mut mac = <Hmac<Sha256>>::new_from_slice(secret).expect("any key length");
+        mac.update(&(session.len() as u32).to_be_bytes());
+        mac.update(session.as_bytes());
+        mac.update(&(principal.len() as u32).to_be_bytes());
+        mac.update(principal.as_bytes());
+        mac.update(payload);
+        mac.finalize().into_bytes().into()
+    }
+
+    #[test]
+    fn tags_are_hmac_sha256_at_every_block_boundary() {
+        // Bound lengths 8..=200 put the payload and padding in one last block, in two, and
+        // after whole bound blocks; keys shorter than, as long as and longer than a block.
+        for secret in [&b""[..], b"k", &[7u8; 64], &[9u8; 65], &[1u8; 200]] {
+            let key = CursorKey::new(secret);
+            for n in 0..=192 {
+                let session = "s".repeat(n);
+                let payload = [n as u8; PAYLOAD_LEN];
+                let tag = key.signer(&session, None).mac.tag(&payload);
+                assert_eq!(tag, reference_tag(secret, &session, "", &payload), "{n}");
+            }
+        }
+    }
+
     proptest! {
+        #[test]
+        fn a_cursor_tag_is_the_hmac_crates(
+            secret in proptest::collection::vec(any::<u8>(), 0..150),
+            session in "\\PC{0,120}",
+            principal in proptest::option::of("\\PC{0,80}"),
+            payload in any::<[u8; PAYLOAD_LEN]>(),
+        ) {
+            let signer = CursorKey::new(&secret).signer(&session, principal.as_deref());
+            let expected =
+                reference_tag(&secret, &session, principal.as_deref().unwrap_or(""), &payload);
+            prop_assert_eq!(signer.mac.tag(&payload), expected);
+            let truncated: [u8; TAG_LEN] = expected[..TAG_LEN].try_into().unwrap();
+            prop_assert!(signer.mac.verifies(&payload, &truncated));
+            let mut wrong = truncated;
+            wrong[TAG_LEN - 1] ^= 1;
+            prop_assert!(!signer.mac.verifies(&payload, &wrong));
+        }
+
         #[test]
         fn round_trip(g in any::<u32>(), st in any::<u64>(), sq in any::<u64>(), sess in "[!-~]{1,40}") {
             let s = key().signer(&sess, None);
