@@ -28,6 +28,7 @@ use tokio::sync::mpsc;
 
 use super::links::{Detached, DormantEnds, SessionLink, StreamReport};
 use crate::proto::ids::StreamId;
+use crate::proto::stream::Frames;
 
 /// Initial frames up to this size are joined into one write.
 const JOIN_MAX_BYTES: usize = 16 << 10;
@@ -57,6 +58,10 @@ pub(crate) enum StreamOwner {
 
 /// A streaming `text/event-stream` body bound to one stream connection.
 pub struct SseBody {
+    /// The first frame to write (the joined priming event and answer of most replies: no
+    /// queue is made for them).
+    first: Option<Bytes>,
+    /// The other initial frames.
     initial: VecDeque<Bytes>,
     live: Option<mpsc::Receiver<Bytes>>,
     owner: Option<ConnectionOwner>,
@@ -66,7 +71,7 @@ pub struct SseBody {
 impl std::fmt::Debug for SseBody {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SseBody")
-            .field("initial", &self.initial.len())
+            .field("initial", &(usize::from(self.first.is_some()) + self.initial.len()))
             .field("finished", &self.finished)
             .finish_non_exhaustive()
     }
@@ -77,29 +82,31 @@ impl SseBody {
     /// dropped (`live = None`: end after `initial`). With an `owner`, the caller has already
     /// counted this connection with the session; the body counts it off when dropped.
     pub(crate) fn new(
-        initial: Vec<Bytes>,
+        initial: Frames,
         live: Option<mpsc::Receiver<Bytes>>,
         owner: Option<ConnectionOwner>,
     ) -> SseBody {
         // Small initial sets (priming + an immediate answer) go out as one chunk; a large
         // replay stays as the window's own frames (shared, not copied per connection).
         let total: usize = initial.iter().map(Bytes::len).sum();
-        let initial: VecDeque<Bytes> = if initial.len() > 1 && total <= JOIN_MAX_BYTES {
-            let mut joined = bytes::BytesMut::with_capacity(total);
+        let (first, initial) = if initial.len() > 1 && total <= JOIN_MAX_BYTES {
+            let mut joined = Vec::with_capacity(total);
             for f in &initial {
                 joined.extend_from_slice(f);
             }
-            VecDeque::from([joined.freeze()])
+            (Some(Bytes::from(joined)), VecDeque::new())
+        } else if initial.len() == 1 {
+            (initial.into_iter().next(), VecDeque::new())
         } else {
-            initial.into()
+            (None, initial.into_vec().into())
         };
-        SseBody { initial, live, owner, finished: false }
+        SseBody { first, initial, live, owner, finished: false }
     }
 
     /// A body with fixed frames and no stream behind it.
     #[must_use]
     pub fn fixed(frames: Vec<Bytes>) -> SseBody {
-        SseBody::new(frames, None, None)
+        SseBody::new(Frames::from_vec(frames), None, None)
     }
 }
 
@@ -115,7 +122,7 @@ impl MessageBody for SseBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Bytes, Infallible>>> {
         let this = self.get_mut();
-        if let Some(f) = this.initial.pop_front() {
+        if let Some(f) = this.first.take().or_else(|| this.initial.pop_front()) {
             return Poll::Ready(Some(Ok(f)));
         }
         let Some(rx) = this.live.as_mut() else {
@@ -216,7 +223,10 @@ mod tests {
             conn,
         };
         SseBody::new(
-            vec![Bytes::from_static(b"id: a\n\n"), Bytes::from_static(b"data: {}\n\n")],
+            smallvec::smallvec![
+                Bytes::from_static(b"id: a\n\n"),
+                Bytes::from_static(b"data: {}\n\n")
+            ],
             None,
             Some(owner),
         )

@@ -24,6 +24,7 @@ use crate::actor::body::SseBody;
 use crate::actor::stream::StreamEnv;
 use crate::ledger::codec::{self, Record, StreamRecord};
 use crate::ledger::{Store, StoreError};
+use crate::proto::stream::Frames;
 
 /// How long a follower waits for a wake before it reads anyway (and looks whether the
 /// serving host still holds its lease).
@@ -234,5 +235,5 @@ pub(crate) fn follow(
             }
         }
     });
-    SseBody::new(initial, Some(rx), None)
+    SseBody::new(Frames::from_vec(initial), Some(rx), None)
 }

@@ -134,6 +134,10 @@ pub(crate) struct StreamEntry<S> {
     pub handle: S,
 }
 
+/// The streams a closing stream evicted, oldest first: nearly always none or one, held
+/// inline.
+pub(crate) type Evicted<S> = smallvec::SmallVec<[StreamEntry<S>; 1]>;
+
 /// Everything a terminated session hands back to its shell: in-flight requests and streams.
 pub(crate) type Teardown<R, S> = (Vec<(JsonRpcId, InFlight<R>)>, Vec<StreamEntry<S>>);
 
@@ -380,7 +384,7 @@ impl<R, S, P> SessionCore<R, S, P> {
         request: Option<JsonRpcId>,
         closed: Option<usize>,
         handle: S,
-    ) -> Vec<StreamEntry<S>> {
+    ) -> Evicted<S> {
         let is_get = request.is_none();
         self.streams.insert(sid, StreamEntry { request, closed: false, retained_bytes: 0, handle });
         // Only a stream of this life moves its numbering on: one of another life (an earlier
@@ -389,7 +393,7 @@ impl<R, S, P> SessionCore<R, S, P> {
         if sid.0 >> 32 == self.next_stream >> 32 {
             self.next_stream = self.next_stream.max(sid.0 + 1);
         }
-        let mut gone = Vec::new();
+        let mut gone = Evicted::new();
         if is_get
             && closed.is_none()
             && let Some(old) = self.get_stream.replace(sid)
@@ -630,7 +634,7 @@ impl<R, S, P> SessionCore<R, S, P> {
     /// A stream finished producing events, holding `bytes` in its window. Returns the streams
     /// evicted to respect `max_retained_streams` and `max_retained_bytes`, oldest first (the
     /// shell stops them); the newest closed stream is never evicted.
-    pub(crate) fn stream_closed(&mut self, sid: StreamId, bytes: usize) -> Vec<StreamEntry<S>> {
+    pub(crate) fn stream_closed(&mut self, sid: StreamId, bytes: usize) -> Evicted<S> {
         if let Some(e) = self.streams.get_mut(&sid)
             && !e.closed
         {
@@ -639,7 +643,7 @@ impl<R, S, P> SessionCore<R, S, P> {
             self.retained_bytes += bytes;
             self.closed_order.push_back(sid);
         }
-        let mut evicted = Vec::new();
+        let mut evicted = Evicted::new();
         while self.closed_order.len() > 1
             && (self.closed_order.len() > self.limits.max_retained_streams
                 || self.retained_bytes > self.limits.max_retained_bytes)

@@ -134,6 +134,10 @@ pub(crate) enum StreamChange {
     Record,
 }
 
+/// Frames a connection writes first: the priming event and an answer inline (most replies),
+/// a replay on the heap.
+pub(crate) type Frames = smallvec::SmallVec<[Bytes; 2]>;
+
 /// A connection attachment: its number and the frames to write first.
 #[derive(Debug)]
 #[must_use = "the initial frames must be written to the new connection"]
@@ -141,7 +145,7 @@ pub(crate) struct Attachment {
     /// Connection number, echoed in [`StreamCore::detach`].
     pub conn: u64,
     /// Frames to write before live events (priming or replay).
-    pub initial: Vec<Bytes>,
+    pub initial: Frames,
     /// The stream is closed: end the connection after `initial`.
     pub end_after_initial: bool,
 }
@@ -512,7 +516,7 @@ impl StreamCore {
     /// primes (its cursor is `Seq::START`: resuming from it replays everything).
     pub(crate) fn attach_new(&mut self) -> Attachment {
         let conn = self.new_conn();
-        let mut initial = Vec::new();
+        let mut initial = Frames::new();
         if self.settings.prime && self.settings.mode == StreamMode::Resumable {
             initial.push(sse::priming_frame(
                 &self.cursor(self.window.newest()),
@@ -540,7 +544,7 @@ impl StreamCore {
             return Err(Rejection::CursorRejected);
         }
         let released = self.released;
-        let replay: Result<Vec<Bytes>, ReplayError> = self
+        let replay: Result<Frames, ReplayError> = self
             .window
             .events_after(after)
             .map(|it| it.take_while(|&(q, _)| q <= released).map(|(_, f)| f.clone()).collect());
@@ -592,7 +596,11 @@ impl StreamCore {
                     }
                 };
                 let conn = self.new_conn();
-                Ok(Attachment { conn, initial: vec![frame], end_after_initial: true })
+                Ok(Attachment {
+                    conn,
+                    initial: smallvec::smallvec![frame],
+                    end_after_initial: true,
+                })
             }
         }
     }

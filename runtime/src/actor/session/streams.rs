@@ -17,6 +17,7 @@ use crate::actor::stream::{Stop as StopStream, StreamActor, StreamLinks};
 use crate::pipeline::{Opened, StreamDoor};
 use crate::proto::ids::{JsonRpcId, StreamId, Tick};
 use crate::proto::rollout::{StreamMode, StreamPurpose};
+use crate::proto::session::Evicted;
 use crate::proto::stream::{CloseReason, StreamCore, StreamKind, StreamSettings};
 
 use super::SessionActor;
@@ -221,7 +222,7 @@ impl SessionActor {
         body
     }
 
-    pub(super) fn evict(&mut self, evicted: Vec<crate::proto::session::StreamEntry<StreamHandle>>) {
+    pub(super) fn evict(&mut self, evicted: Evicted<StreamHandle>) {
         if !evicted.is_empty() {
             tracing::debug!(n = evicted.len(), "closed streams evicted by the retention bounds");
             self.sup.stats().streams_evicted(evicted.len());
