@@ -5,11 +5,10 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
 
 use crate::ledger::codec::{self, Record, RecordState, StreamKindRecord, StreamRecord};
 use crate::ledger::{Ledger, Named, Op, Writer};
+use crate::proto::digest::HmacKey;
 use crate::proto::ids::{SessionId, StreamId, Tick};
 use crate::proto::stream::{CloseReason, StreamChange, StreamCore, StreamKind};
 
@@ -18,9 +17,9 @@ pub(crate) struct LedgerCtx {
     pub(crate) writer: Arc<Writer>,
     /// The open ledger (its clock, its run).
     pub(crate) ledger: Ledger,
-    id_key: Hmac<Sha256>,
+    id_key: HmacKey,
     /// The same under the secrets of `ledger.previous_key_files` (rotation).
-    previous_id_keys: Vec<Hmac<Sha256>>,
+    previous_id_keys: Vec<HmacKey>,
     /// Session idle TTL (ms): a record expires this long after its last recorded use.
     pub(crate) idle_ttl_ms: u64,
     /// How long stream records and logs outlive their last write (ms).
@@ -36,11 +35,7 @@ impl std::fmt::Debug for LedgerCtx {
 impl LedgerCtx {
     pub(crate) fn new(ledger: Ledger, idle_ttl_ms: u64, stream_ttl_ms: u64) -> LedgerCtx {
         let key = |secret: &[u8]| {
-            <Hmac<Sha256>>::new_from_slice(&crate::ledger::derive_key(
-                secret,
-                "mcp-host session-id hmac v1",
-            ))
-            .expect("hmac takes any key length")
+            HmacKey::new(&crate::ledger::derive_key(secret, "mcp-host session-id hmac v1"))
         };
         let id_key = key(&ledger.secret);
         let previous_id_keys = ledger.previous.iter().map(|s| key(s)).collect();
@@ -74,10 +69,8 @@ impl LedgerCtx {
 /// each (SQLite writes and checkpoints whole pages: `initialize` ran about 1.7 times as fast
 /// with ordered names). For any other id, 128 bits of MAC, as earlier builds named them all.
 /// [`crate::proto::ids::session_hmac_tail`] is MAC either way.
-fn id_hmac(key: &Hmac<Sha256>, id: &SessionId) -> Arc<str> {
-    let mut m = key.clone();
-    m.update(id.as_str().as_bytes());
-    let mac = m.finalize().into_bytes();
+fn id_hmac(key: &HmacKey, id: &SessionId) -> Arc<str> {
+    let mac = key.mac(id.as_str().as_bytes());
     let mut name = [0u8; 16];
     if let Some(at) = id.minted_at() {
         name[..6].copy_from_slice(&at.to_be_bytes()[2..]);
@@ -622,7 +615,9 @@ mod tests {
         // An id without its time (an earlier build's) is named as that build named it: its
         // record is found.
         let old = SessionId::mint(1, None, &[9; SESSION_ID_RANDOM_BYTES]);
-        let mut m = cx.id_key.clone();
+        use hmac::{Hmac, Mac};
+        let key = crate::ledger::derive_key(&cx.ledger.secret, "mcp-host session-id hmac v1");
+        let mut m = <Hmac<sha2::Sha256>>::new_from_slice(&key).expect("any key length");
         m.update(old.as_str().as_bytes());
         assert_eq!(&*cx.session_hmac(&old), codec::hex(&m.finalize().into_bytes()[..16]));
         // The tail is MAC: ids minted in one millisecond differ there.

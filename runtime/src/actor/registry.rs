@@ -131,6 +131,52 @@ struct Caller {
     owner: Option<Arc<str>>,
 }
 
+/// A live session's ledger name as the HMAC table keys it: the 16 bytes its 32 lowercase hex
+/// digits spell (every name this build makes, `actor::durable`), held in the entry, so a
+/// look-up, an insert and the table's growth hash and compare them without reading a string
+/// elsewhere in memory (a new session's insert into the table was a tenth of its
+/// registration, issue 23); or the text of a name of another form.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum NameKey {
+    Digits([u8; 16]),
+    Text(Arc<str>),
+}
+
+impl NameKey {
+    fn of(name: &str) -> NameKey {
+        let digit = |c: u8| match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            _ => None,
+        };
+        let bytes = name.as_bytes();
+        let mut out = [0u8; 16];
+        if bytes.len() == 32 {
+            let all = out.iter_mut().zip(bytes.chunks_exact(2)).all(|(o, pair)| {
+                match (digit(pair[0]), digit(pair[1])) {
+                    (Some(hi), Some(lo)) => {
+                        *o = hi << 4 | lo;
+                        true
+                    }
+                    _ => false,
+                }
+            });
+            if all {
+                return NameKey::Digits(out);
+            }
+        }
+        NameKey::Text(Arc::from(name))
+    }
+
+    /// The name it keys.
+    fn name(&self) -> Arc<str> {
+        match self {
+            NameKey::Digits(b) => crate::proto::digest::hex(b).into(),
+            NameKey::Text(t) => Arc::clone(t),
+        }
+    }
+}
+
 /// The sharded session map.
 #[derive(Debug)]
 pub(crate) struct Registry<H: Registered> {
@@ -145,7 +191,7 @@ pub(crate) struct Registry<H: Registered> {
     /// Ledger HMACs of the live sessions, with their ids: ledger housekeeping never evicts
     /// one of these, and an end heard from another host finds its session here. Keyed by
     /// HMACs this server computes (a client cannot choose one that collides without the key).
-    live_hmacs: Mutex<FastMap<Arc<str>, SessionId>>,
+    live_hmacs: Mutex<FastMap<NameKey, SessionId>>,
     /// Told when the last session leaves.
     quiet: Arc<tokio::sync::Notify>,
     /// Hibernating sessions.
@@ -205,14 +251,14 @@ impl<H: Registered> Registry<H> {
 impl<H: Registered> Registry<H> {
     /// Whether the session recorded under ledger HMAC `hmac` is live here.
     pub(crate) fn is_live_hmac(&self, hmac: &str) -> bool {
-        self.live_hmacs.lock().contains_key(hmac)
+        self.live_hmacs.lock().contains_key(&NameKey::of(hmac))
     }
 
     /// The awake session recorded under ledger HMAC `hmac`, if any (`Err` with its id when it
     /// is kept as data): never woken here, so a thread that is no actix arbiter's (the
     /// ledger's bus) may call it.
     pub(crate) fn awake_by_hmac(&self, hmac: &str) -> Option<Result<H, SessionId>> {
-        let id = self.live_hmacs.lock().get(hmac).cloned()?;
+        let id = self.live_hmacs.lock().get(&NameKey::of(hmac)).cloned()?;
         match self.shard(&id).read().get(&id)? {
             Slot::Awake(h) => Some(Ok(H::clone(h))),
             Slot::Asleep(..) => Some(Err(id)),
@@ -221,7 +267,7 @@ impl<H: Registered> Registry<H> {
 
     /// The ledger HMACs of every live session.
     pub(crate) fn live_hmacs(&self) -> Vec<Arc<str>> {
-        self.live_hmacs.lock().keys().cloned().collect()
+        self.live_hmacs.lock().keys().map(NameKey::name).collect()
     }
 
     fn shard(&self, id: &SessionId) -> &RwLock<FastMap<SessionId, Slot<H>>> {
@@ -460,7 +506,7 @@ impl<H: Registered> Registry<H> {
         };
         let guard = H::guard_of(&mut asleep);
         guard.removed = true;
-        self.live_hmacs.lock().remove(&guard.hmac);
+        self.live_hmacs.lock().remove(&NameKey::of(&guard.hmac));
         self.wake_at.lock().remove(&(at, id.clone()));
         self.sleeping.fetch_sub(1, Ordering::AcqRel);
         Some(asleep)
@@ -605,7 +651,7 @@ impl<H: Registered> Reservation<H> {
     pub(crate) fn insert(self, id: SessionId, handle: H, hmac: Arc<str>) -> RegistryGuard<H> {
         let guard = self.into_guard(id, Arc::clone(handle.inbox()), hmac);
         let registry = &guard.registry;
-        registry.live_hmacs.lock().insert(Arc::clone(&guard.hmac), guard.id.clone());
+        registry.live_hmacs.lock().insert(NameKey::of(&guard.hmac), guard.id.clone());
         let old = registry
             .shard(&guard.id)
             .write()
@@ -641,7 +687,7 @@ impl<H: Registered> Reservation<H> {
             return Err(parts);
         }
         let guard = self.into_guard(id.clone(), inbox, hmac);
-        registry.live_hmacs.lock().insert(Arc::clone(&guard.hmac), id.clone());
+        registry.live_hmacs.lock().insert(NameKey::of(&guard.hmac), id.clone());
         let old = registry.put_asleep(&mut shard, id, wake_at, make(guard, parts));
         debug_assert!(old.is_none(), "a session id is inserted once");
         drop(shard);
@@ -734,7 +780,7 @@ impl<H: Registered> RegistryGuard<H> {
                 return Err(self);
             }
             shard.remove(&self.id);
-            self.registry.live_hmacs.lock().remove(&self.hmac);
+            self.registry.live_hmacs.lock().remove(&NameKey::of(&self.hmac));
         }
         self.removed = true;
         // The drop gives the slot back.
@@ -748,7 +794,7 @@ impl<H: Registered> Drop for RegistryGuard<H> {
             // Under the shard lock, like the insert: a revive's new entry is not touched.
             let mut shard = self.registry.shard(&self.id).write();
             let gone = shard.remove(&self.id);
-            self.registry.live_hmacs.lock().remove(&self.hmac);
+            self.registry.live_hmacs.lock().remove(&NameKey::of(&self.hmac));
             drop(shard);
             // A hibernating session's guard is in its entry: it is dropped only once taken
             // out (`removed` set), never through its own removal here.
@@ -760,6 +806,27 @@ impl<H: Registered> Drop for RegistryGuard<H> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_name_of_32_lowercase_hex_digits_is_keyed_by_its_bytes_and_any_other_by_its_text() {
+        let hex = "019412345678aabbccddeeff00112233";
+        let NameKey::Digits(b) = NameKey::of(hex) else { panic!("digits") };
+        assert_eq!(b[0], 0x01);
+        assert_eq!(b[15], 0x33);
+        assert_eq!(&*NameKey::of(hex).name(), hex, "the same name back");
+        for other in [
+            "h1",
+            "",
+            &hex.to_uppercase(),
+            &hex[1..],
+            &format!("{hex}0"),
+            "019412345678aabbccddeeff0011223g",
+        ] {
+            assert_eq!(NameKey::of(other), NameKey::Text(other.into()), "{other:?}");
+            assert_eq!(&*NameKey::of(other).name(), other);
+        }
+        assert_ne!(NameKey::of(hex), NameKey::of(&hex.to_uppercase()), "not the same name");
+    }
+
     use super::*;
 
     /// A handle with nothing but its inbox.

@@ -8,139 +8,17 @@
 //! A cursor minted for another session, caller or stream fails verification without any
 //! store lookup; the tag is checked in constant time.
 //!
-//! The HMAC (RFC 2104) is computed here on SHA-256's compression function, from states kept
-//! after the parts that never change: the key's two padded blocks, and a session's binding.
-//! A tag then costs two or three compressions and copies of two 32-byte states, where the
-//! `hmac` crate's `Mac` cloned its whole state (both hashes and their block buffers) and ran
-//! its generic padding for every cursor (issue 23: a legacy echo mints two cursors). The
-//! tags are the same bytes, checked against the `hmac` crate in the tests.
+//! The HMAC is computed from states kept after the parts that never change (the key's two
+//! padded blocks, a session's binding: [`HmacKey`], [`BoundMac`]): a tag costs two or three
+//! compressions, where the `hmac` crate's `Mac` cloned its whole state and ran its generic
+//! padding for every cursor (issue 23: a legacy echo mints two). The same tag bytes.
 
 use std::sync::Arc;
 
+use super::digest::{BoundMac, HmacKey};
+use super::ids::{Generation, Seq, SessionId, StreamId};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use sha2::digest::generic_array::GenericArray;
-use sha2::{Digest as _, Sha256};
-
-use super::ids::{Generation, Seq, SessionId, StreamId};
-
-/// SHA-256's block length.
-const BLOCK: usize = 64;
-
-/// SHA-256's initial state (FIPS 180-4, 5.3.3).
-const IV: [u32; 8] = [
-    0x6a09_e667,
-    0xbb67_ae85,
-    0x3c6e_f372,
-    0xa54f_f53a,
-    0x510e_527f,
-    0x9b05_688c,
-    0x1f83_d9ab,
-    0x5be0_cd19,
-];
-
-/// Run SHA-256's compression over whole `blocks` (a multiple of 64 bytes).
-fn compress(state: &mut [u32; 8], blocks: &[u8]) {
-    debug_assert_eq!(blocks.len() % BLOCK, 0);
-    for b in blocks.chunks_exact(BLOCK) {
-        sha2::compress256(state, std::slice::from_ref(GenericArray::from_slice(b)));
-    }
-}
-
-/// A state's digest bytes.
-fn digest_bytes(state: &[u32; 8]) -> [u8; 32] {
-    let mut out = [0u8; 32];
-    for (o, w) in out.chunks_exact_mut(4).zip(state) {
-        o.copy_from_slice(&w.to_be_bytes());
-    }
-    out
-}
-
-/// An HMAC-SHA256 key as the states after its padded blocks (`K ^ ipad`, `K ^ opad`).
-#[derive(Clone, Copy)]
-struct HmacKey {
-    inner: [u32; 8],
-    outer: [u32; 8],
-}
-
-impl HmacKey {
-    fn new(secret: &[u8]) -> HmacKey {
-        // A key longer than a block is hashed first; a shorter one is padded with zeros.
-        let mut k = [0u8; BLOCK];
-        if secret.len() > BLOCK {
-            k[..32].copy_from_slice(&Sha256::digest(secret));
-        } else {
-            k[..secret.len()].copy_from_slice(secret);
-        }
-        let padded = |pad: u8| {
-            let mut state = IV;
-            compress(&mut state, &k.map(|b| b ^ pad));
-            state
-        };
-        HmacKey { inner: padded(0x36), outer: padded(0x5c) }
-    }
-
-    /// The inner hash's state after `bound` (whole blocks), and what is left of it.
-    fn bind(&self, bound: &[u8]) -> BoundMac {
-        let whole = bound.len() - bound.len() % BLOCK;
-        let mut inner = self.inner;
-        compress(&mut inner, &bound[..whole]);
-        let mut tail = [0u8; BLOCK];
-        tail[..bound.len() - whole].copy_from_slice(&bound[whole..]);
-        BoundMac {
-            inner,
-            outer: self.outer,
-            tail,
-            tail_len: bound.len() - whole,
-            len: (BLOCK + bound.len()) as u64,
-        }
-    }
-}
-
-/// HMAC-SHA256 under one key of messages that start with the same bytes: the inner hash's
-/// state after the whole blocks of those bytes, the rest of them, and their length.
-#[derive(Clone)]
-struct BoundMac {
-    inner: [u32; 8],
-    outer: [u32; 8],
-    tail: [u8; BLOCK],
-    tail_len: usize,
-    /// Bytes the inner hash has taken: the padded key's block and the bound bytes.
-    len: u64,
-}
-
-impl BoundMac {
-    /// The MAC of the bound bytes followed by `payload`.
-    fn tag(&self, payload: &[u8; PAYLOAD_LEN]) -> [u8; 32] {
-        // The inner hash's last one or two blocks: the tail, the payload, 0x80, zeros and
-        // the message's length in bits.
-        let mut last = [0u8; 2 * BLOCK];
-        let n = self.tail_len;
-        last[..n].copy_from_slice(&self.tail[..n]);
-        last[n..n + PAYLOAD_LEN].copy_from_slice(payload);
-        last[n + PAYLOAD_LEN] = 0x80;
-        let end = if n + PAYLOAD_LEN + 9 <= BLOCK { BLOCK } else { 2 * BLOCK };
-        let bits = (self.len + PAYLOAD_LEN as u64) * 8;
-        last[end - 8..end].copy_from_slice(&bits.to_be_bytes());
-        let mut inner = self.inner;
-        compress(&mut inner, &last[..end]);
-        // The outer hash: the padded key's block (in its state), then the inner digest.
-        let mut block = [0u8; BLOCK];
-        block[..32].copy_from_slice(&digest_bytes(&inner));
-        block[32] = 0x80;
-        block[BLOCK - 8..].copy_from_slice(&(((BLOCK + 32) * 8) as u64).to_be_bytes());
-        let mut outer = self.outer;
-        compress(&mut outer, &block);
-        digest_bytes(&outer)
-    }
-
-    /// Whether `tag` is the first bytes of the MAC of `payload`, compared in constant time.
-    fn verifies(&self, payload: &[u8; PAYLOAD_LEN], tag: &[u8; TAG_LEN]) -> bool {
-        let mac = self.tag(payload);
-        let diff = mac[..TAG_LEN].iter().zip(tag).fold(0u8, |d, (a, b)| d | (a ^ b));
-        std::hint::black_box(diff) == 0
-    }
-}
 
 const PAYLOAD_LEN: usize = 20;
 const TAG_LEN: usize = 12;
@@ -248,7 +126,7 @@ impl CursorSigner {
     #[must_use]
     pub fn encode_array(&self, id: &EventId) -> [u8; ENCODED_LEN] {
         let payload = Self::payload(id);
-        let tag = self.mac.tag(&payload);
+        let tag = self.mac.finish(&payload);
         let mut raw = [0u8; RAW_LEN];
         raw[..PAYLOAD_LEN].copy_from_slice(&payload);
         raw[PAYLOAD_LEN..].copy_from_slice(&tag[..TAG_LEN]);
@@ -387,6 +265,7 @@ mod tests {
     /// session and principal, then the payload.
     fn reference_tag(secret: &[u8], session: &str, principal: &str, payload: &[u8]) -> [u8; 32] {
         use hmac::{Hmac, Mac};
+        use sha2::Sha256;
         let mut mac = <Hmac<Sha256>>::new_from_slice(secret).expect("any key length");
         mac.update(&(session.len() as u32).to_be_bytes());
         mac.update(session.as_bytes());
@@ -405,7 +284,7 @@ mod tests {
             for n in 0..=192 {
                 let session = "s".repeat(n);
                 let payload = [n as u8; PAYLOAD_LEN];
-                let tag = key.signer(&session, None).mac.tag(&payload);
+                let tag = key.signer(&session, None).mac.finish(&payload);
                 assert_eq!(tag, reference_tag(secret, &session, "", &payload), "{n}");
             }
         }
@@ -422,7 +301,7 @@ mod tests {
             let signer = CursorKey::new(&secret).signer(&session, principal.as_deref());
             let expected =
                 reference_tag(&secret, &session, principal.as_deref().unwrap_or(""), &payload);
-            prop_assert_eq!(signer.mac.tag(&payload), expected);
+            prop_assert_eq!(signer.mac.finish(&payload), expected);
             let truncated: [u8; TAG_LEN] = expected[..TAG_LEN].try_into().unwrap();
             prop_assert!(signer.mac.verifies(&payload, &truncated));
             let mut wrong = truncated;
