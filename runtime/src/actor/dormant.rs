@@ -20,11 +20,18 @@
 //! Only resumable streams whose answer is not held for a commit (durability `sync`) are kept
 //! so; plain and shadow streams, and every open stream, have actors.
 //!
+//! While its first connection writes it, a kept stream holds its frames and what its core
+//! would be made of, not the core ([`AnsweredAtOnce`]): most settle, and making a core, a
+//! window and a change list for each, then dropping them, cost about 1.5 % of a legacy
+//! echo's host CPU on one session (issue 23, round 15). One whose connection ends before
+//! every frame surely arrived,
+//! or that a resume wakes first, gets its core then, made by the same calls (the same
+//! cursors, so the same frames).
+//!
 //! Once its connection returned every frame and nothing of it was recorded (it never will be:
 //! settled), the common end of an echo's reply, a kept stream holds only its answer and its
 //! counts and charges ([`StreamCore::settled_answer`]): about 120 bytes instead of the
-//! core's, its ledger state's and its window's 740, dropped while they are still in the
-//! cache. A session retains 64 answered streams by default (`sessions.max_retained_streams`),
+//! core's, its ledger state's and its window's 740. A session retains 64 answered streams by default (`sessions.max_retained_streams`),
 //! and evicting one that had left the cache was the largest item a call over 64 sessions
 //! adds (issue 23's round-12 profile). A resume rebuilds the same core
 //! ([`StreamCore::from_settled`]) and wakes it as any kept stream.
@@ -42,13 +49,12 @@ use super::durable::StreamLedger;
 use super::generations::GenCount;
 use super::links::{DormantEnds, SessionLink};
 use super::stream::{
-    Parts, StreamActor, StreamEnv, charge_window, count_started, count_stopped, count_stopped_as,
-    forget_copy, submit_changes,
+    Parts, StreamActor, StreamEnv, count_started_as, count_stopped, count_stopped_as, forget_copy,
+    submit_changes,
 };
 use crate::proto::event_id::CursorSigner;
-use crate::proto::ids::{StreamId, Tick};
-use crate::proto::rollout::StreamMode;
-use crate::proto::stream::{Delivery, SettledAnswer, StreamCore, StreamSettings};
+use crate::proto::ids::{JsonRpcId, StreamId, Tick};
+use crate::proto::stream::{AnsweredAtOnce, SettledAnswer, StreamCore, StreamSettings};
 use crate::stats::STATE_CLOSED;
 
 /// A session's handle on one of its streams.
@@ -80,12 +86,38 @@ pub(crate) struct DormantStream {
 
 /// What a kept stream holds.
 enum Kept {
-    /// All of it, until its connection ended (and after, unless it settled).
+    /// Its frames and what its core would be made of, while its first connection writes (no
+    /// core: most such streams settle, and one is made only if this one does not).
+    AtOnce(Box<AtOnce>),
+    /// All of it: its connection ended before every frame surely arrived.
     Whole(Box<Parts>),
     /// Settled in its retention: its answer, counts and charges.
     Answer(Box<KeptAnswer>),
     /// Nothing: woken (its actor has it), or dropped.
     Taken,
+}
+
+/// A kept stream while its first connection writes: its answer as written
+/// ([`AnsweredAtOnce`]), the settings its core is made with if it must be, its ledger state
+/// (its request, for a record), and what it counts and holds.
+struct AtOnce {
+    stream: AnsweredAtOnce,
+    settings: StreamSettings,
+    ledger: StreamLedger,
+    generation: GenCount,
+    charge: Charge,
+    env: Arc<StreamEnv>,
+}
+
+impl AtOnce {
+    /// Its parts with its core made, as they were while its connection writes: with its
+    /// session's `signer`.
+    fn into_parts(self, sid: StreamId, signer: Arc<CursorSigner>) -> Parts {
+        let AtOnce { stream, settings, ledger, generation, charge, env } = self;
+        let g = generation.generation().settings.id;
+        let core = stream.into_core(sid, g, signer, settings);
+        Parts { core, ledger, generation, charge, env }
+    }
 }
 
 /// A settled kept stream ([`StreamCore::settled_answer`]): what rebuilds its core, and what
@@ -115,6 +147,7 @@ impl KeptAnswer {
 impl std::fmt::Debug for DormantStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let kept = match self.kept {
+            Kept::AtOnce(_) => "at once",
             Kept::Whole(_) => "whole",
             Kept::Answer(_) => "answer",
             Kept::Taken => "taken",
@@ -130,55 +163,78 @@ impl DormantStream {
     /// Whether a stream with `settings`, answered at once, is kept as data: a resumable one
     /// whose answer goes out without waiting for a commit.
     pub(crate) fn fits(settings: &StreamSettings) -> bool {
-        settings.mode == StreamMode::Resumable && !settings.hold_until_committed
+        settings.answers_at_once()
     }
 
-    /// Open a stream ([`Self::fits`]) answered with `final_json`: its first connection's
-    /// body carries the priming event and the answer and ends. Returns the stream, the body
-    /// (reporting its end to `session`, or queueing it in `ends`) and the bytes its window
-    /// holds. `now`: the time it opens.
+    /// Open stream `sid` ([`Self::fits`] its `settings`) answering `request` with
+    /// `final_json`, signed by `signer`: its first connection's body carries the priming event
+    /// and the answer and ends. Returns the stream, the body (reporting its end to `session`,
+    /// or queueing it in `ends`) and the bytes its window holds. No core is made for it
+    /// ([`AnsweredAtOnce`]) unless its connection ends before every frame surely arrived, or a
+    /// resume wakes it first.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn open(
-        mut core: StreamCore,
-        final_json: &[u8],
+        (sid, request): (StreamId, JsonRpcId),
+        settings: StreamSettings,
+        signer: &CursorSigner,
+        final_json: bytes::Bytes,
         env: Arc<StreamEnv>,
         caller_budget: &Arc<MemoryBudget>,
-        mut ledger: StreamLedger,
+        ledger: StreamLedger,
         generation: GenCount,
-        session: SessionLink,
-        ends: Arc<DormantEnds>,
-        now: Tick,
+        (session, ends): (SessionLink, Arc<DormantEnds>),
     ) -> (DormantStream, SseBody, usize) {
-        let mut att = core.attach_new();
+        let g = generation.generation().settings.id;
+        let mut stream = AnsweredAtOnce::new(sid, g, request, signer, &settings, final_json);
         env.stats.events_appended(1);
-        match core.push_final(final_json) {
-            Delivery::Write { frame, .. } => att.initial.push(frame),
-            // A resumable stream with its connection attached and nothing held writes it.
-            other => debug_assert!(false, "a kept stream's answer was not written: {other:?}"),
-        }
+        let bytes = stream.retained_bytes();
         let mut charge = env.budget.charge(Some(caller_budget));
-        charge_window(&mut charge, &mut core, &env.stats);
-        // With nothing held, nothing waits for a commit.
-        let wait = submit_changes(&mut ledger, &mut core, &env, now);
-        debug_assert!(wait.is_none(), "a kept stream holds nothing for a commit");
-        count_started(&env.stats, &core);
+        // Over the budget, a window keeps its newest event: this one's only one.
+        let _over = charge.set(bytes);
+        count_started_as(&env.stats, settings.mode);
         env.stats.stream_state(None, Some(STATE_CLOSED));
         env.stats.stream_dormant(1);
-        let stream = StreamOwner::Session { stream: core.id(), ends };
-        let owner = ConnectionOwner { stream, session, conn: att.conn };
-        let body = SseBody::new(att.initial, None, Some(owner));
-        let bytes = core.retained_bytes();
-        let parts = Parts { core, ledger, generation, charge, env };
-        let sid = parts.core.id();
-        (DormantStream { sid, kept: Kept::Whole(Box::new(parts)), until: None }, body, bytes)
+        let owner = ConnectionOwner {
+            stream: StreamOwner::Session { stream: sid, ends },
+            session,
+            conn: AnsweredAtOnce::CONN,
+        };
+        let body = SseBody::new(std::mem::take(&mut stream.initial), None, Some(owner));
+        let at_once = AtOnce { stream, settings, ledger, generation, charge, env };
+        (DormantStream { sid, kept: Kept::AtOnce(Box::new(at_once)), until: None }, body, bytes)
     }
 
     /// Its connection `conn` ended (`drained`: every frame went out): recorded in the ledger
     /// if the answer may not have arrived, and its retention starts (`now`). A stream that
     /// settled keeps only its answer from here on. Returns its retention's end.
-    pub(crate) fn detached(&mut self, conn: u64, drained: bool, now: Tick) -> Option<Tick> {
-        // Only its one connection ever ends while it is kept: an end heard again (or of a
-        // settled stream) changes nothing.
+    pub(crate) fn detached(
+        &mut self,
+        conn: u64,
+        drained: bool,
+        now: Tick,
+        signer: &Arc<CursorSigner>,
+    ) -> Option<Tick> {
+        if matches!(self.kept, Kept::AtOnce(_)) {
+            // Only its one connection ever ends while it is kept.
+            if conn != AnsweredAtOnce::CONN {
+                return self.until;
+            }
+            let Kept::AtOnce(a) = std::mem::replace(&mut self.kept, Kept::Taken) else {
+                unreachable!("matched above")
+            };
+            if drained {
+                // Every frame went out, nothing of it was recorded: it never will be (its
+                // ledger state, with its request, goes).
+                let AtOnce { stream, generation, charge, env, .. } = *a;
+                let (answer, until) = stream.settled(now, env.timing);
+                self.kept = Kept::Answer(Box::new(KeptAnswer { answer, generation, charge, env }));
+                self.until = Some(until);
+                return self.until;
+            }
+            // Its answer may not have arrived: its core is made, and goes on as below.
+            self.kept = Kept::Whole(Box::new(a.into_parts(self.sid, Arc::clone(signer))));
+        }
+        // An end heard again (or of a settled stream) changes nothing.
         let Kept::Whole(p) = &mut self.kept else { return self.until };
         p.core.detach(conn, drained);
         let wait = submit_changes(&mut p.ledger, &mut p.core, &p.env, now);
@@ -209,6 +265,8 @@ impl DormantStream {
     /// Whether its retention is over at `now`.
     pub(crate) fn retention_over(&self, now: Tick) -> bool {
         match &self.kept {
+            // Its connection still writes it.
+            Kept::AtOnce(_) => false,
             Kept::Whole(p) => p.core.handle_timeout(now).retention_over,
             // Settled: its retention's end, the only deadline its core had, is `until`.
             Kept::Answer(_) => self.until.is_some_and(|t| now >= t),
@@ -234,6 +292,7 @@ impl DormantStream {
         (signer, hmac): (Arc<CursorSigner>, Arc<str>),
     ) {
         let parts = match std::mem::replace(&mut self.kept, Kept::Taken) {
+            Kept::AtOnce(a) => a.into_parts(self.sid, signer),
             Kept::Whole(p) => *p,
             Kept::Answer(a) => a.into_parts(self.sid, signer, hmac),
             Kept::Taken => {
@@ -250,6 +309,17 @@ impl Drop for DormantStream {
     fn drop(&mut self) {
         // Not woken: it stops counting, as its actor would have when it stopped.
         match std::mem::replace(&mut self.kept, Kept::Taken) {
+            Kept::AtOnce(a) => {
+                let stats = &a.env.stats;
+                stats.stream_dormant(-1);
+                // What its core would have counted: its answer.
+                count_stopped_as(
+                    stats,
+                    &SettledAnswer::COUNTERS,
+                    a.settings.mode,
+                    Some(STATE_CLOSED),
+                );
+            }
             Kept::Whole(p) => {
                 p.env.stats.stream_dormant(-1);
                 count_stopped(&p.env.stats, &p.core, Some(STATE_CLOSED));
@@ -276,7 +346,8 @@ mod tests {
     use crate::actor::links::StreamReport;
     use crate::proto::event_id::CursorKey;
     use crate::proto::ids::JsonRpcId;
-    use crate::proto::stream::{StreamKind, StreamTiming};
+    use crate::proto::rollout::StreamMode;
+    use crate::proto::stream::StreamTiming;
 
     /// A session that hears nothing (the tests call the stream's side directly).
     struct Deaf;
@@ -330,25 +401,18 @@ mod tests {
                 timing: self.env.timing,
             };
             assert!(DormantStream::fits(&settings));
-            let core = StreamCore::new(
-                StreamId(3),
-                g.id,
-                StreamKind::Post { request: JsonRpcId::Number(9) },
-                signer(),
-                settings,
-            );
             let ledger = StreamLedger::new(hmac(), StreamId(3), None, Tick(0));
             let session: SessionLink = Arc::new(Deaf.start().recipient());
             let (stream, _body, bytes) = DormantStream::open(
-                core,
-                br#"{"result":1}"#,
+                (StreamId(3), JsonRpcId::Number(9)),
+                settings,
+                &signer(),
+                bytes::Bytes::from_static(br#"{"result":1}"#),
                 Arc::clone(&self.env),
                 &self.share,
                 ledger,
                 self.generation.enter(Counted::Stream),
-                session,
-                Arc::default(),
-                Tick(0),
+                (session, Arc::default()),
             );
             assert!(bytes > 0 && self.share.used() == bytes && self.env.budget.used() == bytes);
             stream
@@ -374,6 +438,7 @@ mod tests {
 
     fn kept_as(s: &DormantStream) -> &'static str {
         match s.kept {
+            Kept::AtOnce(_) => "at once",
             Kept::Whole(_) => "whole",
             Kept::Answer(_) => "answer",
             Kept::Taken => "taken",
@@ -386,11 +451,25 @@ mod tests {
         let mut s = w.kept();
         let open = w.counts();
         assert_eq!((open.0, open.1, open.2, open.3, open.4), (1, 1, 1, 1, 1), "{open:?}");
-        assert_eq!(kept_as(&s), "whole");
-        assert_eq!(s.detached(1, true, Tick(10)), Some(Tick(1_010)), "its retention runs");
+        assert_eq!(kept_as(&s), "at once", "no core while its connection writes");
+        assert_eq!(
+            s.detached(2, true, Tick(5), &signer()),
+            None,
+            "not its connection: nothing changes"
+        );
+        assert_eq!(kept_as(&s), "at once");
+        assert_eq!(
+            s.detached(1, true, Tick(10), &signer()),
+            Some(Tick(1_010)),
+            "its retention runs"
+        );
         assert_eq!(kept_as(&s), "answer", "settled: its answer alone");
         assert_eq!(w.counts(), open, "counted and charged as before");
-        assert_eq!(s.detached(1, true, Tick(20)), Some(Tick(1_010)), "an end heard twice");
+        assert_eq!(
+            s.detached(1, true, Tick(20), &signer()),
+            Some(Tick(1_010)),
+            "an end heard twice"
+        );
         assert!(!s.retention_over(Tick(1_009)) && s.retention_over(Tick(1_010)));
         s.forget();
         assert_eq!(w.counts(), (0, 0, 0, 0, 0, 0, 0), "dropped: counts and charges go");
@@ -401,7 +480,11 @@ mod tests {
         let w = World::new();
         let mut s = w.kept();
         let open = w.counts();
-        assert_eq!(s.detached(1, false, Tick(10)), Some(Tick(5_010)), "the longer retention");
+        assert_eq!(
+            s.detached(1, false, Tick(10), &signer()),
+            Some(Tick(5_010)),
+            "the longer retention"
+        );
         assert_eq!(kept_as(&s), "whole", "recorded, so kept whole");
         assert_eq!(w.counts(), open);
         drop(s);
@@ -411,16 +494,20 @@ mod tests {
     #[actix_web::test]
     async fn a_settled_stream_is_rebuilt_as_it_was_opened_and_wakes_counted_as_before() {
         let w = World::new();
-        // Its core as it is once its connection drained, kept whole.
+        // Its core as it is once its connection drained, made as it is while it writes.
         let mut whole = w.kept();
-        let Kept::Whole(p) = &mut whole.kept else { panic!("kept whole until its end") };
+        let Kept::AtOnce(a) = std::mem::replace(&mut whole.kept, Kept::Taken) else {
+            panic!("no core until its end")
+        };
+        whole.kept = Kept::Whole(Box::new(a.into_parts(StreamId(3), signer())));
+        let Kept::Whole(p) = &mut whole.kept else { panic!("made whole") };
         p.core.detach(1, true);
         let _ = p.core.poll_timeout(Tick(10));
         let expected = format!("{:?}", p.core);
         drop(whole);
         // Settled, then rebuilt.
         let mut s = w.kept();
-        let _ = s.detached(1, true, Tick(10));
+        let _ = s.detached(1, true, Tick(10), &signer());
         let Kept::Answer(a) = std::mem::replace(&mut s.kept, Kept::Taken) else {
             panic!("settled")
         };
@@ -431,8 +518,31 @@ mod tests {
         assert_eq!(w.counts(), (0, 0, 0, 0, 0, 0, 0));
         // Woken: its actor counts it on, closed, in its generation, charged the same.
         let mut s = w.kept();
-        let _ = s.detached(1, true, Tick(10));
+        let _ = s.detached(1, true, Tick(10), &signer());
         assert_eq!(kept_as(&s), "answer");
+        let before = w.counts();
+        let ctx = Context::<StreamActor>::new();
+        let addr = ctx.address();
+        let session: SessionLink = Arc::new(Deaf.start().recipient());
+        s.wake(ctx, session, &tracing::Span::none(), (signer(), hmac()));
+        assert_eq!(w.counts(), (1, 0, 1, 1, 1, before.5, before.6), "{before:?}");
+        addr.send(crate::actor::stream::Stop(crate::proto::stream::CloseReason::Evicted))
+            .await
+            .expect("the woken stream runs");
+        for _ in 0..100 {
+            if w.counts().0 == 0 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(w.counts(), (0, 0, 0, 0, 0, 0, 0), "stopped: counts and charges go");
+    }
+
+    #[actix_web::test]
+    async fn a_resume_while_its_connection_writes_wakes_its_core_counted_as_before() {
+        let w = World::new();
+        let s = w.kept();
+        assert_eq!(kept_as(&s), "at once");
         let before = w.counts();
         let ctx = Context::<StreamActor>::new();
         let addr = ctx.address();

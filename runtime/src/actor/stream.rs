@@ -171,8 +171,13 @@ pub(crate) struct Parts {
 
 /// A stream begins to count live: started, and in its mode.
 pub(super) fn count_started(stats: &RuntimeStats, core: &StreamCore) {
+    count_started_as(stats, core.mode());
+}
+
+/// A stream in `mode` starts counting live.
+pub(super) fn count_started_as(stats: &RuntimeStats, mode: StreamMode) {
     stats.stream_started();
-    stats.stream_mode(core.mode(), 1);
+    stats.stream_mode(mode, 1);
 }
 
 /// A stream stops counting live, from the state `shown`.

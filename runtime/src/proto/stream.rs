@@ -100,6 +100,15 @@ pub(crate) struct StreamSettings {
     pub timing: StreamTiming,
 }
 
+impl StreamSettings {
+    /// Whether a stream with these settings answered at once may be kept as data
+    /// ([`AnsweredAtOnce`]): a resumable one whose answer goes out without waiting for a
+    /// commit.
+    pub(crate) fn answers_at_once(&self) -> bool {
+        self.mode == StreamMode::Resumable && !self.hold_until_committed
+    }
+}
+
 /// How long a stream lets its connection stay quiet and keeps itself once closed (ms).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct StreamTiming {
@@ -238,6 +247,88 @@ pub(crate) struct SettledAnswer {
     last_write: Tick,
     /// Whether it primed (its session's version and its generation's setting).
     prime: bool,
+}
+
+/// A POST stream answered at once, as its first connection writes it: what
+/// [`StreamCore::new`], [`StreamCore::attach_new`] and [`StreamCore::push_final`] make of a
+/// resumable stream that holds nothing for a commit, without a core ([`AnsweredAtOnce::new`]).
+/// Its shell keeps this while that connection writes: the connection's end makes it a
+/// [`SettledAnswer`] ([`AnsweredAtOnce::settled`]), or, when some frame may not have
+/// arrived, the core itself ([`AnsweredAtOnce::into_core`]), rebuilt by those same calls.
+#[derive(Debug)]
+pub(crate) struct AnsweredAtOnce {
+    /// Its first connection's frames: the priming event (when it primes) and the answer.
+    pub initial: Frames,
+    /// The answer's frame (the one event of its window).
+    answer: Bytes,
+    /// The answer's JSON (for [`AnsweredAtOnce::into_core`]).
+    json: Bytes,
+    request: JsonRpcId,
+    prime: bool,
+}
+
+impl AnsweredAtOnce {
+    /// The connection every such stream is first attached with.
+    pub(crate) const CONN: u64 = 1;
+
+    /// Stream `id` of `generation`, answering `request` with `json`, signed by `signer`, with
+    /// `settings` (resumable, not held: [`StreamSettings::answers_at_once`]).
+    pub(crate) fn new(
+        id: StreamId,
+        generation: Generation,
+        request: JsonRpcId,
+        signer: &CursorSigner,
+        settings: &StreamSettings,
+        json: Bytes,
+    ) -> AnsweredAtOnce {
+        debug_assert!(settings.answers_at_once());
+        let cursor = |seq| signer.encode_array(&EventId { generation, stream: id, seq });
+        let answer = sse::event_frame(&cursor(Seq::START.next()), &json);
+        let mut initial = Frames::new();
+        if settings.prime {
+            initial.push(sse::priming_frame(&cursor(Seq::START), settings.retry_ms));
+        }
+        initial.push(answer.clone());
+        AnsweredAtOnce { initial, answer, json, request, prime: settings.prime }
+    }
+
+    /// Bytes its window holds (its answer's frame).
+    pub(crate) fn retained_bytes(&self) -> usize {
+        self.answer.len()
+    }
+
+    /// Its connection returned every frame at `now`: nothing of it will ever be recorded. What
+    /// it keeps from here, and when its retention ends with `timing` (what the core's
+    /// [`StreamCore::settled_answer`] and [`StreamCore::poll_timeout`] give then).
+    pub(crate) fn settled(self, now: Tick, timing: StreamTiming) -> (SettledAnswer, Tick) {
+        let AnsweredAtOnce { answer, request, prime, .. } = self;
+        let kept = SettledAnswer { request, answer, since: now, last_write: Tick(0), prime };
+        (kept, now.plus_ms(timing.retention_after_delivery_ms))
+    }
+
+    /// Its core as it is while its first connection writes, made by the calls this stands
+    /// for (the same cursors, so the same frames): for a connection that may not have
+    /// delivered every frame, or a resume that comes meanwhile.
+    pub(crate) fn into_core(
+        self,
+        id: StreamId,
+        generation: Generation,
+        signer: Arc<CursorSigner>,
+        settings: StreamSettings,
+    ) -> StreamCore {
+        let mut core = StreamCore::new(
+            id,
+            generation,
+            StreamKind::Post { request: self.request },
+            signer,
+            settings,
+        );
+        let att = core.attach_new();
+        debug_assert_eq!(att.conn, Self::CONN);
+        let written = core.push_final(&self.json);
+        debug_assert!(matches!(written, Delivery::Write { .. }), "{written:?}");
+        core
+    }
 }
 
 impl SettledAnswer {

@@ -154,23 +154,21 @@ impl SessionActor {
         let (generation, settings) = self.new_stream_settings(purpose);
         let opened = door.open(answered, DormantStream::fits(&settings));
         let sid = self.core.alloc_stream();
-        let kind = StreamKind::Post { request: id.clone() };
-        let core = self.new_core(sid, kind, &generation, settings);
         let now = self.now();
         self.core.connection_delta(now, true);
         let ledger = StreamLedger::new(Arc::clone(&self.meta.hmac), sid, request, now);
         let (sctx, with_priming, behind) = match opened {
             Opened::Kept((json, _in_flight)) => {
                 let (stream, body, bytes) = DormantStream::open(
-                    core,
-                    &json,
+                    (sid, id.clone()),
+                    settings,
+                    &self.signer,
+                    json,
                     Arc::clone(self.sup.stream_env()),
                     &self.caller_budget,
                     ledger,
                     generation,
-                    Arc::clone(&self.link),
-                    self.bodies.opened(),
-                    now,
+                    (Arc::clone(&self.link), self.bodies.opened()),
                 );
                 self.core.insert_post_stream(sid, id, StreamHandle::Dormant(stream));
                 let evicted = self.core.stream_closed(sid, bytes);
@@ -180,6 +178,8 @@ impl SessionActor {
             Opened::Fresh(sctx, answered) => (sctx, answered.map(|(json, _)| json), None),
             Opened::Used(sctx, answered) => (sctx, None, answered),
         };
+        let kind = StreamKind::Post { request: id.clone() };
+        let core = self.new_core(sid, kind, &generation, settings);
         let addr = sctx.address();
         self.core.insert_post_stream(sid, id, StreamHandle::Live(addr.clone()));
         let body = self.run_stream(sctx, sid, core, with_priming.as_deref(), ledger, generation);
@@ -301,7 +301,7 @@ impl SessionActor {
         self.core.connection_delta(now, false);
         match self.core.stream_handle_mut(sid) {
             Some(StreamHandle::Dormant(d)) => {
-                if let Some(t) = d.detached(conn, drained, now) {
+                if let Some(t) = d.detached(conn, drained, now, &self.signer) {
                     self.dormant_until.insert((t, sid));
                 }
             }

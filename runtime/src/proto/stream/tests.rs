@@ -651,3 +651,57 @@ fn only_a_settled_stream_in_its_retention_gives_its_answer() {
     let _ = p.poll_timeout(Tick(1));
     assert!(p.settled_answer().is_none(), "a plain stream");
 }
+
+proptest::proptest! {
+    #[test]
+    fn a_stream_answered_at_once_without_a_core_writes_keeps_and_rebuilds_what_its_core_would(
+        prime in proptest::bool::ANY,
+        retry_ms in proptest::option::of(0u64..100_000),
+        text in "[ -~]{0,200}",
+        now in 0u64..1 << 40,
+    ) {
+        let settings = StreamSettings { retry_ms, ..settings(prime, 8) };
+        let json = Bytes::from(serde_json::json!({"result": {"text": text}}).to_string());
+        let open = || {
+            let mut core = StreamCore::new(
+                StreamId(7),
+                Generation(1),
+                StreamKind::Post { request: JsonRpcId::Number(1) },
+                signer(),
+                settings.clone(),
+            );
+            let mut att = core.attach_new();
+            let Delivery::Write { frame, .. } = core.push_final(&json) else { panic!("written") };
+            att.initial.push(frame);
+            (core, att)
+        };
+        let at_once = || {
+            AnsweredAtOnce::new(
+                StreamId(7),
+                Generation(1),
+                JsonRpcId::Number(1),
+                &signer(),
+                &settings,
+                json.clone(),
+            )
+        };
+        // The first connection's frames and the window's bytes.
+        let (core, att) = open();
+        let a = at_once();
+        proptest::prop_assert_eq!(att.conn, AnsweredAtOnce::CONN);
+        proptest::prop_assert_eq!(&att.initial[..], &a.initial[..]);
+        proptest::prop_assert_eq!(core.retained_bytes(), a.retained_bytes());
+        proptest::prop_assert_eq!(core.stats(), SettledAnswer::COUNTERS, "what its shell counts");
+        // Rebuilt while its connection writes: the same core.
+        let rebuilt = a.into_core(StreamId(7), Generation(1), signer(), settings.clone());
+        proptest::prop_assert_eq!(format!("{core:?}"), format!("{rebuilt:?}"));
+        // Its connection returned every frame: the same answer kept, the same retention end.
+        let (mut core, _) = open();
+        core.detach(AnsweredAtOnce::CONN, true);
+        let until = core.poll_timeout(Tick(now));
+        let kept = core.settled_answer().expect("settled");
+        let (settled, end) = at_once().settled(Tick(now), TIMING);
+        proptest::prop_assert_eq!(format!("{kept:?}"), format!("{settled:?}"));
+        proptest::prop_assert_eq!(until, Some(end));
+    }
+}
