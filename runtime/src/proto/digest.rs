@@ -149,6 +149,24 @@ pub(crate) struct BoundMac {
 }
 
 impl BoundMac {
+    /// The MAC of messages that start with the bound bytes and `more`.
+    pub(crate) fn extend(&self, more: &[u8]) -> BoundMac {
+        let len = self.len + more.len() as u64;
+        let mut inner = self.inner;
+        let mut tail = self.tail;
+        let mut n = self.tail_len;
+        let mut more = more;
+        while n + more.len() >= BLOCK {
+            let (now, later) = more.split_at(BLOCK - n);
+            tail[n..].copy_from_slice(now);
+            compress(&mut inner, &tail);
+            more = later;
+            n = 0;
+        }
+        tail[n..n + more.len()].copy_from_slice(more);
+        BoundMac { inner, outer: self.outer, tail, tail_len: n + more.len(), len }
+    }
+
     /// The MAC of the bound bytes followed by `rest`.
     pub(crate) fn finish(&self, rest: &[u8]) -> [u8; 32] {
         let bits = (self.len + rest.len() as u64) * 8;
@@ -223,6 +241,16 @@ mod tests {
                     let (prefix, rest) = message.split_at(split.min(total));
                     let bound = key.bind(prefix);
                     assert_eq!(bound.finish(rest), reference(secret, message), "{total} {split}");
+                    // The rest taken in two steps, cut anywhere.
+                    for cut in [0, 1, rest.len() / 2, rest.len().saturating_sub(8), rest.len()] {
+                        let (more, last) = rest.split_at(cut.min(rest.len()));
+                        let extended = bound.extend(more);
+                        assert_eq!(
+                            extended.finish(last),
+                            reference(secret, message),
+                            "{total} {split} {cut}"
+                        );
+                    }
                 }
             }
         }
@@ -240,6 +268,8 @@ mod tests {
             let expected = reference(&secret, &whole);
             let bound = HmacKey::new(&secret).bind(&prefix);
             prop_assert_eq!(bound.finish(&rest), expected);
+            let (more, last) = rest.split_at(rest.len() / 3);
+            prop_assert_eq!(bound.extend(more).finish(last), expected);
             prop_assert!(bound.verifies(&rest, &expected[..cut]));
             let mut wrong = expected;
             wrong[cut - 1] ^= 1;

@@ -282,11 +282,12 @@ impl AnsweredAtOnce {
         json: Bytes,
     ) -> AnsweredAtOnce {
         debug_assert!(settings.answers_at_once());
-        let cursor = |seq| signer.encode_array(&EventId { generation, stream: id, seq });
-        let answer = sse::event_frame(&cursor(Seq::START.next()), &json);
+        let cursors = signer.stream(generation, id);
+        let answer = sse::event_frame(&cursors.encode_array(Seq::START.next()), &json);
         let mut initial = Frames::new();
         if settings.prime {
-            initial.push(sse::priming_frame(&cursor(Seq::START), settings.retry_ms));
+            let cursor = cursors.encode_array(Seq::START);
+            initial.push(sse::priming_frame(&cursor, settings.retry_ms));
         }
         initial.push(answer.clone());
         AnsweredAtOnce { initial, answer, json, request, prime: settings.prime }
