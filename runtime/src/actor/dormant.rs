@@ -4,8 +4,9 @@
 //! the priming event and the answer in one write and ends, and the stream is closed from the
 //! start. It is kept only for a late resume, for its retention. An actor for that (a task, a
 //! mailbox, a timer, two messages and a stop) cost about a sixth of a legacy SSE echo's CPU
-//! (issue 23's profiles), so its session keeps the [`StreamCore`] and what goes with it (its
-//! ledger state, its generation count, its memory charge) in its stream table, and:
+//! (issue 23's profiles), so its session keeps it as data in its stream table (what its core
+//! would be made of, or the core, or its answer: below), with what goes with it (its ledger
+//! state, its generation count, its memory charge), and:
 //!
 //! - counts it live, closed, in its mode, exactly as its actor would (and stops counting it
 //!   when it is dropped: retention over, evicted, session end);
@@ -14,7 +15,7 @@
 //!   frame), then records it in the ledger if that write did not arrive, and starts its
 //!   retention;
 //! - keeps one timer for all its kept streams' retention ends (its own);
-//! - on a resume, wakes it: [`StreamActor::start_woken`] runs the same core in an actor, its
+//! - on a resume, wakes it: [`StreamActor::start_woken`] runs its core in an actor, its
 //!   retention running on, and the resume attaches to it as to any closed stream.
 //!
 //! Only resumable streams whose answer is not held for a commit (durability `sync`) are kept
@@ -24,17 +25,16 @@
 //! would be made of, not the core ([`AnsweredAtOnce`]): most settle, and making a core, a
 //! window and a change list for each, then dropping them, cost about 1.5 % of a legacy
 //! echo's host CPU on one session (issue 23, round 15). One whose connection ends before
-//! every frame surely arrived,
-//! or that a resume wakes first, gets its core then, made by the same calls (the same
-//! cursors, so the same frames).
+//! every frame surely arrived, or that a resume wakes first, gets its core then, made by the
+//! same calls (the same cursors, so the same frames).
 //!
 //! Once its connection returned every frame and nothing of it was recorded (it never will be:
 //! settled), the common end of an echo's reply, a kept stream holds only its answer and its
 //! counts and charges ([`StreamCore::settled_answer`]): about 120 bytes instead of the
-//! core's, its ledger state's and its window's 740. A session retains 64 answered streams by default (`sessions.max_retained_streams`),
-//! and evicting one that had left the cache was the largest item a call over 64 sessions
-//! adds (issue 23's round-12 profile). A resume rebuilds the same core
-//! ([`StreamCore::from_settled`]) and wakes it as any kept stream.
+//! core's, its ledger state's and its window's 740. A session retains 64 answered streams by
+//! default (`sessions.max_retained_streams`), and evicting one that had left the cache was
+//! the largest item a call over 64 sessions adds (issue 23's round-12 profile). A resume
+//! rebuilds the same core ([`StreamCore::from_settled`]) and wakes it as any kept stream.
 //!
 //! [`StreamReport::DormantDetached`]: super::links::StreamReport::DormantDetached
 //! [`DormantEnds`]: super::links::DormantEnds
@@ -174,18 +174,20 @@ impl DormantStream {
     /// resume wakes it first.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn open(
-        (sid, request): (StreamId, JsonRpcId),
+        sid: StreamId,
+        request: JsonRpcId,
         settings: StreamSettings,
         signer: &CursorSigner,
-        final_json: bytes::Bytes,
+        final_json: &[u8],
         env: Arc<StreamEnv>,
         caller_budget: &Arc<MemoryBudget>,
         ledger: StreamLedger,
         generation: GenCount,
-        (session, ends): (SessionLink, Arc<DormantEnds>),
+        session: SessionLink,
+        ends: Arc<DormantEnds>,
     ) -> (DormantStream, SseBody, usize) {
         let g = generation.generation().settings.id;
-        let mut stream = AnsweredAtOnce::new(sid, g, request, signer, &settings, final_json);
+        let (stream, initial) = AnsweredAtOnce::new(sid, g, request, signer, &settings, final_json);
         env.stats.events_appended(1);
         let bytes = stream.retained_bytes();
         let mut charge = env.budget.charge(Some(caller_budget));
@@ -199,14 +201,15 @@ impl DormantStream {
             session,
             conn: AnsweredAtOnce::CONN,
         };
-        let body = SseBody::new(std::mem::take(&mut stream.initial), None, Some(owner));
+        let body = SseBody::new(initial, None, Some(owner));
         let at_once = AtOnce { stream, settings, ledger, generation, charge, env };
         (DormantStream { sid, kept: Kept::AtOnce(Box::new(at_once)), until: None }, body, bytes)
     }
 
     /// Its connection `conn` ended (`drained`: every frame went out): recorded in the ledger
-    /// if the answer may not have arrived, and its retention starts (`now`). A stream that
-    /// settled keeps only its answer from here on. Returns its retention's end.
+    /// if the answer may not have arrived (its core made first, with its session's `signer`,
+    /// if it has none yet), and its retention starts (`now`). A stream that settled keeps
+    /// only its answer from here on. Returns its retention's end.
     pub(crate) fn detached(
         &mut self,
         conn: u64,
@@ -391,6 +394,11 @@ mod tests {
 
         /// A kept stream of its generation, answered with `{"result":1}` at `Tick(0)`.
         fn kept(&self) -> DormantStream {
+            self.kept_for(None)
+        }
+
+        /// The same, its ledger state keeping `request` (method and params) for a record.
+        fn kept_for(&self, request: Option<(String, Option<serde_json::Value>)>) -> DormantStream {
             let g = &self.generation.settings;
             let settings = StreamSettings {
                 window: g.window,
@@ -401,18 +409,20 @@ mod tests {
                 timing: self.env.timing,
             };
             assert!(DormantStream::fits(&settings));
-            let ledger = StreamLedger::new(hmac(), StreamId(3), None, Tick(0));
+            let ledger = StreamLedger::new(hmac(), StreamId(3), request, Tick(0));
             let session: SessionLink = Arc::new(Deaf.start().recipient());
             let (stream, _body, bytes) = DormantStream::open(
-                (StreamId(3), JsonRpcId::Number(9)),
+                StreamId(3),
+                JsonRpcId::Number(9),
                 settings,
                 &signer(),
-                bytes::Bytes::from_static(br#"{"result":1}"#),
+                br#"{"result":1}"#,
                 Arc::clone(&self.env),
                 &self.share,
                 ledger,
                 self.generation.enter(Counted::Stream),
-                (session, Arc::default()),
+                session,
+                Arc::default(),
             );
             assert!(bytes > 0 && self.share.used() == bytes && self.env.budget.used() == bytes);
             stream
@@ -559,5 +569,36 @@ mod tests {
             tokio::task::yield_now().await;
         }
         assert_eq!(w.counts(), (0, 0, 0, 0, 0, 0, 0), "stopped: counts and charges go");
+    }
+
+    #[actix_web::test]
+    async fn a_kept_stream_whose_answer_may_not_have_arrived_is_recorded_with_its_request() {
+        use crate::ledger::codec::{self, Record};
+        let w = World::new();
+        let params = serde_json::json!({"name": "echo", "arguments": {"text": "hi"}});
+        let mut s = w.kept_for(Some(("tools/call".into(), Some(params.clone()))));
+        let writer = &w.env.ledger.writer;
+        writer.wait_committed(writer.barrier()).await.expect("committed");
+        let store = writer.store();
+        let key = codec::stream_key(&hmac(), 3);
+        assert_eq!(store.get(&key, 1).unwrap(), None, "nothing recorded while it writes");
+        let _ = s.detached(1, false, Tick(10), &signer());
+        writer.wait_committed(writer.barrier()).await.expect("committed");
+        let Record::Stream(r) = codec::decode(&store.get(&key, 20).unwrap().expect("recorded"))
+            .expect("a stream record")
+        else {
+            panic!("a stream record")
+        };
+        assert_eq!(r.request_id, Some(serde_json::json!(9)));
+        let digest = crate::actor::durable::request_digest("tools/call", Some(&params));
+        assert_eq!(r.request_digest, Some(digest), "its request's digest");
+        assert_eq!((r.stream, r.last_sent, r.last_acked), (3, 1, 0));
+        assert_eq!(r.close_reason.as_deref(), Some("responded"));
+        let log = store.read_log(&codec::events_key(&hmac(), 3), 20).unwrap();
+        assert_eq!(log.len(), 1, "its answer");
+        assert_eq!(log[0].0, 1);
+        let json = crate::sse::event_frame_json(&log[0].1).expect("an event frame");
+        assert_eq!(&json[..], br#"{"result":1}"#);
+        drop(s);
     }
 }

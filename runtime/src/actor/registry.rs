@@ -806,6 +806,9 @@ impl<H: Registered> Drop for RegistryGuard<H> {
 
 #[cfg(test)]
 mod tests {
+
+    use super::*;
+
     #[test]
     fn a_name_of_32_lowercase_hex_digits_is_keyed_by_its_bytes_and_any_other_by_its_text() {
         let hex = "019412345678aabbccddeeff00112233";
@@ -826,8 +829,6 @@ mod tests {
         }
         assert_ne!(NameKey::of(hex), NameKey::of(&hex.to_uppercase()), "not the same name");
     }
-
-    use super::*;
 
     /// A handle with nothing but its inbox.
     #[derive(Debug, Clone)]
@@ -1081,5 +1082,32 @@ mod tests {
         assert_eq!((r.sleeping(), r.next_wake(), r.is_live_hmac("h3")), (0, None, false));
         drop(asleep);
         assert_eq!(r.len(), 2, "its slot is given back when it is dropped");
+    }
+
+    #[test]
+    fn a_session_named_by_hex_digits_is_found_by_its_name_awake_asleep_and_not_once_gone() {
+        let r = Arc::new(Registry::<Handle>::default());
+        let hex = "019412345678aabbccddeeff00112233";
+        let id = SessionId::parse("s1").unwrap();
+        let inbox = Inbox::new(4);
+        let reservation = r.reserve(QuotaKey::Unknown, limits(10, 10)).unwrap();
+        let guard = reservation.insert(id.clone(), Handle(Arc::clone(&inbox)), hex.into());
+        assert!(r.is_live_hmac(hex) && !r.is_live_hmac(&hex.to_uppercase()));
+        assert!(matches!(r.awake_by_hmac(hex), Some(Ok(_))));
+        assert_eq!(r.live_hmacs(), vec![Arc::<str>::from(hex)], "its name back, as text");
+        guard.hibernate(Tick(50), || true, (), asleep).expect("an empty inbox");
+        assert!(matches!(r.awake_by_hmac(hex), Some(Err(ref asleep)) if *asleep == id));
+        assert!(r.try_take_asleep(&id, None, Tick(10), |_| true), "a message, still live");
+        assert!(r.is_live_hmac(hex));
+        let taken = r.take_asleep(&id).expect("taken out as data");
+        assert!(!r.is_live_hmac(hex) && r.live_hmacs().is_empty());
+        drop(taken);
+        // An awake one's guard dropped.
+        let other = "019412345678aabbccddeeff00112234";
+        let reservation = r.reserve(QuotaKey::Unknown, limits(10, 10)).unwrap();
+        let guard = reservation.insert(id.clone(), Handle(Arc::clone(&inbox)), other.into());
+        assert!(r.is_live_hmac(other) && !r.is_live_hmac(hex));
+        drop(guard);
+        assert!(!r.is_live_hmac(other) && r.awake_by_hmac(other).is_none());
     }
 }

@@ -204,12 +204,13 @@ impl BoundMac {
     /// Whether `tag` is the first bytes of the MAC of the bound bytes and `rest`, compared in
     /// constant time.
     pub(crate) fn verifies(&self, rest: &[u8], tag: &[u8]) -> bool {
+        use subtle::ConstantTimeEq as _;
         let mac = self.finish(rest);
-        if tag.len() > mac.len() {
+        // An empty tag proves nothing; one longer than the MAC is not one.
+        if tag.is_empty() || tag.len() > mac.len() {
             return false;
         }
-        let diff = mac.iter().zip(tag).fold(0u8, |d, (a, b)| d | (a ^ b));
-        std::hint::black_box(diff) == 0
+        mac[..tag.len()].ct_eq(tag).into()
     }
 }
 
@@ -274,6 +275,10 @@ mod tests {
             let mut wrong = expected;
             wrong[cut - 1] ^= 1;
             prop_assert!(!bound.verifies(&rest, &wrong[..cut]));
+            prop_assert!(!bound.verifies(&rest, &[]), "an empty tag");
+            let mut long = expected.to_vec();
+            long.push(0);
+            prop_assert!(!bound.verifies(&rest, &long), "a tag longer than the MAC");
         }
     }
 }

@@ -257,12 +257,9 @@ pub(crate) struct SettledAnswer {
 /// arrived, the core itself ([`AnsweredAtOnce::into_core`]), rebuilt by those same calls.
 #[derive(Debug)]
 pub(crate) struct AnsweredAtOnce {
-    /// Its first connection's frames: the priming event (when it primes) and the answer.
-    pub initial: Frames,
-    /// The answer's frame (the one event of its window).
+    /// The answer's frame (the one event of its window; its JSON is what
+    /// [`AnsweredAtOnce::into_core`] pushes again).
     answer: Bytes,
-    /// The answer's JSON (for [`AnsweredAtOnce::into_core`]).
-    json: Bytes,
     request: JsonRpcId,
     prime: bool,
 }
@@ -272,25 +269,26 @@ impl AnsweredAtOnce {
     pub(crate) const CONN: u64 = 1;
 
     /// Stream `id` of `generation`, answering `request` with `json`, signed by `signer`, with
-    /// `settings` (resumable, not held: [`StreamSettings::answers_at_once`]).
+    /// `settings` (resumable, not held: [`StreamSettings::answers_at_once`]); and its first
+    /// connection's frames: the priming event (when it primes) and the answer.
     pub(crate) fn new(
         id: StreamId,
         generation: Generation,
         request: JsonRpcId,
         signer: &CursorSigner,
         settings: &StreamSettings,
-        json: Bytes,
-    ) -> AnsweredAtOnce {
+        json: &[u8],
+    ) -> (AnsweredAtOnce, Frames) {
         debug_assert!(settings.answers_at_once());
         let cursors = signer.stream(generation, id);
-        let answer = sse::event_frame(&cursors.encode_array(Seq::START.next()), &json);
+        let answer = sse::event_frame(&cursors.encode_array(Seq::START.next()), json);
         let mut initial = Frames::new();
         if settings.prime {
             let cursor = cursors.encode_array(Seq::START);
             initial.push(sse::priming_frame(&cursor, settings.retry_ms));
         }
         initial.push(answer.clone());
-        AnsweredAtOnce { initial, answer, json, request, prime: settings.prime }
+        (AnsweredAtOnce { answer, request, prime: settings.prime }, initial)
     }
 
     /// Bytes its window holds (its answer's frame).
@@ -326,7 +324,8 @@ impl AnsweredAtOnce {
         );
         let att = core.attach_new();
         debug_assert_eq!(att.conn, Self::CONN);
-        let written = core.push_final(&self.json);
+        let json = sse::event_frame_json(&self.answer).expect("an event frame it wrote");
+        let written = core.push_final(&json);
         debug_assert!(matches!(written, Delivery::Write { .. }), "{written:?}");
         core
     }

@@ -160,15 +160,17 @@ impl SessionActor {
         let (sctx, with_priming, behind) = match opened {
             Opened::Kept((json, _in_flight)) => {
                 let (stream, body, bytes) = DormantStream::open(
-                    (sid, id.clone()),
+                    sid,
+                    id.clone(),
                     settings,
                     &self.signer,
-                    json,
+                    &json,
                     Arc::clone(self.sup.stream_env()),
                     &self.caller_budget,
                     ledger,
                     generation,
-                    (Arc::clone(&self.link), self.bodies.opened()),
+                    Arc::clone(&self.link),
+                    self.bodies.opened(),
                 );
                 self.core.insert_post_stream(sid, id, StreamHandle::Dormant(stream));
                 let evicted = self.core.stream_closed(sid, bytes);

@@ -682,14 +682,14 @@ proptest::proptest! {
                 JsonRpcId::Number(1),
                 &signer(),
                 &settings,
-                json.clone(),
+                &json,
             )
         };
         // The first connection's frames and the window's bytes.
         let (core, att) = open();
-        let a = at_once();
+        let (a, initial) = at_once();
         proptest::prop_assert_eq!(att.conn, AnsweredAtOnce::CONN);
-        proptest::prop_assert_eq!(&att.initial[..], &a.initial[..]);
+        proptest::prop_assert_eq!(&att.initial[..], &initial[..]);
         proptest::prop_assert_eq!(core.retained_bytes(), a.retained_bytes());
         proptest::prop_assert_eq!(core.stats(), SettledAnswer::COUNTERS, "what its shell counts");
         // Rebuilt while its connection writes: the same core.
@@ -700,7 +700,7 @@ proptest::proptest! {
         core.detach(AnsweredAtOnce::CONN, true);
         let until = core.poll_timeout(Tick(now));
         let kept = core.settled_answer().expect("settled");
-        let (settled, end) = at_once().settled(Tick(now), TIMING);
+        let (settled, end) = at_once().0.settled(Tick(now), TIMING);
         proptest::prop_assert_eq!(format!("{kept:?}"), format!("{settled:?}"));
         proptest::prop_assert_eq!(until, Some(end));
     }
