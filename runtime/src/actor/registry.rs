@@ -806,7 +806,6 @@ impl<H: Registered> Drop for RegistryGuard<H> {
 
 #[cfg(test)]
 mod tests {
-
     use super::*;
 
     #[test]

@@ -49,8 +49,9 @@ impl AdminToken {
         else {
             return false;
         };
+        use subtle::ConstantTimeEq as _;
         let d: [u8; 32] = Sha256::digest(given.trim().as_bytes()).into();
-        d.iter().zip(&self.0).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+        d.ct_eq(&self.0).into()
     }
 }
 

@@ -201,8 +201,8 @@ impl BoundMac {
         digest_bytes(&outer)
     }
 
-    /// Whether `tag` is the first bytes of the MAC of the bound bytes and `rest`, compared in
-    /// constant time.
+    /// Whether `tag` (1 to 32 bytes) is the first bytes of the MAC of the bound bytes and
+    /// `rest`, compared in constant time; an empty or longer tag never is.
     pub(crate) fn verifies(&self, rest: &[u8], tag: &[u8]) -> bool {
         use subtle::ConstantTimeEq as _;
         let mac = self.finish(rest);

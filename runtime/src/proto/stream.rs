@@ -23,7 +23,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::error::Rejection;
-use super::event_id::{CursorSigner, EventId};
+use super::event_id::{CursorSigner, ENCODED_LEN, EventId};
 use super::ids::{Generation, JsonRpcId, Seq, StreamId, Tick};
 use super::jsonrpc::{ErrorObject, code, encode_error};
 use super::replay::{ReplayError, ReplayWindow, WindowLimits};
@@ -257,8 +257,8 @@ pub(crate) struct SettledAnswer {
 /// arrived, the core itself ([`AnsweredAtOnce::into_core`]), rebuilt by those same calls.
 #[derive(Debug)]
 pub(crate) struct AnsweredAtOnce {
-    /// The answer's frame (the one event of its window; its JSON is what
-    /// [`AnsweredAtOnce::into_core`] pushes again).
+    /// The answer's frame (the one event of its window; [`AnsweredAtOnce::into_core`] pushes
+    /// its JSON again).
     answer: Bytes,
     request: JsonRpcId,
     prime: bool,
@@ -296,6 +296,14 @@ impl AnsweredAtOnce {
         self.answer.len()
     }
 
+    /// Its answer's JSON, in the frame [`sse::event_frame`] wrote: after `id: `, the cursor
+    /// (always [`ENCODED_LEN`] characters) and `\ndata: `, before the closing `\n\n`.
+    fn json(&self) -> &[u8] {
+        const AT: usize = b"id: ".len() + ENCODED_LEN + b"\ndata: ".len();
+        debug_assert!(self.answer[..AT].ends_with(b"\ndata: ") && self.answer.ends_with(b"\n\n"));
+        &self.answer[AT..self.answer.len() - 2]
+    }
+
     /// Its connection returned every frame at `now`: nothing of it will ever be recorded. What
     /// it keeps from here, and when its retention ends with `timing` (what the core's
     /// [`StreamCore::settled_answer`] and [`StreamCore::poll_timeout`] give then).
@@ -315,17 +323,11 @@ impl AnsweredAtOnce {
         signer: Arc<CursorSigner>,
         settings: StreamSettings,
     ) -> StreamCore {
-        let mut core = StreamCore::new(
-            id,
-            generation,
-            StreamKind::Post { request: self.request },
-            signer,
-            settings,
-        );
+        let kind = StreamKind::Post { request: self.request.clone() };
+        let mut core = StreamCore::new(id, generation, kind, signer, settings);
         let att = core.attach_new();
         debug_assert_eq!(att.conn, Self::CONN);
-        let json = sse::event_frame_json(&self.answer).expect("an event frame it wrote");
-        let written = core.push_final(&json);
+        let written = core.push_final(self.json());
         debug_assert!(matches!(written, Delivery::Write { .. }), "{written:?}");
         core
     }

@@ -23,16 +23,6 @@ pub fn event_frame(cursor: &[u8], json: &[u8]) -> Bytes {
     frame(&[b"id: ", cursor, b"\ndata: ", json, b"\n\n"])
 }
 
-/// The JSON of a frame [`event_frame`] wrote (a slice of it, not a copy).
-#[must_use]
-pub fn event_frame_json(frame: &Bytes) -> Option<Bytes> {
-    let rest = frame.strip_prefix(b"id: ")?;
-    let at = memchr::memmem::find(rest, b"\ndata: ")?;
-    let start = b"id: ".len() + at + b"\ndata: ".len();
-    let end = frame.len().checked_sub(2).filter(|&e| e >= start && frame.ends_with(b"\n\n"))?;
-    Some(frame.slice(start..end))
-}
-
 /// `data: <json>\n\n`: an event without an id (not resumable).
 #[must_use]
 pub fn data_frame(json: &[u8]) -> Bytes {
@@ -78,11 +68,6 @@ mod tests {
         assert_eq!(&priming_frame(b"x", Some(0))[..], b"id: x\nretry: 0\ndata: \n\n");
         let max = priming_frame(b"x", Some(u64::MAX));
         assert_eq!(&max[..], format!("id: x\nretry: {}\ndata: \n\n", u64::MAX).as_bytes());
-        assert_eq!(event_frame_json(&e).as_deref(), Some(&br#"{"a":1}"#[..]));
-        assert_eq!(event_frame_json(&event_frame(b"c", b"")).as_deref(), Some(&b""[..]));
-        for not_an_event in [&b""[..], b"data: {}\n\n", b"id: c\n\n", b"id: c\ndata: {}\n"] {
-            assert_eq!(event_frame_json(&Bytes::copy_from_slice(not_an_event)), None);
-        }
         // Its own allocation, exactly its length (a frozen `BytesMut` with room left, or
         // one that grew, keeps a larger one).
         for f in [e, priming_frame(&cursor, Some(1000))] {

@@ -5,6 +5,4 @@ mod decode;
 mod encode;
 
 pub use decode::{Decoder, SseEvent};
-pub use encode::{
-    COMMENT_KEEPALIVE, data_frame, event_frame, event_frame_json, priming_frame, retry_frame,
-};
+pub use encode::{COMMENT_KEEPALIVE, data_frame, event_frame, priming_frame, retry_frame};
