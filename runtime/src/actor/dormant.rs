@@ -160,13 +160,7 @@ impl std::fmt::Debug for DormantStream {
 }
 
 impl DormantStream {
-    /// Whether a stream with `settings`, answered at once, is kept as data: a resumable one
-    /// whose answer goes out without waiting for a commit.
-    pub(crate) fn fits(settings: &StreamSettings) -> bool {
-        settings.answers_at_once()
-    }
-
-    /// Open stream `sid` ([`Self::fits`] its `settings`) answering `request` with
+    /// Open stream `sid` (its `settings` [`StreamSettings::answers_at_once`]) answering `request` with
     /// `final_json`, signed by `signer`: its first connection's body carries the priming event
     /// and the answer and ends. Returns the stream, the body (reporting its end to `session`,
     /// or queueing it in `ends`) and the bytes its window holds. No core is made for it
@@ -408,7 +402,7 @@ mod tests {
                 mode: StreamMode::Resumable,
                 timing: self.env.timing,
             };
-            assert!(DormantStream::fits(&settings));
+            assert!(settings.answers_at_once());
             let ledger = StreamLedger::new(hmac(), StreamId(3), request, Tick(0));
             let session: SessionLink = Arc::new(Deaf.start().recipient());
             let (stream, _body, bytes) = DormantStream::open(
@@ -426,6 +420,27 @@ mod tests {
             );
             assert!(bytes > 0 && self.share.used() == bytes && self.env.budget.used() == bytes);
             stream
+        }
+
+        /// Wake `s`: its actor counts it on, closed, in its generation, charged the same; then
+        /// stop it: its counts and charges go.
+        async fn wakes_counted_as_before_then_stops(&self, s: DormantStream) {
+            let before = self.counts();
+            let ctx = Context::<StreamActor>::new();
+            let addr = ctx.address();
+            let session: SessionLink = Arc::new(Deaf.start().recipient());
+            s.wake(ctx, session, &tracing::Span::none(), (signer(), hmac()));
+            assert_eq!(self.counts(), (1, 0, 1, 1, 1, before.5, before.6), "{before:?}");
+            addr.send(crate::actor::stream::Stop(crate::proto::stream::CloseReason::Evicted))
+                .await
+                .expect("the woken stream runs");
+            for _ in 0..100 {
+                if self.counts().0 == 0 {
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+            assert_eq!(self.counts(), (0, 0, 0, 0, 0, 0, 0), "stopped: counts and charges go");
         }
 
         /// Live and kept streams, closed ones, resumable ones, its generation's streams, and
@@ -530,22 +545,7 @@ mod tests {
         let mut s = w.kept();
         let _ = s.detached(1, true, Tick(10), &signer());
         assert_eq!(kept_as(&s), "answer");
-        let before = w.counts();
-        let ctx = Context::<StreamActor>::new();
-        let addr = ctx.address();
-        let session: SessionLink = Arc::new(Deaf.start().recipient());
-        s.wake(ctx, session, &tracing::Span::none(), (signer(), hmac()));
-        assert_eq!(w.counts(), (1, 0, 1, 1, 1, before.5, before.6), "{before:?}");
-        addr.send(crate::actor::stream::Stop(crate::proto::stream::CloseReason::Evicted))
-            .await
-            .expect("the woken stream runs");
-        for _ in 0..100 {
-            if w.counts().0 == 0 {
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
-        assert_eq!(w.counts(), (0, 0, 0, 0, 0, 0, 0), "stopped: counts and charges go");
+        w.wakes_counted_as_before_then_stops(s).await;
     }
 
     #[actix_web::test]
@@ -553,22 +553,7 @@ mod tests {
         let w = World::new();
         let s = w.kept();
         assert_eq!(kept_as(&s), "at once");
-        let before = w.counts();
-        let ctx = Context::<StreamActor>::new();
-        let addr = ctx.address();
-        let session: SessionLink = Arc::new(Deaf.start().recipient());
-        s.wake(ctx, session, &tracing::Span::none(), (signer(), hmac()));
-        assert_eq!(w.counts(), (1, 0, 1, 1, 1, before.5, before.6), "{before:?}");
-        addr.send(crate::actor::stream::Stop(crate::proto::stream::CloseReason::Evicted))
-            .await
-            .expect("the woken stream runs");
-        for _ in 0..100 {
-            if w.counts().0 == 0 {
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
-        assert_eq!(w.counts(), (0, 0, 0, 0, 0, 0, 0), "stopped: counts and charges go");
+        w.wakes_counted_as_before_then_stops(s).await;
     }
 
     #[actix_web::test]

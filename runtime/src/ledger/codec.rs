@@ -505,8 +505,9 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
 }
 
-/// `prefix` and `name` in one string of their length (a key made on every record write:
-/// `format!`'s machinery cost about a twentieth of a new session's record write).
+/// `prefix` and `name` in one string of their length: every key that is a prefix and one name
+/// (a session's record key is made on each of its record writes; through `format!` it was
+/// 0.7 % of an `initialize`'s samples, `bench/profiles/round15-before-initialize-shares.txt`).
 fn prefixed(prefix: &str, name: &str) -> String {
     let mut k = String::with_capacity(prefix.len() + name.len());
     k.push_str(prefix);
@@ -610,7 +611,7 @@ pub fn caller_rate_index(owner: &str) -> String {
 /// Index of a session's streams (member: stream id; score: its id).
 #[must_use]
 pub fn streams_index(hmac: &str) -> String {
-    format!("ts/{hmac}")
+    prefixed("ts/", hmac)
 }
 
 /// Key of an idempotency receipt: the caller and the key, length-prefixed so that no two
@@ -633,19 +634,19 @@ pub fn receipt_claim_key(receipt: &str, replaced: u64) -> String {
 /// [`super::Store::incr`]) from an update's read to its commit, which deletes it.
 #[must_use]
 pub fn handle_lock_key(hmac: &str) -> String {
-    format!("hl/{hmac}")
+    prefixed("hl/", hmac)
 }
 
 /// Key of a task: the HMAC of its id.
 #[must_use]
 pub fn task_key(hmac: &str) -> String {
-    format!("k/{hmac}")
+    prefixed("k/", hmac)
 }
 
 /// Key of a state handle: its HMAC.
 #[must_use]
 pub fn handle_key(hmac: &str) -> String {
-    format!("h/{hmac}")
+    prefixed("h/", hmac)
 }
 
 /// Index of what callers keep in one store (`store`: `r` receipts, `h` handles, `t` tasks),
@@ -654,7 +655,7 @@ pub fn handle_key(hmac: &str) -> String {
 /// ([`crate::proto::usage`]); expired members are trimmed as entries are added.
 #[must_use]
 pub(crate) fn usage_index(store: &str) -> String {
-    format!("u/{store}")
+    prefixed("u/", store)
 }
 
 /// The tally of what one caller keeps in store `store` (`Some(caller)`, as in
@@ -662,7 +663,7 @@ pub(crate) fn usage_index(store: &str) -> String {
 #[must_use]
 pub(crate) fn usage_tally(store: &str, caller: Option<Option<&str>>) -> String {
     match caller {
-        None => format!("ut/{store}"),
+        None => prefixed("ut/", store),
         Some(None) => format!("ut/{store}/-"),
         Some(Some(c)) => format!("ut/{store}/{}:{c}", c.len()),
     }

@@ -169,34 +169,21 @@ impl BoundMac {
 
     /// The MAC of the bound bytes followed by `rest`.
     pub(crate) fn finish(&self, rest: &[u8]) -> [u8; 32] {
-        let bits = (self.len + rest.len() as u64) * 8;
-        let mut inner = self.inner;
-        // The tail and `rest` a block at a time; then what is left, 0x80, zeros and the
+        // `rest` taken in as more bound bytes; then what is left, 0x80, zeros and the
         // message's length in bits, in one last block or two.
+        let BoundMac { mut inner, outer, tail, tail_len: n, len } = self.extend(rest);
         let mut buf = [0u8; 2 * BLOCK];
-        let mut n = self.tail_len;
-        buf[..n].copy_from_slice(&self.tail[..n]);
-        let mut rest = rest;
-        while n + rest.len() >= BLOCK {
-            let (now, later) = rest.split_at(BLOCK - n);
-            buf[n..BLOCK].copy_from_slice(now);
-            compress(&mut inner, &buf[..BLOCK]);
-            rest = later;
-            n = 0;
-        }
-        buf[n..n + rest.len()].copy_from_slice(rest);
-        n += rest.len();
+        buf[..n].copy_from_slice(&tail[..n]);
         buf[n] = 0x80;
-        buf[n + 1..].fill(0);
         let end = if n + 9 <= BLOCK { BLOCK } else { 2 * BLOCK };
-        buf[end - 8..end].copy_from_slice(&bits.to_be_bytes());
+        buf[end - 8..end].copy_from_slice(&(len * 8).to_be_bytes());
         compress(&mut inner, &buf[..end]);
         // The outer hash: the padded key's block (in its state), then the inner digest.
         let mut block = [0u8; BLOCK];
         block[..32].copy_from_slice(&digest_bytes(&inner));
         block[32] = 0x80;
         block[BLOCK - 8..].copy_from_slice(&(((BLOCK + 32) * 8) as u64).to_be_bytes());
-        let mut outer = self.outer;
+        let mut outer = outer;
         compress(&mut outer, &block);
         digest_bytes(&outer)
     }

@@ -152,7 +152,7 @@ impl SessionActor {
         purpose: StreamPurpose,
     ) -> SseBody {
         let (generation, settings) = self.new_stream_settings(purpose);
-        let opened = door.open(answered, DormantStream::fits(&settings));
+        let opened = door.open(answered, settings.answers_at_once());
         let sid = self.core.alloc_stream();
         let now = self.now();
         self.core.connection_delta(now, true);
