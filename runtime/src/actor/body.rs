@@ -24,9 +24,9 @@ use std::task::{Context, Poll};
 use actix::Recipient;
 use actix_web::body::{BodySize, MessageBody};
 use bytes::Bytes;
-use tokio::sync::mpsc;
 
 use super::links::{Detached, DormantEnds, SessionLink, StreamReport};
+use super::queue::QueueRx;
 use crate::proto::ids::StreamId;
 use crate::proto::stream::Frames;
 
@@ -63,7 +63,7 @@ pub struct SseBody {
     first: Option<Bytes>,
     /// The other initial frames.
     initial: VecDeque<Bytes>,
-    live: Option<mpsc::Receiver<Bytes>>,
+    live: Option<QueueRx>,
     owner: Option<ConnectionOwner>,
     finished: bool,
 }
@@ -83,7 +83,7 @@ impl SseBody {
     /// counted this connection with the session; the body counts it off when dropped.
     pub(crate) fn new(
         initial: Frames,
-        live: Option<mpsc::Receiver<Bytes>>,
+        live: Option<QueueRx>,
         owner: Option<ConnectionOwner>,
     ) -> SseBody {
         // Small initial sets (priming + an immediate answer) go out as one chunk; a large

@@ -110,7 +110,7 @@ pub(crate) struct SessionNow<'a, I> {
     pub(crate) log_level: Option<&'a str>,
     pub(crate) incarnation: u32,
     pub(crate) last_used: Tick,
-    pub(crate) handshake: codec::HandshakeOut<'a>,
+    pub(crate) handshake: codec::HandshakeLines<'a>,
     /// Its streams: their records, logs and index live as long as the session does, plus the
     /// streams' retention.
     pub(crate) streams: I,
@@ -479,7 +479,7 @@ mod tests {
                 log_level: None,
                 incarnation,
                 last_used: Tick(5),
-                handshake: codec::HandshakeOut::Lines("null\n{}\n{}"),
+                handshake: codec::HandshakeLines("null\n{}\n{}"),
                 streams: streams.iter().copied(),
                 held_streams: held,
                 residence,

@@ -18,9 +18,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::mpsc;
 
 use crate::actor::body::SseBody;
+use crate::actor::queue::write_queue;
 use crate::actor::stream::StreamEnv;
 use crate::ledger::codec::{self, Record, StreamRecord};
 use crate::ledger::{Store, StoreError};
@@ -160,7 +160,7 @@ pub(crate) fn follow(
         return SseBody::fixed(initial);
     }
     let run = record.run;
-    let (tx, rx) = mpsc::channel::<Bytes>(READ_MAX);
+    let (tx, rx) = write_queue(READ_MAX);
     let (key, log): (Arc<str>, Arc<str>) =
         (codec::stream_key(&hmac, sid).into(), codec::events_key(&hmac, sid).into());
     let watcher = env.watch.watch(Arc::clone(&log), last);

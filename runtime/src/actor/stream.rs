@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use bytes::Bytes;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::body::{ConnectionOwner, SseBody, StreamOwner};
@@ -22,6 +22,7 @@ use super::budget::{Charge, MemoryBudget};
 use super::durable::{LedgerCtx, StreamLedger};
 use super::generations::GenCount;
 pub(crate) use super::links::{Detached, Emit, PollClose, SessionLink, StreamReport};
+use super::queue::{QueueTx, Refused, write_queue};
 use crate::ledger::Durability;
 use crate::proto::error::Rejection;
 use crate::proto::ids::{Seq, Tick};
@@ -81,7 +82,7 @@ pub(crate) struct StreamLinks {
 
 struct Writer {
     conn: u64,
-    tx: mpsc::Sender<Bytes>,
+    tx: QueueTx,
 }
 
 /// The actor.
@@ -293,7 +294,7 @@ impl StreamActor {
             (None, None)
         } else {
             // Live events, or (durability `sync`) the final one once it is committed.
-            let (tx, rx) = mpsc::channel(env.write_queue_frames);
+            let (tx, rx) = write_queue(env.write_queue_frames);
             (Some(Writer { conn, tx }), Some(rx))
         };
         let owner = ConnectionOwner {
@@ -442,7 +443,7 @@ impl StreamActor {
             self.set_writer(None, ctx);
             return SseBody::new(att.initial, None, Some(owner));
         }
-        let (tx, rx) = mpsc::channel(self.env.write_queue_frames);
+        let (tx, rx) = write_queue(self.env.write_queue_frames);
         self.set_writer(Some(Writer { conn: att.conn, tx }), ctx);
         self.core.wrote(self.env.clock.now());
         SseBody::new(att.initial, Some(rx), Some(owner))
@@ -472,7 +473,7 @@ impl StreamActor {
                     self.set_writer(None, ctx);
                 }
             }
-            Err(mpsc::error::TrySendError::Full(_)) => {
+            Err(Refused::Full) => {
                 // Slow reader: detach it rather than buffer without bound or block the
                 // session. Nothing is lost: the window holds the frame; the client resumes.
                 tracing::debug!(stream = %self.core.id(), "slow SSE reader detached");
@@ -480,7 +481,7 @@ impl StreamActor {
                 self.set_writer(None, ctx);
                 self.core.detach(conn, false);
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => {
+            Err(Refused::Closed) => {
                 self.set_writer(None, ctx);
                 self.core.detach(conn, false);
             }
@@ -602,7 +603,7 @@ impl StreamActor {
             .writer
             .as_ref()
             .map(|w| (w.conn, w.tx.try_send(Bytes::from_static(COMMENT_KEEPALIVE))));
-        if let Some((conn, Err(mpsc::error::TrySendError::Closed(_)))) = sent {
+        if let Some((conn, Err(Refused::Closed))) = sent {
             self.writer = None;
             self.core.detach(conn, false);
         }

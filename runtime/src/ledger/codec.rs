@@ -265,15 +265,11 @@ const KNOWN_TYPES: [&str; 5] = [
     "mcpTask.v1",
 ];
 
-/// A session's handshake as its record is written: parsed values, or the three JSON lines a
-/// sleeping session keeps (requested version, capabilities, client info), copied as they are.
+/// A session's handshake as its record is written: the three lines of compact JSON a session
+/// keeps (requested version, capabilities, client info; compact JSON has no raw line break),
+/// copied as they are.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum HandshakeOut<'a> {
-    /// Values (an awake session's).
-    Values { requested_version: Option<&'a str>, capabilities: &'a Value, client_info: &'a Value },
-    /// Three lines of compact JSON, one value each (no raw line break in compact JSON).
-    Lines(&'a str),
-}
+pub(crate) struct HandshakeLines<'a>(pub(crate) &'a str);
 
 /// A session record's fields, borrowed: what [`encode_session`] writes.
 #[derive(Debug, Clone, Copy)]
@@ -282,7 +278,7 @@ pub(crate) struct SessionOut<'a> {
     pub(crate) principal: Option<&'a str>,
     pub(crate) auth_subject: Option<&'a str>,
     pub(crate) protocol_version: &'a str,
-    pub(crate) handshake: HandshakeOut<'a>,
+    pub(crate) handshake: HandshakeLines<'a>,
     pub(crate) origin: Option<&'a str>,
     pub(crate) created_ms: u64,
     pub(crate) last_used_ms: u64,
@@ -295,13 +291,12 @@ pub(crate) struct SessionOut<'a> {
 }
 
 /// A session's record, byte for byte what [`encode`] makes of the [`SessionRecord`] these
-/// fields are, written from borrowed fields: no record is built (no copy of the handshake's
-/// values), and a kept handshake's text is copied, not parsed and printed again. A session's
-/// record is written at its creation and again through its life.
+/// fields are, written from borrowed fields: no record is built, and the session's kept
+/// handshake text is copied, not parsed and printed again. A session's record is written at
+/// its creation and again through its life.
 ///
 /// # Panics
-/// When a handshake of [`HandshakeOut::Lines`] is not three lines (a sleeping session's kept
-/// text always is); strings and JSON values always serialize.
+/// When its handshake is not three lines (a session's kept text always is); strings and JSON values always serialize.
 #[must_use]
 pub(crate) fn encode_session(s: &SessionOut<'_>) -> Vec<u8> {
     fn text(out: &mut Vec<u8>, key: &[u8], v: &str) {
@@ -312,11 +307,7 @@ pub(crate) fn encode_session(s: &SessionOut<'_>) -> Vec<u8> {
         out.extend_from_slice(key);
         serde_json::to_writer(&mut *out, &n).expect("a number serializes");
     }
-    let handshake_len = match s.handshake {
-        HandshakeOut::Lines(l) => l.len(),
-        HandshakeOut::Values { .. } => 64,
-    };
-    let mut out = Vec::with_capacity(320 + handshake_len);
+    let mut out = Vec::with_capacity(320 + s.handshake.0.len());
     text(&mut out, b"{\"type\":\"mcpHttpSession.v1\",\"session_hmac\":", s.session_hmac);
     if let Some(p) = s.principal {
         text(&mut out, b",\"principal\":", p);
@@ -326,25 +317,13 @@ pub(crate) fn encode_session(s: &SessionOut<'_>) -> Vec<u8> {
     }
     text(&mut out, b",\"protocol_version\":", s.protocol_version);
     out.extend_from_slice(b",\"handshake\":{\"requested_version\":");
-    match s.handshake {
-        HandshakeOut::Values { requested_version, capabilities, client_info } => {
-            let print = "JSON values serialize";
-            serde_json::to_writer(&mut out, &requested_version).expect(print);
-            out.extend_from_slice(b",\"capabilities\":");
-            serde_json::to_writer(&mut out, capabilities).expect(print);
-            out.extend_from_slice(b",\"client_info\":");
-            serde_json::to_writer(&mut out, client_info).expect(print);
-        }
-        HandshakeOut::Lines(lines) => {
-            let mut lines = lines.splitn(3, '\n');
-            let mut next = || lines.next().expect("a kept handshake is three lines").as_bytes();
-            out.extend_from_slice(next());
-            out.extend_from_slice(b",\"capabilities\":");
-            out.extend_from_slice(next());
-            out.extend_from_slice(b",\"client_info\":");
-            out.extend_from_slice(next());
-        }
-    }
+    let mut lines = s.handshake.0.splitn(3, '\n');
+    let mut next = || lines.next().expect("a kept handshake is three lines").as_bytes();
+    out.extend_from_slice(next());
+    out.extend_from_slice(b",\"capabilities\":");
+    out.extend_from_slice(next());
+    out.extend_from_slice(b",\"client_info\":");
+    out.extend_from_slice(next());
     out.push(b'}');
     if let Some(o) = s.origin {
         text(&mut out, b",\"origin\":", o);
@@ -820,7 +799,7 @@ mod tests {
         r.handshake.client_info = serde_json::json!({"name": "c\n\u{7f}é"});
         let lines = kept_lines(&r.handshake);
         assert_eq!(lines.matches('\n').count(), 2, "compact JSON has no raw line break");
-        let out = encode_session(&session_out(&r, Some(&lines)));
+        let out = encode_session(&session_out(&r, &lines));
         assert_eq!(out, encode(&Record::Session(r.clone())));
         assert_eq!(decode(&out), Ok(Record::Session(r)));
     }
@@ -1014,21 +993,14 @@ mod tests {
         prop_oneof![session, stream, receipt, handle]
     }
 
-    /// The borrowed fields of `r`, its handshake as values or as kept lines.
-    fn session_out<'a>(r: &'a SessionRecord, lines: Option<&'a str>) -> SessionOut<'a> {
+    /// The borrowed fields of `r`, its handshake as the kept `lines`.
+    fn session_out<'a>(r: &'a SessionRecord, lines: &'a str) -> SessionOut<'a> {
         SessionOut {
             session_hmac: &r.session_hmac,
             principal: r.principal.as_deref(),
             auth_subject: r.auth_subject.as_deref(),
             protocol_version: &r.protocol_version,
-            handshake: match lines {
-                Some(l) => HandshakeOut::Lines(l),
-                None => HandshakeOut::Values {
-                    requested_version: r.handshake.requested_version.as_deref(),
-                    capabilities: &r.handshake.capabilities,
-                    client_info: &r.handshake.client_info,
-                },
-            },
+            handshake: HandshakeLines(lines),
             origin: r.origin.as_deref(),
             created_ms: r.created_ms,
             last_used_ms: r.last_used_ms,
@@ -1076,9 +1048,8 @@ mod tests {
         #[test]
         fn a_session_record_from_borrowed_fields_is_the_records_encoding(r in arb_session()) {
             let encoded = encode(&Record::Session(r.clone()));
-            prop_assert_eq!(&encode_session(&session_out(&r, None)), &encoded);
             let lines = kept_lines(&r.handshake);
-            prop_assert_eq!(&encode_session(&session_out(&r, Some(&lines))), &encoded);
+            prop_assert_eq!(&encode_session(&session_out(&r, &lines)), &encoded);
         }
 
         #[test]

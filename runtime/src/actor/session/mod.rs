@@ -51,6 +51,7 @@ mod persist;
 mod sleep;
 mod streams;
 
+use sleep::KeptHandshake;
 pub(crate) use sleep::SleepingSession;
 
 pub(crate) use messages::{
@@ -125,9 +126,8 @@ pub struct SessionActor {
     handshake_charge: Option<Charge>,
     /// What its ledger record holds besides the core's state.
     meta: SessionMeta,
-    /// `clientInfo` and the requested version, for the record.
-    client_info: Value,
-    requested_version: Option<String>,
+    /// Its handshake as its record states it (its capabilities also parsed, `client_caps`).
+    handshake: KeptHandshake,
     ledger: Arc<LedgerCtx>,
     /// Told when the first record of this life is committed (`None` after).
     on_recorded: Option<tokio::sync::oneshot::Sender<()>>,
@@ -362,6 +362,8 @@ impl SessionActor {
         let streams = SessionStreams::new(&*sup, seed.version, &meta);
         let ledger = Arc::clone(&sup.stream_env().ledger);
         let Handshake { requested_version, capabilities, client_info } = seed.handshake;
+        let handshake_text =
+            KeptHandshake::new(requested_version.as_deref(), &capabilities, &client_info);
         let mut actor = SessionActor {
             core,
             dormant_until: BTreeSet::new(),
@@ -384,8 +386,7 @@ impl SessionActor {
             caller_budget: seed.caller_budget,
             handshake_charge: Some(handshake),
             meta,
-            client_info,
-            requested_version,
+            handshake: handshake_text,
             ledger,
             on_recorded: seed.recorded,
             span,

@@ -10,7 +10,7 @@ use crate::actor::durable::{self, Residence, StreamLedger};
 use crate::actor::env::Settle;
 use crate::actor::generations::Counted;
 use crate::actor::stream::StreamActor;
-use crate::ledger::codec::{HandshakeOut, RecordState};
+use crate::ledger::codec::{HandshakeLines, RecordState};
 use crate::proto::ids::{Generation, JsonRpcId, StreamId, Tick};
 use crate::proto::mcp::LogLevel;
 use crate::proto::replay::WindowLimits;
@@ -100,11 +100,7 @@ impl SessionActor {
         last_used: Tick,
         residence: Residence,
     ) -> Vec<crate::ledger::Op> {
-        let handshake = HandshakeOut::Values {
-            requested_version: self.requested_version.as_deref(),
-            capabilities: &self.client_caps,
-            client_info: &self.client_info,
-        };
+        let handshake = self.handshake.lines();
         record_ops(&self.meta, &self.ledger, &self.core, (state, residence), last_used, handshake)
     }
 
@@ -231,7 +227,7 @@ pub(super) fn record_ops<R, S, P>(
     core: &crate::proto::session::SessionCore<R, S, P>,
     (state, residence): (RecordState, Residence),
     last_used: Tick,
-    handshake: HandshakeOut<'_>,
+    handshake: HandshakeLines<'_>,
 ) -> Vec<crate::ledger::Op> {
     meta.record_ops(
         ledger,

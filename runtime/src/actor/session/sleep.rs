@@ -29,7 +29,7 @@ use crate::actor::env::SessionEnv;
 use crate::actor::generations::GenCount;
 use crate::actor::lifecycle::Phase;
 use crate::actor::registry::{Inbox, RegistryGuard, Reservation, Starter};
-use crate::ledger::codec::{Handshake, HandshakeOut, RecordState};
+use crate::ledger::codec::{HandshakeLines, RecordState};
 use crate::proto::error::Rejection;
 use crate::proto::event_id::CursorSigner;
 use crate::proto::ids::Tick;
@@ -69,15 +69,16 @@ struct Kept {
 
 /// Its handshake as its record states it (the requested version, the capabilities and the
 /// client's info): their JSON texts on three lines of one text, one allocation and 16 bytes
-/// in place. Three texts, not one array, so each parses back at its own depth (serde_json
-/// parses 127 levels; a value parsed from a request is at most that deep). Compact JSON has
-/// no raw line break.
-struct KeptHandshake(Box<str>);
+/// in place, kept so by an awake session too (a parsed `clientInfo` object alone costs a
+/// B-tree node of 632 bytes; the record copies the text, [`HandshakeLines`]). Three
+/// texts, not one array, so each parses back at its own depth (serde_json parses 127 levels;
+/// a value parsed from a request is at most that deep). Compact JSON has no raw line break.
+pub(super) struct KeptHandshake(Box<str>);
 
 impl KeptHandshake {
     /// # Panics
     /// Never: JSON values print, as JSON, in UTF-8.
-    fn new(requested_version: Option<&str>, capabilities: &Value, info: &Value) -> Self {
+    pub(super) fn new(requested_version: Option<&str>, capabilities: &Value, info: &Value) -> Self {
         let mut text = Vec::with_capacity(64);
         let print = "parsed JSON values print";
         serde_json::to_writer(&mut text, &requested_version).expect(print);
@@ -89,18 +90,30 @@ impl KeptHandshake {
         KeptHandshake(text.into_boxed_str())
     }
 
-    /// As its record states it, parsed again.
+    /// The three lines, as the record copies them.
+    pub(super) fn lines(&self) -> HandshakeLines<'_> {
+        HandshakeLines(&self.0)
+    }
+
+    /// The client's capabilities, parsed again (an awake session's requests read them).
     ///
     /// # Panics
     /// Never: it parses what [`Self::new`] printed.
-    fn handshake(&self) -> Handshake {
+    pub(super) fn capabilities(&self) -> Value {
+        let line = self.0.split('\n').nth(1).expect("three lines");
+        serde_json::from_str(line).expect("printed from a JSON value")
+    }
+
+    /// As its record states it, parsed again.
+    #[cfg(test)]
+    fn handshake(&self) -> crate::ledger::codec::Handshake {
         let mut lines = self.0.splitn(3, '\n');
         let mut next = || lines.next().expect("three lines");
         let printed = "printed from JSON values";
         let requested_version = serde_json::from_str(next()).expect(printed);
         let capabilities = serde_json::from_str(next()).expect(printed);
         let client_info = serde_json::from_str(next()).expect(printed);
-        Handshake { requested_version, capabilities, client_info }
+        crate::ledger::codec::Handshake { requested_version, capabilities, client_info }
     }
 }
 
@@ -177,8 +190,7 @@ impl SessionActor {
         else {
             unreachable!("an awake session holds its count and charge until it hibernates")
         };
-        let version = self.requested_version.as_deref();
-        let texts = KeptHandshake::new(version, &self.client_caps, &self.client_info);
+        let texts = std::mem::replace(&mut self.handshake, KeptHandshake(Box::default()));
         let meta = self.meta.clone();
         debug_assert!(self.names.first() == Some(&meta.hmac), "its first name is its hmac");
         let previous = previous_names(&self.names);
@@ -191,7 +203,8 @@ impl SessionActor {
                 ctx.stop();
                 true
             }
-            Err((guard, (generation, handshake, _))) => {
+            Err((guard, (generation, handshake, kept))) => {
+                self.handshake = kept.handshake;
                 self.guard = Some(guard);
                 self.generation_count = Some(generation);
                 self.handshake_charge = Some(handshake);
@@ -211,7 +224,6 @@ impl SessionActor {
         let SleepingSession { guard, generation, handshake, kept: k } = s;
         let limits = session_limits(&*sup, &generation);
         let names = k.names();
-        let Handshake { requested_version, capabilities, client_info } = k.handshake.handshake();
         let now = sup.now();
         SessionActor {
             core: SessionCore::wake(k.core, limits, now),
@@ -225,7 +237,7 @@ impl SessionActor {
             gens: Arc::clone(sup.generations()),
             span: session_span(&k.meta.hmac, &generation),
             generation_count: Some(generation),
-            client_caps: Arc::new(capabilities),
+            client_caps: Arc::new(k.handshake.capabilities()),
             guard: Some(guard),
             timer: None,
             turn: None,
@@ -235,8 +247,7 @@ impl SessionActor {
             caller_budget: k.caller_budget,
             handshake_charge: Some(handshake),
             meta: k.meta,
-            client_info,
-            requested_version,
+            handshake: k.handshake,
             ledger: Arc::clone(&sup.stream_env().ledger),
             on_recorded: None,
             sup,
@@ -281,7 +292,7 @@ impl SleepingSession {
         let ledger = &sup.stream_env().ledger;
         let now_state = (RecordState::Active, Residence::Stays);
         // The record copies the text just printed: the handshake is printed once.
-        let printed = HandshakeOut::Lines(&kept.handshake.0);
+        let printed = kept.handshake.lines();
         let mut ops = record_ops(&kept.meta, ledger, &core, now_state, used, printed);
         let inbox = Inbox::new(sup.config().sessions.mailbox);
         let inbox_and_name = (inbox, Arc::clone(&kept.meta.hmac));
@@ -297,7 +308,7 @@ impl SleepingSession {
                 // Out of memory from the start: recorded as leaving it, so the ledger's
                 // session cap counts it ([`Residence`]).
                 let leaving = (RecordState::Active, Residence::Leaving);
-                let printed = HandshakeOut::Lines(&kept.handshake.0);
+                let printed = kept.handshake.lines();
                 ops = record_ops(&kept.meta, ledger, &core, leaving, used, printed);
             }
         }
@@ -370,7 +381,7 @@ impl SleepingSession {
         let k = &self.kept;
         let core = AwakeCore::wake(k.core, session_limits(sup, &self.generation), sup.now());
         let ledger = &sup.stream_env().ledger;
-        let handshake = HandshakeOut::Lines(&k.handshake.0);
+        let handshake = k.handshake.lines();
         record_ops(&k.meta, ledger, &core, state, used(&core), handshake)
     }
 }

@@ -1,0 +1,281 @@
+//! A connection's write queue: the frames a stream's actor hands to its connection's body,
+//! bounded by `sse.write_queue_frames` (a full queue detaches the slow reader, who resumes
+//! from the window; see [`super::stream`]). One sender (the stream's actor, or the task that
+//! follows another host's stream, [`super::follow`], which waits for room instead), one
+//! receiver (the body); either may live on another worker thread.
+//!
+//! Small while idle: one allocation of about 80 bytes when the queue opens, and a buffer only
+//! while frames wait (given back once a burst drained). tokio's bounded channel, used before,
+//! held 1.5 KiB for every open stream from its start: a channel struct of cache-padded
+//! counters (512 bytes) and a first block of 32 slots (1,056), measured with heaptrack over
+//! 1,000 open GET streams (`bench/results/issue23-2026-12-06-round16/`).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use bytes::Bytes;
+use parking_lot::{Mutex, MutexGuard};
+
+/// A drained buffer holding room for more frames than this is given back.
+const KEEP_ROOM: usize = 8;
+
+/// Why a frame was not queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// The queue holds its bound: the reader is slow.
+    Full,
+    /// The body is gone (the client went away or the response ended).
+    Closed,
+}
+
+struct Inner {
+    frames: VecDeque<Bytes>,
+    bound: usize,
+    /// The body's task, waiting for a frame or the sender's end.
+    waker: Option<Waker>,
+    /// A sender's task waiting for room ([`QueueTx::send`]).
+    room: Option<Waker>,
+    sender_alive: bool,
+    receiver_alive: bool,
+}
+
+/// The actor's end.
+pub(crate) struct QueueTx(Arc<Mutex<Inner>>);
+
+/// The body's end.
+pub(crate) struct QueueRx(Arc<Mutex<Inner>>);
+
+/// A queue that holds at most `bound` frames (at least one).
+pub(crate) fn write_queue(bound: usize) -> (QueueTx, QueueRx) {
+    let inner = Arc::new(Mutex::new(Inner {
+        frames: VecDeque::new(),
+        bound: bound.max(1),
+        waker: None,
+        room: None,
+        sender_alive: true,
+        receiver_alive: true,
+    }));
+    (QueueTx(Arc::clone(&inner)), QueueRx(inner))
+}
+
+impl QueueTx {
+    /// Queue `frame` for the body, unless the queue is full or the body is gone.
+    pub(crate) fn try_send(&self, frame: Bytes) -> Result<(), Refused> {
+        Self::push(self.0.lock(), frame)
+    }
+
+    /// Queue `frame`, waiting for room while the queue is full (a follower of another host's
+    /// stream, whose reads wait on its reader); `Err(Refused::Closed)` once the body is gone.
+    pub(crate) async fn send(&self, frame: Bytes) -> Result<(), Refused> {
+        let mut frame = Some(frame);
+        std::future::poll_fn(|cx| {
+            let mut q = self.0.lock();
+            if q.receiver_alive && q.frames.len() >= q.bound {
+                q.room = Some(cx.waker().clone());
+                return Poll::Pending;
+            }
+            Poll::Ready(Self::push(q, frame.take().expect("not polled after it was ready")))
+        })
+        .await
+    }
+
+    /// Whether the body is gone.
+    pub(crate) fn is_closed(&self) -> bool {
+        !self.0.lock().receiver_alive
+    }
+
+    fn push(mut q: MutexGuard<'_, Inner>, frame: Bytes) -> Result<(), Refused> {
+        if !q.receiver_alive {
+            return Err(Refused::Closed);
+        }
+        if q.frames.len() >= q.bound {
+            return Err(Refused::Full);
+        }
+        q.frames.push_back(frame);
+        let waker = q.waker.take();
+        drop(q);
+        if let Some(w) = waker {
+            w.wake();
+        }
+        Ok(())
+    }
+}
+
+impl Drop for QueueTx {
+    /// The body ends once it has written what is queued.
+    fn drop(&mut self) {
+        let mut q = self.0.lock();
+        q.sender_alive = false;
+        let waker = q.waker.take();
+        drop(q);
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+}
+
+impl QueueRx {
+    /// The next frame; `None` once the sender is gone and every frame was taken.
+    pub(crate) fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+        let mut q = self.0.lock();
+        if let Some(frame) = q.frames.pop_front() {
+            if q.frames.is_empty() && q.frames.capacity() > KEEP_ROOM {
+                q.frames = VecDeque::new();
+            }
+            let room = q.room.take();
+            drop(q);
+            if let Some(w) = room {
+                w.wake();
+            }
+            return Poll::Ready(Some(frame));
+        }
+        if !q.sender_alive {
+            return Poll::Ready(None);
+        }
+        match &mut q.waker {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            slot => *slot = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for QueueRx {
+    /// The sender's next frame is refused as closed; what waits is dropped now.
+    fn drop(&mut self) {
+        let mut q = self.0.lock();
+        q.receiver_alive = false;
+        q.waker = None;
+        let (frames, room) = (std::mem::take(&mut q.frames), q.room.take());
+        drop(q);
+        drop(frames);
+        if let Some(w) = room {
+            w.wake();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::Wake;
+
+    use super::*;
+
+    /// Counts its wakes.
+    #[derive(Default)]
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn poll(rx: &mut QueueRx, count: &Arc<Count>) -> Poll<Option<Bytes>> {
+        let waker = Waker::from(Arc::clone(count));
+        rx.poll_recv(&mut Context::from_waker(&waker))
+    }
+
+    fn frame(n: u8) -> Bytes {
+        Bytes::from(vec![n])
+    }
+
+    #[test]
+    fn frames_arrive_in_order_and_the_bound_refuses_as_full() {
+        let (tx, mut rx) = write_queue(2);
+        let count = Arc::new(Count::default());
+        assert_eq!(tx.try_send(frame(1)), Ok(()));
+        assert_eq!(tx.try_send(frame(2)), Ok(()));
+        assert_eq!(tx.try_send(frame(3)), Err(Refused::Full));
+        assert_eq!(poll(&mut rx, &count), Poll::Ready(Some(frame(1))));
+        assert_eq!(tx.try_send(frame(3)), Ok(()), "taking a frame makes room");
+        assert_eq!(poll(&mut rx, &count), Poll::Ready(Some(frame(2))));
+        assert_eq!(poll(&mut rx, &count), Poll::Ready(Some(frame(3))));
+        assert_eq!(poll(&mut rx, &count), Poll::Pending);
+    }
+
+    #[test]
+    fn a_waiting_body_is_woken_by_a_frame_and_by_the_senders_end() {
+        let (tx, mut rx) = write_queue(4);
+        let count = Arc::new(Count::default());
+        assert_eq!(poll(&mut rx, &count), Poll::Pending);
+        tx.try_send(frame(1)).unwrap();
+        assert_eq!(count.0.load(Ordering::SeqCst), 1, "the frame wakes it");
+        tx.try_send(frame(2)).unwrap();
+        assert_eq!(count.0.load(Ordering::SeqCst), 1, "no second wake before it polls again");
+        assert_eq!(poll(&mut rx, &count), Poll::Ready(Some(frame(1))));
+        assert_eq!(poll(&mut rx, &count), Poll::Ready(Some(frame(2))));
+        assert_eq!(poll(&mut rx, &count), Poll::Pending);
+        drop(tx);
+        assert_eq!(count.0.load(Ordering::SeqCst), 2, "the sender's end wakes it");
+        assert_eq!(poll(&mut rx, &count), Poll::Ready(None));
+    }
+
+    #[test]
+    fn queued_frames_are_written_before_the_senders_end_ends_the_body() {
+        let (tx, mut rx) = write_queue(4);
+        let count = Arc::new(Count::default());
+        tx.try_send(frame(1)).unwrap();
+        drop(tx);
+        assert_eq!(poll(&mut rx, &count), Poll::Ready(Some(frame(1))));
+        assert_eq!(poll(&mut rx, &count), Poll::Ready(None));
+    }
+
+    #[test]
+    fn a_gone_body_refuses_as_closed_and_drops_what_waited() {
+        let (tx, rx) = write_queue(4);
+        let waiting = frame(1);
+        tx.try_send(waiting.clone()).unwrap();
+        drop(rx);
+        assert_eq!(tx.try_send(frame(2)), Err(Refused::Closed));
+        assert!(waiting.is_unique(), "the queued copy was dropped with the body");
+    }
+
+    #[test]
+    fn a_drained_burst_gives_its_buffer_back() {
+        let (tx, mut rx) = write_queue(64);
+        let count = Arc::new(Count::default());
+        for n in 0..32 {
+            tx.try_send(frame(n)).unwrap();
+        }
+        for n in 0..32 {
+            assert_eq!(poll(&mut rx, &count), Poll::Ready(Some(frame(n))));
+        }
+        assert_eq!(rx.0.lock().frames.capacity(), 0);
+    }
+
+    #[test]
+    fn a_waiting_send_goes_on_when_the_body_takes_a_frame_or_is_gone() {
+        let (tx, mut rx) = write_queue(1);
+        let body = Arc::new(Count::default());
+        let sender = Arc::new(Count::default());
+        let waker = Waker::from(Arc::clone(&sender));
+        let mut cx = Context::from_waker(&waker);
+        tx.try_send(frame(1)).unwrap();
+        let mut send = std::pin::pin!(tx.send(frame(2)));
+        assert_eq!(send.as_mut().poll(&mut cx), Poll::Pending, "full: it waits");
+        assert_eq!(poll(&mut rx, &body), Poll::Ready(Some(frame(1))));
+        assert_eq!(sender.0.load(Ordering::SeqCst), 1, "taking a frame wakes the sender");
+        assert_eq!(send.as_mut().poll(&mut cx), Poll::Ready(Ok(())));
+        assert_eq!(poll(&mut rx, &body), Poll::Ready(Some(frame(2))));
+
+        tx.try_send(frame(3)).unwrap();
+        let mut send = std::pin::pin!(tx.send(frame(4)));
+        assert_eq!(send.as_mut().poll(&mut cx), Poll::Pending);
+        assert!(!tx.is_closed());
+        drop(rx);
+        assert_eq!(sender.0.load(Ordering::SeqCst), 2, "the body's end wakes the sender");
+        assert_eq!(send.as_mut().poll(&mut cx), Poll::Ready(Err(Refused::Closed)));
+        assert!(tx.is_closed());
+    }
+
+    #[test]
+    fn a_zero_bound_still_passes_one_frame() {
+        let (tx, _rx) = write_queue(0);
+        assert_eq!(tx.try_send(frame(1)), Ok(()));
+        assert_eq!(tx.try_send(frame(2)), Err(Refused::Full));
+    }
+}
