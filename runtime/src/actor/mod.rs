@@ -36,7 +36,7 @@ mod follow;
 mod generations;
 mod lifecycle;
 pub(crate) mod links;
-mod queue;
+pub(crate) mod queue;
 mod registry;
 mod session;
 mod stream;

@@ -1,8 +1,9 @@
 //! A connection's write queue: the frames a stream's actor hands to its connection's body,
 //! bounded by `sse.write_queue_frames` (a full queue detaches the slow reader, who resumes
-//! from the window; see [`super::stream`]). One sender (the stream's actor, or the task that
-//! follows another host's stream, [`super::follow`], which waits for room instead), one
-//! receiver (the body); either may live on another worker thread.
+//! from the window; see [`super::stream`]). One sender (the stream's actor; or a task that
+//! waits for room instead: the follower of another host's stream, [`super::follow`], and a
+//! 2026-07-28 `subscriptions/listen` stream, `crate::http::listen`), one receiver (the body);
+//! either may live on another worker thread.
 //!
 //! Small while idle: one allocation of about 80 bytes when the queue opens, and a buffer only
 //! while frames wait (given back once a burst drained). tokio's bounded channel, used before,
@@ -83,6 +84,20 @@ impl QueueTx {
     /// Whether the body is gone.
     pub(crate) fn is_closed(&self) -> bool {
         !self.0.lock().receiver_alive
+    }
+
+    /// Ready once the body is gone (a task that waits for other work meanwhile; not while it
+    /// also waits in [`Self::send`], whose place for a waker this shares).
+    pub(crate) async fn closed(&self) {
+        std::future::poll_fn(|cx| {
+            let mut q = self.0.lock();
+            if q.receiver_alive {
+                q.room = Some(cx.waker().clone());
+                return Poll::Pending;
+            }
+            Poll::Ready(())
+        })
+        .await;
     }
 
     fn push(mut q: MutexGuard<'_, Inner>, frame: Bytes) -> Result<(), Refused> {
@@ -270,6 +285,19 @@ mod tests {
         assert_eq!(sender.0.load(Ordering::SeqCst), 2, "the body's end wakes the sender");
         assert_eq!(send.as_mut().poll(&mut cx), Poll::Ready(Err(Refused::Closed)));
         assert!(tx.is_closed());
+    }
+
+    #[test]
+    fn closed_is_ready_once_the_body_is_gone() {
+        let (tx, rx) = write_queue(1);
+        let sender = Arc::new(Count::default());
+        let waker = Waker::from(Arc::clone(&sender));
+        let mut cx = Context::from_waker(&waker);
+        let mut closed = std::pin::pin!(tx.closed());
+        assert_eq!(closed.as_mut().poll(&mut cx), Poll::Pending);
+        drop(rx);
+        assert_eq!(sender.0.load(Ordering::SeqCst), 1, "the body's end wakes it");
+        assert_eq!(closed.as_mut().poll(&mut cx), Poll::Ready(()));
     }
 
     #[test]

@@ -17,8 +17,9 @@ use std::sync::Arc;
 
 use actix_web::HttpResponse;
 use bytes::Bytes;
-use tokio::sync::{broadcast, mpsc, watch};
+use tokio::sync::{broadcast, watch};
 
+use crate::actor::queue::{QueueRx, QueueTx, write_queue};
 use crate::actor::{Lifecycle, Phase, QuotaKey, Supervisor};
 use crate::proto::admission::ReplyMode;
 use crate::proto::error::Rejection;
@@ -65,7 +66,7 @@ pub(super) fn open(
     let mut feed = changes.feed();
     let now = *feed.lists.borrow_and_update();
     let sub = Subscription::new(id, honoured, now, catalog.server_info().clone());
-    let (tx, rx) = mpsc::channel(FRAME_QUEUE);
+    let (tx, rx) = write_queue(FRAME_QUEUE);
     let keepalive = std::time::Duration::from_millis(cfg.sse.keepalive_ms);
     actix_rt::spawn(run(sub, feed, sup.lifecycle(), tx, keepalive, Arc::clone(sup.stats()), place));
     Ok(super::sse_streaming(Frames(rx)))
@@ -77,7 +78,7 @@ fn stopping(l: &Lifecycle) -> bool {
 
 /// Queue `frame` for the connection; `false` when the client is gone or has not read for
 /// `stall` (then the stream ends).
-async fn send(tx: &mpsc::Sender<Bytes>, frame: Bytes, stall: std::time::Duration) -> bool {
+async fn send(tx: &QueueTx, frame: Bytes, stall: std::time::Duration) -> bool {
     matches!(tokio::time::timeout(stall, tx.send(frame)).await, Ok(Ok(())))
 }
 
@@ -86,7 +87,7 @@ async fn run(
     mut sub: Subscription,
     mut feed: ChangeFeed,
     mut life: watch::Receiver<Lifecycle>,
-    tx: mpsc::Sender<Bytes>,
+    tx: QueueTx,
     keepalive: std::time::Duration,
     stats: Arc<RuntimeStats>,
     _place: ListenPlace,
@@ -134,7 +135,7 @@ async fn run(
 }
 
 /// The response body: the frames the task queues, until it ends (the queue closes).
-struct Frames(mpsc::Receiver<Bytes>);
+struct Frames(QueueRx);
 
 impl futures_core::Stream for Frames {
     type Item = Result<Bytes, std::convert::Infallible>;
