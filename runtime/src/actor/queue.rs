@@ -5,11 +5,13 @@
 //! 2026-07-28 `subscriptions/listen` stream, `crate::http::listen`), one receiver (the body);
 //! either may live on another worker thread.
 //!
-//! Small while idle: one allocation of about 80 bytes when the queue opens, and a buffer only
-//! while frames wait (given back once a burst drained). tokio's bounded channel, used before,
-//! held 1.5 KiB for every open stream from its start: a channel struct of cache-padded
-//! counters (512 bytes) and a first block of 32 slots (1,056), measured with heaptrack over
-//! 1,000 open GET streams (`bench/results/issue23-2026-12-06-round16/`).
+//! Small while idle: one allocation of 104 bytes when the queue opens, and a buffer only while
+//! frames wait (given back each time the queue drains: an idle stream's keep-alive leaves
+//! none behind, at the cost of an allocation a frame for a reader that keeps up). tokio's
+//! bounded channel, used before, held 1.5 KiB for every open stream from its start: a channel
+//! struct of cache-padded counters (512 bytes) and a first block of 32 slots (1,056),
+//! measured with heaptrack over 1,000 open GET streams
+//! (`bench/results/issue23-2026-12-06-round16/`).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -17,9 +19,6 @@ use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
 use parking_lot::{Mutex, MutexGuard};
-
-/// A drained buffer holding room for more frames than this is given back.
-const KEEP_ROOM: usize = 8;
 
 /// Why a frame was not queued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,10 +40,12 @@ struct Inner {
     receiver_alive: bool,
 }
 
-/// The actor's end.
+/// The actor's end. The lock is held only to move a frame, a flag or a waker in or out:
+/// nothing is woken or dropped under it (a waker may run its task's scheduler; a frame's drop
+/// may free its buffer).
 pub(crate) struct QueueTx(Arc<Mutex<Inner>>);
 
-/// The body's end.
+/// The body's end (the same lock, the same rule).
 pub(crate) struct QueueRx(Arc<Mutex<Inner>>);
 
 /// A queue that holds at most `bound` frames (at least one).
@@ -101,11 +102,17 @@ impl QueueTx {
     }
 
     fn push(mut q: MutexGuard<'_, Inner>, frame: Bytes) -> Result<(), Refused> {
-        if !q.receiver_alive {
-            return Err(Refused::Closed);
-        }
-        if q.frames.len() >= q.bound {
-            return Err(Refused::Full);
+        let refused = if !q.receiver_alive {
+            Some(Refused::Closed)
+        } else if q.frames.len() >= q.bound {
+            Some(Refused::Full)
+        } else {
+            None
+        };
+        if let Some(why) = refused {
+            // The frame is dropped after the lock.
+            drop(q);
+            return Err(why);
         }
         q.frames.push_back(frame);
         let waker = q.waker.take();
@@ -135,11 +142,11 @@ impl QueueRx {
     pub(crate) fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
         let mut q = self.0.lock();
         if let Some(frame) = q.frames.pop_front() {
-            if q.frames.is_empty() && q.frames.capacity() > KEEP_ROOM {
-                q.frames = VecDeque::new();
-            }
-            let room = q.room.take();
+            let buffer = q.frames.is_empty().then(|| std::mem::take(&mut q.frames));
+            // Only a sender waiting for room cares that the queue left its bound.
+            let room = (q.frames.len() + 1 == q.bound).then(|| q.room.take()).flatten();
             drop(q);
+            drop(buffer);
             if let Some(w) = room {
                 w.wake();
             }
@@ -161,10 +168,9 @@ impl Drop for QueueRx {
     fn drop(&mut self) {
         let mut q = self.0.lock();
         q.receiver_alive = false;
-        q.waker = None;
-        let (frames, room) = (std::mem::take(&mut q.frames), q.room.take());
+        let (frames, waker, room) = (std::mem::take(&mut q.frames), q.waker.take(), q.room.take());
         drop(q);
-        drop(frames);
+        drop((frames, waker));
         if let Some(w) = room {
             w.wake();
         }
@@ -250,9 +256,13 @@ mod tests {
     }
 
     #[test]
-    fn a_drained_burst_gives_its_buffer_back() {
+    fn a_drained_queue_gives_its_buffer_back_after_one_frame_or_a_burst() {
         let (tx, mut rx) = write_queue(64);
         let count = Arc::new(Count::default());
+        tx.try_send(frame(0)).unwrap();
+        assert!(rx.0.lock().frames.capacity() > 0);
+        assert_eq!(poll(&mut rx, &count), Poll::Ready(Some(frame(0))));
+        assert_eq!(rx.0.lock().frames.capacity(), 0, "a keep-alive leaves no buffer behind");
         for n in 0..32 {
             tx.try_send(frame(n)).unwrap();
         }
@@ -260,6 +270,35 @@ mod tests {
             assert_eq!(poll(&mut rx, &count), Poll::Ready(Some(frame(n))));
         }
         assert_eq!(rx.0.lock().frames.capacity(), 0);
+    }
+
+    #[test]
+    fn a_full_queue_whose_body_is_gone_refuses_as_closed() {
+        let (tx, rx) = write_queue(1);
+        tx.try_send(frame(1)).unwrap();
+        assert_eq!(tx.try_send(frame(2)), Err(Refused::Full));
+        drop(rx);
+        assert_eq!(tx.try_send(frame(2)), Err(Refused::Closed));
+    }
+
+    #[test]
+    fn taking_a_frame_wakes_a_sender_only_when_the_queue_was_full() {
+        let (tx, mut rx) = write_queue(2);
+        let body = Arc::new(Count::default());
+        let sender = Arc::new(Count::default());
+        let waker = Waker::from(Arc::clone(&sender));
+        let mut cx = Context::from_waker(&waker);
+        // A task waiting for the body's end (a listen stream in its select) is not woken by
+        // the frames the body takes.
+        let mut closed = std::pin::pin!(tx.closed());
+        assert_eq!(closed.as_mut().poll(&mut cx), Poll::Pending);
+        tx.try_send(frame(1)).unwrap();
+        assert_eq!(poll(&mut rx, &body), Poll::Ready(Some(frame(1))));
+        assert_eq!(sender.0.load(Ordering::SeqCst), 0);
+        tx.try_send(frame(2)).unwrap();
+        tx.try_send(frame(3)).unwrap();
+        assert_eq!(poll(&mut rx, &body), Poll::Ready(Some(frame(2))));
+        assert_eq!(sender.0.load(Ordering::SeqCst), 1, "it left its bound: woken");
     }
 
     #[test]

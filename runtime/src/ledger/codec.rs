@@ -266,10 +266,30 @@ const KNOWN_TYPES: [&str; 5] = [
 ];
 
 /// A session's handshake as its record is written: the three lines of compact JSON a session
-/// keeps (requested version, capabilities, client info; compact JSON has no raw line break),
-/// copied as they are.
+/// keeps ([`handshake_lines`]), copied as they are.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct HandshakeLines<'a>(pub(crate) &'a str);
+
+/// A handshake as the three lines a session keeps: its requested version, capabilities and
+/// client info, each as compact JSON (which has no raw line break) on a line of its own.
+///
+/// # Panics
+/// Never: JSON values print, as JSON, in UTF-8.
+#[must_use]
+pub(crate) fn handshake_lines(
+    requested_version: Option<&str>,
+    capabilities: &Value,
+    client_info: &Value,
+) -> String {
+    let mut text = Vec::with_capacity(64);
+    let print = "parsed JSON values print";
+    serde_json::to_writer(&mut text, &requested_version).expect(print);
+    for v in [capabilities, client_info] {
+        text.push(b'\n');
+        serde_json::to_writer(&mut text, v).expect(print);
+    }
+    String::from_utf8(text).expect("JSON is UTF-8")
+}
 
 /// A session record's fields, borrowed: what [`encode_session`] writes.
 #[derive(Debug, Clone, Copy)]
@@ -296,7 +316,8 @@ pub(crate) struct SessionOut<'a> {
 /// its creation and again through its life.
 ///
 /// # Panics
-/// When its handshake is not three lines (a session's kept text always is); strings and JSON values always serialize.
+/// When its handshake is not three lines (a session's kept text always is); strings and
+/// numbers always serialize.
 #[must_use]
 pub(crate) fn encode_session(s: &SessionOut<'_>) -> Vec<u8> {
     fn text(out: &mut Vec<u8>, key: &[u8], v: &str) {
@@ -876,14 +897,9 @@ mod tests {
             [usize::from(n)]
     }
 
-    /// A handshake as the three lines a sleeping session keeps (printed as it prints them).
+    /// A handshake as the three lines a session keeps.
     fn kept_lines(h: &Handshake) -> String {
-        [
-            serde_json::to_string(&h.requested_version).unwrap(),
-            serde_json::to_string(&h.capabilities).unwrap(),
-            serde_json::to_string(&h.client_info).unwrap(),
-        ]
-        .join("\n")
+        handshake_lines(h.requested_version.as_deref(), &h.capabilities, &h.client_info)
     }
 
     fn arb_record() -> impl Strategy<Value = Record> {

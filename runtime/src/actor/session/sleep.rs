@@ -29,7 +29,7 @@ use crate::actor::env::SessionEnv;
 use crate::actor::generations::GenCount;
 use crate::actor::lifecycle::Phase;
 use crate::actor::registry::{Inbox, RegistryGuard, Reservation, Starter};
-use crate::ledger::codec::{HandshakeLines, RecordState};
+use crate::ledger::codec::{HandshakeLines, RecordState, handshake_lines};
 use crate::proto::error::Rejection;
 use crate::proto::event_id::CursorSigner;
 use crate::proto::ids::Tick;
@@ -76,18 +76,8 @@ struct Kept {
 pub(super) struct KeptHandshake(Box<str>);
 
 impl KeptHandshake {
-    /// # Panics
-    /// Never: JSON values print, as JSON, in UTF-8.
     pub(super) fn new(requested_version: Option<&str>, capabilities: &Value, info: &Value) -> Self {
-        let mut text = Vec::with_capacity(64);
-        let print = "parsed JSON values print";
-        serde_json::to_writer(&mut text, &requested_version).expect(print);
-        for v in [capabilities, info] {
-            text.push(b'\n');
-            serde_json::to_writer(&mut text, v).expect(print);
-        }
-        let text = String::from_utf8(text).expect("JSON is UTF-8");
-        KeptHandshake(text.into_boxed_str())
+        KeptHandshake(handshake_lines(requested_version, capabilities, info).into_boxed_str())
     }
 
     /// The three lines, as the record copies them.
@@ -190,7 +180,8 @@ impl SessionActor {
         else {
             unreachable!("an awake session holds its count and charge until it hibernates")
         };
-        let texts = std::mem::replace(&mut self.handshake, KeptHandshake(Box::default()));
+        // A copy: the actor keeps its own until the hibernation is taken.
+        let texts = KeptHandshake(self.handshake.0.clone());
         let meta = self.meta.clone();
         debug_assert!(self.names.first() == Some(&meta.hmac), "its first name is its hmac");
         let previous = previous_names(&self.names);
@@ -203,8 +194,7 @@ impl SessionActor {
                 ctx.stop();
                 true
             }
-            Err((guard, (generation, handshake, kept))) => {
-                self.handshake = kept.handshake;
+            Err((guard, (generation, handshake, _))) => {
                 self.guard = Some(guard);
                 self.generation_count = Some(generation);
                 self.handshake_charge = Some(handshake);
@@ -429,6 +419,7 @@ mod tests {
             let caps = json!({"roots": {"listChanged": true}, "sampling": {}});
             let info = json!({"name": "client", "version": "1.0", "n": [1, 2.5, null]});
             let kept = KeptHandshake::new(version, &caps, &info);
+            assert_eq!(kept.capabilities(), caps, "an awake session parses them alone");
             let back = kept.handshake();
             assert_eq!(back.requested_version.as_deref(), version);
             assert_eq!((back.capabilities, back.client_info), (caps, info));
