@@ -507,17 +507,42 @@ pub fn encode_result<R: Serialize + ?Sized>(id: &JsonRpcId, result: &R) -> Bytes
 }
 
 /// Encode a success response whose result is already JSON (`result` must be one valid JSON
-/// value: it is written as it is).
+/// value: it is written as it is), in one allocation of its exact length: a `Vec` with room
+/// to spare becomes `Bytes` through a second allocation (its shared header).
 #[must_use]
 pub fn encode_result_raw(id: &JsonRpcId, result: &[u8]) -> Bytes {
-    let mut out = Vec::with_capacity(result.len() + 48);
-    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
-    // An id is a string or an integer: serializing it into a Vec cannot fail.
-    let _ = serde_json::to_writer(&mut out, id);
-    out.extend_from_slice(b",\"result\":");
+    const HEAD: &[u8] = b"{\"jsonrpc\":\"2.0\",\"id\":";
+    const MID: &[u8] = b",\"result\":";
+    // The id printed first (most are short: on the stack), so the length is known.
+    let mut short = [0u8; 48];
+    let mut cursor = std::io::Cursor::new(&mut short[..]);
+    let long;
+    let id_text: &[u8] = if serde_json::to_writer(&mut cursor, id).is_ok() {
+        let n = usize::try_from(cursor.position()).expect("at most 48");
+        &short[..n]
+    } else {
+        // An id is a string or an integer: serializing it into a Vec cannot fail.
+        long = serde_json::to_vec(id).unwrap_or_default();
+        &long
+    };
+    let mut out = Vec::with_capacity(HEAD.len() + id_text.len() + MID.len() + result.len() + 1);
+    out.extend_from_slice(HEAD);
+    out.extend_from_slice(id_text);
+    out.extend_from_slice(MID);
     out.extend_from_slice(result);
     out.push(b'}');
+    debug_assert_eq!(out.len(), out.capacity());
     Bytes::from(out)
+}
+
+/// Encode a success response with `reply` as its result (a text reply copied as it is, in
+/// one allocation of its exact length: [`encode_result_raw`]).
+#[must_use]
+pub fn encode_reply(id: &JsonRpcId, reply: &Reply) -> Bytes {
+    match reply {
+        Reply::Raw(r) => encode_result_raw(id, r.get().as_bytes()),
+        Reply::Value(v) => encode_result(id, v),
+    }
 }
 
 /// Encode an error response; the id is omitted when it is `None` (never `null`).

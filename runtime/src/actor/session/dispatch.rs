@@ -16,7 +16,7 @@ use crate::pipeline::{self, First, Outbound, Requester, StreamDoor};
 use crate::proto::admission::ReplyMode;
 use crate::proto::error::{Overload, Rejection};
 use crate::proto::ids::{JsonRpcId, StreamId};
-use crate::proto::jsonrpc::{ErrorObject, Message, Reply, code, encode_error, encode_result};
+use crate::proto::jsonrpc::{ErrorObject, Message, Reply, code, encode_error, encode_reply};
 use crate::proto::mcp::{LogLevel, method};
 use crate::proto::rollout::StreamMode;
 use crate::proto::route::{Era, Route};
@@ -477,7 +477,7 @@ impl SessionActor {
     ) -> Option<(Bytes, RequestTask, Option<StreamId>)> {
         let task = self.core.end_request(id, self.now())?;
         let bytes = match r {
-            Ok(v) => encode_result(id, &v),
+            Ok(v) => encode_reply(id, &v),
             Err(e) => encode_error(Some(id), &e),
         };
         Some((bytes, task.handle, task.stream))

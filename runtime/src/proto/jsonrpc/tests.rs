@@ -135,6 +135,21 @@ proptest! {
     }
 
     #[test]
+    fn a_text_reply_is_the_same_response_in_one_buffer_of_its_exact_length(
+        id in prop_oneof![arb_id(), "\\PC{20,60}".prop_map(|s| JsonRpcId::String(s.into()))],
+        s in "\\PC{0,40}",
+    ) {
+        let result = json!({"content": [{"type": "text", "text": s}]});
+        let reply = Reply::of(&result);
+        let bytes = encode_reply(&id, &reply);
+        prop_assert_eq!(&bytes, &encode_result(&id, &result));
+        // A Vec whose length is its capacity becomes Bytes without a shared header: such
+        // Bytes turned back into a Vec reuse its buffer, with no room to spare.
+        let v: Vec<u8> = bytes.into();
+        prop_assert_eq!(v.len(), v.capacity());
+    }
+
+    #[test]
     fn encoded_result_round_trips(id in arb_id(), s in "[ -~]{0,32}") {
         let bytes = encode_result(&id, &json!({"s": s}));
         let parsed = parse_body(&bytes).unwrap();
