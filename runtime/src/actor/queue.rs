@@ -5,12 +5,12 @@
 //! 2026-07-28 `subscriptions/listen` stream, `crate::http::listen`), one receiver (the body);
 //! either may live on another worker thread.
 //!
-//! Small while idle: one allocation of 104 bytes when the queue opens, and a buffer only while
-//! frames wait (given back each time the queue drains: an idle stream's keep-alive leaves
-//! none behind, at the cost of an allocation a frame for a reader that keeps up). tokio's
-//! bounded channel, used before, held 1.5 KiB for every open stream from its start: a channel
-//! struct of cache-padded counters (512 bytes) and a first block of 32 slots (1,056),
-//! measured with heaptrack over 1,000 open GET streams
+//! Small while idle, and no allocation a frame: one allocation of 128 bytes when the queue
+//! opens, the frame at the head of the queue kept in place, and a buffer for the others only
+//! while more than one waits (a burst; given back once it drained, so an idle stream keeps
+//! none). tokio's bounded channel, used before, held 1.5 KiB for every open stream from its
+//! start: a channel struct of cache-padded counters (512 bytes) and a first block of 32 slots
+//! (1,056), measured with heaptrack over 1,000 open GET streams
 //! (`bench/results/issue23-2026-12-06-round16/`).
 
 use std::collections::VecDeque;
@@ -30,8 +30,13 @@ pub(crate) enum Refused {
 }
 
 struct Inner {
-    frames: VecDeque<Bytes>,
-    bound: usize,
+    /// The oldest frame waiting (a reader that keeps up never has more than this one).
+    head: Option<Bytes>,
+    /// The frames behind `head`, oldest first (empty, with no buffer, while `head` is `None`).
+    rest: VecDeque<Bytes>,
+    /// At most 2^20 (`sse.write_queue_frames`' limit): 32 bits keep the queue in jemalloc's
+    /// 128-byte class.
+    bound: u32,
     /// The body's task, waiting for a frame or the sender's end.
     waker: Option<Waker>,
     /// A sender's task waiting for room ([`QueueTx::send`]).
@@ -51,8 +56,9 @@ pub(crate) struct QueueRx(Arc<Mutex<Inner>>);
 /// A queue that holds at most `bound` frames (at least one).
 pub(crate) fn write_queue(bound: usize) -> (QueueTx, QueueRx) {
     let inner = Arc::new(Mutex::new(Inner {
-        frames: VecDeque::new(),
-        bound: bound.max(1),
+        head: None,
+        rest: VecDeque::new(),
+        bound: u32::try_from(bound.max(1)).unwrap_or(u32::MAX),
         waker: None,
         room: None,
         sender_alive: true,
@@ -73,8 +79,8 @@ impl QueueTx {
         let mut frame = Some(frame);
         std::future::poll_fn(|cx| {
             let mut q = self.0.lock();
-            if q.receiver_alive && q.frames.len() >= q.bound {
-                q.room = Some(cx.waker().clone());
+            if q.receiver_alive && q.full() {
+                park(&mut q.room, cx);
                 return Poll::Pending;
             }
             Poll::Ready(Self::push(q, frame.take().expect("not polled after it was ready")))
@@ -93,7 +99,7 @@ impl QueueTx {
         std::future::poll_fn(|cx| {
             let mut q = self.0.lock();
             if q.receiver_alive {
-                q.room = Some(cx.waker().clone());
+                park(&mut q.room, cx);
                 return Poll::Pending;
             }
             Poll::Ready(())
@@ -104,7 +110,7 @@ impl QueueTx {
     fn push(mut q: MutexGuard<'_, Inner>, frame: Bytes) -> Result<(), Refused> {
         let refused = if !q.receiver_alive {
             Some(Refused::Closed)
-        } else if q.frames.len() >= q.bound {
+        } else if q.full() {
             Some(Refused::Full)
         } else {
             None
@@ -114,7 +120,11 @@ impl QueueTx {
             drop(q);
             return Err(why);
         }
-        q.frames.push_back(frame);
+        if q.head.is_none() {
+            q.head = Some(frame);
+        } else {
+            q.rest.push_back(frame);
+        }
         let waker = q.waker.take();
         drop(q);
         if let Some(w) = waker {
@@ -141,10 +151,12 @@ impl QueueRx {
     /// The next frame; `None` once the sender is gone and every frame was taken.
     pub(crate) fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
         let mut q = self.0.lock();
-        if let Some(frame) = q.frames.pop_front() {
-            let buffer = q.frames.is_empty().then(|| std::mem::take(&mut q.frames));
+        if let Some(frame) = q.head.take() {
+            q.head = q.rest.pop_front();
+            let buffer =
+                (q.rest.is_empty() && q.rest.capacity() > 0).then(|| std::mem::take(&mut q.rest));
             // Only a sender waiting for room cares that the queue left its bound.
-            let room = (q.frames.len() + 1 == q.bound).then(|| q.room.take()).flatten();
+            let room = (q.len() + 1 == q.bound()).then(|| q.room.take()).flatten();
             drop(q);
             drop(buffer);
             if let Some(w) = room {
@@ -155,10 +167,7 @@ impl QueueRx {
         if !q.sender_alive {
             return Poll::Ready(None);
         }
-        match &mut q.waker {
-            Some(w) if w.will_wake(cx.waker()) => {}
-            slot => *slot = Some(cx.waker().clone()),
-        }
+        park(&mut q.waker, cx);
         Poll::Pending
     }
 }
@@ -168,12 +177,35 @@ impl Drop for QueueRx {
     fn drop(&mut self) {
         let mut q = self.0.lock();
         q.receiver_alive = false;
-        let (frames, waker, room) = (std::mem::take(&mut q.frames), q.waker.take(), q.room.take());
+        let frames = (q.head.take(), std::mem::take(&mut q.rest));
+        let (waker, room) = (q.waker.take(), q.room.take());
         drop(q);
         drop((frames, waker));
         if let Some(w) = room {
             w.wake();
         }
+    }
+}
+
+impl Inner {
+    fn len(&self) -> usize {
+        usize::from(self.head.is_some()) + self.rest.len()
+    }
+
+    fn bound(&self) -> usize {
+        usize::try_from(self.bound).unwrap_or(usize::MAX)
+    }
+
+    fn full(&self) -> bool {
+        self.len() >= self.bound()
+    }
+}
+
+/// Keep `cx`'s waker in `slot` (not cloned again for the task already there).
+fn park(slot: &mut Option<Waker>, cx: &Context<'_>) {
+    match slot {
+        Some(w) if w.will_wake(cx.waker()) => {}
+        _ => *slot = Some(cx.waker().clone()),
     }
 }
 
@@ -193,6 +225,13 @@ mod tests {
         fn wake(self: Arc<Self>) {
             self.0.fetch_add(1, Ordering::SeqCst);
         }
+    }
+
+    /// A task's wake counter and its waker.
+    fn task() -> (Arc<Count>, Waker) {
+        let count = Arc::new(Count::default());
+        let waker = Waker::from(Arc::clone(&count));
+        (count, waker)
     }
 
     fn poll(rx: &mut QueueRx, count: &Arc<Count>) -> Poll<Option<Bytes>> {
@@ -256,20 +295,25 @@ mod tests {
     }
 
     #[test]
-    fn a_drained_queue_gives_its_buffer_back_after_one_frame_or_a_burst() {
+    fn one_frame_at_a_time_takes_no_buffer_and_a_drained_burst_gives_its_own_back() {
         let (tx, mut rx) = write_queue(64);
         let count = Arc::new(Count::default());
         tx.try_send(frame(0)).unwrap();
-        assert!(rx.0.lock().frames.capacity() > 0);
+        assert_eq!(rx.0.lock().rest.capacity(), 0, "one frame waits in place");
         assert_eq!(poll(&mut rx, &count), Poll::Ready(Some(frame(0))));
-        assert_eq!(rx.0.lock().frames.capacity(), 0, "a keep-alive leaves no buffer behind");
         for n in 0..32 {
             tx.try_send(frame(n)).unwrap();
         }
+        assert!(rx.0.lock().rest.capacity() > 0, "a burst takes a buffer");
         for n in 0..32 {
             assert_eq!(poll(&mut rx, &count), Poll::Ready(Some(frame(n))));
         }
-        assert_eq!(rx.0.lock().frames.capacity(), 0);
+        assert_eq!(rx.0.lock().rest.capacity(), 0, "and gives it back once drained");
+        tx.try_send(frame(1)).unwrap();
+        tx.try_send(frame(2)).unwrap();
+        assert_eq!(poll(&mut rx, &count), Poll::Ready(Some(frame(1))));
+        assert_eq!(rx.0.lock().rest.capacity(), 0, "the last one behind moved to the head");
+        assert_eq!(poll(&mut rx, &count), Poll::Ready(Some(frame(2))));
     }
 
     #[test]
@@ -285,8 +329,7 @@ mod tests {
     fn taking_a_frame_wakes_a_sender_only_when_the_queue_was_full() {
         let (tx, mut rx) = write_queue(2);
         let body = Arc::new(Count::default());
-        let sender = Arc::new(Count::default());
-        let waker = Waker::from(Arc::clone(&sender));
+        let (sender, waker) = task();
         let mut cx = Context::from_waker(&waker);
         // A task waiting for the body's end (a listen stream in its select) is not woken by
         // the frames the body takes.
@@ -305,8 +348,7 @@ mod tests {
     fn a_waiting_send_goes_on_when_the_body_takes_a_frame_or_is_gone() {
         let (tx, mut rx) = write_queue(1);
         let body = Arc::new(Count::default());
-        let sender = Arc::new(Count::default());
-        let waker = Waker::from(Arc::clone(&sender));
+        let (sender, waker) = task();
         let mut cx = Context::from_waker(&waker);
         tx.try_send(frame(1)).unwrap();
         let mut send = std::pin::pin!(tx.send(frame(2)));
@@ -329,8 +371,7 @@ mod tests {
     #[test]
     fn closed_is_ready_once_the_body_is_gone() {
         let (tx, rx) = write_queue(1);
-        let sender = Arc::new(Count::default());
-        let waker = Waker::from(Arc::clone(&sender));
+        let (sender, waker) = task();
         let mut cx = Context::from_waker(&waker);
         let mut closed = std::pin::pin!(tx.closed());
         assert_eq!(closed.as_mut().poll(&mut cx), Poll::Pending);
