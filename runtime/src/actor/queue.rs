@@ -46,8 +46,9 @@ struct Inner {
 }
 
 /// The actor's end. The lock is held only to move a frame, a flag or a waker in or out:
-/// nothing is woken or dropped under it (a waker may run its task's scheduler; a frame's drop
-/// may free its buffer).
+/// nothing is woken under it (a waker may run its task's scheduler) and no frame or buffer is
+/// dropped under it (a frame's drop may free its buffer); a waker [`park`] replaces is
+/// dropped there, a count on its task.
 pub(crate) struct QueueTx(Arc<Mutex<Inner>>);
 
 /// The body's end (the same lock, the same rule).
