@@ -442,10 +442,12 @@ impl Finish {
         r: Result<Reply, ErrorObject>,
     ) -> Result<Bytes, Rejection> {
         match r {
-            Ok(v) => Ok(match self.sup.modern_results().tails().encode_reply(&self.method, &v) {
-                Ok(result) => encode_result_raw(id, &result),
-                Err(e) => encode_error(Some(id), &e),
-            }),
+            Ok(v) => Ok(self
+                .sup
+                .modern_results()
+                .tails()
+                .encode_response(id, &self.method, &v)
+                .unwrap_or_else(|e| encode_error(Some(id), &e))),
             Err(e) if e.code == code::MISSING_CLIENT_CAPABILITY => {
                 let capabilities = e
                     .data

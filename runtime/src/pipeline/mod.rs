@@ -209,6 +209,59 @@ mod tests {
     }
 
     #[test]
+    fn a_tool_that_does_not_wait_is_dispatched_answered_and_one_that_waits_pending_then_mapped() {
+        let tool =
+            |name: &str| crate::tools::ToolSpec::new(name, "a tool", json!({"type": "object"}));
+        let c = Catalog::builder()
+            .tool(crate::tools::tool_fn(tool("now"), |_, _| async {
+                Ok(crate::tools::CallToolResult::text("now"))
+            }))
+            .tool(crate::tools::tool_fn(tool("later"), |_, _| async {
+                tokio::task::yield_now().await;
+                Err(crate::tools::ToolError::Failed("later".into()))
+            }))
+            .tool(crate::tools::tool_fn(tool("boom"), |_, _| async {
+                if true {
+                    panic!("boom");
+                }
+                Ok(crate::tools::CallToolResult::text("never"))
+            }))
+            .build(crate::tools::ServerInfo {
+                name: "t".into(),
+                version: "0".into(),
+                instructions: None,
+            })
+            .unwrap();
+        let call = |name: &str| {
+            let params = json!({"name": name, "arguments": {}});
+            let out = Arc::new(stateless(&params));
+            c.dispatch("tools/call", Some(&params), move || {
+                ToolContext::new(
+                    JsonRpcId::Number(1),
+                    None,
+                    CancellationToken::new(),
+                    None,
+                    Arc::new(json!({})),
+                    None,
+                    out,
+                )
+            })
+        };
+        // Answered by dispatch itself: no future (nor its boxes) is handed on.
+        let Dispatch::Ready(Ok(now)) = call("now") else { panic!("answered at once") };
+        assert!(now == json!({"content": [{"type": "text", "text": "now"}]}));
+        // A tool that waits is handed on, and its failure is mapped once it ends.
+        let Dispatch::Pending(mut later) = call("later") else { panic!("it waits") };
+        let Poll::Ready(Ok(failed)) = waker_poll(&mut later) else {
+            panic!("done on its next poll")
+        };
+        assert!(failed == json!({"content": [{"type": "text", "text": "later"}], "isError": true}));
+        // A panic in that first poll is the call's internal error, as one in a later poll is.
+        let Dispatch::Ready(Err(e)) = call("boom") else { panic!("caught at once") };
+        assert_eq!(e.code, crate::proto::jsonrpc::code::INTERNAL_ERROR);
+    }
+
+    #[test]
     fn a_stateless_question_without_an_answer_waits_and_is_sealed_into_input_required() {
         let params = json!({"name": "t", "arguments": {}});
         let out = stateless(&params);

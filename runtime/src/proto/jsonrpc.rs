@@ -511,6 +511,14 @@ pub fn encode_result<R: Serialize + ?Sized>(id: &JsonRpcId, result: &R) -> Bytes
 /// to spare becomes `Bytes` through a second allocation (its shared header).
 #[must_use]
 pub fn encode_result_raw(id: &JsonRpcId, result: &[u8]) -> Bytes {
+    encode_result_parts(id, &[result])
+}
+
+/// As [`encode_result_raw`], the result given in pieces, written one after the other (their
+/// concatenation must be one valid JSON value): a result and the keys appended to it go out
+/// in one allocation, without being joined first.
+#[must_use]
+pub fn encode_result_parts(id: &JsonRpcId, parts: &[&[u8]]) -> Bytes {
     const HEAD: &[u8] = b"{\"jsonrpc\":\"2.0\",\"id\":";
     const MID: &[u8] = b",\"result\":";
     // The id printed first (most are short: on the stack), so the length is known.
@@ -525,11 +533,14 @@ pub fn encode_result_raw(id: &JsonRpcId, result: &[u8]) -> Bytes {
         long = serde_json::to_vec(id).unwrap_or_default();
         &long
     };
-    let mut out = Vec::with_capacity(HEAD.len() + id_text.len() + MID.len() + result.len() + 1);
+    let result_len: usize = parts.iter().map(|p| p.len()).sum();
+    let mut out = Vec::with_capacity(HEAD.len() + id_text.len() + MID.len() + result_len + 1);
     out.extend_from_slice(HEAD);
     out.extend_from_slice(id_text);
     out.extend_from_slice(MID);
-    out.extend_from_slice(result);
+    for p in parts {
+        out.extend_from_slice(p);
+    }
     out.push(b'}');
     debug_assert_eq!(out.len(), out.capacity());
     Bytes::from(out)

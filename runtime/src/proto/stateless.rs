@@ -11,11 +11,12 @@ pub(crate) mod headers;
 pub(crate) mod listen;
 pub(crate) mod state;
 
+use bytes::Bytes;
 use serde_json::Value;
 
 use super::ids::JsonRpcId;
 pub(crate) use super::jsonrpc::WireMeta;
-use super::jsonrpc::{ErrorObject, Reply};
+use super::jsonrpc::{ErrorObject, Reply, encode_result_parts, encode_result_raw};
 use super::mcp::LogLevel;
 
 /// The modern protocol version.
@@ -331,27 +332,51 @@ impl ResultTails {
     /// # Errors
     /// As [`Reply::into_value`], when the slow way cannot read the text back.
     pub fn encode_reply(&self, method: &str, result: &Reply) -> Result<Vec<u8>, ErrorObject> {
-        let text = match result {
-            Reply::Value(v) => return Ok(self.encode(method, v)),
-            Reply::Raw(r) => r.get().as_bytes(),
-        };
+        match self.appended(method, result) {
+            Some(parts) => Ok(parts.concat()),
+            None => self.encode_slow(method, result),
+        }
+    }
+
+    /// The whole response to request `id` whose result is `result` (the result as
+    /// [`ResultTails::encode_reply`] makes it), in one allocation when the tail is appended
+    /// to the reply's text.
+    ///
+    /// # Errors
+    /// As [`ResultTails::encode_reply`].
+    pub fn encode_response(
+        &self,
+        id: &JsonRpcId,
+        method: &str,
+        result: &Reply,
+    ) -> Result<Bytes, ErrorObject> {
+        match self.appended(method, result) {
+            Some(parts) => Ok(encode_result_parts(id, &parts)),
+            None => Ok(encode_result_raw(id, &self.encode_slow(method, result)?)),
+        }
+    }
+
+    /// A text reply with its tail appended, in pieces (the text without its closing brace,
+    /// a comma unless the object is empty, the tail, the brace); `None` when it is not
+    /// plain text to append to.
+    fn appended<'a>(&'a self, method: &str, result: &'a Reply) -> Option<[&'a [u8]; 4]> {
+        let Reply::Raw(r) = result else { return None };
+        let text = r.get().as_bytes();
         let plain = text.len() >= 2
             && text[0] == b'{'
             && text[text.len() - 1] == b'}'
             && self.keys.iter().all(|k| k.find(text).is_none());
         if !plain {
-            return Ok(self.encode(method, &*result.to_value()?));
+            return None;
         }
-        let tail = self.tail(method);
         let inner = &text[1..text.len() - 1];
-        let mut out = Vec::with_capacity(text.len() + tail.len() + 1);
-        out.extend_from_slice(&text[..text.len() - 1]);
-        if !inner.iter().all(u8::is_ascii_whitespace) {
-            out.push(b',');
-        }
-        out.extend_from_slice(tail);
-        out.push(b'}');
-        Ok(out)
+        let comma: &[u8] = if inner.iter().all(u8::is_ascii_whitespace) { b"" } else { b"," };
+        Some([&text[..text.len() - 1], comma, self.tail(method), b"}"])
+    }
+
+    /// A reply that is a value, or text read back to be merged.
+    fn encode_slow(&self, method: &str, result: &Reply) -> Result<Vec<u8>, ErrorObject> {
+        Ok(self.encode(method, &*result.to_value()?))
     }
 
     /// The keys appended to `method`'s result.

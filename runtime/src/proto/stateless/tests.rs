@@ -199,6 +199,19 @@ fn a_reply_sent_as_text_gets_the_same_tail_as_its_value() {
         assert_eq!(sent, from_value, "{method} {text}");
         let as_value = Reply::Value(value.clone());
         assert_eq!(tails.encode_reply(method, &as_value).unwrap(), tails.encode(method, &value));
+        // The whole response: the envelope around that result, in one allocation of its
+        // length when the tail is appended to the text (a short id and one past the stack's
+        // 48 bytes alike).
+        for id in [JsonRpcId::Number(7), JsonRpcId::String("i".repeat(60).into())] {
+            let whole = tails.encode_response(&id, method, &raw).unwrap();
+            let expected = crate::proto::jsonrpc::encode_result_raw(
+                &id,
+                &tails.encode_reply(method, &raw).unwrap(),
+            );
+            assert_eq!(whole, expected, "{method} {text}");
+            let m = whole.try_into_mut().expect("not shared");
+            assert_eq!(m.capacity(), m.len(), "{method} {text}");
+        }
     }
     // The text itself is sent, its tail appended (not read back and written sorted).
     let plain = String::from_utf8(tails.plain.clone()).unwrap();
