@@ -262,6 +262,24 @@ mod tests {
     }
 
     #[test]
+    fn continue_as_task_waits_for_as_long_as_the_first_poll_lasts() {
+        // The catalog polls a handler once, the shell's first poll may poll it again: the
+        // handler must still be waiting when the shell decides to make it a task.
+        let sink = Arc::new(StatelessSink::new(true, Inputs::none(), true));
+        let out = Outbound::Stateless(Arc::clone(&sink));
+        let mut go_on = out.continue_as_task();
+        assert!(waker_poll(&mut go_on).is_pending());
+        assert!(waker_poll(&mut go_on).is_pending(), "a second poll of the first");
+        sink.first_poll_done();
+        assert!(waker_poll(&mut go_on).is_ready(), "it goes on as the task");
+        // Once the first poll is over, or where no task may be made, it never waits.
+        assert!(waker_poll(&mut out.continue_as_task()).is_ready());
+        let no_task =
+            Outbound::Stateless(Arc::new(StatelessSink::new(true, Inputs::none(), false)));
+        assert!(waker_poll(&mut no_task.continue_as_task()).is_ready());
+    }
+
+    #[test]
     fn a_stateless_question_without_an_answer_waits_and_is_sealed_into_input_required() {
         let params = json!({"name": "t", "arguments": {}});
         let out = stateless(&params);
