@@ -40,6 +40,46 @@ use super::{Durability, Named, Op, OpenError, Store, StoreError};
 /// (bench/results/issue23-2026-12-05-round10-writer-cache/).
 const WRITER_CACHE_KIB: u32 = 4096;
 
+/// Statements the writer's connection keeps prepared: more than it uses (about 30).
+const WRITER_STATEMENTS: usize = 64;
+
+/// A transaction on the writer's connection whose `BEGIN` and `COMMIT` are prepared once and
+/// kept: rusqlite's `Connection::transaction` runs them through `execute_batch`, which parses
+/// each anew, about 2,600 instructions apiece on every batch (issue 23: a fifteenth of an
+/// `initialize`'s, `bench/results/issue23-2026-12-06-round17/`). Dropped without a commit (an
+/// error, or a commit that failed), it rolls back.
+struct WriteTx<'c> {
+    conn: &'c Connection,
+}
+
+impl<'c> WriteTx<'c> {
+    fn begin(conn: &'c Connection) -> rusqlite::Result<WriteTx<'c>> {
+        conn.prepare_cached("BEGIN DEFERRED")?.execute([])?;
+        Ok(WriteTx { conn })
+    }
+
+    fn commit(self) -> rusqlite::Result<()> {
+        self.conn.prepare_cached("COMMIT")?.execute([]).map(drop)
+    }
+}
+
+impl std::ops::Deref for WriteTx<'_> {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        self.conn
+    }
+}
+
+impl Drop for WriteTx<'_> {
+    fn drop(&mut self) {
+        // Still open: not committed, or its commit failed.
+        if !self.conn.is_autocommit() {
+            let _ = self.conn.prepare_cached("ROLLBACK").and_then(|mut s| s.execute([]));
+        }
+    }
+}
+
 /// SQLite's `PRAGMA application_id` of a ledger: "MCPH".
 pub(crate) const APPLICATION_ID: u32 = 0x4D43_5048;
 /// SQLite's `PRAGMA user_version` of a ledger: the schema version this release writes and
@@ -262,6 +302,9 @@ impl SqliteStore {
         writer
             .execute_batch(&format!("PRAGMA cache_size = -{WRITER_CACHE_KIB};"))
             .map_err(|e| store_err(backend(e)))?;
+        // Every statement the writer runs stays prepared (rusqlite keeps 16 by default; the
+        // writer's batches, sweeps and counters use more, and one evicted is parsed again).
+        writer.set_prepared_statement_cache_capacity(WRITER_STATEMENTS);
         let schema: String = writer
             .query_row("SELECT v FROM meta WHERE k = 'schema'", [], |r| r.get(0))
             .map_err(|e| store_err(backend(e)))?;
@@ -306,7 +349,7 @@ fn named(of: Named) -> &'static str {
     }
 }
 
-fn apply_one(tx: &rusqlite::Transaction<'_>, op: &Op) -> rusqlite::Result<()> {
+fn apply_one(tx: &WriteTx<'_>, op: &Op) -> rusqlite::Result<()> {
     match op {
         Op::Put { key, value, expires_ms } => {
             tx.prepare_cached("INSERT INTO kv (key, value, expires) VALUES (?1, ?2, ?3) ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires = excluded.expires")?
@@ -391,10 +434,7 @@ struct LogTail {
 }
 
 /// Write the logs' rows and trims for the appends folded so far, and forget them.
-fn write_tails(
-    tx: &rusqlite::Transaction<'_>,
-    logs: &mut HashMap<Arc<str>, LogTail>,
-) -> rusqlite::Result<()> {
+fn write_tails(tx: &WriteTx<'_>, logs: &mut HashMap<Arc<str>, LogTail>) -> rusqlite::Result<()> {
     for (log, t) in logs.drain() {
         if t.row_stale {
             tx.prepare_cached(
@@ -412,8 +452,8 @@ fn write_tails(
 
 impl Store for SqliteStore {
     fn apply(&self, ops: &[Op]) -> Result<(), StoreError> {
-        let mut conn = self.writer.lock();
-        let tx = conn.transaction().map_err(backend)?;
+        let conn = self.writer.lock();
+        let tx = WriteTx::begin(&conn).map_err(backend)?;
         // Appends are folded per log: each event is one insert, and each log's row and trim
         // are written once per batch (before anything else that touches logs, and at the end).
         let mut logs: HashMap<Arc<str>, LogTail> = HashMap::new();
@@ -584,8 +624,8 @@ impl Store for SqliteStore {
     }
 
     fn sweep(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError> {
-        let mut conn = self.writer.lock();
-        let tx = conn.transaction().map_err(backend)?;
+        let conn = self.writer.lock();
+        let tx = WriteTx::begin(&conn).map_err(backend)?;
         let (now, limit) = (ms(now_ms), i64::try_from(limit).unwrap_or(i64::MAX));
         let keys = tx
             .execute(
@@ -666,8 +706,8 @@ impl Store for SqliteStore {
 
     fn incr(&self, key: &str, floor: u64, expires_ms: u64, now_ms: u64) -> Result<u64, StoreError> {
         // On the writer's connection, in a transaction of its own (waits for a batch).
-        let mut conn = self.writer.lock();
-        let tx = conn.transaction().map_err(backend)?;
+        let conn = self.writer.lock();
+        let tx = WriteTx::begin(&conn).map_err(backend)?;
         let found: Option<(Vec<u8>, i64)> = tx
             .prepare_cached("SELECT value, expires FROM kv WHERE key = ?1 AND expires > ?2")
             .and_then(|mut q| {
@@ -720,6 +760,34 @@ mod tests {
         let new = dir.path().join("new.db");
         drop(SqliteStore::open(&new).unwrap());
         assert!(!layout(&new).contains("WITHOUT ROWID"), "a new one is a rowid table");
+    }
+
+    #[test]
+    fn a_write_transaction_dropped_uncommitted_rolls_back_and_a_committed_one_stays() {
+        let c = Connection::open_in_memory().unwrap();
+        c.execute_batch("CREATE TABLE t (x INTEGER)").unwrap();
+        let count = |c: &Connection| -> i64 {
+            c.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).unwrap()
+        };
+        for round in 0..3 {
+            {
+                let tx = WriteTx::begin(&c).unwrap();
+                tx.execute("INSERT INTO t VALUES (1)", []).unwrap();
+                assert!(!c.is_autocommit(), "in its transaction");
+            }
+            assert!(c.is_autocommit(), "rolled back, nothing left open (round {round})");
+            assert_eq!(count(&c), round, "the dropped insert is gone");
+            let tx = WriteTx::begin(&c).unwrap();
+            tx.execute("INSERT INTO t VALUES (2)", []).unwrap();
+            tx.commit().unwrap();
+            assert!(c.is_autocommit());
+            assert_eq!(count(&c), round + 1, "the committed insert stays");
+        }
+        // A second BEGIN inside it is refused (and ends nothing): the first still rolls back.
+        let tx = WriteTx::begin(&c).unwrap();
+        assert!(WriteTx::begin(&c).is_err(), "no transaction inside another");
+        drop(tx);
+        assert!(c.is_autocommit());
     }
 
     #[test]
