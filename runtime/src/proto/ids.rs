@@ -117,14 +117,23 @@ impl SessionId {
     /// any other id (one minted without its time, one a client made up).
     #[must_use]
     pub fn minted_at(&self) -> Option<u64> {
-        let mut parts = self.0.split('.');
-        let (_generation, at, _random) = (parts.next()?, parts.next()?, parts.next()?);
-        let hex =
-            at.len() == 12 && at.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-        if !hex || parts.next().is_some() {
+        // Three parts split by dots, the second 12 lowercase hex digits (read as bytes: a
+        // `split` walks the id by characters, and every handshake reads this two or three
+        // times).
+        let b = self.0.as_bytes();
+        let first = memchr::memchr(b'.', b)?;
+        let at = b.get(first + 1..first + 13)?;
+        if b.get(first + 13) != Some(&b'.') || memchr::memchr(b'.', &b[first + 14..]).is_some() {
             return None;
         }
-        u64::from_str_radix(at, 16).ok()
+        at.iter().try_fold(0u64, |n, &d| {
+            let v = match d {
+                b'0'..=b'9' => d - b'0',
+                b'a'..=b'f' => d - b'a' + 10,
+                _ => return None,
+            };
+            Some(n << 4 | u64::from(v))
+        })
     }
 }
 
@@ -197,6 +206,58 @@ mod tests {
         assert!(SessionId::parse("").is_none());
         assert!(SessionId::parse("abc\tdef").is_none());
         assert_eq!(SessionId::parse("a-b_c.~!").unwrap().as_str(), "a-b_c.~!");
+    }
+
+    #[test]
+    fn minted_at_reads_ids_as_the_split_by_dots_it_replaces() {
+        fn by_split(id: &str) -> Option<u64> {
+            let mut parts = id.split('.');
+            let (_generation, at, _random) = (parts.next()?, parts.next()?, parts.next()?);
+            let hex = at.len() == 12
+                && at.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+            if !hex || parts.next().is_some() {
+                return None;
+            }
+            u64::from_str_radix(at, 16).ok()
+        }
+        // Every id of up to 16 characters over an alphabet of the cases' characters, walked
+        // by a fixed pseudo-random sequence; and the edges by hand.
+        let alphabet = b"0123456789abcdefAG.x-";
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut ids: Vec<String> = [
+            ".019412345678.",
+            "3.019412345678.",
+            ".ffffffffffff.x",
+            "3..019412345678.x",
+            "3.019412345678..",
+            "3.0194123456780.",
+            "..",
+        ]
+        .map(String::from)
+        .to_vec();
+        for _ in 0..20_000 {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            let len = 13 + (seed >> 60) as usize;
+            let mut id = String::new();
+            for i in 0..len {
+                let r = seed.rotate_left(7 * i as u32) ^ (i as u64).wrapping_mul(0x2545_f491);
+                // Mostly hex digits, a dot about one time in six.
+                let c = if r.is_multiple_of(6) {
+                    b'.'
+                } else {
+                    alphabet[(r >> 8) as usize % alphabet.len()]
+                };
+                id.push(c as char);
+            }
+            ids.push(id);
+        }
+        let mut some = 0;
+        for id in &ids {
+            let id = SessionId(id.as_str().into());
+            assert_eq!(id.minted_at(), by_split(id.as_str()), "{}", id.as_str());
+            some += usize::from(id.minted_at().is_some());
+        }
+        assert!(some >= 3, "ids with a time are among them ({some})");
     }
 
     #[test]
