@@ -15,6 +15,8 @@ Usage:
   python3 bench/instructions.py NAME=PATH [NAME=PATH ...] [--n1 1000] [--n2 4000] [--json-out FILE]
       [--modern] [--initialize]
       [--keep-dir DIR]   (keep each callgrind profile as DIR/NAME-MODE-N.out, for callgrind_annotate)
+      [--alloc-callers N] (the N functions that call the allocator most a request, by the same
+                          difference; inlined functions count as their caller)
   python3 bench/instructions.py --check bench/baseline.json new=target/release/mcp-host
       (the regression guard of the test command: each mode of the baseline measured with its n1
       and n2; exit status 1 when one grew more than its tolerance, 10 %)
@@ -23,6 +25,7 @@ Needs valgrind. Talks to 127.0.0.1 only; stops every host it starts.
 """
 
 import argparse
+import collections
 import http.client
 import json
 import os
@@ -94,9 +97,9 @@ def count(cmd, n, mode, keep=None):
         workdir.cleanup()
 
 
-def serve(c, host, out, n, headers, method, params):
-    """Send `n` requests of `method`, stop the host, return its instruction total and its
-    allocator calls."""
+def serve(c, host, out, n, headers, method, params, alloc_functions=ALLOC_FUNCTIONS):
+    """Send `n` requests of `method`, stop the host (SIGTERM), return its instruction total
+    and its calls to `alloc_functions` ([`read_profile`])."""
     for i in range(n):
         body = {"jsonrpc": "2.0", "id": i + 1, "method": method, "params": params(i)}
         c.request("POST", "/mcp", json.dumps(body), headers)
@@ -107,36 +110,55 @@ def serve(c, host, out, n, headers, method, params):
     c.close()
     host.send_signal(signal.SIGTERM)
     host.wait(timeout=120)
+    return read_profile(out, alloc_functions)
+
+
+def read_profile(out, alloc_functions):
+    """A callgrind profile's instruction total, its calls to the functions `alloc_functions`
+    matches, and those calls by calling function (a Counter; functions inlined into their
+    caller count as it)."""
     total = None
     allocs = 0
-    names = {}
-    callee = None
+    callers = collections.Counter()
+    names = {}  # functions and callees share one table of compressed names
+    caller = callee = None
+
+    def named(text):
+        ref, _, name = text.strip().partition(" ")
+        if name:
+            names[ref] = name
+        return names.get(ref, ref)
+
     with open(out, errors="replace") as f:
         for line in f:
-            # Calls to an allocation function, from the profile's call records: `cfn=(id) name`
-            # names the callee (later only `cfn=(id)`), the `calls=N` line after it counts them.
-            if line.startswith("cfn="):
-                ref, _, name = line[4:].strip().partition(" ")
-                if name:
-                    names[ref] = name
-                callee = names.get(ref, ref)
+            # Calls to an allocation function, from the profile's call records: `fn=(id) name`
+            # names the function whose costs follow, `cfn=(id) name` a callee (later only
+            # `(id)`), the `calls=N` line after it counts them.
+            if line.startswith("fn="):
+                caller = named(line[3:])
+            elif line.startswith("cfn="):
+                callee = named(line[4:])
             elif line.startswith("calls=") and callee is not None:
-                if ALLOC_FUNCTIONS.match(callee.split(" ")[0].split("'")[0]):
-                    allocs += int(line[6:].split()[0])
+                if alloc_functions.match(callee.split(" ")[0].split("'")[0]):
+                    n = int(line[6:].split()[0])
+                    allocs += n
+                    callers[caller] += n
                 callee = None
             elif line.startswith(("summary:", "totals:")):
                 total = int(line.split()[1])
     if total is None:
         raise RuntimeError("callgrind wrote no total")
-    return total, allocs
+    return total, allocs, callers
 
 
 def per_request(cmd, mode, n1, n2, keep_dir=None, name="build"):
     """Instructions and allocations (calls to malloc and its kin, glibc's or jemalloc's, every
     thread) of one request."""
     keep = (lambda n: os.path.join(keep_dir, f"{name}-{mode.replace(' ', '-')}-{n}.out")) if keep_dir else (lambda n: None)
-    (i2, a2), (i1, a1) = count(cmd, n2, mode, keep(n2)), count(cmd, n1, mode, keep(n1))
-    return (i2 - i1) / (n2 - n1), (a2 - a1) / (n2 - n1)
+    (i2, a2, c2), (i1, a1, c1) = count(cmd, n2, mode, keep(n2)), count(cmd, n1, mode, keep(n1))
+    n = n2 - n1
+    callers = {k: (c2[k] - c1.get(k, 0)) / n for k in c2}
+    return (i2 - i1) / n, (a2 - a1) / n, callers
 
 
 def verdict(measured, baseline, tol):
@@ -165,7 +187,7 @@ def check(a):
     failed = []
     rows = []
     for mode, want in base["instructions_per_request"].items():
-        got, _ = per_request(spec.split(","), mode, base["n1"], base["n2"], a.keep_dir, name)
+        got, _, _ = per_request(spec.split(","), mode, base["n1"], base["n2"], a.keep_dir, name)
         v = verdict(got, want, tol)
         if v == "FAIL":
             failed.append(mode)
@@ -188,6 +210,8 @@ def main():
     ap.add_argument("--keep-dir")
     ap.add_argument("--modern", action="store_true", help="also count 2026-07-28 stateless calls (no session) on each build")
     ap.add_argument("--initialize", action="store_true", help="also count initialize (a new session each)")
+    ap.add_argument("--alloc-callers", type=int, default=0, metavar="N",
+                    help="also print (and keep in --json-out) the N functions that call the allocator most a request")
     ap.add_argument("--check", metavar="BASELINE", help="measure the one build in the modes of BASELINE (JSON) and fail past its tolerance")
     ap.add_argument("--self-test", action="store_true", help="check the verdict rule only (no valgrind)")
     a = ap.parse_args()
@@ -202,10 +226,16 @@ def main():
     for mode in modes:
         for b in a.builds:
             name, spec = b.split("=", 1)
-            per, allocs = per_request(spec.split(","), mode, a.n1, a.n2, a.keep_dir, name)
-            rows.append({"build": name, "mode": mode, "instructions_per_request": round(per),
-                         "allocations_per_request": round(allocs, 1)})
+            per, allocs, callers = per_request(spec.split(","), mode, a.n1, a.n2, a.keep_dir, name)
+            row = {"build": name, "mode": mode, "instructions_per_request": round(per),
+                   "allocations_per_request": round(allocs, 1)}
             print(f"| {name} | {mode} | {per:,.0f} | {allocs:.1f} allocations |", flush=True)
+            if a.alloc_callers:
+                top = sorted(((v, k) for k, v in callers.items() if v >= 0.05), reverse=True)[:a.alloc_callers]
+                row["allocations_by_caller"] = {k: round(v, 2) for v, k in top}
+                for v, k in top:
+                    print(f"    {v:5.2f}  {k[:150]}", flush=True)
+            rows.append(row)
     if a.json_out:
         with open(a.json_out, "w") as f:
             json.dump({"n1": a.n1, "n2": a.n2, "rows": rows}, f, indent=2)
