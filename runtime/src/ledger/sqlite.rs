@@ -47,7 +47,9 @@ const WRITER_STATEMENTS: usize = 64;
 /// kept: rusqlite's `Connection::transaction` runs them through `execute_batch`, which parses
 /// each anew, about 2,600 instructions apiece on every batch (issue 23: a fifteenth of an
 /// `initialize`'s, `bench/results/issue23-2026-12-06-round17/`). Dropped without a commit (an
-/// error, or a commit that failed), it rolls back.
+/// error, or a commit that failed), it rolls back. It borrows the connection shared, so a
+/// second one begun inside it is refused by SQLite when it runs, not by the compiler (the
+/// writer's lock is held for each).
 struct WriteTx<'c> {
     conn: &'c Connection,
 }
@@ -788,6 +790,22 @@ mod tests {
         assert!(WriteTx::begin(&c).is_err(), "no transaction inside another");
         drop(tx);
         assert!(c.is_autocommit());
+        // A COMMIT that fails (a deferred constraint broken) leaves SQLite's transaction open;
+        // the commit's own drop rolls it back, and the next one begins.
+        c.execute_batch(
+            "PRAGMA foreign_keys = ON; CREATE TABLE p (id INTEGER PRIMARY KEY);
+             CREATE TABLE ch (p INTEGER REFERENCES p (id) DEFERRABLE INITIALLY DEFERRED);",
+        )
+        .unwrap();
+        let tx = WriteTx::begin(&c).unwrap();
+        tx.execute("INSERT INTO ch VALUES (7)", []).unwrap();
+        tx.execute("INSERT INTO t VALUES (3)", []).unwrap();
+        assert!(tx.commit().is_err(), "the commit fails");
+        assert!(c.is_autocommit(), "rolled back as the failed commit dropped it");
+        assert_eq!(count(&c), 3, "the failed transaction's insert is gone");
+        let none: i64 = c.query_row("SELECT count(*) FROM ch", [], |r| r.get(0)).unwrap();
+        assert_eq!(none, 0);
+        WriteTx::begin(&c).unwrap().commit().unwrap();
     }
 
     #[test]

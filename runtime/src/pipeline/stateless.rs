@@ -27,7 +27,7 @@ pub(crate) struct StatelessSink {
     /// The call may become a task.
     task_ok: bool,
     /// The handler has not been polled yet, or is in its first poll (`continue_as_task`
-    /// yields until it is over: [`StatelessSink::first_poll_done`]).
+    /// yields then).
     first_poll: AtomicBool,
     /// Once it runs as a task: its run (questions go there).
     task: Mutex<Option<(Arc<Tasks>, Arc<Run>)>>,
@@ -197,16 +197,15 @@ impl StatelessSink {
         *self.queue.lock() = Queue::Closed;
     }
 
-    pub(super) fn continue_as_task(self: &Arc<Self>) -> BoxFuture<()> {
+    pub(super) fn continue_as_task(&self) -> BoxFuture<()> {
         if self.task_ok && self.first_poll.load(Ordering::Acquire) {
-            // Pending while the first poll lasts (the catalog's poll of a handler and the
-            // shell's may both come before the shell decides): the first poll ends here, and
-            // the shell makes the call a task, whose next poll goes on.
-            let sink = Arc::clone(self);
+            // Pending once: the first poll ends here, and the shell makes the call a task.
+            let mut yielded = false;
             return Box::pin(std::future::poll_fn(move |cx| {
-                if !sink.first_poll.load(Ordering::Acquire) {
+                if yielded {
                     return Poll::Ready(());
                 }
+                yielded = true;
                 cx.waker().wake_by_ref();
                 Poll::Pending
             }));

@@ -602,11 +602,14 @@ impl Catalog {
                 "Invalid arguments: {msg}"
             )))));
         }
-        settle(tool.call(args, self.context(cx)), move |r| match r {
-            Ok(r) => Ok(reply(&r)),
-            Err(ToolError::Failed(msg)) => Ok(reply(&CallToolResult::error(msg))),
-            Err(ToolError::Protocol(e)) => Err(e),
-        })
+        let fut = tool.call(args, self.context(cx));
+        Dispatch::Pending(Box::pin(async move {
+            match fut.await {
+                Ok(r) => Ok(reply(&r)),
+                Err(ToolError::Failed(msg)) => Ok(reply(&CallToolResult::error(msg))),
+                Err(ToolError::Protocol(e)) => Err(e),
+            }
+        }))
     }
 
     fn read_resource(&self, params: Option<&Value>, cx: impl FnOnce() -> ToolContext) -> Dispatch {
@@ -626,12 +629,14 @@ impl Catalog {
         } else {
             return Dispatch::Ready(Err(resource_not_found(&uri)));
         };
-        /// A `resources/read` result.
-        #[derive(serde::Serialize)]
-        struct Read<T> {
-            contents: T,
-        }
-        settle(fut, |r| r.map(|contents| Reply::of(&Read { contents })))
+        Dispatch::Pending(Box::pin(async move {
+            /// A `resources/read` result.
+            #[derive(serde::Serialize)]
+            struct Read<T> {
+                contents: T,
+            }
+            fut.await.map(|contents| Reply::of(&Read { contents }))
+        }))
     }
 
     fn get_prompt(&self, params: Option<&Value>, cx: impl FnOnce() -> ToolContext) -> Dispatch {
@@ -656,24 +661,8 @@ impl Catalog {
                 ))));
             }
         }
-        settle(prompt.get(args, self.context(cx)), |r| r.map(|r| Reply::of(&r)))
-    }
-}
-
-/// A handler's future polled once at once, with a waker that does nothing (as
-/// [`crate::pipeline::first_poll`] would poll it next): one that finishes without waiting is
-/// answered `Ready`, without the two boxes its mapping and [`Catalog::dispatch`]'s panic
-/// guard would take (an allocation each, on every call of a tool that does not wait); one
-/// that waits is handed on, mapped by `map`. Its panic unwinds to the caller, as a panic in
-/// the code that made the future does.
-fn settle<T: 'static>(
-    mut fut: BoxFuture<T>,
-    map: impl FnOnce(T) -> Result<Reply, ErrorObject> + Send + 'static,
-) -> Dispatch {
-    let noop = &mut std::task::Context::from_waker(std::task::Waker::noop());
-    match fut.as_mut().poll(noop) {
-        std::task::Poll::Ready(v) => Dispatch::Ready(map(v)),
-        std::task::Poll::Pending => Dispatch::Pending(Box::pin(async move { map(fut.await) })),
+        let fut = prompt.get(args, self.context(cx));
+        Dispatch::Pending(Box::pin(async move { fut.await.map(|r| Reply::of(&r)) }))
     }
 }
 
