@@ -279,28 +279,9 @@ pub(crate) struct Restore {
 }
 
 /// What a request needs to reach a session without messaging it: its address, owner and
-/// cursor signer. Every request's look-up clones it: one count, not a clone of each part (an
-/// actix address's clone alone takes two allocations).
+/// cursor signer.
 #[derive(Debug, Clone)]
-pub struct SessionHandle(Arc<SessionHandleParts>);
-
-impl SessionHandle {
-    pub(crate) fn new(parts: SessionHandleParts) -> SessionHandle {
-        SessionHandle(Arc::new(parts))
-    }
-}
-
-impl std::ops::Deref for SessionHandle {
-    type Target = SessionHandleParts;
-
-    fn deref(&self) -> &SessionHandleParts {
-        &self.0
-    }
-}
-
-/// The parts of a [`SessionHandle`].
-#[derive(Debug)]
-pub struct SessionHandleParts {
+pub struct SessionHandle {
     /// The session actor.
     pub addr: Addr<SessionActor>,
     /// Requests' messages waiting in the session's mailbox.
