@@ -698,6 +698,115 @@ pub fn configure(path: &str, sup: Arc<Supervisor>) -> impl FnOnce(&mut web::Serv
 mod tests {
     use super::*;
 
+    fn headers(pairs: &[(&str, &[u8])]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (name, value) in pairs {
+            h.append(
+                header::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                header::HeaderValue::from_bytes(value).unwrap(),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn request_head_reads_each_header_admission_uses_by_any_spelling_and_ignores_others() {
+        let h = headers(&[
+            ("Accept", b"application/json"),
+            ("content-type", b"application/json"),
+            ("MCP-Session-Id", b"1.abc"),
+            ("Mcp-Protocol-Version", b"2025-11-25"),
+            ("Origin", b"http://localhost"),
+            ("Host", b"127.0.0.1"),
+            ("Last-Event-ID", b"cursor"),
+            ("Authorization", b"Bearer t"),
+            ("Access-Control-Request-Method", b"POST"),
+            ("Mcp-Method", b"tools/call"),
+            ("Mcp-Name", b"echo"),
+            ("X-Other", b"ignored"),
+        ]);
+        let head = request_head(HttpMethod::Post, &h);
+        let read = [
+            head.accept,
+            head.content_type,
+            head.session_id,
+            head.protocol_version,
+            head.origin,
+            head.host,
+            head.last_event_id,
+            head.authorization,
+            head.cors_request_method,
+            head.mcp_method,
+            head.mcp_name,
+        ];
+        let sent = [
+            "application/json",
+            "application/json",
+            "1.abc",
+            "2025-11-25",
+            "http://localhost",
+            "127.0.0.1",
+            "cursor",
+            "Bearer t",
+            "POST",
+            "tools/call",
+            "echo",
+        ];
+        assert_eq!(read, sent.map(Some));
+        assert_eq!(
+            (head.invalid_header, head.invalid_session_header, head.invalid_modern_header),
+            (None, None, None)
+        );
+        let other = headers(&[("X-Other", b"1")]);
+        let none = request_head(HttpMethod::Get, &other);
+        assert_eq!((none.accept, none.session_id, none.host), (None, None, None));
+    }
+
+    #[test]
+    fn request_head_reads_a_repeated_headers_first_value_as_a_lookup_does() {
+        let h = headers(&[
+            ("Mcp-Session-Id", b"first"),
+            ("Mcp-Session-Id", b"second"),
+            ("Accept", b"text/event-stream"),
+            ("Accept", b"\xff"),
+        ]);
+        let head = request_head(HttpMethod::Post, &h);
+        assert_eq!(head.session_id, h.get(SESSION_HEADER).and_then(|v| v.to_str().ok()));
+        assert_eq!(head.session_id, Some("first"));
+        assert_eq!(head.accept, Some("text/event-stream"));
+        assert_eq!(head.invalid_header, None, "a later value is not read, valid or not");
+        // A first value that is not visible ASCII is invalid even when a later one is fine.
+        let h = headers(&[("Accept", b"\xff"), ("Accept", b"application/json")]);
+        let head = request_head(HttpMethod::Post, &h);
+        assert_eq!((head.accept, head.invalid_header), (None, Some("Accept")));
+    }
+
+    #[test]
+    fn request_head_names_the_first_invalid_header_of_each_kind_in_a_fixed_order() {
+        // Many invalid headers, whatever order the map keeps them in: the same report.
+        let bad: &[u8] = b"\xff";
+        let h = headers(&[
+            ("Mcp-Name", bad),
+            ("Last-Event-ID", bad),
+            ("Host", bad),
+            ("Mcp-Method", bad),
+            ("Mcp-Session-Id", bad),
+            ("Accept", bad),
+            ("Origin", b"http://ok"),
+        ]);
+        let head = request_head(HttpMethod::Post, &h);
+        assert_eq!(head.invalid_header, Some("Accept"));
+        assert_eq!(head.invalid_session_header, Some("MCP-Session-Id"));
+        assert_eq!(head.invalid_modern_header, Some("Mcp-Method"));
+        assert_eq!((head.accept, head.session_id, head.origin), (None, None, Some("http://ok")));
+        let h = headers(&[("Mcp-Name", bad), ("Host", bad)]);
+        let only = request_head(HttpMethod::Post, &h);
+        assert_eq!(
+            (only.invalid_header, only.invalid_session_header, only.invalid_modern_header),
+            (Some("Host"), None, Some("Mcp-Name"))
+        );
+    }
+
     #[test]
     fn ipv6_callers_are_counted_by_prefix_and_ipv4_whole() {
         let key =
