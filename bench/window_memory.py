@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""Memory of the replay window on its own (issue 23, item 5): RSS of N open SSE streams that
+each hold K events in their window, against the same N streams holding none.
+
+Each stream is a `tools/call soak_flood {count: K, bytes: B, hold_ms: H}` on a session of its
+own (2025-11-25, Accept: text/event-stream): the tool sends K log messages of a B-byte pad on
+its stream, then holds it open for H ms before it answers. The client reads every event as it
+comes (the window holds them for a resume, not because the socket is full), and the host's
+RSS is read while every stream is held. Per count, a fresh host in a temporary directory (its
+own SQLite ledger, default settings: `sse.replay_max_events` 1,024, `sse.replay_max_bytes`
+1 MiB; the bench's session caps raised, `bench/peers/ours-bench.toml`).
+
+Reported per K: RSS with the N streams held, the growth over K = 0 per stream and per event
+the window holds (K, or fewer when a bound evicts: at most 1,024 events and 1 MiB of frames),
+and the bytes of one event's frame as sent (so the overhead per event beside its own bytes).
+
+Usage: python3 bench/window_memory.py [--host-bin target/release/mcp-host] [--streams 200]
+           [--counts 0,16,128,1024] [--bytes 100] [--hold-ms 10000] [--json-out FILE]
+Loopback only; every host and connection it starts is stopped, on success and on failure.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import tempfile
+import time
+from urllib.parse import urlsplit
+
+from hostproc import rss_kib, spawn_host
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+INIT = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "window-memory", "version": "1"}}
+STEP_TIMEOUT = 30.0
+# The host's default window (`sse.replay_max_events`, `sse.replay_max_bytes`): the events a
+# stream holds at most, and their frames' bytes (the newest is kept whatever its size).
+MAX_EVENTS, MAX_BYTES = 1024, 1 << 20
+
+
+def request(host, port, headers, body):
+    body = json.dumps(body, separators=(",", ":")).encode()
+    h = {"Host": f"{host}:{port}", "Accept": "application/json, text/event-stream",
+         "Content-Type": "application/json", "Content-Length": str(len(body)), **headers}
+    return ("POST /mcp HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in h.items()) + "\r\n").encode() + body
+
+
+async def head(r):
+    raw = await asyncio.wait_for(r.readuntil(b"\r\n\r\n"), STEP_TIMEOUT)
+    lines = raw.decode("latin-1").split("\r\n")
+    hdrs = {l.split(":", 1)[0].strip().lower(): l.split(":", 1)[1].strip() for l in lines[1:] if ":" in l}
+    return int(lines[0].split()[1]), hdrs
+
+
+async def body(r, hdrs):
+    """A whole response body (Content-Length or chunked)."""
+    if "content-length" in hdrs:
+        return await asyncio.wait_for(r.readexactly(int(hdrs["content-length"])), STEP_TIMEOUT)
+    out = b""
+    while True:
+        size = int((await asyncio.wait_for(r.readline(), STEP_TIMEOUT)).strip(), 16)
+        chunk = await asyncio.wait_for(r.readexactly(size + 2), STEP_TIMEOUT)
+        if size == 0:
+            return out
+        out += chunk[:-2]
+
+
+async def chunks(r):
+    """The chunks of a chunked body as they come (the SSE stream's frames)."""
+    while True:
+        size = int((await asyncio.wait_for(r.readline(), STEP_TIMEOUT)).strip(), 16)
+        chunk = await asyncio.wait_for(r.readexactly(size + 2), STEP_TIMEOUT)
+        if size == 0:
+            return
+        yield chunk[:-2]
+
+
+async def one_stream(host, port, count, pad, hold_ms, held, frames):
+    """A session, then its flood call: returns once its answer came. `held` is set once every
+    log event of the call was read (the stream then only waits for the answer)."""
+    r, w = await asyncio.open_connection(host, port)
+    try:
+        w.write(request(host, port, {}, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT}))
+        status, hdrs = await head(r)
+        await body(r, hdrs)
+        if status != 200 or "mcp-session-id" not in hdrs:
+            raise RuntimeError(f"initialize: {status}")
+        sid = {"Mcp-Session-Id": hdrs["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
+        w.write(request(host, port, sid, {"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        status, hdrs = await head(r)
+        await body(r, hdrs)
+        args = {"count": count, "bytes": pad, "hold_ms": hold_ms}
+        w.write(request(host, port, sid, {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                                          "params": {"name": "soak_flood", "arguments": args}}))
+        status, hdrs = await head(r)
+        if status != 200 or not hdrs.get("content-type", "").startswith("text/event-stream"):
+            raise RuntimeError(f"tools/call: {status} {hdrs.get('content-type')}")
+        text, logs = b"", 0
+        if count == 0:
+            held.release()
+        async for c in chunks(r):
+            text += c
+            while b"\n\n" in text:
+                frame, text = text.split(b"\n\n", 1)
+                if b'"notifications/message"' in frame:
+                    logs += 1
+                    frames.append(len(frame) + 2)
+                    if logs == count:
+                        held.release()
+                elif b'"result"' in frame:
+                    if logs != count:
+                        raise RuntimeError(f"answered after {logs} of {count} log events: {frame[:300]!r}")
+                    return
+        raise RuntimeError("the stream ended without its answer")
+    finally:
+        w.close()
+
+
+async def measure(host_pid, url, n, count, pad, hold_ms):
+    u = urlsplit(url)
+    held = asyncio.Semaphore(0)
+    frames = []
+    failed = []
+
+    async def guarded():
+        try:
+            await one_stream(u.hostname, u.port, count, pad, hold_ms, held, frames)
+        except Exception as e:  # noqa: BLE001 (reported below, with the count)
+            failed.append(repr(e))
+            held.release()
+
+    tasks = [asyncio.create_task(guarded()) for _ in range(n)]
+    try:
+        started = time.monotonic()
+        for _ in range(n):
+            await asyncio.wait_for(held.acquire(), STEP_TIMEOUT)
+            if failed:
+                raise SystemExit(f"window_memory.py: a stream of {count} events failed: {failed[0]}")
+        ready_s = time.monotonic() - started
+        # The first stream's hold ends first, a hold after its events: RSS is read 0.5 s after
+        # the last stream filled, and a second before the first lets go.
+        if ready_s * 1000 + 1500 > hold_ms:
+            raise SystemExit(f"window_memory.py: {n} streams took {ready_s:.1f} s to fill, too close to the hold ({hold_ms} ms): fewer --streams")
+        await asyncio.sleep(0.5)
+        rss = rss_kib(host_pid)
+        await asyncio.wait_for(asyncio.gather(*tasks), STEP_TIMEOUT + hold_ms / 1000)
+        if failed:
+            raise SystemExit(f"window_memory.py: a stream of {count} events failed: {failed[0]}")
+        return rss, (sum(frames) / len(frames) if frames else 0)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--host-bin", default="target/release/mcp-host")
+    ap.add_argument("--streams", type=int, default=200)
+    ap.add_argument("--counts", default="0,16,128,1024")
+    ap.add_argument("--bytes", type=int, default=100, help="the pad of each log message (the tool's bytes)")
+    ap.add_argument("--hold-ms", type=int, default=10000, help="how long each stream is held (soak_flood allows 10,000 at most)")
+    ap.add_argument("--json-out")
+    a = ap.parse_args()
+    counts = [int(c) for c in a.counts.split(",")]
+    if counts[0] != 0:
+        counts = [0] + counts
+    rows = []
+    for count in counts:
+        work = tempfile.mkdtemp(prefix="mcp-window-")
+        procs = []
+        try:
+            host, url = spawn_host([os.path.abspath(a.host_bin), "--port", "0", "--workers", "1", "--packs", "echo,soak",
+                                    "--config", os.path.join(HERE, "peers", "ours-bench.toml")], work, procs=procs)
+            rss, frame = asyncio.run(measure(host.pid, url, a.streams, count, a.bytes, a.hold_ms))
+            rows.append({"events": count, "rss_kib": rss, "frame_bytes": round(frame, 1)})
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+                    try:
+                        p.wait(timeout=20)
+                    except Exception:
+                        p.kill()
+                        p.wait()
+            shutil.rmtree(work, ignore_errors=True)
+    base = rows[0]["rss_kib"]
+    print(f"{a.streams} streams, log events of a {a.bytes}-byte pad, RSS while held:")
+    print("| events sent a stream | held (window bounds) | RSS KiB | over 0 events, KiB a stream | bytes a held event | its frame | overhead |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        grow = (r["rss_kib"] - base) / a.streams
+        r["kib_per_stream_over_empty"] = round(grow, 2)
+        if r["events"]:
+            frame = r["frame_bytes"]
+            held = max(1, min(r["events"], MAX_EVENTS, int(MAX_BYTES // frame)))
+            per = grow * 1024 / held
+            r.update(held=held, bytes_per_held_event=round(per, 1), overhead_per_event=round(per - frame, 1))
+            print(f"| {r['events']:,} | {held:,} | {r['rss_kib']:,} | {grow:.1f} | {per:.0f} | {frame:.0f} | {per - frame:.0f} |")
+        else:
+            print(f"| 0 | 0 | {r['rss_kib']:,} | – | – | – | – |")
+    if a.json_out:
+        with open(a.json_out, "w") as f:
+            json.dump({"streams": a.streams, "pad_bytes": a.bytes, "hold_ms": a.hold_ms, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
