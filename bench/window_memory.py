@@ -6,15 +6,18 @@ Each stream is a `tools/call soak_flood {count: K, bytes: B, hold_ms: H}` on a s
 own (2025-11-25, Accept: text/event-stream): the tool sends K log messages of a B-byte pad on
 its stream, then holds it open for H ms before it answers. The client reads every event as it
 comes (the window holds them for a resume, not because the socket is full), and the host's
-RSS is read while every stream is held. Per count, a fresh host in a temporary directory (its
-own SQLite ledger, default settings: `sse.replay_max_events` 1,024, `sse.replay_max_bytes`
-1 MiB; the bench's session caps raised, `bench/peers/ours-bench.toml`).
+RSS is read while every stream is held: 0.5, 2 and 3.5 s after the last stream filled; the
+last reading is the figure (the host gives freed memory back to the system within a second or
+two of its footprint settling, `bins/host/src/trim.rs`). Per count, a fresh host (one worker)
+in a temporary directory (its own SQLite ledger, default settings: `sse.replay_max_events`
+1,024, `sse.replay_max_bytes` 1 MiB, one caller's stream memory 512 MiB; the bench's session
+caps raised, `bench/peers/ours-bench.toml`).
 
 Reported per K: RSS with the N streams held, the growth over K = 0 per stream and per event
 the window holds (K, or fewer when a bound evicts: at most 1,024 events and 1 MiB of frames),
 and the bytes of one event's frame as sent (so the overhead per event beside its own bytes).
 
-Usage: python3 bench/window_memory.py [--host-bin target/release/mcp-host] [--streams 200]
+Usage: python3 bench/window_memory.py [--host-bin target/release/mcp-host] [--streams 100]
            [--counts 0,16,128,1024] [--bytes 100] [--hold-ms 10000] [--json-out FILE]
 Loopback only; every host and connection it starts is stopped, on success and on failure.
 """
@@ -37,6 +40,12 @@ STEP_TIMEOUT = 30.0
 # The host's default window (`sse.replay_max_events`, `sse.replay_max_bytes`): the events a
 # stream holds at most, and their frames' bytes (the newest is kept whatever its size).
 MAX_EVENTS, MAX_BYTES = 1024, 1 << 20
+# One caller's share of the stream memory (`quotas.stream_memory_per_principal`, half of
+# `limits.stream_memory_bytes`): every stream here is the same caller's, and past it the host
+# trims windows; the bench stays under half of it.
+CALLER_SHARE = 512 << 20
+# When RSS is read, in seconds after the last stream filled.
+READINGS = (0.5, 2.0, 3.5)
 
 
 def request(host, port, headers, body):
@@ -54,8 +63,10 @@ async def head(r):
 
 
 async def body(r, hdrs):
-    """A whole response body (Content-Length or chunked)."""
-    if "content-length" in hdrs:
+    """A whole response body (chunked or Content-Length)."""
+    if "chunked" not in hdrs.get("transfer-encoding", "").lower():
+        if "content-length" not in hdrs:
+            raise RuntimeError(f"a response neither chunked nor of a known length: {hdrs}")
         return await asyncio.wait_for(r.readexactly(int(hdrs["content-length"])), STEP_TIMEOUT)
     out = b""
     while True:
@@ -90,6 +101,8 @@ async def one_stream(host, port, count, pad, hold_ms, held, frames):
         w.write(request(host, port, sid, {"jsonrpc": "2.0", "method": "notifications/initialized"}))
         status, hdrs = await head(r)
         await body(r, hdrs)
+        if status != 202:
+            raise RuntimeError(f"notifications/initialized: {status}")
         args = {"count": count, "bytes": pad, "hold_ms": hold_ms}
         w.write(request(host, port, sid, {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
                                           "params": {"name": "soak_flood", "arguments": args}}))
@@ -108,6 +121,8 @@ async def one_stream(host, port, count, pad, hold_ms, held, frames):
                     frames.append(len(frame) + 2)
                     if logs == count:
                         held.release()
+                elif b'"error"' in frame and b'"id":2' in frame:
+                    raise RuntimeError(f"the call was answered with an error: {frame[:300]!r}")
                 elif b'"result"' in frame:
                     if logs != count:
                         raise RuntimeError(f"answered after {logs} of {count} log events: {frame[:300]!r}")
@@ -134,20 +149,25 @@ async def measure(host_pid, url, n, count, pad, hold_ms):
     try:
         started = time.monotonic()
         for _ in range(n):
-            await asyncio.wait_for(held.acquire(), STEP_TIMEOUT)
+            # All of them within one hold: past it, the first streams have let go.
+            left = hold_ms / 1000 - (time.monotonic() - started)
+            await asyncio.wait_for(held.acquire(), max(left, 0.001))
             if failed:
                 raise SystemExit(f"window_memory.py: a stream of {count} events failed: {failed[0]}")
         ready_s = time.monotonic() - started
-        # The first stream's hold ends first, a hold after its events: RSS is read 0.5 s after
-        # the last stream filled, and a second before the first lets go.
-        if ready_s * 1000 + 1500 > hold_ms:
+        # The first stream's hold ends first, a hold after its events: RSS is read until 3.5 s
+        # after the last stream filled, and a second before the first lets go.
+        if ready_s * 1000 + (READINGS[-1] + 1) * 1000 > hold_ms:
             raise SystemExit(f"window_memory.py: {n} streams took {ready_s:.1f} s to fill, too close to the hold ({hold_ms} ms): fewer --streams")
-        await asyncio.sleep(0.5)
-        rss = rss_kib(host_pid)
+        readings, waited = [], 0.0
+        for at in READINGS:
+            await asyncio.sleep(at - waited)
+            waited = at
+            readings.append(rss_kib(host_pid))
         await asyncio.wait_for(asyncio.gather(*tasks), STEP_TIMEOUT + hold_ms / 1000)
         if failed:
             raise SystemExit(f"window_memory.py: a stream of {count} events failed: {failed[0]}")
-        return rss, (sum(frames) / len(frames) if frames else 0)
+        return readings, (sum(frames) / len(frames) if frames else 0)
     finally:
         for t in tasks:
             t.cancel()
@@ -157,7 +177,7 @@ async def measure(host_pid, url, n, count, pad, hold_ms):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--host-bin", default="target/release/mcp-host")
-    ap.add_argument("--streams", type=int, default=200)
+    ap.add_argument("--streams", type=int, default=100)
     ap.add_argument("--counts", default="0,16,128,1024")
     ap.add_argument("--bytes", type=int, default=100, help="the pad of each log message (the tool's bytes)")
     ap.add_argument("--hold-ms", type=int, default=10000, help="how long each stream is held (soak_flood allows 10,000 at most)")
@@ -166,6 +186,10 @@ def main():
     counts = [int(c) for c in a.counts.split(",")]
     if counts[0] != 0:
         counts = [0] + counts
+    # What the windows may hold at most (a frame is its pad and under 200 bytes more).
+    most = a.streams * min(max(counts) * (a.bytes + 200), MAX_BYTES)
+    if most > CALLER_SHARE // 2:
+        raise SystemExit(f"window_memory.py: {a.streams} streams may hold {most >> 20} MiB, over half a caller's stream memory: fewer --streams")
     rows = []
     for count in counts:
         work = tempfile.mkdtemp(prefix="mcp-window-")
@@ -173,8 +197,9 @@ def main():
         try:
             host, url = spawn_host([os.path.abspath(a.host_bin), "--port", "0", "--workers", "1", "--packs", "echo,soak",
                                     "--config", os.path.join(HERE, "peers", "ours-bench.toml")], work, procs=procs)
-            rss, frame = asyncio.run(measure(host.pid, url, a.streams, count, a.bytes, a.hold_ms))
-            rows.append({"events": count, "rss_kib": rss, "frame_bytes": round(frame, 1)})
+            readings, frame = asyncio.run(measure(host.pid, url, a.streams, count, a.bytes, a.hold_ms))
+            rows.append({"events": count, "rss_kib": readings[-1], "rss_kib_readings": readings,
+                         "readings_s": list(READINGS), "frame_bytes": round(frame, 1)})
         finally:
             for p in procs:
                 if p.poll() is None:
@@ -186,7 +211,7 @@ def main():
                         p.wait()
             shutil.rmtree(work, ignore_errors=True)
     base = rows[0]["rss_kib"]
-    print(f"{a.streams} streams, log events of a {a.bytes}-byte pad, RSS while held:")
+    print(f"{a.streams} streams, log events of a {a.bytes}-byte pad, RSS while held ({READINGS[-1]} s after the last filled):")
     print("| events sent a stream | held (window bounds) | RSS KiB | over 0 events, KiB a stream | bytes a held event | its frame | overhead |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:

@@ -709,24 +709,9 @@ mod tests {
         h
     }
 
-    #[test]
-    fn request_head_reads_each_header_admission_uses_by_any_spelling_and_ignores_others() {
-        let h = headers(&[
-            ("Accept", b"application/json"),
-            ("content-type", b"application/json"),
-            ("MCP-Session-Id", b"1.abc"),
-            ("Mcp-Protocol-Version", b"2025-11-25"),
-            ("Origin", b"http://localhost"),
-            ("Host", b"127.0.0.1"),
-            ("Last-Event-ID", b"cursor"),
-            ("Authorization", b"Bearer t"),
-            ("Access-Control-Request-Method", b"POST"),
-            ("Mcp-Method", b"tools/call"),
-            ("Mcp-Name", b"echo"),
-            ("X-Other", b"ignored"),
-        ]);
-        let head = request_head(HttpMethod::Post, &h);
-        let read = [
+    /// The eleven fields `request_head` fills, in `READ_HEADERS`' order.
+    fn read_fields<'a>(head: &RequestHead<'a>) -> [Option<&'a str>; 11] {
+        [
             head.accept,
             head.content_type,
             head.session_id,
@@ -738,10 +723,14 @@ mod tests {
             head.cors_request_method,
             head.mcp_method,
             head.mcp_name,
-        ];
+        ]
+    }
+
+    #[test]
+    fn request_head_reads_each_header_admission_uses_and_ignores_others() {
         let sent = [
             "application/json",
-            "application/json",
+            "application/json; charset=utf-8",
             "1.abc",
             "2025-11-25",
             "http://localhost",
@@ -752,14 +741,23 @@ mod tests {
             "tools/call",
             "echo",
         ];
-        assert_eq!(read, sent.map(Some));
+        let mut pairs: Vec<(&str, &[u8])> =
+            READ_HEADERS.iter().zip(sent).map(|((_, name), v)| (*name, v.as_bytes())).collect();
+        pairs.push(("X-Other", b"ignored"));
+        let h = headers(&pairs);
+        let head = request_head(HttpMethod::Post, &h);
+        assert_eq!(read_fields(&head), sent.map(Some));
         assert_eq!(
             (head.invalid_header, head.invalid_session_header, head.invalid_modern_header),
             (None, None, None)
         );
         let other = headers(&[("X-Other", b"1")]);
         let none = request_head(HttpMethod::Get, &other);
-        assert_eq!((none.accept, none.session_id, none.host), (None, None, None));
+        assert_eq!(read_fields(&none), [None; 11]);
+        assert_eq!(
+            (none.invalid_header, none.invalid_session_header, none.invalid_modern_header),
+            (None, None, None)
+        );
     }
 
     #[test]
@@ -782,29 +780,48 @@ mod tests {
     }
 
     #[test]
+    fn request_head_counts_each_unreadable_header_as_its_kind() {
+        // A session's headers are the legacy era's to refuse, the mirrored ones 2026-07-28's;
+        // the rest are everyone's.
+        for (_, name) in &READ_HEADERS {
+            let h = headers(&[(name, b"\xff")]);
+            let head = request_head(HttpMethod::Post, &h);
+            let expected = match *name {
+                "MCP-Session-Id" | "Last-Event-ID" => (None, Some(*name), None),
+                "Mcp-Method" | "Mcp-Name" => (None, None, Some(*name)),
+                _ => (Some(*name), None, None),
+            };
+            let found =
+                (head.invalid_header, head.invalid_session_header, head.invalid_modern_header);
+            assert_eq!(found, expected, "{name}");
+            assert_eq!(read_fields(&head), [None; 11], "{name}: not read as a value");
+        }
+    }
+
+    #[test]
     fn request_head_names_the_first_invalid_header_of_each_kind_in_a_fixed_order() {
-        // Many invalid headers, whatever order the map keeps them in: the same report.
+        // Many invalid headers: the same report whatever order the map keeps them in. Each
+        // map is seeded at random, so it walks its headers in an order of its own: 64 maps.
         let bad: &[u8] = b"\xff";
-        let h = headers(&[
-            ("Mcp-Name", bad),
-            ("Last-Event-ID", bad),
-            ("Host", bad),
-            ("Mcp-Method", bad),
-            ("Mcp-Session-Id", bad),
-            ("Accept", bad),
-            ("Origin", b"http://ok"),
-        ]);
-        let head = request_head(HttpMethod::Post, &h);
-        assert_eq!(head.invalid_header, Some("Accept"));
-        assert_eq!(head.invalid_session_header, Some("MCP-Session-Id"));
-        assert_eq!(head.invalid_modern_header, Some("Mcp-Method"));
-        assert_eq!((head.accept, head.session_id, head.origin), (None, None, Some("http://ok")));
-        let h = headers(&[("Mcp-Name", bad), ("Host", bad)]);
-        let only = request_head(HttpMethod::Post, &h);
-        assert_eq!(
-            (only.invalid_header, only.invalid_session_header, only.invalid_modern_header),
-            (Some("Host"), None, Some("Mcp-Name"))
-        );
+        for _ in 0..64 {
+            let h = headers(&[
+                ("Mcp-Name", bad),
+                ("Last-Event-ID", bad),
+                ("Host", bad),
+                ("Mcp-Method", bad),
+                ("Mcp-Session-Id", bad),
+                ("Accept", bad),
+                ("Origin", b"http://ok"),
+            ]);
+            let head = request_head(HttpMethod::Post, &h);
+            assert_eq!(head.invalid_header, Some("Accept"));
+            assert_eq!(head.invalid_session_header, Some("MCP-Session-Id"));
+            assert_eq!(head.invalid_modern_header, Some("Mcp-Method"));
+            assert_eq!(
+                (head.accept, head.session_id, head.origin),
+                (None, None, Some("http://ok"))
+            );
+        }
     }
 
     #[test]
