@@ -124,6 +124,8 @@ async def one_stream(host, port, count, pad, hold_ms, held, frames):
                 elif b'"error"' in frame and b'"id":2' in frame:
                     raise RuntimeError(f"the call was answered with an error: {frame[:300]!r}")
                 elif b'"result"' in frame:
+                    if b'"isError":true' in frame:
+                        raise RuntimeError(f"the tool refused: {frame[:300]!r}")
                     if logs != count:
                         raise RuntimeError(f"answered after {logs} of {count} log events: {frame[:300]!r}")
                     return
@@ -148,17 +150,18 @@ async def measure(host_pid, url, n, count, pad, hold_ms):
     tasks = [asyncio.create_task(guarded()) for _ in range(n)]
     try:
         started = time.monotonic()
+        # Every stream's hold starts after `started` and lasts `hold_ms`: RSS is read until
+        # 3.5 s after the last stream filled, a second before the first can let go.
+        fill_s = hold_ms / 1000 - READINGS[-1] - 1
         for _ in range(n):
-            # All of them within one hold: past it, the first streams have let go.
-            left = hold_ms / 1000 - (time.monotonic() - started)
-            await asyncio.wait_for(held.acquire(), max(left, 0.001))
+            left = fill_s - (time.monotonic() - started)
+            try:
+                await asyncio.wait_for(held.acquire(), max(left, 0.001))
+            except asyncio.TimeoutError:
+                raise SystemExit(f"window_memory.py: {n} streams of {count} events did not fill within {fill_s:.1f} s, too close to the hold ({hold_ms} ms): fewer --streams") from None
             if failed:
                 raise SystemExit(f"window_memory.py: a stream of {count} events failed: {failed[0]}")
         ready_s = time.monotonic() - started
-        # The first stream's hold ends first, a hold after its events: RSS is read until 3.5 s
-        # after the last stream filled, and a second before the first lets go.
-        if ready_s * 1000 + (READINGS[-1] + 1) * 1000 > hold_ms:
-            raise SystemExit(f"window_memory.py: {n} streams took {ready_s:.1f} s to fill, too close to the hold ({hold_ms} ms): fewer --streams")
         readings, waited = [], 0.0
         for at in READINGS:
             await asyncio.sleep(at - waited)
@@ -167,7 +170,7 @@ async def measure(host_pid, url, n, count, pad, hold_ms):
         await asyncio.wait_for(asyncio.gather(*tasks), STEP_TIMEOUT + hold_ms / 1000)
         if failed:
             raise SystemExit(f"window_memory.py: a stream of {count} events failed: {failed[0]}")
-        return readings, (sum(frames) / len(frames) if frames else 0)
+        return readings, (sum(frames) / len(frames) if frames else 0), ready_s
     finally:
         for t in tasks:
             t.cancel()
@@ -186,6 +189,11 @@ def main():
     counts = [int(c) for c in a.counts.split(",")]
     if counts[0] != 0:
         counts = [0] + counts
+    # soak_flood's own bounds (bins/host/src/packs/soak.rs): past them it refuses the call.
+    if max(counts) > 10_000 or not 0 <= a.bytes <= 65_536 or not 0 <= a.hold_ms <= 10_000:
+        raise SystemExit("window_memory.py: soak_flood takes at most 10,000 events, 65,536-byte pads and a 10,000 ms hold")
+    if a.hold_ms < (READINGS[-1] + 2) * 1000:
+        raise SystemExit(f"window_memory.py: --hold-ms must leave room for the readings ({READINGS[-1]} s) and the fill")
     # What the windows may hold at most (a frame is its pad and under 200 bytes more).
     most = a.streams * min(max(counts) * (a.bytes + 200), MAX_BYTES)
     if most > CALLER_SHARE // 2:
@@ -197,9 +205,10 @@ def main():
         try:
             host, url = spawn_host([os.path.abspath(a.host_bin), "--port", "0", "--workers", "1", "--packs", "echo,soak",
                                     "--config", os.path.join(HERE, "peers", "ours-bench.toml")], work, procs=procs)
-            readings, frame = asyncio.run(measure(host.pid, url, a.streams, count, a.bytes, a.hold_ms))
+            readings, frame, ready_s = asyncio.run(measure(host.pid, url, a.streams, count, a.bytes, a.hold_ms))
             rows.append({"events": count, "rss_kib": readings[-1], "rss_kib_readings": readings,
-                         "readings_s": list(READINGS), "frame_bytes": round(frame, 1)})
+                         "readings_s": list(READINGS), "filled_in_s": round(ready_s, 2),
+                         "frame_bytes": round(frame, 1)})
         finally:
             for p in procs:
                 if p.poll() is None:
