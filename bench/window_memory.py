@@ -68,13 +68,7 @@ async def body(r, hdrs):
         if "content-length" not in hdrs:
             raise RuntimeError(f"a response neither chunked nor of a known length: {hdrs}")
         return await asyncio.wait_for(r.readexactly(int(hdrs["content-length"])), STEP_TIMEOUT)
-    out = b""
-    while True:
-        size = int((await asyncio.wait_for(r.readline(), STEP_TIMEOUT)).strip(), 16)
-        chunk = await asyncio.wait_for(r.readexactly(size + 2), STEP_TIMEOUT)
-        if size == 0:
-            return out
-        out += chunk[:-2]
+    return b"".join([c async for c in chunks(r)])
 
 
 async def chunks(r):
