@@ -25,7 +25,7 @@ import subprocess
 import tempfile
 import time
 
-from hostproc import MODERN_META, calls_summary, spawn_host
+from hostproc import MODERN_META, calls_summary, spawn_host, stop
 from nodes import initialize
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -114,13 +114,7 @@ def main():
                 f.write(folded)
     finally:
         for p in reversed(procs):
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM if p is procs[0] else signal.SIGINT)
-                try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+            stop(p, timeout_s=10, sig=signal.SIGTERM if p is procs[0] else signal.SIGINT)
         shutil.rmtree(work, ignore_errors=True)
 
 

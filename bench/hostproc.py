@@ -1,8 +1,10 @@
 """What the bench scripts share: starting an mcp-host and reading its URL within a deadline,
-a process's RSS, the summary `lua/calls.lua` prints, and the `_meta` of a 2026-07-28 request."""
+stopping a process, a process's RSS, the summary `lua/calls.lua` prints, and the `_meta` of a
+2026-07-28 request."""
 
 import json
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -35,6 +37,18 @@ def spawn_host(argv, cwd, log="info", deadline_s=60, procs=None):
             p.wait()
         raise SystemExit(f"{os.path.basename(argv[0])} did not print its URL within {deadline_s} s")
     return p, first[0].split()[-1]
+
+
+def stop(p, timeout_s=15, sig=signal.SIGTERM):
+    """Send `sig` to `p` if it runs (SIGTERM: a host drains and exits), SIGKILL it past
+    `timeout_s` seconds, and reap it. `p` may be None."""
+    if p is not None and p.poll() is None:
+        p.send_signal(sig)
+        try:
+            p.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 def rss_kib(pid):

@@ -22,13 +22,12 @@ import http.client
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
 import time
 
-from hostproc import MODERN_META  # noqa: E402
+from hostproc import MODERN_META, stop  # noqa: E402
 
 
 def free_port():
@@ -60,17 +59,6 @@ def redis_cmd(port, *args):
             head = buf.index(b"\r\n")
             return buf[head + 2:head + 2 + int(buf[1:head])].decode()
         return buf.decode().strip()
-
-
-def stop(p):
-    """SIGTERM `p` (if it runs), SIGKILL after 15 s, and reap it."""
-    if p and p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 def start_redis(directory, port, prefix=()):

@@ -27,12 +27,11 @@ import asyncio
 import json
 import os
 import shutil
-import signal
 import tempfile
 import time
 from urllib.parse import urlsplit
 
-from hostproc import rss_kib, spawn_host
+from hostproc import rss_kib, spawn_host, stop
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 INIT = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "window-memory", "version": "1"}}
@@ -205,13 +204,7 @@ def main():
                          "frame_bytes": round(frame, 1)})
         finally:
             for p in procs:
-                if p.poll() is None:
-                    p.send_signal(signal.SIGTERM)
-                    try:
-                        p.wait(timeout=20)
-                    except Exception:
-                        p.kill()
-                        p.wait()
+                stop(p, timeout_s=20)
             shutil.rmtree(work, ignore_errors=True)
     base = rows[0]["rss_kib"]
     print(f"{a.streams} streams, log events of a {a.bytes}-byte pad, RSS while held ({READINGS[-1]} s after the last filled):")
