@@ -47,13 +47,16 @@ def llvm_profdata():
 
 
 def build(target_dir, rustflags, log):
+    # With --target, RUSTFLAGS reach the host's code only, not the build scripts and proc
+    # macros the build runs (instrumented, each of them wrote a profile of its own).
     env = {**os.environ, "RUSTFLAGS": rustflags}
+    env.pop("LLVM_PROFILE_FILE", None)
     with open(log, "w") as f:
-        r = subprocess.run(["cargo", "build", "--profile", "dist", "-p", "mcp-host", "--target-dir", target_dir],
-                           cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT)
+        r = subprocess.run(["cargo", "build", "--profile", "dist", "-p", "mcp-host", "--target", TRIPLE,
+                            "--target-dir", target_dir], cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT)
     if r.returncode != 0:
         raise SystemExit(f"pgo.py: the build failed (its output: {log})")
-    return os.path.join(target_dir, "dist", "mcp-host")
+    return os.path.join(target_dir, TRIPLE, "dist", "mcp-host")
 
 
 def wrk_run(host_bin, kind, sessions, seconds, work, procs):
@@ -106,8 +109,8 @@ def main():
         # One file per process: each host writes its own as it exits.
         os.environ["LLVM_PROFILE_FILE"] = os.path.join(prof, "host-%p.profraw")
         print("pgo.py: training", flush=True)
-        for kind, sessions in (("legacy-sse", 1), ("legacy-sse", 64), ("legacy-json", 1),
-                               ("modern-json", 1), ("initialize", 1)):
+        runs = (("legacy-sse", 1), ("legacy-sse", 64), ("legacy-json", 1), ("modern-json", 1), ("initialize", 1))
+        for kind, sessions in runs:
             wrk_run(gen, kind, sessions, a.seconds, work, procs)
         mixed = subprocess.run([a.load_bin, "run", "--spawn-host", gen, "--era", "mixed", "--clients", "32",
                                 "--seconds", str(a.seconds * 2), "--cut-rate", "0.05", "--no-progress"],
@@ -116,9 +119,11 @@ def main():
             sys.stderr.write(mixed.stdout + mixed.stderr)
             raise SystemExit("pgo.py: the mixed training run failed")
         print("  mcp-load run --era mixed: done", flush=True)
-        raws = glob.glob(os.path.join(prof, "*.profraw"))
-        if len(raws) < 6:
-            raise SystemExit(f"pgo.py: {len(raws)} profiles written, 6 expected (a host that did not exit cleanly?)")
+        raws = glob.glob(os.path.join(prof, "host-*.profraw"))
+        others = set(glob.glob(os.path.join(prof, "*"))) - set(raws)
+        if len(raws) != len(runs) + 1 or others:
+            raise SystemExit(f"pgo.py: {len(raws)} hosts' profiles written, {len(runs) + 1} expected "
+                             f"(a host that did not exit cleanly?), and {len(others)} other files")
         merged = os.path.join(work, "merged.profdata")
         subprocess.run([profdata, "merge", "-o", merged, *raws], check=True)
         print("pgo.py: the profile-guided build", flush=True)
