@@ -14,8 +14,8 @@ Usage (from the project root):
   python3 bench/pgo.py --out /tmp/mcp-host-pgo [--seconds 4] [--work DIR] [--keep]
 Needs wrk, llvm-profdata (`rustup component add llvm-tools`) and a release build of mcp-load
 (`cargo build --release -p mcp-load`: its own client code must not train the host's profile).
-The two builds use their own target directories under --work (each a full build: 6 min 55 s and
-7 min 11 s on this 2-core machine; the whole run about 15 minutes). Loopback only; every process
+The two builds use their own target directories under --work (each a full build: 9 min 12 s and
+6 min 33 s on this 2-core machine; the whole run about 18 minutes). Loopback only; every process
 it starts is stopped on any exit path.
 
 The training is the side-by-side run's request kinds (bench/peers): a deployment whose traffic is
