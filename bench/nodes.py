@@ -38,8 +38,8 @@ import shutil
 import subprocess
 import tempfile
 
-from hostproc import MODERN_META, calls_summary, spawn_host
-from redis_commands import free_port, start_redis, stop, wait_for_redis
+from hostproc import MODERN_META, calls_summary, spawn_host, stop
+from redis_commands import free_port, start_redis, wait_for_redis
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LEGACY = "2025-11-25"

@@ -1,31 +1,36 @@
 #!/usr/bin/env python3
-"""A profile-guided build of mcp-host for a deploy (issue 23): the `dist` profile (fat LTO, one
-codegen unit) built once with LLVM's instrumentation, run under a training load, and built again
-with the profile it wrote, so the compiler lays out and inlines the hot paths as they run.
+"""A profile-guided build of mcp-host for a deploy (issue 23), optional: the `dist` profile (fat
+LTO, one codegen unit) built once with LLVM's instrumentation, run under a training load, and
+built again with the profile it wrote, so the compiler lays out and inlines the hot paths as
+they run. The code is the same whatever the profile.
 
-Training (each on a fresh host in a temporary directory, stopped with SIGTERM so it writes its
-profile): wrk with 64 connections for `--seconds` each on `tools/call echo` in a 2025-11-25
-session answered as SSE (one session, then 64), the same answered as JSON, a 2026-07-28
-stateless call, and `initialize`; then `mcp-load run --era mixed` with cut SSE responses (so
-resumes, GET streams and the other tools of its mix run too). The host runs with one worker at
-the default log level, as the side-by-side run starts it.
+Training, each run on a fresh host (one worker, the default log level, as the side-by-side run
+starts it) in a temporary directory, stopped with SIGTERM so that it writes its profile as it
+exits: wrk with 64 connections for `--seconds` each on `tools/call echo` in a 2025-11-25 session
+answered as SSE (one session, then 64), the same answered as JSON, a 2026-07-28 stateless call,
+and `initialize`; then `mcp-load run --era mixed` for twice as long with cut SSE responses (so
+resumes, GET streams and the other tools of its mix run too). These are the kinds the side by
+side measures: a deploy whose traffic is another mix trains on its own for the best layout.
+Every host's profile must be there and not empty.
 
 Usage (from the project root):
   python3 bench/pgo.py --out /tmp/mcp-host-pgo [--seconds 4] [--work DIR] [--keep]
-Needs wrk, llvm-profdata (`rustup component add llvm-tools`) and a release build of mcp-load
-(`cargo build --release -p mcp-load`: its own client code must not train the host's profile).
-The two builds use their own target directories under --work (each a full build: 9 min 12 s and
-6 min 33 s on this 2-core machine; the whole run about 18 minutes). Loopback only; every process
-it starts is stopped on any exit path.
-
-The training is the side-by-side run's request kinds (bench/peers): a deployment whose traffic is
-another mix trains on its own for the best layout; the code is the same whatever the profile.
+Needs x86_64 or another target rustc builds for, wrk, llvm-profdata (`rustup component add
+llvm-tools`) and a release build of mcp-load (`cargo build --release -p mcp-load`: an
+instrumented one would write a profile of its own client code). The two builds use their own
+target directories under the work directory, about 2.7 GB together; each is a full build, its
+fat-LTO link about 2 GB of memory (on this 2-core machine 9 min 12 s and 6 min 33 s, the whole
+run about 17 minutes). A work directory pgo.py makes is removed at the end unless --keep or a
+failure (then its path is printed); one given with --work is never removed. Loopback only; the
+hosts, wrk, mcp-load and cargo (its whole process group) are stopped on any exit of pgo.py but
+SIGKILL.
 """
 
 import argparse
 import glob
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -35,28 +40,64 @@ from hostproc import calls_summary, spawn_host, stop
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-TRIPLE = "x86_64-unknown-linux-gnu"
+# What mcp-load's default mix calls (`mcp-load run --help`).
+MIXED_PACKS = "conformance,echo,ledger"
 
 
-def llvm_profdata():
+def host_triple():
+    out = subprocess.run(["rustc", "-vV"], capture_output=True, text=True, check=True).stdout
+    return next(l.split(": ", 1)[1] for l in out.splitlines() if l.startswith("host: "))
+
+
+def llvm_profdata(triple):
     sysroot = subprocess.run(["rustc", "--print", "sysroot"], capture_output=True, text=True, check=True).stdout.strip()
-    tool = os.path.join(sysroot, "lib", "rustlib", TRIPLE, "bin", "llvm-profdata")
+    tool = os.path.join(sysroot, "lib", "rustlib", triple, "bin", "llvm-profdata")
     if not os.access(tool, os.X_OK):
         raise SystemExit(f"pgo.py: {tool} missing (rustup component add llvm-tools)")
     return tool
 
 
-def build(target_dir, rustflags, log):
-    # With --target, RUSTFLAGS reach the host's code only, not the build scripts and proc
-    # macros the build runs (instrumented, each of them wrote a profile of its own).
-    env = {**os.environ, "RUSTFLAGS": rustflags}
-    env.pop("LLVM_PROFILE_FILE", None)
+def build(target_dir, rustflag, triple, log):
+    # With --target, the flag reaches the host's code only, not the build scripts and proc
+    # macros the build runs (instrumented, each of them wrote a profile of its own). Passed
+    # encoded (one flag, so a path may hold spaces); RUSTFLAGS would lose to it anyway.
+    env = {**os.environ, "CARGO_ENCODED_RUSTFLAGS": rustflag}
+    for k in ("RUSTFLAGS", "LLVM_PROFILE_FILE"):
+        env.pop(k, None)
     with open(log, "w") as f:
-        r = subprocess.run(["cargo", "build", "--profile", "dist", "-p", "mcp-host", "--target", TRIPLE,
-                            "--target-dir", target_dir], cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT)
-    if r.returncode != 0:
+        # Its own process group: on any exit of pgo.py, cargo and every rustc it runs stop.
+        p = subprocess.Popen(["cargo", "build", "--profile", "dist", "-p", "mcp-host", "--target", triple,
+                              "--target-dir", target_dir], cwd=ROOT, env=env, stdout=f,
+                             stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            code = p.wait()
+        except BaseException:
+            os.killpg(p.pid, signal.SIGTERM)
+            p.wait()
+            raise
+    if code != 0:
         raise SystemExit(f"pgo.py: the build failed (its output: {log})")
-    return os.path.join(target_dir, TRIPLE, "dist", "mcp-host")
+    return os.path.join(target_dir, triple, "dist", "mcp-host")
+
+
+def mixed_run(host_bin, load_bin, seconds, work, procs):
+    """`mcp-load run --era mixed` against a host started and stopped here (the one `run
+    --spawn-host` starts is killed, and writes no profile)."""
+    d = tempfile.mkdtemp(prefix="pgo-host-", dir=work)
+    host, url = spawn_host([host_bin, "--port", "0", "--workers", "1", "--packs", MIXED_PACKS], d, procs=procs)
+    try:
+        r = subprocess.run([load_bin, "run", "--url", url, "--era", "mixed", "--clients", "32",
+                            "--seconds", str(seconds), "--cut-rate", "0.05", "--no-progress", "--fail-on-error"],
+                           capture_output=True, text=True, timeout=seconds + 120)
+        if r.returncode != 0:
+            sys.stderr.write(r.stdout + r.stderr)
+            raise SystemExit("pgo.py: the mixed training run failed")
+        summary = next((l for l in r.stdout.splitlines() if l.startswith("calls ok")), "?")
+        print(f"  mcp-load run --era mixed: {summary}", flush=True)
+    finally:
+        stop(host, timeout_s=30)
+    if host.returncode != 0:
+        raise SystemExit(f"pgo.py: the host of the mixed run exited {host.returncode}")
 
 
 def wrk_run(host_bin, kind, sessions, seconds, work, procs):
@@ -96,47 +137,48 @@ def main():
             raise SystemExit(f"pgo.py: {tool} not found")
     if not os.access(a.load_bin, os.X_OK):
         raise SystemExit(f"pgo.py: {a.load_bin} missing (cargo build --release -p mcp-load)")
-    profdata = llvm_profdata()
+    triple = host_triple()
+    profdata = llvm_profdata(triple)
+    # SIGTERM ends pgo.py through its `finally`, as Ctrl-C does.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    made = a.work is None
     work = os.path.abspath(a.work or tempfile.mkdtemp(prefix="mcp-pgo-"))
     os.makedirs(work, exist_ok=True)
     prof = os.path.join(work, "profiles")
     shutil.rmtree(prof, ignore_errors=True)
     os.makedirs(prof)
     procs = []
+    done = False
     try:
         print("pgo.py: the instrumented build", flush=True)
-        gen = build(os.path.join(work, "gen"), f"-Cprofile-generate={prof}", os.path.join(work, "gen.log"))
+        gen = build(os.path.join(work, "gen"), f"-Cprofile-generate={prof}", triple, os.path.join(work, "gen.log"))
         # One file per process: each host writes its own as it exits.
         os.environ["LLVM_PROFILE_FILE"] = os.path.join(prof, "host-%p.profraw")
         print("pgo.py: training", flush=True)
         runs = (("legacy-sse", 1), ("legacy-sse", 64), ("legacy-json", 1), ("modern-json", 1), ("initialize", 1))
         for kind, sessions in runs:
             wrk_run(gen, kind, sessions, a.seconds, work, procs)
-        mixed = subprocess.run([a.load_bin, "run", "--spawn-host", gen, "--era", "mixed", "--clients", "32",
-                                "--seconds", str(a.seconds * 2), "--cut-rate", "0.05", "--no-progress"],
-                               capture_output=True, text=True, timeout=a.seconds * 2 + 120)
-        if mixed.returncode != 0:
-            sys.stderr.write(mixed.stdout + mixed.stderr)
-            raise SystemExit("pgo.py: the mixed training run failed")
-        print("  mcp-load run --era mixed: done", flush=True)
+        mixed_run(gen, a.load_bin, a.seconds * 2, work, procs)
         raws = glob.glob(os.path.join(prof, "host-*.profraw"))
+        empty = [r for r in raws if os.path.getsize(r) == 0]
         others = set(glob.glob(os.path.join(prof, "*"))) - set(raws)
-        if len(raws) != len(runs) + 1 or others:
-            raise SystemExit(f"pgo.py: {len(raws)} hosts' profiles written, {len(runs) + 1} expected "
-                             f"(a host that did not exit cleanly?), and {len(others)} other files")
+        if len(raws) != len(runs) + 1 or empty or others:
+            raise SystemExit(f"pgo.py: {len(raws)} hosts' profiles written, {len(runs) + 1} expected, {len(empty)} "
+                             f"of them empty (a host that did not exit cleanly), {len(others)} other files")
         merged = os.path.join(work, "merged.profdata")
         subprocess.run([profdata, "merge", "-o", merged, *raws], check=True)
         print("pgo.py: the profile-guided build", flush=True)
-        use = build(os.path.join(work, "use"), f"-Cprofile-use={merged}", os.path.join(work, "use.log"))
+        use = build(os.path.join(work, "use"), f"-Cprofile-use={merged}", triple, os.path.join(work, "use.log"))
         shutil.copy2(use, a.out)
         print(f"pgo.py: {a.out}")
+        done = True
     finally:
         for p in reversed(procs):
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        if not a.keep:
+            stop(p, timeout_s=10)
+        if made and done and not a.keep:
             shutil.rmtree(work, ignore_errors=True)
+        elif not done:
+            print(f"pgo.py: stopped; its builds, logs and profiles are in {work}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -29,9 +29,8 @@ import sys
 import tempfile
 import time
 
-from hostproc import calls_summary, rss_kib, spawn_host
+from hostproc import calls_summary, rss_kib, spawn_host, stop
 from nodes import hostport, initialize
-from redis_commands import stop
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BOTH = "application/json, text/event-stream"
