@@ -19,14 +19,15 @@ Needs x86_64 or another target rustc builds for, wrk, llvm-profdata (`rustup com
 llvm-tools`) and a release build of mcp-load (`cargo build --release -p mcp-load`: an
 instrumented one would write a profile of its own client code). The two builds use their own
 target directories under the work directory, about 2.7 GB together; each is a full build, its
-fat-LTO link about 2 GB of memory (on this 2-core machine 9 min 12 s and 6 min 33 s, the whole
-run about 17 minutes). A work directory pgo.py makes is removed at the end unless --keep or a
+fat-LTO link about 2 GB of memory (on this 2-core machine 9 min 12 s and 6 min 33 s, then
+8 min 02 s and 5 min 17 s; a whole run 15 to 16 minutes). A work directory pgo.py makes is removed at the end unless --keep or a
 failure (then its path is printed); one given with --work is never removed. Loopback only; the
 hosts, wrk, mcp-load and cargo (its whole process group) are stopped on any exit of pgo.py but
 SIGKILL.
 """
 
 import argparse
+import contextlib
 import glob
 import os
 import shutil
@@ -80,12 +81,24 @@ def build(target_dir, rustflag, triple, log):
     return os.path.join(target_dir, triple, "dist", "mcp-host")
 
 
+@contextlib.contextmanager
+def training_host(host_bin, args, what, work, procs):
+    """A fresh host for one training run (one worker, its own directory under `work`), as its
+    URL; stopped with SIGTERM after the run, so that it drains and writes its profile."""
+    d = tempfile.mkdtemp(prefix="pgo-host-", dir=work)
+    host, url = spawn_host([host_bin, "--port", "0", "--workers", "1", *args], d, procs=procs)
+    try:
+        yield url
+    finally:
+        stop(host, timeout_s=30)
+    if host.returncode != 0:
+        raise SystemExit(f"pgo.py: the host of {what} exited {host.returncode}")
+
+
 def mixed_run(host_bin, load_bin, seconds, work, procs):
     """`mcp-load run --era mixed` against a host started and stopped here (the one `run
     --spawn-host` starts is killed, and writes no profile)."""
-    d = tempfile.mkdtemp(prefix="pgo-host-", dir=work)
-    host, url = spawn_host([host_bin, "--port", "0", "--workers", "1", "--packs", MIXED_PACKS], d, procs=procs)
-    try:
+    with training_host(host_bin, ["--packs", MIXED_PACKS], "the mixed run", work, procs) as url:
         r = subprocess.run([load_bin, "run", "--url", url, "--era", "mixed", "--clients", "32",
                             "--seconds", str(seconds), "--cut-rate", "0.05", "--no-progress", "--fail-on-error"],
                            capture_output=True, text=True, timeout=seconds + 120)
@@ -94,20 +107,14 @@ def mixed_run(host_bin, load_bin, seconds, work, procs):
             raise SystemExit("pgo.py: the mixed training run failed")
         summary = next((l for l in r.stdout.splitlines() if l.startswith("calls ok")), "?")
         print(f"  mcp-load run --era mixed: {summary}", flush=True)
-    finally:
-        stop(host, timeout_s=30)
-    if host.returncode != 0:
-        raise SystemExit(f"pgo.py: the host of the mixed run exited {host.returncode}")
 
 
 def wrk_run(host_bin, kind, sessions, seconds, work, procs):
-    args = ["--port", "0", "--workers", "1", "--packs", "echo"]
+    args = ["--packs", "echo"]
     if kind == "initialize":
         # The side-by-side run's caps: a storm of new sessions from one address.
         args += ["--config", os.path.join(HERE, "peers", "ours-bench.toml")]
-    d = tempfile.mkdtemp(prefix="pgo-host-", dir=work)
-    host, url = spawn_host([host_bin, *args], d, procs=procs)
-    try:
+    with training_host(host_bin, args, kind, work, procs) as url:
         env = {**os.environ, **load(kind, url, sessions), "POOL": "10000"}
         out = subprocess.run(["wrk", "-t1", "-c64", f"-d{seconds}s", "--timeout", "10s",
                               "-s", os.path.join(HERE, "lua", "calls.lua"), url],
@@ -117,11 +124,6 @@ def wrk_run(host_bin, kind, sessions, seconds, work, procs):
         if not stats.get("requests") or errors:
             raise SystemExit(f"pgo.py: training run {kind} ({sessions} sessions) failed: {stats}")
         print(f"  {kind}, {sessions} session(s): {stats['requests']} requests", flush=True)
-    finally:
-        # SIGTERM: the host drains and exits, writing its profile.
-        stop(host, timeout_s=30)
-    if host.returncode != 0:
-        raise SystemExit(f"pgo.py: the host of {kind} exited {host.returncode}")
 
 
 def main():
