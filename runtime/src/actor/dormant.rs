@@ -29,9 +29,9 @@
 //! same calls (the same cursors, so the same frames).
 //!
 //! Once its connection returned every frame and nothing of it was recorded (it never will be:
-//! settled), the common end of an echo's reply, a kept stream holds only its answer and its
-//! counts and charges ([`StreamCore::settled_answer`]): about 120 bytes instead of the
-//! core's, its ledger state's and its window's 740. A session retains 64 answered streams by
+//! settled), the common end of an echo's reply, a kept stream holds only its answer's JSON
+//! and its counts and charges ([`StreamCore::settled_answer`]): about 120 bytes and the JSON
+//! instead of the core's, its ledger state's and its window's 740. A session retains 64 answered streams by
 //! default (`sessions.max_retained_streams`), and evicting one that had left the cache was
 //! the largest item a call over 64 sessions adds (issue 23's round-12 profile). A resume
 //! rebuilds the same core ([`StreamCore::from_settled`]) and wakes it as any kept stream.

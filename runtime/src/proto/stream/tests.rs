@@ -597,6 +597,17 @@ const OPENED_WITH: (WindowLimits, Option<u64>, StreamTiming) =
     (WindowLimits { max_events: 8, max_bytes: 1 << 20 }, Some(500), TIMING);
 
 #[test]
+fn a_settled_answer_keeps_its_json_alone_and_its_frame_is_made_again_the_same() {
+    let s = settled_post_stream(true, Tick(5));
+    let frame = s.window.only_first().expect("its answer").clone();
+    let kept = s.settled_answer().expect("settled, in its retention");
+    assert_eq!(&kept.json[..], br#"{"result":1}"#, "the JSON, not the frame");
+    assert!(frame.len() > kept.json.len() + ENCODED_LEN, "the frame holds the cursor besides");
+    let r = StreamCore::from_settled(StreamId(7), Generation(1), signer(), OPENED_WITH, kept);
+    assert_eq!(r.window.only_first(), Some(&frame), "the same bytes, cursor and all");
+}
+
+#[test]
 fn a_settled_stream_is_rebuilt_the_same_from_its_answer_and_replays_it() {
     for prime in [true, false] {
         let s = settled_post_stream(prime, Tick(5));
