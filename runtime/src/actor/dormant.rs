@@ -73,6 +73,20 @@ impl StreamHandle {
             StreamHandle::Dormant(_) => None,
         }
     }
+
+    /// Whether the ledger may hold a record of it: an actor's stream may have one; a kept
+    /// one has one only once kept whole (its answer may not have arrived). One written at
+    /// once, or settled, has none: while its connection writes nothing of it is recorded
+    /// (if it ever is, that record states its own expiry), and settled it never will be. Its
+    /// session's record writes extend the expiry of the others' records and its end forgets
+    /// them: for these, such writes found nothing (two and three a kept stream, up to 64
+    /// kept streams a session).
+    pub(crate) fn may_be_recorded(&self) -> bool {
+        match self {
+            StreamHandle::Live(_) => true,
+            StreamHandle::Dormant(d) => matches!(d.kept, Kept::Whole(_)),
+        }
+    }
 }
 
 /// A closed stream kept as data. Counted live from [`DormantStream::open`] until dropped

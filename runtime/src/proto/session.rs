@@ -672,9 +672,12 @@ impl<R, S, P> SessionCore<R, S, P> {
         Some(e)
     }
 
-    /// Every stream in the table.
-    pub(crate) fn stream_ids(&self) -> impl Iterator<Item = StreamId> + '_ {
-        self.streams.keys().copied()
+    /// The streams in the table whose shell data `keep` takes.
+    pub(crate) fn stream_ids_where<'a>(
+        &'a self,
+        keep: impl Fn(&S) -> bool + 'a,
+    ) -> impl Iterator<Item = StreamId> + 'a {
+        self.streams.iter().filter(move |(_, e)| keep(&e.handle)).map(|(sid, _)| *sid)
     }
 
     /// Bytes of closed streams retained.

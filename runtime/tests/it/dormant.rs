@@ -181,6 +181,42 @@ async fn a_deleted_session_drops_its_kept_streams_and_their_charges() {
     assert_eq!((s.streams, s.streams_dormant, s.stream_memory_bytes), (0, 0, 0));
 }
 
+/// The ledger operations a DELETE of `c`'s session commits.
+async fn ops_of_delete(h: &Harness, c: &Client<'_>) -> u64 {
+    let w = h.sup.ledger_writer();
+    let before = h.sup.session_count();
+    w.wait_committed(w.barrier()).await.expect("the ledger commits");
+    let ops = w.snapshot().ops;
+    assert_eq!(c.delete().await.status, StatusCode::NO_CONTENT);
+    until("the session stopped", || h.sup.session_count() == before - 1).await;
+    w.wait_committed(w.barrier()).await.expect("the ledger commits");
+    w.snapshot().ops - ops
+}
+
+#[actix_web::test]
+async fn a_deleted_session_writes_nothing_for_kept_streams_the_ledger_never_held() {
+    let h = harness().await;
+    let bare = h.client("2025-11-25").await;
+    handled_before(&bare).await;
+    let none = ops_of_delete(&h, &bare).await;
+    let c = h.client("2025-11-25").await;
+    for id in 1..=10 {
+        echo(&c, id, "x").await;
+    }
+    handled_before(&c).await;
+    assert!(!recorded(&h, &c, 1).await, "settled: never recorded");
+    assert_eq!(h.sup.stats_snapshot().streams_dormant, 10);
+    // Forgetting them would be three writes each (record, log, index member), finding nothing.
+    assert_eq!(ops_of_delete(&h, &c).await, none, "the end of a session that kept none");
+    // One the ledger may hold is forgotten as before.
+    let d = h.client("2025-11-25").await;
+    echo_unread(&d).await;
+    handled_before(&d).await;
+    assert!(recorded(&h, &d, 1).await, "its answer may not have arrived: recorded");
+    assert!(ops_of_delete(&h, &d).await > none, "its record, log and index member go");
+    assert!(!recorded(&h, &d, 1).await, "forgotten with its session");
+}
+
 #[actix_web::test]
 async fn a_resume_that_comes_before_the_first_connection_ended_still_lets_the_session_end() {
     tokio::time::pause();

@@ -116,7 +116,7 @@ impl SessionActor {
         let now = self.sup.now();
         let mut ops = self.record_ops_at(state, now, Residence::Stays);
         let end = End { state, at: now, announce };
-        push_end(&mut ops, &self.meta.hmac, &self.ledger, self.core.stream_ids(), end);
+        push_end(&mut ops, &self.meta.hmac, &self.ledger, in_ledger(&self.core), end);
         self.sup.settle(&self.meta.hmac, Settle::Ended, ops);
     }
 
@@ -220,11 +220,18 @@ pub(super) fn push_end(
     }
 }
 
+/// The streams of `core` the ledger may hold records of ([`StreamHandle::may_be_recorded`]).
+fn in_ledger<R, P>(
+    core: &crate::proto::session::SessionCore<R, StreamHandle, P>,
+) -> impl Iterator<Item = StreamId> + '_ {
+    core.stream_ids_where(StreamHandle::may_be_recorded)
+}
+
 /// The writes of a session's record as `core` states it (a hibernating session's too).
-pub(super) fn record_ops<R, S, P>(
+pub(super) fn record_ops<R, P>(
     meta: &durable::SessionMeta,
     ledger: &durable::LedgerCtx,
-    core: &crate::proto::session::SessionCore<R, S, P>,
+    core: &crate::proto::session::SessionCore<R, StreamHandle, P>,
     (state, residence): (RecordState, Residence),
     last_used: Tick,
     handshake: HandshakeLines<'_>,
@@ -239,7 +246,7 @@ pub(super) fn record_ops<R, S, P>(
             incarnation: core.incarnation(),
             last_used,
             handshake,
-            streams: core.stream_ids(),
+            streams: in_ledger(core),
             held_streams: core.held_streams(),
             residence,
         },

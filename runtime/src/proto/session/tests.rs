@@ -228,6 +228,18 @@ fn removing_a_retained_stream_releases_its_bytes() {
 }
 
 #[test]
+fn stream_ids_where_names_the_streams_whose_shell_data_the_filter_takes() {
+    let mut s = core();
+    let posts = post_streams(&mut s, 2);
+    let (get, _) = s.open_get_stream("g");
+    let mut all: Vec<_> = s.stream_ids_where(|_| true).collect();
+    all.sort();
+    assert_eq!(all, [posts[0], posts[1], get]);
+    assert_eq!(s.stream_ids_where(|h| *h == "g").collect::<Vec<_>>(), [get]);
+    assert_eq!(s.stream_ids_where(|_| false).count(), 0);
+}
+
+#[test]
 fn events_lost_ends_the_request_of_that_stream_only() {
     let mut s = core();
     let ids = post_streams(&mut s, 2);
