@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Simulated cache misses per legacy `tools/call` echo over many sessions: what a call's
-working set costs, as a figure that repeats from run to run (wall-clock A/Bs of a 5 % change
-drown in this machine's noise; the instruction counts of `instructions.py` see no cache).
+working set costs, as a figure that nearly repeats from run to run (wall-clock A/Bs of a 5 %
+change drown in this machine's noise; the instruction counts of `instructions.py` see no
+cache).
 
 Each build runs under valgrind's cachegrind with its cache simulation: a first level of
 48 KiB (12-way, 64-byte lines) and a last level of 2 MiB (16-way), this machine's L1d and L2
@@ -11,7 +12,10 @@ set long, so each session keeps its `sessions.max_retained_streams` answered str
 under load, by count. N1 then (in a second run) N2 calls in all; (X(N2) - X(N1)) / (N2 - N1)
 for X in instructions, first-level data misses and last-level data misses (reads and writes)
 is one call's, start-up and the first N1 calls cancelled out. N1 should be past
-SESSIONS x 64, so every session's retention is full before the difference starts.
+SESSIONS x 64, so every session's retention is full before the difference starts. Nearly
+deterministic, not exactly: work driven by time rather than by calls (the ledger writer's
+linger, sweeps, a session's record every sixteenth of its idle TTL) grows with the run's
+length under valgrind.
 
 Usage:
   python3 bench/cache_misses.py NAME=PATH [NAME=PATH ...] [--sessions 64] [--n1 6000] [--n2 14000] [--json-out FILE]
@@ -122,6 +126,12 @@ def main():
     a = ap.parse_args()
     if a.sessions < 1 or a.n2 <= a.n1 or a.n1 < 1:
         raise SystemExit("need --sessions >= 1 and 0 < --n1 < --n2")
+    if any("=" not in b for b in a.builds):
+        raise SystemExit("each build is NAME=PATH[,host flags]")
+    if a.n1 < a.sessions * 64:
+        print(f"note: --n1 {a.n1} is under {a.sessions} x 64: the sessions' kept streams are still filling as the difference starts", flush=True)
+    if a.keep_dir:
+        os.makedirs(a.keep_dir, exist_ok=True)
     rows = []
     for b in a.builds:
         name, spec = b.split("=", 1)

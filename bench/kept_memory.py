@@ -19,6 +19,7 @@ Talks to 127.0.0.1 only; stops every host it starts.
 import argparse
 import http.client
 import json
+import os
 import tempfile
 import time
 
@@ -33,7 +34,7 @@ def bytes_per_kept_stream(argv, sessions, calls):
     procs = []
     c = None
     try:
-        host, url = spawn_host([*argv, "--port", "0", "--workers", "1", "--packs", "echo",
+        host, url = spawn_host([os.path.abspath(argv[0]), *argv[1:], "--port", "0", "--workers", "1", "--packs", "echo",
                                 "--set", "sessions.retention_after_delivery_ms=3600000"], workdir.name, procs=procs)
         h, port = url.split("//")[1].split("/")[0].rsplit(":", 1)
         c = http.client.HTTPConnection(h, int(port), timeout=30)
@@ -83,6 +84,8 @@ def main():
     a = ap.parse_args()
     if a.sessions < 1 or not 2 <= a.calls <= 64:
         raise SystemExit("need --sessions >= 1 and 2 <= --calls <= 64 (a session keeps 64 by default)")
+    if any("=" not in b for b in a.builds):
+        raise SystemExit("each build is NAME=PATH[,host flags]")
     for rep in range(2):
         for b in a.builds:
             name, spec = b.split("=", 1)

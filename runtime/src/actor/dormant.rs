@@ -29,12 +29,13 @@
 //! same calls (the same cursors, so the same frames).
 //!
 //! Once its connection returned every frame and nothing of it was recorded (it never will be:
-//! settled), the common end of an echo's reply, a kept stream holds only its answer's JSON
-//! and its counts and charges ([`StreamCore::settled_answer`]): about 120 bytes and the JSON
-//! instead of the core's, its ledger state's and its window's 740. A session retains 64 answered streams by
-//! default (`sessions.max_retained_streams`), and evicting one that had left the cache was
-//! the largest item a call over 64 sessions adds (issue 23's round-12 profile). A resume
-//! rebuilds the same core ([`StreamCore::from_settled`]) and wakes it as any kept stream.
+//! settled), the common end of an echo's reply, a kept stream holds only its answer (its
+//! JSON alone when small) and its counts and charges ([`StreamCore::settled_answer`]): about
+//! 120 bytes and the answer instead of the core's, its ledger state's and its window's 740. A
+//! session retains 64 answered streams by default (`sessions.max_retained_streams`), and
+//! evicting one that had left the cache was the largest item a call over 64 sessions adds
+//! (issue 23's round-12 profile). A resume rebuilds the same core
+//! ([`StreamCore::from_settled`]) and wakes it as any kept stream.
 //!
 //! [`StreamReport::DormantDetached`]: super::links::StreamReport::DormantDetached
 //! [`DormantEnds`]: super::links::DormantEnds
@@ -74,13 +75,11 @@ impl StreamHandle {
         }
     }
 
-    /// Whether the ledger may hold a record of it: an actor's stream may have one; a kept
-    /// one has one only once kept whole (its answer may not have arrived). One written at
-    /// once, or settled, has none: while its connection writes nothing of it is recorded
-    /// (if it ever is, that record states its own expiry), and settled it never will be. Its
-    /// session's record writes extend the expiry of the others' records and its end forgets
-    /// them: for these, such writes found nothing (two and three a kept stream, up to 64
-    /// kept streams a session).
+    /// Whether the ledger may hold a record of it, so that its session's record writes
+    /// extend its record's expiry and its session's end forgets it. An actor's stream may
+    /// have one; a kept one only once kept whole (its answer may not have arrived). A kept
+    /// one written at once has none while its connection writes (the record it may get then
+    /// states its own expiry), and a settled one never will.
     pub(crate) fn may_be_recorded(&self) -> bool {
         match self {
             StreamHandle::Live(_) => true,

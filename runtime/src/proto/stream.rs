@@ -239,20 +239,44 @@ pub(crate) struct StreamCore {
 pub(crate) struct SettledAnswer {
     /// The request it answers.
     request: JsonRpcId,
-    /// Its answer's JSON, copied out of its frame (the only event of its window); a resume
-    /// makes the frame again ([`StreamCore::from_settled`]: its cursor is its stream's first
-    /// event's). A session keeps up to `sessions.max_retained_streams` (64) such answers
-    /// for their retention, so each one's size is paid many times over: the JSON alone, in
-    /// an allocation of its length, instead of the frame and the header of its shared buffer,
-    /// took a kept echo answer from 554 to 422 bytes of RSS, and a call over 64 sessions from
-    /// 11.0 to 6.4 misses of a simulated 2 MiB cache (issue 23's round 20).
-    json: Box<[u8]>,
+    /// Its answer (the only event of its window).
+    answer: KeptAnswerBytes,
     /// When its retention began.
     since: Tick,
     /// When its shell last wrote to it (unused once closed; kept so the rebuilt core is the same).
     last_write: Tick,
     /// Whether it primed (its session's version and its generation's setting).
     prime: bool,
+}
+
+/// What a settled answer keeps of its frame. A session keeps up to
+/// `sessions.max_retained_streams` (64) answered streams for a late resume, so a small
+/// answer's overhead is paid many times over: its JSON alone takes less memory (and less
+/// cache over many sessions) than the frame, with its cursor, and the header of its shared
+/// buffer. That copy is made when the stream settles; past [`KeptAnswerBytes::COPY_AT_MOST`]
+/// bytes the frame is kept as it is, whose overhead is then a small part of it.
+#[derive(Debug, Clone)]
+enum KeptAnswerBytes {
+    /// Its JSON: a resume makes the frame again ([`StreamCore::from_settled`]; its cursor is
+    /// its stream's first event's, so the same bytes).
+    Json(Box<[u8]>),
+    /// Its frame.
+    Frame(Bytes),
+}
+
+impl KeptAnswerBytes {
+    /// The largest JSON copied out of its frame.
+    const COPY_AT_MOST: usize = 1024;
+
+    /// What to keep of the answer `frame`.
+    fn of(frame: &Bytes) -> KeptAnswerBytes {
+        let json = answer_json(frame);
+        if json.len() <= Self::COPY_AT_MOST {
+            KeptAnswerBytes::Json(json.into())
+        } else {
+            KeptAnswerBytes::Frame(frame.clone())
+        }
+    }
 }
 
 /// A POST stream answered at once, as its first connection writes it: what
@@ -311,9 +335,9 @@ impl AnsweredAtOnce {
     /// it keeps from here, and when its retention ends with `timing` (what the core's
     /// [`StreamCore::settled_answer`] and [`StreamCore::poll_timeout`] give then).
     pub(crate) fn settled(self, now: Tick, timing: StreamTiming) -> (SettledAnswer, Tick) {
-        let json = self.json().into();
+        let answer = KeptAnswerBytes::of(&self.answer);
         let AnsweredAtOnce { request, prime, .. } = self;
-        let kept = SettledAnswer { request, json, since: now, last_write: Tick(0), prime };
+        let kept = SettledAnswer { request, answer, since: now, last_write: Tick(0), prime };
         (kept, now.plus_ms(timing.retention_after_delivery_ms))
     }
 
@@ -905,7 +929,7 @@ impl StreamCore {
         let answer = self.window.only_first().filter(|_| shape)?;
         Some(SettledAnswer {
             request: request.clone(),
-            json: answer_json(answer).into(),
+            answer: KeptAnswerBytes::of(answer),
             since,
             last_write: self.last_write,
             prime: self.settings.prime,
@@ -933,8 +957,14 @@ impl StreamCore {
             timing,
         };
         let mut window = ReplayWindow::new(settings.window);
-        let cursor = signer.stream(generation, id).encode_array(Seq::START.next());
-        let seq = window.push(sse::event_frame(&cursor, &kept.json));
+        let frame = match kept.answer {
+            KeptAnswerBytes::Frame(frame) => frame,
+            KeptAnswerBytes::Json(json) => {
+                let cursor = signer.stream(generation, id).encode_array(Seq::START.next());
+                sse::event_frame(&cursor, &json)
+            }
+        };
+        let seq = window.push(frame);
         debug_assert_eq!(seq, Seq::START.next(), "its answer is its window's first event");
         let mut s = StreamCore::with_window(
             id,

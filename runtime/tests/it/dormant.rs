@@ -44,14 +44,20 @@ async fn echo(c: &Client<'_>, id: i64, text: &str) -> String {
 async fn a_reply_answered_in_its_first_write_is_kept_without_an_actor_until_a_resume_wakes_it() {
     let h = harness().await;
     let c = h.client("2025-11-25").await;
-    let cursor = echo(&c, 1, "x").await;
+    let mut first = c.call_tool(1, "echo", json!({"text": "x"})).await;
+    assert_eq!(text_of(&first.rest().await[0]), "x");
+    let (cursor, answer_id) = (first.first_id(), first.last_event_id());
+    assert_ne!(cursor, answer_id, "a priming event, then the answer");
     let s = h.sup.stats_snapshot();
     assert_eq!((s.streams, s.streams_dormant), (1, 1), "retained, as data");
     handled_before(&c).await;
     assert!(!recorded(&h, &c, 1).await, "every frame arrived: nothing to record");
-    let again = c.resume(&cursor).await.rest().await;
+    let mut resumed = c.resume(&cursor).await;
+    let again = resumed.rest().await;
     assert_eq!(again.len(), 1, "the answer, replayed: {again:?}");
     assert_eq!((text_of(&again[0]), &again[0]["id"]), ("x", &json!(1)));
+    // Kept as its JSON, its frame made again: the event id the client first saw.
+    assert_eq!(resumed.last_event_id(), answer_id);
     let s = h.sup.stats_snapshot();
     assert_eq!((s.streams, s.streams_dormant), (1, 0), "woken: an actor serves it now");
     // The woken stream goes on as any closed stream: resumable again.
@@ -213,8 +219,31 @@ async fn a_deleted_session_writes_nothing_for_kept_streams_the_ledger_never_held
     echo_unread(&d).await;
     handled_before(&d).await;
     assert!(recorded(&h, &d, 1).await, "its answer may not have arrived: recorded");
-    assert!(ops_of_delete(&h, &d).await > none, "its record, log and index member go");
+    assert_eq!(ops_of_delete(&h, &d).await, none + 3, "its record, log and index member go");
     assert!(!recorded(&h, &d, 1).await, "forgotten with its session");
+}
+
+#[actix_web::test]
+async fn a_sessions_record_extends_no_kept_stream_the_ledger_never_held() {
+    // Real time (the writer is a thread of its own): a record is due once the last use moved
+    // more than a sixteenth of the idle TTL, one second here.
+    let h = harness_with(cfg(|c| c.sessions.idle_ttl_secs = 16)).await;
+    let c = h.client("2025-11-25").await;
+    for id in 1..=10 {
+        echo(&c, id, "x").await;
+    }
+    handled_before(&c).await;
+    assert_eq!(h.sup.stats_snapshot().streams_dormant, 10);
+    let w = h.sup.ledger_writer();
+    w.wait_committed(w.barrier()).await.expect("the ledger commits");
+    let ops = w.snapshot().ops;
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    handled_before(&c).await;
+    w.wait_committed(w.barrier()).await.expect("the ledger commits");
+    let record = w.snapshot().ops - ops;
+    assert_eq!(h.sup.stats_snapshot().streams_dormant, 10, "all kept still");
+    // Extending each kept answer's record and log would be twenty writes.
+    assert!((1..10).contains(&record), "its record alone: {record} operations");
 }
 
 #[actix_web::test]

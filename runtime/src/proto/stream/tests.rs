@@ -580,9 +580,14 @@ fn retention_counts_from_when_it_starts_applying_and_restarts_when_it_changes() 
 
 /// A stream answered in its first write, delivered, its retention begun at `since`.
 fn settled_post_stream(prime: bool, since: Tick) -> StreamCore {
+    settled_post_stream_answering(prime, since, br#"{"result":1}"#)
+}
+
+/// The same, answered with `json`.
+fn settled_post_stream_answering(prime: bool, since: Tick, json: &[u8]) -> StreamCore {
     let mut s = post_stream(prime, 8);
     let a = s.attach_new();
-    assert!(matches!(s.push_final(br#"{"result":1}"#), Delivery::Write { end: true, .. }));
+    assert!(matches!(s.push_final(json), Delivery::Write { end: true, .. }));
     assert!(changes(&mut s).is_empty(), "held back while its connection writes it");
     assert!(s.settled_answer().is_none(), "its connection still writes it");
     s.wrote(Tick(3));
@@ -597,14 +602,19 @@ const OPENED_WITH: (WindowLimits, Option<u64>, StreamTiming) =
     (WindowLimits { max_events: 8, max_bytes: 1 << 20 }, Some(500), TIMING);
 
 #[test]
-fn a_settled_answer_keeps_its_json_alone_and_its_frame_is_made_again_the_same() {
-    let s = settled_post_stream(true, Tick(5));
-    let frame = s.window.only_first().expect("its answer").clone();
-    let kept = s.settled_answer().expect("settled, in its retention");
-    assert_eq!(&kept.json[..], br#"{"result":1}"#, "the JSON, not the frame");
-    assert!(frame.len() > kept.json.len() + ENCODED_LEN, "the frame holds the cursor besides");
-    let r = StreamCore::from_settled(StreamId(7), Generation(1), signer(), OPENED_WITH, kept);
-    assert_eq!(r.window.only_first(), Some(&frame), "the same bytes, cursor and all");
+fn a_settled_answer_keeps_a_small_json_alone_and_a_large_answer_as_its_frame() {
+    let large = format!(r#"{{"result":"{}"}}"#, "x".repeat(KeptAnswerBytes::COPY_AT_MOST));
+    for (json, copied) in [(&br#"{"result":1}"#[..], true), (large.as_bytes(), false)] {
+        let s = settled_post_stream_answering(true, Tick(5), json);
+        let frame = s.window.only_first().expect("its answer").clone();
+        let kept = s.settled_answer().expect("settled, in its retention");
+        match &kept.answer {
+            KeptAnswerBytes::Json(j) => assert!(copied && &j[..] == json, "the JSON alone"),
+            KeptAnswerBytes::Frame(f) => assert!(!copied && *f == frame, "the frame as it is"),
+        }
+        let r = StreamCore::from_settled(StreamId(7), Generation(1), signer(), OPENED_WITH, kept);
+        assert_eq!(r.window.only_first(), Some(&frame), "the same bytes, cursor and all");
+    }
 }
 
 #[test]
