@@ -90,11 +90,12 @@ impl StreamHandle {
 
 /// A closed stream kept as data. Counted live from [`DormantStream::open`] until dropped
 /// (unless it woke: its actor counts it on).
+///
+/// It sits in its session's stream table, up to 64 of them a session by default, so it is
+/// small: its retention's end, which its session indexes, is in what it keeps.
 pub(crate) struct DormantStream {
     sid: StreamId,
     kept: Kept,
-    /// When its retention ends (from its connection's end on), as its session indexes it.
-    until: Option<Tick>,
 }
 
 /// What a kept stream holds.
@@ -103,7 +104,7 @@ enum Kept {
     /// core: most such streams settle, and one is made only if this one does not).
     AtOnce(Box<AtOnce>),
     /// All of it: its connection ended before every frame surely arrived.
-    Whole(Box<Parts>),
+    Whole(Box<Whole>),
     /// Settled in its retention: its answer, counts and charges.
     Answer(Box<KeptAnswer>),
     /// Nothing: woken (its actor has it), or dropped.
@@ -133,8 +134,15 @@ impl AtOnce {
     }
 }
 
-/// A settled kept stream ([`StreamCore::settled_answer`]): what rebuilds its core, and what
-/// it counts and holds until it is dropped or wakes.
+/// A kept stream whose answer may not have arrived: its parts, and its retention's end as
+/// its core named it when its connection ended.
+struct Whole {
+    parts: Parts,
+    until: Option<Tick>,
+}
+
+/// A settled kept stream ([`StreamCore::settled_answer`]): what rebuilds its core (and tells
+/// when its retention ends), and what it counts and holds until it is dropped or wakes.
 struct KeptAnswer {
     answer: SettledAnswer,
     generation: GenCount,
@@ -167,7 +175,7 @@ impl std::fmt::Debug for DormantStream {
         };
         f.debug_struct("DormantStream")
             .field("kept", &kept)
-            .field("until", &self.until)
+            .field("until", &self.until())
             .finish_non_exhaustive()
     }
 }
@@ -210,7 +218,7 @@ impl DormantStream {
         };
         let body = SseBody::new(initial, None, Some(owner));
         let at_once = AtOnce { stream, settings, ledger, generation, charge, env };
-        (DormantStream { sid, kept: Kept::AtOnce(Box::new(at_once)), until: None }, body, bytes)
+        (DormantStream { sid, kept: Kept::AtOnce(Box::new(at_once)) }, body, bytes)
     }
 
     /// Its connection `conn` ended (`drained`: every frame went out): recorded in the ledger
@@ -227,7 +235,7 @@ impl DormantStream {
         if matches!(self.kept, Kept::AtOnce(_)) {
             // Only its one connection ever ends while it is kept.
             if conn != AnsweredAtOnce::CONN {
-                return self.until;
+                return None;
             }
             let Kept::AtOnce(a) = std::mem::replace(&mut self.kept, Kept::Taken) else {
                 unreachable!("matched above")
@@ -238,28 +246,30 @@ impl DormantStream {
                 let AtOnce { stream, generation, charge, env, .. } = *a;
                 let (answer, until) = stream.settled(now, env.timing);
                 self.kept = Kept::Answer(Box::new(KeptAnswer { answer, generation, charge, env }));
-                self.until = Some(until);
-                return self.until;
+                return Some(until);
             }
             // Its answer may not have arrived: its core is made, and goes on as below.
-            self.kept = Kept::Whole(Box::new(a.into_parts(self.sid, Arc::clone(signer))));
+            let parts = a.into_parts(self.sid, Arc::clone(signer));
+            self.kept = Kept::Whole(Box::new(Whole { parts, until: None }));
         }
         // An end heard again (or of a settled stream) changes nothing.
-        let Kept::Whole(p) = &mut self.kept else { return self.until };
+        let Kept::Whole(w) = &mut self.kept else { return self.until() };
+        let p = &mut w.parts;
         p.core.detach(conn, drained);
         let wait = submit_changes(&mut p.ledger, &mut p.core, &p.env, now);
         debug_assert!(wait.is_none(), "a kept stream holds nothing for a commit");
         if p.core.settled() {
             p.ledger.never_recorded();
         }
-        self.until = p.core.poll_timeout(now);
-        if let Some(answer) = p.core.settled_answer()
-            && let Kept::Whole(p) = std::mem::replace(&mut self.kept, Kept::Taken)
-        {
-            let Parts { generation, charge, env, .. } = *p;
-            self.kept = Kept::Answer(Box::new(KeptAnswer { answer, generation, charge, env }));
+        w.until = p.core.poll_timeout(now);
+        if let Some(answer) = p.core.settled_answer() {
+            debug_assert_eq!(w.until, Some(answer.retention_end(p.env.timing)), "its one deadline");
+            if let Kept::Whole(w) = std::mem::replace(&mut self.kept, Kept::Taken) {
+                let Parts { generation, charge, env, .. } = w.parts;
+                self.kept = Kept::Answer(Box::new(KeptAnswer { answer, generation, charge, env }));
+            }
         }
-        self.until
+        self.until()
     }
 
     /// Its id.
@@ -269,7 +279,11 @@ impl DormantStream {
 
     /// When its retention ends, if it runs (its connection ended).
     pub(crate) fn until(&self) -> Option<Tick> {
-        self.until
+        match &self.kept {
+            Kept::Whole(w) => w.until,
+            Kept::Answer(a) => Some(a.answer.retention_end(a.env.timing)),
+            Kept::AtOnce(_) | Kept::Taken => None,
+        }
     }
 
     /// Whether its retention is over at `now`.
@@ -277,9 +291,9 @@ impl DormantStream {
         match &self.kept {
             // Its connection still writes it.
             Kept::AtOnce(_) => false,
-            Kept::Whole(p) => p.core.handle_timeout(now).retention_over,
+            Kept::Whole(w) => w.parts.core.handle_timeout(now).retention_over,
             // Settled: its retention's end, the only deadline its core had, is `until`.
-            Kept::Answer(_) => self.until.is_some_and(|t| now >= t),
+            Kept::Answer(a) => now >= a.answer.retention_end(a.env.timing),
             Kept::Taken => false,
         }
     }
@@ -287,8 +301,8 @@ impl DormantStream {
     /// Its life is over (retention, eviction): its ledger copy goes, then it stops counting.
     pub(crate) fn forget(self) {
         // A settled stream was never recorded.
-        if let Kept::Whole(p) = &self.kept {
-            forget_copy(&p.ledger, &p.core, &p.env);
+        if let Kept::Whole(w) = &self.kept {
+            forget_copy(&w.parts.ledger, &w.parts.core, &w.parts.env);
         }
     }
 
@@ -303,7 +317,7 @@ impl DormantStream {
     ) {
         let parts = match std::mem::replace(&mut self.kept, Kept::Taken) {
             Kept::AtOnce(a) => a.into_parts(self.sid, signer),
-            Kept::Whole(p) => *p,
+            Kept::Whole(w) => w.parts,
             Kept::Answer(a) => a.into_parts(self.sid, signer, hmac),
             Kept::Taken => {
                 debug_assert!(false, "a kept stream wakes once");
@@ -330,9 +344,9 @@ impl Drop for DormantStream {
                     Some(STATE_CLOSED),
                 );
             }
-            Kept::Whole(p) => {
-                p.env.stats.stream_dormant(-1);
-                count_stopped(&p.env.stats, &p.core, Some(STATE_CLOSED));
+            Kept::Whole(w) => {
+                w.parts.env.stats.stream_dormant(-1);
+                count_stopped(&w.parts.env.stats, &w.parts.core, Some(STATE_CLOSED));
             }
             Kept::Answer(a) => {
                 let stats = &a.env.stats;
@@ -537,8 +551,10 @@ mod tests {
         let Kept::AtOnce(a) = std::mem::replace(&mut whole.kept, Kept::Taken) else {
             panic!("no core until its end")
         };
-        whole.kept = Kept::Whole(Box::new(a.into_parts(StreamId(3), signer())));
-        let Kept::Whole(p) = &mut whole.kept else { panic!("made whole") };
+        let parts = a.into_parts(StreamId(3), signer());
+        whole.kept = Kept::Whole(Box::new(Whole { parts, until: None }));
+        let Kept::Whole(kept) = &mut whole.kept else { panic!("made whole") };
+        let p = &mut kept.parts;
         p.core.detach(1, true);
         let _ = p.core.poll_timeout(Tick(10));
         let expected = format!("{:?}", p.core);
@@ -551,7 +567,7 @@ mod tests {
         };
         let parts = a.into_parts(StreamId(3), signer(), hmac());
         assert_eq!(format!("{:?}", parts.core), expected, "the same core");
-        s.kept = Kept::Whole(Box::new(parts));
+        s.kept = Kept::Whole(Box::new(Whole { parts, until: None }));
         drop(s);
         assert_eq!(w.counts(), (0, 0, 0, 0, 0, 0, 0));
         // Woken: its actor counts it on, closed, in its generation, charged the same.

@@ -128,8 +128,10 @@ pub(crate) struct StreamEntry<S> {
     pub request: Option<JsonRpcId>,
     /// Closed (kept for late resumes only).
     pub closed: bool,
-    /// Bytes its window held when it closed (counted against `max_retained_bytes`).
-    pub retained_bytes: usize,
+    /// Bytes its window held when it closed (counted against `max_retained_bytes`; a window
+    /// holds far less than 4 GiB, and a `u32` keeps the entries of a session's table, up to
+    /// 64 kept streams and more, a slot smaller).
+    pub retained_bytes: u32,
     /// Shell data (actor address).
     pub handle: S,
 }
@@ -639,8 +641,8 @@ impl<R, S, P> SessionCore<R, S, P> {
             && !e.closed
         {
             e.closed = true;
-            e.retained_bytes = bytes;
-            self.retained_bytes += bytes;
+            e.retained_bytes = u32::try_from(bytes).unwrap_or(u32::MAX);
+            self.retained_bytes += e.retained_bytes as usize;
             self.closed_order.push_back(sid);
         }
         let mut evicted = Evicted::new();
@@ -667,7 +669,7 @@ impl<R, S, P> SessionCore<R, S, P> {
         }
         let e = self.streams.remove(&sid)?;
         if e.closed {
-            self.retained_bytes -= e.retained_bytes;
+            self.retained_bytes -= e.retained_bytes as usize;
         }
         Some(e)
     }

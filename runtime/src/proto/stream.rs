@@ -260,8 +260,8 @@ enum KeptAnswerBytes {
     /// Its JSON: a resume makes the frame again ([`StreamCore::from_settled`]; its cursor is
     /// its stream's first event's, so the same bytes).
     Json(Box<[u8]>),
-    /// Its frame.
-    Frame(Bytes),
+    /// Its frame (boxed: the rarer case does not widen every kept answer).
+    Frame(Box<Bytes>),
 }
 
 impl KeptAnswerBytes {
@@ -274,7 +274,7 @@ impl KeptAnswerBytes {
         if json.len() <= Self::COPY_AT_MOST {
             KeptAnswerBytes::Json(json.into())
         } else {
-            KeptAnswerBytes::Frame(frame.clone())
+            KeptAnswerBytes::Frame(Box::new(frame.clone()))
         }
     }
 }
@@ -338,7 +338,8 @@ impl AnsweredAtOnce {
         let answer = KeptAnswerBytes::of(&self.answer);
         let AnsweredAtOnce { request, prime, .. } = self;
         let kept = SettledAnswer { request, answer, since: now, last_write: Tick(0), prime };
-        (kept, now.plus_ms(timing.retention_after_delivery_ms))
+        let until = kept.retention_end(timing);
+        (kept, until)
     }
 
     /// Its core as it is while its first connection writes, made by the calls this stands
@@ -370,6 +371,12 @@ fn answer_json(frame: &[u8]) -> &[u8] {
 }
 
 impl SettledAnswer {
+    /// When its retention ends with `timing` (its core's only deadline: what
+    /// [`StreamCore::poll_timeout`] gives for it).
+    pub(crate) fn retention_end(&self, timing: StreamTiming) -> Tick {
+        self.since.plus_ms(timing.retention_after_delivery_ms)
+    }
+
     /// The mode of every settled stream.
     pub(crate) const MODE: StreamMode = StreamMode::Resumable;
 
@@ -958,7 +965,7 @@ impl StreamCore {
         };
         let mut window = ReplayWindow::new(settings.window);
         let frame = match kept.answer {
-            KeptAnswerBytes::Frame(frame) => frame,
+            KeptAnswerBytes::Frame(frame) => *frame,
             KeptAnswerBytes::Json(json) => {
                 let cursor = signer.stream(generation, id).encode_array(Seq::START.next());
                 sse::event_frame(&cursor, &json)

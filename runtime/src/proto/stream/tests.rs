@@ -610,7 +610,7 @@ fn a_settled_answer_keeps_a_small_json_alone_and_a_large_answer_as_its_frame() {
         let kept = s.settled_answer().expect("settled, in its retention");
         match &kept.answer {
             KeptAnswerBytes::Json(j) => assert!(copied && &j[..] == json, "the JSON alone"),
-            KeptAnswerBytes::Frame(f) => assert!(!copied && *f == frame, "the frame as it is"),
+            KeptAnswerBytes::Frame(f) => assert!(!copied && **f == frame, "the frame as it is"),
         }
         let r = StreamCore::from_settled(StreamId(7), Generation(1), signer(), OPENED_WITH, kept);
         assert_eq!(r.window.only_first(), Some(&frame), "the same bytes, cursor and all");
