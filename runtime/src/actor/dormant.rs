@@ -31,7 +31,7 @@
 //! Once its connection returned every frame and nothing of it was recorded (it never will be:
 //! settled), the common end of an echo's reply, a kept stream holds only its answer (its
 //! JSON alone when small) and its counts and charges ([`StreamCore::settled_answer`]): about
-//! 120 bytes and the answer instead of the core's, its ledger state's and its window's 740. A
+//! 104 bytes and the answer instead of the core's, its ledger state's and its window's 740. A
 //! session retains 64 answered streams by default (`sessions.max_retained_streams`), and
 //! evicting one that had left the cache was the largest item a call over 64 sessions adds
 //! (issue 23's round-12 profile). A resume rebuilds the same core
@@ -539,8 +539,32 @@ mod tests {
         );
         assert_eq!(kept_as(&s), "whole", "recorded, so kept whole");
         assert_eq!(w.counts(), open);
+        assert_eq!(s.until(), Some(Tick(5_010)), "what it keeps names the end");
+        assert_eq!(s.detached(1, false, Tick(900), &signer()), Some(Tick(5_010)), "heard again");
+        assert!(!s.retention_over(Tick(5_009)) && s.retention_over(Tick(5_010)));
         drop(s);
         assert_eq!(w.counts(), (0, 0, 0, 0, 0, 0, 0));
+    }
+
+    #[actix_web::test]
+    async fn a_settled_stream_names_its_retention_end_from_what_it_keeps() {
+        let w = World::new();
+        let mut s = w.kept();
+        assert_eq!(s.until(), None, "its connection still writes it");
+        assert_eq!(s.detached(1, true, Tick(10), &signer()), Some(Tick(1_010)));
+        assert_eq!((kept_as(&s), s.until()), ("answer", Some(Tick(1_010))));
+        assert_eq!(s.detached(1, true, Tick(500), &signer()), Some(Tick(1_010)), "heard again");
+        assert!(!s.retention_over(Tick(1_009)) && s.retention_over(Tick(1_010)));
+    }
+
+    #[test]
+    fn a_kept_streams_table_entry_and_settled_box_stay_small() {
+        // Up to 64 kept streams a session sit in its stream table (whose buckets are about
+        // twice the entries), a settled one's box beside each.
+        let entry = std::mem::size_of::<crate::proto::session::StreamEntry<StreamHandle>>();
+        assert!(entry <= 64, "a table entry of {entry} bytes");
+        let kept = std::mem::size_of::<KeptAnswer>();
+        assert!(kept <= 112, "a settled box of {kept} bytes (jemalloc's 112-byte class)");
     }
 
     #[actix_web::test]

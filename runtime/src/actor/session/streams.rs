@@ -242,7 +242,8 @@ impl SessionActor {
             StreamHandle::Live(a) => a.do_send(StopStream(why)),
             StreamHandle::Dormant(d) => {
                 if let Some(t) = d.until() {
-                    self.dormant_until.remove(&(t, d.sid()));
+                    let indexed = self.dormant_until.remove(&(t, d.sid()));
+                    debug_assert!(indexed, "indexed at the end it names");
                 }
                 d.forget();
             }
@@ -303,6 +304,10 @@ impl SessionActor {
         self.core.connection_delta(now, false);
         match self.core.stream_handle_mut(sid) {
             Some(StreamHandle::Dormant(d)) => {
+                // Indexed again at the end it names now (an end heard again names the same).
+                if let Some(t) = d.until() {
+                    self.dormant_until.remove(&(t, sid));
+                }
                 if let Some(t) = d.detached(conn, drained, now, &self.signer) {
                     self.dormant_until.insert((t, sid));
                 }
@@ -347,7 +352,8 @@ impl SessionActor {
             unreachable!("matched as dormant above")
         };
         if let Some(t) = d.until() {
-            self.dormant_until.remove(&(t, sid));
+            let indexed = self.dormant_until.remove(&(t, sid));
+            debug_assert!(indexed, "indexed at the end it names");
         }
         tracing::debug!(stream = %sid, "kept stream woken by a resume");
         let session = (Arc::clone(&self.signer), Arc::clone(&self.meta.hmac));
