@@ -31,11 +31,9 @@ import json
 import os
 import tempfile
 
-from hostproc import spawn_host, stop
+from hostproc import echo_sse, initialize, spawn_host, stop
 
 CACHES = ["--D1=49152,12,64", "--LL=2097152,16,64"]
-INIT = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "cache-misses", "version": "1"}}
-CALL = {"name": "echo", "arguments": {"text": "hello"}}
 
 
 def run(cmd, sessions, n, keep=None):
@@ -56,27 +54,13 @@ def run(cmd, sessions, n, keep=None):
                 "--set", "sessions.retention_after_delivery_ms=3600000"]
         host, url = spawn_host(argv, workdir.name, deadline_s=120, procs=procs)
         h, port = url.split("//")[1].split("/")[0].rsplit(":", 1)
-        heads = []
-        for s in range(sessions):
-            c = http.client.HTTPConnection(h, int(port), timeout=120)
-            conns.append(c)
-            body = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": INIT}
-            c.request("POST", "/mcp", json.dumps(body), {"Content-Type": "application/json", "Accept": "application/json"})
-            r = c.getresponse()
-            r.read()
-            sid = r.getheader("mcp-session-id")
-            if r.status != 200 or not sid:
-                raise RuntimeError(f"initialize {s}: status {r.status}, session id {sid!r}")
-            heads.append({"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
-                          "Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-11-25"})
+        sids = []
+        for _ in range(sessions):
+            conns.append(http.client.HTTPConnection(h, int(port), timeout=120))
+            sids.append(initialize(conns[-1], "cache-misses"))
         for i in range(n):
             s = i % sessions
-            body = {"jsonrpc": "2.0", "id": i + 1, "method": "tools/call", "params": CALL}
-            conns[s].request("POST", "/mcp", json.dumps(body), heads[s])
-            r = conns[s].getresponse()
-            text = r.read()
-            if r.status != 200 or b'"result"' not in text:
-                raise RuntimeError(f"call {i}: status {r.status}: {text[:200]!r}")
+            echo_sse(conns[s], sids[s], i + 1)
         for c in conns:
             c.close()
         conns.clear()

@@ -1,6 +1,6 @@
 """What the bench scripts share: starting an mcp-host and reading its URL within a deadline,
-stopping a process, a process's RSS, the summary `lua/calls.lua` prints, and the `_meta` of a
-2026-07-28 request."""
+stopping a process, a process's RSS, the summary `lua/calls.lua` prints, the `_meta` of a
+2026-07-28 request, and a session-era handshake and SSE echo call on a kept-alive connection."""
 
 import json
 import os
@@ -61,6 +61,32 @@ def rss_kib(pid):
     except FileNotFoundError:
         pass
     return 0
+
+
+def initialize(conn, client, version="2025-11-25"):
+    """A session-era `initialize` as `client` on `conn` (an `http.client` connection, kept
+    alive); returns the session id, raises unless answered 200 with one."""
+    params = {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": client, "version": "1"}}
+    body = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params}
+    conn.request("POST", "/mcp", json.dumps(body), {"Content-Type": "application/json", "Accept": "application/json"})
+    r = conn.getresponse()
+    r.read()
+    sid = r.getheader("mcp-session-id")
+    if r.status != 200 or not sid:
+        raise RuntimeError(f"initialize: status {r.status}, session id {sid!r}")
+    return sid
+
+
+def echo_sse(conn, sid, request_id, version="2025-11-25"):
+    """`tools/call echo` with id `request_id` in session `sid` on `conn`, accepting SSE (the
+    reply is a stream its session keeps for a late resume); raises unless it answered."""
+    body = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "hello"}}}
+    conn.request("POST", "/mcp", json.dumps(body), {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+                                                   "Mcp-Session-Id": sid, "MCP-Protocol-Version": version})
+    r = conn.getresponse()
+    text = r.read()
+    if r.status != 200 or b'"result"' not in text:
+        raise RuntimeError(f"call {request_id}: status {r.status}: {text[:200]!r}")
 
 
 def calls_summary(text):

@@ -18,14 +18,11 @@ Talks to 127.0.0.1 only; stops every host it starts.
 
 import argparse
 import http.client
-import json
 import os
 import tempfile
 import time
 
-from hostproc import rss_kib, spawn_host, stop
-
-INIT = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "kept-memory", "version": "1"}}
+from hostproc import echo_sse, initialize, rss_kib, spawn_host, stop
 
 
 def bytes_per_kept_stream(argv, sessions, calls):
@@ -38,33 +35,14 @@ def bytes_per_kept_stream(argv, sessions, calls):
                                 "--set", "sessions.retention_after_delivery_ms=3600000"], workdir.name, procs=procs)
         h, port = url.split("//")[1].split("/")[0].rsplit(":", 1)
         c = http.client.HTTPConnection(h, int(port), timeout=30)
-        sids = []
-        for s in range(sessions):
-            body = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": INIT}
-            c.request("POST", "/mcp", json.dumps(body), {"Content-Type": "application/json", "Accept": "application/json"})
-            r = c.getresponse()
-            r.read()
-            sid = r.getheader("mcp-session-id")
-            if r.status != 200 or not sid:
-                raise RuntimeError(f"initialize {s}: status {r.status}")
-            sids.append(sid)
-
-        def call(sid, i):
-            body = {"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "hello"}}}
-            c.request("POST", "/mcp", json.dumps(body), {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
-                                                        "Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-11-25"})
-            r = c.getresponse()
-            text = r.read()
-            if r.status != 200 or b'"result"' not in text:
-                raise RuntimeError(f"call {i}: status {r.status}: {text[:200]!r}")
-
+        sids = [initialize(c, "kept-memory") for _ in range(sessions)]
         for sid in sids:
-            call(sid, 1)
+            echo_sse(c, sid, 1)
         time.sleep(2)
         before = rss_kib(host.pid)
         for i in range(2, calls + 1):
             for sid in sids:
-                call(sid, i)
+                echo_sse(c, sid, i)
         time.sleep(2)
         after = rss_kib(host.pid)
         return (after - before) * 1024 / (sessions * (calls - 1))
