@@ -11,6 +11,7 @@
 pub mod admission;
 pub(crate) mod bucket;
 pub(crate) mod caller;
+pub(crate) mod deadlines;
 pub(crate) mod digest;
 pub(crate) mod error;
 pub mod event_id;

@@ -32,9 +32,12 @@
 use std::collections::{HashMap, VecDeque};
 
 use super::error::{Overload, Rejection};
-use super::ids::{FastMap, Generation, JsonRpcId, StreamId, Tick};
+use super::ids::{Generation, JsonRpcId, StreamId, Tick};
 use super::mcp::LogLevel;
 use super::version::ProtocolVersion;
+use table::StreamTable;
+
+mod table;
 
 /// Lifecycle state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,7 +173,7 @@ pub(crate) struct SessionCore<R, S, P> {
     log_level: Option<LogLevel>,
     in_flight: HashMap<JsonRpcId, InFlight<R>>,
     pending: HashMap<JsonRpcId, ClientRequest<P>>,
-    streams: FastMap<StreamId, StreamEntry<S>>,
+    streams: StreamTable<StreamEntry<S>>,
     closed_order: VecDeque<StreamId>,
     retained_bytes: usize,
     get_stream: Option<StreamId>,
@@ -264,7 +267,7 @@ impl<R, S, P> SessionCore<R, S, P> {
             log_level: None,
             in_flight: HashMap::new(),
             pending: HashMap::new(),
-            streams: FastMap::default(),
+            streams: StreamTable::default(),
             closed_order: VecDeque::new(),
             retained_bytes: 0,
             get_stream: None,
@@ -679,7 +682,7 @@ impl<R, S, P> SessionCore<R, S, P> {
         &'a self,
         keep: impl Fn(&S) -> bool + 'a,
     ) -> impl Iterator<Item = StreamId> + 'a {
-        self.streams.iter().filter(move |(_, e)| keep(&e.handle)).map(|(sid, _)| *sid)
+        self.streams.iter().filter(move |(_, e)| keep(&e.handle)).map(|(sid, _)| sid)
     }
 
     /// Bytes of closed streams retained.
@@ -805,7 +808,7 @@ impl<R, S, P> SessionCore<R, S, P> {
         self.closed_order.clear();
         self.retained_bytes = 0;
         self.pending.clear();
-        (self.in_flight.drain().collect(), self.streams.drain().map(|(_, e)| e).collect())
+        (self.in_flight.drain().collect(), self.streams.take_all())
     }
 }
 

@@ -14,7 +14,6 @@
 //! streams), `persist.rs` (its ledger record), `sleep.rs` (hibernation: kept as data while
 //! it has nothing to do).
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,6 +33,7 @@ use super::registry::{Inbox, InboxTicket, Registered, RegistryGuard};
 use super::stream::{Drain as DrainStream, Emit, SessionLink, Stop as StopStream, StreamActor};
 use crate::ledger::codec::{Handshake, RecordState};
 use crate::pipeline::SessionLinks;
+use crate::proto::deadlines::Deadlines;
 use crate::proto::error::{Overload, Rejection};
 use crate::proto::event_id::CursorSigner;
 use crate::proto::ids::{SessionId, StreamId, Tick};
@@ -84,7 +84,7 @@ pub struct SessionActor {
     core: SessionCore<RequestTask, StreamHandle, ClientRequestRoute>,
     /// The retention ends of the streams it keeps as data (`StreamHandle::Dormant`) whose
     /// connection has ended: its timer wakes for the earliest.
-    dormant_until: BTreeSet<(Tick, StreamId)>,
+    dormant_until: Deadlines<(Tick, StreamId)>,
     /// Its kept streams' first connections' bodies: whether they queue their ends (busy) and
     /// when it stops reading that queue.
     bodies: streams::DormantBodies,
@@ -366,7 +366,7 @@ impl SessionActor {
             KeptHandshake::new(requested_version.as_deref(), &capabilities, &client_info);
         let mut actor = SessionActor {
             core,
-            dormant_until: BTreeSet::new(),
+            dormant_until: Deadlines::default(),
             bodies: streams::DormantBodies::default(),
             principal: seed.principal,
             owner: seed.owner,

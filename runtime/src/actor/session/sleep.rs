@@ -217,7 +217,7 @@ impl SessionActor {
         let now = sup.now();
         SessionActor {
             core: SessionCore::wake(k.core, limits, now),
-            dormant_until: std::collections::BTreeSet::new(),
+            dormant_until: crate::proto::deadlines::Deadlines::default(),
             bodies: super::streams::DormantBodies::default(),
             principal: k.meta.principal.clone(),
             owner: k.meta.owner.clone(),

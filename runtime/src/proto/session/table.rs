@@ -1,0 +1,289 @@
+//! A session's stream table: its streams by id, in a window indexed by the id's offset.
+//!
+//! A session numbers its streams in order and most end in about that order (a request's
+//! stream closes, is kept for a late resume, and the oldest kept one is evicted as a new one
+//! closes). A hash table of that churn pays a probe into a cold bucket for every eviction and,
+//! as its tombstones fill it, a rehash of every entry now and then; over many sessions those
+//! were a quarter of a call's last-level cache misses (issue 23, `bench/cache_misses.py`).
+//! Here a stream numbered within the window is its slot: a new one is pushed at the back, the
+//! oldest is taken from the front. A stream the window cannot hold (numbered before it, one
+//! of another life restored, or one left far behind by newer ones) is kept in a map beside it,
+//! so the window stays at most [`WINDOW`] slots whatever the numbering.
+
+use std::collections::VecDeque;
+
+use crate::proto::ids::{FastMap, StreamId};
+
+/// The most slots the window spans: a session's 64 kept streams (the default) and the
+/// requests running beside them fit, in at most 8 KiB of slots for a 64-byte entry.
+pub(crate) const WINDOW: usize = 128;
+
+/// Streams by id ([module docs](self)).
+#[derive(Debug)]
+pub(crate) struct StreamTable<V> {
+    /// Slot `i` holds the stream numbered `base + i`; the front slot is never empty.
+    window: VecDeque<Option<V>>,
+    base: u64,
+    /// The streams outside the window.
+    others: FastMap<StreamId, V>,
+    len: usize,
+}
+
+impl<V> Default for StreamTable<V> {
+    fn default() -> Self {
+        StreamTable { window: VecDeque::new(), base: 0, others: FastMap::default(), len: 0 }
+    }
+}
+
+impl<V> StreamTable<V> {
+    /// How many streams it holds.
+    #[cfg(test)]
+    #[must_use]
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    #[must_use]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The window's slot of `sid`, if the window spans it.
+    fn slot(&self, sid: StreamId) -> Option<usize> {
+        let i = usize::try_from(sid.0.checked_sub(self.base)?).ok()?;
+        (i < self.window.len()).then_some(i)
+    }
+
+    // A stream is in its window slot or beside the window, never both; one beside may be
+    // numbered within the window's span (the window moved on over it), so an empty slot
+    // sends a look-up there.
+
+    #[must_use]
+    pub(crate) fn get(&self, sid: &StreamId) -> Option<&V> {
+        if let Some(v) = self.slot(*sid).and_then(|i| self.window[i].as_ref()) {
+            return Some(v);
+        }
+        if self.others.is_empty() { None } else { self.others.get(sid) }
+    }
+
+    pub(crate) fn get_mut(&mut self, sid: &StreamId) -> Option<&mut V> {
+        match self.slot(*sid) {
+            Some(i) if self.window[i].is_some() => self.window[i].as_mut(),
+            _ if self.others.is_empty() => None,
+            _ => self.others.get_mut(sid),
+        }
+    }
+
+    /// Put `v` as stream `sid`; returns the one it replaces.
+    pub(crate) fn insert(&mut self, sid: StreamId, v: V) -> Option<V> {
+        if let Some(old) = self.get_mut(&sid) {
+            return Some(std::mem::replace(old, v));
+        }
+        self.len += 1;
+        if let Some(i) = self.slot(sid) {
+            self.window[i] = Some(v);
+            return None;
+        }
+        if self.window.is_empty() {
+            self.base = sid.0;
+            self.window.push_back(Some(v));
+            return None;
+        }
+        // Numbered before the window, or so far past it that the window would span more than
+        // `WINDOW` slots with every stream it holds: it is kept beside the window. (A newer
+        // stream within reach moves the window on instead, below.)
+        let Some(end) = self.base.checked_add(self.window.len() as u64) else {
+            self.others.insert(sid, v);
+            return None;
+        };
+        if sid.0 < self.base || sid.0 - end >= WINDOW as u64 {
+            self.others.insert(sid, v);
+            return None;
+        }
+        let gap = (sid.0 - end) as usize;
+        // Slots that must leave the front first, so that the window never passes `WINDOW`
+        // (nor its buffer a capacity past it).
+        let over = (self.window.len() + gap + 1).saturating_sub(WINDOW);
+        for _ in 0..over {
+            self.pop_front_to_others();
+        }
+        if self.window.is_empty() {
+            self.base = sid.0;
+        } else {
+            let needed = self.window.len() + gap + 1;
+            if needed > self.window.capacity() {
+                // Grown by powers of two up to `WINDOW`, never past it.
+                let to = needed.next_power_of_two().min(WINDOW);
+                self.window.reserve_exact(to - self.window.len());
+            }
+            self.window.extend(std::iter::repeat_with(|| None).take(gap));
+        }
+        self.window.push_back(Some(v));
+        self.trim_front();
+        None
+    }
+
+    /// Take stream `sid` out.
+    pub(crate) fn remove(&mut self, sid: &StreamId) -> Option<V> {
+        let v = match self.slot(*sid) {
+            Some(i) if self.window[i].is_some() => {
+                let v = self.window[i].take();
+                if i == 0 {
+                    self.trim_front();
+                }
+                v?
+            }
+            _ if self.others.is_empty() => return None,
+            _ => self.others.remove(sid)?,
+        };
+        self.len -= 1;
+        Some(v)
+    }
+
+    /// Every stream, in no particular order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (StreamId, &V)> {
+        let base = self.base;
+        let window = self
+            .window
+            .iter()
+            .zip(0u64..)
+            .filter_map(move |(s, i)| s.as_ref().map(|v| (StreamId(base + i), v)));
+        window.chain(self.others.iter().map(|(sid, v)| (*sid, v)))
+    }
+
+    /// Take every stream out.
+    pub(crate) fn take_all(&mut self) -> Vec<V> {
+        let mut all: Vec<V> = self.window.drain(..).flatten().collect();
+        all.extend(self.others.drain().map(|(_, v)| v));
+        self.len = 0;
+        all
+    }
+
+    /// The front slot leaves the window; a stream in it moves beside the window.
+    fn pop_front_to_others(&mut self) {
+        if let Some(slot) = self.window.pop_front() {
+            if let Some(v) = slot {
+                self.others.insert(StreamId(self.base), v);
+            }
+            // (Past the last id only as the window empties, when `base` is set again.)
+            self.base = self.base.wrapping_add(1);
+        }
+    }
+
+    /// Empty slots leave the front (the front slot is never empty).
+    fn trim_front(&mut self) {
+        while matches!(self.window.front(), Some(None)) {
+            self.window.pop_front();
+            self.base = self.base.wrapping_add(1);
+        }
+        if self.window.is_empty() {
+            // A window that held a burst gives its buffer back once empty.
+            if self.window.capacity() > WINDOW / 4 {
+                self.window = VecDeque::new();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn contents(t: &StreamTable<u32>) -> BTreeMap<u64, u32> {
+        t.iter().map(|(s, v)| (s.0, *v)).collect()
+    }
+
+    #[test]
+    fn streams_numbered_in_order_live_in_the_window_and_the_oldest_leaves_from_its_front() {
+        let mut t = StreamTable::default();
+        for n in 1..=64u64 {
+            assert_eq!(t.insert(StreamId(n), n as u32), None);
+        }
+        for n in 65..=1_000u64 {
+            t.insert(StreamId(n), n as u32);
+            assert_eq!(t.remove(&StreamId(n - 64)), Some((n - 64) as u32));
+        }
+        assert_eq!(t.len(), 64);
+        assert!(t.others.is_empty(), "nothing left the window");
+        assert_eq!((t.base, t.window.len()), (937, 64), "the window spans the 64 newest");
+        assert!(t.window.capacity() <= WINDOW, "its buffer stays within the window's bound");
+    }
+
+    #[test]
+    fn a_stream_left_far_behind_moves_beside_the_window_and_is_still_found() {
+        let mut t = StreamTable::default();
+        t.insert(StreamId(1), 1);
+        for n in 2..=1_000u64 {
+            t.insert(StreamId(n), n as u32);
+            if n > 2 {
+                assert_eq!(t.remove(&StreamId(n - 1)), Some(n as u32 - 1));
+            }
+        }
+        assert_eq!(t.get(&StreamId(1)), Some(&1), "the long-lived first stream");
+        assert_eq!(t.others.len(), 1, "kept beside the window");
+        assert!(t.window.len() <= WINDOW && t.window.capacity() <= WINDOW);
+        assert_eq!(t.remove(&StreamId(1)), Some(1));
+        assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn a_stream_of_another_life_does_not_stretch_the_window() {
+        let mut t = StreamTable::default();
+        t.insert(StreamId((1 << 32) + 5), 5);
+        t.insert(StreamId((2 << 32) + 1), 1);
+        t.insert(StreamId(3), 3);
+        assert_eq!(t.window.len(), 1, "one slot, the other two beside it");
+        assert_eq!(contents(&t), BTreeMap::from([(3, 3), ((1 << 32) + 5, 5), ((2 << 32) + 1, 1)]));
+        assert_eq!(t.insert(StreamId(u64::MAX), 9), None, "the last id too");
+        assert_eq!(t.get(&StreamId(u64::MAX)), Some(&9));
+        let mut all = t.take_all();
+        all.sort_unstable();
+        assert_eq!(all, vec![1, 3, 5, 9]);
+        assert!(t.is_empty() && t.get(&StreamId(3)).is_none());
+    }
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        Insert(u64, u32),
+        Remove(u64),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        // Ids mostly near each other (a session's numbering), now and then far off.
+        let id =
+            prop_oneof![8 => 0u64..400, 1 => any::<u64>(), 1 => (1u64 << 32)..(1u64 << 32) + 300];
+        prop_oneof![
+            3 => (id.clone(), any::<u32>()).prop_map(|(s, v)| Step::Insert(s, v)),
+            2 => id.prop_map(Step::Remove),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn the_table_holds_what_a_map_holds(steps in proptest::collection::vec(step(), 1..400)) {
+            let mut t = StreamTable::default();
+            let mut model = BTreeMap::new();
+            for s in steps {
+                match s {
+                    Step::Insert(sid, v) => {
+                        prop_assert_eq!(t.insert(StreamId(sid), v), model.insert(sid, v));
+                    }
+                    Step::Remove(sid) => {
+                        prop_assert_eq!(t.remove(&StreamId(sid)), model.remove(&sid));
+                    }
+                }
+                prop_assert_eq!(t.len(), model.len());
+                prop_assert!(t.window.len() <= WINDOW && t.window.capacity() <= WINDOW);
+                prop_assert!(!matches!(t.window.front(), Some(None)), "the front slot holds a stream");
+            }
+            prop_assert_eq!(contents(&t), model.clone());
+            for (sid, v) in &model {
+                prop_assert_eq!(t.get(&StreamId(*sid)), Some(v));
+            }
+        }
+    }
+}
