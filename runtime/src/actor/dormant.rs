@@ -559,8 +559,8 @@ mod tests {
 
     #[test]
     fn a_kept_streams_table_entry_and_settled_box_stay_small() {
-        // Up to 64 kept streams a session sit in its stream table's window, a slot each (one
-        // cache line), a settled one's box beside each.
+        // Up to 64 kept streams a session sit in its stream table's window, a 64-byte slot
+        // each, a settled one's box beside each.
         let slot = std::mem::size_of::<Option<crate::proto::session::StreamEntry<StreamHandle>>>();
         assert!(slot <= 64, "a table slot of {slot} bytes");
         let kept = std::mem::size_of::<KeptAnswer>();

@@ -8,7 +8,9 @@
 //! Here a stream numbered within the window is its slot: a new one is pushed at the back, the
 //! oldest is taken from the front. A stream the window cannot hold (numbered before it, one
 //! of another life restored, or one left far behind by newer ones) is kept in a map beside it,
-//! so the window stays at most [`WINDOW`] slots whatever the numbering.
+//! so the window stays at most [`WINDOW`] slots whatever the numbering, and at most four slots
+//! for each stream it holds (16 at least): a long-lived stream in front of many short ones
+//! moves beside the window rather than keeping a buffer of empty slots behind it.
 
 use std::collections::VecDeque;
 
@@ -16,7 +18,7 @@ use crate::proto::ids::{FastMap, StreamId};
 
 /// The most slots the window spans: a session's 64 kept streams (the default) and the
 /// requests running beside them fit, in at most 8 KiB of slots for a 64-byte entry.
-pub(crate) const WINDOW: usize = 128;
+const WINDOW: usize = 128;
 
 /// Streams by id ([module docs](self)).
 #[derive(Debug)]
@@ -89,35 +91,42 @@ impl<V> StreamTable<V> {
             self.window.push_back(Some(v));
             return None;
         }
-        // Numbered before the window, or so far past it that the window would span more than
-        // `WINDOW` slots with every stream it holds: it is kept beside the window. (A newer
-        // stream within reach moves the window on instead, below.)
-        let Some(end) = self.base.checked_add(self.window.len() as u64) else {
-            self.others.insert(sid, v);
-            return None;
-        };
-        if sid.0 < self.base || sid.0 - end >= WINDOW as u64 {
+        // One numbered before the window (an earlier life's, restored) is kept beside it.
+        if sid.0 < self.base {
             self.others.insert(sid, v);
             return None;
         }
-        let gap = (sid.0 - end) as usize;
-        // Slots that must leave the front first, so that the window never passes `WINDOW`
-        // (nor its buffer a capacity past it).
-        let over = (self.window.len() + gap + 1).saturating_sub(WINDOW);
-        for _ in 0..over {
-            self.pop_front_to_others();
-        }
-        if self.window.is_empty() {
-            self.base = sid.0;
-        } else {
-            let needed = self.window.len() + gap + 1;
-            if needed > self.window.capacity() {
-                // Grown by powers of two up to `WINDOW`, never past it.
-                let to = needed.next_power_of_two().min(WINDOW);
-                self.window.reserve_exact(to - self.window.len());
+        // A newer one becomes the window's last slot. Slots leave the front first (their
+        // streams moving beside the window) until the window spans at most `limit` slots:
+        // `WINDOW`, and while it holds few streams four slots for each (16 at least), so that
+        // a long-lived stream in front (an open GET stream, a slow call) does not keep a
+        // window of empty slots, and its buffer, behind it as newer streams come and go.
+        let in_window = self.len - 1 - self.others.len();
+        let limit = (4 * (in_window + 1)).clamp(16, WINDOW);
+        let span = sid.0 - self.base;
+        if span >= limit as u64 {
+            let over = span - limit as u64 + 1;
+            if over >= self.window.len() as u64 {
+                // Past every slot (a new life's first stream after restored ones, say): the
+                // window starts again at it.
+                self.move_window_to_others();
+                self.base = sid.0;
+                self.window.push_back(Some(v));
+                return None;
             }
-            self.window.extend(std::iter::repeat_with(|| None).take(gap));
+            for _ in 0..over {
+                self.pop_front_to_others();
+            }
         }
+        let end = self.base + self.window.len() as u64;
+        let gap = (sid.0 - end) as usize;
+        let needed = self.window.len() + gap + 1;
+        if needed > self.window.capacity() {
+            // Grown by powers of two up to `WINDOW`, never past it.
+            let to = needed.next_power_of_two().min(WINDOW);
+            self.window.reserve_exact(to - self.window.len());
+        }
+        self.window.extend(std::iter::repeat_with(|| None).take(gap));
         self.window.push_back(Some(v));
         self.trim_front();
         None
@@ -159,6 +168,16 @@ impl<V> StreamTable<V> {
         all
     }
 
+    /// Every stream in the window moves beside it; the window is empty.
+    fn move_window_to_others(&mut self) {
+        let base = self.base;
+        for (slot, i) in std::mem::take(&mut self.window).into_iter().zip(0u64..) {
+            if let Some(v) = slot {
+                self.others.insert(StreamId(base + i), v);
+            }
+        }
+    }
+
     /// The front slot leaves the window; a stream in it moves beside the window.
     fn pop_front_to_others(&mut self) {
         if let Some(slot) = self.window.pop_front() {
@@ -170,17 +189,16 @@ impl<V> StreamTable<V> {
         }
     }
 
-    /// Empty slots leave the front (the front slot is never empty).
+    /// Empty slots leave the front (the front slot is never empty); a buffer four times the
+    /// window or more is made smaller (given back once the window is empty).
     fn trim_front(&mut self) {
         while matches!(self.window.front(), Some(None)) {
             self.window.pop_front();
             self.base = self.base.wrapping_add(1);
         }
-        if self.window.is_empty() {
-            // A window that held a burst gives its buffer back once empty.
-            if self.window.capacity() > WINDOW / 4 {
-                self.window = VecDeque::new();
-            }
+        let (len, cap) = (self.window.len(), self.window.capacity());
+        if cap > 8 && len * 4 <= cap {
+            self.window.shrink_to(len * 2);
         }
     }
 }
@@ -225,7 +243,8 @@ mod tests {
         }
         assert_eq!(t.get(&StreamId(1)), Some(&1), "the long-lived first stream");
         assert_eq!(t.others.len(), 1, "kept beside the window");
-        assert!(t.window.len() <= WINDOW && t.window.capacity() <= WINDOW);
+        assert_eq!(t.window.len(), 1, "the window holds the newest alone");
+        assert!(t.window.capacity() <= 16, "no buffer of empty slots behind the first stream");
         assert_eq!(t.remove(&StreamId(1)), Some(1));
         assert_eq!(t.len(), 1);
     }
@@ -246,6 +265,41 @@ mod tests {
         assert!(t.is_empty() && t.get(&StreamId(3)).is_none());
     }
 
+    #[test]
+    fn a_new_lifes_streams_move_the_window_past_a_restored_one() {
+        let mut t = StreamTable::default();
+        t.insert(StreamId((1 << 32) + 7), 0);
+        for k in 1..=300u64 {
+            t.insert(StreamId((2 << 32) + k), k as u32);
+            if k > 64 {
+                t.remove(&StreamId((2 << 32) + k - 64));
+            }
+        }
+        assert_eq!(t.others.keys().copied().collect::<Vec<_>>(), [StreamId((1 << 32) + 7)]);
+        assert_eq!(
+            (t.base, t.window.len()),
+            ((2 << 32) + 237, 64),
+            "the window holds the new life's"
+        );
+        assert_eq!(t.get(&StreamId((1 << 32) + 7)), Some(&0));
+    }
+
+    #[test]
+    fn streams_numbered_up_to_the_last_id_are_found_and_leave() {
+        let mut t = StreamTable::default();
+        t.insert(StreamId(u64::MAX - 1), 1);
+        t.insert(StreamId(u64::MAX), 2);
+        t.insert(StreamId(5), 5);
+        assert_eq!((t.base, t.window.len()), (u64::MAX - 1, 2), "5 sits beside the window");
+        assert_eq!(t.remove(&StreamId(u64::MAX - 1)), Some(1));
+        assert_eq!((t.base, t.window.len()), (u64::MAX, 1));
+        assert_eq!(t.remove(&StreamId(u64::MAX)), Some(2));
+        assert!(t.window.is_empty());
+        t.insert(StreamId(7), 7);
+        assert_eq!(contents(&t), BTreeMap::from([(5, 5), (7, 7)]));
+        assert_eq!((t.base, t.window.len()), (7, 1), "a new window starts at the next stream");
+    }
+
     #[derive(Debug, Clone)]
     enum Step {
         Insert(u64, u32),
@@ -254,8 +308,12 @@ mod tests {
 
     fn step() -> impl Strategy<Value = Step> {
         // Ids mostly near each other (a session's numbering), now and then far off.
-        let id =
-            prop_oneof![8 => 0u64..400, 1 => any::<u64>(), 1 => (1u64 << 32)..(1u64 << 32) + 300];
+        let id = prop_oneof![
+            8 => 0u64..400,
+            1 => any::<u64>(),
+            1 => (1u64 << 32)..(1u64 << 32) + 300,
+            1 => (u64::MAX - 300)..=u64::MAX,
+        ];
         prop_oneof![
             3 => (id.clone(), any::<u32>()).prop_map(|(s, v)| Step::Insert(s, v)),
             2 => id.prop_map(Step::Remove),
@@ -280,10 +338,17 @@ mod tests {
                 prop_assert!(t.window.len() <= WINDOW && t.window.capacity() <= WINDOW);
                 prop_assert!(!matches!(t.window.front(), Some(None)), "the front slot holds a stream");
             }
+            prop_assert_eq!(t.iter().count(), model.len(), "each stream once");
             prop_assert_eq!(contents(&t), model.clone());
             for (sid, v) in &model {
                 prop_assert_eq!(t.get(&StreamId(*sid)), Some(v));
             }
+            let mut all = t.take_all();
+            all.sort_unstable();
+            let mut want: Vec<u32> = model.into_values().collect();
+            want.sort_unstable();
+            prop_assert_eq!(all, want);
+            prop_assert!(t.is_empty() && t.iter().next().is_none());
         }
     }
 }
