@@ -8,9 +8,13 @@
 //! Here a stream numbered within the window is its slot: a new one is pushed at the back, the
 //! oldest is taken from the front. A stream the window cannot hold (numbered before it, one
 //! of another life restored, or one left far behind by newer ones) is kept in a map beside it,
-//! so the window stays at most [`WINDOW`] slots whatever the numbering, and at most four slots
-//! for each stream it holds (16 at least): a long-lived stream in front of many short ones
-//! moves beside the window rather than keeping a buffer of empty slots behind it.
+//! so the window stays at most [`WINDOW`] slots whatever the numbering. As a stream joins it,
+//! the window is cut to at most four slots for each stream it holds (16 at least): a
+//! long-lived stream in front of many short ones moves beside the window rather than keeping a
+//! buffer of empty slots behind it. (Removals in the middle leave empty slots until the next
+//! insert cuts the window again. A session set to keep more than about 120 streams holds the
+//! oldest of them beside the window, in the map, as the hash table did.) The window's buffer
+//! and the map shrink as they empty.
 
 use std::collections::VecDeque;
 
@@ -143,7 +147,15 @@ impl<V> StreamTable<V> {
                 v?
             }
             _ if self.others.is_empty() => return None,
-            _ => self.others.remove(sid)?,
+            _ => {
+                let v = self.others.remove(sid)?;
+                // A burst of streams beside the window (a revive's, say) does not keep its
+                // buckets for the session's life.
+                if self.others.len() * 4 <= self.others.capacity() {
+                    self.others.shrink_to(self.others.len() * 2);
+                }
+                v
+            }
         };
         self.len -= 1;
         Some(v)
@@ -184,8 +196,7 @@ impl<V> StreamTable<V> {
             if let Some(v) = slot {
                 self.others.insert(StreamId(self.base), v);
             }
-            // (Past the last id only as the window empties, when `base` is set again.)
-            self.base = self.base.wrapping_add(1);
+            self.base += 1;
         }
     }
 
@@ -240,8 +251,13 @@ mod tests {
             if n > 2 {
                 assert_eq!(t.remove(&StreamId(n - 1)), Some(n as u32 - 1));
             }
+            if n == 30 {
+                // Two streams 29 apart: the first left the window once it spanned 16 slots.
+                assert_eq!((t.others.len(), t.window.len()), (1, 1), "at {n}");
+            }
         }
         assert_eq!(t.get(&StreamId(1)), Some(&1), "the long-lived first stream");
+        assert!(t.others.contains_key(&StreamId(1)), "moved beside the window");
         assert_eq!(t.others.len(), 1, "kept beside the window");
         assert_eq!(t.window.len(), 1, "the window holds the newest alone");
         assert!(t.window.capacity() <= 16, "no buffer of empty slots behind the first stream");
@@ -298,6 +314,49 @@ mod tests {
         t.insert(StreamId(7), 7);
         assert_eq!(contents(&t), BTreeMap::from([(5, 5), (7, 7)]));
         assert_eq!((t.base, t.window.len()), (7, 1), "a new window starts at the next stream");
+    }
+
+    #[test]
+    fn the_windows_buffer_and_the_map_beside_it_shrink_as_they_empty() {
+        let mut t = StreamTable::default();
+        for n in 1..=100u64 {
+            t.insert(StreamId(n), n as u32);
+        }
+        for n in 1..=90u64 {
+            t.remove(&StreamId(n));
+        }
+        assert_eq!(t.window.len(), 10);
+        assert!(t.window.capacity() <= 40, "buffer of {} slots for 10", t.window.capacity());
+        // 64 streams of an earlier life, numbered before the window, then gone.
+        for n in 0..64u64 {
+            t.insert(StreamId(n), 0);
+        }
+        let beside = t.others.capacity();
+        assert!(beside >= 64);
+        for n in 0..64u64 {
+            t.remove(&StreamId(n));
+        }
+        assert!(
+            t.others.is_empty() && t.others.capacity() < beside,
+            "{} of {beside} kept",
+            t.others.capacity()
+        );
+        assert_eq!(t.iter().count(), 10, "the window's streams stay");
+    }
+
+    #[test]
+    fn a_stream_beside_the_window_that_the_window_moves_over_is_still_found_once() {
+        // Proptest's first find: 241 went beside the window, which then moved over it.
+        let mut t = StreamTable::default();
+        for sid in [28, 241, 112, 187, 242] {
+            assert_eq!(t.insert(StreamId(sid), sid as u32), None);
+        }
+        for sid in [28, 241, 112, 187, 242] {
+            assert_eq!(t.get(&StreamId(sid)), Some(&(sid as u32)), "{sid}");
+        }
+        assert_eq!(t.iter().count(), 5);
+        assert_eq!(t.insert(StreamId(241), 0), Some(241), "replaced where it is");
+        assert_eq!(t.iter().count(), 5);
     }
 
     #[derive(Debug, Clone)]
