@@ -182,15 +182,13 @@ impl<V> StreamTable<V> {
 
     /// Every stream in the window moves beside it; the window is empty.
     fn move_window_to_others(&mut self) {
-        let base = self.base;
-        for (slot, i) in std::mem::take(&mut self.window).into_iter().zip(0u64..) {
-            if let Some(v) = slot {
-                self.others.insert(StreamId(base + i), v);
-            }
+        while !self.window.is_empty() {
+            self.pop_front_to_others();
         }
     }
 
-    /// The front slot leaves the window; a stream in it moves beside the window.
+    /// The front slot leaves the window; a stream in it moves beside the window. (Never the
+    /// last id's slot: an insert moves the window only for a newer stream.)
     fn pop_front_to_others(&mut self) {
         if let Some(slot) = self.window.pop_front() {
             if let Some(v) = slot {
