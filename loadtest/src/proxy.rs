@@ -185,7 +185,8 @@ const POOL: usize = 4096;
 const FOREIGN_ORIGIN: &str = "http://evil.example";
 
 /// Raw events by id, and the ids in arrival order (to forget the oldest).
-type EventsById = (HashMap<String, Rc<[u8]>>, VecDeque<String>);
+/// Event id -> (the session whose stream carried it, the raw event); ids in arrival order.
+type EventsById = (HashMap<String, (String, Rc<[u8]>)>, VecDeque<String>);
 
 /// State shared by every proxied connection (single-threaded runtime).
 pub(crate) struct Proxy {
@@ -284,7 +285,7 @@ impl Proxy {
         }
         if let Some(id) = id {
             let (map, order) = &mut *self.by_id.borrow_mut();
-            if map.insert(id.to_owned(), Rc::clone(ev)).is_none() {
+            if map.insert(id.to_owned(), (session.to_owned(), Rc::clone(ev))).is_none() {
                 order.push_back(id.to_owned());
             }
             if order.len() > POOL
@@ -669,6 +670,12 @@ async fn exchange(p: &Proxy, c: &mut Conn, ups: &mut [Option<Conn>]) -> IoResult
             if resume_from.is_some() { " (a resume)" } else { "" },
         );
     }
+    // A resume whose cursor the proxy left alone is refused only if the client sent a cursor
+    // that is not its own (or the host refused one of its own): either is a defect.
+    let resume_refused = r.status == 400 && rewrite != Rewrite::Cursor && resume_from.is_some();
+    if resume_refused {
+        p.bump("resume.refused_unexplained");
+    }
     if r.status < 400
         && let Some(s) = &session
     {
@@ -699,10 +706,15 @@ async fn exchange(p: &Proxy, c: &mut Conn, ups: &mut [Option<Conn>]) -> IoResult
         let replay_first = resume_from
             .as_deref()
             .filter(|_| faults.replay)
-            .and_then(|id| p.by_id.borrow().0.get(id).cloned());
+            .and_then(|id| p.by_id.borrow().0.get(id).map(|(_, ev)| Rc::clone(ev)));
         let ctx =
             StreamCtx { session: session.unwrap_or_default(), faults, replay_first, req: &req };
         relay_events(p, c, u, ctx).await?
+    } else if resume_refused && let Some(n) = r.length {
+        let body = u.read_n(n).await?;
+        say_resume_refused(p, at, session.as_deref(), resume_from.as_deref(), &body);
+        c.s.write_all(&body).await?;
+        true
     } else {
         relay_body(c, u, &r).await?
     };
@@ -710,6 +722,29 @@ async fn exchange(p: &Proxy, c: &mut Conn, ups: &mut [Option<Conn>]) -> IoResult
         *up = None;
     }
     Ok(keep && !r.close)
+}
+
+/// Say on stderr which resume was refused 400 without a forged cursor, and where the proxy
+/// saw its cursor: on this session's streams, another session's, or nowhere.
+fn say_resume_refused(
+    p: &Proxy,
+    at: usize,
+    session: Option<&str>,
+    cursor: Option<&str>,
+    body: &[u8],
+) {
+    let cursor = cursor.unwrap_or_default();
+    let seen = match (p.by_id.borrow().0.get(cursor), session) {
+        (Some((s, _)), Some(own)) if s == own => "on this session's streams",
+        (Some(_), _) => "on ANOTHER session's stream",
+        (None, _) => "nowhere recently",
+    };
+    eprintln!(
+        "mcp-load: proxy: resume of session …{} refused 400 by node {at} (cursor …{}, seen {seen}): {}",
+        tail(session.unwrap_or_default()),
+        tail(cursor),
+        String::from_utf8_lossy(body),
+    );
 }
 
 /// A 404 to a DELETE sent again for the same session (the first one's answer was lost).
@@ -763,9 +798,14 @@ fn say_404(node: usize, req: &Request, session: &str) {
         "mcp-load: proxy: 404 from node {node} for {} {} of session …{} at {at} ms",
         req.method,
         method.unwrap_or("-"),
-        // Its random end (an id may begin with its generation and the time it was made).
-        session.get(session.len().saturating_sub(8)..).unwrap_or(session),
+        tail(session),
     );
+}
+
+/// The last 8 characters of a session id or cursor: its random end (an id may begin with
+/// its generation and the time it was made).
+fn tail(s: &str) -> &str {
+    s.get(s.len().saturating_sub(8)..).unwrap_or(s)
 }
 
 /// Send `req` to the next server (round robin) and read the response head: the server's

@@ -324,6 +324,42 @@ async fn a_resume_sooner_than_retry_after_is_counted_by_the_proxy() {
 }
 
 #[actix_web::test]
+async fn a_resume_refused_400_that_the_proxy_did_not_forge_is_counted() {
+    // Not our client: a raw resume of a real session with a cursor this session was never
+    // given, through a proxy with no fault. The gate must see it (its check can fail).
+    let (url, p) = setup(&[], None).await;
+    let c = client(&url).await;
+    let r = awc::Client::default()
+        .get(&url)
+        .insert_header(("Mcp-Session-Id", c.session_id()))
+        .insert_header(("Authorization", format!("Bearer {ALICE}")))
+        .insert_header(("Accept", "text/event-stream"))
+        .insert_header(("Last-Event-ID", "not-one-of-its-cursors"))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(r.status().as_u16(), 400);
+    drop(r);
+    assert_eq!(count(&p.counts(), "resume.refused_unexplained"), 1, "{:?}", p.counts());
+    // A cursor the proxy forged itself is the foreign-cursor scenario's, not this count.
+    let (url, p) = setup(&[(Scenario::ForeignCursor, 1.0)], Some(1)).await;
+    let c = client(&url).await;
+    let r = awc::Client::default()
+        .get(&url)
+        .insert_header(("Mcp-Session-Id", c.session_id()))
+        .insert_header(("Authorization", format!("Bearer {ALICE}")))
+        .insert_header(("Accept", "text/event-stream"))
+        .insert_header(("Last-Event-ID", "any"))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(r.status().as_u16(), 400);
+    drop(r);
+    assert_eq!(count(&p.counts(), "foreign_cursor.rejected"), 1, "{:?}", p.counts());
+    assert_eq!(count(&p.counts(), "resume.refused_unexplained"), 0, "{:?}", p.counts());
+}
+
+#[actix_web::test]
 async fn lost_priming_leaves_the_call_intact() {
     let (url, p) = setup(&[(Scenario::LostPriming, 1.0)], None).await;
     let c = client(&url).await;

@@ -98,6 +98,13 @@ fn a_clean_run_passes_and_each_defect_fails_its_gate() {
         "no ledger figure is not a pass"
     );
     let mut p = clean_phase("cut");
+    p.proxy.insert("resume.refused_unexplained", 1);
+    assert_eq!(
+        failing(&evaluate(&s, &[p], &ledger)),
+        vec!["resumes refused (400) whose cursor the proxy left alone"],
+        "an idempotent call re-issued after it does not hide it"
+    );
+    let mut p = clean_phase("cut");
     let _ = p.resume_ms.record_n(6_000, 10);
     assert_eq!(
         failing(&evaluate(&s, std::slice::from_ref(&p), &ledger)),

@@ -336,6 +336,16 @@ pub(crate) fn evaluate(spec: &GateSpec, phases: &[Phase], ledger: &Value) -> Vec
         count("missing_version.served"),
         count("missing_version.served") + count("missing_version.refused"),
     ));
+    // A resume the proxy left alone that is refused as not this session's: the client sent a
+    // cursor it was not given on that stream, or the host refused one it issued. An idempotent
+    // call recovers by running again, so only this count shows it.
+    let refused = count("resume.refused_unexplained");
+    gates.push(Gate::new(
+        "resumes refused (400) whose cursor the proxy left alone",
+        refused.to_string(),
+        "0",
+        refused == 0,
+    ));
     let mut resume = histogram();
     for p in phases {
         resume.add(&p.resume_ms).expect("same bounds");

@@ -632,12 +632,16 @@ impl Handler<Attach> for StreamActor {
     fn handle(&mut self, msg: Attach, ctx: &mut Context<Self>) {
         let _span = self.span.clone().entered();
         if msg.generation != self.core.generation() {
+            tracing::debug!(target: "mcp_runtime::cursor", cursor_generation = msg.generation.0, "resume refused: the cursor names another generation of this stream");
             let _ = msg.reply.send(Err(Rejection::CursorRejected));
             return;
         }
         let was_closed = matches!(self.core.state(), StreamState::Closed(_));
         let gaps = self.core.stats().gaps;
         let r = self.core.attach_resume(msg.after).map(|att| self.body_for(att, ctx));
+        if matches!(r, Err(Rejection::CursorRejected)) {
+            tracing::debug!(target: "mcp_runtime::cursor", after = msg.after.0, newest = self.core.newest().0, mode = self.core.mode().as_str(), "resume refused: a cursor ahead of the stream, or of a stream never given one");
+        }
         if r.is_ok() || self.core.stats().gaps > gaps {
             self.env.stats.resume(self.core.stats().gaps > gaps);
         }

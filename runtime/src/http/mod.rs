@@ -545,7 +545,10 @@ fn dispatch(
         }
         Command::Resume { cursor, .. } => {
             let (handle, ticket) = found()?;
-            let event = handle.signer.decode(&cursor).map_err(|_| Rejection::CursorRejected)?;
+            let event = handle.signer.decode(&cursor).map_err(|e| {
+                tracing::debug!(target: "mcp_runtime::cursor", error = ?e, "resume refused: a cursor this session's signer did not issue");
+                Rejection::CursorRejected
+            })?;
             let (tx, rx) = oneshot::channel();
             handle.deliver(ticket, |ticket| Resume { event, reply: tx, ticket })?;
             // A dropped reply: the stream stopped (its retention ended) with the resume queued.
