@@ -205,11 +205,16 @@ impl<J: Journal> McpClient<J> {
                 }
                 let mut handed_out = None;
                 for e in events {
+                    // Only the id an event carried itself names it (and may become the
+                    // stream's cursor). One inherited from an earlier event (WHATWG keeps the
+                    // last id) may be a foreign event's, injected into a stream that sends no
+                    // ids: resumed from, it would be refused as not this session's.
+                    let own_id = e.id.as_deref().filter(|_| e.own_id);
                     let Ok(Acceptance::Dispatched { completed, seq }) =
                         inner.acceptor.accept_stream_event(IncomingEvent {
                             stream: key,
                             binding: &binding,
-                            id: e.id.as_deref(),
+                            id: own_id,
                             data: &e.data,
                         })
                     else {
@@ -225,9 +230,7 @@ impl<J: Journal> McpClient<J> {
                     if msg.get("method").is_some() && msg.get("id").is_some() {
                         to_answer.push(msg);
                     } else {
-                        // The id this event carried itself: one inherited from an earlier event
-                        // (WHATWG keeps the last id) does not name this event.
-                        inner.notifications.push((e.own_id.then(|| e.id.clone()).flatten(), msg));
+                        inner.notifications.push((own_id.map(str::to_owned), msg));
                     }
                 }
                 // Everything accepted above was handed out (or is being answered) already.

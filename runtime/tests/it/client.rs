@@ -515,3 +515,88 @@ async fn a_404_to_initialized_sends_no_delete_with_the_dead_id() {
         "no DELETE for a session the server called unknown: {seen:?}"
     );
 }
+
+/// What [`a_plain_streams_events_never_take_an_injected_events_id_as_their_cursor`]'s
+/// scripted endpoint saw: the calls posted, and the `Last-Event-ID` of each GET.
+#[derive(Default)]
+struct Script {
+    calls: usize,
+    resumes: Vec<String>,
+}
+
+/// An endpoint that plays the network between the client and a server whose streams carry no
+/// ids (a stream outside the resumable rollout): the first call's stream gets another
+/// session's event (with its id) injected, then its own progress event (no id), then is cut
+/// before the answer. Later calls are answered.
+async fn scripted(
+    req: actix_web::HttpRequest,
+    body: actix_web::web::Bytes,
+    script: actix_web::web::Data<parking_lot::Mutex<Script>>,
+) -> actix_web::HttpResponse {
+    use actix_web::HttpResponse;
+    if req.method() == actix_web::http::Method::GET {
+        let cursor = req.headers().get("last-event-id").and_then(|v| v.to_str().ok());
+        script.lock().resumes.push(cursor.unwrap_or_default().to_owned());
+        return HttpResponse::BadRequest().finish();
+    }
+    if req.method() == actix_web::http::Method::DELETE {
+        return HttpResponse::NoContent().finish();
+    }
+    let msg: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    match msg["method"].as_str().unwrap_or_default() {
+        "initialize" => HttpResponse::Ok().insert_header(("Mcp-Session-Id", "scripted")).json(
+            json!({"jsonrpc":"2.0","id":msg["id"],"result":{
+                "protocolVersion":"2025-11-25","capabilities":{"tools":{}},
+                "serverInfo":{"name":"scripted","version":"0"}}}),
+        ),
+        "tools/call" => {
+            let first = {
+                let mut s = script.lock();
+                s.calls += 1;
+                s.calls == 1
+            };
+            if !first {
+                return HttpResponse::Ok().json(json!({"jsonrpc":"2.0","id":msg["id"],
+                    "result":{"content":[{"type":"text","text":"done"}]}}));
+            }
+            let token = &msg["params"]["_meta"]["progressToken"];
+            let foreign = json!({"jsonrpc":"2.0","method":"notifications/progress",
+                "params":{"progressToken":"another-sessions","progress":1}});
+            let own = json!({"jsonrpc":"2.0","method":"notifications/progress",
+                "params":{"progressToken":token,"progress":1}});
+            let sse = format!("id: another-sessions-cursor\ndata: {foreign}\n\ndata: {own}\n\n");
+            HttpResponse::Ok().content_type("text/event-stream").body(sse)
+        }
+        _ => HttpResponse::Accepted().finish(),
+    }
+}
+
+#[actix_web::test]
+async fn a_plain_streams_events_never_take_an_injected_events_id_as_their_cursor() {
+    let script = actix_web::web::Data::new(parking_lot::Mutex::new(Script::default()));
+    let data = script.clone();
+    let server = HttpServer::new(move || {
+        App::new().app_data(data.clone()).default_service(actix_web::web::to(scripted))
+    })
+    .workers(1)
+    .disable_signals()
+    .bind(("127.0.0.1", 0))
+    .unwrap();
+    let url = format!("http://{}/mcp", server.addrs()[0]);
+    let server = server.run();
+    let handle = server.handle();
+    actix_rt::spawn(server);
+    let c = connect(&url).await;
+    let params = json!({"name":"progress","arguments":{},"_meta":{"progressToken":"mine"}});
+    let r = c.request("tools/call", Some(params), true).await;
+    handle.stop(true).await;
+    // Its own progress event inherited the injected event's id (WHATWG keeps the last id);
+    // taken as the stream's cursor, a resume would send another session's cursor (refused 400
+    // by a real server). With no id of its own, the stream cannot resume: the idempotent call
+    // is issued again instead.
+    let s = script.lock();
+    assert_eq!(s.resumes, Vec::<String>::new(), "no resume from another session's cursor");
+    assert_eq!(r.unwrap()["content"][0]["text"], "done");
+    assert_eq!(s.calls, 2, "issued again");
+    assert_eq!(c.stats().accept.uncorrelated, 1, "the injected event was refused");
+}
