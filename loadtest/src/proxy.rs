@@ -184,8 +184,8 @@ const EARLY_TOLERANCE: std::time::Duration = std::time::Duration::from_millis(2)
 const POOL: usize = 4096;
 const FOREIGN_ORIGIN: &str = "http://evil.example";
 
-/// Raw events by id, and the ids in arrival order (to forget the oldest).
-/// Event id -> (the session whose stream carried it, the raw event); ids in arrival order.
+/// Event id -> (the session whose stream carried it, the raw event), and the ids in arrival
+/// order (to forget the oldest).
 type EventsById = (HashMap<String, (String, Rc<[u8]>)>, VecDeque<String>);
 
 /// State shared by every proxied connection (single-threaded runtime).

@@ -339,12 +339,9 @@ pub(crate) fn evaluate(spec: &GateSpec, phases: &[Phase], ledger: &Value) -> Vec
     // A resume the proxy left alone that is refused as not this session's: the client sent a
     // cursor it was not given on that stream, or the host refused one it issued. An idempotent
     // call recovers by running again, so only this count shows it.
-    let refused = count("resume.refused_unexplained");
-    gates.push(Gate::new(
+    gates.push(zero_gate(
         "resumes refused (400) whose cursor the proxy left alone",
-        refused.to_string(),
-        "0",
-        refused == 0,
+        count("resume.refused_unexplained"),
     ));
     let mut resume = histogram();
     for p in phases {

@@ -172,14 +172,13 @@ impl<J: Journal> McpClient<J> {
         first_accept: &mut Option<tokio::time::Instant>,
         session: &Session,
     ) -> Result<Option<Result<Value, ClientError>>, ClientError> {
-        let mut dec = Decoder::new();
+        // Priming events (an id, no data) come back in order with the others: each event's
+        // own id is all that may move the stream's cursor.
+        let mut dec = Decoder::reporting_id_only_events();
         while let Some(chunk) = next_chunk(resp).await {
             let Ok(chunk) = chunk else { break };
             let mut answer = None;
             let mut to_answer = Vec::new();
-            // Priming and other empty-data events update the cursor without dispatch; the
-            // decoder drops them, so feed their ids through the acceptor explicitly.
-            let before = dec.last_event_id.clone();
             let events = dec.feed(&chunk);
             if dec.retry_ms.is_some() {
                 *retry_hint = dec.retry_ms;
@@ -187,22 +186,6 @@ impl<J: Journal> McpClient<J> {
             {
                 let mut inner = self.inner.borrow_mut();
                 let binding = inner.acceptor.binding().clone();
-                if let Some(eid) = dec
-                    .last_event_id
-                    .as_deref()
-                    .filter(|_| events.is_empty() && dec.last_event_id != before)
-                    && inner
-                        .acceptor
-                        .accept_stream_event(IncomingEvent {
-                            stream: key,
-                            binding: &binding,
-                            id: Some(eid),
-                            data: "",
-                        })
-                        .is_ok()
-                {
-                    first_accept.get_or_insert_with(tokio::time::Instant::now);
-                }
                 let mut handed_out = None;
                 for e in events {
                     // Only the id an event carried itself names it (and may become the
@@ -210,6 +193,22 @@ impl<J: Journal> McpClient<J> {
                     // last id) may be a foreign event's, injected into a stream that sends no
                     // ids: resumed from, it would be refused as not this session's.
                     let own_id = e.id.as_deref().filter(|_| e.own_id);
+                    if e.data.is_empty() {
+                        // A priming event: it moves the cursor, nothing is dispatched.
+                        if inner
+                            .acceptor
+                            .accept_stream_event(IncomingEvent {
+                                stream: key,
+                                binding: &binding,
+                                id: own_id,
+                                data: "",
+                            })
+                            .is_ok()
+                        {
+                            first_accept.get_or_insert_with(tokio::time::Instant::now);
+                        }
+                        continue;
+                    }
                     let Ok(Acceptance::Dispatched { completed, seq }) =
                         inner.acceptor.accept_stream_event(IncomingEvent {
                             stream: key,

@@ -1,4 +1,5 @@
-/// One dispatched event (events with empty data are not dispatched, per WHATWG).
+/// One dispatched event (events with empty data are not dispatched, per WHATWG, unless the
+/// decoder reports them: [`Decoder::reporting_id_only_events`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SseEvent {
     /// The `event` field, or `"message"`.
@@ -35,6 +36,9 @@ pub struct Decoder {
     pub retry_ms: Option<u64>,
     /// How many comment lines were seen.
     pub comments: u64,
+    /// Report an event with empty data that carried an id itself (a priming event), in its
+    /// place among the others, with empty `data`.
+    id_only: bool,
 }
 
 impl Decoder {
@@ -42,6 +46,15 @@ impl Decoder {
     #[must_use]
     pub fn new() -> Decoder {
         Decoder::default()
+    }
+
+    /// A fresh parser that also returns each event with empty data and an id of its own (a
+    /// priming event: it moves the stream's cursor and carries nothing), in order with the
+    /// others: a reader that takes cursors only from events' own ids then sees every one,
+    /// however the bytes were split.
+    #[must_use]
+    pub fn reporting_id_only_events() -> Decoder {
+        Decoder { id_only: true, ..Decoder::default() }
     }
 
     /// Feed bytes; returns the events they complete, in order.
@@ -119,6 +132,9 @@ impl Decoder {
         let mut data = std::mem::take(&mut self.data);
         let saw = std::mem::replace(&mut self.saw_data, false);
         if !saw || data.is_empty() || data == "\n" {
+            if self.id_only && own_id {
+                out.push(SseEvent { event: String::new(), data: String::new(), id, own_id });
+            }
             return;
         }
         if data.ends_with('\n') {
@@ -182,6 +198,28 @@ mod tests {
             assert_eq!(d.retry_ms, Some(250));
             assert_eq!(d.comments, 1);
         }
+    }
+
+    #[test]
+    fn a_reporting_decoder_returns_priming_events_in_order_however_the_bytes_are_split() {
+        let mut all = Vec::new();
+        all.extend_from_slice(&priming_frame(b"p", Some(20)));
+        all.extend_from_slice(b"data: plain\n\n");
+        all.extend_from_slice(b"id: q\n\n");
+        all.extend_from_slice(b"\n");
+        for cut in 0..all.len() {
+            let mut d = Decoder::reporting_id_only_events();
+            let mut evs = d.feed(&all[..cut]);
+            evs.extend(d.feed(&all[cut..]));
+            let got: Vec<_> =
+                evs.iter().map(|e| (e.data.as_str(), e.id.as_deref(), e.own_id)).collect();
+            assert_eq!(
+                got,
+                [("", Some("p"), true), ("plain", Some("p"), false), ("", Some("q"), true)],
+                "cut at {cut}: a blank line alone reports nothing"
+            );
+        }
+        assert!(Decoder::new().feed(&all).iter().all(|e| !e.data.is_empty()), "the default");
     }
 
     #[test]

@@ -516,28 +516,37 @@ async fn a_404_to_initialized_sends_no_delete_with_the_dead_id() {
     );
 }
 
-/// What [`a_plain_streams_events_never_take_an_injected_events_id_as_their_cursor`]'s
-/// scripted endpoint saw: the calls posted, and the `Last-Event-ID` of each GET.
-#[derive(Default)]
+/// A scripted endpoint's part: the first call's stream (`first`, cut before its answer), and
+/// what it saw: the calls posted, and the `Last-Event-ID` of each GET.
 struct Script {
+    first: String,
     calls: usize,
     resumes: Vec<String>,
+    /// The first call's JSON-RPC id (its resumed stream answers it).
+    first_id: serde_json::Value,
 }
 
-/// An endpoint that plays the network between the client and a server whose streams carry no
-/// ids (a stream outside the resumable rollout): the first call's stream gets another
-/// session's event (with its id) injected, then its own progress event (no id), then is cut
-/// before the answer. Later calls are answered.
+/// An endpoint that plays the network between the client and a server: the first call's
+/// stream is `first` (its progress events carry the call's token in place of `{token}`), cut
+/// there; a resume from `own-priming` gets the answer, any other is refused 400 as a server
+/// refuses a cursor it did not issue; later calls are answered at once.
 async fn scripted(
     req: actix_web::HttpRequest,
     body: actix_web::web::Bytes,
     script: actix_web::web::Data<parking_lot::Mutex<Script>>,
 ) -> actix_web::HttpResponse {
     use actix_web::HttpResponse;
+    let answer = |id: &serde_json::Value| json!({"jsonrpc":"2.0","id":id,"result":{"content":[{"type":"text","text":"done"}]}});
     if req.method() == actix_web::http::Method::GET {
         let cursor = req.headers().get("last-event-id").and_then(|v| v.to_str().ok());
-        script.lock().resumes.push(cursor.unwrap_or_default().to_owned());
-        return HttpResponse::BadRequest().finish();
+        let cursor = cursor.unwrap_or_default().to_owned();
+        let mut s = script.lock();
+        s.resumes.push(cursor.clone());
+        if cursor != "own-priming" {
+            return HttpResponse::BadRequest().finish();
+        }
+        let sse = format!("id: own-answer\ndata: {}\n\n", answer(&s.first_id));
+        return HttpResponse::Ok().content_type("text/event-stream").body(sse);
     }
     if req.method() == actix_web::http::Method::DELETE {
         return HttpResponse::NoContent().finish();
@@ -550,30 +559,30 @@ async fn scripted(
                 "serverInfo":{"name":"scripted","version":"0"}}}),
         ),
         "tools/call" => {
-            let first = {
-                let mut s = script.lock();
-                s.calls += 1;
-                s.calls == 1
-            };
-            if !first {
-                return HttpResponse::Ok().json(json!({"jsonrpc":"2.0","id":msg["id"],
-                    "result":{"content":[{"type":"text","text":"done"}]}}));
+            let mut s = script.lock();
+            s.calls += 1;
+            if s.calls > 1 {
+                return HttpResponse::Ok().json(answer(&msg["id"]));
             }
-            let token = &msg["params"]["_meta"]["progressToken"];
-            let foreign = json!({"jsonrpc":"2.0","method":"notifications/progress",
-                "params":{"progressToken":"another-sessions","progress":1}});
-            let own = json!({"jsonrpc":"2.0","method":"notifications/progress",
-                "params":{"progressToken":token,"progress":1}});
-            let sse = format!("id: another-sessions-cursor\ndata: {foreign}\n\ndata: {own}\n\n");
+            s.first_id = msg["id"].clone();
+            let token = msg["params"]["_meta"]["progressToken"].to_string();
+            let sse = s.first.replace("{token}", &token);
             HttpResponse::Ok().content_type("text/event-stream").body(sse)
         }
         _ => HttpResponse::Accepted().finish(),
     }
 }
 
-#[actix_web::test]
-async fn a_plain_streams_events_never_take_an_injected_events_id_as_their_cursor() {
-    let script = actix_web::web::Data::new(parking_lot::Mutex::new(Script::default()));
+/// Run one idempotent progress call against [`scripted`] with `first` as its first stream:
+/// its result, and the script's record.
+async fn call_scripted(first: &str) -> (Result<serde_json::Value, ClientError>, Script) {
+    let script = Script {
+        first: first.to_owned(),
+        calls: 0,
+        resumes: Vec::new(),
+        first_id: serde_json::Value::Null,
+    };
+    let script = actix_web::web::Data::new(parking_lot::Mutex::new(script));
     let data = script.clone();
     let server = HttpServer::new(move || {
         App::new().app_data(data.clone()).default_service(actix_web::web::to(scripted))
@@ -589,14 +598,52 @@ async fn a_plain_streams_events_never_take_an_injected_events_id_as_their_cursor
     let c = connect(&url).await;
     let params = json!({"name":"progress","arguments":{},"_meta":{"progressToken":"mine"}});
     let r = c.request("tools/call", Some(params), true).await;
-    handle.stop(true).await;
-    // Its own progress event inherited the injected event's id (WHATWG keeps the last id);
-    // taken as the stream's cursor, a resume would send another session's cursor (refused 400
-    // by a real server). With no id of its own, the stream cannot resume: the idempotent call
-    // is issued again instead.
-    let s = script.lock();
+    handle.stop(false).await;
+    let s = std::mem::replace(
+        &mut *script.lock(),
+        Script {
+            first: String::new(),
+            calls: 0,
+            resumes: Vec::new(),
+            first_id: serde_json::Value::Null,
+        },
+    );
+    (r, s)
+}
+
+/// A progress notification of `token` (`{token}`: the call's own), as an SSE data line.
+fn progress_line(token: &str) -> String {
+    let note = json!({"jsonrpc":"2.0","method":"notifications/progress",
+        "params":{"progressToken":"TOKEN","progress":1}});
+    format!("data: {}\n\n", note.to_string().replace("\"TOKEN\"", token))
+}
+
+#[actix_web::test]
+async fn a_plain_streams_events_never_take_an_injected_events_id_as_their_cursor() {
+    // A stream that sends no ids (outside the resumable rollout) gets another session's event,
+    // with its id, injected; then comes its own progress event, without one, and the cut.
+    let first = format!(
+        "id: another-sessions-cursor\n{}{}",
+        progress_line("\"another-sessions\""),
+        progress_line("{token}")
+    );
+    let (r, s) = call_scripted(&first).await;
+    // Its own event inherited the injected one's id (WHATWG keeps the last id); taken as the
+    // stream's cursor, a resume would send another session's cursor (a real server refuses it
+    // with 400). With no id of its own, the stream cannot resume: the idempotent call is
+    // issued again instead.
     assert_eq!(s.resumes, Vec::<String>::new(), "no resume from another session's cursor");
     assert_eq!(r.unwrap()["content"][0]["text"], "done");
     assert_eq!(s.calls, 2, "issued again");
-    assert_eq!(c.stats().accept.uncorrelated, 1, "the injected event was refused");
+}
+
+#[actix_web::test]
+async fn a_streams_own_priming_id_is_its_cursor_though_a_data_event_follows_in_the_same_read() {
+    // The priming event and the first progress event (no id of its own) in one body, then the
+    // cut: the stream resumes from its priming event's id.
+    let first = format!("id: own-priming\ndata: \n\n{}", progress_line("{token}"));
+    let (r, s) = call_scripted(&first).await;
+    assert_eq!(s.resumes, ["own-priming"], "resumed from its own priming event");
+    assert_eq!(r.unwrap()["content"][0]["text"], "done");
+    assert_eq!(s.calls, 1, "answered on the resumed stream, not issued again");
 }
