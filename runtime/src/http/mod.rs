@@ -362,6 +362,15 @@ async fn serve(
         return Err(Rejection::TokenInQuery);
     }
     let (admitted, lists) = admit_request(req, head, payload, sup).await?;
+    // Paused past its lease on a shared ledger: nothing is answered from what it holds.
+    if let Err(lapsed) = sup.lease_holds()
+        && !matches!(admitted.command, Command::Preflight)
+    {
+        return Err(match &admitted.command {
+            Command::Modern { request, .. } => lapsed.with_id(&request.id),
+            _ => lapsed,
+        });
+    }
     if sup.phase() != Phase::Serving && starts_work(&admitted.command) {
         // Draining: what finishes in-flight work (answers to server-to-client requests,
         // cancellations, resumes, DELETE) is still served; nothing new starts.

@@ -157,6 +157,8 @@ pub struct Ledger {
     pub(crate) lease_ms: u64,
     /// Set once this host lost its lease on a shared ledger ([`Ledger::lease_lost`]).
     lease_lost: Arc<tokio::sync::watch::Sender<bool>>,
+    /// How long this host's lease on a shared ledger is known to hold (`None`: not shared).
+    lease_clock: Option<Arc<super::lease::LeaseClock>>,
 }
 
 /// The run counter.
@@ -313,7 +315,17 @@ impl Ledger {
             shared: false,
             lease_ms: 0,
             lease_lost: Arc::new(tokio::sync::watch::Sender::new(false)),
+            lease_clock: None,
         })
+    }
+
+    /// Whether this host's lease on a shared ledger went unrenewed for its length: paused or
+    /// cut off, it may have lost its sessions to another host already, so it must answer
+    /// nothing from what it holds (it stops as soon as its renewer notices:
+    /// [`Ledger::lease_lost`]). Always `false` on a ledger only this process uses.
+    #[must_use]
+    pub fn lease_lapsed(&self) -> bool {
+        self.lease_clock.as_ref().is_some_and(|c| !c.holds_at(tokio::time::Instant::now()))
     }
 
     /// Resolves once this host lost its lease on a shared ledger (paused, or cut off from
@@ -589,6 +601,8 @@ impl Ledger {
         let own = Arc::clone(&store);
         let lost_tx = Arc::new(tokio::sync::watch::Sender::new(false));
         let lost_in_run = Arc::clone(&lost_tx);
+        let clock = Arc::new(super::lease::LeaseClock::new());
+        let clock_in_run = Arc::clone(&clock);
         // Shared: each host holds a lease of its own run, taken before its first write and
         // fencing every batch; the other hosts read it to know whether this one is alive.
         let on_run = move |run| {
@@ -604,10 +618,11 @@ impl Ledger {
                 );
                 lost.send_replace(true);
             });
-            own.take_run_lease(run, &holder, ttl, lost).map_err(held)
+            own.take_run_lease(run, &holder, ttl, lost, Arc::clone(&clock_in_run)).map_err(held)
         };
         let mut ledger = Ledger::start(store, secret, previous, cfg, &shown, true, &on_run)?;
         ledger.lease_lost = lost_tx;
+        ledger.lease_clock = l.redis_shared.then_some(clock);
         ledger.shared = l.redis_shared;
         ledger.lease_ms = if l.redis_shared { l.redis_lease_ms } else { 0 };
         Ok(ledger)

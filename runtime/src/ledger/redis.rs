@@ -447,8 +447,9 @@ return cur
 enum Renewal {
     /// The ledger's one lease (one host per ledger): taken back after a lapse nobody used.
     Ledger,
-    /// A host's own lease on a shared ledger: never taken back; what to do once it is lost.
-    Own(Box<dyn Fn() + Send>),
+    /// A host's own lease on a shared ledger: never taken back; what to do once it is lost,
+    /// and the clock each renewal moves on (the request path reads it).
+    Own(Box<dyn Fn() + Send>, std::sync::Arc<super::lease::LeaseClock>),
 }
 
 /// The key (without the prefix) of run `run`'s lease on a shared ledger.
@@ -900,9 +901,12 @@ impl RedisStore {
         holder: &str,
         ttl: Duration,
         on_lost: Box<dyn Fn() + Send>,
+        clock: std::sync::Arc<super::lease::LeaseClock>,
     ) -> Result<(), LeaseError> {
         let token = new_token(holder);
         let ttl_ms = lease_ms(ttl);
+        // Taken before the first copy is asked for: the lease holds from then at least.
+        let asked = tokio::time::Instant::now();
         let suffix = run_lease(run);
         let mut taken = Vec::new();
         for s in self.copies() {
@@ -925,7 +929,8 @@ impl RedisStore {
             }
             taken.push(s);
         }
-        self.keep_lease(suffix.into(), token, ttl_ms, Renewal::Own(on_lost))?;
+        clock.renewed(asked, ttl_ms);
+        self.keep_lease(suffix.into(), token, ttl_ms, Renewal::Own(on_lost, clock))?;
         Ok(())
     }
 
@@ -971,7 +976,7 @@ impl RedisStore {
             self.conn.bounded(self.timeout.min(Duration::from_millis((ttl_ms / 3).max(50))))?;
         let renew = redis::Script::new(match how {
             Renewal::Ledger => RENEW,
-            Renewal::Own(_) => RENEW_OWN,
+            Renewal::Own(..) => RENEW_OWN,
         });
         std::thread::Builder::new()
             .name("ledger-lease".into())
@@ -988,7 +993,7 @@ impl RedisStore {
                 while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
                     stopped.recv_timeout(every)
                 {
-                    if let Renewal::Own(lost) = &how
+                    if let Renewal::Own(lost, _) = &how
                         && held
                         && lapsed(renewed_at)
                     {
@@ -1036,7 +1041,7 @@ impl RedisStore {
                                 Renewal::Ledger => tracing::error!(
                                     "ledger: another host took the Redis ledger's lease: this host's writes are refused from now on (restart it to take the ledger again)"
                                 ),
-                                Renewal::Own(lost) => {
+                                Renewal::Own(lost, _) => {
                                     tracing::error!(
                                         "ledger: this host's lease on the shared Redis ledger lapsed (paused or cut off for longer than the lease): its writes are refused from now on, the other hosts take its work over"
                                     );
@@ -1049,7 +1054,16 @@ impl RedisStore {
                             renewed_at = sent;
                             tracing::warn!("ledger: took the Redis ledger's lease back after it lapsed");
                         }
-                        Ok(_) => renewed_at = sent,
+                        Ok(renewed) => {
+                            renewed_at = sent;
+                            // A lost lease (0) is never renewed again: its clock stays lapsed.
+                            if let Renewal::Own(_, clock) = &how
+                                && renewed != 0
+                                && held
+                            {
+                                clock.renewed(sent, ttl_ms);
+                            }
+                        }
                         Err(e) => {
                             tracing::warn!(error = %e, "ledger: could not renew the Redis ledger's lease");
                             con = None;
@@ -1800,7 +1814,8 @@ mod tests {
         let lost = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let told = std::sync::Arc::clone(&lost);
         let on_lost = Box::new(move || told.store(true, std::sync::atomic::Ordering::SeqCst));
-        a.take_run_lease(run, "a", Duration::from_millis(600), on_lost).unwrap();
+        a.take_run_lease(run, "a", Duration::from_millis(600), on_lost, std::sync::Arc::default())
+            .unwrap();
         // A copy in every tag, on every node.
         let copies: usize = cluster
             .nodes()
@@ -2163,10 +2178,31 @@ c3d4 10.0.0.9:30002@40002 master,fail - 0 1 1 disconnected 5461-10922
         let lost = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let told = std::sync::Arc::clone(&lost);
         let on_lost = Box::new(move || told.store(true, std::sync::atomic::Ordering::SeqCst));
-        a.take_run_lease(ra, "a", Duration::from_millis(600), on_lost).unwrap();
-        b.take_run_lease(rb, "b", Duration::from_millis(600), Box::new(|| {})).unwrap();
+        let clock = std::sync::Arc::new(super::super::lease::LeaseClock::new());
+        a.take_run_lease(
+            ra,
+            "a",
+            Duration::from_millis(600),
+            on_lost,
+            std::sync::Arc::clone(&clock),
+        )
+        .unwrap();
+        b.take_run_lease(
+            rb,
+            "b",
+            Duration::from_millis(600),
+            Box::new(|| {}),
+            std::sync::Arc::default(),
+        )
+        .unwrap();
         assert!(matches!(
-            b.take_run_lease(ra, "b", Duration::from_millis(600), Box::new(|| {})),
+            b.take_run_lease(
+                ra,
+                "b",
+                Duration::from_millis(600),
+                Box::new(|| {}),
+                std::sync::Arc::default()
+            ),
             Err(LeaseError::Held { .. })
         ));
         // Both write, each fenced by its own lease, renewed past its length.
@@ -2175,6 +2211,7 @@ c3d4 10.0.0.9:30002@40002 master,fail - 0 1 1 disconnected 5461-10922
         b.apply(&[put(b"b1")]).unwrap();
         assert!(a.run_alive(rb, "k").unwrap() && b.run_alive(ra, "k").unwrap());
         assert!(!a.run_alive(rb + 100, "k").unwrap(), "a run nobody holds");
+        assert!(clock.holds_at(tokio::time::Instant::now()), "renewed past its first length");
         // `a` is cut off past its lease (here: the lease is gone, as after a lapse): it never
         // takes it back, every batch and sweep of it is refused, and the others see it dead.
         let mut c = a.connect().unwrap();
@@ -2183,6 +2220,10 @@ c3d4 10.0.0.9:30002@40002 master,fail - 0 1 1 disconnected 5461-10922
         assert!(fenced(&a.apply(&[put(b"a2")])));
         assert!(fenced(&a.sweep(u64::MAX, 10).map(|_| ())));
         assert!(lost.load(std::sync::atomic::Ordering::SeqCst), "told once its renewal failed");
+        assert!(
+            !clock.holds_at(tokio::time::Instant::now()),
+            "its clock was not moved on by the failed renewals: the request path refuses"
+        );
         assert!(!b.run_alive(ra, "k").unwrap());
         b.apply(&[put(b"b2")]).unwrap();
         assert_eq!(b.get("k", 0).unwrap().as_deref(), Some(&b"b2"[..]));

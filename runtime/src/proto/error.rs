@@ -39,6 +39,10 @@ pub enum Overload {
     /// A resumed stream is served by another host sharing the ledger, and this one cannot
     /// follow it now (as many are followed as may be, or another host is taking it over).
     Elsewhere,
+    /// This host's lease on a shared ledger went unrenewed for its length (the process was
+    /// paused or cut off): another host may have taken its sessions over, so it answers
+    /// nothing from what it holds until it has stopped.
+    LeaseLapsed,
 }
 
 impl Overload {
@@ -53,7 +57,8 @@ impl Overload {
             | Overload::LedgerBacklog
             | Overload::RequestMemory
             | Overload::LedgerReads
-            | Overload::Elsewhere => 1,
+            | Overload::Elsewhere
+            | Overload::LeaseLapsed => 1,
             Overload::StreamMemory => 2,
             Overload::Sessions | Overload::Draining | Overload::LedgerFailing => 5,
         }
@@ -80,6 +85,9 @@ impl Overload {
             }
             Overload::Elsewhere => {
                 "this stream is served by another host and cannot be followed here right now; resume again"
+            }
+            Overload::LeaseLapsed => {
+                "this host's lease on the shared ledger lapsed (it was paused or cut off); another host serves, try again"
             }
         }
     }
@@ -559,6 +567,7 @@ impl Rejection {
             Rejection::Overloaded(Overload::RequestMemory) => "overloaded.request_memory",
             Rejection::Overloaded(Overload::LedgerReads) => "overloaded.ledger_reads",
             Rejection::Overloaded(Overload::Elsewhere) => "overloaded.elsewhere",
+            Rejection::Overloaded(Overload::LeaseLapsed) => "overloaded.lease_lapsed",
             Rejection::Internal => "internal",
             Rejection::Modern { error, .. } => match error {
                 super::stateless::ModernError::HeaderMismatch(_) => "modern.header_mismatch",
@@ -574,7 +583,7 @@ impl Rejection {
     }
 
     /// Every value [`Rejection::cause`] can return.
-    pub const CAUSES: [&'static str; 59] = [
+    pub const CAUSES: [&'static str; 60] = [
         "origin",
         "host",
         "unauthorized",
@@ -625,6 +634,7 @@ impl Rejection {
         "overloaded.request_memory",
         "overloaded.ledger_reads",
         "overloaded.elsewhere",
+        "overloaded.lease_lapsed",
         "internal",
         "modern.header_mismatch",
         "modern.invalid_meta",
@@ -740,7 +750,7 @@ impl Rejection {
             ),
             (
                 Rejection::Overloaded(Overload::Sessions),
-                "`sessions.max_sessions` reached (`Retry-After: 5`), the server is draining: every new request, `initialize` included (`shutdown.retry_after_secs`, default 5), session mailbox full (1), `sessions.max_in_flight` reached (1), `modern.max_in_flight` 2026-07-28 requests running (1), `modern.listen_max` `subscriptions/listen` streams open (1), or the stream memory budget `limits.stream_memory_bytes` is full for a request that would open a stream (2), the request memory budget `limits.request_memory_bytes` is held by requests in flight (1), the ledger's reads are behind (1,024 wait) for a request that needs one (1), a resumed stream another host serves cannot be followed here now (4,096 followed, or another host is taking it over) (1); the ledger cannot commit (5: a refused commit, or one unanswered for `ledger.commit_wait_ms`) or is more than `ledger.queue_max_bytes` behind (1) and the request needs a new durable record (`initialize` and reviving a session on a durable ledger, a keyed write-tool call, a tool that keeps state handles, a task, a resumable stream; the message names the ledger)",
+                "`sessions.max_sessions` reached (`Retry-After: 5`), the server is draining: every new request, `initialize` included (`shutdown.retry_after_secs`, default 5), session mailbox full (1), `sessions.max_in_flight` reached (1), `modern.max_in_flight` 2026-07-28 requests running (1), `modern.listen_max` `subscriptions/listen` streams open (1), or the stream memory budget `limits.stream_memory_bytes` is full for a request that would open a stream (2), the request memory budget `limits.request_memory_bytes` is held by requests in flight (1), the ledger's reads are behind (1,024 wait) for a request that needs one (1), a resumed stream another host serves cannot be followed here now (4,096 followed, or another host is taking it over) (1), this host's lease on a shared ledger went unrenewed for its length (it was paused or cut off: every request until it stops, exit status 3) (1); the ledger cannot commit (5: a refused commit, or one unanswered for `ledger.commit_wait_ms`) or is more than `ledger.queue_max_bytes` behind (1) and the request needs a new durable record (`initialize` and reviving a session on a durable ledger, a keyed write-tool call, a tool that keeps state handles, a task, a resumable stream; the message names the ledger)",
             ),
             (
                 Rejection::StoreFull { store: StoreBound::Receipts, retry_after_s: 60 },
@@ -914,6 +924,7 @@ mod tests {
             Overload::RequestMemory,
             Overload::LedgerReads,
             Overload::Elsewhere,
+            Overload::LeaseLapsed,
         ] {
             all.push(Rejection::Overloaded(o));
         }

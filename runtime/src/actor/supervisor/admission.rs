@@ -16,6 +16,20 @@ impl Supervisor {
         self.stream_env.ledger.ledger.durable
     }
 
+    /// Refuse every request (503) while this host's lease on a shared ledger has gone
+    /// unrenewed for its length ([`crate::ledger::Ledger::lease_lapsed`]): a process paused
+    /// past it reads the requests queued meanwhile before it finds the lease gone and stops,
+    /// and must not answer them from sessions another host may have taken over.
+    ///
+    /// # Errors
+    /// [`Overload::LeaseLapsed`].
+    pub fn lease_holds(&self) -> Result<(), Rejection> {
+        if self.stream_env.ledger.ledger.lease_lapsed() {
+            return Err(Rejection::Overloaded(Overload::LeaseLapsed));
+        }
+        Ok(())
+    }
+
     /// Refuse new durable work (503 naming the ledger) while the ledger cannot take it: its
     /// store refuses commits, or more than `ledger.queue_max_bytes` wait for its writer.
     ///

@@ -1,0 +1,76 @@
+//! How long this host's lease on a shared ledger is known to hold: its renewer thread moves
+//! the end on after each renewal; the request path reads it (one atomic load) and answers
+//! nothing from what the process holds once the end has passed. A process paused past its
+//! lease (a SIGSTOP, a long GC pause, a VM migration) reads the queued requests before its
+//! renewer has found the lease gone and stopped it: those are refused, never served from a
+//! session another host may have taken over.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::time::Instant;
+
+/// The end of this host's lease as last renewed, on the monotonic clock (which runs on while
+/// the process is stopped).
+#[derive(Debug)]
+pub struct LeaseClock {
+    base: Instant,
+    /// Milliseconds after `base`; 0 until the lease is first taken.
+    holds_until_ms: AtomicU64,
+}
+
+impl Default for LeaseClock {
+    fn default() -> LeaseClock {
+        LeaseClock::new()
+    }
+}
+
+impl LeaseClock {
+    /// A clock of a lease not taken yet.
+    #[must_use]
+    pub fn new() -> LeaseClock {
+        LeaseClock { base: Instant::now(), holds_until_ms: AtomicU64::new(0) }
+    }
+
+    /// The lease was taken or renewed by a request sent at `sent` (it holds `ttl_ms` from then
+    /// at least: Redis started the count later). The end never moves back.
+    pub fn renewed(&self, sent: Instant, ttl_ms: u64) {
+        let end = self.ms(sent).saturating_add(ttl_ms).max(1);
+        self.holds_until_ms.fetch_max(end, Ordering::AcqRel);
+    }
+
+    /// Whether the lease surely held at `now` (`true` before it was first taken: the ledger
+    /// takes it before it is served).
+    #[must_use]
+    pub fn holds_at(&self, now: Instant) -> bool {
+        match self.holds_until_ms.load(Ordering::Acquire) {
+            0 => true,
+            end => self.ms(now) < end,
+        }
+    }
+
+    fn ms(&self, t: Instant) -> u64 {
+        u64::try_from(t.saturating_duration_since(self.base).as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn a_lease_holds_until_its_length_after_the_last_renewal_was_sent() {
+        let c = LeaseClock::new();
+        let t0 = c.base + Duration::from_millis(10);
+        assert!(c.holds_at(t0 + Duration::from_secs(3_600)), "not taken yet: not fenced");
+        c.renewed(t0, 600);
+        assert!(c.holds_at(t0 + Duration::from_millis(599)));
+        assert!(!c.holds_at(t0 + Duration::from_millis(600)), "lapsed: a pause past the lease");
+        c.renewed(t0 + Duration::from_millis(200), 600);
+        assert!(c.holds_at(t0 + Duration::from_millis(799)));
+        assert!(!c.holds_at(t0 + Duration::from_millis(800)));
+        // A renewal answered late (sent before the last one) does not move the end back.
+        c.renewed(t0 + Duration::from_millis(100), 600);
+        assert!(c.holds_at(t0 + Duration::from_millis(799)));
+    }
+}
