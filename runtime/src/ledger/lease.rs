@@ -1,9 +1,10 @@
 //! How long this host's lease on a shared ledger is known to hold: its renewer thread moves
-//! the end on after each renewal; the request path reads it (one atomic load) and answers
-//! nothing from what the process holds once the end has passed. A process paused past its
-//! lease (a SIGSTOP, a long GC pause, a VM migration) reads the queued requests before its
-//! renewer has found the lease gone and stopped it: those are refused, never served from a
-//! session another host may have taken over.
+//! the end on after each successful renewal; the request path reads it (one atomic load) and
+//! refuses what it reads once the end has passed. A process paused past its lease (a
+//! SIGSTOP, a thread starved that long) reads the queued requests before its renewer has
+//! found the lease gone and stopped it: those are refused, not served from a session another
+//! host may have taken over. The monotonic clock runs on while a process is stopped, not
+//! while its whole machine is suspended: a suspended VM is caught by its renewer alone.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::time::Instant;
@@ -11,9 +12,10 @@ use tokio::time::Instant;
 /// The end of this host's lease as last renewed, on the monotonic clock (which runs on while
 /// the process is stopped).
 #[derive(Debug)]
-pub struct LeaseClock {
+pub(crate) struct LeaseClock {
     base: Instant,
-    /// Milliseconds after `base`; 0 until the lease is first taken.
+    /// Milliseconds after `base`; 0 until the lease is first taken. An atomic: the renewer
+    /// thread writes it, every request reads it; nothing else is published through it.
     holds_until_ms: AtomicU64,
 }
 
@@ -26,22 +28,22 @@ impl Default for LeaseClock {
 impl LeaseClock {
     /// A clock of a lease not taken yet.
     #[must_use]
-    pub fn new() -> LeaseClock {
+    pub(crate) fn new() -> LeaseClock {
         LeaseClock { base: Instant::now(), holds_until_ms: AtomicU64::new(0) }
     }
 
     /// The lease was taken or renewed by a request sent at `sent` (it holds `ttl_ms` from then
     /// at least: Redis started the count later). The end never moves back.
-    pub fn renewed(&self, sent: Instant, ttl_ms: u64) {
+    pub(crate) fn renewed(&self, sent: Instant, ttl_ms: u64) {
         let end = self.ms(sent).saturating_add(ttl_ms).max(1);
-        self.holds_until_ms.fetch_max(end, Ordering::AcqRel);
+        self.holds_until_ms.fetch_max(end, Ordering::Relaxed);
     }
 
     /// Whether the lease surely held at `now` (`true` before it was first taken: the ledger
     /// takes it before it is served).
     #[must_use]
-    pub fn holds_at(&self, now: Instant) -> bool {
-        match self.holds_until_ms.load(Ordering::Acquire) {
+    pub(crate) fn holds_at(&self, now: Instant) -> bool {
+        match self.holds_until_ms.load(Ordering::Relaxed) {
             0 => true,
             end => self.ms(now) < end,
         }

@@ -27,7 +27,7 @@ pub mod codec;
 #[cfg(test)]
 pub(crate) mod faulty;
 mod files;
-pub mod lease;
+pub(crate) mod lease;
 mod memory;
 mod open;
 mod reads;

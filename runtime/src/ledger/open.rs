@@ -319,13 +319,16 @@ impl Ledger {
         })
     }
 
-    /// Whether this host's lease on a shared ledger went unrenewed for its length: paused or
-    /// cut off, it may have lost its sessions to another host already, so it must answer
-    /// nothing from what it holds (it stops as soon as its renewer notices:
+    /// Whether this host's lease on a shared ledger may have lapsed: its last successful
+    /// renewal was sent more than a lease ago (the process was paused or cut off), or a
+    /// renewal found it gone. Another host may have taken its sessions over, so it must
+    /// answer nothing new from what it holds (it stops as soon as its renewer notices:
     /// [`Ledger::lease_lost`]). Always `false` on a ledger only this process uses.
     #[must_use]
     pub fn lease_lapsed(&self) -> bool {
-        self.lease_clock.as_ref().is_some_and(|c| !c.holds_at(tokio::time::Instant::now()))
+        self.lease_clock
+            .as_ref()
+            .is_some_and(|c| !c.holds_at(tokio::time::Instant::now()) || *self.lease_lost.borrow())
     }
 
     /// Resolves once this host lost its lease on a shared ledger (paused, or cut off from

@@ -895,7 +895,7 @@ impl RedisStore {
     /// # Errors
     /// [`LeaseError::Held`] when the run's lease exists already (two hosts counted the same
     /// run: never, with [`Store::incr`]); [`LeaseError::Store`].
-    pub fn take_run_lease(
+    pub(crate) fn take_run_lease(
         &self,
         run: u64,
         holder: &str,
@@ -990,9 +990,14 @@ impl RedisStore {
                 let mut renewed_at = tokio::time::Instant::now();
                 let ttl = Duration::from_millis(ttl_ms);
                 let lapsed = |at: tokio::time::Instant| at.elapsed() >= ttl;
+                // Each round begins a third of the lease after the last one began (not ended):
+                // a slow round (64 copies on a Cluster) does not also delay the next, so the
+                // lease's known end (the request path's fence) moves on in time.
+                let mut began = tokio::time::Instant::now();
                 while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
-                    stopped.recv_timeout(every)
+                    stopped.recv_timeout(every.saturating_sub(began.elapsed()))
                 {
+                    began = tokio::time::Instant::now();
                     if let Renewal::Own(lost, _) = &how
                         && held
                         && lapsed(renewed_at)
@@ -1054,11 +1059,10 @@ impl RedisStore {
                             renewed_at = sent;
                             tracing::warn!("ledger: took the Redis ledger's lease back after it lapsed");
                         }
-                        Ok(renewed) => {
+                        Ok(_) => {
                             renewed_at = sent;
-                            // A lost lease (0) is never renewed again: its clock stays lapsed.
+                            // A lost lease is never renewed again: its clock stays lapsed.
                             if let Renewal::Own(_, clock) = &how
-                                && renewed != 0
                                 && held
                             {
                                 clock.renewed(sent, ttl_ms);

@@ -199,21 +199,29 @@ fn a_host_paused_past_its_lease_on_a_shared_ledger_exits_and_the_others_serve_it
     assert!(a.process.signal("STOP"));
     std::thread::sleep(Duration::from_millis(1_500));
     let (status, body) = post_json(&b.addr, &sid, &echo(3, "while a sleeps"));
-    // A request sent to `a` meanwhile waits in its socket; `a` reads it once woken, before
-    // its lease thread has found the lease gone: it must not be answered from the session
-    // `b` took over (a 503, or no answer if `a` stopped first).
-    let queued = {
-        let (addr, sid) = (a.addr.clone(), sid.clone());
-        std::thread::spawn(move || status_of(&addr, &sid, &echo(30, "queued while a sleeps")))
-    };
-    std::thread::sleep(Duration::from_millis(200));
+    // Requests sent to `a` meanwhile wait in its socket (its kernel took them); `a` reads
+    // them once woken, before its lease thread has found the lease gone: none may be answered
+    // from the session `b` took over (a 503, or no answer if `a` stopped first).
+    let headers = [
+        ("Accept", "application/json"),
+        ("Mcp-Session-Id", sid.as_str()),
+        ("MCP-Protocol-Version", "2025-11-25"),
+    ];
+    let queued: Vec<_> = (30..34)
+        .map(|id| {
+            let body = echo(id, "queued while a sleeps").to_string();
+            common::send(&a.addr, "POST", "/mcp", &headers, &body).expect("queued by the kernel")
+        })
+        .collect();
     assert!(a.process.signal("CONT"));
     assert_eq!(status, 200, "{body}");
-    let queued = queued.join().unwrap();
-    assert!(
-        matches!(queued, None | Some(503)),
-        "a request queued on the paused host was answered {queued:?} from what it held"
-    );
+    for s in queued {
+        let answered = common::status_in(&common::read_answer(s, Duration::from_secs(10)));
+        assert!(
+            matches!(answered, None | Some(503)),
+            "a request queued on the paused host was answered {answered:?} from what it held"
+        );
+    }
     // Back, `a` finds its lease gone: what it holds may have been taken over, so it stops at
     // once, as a crash does (exit status 3), for its supervisor to start it again; `b` is
     // unaffected, and the session lives on.
@@ -229,24 +237,6 @@ fn a_host_paused_past_its_lease_on_a_shared_ledger_exits_and_the_others_serve_it
     let again = shared_host(&dir, &url, &fast);
     assert_eq!(post_json(&again.addr, &sid, &echo(5, "rejoined")).0, 200);
     assert_eq!(common::initialize_status(&b.addr).0, 200);
-}
-
-/// The status of a JSON POST of `body` in session `sid`, or `None` when the host closed the
-/// connection without an answer (it stopped).
-fn status_of(addr: &str, sid: &str, body: &serde_json::Value) -> Option<u16> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    let body = body.to_string();
-    let req = format!(
-        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\nAccept: application/json\r\nMcp-Session-Id: {sid}\r\nMCP-Protocol-Version: 2025-11-25\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(req.as_bytes()).ok()?;
-    let mut raw = Vec::new();
-    let _ = s.read_to_end(&mut raw);
-    let head = String::from_utf8_lossy(&raw);
-    head.split_whitespace().nth(1).and_then(|c| c.parse().ok())
 }
 
 /// The messages of a resumed stream, with their event ids.

@@ -16,14 +16,14 @@ impl Supervisor {
         self.stream_env.ledger.ledger.durable
     }
 
-    /// Refuse every request (503) while this host's lease on a shared ledger has gone
-    /// unrenewed for its length ([`crate::ledger::Ledger::lease_lapsed`]): a process paused
-    /// past it reads the requests queued meanwhile before it finds the lease gone and stops,
-    /// and must not answer them from sessions another host may have taken over.
+    /// Refuse a request (503) while this host's lease on a shared ledger may have lapsed
+    /// ([`crate::ledger::Ledger::lease_lapsed`]): a process paused past it reads the requests
+    /// queued meanwhile before it finds the lease gone and stops, and must not answer them
+    /// from sessions another host may have taken over.
     ///
     /// # Errors
     /// [`Overload::LeaseLapsed`].
-    pub fn lease_holds(&self) -> Result<(), Rejection> {
+    pub(crate) fn lease_holds(&self) -> Result<(), Rejection> {
         if self.stream_env.ledger.ledger.lease_lapsed() {
             return Err(Rejection::Overloaded(Overload::LeaseLapsed));
         }
@@ -49,7 +49,9 @@ impl Supervisor {
     /// (`GET /readyz`).
     #[must_use]
     pub fn ready(&self) -> bool {
-        self.phase() == Phase::Serving && !self.stream_env.ledger.writer.is_failing()
+        self.phase() == Phase::Serving
+            && !self.stream_env.ledger.writer.is_failing()
+            && !self.stream_env.ledger.ledger.lease_lapsed()
     }
 
     /// The door of a request of `method` with `params` of a caller (`owner`), in either era,

@@ -117,8 +117,28 @@ pub(crate) fn http_at(
     body: &str,
     read_for: Duration,
 ) -> (u16, String, Vec<u8>) {
-    let mut s = TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(read_for)).unwrap();
+    let s = send(addr, method, path, headers, body).expect("connect and send");
+    let raw = read_answer(s, read_for);
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a response head");
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).expect("status");
+    let mut body = raw[split + 4..].to_vec();
+    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        body = dechunk(&body);
+    }
+    (status, head, body)
+}
+
+/// Connect and send a request (`Connection: close`); its answer is not read yet (a stopped
+/// host's kernel takes the request and queues it).
+pub(crate) fn send(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> std::io::Result<TcpStream> {
+    let mut s = TcpStream::connect(addr)?;
     let mut req = format!(
         "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
         body.len()
@@ -128,7 +148,13 @@ pub(crate) fn http_at(
     }
     req.push_str("\r\n");
     req.push_str(body);
-    s.write_all(req.as_bytes()).unwrap();
+    s.write_all(req.as_bytes())?;
+    Ok(s)
+}
+
+/// Everything the host answers on `s` until it closes or `read_for` passes between reads.
+pub(crate) fn read_answer(mut s: TcpStream, read_for: Duration) -> Vec<u8> {
+    s.set_read_timeout(Some(read_for)).unwrap();
     let mut raw = Vec::new();
     let mut buf = [0u8; 8192];
     loop {
@@ -137,14 +163,13 @@ pub(crate) fn http_at(
             Ok(n) => raw.extend_from_slice(&buf[..n]),
         }
     }
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a response head");
-    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
-    let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).expect("status");
-    let mut body = raw[split + 4..].to_vec();
-    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
-        body = dechunk(&body);
-    }
-    (status, head, body)
+    raw
+}
+
+/// The status of an answer [`read_answer`] read; `None` when the host closed without one.
+pub(crate) fn status_in(raw: &[u8]) -> Option<u16> {
+    let head = raw.split(|b| *b == b'\n').next()?;
+    String::from_utf8_lossy(head).split_whitespace().nth(1)?.parse().ok()
 }
 
 pub(crate) use mcp_devtools::dechunk;
