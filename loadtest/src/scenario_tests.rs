@@ -101,6 +101,21 @@ async fn echo(c: &McpClient, text: &str, idempotent: bool) -> Result<String, Cli
     Ok(r["content"][0]["text"].as_str().unwrap_or_default().to_owned())
 }
 
+/// Not our client: a raw GET resume of `session` from `cursor` as alice; its status (the
+/// answer is dropped unread).
+async fn raw_resume(url: &str, session: &str, cursor: &str) -> u16 {
+    let r = awc::Client::default()
+        .get(url)
+        .insert_header(("Mcp-Session-Id", session))
+        .insert_header(("Authorization", format!("Bearer {ALICE}")))
+        .insert_header(("Accept", "text/event-stream"))
+        .insert_header(("Last-Event-ID", cursor))
+        .send()
+        .await
+        .expect("answer");
+    r.status().as_u16()
+}
+
 fn count(c: &Counts, name: &str) -> u64 {
     c.get(name).copied().unwrap_or(0)
 }
@@ -306,18 +321,8 @@ async fn a_resume_sooner_than_retry_after_is_counted_by_the_proxy() {
     // Retry-After: 1. The proxy must see that (the gate's check can fail).
     let (url, p) = setup(&[(Scenario::Storm, 1.0)], Some(1)).await;
     let c = client(&url).await;
-    let http = awc::Client::default();
     for _ in 0..2 {
-        let r = http
-            .get(&url)
-            .insert_header(("Mcp-Session-Id", c.session_id()))
-            .insert_header(("Authorization", format!("Bearer {ALICE}")))
-            .insert_header(("Accept", "text/event-stream"))
-            .insert_header(("Last-Event-ID", "any"))
-            .send()
-            .await
-            .expect("answer");
-        drop(r);
+        raw_resume(&url, &c.session_id(), "any").await;
     }
     assert_eq!(count(&p.counts(), "storm.refusals"), 1, "{:?}", p.counts());
     assert_eq!(count(&p.counts(), "resume.too_early"), 1, "{:?}", p.counts());
@@ -329,32 +334,12 @@ async fn a_resume_refused_400_that_the_proxy_did_not_forge_is_counted() {
     // given, through a proxy with no fault. The gate must see it (its check can fail).
     let (url, p) = setup(&[], None).await;
     let c = client(&url).await;
-    let r = awc::Client::default()
-        .get(&url)
-        .insert_header(("Mcp-Session-Id", c.session_id()))
-        .insert_header(("Authorization", format!("Bearer {ALICE}")))
-        .insert_header(("Accept", "text/event-stream"))
-        .insert_header(("Last-Event-ID", "not-one-of-its-cursors"))
-        .send()
-        .await
-        .expect("answer");
-    assert_eq!(r.status().as_u16(), 400);
-    drop(r);
+    assert_eq!(raw_resume(&url, &c.session_id(), "not-one-of-its-cursors").await, 400);
     assert_eq!(count(&p.counts(), "resume.refused_unexplained"), 1, "{:?}", p.counts());
     // A cursor the proxy forged itself is the foreign-cursor scenario's, not this count.
     let (url, p) = setup(&[(Scenario::ForeignCursor, 1.0)], Some(1)).await;
     let c = client(&url).await;
-    let r = awc::Client::default()
-        .get(&url)
-        .insert_header(("Mcp-Session-Id", c.session_id()))
-        .insert_header(("Authorization", format!("Bearer {ALICE}")))
-        .insert_header(("Accept", "text/event-stream"))
-        .insert_header(("Last-Event-ID", "any"))
-        .send()
-        .await
-        .expect("answer");
-    assert_eq!(r.status().as_u16(), 400);
-    drop(r);
+    assert_eq!(raw_resume(&url, &c.session_id(), "any").await, 400);
     assert_eq!(count(&p.counts(), "foreign_cursor.rejected"), 1, "{:?}", p.counts());
     assert_eq!(count(&p.counts(), "resume.refused_unexplained"), 0, "{:?}", p.counts());
 }

@@ -14,10 +14,14 @@ use tokio::time::Instant;
 #[derive(Debug)]
 pub(crate) struct LeaseClock {
     base: Instant,
-    /// Milliseconds after `base`; 0 until the lease is first taken. An atomic: the renewer
-    /// thread writes it, every request reads it; nothing else is published through it.
+    /// Milliseconds after `base`; 0 until the lease is first taken, [`LOST`] once a renewal
+    /// found it gone. An atomic: the renewer thread writes it, every request reads it;
+    /// nothing else is published through it.
     holds_until_ms: AtomicU64,
 }
+
+/// The end of a lease a renewal found gone: never renewed again (`fetch_max` keeps it).
+const LOST: u64 = u64::MAX;
 
 impl Default for LeaseClock {
     fn default() -> LeaseClock {
@@ -35,7 +39,7 @@ impl LeaseClock {
     /// The lease was taken or renewed by a request sent at `sent` (it holds `ttl_ms` from then
     /// at least: Redis started the count later). The end never moves back.
     pub(crate) fn renewed(&self, sent: Instant, ttl_ms: u64) {
-        let end = self.ms(sent).saturating_add(ttl_ms).max(1);
+        let end = self.ms(sent).saturating_add(ttl_ms).clamp(1, LOST - 1);
         self.holds_until_ms.fetch_max(end, Ordering::Relaxed);
     }
 
@@ -45,8 +49,15 @@ impl LeaseClock {
     pub(crate) fn holds_at(&self, now: Instant) -> bool {
         match self.holds_until_ms.load(Ordering::Relaxed) {
             0 => true,
+            LOST => false,
             end => self.ms(now) < end,
         }
+    }
+
+    /// A renewal found the lease gone (another host may have taken it, or it lapsed in Redis
+    /// before its known end): it holds no more, whatever renewal comes after.
+    pub(crate) fn lapse(&self) {
+        self.holds_until_ms.store(LOST, Ordering::Relaxed);
     }
 
     fn ms(&self, t: Instant) -> u64 {
@@ -74,5 +85,10 @@ mod tests {
         // A renewal answered late (sent before the last one) does not move the end back.
         c.renewed(t0 + Duration::from_millis(100), 600);
         assert!(c.holds_at(t0 + Duration::from_millis(799)));
+        // Found gone by a renewal: lapsed at once, and no later renewal brings it back.
+        c.lapse();
+        assert!(!c.holds_at(t0 + Duration::from_millis(300)));
+        c.renewed(t0 + Duration::from_millis(400), 600);
+        assert!(!c.holds_at(t0 + Duration::from_millis(500)));
     }
 }

@@ -326,9 +326,7 @@ impl Ledger {
     /// [`Ledger::lease_lost`]). Always `false` on a ledger only this process uses.
     #[must_use]
     pub fn lease_lapsed(&self) -> bool {
-        self.lease_clock
-            .as_ref()
-            .is_some_and(|c| !c.holds_at(tokio::time::Instant::now()) || *self.lease_lost.borrow())
+        self.lease_clock.as_ref().is_some_and(|c| !c.holds_at(tokio::time::Instant::now()))
     }
 
     /// Resolves once this host lost its lease on a shared ledger (paused, or cut off from

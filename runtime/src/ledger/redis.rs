@@ -998,7 +998,7 @@ impl RedisStore {
                     stopped.recv_timeout(every.saturating_sub(began.elapsed()))
                 {
                     began = tokio::time::Instant::now();
-                    if let Renewal::Own(lost, _) = &how
+                    if let Renewal::Own(lost, clock) = &how
                         && held
                         && lapsed(renewed_at)
                     {
@@ -1006,6 +1006,7 @@ impl RedisStore {
                         tracing::error!(
                             "ledger: this host could not renew its lease on the shared Redis ledger for the lease's length (cut off from Redis): the other hosts take its work over"
                         );
+                        clock.lapse();
                         lost();
                     }
                     if con.is_none() {
@@ -1046,10 +1047,11 @@ impl RedisStore {
                                 Renewal::Ledger => tracing::error!(
                                     "ledger: another host took the Redis ledger's lease: this host's writes are refused from now on (restart it to take the ledger again)"
                                 ),
-                                Renewal::Own(lost, _) => {
+                                Renewal::Own(lost, clock) => {
                                     tracing::error!(
                                         "ledger: this host's lease on the shared Redis ledger lapsed (paused or cut off for longer than the lease): its writes are refused from now on, the other hosts take its work over"
                                     );
+                                    clock.lapse();
                                     lost();
                                 }
                             }

@@ -518,6 +518,7 @@ async fn a_404_to_initialized_sends_no_delete_with_the_dead_id() {
 
 /// A scripted endpoint's part: the first call's stream (`first`, cut before its answer), and
 /// what it saw: the calls posted, and the `Last-Event-ID` of each GET.
+#[derive(Default)]
 struct Script {
     first: String,
     calls: usize,
@@ -576,12 +577,7 @@ async fn scripted(
 /// Run one idempotent progress call against [`scripted`] with `first` as its first stream:
 /// its result, and the script's record.
 async fn call_scripted(first: &str) -> (Result<serde_json::Value, ClientError>, Script) {
-    let script = Script {
-        first: first.to_owned(),
-        calls: 0,
-        resumes: Vec::new(),
-        first_id: serde_json::Value::Null,
-    };
+    let script = Script { first: first.to_owned(), ..Script::default() };
     let script = actix_web::web::Data::new(parking_lot::Mutex::new(script));
     let data = script.clone();
     let server = HttpServer::new(move || {
@@ -599,15 +595,7 @@ async fn call_scripted(first: &str) -> (Result<serde_json::Value, ClientError>, 
     let params = json!({"name":"progress","arguments":{},"_meta":{"progressToken":"mine"}});
     let r = c.request("tools/call", Some(params), true).await;
     handle.stop(false).await;
-    let s = std::mem::replace(
-        &mut *script.lock(),
-        Script {
-            first: String::new(),
-            calls: 0,
-            resumes: Vec::new(),
-            first_id: serde_json::Value::Null,
-        },
-    );
+    let s = std::mem::take(&mut *script.lock());
     (r, s)
 }
 
