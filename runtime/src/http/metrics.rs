@@ -507,14 +507,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_histogram_counts_into_cumulative_buckets_with_its_sum() {
+    fn a_histograms_exposition_counts_each_observation_once_in_cumulative_buckets() {
+        #[derive(Debug)]
+        struct One(Histo);
+        impl Collector for One {
+            fn encode(&self, mut e: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+                histogram(&mut e, "t_seconds", "test", &self.0)
+            }
+        }
         let h = Histo::new(&[1.0, 2.0]);
         for v in [0.5, 1.5, 1.5, 9.0] {
             h.observe(v);
         }
-        let (sum, count, buckets) = h.snapshot();
-        assert_eq!(count, 4);
-        assert!((sum - 12.5).abs() < 1e-6);
-        assert_eq!(buckets, vec![(1.0, 1), (2.0, 3), (f64::INFINITY, 4)]);
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register_collector(Box::new(One(h)));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let sample = |series: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(series).and_then(|v| v.strip_prefix(' ')))
+                .unwrap_or_else(|| panic!("{series} in {text}"))
+                .to_owned()
+        };
+        // Cumulative once: 1 at or under 1, 3 at or under 2, all 4 under +Inf, as _count.
+        assert_eq!(sample("t_seconds_bucket{le=\"1.0\"}"), "1", "{text}");
+        assert_eq!(sample("t_seconds_bucket{le=\"2.0\"}"), "3", "{text}");
+        assert_eq!(sample("t_seconds_bucket{le=\"+Inf\"}"), "4", "{text}");
+        assert_eq!(sample("t_seconds_count"), "4", "{text}");
+        assert_eq!(sample("t_seconds_sum").parse::<f64>().unwrap(), 12.5, "{text}");
     }
 }

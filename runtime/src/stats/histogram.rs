@@ -39,14 +39,17 @@ impl Histo {
         self.sum_micros.fetch_add((v.max(0.0) * 1e6) as u64, Ordering::Relaxed);
     }
 
-    /// `(sum, count, cumulative buckets)` as the encoder wants them.
+    /// `(sum, count, buckets)` as prometheus-client's `encode_histogram` wants them: each
+    /// bucket's own count, not cumulative (the encoder cumulates them as it writes; given
+    /// cumulative counts it cumulated them twice, and `+Inf` read many times `_count`).
     #[must_use]
     pub fn snapshot(&self) -> (f64, u64, Vec<(f64, u64)>) {
         let mut total = 0;
         let mut buckets = Vec::with_capacity(self.counts.len());
         for (i, c) in self.counts.iter().enumerate() {
-            total += c.load(Ordering::Relaxed);
-            buckets.push((self.bounds.get(i).copied().unwrap_or(f64::INFINITY), total));
+            let n = c.load(Ordering::Relaxed);
+            total += n;
+            buckets.push((self.bounds.get(i).copied().unwrap_or(f64::INFINITY), n));
         }
         (self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6, total, buckets)
     }

@@ -249,10 +249,12 @@ fn a_non_loopback_admin_bind_without_a_configured_token_is_refused_at_start() {
 }
 
 /// Samples of a Prometheus text exposition, checked line by line: `# HELP` / `# TYPE` with a
-/// known type before a family's samples, names and labels well formed, values numbers.
+/// known type before a family's samples, names and labels well formed, values numbers; each
+/// histogram's buckets cumulative (never falling) up to `+Inf`, which is its `_count`.
 fn parse_prometheus(text: &str) -> HashMap<String, f64> {
     let mut samples = HashMap::new();
     let mut typed = std::collections::HashSet::new();
+    let mut histograms = Vec::new();
     let name_ok = |n: &str| {
         !n.is_empty()
             && n.chars().enumerate().all(|(i, c)| {
@@ -268,6 +270,9 @@ fn parse_prometheus(text: &str) -> HashMap<String, f64> {
                 "{line}"
             );
             typed.insert(name.to_owned());
+            if ty == "histogram" {
+                histograms.push(name.to_owned());
+            }
             continue;
         }
         if line.starts_with("# HELP ") || line.starts_with("# EOF") {
@@ -300,6 +305,20 @@ fn parse_prometheus(text: &str) -> HashMap<String, f64> {
             value.parse().unwrap_or_else(|_| panic!("not a number: {line}"))
         };
         samples.insert(series.to_owned(), v);
+    }
+    for h in &histograms {
+        let buckets: Vec<f64> = text
+            .lines()
+            .filter(|l| l.starts_with(&format!("{h}_bucket{{")))
+            .map(|l| samples[l.rsplit_once(' ').unwrap().0])
+            .collect();
+        assert!(!buckets.is_empty(), "histogram {h} has buckets");
+        assert!(
+            buckets.windows(2).all(|w| w[0] <= w[1]),
+            "{h}'s buckets are cumulative: {buckets:?}"
+        );
+        let inf = samples[&format!("{h}_bucket{{le=\"+Inf\"}}")];
+        assert_eq!(inf, samples[&format!("{h}_count")], "{h}: +Inf is the count");
     }
     samples
 }
