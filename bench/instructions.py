@@ -219,6 +219,9 @@ def main():
         return self_test()
     if not a.builds:
         ap.error("name at least one build: NAME=PATH")
+    if a.keep_dir:
+        # callgrind cannot write into a missing directory, and the host then exits at once.
+        os.makedirs(a.keep_dir, exist_ok=True)
     if a.check:
         return check(a)
     modes = ["legacy SSE", "legacy JSON"] + (["modern SSE", "modern JSON"] if a.modern else []) + (["initialize"] if a.initialize else [])
