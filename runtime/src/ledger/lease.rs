@@ -38,6 +38,10 @@ impl LeaseClock {
 
     /// The lease was taken or renewed by a request sent at `sent` (it holds `ttl_ms` from then
     /// at least: Redis started the count later). The end never moves back.
+    #[cfg_attr(
+        not(feature = "redis"),
+        allow(dead_code, reason = "only Redis ledgers renew a lease")
+    )]
     pub(crate) fn renewed(&self, sent: Instant, ttl_ms: u64) {
         let end = self.ms(sent).saturating_add(ttl_ms).clamp(1, LOST - 1);
         self.holds_until_ms.fetch_max(end, Ordering::Relaxed);
@@ -56,6 +60,10 @@ impl LeaseClock {
 
     /// A renewal found the lease gone (another host may have taken it, or it lapsed in Redis
     /// before its known end): it holds no more, whatever renewal comes after.
+    #[cfg_attr(
+        not(feature = "redis"),
+        allow(dead_code, reason = "only Redis ledgers renew a lease")
+    )]
     pub(crate) fn lapse(&self) {
         self.holds_until_ms.store(LOST, Ordering::Relaxed);
     }

@@ -234,6 +234,20 @@ impl SleepingCore {
         self.last_activity = now;
         true
     }
+
+    /// Its last use.
+    #[must_use]
+    pub(crate) fn last_activity(&self) -> Tick {
+        self.last_activity
+    }
+
+    /// Whether the record last handed to the ledger states it as it is: its last use and
+    /// every other field (a log level set since is `dirty`). A stop then has no record to
+    /// write again, only the session's place among those out of memory.
+    #[must_use]
+    pub(crate) fn record_is_current(&self) -> bool {
+        !self.dirty && self.last_activity == self.recorded
+    }
 }
 
 impl<R, S, P> SessionCore<R, S, P> {

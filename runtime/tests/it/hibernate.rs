@@ -379,6 +379,34 @@ async fn a_stop_records_hibernating_sessions_without_waking_them() {
 }
 
 #[actix_web::test]
+async fn a_stop_writes_only_the_lru_row_of_a_sleeping_session_its_record_already_states() {
+    use mcp_runtime::ledger::codec::SESSIONS_LRU;
+    // Real time: the records are committed by the ledger writer's thread.
+    let h = harness_with(cfg(|c| c.sessions.hibernate_after_ms = 100)).await;
+    let idle = h.client("2025-11-25").await;
+    let created = recorded_last_use(&h, &idle).await;
+    let used = h.client("2025-11-25").await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    ping(&used, 1).await;
+    hibernating(&h, 2).await;
+    let used_created = recorded_last_use(&h, &used).await;
+    let w = h.sup.ledger_writer();
+    let before = w.snapshot().ops;
+    assert_eq!(h.sup.shutdown(), 2);
+    w.wait_committed(w.barrier()).await.expect("the ledger commits");
+    // The idle one: its LRU row alone; the used one: its record again and its LRU row.
+    assert_eq!(w.snapshot().ops - before, 1 + 2, "one write for the session never used");
+    assert_eq!(recorded_last_use(&h, &idle).await, created, "its handshake's record stays");
+    assert!(recorded_last_use(&h, &used).await >= used_created + 50, "the other's last use");
+    let id = |c: &Client<'_>| {
+        h.sup.session_hmac(&mcp_runtime::proto::ids::SessionId::parse(&c.sid).unwrap())
+    };
+    let lru = w.store().index_lowest(SESSIONS_LRU, 10, 0).expect("a read");
+    assert!(lru.contains(&(id(&idle).to_string(), created)), "{lru:?}");
+    assert_eq!(lru.len(), 2, "both are out of memory: {lru:?}");
+}
+
+#[actix_web::test]
 async fn with_hibernation_off_an_idle_session_keeps_its_actor() {
     tokio::time::pause();
     let h = harness_with(cfg(|c| c.sessions.hibernate_after_ms = 0)).await;

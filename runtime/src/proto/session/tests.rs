@@ -442,6 +442,30 @@ fn a_sleeping_session_takes_a_use_only_while_its_record_is_not_due() {
 }
 
 #[test]
+fn a_sleeping_sessions_record_is_current_until_a_use_or_a_log_level_moves_it() {
+    let new = || {
+        SessionCore::<u32, &'static str, &'static str>::new(
+            ProtocolVersion::LATEST,
+            Generation(1),
+            sleepy(),
+            Tick(0),
+        )
+    };
+    let s = new();
+    assert!(!s.sleep().unwrap().0.record_is_current(), "a new session's first record is due");
+    let mut s = new();
+    assert_eq!(s.poll_ledger(Tick(0)), Some(Tick(0)));
+    let (mut sleeping, _) = s.sleep().unwrap();
+    assert!(sleeping.record_is_current(), "as its first record states it");
+    assert!(sleeping.try_take_use(Tick(40), 1_000));
+    assert!(!sleeping.record_is_current(), "a use taken asleep is not recorded yet");
+    let mut s = new();
+    assert_eq!(s.poll_ledger(Tick(0)), Some(Tick(0)));
+    s.set_log_level(LogLevel::Debug);
+    assert!(!s.sleep().unwrap().0.record_is_current(), "its log level changed since");
+}
+
+#[test]
 fn an_idle_session_with_empty_tables_hibernates_and_wakes_where_it_stopped() {
     let mut s = SessionCore::new(ProtocolVersion::LATEST, Generation(1), sleepy(), Tick(0));
     one_request(&mut s, 1, Tick(10));

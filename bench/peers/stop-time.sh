@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# stop-time.sh BIN [REPS]: how long a host takes to stop with many idle sessions. Each rep, on a
+# fresh ledger: the side-by-side run's `b` row (initialize, 5 s, c=32: some 150,000 sessions,
+# each kept as data until a first request that never comes), then SIGTERM, timed to the
+# process's exit, with the log's split: the drain (the sessions stopped, their writes queued)
+# and the ledger's commit of those writes up to the clean-stop mark. EXTRA="--set k=v ..." adds
+# host flags. Needs the built harness in /tmp/pp (see docs/benchmarks.md); run from the project
+# root. Stops what it started on every exit path.
+set -u
+BIN=$1; REPS=${2:-2}
+WORK=/tmp/stoptime-work
+LOG=/tmp/stoptime-host.log
+for r in $(seq "$REPS"); do
+  PID=$(PEER_LOG=$LOG OURS_BIN=$BIN PEER_CPUS=1 OURS_WORKDIR=$WORK OURS_ARGS="--config $PWD/bench/peers/ours-bench.toml ${EXTRA:-}" /tmp/pp/start-ours.sh 21398) || exit 1
+  trap 'kill -9 $PID 2>/dev/null; rm -rf $WORK $LOG' EXIT
+  for i in $(seq 100); do curl -s -o /dev/null http://127.0.0.1:21398/mcp && break; sleep 0.1; done
+  ONLY=b DURATION=5 WARMUP=1 BENCH_CPUS=0 /tmp/pp/bench.sh http://127.0.0.1:21398/mcp "$PID" 2>&1 | grep -E '^b|rror' | cut -d' ' -f1-6
+  sleep 1
+  T0=$(date +%s.%N)
+  kill "$PID"
+  for i in $(seq 1200); do [ -e /proc/$PID ] || break; sleep 0.025; done
+  T1=$(date +%s.%N)
+  kill -9 "$PID" 2>/dev/null
+  python3 - "$T0" "$T1" "$LOG" <<'EOF'
+import re, sys
+from datetime import datetime
+t0, t1, log = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+at = {}
+sessions = "?"
+for line in open(log) if log else []:
+    stamp = line[:27]
+    for key, pat in (("stopping", "mcp_host: stopping"), ("drained", "drained sessions="),
+                     ("marked", "stopped cleanly"), ("stopped", "mcp_host: stopped")):
+        if pat in line and key not in at:
+            at[key] = datetime.fromisoformat(stamp.rstrip("Z")).timestamp()
+    m = re.search(r"drained sessions=(\d+)", line)
+    if m:
+        sessions = m.group(1)
+split = ""
+if {"stopping", "drained", "marked"} <= at.keys():
+    split = f"; drain {at['drained'] - at['stopping']:.2f} s, commit to the clean mark {at['marked'] - at['drained']:.2f} s"
+print(f"stop: {t1 - t0:.2f} s from SIGTERM to exit, {sessions} sessions{split}" + ("" if "marked" in at else "; NOT marked stopped cleanly"))
+EOF
+  rm -rf $WORK $LOG
+done
