@@ -38,7 +38,8 @@ for line in open(log) if log else []:
         sessions = m.group(1)
 split = ""
 if {"stopping", "drained", "marked"} <= at.keys():
-    split = f"; drain {at['drained'] - at['stopping']:.2f} s, commit to the clean mark {at['marked'] - at['drained']:.2f} s"
+    split = (f"; SIGTERM to the stopping line {at['stopping'] - t0:.2f} s, drain {at['drained'] - at['stopping']:.2f} s, "
+             f"commit to the clean mark {at['marked'] - at['drained']:.2f} s, then exit {t1 - at['marked']:.2f} s")
 print(f"stop: {t1 - t0:.2f} s from SIGTERM to exit, {sessions} sessions{split}" + ("" if "marked" in at else "; NOT marked stopped cleanly"))
 EOF
   rm -rf $WORK $LOG

@@ -241,12 +241,12 @@ impl SleepingCore {
         self.last_activity
     }
 
-    /// Whether the record last handed to the ledger states it as it is: its last use and
-    /// every other field (a log level set since is `dirty`). A stop then has no record to
+    /// Whether the record last handed to the ledger states it as it is, its last use at most
+    /// `slack_ms` behind (a log level set since is `dirty`). A stop then has no record to
     /// write again, only the session's place among those out of memory.
     #[must_use]
-    pub(crate) fn record_is_current(&self) -> bool {
-        !self.dirty && self.last_activity == self.recorded
+    pub(crate) fn record_is_current_within(&self, slack_ms: u64) -> bool {
+        !self.dirty && self.last_activity.0.saturating_sub(self.recorded.0) <= slack_ms
     }
 }
 

@@ -363,7 +363,8 @@ async fn a_stop_records_hibernating_sessions_without_waking_them() {
     let h = harness_with(cfg(|c| c.sessions.hibernate_after_ms = 100)).await;
     let c = h.client("2025-11-25").await;
     let created = recorded_last_use(&h, &c).await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Past the second a stop lets a record lag its last use.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
     ping(&c, 1).await;
     hibernating(&h, 1).await;
     // Its record was not written again for that use (a sixteenth of the TTL had not passed).
@@ -375,34 +376,117 @@ async fn a_stop_records_hibernating_sessions_without_waking_them() {
         (2, 1),
         "born as data and woken by its first request, then hibernated: recorded as data, not woken"
     );
-    assert!(recorded_last_use(&h, &c).await >= created + 50, "its record states its last use");
+    assert!(recorded_last_use(&h, &c).await >= created + 1_100, "its record states its last use");
+}
+
+/// A memory store that remembers the key of every record written (`Op::Put`).
+#[derive(Debug, Default)]
+struct PutsSeen {
+    inner: mcp_runtime::ledger::MemoryStore,
+    puts: parking_lot::Mutex<Vec<String>>,
+}
+
+impl mcp_runtime::ledger::Store for PutsSeen {
+    fn apply(
+        &self,
+        ops: &[mcp_runtime::ledger::Op],
+    ) -> Result<(), mcp_runtime::ledger::StoreError> {
+        let keys = ops.iter().filter_map(|o| match o {
+            mcp_runtime::ledger::Op::Put { key, .. } => Some(key.clone()),
+            _ => None,
+        });
+        self.puts.lock().extend(keys);
+        self.inner.apply(ops)
+    }
+    fn get(
+        &self,
+        key: &str,
+        now_ms: u64,
+    ) -> Result<Option<bytes::Bytes>, mcp_runtime::ledger::StoreError> {
+        self.inner.get(key, now_ms)
+    }
+    fn read_log(
+        &self,
+        log: &str,
+        now_ms: u64,
+    ) -> Result<Vec<(u64, bytes::Bytes)>, mcp_runtime::ledger::StoreError> {
+        self.inner.read_log(log, now_ms)
+    }
+    fn index_lowest(
+        &self,
+        index: &str,
+        limit: usize,
+        now_ms: u64,
+    ) -> Result<Vec<(String, u64)>, mcp_runtime::ledger::StoreError> {
+        self.inner.index_lowest(index, limit, now_ms)
+    }
+    fn index_len(
+        &self,
+        index: &str,
+        now_ms: u64,
+    ) -> Result<usize, mcp_runtime::ledger::StoreError> {
+        self.inner.index_len(index, now_ms)
+    }
+    fn sweep(&self, now_ms: u64, limit: usize) -> Result<usize, mcp_runtime::ledger::StoreError> {
+        self.inner.sweep(now_ms, limit)
+    }
+    fn set_durability(&self, _: mcp_runtime::ledger::Durability) {}
+    fn tally(
+        &self,
+        tally: &str,
+        now_ms: u64,
+    ) -> Result<(u64, u64), mcp_runtime::ledger::StoreError> {
+        self.inner.tally(tally, now_ms)
+    }
+    fn incr(
+        &self,
+        key: &str,
+        floor: u64,
+        expires_ms: u64,
+        now_ms: u64,
+    ) -> Result<u64, mcp_runtime::ledger::StoreError> {
+        self.inner.incr(key, floor, expires_ms, now_ms)
+    }
 }
 
 #[actix_web::test]
 async fn a_stop_writes_only_the_lru_row_of_a_sleeping_session_its_record_already_states() {
-    use mcp_runtime::ledger::codec::SESSIONS_LRU;
+    use mcp_runtime::ledger::codec::{SESSIONS_LRU, session_key};
     // Real time: the records are committed by the ledger writer's thread.
-    let h = harness_with(cfg(|c| c.sessions.hibernate_after_ms = 100)).await;
+    let cfg = cfg(|c| c.sessions.hibernate_after_ms = 100);
+    let store = std::sync::Arc::new(PutsSeen::default());
+    let ledger = mcp_runtime::ledger::Ledger::on_store(store.clone(), &cfg).unwrap();
+    let h = harness_on(cfg, ledger).await;
     let idle = h.client("2025-11-25").await;
     let created = recorded_last_use(&h, &idle).await;
+    // A notification taken asleep moves its last use past its record, within the slack.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let cancel =
+        json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}});
+    assert_eq!(idle.notify(cancel).await, StatusCode::ACCEPTED);
     let used = h.client("2025-11-25").await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Past the second a stop lets a record lag its last use.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
     ping(&used, 1).await;
     hibernating(&h, 2).await;
     let used_created = recorded_last_use(&h, &used).await;
-    let w = h.sup.ledger_writer();
-    let before = w.snapshot().ops;
-    assert_eq!(h.sup.shutdown(), 2);
-    w.wait_committed(w.barrier()).await.expect("the ledger commits");
-    // The idle one: its LRU row alone; the used one: its record again and its LRU row.
-    assert_eq!(w.snapshot().ops - before, 1 + 2, "one write for the session never used");
-    assert_eq!(recorded_last_use(&h, &idle).await, created, "its handshake's record stays");
-    assert!(recorded_last_use(&h, &used).await >= used_created + 50, "the other's last use");
-    let id = |c: &Client<'_>| {
+    let name = |c: &Client<'_>| {
         h.sup.session_hmac(&mcp_runtime::proto::ids::SessionId::parse(&c.sid).unwrap())
     };
+    let (idle_key, used_key) = (session_key(&name(&idle)), session_key(&name(&used)));
+    let puts = |key: &str| store.puts.lock().iter().filter(|k| *k == key).count();
+    assert_eq!((puts(&idle_key), puts(&used_key)), (1, 1), "each written once, at its handshake");
+    assert_eq!(h.sup.shutdown(), 2);
+    let w = h.sup.ledger_writer();
+    w.wait_committed(w.barrier()).await.expect("the ledger commits");
+    assert_eq!(puts(&idle_key), 1, "the idle one's record is not written again");
+    assert_eq!(puts(&used_key), 2, "the used one's is: its last use moved");
+    assert_eq!(recorded_last_use(&h, &idle).await, created, "its handshake's record stays");
+    assert!(recorded_last_use(&h, &used).await >= used_created + 1_100, "the other's last use");
     let lru = w.store().index_lowest(SESSIONS_LRU, 10, 0).expect("a read");
-    assert!(lru.contains(&(id(&idle).to_string(), created)), "{lru:?}");
+    // Scored by its exact last use (the notification's, not its record's).
+    let idle_row = lru.iter().find(|(m, _)| *m == *name(&idle)).expect("its LRU row");
+    assert!((created + 20..created + 1_000).contains(&idle_row.1), "{lru:?}");
     assert_eq!(lru.len(), 2, "both are out of memory: {lru:?}");
 }
 

@@ -140,6 +140,13 @@ fn previous_names(names: &[Arc<str>]) -> Box<[Arc<str>]> {
     names.get(1..).unwrap_or_default().into()
 }
 
+/// How far a sleeping session's record may lag its last use for a stop to leave it as it is:
+/// restored after the restart, the session then expires at most this much early (of an idle
+/// TTL of minutes; a crash may cost it a sixteenth of its TTL). Its LRU row, which orders the
+/// ledger's session cap, states the last use exactly. A second covers the handshake's own
+/// `notifications/initialized`, a round trip after the record.
+const STOP_RECORD_SLACK_MS: u64 = 1_000;
+
 /// A session's core as its actor holds it.
 type AwakeCore = SessionCore<RequestTask, StreamHandle, super::ClientRequestRoute>;
 
@@ -353,9 +360,10 @@ impl SleepingSession {
 
     /// A stop, without waking it: its record as of its last use (as an awake session's
     /// `Shutdown` writes it), then it is dropped, which frees its slot. When the record last
-    /// handed to the ledger already states it so (a session never used since its handshake,
-    /// or since its last record), only its row in the LRU index is written: a host stopping
-    /// with many idle sessions wrote each record a second time, identical, as it stopped
+    /// handed to the ledger already states it, its last use at most [`STOP_RECORD_SLACK_MS`]
+    /// behind (a session not used since its handshake but for its `initialized`
+    /// notification, or since its last record), only its row in the LRU index is written: a
+    /// host stopping with many idle sessions wrote each such record again as it stopped
     /// (about two fifths of a stop's ledger work; issue 23). On a shared ledger, where no
     /// session sleeps, the whole record is written.
     pub(crate) fn shut_down(self) {
@@ -363,7 +371,7 @@ impl SleepingSession {
         let ledger = &sup.stream_env().ledger;
         let core = &self.kept.core;
         let lru_only = core
-            .record_is_current()
+            .record_is_current_within(STOP_RECORD_SLACK_MS)
             .then(|| durable::lru_enter(ledger, &self.kept.meta.hmac, core.last_activity().0))
             .flatten();
         let ops = match lru_only {

@@ -442,7 +442,7 @@ fn a_sleeping_session_takes_a_use_only_while_its_record_is_not_due() {
 }
 
 #[test]
-fn a_sleeping_sessions_record_is_current_until_a_use_or_a_log_level_moves_it() {
+fn a_sleeping_sessions_record_is_current_until_a_use_past_the_slack_or_a_log_level_moves_it() {
     let new = || {
         SessionCore::<u32, &'static str, &'static str>::new(
             ProtocolVersion::LATEST,
@@ -452,17 +452,21 @@ fn a_sleeping_sessions_record_is_current_until_a_use_or_a_log_level_moves_it() {
         )
     };
     let s = new();
-    assert!(!s.sleep().unwrap().0.record_is_current(), "a new session's first record is due");
+    assert!(
+        !s.sleep().unwrap().0.record_is_current_within(10),
+        "a new session's first record is due"
+    );
     let mut s = new();
     assert_eq!(s.poll_ledger(Tick(0)), Some(Tick(0)));
     let (mut sleeping, _) = s.sleep().unwrap();
-    assert!(sleeping.record_is_current(), "as its first record states it");
-    assert!(sleeping.try_take_use(Tick(40), 1_000));
-    assert!(!sleeping.record_is_current(), "a use taken asleep is not recorded yet");
+    assert!(sleeping.record_is_current_within(0), "as its first record states it");
+    assert!(sleeping.try_take_use(Tick(10), 1_000));
+    assert!(sleeping.record_is_current_within(10), "a use within the slack");
+    assert!(!sleeping.record_is_current_within(9), "a use past it");
     let mut s = new();
     assert_eq!(s.poll_ledger(Tick(0)), Some(Tick(0)));
     s.set_log_level(LogLevel::Debug);
-    assert!(!s.sleep().unwrap().0.record_is_current(), "its log level changed since");
+    assert!(!s.sleep().unwrap().0.record_is_current_within(10), "its log level changed since");
 }
 
 #[test]
