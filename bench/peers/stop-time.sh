@@ -3,8 +3,9 @@
 # fresh ledger: the side-by-side run's `b` row (initialize, 5 s, c=32: some 150,000 sessions,
 # each kept as data until a first request that never comes), then SIGTERM, timed to the
 # process's exit, with the log's split: the drain (the sessions stopped, their writes queued)
-# and the ledger's commit of those writes up to the clean-stop mark. EXTRA="--set k=v ..." adds
-# host flags. Needs the built harness in /tmp/pp (see docs/benchmarks.md); run from the project
+# and the ledger's commit of those writes up to the clean-stop mark. FLOW=1: the sessions are
+# made as a client makes them (initialize, then notifications/initialized; lua/flow.lua with
+# FLOW_CALLS=0 FLOW_DELETE=0, 32 connections) instead. EXTRA="--set k=v ..." adds host flags. Needs the built harness in /tmp/pp (see docs/benchmarks.md); run from the project
 # root. Stops what it started on every exit path.
 set -u
 BIN=$1; REPS=${2:-2}
@@ -14,7 +15,11 @@ for r in $(seq "$REPS"); do
   PID=$(PEER_LOG=$LOG OURS_BIN=$BIN PEER_CPUS=1 OURS_WORKDIR=$WORK OURS_ARGS="--config $PWD/bench/peers/ours-bench.toml ${EXTRA:-}" /tmp/pp/start-ours.sh 21398) || exit 1
   trap 'kill -9 $PID 2>/dev/null; rm -rf $WORK $LOG' EXIT
   for i in $(seq 100); do curl -s -o /dev/null http://127.0.0.1:21398/mcp && break; sleep 0.1; done
-  ONLY=b DURATION=5 WARMUP=1 BENCH_CPUS=0 /tmp/pp/bench.sh http://127.0.0.1:21398/mcp "$PID" 2>&1 | grep -E '^b|rror' | cut -d' ' -f1-6
+  if [ -n "${FLOW:-}" ]; then
+    FLOW_CALLS=0 FLOW_DELETE=0 timeout 60 taskset -c 0 wrk -t32 -c32 -d5s --timeout 10s -s "$PWD/bench/peers/lua/flow.lua" http://127.0.0.1:21398/mcp | grep '^FLOW' | cut -d' ' -f1-3
+  else
+    ONLY=b DURATION=5 WARMUP=1 BENCH_CPUS=0 /tmp/pp/bench.sh http://127.0.0.1:21398/mcp "$PID" 2>&1 | grep -E '^b|rror' | cut -d' ' -f1-6
+  fi
   sleep 1
   T0=$(date +%s.%N)
   kill "$PID"

@@ -1,10 +1,14 @@
 -- wrk script: a legacy client's whole life, over and over, one session at a time per thread:
--- initialize, notifications/initialized, FLOW_CALLS tools/call echo (default 1), DELETE.
+-- initialize, notifications/initialized, FLOW_CALLS tools/call echo (default 1), DELETE
+-- (FLOW_DELETE=0: none, each session is left idle and counts once its last step is answered).
 -- Run with as many threads as connections (-tN -cN): each thread's Lua state follows its one
 -- connection's session. A session counts once its DELETE is answered 2xx; a failed
 -- initialize (or one without a session id) starts the next session over. done() prints
 -- sessions a second, the requests not answered 2xx and wrk's socket errors.
 local step, sid, calls = 0, nil, tonumber(os.getenv("FLOW_CALLS") or "") or 1
+local delete = os.getenv("FLOW_DELETE") ~= "0"
+-- Steps of one session: initialize, initialized, the calls, and the DELETE if any.
+local steps = 2 + calls + (delete and 1 or 0)
 local bad, done_sessions = 0, 0
 local pv = "2025-11-25"
 local init_body = '{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"'
@@ -34,10 +38,10 @@ function response(status, headers, body)
       wrk.thread:set("bad", bad)
       return
     end
-  elseif step == 2 + calls and ok then
+  elseif step == steps - 1 and ok then
     done_sessions = done_sessions + 1
   end
-  step = (step + 1) % (3 + calls)
+  step = (step + 1) % steps
   wrk.thread:set("bad", bad)
   wrk.thread:set("sessions", done_sessions)
 end
