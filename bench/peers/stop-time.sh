@@ -23,7 +23,13 @@ for r in $(seq "$REPS"); do
   sleep 1
   T0=$(date +%s.%N)
   kill "$PID"
-  for i in $(seq 1200); do [ -e /proc/$PID ] || break; sleep 0.025; done
+  # Gone, or a zombie: it exited (start-ours.sh leaves it orphaned, and the reaper of orphans
+  # in a container may take a second or more to collect it).
+  for i in $(seq 1200); do
+    st=$(awk '{print $3}' /proc/$PID/stat 2>/dev/null) || break
+    { [ -z "$st" ] || [ "$st" = Z ]; } && break
+    sleep 0.025
+  done
   T1=$(date +%s.%N)
   kill -9 "$PID" 2>/dev/null
   python3 - "$T0" "$T1" "$LOG" <<'EOF'
