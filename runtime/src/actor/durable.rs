@@ -144,8 +144,9 @@ pub(crate) fn lru_leave(cx: &LedgerCtx, hmac: &str) -> Option<Op> {
     (!cx.ledger.shared).then(|| lru_remove(hmac))
 }
 
-/// The write that puts a session out of memory back in the LRU index of a ledger of its own,
-/// scored by its last use (a revive that failed after its leave was submitted).
+/// The write that puts a session out of memory in the LRU index of a ledger of its own, scored
+/// by its last use: a revive that failed after its leave was submitted, and a sleeping
+/// session stopped whose record already states it (`SleepingSession::shut_down`).
 pub(crate) fn lru_enter(cx: &LedgerCtx, hmac: &str, last_used_ms: u64) -> Option<Op> {
     (!cx.ledger.shared).then(|| lru_add(hmac, last_used_ms))
 }
@@ -226,8 +227,8 @@ impl SessionMeta {
                 ops.push(Op::IndexRemove { index, member: self.hmac.to_string() });
             }
         }
-        // The ledger's session cap evicts by last recorded use ([`Residence`] says which
-        // sessions its index holds); an ended session leaves it.
+        // The ledger's session cap evicts by the last use its LRU row states ([`Residence`]
+        // says which sessions its index holds); an ended session leaves it.
         let indexed = s.state == RecordState::Active
             && (cx.ledger.shared || s.residence == Residence::Leaving);
         if indexed {

@@ -207,6 +207,14 @@ pub(crate) struct SleepingCore {
     dirty: bool,
 }
 
+/// How far a sleeping session's record may lag its last use for a stop to leave it as it is
+/// ([`SleepingCore::record_is_current_within`]): restored after the restart, the session
+/// expires at most this much early, and never more than a sixteenth of its idle TTL (a
+/// sleeping session's record never lags more: [`SleepingCore::try_take_use`]). Its LRU row,
+/// which orders the ledger's session cap, states the last use exactly. A second covers the
+/// handshake's own `notifications/initialized`, a round trip after the record.
+pub(crate) const STOP_RECORD_SLACK_MS: u64 = 1_000;
+
 /// Whether a last use of `last` makes a record that states `recorded` due: more than a
 /// sixteenth of the idle TTL behind (a crash then loses at most that much of its lifetime).
 fn record_moved(last: Tick, recorded: Tick, idle_ttl_ms: u64) -> bool {
@@ -242,8 +250,9 @@ impl SleepingCore {
     }
 
     /// Whether the record last handed to the ledger states it as it is, its last use at most
-    /// `slack_ms` behind (a log level set since is `dirty`). A stop then has no record to
-    /// write again, only the session's place among those out of memory.
+    /// `slack_ms` behind. A stop then has no record to write again, only the session's place
+    /// among those out of memory. (`dirty` is checked though a sleeping core is never dirty
+    /// today: a session writes its record before it sleeps, and `logging/setLevel` wakes it.)
     #[must_use]
     pub(crate) fn record_is_current_within(&self, slack_ms: u64) -> bool {
         !self.dirty && self.last_activity.0.saturating_sub(self.recorded.0) <= slack_ms

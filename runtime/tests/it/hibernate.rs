@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use actix_web::http::StatusCode;
 use common::*;
+use mcp_runtime::ledger::{Durability, MemoryStore, Op, Store, StoreError};
 use serde_json::{Value, json};
 
 /// A request answered as JSON (no stream of its own, so nothing keeps the session awake).
@@ -382,34 +383,23 @@ async fn a_stop_records_hibernating_sessions_without_waking_them() {
 /// A memory store that remembers the key of every record written (`Op::Put`).
 #[derive(Debug, Default)]
 struct PutsSeen {
-    inner: mcp_runtime::ledger::MemoryStore,
+    inner: MemoryStore,
     puts: parking_lot::Mutex<Vec<String>>,
 }
 
-impl mcp_runtime::ledger::Store for PutsSeen {
-    fn apply(
-        &self,
-        ops: &[mcp_runtime::ledger::Op],
-    ) -> Result<(), mcp_runtime::ledger::StoreError> {
+impl Store for PutsSeen {
+    fn apply(&self, ops: &[Op]) -> Result<(), StoreError> {
         let keys = ops.iter().filter_map(|o| match o {
-            mcp_runtime::ledger::Op::Put { key, .. } => Some(key.clone()),
+            Op::Put { key, .. } => Some(key.clone()),
             _ => None,
         });
         self.puts.lock().extend(keys);
         self.inner.apply(ops)
     }
-    fn get(
-        &self,
-        key: &str,
-        now_ms: u64,
-    ) -> Result<Option<bytes::Bytes>, mcp_runtime::ledger::StoreError> {
+    fn get(&self, key: &str, now_ms: u64) -> Result<Option<bytes::Bytes>, StoreError> {
         self.inner.get(key, now_ms)
     }
-    fn read_log(
-        &self,
-        log: &str,
-        now_ms: u64,
-    ) -> Result<Vec<(u64, bytes::Bytes)>, mcp_runtime::ledger::StoreError> {
+    fn read_log(&self, log: &str, now_ms: u64) -> Result<Vec<(u64, bytes::Bytes)>, StoreError> {
         self.inner.read_log(log, now_ms)
     }
     fn index_lowest(
@@ -417,34 +407,20 @@ impl mcp_runtime::ledger::Store for PutsSeen {
         index: &str,
         limit: usize,
         now_ms: u64,
-    ) -> Result<Vec<(String, u64)>, mcp_runtime::ledger::StoreError> {
+    ) -> Result<Vec<(String, u64)>, StoreError> {
         self.inner.index_lowest(index, limit, now_ms)
     }
-    fn index_len(
-        &self,
-        index: &str,
-        now_ms: u64,
-    ) -> Result<usize, mcp_runtime::ledger::StoreError> {
+    fn index_len(&self, index: &str, now_ms: u64) -> Result<usize, StoreError> {
         self.inner.index_len(index, now_ms)
     }
-    fn sweep(&self, now_ms: u64, limit: usize) -> Result<usize, mcp_runtime::ledger::StoreError> {
+    fn sweep(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError> {
         self.inner.sweep(now_ms, limit)
     }
-    fn set_durability(&self, _: mcp_runtime::ledger::Durability) {}
-    fn tally(
-        &self,
-        tally: &str,
-        now_ms: u64,
-    ) -> Result<(u64, u64), mcp_runtime::ledger::StoreError> {
+    fn set_durability(&self, _: Durability) {}
+    fn tally(&self, tally: &str, now_ms: u64) -> Result<(u64, u64), StoreError> {
         self.inner.tally(tally, now_ms)
     }
-    fn incr(
-        &self,
-        key: &str,
-        floor: u64,
-        expires_ms: u64,
-        now_ms: u64,
-    ) -> Result<u64, mcp_runtime::ledger::StoreError> {
+    fn incr(&self, key: &str, floor: u64, expires_ms: u64, now_ms: u64) -> Result<u64, StoreError> {
         self.inner.incr(key, floor, expires_ms, now_ms)
     }
 }
@@ -455,7 +431,7 @@ async fn a_stop_writes_only_the_lru_row_of_a_sleeping_session_its_record_already
     // Real time: the records are committed by the ledger writer's thread.
     let cfg = cfg(|c| c.sessions.hibernate_after_ms = 100);
     let store = std::sync::Arc::new(PutsSeen::default());
-    let ledger = mcp_runtime::ledger::Ledger::on_store(store.clone(), &cfg).unwrap();
+    let ledger = mcp_runtime::ledger::Ledger::on_store(store.clone(), &cfg).expect("a ledger");
     let h = harness_on(cfg, ledger).await;
     let idle = h.client("2025-11-25").await;
     let created = recorded_last_use(&h, &idle).await;

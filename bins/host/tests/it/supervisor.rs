@@ -250,7 +250,8 @@ fn a_non_loopback_admin_bind_without_a_configured_token_is_refused_at_start() {
 
 /// Samples of a Prometheus text exposition, checked line by line: `# HELP` / `# TYPE` with a
 /// known type before a family's samples, names and labels well formed, values numbers; each
-/// histogram's buckets cumulative (never falling) up to `+Inf`, which is its `_count`.
+/// histogram's buckets cumulative (never falling) up to `+Inf`, which is its `_count` (for
+/// histograms without labels, as all of ours are: with labels, series would mix here).
 fn parse_prometheus(text: &str) -> HashMap<String, f64> {
     let mut samples = HashMap::new();
     let mut typed = std::collections::HashSet::new();

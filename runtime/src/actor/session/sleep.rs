@@ -33,7 +33,7 @@ use crate::ledger::codec::{HandshakeLines, RecordState, handshake_lines};
 use crate::proto::error::Rejection;
 use crate::proto::event_id::CursorSigner;
 use crate::proto::ids::Tick;
-use crate::proto::session::{SessionCore, SessionLimits, SleepingCore};
+use crate::proto::session::{STOP_RECORD_SLACK_MS, SessionCore, SessionLimits, SleepingCore};
 
 /// What a hibernating session keeps: its core's numbering and deadlines, and what its actor
 /// holds for its whole life and the server does not (its names under previous keys,
@@ -139,13 +139,6 @@ impl Kept {
 fn previous_names(names: &[Arc<str>]) -> Box<[Arc<str>]> {
     names.get(1..).unwrap_or_default().into()
 }
-
-/// How far a sleeping session's record may lag its last use for a stop to leave it as it is:
-/// restored after the restart, the session then expires at most this much early (of an idle
-/// TTL of minutes; a crash may cost it a sixteenth of its TTL). Its LRU row, which orders the
-/// ledger's session cap, states the last use exactly. A second covers the handshake's own
-/// `notifications/initialized`, a round trip after the record.
-const STOP_RECORD_SLACK_MS: u64 = 1_000;
 
 /// A session's core as its actor holds it.
 type AwakeCore = SessionCore<RequestTask, StreamHandle, super::ClientRequestRoute>;
@@ -358,10 +351,10 @@ impl SleepingSession {
         ops
     }
 
-    /// A stop, without waking it: its record as of its last use (as an awake session's
-    /// `Shutdown` writes it), then it is dropped, which frees its slot. When the record last
-    /// handed to the ledger already states it, its last use at most [`STOP_RECORD_SLACK_MS`]
-    /// behind (a session not used since its handshake but for its `initialized`
+    /// A stop, without waking it: its row in the LRU index and, unless the record last handed
+    /// to the ledger already states it, its record as of its last use (as an awake session's
+    /// `Shutdown` writes it); then it is dropped, which frees its slot. The record is left as
+    /// it is when its last use is at most [`STOP_RECORD_SLACK_MS`] behind (a session not used since its handshake but for its `initialized`
     /// notification, or since its last record), only its row in the LRU index is written: a
     /// host stopping with many idle sessions wrote each such record again as it stopped
     /// (about two fifths of a stop's ledger work; issue 23). On a shared ledger, where no

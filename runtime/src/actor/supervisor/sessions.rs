@@ -35,8 +35,9 @@ impl Supervisor {
     /// it stops. Its record, if it lands later, names a session nobody knows; it expires.
     pub(crate) fn abandon_unrecorded(&self, id: &SessionId) {
         // Most often still kept as data (a new session is, until its first request): it is
-        // taken out and recorded so, without waking it. The ledger is slow or failing then,
-        // for every handshake at once.
+        // taken out and stopped as data, without waking it (its first record is queued
+        // already; the stop adds its LRU row). The ledger is slow or failing then, for every
+        // handshake at once.
         if let Some(asleep) = self.registry.take_asleep(id) {
             asleep.shut_down();
             return;
