@@ -24,8 +24,7 @@
 //! until its commit).
 
 pub mod codec;
-#[cfg(test)]
-pub(crate) mod faulty;
+pub mod faulty;
 mod files;
 pub(crate) mod lease;
 mod memory;

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use actix_web::http::StatusCode;
 use common::*;
-use mcp_runtime::ledger::{Durability, MemoryStore, Op, Store, StoreError};
+use mcp_runtime::ledger::faulty::{Hooked, StoreHooks};
+use mcp_runtime::ledger::{Op, StoreError};
 use serde_json::{Value, json};
 
 /// A request answered as JSON (no stream of its own, so nothing keeps the session awake).
@@ -380,48 +381,20 @@ async fn a_stop_records_hibernating_sessions_without_waking_them() {
     assert!(recorded_last_use(&h, &c).await >= created + 1_100, "its record states its last use");
 }
 
-/// A memory store that remembers the key of every record written (`Op::Put`).
+/// A memory store's hooks ([`Hooked`]): the key of every record written (`Op::Put`).
 #[derive(Debug, Default)]
 struct PutsSeen {
-    inner: MemoryStore,
     puts: parking_lot::Mutex<Vec<String>>,
 }
 
-impl Store for PutsSeen {
-    fn apply(&self, ops: &[Op]) -> Result<(), StoreError> {
+impl StoreHooks for PutsSeen {
+    fn before_apply(&self, ops: &[Op]) -> Result<(), StoreError> {
         let keys = ops.iter().filter_map(|o| match o {
             Op::Put { key, .. } => Some(key.clone()),
             _ => None,
         });
         self.puts.lock().extend(keys);
-        self.inner.apply(ops)
-    }
-    fn get(&self, key: &str, now_ms: u64) -> Result<Option<bytes::Bytes>, StoreError> {
-        self.inner.get(key, now_ms)
-    }
-    fn read_log(&self, log: &str, now_ms: u64) -> Result<Vec<(u64, bytes::Bytes)>, StoreError> {
-        self.inner.read_log(log, now_ms)
-    }
-    fn index_lowest(
-        &self,
-        index: &str,
-        limit: usize,
-        now_ms: u64,
-    ) -> Result<Vec<(String, u64)>, StoreError> {
-        self.inner.index_lowest(index, limit, now_ms)
-    }
-    fn index_len(&self, index: &str, now_ms: u64) -> Result<usize, StoreError> {
-        self.inner.index_len(index, now_ms)
-    }
-    fn sweep(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError> {
-        self.inner.sweep(now_ms, limit)
-    }
-    fn set_durability(&self, _: Durability) {}
-    fn tally(&self, tally: &str, now_ms: u64) -> Result<(u64, u64), StoreError> {
-        self.inner.tally(tally, now_ms)
-    }
-    fn incr(&self, key: &str, floor: u64, expires_ms: u64, now_ms: u64) -> Result<u64, StoreError> {
-        self.inner.incr(key, floor, expires_ms, now_ms)
+        Ok(())
     }
 }
 
@@ -430,7 +403,7 @@ async fn a_stop_writes_only_the_lru_row_of_a_sleeping_session_its_record_already
     use mcp_runtime::ledger::codec::{SESSIONS_LRU, session_key};
     // Real time: the records are committed by the ledger writer's thread.
     let cfg = cfg(|c| c.sessions.hibernate_after_ms = 100);
-    let store = std::sync::Arc::new(PutsSeen::default());
+    let store = std::sync::Arc::new(Hooked::<PutsSeen>::default());
     let ledger = mcp_runtime::ledger::Ledger::on_store(store.clone(), &cfg).expect("a ledger");
     let h = harness_on(cfg, ledger).await;
     let idle = h.client("2025-11-25").await;

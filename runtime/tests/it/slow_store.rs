@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use bytes::Bytes;
 use common::*;
-use mcp_runtime::ledger::{Durability, Ledger, MemoryStore, Op, Store, StoreError};
+use mcp_runtime::ledger::faulty::{Hooked, StoreHooks};
+use mcp_runtime::ledger::{Ledger, Op, Store, StoreError};
 use mcp_runtime::proto::handle::HandleKind;
 use mcp_runtime::tools::{
     CallToolResult, Catalog, ServerInfo, ToolAnnotations, ToolError, ToolSpec, tool_fn,
@@ -19,11 +19,10 @@ use mcp_runtime::tools::{
 use parking_lot::{Condvar, Mutex};
 use serde_json::{Value, json};
 
-/// A memory store whose reads of state handles hang while `held`, and whose writes hang
-/// while `writes_held` (at most 5 s: without the fix the test fails instead of hanging).
+/// A memory store's hooks ([`Hooked`]): its reads of state handles hang while `held`, and its
+/// writes hang while `writes_held` (at most 5 s: without the fix the test fails instead of hanging).
 #[derive(Debug, Default)]
 struct Slow {
-    inner: MemoryStore,
     held: Mutex<bool>,
     writes_held: Mutex<bool>,
     /// Batches that entered while writes were held.
@@ -43,17 +42,16 @@ impl Slow {
     }
 }
 
-impl Store for Slow {
-    fn apply(&self, ops: &[Op]) -> Result<(), StoreError> {
+impl StoreHooks for Slow {
+    fn before_apply(&self, _: &[Op]) -> Result<(), StoreError> {
         let mut held = self.writes_held.lock();
         if *held {
             self.writes_entered.fetch_add(1, Ordering::SeqCst);
             let _ = self.released.wait_while_for(&mut held, |h| *h, Duration::from_secs(5));
         }
-        drop(held);
-        self.inner.apply(ops)
+        Ok(())
     }
-    fn get(&self, key: &str, now_ms: u64) -> Result<Option<Bytes>, StoreError> {
+    fn before_get(&self, key: &str) {
         if key.starts_with("h/") {
             let mut held = self.held.lock();
             if *held {
@@ -67,31 +65,6 @@ impl Store for Slow {
                 }
             }
         }
-        self.inner.get(key, now_ms)
-    }
-    fn read_log(&self, log: &str, now_ms: u64) -> Result<Vec<(u64, Bytes)>, StoreError> {
-        self.inner.read_log(log, now_ms)
-    }
-    fn index_lowest(
-        &self,
-        index: &str,
-        limit: usize,
-        now_ms: u64,
-    ) -> Result<Vec<(String, u64)>, StoreError> {
-        self.inner.index_lowest(index, limit, now_ms)
-    }
-    fn index_len(&self, index: &str, now_ms: u64) -> Result<usize, StoreError> {
-        self.inner.index_len(index, now_ms)
-    }
-    fn sweep(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError> {
-        self.inner.sweep(now_ms, limit)
-    }
-    fn set_durability(&self, _: Durability) {}
-    fn tally(&self, tally: &str, now_ms: u64) -> Result<(u64, u64), StoreError> {
-        self.inner.tally(tally, now_ms)
-    }
-    fn incr(&self, key: &str, floor: u64, expires_ms: u64, now_ms: u64) -> Result<u64, StoreError> {
-        self.inner.incr(key, floor, expires_ms, now_ms)
     }
 }
 
@@ -117,8 +90,8 @@ fn catalog() -> Catalog {
 }
 
 /// A harness serving `catalog()` on a fresh slow store.
-async fn on_slow_store() -> (Arc<Slow>, Harness) {
-    let store = Arc::new(Slow::default());
+async fn on_slow_store() -> (Arc<Hooked<Slow>>, Harness) {
+    let store = Arc::new(Hooked::<Slow>::default());
     let c = cfg(|_| {});
     let ledger = Ledger::on_store(Arc::clone(&store) as Arc<dyn Store>, &c).unwrap();
     (store, harness_with_catalog_on(c, catalog(), ledger).await)
