@@ -2,11 +2,6 @@
 //! writes and reads ([`Hooked`], this crate's tests and an embedder's), and, in this crate's
 //! own tests, one that fails as disks do.
 
-#[cfg(test)]
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-#[cfg(test)]
-use std::time::Duration;
-
 use bytes::Bytes;
 
 use super::{Durability, MemoryStore, Op, Store, StoreError};
@@ -74,68 +69,72 @@ impl<H: StoreHooks> Store for Hooked<H> {
     }
 }
 
-/// A store that refuses every batch while `full` is set (as a full disk does), and
-/// answers nothing while `stalled` is (as a stalled disk does).
 #[cfg(test)]
-pub(crate) type Refusing = Hooked<Refuse>;
+pub(crate) use disk::{Refusing, settle_until};
 
-/// [`Refusing`]'s hooks.
+/// This crate's own tests: a store that fails as disks do.
 #[cfg(test)]
-#[derive(Debug, Default)]
-pub(crate) struct Refuse {
-    pub(crate) full: AtomicBool,
-    pub(crate) stalled: AtomicBool,
-    pub(crate) attempts: AtomicU64,
-}
+mod disk {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::time::Duration;
 
-#[cfg(test)]
-impl StoreHooks for Refuse {
-    fn before_apply(&self, _: &[Op]) -> Result<(), StoreError> {
-        self.attempts.fetch_add(1, Ordering::Relaxed);
-        while self.stalled.load(Ordering::Acquire) {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        if self.full.load(Ordering::Acquire) {
-            return Err(StoreError::Backend("database or disk is full".into()));
-        }
-        Ok(())
+    use super::{Hooked, Op, StoreError, StoreHooks};
+
+    /// A store that refuses every batch while `full` is set (as a full disk does), and
+    /// answers nothing while `stalled` is (as a stalled disk does).
+    pub(crate) type Refusing = Hooked<Refuse>;
+
+    /// [`Refusing`]'s hooks.
+    #[derive(Debug, Default)]
+    pub(crate) struct Refuse {
+        pub(crate) full: AtomicBool,
+        pub(crate) stalled: AtomicBool,
+        pub(crate) attempts: AtomicU64,
     }
-}
 
-#[cfg(test)]
-impl Refuse {
-    /// Hold every batch until the returned guard is released or dropped (a failing test
-    /// never leaves the writer's thread held, which would hang the ledger's drop).
-    pub(crate) fn stall(&self) -> Stall<'_> {
-        self.stalled.store(true, Ordering::Release);
-        Stall(self)
-    }
-}
-
-/// [`Refusing::stall`]'s guard.
-#[cfg(test)]
-pub(crate) struct Stall<'a>(&'a Refuse);
-
-#[cfg(test)]
-impl Stall<'_> {
-    /// Let the held batches through.
-    pub(crate) fn release(self) {}
-}
-
-#[cfg(test)]
-impl Drop for Stall<'_> {
-    fn drop(&mut self) {
-        self.0.stalled.store(false, Ordering::Release);
-    }
-}
-
-/// Wait (bounded: 400 pauses of 5 ms) until `cond` holds; the caller asserts it after.
-#[cfg(test)]
-pub(crate) async fn settle_until(cond: impl Fn() -> bool) {
-    for _ in 0..400 {
-        if cond() {
-            return;
+    impl StoreHooks for Refuse {
+        fn before_apply(&self, _: &[Op]) -> Result<(), StoreError> {
+            self.attempts.fetch_add(1, Ordering::Relaxed);
+            while self.stalled.load(Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if self.full.load(Ordering::Acquire) {
+                return Err(StoreError::Backend("database or disk is full".into()));
+            }
+            Ok(())
         }
-        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    impl Refuse {
+        /// Hold every batch until the returned guard is released or dropped (a failing test
+        /// never leaves the writer's thread held, which would hang the ledger's drop).
+        pub(crate) fn stall(&self) -> Stall<'_> {
+            self.stalled.store(true, Ordering::Release);
+            Stall(self)
+        }
+    }
+
+    /// [`Refusing::stall`]'s guard.
+    pub(crate) struct Stall<'a>(&'a Refuse);
+
+    impl Stall<'_> {
+        /// Let the held batches through.
+        pub(crate) fn release(self) {}
+    }
+
+    impl Drop for Stall<'_> {
+        fn drop(&mut self) {
+            self.0.stalled.store(false, Ordering::Release);
+        }
+    }
+
+    /// Wait (bounded: 400 pauses of 5 ms) until `cond` holds; the caller asserts it after.
+    pub(crate) async fn settle_until(cond: impl Fn() -> bool) {
+        for _ in 0..400 {
+            if cond() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 }

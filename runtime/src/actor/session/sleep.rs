@@ -352,21 +352,21 @@ impl SleepingSession {
     }
 
     /// A stop, without waking it: its row in the LRU index and, unless the record last handed
-    /// to the ledger already states it, its record as of its last use (as an awake session's
-    /// `Shutdown` writes it); then it is dropped, which frees its slot. The record is left as
-    /// it is when its last use is at most [`STOP_RECORD_SLACK_MS`] behind (a session not used since its handshake but for its `initialized`
-    /// notification, or since its last record), only its row in the LRU index is written: a
-    /// host stopping with many idle sessions wrote each such record again as it stopped
-    /// (about two fifths of a stop's ledger work; issue 23). On a shared ledger, where no
-    /// session sleeps, the whole record is written.
+    /// to the ledger already states it (its last use at most [`STOP_RECORD_SLACK_MS`] behind:
+    /// a session not used since its handshake but for its `initialized` notification, or
+    /// since its last record), its record as of its last use (as an awake session's
+    /// `Shutdown` writes it); then it is dropped, which frees its slot. Writing each such
+    /// record again was most of a stop's ledger work with many idle sessions (issue 23). On a
+    /// shared ledger, where no session sleeps, the whole record is written.
     pub(crate) fn shut_down(self) {
         let Some(sup) = self.kept.sup.upgrade() else { return };
         let ledger = &sup.stream_env().ledger;
         let core = &self.kept.core;
-        let lru_only = core
-            .record_is_current_within(STOP_RECORD_SLACK_MS)
-            .then(|| durable::lru_enter(ledger, &self.kept.meta.hmac, core.last_activity().0))
-            .flatten();
+        let lru_only = if core.record_is_current_within(STOP_RECORD_SLACK_MS) {
+            durable::lru_enter(ledger, &self.kept.meta.hmac, core.last_activity().0)
+        } else {
+            None
+        };
         let ops = match lru_only {
             Some(op) => vec![op],
             None => {
