@@ -253,7 +253,8 @@ pub(crate) struct SettledAnswer {
 /// `sessions.max_retained_streams` (64) answered streams for a late resume, so a small
 /// answer's overhead is paid many times over: its JSON alone takes less memory (and less
 /// cache over many sessions) than the frame, with its cursor, and the header of its shared
-/// buffer. That copy is made when the stream settles; past [`KeptAnswerBytes::COPY_AT_MOST`]
+/// buffer. That copy is made when the stream settles (as its frame is made, for one answered
+/// at once: [`AnsweredAtOnce`]); past [`KeptAnswerBytes::COPY_AT_MOST`]
 /// bytes the frame is kept as it is, whose overhead is then a small part of it.
 #[derive(Debug, Clone)]
 enum KeptAnswerBytes {
@@ -287,9 +288,13 @@ impl KeptAnswerBytes {
 /// arrived, the core itself ([`AnsweredAtOnce::into_core`]), rebuilt by those same calls.
 #[derive(Debug)]
 pub(crate) struct AnsweredAtOnce {
-    /// The answer's frame (the one event of its window; [`AnsweredAtOnce::into_core`] pushes
-    /// its JSON again).
-    answer: Bytes,
+    /// What a settled stream keeps of the answer, made from its frame as the frame is made
+    /// (so the frame goes to its connection without a second reference, whose shared
+    /// buffer's header would be an allocation a call); [`AnsweredAtOnce::into_core`] pushes
+    /// its JSON again.
+    answer: KeptAnswerBytes,
+    /// The answer frame's length: the bytes its window holds.
+    frame_len: usize,
     request: JsonRpcId,
     prime: bool,
 }
@@ -317,26 +322,29 @@ impl AnsweredAtOnce {
             let cursor = cursors.encode_array(Seq::START);
             initial.push(sse::priming_frame(&cursor, settings.retry_ms));
         }
-        initial.push(answer.clone());
-        (AnsweredAtOnce { answer, request, prime: settings.prime }, initial)
+        let (kept, frame_len) = (KeptAnswerBytes::of(&answer), answer.len());
+        initial.push(answer);
+        (AnsweredAtOnce { answer: kept, frame_len, request, prime: settings.prime }, initial)
     }
 
     /// Bytes its window holds (its answer's frame).
     pub(crate) fn retained_bytes(&self) -> usize {
-        self.answer.len()
+        self.frame_len
     }
 
     /// Its answer's JSON.
     fn json(&self) -> &[u8] {
-        answer_json(&self.answer)
+        match &self.answer {
+            KeptAnswerBytes::Json(json) => json,
+            KeptAnswerBytes::Frame(frame) => answer_json(frame),
+        }
     }
 
     /// Its connection returned every frame at `now`: nothing of it will ever be recorded. What
     /// it keeps from here, and when its retention ends with `timing` (what the core's
     /// [`StreamCore::settled_answer`] and [`StreamCore::poll_timeout`] give then).
     pub(crate) fn settled(self, now: Tick, timing: StreamTiming) -> (SettledAnswer, Tick) {
-        let answer = KeptAnswerBytes::of(&self.answer);
-        let AnsweredAtOnce { request, prime, .. } = self;
+        let AnsweredAtOnce { request, prime, answer, .. } = self;
         let kept = SettledAnswer { request, answer, since: now, last_write: Tick(0), prime };
         let until = kept.retention_end(timing);
         (kept, until)
