@@ -528,32 +528,39 @@ impl Catalog {
         params: Option<&Value>,
         cx: impl FnOnce() -> ToolContext,
     ) -> Dispatch {
-        match super::unwind::catch(|| self.dispatch_uncaught(method, params, cx)) {
-            Ok(Dispatch::Ready(r)) => Dispatch::Ready(r),
-            Ok(Dispatch::Pending(fut)) => Dispatch::Pending(Box::pin(async move {
-                super::unwind::CatchUnwind::new(fut)
-                    .await
-                    .unwrap_or_else(|p| Err(p.to_error_object()))
-            })),
+        match super::unwind::catch(|| self.dispatch_with(method, params, cx, Polls::Caught)) {
+            Ok(d) => d,
             Err(p) => Dispatch::Ready(Err(p.to_error_object())),
         }
     }
 
-    /// [`Catalog::dispatch`] with a handler's panic left to unwind (`dispatch` catches it).
+    /// [`Catalog::dispatch`] with a handler's panic left to unwind.
+    #[cfg(test)]
     pub(crate) fn dispatch_uncaught(
         &self,
         method: &str,
         params: Option<&Value>,
         cx: impl FnOnce() -> ToolContext,
     ) -> Dispatch {
+        self.dispatch_with(method, params, cx, Polls::Uncaught)
+    }
+
+    /// Dispatch a catalog method, a handler that waits wrapped as `polls` says.
+    fn dispatch_with(
+        &self,
+        method: &str,
+        params: Option<&Value>,
+        cx: impl FnOnce() -> ToolContext,
+        polls: Polls,
+    ) -> Dispatch {
         use Dispatch::Ready;
         if let Some(r) = self.list_reply(method, params) {
             return Ready(r);
         }
         match method {
-            "tools/call" => self.call_tool(params, cx, Reply::of),
-            "resources/read" => self.read_resource(params, cx),
-            "prompts/get" => self.get_prompt(params, cx),
+            "tools/call" => self.call_tool(params, cx, Reply::of, polls),
+            "resources/read" => self.read_resource(params, cx, polls),
+            "prompts/get" => self.get_prompt(params, cx, polls),
             "completion/complete" => Ready(Ok(
                 json!({"completion": {"values": [], "total": 0, "hasMore": false}}).into(),
             )),
@@ -572,10 +579,11 @@ impl Catalog {
         params: Option<&Value>,
         cx: impl FnOnce() -> ToolContext,
     ) -> Dispatch {
-        self.call_tool(params, cx, |r| {
+        let value = |r: &CallToolResult| {
             // A `CallToolResult`'s maps have string keys: it always makes a value.
             Reply::Value(serde_json::to_value(r).expect("a tool result makes a JSON value"))
-        })
+        };
+        self.call_tool(params, cx, value, Polls::Uncaught)
     }
 
     /// A `tools/call`, its result made into a reply by `reply`.
@@ -584,6 +592,7 @@ impl Catalog {
         params: Option<&Value>,
         cx: impl FnOnce() -> ToolContext,
         reply: fn(&CallToolResult) -> Reply,
+        polls: Polls,
     ) -> Dispatch {
         let name = match str_param(params, "name") {
             Ok(n) => n,
@@ -603,16 +612,19 @@ impl Catalog {
             )))));
         }
         let fut = tool.call(args, self.context(cx));
-        Dispatch::Pending(Box::pin(async move {
-            match fut.await {
-                Ok(r) => Ok(reply(&r)),
-                Err(ToolError::Failed(msg)) => Ok(reply(&CallToolResult::error(msg))),
-                Err(ToolError::Protocol(e)) => Err(e),
-            }
-        }))
+        polls.pending(fut, move |r| match r {
+            Ok(r) => Ok(reply(&r)),
+            Err(ToolError::Failed(msg)) => Ok(reply(&CallToolResult::error(msg))),
+            Err(ToolError::Protocol(e)) => Err(e),
+        })
     }
 
-    fn read_resource(&self, params: Option<&Value>, cx: impl FnOnce() -> ToolContext) -> Dispatch {
+    fn read_resource(
+        &self,
+        params: Option<&Value>,
+        cx: impl FnOnce() -> ToolContext,
+        polls: Polls,
+    ) -> Dispatch {
         let uri = match str_param(params, "uri") {
             Ok(u) => u.to_owned(),
             Err(e) => return Dispatch::Ready(Err(e)),
@@ -629,17 +641,20 @@ impl Catalog {
         } else {
             return Dispatch::Ready(Err(resource_not_found(&uri)));
         };
-        Dispatch::Pending(Box::pin(async move {
-            /// A `resources/read` result.
-            #[derive(serde::Serialize)]
-            struct Read<T> {
-                contents: T,
-            }
-            fut.await.map(|contents| Reply::of(&Read { contents }))
-        }))
+        /// A `resources/read` result.
+        #[derive(serde::Serialize)]
+        struct Read<T> {
+            contents: T,
+        }
+        polls.pending(fut, |r| r.map(|contents| Reply::of(&Read { contents })))
     }
 
-    fn get_prompt(&self, params: Option<&Value>, cx: impl FnOnce() -> ToolContext) -> Dispatch {
+    fn get_prompt(
+        &self,
+        params: Option<&Value>,
+        cx: impl FnOnce() -> ToolContext,
+        polls: Polls,
+    ) -> Dispatch {
         let name = match str_param(params, "name") {
             Ok(n) => n,
             Err(e) => return Dispatch::Ready(Err(e)),
@@ -662,7 +677,37 @@ impl Catalog {
             }
         }
         let fut = prompt.get(args, self.context(cx));
-        Dispatch::Pending(Box::pin(async move { fut.await.map(|r| Reply::of(&r)) }))
+        polls.pending(fut, |r| r.map(|r| Reply::of(&r)))
+    }
+}
+
+/// How a handler that waits is polled: each poll's panic caught ([`Catalog::dispatch`]), or
+/// left to unwind to the caller's own catch (a receipt's run, `dispatch_uncaught`).
+#[derive(Debug, Clone, Copy)]
+enum Polls {
+    Caught,
+    Uncaught,
+}
+
+impl Polls {
+    /// The handler's future `fut`, its outcome made the call's by `answer`, in one box: the
+    /// catch of its panics wraps the handler's own box in the same future, rather than
+    /// boxing the answer's step and then the catch around it (two allocations a call).
+    fn pending<T: 'static>(
+        self,
+        fut: BoxFuture<T>,
+        answer: impl FnOnce(T) -> Result<Reply, ErrorObject> + Send + 'static,
+    ) -> Dispatch {
+        match self {
+            Polls::Caught => Dispatch::Pending(Box::pin(async move {
+                // Its answer's step is caught too: the call ends as for a panic in a poll.
+                let answered = super::unwind::CatchUnwind::new(fut)
+                    .await
+                    .and_then(|r| super::unwind::catch(|| answer(r)));
+                answered.unwrap_or_else(|p| Err(p.to_error_object()))
+            })),
+            Polls::Uncaught => Dispatch::Pending(Box::pin(async move { answer(fut.await) })),
+        }
     }
 }
 
