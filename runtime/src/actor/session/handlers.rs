@@ -17,7 +17,8 @@ use crate::proto::rollout::{StreamMode, StreamPurpose};
 use crate::proto::stream::CloseReason;
 
 use super::messages::{
-    Delete, EndOlderRequests, EndedElsewhere, OpenGet, Post, PostOutcome, Relayed, Resume, Shutdown,
+    Delete, EndOlderRequests, EndedElsewhere, OpenGet, Post, PostOutcome, Relay, Relayed, Resume,
+    Shutdown,
 };
 use super::{ClientRequestRoute, SessionActor};
 
@@ -193,13 +194,13 @@ impl Handler<EndedElsewhere> for SessionActor {
     }
 }
 
-impl Handler<Relayed> for SessionActor {
+impl Handler<Relay> for SessionActor {
     type Result = ();
 
-    fn handle(&mut self, msg: Relayed, ctx: &mut Context<Self>) {
+    fn handle(&mut self, msg: Relay, ctx: &mut Context<Self>) {
         let _span = self.span.clone().entered();
         // Never relayed again: every host heard it once.
-        match msg {
+        match msg.relayed {
             Relayed::Answer(id, answer) => {
                 self.answered_here(&id, answer);
             }

@@ -97,10 +97,17 @@ pub(crate) struct EndOlderRequests {
 #[rtype(result = "()")]
 pub(crate) struct EndedElsewhere;
 
-/// What a client sent another host sharing the ledger for this session: an answer to a
-/// server-to-client request, a cancellation, or a new log level.
+/// A [`Relayed`] message on its way to the session, holding a place in the session's
+/// [`crate::actor::registry::Inbox`] (the bound a flood of them meets, as requests do).
 #[derive(Message)]
 #[rtype(result = "()")]
+pub(crate) struct Relay {
+    pub(crate) relayed: Relayed,
+    pub(crate) _place: InboxTicket,
+}
+
+/// What a client sent another host sharing the ledger for this session: an answer to a
+/// server-to-client request, a cancellation, or a new log level.
 pub(crate) enum Relayed {
     /// The answer to server-to-client request `id`.
     Answer(

@@ -55,7 +55,7 @@ use sleep::KeptHandshake;
 pub(crate) use sleep::SleepingSession;
 
 pub(crate) use messages::{
-    Delete, EndedElsewhere, JsonReply, OpenGet, Post, PostOutcome, Relayed, Resume,
+    Delete, EndedElsewhere, JsonReply, OpenGet, Post, PostOutcome, Relay, Relayed, Resume,
 };
 pub(crate) use messages::{EndOlderRequests, Shutdown};
 
@@ -279,9 +279,28 @@ pub(crate) struct Restore {
 }
 
 /// What a request needs to reach a session without messaging it: its address, owner and
-/// cursor signer.
+/// cursor signer. Every request's look-up clones it: one count, not a clone of each part (an
+/// actix address's clone takes two allocations and its sender's bookkeeping).
 #[derive(Debug, Clone)]
-pub struct SessionHandle {
+pub struct SessionHandle(Arc<SessionHandleParts>);
+
+impl SessionHandle {
+    pub(crate) fn new(parts: SessionHandleParts) -> SessionHandle {
+        SessionHandle(Arc::new(parts))
+    }
+}
+
+impl std::ops::Deref for SessionHandle {
+    type Target = SessionHandleParts;
+
+    fn deref(&self) -> &SessionHandleParts {
+        &self.0
+    }
+}
+
+/// The parts of a [`SessionHandle`].
+#[derive(Debug)]
+pub struct SessionHandleParts {
     /// The session actor.
     pub addr: Addr<SessionActor>,
     /// Requests' messages waiting in the session's mailbox.
@@ -296,11 +315,16 @@ pub struct SessionHandle {
 
 impl SessionHandle {
     /// Hand a request's message to the session, with the place in its [`Inbox`] taken when
-    /// the session was found ([`Registry::enter`]).
+    /// the session was found ([`Registry::enter`]): that place is the bound, so the message
+    /// is queued past actix's own capacity (`do_send`). Every request shares the one address
+    /// its handle holds, and actix parks an address that sends into a mailbox at its capacity
+    /// (which counts every sender's messages, the stream ends the session hears included):
+    /// `try_send` on it would refuse the next requests for one parked by another.
     ///
     /// # Errors
-    /// [`Rejection::Overloaded`] (`503`, mailbox) when the mailbox is full;
-    /// [`Rejection::SessionNotFound`] when the session has stopped.
+    /// [`Rejection::SessionNotFound`] when the session has stopped. A session that stops
+    /// after this check drops the message unhandled, as one that stops with it queued does:
+    /// its request is answered by the drop of its reply's sender.
     pub fn deliver<M>(
         &self,
         ticket: InboxTicket,
@@ -311,13 +335,12 @@ impl SessionHandle {
         M::Result: Send,
         SessionActor: Handler<M>,
     {
-        self.addr.try_send(message(ticket)).map_err(|e| match e {
-            SendError::Full(_) => Rejection::Overloaded(Overload::Mailbox),
-            SendError::Closed(_) => {
-                tracing::debug!(target: "mcp_runtime::revive", "not found: the session stopped as the request reached it");
-                Rejection::SessionNotFound
-            }
-        })
+        if !self.addr.connected() {
+            tracing::debug!(target: "mcp_runtime::revive", "not found: the session stopped as the request reached it");
+            return Err(Rejection::SessionNotFound);
+        }
+        self.addr.do_send(message(ticket));
+        Ok(())
     }
 }
 

@@ -19,8 +19,8 @@ use serde_json::Value;
 
 use super::persist::{End, push_end, record_ops};
 use super::{
-    Begun, RequestTask, SessionActor, SessionHandle, SessionSeed, SessionStreams, session_limits,
-    session_links, session_names, session_span,
+    Begun, RequestTask, SessionActor, SessionHandle, SessionHandleParts, SessionSeed,
+    SessionStreams, session_limits, session_links, session_names, session_span,
 };
 use crate::actor::budget::{Charge, MemoryBudget};
 use crate::actor::dormant::StreamHandle;
@@ -411,13 +411,13 @@ pub(super) fn wake(
     // As the supervisor derived it when the session was created (plain computation: it
     // cannot fail under the registry's lock).
     let signer = sup.cursor_key().session_signer(s.guard.id(), s.kept.meta.principal.as_deref());
-    let handle = SessionHandle {
+    let handle = SessionHandle::new(SessionHandleParts {
         addr: ctx.address(),
         inbox: Arc::clone(s.guard.inbox()),
         principal: s.kept.meta.principal.clone(),
         signer: Arc::clone(&signer),
         caller_budget: Arc::clone(&s.kept.caller_budget),
-    };
+    });
     let start = move || {
         let actor = SessionActor::woken(*s, signer, sup, &ctx.address());
         drop(ctx.run(actor));

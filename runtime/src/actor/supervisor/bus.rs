@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use crate::actor::session::{EndedElsewhere, Relayed};
+use crate::actor::session::{EndedElsewhere, Relay, Relayed, SessionHandle};
 use crate::ledger::codec;
 use crate::stats::BusChannel;
 
@@ -103,7 +103,7 @@ impl Supervisor {
         // already: a dropped answer is read again only after a cut subscription, else its
         // request waits until `sessions.client_request_timeout_secs`; a dropped cancellation
         // lets the call run on.
-        if h.addr.try_send(relayed).is_err() {
+        if !relay(&h, relayed) {
             tracing::warn!(
                 "a message relayed from another host found its session's mailbox full or closed; dropped"
             );
@@ -119,7 +119,7 @@ impl Supervisor {
         // Those kept as data wait for no answer: they are left asleep.
         for hmac in self.registry.live_hmacs() {
             if let Some(Ok(h)) = self.registry.awake_by_hmac(&hmac)
-                && h.addr.try_send(Relayed::MaybeMissed).is_err()
+                && !relay(&h, Relayed::MaybeMissed)
             {
                 dropped += 1;
             }
@@ -167,5 +167,49 @@ impl Supervisor {
                 sup.ended_elsewhere(&hmac);
             }
         });
+    }
+}
+
+/// Hand `relayed` to the session of `h` within its inbox's bound (a place taken like a
+/// request's); `false` when the inbox is full or the session stopped. An actix `try_send`
+/// was no bound here: each look-up's fresh sender may always send one message past a full
+/// mailbox.
+fn relay(h: &SessionHandle, relayed: Relayed) -> bool {
+    h.inbox.enter().is_ok_and(|place| h.deliver(place, |_place| Relay { relayed, _place }).is_ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use actix::{AsyncContext, Context};
+
+    use super::*;
+    use crate::actor::budget::MemoryBudget;
+    use crate::actor::registry::Inbox;
+    use crate::actor::session::{SessionActor, SessionHandleParts};
+    use crate::proto::event_id::CursorKey;
+
+    #[test]
+    fn relays_beyond_the_sessions_inbox_are_dropped_not_queued() {
+        // A session whose actor does not run yet: what is handed to it waits in its mailbox,
+        // each holding its place in the inbox.
+        let ctx = Context::<SessionActor>::new();
+        let h = SessionHandle::new(SessionHandleParts {
+            addr: ctx.address(),
+            inbox: Inbox::new(2),
+            principal: None,
+            signer: Arc::new(CursorKey::new(b"k").signer("s", None)),
+            caller_budget: MemoryBudget::new(1 << 20),
+        });
+        let handed: Vec<bool> = (0..5).map(|_| relay(&h, Relayed::MaybeMissed)).collect();
+        assert_eq!(handed, [true, true, false, false, false], "two places, five relays");
+        // A request finds the inbox full too: relays and requests share the one bound.
+        assert!(h.inbox.enter().is_err());
+        // The session gone: nothing is handed to it (and the places its messages held are
+        // given back with them).
+        drop(ctx);
+        assert!(h.inbox.enter().is_ok(), "the dropped messages' places are free");
+        assert!(!relay(&h, Relayed::MaybeMissed), "a stopped session takes no relay");
     }
 }

@@ -17,7 +17,9 @@ use crate::actor::env::Settle;
 use crate::actor::lifecycle::Phase;
 use crate::actor::registry::{Inbox, QuotaKey, SlotLimits};
 use crate::actor::session::SessionHandle;
-use crate::actor::session::{Restore, SessionActor, SessionSeed, SleepingSession};
+use crate::actor::session::{
+    Restore, SessionActor, SessionHandleParts, SessionSeed, SleepingSession,
+};
 use crate::ledger::codec::{self, Handshake, Record};
 use crate::ledger::{Named, Op};
 use crate::proto::error::{Overload, Quota, Rejection};
@@ -350,13 +352,13 @@ impl Supervisor {
             // the session's first requests.
             ctx.set_mailbox_capacity(sup.config().sessions.mailbox);
             let inbox = Inbox::new(sup.config().sessions.mailbox);
-            let handle = SessionHandle {
+            let handle = SessionHandle::new(SessionHandleParts {
                 addr: ctx.address(),
                 inbox,
                 principal: seed.principal.clone(),
                 signer: Arc::clone(&signer),
                 caller_budget: Arc::clone(&seed.caller_budget),
-            };
+            });
             let guard = reservation.insert(seed.id.clone(), handle, Arc::clone(&seed.hmac));
             SessionActor::new(seed, signer, sup, guard, &ctx.address())
         });
