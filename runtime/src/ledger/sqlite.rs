@@ -96,19 +96,12 @@ const SCHEMA_NAME: &str = "mcp-host-ledger.v1";
 /// few inserts rebalanced three pages of whole records; about a twentieth of an `initialize`'s
 /// CPU (issue 23). The statements are the same for both layouts: every release reads and
 /// writes either.
-///
-/// Records have no index of their expiry: each write of one kept such an index too, whose
-/// newest page every commit wrote again, and only the sweep read it (issue 23: an
-/// `initialize` committed on its own took 7 % fewer instructions without it, 111,803 →
-/// 103,667; under 32 clients at once 2 to 4 % more a second). The sweep finds expired records by scanning the
-/// table in key order instead, [`SWEEP_SCAN_ROWS`] at a time ([`SqliteStore::sweep`]).
-/// Ledgers of earlier releases lose the index as they are opened ([`DROP_EXPIRY_INDEX`]); an
-/// earlier release opening this one builds it again.
 const SCHEMA: &str = "
 PRAGMA journal_mode = WAL;
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID;
 INSERT OR IGNORE INTO meta (k, v) VALUES ('schema', 'mcp-host-ledger.v1');
 CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value BLOB NOT NULL, expires INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS kv_expires ON kv (expires);
 CREATE TABLE IF NOT EXISTS logs (log TEXT PRIMARY KEY, newest INTEGER NOT NULL, expires INTEGER NOT NULL) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS logs_expires ON logs (expires);
 CREATE TABLE IF NOT EXISTS events (log TEXT NOT NULL, seq INTEGER NOT NULL, frame BLOB NOT NULL, PRIMARY KEY (log, seq)) WITHOUT ROWID;
@@ -119,18 +112,6 @@ CREATE INDEX IF NOT EXISTS indexes_expires ON indexes (expires);
 CREATE TABLE IF NOT EXISTS tallies (name TEXT NOT NULL, bucket INTEGER NOT NULL, count INTEGER NOT NULL, bytes INTEGER NOT NULL, PRIMARY KEY (name, bucket)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS tallies_bucket ON tallies (bucket);
 ";
-
-/// The records' expiry index of earlier releases, dropped as a ledger is opened ([`SCHEMA`]).
-const DROP_EXPIRY_INDEX: &str = "DROP INDEX IF EXISTS kv_expires;";
-
-/// Records a sweep reads at most, in key order from where the last one stopped: tens of
-/// milliseconds of the writer's time (the `sqlite3` shell read 100,000 of a 130 MB ledger's
-/// 207,000 records so in 53 ms, its own start included). A ledger of `n` records is read
-/// through once every `n / 100,000` sweeps, sooner while sweeps find as many expired as they
-/// may remove (the writer's chunk, 10,000): an expired record is invisible to reads at once, and its row goes within one
-/// read-through (with the default `ledger.sweep_every_secs` of 60, ten minutes for a
-/// million records).
-const SWEEP_SCAN_ROWS: usize = 100_000;
 
 /// Readers kept open (each read takes a free one, or waits for the least busy).
 const READERS: usize = 4;
@@ -152,10 +133,6 @@ pub struct SqliteStore {
     writer: Mutex<Connection>,
     readers: Vec<Mutex<Connection>>,
     next_reader: AtomicUsize,
-    /// Where the sweep's scan of the records goes on: the last key it read (empty: from the
-    /// start), and how many records a sweep reads ([`SWEEP_SCAN_ROWS`]).
-    sweep_from: Mutex<String>,
-    sweep_scan: usize,
     /// Held as long as the connections (declared after them, so dropped after them): one
     /// process per ledger.
     _lock: LockFile,
@@ -320,7 +297,6 @@ impl SqliteStore {
             writer.execute_batch(&format!("PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};")).map_err(|e| store_err(backend(e)))?;
         }
         writer.execute_batch(SCHEMA).map_err(|e| store_err(backend(e)))?;
-        writer.execute_batch(DROP_EXPIRY_INDEX).map_err(|e| store_err(backend(e)))?;
         if found == Found::Unmarked {
             writer.execute_batch(&format!("PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};")).map_err(|e| store_err(backend(e)))?;
             tracing::info!(path = %path.display(), "marked the ledger with mcp-host's application id");
@@ -353,8 +329,6 @@ impl SqliteStore {
             writer: Mutex::new(writer),
             readers,
             next_reader: AtomicUsize::new(0),
-            sweep_from: Mutex::new(String::new()),
-            sweep_scan: SWEEP_SCAN_ROWS,
             _lock: lock,
         })
     }
@@ -365,52 +339,6 @@ impl SqliteStore {
             .find_map(|i| self.readers[(start + i) % READERS].try_lock())
             .unwrap_or_else(|| self.readers[start % READERS].lock());
         f(&conn).map_err(backend)
-    }
-
-    /// Delete records expired at `now`, at most `limit`, found by reading at most
-    /// `sweep_scan` of them in key order from `from` (where the last sweep stopped). Returns
-    /// how many went, and where the next sweep starts once this one is committed: after the
-    /// last record read, or from the first again when this one read through to the end.
-    fn sweep_records(
-        &self,
-        tx: &WriteTx<'_>,
-        from: &str,
-        now: i64,
-        limit: usize,
-    ) -> rusqlite::Result<(usize, String)> {
-        if limit == 0 {
-            return Ok((0, from.to_owned()));
-        }
-        let mut expired = Vec::new();
-        let (mut read, mut last) = (0usize, None);
-        {
-            let mut rows = tx.prepare_cached(
-                "SELECT key, expires FROM kv WHERE key > ?1 ORDER BY key LIMIT ?2",
-            )?;
-            let mut rows =
-                rows.query(params![from, i64::try_from(self.sweep_scan).unwrap_or(i64::MAX)])?;
-            while expired.len() < limit
-                && let Some(row) = rows.next()?
-            {
-                let key: String = row.get(0)?;
-                read += 1;
-                if row.get::<_, i64>(1)? <= now {
-                    expired.push(key.clone());
-                }
-                last = Some(key);
-            }
-        }
-        // Read through to the end (fewer than asked for, and not stopped by `limit`): the
-        // next sweep starts again from the first record.
-        let next = match last {
-            Some(key) if read == self.sweep_scan || expired.len() >= limit => key,
-            _ => String::new(),
-        };
-        let mut delete = tx.prepare_cached("DELETE FROM kv WHERE key = ?1")?;
-        for key in &expired {
-            delete.execute([key])?;
-        }
-        Ok((expired.len(), next))
     }
 }
 
@@ -700,10 +628,13 @@ impl Store for SqliteStore {
     fn sweep(&self, now_ms: u64, limit: usize) -> Result<usize, StoreError> {
         let conn = self.writer.lock();
         let tx = WriteTx::begin(&conn).map_err(backend)?;
-        // A sweep runs on the writer's connection, under its lock: one at a time.
-        let from = self.sweep_from.lock().clone();
-        let (keys, next) = self.sweep_records(&tx, &from, ms(now_ms), limit).map_err(backend)?;
         let (now, limit) = (ms(now_ms), i64::try_from(limit).unwrap_or(i64::MAX));
+        let keys = tx
+            .execute(
+                "DELETE FROM kv WHERE key IN (SELECT key FROM kv WHERE expires <= ?1 LIMIT ?2)",
+                params![now, limit],
+            )
+            .map_err(backend)?;
         // What is left of the limit after `done` removals.
         let expired = |sql: &str, done: usize| -> Result<Vec<String>, StoreError> {
             let mut s = tx.prepare(sql).map_err(backend)?;
@@ -734,7 +665,6 @@ impl Store for SqliteStore {
             )
             .map_err(backend)?;
         tx.commit().map_err(backend)?;
-        *self.sweep_from.lock() = next;
         Ok(keys + logs.len() + indexes.len() + buckets)
     }
 
@@ -814,10 +744,9 @@ mod tests {
         let dir = mcp_devtools::TempDir::new("layout");
         let path = dir.path().join("l.db");
         {
-            // The earliest layout: records keyed by their key, with an index of their expiry.
             let earlier = SCHEMA.replace(
-                "expires INTEGER NOT NULL);\n",
-                "expires INTEGER NOT NULL) WITHOUT ROWID;\nCREATE INDEX IF NOT EXISTS kv_expires ON kv (expires);\n",
+                "expires INTEGER NOT NULL);\nCREATE INDEX IF NOT EXISTS kv_expires",
+                "expires INTEGER NOT NULL) WITHOUT ROWID;\nCREATE INDEX IF NOT EXISTS kv_expires",
             );
             assert_ne!(earlier, SCHEMA, "the records table's definition is found");
             Connection::open(&path).unwrap().execute_batch(&earlier).unwrap();
@@ -828,60 +757,11 @@ mod tests {
                 .query_row("SELECT sql FROM sqlite_master WHERE name = 'kv'", [], |r| r.get(0))
                 .unwrap()
         };
-        let expiry_index = |path: &Path| -> bool {
-            Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-                .unwrap()
-                .query_row(
-                    "SELECT count(*) FROM sqlite_master WHERE name = 'kv_expires'",
-                    [],
-                    |r| r.get::<_, i64>(0),
-                )
-                .unwrap()
-                > 0
-        };
-        assert!(expiry_index(&path), "made with the index");
         super::super::store_tests::contract(&SqliteStore::open(&path).unwrap());
         assert!(layout(&path).ends_with("WITHOUT ROWID"), "an existing file keeps its layout");
-        assert!(!expiry_index(&path), "and loses the records' expiry index");
         let new = dir.path().join("new.db");
         drop(SqliteStore::open(&new).unwrap());
         assert!(!layout(&new).contains("WITHOUT ROWID"), "a new one is a rowid table");
-    }
-
-    #[test]
-    fn a_sweep_reads_the_records_a_bounded_run_at_a_time_and_goes_round_again() {
-        let dir = mcp_devtools::TempDir::new("sweep-scan");
-        let mut s = SqliteStore::open(&dir.path().join("l.db")).unwrap();
-        s.sweep_scan = 3;
-        // k0..k9; k1, k4 and k8 expire at 100, the others at 10,000.
-        let put = |k: usize, expires_ms: u64| Op::Put {
-            key: format!("k{k}"),
-            value: Bytes::from_static(b"v"),
-            expires_ms,
-        };
-        let ops = (0..10).map(|k| put(k, if [1, 4, 8].contains(&k) { 100 } else { 10_000 }));
-        s.apply(&ops.collect::<Vec<_>>()).unwrap();
-        let left = |s: &SqliteStore| -> Vec<String> {
-            s.writer
-                .lock()
-                .prepare("SELECT key FROM kv ORDER BY key")
-                .unwrap()
-                .query_map([], |r| r.get(0))
-                .unwrap()
-                .collect::<rusqlite::Result<_>>()
-                .unwrap()
-        };
-        // Three records a sweep: k0-k2 (k1 goes), k3-k5 (k4), k6-k8 (k8), k9 and the end.
-        let swept: Vec<usize> = (0..4).map(|_| s.sweep(1_000, 100).unwrap()).collect();
-        assert_eq!(swept, [1, 1, 1, 0]);
-        assert_eq!(left(&s), ["k0", "k2", "k3", "k5", "k6", "k7", "k9"]);
-        // Round again from the first record: k0 and k2 expired meanwhile (a later `now`), and a
-        // sweep stops at its limit, the next going on after the last record it took.
-        s.apply(&[put(0, 100), put(2, 100), put(3, 100)]).unwrap();
-        assert_eq!(s.sweep(1_000, 1).unwrap(), 1, "k0, within its limit of one");
-        assert_eq!(left(&s)[0], "k2");
-        assert_eq!(s.sweep(1_000, 100).unwrap(), 2, "k2, then k3 within its three reads");
-        assert_eq!(left(&s), ["k5", "k6", "k7", "k9"]);
     }
 
     #[test]
@@ -1085,8 +965,6 @@ mod tests {
         let pages = || s.log_health().unwrap().pages;
         // A log short of full but well past 256 − 64, wholly copied by the "thread": its record
         // says that many frames copied...
-        // Each write's record differs from the last: SQLite writes only the pages of a record
-        // whose bytes changed. Bounded: a log that never fills fails the test.
         let mut i = 0;
         while pages() < 224 {
             write_pages(&s, &format!("old{i}"), 1);
@@ -1099,10 +977,11 @@ mod tests {
         // ...then the log restarts, and the next one fills with nothing copied of it.
         write_pages(&s, "new", 1);
         assert!(pages() < old, "the log did not restart: {} pages", pages());
+        let mut writes = 0;
         while pages() < 256 {
-            write_pages(&s, &format!("new{i}"), 1);
-            i += 1;
-            assert!(i < 20_000, "the log never filled: {} pages", pages());
+            write_pages(&s, "new", 1);
+            writes += 1;
+            assert!(writes < 10_000, "the log never filled: {} pages", pages());
         }
         // The record of the old log would make this one's uncopied part look like a short
         // tail: the writer would copy the whole log, and the next commit restart it.
