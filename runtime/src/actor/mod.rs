@@ -14,7 +14,10 @@
 //!   session keeps it as data (`dormant.rs`).
 //!
 //! Edges: HTTP -> session takes a place in the session's [`Inbox`] (`sessions.mailbox`
-//! requests' messages waiting; full = 503) and then `try_send`s. Session -> stream uses
+//! requests' messages waiting; full = 503) and then `do_send`s: the place is the bound
+//! (actix's `try_send` would park the one address every request shares, refusing the next
+//! requests for it); messages relayed from other hosts take a place the same way (full:
+//! dropped and counted, `mcp_bus_relays_dropped_total`). Session -> stream uses
 //! `try_send` for server-to-client requests (a full stream fails the tool's request at once)
 //! and for a request's final response (when the stream's mailbox is full it is sent with an
 //! awaited `send` spawned in the session's context: never dropped, never blocking), and

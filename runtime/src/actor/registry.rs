@@ -64,19 +64,20 @@ pub(crate) trait Registered: Clone + std::fmt::Debug + Send + Sync + 'static {
 /// What starts a woken session's actor, outside the registry's locks.
 pub(crate) type Starter = Box<dyn FnOnce()>;
 
-/// A registered session: awake (its handle) or hibernating (its deadline in
-/// [`Registry::wake_at`], and its state as data). Both boxed: a shard's table holds a slot
-/// for every live session, most of them asleep once a server has many, and an awake
-/// handle (64 bytes) in place would make every slot that large.
+/// A registered session: awake (its handle, one counted pointer: cloned out on every look-up)
+/// or hibernating (its deadline in [`Registry::wake_at`], and its state as data, boxed: a
+/// shard's table holds a slot for every live session, most of them asleep once a server has
+/// many).
 enum Slot<H: Registered> {
-    Awake(Box<H>),
+    Awake(H),
     Asleep(Tick, Box<H::Asleep>),
 }
 
 /// The bound on requests' messages waiting for one session (`sessions.mailbox`), counted
-/// across every sender. actix lets each clone of an `Addr` send one message past its
-/// mailbox's capacity, and every request clones the session's address, so `try_send` alone
-/// never refuses: without this count the queue would grow with the concurrent requests.
+/// across every sender: the one bound of that edge. Requests (and messages relayed from other
+/// hosts) take a place here first, then go by actix's `do_send`, which ignores actix's own
+/// capacity: actix's `try_send` parks an address that sends into a full mailbox, and every
+/// request shares the session's one address ([`crate::actor::session::SessionHandle`]).
 #[derive(Debug)]
 pub struct Inbox {
     queued: AtomicUsize,
@@ -358,7 +359,7 @@ impl<H: Registered> Registry<H> {
         };
         match H::wake(asleep) {
             Ok((handle, starter)) => {
-                shard.insert(key, Slot::Awake(Box::new(handle)));
+                shard.insert(key, Slot::Awake(handle));
                 self.sleeping.fetch_sub(1, Ordering::AcqRel);
                 self.wakes.fetch_add(1, Ordering::Relaxed);
                 // (The sweeper's own wakes took it out already.)
@@ -652,10 +653,7 @@ impl<H: Registered> Reservation<H> {
         let guard = self.into_guard(id, Arc::clone(handle.inbox()), hmac);
         let registry = &guard.registry;
         registry.live_hmacs.lock().insert(NameKey::of(&guard.hmac), guard.id.clone());
-        let old = registry
-            .shard(&guard.id)
-            .write()
-            .insert(guard.id.clone(), Slot::Awake(Box::new(handle)));
+        let old = registry.shard(&guard.id).write().insert(guard.id.clone(), Slot::Awake(handle));
         debug_assert!(old.is_none(), "a session id is inserted once");
         // Dropped outside the shard's lock.
         drop(old);

@@ -324,6 +324,12 @@ impl Collector for SupervisorCollector {
             "Answers to server-to-client requests read from the ledger after a subscription cut (their publication was missed)",
             st.answers_recovered(),
         )?;
+        counter(
+            &mut e,
+            "mcp_bus_relays_dropped",
+            "Messages relayed from another host (answers, cancellations, log levels) dropped at their session's full inbox",
+            st.relays_dropped(),
+        )?;
         let statuses: Vec<(StatusLabel, u64)> =
             m.http_responses.iter().map(|(s, v)| (StatusLabel { status: s }, *v)).collect();
         counters(

@@ -52,6 +52,8 @@ pub struct RuntimeStats {
     /// Answers to server-to-client requests read from the ledger after a miss (their
     /// publication was not heard).
     answers_recovered: AtomicU64,
+    /// Messages relayed from other hosts dropped at a session's full inbox.
+    relays_dropped: AtomicU64,
     streams_live: AtomicI64,
     /// Of those, closed streams kept by their sessions as data (no actor).
     streams_dormant: AtomicI64,
@@ -213,6 +215,7 @@ impl Default for RuntimeStats {
             connections_accepted: AtomicU64::new(0),
             bus_missed: std::array::from_fn(|_| AtomicU64::new(0)),
             answers_recovered: AtomicU64::new(0),
+            relays_dropped: AtomicU64::new(0),
             streams_live: AtomicI64::new(0),
             streams_dormant: AtomicI64::new(0),
             quiet: Arc::default(),
@@ -411,6 +414,17 @@ impl RuntimeStats {
     /// An answer relayed while a subscription was cut was read from the ledger.
     pub(crate) fn answer_recovered(&self) {
         self.answers_recovered.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A message relayed from another host found its session's inbox full and was dropped.
+    pub(crate) fn relay_dropped(&self) {
+        self.relays_dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Relayed messages dropped at a full inbox ([`Self::relay_dropped`]).
+    #[must_use]
+    pub fn relays_dropped(&self) -> u64 {
+        self.relays_dropped.load(Ordering::Relaxed)
     }
 
     /// Answers read from the ledger after a miss ([`Self::answer_recovered`]).

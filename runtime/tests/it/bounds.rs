@@ -457,9 +457,9 @@ async fn all<'a, T>(
 }
 
 #[actix_web::test]
-async fn requests_beyond_the_session_mailbox_are_refused_503_though_each_has_its_own_sender() {
-    // actix lets every clone of an address send one message past a full mailbox, and every
-    // request clones the session's: without the session's own count nothing is refused.
+async fn requests_beyond_the_session_mailbox_are_refused_503_though_they_share_one_address() {
+    // Every request sends through the session's one address, past actix's own capacity (which
+    // would park that address for all of them): the session's own count is what refuses.
     let h = harness_with(cfg(|c| c.sessions.mailbox = 16)).await;
     let c = h.client("2025-11-25").await;
     let pings: Vec<_> = (0..40)

@@ -104,6 +104,7 @@ impl Supervisor {
         // request waits until `sessions.client_request_timeout_secs`; a dropped cancellation
         // lets the call run on.
         if !relay(&h, relayed) {
+            self.stats().relay_dropped();
             tracing::warn!(
                 "a message relayed from another host found its session's mailbox full or closed; dropped"
             );
@@ -111,24 +112,18 @@ impl Supervisor {
     }
 
     /// This host's subscription to the sessions channel was cut, or not yet taken: every
-    /// live session reads the answers kept for the questions it still waits for (a session
-    /// whose mailbox is full misses this; its questions time out).
+    /// live session reads the answers kept for the questions it still waits for. Told past
+    /// its inbox's bound, as a control message is: one such message a session a cut, and
+    /// what it stands for are all the answers that may have been missed.
     fn relays_maybe_missed(&self) {
         self.stats().bus_missed(BusChannel::Sessions);
-        let mut dropped = 0usize;
-        // Those kept as data wait for no answer: they are left asleep.
+        // Those kept as data wait for no answer: they are left asleep. One that stopped
+        // meanwhile has no question left.
         for hmac in self.registry.live_hmacs() {
-            if let Some(Ok(h)) = self.registry.awake_by_hmac(&hmac)
-                && !relay(&h, Relayed::MaybeMissed)
-            {
-                dropped += 1;
+            if let Some(Ok(h)) = self.registry.awake_by_hmac(&hmac) {
+                let place = h.inbox.control();
+                let _ = h.deliver(place, |_place| Relay { relayed: Relayed::MaybeMissed, _place });
             }
-        }
-        if dropped > 0 {
-            tracing::warn!(
-                sessions = dropped,
-                "sessions whose mailbox was full or closed were not told to read the answers kept for their questions after a cut subscription; those wait until their deadline"
-            );
         }
     }
 

@@ -348,8 +348,8 @@ impl Supervisor {
         let sup = Arc::clone(self);
         let signer = self.key.session_signer(&seed.id, seed.principal.as_deref());
         SessionActor::create(move |ctx| {
-            // Before the address is published: a full default mailbox (16) would refuse
-            // the session's first requests.
+            // actix's own capacity, as the session's inbox (which is the bound: requests and
+            // relays take a place there, then `do_send`, which this capacity never refuses).
             ctx.set_mailbox_capacity(sup.config().sessions.mailbox);
             let inbox = Inbox::new(sup.config().sessions.mailbox);
             let handle = SessionHandle::new(SessionHandleParts {
