@@ -278,6 +278,22 @@ impl KeptAnswerBytes {
             KeptAnswerBytes::Frame(Box::new(frame.clone()))
         }
     }
+
+    /// The answer's JSON.
+    fn json(&self) -> &[u8] {
+        match self {
+            KeptAnswerBytes::Json(json) => json,
+            KeptAnswerBytes::Frame(frame) => answer_json(frame),
+        }
+    }
+
+    /// The length of the answer's frame ([`answer_json`]'s layout around its JSON).
+    fn frame_len(&self) -> usize {
+        match self {
+            KeptAnswerBytes::Json(json) => ANSWER_AT + json.len() + b"\n\n".len(),
+            KeptAnswerBytes::Frame(frame) => frame.len(),
+        }
+    }
 }
 
 /// A POST stream answered at once, as its first connection writes it: what
@@ -293,8 +309,6 @@ pub(crate) struct AnsweredAtOnce {
     /// buffer's header would be an allocation a call); [`AnsweredAtOnce::into_core`] pushes
     /// its JSON again.
     answer: KeptAnswerBytes,
-    /// The answer frame's length: the bytes its window holds.
-    frame_len: usize,
     request: JsonRpcId,
     prime: bool,
 }
@@ -322,22 +336,14 @@ impl AnsweredAtOnce {
             let cursor = cursors.encode_array(Seq::START);
             initial.push(sse::priming_frame(&cursor, settings.retry_ms));
         }
-        let (kept, frame_len) = (KeptAnswerBytes::of(&answer), answer.len());
+        let kept = KeptAnswerBytes::of(&answer);
         initial.push(answer);
-        (AnsweredAtOnce { answer: kept, frame_len, request, prime: settings.prime }, initial)
+        (AnsweredAtOnce { answer: kept, request, prime: settings.prime }, initial)
     }
 
     /// Bytes its window holds (its answer's frame).
     pub(crate) fn retained_bytes(&self) -> usize {
-        self.frame_len
-    }
-
-    /// Its answer's JSON.
-    fn json(&self) -> &[u8] {
-        match &self.answer {
-            KeptAnswerBytes::Json(json) => json,
-            KeptAnswerBytes::Frame(frame) => answer_json(frame),
-        }
+        self.answer.frame_len()
     }
 
     /// Its connection returned every frame at `now`: nothing of it will ever be recorded. What
@@ -364,7 +370,7 @@ impl AnsweredAtOnce {
         let mut core = StreamCore::new(id, generation, kind, signer, settings);
         let att = core.attach_new();
         debug_assert_eq!(att.conn, Self::CONN);
-        let written = core.push_final(self.json());
+        let written = core.push_final(self.answer.json());
         debug_assert!(matches!(written, Delivery::Write { .. }), "{written:?}");
         core
     }
@@ -373,10 +379,12 @@ impl AnsweredAtOnce {
 /// The JSON of an answer's `frame` as [`sse::event_frame`] wrote it: after `id: `, the
 /// cursor (always [`ENCODED_LEN`] characters) and `\ndata: `, before the closing `\n\n`.
 fn answer_json(frame: &[u8]) -> &[u8] {
-    const AT: usize = b"id: ".len() + ENCODED_LEN + b"\ndata: ".len();
-    debug_assert!(frame[..AT].ends_with(b"\ndata: ") && frame.ends_with(b"\n\n"));
-    &frame[AT..frame.len() - 2]
+    debug_assert!(frame[..ANSWER_AT].ends_with(b"\ndata: ") && frame.ends_with(b"\n\n"));
+    &frame[ANSWER_AT..frame.len() - 2]
 }
+
+/// Where an answer's JSON starts in its frame ([`answer_json`]).
+const ANSWER_AT: usize = b"id: ".len() + ENCODED_LEN + b"\ndata: ".len();
 
 impl SettledAnswer {
     /// When its retention ends with `timing` (its core's only deadline: what

@@ -166,9 +166,8 @@ impl Supervisor {
 }
 
 /// Hand `relayed` to the session of `h` within its inbox's bound (a place taken like a
-/// request's); `false` when the inbox is full or the session stopped. An actix `try_send`
-/// was no bound here: each look-up's fresh sender may always send one message past a full
-/// mailbox.
+/// request's, [`SessionHandle::deliver`]); `false` when the inbox is full or the session
+/// stopped.
 fn relay(h: &SessionHandle, relayed: Relayed) -> bool {
     h.inbox.enter().is_ok_and(|place| h.deliver(place, |_place| Relay { relayed, _place }).is_ok())
 }
