@@ -1,10 +1,12 @@
 """What the bench scripts share: starting an mcp-host and reading its URL within a deadline,
-stopping a process, a process's RSS, the summary `lua/calls.lua` prints, the `_meta` of a
-2026-07-28 request, and a session-era handshake and SSE echo call on a kept-alive connection."""
+starting a side-by-side peer binary, stopping a process, a process's RSS, the summary
+`lua/calls.lua` prints, the `_meta` of a 2026-07-28 request, and a session-era handshake and SSE
+echo call on a kept-alive connection."""
 
 import json
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -37,6 +39,29 @@ def spawn_host(argv, cwd, log="info", deadline_s=60, procs=None):
             p.wait()
         raise SystemExit(f"{os.path.basename(argv[0])} did not print its URL within {deadline_s} s")
     return p, first[0].split()[-1]
+
+
+def spawn_peer(binary, cpu, procs, deadline_s=30):
+    """Start a side-by-side peer binary that takes its port as its one argument (raw
+    actix-web's `actix-peer`) on a free loopback port, pinned to `cpu`; return the process and
+    its URL once it accepts connections (else it is stopped and this raises). Appended to
+    `procs` before waiting, so the caller's cleanup stops it on any exit path."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = subprocess.Popen(["taskset", "-c", str(cpu), binary, str(port)], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    procs.append(p)
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return p, f"http://127.0.0.1:{port}/mcp"
+        except OSError:
+            if time.monotonic() > deadline or p.poll() is not None:
+                stop(p)
+                raise SystemExit(f"{os.path.basename(binary)} did not listen within {deadline_s} s")
+            time.sleep(0.05)
 
 
 def stop(p, timeout_s=15, sig=signal.SIGTERM):

@@ -54,21 +54,24 @@ def llvm_profdata(triple):
     sysroot = subprocess.run(["rustc", "--print", "sysroot"], capture_output=True, text=True, check=True).stdout.strip()
     tool = os.path.join(sysroot, "lib", "rustlib", triple, "bin", "llvm-profdata")
     if not os.access(tool, os.X_OK):
-        raise SystemExit(f"pgo.py: {tool} missing (rustup component add llvm-tools)")
+        raise SystemExit(f"{os.path.basename(sys.argv[0])}: {tool} missing (rustup component add llvm-tools)")
     return tool
 
 
-def build(target_dir, rustflag, triple, log):
+def build(target_dir, rustflag, triple, log, cwd=ROOT, package="mcp-host", profile="dist", env=None):
+    """`cargo build` of `package` (in the workspace at `cwd`) with `profile` for `triple`, its
+    code built with `rustflag`, into `target_dir`; `env` adds to the environment (a profile's
+    settings). Returns the binary's path. Shared with `peers/pgo-actix.py`."""
     # With --target, the flag reaches the host's code only, not the build scripts and proc
     # macros the build runs (instrumented, each of them wrote a profile of its own). Passed
     # encoded (one flag, so a path may hold spaces); RUSTFLAGS would lose to it anyway.
-    env = {**os.environ, "CARGO_ENCODED_RUSTFLAGS": rustflag}
+    env = {**os.environ, "CARGO_ENCODED_RUSTFLAGS": rustflag, **(env or {})}
     for k in ("RUSTFLAGS", "LLVM_PROFILE_FILE"):
         env.pop(k, None)
     with open(log, "w") as f:
-        # Its own process group: on any exit of pgo.py, cargo and every rustc it runs stop.
-        p = subprocess.Popen(["cargo", "build", "--profile", "dist", "-p", "mcp-host", "--target", triple,
-                              "--target-dir", target_dir], cwd=ROOT, env=env, stdout=f,
+        # Its own process group: on any exit of the caller, cargo and every rustc it runs stop.
+        p = subprocess.Popen(["cargo", "build", "--profile", profile, "-p", package, "--target", triple,
+                              "--target-dir", target_dir], cwd=cwd, env=env, stdout=f,
                              stderr=subprocess.STDOUT, start_new_session=True)
         try:
             code = p.wait()
@@ -77,8 +80,8 @@ def build(target_dir, rustflag, triple, log):
             p.wait()
             raise
     if code != 0:
-        raise SystemExit(f"pgo.py: the build failed (its output: {log})")
-    return os.path.join(target_dir, triple, "dist", "mcp-host")
+        raise SystemExit(f"{os.path.basename(sys.argv[0])}: the build failed (its output: {log})")
+    return os.path.join(target_dir, triple, profile, package)
 
 
 @contextlib.contextmanager
@@ -115,15 +118,21 @@ def wrk_run(host_bin, kind, sessions, seconds, work, procs):
         # The side-by-side run's caps: a storm of new sessions from one address.
         args += ["--config", os.path.join(HERE, "peers", "ours-bench.toml")]
     with training_host(host_bin, args, kind, work, procs) as url:
-        env = {**os.environ, **load(kind, url, sessions), "POOL": "10000"}
-        out = subprocess.run(["wrk", "-t1", "-c64", f"-d{seconds}s", "--timeout", "10s",
-                              "-s", os.path.join(HERE, "lua", "calls.lua"), url],
-                             env=env, capture_output=True, text=True, timeout=seconds + 60, check=True).stdout
-        stats = calls_summary(out) or {}
-        errors = sum(v for k, v in stats.items() if k.startswith("err_"))
-        if not stats.get("requests") or errors:
-            raise SystemExit(f"pgo.py: training run {kind} ({sessions} sessions) failed: {stats}")
-        print(f"  {kind}, {sessions} session(s): {stats['requests']} requests", flush=True)
+        training_load("pgo.py", url, kind, sessions, seconds)
+
+
+def training_load(script, url, kind, sessions, seconds):
+    """wrk with 64 connections for `seconds` on `kind`'s body (flamegraph.py's) at `url`; fails
+    the script on any error (shared with peers/pgo-actix.py)."""
+    env = {**os.environ, **load(kind, url, sessions), "POOL": "10000"}
+    out = subprocess.run(["wrk", "-t1", "-c64", f"-d{seconds}s", "--timeout", "10s",
+                          "-s", os.path.join(HERE, "lua", "calls.lua"), url],
+                         env=env, capture_output=True, text=True, timeout=seconds + 60, check=True).stdout
+    stats = calls_summary(out) or {}
+    errors = sum(v for k, v in stats.items() if k.startswith("err_"))
+    if not stats.get("requests") or errors:
+        raise SystemExit(f"{script}: training run {kind} ({sessions} sessions) failed: {stats}")
+    print(f"  {kind}, {sessions} session(s): {stats['requests']} requests", flush=True)
 
 
 def main():
@@ -139,12 +148,31 @@ def main():
             raise SystemExit(f"pgo.py: {tool} not found")
     if not os.access(a.load_bin, os.X_OK):
         raise SystemExit(f"pgo.py: {a.load_bin} missing (cargo build --release -p mcp-load)")
+
+    def train(gen, procs, work):
+        runs = (("legacy-sse", 1), ("legacy-sse", 64), ("legacy-json", 1), ("modern-json", 1), ("initialize", 1))
+        for kind, sessions in runs:
+            wrk_run(gen, kind, sessions, a.seconds, work, procs)
+        mixed_run(gen, a.load_bin, a.seconds * 2, work, procs)
+        return len(runs) + 1
+
+    profile_guided("pgo.py", a.out, a.work, a.keep, "mcp-pgo-", {}, train)
+
+
+def profile_guided(script, out, work, keep, prefix, build_kw, train):
+    """What pgo.py and peers/pgo-actix.py share: an instrumented build (`build(**build_kw)`),
+    `train(binary, procs, work)` (it runs the binary, each process it starts appended to
+    `procs`, its own files under `work`; it returns how many processes wrote a profile), the
+    profiles checked (that many, none empty, nothing else) and merged, and the profile-guided
+    build copied to `out`. `work` (None: a new temporary directory named from `prefix`,
+    removed at the end unless `keep` or a failure) holds builds, logs and profiles. SIGTERM
+    ends it through its `finally`, as Ctrl-C does: every process in `procs` and the builds'
+    cargo stop."""
     triple = host_triple()
     profdata = llvm_profdata(triple)
-    # SIGTERM ends pgo.py through its `finally`, as Ctrl-C does.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    made = a.work is None
-    work = os.path.abspath(a.work or tempfile.mkdtemp(prefix="mcp-pgo-"))
+    made = work is None
+    work = os.path.abspath(work or tempfile.mkdtemp(prefix=prefix))
     os.makedirs(work, exist_ok=True)
     prof = os.path.join(work, "profiles")
     shutil.rmtree(prof, ignore_errors=True)
@@ -152,35 +180,34 @@ def main():
     procs = []
     done = False
     try:
-        print("pgo.py: the instrumented build", flush=True)
-        gen = build(os.path.join(work, "gen"), f"-Cprofile-generate={prof}", triple, os.path.join(work, "gen.log"))
-        # One file per process: each host writes its own as it exits.
-        os.environ["LLVM_PROFILE_FILE"] = os.path.join(prof, "host-%p.profraw")
-        print("pgo.py: training", flush=True)
-        runs = (("legacy-sse", 1), ("legacy-sse", 64), ("legacy-json", 1), ("modern-json", 1), ("initialize", 1))
-        for kind, sessions in runs:
-            wrk_run(gen, kind, sessions, a.seconds, work, procs)
-        mixed_run(gen, a.load_bin, a.seconds * 2, work, procs)
-        raws = glob.glob(os.path.join(prof, "host-*.profraw"))
+        print(f"{script}: the instrumented build", flush=True)
+        gen = build(os.path.join(work, "gen"), f"-Cprofile-generate={prof}", triple, os.path.join(work, "gen.log"),
+                    **build_kw)
+        # One file per process: each writes its own as it exits.
+        os.environ["LLVM_PROFILE_FILE"] = os.path.join(prof, "run-%p.profraw")
+        print(f"{script}: training", flush=True)
+        expected = train(gen, procs, work)
+        raws = glob.glob(os.path.join(prof, "run-*.profraw"))
         empty = [r for r in raws if os.path.getsize(r) == 0]
         others = set(glob.glob(os.path.join(prof, "*"))) - set(raws)
-        if len(raws) != len(runs) + 1 or empty or others:
-            raise SystemExit(f"pgo.py: {len(raws)} hosts' profiles written, {len(runs) + 1} expected, {len(empty)} "
-                             f"of them empty (a host that did not exit cleanly), {len(others)} other files")
+        if len(raws) != expected or empty or others:
+            raise SystemExit(f"{script}: {len(raws)} processes' profiles written, {expected} expected, {len(empty)} "
+                             f"of them empty (a process that did not exit cleanly), {len(others)} other files")
         merged = os.path.join(work, "merged.profdata")
         subprocess.run([profdata, "merge", "-o", merged, *raws], check=True)
-        print("pgo.py: the profile-guided build", flush=True)
-        use = build(os.path.join(work, "use"), f"-Cprofile-use={merged}", triple, os.path.join(work, "use.log"))
-        shutil.copy2(use, a.out)
-        print(f"pgo.py: {a.out}")
+        print(f"{script}: the profile-guided build", flush=True)
+        use = build(os.path.join(work, "use"), f"-Cprofile-use={merged}", triple, os.path.join(work, "use.log"),
+                    **build_kw)
+        shutil.copy2(use, out)
+        print(f"{script}: {out}")
         done = True
     finally:
         for p in reversed(procs):
             stop(p, timeout_s=10)
-        if made and done and not a.keep:
+        if made and done and not keep:
             shutil.rmtree(work, ignore_errors=True)
         elif not done:
-            print(f"pgo.py: stopped; its builds, logs and profiles are in {work}", file=sys.stderr)
+            print(f"{script}: stopped; its builds, logs and profiles are in {work}", file=sys.stderr)
 
 
 if __name__ == "__main__":
