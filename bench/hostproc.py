@@ -58,7 +58,9 @@ def spawn_peer(binary, cpu, procs, deadline_s=30):
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
             return p, f"http://127.0.0.1:{port}/mcp"
         except OSError:
-            if time.monotonic() > deadline or p.poll() is not None:
+            if p.poll() is not None:
+                raise SystemExit(f"{os.path.basename(binary)} exited {p.returncode} before it listened")
+            if time.monotonic() > deadline:
                 stop(p)
                 raise SystemExit(f"{os.path.basename(binary)} did not listen within {deadline_s} s")
             time.sleep(0.05)

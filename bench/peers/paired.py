@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Per-rep ratios to raw actix-web, from a run-all.sh folder's bench.jsonl.
+"""Per-rep ratios to raw actix-web (or another base), from a run-all.sh folder's bench.jsonl.
 
 Each rep runs its peers one after another, so a peer's figure over raw actix-web's in the same
 rep compares two servers on the machine as it was for that rep; the median of those ratios is

@@ -15,7 +15,7 @@ Usage (from the project root):
   python3 bench/peers/pgo-actix.py --peers /tmp/pp --out /tmp/pp/actix-peer-pgo [--seconds 4] [--work DIR]
   then, added to run-all.sh's command (ours' profile-guided build as EXTRA_PEER2):
   EXTRA_PEER3="actix-pgo|PEER_NAME=actix-pgo PEER_BIN=/tmp/pp/actix-peer-pgo /tmp/pp/start-bin.sh 21400|http://127.0.0.1:21400/mcp"
-Needs wrk, taskset and llvm-profdata (`rustup component add llvm-tools`). A work directory it
+Needs cargo, wrk, taskset and llvm-profdata (`rustup component add llvm-tools`). A work directory it
 makes is removed at the end, kept after a failure (its path is printed: the builds' logs are
 there); one given with --work is never removed. Loopback only; every peer, wrk and cargo (its
 whole process group) it starts is stopped on any exit but SIGKILL.
