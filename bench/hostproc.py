@@ -41,14 +41,19 @@ def spawn_host(argv, cwd, log="info", deadline_s=60, procs=None):
     return p, first[0].split()[-1]
 
 
+def free_port():
+    """A loopback port free at the time of asking (another process may take it before use)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def spawn_peer(binary, cpu, procs, deadline_s=30):
     """Start a side-by-side peer binary that takes its port as its one argument (raw
     actix-web's `actix-peer`) on a free loopback port, pinned to `cpu`; return the process and
     its URL once it accepts connections (else it is stopped and this raises). Appended to
     `procs` before waiting, so the caller's cleanup stops it on any exit path."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     p = subprocess.Popen(["taskset", "-c", str(cpu), binary, str(port)], stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL)
     procs.append(p)

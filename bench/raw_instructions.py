@@ -18,24 +18,17 @@ import http.client
 import json
 import os
 import re
-import socket
 import subprocess
 import tempfile
 import time
 
-from hostproc import MODERN_META
+from hostproc import MODERN_META, free_port
 from instructions import serve
 
 RUST_ALLOC = re.compile(r"^(__rustc::)?__rust_(alloc|alloc_zeroed|realloc)$")
 HEADERS = {"Content-Type": "application/json", "Accept": "application/json", "MCP-Protocol-Version": "2026-07-28",
            "Mcp-Method": "tools/call", "Mcp-Name": "echo"}
 PARAMS = {"name": "echo", "arguments": {"text": "hello"}, "_meta": MODERN_META}
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def count(peer, n, out):

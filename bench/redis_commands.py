@@ -27,15 +27,8 @@ import subprocess
 import tempfile
 import time
 
-from hostproc import MODERN_META, stop  # noqa: E402
+from hostproc import MODERN_META, free_port, stop  # noqa: E402
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def redis_cmd(port, *args):
